@@ -1,0 +1,1 @@
+"""toposched: a topology-aware GPU cluster scheduler."""

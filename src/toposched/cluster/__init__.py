@@ -1,0 +1,1 @@
+"""Topology model and the array-backed cluster state: what is free."""

@@ -1,0 +1,19 @@
+"""Errors raised for bad input: each names the field, the value and the rule it broke."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ToposchedError(Exception):
+    """Base class of every error toposched raises on purpose."""
+
+
+class InputError(ToposchedError, ValueError):
+    """Bad input: `field` had `value`, which breaks `rule`. Nothing was changed."""
+
+    def __init__(self, field: str, value: Any, rule: str) -> None:
+        self.field = field
+        self.value = value
+        self.rule = rule
+        super().__init__(f"{field}: {value!r} is invalid: {rule}")

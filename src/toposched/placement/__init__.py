@@ -1,0 +1,1 @@
+"""Gang placement under topology constraints: where a job fits."""

@@ -1,0 +1,1 @@
+"""Budgets, fair share, the scheduling contract: who goes first."""
