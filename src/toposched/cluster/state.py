@@ -1,0 +1,374 @@
+"""ClusterState: struct-of-arrays free capacity with per-domain aggregates kept incrementally."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+from numpy.typing import NDArray
+
+from toposched.cluster.errors import InputError
+from toposched.cluster.topology import Topology
+
+MILLI_PER_GPU = 1000
+_TOTAL_COLUMNS = ("free_gpus", "free_milli", "idle_nodes", "cpu", "memory")
+_HEALTHY = 0  # Health.HEALTHY as a plain int: enum lookups cost on the hot path
+
+
+class Health(IntEnum):
+    """Node health; only healthy nodes offer capacity to new work."""
+
+    HEALTHY = 0
+    DRAINING = 1
+    CORDONED = 2
+    DOWN = 3
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What one gang holds: every pod's node and GPUs, with uniform per-pod resources.
+
+    `gpus[p]` lists the GPU indices (on node `nodes[p]`) that pod p uses; each listed GPU gives
+    `gpu_milli` (1000 for a whole GPU, less for a shared fraction). CPU-only pods have no GPU
+    columns (`gpus.shape == (pods, 0)`).
+    """
+
+    nodes: NDArray[np.int64]
+    gpus: NDArray[np.int64]
+    gpu_milli: int = MILLI_PER_GPU
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    @property
+    def pods(self) -> int:
+        return int(self.nodes.shape[0])
+
+    @property
+    def gpu_milli_total(self) -> int:
+        return int(self.gpus.size) * self.gpu_milli
+
+    @staticmethod
+    def of(
+        nodes: list[int] | NDArray[np.int64],
+        gpus: list[list[int]] | NDArray[np.int64],
+        gpu_milli: int = MILLI_PER_GPU,
+        cpu_milli: int = 0,
+        memory_mib: int = 0,
+    ) -> Allocation:
+        nodes_array = np.asarray(nodes, dtype=np.int64).reshape(-1)
+        gpus_array = np.asarray(gpus, dtype=np.int64).reshape(len(nodes_array), -1)
+        return Allocation(nodes_array, gpus_array, gpu_milli, cpu_milli, memory_mib)
+
+
+class ClusterState:
+    """Free capacity of every node and GPU, and aggregates for every domain at every level.
+
+    Per node: free milli-GPU of each GPU (`gpu_free_milli`, padded with 0 past the node's GPU
+    count), free whole GPUs, free CPU millicores and memory MiB, and health. Per domain level
+    (0 = the whole cluster): a histogram `free_hist[level][domain, model, k]` of healthy nodes
+    with exactly k free whole GPUs, plus free whole GPUs, free milli-GPU, idle nodes, free CPU
+    and memory — all counting healthy nodes only. Every change updates the aggregates of the
+    nodes it touches at each level: O(levels x touched nodes), never O(cluster).
+
+    Allocations are held per owner (a job id). Mutators validate first and change nothing on
+    error; use a `Statement` to try changes and undo them exactly.
+    """
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        top = topology
+        n, width = top.n_nodes, max(top.max_gpus_per_node, 1)
+        gpu_exists = np.arange(width)[None, :] < top.gpu_count[:, None]
+        self.gpu_free_milli: NDArray[np.int16] = np.where(gpu_exists, MILLI_PER_GPU, 0).astype(
+            np.int16
+        )
+        self.free_whole_gpus: NDArray[np.int8] = top.gpu_count.copy()
+        self.free_cpu_milli: NDArray[np.int64] = top.cpu_milli.copy()
+        self.free_memory_mib: NDArray[np.int64] = top.memory_mib.copy()
+        self.health: NDArray[np.uint8] = np.zeros(n, dtype=np.uint8)
+        self.allocations: dict[str, Allocation] = {}
+        self._n_models = max(len(top.gpu_models), 1)
+        self._hist_width = width + 1
+        self.free_hist: list[NDArray[np.int32]] = []
+        self._totals: list[NDArray[np.int64]] = []
+        self.free_gpus: list[NDArray[np.int64]] = []
+        self.free_milli: list[NDArray[np.int64]] = []
+        self.idle_nodes: list[NDArray[np.int64]] = []
+        self.domain_free_cpu: list[NDArray[np.int64]] = []
+        self.domain_free_memory: list[NDArray[np.int64]] = []
+        self._recompute_aggregates()
+
+    # --- aggregates ----------------------------------------------------------------------------
+    def _node_idle(self, nodes: NDArray[np.int64]) -> NDArray[np.bool_]:
+        top = self.topology
+        idle: NDArray[np.bool_] = (
+            (self.free_whole_gpus[nodes] == top.gpu_count[nodes])
+            & (self.free_cpu_milli[nodes] == top.cpu_milli[nodes])
+            & (self.free_memory_mib[nodes] == top.memory_mib[nodes])
+        )
+        return idle
+
+    def compute_aggregates(self) -> dict[str, list[NDArray[np.int64]]]:
+        """Every aggregate recomputed from the node arrays (the oracle for incremental ones)."""
+        top = self.topology
+        healthy = self.health == Health.HEALTHY
+        all_nodes = np.arange(top.n_nodes, dtype=np.int64)
+        idle = self._node_idle(all_nodes) & healthy
+        milli = self.gpu_free_milli.sum(axis=1, dtype=np.int64)
+        result: dict[str, list[NDArray[np.int64]]] = {
+            name: []
+            for name in ("free_hist", "free_gpus", "free_milli", "idle_nodes", "cpu", "memory")
+        }
+        for level in range(len(top.domain_levels)):
+            domain = top.node_domain[level].astype(np.int64)
+            n_domains = top.n_domains(level)
+            hist = np.zeros((n_domains, self._n_models, self._hist_width), dtype=np.int64)
+            np.add.at(
+                hist,
+                (domain[healthy], top.gpu_model[healthy], self.free_whole_gpus[healthy]),
+                1,
+            )
+            result["free_hist"].append(hist)
+
+            columns = {
+                "free_gpus": self.free_whole_gpus.astype(np.int64),
+                "free_milli": milli,
+                "idle_nodes": idle.astype(np.int64),
+                "cpu": self.free_cpu_milli,
+                "memory": self.free_memory_mib,
+            }
+            for name, values in columns.items():
+                sums = np.bincount(domain[healthy], weights=values[healthy], minlength=n_domains)
+                result[name].append(sums.astype(np.int64))
+        return result
+
+    def _recompute_aggregates(self) -> None:
+        fresh = self.compute_aggregates()
+        self.free_hist = [h.astype(np.int32) for h in fresh["free_hist"]]
+        # One (domains x 5) block per level, so a one-node change is one row add per level;
+        # the named per-aggregate arrays are column views of it.
+        self._totals = [
+            np.stack([fresh[name][level] for name in _TOTAL_COLUMNS], axis=1)
+            for level in range(len(self.free_hist))
+        ]
+        self.free_gpus = [t[:, 0] for t in self._totals]
+        self.free_milli = [t[:, 1] for t in self._totals]
+        self.idle_nodes = [t[:, 2] for t in self._totals]
+        self.domain_free_cpu = [t[:, 3] for t in self._totals]
+        self.domain_free_memory = [t[:, 4] for t in self._totals]
+
+    def _contribute_one(self, node: int, sign: int) -> None:
+        """`_contribute` for one node with scalar arithmetic: the common small-job case."""
+        if self.health[node] != _HEALTHY:
+            return
+        top = self.topology
+        whole = int(self.free_whole_gpus[node])
+        model = int(top.gpu_model[node])
+        milli = int(self.gpu_free_milli[node].sum())
+        cpu = int(self.free_cpu_milli[node])
+        memory = int(self.free_memory_mib[node])
+        idle = int(
+            whole == top.gpu_count[node]
+            and cpu == top.cpu_milli[node]
+            and memory == top.memory_mib[node]
+        )
+        row = np.array([whole, milli, idle, cpu, memory], dtype=np.int64) * sign
+        for level, domains in enumerate(top.node_domain):
+            d = domains[node]
+            self.free_hist[level][d, model, whole] += sign
+            self._totals[level][d] += row
+
+    def _contribute(self, nodes: NDArray[np.int64], sign: int) -> None:
+        """Add (sign=+1) or remove (-1) the aggregates' share of healthy `nodes` (unique)."""
+        if nodes.size == 1:
+            self._contribute_one(int(nodes[0]), sign)
+            return
+        nodes = nodes[self.health[nodes] == _HEALTHY]
+        if nodes.size == 0:
+            return
+        top = self.topology
+        whole = self.free_whole_gpus[nodes].astype(np.int64)
+        model = top.gpu_model[nodes]
+        milli = self.gpu_free_milli[nodes].sum(axis=1, dtype=np.int64)
+        idle = self._node_idle(nodes).astype(np.int64)
+        cpu = self.free_cpu_milli[nodes]
+        memory = self.free_memory_mib[nodes]
+        rows = np.stack([whole, milli, idle, cpu, memory], axis=1) * sign
+        for level, domains in enumerate(top.node_domain):
+            d = domains[nodes]
+            np.add.at(self.free_hist[level], (d, model, whole), sign)
+            np.add.at(self._totals[level], d, rows)
+
+    # --- validation ------------------------------------------------------------------------------
+    def _validate_shape(self, allocation: Allocation, field: str) -> None:
+        top = self.topology
+        nodes, gpus = allocation.nodes, allocation.gpus
+        if gpus.ndim != 2 or gpus.shape[0] != nodes.shape[0]:
+            raise InputError(f"{field}.gpus", gpus.shape, "must have one row per pod")
+        if nodes.size and (nodes.min() < 0 or nodes.max() >= top.n_nodes):
+            bad = int(nodes[(nodes < 0) | (nodes >= top.n_nodes)][0])
+            raise InputError(f"{field}.nodes", bad, f"must be a node index in [0, {top.n_nodes})")
+        if gpus.size:
+            counts = top.gpu_count[nodes].astype(np.int64)[:, None]
+            bad_mask = (gpus < 0) | (gpus >= counts)
+            if bad_mask.any():
+                pod = int(np.argwhere(bad_mask)[0][0])
+                raise InputError(
+                    f"{field}.gpus[{pod}]",
+                    gpus[pod].tolist(),
+                    f"node {top.node_names[int(nodes[pod])]} has {int(counts[pod, 0])} GPUs",
+                )
+        if gpus.size and not 0 < allocation.gpu_milli <= MILLI_PER_GPU:
+            raise InputError(f"{field}.gpu_milli", allocation.gpu_milli, "must be in (0, 1000]")
+        if gpus.shape[1] > 1 and allocation.gpu_milli != MILLI_PER_GPU:
+            raise InputError(
+                f"{field}.gpu_milli", allocation.gpu_milli, "a fraction applies to one GPU per pod"
+            )
+        for name, value in (
+            ("cpu_milli", allocation.cpu_milli),
+            ("memory_mib", allocation.memory_mib),
+        ):
+            if value < 0:
+                raise InputError(f"{field}.{name}", value, "must be >= 0")
+
+    @staticmethod
+    def _unique(values: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Distinct values and their counts; one-value arrays skip the sort."""
+        if values.size and (values.size == 1 or (values == values[0]).all()):
+            return values[:1], np.array([values.size], dtype=np.int64)
+        unique, counts = np.unique(values, return_counts=True)
+        return unique, counts
+
+    def _gpu_slots(self, allocation: Allocation) -> NDArray[np.int64]:
+        width = self.gpu_free_milli.shape[1]
+        slots: NDArray[np.int64] = (allocation.nodes[:, None] * width + allocation.gpus).reshape(-1)
+        return slots
+
+    def _check_fits(self, owner: str, allocation: Allocation) -> None:
+        """Raise unless every GPU, CPU and memory request fits what is free now."""
+        top = self.topology
+        field = f"allocation[{owner}]"
+        unhealthy = self.health[allocation.nodes] != _HEALTHY
+        if unhealthy.any():
+            node = int(allocation.nodes[unhealthy][0])
+            raise InputError(
+                f"{field}.nodes",
+                top.node_names[node],
+                f"node is {Health(int(self.health[node])).name.lower()}; only healthy nodes take "
+                "new work",
+            )
+        slots = self._gpu_slots(allocation)
+        if slots.size:
+            unique, counts = self._unique(slots)
+            wanted = counts * allocation.gpu_milli
+            free = self.gpu_free_milli.reshape(-1)[unique]
+            over = wanted > free
+            if over.any():
+                slot = int(unique[over][0])
+                node, gpu = divmod(slot, self.gpu_free_milli.shape[1])
+                raise InputError(
+                    f"{field}.gpus",
+                    f"{top.node_names[node]} GPU {gpu}",
+                    f"needs {int(wanted[over][0])} milli-GPU, {int(free[over][0])} free",
+                )
+        unique, counts = self._unique(allocation.nodes)
+        for name, per_pod, free_array in (
+            ("cpu_milli", allocation.cpu_milli, self.free_cpu_milli),
+            ("memory_mib", allocation.memory_mib, self.free_memory_mib),
+        ):
+            if per_pod == 0:
+                continue
+            over = counts * per_pod > free_array[unique]
+            if over.any():
+                node = int(unique[over][0])
+                raise InputError(
+                    f"{field}.{name}",
+                    int(counts[over][0] * per_pod),
+                    f"exceeds the {int(free_array[node])} free on node {top.node_names[node]}",
+                )
+
+    # --- changes ------------------------------------------------------------------------------
+    def _apply(self, allocation: Allocation, sign: int) -> None:
+        """Take (sign=-1) or give back (+1) an allocation's resources, updating aggregates."""
+        touched, _ = self._unique(allocation.nodes)
+        self._contribute(touched, -1)
+        slots = self._gpu_slots(allocation)
+        flat = self.gpu_free_milli.reshape(-1)
+        if slots.size:
+            np.add.at(flat, slots, np.int16(sign * allocation.gpu_milli))
+            self.free_whole_gpus[touched] = (self.gpu_free_milli[touched] == MILLI_PER_GPU).sum(
+                axis=1, dtype=np.int8
+            )
+        if allocation.cpu_milli:
+            np.add.at(self.free_cpu_milli, allocation.nodes, sign * allocation.cpu_milli)
+        if allocation.memory_mib:
+            np.add.at(self.free_memory_mib, allocation.nodes, sign * allocation.memory_mib)
+        self._contribute(touched, +1)
+
+    def allocate(self, owner: str, allocation: Allocation) -> None:
+        """Give `owner` the resources of `allocation`; all or nothing, validated first."""
+        if not owner:
+            raise InputError("owner", owner, "must be a non-empty job id")
+        if owner in self.allocations:
+            raise InputError("owner", owner, "already holds an allocation; release it first")
+        self._validate_shape(allocation, f"allocation[{owner}]")
+        self._check_fits(owner, allocation)
+        self._apply(allocation, -1)
+        self.allocations[owner] = allocation
+
+    def release(self, owner: str) -> Allocation:
+        """Give back everything `owner` holds and return what it was."""
+        allocation = self.allocations.get(owner)
+        if allocation is None:
+            raise InputError("owner", owner, "holds no allocation; nothing to release")
+        self._apply(allocation, +1)
+        del self.allocations[owner]
+        return allocation
+
+    def set_health(self, nodes: NDArray[np.int64] | list[int], health: Health) -> NDArray[np.uint8]:
+        """Set the health of `nodes`; returns their previous health (for undo)."""
+        node_array = np.unique(np.asarray(nodes, dtype=np.int64).reshape(-1))
+        if node_array.size and (node_array[0] < 0 or node_array[-1] >= self.topology.n_nodes):
+            raise InputError("nodes", node_array.tolist()[:5], "must be valid node indices")
+        try:
+            value = Health(health)
+        except ValueError:
+            raise InputError(
+                "health", health, f"must be one of {', '.join(h.name.lower() for h in Health)}"
+            ) from None
+        previous = self.health[node_array].copy()
+        self._contribute(node_array, -1)
+        self.health[node_array] = value
+        self._contribute(node_array, +1)
+        return previous
+
+    def restore_health(self, nodes: NDArray[np.int64], previous: NDArray[np.uint8]) -> None:
+        """Undo `set_health`: put each node back to its recorded health."""
+        self._contribute(nodes, -1)
+        self.health[nodes] = previous
+        self._contribute(nodes, +1)
+
+    # --- queries ---------------------------------------------------------------------------------
+    def owners_on(self, nodes: NDArray[np.int64] | list[int]) -> list[str]:
+        """Owners holding anything on any of `nodes` (O(allocations); for failures and drains)."""
+        wanted = np.zeros(self.topology.n_nodes, dtype=bool)
+        wanted[np.asarray(nodes, dtype=np.int64)] = True
+        return [owner for owner, a in self.allocations.items() if wanted[a.nodes].any()]
+
+    @property
+    def total_free_gpus(self) -> int:
+        return int(self.free_gpus[0][0])
+
+    def nbytes(self) -> int:
+        """Memory held by the state's arrays, topology included."""
+        arrays: list[np.ndarray] = [
+            self.gpu_free_milli,
+            self.free_whole_gpus,
+            self.free_cpu_milli,
+            self.free_memory_mib,
+            self.health,
+            *self.free_hist,
+            *self._totals,
+        ]
+        return self.topology.nbytes() + sum(a.nbytes for a in arrays)
