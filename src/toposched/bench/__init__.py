@@ -1,0 +1,1 @@
+"""Benchmark scenarios shared by `toposched bench` and the pytest-benchmark suite."""

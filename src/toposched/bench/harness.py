@@ -1,0 +1,102 @@
+"""Timing harness: repeated runs, medians, and a calibration figure from the same run."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Measurement:
+    """One benchmark's timings in seconds, and what the number is next to a target."""
+
+    name: str
+    runs: int
+    median_s: float
+    p90_s: float
+    min_s: float
+    target_s: float | None = None
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def meets_target(self) -> bool | None:
+        return None if self.target_s is None else self.median_s <= self.target_s
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["meets_target"] = self.meets_target
+        return data
+
+
+def measure(
+    name: str,
+    run: Callable[[], object],
+    runs: int = 50,
+    setup: Callable[[], object] | None = None,
+    target_s: float | None = None,
+    note: str = "",
+    max_seconds: float = 20.0,
+) -> Measurement:
+    """Time `run` (after `setup`, untimed, before each run) up to `runs` times or `max_seconds`."""
+    timings: list[float] = []
+    started = time.perf_counter()
+    for _ in range(runs):
+        if setup is not None:
+            setup()
+        begin = time.perf_counter()
+        run()
+        timings.append(time.perf_counter() - begin)
+        if time.perf_counter() - started > max_seconds and len(timings) >= 3:
+            break
+    timings.sort()
+    return Measurement(
+        name=name,
+        runs=len(timings),
+        median_s=statistics.median(timings),
+        p90_s=timings[min(len(timings) - 1, int(0.9 * len(timings)))],
+        min_s=timings[0],
+        target_s=target_s,
+        note=note,
+    )
+
+
+def calibration(runs: int = 15) -> Measurement:
+    """One `numpy.sort` of 1M float32: a yardstick readers can time on their own machine."""
+    values = np.random.default_rng(0).random(1_000_000, dtype=np.float32)
+    return measure("calibration: numpy.sort of 1M float32", lambda: np.sort(values), runs=runs)
+
+
+def machine() -> dict[str, Any]:
+    """What the figures ran on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"

@@ -1,0 +1,78 @@
+"""`toposched bench`: the benchmark figures, for people (tables) and machines (--json)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from toposched.bench.harness import Measurement, calibration, format_seconds, machine
+
+
+def _suites() -> dict[str, Callable[[bool], list[Measurement]]]:
+    from toposched.bench.cluster import run_cluster_benchmarks
+
+    return {"cluster": run_cluster_benchmarks}
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "bench",
+        help="run a benchmark suite and print its figures next to a calibration figure",
+        description="Run a benchmark suite on this machine. Each figure is printed next to a "
+        "calibration figure measured in the same run (one numpy.sort of 1M float32), so that "
+        "readers on other machines can compare. Suites: cluster (build the 1M-GPU fleet, "
+        "one-pod and 1,000-node changes).",
+    )
+    parser.add_argument("suite", choices=sorted(_suites()), help="which suite to run")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console(stderr=args.json)
+    with console.status(f"running the {args.suite} benchmarks..."):
+        yardstick = calibration(runs=5 if args.quick else 15)
+        results = _suites()[args.suite](args.quick)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "suite": args.suite,
+                    "machine": machine(),
+                    "calibration": yardstick.as_dict(),
+                    "results": [r.as_dict() for r in results],
+                },
+                indent=2,
+            )
+        )
+        return 0
+    table = Table(title=f"toposched bench {args.suite}", title_justify="left")
+    for column in ("benchmark", "median", "p90", "runs", "target", "details"):
+        table.add_column(column, justify="left" if column in ("benchmark", "details") else "right")
+    for result in [yardstick, *results]:
+        target = "-"
+        if result.target_s is not None:
+            verdict = "met" if result.meets_target else "MISSED"
+            target = f"{format_seconds(result.target_s)} ({verdict})"
+        details = ", ".join(f"{k}={v}" for k, v in result.extra.items()) or result.note
+        table.add_row(
+            result.name,
+            format_seconds(result.median_s),
+            format_seconds(result.p90_s),
+            str(result.runs),
+            target,
+            details,
+        )
+    info = machine()
+    table.caption = (
+        f"{info['cpu']}, {info['cores']} cores, Python {info['python']}, numpy {info['numpy']}"
+    )
+    table.caption_justify = "left"
+    console.print(table)
+    return 0

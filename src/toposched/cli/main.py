@@ -1,0 +1,56 @@
+"""The `toposched` command: subcommands for the demo, benchmarks, evaluations and clusters."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from toposched.cli import bench, cluster, demo
+from toposched.cluster.errors import ToposchedError
+
+DESCRIPTION = """\
+toposched decides where and when every job on a GPU fleet runs: gang placement inside the right
+topology domain, bin packing that keeps whole domains free, fair budgeted sharing, preemption
+that loses the least work. Every subcommand has its own --help.
+"""
+
+EPILOG = """\
+examples:
+  toposched demo                          build the 1,000,080-GPU GB300 fleet and summarise it
+  toposched cluster show cluster.yaml     summarise a cluster described in YAML/JSON/CSV
+  toposched bench cluster --json          cluster-state benchmarks as JSON
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="toposched",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in (demo, cluster, bench):
+        module.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result: int = args.handler(args)
+        return result
+    except ToposchedError as error:
+        Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        Console(stderr=True).print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
