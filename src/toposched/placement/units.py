@@ -1,0 +1,156 @@
+"""Parsers and formatters for the units users write: durations, CPU and memory quantities."""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal
+from fractions import Fraction
+
+from toposched.cluster.errors import InputError
+
+__all__ = [
+    "format_cpu_milli",
+    "format_duration",
+    "format_memory_mib",
+    "parse_cpu_milli",
+    "parse_duration",
+    "parse_memory_mib",
+]
+
+SECONDS_PER_UNIT: dict[str, int] = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
+BYTES_PER_MIB = 1 << 20
+BYTES_PER_MEMORY_UNIT: dict[str, int] = {
+    "Ki": 1 << 10,
+    "Mi": 1 << 20,
+    "Gi": 1 << 30,
+    "Ti": 1 << 40,
+    "Pi": 1 << 50,
+    "k": 10**3,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+}
+
+_DECIMAL = r"\d+(?:\.\d+)?"
+_BARE_NUMBER = re.compile(rf"{_DECIMAL}")
+# Units in descending order, each at most once ("1h30m", "3d", "1d 12h"): a fixed order rules
+# out ambiguous spellings such as "30m1h".
+_DURATION = re.compile(
+    rf"(?:(?P<d>{_DECIMAL})d)?\s*(?:(?P<h>{_DECIMAL})h)?\s*"
+    rf"(?:(?P<m>{_DECIMAL})m)?\s*(?:(?P<s>{_DECIMAL})s)?"
+)
+_MEMORY = re.compile(rf"(?P<number>{_DECIMAL})\s*(?P<unit>Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)")
+_CPU_MILLI = re.compile(r"(?P<milli>\d+)m")
+
+DURATION_RULE = (
+    "must be a duration >= 0: seconds as a number, or amounts with units d, h, m, s "
+    "in that order (e.g. 90s, 30m, 4h, 3d, 1h30m)"
+)
+MEMORY_RULE = (
+    "must be a memory size >= 0: a whole number of MiB, or an amount with a unit "
+    "Ki, Mi, Gi, Ti, Pi (powers of 1024) or k, M, G, T, P (powers of 1000), e.g. 512Gi"
+)
+CPU_RULE = (
+    "must be CPU cores >= 0 as a number (64, 0.5) or millicores as a string (500m), "
+    "no finer than 1 millicore"
+)
+
+
+def _exact_number(value: object) -> Fraction | None:
+    """The exact value of an int, a float (as written: 0.1 is one tenth) or a numeric string."""
+    if isinstance(value, bool):  # True is an int to Python but never a quantity to a user
+        return None
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        # repr is the shortest string that reads back as this float, so 0.1 becomes 1/10
+        # rather than the binary fraction nearest to it.
+        return Fraction(repr(value))
+    if isinstance(value, str) and _BARE_NUMBER.fullmatch(value.strip()):
+        return Fraction(value.strip())
+    return None
+
+
+def parse_duration(value: object, field: str = "duration") -> float:
+    """Seconds in `value`: a number of seconds, or a string such as "90s", "4h", "1h30m", "3d"."""
+    seconds = _exact_number(value)
+    if seconds is None and isinstance(value, str):
+        text = value.strip()
+        match = _DURATION.fullmatch(text)
+        if text and match is not None:
+            seconds = sum(
+                (
+                    Fraction(amount) * SECONDS_PER_UNIT[unit]
+                    for unit, amount in match.groupdict().items()
+                    if amount
+                ),
+                Fraction(0),
+            )
+    if seconds is None or seconds < 0:
+        raise InputError(field, value, DURATION_RULE)
+    return float(seconds)
+
+
+def format_duration(seconds: float) -> str:
+    """`seconds` in units ("1h30m", "0.5s") that `parse_duration` reads back exactly."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InputError("duration", seconds, "must be a finite number of seconds >= 0")
+    if not float(seconds).is_integer():
+        # Fixed-point digits of repr (the shortest string that reads back as this float), since
+        # the parser does not read an exponent form such as "5e-05".
+        return f"{Decimal(repr(float(seconds))):f}s"
+    remaining = int(seconds)
+    parts: list[str] = []
+    for unit, unit_seconds in SECONDS_PER_UNIT.items():
+        amount, remaining = divmod(remaining, unit_seconds)
+        if amount:
+            parts.append(f"{amount}{unit}")
+    return "".join(parts) or "0s"
+
+
+def parse_memory_mib(value: object, field: str = "memory") -> int:
+    """MiB in `value`: a whole number of MiB, or "512Gi", "16384Mi", "1Ti", "1G" (rounded up)."""
+    if isinstance(value, str):
+        match = _MEMORY.fullmatch(value.strip())
+        if match is not None:
+            size_bytes = Fraction(match["number"]) * BYTES_PER_MEMORY_UNIT[match["unit"]]
+            return math.ceil(size_bytes / BYTES_PER_MIB)
+    mib = _exact_number(value)
+    if mib is None or mib < 0 or mib.denominator != 1:
+        raise InputError(field, value, MEMORY_RULE)
+    return int(mib)
+
+
+def format_memory_mib(mib: int) -> str:
+    """`mib` in the largest binary unit that holds it exactly ("512Gi"), for `parse_memory_mib`."""
+    if isinstance(mib, bool) or not isinstance(mib, int) or mib < 0:
+        raise InputError("memory", mib, "must be a whole number of MiB >= 0")
+    for unit in ("Pi", "Ti", "Gi"):
+        unit_mib = BYTES_PER_MEMORY_UNIT[unit] // BYTES_PER_MIB
+        if mib and mib % unit_mib == 0:
+            return f"{mib // unit_mib}{unit}"
+    return f"{mib}Mi"
+
+
+def parse_cpu_milli(value: object, field: str = "cpu") -> int:
+    """Millicores in `value`: cores as a number or string (64, 0.5, "2") or "500m"."""
+    if isinstance(value, str):
+        match = _CPU_MILLI.fullmatch(value.strip())
+        if match is not None:
+            return int(match["milli"])
+    cores = _exact_number(value)
+    if cores is None or cores < 0 or (cores * 1000).denominator != 1:
+        raise InputError(field, value, CPU_RULE)
+    return int(cores * 1000)
+
+
+def format_cpu_milli(milli: int) -> str:
+    """`milli` as whole cores ("64") when exact, else millicores ("500m"), for `parse_cpu_milli`."""
+    if isinstance(milli, bool) or not isinstance(milli, int) or milli < 0:
+        raise InputError("cpu", milli, "must be a whole number of millicores >= 0")
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
