@@ -13,18 +13,9 @@ import numpy as np
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.topology import NODE_LEVEL, ROOT_LEVEL, GpuModel, Topology
+from toposched.cluster.units import parse_cpu_milli, parse_memory_mib
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
-_MEMORY_UNITS = {
-    "ki": 1 / 1024,
-    "mi": 1,
-    "gi": 1024,
-    "ti": 1024**2,
-    "k": 1000 / 2**20,
-    "m": 1000**2 / 2**20,
-    "g": 1000**3 / 2**20,
-    "t": 1000**4 / 2**20,
-}
 
 
 def _count(field: str, value: Any, rule: str = "must be an integer >= 0") -> int:
@@ -33,36 +24,6 @@ def _count(field: str, value: Any, rule: str = "must be an integer >= 0") -> int
     if value < 0:
         raise InputError(field, value, rule)
     return int(value)
-
-
-def _cpu_milli(field: str, value: Any) -> int:
-    """CPU in cores (64, 0.5) or millicores ("500m")."""
-    if isinstance(value, str) and value.endswith("m"):
-        return _count(field, _number(field, value[:-1]), "must be millicores >= 0, e.g. '500m'")
-    cores = _number(field, value)
-    if cores < 0:
-        raise InputError(field, value, "must be a number of cores >= 0")
-    return round(cores * 1000)
-
-
-def _memory_mib(field: str, value: Any) -> int:
-    """Memory as MiB (an integer) or a quantity such as '512Gi' or '2Ti'."""
-    if isinstance(value, str):
-        match = re.fullmatch(r"\s*([0-9.]+)\s*([KMGTkmgt]i?)?\s*", value)
-        if not match:
-            raise InputError(field, value, "must be MiB or a quantity like '512Gi', '2Ti'")
-        unit = (match.group(2) or "Mi").lower()
-        return int(np.ceil(float(match.group(1)) * _MEMORY_UNITS[unit]))
-    return _count(field, value, "must be an integer number of MiB >= 0 or a quantity like '512Gi'")
-
-
-def _number(field: str, value: Any) -> float:
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        return float(value)
-    except (TypeError, ValueError):
-        raise InputError(field, value, "must be a number") from None
 
 
 def topology_from_nodes(
@@ -134,8 +95,8 @@ def topology_from_nodes(
         names.append(name)
         paths.append(tuple(path))
         gpus[i] = gpu_count
-        cpu[i] = _cpu_milli(f"{where}.cpu", record.get("cpu", 0))
-        memory[i] = _memory_mib(f"{where}.memory", record.get("memory", 0))
+        cpu[i] = parse_cpu_milli(record.get("cpu", 0), f"{where}.cpu")
+        memory[i] = parse_memory_mib(record.get("memory", 0), f"{where}.memory")
         model_names.append(model)
         if model not in models:
             models[model] = GpuModel(model)

@@ -50,6 +50,9 @@ class Topology:
     # Per domain level: domain index of every node (derived from domain_starts).
     node_domain: list[NDArray[np.int32]] = field(init=False)
     _name_index: dict[str, int] | None = field(default=None, init=False, repr=False)
+    _descendants: dict[tuple[int, int], IntArray] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         n = self.n_nodes
@@ -93,6 +96,29 @@ class Topology:
     def domain_range(self, level: int, domain: int) -> tuple[int, int]:
         starts = self.domain_starts[level]
         return int(starts[domain]), int(starts[domain + 1])
+
+    def descendant_bounds(self, level: int, deeper: int) -> IntArray:
+        """For each domain at `level`, where its descendants at level `deeper` begin.
+
+        Domains are depth-first too, so the descendants of domain d are the contiguous range
+        `bounds[d] : bounds[d + 1]` at level `deeper`.
+        """
+        key = (level, deeper)
+        bounds = self._descendants.get(key)
+        if bounds is None:
+            bounds = np.searchsorted(self.domain_starts[deeper], self.domain_starts[level])
+            self._descendants[key] = bounds
+        return bounds
+
+    def descendants(self, level: int, domain: int, deeper: int) -> tuple[int, int]:
+        """The index range of `domain`'s descendants at level `deeper` (>= level)."""
+        bounds = self.descendant_bounds(level, deeper)
+        return int(bounds[domain]), int(bounds[domain + 1])
+
+    def ancestor(self, level: int, domain: int, outer: int) -> int:
+        """The index of `domain`'s ancestor at level `outer` (<= level)."""
+        node = int(self.domain_starts[level][domain])
+        return int(self.node_domain[outer][node])
 
     def domain_sizes(self, level: int) -> IntArray:
         """Nodes per domain at `level`."""

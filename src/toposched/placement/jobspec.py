@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from toposched.cluster.errors import InputError
-from toposched.placement.units import (
+from toposched.cluster.units import (
     format_cpu_milli,
     format_duration,
     format_memory_mib,

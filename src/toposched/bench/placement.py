@@ -1,0 +1,147 @@
+"""Placement benchmarks on the 1,000,080-GPU fleet at 70% occupancy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from toposched.bench.harness import Measurement, measure
+from toposched.cluster.builders import million_gpu_cluster
+from toposched.cluster.state import Allocation, ClusterState
+from toposched.placement.request import GangRequest, simple_request
+from toposched.placement.search import Placement, Unschedulable, place
+
+RACK_LEVEL = 3  # zone=1, block=2, rack=3 in the NVL72 builder's levels
+
+
+def occupied_fleet(
+    occupancy: float = 0.70,
+    whole_rack_share: float = 0.55,
+    small_rack_share: float = 0.20,
+    seed: int = 0,
+) -> ClusterState:
+    """The 1M-GPU fleet with a random job mix holding `occupancy` of its GPUs.
+
+    Laid out the way a packing scheduler leaves a busy fleet: `whole_rack_share` of the racks,
+    chosen at random, are held whole by rack-slice training jobs; `small_rack_share` of the
+    racks host small jobs that hold a random number of GPUs on every node, enough to reach
+    `occupancy` overall; the other racks are free.
+    """
+    rng = np.random.default_rng(seed)
+    state = ClusterState(million_gpu_cluster())
+    topology = state.topology
+    racks = topology.n_domains(RACK_LEVEL)
+    order = rng.permutation(racks)
+    n_whole = int(round(whole_rack_share * racks))
+    n_small = int(round(small_rack_share * racks))
+    starts = topology.domain_starts[RACK_LEVEL]
+    gpus_per_node = int(topology.gpu_count[0])
+
+    def rack_nodes(selected: np.ndarray) -> np.ndarray:
+        selected = np.sort(selected)
+        return (starts[selected][:, None] + np.arange(18)[None, :]).reshape(-1)
+
+    whole_nodes = rack_nodes(order[:n_whole])
+    state.allocate(
+        "training-mix",
+        Allocation.of(whole_nodes, np.tile(np.arange(gpus_per_node), (whole_nodes.size, 1))),
+    )
+    small_nodes = rack_nodes(order[n_whole : n_whole + n_small])
+    target_gpus = occupancy * topology.n_gpus - whole_nodes.size * gpus_per_node
+    mean_per_node = target_gpus / max(small_nodes.size, 1)
+    taken = np.clip(
+        rng.binomial(gpus_per_node, min(mean_per_node / gpus_per_node, 1.0), small_nodes.size),
+        0,
+        gpus_per_node,
+    )
+    # One allocation per GPU count, so each is a uniform gang.
+    for count in range(1, gpus_per_node + 1):
+        nodes = small_nodes[taken == count]
+        if nodes.size:
+            state.allocate(
+                f"small-mix-{count}",
+                Allocation.of(nodes, np.tile(np.arange(count), (nodes.size, 1))),
+            )
+    return state
+
+
+def small_jobs(seed: int = 1) -> list[GangRequest]:
+    """1-8 GPU jobs: one pod of 1, 2 or 4 GPUs, or two pods of 4 in one rack."""
+    rng = np.random.default_rng(seed)
+    shapes = [
+        simple_request(1, 1, name="one-gpu"),
+        simple_request(1, 2, name="two-gpus"),
+        simple_request(1, 4, name="four-gpus"),
+        simple_request(2, 4, name="eight-gpus", required=RACK_LEVEL),
+    ]
+    return [shapes[int(i)] for i in rng.integers(0, len(shapes), 64)]
+
+
+def frontier_job() -> GangRequest:
+    """200,016 GPUs: 2,778 rack slices of 18 pods x 4 GPUs, fewest spine blocks preferred."""
+    return simple_request(
+        2778 * 18, 4, name="pretrain-200k", preferred=2, slices=[(RACK_LEVEL, 18)]
+    )
+
+
+def infeasible_job() -> GangRequest:
+    """400,000 GPUs in one zone: more than any zone has free."""
+    return simple_request(100_000, 4, name="too-big", required=1)
+
+
+def run_placement_benchmarks(quick: bool = False) -> list[Measurement]:
+    state = occupied_fleet()
+    free = state.total_free_gpus
+    results: list[Measurement] = []
+    jobs = small_jobs()
+    cursor = iter(range(10**9))
+
+    def place_small() -> None:
+        result = place(state, jobs[next(cursor) % len(jobs)])
+        assert isinstance(result, Placement)
+
+    results.append(
+        measure(
+            "1-8 GPU job (1-2 pods)",
+            place_small,
+            runs=200 if quick else 2000,
+            target_s=100e-6,
+            note=f"free GPUs {free:,}",
+        )
+    )
+    big = frontier_job()
+
+    def place_big() -> None:
+        result = place(state, big)
+        assert isinstance(result, Placement), result
+
+    results.append(
+        measure(
+            "200,016-GPU job: 2,778 rack slices of 18x4, fewest blocks",
+            place_big,
+            runs=5 if quick else 30,
+            target_s=5e-3,
+        )
+    )
+    placed = place(state, big)
+    assert isinstance(placed, Placement)
+    results[-1].extra = {
+        "blocks_used": placed.domains_used(state, 2),
+        "racks_used": placed.domains_used(state, RACK_LEVEL),
+    }
+    too_big = infeasible_job()
+
+    def reject() -> None:
+        result = place(state, too_big)
+        assert isinstance(result, Unschedulable)
+
+    results.append(
+        measure(
+            "infeasible 400,000-GPU one-zone job, rejected",
+            reject,
+            runs=200 if quick else 2000,
+            target_s=50e-6,
+        )
+    )
+    reason = place(state, too_big)
+    results[-1].note = str(reason)
+    return results

@@ -1,0 +1,145 @@
+"""How many pods of a gang each domain can hold: from aggregates, or exactly from node arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from toposched.cluster.state import MILLI_PER_GPU, ClusterState
+from toposched.placement.request import GangRequest
+
+IntArray = NDArray[np.int64]
+
+# Stands for "no limit" in pod counts: larger than any gang, small enough not to overflow sums.
+UNLIMITED = np.int64(1) << 40
+
+
+class CapacityView:
+    """Pod capacity per domain for one request, rounded to the request's slice granules.
+
+    In aggregate mode (`exact=False`) capacities come from the per-domain histograms of free
+    GPUs per node, bounded by the domain's free CPU and memory: an upper bound that is exact
+    whenever CPU and memory do not bind, and costs O(domains asked for). In exact mode they come
+    from every node's free GPUs, CPU and memory (O(nodes), used when aggregates over-promised,
+    and always for fractional-GPU pods, which histograms of whole GPUs cannot count).
+
+    With slices, a domain's capacity counts only whole slices: computed at the innermost slice
+    level and summed upwards, rounding at each level to that level's granule.
+    """
+
+    def __init__(self, state: ClusterState, request: GangRequest, exact: bool) -> None:
+        self.state = state
+        self.request = request
+        self.exact = exact or request.is_fractional
+        topology = state.topology
+        self.leaf_level = len(topology.domain_levels) - 1
+        self.slice_level = max((level for level, _ in request.slices), default=None)
+        self._full: dict[int, IntArray] = {}
+        self._node_capacity: IntArray | None = None
+        width = state.free_hist[0].shape[2]
+        gpus = request.gpus_per_pod
+        # Pods a node with k free whole GPUs can hold, by k.
+        self._pods_per_free = (
+            np.arange(width, dtype=np.int64) // gpus if gpus else np.zeros(width, dtype=np.int64)
+        )
+
+    # --- node level --------------------------------------------------------------------------
+    def node_capacity(self, nodes: IntArray | None = None) -> IntArray:
+        """Exact pods each node can hold now (0 for unhealthy or disallowed nodes)."""
+        if nodes is None:
+            if self._node_capacity is None:
+                self._node_capacity = self._compute_node_capacity(None)
+            return self._node_capacity
+        if self._node_capacity is not None:
+            return self._node_capacity[nodes]
+        return self._compute_node_capacity(nodes)
+
+    def _compute_node_capacity(self, nodes: IntArray | None) -> IntArray:
+        state, request = self.state, self.request
+        topology = state.topology
+        pick = slice(None) if nodes is None else nodes
+        if request.gpus_per_pod == 0:
+            capacity = np.full(
+                topology.n_nodes if nodes is None else len(nodes), UNLIMITED, dtype=np.int64
+            )
+        elif request.is_fractional:
+            capacity = (state.gpu_free_milli[pick] // request.gpu_milli).sum(axis=1, dtype=np.int64)
+        else:
+            capacity = state.free_whole_gpus[pick].astype(np.int64) // request.gpus_per_pod
+        if request.cpu_milli:
+            capacity = np.minimum(capacity, state.free_cpu_milli[pick] // request.cpu_milli)
+        if request.memory_mib:
+            capacity = np.minimum(capacity, state.free_memory_mib[pick] // request.memory_mib)
+        usable = state.health[pick] == 0
+        if request.allowed_models is not None:
+            usable &= np.isin(topology.gpu_model[pick], request.allowed_models)
+        return np.where(usable, capacity, 0)
+
+    # --- domain level ------------------------------------------------------------------------
+    def at(self, level: int, lo: int, hi: int) -> IntArray:
+        """Capacity in pods of domains lo..hi-1 at `level`."""
+        if self.slice_level is not None and level <= self.slice_level:
+            return self._full_level(level)[lo:hi]
+        return self._raw(level, lo, hi)
+
+    def _raw(self, level: int, lo: int, hi: int) -> IntArray:
+        """Capacity without slice rounding (levels below every slice)."""
+        state, request = self.state, self.request
+        if self.exact:
+            starts = state.topology.domain_starts[level][lo : hi + 1]
+            node_lo, node_hi = int(starts[0]), int(starts[-1])
+            per_node = self.node_capacity()[node_lo:node_hi]
+            if per_node.size == 0:
+                return np.zeros(hi - lo, dtype=np.int64)
+            result: IntArray = np.add.reduceat(per_node, starts[:-1] - node_lo)
+            return result
+        if request.gpus_per_pod == 0:
+            # CPU-only pods: bounded by CPU/memory, or by nothing when they ask for neither.
+            capacity = np.full(hi - lo, UNLIMITED, dtype=np.int64)
+        else:
+            hist = state.free_hist[level][lo:hi]
+            if request.allowed_models is not None:
+                hist = hist[:, request.allowed_models, :]
+            capacity = hist.sum(axis=1, dtype=np.int64) @ self._pods_per_free
+        if request.cpu_milli:
+            capacity = np.minimum(
+                capacity, state.domain_free_cpu[level][lo:hi] // request.cpu_milli
+            )
+        if request.memory_mib:
+            memory = state.domain_free_memory[level][lo:hi]
+            capacity = np.minimum(capacity, memory // request.memory_mib)
+        return capacity
+
+    def _full_level(self, level: int) -> IntArray:
+        """Slice-rounded capacity of every domain at `level` (at or above the innermost slice)."""
+        cached = self._full.get(level)
+        if cached is not None:
+            return cached
+        assert self.slice_level is not None
+        topology = self.state.topology
+        if level == self.slice_level:
+            capacity = self._raw(level, 0, topology.n_domains(level))
+        else:
+            below = self._full_level(level + 1)
+            bounds = topology.descendant_bounds(level, level + 1)
+            capacity = np.add.reduceat(below, bounds[:-1])
+        granule = self.request.granule(level)
+        if granule > 1:
+            capacity = capacity // granule * granule
+        self._full[level] = capacity
+        return capacity
+
+    def total(self) -> int:
+        """Capacity of the whole cluster."""
+        return int(self.at(0, 0, 1)[0])
+
+    def free_gpu_equivalent(self, level: int, lo: int, hi: int) -> IntArray:
+        """Free GPUs (whole, of allowed models) per domain: what messages report."""
+        state, request = self.state, self.request
+        if request.is_fractional:
+            return state.free_milli[level][lo:hi] // MILLI_PER_GPU
+        hist = state.free_hist[level][lo:hi]
+        if request.allowed_models is not None:
+            hist = hist[:, request.allowed_models, :]
+        free: IntArray = hist.sum(axis=1, dtype=np.int64) @ np.arange(hist.shape[2], dtype=np.int64)
+        return free

@@ -1,0 +1,142 @@
+"""GangRequest: what placement needs to know of a job, resolved against one cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from toposched.cluster.errors import InputError
+from toposched.cluster.state import MILLI_PER_GPU
+from toposched.cluster.topology import NODE_LEVEL, Topology
+from toposched.placement.jobspec import JobSpec
+
+
+@dataclass(frozen=True)
+class GangRequest:
+    """A gang of `pods` identical pods and its topology constraints, as level indices.
+
+    Levels are domain-level indices of the topology (0 = whole cluster). `required` is the level
+    that must hold every pod (0 when unconstrained); `preferred` the level whose domain count is
+    minimised (None: fewest domains at each level below the required one). `slices` lists
+    (level, pods) layers, outermost first. `on_one_node` means `required: node`.
+    """
+
+    name: str
+    pods: int
+    gpus_per_pod: int
+    gpu_milli: int
+    cpu_milli: int
+    memory_mib: int
+    allowed_models: NDArray[np.int64] | None
+    required: int = 0
+    preferred: int | None = None
+    slices: tuple[tuple[int, int], ...] = ()
+    on_one_node: bool = False
+
+    @property
+    def is_fractional(self) -> bool:
+        return self.gpus_per_pod == 1 and self.gpu_milli < MILLI_PER_GPU
+
+    @property
+    def gpus_total(self) -> int:
+        """Whole GPUs the gang needs (fractional pods count their shares)."""
+        return self.pods * self.gpus_per_pod * self.gpu_milli // MILLI_PER_GPU
+
+    def granule(self, level: int) -> int:
+        """Pods a domain at `level` must hold a multiple of: the largest slice at or below it."""
+        sizes = [pods for slice_level, pods in self.slices if slice_level >= level]
+        return max(sizes, default=1)
+
+    def describe_pod(self, topology: Topology) -> str:
+        if self.gpus_per_pod == 0:
+            what = "no GPU"
+        elif self.is_fractional:
+            what = f"{self.gpu_milli} milli-GPU"
+        else:
+            what = f"{self.gpus_per_pod} GPU{'s' if self.gpus_per_pod > 1 else ''}"
+        if self.allowed_models is not None and self.gpus_per_pod:
+            names = "|".join(topology.gpu_models[int(m)].name for m in self.allowed_models)
+            what += f" ({names})"
+        return what
+
+    @staticmethod
+    def from_spec(spec: JobSpec, topology: Topology) -> GangRequest:
+        """Resolve a job's level and model names against `topology`; clear errors if unknown."""
+        spec.topology.validate_levels(topology.levels, spec.pods)
+        resources = spec.resources_per_pod
+        models: NDArray[np.int64] | None = None
+        if resources.gpu_models is not None and resources.gpus > 0:
+            known = {m.name: i for i, m in enumerate(topology.gpu_models)}
+            present = sorted({known[name] for name in resources.gpu_models if name in known})
+            if not present:
+                raise InputError(
+                    "resources_per_pod.gpu_models",
+                    list(resources.gpu_models),
+                    "no GPU of these models in this cluster; it has "
+                    + ", ".join(m.name for m in topology.gpu_models if m.name),
+                )
+            models = np.array(present, dtype=np.int64)
+        required = spec.topology.required
+        on_one_node = required == NODE_LEVEL
+        slices: list[tuple[int, int]] = []
+        for index, layer in enumerate(spec.topology.slices):
+            if layer.level == NODE_LEVEL:
+                raise InputError(
+                    f"topology.slices[{index}].level",
+                    layer.level,
+                    "slices at node level are not supported; use a domain level",
+                )
+            slices.append((topology.level_index(layer.level, "topology.slices.level"), layer.pods))
+        return GangRequest(
+            name=spec.name,
+            pods=spec.pods,
+            gpus_per_pod=resources.gpus,
+            gpu_milli=resources.gpu_milli if resources.gpus else MILLI_PER_GPU,
+            cpu_milli=resources.cpu,
+            memory_mib=resources.memory,
+            allowed_models=models,
+            required=0
+            if required is None or on_one_node
+            else topology.level_index(required, "topology.required"),
+            preferred=None
+            if spec.topology.preferred is None
+            else _preferred(topology, spec.topology.preferred),
+            slices=tuple(slices),
+            on_one_node=on_one_node,
+        )
+
+
+def _preferred(topology: Topology, name: str) -> int | None:
+    if name == NODE_LEVEL:
+        return None  # fewest domains at every level already ends at the fewest nodes
+    return topology.level_index(name, "topology.preferred")
+
+
+def simple_request(
+    pods: int,
+    gpus_per_pod: int = 1,
+    gpu_milli: int = MILLI_PER_GPU,
+    cpu_milli: int = 0,
+    memory_mib: int = 0,
+    name: str = "job",
+    models: Sequence[int] | None = None,
+    required: int = 0,
+    preferred: int | None = None,
+    slices: Sequence[tuple[int, int]] = (),
+) -> GangRequest:
+    """A request built directly from level indices (benchmarks, evaluations and tests)."""
+    return GangRequest(
+        name=name,
+        pods=pods,
+        gpus_per_pod=gpus_per_pod,
+        gpu_milli=gpu_milli,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        allowed_models=None if models is None else np.asarray(models, dtype=np.int64),
+        required=required,
+        preferred=preferred,
+        slices=tuple(slices),
+    )
