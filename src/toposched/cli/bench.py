@@ -15,8 +15,9 @@ from toposched.bench.harness import Measurement, calibration, format_seconds, ma
 
 def _suites() -> dict[str, Callable[[bool], list[Measurement]]]:
     from toposched.bench.cluster import run_cluster_benchmarks
+    from toposched.bench.placement import run_placement_benchmarks
 
-    return {"cluster": run_cluster_benchmarks}
+    return {"cluster": run_cluster_benchmarks, "placement": run_placement_benchmarks}
 
 
 def register(commands: Any) -> None:
@@ -26,7 +27,9 @@ def register(commands: Any) -> None:
         description="Run a benchmark suite on this machine. Each figure is printed next to a "
         "calibration figure measured in the same run (one numpy.sort of 1M float32), so that "
         "readers on other machines can compare. Suites: cluster (build the 1M-GPU fleet, "
-        "one-pod and 1,000-node changes).",
+        "one-pod and 1,000-node changes); placement (on the 1,000,080-GPU fleet at 70% "
+        "occupancy: a 1-8 GPU job, a 200,016-GPU job of 2,778 rack slices, an infeasible job "
+        "rejected from aggregates). Targets are printed next to the figures.",
     )
     parser.add_argument("suite", choices=sorted(_suites()), help="which suite to run")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

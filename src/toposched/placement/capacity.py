@@ -100,7 +100,10 @@ class CapacityView:
             hist = state.free_hist[level][lo:hi]
             if request.allowed_models is not None:
                 hist = hist[:, request.allowed_models, :]
-            capacity = hist.sum(axis=1, dtype=np.int64) @ self._pods_per_free
+            if hist.shape[1] == 1:
+                capacity = hist[:, 0, :] @ self._pods_per_free  # one model: skip the sum
+            else:
+                capacity = hist.sum(axis=1, dtype=np.int64) @ self._pods_per_free
         if request.cpu_milli:
             capacity = np.minimum(
                 capacity, state.domain_free_cpu[level][lo:hi] // request.cpu_milli

@@ -14,6 +14,17 @@ IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
 
 
+def _free_room(state: ClusterState, nodes: IntArray, request: GangRequest) -> IntArray:
+    """How empty each node is: free milli-GPU for shared pods, free whole GPUs otherwise."""
+    if request.is_fractional:
+        milli: IntArray = state.gpu_free_milli[nodes].sum(axis=1, dtype=np.int64)
+        return milli
+    if request.gpus_per_pod == 0:
+        return state.free_cpu_milli[nodes]
+    whole: IntArray = state.free_whole_gpus[nodes].astype(np.int64)
+    return whole
+
+
 class PlacementPolicy(Protocol):
     """Scores where lower is better; ties go to the lower index (deterministic)."""
 
@@ -50,9 +61,7 @@ class BestFit:
     def node_scores(
         self, state: ClusterState, nodes: IntArray, capacity: IntArray, request: GangRequest
     ) -> IntArray:
-        # Free milli-GPU left on the node measures fullness for whole and shared GPUs alike.
-        free: IntArray = state.gpu_free_milli[nodes].sum(axis=1, dtype=np.int64)
-        return free
+        return _free_room(state, nodes, request)
 
     def gpu_choice(
         self, state: ClusterState, node: int, free_milli: IntArray, request: GangRequest
@@ -72,8 +81,7 @@ class Spread:
     def node_scores(
         self, state: ClusterState, nodes: IntArray, capacity: IntArray, request: GangRequest
     ) -> IntArray:
-        free: IntArray = state.gpu_free_milli[nodes].sum(axis=1, dtype=np.int64)
-        return -free
+        return -_free_room(state, nodes, request)
 
     def gpu_choice(
         self, state: ClusterState, node: int, free_milli: IntArray, request: GangRequest

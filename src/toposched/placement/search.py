@@ -7,9 +7,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.state import Allocation, ClusterState
+from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
 from toposched.cluster.statement import Statement
 from toposched.placement.capacity import CapacityView
+from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import BestFit, PlacementPolicy
 from toposched.placement.request import GangRequest
 
@@ -27,6 +28,13 @@ class Placement:
         """How many distinct domains at `level` the gang touches."""
         domains = state.topology.node_domain[level][self.allocation.nodes]
         return int(np.unique(domains).size)
+
+    def __repr__(self) -> str:
+        nodes = self.allocation.nodes
+        return (
+            f"Placement({self.request.name!r}, pods={nodes.size}, "
+            f"nodes={np.unique(nodes).size}, gpus_per_pod={self.allocation.gpus.shape[1]})"
+        )
 
     def pod_nodes(self, state: ClusterState) -> list[str]:
         names = state.topology.node_names
@@ -89,9 +97,10 @@ class _Search:
         return Placement(request, allocation)
 
     # --- choosing domains ---------------------------------------------------------------------
-    def _best(self, capacity: IntArray, need: int) -> int:
+    def _best(self, capacity: IntArray, need: int, candidates: IntArray | None = None) -> int:
         """Index (into `capacity`) of the policy's favourite among domains that hold `need`."""
-        candidates = np.flatnonzero(capacity >= need)
+        if candidates is None:
+            candidates = np.flatnonzero(capacity >= need)
         scores = self.policy.domain_scores(capacity[candidates], need)
         return int(candidates[int(np.argmin(scores))])
 
@@ -119,8 +128,9 @@ class _Search:
         target = preferred if preferred is not None and preferred > level else level + 1
         lo, hi = topology.descendants(level, domain, target)
         capacity = self.view.at(target, lo, hi)
-        if capacity.size and capacity.max() >= need:
-            return self._fill(target, lo + self._best(capacity, need), need)
+        candidates = np.flatnonzero(capacity >= need)
+        if candidates.size:
+            return self._fill(target, lo + self._best(capacity, need, candidates), need)
         # No single domain holds it: split where the domain count is minimised. Skipping
         # intermediate levels is only sound when they impose no coarser slices.
         split = target if request.granule(level + 1) == request.granule(target) else level + 1
@@ -167,11 +177,20 @@ class _Search:
         """Spread each leaf domain's share over its nodes in policy order, all leaves at once."""
         state, request = self.state, self.request
         starts = self.topology.domain_starts[self.leaf_level]
-        first, last = starts[leaves], starts[leaves + 1]
-        counts = last - first
-        offsets = np.cumsum(counts) - counts
-        nodes = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(first - offsets, counts)
-        leaf_of = np.repeat(np.arange(len(leaves), dtype=np.int64), counts)
+        if leaves.size == 1 and shares[0] == 1:
+            return self._assign_one_pod(int(starts[leaves[0]]), int(starts[leaves[0] + 1]))
+        if leaves.size == 1:
+            first, last = int(starts[leaves[0]]), int(starts[leaves[0] + 1])
+            nodes = np.arange(first, last, dtype=np.int64)
+            leaf_of = np.zeros(last - first, dtype=np.int64)
+        else:
+            first_nodes, last_nodes = starts[leaves], starts[leaves + 1]
+            counts = last_nodes - first_nodes
+            offsets = np.cumsum(counts) - counts
+            nodes = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
+                first_nodes - offsets, counts
+            )
+            leaf_of = np.repeat(np.arange(len(leaves), dtype=np.int64), counts)
         capacity = self.view.node_capacity(nodes)
         usable = capacity > 0
         nodes, leaf_of, capacity = nodes[usable], leaf_of[usable], capacity[usable]
@@ -186,12 +205,26 @@ class _Search:
         if (leaf_total < shares).any():
             return None
         used = take > 0
-        nodes, take = nodes[used], take[used]
-        pod_nodes = np.repeat(nodes, take)
-        gpus = self._pick_gpus(nodes, take, pod_nodes)
+        return self._allocation(nodes[used], take[used])
+
+    def _assign_one_pod(self, first: int, last: int) -> Allocation | None:
+        """One pod in one leaf domain: the policy's favourite node that holds it."""
+        nodes = np.arange(first, last, dtype=np.int64)
+        capacity = self.view.node_capacity(nodes)
+        usable = np.flatnonzero(capacity > 0)
+        if usable.size == 0:
+            return None
+        nodes = nodes[usable]
+        scores = self.policy.node_scores(self.state, nodes, capacity[usable], self.request)
+        node = nodes[int(np.argmin(scores)) : int(np.argmin(scores)) + 1]
+        return self._allocation(node, np.ones(1, dtype=np.int64))
+
+    def _allocation(self, nodes: IntArray, pods_per_node: IntArray) -> Allocation:
+        pod_nodes = np.repeat(nodes, pods_per_node)
+        request = self.request
         return Allocation(
             nodes=pod_nodes,
-            gpus=gpus,
+            gpus=self._pick_gpus(nodes, pods_per_node, pod_nodes),
             gpu_milli=request.gpu_milli,
             cpu_milli=request.cpu_milli,
             memory_mib=request.memory_mib,
@@ -204,14 +237,26 @@ class _Search:
             return np.zeros((pod_nodes.size, 0), dtype=np.int64)
         if request.is_fractional:
             return self._pick_shared_gpus(nodes, pods_per_node)
-        free = state.gpu_free_milli[nodes] == 1000
-        # Free GPUs first, in index order, for every node at once.
-        gpu_order = np.argsort(~free, axis=1, kind="stable")
+        if pod_nodes.size == 1:
+            node = int(nodes[0])
+            free_gpus = np.flatnonzero(state.gpu_free_milli[node] == MILLI_PER_GPU)
+            return free_gpus[:per_pod].reshape(1, per_pod).astype(np.int64)
         row = np.repeat(np.arange(nodes.size), pods_per_node)
         rank = np.arange(pod_nodes.size) - np.repeat(
             np.cumsum(pods_per_node) - pods_per_node, pods_per_node
         )
         columns = rank[:, None] * per_pod + np.arange(per_pod)[None, :]
+        topology = self.topology
+        partly_used = np.flatnonzero(state.free_whole_gpus[nodes] != topology.gpu_count[nodes])
+        if partly_used.size == 0:
+            # Every chosen node is empty (the large-gang case): GPU i is column i.
+            return columns.astype(np.int64)
+        # Free GPUs first, in index order, for the partly used nodes only.
+        gpu_order = np.broadcast_to(
+            np.arange(state.gpu_free_milli.shape[1]), (nodes.size, state.gpu_free_milli.shape[1])
+        ).copy()
+        free = state.gpu_free_milli[nodes[partly_used]] == MILLI_PER_GPU
+        gpu_order[partly_used] = np.argsort(~free, axis=1, kind="stable")
         picked: IntArray = gpu_order[row[:, None], columns].astype(np.int64)
         return picked
 
@@ -242,20 +287,9 @@ class _Search:
                 f"{int(capacity[best])}",
             )
         scores = self.policy.node_scores(self.state, candidates, capacity[candidates], request)
-        node = int(candidates[int(np.argmin(scores))])
-        allocation = self._assign_on(node)
-        return Placement(request, allocation)
-
-    def _assign_on(self, node: int) -> Allocation:
-        pods = np.array([self.request.pods], dtype=np.int64)
-        nodes = np.array([node], dtype=np.int64)
-        return Allocation(
-            nodes=np.repeat(nodes, pods),
-            gpus=self._pick_gpus(nodes, pods, np.repeat(nodes, pods)),
-            gpu_milli=self.request.gpu_milli,
-            cpu_milli=self.request.cpu_milli,
-            memory_mib=self.request.memory_mib,
-        )
+        node = candidates[int(np.argmin(scores)) : int(np.argmin(scores)) + 1]
+        pods = np.array([request.pods], dtype=np.int64)
+        return Placement(request, self._allocation(node, pods))
 
     # --- explanations -------------------------------------------------------------------------
     def _needs(self) -> str:
@@ -298,7 +332,7 @@ class _Search:
             "required",
             f"required {name}: needs {self._needs()} in one {name}; the best {name} "
             f"({self.topology.domain_name(level, best)}) has room for {int(capacity[best]):,} "
-            f"({free:,} free GPUs)",
+            f"pods ({free:,} free GPUs)",
         )
 
 
@@ -328,6 +362,13 @@ def place(
             raise AssertionError("exact capacities over-promised: a bug in CapacityView")
         return exact_result
     return result
+
+
+def place_job(
+    state: ClusterState, spec: JobSpec, policy: PlacementPolicy | None = None
+) -> PlacementResult:
+    """`place` for a validated job spec (level and model names resolved against the cluster)."""
+    return place(state, GangRequest.from_spec(spec, state.topology), policy)
 
 
 def commit_placement(statement: Statement, owner: str, placement: Placement) -> None:
