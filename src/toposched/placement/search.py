@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -309,12 +309,10 @@ class _Search:
         request = self.request
         free = int(self.view.free_gpu_equivalent(0, 0, 1)[0])
         limit = "" if not self.view.exact else " (with CPU and memory counted node by node)"
-        code = (
-            "slices" if request.slices and self.view.at(0, 0, 1)[0] < request.pods else "capacity"
-        )
+        code = "capacity"
         if request.slices:
-            raw = CapacityView(self.state, GangRequest(**{**request.__dict__, "slices": ()}), True)
-            if raw.total() >= request.pods:
+            unsliced = CapacityView(self.state, replace(request, slices=()), self.view.exact)
+            if unsliced.total() >= request.pods:
                 code = "slices"
         return Unschedulable(
             request,
