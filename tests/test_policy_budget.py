@@ -302,6 +302,26 @@ def test_rejected_share_changes_leave_the_tree_unchanged(
     assert tree.to_dict() == before and tree.version == version
 
 
+def test_set_shares_rebalances_siblings_in_one_checked_step(tree: BudgetTree) -> None:
+    # One at a time, raising product first would break the sum; together they fit.
+    tree.set_shares({"product": 60, "research": 40, "research/eval": 10})
+    assert (tree.share("product"), tree.share("research"), tree.share("research/eval")) == (
+        60,
+        40,
+        10,
+    )
+    before, version = tree.to_dict(), tree.version
+    with pytest.raises(InputError) as error:
+        tree.set_shares({"research/eval": 5, "product": 61})
+    assert error.value.field == "shares"
+    assert error.value.value == 101
+    assert "top-level accounts: research 40 + product 61" in error.value.rule
+    assert tree.to_dict() == before and tree.version == version
+    with pytest.raises(InputError):
+        tree.set_shares({"research/eval": 5, "nowhere": 1})
+    assert tree.to_dict() == before
+
+
 def test_add_account_under_a_leaf_makes_it_inner(tree: BudgetTree) -> None:
     tree.add_account("research/eval/red-team", 25)
     assert not tree.is_leaf("research/eval")

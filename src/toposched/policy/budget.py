@@ -365,6 +365,31 @@ class BudgetTree:
         self._accounts[path].share = share
         self.version += 1
 
+    def set_shares(self, shares: Mapping[str, float]) -> None:
+        """Change several shares at once, checked together: rebalance siblings in one step."""
+        updated = {
+            self.require(path): _share_value(f"{path}.share", share)
+            for path, share in shares.items()
+        }
+        for parent in dict.fromkeys(_parent_of(path) for path in updated):
+            children = self._accounts[parent].children
+            total = sum(updated.get(child, self._accounts[child].share) for child in children)
+            if total > _MAX_SIBLING_SHARES + _SUM_TOLERANCE:
+                terms = " + ".join(
+                    f"{child.rpartition('/')[2]} "
+                    f"{_shown(updated.get(child, self._accounts[child].share))}"
+                    for child in children
+                )
+                where = "top-level accounts" if parent == ROOT else f"children of {parent}"
+                raise InputError(
+                    "shares",
+                    _shown(total),
+                    f"shares of siblings must sum to at most 100 ({where}: {terms})",
+                )
+        for path, share in updated.items():
+            self._accounts[path].share = share
+        self.version += 1
+
     def remove_account(self, path: str, *, recursive: bool = False) -> None:
         """Remove an account; one with children only if `recursive` (then its subtree too)."""
         self.require(path)

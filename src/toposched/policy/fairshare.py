@@ -1,0 +1,555 @@
+"""Slurm Fair Tree ranking of accounts, and the pending queue it orders without re-sorting jobs."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, Protocol
+
+from toposched.cluster.errors import InputError
+from toposched.policy.budget import ROOT, BudgetTree, split_account_path
+
+__all__ = [
+    "JobExplanation",
+    "JobSortKey",
+    "LevelStanding",
+    "PendingQueue",
+    "QueueEntry",
+    "QueueTier",
+    "Ranking",
+    "Standing",
+    "StandingKey",
+    "UsageSource",
+    "level_fair_share",
+    "rank_accounts",
+]
+
+StandingKey = tuple[int, tuple[tuple[float, str], ...]]
+"""(group, ((-level FS, name) per level from the top)); smaller sorts first."""
+EntryKey = tuple[int, float, str]
+"""(-priority, submit time, job id): a job's place among its account's pending jobs."""
+JobSortKey = tuple[int, StandingKey, int, float, str]
+"""(queue tier, account standing, -priority, submit time, job id); smaller runs first."""
+
+# StandingKey groups: leaves with a budget, leaves without one, accounts outside the tree.
+_BUDGETED, _UNBUDGETED, _DETACHED = 0, 1, 2
+
+
+class UsageSource(Protocol):
+    """Where usage comes from: `UsageTracker`, or anything else that answers the same two."""
+
+    @property
+    def version(self) -> int:
+        """Changes whenever usage at a given time could have changed."""
+        ...
+
+    def usage(self, account: str, now: float) -> float:
+        """GPU-seconds charged to the account's subtree, as counted at `now`."""
+        ...
+
+
+def level_fair_share(
+    share: float, sibling_shares: float, usage: float, sibling_usage: float
+) -> float:
+    """Fair Tree's Level FS = S / U, with S and U normalised over the account and its siblings.
+
+    S = share / sibling_shares and U = usage / sibling_usage (both sums include the account).
+    An account with no share has 0; one with a share and no usage has infinity (it goes first).
+    """
+    if share <= 0:
+        return 0.0
+    if usage <= 0:
+        return math.inf
+    # One division of the cross products instead of (share/shares)/(usage/usages): with whole
+    # numbers it rounds once, so siblings whose exact values tie get equal floats and fall to the
+    # name tie-break rather than to rounding noise.
+    return (share * sibling_usage) / (sibling_shares * usage)
+
+
+@dataclass(frozen=True, slots=True)
+class LevelStanding:
+    """One account's place among its siblings."""
+
+    account: str
+    share: float
+    """S: the account's share over the sum of its and its siblings' shares."""
+    usage: float
+    """U: the account's usage over the sum of its and its siblings' usage (0 if all are 0)."""
+    level_fs: float
+    """S / U; larger is more under-served and ranks first."""
+
+    @property
+    def name(self) -> str:
+        return self.account.rpartition("/")[2]
+
+    def describe(self) -> str:
+        return f"{self.name} FS={_number(self.level_fs)} (S={self.share:.3f} U={self.usage:.3f})"
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """An account's fair-share standing: its `LevelStanding` at every level of its path."""
+
+    account: str
+    budgeted: bool
+    """False if a share of 0 anywhere on the path leaves the account without a budget."""
+    levels: tuple[LevelStanding, ...]
+
+    @property
+    def level_fs(self) -> tuple[float, ...]:
+        """Level FS from the top-level ancestor down to the account."""
+        return tuple(level.level_fs for level in self.levels)
+
+    @property
+    def sort_key(self) -> StandingKey:
+        """Orders accounts as Fair Tree does: budgeted first, then level by level, higher FS first.
+
+        Comparing two leaves comes down to the first level where their paths part, that is to
+        two siblings, so everything under the better sibling sorts before everything under the
+        other. Equal Level FS falls back to the name, so the order is total and deterministic.
+        """
+        group = _BUDGETED if self.budgeted else _UNBUDGETED
+        return group, tuple((-level.level_fs, level.name) for level in self.levels)
+
+    def describe(self) -> str:
+        path = " > ".join(level.describe() for level in self.levels)
+        return path if self.budgeted else f"{path} [no budget]"
+
+
+class Ranking:
+    """Every account's standing at one moment, and the leaves in Fair Tree order."""
+
+    def __init__(
+        self, now: float, standings: Mapping[str, Standing], leaves: Iterable[str]
+    ) -> None:
+        self.now = now
+        self.standings = dict(standings)
+        self.leaves = tuple(sorted(leaves, key=lambda leaf: self.standings[leaf].sort_key))
+        """Leaf accounts best first: budgeted leaves in Fair Tree order, then leaves without one."""
+        self._rank = {leaf: rank for rank, leaf in enumerate(self.leaves)}
+
+    def __contains__(self, account: object) -> bool:
+        return account in self.standings
+
+    def standing(self, account: str) -> Standing:
+        if account not in self.standings:
+            raise InputError("account", account, "names no account of the budget tree")
+        return self.standings[account]
+
+    def rank(self, account: str) -> int:
+        """The leaf's place in the order, 0 for the most under-served."""
+        if account not in self._rank:
+            raise InputError("account", account, "names no leaf account of the budget tree")
+        return self._rank[account]
+
+    def is_ranked_leaf(self, account: str) -> bool:
+        return account in self._rank
+
+    def sort_key(self, account: str) -> StandingKey:
+        """The leaf's standing key; accounts that are not leaves of the tree sort after all."""
+        if account in self._rank:
+            return self.standings[account].sort_key
+        return _DETACHED, ((0.0, account),)
+
+    def prefers(self, account: str, other: str) -> bool:
+        """Whether `account` ranks strictly above `other`."""
+        return self.sort_key(account) < self.sort_key(other)
+
+    @property
+    def budgeted_leaves(self) -> tuple[str, ...]:
+        return tuple(leaf for leaf in self.leaves if self.standings[leaf].budgeted)
+
+
+def rank_accounts(tree: BudgetTree, usage: UsageSource, now: float) -> Ranking:
+    """Compute every account's standing from current usage: one usage lookup per account."""
+    standings: dict[str, Standing] = {}
+    leaves: list[str] = []
+    pending: list[tuple[str, tuple[LevelStanding, ...], bool]] = [(ROOT, (), True)]
+    while pending:
+        parent, parent_levels, parent_budgeted = pending.pop()
+        children = tree.shares_below(parent)
+        usages = [usage.usage(child, now) for child, _, _ in children]
+        share_sum = sum(share for _, share, _ in children)
+        usage_sum = sum(usages)
+        for (child, share, is_leaf), used in zip(children, usages, strict=True):
+            level = LevelStanding(
+                account=child,
+                share=share / share_sum if share_sum > 0 else 0.0,
+                usage=used / usage_sum if usage_sum > 0 else 0.0,
+                level_fs=level_fair_share(share, share_sum, used, usage_sum),
+            )
+            levels = (*parent_levels, level)
+            budgeted = parent_budgeted and share > 0
+            standings[child] = Standing(child, budgeted, levels)
+            if is_leaf:
+                leaves.append(child)
+            else:
+                pending.append((child, levels, budgeted))
+    return Ranking(now, standings, leaves)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEntry:
+    """A pending job as the queue sees it."""
+
+    job_id: str
+    account: str
+    """The leaf account the job charges to."""
+    priority: int
+    """Orders jobs within one account; higher first."""
+    submit_time: float
+    """Seconds; earlier first among equal priority. A requeued job keeps its original time."""
+    unallocated: bool = False
+    """Declared unallocated (min_runtime 0): it only fills idle GPUs. Jobs of accounts with no
+    budget are unallocated whatever this says, decided afresh from the tree at every ordering."""
+
+
+class QueueTier(IntEnum):
+    """The three runs of the queue, in order."""
+
+    ALLOCATED = 0
+    """Budgeted work, by Fair Tree rank of the account."""
+    UNALLOCATED = 1
+    """Work no budget pays for: declared unallocated, or the account has no budget."""
+    DETACHED = 2
+    """The account stopped being a leaf of the tree (removed, or given children) while queued."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobExplanation:
+    """Why a pending job is where it is in the queue."""
+
+    entry: QueueEntry
+    position: int
+    """0 for the job that goes first."""
+    tier: QueueTier
+    standing: Standing | None
+    """The account's standing; None if the account is no longer a leaf of the tree."""
+    sort_key: JobSortKey
+
+    @property
+    def reason(self) -> str:
+        """Why the job is in its tier, in words."""
+        if self.tier is QueueTier.DETACHED:
+            return f"account {self.entry.account} is no longer a leaf of the budget tree"
+        if self.tier is QueueTier.UNALLOCATED:
+            if self.entry.unallocated:
+                return "unallocated (min_runtime 0): runs only on GPUs budgeted work leaves idle"
+            return f"unallocated: account {self.entry.account} has no budget"
+        return "allocated"
+
+    def describe(self) -> str:
+        """One line: position, job, account, standing of each ancestor, priority, tier reason."""
+        entry = self.entry
+        standing = self.standing.describe() if self.standing is not None else "-"
+        return (
+            f"#{self.position + 1} {entry.job_id} [{entry.account}] {standing}; "
+            f"priority {entry.priority}, submitted {entry.submit_time:g} s; {self.reason}"
+        )
+
+
+class _SortedEntries:
+    """One account's entries in queue order, chunked so that add and remove cost O(log n).
+
+    A single sorted list would shift every later element on insert; chunks bound that to one
+    chunk, and bisecting the chunks' last keys finds the chunk.
+    """
+
+    _CHUNK = 256
+
+    def __init__(self) -> None:
+        self._chunks: list[list[tuple[EntryKey, QueueEntry]]] = []
+        self._last_keys: list[EntryKey] = []
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, key: EntryKey, entry: QueueEntry) -> None:
+        self._size += 1
+        if not self._chunks:
+            self._chunks.append([(key, entry)])
+            self._last_keys.append(key)
+            return
+        chunk_index = min(bisect_left(self._last_keys, key), len(self._chunks) - 1)
+        chunk = self._chunks[chunk_index]
+        chunk.insert(bisect_left(chunk, key, key=_item_key), (key, entry))
+        self._last_keys[chunk_index] = chunk[-1][0]
+        if len(chunk) > 2 * self._CHUNK:
+            self._chunks[chunk_index : chunk_index + 1] = [
+                chunk[: self._CHUNK],
+                chunk[self._CHUNK :],
+            ]
+            self._last_keys[chunk_index : chunk_index + 1] = [
+                chunk[self._CHUNK - 1][0],
+                chunk[-1][0],
+            ]
+
+    def remove(self, key: EntryKey) -> None:
+        chunk_index = bisect_left(self._last_keys, key)
+        chunk = self._chunks[chunk_index]
+        position = bisect_left(chunk, key, key=_item_key)
+        assert chunk[position][0] == key, "removing an entry that was never added"
+        del chunk[position]
+        self._size -= 1
+        if chunk:
+            self._last_keys[chunk_index] = chunk[-1][0]
+        else:
+            del self._chunks[chunk_index]
+            del self._last_keys[chunk_index]
+
+    def count_before(self, key: EntryKey) -> int:
+        """How many entries sort before `key`."""
+        chunk_index = bisect_left(self._last_keys, key)
+        before = sum(len(chunk) for chunk in self._chunks[:chunk_index])
+        if chunk_index < len(self._chunks):
+            before += bisect_left(self._chunks[chunk_index], key, key=_item_key)
+        return before
+
+    def items(self) -> list[tuple[EntryKey, QueueEntry]]:
+        """A copy, so the queue may change while a caller walks it."""
+        return [item for chunk in self._chunks for item in chunk]
+
+
+def _item_key(item: tuple[EntryKey, QueueEntry]) -> EntryKey:
+    return item[0]
+
+
+def _entry_key(entry: QueueEntry) -> EntryKey:
+    return -entry.priority, entry.submit_time, entry.job_id
+
+
+class _AccountQueue:
+    __slots__ = ("allocated", "unallocated")
+
+    def __init__(self) -> None:
+        self.allocated = _SortedEntries()
+        self.unallocated = _SortedEntries()
+
+    def __len__(self) -> int:
+        return len(self.allocated) + len(self.unallocated)
+
+
+class PendingQueue:
+    """Pending jobs in Fair Tree order, kept per leaf account and merged in rank order.
+
+    Each account's jobs stay sorted by priority (higher first), then submit time, then job id;
+    adding or removing a job costs O(log n). The global order is the accounts' queues laid end
+    to end in rank order, so when usage or budgets move only the accounts are re-ranked, never
+    the jobs. Three tiers follow each other: allocated work, unallocated work, and jobs whose
+    account stopped being a leaf of the tree while they waited.
+
+    Rankings are cached per (now, tree version, usage version); nothing here reads a clock.
+    """
+
+    def __init__(self, tree: BudgetTree, usage: UsageSource) -> None:
+        self.tree = tree
+        self.usage = usage
+        self._entries: dict[str, QueueEntry] = {}
+        self._accounts: dict[str, _AccountQueue] = {}
+        self._version = 0
+        self._ranking: tuple[tuple[float, int, int], Ranking] | None = None
+        self._offsets: tuple[Ranking, int, dict[tuple[QueueTier, str], int]] | None = None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._entries
+
+    def __repr__(self) -> str:
+        return f"PendingQueue({len(self)} jobs in {len(self._accounts)} accounts)"
+
+    def get(self, job_id: str) -> QueueEntry:
+        if job_id not in self._entries:
+            raise InputError("job_id", job_id, "is not in the pending queue")
+        return self._entries[job_id]
+
+    def add(self, entry: QueueEntry) -> None:
+        """Queue a job; its account must be a leaf of the budget tree."""
+        _check_entry(entry)
+        if entry.job_id in self._entries:
+            raise InputError("job_id", entry.job_id, "is already in the pending queue")
+        self.tree.require(entry.account)
+        if not self.tree.is_leaf(entry.account):
+            raise InputError(
+                "account",
+                entry.account,
+                f"has child accounts ({', '.join(self.tree.children(entry.account))}); "
+                "jobs charge to leaf accounts",
+            )
+        queue = self._accounts.get(entry.account)
+        if queue is None:
+            queue = self._accounts[entry.account] = _AccountQueue()
+        run = queue.unallocated if entry.unallocated else queue.allocated
+        run.add(_entry_key(entry), entry)
+        self._entries[entry.job_id] = entry
+        self._version += 1
+
+    def remove(self, job_id: str) -> QueueEntry:
+        """Take a job out of the queue (it started, or was cancelled) and return its entry."""
+        entry = self.get(job_id)
+        queue = self._accounts[entry.account]
+        run = queue.unallocated if entry.unallocated else queue.allocated
+        run.remove(_entry_key(entry))
+        if not len(queue):
+            del self._accounts[entry.account]
+        del self._entries[job_id]
+        self._version += 1
+        return entry
+
+    def ranking(self, now: float) -> Ranking:
+        """The accounts' standings at `now`, recomputed only if time, budgets or usage moved."""
+        cache_key = (now, self.tree.version, self.usage.version)
+        if self._ranking is None or self._ranking[0] != cache_key:
+            self._ranking = (cache_key, rank_accounts(self.tree, self.usage, now))
+        return self._ranking[1]
+
+    def ordered(self, now: float) -> Iterator[QueueEntry]:
+        """Every pending job, first to run first.
+
+        Safe to change the queue while iterating: each account's jobs are copied when the walk
+        reaches that account, so a job added to an account already passed is not seen.
+        """
+        ranking = self.ranking(now)
+        for tier, account in list(self._segments(ranking)):
+            for _, entry in self._segment_items(tier, account, ranking):
+                yield entry
+
+    def tier(self, entry: QueueEntry, ranking: Ranking) -> QueueTier:
+        """Which run of the queue the job belongs to under `ranking`."""
+        if not ranking.is_ranked_leaf(entry.account):
+            return QueueTier.DETACHED
+        if entry.unallocated or not ranking.standings[entry.account].budgeted:
+            return QueueTier.UNALLOCATED
+        return QueueTier.ALLOCATED
+
+    def sort_key(self, job_id: str, now: float) -> JobSortKey:
+        """The key the queue orders by: tier, account standing, -priority, submit time, id."""
+        entry = self.get(job_id)
+        ranking = self.ranking(now)
+        return (
+            self.tier(entry, ranking),
+            ranking.sort_key(entry.account),
+            -entry.priority,
+            entry.submit_time,
+            entry.job_id,
+        )
+
+    def position(self, job_id: str, now: float) -> int:
+        """How many pending jobs go before this one."""
+        entry = self.get(job_id)
+        ranking = self.ranking(now)
+        tier = self.tier(entry, ranking)
+        queue = self._accounts[entry.account]
+        key = _entry_key(entry)
+        if tier is QueueTier.ALLOCATED:
+            within = queue.allocated.count_before(key)
+        elif tier is QueueTier.UNALLOCATED and ranking.standings[entry.account].budgeted:
+            within = queue.unallocated.count_before(key)
+        else:
+            within = queue.allocated.count_before(key) + queue.unallocated.count_before(key)
+        return self._segment_offsets(ranking)[(tier, entry.account)] + within
+
+    def explain(self, job_id: str, now: float) -> JobExplanation:
+        """The job's position, tier, account standing and sort key."""
+        entry = self.get(job_id)
+        ranking = self.ranking(now)
+        return self._explanation(entry, self.position(job_id, now), ranking)
+
+    def explanations(self, now: float) -> Iterator[JobExplanation]:
+        """`explain` for every pending job, in queue order."""
+        ranking = self.ranking(now)
+        for position, entry in enumerate(self.ordered(now)):
+            yield self._explanation(entry, position, ranking)
+
+    # ----------------------------------------------------------------------------- internals
+
+    def _explanation(self, entry: QueueEntry, position: int, ranking: Ranking) -> JobExplanation:
+        tier = self.tier(entry, ranking)
+        standing = None if tier is QueueTier.DETACHED else ranking.standings[entry.account]
+        sort_key = (
+            tier,
+            ranking.sort_key(entry.account),
+            -entry.priority,
+            entry.submit_time,
+            entry.job_id,
+        )
+        return JobExplanation(entry, position, tier, standing, sort_key)
+
+    def _segments(self, ranking: Ranking) -> Iterator[tuple[QueueTier, str]]:
+        """(tier, account) runs of the queue in order; each run is one sorted sequence."""
+        for leaf in ranking.leaves:
+            if not ranking.standings[leaf].budgeted:
+                break  # budgeted leaves come first in `leaves`
+            queue = self._accounts.get(leaf)
+            if queue is not None and len(queue.allocated):
+                yield QueueTier.ALLOCATED, leaf
+        for leaf in ranking.leaves:
+            queue = self._accounts.get(leaf)
+            if queue is None:
+                continue
+            if not ranking.standings[leaf].budgeted or len(queue.unallocated):
+                yield QueueTier.UNALLOCATED, leaf
+        detached = (account for account in self._accounts if not ranking.is_ranked_leaf(account))
+        for account in sorted(detached):
+            yield QueueTier.DETACHED, account
+
+    def _segment_items(
+        self, tier: QueueTier, account: str, ranking: Ranking
+    ) -> Iterable[tuple[EntryKey, QueueEntry]]:
+        queue = self._accounts.get(account)
+        if queue is None:
+            return ()
+        if tier is QueueTier.ALLOCATED:
+            return queue.allocated.items()
+        if tier is QueueTier.UNALLOCATED and ranking.standings[account].budgeted:
+            return queue.unallocated.items()
+        # Without a budget, or detached, both runs are unallocated alike: one merged run.
+        return heapq.merge(queue.allocated.items(), queue.unallocated.items(), key=_item_key)
+
+    def _segment_offsets(self, ranking: Ranking) -> dict[tuple[QueueTier, str], int]:
+        if (
+            self._offsets is None
+            or self._offsets[0] is not ranking
+            or self._offsets[1] != (self._version)
+        ):
+            offsets: dict[tuple[QueueTier, str], int] = {}
+            offset = 0
+            for tier, account in self._segments(ranking):
+                offsets[tier, account] = offset
+                queue = self._accounts[account]
+                if tier is QueueTier.ALLOCATED:
+                    offset += len(queue.allocated)
+                elif tier is QueueTier.UNALLOCATED and ranking.standings[account].budgeted:
+                    offset += len(queue.unallocated)
+                else:
+                    offset += len(queue)
+            self._offsets = (ranking, self._version, offsets)
+        return self._offsets[2]
+
+
+def _check_entry(entry: Any) -> None:
+    if not isinstance(entry, QueueEntry):
+        raise InputError("entry", entry, "must be a QueueEntry")
+    if not isinstance(entry.job_id, str) or not entry.job_id:
+        raise InputError("job_id", entry.job_id, "must be a non-empty string")
+    split_account_path(entry.account)
+    if isinstance(entry.priority, bool) or not isinstance(entry.priority, int):
+        raise InputError("priority", entry.priority, "must be an integer; higher runs first")
+    if (
+        isinstance(entry.submit_time, bool)
+        or not isinstance(entry.submit_time, int | float)
+        or not math.isfinite(entry.submit_time)
+    ):
+        raise InputError("submit_time", entry.submit_time, "must be a finite number of seconds")
+    if not isinstance(entry.unallocated, bool):
+        raise InputError("unallocated", entry.unallocated, "must be true or false")
+
+
+def _number(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.3g}"
