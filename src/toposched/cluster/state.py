@@ -306,6 +306,50 @@ class ClusterState:
             np.add.at(self.free_memory_mib, allocation.nodes, sign * allocation.memory_mib)
         self._contribute(touched, +1)
 
+    def _apply_many(self, allocations: list[Allocation], sign: int) -> None:
+        """`_apply` for many allocations in one vectorised pass (bulk release and re-take)."""
+        if len(allocations) == 1:
+            self._apply(allocations[0], sign)
+            return
+        width = self.gpu_free_milli.shape[1]
+        nodes = np.concatenate([a.nodes for a in allocations])
+        slots = np.concatenate(
+            [(a.nodes[:, None] * width + a.gpus).reshape(-1) for a in allocations]
+        )
+        milli = np.concatenate([np.full(a.gpus.size, a.gpu_milli, np.int16) for a in allocations])
+        cpu = np.concatenate([np.full(a.pods, a.cpu_milli, np.int64) for a in allocations])
+        memory = np.concatenate([np.full(a.pods, a.memory_mib, np.int64) for a in allocations])
+        touched = np.unique(nodes)
+        self._contribute(touched, -1)
+        if slots.size:
+            np.add.at(self.gpu_free_milli.reshape(-1), slots, sign * milli)
+            self.free_whole_gpus[touched] = (self.gpu_free_milli[touched] == MILLI_PER_GPU).sum(
+                axis=1, dtype=np.int8
+            )
+        np.add.at(self.free_cpu_milli, nodes, sign * cpu)
+        np.add.at(self.free_memory_mib, nodes, sign * memory)
+        self._contribute(touched, +1)
+
+    def release_many(self, owners: list[str]) -> list[Allocation]:
+        """Release every owner in one vectorised pass; all or nothing."""
+        missing = [owner for owner in owners if owner not in self.allocations]
+        if missing or len(set(owners)) != len(owners):
+            bad = missing[0] if missing else owners
+            raise InputError("owners", bad, "each must hold an allocation, listed once")
+        if not owners:
+            return []
+        released = [self.allocations.pop(owner) for owner in owners]
+        self._apply_many(released, +1)
+        return released
+
+    def retake_many(self, owners: list[str], allocations: list[Allocation]) -> None:
+        """Undo `release_many`: the same owners take back exactly what they held.
+
+        Unchecked on purpose: only valid right after the release it undoes (statements use it).
+        """
+        self._apply_many(allocations, -1)
+        self.allocations.update(zip(owners, allocations, strict=True))
+
     def allocate(self, owner: str, allocation: Allocation) -> None:
         """Give `owner` the resources of `allocation`; all or nothing, validated first."""
         if not owner:

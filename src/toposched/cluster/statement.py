@@ -15,6 +15,7 @@ from toposched.cluster.state import Allocation, ClusterState, Health
 class OperationKind(Enum):
     ALLOCATE = "allocate"
     RELEASE = "release"
+    RELEASE_MANY = "release_many"
     EVICT = "evict"
     HEALTH = "health"
 
@@ -29,6 +30,8 @@ class Operation:
     nodes: NDArray[np.int64] | None = None
     previous_health: NDArray[np.uint8] | None = None
     health: Health | None = None
+    owners: tuple[str, ...] = ()
+    allocations: tuple[Allocation, ...] = ()
 
 
 class Statement:
@@ -69,6 +72,15 @@ class Statement:
         self.operations.append(Operation(OperationKind.EVICT, owner, allocation))
         return allocation
 
+    def release_many(self, owners: list[str]) -> list[Allocation]:
+        """Release many owners in one vectorised pass (e.g. to see a future state)."""
+        self._open()
+        released = self.state.release_many(owners)
+        self.operations.append(
+            Operation(OperationKind.RELEASE_MANY, owners=tuple(owners), allocations=tuple(released))
+        )
+        return released
+
     def set_health(self, nodes: NDArray[np.int64] | list[int], health: Health) -> None:
         self._open()
         node_array = np.unique(np.asarray(nodes, dtype=np.int64).reshape(-1))
@@ -93,6 +105,8 @@ class Statement:
             operation = self.operations.pop()
             if operation.kind is OperationKind.ALLOCATE:
                 self.state.release(operation.owner)
+            elif operation.kind is OperationKind.RELEASE_MANY:
+                self.state.retake_many(list(operation.owners), list(operation.allocations))
             elif operation.kind is OperationKind.HEALTH:
                 assert operation.nodes is not None and operation.previous_health is not None
                 self.state.restore_health(operation.nodes, operation.previous_health)
