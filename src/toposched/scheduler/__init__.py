@@ -1,0 +1,1 @@
+"""The scheduling cycle: order, place, reserve, backfill; emits decisions, performs none."""

@@ -1,0 +1,392 @@
+"""Scheduler: the event-driven cycle over the cluster state, the policy and the placement engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from toposched.cluster.errors import InputError
+from toposched.cluster.state import ClusterState, Health
+from toposched.cluster.statement import Statement
+from toposched.placement.jobspec import JobSpec
+from toposched.placement.policies import BestFit, PlacementPolicy
+from toposched.placement.request import GangRequest
+from toposched.placement.search import Placement, Unschedulable, place
+from toposched.policy.budget import BudgetTree
+from toposched.policy.contract import Contract
+from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier
+from toposched.policy.usage import UsageTracker
+from toposched.scheduler.decisions import Bind, Decision, Reserve
+from toposched.scheduler.jobs import Job, JobState, Reservation
+
+IntArray = NDArray[np.int64]
+_HEALTHY = int(Health.HEALTHY)
+
+
+@dataclass
+class CycleResult:
+    """What one cycle decided, and what it looked at."""
+
+    now: float
+    decisions: list[Decision] = field(default_factory=list)
+    considered: int = 0
+    searches: int = 0
+    """Placement searches run; the rest were answered by a failure of the same shape."""
+
+    @property
+    def bound(self) -> list[Bind]:
+        return [d for d in self.decisions if isinstance(d, Bind)]
+
+    @property
+    def reservation(self) -> Reserve | None:
+        return next((d for d in self.decisions if isinstance(d, Reserve)), None)
+
+
+def _shape(request: GangRequest) -> tuple[object, ...]:
+    """Everything but the pod count: a gang that failed blocks larger gangs of its shape."""
+    models = None if request.allowed_models is None else tuple(request.allowed_models.tolist())
+    return (
+        request.gpus_per_pod,
+        request.gpu_milli,
+        request.cpu_milli,
+        request.memory_mib,
+        models,
+        request.required,
+        request.slices,
+        request.on_one_node,
+    )
+
+
+class Scheduler:
+    """Orders pending jobs by Fair Tree, places what fits, reserves for the first blocked large
+    job, and backfills behind it only where the reservation is not delayed.
+
+    No clock and no I/O: every call passes `now` (seconds). `cycle(now)` returns decisions; the
+    allocations of bound jobs are already held in `state`, and a backend starts the pods. Events
+    (`finish`, `fail`, `set_health`, budget changes) are applied as calls, each followed by a cycle.
+    """
+
+    def __init__(
+        self,
+        state: ClusterState,
+        tree: BudgetTree,
+        contract: Contract | None = None,
+        usage: UsageTracker | None = None,
+        policy: PlacementPolicy | None = None,
+        reserve_min_gpus: float = 8,
+    ) -> None:
+        self.state = state
+        self.tree = tree
+        self.contract = contract or Contract()
+        self.usage = usage or UsageTracker()
+        self.policy = policy or BestFit()
+        self.reserve_min_gpus = reserve_min_gpus
+        self.queue = PendingQueue(tree, self.usage)
+        self.jobs: dict[str, Job] = {}
+        self.running: dict[str, Job] = {}
+        self.reservation: Reservation | None = None
+        self._reserved_nodes: IntArray = np.zeros(0, dtype=np.int64)
+
+    # --- events ------------------------------------------------------------------------------
+    def submit(self, spec: JobSpec, now: float) -> Job:
+        """Queue a job; names must be unique among live jobs and accounts must exist."""
+        existing = self.jobs.get(spec.name)
+        if existing is not None and existing.state in (JobState.PENDING, JobState.RUNNING):
+            raise InputError("name", spec.name, f"a job of that name is already {existing.state}")
+        self.tree.require(spec.account, "account")
+        if not self.tree.is_leaf(spec.account):
+            raise InputError("account", spec.account, "jobs charge to a leaf account (a team)")
+        request = GangRequest.from_spec(spec, self.state.topology)
+        submit_time = spec.submit_time if spec.submit_time is not None else now
+        job = Job(spec=spec, request=request, submit_time=submit_time)
+        job.record(now, "submitted")
+        self.jobs[spec.name] = job
+        self._enqueue(job)
+        return job
+
+    def finish(self, job_id: str, now: float) -> Job:
+        """A running job ended on its own: its GPUs return."""
+        job = self._running(job_id)
+        self._stop(job, now)
+        job.state = JobState.FINISHED
+        job.end_time = now
+        job.record(now, "finished")
+        return job
+
+    def fail(self, job_id: str, now: float, requeue: bool | None = None) -> Job:
+        """A running job failed: requeue it (resumable jobs by default) or mark it failed."""
+        job = self._running(job_id)
+        self._stop(job, now)
+        again = job.spec.resumable if requeue is None else requeue
+        if again:
+            job.record(now, "failed; requeued")
+            self._enqueue(job)
+        else:
+            job.state = JobState.FAILED
+            job.end_time = now
+            job.record(now, "failed")
+        return job
+
+    def cancel(self, job_id: str, now: float) -> Job:
+        job = self._job(job_id)
+        if job.state is JobState.RUNNING:
+            self._stop(job, now)
+        elif job.state is JobState.PENDING:
+            self.queue.remove(job_id)
+        else:
+            raise InputError("job", job_id, f"is already {job.state}")
+        job.state = JobState.CANCELLED
+        job.end_time = now
+        job.record(now, "cancelled")
+        return job
+
+    def set_health(self, nodes: list[int] | IntArray, health: Health, now: float) -> list[Job]:
+        """Change node health; gangs on nodes that go down fail at once (resumable: requeued)."""
+        node_array = np.asarray(nodes, dtype=np.int64)
+        self.state.set_health(node_array, health)
+        failed: list[Job] = []
+        if health is Health.DOWN:
+            for owner in self.state.owners_on(node_array):
+                if owner in self.running:
+                    failed.append(self.fail(owner, now))
+        return failed
+
+    def set_share(self, account: str, share: float) -> None:
+        """A budget change: the next cycle orders by it (accounts re-rank, jobs do not re-sort)."""
+        self.tree.set_share(account, share)
+
+    # --- the cycle ---------------------------------------------------------------------------
+    def cycle(self, now: float) -> CycleResult:
+        """Order pending jobs, place what fits, reserve for the first blocked large job and
+        backfill behind it. Returns the decisions; bound jobs already hold their allocation."""
+        result = CycleResult(now)
+        blocked: dict[tuple[object, ...], tuple[int, str]] = {}
+        self.reservation = None
+        cordon: tuple[IntArray, NDArray[np.uint8]] | None = None
+        entries = list(self.queue.ordered(now))
+        try:
+            for entry in entries:
+                job = self.jobs[entry.job_id]
+                job.reservation = None
+                result.considered += 1
+                shape = _shape(job.request)
+                known = blocked.get(shape)
+                if known is not None and job.request.pods >= known[0]:
+                    job.reason = known[1]
+                    continue
+                result.searches += 1
+                outcome = place(self.state, job.request, self.policy)
+                if (
+                    isinstance(outcome, Unschedulable)
+                    and cordon is not None
+                    and self._ends_before_reservation(job, now)
+                ):
+                    # EASY backfill: a job that ends before the reservation may use its nodes.
+                    self.state.restore_health(*cordon)
+                    outcome = place(self.state, job.request, self.policy)
+                    cordon = self._cordon(self._reserved_nodes)
+                if isinstance(outcome, Placement):
+                    self._start(job, outcome, now)
+                    result.decisions.append(
+                        Bind(job.job_id, outcome.allocation, job.unallocated, cordon is not None)
+                    )
+                    continue
+                previous = blocked.get(shape)
+                if previous is None or job.request.pods < previous[0]:
+                    blocked[shape] = (job.request.pods, outcome.reason)
+                job.reason = outcome.reason
+                if (
+                    self.reservation is None
+                    and job.gpus >= self.reserve_min_gpus
+                    and self.queue.tier(entry, self.queue.ranking(now)) is QueueTier.ALLOCATED
+                ):
+                    reservation = self._reserve(job, now)
+                    if reservation is not None:
+                        self.reservation = reservation
+                        job.reservation = reservation
+                        job.reason = f"{reservation.describe(now)}; now: {outcome.reason}"
+                        result.decisions.append(
+                            Reserve(job.job_id, reservation.start_time, reservation.domain)
+                        )
+                        cordon = self._cordon(self._reserved_nodes)
+                        # Capacity just shrank for everyone behind: old failures still hold.
+        finally:
+            if cordon is not None:
+                self.state.restore_health(*cordon)
+        return result
+
+    def _ends_before_reservation(self, job: Job, now: float) -> bool:
+        runtime = job.spec.expected_runtime
+        return (
+            self.reservation is not None
+            and runtime is not None
+            and now + runtime <= self.reservation.start_time
+        )
+
+    def _cordon(self, nodes: IntArray) -> tuple[IntArray, NDArray[np.uint8]]:
+        """Keep reserved nodes from backfill by cordoning them for the rest of the cycle."""
+        healthy = nodes[self.state.health[nodes] == _HEALTHY]
+        previous = self.state.set_health(healthy, Health.CORDONED)
+        return healthy, previous
+
+    def _reserve(self, job: Job, now: float) -> Reservation | None:
+        """The earliest time the job fits, releasing running jobs in the order they should end.
+
+        A running job is expected to end at start + expected runtime; one that declared none is
+        assumed to yield when its min runtime expires (the contract then lets it be preempted).
+        Releases are tried in growing batches on a statement that is always rolled back.
+        """
+        if not self.running:
+            return None
+        ends = []
+        for running in self.running.values():
+            end = running.expected_end
+            if end is None:
+                assert running.start_time is not None
+                end = running.start_time + running.min_runtime
+            ends.append((max(end, now), running.job_id))
+        ends.sort()
+        owners = [owner for _, owner in ends]
+        statement = Statement(self.state)
+        try:
+            freed = 0
+            step = 1
+            placed: Placement | None = None
+            marks: list[tuple[int, int]] = []  # (jobs released, checkpoint) before each batch
+            while freed < len(owners):
+                marks.append((freed, statement.checkpoint()))
+                upto = min(len(owners), freed + step)
+                statement.release_many(owners[freed:upto])
+                freed = upto
+                outcome = place(self.state, job.request, self.policy)
+                if isinstance(outcome, Placement):
+                    placed = outcome
+                    break
+                step *= 2
+            if placed is None:
+                return None
+            # Narrow the last batch down to the fewest releases that still fit (bisection).
+            low, mark = marks[-1]
+            high = freed
+            while high - low > 1:
+                middle = (low + high) // 2
+                statement.rollback(mark)
+                statement.release_many(owners[low:middle])
+                outcome = place(self.state, job.request, self.policy)
+                if isinstance(outcome, Placement):
+                    high, placed = middle, outcome
+                else:
+                    low, mark = middle, statement.checkpoint()
+            start_time = ends[high - 1][0]
+            nodes = np.unique(placed.allocation.nodes)
+        finally:
+            statement.discard()
+        self._reserved_nodes = nodes
+        return Reservation(job.job_id, start_time, int(nodes.size), self._domain_of(nodes))
+
+    def _domain_of(self, nodes: IntArray) -> str:
+        """The smallest domain holding every node, as "<level> <name>"."""
+        topology = self.state.topology
+        for level in range(len(topology.domain_levels) - 1, -1, -1):
+            domains = topology.node_domain[level][nodes]
+            if (domains == domains[0]).all():
+                name = topology.domain_levels[level]
+                return f"{name} {topology.domain_name(level, int(domains[0]))}"
+        return "cluster"
+
+    # --- bookkeeping -------------------------------------------------------------------------
+    def _enqueue(self, job: Job) -> None:
+        job.state = JobState.PENDING
+        job.start_time = None
+        job.reason = "queued; waiting for the next cycle"
+        self.queue.add(
+            QueueEntry(
+                job_id=job.job_id,
+                account=job.spec.account,
+                priority=job.spec.priority,
+                submit_time=job.submit_time,
+                unallocated=job.spec.min_runtime == 0,
+            )
+        )
+
+    def _start(self, job: Job, placement: Placement, now: float) -> None:
+        self.state.allocate(job.job_id, placement.allocation)
+        self.queue.remove(job.job_id)
+        spec = job.spec
+        job.state = JobState.RUNNING
+        job.start_time = now
+        job.attempts += 1
+        job.unallocated = self.contract.is_unallocated(spec.min_runtime, spec.account, self.tree)
+        job.min_runtime = (
+            0.0 if job.unallocated else self.contract.effective_min_runtime(spec.min_runtime)
+        )
+        job.reason = "running" + (" as unallocated work" if job.unallocated else "")
+        job.record(now, "started" + (" (unallocated)" if job.unallocated else ""))
+        if not job.unallocated:
+            self.usage.start(spec.account, job.gpus, now)
+        self.running[job.job_id] = job
+
+    def _stop(self, job: Job, now: float) -> None:
+        self.state.release(job.job_id)
+        del self.running[job.job_id]
+        if not job.unallocated:
+            self.usage.stop(job.spec.account, job.gpus, now)
+
+    def _job(self, job_id: str) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise InputError("job", job_id, "no job of that name")
+        return job
+
+    def _running(self, job_id: str) -> Job:
+        job = self._job(job_id)
+        if job.state is not JobState.RUNNING:
+            raise InputError("job", job_id, f"is {job.state}, not running")
+        return job
+
+    # --- explanations ------------------------------------------------------------------------
+    def is_protected(self, job_id: str, now: float) -> bool:
+        """Whether a running job is inside its min runtime (unallocated work never is)."""
+        job = self._running(job_id)
+        assert job.start_time is not None
+        return not job.unallocated and now < job.start_time + job.min_runtime
+
+    def explain(self, job_id: str, now: float) -> str:
+        """Why a job is where it is: queue position, sort key, reservation, blocking reason."""
+        job = self._job(job_id)
+        if job.state is not JobState.PENDING:
+            return f"{job_id}: {job.state}; {job.reason}"
+        explanation = self.queue.explain(job_id, now)
+        ahead_other = self._ahead_from_other_accounts(job, now)
+        standing = f"; {ahead_other} jobs of better-served accounts ahead" if ahead_other else ""
+        return f"{explanation.describe()}{standing}; {job.reason}"
+
+    def _ahead_from_other_accounts(self, job: Job, now: float) -> int:
+        count = 0
+        for entry in self.queue.ordered(now):
+            if entry.job_id == job.job_id:
+                break
+            if entry.account != job.spec.account:
+                count += 1
+        return count
+
+    def queue_rows(self, now: float) -> list[dict[str, object]]:
+        """The pending queue in order: position, job, account, sort key, priority, reason."""
+        rows: list[dict[str, object]] = []
+        for explanation in self.queue.explanations(now):
+            job = self.jobs[explanation.entry.job_id]
+            standing = explanation.standing
+            rows.append(
+                {
+                    "position": explanation.position + 1,
+                    "job": job.job_id,
+                    "account": job.spec.account,
+                    "standing": standing.describe() if standing is not None else "-",
+                    "priority": job.spec.priority,
+                    "tier": explanation.tier.name.lower(),
+                    "reason": job.reason,
+                }
+            )
+        return rows

@@ -1,0 +1,80 @@
+"""Jobs as the scheduler tracks them: spec, resolved request, lifecycle and history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from toposched.placement.jobspec import JobSpec
+from toposched.placement.request import GangRequest
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass
+class Reservation:
+    """Where and when a blocked large job is expected to start; backfill must not delay it."""
+
+    job_id: str
+    start_time: float
+    nodes_count: int
+    domain: str
+    """The domain that holds it, e.g. "block z0-b3" ("cluster" when it spans the top)."""
+
+    def describe(self, now: float) -> str:
+        wait = max(self.start_time - now, 0.0)
+        return f"waiting for reservation at +{_duration(wait)} in {self.domain}"
+
+
+@dataclass
+class Job:
+    """One job and its history; its identity survives requeues."""
+
+    spec: JobSpec
+    request: GangRequest
+    submit_time: float
+    state: JobState = JobState.PENDING
+    start_time: float | None = None
+    end_time: float | None = None
+    unallocated: bool = False
+    """Whether the current (or last) run is unallocated work: not charged, never protected."""
+    min_runtime: float = 0.0
+    """Protection after the cluster's cap, fixed at start."""
+    attempts: int = 0
+    preemptions: int = 0
+    reason: str = "not yet considered"
+    reservation: Reservation | None = None
+    history: list[tuple[float, str]] = field(default_factory=list)
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.name
+
+    @property
+    def gpus(self) -> float:
+        """GPUs held while running (shared pods count their fraction)."""
+        request = self.request
+        return request.pods * request.gpus_per_pod * request.gpu_milli / 1000
+
+    @property
+    def expected_end(self) -> float | None:
+        if self.start_time is None or self.spec.expected_runtime is None:
+            return None
+        return self.start_time + self.spec.expected_runtime
+
+    def record(self, time: float, event: str) -> None:
+        self.history.append((time, event))
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
