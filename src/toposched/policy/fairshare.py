@@ -6,7 +6,7 @@ import heapq
 import math
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Protocol
 
@@ -81,10 +81,12 @@ class LevelStanding:
     """U: the account's usage over the sum of its and its siblings' usage (0 if all are 0)."""
     level_fs: float
     """S / U; larger is more under-served and ranks first."""
+    name: str = ""
+    """The last part of `account`; filled in from it when not given."""
 
-    @property
-    def name(self) -> str:
-        return self.account.rpartition("/")[2]
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.account.rpartition("/")[2])
 
     def describe(self) -> str:
         return f"{self.name} FS={_number(self.level_fs)} (S={self.share:.3f} U={self.usage:.3f})"
@@ -98,22 +100,23 @@ class Standing:
     budgeted: bool
     """False if a share of 0 anywhere on the path leaves the account without a budget."""
     levels: tuple[LevelStanding, ...]
+    sort_key: StandingKey = field(init=False, compare=False)
+    """Orders accounts as Fair Tree does: budgeted first, then level by level, higher FS first.
+
+    Comparing two leaves comes down to the first level where their paths part, that is to two
+    siblings, so everything under the better sibling sorts before everything under the other.
+    Equal Level FS falls back to the name, so the order is total and deterministic.
+    """
+
+    def __post_init__(self) -> None:
+        group = _BUDGETED if self.budgeted else _UNBUDGETED
+        levels = tuple((-level.level_fs, level.name) for level in self.levels)
+        object.__setattr__(self, "sort_key", (group, levels))
 
     @property
     def level_fs(self) -> tuple[float, ...]:
         """Level FS from the top-level ancestor down to the account."""
         return tuple(level.level_fs for level in self.levels)
-
-    @property
-    def sort_key(self) -> StandingKey:
-        """Orders accounts as Fair Tree does: budgeted first, then level by level, higher FS first.
-
-        Comparing two leaves comes down to the first level where their paths part, that is to
-        two siblings, so everything under the better sibling sorts before everything under the
-        other. Equal Level FS falls back to the name, so the order is total and deterministic.
-        """
-        group = _BUDGETED if self.budgeted else _UNBUDGETED
-        return group, tuple((-level.level_fs, level.name) for level in self.levels)
 
     def describe(self) -> str:
         path = " > ".join(level.describe() for level in self.levels)
@@ -181,6 +184,7 @@ def rank_accounts(tree: BudgetTree, usage: UsageSource, now: float) -> Ranking:
                 share=share / share_sum if share_sum > 0 else 0.0,
                 usage=used / usage_sum if usage_sum > 0 else 0.0,
                 level_fs=level_fair_share(share, share_sum, used, usage_sum),
+                name=child.rpartition("/")[2],
             )
             levels = (*parent_levels, level)
             budgeted = parent_budgeted and share > 0

@@ -105,10 +105,10 @@ class UsageTracker:
 
     def usage(self, account: str, now: float) -> float:
         """GPU-seconds of the account's subtree within the window at `now` (decayed if set)."""
-        if account != ROOT:
-            account_ancestors(account)
-        self._advance_clock(now)
         meter = self._meters.get(account)
+        if meter is None and account != ROOT:
+            account_ancestors(account)  # only to reject a malformed path; known ones are valid
+        self._advance_clock(now)
         if meter is None:
             return 0.0
         self._bring_up_to(meter, now)
