@@ -15,9 +15,14 @@ from toposched.bench.harness import Measurement, calibration, format_seconds, ma
 
 def _suites() -> dict[str, Callable[[bool], list[Measurement]]]:
     from toposched.bench.cluster import run_cluster_benchmarks
+    from toposched.bench.cycle import run_cycle_benchmarks
     from toposched.bench.placement import run_placement_benchmarks
 
-    return {"cluster": run_cluster_benchmarks, "placement": run_placement_benchmarks}
+    return {
+        "cluster": run_cluster_benchmarks,
+        "placement": run_placement_benchmarks,
+        "cycle": run_cycle_benchmarks,
+    }
 
 
 def register(commands: Any) -> None:
@@ -29,7 +34,9 @@ def register(commands: Any) -> None:
         "readers on other machines can compare. Suites: cluster (build the 1M-GPU fleet, "
         "one-pod and 1,000-node changes); placement (on the 1,000,080-GPU fleet at 70% "
         "occupancy: a 1-8 GPU job, a 200,016-GPU job of 2,778 rack slices, an infeasible job "
-        "rejected from aggregates). Targets are printed next to the figures.",
+        "rejected from aggregates); cycle (1,000,080 GPUs, ~100,000 running and 10,000 pending "
+        "jobs: a cycle where nothing fits, a cycle placing 1,000 small jobs, a usage update; "
+        "its set-up takes about half a minute). Targets are printed next to the figures.",
     )
     parser.add_argument("suite", choices=sorted(_suites()), help="which suite to run")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

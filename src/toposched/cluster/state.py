@@ -13,6 +13,9 @@ from toposched.cluster.topology import Topology
 
 MILLI_PER_GPU = 1000
 _TOTAL_COLUMNS = ("free_gpus", "free_milli", "idle_nodes", "cpu", "memory")
+# Below these sizes plain Python beats numpy's per-call overhead (measured with bench cluster).
+_SMALL = 64
+_FEW_NODES = 6
 _HEALTHY = 0  # Health.HEALTHY as a plain int: enum lookups cost on the hot path
 
 
@@ -181,8 +184,9 @@ class ClusterState:
 
     def _contribute(self, nodes: NDArray[np.int64], sign: int) -> None:
         """Add (sign=+1) or remove (-1) the aggregates' share of healthy `nodes` (unique)."""
-        if nodes.size == 1:
-            self._contribute_one(int(nodes[0]), sign)
+        if nodes.size <= _FEW_NODES:
+            for node in nodes.tolist():
+                self._contribute_one(node, sign)
             return
         nodes = nodes[self.health[nodes] == _HEALTHY]
         if nodes.size == 0:
@@ -235,8 +239,18 @@ class ClusterState:
     @staticmethod
     def _unique(values: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Distinct values and their counts; one-value arrays skip the sort."""
-        if values.size and (values.size == 1 or (values == values[0]).all()):
-            return values[:1], np.array([values.size], dtype=np.int64)
+        if values.size == 1:
+            return values, np.ones(1, dtype=np.int64)
+        if values.size <= _SMALL:
+            # A dict counts a few values faster than numpy's sort-based unique.
+            tally: dict[int, int] = {}
+            for value in values.tolist():
+                tally[value] = tally.get(value, 0) + 1
+            keys = sorted(tally)
+            return (
+                np.array(keys, dtype=np.int64),
+                np.array([tally[k] for k in keys], dtype=np.int64),
+            )
         unique, counts = np.unique(values, return_counts=True)
         return unique, counts
 

@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
+from sortedcontainers import SortedList
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import ClusterState, Health
+from toposched.cluster.state import Allocation, ClusterState, Health
 from toposched.cluster.statement import Statement
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import BestFit, PlacementPolicy
@@ -42,6 +43,10 @@ class CycleResult:
     @property
     def reservation(self) -> Reserve | None:
         return next((d for d in self.decisions if isinstance(d, Reserve)), None)
+
+
+def _owners(releases: SortedList, start: int, stop: int) -> list[str]:
+    return [owner for _, owner in releases.islice(start, stop)]
 
 
 def _shape(request: GangRequest) -> tuple[object, ...]:
@@ -88,6 +93,9 @@ class Scheduler:
         self.running: dict[str, Job] = {}
         self.reservation: Reservation | None = None
         self._reserved_nodes: IntArray = np.zeros(0, dtype=np.int64)
+        # Running jobs by expected release time, kept sorted as jobs start and stop, so a
+        # reservation reads them in order without sorting every running job each cycle.
+        self._releases: SortedList = SortedList()
 
     # --- events ------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, now: float) -> Job:
@@ -104,6 +112,16 @@ class Scheduler:
         job.record(now, "submitted")
         self.jobs[spec.name] = job
         self._enqueue(job)
+        return job
+
+    def adopt(self, spec: JobSpec, allocation: Allocation, start_time: float, now: float) -> Job:
+        """Take over a job already running on `allocation` (recovery after a restart)."""
+        job = self.submit(spec, now)
+        self._start(job, Placement(job.request, allocation), now)
+        # Protection counts from the real start; usage is charged from now, when we took over.
+        self._releases.remove(self._release_time(job))
+        job.start_time = start_time
+        self._releases.add(self._release_time(job))
         return job
 
     def finish(self, job_id: str, now: float) -> Job:
@@ -240,25 +258,17 @@ class Scheduler:
         """
         if not self.running:
             return None
-        ends = []
-        for running in self.running.values():
-            end = running.expected_end
-            if end is None:
-                assert running.start_time is not None
-                end = running.start_time + running.min_runtime
-            ends.append((max(end, now), running.job_id))
-        ends.sort()
-        owners = [owner for _, owner in ends]
+        releases = self._releases
         statement = Statement(self.state)
         try:
             freed = 0
             step = 1
             placed: Placement | None = None
             marks: list[tuple[int, int]] = []  # (jobs released, checkpoint) before each batch
-            while freed < len(owners):
+            while freed < len(releases):
                 marks.append((freed, statement.checkpoint()))
-                upto = min(len(owners), freed + step)
-                statement.release_many(owners[freed:upto])
+                upto = min(len(releases), freed + step)
+                statement.release_many(_owners(releases, freed, upto))
                 freed = upto
                 outcome = place(self.state, job.request, self.policy)
                 if isinstance(outcome, Placement):
@@ -273,18 +283,27 @@ class Scheduler:
             while high - low > 1:
                 middle = (low + high) // 2
                 statement.rollback(mark)
-                statement.release_many(owners[low:middle])
+                statement.release_many(_owners(releases, low, middle))
                 outcome = place(self.state, job.request, self.policy)
                 if isinstance(outcome, Placement):
                     high, placed = middle, outcome
                 else:
                     low, mark = middle, statement.checkpoint()
-            start_time = ends[high - 1][0]
+            start_time = max(float(releases[high - 1][0]), now)
             nodes = np.unique(placed.allocation.nodes)
         finally:
             statement.discard()
         self._reserved_nodes = nodes
         return Reservation(job.job_id, start_time, int(nodes.size), self._domain_of(nodes))
+
+    def _release_time(self, job: Job) -> tuple[float, str]:
+        """When a running job is expected to free its GPUs: its expected end, or else its
+        min-runtime expiry (from then on the contract lets it be preempted)."""
+        end = job.expected_end
+        if end is None:
+            assert job.start_time is not None
+            end = job.start_time + job.min_runtime
+        return (end, job.job_id)
 
     def _domain_of(self, nodes: IntArray) -> str:
         """The smallest domain holding every node, as "<level> <name>"."""
@@ -327,8 +346,10 @@ class Scheduler:
         if not job.unallocated:
             self.usage.start(spec.account, job.gpus, now)
         self.running[job.job_id] = job
+        self._releases.add(self._release_time(job))
 
     def _stop(self, job: Job, now: float) -> None:
+        self._releases.remove(self._release_time(job))
         self.state.release(job.job_id)
         del self.running[job.job_id]
         if not job.unallocated:

@@ -1,0 +1,140 @@
+"""Scheduling-cycle benchmarks: 1,000,080 GPUs, 100,000 running jobs, 10,000 pending."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from toposched.bench.harness import Measurement, measure
+from toposched.cluster.builders import million_gpu_cluster
+from toposched.cluster.state import Allocation, ClusterState
+from toposched.placement.jobspec import JobSpec
+from toposched.policy.budget import BudgetTree
+from toposched.scheduler.core import Scheduler
+
+TEAMS = 15
+NODES_PER_RACK = 18
+
+
+def team_tree() -> BudgetTree:
+    """Three programs of five teams each, shares summing to 100 at every level."""
+    programs = {
+        f"program-{p}": {
+            "share": [40, 35, 25][p],
+            "children": {f"team-{p}{t}": {"share": 20} for t in range(5)},
+        }
+        for p in range(3)
+    }
+    return BudgetTree.from_dict({"accounts": programs})
+
+
+def _team(i: int) -> str:
+    return f"program-{(i // 5) % 3}/team-{(i // 5) % 3}{i % 5}"
+
+
+def _spec(name: str, account: str, pods: int, gpus: int, **topology: object) -> JobSpec:
+    data: dict[str, object] = {
+        "name": name,
+        "account": account,
+        "pods": pods,
+        "resources_per_pod": {"gpus": gpus},
+        "min_runtime": "2h",
+        "expected_runtime": "6h",
+    }
+    if topology:
+        data["topology"] = topology
+    return JobSpec.from_dict(data)
+
+
+def busy_scheduler(running_jobs: int = 106_000, seed: int = 0) -> Scheduler:
+    """The 1M-GPU fleet nearly full with `running_jobs` jobs; no rack is left whole.
+
+    Racks are filled in order by jobs of one node (4 GPUs), two nodes (8) or six nodes (24),
+    then one node in every rack is freed, so about 5.5% of the GPUs are free, scattered.
+    """
+    rng = np.random.default_rng(seed)
+    state = ClusterState(million_gpu_cluster())
+    scheduler = Scheduler(state, team_tree())
+    topology = state.topology
+    nodes_per_job = rng.choice([1, 2, 6], size=running_jobs, p=[0.5, 0.3, 0.2])
+    ends = np.cumsum(nodes_per_job)
+    keep = ends <= topology.n_nodes
+    nodes_per_job, ends = nodes_per_job[keep], ends[keep]
+    gpus = np.arange(4)
+    # Validated once per shape; copies only change the name and account (already valid).
+    templates = {count: _spec("template", _team(0), count, 4) for count in (1, 2, 6)}
+    for index, (count, end) in enumerate(zip(nodes_per_job.tolist(), ends.tolist(), strict=True)):
+        nodes = np.arange(end - count, end, dtype=np.int64)
+        spec = templates[count].model_copy(update={"name": f"run-{index}", "account": _team(index)})
+        allocation = Allocation.of(nodes, np.tile(gpus, (count, 1)))
+        start = -float(rng.uniform(0, 6 * 3600))
+        scheduler.adopt(spec, allocation, start_time=start, now=0.0)
+    # Free the first node of every rack whose first node starts a job, so racks stay broken.
+    for job in list(scheduler.running.values()):
+        first = int(state.allocations[job.job_id].nodes[0])
+        if first % NODES_PER_RACK == 0:
+            scheduler.finish(job.job_id, 0.0)
+    return scheduler
+
+
+def submit_blocked(scheduler: Scheduler, count: int = 10_000) -> None:
+    """Jobs that cannot fit: whole racks (18 x 4 GPUs) and 8-node single-rack gangs."""
+    for index in range(count):
+        if index % 2:
+            spec = _spec(f"rack-{index}", _team(index), 18, 4, required="rack")
+        else:
+            spec = _spec(f"gang-{index}", _team(index), 8, 4, required="rack")
+        scheduler.submit(spec, 0.0)
+
+
+def run_cycle_benchmarks(quick: bool = False) -> list[Measurement]:
+    scheduler = busy_scheduler(30_000 if quick else 106_000)
+    submit_blocked(scheduler, 2_000 if quick else 10_000)
+    running, pending = len(scheduler.running), len(scheduler.queue)
+    results = [
+        measure(
+            f"cycle where nothing fits ({running:,} running, {pending:,} pending)",
+            lambda: scheduler.cycle(1.0),
+            runs=3 if quick else 10,
+            target_s=50e-3,
+        )
+    ]
+    cycle = scheduler.cycle(1.0)
+    results[-1].extra = {"searches": cycle.searches, "reserved": cycle.reservation is not None}
+    small_names: list[str] = []
+
+    def submit_small() -> None:
+        for name in small_names:
+            scheduler.finish(name, 2.0)
+        small_names.clear()
+        for index in range(1000):
+            spec = _spec(f"small-{index}", _team(index), 1, 1 + index % 2)
+            scheduler.submit(spec, 2.0)
+            small_names.append(spec.name)
+
+    def place_small() -> None:
+        placed = scheduler.cycle(2.0)
+        assert len(placed.bound) == 1000, len(placed.bound)
+
+    results.append(
+        measure(
+            f"cycle placing 1,000 small jobs ({running:,} running, {pending + 1000:,} pending)",
+            place_small,
+            setup=submit_small,
+            runs=3 if quick else 10,
+            target_s=200e-3,
+        )
+    )
+    job = next(iter(scheduler.running.values()))
+
+    def usage_update() -> None:
+        scheduler.usage.stop(job.spec.account, job.gpus, 3.0)
+        scheduler.usage.start(job.spec.account, job.gpus, 3.0)
+
+    results.append(
+        measure(
+            "usage update when one job finishes (independent of pending jobs)",
+            usage_update,
+            runs=200 if quick else 2000,
+        )
+    )
+    return results
