@@ -26,4 +26,20 @@ class Reserve:
     domain: str
 
 
-Decision = Bind | Reserve
+
+@dataclass(frozen=True)
+class Evict:
+    """Stop `job_id` within `grace_s` seconds to make room for `preemptor`.
+
+    The backend reports the victim gone with `Scheduler.evicted(job_id, now)`; until then its
+    GPUs stay held, and the freed capacity is nominated for the preemptor.
+    """
+
+    job_id: str
+    preemptor: str
+    grace_s: float
+    rule: str
+    lost_gpu_seconds: float
+
+
+Decision = Bind | Reserve | Evict
