@@ -1,0 +1,444 @@
+"""Tests of ClusterState and Statement: allocate, release, health, errors that change nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from toposched.cluster.errors import InputError
+from toposched.cluster.loaders import topology_from_dict
+from toposched.cluster.state import Allocation, ClusterState, Health
+from toposched.cluster.statement import OperationKind, Statement
+
+# rack r0: n0 = 8 x A100, 64 cores, 256 GiB;  n1 = 4 x T4, 32 cores, 128 GiB
+# rack r1: n2 = 2 x T4, 16 cores, 64 GiB;     n3 = CPU only, 8 cores, 32 GiB
+# Models: A100 = 0, T4 = 1, "" = 2. Widest node 8 GPUs, so histograms have 9 bins (0..8 free).
+CLUSTER: dict[str, Any] = {
+    "levels": ["rack"],
+    "gpu_models": {"A100": 80, "T4": 16},
+    "nodes": [
+        {"name": "n0", "rack": "r0", "gpus": 8, "gpu_model": "A100", "cpu": 64, "memory": "256Gi"},
+        {"name": "n1", "rack": "r0", "gpus": 4, "gpu_model": "T4", "cpu": 32, "memory": "128Gi"},
+        {"name": "n2", "rack": "r1", "gpus": 2, "gpu_model": "T4", "cpu": 16, "memory": "64Gi"},
+        {"name": "n3", "rack": "r1", "gpus": 0, "cpu": 8, "memory": "32Gi"},
+    ],
+}
+A100, T4, NO_GPU = 0, 1, 2
+GIB = 1024
+
+
+@pytest.fixture
+def state() -> ClusterState:
+    return ClusterState(topology_from_dict(CLUSTER))
+
+
+def snapshot(state: ClusterState) -> dict[str, np.ndarray]:
+    """Copies of every array of the state, per-node and per-domain at every level."""
+    arrays: dict[str, np.ndarray] = {
+        "gpu_free_milli": state.gpu_free_milli,
+        "free_whole_gpus": state.free_whole_gpus,
+        "free_cpu_milli": state.free_cpu_milli,
+        "free_memory_mib": state.free_memory_mib,
+        "health": state.health,
+    }
+    for level in range(len(state.free_hist)):
+        arrays[f"free_hist[{level}]"] = state.free_hist[level]
+        arrays[f"free_gpus[{level}]"] = state.free_gpus[level]
+        arrays[f"free_milli[{level}]"] = state.free_milli[level]
+        arrays[f"idle_nodes[{level}]"] = state.idle_nodes[level]
+        arrays[f"domain_free_cpu[{level}]"] = state.domain_free_cpu[level]
+        arrays[f"domain_free_memory[{level}]"] = state.domain_free_memory[level]
+    return {name: array.copy() for name, array in arrays.items()}
+
+
+def assert_same(before: dict[str, np.ndarray], after: dict[str, np.ndarray]) -> None:
+    assert before.keys() == after.keys()
+    for name in before:
+        assert before[name].dtype == after[name].dtype, name
+        assert before[name].shape == after[name].shape, name
+        assert before[name].tobytes() == after[name].tobytes(), name
+
+
+def assert_aggregates_fresh(state: ClusterState) -> None:
+    """Every incremental aggregate equals the from-scratch recomputation."""
+    fresh = state.compute_aggregates()
+    pairs: dict[str, list[Any]] = {
+        "free_hist": state.free_hist,
+        "free_gpus": state.free_gpus,
+        "free_milli": state.free_milli,
+        "idle_nodes": state.idle_nodes,
+        "cpu": state.domain_free_cpu,
+        "memory": state.domain_free_memory,
+    }
+    for name, incremental in pairs.items():
+        assert len(incremental) == len(fresh[name])
+        for level, (ours, theirs) in enumerate(zip(incremental, fresh[name], strict=True)):
+            assert np.array_equal(ours, theirs), f"{name}[{level}]"
+
+
+def totals(state: ClusterState, level: int) -> list[tuple[int, int, int, int, int]]:
+    """(free GPUs, free milli, idle nodes, free CPU milli, free memory MiB) per domain."""
+    return [
+        (
+            int(state.free_gpus[level][d]),
+            int(state.free_milli[level][d]),
+            int(state.idle_nodes[level][d]),
+            int(state.domain_free_cpu[level][d]),
+            int(state.domain_free_memory[level][d]),
+        )
+        for d in range(state.topology.n_domains(level))
+    ]
+
+
+def test_initial_aggregates(state: ClusterState) -> None:
+    # Root: 8 + 4 + 2 = 14 GPUs, 14,000 milli, 4 idle nodes,
+    #       CPU 64 + 32 + 16 + 8 = 120 cores, memory 256 + 128 + 64 + 32 = 480 GiB.
+    assert totals(state, 0) == [(14, 14_000, 4, 120_000, 480 * GIB)]
+    # r0 = n0 + n1: 12 GPUs, 96 cores, 384 GiB; r1 = n2 + n3: 2 GPUs, 24 cores, 96 GiB.
+    assert totals(state, 1) == [(12, 12_000, 2, 96_000, 384 * GIB), (2, 2_000, 2, 24_000, 96 * GIB)]
+    hist = state.free_hist[1]
+    assert hist.shape == (2, 3, 9)
+    # r0: one A100 node with 8 free, one T4 node with 4 free; r1: a T4 node with 2, a CPU node.
+    assert np.argwhere(hist).tolist() == [[0, A100, 8], [0, T4, 4], [1, T4, 2], [1, NO_GPU, 0]]
+    assert state.gpu_free_milli[2].tolist() == [1000, 1000, 0, 0, 0, 0, 0, 0]
+    assert state.free_whole_gpus.tolist() == [8, 4, 2, 0]
+    assert state.total_free_gpus == 14
+    assert_aggregates_fresh(state)
+
+
+# Each case: the allocation, then per node (free whole GPUs, free milli row, CPU, memory) for the
+# touched node, and the root totals afterwards.
+ALLOCATIONS = [
+    pytest.param(
+        # Two whole A100s, 8 cores, 32 GiB on n0: 6 free GPUs, n0 no longer idle.
+        Allocation.of([0], [[0, 1]], cpu_milli=8_000, memory_mib=32 * GIB),
+        0,
+        (6, [0, 0, 1000, 1000, 1000, 1000, 1000, 1000], 56_000, 224 * GIB),
+        (12, 12_000, 3, 112_000, 448 * GIB),
+        id="whole-gpus",
+    ),
+    pytest.param(
+        # 300 milli of n1's GPU 2: that GPU is no longer whole, 13 whole GPUs, 13,700 milli.
+        Allocation.of([1], [[2]], gpu_milli=300),
+        1,
+        (3, [1000, 1000, 700, 1000, 0, 0, 0, 0], 32_000, 128 * GIB),
+        (13, 13_700, 3, 120_000, 480 * GIB),
+        id="fraction",
+    ),
+    pytest.param(
+        # Two pods of 400 milli on n2's GPU 0 (one gang sharing a GPU): 200 milli left.
+        Allocation.of([2, 2], [[0], [0]], gpu_milli=400, cpu_milli=1_000),
+        2,
+        (1, [200, 1000, 0, 0, 0, 0, 0, 0], 14_000, 64 * GIB),
+        (13, 13_200, 3, 118_000, 480 * GIB),
+        id="fraction-shared-by-two-pods",
+    ),
+    pytest.param(
+        # A whole 1,000-milli "fraction" is a whole GPU.
+        Allocation.of([2], [[1]], gpu_milli=1000),
+        2,
+        (1, [1000, 0, 0, 0, 0, 0, 0, 0], 16_000, 64 * GIB),
+        (13, 13_000, 3, 120_000, 480 * GIB),
+        id="fraction-1000-is-whole",
+    ),
+    pytest.param(
+        # CPU-only pod on n3 (no GPU columns): GPUs unchanged, n3 no longer idle.
+        Allocation.of([3], np.zeros((1, 0), dtype=np.int64), cpu_milli=4_000, memory_mib=GIB),
+        3,
+        (0, [0, 0, 0, 0, 0, 0, 0, 0], 4_000, 31 * GIB),
+        (14, 14_000, 3, 116_000, 479 * GIB),
+        id="cpu-only",
+    ),
+    pytest.param(
+        # Everything n2 has: both GPUs, all CPU and memory.
+        Allocation.of([2], [[0, 1]], cpu_milli=16_000, memory_mib=64 * GIB),
+        2,
+        (0, [0, 0, 0, 0, 0, 0, 0, 0], 0, 0),
+        (12, 12_000, 3, 104_000, 416 * GIB),
+        id="exactly-full",
+    ),
+    pytest.param(
+        # A gang over two racks: 4 A100s on n0 and 4 T4s on n1, 2 cores each pod.
+        Allocation.of([0, 1], [[0, 1, 2, 3], [0, 1, 2, 3]], cpu_milli=2_000),
+        1,
+        (0, [0, 0, 0, 0, 0, 0, 0, 0], 30_000, 128 * GIB),
+        (6, 6_000, 2, 116_000, 480 * GIB),
+        id="gang",
+    ),
+]
+
+
+@pytest.mark.parametrize(("allocation", "node", "node_after", "root_after"), ALLOCATIONS)
+def test_allocate_then_release(
+    state: ClusterState,
+    allocation: Allocation,
+    node: int,
+    node_after: tuple[int, list[int], int, int],
+    root_after: tuple[int, int, int, int, int],
+) -> None:
+    before = snapshot(state)
+    state.allocate("job", allocation)
+    whole, milli, cpu, memory = node_after
+    assert int(state.free_whole_gpus[node]) == whole
+    assert state.gpu_free_milli[node].tolist() == milli
+    assert (int(state.free_cpu_milli[node]), int(state.free_memory_mib[node])) == (cpu, memory)
+    assert totals(state, 0) == [root_after]
+    assert state.owners_on([node]) == ["job"]
+    assert_aggregates_fresh(state)
+    released = state.release("job")
+    assert released is allocation
+    assert state.allocations == {}
+    assert_same(before, snapshot(state))
+
+
+def test_fractions_fill_a_gpu_exactly(state: ClusterState) -> None:
+    state.allocate("a", Allocation.of([1], [[3]], gpu_milli=600))
+    state.allocate("b", Allocation.of([1], [[3]], gpu_milli=400))
+    # 600 + 400 = 1000: nothing left on n1's GPU 3.
+    assert int(state.gpu_free_milli[1, 3]) == 0
+    assert int(state.free_whole_gpus[1]) == 3
+    with pytest.raises(InputError) as caught:
+        state.allocate("c", Allocation.of([1], [[3]], gpu_milli=1))
+    assert caught.value.rule == "needs 1 milli-GPU, 0 free"
+    state.release("a")
+    # 400 milli still held by b: the GPU is not whole again.
+    assert int(state.gpu_free_milli[1, 3]) == 600
+    assert int(state.free_whole_gpus[1]) == 3
+    state.release("b")
+    assert int(state.free_whole_gpus[1]) == 4
+    assert_aggregates_fresh(state)
+
+
+def test_free_histogram_moves_between_bins(state: ClusterState) -> None:
+    # n0 (A100, r0) goes from 8 free to 5 free: bin 8 empties, bin 5 fills, at both levels.
+    state.allocate("job", Allocation.of([0], [[0, 1, 2]]))
+    assert state.free_hist[1][0, A100].tolist() == [0, 0, 0, 0, 0, 1, 0, 0, 0]
+    assert state.free_hist[0][0, A100].tolist() == [0, 0, 0, 0, 0, 1, 0, 0, 0]
+    # 10 milli of GPU 3 takes that GPU out of the whole count: 4 whole GPUs free.
+    state.allocate("frac", Allocation.of([0], [[3]], gpu_milli=10))
+    assert state.free_hist[0][0, A100].tolist() == [0, 0, 0, 0, 1, 0, 0, 0, 0]
+    assert_aggregates_fresh(state)
+
+
+def put(owner: str, allocation: Allocation) -> Callable[[ClusterState], object]:
+    return lambda s: s.allocate(owner, allocation)
+
+
+def health(nodes: list[int], value: Health) -> Callable[[ClusterState], object]:
+    return lambda s: s.set_health(nodes, value)
+
+
+def nothing(s: ClusterState) -> None:
+    return None
+
+
+def allocated_then_released(s: ClusterState) -> None:
+    s.allocate("job", Allocation.of([0], [[0]]))
+    s.release("job")
+
+
+def no_gpus(pods: int) -> np.ndarray:
+    return np.zeros((pods, 0), dtype=np.int64)
+
+
+# Each case: setup (already applied, valid), the failing call, then field, value and rule part.
+ERRORS = [
+    # --- fractions outside (0, 1000] and fractions over several GPUs.
+    (nothing, put("job", Allocation.of([0], [[0]], gpu_milli=0)),
+     "allocation[job].gpu_milli", 0, "must be in (0, 1000]"),
+    (nothing, put("job", Allocation.of([0], [[0]], gpu_milli=-250)),
+     "allocation[job].gpu_milli", -250, "must be in (0, 1000]"),
+    (nothing, put("job", Allocation.of([0], [[0]], gpu_milli=1001)),
+     "allocation[job].gpu_milli", 1001, "must be in (0, 1000]"),
+    (nothing, put("job", Allocation.of([0], [[0, 1]], gpu_milli=500)),
+     "allocation[job].gpu_milli", 500, "one GPU per pod"),
+    # --- indices that do not exist.
+    (nothing, put("job", Allocation.of([4], [[0]])), "allocation[job].nodes", 4, "[0, 4)"),
+    (nothing, put("job", Allocation.of([0, -1], [[0], [0]])),
+     "allocation[job].nodes", -1, "[0, 4)"),
+    (nothing, put("job", Allocation.of([2], [[2]])),
+     "allocation[job].gpus[0]", [2], "node n2 has 2 GPUs"),
+    (nothing, put("job", Allocation.of([0, 3], [[0], [0]])),
+     "allocation[job].gpus[1]", [0], "node n3 has 0 GPUs"),
+    (nothing, put("job", Allocation.of([0], [[-1]])),
+     "allocation[job].gpus[0]", [-1], "node n0 has 8 GPUs"),
+    (nothing, put("job", Allocation.of([0], [[0]], cpu_milli=-1)),
+     "allocation[job].cpu_milli", -1, ">= 0"),
+    (nothing, put("job", Allocation.of([0], [[0]], memory_mib=-1)),
+     "allocation[job].memory_mib", -1, ">= 0"),
+    # --- more than is free.
+    (put("other", Allocation.of([0], [[0]])), put("job", Allocation.of([0], [[1, 0]])),
+     "allocation[job].gpus", "n0 GPU 0", "needs 1000 milli-GPU, 0 free"),
+    (put("other", Allocation.of([1], [[3]], gpu_milli=700)),
+     put("job", Allocation.of([1], [[3]], gpu_milli=301)),
+     "allocation[job].gpus", "n1 GPU 3", "needs 301 milli-GPU, 300 free"),
+    (put("other", Allocation.of([1], [[3]], gpu_milli=1)), put("job", Allocation.of([1], [[3]])),
+     "allocation[job].gpus", "n1 GPU 3", "needs 1000 milli-GPU, 999 free"),
+    # The same GPU twice in one pod, and two pods sharing 600 + 600 > 1000 of one GPU.
+    (nothing, put("job", Allocation.of([2], [[0, 0]])),
+     "allocation[job].gpus", "n2 GPU 0", "needs 2000 milli-GPU, 1000 free"),
+    (nothing, put("job", Allocation.of([2, 2], [[1], [1]], gpu_milli=600)),
+     "allocation[job].gpus", "n2 GPU 1", "needs 1200 milli-GPU, 1000 free"),
+    (nothing, put("job", Allocation.of([2], [[0]], cpu_milli=16_001)),
+     "allocation[job].cpu_milli", 16_001, "exceeds the 16000 free on node n2"),
+    # Two pods of 9 cores on n2: 18,000 > 16,000.
+    (nothing, put("job", Allocation.of([2, 2], no_gpus(2), cpu_milli=9_000)),
+     "allocation[job].cpu_milli", 18_000, "exceeds the 16000 free on node n2"),
+    (put("other", Allocation.of([3], no_gpus(1), memory_mib=GIB)),
+     put("job", Allocation.of([3], no_gpus(1), memory_mib=31 * GIB + 1)),
+     "allocation[job].memory_mib", 31 * GIB + 1, f"exceeds the {31 * GIB} free on node n3"),
+    # --- owners: twice, empty, release of what was never allocated or already released.
+    (put("job", Allocation.of([0], [[0]])), put("job", Allocation.of([1], [[0]])),
+     "owner", "job", "already holds an allocation"),
+    (nothing, put("", Allocation.of([0], [[0]])), "owner", "", "non-empty job id"),
+    (nothing, lambda s: s.release("ghost"), "owner", "ghost", "holds no allocation"),
+    (allocated_then_released, lambda s: s.release("job"), "owner", "job", "holds no allocation"),
+    # --- non-healthy nodes take no new work, even one node of a gang.
+    (health([1], Health.DRAINING), put("job", Allocation.of([1], [[0]])),
+     "allocation[job].nodes", "n1", "node is draining"),
+    (health([1], Health.CORDONED), put("job", Allocation.of([1], no_gpus(1), cpu_milli=1)),
+     "allocation[job].nodes", "n1", "node is cordoned"),
+    (health([2], Health.DOWN), put("job", Allocation.of([0, 2], [[0], [0]])),
+     "allocation[job].nodes", "n2", "node is down"),
+    # --- health changes with bad arguments.
+    (nothing, lambda s: s.set_health([1, 7], Health.DOWN), "nodes", [1, 7], "valid node indices"),
+    (nothing, lambda s: s.set_health([-1], Health.DOWN), "nodes", [-1], "valid node indices"),
+    (nothing, lambda s: s.set_health([1], 9), "health", 9, "healthy, draining, cordoned, down"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("setup", "call", "field", "value", "rule_part"), ERRORS)
+def test_errors_change_nothing(
+    state: ClusterState,
+    setup: Callable[[ClusterState], object],
+    call: Callable[[ClusterState], object],
+    field: str,
+    value: Any,
+    rule_part: str,
+) -> None:
+    setup(state)
+    before = snapshot(state)
+    owners = dict(state.allocations)
+    with pytest.raises(InputError) as caught:
+        call(state)
+    error = caught.value
+    assert (error.field, error.value) == (field, value)
+    assert rule_part in error.rule
+    assert str(error) == f"{field}: {value!r} is invalid: {error.rule}"
+    assert_same(before, snapshot(state))
+    assert state.allocations == owners
+    assert_aggregates_fresh(state)
+
+
+@pytest.mark.parametrize("value", [Health.DRAINING, Health.CORDONED, Health.DOWN])
+def test_only_healthy_nodes_count(state: ClusterState, value: Health) -> None:
+    state.allocate("job", Allocation.of([1], [[0]], cpu_milli=2_000))
+    before = snapshot(state)
+    previous = state.set_health([0, 1], value)
+    assert previous.tolist() == [Health.HEALTHY, Health.HEALTHY]
+    # Only r1 (n2, n3) counts: 2 GPUs, 2 idle nodes, 24 cores, 96 GiB; r0 is all zeros.
+    assert totals(state, 0) == [(2, 2_000, 2, 24_000, 96 * GIB)]
+    assert totals(state, 1) == [(0, 0, 0, 0, 0), (2, 2_000, 2, 24_000, 96 * GIB)]
+    assert state.free_hist[1][0].sum() == 0
+    # The node arrays still hold n0's and n1's free capacity; only the aggregates drop them.
+    assert state.free_whole_gpus.tolist() == [8, 3, 2, 0]
+    assert_aggregates_fresh(state)
+    # Back to healthy: every array as before, bit for bit.
+    state.set_health([0, 1], Health.HEALTHY)
+    assert_same(before, snapshot(state))
+    # A job on a non-healthy node can still be released; r0 stays out of the aggregates.
+    state.set_health([0, 1], value)
+    state.release("job")
+    assert totals(state, 1)[0] == (0, 0, 0, 0, 0)
+    assert int(state.free_whole_gpus[1]) == 4
+    assert_aggregates_fresh(state)
+    state.set_health([0, 1], Health.HEALTHY)
+    # n1 is whole again: r0 = 12 GPUs, 2 idle nodes, 96 cores, 384 GiB.
+    assert totals(state, 1)[0] == (12, 12_000, 2, 96_000, 384 * GIB)
+    assert_aggregates_fresh(state)
+
+
+def test_health_restore_is_exact(state: ClusterState) -> None:
+    state.allocate("job", Allocation.of([0], [[0, 1]], memory_mib=GIB))
+    before = snapshot(state)
+    previous = state.set_health([3, 0, 0], Health.DOWN)
+    # Nodes are de-duplicated and sorted: previous health of n0 and n3.
+    assert previous.tolist() == [0, 0]
+    assert state.health.tolist() == [Health.DOWN, 0, 0, Health.DOWN]
+    state.restore_health(np.array([0, 3]), previous)
+    assert_same(before, snapshot(state))
+
+
+def test_statement_rollback_commit_and_closing(state: ClusterState) -> None:
+    start = snapshot(state)
+    statement = Statement(state)
+    statement.allocate("a", Allocation.of([0], [[0, 1]], cpu_milli=1_000))
+    mark = statement.checkpoint()
+    at_mark = snapshot(state)
+    statement.allocate("b", Allocation.of([2], [[0]], gpu_milli=250))
+    statement.set_health([1], Health.DOWN)
+    statement.evict("a")
+    statement.release("b")
+    assert state.allocations == {}
+    statement.rollback(mark)
+    assert_same(at_mark, snapshot(state))
+    assert list(state.allocations) == ["a"]
+    assert [op.kind for op in statement.operations] == [OperationKind.ALLOCATE]
+    with pytest.raises(InputError) as caught:
+        statement.rollback(2)
+    assert (caught.value.field, caught.value.value) == ("mark", 2)
+    operations = statement.commit()
+    assert [(op.kind, op.owner) for op in operations] == [(OperationKind.ALLOCATE, "a")]
+    with pytest.raises(InputError) as caught:
+        statement.release("a")
+    assert caught.value.field == "statement"
+    # The commit kept "a"; a new statement discarding its own work leaves "a" in place.
+    second = Statement(state)
+    second.release("a")
+    second.allocate("c", Allocation.of([1], [[0]]))
+    second.discard()
+    assert_same(at_mark, snapshot(state))
+    state.release("a")
+    assert_same(start, snapshot(state))
+
+
+def test_statement_failed_operation_is_not_recorded(state: ClusterState) -> None:
+    statement = Statement(state)
+    statement.allocate("a", Allocation.of([0], [[0]]))
+    before = snapshot(state)
+    with pytest.raises(InputError):
+        statement.allocate("b", Allocation.of([0], [[0]]))
+    with pytest.raises(InputError):
+        statement.set_health([9], Health.DOWN)
+    assert len(statement.operations) == 1
+    assert_same(before, snapshot(state))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ClusterState._check_fits multiplies pod count by per-pod CPU/memory in int64: "
+    "2 pods x 2**62 millicores wraps to a negative total, passes the check and drives the "
+    "node's free CPU to about -2**63",
+    raises=pytest.fail.Exception,
+)
+def test_huge_cpu_request_is_rejected(state: ClusterState) -> None:
+    before = snapshot(state)
+    with pytest.raises(InputError) as caught:
+        state.allocate("job", Allocation.of([0, 0], no_gpus(2), cpu_milli=2**62))
+    assert caught.value.field == "allocation[job].cpu_milli"
+    assert_same(before, snapshot(state))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ClusterState._validate_shape accepts a non-integer gpu_milli in (0, 1000]: 0.5 is "
+    "truncated to 0 by np.int16, so the owner is recorded as holding a GPU share it never took",
+    raises=pytest.fail.Exception,
+)
+def test_non_integer_fraction_is_rejected(state: ClusterState) -> None:
+    with pytest.raises(InputError) as caught:
+        state.allocate("job", Allocation.of([0], [[0]], gpu_milli=0.5))  # type: ignore[arg-type]
+    assert caught.value.field == "allocation[job].gpu_milli"
