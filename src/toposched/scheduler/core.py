@@ -16,11 +16,12 @@ from toposched.placement.policies import BestFit, PlacementPolicy
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, Unschedulable, place
 from toposched.policy.budget import BudgetTree
-from toposched.policy.contract import Contract
-from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier
+from toposched.policy.contract import Contract, RunningJob
+from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier, Ranking
 from toposched.policy.usage import UsageTracker
-from toposched.scheduler.decisions import Bind, Decision, Reserve
-from toposched.scheduler.jobs import Job, JobState, Reservation
+from toposched.scheduler.decisions import Bind, Decision, Evict, Reserve
+from toposched.scheduler.jobs import EvictionRecord, Job, JobState, Nomination, Reservation
+from toposched.scheduler.preemption import Candidate, ImpactPolicy, PreemptionPlan, VictimSearch
 
 IntArray = NDArray[np.int64]
 _HEALTHY = int(Health.HEALTHY)
@@ -64,9 +65,46 @@ def _shape(request: GangRequest) -> tuple[object, ...]:
     )
 
 
+class _Fence:
+    """Nodes kept from the rest of a cycle (reserved or nominated), cordoned while it runs.
+
+    Only healthy nodes are fenced, so lifting the fence makes them healthy again.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.fenced: set[int] = set()
+
+    @property
+    def any(self) -> bool:
+        return bool(self.fenced)
+
+    def close(self, nodes: IntArray) -> None:
+        fresh = [n for n in nodes.tolist() if n not in self.fenced]
+        if not fresh:
+            return
+        candidates = np.array(fresh, dtype=np.int64)
+        healthy = candidates[self.state.health[candidates] == _HEALTHY]
+        if healthy.size:
+            self.state.set_health(healthy, Health.CORDONED)
+            self.fenced.update(healthy.tolist())
+
+    def open(self, nodes: IntArray) -> None:
+        mine = np.array([n for n in nodes.tolist() if n in self.fenced], dtype=np.int64)
+        if mine.size:
+            self.state.set_health(mine, Health.HEALTHY)
+            self.fenced.difference_update(mine.tolist())
+
+    def open_all(self) -> None:
+        if self.fenced:
+            self.state.set_health(np.array(sorted(self.fenced), dtype=np.int64), Health.HEALTHY)
+            self.fenced.clear()
+
+
 class Scheduler:
-    """Orders pending jobs by Fair Tree, places what fits, reserves for the first blocked large
-    job, and backfills behind it only where the reservation is not delayed.
+    """Orders pending jobs by Fair Tree, places what fits, preempts under the contract for jobs
+    that should run but do not fit, reserves for the first blocked large job, and backfills
+    behind it only where the reservation is not delayed.
 
     No clock and no I/O: every call passes `now` (seconds). `cycle(now)` returns decisions; the
     allocations of bound jobs are already held in `state`, and a backend starts the pods. Events
@@ -81,6 +119,9 @@ class Scheduler:
         usage: UsageTracker | None = None,
         policy: PlacementPolicy | None = None,
         reserve_min_gpus: float = 8,
+        grace_s: float = 30.0,
+        max_preemptions_per_cycle: int = 8,
+        impact: ImpactPolicy | None = None,
     ) -> None:
         self.state = state
         self.tree = tree
@@ -96,6 +137,15 @@ class Scheduler:
         # Running jobs by expected release time, kept sorted as jobs start and stop, so a
         # reservation reads them in order without sorting every running job each cycle.
         self._releases: SortedList = SortedList()
+        self.grace_s = grace_s
+        self.max_preemptions_per_cycle = max_preemptions_per_cycle
+        self.victim_search = VictimSearch(state, self.policy, impact)
+        # Preemption candidates without scanning every running job: unallocated work, and
+        # allocated jobs by the time their protection ends.
+        self._unallocated_running: set[str] = set()
+        self._protection: SortedList = SortedList()
+        self._contract_views: dict[str, RunningJob] = {}
+        self._preemptor_of: dict[str, str] = {}
 
     # --- events ------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, now: float) -> Job:
@@ -119,9 +169,9 @@ class Scheduler:
         job = self.submit(spec, now)
         self._start(job, Placement(job.request, allocation), now)
         # Protection counts from the real start; usage is charged from now, when we took over.
-        self._releases.remove(self._release_time(job))
+        self._forget_running(job)
         job.start_time = start_time
-        self._releases.add(self._release_time(job))
+        self._remember_running(job)
         return job
 
     def finish(self, job_id: str, now: float) -> Job:
@@ -147,12 +197,34 @@ class Scheduler:
             job.record(now, "failed")
         return job
 
+    def evicted(self, job_id: str, now: float) -> Job:
+        """The backend reports an evicted job gone: its GPUs return to the nominee, and the job
+        is requeued (resumable, or restartable by policy) or failed, as the contract says."""
+        job = self._running(job_id)
+        view = self._contract_views[job_id]
+        self._stop(job, now)
+        job.preemptions += 1
+        outcome = self.contract.after_preemption(view)
+        if outcome.requeued is not None:
+            job.record(now, f"preempted; {outcome.reason}")
+            self._enqueue(job)
+        else:
+            job.state = JobState.FAILED
+            job.end_time = now
+            job.record(now, f"preempted; {outcome.reason}")
+        return job
+
+    def report_checkpoint(self, job_id: str, now: float) -> None:
+        """A running job saved its state: preempting it now loses only work after `now`."""
+        self._running(job_id).last_checkpoint = now
+
     def cancel(self, job_id: str, now: float) -> Job:
         job = self._job(job_id)
         if job.state is JobState.RUNNING:
             self._stop(job, now)
         elif job.state is JobState.PENDING:
             self.queue.remove(job_id)
+            job.nomination = None
         else:
             raise InputError("job", job_id, f"is already {job.state}")
         job.state = JobState.CANCELLED
@@ -177,18 +249,30 @@ class Scheduler:
 
     # --- the cycle ---------------------------------------------------------------------------
     def cycle(self, now: float) -> CycleResult:
-        """Order pending jobs, place what fits, reserve for the first blocked large job and
-        backfill behind it. Returns the decisions; bound jobs already hold their allocation."""
+        """Order pending jobs, place what fits, preempt for what should run, reserve for the
+        first blocked large job and backfill behind it. Returns the decisions; bound jobs
+        already hold their allocation, evicted jobs keep theirs until reported gone."""
         result = CycleResult(now)
         blocked: dict[tuple[object, ...], tuple[int, str]] = {}
+        unpreemptable: dict[tuple[object, ...], str] = {}
         self.reservation = None
-        cordon: tuple[IntArray, NDArray[np.uint8]] | None = None
-        entries = list(self.queue.ordered(now))
+        fence = _Fence(self.state)
+        preemptions_left = self.max_preemptions_per_cycle
         try:
+            self._evict_from_draining_nodes(now, result)
+            entries = list(self.queue.ordered(now))
+            ranking = self.queue.ranking(now)
+            for entry in entries:
+                job = self.jobs[entry.job_id]
+                if job.nomination is not None:
+                    fence.close(job.nomination.nodes)
             for entry in entries:
                 job = self.jobs[entry.job_id]
                 job.reservation = None
                 result.considered += 1
+                if job.nomination is not None:
+                    if self._start_nominee(job, fence, now, result):
+                        continue
                 shape = _shape(job.request)
                 known = blocked.get(shape)
                 if known is not None and job.request.pods >= known[0]:
@@ -198,42 +282,155 @@ class Scheduler:
                 outcome = place(self.state, job.request, self.policy)
                 if (
                     isinstance(outcome, Unschedulable)
-                    and cordon is not None
+                    and self.reservation is not None
                     and self._ends_before_reservation(job, now)
                 ):
                     # EASY backfill: a job that ends before the reservation may use its nodes.
-                    self.state.restore_health(*cordon)
+                    fence.open(self._reserved_nodes)
                     outcome = place(self.state, job.request, self.policy)
-                    cordon = self._cordon(self._reserved_nodes)
+                    fence.close(self._reserved_nodes)
                 if isinstance(outcome, Placement):
                     self._start(job, outcome, now)
                     result.decisions.append(
-                        Bind(job.job_id, outcome.allocation, job.unallocated, cordon is not None)
+                        Bind(job.job_id, outcome.allocation, job.unallocated, fence.any)
                     )
                     continue
                 previous = blocked.get(shape)
                 if previous is None or job.request.pods < previous[0]:
                     blocked[shape] = (job.request.pods, outcome.reason)
                 job.reason = outcome.reason
-                if (
-                    self.reservation is None
-                    and job.gpus >= self.reserve_min_gpus
-                    and self.queue.tier(entry, self.queue.ranking(now)) is QueueTier.ALLOCATED
-                ):
+                allocated = self.queue.tier(entry, ranking) is QueueTier.ALLOCATED
+                if allocated and preemptions_left > 0 and not entry.unallocated:
+                    if shape in unpreemptable:
+                        job.reason += f"; no preemption: {unpreemptable[shape]}"
+                    else:
+                        plan = self._plan_preemption(job, entry, ranking, now)
+                        if isinstance(plan, PreemptionPlan):
+                            preemptions_left -= 1
+                            self._carry_out(job, plan, now, result)
+                            fence.close(job.nomination.nodes if job.nomination else plan.nodes)
+                            continue
+                        unpreemptable[shape] = plan
+                        job.reason += f"; no preemption: {plan}"
+                if self.reservation is None and allocated and job.gpus >= self.reserve_min_gpus:
                     reservation = self._reserve(job, now)
                     if reservation is not None:
                         self.reservation = reservation
                         job.reservation = reservation
-                        job.reason = f"{reservation.describe(now)}; now: {outcome.reason}"
+                        job.reason = f"{reservation.describe(now)}; now: {job.reason}"
                         result.decisions.append(
                             Reserve(job.job_id, reservation.start_time, reservation.domain)
                         )
-                        cordon = self._cordon(self._reserved_nodes)
-                        # Capacity just shrank for everyone behind: old failures still hold.
+                        # Capacity shrinks for everyone behind: earlier failures still hold.
+                        fence.close(self._reserved_nodes)
         finally:
-            if cordon is not None:
-                self.state.restore_health(*cordon)
+            fence.open_all()
         return result
+
+    def _start_nominee(self, job: Job, fence: _Fence, now: float, result: CycleResult) -> bool:
+        """Start a preemptor whose victims are gone, on the nodes kept for it."""
+        nomination = job.nomination
+        assert nomination is not None
+        if nomination.victims:
+            job.reason = (
+                f"preempting: waiting for {len(nomination.victims)} evicted job(s) to exit "
+                "(grace period); their GPUs are kept for this job"
+            )
+            return True
+        fence.open(nomination.nodes)
+        outcome = place(self.state, job.request, self.policy)
+        job.nomination = None
+        if isinstance(outcome, Placement):
+            self._start(job, outcome, now)
+            result.decisions.append(Bind(job.job_id, outcome.allocation, job.unallocated))
+            return True
+        # The cluster changed while victims left (e.g. a node failed): plan again.
+        job.record(now, f"nominated capacity no longer fits ({outcome.reason}); re-planning")
+        return False
+
+    def _candidates(self, entry: QueueEntry, ranking: Ranking, now: float) -> list[Candidate]:
+        """Running jobs the contract lets `entry` preempt now, with their lost work."""
+        names = list(self._unallocated_running)
+        protected_from = self._protection.bisect_right((now, "\uffff"))
+        names += [job_id for _, job_id in self._protection.islice(0, protected_from)]
+        candidates: list[Candidate] = []
+        n_leaves = len(ranking.leaves)
+        for job_id in names:
+            victim = self.running[job_id]
+            if victim.evicting:
+                continue
+            verdict = self.contract.may_preempt(entry, self._contract_views[job_id], now, ranking)
+            if not verdict.allowed:
+                continue
+            assert victim.start_time is not None
+            since = max(victim.start_time, victim.last_checkpoint or victim.start_time)
+            allocation = self.state.allocations[job_id]
+            whole = allocation.gpus.shape[1] if allocation.gpu_milli == 1000 else 0
+            standing = (
+                0.0
+                if victim.unallocated or not ranking.is_ranked_leaf(victim.spec.account)
+                else float(n_leaves - ranking.rank(victim.spec.account))
+            )
+            candidates.append(
+                Candidate(
+                    job_id=job_id,
+                    rule=str(verdict.rule),
+                    lost_gpu_seconds=victim.gpus * max(now - since, 0.0),
+                    standing=standing,
+                    nodes=allocation.nodes,
+                    gpus_per_pod=float(whole),
+                )
+            )
+        return candidates
+
+    def _plan_preemption(
+        self, job: Job, entry: QueueEntry, ranking: Ranking, now: float
+    ) -> PreemptionPlan | str:
+        candidates = self._candidates(entry, ranking, now)
+        return self.victim_search.plan(job.job_id, job.request, candidates)
+
+    def _carry_out(self, job: Job, plan: PreemptionPlan, now: float, result: CycleResult) -> None:
+        """Evict the plan's victims with their grace period and nominate their capacity."""
+        for victim in plan.victims:
+            target = self.running[victim.job_id]
+            target.evicting = True
+            reason = f"preempted by {job.job_id} ({victim.rule})"
+            target.evictions.append(
+                EvictionRecord(now, job.job_id, victim.rule, reason, victim.lost_gpu_seconds)
+            )
+            target.record(now, reason)
+            self._preemptor_of[victim.job_id] = job.job_id
+            result.decisions.append(
+                Evict(victim.job_id, job.job_id, self.grace_s, victim.rule, victim.lost_gpu_seconds)
+            )
+        job.nomination = Nomination({v.job_id for v in plan.victims}, plan.nodes, now)
+        lost = plan.impact[0] / 3600
+        job.reason = (
+            f"preempting {len(plan.victims)} job(s) ({lost:,.1f} GPU-hours of work lost); "
+            "starts when they exit"
+        )
+        job.record(now, job.reason)
+
+    def _evict_from_draining_nodes(self, now: float, result: CycleResult) -> None:
+        """Jobs on draining nodes leave once their protection ends (unallocated ones at once)."""
+        draining = np.flatnonzero(self.state.health == Health.DRAINING)
+        if draining.size == 0:
+            return
+        for job_id in self.state.owners_on(draining):
+            job = self.running.get(job_id)
+            if job is None or job.evicting:
+                continue
+            assert job.start_time is not None
+            if not job.unallocated and now < job.start_time + job.min_runtime:
+                job.reason = "running on a draining node; leaves when its min runtime ends"
+                continue
+            job.evicting = True
+            since = max(job.start_time, job.last_checkpoint or job.start_time)
+            lost = job.gpus * max(now - since, 0.0)
+            reason = "its node is draining and its min runtime has ended"
+            job.evictions.append(EvictionRecord(now, "", "node_draining", reason, lost))
+            job.record(now, f"evicted: {reason}")
+            result.decisions.append(Evict(job_id, "", self.grace_s, "node_draining", lost))
 
     def _ends_before_reservation(self, job: Job, now: float) -> bool:
         runtime = job.spec.expected_runtime
@@ -242,12 +439,6 @@ class Scheduler:
             and runtime is not None
             and now + runtime <= self.reservation.start_time
         )
-
-    def _cordon(self, nodes: IntArray) -> tuple[IntArray, NDArray[np.uint8]]:
-        """Keep reserved nodes from backfill by cordoning them for the rest of the cycle."""
-        healthy = nodes[self.state.health[nodes] == _HEALTHY]
-        previous = self.state.set_health(healthy, Health.CORDONED)
-        return healthy, previous
 
     def _reserve(self, job: Job, now: float) -> Reservation | None:
         """The earliest time the job fits, releasing running jobs in the order they should end.
@@ -346,10 +537,47 @@ class Scheduler:
         if not job.unallocated:
             self.usage.start(spec.account, job.gpus, now)
         self.running[job.job_id] = job
+        job.last_checkpoint = None
+        self._remember_running(job)
+
+    def _remember_running(self, job: Job) -> None:
+        assert job.start_time is not None
+        spec = job.spec
+        view = RunningJob(
+            job_id=job.job_id,
+            account=spec.account,
+            priority=spec.priority,
+            submit_time=job.submit_time,
+            start_time=job.start_time,
+            min_runtime=job.min_runtime,
+            resumable=spec.resumable,
+            unallocated=job.unallocated,
+        )
+        self._contract_views[job.job_id] = view
         self._releases.add(self._release_time(job))
+        if job.unallocated:
+            self._unallocated_running.add(job.job_id)
+        else:
+            self._protection.add((job.start_time + job.min_runtime, job.job_id))
+
+    def _forget_running(self, job: Job) -> None:
+        assert job.start_time is not None
+        self._releases.remove(self._release_time(job))
+        del self._contract_views[job.job_id]
+        if job.unallocated:
+            self._unallocated_running.discard(job.job_id)
+        else:
+            self._protection.remove((job.start_time + job.min_runtime, job.job_id))
+        # A victim that left (evicted, finished or failed) no longer holds up its preemptor.
+        preemptor = self._preemptor_of.pop(job.job_id, None)
+        if preemptor is not None:
+            nomination = self.jobs[preemptor].nomination
+            if nomination is not None:
+                nomination.victims.discard(job.job_id)
+        job.evicting = False
 
     def _stop(self, job: Job, now: float) -> None:
-        self._releases.remove(self._release_time(job))
+        self._forget_running(job)
         self.state.release(job.job_id)
         del self.running[job.job_id]
         if not job.unallocated:

@@ -26,7 +26,6 @@ class Reserve:
     domain: str
 
 
-
 @dataclass(frozen=True)
 class Evict:
     """Stop `job_id` within `grace_s` seconds to make room for `preemptor`.

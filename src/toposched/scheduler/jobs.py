@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+import numpy as np
+from numpy.typing import NDArray
+
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.request import GangRequest
 
@@ -33,6 +36,26 @@ class Reservation:
 
 
 @dataclass
+class Nomination:
+    """Capacity being freed for a preemptor: nothing else may take these nodes."""
+
+    victims: set[str]
+    nodes: NDArray[np.int64]
+    decided_at: float
+
+
+@dataclass(frozen=True)
+class EvictionRecord:
+    """One eviction, as recorded on the victim."""
+
+    time: float
+    preemptor: str
+    rule: str
+    reason: str
+    lost_gpu_seconds: float
+
+
+@dataclass
 class Job:
     """One job and its history; its identity survives requeues."""
 
@@ -51,6 +74,14 @@ class Job:
     reason: str = "not yet considered"
     reservation: Reservation | None = None
     history: list[tuple[float, str]] = field(default_factory=list)
+    last_checkpoint: float | None = None
+    """When the running job last saved its state (resumable jobs that report it)."""
+    evicting: bool = False
+    """An eviction was decided; the job keeps its GPUs until the backend reports it gone."""
+    nomination: Nomination | None = None
+    """For a pending preemptor: victims still to exit and the nodes kept for it."""
+    evictions: list[EvictionRecord] = field(default_factory=list)
+    """Who preempted this job, why, and the impact charged."""
 
     @property
     def job_id(self) -> str:
