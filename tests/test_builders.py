@@ -238,12 +238,6 @@ def test_bad_arguments(
     assert str(error).startswith(f"{field}: {value!r} is invalid: ")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="builders do not bound gpus_per_node: counts > 127 overflow the int8 gpu_count "
-    "array in build_regular and raise numpy's OverflowError instead of InputError",
-    raises=OverflowError,
-)
 @pytest.mark.parametrize(
     ("build", "kwargs"),
     [
@@ -259,12 +253,6 @@ def test_too_many_gpus_per_node_is_input_error(
     assert caught.value.field == "gpus_per_node"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="nvl72_cluster and fat_tree_cluster accept negative cpu_milli / memory_mib and "
-    "build nodes with negative capacity",
-    raises=pytest.fail.Exception,
-)
 @pytest.mark.parametrize(
     ("build", "kwargs", "field"),
     [

@@ -238,12 +238,6 @@ def test_valid_base_description_loads() -> None:
     assert topology_from_dict(valid()).n_gpus == 22
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="loaders._count calls int(value) on a float GPU count before any check: NaN raises "
-    "ValueError and inf raises OverflowError instead of InputError",
-    raises=(ValueError, OverflowError),
-)
 @pytest.mark.parametrize(
     ("mutate", "field"),
     [

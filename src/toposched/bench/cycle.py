@@ -45,26 +45,41 @@ def _spec(name: str, account: str, pods: int, gpus: int, **topology: object) -> 
     return JobSpec.from_dict(data)
 
 
-def busy_scheduler(running_jobs: int = 106_000, seed: int = 0) -> Scheduler:
-    """The 1M-GPU fleet nearly full with `running_jobs` jobs; no rack is left whole.
+def busy_scheduler(
+    running_jobs: int = 106_000, seed: int = 0, unallocated_share: float = 0.0
+) -> Scheduler:
+    """The 1M-GPU fleet nearly full with about `running_jobs` jobs; no rack is left whole.
 
     Racks are filled in order by jobs of one node (4 GPUs), two nodes (8) or six nodes (24),
     then one node in every rack is freed, so about 5.5% of the GPUs are free, scattered.
+    `unallocated_share` of the jobs run as unallocated work (min runtime 0), preemptible.
     """
     rng = np.random.default_rng(seed)
     state = ClusterState(million_gpu_cluster())
     scheduler = Scheduler(state, team_tree())
     topology = state.topology
-    nodes_per_job = rng.choice([1, 2, 6], size=running_jobs, p=[0.5, 0.3, 0.2])
+    # Job sizes drawn until every node is covered; the last job is cut to end on the last node.
+    mean_nodes = topology.n_nodes / running_jobs
+    weights = [0.5, 0.3, 0.2] if mean_nodes > 2 else [0.6, 0.3, 0.1]
+    nodes_per_job = rng.choice([1, 2, 6], size=2 * running_jobs, p=weights)
     ends = np.cumsum(nodes_per_job)
-    keep = ends <= topology.n_nodes
-    nodes_per_job, ends = nodes_per_job[keep], ends[keep]
+    last = int(np.searchsorted(ends, topology.n_nodes))
+    nodes_per_job, ends = nodes_per_job[: last + 1].copy(), ends[: last + 1].copy()
+    nodes_per_job[-1] -= ends[-1] - topology.n_nodes
+    ends[-1] = topology.n_nodes
+    templates_needed = set(nodes_per_job.tolist())
     gpus = np.arange(4)
     # Validated once per shape; copies only change the name and account (already valid).
-    templates = {count: _spec("template", _team(0), count, 4) for count in (1, 2, 6)}
+    templates = {count: _spec("template", _team(0), count, 4) for count in templates_needed}
+    unallocated = {
+        count: template.model_copy(update={"min_runtime": 0.0, "resumable": True})
+        for count, template in templates.items()
+    }
+    is_unallocated = rng.random(nodes_per_job.size) < unallocated_share
     for index, (count, end) in enumerate(zip(nodes_per_job.tolist(), ends.tolist(), strict=True)):
         nodes = np.arange(end - count, end, dtype=np.int64)
-        spec = templates[count].model_copy(update={"name": f"run-{index}", "account": _team(index)})
+        source = unallocated if is_unallocated[index] else templates
+        spec = source[count].model_copy(update={"name": f"run-{index}", "account": _team(index)})
         allocation = Allocation.of(nodes, np.tile(gpus, (count, 1)))
         start = -float(rng.uniform(0, 6 * 3600))
         scheduler.adopt(spec, allocation, start_time=start, now=0.0)

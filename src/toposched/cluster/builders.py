@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.topology import GpuModel, Topology, build_regular
+from toposched.cluster.topology import MAX_GPUS_PER_NODE, GpuModel, Topology, build_regular
 
 GB300 = GpuModel("GB300", 288.0)
 GB200 = GpuModel("GB200", 186.0)
@@ -19,9 +19,17 @@ _SUPERPOD_MODELS = {"H100": H100, "B200": B200}
 MILLION_GPU_SHAPE = {"zones": 2, "blocks_per_zone": 15, "racks_per_block": 463}
 
 
-def _positive(field: str, value: int) -> int:
+def _positive(field: str, value: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
         raise InputError(field, value, "must be an integer >= 1")
+    if maximum is not None and value > maximum:
+        raise InputError(field, value, f"must be <= {maximum}")
+    return int(value)
+
+
+def _non_negative(field: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        raise InputError(field, value, "must be an integer >= 0")
     return int(value)
 
 
@@ -51,7 +59,7 @@ def nvl72_cluster(
     blocks_per_zone = _positive("blocks_per_zone", blocks_per_zone)
     racks_per_block = _positive("racks_per_block", racks_per_block)
     nodes_per_rack = _positive("nodes_per_rack", nodes_per_rack)
-    gpus_per_node = _positive("gpus_per_node", gpus_per_node)
+    gpus_per_node = _positive("gpus_per_node", gpus_per_node, MAX_GPUS_PER_NODE)
     if model not in _NVL72_MODELS:
         raise InputError("model", model, f"must be one of {', '.join(_NVL72_MODELS)}")
     capacity = zones * blocks_per_zone * racks_per_block
@@ -75,8 +83,8 @@ def nvl72_cluster(
         prefixes=("z", "b", "r", "n"),
         gpus_per_node=gpus_per_node,
         gpu_model=_NVL72_MODELS[model],
-        cpu_milli=cpu_milli,
-        memory_mib=memory_mib,
+        cpu_milli=_non_negative("cpu_milli", cpu_milli),
+        memory_mib=_non_negative("memory_mib", memory_mib),
     )
 
 
@@ -105,8 +113,8 @@ def superpod_cluster(
         prefixes=("g", "su", "n"),
         gpus_per_node=8,
         gpu_model=_SUPERPOD_MODELS[model],
-        cpu_milli=cpu_milli,
-        memory_mib=memory_mib,
+        cpu_milli=_non_negative("cpu_milli", cpu_milli),
+        memory_mib=_non_negative("memory_mib", memory_mib),
     )
 
 
@@ -127,8 +135,8 @@ def fat_tree_cluster(
         children_per_level=[[k], [half] * k],
         nodes_per_leaf=np.full(k * half, half, dtype=np.int64),
         prefixes=("p", "e", "h"),
-        gpus_per_node=_positive("gpus_per_node", gpus_per_node),
+        gpus_per_node=_positive("gpus_per_node", gpus_per_node, MAX_GPUS_PER_NODE),
         gpu_model=model,
-        cpu_milli=cpu_milli,
-        memory_mib=memory_mib,
+        cpu_milli=_non_negative("cpu_milli", cpu_milli),
+        memory_mib=_non_negative("memory_mib", memory_mib),
     )

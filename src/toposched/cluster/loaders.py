@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -12,16 +13,22 @@ from typing import Any
 import numpy as np
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.topology import NODE_LEVEL, ROOT_LEVEL, GpuModel, Topology
+from toposched.cluster.topology import (
+    MAX_GPUS_PER_NODE,
+    NODE_LEVEL,
+    ROOT_LEVEL,
+    GpuModel,
+    Topology,
+)
 from toposched.cluster.units import parse_cpu_milli, parse_memory_mib
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
 
 
 def _count(field: str, value: Any, rule: str = "must be an integer >= 0") -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(field, value, rule)
-    if value < 0:
+    if not math.isfinite(value) or value != int(value) or value < 0:
         raise InputError(field, value, rule)
     return int(value)
 
@@ -87,8 +94,10 @@ def topology_from_nodes(
                 )
             path.append(str(label))
         gpu_count = _count(f"{where}.gpus", record.get("gpus", 0))
-        if gpu_count > 64:
-            raise InputError(f"{where}.gpus", gpu_count, "must be <= 64 GPUs per node")
+        if gpu_count > MAX_GPUS_PER_NODE:
+            raise InputError(
+                f"{where}.gpus", gpu_count, f"must be <= {MAX_GPUS_PER_NODE} GPUs per node"
+            )
         model = record.get("gpu_model", "" if gpu_count == 0 else None)
         if not isinstance(model, str) or (gpu_count and not model):
             raise InputError(f"{where}.gpu_model", model, "a node with GPUs needs a GPU model name")

@@ -15,6 +15,7 @@ MILLI_PER_GPU = 1000
 _TOTAL_COLUMNS = ("free_gpus", "free_milli", "idle_nodes", "cpu", "memory")
 # Below these sizes plain Python beats numpy's per-call overhead (measured with bench cluster).
 _SMALL = 64
+_MAX_PER_POD = 2**40
 _FEW_NODES = 6
 _HEALTHY = 0  # Health.HEALTHY as a plain int: enum lookups cost on the hot path
 
@@ -60,7 +61,10 @@ class Allocation:
         memory_mib: int = 0,
     ) -> Allocation:
         nodes_array = np.asarray(nodes, dtype=np.int64).reshape(-1)
-        gpus_array = np.asarray(gpus, dtype=np.int64).reshape(len(nodes_array), -1)
+        gpus_array = np.asarray(gpus, dtype=np.int64)
+        if gpus_array.size == 0:
+            gpus_array = np.zeros((len(nodes_array), 0), dtype=np.int64)
+        gpus_array = gpus_array.reshape(len(nodes_array), -1)
         return Allocation(nodes_array, gpus_array, gpu_milli, cpu_milli, memory_mib)
 
 
@@ -223,6 +227,9 @@ class ClusterState:
                     gpus[pod].tolist(),
                     f"node {top.node_names[int(nodes[pod])]} has {int(counts[pod, 0])} GPUs",
                 )
+        milli = allocation.gpu_milli
+        if isinstance(milli, bool) or not isinstance(milli, int | np.integer):
+            raise InputError(f"{field}.gpu_milli", milli, "must be an integer milli-GPU")
         if gpus.size and not 0 < allocation.gpu_milli <= MILLI_PER_GPU:
             raise InputError(f"{field}.gpu_milli", allocation.gpu_milli, "must be in (0, 1000]")
         if gpus.shape[1] > 1 and allocation.gpu_milli != MILLI_PER_GPU:
@@ -233,8 +240,13 @@ class ClusterState:
             ("cpu_milli", allocation.cpu_milli),
             ("memory_mib", allocation.memory_mib),
         ):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise InputError(f"{field}.{name}", value, "must be an integer")
             if value < 0:
                 raise InputError(f"{field}.{name}", value, "must be >= 0")
+            if value > _MAX_PER_POD:
+                # The bound keeps pod count x request far from int64 overflow.
+                raise InputError(f"{field}.{name}", value, f"must be <= {_MAX_PER_POD}")
 
     @staticmethod
     def _unique(values: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
@@ -322,17 +334,24 @@ class ClusterState:
 
     def _apply_many(self, allocations: list[Allocation], sign: int) -> None:
         """`_apply` for many allocations in one vectorised pass (bulk release and re-take)."""
+        if not allocations:
+            return
         if len(allocations) == 1:
             self._apply(allocations[0], sign)
             return
         width = self.gpu_free_milli.shape[1]
+        # Flatten with one concatenate per array and repeats of per-allocation scalars: a
+        # numpy call per allocation would dominate when tens of thousands are released.
+        pods = np.array([a.pods for a in allocations], dtype=np.int64)
+        per_pod = np.array([a.gpus.shape[1] for a in allocations], dtype=np.int64)
         nodes = np.concatenate([a.nodes for a in allocations])
-        slots = np.concatenate(
-            [(a.nodes[:, None] * width + a.gpus).reshape(-1) for a in allocations]
+        gpus = np.concatenate([a.gpus.reshape(-1) for a in allocations])
+        slots = np.repeat(nodes, np.repeat(per_pod, pods)) * width + gpus
+        milli = np.repeat(
+            np.array([a.gpu_milli for a in allocations], dtype=np.int16), pods * per_pod
         )
-        milli = np.concatenate([np.full(a.gpus.size, a.gpu_milli, np.int16) for a in allocations])
-        cpu = np.concatenate([np.full(a.pods, a.cpu_milli, np.int64) for a in allocations])
-        memory = np.concatenate([np.full(a.pods, a.memory_mib, np.int64) for a in allocations])
+        cpu = np.repeat(np.array([a.cpu_milli for a in allocations], dtype=np.int64), pods)
+        memory = np.repeat(np.array([a.memory_mib for a in allocations], dtype=np.int64), pods)
         touched = np.unique(nodes)
         self._contribute(touched, -1)
         if slots.size:

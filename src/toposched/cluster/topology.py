@@ -12,6 +12,8 @@ from toposched.cluster.errors import InputError
 
 ROOT_LEVEL = "cluster"
 NODE_LEVEL = "node"
+#: GPU counts per node are stored as int8; real nodes have at most a few dozen.
+MAX_GPUS_PER_NODE = 64
 
 IntArray = NDArray[np.int64]
 

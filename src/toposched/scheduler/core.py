@@ -21,7 +21,13 @@ from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier, Rank
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.decisions import Bind, Decision, Evict, Reserve
 from toposched.scheduler.jobs import EvictionRecord, Job, JobState, Nomination, Reservation
-from toposched.scheduler.preemption import Candidate, ImpactPolicy, PreemptionPlan, VictimSearch
+from toposched.scheduler.preemption import (
+    DOMAINS_EXAMINED,
+    Candidate,
+    ImpactPolicy,
+    PreemptionPlan,
+    VictimSearch,
+)
 
 IntArray = NDArray[np.int64]
 _HEALTHY = int(Health.HEALTHY)
@@ -146,6 +152,9 @@ class Scheduler:
         self._protection: SortedList = SortedList()
         self._contract_views: dict[str, RunningJob] = {}
         self._preemptor_of: dict[str, str] = {}
+        # Who runs where, so failures, drains and local preemption need not scan every job.
+        self._owners_by_node: dict[int, set[str]] = {}
+        self._unallocated_gpus = np.zeros(state.topology.n_nodes, dtype=np.int64)
 
     # --- events ------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, now: float) -> Job:
@@ -238,7 +247,7 @@ class Scheduler:
         self.state.set_health(node_array, health)
         failed: list[Job] = []
         if health is Health.DOWN:
-            for owner in self.state.owners_on(node_array):
+            for owner in sorted(self.owners_on(node_array)):
                 if owner in self.running:
                     failed.append(self.fail(owner, now))
         return failed
@@ -348,20 +357,41 @@ class Scheduler:
         job.record(now, f"nominated capacity no longer fits ({outcome.reason}); re-planning")
         return False
 
-    def _candidates(self, entry: QueueEntry, ranking: Ranking, now: float) -> list[Candidate]:
+    def _candidates(
+        self, entry: QueueEntry, ranking: Ranking, now: float, among: list[str] | None = None
+    ) -> list[Candidate]:
         """Running jobs the contract lets `entry` preempt now, with their lost work."""
-        names = list(self._unallocated_running)
-        protected_from = self._protection.bisect_right((now, "\uffff"))
-        names += [job_id for _, job_id in self._protection.islice(0, protected_from)]
+        if among is not None:
+            names = among
+        else:
+            names = sorted(self._unallocated_running)
+            protected_from = self._protection.bisect_right((now, "\uffff"))
+            names += [job_id for _, job_id in self._protection.islice(0, protected_from)]
         candidates: list[Candidate] = []
         n_leaves = len(ranking.leaves)
+        # Unallocated victims are fair game for any allocated preemptor: ask the contract once
+        # for the preemptor, then per victim only for allocated ones.
+        unallocated_rule: str | None = None
         for job_id in names:
             victim = self.running[job_id]
             if victim.evicting:
                 continue
-            verdict = self.contract.may_preempt(entry, self._contract_views[job_id], now, ranking)
-            if not verdict.allowed:
-                continue
+            if victim.unallocated:
+                if unallocated_rule is None:
+                    verdict = self.contract.may_preempt(
+                        entry, self._contract_views[job_id], now, ranking
+                    )
+                    if not verdict.allowed:
+                        return []
+                    unallocated_rule = str(verdict.rule)
+                rule = unallocated_rule
+            else:
+                verdict = self.contract.may_preempt(
+                    entry, self._contract_views[job_id], now, ranking
+                )
+                if not verdict.allowed:
+                    continue
+                rule = str(verdict.rule)
             assert victim.start_time is not None
             since = max(victim.start_time, victim.last_checkpoint or victim.start_time)
             allocation = self.state.allocations[job_id]
@@ -374,7 +404,7 @@ class Scheduler:
             candidates.append(
                 Candidate(
                     job_id=job_id,
-                    rule=str(verdict.rule),
+                    rule=rule,
                     lost_gpu_seconds=victim.gpus * max(now - since, 0.0),
                     standing=standing,
                     nodes=allocation.nodes,
@@ -383,11 +413,53 @@ class Scheduler:
             )
         return candidates
 
+    def owners_on(self, nodes: IntArray) -> set[str]:
+        """Running jobs holding anything on `nodes`."""
+        owners: set[str] = set()
+        for node in np.unique(nodes).tolist():
+            owners |= self._owners_by_node.get(node, set())
+        return owners
+
     def _plan_preemption(
         self, job: Job, entry: QueueEntry, ranking: Ranking, now: float
     ) -> PreemptionPlan | str:
+        local = self._local_candidates(job)
+        if local is not None:
+            # Unallocated work alone can make room in one innermost domain: look only there.
+            candidates = self._candidates(entry, ranking, now, local)
+            plan = self.victim_search.plan(job.job_id, job.request, candidates)
+            if isinstance(plan, PreemptionPlan):
+                return plan
         candidates = self._candidates(entry, ranking, now)
         return self.victim_search.plan(job.job_id, job.request, candidates)
+
+    def _local_candidates(self, job: Job) -> list[str] | None:
+        """Owners in the innermost domains where evicting unallocated work would fit `job`,
+        for gangs that fit in one such domain; None when that shortcut does not apply."""
+        request = job.request
+        search = self.victim_search
+        if request.is_fractional or request.gpus_per_pod == 0:
+            return None
+        if request.pods * request.gpus_per_pod > search.largest_leaf_gpus:
+            return None
+        state, topology = self.state, self.state.topology
+        if not self._unallocated_running:
+            return None
+        potential = np.minimum(
+            state.free_whole_gpus.astype(np.int64) + self._unallocated_gpus, topology.gpu_count
+        )
+        pods = (potential // request.gpus_per_pod) * (state.health == _HEALTHY)
+        if request.allowed_models is not None:
+            pods *= np.isin(topology.gpu_model, request.allowed_models)
+        starts = topology.domain_starts[search.leaf_level]
+        room = np.add.reduceat(pods, starts[:-1])
+        leaves = np.flatnonzero(room >= request.pods)
+        if leaves.size == 0:
+            return None
+        # The fullest such domains first (best fit), a few of them.
+        chosen = leaves[np.argsort(room[leaves], kind="stable")][:DOMAINS_EXAMINED]
+        nodes = np.concatenate([np.arange(starts[d], starts[d + 1]) for d in chosen])
+        return sorted(self.owners_on(nodes))
 
     def _carry_out(self, job: Job, plan: PreemptionPlan, now: float, result: CycleResult) -> None:
         """Evict the plan's victims with their grace period and nominate their capacity."""
@@ -416,7 +488,7 @@ class Scheduler:
         draining = np.flatnonzero(self.state.health == Health.DRAINING)
         if draining.size == 0:
             return
-        for job_id in self.state.owners_on(draining):
+        for job_id in sorted(self.owners_on(draining)):
             job = self.running.get(job_id)
             if job is None or job.evicting:
                 continue
@@ -555,6 +627,11 @@ class Scheduler:
         )
         self._contract_views[job.job_id] = view
         self._releases.add(self._release_time(job))
+        allocation = self.state.allocations[job.job_id]
+        for node in np.unique(allocation.nodes).tolist():
+            self._owners_by_node.setdefault(node, set()).add(job.job_id)
+        if job.unallocated and allocation.gpu_milli == 1000:
+            np.add.at(self._unallocated_gpus, allocation.nodes, allocation.gpus.shape[1])
         if job.unallocated:
             self._unallocated_running.add(job.job_id)
         else:
@@ -564,6 +641,14 @@ class Scheduler:
         assert job.start_time is not None
         self._releases.remove(self._release_time(job))
         del self._contract_views[job.job_id]
+        allocation = self.state.allocations[job.job_id]
+        for node in np.unique(allocation.nodes).tolist():
+            owners = self._owners_by_node[node]
+            owners.discard(job.job_id)
+            if not owners:
+                del self._owners_by_node[node]
+        if job.unallocated and allocation.gpu_milli == 1000:
+            np.subtract.at(self._unallocated_gpus, allocation.nodes, allocation.gpus.shape[1])
         if job.unallocated:
             self._unallocated_running.discard(job.job_id)
         else:

@@ -1,0 +1,107 @@
+"""Preemption benchmarks on the 1,000,080-GPU fleet full of mixed work."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from toposched.bench.cycle import _spec, _team, busy_scheduler
+from toposched.bench.harness import Measurement, measure
+from toposched.cluster.state import Health
+from toposched.placement.search import Placement, place
+from toposched.scheduler.core import Scheduler
+from toposched.scheduler.jobs import JobState
+from toposched.scheduler.preemption import PreemptionPlan
+
+
+def _decide(scheduler: Scheduler, job_id: str, now: float) -> PreemptionPlan | str:
+    """The preemption decision alone: candidates under the contract, then the victim search."""
+    job = scheduler.jobs[job_id]
+    entry = scheduler.queue.get(job_id)
+    return scheduler._plan_preemption(job, entry, scheduler.queue.ranking(now), now)
+
+
+def run_preempt_benchmarks(quick: bool = False) -> list[Measurement]:
+    # Half of the jobs are unallocated work, so that evictions can make room for 200,000 GPUs.
+    scheduler = busy_scheduler(106_000, unallocated_share=0.5)
+    now = 1.0
+    running = len(scheduler.running)
+    unallocated = len(scheduler._unallocated_running)
+    setting = f"{running:,} running, {unallocated:,} of them unallocated"
+    rack_job = _spec("rack-job", _team(0), 18, 4, required="rack")
+    scheduler.submit(rack_job, now)
+    # Nothing fits without preemption: no rack of the busy fleet has 18 free nodes.
+    assert not isinstance(place(scheduler.state, scheduler.jobs["rack-job"].request), Placement)
+    results = [
+        measure(
+            f"preemption decision, one-rack job (18 x 4 GPUs; {setting})",
+            lambda: _decide(scheduler, "rack-job", now),
+            runs=5 if quick else 30,
+            target_s=1e-3,
+        )
+    ]
+    plan = _decide(scheduler, "rack-job", now)
+    results[-1].extra = (
+        {"victims": len(plan.victims), "exact": plan.exact}
+        if isinstance(plan, PreemptionPlan)
+        else {"no_plan": plan}
+    )
+    scheduler.cancel("rack-job", now)
+    big = _spec(
+        "frontier-job",
+        _team(1),
+        2778 * 18,
+        4,
+        preferred="block",
+        slices=[{"level": "rack", "pods": 18}],
+    )
+    scheduler.submit(big, now)
+    results.append(
+        measure(
+            f"preemption decision, 200,016-GPU job (2,778 rack slices; {setting})",
+            lambda: _decide(scheduler, "frontier-job", now),
+            runs=2 if quick else 5,
+            target_s=20e-3,
+        )
+    )
+    plan = _decide(scheduler, "frontier-job", now)
+    results[-1].extra = (
+        {"victims": len(plan.victims)}
+        if isinstance(plan, PreemptionPlan)
+        else {"no_plan": str(plan)[:80]}
+    )
+    scheduler.cancel("frontier-job", now)
+    # A node fails under a resumable 6-node gang; the gang is requeued and re-placed at once.
+    gangs = iter(
+        [
+            job.job_id
+            for job in scheduler.running.values()
+            if job.request.pods == 6 and job.spec.resumable
+        ]
+    )
+    failing: dict[str, object] = {}
+    clock = iter(np.arange(2.0, 1e9))
+
+    def pick_gang() -> None:
+        if "node" in failing:
+            scheduler.set_health([int(failing["node"])], Health.HEALTHY, float(failing["time"]))
+        gang = next(gangs)
+        failing.update(gang=gang, node=int(scheduler.state.allocations[gang].nodes[0]))
+
+    def fail_and_replace() -> None:
+        when = float(next(clock))
+        failing["time"] = when
+        scheduler.set_health([int(failing["node"])], Health.DOWN, when)
+        cycle = scheduler.cycle(when)
+        assert failing["gang"] in {b.job_id for b in cycle.bound}
+        assert scheduler.jobs[str(failing["gang"])].state is JobState.RUNNING
+
+    results.append(
+        measure(
+            "node failure + re-placement of its 6-node gang (set_health + cycle)",
+            fail_and_replace,
+            setup=pick_gang,
+            runs=5 if quick else 30,
+            target_s=1e-3,
+        )
+    )
+    return results
