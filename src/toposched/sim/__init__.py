@@ -1,0 +1,1 @@
+"""The simulator: replays workloads through the scheduler on a simulated clock and backend."""

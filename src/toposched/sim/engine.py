@@ -1,0 +1,585 @@
+"""The discrete-event simulator: a clock and a simulated backend around an unmodified scheduler."""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import nullcontext
+from enum import IntEnum
+from typing import Any, Protocol
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from toposched.cluster.state import MILLI_PER_GPU, ClusterState, Health
+from toposched.placement.jobspec import JobSpec
+from toposched.policy.budget import BudgetTree
+from toposched.scheduler.core import Scheduler
+from toposched.scheduler.decisions import Bind, Evict, Reserve
+from toposched.sim.metrics import (
+    Integrals,
+    JobRecord,
+    Sample,
+    SimulationResult,
+    TeamLedger,
+)
+from toposched.workloads.model import Workload
+
+__all__ = [
+    "DEFAULT_SAMPLE_INTERVAL",
+    "EventKind",
+    "SchedulerFactory",
+    "SchedulerLike",
+    "Simulation",
+    "simulate",
+    "toposched_scheduler",
+]
+
+DEFAULT_SAMPLE_INTERVAL = 3600.0
+# Runs longer than this many batches of events show a progress bar (when asked for one).
+_PROGRESS_EVERY = 500
+
+
+class SchedulerLike(Protocol):
+    """What the simulator drives: toposched's Scheduler, or a baseline with the same methods.
+
+    `cycle(now)` returns an object whose `decisions` hold Bind, Reserve and Evict decisions;
+    `jobs` maps job ids to objects with a `state` ("pending", "running", ...); `set_health`
+    returns the jobs that failed because their nodes went down (objects with `job_id`).
+    """
+
+    state: ClusterState
+    jobs: Mapping[str, Any]
+    running: Mapping[str, Any]
+
+    def submit(self, spec: JobSpec, now: float) -> Any: ...
+    def cycle(self, now: float) -> Any: ...
+    def finish(self, job_id: str, now: float) -> Any: ...
+    def fail(self, job_id: str, now: float, requeue: bool | None = None) -> Any: ...
+    def cancel(self, job_id: str, now: float) -> Any: ...
+    def set_health(self, nodes: Any, health: Health, now: float) -> Any: ...
+
+
+SchedulerFactory = Callable[[ClusterState, BudgetTree], SchedulerLike]
+"""Builds the scheduler under test on a fresh cluster state and budget tree."""
+
+
+def toposched_scheduler(state: ClusterState, tree: BudgetTree) -> SchedulerLike:
+    """The scheduler the service runs, with its default contract and placement policy."""
+    return Scheduler(state, tree)
+
+
+class EventKind(IntEnum):
+    """Event kinds; at equal times they are handled in this order (then in push order).
+
+    Completions come first so that work ending at the instant a node fails is not lost, and
+    samples last so that they see the cycle that followed the instant's events.
+    """
+
+    COMPLETION = 0
+    GRACE_END = 1
+    REPAIR = 2
+    FAILURE = 3
+    CANCEL = 4
+    SUBMISSION = 5
+    PROTECTION_END = 6
+    SAMPLE = 7
+
+
+Event = tuple[float, int, int, Any]
+"""(time, kind, sequence, payload): the sequence makes the heap order total and replayable."""
+
+
+class Simulation:
+    """Replays a workload through a scheduler, jumping from event to event.
+
+    The simulator owns the clock and plays the backend: it submits jobs when they arrive,
+    starts bound jobs at once, ends them after their actual runtime, lets evicted jobs go after
+    their grace period, takes nodes down and brings them back. After each instant's events it
+    runs one scheduler cycle. Nothing here reads a wall clock except to measure the scheduler,
+    so a run is a pure function of the workload.
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        scheduler_factory: SchedulerFactory = toposched_scheduler,
+        *,
+        horizon: float | None = None,
+        sample_interval: float = DEFAULT_SAMPLE_INTERVAL,
+        progress: bool = False,
+        scheduler_name: str | None = None,
+    ) -> None:
+        self.workload = workload
+        self.scheduler_factory = scheduler_factory
+        self.horizon = horizon if horizon is not None else workload.horizon
+        self.sample_interval = sample_interval
+        self.progress = progress
+        self.scheduler_name = scheduler_name
+
+    def run(self) -> SimulationResult:
+        return _Run(self).execute()
+
+
+def simulate(
+    workload: Workload,
+    scheduler_factory: SchedulerFactory = toposched_scheduler,
+    **options: Any,
+) -> SimulationResult:
+    """Run `workload` through the scheduler `scheduler_factory` builds; see `Simulation`."""
+    return Simulation(workload, scheduler_factory, **options).run()
+
+
+class _Run:
+    """The mutable state of one simulation run."""
+
+    def __init__(self, simulation: Simulation) -> None:
+        workload = simulation.workload
+        self.simulation = simulation
+        self.workload = workload
+        self.horizon = simulation.horizon
+        self.state = ClusterState(workload.topology)
+        self.tree = BudgetTree.from_dict(workload.budget)
+        self.scheduler = simulation.scheduler_factory(self.state, self.tree)
+        self.name = simulation.scheduler_name or type(self.scheduler).__name__.lower()
+        self.can_evict = hasattr(self.scheduler, "evicted")
+        self.capacity = workload.topology.n_gpus
+        self.records: dict[str, JobRecord] = {}
+        for job in workload.jobs:
+            allocated = job.spec.min_runtime > 0 and self.tree.has_budget(job.spec.account)
+            self.records[job.name] = JobRecord(
+                job=job,
+                gpus=job.gpus,
+                allocated=allocated,
+                remaining=job.runtime,
+                checkpoint_interval=workload.checkpoint_interval_of(job),
+            )
+        teams = [leaf for leaf in self.tree.leaves() if self.tree.has_budget(leaf)]
+        self.team_shares = {team: self.tree.effective_share(team) for team in teams}
+        self.ledger = TeamLedger(teams)
+        self.integrals = Integrals()
+        self.samples: list[Sample] = []
+        self.cycle_seconds: list[float] = []
+        self.counts: dict[str, int] = {
+            "submissions": 0,
+            "completions": 0,
+            "cancellations": 0,
+            "evictions": 0,
+            "failures": 0,
+            "failures_skipped": 0,
+            "repairs": 0,
+            "reservations": 0,
+            "binds": 0,
+            "backfilled_binds": 0,
+            "batches": 0,
+        }
+        self.scheduler_events = 0
+        self.heap: list[Event] = []
+        self.sequence = 0
+        self.live_events = 0
+        """Events other than samples still in the heap: the run ends when none are left."""
+        self.running_gpus = 0.0
+        self.unallocated_gpus = 0.0
+        self.pending_gpus = 0.0
+        self.pending_jobs = 0
+        self.running_jobs = 0
+        self.evicting: set[str] = set()
+        self.unhealthy: dict[int, Health] = {}
+        self.unhealthy_nodes = np.zeros(0, dtype=np.int64)
+        self.now = 0.0
+        self.rates = (0.0, 0.0, float(self.capacity), 0.0, 0.0, 0.0)
+
+    # --- the loop ------------------------------------------------------------------------------
+    def execute(self) -> SimulationResult:
+        jobs = self.workload.jobs
+        start = 0.0  # workload times are >= 0: the clock starts at 0
+        self.now = start
+        for index, job in enumerate(jobs):
+            self._push(job.submit_time, EventKind.SUBMISSION, index)
+        for index, failure in enumerate(self.workload.failures):
+            self._push(failure.time, EventKind.FAILURE, index)
+        self._push(start, EventKind.SAMPLE, None, live=False)
+        self._measure_rates()
+        wall_start = time.perf_counter()
+        handlers: dict[int, Callable[[Any, float], bool]] = {
+            EventKind.COMPLETION: self._completion,
+            EventKind.GRACE_END: self._grace_end,
+            EventKind.REPAIR: self._repair,
+            EventKind.FAILURE: self._failure,
+            EventKind.CANCEL: self._cancel,
+            EventKind.SUBMISSION: self._submission,
+            EventKind.PROTECTION_END: self._protection_end,
+        }
+        heap = self.heap
+        horizon = self.horizon
+        with self._progress_bar() as advance:
+            while heap:
+                now = heap[0][0]
+                if horizon is not None and now >= horizon:
+                    break
+                self._integrate(now)
+                changed = False
+                sample = False
+                while heap and heap[0][0] == now:
+                    _, kind, _, payload = heapq.heappop(heap)
+                    if kind == EventKind.SAMPLE:
+                        sample = True
+                        continue
+                    self.live_events -= 1
+                    if handlers[kind](payload, now):
+                        changed = True
+                if changed:
+                    self._cycle(now)
+                self.counts["batches"] += 1
+                self._measure_rates()
+                if sample:
+                    self._sample(now)
+                    following = now + self.simulation.sample_interval
+                    if self.live_events or (horizon is not None and following < horizon):
+                        self._push(following, EventKind.SAMPLE, None, live=False)
+                if advance is not None and self.counts["batches"] % _PROGRESS_EVERY == 0:
+                    advance(now)
+        wall = time.perf_counter() - wall_start
+        end = horizon if horizon is not None else self.now
+        self._integrate(end)
+        self._close(end)
+        return SimulationResult(
+            workload=self.workload.name,
+            scheduler=self.name,
+            capacity_gpus=self.capacity,
+            start=start,
+            end=end,
+            team_shares=self.team_shares,
+            records=self.records,
+            samples=self.samples,
+            integrals=self.integrals,
+            ledger=self.ledger,
+            cycle_seconds=self.cycle_seconds,
+            wall_seconds=wall,
+            scheduler_events=self.scheduler_events,
+            counts=self.counts,
+            notes=dict(self.workload.notes),
+        )
+
+    def _progress_bar(self) -> Any:
+        if not self.simulation.progress:
+            return nullcontext(None)
+        return _SimulatedTimeBar(self._expected_end())
+
+    def _expected_end(self) -> float:
+        if self.horizon is not None:
+            return self.horizon
+        last = max((job.submit_time + job.runtime for job in self.workload.jobs), default=0.0)
+        return max(last, max((f.time for f in self.workload.failures), default=0.0), 1.0)
+
+    def _push(self, when: float, kind: EventKind, payload: Any, live: bool = True) -> None:
+        self.sequence += 1
+        heapq.heappush(self.heap, (when, int(kind), self.sequence, payload))
+        if live:
+            self.live_events += 1
+
+    # --- measuring -----------------------------------------------------------------------------
+    def _measure_rates(self) -> None:
+        """Read the piecewise-constant quantities that hold until the next event."""
+        state = self.state
+        idle = int(state.free_milli[0][0]) / MILLI_PER_GPU
+        free_whole = int(state.free_gpus[0][0])
+        unavailable = 0.0
+        if self.unhealthy_nodes.size:
+            nodes = self.unhealthy_nodes
+            unavailable = int(state.gpu_free_milli[nodes].sum(dtype=np.int64)) / MILLI_PER_GPU
+            free_whole += int(state.free_whole_gpus[nodes].sum(dtype=np.int64))
+        busy = float(self.capacity - free_whole)
+        outstanding = self.pending_gpus + self.running_gpus
+        self.rates = (
+            self.running_gpus,
+            self.unallocated_gpus,
+            idle,
+            unavailable,
+            busy,
+            outstanding,
+        )
+
+    def _integrate(self, now: float) -> None:
+        elapsed = now - self.now
+        if elapsed > 0:
+            delivered, unallocated, idle, unavailable, busy, outstanding = self.rates
+            integrals = self.integrals
+            integrals.delivered += delivered * elapsed
+            integrals.unallocated += unallocated * elapsed
+            integrals.idle += idle * elapsed
+            integrals.unavailable += unavailable * elapsed
+            integrals.busy += busy * elapsed
+            integrals.outstanding += outstanding * elapsed
+        self.now = max(self.now, now)
+
+    def _sample(self, now: float) -> None:
+        delivered, unallocated, _, unavailable, busy, outstanding = self.rates
+        capacity = self.capacity or 1
+        unhealthy_gpus = (
+            int(self.workload.topology.gpu_count[self.unhealthy_nodes].sum())
+            if self.unhealthy_nodes.size
+            else 0
+        )
+        self.samples.append(
+            Sample(
+                time=now,
+                occupancy=busy / capacity,
+                allocation_ratio=delivered / capacity,
+                unallocated_share=unallocated / delivered if delivered > 0 else 0.0,
+                running_jobs=self.running_jobs,
+                pending_jobs=self.pending_jobs,
+                pending_gpus=self.pending_gpus,
+                outstanding_ratio=outstanding / capacity,
+                unhealthy_gpus=unhealthy_gpus,
+            )
+        )
+
+    def _close(self, end: float) -> None:
+        """Count the work of jobs still running at the end, and close the team ledger."""
+        for record in self.records.values():
+            if record.state == "running":
+                elapsed = max(end - record.run_start, 0.0)
+                record.delivered_gpu_seconds += record.run_gpus * elapsed
+                if record.run_unallocated:
+                    record.unallocated_gpu_seconds += record.run_gpus * elapsed
+        self.ledger.close(end)
+
+    # --- the scheduler's cycle and its decisions -------------------------------------------------
+    def _cycle(self, now: float) -> None:
+        began = time.perf_counter()
+        result = self.scheduler.cycle(now)
+        self.cycle_seconds.append(time.perf_counter() - began)
+        for decision in result.decisions:
+            if isinstance(decision, Bind):
+                self._start(decision, now)
+            elif isinstance(decision, Evict):
+                self._evict(decision, now)
+            elif isinstance(decision, Reserve):
+                self.counts["reservations"] += 1
+
+    def _start(self, decision: Bind, now: float) -> None:
+        record = self.records[decision.job_id]
+        gpus = decision.allocation.gpu_milli_total / MILLI_PER_GPU
+        record.state = "running"
+        record.attempt += 1
+        record.run_start = now
+        record.run_gpus = gpus
+        record.run_unallocated = decision.unallocated
+        record.backfilled = record.backfilled or decision.backfilled
+        if record.first_start is None:
+            record.first_start = now
+        self.pending_gpus -= record.gpus
+        self.pending_jobs -= 1
+        self.running_jobs += 1
+        self.running_gpus += gpus
+        if decision.unallocated:
+            self.unallocated_gpus += gpus
+        else:
+            self.ledger.change(record.account, now, delivered=gpus)
+        self.counts["binds"] += 1
+        self.counts["backfilled_binds"] += decision.backfilled
+        self._push(now + record.remaining, EventKind.COMPLETION, (record.job.name, record.attempt))
+        if self.can_evict and not decision.unallocated:
+            job = self.scheduler.jobs.get(record.job.name)
+            protection = getattr(job, "min_runtime", 0.0) or 0.0
+            if protection > 0 and protection < record.remaining:
+                self._push(
+                    now + protection, EventKind.PROTECTION_END, (record.job.name, record.attempt)
+                )
+
+    def _evict(self, decision: Evict, now: float) -> None:
+        record = self.records[decision.job_id]
+        if decision.job_id in self.evicting or record.state != "running":
+            return
+        self.evicting.add(decision.job_id)
+        self._push(
+            now + max(decision.grace_s, 0.0),
+            EventKind.GRACE_END,
+            (decision.job_id, record.attempt),
+        )
+
+    def _stop(self, record: JobRecord, now: float) -> float:
+        """End the current run; returns its length in seconds."""
+        elapsed = now - record.run_start
+        gpus = record.run_gpus
+        record.delivered_gpu_seconds += gpus * elapsed
+        self.running_gpus -= gpus
+        self.running_jobs -= 1
+        if record.run_unallocated:
+            record.unallocated_gpu_seconds += gpus * elapsed
+            self.unallocated_gpus -= gpus
+        else:
+            self.ledger.change(record.account, now, delivered=-gpus)
+        # Sums of float GPU counts drift by 1e-12; an empty cluster must read exactly 0.
+        if self.running_jobs == 0:
+            self.running_gpus = self.unallocated_gpus = 0.0
+        self.evicting.discard(record.job.name)
+        return elapsed
+
+    def _interrupted(self, record: JobRecord, now: float) -> None:
+        """A run ended early (preempted or its node failed): keep checkpointed work, requeue or
+        fail as the scheduler decided."""
+        elapsed = self._stop(record, now)
+        if record.job.spec.resumable:
+            interval = record.checkpoint_interval
+            saved = math.floor(elapsed / interval) * interval if interval > 0 else elapsed
+            record.remaining = max(record.remaining - saved, 0.0)
+            lost = elapsed - saved
+        else:
+            record.remaining = record.job.runtime
+            lost = elapsed
+        record.lost_gpu_seconds += record.run_gpus * lost
+        job = self.scheduler.jobs.get(record.job.name)
+        if job is not None and str(job.state) == "pending":
+            record.state = "pending"
+            self.pending_gpus += record.gpus
+            self.pending_jobs += 1
+        else:
+            self._ended(record, now, "failed")
+
+    def _ended(self, record: JobRecord, now: float, state: str) -> None:
+        record.state = state
+        record.end_time = now
+        if record.allocated:
+            self.ledger.change(record.account, now, demand=-record.gpus)
+
+    # --- events ----------------------------------------------------------------------------------
+    def _running_attempt(self, payload: tuple[str, int]) -> JobRecord | None:
+        name, attempt = payload
+        record = self.records[name]
+        if record.state != "running" or record.attempt != attempt:
+            return None  # the run this event belonged to already ended
+        return record
+
+    def _completion(self, payload: tuple[str, int], now: float) -> bool:
+        record = self._running_attempt(payload)
+        if record is None:
+            return False
+        self.scheduler.finish(record.job.name, now)
+        self.scheduler_events += 1
+        self.counts["completions"] += 1
+        self._stop(record, now)
+        record.remaining = 0.0
+        self._ended(record, now, "finished")
+        return True
+
+    def _grace_end(self, payload: tuple[str, int], now: float) -> bool:
+        record = self._running_attempt(payload)
+        if record is None:
+            return False
+        evicted = getattr(self.scheduler, "evicted", None)
+        if evicted is not None:
+            evicted(record.job.name, now)
+        else:
+            self.scheduler.fail(record.job.name, now, requeue=True)
+        self.scheduler_events += 1
+        self.counts["evictions"] += 1
+        record.preemptions += 1
+        self._interrupted(record, now)
+        return True
+
+    def _failure(self, index: int, now: float) -> bool:
+        failure = self.workload.failures[index]
+        nodes = [node for node in failure.nodes if node not in self.unhealthy]
+        if not nodes:
+            self.counts["failures_skipped"] += 1
+            return False
+        failed = self.scheduler.set_health(np.asarray(nodes, dtype=np.int64), Health.DOWN, now)
+        self.scheduler_events += 1
+        self.counts["failures"] += 1
+        for name in self._failed_names(failed):
+            record = self.records.get(name)
+            if record is not None and record.state == "running":
+                record.interruptions += 1
+                self._interrupted(record, now)
+        for node in nodes:
+            self.unhealthy[node] = Health.DOWN
+        self.unhealthy_nodes = np.fromiter(sorted(self.unhealthy), dtype=np.int64)
+        if failure.repair_after is not None:
+            self._push(now + failure.repair_after, EventKind.REPAIR, tuple(nodes))
+        return True
+
+    def _failed_names(self, failed: Any) -> Iterable[str]:
+        """Names of the jobs a health change failed, from the scheduler's answer if it gives
+        one, else by comparing what the backend runs with what the scheduler still runs."""
+        if isinstance(failed, list | tuple):
+            return [getattr(job, "job_id", job) for job in failed]
+        running = self.scheduler.running
+        return [
+            name
+            for name, record in self.records.items()
+            if record.state == "running" and name not in running
+        ]
+
+    def _repair(self, nodes: tuple[int, ...], now: float) -> bool:
+        back = [node for node in nodes if self.unhealthy.get(node) is Health.DOWN]
+        if not back:
+            return False
+        self.scheduler.set_health(np.asarray(back, dtype=np.int64), Health.HEALTHY, now)
+        self.scheduler_events += 1
+        self.counts["repairs"] += 1
+        for node in back:
+            del self.unhealthy[node]
+        self.unhealthy_nodes = np.fromiter(sorted(self.unhealthy), dtype=np.int64)
+        return True
+
+    def _cancel(self, name: str, now: float) -> bool:
+        record = self.records[name]
+        if record.state != "pending" or record.first_start is not None:
+            return False
+        self.scheduler.cancel(name, now)
+        self.scheduler_events += 1
+        self.counts["cancellations"] += 1
+        self.pending_gpus -= record.gpus
+        self.pending_jobs -= 1
+        self._ended(record, now, "cancelled")
+        return True
+
+    def _submission(self, index: int, now: float) -> bool:
+        job = self.workload.jobs[index]
+        record = self.records[job.name]
+        self.scheduler.submit(job.spec, now)
+        self.scheduler_events += 1
+        self.counts["submissions"] += 1
+        record.state = "pending"
+        self.pending_gpus += record.gpus
+        self.pending_jobs += 1
+        if record.allocated:
+            self.ledger.change(record.account, now, demand=record.gpus)
+        if job.cancel_after is not None:
+            self._push(now + job.cancel_after, EventKind.CANCEL, job.name)
+        return True
+
+    def _protection_end(self, payload: tuple[str, int], now: float) -> bool:
+        # A job leaving its min runtime becomes preemptible: worth a cycle only if someone waits.
+        return self._running_attempt(payload) is not None and self.pending_jobs > 0
+
+
+class _SimulatedTimeBar:
+    """A rich progress bar over simulated time (days), on stderr."""
+
+    def __init__(self, end: float) -> None:
+        self.end = end
+        self.progress = Progress(
+            TextColumn("simulating"),
+            BarColumn(),
+            TextColumn("day {task.completed:.1f} of {task.total:.1f}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.task = self.progress.add_task("simulate", total=end / 86400)
+
+    def __enter__(self) -> Callable[[float], None]:
+        self.progress.__enter__()
+        return self.advance
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)  # type: ignore[arg-type]
+
+    def advance(self, now: float) -> None:
+        self.progress.update(self.task, completed=min(now, self.end) / 86400)

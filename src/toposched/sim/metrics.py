@@ -1,0 +1,430 @@
+"""What a simulation measured, per job, per team-hour and over time, and its JSON summary."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from toposched.workloads.model import WorkloadJob
+
+__all__ = [
+    "HOUR",
+    "Conservation",
+    "Integrals",
+    "JobRecord",
+    "Sample",
+    "SimulationResult",
+    "TeamLedger",
+    "conservation",
+    "percentiles",
+    "summarize",
+]
+
+HOUR = 3600.0
+DEBUG_CLASS = "debug"
+# A team counts as served when it got this share of what it was owed (Ai2 reports how many of
+# its 15 teams reached 95%).
+SERVED_THRESHOLD = 0.95
+# Jobs at least this fraction of the largest job's GPUs count among "the largest jobs".
+LARGEST_FRACTION = 0.5
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """One job's life in the simulation, from the backend's side."""
+
+    job: WorkloadJob
+    gpus: float
+    allocated: bool
+    """Whether its budget pays for it (min runtime > 0 and its account has a budget)."""
+    remaining: float
+    """Seconds of work still to do at the start of the current or next run."""
+    checkpoint_interval: float
+    state: str = "future"
+    """future, pending, running, finished, failed or cancelled."""
+    attempt: int = 0
+    run_start: float = 0.0
+    run_gpus: float = 0.0
+    run_unallocated: bool = False
+    first_start: float | None = None
+    end_time: float | None = None
+    delivered_gpu_seconds: float = 0.0
+    unallocated_gpu_seconds: float = 0.0
+    lost_gpu_seconds: float = 0.0
+    preemptions: int = 0
+    interruptions: int = 0
+    backfilled: bool = False
+
+    @property
+    def job_class(self) -> str:
+        return self.job.job_class
+
+    @property
+    def account(self) -> str:
+        return self.job.spec.account
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The cluster at one moment, after that moment's cycle."""
+
+    time: float
+    occupancy: float
+    """GPUs holding any allocation / all GPUs."""
+    allocation_ratio: float
+    """Allocated milli-GPU / all milli-GPU (equals occupancy without GPU sharing)."""
+    unallocated_share: float
+    """Share of allocated GPUs running unallocated work."""
+    running_jobs: int
+    pending_jobs: int
+    pending_gpus: float
+    outstanding_ratio: float
+    """(Pending + running GPUs requested) / all GPUs: outstanding demand against capacity."""
+    unhealthy_gpus: int
+
+
+@dataclass
+class Integrals:
+    """Time integrals of piecewise-constant cluster quantities, in GPU-seconds."""
+
+    delivered: float = 0.0
+    """GPU-seconds held by running jobs, counted from the jobs' own run intervals."""
+    unallocated: float = 0.0
+    idle: float = 0.0
+    """Free GPU-seconds on healthy nodes, read from the cluster state."""
+    unavailable: float = 0.0
+    """Free GPU-seconds on nodes that are draining, cordoned or down."""
+    busy: float = 0.0
+    """GPU-seconds of GPUs holding any allocation (a shared GPU counts whole)."""
+    outstanding: float = 0.0
+    """GPU-seconds of demand: pending plus running jobs' GPUs."""
+
+
+class TeamLedger:
+    """Per team and per hour: allocated GPU-seconds delivered and GPU-seconds demanded.
+
+    Rates are piecewise constant between events; `set_rates` integrates the old rates up to
+    `now` into hour buckets before applying the change.
+    """
+
+    def __init__(self, teams: Sequence[str], start: float = 0.0) -> None:
+        self.teams = list(teams)
+        self.index = {team: i for i, team in enumerate(self.teams)}
+        self.start = start
+        self.delivered_rate = [0.0] * len(self.teams)
+        self.demand_rate = [0.0] * len(self.teams)
+        self.since = [start] * len(self.teams)
+        self.delivered: list[list[float]] = [[] for _ in self.teams]
+        self.demand: list[list[float]] = [[] for _ in self.teams]
+
+    def change(self, team: str, now: float, delivered: float = 0.0, demand: float = 0.0) -> None:
+        """The team's running allocated GPUs change by `delivered`, its demand by `demand`."""
+        index = self.index.get(team)
+        if index is None:
+            return
+        self._flush(index, now)
+        self.delivered_rate[index] += delivered
+        self.demand_rate[index] += demand
+
+    def close(self, now: float) -> None:
+        for index in range(len(self.teams)):
+            self._flush(index, now)
+
+    def _flush(self, index: int, now: float) -> None:
+        begin = self.since[index]
+        if now <= begin:
+            return
+        self.since[index] = now
+        delivered_rate = self.delivered_rate[index]
+        demand_rate = self.demand_rate[index]
+        if delivered_rate == 0.0 and demand_rate == 0.0:
+            return
+        delivered, demand = self.delivered[index], self.demand[index]
+        hour = int((begin - self.start) // HOUR)
+        while begin < now:
+            end = min(self.start + (hour + 1) * HOUR, now)
+            while len(delivered) <= hour:
+                delivered.append(0.0)
+                demand.append(0.0)
+            delivered[hour] += delivered_rate * (end - begin)
+            demand[hour] += demand_rate * (end - begin)
+            begin = end
+            hour += 1
+
+    def hours(self, team: str, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """(delivered, demanded) GPU-seconds of each of the first `count` hours."""
+        index = self.index[team]
+        delivered = np.zeros(count)
+        demand = np.zeros(count)
+        known = min(count, len(self.delivered[index]))
+        delivered[:known] = self.delivered[index][:known]
+        demand[:known] = self.demand[index][:known]
+        return delivered, demand
+
+
+@dataclass
+class SimulationResult:
+    """The raw record of one simulation; `summarize` turns it into the JSON summary."""
+
+    workload: str
+    scheduler: str
+    capacity_gpus: int
+    start: float
+    end: float
+    team_shares: dict[str, float]
+    """Each budgeted leaf account's share of the whole cluster (a fraction)."""
+    records: dict[str, JobRecord]
+    samples: list[Sample]
+    integrals: Integrals
+    ledger: TeamLedger
+    cycle_seconds: list[float]
+    """Wall-clock seconds of every scheduler cycle."""
+    wall_seconds: float
+    scheduler_events: int
+    """Calls that changed the scheduler's world: submissions, completions, cancellations,
+    evictions, node failures and repairs."""
+    counts: dict[str, int] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+def percentiles(values: Iterable[float], points: Sequence[float] = (50, 90, 99)) -> dict[str, Any]:
+    """{"p50": ..., "p90": ..., "p99": ...} of `values` (None when there are none)."""
+    array = np.asarray(list(values), dtype=float)
+    if array.size == 0:
+        return {f"p{point:g}": None for point in points}
+    return {f"p{point:g}": float(np.percentile(array, point, method="linear")) for point in points}
+
+
+@dataclass(frozen=True)
+class Conservation:
+    """GPU-seconds delivered + idle + unavailable against capacity x time."""
+
+    delivered: float
+    idle: float
+    unavailable: float
+    expected: float
+
+    @property
+    def error(self) -> float:
+        """Relative error of the balance (0 when it holds exactly)."""
+        total = self.delivered + self.idle + self.unavailable
+        return abs(total - self.expected) / self.expected if self.expected else 0.0
+
+    def holds(self, tolerance: float = 1e-9) -> bool:
+        return self.error <= tolerance
+
+
+def conservation(result: SimulationResult) -> Conservation:
+    """The balance of a run: delivered (from job intervals) + idle and unavailable (from the
+    cluster state) must equal capacity x time, since every GPU is in exactly one of them."""
+    integrals = result.integrals
+    return Conservation(
+        delivered=integrals.delivered,
+        idle=integrals.idle,
+        unavailable=integrals.unavailable,
+        expected=result.capacity_gpus * result.duration,
+    )
+
+
+def _wait(record: JobRecord, end: float) -> float | None:
+    """Seconds from submission to first start; jobs that never started count what they waited
+    until they were withdrawn or the run ended (a lower bound, never left out)."""
+    submit = record.job.submit_time
+    if record.first_start is not None:
+        return record.first_start - submit
+    if record.state == "future":
+        return None
+    stop = record.end_time if record.end_time is not None else end
+    return max(stop - submit, 0.0)
+
+
+def _team_report(result: SimulationResult) -> dict[str, Any]:
+    hours = max(1, math.ceil(result.duration / HOUR - 1e-9))
+    teams: dict[str, Any] = {}
+    owed_total = delivered_total = met_total = 0.0
+    ratios: list[float] = []
+    for team, share in result.team_shares.items():
+        delivered, demand = result.ledger.hours(team, hours)
+        entitled = share * result.capacity_gpus * HOUR
+        owed = np.minimum(entitled, demand)
+        met = np.minimum(delivered, owed)
+        owed_sum, met_sum, delivered_sum = (
+            float(owed.sum()),
+            float(met.sum()),
+            float(delivered.sum()),
+        )
+        ratio = met_sum / owed_sum if owed_sum > 0 else None
+        teams[team] = {
+            "share": share,
+            "owed_gpu_hours": owed_sum / HOUR,
+            "delivered_gpu_hours": delivered_sum / HOUR,
+            "delivered_within_owed_gpu_hours": met_sum / HOUR,
+            "owed_met": ratio,
+            "delivered_over_owed": delivered_sum / owed_sum if owed_sum > 0 else None,
+            "demand_gpu_hours": float(demand.sum()) / HOUR,
+        }
+        owed_total += owed_sum
+        met_total += met_sum
+        delivered_total += delivered_sum
+        if ratio is not None:
+            ratios.append(ratio)
+    return {
+        "owed_met": met_total / owed_total if owed_total > 0 else None,
+        "delivered_over_owed": delivered_total / owed_total if owed_total > 0 else None,
+        "teams_served": sum(1 for ratio in ratios if ratio >= SERVED_THRESHOLD),
+        "teams_with_demand": len(ratios),
+        "worst_team_owed_met": min(ratios) if ratios else None,
+        "teams": teams,
+    }
+
+
+def _class_report(records: Sequence[JobRecord], end: float) -> dict[str, Any]:
+    waits = [w for w in (_wait(r, end) for r in records) if w is not None]
+    completions = [
+        r.end_time - r.job.submit_time
+        for r in records
+        if r.state == "finished" and r.end_time is not None
+    ]
+    submitted = sum(1 for r in records if r.state != "future")
+    return {
+        "submitted": submitted,
+        "started": sum(1 for r in records if r.first_start is not None),
+        "finished": sum(1 for r in records if r.state == "finished"),
+        "never_started": sum(
+            1 for r in records if r.first_start is None and r.state not in ("future",)
+        ),
+        "wait_s": percentiles(waits),
+        "completion_time_s": percentiles(completions),
+        "gpu_hours_delivered": sum(r.delivered_gpu_seconds for r in records) / HOUR,
+    }
+
+
+def _largest_jobs(records: Sequence[JobRecord], end: float) -> dict[str, Any]:
+    submitted = [r for r in records if r.state != "future" and r.gpus > 0]
+    if not submitted:
+        return {"gpus_at_least": None, "jobs": 0, "wait_s": percentiles([]), "max_wait_s": None}
+    largest = max(r.gpus for r in submitted)
+    chosen = [r for r in submitted if r.gpus >= LARGEST_FRACTION * largest]
+    waits = [w for w in (_wait(r, end) for r in chosen) if w is not None]
+    return {
+        "largest_job_gpus": largest,
+        "gpus_at_least": LARGEST_FRACTION * largest,
+        "jobs": len(chosen),
+        "never_started": sum(1 for r in chosen if r.first_start is None),
+        "wait_s": percentiles(waits, (50, 90)),
+        "max_wait_s": max(waits) if waits else None,
+    }
+
+
+def summarize(result: SimulationResult) -> dict[str, Any]:
+    """The JSON summary: utilisation, fairness, waits, disruption and the scheduler's speed."""
+    integrals = result.integrals
+    capacity_seconds = result.capacity_gpus * result.duration
+    records = list(result.records.values())
+    by_class: dict[str, list[JobRecord]] = {}
+    for record in records:
+        by_class.setdefault(record.job_class, []).append(record)
+    cycles = np.asarray(result.cycle_seconds, dtype=float)
+    balance = conservation(result)
+    delivered = integrals.delivered
+    preempted = [r for r in records if r.preemptions]
+    interrupted = [r for r in records if r.interruptions]
+    return {
+        "workload": result.workload,
+        "scheduler": result.scheduler,
+        "cluster": {"gpus": result.capacity_gpus},
+        "simulated": {
+            "start_s": result.start,
+            "end_s": result.end,
+            "days": result.duration / 86400,
+        },
+        "jobs": {
+            "total": len(records),
+            "submitted": sum(1 for r in records if r.state != "future"),
+            "finished": sum(1 for r in records if r.state == "finished"),
+            "running_at_end": sum(1 for r in records if r.state == "running"),
+            "pending_at_end": sum(1 for r in records if r.state == "pending"),
+            "failed": sum(1 for r in records if r.state == "failed"),
+            "cancelled": sum(1 for r in records if r.state == "cancelled"),
+        },
+        "utilisation": {
+            "occupancy": integrals.busy / capacity_seconds if capacity_seconds else None,
+            "allocation_ratio": delivered / capacity_seconds if capacity_seconds else None,
+            "unallocated_share_of_delivered": (
+                integrals.unallocated / delivered if delivered > 0 else None
+            ),
+            "allocated_share_of_delivered": (
+                (delivered - integrals.unallocated) / delivered if delivered > 0 else None
+            ),
+            "mean_outstanding_ratio": (
+                integrals.outstanding / capacity_seconds if capacity_seconds else None
+            ),
+            "gpu_hours": {
+                "capacity": capacity_seconds / HOUR,
+                "delivered": delivered / HOUR,
+                "idle": integrals.idle / HOUR,
+                "unavailable": integrals.unavailable / HOUR,
+            },
+        },
+        "conservation": {
+            "delivered_gpu_hours": balance.delivered / HOUR,
+            "idle_gpu_hours": balance.idle / HOUR,
+            "unavailable_gpu_hours": balance.unavailable / HOUR,
+            "capacity_x_time_gpu_hours": balance.expected / HOUR,
+            "relative_error": balance.error,
+            "holds": balance.holds(1e-6),
+        },
+        "fairness": _team_report(result),
+        "classes": {
+            name: _class_report(group, result.end) for name, group in sorted(by_class.items())
+        },
+        "debug_wait_s": _class_report(by_class.get(DEBUG_CLASS, []), result.end)["wait_s"],
+        "largest_jobs": _largest_jobs(records, result.end),
+        "disruption": {
+            "preemptions": sum(r.preemptions for r in records),
+            "jobs_preempted": len(preempted),
+            "node_failures": result.counts.get("failures", 0),
+            "repairs": result.counts.get("repairs", 0),
+            "interruptions_by_failure": sum(r.interruptions for r in records),
+            "jobs_interrupted": len(interrupted),
+            "gpu_hours_lost": sum(r.lost_gpu_seconds for r in records) / HOUR,
+        },
+        "scheduler_speed": {
+            "cycles": int(cycles.size),
+            "decision_latency_s": {
+                **percentiles(cycles, (50, 99)),
+                "max": float(cycles.max()) if cycles.size else None,
+                "mean": float(cycles.mean()) if cycles.size else None,
+            },
+            "scheduler_seconds": float(cycles.sum()),
+            "wall_seconds": result.wall_seconds,
+            "scheduler_events": result.scheduler_events,
+            "events_per_second": (
+                result.scheduler_events / result.wall_seconds if result.wall_seconds > 0 else None
+            ),
+            "simulated_seconds_per_wall_second": (
+                result.duration / result.wall_seconds if result.wall_seconds > 0 else None
+            ),
+        },
+        "counts": dict(result.counts),
+        "timeline": {
+            "time_s": [s.time for s in result.samples],
+            "occupancy": [s.occupancy for s in result.samples],
+            "allocation_ratio": [s.allocation_ratio for s in result.samples],
+            "unallocated_share": [s.unallocated_share for s in result.samples],
+            "running_jobs": [s.running_jobs for s in result.samples],
+            "pending_jobs": [s.pending_jobs for s in result.samples],
+            "pending_gpus": [s.pending_gpus for s in result.samples],
+            "outstanding_ratio": [s.outstanding_ratio for s in result.samples],
+            "unhealthy_gpus": [s.unhealthy_gpus for s in result.samples],
+        },
+        "notes": result.notes,
+    }

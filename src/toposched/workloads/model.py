@@ -1,0 +1,219 @@
+"""A workload: a cluster, a budget tree, timed jobs with their actual runtimes, node failures."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toposched.cluster import builders
+from toposched.cluster.errors import InputError
+from toposched.cluster.loaders import load_openb_nodes, load_topology, topology_from_dict
+from toposched.cluster.topology import Topology
+from toposched.placement.jobspec import JobSpec
+
+__all__ = [
+    "CLUSTER_BUILDERS",
+    "DEFAULT_BUDGET",
+    "DEFAULT_CHECKPOINT_INTERVAL",
+    "NodeFailure",
+    "SpecFactory",
+    "Workload",
+    "WorkloadJob",
+    "build_cluster",
+]
+
+DEFAULT_CHECKPOINT_INTERVAL = 3600.0
+"""Seconds between checkpoints of a resumable job unless the workload or the job says."""
+DEFAULT_BUDGET: dict[str, Any] = {"accounts": {"default": {"share": 100}}}
+"""One account holding the whole cluster: what a workload without a budget tree runs under."""
+
+CLUSTER_BUILDERS: dict[str, Callable[..., Topology]] = {
+    "nvl72": builders.nvl72_cluster,
+    "million": builders.million_gpu_cluster,
+    "superpod": builders.superpod_cluster,
+    "fat_tree": builders.fat_tree_cluster,
+}
+"""Builders a workload's `cluster.builder` may name; the other keys are their arguments."""
+
+_INLINE_CLUSTER_KEYS = frozenset({"levels", "nodes", "defaults", "gpu_models"})
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadJob:
+    """One job of a workload: its spec, when it arrives and how long it really runs."""
+
+    spec: JobSpec
+    submit_time: float
+    """Seconds on the simulated clock."""
+    runtime: float
+    """Seconds of work the job actually needs (its spec's expected_runtime is only a claim)."""
+    job_class: str = "job"
+    """A label for metrics, e.g. debug, training, eval, unallocated."""
+    cancel_after: float | None = None
+    """Seconds after submission at which the job is withdrawn if it has not started."""
+    checkpoint_interval: float | None = None
+    """Seconds between checkpoints when resumable; None: the workload's default."""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def gpus(self) -> float:
+        """GPUs the gang holds while running; shared pods count their fraction."""
+        return self.spec.total_gpu_milli / 1000
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFailure:
+    """Nodes that go down at `time` and come back `repair_after` seconds later (None: never)."""
+
+    time: float
+    nodes: tuple[int, ...]
+    repair_after: float | None = None
+
+
+@dataclass
+class Workload:
+    """Everything a simulation replays: the cluster, the budgets, the jobs and the failures.
+
+    `cluster` is the description the topology was built from (see `build_cluster`), kept so the
+    workload can be written back to a file. `jobs` are in submission order.
+    """
+
+    name: str
+    topology: Topology
+    cluster: dict[str, Any]
+    budget: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_BUDGET))
+    jobs: list[WorkloadJob] = field(default_factory=list)
+    failures: list[NodeFailure] = field(default_factory=list)
+    horizon: float | None = None
+    """Seconds to simulate; None runs until every event has happened."""
+    checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL
+    description: str = ""
+    notes: dict[str, Any] = field(default_factory=dict)
+    """Facts about how the workload was made (generator parameters), copied into summaries."""
+
+    def __post_init__(self) -> None:
+        self.jobs.sort(key=lambda job: job.submit_time)
+        self.failures.sort(key=lambda failure: failure.time)
+
+    @property
+    def capacity_gpus(self) -> int:
+        return self.topology.n_gpus
+
+    def checkpoint_interval_of(self, job: WorkloadJob) -> float:
+        return (
+            job.checkpoint_interval
+            if job.checkpoint_interval is not None
+            else self.checkpoint_interval
+        )
+
+
+def build_cluster(description: Mapping[str, Any], base_dir: Path | None = None) -> Topology:
+    """The topology a workload's `cluster` section describes.
+
+    One of: `{builder: NAME, ...arguments}` with NAME in CLUSTER_BUILDERS; `{file: PATH}` (a
+    YAML/JSON cluster or an openb-style node CSV, relative to `base_dir`); `{openb: PATH}` (an
+    openb node list); or an inline description with `levels`, `nodes`, `defaults`, `gpu_models`.
+    Errors name the field as `cluster.<key>`.
+    """
+    if not isinstance(description, Mapping) or not description:
+        raise InputError(
+            "cluster", description, "must be a mapping: {builder: ...}, {file: ...} or inline"
+        )
+    if "builder" in description:
+        name = description["builder"]
+        if name not in CLUSTER_BUILDERS:
+            raise InputError(
+                "cluster.builder", name, f"must be one of {', '.join(sorted(CLUSTER_BUILDERS))}"
+            )
+        function = CLUSTER_BUILDERS[name]
+        arguments = {key: value for key, value in description.items() if key != "builder"}
+        accepted = inspect.signature(function).parameters
+        for key in arguments:
+            if key not in accepted or (key == "model" and name == "fat_tree"):
+                usable = [p for p in accepted if not (p == "model" and name == "fat_tree")]
+                raise InputError(
+                    f"cluster.{key}",
+                    key,
+                    f"is not an argument of the {name} builder; it takes {', '.join(usable)}",
+                )
+        return function(**arguments)
+    for key in ("file", "openb"):
+        if key in description:
+            extra = sorted(set(description) - {key})
+            if extra:
+                raise InputError(f"cluster.{extra[0]}", extra[0], f"unknown next to {key}")
+            path = Path(str(description[key]))
+            if not path.is_absolute() and base_dir is not None:
+                path = base_dir / path
+            if not path.is_file():
+                raise InputError(f"cluster.{key}", str(path), "file not found")
+            return load_openb_nodes(path) if key == "openb" else load_topology(path)
+    unknown = sorted(set(description) - _INLINE_CLUSTER_KEYS)
+    if unknown:
+        raise InputError(
+            f"cluster.{unknown[0]}",
+            unknown[0],
+            "unknown field; a cluster is {builder: ...}, {file: ...}, {openb: ...} or inline "
+            "with levels, nodes, defaults, gpu_models",
+        )
+    return topology_from_dict(description, source="cluster")
+
+
+class SpecFactory:
+    """Job specs for generators: each distinct shape is validated once, then copied.
+
+    Copies change only the name, account, priority and contract fields, which generators fill
+    with values that are valid by construction; validation per job would dominate generation.
+    """
+
+    def __init__(self) -> None:
+        self._templates: dict[tuple[Any, ...], JobSpec] = {}
+
+    def make(
+        self,
+        name: str,
+        account: str,
+        pods: int,
+        resources: Mapping[str, Any],
+        *,
+        topology: Mapping[str, Any] | None = None,
+        min_runtime: float = 3600.0,
+        resumable: bool = False,
+        expected_runtime: float | None = None,
+        priority: int = 0,
+    ) -> JobSpec:
+        key = (pods, _frozen(resources), _frozen(topology or {}))
+        template = self._templates.get(key)
+        if template is None:
+            data: dict[str, Any] = {
+                "name": "template",
+                "pods": pods,
+                "resources_per_pod": dict(resources),
+            }
+            if topology:
+                data["topology"] = dict(topology)
+            template = self._templates[key] = JobSpec.from_dict(data)
+        return template.model_copy(
+            update={
+                "name": name,
+                "account": account,
+                "priority": priority,
+                "min_runtime": float(min_runtime),
+                "resumable": resumable,
+                "expected_runtime": None if expected_runtime is None else float(expected_runtime),
+            }
+        )
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((key, _frozen(item)) for key, item in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(item) for item in value)
+    return value
