@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +21,7 @@ from toposched.policy.contract import Contract, RunningJob
 from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier, Ranking
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.decisions import Bind, Decision, Evict, Reserve
+from toposched.scheduler.defrag import Defragmenter, MovePlan, Mover, fragmentation
 from toposched.scheduler.jobs import EvictionRecord, Job, JobState, Nomination, Reservation
 from toposched.scheduler.preemption import (
     DOMAINS_EXAMINED,
@@ -50,6 +52,10 @@ class CycleResult:
     @property
     def reservation(self) -> Reserve | None:
         return next((d for d in self.decisions if isinstance(d, Reserve)), None)
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
 
 
 def _owners(releases: SortedList, start: int, stop: int) -> list[str]:
@@ -128,6 +134,8 @@ class Scheduler:
         grace_s: float = 30.0,
         max_preemptions_per_cycle: int = 8,
         impact: ImpactPolicy | None = None,
+        defragment: bool = True,
+        compaction_moves_per_hour: int = 0,
     ) -> None:
         self.state = state
         self.tree = tree
@@ -154,6 +162,9 @@ class Scheduler:
         self._preemptor_of: dict[str, str] = {}
         # Who runs where, so failures, drains and local preemption need not scan every job.
         self._owners_by_node: dict[int, set[str]] = {}
+        self.defragmenter = Defragmenter(state, self.policy) if defragment else None
+        self.compaction_moves_per_hour = compaction_moves_per_hour
+        self._recent_moves: deque[float] = deque()
         self._unallocated_gpus = np.zeros(state.topology.n_nodes, dtype=np.int64)
 
     # --- events ------------------------------------------------------------------------------
@@ -324,9 +335,14 @@ class Scheduler:
                 if self.reservation is None and allocated and job.gpus >= self.reserve_min_gpus:
                     reservation = self._reserve(job, now)
                     if reservation is not None:
+                        job.reason = f"{reservation.describe(now)}; now: {job.reason}"
+                        if self._defragment_for(job, reservation, now, result):
+                            # Moves open a domain now: the nominated nodes replace the wait.
+                            assert job.nomination is not None
+                            fence.close(job.nomination.nodes)
+                            continue
                         self.reservation = reservation
                         job.reservation = reservation
-                        job.reason = f"{reservation.describe(now)}; now: {job.reason}"
                         result.decisions.append(
                             Reserve(job.job_id, reservation.start_time, reservation.domain)
                         )
@@ -482,6 +498,92 @@ class Scheduler:
             "starts when they exit"
         )
         job.record(now, job.reason)
+
+    def _movers_on(self, nodes: IntArray, now: float) -> list[Mover]:
+        """Running jobs on `nodes` that may be moved: resumable and not protected."""
+        movers: list[Mover] = []
+        for job_id in sorted(self.owners_on(nodes)):
+            job = self.running[job_id]
+            assert job.start_time is not None
+            if job.evicting or not job.spec.resumable:
+                continue
+            if not job.unallocated and now < job.start_time + job.min_runtime:
+                continue
+            since = max(job.start_time, job.last_checkpoint or job.start_time)
+            lost = job.gpus * max(now - since, 0.0)
+            movers.append(Mover(job_id, job.request, lost, job.gpus))
+        return movers
+
+    def _defragment_for(
+        self, job: Job, reservation: Reservation, now: float, result: CycleResult
+    ) -> bool:
+        """Move resumable jobs so that the reserved job starts now, if that is worth it."""
+        if self.defragmenter is None:
+            return False
+        plan = self.defragmenter.for_blocked_job(
+            job.job_id,
+            job.request,
+            wait_saved_s=max(reservation.start_time - now, 0.0),
+            movers_on=lambda nodes: self._movers_on(nodes, now),
+        )
+        if not isinstance(plan, MovePlan):
+            job.reason += f"; no defragmentation: {plan}"
+            return False
+        self._move(plan, job, "defragmentation", now, result)
+        job.reservation = None
+        job.reason = (
+            f"defragmenting {plan.domain}: moving {len(plan.movers)} job(s) "
+            f"({plan.cost_gpu_seconds / 3600:,.1f} GPU-hours) to start "
+            f"{_hours(reservation.start_time - now)} sooner"
+        )
+        return True
+
+    def _move(
+        self, plan: MovePlan, job: Job | None, rule: str, now: float, result: CycleResult
+    ) -> None:
+        preemptor = job.job_id if job is not None else ""
+        for mover in plan.movers:
+            target = self.running[mover.job_id]
+            target.evicting = True
+            reason = f"moved for {rule} of {plan.domain}" + (f" ({preemptor})" if job else "")
+            target.evictions.append(
+                EvictionRecord(now, preemptor, rule, reason, mover.lost_gpu_seconds)
+            )
+            target.record(now, reason)
+            if job is not None:
+                self._preemptor_of[mover.job_id] = job.job_id
+            result.decisions.append(
+                Evict(mover.job_id, preemptor, self.grace_s, rule, mover.lost_gpu_seconds)
+            )
+        if job is not None:
+            job.nomination = Nomination({m.job_id for m in plan.movers}, plan.nodes, now)
+
+    def compact(self, now: float) -> CycleResult:
+        """Background compaction: empty one partly used innermost domain by moving its
+        resumable jobs into fuller ones, within `compaction_moves_per_hour`."""
+        result = CycleResult(now)
+        if self.defragmenter is None:
+            return result
+        while self._recent_moves and self._recent_moves[0] <= now - 3600:
+            self._recent_moves.popleft()
+        budget = self.compaction_moves_per_hour - len(self._recent_moves)
+        plan = self.defragmenter.compaction(
+            lambda nodes: self._movers_on(nodes, now), self.owners_on, budget
+        )
+        if plan is not None:
+            self._move(plan, None, "compaction", now, result)
+            self._recent_moves.extend([now] * len(plan.movers))
+        return result
+
+    def fragmentation(self, now: float, max_shapes: int = 32) -> float:
+        """Share of free GPUs that none of the pending job shapes could use."""
+        shapes: dict[tuple[object, ...], GangRequest] = {}
+        for entry in self.queue.ordered(now):
+            request = self.jobs[entry.job_id].request
+            shapes.setdefault(_shape(request), request)
+            if len(shapes) >= max_shapes:
+                break
+        return fragmentation(self.state, shapes.values())
 
     def _evict_from_draining_nodes(self, now: float, result: CycleResult) -> None:
         """Jobs on draining nodes leave once their protection ends (unallocated ones at once)."""
