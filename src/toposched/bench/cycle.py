@@ -52,7 +52,8 @@ def busy_scheduler(
 
     Racks are filled in order by jobs of one node (4 GPUs), two nodes (8) or six nodes (24),
     then one node in every rack is freed, so about 5.5% of the GPUs are free, scattered.
-    `unallocated_share` of the jobs run as unallocated work (min runtime 0), preemptible.
+    Jobs starting in `unallocated_share` of the racks (chosen at random) run as unallocated
+    work (min runtime 0), preemptible by any budgeted job.
     """
     rng = np.random.default_rng(seed)
     state = ClusterState(million_gpu_cluster())
@@ -75,7 +76,12 @@ def busy_scheduler(
         count: template.model_copy(update={"min_runtime": 0.0, "resumable": True})
         for count, template in templates.items()
     }
-    is_unallocated = rng.random(nodes_per_job.size) < unallocated_share
+    # Unallocated work fills whole racks' worth of idle capacity: decided per rack, so that
+    # evicting it can open racks (as it does where idle racks are lent out).
+    racks = topology.n_domains(len(topology.levels))
+    unallocated_racks = rng.random(racks) < unallocated_share
+    first_node = ends - nodes_per_job
+    is_unallocated = unallocated_racks[first_node // NODES_PER_RACK]
     for index, (count, end) in enumerate(zip(nodes_per_job.tolist(), ends.tolist(), strict=True)):
         nodes = np.arange(end - count, end, dtype=np.int64)
         source = unallocated if is_unallocated[index] else templates

@@ -110,23 +110,30 @@ class VictimSearch:
         """A plan, or the reason no set of allowed victims makes room."""
         if not candidates:
             return "no running job may be preempted for it under the contract"
+        needs_one_domain = request.pods * max(request.gpus_per_pod, 1) <= self.largest_leaf_gpus
+        if needs_one_domain and request.required <= self.leaf_level:
+            plan = self._one_domain(preemptor, request, candidates)
+            if plan is not None:
+                return plan
+        plan = self._many_domains(preemptor, request, candidates)
+        if isinstance(plan, PreemptionPlan):
+            return plan
+        return self._explain(request, candidates, plan)
+
+    def _explain(self, request: GangRequest, candidates: Sequence[Candidate], fallback: str) -> str:
+        """Why no victim set works: what the job would still lack with every candidate gone."""
         statement = Statement(self.state)
         try:
             statement.release_many([c.job_id for c in candidates])
             everything = place(self.state, request, self.policy)
         finally:
             statement.discard()
-        if not isinstance(everything, Placement):
-            return (
-                f"even evicting all {len(candidates)} preemptible jobs leaves no room: "
-                f"{everything.reason}"
-            )
-        needs_one_domain = request.pods * max(request.gpus_per_pod, 1) <= self.largest_leaf_gpus
-        if needs_one_domain and request.required <= self.leaf_level:
-            plan = self._one_domain(preemptor, request, candidates)
-            if plan is not None:
-                return plan
-        return self._many_domains(preemptor, request, candidates)
+        if isinstance(everything, Placement):
+            return fallback
+        return (
+            f"even evicting all {len(candidates)} preemptible jobs leaves no room: "
+            f"{everything.reason}"
+        )
 
     # --- shared ---------------------------------------------------------------------------------
     def _freed_per_node(self, candidates: Sequence[Candidate]) -> tuple[IntArray, IntArray]:
