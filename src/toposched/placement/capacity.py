@@ -140,7 +140,17 @@ class CapacityView:
         """Free GPUs (whole, of allowed models) per domain: what messages report."""
         state, request = self.state, self.request
         if request.is_fractional:
-            return state.free_milli[level][lo:hi] // MILLI_PER_GPU
+            if request.allowed_models is None:
+                return state.free_milli[level][lo:hi] // MILLI_PER_GPU
+            # Per-model milli-GPU is not aggregated: count it from the nodes (messages only).
+            topology = state.topology
+            starts = topology.domain_starts[level][lo : hi + 1]
+            nodes = slice(int(starts[0]), int(starts[-1]))
+            allowed = np.isin(topology.gpu_model[nodes], request.allowed_models)
+            healthy = state.health[nodes] == 0
+            milli = state.gpu_free_milli[nodes].sum(axis=1, dtype=np.int64) * (allowed & healthy)
+            per_domain: IntArray = np.add.reduceat(milli, starts[:-1] - starts[0])
+            return per_domain // MILLI_PER_GPU
         hist = state.free_hist[level][lo:hi]
         if request.allowed_models is not None:
             hist = hist[:, request.allowed_models, :]

@@ -50,13 +50,17 @@ class GangRequest:
         sizes = [pods for slice_level, pods in self.slices if slice_level >= level]
         return max(sizes, default=1)
 
-    def describe_pod(self, topology: Topology) -> str:
+    def describe_pod_plain(self) -> str:
+        """What one pod asks for, e.g. "4 GPUs" or "460 milli-GPU"."""
         if self.gpus_per_pod == 0:
-            what = "no GPU"
-        elif self.is_fractional:
-            what = f"{self.gpu_milli} milli-GPU"
-        else:
-            what = f"{self.gpus_per_pod} GPU{'s' if self.gpus_per_pod > 1 else ''}"
+            return "no GPU"
+        if self.is_fractional:
+            return f"{self.gpu_milli} milli-GPU"
+        return f"{self.gpus_per_pod} GPU{'s' if self.gpus_per_pod > 1 else ''}"
+
+    def describe_pod(self, topology: Topology) -> str:
+        """`describe_pod_plain` with the allowed GPU models named."""
+        what = self.describe_pod_plain()
         if self.allowed_models is not None and self.gpus_per_pod:
             names = "|".join(topology.gpu_models[int(m)].name for m in self.allowed_models)
             what += f" ({names})"

@@ -353,9 +353,14 @@ def place(
     """
     search = _Search(state, request, policy or BestFit())
     result = search.run(exact=False)
-    if result is None or (isinstance(result, Unschedulable) and not search.view.exact):
-        # An aggregate "no" is final only for GPU counts; CPU/memory bounds are per domain.
-        exact_result = search.run(exact=True) if result is None else result
+    if isinstance(result, Placement) or search.view.exact:
+        if result is None:
+            raise AssertionError("exact capacities over-promised: a bug in CapacityView")
+        return result
+    if result is None or request.cpu_milli or request.memory_mib:
+        # Aggregates over-promised, or CPU/memory may bind: the exact pass gives the right
+        # placement, or a reason whose figures are exact.
+        exact_result = search.run(exact=True)
         if exact_result is None:
             raise AssertionError("exact capacities over-promised: a bug in CapacityView")
         return exact_result

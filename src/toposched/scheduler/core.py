@@ -54,6 +54,14 @@ class CycleResult:
         return next((d for d in self.decisions if isinstance(d, Reserve)), None)
 
 
+def _needs(job: Job) -> str:
+    request = job.request
+    text = f"needs {request.pods:,} pods of {request.describe_pod_plain()}"
+    if request.gpus_per_pod and not request.is_fractional:
+        text += f" ({request.pods * request.gpus_per_pod:,} GPUs)"
+    return text
+
+
 def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
 
@@ -274,7 +282,7 @@ class Scheduler:
         already hold their allocation, evicted jobs keep theirs until reported gone."""
         result = CycleResult(now)
         blocked: dict[tuple[object, ...], tuple[int, str]] = {}
-        unpreemptable: dict[tuple[object, ...], str] = {}
+        unpreemptable: dict[tuple[object, ...], tuple[int, str]] = {}
         self.reservation = None
         fence = _Fence(self.state)
         preemptions_left = self.max_preemptions_per_cycle
@@ -294,35 +302,49 @@ class Scheduler:
                     if self._start_nominee(job, fence, now, result):
                         continue
                 shape = _shape(job.request)
+                ranked_allocated = self.queue.tier(entry, ranking) is QueueTier.ALLOCATED
+                short = self.reservation is not None and self._ends_before_reservation(job, now)
                 known = blocked.get(shape)
-                if known is not None and job.request.pods >= known[0]:
-                    job.reason = known[1]
-                    continue
-                result.searches += 1
-                outcome = place(self.state, job.request, self.policy)
-                if (
-                    isinstance(outcome, Unschedulable)
-                    and self.reservation is not None
-                    and self._ends_before_reservation(job, now)
-                ):
-                    # EASY backfill: a job that ends before the reservation may use its nodes.
-                    fence.open(self._reserved_nodes)
-                    outcome = place(self.state, job.request, self.policy)
-                    fence.close(self._reserved_nodes)
-                if isinstance(outcome, Placement):
-                    self._start(job, outcome, now)
-                    result.decisions.append(
-                        Bind(job.job_id, outcome.allocation, job.unallocated, fence.any)
+                if known is not None and job.request.pods >= known[0] and not short:
+                    # A smaller gang of this shape did not fit: neither does this one.
+                    job.reason = (
+                        f"{_needs(job)}; a job of the same pod shape with {known[0]} pods "
+                        f"does not fit now ({known[1]})"
                     )
-                    continue
-                previous = blocked.get(shape)
-                if previous is None or job.request.pods < previous[0]:
-                    blocked[shape] = (job.request.pods, outcome.reason)
-                job.reason = outcome.reason
-                allocated = self.queue.tier(entry, ranking) is QueueTier.ALLOCATED
+                    outcome: Placement | Unschedulable | None = None
+                else:
+                    result.searches += 1
+                    outcome = place(self.state, job.request, self.policy)
+                    if isinstance(outcome, Unschedulable) and short:
+                        # EASY backfill: a job ending before the reservation may use its nodes.
+                        fence.open(self._reserved_nodes)
+                        outcome = place(self.state, job.request, self.policy)
+                        if isinstance(outcome, Placement):
+                            self._start(job, outcome, now)
+                        fence.close(self._reserved_nodes)
+                        if isinstance(outcome, Placement):
+                            result.decisions.append(
+                                Bind(job.job_id, outcome.allocation, job.unallocated, True)
+                            )
+                            continue
+                    if isinstance(outcome, Placement):
+                        self._start(job, outcome, now)
+                        result.decisions.append(
+                            Bind(job.job_id, outcome.allocation, job.unallocated, fence.any)
+                        )
+                        continue
+                    if not short:
+                        # Failures against fenced capacity still hold for later jobs, except
+                        # those that may use the reserved nodes.
+                        previous = blocked.get(shape)
+                        if previous is None or job.request.pods < previous[0]:
+                            blocked[shape] = (job.request.pods, outcome.reason)
+                    job.reason = outcome.reason
+                allocated = ranked_allocated
                 if allocated and preemptions_left > 0 and not entry.unallocated:
-                    if shape in unpreemptable:
-                        job.reason += f"; no preemption: {unpreemptable[shape]}"
+                    refused = unpreemptable.get(shape)
+                    if refused is not None and job.request.pods >= refused[0]:
+                        job.reason += f"; no preemption: {refused[1]}"
                     else:
                         plan = self._plan_preemption(job, entry, ranking, now)
                         if isinstance(plan, PreemptionPlan):
@@ -330,7 +352,8 @@ class Scheduler:
                             self._carry_out(job, plan, now, result)
                             fence.close(job.nomination.nodes if job.nomination else plan.nodes)
                             continue
-                        unpreemptable[shape] = plan
+                        if refused is None or job.request.pods < refused[0]:
+                            unpreemptable[shape] = (job.request.pods, plan)
                         job.reason += f"; no preemption: {plan}"
                 if self.reservation is None and allocated and job.gpus >= self.reserve_min_gpus:
                     reservation = self._reserve(job, now)
@@ -408,10 +431,11 @@ class Scheduler:
                 if not verdict.allowed:
                     continue
                 rule = str(verdict.rule)
-            assert victim.start_time is not None
-            since = max(victim.start_time, victim.last_checkpoint or victim.start_time)
+            since = self._work_since(victim)
             allocation = self.state.allocations[job_id]
-            whole = allocation.gpus.shape[1] if allocation.gpu_milli == 1000 else 0
+            # A shared-GPU pod may free its whole GPU (if alone on it): counted optimistically,
+            # since every plan is verified by the placement engine before it is used.
+            whole = allocation.gpus.shape[1] if allocation.gpu_milli == 1000 else 1
             standing = (
                 0.0
                 if victim.unallocated or not ranking.is_ranked_leaf(victim.spec.account)
@@ -440,14 +464,23 @@ class Scheduler:
         self, job: Job, entry: QueueEntry, ranking: Ranking, now: float
     ) -> PreemptionPlan | str:
         local = self._local_candidates(job)
+        local_plan: PreemptionPlan | None = None
         if local is not None:
-            # Unallocated work alone can make room in one innermost domain: look only there.
+            # Unallocated work alone can make room in a few innermost domains: look there.
             candidates = self._candidates(entry, ranking, now, local)
             plan = self.victim_search.plan(job.job_id, job.request, candidates)
             if isinstance(plan, PreemptionPlan):
-                return plan
+                local_plan = plan
+                protected_from = self._protection.bisect_right((now, "\uffff"))
+                if protected_from == 0:
+                    return plan  # no allocated job is past its protection: nothing else to try
         candidates = self._candidates(entry, ranking, now)
-        return self.victim_search.plan(job.job_id, job.request, candidates)
+        plan = self.victim_search.plan(job.job_id, job.request, candidates)
+        if local_plan is not None and (
+            not isinstance(plan, PreemptionPlan) or local_plan.impact <= plan.impact
+        ):
+            return local_plan
+        return plan
 
     def _local_candidates(self, job: Job) -> list[str] | None:
         """Owners in the innermost domains where evicting unallocated work would fit `job`,
@@ -499,6 +532,15 @@ class Scheduler:
         )
         job.record(now, job.reason)
 
+    @staticmethod
+    def _work_since(job: Job) -> float:
+        """Since when a running job's work would be lost: its last checkpoint if it can resume
+        from one, else its start."""
+        assert job.start_time is not None
+        if job.spec.resumable and job.last_checkpoint is not None:
+            return max(job.start_time, job.last_checkpoint)
+        return job.start_time
+
     def _movers_on(self, nodes: IntArray, now: float) -> list[Mover]:
         """Running jobs on `nodes` that may be moved: resumable and not protected."""
         movers: list[Mover] = []
@@ -509,8 +551,7 @@ class Scheduler:
                 continue
             if not job.unallocated and now < job.start_time + job.min_runtime:
                 continue
-            since = max(job.start_time, job.last_checkpoint or job.start_time)
-            lost = job.gpus * max(now - since, 0.0)
+            lost = job.gpus * max(now - self._work_since(job), 0.0)
             movers.append(Mover(job_id, job.request, lost, job.gpus))
         return movers
 
@@ -599,8 +640,7 @@ class Scheduler:
                 job.reason = "running on a draining node; leaves when its min runtime ends"
                 continue
             job.evicting = True
-            since = max(job.start_time, job.last_checkpoint or job.start_time)
-            lost = job.gpus * max(now - since, 0.0)
+            lost = job.gpus * max(now - self._work_since(job), 0.0)
             reason = "its node is draining and its min runtime has ended"
             job.evictions.append(EvictionRecord(now, "", "node_draining", reason, lost))
             job.record(now, f"evicted: {reason}")
@@ -796,7 +836,8 @@ class Scheduler:
             return f"{job_id}: {job.state}; {job.reason}"
         explanation = self.queue.explain(job_id, now)
         ahead_other = self._ahead_from_other_accounts(job, now)
-        standing = f"; {ahead_other} jobs of better-served accounts ahead" if ahead_other else ""
+        # Accounts ranked higher are further below their share: the under-served ones.
+        standing = f"; {ahead_other} jobs of under-served accounts ahead" if ahead_other else ""
         return f"{explanation.describe()}{standing}; {job.reason}"
 
     def _ahead_from_other_accounts(self, job: Job, now: float) -> int:

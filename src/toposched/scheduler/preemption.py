@@ -110,15 +110,19 @@ class VictimSearch:
         """A plan, or the reason no set of allowed victims makes room."""
         if not candidates:
             return "no running job may be preempted for it under the contract"
-        needs_one_domain = request.pods * max(request.gpus_per_pod, 1) <= self.largest_leaf_gpus
-        if needs_one_domain and request.required <= self.leaf_level:
-            plan = self._one_domain(preemptor, request, candidates)
-            if plan is not None:
-                return plan
-        plan = self._many_domains(preemptor, request, candidates)
-        if isinstance(plan, PreemptionPlan):
-            return plan
-        return self._explain(request, candidates, plan)
+        # Gangs bound to one innermost domain (required there, or a single pod) are searched
+        # domain by domain; others may combine free room and victims across domains.
+        one_domain = request.pods == 1 or (
+            request.required == self.leaf_level and self.leaf_level > 0
+        )
+        if one_domain:
+            local = self._one_domain(preemptor, request, candidates)
+            if local is not None:
+                return local
+        spread = self._many_domains(preemptor, request, candidates)
+        if isinstance(spread, PreemptionPlan):
+            return spread
+        return self._explain(request, candidates, spread)
 
     def _explain(self, request: GangRequest, candidates: Sequence[Candidate], fallback: str) -> str:
         """Why no victim set works: what the job would still lack with every candidate gone."""
