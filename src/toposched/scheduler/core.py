@@ -174,6 +174,11 @@ class Scheduler:
         self.compaction_moves_per_hour = compaction_moves_per_hour
         self._recent_moves: deque[float] = deque()
         self._unallocated_gpus = np.zeros(state.topology.n_nodes, dtype=np.int64)
+        # Whole GPUs of allocated jobs per node, and of those still inside their min runtime
+        # (expired lazily, in time order, as cycles move forward).
+        self._allocated_gpus = np.zeros(state.topology.n_nodes, dtype=np.int64)
+        self._protected_gpus = np.zeros(state.topology.n_nodes, dtype=np.int64)
+        self._still_protected: SortedList = SortedList()
 
     # --- events ------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, now: float) -> Job:
@@ -463,28 +468,33 @@ class Scheduler:
     def _plan_preemption(
         self, job: Job, entry: QueueEntry, ranking: Ranking, now: float
     ) -> PreemptionPlan | str:
-        local = self._local_candidates(job)
-        local_plan: PreemptionPlan | None = None
+        local = self._local_candidates(job, now)
         if local is not None:
-            # Unallocated work alone can make room in a few innermost domains: look there.
+            # A gang that fits one innermost domain: only the domains where preemptible work
+            # could make room are examined, not every running job.
             candidates = self._candidates(entry, ranking, now, local)
             plan = self.victim_search.plan(job.job_id, job.request, candidates)
             if isinstance(plan, PreemptionPlan):
-                local_plan = plan
-                protected_from = self._protection.bisect_right((now, "\uffff"))
-                if protected_from == 0:
-                    return plan  # no allocated job is past its protection: nothing else to try
+                return plan
         candidates = self._candidates(entry, ranking, now)
-        plan = self.victim_search.plan(job.job_id, job.request, candidates)
-        if local_plan is not None and (
-            not isinstance(plan, PreemptionPlan) or local_plan.impact <= plan.impact
-        ):
-            return local_plan
-        return plan
+        return self.victim_search.plan(job.job_id, job.request, candidates)
 
-    def _local_candidates(self, job: Job) -> list[str] | None:
-        """Owners in the innermost domains where evicting unallocated work would fit `job`,
-        for gangs that fit in one such domain; None when that shortcut does not apply."""
+    def _expire_protection(self, now: float) -> None:
+        """Move GPUs of jobs whose min runtime ended out of the per-node protected count."""
+        while self._still_protected and self._still_protected[0][0] <= now:
+            _, job_id = self._still_protected.pop(0)
+            allocation = self.state.allocations[job_id]
+            whole = allocation.gpus.shape[1] if allocation.gpu_milli == 1000 else 0
+            np.subtract.at(self._protected_gpus, allocation.nodes, whole)
+
+    def _local_candidates(self, job: Job, now: float) -> list[str] | None:
+        """Running jobs in the innermost domains where evicting unprotected work could fit
+        `job`, for gangs that fit in one such domain; None when that shortcut does not apply.
+
+        Per node, the GPUs that could be freed are those of unallocated work and of allocated
+        jobs past their min runtime (whatever their standing: the contract filters later).
+        Domains needing the fewest GPUs freed come first; `DOMAINS_EXAMINED` of them.
+        """
         request = job.request
         search = self.victim_search
         if request.is_fractional or request.gpus_per_pod == 0:
@@ -492,21 +502,20 @@ class Scheduler:
         if request.pods * request.gpus_per_pod > search.largest_leaf_gpus:
             return None
         state, topology = self.state, self.state.topology
-        if not self._unallocated_running:
-            return None
-        potential = np.minimum(
-            state.free_whole_gpus.astype(np.int64) + self._unallocated_gpus, topology.gpu_count
-        )
-        pods = (potential // request.gpus_per_pod) * (state.health == _HEALTHY)
+        self._expire_protection(now)
+        free = state.free_whole_gpus.astype(np.int64)
+        freeable = self._unallocated_gpus + self._allocated_gpus - self._protected_gpus
+        potential = np.minimum(free + freeable, topology.gpu_count)
+        usable = state.health == _HEALTHY
         if request.allowed_models is not None:
-            pods *= np.isin(topology.gpu_model, request.allowed_models)
+            usable &= np.isin(topology.gpu_model, request.allowed_models)
         starts = topology.domain_starts[search.leaf_level]
-        room = np.add.reduceat(pods, starts[:-1])
+        room = np.add.reduceat((potential // request.gpus_per_pod) * usable, starts[:-1])
         leaves = np.flatnonzero(room >= request.pods)
         if leaves.size == 0:
             return None
-        # The fullest such domains first (best fit), a few of them.
-        chosen = leaves[np.argsort(room[leaves], kind="stable")][:DOMAINS_EXAMINED]
+        missing = request.pods * request.gpus_per_pod - np.add.reduceat(free * usable, starts[:-1])
+        chosen = leaves[np.argsort(missing[leaves], kind="stable")][:DOMAINS_EXAMINED]
         nodes = np.concatenate([np.arange(starts[d], starts[d + 1]) for d in chosen])
         return sorted(self.owners_on(nodes))
 
@@ -772,8 +781,13 @@ class Scheduler:
         allocation = self.state.allocations[job.job_id]
         for node in np.unique(allocation.nodes).tolist():
             self._owners_by_node.setdefault(node, set()).add(job.job_id)
-        if job.unallocated and allocation.gpu_milli == 1000:
-            np.add.at(self._unallocated_gpus, allocation.nodes, allocation.gpus.shape[1])
+        whole = allocation.gpus.shape[1] if allocation.gpu_milli == 1000 else 0
+        if job.unallocated:
+            np.add.at(self._unallocated_gpus, allocation.nodes, whole)
+        else:
+            np.add.at(self._allocated_gpus, allocation.nodes, whole)
+            np.add.at(self._protected_gpus, allocation.nodes, whole)
+            self._still_protected.add((job.start_time + job.min_runtime, job.job_id))
         if job.unallocated:
             self._unallocated_running.add(job.job_id)
         else:
@@ -789,8 +803,15 @@ class Scheduler:
             owners.discard(job.job_id)
             if not owners:
                 del self._owners_by_node[node]
-        if job.unallocated and allocation.gpu_milli == 1000:
-            np.subtract.at(self._unallocated_gpus, allocation.nodes, allocation.gpus.shape[1])
+        whole = allocation.gpus.shape[1] if allocation.gpu_milli == 1000 else 0
+        if job.unallocated:
+            np.subtract.at(self._unallocated_gpus, allocation.nodes, whole)
+        else:
+            np.subtract.at(self._allocated_gpus, allocation.nodes, whole)
+            key = (job.start_time + job.min_runtime, job.job_id)
+            if key in self._still_protected:
+                self._still_protected.remove(key)
+                np.subtract.at(self._protected_gpus, allocation.nodes, whole)
         if job.unallocated:
             self._unallocated_running.discard(job.job_id)
         else:

@@ -233,10 +233,19 @@ class VictimSearch:
             feasible = np.flatnonzero(room(subsets.astype(bool)) >= request.pods)
             if feasible.size == 0:
                 return None
-            keys = [
-                self.impact.key([victims[i] for i in np.flatnonzero(subsets[s])]) for s in feasible
-            ]
-            winner = feasible[min(range(len(keys)), key=keys.__getitem__)]
+            if isinstance(self.impact, LeastLostWork):
+                # The default key is a sum per victim: rank every subset with one matrix product.
+                per_victim = np.array(
+                    [(v.lost_gpu_seconds, 1.0, v.standing) for v in victims], dtype=float
+                )
+                totals = subsets[feasible] @ per_victim
+                winner = feasible[np.lexsort((totals[:, 2], totals[:, 1], totals[:, 0]))[0]]
+            else:
+                keys = [
+                    self.impact.key([victims[i] for i in np.flatnonzero(subsets[s])])
+                    for s in feasible
+                ]
+                winner = feasible[min(range(len(keys)), key=keys.__getitem__)]
             return [victims[i] for i in np.flatnonzero(subsets[winner])], True
         order = sorted(range(len(victims)), key=lambda i: self.impact.key([victims[i]]))
         selection = np.zeros((1, len(victims)), dtype=bool)
