@@ -726,6 +726,28 @@ def test_a_gang_without_a_required_rack_gets_a_minimal_victim_set() -> None:
     assert_minimal(sched, "trio", evicted_ids(result))
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="Scheduler._local_candidates keeps the DOMAINS_EXAMINED (16) racks that need the "
+    "fewest GPUs freed, not the cheapest, and a plan found there is final: with more than 16 "
+    "qualifying racks the cheapest one may never be examined",
+)
+def test_the_cheapest_rack_is_found_among_more_than_sixteen() -> None:
+    # 18 racks of 2 nodes at 1000 s. Racks 0-16: one idle node and one unallocated job since 0
+    # (4 x 1000 = 4000 to free the rack). Rack 17: two unallocated jobs since 990 (4 x 10 = 40
+    # each). `pair` needs 2 nodes in one rack: least lost work is rack 17, 80 GPU-seconds.
+    sched = scheduler(racks(18, 2))
+    for rack in range(17):
+        run(sched, spec(f"old{rack}", "scratch"), [2 * rack], 0)
+    run(sched, spec("new0", "scratch"), [34], 990)
+    run(sched, spec("new1", "scratch"), [35], 990)
+    sched.submit(spec("pair", "team-a", pods=2, topology=RACK), 1000)
+
+    result = sched.cycle(1000)
+
+    assert evicted_ids(result) == ["new0", "new1"]
+
+
 # --- the search on its own ------------------------------------------------------------------------
 
 
