@@ -311,11 +311,6 @@ class FewestJobsFirst(LeastLostWork):
         return (float(len(victims)), sum(v.lost_gpu_seconds for v in victims))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="VictimSearch._choose_in_leaf tests isinstance(impact, LeastLostWork) to rank subsets "
-    "with the default formula, so a subclass that overrides key() is ignored inside a domain",
-)
 def test_a_subclass_of_the_default_impact_policy_is_honoured() -> None:
     # As above: w0 (1 job) should beat {h1a, h1b} (2 jobs).
     _, result = checkpoint_case(checkpoint=None, impact=FewestJobsFirst())

@@ -32,7 +32,7 @@ class Candidate:
 
     job_id: str
     rule: str
-    """The contract rule that allows it (e.g. unallocated_victim, better_fair_share)."""
+    """The contract rule that allows it (e.g. unallocated-victim, better-fair-share)."""
     lost_gpu_seconds: float
     """Work lost: GPUs x seconds since its last checkpoint (since start if none)."""
     standing: float
@@ -233,7 +233,7 @@ class VictimSearch:
             feasible = np.flatnonzero(room(subsets.astype(bool)) >= request.pods)
             if feasible.size == 0:
                 return None
-            if isinstance(self.impact, LeastLostWork):
+            if type(self.impact) is LeastLostWork:
                 # The default key is a sum per victim: rank every subset with one matrix product.
                 per_victim = np.array(
                     [(v.lost_gpu_seconds, 1.0, v.standing) for v in victims], dtype=float
