@@ -1,0 +1,39 @@
+"""Placement benchmarks on the 1,000,080-GPU fleet at 70% occupancy (see toposched.bench)."""
+
+from __future__ import annotations
+
+from itertools import cycle
+from typing import Any
+
+import numpy as np
+import pytest
+
+from toposched.bench.placement import frontier_job, infeasible_job, occupied_fleet, small_jobs
+from toposched.cluster.state import ClusterState
+from toposched.placement.search import Placement, Unschedulable, place
+
+
+@pytest.fixture(scope="module")
+def busy_fleet() -> ClusterState:
+    return occupied_fleet()
+
+
+def test_small_job(benchmark: Any, busy_fleet: ClusterState) -> None:
+    jobs = cycle(small_jobs())
+    result = benchmark(lambda: place(busy_fleet, next(jobs)))
+    assert isinstance(result, Placement)
+
+
+def test_frontier_job(benchmark: Any, busy_fleet: ClusterState) -> None:
+    job = frontier_job()
+    result = benchmark.pedantic(lambda: place(busy_fleet, job), rounds=20, iterations=1)
+    assert isinstance(result, Placement)
+    # Whole racks only: 2,778 racks of 18 nodes.
+    racks = busy_fleet.topology.node_domain[3][result.allocation.nodes]
+    assert np.unique(racks).size == 2778
+
+
+def test_infeasible_job(benchmark: Any, busy_fleet: ClusterState) -> None:
+    job = infeasible_job()
+    result = benchmark(lambda: place(busy_fleet, job))
+    assert isinstance(result, Unschedulable)
