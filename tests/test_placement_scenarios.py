@@ -72,12 +72,6 @@ def job_spec(job: Mapping[str, Any], default_name: str) -> JobSpec:
     return JobSpec.from_dict({"name": default_name, **job})
 
 
-def domain_index(state: ClusterState, level: int, name: str) -> int:
-    names = list(state.topology.domain_names[level])
-    assert name in names, f"no domain {name!r} at level {level}; domains are {names}"
-    return names.index(name)
-
-
 def check_placement(state: ClusterState, placement: Placement, expect: Mapping[str, Any]) -> None:
     topology = state.topology
     pod_nodes = placement.pod_nodes(state)
@@ -98,8 +92,9 @@ def check_placement(state: ClusterState, placement: Placement, expect: Mapping[s
             for d in topology.node_domain[level][placement.allocation.nodes]
         }
         assert domains == {domain_name}, f"pods at {level_name} are in {sorted(domains)}"
-    untouched = set(expect.get("untouched", [])) & set(pod_nodes)
-    assert not untouched, f"pods placed on {sorted(untouched)}"
+    for name in expect.get("untouched", []):
+        topology.node_index(name)  # a misspelt name fails here instead of passing unnoticed
+        assert name not in pod_nodes, f"a pod was placed on {name}"
 
 
 def check_failure(result: Unschedulable, expect: Mapping[str, Any]) -> None:
