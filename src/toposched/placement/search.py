@@ -308,7 +308,8 @@ class _Search:
     def _explain_total(self, total: int) -> Unschedulable:
         request = self.request
         free = int(self.view.free_gpu_equivalent(0, 0, 1)[0])
-        limit = "" if not self.view.exact else " (with CPU and memory counted node by node)"
+        counted = self.view.exact and (request.cpu_milli or request.memory_mib)
+        limit = " (with CPU and memory counted node by node)" if counted else ""
         code = "capacity"
         if request.slices:
             unsliced = CapacityView(self.state, replace(request, slices=()), self.view.exact)
@@ -329,9 +330,13 @@ class _Search:
             self.request,
             "required",
             f"required {name}: needs {self._needs()} in one {name}; the best {name} "
-            f"({self.topology.domain_name(level, best)}) has room for {int(capacity[best]):,} "
-            f"pods ({free:,} free GPUs)",
+            f"({self.topology.domain_name(level, best)}) has room for "
+            f"{_pods(int(capacity[best]))} ({free:,} free GPUs)",
         )
+
+
+def _pods(count: int) -> str:
+    return f"{count:,} pod{'' if count == 1 else 's'}"
 
 
 def _cover_count(capacity: IntArray, need: int) -> int:
