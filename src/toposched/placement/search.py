@@ -284,7 +284,7 @@ class _Search:
                 "node",
                 f"required node: needs {request.pods} pods of {request.describe_pod(self.topology)}"
                 f" on one node; the best node ({self.topology.node_names[best]}) has room for "
-                f"{int(capacity[best])}",
+                f"{_pods(int(capacity[best]))}",
             )
         scores = self.policy.node_scores(self.state, candidates, capacity[candidates], request)
         node = candidates[int(np.argmin(scores)) : int(np.argmin(scores)) + 1]
