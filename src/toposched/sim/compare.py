@@ -1,0 +1,345 @@
+"""Run one workload through toposched and the baselines, and lay their summaries side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from rich.table import Table
+
+from toposched.cluster.state import ClusterState
+from toposched.placement.request import GangRequest
+from toposched.policy.budget import BudgetTree
+from toposched.scheduler.defrag import fragmentation
+from toposched.sim.baselines import BASELINES
+from toposched.sim.engine import (
+    DEFAULT_SAMPLE_INTERVAL,
+    SchedulerFactory,
+    SchedulerLike,
+    Simulation,
+    toposched_scheduler,
+)
+from toposched.sim.metrics import SimulationResult, summarize
+from toposched.workloads.model import Workload
+
+__all__ = [
+    "DEFAULT_SCHEDULERS",
+    "ClusterSnapshot",
+    "ComparisonRun",
+    "compare",
+    "comparison_table",
+    "run_comparison",
+]
+
+DEFAULT_SCHEDULERS: dict[str, SchedulerFactory] = {"toposched": toposched_scheduler, **BASELINES}
+"""toposched first, then the baselines: the columns of the comparison."""
+MAX_MAP_DOMAINS = 4096
+"""Cluster maps use the innermost domain level with at most this many domains."""
+MAX_FRAGMENTATION_SHAPES = 32
+_EVENT_METHODS = frozenset({"submit", "finish", "fail", "evicted", "cancel", "set_health"})
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """Occupancy (busy GPUs / GPUs) of every cell of a cluster map at one moment.
+
+    Cells are nodes when the cluster has at most `MAX_MAP_DOMAINS` of them, else the domains
+    of the innermost level with at most that many; `rows` are the start indices of each
+    enclosing domain (`row_level`), so a map draws one row per rack, unit or block.
+    """
+
+    time: float
+    level: str
+    row_level: str
+    names: list[str]
+    occupancy: list[float]
+    rows: list[int]
+
+
+@dataclass
+class ComparisonRun:
+    """One scheduler's run of the workload: the raw result, its summary and what was observed.
+
+    `fragmentation` holds (time, share of free GPUs no pending shape can use) measured against
+    the jobs' own requests (with their topology constraints), so every scheduler is judged by
+    the same shapes. `snapshots` are cluster maps at the chosen moments and at the end.
+    """
+
+    name: str
+    result: SimulationResult
+    summary: dict[str, Any]
+    fragmentation: list[tuple[float, float]] = field(default_factory=list)
+    snapshots: list[ClusterSnapshot] = field(default_factory=list)
+
+
+def snapshot(state: ClusterState, now: float) -> ClusterSnapshot:
+    """The cluster map now: per node (or per domain on large clusters) occupancy."""
+    topology = state.topology
+    gpus = topology.gpu_count.astype(np.int64)
+    free = state.free_whole_gpus.astype(np.int64)
+    leaf = len(topology.domain_levels) - 1
+    if topology.n_nodes <= MAX_MAP_DOMAINS:
+        cell_level, level_name = None, "node"
+        names = list(topology.node_names)
+        row_level = leaf
+        rows = topology.domain_starts[leaf][:-1]
+    else:
+        cell_level = next(
+            (
+                level
+                for level in range(leaf, -1, -1)
+                if topology.n_domains(level) <= MAX_MAP_DOMAINS
+            ),
+            0,
+        )
+        starts = topology.domain_starts[cell_level]
+        gpus = np.add.reduceat(gpus, starts[:-1])
+        free = np.add.reduceat(free, starts[:-1])
+        level_name = topology.domain_levels[cell_level]
+        names = [topology.domain_name(cell_level, d) for d in range(topology.n_domains(cell_level))]
+        row_level = max(cell_level - 1, 0)
+        rows = np.searchsorted(starts, topology.domain_starts[row_level][:-1])
+    occupancy = np.where(gpus > 0, 1.0 - free / np.maximum(gpus, 1), 0.0)
+    return ClusterSnapshot(
+        time=now,
+        level=level_name,
+        row_level=topology.domain_levels[row_level],
+        names=[str(name) for name in names],
+        occupancy=[float(x) for x in occupancy],
+        rows=[int(r) for r in rows],
+    )
+
+
+class _Observer:
+    """Wraps a scheduler; before the first event at or after each chosen moment (when the state
+    still is what the last cycle left), records fragmentation and, at map moments, a snapshot.
+
+    Observations happen in event calls, which the simulator does not time, so the measured
+    decision latency stays the scheduler's own.
+    """
+
+    def __init__(
+        self,
+        scheduler: SchedulerLike,
+        curve_moments: Sequence[float],
+        map_moments: Sequence[float],
+    ) -> None:
+        self.scheduler = scheduler
+        self.moments = sorted({*curve_moments, *map_moments}, reverse=True)
+        self.map_moments = set(map_moments)
+        self.fragmentation: list[tuple[float, float]] = []
+        self.snapshots: list[ClusterSnapshot] = []
+        self.requests: dict[str, GangRequest] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.scheduler, name)
+        if name in _EVENT_METHODS:
+            return self._observing(attribute)
+        return attribute
+
+    def _observing(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(first: Any, now: float, *rest: Any, **options: Any) -> Any:
+            self.observe_until(now)
+            if method.__name__ == "submit":
+                self.requests[first.name] = GangRequest.from_spec(first, self.state.topology)
+            return method(first, now, *rest, **options)
+
+        return call
+
+    @property
+    def state(self) -> ClusterState:
+        return self.scheduler.state
+
+    def observe_until(self, now: float) -> None:
+        while self.moments and self.moments[-1] <= now:
+            moment = self.moments.pop()
+            self.fragmentation.append((moment, self.measure_fragmentation()))
+            if moment in self.map_moments:
+                self.snapshots.append(snapshot(self.state, moment))
+
+    def measure_fragmentation(self) -> float:
+        pending = [
+            job
+            for job in self.scheduler.jobs.values()
+            if str(getattr(job, "state", "")) == "pending"
+        ]
+        pending.sort(key=lambda job: (job.submit_time, job.job_id))
+        shapes: dict[tuple[object, ...], GangRequest] = {}
+        for job in pending:
+            request = self.requests.get(job.job_id)
+            if request is None:
+                continue
+            key = (request.gpus_per_pod, request.gpu_milli, request.required, request.slices)
+            shapes.setdefault((*key, request.pods), request)
+            if len(shapes) >= MAX_FRAGMENTATION_SHAPES:
+                break
+        return fragmentation(self.state, shapes.values())
+
+
+def run_comparison(
+    workload: Workload,
+    schedulers: Mapping[str, SchedulerFactory] | None = None,
+    *,
+    horizon: float | None = None,
+    sample_interval: float = DEFAULT_SAMPLE_INTERVAL,
+    progress: bool = False,
+    curve_points: int = 48,
+    map_moments: Sequence[float] = (0.25, 0.5, 0.75),
+) -> dict[str, ComparisonRun]:
+    """Run the same workload through each scheduler (a fresh cluster state and budget tree
+    each; the workload, hence its seed, is shared), in the order given.
+
+    `curve_points` evenly spaced moments get a fragmentation reading; `map_moments` (fractions
+    of the simulated span) a cluster map, and the end state one more.
+    """
+    chosen = dict(DEFAULT_SCHEDULERS if schedulers is None else schedulers)
+    end = horizon if horizon is not None else workload.horizon
+    if end is None:
+        end = max((job.submit_time + job.runtime for job in workload.jobs), default=1.0)
+    curve = [end * i / curve_points for i in range(curve_points)] if curve_points > 0 else []
+    maps = [end * fraction for fraction in map_moments]
+    runs: dict[str, ComparisonRun] = {}
+    for name, factory in chosen.items():
+        observers: list[_Observer] = []
+
+        def observed(
+            state: ClusterState,
+            tree: BudgetTree,
+            factory: SchedulerFactory = factory,
+            observers: list[_Observer] = observers,
+        ) -> SchedulerLike:
+            observer = _Observer(factory(state, tree), curve, maps)
+            observers.append(observer)
+            return observer  # type: ignore[return-value]
+
+        simulation = Simulation(
+            workload,
+            observed,
+            horizon=horizon,
+            sample_interval=sample_interval,
+            progress=progress,
+            scheduler_name=name,
+        )
+        result = simulation.run()
+        observer = observers[0]
+        observer.observe_until(result.end)
+        observer.snapshots.append(snapshot(observer.state, result.end))
+        runs[name] = ComparisonRun(
+            name=name,
+            result=result,
+            summary=summarize(result),
+            fragmentation=observer.fragmentation,
+            snapshots=observer.snapshots,
+        )
+    return runs
+
+
+def compare(
+    workload: Workload,
+    schedulers: Mapping[str, SchedulerFactory] | None = None,
+    **options: Any,
+) -> dict[str, dict[str, Any]]:
+    """The JSON summary of each scheduler's run of `workload`; see `run_comparison`."""
+    return {
+        name: run.summary for name, run in run_comparison(workload, schedulers, **options).items()
+    }
+
+
+# --- the side-by-side table ----------------------------------------------------------------------
+def _get(summary: Mapping[str, Any], *path: str) -> Any:
+    value: Any = summary
+    for key in path:
+        if not isinstance(value, Mapping) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def _percent(value: Any) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _seconds(value: Any) -> str:
+    if value is None:
+        return "-"
+    if value < 90:
+        return f"{value:.0f} s"
+    if value < 5400:
+        return f"{value / 60:.0f} min"
+    if value < 2 * 86400:
+        return f"{value / 3600:.1f} h"
+    return f"{value / 86400:.1f} d"
+
+
+def _latency(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1e3:.2f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def _number(value: Any, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def team_ratios(summary: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """(worst, mean) share of owed GPU-hours delivered across teams with demand."""
+    teams = _get(summary, "fairness", "teams") or {}
+    ratios = [team["owed_met"] for team in teams.values() if team.get("owed_met") is not None]
+    if not ratios:
+        return None, None
+    return min(ratios), sum(ratios) / len(ratios)
+
+
+def comparison_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, list[str]]]:
+    """(metric, one cell per scheduler) rows of the side-by-side summary."""
+    names = list(summaries)
+    rows: list[tuple[str, list[str]]] = []
+
+    def add(label: str, cell: Callable[[Mapping[str, Any]], str]) -> None:
+        rows.append((label, [cell(summaries[name]) for name in names]))
+
+    add("occupancy", lambda s: _percent(_get(s, "utilisation", "occupancy")))
+    add(
+        "allocated share",
+        lambda s: _percent(_get(s, "utilisation", "allocated_share_of_delivered")),
+    )
+    add(
+        "unallocated share",
+        lambda s: _percent(_get(s, "utilisation", "unallocated_share_of_delivered")),
+    )
+    add("teams: owed delivered (all)", lambda s: _percent(_get(s, "fairness", "owed_met")))
+    add("teams: owed delivered (min)", lambda s: _percent(team_ratios(s)[0]))
+    add("teams: owed delivered (mean)", lambda s: _percent(team_ratios(s)[1]))
+    classes = sorted(
+        {c for s in summaries.values() for c in (_get(s, "classes") or {}) if c != "debug"}
+    )
+    for job_class in ["debug", *classes]:
+        for point in ("p50", "p90", "p99"):
+            add(
+                f"wait {job_class} {point}",
+                lambda s, c=job_class, p=point: _seconds(_get(s, "classes", c, "wait_s", p)),
+            )
+    add("largest jobs: wait p50", lambda s: _seconds(_get(s, "largest_jobs", "wait_s", "p50")))
+    add("largest jobs: wait max", lambda s: _seconds(_get(s, "largest_jobs", "max_wait_s")))
+    add("preemptions", lambda s: _number(_get(s, "disruption", "preemptions")))
+    add("GPU-hours lost", lambda s: _number(_get(s, "disruption", "gpu_hours_lost"), 1))
+    for point in ("p50", "p99", "max"):
+        add(
+            f"decision latency {point}",
+            lambda s, p=point: _latency(_get(s, "scheduler_speed", "decision_latency_s", p)),
+        )
+    add("events/s", lambda s: _number(_get(s, "scheduler_speed", "events_per_second")))
+    return rows
+
+
+def comparison_table(summaries: Mapping[str, Mapping[str, Any]], title: str | None = None) -> Table:
+    """A rich table: one row per metric, one column per scheduler."""
+    table = Table(title=title, show_lines=False)
+    table.add_column("metric", style="bold")
+    for name in summaries:
+        table.add_column(name, justify="right")
+    for label, cells in comparison_rows(summaries):
+        table.add_row(label, *cells)
+    return table
