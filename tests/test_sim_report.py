@@ -1,0 +1,132 @@
+"""The HTML report: one self-contained file with every section, plots inline, nothing external."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from toposched.sim.baselines import fifo_first_fit
+from toposched.sim.compare import ComparisonRun, compare, comparison_rows, run_comparison
+from toposched.sim.report import SECTIONS, write_report
+from toposched.workloads.ai2 import ai2_like
+
+EXTERNAL = re.compile(r"(https?:)?//", re.IGNORECASE)
+
+
+class _Outline(HTMLParser):
+    """Sections by id, the plot elements inside each, and every reference to elsewhere."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.section: str | None = None
+        self.sections: list[str] = []
+        self.plots: dict[str, int] = {}
+        self.external: list[str] = []
+        self.scripts = 0
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if tag == "section":
+            self.section = values.get("id")
+            assert self.section is not None
+            self.sections.append(self.section)
+        if tag in ("svg", "img") and self.section is not None:
+            self.plots[self.section] = self.plots.get(self.section, 0) + 1
+        if tag in ("script", "link", "iframe", "object", "embed"):
+            self.scripts += 1
+        for name, value in attrs:
+            if value and name in ("src", "href", "xlink:href", "action", "data", "style"):
+                if EXTERNAL.search(value) or "url(" in value:
+                    self.external.append(f"{tag} {name}={value}")
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, ComparisonRun]:
+    return run_comparison(ai2_like(seed=1, days=0.25, gpus=64), curve_points=8)
+
+
+def outline(path: Path) -> _Outline:
+    parser = _Outline()
+    parser.feed(path.read_text(encoding="utf-8"))
+    parser.close()
+    return parser
+
+
+def test_report_has_every_section_with_inline_plots(
+    tmp_path: Path, runs: dict[str, ComparisonRun]
+) -> None:
+    path = tmp_path / "report.html"
+    summaries = {name: run.summary for name, run in runs.items()}
+    write_report(path, summaries, runs, description="tiny")
+    parsed = outline(path)
+    assert parsed.sections == [key for key, _ in SECTIONS]
+    for section in ("occupancy", "waits", "teams", "latency", "fragmentation", "cluster-map"):
+        assert parsed.plots.get(section, 0) >= 1, section
+    # One cluster map per scheduler per moment (three chosen moments and the end).
+    assert parsed.plots["cluster-map"] == 4 * len(runs)
+    assert parsed.external == []
+    assert parsed.scripts == 0
+    text = "".join(parsed.text)
+    for name in runs:
+        assert name in text
+    assert "absent" not in text
+
+
+def test_report_without_runs_says_what_is_missing(
+    tmp_path: Path, runs: dict[str, ComparisonRun]
+) -> None:
+    path = tmp_path / "summaries-only.html"
+    write_report(path, {name: run.summary for name, run in runs.items()})
+    parsed = outline(path)
+    assert parsed.sections == [key for key, _ in SECTIONS]
+    text = "".join(parsed.text)
+    assert "Fragmentation is absent" in text
+    assert "no CDFs" in text
+    assert "no map" in text
+    assert parsed.plots.get("occupancy", 0) == 1
+    assert parsed.external == []
+
+
+def test_report_embeds_the_json_summaries(tmp_path: Path, runs: dict[str, ComparisonRun]) -> None:
+    path = tmp_path / "report.html"
+    summaries = {name: run.summary for name, run in runs.items()}
+    write_report(path, summaries, runs)
+    parsed = outline(path)
+    embedded = json.loads("".join(parsed.text).split("show", 1)[1].strip())
+    assert list(embedded) == list(runs)
+    assert embedded["toposched"]["jobs"]["total"] == summaries["toposched"]["jobs"]["total"]
+
+
+def test_comparison_runs_every_scheduler_on_the_same_workload(
+    runs: dict[str, ComparisonRun],
+) -> None:
+    assert list(runs) == ["toposched", "slurm_like", "kube_like", "fifo_first_fit"]
+    totals = {run.summary["jobs"]["total"] for run in runs.values()}
+    assert len(totals) == 1
+    for run in runs.values():
+        assert run.summary["scheduler"] == run.name
+        assert run.summary["conservation"]["holds"]
+        assert len(run.fragmentation) == 8
+        assert all(0.0 <= share <= 1.0 for _, share in run.fragmentation)
+        assert all(0.0 <= x <= 1.0 for shot in run.snapshots for x in shot.occupancy)
+    rows = dict(comparison_rows({name: run.summary for name, run in runs.items()}))
+    assert len(rows["occupancy"]) == 4
+    assert "wait debug p90" in rows
+    assert rows["preemptions"][1:] == ["0", "0", "0"]
+
+
+def test_compare_returns_deterministic_summaries() -> None:
+    workload = ai2_like(seed=2, days=0.1, gpus=64)
+    chosen = {"fifo_first_fit": fifo_first_fit}
+    first, second = compare(workload, chosen), compare(workload, chosen)
+    for summary in (*first.values(), *second.values()):
+        summary.pop("scheduler_speed")
+    assert first == second
