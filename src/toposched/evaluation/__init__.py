@@ -1,0 +1,1 @@
+"""Evaluations that measure scheduling quality on published traces against published results."""

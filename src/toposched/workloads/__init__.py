@@ -1,0 +1,1 @@
+"""Workload traces: task lists read from published cluster traces."""
