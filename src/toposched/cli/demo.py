@@ -1,4 +1,4 @@
-"""`toposched demo`: the main job on an embedded default."""
+"""`toposched demo`: an Ai2-like research cluster simulated for a few days, or the 1M-GPU fleet."""
 
 from __future__ import annotations
 
@@ -8,25 +8,43 @@ from typing import Any
 
 from rich.console import Console
 
+from toposched.cli.simulate import add_options, simulate_and_report
 from toposched.cli.summary import cluster_table
 from toposched.cluster.builders import million_gpu_cluster
 from toposched.cluster.state import ClusterState
+
+DEMO_DAYS = 2.0
+DEMO_GPUS = 2048
+"""Sized so the demo runs in about two minutes on a 2-core machine (see docs/simulator.md)."""
 
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
         "demo",
-        help="build the 1,000,080-GPU GB300 fleet and print its summary",
-        description="Build the reference 1,000,080-GPU GB300 NVL72 fleet (2 zones x 15 spine "
-        "blocks x 463 racks x 18 nodes x 4 GPUs) with its array-backed state, and print a "
-        "summary: levels, domains per level, nodes, GPUs, memory used and build time.",
+        help="simulate an Ai2-like research cluster for a few days and print the summary",
+        description=f"Simulate the Ai2-like workload (15 budgeted teams, outstanding demand "
+        f"2-3x capacity, debug, training, eval and unallocated work) on {DEMO_GPUS:,} GPUs for "
+        f"{DEMO_DAYS:g} simulated days through toposched's scheduler, print the summary table "
+        "next to Ai2's published outcomes and write out/summary.json. It takes about two "
+        "minutes. With --fleet, build the reference 1,000,080-GPU GB300 NVL72 fleet instead and "
+        "print its summary: levels, domains per level, nodes, GPUs, memory and build time. "
+        "Other options are those of `toposched simulate`.",
     )
-    parser.set_defaults(handler=run)
+    parser.add_argument(
+        "--fleet",
+        action="store_true",
+        help="build the 1,000,080-GPU GB300 fleet and print its summary (no simulation)",
+    )
+    add_options(parser)
+    parser.set_defaults(handler=run, days=DEMO_DAYS, gpus=DEMO_GPUS)
 
 
 def run(args: argparse.Namespace) -> int:
-    started = time.perf_counter()
-    state = ClusterState(million_gpu_cluster())
-    elapsed = time.perf_counter() - started
-    Console().print(cluster_table(state, "toposched: 1,000,080-GPU GB300 NVL72 fleet", elapsed))
+    if args.fleet:
+        started = time.perf_counter()
+        state = ClusterState(million_gpu_cluster())
+        elapsed = time.perf_counter() - started
+        Console().print(cluster_table(state, "toposched: 1,000,080-GPU GB300 NVL72 fleet", elapsed))
+        return 0
+    simulate_and_report(args)
     return 0

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from toposched.cli import bench, cluster, demo, evaluate
+from toposched.cli import bench, cluster, demo, evaluate, simulate
 from toposched.cluster.errors import ToposchedError
 
 DESCRIPTION = """\
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (demo, cluster, bench, evaluate):
+    for module in (demo, cluster, bench, evaluate, simulate):
         module.register(commands)
     return parser
 

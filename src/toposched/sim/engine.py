@@ -76,7 +76,8 @@ class EventKind(IntEnum):
     """Event kinds; at equal times they are handled in this order (then in push order).
 
     Completions come first so that work ending at the instant a node fails is not lost, and
-    samples last so that they see the cycle that followed the instant's events.
+    samples last so that they see the cycle that followed the instant's events. CYCLE marks a
+    cycle postponed by a minimum cycle interval.
     """
 
     COMPLETION = 0
@@ -86,7 +87,8 @@ class EventKind(IntEnum):
     CANCEL = 4
     SUBMISSION = 5
     PROTECTION_END = 6
-    SAMPLE = 7
+    CYCLE = 7
+    SAMPLE = 8
 
 
 Event = tuple[float, int, int, Any]
@@ -112,8 +114,12 @@ class Simulation:
         sample_interval: float = DEFAULT_SAMPLE_INTERVAL,
         progress: bool = False,
         scheduler_name: str | None = None,
+        cycle_interval: float = 0.0,
     ) -> None:
         self.workload = workload
+        self.cycle_interval = cycle_interval
+        """Minimum simulated seconds between cycles; 0 runs one after every instant with
+        events, as an event-driven scheduler does. Events between cycles still apply at once."""
         self.scheduler_factory = scheduler_factory
         self.horizon = horizon if horizon is not None else workload.horizon
         self.sample_interval = sample_interval
@@ -191,6 +197,8 @@ class _Run:
         self.unhealthy_nodes = np.zeros(0, dtype=np.int64)
         self.now = 0.0
         self.rates = (0.0, 0.0, float(self.capacity), 0.0, 0.0, 0.0)
+        self.last_cycle = -math.inf
+        self.cycle_pending = False
 
     # --- the loop ------------------------------------------------------------------------------
     def execute(self) -> SimulationResult:
@@ -212,6 +220,7 @@ class _Run:
             EventKind.CANCEL: self._cancel,
             EventKind.SUBMISSION: self._submission,
             EventKind.PROTECTION_END: self._protection_end,
+            EventKind.CYCLE: self._postponed_cycle,
         }
         heap = self.heap
         horizon = self.horizon
@@ -232,7 +241,7 @@ class _Run:
                     if handlers[kind](payload, now):
                         changed = True
                 if changed:
-                    self._cycle(now)
+                    self._maybe_cycle(now)
                 self.counts["batches"] += 1
                 self._measure_rates()
                 if sample:
@@ -349,6 +358,19 @@ class _Run:
         self.ledger.close(end)
 
     # --- the scheduler's cycle and its decisions -------------------------------------------------
+    def _maybe_cycle(self, now: float) -> None:
+        interval = self.simulation.cycle_interval
+        if interval <= 0 or now >= self.last_cycle + interval:
+            self.last_cycle = now
+            self._cycle(now)
+        elif not self.cycle_pending:
+            self.cycle_pending = True
+            self._push(self.last_cycle + interval, EventKind.CYCLE, None)
+
+    def _postponed_cycle(self, payload: None, now: float) -> bool:
+        self.cycle_pending = False
+        return True
+
     def _cycle(self, now: float) -> None:
         began = time.perf_counter()
         result = self.scheduler.cycle(now)

@@ -1,0 +1,318 @@
+"""`toposched simulate`: replay a workload through the scheduler and summarise what happened."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from toposched.sim.engine import DEFAULT_SAMPLE_INTERVAL, Simulation
+from toposched.sim.metrics import summarize
+from toposched.workloads.catalog import WORKLOAD_HELP, workload_by_name
+from toposched.workloads.files import save_workload
+from toposched.workloads.model import Workload
+
+DESCRIPTION = """\
+Replay a workload through toposched's scheduler on a simulated clock. The simulator jumps from
+event to event (submissions, completions, min-runtime expiries, grace-period ends, node failures
+and repairs), runs one scheduler cycle after each instant's events, starts bound jobs at once and
+ends them after their actual runtime. The scheduler is the one the service runs; only the clock
+and the backend are simulated. The same workload and seed give the same result, bit for bit.
+
+workloads (--workload):
+""" + "\n".join(
+    textwrap.fill(text, 96, initial_indent=f"  {name:<15} ", subsequent_indent=" " * 18)
+    for name, text in WORKLOAD_HELP.items()
+)
+
+EPILOG = """\
+outputs: a summary table (or JSON with --json) and DIR/summary.json with every metric and the
+sampled timeline; docs/simulator.md defines each metric and the workload file format.
+
+examples:
+  toposched simulate                               Ai2-like cluster, 30 days, 3,072 GPUs
+  toposched simulate --workload ai2 --days 3 --gpus 2048 --seed 7
+  toposched simulate --workload itp:04 --json
+  toposched simulate --workload openb:gpushare40 --days 20
+  toposched simulate --workload my-lab.jsonl --out results/
+  toposched simulate --workload ai2 --days 1 --save-workload ai2-1d.jsonl
+"""
+
+TARGETS = {
+    "owed_met": 0.98,
+    "occupancy": 0.98,
+    "debug_p90_s": 30.0,
+    "events_per_second": 50_000.0,
+}
+"""Ai2's published outcomes and the simulator speed goal of issue 6, shown next to results."""
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "simulate",
+        help="replay a workload (ai2, frontier, itp:NN, openb, or a file) through the scheduler",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_options(parser)
+    parser.set_defaults(handler=run)
+
+
+def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") -> None:
+    parser.add_argument(
+        "--workload",
+        default=workload_default,
+        metavar="W",
+        help=f"ai2, frontier, itp:NN, openb[:TRACE] or a workload FILE (default: "
+        f"{workload_default})",
+    )
+    parser.add_argument(
+        "--days",
+        type=float,
+        metavar="N",
+        help="simulated days (generators: how much work to make; replays and files: stop "
+        "after N days; default: 30 for ai2 and frontier, the whole trace otherwise)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="seed of the generators (default: 0)"
+    )
+    parser.add_argument(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="cluster size in GPUs (ai2: about N in 8-GPU nodes, default 3,072; frontier: "
+        "shrinks the 1,000,080-GPU fleet; itp: N/8 nodes)",
+    )
+    parser.add_argument(
+        "--out",
+        default="out",
+        metavar="DIR",
+        help="folder for summary.json (default: out/)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument(
+        "--sample-interval",
+        type=float,
+        default=DEFAULT_SAMPLE_INTERVAL,
+        metavar="S",
+        help="seconds between timeline samples (default: 3600)",
+    )
+    parser.add_argument(
+        "--cycle-every",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="at most one scheduler cycle per S simulated seconds (default: 0, a cycle after "
+        "every instant with events)",
+    )
+    parser.add_argument(
+        "--traces-dir",
+        metavar="PATH",
+        help="folder holding itp/ and openb/ (default: $TOPOSCHED_TRACES or ../shared/traces)",
+    )
+    parser.add_argument(
+        "--save-workload",
+        metavar="FILE",
+        help="also write the workload to FILE (.yaml, .json or .jsonl) to replay or edit later",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on long runs")
+
+
+def build_workload(args: argparse.Namespace) -> Workload:
+    return workload_by_name(
+        args.workload, seed=args.seed, days=args.days, gpus=args.gpus, traces_dir=args.traces_dir
+    )
+
+
+def simulate_and_report(args: argparse.Namespace, title: str | None = None) -> dict[str, Any]:
+    """Build the workload, run it, write DIR/summary.json, print the table or the JSON."""
+    console = Console(stderr=args.json)
+    started = time.perf_counter()
+    with console.status(f"building workload {args.workload}..."):
+        workload = build_workload(args)
+    built = time.perf_counter() - started
+    if args.save_workload:
+        save_workload(workload, args.save_workload)
+    simulation = Simulation(
+        workload,
+        sample_interval=args.sample_interval,
+        progress=not args.no_progress,
+        cycle_interval=args.cycle_every,
+    )
+    result = simulation.run()
+    summary = summarize(result)
+    summary["workload_description"] = workload.description
+    summary["workload_build_seconds"] = built
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "summary.json"
+    path.write_text(json.dumps(summary, indent=1) + "\n")
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        console.print(summary_table(summary, title or f"toposched: {workload.description}"))
+        console.print(f"summary written to {path}")
+    return summary
+
+
+def run(args: argparse.Namespace) -> int:
+    simulate_and_report(args)
+    return 0
+
+
+# --- the table -------------------------------------------------------------------------------
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value < 1:
+        return f"{value * 1e3:.1f} ms" if value >= 1e-3 else f"{value * 1e6:.0f} us"
+    if value < 120:
+        return f"{value:.0f} s"
+    if value < 7200:
+        return f"{value / 60:.0f} min"
+    return f"{value / 3600:.1f} h"
+
+
+def _verdict(met: bool | None) -> str:
+    if met is None:
+        return ""
+    return "[green]met[/]" if met else "[red]missed[/]"
+
+
+def summary_table(summary: dict[str, Any], title: str) -> Table:
+    """The headline figures of a simulation summary, with Ai2's outcomes as targets."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("target", justify="right")
+    table.add_column("", justify="left")
+    use = summary["utilisation"]
+    fair = summary["fairness"]
+    speed = summary["scheduler_speed"]
+    jobs = summary["jobs"]
+    days = summary["simulated"]["days"]
+    table.add_row(
+        "cluster / simulated time", f"{summary['cluster']['gpus']:,} GPUs / {days:.1f} days", "", ""
+    )
+    table.add_row(
+        "jobs submitted / finished / waiting at end",
+        f"{jobs['submitted']:,} / {jobs['finished']:,} / {jobs['pending_at_end']:,}",
+        "",
+        "",
+    )
+    occupancy = use["occupancy"]
+    table.add_row(
+        "occupancy (time average)",
+        _percent(occupancy),
+        _percent(TARGETS["occupancy"]),
+        _verdict(None if occupancy is None else occupancy >= TARGETS["occupancy"]),
+    )
+    table.add_row(
+        "unallocated share of delivered GPU time",
+        _percent(use["unallocated_share_of_delivered"]),
+        "",
+        "",
+    )
+    outstanding = use["mean_outstanding_ratio"]
+    table.add_row(
+        "outstanding demand / capacity (mean)",
+        "-" if outstanding is None else f"{outstanding:.2f}x",
+        "",
+        "",
+    )
+    owed = fair["owed_met"]
+    if owed is not None:
+        table.add_row(
+            "GPU-hours owed that teams received",
+            _percent(owed),
+            _percent(TARGETS["owed_met"]),
+            _verdict(owed >= TARGETS["owed_met"]),
+        )
+        table.add_row(
+            "teams at >= 95% of owed / worst team",
+            f"{fair['teams_served']} of {fair['teams_with_demand']} / "
+            f"{_percent(fair['worst_team_owed_met'])}",
+            "",
+            "",
+        )
+    debug = summary["debug_wait_s"]
+    if debug["p90"] is not None:
+        table.add_row(
+            "debug wait p50 / p90 / p99",
+            f"{_seconds(debug['p50'])} / {_seconds(debug['p90'])} / {_seconds(debug['p99'])}",
+            f"p90 {_seconds(TARGETS['debug_p90_s'])}",
+            _verdict(debug["p90"] <= TARGETS["debug_p90_s"]),
+        )
+    for name, report in summary["classes"].items():
+        if name == "debug":
+            continue
+        wait = report["wait_s"]
+        table.add_row(
+            f"{name} wait p50 / p90 ({report['submitted']:,} jobs)",
+            f"{_seconds(wait['p50'])} / {_seconds(wait['p90'])}",
+            "",
+            "",
+        )
+    largest = summary["largest_jobs"]
+    if largest["jobs"]:
+        table.add_row(
+            f"largest jobs (>= {largest['gpus_at_least']:,.0f} GPUs) wait p50 / max",
+            f"{_seconds(largest['wait_s']['p50'])} / {_seconds(largest['max_wait_s'])}",
+            "",
+            "",
+        )
+    disruption = summary["disruption"]
+    table.add_row(
+        "preemptions / failures / GPU-hours lost",
+        f"{disruption['preemptions']:,} / {disruption['node_failures']:,} / "
+        f"{disruption['gpu_hours_lost']:,.0f}",
+        "",
+        "",
+    )
+    latency = speed["decision_latency_s"]
+    table.add_row(
+        "decision latency p50 / p99 / max",
+        f"{_seconds(latency['p50'])} / {_seconds(latency['p99'])} / {_seconds(latency['max'])}",
+        "",
+        "",
+    )
+    events = speed["events_per_second"]
+    table.add_row(
+        "scheduler events per second (wall)",
+        "-" if events is None else f"{events:,.0f}",
+        f"{TARGETS['events_per_second']:,.0f}",
+        _verdict(None if events is None else events >= TARGETS["events_per_second"]),
+    )
+    table.add_row(
+        "wall time / simulated days per wall minute",
+        f"{speed['wall_seconds']:.1f} s / "
+        f"{60 * (speed['simulated_seconds_per_wall_second'] or 0) / 86400:.2f}",
+        "",
+        "",
+    )
+    balance = summary["conservation"]
+    table.add_row(
+        "conservation: delivered + idle + unavailable",
+        f"error {balance['relative_error']:.1e}",
+        "= capacity x time",
+        _verdict(balance["holds"]),
+    )
+    table.caption = (
+        "targets: Ai2's outcomes ('Impactful scheduling for GPU clusters', 2026) and the "
+        "simulator speed goal of issue 6"
+    )
+    table.caption_justify = "left"
+    return table

@@ -1,0 +1,73 @@
+"""Workloads by the names the command line uses: ai2, frontier, itp:NN, openb[:TRACE], FILE."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from toposched.cluster.builders import MILLION_GPU_SHAPE
+from toposched.cluster.errors import InputError
+from toposched.workloads.ai2 import ai2_like
+from toposched.workloads.files import load_workload
+from toposched.workloads.frontier import frontier_lab
+from toposched.workloads.model import Workload
+from toposched.workloads.replay import ITP_CLUSTER_NODES, itp_replay, openb_replay
+
+__all__ = ["WORKLOAD_HELP", "workload_by_name"]
+
+DEFAULT_DAYS = {"ai2": 30.0, "frontier": 30.0}
+AI2_DEFAULT_GPUS = 3072
+_RACK_GPUS = 72
+
+WORKLOAD_HELP = {
+    "ai2": "Ai2-like research cluster (default 3,072 GPUs, 30 days): 15 budgeted teams, "
+    "demand 2-3x capacity, debug/training/eval/unallocated jobs",
+    "frontier": "frontier-lab fleet of 1,000,080 GB300 GPUs (30 days): 10k-200k-GPU training in "
+    "rack slices, inference, evals, node failures and repairs; --gpus shrinks the fleet",
+    "itp:NN": "timed replay of Microsoft ITP cluster NN (01-10) on a documented number of 8-GPU "
+    "nodes (--gpus overrides); runs until the last job ends unless --days is given",
+    "openb[:TRACE]": "timed replay of an openb pod list (default: default) on its 6,212-GPU "
+    "cluster, pods arriving at creation and running as long as in the trace",
+    "FILE": "a workload file (.yaml, .json or .jsonl) in the format of docs/simulator.md",
+}
+
+
+def workload_by_name(
+    name: str,
+    *,
+    seed: int = 0,
+    days: float | None = None,
+    gpus: int | None = None,
+    traces_dir: str | Path | None = None,
+) -> Workload:
+    """The workload `name` names, built with these options (each applies where it makes sense:
+    `seed` to the generators, `gpus` to the cluster size, `days` to the horizon)."""
+    if name == "ai2":
+        return ai2_like(seed, days or DEFAULT_DAYS["ai2"], gpus or AI2_DEFAULT_GPUS)
+    if name == "frontier":
+        racks_per_block = None
+        if gpus is not None:
+            blocks = MILLION_GPU_SHAPE["zones"] * MILLION_GPU_SHAPE["blocks_per_zone"]
+            racks_per_block = max(1, round(gpus / (blocks * _RACK_GPUS)))
+        return frontier_lab(seed, days or DEFAULT_DAYS["frontier"], racks_per_block)
+    if name.startswith("itp:"):
+        number = name.partition(":")[2]
+        if not number.isdigit() or int(number) not in ITP_CLUSTER_NODES:
+            raise InputError(
+                "workload", name, f"ITP clusters are itp:01 to itp:{max(ITP_CLUSTER_NODES):02d}"
+            )
+        nodes = None if gpus is None else max(1, round(gpus / 8))
+        return itp_replay(int(number), nodes=nodes, days=days, traces_dir=traces_dir)
+    if name == "openb" or name.startswith("openb:"):
+        trace = name.partition(":")[2] or "default"
+        return openb_replay(trace, days=days, traces_dir=traces_dir)
+    path = Path(name)
+    if not path.exists():
+        raise InputError(
+            "workload",
+            name,
+            "must be ai2, frontier, itp:NN, openb[:TRACE] or an existing workload file",
+        )
+    workload = load_workload(path)
+    if days is not None:
+        workload.horizon = days * 86400.0
+    return workload
