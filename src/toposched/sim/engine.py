@@ -229,6 +229,8 @@ class _Run:
                 now = heap[0][0]
                 if horizon is not None and now >= horizon:
                     break
+                if horizon is None and not self.live_events:
+                    break  # only samples are left: the run is over
                 self._integrate(now)
                 changed = False
                 sample = False

@@ -83,15 +83,12 @@ class _Generator:
         min_runtime: float,
         resumable: bool,
         checkpoint_interval: float | None = None,
-        nodes: int | None = None,
     ) -> float:
-        """Queue a job of `racks` whole racks (or of `nodes` nodes inside one rack); returns
-        its GPU-hours."""
+        """Queue a job of `racks` whole racks; returns its GPU-hours."""
         self.counter += 1
         name = f"{account.replace('/', '.')}.{job_class}.{self.counter}"
-        if nodes is not None:
-            pods, topology = nodes, {"required": "rack"}
-        elif racks == 1:
+        topology: dict[str, Any]
+        if racks == 1:
             pods, topology = PODS_PER_RACK, {"required": "rack"}
         else:
             pods = racks * PODS_PER_RACK
@@ -150,8 +147,9 @@ class _Generator:
         )
 
     def evaluation(self, submit: float) -> float:
-        racks = int(self.rng.choice([1, 2, 4, 8], p=[0.4, 0.3, 0.2, 0.1]))
+        racks = int(self.rng.choice([1, 2, 4, 8, 16], p=[0.2, 0.3, 0.25, 0.15, 0.1]))
         runtime = self.lognormal(3 * HOUR, 0.6, 30 * 60, 12 * HOUR)
+        # An evaluation cannot resume: it asks for protection as long as it expects to run.
         protected = min(math.ceil(runtime / HOUR) * HOUR, 8 * HOUR)
         return self.add(
             "evals/benchmarks",
@@ -164,27 +162,16 @@ class _Generator:
         )
 
     def scavenger(self, submit: float) -> float:
-        nodes = int(self.rng.choice([1, 2, 4, 8, 18], p=[0.3, 0.25, 0.2, 0.15, 0.1]))
+        racks = int(self.rng.choice([1, 2, 4], p=[0.5, 0.3, 0.2]))
         runtime = self.lognormal(4 * HOUR, 0.8, 30 * 60, DAY)
-        if nodes == PODS_PER_RACK:
-            return self.add(
-                "scavenger/shared",
-                "unallocated",
-                submit,
-                runtime,
-                1,
-                min_runtime=HOUR,
-                resumable=True,
-            )
         return self.add(
             "scavenger/shared",
             "unallocated",
             submit,
             runtime,
-            1,
+            racks,
             min_runtime=HOUR,
             resumable=True,
-            nodes=nodes,
         )
 
     def poisson_work(self, load: float, make: Any) -> None:
@@ -221,7 +208,7 @@ def frontier_lab(seed: int = 0, days: float = 30.0, racks_per_block: int | None 
     rack), one zone, as few blocks as possible; they last days, resume from checkpoints taken
     every 10 minutes, and are protected for 8 h. Inference services hold 1-16 racks for days;
     evaluation jobs take 1-8 racks for hours and are protected for their expected runtime; a
-    zero-share scavenger account runs unallocated work of 1-18 nodes. Nodes fail at Llama 3's
+    zero-share scavenger account runs unallocated work of 1-4 racks. Nodes fail at Llama 3's
     rate and are repaired after a few hours. `racks_per_block` shrinks the fleet (for tests).
     """
     if not isinstance(days, int | float) or isinstance(days, bool) or not 0 < days <= 366:

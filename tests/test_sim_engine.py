@@ -1,0 +1,338 @@
+"""Simulator: event order, determinism, conservation, failures, preemption, one run per workload."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from toposched.placement.jobspec import JobSpec
+from toposched.sim.engine import EventKind, Simulation, simulate, toposched_scheduler
+from toposched.sim.metrics import HOUR, SimulationResult, conservation, percentiles, summarize
+from toposched.workloads.ai2 import ai2_like
+from toposched.workloads.frontier import frontier_lab
+from toposched.workloads.model import NodeFailure, Workload, WorkloadJob, build_cluster
+from toposched.workloads.replay import default_traces_dir, itp_replay, openb_replay
+
+TRACES = default_traces_dir()
+needs_itp = pytest.mark.skipif(
+    not (TRACES / "itp").is_dir(), reason=f"ITP traces not found at {TRACES / 'itp'}"
+)
+needs_openb = pytest.mark.skipif(
+    not (TRACES / "openb").is_dir(), reason=f"openb traces not found at {TRACES / 'openb'}"
+)
+
+# Two 8-GPU nodes in one unit: small enough to work every expected value out by hand.
+TWO_NODES = {"builder": "superpod", "spine_groups": 1, "units_per_group": 1, "nodes_per_unit": 2}
+TEAMS = {"accounts": {"a": {"share": 50}, "b": {"share": 50}, "free": {"share": 0}}}
+
+
+def job(
+    name: str,
+    submit: float,
+    runtime: float,
+    gpus: int = 8,
+    account: str = "a",
+    job_class: str = "job",
+    **fields: Any,
+) -> WorkloadJob:
+    checkpoint = fields.pop("checkpoint_interval", None)
+    cancel_after = fields.pop("cancel_after", None)
+    spec = JobSpec.from_dict(
+        {"name": name, "account": account, "pods": 1, "resources_per_pod": {"gpus": gpus}, **fields}
+    )
+    return WorkloadJob(spec, submit, runtime, job_class, cancel_after, checkpoint)
+
+
+def two_nodes(
+    jobs: list[WorkloadJob], failures: list[NodeFailure] | None = None, **options: Any
+) -> Workload:
+    return Workload(
+        name="two-nodes",
+        topology=build_cluster(TWO_NODES),
+        cluster=TWO_NODES,
+        budget=TEAMS,
+        jobs=jobs,
+        failures=failures or [],
+        **options,
+    )
+
+
+@pytest.fixture(scope="module")
+def small_ai2() -> Workload:
+    return ai2_like(seed=3, days=0.5, gpus=256)
+
+
+@pytest.fixture(scope="module")
+def small_ai2_run(small_ai2: Workload) -> SimulationResult:
+    return simulate(small_ai2)
+
+
+# --- determinism and conservation -------------------------------------------------------------
+
+
+def _without_wall_clock(summary: dict[str, Any]) -> dict[str, Any]:
+    speed = dict(summary["scheduler_speed"])
+    for key in (
+        "decision_latency_s",
+        "scheduler_seconds",
+        "wall_seconds",
+        "events_per_second",
+        "simulated_seconds_per_wall_second",
+    ):
+        speed.pop(key)
+    return {**summary, "scheduler_speed": speed}
+
+
+def test_same_workload_gives_the_same_run_bit_for_bit(
+    small_ai2: Workload, small_ai2_run: SimulationResult
+) -> None:
+    first, second = small_ai2_run, simulate(small_ai2)
+    assert len(first.records) > 100
+    # Floats compared with ==: any change in event order would move some start or end time.
+    for name, record in first.records.items():
+        other = second.records[name]
+        assert (record.first_start, record.end_time, record.state) == (
+            other.first_start,
+            other.end_time,
+            other.state,
+        )
+        assert record.delivered_gpu_seconds == other.delivered_gpu_seconds
+    assert first.samples == second.samples
+    assert _without_wall_clock(summarize(first)) == _without_wall_clock(summarize(second))
+
+
+def test_same_seed_same_workload_other_seed_other_workload() -> None:
+    one, two = ai2_like(seed=5, days=0.2, gpus=256), ai2_like(seed=5, days=0.2, gpus=256)
+    other = ai2_like(seed=6, days=0.2, gpus=256)
+    assert [(j.spec, j.submit_time, j.runtime) for j in one.jobs] == [
+        (j.spec, j.submit_time, j.runtime) for j in two.jobs
+    ]
+    assert [j.submit_time for j in one.jobs] != [j.submit_time for j in other.jobs]
+
+
+def test_gpu_seconds_are_conserved(small_ai2_run: SimulationResult) -> None:
+    result = small_ai2_run
+    balance = conservation(result)
+    assert balance.expected == 256 * 0.5 * 86400
+    assert balance.holds(1e-9), balance
+    # Delivered time seen by the jobs themselves adds up to the integrated delivered time.
+    per_job = sum(r.delivered_gpu_seconds for r in result.records.values())
+    assert per_job == pytest.approx(balance.delivered, rel=1e-9)
+    summary = summarize(result)
+    assert summary["conservation"]["holds"]
+    assert 0 < summary["utilisation"]["occupancy"] <= 1
+
+
+# --- the backend, event by event ---------------------------------------------------------------
+
+
+def test_jobs_start_at_once_and_end_after_their_actual_runtime() -> None:
+    # Declared 4 h, actually 1 h: the simulator ends the job after the actual runtime.
+    workload = two_nodes([job("x", 100.0, 3600.0, expected_runtime="4h")], horizon=7200.0)
+    record = simulate(workload).records["x"]
+    assert (record.first_start, record.end_time, record.state) == (100.0, 3700.0, "finished")
+    assert record.delivered_gpu_seconds == 8 * 3600.0
+
+
+def test_a_job_waits_for_capacity_and_its_wait_is_measured() -> None:
+    jobs = [job(f"j{i}", 0.0, 1000.0) for i in range(3)]  # three 8-GPU jobs on two nodes
+    result = simulate(two_nodes(jobs))
+    starts = sorted(r.first_start for r in result.records.values())
+    assert starts == [0.0, 0.0, 1000.0]
+    summary = summarize(result)
+    assert summary["classes"]["job"]["wait_s"]["p50"] == 0.0
+    assert summary["simulated"]["end_s"] == 2000.0  # without a horizon: until the last event
+
+
+def test_failure_interrupts_resumes_from_checkpoint_and_repair_returns_the_node() -> None:
+    # "x" runs on one node from 0 for 2 h, checkpointing every 30 min; its node fails at
+    # 4,000 s: 400 s of work since the 3,600 s checkpoint are lost, 3,600 s remain. The other
+    # node is free, so it resumes at once and ends at 4,000 + 3,600 = 7,600 s.
+    x = job("x", 0.0, 7200.0, resumable=True, checkpoint_interval=1800.0)
+    workload = two_nodes([x], horizon=10_000.0)
+    node = _node_of(workload, "x")
+    workload.failures = [NodeFailure(4000.0, (node,), repair_after=3600.0)]
+    result = simulate(workload)
+    record = result.records["x"]
+    assert record.interruptions == 1
+    assert record.lost_gpu_seconds == 8 * 400.0
+    assert (record.end_time, record.state) == (7600.0, "finished")
+    assert result.counts["failures"] == 1 and result.counts["repairs"] == 1
+    # The failed node was down, with its 8 GPUs free, from 4,000 to 7,600 s.
+    assert result.integrals.unavailable == 8 * 3600.0
+    assert conservation(result).holds(1e-12)
+    assert summarize(result)["disruption"]["gpu_hours_lost"] == pytest.approx(8 * 400 / HOUR)
+
+
+def test_a_job_that_cannot_resume_fails_with_its_node() -> None:
+    workload = two_nodes([job("x", 0.0, 7200.0)], horizon=10_000.0)
+    node = _node_of(workload, "x")
+    workload.failures = [NodeFailure(1000.0, (node,), repair_after=None)]
+    result = simulate(workload)
+    record = result.records["x"]
+    assert (record.state, record.end_time, record.lost_gpu_seconds) == ("failed", 1000.0, 8000.0)
+    # Never repaired: down from 1,000 s to the horizon.
+    assert result.integrals.unavailable == 8 * 9000.0
+    assert conservation(result).holds(1e-12)
+
+
+def test_completion_at_the_instant_of_a_failure_counts_as_finished() -> None:
+    workload = two_nodes([job("x", 0.0, 1000.0, resumable=True)], horizon=5000.0)
+    node = _node_of(workload, "x")
+    workload.failures = [NodeFailure(1000.0, (node,), repair_after=60.0)]
+    record = simulate(workload).records["x"]
+    assert (record.state, record.interruptions) == ("finished", 0)
+    assert EventKind.COMPLETION < EventKind.FAILURE
+
+
+def test_failure_of_a_node_already_down_is_skipped() -> None:
+    failures = [NodeFailure(10.0, (0,), 100.0), NodeFailure(20.0, (0,), 100.0)]
+    result = simulate(two_nodes([], failures, horizon=500.0))
+    assert result.counts["failures"] == 1 and result.counts["failures_skipped"] == 1
+    assert result.integrals.unavailable == 8 * 100.0
+
+
+def test_unallocated_work_is_preempted_after_its_grace_period_and_requeued() -> None:
+    # Two unallocated jobs fill both nodes; an allocated job arrives at 100 s and preempts one.
+    filler = [
+        job(f"u{i}", 0.0, 10_000.0, account="free", resumable=True, checkpoint_interval=60.0)
+        for i in range(2)
+    ]
+    urgent = job("urgent", 100.0, 500.0, account="a", min_runtime="10m")
+    result = simulate(two_nodes([*filler, urgent], horizon=20_000.0))
+    victims = [result.records[f"u{i}"] for i in range(2)]
+    assert sum(v.preemptions for v in victims) == 1
+    victim = next(v for v in victims if v.preemptions)
+    grace = 30.0  # the scheduler's default grace period
+    assert result.records["urgent"].first_start == 100.0 + grace
+    # 130 s of run, checkpoints every 60 s: 120 s kept, 10 s lost.
+    assert victim.lost_gpu_seconds == 8 * 10.0
+    assert victim.state in ("pending", "running", "finished")
+    assert result.counts["evictions"] == 1
+    assert conservation(result).holds(1e-12)
+
+
+def test_jobs_not_started_within_their_patience_are_withdrawn() -> None:
+    jobs = [
+        job("long", 0.0, 5000.0, gpus=8),
+        job("long2", 0.0, 5000.0, gpus=8),
+        job("impatient", 10.0, 100.0, gpus=8, cancel_after=600.0),
+    ]
+    result = simulate(two_nodes(jobs))
+    record = result.records["impatient"]
+    assert (record.state, record.end_time, record.first_start) == ("cancelled", 610.0, None)
+    # Its wait counts up to its withdrawal, not left out.
+    assert summarize(result)["classes"]["job"]["wait_s"]["p50"] == 0.0
+    assert summarize(result)["classes"]["job"]["never_started"] == 1
+
+
+def test_horizon_stops_the_run_and_counts_running_work_up_to_it() -> None:
+    result = simulate(two_nodes([job("x", 0.0, 10_000.0)], horizon=1000.0))
+    record = result.records["x"]
+    assert (record.state, result.end) == ("running", 1000.0)
+    assert record.delivered_gpu_seconds == 8 * 1000.0
+    assert conservation(result).holds(1e-12)
+
+
+def test_minimum_cycle_interval_postpones_cycles_but_applies_events() -> None:
+    jobs = [job("first", 10.0, 100.0, gpus=1), job("second", 20.0, 100.0, gpus=1)]
+    result = Simulation(two_nodes(jobs), cycle_interval=60.0).run()
+    assert result.records["first"].first_start == 10.0
+    assert result.records["second"].first_start == 70.0
+
+
+def test_samples_follow_the_interval_and_see_the_cycle() -> None:
+    result = Simulation(
+        two_nodes([job("x", 0.0, 7200.0)], horizon=3 * 3600.0), sample_interval=3600.0
+    ).run()
+    assert [s.time for s in result.samples] == [0.0, 3600.0, 7200.0]
+    assert [s.allocation_ratio for s in result.samples] == [0.5, 0.5, 0.0]
+
+
+def test_team_ledger_caps_owed_at_demand_hour_by_hour() -> None:
+    # Team a (50% of 16 GPUs = 8 owed per hour) asks for 8 GPUs during the first hour only; it
+    # gets them, so everything owed is met. Team b asks for nothing and is owed nothing.
+    result = simulate(two_nodes([job("x", 0.0, 3600.0)], horizon=2 * 3600.0))
+    fairness = summarize(result)["fairness"]
+    assert fairness["teams"]["a"]["owed_gpu_hours"] == 8.0
+    assert fairness["teams"]["a"]["owed_met"] == 1.0
+    assert fairness["teams"]["b"]["owed_gpu_hours"] == 0.0
+    assert fairness["owed_met"] == 1.0
+    assert "free" not in fairness["teams"]  # no budget, nothing owed
+
+
+def test_percentiles_of_nothing_are_none() -> None:
+    assert percentiles([]) == {"p50": None, "p90": None, "p99": None}
+    assert percentiles([1.0, 2.0, 3.0], (50,)) == {"p50": 2.0}
+
+
+# --- one short run per workload ----------------------------------------------------------------
+
+
+def test_ai2_like_run_covers_every_class(small_ai2_run: SimulationResult) -> None:
+    summary = summarize(small_ai2_run)
+    assert set(summary["classes"]) == {"debug", "training", "eval", "unallocated"}
+    assert summary["fairness"]["teams_with_demand"] >= 10
+    assert summary["debug_wait_s"]["p90"] is not None
+    assert summary["scheduler_speed"]["cycles"] > 0
+
+
+def test_frontier_lab_run_with_failures_and_repairs() -> None:
+    # The fleet shrunk to 2 racks per block: 2 zones x 15 blocks x 2 racks = 4,320 GPUs.
+    workload = frontier_lab(seed=1, days=1.0, racks_per_block=2)
+    assert workload.failures
+    result = simulate(workload)
+    assert result.counts["failures"] >= 1
+    assert conservation(result).holds(1e-9)
+    assert summarize(result)["classes"]["training"]["started"] >= 1
+
+
+@needs_itp
+def test_itp_replay_runs_to_the_end() -> None:
+    workload = itp_replay(10, nodes=4, days=3.0)
+    result = simulate(workload)
+    summary = summarize(result)
+    assert summary["jobs"]["submitted"] == len(workload.jobs) > 0
+    assert summary["jobs"]["finished"] > 0
+    assert conservation(result).holds(1e-9)
+
+
+@needs_openb
+def test_openb_replay_runs_briefly() -> None:
+    workload = openb_replay("default", days=0.5)
+    result = simulate(workload, sample_interval=1800.0)
+    summary = summarize(result)
+    assert summary["jobs"]["submitted"] == len(workload.jobs) > 0
+    assert conservation(result).holds(1e-9)
+    assert not math.isnan(summary["utilisation"]["allocation_ratio"])
+
+
+def _node_of(workload: Workload, name: str) -> int:
+    """Where the job lands when it runs alone: found by a dry run of the same workload."""
+    probe = Workload(
+        name="probe",
+        topology=workload.topology,
+        cluster=workload.cluster,
+        budget=workload.budget,
+        jobs=[j for j in workload.jobs if j.name == name],
+        horizon=1.0,
+    )
+    placed: dict[str, int] = {}
+
+    def watching(state: Any, tree: Any) -> Any:
+        scheduler = toposched_scheduler(state, tree)
+        original = scheduler.cycle
+
+        def cycle(now: float) -> Any:
+            result = original(now)
+            for decision in result.decisions:
+                placed[decision.job_id] = int(decision.allocation.nodes[0])
+            return result
+
+        scheduler.cycle = cycle  # type: ignore[method-assign]
+        return scheduler
+
+    simulate(probe, watching)
+    return placed[name]
