@@ -51,9 +51,12 @@ class SchedulerLike(Protocol):
     returns the jobs that failed because their nodes went down (objects with `job_id`).
     """
 
-    state: ClusterState
-    jobs: Mapping[str, Any]
-    running: Mapping[str, Any]
+    @property
+    def state(self) -> ClusterState: ...
+    @property
+    def jobs(self) -> Mapping[str, Any]: ...
+    @property
+    def running(self) -> Mapping[str, Any]: ...
 
     def submit(self, spec: JobSpec, now: float) -> Any: ...
     def cycle(self, now: float) -> Any: ...
@@ -531,7 +534,7 @@ class _Run:
         """Names of the jobs a health change failed, from the scheduler's answer if it gives
         one, else by comparing what the backend runs with what the scheduler still runs."""
         if isinstance(failed, list | tuple):
-            return [getattr(job, "job_id", job) for job in failed]
+            return [str(getattr(job, "job_id", job)) for job in failed]
         running = self.scheduler.running
         return [
             name
