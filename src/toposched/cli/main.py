@@ -19,9 +19,11 @@ that loses the least work. Every subcommand has its own --help.
 
 EPILOG = """\
 examples:
-  toposched demo                          build the 1,000,080-GPU GB300 fleet and summarise it
+  toposched demo                          simulate an Ai2-like research cluster for a few days
+  toposched simulate --workload frontier  the 1,000,080-GPU frontier-lab fleet (see --help)
+  toposched eval packing --traces default openb packing next to the published FGD table
+  toposched bench placement --json        placement speed at 1M GPUs, as JSON
   toposched cluster show cluster.yaml     summarise a cluster described in YAML/JSON/CSV
-  toposched bench cluster --json          cluster-state benchmarks as JSON
 """
 
 
