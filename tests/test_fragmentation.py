@@ -19,7 +19,7 @@ from toposched.placement.fragmentation import (
     BalancedFragmentation,
     FragmentationModel,
     TargetWorkload,
-    sigmoid_level,
+    fgd_level,
 )
 from toposched.placement.policies import BestFit
 from toposched.placement.request import simple_request
@@ -108,11 +108,9 @@ def test_cpu_only_tasks_wrong_models_and_memory_make_all_free_gpu_unusable() -> 
 
 def test_fgd_score_levels() -> None:
     # int(100 x sigmoid(-increase / 1000)): 50 at no change, more for decreases.
-    assert sigmoid_level(0) == 50
-    assert sigmoid_level(-1000) == 73  # 100 / (1 + e^-1) = 73.1
-    assert sigmoid_level(1000) == 26  # 100 / (1 + e) = 26.9
-    assert sigmoid_level(265) == 43  # 43.4
-    assert sigmoid_level(-205) == 55  # 55.1
+    increases = np.array([0.0, -1000.0, 1000.0, 265.0, -205.0])
+    # 100 / (1 + e^-1) = 73.1; 100 / (1 + e) = 26.9; 43.4; 55.1
+    assert fgd_level(increases).tolist() == [50, 73, 26, 43, 55]
 
 
 def test_workload_counts_orders_and_cuts_like_fgd() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -290,7 +289,6 @@ class _NodeCache:
         self.seen_free = np.zeros((0, 0), dtype=np.int16)
         self.seen_cpu = np.zeros(0, dtype=np.int64)
         self.seen_memory = np.zeros(0, dtype=np.int64)
-        self.free = np.zeros((0, 0), dtype=np.int64)
         self.cpu = np.zeros(0, dtype=np.int64)
         self.memory = np.zeros(0, dtype=np.int64)
         self.counts = np.zeros((0, 0), dtype=np.int64)
@@ -300,7 +298,7 @@ class _NodeCache:
         self.node_model = np.zeros(0, dtype=np.int64)
 
     def refresh(self, state: ClusterState) -> None:
-        if state is not self.state or self.free.shape != state.gpu_free_milli.shape:
+        if state is not self.state or self.seen_free.shape != state.gpu_free_milli.shape:
             if len(state.topology.gpu_models) != self.model.table.shape[0]:
                 raise InputError(
                     "workload",
@@ -334,10 +332,10 @@ class _NodeCache:
         counts, room, total = self.model.stats(free)
         frag = self.model.unusable(counts, room, total, cpu, memory, self.node_model[nodes])
         if full:
-            self.free, self.cpu, self.memory = free, cpu, memory
+            self.cpu, self.memory = cpu, memory
             self.counts, self.room, self.total, self.frag = counts, room, total, frag
             return
-        self.free[nodes], self.cpu[nodes], self.memory[nodes] = free, cpu, memory
+        self.cpu[nodes], self.memory[nodes] = cpu, memory
         self.counts[nodes], self.room[nodes] = counts, room
         self.total[nodes], self.frag[nodes] = total, frag
 
@@ -370,13 +368,13 @@ class _FragmentationPolicy:
         # Above nodes, fullest domain first: keeps whole domains free for large gangs.
         return capacity
 
-    def _options(self, state: ClusterState, nodes: IntArray, request: GangRequest) -> _Options:
+    def _options(self, nodes: IntArray, request: GangRequest) -> _Options:
         """Every way to place one pod on `nodes`: one per node, or per (node, GPU room) pair.
 
         GPUs of one node with equal room are interchangeable, so for a GPU share each distinct
-        value is tried once; options come grouped by node, in the order of `nodes`.
+        value is tried once; options come grouped by node, in the order of `nodes`. The cache
+        must be fresh.
         """
-        self._cache.refresh(state)
         cache, model = self._cache, self.model
         if not request.is_fractional:
             taken = request.gpus_per_pod
@@ -462,7 +460,8 @@ class FGD(_FragmentationPolicy):
     def node_scores(
         self, state: ClusterState, nodes: IntArray, capacity: IntArray, request: GangRequest
     ) -> IntArray:
-        options = self._options(state, nodes, request)
+        self._cache.refresh(state)
+        options = self._options(nodes, request)
         # Negated so that lower is better; the search breaks ties by node index.
         return _best_per_node(nodes.size, options.rows, -fgd_level(options.increase))
 
@@ -565,7 +564,8 @@ class BalancedFragmentation(_FragmentationPolicy):
     def node_scores(
         self, state: ClusterState, nodes: IntArray, capacity: IntArray, request: GangRequest
     ) -> IntArray:
-        options = self._options(state, nodes, request)
+        self._cache.refresh(state)
+        options = self._options(nodes, request)
         levels = fgd_level(self._costs(state, nodes, options, request))
         return _best_per_node(nodes.size, options.rows, -levels)
 
@@ -590,8 +590,3 @@ def _balanced(workload: TargetWorkload, seed: int) -> PlacementPolicy:
 
 FRAGMENTATION_POLICIES: dict[str, PolicyFactory] = {"fgd": _fgd, "fgd-balanced": _balanced}
 """Fragmentation-aware policies by name; each is built from the target workload and a seed."""
-
-
-def sigmoid_level(increase_milli: float) -> int:
-    """FGD's node score for one fragmentation increase in milli-GPU."""
-    return math.floor(100.0 / (1.0 + math.exp(increase_milli / 1000.0)))
