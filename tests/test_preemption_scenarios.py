@@ -448,7 +448,7 @@ def test_preemptor_starts_the_moment_the_last_victim_is_gone() -> None:
 def test_nominated_capacity_is_not_taken_by_a_later_small_job() -> None:
     # u0 leaves at 110: node 0 is idle but nominated for `pair`. `small` (1 node, priority 10,
     # ahead of `pair` in team-a's queue) arrives then: it may not take node 0, and it finds
-    # nothing it may preempt (u1 is already leaving, team-b's jobs are protected).
+    # nothing it may preempt (nodes 0 and 1 are kept for `pair`, team-b's jobs are protected).
     sched = pair_preempting_two()
     sched.evicted("u0", 110)
     sched.submit(spec("small", "team-a", priority=10), 110)
@@ -460,7 +460,8 @@ def test_nominated_capacity_is_not_taken_by_a_later_small_job() -> None:
     assert sched.state.free_whole_gpus[0] == 4
     assert sched.jobs["small"].state is JobState.PENDING
     assert sched.jobs["small"].reason.endswith(
-        "no preemption: no running job may be preempted for it under the contract"
+        "no preemption: even evicting every unprotected job leaves no rack with room for "
+        "1 pod of 4 GPUs"
     )
     # The fence is lifted between cycles: node 0 is healthy, only held for `pair`.
     assert sched.state.health[0] == Health.HEALTHY
@@ -626,8 +627,9 @@ def test_a_job_that_cannot_preempt_says_what_it_lacks() -> None:
     result = sched.cycle(100)
 
     assert evictions(result) == []
-    assert "no preemption: even evicting all 2 preemptible jobs leaves no room: required rack" in (
-        sched.jobs["pair"].reason
+    assert (
+        "no preemption: even evicting every unprotected job leaves no rack with room for 2 pods"
+        in (sched.jobs["pair"].reason)
     )
 
 

@@ -17,11 +17,13 @@ def _suites() -> dict[str, Callable[[bool], list[Measurement]]]:
     from toposched.bench.cluster import run_cluster_benchmarks
     from toposched.bench.cycle import run_cycle_benchmarks
     from toposched.bench.placement import run_placement_benchmarks
+    from toposched.bench.preempt import run_preempt_benchmarks
 
     return {
         "cluster": run_cluster_benchmarks,
         "placement": run_placement_benchmarks,
         "cycle": run_cycle_benchmarks,
+        "preempt": run_preempt_benchmarks,
     }
 
 
@@ -36,7 +38,10 @@ def register(commands: Any) -> None:
         "occupancy: a 1-8 GPU job, a 200,016-GPU job of 2,778 rack slices, an infeasible job "
         "rejected from aggregates); cycle (1,000,080 GPUs, ~100,000 running and 10,000 pending "
         "jobs: a cycle where nothing fits, a cycle placing 1,000 small jobs, a usage update; "
-        "its set-up takes about half a minute). Targets are printed next to the figures.",
+        "its set-up takes a minute or two); preempt (the same busy fleet with 40% of its racks "
+        "lent to unallocated work: the preemption decision for a one-rack job and for a "
+        "200,016-GPU job, and a node failure with the re-placement of its gang). Targets are "
+        "printed next to the figures.",
     )
     parser.add_argument("suite", choices=sorted(_suites()), help="which suite to run")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -95,6 +95,8 @@ class ClusterState:
         self.free_memory_mib: NDArray[np.int64] = top.memory_mib.copy()
         self.health: NDArray[np.uint8] = np.zeros(n, dtype=np.uint8)
         self.allocations: dict[str, Allocation] = {}
+        self.version = 0
+        """Counts changes, so that callers can tell whether anything moved since they looked."""
         self._n_models = max(len(top.gpu_models), 1)
         self._hist_width = width + 1
         self.free_hist: list[NDArray[np.int32]] = []
@@ -317,6 +319,7 @@ class ClusterState:
     # --- changes ------------------------------------------------------------------------------
     def _apply(self, allocation: Allocation, sign: int) -> None:
         """Take (sign=-1) or give back (+1) an allocation's resources, updating aggregates."""
+        self.version += 1
         touched, _ = self._unique(allocation.nodes)
         self._contribute(touched, -1)
         slots = self._gpu_slots(allocation)
@@ -336,6 +339,7 @@ class ClusterState:
         """`_apply` for many allocations in one vectorised pass (bulk release and re-take)."""
         if not allocations:
             return
+        self.version += 1
         if len(allocations) == 1:
             self._apply(allocations[0], sign)
             return
@@ -415,6 +419,7 @@ class ClusterState:
                 "health", health, f"must be one of {', '.join(h.name.lower() for h in Health)}"
             ) from None
         previous = self.health[node_array].copy()
+        self.version += 1
         self._contribute(node_array, -1)
         self.health[node_array] = value
         self._contribute(node_array, +1)
@@ -422,6 +427,7 @@ class ClusterState:
 
     def restore_health(self, nodes: NDArray[np.int64], previous: NDArray[np.uint8]) -> None:
         """Undo `set_health`: put each node back to its recorded health."""
+        self.version += 1
         self._contribute(nodes, -1)
         self.health[nodes] = previous
         self._contribute(nodes, +1)

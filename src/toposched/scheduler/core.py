@@ -56,8 +56,9 @@ class CycleResult:
 
 def _needs(job: Job) -> str:
     request = job.request
-    text = f"needs {request.pods:,} pods of {request.describe_pod_plain()}"
-    if request.gpus_per_pod and not request.is_fractional:
+    text = f"needs {request.pods:,} pod{'s' if request.pods > 1 else ''} of "
+    text += request.describe_pod_plain()
+    if request.gpus_per_pod and not request.is_fractional and request.pods > 1:
         text += f" ({request.pods * request.gpus_per_pod:,} GPUs)"
     return text
 
@@ -173,6 +174,8 @@ class Scheduler:
         self.defragmenter = Defragmenter(state, self.policy) if defragment else None
         self.compaction_moves_per_hour = compaction_moves_per_hour
         self._recent_moves: deque[float] = deque()
+        # A job that defragmentation could not help stays so until the cluster changes.
+        self._no_defrag: dict[str, tuple[int, str]] = {}
         self._unallocated_gpus = np.zeros(state.topology.n_nodes, dtype=np.int64)
         # Whole GPUs of allocated jobs per node, and of those still inside their min runtime
         # (expired lazily, in time order, as cycles move forward).
@@ -470,30 +473,49 @@ class Scheduler:
     ) -> PreemptionPlan | str:
         local = self._local_candidates(job, now)
         if local is not None:
+            owners, complete = local
+            if complete and not owners:
+                unprotected = self._protection.bisect_right((now, "\uffff"))
+                if not self._unallocated_running and unprotected == 0:
+                    return "no running job may be preempted for it under the contract"
+                level = self.state.topology.domain_levels[self.victim_search.leaf_level]
+                return (
+                    f"even evicting every unprotected job leaves no {level} with room for "
+                    f"{_needs(job).removeprefix('needs ')}"
+                )
             # A gang that fits one innermost domain: only the domains where preemptible work
             # could make room are examined, not every running job.
-            candidates = self._candidates(entry, ranking, now, local)
+            candidates = self._candidates(entry, ranking, now, owners)
             plan = self.victim_search.plan(job.job_id, job.request, candidates)
-            if isinstance(plan, PreemptionPlan):
+            if isinstance(plan, PreemptionPlan) or complete:
                 return plan
         candidates = self._candidates(entry, ranking, now)
         return self.victim_search.plan(job.job_id, job.request, candidates)
+
+    @staticmethod
+    def _freeable_per_pod(allocation: Allocation) -> int:
+        """Whole GPUs a pod could free if evicted; a shared-GPU pod counts one (an upper bound:
+        its GPU may have other tenants), since every plan is checked by placement anyway."""
+        return int(allocation.gpus.shape[1]) if allocation.gpu_milli == 1000 else 1
 
     def _expire_protection(self, now: float) -> None:
         """Move GPUs of jobs whose min runtime ended out of the per-node protected count."""
         while self._still_protected and self._still_protected[0][0] <= now:
             _, job_id = self._still_protected.pop(0)
             allocation = self.state.allocations[job_id]
-            whole = allocation.gpus.shape[1] if allocation.gpu_milli == 1000 else 0
-            np.subtract.at(self._protected_gpus, allocation.nodes, whole)
+            np.subtract.at(
+                self._protected_gpus, allocation.nodes, self._freeable_per_pod(allocation)
+            )
 
-    def _local_candidates(self, job: Job, now: float) -> list[str] | None:
+    def _local_candidates(self, job: Job, now: float) -> tuple[list[str], bool] | None:
         """Running jobs in the innermost domains where evicting unprotected work could fit
         `job`, for gangs that fit in one such domain; None when that shortcut does not apply.
 
         Per node, the GPUs that could be freed are those of unallocated work and of allocated
         jobs past their min runtime (whatever their standing: the contract filters later).
-        Domains needing the fewest GPUs freed come first; `DOMAINS_EXAMINED` of them.
+        Domains needing the fewest GPUs freed come first; `DOMAINS_EXAMINED` of them. Also says
+        whether every domain that could hold the gang was included (then nothing else can help
+        a gang that must fit in one domain).
         """
         request = job.request
         search = self.victim_search
@@ -512,12 +534,14 @@ class Scheduler:
         starts = topology.domain_starts[search.leaf_level]
         room = np.add.reduceat((potential // request.gpus_per_pod) * usable, starts[:-1])
         leaves = np.flatnonzero(room >= request.pods)
+        one_domain = request.pods == 1 or request.required == search.leaf_level
         if leaves.size == 0:
-            return None
+            return ([], True) if one_domain else None
         missing = request.pods * request.gpus_per_pod - np.add.reduceat(free * usable, starts[:-1])
         chosen = leaves[np.argsort(missing[leaves], kind="stable")][:DOMAINS_EXAMINED]
         nodes = np.concatenate([np.arange(starts[d], starts[d + 1]) for d in chosen])
-        return sorted(self.owners_on(nodes))
+        complete = one_domain and leaves.size <= DOMAINS_EXAMINED
+        return sorted(self.owners_on(nodes)), complete
 
     def _carry_out(self, job: Job, plan: PreemptionPlan, now: float, result: CycleResult) -> None:
         """Evict the plan's victims with their grace period and nominate their capacity."""
@@ -570,6 +594,10 @@ class Scheduler:
         """Move resumable jobs so that the reserved job starts now, if that is worth it."""
         if self.defragmenter is None:
             return False
+        known = self._no_defrag.get(job.job_id)
+        if known is not None and known[0] == self.state.version:
+            job.reason += f"; no defragmentation: {known[1]}"
+            return False
         plan = self.defragmenter.for_blocked_job(
             job.job_id,
             job.request,
@@ -577,6 +605,7 @@ class Scheduler:
             movers_on=lambda nodes: self._movers_on(nodes, now),
         )
         if not isinstance(plan, MovePlan):
+            self._no_defrag[job.job_id] = (self.state.version, plan)
             job.reason += f"; no defragmentation: {plan}"
             return False
         self._move(plan, job, "defragmentation", now, result)
@@ -781,7 +810,7 @@ class Scheduler:
         allocation = self.state.allocations[job.job_id]
         for node in np.unique(allocation.nodes).tolist():
             self._owners_by_node.setdefault(node, set()).add(job.job_id)
-        whole = allocation.gpus.shape[1] if allocation.gpu_milli == 1000 else 0
+        whole = self._freeable_per_pod(allocation)
         if job.unallocated:
             np.add.at(self._unallocated_gpus, allocation.nodes, whole)
         else:
@@ -803,7 +832,7 @@ class Scheduler:
             owners.discard(job.job_id)
             if not owners:
                 del self._owners_by_node[node]
-        whole = allocation.gpus.shape[1] if allocation.gpu_milli == 1000 else 0
+        whole = self._freeable_per_pod(allocation)
         if job.unallocated:
             np.subtract.at(self._unallocated_gpus, allocation.nodes, whole)
         else:
