@@ -87,7 +87,9 @@ def busy_scheduler(
         source = unallocated if is_unallocated[index] else templates
         spec = source[count].model_copy(update={"name": f"run-{index}", "account": _team(index)})
         allocation = Allocation.of(nodes, np.tile(gpus, (count, 1)))
-        start = -float(rng.uniform(0, 6 * 3600))
+        # Allocated jobs started within the last 1.5 h: inside their 2 h min runtime, so only
+        # unallocated work is preemptible while the benchmarks run.
+        start = -float(rng.uniform(0, 1.5 * 3600))
         scheduler.adopt(spec, allocation, start_time=start, now=0.0)
     # Free the first node of every rack whose first node starts a job, so racks stay broken.
     for job in list(scheduler.running.values()):

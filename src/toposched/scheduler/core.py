@@ -71,21 +71,6 @@ def _owners(releases: SortedList, start: int, stop: int) -> list[str]:
     return [owner for _, owner in releases.islice(start, stop)]
 
 
-def _shape(request: GangRequest) -> tuple[object, ...]:
-    """Everything but the pod count: a gang that failed blocks larger gangs of its shape."""
-    models = None if request.allowed_models is None else tuple(request.allowed_models.tolist())
-    return (
-        request.gpus_per_pod,
-        request.gpu_milli,
-        request.cpu_milli,
-        request.memory_mib,
-        models,
-        request.required,
-        request.slices,
-        request.on_one_node,
-    )
-
-
 class _Fence:
     """Nodes kept from the rest of a cycle (reserved or nominated), cordoned while it runs.
 
@@ -291,6 +276,7 @@ class Scheduler:
         result = CycleResult(now)
         blocked: dict[tuple[object, ...], tuple[int, str]] = {}
         unpreemptable: dict[tuple[object, ...], tuple[int, str]] = {}
+        memo_messages: dict[tuple[object, ...], str] = {}
         self.reservation = None
         fence = _Fence(self.state)
         preemptions_left = self.max_preemptions_per_cycle
@@ -309,16 +295,28 @@ class Scheduler:
                 if job.nomination is not None:
                     if self._start_nominee(job, fence, now, result):
                         continue
-                shape = _shape(job.request)
-                ranked_allocated = self.queue.tier(entry, ranking) is QueueTier.ALLOCATED
-                short = self.reservation is not None and self._ends_before_reservation(job, now)
+                shape = job.shape
+                reservation_start = self.reservation.start_time if self.reservation else None
+                runtime = job.spec.expected_runtime
+                # EASY backfill: a job that ends before the reservation may use its nodes.
+                short = (
+                    reservation_start is not None
+                    and runtime is not None
+                    and now + runtime <= reservation_start
+                )
                 known = blocked.get(shape)
                 if known is not None and job.request.pods >= known[0] and not short:
-                    # A smaller gang of this shape did not fit: neither does this one.
-                    job.reason = (
-                        f"{_needs(job)}; a job of the same pod shape with {known[0]} pods "
-                        f"does not fit now ({known[1]})"
-                    )
+                    # A smaller gang of this shape did not fit: neither does this one. Many
+                    # pending jobs share a size, so each message is written once per cycle.
+                    key = (shape, job.request.pods)
+                    message = memo_messages.get(key)
+                    if message is None:
+                        message = (
+                            f"{_needs(job)}; a job of the same pod shape with {known[0]} pods "
+                            f"does not fit now ({known[1]})"
+                        )
+                        memo_messages[key] = message
+                    job.reason = message
                     outcome: Placement | Unschedulable | None = None
                 else:
                     result.searches += 1
@@ -348,7 +346,7 @@ class Scheduler:
                         if previous is None or job.request.pods < previous[0]:
                             blocked[shape] = (job.request.pods, outcome.reason)
                     job.reason = outcome.reason
-                allocated = ranked_allocated
+                allocated = self.queue.tier(entry, ranking) is QueueTier.ALLOCATED
                 if allocated and preemptions_left > 0 and not entry.unallocated:
                     refused = unpreemptable.get(shape)
                     if refused is not None and job.request.pods >= refused[0]:
@@ -658,8 +656,8 @@ class Scheduler:
         """Share of free GPUs that none of the pending job shapes could use."""
         shapes: dict[tuple[object, ...], GangRequest] = {}
         for entry in self.queue.ordered(now):
-            request = self.jobs[entry.job_id].request
-            shapes.setdefault(_shape(request), request)
+            pending = self.jobs[entry.job_id]
+            shapes.setdefault(pending.shape, pending.request)
             if len(shapes) >= max_shapes:
                 break
         return fragmentation(self.state, shapes.values())
@@ -683,14 +681,6 @@ class Scheduler:
             job.evictions.append(EvictionRecord(now, "", "node_draining", reason, lost))
             job.record(now, f"evicted: {reason}")
             result.decisions.append(Evict(job_id, "", self.grace_s, "node_draining", lost))
-
-    def _ends_before_reservation(self, job: Job, now: float) -> bool:
-        runtime = job.spec.expected_runtime
-        return (
-            self.reservation is not None
-            and runtime is not None
-            and now + runtime <= self.reservation.start_time
-        )
 
     def _reserve(self, job: Job, now: float) -> Reservation | None:
         """The earliest time the job fits, releasing running jobs in the order they should end.

@@ -82,6 +82,28 @@ class Job:
     """For a pending preemptor: victims still to exit and the nodes kept for it."""
     evictions: list[EvictionRecord] = field(default_factory=list)
     """Who preempted this job, why, and the impact charged."""
+    _shape: tuple[object, ...] | None = field(default=None, repr=False)
+
+    @property
+    def shape(self) -> tuple[object, ...]:
+        """Everything but the pod count: a gang that failed blocks larger gangs of its shape."""
+        cached = self._shape
+        if cached is None:
+            request = self.request
+            models = (
+                None if request.allowed_models is None else tuple(request.allowed_models.tolist())
+            )
+            cached = self._shape = (
+                request.gpus_per_pod,
+                request.gpu_milli,
+                request.cpu_milli,
+                request.memory_mib,
+                models,
+                request.required,
+                request.slices,
+                request.on_one_node,
+            )
+        return cached
 
     @property
     def job_id(self) -> str:
