@@ -123,6 +123,12 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
         help="also write the workload to FILE (.yaml, .json or .jsonl) to replay or edit later",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on long runs")
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="also run the baselines (FIFO first-fit, Slurm-like, kube-like) on the same "
+        "workload, print them side by side and write DIR/report.html",
+    )
 
 
 def build_workload(args: argparse.Namespace) -> Workload:
@@ -162,8 +168,48 @@ def simulate_and_report(args: argparse.Namespace, title: str | None = None) -> d
     return summary
 
 
+def compare_and_report(args: argparse.Namespace, title: str | None = None) -> dict[str, Any]:
+    """Run toposched and the baselines on one workload; print the comparison, write the
+    summaries (DIR/summary.json, one entry per scheduler) and DIR/report.html."""
+    from toposched.sim.compare import comparison_table, run_comparison
+    from toposched.sim.report import write_report
+
+    console = Console(stderr=args.json)
+    with console.status(f"building workload {args.workload}..."):
+        workload = build_workload(args)
+    if args.save_workload:
+        save_workload(workload, args.save_workload)
+    runs = run_comparison(
+        workload, sample_interval=args.sample_interval, progress=not args.no_progress
+    )
+    summaries = {name: run.summary for name, run in runs.items()}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summaries, indent=1) + "\n")
+    report = out / "report.html"
+    write_report(
+        report,
+        summaries,
+        runs,
+        title=title or f"toposched: {workload.description}",
+        description=workload.description,
+    )
+    if args.json:
+        print(json.dumps(summaries, indent=1))
+    else:
+        console.print(
+            summary_table(summaries["toposched"], title or f"toposched: {workload.description}")
+        )
+        console.print(comparison_table(summaries, "toposched and the baselines, same workload"))
+        console.print(f"summaries written to {out / 'summary.json'}; report: {report}")
+    return summaries
+
+
 def run(args: argparse.Namespace) -> int:
-    simulate_and_report(args)
+    if args.compare:
+        compare_and_report(args)
+    else:
+        simulate_and_report(args)
     return 0
 
 
