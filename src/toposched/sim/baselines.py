@@ -347,7 +347,20 @@ class MultifactorQueue(_BaselineQueue):
 
 
 # --- the baselines ----------------------------------------------------------------------------
-class FifoFirstFit(Scheduler):
+class _FlatSubmitOrder(Scheduler):
+    """Shared by the FIFO and kube-like baselines: submit order, no topology, no preemption."""
+
+    def __init__(self, state: ClusterState, tree: BudgetTree, policy: PlacementPolicy) -> None:
+        super().__init__(state, tree, policy=policy, max_preemptions_per_cycle=0, defragment=False)
+        self.queue = SubmitOrderQueue()  # type: ignore[assignment]
+
+    def submit(self, spec: JobSpec, now: float) -> Job:
+        job = super().submit(spec, now)
+        job.request = _without_topology(job.request)
+        return job
+
+
+class FifoFirstFit(_FlatSubmitOrder):
     """Strict FIFO with first-fit placement and no topology: the simplest batch scheduler.
 
     Jobs are taken in submit order; the first job that does not fit stops the cycle (head-of-line
@@ -357,15 +370,7 @@ class FifoFirstFit(Scheduler):
     """
 
     def __init__(self, state: ClusterState, tree: BudgetTree) -> None:
-        super().__init__(
-            state, tree, policy=FirstFit(), max_preemptions_per_cycle=0, defragment=False
-        )
-        self.queue = SubmitOrderQueue()  # type: ignore[assignment]
-
-    def submit(self, spec: JobSpec, now: float) -> Job:
-        job = super().submit(spec, now)
-        job.request = _without_topology(job.request)
-        return job
+        super().__init__(state, tree, FirstFit())
 
     def cycle(self, now: float) -> CycleResult:
         result = CycleResult(now)
@@ -382,7 +387,7 @@ class FifoFirstFit(Scheduler):
         return result
 
 
-class KubeLike(Scheduler):
+class KubeLike(_FlatSubmitOrder):
     """kube-scheduler's default profile with gang coscheduling, on GPUs.
 
     The queue is FIFO by submit time, but a job that does not fit does not block the ones behind
@@ -394,15 +399,7 @@ class KubeLike(Scheduler):
     """
 
     def __init__(self, state: ClusterState, tree: BudgetTree) -> None:
-        super().__init__(
-            state, tree, policy=LeastAllocated(), max_preemptions_per_cycle=0, defragment=False
-        )
-        self.queue = SubmitOrderQueue()  # type: ignore[assignment]
-
-    def submit(self, spec: JobSpec, now: float) -> Job:
-        job = super().submit(spec, now)
-        job.request = _without_topology(job.request)
-        return job
+        super().__init__(state, tree, LeastAllocated())
 
     def cycle(self, now: float) -> CycleResult:
         result = CycleResult(now)
