@@ -31,20 +31,20 @@ GPUS_PER_NODE = 8
 NODES_PER_UNIT = 16
 
 ITP_CLUSTER_NODES: dict[int, int] = {
-    1: 8,
-    2: 24,
-    3: 32,
+    1: 16,
+    2: 32,
+    3: 64,
     4: 96,
-    5: 4,
-    6: 24,
+    5: 9,
+    6: 48,
     7: 48,
-    8: 16,
-    9: 8,
+    8: 15,
+    9: 7,
     10: 4,
 }
-"""8-GPU nodes per ITP cluster: the smallest size, in steps of one node below 16 and of 8 nodes
-above, on which the trace queues at its peaks but the queue drains again (every job waits
-less than the trace's length) under toposched; see docs/simulator.md for the figures."""
+"""8-GPU nodes per ITP cluster: the smallest count (one node at a time up to 16, then whole
+16-node units) on which every job of the trace starts within 24 hours of its submission under
+toposched, so peaks queue and the queue drains within a day; see docs/simulator.md."""
 
 # Jobs replayed from traces declare a min runtime of an hour (the contract's default) and are
 # not resumable: the traces say nothing about checkpoints.
@@ -112,7 +112,8 @@ def load_itp_trace(path: str | Path) -> list[tuple[str, float, float, int]]:
 
 
 def itp_cluster_description(nodes: int) -> dict[str, Any]:
-    """A cluster of `nodes` 8-GPU nodes in scalable units of 16 nodes (one unit when fewer)."""
+    """A cluster of `nodes` 8-GPU nodes: one unit up to 16 nodes, else whole units of 16 nodes
+    (a count that is not a multiple of 16 is rounded up)."""
     if nodes <= NODES_PER_UNIT:
         return {
             "builder": "superpod",
