@@ -70,18 +70,7 @@ def set_health(state: ClusterState, health: Mapping[str, str]) -> None:
 
 def state_arrays(state: ClusterState) -> dict[str, np.ndarray]:
     """Copies of the state's per-node and per-domain arrays, to show `place` changed nothing."""
-    arrays = {
-        "gpu_free_milli": state.gpu_free_milli,
-        "free_whole_gpus": state.free_whole_gpus,
-        "free_cpu_milli": state.free_cpu_milli,
-        "free_memory_mib": state.free_memory_mib,
-        "health": state.health,
-    }
-    for level in range(len(state.free_hist)):
-        arrays[f"free_hist[{level}]"] = state.free_hist[level]
-        arrays[f"free_gpus[{level}]"] = state.free_gpus[level]
-        arrays[f"domain_free_cpu[{level}]"] = state.domain_free_cpu[level]
-    return {name: array.copy() for name, array in arrays.items()}
+    return state.snapshot()
 
 
 def assert_state_unchanged(before: dict[str, np.ndarray], state: ClusterState) -> None:

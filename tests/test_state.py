@@ -36,22 +36,7 @@ def state() -> ClusterState:
 
 
 def snapshot(state: ClusterState) -> dict[str, np.ndarray]:
-    """Copies of every array of the state, per-node and per-domain at every level."""
-    arrays: dict[str, np.ndarray] = {
-        "gpu_free_milli": state.gpu_free_milli,
-        "free_whole_gpus": state.free_whole_gpus,
-        "free_cpu_milli": state.free_cpu_milli,
-        "free_memory_mib": state.free_memory_mib,
-        "health": state.health,
-    }
-    for level in range(len(state.free_hist)):
-        arrays[f"free_hist[{level}]"] = state.free_hist[level]
-        arrays[f"free_gpus[{level}]"] = state.free_gpus[level]
-        arrays[f"free_milli[{level}]"] = state.free_milli[level]
-        arrays[f"idle_nodes[{level}]"] = state.idle_nodes[level]
-        arrays[f"domain_free_cpu[{level}]"] = state.domain_free_cpu[level]
-        arrays[f"domain_free_memory[{level}]"] = state.domain_free_memory[level]
-    return {name: array.copy() for name, array in arrays.items()}
+    return state.snapshot()
 
 
 def assert_same(before: dict[str, np.ndarray], after: dict[str, np.ndarray]) -> None:

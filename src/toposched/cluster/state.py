@@ -443,6 +443,25 @@ class ClusterState:
     def total_free_gpus(self) -> int:
         return int(self.free_gpus[0][0])
 
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """Copies of every array of the state, per node and per domain at every level, by name
+        (to check that something changed nothing, or that a rollback restored everything)."""
+        arrays: dict[str, np.ndarray] = {
+            "gpu_free_milli": self.gpu_free_milli,
+            "free_whole_gpus": self.free_whole_gpus,
+            "free_cpu_milli": self.free_cpu_milli,
+            "free_memory_mib": self.free_memory_mib,
+            "health": self.health,
+        }
+        for level in range(len(self.free_hist)):
+            arrays[f"free_hist[{level}]"] = self.free_hist[level]
+            arrays[f"free_gpus[{level}]"] = self.free_gpus[level]
+            arrays[f"free_milli[{level}]"] = self.free_milli[level]
+            arrays[f"idle_nodes[{level}]"] = self.idle_nodes[level]
+            arrays[f"domain_free_cpu[{level}]"] = self.domain_free_cpu[level]
+            arrays[f"domain_free_memory[{level}]"] = self.domain_free_memory[level]
+        return {name: array.copy() for name, array in arrays.items()}
+
     def nbytes(self) -> int:
         """Memory held by the state's arrays, topology included."""
         arrays: list[np.ndarray] = [
