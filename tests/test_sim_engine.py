@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from toposched.cli.main import main
 from toposched.placement.jobspec import JobSpec
 from toposched.sim.engine import EventKind, Simulation, simulate, toposched_scheduler
 from toposched.sim.metrics import HOUR, SimulationResult, conservation, percentiles, summarize
@@ -336,3 +339,38 @@ def _node_of(workload: Workload, name: str) -> int:
 
     simulate(probe, watching)
     return placed[name]
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+def test_simulate_command_prints_and_writes_the_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved = tmp_path / "ai2.jsonl"
+    arguments = ["--days", "0.1", "--gpus", "64", "--no-progress", "--json"]
+    assert (
+        main(
+            [
+                "simulate",
+                "--workload",
+                "ai2",
+                *arguments,
+                "--out",
+                str(tmp_path / "a"),
+                "--save-workload",
+                str(saved),
+            ]
+        )
+        == 0
+    )
+    printed = json.loads(capsys.readouterr().out)
+    written = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert printed == written and written["workload"] == "ai2"
+    # The saved file replays to the same jobs and the same outcome.
+    assert (
+        main(["simulate", "--workload", str(saved), *arguments, "--out", str(tmp_path / "b")]) == 0
+    )
+    replayed = json.loads(capsys.readouterr().out)
+    assert replayed["jobs"] == written["jobs"]
+    assert replayed["classes"] == written["classes"]
