@@ -12,7 +12,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from toposched.sim.engine import DEFAULT_SAMPLE_INTERVAL, Simulation
+from toposched.scheduler.core import Scheduler
+from toposched.sim.engine import (
+    DEFAULT_SAMPLE_INTERVAL,
+    SchedulerFactory,
+    Simulation,
+    toposched_scheduler,
+)
 from toposched.sim.metrics import summarize
 from toposched.workloads.catalog import WORKLOAD_HELP, workload_by_name
 from toposched.workloads.files import save_workload
@@ -122,6 +128,13 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
         metavar="FILE",
         help="also write the workload to FILE (.yaml, .json or .jsonl) to replay or edit later",
     )
+    parser.add_argument(
+        "--spares",
+        type=_spares,
+        metavar="LEVEL:N",
+        help="hold N idle nodes per LEVEL domain (e.g. rack:1) as spares: a gang whose node "
+        "fails restarts on its surviving nodes plus a spare of the same domain (default: none)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on long runs")
     parser.add_argument(
         "--compare",
@@ -129,6 +142,23 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
         help="also run the baselines (FIFO first-fit, Slurm-like, kube-like) on the same "
         "workload, print them side by side and write DIR/report.html",
     )
+
+
+def _spares(text: str) -> tuple[str, int]:
+    level, _, count = text.partition(":")
+    if not level or not count.isdigit() or int(count) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected LEVEL:N with N >= 1 idle nodes per domain, e.g. rack:1"
+        )
+    return level, int(count)
+
+
+def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
+    """toposched's scheduler with the options given on the command line."""
+    spares = getattr(args, "spares", None)
+    if spares is None:
+        return toposched_scheduler
+    return lambda state, tree: Scheduler(state, tree, spares=spares)
 
 
 def build_workload(args: argparse.Namespace) -> Workload:
@@ -148,6 +178,7 @@ def simulate_and_report(args: argparse.Namespace, title: str | None = None) -> d
         save_workload(workload, args.save_workload)
     simulation = Simulation(
         workload,
+        scheduler_factory(args),
         sample_interval=args.sample_interval,
         progress=not args.no_progress,
         cycle_interval=args.cycle_every,
@@ -179,8 +210,11 @@ def compare_and_report(args: argparse.Namespace, title: str | None = None) -> di
         workload = build_workload(args)
     if args.save_workload:
         save_workload(workload, args.save_workload)
+    from toposched.sim.compare import DEFAULT_SCHEDULERS
+
+    schedulers = {**DEFAULT_SCHEDULERS, "toposched": scheduler_factory(args)}
     runs = run_comparison(
-        workload, sample_interval=args.sample_interval, progress=not args.no_progress
+        workload, schedulers, sample_interval=args.sample_interval, progress=not args.no_progress
     )
     summaries = {name: run.summary for name, run in runs.items()}
     out = Path(args.out)

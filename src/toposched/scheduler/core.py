@@ -30,6 +30,7 @@ from toposched.scheduler.preemption import (
     PreemptionPlan,
     VictimSearch,
 )
+from toposched.scheduler.spares import SparePool
 
 IntArray = NDArray[np.int64]
 _HEALTHY = int(Health.HEALTHY)
@@ -130,6 +131,7 @@ class Scheduler:
         impact: ImpactPolicy | None = None,
         defragment: bool = True,
         compaction_moves_per_hour: int = 0,
+        spares: tuple[str, int] | None = None,
     ) -> None:
         self.state = state
         self.tree = tree
@@ -167,6 +169,8 @@ class Scheduler:
         self._allocated_gpus = np.zeros(state.topology.n_nodes, dtype=np.int64)
         self._protected_gpus = np.zeros(state.topology.n_nodes, dtype=np.int64)
         self._still_protected: SortedList = SortedList()
+        # (level, nodes per domain): idle nodes held back to replace failed ones in place.
+        self.spares = SparePool(state, *spares) if spares is not None else None
 
     # --- events ------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, now: float) -> Job:
@@ -245,6 +249,9 @@ class Scheduler:
             self._stop(job, now)
         elif job.state is JobState.PENDING:
             self.queue.remove(job_id)
+            if job.nomination is not None and self.spares is not None:
+                # A spare given to this job goes back to its pool.
+                self.spares.refill(job.nomination.nodes)
             job.nomination = None
         else:
             raise InputError("job", job_id, f"is already {job.state}")
@@ -254,15 +261,52 @@ class Scheduler:
         return job
 
     def set_health(self, nodes: list[int] | IntArray, health: Health, now: float) -> list[Job]:
-        """Change node health; gangs on nodes that go down fail at once (resumable: requeued)."""
-        node_array = np.asarray(nodes, dtype=np.int64)
+        """Change node health; gangs on nodes that go down fail at once (resumable: requeued).
+
+        With spares, a requeued gang is nominated its surviving nodes plus a spare of the
+        failed node's domain, and restarts there in the next cycle. Held spares stay held when
+        marked healthy; a repaired node refills its domain's pool.
+        """
+        node_array = np.unique(np.asarray(nodes, dtype=np.int64))
+        spares = self.spares
+        if spares is not None and health is Health.HEALTHY:
+            node_array = np.setdiff1d(node_array, spares.keep_held(node_array))
         self.state.set_health(node_array, health)
         failed: list[Job] = []
+        if spares is not None and health is Health.DOWN:
+            spares.release_down(node_array)
         if health is Health.DOWN:
+            taken: dict[int, int] = {}
             for owner in sorted(self.owners_on(node_array)):
-                if owner in self.running:
-                    failed.append(self.fail(owner, now))
+                if owner not in self.running:
+                    continue
+                allocation = self.state.allocations[owner]
+                job = self.fail(owner, now)
+                failed.append(job)
+                if spares is not None and job.state is JobState.PENDING:
+                    self._nominate_spare(job, allocation, node_array, taken, now)
+        elif spares is not None and health is Health.HEALTHY:
+            spares.refill(node_array)
         return failed
+
+    def _nominate_spare(
+        self,
+        job: Job,
+        allocation: Allocation,
+        down: IntArray,
+        taken: dict[int, int],
+        now: float,
+    ) -> None:
+        assert self.spares is not None
+        moved = self.spares.replacement(job.request, allocation, down, taken)
+        if moved is None:
+            job.record(now, f"no spare node of the failed node's {self.spares.level_name}")
+            return
+        spare_nodes = np.setdiff1d(moved.nodes, allocation.nodes)
+        job.nomination = Nomination(set(), np.unique(moved.nodes), now, moved)
+        names = ", ".join(self.state.topology.node_names[n] for n in spare_nodes.tolist())
+        job.reason = f"restarting on its surviving nodes and spare node(s) {names}"
+        job.record(now, job.reason)
 
     def set_share(self, account: str, share: float) -> None:
         """A budget change: the next cycle orders by it (accounts re-rank, jobs do not re-sort)."""
@@ -392,8 +436,17 @@ class Scheduler:
             )
             return True
         fence.open(nomination.nodes)
-        outcome = place(self.state, job.request, self.policy)
         job.nomination = None
+        if nomination.allocation is not None:
+            exact = Placement(job.request, nomination.allocation)
+            try:
+                self._start(job, exact, now)
+            except InputError as error:
+                job.record(now, f"spare placement no longer fits ({error}); placing anew")
+            else:
+                result.decisions.append(Bind(job.job_id, exact.allocation, job.unallocated))
+                return True
+        outcome = place(self.state, job.request, self.policy)
         if isinstance(outcome, Placement):
             self._start(job, outcome, now)
             result.decisions.append(Bind(job.job_id, outcome.allocation, job.unallocated))

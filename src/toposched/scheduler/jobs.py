@@ -8,6 +8,7 @@ from enum import StrEnum
 import numpy as np
 from numpy.typing import NDArray
 
+from toposched.cluster.state import Allocation
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.request import GangRequest
 
@@ -42,6 +43,8 @@ class Nomination:
     victims: set[str]
     nodes: NDArray[np.int64]
     decided_at: float
+    allocation: Allocation | None = None
+    """The exact allocation to start on, when known (a gang moved onto a spare node)."""
 
 
 @dataclass(frozen=True)

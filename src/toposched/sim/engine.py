@@ -306,6 +306,11 @@ class _Run:
             nodes = self.unhealthy_nodes
             unavailable = int(state.gpu_free_milli[nodes].sum(dtype=np.int64)) / MILLI_PER_GPU
             free_whole += int(state.free_whole_gpus[nodes].sum(dtype=np.int64))
+        spares = getattr(self.scheduler, "spares", None)
+        if spares is not None:
+            # Held spare nodes are idle capacity kept out of service, not work.
+            idle += spares.gpus
+            free_whole += spares.gpus
         busy = float(self.capacity - free_whole)
         outstanding = self.pending_gpus + self.running_gpus
         self.rates = (
