@@ -512,6 +512,9 @@ class JobSpec(_InputModel):
     """Whether the job can continue from a checkpoint after preemption."""
     expected_runtime: float | None = None
     """Seconds the user expects the job to run, if they said."""
+    grace_period: float | None = None
+    """Seconds the job gets to exit (e.g. save a checkpoint) when evicted; None: the cluster's
+    default. The scheduler caps it by cluster policy."""
     pods: int
     resources_per_pod: Resources
     topology: TopologySpec = Field(default_factory=TopologySpec)
@@ -565,6 +568,14 @@ class JobSpec(_InputModel):
         seconds: float = _parsed(parse_duration, value)
         if seconds <= 0:
             raise _rule_error("must be a duration > 0 (e.g. 90s, 30m, 4h, 3d, 1h30m), or omitted")
+        return seconds
+
+    @field_validator("grace_period", mode="before")
+    @classmethod
+    def _grace_seconds(cls, value: Any) -> float | None:
+        if value is None:
+            return None
+        seconds: float = _parsed(parse_duration, value)
         return seconds
 
     @field_validator("pods", mode="before")
@@ -621,6 +632,8 @@ class JobSpec(_InputModel):
         }
         if self.expected_runtime is not None:
             written["expected_runtime"] = format_duration(self.expected_runtime)
+        if self.grace_period is not None:
+            written["grace_period"] = format_duration(self.grace_period)
         written["pods"] = self.pods
         written["resources_per_pod"] = self.resources_per_pod.to_dict()
         topology = self.topology.to_dict()

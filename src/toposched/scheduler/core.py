@@ -127,6 +127,7 @@ class Scheduler:
         policy: PlacementPolicy | None = None,
         reserve_min_gpus: float = 8,
         grace_s: float = 30.0,
+        max_grace_s: float = 600.0,
         max_preemptions_per_cycle: int = 8,
         impact: ImpactPolicy | None = None,
         defragment: bool = True,
@@ -148,6 +149,7 @@ class Scheduler:
         # reservation reads them in order without sorting every running job each cycle.
         self._releases: SortedList = SortedList()
         self.grace_s = grace_s
+        self.max_grace_s = max_grace_s
         self.max_preemptions_per_cycle = max_preemptions_per_cycle
         self.victim_search = VictimSearch(state, self.policy, impact)
         # Preemption candidates without scanning every running job: unallocated work, and
@@ -606,7 +608,13 @@ class Scheduler:
             target.record(now, reason)
             self._preemptor_of[victim.job_id] = job.job_id
             result.decisions.append(
-                Evict(victim.job_id, job.job_id, self.grace_s, victim.rule, victim.lost_gpu_seconds)
+                Evict(
+                    victim.job_id,
+                    job.job_id,
+                    self.grace_for(target),
+                    victim.rule,
+                    victim.lost_gpu_seconds,
+                )
             )
         job.nomination = Nomination({v.job_id for v in plan.victims}, plan.nodes, now)
         lost = plan.impact[0] / 3600
@@ -615,6 +623,12 @@ class Scheduler:
             "starts when they exit"
         )
         job.record(now, job.reason)
+
+    def grace_for(self, job: Job) -> float:
+        """Seconds an evicted job gets to exit: its own `grace_period` up to `max_grace_s`, or
+        the cluster default `grace_s`."""
+        asked = job.spec.grace_period
+        return self.grace_s if asked is None else min(asked, self.max_grace_s)
 
     @staticmethod
     def _work_since(job: Job) -> float:
@@ -683,7 +697,7 @@ class Scheduler:
             if job is not None:
                 self._preemptor_of[mover.job_id] = job.job_id
             result.decisions.append(
-                Evict(mover.job_id, preemptor, self.grace_s, rule, mover.lost_gpu_seconds)
+                Evict(mover.job_id, preemptor, self.grace_for(target), rule, mover.lost_gpu_seconds)
             )
         if job is not None:
             job.nomination = Nomination({m.job_id for m in plan.movers}, plan.nodes, now)
@@ -733,7 +747,7 @@ class Scheduler:
             reason = "its node is draining and its min runtime has ended"
             job.evictions.append(EvictionRecord(now, "", "node_draining", reason, lost))
             job.record(now, f"evicted: {reason}")
-            result.decisions.append(Evict(job_id, "", self.grace_s, "node_draining", lost))
+            result.decisions.append(Evict(job_id, "", self.grace_for(job), "node_draining", lost))
 
     def _reserve(self, job: Job, now: float) -> Reservation | None:
         """The earliest time the job fits, releasing running jobs in the order they should end.
