@@ -601,7 +601,10 @@ def test_evictions_and_reasons_explain_who_why_and_what_it_cost() -> None:
     assert sched.jobs["u0"].evictions == [record]
     assert sched.jobs["u0"].history[-1] == (100, "preempted by pair (unallocated-victim)")
     # 800 GPU-seconds = 0.2 GPU-hours.
-    assert pair.reason == "preempting 2 job(s) (0.2 GPU-hours of work lost); starts when they exit"
+    assert pair.reason == (
+        "preempting 2 unallocated jobs in rack z0-b0-r0 (0.2 GPU-hours of work lost); "
+        "starts when they exit"
+    )
     assert pair.reason in sched.explain("pair", 100)
 
     sched.evicted("u0", 110)

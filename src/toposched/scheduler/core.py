@@ -64,6 +64,28 @@ def _needs(job: Job) -> str:
     return text
 
 
+_VICTIM_KINDS = {
+    "unallocated-victim": "unallocated",
+    "higher-priority": "of lower priority in the team",
+    "better-fair-share": "of accounts further above their share",
+}
+
+
+def _victims_by_rule(rules: list[str]) -> str:
+    """E.g. "2 unallocated jobs and 1 job of lower priority in the team"."""
+    counts: dict[str, int] = {}
+    for rule in rules:
+        counts[rule] = counts.get(rule, 0) + 1
+    parts = []
+    for rule, count in counts.items():
+        kind = _VICTIM_KINDS.get(rule, f"({rule})")
+        noun = "job" if count == 1 else "jobs"
+        parts.append(
+            f"{count} {kind} {noun}" if kind == "unallocated" else f"{count} {noun} {kind}"
+        )
+    return " and ".join(parts)
+
+
 def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
 
@@ -619,7 +641,8 @@ class Scheduler:
         job.nomination = Nomination({v.job_id for v in plan.victims}, plan.nodes, now)
         lost = plan.impact[0] / 3600
         job.reason = (
-            f"preempting {len(plan.victims)} job(s) ({lost:,.1f} GPU-hours of work lost); "
+            f"preempting {_victims_by_rule([v.rule for v in plan.victims])} in "
+            f"{self._domain_of(plan.nodes)} ({lost:,.1f} GPU-hours of work lost); "
             "starts when they exit"
         )
         job.record(now, job.reason)
@@ -808,7 +831,7 @@ class Scheduler:
     def _domain_of(self, nodes: IntArray) -> str:
         """The smallest domain holding every node, as "<level> <name>"."""
         topology = self.state.topology
-        for level in range(len(topology.domain_levels) - 1, -1, -1):
+        for level in range(len(topology.domain_levels) - 1, 0, -1):
             domains = topology.node_domain[level][nodes]
             if (domains == domains[0]).all():
                 name = topology.domain_levels[level]
