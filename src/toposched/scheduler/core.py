@@ -343,6 +343,8 @@ class Scheduler:
         already hold their allocation, evicted jobs keep theirs until reported gone."""
         result = CycleResult(now)
         blocked: dict[tuple[object, ...], tuple[int, str]] = {}
+        # Failures with the reserved nodes open too, for jobs that may backfill onto them.
+        blocked_backfill: dict[tuple[object, ...], tuple[int, str]] = {}
         unpreemptable: dict[tuple[object, ...], tuple[int, str]] = {}
         memo_messages: dict[tuple[object, ...], str] = {}
         self.reservation = None
@@ -366,14 +368,14 @@ class Scheduler:
                 shape = job.shape
                 reservation_start = self.reservation.start_time if self.reservation else None
                 runtime = job.spec.expected_runtime
-                # EASY backfill: a job that ends before the reservation may use its nodes.
-                short = (
-                    reservation_start is not None
-                    and runtime is not None
-                    and now + runtime <= reservation_start
+                # EASY backfill: a job that ends before the reservation may use its nodes, and
+                # so may unallocated work: the reserved job may preempt it at any moment.
+                short = reservation_start is not None and (
+                    (runtime is not None and now + runtime <= reservation_start)
+                    or self.queue.tier(entry, ranking) is QueueTier.UNALLOCATED
                 )
-                known = blocked.get(shape)
-                if known is not None and job.request.pods >= known[0] and not short:
+                known = (blocked_backfill if short else blocked).get(shape)
+                if known is not None and job.request.pods >= known[0]:
                     # A smaller gang of this shape did not fit: neither does this one. Many
                     # pending jobs share a size, so each message is written once per cycle.
                     key = (shape, job.request.pods)
@@ -390,7 +392,7 @@ class Scheduler:
                     result.searches += 1
                     outcome = place(self.state, job.request, self.policy)
                     if isinstance(outcome, Unschedulable) and short:
-                        # EASY backfill: a job ending before the reservation may use its nodes.
+                        # Backfill: try again with the reserved nodes open.
                         fence.open(self._reserved_nodes)
                         outcome = place(self.state, job.request, self.policy)
                         if isinstance(outcome, Placement):
@@ -401,6 +403,9 @@ class Scheduler:
                                 Bind(job.job_id, outcome.allocation, job.unallocated, True)
                             )
                             continue
+                        previous = blocked_backfill.get(shape)
+                        if previous is None or job.request.pods < previous[0]:
+                            blocked_backfill[shape] = (job.request.pods, outcome.reason)
                     if isinstance(outcome, Placement):
                         self._start(job, outcome, now)
                         result.decisions.append(
