@@ -38,7 +38,7 @@ EVAL_FRACTION = 0.06
 # team's offered load over its budget. Ai2 reports outstanding requests of 2-3x the cluster.
 PHASE_MEAN_DAYS = 3.0
 LEVEL_SIGMA = 0.6
-LEVEL_MEDIAN = 0.95
+LEVEL_MEDIAN = 0.83
 LEVEL_RANGE = (0.25, 3.0)
 UNALLOCATED_LOAD = 0.35
 """Offered unallocated GPU-hours per hour, as a fraction of the cluster."""
@@ -273,26 +273,43 @@ class _Generator:
             start = end
         return phases
 
-    def poisson_work(self, gpu_hours_per_hour: float, start: float, end: float, make: Any) -> None:
-        """Submit units of work (each `make(submit)` returns its GPU-hours) at Poisson times
-        until they add up to the offered load over [start, end)."""
-        budget = gpu_hours_per_hour * (end - start) / HOUR
+    def poisson_work(
+        self, gpu_hours_per_hour: float, start: float, end: float, make: Any, excess: float = 0.0
+    ) -> float:
+        """Submit units of work (each `make(submit)` returns its GPU-hours) at uniform random
+        times in [start, end) until they add up to the offered load over that span.
+
+        `excess` is what earlier spans offered beyond their share; it is taken off this one, so
+        over many spans the overshoot stays within one unit of work. Returns the new excess.
+        """
+        budget = gpu_hours_per_hour * (end - start) / HOUR - excess
         offered = 0.0
         while offered < budget:
             offered += make(float(self.rng.uniform(start, end)))
+        return offered - budget
 
     def team(self, team: _Team) -> None:
         capacity = self.capacity
         phases = self.phases()
+        training_excess = eval_excess = 0.0
         for start, end, level in phases:
             load = team.share * capacity * level
-            self.poisson_work(
-                load * TRAINING_FRACTION, start, end, lambda t: self.training(team.account, t)
+            training_excess = self.poisson_work(
+                load * TRAINING_FRACTION,
+                start,
+                end,
+                lambda t: self.training(team.account, t),
+                training_excess,
             )
-            self.poisson_work(
-                load * EVAL_FRACTION, start, end, lambda t: self.eval_sweep(team.account, t)
+            eval_excess = self.poisson_work(
+                load * EVAL_FRACTION,
+                start,
+                end,
+                lambda t: self.eval_sweep(team.account, t),
+                eval_excess,
             )
-        # A backlog at the start, so the cluster opens as busy as it will stay.
+        # Training already queued at the start (1.5x the GPUs the team's first phase asks
+        # for), so the cluster opens as busy as it will stay.
         backlog = team.share * capacity * phases[0][2] * 1.5
         queued = 0.0
         while queued < backlog:
