@@ -1,7 +1,9 @@
-"""Unallocated work may backfill onto reserved nodes: the reserved job reclaims them on time."""
+"""Fenced capacity in a cycle: unallocated work may backfill onto reserved nodes, and a
+nominee's nodes return to the queue when it starts elsewhere."""
 
 from __future__ import annotations
 
+from test_preemption_scenarios import racks, run, scheduler, spec
 from test_scheduler_cycle import adopt_on, job, small_cluster, two_teams
 
 from toposched.scheduler.core import Scheduler
@@ -44,3 +46,30 @@ def test_unallocated_work_fills_reserved_nodes_until_the_reserved_job_needs_them
     assert [(d.job_id, sorted(d.allocation.nodes.tolist())) for d in at_3030.bound] == [
         ("big", [0, 1])
     ]
+
+
+def test_a_nominee_that_starts_elsewhere_leaves_its_nominated_node_to_the_next_job() -> None:
+    # One rack of 3 nodes x 4 GPUs. Node 0: `keep` (protected). Node 1: unallocated `u`.
+    # Node 2: `fin` (GPUs 0-1) and `stay` (GPUs 2-3), both protected. At 100 `p` (2 GPUs)
+    # preempts `u` and is nominated node 1. At 110 `u` is gone and `fin` ends, so node 2 has 2
+    # free GPUs. The cycle at 110 considers `a` (2 pods x 2 GPUs, priority 10) first: node 1
+    # is fenced for `p`, so `a` does not fit. Then `p` starts on node 2 (best fit), leaving
+    # node 1 free. `b` (same shape as `a`) must be searched again, not refused because `a`
+    # was: it takes node 1 ahead of the requeued unallocated `u`.
+    sched = scheduler(racks(1, 3))
+    run(sched, spec("keep", "team-b", min_runtime="8h"), [0], 0)
+    run(sched, spec("u", "scratch", min_runtime=0), [1], 0)
+    run(sched, spec("fin", "team-b", gpus=2, min_runtime="8h"), [2], 0, [0, 1])
+    run(sched, spec("stay", "team-b", gpus=2, min_runtime="8h"), [2], 0, [2, 3])
+    sched.submit(spec("p", "team-a", gpus=2, priority=5), 100)
+    assert [d.job_id for d in sched.cycle(100).decisions if isinstance(d, Evict)] == ["u"]
+    sched.evicted("u", 110)
+    sched.finish("fin", 110)
+    sched.submit(spec("a", "team-a", pods=2, gpus=2, priority=10), 110)
+    sched.submit(spec("b", "team-a", pods=2, gpus=2, priority=0), 110)
+    result = sched.cycle(110)
+    assert {d.job_id: d.allocation.nodes.tolist() for d in result.bound} == {
+        "p": [2],
+        "b": [1, 1],
+    }
+    assert sched.jobs["u"].state == "pending"

@@ -363,7 +363,14 @@ class Scheduler:
                 job.reservation = None
                 result.considered += 1
                 if job.nomination is not None:
-                    if self._start_nominee(job, fence, now, result):
+                    started = self._start_nominee(job, fence, now, result)
+                    if job.nomination is None:
+                        # Its fence is open: the nominee may have started elsewhere or not at
+                        # all, so capacity may have grown and earlier failures no longer hold.
+                        blocked.clear()
+                        blocked_backfill.clear()
+                        unpreemptable.clear()
+                    if started:
                         continue
                 shape = job.shape
                 reservation_start = self.reservation.start_time if self.reservation else None
@@ -625,6 +632,12 @@ class Scheduler:
 
     def _carry_out(self, job: Job, plan: PreemptionPlan, now: float, result: CycleResult) -> None:
         """Evict the plan's victims with their grace period and nominate their capacity."""
+        if not plan.victims:
+            # Room appeared since the job's last search (a nominee started elsewhere): no one
+            # needs to leave.
+            self._start(job, plan.placement, now)
+            result.decisions.append(Bind(job.job_id, plan.placement.allocation, job.unallocated))
+            return
         for victim in plan.victims:
             target = self.running[victim.job_id]
             target.evicting = True

@@ -237,7 +237,7 @@ class VictimSearch:
                 # The default key is a sum per victim: rank every subset with one matrix product.
                 per_victim = np.array(
                     [(v.lost_gpu_seconds, 1.0, v.standing) for v in victims], dtype=float
-                )
+                ).reshape(-1, 3)
                 totals = subsets[feasible] @ per_victim
                 winner = feasible[np.lexsort((totals[:, 2], totals[:, 1], totals[:, 0]))[0]]
             else:
