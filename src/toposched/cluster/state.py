@@ -213,7 +213,7 @@ class ClusterState:
             firsts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
             self._totals[level][d[firsts]] += np.add.reduceat(rows, firsts, axis=0)
             hist = self.free_hist[level]
-            if firsts.size * 8 < hist.size:
+            if nodes.size <= _SMALL:
                 np.add.at(hist, (d, model, whole), sign)
             else:
                 cells = (d.astype(np.int64) * self._n_models + model) * width + whole
@@ -338,19 +338,24 @@ class ClusterState:
     def _apply(self, allocation: Allocation, sign: int) -> None:
         """Take (sign=-1) or give back (+1) an allocation's resources, updating aggregates."""
         self.version += 1
-        touched, _ = self._unique(allocation.nodes)
+        touched, pods_per_node = self._unique(allocation.nodes)
         self._contribute(touched, -1)
         slots = self._gpu_slots(allocation)
         flat = self.gpu_free_milli.reshape(-1)
         if slots.size:
-            np.add.at(flat, slots, np.int16(sign * allocation.gpu_milli))
+            if allocation.gpu_milli == MILLI_PER_GPU:
+                # A gang never lists a whole GPU twice (checked when it is taken): distinct
+                # slots, so plain indexing is exact.
+                flat[slots] += np.int16(sign * MILLI_PER_GPU)
+            else:
+                np.add.at(flat, slots, np.int16(sign * allocation.gpu_milli))
             self.free_whole_gpus[touched] = (self.gpu_free_milli[touched] == MILLI_PER_GPU).sum(
                 axis=1, dtype=np.int8
             )
         if allocation.cpu_milli:
-            np.add.at(self.free_cpu_milli, allocation.nodes, sign * allocation.cpu_milli)
+            self.free_cpu_milli[touched] += sign * allocation.cpu_milli * pods_per_node
         if allocation.memory_mib:
-            np.add.at(self.free_memory_mib, allocation.nodes, sign * allocation.memory_mib)
+            self.free_memory_mib[touched] += sign * allocation.memory_mib * pods_per_node
         self._contribute(touched, +1)
 
     def _apply_many(self, allocations: list[Allocation], sign: int) -> None:
