@@ -179,31 +179,42 @@ class _Search:
         starts = self.topology.domain_starts[self.leaf_level]
         if leaves.size == 1 and shares[0] == 1:
             return self._assign_one_pod(int(starts[leaves[0]]), int(starts[leaves[0] + 1]))
+        first_nodes = starts[leaves]
+        counts = starts[leaves + 1] - first_nodes
+        offsets = np.cumsum(counts) - counts
         if leaves.size == 1:
-            first, last = int(starts[leaves[0]]), int(starts[leaves[0] + 1])
-            nodes = np.arange(first, last, dtype=np.int64)
-            leaf_of = np.zeros(last - first, dtype=np.int64)
+            nodes = np.arange(int(first_nodes[0]), int(first_nodes[0] + counts[0]), dtype=np.int64)
         else:
-            first_nodes, last_nodes = starts[leaves], starts[leaves + 1]
-            counts = last_nodes - first_nodes
-            offsets = np.cumsum(counts) - counts
-            nodes = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
+            nodes = np.arange(int(offsets[-1] + counts[-1]), dtype=np.int64) + np.repeat(
                 first_nodes - offsets, counts
             )
-            leaf_of = np.repeat(np.arange(len(leaves), dtype=np.int64), counts)
         capacity = self.view.node_capacity(nodes)
-        usable = capacity > 0
-        nodes, leaf_of, capacity = nodes[usable], leaf_of[usable], capacity[usable]
-        scores = self.policy.node_scores(state, nodes, capacity, request)
-        order = np.lexsort((nodes, scores, leaf_of))
-        nodes, leaf_of, capacity = nodes[order], leaf_of[order], capacity[order]
-        cumulative = np.cumsum(capacity)
-        leaf_total = np.bincount(leaf_of, weights=capacity, minlength=len(leaves)).astype(np.int64)
-        before_leaf = np.cumsum(leaf_total) - leaf_total
-        before_node = cumulative - capacity - before_leaf[leaf_of]
-        take = np.clip(shares[leaf_of] - before_node, 0, capacity)
+        # Leaf domains are never empty, so no reduceat segment is; nodes without room add 0.
+        leaf_total = np.add.reduceat(capacity, offsets)
         if (leaf_total < shares).any():
             return None
+        usable = capacity > 0
+        if not usable.all():
+            # Nodes without room take no pod. Every leaf keeps one node at least, since each
+            # share is positive and covered.
+            counts = np.add.reduceat(usable, offsets).astype(np.int64)
+            offsets = np.cumsum(counts) - counts
+            nodes, capacity = nodes[usable], capacity[usable]
+        scores = self.policy.node_scores(state, nodes, capacity, request)
+        # Nodes are grouped by leaf, in index order within each: policy order is a stable sort
+        # by score within leaves, which the empty racks a large gang takes already satisfy.
+        in_order = np.diff(scores) >= 0
+        in_order[offsets[1:] - 1] = True  # a new leaf may start at any score
+        if not in_order.all():
+            leaf_of = np.repeat(np.arange(leaves.size, dtype=np.int64), counts)
+            order = np.lexsort((scores, leaf_of))
+            nodes, capacity = nodes[order], capacity[order]
+        if (leaf_total == shares).all():
+            # Whole leaves (the large-gang case): every node is filled to its capacity.
+            return self._allocation(nodes, capacity)
+        before_leaf = np.cumsum(leaf_total) - leaf_total
+        before_node = np.cumsum(capacity) - capacity - np.repeat(before_leaf, counts)
+        take = np.minimum(np.maximum(np.repeat(shares, counts) - before_node, 0), capacity)
         used = take > 0
         return self._allocation(nodes[used], take[used])
 
@@ -220,7 +231,8 @@ class _Search:
         return self._allocation(node, np.ones(1, dtype=np.int64))
 
     def _allocation(self, nodes: IntArray, pods_per_node: IntArray) -> Allocation:
-        pod_nodes = np.repeat(nodes, pods_per_node)
+        one_pod_each = pods_per_node.size == 0 or bool((pods_per_node == 1).all())
+        pod_nodes = nodes if one_pod_each else np.repeat(nodes, pods_per_node)
         request = self.request
         return Allocation(
             nodes=pod_nodes,
@@ -241,24 +253,31 @@ class _Search:
             node = int(nodes[0])
             free_gpus = np.flatnonzero(state.gpu_free_milli[node] == MILLI_PER_GPU)
             return free_gpus[:per_pod].reshape(1, per_pod).astype(np.int64)
-        row = np.repeat(np.arange(nodes.size), pods_per_node)
-        rank = np.arange(pod_nodes.size) - np.repeat(
-            np.cumsum(pods_per_node) - pods_per_node, pods_per_node
-        )
-        columns = rank[:, None] * per_pod + np.arange(per_pod)[None, :]
+        # Pod p is the rank[p]-th pod on its node and takes that node's free GPUs
+        # rank*per_pod .. rank*per_pod+per_pod-1. Built flat: numpy's broadcasting over a short
+        # last axis costs a loop call per row.
+        if pod_nodes.size == nodes.size:
+            columns = np.tile(np.arange(per_pod, dtype=np.int64), nodes.size)
+        else:
+            rank = np.arange(pod_nodes.size, dtype=np.int64) - np.repeat(
+                np.cumsum(pods_per_node) - pods_per_node, pods_per_node
+            )
+            columns = np.repeat(rank * per_pod, per_pod) + np.tile(
+                np.arange(per_pod, dtype=np.int64), pod_nodes.size
+            )
         topology = self.topology
         partly_used = np.flatnonzero(state.free_whole_gpus[nodes] != topology.gpu_count[nodes])
         if partly_used.size == 0:
             # Every chosen node is empty (the large-gang case): GPU i is column i.
-            return columns.astype(np.int64)
-        # Free GPUs first, in index order, for the partly used nodes only.
-        gpu_order = np.broadcast_to(
-            np.arange(state.gpu_free_milli.shape[1]), (nodes.size, state.gpu_free_milli.shape[1])
-        ).copy()
+            return columns.reshape(pod_nodes.size, per_pod)
+        # Free GPUs first, in index order; empty nodes keep the identity order.
+        width = state.gpu_free_milli.shape[1]
+        gpu_order = np.tile(np.arange(width, dtype=np.int64), (nodes.size, 1))
         free = state.gpu_free_milli[nodes[partly_used]] == MILLI_PER_GPU
         gpu_order[partly_used] = np.argsort(~free, axis=1, kind="stable")
-        picked: IntArray = gpu_order[row[:, None], columns].astype(np.int64)
-        return picked
+        row = np.repeat(np.arange(nodes.size, dtype=np.int64), pods_per_node * per_pod)
+        picked: IntArray = gpu_order.reshape(-1)[row * width + columns]
+        return picked.reshape(pod_nodes.size, per_pod)
 
     def _pick_shared_gpus(self, nodes: IntArray, pods_per_node: IntArray) -> IntArray:
         """Fractional pods: the policy picks a GPU per pod (gangs of shared GPUs are small)."""
