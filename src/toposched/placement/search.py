@@ -10,6 +10,7 @@ from numpy.typing import NDArray
 from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
 from toposched.cluster.statement import Statement
 from toposched.placement.capacity import CapacityView
+from toposched.placement.fewest import FewestDomains
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import BestFit, PlacementPolicy
 from toposched.placement.request import GangRequest
@@ -70,6 +71,7 @@ class _Search:
         self.request = request
         self.policy = policy
         self.leaf_level = len(self.topology.domain_levels) - 1
+        self.fewest: FewestDomains | None = None
 
     def run(self, exact: bool) -> PlacementResult | None:
         """A placement, an Unschedulable, or None when aggregates over-promised."""
@@ -86,11 +88,14 @@ class _Search:
         fits = np.flatnonzero(capacity >= request.pods)
         if fits.size == 0:
             return self._explain_required(level, capacity)
+        self.fewest = None  # the exact planner, built on first use for this view
         domain = self._choose_required(level, fits, capacity[fits])
         chosen = self._fill(level, domain, request.pods)
         if chosen is None:
             return None
         leaves, shares = chosen
+        if request.preferred is not None and request.preferred > level:
+            leaves, shares = self._least_preferred(level, domain, leaves, shares)
         allocation = self._assign(leaves, shares)
         if allocation is None:
             return None
@@ -104,6 +109,27 @@ class _Search:
         scores = self.policy.domain_scores(capacity[candidates], need)
         return int(candidates[int(np.argmin(scores))])
 
+    def _planner(self) -> FewestDomains:
+        if self.fewest is None:
+            self.fewest = FewestDomains(self.topology, self.view, self.request)
+        return self.fewest
+
+    def _least_preferred(
+        self, level: int, domain: int, leaves: IntArray, shares: IntArray
+    ) -> tuple[IntArray, IntArray]:
+        """The greedy placement, or the exact plan's where it uses fewer domains (when cheap)."""
+        planner = self._planner()
+        if planner.cover_is_exact(level) and self.request.preferred == self.leaf_level:
+            return leaves, shares  # the fewest preferred domains, and no level inside them
+        profile = planner.profile(leaves)
+        if profile[0] == 1 or not planner.affordable(level, np.array([domain])):
+            return leaves, shares
+        if profile == planner.lower_bounds(level, domain):
+            return leaves, shares  # no level can do with fewer domains
+        if planner.weighted(profile) > planner.cost(level, domain):
+            return planner.plan(level, domain)
+        return leaves, shares
+
     def _choose_required(self, level: int, candidates: IntArray, capacity: IntArray) -> int:
         preferred = self.request.preferred
         if preferred is None or preferred <= level or candidates.size == 1:
@@ -116,6 +142,17 @@ class _Search:
             inside = preferred_capacity[bounds[domain] : bounds[domain + 1]]
             counts[i] = _cover_count(inside, self.request.pods)
         fewest = counts == counts.min()
+        planner = self._planner()
+        if counts.min() > 1 and not (
+            planner.cover_is_exact(level) and preferred == self.leaf_level
+        ):
+            # No single preferred domain holds the gang, and the cover counts may be loose
+            # (slices above the preferred level) or tie on levels inside it: rank by exact
+            # least cost when cheap.
+            tied = candidates if not planner.cover_is_exact(level) else candidates[fewest]
+            if tied.size > 1 and planner.affordable(level, tied):
+                cost = np.array([planner.cost(level, int(d)) for d in tied], dtype=np.int64)
+                fewest = np.isin(candidates, tied[cost == cost.min()])
         best = self._best(np.where(fewest, capacity, -1), self.request.pods)
         return int(candidates[best])
 
