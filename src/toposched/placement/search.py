@@ -10,6 +10,7 @@ from numpy.typing import NDArray
 from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
 from toposched.cluster.statement import Statement
 from toposched.placement.capacity import CapacityView
+from toposched.placement.fewest import FewestDomains
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import BestFit, PlacementPolicy
 from toposched.placement.request import GangRequest
@@ -70,6 +71,7 @@ class _Search:
         self.request = request
         self.policy = policy
         self.leaf_level = len(self.topology.domain_levels) - 1
+        self.fewest: FewestDomains | None = None
 
     def run(self, exact: bool) -> PlacementResult | None:
         """A placement, an Unschedulable, or None when aggregates over-promised."""
@@ -86,11 +88,14 @@ class _Search:
         fits = np.flatnonzero(capacity >= request.pods)
         if fits.size == 0:
             return self._explain_required(level, capacity)
+        self.fewest = None  # the exact planner, built on first use for this view
         domain = self._choose_required(level, fits, capacity[fits])
         chosen = self._fill(level, domain, request.pods)
         if chosen is None:
             return None
         leaves, shares = chosen
+        if request.preferred is not None and request.preferred > level:
+            leaves, shares = self._least_preferred(level, domain, leaves, shares)
         allocation = self._assign(leaves, shares)
         if allocation is None:
             return None
@@ -104,6 +109,27 @@ class _Search:
         scores = self.policy.domain_scores(capacity[candidates], need)
         return int(candidates[int(np.argmin(scores))])
 
+    def _planner(self) -> FewestDomains:
+        if self.fewest is None:
+            self.fewest = FewestDomains(self.topology, self.view, self.request)
+        return self.fewest
+
+    def _least_preferred(
+        self, level: int, domain: int, leaves: IntArray, shares: IntArray
+    ) -> tuple[IntArray, IntArray]:
+        """The greedy placement, or the exact plan's where it uses fewer domains (when cheap)."""
+        planner = self._planner()
+        if planner.cover_is_exact(level) and self.request.preferred == self.leaf_level:
+            return leaves, shares  # the fewest preferred domains, and no level inside them
+        profile = planner.profile(leaves)
+        if profile[0] == 1 or not planner.affordable(level, np.array([domain])):
+            return leaves, shares
+        if profile == planner.lower_bounds(level, domain):
+            return leaves, shares  # no level can do with fewer domains
+        if planner.weighted(profile) > planner.cost(level, domain):
+            return planner.plan(level, domain)
+        return leaves, shares
+
     def _choose_required(self, level: int, candidates: IntArray, capacity: IntArray) -> int:
         preferred = self.request.preferred
         if preferred is None or preferred <= level or candidates.size == 1:
@@ -116,6 +142,17 @@ class _Search:
             inside = preferred_capacity[bounds[domain] : bounds[domain + 1]]
             counts[i] = _cover_count(inside, self.request.pods)
         fewest = counts == counts.min()
+        planner = self._planner()
+        if counts.min() > 1 and not (
+            planner.cover_is_exact(level) and preferred == self.leaf_level
+        ):
+            # No single preferred domain holds the gang, and the cover counts may be loose
+            # (slices above the preferred level) or tie on levels inside it: rank by exact
+            # least cost when cheap.
+            tied = candidates if not planner.cover_is_exact(level) else candidates[fewest]
+            if tied.size > 1 and planner.affordable(level, tied):
+                cost = np.array([planner.cost(level, int(d)) for d in tied], dtype=np.int64)
+                fewest = np.isin(candidates, tied[cost == cost.min()])
         best = self._best(np.where(fewest, capacity, -1), self.request.pods)
         return int(candidates[best])
 
@@ -143,15 +180,71 @@ class _Search:
         picked, shares = cover
         if split == self.leaf_level:
             return lo + picked, shares
-        parts = [
-            self._fill(split, lo + int(p), int(s)) for p, s in zip(picked, shares, strict=True)
-        ]
+        if split == self.leaf_level - 1:
+            return self._fill_leaf_parents(lo + picked, shares)
+        return self._concatenated(
+            [self._fill(split, lo + int(p), int(s)) for p, s in zip(picked, shares, strict=True)]
+        )
+
+    @staticmethod
+    def _concatenated(
+        parts: list[tuple[IntArray, IntArray] | None],
+    ) -> tuple[IntArray, IntArray] | None:
         if any(part is None for part in parts):
             return None
         return (
             np.concatenate([part[0] for part in parts if part is not None]),
             np.concatenate([part[1] for part in parts if part is not None]),
         )
+
+    def _fill_leaf_parents(
+        self, parents: IntArray, needs: IntArray
+    ) -> tuple[IntArray, IntArray] | None:
+        """`_fill` of each parent of leaf domains, in order; those taken whole all at once.
+
+        A parent whose need is all its leaves hold (every parent but the last, for a large gang)
+        gives each leaf with room its whole capacity, largest first: what `_cover` returns, found
+        here with one pass over all such parents instead of a few numpy calls per parent.
+        """
+        leaf = self.leaf_level
+        bounds = self.topology.descendant_bounds(leaf - 1, leaf)
+        first, counts = bounds[parents], bounds[parents + 1] - bounds[parents]
+        span_lo = int(first.min())
+        span = self.view.at(leaf, span_lo, int((first + counts).max()))
+        offsets = np.cumsum(counts) - counts
+        index = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
+            first - span_lo - offsets, counts
+        )
+        capacity = span[index]
+        # Parents are never empty, so no reduceat segment is.
+        whole = np.add.reduceat(capacity, offsets) == needs
+        if not whole.any():
+            return self._concatenated(
+                [self._fill(leaf - 1, int(p), int(s)) for p, s in zip(parents, needs, strict=True)]
+            )
+        taken = (capacity > 0) & np.repeat(whole, counts)
+        positive = capacity[taken]
+        if positive.size and positive.min() != positive.max():
+            # Largest first within each parent (stable), as `_cover` ranks them.
+            segment = np.repeat(np.arange(parents.size, dtype=np.int64), counts)
+            order = np.lexsort((-capacity, segment))
+            order = order[taken[order]]
+        else:
+            order = np.flatnonzero(taken)
+        leaves, shares = span_lo + index[order], capacity[order]
+        ends = np.cumsum(np.add.reduceat(taken, offsets))
+        parts: list[tuple[IntArray, IntArray] | None] = []
+        for i, (parent, need) in enumerate(zip(parents.tolist(), needs.tolist(), strict=True)):
+            if whole[i]:
+                start = int(ends[i - 1]) if i else 0
+                part = (leaves[start : ends[i]], shares[start : ends[i]])
+                # The one candidate for the last leaf, as `_cover` asks the policy (which keeps a
+                # random policy's draws the same).
+                self.policy.domain_scores(part[1][-1:], int(part[1][-1]))
+                parts.append(part)
+            else:
+                parts.append(self._fill(leaf - 1, parent, need))
+        return self._concatenated(parts)
 
     def _cover(self, capacity: IntArray, need: int) -> tuple[IntArray, IntArray] | None:
         """Fewest domains whose capacities reach `need`: the largest ones, then a best fit.
@@ -160,17 +253,20 @@ class _Search:
         uses the minimum number of domains k, and leaves the larger remaining domains whole.
         """
         order = np.argsort(-capacity, kind="stable")
-        cumulative = np.cumsum(capacity[order])
+        ranked = capacity[order]
+        cumulative = np.cumsum(ranked)
         if cumulative.size == 0 or cumulative[-1] < need:
             return None
         k = int(np.searchsorted(cumulative, need))
-        taken = order[:k]
         remainder = need - (int(cumulative[k - 1]) if k else 0)
-        rest = order[k:]
-        last = rest[self._best(capacity[rest], remainder)]
-        picked = np.append(taken, last)
-        shares = np.append(capacity[taken], remainder)
-        return picked.astype(np.int64), shares.astype(np.int64)
+        # The domains after the k largest that hold the rest come first in `ranked`.
+        holding = k + int(np.count_nonzero(ranked[k:] >= remainder))
+        scores = self.policy.domain_scores(ranked[k:holding], remainder)
+        picked = order[: k + 1].copy()
+        picked[k] = order[k + int(np.argmin(scores))]
+        shares = ranked[: k + 1].copy()
+        shares[k] = remainder
+        return picked, shares
 
     # --- filling nodes ------------------------------------------------------------------------
     def _assign(self, leaves: IntArray, shares: IntArray) -> Allocation | None:
@@ -179,31 +275,42 @@ class _Search:
         starts = self.topology.domain_starts[self.leaf_level]
         if leaves.size == 1 and shares[0] == 1:
             return self._assign_one_pod(int(starts[leaves[0]]), int(starts[leaves[0] + 1]))
+        first_nodes = starts[leaves]
+        counts = starts[leaves + 1] - first_nodes
+        offsets = np.cumsum(counts) - counts
         if leaves.size == 1:
-            first, last = int(starts[leaves[0]]), int(starts[leaves[0] + 1])
-            nodes = np.arange(first, last, dtype=np.int64)
-            leaf_of = np.zeros(last - first, dtype=np.int64)
+            nodes = np.arange(int(first_nodes[0]), int(first_nodes[0] + counts[0]), dtype=np.int64)
         else:
-            first_nodes, last_nodes = starts[leaves], starts[leaves + 1]
-            counts = last_nodes - first_nodes
-            offsets = np.cumsum(counts) - counts
-            nodes = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
+            nodes = np.arange(int(offsets[-1] + counts[-1]), dtype=np.int64) + np.repeat(
                 first_nodes - offsets, counts
             )
-            leaf_of = np.repeat(np.arange(len(leaves), dtype=np.int64), counts)
         capacity = self.view.node_capacity(nodes)
-        usable = capacity > 0
-        nodes, leaf_of, capacity = nodes[usable], leaf_of[usable], capacity[usable]
-        scores = self.policy.node_scores(state, nodes, capacity, request)
-        order = np.lexsort((nodes, scores, leaf_of))
-        nodes, leaf_of, capacity = nodes[order], leaf_of[order], capacity[order]
-        cumulative = np.cumsum(capacity)
-        leaf_total = np.bincount(leaf_of, weights=capacity, minlength=len(leaves)).astype(np.int64)
-        before_leaf = np.cumsum(leaf_total) - leaf_total
-        before_node = cumulative - capacity - before_leaf[leaf_of]
-        take = np.clip(shares[leaf_of] - before_node, 0, capacity)
+        # Leaf domains are never empty, so no reduceat segment is; nodes without room add 0.
+        leaf_total = np.add.reduceat(capacity, offsets)
         if (leaf_total < shares).any():
             return None
+        usable = capacity > 0
+        if not usable.all():
+            # Nodes without room take no pod. Every leaf keeps one node at least, since each
+            # share is positive and covered.
+            counts = np.add.reduceat(usable, offsets).astype(np.int64)
+            offsets = np.cumsum(counts) - counts
+            nodes, capacity = nodes[usable], capacity[usable]
+        scores = self.policy.node_scores(state, nodes, capacity, request)
+        # Nodes are grouped by leaf, in index order within each: policy order is a stable sort
+        # by score within leaves, which the empty racks a large gang takes already satisfy.
+        in_order = np.diff(scores) >= 0
+        in_order[offsets[1:] - 1] = True  # a new leaf may start at any score
+        if not in_order.all():
+            leaf_of = np.repeat(np.arange(leaves.size, dtype=np.int64), counts)
+            order = np.lexsort((scores, leaf_of))
+            nodes, capacity = nodes[order], capacity[order]
+        if (leaf_total == shares).all():
+            # Whole leaves (the large-gang case): every node is filled to its capacity.
+            return self._allocation(nodes, capacity)
+        before_leaf = np.cumsum(leaf_total) - leaf_total
+        before_node = np.cumsum(capacity) - capacity - np.repeat(before_leaf, counts)
+        take = np.minimum(np.maximum(np.repeat(shares, counts) - before_node, 0), capacity)
         used = take > 0
         return self._allocation(nodes[used], take[used])
 
@@ -220,7 +327,8 @@ class _Search:
         return self._allocation(node, np.ones(1, dtype=np.int64))
 
     def _allocation(self, nodes: IntArray, pods_per_node: IntArray) -> Allocation:
-        pod_nodes = np.repeat(nodes, pods_per_node)
+        one_pod_each = pods_per_node.size == 0 or bool((pods_per_node == 1).all())
+        pod_nodes = nodes if one_pod_each else np.repeat(nodes, pods_per_node)
         request = self.request
         return Allocation(
             nodes=pod_nodes,
@@ -241,24 +349,31 @@ class _Search:
             node = int(nodes[0])
             free_gpus = np.flatnonzero(state.gpu_free_milli[node] == MILLI_PER_GPU)
             return free_gpus[:per_pod].reshape(1, per_pod).astype(np.int64)
-        row = np.repeat(np.arange(nodes.size), pods_per_node)
-        rank = np.arange(pod_nodes.size) - np.repeat(
-            np.cumsum(pods_per_node) - pods_per_node, pods_per_node
-        )
-        columns = rank[:, None] * per_pod + np.arange(per_pod)[None, :]
+        # Pod p is the rank[p]-th pod on its node and takes that node's free GPUs
+        # rank*per_pod .. rank*per_pod+per_pod-1. Built flat: numpy's broadcasting over a short
+        # last axis costs a loop call per row.
+        if pod_nodes.size == nodes.size:
+            columns = np.tile(np.arange(per_pod, dtype=np.int64), nodes.size)
+        else:
+            rank = np.arange(pod_nodes.size, dtype=np.int64) - np.repeat(
+                np.cumsum(pods_per_node) - pods_per_node, pods_per_node
+            )
+            columns = np.repeat(rank * per_pod, per_pod) + np.tile(
+                np.arange(per_pod, dtype=np.int64), pod_nodes.size
+            )
         topology = self.topology
         partly_used = np.flatnonzero(state.free_whole_gpus[nodes] != topology.gpu_count[nodes])
         if partly_used.size == 0:
             # Every chosen node is empty (the large-gang case): GPU i is column i.
-            return columns.astype(np.int64)
-        # Free GPUs first, in index order, for the partly used nodes only.
-        gpu_order = np.broadcast_to(
-            np.arange(state.gpu_free_milli.shape[1]), (nodes.size, state.gpu_free_milli.shape[1])
-        ).copy()
+            return columns.reshape(pod_nodes.size, per_pod)
+        # Free GPUs first, in index order; empty nodes keep the identity order.
+        width = state.gpu_free_milli.shape[1]
+        gpu_order = np.tile(np.arange(width, dtype=np.int64), (nodes.size, 1))
         free = state.gpu_free_milli[nodes[partly_used]] == MILLI_PER_GPU
         gpu_order[partly_used] = np.argsort(~free, axis=1, kind="stable")
-        picked: IntArray = gpu_order[row[:, None], columns].astype(np.int64)
-        return picked
+        row = np.repeat(np.arange(nodes.size, dtype=np.int64), pods_per_node * per_pod)
+        picked: IntArray = gpu_order.reshape(-1)[row * width + columns]
+        return picked.reshape(pod_nodes.size, per_pod)
 
     def _pick_shared_gpus(self, nodes: IntArray, pods_per_node: IntArray) -> IntArray:
         """Fractional pods: the policy picks a GPU per pod (gangs of shared GPUs are small)."""
