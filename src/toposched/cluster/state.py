@@ -210,6 +210,63 @@ class ClusterState:
             np.add.at(self.free_hist[level], (d, model, whole), sign)
             np.add.at(self._totals[level], d, rows)
 
+    def _rows(self, nodes: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Free whole GPUs of `nodes`, and their rows of the per-domain totals."""
+        whole = self.free_whole_gpus[nodes].astype(np.int64)
+        milli = self.gpu_free_milli[nodes].sum(axis=1, dtype=np.int64)
+        idle = self._node_idle(nodes).astype(np.int64)
+        rows = np.stack(
+            [whole, milli, idle, self.free_cpu_milli[nodes], self.free_memory_mib[nodes]], axis=1
+        )
+        return whole, rows
+
+    def _before_change(
+        self, touched: NDArray[np.int64]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None:
+        """Start a change of `touched` (sorted, unique): few nodes leave the aggregates now and
+        re-enter after; many keep their old rows, so that `_after_change` adds differences."""
+        if touched.size <= _FEW_NODES:
+            self._contribute(touched, -1)
+            return None
+        healthy = touched[self.health[touched] == _HEALTHY]
+        return (healthy, *self._rows(healthy))
+
+    def _after_change(
+        self,
+        touched: NDArray[np.int64],
+        before: tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None,
+    ) -> None:
+        if before is None:
+            self._contribute(touched, +1)
+            return
+        nodes, old_whole, old_rows = before
+        if nodes.size == 0:
+            return
+        new_whole, new_rows = self._rows(nodes)
+        delta = new_rows - old_rows
+        moved = np.flatnonzero(new_whole != old_whole)
+        model = self.topology.gpu_model[nodes[moved]]
+        for level, domains in enumerate(self.topology.node_domain):
+            d = domains[nodes]
+            # Nodes are sorted and domains contiguous: one domain when the ends agree (a rack's
+            # worth of nodes, and every upper level), a row add instead of a scatter.
+            if d[0] == d[-1]:
+                self._totals[level][d[0]] += delta.sum(axis=0)
+            else:
+                np.add.at(self._totals[level], d, delta)
+            if moved.size == 0:
+                continue
+            hist = self.free_hist[level]
+            if d[0] == d[-1]:
+                width = self._hist_width
+                size = self._n_models * width
+                counts = np.bincount(model * width + new_whole[moved], minlength=size)
+                counts -= np.bincount(model * width + old_whole[moved], minlength=size)
+                hist[d[0]] += counts.reshape(self._n_models, width).astype(np.int32)
+            else:
+                np.add.at(hist, (d[moved], model, old_whole[moved]), -1)
+                np.add.at(hist, (d[moved], model, new_whole[moved]), 1)
+
     # --- validation ------------------------------------------------------------------------------
     def _validate_shape(self, allocation: Allocation, field: str) -> None:
         top = self.topology
@@ -321,7 +378,7 @@ class ClusterState:
         """Take (sign=-1) or give back (+1) an allocation's resources, updating aggregates."""
         self.version += 1
         touched, _ = self._unique(allocation.nodes)
-        self._contribute(touched, -1)
+        before = self._before_change(touched)
         slots = self._gpu_slots(allocation)
         flat = self.gpu_free_milli.reshape(-1)
         if slots.size:
@@ -333,7 +390,7 @@ class ClusterState:
             np.add.at(self.free_cpu_milli, allocation.nodes, sign * allocation.cpu_milli)
         if allocation.memory_mib:
             np.add.at(self.free_memory_mib, allocation.nodes, sign * allocation.memory_mib)
-        self._contribute(touched, +1)
+        self._after_change(touched, before)
 
     def _apply_many(self, allocations: list[Allocation], sign: int) -> None:
         """`_apply` for many allocations in one vectorised pass (bulk release and re-take)."""
@@ -357,15 +414,22 @@ class ClusterState:
         cpu = np.repeat(np.array([a.cpu_milli for a in allocations], dtype=np.int64), pods)
         memory = np.repeat(np.array([a.memory_mib for a in allocations], dtype=np.int64), pods)
         touched = np.unique(nodes)
-        self._contribute(touched, -1)
+        before = self._before_change(touched)
         if slots.size:
-            np.add.at(self.gpu_free_milli.reshape(-1), slots, sign * milli)
+            flat = self.gpu_free_milli.reshape(-1)
+            if (milli == MILLI_PER_GPU).all():
+                # Whole GPUs are held by one pod each: no slot repeats, a plain add will do.
+                flat[slots] += sign * milli
+            else:
+                np.add.at(flat, slots, sign * milli)
             self.free_whole_gpus[touched] = (self.gpu_free_milli[touched] == MILLI_PER_GPU).sum(
                 axis=1, dtype=np.int8
             )
-        np.add.at(self.free_cpu_milli, nodes, sign * cpu)
-        np.add.at(self.free_memory_mib, nodes, sign * memory)
-        self._contribute(touched, +1)
+        if cpu.any():
+            np.add.at(self.free_cpu_milli, nodes, sign * cpu)
+        if memory.any():
+            np.add.at(self.free_memory_mib, nodes, sign * memory)
+        self._after_change(touched, before)
 
     def release_many(self, owners: list[str]) -> list[Allocation]:
         """Release every owner in one vectorised pass; all or nothing."""
