@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -17,7 +19,12 @@ _TOTAL_COLUMNS = ("free_gpus", "free_milli", "idle_nodes", "cpu", "memory")
 _SMALL = 64
 _MAX_PER_POD = 2**40
 _FEW_NODES = 6
+_MANY_NODES = 2048
 _HEALTHY = 0  # Health.HEALTHY as a plain int: enum lookups cost on the hot path
+
+
+_SavedRows = tuple[NDArray[np.integer], NDArray[np.int64], NDArray[np.integer]]
+"""An aggregate array, some of its rows, and copies of them."""
 
 
 class Health(IntEnum):
@@ -246,6 +253,9 @@ class ClusterState:
         delta = new_rows - old_rows
         moved = np.flatnonzero(new_whole != old_whole)
         model = self.topology.gpu_model[nodes[moved]]
+        if nodes.size > _MANY_NODES:
+            self._add_counted(nodes, delta, moved, model, old_whole, new_whole)
+            return
         for level, domains in enumerate(self.topology.node_domain):
             d = domains[nodes]
             # Nodes are sorted and domains contiguous: one domain when the ends agree (a rack's
@@ -266,6 +276,31 @@ class ClusterState:
             else:
                 np.add.at(hist, (d[moved], model, old_whole[moved]), -1)
                 np.add.at(hist, (d[moved], model, new_whole[moved]), 1)
+
+    def _add_counted(
+        self,
+        nodes: NDArray[np.int64],
+        delta: NDArray[np.int64],
+        moved: NDArray[np.int64],
+        model: NDArray[np.integer],
+        old_whole: NDArray[np.int64],
+        new_whole: NDArray[np.int64],
+    ) -> None:
+        """`_after_change` for thousands of nodes (sorted): sums per run of nodes in one domain
+        and counting sorts (bincount) per level instead of scatters, whose per-element cost
+        dominates at that size."""
+        width = self._hist_width
+        for level, domains in enumerate(self.topology.node_domain):
+            d = domains[nodes]
+            # Sorted nodes give sorted domains: sum each domain's run of rows.
+            first = np.flatnonzero(np.concatenate(([True], d[1:] != d[:-1])))
+            self._totals[level][d[first]] += np.add.reduceat(delta, first, axis=0)
+            if moved.size:
+                hist = self.free_hist[level]
+                cell = (d[moved] * self._n_models + model) * width
+                counts = np.bincount(cell + new_whole[moved], minlength=hist.size)
+                counts -= np.bincount(cell + old_whole[moved], minlength=hist.size)
+                hist += counts.reshape(hist.shape).astype(np.int32)
 
     # --- validation ------------------------------------------------------------------------------
     def _validate_shape(self, allocation: Allocation, field: str) -> None:
@@ -322,6 +357,10 @@ class ClusterState:
                 np.array(keys, dtype=np.int64),
                 np.array([tally[k] for k in keys], dtype=np.int64),
             )
+        if (values[1:] >= values[:-1]).all():
+            # Already sorted (pods listed node by node): runs, without another sort.
+            first = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+            return values[first], np.diff(np.append(first, values.size))
         unique, counts = np.unique(values, return_counts=True)
         return unique, counts
 
@@ -382,7 +421,11 @@ class ClusterState:
         slots = self._gpu_slots(allocation)
         flat = self.gpu_free_milli.reshape(-1)
         if slots.size:
-            np.add.at(flat, slots, np.int16(sign * allocation.gpu_milli))
+            if allocation.gpu_milli == MILLI_PER_GPU:
+                # A whole GPU appears once in an allocation (validated): no scatter needed.
+                flat[slots] += np.int16(sign * MILLI_PER_GPU)
+            else:
+                np.add.at(flat, slots, np.int16(sign * allocation.gpu_milli))
             self.free_whole_gpus[touched] = (self.gpu_free_milli[touched] == MILLI_PER_GPU).sum(
                 axis=1, dtype=np.int8
             )
@@ -442,6 +485,102 @@ class ClusterState:
         released = [self.allocations.pop(owner) for owner in owners]
         self._apply_many(released, +1)
         return released
+
+    @contextmanager
+    def gpus_released(
+        self, gpu_nodes: NDArray[np.int64], gpus: NDArray[np.int64]
+    ) -> Iterator[None]:
+        """Inside the block, whole GPUs (`gpu_nodes[i]`, `gpus[i]`), held now by whole-GPU pods,
+        are free, though nobody stops holding them: a what-if of evictions for a search to look
+        at, with only the aggregates those GPUs change recomputed. Afterwards every touched row
+        is put back as it was. `gpu_nodes` must be sorted.
+
+        Unchecked on purpose: the caller must pass whole GPUs held right now, each once, and
+        must not change the state inside the block.
+        """
+        if gpu_nodes.size == 0:
+            yield
+            return
+        top = self.topology
+        nodes, freed = self._unique(gpu_nodes)
+        slots = gpu_nodes * self.gpu_free_milli.shape[1] + gpus
+        old_whole = self.free_whole_gpus[nodes].astype(np.int64)
+        healthy = self.health[nodes] == _HEALTHY
+        counted = nodes[healthy]
+        saved = self._domain_rows(counted)
+        self.version += 1
+        flat = self.gpu_free_milli.reshape(-1)
+        flat[slots] += MILLI_PER_GPU
+        self.free_whole_gpus[nodes] = (old_whole + freed).astype(np.int8)
+        try:
+            before, gained = old_whole[healthy], freed[healthy]
+            after = before + gained
+            rest_idle = (self.free_cpu_milli[counted] == top.cpu_milli[counted]) & (
+                self.free_memory_mib[counted] == top.memory_mib[counted]
+            )
+            full = top.gpu_count[counted]
+            delta = np.zeros((counted.size, len(_TOTAL_COLUMNS)), dtype=np.int64)
+            delta[:, 0] = gained
+            delta[:, 1] = gained * MILLI_PER_GPU
+            delta[:, 2] = ((after == full) & rest_idle).astype(np.int64) - (
+                (before == full) & rest_idle
+            )
+            everyone = np.arange(counted.size)
+            self._add_counted(counted, delta, everyone, top.gpu_model[counted], before, after)
+            yield
+        finally:
+            self.version += 1
+            flat[slots] -= MILLI_PER_GPU
+            self.free_whole_gpus[nodes] = old_whole.astype(np.int8)
+            self._restore_domain_rows(saved)
+
+    def _domain_rows(self, nodes: NDArray[np.int64]) -> list[_SavedRows]:
+        """Copies of the aggregate rows of every domain holding one of `nodes` (sorted)."""
+        saved: list[_SavedRows] = []
+        for level, domains in enumerate(self.topology.node_domain):
+            d = domains[nodes].astype(np.int64)
+            touched = d[np.concatenate(([True], d[1:] != d[:-1]))] if d.size else d
+            for array in (self._totals[level], self.free_hist[level]):
+                saved.append((array, touched, array[touched].copy()))
+        return saved
+
+    @staticmethod
+    def _restore_domain_rows(saved: list[_SavedRows]) -> None:
+        for array, touched, rows in saved:
+            array[touched] = rows
+
+    @contextmanager
+    def parts_released(self, parts: list[Allocation]) -> Iterator[None]:
+        """Inside the block, the resources of `parts` (pieces of allocations held now) are
+        free, though nobody stops holding them: a what-if of evictions for a search to look at.
+        Afterwards every touched node row and domain aggregate row is put back as it was,
+        copied before (cheaper than undoing the change for tens of thousands of nodes).
+
+        Unchecked on purpose: the caller must pass resources that are held right now, and
+        must not change the state inside the block.
+        """
+        if not parts:
+            yield
+            return
+        nodes, _ = self._unique(np.concatenate([part.nodes for part in parts]))
+        node_rows: list[tuple[NDArray[np.integer], NDArray[np.integer]]] = [
+            (array, array[nodes].copy())
+            for array in (
+                self.gpu_free_milli,
+                self.free_whole_gpus,
+                self.free_cpu_milli,
+                self.free_memory_mib,
+            )
+        ]
+        domain_rows = self._domain_rows(nodes)
+        self._apply_many(parts, +1)
+        try:
+            yield
+        finally:
+            self.version += 1
+            for array, saved in node_rows:
+                array[nodes] = saved
+            self._restore_domain_rows(domain_rows)
 
     def retake_many(self, owners: list[str], allocations: list[Allocation]) -> None:
         """Undo `release_many`: the same owners take back exactly what they held.

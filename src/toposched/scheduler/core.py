@@ -23,7 +23,7 @@ from toposched.policy.usage import UsageTracker
 from toposched.scheduler.decisions import Bind, Decision, Evict, Reserve
 from toposched.scheduler.defrag import Defragmenter, MovePlan, Mover, fragmentation
 from toposched.scheduler.jobs import EvictionRecord, Job, JobState, Nomination, Reservation
-from toposched.scheduler.preemptible import PreemptibleIndex, domain_nodes
+from toposched.scheduler.preemptible import PreemptibleIndex, SlotVerdicts, domain_nodes
 from toposched.scheduler.preemption import (
     DOMAINS_EXAMINED,
     CandidatePool,
@@ -415,54 +415,60 @@ class Scheduler:
             names += [job_id for _, job_id in self._protection.islice(0, protected_from)]
             slot_of = index.slot_of
             slots = np.array([slot_of[name] for name in names], dtype=np.int64)
-        slots = slots[index.unprotected(slots, now)]
-        n_leaves = len(ranking.leaves)
-        allowed = np.zeros(slots.size, dtype=bool)
-        standing = np.zeros(slots.size)
-        rule_of_group: list[str] = []
-        group = np.zeros(slots.size, dtype=np.int64)
-        unallocated = index.unallocated[slots]
+        verdicts = self._verdicts(entry, ranking, now, slots)
+        keep = np.flatnonzero(verdicts.allowed)
+        return self._pool(slots[keep], verdicts.rules_of(keep), now, verdicts.standing[keep])
+
+    def _verdicts(
+        self, entry: QueueEntry, ranking: Ranking, now: float, slots: IntArray
+    ) -> SlotVerdicts:
+        """The contract's answer for each of `slots` (of the preemptible index), asked once per
+        kind of victim rather than once per job."""
+        index = self._preemptible
+        verdicts = SlotVerdicts(
+            allowed=index.unprotected(slots, now),
+            rule=np.zeros(slots.size, dtype=np.int64),
+            rule_names=[],
+            standing=np.zeros(slots.size),
+        )
+        unallocated = index.unallocated[slots] & verdicts.allowed
         if unallocated.any():
             # Unallocated victims are fair game for any allocated preemptor: one question.
             first = str(index.ids[slots[np.argmax(unallocated)]])
             verdict = self.contract.may_preempt(entry, self._contract_views[first], now, ranking)
             if not verdict.allowed:
-                return self._pool(slots[:0], [], now)
-            allowed[unallocated] = True
-            rule_of_group.append(str(verdict.rule))
-        mine = np.flatnonzero(~unallocated)
-        if mine.size:
-            # For an unprotected allocated job the contract's verdict depends only on its
-            # account and priority: one question per distinct pair.
-            pairs = np.stack([index.account[slots[mine]], index.priority[slots[mine]]])
-            distinct, first_of, inverse = np.unique(
-                pairs, axis=1, return_index=True, return_inverse=True
-            )
-            inverse = inverse.reshape(-1)
-            for column in range(distinct.shape[1]):
-                rows = mine[inverse == column]
-                representative = str(index.ids[slots[mine[first_of[column]]]])
-                verdict = self.contract.may_preempt(
-                    entry, self._contract_views[representative], now, ranking
-                )
-                if not verdict.allowed:
-                    continue
-                account = index.account_names[int(distinct[0, column])]
-                allowed[rows] = True
-                group[rows] = len(rule_of_group)
-                rule_of_group.append(str(verdict.rule))
-                if ranking.is_ranked_leaf(account):
-                    standing[rows] = float(n_leaves - ranking.rank(account))
-        keep = np.flatnonzero(allowed)
-        rules = (
-            [rule_of_group[0]] * keep.size
-            if len(rule_of_group) == 1
-            else [rule_of_group[g] for g in group[keep].tolist()]
+                verdicts.allowed[:] = False
+                return verdicts
+            verdicts.rule_names.append(str(verdict.rule))
+        mine = np.flatnonzero(~index.unallocated[slots] & verdicts.allowed)
+        if mine.size == 0:
+            return verdicts
+        # For an unprotected allocated job the contract's verdict depends only on its account
+        # and priority: one question per distinct pair.
+        pairs = np.stack([index.account[slots[mine]], index.priority[slots[mine]]])
+        distinct, first_of, inverse = np.unique(
+            pairs, axis=1, return_index=True, return_inverse=True
         )
-        return self._pool(slots[keep], rules, now, standing[keep])
+        inverse = inverse.reshape(-1)
+        n_leaves = len(ranking.leaves)
+        for column in range(distinct.shape[1]):
+            rows = mine[inverse == column]
+            representative = str(index.ids[slots[mine[first_of[column]]]])
+            verdict = self.contract.may_preempt(
+                entry, self._contract_views[representative], now, ranking
+            )
+            if not verdict.allowed:
+                verdicts.allowed[rows] = False
+                continue
+            account = index.account_names[int(distinct[0, column])]
+            verdicts.rule[rows] = len(verdicts.rule_names)
+            verdicts.rule_names.append(str(verdict.rule))
+            if ranking.is_ranked_leaf(account):
+                verdicts.standing[rows] = float(n_leaves - ranking.rank(account))
+        return verdicts
 
     def _pool(
-        self, slots: IntArray, rules: list[str], now: float, standing: FloatArray | None = None
+        self, slots: IntArray, rules: list[str], now: float, standing: FloatArray
     ) -> CandidatePool:
         """The candidate arrays of `slots` of the preemptible index."""
         index = self._preemptible
@@ -473,7 +479,7 @@ class Scheduler:
             job_ids=index.ids[slots].tolist(),
             rules=rules,
             lost=index.gpus[slots] * np.maximum(now - index.since[slots], 0.0),
-            standing=np.zeros(slots.size) if standing is None else standing,
+            standing=standing,
             whole=index.whole[slots],
             pod_starts=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
             pod_nodes=np.concatenate(pods) if pods else np.zeros(0, dtype=np.int64),
@@ -507,6 +513,17 @@ class Scheduler:
             plan = self.victim_search.plan(job.job_id, job.request, candidates)
             if isinstance(plan, PreemptionPlan) or complete:
                 return plan
+        else:
+            # Larger gangs: domains chosen from the aggregates, without listing every candidate.
+            spread = self.victim_search.across_domains(
+                job.job_id,
+                job.request,
+                self._preemptible,
+                lambda slots: self._verdicts(entry, ranking, now, slots),
+                now,
+            )
+            if spread is not None:
+                return spread
         candidates = self._candidates(entry, ranking, now)
         return self.victim_search.plan(job.job_id, job.request, candidates)
 

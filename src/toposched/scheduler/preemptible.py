@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
@@ -14,6 +15,23 @@ FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 
 _NO_OWNER = -1
+
+
+@dataclass
+class SlotVerdicts:
+    """The contract's answer for each of some slots: allowed, by which rule, and standing."""
+
+    allowed: BoolArray
+    rule: IntArray
+    """Index into `rule_names`, where allowed."""
+    rule_names: list[str]
+    standing: FloatArray
+
+    def rules_of(self, rows: IntArray) -> list[str]:
+        if len(self.rule_names) == 1:
+            return [self.rule_names[0]] * rows.size
+        names = self.rule_names
+        return [names[code] for code in self.rule[rows].tolist()]
 
 
 def domain_nodes(starts: IntArray, domains: IntArray) -> IntArray:
@@ -67,6 +85,8 @@ class PreemptibleIndex:
         self.since: FloatArray = np.zeros(capacity)
         self.protected_until: FloatArray = np.zeros(capacity)
         self.whole: IntArray = np.zeros(capacity, dtype=np.int64)
+        self.cpu_milli: IntArray = np.zeros(capacity, dtype=np.int64)
+        self.memory_mib: IntArray = np.zeros(capacity, dtype=np.int64)
         self.account: IntArray = np.zeros(capacity, dtype=np.int64)
         self.priority: IntArray = np.zeros(capacity, dtype=np.int64)
         self.unallocated: BoolArray = np.zeros(capacity, dtype=bool)
@@ -81,6 +101,8 @@ class PreemptibleIndex:
             "since",
             "protected_until",
             "whole",
+            "cpu_milli",
+            "memory_mib",
             "account",
             "priority",
             "unallocated",
@@ -129,6 +151,8 @@ class PreemptibleIndex:
         # A shared-GPU pod may free its whole GPU (if alone on it): counted optimistically,
         # since every plan is verified by the placement engine before it is used.
         self.whole[slot] = 1 if shared else allocation.gpus.shape[1]
+        self.cpu_milli[slot] = allocation.cpu_milli
+        self.memory_mib[slot] = allocation.memory_mib
         self.account[slot] = code
         self.priority[slot] = priority
         self.unallocated[slot] = unallocated
@@ -229,6 +253,38 @@ class PreemptibleIndex:
                     if self.protected_until[slot] <= now and not self.evicting[slot]:
                         freeable[row] += 1
         return freeable
+
+    def whole_gpu_parts(self, nodes: IntArray, held: BoolArray) -> list[Allocation]:
+        """What the whole-GPU pods marked in `held` (rows: `nodes`, columns: GPUs) hold there,
+        as allocation pieces for `ClusterState.release_parts`: the GPUs one per piece, and the
+        CPU and memory of those pods per node."""
+        rows, gpus = np.nonzero(held)
+        if rows.size == 0:
+            return []
+        owners = self.gpu_owner[nodes[rows], gpus].astype(np.int64)
+        parts = [Allocation(nodes[rows], gpus[:, None].astype(np.int64))]
+        cpu, memory = self.cpu_milli[owners], self.memory_mib[owners]
+        if cpu.any() or memory.any():
+            # A pod of w GPUs holds its CPU and memory once: charge them to its GPUs in equal
+            # shares, so each GPU row below carries 1/w of them (exact for whole pods).
+            per_gpu = self.whole[owners]
+            for share_cpu, share_memory in {
+                (int(c), int(m)) for c, m in zip(cpu.tolist(), memory.tolist(), strict=True)
+            }:
+                same = (cpu == share_cpu) & (memory == share_memory)
+                pods_on = np.bincount(rows[same], weights=1.0 / per_gpu[same])
+                counts = np.rint(pods_on).astype(np.int64)
+                pod_nodes = np.repeat(nodes[: counts.size], counts)
+                if pod_nodes.size and (share_cpu or share_memory):
+                    parts.append(
+                        Allocation(
+                            pod_nodes,
+                            np.zeros((pod_nodes.size, 0), dtype=np.int64),
+                            cpu_milli=share_cpu,
+                            memory_mib=share_memory,
+                        )
+                    )
+        return parts
 
     def slots_on(self, nodes: IntArray) -> IntArray:
         """Slots of every job holding a GPU on `nodes` (each once)."""

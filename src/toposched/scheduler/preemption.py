@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, overload
 
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.state import MILLI_PER_GPU, ClusterState
+from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
 from toposched.cluster.statement import Statement
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, place
-from toposched.scheduler.preemptible import domain_nodes
+from toposched.scheduler.preemptible import PreemptibleIndex, SlotVerdicts, domain_nodes
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -66,7 +66,7 @@ class PreemptionPlan:
     """Evict `victims`, then the preemptor runs on `placement` (its nodes are nominated)."""
 
     preemptor: str
-    victims: tuple[Candidate, ...]
+    victims: Sequence[Candidate]
     placement: Placement
     impact: tuple[float, ...]
     exact: bool
@@ -131,6 +131,62 @@ class CandidatePool:
             pod_starts=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
             pod_nodes=nodes,
         )
+
+
+class VictimList(Sequence[Candidate]):
+    """Thousands of victims as arrays; each `Candidate` is made when it is read."""
+
+    def __init__(
+        self,
+        job_ids: list[str],
+        rules: list[str],
+        lost: FloatArray,
+        standing: FloatArray,
+        whole: IntArray,
+        allocations: dict[str, Allocation],
+    ) -> None:
+        self.job_ids = job_ids
+        self.rules = rules
+        self.lost = lost
+        self.standing = standing
+        self.whole = whole
+        self.allocations = allocations
+        """Who holds what (the cluster state's): a victim's nodes are read when it is."""
+
+    def __len__(self) -> int:
+        return len(self.job_ids)
+
+    @overload
+    def __getitem__(self, row: int) -> Candidate: ...
+
+    @overload
+    def __getitem__(self, row: slice) -> list[Candidate]: ...
+
+    def __getitem__(self, row: int | slice) -> Candidate | list[Candidate]:
+        if isinstance(row, slice):
+            return [self[i] for i in range(*row.indices(len(self)))]
+        job_id = self.job_ids[row]
+        allocation = self.allocations.get(job_id)
+        nodes = allocation.nodes if allocation is not None else np.zeros(0, dtype=np.int64)
+        return Candidate(
+            job_id=job_id,
+            rule=self.rules[row],
+            lost_gpu_seconds=float(self.lost[row]),
+            standing=float(self.standing[row]),
+            nodes=nodes,
+            gpus_per_pod=float(self.whole[row]),
+        )
+
+
+def _distinct(values: IntArray, bound: int) -> tuple[IntArray, IntArray]:
+    """Sorted distinct values in [0, bound) and each value's position among them, by marking
+    rather than sorting (values are slots, many and bounded)."""
+    seen = np.zeros(bound, dtype=bool)
+    seen[values] = True
+    distinct = np.flatnonzero(seen)
+    where = np.zeros(bound, dtype=np.int64)
+    where[distinct] = np.arange(distinct.size)
+    return distinct, where[values]
 
 
 def _subsets(count: int) -> NDArray[np.int64]:
@@ -424,6 +480,108 @@ class VictimSearch:
             plan = self._verify(preemptor, request, victims, exact=False)
             if plan is None:
                 return "no victim set found that satisfies the job's topology"
+        return self._spare(preemptor, request, plan)
+
+    # --- across many domains, from the aggregates ----------------------------------------------
+    def across_domains(
+        self,
+        preemptor: str,
+        request: GangRequest,
+        index: PreemptibleIndex,
+        verdicts_of: Callable[[IntArray], SlotVerdicts],
+        now: float,
+    ) -> PreemptionPlan | str | None:
+        """Victims for a gang of whole-GPU pods spread over innermost domains, without a list
+        of every candidate: None when this path does not apply or finds nothing (the general
+        search then runs), a reason when the aggregates prove that nothing can work.
+
+        Per domain, the pods it holds now (in whole slices) come from the free-GPU histogram,
+        and the most it could gain from its free plus unprotected GPUs. Domains are taken by
+        the work lost evicting all their unprotected jobs per pod gained; their room is then
+        counted node by node with only the jobs the contract allows, in growing batches, until
+        the gang's shortfall is covered. Every allowed job on a chosen domain is a victim. The
+        placement engine checks the set on the state with those jobs' GPUs in the chosen
+        domains freed (their pods elsewhere are not counted: a conservative check).
+        """
+        if request.is_fractional or request.gpus_per_pod == 0 or self.leaf_level == 0:
+            return None
+        state, topology = self.state, self.state.topology
+        per_pod = request.gpus_per_pod
+        index.refresh(now)
+        hist = state.free_hist[self.leaf_level]
+        if request.allowed_models is not None:
+            hist = hist[:, request.allowed_models, :]
+        pods_for_k = np.arange(hist.shape[2], dtype=np.int64) // per_pod
+        granule = request.granule(self.leaf_level)
+        now_room = hist.sum(axis=1, dtype=np.int64) @ pods_for_k // granule * granule
+        most = (state.free_gpus[self.leaf_level] + index.leaf_freeable) // per_pod
+        gain = most // granule * granule - now_room
+        need = request.pods - int(now_room.sum())
+        helpful = np.flatnonzero(gain > 0)
+        if need <= 0 or helpful.size == 0:
+            return None
+        if int(gain[helpful].sum()) < need:
+            return "even evicting every unprotected job leaves too little room in whole slices"
+        cost = index.leaf_cost_bound(helpful, now)
+        order = helpful[np.argsort(cost / gain[helpful], kind="stable")]
+        batch = int(np.searchsorted(np.cumsum(gain[order]), need)) + 1
+        batch += batch // 8 + DOMAINS_EXAMINED
+        starts = self.leaf_starts
+        covered = done = 0
+        chosen: list[IntArray] = []
+        # Per slot, whether the contract allows evicting it; the extra last entry answers for
+        # GPUs nobody holds (owner -1).
+        allowed = np.zeros(index.ids.shape[0] + 1, dtype=bool)
+        while covered < need and done < order.size:
+            leaves = order[done : done + batch]
+            done += leaves.size
+            batch *= 2
+            nodes = domain_nodes(starts, leaves)
+            owners = index.gpu_owner[nodes]
+            unique, _ = _distinct(owners[owners >= 0].astype(np.int64), index.ids.shape[0])
+            allowed[unique] = verdicts_of(unique).allowed
+            held = allowed[owners]
+            potential = np.minimum(
+                state.free_whole_gpus[nodes] + held.sum(axis=1), topology.gpu_count[nodes]
+            ) * self._usable(nodes, request)
+            sizes = starts[leaves + 1] - starts[leaves]
+            offsets = np.cumsum(sizes) - sizes
+            room = np.add.reduceat(potential // per_pod, offsets) // granule * granule
+            gained = np.maximum(room - now_room[leaves], 0)
+            reach = covered + np.cumsum(gained)
+            count = min(int(np.searchsorted(reach, need)) + 1, leaves.size)
+            covered = int(reach[count - 1])
+            chosen.append(leaves[:count][gained[:count] > 0])
+        if covered < need:
+            return None
+        # In node order, so that the what-if below touches sorted nodes.
+        nodes = domain_nodes(starts, np.sort(np.concatenate(chosen)))
+        owners = index.gpu_owner[nodes]
+        held = allowed[owners]
+        victim_slots, _ = _distinct(owners[held].astype(np.int64), index.ids.shape[0])
+        verdicts = verdicts_of(victim_slots)
+        if index.cpu_milli[victim_slots].any() or index.memory_mib[victim_slots].any():
+            released = state.parts_released(index.whole_gpu_parts(nodes, held))
+        else:
+            rows, gpus = np.nonzero(held)
+            released = state.gpus_released(nodes[rows], gpus.astype(np.int64))
+        with released:
+            placed = place(state, request, self.policy)
+        if not isinstance(placed, Placement):
+            return None
+        victims = VictimList(
+            job_ids=index.ids[victim_slots].tolist(),
+            rules=verdicts.rules_of(np.arange(victim_slots.size)),
+            lost=index.gpus[victim_slots] * np.maximum(now - index.since[victim_slots], 0.0),
+            standing=verdicts.standing,
+            whole=index.whole[victim_slots],
+            allocations=state.allocations,
+        )
+        if type(self.impact) is LeastLostWork:
+            impact = (float(victims.lost.sum()), float(len(victims)), float(victims.standing.sum()))
+        else:
+            impact = self.impact.key(victims)
+        plan = PreemptionPlan(preemptor, victims, placed, impact, exact=False)
         return self._spare(preemptor, request, plan)
 
     def _spare(self, preemptor: str, request: GangRequest, plan: PreemptionPlan) -> PreemptionPlan:
