@@ -286,23 +286,41 @@ class ClusterState:
         old_whole: NDArray[np.int64],
         new_whole: NDArray[np.int64],
     ) -> None:
-        """`_after_change` for thousands of nodes (sorted): sums per run of nodes in one domain
-        and counting sorts (bincount) per level instead of scatters, whose per-element cost
-        dominates at that size."""
-        width = self._hist_width
-        for level, domains in enumerate(self.topology.node_domain):
-            d = domains[nodes]
-            # Sorted nodes give sorted domains: sum each domain's run of rows.
-            first = np.flatnonzero(np.concatenate(([True], d[1:] != d[:-1])))
-            self._totals[level][d[first]] += np.add.reduceat(delta, first, axis=0)
+        """Add per-node changes of healthy `nodes` (sorted) to the aggregates: rows of totals
+        `delta`, and for the `moved` nodes a histogram move from `old_whole` to `new_whole`.
+
+        Summed once per innermost domain (runs of sorted nodes; histogram moves counted, not
+        scattered), then per domain of each upper level from those sums: the cost is one pass
+        over the nodes plus passes over the domains they touch.
+        """
+        levels = self.topology.node_domain
+        leaf = len(levels) - 1
+        d = levels[leaf][nodes]
+        starts = np.concatenate(([True], d[1:] != d[:-1]))
+        first = np.flatnonzero(starts)
+        sums = np.add.reduceat(delta, first, axis=0)
+        cells = self._n_models * self._hist_width
+        moves = np.zeros((first.size, cells), dtype=np.int64)
+        if moved.size:
+            run = np.cumsum(starts) - 1
+            cell = (run[moved] * self._n_models + model) * self._hist_width
+            moves += np.bincount(cell + new_whole[moved], minlength=moves.size).reshape(moves.shape)
+            moves -= np.bincount(cell + old_whole[moved], minlength=moves.size).reshape(moves.shape)
+        representative = nodes[first]  # one node of each touched innermost domain
+        for level in range(leaf, -1, -1):
+            domains = levels[level][representative]
+            if level == leaf:
+                rows, level_sums, level_moves = domains, sums, moves
+            else:
+                upper = np.flatnonzero(np.concatenate(([True], domains[1:] != domains[:-1])))
+                rows = domains[upper]
+                level_sums = np.add.reduceat(sums, upper, axis=0)
+                level_moves = np.add.reduceat(moves, upper, axis=0)
+            self._totals[level][rows] += level_sums
             if moved.size:
                 hist = self.free_hist[level]
-                cell = (d[moved] * self._n_models + model) * width
-                counts = np.bincount(cell + new_whole[moved], minlength=hist.size)
-                counts -= np.bincount(cell + old_whole[moved], minlength=hist.size)
-                hist += counts.reshape(hist.shape).astype(np.int32)
+                hist[rows] += level_moves.reshape((rows.size, *hist.shape[1:])).astype(np.int32)
 
-    # --- validation ------------------------------------------------------------------------------
     def _validate_shape(self, allocation: Allocation, field: str) -> None:
         top = self.topology
         nodes, gpus = allocation.nodes, allocation.gpus

@@ -284,12 +284,9 @@ class VictimSearch:
     def _verify(
         self, preemptor: str, request: GangRequest, victims: Sequence[Candidate], exact: bool
     ) -> PreemptionPlan | None:
-        statement = Statement(self.state)
-        try:
-            statement.release_many([v.job_id for v in victims])
+        held = self.state.allocations
+        with self.state.parts_released([held[v.job_id] for v in victims]):
             placed = place(self.state, request, self.policy)
-        finally:
-            statement.discard()
         if not isinstance(placed, Placement):
             return None
         return PreemptionPlan(preemptor, tuple(victims), placed, self.impact.key(victims), exact)
