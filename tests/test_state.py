@@ -367,7 +367,9 @@ def test_gpus_released_is_a_what_if_undone_exactly(state: ClusterState) -> None:
     before = snapshot(state)
 
     # a's GPUs 2-3, all of b's, c's: as if evicted (a keeps its CPU).
-    with state.gpus_released(np.array([0, 0, 1, 1, 2]), np.array([2, 3, 0, 1, 0])):
+    freeing = np.zeros((3, 8), dtype=bool)
+    freeing[0, [2, 3]] = freeing[1, [0, 1]] = freeing[2, 0] = True
+    with state.gpus_released(np.array([0, 1, 2]), freeing):
         assert state.free_whole_gpus.tolist() == [6, 4, 2, 0]
         # n1 is idle now (whole again, no CPU or memory held); n0 holds a's cores.
         assert totals(state, 1)[0] == (10, 10_000, 1, 92_000, 384 * GIB)
@@ -412,7 +414,9 @@ def test_changes_of_thousands_of_nodes_keep_aggregates_exact() -> None:
     # 2,998 healthy nodes of 4 GPUs, 3 taken on each of 2,500.
     assert int(state.free_gpus[0][0]) == 4 * 2998 - 3 * 2500
     state.set_health([500], Health.DOWN)
-    with state.gpus_released(np.repeat(np.arange(400, 2600), 2), np.tile([0, 2], 2200)):
+    freeing = np.zeros((2200, 4), dtype=bool)
+    freeing[:, [0, 2]] = True
+    with state.gpus_released(np.arange(400, 2600), freeing):
         assert_aggregates_fresh(state)
     state.set_health([500], Health.HEALTHY)
     state.release("gang")

@@ -505,30 +505,30 @@ class ClusterState:
         return released
 
     @contextmanager
-    def gpus_released(
-        self, gpu_nodes: NDArray[np.int64], gpus: NDArray[np.int64]
-    ) -> Iterator[None]:
-        """Inside the block, whole GPUs (`gpu_nodes[i]`, `gpus[i]`), held now by whole-GPU pods,
-        are free, though nobody stops holding them: a what-if of evictions for a search to look
-        at, with only the aggregates those GPUs change recomputed. Afterwards every touched row
-        is put back as it was. `gpu_nodes` must be sorted.
+    def gpus_released(self, nodes: NDArray[np.int64], freeing: NDArray[np.bool_]) -> Iterator[None]:
+        """Inside the block, the whole GPUs marked in `freeing` (one row per node of `nodes`,
+        sorted and unique; one column per GPU), held now by whole-GPU pods, are free, though
+        nobody stops holding them: a what-if of evictions for a search to look at, with only
+        the aggregates those GPUs change recomputed. Afterwards every touched row is put back
+        as it was.
 
-        Unchecked on purpose: the caller must pass whole GPUs held right now, each once, and
-        must not change the state inside the block.
+        Unchecked on purpose: the caller must mark whole GPUs held right now, and must not
+        change the state inside the block.
         """
-        if gpu_nodes.size == 0:
+        freed = freeing.sum(axis=1, dtype=np.int64)
+        touched = freed > 0
+        if not touched.any():
             yield
             return
         top = self.topology
-        nodes, freed = self._unique(gpu_nodes)
-        slots = gpu_nodes * self.gpu_free_milli.shape[1] + gpus
+        nodes, freeing, freed = nodes[touched], freeing[touched], freed[touched]
+        old_milli = self.gpu_free_milli[nodes]
         old_whole = self.free_whole_gpus[nodes].astype(np.int64)
         healthy = self.health[nodes] == _HEALTHY
         counted = nodes[healthy]
         saved = self._domain_rows(counted)
         self.version += 1
-        flat = self.gpu_free_milli.reshape(-1)
-        flat[slots] += MILLI_PER_GPU
+        self.gpu_free_milli[nodes] = np.where(freeing, np.int16(MILLI_PER_GPU), old_milli)
         self.free_whole_gpus[nodes] = (old_whole + freed).astype(np.int8)
         try:
             before, gained = old_whole[healthy], freed[healthy]
@@ -537,18 +537,15 @@ class ClusterState:
                 self.free_memory_mib[counted] == top.memory_mib[counted]
             )
             full = top.gpu_count[counted]
-            delta = np.zeros((counted.size, len(_TOTAL_COLUMNS)), dtype=np.int64)
-            delta[:, 0] = gained
-            delta[:, 1] = gained * MILLI_PER_GPU
-            delta[:, 2] = ((after == full) & rest_idle).astype(np.int64) - (
-                (before == full) & rest_idle
-            )
+            idle = ((after == full) & rest_idle).astype(np.int64) - ((before == full) & rest_idle)
+            zeros = np.zeros(counted.size, dtype=np.int64)
+            delta = np.stack([gained, gained * MILLI_PER_GPU, idle, zeros, zeros], axis=1)
             everyone = np.arange(counted.size)
             self._add_counted(counted, delta, everyone, top.gpu_model[counted], before, after)
             yield
         finally:
             self.version += 1
-            flat[slots] -= MILLI_PER_GPU
+            self.gpu_free_milli[nodes] = old_milli
             self.free_whole_gpus[nodes] = old_whole.astype(np.int8)
             self._restore_domain_rows(saved)
 

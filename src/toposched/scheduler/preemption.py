@@ -560,8 +560,7 @@ class VictimSearch:
         if index.cpu_milli[victim_slots].any() or index.memory_mib[victim_slots].any():
             released = state.parts_released(index.whole_gpu_parts(nodes, held))
         else:
-            rows, gpus = np.nonzero(held)
-            released = state.gpus_released(nodes[rows], gpus.astype(np.int64))
+            released = state.gpus_released(nodes, held)
         with released:
             placed = place(state, request, self.policy)
         if not isinstance(placed, Placement):
