@@ -178,15 +178,13 @@ class VictimList(Sequence[Candidate]):
         )
 
 
-def _distinct(values: IntArray, bound: int) -> tuple[IntArray, IntArray]:
-    """Sorted distinct values in [0, bound) and each value's position among them, by marking
-    rather than sorting (values are slots, many and bounded)."""
-    seen = np.zeros(bound, dtype=bool)
-    seen[values] = True
-    distinct = np.flatnonzero(seen)
-    where = np.zeros(bound, dtype=np.int64)
-    where[distinct] = np.arange(distinct.size)
-    return distinct, where[values]
+def _distinct_slots(owners: NDArray[np.integer], bound: int) -> IntArray:
+    """Sorted distinct slots in [0, bound) among `owners` (-1 for nobody, ignored), by marking
+    rather than sorting: the values are many and bounded."""
+    seen = np.zeros(bound + 1, dtype=bool)
+    seen[owners.reshape(-1)] = True  # -1 marks the extra last entry
+    distinct: IntArray = np.flatnonzero(seen[:-1])
+    return distinct
 
 
 def _subsets(count: int) -> NDArray[np.int64]:
@@ -535,7 +533,7 @@ class VictimSearch:
             batch *= 2
             nodes = domain_nodes(starts, leaves)
             owners = index.gpu_owner[nodes]
-            unique, _ = _distinct(owners[owners >= 0].astype(np.int64), index.ids.shape[0])
+            unique = _distinct_slots(owners, index.ids.shape[0])
             allowed[unique] = verdicts_of(unique).allowed
             held = allowed[owners]
             potential = np.minimum(
@@ -555,7 +553,7 @@ class VictimSearch:
         nodes = domain_nodes(starts, np.sort(np.concatenate(chosen)))
         owners = index.gpu_owner[nodes]
         held = allowed[owners]
-        victim_slots, _ = _distinct(owners[held].astype(np.int64), index.ids.shape[0])
+        victim_slots = _distinct_slots(owners[held], index.ids.shape[0])
         verdicts = verdicts_of(victim_slots)
         if index.cpu_milli[victim_slots].any() or index.memory_mib[victim_slots].any():
             released = state.parts_released(index.whole_gpu_parts(nodes, held))
