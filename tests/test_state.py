@@ -10,7 +10,7 @@ import pytest
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import topology_from_dict
-from toposched.cluster.state import Allocation, ClusterState, Health
+from toposched.cluster.state import Allocation, ClusterState, Health, row_sums
 from toposched.cluster.statement import OperationKind, Statement
 
 # rack r0: n0 = 8 x A100, 64 cores, 256 GiB;  n1 = 4 x T4, 32 cores, 128 GiB
@@ -355,6 +355,14 @@ def test_health_restore_is_exact(state: ClusterState) -> None:
     assert state.health.tolist() == [Health.DOWN, 0, 0, Health.DOWN]
     state.restore_health(np.array([0, 3]), previous)
     assert_same(before, snapshot(state))
+
+
+@pytest.mark.parametrize("width", [1, 3, 4, 8])
+@pytest.mark.parametrize("rows", [5, 500])
+def test_row_sums_equal_numpy_sums(width: int, rows: int) -> None:
+    values = np.random.default_rng(width * rows).integers(0, 1001, size=(rows, width))
+    for array in (values.astype(np.int16), values > 500, (values > 500)[:, ::-1]):
+        assert row_sums(array).tolist() == array.sum(axis=1).tolist()
 
 
 def test_gpus_released_is_a_what_if_undone_exactly(state: ClusterState) -> None:

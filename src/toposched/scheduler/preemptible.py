@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
+from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState, row_sums
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -246,7 +246,7 @@ class PreemptibleIndex:
         held = owners >= 0
         slots = owners[held]
         held[held] = self.unprotected(slots.astype(np.int64), now)
-        freeable: IntArray = held.sum(axis=1, dtype=np.int64)
+        freeable = row_sums(held)
         if self.shared_on_node and self.shared_in_leaf[self.leaf_of_node[nodes]].any():
             for row, node in enumerate(nodes.tolist()):
                 for slot in self.shared_on_node.get(node, ()):

@@ -9,7 +9,7 @@ from typing import Protocol, overload
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
+from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState, row_sums
 from toposched.cluster.statement import Statement
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
@@ -537,7 +537,7 @@ class VictimSearch:
             allowed[unique] = verdicts_of(unique).allowed
             held = allowed[owners]
             potential = np.minimum(
-                state.free_whole_gpus[nodes] + held.sum(axis=1), topology.gpu_count[nodes]
+                state.free_whole_gpus[nodes] + row_sums(held), topology.gpu_count[nodes]
             ) * self._usable(nodes, request)
             sizes = starts[leaves + 1] - starts[leaves]
             offsets = np.cumsum(sizes) - sizes
