@@ -9,7 +9,13 @@ from typing import Protocol, overload
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState, row_sums
+from toposched.cluster.state import (
+    MILLI_PER_GPU,
+    Allocation,
+    ClusterState,
+    row_sums,
+    take_rows,
+)
 from toposched.cluster.statement import Statement
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
@@ -532,7 +538,7 @@ class VictimSearch:
             done += leaves.size
             batch *= 2
             nodes = domain_nodes(starts, leaves)
-            owners = index.gpu_owner[nodes]
+            owners = take_rows(index.gpu_owner, nodes)
             unique = _distinct_slots(owners, index.ids.shape[0])
             allowed[unique] = verdicts_of(unique).allowed
             held = allowed[owners]
@@ -551,7 +557,7 @@ class VictimSearch:
             return None
         # In node order, so that the what-if below touches sorted nodes.
         nodes = domain_nodes(starts, np.sort(np.concatenate(chosen)))
-        owners = index.gpu_owner[nodes]
+        owners = take_rows(index.gpu_owner, nodes)
         held = allowed[owners]
         victim_slots = _distinct_slots(owners[held], index.ids.shape[0])
         verdicts = verdicts_of(victim_slots)
