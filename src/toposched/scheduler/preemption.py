@@ -144,7 +144,7 @@ class VictimList(Sequence[Candidate]):
 
     def __init__(
         self,
-        job_ids: list[str],
+        job_ids: Sequence[str] | NDArray[np.object_],
         rules: list[str],
         lost: FloatArray,
         standing: FloatArray,
@@ -171,7 +171,7 @@ class VictimList(Sequence[Candidate]):
     def __getitem__(self, row: int | slice) -> Candidate | list[Candidate]:
         if isinstance(row, slice):
             return [self[i] for i in range(*row.indices(len(self)))]
-        job_id = self.job_ids[row]
+        job_id = str(self.job_ids[row])
         allocation = self.allocations.get(job_id)
         nodes = allocation.nodes if allocation is not None else np.zeros(0, dtype=np.int64)
         return Candidate(
@@ -570,7 +570,7 @@ class VictimSearch:
         if not isinstance(placed, Placement):
             return None
         victims = VictimList(
-            job_ids=index.ids[victim_slots].tolist(),
+            job_ids=index.ids[victim_slots],
             rules=verdicts.rules_of(np.arange(victim_slots.size)),
             lost=index.gpus[victim_slots] * np.maximum(now - index.since[victim_slots], 0.0),
             standing=verdicts.standing,
