@@ -79,3 +79,17 @@ def test_whole_gpu_parts_free_what_their_jobs_hold() -> None:
         assert np.array_equal(inside[name], array), name
     for name, array in before.items():
         assert np.array_equal(state.snapshot()[name], array), name
+
+
+def test_marking_many_victims_at_once_equals_one_by_one() -> None:
+    _, one_by_one = setup()
+    _, at_once = setup()
+    for index in (one_by_one, at_once):
+        index.refresh(6000)
+    for job_id in ("a", "c"):
+        one_by_one.mark_evicting(job_id)
+    at_once.mark_evicting_many(["a", "c"])
+    assert at_once.leaf_freeable.tolist() == one_by_one.leaf_freeable.tolist() == [4, 0]
+    assert np.allclose(at_once.leaf_weight, one_by_one.leaf_weight)
+    assert np.allclose(at_once.leaf_weighted_since, one_by_one.leaf_weighted_since)
+    assert at_once.evicting.tolist() == one_by_one.evicting.tolist()

@@ -611,10 +611,11 @@ class Scheduler:
 
     def _carry_out(self, job: Job, plan: PreemptionPlan, now: float, result: CycleResult) -> None:
         """Evict the plan's victims with their grace period and nominate their capacity."""
+        victims: list[str] = []
         for victim in plan.victims:
+            victims.append(victim.job_id)
             target = self.running[victim.job_id]
             target.evicting = True
-            self._preemptible.mark_evicting(victim.job_id)
             reason = f"preempted by {job.job_id} ({victim.rule})"
             target.evictions.append(
                 EvictionRecord(now, job.job_id, victim.rule, reason, victim.lost_gpu_seconds)
@@ -624,7 +625,8 @@ class Scheduler:
             result.decisions.append(
                 Evict(victim.job_id, job.job_id, self.grace_s, victim.rule, victim.lost_gpu_seconds)
             )
-        job.nomination = Nomination({v.job_id for v in plan.victims}, plan.nodes, now)
+        self._preemptible.mark_evicting_many(victims)
+        job.nomination = Nomination(set(victims), plan.nodes, now)
         lost = plan.impact[0] / 3600
         job.reason = (
             f"preempting {len(plan.victims)} job(s) ({lost:,.1f} GPU-hours of work lost); "
