@@ -56,7 +56,10 @@ def take_rows(array: NDArray[_Item], rows: NDArray[np.integer]) -> NDArray[_Item
 
 def put_rows(array: NDArray[_Item], rows: NDArray[np.integer], values: NDArray[_Item]) -> None:
     """`array[rows] = values` for a C-contiguous array, each row moved as one opaque item:
-    numpy's fancy assignment of multi-column rows is several times slower."""
+    numpy's fancy assignment of multi-column rows is several times slower (for many rows)."""
+    if len(rows) < _SMALL:
+        array[rows] = values
+        return
     item = np.dtype((np.void, array.itemsize * (array.size // max(array.shape[0], 1))))
     target = array.reshape(array.shape[0], -1).view(item).reshape(-1)
     source = np.ascontiguousarray(values, dtype=array.dtype).reshape(len(rows), -1)
