@@ -31,3 +31,18 @@ def test_preemption_decision_one_rack(benchmark: Any, busy: Scheduler) -> None:
     plan = benchmark.pedantic(lambda: _decide(busy, "rack-job", 1.0), rounds=10, iterations=1)
     busy.cancel("rack-job", 1.0)
     assert isinstance(plan, PreemptionPlan)
+
+
+def test_preemption_decision_200k_gpu_job(benchmark: Any, busy: Scheduler) -> None:
+    big = _spec(
+        "frontier-job",
+        _team(1),
+        2778 * 18,
+        4,
+        preferred="block",
+        slices=[{"level": "rack", "pods": 18}],
+    )
+    busy.submit(big, 1.0)
+    plan = benchmark.pedantic(lambda: _decide(busy, "frontier-job", 1.0), rounds=5, iterations=1)
+    busy.cancel("frontier-job", 1.0)
+    assert isinstance(plan, PreemptionPlan)

@@ -129,9 +129,11 @@ class Case:
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> Case:
+def cases(draw: st.DrawFn, beyond_a_rack: bool = False) -> Case:
     """A random case; one in four is dense: 4-GPU nodes in 1-2 racks full of one-GPU jobs, so
-    that a rack may hold more than `EXACT_VICTIMS` candidates."""
+    that a rack may hold more than `EXACT_VICTIMS` candidates. `beyond_a_rack`: the preemptor
+    has no required rack and needs more pods than the largest rack holds (when the cluster has
+    room for that many)."""
     dense = draw(st.integers(0, 3)) == 0
     n_nodes = 4 if dense else draw(st.integers(2, 8))
     node_gpus = tuple(4 if dense else draw(st.integers(2, 4)) for _ in range(n_nodes))
@@ -185,6 +187,9 @@ def cases(draw: st.DrawFn) -> Case:
     gpus_per_pod = draw(st.integers(1, max(node_gpus)))
     most = max(max(rack_gpus.values()) // gpus_per_pod, 1)
     pods = draw(st.integers(max(most // 3, 1), most))
+    everywhere = sum(gpus // gpus_per_pod for gpus in node_gpus)
+    if beyond_a_rack and everywhere > most:
+        pods = draw(st.integers(most + 1, everywhere))
     return Case(
         node_gpus=node_gpus,
         rack_of=rack_of,
@@ -195,7 +200,7 @@ def cases(draw: st.DrawFn) -> Case:
         priority=draw(st.integers(0, 3)),
         pods=pods,
         gpus_per_pod=gpus_per_pod,
-        required=draw(st.booleans()),
+        required=draw(st.booleans()) and not beyond_a_rack,
     )
 
 
@@ -476,6 +481,19 @@ def test_victim_search_is_feasible_minimal_and_within_its_bound(case: Case) -> N
 @example(MANY_IN_ONE_RACK)
 @example(MIXED_RACKS)
 def test_a_cycle_evicts_an_allowed_feasible_minimal_set_within_the_bound(case: Case) -> None:
+    check_a_cycle(case)
+
+
+@SETTINGS
+@given(cases(beyond_a_rack=True))
+def test_a_cycle_makes_room_across_racks_for_gangs_larger_than_a_rack(case: Case) -> None:
+    # These gangs take the path that chooses racks from the aggregates (and, when it finds no
+    # set, the general search): a set is still found exactly when one exists, allowed,
+    # feasible and minimal.
+    check_a_cycle(case)
+
+
+def check_a_cycle(case: Case) -> None:
     world = build(case)
     allowed = allowed_victims(world)
     found = oracle(world, allowed)

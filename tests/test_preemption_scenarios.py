@@ -744,12 +744,6 @@ def test_a_gang_without_a_required_rack_gets_a_minimal_victim_set() -> None:
     assert_minimal(sched, "trio", evicted_ids(result))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Scheduler._local_candidates keeps the DOMAINS_EXAMINED (16) racks that need the "
-    "fewest GPUs freed, not the cheapest, and a plan found there is final: with more than 16 "
-    "qualifying racks the cheapest one may never be examined",
-)
 def test_the_cheapest_rack_is_found_among_more_than_sixteen() -> None:
     # 18 racks of 2 nodes at 1000 s. Racks 0-16: one idle node and one unallocated job since 0
     # (4 x 1000 = 4000 to free the rack). Rack 17: two unallocated jobs since 990 (4 x 10 = 40

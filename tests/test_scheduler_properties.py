@@ -305,6 +305,43 @@ class SchedulerMachine(RuleBasedStateMachine):
                 assert (kept >= 0).all(), (name, level)
 
     @invariant()
+    def preemptible_aggregates_equal_a_recount(self) -> None:
+        """Per rack, the GPUs and work of unprotected jobs (kept as jobs come and go) equal a
+        recount from the running jobs; every whole GPU names the job holding it."""
+        if not hasattr(self, "scheduler"):
+            return
+        scheduler, state = self.scheduler, self.state
+        index = scheduler._preemptible
+        index.refresh(self.now)
+        top = state.topology
+        leaf_of = top.node_domain[len(top.domain_levels) - 1]
+        n_leaves = index.leaf_freeable.size
+        freeable = np.zeros(n_leaves, dtype=np.int64)
+        weight = np.zeros(n_leaves)
+        weighted_since = np.zeros(n_leaves)
+        owner = np.full(index.gpu_owner.shape, -1, dtype=np.int64)
+        for job_id, job in scheduler.running.items():
+            allocation = state.allocations[job_id]
+            slot = index.slot_of[job_id]
+            whole = allocation.gpu_milli == MILLI_PER_GPU
+            if whole and allocation.gpus.size:
+                owner[allocation.nodes[:, None], allocation.gpus] = slot
+            assert job.start_time is not None
+            if job.evicting or (
+                not job.unallocated and self.now < job.start_time + job.min_runtime
+            ):
+                continue
+            leaves = leaf_of[allocation.nodes]
+            np.add.at(freeable, leaves, allocation.gpus.shape[1] if whole else 1)
+            touched = np.unique(leaves)
+            weight[touched] += job.gpus
+            weighted_since[touched] += job.gpus * scheduler._work_since(job)
+        assert (index.gpu_owner == owner).all()
+        assert (index.leaf_freeable == freeable).all()
+        assert np.allclose(index.leaf_weight, weight, atol=1e-6)
+        assert np.allclose(index.leaf_weighted_since, weighted_since, rtol=1e-9, atol=1e-3)
+
+    @invariant()
     def running_gpus_are_charged_to_their_accounts(self) -> None:
         if not hasattr(self, "scheduler"):
             return

@@ -11,7 +11,7 @@ import pytest
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import topology_from_dict
-from toposched.cluster.state import Allocation, ClusterState, Health
+from toposched.cluster.state import Allocation, ClusterState, Health, row_sums
 from toposched.cluster.statement import OperationKind, Statement
 
 # rack r0: n0 = 8 x A100, 64 cores, 256 GiB;  n1 = 4 x T4, 32 cores, 128 GiB
@@ -356,6 +356,80 @@ def test_health_restore_is_exact(state: ClusterState) -> None:
     assert state.health.tolist() == [Health.DOWN, 0, 0, Health.DOWN]
     state.restore_health(np.array([0, 3]), previous)
     assert_same(before, snapshot(state))
+
+
+@pytest.mark.parametrize("width", [1, 3, 4, 8])
+@pytest.mark.parametrize("rows", [5, 500])
+def test_row_sums_equal_numpy_sums(width: int, rows: int) -> None:
+    values = np.random.default_rng(width * rows).integers(0, 1001, size=(rows, width))
+    for array in (values.astype(np.int16), values > 500, (values > 500)[:, ::-1]):
+        assert row_sums(array).tolist() == array.sum(axis=1).tolist()
+
+
+def test_gpus_released_is_a_what_if_undone_exactly(state: ClusterState) -> None:
+    # n0 runs `a` on GPUs 0-3 (4 cores); n1 runs `b` on GPUs 0-1 (2 of its 4); n2 is cordoned
+    # and runs `c` on GPU 0.
+    state.allocate("a", Allocation.of([0], [[0, 1, 2, 3]], cpu_milli=4000))
+    state.allocate("b", Allocation.of([1], [[0, 1]]))
+    state.allocate("c", Allocation.of([2], [[0]]))
+    state.set_health([2], Health.CORDONED)
+    before = snapshot(state)
+
+    # a's GPUs 2-3, all of b's, c's: as if evicted (a keeps its CPU).
+    freeing = np.zeros((3, 8), dtype=bool)
+    freeing[0, [2, 3]] = freeing[1, [0, 1]] = freeing[2, 0] = True
+    with state.gpus_released(np.array([0, 1, 2]), freeing):
+        assert state.free_whole_gpus.tolist() == [6, 4, 2, 0]
+        # n1 is idle now (whole again, no CPU or memory held); n0 holds a's cores.
+        assert totals(state, 1)[0] == (10, 10_000, 1, 92_000, 384 * GIB)
+        assert_aggregates_fresh(state)
+        assert state.allocations.keys() == {"a", "b", "c"}
+
+    assert_same(before, snapshot(state))
+
+
+def test_parts_released_frees_cpu_and_memory_too(state: ClusterState) -> None:
+    state.allocate("a", Allocation.of([0, 1], [[0, 1], [0, 1]], cpu_milli=2000, memory_mib=GIB))
+    before = snapshot(state)
+    parts = [
+        Allocation.of([0, 0, 1, 1], [[0], [1], [0], [1]]),
+        Allocation.of([0, 1], no_gpus(2), cpu_milli=2000, memory_mib=GIB),
+    ]
+
+    with state.parts_released(parts):
+        # Everything of `a` is free: both nodes of r0 are idle again.
+        assert totals(state, 1)[0] == (12, 12_000, 2, 96_000, 384 * GIB)
+        assert_aggregates_fresh(state)
+
+    assert_same(before, snapshot(state))
+
+
+def test_changes_of_thousands_of_nodes_keep_aggregates_exact() -> None:
+    # 3,000 nodes of 4 GPUs and 8 cores in 60 racks of 50, in 6 blocks: a gang over 2,500 of
+    # them takes the counting path of the aggregate update.
+    nodes = [
+        {"name": f"n{i}", "block": f"b{i // 500}", "rack": f"r{i // 50}", "gpus": 4, "cpu": 8}
+        for i in range(3000)
+    ]
+    for node in nodes:
+        node["gpu_model"] = "X"
+    state = ClusterState(topology_from_dict({"levels": ["block", "rack"], "nodes": nodes}))
+    state.set_health([7, 2999], Health.DOWN)
+    start = snapshot(state)
+    count = 2500
+    gang = Allocation.of(np.arange(count) + 100, np.tile([[0, 1, 2]], (count, 1)), cpu_milli=1)
+    state.allocate("gang", gang)
+    assert_aggregates_fresh(state)
+    # 2,998 healthy nodes of 4 GPUs, 3 taken on each of 2,500.
+    assert int(state.free_gpus[0][0]) == 4 * 2998 - 3 * 2500
+    state.set_health([500], Health.DOWN)
+    freeing = np.zeros((2200, 4), dtype=bool)
+    freeing[:, [0, 2]] = True
+    with state.gpus_released(np.arange(400, 2600), freeing):
+        assert_aggregates_fresh(state)
+    state.set_health([500], Health.HEALTHY)
+    state.release("gang")
+    assert_same(start, snapshot(state))
 
 
 def test_statement_rollback_commit_and_closing(state: ClusterState) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -17,7 +20,60 @@ _TOTAL_COLUMNS = ("free_gpus", "free_milli", "idle_nodes", "cpu", "memory")
 _SMALL = 64
 _MAX_PER_POD = 2**40
 _FEW_NODES = 6
+_MANY_NODES = 2048
 _HEALTHY = 0  # Health.HEALTHY as a plain int: enum lookups cost on the hot path
+
+
+_SavedRows = tuple[NDArray[np.integer], NDArray[np.int64], NDArray[np.integer]]
+"""An aggregate array, some of its rows, and copies of them."""
+
+
+def row_sums(values: NDArray[np.integer] | NDArray[np.bool_]) -> NDArray[np.int64]:
+    """Sum of each row of a narrow 2-D array (one row per node, one column per GPU).
+
+    numpy's reduction along a short last axis costs tens of nanoseconds per element; for many
+    rows, bool rows of 1, 2, 4 or 8 columns are read as one integer and their bits counted, and
+    other rows are added column by column (a handful of vectorised adds).
+    """
+    rows, width = values.shape
+    if rows < _SMALL:
+        small: NDArray[np.int64] = values.sum(axis=1, dtype=np.int64)
+        return small
+    as_word = _WORDS.get(width)
+    if values.dtype == np.bool_ and as_word is not None and values.flags.c_contiguous:
+        counted: NDArray[np.int64] = np.bitwise_count(values.view(as_word)).reshape(-1)
+        return counted.astype(np.int64)
+    total = np.zeros(rows, dtype=np.int64)
+    for column in range(width):
+        total += values[:, column]
+    return total
+
+
+def take_rows(array: NDArray[_Item], rows: NDArray[np.integer]) -> NDArray[_Item]:
+    """`array[rows]` (rows of a multi-column array), several times faster than fancy indexing."""
+    return np.take(array, rows, axis=0)
+
+
+def put_rows(array: NDArray[_Item], rows: NDArray[np.integer], values: NDArray[_Item]) -> None:
+    """`array[rows] = values` for a C-contiguous array, each row moved as one opaque item:
+    numpy's fancy assignment of multi-column rows is several times slower (for many rows)."""
+    if len(rows) < _SMALL:
+        array[rows] = values
+        return
+    item = np.dtype((np.void, array.itemsize * (array.size // max(array.shape[0], 1))))
+    target = array.reshape(array.shape[0], -1).view(item).reshape(-1)
+    source = np.ascontiguousarray(values, dtype=array.dtype).reshape(len(rows), -1)
+    target[rows] = source.view(item).reshape(-1)
+
+
+_Item = TypeVar("_Item", bound=np.generic)
+
+_WORDS: dict[int, type[np.unsignedinteger]] = {
+    1: np.uint8,
+    2: np.uint16,
+    4: np.uint32,
+    8: np.uint64,
+}
 
 
 class Health(IntEnum):
@@ -124,7 +180,7 @@ class ClusterState:
         healthy = self.health == Health.HEALTHY
         all_nodes = np.arange(top.n_nodes, dtype=np.int64)
         idle = self._node_idle(all_nodes) & healthy
-        milli = self.gpu_free_milli.sum(axis=1, dtype=np.int64)
+        milli = row_sums(self.gpu_free_milli)
         result: dict[str, list[NDArray[np.int64]]] = {
             name: []
             for name in ("free_hist", "free_gpus", "free_milli", "idle_nodes", "cpu", "memory")
@@ -200,7 +256,7 @@ class ClusterState:
         top = self.topology
         whole = self.free_whole_gpus[nodes].astype(np.int64)
         model = top.gpu_model[nodes]
-        milli = self.gpu_free_milli[nodes].sum(axis=1, dtype=np.int64)
+        milli = row_sums(take_rows(self.gpu_free_milli, nodes))
         idle = self._node_idle(nodes).astype(np.int64)
         cpu = self.free_cpu_milli[nodes]
         memory = self.free_memory_mib[nodes]
@@ -220,7 +276,112 @@ class ClusterState:
                 counts = np.bincount(cells, minlength=hist.size).reshape(hist.shape)
                 hist += (counts * sign).astype(hist.dtype)
 
-    # --- validation ------------------------------------------------------------------------------
+    def _rows(self, nodes: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Free whole GPUs of `nodes`, and their rows of the per-domain totals."""
+        whole = self.free_whole_gpus[nodes].astype(np.int64)
+        milli = row_sums(take_rows(self.gpu_free_milli, nodes))
+        idle = self._node_idle(nodes).astype(np.int64)
+        rows = np.stack(
+            [whole, milli, idle, self.free_cpu_milli[nodes], self.free_memory_mib[nodes]], axis=1
+        )
+        return whole, rows
+
+    def _before_change(
+        self, touched: NDArray[np.int64]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None:
+        """Start a change of `touched` (sorted, unique): few nodes leave the aggregates now and
+        re-enter after; many keep their old rows, so that `_after_change` adds differences."""
+        if touched.size <= _FEW_NODES:
+            self._contribute(touched, -1)
+            return None
+        healthy = touched[self.health[touched] == _HEALTHY]
+        return (healthy, *self._rows(healthy))
+
+    def _after_change(
+        self,
+        touched: NDArray[np.int64],
+        before: tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None,
+    ) -> None:
+        if before is None:
+            self._contribute(touched, +1)
+            return
+        nodes, old_whole, old_rows = before
+        if nodes.size == 0:
+            return
+        new_whole, new_rows = self._rows(nodes)
+        delta = new_rows - old_rows
+        moved = np.flatnonzero(new_whole != old_whole)
+        model = self.topology.gpu_model[nodes[moved]]
+        if nodes.size > _MANY_NODES:
+            self._add_counted(nodes, delta, moved, model, old_whole, new_whole)
+            return
+        for level, domains in enumerate(self.topology.node_domain):
+            d = domains[nodes]
+            # Nodes are sorted and domains contiguous: one domain when the ends agree (a rack's
+            # worth of nodes, and every upper level), a row add instead of a scatter.
+            if d[0] == d[-1]:
+                self._totals[level][d[0]] += delta.sum(axis=0)
+            else:
+                np.add.at(self._totals[level], d, delta)
+            if moved.size == 0:
+                continue
+            hist = self.free_hist[level]
+            if d[0] == d[-1]:
+                width = self._hist_width
+                size = self._n_models * width
+                counts = np.bincount(model * width + new_whole[moved], minlength=size)
+                counts -= np.bincount(model * width + old_whole[moved], minlength=size)
+                hist[d[0]] += counts.reshape(self._n_models, width).astype(np.int32)
+            else:
+                np.add.at(hist, (d[moved], model, old_whole[moved]), -1)
+                np.add.at(hist, (d[moved], model, new_whole[moved]), 1)
+
+    def _add_counted(
+        self,
+        nodes: NDArray[np.int64],
+        delta: NDArray[np.int64],
+        moved: NDArray[np.int64],
+        model: NDArray[np.integer],
+        old_whole: NDArray[np.int64],
+        new_whole: NDArray[np.int64],
+    ) -> None:
+        """Add per-node changes of healthy `nodes` (sorted) to the aggregates: rows of totals
+        `delta`, and for the `moved` nodes a histogram move from `old_whole` to `new_whole`.
+
+        Summed once per innermost domain (runs of sorted nodes; histogram moves counted, not
+        scattered), then per domain of each upper level from those sums: the cost is one pass
+        over the nodes plus passes over the domains they touch.
+        """
+        levels = self.topology.node_domain
+        leaf = len(levels) - 1
+        d = levels[leaf][nodes]
+        starts = np.concatenate(([True], d[1:] != d[:-1]))
+        first = np.flatnonzero(starts)
+        sums = np.add.reduceat(delta, first, axis=0)
+        cells = self._n_models * self._hist_width
+        moves = np.zeros((first.size, cells), dtype=np.int64)
+        if moved.size:
+            run = np.cumsum(starts) - 1
+            cell = (run[moved] * self._n_models + model) * self._hist_width
+            moves += np.bincount(cell + new_whole[moved], minlength=moves.size).reshape(moves.shape)
+            moves -= np.bincount(cell + old_whole[moved], minlength=moves.size).reshape(moves.shape)
+        representative = nodes[first]  # one node of each touched innermost domain
+        for level in range(leaf, -1, -1):
+            domains = levels[level][representative]
+            if level == leaf:
+                rows, level_sums, level_moves = domains, sums, moves
+            else:
+                upper = np.flatnonzero(np.concatenate(([True], domains[1:] != domains[:-1])))
+                rows = domains[upper]
+                level_sums = np.add.reduceat(sums, upper, axis=0)
+                level_moves = np.add.reduceat(moves, upper, axis=0)
+            totals = self._totals[level]
+            put_rows(totals, rows, take_rows(totals, rows) + level_sums)
+            if moved.size:
+                hist = self.free_hist[level]
+                moves_here = level_moves.reshape((rows.size, *hist.shape[1:])).astype(np.int32)
+                put_rows(hist, rows, take_rows(hist, rows) + moves_here)
+
     def _validate_shape(self, allocation: Allocation, field: str) -> None:
         top = self.topology
         nodes, gpus = allocation.nodes, allocation.gpus
@@ -283,6 +444,10 @@ class ClusterState:
                 np.array(keys, dtype=np.int64),
                 np.array([tally[k] for k in keys], dtype=np.int64),
             )
+        if (values[1:] >= values[:-1]).all():
+            # Already sorted (pods listed node by node): runs, without another sort.
+            first = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+            return values[first], np.diff(np.append(first, values.size))
         unique, counts = np.unique(values, return_counts=True)
         return unique, counts
 
@@ -339,24 +504,22 @@ class ClusterState:
         """Take (sign=-1) or give back (+1) an allocation's resources, updating aggregates."""
         self.version += 1
         touched, pods_per_node = self._unique(allocation.nodes)
-        self._contribute(touched, -1)
+        before = self._before_change(touched)
         slots = self._gpu_slots(allocation)
         flat = self.gpu_free_milli.reshape(-1)
         if slots.size:
             if allocation.gpu_milli == MILLI_PER_GPU:
-                # A gang never lists a whole GPU twice (checked when it is taken): distinct
-                # slots, so plain indexing is exact.
+                # A whole GPU appears once in an allocation (validated): no scatter needed.
                 flat[slots] += np.int16(sign * MILLI_PER_GPU)
             else:
                 np.add.at(flat, slots, np.int16(sign * allocation.gpu_milli))
-            self.free_whole_gpus[touched] = (self.gpu_free_milli[touched] == MILLI_PER_GPU).sum(
-                axis=1, dtype=np.int8
-            )
+            whole = row_sums(take_rows(self.gpu_free_milli, touched) == MILLI_PER_GPU)
+            self.free_whole_gpus[touched] = whole.astype(np.int8)
         if allocation.cpu_milli:
             self.free_cpu_milli[touched] += sign * allocation.cpu_milli * pods_per_node
         if allocation.memory_mib:
             self.free_memory_mib[touched] += sign * allocation.memory_mib * pods_per_node
-        self._contribute(touched, +1)
+        self._after_change(touched, before)
 
     def _apply_many(self, allocations: list[Allocation], sign: int) -> None:
         """`_apply` for many allocations in one vectorised pass (bulk release and re-take)."""
@@ -380,25 +543,22 @@ class ClusterState:
         cpu = np.repeat(np.array([a.cpu_milli for a in allocations], dtype=np.int64), pods)
         memory = np.repeat(np.array([a.memory_mib for a in allocations], dtype=np.int64), pods)
         touched = self._distinct_nodes(nodes)
-        self._contribute(touched, -1)
+        before = self._before_change(touched)
         if slots.size:
             flat = self.gpu_free_milli.reshape(-1)
-            whole = milli == MILLI_PER_GPU
-            if whole.all():
-                # No two owners hold the same whole GPU: the slots are distinct, so a plain
-                # fancy-index add is exact (and much faster than np.add.at).
-                flat[slots] += np.int16(sign * MILLI_PER_GPU)
+            if (milli == MILLI_PER_GPU).all():
+                # Whole GPUs are held by one pod each: no slot repeats, a plain add will do.
+                flat[slots] += sign * milli
             else:
                 np.add.at(flat, slots, sign * milli)
-            self.free_whole_gpus[touched] = (self.gpu_free_milli[touched] == MILLI_PER_GPU).sum(
-                axis=1, dtype=np.int8
-            )
+            whole = row_sums(take_rows(self.gpu_free_milli, touched) == MILLI_PER_GPU)
+            self.free_whole_gpus[touched] = whole.astype(np.int8)
         for free, per_pod in ((self.free_cpu_milli, cpu), (self.free_memory_mib, memory)):
             if per_pod.any():
                 free += sign * np.bincount(nodes, weights=per_pod, minlength=free.size).astype(
                     np.int64
                 )
-        self._contribute(touched, +1)
+        self._after_change(touched, before)
 
     def release_many(self, owners: list[str]) -> list[Allocation]:
         """Release every owner in one vectorised pass; all or nothing."""
@@ -411,6 +571,108 @@ class ClusterState:
         released = [self.allocations.pop(owner) for owner in owners]
         self._apply_many(released, +1)
         return released
+
+    @contextmanager
+    def gpus_released(self, nodes: NDArray[np.int64], freeing: NDArray[np.bool_]) -> Iterator[None]:
+        """Inside the block, the whole GPUs marked in `freeing` (one row per node of `nodes`,
+        sorted and unique; one column per GPU), held now by whole-GPU pods, are free, though
+        nobody stops holding them: a what-if of evictions for a search to look at, with only
+        the aggregates those GPUs change recomputed. Afterwards every touched row is put back
+        as it was.
+
+        Unchecked on purpose: the caller must mark whole GPUs held right now, and must not
+        change the state inside the block.
+        """
+        freed = row_sums(freeing)
+        touched = freed > 0
+        if not touched.any():
+            yield
+            return
+        top = self.topology
+        if not touched.all():
+            nodes, freeing, freed = nodes[touched], freeing[touched], freed[touched]
+        old_milli = take_rows(self.gpu_free_milli, nodes)
+        old_whole = self.free_whole_gpus[nodes].astype(np.int64)
+        healthy = self.health[nodes] == _HEALTHY
+        if healthy.all():
+            counted, before, gained = nodes, old_whole, freed
+        else:
+            counted, before, gained = nodes[healthy], old_whole[healthy], freed[healthy]
+        saved = self._domain_rows(counted)
+        self.version += 1
+        put_rows(self.gpu_free_milli, nodes, np.where(freeing, np.int16(MILLI_PER_GPU), old_milli))
+        self.free_whole_gpus[nodes] = (old_whole + freed).astype(np.int8)
+        try:
+            after = before + gained
+            rest_idle = (self.free_cpu_milli[counted] == top.cpu_milli[counted]) & (
+                self.free_memory_mib[counted] == top.memory_mib[counted]
+            )
+            full = top.gpu_count[counted]
+            idle = ((after == full) & rest_idle).astype(np.int64) - ((before == full) & rest_idle)
+            zeros = np.zeros(counted.size, dtype=np.int64)
+            delta = np.stack([gained, gained * MILLI_PER_GPU, idle, zeros, zeros], axis=1)
+            everyone = np.arange(counted.size)
+            self._add_counted(counted, delta, everyone, top.gpu_model[counted], before, after)
+            yield
+        finally:
+            self.version += 1
+            put_rows(self.gpu_free_milli, nodes, old_milli)
+            self.free_whole_gpus[nodes] = old_whole.astype(np.int8)
+            self._restore_domain_rows(saved)
+
+    def _domain_rows(self, nodes: NDArray[np.int64]) -> list[_SavedRows]:
+        """Copies of the aggregate rows of every domain holding one of `nodes` (sorted)."""
+        saved: list[_SavedRows] = []
+        if nodes.size == 0:
+            return saved
+        levels = self.topology.node_domain
+        # One node per run of the innermost level stands for its domain at every level.
+        leaves = levels[-1][nodes]
+        representative = nodes[np.concatenate(([True], leaves[1:] != leaves[:-1]))]
+        for level, domains in enumerate(levels):
+            d = domains[representative].astype(np.int64)
+            touched = d[np.concatenate(([True], d[1:] != d[:-1]))]
+            for array in (self._totals[level], self.free_hist[level]):
+                saved.append((array, touched, take_rows(array, touched)))
+        return saved
+
+    @staticmethod
+    def _restore_domain_rows(saved: list[_SavedRows]) -> None:
+        for array, touched, rows in saved:
+            put_rows(array, touched, rows)
+
+    @contextmanager
+    def parts_released(self, parts: list[Allocation]) -> Iterator[None]:
+        """Inside the block, the resources of `parts` (pieces of allocations held now) are
+        free, though nobody stops holding them: a what-if of evictions for a search to look at.
+        Afterwards every touched node row and domain aggregate row is put back as it was,
+        copied before (cheaper than undoing the change for tens of thousands of nodes).
+
+        Unchecked on purpose: the caller must pass resources that are held right now, and
+        must not change the state inside the block.
+        """
+        if not parts:
+            yield
+            return
+        nodes, _ = self._unique(np.concatenate([part.nodes for part in parts]))
+        node_rows: list[tuple[NDArray[np.integer], NDArray[np.integer]]] = [
+            (array, take_rows(array, nodes))
+            for array in (
+                self.gpu_free_milli,
+                self.free_whole_gpus,
+                self.free_cpu_milli,
+                self.free_memory_mib,
+            )
+        ]
+        domain_rows = self._domain_rows(nodes)
+        self._apply_many(parts, +1)
+        try:
+            yield
+        finally:
+            self.version += 1
+            for array, saved in node_rows:
+                put_rows(array, nodes, saved)
+            self._restore_domain_rows(domain_rows)
 
     def retake_many(self, owners: list[str], allocations: list[Allocation]) -> None:
         """Undo `release_many`: the same owners take back exactly what they held.

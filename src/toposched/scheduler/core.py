@@ -23,9 +23,10 @@ from toposched.policy.usage import UsageTracker
 from toposched.scheduler.decisions import Bind, Decision, Evict, Reserve
 from toposched.scheduler.defrag import Defragmenter, MovePlan, Mover, fragmentation
 from toposched.scheduler.jobs import EvictionRecord, Job, JobState, Nomination, Reservation
+from toposched.scheduler.preemptible import PreemptibleIndex, SlotVerdicts, domain_nodes
 from toposched.scheduler.preemption import (
     DOMAINS_EXAMINED,
-    Candidate,
+    CandidatePool,
     ImpactPolicy,
     PreemptionPlan,
     VictimSearch,
@@ -33,6 +34,7 @@ from toposched.scheduler.preemption import (
 from toposched.scheduler.spares import SparePool
 
 IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
 _HEALTHY = int(Health.HEALTHY)
 
 
@@ -187,12 +189,9 @@ class Scheduler:
         self._recent_moves: deque[float] = deque()
         # A job that defragmentation could not help stays so until the cluster changes.
         self._no_defrag: dict[str, tuple[int, str]] = {}
-        self._unallocated_gpus = np.zeros(state.topology.n_nodes, dtype=np.int64)
-        # Whole GPUs of allocated jobs per node, and of those still inside their min runtime
-        # (expired lazily, in time order, as cycles move forward).
-        self._allocated_gpus = np.zeros(state.topology.n_nodes, dtype=np.int64)
-        self._protected_gpus = np.zeros(state.topology.n_nodes, dtype=np.int64)
-        self._still_protected: SortedList = SortedList()
+        # Running jobs as arrays, and per rack the GPUs and work of unprotected jobs, so that a
+        # preemption decision starts from aggregates instead of scanning nodes.
+        self._preemptible = PreemptibleIndex(state)
         # (level, nodes per domain): idle nodes held back to replace failed ones in place.
         self.spares = SparePool(state, *spares) if spares is not None else None
 
@@ -265,7 +264,9 @@ class Scheduler:
 
     def report_checkpoint(self, job_id: str, now: float) -> None:
         """A running job saved its state: preempting it now loses only work after `now`."""
-        self._running(job_id).last_checkpoint = now
+        job = self._running(job_id)
+        job.last_checkpoint = now
+        self._preemptible.checkpoint(job_id, self._work_since(job))
 
     def cancel(self, job_id: str, now: float) -> Job:
         job = self._job(job_id)
@@ -492,61 +493,86 @@ class Scheduler:
         return False
 
     def _candidates(
-        self, entry: QueueEntry, ranking: Ranking, now: float, among: list[str] | None = None
-    ) -> list[Candidate]:
-        """Running jobs the contract lets `entry` preempt now, with their lost work."""
-        if among is not None:
-            names = among
-        else:
+        self, entry: QueueEntry, ranking: Ranking, now: float, slots: IntArray | None = None
+    ) -> CandidatePool:
+        """Running jobs the contract lets `entry` preempt now (among `slots` of the preemptible
+        index, else every running job), with their lost work and standing."""
+        index = self._preemptible
+        if slots is None:
             names = sorted(self._unallocated_running)
             protected_from = self._protection.bisect_right((now, "\uffff"))
             names += [job_id for _, job_id in self._protection.islice(0, protected_from)]
-        candidates: list[Candidate] = []
+            slot_of = index.slot_of
+            slots = np.array([slot_of[name] for name in names], dtype=np.int64)
+        verdicts = self._verdicts(entry, ranking, now, slots)
+        keep = np.flatnonzero(verdicts.allowed)
+        return self._pool(slots[keep], verdicts.rules_of(keep), now, verdicts.standing[keep])
+
+    def _verdicts(
+        self, entry: QueueEntry, ranking: Ranking, now: float, slots: IntArray
+    ) -> SlotVerdicts:
+        """The contract's answer for each of `slots` (of the preemptible index), asked once per
+        kind of victim rather than once per job."""
+        index = self._preemptible
+        verdicts = SlotVerdicts(
+            allowed=index.unprotected(slots, now),
+            rule=np.zeros(slots.size, dtype=np.int64),
+            rule_names=[],
+            standing=np.zeros(slots.size),
+        )
+        unallocated = index.unallocated[slots] & verdicts.allowed
+        if unallocated.any():
+            # Unallocated victims are fair game for any allocated preemptor: one question.
+            first = str(index.ids[slots[np.argmax(unallocated)]])
+            verdict = self.contract.may_preempt(entry, self._contract_views[first], now, ranking)
+            if not verdict.allowed:
+                verdicts.allowed[:] = False
+                return verdicts
+            verdicts.rule_names.append(str(verdict.rule))
+        mine = np.flatnonzero(~index.unallocated[slots] & verdicts.allowed)
+        if mine.size == 0:
+            return verdicts
+        # For an unprotected allocated job the contract's verdict depends only on its account
+        # and priority: one question per distinct pair.
+        pairs = np.stack([index.account[slots[mine]], index.priority[slots[mine]]])
+        distinct, first_of, inverse = np.unique(
+            pairs, axis=1, return_index=True, return_inverse=True
+        )
+        inverse = inverse.reshape(-1)
         n_leaves = len(ranking.leaves)
-        # Unallocated victims are fair game for any allocated preemptor: ask the contract once
-        # for the preemptor, then per victim only for allocated ones.
-        unallocated_rule: str | None = None
-        for job_id in names:
-            victim = self.running[job_id]
-            if victim.evicting:
+        for column in range(distinct.shape[1]):
+            rows = mine[inverse == column]
+            representative = str(index.ids[slots[mine[first_of[column]]]])
+            verdict = self.contract.may_preempt(
+                entry, self._contract_views[representative], now, ranking
+            )
+            if not verdict.allowed:
+                verdicts.allowed[rows] = False
                 continue
-            if victim.unallocated:
-                if unallocated_rule is None:
-                    verdict = self.contract.may_preempt(
-                        entry, self._contract_views[job_id], now, ranking
-                    )
-                    if not verdict.allowed:
-                        return []
-                    unallocated_rule = str(verdict.rule)
-                rule = unallocated_rule
-            else:
-                verdict = self.contract.may_preempt(
-                    entry, self._contract_views[job_id], now, ranking
-                )
-                if not verdict.allowed:
-                    continue
-                rule = str(verdict.rule)
-            since = self._work_since(victim)
-            allocation = self.state.allocations[job_id]
-            # A shared-GPU pod may free its whole GPU (if alone on it): counted optimistically,
-            # since every plan is verified by the placement engine before it is used.
-            whole = allocation.gpus.shape[1] if allocation.gpu_milli == 1000 else 1
-            standing = (
-                0.0
-                if victim.unallocated or not ranking.is_ranked_leaf(victim.spec.account)
-                else float(n_leaves - ranking.rank(victim.spec.account))
-            )
-            candidates.append(
-                Candidate(
-                    job_id=job_id,
-                    rule=rule,
-                    lost_gpu_seconds=victim.gpus * max(now - since, 0.0),
-                    standing=standing,
-                    nodes=allocation.nodes,
-                    gpus_per_pod=float(whole),
-                )
-            )
-        return candidates
+            account = index.account_names[int(distinct[0, column])]
+            verdicts.rule[rows] = len(verdicts.rule_names)
+            verdicts.rule_names.append(str(verdict.rule))
+            if ranking.is_ranked_leaf(account):
+                verdicts.standing[rows] = float(n_leaves - ranking.rank(account))
+        return verdicts
+
+    def _pool(
+        self, slots: IntArray, rules: list[str], now: float, standing: FloatArray
+    ) -> CandidatePool:
+        """The candidate arrays of `slots` of the preemptible index."""
+        index = self._preemptible
+        allocations = index.allocations
+        pods = [allocations[slot].nodes for slot in slots.tolist()]  # type: ignore[union-attr]
+        counts = np.array([p.size for p in pods], dtype=np.int64)
+        return CandidatePool(
+            job_ids=index.ids[slots].tolist(),
+            rules=rules,
+            lost=index.gpus[slots] * np.maximum(now - index.since[slots], 0.0),
+            standing=standing,
+            whole=index.whole[slots],
+            pod_starts=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+            pod_nodes=np.concatenate(pods) if pods else np.zeros(0, dtype=np.int64),
+        )
 
     def owners_on(self, nodes: IntArray) -> set[str]:
         """Running jobs holding anything on `nodes`."""
@@ -560,8 +586,8 @@ class Scheduler:
     ) -> PreemptionPlan | str:
         local = self._local_candidates(job, now)
         if local is not None:
-            owners, complete = local
-            if complete and not owners:
+            slots, complete = local
+            if complete and not slots.size:
                 unprotected = self._protection.bisect_right((now, "\uffff"))
                 if not self._unallocated_running and unprotected == 0:
                     return "no running job may be preempted for it under the contract"
@@ -572,63 +598,105 @@ class Scheduler:
                 )
             # A gang that fits one innermost domain: only the domains where preemptible work
             # could make room are examined, not every running job.
-            candidates = self._candidates(entry, ranking, now, owners)
+            candidates = self._candidates(entry, ranking, now, slots)
             plan = self.victim_search.plan(job.job_id, job.request, candidates)
             if isinstance(plan, PreemptionPlan) or complete:
                 return plan
+        else:
+            # Larger gangs: domains chosen from the aggregates, without listing every candidate.
+            spread = self.victim_search.across_domains(
+                job.job_id,
+                job.request,
+                self._preemptible,
+                lambda slots: self._verdicts(entry, ranking, now, slots),
+                now,
+            )
+            if spread is not None:
+                return spread
         candidates = self._candidates(entry, ranking, now)
         return self.victim_search.plan(job.job_id, job.request, candidates)
 
-    @staticmethod
-    def _freeable_per_pod(allocation: Allocation) -> int:
-        """Whole GPUs a pod could free if evicted; a shared-GPU pod counts one (an upper bound:
-        its GPU may have other tenants), since every plan is checked by placement anyway."""
-        return int(allocation.gpus.shape[1]) if allocation.gpu_milli == 1000 else 1
+    def _local_candidates(self, job: Job, now: float) -> tuple[IntArray, bool] | None:
+        """Running jobs (slots of the preemptible index) in the innermost domains where
+        evicting unprotected work could fit `job`, for gangs that fit in one such domain; None
+        when that shortcut does not apply.
 
-    def _expire_protection(self, now: float) -> None:
-        """Move GPUs of jobs whose min runtime ended out of the per-node protected count."""
-        while self._still_protected and self._still_protected[0][0] <= now:
-            _, job_id = self._still_protected.pop(0)
-            allocation = self.state.allocations[job_id]
-            np.subtract.at(
-                self._protected_gpus, allocation.nodes, self._freeable_per_pod(allocation)
-            )
-
-    def _local_candidates(self, job: Job, now: float) -> tuple[list[str], bool] | None:
-        """Running jobs in the innermost domains where evicting unprotected work could fit
-        `job`, for gangs that fit in one such domain; None when that shortcut does not apply.
-
-        Per node, the GPUs that could be freed are those of unallocated work and of allocated
-        jobs past their min runtime (whatever their standing: the contract filters later).
-        Domains needing the fewest GPUs freed come first; `DOMAINS_EXAMINED` of them. Also says
-        whether every domain that could hold the gang was included (then nothing else can help
-        a gang that must fit in one domain).
+        Unprotected work is unallocated work and allocated jobs past their min runtime,
+        whatever their standing (the contract filters later). The per-domain aggregates of free
+        and unprotected GPUs bound each domain's room from above; the domains within that bound
+        are taken by the work lost evicting all their unprotected jobs, cheapest first, and
+        their room is counted node by node until `DOMAINS_EXAMINED` of them have room. Also
+        says whether every domain that could hold the gang was included (then nothing else can
+        help a gang that must fit in one domain).
         """
         request = job.request
         search = self.victim_search
         if request.is_fractional or request.gpus_per_pod == 0:
             return None
-        if request.pods * request.gpus_per_pod > search.largest_leaf_gpus:
+        need = request.pods * request.gpus_per_pod
+        if need > search.largest_leaf_gpus:
             return None
+        state, index = self.state, self._preemptible
+        index.refresh(now)
+        leaf_free = state.free_gpus[search.leaf_level]
+        possible = np.flatnonzero(leaf_free + index.leaf_freeable >= need)
+        one_domain = search.is_one_domain(request)
+        nothing = np.zeros(0, dtype=np.int64)
+        if possible.size == 0:
+            return (nothing, True) if one_domain else None
+        cost = index.leaf_cost_bound(possible, now)
+        starts = search.leaf_starts
+        chosen: list[IntArray] = []
+        found = examined = 0
+        batch = 2 * DOMAINS_EXAMINED
+        # The cheapest few first without sorting every domain: those up to the batch-th cost
+        # (ties included), then, if they do not give enough domains with room, all the rest.
+        if possible.size > batch:
+            threshold = np.partition(cost, batch - 1)[batch - 1]
+            first = cost <= threshold
+            stages = [possible[first], possible[~first]]
+            costs = [cost[first], cost[~first]]
+        else:
+            stages, costs = [possible], [cost]
+        for stage, stage_cost in zip(stages, costs, strict=True):
+            if found >= DOMAINS_EXAMINED:
+                break
+            ranked = stage[np.lexsort((need - leaf_free[stage], stage_cost))]
+            done = 0
+            while done < ranked.size and found < DOMAINS_EXAMINED:
+                leaves = ranked[done : done + batch]
+                done += leaves.size
+                examined += leaves.size
+                batch *= 2
+                fits = self._leaves_with_room(leaves, request, now)
+                chosen.append(fits[: DOMAINS_EXAMINED - found])
+                found += fits.size
+        picked = np.concatenate(chosen)
+        complete = one_domain and examined == possible.size and found <= DOMAINS_EXAMINED
+        if picked.size == 0:
+            return (nothing, True) if one_domain else None
+        slots = index.slots_on(domain_nodes(starts, picked))
+        # In job-name order, so that ties between equal victim sets always break the same way.
+        return slots[np.argsort(index.ids[slots], kind="stable")], complete
+
+    def _leaves_with_room(self, leaves: IntArray, request: GangRequest, now: float) -> IntArray:
+        """Those of `leaves` (innermost domains) where free GPUs plus those of unprotected pods
+        give room for the gang, counted node by node."""
         state, topology = self.state, self.state.topology
-        self._expire_protection(now)
-        free = state.free_whole_gpus.astype(np.int64)
-        freeable = self._unallocated_gpus + self._allocated_gpus - self._protected_gpus
-        potential = np.minimum(free + freeable, topology.gpu_count)
-        usable = state.health == _HEALTHY
+        starts = self.victim_search.leaf_starts
+        nodes = domain_nodes(starts, leaves)
+        potential = np.minimum(
+            state.free_whole_gpus[nodes] + self._preemptible.freeable_on(nodes, now),
+            topology.gpu_count[nodes],
+        )
+        usable = state.health[nodes] == _HEALTHY
         if request.allowed_models is not None:
-            usable &= np.isin(topology.gpu_model, request.allowed_models)
-        starts = topology.domain_starts[search.leaf_level]
-        room = np.add.reduceat((potential // request.gpus_per_pod) * usable, starts[:-1])
-        leaves = np.flatnonzero(room >= request.pods)
-        one_domain = request.pods == 1 or request.required == search.leaf_level
-        if leaves.size == 0:
-            return ([], True) if one_domain else None
-        missing = request.pods * request.gpus_per_pod - np.add.reduceat(free * usable, starts[:-1])
-        chosen = leaves[np.argsort(missing[leaves], kind="stable")][:DOMAINS_EXAMINED]
-        nodes = np.concatenate([np.arange(starts[d], starts[d + 1]) for d in chosen])
-        complete = one_domain and leaves.size <= DOMAINS_EXAMINED
-        return sorted(self.owners_on(nodes)), complete
+            usable &= np.isin(topology.gpu_model[nodes], request.allowed_models)
+        sizes = starts[leaves + 1] - starts[leaves]
+        pods = (potential // request.gpus_per_pod) * usable
+        room = np.add.reduceat(pods, np.cumsum(sizes) - sizes)
+        fits: IntArray = leaves[room >= request.pods]
+        return fits
 
     def _carry_out(self, job: Job, plan: PreemptionPlan, now: float, result: CycleResult) -> None:
         """Evict the plan's victims with their grace period and nominate their capacity."""
@@ -638,7 +706,9 @@ class Scheduler:
             self._start(job, plan.placement, now)
             result.decisions.append(Bind(job.job_id, plan.placement.allocation, job.unallocated))
             return
+        victims: list[str] = []
         for victim in plan.victims:
+            victims.append(victim.job_id)
             target = self.running[victim.job_id]
             target.evicting = True
             reason = f"preempted by {job.job_id} ({victim.rule})"
@@ -656,7 +726,8 @@ class Scheduler:
                     victim.lost_gpu_seconds,
                 )
             )
-        job.nomination = Nomination({v.job_id for v in plan.victims}, plan.nodes, now)
+        self._preemptible.mark_evicting_many(victims)
+        job.nomination = Nomination(set(victims), plan.nodes, now)
         lost = plan.impact[0] / 3600
         job.reason = (
             f"preempting {_victims_by_rule([v.rule for v in plan.victims])} in "
@@ -730,6 +801,7 @@ class Scheduler:
         for mover in plan.movers:
             target = self.running[mover.job_id]
             target.evicting = True
+            self._preemptible.mark_evicting(mover.job_id)
             reason = f"moved for {rule} of {plan.domain}" + (f" ({preemptor})" if job else "")
             target.evictions.append(
                 EvictionRecord(now, preemptor, rule, reason, mover.lost_gpu_seconds)
@@ -784,6 +856,7 @@ class Scheduler:
                 job.reason = "running on a draining node; leaves when its min runtime ends"
                 continue
             job.evicting = True
+            self._preemptible.mark_evicting(job_id)
             lost = job.gpus * max(now - self._work_since(job), 0.0)
             reason = "its node is draining and its min runtime has ended"
             job.evictions.append(EvictionRecord(now, "", "node_draining", reason, lost))
@@ -908,13 +981,16 @@ class Scheduler:
         allocation = self.state.allocations[job.job_id]
         for node in np.unique(allocation.nodes).tolist():
             self._owners_by_node.setdefault(node, set()).add(job.job_id)
-        whole = self._freeable_per_pod(allocation)
-        if job.unallocated:
-            np.add.at(self._unallocated_gpus, allocation.nodes, whole)
-        else:
-            np.add.at(self._allocated_gpus, allocation.nodes, whole)
-            np.add.at(self._protected_gpus, allocation.nodes, whole)
-            self._still_protected.add((job.start_time + job.min_runtime, job.job_id))
+        self._preemptible.add(
+            job.job_id,
+            allocation,
+            gpus=job.gpus,
+            since=self._work_since(job),
+            protected_until=job.start_time + job.min_runtime,
+            unallocated=job.unallocated,
+            account=spec.account,
+            priority=spec.priority,
+        )
         if job.unallocated:
             self._unallocated_running.add(job.job_id)
         else:
@@ -930,15 +1006,7 @@ class Scheduler:
             owners.discard(job.job_id)
             if not owners:
                 del self._owners_by_node[node]
-        whole = self._freeable_per_pod(allocation)
-        if job.unallocated:
-            np.subtract.at(self._unallocated_gpus, allocation.nodes, whole)
-        else:
-            np.subtract.at(self._allocated_gpus, allocation.nodes, whole)
-            key = (job.start_time + job.min_runtime, job.job_id)
-            if key in self._still_protected:
-                self._still_protected.remove(key)
-                np.subtract.at(self._protected_gpus, allocation.nodes, whole)
+        self._preemptible.remove(job.job_id)
         if job.unallocated:
             self._unallocated_running.discard(job.job_id)
         else:

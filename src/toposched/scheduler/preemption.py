@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, overload
 
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.state import MILLI_PER_GPU, ClusterState
+from toposched.cluster.state import (
+    MILLI_PER_GPU,
+    Allocation,
+    ClusterState,
+    row_sums,
+    take_rows,
+)
 from toposched.cluster.statement import Statement
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, place
+from toposched.scheduler.preemptible import PreemptibleIndex, SlotVerdicts, domain_nodes
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -65,7 +72,7 @@ class PreemptionPlan:
     """Evict `victims`, then the preemptor runs on `placement` (its nodes are nominated)."""
 
     preemptor: str
-    victims: tuple[Candidate, ...]
+    victims: Sequence[Candidate]
     placement: Placement
     impact: tuple[float, ...]
     exact: bool
@@ -74,6 +81,128 @@ class PreemptionPlan:
     @property
     def nodes(self) -> IntArray:
         return np.unique(self.placement.allocation.nodes)
+
+
+@dataclass(frozen=True)
+class CandidatePool:
+    """Candidates as arrays, one row per job: what the search reads. `Candidate` objects are
+    made only for the victims chosen, so thousands of candidates cost no Python object each."""
+
+    job_ids: Sequence[str]
+    rules: Sequence[str]
+    lost: FloatArray
+    """GPU-seconds lost per candidate."""
+    standing: FloatArray
+    whole: IntArray
+    """Whole GPUs each pod frees (a shared-GPU pod counts one)."""
+    pod_starts: IntArray
+    """Candidate i's pods are `pod_nodes[pod_starts[i]:pod_starts[i + 1]]`."""
+    pod_nodes: IntArray
+
+    def __len__(self) -> int:
+        return len(self.job_ids)
+
+    @property
+    def pod_owner(self) -> IntArray:
+        owner: IntArray = np.repeat(np.arange(len(self), dtype=np.int64), np.diff(self.pod_starts))
+        return owner
+
+    def candidate(self, row: int) -> Candidate:
+        return Candidate(
+            job_id=self.job_ids[row],
+            rule=self.rules[row],
+            lost_gpu_seconds=float(self.lost[row]),
+            standing=float(self.standing[row]),
+            nodes=self.pod_nodes[self.pod_starts[row] : self.pod_starts[row + 1]],
+            gpus_per_pod=float(self.whole[row]),
+        )
+
+    def take(self, rows: Sequence[int] | IntArray) -> list[Candidate]:
+        return [self.candidate(int(row)) for row in rows]
+
+    @staticmethod
+    def of(candidates: Sequence[Candidate]) -> CandidatePool:
+        counts = np.array([c.nodes.size for c in candidates], dtype=np.int64)
+        nodes = (
+            np.concatenate([c.nodes for c in candidates]).astype(np.int64)
+            if candidates
+            else np.zeros(0, dtype=np.int64)
+        )
+        return CandidatePool(
+            job_ids=[c.job_id for c in candidates],
+            rules=[c.rule for c in candidates],
+            lost=np.array([c.lost_gpu_seconds for c in candidates], dtype=np.float64),
+            standing=np.array([c.standing for c in candidates], dtype=np.float64),
+            whole=np.array([int(c.gpus_per_pod) for c in candidates], dtype=np.int64),
+            pod_starts=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+            pod_nodes=nodes,
+        )
+
+
+class VictimList(Sequence[Candidate]):
+    """Thousands of victims as arrays; each `Candidate` is made when it is read."""
+
+    def __init__(
+        self,
+        job_ids: Sequence[str] | NDArray[np.object_],
+        rules: list[str],
+        lost: FloatArray,
+        standing: FloatArray,
+        whole: IntArray,
+        allocations: dict[str, Allocation],
+    ) -> None:
+        self.job_ids = job_ids
+        self.rules = rules
+        self.lost = lost
+        self.standing = standing
+        self.whole = whole
+        self.allocations = allocations
+        """Who holds what (the cluster state's): a victim's nodes are read when it is."""
+
+    def __len__(self) -> int:
+        return len(self.job_ids)
+
+    @overload
+    def __getitem__(self, row: int) -> Candidate: ...
+
+    @overload
+    def __getitem__(self, row: slice) -> list[Candidate]: ...
+
+    def __getitem__(self, row: int | slice) -> Candidate | list[Candidate]:
+        if isinstance(row, slice):
+            return [self[i] for i in range(*row.indices(len(self)))]
+        job_id = str(self.job_ids[row])
+        allocation = self.allocations.get(job_id)
+        nodes = allocation.nodes if allocation is not None else np.zeros(0, dtype=np.int64)
+        return Candidate(
+            job_id=job_id,
+            rule=self.rules[row],
+            lost_gpu_seconds=float(self.lost[row]),
+            standing=float(self.standing[row]),
+            nodes=nodes,
+            gpus_per_pod=float(self.whole[row]),
+        )
+
+
+def _distinct_slots(owners: NDArray[np.integer], bound: int) -> IntArray:
+    """Sorted distinct slots in [0, bound) among `owners` (-1 for nobody, ignored), by marking
+    rather than sorting: the values are many and bounded."""
+    seen = np.zeros(bound + 1, dtype=bool)
+    seen[owners.reshape(-1)] = True  # -1 marks the extra last entry
+    distinct: IntArray = np.flatnonzero(seen[:-1])
+    return distinct
+
+
+def _subsets(count: int) -> NDArray[np.int64]:
+    """Every subset of `count` items as 0/1 rows, the empty set first."""
+    cached = _SUBSETS.get(count)
+    if cached is None:
+        cached = (np.arange(2**count)[:, None] >> np.arange(count)) & 1
+        _SUBSETS[count] = cached
+    return cached
+
+
+_SUBSETS: dict[int, NDArray[np.int64]] = {}
 
 
 class VictimSearch:
@@ -99,53 +228,49 @@ class VictimSearch:
         self.impact = impact or LeastLostWork()
         topology = state.topology
         self.leaf_level = len(topology.domain_levels) - 1
-        starts = topology.domain_starts[self.leaf_level]
+        self.leaf_starts: IntArray = topology.domain_starts[self.leaf_level].astype(np.int64)
+        self.leaf_of_node: IntArray = topology.node_domain[self.leaf_level].astype(np.int64)
         self.largest_leaf_gpus = int(
-            np.add.reduceat(topology.gpu_count.astype(np.int64), starts[:-1]).max()
+            np.add.reduceat(topology.gpu_count.astype(np.int64), self.leaf_starts[:-1]).max()
         )
 
     def plan(
-        self, preemptor: str, request: GangRequest, candidates: Sequence[Candidate]
+        self,
+        preemptor: str,
+        request: GangRequest,
+        candidates: Sequence[Candidate] | CandidatePool,
     ) -> PreemptionPlan | str:
         """A plan, or the reason no set of allowed victims makes room."""
-        if not candidates:
+        if not len(candidates):
             return "no running job may be preempted for it under the contract"
+        pool = candidates if isinstance(candidates, CandidatePool) else CandidatePool.of(candidates)
         # Gangs bound to one innermost domain (required there, or a single pod) are searched
         # domain by domain; others may combine free room and victims across domains.
-        one_domain = request.pods == 1 or (
-            request.required == self.leaf_level and self.leaf_level > 0
-        )
-        if one_domain:
-            local = self._one_domain(preemptor, request, candidates)
+        if self.is_one_domain(request):
+            local = self._one_domain(preemptor, request, pool)
             if local is not None:
                 return local
-        spread = self._many_domains(preemptor, request, candidates)
+        spread = self._many_domains(preemptor, request, pool)
         if isinstance(spread, PreemptionPlan):
             return spread
-        return self._explain(request, candidates, spread)
+        return self._explain(request, pool, spread)
 
-    def _explain(self, request: GangRequest, candidates: Sequence[Candidate], fallback: str) -> str:
+    def is_one_domain(self, request: GangRequest) -> bool:
+        return request.pods == 1 or (request.required == self.leaf_level and self.leaf_level > 0)
+
+    def _explain(self, request: GangRequest, pool: CandidatePool, fallback: str) -> str:
         """Why no victim set works: what the job would still lack with every candidate gone."""
         statement = Statement(self.state)
         try:
-            statement.release_many([c.job_id for c in candidates])
+            statement.release_many(list(pool.job_ids))
             everything = place(self.state, request, self.policy)
         finally:
             statement.discard()
         if isinstance(everything, Placement):
             return fallback
-        return (
-            f"even evicting all {len(candidates)} preemptible jobs leaves no room: "
-            f"{everything.reason}"
-        )
+        return f"even evicting all {len(pool)} preemptible jobs leaves no room: {everything.reason}"
 
     # --- shared ---------------------------------------------------------------------------------
-    def _freed_per_node(self, candidates: Sequence[Candidate]) -> tuple[IntArray, IntArray]:
-        """(node, whole GPUs freed) pairs for every pod of every candidate, flattened."""
-        nodes = np.concatenate([c.nodes for c in candidates])
-        gpus = np.concatenate([np.full(c.nodes.size, int(c.gpus_per_pod)) for c in candidates])
-        return nodes.astype(np.int64), gpus.astype(np.int64)
-
     def _pods_fit(self, free: IntArray, request: GangRequest) -> IntArray:
         """Pods each node could hold with `free` whole GPUs (GPU count only)."""
         if request.gpus_per_pod == 0:
@@ -154,50 +279,71 @@ class VictimSearch:
             return free * (MILLI_PER_GPU // request.gpu_milli)
         return free // request.gpus_per_pod
 
+    def _usable(self, nodes: IntArray, request: GangRequest) -> NDArray[np.bool_]:
+        usable: NDArray[np.bool_] = self.state.health[nodes] == 0
+        if request.allowed_models is not None:
+            usable &= np.isin(self.state.topology.gpu_model[nodes], request.allowed_models)
+        return usable
+
     def _verify(
         self, preemptor: str, request: GangRequest, victims: Sequence[Candidate], exact: bool
     ) -> PreemptionPlan | None:
-        statement = Statement(self.state)
-        try:
-            statement.release_many([v.job_id for v in victims])
+        held = self.state.allocations
+        with self.state.parts_released([held[v.job_id] for v in victims]):
             placed = place(self.state, request, self.policy)
-        finally:
-            statement.discard()
         if not isinstance(placed, Placement):
             return None
+        if len(victims) <= SPARE_CHECKS:
+            # The engine may place the gang where some victims never were (room elsewhere):
+            # those need not leave, and the placement stands without them.
+            used = np.zeros(self.state.topology.n_nodes, dtype=bool)
+            used[placed.allocation.nodes] = True
+            victims = [v for v in victims if used[v.nodes].any()]
         return PreemptionPlan(preemptor, tuple(victims), placed, self.impact.key(victims), exact)
 
     # --- one innermost domain ------------------------------------------------------------------
     def _one_domain(
-        self, preemptor: str, request: GangRequest, candidates: Sequence[Candidate]
+        self, preemptor: str, request: GangRequest, pool: CandidatePool
     ) -> PreemptionPlan | None:
+        """Only the innermost domains some candidate touches are looked at: a domain without
+        candidates cannot gain room."""
         state, topology = self.state, self.state.topology
-        leaf_of_node = topology.node_domain[self.leaf_level]
-        usable = (state.health == 0).astype(np.int64)
-        if request.allowed_models is not None:
-            usable &= np.isin(topology.gpu_model, request.allowed_models)
+        starts = self.leaf_starts
+        pod_owner = pool.pod_owner
+        pod_leaf = self.leaf_of_node[pool.pod_nodes]
+        leaves = np.unique(pod_leaf)
+        nodes = domain_nodes(starts, leaves)
+        sizes = starts[leaves + 1] - starts[leaves]
+        offsets = np.cumsum(sizes) - sizes
         # Room per leaf if every candidate touching it left: an upper bound to rank leaves.
-        nodes, gpus = self._freed_per_node(candidates)
-        potential = state.free_whole_gpus.astype(np.int64)
-        np.add.at(potential, nodes, gpus)
-        potential = np.minimum(potential, topology.gpu_count) * usable
-        starts = topology.domain_starts[self.leaf_level]
-        room = np.add.reduceat(self._pods_fit(potential, request), starts[:-1])
-        leaves = np.flatnonzero(room >= request.pods)
-        if leaves.size == 0:
+        where = offsets[np.searchsorted(leaves, pod_leaf)] + pool.pod_nodes - starts[pod_leaf]
+        freed = np.bincount(where, weights=pool.whole[pod_owner], minlength=nodes.size)
+        free = state.free_whole_gpus[nodes].astype(np.int64)
+        usable = self._usable(nodes, request)
+        potential = np.minimum(free + freed.astype(np.int64), topology.gpu_count[nodes]) * usable
+        room = np.add.reduceat(self._pods_fit(potential, request), offsets)
+        qualifying = np.flatnonzero(room >= request.pods)
+        if qualifying.size == 0:
             return None
-        victims_by_leaf: dict[int, list[int]] = {}
-        pod_owner = np.repeat(np.arange(len(candidates)), [c.nodes.size for c in candidates])
-        for leaf, owner in set(zip(leaf_of_node[nodes].tolist(), pod_owner.tolist(), strict=True)):
-            victims_by_leaf.setdefault(leaf, []).append(owner)
-        costs = np.array([c.lost_gpu_seconds for c in candidates])
-        bound = np.array(
-            [costs[victims_by_leaf.get(int(leaf), [])].sum() for leaf in leaves], dtype=float
+        # (leaf position, candidate) pairs with the whole GPUs the candidate frees there.
+        pair_code = np.searchsorted(leaves, pod_leaf) * len(pool) + pod_owner
+        codes, inverse = np.unique(pair_code, return_inverse=True)
+        supply = np.bincount(inverse, weights=pool.whole[pod_owner], minlength=codes.size)
+        pair_leaf, pair_owner = codes // len(pool), codes % len(pool)
+        bound = np.bincount(pair_leaf, weights=pool.lost[pair_owner], minlength=leaves.size)
+        lower = self._lower_bounds(
+            request, pool, free * usable, offsets, pair_leaf, pair_owner, supply
         )
+        order = qualifying[np.argsort(bound[qualifying], kind="stable")][:DOMAINS_EXAMINED]
         best: PreemptionPlan | None = None
-        for leaf in leaves[np.argsort(bound, kind="stable")][:DOMAINS_EXAMINED]:
-            members = sorted(victims_by_leaf.get(int(leaf), []))
-            chosen = self._choose_in_leaf(int(leaf), request, [candidates[i] for i in members])
+        for position in order.tolist():
+            if best is not None and lower is not None:
+                # Least lost work first: a domain whose every victim set loses more than the
+                # best found cannot win (a small tolerance keeps float ties examined).
+                if lower[position] > best.impact[0] * (1 + 1e-9) + 1e-9:
+                    continue
+            members = pair_owner[pair_leaf == position]
+            chosen = self._choose_in_leaf(int(leaves[position]), request, pool, members)
             if chosen is None:
                 continue
             victims, exact = chosen
@@ -208,49 +354,85 @@ class VictimSearch:
                 best = plan
         return best
 
+    def _lower_bounds(
+        self,
+        request: GangRequest,
+        pool: CandidatePool,
+        usable_free: IntArray,
+        offsets: IntArray,
+        pair_leaf: IntArray,
+        pair_owner: IntArray,
+        supply: FloatArray,
+    ) -> FloatArray | None:
+        """Per leaf, a lower bound of the work any victim set opening it loses: the fractional
+        knapsack relaxation (candidates by lost work per whole GPU freed there, the last one in
+        part, until the GPUs the gang lacks there are covered). None when the impact key does
+        not start with lost work or pods are not whole GPUs."""
+        if type(self.impact) is not LeastLostWork or request.is_fractional:
+            return None
+        if request.gpus_per_pod == 0:
+            return None
+        need = request.pods * request.gpus_per_pod - np.add.reduceat(usable_free, offsets)
+        ratio = np.where(supply > 0, pool.lost[pair_owner] / np.maximum(supply, 1), np.inf)
+        order = np.lexsort((ratio, pair_leaf))
+        sorted_leaf, sorted_supply, sorted_ratio = pair_leaf[order], supply[order], ratio[order]
+        total = np.cumsum(sorted_supply)
+        group_first = np.searchsorted(sorted_leaf, sorted_leaf)
+        # GPUs freed in the same leaf by cheaper candidates.
+        before = total - sorted_supply - (total[group_first] - sorted_supply[group_first])
+        take = np.clip(need[sorted_leaf] - before, 0, sorted_supply)
+        used = take > 0
+        lower: FloatArray = np.bincount(
+            sorted_leaf[used], weights=take[used] * sorted_ratio[used], minlength=offsets.size
+        )
+        return lower
+
     def _choose_in_leaf(
-        self, leaf: int, request: GangRequest, victims: list[Candidate]
+        self, leaf: int, request: GangRequest, pool: CandidatePool, members: IntArray
     ) -> tuple[list[Candidate], bool] | None:
-        """The least-impact subset of `victims` that gives the leaf room for the gang."""
+        """The least-impact subset of the `members` rows of `pool` that gives the leaf room."""
         state, topology = self.state, self.state.topology
         first, last = topology.domain_range(self.leaf_level, leaf)
-        healthy = state.health[first:last] == 0
+        healthy = self._usable(np.arange(first, last), request)
         free = state.free_whole_gpus[first:last].astype(np.int64)
         cap = topology.gpu_count[first:last].astype(np.int64)
         # freed[v, n]: whole GPUs victim v frees on node n of this leaf.
-        freed = np.zeros((len(victims), last - first), dtype=np.int64)
-        for row, victim in enumerate(victims):
-            inside = victim.nodes[(victim.nodes >= first) & (victim.nodes < last)] - first
-            np.add.at(freed[row], inside, int(victim.gpus_per_pod))
+        count = members.size
+        freed = np.zeros((count, last - first), dtype=np.int64)
+        for row, member in enumerate(members.tolist()):
+            nodes = pool.pod_nodes[pool.pod_starts[member] : pool.pod_starts[member + 1]]
+            inside = nodes[(nodes >= first) & (nodes < last)] - first
+            np.add.at(freed[row], inside, int(pool.whole[member]))
 
-        def room(selection: NDArray[np.bool_]) -> IntArray:
-            after = np.minimum(free[None, :] + selection.astype(np.int64) @ freed, cap[None, :])
+        def room(selection: NDArray[np.int64]) -> IntArray:
+            after = np.minimum(free[None, :] + selection @ freed, cap[None, :])
             fits: IntArray = (self._pods_fit(after, request) * healthy[None, :]).sum(axis=1)
             return fits
 
-        if len(victims) <= EXACT_VICTIMS:
-            subsets = (np.arange(2 ** len(victims))[:, None] >> np.arange(len(victims))) & 1
-            feasible = np.flatnonzero(room(subsets.astype(bool)) >= request.pods)
+        if count <= EXACT_VICTIMS:
+            subsets = _subsets(count)
+            feasible = np.flatnonzero(room(subsets) >= request.pods)
             if feasible.size == 0:
                 return None
             if type(self.impact) is LeastLostWork:
                 # The default key is a sum per victim: rank every subset with one matrix product.
-                per_victim = np.array(
-                    [(v.lost_gpu_seconds, 1.0, v.standing) for v in victims], dtype=float
-                ).reshape(-1, 3)
+                per_victim = np.stack(
+                    [pool.lost[members], np.ones(count), pool.standing[members]], axis=1
+                )
                 totals = subsets[feasible] @ per_victim
                 winner = feasible[np.lexsort((totals[:, 2], totals[:, 1], totals[:, 0]))[0]]
             else:
                 keys = [
-                    self.impact.key([victims[i] for i in np.flatnonzero(subsets[s])])
+                    self.impact.key(pool.take(members[np.flatnonzero(subsets[s])]))
                     for s in feasible
                 ]
                 winner = feasible[min(range(len(keys)), key=keys.__getitem__)]
-            return [victims[i] for i in np.flatnonzero(subsets[winner])], True
-        order = sorted(range(len(victims)), key=lambda i: self.impact.key([victims[i]]))
-        selection = np.zeros((1, len(victims)), dtype=bool)
+            return pool.take(members[np.flatnonzero(subsets[winner])]), True
+        victims = pool.take(members)
+        order = sorted(range(count), key=lambda i: self.impact.key([victims[i]]))
+        selection = np.zeros((1, count), dtype=np.int64)
         for index in order:
-            selection[0, index] = True
+            selection[0, index] = 1
             if room(selection)[0] >= request.pods:
                 break
         else:
@@ -258,36 +440,33 @@ class VictimSearch:
         # Spare the costliest victims that are not needed, so that none can be spared.
         for index in reversed(order):
             if selection[0, index]:
-                selection[0, index] = False
+                selection[0, index] = 0
                 if room(selection)[0] < request.pods:
-                    selection[0, index] = True
+                    selection[0, index] = 1
         return [victims[i] for i in np.flatnonzero(selection[0])], False
 
     # --- many domains --------------------------------------------------------------------------
     def _many_domains(
-        self, preemptor: str, request: GangRequest, candidates: Sequence[Candidate]
+        self, preemptor: str, request: GangRequest, pool: CandidatePool
     ) -> PreemptionPlan | str:
         state, topology = self.state, self.state.topology
-        leaf_of_node = topology.node_domain[self.leaf_level]
-        starts = topology.domain_starts[self.leaf_level]
-        nodes, gpus = self._freed_per_node(candidates)
+        starts = self.leaf_starts
         usable = (state.health == 0).astype(np.int64)
         now_room = np.add.reduceat(
             self._pods_fit(state.free_whole_gpus.astype(np.int64), request) * usable, starts[:-1]
         )
+        pod_owner = pool.pod_owner
         potential = state.free_whole_gpus.astype(np.int64)
-        np.add.at(potential, nodes, gpus)
+        np.add.at(potential, pool.pod_nodes, pool.whole[pod_owner])
         potential = np.minimum(potential, topology.gpu_count) * usable
         room = np.add.reduceat(self._pods_fit(potential, request), starts[:-1])
         granule = request.granule(self.leaf_level)
         now_room, room = now_room // granule * granule, room // granule * granule
         gain = room - now_room
-        pod_owner = np.repeat(np.arange(len(candidates)), [c.nodes.size for c in candidates])
-        costs = np.array([c.lost_gpu_seconds for c in candidates], dtype=float)
-        leaf_pairs = np.unique(np.stack([leaf_of_node[nodes], pod_owner]), axis=1)
+        leaf_pairs = np.unique(np.stack([self.leaf_of_node[pool.pod_nodes], pod_owner]), axis=1)
         leaf_cost = np.bincount(
             leaf_pairs[0],
-            weights=costs[leaf_pairs[1]],
+            weights=pool.lost[leaf_pairs[1]],
             minlength=topology.n_domains(self.leaf_level),
         )
         need = request.pods - int(now_room.sum())
@@ -299,17 +478,121 @@ class VictimSearch:
             return "evicting every preemptible job still leaves too little room in whole slices"
         chosen_leaves = order[: int(np.searchsorted(covered, need)) + 1]
         in_chosen = np.isin(leaf_pairs[0], chosen_leaves)
-        chosen = sorted(set(leaf_pairs[1][in_chosen].tolist()))
-        victims = [candidates[i] for i in chosen]
+        victims = pool.take(np.unique(leaf_pairs[1][in_chosen]))
         plan = self._verify(preemptor, request, victims, exact=False)
         if plan is None:
             # Topology above the leaves (required/preferred) may want other domains: fall back
             # to every candidate, then spare what is not needed.
-            victims = list(candidates)
+            victims = pool.take(np.arange(len(pool)))
             plan = self._verify(preemptor, request, victims, exact=False)
             if plan is None:
                 return "no victim set found that satisfies the job's topology"
-        # Sparing costs one placement check per victim: done for small sets only.
+        return self._spare(preemptor, request, plan)
+
+    # --- across many domains, from the aggregates ----------------------------------------------
+    def across_domains(
+        self,
+        preemptor: str,
+        request: GangRequest,
+        index: PreemptibleIndex,
+        verdicts_of: Callable[[IntArray], SlotVerdicts],
+        now: float,
+    ) -> PreemptionPlan | str | None:
+        """Victims for a gang of whole-GPU pods spread over innermost domains, without a list
+        of every candidate: None when this path does not apply or finds nothing (the general
+        search then runs), a reason when the aggregates prove that nothing can work.
+
+        Per domain, the pods it holds now (in whole slices) come from the free-GPU histogram,
+        and the most it could gain from its free plus unprotected GPUs. Domains are taken by
+        the work lost evicting all their unprotected jobs per pod gained; their room is then
+        counted node by node with only the jobs the contract allows, in growing batches, until
+        the gang's shortfall is covered. Every allowed job on a chosen domain is a victim. The
+        placement engine checks the set on the state with those jobs' GPUs in the chosen
+        domains freed (their pods elsewhere are not counted: a conservative check).
+        """
+        if request.is_fractional or request.gpus_per_pod == 0 or self.leaf_level == 0:
+            return None
+        state, topology = self.state, self.state.topology
+        per_pod = request.gpus_per_pod
+        index.refresh(now)
+        hist = state.free_hist[self.leaf_level]
+        if request.allowed_models is not None:
+            hist = hist[:, request.allowed_models, :]
+        pods_for_k = np.arange(hist.shape[2], dtype=np.int64) // per_pod
+        granule = request.granule(self.leaf_level)
+        now_room = hist.sum(axis=1, dtype=np.int64) @ pods_for_k // granule * granule
+        most = (state.free_gpus[self.leaf_level] + index.leaf_freeable) // per_pod
+        gain = most // granule * granule - now_room
+        need = request.pods - int(now_room.sum())
+        helpful = np.flatnonzero(gain > 0)
+        if need <= 0 or helpful.size == 0:
+            return None
+        if int(gain[helpful].sum()) < need:
+            return "even evicting every unprotected job leaves too little room in whole slices"
+        cost = index.leaf_cost_bound(helpful, now)
+        order = helpful[np.argsort(cost / gain[helpful], kind="stable")]
+        batch = int(np.searchsorted(np.cumsum(gain[order]), need)) + 1
+        batch += batch // 8 + DOMAINS_EXAMINED
+        starts = self.leaf_starts
+        covered = done = 0
+        chosen: list[IntArray] = []
+        # Per slot, whether the contract allows evicting it; the extra last entry answers for
+        # GPUs nobody holds (owner -1).
+        allowed = np.zeros(index.ids.shape[0] + 1, dtype=bool)
+        while covered < need and done < order.size:
+            leaves = order[done : done + batch]
+            done += leaves.size
+            batch *= 2
+            nodes = domain_nodes(starts, leaves)
+            owners = take_rows(index.gpu_owner, nodes)
+            unique = _distinct_slots(owners, index.ids.shape[0])
+            allowed[unique] = verdicts_of(unique).allowed
+            held = allowed[owners]
+            potential = np.minimum(
+                state.free_whole_gpus[nodes] + row_sums(held), topology.gpu_count[nodes]
+            ) * self._usable(nodes, request)
+            sizes = starts[leaves + 1] - starts[leaves]
+            offsets = np.cumsum(sizes) - sizes
+            room = np.add.reduceat(potential // per_pod, offsets) // granule * granule
+            gained = np.maximum(room - now_room[leaves], 0)
+            reach = covered + np.cumsum(gained)
+            count = min(int(np.searchsorted(reach, need)) + 1, leaves.size)
+            covered = int(reach[count - 1])
+            chosen.append(leaves[:count][gained[:count] > 0])
+        if covered < need:
+            return None
+        # In node order, so that the what-if below touches sorted nodes.
+        nodes = domain_nodes(starts, np.sort(np.concatenate(chosen)))
+        owners = take_rows(index.gpu_owner, nodes)
+        held = allowed[owners]
+        victim_slots = _distinct_slots(owners[held], index.ids.shape[0])
+        verdicts = verdicts_of(victim_slots)
+        if index.cpu_milli[victim_slots].any() or index.memory_mib[victim_slots].any():
+            released = state.parts_released(index.whole_gpu_parts(nodes, held))
+        else:
+            released = state.gpus_released(nodes, held)
+        with released:
+            placed = place(state, request, self.policy)
+        if not isinstance(placed, Placement):
+            return None
+        victims = VictimList(
+            job_ids=index.ids[victim_slots],
+            rules=verdicts.rules_of(np.arange(victim_slots.size)),
+            lost=index.gpus[victim_slots] * np.maximum(now - index.since[victim_slots], 0.0),
+            standing=verdicts.standing,
+            whole=index.whole[victim_slots],
+            allocations=state.allocations,
+        )
+        if type(self.impact) is LeastLostWork:
+            impact = (float(victims.lost.sum()), float(len(victims)), float(victims.standing.sum()))
+        else:
+            impact = self.impact.key(victims)
+        plan = PreemptionPlan(preemptor, victims, placed, impact, exact=False)
+        return self._spare(preemptor, request, plan)
+
+    def _spare(self, preemptor: str, request: GangRequest, plan: PreemptionPlan) -> PreemptionPlan:
+        """Drop victims, costliest first, while the gang still places. Each costs one placement
+        check, so this is done for sets of up to `SPARE_CHECKS` victims only."""
         spare_candidates = [] if len(plan.victims) > SPARE_CHECKS else list(plan.victims)
         for victim in sorted(spare_candidates, key=lambda v: self.impact.key([v]), reverse=True):
             trial = [v for v in plan.victims if v.job_id != victim.job_id]

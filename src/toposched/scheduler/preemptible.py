@@ -1,0 +1,322 @@
+"""Running jobs as arrays, with per-domain aggregates of the GPUs that preemption could free."""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState, row_sums
+
+IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+
+_NO_OWNER = -1
+
+
+@dataclass
+class SlotVerdicts:
+    """The contract's answer for each of some slots: allowed, by which rule, and standing."""
+
+    allowed: BoolArray
+    rule: IntArray
+    """Index into `rule_names`, where allowed."""
+    rule_names: list[str]
+    standing: FloatArray
+
+    def rules_of(self, rows: IntArray) -> list[str]:
+        if len(self.rule_names) == 1:
+            return [self.rule_names[0]] * rows.size
+        names = self.rule_names
+        return [names[code] for code in self.rule[rows].tolist()]
+
+
+def domain_nodes(starts: IntArray, domains: IntArray) -> IntArray:
+    """Every node of `domains` (indices into one level's `starts`), domain after domain."""
+    first = starts[domains]
+    sizes = starts[domains + 1] - first
+    offsets = np.repeat(first - (np.cumsum(sizes) - sizes), sizes)
+    nodes: IntArray = np.arange(int(sizes.sum()), dtype=np.int64) + offsets
+    return nodes
+
+
+class PreemptibleIndex:
+    """Running jobs by slot (one row per job in parallel arrays) and, per innermost domain, the
+    GPUs and work of the *unprotected* ones: unallocated work, and allocated jobs past their min
+    runtime, not already being evicted (whatever their standing: the contract filters later).
+
+    A preemption decision reads these instead of scanning nodes: per domain, free GPUs plus
+    `leaf_freeable` bounds the room eviction could make, and `now * leaf_weight -
+    leaf_weighted_since` is the work lost by evicting every unprotected job touching it (an upper
+    bound of the cheapest set there). `gpu_owner` names the slot of the whole-GPU pod on each GPU,
+    so the jobs on a set of nodes are one gather; shared-GPU pods are kept per node aside.
+    Protection ends are applied lazily, in time order, by `refresh(now)`.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        topology = state.topology
+        self.state = state
+        self.leaf_level = len(topology.domain_levels) - 1
+        self.leaf_starts: IntArray = topology.domain_starts[self.leaf_level].astype(np.int64)
+        self.leaf_of_node: IntArray = topology.node_domain[self.leaf_level].astype(np.int64)
+        n_leaves = topology.n_domains(self.leaf_level)
+        width = max(topology.max_gpus_per_node, 1)
+        self.gpu_owner: NDArray[np.int32] = np.full(
+            (topology.n_nodes, width), _NO_OWNER, dtype=np.int32
+        )
+        self.shared_on_node: dict[int, set[int]] = {}
+        self.shared_in_leaf: IntArray = np.zeros(n_leaves, dtype=np.int64)
+        self.leaf_freeable: IntArray = np.zeros(n_leaves, dtype=np.int64)
+        self.leaf_weight: FloatArray = np.zeros(n_leaves, dtype=np.float64)
+        self.leaf_weighted_since: FloatArray = np.zeros(n_leaves, dtype=np.float64)
+        self.slot_of: dict[str, int] = {}
+        self.allocations: list[Allocation | None] = []
+        self._free_slots: list[int] = []
+        self._serial: list[int] = []
+        self._protection: list[tuple[float, int, int]] = []  # (protected until, slot, serial)
+        self.accounts: dict[str, int] = {}
+        self.account_names: list[str] = []
+        capacity = 1024
+        self.ids: NDArray[np.object_] = np.empty(capacity, dtype=object)
+        self.gpus: FloatArray = np.zeros(capacity)
+        self.since: FloatArray = np.zeros(capacity)
+        self.protected_until: FloatArray = np.zeros(capacity)
+        self.whole: IntArray = np.zeros(capacity, dtype=np.int64)
+        self.cpu_milli: IntArray = np.zeros(capacity, dtype=np.int64)
+        self.memory_mib: IntArray = np.zeros(capacity, dtype=np.int64)
+        self.account: IntArray = np.zeros(capacity, dtype=np.int64)
+        self.priority: IntArray = np.zeros(capacity, dtype=np.int64)
+        self.unallocated: BoolArray = np.zeros(capacity, dtype=bool)
+        self.evicting: BoolArray = np.zeros(capacity, dtype=bool)
+        self.counted: BoolArray = np.zeros(capacity, dtype=bool)
+
+    # --- jobs come and go ------------------------------------------------------------------------
+    def _grow(self) -> None:
+        for name in (
+            "ids",
+            "gpus",
+            "since",
+            "protected_until",
+            "whole",
+            "cpu_milli",
+            "memory_mib",
+            "account",
+            "priority",
+            "unallocated",
+            "evicting",
+            "counted",
+        ):
+            old = getattr(self, name)
+            new = np.zeros(2 * old.shape[0], dtype=old.dtype)
+            if old.dtype == object:
+                new = np.empty(2 * old.shape[0], dtype=object)
+            new[: old.shape[0]] = old
+            setattr(self, name, new)
+
+    def add(
+        self,
+        job_id: str,
+        allocation: Allocation,
+        gpus: float,
+        since: float,
+        protected_until: float,
+        unallocated: bool,
+        account: str,
+        priority: int,
+    ) -> None:
+        """A job started (or was adopted) on `allocation`."""
+        if self._free_slots:
+            slot = self._free_slots.pop()
+            self.allocations[slot] = allocation
+            self._serial[slot] += 1
+        else:
+            slot = len(self.allocations)
+            self.allocations.append(allocation)
+            self._serial.append(0)
+            if slot >= self.ids.shape[0]:
+                self._grow()
+        self.slot_of[job_id] = slot
+        code = self.accounts.get(account)
+        if code is None:
+            code = self.accounts[account] = len(self.account_names)
+            self.account_names.append(account)
+        shared = allocation.gpu_milli != MILLI_PER_GPU
+        self.ids[slot] = job_id
+        self.gpus[slot] = gpus
+        self.since[slot] = since
+        self.protected_until[slot] = -np.inf if unallocated else protected_until
+        # A shared-GPU pod may free its whole GPU (if alone on it): counted optimistically,
+        # since every plan is verified by the placement engine before it is used.
+        self.whole[slot] = 1 if shared else allocation.gpus.shape[1]
+        self.cpu_milli[slot] = allocation.cpu_milli
+        self.memory_mib[slot] = allocation.memory_mib
+        self.account[slot] = code
+        self.priority[slot] = priority
+        self.unallocated[slot] = unallocated
+        self.evicting[slot] = False
+        self.counted[slot] = False
+        if shared:
+            for node in allocation.nodes.tolist():
+                self.shared_on_node.setdefault(node, set()).add(slot)
+            np.add.at(self.shared_in_leaf, self.leaf_of_node[allocation.nodes], 1)
+        elif allocation.gpus.size:
+            self.gpu_owner[allocation.nodes[:, None], allocation.gpus] = slot
+        if unallocated:
+            self._count(slot, +1)
+        else:
+            heapq.heappush(self._protection, (protected_until, slot, self._serial[slot]))
+
+    def remove(self, job_id: str) -> None:
+        """A job stopped (finished, failed, evicted, cancelled)."""
+        slot = self.slot_of.pop(job_id)
+        allocation = self.allocations[slot]
+        assert allocation is not None
+        if self.counted[slot]:
+            self._count(slot, -1)
+        if allocation.gpu_milli != MILLI_PER_GPU:
+            for node in set(allocation.nodes.tolist()):
+                owners = self.shared_on_node[node]
+                owners.discard(slot)
+                if not owners:
+                    del self.shared_on_node[node]
+            np.subtract.at(self.shared_in_leaf, self.leaf_of_node[allocation.nodes], 1)
+        elif allocation.gpus.size:
+            self.gpu_owner[allocation.nodes[:, None], allocation.gpus] = _NO_OWNER
+        self.allocations[slot] = None
+        self.ids[slot] = None
+        self._free_slots.append(slot)
+
+    def mark_evicting(self, job_id: str) -> None:
+        """An eviction was decided: the job's GPUs are spoken for."""
+        slot = self.slot_of[job_id]
+        self.evicting[slot] = True
+        if self.counted[slot]:
+            self._count(slot, -1)
+
+    def mark_evicting_many(self, job_ids: list[str]) -> None:
+        """`mark_evicting` for thousands of jobs at once (a large preemptor's victims)."""
+        slot_of = self.slot_of
+        slots = np.array([slot_of[job_id] for job_id in job_ids], dtype=np.int64)
+        self.evicting[slots] = True
+        counted = slots[self.counted[slots]]
+        if counted.size == 0:
+            return
+        pods = [self.allocations[slot].nodes for slot in counted.tolist()]  # type: ignore[union-attr]
+        per_job = np.array([p.size for p in pods], dtype=np.int64)
+        job_of_pod = np.repeat(np.arange(counted.size), per_job)
+        leaves = self.leaf_of_node[np.concatenate(pods)]
+        np.subtract.at(self.leaf_freeable, leaves, self.whole[counted][job_of_pod])
+        # Work counts once per (job, domain) pair.
+        n_leaves = self.leaf_freeable.size
+        pairs = np.unique(job_of_pod * n_leaves + leaves)
+        job, leaf = pairs // n_leaves, pairs % n_leaves
+        gpus = self.gpus[counted][job]
+        np.subtract.at(self.leaf_weight, leaf, gpus)
+        np.subtract.at(self.leaf_weighted_since, leaf, gpus * self.since[counted][job])
+        self.counted[counted] = False
+
+    def checkpoint(self, job_id: str, since: float) -> None:
+        """The job's work is now lost only since `since`."""
+        slot = self.slot_of[job_id]
+        if self.counted[slot]:
+            self._count(slot, -1)
+            self.since[slot] = since
+            self._count(slot, +1)
+        else:
+            self.since[slot] = since
+
+    def refresh(self, now: float) -> None:
+        """Count the jobs whose protection has ended by `now`."""
+        protection = self._protection
+        while protection and protection[0][0] <= now:
+            _, slot, serial = heapq.heappop(protection)
+            if self._serial[slot] == serial and self.allocations[slot] is not None:
+                if not self.counted[slot] and not self.evicting[slot]:
+                    self._count(slot, +1)
+
+    def _count(self, slot: int, sign: int) -> None:
+        allocation = self.allocations[slot]
+        assert allocation is not None
+        leaves = self.leaf_of_node[allocation.nodes]
+        np.add.at(self.leaf_freeable, leaves, sign * int(self.whole[slot]))
+        touched = np.unique(leaves) if leaves.size > 1 else leaves
+        weight = sign * float(self.gpus[slot])
+        self.leaf_weight[touched] += weight
+        self.leaf_weighted_since[touched] += weight * float(self.since[slot])
+        self.counted[slot] = sign > 0
+
+    # --- queries ---------------------------------------------------------------------------------
+    def leaf_cost_bound(self, leaves: IntArray, now: float) -> FloatArray:
+        """Per innermost domain of `leaves`: work lost by evicting every unprotected job
+        touching it."""
+        bound: FloatArray = np.maximum(
+            now * self.leaf_weight[leaves] - self.leaf_weighted_since[leaves], 0.0
+        )
+        return bound
+
+    def unprotected(self, slots: IntArray, now: float) -> BoolArray:
+        """Which of `slots` are unallocated or past their min runtime, and not being evicted."""
+        free: BoolArray = (self.protected_until[slots] <= now) & ~self.evicting[slots]
+        return free
+
+    def freeable_on(self, nodes: IntArray, now: float) -> IntArray:
+        """Whole GPUs unprotected pods hold on each of `nodes` (shared pods count one each)."""
+        owners = self.gpu_owner[nodes]
+        held = owners >= 0
+        slots = owners[held]
+        held[held] = self.unprotected(slots.astype(np.int64), now)
+        freeable = row_sums(held)
+        if self.shared_on_node and self.shared_in_leaf[self.leaf_of_node[nodes]].any():
+            for row, node in enumerate(nodes.tolist()):
+                for slot in self.shared_on_node.get(node, ()):
+                    if self.protected_until[slot] <= now and not self.evicting[slot]:
+                        freeable[row] += 1
+        return freeable
+
+    def whole_gpu_parts(self, nodes: IntArray, held: BoolArray) -> list[Allocation]:
+        """What the whole-GPU pods marked in `held` (rows: `nodes`, columns: GPUs) hold there,
+        as allocation pieces for `ClusterState.release_parts`: the GPUs one per piece, and the
+        CPU and memory of those pods per node."""
+        rows, gpus = np.nonzero(held)
+        if rows.size == 0:
+            return []
+        owners = self.gpu_owner[nodes[rows], gpus].astype(np.int64)
+        parts = [Allocation(nodes[rows], gpus[:, None].astype(np.int64))]
+        cpu, memory = self.cpu_milli[owners], self.memory_mib[owners]
+        if cpu.any() or memory.any():
+            # A pod of w GPUs holds its CPU and memory once: charge them to its GPUs in equal
+            # shares, so each GPU row below carries 1/w of them (exact for whole pods).
+            per_gpu = self.whole[owners]
+            for share_cpu, share_memory in {
+                (int(c), int(m)) for c, m in zip(cpu.tolist(), memory.tolist(), strict=True)
+            }:
+                same = (cpu == share_cpu) & (memory == share_memory)
+                pods_on = np.bincount(rows[same], weights=1.0 / per_gpu[same])
+                counts = np.rint(pods_on).astype(np.int64)
+                pod_nodes = np.repeat(nodes[: counts.size], counts)
+                if pod_nodes.size and (share_cpu or share_memory):
+                    parts.append(
+                        Allocation(
+                            pod_nodes,
+                            np.zeros((pod_nodes.size, 0), dtype=np.int64),
+                            cpu_milli=share_cpu,
+                            memory_mib=share_memory,
+                        )
+                    )
+        return parts
+
+    def slots_on(self, nodes: IntArray) -> IntArray:
+        """Slots of every job holding a GPU on `nodes` (each once)."""
+        owners = self.gpu_owner[nodes].reshape(-1)
+        owners = owners[owners >= 0]
+        slots: IntArray = np.unique(owners).astype(np.int64)
+        if self.shared_on_node and self.shared_in_leaf[self.leaf_of_node[nodes]].any():
+            shared: set[int] = set()
+            for node in nodes.tolist():
+                shared |= self.shared_on_node.get(node, set())
+            if shared:
+                slots = np.union1d(slots, np.array(sorted(shared), dtype=np.int64))
+        return slots

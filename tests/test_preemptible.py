@@ -1,0 +1,95 @@
+"""Tests of PreemptibleIndex: who holds each GPU, per-rack aggregates, what-if pieces."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from toposched.cluster.loaders import topology_from_dict
+from toposched.cluster.state import Allocation, ClusterState
+from toposched.cluster.statement import Statement
+from toposched.scheduler.preemptible import PreemptibleIndex
+
+# Two racks of two nodes, 4 GPUs, 16 cores and 64 GiB each: n0, n1 in r0; n2, n3 in r1.
+CLUSTER = {
+    "levels": ["rack"],
+    "nodes": [
+        {"name": f"n{i}", "rack": f"r{i // 2}", "gpus": 4, "gpu_model": "X", "cpu": 16}
+        | {"memory": "64Gi"}
+        for i in range(4)
+    ],
+}
+
+
+def setup() -> tuple[ClusterState, PreemptibleIndex]:
+    state = ClusterState(topology_from_dict(CLUSTER))
+    index = PreemptibleIndex(state)
+    jobs = {
+        # `a`: 2 pods of 2 GPUs (1 core, 512 MiB each) on n0 and n2, unallocated, since 100 s.
+        "a": (Allocation.of([0, 2], [[0, 1], [2, 3]], cpu_milli=1000, memory_mib=512), 100, 0),
+        # `b`: 1 pod of 4 GPUs (2 cores) on n1, allocated, protected until 5000 s, since 0 s.
+        "b": (Allocation.of([1], [[0, 1, 2, 3]], cpu_milli=2000), 0, 5000),
+        # `c`: a shared quarter of GPU 0 of n3, unallocated, since 300 s.
+        "c": (Allocation.of([3], [[0]], gpu_milli=250), 300, 0),
+    }
+    for job_id, (allocation, since, until) in jobs.items():
+        state.allocate(job_id, allocation)
+        gpus = allocation.gpus.size * allocation.gpu_milli / 1000
+        index.add(job_id, allocation, gpus, since, until, until == 0, "team", 0)
+    return state, index
+
+
+def test_owners_and_aggregates_follow_protection_and_eviction() -> None:
+    state, index = setup()
+    a, b = index.slot_of["a"], index.slot_of["b"]
+    assert index.gpu_owner[:, :4].tolist() == [
+        [a, a, -1, -1],
+        [b, b, b, b],
+        [-1, -1, a, a],
+        [-1, -1, -1, -1],
+    ]
+    index.refresh(1000)
+    # r0: a's pod on n0 (2 GPUs; b is protected); r1: a's pod on n2 and c's shared pod.
+    assert index.leaf_freeable.tolist() == [2, 3]
+    # Lost at 1000 s: a = 4 x 900 in each rack; c = 0.25 x 700 in r1.
+    bound = index.leaf_cost_bound(np.array([0, 1]), 1000)
+    assert bound.tolist() == [3600.0, 3600.0 + 175.0]
+    index.refresh(5000)
+    assert index.leaf_freeable.tolist() == [6, 3]
+    index.mark_evicting("a")
+    assert index.leaf_freeable.tolist() == [4, 1]
+    index.remove("b")
+    assert index.leaf_freeable.tolist() == [0, 1]
+    assert (index.gpu_owner[1] == -1).all()
+
+
+def test_whole_gpu_parts_free_what_their_jobs_hold() -> None:
+    state, index = setup()
+    nodes = np.arange(4)
+    held = index.gpu_owner[nodes] >= 0
+    statement = Statement(state)
+    statement.release_many(["a", "b"])
+    released = state.snapshot()
+    statement.discard()
+    before = state.snapshot()
+
+    with state.parts_released(index.whole_gpu_parts(nodes, held)):
+        inside = state.snapshot()
+
+    for name, array in released.items():
+        assert np.array_equal(inside[name], array), name
+    for name, array in before.items():
+        assert np.array_equal(state.snapshot()[name], array), name
+
+
+def test_marking_many_victims_at_once_equals_one_by_one() -> None:
+    _, one_by_one = setup()
+    _, at_once = setup()
+    for index in (one_by_one, at_once):
+        index.refresh(6000)
+    for job_id in ("a", "c"):
+        one_by_one.mark_evicting(job_id)
+    at_once.mark_evicting_many(["a", "c"])
+    assert at_once.leaf_freeable.tolist() == one_by_one.leaf_freeable.tolist() == [4, 0]
+    assert np.allclose(at_once.leaf_weight, one_by_one.leaf_weight)
+    assert np.allclose(at_once.leaf_weighted_since, one_by_one.leaf_weighted_since)
+    assert at_once.evicting.tolist() == one_by_one.evicting.tolist()
