@@ -13,6 +13,8 @@ from toposched.cluster.topology import Topology
 
 MILLI_PER_GPU = 1000
 _TOTAL_COLUMNS = ("free_gpus", "free_milli", "idle_nodes", "cpu", "memory")
+_N_TOTALS = len(_TOTAL_COLUMNS)
+_TOTAL_INDEX = np.arange(_N_TOTALS, dtype=np.int64)
 # Below these sizes plain Python beats numpy's per-call overhead (measured with bench cluster).
 _SMALL = 64
 _MAX_PER_POD = 2**40
@@ -154,13 +156,31 @@ class ClusterState:
 
     def _recompute_aggregates(self) -> None:
         fresh = self.compute_aggregates()
-        self.free_hist = [h.astype(np.int32) for h in fresh["free_hist"]]
-        # One (domains x 5) block per level, so a one-node change is one row add per level;
-        # the named per-aggregate arrays are column views of it.
-        self._totals = [
-            np.stack([fresh[name][level] for name in _TOTAL_COLUMNS], axis=1)
-            for level in range(len(self.free_hist))
-        ]
+        top = self.topology
+        levels = len(fresh["free_hist"])
+        # Every level's domains stacked in one array (per-level views of it), so that a change
+        # to a node reaches its domain at every level in one indexed operation: row
+        # `_node_rows[node, level]` is the node's domain at that level.
+        counts = [top.n_domains(level) for level in range(levels)]
+        offsets = np.cumsum([0, *counts])
+        self._hist_all = np.concatenate(fresh["free_hist"]).astype(np.int32)
+        self.free_hist = [self._hist_all[offsets[i] : offsets[i + 1]] for i in range(levels)]
+        # One (domains x 5) block, so a one-node change is one row add per level; the named
+        # per-aggregate arrays are column views of it.
+        self._totals_all = np.concatenate(
+            [
+                np.stack([fresh[name][level] for name in _TOTAL_COLUMNS], axis=1)
+                for level in range(levels)
+            ]
+        )
+        self._totals = [self._totals_all[offsets[i] : offsets[i + 1]] for i in range(levels)]
+        self._node_rows = np.stack(
+            [top.node_domain[level].astype(np.int64) + offsets[level] for level in range(levels)],
+            axis=1,
+        )
+        # Flat views: numpy adds at 1-d indices far faster than at tuples of indices.
+        self._hist_flat = self._hist_all.reshape(-1)
+        self._totals_flat = self._totals_all.reshape(-1)
         self.free_gpus = [t[:, 0] for t in self._totals]
         self.free_milli = [t[:, 1] for t in self._totals]
         self.idle_nodes = [t[:, 2] for t in self._totals]
@@ -182,11 +202,12 @@ class ClusterState:
             and cpu == top.cpu_milli[node]
             and memory == top.memory_mib[node]
         )
-        row = np.array([whole, milli, idle, cpu, memory], dtype=np.int64) * sign
-        for level, domains in enumerate(top.node_domain):
-            d = domains[node]
-            self.free_hist[level][d, model, whole] += sign
-            self._totals[level][d] += row
+        # Scalar indexing level by level beats building index arrays for a single node.
+        values = np.array([whole, milli, idle, cpu, memory], dtype=np.int64) * sign
+        hist, totals = self._hist_all, self._totals_all
+        for row in self._node_rows[node].tolist():
+            hist[row, model, whole] += sign
+            totals[row] += values
 
     def _contribute(self, nodes: NDArray[np.int64], sign: int) -> None:
         """Add (sign=+1) or remove (-1) the aggregates' share of healthy `nodes` (unique)."""
@@ -204,11 +225,17 @@ class ClusterState:
         idle = self._node_idle(nodes).astype(np.int64)
         cpu = self.free_cpu_milli[nodes]
         memory = self.free_memory_mib[nodes]
-        rows = np.stack([whole, milli, idle, cpu, memory], axis=1) * sign
-        for level, domains in enumerate(top.node_domain):
-            d = domains[nodes]
-            np.add.at(self.free_hist[level], (d, model, whole), sign)
-            np.add.at(self._totals[level], d, rows)
+        values = np.stack([whole, milli, idle, cpu, memory], axis=1) * sign
+        # All levels at once: each node's row at every level, by flat index.
+        rows = self._node_rows[nodes]
+        buckets = (rows * self._n_models + model[:, None]) * self._hist_width + whole[:, None]
+        np.add.at(self._hist_flat, buckets.reshape(-1), sign)
+        columns = rows[:, :, None] * _N_TOTALS + _TOTAL_INDEX
+        np.add.at(
+            self._totals_flat,
+            columns.reshape(-1),
+            np.broadcast_to(values[:, None, :], columns.shape).reshape(-1),
+        )
 
     # --- validation ------------------------------------------------------------------------------
     def _validate_shape(self, allocation: Allocation, field: str) -> None:
@@ -470,7 +497,8 @@ class ClusterState:
             self.free_cpu_milli,
             self.free_memory_mib,
             self.health,
-            *self.free_hist,
-            *self._totals,
+            self._hist_all,
+            self._totals_all,
+            self._node_rows,
         ]
         return self.topology.nbytes() + sum(a.nbytes for a in arrays)
