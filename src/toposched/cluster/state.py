@@ -346,6 +346,9 @@ class ClusterState:
     # --- changes ------------------------------------------------------------------------------
     def _apply(self, allocation: Allocation, sign: int) -> None:
         """Take (sign=-1) or give back (+1) an allocation's resources, updating aggregates."""
+        if allocation.nodes.shape == (1,):
+            self._apply_one_pod(allocation, sign)
+            return
         self.version += 1
         touched, _ = self._unique(allocation.nodes)
         self._contribute(touched, -1)
@@ -361,6 +364,49 @@ class ClusterState:
         if allocation.memory_mib:
             np.add.at(self.free_memory_mib, allocation.nodes, sign * allocation.memory_mib)
         self._contribute(touched, +1)
+
+    def _apply_one_pod(self, allocation: Allocation, sign: int) -> None:
+        """`_apply` for one pod with Python scalars: the node's aggregates move by the change
+        in its values, once per level, instead of leaving and re-entering every level."""
+        self.version += 1
+        node = int(allocation.nodes[0])
+        healthy = self.health[node] == _HEALTHY
+        if healthy:
+            before = self._node_values(node)
+        row = self.gpu_free_milli[node]
+        change = sign * allocation.gpu_milli
+        for gpu in allocation.gpus[0].tolist():
+            row[gpu] += change
+        self.free_whole_gpus[node] = row.tolist().count(MILLI_PER_GPU)
+        if allocation.cpu_milli:
+            self.free_cpu_milli[node] += sign * allocation.cpu_milli
+        if allocation.memory_mib:
+            self.free_memory_mib[node] += sign * allocation.memory_mib
+        if not healthy:
+            return
+        after = self._node_values(node)
+        model = int(self.topology.gpu_model[node])
+        left, entered = before[0], after[0]
+        delta = np.array(after, dtype=np.int64) - np.array(before, dtype=np.int64)
+        hist, totals = self._hist_all, self._totals_all
+        for domain_row in self._node_rows[node].tolist():
+            if left != entered:
+                hist[domain_row, model, left] -= 1
+                hist[domain_row, model, entered] += 1
+            totals[domain_row] += delta
+
+    def _node_values(self, node: int) -> tuple[int, int, int, int, int]:
+        """One node's share of the totals: free whole GPUs, milli-GPU, idle, CPU, memory."""
+        top = self.topology
+        whole = int(self.free_whole_gpus[node])
+        cpu = int(self.free_cpu_milli[node])
+        memory = int(self.free_memory_mib[node])
+        idle = int(
+            whole == top.gpu_count[node]
+            and cpu == top.cpu_milli[node]
+            and memory == top.memory_mib[node]
+        )
+        return whole, sum(self.gpu_free_milli[node].tolist()), idle, cpu, memory
 
     def _apply_many(self, allocations: list[Allocation], sign: int) -> None:
         """`_apply` for many allocations in one vectorised pass (bulk release and re-take)."""
@@ -420,10 +466,41 @@ class ClusterState:
             raise InputError("owner", owner, "must be a non-empty job id")
         if owner in self.allocations:
             raise InputError("owner", owner, "already holds an allocation; release it first")
-        self._validate_shape(allocation, f"allocation[{owner}]")
-        self._check_fits(owner, allocation)
+        if not self._one_pod_fits(allocation):
+            # The full checks: they raise with the precise reason (or pass what the quick check
+            # could not vouch for).
+            self._validate_shape(allocation, f"allocation[{owner}]")
+            self._check_fits(owner, allocation)
         self._apply(allocation, -1)
         self.allocations[owner] = allocation
+
+    def _one_pod_fits(self, allocation: Allocation) -> bool:
+        """True if `allocation` is one well-formed pod of whole GPUs that fits now: the common
+        small job, checked with Python scalars (numpy's per-call cost dominates at this size).
+        False means "run the full checks", not "invalid"."""
+        nodes, gpus = allocation.nodes, allocation.gpus
+        if nodes.shape != (1,) or gpus.ndim != 2 or gpus.shape[0] != 1:
+            return False
+        if nodes.dtype.kind not in "iu" or gpus.dtype.kind not in "iu":
+            return False
+        if type(allocation.gpu_milli) is not int or allocation.gpu_milli != MILLI_PER_GPU:
+            return False
+        if type(allocation.cpu_milli) is not int or type(allocation.memory_mib) is not int:
+            return False
+        node = int(nodes[0])
+        if not 0 <= node < self.topology.n_nodes or self.health[node] != _HEALTHY:
+            return False
+        count = int(self.topology.gpu_count[node])
+        wanted = gpus[0].tolist()
+        if len(set(wanted)) != len(wanted) or not all(0 <= gpu < count for gpu in wanted):
+            return False
+        free = self.gpu_free_milli[node]
+        if any(free[gpu] != MILLI_PER_GPU for gpu in wanted):
+            return False
+        cpu, memory = allocation.cpu_milli, allocation.memory_mib
+        return 0 <= cpu <= min(_MAX_PER_POD, int(self.free_cpu_milli[node])) and 0 <= memory <= min(
+            _MAX_PER_POD, int(self.free_memory_mib[node])
+        )
 
     def release(self, owner: str) -> Allocation:
         """Give back everything `owner` holds and return what it was."""
