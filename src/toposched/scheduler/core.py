@@ -189,6 +189,22 @@ class _Failures:
         found = cached[3]
         return found if found is not None and pods >= found.pods else None
 
+    def find_beyond(
+        self, shape: tuple[object, ...], pods: int, fence: _Fence, opened: frozenset[int]
+    ) -> _Failure | None:
+        """`find` as if the fence let `opened` go: a failure found with none of those nodes
+        fenced (short jobs, before they try the reserved nodes)."""
+        found: _Failure | None = None
+        for failure in self.by_shape.get(shape, ()):
+            if (
+                pods >= failure.pods
+                and (found is None or failure.pods < found.pods)
+                and failure.fenced.isdisjoint(opened)
+                and failure.fenced <= fence.fenced
+            ):
+                found = failure
+        return found
+
     def add(self, shape: tuple[object, ...], failure: _Failure) -> None:
         """Remember a failure, unless one already known implies it; drop those it implies."""
         known = self.by_shape.setdefault(shape, [])
@@ -406,6 +422,7 @@ class Scheduler:
             declared_unallocated: dict[str, bool] = {}
             # Jobs refused preemption for the same reason share their explanation.
             no_preemption_texts: dict[tuple[str, str], str] = {}
+            reserved_nodes: frozenset[int] = frozenset()
             result.considered = len(entries)
             for entry, job in zip(entries, pending, strict=True):
                 job.reservation = None
@@ -449,17 +466,18 @@ class Scheduler:
                         self._failed(shape, job, outcome, fence, cycle_number)
                     if short:
                         assert reservation is not None
-                        # EASY backfill: a job ending before the reservation may use its nodes.
-                        fence.open(self._reserved_nodes)
-                        backfill = failures.find(shape, pods, fence, cycle_number)
+                        # EASY backfill: a job ending before the reservation may use its nodes,
+                        # unless a failure already shows that it does not fit even there.
+                        backfill = failures.find_beyond(shape, pods, fence, reserved_nodes)
                         if backfill is None:
+                            fence.open(self._reserved_nodes)
                             result.searches += 1
                             outcome = place(self.state, job.request, self.policy)
                             if isinstance(outcome, Placement):
                                 self._start(job, outcome, now)
                             else:
                                 self._failed(shape, job, outcome, fence, cycle_number)
-                        fence.close(self._reserved_nodes)
+                            fence.close(self._reserved_nodes)
                         if isinstance(outcome, Placement):
                             result.decisions.append(
                                 Bind(job.job_id, outcome.allocation, job.unallocated, True)
@@ -508,6 +526,7 @@ class Scheduler:
                             continue
                         self.reservation = reserved
                         job.reservation = reserved
+                        reserved_nodes = frozenset(self._reserved_nodes.tolist())
                         result.decisions.append(
                             Reserve(job.job_id, reserved.start_time, reserved.domain)
                         )
