@@ -414,9 +414,10 @@ class Scheduler:
             entries = list(self.queue.ordered(now))
             ranking = self.queue.ranking(now)
             pending = [jobs[entry.job_id] for entry in entries]
-            for job in pending:
-                if job.nomination is not None:
-                    fence.close(job.nomination.nodes)
+            nominated = [job.nomination.nodes for job in pending if job.nomination is not None]
+            if nominated:
+                # One change of the cluster state for all of them, not one per preemptor.
+                fence.close(np.concatenate(nominated))
             # The tier depends only on the account and the declared kind: asked once for each.
             declared_allocated: dict[str, bool] = {}
             declared_unallocated: dict[str, bool] = {}
