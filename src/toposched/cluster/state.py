@@ -15,6 +15,17 @@ MILLI_PER_GPU = 1000
 _TOTAL_COLUMNS = ("free_gpus", "free_milli", "idle_nodes", "cpu", "memory")
 _N_TOTALS = len(_TOTAL_COLUMNS)
 _TOTAL_INDEX = np.arange(_N_TOTALS, dtype=np.int64)
+_VIEWS = (
+    "free_hist",
+    "_totals",
+    "free_gpus",
+    "free_milli",
+    "idle_nodes",
+    "domain_free_cpu",
+    "domain_free_memory",
+    "_hist_flat",
+    "_totals_flat",
+)
 # Below these sizes plain Python beats numpy's per-call overhead (measured with bench cluster).
 _SMALL = 64
 _MAX_PER_POD = 2**40
@@ -162,30 +173,50 @@ class ClusterState:
         # to a node reaches its domain at every level in one indexed operation: row
         # `_node_rows[node, level]` is the node's domain at that level.
         counts = [top.n_domains(level) for level in range(levels)]
-        offsets = np.cumsum([0, *counts])
+        self._level_offsets = np.cumsum([0, *counts])
         self._hist_all = np.concatenate(fresh["free_hist"]).astype(np.int32)
-        self.free_hist = [self._hist_all[offsets[i] : offsets[i + 1]] for i in range(levels)]
-        # One (domains x 5) block, so a one-node change is one row add per level; the named
-        # per-aggregate arrays are column views of it.
+        # One (domains x 5) block, so a one-node change is one row add per level.
         self._totals_all = np.concatenate(
             [
                 np.stack([fresh[name][level] for name in _TOTAL_COLUMNS], axis=1)
                 for level in range(levels)
             ]
         )
-        self._totals = [self._totals_all[offsets[i] : offsets[i + 1]] for i in range(levels)]
         self._node_rows = np.stack(
-            [top.node_domain[level].astype(np.int64) + offsets[level] for level in range(levels)],
+            [
+                top.node_domain[level].astype(np.int64) + self._level_offsets[level]
+                for level in range(levels)
+            ],
             axis=1,
         )
-        # Flat views: numpy adds at 1-d indices far faster than at tuples of indices.
-        self._hist_flat = self._hist_all.reshape(-1)
-        self._totals_flat = self._totals_all.reshape(-1)
+        self._make_views()
+
+    def _make_views(self) -> None:
+        """The per-level and per-aggregate arrays, as views of the stacked ones."""
+        offsets = self._level_offsets.tolist()
+        levels = range(len(offsets) - 1)
+        self.free_hist = [self._hist_all[offsets[i] : offsets[i + 1]] for i in levels]
+        self._totals = [self._totals_all[offsets[i] : offsets[i + 1]] for i in levels]
         self.free_gpus = [t[:, 0] for t in self._totals]
         self.free_milli = [t[:, 1] for t in self._totals]
         self.idle_nodes = [t[:, 2] for t in self._totals]
         self.domain_free_cpu = [t[:, 3] for t in self._totals]
         self.domain_free_memory = [t[:, 4] for t in self._totals]
+        # Flat views: numpy adds at 1-d indices far faster than at tuples of indices.
+        self._hist_flat = self._hist_all.reshape(-1)
+        self._totals_flat = self._totals_all.reshape(-1)
+
+    def __getstate__(self) -> dict[str, object]:
+        # Views would come back from a pickle (or deepcopy) as independent copies that changes
+        # no longer reach: leave them out and make them again on load.
+        state = self.__dict__.copy()
+        for name in _VIEWS:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._make_views()
 
     def _contribute_one(self, node: int, sign: int) -> None:
         """`_contribute` for one node with scalar arithmetic: the common small-job case."""
