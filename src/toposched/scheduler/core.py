@@ -446,7 +446,9 @@ class Scheduler:
                     # neither does this one. Many pending jobs share a size, so each message is
                     # written once per cycle.
                     message = (
-                        memo_messages.get((id(known), pods)) if known.job_id != job.job_id else None
+                        memo_messages.get((id(known), pods))
+                        if known.job_id != entry.job_id
+                        else None
                     )
                     if message is None:
                         message = self._known_failure_reason(
