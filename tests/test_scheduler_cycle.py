@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pytest
 
 from toposched.cluster.builders import nvl72_cluster
@@ -17,7 +18,7 @@ from toposched.placement.jobspec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract
 from toposched.policy.usage import UsageTracker
-from toposched.scheduler.core import CycleResult, Scheduler
+from toposched.scheduler.core import CycleResult, Scheduler, _Failure, _Failures, _Fence
 from toposched.scheduler.decisions import Bind, Reserve
 from toposched.scheduler.jobs import JobState
 
@@ -670,6 +671,49 @@ def test_a_short_job_may_backfill_after_a_long_job_of_its_shape_was_refused() ->
     assert bound(result) == ["short"]
     assert result.bound[0].allocation.nodes.tolist() == [3]
     assert result.bound[0].backfilled
+
+
+def test_failures_answer_later_cycles_until_capacity_is_freed() -> None:
+    # f0-f3 hold 2 GPUs on every node (protected for 1 h), so no node has 4 free GPUs. wide
+    # (2 x 4) is searched once; wider (3 x 4) is answered by it. Reservations are off here.
+    scheduler = Scheduler(small_cluster(), two_teams(), reserve_min_gpus=1000)
+    for node in range(4):
+        adopt_on(scheduler, job(f"f{node}", "team-b", gpus=2, min_runtime="1h"), node, [0, 1])
+    scheduler.submit(job("wide", "team-a", pods=2), 0)
+    scheduler.submit(job("wider", "team-a", pods=3), 0)
+    assert scheduler.cycle(0).searches == 1
+    wide_reason = scheduler.jobs["wide"].reason
+
+    # A submission changes no capacity: the failures still answer, wide keeps its own reason.
+    scheduler.submit(job("pair", "team-a", gpus=2), 60)
+    result = scheduler.cycle(60)
+    assert bound(result) == ["pair"] and result.searches == 1
+    assert scheduler.jobs["wide"].reason == wide_reason
+    assert "3 pods of 4 GPUs" in scheduler.jobs["wider"].reason
+    assert "no GPUs were freed since" in scheduler.jobs["wider"].reason
+
+    # Jobs that end free capacity: both are searched again, and wide now fits (pair holds 2
+    # GPUs of one node, so 3 nodes are free: not enough for wider once wide has 2).
+    for name in ("f0", "f1", "f2", "f3"):
+        scheduler.finish(name, 120)
+    result = scheduler.cycle(120)
+    assert bound(result) == ["wide"] and result.searches == 2
+
+
+def test_a_failure_found_behind_the_fence_does_not_answer_once_the_fence_is_lifted() -> None:
+    state = small_cluster()
+    fence = _Fence(state)
+    failures = _Failures()
+    shape: tuple[object, ...] = ("4 GPUs per pod",)
+    fence.close(np.array([0], dtype=np.int64))
+    failures.add(shape, _Failure(2, "no room", fence.frozen(), "wide", epoch=1, cycle=1))
+    assert failures.find(shape, 2, fence, cycle=1) is not None
+    assert failures.find(shape, 3, fence, cycle=1) is not None  # more pods: no room either
+    assert failures.find(shape, 1, fence, cycle=1) is None  # fewer pods may fit
+    assert failures.find_beyond(shape, 2, fence, frozenset({0})) is None  # node 0 let go
+    fence.open(np.array([0], dtype=np.int64))
+    assert failures.find(shape, 2, fence, cycle=1) is None  # node 0 is back: try again
+    fence.open_all()
 
 
 # --- bad input ---------------------------------------------------------------------------------

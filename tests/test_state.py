@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -531,3 +533,18 @@ def test_bulk_release_and_retake_keep_every_aggregate_exact(released: int) -> No
     after = state.snapshot()
     assert before.keys() == after.keys()
     assert all(np.array_equal(before[key], after[key]) for key in before)
+
+
+@pytest.mark.parametrize("duplicate", [copy.deepcopy, lambda s: pickle.loads(pickle.dumps(s))])
+def test_a_copy_keeps_its_aggregates_in_step(
+    state: ClusterState, duplicate: Callable[[ClusterState], ClusterState]
+) -> None:
+    # The per-level and per-aggregate arrays are views of stacked ones: a copy must rebuild
+    # them as views, or changes after copying would miss some of them.
+    state.allocate("before", Allocation.of([0], [[0, 1]]))
+    copied = duplicate(state)
+    copied.allocate("one-pod", Allocation.of([1], [[0]]))
+    copied.allocate("gang", Allocation.of([1, 2], [[2, 3], [0, 1]], cpu_milli=1000))
+    copied.release("before")
+    assert_aggregates_fresh(copied)
+    assert_aggregates_fresh(state)

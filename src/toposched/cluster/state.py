@@ -16,6 +16,19 @@ from toposched.cluster.topology import Topology
 
 MILLI_PER_GPU = 1000
 _TOTAL_COLUMNS = ("free_gpus", "free_milli", "idle_nodes", "cpu", "memory")
+_N_TOTALS = len(_TOTAL_COLUMNS)
+_TOTAL_INDEX = np.arange(_N_TOTALS, dtype=np.int64)
+_VIEWS = (
+    "free_hist",
+    "_totals",
+    "free_gpus",
+    "free_milli",
+    "idle_nodes",
+    "domain_free_cpu",
+    "domain_free_memory",
+    "_hist_flat",
+    "_totals_flat",
+)
 # Below these sizes plain Python beats numpy's per-call overhead (measured with bench cluster).
 _SMALL = 64
 _MAX_PER_POD = 2**40
@@ -210,18 +223,56 @@ class ClusterState:
 
     def _recompute_aggregates(self) -> None:
         fresh = self.compute_aggregates()
-        self.free_hist = [h.astype(np.int32) for h in fresh["free_hist"]]
-        # One (domains x 5) block per level, so a one-node change is one row add per level;
-        # the named per-aggregate arrays are column views of it.
-        self._totals = [
-            np.stack([fresh[name][level] for name in _TOTAL_COLUMNS], axis=1)
-            for level in range(len(self.free_hist))
-        ]
+        top = self.topology
+        levels = len(fresh["free_hist"])
+        # Every level's domains stacked in one array (per-level views of it), so that a change
+        # to a node reaches its domain at every level in one indexed operation: row
+        # `_node_rows[node, level]` is the node's domain at that level.
+        counts = [top.n_domains(level) for level in range(levels)]
+        self._level_offsets = np.cumsum([0, *counts])
+        self._hist_all = np.concatenate(fresh["free_hist"]).astype(np.int32)
+        # One (domains x 5) block, so a one-node change is one row add per level.
+        self._totals_all = np.concatenate(
+            [
+                np.stack([fresh[name][level] for name in _TOTAL_COLUMNS], axis=1)
+                for level in range(levels)
+            ]
+        )
+        self._node_rows = np.stack(
+            [
+                top.node_domain[level].astype(np.int64) + self._level_offsets[level]
+                for level in range(levels)
+            ],
+            axis=1,
+        )
+        self._make_views()
+
+    def _make_views(self) -> None:
+        """The per-level and per-aggregate arrays, as views of the stacked ones."""
+        offsets = self._level_offsets.tolist()
+        levels = range(len(offsets) - 1)
+        self.free_hist = [self._hist_all[offsets[i] : offsets[i + 1]] for i in levels]
+        self._totals = [self._totals_all[offsets[i] : offsets[i + 1]] for i in levels]
         self.free_gpus = [t[:, 0] for t in self._totals]
         self.free_milli = [t[:, 1] for t in self._totals]
         self.idle_nodes = [t[:, 2] for t in self._totals]
         self.domain_free_cpu = [t[:, 3] for t in self._totals]
         self.domain_free_memory = [t[:, 4] for t in self._totals]
+        # Flat views: numpy adds at 1-d indices far faster than at tuples of indices.
+        self._hist_flat = self._hist_all.reshape(-1)
+        self._totals_flat = self._totals_all.reshape(-1)
+
+    def __getstate__(self) -> dict[str, object]:
+        # Views would come back from a pickle (or deepcopy) as independent copies that changes
+        # no longer reach: leave them out and make them again on load.
+        state = self.__dict__.copy()
+        for name in _VIEWS:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._make_views()
 
     def _contribute_one(self, node: int, sign: int) -> None:
         """`_contribute` for one node with scalar arithmetic: the common small-job case."""
@@ -238,11 +289,12 @@ class ClusterState:
             and cpu == top.cpu_milli[node]
             and memory == top.memory_mib[node]
         )
-        row = np.array([whole, milli, idle, cpu, memory], dtype=np.int64) * sign
-        for level, domains in enumerate(top.node_domain):
-            d = domains[node]
-            self.free_hist[level][d, model, whole] += sign
-            self._totals[level][d] += row
+        # Scalar indexing level by level beats building index arrays for a single node.
+        values = np.array([whole, milli, idle, cpu, memory], dtype=np.int64) * sign
+        hist, totals = self._hist_all, self._totals_all
+        for row in self._node_rows[node].tolist():
+            hist[row, model, whole] += sign
+            totals[row] += values
 
     def _contribute(self, nodes: NDArray[np.int64], sign: int) -> None:
         """Add (sign=+1) or remove (-1) the share of healthy `nodes` (distinct, sorted)."""
@@ -260,21 +312,30 @@ class ClusterState:
         idle = self._node_idle(nodes).astype(np.int64)
         cpu = self.free_cpu_milli[nodes]
         memory = self.free_memory_mib[nodes]
-        rows = np.stack([whole, milli, idle, cpu, memory], axis=1) * sign
+        values = np.stack([whole, milli, idle, cpu, memory], axis=1) * sign
+        if nodes.size <= _SMALL:
+            # All levels at once: each node's row at every level, by flat index.
+            rows = self._node_rows[nodes]
+            buckets = (rows * self._n_models + model[:, None]) * self._hist_width + whole[:, None]
+            np.add.at(self._hist_flat, buckets.reshape(-1), sign)
+            columns = rows[:, :, None] * _N_TOTALS + _TOTAL_INDEX
+            np.add.at(
+                self._totals_flat,
+                columns.reshape(-1),
+                np.broadcast_to(values[:, None, :], columns.shape).reshape(-1),
+            )
+            return
         width = self._hist_width
         for level, domains in enumerate(top.node_domain):
             # Nodes are sorted and domains are depth-first, so `d` is sorted: each domain's
             # nodes are one run, summed with reduceat (np.add.at is far slower in bulk).
             d = domains[nodes]
             firsts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
-            self._totals[level][d[firsts]] += np.add.reduceat(rows, firsts, axis=0)
+            self._totals[level][d[firsts]] += np.add.reduceat(values, firsts, axis=0)
             hist = self.free_hist[level]
-            if nodes.size <= _SMALL:
-                np.add.at(hist, (d, model, whole), sign)
-            else:
-                cells = (d.astype(np.int64) * self._n_models + model) * width + whole
-                counts = np.bincount(cells, minlength=hist.size).reshape(hist.shape)
-                hist += (counts * sign).astype(hist.dtype)
+            cells = (d.astype(np.int64) * self._n_models + model) * width + whole
+            counts = np.bincount(cells, minlength=hist.size).reshape(hist.shape)
+            hist += (counts * sign).astype(hist.dtype)
 
     def _rows(self, nodes: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Free whole GPUs of `nodes`, and their rows of the per-domain totals."""
@@ -502,6 +563,9 @@ class ClusterState:
     # --- changes ------------------------------------------------------------------------------
     def _apply(self, allocation: Allocation, sign: int) -> None:
         """Take (sign=-1) or give back (+1) an allocation's resources, updating aggregates."""
+        if allocation.nodes.shape == (1,):
+            self._apply_one_pod(allocation, sign)
+            return
         self.version += 1
         touched, pods_per_node = self._unique(allocation.nodes)
         before = self._before_change(touched)
@@ -520,6 +584,49 @@ class ClusterState:
         if allocation.memory_mib:
             self.free_memory_mib[touched] += sign * allocation.memory_mib * pods_per_node
         self._after_change(touched, before)
+
+    def _apply_one_pod(self, allocation: Allocation, sign: int) -> None:
+        """`_apply` for one pod with Python scalars: the node's aggregates move by the change
+        in its values, once per level, instead of leaving and re-entering every level."""
+        self.version += 1
+        node = int(allocation.nodes[0])
+        healthy = self.health[node] == _HEALTHY
+        if healthy:
+            before = self._node_values(node)
+        row = self.gpu_free_milli[node]
+        change = sign * allocation.gpu_milli
+        for gpu in allocation.gpus[0].tolist():
+            row[gpu] += change
+        self.free_whole_gpus[node] = row.tolist().count(MILLI_PER_GPU)
+        if allocation.cpu_milli:
+            self.free_cpu_milli[node] += sign * allocation.cpu_milli
+        if allocation.memory_mib:
+            self.free_memory_mib[node] += sign * allocation.memory_mib
+        if not healthy:
+            return
+        after = self._node_values(node)
+        model = int(self.topology.gpu_model[node])
+        left, entered = before[0], after[0]
+        delta = np.array(after, dtype=np.int64) - np.array(before, dtype=np.int64)
+        hist, totals = self._hist_all, self._totals_all
+        for domain_row in self._node_rows[node].tolist():
+            if left != entered:
+                hist[domain_row, model, left] -= 1
+                hist[domain_row, model, entered] += 1
+            totals[domain_row] += delta
+
+    def _node_values(self, node: int) -> tuple[int, int, int, int, int]:
+        """One node's share of the totals: free whole GPUs, milli-GPU, idle, CPU, memory."""
+        top = self.topology
+        whole = int(self.free_whole_gpus[node])
+        cpu = int(self.free_cpu_milli[node])
+        memory = int(self.free_memory_mib[node])
+        idle = int(
+            whole == top.gpu_count[node]
+            and cpu == top.cpu_milli[node]
+            and memory == top.memory_mib[node]
+        )
+        return whole, sum(self.gpu_free_milli[node].tolist()), idle, cpu, memory
 
     def _apply_many(self, allocations: list[Allocation], sign: int) -> None:
         """`_apply` for many allocations in one vectorised pass (bulk release and re-take)."""
@@ -688,10 +795,41 @@ class ClusterState:
             raise InputError("owner", owner, "must be a non-empty job id")
         if owner in self.allocations:
             raise InputError("owner", owner, "already holds an allocation; release it first")
-        self._validate_shape(allocation, f"allocation[{owner}]")
-        self._check_fits(owner, allocation)
+        if not self._one_pod_fits(allocation):
+            # The full checks: they raise with the precise reason (or pass what the quick check
+            # could not vouch for).
+            self._validate_shape(allocation, f"allocation[{owner}]")
+            self._check_fits(owner, allocation)
         self._apply(allocation, -1)
         self.allocations[owner] = allocation
+
+    def _one_pod_fits(self, allocation: Allocation) -> bool:
+        """True if `allocation` is one well-formed pod of whole GPUs that fits now: the common
+        small job, checked with Python scalars (numpy's per-call cost dominates at this size).
+        False means "run the full checks", not "invalid"."""
+        nodes, gpus = allocation.nodes, allocation.gpus
+        if nodes.shape != (1,) or gpus.ndim != 2 or gpus.shape[0] != 1:
+            return False
+        if nodes.dtype.kind not in "iu" or gpus.dtype.kind not in "iu":
+            return False
+        if type(allocation.gpu_milli) is not int or allocation.gpu_milli != MILLI_PER_GPU:
+            return False
+        if type(allocation.cpu_milli) is not int or type(allocation.memory_mib) is not int:
+            return False
+        node = int(nodes[0])
+        if not 0 <= node < self.topology.n_nodes or self.health[node] != _HEALTHY:
+            return False
+        count = int(self.topology.gpu_count[node])
+        wanted = gpus[0].tolist()
+        if len(set(wanted)) != len(wanted) or not all(0 <= gpu < count for gpu in wanted):
+            return False
+        free = self.gpu_free_milli[node]
+        if any(free[gpu] != MILLI_PER_GPU for gpu in wanted):
+            return False
+        cpu, memory = allocation.cpu_milli, allocation.memory_mib
+        return 0 <= cpu <= min(_MAX_PER_POD, int(self.free_cpu_milli[node])) and 0 <= memory <= min(
+            _MAX_PER_POD, int(self.free_memory_mib[node])
+        )
 
     def release(self, owner: str) -> Allocation:
         """Give back everything `owner` holds and return what it was."""
@@ -766,7 +904,8 @@ class ClusterState:
             self.free_cpu_milli,
             self.free_memory_mib,
             self.health,
-            *self.free_hist,
-            *self._totals,
+            self._hist_all,
+            self._totals_all,
+            self._node_rows,
         ]
         return self.topology.nbytes() + sum(a.nbytes for a in arrays)

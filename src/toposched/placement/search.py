@@ -83,8 +83,10 @@ class _Search:
         if total < request.pods:
             return self._explain_total(total)
         level = request.required
-        n_domains = self.topology.n_domains(level)
-        capacity = self.view.at(level, 0, n_domains)
+        if level == 0:
+            capacity = np.array([total], dtype=np.int64)  # the cluster: `total` already says
+        else:
+            capacity = self.view.at(level, 0, self.topology.n_domains(level))
         fits = np.flatnonzero(capacity >= request.pods)
         if fits.size == 0:
             return self._explain_required(level, capacity)
@@ -323,8 +325,8 @@ class _Search:
             return None
         nodes = nodes[usable]
         scores = self.policy.node_scores(self.state, nodes, capacity[usable], self.request)
-        node = nodes[int(np.argmin(scores)) : int(np.argmin(scores)) + 1]
-        return self._allocation(node, np.ones(1, dtype=np.int64))
+        best = int(np.argmin(scores))
+        return self._allocation(nodes[best : best + 1], np.ones(1, dtype=np.int64))
 
     def _allocation(self, nodes: IntArray, pods_per_node: IntArray) -> Allocation:
         one_pod_each = pods_per_node.size == 0 or bool((pods_per_node == 1).all())
@@ -402,7 +404,8 @@ class _Search:
                 f"{_pods(int(capacity[best]))}",
             )
         scores = self.policy.node_scores(self.state, candidates, capacity[candidates], request)
-        node = candidates[int(np.argmin(scores)) : int(np.argmin(scores)) + 1]
+        best = int(np.argmin(scores))
+        node = candidates[best : best + 1]
         pods = np.array([request.pods], dtype=np.int64)
         return Placement(request, self._allocation(node, pods))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -33,17 +34,34 @@ _FLAT_KEYS = frozenset({"name", "parent", "share"})
 
 def split_account_path(path: Any, field: str = "account") -> tuple[str, ...]:
     """The names along `path` from the top level down; InputError if it is not a valid path."""
-    if not isinstance(path, str) or not path:
-        raise InputError(field, path, _PATH_RULE)
-    names = tuple(path.split("/"))
-    if not all(_ACCOUNT_NAME.fullmatch(name) for name in names):
+    names = _valid_names(path) if isinstance(path, str) else None
+    if names is None:
         raise InputError(field, path, _PATH_RULE)
     return names
 
 
 def account_ancestors(path: str) -> tuple[str, ...]:
     """Every account from the top level down to `path` itself: a/b/c -> (a, a/b, a/b/c)."""
-    names = split_account_path(path)
+    ancestors = _ancestors(path) if isinstance(path, str) else None
+    if ancestors is None:
+        raise InputError("account", path, _PATH_RULE)
+    return ancestors
+
+
+# Every job start and stop asks about its account's path: parsed once per distinct path.
+@functools.lru_cache(maxsize=4096)
+def _valid_names(path: str) -> tuple[str, ...] | None:
+    names = tuple(path.split("/"))
+    if not path or not all(_ACCOUNT_NAME.fullmatch(name) for name in names):
+        return None
+    return names
+
+
+@functools.lru_cache(maxsize=4096)
+def _ancestors(path: str) -> tuple[str, ...] | None:
+    names = _valid_names(path)
+    if names is None:
+        return None
     return tuple("/".join(names[: depth + 1]) for depth in range(len(names)))
 
 

@@ -57,6 +57,17 @@ class CycleResult:
         return next((d for d in self.decisions if isinstance(d, Reserve)), None)
 
 
+@dataclass(frozen=True)
+class _Fit:
+    """Where a blocked job fits, and `release`: when the last running job it waits for ends."""
+
+    release: float
+    nodes: IntArray
+    domain: str
+    released: int
+    """How many running jobs, in release order, must end first."""
+
+
 def _needs(job: Job) -> str:
     request = job.request
     text = f"needs {request.pods:,} pod{'s' if request.pods > 1 else ''} of "
@@ -99,16 +110,25 @@ def _owners(releases: SortedList, start: int, stop: int) -> list[str]:
 class _Fence:
     """Nodes kept from the rest of a cycle (reserved or nominated), cordoned while it runs.
 
-    Only healthy nodes are fenced, so lifting the fence makes them healthy again.
+    Only healthy nodes are fenced, so lifting the fence makes them healthy again. Every change
+    moves `generation`, so what was checked against the fence is re-checked only after it moved.
     """
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self.fenced: set[int] = set()
+        self.generation = 0
+        self._frozen: frozenset[int] | None = frozenset()
 
     @property
     def any(self) -> bool:
         return bool(self.fenced)
+
+    def frozen(self) -> frozenset[int]:
+        """The fenced nodes now, as a set that later changes leave alone."""
+        if self._frozen is None:
+            self._frozen = frozenset(self.fenced)
+        return self._frozen
 
     def close(self, nodes: IntArray) -> None:
         fresh = [n for n in nodes.tolist() if n not in self.fenced]
@@ -119,17 +139,107 @@ class _Fence:
         if healthy.size:
             self.state.set_health(healthy, Health.CORDONED)
             self.fenced.update(healthy.tolist())
+            self._moved()
 
     def open(self, nodes: IntArray) -> None:
         mine = np.array([n for n in nodes.tolist() if n in self.fenced], dtype=np.int64)
         if mine.size:
             self.state.set_health(mine, Health.HEALTHY)
             self.fenced.difference_update(mine.tolist())
+            self._moved()
 
     def open_all(self) -> None:
         if self.fenced:
             self.state.set_health(np.array(sorted(self.fenced), dtype=np.int64), Health.HEALTHY)
             self.fenced.clear()
+            self._moved()
+
+    def _moved(self) -> None:
+        self.generation += 1
+        self._frozen = None
+
+
+@dataclass(frozen=True, eq=False)
+class _Failure:
+    """A gang that did not fit: its pod count, why, and the nodes fenced at the time.
+
+    Free capacity only shrinks while jobs start and the fence grows, so a gang of the same
+    shape and at least as many pods cannot fit either while no capacity has been freed and the
+    fence still holds every node it held then (the placement search fails monotonically).
+    """
+
+    pods: int
+    reason: str
+    fenced: frozenset[int]
+    job_id: str
+    epoch: int
+    """The scheduler's `_epoch` at the time: equal epochs and fences mean equal free capacity."""
+    cycle: int
+
+
+class _Failures:
+    """Gang shapes that did not fit, kept across cycles until capacity may have been freed."""
+
+    def __init__(self) -> None:
+        self.by_shape: dict[tuple[object, ...], list[_Failure]] = {}
+        self.version = 0
+        # Per shape, the failure with the fewest pods among those the fence still implies, as
+        # of (cycle, fence generation, version): most jobs ask again before anything moved.
+        self._smallest: dict[tuple[object, ...], tuple[int, int, int, _Failure | None]] = {}
+
+    def clear(self) -> None:
+        self.by_shape.clear()
+        self._smallest.clear()
+        self.version += 1
+
+    def find(
+        self, shape: tuple[object, ...], pods: int, fence: _Fence, cycle: int
+    ) -> _Failure | None:
+        """A failure implying that a gang of `shape` with `pods` pods does not fit now."""
+        cached = self._smallest.get(shape)
+        if (
+            cached is None
+            or cached[0] != cycle
+            or cached[1] != fence.generation
+            or cached[2] != self.version
+        ):
+            smallest: _Failure | None = None
+            for failure in self.by_shape.get(shape, ()):
+                if (smallest is None or failure.pods < smallest.pods) and (
+                    failure.fenced <= fence.fenced
+                ):
+                    smallest = failure
+            cached = (cycle, fence.generation, self.version, smallest)
+            self._smallest[shape] = cached
+        found = cached[3]
+        return found if found is not None and pods >= found.pods else None
+
+    def find_beyond(
+        self, shape: tuple[object, ...], pods: int, fence: _Fence, opened: frozenset[int]
+    ) -> _Failure | None:
+        """`find` as if the fence let `opened` go: a failure found with none of those nodes
+        fenced (short jobs, before they try the reserved nodes)."""
+        found: _Failure | None = None
+        for failure in self.by_shape.get(shape, ()):
+            if (
+                pods >= failure.pods
+                and (found is None or failure.pods < found.pods)
+                and failure.fenced.isdisjoint(opened)
+                and failure.fenced <= fence.fenced
+            ):
+                found = failure
+        return found
+
+    def add(self, shape: tuple[object, ...], failure: _Failure) -> None:
+        """Remember a failure, unless one already known implies it; drop those it implies."""
+        known = self.by_shape.setdefault(shape, [])
+        if any(old.pods <= failure.pods and old.fenced <= failure.fenced for old in known):
+            return
+        known[:] = [
+            old for old in known if not (failure.pods <= old.pods and failure.fenced <= old.fenced)
+        ]
+        known.append(failure)
+        self.version += 1
 
 
 class Scheduler:
@@ -194,6 +304,17 @@ class Scheduler:
         self._preemptible = PreemptibleIndex(state)
         # (level, nodes per domain): idle nodes held back to replace failed ones in place.
         self.spares = SparePool(state, *spares) if spares is not None else None
+        # What the cycle may remember between cycles. `_epoch` moves whenever free capacity may
+        # have changed (a job started, or the cluster changed between cycles, seen by its
+        # version); equal epochs and fences mean equal free capacity. Failures to place stay
+        # true until capacity may have been freed; a reservation until anything changed.
+        self._cycles = 0
+        self._epoch = 0
+        self._settled_version = -1
+        self._failures = _Failures()
+        self._last_reservation: tuple[Job, GangRequest, int, frozenset[int], _Fit | None] | None = (
+            None
+        )
 
     # --- events ------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, now: float) -> Job:
@@ -343,95 +464,124 @@ class Scheduler:
         first blocked large job and backfill behind it. Returns the decisions; bound jobs
         already hold their allocation, evicted jobs keep theirs until reported gone."""
         result = CycleResult(now)
-        blocked: dict[tuple[object, ...], tuple[int, str]] = {}
-        # Failures with the reserved nodes open too, for jobs that may backfill onto them.
-        blocked_backfill: dict[tuple[object, ...], tuple[int, str]] = {}
         unpreemptable: dict[tuple[object, ...], tuple[int, str]] = {}
-        memo_messages: dict[tuple[object, ...], str] = {}
+        memo_messages: dict[tuple[int, int], str] = {}
         self.reservation = None
+        self._cycles += 1
+        cycle_number = self._cycles
+        if self.state.version != self._settled_version:
+            # Something outside the cycle changed the cluster (a job ended, a node came back):
+            # capacity may have been freed, so earlier failures prove nothing any more.
+            self._epoch += 1
+            self._failures.clear()
+        failures = self._failures
         fence = _Fence(self.state)
         preemptions_left = self.max_preemptions_per_cycle
+        jobs = self.jobs
         try:
             self._evict_from_draining_nodes(now, result)
             entries = list(self.queue.ordered(now))
             ranking = self.queue.ranking(now)
-            for entry in entries:
-                job = self.jobs[entry.job_id]
-                if job.nomination is not None:
-                    fence.close(job.nomination.nodes)
-            for entry in entries:
-                job = self.jobs[entry.job_id]
+            pending = [jobs[entry.job_id] for entry in entries]
+            nominated = [job.nomination.nodes for job in pending if job.nomination is not None]
+            if nominated:
+                # One change of the cluster state for all of them, not one per preemptor.
+                fence.close(np.concatenate(nominated))
+            # The tier depends only on the account and the declared kind: asked once for each.
+            tiers: dict[tuple[str, bool], QueueTier] = {}
+            # Jobs refused preemption for the same reason share their explanation.
+            no_preemption_texts: dict[tuple[str, str], str] = {}
+            reserved_nodes: frozenset[int] = frozenset()
+            result.considered = len(entries)
+            for entry, job in zip(entries, pending, strict=True):
                 job.reservation = None
-                result.considered += 1
                 if job.nomination is not None:
                     started = self._start_nominee(job, fence, now, result)
                     if job.nomination is None:
                         # Its fence is open: the nominee may have started elsewhere or not at
-                        # all, so capacity may have grown and earlier failures no longer hold.
-                        blocked.clear()
-                        blocked_backfill.clear()
+                        # all, so capacity may have grown. Remembered failures are checked
+                        # against the fence they were found under; refused preemptions too.
                         unpreemptable.clear()
                     if started:
                         continue
                 shape = job.shape
-                reservation_start = self.reservation.start_time if self.reservation else None
+                pods = job.request.pods
+                reservation = self.reservation
                 runtime = job.spec.expected_runtime
                 # EASY backfill: a job that ends before the reservation may use its nodes, and
                 # so may unallocated work: the reserved job may preempt it at any moment.
-                short = reservation_start is not None and (
-                    (runtime is not None and now + runtime <= reservation_start)
-                    or self.queue.tier(entry, ranking) is QueueTier.UNALLOCATED
+                tier_key = (entry.account, entry.unallocated)
+                tier = tiers.get(tier_key)
+                if tier is None:
+                    tier = tiers[tier_key] = self.queue.tier(entry, ranking)
+                short = reservation is not None and (
+                    (runtime is not None and now + runtime <= reservation.start_time)
+                    or tier is QueueTier.UNALLOCATED
                 )
-                known = (blocked_backfill if short else blocked).get(shape)
-                if known is not None and job.request.pods >= known[0]:
-                    # A smaller gang of this shape did not fit: neither does this one. Many
-                    # pending jobs share a size, so each message is written once per cycle.
-                    key = (shape, job.request.pods)
-                    message = memo_messages.get(key)
+                known = failures.find(shape, pods, fence, cycle_number)
+                if known is not None and not short:
+                    # A gang of this shape no larger did not fit, and nothing was freed since:
+                    # neither does this one. Many pending jobs share a size, so each message is
+                    # written once per cycle.
+                    message = (
+                        memo_messages.get((id(known), pods))
+                        if known.job_id != entry.job_id
+                        else None
+                    )
                     if message is None:
-                        message = (
-                            f"{_needs(job)}; a job of the same pod shape with {known[0]} pods "
-                            f"does not fit now ({known[1]})"
+                        message = self._known_failure_reason(
+                            job, known, fence, cycle_number, memo_messages
                         )
-                        memo_messages[key] = message
                     job.reason = message
-                    outcome: Placement | Unschedulable | None = None
                 else:
-                    result.searches += 1
-                    outcome = place(self.state, job.request, self.policy)
-                    if isinstance(outcome, Unschedulable) and short:
-                        # Backfill: try again with the reserved nodes open.
-                        fence.open(self._reserved_nodes)
+                    outcome = None
+                    if known is None:
+                        result.searches += 1
                         outcome = place(self.state, job.request, self.policy)
                         if isinstance(outcome, Placement):
                             self._start(job, outcome, now)
-                        fence.close(self._reserved_nodes)
+                            result.decisions.append(
+                                Bind(job.job_id, outcome.allocation, job.unallocated, fence.any)
+                            )
+                            continue
+                        self._failed(shape, job, outcome, fence, cycle_number)
+                    if short:
+                        assert reservation is not None
+                        # EASY backfill: a job ending before the reservation may use its nodes,
+                        # unless a failure already shows that it does not fit even there.
+                        backfill = failures.find_beyond(shape, pods, fence, reserved_nodes)
+                        if backfill is None:
+                            fence.open(self._reserved_nodes)
+                            result.searches += 1
+                            outcome = place(self.state, job.request, self.policy)
+                            if isinstance(outcome, Placement):
+                                self._start(job, outcome, now)
+                            else:
+                                self._failed(shape, job, outcome, fence, cycle_number)
+                            fence.close(self._reserved_nodes)
                         if isinstance(outcome, Placement):
                             result.decisions.append(
                                 Bind(job.job_id, outcome.allocation, job.unallocated, True)
                             )
                             continue
-                        previous = blocked_backfill.get(shape)
-                        if previous is None or job.request.pods < previous[0]:
-                            blocked_backfill[shape] = (job.request.pods, outcome.reason)
-                    if isinstance(outcome, Placement):
-                        self._start(job, outcome, now)
-                        result.decisions.append(
-                            Bind(job.job_id, outcome.allocation, job.unallocated, fence.any)
-                        )
-                        continue
-                    if not short:
-                        # Failures against fenced capacity still hold for later jobs, except
-                        # those that may use the reserved nodes.
-                        previous = blocked.get(shape)
-                        if previous is None or job.request.pods < previous[0]:
-                            blocked[shape] = (job.request.pods, outcome.reason)
-                    job.reason = outcome.reason
-                allocated = self.queue.tier(entry, ranking) is QueueTier.ALLOCATED
+                        if backfill is not None:
+                            outcome = None
+                            job.reason = self._known_failure_reason(
+                                job, backfill, fence, cycle_number, memo_messages
+                            )
+                    if outcome is not None:
+                        job.reason = outcome.reason
+                allocated = tier is QueueTier.ALLOCATED
                 if allocated and preemptions_left > 0 and not entry.unallocated:
                     refused = unpreemptable.get(shape)
-                    if refused is not None and job.request.pods >= refused[0]:
-                        job.reason += f"; no preemption: {refused[1]}"
+                    if refused is not None and pods >= refused[0]:
+                        explained = (job.reason, refused[1])
+                        text = no_preemption_texts.get(explained)
+                        if text is None:
+                            text = no_preemption_texts[explained] = (
+                                f"{job.reason}; no preemption: {refused[1]}"
+                            )
+                        job.reason = text
                     else:
                         plan = self._plan_preemption(job, entry, ranking, now)
                         if isinstance(plan, PreemptionPlan):
@@ -439,28 +589,73 @@ class Scheduler:
                             self._carry_out(job, plan, now, result)
                             fence.close(job.nomination.nodes if job.nomination else plan.nodes)
                             continue
-                        if refused is None or job.request.pods < refused[0]:
-                            unpreemptable[shape] = (job.request.pods, plan)
+                        if refused is None or pods < refused[0]:
+                            unpreemptable[shape] = (pods, plan)
                         job.reason += f"; no preemption: {plan}"
                 if self.reservation is None and allocated and job.gpus >= self.reserve_min_gpus:
-                    reservation = self._reserve(job, now)
-                    if reservation is not None:
-                        job.reason = f"{reservation.describe(now)}; now: {job.reason}"
-                        if self._defragment_for(job, reservation, now, result):
+                    reserved = self._reserve(job, now, fence.frozen())
+                    if reserved is not None:
+                        job.reason = f"{reserved.describe(now)}; now: {job.reason}"
+                        if self._defragment_for(job, reserved, now, result):
                             # Moves open a domain now: the nominated nodes replace the wait.
                             assert job.nomination is not None
                             fence.close(job.nomination.nodes)
                             continue
-                        self.reservation = reservation
-                        job.reservation = reservation
+                        self.reservation = reserved
+                        job.reservation = reserved
+                        reserved_nodes = frozenset(self._reserved_nodes.tolist())
                         result.decisions.append(
-                            Reserve(job.job_id, reservation.start_time, reservation.domain)
+                            Reserve(job.job_id, reserved.start_time, reserved.domain)
                         )
                         # Capacity shrinks for everyone behind: earlier failures still hold.
                         fence.close(self._reserved_nodes)
         finally:
             fence.open_all()
+            self._settled_version = self.state.version
         return result
+
+    def _failed(
+        self,
+        shape: tuple[object, ...],
+        job: Job,
+        outcome: Unschedulable,
+        fence: _Fence,
+        cycle_number: int,
+    ) -> None:
+        failure = _Failure(
+            job.request.pods, outcome.reason, fence.frozen(), job.job_id, self._epoch, cycle_number
+        )
+        self._failures.add(shape, failure)
+
+    def _known_failure_reason(
+        self,
+        job: Job,
+        failure: _Failure,
+        fence: _Fence,
+        cycle_number: int,
+        messages: dict[tuple[int, int], str],
+    ) -> str:
+        """Why a job is known not to fit, from an earlier failure of its shape."""
+        if failure.cycle != cycle_number:
+            if (
+                failure.job_id == job.job_id
+                and failure.epoch == self._epoch
+                and failure.fenced == fence.fenced
+            ):
+                # The same job on the same free capacity: the search would say the same again.
+                return failure.reason
+        key = (id(failure), job.request.pods)
+        message = messages.get(key)
+        if message is None:
+            since = "does not fit now" if failure.cycle == cycle_number else "did not fit"
+            message = (
+                f"{_needs(job)}; a job of the same pod shape with {failure.pods} pods "
+                f"{since} ({failure.reason})"
+            )
+            if failure.cycle != cycle_number:
+                message += " and no GPUs were freed since"
+            messages[key] = message
+        return message
 
     def _start_nominee(self, job: Job, fence: _Fence, now: float, result: CycleResult) -> bool:
         """Start a preemptor whose victims are gone, on the nodes kept for it."""
@@ -863,18 +1058,55 @@ class Scheduler:
             job.record(now, f"evicted: {reason}")
             result.decisions.append(Evict(job_id, "", self.grace_for(job), "node_draining", lost))
 
-    def _reserve(self, job: Job, now: float) -> Reservation | None:
-        """The earliest time the job fits, releasing running jobs in the order they should end.
+    def _reserve(self, job: Job, now: float, fenced: frozenset[int]) -> Reservation | None:
+        """The earliest time the job fits (see `_earliest_fit`), from the last cycle's answer
+        when nothing has changed since: same job, same epoch and the same nodes `fenced`."""
+        memo = self._last_reservation
+        if (
+            memo is not None
+            and memo[0] is job
+            and memo[1] is job.request
+            and memo[2] == self._epoch
+            and memo[3] == fenced
+        ):
+            fit = memo[4]
+        else:
+            # After a change, the job most likely waits for about as many releases as before.
+            hint = memo[4].released if memo is not None and memo[0] is job and memo[4] else None
+            fit = self._earliest_fit(job, hint)
+            self._last_reservation = (job, job.request, self._epoch, fenced, fit)
+        if fit is None:
+            return None
+        self._reserved_nodes = fit.nodes
+        return Reservation(job.job_id, max(fit.release, now), int(fit.nodes.size), fit.domain)
+
+    def _earliest_fit(self, job: Job, hint: int | None = None) -> _Fit | None:
+        """Where and after which expected release the job fits, releasing running jobs in the
+        order they should end: the fewest releases k after which it fits (it does not fit
+        after k - 1, and more releases only free more).
 
         A running job is expected to end at start + expected runtime; one that declared none is
         assumed to yield when its min runtime expires (the contract then lets it be preempted).
-        Releases are tried in growing batches on a statement that is always rolled back.
+        Releases are tried in growing batches on a statement that is always rolled back. With a
+        `hint` (k found last time), k = hint is checked first: two placements instead of a
+        search when the answer did not move.
         """
         if not self.running:
             return None
         releases = self._releases
         statement = Statement(self.state)
         try:
+            if hint is not None and 1 <= hint <= len(releases):
+                start = statement.checkpoint()
+                statement.release_many(_owners(releases, 0, hint - 1))
+                if hint == 1 or not isinstance(
+                    place(self.state, job.request, self.policy), Placement
+                ):
+                    statement.release_many(_owners(releases, hint - 1, hint))
+                    outcome = place(self.state, job.request, self.policy)
+                    if isinstance(outcome, Placement):
+                        return self._fit(outcome, hint)
+                statement.rollback(start)
             freed = 0
             step = 1
             placed: Placement | None = None
@@ -903,12 +1135,14 @@ class Scheduler:
                     high, placed = middle, outcome
                 else:
                     low, mark = middle, statement.checkpoint()
-            start_time = max(float(releases[high - 1][0]), now)
-            nodes = np.unique(placed.allocation.nodes)
+            return self._fit(placed, high)
         finally:
             statement.discard()
-        self._reserved_nodes = nodes
-        return Reservation(job.job_id, start_time, int(nodes.size), self._domain_of(nodes))
+
+    def _fit(self, placed: Placement, released: int) -> _Fit:
+        nodes = np.unique(placed.allocation.nodes)
+        release = float(self._releases[released - 1][0])
+        return _Fit(release, nodes, self._domain_of(nodes), released)
 
     def _release_time(self, job: Job) -> tuple[float, str]:
         """When a running job is expected to free its GPUs: its expected end, or else its
@@ -946,6 +1180,7 @@ class Scheduler:
 
     def _start(self, job: Job, placement: Placement, now: float) -> None:
         self.state.allocate(job.job_id, placement.allocation)
+        self._epoch += 1
         self.queue.remove(job.job_id)
         spec = job.spec
         job.state = JobState.RUNNING

@@ -58,7 +58,7 @@ class EvictionRecord:
     lost_gpu_seconds: float
 
 
-@dataclass
+@dataclass(slots=True)
 class Job:
     """One job and its history; its identity survives requeues."""
 
