@@ -20,7 +20,7 @@ from toposched.policy.contract import Contract
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.core import CycleResult, Scheduler, _Failure, _Failures, _Fence
 from toposched.scheduler.decisions import Bind, Reserve
-from toposched.scheduler.jobs import JobState
+from toposched.scheduler.jobs import JobState, Nomination
 
 HOUR = 3600.0
 
@@ -698,6 +698,21 @@ def test_failures_answer_later_cycles_until_capacity_is_freed() -> None:
         scheduler.finish(name, 120)
     result = scheduler.cycle(120)
     assert bound(result) == ["wide"] and result.searches == 2
+
+
+def test_a_failure_stops_answering_once_a_preemptor_hands_back_part_of_its_kept_nodes() -> None:
+    # Nodes 0-2 are full (protected), node 3 is kept for nominee, whose victims are gone.
+    # first (priority 10) fails while node 3 is fenced. nominee then starts on 2 of node 3's 4
+    # GPUs; last, of first's shape, must be searched again and fits in the other 2.
+    scheduler = Scheduler(small_cluster(), two_teams())
+    for node in range(3):
+        adopt_on(scheduler, job(f"full{node}", "team-b", min_runtime="1h"), node, range(4))
+    scheduler.submit(job("first", "team-a", gpus=2, priority=10), 0)
+    nominee = scheduler.submit(job("nominee", "team-a", gpus=2, priority=5), 0)
+    nominee.nomination = Nomination(set(), np.array([3], dtype=np.int64), 0.0)
+    scheduler.submit(job("last", "team-a", gpus=2), 0)
+    result = scheduler.cycle(0)
+    assert bound(result) == ["nominee", "last"]
 
 
 def test_a_failure_found_behind_the_fence_does_not_answer_once_the_fence_is_lifted() -> None:
