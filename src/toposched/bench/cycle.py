@@ -113,16 +113,44 @@ def run_cycle_benchmarks(quick: bool = False) -> list[Measurement]:
     scheduler = busy_scheduler(30_000 if quick else 106_000)
     submit_blocked(scheduler, 2_000 if quick else 10_000)
     running, pending = len(scheduler.running), len(scheduler.queue)
+    replaced = [0]
+
+    def a_job_ends() -> None:
+        # The usual trigger: a running job ends and the GPUs it frees go to a job already
+        # placed there (adopted), so nothing new fits, yet the cluster changed, so the cycle
+        # may not reuse what it learnt last time.
+        name = next(iter(scheduler.running))
+        allocation = scheduler.state.allocations[name]
+        spec = scheduler.jobs[name].spec
+        scheduler.finish(name, 1.0)
+        replaced[0] += 1
+        copy = spec.model_copy(update={"name": f"replacement-{replaced[0]}"})
+        scheduler.adopt(copy, allocation, start_time=1.0, now=1.0)
+
     results = [
         measure(
-            f"cycle where nothing fits ({running:,} running, {pending:,} pending)",
+            f"cycle where nothing fits, after a job ended ({running:,} running, {pending:,} "
+            "pending)",
             lambda: scheduler.cycle(1.0),
+            setup=a_job_ends,
             runs=3 if quick else 10,
             target_s=50e-3,
         )
     ]
+    a_job_ends()
     cycle = scheduler.cycle(1.0)
     results[-1].extra = {"searches": cycle.searches, "reserved": cycle.reservation is not None}
+    results.append(
+        measure(
+            f"cycle where nothing fits, after a submission ({pending + 1:,} pending; earlier "
+            "failures still hold)",
+            lambda: scheduler.cycle(1.0),
+            setup=lambda: scheduler.submit(
+                _spec(f"late-{len(scheduler.jobs)}", _team(0), 18, 4, required="rack"), 1.0
+            ),
+            runs=3 if quick else 10,
+        )
+    )
     small_names: list[str] = []
 
     def submit_small() -> None:
