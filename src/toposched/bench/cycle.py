@@ -109,23 +109,25 @@ def submit_blocked(scheduler: Scheduler, count: int = 10_000) -> None:
         scheduler.submit(spec, 0.0)
 
 
+def replace_a_running_job(scheduler: Scheduler, now: float) -> None:
+    """The usual trigger of a cycle: a running job ends and the GPUs it frees go to a job
+    already placed there (adopted). Nothing new fits, yet the cluster changed, so the cycle may
+    not reuse the failures it remembered."""
+    name = next(iter(scheduler.running))
+    allocation = scheduler.state.allocations[name]
+    spec = scheduler.jobs[name].spec
+    scheduler.finish(name, now)
+    copy = spec.model_copy(update={"name": f"replacement-{len(scheduler.jobs)}"})
+    scheduler.adopt(copy, allocation, start_time=now, now=now)
+
+
 def run_cycle_benchmarks(quick: bool = False) -> list[Measurement]:
     scheduler = busy_scheduler(30_000 if quick else 106_000)
     submit_blocked(scheduler, 2_000 if quick else 10_000)
     running, pending = len(scheduler.running), len(scheduler.queue)
-    replaced = [0]
 
     def a_job_ends() -> None:
-        # The usual trigger: a running job ends and the GPUs it frees go to a job already
-        # placed there (adopted), so nothing new fits, yet the cluster changed, so the cycle
-        # may not reuse what it learnt last time.
-        name = next(iter(scheduler.running))
-        allocation = scheduler.state.allocations[name]
-        spec = scheduler.jobs[name].spec
-        scheduler.finish(name, 1.0)
-        replaced[0] += 1
-        copy = spec.model_copy(update={"name": f"replacement-{replaced[0]}"})
-        scheduler.adopt(copy, allocation, start_time=1.0, now=1.0)
+        replace_a_running_job(scheduler, 1.0)
 
     results = [
         measure(
