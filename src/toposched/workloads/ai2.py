@@ -349,7 +349,8 @@ def ai2_like(seed: int = 0, days: float = 30.0, gpus: int = 3072) -> Workload:
 
     Fifteen teams in four programs hold budgets summing to the cluster; a zero-share account
     runs unbudgeted work. Each team's demand moves between busy and quiet phases (a few days
-    each) around its budget, so outstanding requests run at 2-3x the cluster. The work:
+    each) around its budget; outstanding requests run at about 2x the cluster over the first
+    days and more as a backlog builds. The work:
     debug/interactive sessions (1-8 GPUs, minutes, min runtime 10 min, submitted in working
     hours), single- and multi-node training (8-512 GPUs, hours to a week, resumable, min runtime
     2-8 h), evaluation sweeps (5-40 jobs of 1-8 GPUs submitted together) and unallocated work
