@@ -340,6 +340,8 @@ class StatementMachine(RuleBasedStateMachine):
         assert np.array_equal(self.state.free_cpu_milli, self.model.cpu)
         assert np.array_equal(self.state.free_memory_mib, self.model.memory)
         assert np.array_equal(self.state.health, self.model.health)
+        counts = np.bincount(self.model.health, minlength=len(self.state.nodes_by_health))
+        assert np.array_equal(self.state.nodes_by_health, counts)
         assert self.state.allocations.keys() == self.model.held.keys()
         for owner, allocation in self.model.held.items():
             assert self.state.allocations[owner] is allocation

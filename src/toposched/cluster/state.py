@@ -163,6 +163,9 @@ class ClusterState:
         self.free_cpu_milli: NDArray[np.int64] = top.cpu_milli.copy()
         self.free_memory_mib: NDArray[np.int64] = top.memory_mib.copy()
         self.health: NDArray[np.uint8] = np.zeros(n, dtype=np.uint8)
+        # Nodes in each health state, so "any draining node?" needs no pass over the nodes.
+        self.nodes_by_health: NDArray[np.int64] = np.zeros(len(Health), dtype=np.int64)
+        self.nodes_by_health[Health.HEALTHY] = n
         self.allocations: dict[str, Allocation] = {}
         self.version = 0
         """Counts changes, so that callers can tell whether anything moved since they looked."""
@@ -856,6 +859,8 @@ class ClusterState:
         self._contribute(node_array, -1)
         self.health[node_array] = value
         self._contribute(node_array, +1)
+        self.nodes_by_health -= np.bincount(previous, minlength=len(Health))
+        self.nodes_by_health[value] += node_array.size
         return previous
 
     def restore_health(self, nodes: NDArray[np.int64], previous: NDArray[np.uint8]) -> None:
@@ -863,7 +868,9 @@ class ClusterState:
         self.version += 1
         distinct = np.unique(nodes)
         self._contribute(distinct, -1)
+        self.nodes_by_health -= np.bincount(self.health[distinct], minlength=len(Health))
         self.health[nodes] = previous
+        self.nodes_by_health += np.bincount(self.health[distinct], minlength=len(Health))
         self._contribute(distinct, +1)
 
     # --- queries ---------------------------------------------------------------------------------
@@ -886,6 +893,7 @@ class ClusterState:
             "free_cpu_milli": self.free_cpu_milli,
             "free_memory_mib": self.free_memory_mib,
             "health": self.health,
+            "nodes_by_health": self.nodes_by_health,
         }
         for level in range(len(self.free_hist)):
             arrays[f"free_hist[{level}]"] = self.free_hist[level]

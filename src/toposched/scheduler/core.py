@@ -1039,9 +1039,9 @@ class Scheduler:
 
     def _evict_from_draining_nodes(self, now: float, result: CycleResult) -> None:
         """Jobs on draining nodes leave once their protection ends (unallocated ones at once)."""
-        draining = np.flatnonzero(self.state.health == Health.DRAINING)
-        if draining.size == 0:
+        if self.state.nodes_by_health[Health.DRAINING] == 0:
             return
+        draining = np.flatnonzero(self.state.health == Health.DRAINING)
         for job_id in sorted(self.owners_on(draining)):
             job = self.running.get(job_id)
             if job is None or job.evicting:
