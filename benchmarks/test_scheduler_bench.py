@@ -13,7 +13,7 @@ from toposched.bench.cycle import (
     replace_a_running_job,
     submit_blocked,
 )
-from toposched.bench.preempt import _decide
+from toposched.bench.preempt import _decide, frontier_job
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.preemption import PreemptionPlan
 
@@ -46,15 +46,7 @@ def test_preemption_decision_one_rack(benchmark: Any, busy: Scheduler) -> None:
 
 
 def test_preemption_decision_200k_gpu_job(benchmark: Any, busy: Scheduler) -> None:
-    big = _spec(
-        "frontier-job",
-        _team(1),
-        2778 * 18,
-        4,
-        preferred="block",
-        slices=[{"level": "rack", "pods": 18}],
-    )
-    busy.submit(big, 1.0)
+    busy.submit(frontier_job(), 1.0)
     plan = benchmark.pedantic(lambda: _decide(busy, "frontier-job", 1.0), rounds=5, iterations=1)
     busy.cancel("frontier-job", 1.0)
     assert isinstance(plan, PreemptionPlan)

@@ -7,6 +7,7 @@ import numpy as np
 from toposched.bench.cycle import _spec, _team, busy_scheduler
 from toposched.bench.harness import Measurement, measure
 from toposched.cluster.state import Health
+from toposched.placement.jobspec import JobSpec
 from toposched.placement.search import Placement, place
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.jobs import JobState
@@ -18,6 +19,18 @@ def _decide(scheduler: Scheduler, job_id: str, now: float) -> PreemptionPlan | s
     job = scheduler.jobs[job_id]
     entry = scheduler.queue.get(job_id)
     return scheduler._plan_preemption(job, entry, scheduler.queue.ranking(now), now)
+
+
+def frontier_job() -> JobSpec:
+    """The 200,016-GPU training run: 2,778 rack slices of 18 pods x 4 GPUs, fewest blocks."""
+    return _spec(
+        "frontier-job",
+        _team(1),
+        2778 * 18,
+        4,
+        preferred="block",
+        slices=[{"level": "rack", "pods": 18}],
+    )
 
 
 def run_preempt_benchmarks(quick: bool = False) -> list[Measurement]:
@@ -46,15 +59,7 @@ def run_preempt_benchmarks(quick: bool = False) -> list[Measurement]:
         else {"no_plan": plan}
     )
     scheduler.cancel("rack-job", now)
-    big = _spec(
-        "frontier-job",
-        _team(1),
-        2778 * 18,
-        4,
-        preferred="block",
-        slices=[{"level": "rack", "pods": 18}],
-    )
-    scheduler.submit(big, now)
+    scheduler.submit(frontier_job(), now)
     results.append(
         measure(
             f"preemption decision, 200,016-GPU job (2,778 rack slices; {setting})",

@@ -281,19 +281,11 @@ class ClusterState:
         """`_contribute` for one node with scalar arithmetic: the common small-job case."""
         if self.health[node] != _HEALTHY:
             return
-        top = self.topology
-        whole = int(self.free_whole_gpus[node])
-        model = int(top.gpu_model[node])
-        milli = int(self.gpu_free_milli[node].sum())
-        cpu = int(self.free_cpu_milli[node])
-        memory = int(self.free_memory_mib[node])
-        idle = int(
-            whole == top.gpu_count[node]
-            and cpu == top.cpu_milli[node]
-            and memory == top.memory_mib[node]
-        )
+        model = int(self.topology.gpu_model[node])
+        node_values = self._node_values(node)
+        whole = node_values[0]
         # Scalar indexing level by level beats building index arrays for a single node.
-        values = np.array([whole, milli, idle, cpu, memory], dtype=np.int64) * sign
+        values = np.array(node_values, dtype=np.int64) * sign
         hist, totals = self._hist_all, self._totals_all
         for row in self._node_rows[node].tolist():
             hist[row, model, whole] += sign
