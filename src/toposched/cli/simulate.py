@@ -135,6 +135,12 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
         help="hold N idle nodes per LEVEL domain (e.g. rack:1) as spares: a gang whose node "
         "fails restarts on its surviving nodes plus a spare of the same domain (default: none)",
     )
+    parser.add_argument(
+        "--unprotected-borrowing",
+        action="store_true",
+        help="a job that starts while its team already runs its whole budget gets no "
+        "min-runtime protection (default: every allocated job is protected)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on long runs")
     parser.add_argument(
         "--compare",
@@ -156,9 +162,10 @@ def _spares(text: str) -> tuple[str, int]:
 def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     """toposched's scheduler with the options given on the command line."""
     spares = getattr(args, "spares", None)
-    if spares is None:
+    protect = not getattr(args, "unprotected_borrowing", False)
+    if spares is None and protect:
         return toposched_scheduler
-    return lambda state, tree: Scheduler(state, tree, spares=spares)
+    return lambda state, tree: Scheduler(state, tree, spares=spares, protect_beyond_budget=protect)
 
 
 def build_workload(args: argparse.Namespace) -> Workload:

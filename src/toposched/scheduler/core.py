@@ -267,6 +267,7 @@ class Scheduler:
         defragment: bool = True,
         compaction_moves_per_hour: int = 0,
         spares: tuple[str, int] | None = None,
+        protect_beyond_budget: bool = True,
     ) -> None:
         self.state = state
         self.tree = tree
@@ -304,6 +305,9 @@ class Scheduler:
         self._preemptible = PreemptibleIndex(state)
         # (level, nodes per domain): idle nodes held back to replace failed ones in place.
         self.spares = SparePool(state, *spares) if spares is not None else None
+        # False: a job that starts while its team already runs its whole budget is borrowing
+        # and gets no min-runtime protection (it stays allocated and charged).
+        self.protect_beyond_budget = protect_beyond_budget
         # What the cycle may remember between cycles. `_epoch` moves whenever free capacity may
         # have changed (a job started, or the cluster changed between cycles, seen by its
         # version); equal epochs and fences mean equal free capacity. Failures to place stay
@@ -1190,13 +1194,24 @@ class Scheduler:
         job.min_runtime = (
             0.0 if job.unallocated else self.contract.effective_min_runtime(spec.min_runtime)
         )
-        job.reason = "running" + (" as unallocated work" if job.unallocated else "")
-        job.record(now, "started" + (" (unallocated)" if job.unallocated else ""))
+        how = " as unallocated work" if job.unallocated else ""
+        if not (job.unallocated or self.protect_beyond_budget) and self._beyond_budget(job):
+            job.min_runtime = 0.0
+            how = " beyond its team's budget, unprotected"
+        job.reason = "running" + how
+        job.record(now, "started" + (f" ({how.strip()})" if how else ""))
         if not job.unallocated:
             self.usage.start(spec.account, job.gpus, now)
         self.running[job.job_id] = job
         job.last_checkpoint = None
         self._remember_running(job)
+
+    def _beyond_budget(self, job: Job) -> bool:
+        """Whether the team's running allocated GPUs, this job included, exceed its budget
+        (its effective share of the cluster's GPUs)."""
+        account = job.spec.account
+        budget = self.tree.effective_share(account) * self.state.topology.n_gpus
+        return self.usage.running(account) + job.gpus > budget + 1e-9
 
     def _remember_running(self, job: Job) -> None:
         assert job.start_time is not None

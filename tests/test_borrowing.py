@@ -1,0 +1,44 @@
+"""Scheduler(protect_beyond_budget=False): work started beyond the team's budget is unprotected."""
+
+from __future__ import annotations
+
+import pytest
+from test_preemption_scenarios import racks, run, spec
+
+from toposched.policy.budget import BudgetTree
+from toposched.scheduler.core import Scheduler
+from toposched.scheduler.decisions import Evict
+
+# Two teams with half of the 8 GPUs each.
+HALVES = {"accounts": {"team-a": 50, "team-b": 50}}
+
+
+@pytest.mark.parametrize("protect", [True, False])
+def test_a_job_started_beyond_its_teams_budget_is_unprotected_when_asked(protect: bool) -> None:
+    # One rack of 2 nodes x 4 GPUs. At 0 team-a starts `within` (4 GPUs: its whole budget),
+    # at 1 s `borrowing` (4 more: beyond it), both with an 8 h min runtime. At 600 s team-b,
+    # which ranks above team-a (no usage), asks for 4 GPUs.
+    sched = Scheduler(racks(1, 2), BudgetTree.from_dict(HALVES), protect_beyond_budget=protect)
+    sched.submit(spec("within", "team-a", min_runtime="8h"), 0)
+    assert [d.job_id for d in sched.cycle(0).bound] == ["within"]
+    sched.submit(spec("borrowing", "team-a", min_runtime="8h"), 1)
+    assert [d.job_id for d in sched.cycle(1).bound] == ["borrowing"]
+    assert sched.is_protected("within", 600)
+    assert sched.is_protected("borrowing", 600) is protect
+
+    sched.submit(spec("b-job", "team-b"), 600)
+    evictions = [d for d in sched.cycle(600).decisions if isinstance(d, Evict)]
+    if protect:
+        assert evictions == []
+    else:
+        assert evictions == [Evict("borrowing", "b-job", 30.0, "better-fair-share", 4 * 599.0)]
+        assert "beyond its team's budget" in sched.jobs["borrowing"].history[1][1]
+
+
+def test_a_job_within_the_budget_keeps_its_protection() -> None:
+    sched = Scheduler(racks(1, 2), BudgetTree.from_dict(HALVES), protect_beyond_budget=False)
+    run(sched, spec("a0", "team-a", gpus=2, min_runtime="8h"), [0], 0)
+    sched.submit(spec("a1", "team-a", gpus=2, min_runtime="8h"), 0)
+    sched.cycle(0)
+    # 2 + 2 GPUs: exactly the budget, not beyond it.
+    assert sched.is_protected("a1", 600)
