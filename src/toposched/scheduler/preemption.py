@@ -296,9 +296,9 @@ class VictimSearch:
         if len(victims) <= SPARE_CHECKS:
             # The engine may place the gang where some victims never were (room elsewhere):
             # those need not leave, and the placement stands without them.
-            used = np.zeros(self.state.topology.n_nodes, dtype=bool)
-            used[placed.allocation.nodes] = True
-            victims = [v for v in victims if used[v.nodes].any()]
+            # Compared with the gang's own nodes, not a mask over the cluster.
+            used = np.unique(placed.allocation.nodes)
+            victims = [v for v in victims if np.isin(v.nodes, used).any()]
         return PreemptionPlan(preemptor, tuple(victims), placed, self.impact.key(victims), exact)
 
     # --- one innermost domain ------------------------------------------------------------------
