@@ -17,7 +17,8 @@ HALVES = {"accounts": {"team-a": 50, "team-b": 50}}
 def test_a_job_started_beyond_its_teams_budget_is_unprotected_when_asked(protect: bool) -> None:
     # One rack of 2 nodes x 4 GPUs. At 0 team-a starts `within` (4 GPUs: its whole budget),
     # at 1 s `borrowing` (4 more: beyond it), both with an 8 h min runtime. At 600 s team-b,
-    # which ranks above team-a (no usage), asks for 4 GPUs.
+    # which runs nothing of its budget, asks for 4 GPUs: team-a keeps its budget without
+    # `borrowing`, so the budget rule lets team-b reclaim it once it is unprotected.
     sched = Scheduler(racks(1, 2), BudgetTree.from_dict(HALVES), protect_beyond_budget=protect)
     sched.submit(spec("within", "team-a", min_runtime="8h"), 0)
     assert [d.job_id for d in sched.cycle(0).bound] == ["within"]
@@ -31,7 +32,7 @@ def test_a_job_started_beyond_its_teams_budget_is_unprotected_when_asked(protect
     if protect:
         assert evictions == []
     else:
-        assert evictions == [Evict("borrowing", "b-job", 30.0, "better-fair-share", 4 * 599.0)]
+        assert evictions == [Evict("borrowing", "b-job", 30.0, "reclaim-budget", 4 * 599.0)]
         assert "beyond its team's budget" in sched.jobs["borrowing"].history[1][1]
 
 

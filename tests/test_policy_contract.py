@@ -247,7 +247,8 @@ def test_may_preempt(
     allowed: bool,
     rule: PreemptionRule,
 ) -> None:
-    contract = Contract()
+    # These cases predate the budget rule: across accounts, the fair-share ranking decides.
+    contract = Contract(cross_account="fair_share")
     victim = running(
         contract,
         tree,
@@ -277,14 +278,14 @@ def test_a_job_cannot_preempt_itself(tree: BudgetTree, ranking: Ranking) -> None
     assert verdict.rule is PreemptionRule.SAME_JOB and not verdict
 
 
-def test_a_team_over_its_share_becomes_preemptible_after_min_runtime() -> None:
+def test_fair_share_rule_a_team_over_its_share_becomes_preemptible_after_min_runtime() -> None:
     # x and y share 50 : 50. y runs 8 GPUs from 0 with a 1 h min runtime; x has used nothing,
     # so x's level FS is infinite and y's finite: x ranks above y.
     tree = BudgetTree.from_dict({"accounts": {"x": 50, "y": 50}})
     usage = UsageTracker()
     usage.start("y", 8, now=0)
     queue = PendingQueue(tree, usage)
-    contract = Contract()
+    contract = Contract(cross_account="fair_share")
     victim = running(contract, tree, "y-job", "y", start=0, min_runtime=HOUR)
     x_request = request("x-job", "x")
     assert not contract.may_preempt(x_request, victim, HOUR / 2, queue.ranking(HOUR / 2))
@@ -296,6 +297,105 @@ def test_a_team_over_its_share_becomes_preemptible_after_min_runtime() -> None:
     # At 2 h: x 32 GPU-hours, y 16; both share 0.5, so x 0.5 / (32/48) = 0.75 < y 1.5.
     verdict = contract.may_preempt(x_request, victim, 2 * HOUR, queue.ranking(2 * HOUR))
     assert not verdict and verdict.rule is PreemptionRule.NOT_BETTER_FAIR_SHARE
+
+
+class Loads:
+    """Running GPUs per account, and budgets as effective share x a 100-GPU cluster."""
+
+    def __init__(self, tree: BudgetTree, running: dict[str, float]) -> None:
+        self.tree = tree
+        self.running = running
+
+    def running_gpus(self, account: str) -> float:
+        return self.running.get(account, 0.0)
+
+    def budget_gpus(self, account: str) -> float:
+        return self.tree.effective_share(account) * 100
+
+
+# Budgets on 100 GPUs: team-a 0.7 x 0.6 x 0.5 = 21, team-b 21, eval 0.7 x 0.4 = 28, product 30.
+BUDGET_RULE_CASES = [
+    (
+        "below its budget, team-a reclaims from eval, which keeps 32 of its 28",
+        {TEAM_A: 10, EVAL: 40},
+        EVAL,
+        True,
+        PreemptionRule.RECLAIM_BUDGET,
+    ),
+    (
+        "team-a already runs its 21-GPU budget: it only borrows idle GPUs",
+        {TEAM_A: 21, PRODUCT: 60},
+        PRODUCT,
+        False,
+        PreemptionRule.NO_BUDGET_RECLAIM,
+    ),
+    (
+        "product runs 34 of 30: without the 8-GPU victim it would fall to 26",
+        {TEAM_A: 0, PRODUCT: 34},
+        PRODUCT,
+        False,
+        PreemptionRule.NO_BUDGET_RECLAIM,
+    ),
+    (
+        "product runs 38 of 30: without the victim it keeps exactly its budget",
+        {TEAM_A: 0, PRODUCT: 38},
+        PRODUCT,
+        True,
+        PreemptionRule.RECLAIM_BUDGET,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("running_gpus", "victim_account", "allowed", "rule"),
+    [case[1:] for case in BUDGET_RULE_CASES],
+    ids=[case[0] for case in BUDGET_RULE_CASES],
+)
+def test_budget_rule_across_accounts(
+    tree: BudgetTree,
+    ranking: Ranking,
+    running_gpus: dict[str, float],
+    victim_account: str,
+    allowed: bool,
+    rule: PreemptionRule,
+) -> None:
+    # In `ranking` eval ranks above team-a and product below it: the budget rule ignores that.
+    contract = Contract()
+    victim = contract.running_job(
+        job_id="victim",
+        account=victim_account,
+        priority=0,
+        submit_time=0,
+        start_time=0,
+        min_runtime=HOUR,
+        resumable=True,
+        tree=tree,
+        gpus=8,
+    )
+    loads = Loads(tree, running_gpus)
+    verdict = contract.may_preempt(request("p", TEAM_A), victim, 2 * HOUR, ranking, loads)
+    assert (verdict.allowed, verdict.rule) == (allowed, rule)
+    assert victim_account in verdict.reason or TEAM_A in verdict.reason
+
+
+def test_budget_rule_keeps_protection_and_the_rules_within_an_account(
+    tree: BudgetTree, ranking: Ranking
+) -> None:
+    contract = Contract()
+    loads = Loads(tree, {TEAM_A: 0, PRODUCT: 90})
+    fresh = running(contract, tree, "fresh", PRODUCT, start=HOUR, min_runtime=2 * HOUR)
+    verdict = contract.may_preempt(request("p", TEAM_A), fresh, 2 * HOUR, ranking, loads)
+    assert verdict.rule is PreemptionRule.PROTECTED
+    own = running(contract, tree, "own", TEAM_A, priority=0, start=0, min_runtime=HOUR)
+    verdict = contract.may_preempt(request("p", TEAM_A, priority=5), own, 2 * HOUR, ranking, loads)
+    assert verdict.rule is PreemptionRule.HIGHER_PRIORITY
+
+
+def test_budget_rule_needs_the_loads(tree: BudgetTree, ranking: Ranking) -> None:
+    contract = Contract()
+    victim = running(contract, tree, "old", PRODUCT, start=0, min_runtime=HOUR)
+    with pytest.raises(ValueError, match="pass loads"):
+        contract.may_preempt(request("p", TEAM_A), victim, 2 * HOUR, ranking)
 
 
 def test_a_preempted_resumable_job_requeues_with_its_identity(tree: BudgetTree) -> None:
@@ -341,6 +441,7 @@ def test_a_preempted_nonresumable_job_follows_the_policy(
         ({"max_min_runtime": -HOUR}, "max_min_runtime"),
         ({"max_min_runtime": float("inf")}, "max_min_runtime"),
         ({"nonresumable_preempted": "retry"}, "nonresumable_preempted"),
+        ({"cross_account": "priority"}, "cross_account"),
     ],
 )
 def test_bad_contract_settings_are_rejected(kwargs: dict[str, Any], field: str) -> None:

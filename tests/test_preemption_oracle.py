@@ -98,6 +98,8 @@ class Case:
     pods: int
     gpus_per_pod: int
     required: bool
+    cross_account: str = "budget"
+    """The contract's rule across accounts (`Contract.cross_account`)."""
 
     @property
     def one_domain(self) -> bool:
@@ -201,6 +203,7 @@ def cases(draw: st.DrawFn, beyond_a_rack: bool = False) -> Case:
         pods=pods,
         gpus_per_pod=gpus_per_pod,
         required=draw(st.booleans()) and not beyond_a_rack,
+        cross_account=draw(st.sampled_from(["budget", "fair_share"])),
     )
 
 
@@ -222,7 +225,8 @@ class World:
 
 def build(case: Case) -> World:
     state = ClusterState(topology_from_dict(case.cluster()))
-    sched = Scheduler(state, BudgetTree.from_dict({"accounts": ACCOUNTS}))
+    contract = Contract(cross_account=case.cross_account)  # type: ignore[arg-type]
+    sched = Scheduler(state, BudgetTree.from_dict({"accounts": ACCOUNTS}), contract=contract)
     node_index = [state.topology.node_index(f"n{i}") for i in range(len(case.node_gpus))]
     for job in sorted(case.running, key=lambda j: (j.start, j.name)):
         nodes = [node_index[n] for n in job.nodes]
@@ -251,8 +255,27 @@ class Allowed:
     standing: NDArray[np.float64]
 
 
+class CaseLoads:
+    """Each account's running allocated GPUs and its budget, counted from the case itself."""
+
+    def __init__(self, case: Case) -> None:
+        self.cluster_gpus = sum(case.node_gpus)
+        self.running: dict[str, float] = {}
+        for job in case.running:
+            if job.min_runtime > 0 and ACCOUNTS[job.account] > 0:
+                gpus = len(job.nodes) * len(job.gpus[0])
+                self.running[job.account] = self.running.get(job.account, 0.0) + gpus
+
+    def running_gpus(self, account: str) -> float:
+        return self.running.get(account, 0.0)
+
+    def budget_gpus(self, account: str) -> float:
+        return ACCOUNTS[account] / sum(ACCOUNTS.values()) * self.cluster_gpus
+
+
 def allowed_victims(world: World) -> Allowed:
-    contract = Contract()
+    contract = Contract(cross_account=world.case.cross_account)  # type: ignore[arg-type]
+    loads = CaseLoads(world.case)
     tree = world.scheduler.tree
     ranking = world.ranking
     jobs: list[Running] = []
@@ -269,8 +292,9 @@ def allowed_victims(world: World) -> Allowed:
             min_runtime=job.min_runtime,
             resumable=job.resumable,
             tree=tree,
+            gpus=len(job.nodes) * len(job.gpus[0]),
         )
-        verdict = contract.may_preempt(world.entry, view, NOW, ranking)
+        verdict = contract.may_preempt(world.entry, view, NOW, ranking, loads)
         if not verdict.allowed:
             continue
         jobs.append(job)
@@ -416,7 +440,8 @@ MANY_IN_ONE_RACK = Case(
     required=True,
 )
 # Rack r0: unallocated work since 0; rack r1: team-b's jobs past their min runtime, checkpointed
-# 300 s ago. The cheapest set is team-b's, although unallocated work alone could make room.
+# 300 s ago. Under the fair-share rule the cheapest set is team-b's, although unallocated work
+# alone could make room (under the budget rule team-b, at its budget, keeps its jobs).
 MIXED_RACKS = Case(
     node_gpus=(4, 4, 4, 4),
     rack_of=(0, 0, 1, 1),
@@ -433,6 +458,7 @@ MIXED_RACKS = Case(
     pods=2,
     gpus_per_pod=4,
     required=True,
+    cross_account="fair_share",
 )
 
 

@@ -17,6 +17,7 @@ from toposched.placement.policies import BestFit
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, place
 from toposched.policy.budget import BudgetTree
+from toposched.policy.contract import Contract
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict
@@ -28,6 +29,8 @@ GRACE = 30.0
 # scratch has no budget: its jobs are unallocated work, preemptible by any allocated request.
 TEAMS = {"team-a": 30, "team-b": 30, "team-c": 30, "scratch": 0}
 RACK = {"required": "rack"}
+FAIR_SHARE = Contract(cross_account="fair_share")
+"""Across accounts, the fair-share ranking decides (the default is the budget rule)."""
 
 
 def spec(name: str, account: str, pods: int = 1, gpus: int = 4, **fields: Any) -> JobSpec:
@@ -183,7 +186,7 @@ def test_protection_holds_until_start_plus_min_runtime_then_fair_share_applies()
     # One node, held by team-b's job since 0 with min runtime 8 h. team-a's job asks at 1 h:
     # nothing may be preempted. At exactly 8 h the protection ends and team-a (no usage)
     # outranks team-b (4 GPUs x 8 h): better fair share allows the eviction, losing 4 x 8 h.
-    sched = scheduler(racks(1, 1))
+    sched = scheduler(racks(1, 1), contract=FAIR_SHARE)
     run(sched, spec("b-job", "team-b", min_runtime="8h"), [0], 0)
     sched.submit(spec("a-job", "team-a"), HOUR)
 
@@ -321,7 +324,7 @@ def test_standing_breaks_a_tie_in_lost_work_and_count() -> None:
     # One rack of 2 nodes at 3 h. team-b's job since 0 and team-c's since 0.5 h, both past a
     # 1 h min runtime and both checkpointed at 3 h - 100 s: each loses 4 x 100 = 400. team-b
     # used more (4 x 3 h against 4 x 2.5 h), so it ranks below team-c and its job goes first.
-    sched = scheduler(racks(1, 2))
+    sched = scheduler(racks(1, 2), contract=FAIR_SHARE)
     run(sched, spec("b-job", "team-b", min_runtime="1h", resumable=True), [0], 0)
     run(sched, spec("c-job", "team-c", min_runtime="1h", resumable=True), [1], 0.5 * HOUR)
     now = 3 * HOUR
@@ -356,13 +359,15 @@ def test_within_a_team_priority_decides(priority: int, now: float, expected: lis
     assert evictions(sched.cycle(now)) == expected
 
 
-def test_across_teams_fair_share_decides_not_priority() -> None:
+def test_fair_share_rule_across_teams_rank_decides_not_priority() -> None:
     # team-b runs b-job (priority 0, min runtime 1 h) on the only node since 0. team-a used
     # 64 GPUs over [0, 1 h) = 64 GPU-hours; team-b has used 4 x 2 h = 8 by 2 h. team-b ranks
     # above team-a, so team-a's priority-100 job may not preempt it.
     usage = UsageTracker()
     usage.start("team-a", 64, now=0)
-    sched = Scheduler(racks(1, 1), BudgetTree.from_dict({"accounts": TEAMS}), usage=usage)
+    sched = Scheduler(
+        racks(1, 1), BudgetTree.from_dict({"accounts": TEAMS}), usage=usage, contract=FAIR_SHARE
+    )
     run(sched, spec("b-job", "team-b", min_runtime="1h"), [0], 0)
     usage.stop("team-a", 64, now=HOUR)
     sched.submit(spec("a-job", "team-a", priority=100), 2 * HOUR)
@@ -376,6 +381,71 @@ def test_across_teams_fair_share_decides_not_priority() -> None:
     sched.submit(spec("c-job", "team-c"), 2 * HOUR)
     result = sched.cycle(2 * HOUR)
     assert evictions(result) == [Evict("b-job", "c-job", GRACE, "better-fair-share", 4 * 2 * HOUR)]
+
+
+HALVES = {"team-a": 50, "team-b": 50, "scratch": 0}
+
+
+def budget_case(contract: Contract | None = None) -> Scheduler:
+    """One rack of 4 nodes x 4 GPUs, budgets of 8 GPUs for team-a and team-b. team-b runs b0
+    and b1 since 0 and b2 since 0.5 h (12 GPUs, min runtime 1 h); team-a runs a0 since 0 (4
+    GPUs) and used 64 GPU-hours in the first hour, so it ranks below team-b in fair share."""
+    usage = UsageTracker()
+    usage.start("team-a", 64, now=0)
+    options: dict[str, Any] = {} if contract is None else {"contract": contract}
+    sched = Scheduler(
+        racks(1, 4), BudgetTree.from_dict({"accounts": HALVES}), usage=usage, **options
+    )
+    run(sched, spec("b0", "team-b", min_runtime="1h", resumable=True), [0], 0)
+    run(sched, spec("b1", "team-b", min_runtime="1h", resumable=True), [1], 0)
+    run(sched, spec("a0", "team-a", min_runtime="1h"), [3], 0)
+    run(sched, spec("b2", "team-b", min_runtime="1h", resumable=True), [2], 0.5 * HOUR)
+    usage.stop("team-a", 64, now=HOUR)
+    return sched
+
+
+def test_budget_rule_a_team_below_its_budget_reclaims_from_one_beyond_its_own() -> None:
+    # At 2 h team-a (4 of its 8 GPUs) asks for 4 more. team-b keeps its 8 without any one of its
+    # jobs, so team-a may reclaim one whatever the fair-share ranking; the least lost work is
+    # b2's, 4 GPUs x 1.5 h.
+    sched = budget_case()
+    sched.submit(spec("a-job", "team-a", min_runtime="1h"), 2 * HOUR)
+    assert sched.queue.ranking(2 * HOUR).prefers("team-b", "team-a")
+
+    result = sched.cycle(2 * HOUR)
+
+    assert evictions(result) == [Evict("b2", "a-job", GRACE, "reclaim-budget", 4 * 1.5 * HOUR)]
+    assert "of accounts running beyond their budget" in sched.jobs["a-job"].reason
+    sched.evicted("b2", 2 * HOUR + GRACE)
+    assert [d.job_id for d in sched.cycle(2 * HOUR + GRACE).bound] == ["a-job"]
+
+    # Both teams now run their 8-GPU budgets: neither may take the other's GPUs, so the
+    # eviction does not bounce back, even once every job is past its min runtime.
+    sched.submit(spec("b-again", "team-b", min_runtime="1h"), 5 * HOUR)
+    sched.submit(spec("a-more", "team-a", min_runtime="1h"), 5 * HOUR)
+    assert evictions(sched.cycle(5 * HOUR)) == []
+    assert sched.jobs["b-again"].reason.endswith(
+        "no running job may be preempted for it under the contract"
+    )
+
+
+def test_budget_rule_never_takes_a_team_below_its_budget() -> None:
+    # team-b runs 12 GPUs; after b2 leaves on its own it runs exactly its 8. team-a, below its
+    # budget, may then evict none of team-b's jobs: each would leave team-b with 4 of 8.
+    sched = budget_case()
+    sched.finish("b2", 1.5 * HOUR)
+    sched.submit(spec("big", "team-a", pods=2, min_runtime="1h"), 2 * HOUR)
+    assert evictions(sched.cycle(2 * HOUR)) == []
+
+
+def test_fair_share_rule_lets_the_better_ranked_team_evict_instead() -> None:
+    # The same cluster under the fair-share rule: team-a ranks below team-b, so it may not
+    # evict; team-b (running 12 GPUs, beyond its budget) may evict team-a's a0.
+    sched = budget_case(FAIR_SHARE)
+    sched.submit(spec("a-job", "team-a", min_runtime="1h"), 2 * HOUR)
+    assert evictions(sched.cycle(2 * HOUR)) == []
+    sched.submit(spec("b-more", "team-b", min_runtime="1h"), 2 * HOUR)
+    assert evicted_ids(sched.cycle(2 * HOUR)) == ["a0"]
 
 
 @pytest.mark.parametrize(
@@ -643,7 +713,7 @@ def test_least_lost_work_is_chosen_whether_the_victims_are_unallocated_or_not() 
     # Rack r0 (nodes 0-1): unallocated u0, u1 since 0: at 5 h they lose 4 x 5 h = 72000 each.
     # Rack r1 (nodes 2-3): team-b's resumable jobs past their 1 h min runtime, checkpointed
     # at 5 h - 60 s: 4 x 60 = 240 each. team-a outranks team-b. Least lost work: {b2, b3} = 480.
-    sched = scheduler(racks(2, 2))
+    sched = scheduler(racks(2, 2), contract=FAIR_SHARE)
     run(sched, spec("u0", "scratch"), [0], 0)
     run(sched, spec("u1", "scratch"), [1], 0)
     run(sched, spec("b2", "team-b", min_runtime="1h", resumable=True), [2], 0)

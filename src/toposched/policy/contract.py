@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from toposched.cluster.errors import InputError
 from toposched.policy.budget import BudgetTree
@@ -13,7 +13,9 @@ from toposched.policy.fairshare import QueueEntry, Ranking
 
 __all__ = [
     "DEFAULT_MAX_MIN_RUNTIME",
+    "AccountLoads",
     "Contract",
+    "CrossAccountRule",
     "NonresumablePolicy",
     "PreemptedFate",
     "PreemptionOutcome",
@@ -27,6 +29,22 @@ DEFAULT_MAX_MIN_RUNTIME = 8 * 3600.0
 
 NonresumablePolicy = Literal["requeue", "fail"]
 _NONRESUMABLE_POLICIES: tuple[NonresumablePolicy, ...] = ("requeue", "fail")
+CrossAccountRule = Literal["budget", "fair_share"]
+_CROSS_ACCOUNT_RULES: tuple[CrossAccountRule, ...] = ("budget", "fair_share")
+_GPU_SLACK = 1e-9
+"""Shared-GPU pods make loads fractional: comparisons allow for rounding."""
+
+
+class AccountLoads(Protocol):
+    """What the budget rule reads: each account's allocated GPUs running now and its budget."""
+
+    def running_gpus(self, account: str) -> float:
+        """GPUs the account's allocated jobs hold now (unallocated work is not counted)."""
+        ...
+
+    def budget_gpus(self, account: str) -> float:
+        """The account's budget in GPUs: its effective share of the cluster."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +61,8 @@ class RunningJob:
     resumable: bool
     unallocated: bool
     """Started as unallocated work: never protected, and not charged to its account."""
+    gpus: float = 0.0
+    """GPUs the job holds (a shared pod counts its fraction); the budget rule reads it."""
 
 
 class PreemptionRule(StrEnum):
@@ -60,10 +80,16 @@ class PreemptionRule(StrEnum):
     """Same account: the preemptor has the higher priority."""
     NOT_HIGHER_PRIORITY = "not-higher-priority"
     """Same account: the preemptor's priority is not higher."""
+    RECLAIM_BUDGET = "reclaim-budget"
+    """Different accounts (budget rule): the preemptor's account runs below its budget, and the
+    victim's account stays at or above its own without the victim."""
+    NO_BUDGET_RECLAIM = "no-budget-reclaim"
+    """Different accounts (budget rule): the preemptor's account already runs its budget, or
+    the victim's account would fall below its own."""
     BETTER_FAIR_SHARE = "better-fair-share"
-    """Different accounts: the preemptor's account ranks above the victim's."""
+    """Different accounts (fair-share rule): the preemptor's account ranks above the victim's."""
     NOT_BETTER_FAIR_SHARE = "not-better-fair-share"
-    """Different accounts: the preemptor's account does not rank above the victim's."""
+    """Different accounts (fair-share rule): the preemptor's account does not rank above."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +135,18 @@ class Contract:
     makes a job unallocated: it fills idle GPUs, is never protected, is preemptible by any
     allocated request, and is not charged. `nonresumable_preempted` says whether a preempted job
     that cannot resume is queued again from scratch ("requeue") or fails ("fail").
+
+    `cross_account` says when a job may evict another account's job past its min runtime.
+    "budget" (the default): only to reclaim a budget, that is when the preemptor's account runs
+    below its budget and the victim's account stays at or above its own without the victim;
+    work beyond a budget is borrowed, and fair share only orders the queue. No account is ever
+    pushed below its budget by another, so evictions cannot bounce between two accounts.
+    "fair_share": whenever the preemptor's account ranks above the victim's in fair share.
     """
 
     max_min_runtime: float = DEFAULT_MAX_MIN_RUNTIME
     nonresumable_preempted: NonresumablePolicy = "requeue"
+    cross_account: CrossAccountRule = "budget"
 
     def __post_init__(self) -> None:
         if (
@@ -129,6 +163,13 @@ class Contract:
                 "nonresumable_preempted",
                 self.nonresumable_preempted,
                 "must be 'requeue' (start again from scratch) or 'fail'",
+            )
+        if self.cross_account not in _CROSS_ACCOUNT_RULES:
+            raise InputError(
+                "cross_account",
+                self.cross_account,
+                "must be 'budget' (evict another account's job only to reclaim a budget) or "
+                "'fair_share' (whenever the preemptor's account ranks above in fair share)",
             )
 
     def effective_min_runtime(self, requested: float) -> float:
@@ -160,6 +201,7 @@ class Contract:
         min_runtime: float,
         resumable: bool,
         tree: BudgetTree,
+        gpus: float = 0.0,
     ) -> RunningJob:
         """The contract a job holds from `start_time`: capped min runtime, allocated or not."""
         return RunningJob(
@@ -171,15 +213,22 @@ class Contract:
             min_runtime=self.effective_min_runtime(min_runtime),
             resumable=resumable,
             unallocated=self.is_unallocated(min_runtime, account, tree),
+            gpus=gpus,
         )
 
     def may_preempt(
-        self, preemptor: QueueEntry, victim: RunningJob, now: float, ranking: Ranking
+        self,
+        preemptor: QueueEntry,
+        victim: RunningJob,
+        now: float,
+        ranking: Ranking,
+        loads: AccountLoads | None = None,
     ) -> PreemptionVerdict:
         """Whether the pending `preemptor` may take the running `victim`'s GPUs at `now`.
 
         `ranking` is the fair-share ranking at `now` (e.g. `PendingQueue.ranking(now)`), in which
-        the victim's account already carries the usage of its running jobs.
+        the victim's account already carries the usage of its running jobs. `loads` gives each
+        account's running GPUs and budget; the budget rule needs it for a pair of accounts.
         """
         if preemptor.job_id == victim.job_id:
             return _forbid(PreemptionRule.SAME_JOB, f"{victim.job_id} cannot preempt itself")
@@ -220,6 +269,8 @@ class Contract:
                 f"same account {victim.account}: priority {preemptor.priority} is not above "
                 f"{victim.priority}",
             )
+        if self.cross_account == "budget":
+            return self._reclaim(preemptor, victim, loads)
         if ranking.prefers(preemptor.account, victim.account):
             return _allow(
                 PreemptionRule.BETTER_FAIR_SHARE,
@@ -228,6 +279,38 @@ class Contract:
         return _forbid(
             PreemptionRule.NOT_BETTER_FAIR_SHARE,
             f"account {preemptor.account} does not rank above {victim.account} in fair share",
+        )
+
+    def _reclaim(
+        self, preemptor: QueueEntry, victim: RunningJob, loads: AccountLoads | None
+    ) -> PreemptionVerdict:
+        """The budget rule for a pair of accounts."""
+        if loads is None:
+            raise ValueError(
+                "the budget rule compares accounts' running GPUs with their budgets: pass loads"
+            )
+        running = loads.running_gpus(preemptor.account)
+        budget = loads.budget_gpus(preemptor.account)
+        if running >= budget - _GPU_SLACK:
+            return _forbid(
+                PreemptionRule.NO_BUDGET_RECLAIM,
+                f"account {preemptor.account} already runs {running:g} GPUs of its "
+                f"{budget:g}-GPU budget; beyond it, it only borrows idle GPUs",
+            )
+        victim_running = loads.running_gpus(victim.account)
+        victim_budget = loads.budget_gpus(victim.account)
+        left = victim_running - victim.gpus
+        if left < victim_budget - _GPU_SLACK:
+            return _forbid(
+                PreemptionRule.NO_BUDGET_RECLAIM,
+                f"account {victim.account} would fall to {left:g} GPUs, below its "
+                f"{victim_budget:g}-GPU budget",
+            )
+        return _allow(
+            PreemptionRule.RECLAIM_BUDGET,
+            f"account {preemptor.account} runs {running:g} of its {budget:g}-GPU budget; "
+            f"{victim.account} runs {victim_running:g} of {victim_budget:g} and keeps its budget "
+            f"without {victim.job_id}",
         )
 
     def after_preemption(self, job: RunningJob) -> PreemptionOutcome:

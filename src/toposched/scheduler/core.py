@@ -81,6 +81,7 @@ _VICTIM_KINDS = {
     "unallocated-victim": "unallocated",
     "higher-priority": "of lower priority in the team",
     "better-fair-share": "of accounts further above their share",
+    "reclaim-budget": "of accounts running beyond their budget",
 }
 
 
@@ -723,7 +724,9 @@ class Scheduler:
         if unallocated.any():
             # Unallocated victims are fair game for any allocated preemptor: one question.
             first = str(index.ids[slots[np.argmax(unallocated)]])
-            verdict = self.contract.may_preempt(entry, self._contract_views[first], now, ranking)
+            verdict = self.contract.may_preempt(
+                entry, self._contract_views[first], now, ranking, self
+            )
             if not verdict.allowed:
                 verdicts.allowed[:] = False
                 return verdicts
@@ -731,11 +734,13 @@ class Scheduler:
         mine = np.flatnonzero(~index.unallocated[slots] & verdicts.allowed)
         if mine.size == 0:
             return verdicts
-        # For an unprotected allocated job the contract's verdict depends only on its account
-        # and priority: one question per distinct pair.
-        pairs = np.stack([index.account[slots[mine]], index.priority[slots[mine]]])
+        # For an unprotected allocated job the contract's verdict depends only on its account,
+        # priority and (under the budget rule) size: one question per distinct kind.
+        kinds = [index.account[slots[mine]], index.priority[slots[mine]]]
+        if self.contract.cross_account == "budget":
+            kinds.append(index.gpus[slots[mine]])
         distinct, first_of, inverse = np.unique(
-            pairs, axis=1, return_index=True, return_inverse=True
+            np.stack(kinds), axis=1, return_index=True, return_inverse=True
         )
         inverse = inverse.reshape(-1)
         n_leaves = len(ranking.leaves)
@@ -743,7 +748,7 @@ class Scheduler:
             rows = mine[inverse == column]
             representative = str(index.ids[slots[mine[first_of[column]]]])
             verdict = self.contract.may_preempt(
-                entry, self._contract_views[representative], now, ranking
+                entry, self._contract_views[representative], now, ranking, self
             )
             if not verdict.allowed:
                 verdicts.allowed[rows] = False
@@ -1207,11 +1212,17 @@ class Scheduler:
         self._remember_running(job)
 
     def _beyond_budget(self, job: Job) -> bool:
-        """Whether the team's running allocated GPUs, this job included, exceed its budget
-        (its effective share of the cluster's GPUs)."""
+        """Whether the team's running allocated GPUs, this job included, exceed its budget."""
         account = job.spec.account
-        budget = self.tree.effective_share(account) * self.state.topology.n_gpus
-        return self.usage.running(account) + job.gpus > budget + 1e-9
+        return self.running_gpus(account) + job.gpus > self.budget_gpus(account) + 1e-9
+
+    def running_gpus(self, account: str) -> float:
+        """GPUs the account's allocated jobs hold now (the contract's `AccountLoads`)."""
+        return self.usage.running(account)
+
+    def budget_gpus(self, account: str) -> float:
+        """The account's budget in GPUs: its effective share of the cluster's GPUs."""
+        return self.tree.effective_share(account) * self.state.topology.n_gpus
 
     def _remember_running(self, job: Job) -> None:
         assert job.start_time is not None
@@ -1225,6 +1236,7 @@ class Scheduler:
             min_runtime=job.min_runtime,
             resumable=spec.resumable,
             unallocated=job.unallocated,
+            gpus=job.gpus,
         )
         self._contract_views[job.job_id] = view
         self._releases.add(self._release_time(job))
