@@ -23,7 +23,7 @@ def register(commands: Any) -> None:
         "demo",
         help="simulate an Ai2-like research cluster for a few days and print the summary",
         description=f"Simulate the Ai2-like workload (15 budgeted teams, outstanding demand "
-        f"about 2x capacity, debug, training, eval and unallocated work) on {DEMO_GPUS:,} GPUs for "
+        f"2-3x capacity, debug, training, eval and unallocated work) on {DEMO_GPUS:,} GPUs for "
         f"{DEMO_DAYS:g} simulated days through toposched's scheduler and, on the same workload, "
         "three baselines (FIFO first-fit, Slurm-like multifactor with backfill, kube-like "
         "spread); print toposched's summary next to Ai2's published outcomes and the side-by-side "

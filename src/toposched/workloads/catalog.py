@@ -20,7 +20,7 @@ _RACK_GPUS = 72
 
 WORKLOAD_HELP = {
     "ai2": "Ai2-like research cluster (default 3,072 GPUs, 30 days): 15 budgeted teams, "
-    "outstanding demand 2x capacity and more, debug/training/eval/unallocated jobs",
+    "outstanding demand 2-3x capacity, debug/training/eval/unallocated jobs",
     "frontier": "frontier-lab fleet of 1,000,080 GB300 GPUs (30 days): 10k-200k-GPU training in "
     "rack slices, inference, evals, node failures and repairs; --gpus shrinks the fleet",
     "itp:NN": "timed replay of Microsoft ITP cluster NN (01-10) on a documented number of 8-GPU "
