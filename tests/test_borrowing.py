@@ -1,10 +1,16 @@
-"""Scheduler(protect_beyond_budget=False): work started beyond the team's budget is unprotected."""
+"""Borrowing beyond a budget: Scheduler(protect_beyond_budget=False) and the simulate options."""
 
 from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
 
 import pytest
 from test_preemption_scenarios import racks, run, spec
 
+from toposched.cli.main import main
+from toposched.cli.simulate import register, scheduler_factory
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Evict
@@ -43,3 +49,34 @@ def test_a_job_within_the_budget_keeps_its_protection() -> None:
     sched.cycle(0)
     # 2 + 2 GPUs: exactly the budget, not beyond it.
     assert sched.is_protected("a1", 600)
+
+
+@pytest.mark.parametrize(
+    ("options", "cross_account", "protect"),
+    [
+        ([], "budget", True),
+        (["--cross-account", "fair-share"], "fair_share", True),
+        (["--unprotected-borrowing"], "budget", False),
+    ],
+)
+def test_simulate_options_reach_the_scheduler(
+    options: list[str], cross_account: str, protect: bool
+) -> None:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["simulate", *options])
+    sched = scheduler_factory(args)(racks(1, 2), BudgetTree.from_dict(HALVES))
+    assert isinstance(sched, Scheduler)
+    assert (sched.contract.cross_account, sched.protect_beyond_budget) == (cross_account, protect)
+
+
+def test_simulate_runs_under_either_rule_and_names_a_bad_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arguments = ["simulate", "--workload", "ai2", "--days", "0.05", "--gpus", "64"]
+    arguments += ["--no-progress", "--json", "--out", str(tmp_path)]
+    assert main([*arguments, "--cross-account", "fair-share"]) == 0
+    assert json.loads(capsys.readouterr().out)["conservation"]["holds"]
+    with pytest.raises(SystemExit):
+        main([*arguments, "--cross-account", "priority"])
+    assert "invalid choice: 'priority'" in capsys.readouterr().err

@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from toposched.policy.contract import Contract
 from toposched.scheduler.core import Scheduler
 from toposched.sim.engine import (
     DEFAULT_SAMPLE_INTERVAL,
@@ -141,6 +142,14 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
         help="a job that starts while its team already runs its whole budget gets no "
         "min-runtime protection (default: every allocated job is protected)",
     )
+    parser.add_argument(
+        "--cross-account",
+        choices=("budget", "fair-share"),
+        default="budget",
+        help="when a job may evict another account's job past its min runtime: budget = only "
+        "to reclaim its account's budget, never taking the victim's account below its own; "
+        "fair-share = whenever its account ranks above in fair share (default: budget)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on long runs")
     parser.add_argument(
         "--compare",
@@ -163,9 +172,13 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     """toposched's scheduler with the options given on the command line."""
     spares = getattr(args, "spares", None)
     protect = not getattr(args, "unprotected_borrowing", False)
-    if spares is None and protect:
+    cross_account = getattr(args, "cross_account", "budget")
+    if spares is None and protect and cross_account == "budget":
         return toposched_scheduler
-    return lambda state, tree: Scheduler(state, tree, spares=spares, protect_beyond_budget=protect)
+    contract = Contract(cross_account="fair_share" if cross_account == "fair-share" else "budget")
+    return lambda state, tree: Scheduler(
+        state, tree, contract=contract, spares=spares, protect_beyond_budget=protect
+    )
 
 
 def build_workload(args: argparse.Namespace) -> Workload:
