@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -389,6 +390,13 @@ def test_budget_rule_keeps_protection_and_the_rules_within_an_account(
     own = running(contract, tree, "own", TEAM_A, priority=0, start=0, min_runtime=HOUR)
     verdict = contract.may_preempt(request("p", TEAM_A, priority=5), own, 2 * HOUR, ranking, loads)
     assert verdict.rule is PreemptionRule.HIGHER_PRIORITY
+
+
+def test_reclaim_limit_is_what_the_victims_account_runs_beyond_its_budget(tree: BudgetTree) -> None:
+    contract = Contract()
+    limit = contract.reclaim_limit(TEAM_A, EVAL, Loads(tree, {TEAM_A: 10, EVAL: 40}))
+    assert limit == pytest.approx(40 - 28)
+    assert contract.reclaim_limit(TEAM_A, EVAL, Loads(tree, {TEAM_A: 21, EVAL: 40})) == -math.inf
 
 
 def test_budget_rule_needs_the_loads(tree: BudgetTree, ranking: Ranking) -> None:

@@ -281,6 +281,18 @@ class Contract:
             f"account {preemptor.account} does not rank above {victim.account} in fair share",
         )
 
+    def reclaim_limit(
+        self, preemptor_account: str, victim_account: str, loads: AccountLoads
+    ) -> float:
+        """Under the budget rule, the most GPUs one job of `victim_account` may hold and still be
+        evicted for a job of `preemptor_account`: what the victim's account runs beyond its
+        budget, or -inf when the preemptor's account already runs its own."""
+        if loads.running_gpus(preemptor_account) >= loads.budget_gpus(preemptor_account) - (
+            _GPU_SLACK
+        ):
+            return -math.inf
+        return loads.running_gpus(victim_account) - loads.budget_gpus(victim_account) + _GPU_SLACK
+
     def _reclaim(
         self, preemptor: QueueEntry, victim: RunningJob, loads: AccountLoads | None
     ) -> PreemptionVerdict:
@@ -291,7 +303,8 @@ class Contract:
             )
         running = loads.running_gpus(preemptor.account)
         budget = loads.budget_gpus(preemptor.account)
-        if running >= budget - _GPU_SLACK:
+        limit = self.reclaim_limit(preemptor.account, victim.account, loads)
+        if limit == -math.inf:
             return _forbid(
                 PreemptionRule.NO_BUDGET_RECLAIM,
                 f"account {preemptor.account} already runs {running:g} GPUs of its "
@@ -299,12 +312,11 @@ class Contract:
             )
         victim_running = loads.running_gpus(victim.account)
         victim_budget = loads.budget_gpus(victim.account)
-        left = victim_running - victim.gpus
-        if left < victim_budget - _GPU_SLACK:
+        if victim.gpus > limit:
             return _forbid(
                 PreemptionRule.NO_BUDGET_RECLAIM,
-                f"account {victim.account} would fall to {left:g} GPUs, below its "
-                f"{victim_budget:g}-GPU budget",
+                f"account {victim.account} would fall to {victim_running - victim.gpus:g} GPUs, "
+                f"below its {victim_budget:g}-GPU budget",
             )
         return _allow(
             PreemptionRule.RECLAIM_BUDGET,

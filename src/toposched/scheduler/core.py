@@ -17,7 +17,7 @@ from toposched.placement.policies import BestFit, PlacementPolicy
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, Unschedulable, place
 from toposched.policy.budget import BudgetTree
-from toposched.policy.contract import Contract, RunningJob
+from toposched.policy.contract import Contract, PreemptionRule, RunningJob
 from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier, Ranking
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.decisions import Bind, Decision, Evict, Reserve
@@ -293,6 +293,9 @@ class Scheduler:
         self._unallocated_running: set[str] = set()
         self._protection: SortedList = SortedList()
         self._contract_views: dict[str, RunningJob] = {}
+        # Budgets in GPUs by account, valid for one version of the budget tree.
+        self._budgets: dict[str, float] = {}
+        self._budgets_version = -1
         self._preemptor_of: dict[str, str] = {}
         # Who runs where, so failures, drains and local preemption need not scan every job.
         self._owners_by_node: dict[int, set[str]] = {}
@@ -734,19 +737,21 @@ class Scheduler:
         mine = np.flatnonzero(~index.unallocated[slots] & verdicts.allowed)
         if mine.size == 0:
             return verdicts
-        # For an unprotected allocated job the contract's verdict depends only on its account,
-        # priority and (under the budget rule) size: one question per distinct kind.
-        kinds = [index.account[slots[mine]], index.priority[slots[mine]]]
-        if self.contract.cross_account == "budget":
-            kinds.append(index.gpus[slots[mine]])
-        distinct, first_of, inverse = np.unique(
-            np.stack(kinds), axis=1, return_index=True, return_inverse=True
-        )
+        # For an unprotected allocated job the contract's verdict depends only on its account
+        # and priority, and under the budget rule on its size too, monotonically (a job no
+        # larger than what its account runs beyond its budget may go): one question per pair,
+        # asked about the pair's smallest job, the others then judged by that limit.
+        pairs = np.stack([index.account[slots[mine]], index.priority[slots[mine]]])
+        distinct, inverse = np.unique(pairs, axis=1, return_inverse=True)
         inverse = inverse.reshape(-1)
+        sizes = index.gpus[slots[mine]]
         n_leaves = len(ranking.leaves)
+        budget_rule = self.contract.cross_account == "budget"
         for column in range(distinct.shape[1]):
-            rows = mine[inverse == column]
-            representative = str(index.ids[slots[mine[first_of[column]]]])
+            members = np.flatnonzero(inverse == column)
+            smallest = members[np.argmin(sizes[members])]
+            rows = mine[members]
+            representative = str(index.ids[slots[mine[smallest]]])
             verdict = self.contract.may_preempt(
                 entry, self._contract_views[representative], now, ranking, self
             )
@@ -754,6 +759,11 @@ class Scheduler:
                 verdicts.allowed[rows] = False
                 continue
             account = index.account_names[int(distinct[0, column])]
+            if budget_rule and verdict.rule is PreemptionRule.RECLAIM_BUDGET:
+                limit = self.contract.reclaim_limit(entry.account, account, self)
+                too_large = sizes[members] > limit
+                verdicts.allowed[rows[too_large]] = False
+                rows = rows[~too_large]
             verdicts.rule[rows] = len(verdicts.rule_names)
             verdicts.rule_names.append(str(verdict.rule))
             if ranking.is_ranked_leaf(account):
@@ -1222,7 +1232,14 @@ class Scheduler:
 
     def budget_gpus(self, account: str) -> float:
         """The account's budget in GPUs: its effective share of the cluster's GPUs."""
-        return self.tree.effective_share(account) * self.state.topology.n_gpus
+        if self._budgets_version != self.tree.version:
+            self._budgets.clear()
+            self._budgets_version = self.tree.version
+        budget = self._budgets.get(account)
+        if budget is None:
+            budget = self.tree.effective_share(account) * self.state.topology.n_gpus
+            self._budgets[account] = budget
+        return budget
 
     def _remember_running(self, job: Job) -> None:
         assert job.start_time is not None
