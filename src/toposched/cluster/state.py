@@ -39,6 +39,12 @@ _HEALTHY = 0  # Health.HEALTHY as a plain int: enum lookups cost on the hot path
 
 _SavedRows = tuple[NDArray[np.integer], NDArray[np.int64], NDArray[np.integer]]
 """An aggregate array, some of its rows, and copies of them."""
+_NodeValues = tuple[int, int, int, int, int]
+"""One node's share of the per-domain totals (free whole GPUs, milli-GPU, idle, CPU, memory)."""
+_Before = (
+    list[tuple[int, _NodeValues]] | tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]
+)
+"""What `_before_change` kept: few healthy nodes' values, or many nodes' rows."""
 
 
 def row_sums(values: NDArray[np.integer] | NDArray[np.bool_]) -> NDArray[np.int64]:
@@ -342,24 +348,69 @@ class ClusterState:
         )
         return whole, rows
 
-    def _before_change(
-        self, touched: NDArray[np.int64]
-    ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None:
-        """Start a change of `touched` (sorted, unique): few nodes leave the aggregates now and
-        re-enter after; many keep their old rows, so that `_after_change` adds differences."""
+    def _before_change(self, touched: NDArray[np.int64]) -> _Before:
+        """Start a change of `touched` (sorted, unique): the old values of few nodes are kept
+        as Python tuples, of many as rows, so that `_after_change` adds differences."""
         if touched.size <= _FEW_NODES:
-            self._contribute(touched, -1)
-            return None
+            health = self.health
+            return [
+                (node, self._node_values(node))
+                for node in touched.tolist()
+                if health[node] == _HEALTHY
+            ]
         healthy = touched[self.health[touched] == _HEALTHY]
         return (healthy, *self._rows(healthy))
 
-    def _after_change(
-        self,
-        touched: NDArray[np.int64],
-        before: tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None,
-    ) -> None:
-        if before is None:
-            self._contribute(touched, +1)
+    def _add_few_changes(self, before: list[tuple[int, _NodeValues]]) -> None:
+        """Move a few healthy nodes' aggregates from their `before` values to their values now.
+
+        numpy's per-call cost, not arithmetic, is what costs at this size: the differences are
+        summed in Python, first per innermost domain (a gang's nodes often share one, and with
+        it every domain above), then per domain row, and added with one indexed add per
+        aggregate array.
+        """
+        width = self._hist_width
+        model_of = self.topology.gpu_model
+        # Per chain of domain rows (one per level): summed totals, and histogram moves by cell
+        # (model, free whole GPUs) within a row.
+        chains: dict[tuple[int, ...], tuple[list[int], dict[int, int]]] = {}
+        for node, old in before:
+            new = self._node_values(node)
+            if new == old:
+                continue
+            chain = tuple(self._node_rows[node].tolist())
+            found = chains.get(chain)
+            if found is None:
+                found = chains[chain] = ([0, 0, 0, 0, 0], {})
+            sums, moves = found
+            for column in range(5):
+                sums[column] += new[column] - old[column]
+            if new[0] != old[0]:
+                cell = int(model_of[node]) * width
+                moves[cell + old[0]] = moves.get(cell + old[0], 0) - 1
+                moves[cell + new[0]] = moves.get(cell + new[0], 0) + 1
+        if not chains:
+            return
+        totals: dict[int, list[int]] = {}
+        cells: dict[int, int] = {}
+        row_cells = self._n_models * width
+        for chain, (sums, moves) in chains.items():
+            for row in chain:
+                if row in totals:
+                    totals[row] = [a + b for a, b in zip(totals[row], sums, strict=True)]
+                else:
+                    totals[row] = sums
+                for cell, count in moves.items():
+                    flat = row * row_cells + cell
+                    cells[flat] = cells.get(flat, 0) + count
+        # Keys are distinct, so a plain indexed add is exact (no scatter needed).
+        self._totals_all[np.array(list(totals))] += np.array(list(totals.values()))
+        if cells:
+            self._hist_flat[np.array(list(cells))] += np.array(list(cells.values()), np.int32)
+
+    def _after_change(self, touched: NDArray[np.int64], before: _Before) -> None:
+        if isinstance(before, list):
+            self._add_few_changes(before)
             return
         nodes, old_whole, old_rows = before
         if nodes.size == 0:
@@ -610,7 +661,7 @@ class ClusterState:
                 hist[domain_row, model, entered] += 1
             totals[domain_row] += delta
 
-    def _node_values(self, node: int) -> tuple[int, int, int, int, int]:
+    def _node_values(self, node: int) -> _NodeValues:
         """One node's share of the totals: free whole GPUs, milli-GPU, idle, CPU, memory."""
         top = self.topology
         whole = int(self.free_whole_gpus[node])
@@ -727,6 +778,13 @@ class ClusterState:
         saved: list[_SavedRows] = []
         if nodes.size == 0:
             return saved
+        if nodes.size <= _SMALL:
+            # Rows of the stacked arrays (every level at once): fewer numpy calls.
+            rows = np.unique(self._node_rows[nodes])
+            return [
+                (array, rows, take_rows(array, rows))
+                for array in (self._totals_all, self._hist_all)
+            ]
         levels = self.topology.node_domain
         # One node per run of the innermost level stands for its domain at every level.
         leaves = levels[-1][nodes]
