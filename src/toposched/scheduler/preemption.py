@@ -17,6 +17,7 @@ from toposched.cluster.state import (
     take_rows,
 )
 from toposched.cluster.statement import Statement
+from toposched.placement.capacity import pods_by_free
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, place
@@ -296,9 +297,9 @@ class VictimSearch:
         if len(victims) <= SPARE_CHECKS:
             # The engine may place the gang where some victims never were (room elsewhere):
             # those need not leave, and the placement stands without them.
-            # Compared with the gang's own nodes, not a mask over the cluster.
-            used = np.unique(placed.allocation.nodes)
-            victims = [v for v in victims if np.isin(v.nodes, used).any()]
+            # Compared with the gang's own nodes, as Python sets: a few dozen nodes at most.
+            used = set(placed.allocation.nodes.tolist())
+            victims = [v for v in victims if not used.isdisjoint(v.nodes.tolist())]
         return PreemptionPlan(preemptor, tuple(victims), placed, self.impact.key(victims), exact)
 
     # --- one innermost domain ------------------------------------------------------------------
@@ -520,7 +521,8 @@ class VictimSearch:
             hist = hist[:, request.allowed_models, :]
         pods_for_k = np.arange(hist.shape[2], dtype=np.int64) // per_pod
         granule = request.granule(self.leaf_level)
-        now_room = hist.sum(axis=1, dtype=np.int64) @ pods_for_k // granule * granule
+        one_model = hist[:, 0, :] if hist.shape[1] == 1 else hist.sum(axis=1, dtype=np.int64)
+        now_room = pods_by_free(one_model, pods_for_k) // granule * granule
         most = (state.free_gpus[self.leaf_level] + index.leaf_freeable) // per_pod
         gain = most // granule * granule - now_room
         need = request.pods - int(now_room.sum())
