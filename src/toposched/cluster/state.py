@@ -690,27 +690,29 @@ class ClusterState:
         nodes = np.concatenate([a.nodes for a in allocations])
         gpus = np.concatenate([a.gpus.reshape(-1) for a in allocations])
         slots = np.repeat(nodes, np.repeat(per_pod, pods)) * width + gpus
-        milli = np.repeat(
-            np.array([a.gpu_milli for a in allocations], dtype=np.int16), pods * per_pod
-        )
-        cpu = np.repeat(np.array([a.cpu_milli for a in allocations], dtype=np.int64), pods)
-        memory = np.repeat(np.array([a.memory_mib for a in allocations], dtype=np.int64), pods)
+        # Per-pod resource arrays only where some allocation has the resource (whole-GPU pods
+        # without CPU or memory requests are the common case).
+        milli_of = [a.gpu_milli for a in allocations]
+        cpu_of = [a.cpu_milli for a in allocations]
+        memory_of = [a.memory_mib for a in allocations]
         touched = self._distinct_nodes(nodes)
         before = self._before_change(touched)
         if slots.size:
             flat = self.gpu_free_milli.reshape(-1)
-            if (milli == MILLI_PER_GPU).all():
+            if all(milli == MILLI_PER_GPU for milli in milli_of):
                 # Whole GPUs are held by one pod each: no slot repeats, a plain add will do.
-                flat[slots] += sign * milli
+                flat[slots] += np.int16(sign * MILLI_PER_GPU)
             else:
+                milli = np.repeat(np.array(milli_of, dtype=np.int16), pods * per_pod)
                 np.add.at(flat, slots, sign * milli)
             whole = row_sums(take_rows(self.gpu_free_milli, touched) == MILLI_PER_GPU)
             self.free_whole_gpus[touched] = whole.astype(np.int8)
-        for free, per_pod in ((self.free_cpu_milli, cpu), (self.free_memory_mib, memory)):
-            if per_pod.any():
-                free += sign * np.bincount(nodes, weights=per_pod, minlength=free.size).astype(
-                    np.int64
-                )
+        for free, asked in ((self.free_cpu_milli, cpu_of), (self.free_memory_mib, memory_of)):
+            if any(asked):
+                per_pod_asked = np.repeat(np.array(asked, dtype=np.int64), pods)
+                free += sign * np.bincount(
+                    nodes, weights=per_pod_asked, minlength=free.size
+                ).astype(np.int64)
         self._after_change(touched, before)
 
     def release_many(self, owners: list[str]) -> list[Allocation]:
