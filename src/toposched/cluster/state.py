@@ -39,6 +39,12 @@ _HEALTHY = 0  # Health.HEALTHY as a plain int: enum lookups cost on the hot path
 
 _SavedRows = tuple[NDArray[np.integer], NDArray[np.int64], NDArray[np.integer]]
 """An aggregate array, some of its rows, and copies of them."""
+_NodeValues = tuple[int, int, int, int, int]
+"""One node's share of the per-domain totals (free whole GPUs, milli-GPU, idle, CPU, memory)."""
+_Before = (
+    list[tuple[int, _NodeValues]] | tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]
+)
+"""What `_before_change` kept: few healthy nodes' values, or many nodes' rows."""
 
 
 def row_sums(values: NDArray[np.integer] | NDArray[np.bool_]) -> NDArray[np.int64]:
@@ -334,32 +340,86 @@ class ClusterState:
 
     def _rows(self, nodes: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Free whole GPUs of `nodes`, and their rows of the per-domain totals."""
-        whole = self.free_whole_gpus[nodes].astype(np.int64)
-        milli = row_sums(take_rows(self.gpu_free_milli, nodes))
-        idle = self._node_idle(nodes).astype(np.int64)
-        rows = np.stack(
-            [whole, milli, idle, self.free_cpu_milli[nodes], self.free_memory_mib[nodes]], axis=1
+        # Filled column by column: np.stack costs several numpy calls more, which is what
+        # counts for the few nodes of a preemption's what-if.
+        top = self.topology
+        rows = np.empty((nodes.size, _N_TOTALS), dtype=np.int64)
+        whole, cpu, memory = rows[:, 0], rows[:, 3], rows[:, 4]
+        whole[:] = self.free_whole_gpus[nodes]
+        rows[:, 1] = row_sums(take_rows(self.gpu_free_milli, nodes))
+        cpu[:] = self.free_cpu_milli[nodes]
+        memory[:] = self.free_memory_mib[nodes]
+        # `_node_idle` from the values just read.
+        rows[:, 2] = (
+            (whole == top.gpu_count[nodes])
+            & (cpu == top.cpu_milli[nodes])
+            & (memory == top.memory_mib[nodes])
         )
-        return whole, rows
+        return whole.copy(), rows
 
-    def _before_change(
-        self, touched: NDArray[np.int64]
-    ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None:
-        """Start a change of `touched` (sorted, unique): few nodes leave the aggregates now and
-        re-enter after; many keep their old rows, so that `_after_change` adds differences."""
+    def _before_change(self, touched: NDArray[np.int64]) -> _Before:
+        """Start a change of `touched` (sorted, unique): the old values of few nodes are kept
+        as Python tuples, of many as rows, so that `_after_change` adds differences."""
         if touched.size <= _FEW_NODES:
-            self._contribute(touched, -1)
-            return None
+            health = self.health
+            return [
+                (node, self._node_values(node))
+                for node in touched.tolist()
+                if health[node] == _HEALTHY
+            ]
         healthy = touched[self.health[touched] == _HEALTHY]
         return (healthy, *self._rows(healthy))
 
-    def _after_change(
-        self,
-        touched: NDArray[np.int64],
-        before: tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None,
-    ) -> None:
-        if before is None:
-            self._contribute(touched, +1)
+    def _add_few_changes(self, before: list[tuple[int, _NodeValues]]) -> None:
+        """Move a few healthy nodes' aggregates from their `before` values to their values now.
+
+        numpy's per-call cost, not arithmetic, is what costs at this size: the differences are
+        summed in Python, first per innermost domain (a gang's nodes often share one, and with
+        it every domain above), then per domain row, and added with one indexed add per
+        aggregate array.
+        """
+        width = self._hist_width
+        model_of = self.topology.gpu_model
+        # Per chain of domain rows (one per level): summed totals, and histogram moves by cell
+        # (model, free whole GPUs) within a row.
+        chains: dict[tuple[int, ...], tuple[list[int], dict[int, int]]] = {}
+        for node, old in before:
+            new = self._node_values(node)
+            if new == old:
+                continue
+            chain = tuple(self._node_rows[node].tolist())
+            found = chains.get(chain)
+            if found is None:
+                found = chains[chain] = ([0, 0, 0, 0, 0], {})
+            sums, moves = found
+            for column in range(5):
+                sums[column] += new[column] - old[column]
+            if new[0] != old[0]:
+                cell = int(model_of[node]) * width
+                moves[cell + old[0]] = moves.get(cell + old[0], 0) - 1
+                moves[cell + new[0]] = moves.get(cell + new[0], 0) + 1
+        if not chains:
+            return
+        totals: dict[int, list[int]] = {}
+        cells: dict[int, int] = {}
+        row_cells = self._n_models * width
+        for chain, (sums, moves) in chains.items():
+            for row in chain:
+                if row in totals:
+                    totals[row] = [a + b for a, b in zip(totals[row], sums, strict=True)]
+                else:
+                    totals[row] = sums
+                for cell, count in moves.items():
+                    flat = row * row_cells + cell
+                    cells[flat] = cells.get(flat, 0) + count
+        # Keys are distinct, so a plain indexed add is exact (no scatter needed).
+        self._totals_all[np.array(list(totals))] += np.array(list(totals.values()))
+        if cells:
+            self._hist_flat[np.array(list(cells))] += np.array(list(cells.values()), np.int32)
+
+    def _after_change(self, touched: NDArray[np.int64], before: _Before) -> None:
+        if isinstance(before, list):
+            self._add_few_changes(before)
             return
         nodes, old_whole, old_rows = before
         if nodes.size == 0:
@@ -610,7 +670,7 @@ class ClusterState:
                 hist[domain_row, model, entered] += 1
             totals[domain_row] += delta
 
-    def _node_values(self, node: int) -> tuple[int, int, int, int, int]:
+    def _node_values(self, node: int) -> _NodeValues:
         """One node's share of the totals: free whole GPUs, milli-GPU, idle, CPU, memory."""
         top = self.topology
         whole = int(self.free_whole_gpus[node])
@@ -639,27 +699,29 @@ class ClusterState:
         nodes = np.concatenate([a.nodes for a in allocations])
         gpus = np.concatenate([a.gpus.reshape(-1) for a in allocations])
         slots = np.repeat(nodes, np.repeat(per_pod, pods)) * width + gpus
-        milli = np.repeat(
-            np.array([a.gpu_milli for a in allocations], dtype=np.int16), pods * per_pod
-        )
-        cpu = np.repeat(np.array([a.cpu_milli for a in allocations], dtype=np.int64), pods)
-        memory = np.repeat(np.array([a.memory_mib for a in allocations], dtype=np.int64), pods)
+        # Per-pod resource arrays only where some allocation has the resource (whole-GPU pods
+        # without CPU or memory requests are the common case).
+        milli_of = [a.gpu_milli for a in allocations]
+        cpu_of = [a.cpu_milli for a in allocations]
+        memory_of = [a.memory_mib for a in allocations]
         touched = self._distinct_nodes(nodes)
         before = self._before_change(touched)
         if slots.size:
             flat = self.gpu_free_milli.reshape(-1)
-            if (milli == MILLI_PER_GPU).all():
+            if all(milli == MILLI_PER_GPU for milli in milli_of):
                 # Whole GPUs are held by one pod each: no slot repeats, a plain add will do.
-                flat[slots] += sign * milli
+                flat[slots] += np.int16(sign * MILLI_PER_GPU)
             else:
+                milli = np.repeat(np.array(milli_of, dtype=np.int16), pods * per_pod)
                 np.add.at(flat, slots, sign * milli)
             whole = row_sums(take_rows(self.gpu_free_milli, touched) == MILLI_PER_GPU)
             self.free_whole_gpus[touched] = whole.astype(np.int8)
-        for free, per_pod in ((self.free_cpu_milli, cpu), (self.free_memory_mib, memory)):
-            if per_pod.any():
-                free += sign * np.bincount(nodes, weights=per_pod, minlength=free.size).astype(
-                    np.int64
-                )
+        for free, asked in ((self.free_cpu_milli, cpu_of), (self.free_memory_mib, memory_of)):
+            if any(asked):
+                per_pod_asked = np.repeat(np.array(asked, dtype=np.int64), pods)
+                free += sign * np.bincount(
+                    nodes, weights=per_pod_asked, minlength=free.size
+                ).astype(np.int64)
         self._after_change(touched, before)
 
     def release_many(self, owners: list[str]) -> list[Allocation]:
@@ -727,6 +789,13 @@ class ClusterState:
         saved: list[_SavedRows] = []
         if nodes.size == 0:
             return saved
+        if nodes.size <= _SMALL:
+            # Rows of the stacked arrays (every level at once): fewer numpy calls.
+            rows = np.unique(self._node_rows[nodes])
+            return [
+                (array, rows, take_rows(array, rows))
+                for array in (self._totals_all, self._hist_all)
+            ]
         levels = self.topology.node_domain
         # One node per run of the innermost level stands for its domain at every level.
         leaves = levels[-1][nodes]

@@ -14,6 +14,26 @@ IntArray = NDArray[np.int64]
 UNLIMITED = np.int64(1) << 40
 
 
+# From this many domains, `pods_by_free` adds columns rather than multiplying matrices.
+_MANY_DOMAINS = 2048
+
+
+def pods_by_free(hist: NDArray[np.integer], pods_per_free: IntArray) -> IntArray:
+    """`hist @ pods_per_free` for a (domains, free whole GPUs) histogram. For many domains,
+    column by column: numpy's integer matrix product has no fast path, and for most gangs most
+    columns weigh 0 (a node with fewer free GPUs than a pod holds none)."""
+    if hist.shape[0] < _MANY_DOMAINS:
+        product: IntArray = hist @ pods_per_free
+        return product
+    capacity = np.zeros(hist.shape[0], dtype=np.int64)
+    for column, weight in enumerate(pods_per_free.tolist()):
+        if weight == 1:
+            capacity += hist[:, column]
+        elif weight:
+            capacity += np.multiply(hist[:, column], weight, dtype=np.int64)
+    return capacity
+
+
 class CapacityView:
     """Pod capacity per domain for one request, rounded to the request's slice granules.
 
@@ -101,9 +121,9 @@ class CapacityView:
             if request.allowed_models is not None:
                 hist = hist[:, request.allowed_models, :]
             if hist.shape[1] == 1:
-                capacity = hist[:, 0, :] @ self._pods_per_free  # one model: skip the sum
+                capacity = pods_by_free(hist[:, 0, :], self._pods_per_free)  # one model
             else:
-                capacity = hist.sum(axis=1, dtype=np.int64) @ self._pods_per_free
+                capacity = pods_by_free(hist.sum(axis=1, dtype=np.int64), self._pods_per_free)
         if request.cpu_milli:
             capacity = np.minimum(
                 capacity, state.domain_free_cpu[level][lo:hi] // request.cpu_milli

@@ -15,6 +15,8 @@ FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 
 _NO_OWNER = -1
+# Up to this many pods, a job's per-domain aggregates are updated with Python scalars.
+_FEW_PODS = 8
 
 
 @dataclass
@@ -240,12 +242,23 @@ class PreemptibleIndex:
     def _count(self, slot: int, sign: int) -> None:
         allocation = self.allocations[slot]
         assert allocation is not None
-        leaves = self.leaf_of_node[allocation.nodes]
-        np.add.at(self.leaf_freeable, leaves, sign * int(self.whole[slot]))
-        touched = np.unique(leaves) if leaves.size > 1 else leaves
         weight = sign * float(self.gpus[slot])
-        self.leaf_weight[touched] += weight
-        self.leaf_weighted_since[touched] += weight * float(self.since[slot])
+        if allocation.nodes.size <= _FEW_PODS:
+            # Scalar updates: for a few pods numpy's per-call cost outweighs the work.
+            whole = sign * int(self.whole[slot])
+            leaves = self.leaf_of_node[allocation.nodes].tolist()
+            for leaf in leaves:
+                self.leaf_freeable[leaf] += whole
+            weighted_since = weight * float(self.since[slot])
+            for leaf in set(leaves):
+                self.leaf_weight[leaf] += weight
+                self.leaf_weighted_since[leaf] += weighted_since
+        else:
+            leaf_array = self.leaf_of_node[allocation.nodes]
+            np.add.at(self.leaf_freeable, leaf_array, sign * int(self.whole[slot]))
+            touched = np.unique(leaf_array)
+            self.leaf_weight[touched] += weight
+            self.leaf_weighted_since[touched] += weight * float(self.since[slot])
         self.counted[slot] = sign > 0
 
     # --- queries ---------------------------------------------------------------------------------

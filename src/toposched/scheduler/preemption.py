@@ -17,6 +17,7 @@ from toposched.cluster.state import (
     take_rows,
 )
 from toposched.cluster.statement import Statement
+from toposched.placement.capacity import pods_by_free
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, place
@@ -296,9 +297,9 @@ class VictimSearch:
         if len(victims) <= SPARE_CHECKS:
             # The engine may place the gang where some victims never were (room elsewhere):
             # those need not leave, and the placement stands without them.
-            # Compared with the gang's own nodes, not a mask over the cluster.
-            used = np.unique(placed.allocation.nodes)
-            victims = [v for v in victims if np.isin(v.nodes, used).any()]
+            # Compared with the gang's own nodes, as Python sets: a few dozen nodes at most.
+            used = set(placed.allocation.nodes.tolist())
+            victims = [v for v in victims if not used.isdisjoint(v.nodes.tolist())]
         return PreemptionPlan(preemptor, tuple(victims), placed, self.impact.key(victims), exact)
 
     # --- one innermost domain ------------------------------------------------------------------
@@ -311,13 +312,15 @@ class VictimSearch:
         starts = self.leaf_starts
         pod_owner = pool.pod_owner
         pod_leaf = self.leaf_of_node[pool.pod_nodes]
-        leaves = np.unique(pod_leaf)
+        # Each pod's leaf as a position among the distinct leaves.
+        leaves, leaf_position = np.unique(pod_leaf, return_inverse=True)
         nodes = domain_nodes(starts, leaves)
         sizes = starts[leaves + 1] - starts[leaves]
         offsets = np.cumsum(sizes) - sizes
         # Room per leaf if every candidate touching it left: an upper bound to rank leaves.
-        where = offsets[np.searchsorted(leaves, pod_leaf)] + pool.pod_nodes - starts[pod_leaf]
-        freed = np.bincount(where, weights=pool.whole[pod_owner], minlength=nodes.size)
+        where = offsets[leaf_position] + pool.pod_nodes - starts[pod_leaf]
+        pod_whole = pool.whole[pod_owner]
+        freed = np.bincount(where, weights=pod_whole, minlength=nodes.size)
         free = state.free_whole_gpus[nodes].astype(np.int64)
         usable = self._usable(nodes, request)
         potential = np.minimum(free + freed.astype(np.int64), topology.gpu_count[nodes]) * usable
@@ -326,9 +329,9 @@ class VictimSearch:
         if qualifying.size == 0:
             return None
         # (leaf position, candidate) pairs with the whole GPUs the candidate frees there.
-        pair_code = np.searchsorted(leaves, pod_leaf) * len(pool) + pod_owner
+        pair_code = leaf_position * len(pool) + pod_owner
         codes, inverse = np.unique(pair_code, return_inverse=True)
-        supply = np.bincount(inverse, weights=pool.whole[pod_owner], minlength=codes.size)
+        supply = np.bincount(inverse, weights=pod_whole, minlength=codes.size)
         pair_leaf, pair_owner = codes // len(pool), codes % len(pool)
         bound = np.bincount(pair_leaf, weights=pool.lost[pair_owner], minlength=leaves.size)
         lower = self._lower_bounds(
@@ -396,13 +399,18 @@ class VictimSearch:
         healthy = self._usable(np.arange(first, last), request)
         free = state.free_whole_gpus[first:last].astype(np.int64)
         cap = topology.gpu_count[first:last].astype(np.int64)
-        # freed[v, n]: whole GPUs victim v frees on node n of this leaf.
+        # freed[v, n]: whole GPUs victim v frees on node n of this leaf. Built in Python: a
+        # leaf holds a few candidates of a few pods each, fewer items than numpy calls.
         count = members.size
-        freed = np.zeros((count, last - first), dtype=np.int64)
+        freed_rows = [[0] * (last - first) for _ in range(count)]
+        pod_starts, pod_nodes = pool.pod_starts, pool.pod_nodes
         for row, member in enumerate(members.tolist()):
-            nodes = pool.pod_nodes[pool.pod_starts[member] : pool.pod_starts[member + 1]]
-            inside = nodes[(nodes >= first) & (nodes < last)] - first
-            np.add.at(freed[row], inside, int(pool.whole[member]))
+            gpus = int(pool.whole[member])
+            freed_row = freed_rows[row]
+            for node in pod_nodes[pod_starts[member] : pod_starts[member + 1]].tolist():
+                if first <= node < last:
+                    freed_row[node - first] += gpus
+        freed = np.array(freed_rows, dtype=np.int64).reshape(count, last - first)
 
         def room(selection: NDArray[np.int64]) -> IntArray:
             after = np.minimum(free[None, :] + selection @ freed, cap[None, :])
@@ -520,7 +528,8 @@ class VictimSearch:
             hist = hist[:, request.allowed_models, :]
         pods_for_k = np.arange(hist.shape[2], dtype=np.int64) // per_pod
         granule = request.granule(self.leaf_level)
-        now_room = hist.sum(axis=1, dtype=np.int64) @ pods_for_k // granule * granule
+        one_model = hist[:, 0, :] if hist.shape[1] == 1 else hist.sum(axis=1, dtype=np.int64)
+        now_room = pods_by_free(one_model, pods_for_k) // granule * granule
         most = (state.free_gpus[self.leaf_level] + index.leaf_freeable) // per_pod
         gain = most // granule * granule - now_room
         need = request.pods - int(now_room.sum())
