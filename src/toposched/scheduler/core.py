@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -22,7 +23,14 @@ from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier, Rank
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.decisions import Bind, Decision, Evict, Reserve
 from toposched.scheduler.defrag import Defragmenter, MovePlan, Mover, fragmentation
-from toposched.scheduler.jobs import EvictionRecord, Job, JobState, Nomination, Reservation
+from toposched.scheduler.jobs import (
+    EvictionRecord,
+    Job,
+    JobKind,
+    JobState,
+    Nomination,
+    Reservation,
+)
 from toposched.scheduler.preemptible import PreemptibleIndex, SlotVerdicts, domain_nodes
 from toposched.scheduler.preemption import (
     DOMAINS_EXAMINED,
@@ -316,6 +324,7 @@ class Scheduler:
         self._epoch = 0
         self._settled_version = -1
         self._failures = _Failures()
+        self._kinds: dict[tuple[object, ...], JobKind] = {}
         self._last_reservation: tuple[Job, GangRequest, int, frozenset[int], _Fit | None] | None = (
             None
         )
@@ -496,6 +505,13 @@ class Scheduler:
             # Jobs refused preemption for the same reason share their explanation.
             no_preemption_texts: dict[tuple[str, str], str] = {}
             reserved_nodes: frozenset[int] = frozenset()
+            # Most pending jobs are answered by a known failure and a refused preemption, and
+            # many share everything that answer depends on: their kind (shape, pod count,
+            # expected runtime), account and whether declared unallocated, and what the cycle
+            # knows so far (fence, failures, reservation, refusals, preemptions left). Such a job
+            # gets the reason an earlier job alike got, unless its own failure is the answer.
+            answered: dict[tuple[object, ...], tuple[tuple[object, ...], str, str]] = {}
+            refusals = 0  # moves whenever `unpreemptable` does
             result.considered = len(entries)
             for entry, job in zip(entries, pending, strict=True):
                 job.reservation = None
@@ -506,12 +522,29 @@ class Scheduler:
                         # all, so capacity may have grown. Remembered failures are checked
                         # against the fence they were found under; refused preemptions too.
                         unpreemptable.clear()
+                        refusals += 1
                     if started:
                         continue
-                shape = job.shape
-                pods = job.request.pods
+                job_kind = job.kind
+                if job_kind is None:
+                    job_kind = self._kind_of(job)
                 reservation = self.reservation
-                runtime = job.spec.expected_runtime
+                alike = (job_kind, entry.account, entry.unallocated)
+                known_so_far = (
+                    fence.generation,
+                    failures.version,
+                    reservation,
+                    refusals,
+                    preemptions_left,
+                )
+                same = answered.get(alike)
+                if same is not None and same[0] == known_so_far and same[1] != entry.job_id:
+                    job.reason = same[2]
+                    continue
+                shape = job_kind.shape
+                pods = job_kind.pods
+                runtime = job_kind.expected_runtime
+                answered_by: str | None = None  # the failure's job, if a known failure answered
                 # EASY backfill: a job that ends before the reservation may use its nodes, and
                 # so may unallocated work: the reserved job may preempt it at any moment.
                 tier_key = (entry.account, entry.unallocated)
@@ -537,6 +570,8 @@ class Scheduler:
                             job, known, fence, cycle_number, memo_messages
                         )
                     job.reason = message
+                    if known.job_id != entry.job_id:
+                        answered_by = known.job_id
                 else:
                     outcome = None
                     if known is None:
@@ -595,8 +630,10 @@ class Scheduler:
                             continue
                         if refused is None or pods < refused[0]:
                             unpreemptable[shape] = (pods, plan)
+                            refusals += 1
                         job.reason += f"; no preemption: {plan}"
                 if self.reservation is None and allocated and job.gpus >= self.reserve_min_gpus:
+                    answered_by = None  # a reservation is looked for job by job
                     reserved = self._reserve(job, now, fence.frozen())
                     if reserved is not None:
                         job.reason = f"{reserved.describe(now)}; now: {job.reason}"
@@ -613,10 +650,27 @@ class Scheduler:
                         )
                         # Capacity shrinks for everyone behind: earlier failures still hold.
                         fence.close(self._reserved_nodes)
+                if answered_by is not None and known_so_far == (
+                    fence.generation,
+                    failures.version,
+                    self.reservation,
+                    refusals,
+                    preemptions_left,
+                ):
+                    answered[alike] = (known_so_far, answered_by, job.reason)
         finally:
             fence.open_all()
             self._settled_version = self.state.version
         return result
+
+    def _kind_of(self, job: Job) -> JobKind:
+        """The job's kind, one object shared by every job of that kind; kept on the job."""
+        key = (job.shape, job.request.pods, job.spec.expected_runtime)
+        kind = self._kinds.get(key)
+        if kind is None:
+            kind = self._kinds[key] = JobKind(*key)
+        job.kind = kind
+        return kind
 
     def _failed(
         self,
@@ -1175,7 +1229,9 @@ class Scheduler:
         self.queue.add(
             QueueEntry(
                 job_id=job.job_id,
-                account=job.spec.account,
+                # One string per account: a cycle reads every pending job's account, and one
+                # shared string stays in cache where thousands of copies would not.
+                account=sys.intern(job.spec.account),
                 priority=job.spec.priority,
                 submit_time=job.submit_time,
                 unallocated=job.spec.min_runtime == 0,
