@@ -111,6 +111,12 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
 
 
+def _distinct_nodes(allocation: Allocation) -> list[int]:
+    """The nodes an allocation touches, each once (one pod, the common case, needs no sort)."""
+    nodes = allocation.nodes
+    return nodes.tolist() if nodes.size == 1 else np.unique(nodes).tolist()
+
+
 def _owners(releases: SortedList, start: int, stop: int) -> list[str]:
     return [owner for _, owner in releases.islice(start, stop)]
 
@@ -1285,7 +1291,7 @@ class Scheduler:
         self._contract_views[job.job_id] = view
         self._releases.add(self._release_time(job))
         allocation = self.state.allocations[job.job_id]
-        for node in np.unique(allocation.nodes).tolist():
+        for node in _distinct_nodes(allocation):
             self._owners_by_node.setdefault(node, set()).add(job.job_id)
         self._preemptible.add(
             job.job_id,
@@ -1307,7 +1313,7 @@ class Scheduler:
         self._releases.remove(self._release_time(job))
         del self._contract_views[job.job_id]
         allocation = self.state.allocations[job.job_id]
-        for node in np.unique(allocation.nodes).tolist():
+        for node in _distinct_nodes(allocation):
             owners = self._owners_by_node[node]
             owners.discard(job.job_id)
             if not owners:
