@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -34,6 +36,18 @@ def pods_by_free(hist: NDArray[np.integer], pods_per_free: IntArray) -> IntArray
     return capacity
 
 
+@functools.lru_cache(maxsize=256)
+def _pods_per_free(width: int, gpus_per_pod: int) -> IntArray:
+    """Pods a node with k free whole GPUs can hold, for k < width (read-only, shared: every
+    search of a small job needs it, and building it costs as much as reading a level)."""
+    if gpus_per_pod:
+        pods = np.arange(width, dtype=np.int64) // gpus_per_pod
+    else:
+        pods = np.zeros(width, dtype=np.int64)
+    pods.flags.writeable = False
+    return pods
+
+
 class CapacityView:
     """Pod capacity per domain for one request, rounded to the request's slice granules.
 
@@ -53,15 +67,11 @@ class CapacityView:
         self.exact = exact or request.is_fractional
         topology = state.topology
         self.leaf_level = len(topology.domain_levels) - 1
-        self.slice_level = max((level for level, _ in request.slices), default=None)
+        self.slice_level = max(level for level, _ in request.slices) if request.slices else None
         self._full: dict[int, IntArray] = {}
         self._node_capacity: IntArray | None = None
-        width = state.free_hist[0].shape[2]
-        gpus = request.gpus_per_pod
         # Pods a node with k free whole GPUs can hold, by k.
-        self._pods_per_free = (
-            np.arange(width, dtype=np.int64) // gpus if gpus else np.zeros(width, dtype=np.int64)
-        )
+        self._pods_per_free = _pods_per_free(state.free_hist[0].shape[2], request.gpus_per_pod)
 
     # --- node level --------------------------------------------------------------------------
     def node_capacity(self, nodes: IntArray | None = None) -> IntArray:
@@ -74,14 +84,19 @@ class CapacityView:
             return self._node_capacity[nodes]
         return self._compute_node_capacity(nodes)
 
-    def _compute_node_capacity(self, nodes: IntArray | None) -> IntArray:
+    def node_capacity_in(self, first: int, last: int) -> IntArray:
+        """`node_capacity` of the nodes first..last-1 (read-only), read through slices: one
+        leaf domain's nodes, cheaper than gathering them by index."""
+        if self._node_capacity is not None:
+            return self._node_capacity[first:last]
+        return self._compute_node_capacity(slice(first, last))
+
+    def _compute_node_capacity(self, nodes: IntArray | slice | None) -> IntArray:
         state, request = self.state, self.request
         topology = state.topology
         pick = slice(None) if nodes is None else nodes
         if request.gpus_per_pod == 0:
-            capacity = np.full(
-                topology.n_nodes if nodes is None else len(nodes), UNLIMITED, dtype=np.int64
-            )
+            capacity = np.full(state.health[pick].shape[0], UNLIMITED, dtype=np.int64)
         elif request.is_fractional:
             capacity = (state.gpu_free_milli[pick] // request.gpu_milli).sum(axis=1, dtype=np.int64)
         else:
@@ -116,6 +131,11 @@ class CapacityView:
         if request.gpus_per_pod == 0:
             # CPU-only pods: bounded by CPU/memory, or by nothing when they ask for neither.
             capacity = np.full(hi - lo, UNLIMITED, dtype=np.int64)
+        elif request.gpus_per_pod == 1 and request.allowed_models is None:
+            # One GPU per pod, any model: as many pods as free whole GPUs, an aggregate kept
+            # already (what the histogram gives, without a product over it). Copied, since the
+            # aggregate moves with the state.
+            capacity = state.free_gpus[level][lo:hi].copy()
         else:
             hist = state.free_hist[level][lo:hi]
             if request.allowed_models is not None:

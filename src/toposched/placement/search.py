@@ -17,6 +17,9 @@ from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
 
+_ONE_POD = np.ones(1, dtype=np.int64)
+_ONE_POD.flags.writeable = False
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -87,7 +90,7 @@ class _Search:
             capacity = np.array([total], dtype=np.int64)  # the cluster: `total` already says
         else:
             capacity = self.view.at(level, 0, self.topology.n_domains(level))
-        fits = np.flatnonzero(capacity >= request.pods)
+        fits = (capacity >= request.pods).nonzero()[0]
         if fits.size == 0:
             return self._explain_required(level, capacity)
         self.fewest = None  # the exact planner, built on first use for this view
@@ -107,9 +110,9 @@ class _Search:
     def _best(self, capacity: IntArray, need: int, candidates: IntArray | None = None) -> int:
         """Index (into `capacity`) of the policy's favourite among domains that hold `need`."""
         if candidates is None:
-            candidates = np.flatnonzero(capacity >= need)
+            candidates = (capacity >= need).nonzero()[0]
         scores = self.policy.domain_scores(capacity[candidates], need)
-        return int(candidates[int(np.argmin(scores))])
+        return int(candidates[scores.argmin()])
 
     def _planner(self) -> FewestDomains:
         if self.fewest is None:
@@ -167,7 +170,7 @@ class _Search:
         target = preferred if preferred is not None and preferred > level else level + 1
         lo, hi = topology.descendants(level, domain, target)
         capacity = self.view.at(target, lo, hi)
-        candidates = np.flatnonzero(capacity >= need)
+        candidates = (capacity >= need).nonzero()[0]
         if candidates.size:
             return self._fill(target, lo + self._best(capacity, need, candidates), need)
         # No single domain holds it: split where the domain count is minimised. Skipping
@@ -318,15 +321,23 @@ class _Search:
 
     def _assign_one_pod(self, first: int, last: int) -> Allocation | None:
         """One pod in one leaf domain: the policy's favourite node that holds it."""
-        nodes = np.arange(first, last, dtype=np.int64)
-        capacity = self.view.node_capacity(nodes)
-        usable = np.flatnonzero(capacity > 0)
+        capacity = self.view.node_capacity_in(first, last)
+        usable = (capacity > 0).nonzero()[0]
         if usable.size == 0:
             return None
-        nodes = nodes[usable]
+        nodes = usable + first
         scores = self.policy.node_scores(self.state, nodes, capacity[usable], self.request)
-        best = int(np.argmin(scores))
-        return self._allocation(nodes[best : best + 1], np.ones(1, dtype=np.int64))
+        best = int(scores.argmin())
+        node = nodes[best : best + 1]
+        request = self.request
+        # `_allocation` of one pod on one node, without its checks for several pods per node.
+        return Allocation(
+            nodes=node,
+            gpus=self._pick_gpus(node, _ONE_POD, node),
+            gpu_milli=request.gpu_milli,
+            cpu_milli=request.cpu_milli,
+            memory_mib=request.memory_mib,
+        )
 
     def _allocation(self, nodes: IntArray, pods_per_node: IntArray) -> Allocation:
         one_pod_each = pods_per_node.size == 0 or bool((pods_per_node == 1).all())
@@ -349,7 +360,7 @@ class _Search:
             return self._pick_shared_gpus(nodes, pods_per_node)
         if pod_nodes.size == 1:
             node = int(nodes[0])
-            free_gpus = np.flatnonzero(state.gpu_free_milli[node] == MILLI_PER_GPU)
+            free_gpus: IntArray = (state.gpu_free_milli[node] == MILLI_PER_GPU).nonzero()[0]
             return free_gpus[:per_pod].reshape(1, per_pod).astype(np.int64)
         # Pod p is the rank[p]-th pod on its node and takes that node's free GPUs
         # rank*per_pod .. rank*per_pod+per_pod-1. Built flat: numpy's broadcasting over a short

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -22,7 +23,14 @@ from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier, Rank
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.decisions import Bind, Decision, Evict, Reserve
 from toposched.scheduler.defrag import Defragmenter, MovePlan, Mover, fragmentation
-from toposched.scheduler.jobs import EvictionRecord, Job, JobState, Nomination, Reservation
+from toposched.scheduler.jobs import (
+    EvictionRecord,
+    Job,
+    JobKind,
+    JobState,
+    Nomination,
+    Reservation,
+)
 from toposched.scheduler.preemptible import PreemptibleIndex, SlotVerdicts, domain_nodes
 from toposched.scheduler.preemption import (
     DOMAINS_EXAMINED,
@@ -102,6 +110,12 @@ def _victims_by_rule(rules: list[str]) -> str:
 
 def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
+def _distinct_nodes(allocation: Allocation) -> list[int]:
+    """The nodes an allocation touches, each once (one pod, the common case, needs no sort)."""
+    nodes = allocation.nodes
+    return nodes.tolist() if nodes.size == 1 else np.unique(nodes).tolist()
 
 
 def _owners(releases: SortedList, start: int, stop: int) -> list[str]:
@@ -320,6 +334,7 @@ class Scheduler:
         self._epoch = 0
         self._settled_version = -1
         self._failures = _Failures()
+        self._kinds: dict[tuple[object, ...], JobKind] = {}
         self._last_reservation: tuple[Job, GangRequest, int, frozenset[int], _Fit | None] | None = (
             None
         )
@@ -500,6 +515,13 @@ class Scheduler:
             # Jobs refused preemption for the same reason share their explanation.
             no_preemption_texts: dict[tuple[str, str], str] = {}
             reserved_nodes: frozenset[int] = frozenset()
+            # Most pending jobs are answered by a known failure and a refused preemption, and
+            # many share everything that answer depends on: their kind (shape, pod count,
+            # expected runtime), account and whether declared unallocated, and what the cycle
+            # knows so far (fence, failures, reservation, refusals, preemptions left). Such a job
+            # gets the reason an earlier job alike got, unless its own failure is the answer.
+            answered: dict[tuple[object, ...], tuple[tuple[object, ...], str, str]] = {}
+            refusals = 0  # moves whenever `unpreemptable` does
             result.considered = len(entries)
             for entry, job in zip(entries, pending, strict=True):
                 job.reservation = None
@@ -510,12 +532,29 @@ class Scheduler:
                         # all, so capacity may have grown. Remembered failures are checked
                         # against the fence they were found under; refused preemptions too.
                         unpreemptable.clear()
+                        refusals += 1
                     if started:
                         continue
-                shape = job.shape
-                pods = job.request.pods
+                job_kind = job.kind
+                if job_kind is None:
+                    job_kind = self._kind_of(job)
                 reservation = self.reservation
-                runtime = job.spec.expected_runtime
+                alike = (job_kind, entry.account, entry.unallocated)
+                known_so_far = (
+                    fence.generation,
+                    failures.version,
+                    reservation,
+                    refusals,
+                    preemptions_left,
+                )
+                same = answered.get(alike)
+                if same is not None and same[0] == known_so_far and same[1] != entry.job_id:
+                    job.reason = same[2]
+                    continue
+                shape = job_kind.shape
+                pods = job_kind.pods
+                runtime = job_kind.expected_runtime
+                answered_by: str | None = None  # the failure's job, if a known failure answered
                 # EASY backfill: a job that ends before the reservation may use its nodes, and
                 # so may unallocated work: the reserved job may preempt it at any moment.
                 tier_key = (entry.account, entry.unallocated)
@@ -541,6 +580,8 @@ class Scheduler:
                             job, known, fence, cycle_number, memo_messages
                         )
                     job.reason = message
+                    if known.job_id != entry.job_id:
+                        answered_by = known.job_id
                 else:
                     outcome = None
                     if known is None:
@@ -599,8 +640,10 @@ class Scheduler:
                             continue
                         if refused is None or pods < refused[0]:
                             unpreemptable[shape] = (pods, plan)
+                            refusals += 1
                         job.reason += f"; no preemption: {plan}"
                 if self.reservation is None and allocated and job.gpus >= self.reserve_min_gpus:
+                    answered_by = None  # a reservation is looked for job by job
                     reserved = self._reserve(job, now, fence.frozen())
                     if reserved is not None:
                         job.reason = f"{reserved.describe(now)}; now: {job.reason}"
@@ -617,10 +660,27 @@ class Scheduler:
                         )
                         # Capacity shrinks for everyone behind: earlier failures still hold.
                         fence.close(self._reserved_nodes)
+                if answered_by is not None and known_so_far == (
+                    fence.generation,
+                    failures.version,
+                    self.reservation,
+                    refusals,
+                    preemptions_left,
+                ):
+                    answered[alike] = (known_so_far, answered_by, job.reason)
         finally:
             fence.open_all()
             self._settled_version = self.state.version
         return result
+
+    def _kind_of(self, job: Job) -> JobKind:
+        """The job's kind, one object shared by every job of that kind; kept on the job."""
+        key = (job.shape, job.request.pods, job.spec.expected_runtime)
+        kind = self._kinds.get(key)
+        if kind is None:
+            kind = self._kinds[key] = JobKind(*key)
+        job.kind = kind
+        return kind
 
     def _failed(
         self,
@@ -1190,7 +1250,9 @@ class Scheduler:
         self.queue.add(
             QueueEntry(
                 job_id=job.job_id,
-                account=job.spec.account,
+                # One string per account: a cycle reads every pending job's account, and one
+                # shared string stays in cache where thousands of copies would not.
+                account=sys.intern(job.spec.account),
                 priority=job.spec.priority,
                 submit_time=job.submit_time,
                 unallocated=job.spec.min_runtime == 0,
@@ -1258,7 +1320,7 @@ class Scheduler:
         self._contract_views[job.job_id] = view
         self._releases.add(self._release_time(job))
         allocation = self.state.allocations[job.job_id]
-        for node in np.unique(allocation.nodes).tolist():
+        for node in _distinct_nodes(allocation):
             self._owners_by_node.setdefault(node, set()).add(job.job_id)
         self._preemptible.add(
             job.job_id,
@@ -1280,7 +1342,7 @@ class Scheduler:
         self._releases.remove(self._release_time(job))
         del self._contract_views[job.job_id]
         allocation = self.state.allocations[job.job_id]
-        for node in np.unique(allocation.nodes).tolist():
+        for node in _distinct_nodes(allocation):
             owners = self._owners_by_node[node]
             owners.discard(job.job_id)
             if not owners:

@@ -58,6 +58,18 @@ class EvictionRecord:
     lost_gpu_seconds: float
 
 
+@dataclass(frozen=True, eq=False, slots=True)
+class JobKind:
+    """What a pending job's answer in a cycle depends on besides its account: its shape, pod
+    count and expected runtime. The scheduler keeps one object per distinct kind, so jobs of a
+    kind are told apart by identity, without reading their spec or request again (at 10,000
+    pending jobs those reads, scattered in memory, cost more than the rest of a job's turn)."""
+
+    shape: tuple[object, ...]
+    pods: int
+    expected_runtime: float | None
+
+
 @dataclass(slots=True)
 class Job:
     """One job and its history; its identity survives requeues."""
@@ -86,6 +98,9 @@ class Job:
     evictions: list[EvictionRecord] = field(default_factory=list)
     """Who preempted this job, why, and the impact charged."""
     _shape: tuple[object, ...] | None = field(default=None, repr=False)
+    kind: JobKind | None = field(default=None, repr=False)
+    """Set by the scheduler when it first considers the job (like `shape`, from the request
+    as it is then)."""
 
     @property
     def shape(self) -> tuple[object, ...]:

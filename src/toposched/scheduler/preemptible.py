@@ -164,6 +164,9 @@ class PreemptibleIndex:
             for node in allocation.nodes.tolist():
                 self.shared_on_node.setdefault(node, set()).add(slot)
             np.add.at(self.shared_in_leaf, self.leaf_of_node[allocation.nodes], 1)
+        elif allocation.gpus.shape[0] == 1:
+            # One pod: a row and its columns, without broadcasting index arrays.
+            self.gpu_owner[allocation.nodes[0], allocation.gpus[0]] = slot
         elif allocation.gpus.size:
             self.gpu_owner[allocation.nodes[:, None], allocation.gpus] = slot
         if unallocated:
