@@ -438,6 +438,17 @@ def test_budget_rule_never_takes_a_team_below_its_budget() -> None:
     assert evictions(sched.cycle(2 * HOUR)) == []
 
 
+def test_a_refusal_for_one_account_does_not_answer_for_another_in_the_same_cycle() -> None:
+    # team-b ranks first and asks for 4 GPUs: beyond its budget it may evict nobody. team-a's
+    # job of the same shape comes next in the same cycle and may reclaim b2 for its budget.
+    sched = budget_case()
+    sched.submit(spec("b-more", "team-b", min_runtime="1h"), 2 * HOUR)
+    sched.submit(spec("a-job", "team-a", min_runtime="1h"), 2 * HOUR)
+    result = sched.cycle(2 * HOUR)
+    assert evictions(result) == [Evict("b2", "a-job", GRACE, "reclaim-budget", 4 * 1.5 * HOUR)]
+    assert "no preemption" in sched.jobs["b-more"].reason
+
+
 def test_fair_share_rule_lets_the_better_ranked_team_evict_instead() -> None:
     # The same cluster under the fair-share rule: team-a ranks below team-b, so it may not
     # evict; team-b (running 12 GPUs, beyond its budget) may evict team-a's a0.

@@ -487,6 +487,9 @@ class Scheduler:
         first blocked large job and backfill behind it. Returns the decisions; bound jobs
         already hold their allocation, evicted jobs keep theirs until reported gone."""
         result = CycleResult(now)
+        # Refused preemptions by (shape, account, priority): who may be evicted depends on the
+        # preemptor's account and priority. A start later in the cycle may give another account
+        # work beyond its budget; such a refusal is revisited at the next cycle.
         unpreemptable: dict[tuple[object, ...], tuple[int, str]] = {}
         memo_messages: dict[tuple[int, int], str] = {}
         self.reservation = None
@@ -517,9 +520,9 @@ class Scheduler:
             reserved_nodes: frozenset[int] = frozenset()
             # Most pending jobs are answered by a known failure and a refused preemption, and
             # many share everything that answer depends on: their kind (shape, pod count,
-            # expected runtime), account and whether declared unallocated, and what the cycle
-            # knows so far (fence, failures, reservation, refusals, preemptions left). Such a job
-            # gets the reason an earlier job alike got, unless its own failure is the answer.
+            # expected runtime), account, priority, whether declared unallocated, and what the
+            # cycle knows so far (fence, failures, reservation, refusals, preemptions left). Such
+            # a job gets the reason an earlier job alike got, unless its own failure is the answer.
             answered: dict[tuple[object, ...], tuple[tuple[object, ...], str, str]] = {}
             refusals = 0  # moves whenever `unpreemptable` does
             result.considered = len(entries)
@@ -539,7 +542,7 @@ class Scheduler:
                 if job_kind is None:
                     job_kind = self._kind_of(job)
                 reservation = self.reservation
-                alike = (job_kind, entry.account, entry.unallocated)
+                alike = (job_kind, entry.account, entry.priority, entry.unallocated)
                 known_so_far = (
                     fence.generation,
                     failures.version,
@@ -622,7 +625,8 @@ class Scheduler:
                         job.reason = outcome.reason
                 allocated = tier is QueueTier.ALLOCATED
                 if allocated and preemptions_left > 0 and not entry.unallocated:
-                    refused = unpreemptable.get(shape)
+                    refusal_key = (shape, entry.account, entry.priority)
+                    refused = unpreemptable.get(refusal_key)
                     if refused is not None and pods >= refused[0]:
                         explained = (job.reason, refused[1])
                         text = no_preemption_texts.get(explained)
@@ -639,7 +643,7 @@ class Scheduler:
                             fence.close(job.nomination.nodes if job.nomination else plan.nodes)
                             continue
                         if refused is None or pods < refused[0]:
-                            unpreemptable[shape] = (pods, plan)
+                            unpreemptable[refusal_key] = (pods, plan)
                             refusals += 1
                         job.reason += f"; no preemption: {plan}"
                 if self.reservation is None and allocated and job.gpus >= self.reserve_min_gpus:
