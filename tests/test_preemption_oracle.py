@@ -270,7 +270,8 @@ class CaseLoads:
         return self.running.get(account, 0.0)
 
     def budget_gpus(self, account: str) -> float:
-        return ACCOUNTS[account] / sum(ACCOUNTS.values()) * self.cluster_gpus
+        # A share is a percent of the parent's (here the whole cluster's) GPUs.
+        return ACCOUNTS[account] / 100 * self.cluster_gpus
 
 
 def allowed_victims(world: World) -> Allowed:
