@@ -138,6 +138,9 @@ class _Fence:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self.fenced: set[int] = set()
+        # The same nodes as a mask: a reservation fences tens of thousands of nodes, too many
+        # to test one by one against the set.
+        self._fenced_mask = np.zeros(state.topology.n_nodes, dtype=bool)
         self.generation = 0
         self._frozen: frozenset[int] | None = frozenset()
 
@@ -152,26 +155,28 @@ class _Fence:
         return self._frozen
 
     def close(self, nodes: IntArray) -> None:
-        fresh = [n for n in nodes.tolist() if n not in self.fenced]
-        if not fresh:
+        candidates = distinct(nodes[~self._fenced_mask[nodes]])
+        if not candidates.size:
             return
-        candidates = np.array(fresh, dtype=np.int64)
         healthy = candidates[self.state.health[candidates] == _HEALTHY]
         if healthy.size:
             self.state.set_health(healthy, Health.CORDONED)
+            self._fenced_mask[healthy] = True
             self.fenced.update(healthy.tolist())
             self._moved()
 
     def open(self, nodes: IntArray) -> None:
-        mine = np.array([n for n in nodes.tolist() if n in self.fenced], dtype=np.int64)
+        mine = distinct(nodes[self._fenced_mask[nodes]])
         if mine.size:
             self.state.set_health(mine, Health.HEALTHY)
+            self._fenced_mask[mine] = False
             self.fenced.difference_update(mine.tolist())
             self._moved()
 
     def open_all(self) -> None:
         if self.fenced:
-            self.state.set_health(np.array(sorted(self.fenced), dtype=np.int64), Health.HEALTHY)
+            self.state.set_health(np.flatnonzero(self._fenced_mask), Health.HEALTHY)
+            self._fenced_mask[:] = False
             self.fenced.clear()
             self._moved()
 
