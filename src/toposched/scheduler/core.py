@@ -1135,7 +1135,7 @@ class Scheduler:
 
         def place_after(released: int) -> Placement | None:
             prefix.release_first(released)
-            outcome = place(self.state, job.request, self.policy)
+            outcome = place(self.state, job.request, self.policy, exact_reasons=False)
             return outcome if isinstance(outcome, Placement) else None
 
         try:
