@@ -1120,9 +1120,9 @@ class Scheduler:
         assumed to yield when its min runtime expires (the contract then lets it be preempted).
         Placement is tried only from the fewest releases that could free enough GPUs in some
         domain of the required level (`_fewest_releases`): fewer cannot fit. From there, on a
-        statement that is always rolled back, k is found by growing steps and bisection; with
-        a `hint` (k found last time) that could still be right, k = hint is tried first, then
-        hint - 1: two placements when the answer did not move.
+        statement that is always rolled back, k is found by growing steps and bisection. With
+        a `hint` (k found last time) beyond that bound, the steps start at hint - 1: two
+        placements, and one release of a few jobs after the first, when the answer did not move.
         """
         if not self.running:
             return None
@@ -1140,18 +1140,12 @@ class Scheduler:
 
         try:
             low = first - 1  # releases known not to be enough
-            guess = hint if hint is not None and first < hint <= count else first
-            placed = place_after(guess)
+            start = hint - 1 if hint is not None and first < hint <= count else first
+            placed = place_after(start)
             if placed is not None:
-                high = guess
-                if high - 1 > low:
-                    below = place_after(high - 1)
-                    if below is None:
-                        low = high - 1
-                    else:
-                        high, placed = high - 1, below
+                high = start
             else:
-                low = guess
+                low = start
                 step = 1
                 while placed is None:
                     if low >= count:
