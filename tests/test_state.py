@@ -13,7 +13,14 @@ import pytest
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import topology_from_dict
-from toposched.cluster.state import Allocation, ClusterState, Health, row_sums
+from toposched.cluster.state import (
+    MILLI_PER_GPU,
+    Allocation,
+    ClusterState,
+    Health,
+    distinct,
+    row_sums,
+)
 from toposched.cluster.statement import OperationKind, Statement
 
 # rack r0: n0 = 8 x A100, 64 cores, 256 GiB;  n1 = 4 x T4, 32 cores, 128 GiB
@@ -493,14 +500,11 @@ def test_non_integer_fraction_is_rejected(state: ClusterState) -> None:
     assert caught.value.field == "allocation[job].gpu_milli"
 
 
-@pytest.mark.parametrize("released", [3, 40, 400])
-def test_bulk_release_and_retake_keep_every_aggregate_exact(released: int) -> None:
-    # 64 racks x 18 nodes x 4 GPUs; 600 owners: whole-GPU gangs over random nodes (with CPU and
-    # memory) and shared-GPU pods, several per GPU. Releasing few owners takes the sorted path,
-    # many the node-mask path; both must equal a recomputation, and retaking must restore the
-    # arrays bit for bit.
+def crowded_state(seed: int) -> tuple[ClusterState, list[str], np.random.Generator]:
+    """64 racks x 18 nodes x 4 GPUs; 600 owners: whole-GPU gangs over random nodes (with CPU
+    and memory) and shared-GPU pods, several per GPU."""
     state = ClusterState(nvl72_cluster(1, 4, 16))
-    rng = np.random.default_rng(released)
+    rng = np.random.default_rng(seed)
     n_nodes = state.topology.n_nodes
     owners: list[str] = []
     for index in range(600):
@@ -516,9 +520,10 @@ def test_bulk_release_and_retake_keep_every_aggregate_exact(released: int) -> No
         except InputError:
             continue  # that GPU was taken
         owners.append(f"o{index}")
-    before = state.snapshot()
-    chosen = [str(owner) for owner in rng.choice(owners, size=released, replace=False)]
-    allocations = state.release_many(chosen)
+    return state, owners, rng
+
+
+def assert_aggregates_recomputed(state: ClusterState) -> None:
     fresh = state.compute_aggregates()
     for name, ours in (
         ("free_hist", state.free_hist),
@@ -529,10 +534,57 @@ def test_bulk_release_and_retake_keep_every_aggregate_exact(released: int) -> No
         ("memory", state.domain_free_memory),
     ):
         assert all(np.array_equal(a, b) for a, b in zip(ours, fresh[name], strict=True)), name
+
+
+@pytest.mark.parametrize("released", [3, 40, 400])
+def test_bulk_release_and_retake_keep_every_aggregate_exact(released: int) -> None:
+    # Releasing few owners takes the sorted path, many the node-mask path; both must equal a
+    # recomputation, and retaking must restore the arrays bit for bit.
+    state, owners, rng = crowded_state(released)
+    before = state.snapshot()
+    chosen = [str(owner) for owner in rng.choice(owners, size=released, replace=False)]
+    allocations = state.release_many(chosen)
+    assert_aggregates_recomputed(state)
     state.retake_many(chosen, allocations)
     after = state.snapshot()
     assert before.keys() == after.keys()
     assert all(np.array_equal(before[key], after[key]) for key in before)
+
+
+@pytest.mark.parametrize("released", [1, 3, 100, 400])
+def test_a_bulk_release_on_a_statement_is_undone_from_its_kept_rows(released: int) -> None:
+    # Many pods: the statement keeps copies of the rows the release changes and puts them back
+    # on rollback, after undoing later changes (health, allocations) on top of it.
+    state, owners, rng = crowded_state(released)
+    before = state.snapshot()
+    statement = Statement(state)
+    chosen = [str(owner) for owner in rng.choice(owners, size=released, replace=False)]
+    statement.release_many(chosen)
+    assert (statement.operations[-1].saved_rows is not None) == (released >= 100)
+    assert_aggregates_recomputed(state)
+    statement.set_health(rng.choice(state.topology.n_nodes, size=30), Health.CORDONED)
+    free = (state.gpu_free_milli == MILLI_PER_GPU) & (state.health == Health.HEALTHY)[:, None]
+    node, gpu = np.argwhere(free)[0].tolist()
+    statement.allocate("late", Allocation.of([node], [[gpu]]))
+    assert_aggregates_recomputed(state)
+    statement.rollback(0)
+    after = state.snapshot()
+    assert all(np.array_equal(before[key], after[key]) for key in before)
+    assert all(owner in state.allocations for owner in chosen)
+    assert_aggregates_recomputed(state)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_distinct_equals_numpys_unique(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for values in (
+        rng.integers(0, 50, size=int(rng.integers(0, 200))),
+        np.sort(rng.integers(0, 50, size=100)),
+        np.arange(30),
+        np.array([7]),
+    ):
+        values = values.astype(np.int64)
+        assert np.array_equal(distinct(values), np.unique(values))
 
 
 @pytest.mark.parametrize("duplicate", [copy.deepcopy, lambda s: pickle.loads(pickle.dumps(s))])

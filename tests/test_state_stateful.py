@@ -253,6 +253,19 @@ class StatementMachine(RuleBasedStateMachine):
         self.model.apply(allocation, +1)
         self.kinds.append(OperationKind.EVICT if evict else OperationKind.RELEASE)
 
+    @precondition(lambda self: bool(self.model.held))
+    @rule(data=st.data())
+    def release_many(self, data: st.DataObject) -> None:
+        held = sorted(self.model.held)
+        owners = data.draw(
+            st.lists(st.sampled_from(held), min_size=1, max_size=len(held), unique=True)
+        )
+        returned = self.statement.release_many(owners)
+        for owner, allocation in zip(owners, returned, strict=True):
+            assert self.model.held.pop(owner) is allocation
+            self.model.apply(allocation, +1)
+        self.kinds.append(OperationKind.RELEASE_MANY)
+
     @rule(evict=st.booleans())
     def release_unknown(self, evict: bool) -> None:
         owner = "never-allocated"

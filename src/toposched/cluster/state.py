@@ -37,8 +37,8 @@ _MANY_NODES = 2048
 _HEALTHY = 0  # Health.HEALTHY as a plain int: enum lookups cost on the hot path
 
 
-_SavedRows = tuple[NDArray[np.integer], NDArray[np.int64], NDArray[np.integer]]
-"""An aggregate array, some of its rows, and copies of them."""
+SavedRows = tuple[NDArray[np.integer], NDArray[np.int64], NDArray[np.integer]]
+"""An array (per node or per domain), some of its rows, and copies of them."""
 _NodeValues = tuple[int, int, int, int, int]
 """One node's share of the per-domain totals (free whole GPUs, milli-GPU, idle, CPU, memory)."""
 _Before = (
@@ -66,6 +66,22 @@ def row_sums(values: NDArray[np.integer] | NDArray[np.bool_]) -> NDArray[np.int6
     for column in range(width):
         total += values[:, column]
     return total
+
+
+def distinct(values: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Sorted distinct values of a 1-D integer array, like `np.unique` but by sorting (numpy's
+    hash-based unique is tens of times slower on node lists), and without even a sort when the
+    values are already increasing (a gang's nodes usually are)."""
+    if values.size < 2:
+        return values.copy()
+    increasing = values[1:] > values[:-1]
+    if increasing.all():
+        return values.copy()
+    if not (values[1:] >= values[:-1]).all():
+        values = np.sort(values)
+        increasing = values[1:] > values[:-1]
+    result: NDArray[np.int64] = values[np.concatenate(([True], increasing))]
+    return result
 
 
 def take_rows(array: NDArray[_Item], rows: NDArray[np.integer]) -> NDArray[_Item]:
@@ -313,7 +329,7 @@ class ClusterState:
         idle = self._node_idle(nodes).astype(np.int64)
         cpu = self.free_cpu_milli[nodes]
         memory = self.free_memory_mib[nodes]
-        values = np.stack([whole, milli, idle, cpu, memory], axis=1) * sign
+        values = np.stack([whole, milli, idle, cpu, memory]) * sign  # one row per total
         if nodes.size <= _SMALL:
             # All levels at once: each node's row at every level, by flat index.
             rows = self._node_rows[nodes]
@@ -323,39 +339,26 @@ class ClusterState:
             np.add.at(
                 self._totals_flat,
                 columns.reshape(-1),
-                np.broadcast_to(values[:, None, :], columns.shape).reshape(-1),
+                np.broadcast_to(values.T[:, None, :], columns.shape).reshape(-1),
             )
             return
-        width = self._hist_width
-        for level, domains in enumerate(top.node_domain):
-            # Nodes are sorted and domains are depth-first, so `d` is sorted: each domain's
-            # nodes are one run, summed with reduceat (np.add.at is far slower in bulk).
-            d = domains[nodes]
-            firsts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
-            self._totals[level][d[firsts]] += np.add.reduceat(values, firsts, axis=0)
-            hist = self.free_hist[level]
-            cells = (d.astype(np.int64) * self._n_models + model) * width + whole
-            counts = np.bincount(cells, minlength=hist.size).reshape(hist.shape)
-            hist += (counts * sign).astype(hist.dtype)
+        # Nodes are sorted and domains depth-first: summed per innermost domain once, then
+        # per domain of each upper level from those sums.
+        everyone = np.arange(nodes.size)
+        entering, leaving = (whole, None) if sign > 0 else (None, whole)
+        self._add_counted(nodes, values, everyone, model, leaving, entering)
 
     def _rows(self, nodes: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-        """Free whole GPUs of `nodes`, and their rows of the per-domain totals."""
-        # Filled column by column: np.stack costs several numpy calls more, which is what
-        # counts for the few nodes of a preemption's what-if.
-        top = self.topology
-        rows = np.empty((nodes.size, _N_TOTALS), dtype=np.int64)
-        whole, cpu, memory = rows[:, 0], rows[:, 3], rows[:, 4]
-        whole[:] = self.free_whole_gpus[nodes]
-        rows[:, 1] = row_sums(take_rows(self.gpu_free_milli, nodes))
-        cpu[:] = self.free_cpu_milli[nodes]
-        memory[:] = self.free_memory_mib[nodes]
-        # `_node_idle` from the values just read.
-        rows[:, 2] = (
-            (whole == top.gpu_count[nodes])
-            & (cpu == top.cpu_milli[nodes])
-            & (memory == top.memory_mib[nodes])
+        """Free whole GPUs of `nodes`, and their shares of the per-domain totals: one row per
+        total, one column per node (stacked row by row: several times faster than column by
+        column for many nodes)."""
+        whole = self.free_whole_gpus[nodes].astype(np.int64)
+        milli = row_sums(take_rows(self.gpu_free_milli, nodes))
+        idle = self._node_idle(nodes).astype(np.int64)
+        rows = np.stack(
+            [whole, milli, idle, self.free_cpu_milli[nodes], self.free_memory_mib[nodes]]
         )
-        return whole.copy(), rows
+        return whole, rows
 
     def _before_change(self, touched: NDArray[np.int64]) -> _Before:
         """Start a change of `touched` (sorted, unique): the old values of few nodes are kept
@@ -436,9 +439,9 @@ class ClusterState:
             # Nodes are sorted and domains contiguous: one domain when the ends agree (a rack's
             # worth of nodes, and every upper level), a row add instead of a scatter.
             if d[0] == d[-1]:
-                self._totals[level][d[0]] += delta.sum(axis=0)
+                self._totals[level][d[0]] += delta.sum(axis=1)
             else:
-                np.add.at(self._totals[level], d, delta)
+                np.add.at(self._totals[level], d, delta.T)
             if moved.size == 0:
                 continue
             hist = self.free_hist[level]
@@ -458,11 +461,12 @@ class ClusterState:
         delta: NDArray[np.int64],
         moved: NDArray[np.int64],
         model: NDArray[np.integer],
-        old_whole: NDArray[np.int64],
-        new_whole: NDArray[np.int64],
+        old_whole: NDArray[np.int64] | None,
+        new_whole: NDArray[np.int64] | None,
     ) -> None:
-        """Add per-node changes of healthy `nodes` (sorted) to the aggregates: rows of totals
-        `delta`, and for the `moved` nodes a histogram move from `old_whole` to `new_whole`.
+        """Add per-node changes of healthy `nodes` (sorted) to the aggregates: `delta` of the
+        totals (one row per total, one column per node), and for the `moved` nodes a histogram
+        move from `old_whole` to `new_whole` (None: nodes not counted before, or no longer).
 
         Summed once per innermost domain (runs of sorted nodes; histogram moves counted, not
         scattered), then per domain of each upper level from those sums: the cost is one pass
@@ -473,14 +477,20 @@ class ClusterState:
         d = levels[leaf][nodes]
         starts = np.concatenate(([True], d[1:] != d[:-1]))
         first = np.flatnonzero(starts)
-        sums = np.add.reduceat(delta, first, axis=0)
+        sums = np.add.reduceat(delta, first, axis=1).T
         cells = self._n_models * self._hist_width
         moves = np.zeros((first.size, cells), dtype=np.int64)
         if moved.size:
             run = np.cumsum(starts) - 1
             cell = (run[moved] * self._n_models + model) * self._hist_width
-            moves += np.bincount(cell + new_whole[moved], minlength=moves.size).reshape(moves.shape)
-            moves -= np.bincount(cell + old_whole[moved], minlength=moves.size).reshape(moves.shape)
+            if new_whole is not None:
+                moves += np.bincount(cell + new_whole[moved], minlength=moves.size).reshape(
+                    moves.shape
+                )
+            if old_whole is not None:
+                moves -= np.bincount(cell + old_whole[moved], minlength=moves.size).reshape(
+                    moves.shape
+                )
         representative = nodes[first]  # one node of each touched innermost domain
         for level in range(leaf, -1, -1):
             domains = levels[level][representative]
@@ -540,7 +550,7 @@ class ClusterState:
     def _distinct_nodes(self, nodes: NDArray[np.int64]) -> NDArray[np.int64]:
         """Sorted distinct `nodes`; many of them are marked on a node mask instead of sorted."""
         if nodes.size * 16 < self.topology.n_nodes:
-            return np.unique(nodes)
+            return distinct(nodes)
         mask = np.zeros(self.topology.n_nodes, dtype=bool)
         mask[nodes] = True
         return np.flatnonzero(mask)
@@ -560,12 +570,11 @@ class ClusterState:
                 np.array(keys, dtype=np.int64),
                 np.array([tally[k] for k in keys], dtype=np.int64),
             )
-        if (values[1:] >= values[:-1]).all():
-            # Already sorted (pods listed node by node): runs, without another sort.
-            first = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
-            return values[first], np.diff(np.append(first, values.size))
-        unique, counts = np.unique(values, return_counts=True)
-        return unique, counts
+        if not (values[1:] >= values[:-1]).all():
+            values = np.sort(values)  # numpy's hash-based unique is far slower than a sort
+        # Sorted (pods are usually listed node by node): distinct values are the runs.
+        first = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+        return values[first], np.diff(np.append(first, values.size))
 
     def _gpu_slots(self, allocation: Allocation) -> NDArray[np.int64]:
         width = self.gpu_free_milli.shape[1]
@@ -683,36 +692,55 @@ class ClusterState:
         )
         return whole, sum(self.gpu_free_milli[node].tolist()), idle, cpu, memory
 
-    def _apply_many(self, allocations: list[Allocation], sign: int) -> None:
-        """`_apply` for many allocations in one vectorised pass (bulk release and re-take)."""
+    def _apply_many(
+        self, allocations: list[Allocation], sign: int, keep_rows: bool = False
+    ) -> list[SavedRows] | None:
+        """`_apply` for many allocations in one vectorised pass (bulk release and re-take).
+
+        With `keep_rows`, returns copies of every node and domain row it is about to change
+        (None for a handful of pods, cheaper to undo by the opposite change).
+        """
         if not allocations:
-            return
-        self.version += 1
-        if len(allocations) == 1:
+            return [] if keep_rows else None
+        pods = np.array([a.pods for a in allocations], dtype=np.int64)
+        saved: list[SavedRows] | None = None
+        if len(allocations) == 1 and not (keep_rows and pods[0] >= _SMALL):
+            self.version += 1
             self._apply(allocations[0], sign)
-            return
+            return None
+        self.version += 1
         width = self.gpu_free_milli.shape[1]
         # Flatten with one concatenate per array and repeats of per-allocation scalars: a
         # numpy call per allocation would dominate when tens of thousands are released.
-        pods = np.array([a.pods for a in allocations], dtype=np.int64)
-        per_pod = np.array([a.gpus.shape[1] for a in allocations], dtype=np.int64)
+        gpus_per_pod = {a.gpus.shape[1] for a in allocations}
+        milli_per_gpu = {a.gpu_milli for a in allocations}
         nodes = np.concatenate([a.nodes for a in allocations])
-        gpus = np.concatenate([a.gpus.reshape(-1) for a in allocations])
-        slots = np.repeat(nodes, np.repeat(per_pod, pods)) * width + gpus
-        # Per-pod resource arrays only where some allocation has the resource (whole-GPU pods
-        # without CPU or memory requests are the common case).
-        milli_of = [a.gpu_milli for a in allocations]
+        if len(gpus_per_pod) == 1:
+            # Pods of one width (the usual case): GPU slots by broadcasting, without repeats.
+            gpus = np.concatenate([a.gpus for a in allocations])
+            slots = (nodes[:, None] * width + gpus).reshape(-1)
+        else:
+            per_pod = np.array([a.gpus.shape[1] for a in allocations], dtype=np.int64)
+            gpus = np.concatenate([a.gpus.reshape(-1) for a in allocations])
+            slots = np.repeat(nodes, np.repeat(per_pod, pods)) * width + gpus
+        # Per-pod CPU and memory arrays only where some allocation asks for them (whole-GPU
+        # pods without CPU or memory requests are the common case).
         cpu_of = [a.cpu_milli for a in allocations]
         memory_of = [a.memory_mib for a in allocations]
         touched = self._distinct_nodes(nodes)
+        if keep_rows and nodes.size >= _SMALL:
+            saved = self._node_rows_copy(touched) + self._domain_rows(touched)
         before = self._before_change(touched)
         if slots.size:
             flat = self.gpu_free_milli.reshape(-1)
-            if all(milli == MILLI_PER_GPU for milli in milli_of):
+            if milli_per_gpu == {MILLI_PER_GPU}:
                 # Whole GPUs are held by one pod each: no slot repeats, a plain add will do.
                 flat[slots] += np.int16(sign * MILLI_PER_GPU)
             else:
-                milli = np.repeat(np.array(milli_of, dtype=np.int16), pods * per_pod)
+                milli = np.repeat(
+                    np.array([a.gpu_milli for a in allocations], dtype=np.int16),
+                    pods * np.array([a.gpus.shape[1] for a in allocations], dtype=np.int64),
+                )
                 np.add.at(flat, slots, sign * milli)
             whole = row_sums(take_rows(self.gpu_free_milli, touched) == MILLI_PER_GPU)
             self.free_whole_gpus[touched] = whole.astype(np.int8)
@@ -723,18 +751,54 @@ class ClusterState:
                     nodes, weights=per_pod_asked, minlength=free.size
                 ).astype(np.int64)
         self._after_change(touched, before)
+        return saved
 
-    def release_many(self, owners: list[str]) -> list[Allocation]:
-        """Release every owner in one vectorised pass; all or nothing."""
+    def _node_rows_copy(self, nodes: NDArray[np.int64]) -> list[SavedRows]:
+        """Copies of the rows of `nodes` in every per-node array a change of holdings moves."""
+        return [
+            (array, nodes, take_rows(array, nodes))
+            for array in (
+                self.gpu_free_milli,
+                self.free_whole_gpus,
+                self.free_cpu_milli,
+                self.free_memory_mib,
+            )
+        ]
+
+    def _check_releasable(self, owners: list[str]) -> None:
         missing = [owner for owner in owners if owner not in self.allocations]
         if missing or len(set(owners)) != len(owners):
             bad = missing[0] if missing else owners
             raise InputError("owners", bad, "each must hold an allocation, listed once")
+
+    def release_many(self, owners: list[str]) -> list[Allocation]:
+        """Release every owner in one vectorised pass; all or nothing."""
+        self._check_releasable(owners)
         if not owners:
             return []
         released = [self.allocations.pop(owner) for owner in owners]
         self._apply_many(released, +1)
         return released
+
+    def release_many_keeping_rows(
+        self, owners: list[str]
+    ) -> tuple[list[Allocation], list[SavedRows] | None]:
+        """`release_many`, also returning copies of every row it changed (None when few pods
+        were released), for `restore_released` to undo it by putting them back: cheaper than
+        re-taking tens of thousands of nodes and recounting their aggregates."""
+        self._check_releasable(owners)
+        released = [self.allocations.pop(owner) for owner in owners]
+        return released, self._apply_many(released, +1, keep_rows=True)
+
+    def restore_released(
+        self, owners: list[str], allocations: list[Allocation], saved: list[SavedRows]
+    ) -> None:
+        """Undo `release_many_keeping_rows` with the rows it kept: the owners hold exactly what
+        they held. Unchecked on purpose: only valid while the state is as the release left it
+        (statements undo later operations first)."""
+        self.version += 1
+        self._restore_domain_rows(saved)
+        self.allocations.update(zip(owners, allocations, strict=True))
 
     @contextmanager
     def gpus_released(self, nodes: NDArray[np.int64], freeing: NDArray[np.bool_]) -> Iterator[None]:
@@ -774,7 +838,7 @@ class ClusterState:
             full = top.gpu_count[counted]
             idle = ((after == full) & rest_idle).astype(np.int64) - ((before == full) & rest_idle)
             zeros = np.zeros(counted.size, dtype=np.int64)
-            delta = np.stack([gained, gained * MILLI_PER_GPU, idle, zeros, zeros], axis=1)
+            delta = np.stack([gained, gained * MILLI_PER_GPU, idle, zeros, zeros])
             everyone = np.arange(counted.size)
             self._add_counted(counted, delta, everyone, top.gpu_model[counted], before, after)
             yield
@@ -784,9 +848,9 @@ class ClusterState:
             self.free_whole_gpus[nodes] = old_whole.astype(np.int8)
             self._restore_domain_rows(saved)
 
-    def _domain_rows(self, nodes: NDArray[np.int64]) -> list[_SavedRows]:
+    def _domain_rows(self, nodes: NDArray[np.int64]) -> list[SavedRows]:
         """Copies of the aggregate rows of every domain holding one of `nodes` (sorted)."""
-        saved: list[_SavedRows] = []
+        saved: list[SavedRows] = []
         if nodes.size == 0:
             return saved
         if nodes.size <= _SMALL:
@@ -808,7 +872,7 @@ class ClusterState:
         return saved
 
     @staticmethod
-    def _restore_domain_rows(saved: list[_SavedRows]) -> None:
+    def _restore_domain_rows(saved: list[SavedRows]) -> None:
         for array, touched, rows in saved:
             put_rows(array, touched, rows)
 
@@ -906,7 +970,7 @@ class ClusterState:
 
     def set_health(self, nodes: NDArray[np.int64] | list[int], health: Health) -> NDArray[np.uint8]:
         """Set the health of `nodes`; returns their previous health (for undo)."""
-        node_array = np.unique(np.asarray(nodes, dtype=np.int64).reshape(-1))
+        node_array = distinct(np.asarray(nodes, dtype=np.int64).reshape(-1))
         if node_array.size and (node_array[0] < 0 or node_array[-1] >= self.topology.n_nodes):
             raise InputError("nodes", node_array.tolist()[:5], "must be valid node indices")
         try:
@@ -927,12 +991,12 @@ class ClusterState:
     def restore_health(self, nodes: NDArray[np.int64], previous: NDArray[np.uint8]) -> None:
         """Undo `set_health`: put each node back to its recorded health."""
         self.version += 1
-        distinct = np.unique(nodes)
-        self._contribute(distinct, -1)
-        self.nodes_by_health -= np.bincount(self.health[distinct], minlength=len(Health))
+        changed = distinct(nodes)
+        self._contribute(changed, -1)
+        self.nodes_by_health -= np.bincount(self.health[changed], minlength=len(Health))
         self.health[nodes] = previous
-        self.nodes_by_health += np.bincount(self.health[distinct], minlength=len(Health))
-        self._contribute(distinct, +1)
+        self.nodes_by_health += np.bincount(self.health[changed], minlength=len(Health))
+        self._contribute(changed, +1)
 
     # --- queries ---------------------------------------------------------------------------------
     def owners_on(self, nodes: NDArray[np.int64] | list[int]) -> list[str]:

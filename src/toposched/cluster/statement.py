@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import Allocation, ClusterState, Health
+from toposched.cluster.state import Allocation, ClusterState, Health, SavedRows
 
 
 class OperationKind(Enum):
@@ -32,6 +32,8 @@ class Operation:
     health: Health | None = None
     owners: tuple[str, ...] = ()
     allocations: tuple[Allocation, ...] = ()
+    saved_rows: list[SavedRows] | None = None
+    """For a bulk release, copies of the rows it changed: undone by putting them back."""
 
 
 class Statement:
@@ -75,9 +77,14 @@ class Statement:
     def release_many(self, owners: list[str]) -> list[Allocation]:
         """Release many owners in one vectorised pass (e.g. to see a future state)."""
         self._open()
-        released = self.state.release_many(owners)
+        released, saved = self.state.release_many_keeping_rows(owners)
         self.operations.append(
-            Operation(OperationKind.RELEASE_MANY, owners=tuple(owners), allocations=tuple(released))
+            Operation(
+                OperationKind.RELEASE_MANY,
+                owners=tuple(owners),
+                allocations=tuple(released),
+                saved_rows=saved,
+            )
         )
         return released
 
@@ -106,7 +113,11 @@ class Statement:
             if operation.kind is OperationKind.ALLOCATE:
                 self.state.release(operation.owner)
             elif operation.kind is OperationKind.RELEASE_MANY:
-                self.state.retake_many(list(operation.owners), list(operation.allocations))
+                owners, allocations = list(operation.owners), list(operation.allocations)
+                if operation.saved_rows is None:
+                    self.state.retake_many(owners, allocations)
+                else:
+                    self.state.restore_released(owners, allocations, operation.saved_rows)
             elif operation.kind is OperationKind.HEALTH:
                 assert operation.nodes is not None and operation.previous_health is not None
                 self.state.restore_health(operation.nodes, operation.previous_health)

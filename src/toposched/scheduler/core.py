@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import Allocation, ClusterState, Health
+from toposched.cluster.state import Allocation, ClusterState, Health, distinct
 from toposched.cluster.statement import Statement
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import BestFit, PlacementPolicy
@@ -122,6 +122,27 @@ def _owners(releases: SortedList, start: int, stop: int) -> list[str]:
     return [owner for _, owner in releases.islice(start, stop)]
 
 
+class _ReleasedPrefix:
+    """The first k running jobs in release order, released on a statement for any k asked:
+    a larger k releases only the jobs it adds; a smaller one rolls back to the nearest
+    checkpoint at or below it and releases up from there."""
+
+    def __init__(self, statement: Statement, releases: SortedList) -> None:
+        self.statement = statement
+        self.releases = releases
+        self._marks: list[tuple[int, int]] = [(0, statement.checkpoint())]  # (released, mark)
+
+    def release_first(self, count: int) -> None:
+        marks = self._marks
+        while marks[-1][0] > count:
+            marks.pop()
+        released, mark = marks[-1]
+        self.statement.rollback(mark)
+        if count > released:
+            self.statement.release_many(_owners(self.releases, released, count))
+            marks.append((count, self.statement.checkpoint()))
+
+
 class _Fence:
     """Nodes kept from the rest of a cycle (reserved or nominated), cordoned while it runs.
 
@@ -132,6 +153,9 @@ class _Fence:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self.fenced: set[int] = set()
+        # The same nodes as a mask: a reservation fences tens of thousands of nodes, too many
+        # to test one by one against the set.
+        self._fenced_mask = np.zeros(state.topology.n_nodes, dtype=bool)
         self.generation = 0
         self._frozen: frozenset[int] | None = frozenset()
 
@@ -146,26 +170,28 @@ class _Fence:
         return self._frozen
 
     def close(self, nodes: IntArray) -> None:
-        fresh = [n for n in nodes.tolist() if n not in self.fenced]
-        if not fresh:
+        candidates = distinct(nodes[~self._fenced_mask[nodes]])
+        if not candidates.size:
             return
-        candidates = np.array(fresh, dtype=np.int64)
         healthy = candidates[self.state.health[candidates] == _HEALTHY]
         if healthy.size:
             self.state.set_health(healthy, Health.CORDONED)
+            self._fenced_mask[healthy] = True
             self.fenced.update(healthy.tolist())
             self._moved()
 
     def open(self, nodes: IntArray) -> None:
-        mine = np.array([n for n in nodes.tolist() if n in self.fenced], dtype=np.int64)
+        mine = distinct(nodes[self._fenced_mask[nodes]])
         if mine.size:
             self.state.set_health(mine, Health.HEALTHY)
+            self._fenced_mask[mine] = False
             self.fenced.difference_update(mine.tolist())
             self._moved()
 
     def open_all(self) -> None:
         if self.fenced:
-            self.state.set_health(np.array(sorted(self.fenced), dtype=np.int64), Health.HEALTHY)
+            self.state.set_health(np.flatnonzero(self._fenced_mask), Health.HEALTHY)
+            self._fenced_mask[:] = False
             self.fenced.clear()
             self._moved()
 
@@ -338,6 +364,7 @@ class Scheduler:
         self._last_reservation: tuple[Job, GangRequest, int, frozenset[int], _Fit | None] | None = (
             None
         )
+        self._held_cache: dict[str, tuple[Allocation, int, IntArray, IntArray]] = {}
 
     # --- events ------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, now: float) -> Job:
@@ -1170,60 +1197,108 @@ class Scheduler:
 
         A running job is expected to end at start + expected runtime; one that declared none is
         assumed to yield when its min runtime expires (the contract then lets it be preempted).
-        Releases are tried in growing batches on a statement that is always rolled back. With a
-        `hint` (k found last time), k = hint is checked first: two placements instead of a
-        search when the answer did not move.
+        Placement is tried only from the fewest releases that could free enough GPUs in some
+        domain of the required level (`_fewest_releases`): fewer cannot fit. From there, on a
+        statement that is always rolled back, k is found by growing steps and bisection. With
+        a `hint` (k found last time) beyond that bound, the steps start at hint - 1: two
+        placements, and one release of a few jobs after the first, when the answer did not move.
         """
         if not self.running:
             return None
+        first = self._fewest_releases(job.request)
+        if first is None:
+            return None
         releases = self._releases
-        statement = Statement(self.state)
+        count = len(releases)
+        prefix = _ReleasedPrefix(Statement(self.state), releases)
+
+        def place_after(released: int) -> Placement | None:
+            prefix.release_first(released)
+            outcome = place(self.state, job.request, self.policy, exact_reasons=False)
+            return outcome if isinstance(outcome, Placement) else None
+
         try:
-            if hint is not None and 1 <= hint <= len(releases):
-                start = statement.checkpoint()
-                statement.release_many(_owners(releases, 0, hint - 1))
-                if hint == 1 or not isinstance(
-                    place(self.state, job.request, self.policy), Placement
-                ):
-                    statement.release_many(_owners(releases, hint - 1, hint))
-                    outcome = place(self.state, job.request, self.policy)
-                    if isinstance(outcome, Placement):
-                        return self._fit(outcome, hint)
-                statement.rollback(start)
-            freed = 0
-            step = 1
-            placed: Placement | None = None
-            marks: list[tuple[int, int]] = []  # (jobs released, checkpoint) before each batch
-            while freed < len(releases):
-                marks.append((freed, statement.checkpoint()))
-                upto = min(len(releases), freed + step)
-                statement.release_many(_owners(releases, freed, upto))
-                freed = upto
-                outcome = place(self.state, job.request, self.policy)
-                if isinstance(outcome, Placement):
-                    placed = outcome
-                    break
-                step *= 2
-            if placed is None:
-                return None
-            # Narrow the last batch down to the fewest releases that still fit (bisection).
-            low, mark = marks[-1]
-            high = freed
+            low = first - 1  # releases known not to be enough
+            start = hint - 1 if hint is not None and first < hint <= count else first
+            placed = place_after(start)
+            if placed is not None:
+                high = start
+            else:
+                low = start
+                step = 1
+                while placed is None:
+                    if low >= count:
+                        return None
+                    upto = min(count, low + step)
+                    placed = place_after(upto)
+                    if placed is None:
+                        low = upto
+                        step *= 2
+                high = upto
+            # Narrow down to the fewest releases that still fit (bisection).
             while high - low > 1:
                 middle = (low + high) // 2
-                statement.rollback(mark)
-                statement.release_many(_owners(releases, low, middle))
-                outcome = place(self.state, job.request, self.policy)
-                if isinstance(outcome, Placement):
-                    high, placed = middle, outcome
+                outcome = place_after(middle)
+                if outcome is None:
+                    low = middle
                 else:
-                    low, mark = middle, statement.checkpoint()
+                    high, placed = middle, outcome
             return self._fit(placed, high)
         finally:
-            statement.discard()
+            prefix.statement.discard()
+
+    def _fewest_releases(self, request: GangRequest) -> int | None:
+        """A lower bound on the releases (in release order) before the gang can fit, from
+        aggregates: some domain of its required level must gain the whole GPUs it lacks. A
+        released GPU slot frees at most one whole GPU, so counting every slot held (on any
+        node, fenced or not) over-estimates the gain and never skips the answer. None when
+        even releasing every running job is not enough; 1 when nothing is known.
+        """
+        if request.gpus_per_pod == 0 or request.is_fractional:
+            return 1
+        level = request.required
+        lacking = request.pods * request.gpus_per_pod - self.state.free_gpus[level]
+        if (lacking <= 0).any():
+            return 1
+        held = [self._held_by_domain(owner, level) for _, owner in self._releases]
+        sizes = np.array([domains.size for domains, _ in held], dtype=np.int64)
+        release = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
+        domains = np.concatenate([domains for domains, _ in held])
+        gpus = np.concatenate([gpus for _, gpus in held])
+        # Per domain, the GPUs gained after each release: running sums within each domain's
+        # entries, kept in release order by a stable sort.
+        by_domain = np.argsort(domains, kind="stable")
+        domains, gpus, release = domains[by_domain], gpus[by_domain], release[by_domain]
+        gained = np.cumsum(gpus)
+        group_start = np.flatnonzero(np.concatenate(([True], domains[1:] != domains[:-1])))
+        before_group = gained[group_start] - gpus[group_start]
+        gained -= np.repeat(before_group, np.diff(np.append(group_start, domains.size)))
+        enough = gained >= lacking[domains]
+        if not enough.any():
+            return None
+        return int(release[enough].min()) + 1
+
+    def _held_by_domain(self, owner: str, level: int) -> tuple[IntArray, IntArray]:
+        """The domains of `level` a running job holds GPUs in, and how many GPU slots in each;
+        remembered while its allocation lasts (a gang spans tens of thousands of nodes)."""
+        allocation = self.state.allocations[owner]
+        cached = self._held_cache.get(owner)
+        if cached is not None and cached[0] is allocation and cached[1] == level:
+            return cached[2], cached[3]
+        domains = np.sort(self.state.topology.node_domain[level][allocation.nodes])
+        first = np.flatnonzero(np.concatenate(([True], domains[1:] != domains[:-1])))
+        pods = np.diff(np.append(first, domains.size))
+        held = (domains[first].astype(np.int64), pods * allocation.gpus.shape[1])
+        if len(self._held_cache) > 2 * len(self.running) + 64:
+            # Jobs that stopped running: forget them, in one sweep now and then.
+            self._held_cache = {
+                kept: entry for kept, entry in self._held_cache.items() if kept in self.running
+            }
+        self._held_cache[owner] = (allocation, level, *held)
+        return held
 
     def _fit(self, placed: Placement, released: int) -> _Fit:
-        nodes = np.unique(placed.allocation.nodes)
+        nodes = distinct(placed.allocation.nodes)
         release = float(self._releases[released - 1][0])
         return _Fit(release, nodes, self._domain_of(nodes), released)
 

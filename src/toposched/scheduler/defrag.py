@@ -170,7 +170,7 @@ class Defragmenter:
                     moved.append(mover)
                 room = CapacityView(state, request, exact=False).at(level, domain, domain + 1)
                 if int(room[0]) >= request.granule(level) or int(room[0]) >= request.pods:
-                    outcome = place(state, request, self.policy)
+                    outcome = place(state, request, self.policy, exact_reasons=False)
                     if isinstance(outcome, Placement):
                         placed = outcome
                         break
@@ -181,7 +181,7 @@ class Defragmenter:
             inside = np.arange(first, last, dtype=np.int64)
             statement.set_health(inside[state.health[inside] == Health.HEALTHY], Health.CORDONED)
             for mover in moved:
-                again = place(state, mover.request, self.policy)
+                again = place(state, mover.request, self.policy, exact_reasons=False)
                 if not isinstance(again, Placement):
                     return None
                 statement.allocate(f"{mover.job_id}#moved", again.allocation)
@@ -229,7 +229,7 @@ class Defragmenter:
                 )
                 fits = True
                 for mover in movers:
-                    again = place(state, mover.request, self.policy)
+                    again = place(state, mover.request, self.policy, exact_reasons=False)
                     if not isinstance(again, Placement):
                         fits = False
                         break

@@ -1,0 +1,144 @@
+"""The reservation search finds the same earliest fit as releasing running jobs one at a time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from toposched.cluster.builders import nvl72_cluster
+from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState, Health, distinct
+from toposched.cluster.statement import Statement
+from toposched.placement.jobspec import JobSpec
+from toposched.placement.search import Placement, place
+from toposched.policy.budget import BudgetTree
+from toposched.scheduler.core import Scheduler
+from toposched.scheduler.jobs import Job
+
+HOUR = 3600.0
+LEVELS = ("zone", "block", "rack")
+
+
+def one_at_a_time(scheduler: Scheduler, job: Job) -> tuple[int, list[int]] | None:
+    """The fewest running jobs, released in expected-end order, after which `job` fits, and
+    the nodes it would get: one release and one placement at a time, then all undone."""
+    statement = Statement(scheduler.state)
+    try:
+        for released, (_, owner) in enumerate(scheduler._releases, start=1):
+            statement.release(owner)
+            outcome = place(scheduler.state, job.request, scheduler.policy)
+            if isinstance(outcome, Placement):
+                return released, distinct(outcome.allocation.nodes).tolist()
+        return None
+    finally:
+        statement.discard()
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[Scheduler, Job, list[int | None]]:
+    """A small fleet filled by running jobs of 1-3 pods with random ends, some nodes cordoned
+    or down, and a pending gang with topology constraints; plus hints to try."""
+    topology = nvl72_cluster(
+        zones=draw(st.integers(1, 2)),
+        blocks_per_zone=draw(st.integers(1, 2)),
+        racks_per_block=draw(st.integers(1, 3)),
+        nodes_per_rack=draw(st.integers(1, 3)),
+        gpus_per_node=4,
+        cpu_milli=16_000,
+        memory_mib=65_536,
+    )
+    state = ClusterState(topology)
+    tree = BudgetTree.from_dict({"accounts": {"a": 50, "b": 50}})
+    scheduler = Scheduler(state, tree, defragment=False)
+    n_nodes = topology.n_nodes
+    for index in range(draw(st.integers(n_nodes, 4 * n_nodes))):
+        gpus = draw(st.sampled_from([1, 2, 4]))
+        pods = draw(st.integers(1, 3))
+        cpu = draw(st.sampled_from([0, 4_000]))
+        nodes: list[int] = []
+        taken: list[list[int]] = []
+        for _ in range(pods):
+            node = draw(st.integers(0, n_nodes - 1))
+            free = np.flatnonzero(state.gpu_free_milli[node] == MILLI_PER_GPU).tolist()
+            free = [gpu for gpu in free if [node, gpu] not in _pairs(nodes, taken)]
+            if len(free) < gpus:
+                continue
+            nodes.append(node)
+            taken.append(free[:gpus])
+        if not nodes:
+            continue
+        fields: dict[str, Any] = {
+            "name": f"run-{index}",
+            "account": draw(st.sampled_from(["a", "b"])),
+            "pods": len(nodes),
+            "resources_per_pod": {"gpus": gpus, "cpu": f"{cpu}m"},
+            "min_runtime": draw(st.sampled_from([0.0, HOUR, 2 * HOUR])),
+        }
+        if draw(st.booleans()):
+            fields["expected_runtime"] = draw(st.sampled_from([HOUR, 2 * HOUR, 3 * HOUR, 5 * HOUR]))
+        allocation = Allocation.of(nodes, taken, cpu_milli=cpu)
+        if not _fits(state, allocation):
+            continue
+        start = -draw(st.sampled_from([0.0, 600.0, 1800.0]))
+        scheduler.adopt(JobSpec.from_dict(fields), allocation, start_time=start, now=0.0)
+    for node in draw(st.lists(st.integers(0, n_nodes - 1), max_size=3, unique=True)):
+        state.set_health([node], draw(st.sampled_from([Health.CORDONED, Health.DOWN])))
+    topology_fields: dict[str, Any] = {}
+    required = draw(st.sampled_from([None, *LEVELS]))
+    if required is not None:
+        topology_fields["required"] = required
+    pods = draw(st.integers(1, 2 * n_nodes))
+    if draw(st.booleans()) and required != "rack":
+        per_rack = draw(st.integers(1, topology.domain_sizes(len(LEVELS)).min()))
+        pods = max(per_rack, pods // per_rack * per_rack)
+        topology_fields["slices"] = [{"level": "rack", "pods": per_rack}]
+    spec = JobSpec.from_dict(
+        {
+            "name": "big",
+            "account": "a",
+            "pods": pods,
+            "resources_per_pod": {"gpus": draw(st.sampled_from([2, 4])), "cpu": "2000m"},
+            "topology": topology_fields,
+        }
+    )
+    job = scheduler.submit(spec, now=0.0)
+    count = len(scheduler._releases)
+    hints = draw(st.lists(st.one_of(st.none(), st.integers(0, count + 1)), min_size=1, max_size=3))
+    return scheduler, job, hints
+
+
+def _pairs(nodes: list[int], taken: list[list[int]]) -> list[list[int]]:
+    return [[node, gpu] for node, gpus in zip(nodes, taken, strict=True) for gpu in gpus]
+
+
+def _fits(state: ClusterState, allocation: Allocation) -> bool:
+    statement = Statement(state)
+    try:
+        statement.allocate("probe", allocation)
+    except Exception:  # noqa: BLE001 - any refusal means the draw does not fit
+        return False
+    statement.discard()
+    return True
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_earliest_fit_equals_releasing_one_job_at_a_time(
+    scenario: tuple[Scheduler, Job, list[int | None]],
+) -> None:
+    scheduler, job, hints = scenario
+    expected = one_at_a_time(scheduler, job)
+    fewest = scheduler._fewest_releases(job.request)
+    event("no fit" if expected is None else f"fits after {min(expected[0], 4)}+ releases")
+    event("bound skips releases" if fewest is not None and fewest > 1 else "bound skips none")
+    before = scheduler.state.snapshot()
+    for hint in hints:
+        fit = scheduler._earliest_fit(job, hint)
+        found = None if fit is None else (fit.released, fit.nodes.tolist())
+        assert found == expected, hint
+        if fit is not None:
+            assert fit.release == scheduler._releases[fit.released - 1][0]
+    after = scheduler.state.snapshot()
+    assert all(np.array_equal(before[name], after[name]) for name in before)
