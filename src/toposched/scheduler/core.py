@@ -1260,23 +1260,32 @@ class Scheduler:
         lacking = request.pods * request.gpus_per_pod - self.state.free_gpus[level]
         if (lacking <= 0).any():
             return 1
-        held = [self._held_by_domain(owner, level) for _, owner in self._releases]
-        sizes = np.array([domains.size for domains, _ in held], dtype=np.int64)
-        release = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
-        domains = np.concatenate([domains for domains, _ in held])
-        gpus = np.concatenate([gpus for _, gpus in held])
-        # Per domain, the GPUs gained after each release: running sums within each domain's
-        # entries, kept in release order by a stable sort.
-        by_domain = np.argsort(domains, kind="stable")
-        domains, gpus, release = domains[by_domain], gpus[by_domain], release[by_domain]
-        gained = np.cumsum(gpus)
-        group_start = np.flatnonzero(np.concatenate(([True], domains[1:] != domains[:-1])))
-        before_group = gained[group_start] - gpus[group_start]
-        gained -= np.repeat(before_group, np.diff(np.append(group_start, domains.size)))
-        enough = gained >= lacking[domains]
-        if not enough.any():
-            return None
-        return int(release[enough].min()) + 1
+        # Releases are read in chunks of growing size, so that the cost follows the answer,
+        # not the number of running jobs (often the answer is among the first few).
+        carried = np.zeros(lacking.size, dtype=np.int64)  # GPUs gained by earlier chunks
+        releases = self._releases
+        start, chunk = 0, 64
+        while start < len(releases):
+            stop = min(len(releases), start + chunk)
+            held = [self._held_by_domain(owner, level) for _, owner in releases.islice(start, stop)]
+            sizes = np.array([domains.size for domains, _ in held], dtype=np.int64)
+            release = np.repeat(np.arange(start, stop, dtype=np.int64), sizes)
+            domains = np.concatenate([domains for domains, _ in held])
+            gpus = np.concatenate([gpus for _, gpus in held])
+            # Per domain, the GPUs gained after each release: running sums within each
+            # domain's entries, kept in release order by a stable sort.
+            by_domain = np.argsort(domains, kind="stable")
+            domains, gpus, release = domains[by_domain], gpus[by_domain], release[by_domain]
+            gained = np.cumsum(gpus)
+            group_start = np.flatnonzero(np.concatenate(([True], domains[1:] != domains[:-1])))
+            before_group = gained[group_start] - gpus[group_start]
+            gained -= np.repeat(before_group, np.diff(np.append(group_start, domains.size)))
+            enough = gained + carried[domains] >= lacking[domains]
+            if enough.any():
+                return int(release[enough].min()) + 1
+            np.add.at(carried, domains, gpus)
+            start, chunk = stop, chunk * 4
+        return None
 
     def _held_by_domain(self, owner: str, level: int) -> tuple[IntArray, IntArray]:
         """The domains of `level` a running job holds GPUs in, and how many GPU slots in each;
