@@ -19,6 +19,7 @@ from toposched.cluster.state import (
     ClusterState,
     Health,
     distinct,
+    distinct_inverse,
     row_sums,
 )
 from toposched.cluster.statement import OperationKind, Statement
@@ -575,7 +576,7 @@ def test_a_bulk_release_on_a_statement_is_undone_from_its_kept_rows(released: in
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_distinct_equals_numpys_unique(seed: int) -> None:
+def test_distinct_and_distinct_inverse_equal_numpys_unique(seed: int) -> None:
     rng = np.random.default_rng(seed)
     for values in (
         rng.integers(0, 50, size=int(rng.integers(0, 200))),
@@ -585,6 +586,10 @@ def test_distinct_equals_numpys_unique(seed: int) -> None:
     ):
         values = values.astype(np.int64)
         assert np.array_equal(distinct(values), np.unique(values))
+        expected, expected_inverse = np.unique(values, return_inverse=True)
+        found, inverse = distinct_inverse(values)
+        assert np.array_equal(found, expected)
+        assert np.array_equal(inverse, expected_inverse.reshape(-1))
 
 
 @pytest.mark.parametrize("duplicate", [copy.deepcopy, lambda s: pickle.loads(pickle.dumps(s))])

@@ -84,6 +84,19 @@ def distinct(values: NDArray[np.int64]) -> NDArray[np.int64]:
     return result
 
 
+def distinct_inverse(values: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """`np.unique(values, return_inverse=True)` for a 1-D integer array, by a stable sort (for
+    the same reason as `distinct`)."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    first = np.empty(values.size, dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    inverse = np.empty(values.size, dtype=np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    return ordered[first], inverse
+
+
 def take_rows(array: NDArray[_Item], rows: NDArray[np.integer]) -> NDArray[_Item]:
     """`array[rows]` (rows of a multi-column array), several times faster than fancy indexing."""
     return np.take(array, rows, axis=0)
@@ -855,7 +868,7 @@ class ClusterState:
             return saved
         if nodes.size <= _SMALL:
             # Rows of the stacked arrays (every level at once): fewer numpy calls.
-            rows = np.unique(self._node_rows[nodes])
+            rows = distinct(self._node_rows[nodes].reshape(-1))
             return [
                 (array, rows, take_rows(array, rows))
                 for array in (self._totals_all, self._hist_all)

@@ -8,7 +8,13 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState, row_sums
+from toposched.cluster.state import (
+    MILLI_PER_GPU,
+    Allocation,
+    ClusterState,
+    distinct,
+    row_sums,
+)
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -328,7 +334,7 @@ class PreemptibleIndex:
         """Slots of every job holding a GPU on `nodes` (each once)."""
         owners = self.gpu_owner[nodes].reshape(-1)
         owners = owners[owners >= 0]
-        slots: IntArray = np.unique(owners).astype(np.int64)
+        slots: IntArray = distinct(owners.astype(np.int64))
         if self.shared_on_node and self.shared_in_leaf[self.leaf_of_node[nodes]].any():
             shared: set[int] = set()
             for node in nodes.tolist():

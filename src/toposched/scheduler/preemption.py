@@ -13,6 +13,8 @@ from toposched.cluster.state import (
     MILLI_PER_GPU,
     Allocation,
     ClusterState,
+    distinct,
+    distinct_inverse,
     row_sums,
     take_rows,
 )
@@ -81,7 +83,7 @@ class PreemptionPlan:
 
     @property
     def nodes(self) -> IntArray:
-        return np.unique(self.placement.allocation.nodes)
+        return distinct(self.placement.allocation.nodes)
 
 
 @dataclass(frozen=True)
@@ -313,7 +315,7 @@ class VictimSearch:
         pod_owner = pool.pod_owner
         pod_leaf = self.leaf_of_node[pool.pod_nodes]
         # Each pod's leaf as a position among the distinct leaves.
-        leaves, leaf_position = np.unique(pod_leaf, return_inverse=True)
+        leaves, leaf_position = distinct_inverse(pod_leaf.astype(np.int64))
         nodes = domain_nodes(starts, leaves)
         sizes = starts[leaves + 1] - starts[leaves]
         offsets = np.cumsum(sizes) - sizes
@@ -330,7 +332,7 @@ class VictimSearch:
             return None
         # (leaf position, candidate) pairs with the whole GPUs the candidate frees there.
         pair_code = leaf_position * len(pool) + pod_owner
-        codes, inverse = np.unique(pair_code, return_inverse=True)
+        codes, inverse = distinct_inverse(pair_code.astype(np.int64))
         supply = np.bincount(inverse, weights=pod_whole, minlength=codes.size)
         pair_leaf, pair_owner = codes // len(pool), codes % len(pool)
         bound = np.bincount(pair_leaf, weights=pool.lost[pair_owner], minlength=leaves.size)
