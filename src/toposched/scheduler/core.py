@@ -112,12 +112,6 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
 
 
-def _distinct_nodes(allocation: Allocation) -> list[int]:
-    """The nodes an allocation touches, each once (one pod, the common case, needs no sort)."""
-    nodes = allocation.nodes
-    return nodes.tolist() if nodes.size == 1 else np.unique(nodes).tolist()
-
-
 def _owners(releases: SortedList, start: int, stop: int) -> list[str]:
     return [owner for _, owner in releases.islice(start, stop)]
 
@@ -882,7 +876,7 @@ class Scheduler:
     def owners_on(self, nodes: IntArray) -> set[str]:
         """Running jobs holding anything on `nodes`."""
         owners: set[str] = set()
-        for node in np.unique(nodes).tolist():
+        for node in distinct(nodes).tolist():
             owners |= self._owners_by_node.get(node, set())
         return owners
 
@@ -1408,7 +1402,7 @@ class Scheduler:
         self._contract_views[job.job_id] = view
         self._releases.add(self._release_time(job))
         allocation = self.state.allocations[job.job_id]
-        for node in _distinct_nodes(allocation):
+        for node in distinct(allocation.nodes).tolist():
             self._owners_by_node.setdefault(node, set()).add(job.job_id)
         self._preemptible.add(
             job.job_id,
@@ -1430,7 +1424,7 @@ class Scheduler:
         self._releases.remove(self._release_time(job))
         del self._contract_views[job.job_id]
         allocation = self.state.allocations[job.job_id]
-        for node in _distinct_nodes(allocation):
+        for node in distinct(allocation.nodes).tolist():
             owners = self._owners_by_node[node]
             owners.discard(job.job_id)
             if not owners:
