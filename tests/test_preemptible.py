@@ -50,13 +50,16 @@ def test_owners_and_aggregates_follow_protection_and_eviction() -> None:
     index.refresh(1000)
     # r0: a's pod on n0 (2 GPUs; b is protected); r1: a's pod on n2 and c's shared pod.
     assert index.leaf_freeable.tolist() == [2, 3]
+    assert index.freeable_on(np.arange(4)).tolist() == [2, 0, 2, 1]
     # Lost at 1000 s: a = 4 x 900 in each rack; c = 0.25 x 700 in r1.
     bound = index.leaf_cost_bound(np.array([0, 1]), 1000)
     assert bound.tolist() == [3600.0, 3600.0 + 175.0]
     index.refresh(5000)
     assert index.leaf_freeable.tolist() == [6, 3]
+    assert index.freeable_on(np.arange(4)).tolist() == [2, 4, 2, 1]
     index.mark_evicting("a")
     assert index.leaf_freeable.tolist() == [4, 1]
+    assert index.freeable_on(np.arange(4)).tolist() == [0, 4, 0, 1]
     index.remove("b")
     assert index.leaf_freeable.tolist() == [0, 1]
     assert (index.gpu_owner[1] == -1).all()

@@ -8,6 +8,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 
+from toposched.cluster.state import distinct
 from toposched.cluster.topology import Topology
 from toposched.placement.capacity import CapacityView
 from toposched.placement.request import GangRequest
@@ -106,7 +107,7 @@ class FewestDomains:
         topology = self.topology
         first_nodes = topology.domain_starts[self.leaf_level][leaves]
         return tuple(
-            int(np.unique(topology.node_domain[level][first_nodes]).size)
+            int(distinct(topology.node_domain[level][first_nodes].astype(np.int64)).size)
             for level in range(self.preferred, self.leaf_level + 1)
         )
 

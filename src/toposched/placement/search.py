@@ -510,6 +510,36 @@ def place(
     return result
 
 
+def place_in_leaf(
+    state: ClusterState, request: GangRequest, leaf: int, policy: PlacementPolicy | None = None
+) -> Placement | None:
+    """Place every pod of `request` inside innermost domain `leaf`, or None if it has no room.
+
+    Reads the leaf's node arrays alone, never a domain aggregate, with exact capacities (GPUs,
+    CPU, memory): valid inside `ClusterState.released_on_nodes` over the leaf's nodes. Meant for
+    gangs bound to one innermost domain (a `required` innermost level, or one pod), which every
+    other constraint then holds for.
+    """
+    search = _Search(state, request, policy or BestFit())
+    search.view = CapacityView(state, request, exact=True)
+    first, last = state.topology.domain_range(search.leaf_level, leaf)
+    if request.on_one_node:
+        capacity = search.view.node_capacity_in(first, last)
+        fits = np.flatnonzero(capacity >= request.pods)
+        if fits.size == 0:
+            return None
+        nodes = fits.astype(np.int64) + first
+        scores = search.policy.node_scores(state, nodes, capacity[fits], request)
+        node = nodes[int(np.argmin(scores)) :][:1]
+        allocation = search._allocation(node, np.array([request.pods], dtype=np.int64))
+        return Placement(request, allocation)
+    if int(search.view.node_capacity_in(first, last).sum()) < request.pods:
+        return None
+    leaves = np.array([leaf], dtype=np.int64)
+    assigned = search._assign(leaves, np.array([request.pods], dtype=np.int64))
+    return None if assigned is None else Placement(request, assigned)
+
+
 def place_job(
     state: ClusterState, spec: JobSpec, policy: PlacementPolicy | None = None
 ) -> PlacementResult:

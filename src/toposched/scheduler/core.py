@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import Allocation, ClusterState, Health, distinct
+from toposched.cluster.state import Allocation, ClusterState, Health, distinct, distinct_inverse
 from toposched.cluster.statement import Statement
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import BestFit, PlacementPolicy
@@ -457,7 +457,7 @@ class Scheduler:
         failed node's domain, and restarts there in the next cycle. Held spares stay held when
         marked healthy; a repaired node refills its domain's pool.
         """
-        node_array = np.unique(np.asarray(nodes, dtype=np.int64))
+        node_array = distinct(np.asarray(nodes, dtype=np.int64))
         spares = self.spares
         if spares is not None and health is Health.HEALTHY:
             node_array = np.setdiff1d(node_array, spares.keep_held(node_array))
@@ -826,13 +826,16 @@ class Scheduler:
         # and priority, and under the budget rule on its size too, monotonically (a job no
         # larger than what its account runs beyond its budget may go): one question per pair,
         # asked about the pair's smallest job, the others then judged by that limit.
-        pairs = np.stack([index.account[slots[mine]], index.priority[slots[mine]]])
-        distinct, inverse = np.unique(pairs, axis=1, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        # (account, priority) pairs as one code each: distinct by a sort, in pair order.
+        priorities = index.priority[slots[mine]]
+        lowest = int(priorities.min())
+        span = int(priorities.max()) - lowest + 1
+        codes, inverse = distinct_inverse(index.account[slots[mine]] * span + (priorities - lowest))
+        pair_accounts = codes // span
         sizes = index.gpus[slots[mine]]
         n_leaves = len(ranking.leaves)
         budget_rule = self.contract.cross_account == "budget"
-        for column in range(distinct.shape[1]):
+        for column in range(codes.size):
             members = np.flatnonzero(inverse == column)
             smallest = members[np.argmin(sizes[members])]
             rows = mine[members]
@@ -843,7 +846,7 @@ class Scheduler:
             if not verdict.allowed:
                 verdicts.allowed[rows] = False
                 continue
-            account = index.account_names[int(distinct[0, column])]
+            account = index.account_names[int(pair_accounts[column])]
             if budget_rule and verdict.rule is PreemptionRule.RECLAIM_BUDGET:
                 limit = self.contract.reclaim_limit(entry.account, account, self)
                 too_large = sizes[members] > limit
@@ -898,7 +901,9 @@ class Scheduler:
             # A gang that fits one innermost domain: only the domains where preemptible work
             # could make room are examined, not every running job.
             candidates = self._candidates(entry, ranking, now, slots)
-            plan = self.victim_search.plan(job.job_id, job.request, candidates)
+            plan = self.victim_search.plan(
+                job.job_id, job.request, candidates, known_not_to_fit=True
+            )
             if isinstance(plan, PreemptionPlan) or complete:
                 return plan
         else:
@@ -913,7 +918,7 @@ class Scheduler:
             if spread is not None:
                 return spread
         candidates = self._candidates(entry, ranking, now)
-        return self.victim_search.plan(job.job_id, job.request, candidates)
+        return self.victim_search.plan(job.job_id, job.request, candidates, known_not_to_fit=True)
 
     def _local_candidates(self, job: Job, now: float) -> tuple[IntArray, bool] | None:
         """Running jobs (slots of the preemptible index) in the innermost domains where
@@ -985,7 +990,7 @@ class Scheduler:
         starts = self.victim_search.leaf_starts
         nodes = domain_nodes(starts, leaves)
         potential = np.minimum(
-            state.free_whole_gpus[nodes] + self._preemptible.freeable_on(nodes, now),
+            state.free_whole_gpus[nodes] + self._preemptible.freeable_on(nodes),
             topology.gpu_count[nodes],
         )
         usable = state.health[nodes] == _HEALTHY

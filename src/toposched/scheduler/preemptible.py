@@ -13,7 +13,6 @@ from toposched.cluster.state import (
     Allocation,
     ClusterState,
     distinct,
-    row_sums,
 )
 
 IntArray = NDArray[np.int64]
@@ -78,6 +77,8 @@ class PreemptibleIndex:
         self.shared_on_node: dict[int, set[int]] = {}
         self.shared_in_leaf: IntArray = np.zeros(n_leaves, dtype=np.int64)
         self.leaf_freeable: IntArray = np.zeros(n_leaves, dtype=np.int64)
+        # The same per node: whole GPUs of counted (unprotected) pods on it.
+        self.node_freeable: NDArray[np.int32] = np.zeros(topology.n_nodes, dtype=np.int32)
         self.leaf_weight: FloatArray = np.zeros(n_leaves, dtype=np.float64)
         self.leaf_weighted_since: FloatArray = np.zeros(n_leaves, dtype=np.float64)
         self.slot_of: dict[str, int] = {}
@@ -218,8 +219,10 @@ class PreemptibleIndex:
         pods = [self.allocations[slot].nodes for slot in counted.tolist()]  # type: ignore[union-attr]
         per_job = np.array([p.size for p in pods], dtype=np.int64)
         job_of_pod = np.repeat(np.arange(counted.size), per_job)
-        leaves = self.leaf_of_node[np.concatenate(pods)]
+        pod_nodes = np.concatenate(pods)
+        leaves = self.leaf_of_node[pod_nodes]
         np.subtract.at(self.leaf_freeable, leaves, self.whole[counted][job_of_pod])
+        np.subtract.at(self.node_freeable, pod_nodes, self.whole[counted][job_of_pod])
         # Work counts once per (job, domain) pair.
         n_leaves = self.leaf_freeable.size
         pairs = np.unique(job_of_pod * n_leaves + leaves)
@@ -255,9 +258,11 @@ class PreemptibleIndex:
         if allocation.nodes.size <= _FEW_PODS:
             # Scalar updates: for a few pods numpy's per-call cost outweighs the work.
             whole = sign * int(self.whole[slot])
+            nodes = allocation.nodes.tolist()
             leaves = self.leaf_of_node[allocation.nodes].tolist()
-            for leaf in leaves:
+            for node, leaf in zip(nodes, leaves, strict=True):
                 self.leaf_freeable[leaf] += whole
+                self.node_freeable[node] += whole
             weighted_since = weight * float(self.since[slot])
             for leaf in set(leaves):
                 self.leaf_weight[leaf] += weight
@@ -265,7 +270,8 @@ class PreemptibleIndex:
         else:
             leaf_array = self.leaf_of_node[allocation.nodes]
             np.add.at(self.leaf_freeable, leaf_array, sign * int(self.whole[slot]))
-            touched = np.unique(leaf_array)
+            np.add.at(self.node_freeable, allocation.nodes, sign * int(self.whole[slot]))
+            touched = distinct(leaf_array)
             self.leaf_weight[touched] += weight
             self.leaf_weighted_since[touched] += weight * float(self.since[slot])
         self.counted[slot] = sign > 0
@@ -284,18 +290,10 @@ class PreemptibleIndex:
         free: BoolArray = (self.protected_until[slots] <= now) & ~self.evicting[slots]
         return free
 
-    def freeable_on(self, nodes: IntArray, now: float) -> IntArray:
-        """Whole GPUs unprotected pods hold on each of `nodes` (shared pods count one each)."""
-        owners = self.gpu_owner[nodes]
-        held = owners >= 0
-        slots = owners[held]
-        held[held] = self.unprotected(slots.astype(np.int64), now)
-        freeable = row_sums(held)
-        if self.shared_on_node and self.shared_in_leaf[self.leaf_of_node[nodes]].any():
-            for row, node in enumerate(nodes.tolist()):
-                for slot in self.shared_on_node.get(node, ()):
-                    if self.protected_until[slot] <= now and not self.evicting[slot]:
-                        freeable[row] += 1
+    def freeable_on(self, nodes: IntArray) -> IntArray:
+        """Whole GPUs unprotected pods hold on each of `nodes` as of the last `refresh` (a
+        shared pod counts one): an upper bound of the GPUs evictions could free there."""
+        freeable: IntArray = self.node_freeable[nodes].astype(np.int64)
         return freeable
 
     def whole_gpu_parts(self, nodes: IntArray, held: BoolArray) -> list[Allocation]:

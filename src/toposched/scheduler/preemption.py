@@ -22,7 +22,7 @@ from toposched.cluster.statement import Statement
 from toposched.placement.capacity import pods_by_free
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
-from toposched.placement.search import Placement, place
+from toposched.placement.search import Placement, Unschedulable, place, place_in_leaf
 from toposched.scheduler.preemptible import PreemptibleIndex, SlotVerdicts, domain_nodes
 
 IntArray = NDArray[np.int64]
@@ -242,14 +242,25 @@ class VictimSearch:
         preemptor: str,
         request: GangRequest,
         candidates: Sequence[Candidate] | CandidatePool,
+        known_not_to_fit: bool = False,
     ) -> PreemptionPlan | str:
-        """A plan, or the reason no set of allowed victims makes room."""
+        """A plan, or the reason no set of allowed victims makes room.
+
+        `known_not_to_fit` says the caller has just seen the gang not fit without evictions
+        (a scheduling cycle plans preemption only then); otherwise a gang bound to one domain
+        is first placed as things are, and needs no victim if it fits.
+        """
         if not len(candidates):
             return "no running job may be preempted for it under the contract"
         pool = candidates if isinstance(candidates, CandidatePool) else CandidatePool.of(candidates)
         # Gangs bound to one innermost domain (required there, or a single pod) are searched
         # domain by domain; others may combine free room and victims across domains.
         if self.is_one_domain(request):
+            if not known_not_to_fit:
+                # Each domain is checked with its own victims gone, not for room elsewhere.
+                as_is = place(self.state, request, self.policy, exact_reasons=False)
+                if isinstance(as_is, Placement):
+                    return PreemptionPlan(preemptor, (), as_is, self.impact.key([]), True)
             local = self._one_domain(preemptor, request, pool)
             if local is not None:
                 return local
@@ -289,11 +300,26 @@ class VictimSearch:
         return usable
 
     def _verify(
-        self, preemptor: str, request: GangRequest, victims: Sequence[Candidate], exact: bool
+        self,
+        preemptor: str,
+        request: GangRequest,
+        victims: Sequence[Candidate],
+        exact: bool,
+        leaf: int | None = None,
     ) -> PreemptionPlan | None:
-        held = self.state.allocations
-        with self.state.parts_released([held[v.job_id] for v in victims]):
-            placed = place(self.state, request, self.policy)
+        """The plan if the gang fits once `victims` left: inside innermost domain `leaf` when
+        the victims were chosen to open it (a what-if on that domain's nodes alone), else
+        anywhere the placement search picks."""
+        state, held = self.state, self.state.allocations
+        parts = [held[v.job_id] for v in victims]
+        placed: Placement | Unschedulable | None
+        if leaf is not None:
+            first, last = state.topology.domain_range(self.leaf_level, leaf)
+            with state.released_on_nodes(parts, first, last):
+                placed = place_in_leaf(state, request, leaf, self.policy)
+        else:
+            with state.parts_released(parts):
+                placed = place(state, request, self.policy)
         if not isinstance(placed, Placement):
             return None
         if len(victims) <= SPARE_CHECKS:
@@ -354,7 +380,7 @@ class VictimSearch:
             victims, exact = chosen
             if best is not None and self.impact.key(victims) >= best.impact:
                 continue
-            plan = self._verify(preemptor, request, victims, exact)
+            plan = self._verify(preemptor, request, victims, exact, int(leaves[position]))
             if plan is not None and (best is None or plan.impact < best.impact):
                 best = plan
         return best
