@@ -22,7 +22,8 @@ from placement_helpers import (
 
 from toposched.cluster.loaders import topology_from_dict
 from toposched.cluster.state import ClusterState
-from toposched.placement import fewest
+from toposched.placement import fewest, fewest_counts
+from toposched.placement.fewest import FewestDomains
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import BestFit, PlacementPolicy, RandomFit, Spread
 from toposched.placement.request import GangRequest
@@ -86,15 +87,18 @@ def random_cases(
     draw: st.DrawFn,
     large_jobs: bool = False,
     with_preferred: bool = False,
+    spanning: bool = False,
 ) -> RandomCase:
     """A cluster of <= 12 nodes in 1-3 levels, partly used and partly unhealthy, and a job.
 
     `large_jobs` asks for 3-6 pods of 1-2 GPUs (or a share) with little CPU and memory, on
     nodes of 1, 2 or 4 mostly free GPUs in smaller domains, so that gangs often span domains.
-    `with_preferred` always sets a preferred level (and never `required: node`).
+    `with_preferred` always sets a preferred level (and never `required: node`). `spanning`
+    (with `large_jobs`) keeps 2-3 levels and nodes of 1-2 GPUs, so that a gang most often
+    needs several domains at every level.
     """
-    levels = LEVEL_NAMES[3 - draw(st.integers(1, 3)) :]
-    n_nodes = draw(st.integers(4 if large_jobs else 1, 12))
+    levels = LEVEL_NAMES[3 - draw(st.integers(2 if spanning else 1, 3)) :]
+    n_nodes = draw(st.integers(6 if spanning else 4 if large_jobs else 1, 12))
     models = MODELS[: draw(st.integers(1, 2))]
     # Domain boundaries nest: every level's cut points include those of the level above it.
     # Large jobs get a cut at each gap between nodes with even odds, so domains are small.
@@ -113,7 +117,8 @@ def random_cases(
     health: dict[str, str] = {}
     for index in range(n_nodes):
         name = f"n{index}"
-        gpus = draw(st.sampled_from([1, 2, 4]) if large_jobs else st.integers(1, 8))
+        sizes = [1, 2] if spanning else [1, 2, 4]
+        gpus = draw(st.sampled_from(sizes) if large_jobs else st.integers(1, 8))
         cpu = draw(st.sampled_from([4, 8, 16, 32]))
         memory_gib = draw(st.sampled_from([16, 64, 256]))
         node: dict[str, Any] = {
@@ -162,7 +167,7 @@ def random_cases(
             health[name] = condition
     cluster = {"levels": list(levels), "nodes": nodes}
     present = sorted({node["gpu_model"] for node in nodes})  # a job may only name these
-    job = draw(jobs(levels, present, large_jobs, with_preferred))
+    job = draw(jobs(levels, present, large_jobs, with_preferred, spanning))
     return RandomCase(cluster, job, tuple(allocations), health)
 
 
@@ -173,6 +178,7 @@ def jobs(
     models: Sequence[str],
     large_jobs: bool,
     with_preferred: bool,
+    spanning: bool = False,
 ) -> dict[str, Any]:
     """A JobSpec dict with 1-6 pods of 0-4 GPUs or a share, and optional topology constraints."""
     # Hypothesis draws the first options of a list most often: larger gangs go first.
@@ -202,6 +208,8 @@ def jobs(
             topology["required"] = required
         # Preferred is the required level or inside it; slices lie strictly inside required.
         options = list(levels[max(depth - 1, 0) :])
+        if spanning:
+            options.reverse()  # inner levels first, so that slices often lie above preferred
         preferred = draw(st.sampled_from(options if with_preferred else [None, *options]))
         if preferred is not None:
             topology["preferred"] = preferred
@@ -261,9 +269,15 @@ def count_vectors(capacity: Sequence[int], pods: int) -> Iterator[list[int]]:
 
 
 def brute_force(
-    state: ClusterState, request: GangRequest, labels: list[list[str]], minimise: bool
+    state: ClusterState,
+    request: GangRequest,
+    labels: list[list[str]],
+    minimise: bool,
+    within: str | None = None,
 ) -> OracleAnswer:
     """Search every assignment of pods to nodes (up to the order of identical pods).
+
+    `within` names one domain of the required level to search alone (default: all of them).
 
     Pods are identical, so an assignment is a count per node. Slices then hold for some pod
     order exactly when every domain of each slice level holds a multiple of its slice size:
@@ -278,7 +292,7 @@ def brute_force(
         by_domain: dict[str, list[int]] = {}
         for node in range(n_nodes):
             by_domain.setdefault(labels[request.required][node], []).append(node)
-        scopes = list(by_domain.values())
+        scopes = [nodes for name, nodes in by_domain.items() if within in (None, name)]
     ranked_levels = range(request.preferred or 0, len(labels)) if minimise else range(0)
     witness: list[int] | None = None
     best: tuple[int, ...] | None = None
@@ -518,11 +532,60 @@ def test_preferred_then_fewest_domains_at_each_lower_level(case: RandomCase) -> 
         assert profile == answer.profile, f"{policy.name}: {profile} > {answer.profile}"
 
 
-def test_beyond_the_plan_limits_the_greedy_cover_stands(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past the exact plan's limits only the preferred level's count is guaranteed (docs)."""
+@SETTINGS
+@example(case=SLICE_ABOVE_PREFERRED)
+@example(case=LOWER_LEVELS_NOT_MINIMISED)
+@given(
+    case=st.one_of(
+        random_cases(large_jobs=True, with_preferred=True),
+        random_cases(large_jobs=True, with_preferred=True, spanning=True),
+    )
+)
+def test_beyond_the_amount_plan_count_plans_keep_the_guarantees(case: RandomCase) -> None:
+    """With the amount plan out of reach, what the count plans guarantee (docs, table rows 4-5).
+
+    No slice layer between the required and the preferred level L: the fewest L-domains over
+    every required domain, then the fewest domains one level inside L within the chosen one.
+    A slice layer there: the fewest L-domains within the chosen required domain. Either way,
+    every level when nothing lies inside the level minimised last.
+    """
+    state, request, labels = case.build()
+    preferred = request.preferred
+    assert preferred is not None
+    answer = brute_force(state, request, labels, minimise=True)
+    if answer.profile is None or answer.profile[0] == 1:
+        return
+    sliced_above = request.granule(request.required + 1) != request.granule(preferred)
+    leaf = len(labels) - 1
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(FewestDomains, "affordable", lambda *_: False)
+        for policy in policies():
+            result = place(state, request, policy)
+            assert isinstance(result, Placement)
+            assert_valid_placement(state, request, result, labels)
+            profile = tuple(domains_used(result, labels, lv) for lv in range(preferred, leaf + 1))
+            within = labels[request.required][int(result.allocation.nodes[0])]
+            least = brute_force(state, request, labels, minimise=True, within=within).profile
+            assert least is not None
+            if sliced_above:
+                event("slices between required and preferred")
+                guaranteed = 1
+            else:
+                event("no slice between required and preferred")
+                assert profile[0] == answer.profile[0], f"{policy.name}: {profile}"
+                guaranteed = 2
+            assert profile[:guaranteed] == least[:guaranteed], f"{policy.name}: {profile} > {least}"
+
+
+def test_beyond_every_limit_the_greedy_cover_stands(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the amount plan's and the count plans' limits, only the count at L holds (docs)."""
     state, request, labels = LOWER_LEVELS_NOT_MINIMISED.build()
     assert request.preferred is not None
     monkeypatch.setattr(fewest, "MAX_CELLS", 0)
+    result = place(state, request)
+    assert isinstance(result, Placement)
+    assert [domains_used(result, labels, level) for level in (1, 2)] == [2, 2]  # y + z, by count
+    monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 0)
     result = place(state, request)
     assert isinstance(result, Placement)
     # x (the first of the two largest blocks) and z: the fewest blocks, one rack more than y + z.

@@ -11,6 +11,7 @@ from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
 from toposched.cluster.statement import Statement
 from toposched.placement.capacity import CapacityView
 from toposched.placement.fewest import FewestDomains
+from toposched.placement.fewest_counts import FewestByCount, Shares
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import BestFit, PlacementPolicy
 from toposched.placement.request import GangRequest
@@ -98,10 +99,11 @@ class _Search:
         chosen = self._fill(level, domain, request.pods)
         if chosen is None:
             return None
-        leaves, shares = chosen
         if request.preferred is not None and request.preferred > level:
-            leaves, shares = self._least_preferred(level, domain, leaves, shares)
-        allocation = self._assign(leaves, shares)
+            chosen = self._least_preferred(level, domain, *chosen)
+            if chosen is None:
+                return None
+        allocation = self._assign(*chosen)
         if allocation is None:
             return None
         return Placement(request, allocation)
@@ -121,19 +123,45 @@ class _Search:
 
     def _least_preferred(
         self, level: int, domain: int, leaves: IntArray, shares: IntArray
-    ) -> tuple[IntArray, IntArray]:
-        """The greedy placement, or the exact plan's where it uses fewer domains (when cheap)."""
+    ) -> tuple[IntArray, IntArray] | None:
+        """The greedy placement, or a least one where that uses fewer domains (when cheap).
+
+        None when capacities over-promised while filling the replacement.
+        """
         planner = self._planner()
         if planner.cover_is_exact(level) and self.request.preferred == self.leaf_level:
             return leaves, shares  # the fewest preferred domains, and no level inside them
         profile = planner.profile(leaves)
-        if profile[0] == 1 or not planner.affordable(level, np.array([domain])):
+        if profile[0] == 1:
             return leaves, shares
-        if profile == planner.lower_bounds(level, domain):
-            return leaves, shares  # no level can do with fewer domains
-        if planner.weighted(profile) > planner.cost(level, domain):
-            return planner.plan(level, domain)
-        return leaves, shares
+        if planner.affordable(level, np.array([domain])):
+            if profile == planner.lower_bounds(level, domain):
+                return leaves, shares  # no level can do with fewer domains
+            if planner.weighted(profile) > planner.cost(level, domain):
+                return planner.plan(level, domain)
+            return leaves, shares
+        # Beyond the amount plan's limits: count plans, for one level each.
+        counting = FewestByCount(self.topology, self.view, self.request)
+        if planner.cover_is_exact(level):
+            # The cover's count of preferred domains is the least; one level inside them may
+            # still do with fewer.
+            better = counting.fewer_inside(level, domain, profile[0], profile[1])
+        else:
+            better = counting.fewer_preferred(level, domain, profile[0])
+        return (leaves, shares) if better is None else self._fill_shares(better)
+
+    def _fill_shares(self, shares: Shares) -> tuple[IntArray, IntArray] | None:
+        """`_fill` of every domain of `shares` with its pods, in order."""
+        if shares.level == self.leaf_level:
+            return shares.domains, shares.pods
+        if shares.level == self.leaf_level - 1:
+            return self._fill_leaf_parents(shares.domains, shares.pods)
+        return self._concatenated(
+            [
+                self._fill(shares.level, int(d), int(p))
+                for d, p in zip(shares.domains, shares.pods, strict=True)
+            ]
+        )
 
     def _choose_required(self, level: int, candidates: IntArray, capacity: IntArray) -> int:
         preferred = self.request.preferred

@@ -1,0 +1,333 @@
+"""Exact `preferred` placements by counting domains, for gangs too large for the amount plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+from numpy.typing import NDArray
+
+from toposched.cluster.topology import Topology
+from toposched.placement.capacity import CapacityView
+from toposched.placement.request import GangRequest
+
+IntArray = NDArray[np.int64]
+BoolArray = NDArray[np.bool_]
+
+# An amount no choice reaches: below every real one; adding any amount to it stays negative.
+UNREACHABLE = -(np.int64(1) << 61)
+# Work a count plan may cost before the search keeps its greedy answer: table cells (pairs of
+# counts tried) and domains given a table (a few numpy calls each). About a millisecond or two on
+# one core, as for the amount plan.
+MAX_COUNT_CELLS = 400_000
+MAX_COUNT_TABLES = 256
+
+
+@dataclass(frozen=True)
+class Shares:
+    """Pods per domain of one level: a placement down to `level`, to be filled inside."""
+
+    level: int
+    domains: IntArray
+    pods: IntArray
+
+
+@dataclass(frozen=True)
+class _Merged:
+    """How a domain's count table was built: its children's range and, per merge, their share."""
+
+    level: int
+    first_child: int
+    splits: list[IntArray]  # splits[i][j]: domains child i counts when children 0..i count j
+    tables: list[IntArray]  # each child's own table
+
+
+class FewestByCount:
+    """Fewest domains found by dynamic programmes over domain counts rather than pod amounts.
+
+    A count table gives, for every count `j` of domains at the level minimised, the most pods a
+    domain can hold using at most `j` of them. Its length follows the count to beat (the greedy
+    placement's, less one), not the gang's size, so gangs of thousands of slices cost no more
+    than the domains they need. Two cases, by what lies between the required and the preferred
+    level L:
+
+    - no slice layer (`inside`): the greedy cover already uses the fewest L-domains, k; among
+      choices of k of them, the fewest domains one level inside L. Every L-domain's table is the
+      running sum of its children's capacities, largest first, and L-domains combine as a
+      knapsack over (L-domains used, children used).
+    - a slice layer (`preferred`): the fewest L-domains, honouring every granule above L. A
+      domain at the innermost slice level above L reads its table off its L-descendants'
+      capacities, largest first; outer domains combine their children by (max, +) convolution
+      over counts, each rounding down to its granule.
+
+    Both are exact for the capacities the view reports; `None` means the greedy count is
+    already the least, or finding out would cost more than the limits.
+    """
+
+    def __init__(self, topology: Topology, view: CapacityView, request: GangRequest) -> None:
+        assert request.preferred is not None
+        self.topology = topology
+        self.view = view
+        self.request = request
+        self.preferred = request.preferred
+        self.leaf_level = len(topology.domain_levels) - 1
+        self.need = request.pods
+
+    # --- no slice layer between required and preferred ----------------------------------------
+    def fewer_inside(
+        self, level: int, domain: int, preferred_count: int, inside_count: int
+    ) -> Shares | None:
+        """On `preferred_count` preferred domains, the fewest domains one level inside them.
+
+        A placement using fewer than `inside_count` of those, the least such, as pods per inner
+        domain; None when none uses fewer or the search would pass the limits. Assumes no slice
+        layer between `level` and the preferred level, and `preferred_count` the least count.
+        """
+        topology, view, need = self.topology, self.view, self.need
+        outer, inner = self.preferred, self.preferred + 1
+        limit = inside_count - 1
+        inner_lo, inner_hi = topology.descendants(level, domain, inner)
+        if not _fewer_may_reach(view.at(inner, inner_lo, inner_hi), limit, need, quick=True):
+            return None  # no choice of preferred domains does better (the large-gang case)
+        lo, hi = topology.descendants(level, domain, outer)
+        capacity = view.at(outer, lo, hi)
+        # Only domains that reach the gang with the k-1 largest others can be in a cover.
+        k = preferred_count
+        order = np.argsort(-capacity, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        ranked = capacity[order]
+        top_before, top_k = int(ranked[: k - 1].sum()), int(ranked[:k].sum())
+        others = np.where(rank < k - 1, top_k - capacity, top_before)
+        candidates = np.flatnonzero((capacity > 0) & (capacity + others >= need))
+        if candidates.size > MAX_COUNT_TABLES:
+            return None
+        bounds = topology.descendant_bounds(outer, inner)
+        first, last = bounds[lo + candidates], bounds[lo + candidates + 1]
+        span_lo = int(first[0])
+        span = view.at(inner, span_lo, int(last[-1]))
+        counts = last - first
+        offsets = np.cumsum(counts) - counts
+        index = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
+            first - span_lo - offsets, counts
+        )
+        children = span[index]
+        if not _fewer_may_reach(children, limit, need):
+            return None
+        # Domains are never empty, so no reduceat segment is.
+        widths = np.minimum(np.add.reduceat(children > 0, offsets), limit) + 1
+        if k * (limit + 1) * int(widths.sum()) > MAX_COUNT_CELLS:
+            return None
+        granule = self.request.granule(outer)
+        kernels: list[IntArray] = []
+        picks: list[IntArray] = []
+        for i in range(candidates.size):
+            own = children[offsets[i] : offsets[i] + counts[i]]
+            pick = np.argsort(-own, kind="stable")[: int(widths[i]) - 1]
+            kernel = np.zeros(pick.size + 1, dtype=np.int64)
+            kernel[1:] = np.cumsum(own[pick]) // granule * granule
+            kernels.append(kernel)
+            picks.append(pick)
+        # table[d, j]: most pods on at most d of the domains so far, with at most j children.
+        table = np.zeros((k + 1, limit + 1), dtype=np.int64)
+        choices: list[tuple[BoolArray, IntArray]] = []
+        for kernel in kernels:
+            padded = np.full((k, kernel.size - 1 + limit + 1), UNREACHABLE, dtype=np.int64)
+            padded[:, kernel.size - 1 :] = table[:-1]
+            # pairs[d, j, m] = table[d, j - m] + kernel[m]: this domain takes m children.
+            pairs = sliding_window_view(padded, kernel.size, axis=1)[:, :, ::-1] + kernel
+            taken = pairs.argmax(axis=2)
+            best = np.take_along_axis(pairs, taken[:, :, None], axis=2)[:, :, 0]
+            used = best > table[1:]
+            table[1:] = np.where(used, best, table[1:])
+            choices.append((used, taken))
+        reach = table[k]
+        if reach[limit] < need:
+            return None
+        least = int(np.searchsorted(reach, need))
+        taken_counts = [0] * candidates.size
+        d, j = k, least
+        for i in range(candidates.size - 1, -1, -1):
+            used, taken = choices[i]
+            if d and used[d - 1, j]:
+                taken_counts[i] = int(taken[d - 1, j])
+                d, j = d - 1, j - taken_counts[i]
+        amounts = [int(kernels[i][m]) for i, m in enumerate(taken_counts)]
+        _trim(amounts, sum(amounts) - need)
+        domains: list[IntArray] = []
+        pods: list[IntArray] = []
+        for i, amount in enumerate(amounts):
+            if amount:
+                own = index[offsets[i] : offsets[i] + counts[i]] + span_lo
+                chosen = picks[i][: taken_counts[i]]
+                share = _fill_largest_first(children[offsets[i] + chosen], amount)
+                domains.append(own[chosen][share > 0])
+                pods.append(share[share > 0])
+        return Shares(inner, np.concatenate(domains), np.concatenate(pods))
+
+    # --- a slice layer between required and preferred ----------------------------------------
+    def fewer_preferred(self, level: int, domain: int, preferred_count: int) -> Shares | None:
+        """The fewest preferred domains, if fewer than `preferred_count`, honouring all slices.
+
+        Pods per preferred domain of a least placement; None when none uses fewer or the search
+        would pass the limits.
+        """
+        topology, view, request, need = self.topology, self.view, self.request, self.need
+        outer = self.preferred
+        limit = preferred_count - 1
+        granule = request.granule(outer)
+        # The innermost level above the preferred one with a coarser granule: inside it, amounts
+        # split freely between preferred domains.
+        flat = next(lv for lv in range(outer - 1, level, -1) if request.granule(lv) > granule)
+        lo, hi = topology.descendants(level, domain, outer)
+        capacity = view.at(outer, lo, hi)
+        if not _fewer_may_reach(capacity, limit, need, quick=True):
+            return None
+        positive = (capacity > 0).astype(np.int64)
+        tables, cells = 1, 0
+        for inner in range(level + 1, flat + 1):
+            inner_lo, inner_hi = topology.descendants(level, domain, inner)
+            offsets = topology.descendant_bounds(inner, outer)[inner_lo:inner_hi] - lo
+            widths = np.minimum(np.add.reduceat(positive, offsets), limit) + 1
+            tables += widths.size
+            cells += (limit + 1) * int(widths.sum())
+            if tables > MAX_COUNT_TABLES or cells > MAX_COUNT_CELLS:
+                return None
+        if not _fewer_may_reach(capacity, limit, need):
+            return None
+        planner = _SlicedCounts(self, flat, limit, lo, capacity)
+        reach = planner.table(level, domain)
+        if reach[-1] < need:
+            return None
+        least = int(np.searchsorted(reach, need))
+        domains: list[IntArray] = []
+        pods: list[IntArray] = []
+        planner.collect(level, domain, least, need, domains, pods)
+        return Shares(outer, np.concatenate(domains), np.concatenate(pods))
+
+
+class _SlicedCounts:
+    """Count tables of the domains between the required level and the innermost slice above L."""
+
+    def __init__(
+        self, owner: FewestByCount, flat: int, limit: int, first: int, capacity: IntArray
+    ) -> None:
+        self.topology = owner.topology
+        self.request = owner.request
+        self.preferred = owner.preferred
+        self.flat = flat
+        self.limit = limit
+        self.first = first  # index of the first preferred domain in `capacity`
+        self.capacity = capacity
+        self.merged: dict[tuple[int, int], _Merged] = {}
+
+    def _own(self, level: int, domain: int) -> tuple[int, IntArray]:
+        lo, hi = self.topology.descendants(level, domain, self.preferred)
+        return lo, self.capacity[lo - self.first : hi - self.first]
+
+    def table(self, level: int, domain: int) -> IntArray:
+        """Most pods `domain` holds on at most j preferred domains, j = 0 .. the limit."""
+        if level == self.flat:
+            _, own = self._own(level, domain)
+            ranked = np.sort(own)[::-1][: self.limit]
+            table = np.zeros(int(np.count_nonzero(ranked)) + 1, dtype=np.int64)
+            table[1:] = np.cumsum(ranked[: table.size - 1])
+        else:
+            lo, hi = self.topology.descendants(level, domain, level + 1)
+            tables = [self.table(level + 1, child) for child in range(lo, hi)]
+            table = tables[0]
+            splits = [np.arange(table.size, dtype=np.int64)]
+            for child_table in tables[1:]:
+                table, split = _max_plus(table, child_table, self.limit)
+                splits.append(split)
+            self.merged[(level, domain)] = _Merged(level + 1, lo, splits, tables)
+        granule = self.request.granule(level)
+        if granule > 1:
+            table = table // granule * granule
+        return table
+
+    def collect(
+        self,
+        level: int,
+        domain: int,
+        count: int,
+        amount: int,
+        domains: list[IntArray],
+        pods: list[IntArray],
+    ) -> None:
+        """Append `amount` pods on at most `count` preferred domains of `domain`, depth-first."""
+        if amount == 0:
+            return
+        if level == self.flat:
+            lo, own = self._own(level, domain)
+            chosen = np.sort(np.argsort(-own, kind="stable")[:count])
+            # Largest first keeps the count; depth-first order keeps slices of outer levels whole.
+            share = _fill_largest_first(own[chosen], amount)
+            domains.append(lo + chosen[share > 0])
+            pods.append(share[share > 0])
+            return
+        merged = self.merged[(level, domain)]
+        child_counts = [0] * len(merged.splits)
+        for child in range(len(merged.splits) - 1, -1, -1):
+            child_counts[child] = int(merged.splits[child][count])
+            count -= child_counts[child]
+        amounts = [int(table[c]) for table, c in zip(merged.tables, child_counts, strict=True)]
+        _trim(amounts, sum(amounts) - amount)
+        for child, (child_count, child_amount) in enumerate(
+            zip(child_counts, amounts, strict=True)
+        ):
+            self.collect(
+                merged.level, merged.first_child + child, child_count, child_amount, domains, pods
+            )
+
+
+def _fewer_may_reach(capacity: IntArray, limit: int, need: int, quick: bool = False) -> bool:
+    """Whether `limit` of these domains may hold `need`: the largest ones, cheapest test first.
+
+    `quick` stops after the test against the largest capacity (no partition of the array).
+    """
+    if limit <= 0 or capacity.size == 0 or limit * int(capacity.max()) < need:
+        return False
+    if quick:
+        return True
+    if limit >= capacity.size:
+        return int(capacity.sum()) >= need
+    largest = np.partition(capacity, capacity.size - limit)[capacity.size - limit :]
+    return int(largest.sum()) >= need
+
+
+def _trim(amounts: list[int], excess: int) -> None:
+    """Take `excess` pods off the last amounts (each a multiple of what the excess is)."""
+    for i in range(len(amounts) - 1, -1, -1):
+        if excess <= 0:
+            return
+        cut = min(excess, amounts[i])
+        amounts[i] -= cut
+        excess -= cut
+
+
+def _fill_largest_first(capacity: IntArray, amount: int) -> IntArray:
+    """Pods per domain, in the given order, when `amount` fills these domains largest first."""
+    order = np.argsort(-capacity, kind="stable")
+    ranked = capacity[order]
+    before = np.cumsum(ranked) - ranked
+    result: IntArray = np.empty_like(ranked)
+    result[order] = np.minimum(np.maximum(amount - before, 0), ranked)
+    return result
+
+
+def _max_plus(left: IntArray, right: IntArray, limit: int) -> tuple[IntArray, IntArray]:
+    """(max, +) convolution of two count tables, up to `limit` domains, and the right's share.
+
+    `best[j] = max over b of left[j - b] + right[b]`, `split[j]` the least b that reaches it.
+    """
+    width = min(left.size + right.size - 1, limit + 1)
+    padded = np.full(right.size - 1 + width, UNREACHABLE, dtype=np.int64)
+    kept = min(left.size, width)
+    padded[right.size - 1 : right.size - 1 + kept] = left[:kept]
+    # pairs[j, b] = left[j - b] + right[b]
+    pairs = sliding_window_view(padded, right.size)[:width, ::-1] + right
+    split = np.argmax(pairs, axis=1)
+    best: IntArray = pairs[np.arange(width), split]
+    return best, split.astype(np.int64)

@@ -1,0 +1,110 @@
+"""Count plans on NVL72 blocks: gangs too large for the amount plan, where greedy is not least."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from placement_helpers import assert_valid_placement
+
+from toposched.cluster.builders import nvl72_cluster
+from toposched.cluster.state import Allocation, ClusterState
+from toposched.placement import fewest_counts
+from toposched.placement.capacity import CapacityView
+from toposched.placement.fewest import FewestDomains
+from toposched.placement.policies import BestFit, PlacementPolicy, RandomFit, Spread
+from toposched.placement.request import GangRequest, simple_request
+from toposched.placement.search import Placement, place
+
+ZONE, BLOCK, RACK = 1, 2, 3
+NODES_PER_RACK = 18
+
+
+def blocks_with_free_nodes(free_nodes: Sequence[Sequence[int]]) -> ClusterState:
+    """One zone of blocks of 16 NVL72 racks; rack r of block b keeps `free_nodes[b][r]` nodes
+    free (the first ones) and has the others taken whole; racks not listed are taken whole."""
+    state = ClusterState(
+        nvl72_cluster(zones=1, blocks_per_zone=len(free_nodes), racks_per_block=16)
+    )
+    starts = state.topology.domain_starts[RACK]
+    taken: list[int] = []
+    for block, racks in enumerate(free_nodes):
+        for rack in range(16):
+            free = racks[rack] if rack < len(racks) else 0
+            first = int(starts[block * 16 + rack])
+            taken.extend(range(first + free, first + NODES_PER_RACK))
+    nodes = np.array(taken, dtype=np.int64)
+    state.allocate("others", Allocation.of(nodes, np.tile(np.arange(4), (nodes.size, 1))))
+    return state
+
+
+def profile(state: ClusterState, placement: Placement, levels: Sequence[int]) -> list[int]:
+    return [placement.domains_used(state, level) for level in levels]
+
+
+def beyond_the_amount_plan(state: ClusterState, request: GangRequest) -> bool:
+    planner = FewestDomains(state.topology, CapacityView(state, request, False), request)
+    return not planner.affordable(request.required, np.array([0]))
+
+
+# Block 0: 16 racks of 14 free nodes (224 pods); block 1: 11 free racks (198); block 2: 12 free
+# racks (216); block 3: full. 400 pods of 4 GPUs need two blocks. Greedy takes the largest block,
+# 0, whole (16 racks) and block 1 for the other 176 pods (10 racks): 26 racks. Blocks 1 and 2
+# hold them in 23 racks, the fewest any 400 pods can use (22 racks hold 396).
+FRAGMENTED_LARGEST_BLOCK = [[14] * 16, [18] * 11, [18] * 12, []]
+
+
+@pytest.mark.parametrize(
+    "policy", [BestFit(), Spread(), RandomFit(seed=3)], ids=lambda policy: policy.name
+)
+def test_fewest_racks_on_the_fewest_blocks(
+    policy: PlacementPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = blocks_with_free_nodes(FRAGMENTED_LARGEST_BLOCK)
+    request = simple_request(400, 4, preferred=BLOCK)
+    assert beyond_the_amount_plan(state, request)
+    result = place(state, request, policy)
+    assert isinstance(result, Placement)
+    assert_valid_placement(state, request, result)
+    assert profile(state, result, (BLOCK, RACK)) == [2, 23]
+    monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 0)
+    greedy = place(state, request, BestFit())
+    assert isinstance(greedy, Placement)
+    assert profile(state, greedy, (BLOCK, RACK)) == [2, 26]
+
+
+# Slices of 36 pods per block, fewest racks preferred. Free pods per block (rounded to whole
+# slices): block 0, 16 racks of 14 (224 -> 216); 1, 8 free racks (144); 2, 9 free racks
+# (162 -> 144); 3, 16 racks of 16 (256 -> 252); 4, 16 racks of 10 (160 -> 144). Greedy covers
+# the blocks first: block 3's 252 pods on 16 racks and block 1's 108 on 6: 22 racks. Blocks 1 and
+# 2 with 144 pods on 8 racks each and 72 pods of block 3 on 5 racks use 21, the fewest.
+SLICED_BLOCKS = [[14] * 16, [18] * 8, [18] * 9, [16] * 16, [10] * 16]
+
+
+@pytest.mark.parametrize(
+    "policy", [BestFit(), Spread(), RandomFit(seed=3)], ids=lambda policy: policy.name
+)
+def test_fewest_racks_with_block_slices(
+    policy: PlacementPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = blocks_with_free_nodes(SLICED_BLOCKS)
+    request = simple_request(360, 4, preferred=RACK, slices=[(BLOCK, 36)])
+    assert beyond_the_amount_plan(state, request)
+    result = place(state, request, policy)
+    assert isinstance(result, Placement)
+    assert_valid_placement(state, request, result)
+    assert profile(state, result, (BLOCK, RACK)) == [3, 21]
+    monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 0)
+    greedy = place(state, request, BestFit())
+    assert isinstance(greedy, Placement)
+    assert profile(state, greedy, (BLOCK, RACK)) == [2, 22]
+
+
+def test_count_tables_convolve_by_max_plus() -> None:
+    """`_max_plus` keeps, for every count, the most pods and the right side's share."""
+    left = np.array([0, 5, 7], dtype=np.int64)  # domains of 5 and 2 pods
+    right = np.array([0, 6, 6], dtype=np.int64)  # one domain of 6 pods (and an empty one)
+    best, split = fewest_counts._max_plus(left, right, limit=3)
+    assert best.tolist() == [0, 6, 11, 13]
+    assert split.tolist() == [0, 1, 1, 1]
