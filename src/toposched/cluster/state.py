@@ -845,11 +845,15 @@ class ClusterState:
         self.free_whole_gpus[nodes] = (old_whole + freed).astype(np.int8)
         try:
             after = before + gained
-            rest_idle = (self.free_cpu_milli[counted] == top.cpu_milli[counted]) & (
-                self.free_memory_mib[counted] == top.memory_mib[counted]
-            )
-            full = top.gpu_count[counted]
-            idle = ((after == full) & rest_idle).astype(np.int64) - ((before == full) & rest_idle)
+            # Only a node whose GPUs are all free now may have turned idle (none was before:
+            # every touched node held a freed GPU), if its CPU and memory are all free too.
+            idle = np.zeros(counted.size, dtype=np.int64)
+            full = np.flatnonzero(after == top.gpu_count[counted])
+            if full.size:
+                at = counted[full]
+                idle[full] = (self.free_cpu_milli[at] == top.cpu_milli[at]) & (
+                    self.free_memory_mib[at] == top.memory_mib[at]
+                )
             zeros = np.zeros(counted.size, dtype=np.int64)
             delta = np.stack([gained, gained * MILLI_PER_GPU, idle, zeros, zeros])
             everyone = np.arange(counted.size)
