@@ -512,7 +512,9 @@ class Scheduler:
         # preemptor's account and priority. A start later in the cycle may give another account
         # work beyond its budget; such a refusal is revisited at the next cycle.
         unpreemptable: dict[tuple[object, ...], tuple[int, str]] = {}
-        memo_messages: dict[tuple[int, int], str] = {}
+        # Keyed by the failure itself, not its id(): a failure dropped during the cycle may be
+        # freed and its id() reused by a new one.
+        memo_messages: dict[tuple[_Failure, int], str] = {}
         self.reservation = None
         self._cycles += 1
         cycle_number = self._cycles
@@ -595,9 +597,7 @@ class Scheduler:
                     # neither does this one. Many pending jobs share a size, so each message is
                     # written once per cycle.
                     message = (
-                        memo_messages.get((id(known), pods))
-                        if known.job_id != entry.job_id
-                        else None
+                        memo_messages.get((known, pods)) if known.job_id != entry.job_id else None
                     )
                     if message is None:
                         message = self._known_failure_reason(
@@ -726,7 +726,7 @@ class Scheduler:
         failure: _Failure,
         fence: _Fence,
         cycle_number: int,
-        messages: dict[tuple[int, int], str],
+        messages: dict[tuple[_Failure, int], str],
     ) -> str:
         """Why a job is known not to fit, from an earlier failure of its shape."""
         if failure.cycle != cycle_number:
@@ -737,7 +737,7 @@ class Scheduler:
             ):
                 # The same job on the same free capacity: the search would say the same again.
                 return failure.reason
-        key = (id(failure), job.request.pods)
+        key = (failure, job.request.pods)
         message = messages.get(key)
         if message is None:
             since = "does not fit now" if failure.cycle == cycle_number else "did not fit"
