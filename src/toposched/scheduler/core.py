@@ -359,6 +359,13 @@ class Scheduler:
             None
         )
         self._held_cache: dict[str, tuple[Allocation, int, IntArray, IntArray]] = {}
+        # The contract's verdicts on pairs of running jobs (see `_pair_verdict`), for one
+        # ranking and one version of the loads and budgets.
+        self._pair_verdicts: dict[
+            tuple[str, int, bool, int, float], tuple[str, float | None, float | None] | None
+        ] = {}
+        self._pair_verdicts_ranking: Ranking | None = None
+        self._pair_verdicts_stamp = (-1, -1)
 
     # --- events ------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, now: float) -> Job:
@@ -826,34 +833,87 @@ class Scheduler:
         # and priority, and under the budget rule on its size too, monotonically (a job no
         # larger than what its account runs beyond its budget may go): one question per pair,
         # asked about the pair's smallest job, the others then judged by that limit.
-        pairs = np.stack([index.account[slots[mine]], index.priority[slots[mine]]])
-        distinct, inverse = np.unique(pairs, axis=1, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        sizes = index.gpus[slots[mine]]
-        n_leaves = len(ranking.leaves)
-        budget_rule = self.contract.cross_account == "budget"
-        for column in range(distinct.shape[1]):
-            members = np.flatnonzero(inverse == column)
-            smallest = members[np.argmin(sizes[members])]
-            rows = mine[members]
-            representative = str(index.ids[slots[mine[smallest]]])
-            verdict = self.contract.may_preempt(
-                entry, self._contract_views[representative], now, ranking, self
-            )
-            if not verdict.allowed:
-                verdicts.allowed[rows] = False
+        mine_slots = slots[mine]
+        sizes = index.gpus[mine_slots]
+        pairs = index.pair[mine_slots]
+        # By pair, smallest first; stable, so that among equal sizes the first job answers.
+        order = np.lexsort((sizes, pairs))
+        sorted_pairs = pairs[order]
+        opens = np.concatenate(([True], sorted_pairs[1:] != sorted_pairs[:-1]))
+        heads = np.flatnonzero(opens)
+        group_of_row = np.empty(mine.size, dtype=np.int64)
+        group_of_row[order] = np.cumsum(opens) - 1
+        n_groups = heads.size
+        pair_allowed = np.zeros(n_groups, dtype=bool)
+        pair_limit = np.full(n_groups, np.inf)
+        pair_rule = np.zeros(n_groups, dtype=np.int64)
+        pair_standing = np.zeros(n_groups)
+        pair_ranked = np.zeros(n_groups, dtype=bool)
+        rule_codes: dict[str, int] = {}
+        for position, row in enumerate(order[heads].tolist()):
+            slot = int(mine_slots[row])
+            answer = self._pair_verdict(entry, ranking, now, slot)
+            if answer is None:
                 continue
-            account = index.account_names[int(distinct[0, column])]
-            if budget_rule and verdict.rule is PreemptionRule.RECLAIM_BUDGET:
-                limit = self.contract.reclaim_limit(entry.account, account, self)
-                too_large = sizes[members] > limit
-                verdicts.allowed[rows[too_large]] = False
-                rows = rows[~too_large]
-            verdicts.rule[rows] = len(verdicts.rule_names)
-            verdicts.rule_names.append(str(verdict.rule))
-            if ranking.is_ranked_leaf(account):
-                verdicts.standing[rows] = float(n_leaves - ranking.rank(account))
+            rule, limit, standing = answer
+            code = rule_codes.get(rule)
+            if code is None:
+                code = rule_codes[rule] = len(verdicts.rule_names)
+                verdicts.rule_names.append(rule)
+            pair_allowed[position] = True
+            pair_rule[position] = code
+            if limit is not None:
+                pair_limit[position] = limit
+            if standing is not None:
+                pair_ranked[position] = True
+                pair_standing[position] = standing
+        kept = pair_allowed[group_of_row] & ~(sizes > pair_limit[group_of_row])
+        verdicts.allowed[mine] = kept
+        rows = mine[kept]
+        verdicts.rule[rows] = pair_rule[group_of_row[kept]]
+        ranked = kept & pair_ranked[group_of_row]
+        verdicts.standing[mine[ranked]] = pair_standing[group_of_row[ranked]]
         return verdicts
+
+    def _pair_verdict(
+        self, entry: QueueEntry, ranking: Ranking, now: float, slot: int
+    ) -> tuple[str, float | None, float | None] | None:
+        """The contract's verdict on the unprotected allocated running job in `slot` for
+        `entry`, as what `_verdicts` applies to its (account, priority) pair: None if refused,
+        else the rule, the largest job of the pair that may go (budget rule; None: any) and
+        the pair's standing (None when its account is not a ranked leaf).
+
+        Remembered while the ranking, the accounts' loads and the budgets stay the same, by
+        the preemptor's account, priority and tier and the victim's pair and size: nothing
+        else of either job enters a verdict on an unprotected victim.
+        """
+        index = self._preemptible
+        stamp = (self.usage.version, self.tree.version)
+        if self._pair_verdicts_ranking is not ranking or self._pair_verdicts_stamp != stamp:
+            self._pair_verdicts.clear()
+            self._pair_verdicts_ranking = ranking
+            self._pair_verdicts_stamp = stamp
+        size = float(index.gpus[slot])
+        key = (entry.account, entry.priority, entry.unallocated, int(index.pair[slot]), size)
+        if key in self._pair_verdicts:
+            return self._pair_verdicts[key]
+        verdict = self.contract.may_preempt(
+            entry, self._contract_views[str(index.ids[slot])], now, ranking, self
+        )
+        answer: tuple[str, float | None, float | None] | None = None
+        if verdict.allowed:
+            account = index.account_names[int(index.account[slot])]
+            limit = None
+            if self.contract.cross_account == "budget" and (
+                verdict.rule is PreemptionRule.RECLAIM_BUDGET
+            ):
+                limit = self.contract.reclaim_limit(entry.account, account, self)
+            standing = None
+            if ranking.is_ranked_leaf(account):
+                standing = float(len(ranking.leaves) - ranking.rank(account))
+            answer = (str(verdict.rule), limit, standing)
+        self._pair_verdicts[key] = answer
+        return answer
 
     def _pool(
         self, slots: IntArray, rules: list[str], now: float, standing: FloatArray

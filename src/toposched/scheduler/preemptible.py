@@ -87,6 +87,10 @@ class PreemptibleIndex:
         self._protection: list[tuple[float, int, int]] = []  # (protected until, slot, serial)
         self.accounts: dict[str, int] = {}
         self.account_names: list[str] = []
+        # (account code, priority) pairs by code: the contract's verdict on an unprotected
+        # allocated victim depends on its pair (and size), so pairs are judged, not jobs.
+        self.pairs: dict[tuple[int, int], int] = {}
+        self.pair_members: list[tuple[int, int]] = []
         capacity = 1024
         self.ids: NDArray[np.object_] = np.empty(capacity, dtype=object)
         self.gpus: FloatArray = np.zeros(capacity)
@@ -97,6 +101,7 @@ class PreemptibleIndex:
         self.memory_mib: IntArray = np.zeros(capacity, dtype=np.int64)
         self.account: IntArray = np.zeros(capacity, dtype=np.int64)
         self.priority: IntArray = np.zeros(capacity, dtype=np.int64)
+        self.pair: IntArray = np.zeros(capacity, dtype=np.int64)
         self.unallocated: BoolArray = np.zeros(capacity, dtype=bool)
         self.evicting: BoolArray = np.zeros(capacity, dtype=bool)
         self.counted: BoolArray = np.zeros(capacity, dtype=bool)
@@ -113,6 +118,7 @@ class PreemptibleIndex:
             "memory_mib",
             "account",
             "priority",
+            "pair",
             "unallocated",
             "evicting",
             "counted",
@@ -163,6 +169,11 @@ class PreemptibleIndex:
         self.memory_mib[slot] = allocation.memory_mib
         self.account[slot] = code
         self.priority[slot] = priority
+        pair = self.pairs.get((code, priority))
+        if pair is None:
+            pair = self.pairs[(code, priority)] = len(self.pair_members)
+            self.pair_members.append((code, priority))
+        self.pair[slot] = pair
         self.unallocated[slot] = unallocated
         self.evicting[slot] = False
         self.counted[slot] = False
