@@ -18,11 +18,10 @@ from toposched.cluster.state import (
     row_sums,
     take_rows,
 )
-from toposched.cluster.statement import Statement
 from toposched.placement.capacity import pods_by_free
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
-from toposched.placement.search import Placement, place
+from toposched.placement.search import Placement, PlacementResult, place
 from toposched.scheduler.preemptible import PreemptibleIndex, SlotVerdicts, domain_nodes
 
 IntArray = NDArray[np.int64]
@@ -256,19 +255,25 @@ class VictimSearch:
         spread = self._many_domains(preemptor, request, pool)
         if isinstance(spread, PreemptionPlan):
             return spread
-        return self._explain(request, pool, spread)
+        fallback, everything = spread
+        return self._explain(request, pool, fallback, everything)
 
     def is_one_domain(self, request: GangRequest) -> bool:
         return request.pods == 1 or (request.required == self.leaf_level and self.leaf_level > 0)
 
-    def _explain(self, request: GangRequest, pool: CandidatePool, fallback: str) -> str:
-        """Why no victim set works: what the job would still lack with every candidate gone."""
-        statement = Statement(self.state)
-        try:
-            statement.release_many(list(pool.job_ids))
-            everything = place(self.state, request, self.policy)
-        finally:
-            statement.discard()
+    def _explain(
+        self,
+        request: GangRequest,
+        pool: CandidatePool,
+        fallback: str,
+        everything: PlacementResult | None = None,
+    ) -> str:
+        """Why no victim set works: what the job would still lack with every candidate gone
+        (`everything`: the placement with every candidate gone, when already tried)."""
+        if everything is None:
+            held = self.state.allocations
+            with self.state.parts_released([held[job_id] for job_id in pool.job_ids]):
+                everything = place(self.state, request, self.policy)
         if isinstance(everything, Placement):
             return fallback
         return f"even evicting all {len(pool)} preemptible jobs leaves no room: {everything.reason}"
@@ -291,9 +296,23 @@ class VictimSearch:
     def _verify(
         self, preemptor: str, request: GangRequest, victims: Sequence[Candidate], exact: bool
     ) -> PreemptionPlan | None:
+        return self._plan_if_placed(
+            preemptor, victims, exact, self._place_without(request, victims)
+        )
+
+    def _place_without(self, request: GangRequest, victims: Sequence[Candidate]) -> PlacementResult:
+        """Where the gang would go with `victims` gone."""
         held = self.state.allocations
         with self.state.parts_released([held[v.job_id] for v in victims]):
-            placed = place(self.state, request, self.policy)
+            return place(self.state, request, self.policy)
+
+    def _plan_if_placed(
+        self,
+        preemptor: str,
+        victims: Sequence[Candidate],
+        exact: bool,
+        placed: PlacementResult,
+    ) -> PreemptionPlan | None:
         if not isinstance(placed, Placement):
             return None
         if len(victims) <= SPARE_CHECKS:
@@ -458,7 +477,9 @@ class VictimSearch:
     # --- many domains --------------------------------------------------------------------------
     def _many_domains(
         self, preemptor: str, request: GangRequest, pool: CandidatePool
-    ) -> PreemptionPlan | str:
+    ) -> PreemptionPlan | tuple[str, PlacementResult | None]:
+        """A plan, or why none was found with the placement tried with every candidate gone
+        (None when not tried)."""
         state, topology = self.state, self.state.topology
         starts = self.leaf_starts
         usable = (state.health == 0).astype(np.int64)
@@ -485,18 +506,25 @@ class VictimSearch:
         order = helpful[np.argsort(leaf_cost[helpful] / gain[helpful], kind="stable")]
         covered = np.cumsum(gain[order])
         if covered.size == 0 or covered[-1] < need:
-            return "evicting every preemptible job still leaves too little room in whole slices"
+            return (
+                "evicting every preemptible job still leaves too little room in whole slices",
+                None,
+            )
         chosen_leaves = order[: int(np.searchsorted(covered, need)) + 1]
         in_chosen = np.isin(leaf_pairs[0], chosen_leaves)
         victims = pool.take(np.unique(leaf_pairs[1][in_chosen]))
-        plan = self._verify(preemptor, request, victims, exact=False)
+        placed = self._place_without(request, victims)
+        plan = self._plan_if_placed(preemptor, victims, False, placed)
         if plan is None:
             # Topology above the leaves (required/preferred) may want other domains: fall back
-            # to every candidate, then spare what is not needed.
-            victims = pool.take(np.arange(len(pool)))
-            plan = self._verify(preemptor, request, victims, exact=False)
+            # to every candidate (unless those were every candidate), then spare what is not
+            # needed.
+            if len(victims) < len(pool):
+                victims = pool.take(np.arange(len(pool)))
+                placed = self._place_without(request, victims)
+                plan = self._plan_if_placed(preemptor, victims, False, placed)
             if plan is None:
-                return "no victim set found that satisfies the job's topology"
+                return "no victim set found that satisfies the job's topology", placed
         return self._spare(preemptor, request, plan)
 
     # --- across many domains, from the aggregates ----------------------------------------------
