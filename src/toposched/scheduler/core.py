@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections import deque
 from dataclasses import dataclass, field
@@ -364,6 +365,12 @@ class Scheduler:
         self._pair_verdicts: dict[
             tuple[str, int, bool, int, float], tuple[str, float | None, float | None] | None
         ] = {}
+        # Refused preemptions by (pod shape, pods, account, priority): what the refusal depends on,
+        # until when no protection ends, and the reason (see `_preempt_or_refuse`).
+        self._refusals: dict[
+            tuple[tuple[object, ...], int, str, int], tuple[tuple[object, ...], float, str]
+        ] = {}
+        self._refusals_epoch = 0
         self._pair_verdicts_ranking: Ranking | None = None
         self._pair_verdicts_stamp = (-1, -1)
 
@@ -664,7 +671,7 @@ class Scheduler:
                             )
                         job.reason = text
                     else:
-                        plan = self._plan_preemption(job, entry, ranking, now)
+                        plan = self._preempt_or_refuse(job, job_kind, entry, ranking, fence, now)
                         if isinstance(plan, PreemptionPlan):
                             preemptions_left -= 1
                             self._carry_out(job, plan, now, result)
@@ -940,27 +947,85 @@ class Scheduler:
             owners |= self._owners_by_node.get(node, set())
         return owners
 
+    def _preempt_or_refuse(
+        self,
+        job: Job,
+        kind: JobKind,
+        entry: QueueEntry,
+        ranking: Ranking,
+        fence: _Fence,
+        now: float,
+    ) -> PreemptionPlan | str:
+        """`_plan_preemption`, with refusals remembered across cycles.
+
+        A refusal is decided by the free capacity, the jobs preemption could take (running,
+        not being evicted, past their protection, allowed by the contract) and the gang, not
+        by the time otherwise: the work victims would lose orders the search, but the search
+        refuses only when placing the gang fails with every allowed candidate gone (or their
+        GPUs cannot add up to it), and a smaller set cannot succeed where that failed (the
+        placement search fails monotonically, as remembered failures assume). So a
+        refusal stands, word for word, while the epoch (free capacity and the running set,
+        hence the loads), the fenced nodes, the preemptible index, the budget tree and usage
+        (and under the fair-share rule the accounts' order) stay as they were and no
+        protection has ended. The search that stopped at `DOMAINS_EXAMINED` domains with room
+        depends on which were cheapest, so its refusals are not remembered.
+        """
+        key = (kind.shape, kind.pods, entry.account, entry.priority)
+        inputs = (
+            self._epoch,
+            fence.frozen(),
+            self._preemptible.version,
+            self.tree.version,
+            self.usage.version,
+            ranking.leaves if self.contract.cross_account == "fair_share" else None,
+        )
+        known = self._refusals.get(key)
+        if known is not None and known[0] == inputs and now < known[1]:
+            return known[2]
+        plan, lasting = self._search_preemption(job, entry, ranking, now)
+        if isinstance(plan, PreemptionPlan):
+            return plan
+        if self._refusals_epoch != self._epoch:
+            # Refusals of an earlier epoch cannot match again: forget them.
+            self._refusals.clear()
+            self._refusals_epoch = self._epoch
+        if lasting:
+            protections = self._protection
+            ended = protections.bisect_right((now, "\uffff"))
+            until = float(protections[ended][0]) if ended < len(protections) else math.inf
+            self._refusals[key] = (inputs, until, plan)
+        return plan
+
     def _plan_preemption(
         self, job: Job, entry: QueueEntry, ranking: Ranking, now: float
     ) -> PreemptionPlan | str:
+        """Victims whose eviction lets `job` run, or why there are none."""
+        return self._search_preemption(job, entry, ranking, now)[0]
+
+    def _search_preemption(
+        self, job: Job, entry: QueueEntry, ranking: Ranking, now: float
+    ) -> tuple[PreemptionPlan | str, bool]:
+        """`_plan_preemption`, and whether its answer does not depend on the order of domains
+        by lost work (False when the local search stopped at `DOMAINS_EXAMINED`)."""
         local = self._local_candidates(job, now)
+        lasting = True
         if local is not None:
-            slots, complete = local
+            slots, complete, lasting = local
             if complete and not slots.size:
                 unprotected = self._protection.bisect_right((now, "\uffff"))
                 if not self._unallocated_running and unprotected == 0:
-                    return "no running job may be preempted for it under the contract"
+                    return "no running job may be preempted for it under the contract", lasting
                 level = self.state.topology.domain_levels[self.victim_search.leaf_level]
                 return (
                     f"even evicting every unprotected job leaves no {level} with room for "
                     f"{_needs(job).removeprefix('needs ')}"
-                )
+                ), lasting
             # A gang that fits one innermost domain: only the domains where preemptible work
             # could make room are examined, not every running job.
             candidates = self._candidates(entry, ranking, now, slots)
             plan = self.victim_search.plan(job.job_id, job.request, candidates)
             if isinstance(plan, PreemptionPlan) or complete:
-                return plan
+                return plan, lasting
         else:
             # Larger gangs: domains chosen from the aggregates, without listing every candidate.
             spread = self.victim_search.across_domains(
@@ -971,11 +1036,11 @@ class Scheduler:
                 now,
             )
             if spread is not None:
-                return spread
+                return spread, lasting
         candidates = self._candidates(entry, ranking, now)
-        return self.victim_search.plan(job.job_id, job.request, candidates)
+        return self.victim_search.plan(job.job_id, job.request, candidates), lasting
 
-    def _local_candidates(self, job: Job, now: float) -> tuple[IntArray, bool] | None:
+    def _local_candidates(self, job: Job, now: float) -> tuple[IntArray, bool, bool] | None:
         """Running jobs (slots of the preemptible index) in the innermost domains where
         evicting unprotected work could fit `job`, for gangs that fit in one such domain; None
         when that shortcut does not apply.
@@ -986,7 +1051,8 @@ class Scheduler:
         are taken by the work lost evicting all their unprotected jobs, cheapest first, and
         their room is counted node by node until `DOMAINS_EXAMINED` of them have room. Also
         says whether every domain that could hold the gang was included (then nothing else can
-        help a gang that must fit in one domain).
+        help a gang that must fit in one domain), and whether fewer than `DOMAINS_EXAMINED` had
+        room (else which were examined, and so the answer, depends on the work they hold).
         """
         request = job.request
         search = self.victim_search
@@ -1002,7 +1068,7 @@ class Scheduler:
         one_domain = search.is_one_domain(request)
         nothing = np.zeros(0, dtype=np.int64)
         if possible.size == 0:
-            return (nothing, True) if one_domain else None
+            return (nothing, True, True) if one_domain else None
         cost = index.leaf_cost_bound(possible, now)
         starts = search.leaf_starts
         chosen: list[IntArray] = []
@@ -1033,10 +1099,11 @@ class Scheduler:
         picked = np.concatenate(chosen)
         complete = one_domain and examined == possible.size and found <= DOMAINS_EXAMINED
         if picked.size == 0:
-            return (nothing, True) if one_domain else None
+            return (nothing, True, True) if one_domain else None
         slots = index.slots_on(domain_nodes(starts, picked))
         # In job-name order, so that ties between equal victim sets always break the same way.
-        return slots[np.argsort(index.ids[slots], kind="stable")], complete
+        ordered = slots[np.argsort(index.ids[slots], kind="stable")]
+        return ordered, complete, found < DOMAINS_EXAMINED
 
     def _leaves_with_room(self, leaves: IntArray, request: GangRequest, now: float) -> IntArray:
         """Those of `leaves` (innermost domains) where free GPUs plus those of unprotected pods

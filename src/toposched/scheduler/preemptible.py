@@ -81,6 +81,9 @@ class PreemptibleIndex:
         self.leaf_weight: FloatArray = np.zeros(n_leaves, dtype=np.float64)
         self.leaf_weighted_since: FloatArray = np.zeros(n_leaves, dtype=np.float64)
         self.slot_of: dict[str, int] = {}
+        self.version = 0
+        """Moves whenever a job is added, removed, marked evicting or checkpointed (protection
+        ends, applied by `refresh`, do not move it)."""
         self.allocations: list[Allocation | None] = []
         self._free_slots: list[int] = []
         self._serial: list[int] = []
@@ -142,6 +145,7 @@ class PreemptibleIndex:
         priority: int,
     ) -> None:
         """A job started (or was adopted) on `allocation`."""
+        self.version += 1
         if self._free_slots:
             slot = self._free_slots.pop()
             self.allocations[slot] = allocation
@@ -193,6 +197,7 @@ class PreemptibleIndex:
 
     def remove(self, job_id: str) -> None:
         """A job stopped (finished, failed, evicted, cancelled)."""
+        self.version += 1
         slot = self.slot_of.pop(job_id)
         allocation = self.allocations[slot]
         assert allocation is not None
@@ -213,6 +218,7 @@ class PreemptibleIndex:
 
     def mark_evicting(self, job_id: str) -> None:
         """An eviction was decided: the job's GPUs are spoken for."""
+        self.version += 1
         slot = self.slot_of[job_id]
         self.evicting[slot] = True
         if self.counted[slot]:
@@ -220,6 +226,7 @@ class PreemptibleIndex:
 
     def mark_evicting_many(self, job_ids: list[str]) -> None:
         """`mark_evicting` for thousands of jobs at once (a large preemptor's victims)."""
+        self.version += 1
         slot_of = self.slot_of
         slots = np.array([slot_of[job_id] for job_id in job_ids], dtype=np.int64)
         self.evicting[slots] = True
@@ -242,6 +249,7 @@ class PreemptibleIndex:
 
     def checkpoint(self, job_id: str, since: float) -> None:
         """The job's work is now lost only since `since`."""
+        self.version += 1
         slot = self.slot_of[job_id]
         if self.counted[slot]:
             self._count(slot, -1)
