@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections import deque
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import Allocation, ClusterState, Health, distinct, distinct_inverse
+from toposched.cluster.state import Allocation, ClusterState, Health, distinct
 from toposched.cluster.statement import Statement
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import BestFit, PlacementPolicy
@@ -359,6 +360,19 @@ class Scheduler:
             None
         )
         self._held_cache: dict[str, tuple[Allocation, int, IntArray, IntArray]] = {}
+        # The contract's verdicts on pairs of running jobs (see `_pair_verdict`), for one
+        # ranking and one version of the loads and budgets.
+        self._pair_verdicts: dict[
+            tuple[str, int, bool, int, float], tuple[str, float | None, float | None] | None
+        ] = {}
+        # Refused preemptions by (pod shape, pods, account, priority): what the refusal depends on,
+        # until when no protection ends, and the reason (see `_preempt_or_refuse`).
+        self._refusals: dict[
+            tuple[tuple[object, ...], int, str, int], tuple[tuple[object, ...], float, str]
+        ] = {}
+        self._refusals_epoch = 0
+        self._pair_verdicts_ranking: Ranking | None = None
+        self._pair_verdicts_stamp = (-1, -1)
 
     # --- events ------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, now: float) -> Job:
@@ -512,7 +526,9 @@ class Scheduler:
         # preemptor's account and priority. A start later in the cycle may give another account
         # work beyond its budget; such a refusal is revisited at the next cycle.
         unpreemptable: dict[tuple[object, ...], tuple[int, str]] = {}
-        memo_messages: dict[tuple[int, int], str] = {}
+        # Keyed by the failure itself, not its id(): a failure dropped during the cycle may be
+        # freed and its id() reused by a new one.
+        memo_messages: dict[tuple[_Failure, int], str] = {}
         self.reservation = None
         self._cycles += 1
         cycle_number = self._cycles
@@ -595,9 +611,7 @@ class Scheduler:
                     # neither does this one. Many pending jobs share a size, so each message is
                     # written once per cycle.
                     message = (
-                        memo_messages.get((id(known), pods))
-                        if known.job_id != entry.job_id
-                        else None
+                        memo_messages.get((known, pods)) if known.job_id != entry.job_id else None
                     )
                     if message is None:
                         message = self._known_failure_reason(
@@ -657,7 +671,7 @@ class Scheduler:
                             )
                         job.reason = text
                     else:
-                        plan = self._plan_preemption(job, entry, ranking, now)
+                        plan = self._preempt_or_refuse(job, job_kind, entry, ranking, fence, now)
                         if isinstance(plan, PreemptionPlan):
                             preemptions_left -= 1
                             self._carry_out(job, plan, now, result)
@@ -726,7 +740,7 @@ class Scheduler:
         failure: _Failure,
         fence: _Fence,
         cycle_number: int,
-        messages: dict[tuple[int, int], str],
+        messages: dict[tuple[_Failure, int], str],
     ) -> str:
         """Why a job is known not to fit, from an earlier failure of its shape."""
         if failure.cycle != cycle_number:
@@ -737,7 +751,7 @@ class Scheduler:
             ):
                 # The same job on the same free capacity: the search would say the same again.
                 return failure.reason
-        key = (id(failure), job.request.pods)
+        key = (failure, job.request.pods)
         message = messages.get(key)
         if message is None:
             since = "does not fit now" if failure.cycle == cycle_number else "did not fit"
@@ -826,37 +840,87 @@ class Scheduler:
         # and priority, and under the budget rule on its size too, monotonically (a job no
         # larger than what its account runs beyond its budget may go): one question per pair,
         # asked about the pair's smallest job, the others then judged by that limit.
-        # (account, priority) pairs as one code each: distinct by a sort, in pair order.
-        priorities = index.priority[slots[mine]]
-        lowest = int(priorities.min())
-        span = int(priorities.max()) - lowest + 1
-        codes, inverse = distinct_inverse(index.account[slots[mine]] * span + (priorities - lowest))
-        pair_accounts = codes // span
-        sizes = index.gpus[slots[mine]]
-        n_leaves = len(ranking.leaves)
-        budget_rule = self.contract.cross_account == "budget"
-        for column in range(codes.size):
-            members = np.flatnonzero(inverse == column)
-            smallest = members[np.argmin(sizes[members])]
-            rows = mine[members]
-            representative = str(index.ids[slots[mine[smallest]]])
-            verdict = self.contract.may_preempt(
-                entry, self._contract_views[representative], now, ranking, self
-            )
-            if not verdict.allowed:
-                verdicts.allowed[rows] = False
+        mine_slots = slots[mine]
+        sizes = index.gpus[mine_slots]
+        pairs = index.pair[mine_slots]
+        # By pair, smallest first; stable, so that among equal sizes the first job answers.
+        order = np.lexsort((sizes, pairs))
+        sorted_pairs = pairs[order]
+        opens = np.concatenate(([True], sorted_pairs[1:] != sorted_pairs[:-1]))
+        heads = np.flatnonzero(opens)
+        group_of_row = np.empty(mine.size, dtype=np.int64)
+        group_of_row[order] = np.cumsum(opens) - 1
+        n_groups = heads.size
+        pair_allowed = np.zeros(n_groups, dtype=bool)
+        pair_limit = np.full(n_groups, np.inf)
+        pair_rule = np.zeros(n_groups, dtype=np.int64)
+        pair_standing = np.zeros(n_groups)
+        pair_ranked = np.zeros(n_groups, dtype=bool)
+        rule_codes: dict[str, int] = {}
+        for position, row in enumerate(order[heads].tolist()):
+            slot = int(mine_slots[row])
+            answer = self._pair_verdict(entry, ranking, now, slot)
+            if answer is None:
                 continue
-            account = index.account_names[int(pair_accounts[column])]
-            if budget_rule and verdict.rule is PreemptionRule.RECLAIM_BUDGET:
-                limit = self.contract.reclaim_limit(entry.account, account, self)
-                too_large = sizes[members] > limit
-                verdicts.allowed[rows[too_large]] = False
-                rows = rows[~too_large]
-            verdicts.rule[rows] = len(verdicts.rule_names)
-            verdicts.rule_names.append(str(verdict.rule))
-            if ranking.is_ranked_leaf(account):
-                verdicts.standing[rows] = float(n_leaves - ranking.rank(account))
+            rule, limit, standing = answer
+            code = rule_codes.get(rule)
+            if code is None:
+                code = rule_codes[rule] = len(verdicts.rule_names)
+                verdicts.rule_names.append(rule)
+            pair_allowed[position] = True
+            pair_rule[position] = code
+            if limit is not None:
+                pair_limit[position] = limit
+            if standing is not None:
+                pair_ranked[position] = True
+                pair_standing[position] = standing
+        kept = pair_allowed[group_of_row] & ~(sizes > pair_limit[group_of_row])
+        verdicts.allowed[mine] = kept
+        rows = mine[kept]
+        verdicts.rule[rows] = pair_rule[group_of_row[kept]]
+        ranked = kept & pair_ranked[group_of_row]
+        verdicts.standing[mine[ranked]] = pair_standing[group_of_row[ranked]]
         return verdicts
+
+    def _pair_verdict(
+        self, entry: QueueEntry, ranking: Ranking, now: float, slot: int
+    ) -> tuple[str, float | None, float | None] | None:
+        """The contract's verdict on the unprotected allocated running job in `slot` for
+        `entry`, as what `_verdicts` applies to its (account, priority) pair: None if refused,
+        else the rule, the largest job of the pair that may go (budget rule; None: any) and
+        the pair's standing (None when its account is not a ranked leaf).
+
+        Remembered while the ranking, the accounts' loads and the budgets stay the same, by
+        the preemptor's account, priority and tier and the victim's pair and size: nothing
+        else of either job enters a verdict on an unprotected victim.
+        """
+        index = self._preemptible
+        stamp = (self.usage.version, self.tree.version)
+        if self._pair_verdicts_ranking is not ranking or self._pair_verdicts_stamp != stamp:
+            self._pair_verdicts.clear()
+            self._pair_verdicts_ranking = ranking
+            self._pair_verdicts_stamp = stamp
+        size = float(index.gpus[slot])
+        key = (entry.account, entry.priority, entry.unallocated, int(index.pair[slot]), size)
+        if key in self._pair_verdicts:
+            return self._pair_verdicts[key]
+        verdict = self.contract.may_preempt(
+            entry, self._contract_views[str(index.ids[slot])], now, ranking, self
+        )
+        answer: tuple[str, float | None, float | None] | None = None
+        if verdict.allowed:
+            account = index.account_names[int(index.account[slot])]
+            limit = None
+            if self.contract.cross_account == "budget" and (
+                verdict.rule is PreemptionRule.RECLAIM_BUDGET
+            ):
+                limit = self.contract.reclaim_limit(entry.account, account, self)
+            standing = None
+            if ranking.is_ranked_leaf(account):
+                standing = float(len(ranking.leaves) - ranking.rank(account))
+            answer = (str(verdict.rule), limit, standing)
+        self._pair_verdicts[key] = answer
+        return answer
 
     def _pool(
         self, slots: IntArray, rules: list[str], now: float, standing: FloatArray
@@ -883,21 +947,79 @@ class Scheduler:
             owners |= self._owners_by_node.get(node, set())
         return owners
 
+    def _preempt_or_refuse(
+        self,
+        job: Job,
+        kind: JobKind,
+        entry: QueueEntry,
+        ranking: Ranking,
+        fence: _Fence,
+        now: float,
+    ) -> PreemptionPlan | str:
+        """`_plan_preemption`, with refusals remembered across cycles.
+
+        A refusal is decided by the free capacity, the jobs preemption could take (running,
+        not being evicted, past their protection, allowed by the contract) and the gang, not
+        by the time otherwise: the work victims would lose orders the search, but the search
+        refuses only when placing the gang fails with every allowed candidate gone (or their
+        GPUs cannot add up to it), and a smaller set cannot succeed where that failed (the
+        placement search fails monotonically, as remembered failures assume). So a
+        refusal stands, word for word, while the epoch (free capacity and the running set,
+        hence the loads), the fenced nodes, the preemptible index, the budget tree and usage
+        (and under the fair-share rule the accounts' order) stay as they were and no
+        protection has ended. The search that stopped at `DOMAINS_EXAMINED` domains with room
+        depends on which were cheapest, so its refusals are not remembered.
+        """
+        key = (kind.shape, kind.pods, entry.account, entry.priority)
+        inputs = (
+            self._epoch,
+            fence.frozen(),
+            self._preemptible.version,
+            self.tree.version,
+            self.usage.version,
+            ranking.leaves if self.contract.cross_account == "fair_share" else None,
+        )
+        known = self._refusals.get(key)
+        if known is not None and known[0] == inputs and now < known[1]:
+            return known[2]
+        plan, lasting = self._search_preemption(job, entry, ranking, now)
+        if isinstance(plan, PreemptionPlan):
+            return plan
+        if self._refusals_epoch != self._epoch:
+            # Refusals of an earlier epoch cannot match again: forget them.
+            self._refusals.clear()
+            self._refusals_epoch = self._epoch
+        if lasting:
+            protections = self._protection
+            ended = protections.bisect_right((now, "\uffff"))
+            until = float(protections[ended][0]) if ended < len(protections) else math.inf
+            self._refusals[key] = (inputs, until, plan)
+        return plan
+
     def _plan_preemption(
         self, job: Job, entry: QueueEntry, ranking: Ranking, now: float
     ) -> PreemptionPlan | str:
+        """Victims whose eviction lets `job` run, or why there are none."""
+        return self._search_preemption(job, entry, ranking, now)[0]
+
+    def _search_preemption(
+        self, job: Job, entry: QueueEntry, ranking: Ranking, now: float
+    ) -> tuple[PreemptionPlan | str, bool]:
+        """`_plan_preemption`, and whether its answer does not depend on the order of domains
+        by lost work (False when the local search stopped at `DOMAINS_EXAMINED`)."""
         local = self._local_candidates(job, now)
+        lasting = True
         if local is not None:
-            slots, complete = local
+            slots, complete, lasting = local
             if complete and not slots.size:
                 unprotected = self._protection.bisect_right((now, "\uffff"))
                 if not self._unallocated_running and unprotected == 0:
-                    return "no running job may be preempted for it under the contract"
+                    return "no running job may be preempted for it under the contract", lasting
                 level = self.state.topology.domain_levels[self.victim_search.leaf_level]
                 return (
                     f"even evicting every unprotected job leaves no {level} with room for "
                     f"{_needs(job).removeprefix('needs ')}"
-                )
+                ), lasting
             # A gang that fits one innermost domain: only the domains where preemptible work
             # could make room are examined, not every running job.
             candidates = self._candidates(entry, ranking, now, slots)
@@ -905,7 +1027,7 @@ class Scheduler:
                 job.job_id, job.request, candidates, known_not_to_fit=True
             )
             if isinstance(plan, PreemptionPlan) or complete:
-                return plan
+                return plan, lasting
         else:
             # Larger gangs: domains chosen from the aggregates, without listing every candidate.
             spread = self.victim_search.across_domains(
@@ -916,11 +1038,12 @@ class Scheduler:
                 now,
             )
             if spread is not None:
-                return spread
+                return spread, lasting
         candidates = self._candidates(entry, ranking, now)
-        return self.victim_search.plan(job.job_id, job.request, candidates, known_not_to_fit=True)
+        plan = self.victim_search.plan(job.job_id, job.request, candidates, known_not_to_fit=True)
+        return plan, lasting
 
-    def _local_candidates(self, job: Job, now: float) -> tuple[IntArray, bool] | None:
+    def _local_candidates(self, job: Job, now: float) -> tuple[IntArray, bool, bool] | None:
         """Running jobs (slots of the preemptible index) in the innermost domains where
         evicting unprotected work could fit `job`, for gangs that fit in one such domain; None
         when that shortcut does not apply.
@@ -931,7 +1054,8 @@ class Scheduler:
         are taken by the work lost evicting all their unprotected jobs, cheapest first, and
         their room is counted node by node until `DOMAINS_EXAMINED` of them have room. Also
         says whether every domain that could hold the gang was included (then nothing else can
-        help a gang that must fit in one domain).
+        help a gang that must fit in one domain), and whether fewer than `DOMAINS_EXAMINED` had
+        room (else which were examined, and so the answer, depends on the work they hold).
         """
         request = job.request
         search = self.victim_search
@@ -947,7 +1071,7 @@ class Scheduler:
         one_domain = search.is_one_domain(request)
         nothing = np.zeros(0, dtype=np.int64)
         if possible.size == 0:
-            return (nothing, True) if one_domain else None
+            return (nothing, True, True) if one_domain else None
         cost = index.leaf_cost_bound(possible, now)
         starts = search.leaf_starts
         chosen: list[IntArray] = []
@@ -978,10 +1102,11 @@ class Scheduler:
         picked = np.concatenate(chosen)
         complete = one_domain and examined == possible.size and found <= DOMAINS_EXAMINED
         if picked.size == 0:
-            return (nothing, True) if one_domain else None
+            return (nothing, True, True) if one_domain else None
         slots = index.slots_on(domain_nodes(starts, picked))
         # In job-name order, so that ties between equal victim sets always break the same way.
-        return slots[np.argsort(index.ids[slots], kind="stable")], complete
+        ordered = slots[np.argsort(index.ids[slots], kind="stable")]
+        return ordered, complete, found < DOMAINS_EXAMINED
 
     def _leaves_with_room(self, leaves: IntArray, request: GangRequest, now: float) -> IntArray:
         """Those of `leaves` (innermost domains) where free GPUs plus those of unprotected pods

@@ -82,12 +82,19 @@ class PreemptibleIndex:
         self.leaf_weight: FloatArray = np.zeros(n_leaves, dtype=np.float64)
         self.leaf_weighted_since: FloatArray = np.zeros(n_leaves, dtype=np.float64)
         self.slot_of: dict[str, int] = {}
+        self.version = 0
+        """Moves whenever a job is added, removed, marked evicting or checkpointed (protection
+        ends, applied by `refresh`, do not move it)."""
         self.allocations: list[Allocation | None] = []
         self._free_slots: list[int] = []
         self._serial: list[int] = []
         self._protection: list[tuple[float, int, int]] = []  # (protected until, slot, serial)
         self.accounts: dict[str, int] = {}
         self.account_names: list[str] = []
+        # (account code, priority) pairs by code: the contract's verdict on an unprotected
+        # allocated victim depends on its pair (and size), so pairs are judged, not jobs.
+        self.pairs: dict[tuple[int, int], int] = {}
+        self.pair_members: list[tuple[int, int]] = []
         capacity = 1024
         self.ids: NDArray[np.object_] = np.empty(capacity, dtype=object)
         self.gpus: FloatArray = np.zeros(capacity)
@@ -98,6 +105,7 @@ class PreemptibleIndex:
         self.memory_mib: IntArray = np.zeros(capacity, dtype=np.int64)
         self.account: IntArray = np.zeros(capacity, dtype=np.int64)
         self.priority: IntArray = np.zeros(capacity, dtype=np.int64)
+        self.pair: IntArray = np.zeros(capacity, dtype=np.int64)
         self.unallocated: BoolArray = np.zeros(capacity, dtype=bool)
         self.evicting: BoolArray = np.zeros(capacity, dtype=bool)
         self.counted: BoolArray = np.zeros(capacity, dtype=bool)
@@ -114,6 +122,7 @@ class PreemptibleIndex:
             "memory_mib",
             "account",
             "priority",
+            "pair",
             "unallocated",
             "evicting",
             "counted",
@@ -137,6 +146,7 @@ class PreemptibleIndex:
         priority: int,
     ) -> None:
         """A job started (or was adopted) on `allocation`."""
+        self.version += 1
         if self._free_slots:
             slot = self._free_slots.pop()
             self.allocations[slot] = allocation
@@ -164,6 +174,11 @@ class PreemptibleIndex:
         self.memory_mib[slot] = allocation.memory_mib
         self.account[slot] = code
         self.priority[slot] = priority
+        pair = self.pairs.get((code, priority))
+        if pair is None:
+            pair = self.pairs[(code, priority)] = len(self.pair_members)
+            self.pair_members.append((code, priority))
+        self.pair[slot] = pair
         self.unallocated[slot] = unallocated
         self.evicting[slot] = False
         self.counted[slot] = False
@@ -183,6 +198,7 @@ class PreemptibleIndex:
 
     def remove(self, job_id: str) -> None:
         """A job stopped (finished, failed, evicted, cancelled)."""
+        self.version += 1
         slot = self.slot_of.pop(job_id)
         allocation = self.allocations[slot]
         assert allocation is not None
@@ -203,6 +219,7 @@ class PreemptibleIndex:
 
     def mark_evicting(self, job_id: str) -> None:
         """An eviction was decided: the job's GPUs are spoken for."""
+        self.version += 1
         slot = self.slot_of[job_id]
         self.evicting[slot] = True
         if self.counted[slot]:
@@ -210,6 +227,7 @@ class PreemptibleIndex:
 
     def mark_evicting_many(self, job_ids: list[str]) -> None:
         """`mark_evicting` for thousands of jobs at once (a large preemptor's victims)."""
+        self.version += 1
         slot_of = self.slot_of
         slots = np.array([slot_of[job_id] for job_id in job_ids], dtype=np.int64)
         self.evicting[slots] = True
@@ -234,6 +252,7 @@ class PreemptibleIndex:
 
     def checkpoint(self, job_id: str, since: float) -> None:
         """The job's work is now lost only since `since`."""
+        self.version += 1
         slot = self.slot_of[job_id]
         if self.counted[slot]:
             self._count(slot, -1)

@@ -18,11 +18,10 @@ from toposched.cluster.state import (
     row_sums,
     take_rows,
 )
-from toposched.cluster.statement import Statement
 from toposched.placement.capacity import pods_by_free
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
-from toposched.placement.search import Placement, Unschedulable, place, place_in_leaf
+from toposched.placement.search import Placement, PlacementResult, place, place_in_leaf
 from toposched.scheduler.preemptible import PreemptibleIndex, SlotVerdicts, domain_nodes
 
 IntArray = NDArray[np.int64]
@@ -267,19 +266,25 @@ class VictimSearch:
         spread = self._many_domains(preemptor, request, pool)
         if isinstance(spread, PreemptionPlan):
             return spread
-        return self._explain(request, pool, spread)
+        fallback, everything = spread
+        return self._explain(request, pool, fallback, everything)
 
     def is_one_domain(self, request: GangRequest) -> bool:
         return request.pods == 1 or (request.required == self.leaf_level and self.leaf_level > 0)
 
-    def _explain(self, request: GangRequest, pool: CandidatePool, fallback: str) -> str:
-        """Why no victim set works: what the job would still lack with every candidate gone."""
-        statement = Statement(self.state)
-        try:
-            statement.release_many(list(pool.job_ids))
-            everything = place(self.state, request, self.policy)
-        finally:
-            statement.discard()
+    def _explain(
+        self,
+        request: GangRequest,
+        pool: CandidatePool,
+        fallback: str,
+        everything: PlacementResult | None = None,
+    ) -> str:
+        """Why no victim set works: what the job would still lack with every candidate gone
+        (`everything`: the placement with every candidate gone, when already tried)."""
+        if everything is None:
+            held = self.state.allocations
+            with self.state.parts_released([held[job_id] for job_id in pool.job_ids]):
+                everything = place(self.state, request, self.policy)
         if isinstance(everything, Placement):
             return fallback
         return f"even evicting all {len(pool)} preemptible jobs leaves no room: {everything.reason}"
@@ -310,16 +315,29 @@ class VictimSearch:
         """The plan if the gang fits once `victims` left: inside innermost domain `leaf` when
         the victims were chosen to open it (a what-if on that domain's nodes alone), else
         anywhere the placement search picks."""
-        state, held = self.state, self.state.allocations
-        parts = [held[v.job_id] for v in victims]
-        placed: Placement | Unschedulable | None
+        placed: PlacementResult | None
         if leaf is not None:
+            state, held = self.state, self.state.allocations
             first, last = state.topology.domain_range(self.leaf_level, leaf)
-            with state.released_on_nodes(parts, first, last):
+            with state.released_on_nodes([held[v.job_id] for v in victims], first, last):
                 placed = place_in_leaf(state, request, leaf, self.policy)
         else:
-            with state.parts_released(parts):
-                placed = place(state, request, self.policy)
+            placed = self._place_without(request, victims)
+        return self._plan_if_placed(preemptor, victims, exact, placed)
+
+    def _place_without(self, request: GangRequest, victims: Sequence[Candidate]) -> PlacementResult:
+        """Where the gang would go with `victims` gone."""
+        held = self.state.allocations
+        with self.state.parts_released([held[v.job_id] for v in victims]):
+            return place(self.state, request, self.policy)
+
+    def _plan_if_placed(
+        self,
+        preemptor: str,
+        victims: Sequence[Candidate],
+        exact: bool,
+        placed: PlacementResult | None,
+    ) -> PreemptionPlan | None:
         if not isinstance(placed, Placement):
             return None
         if len(victims) <= SPARE_CHECKS:
@@ -484,7 +502,9 @@ class VictimSearch:
     # --- many domains --------------------------------------------------------------------------
     def _many_domains(
         self, preemptor: str, request: GangRequest, pool: CandidatePool
-    ) -> PreemptionPlan | str:
+    ) -> PreemptionPlan | tuple[str, PlacementResult | None]:
+        """A plan, or why none was found with the placement tried with every candidate gone
+        (None when not tried)."""
         state, topology = self.state, self.state.topology
         starts = self.leaf_starts
         usable = (state.health == 0).astype(np.int64)
@@ -511,18 +531,25 @@ class VictimSearch:
         order = helpful[np.argsort(leaf_cost[helpful] / gain[helpful], kind="stable")]
         covered = np.cumsum(gain[order])
         if covered.size == 0 or covered[-1] < need:
-            return "evicting every preemptible job still leaves too little room in whole slices"
+            return (
+                "evicting every preemptible job still leaves too little room in whole slices",
+                None,
+            )
         chosen_leaves = order[: int(np.searchsorted(covered, need)) + 1]
         in_chosen = np.isin(leaf_pairs[0], chosen_leaves)
         victims = pool.take(np.unique(leaf_pairs[1][in_chosen]))
-        plan = self._verify(preemptor, request, victims, exact=False)
+        placed = self._place_without(request, victims)
+        plan = self._plan_if_placed(preemptor, victims, False, placed)
         if plan is None:
             # Topology above the leaves (required/preferred) may want other domains: fall back
-            # to every candidate, then spare what is not needed.
-            victims = pool.take(np.arange(len(pool)))
-            plan = self._verify(preemptor, request, victims, exact=False)
+            # to every candidate (unless those were every candidate), then spare what is not
+            # needed.
+            if len(victims) < len(pool):
+                victims = pool.take(np.arange(len(pool)))
+                placed = self._place_without(request, victims)
+                plan = self._plan_if_placed(preemptor, victims, False, placed)
             if plan is None:
-                return "no victim set found that satisfies the job's topology"
+                return "no victim set found that satisfies the job's topology", placed
         return self._spare(preemptor, request, plan)
 
     # --- across many domains, from the aggregates ----------------------------------------------

@@ -1,0 +1,96 @@
+"""Refused preemptions remembered across cycles: each change that can lift a refusal lifts it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toposched.cluster.builders import nvl72_cluster
+from toposched.cluster.state import Allocation, ClusterState
+from toposched.placement.jobspec import JobSpec
+from toposched.policy.budget import BudgetTree
+from toposched.scheduler.core import CycleResult, Scheduler
+from toposched.scheduler.decisions import Bind, Evict
+
+HOUR = 3600.0
+
+
+def spec(name: str, account: str, pods: int = 1, **fields: Any) -> JobSpec:
+    """A gang of `pods` pods of 4 whole GPUs."""
+    data: dict[str, Any] = {
+        "name": name,
+        "account": account,
+        "pods": pods,
+        "resources_per_pod": {"gpus": 4},
+        "min_runtime": HOUR,
+    }
+    data.update(fields)
+    return JobSpec.from_dict(data)
+
+
+def two_racks() -> ClusterState:
+    """2 racks x 2 nodes x 4 GPUs: rack 0 is nodes 0-1, rack 1 nodes 2-3."""
+    return ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+
+
+def running_on(scheduler: Scheduler, job: JobSpec, node: int, since: float = 0.0) -> None:
+    scheduler.adopt(job, Allocation.of([node], [[0, 1, 2, 3]]), start_time=since, now=since)
+
+
+def evicted(result: CycleResult) -> list[str]:
+    return sorted(d.job_id for d in result.decisions if isinstance(d, Evict))
+
+
+def started(result: CycleResult) -> list[str]:
+    return sorted(d.job_id for d in result.decisions if isinstance(d, Bind))
+
+
+def test_a_refusal_is_lifted_when_a_victim_s_protection_ends() -> None:
+    # One team: `low` fills the only rack until its hour of protection ends; `high`, of
+    # higher priority, is refused before that (twice, the second time from memory) and
+    # preempts `low` at once after, though nothing else changed in between.
+    state = ClusterState(nvl72_cluster(1, 1, 1, nodes_per_rack=2))
+    scheduler = Scheduler(state, BudgetTree.from_dict({"accounts": {"team": 100}}))
+    low = spec("low", "team", pods=2)
+    scheduler.adopt(low, Allocation.of([0, 1], [[0, 1, 2, 3]] * 2), start_time=0.0, now=0.0)
+    scheduler.submit(spec("high", "team", priority=10), now=60.0)
+    for now in (600.0, 1800.0, HOUR - 1):
+        assert evicted(scheduler.cycle(now)) == []
+        assert "no preemption" in scheduler.jobs["high"].reason
+    assert evicted(scheduler.cycle(HOUR)) == ["low"]
+
+
+def budget_scenario() -> Scheduler:
+    """team-a and team-b have 8 GPUs of budget each. team-b runs exactly its budget (b-1 and
+    b-2 on rack 0, past their protection), team-a runs a-1 on node 2, node 3 is free, and
+    team-a's `wide` (8 GPUs in one rack) waits: no rack has room, and evicting team-b's jobs
+    would take team-b below its budget. No reservations, so that the free node stays open."""
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
+    scheduler = Scheduler(two_racks(), tree, reserve_min_gpus=64)
+    running_on(scheduler, spec("b-1", "team-b"), 0)
+    running_on(scheduler, spec("b-2", "team-b"), 1)
+    running_on(scheduler, spec("a-1", "team-a"), 2)
+    scheduler.submit(spec("wide", "team-a", pods=2, topology={"required": "rack"}), now=2 * HOUR)
+    for now in (2 * HOUR, 2 * HOUR + 60):
+        assert evicted(scheduler.cycle(now)) == []
+        assert "no preemption" in scheduler.jobs["wide"].reason
+    return scheduler
+
+
+def test_a_refusal_is_lifted_when_another_team_starts_beyond_its_budget() -> None:
+    # b-3 takes the free node: team-b now runs 4 GPUs beyond its budget, so each of its
+    # unprotected 4-GPU jobs may be reclaimed (the budget rule judges victims one by one).
+    scheduler = budget_scenario()
+    scheduler.submit(spec("b-3", "team-b"), now=2 * HOUR + 120)
+    first = scheduler.cycle(2 * HOUR + 120)
+    assert "b-3" in started(first)
+    # The next cycle must ask again: a start changed the loads the contract reads.
+    assert evicted(scheduler.cycle(2 * HOUR + 180)) == ["b-1", "b-2"]
+
+
+def test_a_refusal_is_lifted_when_the_budgets_change() -> None:
+    # Nothing runs or stops: only team-b's budget shrinks to 4 GPUs, so its jobs beyond it
+    # may be reclaimed by team-a, which is below its own.
+    scheduler = budget_scenario()
+    scheduler.set_share("team-b", 25)
+    scheduler.set_share("team-a", 75)
+    assert evicted(scheduler.cycle(2 * HOUR + 120)) == ["b-1", "b-2"]
