@@ -12,6 +12,9 @@ from typing import Any
 
 import numpy as np
 
+WARMUP_RUNS = 10
+"""Untimed runs before each benchmark's timed ones."""
+
 
 @dataclass
 class Measurement:
@@ -25,6 +28,8 @@ class Measurement:
     target_s: float | None = None
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    first_s: float | None = None
+    """The first, cold run (one-time allocations and caches), before the warm-up ended."""
 
     @property
     def meets_target(self) -> bool | None:
@@ -44,8 +49,20 @@ def measure(
     target_s: float | None = None,
     note: str = "",
     max_seconds: float = 20.0,
+    warmup: int = WARMUP_RUNS,
 ) -> Measurement:
-    """Time `run` (after `setup`, untimed, before each run) up to `runs` times or `max_seconds`."""
+    """Time `run` (after `setup`, untimed, before each run) up to `runs` times or `max_seconds`,
+    after `warmup` untimed runs (at most `runs`): a decision repeated on a live scheduler runs
+    warm, while the first few runs of a process pay one-time costs (page faults, allocator
+    pools, caches). The first run's time is kept as `first_s`."""
+    first: float | None = None
+    for _ in range(min(warmup, runs)):
+        if setup is not None:
+            setup()
+        begin = time.perf_counter()
+        run()
+        if first is None:
+            first = time.perf_counter() - begin
     timings: list[float] = []
     started = time.perf_counter()
     for _ in range(runs):
@@ -56,6 +73,8 @@ def measure(
         timings.append(time.perf_counter() - begin)
         if time.perf_counter() - started > max_seconds and len(timings) >= 3:
             break
+    if first is None:
+        first = timings[0]
     timings.sort()
     return Measurement(
         name=name,
@@ -65,6 +84,7 @@ def measure(
         min_s=timings[0],
         target_s=target_s,
         note=note,
+        first_s=first,
     )
 
 

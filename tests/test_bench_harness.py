@@ -1,0 +1,72 @@
+"""Tests of the benchmark harness: warm-up runs are untimed, the cold first run is kept."""
+
+from __future__ import annotations
+
+import pytest
+
+from toposched.bench import harness
+
+
+class FakeClock:
+    """A perf_counter that moves only when a run says how long it took."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_warm_up_runs_are_untimed_and_the_first_run_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(harness.time, "perf_counter", clock.perf_counter)
+    # The first run is cold (9 s), two more warm-up runs take 5 s, timed runs 1..4 s.
+    durations = iter([9.0, 5.0, 5.0, 1.0, 2.0, 3.0, 4.0])
+    calls: list[str] = []
+
+    def run() -> None:
+        calls.append("run")
+        clock.now += next(durations)
+
+    def setup() -> None:
+        calls.append("setup")
+
+    result = harness.measure("x", run, runs=4, setup=setup, warmup=3)
+    assert calls == ["setup", "run"] * 7
+    assert result.runs == 4
+    assert result.min_s == 1.0
+    assert result.median_s == 2.5
+    assert result.first_s == 9.0
+    assert result.as_dict()["first_s"] == 9.0
+
+
+def test_warm_up_never_exceeds_the_runs_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(harness.time, "perf_counter", clock.perf_counter)
+    count = 0
+
+    def run() -> None:
+        nonlocal count
+        count += 1
+        clock.now += 1.0
+
+    result = harness.measure("x", run, runs=2)
+    assert count == 4  # two warm-up runs, two timed
+    assert result.runs == 2
+
+
+def test_without_warm_up_the_first_timed_run_is_the_cold_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(harness.time, "perf_counter", clock.perf_counter)
+    durations = iter([7.0, 1.0, 1.0])
+
+    def run() -> None:
+        clock.now += next(durations)
+
+    result = harness.measure("x", run, runs=3, warmup=0)
+    assert result.first_s == 7.0
+    assert result.median_s == 1.0
