@@ -31,9 +31,10 @@ def register(commands: Any) -> None:
     parser = commands.add_parser(
         "bench",
         help="run a benchmark suite and print its figures next to a calibration figure",
-        description="Run a benchmark suite on this machine. Each figure is printed next to a "
-        "calibration figure measured in the same run (one numpy.sort of 1M float32), so that "
-        "readers on other machines can compare. Suites: cluster (build the 1M-GPU fleet, "
+        description="Run a benchmark suite on this machine. Each figure is the median of its "
+        "timed runs, after up to 10 untimed warm-up runs (--json also gives the first, cold "
+        "run as first_s), printed next to a calibration figure measured in the same run (one "
+        "numpy.sort of 1M float32), so that readers on other machines can compare. Suites: cluster (build the 1M-GPU fleet, "
         "one-pod and 1,000-node changes); placement (on the 1,000,080-GPU fleet at 70% "
         "occupancy: a 1-8 GPU job, a 200,016-GPU job of 2,778 rack slices, an infeasible job "
         "rejected from aggregates); cycle (1,000,080 GPUs, ~100,000 running and 10,000 pending "
