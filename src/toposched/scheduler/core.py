@@ -1096,7 +1096,7 @@ class Scheduler:
                 done += leaves.size
                 examined += leaves.size
                 batch *= 2
-                fits = self._leaves_with_room(leaves, request, now)
+                fits = self._leaves_with_room(leaves, request)
                 chosen.append(fits[: DOMAINS_EXAMINED - found])
                 found += fits.size
         picked = np.concatenate(chosen)
@@ -1108,7 +1108,7 @@ class Scheduler:
         ordered = slots[np.argsort(index.ids[slots], kind="stable")]
         return ordered, complete, found < DOMAINS_EXAMINED
 
-    def _leaves_with_room(self, leaves: IntArray, request: GangRequest, now: float) -> IntArray:
+    def _leaves_with_room(self, leaves: IntArray, request: GangRequest) -> IntArray:
         """Those of `leaves` (innermost domains) where free GPUs plus those of unprotected pods
         give room for the gang, counted node by node."""
         state, topology = self.state, self.state.topology
