@@ -218,17 +218,24 @@ class FewestDomains:
             self._collect(merged.level, merged.first_child + child, child_amount, leaves, shares)
 
 
-def _min_plus(left: IntArray, right: IntArray, limit: int) -> tuple[IntArray, IntArray]:
-    """(min, +) convolution of two cost tables, up to `limit` units, and the right side's share.
-
-    `best[a] = min over b of left[a - b] + right[b]`, `split[a]` the least b that reaches it.
-    """
+def convolve_tables(
+    left: IntArray, right: IntArray, limit: int, missing: np.int64, maximise: bool
+) -> tuple[IntArray, IntArray]:
+    """(min, +) or, with `maximise`, (max, +) convolution of two tables indexed 0..`limit`, and
+    the right side's share: `best[a] = min (max) over b of left[a - b] + right[b]`, `split[a]`
+    the least b that reaches it. `missing` fills the entries beyond `left`'s end."""
     width = min(left.size + right.size - 1, limit + 1)
-    padded = np.full(right.size - 1 + width, IMPOSSIBLE, dtype=np.int64)
+    padded = np.full(right.size - 1 + width, missing, dtype=np.int64)
     kept = min(left.size, width)
     padded[right.size - 1 : right.size - 1 + kept] = left[:kept]
     # pairs[a, b] = left[a - b] + right[b]
     pairs = sliding_window_view(padded, right.size)[:width, ::-1] + right
-    split = np.argmin(pairs, axis=1)
-    best = np.minimum(pairs[np.arange(width), split], IMPOSSIBLE)
+    split = np.argmax(pairs, axis=1) if maximise else np.argmin(pairs, axis=1)
+    best: IntArray = pairs[np.arange(width), split]
     return best, split.astype(np.int64)
+
+
+def _min_plus(left: IntArray, right: IntArray, limit: int) -> tuple[IntArray, IntArray]:
+    """(min, +) convolution of two cost tables, up to `limit` units (see `convolve_tables`)."""
+    best, split = convolve_tables(left, right, limit, IMPOSSIBLE, maximise=False)
+    return np.minimum(best, IMPOSSIBLE), split

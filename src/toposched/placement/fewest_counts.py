@@ -10,6 +10,7 @@ from numpy.typing import NDArray
 
 from toposched.cluster.topology import Topology
 from toposched.placement.capacity import CapacityView
+from toposched.placement.fewest import convolve_tables
 from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
@@ -318,16 +319,5 @@ def _fill_largest_first(capacity: IntArray, amount: int) -> IntArray:
 
 
 def _max_plus(left: IntArray, right: IntArray, limit: int) -> tuple[IntArray, IntArray]:
-    """(max, +) convolution of two count tables, up to `limit` domains, and the right's share.
-
-    `best[j] = max over b of left[j - b] + right[b]`, `split[j]` the least b that reaches it.
-    """
-    width = min(left.size + right.size - 1, limit + 1)
-    padded = np.full(right.size - 1 + width, UNREACHABLE, dtype=np.int64)
-    kept = min(left.size, width)
-    padded[right.size - 1 : right.size - 1 + kept] = left[:kept]
-    # pairs[j, b] = left[j - b] + right[b]
-    pairs = sliding_window_view(padded, right.size)[:width, ::-1] + right
-    split = np.argmax(pairs, axis=1)
-    best: IntArray = pairs[np.arange(width), split]
-    return best, split.astype(np.int64)
+    """(max, +) convolution of two count tables, up to `limit` domains (see `convolve_tables`)."""
+    return convolve_tables(left, right, limit, UNREACHABLE, maximise=True)
