@@ -96,3 +96,19 @@ def test_marking_many_victims_at_once_equals_one_by_one() -> None:
     assert np.allclose(at_once.leaf_weight, one_by_one.leaf_weight)
     assert np.allclose(at_once.leaf_weighted_since, one_by_one.leaf_weighted_since)
     assert at_once.evicting.tolist() == one_by_one.evicting.tolist()
+
+
+def test_holders_on_name_gpu_shared_and_gpuless_pods() -> None:
+    state, index = setup()
+    # `d`: a CPU-only pod on n3, beside c's shared GPU.
+    cpu_only = Allocation.of([3], np.zeros((1, 0), dtype=np.int64), cpu_milli=2000)
+    state.allocate("d", cpu_only)
+    index.add("d", cpu_only, 0.0, 0, 0, True, "team", 0)
+    slot = index.slot_of
+    assert index.holders_on(np.array([3])).tolist() == sorted([slot["c"], slot["d"]])
+    assert index.slots_on(np.array([3])).tolist() == [slot["c"]]  # GPU holders only
+    assert index.holders_on(np.array([0, 1])).tolist() == sorted([slot["a"], slot["b"]])
+    index.remove("d")
+    index.remove("c")
+    assert index.holders_on(np.array([3])).tolist() == []
+    assert index.gpuless_on_node == {} and index.shared_on_node == {}

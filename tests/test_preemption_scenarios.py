@@ -669,6 +669,22 @@ def test_a_node_going_down_fails_its_gangs_at_once_and_replaces_the_resumable_on
     assert_consistent(sched.state)
 
 
+def test_a_node_going_down_fails_a_job_holding_only_its_cpu() -> None:
+    # `cpu-only` holds CPU and memory of node 0 and no GPU; `beside` holds a GPU of node 1.
+    sched = scheduler(racks(1, 2))
+    cpu_only = JobSpec.from_dict(
+        {"name": "cpu-only", "account": "team-a", "pods": 1, "resources_per_pod": {"cpu": 4}}
+    )
+    held = Allocation.of([0], np.zeros((1, 0), dtype=np.int64), cpu_milli=4000)
+    sched.adopt(cpu_only, held, start_time=0, now=0)
+    run(sched, spec("beside", "team-a", gpus=1), [1], 0)
+
+    failed = sched.set_health([0], Health.DOWN, 500)
+
+    assert [job.job_id for job in failed] == ["cpu-only"]
+    assert set(sched.state.allocations) == {"beside"}
+
+
 # --- explanations ---------------------------------------------------------------------------------
 
 

@@ -332,8 +332,6 @@ class Scheduler:
         self._budgets: dict[str, float] = {}
         self._budgets_version = -1
         self._preemptor_of: dict[str, str] = {}
-        # Who runs where, so failures, drains and local preemption need not scan every job.
-        self._owners_by_node: dict[int, set[str]] = {}
         self.defragmenter = Defragmenter(state, self.policy) if defragment else None
         self.compaction_moves_per_hour = compaction_moves_per_hour
         self._recent_moves: deque[float] = deque()
@@ -942,10 +940,9 @@ class Scheduler:
 
     def owners_on(self, nodes: IntArray) -> set[str]:
         """Running jobs holding anything on `nodes`."""
-        owners: set[str] = set()
-        for node in distinct(nodes).tolist():
-            owners |= self._owners_by_node.get(node, set())
-        return owners
+        index = self._preemptible
+        holders = index.holders_on(distinct(np.asarray(nodes, dtype=np.int64)))
+        return {str(job_id) for job_id in index.ids[holders].tolist()}
 
     def _preempt_or_refuse(
         self,
@@ -1489,7 +1486,8 @@ class Scheduler:
             how = " beyond its team's budget, unprotected"
         job.reason = "running" + how
         job.record(now, "started" + (f" ({how.strip()})" if how else ""))
-        if not job.unallocated:
+        if not job.unallocated and job.gpus > 0:
+            # Usage is GPU time: pods without GPUs charge nothing.
             self.usage.start(spec.account, job.gpus, now)
         self.running[job.job_id] = job
         job.last_checkpoint = None
@@ -1532,8 +1530,6 @@ class Scheduler:
         self._contract_views[job.job_id] = view
         self._releases.add(self._release_time(job))
         allocation = self.state.allocations[job.job_id]
-        for node in distinct(allocation.nodes).tolist():
-            self._owners_by_node.setdefault(node, set()).add(job.job_id)
         self._preemptible.add(
             job.job_id,
             allocation,
@@ -1553,12 +1549,6 @@ class Scheduler:
         assert job.start_time is not None
         self._releases.remove(self._release_time(job))
         del self._contract_views[job.job_id]
-        allocation = self.state.allocations[job.job_id]
-        for node in distinct(allocation.nodes).tolist():
-            owners = self._owners_by_node[node]
-            owners.discard(job.job_id)
-            if not owners:
-                del self._owners_by_node[node]
         self._preemptible.remove(job.job_id)
         if job.unallocated:
             self._unallocated_running.discard(job.job_id)
@@ -1576,7 +1566,7 @@ class Scheduler:
         self._forget_running(job)
         self.state.release(job.job_id)
         del self.running[job.job_id]
-        if not job.unallocated:
+        if not job.unallocated and job.gpus > 0:
             self.usage.stop(job.spec.account, job.gpus, now)
 
     def _job(self, job_id: str) -> Job:

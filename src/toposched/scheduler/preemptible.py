@@ -75,6 +75,8 @@ class PreemptibleIndex:
             (topology.n_nodes, width), _NO_OWNER, dtype=np.int32
         )
         self.shared_on_node: dict[int, set[int]] = {}
+        # Pods without GPUs (CPU and memory only), by node: `holders_on` names them too.
+        self.gpuless_on_node: dict[int, set[int]] = {}
         self.shared_in_leaf: IntArray = np.zeros(n_leaves, dtype=np.int64)
         self.leaf_freeable: IntArray = np.zeros(n_leaves, dtype=np.int64)
         # The same per node: whole GPUs of counted (unprotected) pods on it.
@@ -182,7 +184,10 @@ class PreemptibleIndex:
         self.unallocated[slot] = unallocated
         self.evicting[slot] = False
         self.counted[slot] = False
-        if shared:
+        if allocation.gpus.size == 0:
+            for node in set(allocation.nodes.tolist()):
+                self.gpuless_on_node.setdefault(node, set()).add(slot)
+        elif shared:
             for node in allocation.nodes.tolist():
                 self.shared_on_node.setdefault(node, set()).add(slot)
             np.add.at(self.shared_in_leaf, self.leaf_of_node[allocation.nodes], 1)
@@ -204,7 +209,13 @@ class PreemptibleIndex:
         assert allocation is not None
         if self.counted[slot]:
             self._count(slot, -1)
-        if allocation.gpu_milli != MILLI_PER_GPU:
+        if allocation.gpus.size == 0:
+            for node in set(allocation.nodes.tolist()):
+                holders = self.gpuless_on_node[node]
+                holders.discard(slot)
+                if not holders:
+                    del self.gpuless_on_node[node]
+        elif allocation.gpu_milli != MILLI_PER_GPU:
             for node in set(allocation.nodes.tolist()):
                 owners = self.shared_on_node[node]
                 owners.discard(slot)
@@ -346,6 +357,19 @@ class PreemptibleIndex:
                         )
                     )
         return parts
+
+    def holders_on(self, nodes: IntArray) -> IntArray:
+        """Slots of every job holding anything on `nodes` (each once): a GPU, a share of one,
+        or only CPU and memory."""
+        slots = self.slots_on(nodes)
+        if not self.gpuless_on_node:
+            return slots
+        gpuless: set[int] = set()
+        for node in nodes.tolist():
+            gpuless |= self.gpuless_on_node.get(node, set())
+        if not gpuless:
+            return slots
+        return np.union1d(slots, np.array(sorted(gpuless), dtype=np.int64))
 
     def slots_on(self, nodes: IntArray) -> IntArray:
         """Slots of every job holding a GPU on `nodes` (each once)."""

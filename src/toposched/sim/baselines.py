@@ -495,12 +495,12 @@ class SlurmLike(Scheduler):
 
     def _start(self, job: Job, placement: Placement, now: float) -> None:
         super()._start(job, placement, now)
-        if job.unallocated:
-            # Slurm charges every job to its account's usage.
+        if job.unallocated and job.gpus > 0:
+            # Slurm charges every job to its account's usage (GPU time: none without GPUs).
             self.usage.start(job.spec.account, job.gpus, now)
 
     def _stop(self, job: Job, now: float) -> None:
-        if job.unallocated:
+        if job.unallocated and job.gpus > 0:
             self.usage.stop(job.spec.account, job.gpus, now)
         super()._stop(job, now)
 
