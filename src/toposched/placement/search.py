@@ -548,19 +548,12 @@ def place_in_leaf(
     gangs bound to one innermost domain (a `required` innermost level, or one pod), which every
     other constraint then holds for.
     """
+    if request.on_one_node and request.pods > 1:
+        # Not bound to one innermost domain but to one node: `place` searches those.
+        raise ValueError("place_in_leaf places gangs bound to one innermost domain, not node")
     search = _Search(state, request, policy or BestFit())
     search.view = CapacityView(state, request, exact=True)
     first, last = state.topology.domain_range(search.leaf_level, leaf)
-    if request.on_one_node:
-        capacity = search.view.node_capacity_in(first, last)
-        fits = np.flatnonzero(capacity >= request.pods)
-        if fits.size == 0:
-            return None
-        nodes = fits.astype(np.int64) + first
-        scores = search.policy.node_scores(state, nodes, capacity[fits], request)
-        node = nodes[int(np.argmin(scores)) :][:1]
-        allocation = search._allocation(node, np.array([request.pods], dtype=np.int64))
-        return Placement(request, allocation)
     if int(search.view.node_capacity_in(first, last).sum()) < request.pods:
         return None
     leaves = np.array([leaf], dtype=np.int64)
