@@ -46,7 +46,9 @@ from toposched.scheduler.preemption import EXACT_VICTIMS, Candidate, PreemptionP
 
 HOUR = 3600
 NOW = 4 * HOUR
-ACCOUNTS = {"team-a": 40, "team-b": 40, "scratch": 0}
+#: The teams' budgets, percent of the cluster: one case's pair is drawn from these. Small budgets
+#: make the budget rule's caps bind (two victims of a team together may not take it below).
+SHARES = (5, 15, 40)
 MAX_JOBS = 16
 EXAMPLES = int(os.environ.get("TOPOSCHED_ORACLE_EXAMPLES", "150"))
 SETTINGS = settings(
@@ -100,6 +102,12 @@ class Case:
     required: bool
     cross_account: str = "budget"
     """The contract's rule across accounts (`Contract.cross_account`)."""
+    shares: tuple[int, int] = (40, 40)
+    """team-a's and team-b's budgets, percent of the cluster; scratch has none."""
+
+    @property
+    def accounts(self) -> dict[str, int]:
+        return {"team-a": self.shares[0], "team-b": self.shares[1], "scratch": 0}
 
     @property
     def one_domain(self) -> bool:
@@ -131,11 +139,12 @@ class Case:
 
 
 @st.composite
-def cases(draw: st.DrawFn, beyond_a_rack: bool = False) -> Case:
+def cases(draw: st.DrawFn, beyond_a_rack: bool = False, budget_bound: bool = False) -> Case:
     """A random case; one in four is dense: 4-GPU nodes in 1-2 racks full of one-GPU jobs, so
     that a rack may hold more than `EXACT_VICTIMS` candidates. `beyond_a_rack`: the preemptor
     has no required rack and needs more pods than the largest rack holds (when the cluster has
-    room for that many)."""
+    room for that many). `budget_bound`: under the budget rule, team-a (40%) preempts and
+    team-b (5-40%) runs unprotected allocated work, so that its cap often binds."""
     dense = draw(st.integers(0, 3)) == 0
     n_nodes = 4 if dense else draw(st.integers(2, 8))
     node_gpus = tuple(4 if dense else draw(st.integers(2, 4)) for _ in range(n_nodes))
@@ -149,6 +158,9 @@ def cases(draw: st.DrawFn, beyond_a_rack: bool = False) -> Case:
     elif draw(st.booleans()):
         block_of = (0,) * n_nodes
     accounts = ["team-a", "team-b"] + ["scratch"] * (6 if dense else 1)
+    if budget_bound:
+        accounts = ["team-a", "team-b", "team-b", "team-b"]
+    min_runtimes = [HOUR] if budget_bound else [0, HOUR, HOUR, 8 * HOUR]
     free = [list(range(g)) for g in node_gpus]
     running: list[Running] = []
     for node in range(n_nodes):
@@ -176,7 +188,7 @@ def cases(draw: st.DrawFn, beyond_a_rack: bool = False) -> Case:
                     nodes=tuple(nodes),
                     gpus=tuple(gpus),
                     start=start,
-                    min_runtime=draw(st.sampled_from([0, HOUR, HOUR, 8 * HOUR])),
+                    min_runtime=draw(st.sampled_from(min_runtimes)),
                     priority=draw(st.integers(0, 2)),
                     resumable=resumable,
                     checkpoint=checkpoint,
@@ -198,12 +210,16 @@ def cases(draw: st.DrawFn, beyond_a_rack: bool = False) -> Case:
         block_of=block_of,
         cordoned=cordoned,
         running=tuple(running),
-        account=draw(st.sampled_from(["team-a", "team-b"])),
+        account="team-a" if budget_bound else draw(st.sampled_from(["team-a", "team-b"])),
         priority=draw(st.integers(0, 3)),
         pods=pods,
         gpus_per_pod=gpus_per_pod,
         required=draw(st.booleans()) and not beyond_a_rack,
-        cross_account=draw(st.sampled_from(["budget", "fair_share"])),
+        cross_account="budget" if budget_bound else draw(st.sampled_from(["budget", "fair_share"])),
+        shares=(
+            SHARES[-1] if budget_bound else draw(st.sampled_from(SHARES)),
+            draw(st.sampled_from(SHARES)),
+        ),
     )
 
 
@@ -226,7 +242,7 @@ class World:
 def build(case: Case) -> World:
     state = ClusterState(topology_from_dict(case.cluster()))
     contract = Contract(cross_account=case.cross_account)  # type: ignore[arg-type]
-    sched = Scheduler(state, BudgetTree.from_dict({"accounts": ACCOUNTS}), contract=contract)
+    sched = Scheduler(state, BudgetTree.from_dict({"accounts": case.accounts}), contract=contract)
     node_index = [state.topology.node_index(f"n{i}") for i in range(len(case.node_gpus))]
     for job in sorted(case.running, key=lambda j: (j.start, j.name)):
         nodes = [node_index[n] for n in job.nodes]
@@ -253,6 +269,32 @@ class Allowed:
     rules: dict[str, str]
     lost: NDArray[np.float64]
     standing: NDArray[np.float64]
+    caps: dict[str, float]
+    """Budget rule: per account, the most GPUs its victims allowed by that rule may hold
+    together (what it runs beyond its budget)."""
+
+    def held_against(self, account: str) -> NDArray[np.float64]:
+        """Per allowed job, the GPUs it counts against `account`'s cap."""
+        return np.array(
+            [
+                len(job.nodes) * len(job.gpus[0])
+                if job.account == account and self.rules[job.name] == PreemptionRule.RECLAIM_BUDGET
+                else 0
+                for job in self.jobs
+            ],
+            dtype=np.float64,
+        )
+
+    def within_caps(self, subsets: NDArray[np.int64]) -> NDArray[np.bool_]:
+        within = np.ones(subsets.shape[0], dtype=bool)
+        for account, cap in self.caps.items():
+            within &= subsets @ self.held_against(account) <= cap
+        return within
+
+    @property
+    def caps_bind(self) -> bool:
+        """Whether evicting every allowed job would take some account below its budget."""
+        return not self.within_caps(np.ones((1, len(self.jobs)), dtype=np.int64))[0]
 
 
 class CaseLoads:
@@ -260,9 +302,10 @@ class CaseLoads:
 
     def __init__(self, case: Case) -> None:
         self.cluster_gpus = sum(case.node_gpus)
+        self.shares = case.accounts
         self.running: dict[str, float] = {}
         for job in case.running:
-            if job.min_runtime > 0 and ACCOUNTS[job.account] > 0:
+            if job.min_runtime > 0 and self.shares[job.account] > 0:
                 gpus = len(job.nodes) * len(job.gpus[0])
                 self.running[job.account] = self.running.get(job.account, 0.0) + gpus
 
@@ -271,7 +314,7 @@ class CaseLoads:
 
     def budget_gpus(self, account: str) -> float:
         # A share is a percent of the parent's (here the whole cluster's) GPUs.
-        return ACCOUNTS[account] / 100 * self.cluster_gpus
+        return self.shares[account] / 100 * self.cluster_gpus
 
 
 def allowed_victims(world: World) -> Allowed:
@@ -309,7 +352,12 @@ def allowed_victims(world: World) -> Allowed:
         standing.append(
             0.0 if view.unallocated else float(len(ranking.leaves) - ranking.rank(job.account))
         )
-    return Allowed(jobs, rules, np.array(lost), np.array(standing))
+    capped = {job.account for job in jobs if rules[job.name] == PreemptionRule.RECLAIM_BUDGET}
+    caps = {
+        account: loads.running_gpus(account) - loads.budget_gpus(account) + 1e-9
+        for account in sorted(capped)
+    }
+    return Allowed(jobs, rules, np.array(lost), np.array(standing), caps)
 
 
 @dataclass
@@ -369,8 +417,10 @@ def oracle(world: World, allowed: Allowed) -> Oracle:
         s = int(chosen[order[0]])
         return (float(lost[s]), float(count[s]), float(standing[s])), s
 
+    within = allowed.within_caps(subsets)
+    opens &= within[:, None]
     feasible: NDArray[np.bool_] = np.asarray(
-        opens.any(axis=1) if case.one_domain else room.sum(axis=1) >= case.pods
+        opens.any(axis=1) if case.one_domain else (room.sum(axis=1) >= case.pods) & within
     )
     optimum, s = best(feasible)
     optimum_set = [] if s < 0 else [allowed.jobs[i].name for i in np.flatnonzero(subsets[s])]
@@ -402,12 +452,32 @@ def key_of(names: list[str], allowed: Allowed) -> Key:
     )
 
 
+def budget_bound(job: Running, allowed: Allowed) -> dict[str, Any]:
+    """A candidate's budget cap, for a job the budget rule allows."""
+    if allowed.rules[job.name] != PreemptionRule.RECLAIM_BUDGET:
+        return {}
+    return {
+        "budget_account": job.account,
+        "gpus": float(len(job.nodes) * len(job.gpus[0])),
+        "budget_cap": allowed.caps[job.account],
+    }
+
+
+def may_miss_within_caps(case: Case, allowed: Allowed, found: Oracle) -> bool:
+    """Whether the search may refuse although a set within the budget caps exists: only when
+    the caps bind and some domain's candidates are not examined exhaustively (within caps the
+    cheapest-first and every-job-in-the-chosen-racks searches are heuristics)."""
+    return allowed.caps_bind and not (case.one_domain and found.all_exact)
+
+
 def check_victims(world: World, allowed: Allowed, found: Oracle, victims: list[str]) -> Key:
     """Allowed, feasible, minimal, and within the bound; returns the set's key."""
     state, request = world.scheduler.state, world.request
     assert found.optimum is not None, f"victims {victims} where the oracle finds no feasible set"
     assert victims and len(set(victims)) == len(victims)
     assert set(victims) <= set(allowed.rules), "a victim the contract does not allow"
+    chosen = np.array([[int(job.name in victims) for job in allowed.jobs]], dtype=np.int64)
+    assert allowed.within_caps(chosen)[0], "the victims take an account below its budget"
     assert places_without(state, request, victims), "the engine cannot place after the eviction"
     for spared in victims:
         rest = [v for v in victims if v != spared]
@@ -475,7 +545,7 @@ def test_victim_search_is_feasible_minimal_and_within_its_bound(case: Case) -> N
     everyone = [job.name for job in allowed.jobs]
     if found.optimum is not None:
         assert places_without(state, world.request, found.optimum_set)
-    else:
+    elif not allowed.caps_bind:
         assert not places_without(state, world.request, everyone)
     if found.optimum is not None and found.optimum[1] == 0:
         return  # it fits as things are: nothing to search for
@@ -487,6 +557,7 @@ def test_victim_search_is_feasible_minimal_and_within_its_bound(case: Case) -> N
             standing=float(allowed.standing[i]),
             nodes=np.array([world.node_index[n] for n in job.nodes], dtype=np.int64),
             gpus_per_pod=float(len(job.gpus[0])),
+            **budget_bound(job, allowed),
         )
         for i, job in enumerate(allowed.jobs)
     ]
@@ -495,6 +566,9 @@ def test_victim_search_is_feasible_minimal_and_within_its_bound(case: Case) -> N
 
     if found.optimum is None:
         assert isinstance(plan, str)
+        return
+    if isinstance(plan, str) and may_miss_within_caps(case, allowed, found):
+        assert "budget" in plan, plan
         return
     assert isinstance(plan, PreemptionPlan), plan
     key = check_victims(world, allowed, found, [v.job_id for v in plan.victims])
@@ -539,6 +613,9 @@ def check_a_cycle(case: Case) -> None:
         assert evicts == []
         assert preemptor.state is JobState.PENDING and "no preemption" in preemptor.reason
         return
+    if not evicts and may_miss_within_caps(case, allowed, found):
+        assert preemptor.state is JobState.PENDING and "budget" in preemptor.reason
+        return
     assert evicts, preemptor.reason
     victims = [e.job_id for e in evicts]
     check_victims(world, allowed, found, victims)
@@ -548,3 +625,12 @@ def check_a_cycle(case: Case) -> None:
         assert evict.rule == allowed.rules[evict.job_id]
         assert evict.lost_gpu_seconds == lost[evict.job_id]
     assert preemptor.nomination is not None and preemptor.nomination.victims == set(victims)
+
+
+@SETTINGS
+@given(st.one_of(cases(budget_bound=True), cases(beyond_a_rack=True, budget_bound=True)))
+def test_a_cycle_keeps_each_victim_team_at_its_budget(case: Case) -> None:
+    # Under the budget rule the victims of one team together hold no more than it runs beyond
+    # its budget; one-domain gangs whose racks are searched exhaustively still get the optimum
+    # within those caps.
+    check_a_cycle(case)

@@ -438,6 +438,49 @@ def test_budget_rule_never_takes_a_team_below_its_budget() -> None:
     assert evictions(sched.cycle(2 * HOUR)) == []
 
 
+def test_budget_rule_victims_of_one_team_together_keep_it_at_its_budget() -> None:
+    # team-b runs 12 GPUs, 4 beyond its budget: any one of its jobs may be reclaimed, but not
+    # two, which would leave it 4 of its 8. team-a (4 of its 8) asks for 8 GPUs: refused.
+    sched = budget_case()
+    sched.submit(spec("big", "team-a", pods=2, min_runtime="1h"), 2 * HOUR)
+    assert evictions(sched.cycle(2 * HOUR)) == []
+    reason = sched.jobs["big"].reason
+    assert "no preemption" in reason and "at or above its budget" in reason
+
+
+def test_budget_rule_counts_evictions_in_flight_against_the_victim_s_team() -> None:
+    # Two team-a jobs of 4 GPUs in one cycle: the first reclaims b2, which team-b could spare.
+    # While b2 is in its grace period team-b is counted without it, at its budget: the second
+    # may evict nobody, in this cycle or the next.
+    sched = budget_case()
+    sched.submit(spec("a-1", "team-a", min_runtime="1h"), 2 * HOUR)
+    sched.submit(spec("a-2", "team-a", min_runtime="1h"), 2 * HOUR)
+    assert evicted_ids(sched.cycle(2 * HOUR)) == ["b2"]
+    assert evictions(sched.cycle(2 * HOUR + 10)) == []
+    assert sched.running_gpus("team-b") == 8
+    sched.evicted("b2", 2 * HOUR + GRACE)
+    assert sched.running_gpus("team-b") == 8
+    assert evictions(sched.cycle(2 * HOUR + GRACE)) == []
+
+
+def test_budget_caps_steer_the_choice_to_a_team_that_can_spare_the_gpus() -> None:
+    # Three full racks of two nodes (24 GPUs). Rack 0: team-b's b0 and b1, the cheapest to evict
+    # (started at 1 h); rack 1: team-c's c0 and c1 (at 0.5 h); rack 2: team-c's c2 and c3 (at
+    # 0). team-b runs 8 GPUs, 5.6 beyond its 2.4-GPU budget: it may lose one job, not two.
+    # team-c runs 16, 11.2 beyond its 4.8. team-a's 8-GPU gang, required in one rack,
+    # therefore empties rack 1, the cheaper of team-c's.
+    shares = {"team-a": 70, "team-b": 10, "team-c": 20}
+    sched = Scheduler(racks(3, 2), BudgetTree.from_dict({"accounts": shares}))
+    run(sched, spec("c2", "team-c", min_runtime="1h"), [4], 0)
+    run(sched, spec("c3", "team-c", min_runtime="1h"), [5], 0)
+    run(sched, spec("c0", "team-c", min_runtime="1h"), [2], 0.5 * HOUR)
+    run(sched, spec("c1", "team-c", min_runtime="1h"), [3], 0.5 * HOUR)
+    run(sched, spec("b0", "team-b", min_runtime="1h"), [0], HOUR)
+    run(sched, spec("b1", "team-b", min_runtime="1h"), [1], HOUR)
+    sched.submit(spec("gang", "team-a", pods=2, min_runtime="1h", topology=RACK), 3 * HOUR)
+    assert evicted_ids(sched.cycle(3 * HOUR)) == ["c0", "c1"]
+
+
 def test_a_refusal_for_one_account_does_not_answer_for_another_in_the_same_cycle() -> None:
     # team-b ranks first and asks for 4 GPUs: beyond its budget it may evict nobody. team-a's
     # job of the same shape comes next in the same cycle and may reclaim b2 for its budget.

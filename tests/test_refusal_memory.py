@@ -59,16 +59,18 @@ def test_a_refusal_is_lifted_when_a_victim_s_protection_ends() -> None:
     assert evicted(scheduler.cycle(HOUR)) == ["low"]
 
 
-def budget_scenario() -> Scheduler:
-    """team-a and team-b have 8 GPUs of budget each. team-b runs exactly its budget (b-1 and
-    b-2 on rack 0, past their protection), team-a runs a-1 on node 2, node 3 is free, and
-    team-a's `wide` (8 GPUs in one rack) waits: no rack has room, and evicting team-b's jobs
-    would take team-b below its budget. No reservations, so that the free node stays open."""
-    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
+def budget_scenario(shares: dict[str, int], b_3_runs: bool) -> Scheduler:
+    """team-b runs b-1 and b-2 on rack 0 (past their protection), team-a runs a-1 on node 2,
+    and b-3 on node 3 if `b_3_runs` (else node 3 is free). team-a's `wide` (8 GPUs in one
+    rack) waits: no rack has room, and evicting both of team-b's jobs in rack 0 would take
+    team-b below its budget. No reservations, so that a free node stays open."""
+    tree = BudgetTree.from_dict({"accounts": shares})
     scheduler = Scheduler(two_racks(), tree, reserve_min_gpus=64)
     running_on(scheduler, spec("b-1", "team-b"), 0)
     running_on(scheduler, spec("b-2", "team-b"), 1)
     running_on(scheduler, spec("a-1", "team-a"), 2)
+    if b_3_runs:
+        running_on(scheduler, spec("b-3", "team-b"), 3)
     scheduler.submit(spec("wide", "team-a", pods=2, topology={"required": "rack"}), now=2 * HOUR)
     for now in (2 * HOUR, 2 * HOUR + 60):
         assert evicted(scheduler.cycle(now)) == []
@@ -77,9 +79,10 @@ def budget_scenario() -> Scheduler:
 
 
 def test_a_refusal_is_lifted_when_another_team_starts_beyond_its_budget() -> None:
-    # b-3 takes the free node: team-b now runs 4 GPUs beyond its budget, so each of its
-    # unprotected 4-GPU jobs may be reclaimed (the budget rule judges victims one by one).
-    scheduler = budget_scenario()
+    # Budgets of 12 and 4 GPUs: team-b runs 8, 4 beyond its budget, so either of its jobs
+    # alone could go, but not both. b-3 takes the free node: team-b now runs 8 GPUs beyond its
+    # budget, and both may be reclaimed together.
+    scheduler = budget_scenario({"team-a": 75, "team-b": 25}, b_3_runs=False)
     scheduler.submit(spec("b-3", "team-b"), now=2 * HOUR + 120)
     first = scheduler.cycle(2 * HOUR + 120)
     assert "b-3" in started(first)
@@ -88,9 +91,10 @@ def test_a_refusal_is_lifted_when_another_team_starts_beyond_its_budget() -> Non
 
 
 def test_a_refusal_is_lifted_when_the_budgets_change() -> None:
-    # Nothing runs or stops: only team-b's budget shrinks to 4 GPUs, so its jobs beyond it
-    # may be reclaimed by team-a, which is below its own.
-    scheduler = budget_scenario()
+    # Budgets of 8 GPUs each: team-b runs 12, 4 beyond its budget. Nothing runs or stops: only
+    # team-b's budget shrinks to 4 GPUs, so its 8 GPUs beyond it in rack 0 may be reclaimed by
+    # team-a, which is below its own.
+    scheduler = budget_scenario({"team-a": 50, "team-b": 50}, b_3_runs=True)
     scheduler.set_share("team-b", 25)
     scheduler.set_share("team-a", 75)
     assert evicted(scheduler.cycle(2 * HOUR + 120)) == ["b-1", "b-2"]

@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import Allocation, ClusterState, Health, distinct
+from toposched.cluster.state import Allocation, ClusterState, Health, distinct, distinct_inverse
 from toposched.cluster.statement import Statement
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import BestFit, PlacementPolicy
@@ -370,7 +370,11 @@ class Scheduler:
         ] = {}
         self._refusals_epoch = 0
         self._pair_verdicts_ranking: Ranking | None = None
-        self._pair_verdicts_stamp = (-1, -1)
+        self._pair_verdicts_stamp = (-1, -1, -1)
+        # GPUs of each account's allocated jobs on their way out (evicted or moved, in their
+        # grace period): the budget rule counts an account without them.
+        self._leaving_gpus: dict[str, float] = {}
+        self._leaving_version = 0
 
     # --- events ------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, now: float) -> Job:
@@ -806,7 +810,9 @@ class Scheduler:
             slots = np.array([slot_of[name] for name in names], dtype=np.int64)
         verdicts = self._verdicts(entry, ranking, now, slots)
         keep = np.flatnonzero(verdicts.allowed)
-        return self._pool(slots[keep], verdicts.rules_of(keep), now, verdicts.standing[keep])
+        return self._pool(
+            slots[keep], verdicts.rules_of(keep), now, verdicts.standing[keep], verdicts.limit[keep]
+        )
 
     def _verdicts(
         self, entry: QueueEntry, ranking: Ranking, now: float, slots: IntArray
@@ -819,6 +825,7 @@ class Scheduler:
             rule=np.zeros(slots.size, dtype=np.int64),
             rule_names=[],
             standing=np.zeros(slots.size),
+            limit=np.full(slots.size, np.inf),
         )
         unallocated = index.unallocated[slots] & verdicts.allowed
         if unallocated.any():
@@ -876,6 +883,7 @@ class Scheduler:
         verdicts.allowed[mine] = kept
         rows = mine[kept]
         verdicts.rule[rows] = pair_rule[group_of_row[kept]]
+        verdicts.limit[rows] = pair_limit[group_of_row[kept]]
         ranked = kept & pair_ranked[group_of_row]
         verdicts.standing[mine[ranked]] = pair_standing[group_of_row[ranked]]
         return verdicts
@@ -893,7 +901,7 @@ class Scheduler:
         else of either job enters a verdict on an unprotected victim.
         """
         index = self._preemptible
-        stamp = (self.usage.version, self.tree.version)
+        stamp = (self.usage.version, self.tree.version, self._leaving_version)
         if self._pair_verdicts_ranking is not ranking or self._pair_verdicts_stamp != stamp:
             self._pair_verdicts.clear()
             self._pair_verdicts_ranking = ranking
@@ -921,14 +929,34 @@ class Scheduler:
         return answer
 
     def _pool(
-        self, slots: IntArray, rules: list[str], now: float, standing: FloatArray
+        self,
+        slots: IntArray,
+        rules: list[str],
+        now: float,
+        standing: FloatArray,
+        limit: FloatArray,
     ) -> CandidatePool:
-        """The candidate arrays of `slots` of the preemptible index."""
+        """The candidate arrays of `slots` of the preemptible index (`limit`: each one's
+        account's budget cap, inf when none)."""
         index = self._preemptible
         allocations = index.allocations
         pods = [allocations[slot].nodes for slot in slots.tolist()]  # type: ignore[union-attr]
         counts = np.array([p.size for p in pods], dtype=np.int64)
+        bounded = np.isfinite(limit)
+        cap_group: IntArray | None = None
+        caps, cap_accounts = np.zeros(0), []
+        if bounded.any():
+            accounts, group = distinct_inverse(index.account[slots[bounded]].astype(np.int64))
+            cap_group = np.full(slots.size, -1, dtype=np.int64)
+            cap_group[bounded] = group
+            caps = np.zeros(accounts.size)
+            caps[group] = limit[bounded]
+            cap_accounts = [index.account_names[int(a)] for a in accounts.tolist()]
         return CandidatePool(
+            cap_group=cap_group,
+            caps=caps,
+            cap_accounts=cap_accounts,
+            held=index.gpus[slots].astype(np.float64),
             job_ids=index.ids[slots].tolist(),
             rules=rules,
             lost=index.gpus[slots] * np.maximum(now - index.since[slots], 0.0),
@@ -1023,6 +1051,9 @@ class Scheduler:
             plan = self.victim_search.plan(
                 job.job_id, job.request, candidates, known_not_to_fit=True
             )
+            # Within budget caps the choice of victims is heuristic beyond the exact subsets,
+            # ordered by lost work: such a refusal may not stand as the work grows.
+            lasting = lasting and not candidates.caps_bind
             if isinstance(plan, PreemptionPlan) or complete:
                 return plan, lasting
         else:
@@ -1038,7 +1069,7 @@ class Scheduler:
                 return spread, lasting
         candidates = self._candidates(entry, ranking, now)
         plan = self.victim_search.plan(job.job_id, job.request, candidates, known_not_to_fit=True)
-        return plan, lasting
+        return plan, lasting and not candidates.caps_bind
 
     def _local_candidates(self, job: Job, now: float) -> tuple[IntArray, bool, bool] | None:
         """Running jobs (slots of the preemptible index) in the innermost domains where
@@ -1136,7 +1167,7 @@ class Scheduler:
         for victim in plan.victims:
             victims.append(victim.job_id)
             target = self.running[victim.job_id]
-            target.evicting = True
+            self._mark_leaving(target)
             reason = f"preempted by {job.job_id} ({victim.rule})"
             target.evictions.append(
                 EvictionRecord(now, job.job_id, victim.rule, reason, victim.lost_gpu_seconds)
@@ -1226,7 +1257,7 @@ class Scheduler:
         preemptor = job.job_id if job is not None else ""
         for mover in plan.movers:
             target = self.running[mover.job_id]
-            target.evicting = True
+            self._mark_leaving(target)
             self._preemptible.mark_evicting(mover.job_id)
             reason = f"moved for {rule} of {plan.domain}" + (f" ({preemptor})" if job else "")
             target.evictions.append(
@@ -1281,7 +1312,7 @@ class Scheduler:
             if not job.unallocated and now < job.start_time + job.min_runtime:
                 job.reason = "running on a draining node; leaves when its min runtime ends"
                 continue
-            job.evicting = True
+            self._mark_leaving(job)
             self._preemptible.mark_evicting(job_id)
             lost = job.gpus * max(now - self._work_since(job), 0.0)
             reason = "its node is draining and its min runtime has ended"
@@ -1499,8 +1530,18 @@ class Scheduler:
         return self.running_gpus(account) + job.gpus > self.budget_gpus(account) + 1e-9
 
     def running_gpus(self, account: str) -> float:
-        """GPUs the account's allocated jobs hold now (the contract's `AccountLoads`)."""
-        return self.usage.running(account)
+        """GPUs the account's allocated jobs hold now, without those already on their way out
+        (the contract's `AccountLoads`): an eviction decided in one cycle counts against the
+        victim's account at once, so that no later decision takes it below its budget."""
+        return self.usage.running(account) - self._leaving_gpus.get(account, 0.0)
+
+    def _mark_leaving(self, job: Job) -> None:
+        """The running `job` was told to leave (evicted or moved)."""
+        job.evicting = True
+        if not job.unallocated and job.gpus > 0:
+            account = job.spec.account
+            self._leaving_gpus[account] = self._leaving_gpus.get(account, 0.0) + job.gpus
+            self._leaving_version += 1
 
     def budget_gpus(self, account: str) -> float:
         """The account's budget in GPUs: its effective share of the cluster's GPUs."""
@@ -1560,6 +1601,14 @@ class Scheduler:
             nomination = self.jobs[preemptor].nomination
             if nomination is not None:
                 nomination.victims.discard(job.job_id)
+        if job.evicting and not job.unallocated and job.gpus > 0:
+            account = job.spec.account
+            left = self._leaving_gpus[account] - job.gpus
+            if left > 1e-9:
+                self._leaving_gpus[account] = left
+            else:
+                del self._leaving_gpus[account]
+            self._leaving_version += 1
         job.evicting = False
 
     def _stop(self, job: Job, now: float) -> None:

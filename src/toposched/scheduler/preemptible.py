@@ -33,6 +33,9 @@ class SlotVerdicts:
     """Index into `rule_names`, where allowed."""
     rule_names: list[str]
     standing: FloatArray
+    limit: FloatArray
+    """Where allowed by the budget rule, the most GPUs one preemption may take from the slot's
+    account in all (what it runs beyond its budget); inf elsewhere."""
 
     def rules_of(self, rows: IntArray) -> list[str]:
         if len(self.rule_names) == 1:

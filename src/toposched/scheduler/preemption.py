@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, overload
 
 import numpy as np
@@ -50,6 +51,13 @@ class Candidate:
     """Its pods' nodes."""
     gpus_per_pod: float
     """Whole GPUs each pod frees (0 for shared-GPU pods, which free no whole GPU)."""
+    budget_account: str | None = None
+    """The account whose budget bounds this eviction (allowed by the budget rule), else None."""
+    gpus: float = 0.0
+    """GPUs the job holds as the budget rule counts them (a shared pod counts its fraction)."""
+    budget_cap: float = math.inf
+    """The most GPUs one preemption may take from `budget_account` in all: what it runs beyond
+    its budget. Victims of one account together stay within it."""
 
 
 class ImpactPolicy(Protocol):
@@ -100,9 +108,66 @@ class CandidatePool:
     pod_starts: IntArray
     """Candidate i's pods are `pod_nodes[pod_starts[i]:pod_starts[i + 1]]`."""
     pod_nodes: IntArray
+    cap_group: IntArray | None = None
+    """Per candidate, the budget whose cap bounds its eviction (an index into `caps`), or -1;
+    None when no candidate is bounded."""
+    caps: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """Per budget, the most GPUs the victims bounded by it may hold together."""
+    cap_accounts: Sequence[str] = ()
+    """Per budget, its account."""
+    held: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """Per candidate, the GPUs it holds as the budget rule counts them (when capped)."""
 
     def __len__(self) -> int:
         return len(self.job_ids)
+
+    @property
+    def caps_bind(self) -> bool:
+        """Whether evicting every candidate would break some account's budget cap."""
+        if self.cap_group is None:
+            return False
+        bounded = self.cap_group >= 0
+        totals = np.bincount(
+            self.cap_group[bounded], weights=self.held[bounded], minlength=self.caps.size
+        )
+        return bool((totals > self.caps).any())
+
+    def within_caps(self, subsets: NDArray[np.int64], rows: IntArray) -> NDArray[np.bool_]:
+        """For each 0/1 row of `subsets` over the candidates `rows`, whether its victims keep
+        every account within its cap."""
+        if self.cap_group is None:
+            return np.ones(subsets.shape[0], dtype=bool)
+        groups = self.cap_group[rows]
+        bounded = np.flatnonzero(groups >= 0)
+        if bounded.size == 0:
+            return np.ones(subsets.shape[0], dtype=bool)
+        # held[v, g]: GPUs candidate v counts against budget g.
+        held = np.zeros((rows.size, self.caps.size))
+        held[bounded, groups[bounded]] = self.held[rows[bounded]]
+        within: NDArray[np.bool_] = np.all(subsets @ held <= self.caps[None, :], axis=1)
+        return within
+
+    def capped(self, rows: IntArray) -> IntArray:
+        """`rows` without the victims that would break a cap: within each capped account the
+        cheapest per GPU held are kept while they fit under it (the others keep their order)."""
+        if self.cap_group is None or rows.size == 0:
+            return rows
+        groups = self.cap_group[rows]
+        bounded = np.flatnonzero(groups >= 0)
+        if bounded.size == 0:
+            return rows
+        held = self.held[rows[bounded]]
+        cost = self.lost[rows[bounded]] / np.maximum(held, 1e-9)
+        order = np.lexsort((cost, groups[bounded]))
+        sorted_groups, sorted_held = groups[bounded][order], held[order]
+        total = np.cumsum(sorted_held)
+        group_first = np.searchsorted(sorted_groups, sorted_groups)
+        before = total[group_first] - sorted_held[group_first]
+        within = total - before <= self.caps[sorted_groups]
+        keep = np.ones(rows.size, dtype=bool)
+        keep[bounded[order[~within]]] = False
+        kept: IntArray = rows[keep]
+        return kept
 
     @property
     def pod_owner(self) -> IntArray:
@@ -110,6 +175,7 @@ class CandidatePool:
         return owner
 
     def candidate(self, row: int) -> Candidate:
+        group = -1 if self.cap_group is None else int(self.cap_group[row])
         return Candidate(
             job_id=self.job_ids[row],
             rule=self.rules[row],
@@ -117,6 +183,9 @@ class CandidatePool:
             standing=float(self.standing[row]),
             nodes=self.pod_nodes[self.pod_starts[row] : self.pod_starts[row + 1]],
             gpus_per_pod=float(self.whole[row]),
+            budget_account=None if group < 0 else self.cap_accounts[group],
+            gpus=0.0 if group < 0 else float(self.held[row]),
+            budget_cap=math.inf if group < 0 else float(self.caps[group]),
         )
 
     def take(self, rows: Sequence[int] | IntArray) -> list[Candidate]:
@@ -130,7 +199,22 @@ class CandidatePool:
             if candidates
             else np.zeros(0, dtype=np.int64)
         )
+        accounts: dict[str, int] = {}
+        caps: list[float] = []
+        groups: list[int] = []
+        for c in candidates:
+            if c.budget_account is None:
+                groups.append(-1)
+                continue
+            if c.budget_account not in accounts:
+                accounts[c.budget_account] = len(caps)
+                caps.append(c.budget_cap)
+            groups.append(accounts[c.budget_account])
         return CandidatePool(
+            cap_group=np.array(groups, dtype=np.int64) if accounts else None,
+            caps=np.array(caps, dtype=np.float64),
+            cap_accounts=list(accounts),
+            held=np.array([c.gpus for c in candidates], dtype=np.float64),
             job_ids=[c.job_id for c in candidates],
             rules=[c.rule for c in candidates],
             lost=np.array([c.lost_gpu_seconds for c in candidates], dtype=np.float64),
@@ -266,6 +350,12 @@ class VictimSearch:
         spread = self._many_domains(preemptor, request, pool)
         if isinstance(spread, PreemptionPlan):
             return spread
+        if pool.caps_bind and not self.is_one_domain(request):
+            # Within budget caps, evicting whole domains may take too much from one account:
+            # a set chosen exactly to open one innermost domain may stay within them.
+            local = self._one_domain(preemptor, request, pool, confined=False)
+            if local is not None:
+                return self._spare(preemptor, request, local)
         fallback, everything = spread
         return self._explain(request, pool, fallback, everything)
 
@@ -350,10 +440,11 @@ class VictimSearch:
 
     # --- one innermost domain ------------------------------------------------------------------
     def _one_domain(
-        self, preemptor: str, request: GangRequest, pool: CandidatePool
+        self, preemptor: str, request: GangRequest, pool: CandidatePool, confined: bool = True
     ) -> PreemptionPlan | None:
         """Only the innermost domains some candidate touches are looked at: a domain without
-        candidates cannot gain room."""
+        candidates cannot gain room. `confined`: the gang must stay in the domain opened for it
+        (else the placement search may place it anywhere once the victims left)."""
         state, topology = self.state, self.state.topology
         starts = self.leaf_starts
         pod_owner = pool.pod_owner
@@ -398,7 +489,8 @@ class VictimSearch:
             victims, exact = chosen
             if best is not None and self.impact.key(victims) >= best.impact:
                 continue
-            plan = self._verify(preemptor, request, victims, exact, int(leaves[position]))
+            leaf = int(leaves[position]) if confined else None
+            plan = self._verify(preemptor, request, victims, exact and confined, leaf)
             if plan is not None and (best is None or plan.impact < best.impact):
                 best = plan
         return best
@@ -465,7 +557,9 @@ class VictimSearch:
 
         if count <= EXACT_VICTIMS:
             subsets = _subsets(count)
-            feasible = np.flatnonzero(room(subsets) >= request.pods)
+            feasible = np.flatnonzero(
+                (room(subsets) >= request.pods) & pool.within_caps(subsets, members)
+            )
             if feasible.size == 0:
                 return None
             if type(self.impact) is LeastLostWork:
@@ -487,6 +581,10 @@ class VictimSearch:
         selection = np.zeros((1, count), dtype=np.int64)
         for index in order:
             selection[0, index] = 1
+            if not pool.within_caps(selection, members)[0]:
+                # Its account would fall below its budget with the victims taken so far.
+                selection[0, index] = 0
+                continue
             if room(selection)[0] >= request.pods:
                 break
         else:
@@ -537,18 +635,27 @@ class VictimSearch:
             )
         chosen_leaves = order[: int(np.searchsorted(covered, need)) + 1]
         in_chosen = np.isin(leaf_pairs[0], chosen_leaves)
-        victims = pool.take(np.unique(leaf_pairs[1][in_chosen]))
+        # Within each account's budget cap: the cheapest of its victims per GPU are kept.
+        rows = pool.capped(np.unique(leaf_pairs[1][in_chosen]))
+        victims = pool.take(rows)
         placed = self._place_without(request, victims)
         plan = self._plan_if_placed(preemptor, victims, False, placed)
         if plan is None:
             # Topology above the leaves (required/preferred) may want other domains: fall back
             # to every candidate (unless those were every candidate), then spare what is not
             # needed.
-            if len(victims) < len(pool):
-                victims = pool.take(np.arange(len(pool)))
+            everyone = pool.capped(np.arange(len(pool)))
+            if len(victims) < everyone.size:
+                victims = pool.take(everyone)
                 placed = self._place_without(request, victims)
                 plan = self._plan_if_placed(preemptor, victims, False, placed)
             if plan is None:
+                if pool.caps_bind:
+                    return (
+                        "no victim set found that satisfies the job's topology and leaves "
+                        "every account at or above its budget",
+                        None,
+                    )
                 return "no victim set found that satisfies the job's topology", placed
         return self._spare(preemptor, request, plan)
 
@@ -631,6 +738,16 @@ class VictimSearch:
         held = allowed[owners]
         victim_slots = _distinct_slots(owners[held], index.ids.shape[0])
         verdicts = verdicts_of(victim_slots)
+        bounded = np.flatnonzero(np.isfinite(verdicts.limit))
+        if bounded.size:
+            # Every allowed job in the chosen domains would go: if that takes some account
+            # below its budget, the general search chooses within the caps.
+            accounts = index.account[victim_slots[bounded]]
+            taken = np.bincount(accounts, weights=index.gpus[victim_slots[bounded]])
+            cap = np.full(taken.size, np.inf)
+            cap[accounts] = verdicts.limit[bounded]
+            if (taken > cap).any():
+                return None
         if index.cpu_milli[victim_slots].any() or index.memory_mib[victim_slots].any():
             released = state.parts_released(index.whole_gpu_parts(nodes, held))
         else:
