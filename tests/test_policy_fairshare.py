@@ -445,13 +445,15 @@ def test_queue_order_matches_a_from_scratch_fair_tree_ordering(
     now = 3600.0
 
     queue = PendingQueue(tree, usage)
+    # Half the cases queue jobs of one account only (the queue then orders without a ranking).
+    waiting = [data.draw(st.sampled_from(leaves))] if data.draw(st.booleans()) else leaves
     entries = [
         QueueEntry(f"j{index}", account, priority, submit, unallocated)
         for index, (account, priority, submit, unallocated) in enumerate(
             data.draw(
                 st.lists(
                     st.tuples(
-                        st.sampled_from(leaves),
+                        st.sampled_from(waiting),
                         st.integers(0, 2),
                         st.integers(0, 3).map(float),
                         st.sampled_from([False, False, False, True]),  # mostly allocated
@@ -474,6 +476,9 @@ def test_queue_order_matches_a_from_scratch_fair_tree_ordering(
         expected, paths = _oracle_order(tree, used, entries)
         assert order == expected
         assert [queue.position(job_id, now) for job_id in order] == list(range(len(order)))
+        # The tier from the tree alone (no ranking computed) is the ranking's.
+        ranking = queue.ranking(now)
+        assert all(queue.tier(e) == queue.tier(e, ranking) for e in entries)
         # The Fair Tree promise, stated directly: where two siblings' exact level FS differ,
         # every allocated job under the higher one precedes every allocated job under the other.
         place = {job_id: index for index, job_id in enumerate(order)}

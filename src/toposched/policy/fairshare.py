@@ -419,13 +419,39 @@ class PendingQueue:
         Safe to change the queue while iterating: each account's jobs are copied when the walk
         reaches that account, so a job added to an account already passed is not seen.
         """
+        if len(self._accounts) == 1:
+            # One account waiting: its runs follow one another whatever the standings, and
+            # its tier comes from the tree, so the ranking is not computed.
+            (account,) = self._accounts
+            queue = self._accounts[account]
+            tree = self.tree
+            if account in tree and tree.is_leaf(account) and tree.has_budget(account):
+                for _, entry in queue.allocated.items():
+                    yield entry
+                for _, entry in queue.unallocated.items():
+                    yield entry
+            else:
+                merged = heapq.merge(
+                    queue.allocated.items(), queue.unallocated.items(), key=_item_key
+                )
+                for _, entry in merged:
+                    yield entry
+            return
         ranking = self.ranking(now)
         for tier, account in list(self._segments(ranking)):
             for _, entry in self._segment_items(tier, account, ranking):
                 yield entry
 
-    def tier(self, entry: QueueEntry, ranking: Ranking) -> QueueTier:
-        """Which run of the queue the job belongs to under `ranking`."""
+    def tier(self, entry: QueueEntry, ranking: Ranking | None = None) -> QueueTier:
+        """Which run of the queue the job belongs to under `ranking` (the current one if None:
+        the tier depends on the tree alone, so none is computed)."""
+        if ranking is None:
+            tree, account = self.tree, entry.account
+            if account not in tree or not tree.is_leaf(account):
+                return QueueTier.DETACHED
+            if entry.unallocated or not tree.has_budget(account):
+                return QueueTier.UNALLOCATED
+            return QueueTier.ALLOCATED
         if not ranking.is_ranked_leaf(entry.account):
             return QueueTier.DETACHED
         if entry.unallocated or not ranking.standings[entry.account].budgeted:

@@ -546,7 +546,15 @@ class Scheduler:
         try:
             self._evict_from_draining_nodes(now, result)
             entries = list(self.queue.ordered(now))
-            ranking = self.queue.ranking(now)
+            rankings: list[Ranking] = []
+
+            def ranking_now() -> Ranking:
+                # Computed when a preemption first needs it: the standings at `now` do not move
+                # within a cycle (a job started now has used nothing yet).
+                if not rankings:
+                    rankings.append(self.queue.ranking(now))
+                return rankings[0]
+
             pending = [jobs[entry.job_id] for entry in entries]
             nominated = [job.nomination.nodes for job in pending if job.nomination is not None]
             if nominated:
@@ -602,7 +610,7 @@ class Scheduler:
                 tier_key = (entry.account, entry.unallocated)
                 tier = tiers.get(tier_key)
                 if tier is None:
-                    tier = tiers[tier_key] = self.queue.tier(entry, ranking)
+                    tier = tiers[tier_key] = self.queue.tier(entry)
                 short = reservation is not None and (
                     (runtime is not None and now + runtime <= reservation.start_time)
                     or tier is QueueTier.UNALLOCATED
@@ -673,7 +681,9 @@ class Scheduler:
                             )
                         job.reason = text
                     else:
-                        plan = self._preempt_or_refuse(job, job_kind, entry, ranking, fence, now)
+                        plan = self._preempt_or_refuse(
+                            job, job_kind, entry, ranking_now(), fence, now
+                        )
                         if isinstance(plan, PreemptionPlan):
                             preemptions_left -= 1
                             self._carry_out(job, plan, now, result)

@@ -244,7 +244,7 @@ class _BaselineQueue:
     def ranking(self, now: float) -> None:
         return None
 
-    def tier(self, entry: QueueEntry, ranking: object) -> QueueTier:
+    def tier(self, entry: QueueEntry, ranking: object = None) -> QueueTier:
         return QueueTier.ALLOCATED
 
     def position(self, job_id: str, now: float) -> int:
