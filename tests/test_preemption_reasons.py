@@ -23,3 +23,22 @@ def test_the_reason_names_the_rack_and_counts_victims_by_the_rule_that_allowed_t
         "preempting 1 job of lower priority in the team and 1 unallocated job in rack "
         "z0-b0-r1 (16.0 GPU-hours of work lost); starts when they exit"
     )
+
+
+def test_a_spread_gang_s_refusal_says_how_much_room_evicting_everyone_would_leave() -> None:
+    # Two racks of two nodes. Rack r0: u0 (unallocated, may go) and team-a's own `mine`
+    # (past its min runtime, but of the preemptor's priority: it may not go); team-b's jobs in
+    # rack r1 are protected. team-a's 2-pod gang (no required rack) would have room for 1 pod
+    # with every preemptible job gone: its reason says so, counted from the aggregates.
+    sched = scheduler(racks(2, 2))
+    run(sched, spec("u0", "scratch", min_runtime=0), [0], 0)
+    run(sched, spec("mine", "team-a", min_runtime="1h"), [1], 0)
+    for node in (2, 3):
+        run(sched, spec(f"keep{node}", "team-b", min_runtime="8h"), [node], 0)
+    sched.submit(spec("wide", "team-a", pods=2), 2 * HOUR)
+
+    assert evicted_ids(sched.cycle(2 * HOUR)) == []
+    assert (
+        "no preemption: even evicting all 1 preemptible jobs leaves room for at most 1 of its "
+        "2 pods; no defragmentation" in sched.jobs["wide"].reason
+    )

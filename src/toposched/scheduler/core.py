@@ -6,6 +6,7 @@ import math
 import sys
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -45,6 +46,9 @@ from toposched.scheduler.spares import SparePool
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
 _HEALTHY = int(Health.HEALTHY)
+#: Contract verdicts on (preemptor, victim pair) kept at most (see `Scheduler._pair_verdict`).
+_PAIR_VERDICTS_KEPT = 100_000
+_UNKNOWN: Any = object()
 
 
 @dataclass
@@ -361,7 +365,7 @@ class Scheduler:
         # The contract's verdicts on pairs of running jobs (see `_pair_verdict`), for one
         # ranking and one version of the loads and budgets.
         self._pair_verdicts: dict[
-            tuple[str, int, bool, int, float], tuple[str, float | None, float | None] | None
+            tuple[str, int, bool, int, float, float, float], tuple[str, float | None] | None
         ] = {}
         # Refused preemptions by (pod shape, pods, account, priority): what the refusal depends on,
         # until when no protection ends, and the reason (see `_preempt_or_refuse`).
@@ -370,7 +374,7 @@ class Scheduler:
         ] = {}
         self._refusals_epoch = 0
         self._pair_verdicts_ranking: Ranking | None = None
-        self._pair_verdicts_stamp = (-1, -1, -1)
+        self._pair_verdicts_stamp = -1
         # GPUs of each account's allocated jobs on their way out (evicted or moved, in their
         # grace period): the budget rule counts an account without them.
         self._leaving_gpus: dict[str, float] = {}
@@ -906,37 +910,52 @@ class Scheduler:
         else the rule, the largest job of the pair that may go (budget rule; None: any) and
         the pair's standing (None when its account is not a ranked leaf).
 
-        Remembered while the ranking, the accounts' loads and the budgets stay the same, by
-        the preemptor's account, priority and tier and the victim's pair and size: nothing
-        else of either job enters a verdict on an unprotected victim.
+        Verdicts are remembered by the preemptor's account, priority and tier, the victim's
+        pair and size, and the two accounts' running GPUs, while the budgets (and under the
+        fair-share rule the ranking) stay the same: nothing else of either job enters a verdict
+        on an unprotected victim. The standing is read from `ranking` each time.
         """
         index = self._preemptible
-        stamp = (self.usage.version, self.tree.version, self._leaving_version)
-        if self._pair_verdicts_ranking is not ranking or self._pair_verdicts_stamp != stamp:
+        fair_share = self.contract.cross_account == "fair_share"
+        stamp = self.tree.version
+        if self._pair_verdicts_stamp != stamp or (
+            fair_share and self._pair_verdicts_ranking is not ranking
+        ):
             self._pair_verdicts.clear()
             self._pair_verdicts_ranking = ranking
             self._pair_verdicts_stamp = stamp
-        size = float(index.gpus[slot])
-        key = (entry.account, entry.priority, entry.unallocated, int(index.pair[slot]), size)
-        if key in self._pair_verdicts:
-            return self._pair_verdicts[key]
-        verdict = self.contract.may_preempt(
-            entry, self._contract_views[str(index.ids[slot])], now, ranking, self
+        account = index.account_names[int(index.account[slot])]
+        key = (
+            entry.account,
+            entry.priority,
+            entry.unallocated,
+            int(index.pair[slot]),
+            float(index.gpus[slot]),
+            self.running_gpus(entry.account),
+            self.running_gpus(account),
         )
-        answer: tuple[str, float | None, float | None] | None = None
-        if verdict.allowed:
-            account = index.account_names[int(index.account[slot])]
-            limit = None
-            if self.contract.cross_account == "budget" and (
-                verdict.rule is PreemptionRule.RECLAIM_BUDGET
-            ):
-                limit = self.contract.reclaim_limit(entry.account, account, self)
-            standing = None
-            if ranking.is_ranked_leaf(account):
-                standing = float(len(ranking.leaves) - ranking.rank(account))
-            answer = (str(verdict.rule), limit, standing)
-        self._pair_verdicts[key] = answer
-        return answer
+        known = self._pair_verdicts.get(key, _UNKNOWN)
+        if known is _UNKNOWN:
+            verdict = self.contract.may_preempt(
+                entry, self._contract_views[str(index.ids[slot])], now, ranking, self
+            )
+            known = None
+            if verdict.allowed:
+                limit = None
+                if self.contract.cross_account == "budget" and (
+                    verdict.rule is PreemptionRule.RECLAIM_BUDGET
+                ):
+                    limit = self.contract.reclaim_limit(entry.account, account, self)
+                known = (str(verdict.rule), limit)
+            if len(self._pair_verdicts) >= _PAIR_VERDICTS_KEPT:
+                self._pair_verdicts.clear()  # loads wander: keep the memo bounded
+            self._pair_verdicts[key] = known
+        if known is None:
+            return None
+        standing = None
+        if ranking.is_ranked_leaf(account):
+            standing = float(len(ranking.leaves) - ranking.rank(account))
+        return known[0], known[1], standing
 
     def _pool(
         self,

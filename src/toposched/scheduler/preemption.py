@@ -291,6 +291,14 @@ def _subsets(count: int) -> NDArray[np.int64]:
 _SUBSETS: dict[int, NDArray[np.int64]] = {}
 
 
+class _Proven:
+    """`_many_domains`'s word that the placement with every candidate gone was not tried: the
+    aggregates prove it fails, and its reason already says what room there would be."""
+
+
+_PROVEN = _Proven()
+
+
 class VictimSearch:
     """Finds a victim set for one gang among the candidates the contract allows.
 
@@ -350,13 +358,15 @@ class VictimSearch:
         spread = self._many_domains(preemptor, request, pool)
         if isinstance(spread, PreemptionPlan):
             return spread
+        fallback, everything = spread
+        if isinstance(everything, _Proven):
+            return fallback
         if pool.caps_bind and not self.is_one_domain(request):
             # Within budget caps, evicting whole domains may take too much from one account:
             # a set chosen exactly to open one innermost domain may stay within them.
             local = self._one_domain(preemptor, request, pool, confined=False)
             if local is not None:
                 return self._spare(preemptor, request, local)
-        fallback, everything = spread
         return self._explain(request, pool, fallback, everything)
 
     def is_one_domain(self, request: GangRequest) -> bool:
@@ -600,9 +610,9 @@ class VictimSearch:
     # --- many domains --------------------------------------------------------------------------
     def _many_domains(
         self, preemptor: str, request: GangRequest, pool: CandidatePool
-    ) -> PreemptionPlan | tuple[str, PlacementResult | None]:
+    ) -> PreemptionPlan | tuple[str, PlacementResult | _Proven | None]:
         """A plan, or why none was found with the placement tried with every candidate gone
-        (None when not tried)."""
+        (None when not tried, `_PROVEN` when the aggregates prove it fails)."""
         state, topology = self.state, self.state.topology
         starts = self.leaf_starts
         usable = (state.health == 0).astype(np.int64)
@@ -629,10 +639,21 @@ class VictimSearch:
         order = helpful[np.argsort(leaf_cost[helpful] / gain[helpful], kind="stable")]
         covered = np.cumsum(gain[order])
         if covered.size == 0 or covered[-1] < need:
-            return (
-                "evicting every preemptible job still leaves too little room in whole slices",
-                None,
+            most = int(room.sum())
+            text = (
+                f"even evicting all {len(pool)} preemptible jobs leaves room for at most "
+                f"{most} of its {request.pods} pods"
             )
+            if granule > 1:
+                text += f" in whole slices of {granule}"
+            if request.is_fractional or request.gpus_per_pod == 0:
+                # Shared GPUs' free fractions are not counted above: the placement engine
+                # answers for such pods.
+                return text, None
+            # Counted from whole free GPUs on every healthy node, an upper bound of what the
+            # placement engine could place with every candidate gone: the job's reason says so
+            # without placing it.
+            return text, _PROVEN
         chosen_leaves = order[: int(np.searchsorted(covered, need)) + 1]
         in_chosen = np.isin(leaf_pairs[0], chosen_leaves)
         # Within each account's budget cap: the cheapest of its victims per GPU are kept.
