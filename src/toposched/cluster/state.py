@@ -831,9 +831,7 @@ class ClusterState:
             return
         top = self.topology
         if not touched.all():
-            # np.compress: boolean indexing of a 2-D array's rows is several times slower.
-            nodes, freed = nodes[touched], freed[touched]
-            freeing = np.compress(touched, freeing, axis=0)
+            nodes, freeing, freed = nodes[touched], freeing[touched], freed[touched]
         old_milli = take_rows(self.gpu_free_milli, nodes)
         old_whole = self.free_whole_gpus[nodes].astype(np.int64)
         healthy = self.health[nodes] == _HEALTHY

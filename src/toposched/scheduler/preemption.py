@@ -739,7 +739,7 @@ class VictimSearch:
             owners = take_rows(index.gpu_owner, nodes)
             unique = _distinct_slots(owners, index.ids.shape[0])
             allowed[unique] = verdicts_of(unique).allowed
-            held = np.take(allowed, owners)  # several times faster than allowed[owners]
+            held = allowed[owners]
             potential = np.minimum(
                 state.free_whole_gpus[nodes] + row_sums(held), topology.gpu_count[nodes]
             ) * self._usable(nodes, request)
@@ -756,10 +756,8 @@ class VictimSearch:
         # In node order, so that the what-if below touches sorted nodes.
         nodes = domain_nodes(starts, np.sort(np.concatenate(chosen)))
         owners = take_rows(index.gpu_owner, nodes)
-        held = np.take(allowed, owners)
-        victim_slots = _distinct_slots(
-            np.compress(held.reshape(-1), owners.reshape(-1)), index.ids.shape[0]
-        )
+        held = allowed[owners]
+        victim_slots = _distinct_slots(owners[held], index.ids.shape[0])
         verdicts = verdicts_of(victim_slots)
         bounded = np.flatnonzero(np.isfinite(verdicts.limit))
         if bounded.size:
