@@ -98,10 +98,12 @@ class UsageTracker:
 
     def running(self, account: str) -> float:
         """GPUs the account's subtree holds now (ROOT: the whole cluster)."""
+        meter = self._meters.get(account)
+        if meter is not None:
+            return meter.rate  # a metered account's path was checked when it started
         if account != ROOT:
             account_ancestors(account)
-        meter = self._meters.get(account)
-        return 0.0 if meter is None else meter.rate
+        return 0.0
 
     def usage(self, account: str, now: float) -> float:
         """GPU-seconds of the account's subtree within the window at `now` (decayed if set)."""

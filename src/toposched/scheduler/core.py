@@ -876,9 +876,10 @@ class Scheduler:
         pair_standing = np.zeros(n_groups)
         pair_ranked = np.zeros(n_groups, dtype=bool)
         rule_codes: dict[str, int] = {}
+        preemptor_running = self.running_gpus(entry.account)
         for position, row in enumerate(order[heads].tolist()):
             slot = int(mine_slots[row])
-            answer = self._pair_verdict(entry, ranking, now, slot)
+            answer = self._pair_verdict(entry, ranking, now, slot, preemptor_running)
             if answer is None:
                 continue
             rule, limit, standing = answer
@@ -903,10 +904,16 @@ class Scheduler:
         return verdicts
 
     def _pair_verdict(
-        self, entry: QueueEntry, ranking: Ranking, now: float, slot: int
+        self,
+        entry: QueueEntry,
+        ranking: Ranking,
+        now: float,
+        slot: int,
+        preemptor_running: float,
     ) -> tuple[str, float | None, float | None] | None:
         """The contract's verdict on the unprotected allocated running job in `slot` for
-        `entry`, as what `_verdicts` applies to its (account, priority) pair: None if refused,
+        `entry` (whose account runs `preemptor_running` GPUs), as what `_verdicts` applies to
+        its (account, priority) pair: None if refused,
         else the rule, the largest job of the pair that may go (budget rule; None: any) and
         the pair's standing (None when its account is not a ranked leaf).
 
@@ -931,7 +938,7 @@ class Scheduler:
             entry.unallocated,
             int(index.pair[slot]),
             float(index.gpus[slot]),
-            self.running_gpus(entry.account),
+            preemptor_running,
             self.running_gpus(account),
         )
         known = self._pair_verdicts.get(key, _UNKNOWN)
