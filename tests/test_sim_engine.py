@@ -166,7 +166,9 @@ def test_failure_interrupts_resumes_from_checkpoint_and_repair_returns_the_node(
     # The failed node was down, with its 8 GPUs free, from 4,000 to 7,600 s.
     assert result.integrals.unavailable == 8 * 3600.0
     assert conservation(result).holds(1e-12)
-    assert summarize(result)["disruption"]["gpu_hours_lost"] == pytest.approx(8 * 400 / HOUR)
+    disruption = summarize(result)["disruption"]
+    assert disruption["gpu_hours_lost"] == pytest.approx(8 * 400 / HOUR)
+    assert disruption["gpu_hours_lost_by_cause"]["node_failures"] == pytest.approx(8 * 400 / HOUR)
 
 
 def test_a_job_that_cannot_resume_fails_with_its_node() -> None:
@@ -215,6 +217,12 @@ def test_unallocated_work_is_preempted_after_its_grace_period_and_requeued() -> 
     assert victim.state in ("pending", "running", "finished")
     assert result.counts["evictions"] == 1
     assert conservation(result).holds(1e-12)
+    # The loss is charged to the eviction of unallocated work.
+    assert summarize(result)["disruption"]["gpu_hours_lost_by_cause"] == {
+        "evictions_of_unallocated_work": pytest.approx(8 * 10.0 / HOUR),
+        "evictions_of_allocated_work": 0.0,
+        "node_failures": 0.0,
+    }
 
 
 def test_jobs_not_started_within_their_patience_are_withdrawn() -> None:
@@ -280,6 +288,10 @@ def test_ai2_like_run_covers_every_class(small_ai2_run: SimulationResult) -> Non
     assert summary["fairness"]["teams_with_demand"] >= 10
     assert summary["debug_wait_s"]["p90"] is not None
     assert summary["scheduler_speed"]["cycles"] > 0
+    disruption = summary["disruption"]
+    assert sum(disruption["gpu_hours_lost_by_cause"].values()) == pytest.approx(
+        disruption["gpu_hours_lost"]
+    )
 
 
 def test_frontier_lab_run_with_failures_and_repairs() -> None:
@@ -289,7 +301,12 @@ def test_frontier_lab_run_with_failures_and_repairs() -> None:
     result = simulate(workload)
     assert result.counts["failures"] >= 1
     assert conservation(result).holds(1e-9)
-    assert summarize(result)["classes"]["training"]["started"] >= 1
+    summary = summarize(result)
+    assert summary["classes"]["training"]["started"] >= 1
+    disruption = summary["disruption"]
+    assert sum(disruption["gpu_hours_lost_by_cause"].values()) == pytest.approx(
+        disruption["gpu_hours_lost"]
+    )
 
 
 @needs_itp

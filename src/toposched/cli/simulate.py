@@ -382,6 +382,14 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
         "",
         "",
     )
+    by_cause = disruption["gpu_hours_lost_by_cause"]
+    table.add_row(
+        "GPU-hours lost evicting unallocated / allocated work / to failures",
+        f"{by_cause['evictions_of_unallocated_work']:,.0f} / "
+        f"{by_cause['evictions_of_allocated_work']:,.0f} / {by_cause['node_failures']:,.0f}",
+        "",
+        "",
+    )
     latency = speed["decision_latency_s"]
     table.add_row(
         "decision latency p50 / p99 / max",

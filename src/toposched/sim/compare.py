@@ -325,6 +325,12 @@ def comparison_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[tuple[st
     add("largest jobs: wait max", lambda s: _seconds(_get(s, "largest_jobs", "max_wait_s")))
     add("preemptions", lambda s: _number(_get(s, "disruption", "preemptions")))
     add("GPU-hours lost", lambda s: _number(_get(s, "disruption", "gpu_hours_lost"), 1))
+    add(
+        "  of it, evicting allocated work",
+        lambda s: _number(
+            _get(s, "disruption", "gpu_hours_lost_by_cause", "evictions_of_allocated_work"), 1
+        ),
+    )
     for point in ("p50", "p99", "max"):
         add(
             f"decision latency {point}",

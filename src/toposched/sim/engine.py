@@ -452,9 +452,9 @@ class _Run:
         self.evicting.discard(record.job.name)
         return elapsed
 
-    def _interrupted(self, record: JobRecord, now: float) -> None:
+    def _interrupted(self, record: JobRecord, now: float) -> float:
         """A run ended early (preempted or its node failed): keep checkpointed work, requeue or
-        fail as the scheduler decided."""
+        fail as the scheduler decided. Returns the GPU-seconds of work lost."""
         elapsed = self._stop(record, now)
         if record.job.spec.resumable:
             interval = record.checkpoint_interval
@@ -472,6 +472,7 @@ class _Run:
             self.pending_jobs += 1
         else:
             self._ended(record, now, "failed")
+        return record.run_gpus * lost
 
     def _ended(self, record: JobRecord, now: float, state: str) -> None:
         record.state = state
@@ -511,7 +512,11 @@ class _Run:
         self.scheduler_events += 1
         self.counts["evictions"] += 1
         record.preemptions += 1
-        self._interrupted(record, now)
+        lost = self._interrupted(record, now)
+        if record.run_unallocated:
+            record.lost_evicted_unallocated_gpu_seconds += lost
+        else:
+            record.lost_evicted_allocated_gpu_seconds += lost
         return True
 
     def _failure(self, index: int, now: float) -> bool:
@@ -527,7 +532,7 @@ class _Run:
             record = self.records.get(name)
             if record is not None and record.state == "running":
                 record.interruptions += 1
-                self._interrupted(record, now)
+                record.lost_to_failures_gpu_seconds += self._interrupted(record, now)
         for node in nodes:
             self.unhealthy[node] = Health.DOWN
         self.unhealthy_nodes = np.fromiter(sorted(self.unhealthy), dtype=np.int64)

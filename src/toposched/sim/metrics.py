@@ -55,6 +55,12 @@ class JobRecord:
     delivered_gpu_seconds: float = 0.0
     unallocated_gpu_seconds: float = 0.0
     lost_gpu_seconds: float = 0.0
+    """Work lost to interruptions: the three below together."""
+    lost_evicted_unallocated_gpu_seconds: float = 0.0
+    """Lost to evictions of runs that were unallocated work."""
+    lost_evicted_allocated_gpu_seconds: float = 0.0
+    """Lost to evictions of runs that a budget paid for."""
+    lost_to_failures_gpu_seconds: float = 0.0
     preemptions: int = 0
     interruptions: int = 0
     backfilled: bool = False
@@ -396,6 +402,17 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
             "interruptions_by_failure": sum(r.interruptions for r in records),
             "jobs_interrupted": len(interrupted),
             "gpu_hours_lost": sum(r.lost_gpu_seconds for r in records) / HOUR,
+            "gpu_hours_lost_by_cause": {
+                "evictions_of_unallocated_work": sum(
+                    r.lost_evicted_unallocated_gpu_seconds for r in records
+                )
+                / HOUR,
+                "evictions_of_allocated_work": sum(
+                    r.lost_evicted_allocated_gpu_seconds for r in records
+                )
+                / HOUR,
+                "node_failures": sum(r.lost_to_failures_gpu_seconds for r in records) / HOUR,
+            },
         },
         "scheduler_speed": {
             "cycles": int(cycles.size),
