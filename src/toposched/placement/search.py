@@ -186,8 +186,31 @@ class _Search:
             if tied.size > 1 and planner.affordable(level, tied):
                 cost = np.array([planner.cost(level, int(d)) for d in tied], dtype=np.int64)
                 fewest = np.isin(candidates, tied[cost == cost.min()])
+            elif tied.size > 1 and planner.cover_is_exact(level):
+                # Beyond the amount plan: tied on the fewest preferred domains, the candidates
+                # are told apart by the fewest domains one level inside them (count plans).
+                inside = self._fewest_inside(level, tied, int(counts.min()))
+                fewest = np.isin(candidates, tied[inside == inside.min()])
         best = self._best(np.where(fewest, capacity, -1), self.request.pods)
         return int(candidates[best])
+
+    def _fewest_inside(self, level: int, domains: IntArray, preferred_count: int) -> IntArray:
+        """For each of `domains` (at `level`, each covering the gang with `preferred_count`
+        preferred domains, the least), the fewest domains one level inside the preferred one
+        that a placement on that many preferred domains uses: the greedy placement's count, or
+        the count plan's when it finds fewer within its limits."""
+        planner = self._planner()
+        counting = FewestByCount(self.topology, self.view, self.request)
+        inside = np.empty(domains.size, dtype=np.int64)
+        for i, domain in enumerate(domains.tolist()):
+            greedy = self._fill(level, domain, self.request.pods)
+            if greedy is None:
+                inside[i] = np.iinfo(np.int64).max  # capacities over-promised: ranked last
+                continue
+            count = planner.profile(greedy[0])[1]
+            better = counting.fewer_inside(level, domain, preferred_count, count)
+            inside[i] = count if better is None else better.domains.size
+        return inside
 
     def _fill(self, level: int, domain: int, need: int) -> tuple[IntArray, IntArray] | None:
         """Leaf domains under `domain` and the pods each takes; None if capacity over-promised."""
