@@ -523,6 +523,46 @@ TIED_ZONES = RandomCase(
 )
 
 
+def _node(name: str, zone: str, block: str, gpus: int) -> dict[str, Any]:
+    """A one-node rack named `name` in `block` of `zone`."""
+    return {
+        "name": name,
+        "zone": zone,
+        "block": block,
+        "rack": name,
+        "gpus": gpus,
+        "gpu_model": "A",
+    }
+
+
+# 4 single-GPU pods required in one zone, in slices of 2 per block, preferring racks. Zone x:
+# block x0 with a 3-GPU rack, block x1 with two 1-GPU racks; zone y: two blocks of one 2-GPU
+# rack. Both zones' racks cover the gang with 2 (3 + 1, 2 + 2), but the slices make x use 3 racks
+# (2 pods on the 3-GPU rack, 1 on each small one) against y's 2.
+SLICED_TIED_ZONES = RandomCase(
+    cluster={
+        "levels": ["zone", "block", "rack"],
+        "nodes": [
+            _node("x00", "x", "x0", 3),
+            _node("x10", "x", "x1", 1),
+            _node("x11", "x", "x1", 1),
+            _node("y00", "y", "y0", 2),
+            _node("y10", "y", "y1", 2),
+        ],
+    },
+    job={
+        "name": "job",
+        "pods": 4,
+        "resources_per_pod": {"gpus": 1},
+        "topology": {
+            "required": "zone",
+            "preferred": "rack",
+            "slices": [{"level": "block", "pods": 2}],
+        },
+    },
+)
+
+
 @SETTINGS
 @example(case=SLICE_ABOVE_PREFERRED)
 @given(case=random_cases(large_jobs=True, with_preferred=True))
@@ -549,6 +589,7 @@ def test_preferred_uses_fewest_domains(case: RandomCase) -> None:
 @example(case=SLICE_ABOVE_PREFERRED)
 @example(case=LOWER_LEVELS_NOT_MINIMISED)
 @example(case=TIED_ZONES)
+@example(case=SLICED_TIED_ZONES)
 @given(case=random_cases(large_jobs=True, with_preferred=True))
 def test_preferred_then_fewest_domains_at_each_lower_level(case: RandomCase) -> None:
     """When no one domain at L fits: the fewest at L, then at each level inside L, in order."""
@@ -570,6 +611,7 @@ def test_preferred_then_fewest_domains_at_each_lower_level(case: RandomCase) -> 
 @example(case=SLICE_ABOVE_PREFERRED)
 @example(case=LOWER_LEVELS_NOT_MINIMISED)
 @example(case=TIED_ZONES)
+@example(case=SLICED_TIED_ZONES)
 @given(
     case=st.one_of(
         random_cases(large_jobs=True, with_preferred=True),
@@ -581,7 +623,7 @@ def test_beyond_the_amount_plan_count_plans_keep_the_guarantees(case: RandomCase
 
     No slice layer between the required and the preferred level L: the fewest L-domains, then
     the fewest domains one level inside L, both over every required domain.
-    A slice layer there: the fewest L-domains within the chosen required domain. Either way,
+    A slice layer there: the fewest L-domains over every required domain. Either way,
     every level when nothing lies inside the level minimised last.
     """
     state, request, labels = case.build()
@@ -604,6 +646,7 @@ def test_beyond_the_amount_plan_count_plans_keep_the_guarantees(case: RandomCase
             assert least is not None
             if sliced_above:
                 event("slices between required and preferred")
+                assert profile[0] == answer.profile[0], f"{policy.name}: {profile}"
                 guaranteed = 1
             else:
                 event("no slice between required and preferred")

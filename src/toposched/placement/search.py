@@ -19,6 +19,9 @@ from toposched.placement.request import GangRequest
 IntArray = NDArray[np.int64]
 
 _ONE_POD = np.ones(1, dtype=np.int64)
+#: Beyond the amount plan, candidate required domains are ranked by count plans (a greedy
+#: placement and a count plan each) when at most this many are in contention.
+COUNTED_CANDIDATES = 16
 _ONE_POD.flags.writeable = False
 
 
@@ -186,31 +189,38 @@ class _Search:
             if tied.size > 1 and planner.affordable(level, tied):
                 cost = np.array([planner.cost(level, int(d)) for d in tied], dtype=np.int64)
                 fewest = np.isin(candidates, tied[cost == cost.min()])
-            elif tied.size > 1 and planner.cover_is_exact(level):
-                # Beyond the amount plan: tied on the fewest preferred domains, the candidates
-                # are told apart by the fewest domains one level inside them (count plans).
-                inside = self._fewest_inside(level, tied, int(counts.min()))
-                fewest = np.isin(candidates, tied[inside == inside.min()])
+            elif 1 < tied.size <= COUNTED_CANDIDATES:
+                # Beyond the amount plan, by count plans: with exact cover counts, candidates
+                # tied on the fewest preferred domains are told apart one level inside them;
+                # else the preferred domains each candidate needs are counted afresh.
+                exact = planner.cover_is_exact(level)
+                least = self._least_counts(level, tied, int(counts.min()) if exact else None)
+                fewest = np.isin(candidates, tied[least == least.min()])
         best = self._best(np.where(fewest, capacity, -1), self.request.pods)
         return int(candidates[best])
 
-    def _fewest_inside(self, level: int, domains: IntArray, preferred_count: int) -> IntArray:
-        """For each of `domains` (at `level`, each covering the gang with `preferred_count`
-        preferred domains, the least), the fewest domains one level inside the preferred one
-        that a placement on that many preferred domains uses: the greedy placement's count, or
-        the count plan's when it finds fewer within its limits."""
+    def _least_counts(self, level: int, domains: IntArray, preferred_count: int | None) -> IntArray:
+        """For each of `domains` (at `level`), a count plan's least over placements inside it:
+        with `preferred_count` (each domain's least count of preferred domains, the cover
+        count), the domains one level inside the preferred one on that many; without, the
+        preferred domains. The greedy placement's count where the plan finds no fewer or would
+        pass its limits."""
         planner = self._planner()
         counting = FewestByCount(self.topology, self.view, self.request)
-        inside = np.empty(domains.size, dtype=np.int64)
+        least = np.empty(domains.size, dtype=np.int64)
         for i, domain in enumerate(domains.tolist()):
             greedy = self._fill(level, domain, self.request.pods)
             if greedy is None:
-                inside[i] = np.iinfo(np.int64).max  # capacities over-promised: ranked last
+                least[i] = np.iinfo(np.int64).max  # capacities over-promised: ranked last
                 continue
-            count = planner.profile(greedy[0])[1]
-            better = counting.fewer_inside(level, domain, preferred_count, count)
-            inside[i] = count if better is None else better.domains.size
-        return inside
+            profile = planner.profile(greedy[0])
+            if preferred_count is not None:
+                better = counting.fewer_inside(level, domain, preferred_count, profile[1])
+                least[i] = profile[1] if better is None else better.domains.size
+            else:
+                better = counting.fewer_preferred(level, domain, profile[0])
+                least[i] = profile[0] if better is None else better.domains.size
+        return least
 
     def _fill(self, level: int, domain: int, need: int) -> tuple[IntArray, IntArray] | None:
         """Leaf domains under `domain` and the pods each takes; None if capacity over-promised."""
