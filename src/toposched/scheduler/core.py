@@ -913,9 +913,9 @@ class Scheduler:
     ) -> tuple[str, float | None, float | None] | None:
         """The contract's verdict on the unprotected allocated running job in `slot` for
         `entry` (whose account runs `preemptor_running` GPUs), as what `_verdicts` applies to
-        its (account, priority) pair: None if refused,
-        else the rule, the largest job of the pair that may go (budget rule; None: any) and
-        the pair's standing (None when its account is not a ranked leaf).
+        its (account, priority) pair: None if refused, else the rule, the largest job of the
+        pair that may go (budget rule; None: any) and the pair's standing (None when its
+        account is not a ranked leaf).
 
         Verdicts are remembered by the preemptor's account, priority and tier, the victim's
         pair and size, and the two accounts' running GPUs, while the budgets (and under the
