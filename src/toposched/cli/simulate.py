@@ -384,7 +384,7 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
     )
     by_cause = disruption["gpu_hours_lost_by_cause"]
     table.add_row(
-        "GPU-hours lost evicting unallocated / allocated work / to failures",
+        "GPU-hours lost by cause: evicted unallocated / allocated work, failures",
         f"{by_cause['evictions_of_unallocated_work']:,.0f} / "
         f"{by_cause['evictions_of_allocated_work']:,.0f} / {by_cause['node_failures']:,.0f}",
         "",
