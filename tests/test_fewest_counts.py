@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -55,25 +56,6 @@ def beyond_the_amount_plan(state: ClusterState, request: GangRequest) -> bool:
 FRAGMENTED_LARGEST_BLOCK = [[14] * 16, [18] * 11, [18] * 12, []]
 
 
-@pytest.mark.parametrize(
-    "policy", [BestFit(), Spread(), RandomFit(seed=3)], ids=lambda policy: policy.name
-)
-def test_fewest_racks_on_the_fewest_blocks(
-    policy: PlacementPolicy, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    state = blocks_with_free_nodes(FRAGMENTED_LARGEST_BLOCK)
-    request = simple_request(400, 4, preferred=BLOCK)
-    assert beyond_the_amount_plan(state, request)
-    result = place(state, request, policy)
-    assert isinstance(result, Placement)
-    assert_valid_placement(state, request, result)
-    assert profile(state, result, (BLOCK, RACK)) == [2, 23]
-    monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 0)
-    greedy = place(state, request, BestFit())
-    assert isinstance(greedy, Placement)
-    assert profile(state, greedy, (BLOCK, RACK)) == [2, 26]
-
-
 # Slices of 36 pods per block, fewest racks preferred. Free pods per block (rounded to whole
 # slices): block 0, 16 racks of 14 (224 -> 216); 1, 8 free racks (144); 2, 9 free racks
 # (162 -> 144); 3, 16 racks of 16 (256 -> 252); 4, 16 racks of 10 (160 -> 144). Greedy covers
@@ -81,24 +63,40 @@ def test_fewest_racks_on_the_fewest_blocks(
 # 2 with 144 pods on 8 racks each and 72 pods of block 3 on 5 racks use 21, the fewest.
 SLICED_BLOCKS = [[14] * 16, [18] * 8, [18] * 9, [16] * 16, [10] * 16]
 
+# (free nodes per rack of each block, pods of 4 GPUs, preferred level, slices,
+#  (blocks, racks) with the count plans, (blocks, racks) of the greedy placement alone)
+BEYOND_THE_AMOUNT_PLAN = {
+    "fewest racks on the fewest blocks": (
+        FRAGMENTED_LARGEST_BLOCK,
+        400,
+        BLOCK,
+        [],
+        [2, 23],
+        [2, 26],
+    ),
+    "fewest racks with block slices": (SLICED_BLOCKS, 360, RACK, [(BLOCK, 36)], [3, 21], [2, 22]),
+}
 
+
+@pytest.mark.parametrize("case", BEYOND_THE_AMOUNT_PLAN.values(), ids=BEYOND_THE_AMOUNT_PLAN.keys())
 @pytest.mark.parametrize(
     "policy", [BestFit(), Spread(), RandomFit(seed=3)], ids=lambda policy: policy.name
 )
-def test_fewest_racks_with_block_slices(
-    policy: PlacementPolicy, monkeypatch: pytest.MonkeyPatch
+def test_count_plans_use_fewer_racks_than_the_greedy_placement(
+    case: tuple[Any, ...], policy: PlacementPolicy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    state = blocks_with_free_nodes(SLICED_BLOCKS)
-    request = simple_request(360, 4, preferred=RACK, slices=[(BLOCK, 36)])
+    free_nodes, pods, preferred, slices, planned, greedy_profile = case
+    state = blocks_with_free_nodes(free_nodes)
+    request = simple_request(pods, 4, preferred=preferred, slices=slices)
     assert beyond_the_amount_plan(state, request)
     result = place(state, request, policy)
     assert isinstance(result, Placement)
     assert_valid_placement(state, request, result)
-    assert profile(state, result, (BLOCK, RACK)) == [3, 21]
+    assert profile(state, result, (BLOCK, RACK)) == planned
     monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 0)
     greedy = place(state, request, BestFit())
     assert isinstance(greedy, Placement)
-    assert profile(state, greedy, (BLOCK, RACK)) == [2, 22]
+    assert profile(state, greedy, (BLOCK, RACK)) == greedy_profile
 
 
 def test_count_tables_convolve_by_max_plus() -> None:

@@ -144,14 +144,17 @@ class _Search:
                 return planner.plan(level, domain)
             return leaves, shares
         # Beyond the amount plan's limits: count plans, for one level each.
-        counting = FewestByCount(self.topology, self.view, self.request)
-        if planner.cover_is_exact(level):
-            # The cover's count of preferred domains is the least; one level inside them may
-            # still do with fewer.
-            better = counting.fewer_inside(level, domain, profile[0], profile[1])
-        else:
-            better = counting.fewer_preferred(level, domain, profile[0])
+        better = self._count_plan(level, domain, profile)
         return (leaves, shares) if better is None else self._fill_shares(better)
+
+    def _count_plan(self, level: int, domain: int, profile: tuple[int, ...]) -> Shares | None:
+        """A placement in `domain` using fewer domains than the greedy one's `profile`, by a
+        count plan: one level inside the preferred one when the cover's count of preferred
+        domains is the least (no slice layer between), else at the preferred level."""
+        counting = FewestByCount(self.topology, self.view, self.request)
+        if self._planner().cover_is_exact(level):
+            return counting.fewer_inside(level, domain, profile[0], profile[1])
+        return counting.fewer_preferred(level, domain, profile[0])
 
     def _fill_shares(self, shares: Shares) -> tuple[IntArray, IntArray] | None:
         """`_fill` of every domain of `shares` with its pods, in order."""
@@ -193,20 +196,17 @@ class _Search:
                 # Beyond the amount plan, by count plans: with exact cover counts, candidates
                 # tied on the fewest preferred domains are told apart one level inside them;
                 # else the preferred domains each candidate needs are counted afresh.
-                exact = planner.cover_is_exact(level)
-                least = self._least_counts(level, tied, int(counts.min()) if exact else None)
+                least = self._least_counts(level, tied)
                 fewest = np.isin(candidates, tied[least == least.min()])
         best = self._best(np.where(fewest, capacity, -1), self.request.pods)
         return int(candidates[best])
 
-    def _least_counts(self, level: int, domains: IntArray, preferred_count: int | None) -> IntArray:
-        """For each of `domains` (at `level`), a count plan's least over placements inside it:
-        with `preferred_count` (each domain's least count of preferred domains, the cover
-        count), the domains one level inside the preferred one on that many; without, the
-        preferred domains. The greedy placement's count where the plan finds no fewer or would
-        pass its limits."""
+    def _least_counts(self, level: int, domains: IntArray) -> IntArray:
+        """For each of `domains` (at `level`), the count `_count_plan` minimises (domains one
+        level inside the preferred one, or preferred domains): its plan's, or the greedy
+        placement's where the plan finds no fewer or would pass its limits."""
         planner = self._planner()
-        counting = FewestByCount(self.topology, self.view, self.request)
+        counted = 1 if planner.cover_is_exact(level) else 0
         least = np.empty(domains.size, dtype=np.int64)
         for i, domain in enumerate(domains.tolist()):
             greedy = self._fill(level, domain, self.request.pods)
@@ -214,12 +214,8 @@ class _Search:
                 least[i] = np.iinfo(np.int64).max  # capacities over-promised: ranked last
                 continue
             profile = planner.profile(greedy[0])
-            if preferred_count is not None:
-                better = counting.fewer_inside(level, domain, preferred_count, profile[1])
-                least[i] = profile[1] if better is None else better.domains.size
-            else:
-                better = counting.fewer_preferred(level, domain, profile[0])
-                least[i] = profile[0] if better is None else better.domains.size
+            better = self._count_plan(level, domain, profile)
+            least[i] = profile[counted] if better is None else better.domains.size
         return least
 
     def _fill(self, level: int, domain: int, need: int) -> tuple[IntArray, IntArray] | None:
