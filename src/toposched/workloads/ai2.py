@@ -41,6 +41,10 @@ PHASE_MEAN_DAYS = 3.0
 LEVEL_SIGMA = 0.6
 LEVEL_MEDIAN = 0.68
 LEVEL_RANGE = (0.25, 3.0)
+PHASED_LOAD = 0.78
+"""Training and evaluation GPU-hours offered per hour over the horizon, as a fraction of the
+cluster (debug adds about 2%): the drawn levels are scaled to it, so that every seed and size
+offers the same total and only its spread between teams and phases is random."""
 UNALLOCATED_LOAD = 0.35
 """Offered unallocated GPU-hours per hour, as a fraction of the cluster."""
 SCRATCH_SHARE_OF_UNALLOCATED = 0.3
@@ -280,19 +284,49 @@ class _Generator:
         """Submit units of work (each `make(submit)` returns its GPU-hours) at uniform random
         times in [start, end) until they add up to the offered load over that span.
 
-        `excess` is what earlier spans offered beyond their share; it is taken off this one, so
-        over many spans the overshoot stays within one unit of work. Returns the new excess.
+        `excess` is what earlier spans offered beyond their share (negative: short of it); it
+        is taken off this one. A unit that would pass the span's share is kept with the
+        probability that makes the expected offer equal to the share: always keeping it would
+        add half a unit or more per team, and a 512-GPU week is days of a small team's load.
+        Returns the new excess.
         """
         budget = gpu_hours_per_hour * (end - start) / HOUR - excess
         offered = 0.0
         while offered < budget:
-            offered += make(float(self.rng.uniform(start, end)))
+            first_new_job = len(self.jobs)
+            unit = make(float(self.rng.uniform(start, end)))
+            if offered + unit > budget and self.rng.random() * unit > budget - offered:
+                del self.jobs[first_new_job:]
+                break
+            offered += unit
         return offered - budget
 
-    def team(self, team: _Team) -> None:
+    def scaled_phases(self, teams: list[_Team]) -> list[list[tuple[float, float, float]]]:
+        """Each team's phases, levels scaled together so that the teams' phased work offers
+        `PHASED_LOAD` of the cluster over the horizon."""
+        drawn = [self.phases() for _ in teams]
+        offered = (
+            sum(
+                team.share * sum((end - start) * level for start, end, level in phases)
+                for team, phases in zip(teams, drawn, strict=True)
+            )
+            * (TRAINING_FRACTION + EVAL_FRACTION)
+            / self.horizon
+        )
+        scale = PHASED_LOAD / offered
+        return [[(start, end, level * scale) for start, end, level in phases] for phases in drawn]
+
+    def team(self, team: _Team, phases: list[tuple[float, float, float]]) -> None:
         capacity = self.capacity
-        phases = self.phases()
+        # Training already queued at the start (1.5x the GPUs the team's first phase asks
+        # for), so the cluster opens as busy as it will stay. It counts against the phases'
+        # offered load, so the total over the horizon stays at its level.
+        backlog_gpus = team.share * capacity * phases[0][2] * 1.5
+        queued_gpus = 0
         training_excess = eval_excess = 0.0
+        while queued_gpus < backlog_gpus:
+            training_excess += self.training(team.account, float(self.rng.uniform(0, 10 * 60)))
+            queued_gpus += self.jobs[-1].spec.total_gpus
         for start, end, level in phases:
             load = team.share * capacity * level
             training_excess = self.poisson_work(
@@ -309,12 +343,6 @@ class _Generator:
                 lambda t: self.eval_sweep(team.account, t),
                 eval_excess,
             )
-        # Training already queued at the start (1.5x the GPUs the team's first phase asks
-        # for), so the cluster opens as busy as it will stay.
-        backlog = team.share * capacity * phases[0][2] * 1.5
-        queued = 0.0
-        while queued < backlog:
-            queued += self.training(team.account, float(self.rng.uniform(0, 10 * 60)))
         self.debug_sessions(team)
 
     def debug_sessions(self, team: _Team) -> None:
@@ -368,8 +396,8 @@ def ai2_like(seed: int = 0, days: float = 30.0, gpus: int = 3072) -> Workload:
         _Team(team.account, team.share, max(1, round(researchers * team.share))) for team in teams
     ]
     generator = _Generator(seed, days, topology.n_nodes, topology.levels)
-    for team in teams:
-        generator.team(team)
+    for team, phases in zip(teams, generator.scaled_phases(teams), strict=True):
+        generator.team(team, phases)
     generator.unallocated_work(teams)
     jobs = [job for job in generator.jobs if job.submit_time < generator.horizon]
     return Workload(
