@@ -51,15 +51,22 @@ def test_owners_and_aggregates_follow_protection_and_eviction() -> None:
     # r0: a's pod on n0 (2 GPUs; b is protected); r1: a's pod on n2 and c's shared pod.
     assert index.leaf_freeable.tolist() == [2, 3]
     assert index.freeable_on(np.arange(4)).tolist() == [2, 0, 2, 1]
+    # All of it unallocated work (a and c).
+    assert index.leaf_unallocated_freeable.tolist() == [2, 3]
+    assert index.node_unallocated_freeable.tolist() == [2, 0, 2, 1]
     # Lost at 1000 s: a = 4 x 900 in each rack; c = 0.25 x 700 in r1.
     bound = index.leaf_cost_bound(np.array([0, 1]), 1000)
     assert bound.tolist() == [3600.0, 3600.0 + 175.0]
     index.refresh(5000)
     assert index.leaf_freeable.tolist() == [6, 3]
     assert index.freeable_on(np.arange(4)).tolist() == [2, 4, 2, 1]
+    # b, now past its protection, is allocated work.
+    assert index.leaf_unallocated_freeable.tolist() == [2, 3]
     index.mark_evicting("a")
     assert index.leaf_freeable.tolist() == [4, 1]
     assert index.freeable_on(np.arange(4)).tolist() == [0, 4, 0, 1]
+    assert index.leaf_unallocated_freeable.tolist() == [0, 1]
+    assert index.node_unallocated_freeable.tolist() == [0, 0, 0, 1]
     index.remove("b")
     assert index.leaf_freeable.tolist() == [0, 1]
     assert (index.gpu_owner[1] == -1).all()
@@ -93,6 +100,9 @@ def test_marking_many_victims_at_once_equals_one_by_one() -> None:
         one_by_one.mark_evicting(job_id)
     at_once.mark_evicting_many(["a", "c"])
     assert at_once.leaf_freeable.tolist() == one_by_one.leaf_freeable.tolist() == [4, 0]
+    assert at_once.leaf_unallocated_freeable.tolist() == [0, 0]
+    assert one_by_one.leaf_unallocated_freeable.tolist() == [0, 0]
+    assert at_once.node_unallocated_freeable.tolist() == [0, 0, 0, 0]
     assert np.allclose(at_once.leaf_weight, one_by_one.leaf_weight)
     assert np.allclose(at_once.leaf_weighted_since, one_by_one.leaf_weighted_since)
     assert at_once.evicting.tolist() == one_by_one.evicting.tolist()

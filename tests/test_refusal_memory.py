@@ -98,3 +98,49 @@ def test_a_refusal_is_lifted_when_the_budgets_change() -> None:
     scheduler.set_share("team-b", 25)
     scheduler.set_share("team-a", 75)
     assert evicted(scheduler.cycle(2 * HOUR + 120)) == ["b-1", "b-2"]
+
+
+def teams_at_their_budgets() -> Scheduler:
+    """Four teams with 4 GPUs of budget each, each running one 4-GPU job past its protection:
+    team-b's and team-d's at priority 10, team-c's at priority 0. Nothing is unallocated."""
+    shares = {"team-a": 25, "team-b": 25, "team-c": 25, "team-d": 25}
+    scheduler = Scheduler(two_racks(), BudgetTree.from_dict({"accounts": shares}))
+    running_on(scheduler, spec("a-1", "team-a"), 0)
+    running_on(scheduler, spec("b-1", "team-b", priority=10), 1)
+    running_on(scheduler, spec("c-low", "team-c"), 2)
+    running_on(scheduler, spec("d-1", "team-d", priority=10), 3)
+    return scheduler
+
+
+def test_jobs_that_may_take_only_unallocated_work_share_a_refusal(monkeypatch: Any) -> None:
+    # team-b and team-d run their whole budgets and hold nothing of lower priority: each may
+    # evict unallocated work only, and there is none. The second job of the same shape is
+    # answered by the first one's refusal, without a search.
+    scheduler = teams_at_their_budgets()
+    searches: list[str] = []
+    search = Scheduler._search_preemption
+
+    def counted(self: Scheduler, job: Any, *args: Any) -> Any:
+        searches.append(job.job_id)
+        return search(self, job, *args)
+
+    monkeypatch.setattr(Scheduler, "_search_preemption", counted)
+    scheduler.submit(spec("b-new", "team-b", priority=10), now=2 * HOUR)
+    assert evicted(scheduler.cycle(2 * HOUR)) == []
+    scheduler.submit(spec("d-new", "team-d", priority=10), now=2 * HOUR + 60)
+    assert evicted(scheduler.cycle(2 * HOUR + 60)) == []
+    assert searches == ["b-new"]
+    refusal = scheduler.jobs["b-new"].reason.partition("no preemption: ")[2]
+    assert refusal == "no running job may be preempted for it under the contract"
+    assert scheduler.jobs["d-new"].reason.endswith(f"no preemption: {refusal}")
+    assert "a job of the same pod shape with 1 pod did not fit" in scheduler.jobs["d-new"].reason
+
+
+def test_a_shared_refusal_does_not_answer_for_a_job_with_its_own_victims() -> None:
+    # team-c also runs its whole budget, but its own c-low is of lower priority than c-new: the
+    # refusal remembered for team-b's job of the same shape does not hold for it.
+    scheduler = teams_at_their_budgets()
+    scheduler.submit(spec("b-new", "team-b", priority=10), now=2 * HOUR)
+    assert evicted(scheduler.cycle(2 * HOUR)) == []
+    scheduler.submit(spec("c-new", "team-c", priority=10), now=2 * HOUR + 60)
+    assert evicted(scheduler.cycle(2 * HOUR + 60)) == ["c-low"]

@@ -318,6 +318,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         n_leaves = index.leaf_freeable.size
         freeable = np.zeros(n_leaves, dtype=np.int64)
         node_freeable = np.zeros(top.n_nodes, dtype=np.int64)
+        unallocated_freeable = np.zeros(n_leaves, dtype=np.int64)
+        node_unallocated_freeable = np.zeros(top.n_nodes, dtype=np.int64)
         weight = np.zeros(n_leaves)
         weighted_since = np.zeros(n_leaves)
         owner = np.full(index.gpu_owner.shape, -1, dtype=np.int64)
@@ -335,12 +337,21 @@ class SchedulerMachine(RuleBasedStateMachine):
             leaves = leaf_of[allocation.nodes]
             np.add.at(freeable, leaves, allocation.gpus.shape[1] if whole else 1)
             np.add.at(node_freeable, allocation.nodes, allocation.gpus.shape[1] if whole else 1)
+            if job.unallocated:
+                np.add.at(unallocated_freeable, leaves, allocation.gpus.shape[1] if whole else 1)
+                np.add.at(
+                    node_unallocated_freeable,
+                    allocation.nodes,
+                    allocation.gpus.shape[1] if whole else 1,
+                )
             touched = np.unique(leaves)
             weight[touched] += job.gpus
             weighted_since[touched] += job.gpus * scheduler._work_since(job)
         assert (index.gpu_owner == owner).all()
         assert (index.leaf_freeable == freeable).all()
         assert (index.node_freeable == node_freeable).all()
+        assert (index.leaf_unallocated_freeable == unallocated_freeable).all()
+        assert (index.node_unallocated_freeable == node_unallocated_freeable).all()
         assert np.allclose(index.leaf_weight, weight, atol=1e-6)
         assert np.allclose(index.leaf_weighted_since, weighted_since, rtol=1e-9, atol=1e-3)
 

@@ -281,15 +281,19 @@ class Contract:
             f"account {preemptor.account} does not rank above {victim.account} in fair share",
         )
 
+    def runs_its_budget(self, account: str, loads: AccountLoads) -> bool:
+        """Whether `account` already runs its whole budget: then, under the budget rule, its
+        jobs evict no other account's allocated work (only unallocated work, and within the
+        account, lower priorities)."""
+        return loads.running_gpus(account) >= loads.budget_gpus(account) - _GPU_SLACK
+
     def reclaim_limit(
         self, preemptor_account: str, victim_account: str, loads: AccountLoads
     ) -> float:
         """Under the budget rule, the most GPUs one job of `victim_account` may hold and still be
         evicted for a job of `preemptor_account`: what the victim's account runs beyond its
         budget, or -inf when the preemptor's account already runs its own."""
-        if loads.running_gpus(preemptor_account) >= loads.budget_gpus(preemptor_account) - (
-            _GPU_SLACK
-        ):
+        if self.runs_its_budget(preemptor_account, loads):
             return -math.inf
         return loads.running_gpus(victim_account) - loads.budget_gpus(victim_account) + _GPU_SLACK
 

@@ -367,11 +367,10 @@ class Scheduler:
         self._pair_verdicts: dict[
             tuple[str, int, bool, int, float, float, float], tuple[str, float | None] | None
         ] = {}
-        # Refused preemptions by (pod shape, pods, account, priority): what the refusal depends on,
-        # until when no protection ends, and the reason (see `_preempt_or_refuse`).
-        self._refusals: dict[
-            tuple[tuple[object, ...], int, str, int], tuple[tuple[object, ...], float, str]
-        ] = {}
+        # Refused preemptions by (pod shape, pods, account, priority), or by (pod shape, pods)
+        # for jobs that may take unallocated work only: what the refusal depends on, until when
+        # no protection ends, and the reason (see `_preempt_or_refuse`).
+        self._refusals: dict[tuple[object, ...], tuple[tuple[object, ...], float, str]] = {}
         self._refusals_epoch = 0
         self._pair_verdicts_ranking: Ranking | None = None
         self._pair_verdicts_stamp = -1
@@ -772,7 +771,8 @@ class Scheduler:
         if message is None:
             since = "does not fit now" if failure.cycle == cycle_number else "did not fit"
             message = (
-                f"{_needs(job)}; a job of the same pod shape with {failure.pods} pods "
+                f"{_needs(job)}; a job of the same pod shape with {failure.pods} "
+                f"pod{'s' if failure.pods != 1 else ''} "
                 f"{since} ({failure.reason})"
             )
             if failure.cycle != cycle_number:
@@ -811,15 +811,22 @@ class Scheduler:
         return False
 
     def _candidates(
-        self, entry: QueueEntry, ranking: Ranking, now: float, slots: IntArray | None = None
+        self,
+        entry: QueueEntry,
+        ranking: Ranking,
+        now: float,
+        slots: IntArray | None = None,
+        only_unallocated: bool = False,
     ) -> CandidatePool:
         """Running jobs the contract lets `entry` preempt now (among `slots` of the preemptible
-        index, else every running job), with their lost work and standing."""
+        index, else every running job, or every unallocated one when that is all `entry` may
+        take), with their lost work and standing."""
         index = self._preemptible
         if slots is None:
             names = sorted(self._unallocated_running)
-            protected_from = self._protection.bisect_right((now, "\uffff"))
-            names += [job_id for _, job_id in self._protection.islice(0, protected_from)]
+            if not only_unallocated:
+                protected_from = self._protection.bisect_right((now, "\uffff"))
+                names += [job_id for _, job_id in self._protection.islice(0, protected_from)]
             slot_of = index.slot_of
             slots = np.array([slot_of[name] for name in names], dtype=np.int64)
         verdicts = self._verdicts(entry, ranking, now, slots)
@@ -1030,8 +1037,18 @@ class Scheduler:
         (and under the fair-share rule the accounts' order) stay as they were and no
         protection has ended. The search that stopped at `DOMAINS_EXAMINED` domains with room
         depends on which were cheapest, so its refusals are not remembered.
+
+        When unallocated work is all the job may take (`_only_unallocated_victims`), nothing of
+        its account or priority enters the search: the refusal is shared by every such job of
+        the same shape.
         """
-        key = (kind.shape, kind.pods, entry.account, entry.priority)
+        self._preemptible.refresh(now)
+        only_unallocated = self._only_unallocated_victims(entry)
+        key: tuple[object, ...] = (
+            (kind.shape, kind.pods)
+            if only_unallocated
+            else (kind.shape, kind.pods, entry.account, entry.priority)
+        )
         inputs = (
             self._epoch,
             fence.frozen(),
@@ -1043,7 +1060,7 @@ class Scheduler:
         known = self._refusals.get(key)
         if known is not None and known[0] == inputs and now < known[1]:
             return known[2]
-        plan, lasting = self._search_preemption(job, entry, ranking, now)
+        plan, lasting = self._search_preemption(job, entry, ranking, now, only_unallocated)
         if isinstance(plan, PreemptionPlan):
             return plan
         if self._refusals_epoch != self._epoch:
@@ -1061,24 +1078,32 @@ class Scheduler:
         self, job: Job, entry: QueueEntry, ranking: Ranking, now: float
     ) -> PreemptionPlan | str:
         """Victims whose eviction lets `job` run, or why there are none."""
-        return self._search_preemption(job, entry, ranking, now)[0]
+        self._preemptible.refresh(now)
+        only_unallocated = self._only_unallocated_victims(entry)
+        return self._search_preemption(job, entry, ranking, now, only_unallocated)[0]
 
     def _search_preemption(
-        self, job: Job, entry: QueueEntry, ranking: Ranking, now: float
+        self, job: Job, entry: QueueEntry, ranking: Ranking, now: float, only_unallocated: bool
     ) -> tuple[PreemptionPlan | str, bool]:
         """`_plan_preemption`, and whether its answer does not depend on the order of domains
-        by lost work (False when the local search stopped at `DOMAINS_EXAMINED`)."""
-        local = self._local_candidates(job, now)
+        by lost work (False when the local search stopped at `DOMAINS_EXAMINED`).
+        `only_unallocated`: `_only_unallocated_victims(entry)`, as of a refresh at `now`."""
+        local = self._local_candidates(job, now, only_unallocated)
         lasting = True
         if local is not None:
             slots, complete, lasting = local
             if complete and not slots.size:
                 unprotected = self._protection.bisect_right((now, "\uffff"))
-                if not self._unallocated_running and unprotected == 0:
+                if not self._unallocated_running and (only_unallocated or unprotected == 0):
                     return "no running job may be preempted for it under the contract", lasting
                 level = self.state.topology.domain_levels[self.victim_search.leaf_level]
+                victims = (
+                    "all unallocated work (its account runs its whole budget)"
+                    if only_unallocated
+                    else "every unprotected job"
+                )
                 return (
-                    f"even evicting every unprotected job leaves no {level} with room for "
+                    f"even evicting {victims} leaves no {level} with room for "
                     f"{_needs(job).removeprefix('needs ')}"
                 ), lasting
             # A gang that fits one innermost domain: only the domains where preemptible work
@@ -1100,17 +1125,42 @@ class Scheduler:
                 self._preemptible,
                 lambda slots: self._verdicts(entry, ranking, now, slots),
                 now,
+                only_unallocated,
             )
             if spread is not None:
                 return spread, lasting
-        candidates = self._candidates(entry, ranking, now)
+        candidates = self._candidates(entry, ranking, now, only_unallocated=only_unallocated)
         plan = self.victim_search.plan(job.job_id, job.request, candidates, known_not_to_fit=True)
         return plan, lasting and not candidates.caps_bind
 
-    def _local_candidates(self, job: Job, now: float) -> tuple[IntArray, bool, bool] | None:
+    def _only_unallocated_victims(self, entry: QueueEntry) -> bool:
+        """Whether unallocated work is all that `entry` may preempt: under the budget rule its
+        account runs its whole budget and holds no unprotected allocated job of lower priority
+        (as of the preemptible index's last refresh)."""
+        if entry.unallocated or self.contract.cross_account != "budget":
+            return False
+        if not self.contract.runs_its_budget(entry.account, self):
+            return False
+        index = self._preemptible
+        code = index.accounts.get(entry.account)
+        if code is None:
+            return True
+        used = len(index.allocations)
+        own_lower = (
+            (index.account[:used] == code)
+            & (index.priority[:used] < entry.priority)
+            & index.counted[:used]
+            & ~index.unallocated[:used]
+        )
+        return not own_lower.any()
+
+    def _local_candidates(
+        self, job: Job, now: float, only_unallocated: bool = False
+    ) -> tuple[IntArray, bool, bool] | None:
         """Running jobs (slots of the preemptible index) in the innermost domains where
         evicting unprotected work could fit `job`, for gangs that fit in one such domain; None
-        when that shortcut does not apply.
+        when that shortcut does not apply. With `only_unallocated`, the only work counted and
+        listed is unallocated (all the contract lets the job take).
 
         Unprotected work is unallocated work and allocated jobs past their min runtime,
         whatever their standing (the contract filters later). The per-domain aggregates of free
@@ -1131,7 +1181,8 @@ class Scheduler:
         state, index = self.state, self._preemptible
         index.refresh(now)
         leaf_free = state.free_gpus[search.leaf_level]
-        possible = np.flatnonzero(leaf_free + index.leaf_freeable >= need)
+        freeable = index.leaf_unallocated_freeable if only_unallocated else index.leaf_freeable
+        possible = np.flatnonzero(leaf_free + freeable >= need)
         one_domain = search.is_one_domain(request)
         nothing = np.zeros(0, dtype=np.int64)
         if possible.size == 0:
@@ -1160,7 +1211,7 @@ class Scheduler:
                 done += leaves.size
                 examined += leaves.size
                 batch *= 2
-                fits = self._leaves_with_room(leaves, request)
+                fits = self._leaves_with_room(leaves, request, only_unallocated)
                 chosen.append(fits[: DOMAINS_EXAMINED - found])
                 found += fits.size
         picked = np.concatenate(chosen)
@@ -1168,20 +1219,28 @@ class Scheduler:
         if picked.size == 0:
             return (nothing, True, True) if one_domain else None
         slots = index.slots_on(domain_nodes(starts, picked))
+        if only_unallocated:
+            slots = slots[index.unallocated[slots]]
         # In job-name order, so that ties between equal victim sets always break the same way.
         ordered = slots[np.argsort(index.ids[slots], kind="stable")]
         return ordered, complete, found < DOMAINS_EXAMINED
 
-    def _leaves_with_room(self, leaves: IntArray, request: GangRequest) -> IntArray:
+    def _leaves_with_room(
+        self, leaves: IntArray, request: GangRequest, only_unallocated: bool = False
+    ) -> IntArray:
         """Those of `leaves` (innermost domains) where free GPUs plus those of unprotected pods
-        give room for the gang, counted node by node."""
+        (with `only_unallocated`, of unallocated pods) give room for the gang, counted node by
+        node."""
         state, topology = self.state, self.state.topology
         starts = self.victim_search.leaf_starts
         nodes = domain_nodes(starts, leaves)
-        potential = np.minimum(
-            state.free_whole_gpus[nodes] + self._preemptible.freeable_on(nodes),
-            topology.gpu_count[nodes],
+        index = self._preemptible
+        freeable = (
+            index.node_unallocated_freeable[nodes].astype(np.int64)
+            if only_unallocated
+            else index.freeable_on(nodes)
         )
+        potential = np.minimum(state.free_whole_gpus[nodes] + freeable, topology.gpu_count[nodes])
         usable = state.health[nodes] == _HEALTHY
         if request.allowed_models is not None:
             usable &= np.isin(topology.gpu_model[nodes], request.allowed_models)

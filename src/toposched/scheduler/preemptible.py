@@ -84,6 +84,12 @@ class PreemptibleIndex:
         self.leaf_freeable: IntArray = np.zeros(n_leaves, dtype=np.int64)
         # The same per node: whole GPUs of counted (unprotected) pods on it.
         self.node_freeable: NDArray[np.int32] = np.zeros(topology.n_nodes, dtype=np.int32)
+        # Both again for unallocated work alone: all that a preemptor whose account already
+        # runs its whole budget may take from other accounts under the budget rule.
+        self.leaf_unallocated_freeable: IntArray = np.zeros(n_leaves, dtype=np.int64)
+        self.node_unallocated_freeable: NDArray[np.int32] = np.zeros(
+            topology.n_nodes, dtype=np.int32
+        )
         self.leaf_weight: FloatArray = np.zeros(n_leaves, dtype=np.float64)
         self.leaf_weighted_since: FloatArray = np.zeros(n_leaves, dtype=np.float64)
         self.slot_of: dict[str, int] = {}
@@ -253,8 +259,21 @@ class PreemptibleIndex:
         job_of_pod = np.repeat(np.arange(counted.size), per_job)
         pod_nodes = np.concatenate(pods)
         leaves = self.leaf_of_node[pod_nodes]
-        np.subtract.at(self.leaf_freeable, leaves, self.whole[counted][job_of_pod])
-        np.subtract.at(self.node_freeable, pod_nodes, self.whole[counted][job_of_pod])
+        whole_of_pod = self.whole[counted][job_of_pod]
+        np.subtract.at(self.leaf_freeable, leaves, whole_of_pod)
+        np.subtract.at(self.node_freeable, pod_nodes, whole_of_pod)
+        unallocated_pod = self.unallocated[counted][job_of_pod]
+        if unallocated_pod.any():
+            np.subtract.at(
+                self.leaf_unallocated_freeable,
+                leaves[unallocated_pod],
+                whole_of_pod[unallocated_pod],
+            )
+            np.subtract.at(
+                self.node_unallocated_freeable,
+                pod_nodes[unallocated_pod],
+                whole_of_pod[unallocated_pod],
+            )
         # Work counts once per (job, domain) pair.
         n_leaves = self.leaf_freeable.size
         pairs = np.unique(job_of_pod * n_leaves + leaves)
@@ -296,6 +315,10 @@ class PreemptibleIndex:
             for node, leaf in zip(nodes, leaves, strict=True):
                 self.leaf_freeable[leaf] += whole
                 self.node_freeable[node] += whole
+            if self.unallocated[slot]:
+                for node, leaf in zip(nodes, leaves, strict=True):
+                    self.leaf_unallocated_freeable[leaf] += whole
+                    self.node_unallocated_freeable[node] += whole
             weighted_since = weight * float(self.since[slot])
             for leaf in set(leaves):
                 self.leaf_weight[leaf] += weight
@@ -304,6 +327,11 @@ class PreemptibleIndex:
             leaf_array = self.leaf_of_node[allocation.nodes]
             np.add.at(self.leaf_freeable, leaf_array, sign * int(self.whole[slot]))
             np.add.at(self.node_freeable, allocation.nodes, sign * int(self.whole[slot]))
+            if self.unallocated[slot]:
+                np.add.at(self.leaf_unallocated_freeable, leaf_array, sign * int(self.whole[slot]))
+                np.add.at(
+                    self.node_unallocated_freeable, allocation.nodes, sign * int(self.whole[slot])
+                )
             touched = distinct(leaf_array)
             self.leaf_weight[touched] += weight
             self.leaf_weighted_since[touched] += weight * float(self.since[slot])

@@ -688,6 +688,7 @@ class VictimSearch:
         index: PreemptibleIndex,
         verdicts_of: Callable[[IntArray], SlotVerdicts],
         now: float,
+        only_unallocated: bool = False,
     ) -> PreemptionPlan | str | None:
         """Victims for a gang of whole-GPU pods spread over innermost domains, without a list
         of every candidate: None when this path does not apply or finds nothing (the general
@@ -700,6 +701,8 @@ class VictimSearch:
         the gang's shortfall is covered. Every allowed job on a chosen domain is a victim. The
         placement engine checks the set on the state with those jobs' GPUs in the chosen
         domains freed (their pods elsewhere are not counted: a conservative check).
+        `only_unallocated`: the contract lets the preemptor take unallocated work only, so only
+        its GPUs count towards the most a domain could gain.
         """
         if request.is_fractional or request.gpus_per_pod == 0 or self.leaf_level == 0:
             return None
@@ -713,14 +716,16 @@ class VictimSearch:
         granule = request.granule(self.leaf_level)
         one_model = hist[:, 0, :] if hist.shape[1] == 1 else hist.sum(axis=1, dtype=np.int64)
         now_room = pods_by_free(one_model, pods_for_k) // granule * granule
-        most = (state.free_gpus[self.leaf_level] + index.leaf_freeable) // per_pod
+        freeable = index.leaf_unallocated_freeable if only_unallocated else index.leaf_freeable
+        most = (state.free_gpus[self.leaf_level] + freeable) // per_pod
         gain = most // granule * granule - now_room
         need = request.pods - int(now_room.sum())
         helpful = np.flatnonzero(gain > 0)
         if need <= 0 or helpful.size == 0:
             return None
         if int(gain[helpful].sum()) < need:
-            return "even evicting every unprotected job leaves too little room in whole slices"
+            victims = "all unallocated work" if only_unallocated else "every unprotected job"
+            return f"even evicting {victims} leaves too little room in whole slices"
         cost = index.leaf_cost_bound(helpful, now)
         order = helpful[np.argsort(cost / gain[helpful], kind="stable")]
         batch = int(np.searchsorted(np.cumsum(gain[order]), need)) + 1
