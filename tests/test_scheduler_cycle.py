@@ -570,6 +570,23 @@ def test_a_node_going_down_fails_its_gangs_at_once() -> None:
 # --- explanations ------------------------------------------------------------------------------
 
 
+def test_a_reservation_whose_releases_are_overdue_says_so() -> None:
+    # x0 and x1 expected to end at 42 min, still running at 50 min and protected for 8 h: big's
+    # reservation of rack r0 is due, and its reason does not promise a start in "+0 s".
+    scheduler = Scheduler(small_cluster(), two_teams())
+    for name, node, runtime in (("x0", 0, 2520), ("x1", 1, 2520), ("x2", 2, 2 * HOUR)):
+        spec = job(name, "team-b", expected_runtime=runtime, min_runtime="8h")
+        adopt_on(scheduler, spec, node, range(4))
+    scheduler.submit(job("big", "team-a", pods=2, topology={"required": "rack"}), 3000)
+    result = scheduler.cycle(3000)
+    assert result.reservation == Reserve("big", 3000, "rack z0-b0-r0")
+    reason = scheduler.jobs["big"].reason
+    assert reason.startswith(
+        "waiting for reservation in rack z0-b0-r0, due now: the jobs holding it are past their "
+        "expected end (or, without one, their min runtime); now: "
+    )
+
+
 def test_explain_and_queue_rows_give_position_standing_reservation_and_reason() -> None:
     scheduler = Scheduler(small_cluster(), two_teams())
     adopt_on(scheduler, job("x0", "team-b", expected_runtime=2520), 0, range(4))

@@ -32,7 +32,14 @@ class Reservation:
     """The domain that holds it, e.g. "block z0-b3" ("cluster" when it spans the top)."""
 
     def describe(self, now: float) -> str:
-        wait = max(self.start_time - now, 0.0)
+        wait = self.start_time - now
+        if wait <= 0:
+            # The releases it counts on are due: jobs past their expected end, or, having
+            # declared none, past their min runtime but not preemptible for this job.
+            return (
+                f"waiting for reservation in {self.domain}, due now: the jobs holding it are "
+                "past their expected end (or, without one, their min runtime)"
+            )
         return f"waiting for reservation at +{_duration(wait)} in {self.domain}"
 
 
