@@ -1136,10 +1136,14 @@ class Scheduler:
     def _only_unallocated_victims(self, entry: QueueEntry) -> bool:
         """Whether unallocated work is all that `entry` may preempt: under the budget rule its
         account runs its whole budget and holds no unprotected allocated job of lower priority
-        (as of the preemptible index's last refresh)."""
-        if entry.unallocated or self.contract.cross_account != "budget":
+        (as of the preemptible index's last refresh). Only for the built-in contract: a
+        replacement may judge otherwise."""
+        contract = self.contract
+        if type(contract) is not Contract or entry.unallocated:
             return False
-        if not self.contract.runs_its_budget(entry.account, self):
+        if contract.cross_account != "budget":
+            return False
+        if not contract.runs_its_budget(entry.account, self):
             return False
         index = self._preemptible
         code = index.accounts.get(entry.account)
