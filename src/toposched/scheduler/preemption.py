@@ -627,18 +627,9 @@ class VictimSearch:
         granule = request.granule(self.leaf_level)
         now_room, room = now_room // granule * granule, room // granule * granule
         gain = room - now_room
-        leaf_pairs = np.unique(np.stack([self.leaf_of_node[pool.pod_nodes], pod_owner]), axis=1)
-        leaf_cost = np.bincount(
-            leaf_pairs[0],
-            weights=pool.lost[leaf_pairs[1]],
-            minlength=topology.n_domains(self.leaf_level),
-        )
         need = request.pods - int(now_room.sum())
         helpful = np.flatnonzero(gain > 0)
-        # Cheapest room first; a domain's cost counts every candidate touching it.
-        order = helpful[np.argsort(leaf_cost[helpful] / gain[helpful], kind="stable")]
-        covered = np.cumsum(gain[order])
-        if covered.size == 0 or covered[-1] < need:
+        if helpful.size == 0 or int(gain[helpful].sum()) < need:
             most = int(room.sum())
             text = (
                 f"even evicting all {len(pool)} preemptible jobs leaves room for at most "
@@ -654,10 +645,20 @@ class VictimSearch:
             # placement engine could place with every candidate gone: the job's reason says so
             # without placing it.
             return text, _PROVEN
+        # (leaf, candidate) pairs, each once, as one code per pair.
+        n_candidates = len(pool)
+        pair_codes = distinct(self.leaf_of_node[pool.pod_nodes] * n_candidates + pod_owner)
+        pair_leaf, pair_owner = pair_codes // n_candidates, pair_codes % n_candidates
+        leaf_cost = np.bincount(
+            pair_leaf, weights=pool.lost[pair_owner], minlength=topology.n_domains(self.leaf_level)
+        )
+        # Cheapest room first; a domain's cost counts every candidate touching it.
+        order = helpful[np.argsort(leaf_cost[helpful] / gain[helpful], kind="stable")]
+        covered = np.cumsum(gain[order])
         chosen_leaves = order[: int(np.searchsorted(covered, need)) + 1]
-        in_chosen = np.isin(leaf_pairs[0], chosen_leaves)
+        in_chosen = np.isin(pair_leaf, chosen_leaves)
         # Within each account's budget cap: the cheapest of its victims per GPU are kept.
-        rows = pool.capped(np.unique(leaf_pairs[1][in_chosen]))
+        rows = pool.capped(distinct(pair_owner[in_chosen]))
         victims = pool.take(rows)
         placed = self._place_without(request, victims)
         plan = self._plan_if_placed(preemptor, victims, False, placed)
