@@ -1141,7 +1141,9 @@ class Scheduler:
         contract = self.contract
         if type(contract) is not Contract or entry.unallocated:
             return False
-        if contract.cross_account != "budget":
+        if contract.cross_account != "budget" or self.budget_gpus(entry.account) <= 0:
+            # Without a budget the contract lets the job preempt nobody, not even unallocated
+            # work: its refusal must not answer for budgeted jobs of the same shape.
             return False
         if not contract.runs_its_budget(entry.account, self):
             return False

@@ -310,13 +310,13 @@ class PreemptibleIndex:
         if allocation.nodes.size <= _FEW_PODS:
             # Scalar updates: for a few pods numpy's per-call cost outweighs the work.
             whole = sign * int(self.whole[slot])
+            unallocated = bool(self.unallocated[slot])
             nodes = allocation.nodes.tolist()
             leaves = self.leaf_of_node[allocation.nodes].tolist()
             for node, leaf in zip(nodes, leaves, strict=True):
                 self.leaf_freeable[leaf] += whole
                 self.node_freeable[node] += whole
-            if self.unallocated[slot]:
-                for node, leaf in zip(nodes, leaves, strict=True):
+                if unallocated:
                     self.leaf_unallocated_freeable[leaf] += whole
                     self.node_unallocated_freeable[node] += whole
             weighted_since = weight * float(self.since[slot])
@@ -325,13 +325,12 @@ class PreemptibleIndex:
                 self.leaf_weighted_since[leaf] += weighted_since
         else:
             leaf_array = self.leaf_of_node[allocation.nodes]
-            np.add.at(self.leaf_freeable, leaf_array, sign * int(self.whole[slot]))
-            np.add.at(self.node_freeable, allocation.nodes, sign * int(self.whole[slot]))
+            whole = sign * int(self.whole[slot])
+            np.add.at(self.leaf_freeable, leaf_array, whole)
+            np.add.at(self.node_freeable, allocation.nodes, whole)
             if self.unallocated[slot]:
-                np.add.at(self.leaf_unallocated_freeable, leaf_array, sign * int(self.whole[slot]))
-                np.add.at(
-                    self.node_unallocated_freeable, allocation.nodes, sign * int(self.whole[slot])
-                )
+                np.add.at(self.leaf_unallocated_freeable, leaf_array, whole)
+                np.add.at(self.node_unallocated_freeable, allocation.nodes, whole)
             touched = distinct(leaf_array)
             self.leaf_weight[touched] += weight
             self.leaf_weighted_since[touched] += weight * float(self.since[slot])
