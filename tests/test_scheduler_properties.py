@@ -319,6 +319,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         freeable = np.zeros(n_leaves, dtype=np.int64)
         node_freeable = np.zeros(top.n_nodes, dtype=np.int64)
         unallocated_freeable = np.zeros(n_leaves, dtype=np.int64)
+        unprotected_in_pair = np.zeros(index.unprotected_in_pair.size, dtype=np.int64)
         node_unallocated_freeable = np.zeros(top.n_nodes, dtype=np.int64)
         weight = np.zeros(n_leaves)
         weighted_since = np.zeros(n_leaves)
@@ -337,6 +338,8 @@ class SchedulerMachine(RuleBasedStateMachine):
             leaves = leaf_of[allocation.nodes]
             np.add.at(freeable, leaves, allocation.gpus.shape[1] if whole else 1)
             np.add.at(node_freeable, allocation.nodes, allocation.gpus.shape[1] if whole else 1)
+            if not job.unallocated:
+                unprotected_in_pair[index.pair[slot]] += 1
             if job.unallocated:
                 np.add.at(unallocated_freeable, leaves, allocation.gpus.shape[1] if whole else 1)
                 np.add.at(
@@ -351,6 +354,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert (index.leaf_freeable == freeable).all()
         assert (index.node_freeable == node_freeable).all()
         assert (index.leaf_unallocated_freeable == unallocated_freeable).all()
+        assert (index.unprotected_in_pair == unprotected_in_pair).all()
         assert (index.node_unallocated_freeable == node_unallocated_freeable).all()
         assert np.allclose(index.leaf_weight, weight, atol=1e-6)
         assert np.allclose(index.leaf_weighted_since, weighted_since, rtol=1e-9, atol=1e-3)

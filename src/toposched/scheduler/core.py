@@ -1147,18 +1147,7 @@ class Scheduler:
             return False
         if not contract.runs_its_budget(entry.account, self):
             return False
-        index = self._preemptible
-        code = index.accounts.get(entry.account)
-        if code is None:
-            return True
-        used = len(index.allocations)
-        own_lower = (
-            (index.account[:used] == code)
-            & (index.priority[:used] < entry.priority)
-            & index.counted[:used]
-            & ~index.unallocated[:used]
-        )
-        return not own_lower.any()
+        return not self._preemptible.holds_unprotected_below(entry.account, entry.priority)
 
     def _local_candidates(
         self, job: Job, now: float, only_unallocated: bool = False

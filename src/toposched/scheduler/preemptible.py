@@ -106,6 +106,11 @@ class PreemptibleIndex:
         # allocated victim depends on its pair (and size), so pairs are judged, not jobs.
         self.pairs: dict[tuple[int, int], int] = {}
         self.pair_members: list[tuple[int, int]] = []
+        # Per pair, its counted (unprotected, not evicting) allocated jobs; per account code,
+        # its (priority, pair) pairs: whether an account holds unprotected work below a
+        # priority is a few lookups, not a pass over every running job.
+        self.unprotected_in_pair: IntArray = np.zeros(16, dtype=np.int64)
+        self.pairs_of_account: dict[int, list[tuple[int, int]]] = {}
         capacity = 1024
         self.ids: NDArray[np.object_] = np.empty(capacity, dtype=object)
         self.gpus: FloatArray = np.zeros(capacity)
@@ -189,6 +194,11 @@ class PreemptibleIndex:
         if pair is None:
             pair = self.pairs[(code, priority)] = len(self.pair_members)
             self.pair_members.append((code, priority))
+            self.pairs_of_account.setdefault(code, []).append((priority, pair))
+            if pair >= self.unprotected_in_pair.size:
+                grown = np.zeros(2 * self.unprotected_in_pair.size, dtype=np.int64)
+                grown[: self.unprotected_in_pair.size] = self.unprotected_in_pair
+                self.unprotected_in_pair = grown
         self.pair[slot] = pair
         self.unallocated[slot] = unallocated
         self.evicting[slot] = False
@@ -262,6 +272,8 @@ class PreemptibleIndex:
         whole_of_pod = self.whole[counted][job_of_pod]
         np.subtract.at(self.leaf_freeable, leaves, whole_of_pod)
         np.subtract.at(self.node_freeable, pod_nodes, whole_of_pod)
+        allocated_jobs = counted[~self.unallocated[counted]]
+        np.subtract.at(self.unprotected_in_pair, self.pair[allocated_jobs], 1)
         unallocated_pod = self.unallocated[counted][job_of_pod]
         if unallocated_pod.any():
             np.subtract.at(
@@ -311,6 +323,8 @@ class PreemptibleIndex:
             # Scalar updates: for a few pods numpy's per-call cost outweighs the work.
             whole = sign * int(self.whole[slot])
             unallocated = bool(self.unallocated[slot])
+            if not unallocated:
+                self.unprotected_in_pair[self.pair[slot]] += sign
             nodes = allocation.nodes.tolist()
             leaves = self.leaf_of_node[allocation.nodes].tolist()
             for node, leaf in zip(nodes, leaves, strict=True):
@@ -326,6 +340,8 @@ class PreemptibleIndex:
         else:
             leaf_array = self.leaf_of_node[allocation.nodes]
             whole = sign * int(self.whole[slot])
+            if not self.unallocated[slot]:
+                self.unprotected_in_pair[self.pair[slot]] += sign
             np.add.at(self.leaf_freeable, leaf_array, whole)
             np.add.at(self.node_freeable, allocation.nodes, whole)
             if self.unallocated[slot]:
@@ -349,6 +365,19 @@ class PreemptibleIndex:
         """Which of `slots` are unallocated or past their min runtime, and not being evicted."""
         free: BoolArray = (self.protected_until[slots] <= now) & ~self.evicting[slots]
         return free
+
+    def holds_unprotected_below(self, account: str, priority: int) -> bool:
+        """Whether `account` runs an unprotected allocated job (not being evicted) of a priority
+        below `priority`, as of the last `refresh`."""
+        code = self.accounts.get(account)
+        if code is None:
+            return False
+        counts = self.unprotected_in_pair
+        return any(
+            counts[pair] > 0
+            for pair_priority, pair in self.pairs_of_account.get(code, ())
+            if pair_priority < priority
+        )
 
     def freeable_on(self, nodes: IntArray) -> IntArray:
         """Whole GPUs unprotected pods hold on each of `nodes` as of the last `refresh` (a
