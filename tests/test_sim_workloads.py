@@ -243,6 +243,9 @@ def test_ai2_like_budgeted_work_offers_about_80_percent(seed: int, gpus: int) ->
     budgeted = sum(offered.values()) - offered["unallocated"]
     assert 0.77 <= budgeted / capacity <= 0.84
     assert 0.33 <= offered["unallocated"] / capacity <= 0.37
+    # The workload's notes (and so every run's summary) say the same.
+    noted = workload.notes["offered_share_by_class"]
+    assert noted == {name: round(value / capacity, 4) for name, value in sorted(offered.items())}
 
 
 def test_frontier_lab_on_the_million_gpu_fleet() -> None:

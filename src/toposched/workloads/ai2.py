@@ -400,6 +400,10 @@ def ai2_like(seed: int = 0, days: float = 30.0, gpus: int = 3072) -> Workload:
         generator.team(team, phases)
     generator.unallocated_work(teams)
     jobs = [job for job in generator.jobs if job.submit_time < generator.horizon]
+    offered: dict[str, float] = {}
+    for job in jobs:
+        offered[job.job_class] = offered.get(job.job_class, 0.0) + job.gpus * job.runtime
+    capacity = topology.n_gpus * days * DAY
     return Workload(
         name="ai2",
         topology=topology,
@@ -417,5 +421,10 @@ def ai2_like(seed: int = 0, days: float = 30.0, gpus: int = 3072) -> Workload:
             "days": days,
             "gpus": topology.n_gpus,
             "researchers": sum(team.researchers for team in teams),
+            # GPU-hours each class offers (runtimes in full) over the cluster's GPU-hours.
+            "offered_share_by_class": {
+                job_class: round(gpu_seconds / capacity, 4)
+                for job_class, gpu_seconds in sorted(offered.items())
+            },
         },
     )
