@@ -319,12 +319,12 @@ class PreemptibleIndex:
         allocation = self.allocations[slot]
         assert allocation is not None
         weight = sign * float(self.gpus[slot])
+        whole = sign * int(self.whole[slot])
+        unallocated = bool(self.unallocated[slot])
+        if not unallocated:
+            self.unprotected_in_pair[self.pair[slot]] += sign
         if allocation.nodes.size <= _FEW_PODS:
             # Scalar updates: for a few pods numpy's per-call cost outweighs the work.
-            whole = sign * int(self.whole[slot])
-            unallocated = bool(self.unallocated[slot])
-            if not unallocated:
-                self.unprotected_in_pair[self.pair[slot]] += sign
             nodes = allocation.nodes.tolist()
             leaves = self.leaf_of_node[allocation.nodes].tolist()
             for node, leaf in zip(nodes, leaves, strict=True):
@@ -339,12 +339,9 @@ class PreemptibleIndex:
                 self.leaf_weighted_since[leaf] += weighted_since
         else:
             leaf_array = self.leaf_of_node[allocation.nodes]
-            whole = sign * int(self.whole[slot])
-            if not self.unallocated[slot]:
-                self.unprotected_in_pair[self.pair[slot]] += sign
             np.add.at(self.leaf_freeable, leaf_array, whole)
             np.add.at(self.node_freeable, allocation.nodes, whole)
-            if self.unallocated[slot]:
+            if unallocated:
                 np.add.at(self.leaf_unallocated_freeable, leaf_array, whole)
                 np.add.at(self.node_unallocated_freeable, allocation.nodes, whole)
             touched = distinct(leaf_array)
