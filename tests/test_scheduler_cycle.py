@@ -18,8 +18,9 @@ from toposched.placement.jobspec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract
 from toposched.policy.usage import UsageTracker
-from toposched.scheduler.core import CycleResult, Scheduler, _Failure, _Failures, _Fence
+from toposched.scheduler.core import CycleResult, Scheduler, _Failure, _Failures
 from toposched.scheduler.decisions import Bind, Reserve
+from toposched.scheduler.fence import Fence
 from toposched.scheduler.jobs import JobState, Nomination
 
 HOUR = 3600.0
@@ -734,7 +735,7 @@ def test_a_failure_stops_answering_once_a_preemptor_hands_back_part_of_its_kept_
 
 def test_a_failure_found_behind_the_fence_does_not_answer_once_the_fence_is_lifted() -> None:
     state = small_cluster()
-    fence = _Fence(state)
+    fence = Fence(state)
     failures = _Failures()
     shape: tuple[object, ...] = ("4 GPUs per pod",)
     fence.close(np.array([0], dtype=np.int64))

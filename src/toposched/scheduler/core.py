@@ -25,6 +25,7 @@ from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier, Rank
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.decisions import Bind, Decision, Evict, Reserve
 from toposched.scheduler.defrag import Defragmenter, MovePlan, Mover, fragmentation
+from toposched.scheduler.fence import Fence, FencedNodes
 from toposched.scheduler.jobs import (
     EvictionRecord,
     Job,
@@ -142,63 +143,6 @@ class _ReleasedPrefix:
             marks.append((count, self.statement.checkpoint()))
 
 
-class _Fence:
-    """Nodes kept from the rest of a cycle (reserved or nominated), cordoned while it runs.
-
-    Only healthy nodes are fenced, so lifting the fence makes them healthy again. Every change
-    moves `generation`, so what was checked against the fence is re-checked only after it moved.
-    """
-
-    def __init__(self, state: ClusterState) -> None:
-        self.state = state
-        self.fenced: set[int] = set()
-        # The same nodes as a mask: a reservation fences tens of thousands of nodes, too many
-        # to test one by one against the set.
-        self._fenced_mask = np.zeros(state.topology.n_nodes, dtype=bool)
-        self.generation = 0
-        self._frozen: frozenset[int] | None = frozenset()
-
-    @property
-    def any(self) -> bool:
-        return bool(self.fenced)
-
-    def frozen(self) -> frozenset[int]:
-        """The fenced nodes now, as a set that later changes leave alone."""
-        if self._frozen is None:
-            self._frozen = frozenset(self.fenced)
-        return self._frozen
-
-    def close(self, nodes: IntArray) -> None:
-        candidates = distinct(nodes[~self._fenced_mask[nodes]])
-        if not candidates.size:
-            return
-        healthy = candidates[self.state.health[candidates] == _HEALTHY]
-        if healthy.size:
-            self.state.set_health(healthy, Health.CORDONED)
-            self._fenced_mask[healthy] = True
-            self.fenced.update(healthy.tolist())
-            self._moved()
-
-    def open(self, nodes: IntArray) -> None:
-        mine = distinct(nodes[self._fenced_mask[nodes]])
-        if mine.size:
-            self.state.set_health(mine, Health.HEALTHY)
-            self._fenced_mask[mine] = False
-            self.fenced.difference_update(mine.tolist())
-            self._moved()
-
-    def open_all(self) -> None:
-        if self.fenced:
-            self.state.set_health(np.flatnonzero(self._fenced_mask), Health.HEALTHY)
-            self._fenced_mask[:] = False
-            self.fenced.clear()
-            self._moved()
-
-    def _moved(self) -> None:
-        self.generation += 1
-        self._frozen = None
-
-
 @dataclass(frozen=True, eq=False)
 class _Failure:
     """A gang that did not fit: its pod count, why, and the nodes fenced at the time.
@@ -210,7 +154,7 @@ class _Failure:
 
     pods: int
     reason: str
-    fenced: frozenset[int]
+    fenced: FencedNodes
     job_id: str
     epoch: int
     """The scheduler's `_epoch` at the time: equal epochs and fences mean equal free capacity."""
@@ -233,7 +177,7 @@ class _Failures:
         self.version += 1
 
     def find(
-        self, shape: tuple[object, ...], pods: int, fence: _Fence, cycle: int
+        self, shape: tuple[object, ...], pods: int, fence: Fence, cycle: int
     ) -> _Failure | None:
         """A failure implying that a gang of `shape` with `pods` pods does not fit now."""
         cached = self._smallest.get(shape)
@@ -255,7 +199,7 @@ class _Failures:
         return found if found is not None and pods >= found.pods else None
 
     def find_beyond(
-        self, shape: tuple[object, ...], pods: int, fence: _Fence, opened: frozenset[int]
+        self, shape: tuple[object, ...], pods: int, fence: Fence, opened: frozenset[int]
     ) -> _Failure | None:
         """`find` as if the fence let `opened` go: a failure found with none of those nodes
         fenced (short jobs, before they try the reserved nodes)."""
@@ -358,9 +302,7 @@ class Scheduler:
         self._settled_version = -1
         self._failures = _Failures()
         self._kinds: dict[tuple[object, ...], JobKind] = {}
-        self._last_reservation: tuple[Job, GangRequest, int, frozenset[int], _Fit | None] | None = (
-            None
-        )
+        self._last_reservation: tuple[Job, GangRequest, int, FencedNodes, _Fit | None] | None = None
         self._held_cache: dict[str, tuple[Allocation, int, IntArray, IntArray]] = {}
         # The contract's verdicts on pairs of running jobs (see `_pair_verdict`), for one
         # ranking and one version of the loads and budgets.
@@ -543,7 +485,7 @@ class Scheduler:
             self._epoch += 1
             self._failures.clear()
         failures = self._failures
-        fence = _Fence(self.state)
+        fence = Fence(self.state)
         preemptions_left = self.max_preemptions_per_cycle
         jobs = self.jobs
         try:
@@ -579,6 +521,7 @@ class Scheduler:
             for entry, job in zip(entries, pending, strict=True):
                 job.reservation = None
                 if job.nomination is not None:
+                    fence.settle()
                     started = self._start_nominee(job, fence, now, result)
                     if job.nomination is None:
                         # Its fence is open: the nominee may have started elsewhere or not at
@@ -636,6 +579,7 @@ class Scheduler:
                 else:
                     outcome = None
                     if known is None:
+                        fence.settle()
                         result.searches += 1
                         outcome = place(self.state, job.request, self.policy)
                         if isinstance(outcome, Placement):
@@ -651,14 +595,15 @@ class Scheduler:
                         # unless a failure already shows that it does not fit even there.
                         backfill = failures.find_beyond(shape, pods, fence, reserved_nodes)
                         if backfill is None:
-                            fence.open(self._reserved_nodes)
+                            # Lifted until a search that must not see the reserved nodes:
+                            # backfills in a row share one lift.
+                            fence.lift()
                             result.searches += 1
                             outcome = place(self.state, job.request, self.policy)
                             if isinstance(outcome, Placement):
                                 self._start(job, outcome, now)
                             else:
                                 self._failed(shape, job, outcome, fence, cycle_number)
-                            fence.close(self._reserved_nodes)
                         if isinstance(outcome, Placement):
                             result.decisions.append(
                                 Bind(job.job_id, outcome.allocation, job.unallocated, True)
@@ -713,7 +658,7 @@ class Scheduler:
                             Reserve(job.job_id, reserved.start_time, reserved.domain)
                         )
                         # Capacity shrinks for everyone behind: earlier failures still hold.
-                        fence.close(self._reserved_nodes)
+                        fence.close_block(self._reserved_nodes)
                 if answered_by is not None and known_so_far == (
                     fence.generation,
                     failures.version,
@@ -741,11 +686,11 @@ class Scheduler:
         shape: tuple[object, ...],
         job: Job,
         outcome: Unschedulable,
-        fence: _Fence,
+        fence: Fence,
         cycle_number: int,
     ) -> None:
         failure = _Failure(
-            job.request.pods, outcome.reason, fence.frozen(), job.job_id, self._epoch, cycle_number
+            job.request.pods, outcome.reason, fence.seen(), job.job_id, self._epoch, cycle_number
         )
         self._failures.add(shape, failure)
 
@@ -753,7 +698,7 @@ class Scheduler:
         self,
         job: Job,
         failure: _Failure,
-        fence: _Fence,
+        fence: Fence,
         cycle_number: int,
         messages: dict[tuple[_Failure, int], str],
     ) -> str:
@@ -780,7 +725,7 @@ class Scheduler:
             messages[key] = message
         return message
 
-    def _start_nominee(self, job: Job, fence: _Fence, now: float, result: CycleResult) -> bool:
+    def _start_nominee(self, job: Job, fence: Fence, now: float, result: CycleResult) -> bool:
         """Start a preemptor whose victims are gone, on the nodes kept for it."""
         nomination = job.nomination
         assert nomination is not None
@@ -1021,7 +966,7 @@ class Scheduler:
         kind: JobKind,
         entry: QueueEntry,
         ranking: Ranking,
-        fence: _Fence,
+        fence: Fence,
         now: float,
     ) -> PreemptionPlan | str:
         """`_plan_preemption`, with refusals remembered across cycles.
@@ -1060,6 +1005,7 @@ class Scheduler:
         known = self._refusals.get(key)
         if known is not None and known[0] == inputs and now < known[1]:
             return known[2]
+        fence.settle()
         plan, lasting = self._search_preemption(job, entry, ranking, now, only_unallocated)
         if isinstance(plan, PreemptionPlan):
             return plan
@@ -1410,7 +1356,7 @@ class Scheduler:
             job.record(now, f"evicted: {reason}")
             result.decisions.append(Evict(job_id, "", self.grace_for(job), "node_draining", lost))
 
-    def _reserve(self, job: Job, now: float, fenced: frozenset[int]) -> Reservation | None:
+    def _reserve(self, job: Job, now: float, fenced: FencedNodes) -> Reservation | None:
         """The earliest time the job fits (see `_earliest_fit`), from the last cycle's answer
         when nothing has changed since: same job, same epoch and the same nodes `fenced`."""
         memo = self._last_reservation

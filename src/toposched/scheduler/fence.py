@@ -1,0 +1,186 @@
+"""The cycle's fence: nodes kept from later jobs of a cycle (nominated or reserved)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from toposched.cluster.state import ClusterState, Health, distinct
+
+IntArray = NDArray[np.int64]
+
+_HEALTHY = np.int8(Health.HEALTHY)
+
+
+@dataclass(frozen=True, eq=False)
+class FencedNodes:
+    """The nodes fenced at some moment, as the groups the fence closed them in (a reservation's
+    block is one group of tens of thousands of nodes, a nomination another). Two moments of a
+    cycle share the groups closed before both, so comparing them looks at group identities,
+    and at nodes only for the groups that differ."""
+
+    groups: tuple[frozenset[int], ...] = ()
+
+    @functools.cached_property
+    def _group_ids(self) -> frozenset[int]:
+        return frozenset(id(group) for group in self.groups)
+
+    @functools.cached_property
+    def _size(self) -> int:
+        return sum(len(group) for group in self.groups)
+
+    def __le__(self, other: FencedNodes) -> bool:
+        """Whether every node fenced here is fenced in `other` too."""
+        known = other._group_ids
+        missing = [group for group in self.groups if id(group) not in known]
+        if not missing:
+            return True
+        rest = missing[0].union(*missing[1:])
+        for group in other.groups:
+            if not rest:
+                break
+            rest = rest - group
+        return not rest
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FencedNodes):
+            return NotImplemented
+        return self._size == other._size and self <= other
+
+    def __hash__(self) -> int:
+        return hash(self._size)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def isdisjoint(self, nodes: frozenset[int]) -> bool:
+        return all(group.isdisjoint(nodes) for group in self.groups)
+
+    def nodes(self) -> frozenset[int]:
+        """Every fenced node, as one set."""
+        return frozenset().union(*self.groups)
+
+
+class Fence:
+    """Nodes kept from the rest of a cycle (reserved or nominated), cordoned while it runs.
+
+    Only healthy nodes are fenced, so lifting the fence makes them healthy again. Every change
+    of which nodes are fenced moves `generation`, so what was checked against the fence is
+    re-checked only after it moved.
+
+    The reservation's nodes form one block. Jobs that end before the reservation may use them
+    (backfill): `lift` opens the block for their searches and `settle` closes it again before
+    any other search. Consecutive backfills share one lift, since each lift or settle recounts
+    the aggregates of every node of the block. `frozen` and `fenced` give the fence a search
+    sees once settled; `seen`, the one it sees now. Lifting does not move `generation`.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._groups: list[frozenset[int]] = []
+        self._block: frozenset[int] | None = None
+        self._block_nodes: IntArray = np.zeros(0, dtype=np.int64)
+        self._lifted = False
+        # The fenced nodes as a mask: a reservation fences tens of thousands of nodes, too many
+        # to test one by one against a set.
+        self._fenced_mask = np.zeros(state.topology.n_nodes, dtype=bool)
+        self.generation = 0
+        self._frozen: FencedNodes | None = FencedNodes()
+        self._seen: FencedNodes | None = None
+
+    @property
+    def any(self) -> bool:
+        return bool(self._groups)
+
+    @property
+    def fenced(self) -> FencedNodes:
+        return self.frozen()
+
+    def frozen(self) -> FencedNodes:
+        """The fenced nodes now, as a value that later changes leave alone."""
+        if self._frozen is None:
+            self._frozen = FencedNodes(tuple(self._groups))
+        return self._frozen
+
+    def seen(self) -> FencedNodes:
+        """The nodes a placement search sees fenced now: without the block while lifted."""
+        if not self._lifted:
+            return self.frozen()
+        if self._seen is None:
+            self._seen = FencedNodes(tuple(g for g in self._groups if g is not self._block))
+        return self._seen
+
+    def close(self, nodes: IntArray) -> None:
+        self._close(nodes)
+
+    def close_block(self, nodes: IntArray) -> None:
+        """Fence the reservation's nodes (those not fenced yet) as the cycle's block."""
+        self.settle()
+        self._block, self._block_nodes = self._close(nodes)
+
+    def _close(self, nodes: IntArray) -> tuple[frozenset[int] | None, IntArray]:
+        """Fence the healthy ones of `nodes` not fenced yet, as one group (and those nodes)."""
+        candidates = distinct(nodes[~self._fenced_mask[nodes]])
+        healthy = candidates[self.state.health[candidates] == _HEALTHY]
+        if not healthy.size:
+            return None, healthy
+        self.state.set_health(healthy, Health.CORDONED)
+        self._fenced_mask[healthy] = True
+        group = frozenset(healthy.tolist())
+        self._groups.append(group)
+        self._moved()
+        return group, healthy
+
+    def lift(self) -> None:
+        """Open the block for a backfill search, until `settle`."""
+        if self._block is not None and not self._lifted:
+            self.state.set_health(self._block_nodes, Health.HEALTHY)
+            self._lifted = True
+            self._seen = None
+
+    def settle(self) -> None:
+        """Close the block again if it was lifted: every search but a backfill's sees it."""
+        if self._lifted:
+            # Cordoned again as they were: no node changes health inside a cycle but by the
+            # fence, and a job backfilled onto a node keeps it.
+            self.state.set_health(self._block_nodes, Health.CORDONED)
+            self._lifted = False
+
+    def open(self, nodes: IntArray) -> None:
+        mine = distinct(nodes[self._fenced_mask[nodes]])
+        if not mine.size:
+            return
+        opened = frozenset(mine.tolist())
+        if self._block is not None and not self._block.isdisjoint(opened):
+            # A nomination reaching into the reservation: the rest of the block is an
+            # ordinary group from now on.
+            self.settle()
+            self._block = None
+        self.state.set_health(mine, Health.HEALTHY)
+        self._fenced_mask[mine] = False
+        kept: list[frozenset[int]] = []
+        for group in self._groups:
+            if group.isdisjoint(opened):
+                kept.append(group)
+            elif len(group) > len(opened) or not group <= opened:
+                kept.append(group - opened)
+        self._groups = kept
+        self._moved()
+
+    def open_all(self) -> None:
+        if self._groups:
+            fenced = self._fenced_mask.copy()
+            if self._lifted:
+                fenced[self._block_nodes] = False  # healthy already
+            self.state.set_health(np.flatnonzero(fenced), Health.HEALTHY)
+            self._fenced_mask[:] = False
+            self._groups = []
+            self._block, self._lifted = None, False
+            self._moved()
+
+    def _moved(self) -> None:
+        self.generation += 1
+        self._frozen = self._seen = None

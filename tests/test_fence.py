@@ -1,0 +1,148 @@
+"""The cycle's fence: which nodes are fenced, which a search sees, and the state it leaves."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toposched.cluster.builders import nvl72_cluster
+from toposched.cluster.state import ClusterState, Health
+from toposched.scheduler.fence import Fence, FencedNodes
+
+NODES = 8  # 2 racks x 4 nodes
+
+
+def cluster() -> ClusterState:
+    return ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4))
+
+
+def nodes(*indices: int) -> np.ndarray:
+    return np.array(indices, dtype=np.int64)
+
+
+def node_set(fenced: FencedNodes) -> set[int]:
+    return set(fenced.nodes())
+
+
+def cordoned(state: ClusterState) -> set[int]:
+    return set(np.flatnonzero(state.health == np.int8(Health.CORDONED)).tolist())
+
+
+def test_a_lifted_block_is_open_to_searches_but_still_counts_as_fenced() -> None:
+    state = cluster()
+    fence = Fence(state)
+    fence.close(nodes(0))
+    fence.close_block(nodes(4, 5, 6))
+    before = fence.frozen()
+    generation = fence.generation
+    fence.lift()
+    assert cordoned(state) == {0}
+    assert fence.frozen() is before and fence.generation == generation
+    assert node_set(fence.seen()) == {0}
+    assert node_set(fence.fenced) == {0, 4, 5, 6}
+    fence.lift()  # a second backfill in a row: nothing to do
+    assert cordoned(state) == {0}
+    fence.settle()
+    assert cordoned(state) == {0, 4, 5, 6}
+    assert fence.seen() == before
+    fence.open_all()
+    assert cordoned(state) == set()
+
+
+def test_opening_a_node_of_the_block_keeps_the_rest_fenced() -> None:
+    state = cluster()
+    fence = Fence(state)
+    fence.close_block(nodes(4, 5, 6))
+    fence.lift()
+    fence.open(nodes(5))
+    assert cordoned(state) == {4, 6}
+    assert node_set(fence.frozen()) == {4, 6}
+    fence.open_all()
+    assert cordoned(state) == set()
+
+
+def test_fenced_nodes_compare_as_sets_whatever_their_groups() -> None:
+    block = frozenset({4, 5, 6})
+    with_block = FencedNodes((frozenset({0}), block))
+    one_group = FencedNodes((frozenset({0, 4, 5, 6}),))
+    copied_block = FencedNodes((frozenset({0}), frozenset({4, 5, 6})))
+    split = FencedNodes((frozenset({0, 4}), frozenset({5}), frozenset({6})))
+    assert with_block == one_group == copied_block == split
+    assert FencedNodes((block,)) <= with_block
+    assert FencedNodes((frozenset({4}),)) <= with_block
+    assert not with_block <= FencedNodes((frozenset({0}),))
+    assert not FencedNodes((frozenset({1}), block)) <= with_block
+    assert FencedNodes() <= FencedNodes() == FencedNodes()
+    assert with_block != FencedNodes((frozenset({0, 4, 5, 7}),))
+    assert with_block.isdisjoint(frozenset({1, 2}))
+    assert not with_block.isdisjoint(frozenset({5}))
+    assert len(with_block) == 4
+
+
+operations = st.lists(
+    st.tuples(
+        st.sampled_from(["close", "close_block", "open", "lift", "settle", "down"]),
+        st.lists(st.integers(0, NODES - 1), max_size=NODES),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(operations)
+def test_the_fence_matches_a_set_model(steps: list[tuple[str, list[int]]]) -> None:
+    """After any sequence the fenced nodes, those a search sees and the cluster's health and
+    aggregates are what one set of fenced nodes says; `open_all` leaves the cluster as it
+    was, but for nodes that went down."""
+    state = cluster()
+    fence = Fence(state)
+    fenced: set[int] = set()
+    block: set[int] = set()
+    down: set[int] = set()
+    lifted = False
+    for operation, chosen in steps:
+        picked = nodes(*chosen)
+        healthy = {n for n in chosen if n not in down}
+        generation = fence.generation
+        if operation == "close":
+            fenced |= healthy
+        elif operation == "close_block":
+            lifted = False
+            fenced |= block
+            block = healthy - fenced
+            fenced |= block
+        elif operation == "open":
+            fenced -= set(chosen)
+            if block & set(chosen):
+                lifted = False
+                block = set()
+        elif operation == "lift":
+            lifted = bool(block)
+        elif operation == "settle":
+            lifted = False
+        else:
+            # A node going down outside the fence (between cycles it cannot, but the fence must
+            # not cordon a node that is not healthy).
+            free = [n for n in chosen if n not in fenced]
+            if not free:
+                continue
+            state.set_health(nodes(*free), Health.DOWN)
+            down |= set(free)
+            continue
+        if operation in ("close", "close_block", "open"):
+            getattr(fence, operation)(picked)
+        else:
+            getattr(fence, operation)()
+            assert fence.generation == generation  # what a search sees changed, not the fence
+        assert node_set(fence.frozen()) == fenced
+        seen = fenced - block if lifted else fenced
+        assert node_set(fence.seen()) == seen
+        assert cordoned(state) == seen
+    fence.open_all()
+    assert cordoned(state) == set()
+    fresh = state.compute_aggregates()
+    for level, (ours, theirs) in enumerate(zip(state.free_gpus, fresh["free_gpus"], strict=True)):
+        assert np.array_equal(ours, theirs), level
+    for level, (ours, theirs) in enumerate(zip(state.free_hist, fresh["free_hist"], strict=True)):
+        assert np.array_equal(ours, theirs), level
