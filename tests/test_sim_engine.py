@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from toposched.cli.main import main
+from toposched.cluster.errors import InputError
 from toposched.placement.jobspec import JobSpec
 from toposched.sim.engine import EventKind, Simulation, simulate, toposched_scheduler
 from toposched.sim.metrics import HOUR, SimulationResult, conservation, percentiles, summarize
@@ -391,3 +392,44 @@ def test_simulate_command_prints_and_writes_the_summary(
     replayed = json.loads(capsys.readouterr().out)
     assert replayed["jobs"] == written["jobs"]
     assert replayed["classes"] == written["classes"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "field"),
+    [
+        ("sample_interval", 0.0, "sample_interval"),
+        ("sample_interval", math.inf, "sample_interval"),
+        ("cycle_interval", -1.0, "cycle_interval"),
+        ("cycle_interval", math.nan, "cycle_interval"),
+    ],
+)
+def test_simulation_rejects_bad_intervals(option: str, value: float, field: str) -> None:
+    with pytest.raises(InputError) as raised:
+        Simulation(two_nodes([]), **{option: value})
+    assert raised.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--gpus", "0"], "gpus: 0 is invalid"),
+        (["--workload", "frontier", "--gpus", "-3"], "gpus: -3 is invalid"),
+        (["--days", "0"], "days: 0.0 is invalid"),
+        (["--workload", "openb", "--days", "-2"], "days: -2.0 is invalid"),
+        (["--sample-interval", "0"], "--sample-interval: '0': expected a number of seconds > 0"),
+        (["--cycle-every", "-5"], "--cycle-every: '-5': expected a number of seconds >= 0"),
+    ],
+)
+def test_simulate_rejects_bad_options_before_running(
+    arguments: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad size, horizon or interval is an error naming it, not a silent default or a run
+    that never ends."""
+    try:
+        code = main(["simulate", *arguments, "--no-progress", "--out", str(tmp_path)])
+    except SystemExit as exited:  # argparse's own errors
+        code = exited.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "summary.json").exists()

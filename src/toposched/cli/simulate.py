@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import textwrap
 import time
 from pathlib import Path
@@ -57,7 +58,7 @@ TARGETS = {
     "debug_p90_s": 30.0,
     "events_per_second": 50_000.0,
 }
-"""Ai2's published outcomes and the simulator speed goal of issue 6, shown next to results."""
+"""Ai2's published outcomes and toposched's simulator speed target, shown next to results."""
 
 
 def register(commands: Any) -> None:
@@ -106,14 +107,14 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument(
         "--sample-interval",
-        type=float,
+        type=_interval,
         default=DEFAULT_SAMPLE_INTERVAL,
         metavar="S",
         help="seconds between timeline samples (default: 3600)",
     )
     parser.add_argument(
         "--cycle-every",
-        type=float,
+        type=_cycle_interval,
         default=0.0,
         metavar="S",
         help="at most one scheduler cycle per S simulated seconds (default: 0, a cycle after "
@@ -157,6 +158,25 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
         help="also run the baselines (FIFO first-fit, Slurm-like, kube-like) on the same "
         "workload, print them side by side and write DIR/report.html",
     )
+
+
+def _seconds_option(text: str, positive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        rule = "> 0" if positive else ">= 0"
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds {rule}")
+    return value
+
+
+def _interval(text: str) -> float:
+    return _seconds_option(text, positive=True)
+
+
+def _cycle_interval(text: str) -> float:
+    return _seconds_option(text, positive=False)
 
 
 def _spares(text: str) -> tuple[str, int]:
@@ -419,8 +439,8 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
         _verdict(balance["holds"]),
     )
     table.caption = (
-        "targets: Ai2's outcomes ('Impactful scheduling for GPU clusters', 2026) and the "
-        "simulator speed goal of issue 6"
+        "targets: Ai2's outcomes ('Impactful scheduling for GPU clusters', 2026) and "
+        "toposched's simulator speed target (docs/benchmarks.md)"
     )
     table.caption_justify = "left"
     return table

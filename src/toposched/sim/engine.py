@@ -14,6 +14,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from toposched.cluster.errors import InputError
 from toposched.cluster.state import MILLI_PER_GPU, ClusterState, Health
 from toposched.placement.jobspec import JobSpec
 from toposched.policy.budget import BudgetTree
@@ -119,6 +120,10 @@ class Simulation:
         scheduler_name: str | None = None,
         cycle_interval: float = 0.0,
     ) -> None:
+        if not math.isfinite(sample_interval) or sample_interval <= 0:
+            raise InputError("sample_interval", sample_interval, "must be a number of seconds > 0")
+        if not math.isfinite(cycle_interval) or cycle_interval < 0:
+            raise InputError("cycle_interval", cycle_interval, "must be a number of seconds >= 0")
         self.workload = workload
         self.cycle_interval = cycle_interval
         """Minimum simulated seconds between cycles; 0 runs one after every instant with

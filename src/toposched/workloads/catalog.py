@@ -41,14 +41,26 @@ def workload_by_name(
 ) -> Workload:
     """The workload `name` names, built with these options (each applies where it makes sense:
     `seed` to the generators, `gpus` to the cluster size, `days` to the horizon)."""
+    if days is not None and (
+        isinstance(days, bool) or not isinstance(days, int | float) or not days > 0
+    ):
+        raise InputError("days", days, "must be a number of days > 0")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        raise InputError("gpus", gpus, "must be a whole number of GPUs >= 1")
     if name == "ai2":
-        return ai2_like(seed, days or DEFAULT_DAYS["ai2"], gpus or AI2_DEFAULT_GPUS)
+        return ai2_like(
+            seed,
+            days if days is not None else DEFAULT_DAYS["ai2"],
+            gpus if gpus is not None else AI2_DEFAULT_GPUS,
+        )
     if name == "frontier":
         racks_per_block = None
         if gpus is not None:
             blocks = MILLION_GPU_SHAPE["zones"] * MILLION_GPU_SHAPE["blocks_per_zone"]
             racks_per_block = max(1, round(gpus / (blocks * _RACK_GPUS)))
-        return frontier_lab(seed, days or DEFAULT_DAYS["frontier"], racks_per_block)
+        return frontier_lab(
+            seed, days if days is not None else DEFAULT_DAYS["frontier"], racks_per_block
+        )
     if name.startswith("itp:"):
         number = name.partition(":")[2]
         if not number.isdigit() or int(number) not in ITP_CLUSTER_NODES:
