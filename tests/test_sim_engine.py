@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from toposched.cli.main import main
+from toposched.cli.simulate import summary_table
 from toposched.cluster.errors import InputError
 from toposched.placement.jobspec import JobSpec
 from toposched.sim.engine import EventKind, Simulation, simulate, toposched_scheduler
@@ -433,3 +435,32 @@ def test_simulate_rejects_bad_options_before_running(
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "summary.json").exists()
+
+
+def test_the_summary_table_shows_the_targets_of_its_workload(
+    small_ai2_run: SimulationResult,
+) -> None:
+    """Ai2's outcomes are targets of the Ai2-like workload only; the frontier lab's is its pace
+    (30 days in 10 minutes), for the full fleet only."""
+
+    def rendered(summary: dict[str, Any]) -> str:
+        console = Console(record=True, width=240)
+        console.print(summary_table(summary, "run"))
+        return console.export_text()
+
+    summary = summarize(small_ai2_run)
+    assert summary["workload"] == "ai2"
+    ai2 = rendered(summary)
+    assert "98.0%" in ai2 and "50,000" in ai2 and "Ai2's outcomes" in ai2
+    assert "30 days in 10 min" not in ai2
+    frontier = {
+        **summary,
+        "workload": "frontier",
+        "cluster": {**summary["cluster"], "gpus": 1_000_080},
+    }
+    text = rendered(frontier)
+    assert "98.0%" not in text and "50,000" not in text
+    assert "the pace of 30 days in 10 min" in text
+    shrunk = {**frontier, "cluster": {**summary["cluster"], "gpus": 20_016}}
+    text = rendered(shrunk)
+    assert "30 days in 10 min" not in text and "98.0%" not in text
