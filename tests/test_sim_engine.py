@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from toposched.cli.main import main
-from toposched.cli.simulate import summary_table
+from toposched.cli.simulate import _seconds, summary_table
 from toposched.cluster.errors import InputError
 from toposched.placement.jobspec import JobSpec
 from toposched.sim.engine import EventKind, Simulation, simulate, toposched_scheduler
@@ -464,3 +464,11 @@ def test_the_summary_table_shows_the_targets_of_its_workload(
     shrunk = {**frontier, "cluster": {**summary["cluster"], "gpus": 20_016}}
     text = rendered(shrunk)
     assert "30 days in 10 min" not in text and "98.0%" not in text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [(0.0, "0 s"), (2e-6, "2 us"), (0.0042, "4.2 ms"), (30.0, "30 s"), (600.0, "10 min")],
+)
+def test_durations_read_as_a_person_would_say_them(seconds: float, shown: str) -> None:
+    assert _seconds(seconds) == shown

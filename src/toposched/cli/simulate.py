@@ -299,6 +299,8 @@ def _percent(value: float | None) -> str:
 def _seconds(value: float | None) -> str:
     if value is None:
         return "-"
+    if value == 0:
+        return "0 s"
     if value < 1:
         return f"{value * 1e3:.1f} ms" if value >= 1e-3 else f"{value * 1e6:.0f} us"
     if value < 120:
