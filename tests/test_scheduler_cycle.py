@@ -673,6 +673,32 @@ def test_a_job_skipped_by_the_shape_memo_is_told_its_own_size() -> None:
     assert "needs 2 pods of 4 GPUs (8 GPUs)" in scheduler.jobs["big"].reason
 
 
+def test_backfills_in_a_row_share_the_reserved_nodes_and_a_long_job_between_does_not() -> None:
+    # As below: big reserves nodes 0 and 3 for 1000. Behind it (in name order): two 1-GPU jobs
+    # that end by 500 backfill onto node 3; x3-long (2 GPUs, ends 9000) searches next and must
+    # not see node 3's two free GPUs; x4-short backfills onto node 3 again. Afterwards no node
+    # stays fenced.
+    scheduler = Scheduler(small_cluster(), two_teams())
+    adopt_on(scheduler, job("r0", "team-b", expected_runtime=1000), 0, range(4))
+    adopt_on(scheduler, job("r1", "team-b", expected_runtime=5000), 1, range(4))
+    adopt_on(scheduler, job("r2", "team-b", expected_runtime=5000), 2, range(4))
+    scheduler.submit(job("big", "team-a", pods=2, expected_runtime=100), 0)
+    for name, gpus, runtime in [
+        ("x1-short", 1, 500),
+        ("x2-short", 1, 400),
+        ("x3-long", 2, 9000),
+        ("x4-short", 1, 300),
+    ]:
+        scheduler.submit(job(name, "team-a", gpus=gpus, expected_runtime=runtime), 0)
+    result = scheduler.cycle(0)
+    assert result.reservation is not None and result.reservation.start_time == 1000
+    assert bound(result) == ["x1-short", "x2-short", "x4-short"]
+    assert all(b.allocation.nodes.tolist() == [3] and b.backfilled for b in result.bound)
+    assert scheduler.jobs["x3-long"].state is JobState.PENDING
+    assert "the cluster has room for 0 such pods" in scheduler.jobs["x3-long"].reason
+    assert (scheduler.state.health == np.int8(Health.HEALTHY)).all()
+
+
 def test_a_short_job_may_backfill_after_a_long_job_of_its_shape_was_refused() -> None:
     # Nodes 0-2 busy (node 0 until 1000, nodes 1-2 until 5000), node 3 free. big (2 x 4 GPUs)
     # reserves nodes 0 and 3 for 1000. long (ends 9000) may not use node 3; short (ends 500)
