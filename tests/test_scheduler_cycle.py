@@ -673,16 +673,23 @@ def test_a_job_skipped_by_the_shape_memo_is_told_its_own_size() -> None:
     assert "needs 2 pods of 4 GPUs (8 GPUs)" in scheduler.jobs["big"].reason
 
 
-def test_backfills_in_a_row_share_the_reserved_nodes_and_a_long_job_between_does_not() -> None:
-    # As below: big reserves nodes 0 and 3 for 1000. Behind it (in name order): two 1-GPU jobs
-    # that end by 500 backfill onto node 3; x3-long (2 GPUs, ends 9000) searches next and must
-    # not see node 3's two free GPUs; x4-short backfills onto node 3 again. Afterwards no node
-    # stays fenced.
+def node_three_reserved_for_big() -> Scheduler:
+    """Nodes 0-2 busy (node 0 until 1000, nodes 1-2 until 5000), node 3 free, and big (2 x 4
+    GPUs) pending: its reservation takes nodes 0 and 3 for 1000."""
     scheduler = Scheduler(small_cluster(), two_teams())
     adopt_on(scheduler, job("r0", "team-b", expected_runtime=1000), 0, range(4))
     adopt_on(scheduler, job("r1", "team-b", expected_runtime=5000), 1, range(4))
     adopt_on(scheduler, job("r2", "team-b", expected_runtime=5000), 2, range(4))
     scheduler.submit(job("big", "team-a", pods=2, expected_runtime=100), 0)
+    return scheduler
+
+
+def test_backfills_in_a_row_share_the_reserved_nodes_and_a_long_job_between_does_not() -> None:
+    # As below: big reserves nodes 0 and 3 for 1000. Behind it (in name order): two 1-GPU jobs
+    # that end by 500 backfill onto node 3; x3-long (2 GPUs, ends 9000) searches next and must
+    # not see node 3's two free GPUs; x4-short backfills onto node 3 again. Afterwards no node
+    # stays fenced.
+    scheduler = node_three_reserved_for_big()
     for name, gpus, runtime in [
         ("x1-short", 1, 500),
         ("x2-short", 1, 400),
@@ -703,11 +710,7 @@ def test_a_short_job_may_backfill_after_a_long_job_of_its_shape_was_refused() ->
     # Nodes 0-2 busy (node 0 until 1000, nodes 1-2 until 5000), node 3 free. big (2 x 4 GPUs)
     # reserves nodes 0 and 3 for 1000. long (ends 9000) may not use node 3; short (ends 500)
     # may, and nothing else stands in its way.
-    scheduler = Scheduler(small_cluster(), two_teams())
-    adopt_on(scheduler, job("r0", "team-b", expected_runtime=1000), 0, range(4))
-    adopt_on(scheduler, job("r1", "team-b", expected_runtime=5000), 1, range(4))
-    adopt_on(scheduler, job("r2", "team-b", expected_runtime=5000), 2, range(4))
-    scheduler.submit(job("big", "team-a", pods=2, expected_runtime=100), 0)
+    scheduler = node_three_reserved_for_big()
     scheduler.submit(job("long", "team-a", expected_runtime=9000), 0)
     scheduler.submit(job("short", "team-a", expected_runtime=500), 0)
     result = scheduler.cycle(0)
