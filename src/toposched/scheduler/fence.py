@@ -161,13 +161,8 @@ class Fence:
             self._block = None
         self.state.set_health(mine, Health.HEALTHY)
         self._fenced_mask[mine] = False
-        kept: list[frozenset[int]] = []
-        for group in self._groups:
-            if group.isdisjoint(opened):
-                kept.append(group)
-            elif len(group) > len(opened) or not group <= opened:
-                kept.append(group - opened)
-        self._groups = kept
+        kept = (group if group.isdisjoint(opened) else group - opened for group in self._groups)
+        self._groups = [group for group in kept if group]
         self._moved()
 
     def open_all(self) -> None:
