@@ -22,7 +22,7 @@ from toposched.policy.usage import UsageTracker
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict
 from toposched.scheduler.jobs import EvictionRecord, JobState
-from toposched.scheduler.preemption import Candidate, LeastLostWork, VictimSearch
+from toposched.scheduler.preemption import Candidate, LeastLostWork, PreemptionPlan, VictimSearch
 
 HOUR = 3600.0
 GRACE = 30.0
@@ -274,6 +274,39 @@ def checkpoint_case(checkpoint: float | None, **options: Any) -> tuple[Scheduler
         sched.report_checkpoint("w0", checkpoint)
     sched.submit(spec("node-job", "team-a"), 3000)
     return sched, sched.cycle(3000)
+
+
+def test_a_gang_over_many_racks_looks_further_when_the_contract_spares_most_of_them() -> None:
+    # 40 racks of 3 nodes. In rack r, node 3r runs unallocated u<r> since 10 r s; nodes 3r+1
+    # and 3r+2 run team-a's priority-50 work, past its min runtime: unprotected, so the
+    # aggregates count it as room, but team-a's priority-10 gang of 30 pods may not take it.
+    # The first racks looked at (from the aggregates: 3 nodes each) open 1 node each, too few:
+    # the search reads further racks. The 30 youngest unallocated jobs go, one per rack.
+    sched = Scheduler(
+        racks(40, 3), BudgetTree.from_dict({"accounts": {"team-a": 100, "scratch": 0}})
+    )
+    for rack in range(40):
+        run(sched, spec(f"u{rack}", "scratch"), [3 * rack], 10.0 * rack)
+        for node in (3 * rack + 1, 3 * rack + 2):
+            run(sched, spec(f"a{node}", "team-a", priority=50, min_runtime="1h"), [node], 0)
+    sched.submit(spec("wide", "team-a", pods=30, priority=10), 2 * HOUR)
+    entry, ranking = sched.queue.get("wide"), sched.queue.ranking(2 * HOUR)
+    # The search across racks answers by itself, without the general search.
+    plan = sched.victim_search.across_domains(
+        "wide",
+        sched.jobs["wide"].request,
+        sched._preemptible,
+        lambda slots: sched._verdicts(entry, ranking, 2 * HOUR, slots),
+        2 * HOUR,
+    )
+    assert isinstance(plan, PreemptionPlan)
+    assert sorted(v.job_id for v in plan.victims) == sorted(f"u{r}" for r in range(10, 40))
+
+    result = sched.cycle(2 * HOUR)
+
+    assert evicted_ids(result) == sorted(f"u{rack}" for rack in range(10, 40))
+    assert all(e.rule == "unallocated-victim" for e in evictions(result))
+    assert_minimal(sched, "wide", evicted_ids(result))
 
 
 def test_least_lost_work_takes_two_fresh_jobs_over_one_old_one() -> None:

@@ -442,6 +442,39 @@ def test_changes_of_thousands_of_nodes_keep_aggregates_exact() -> None:
     assert_same(start, snapshot(state))
 
 
+@pytest.mark.parametrize("freed_share", [0.9, 0.3])
+def test_what_if_over_thousands_of_nodes_counts_idle_nodes_once(freed_share: float) -> None:
+    # 3,000 nodes of 4 GPUs and 8 cores in 60 racks of 50: `whole` holds every GPU of
+    # nodes 100-1999 and nothing else, so freeing its GPUs leaves those nodes idle; `cored`
+    # holds 2 GPUs and a core on nodes 2000-2599, whose nodes stay busy. Nodes 0-99 and
+    # 2600-2999 are idle already: inside a what-if over all nodes they must not count twice.
+    nodes = [
+        {"name": f"n{i}", "block": f"b{i // 500}", "rack": f"r{i // 50}", "gpus": 4, "cpu": 8}
+        for i in range(3000)
+    ]
+    for node in nodes:
+        node["gpu_model"] = "X"
+    state = ClusterState(topology_from_dict({"levels": ["block", "rack"], "nodes": nodes}))
+    state.allocate("whole", Allocation.of(np.arange(100, 2000), np.tile([[0, 1, 2, 3]], (1900, 1))))
+    state.allocate(
+        "cored", Allocation.of(np.arange(2000, 2600), np.tile([[0, 1]], (600, 1)), cpu_milli=1)
+    )
+    state.set_health([1500], Health.DOWN)
+    start = snapshot(state)
+    idle_before = int(totals(state, 0)[0][2])
+    # Free the held GPUs of the first `freed_share` of the busy nodes (the rest stay held).
+    freeing = np.zeros((3000, 4), dtype=bool)
+    last = 100 + int(freed_share * 2500)
+    freeing[100 : min(last, 2000)] = True
+    freeing[2000:last, :2] = True
+    with state.gpus_released(np.arange(3000), freeing):
+        assert_aggregates_fresh(state)
+        # Healthy nodes of `whole` whose GPUs were all freed turned idle; none of `cored`'s.
+        turned_idle = min(last, 2000) - 100 - (1 if last > 1500 else 0)
+        assert int(totals(state, 0)[0][2]) == idle_before + turned_idle
+    assert_same(start, snapshot(state))
+
+
 def test_statement_rollback_commit_and_closing(state: ClusterState) -> None:
     start = snapshot(state)
     statement = Statement(state)

@@ -357,9 +357,8 @@ class ClusterState:
             return
         # Nodes are sorted and domains depth-first: summed per innermost domain once, then
         # per domain of each upper level from those sums.
-        everyone = np.arange(nodes.size)
         entering, leaving = (whole, None) if sign > 0 else (None, whole)
-        self._add_counted(nodes, values, everyone, model, leaving, entering)
+        self._add_counted(nodes, values, None, model, leaving, entering)
 
     def _rows(self, nodes: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Free whole GPUs of `nodes`, and their shares of the per-domain totals: one row per
@@ -468,43 +467,83 @@ class ClusterState:
                 np.add.at(hist, (d[moved], model, old_whole[moved]), -1)
                 np.add.at(hist, (d[moved], model, new_whole[moved]), 1)
 
+    def _leaf_runs(self, nodes: NDArray[np.int64]) -> NDArray[np.int64]:
+        """Where each run of sorted `nodes` sharing an innermost domain begins (positions)."""
+        leaves = self.topology.node_domain[-1][nodes]
+        changes = np.flatnonzero(leaves[1:] != leaves[:-1]) + 1
+        first: NDArray[np.int64] = np.concatenate((np.zeros(1, dtype=np.int64), changes))
+        return first
+
+    def _run_of_each(self, first: NDArray[np.int64], size: int) -> NDArray[np.int64]:
+        """The run (index into `first`) of each of `size` nodes."""
+        marks = np.zeros(size, dtype=np.int64)
+        marks[first[1:]] = 1
+        run: NDArray[np.int64] = np.cumsum(marks)
+        return run
+
     def _add_counted(
         self,
         nodes: NDArray[np.int64],
         delta: NDArray[np.int64],
-        moved: NDArray[np.int64],
+        moved: NDArray[np.int64] | None,
         model: NDArray[np.integer],
         old_whole: NDArray[np.int64] | None,
         new_whole: NDArray[np.int64] | None,
     ) -> None:
         """Add per-node changes of healthy `nodes` (sorted) to the aggregates: `delta` of the
-        totals (one row per total, one column per node), and for the `moved` nodes a histogram
-        move from `old_whole` to `new_whole` (None: nodes not counted before, or no longer).
+        totals (one row per total, one column per node), and for the `moved` nodes (None: every
+        node) a histogram move from `old_whole` to `new_whole` (None: nodes not counted before,
+        or no longer).
 
         Summed once per innermost domain (runs of sorted nodes; histogram moves counted, not
         scattered), then per domain of each upper level from those sums: the cost is one pass
         over the nodes plus passes over the domains they touch.
         """
+        first = self._leaf_runs(nodes)
+        sums = np.add.reduceat(delta, first, axis=1).T
+        moves = None
+        if moved is None or moved.size:
+            run = self._run_of_each(first, nodes.size)
+            if moved is not None:
+                run = run[moved]
+                old_whole = None if old_whole is None else old_whole[moved]
+                new_whole = None if new_whole is None else new_whole[moved]
+            moves = self._hist_moves(first.size, run, model, old_whole, new_whole)
+        self._add_domain_sums(nodes[first], sums, moves)
+
+    def _hist_moves(
+        self,
+        runs: int,
+        run: NDArray[np.int64],
+        model: NDArray[np.integer],
+        old_whole: NDArray[np.int64] | None,
+        new_whole: NDArray[np.int64] | None,
+    ) -> NDArray[np.int64]:
+        """Per run, the change of its histogram cells (models x free whole GPUs, flattened)
+        when nodes of `run` move from `old_whole` to `new_whole` free GPUs."""
+        size = runs * self._n_models * self._hist_width
+        cell = (
+            run * self._hist_width
+            if self._n_models == 1
+            else ((run * self._n_models + model) * self._hist_width)
+        )
+        moves = np.zeros(size, dtype=np.int64)
+        if new_whole is not None:
+            moves += np.bincount(cell + new_whole, minlength=size)
+        if old_whole is not None:
+            moves -= np.bincount(cell + old_whole, minlength=size)
+        return moves.reshape(runs, -1)
+
+    def _add_domain_sums(
+        self,
+        representative: NDArray[np.int64],
+        sums: NDArray[np.int64],
+        moves: NDArray[np.int64] | None,
+    ) -> None:
+        """Add per-run `sums` of the totals and histogram `moves` (None: none) to every level,
+        each run standing as one node of its innermost domain (`representative`, sorted)."""
         levels = self.topology.node_domain
         leaf = len(levels) - 1
-        d = levels[leaf][nodes]
-        starts = np.concatenate(([True], d[1:] != d[:-1]))
-        first = np.flatnonzero(starts)
-        sums = np.add.reduceat(delta, first, axis=1).T
-        cells = self._n_models * self._hist_width
-        moves = np.zeros((first.size, cells), dtype=np.int64)
-        if moved.size:
-            run = np.cumsum(starts) - 1
-            cell = (run[moved] * self._n_models + model) * self._hist_width
-            if new_whole is not None:
-                moves += np.bincount(cell + new_whole[moved], minlength=moves.size).reshape(
-                    moves.shape
-                )
-            if old_whole is not None:
-                moves -= np.bincount(cell + old_whole[moved], minlength=moves.size).reshape(
-                    moves.shape
-                )
-        representative = nodes[first]  # one node of each touched innermost domain
         for level in range(leaf, -1, -1):
             domains = levels[level][representative]
             if level == leaf:
@@ -513,10 +552,10 @@ class ClusterState:
                 upper = np.flatnonzero(np.concatenate(([True], domains[1:] != domains[:-1])))
                 rows = domains[upper]
                 level_sums = np.add.reduceat(sums, upper, axis=0)
-                level_moves = np.add.reduceat(moves, upper, axis=0)
+                level_moves = None if moves is None else np.add.reduceat(moves, upper, axis=0)
             totals = self._totals[level]
             put_rows(totals, rows, take_rows(totals, rows) + level_sums)
-            if moved.size:
+            if level_moves is not None:
                 hist = self.free_hist[level]
                 moves_here = level_moves.reshape((rows.size, *hist.shape[1:])).astype(np.int32)
                 put_rows(hist, rows, take_rows(hist, rows) + moves_here)
@@ -830,8 +869,11 @@ class ClusterState:
             yield
             return
         top = self.topology
-        if not touched.all():
-            nodes, freeing, freed = nodes[touched], freeing[touched], freed[touched]
+        # Untouched nodes stay unless many: they change nothing, and dropping them costs more.
+        dropped = 4 * int(np.count_nonzero(touched)) < 3 * touched.size
+        if dropped:
+            keep = np.flatnonzero(touched)
+            nodes, freeing, freed = nodes[keep], take_rows(freeing, keep), freed[keep]
         old_milli = take_rows(self.gpu_free_milli, nodes)
         old_whole = self.free_whole_gpus[nodes].astype(np.int64)
         healthy = self.health[nodes] == _HEALTHY
@@ -839,7 +881,9 @@ class ClusterState:
             counted, before, gained = nodes, old_whole, freed
         else:
             counted, before, gained = nodes[healthy], old_whole[healthy], freed[healthy]
-        saved = self._domain_rows(counted)
+            touched = touched if dropped else touched[healthy]
+        first = self._leaf_runs(counted) if counted.size > _SMALL else None
+        saved = self._domain_rows(counted, first)
         self.version += 1
         put_rows(self.gpu_free_milli, nodes, np.where(freeing, np.int16(MILLI_PER_GPU), old_milli))
         self.free_whole_gpus[nodes] = (old_whole + freed).astype(np.int8)
@@ -847,17 +891,30 @@ class ClusterState:
             after = before + gained
             # Only a node whose GPUs are all free now may have turned idle (none was before:
             # every touched node held a freed GPU), if its CPU and memory are all free too.
-            idle = np.zeros(counted.size, dtype=np.int64)
-            full = np.flatnonzero(after == top.gpu_count[counted])
+            all_free = after == top.gpu_count[counted]
+            full = np.flatnonzero(all_free if dropped else all_free & touched)
             if full.size:
                 at = counted[full]
-                idle[full] = (self.free_cpu_milli[at] == top.cpu_milli[at]) & (
-                    self.free_memory_mib[at] == top.memory_mib[at]
-                )
-            zeros = np.zeros(counted.size, dtype=np.int64)
-            delta = np.stack([gained, gained * MILLI_PER_GPU, idle, zeros, zeros])
-            everyone = np.arange(counted.size)
-            self._add_counted(counted, delta, everyone, top.gpu_model[counted], before, after)
+                full = full[
+                    (self.free_cpu_milli[at] == top.cpu_milli[at])
+                    & (self.free_memory_mib[at] == top.memory_mib[at])
+                ]
+            model = top.gpu_model[counted]
+            if first is None:
+                idle = np.zeros(counted.size, dtype=np.int64)
+                idle[full] = 1
+                zeros = np.zeros(counted.size, dtype=np.int64)
+                delta = np.stack([gained, gained * MILLI_PER_GPU, idle, zeros, zeros])
+                self._add_counted(counted, delta, None, model, before, after)
+            else:
+                # Only two of the five totals change: sum those per run, not a 5-row delta.
+                run = self._run_of_each(first, counted.size)
+                sums = np.zeros((first.size, _N_TOTALS), dtype=np.int64)
+                sums[:, 0] = np.add.reduceat(gained, first)
+                sums[:, 1] = sums[:, 0] * MILLI_PER_GPU
+                sums[:, 2] = np.bincount(run[full], minlength=first.size)
+                moves = self._hist_moves(first.size, run, model, before, after)
+                self._add_domain_sums(counted[first], sums, moves)
             yield
         finally:
             self.version += 1
@@ -865,8 +922,11 @@ class ClusterState:
             self.free_whole_gpus[nodes] = old_whole.astype(np.int8)
             self._restore_domain_rows(saved)
 
-    def _domain_rows(self, nodes: NDArray[np.int64]) -> list[SavedRows]:
-        """Copies of the aggregate rows of every domain holding one of `nodes` (sorted)."""
+    def _domain_rows(
+        self, nodes: NDArray[np.int64], first: NDArray[np.int64] | None = None
+    ) -> list[SavedRows]:
+        """Copies of the aggregate rows of every domain holding one of `nodes` (sorted);
+        `first`, if known, says where their runs of one innermost domain begin."""
         saved: list[SavedRows] = []
         if nodes.size == 0:
             return saved
@@ -877,11 +937,9 @@ class ClusterState:
                 (array, rows, take_rows(array, rows))
                 for array in (self._totals_all, self._hist_all)
             ]
-        levels = self.topology.node_domain
         # One node per run of the innermost level stands for its domain at every level.
-        leaves = levels[-1][nodes]
-        representative = nodes[np.concatenate(([True], leaves[1:] != leaves[:-1]))]
-        for level, domains in enumerate(levels):
+        representative = nodes[self._leaf_runs(nodes) if first is None else first]
+        for level, domains in enumerate(self.topology.node_domain):
             d = domains[representative].astype(np.int64)
             touched = d[np.concatenate(([True], d[1:] != d[:-1]))]
             for array in (self._totals[level], self.free_hist[level]):

@@ -37,6 +37,16 @@ class SlotVerdicts:
     """Where allowed by the budget rule, the most GPUs one preemption may take from the slot's
     account in all (what it runs beyond its budget); inf elsewhere."""
 
+    def rows(self, rows: IntArray) -> SlotVerdicts:
+        """The verdicts of some of these slots (`rows` index them), in that order."""
+        return SlotVerdicts(
+            allowed=self.allowed[rows],
+            rule=self.rule[rows],
+            rule_names=self.rule_names,
+            standing=self.standing[rows],
+            limit=self.limit[rows],
+        )
+
     def rules_of(self, rows: IntArray) -> list[str]:
         if len(self.rule_names) == 1:
             return [self.rule_names[0]] * rows.size

@@ -733,7 +733,10 @@ class VictimSearch:
         batch += batch // 8 + DOMAINS_EXAMINED
         starts = self.leaf_starts
         covered = done = 0
-        chosen: list[IntArray] = []
+        # Per batch, the chosen domains' nodes (in node order), their owners and which of
+        # those the contract allows; with the batch's verdicts, kept for the victims below.
+        pieces: list[tuple[IntArray, NDArray[np.int32], NDArray[np.bool_]]] = []
+        batch_verdicts: list[tuple[IntArray, SlotVerdicts]] = []
         # Per slot, whether the contract allows evicting it; the extra last entry answers for
         # GPUs nobody holds (owner -1).
         allowed = np.zeros(index.ids.shape[0] + 1, dtype=bool)
@@ -741,30 +744,50 @@ class VictimSearch:
             leaves = order[done : done + batch]
             done += leaves.size
             batch *= 2
-            nodes = domain_nodes(starts, leaves)
+            # Nodes are read in node order (cheaper gathers, and sorted for the what-if).
+            by_node = np.argsort(leaves, kind="stable")
+            nodes = domain_nodes(starts, leaves[by_node])
             owners = take_rows(index.gpu_owner, nodes)
             unique = _distinct_slots(owners, index.ids.shape[0])
-            allowed[unique] = verdicts_of(unique).allowed
+            verdicts = verdicts_of(unique)
+            batch_verdicts.append((unique, verdicts))
+            allowed[unique] = verdicts.allowed
             held = allowed[owners]
             potential = np.minimum(
                 state.free_whole_gpus[nodes] + row_sums(held), topology.gpu_count[nodes]
             ) * self._usable(nodes, request)
-            sizes = starts[leaves + 1] - starts[leaves]
+            sizes = starts[leaves[by_node] + 1] - starts[leaves[by_node]]
             offsets = np.cumsum(sizes) - sizes
-            room = np.add.reduceat(potential // per_pod, offsets) // granule * granule
+            room = np.empty(leaves.size, dtype=np.int64)
+            room[by_node] = np.add.reduceat(potential // per_pod, offsets) // granule * granule
             gained = np.maximum(room - now_room[leaves], 0)
             reach = covered + np.cumsum(gained)
             count = min(int(np.searchsorted(reach, need)) + 1, leaves.size)
             covered = int(reach[count - 1])
-            chosen.append(leaves[:count][gained[:count] > 0])
+            picked = np.zeros(leaves.size, dtype=bool)
+            picked[:count] = gained[:count] > 0
+            if picked.all():
+                pieces.append((nodes, owners, held))
+            else:
+                rows = np.flatnonzero(np.repeat(picked[by_node], sizes))
+                pieces.append((nodes[rows], take_rows(owners, rows), take_rows(held, rows)))
         if covered < need:
             return None
-        # In node order, so that the what-if below touches sorted nodes.
-        nodes = domain_nodes(starts, np.sort(np.concatenate(chosen)))
-        owners = take_rows(index.gpu_owner, nodes)
-        held = allowed[owners]
-        victim_slots = _distinct_slots(owners[held], index.ids.shape[0])
-        verdicts = verdicts_of(victim_slots)
+        if len(pieces) == 1:
+            nodes, owners, held = pieces[0]
+        else:
+            nodes = np.concatenate([piece[0] for piece in pieces])
+            in_order = np.argsort(nodes, kind="stable")
+            nodes = nodes[in_order]
+            owners = take_rows(np.concatenate([piece[1] for piece in pieces]), in_order)
+            held = take_rows(np.concatenate([piece[2] for piece in pieces]), in_order)
+        slots = _distinct_slots(owners, index.ids.shape[0])
+        victim_slots = slots[allowed[slots]]
+        if len(batch_verdicts) == 1:
+            unique, verdicts = batch_verdicts[0]
+            verdicts = verdicts.rows(np.searchsorted(unique, victim_slots))
+        else:
+            verdicts = verdicts_of(victim_slots)
         bounded = np.flatnonzero(np.isfinite(verdicts.limit))
         if bounded.size:
             # Every allowed job in the chosen domains would go: if that takes some account
