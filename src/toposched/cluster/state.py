@@ -78,7 +78,8 @@ def distinct(values: NDArray[np.int64]) -> NDArray[np.int64]:
     if increasing.all():
         return values.copy()
     if not (values[1:] >= values[:-1]).all():
-        values = np.sort(values)
+        values = values.copy()
+        values.sort()
         increasing = values[1:] > values[:-1]
     result: NDArray[np.int64] = values[np.concatenate(([True], increasing))]
     return result
@@ -87,13 +88,13 @@ def distinct(values: NDArray[np.int64]) -> NDArray[np.int64]:
 def distinct_inverse(values: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """`np.unique(values, return_inverse=True)` for a 1-D integer array, by a stable sort (for
     the same reason as `distinct`)."""
-    order = np.argsort(values, kind="stable")
+    order = values.argsort(kind="stable")
     ordered = values[order]
     first = np.empty(values.size, dtype=bool)
     first[:1] = True
     np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
     inverse = np.empty(values.size, dtype=np.int64)
-    inverse[order] = np.cumsum(first) - 1
+    inverse[order] = first.cumsum() - 1
     return ordered[first], inverse
 
 

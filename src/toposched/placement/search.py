@@ -339,7 +339,7 @@ class _Search:
             return self._assign_one_pod(int(starts[leaves[0]]), int(starts[leaves[0] + 1]))
         first_nodes = starts[leaves]
         counts = starts[leaves + 1] - first_nodes
-        offsets = np.cumsum(counts) - counts
+        offsets = counts.cumsum() - counts
         if leaves.size == 1:
             nodes = np.arange(int(first_nodes[0]), int(first_nodes[0] + counts[0]), dtype=np.int64)
         else:
@@ -361,7 +361,7 @@ class _Search:
         scores = self.policy.node_scores(state, nodes, capacity, request)
         # Nodes are grouped by leaf, in index order within each: policy order is a stable sort
         # by score within leaves, which the empty racks a large gang takes already satisfy.
-        in_order = np.diff(scores) >= 0
+        in_order = scores[1:] >= scores[:-1]
         in_order[offsets[1:] - 1] = True  # a new leaf may start at any score
         if not in_order.all():
             leaf_of = np.repeat(np.arange(leaves.size, dtype=np.int64), counts)
@@ -423,7 +423,7 @@ class _Search:
         # rank*per_pod .. rank*per_pod+per_pod-1. Built flat: numpy's broadcasting over a short
         # last axis costs a loop call per row.
         if pod_nodes.size == nodes.size:
-            columns = np.tile(np.arange(per_pod, dtype=np.int64), nodes.size)
+            columns = np.arange(nodes.size * per_pod, dtype=np.int64) % per_pod
         else:
             rank = np.arange(pod_nodes.size, dtype=np.int64) - np.repeat(
                 np.cumsum(pods_per_node) - pods_per_node, pods_per_node
@@ -432,7 +432,7 @@ class _Search:
                 np.arange(per_pod, dtype=np.int64), pod_nodes.size
             )
         topology = self.topology
-        partly_used = np.flatnonzero(state.free_whole_gpus[nodes] != topology.gpu_count[nodes])
+        partly_used = (state.free_whole_gpus[nodes] != topology.gpu_count[nodes]).nonzero()[0]
         if partly_used.size == 0:
             # Every chosen node is empty (the large-gang case): GPU i is column i.
             return columns.reshape(pod_nodes.size, per_pod)

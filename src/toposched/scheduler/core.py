@@ -775,7 +775,7 @@ class Scheduler:
             slot_of = index.slot_of
             slots = np.array([slot_of[name] for name in names], dtype=np.int64)
         verdicts = self._verdicts(entry, ranking, now, slots)
-        keep = np.flatnonzero(verdicts.allowed)
+        keep = verdicts.allowed.nonzero()[0]
         return self._pool(
             slots[keep], verdicts.rules_of(keep), now, verdicts.standing[keep], verdicts.limit[keep]
         )
@@ -796,7 +796,7 @@ class Scheduler:
         unallocated = index.unallocated[slots] & verdicts.allowed
         if unallocated.any():
             # Unallocated victims are fair game for any allocated preemptor: one question.
-            first = str(index.ids[slots[np.argmax(unallocated)]])
+            first = str(index.ids[slots[unallocated.argmax()]])
             verdict = self.contract.may_preempt(
                 entry, self._contract_views[first], now, ranking, self
             )
@@ -804,7 +804,7 @@ class Scheduler:
                 verdicts.allowed[:] = False
                 return verdicts
             verdicts.rule_names.append(str(verdict.rule))
-        mine = np.flatnonzero(~index.unallocated[slots] & verdicts.allowed)
+        mine = (~index.unallocated[slots] & verdicts.allowed).nonzero()[0]
         if mine.size == 0:
             return verdicts
         # For an unprotected allocated job the contract's verdict depends only on its account
@@ -950,7 +950,7 @@ class Scheduler:
             lost=index.gpus[slots] * np.maximum(now - index.since[slots], 0.0),
             standing=standing,
             whole=index.whole[slots],
-            pod_starts=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+            pod_starts=np.concatenate(([0], counts.cumsum())).astype(np.int64),
             pod_nodes=np.concatenate(pods) if pods else np.zeros(0, dtype=np.int64),
         )
 
@@ -1123,7 +1123,7 @@ class Scheduler:
         index.refresh(now)
         leaf_free = state.free_gpus[search.leaf_level]
         freeable = index.leaf_unallocated_freeable if only_unallocated else index.leaf_freeable
-        possible = np.flatnonzero(leaf_free + freeable >= need)
+        possible = (leaf_free + freeable >= need).nonzero()[0]
         one_domain = search.is_one_domain(request)
         nothing = np.zeros(0, dtype=np.int64)
         if possible.size == 0:
@@ -1163,7 +1163,7 @@ class Scheduler:
         if only_unallocated:
             slots = slots[index.unallocated[slots]]
         # In job-name order, so that ties between equal victim sets always break the same way.
-        ordered = slots[np.argsort(index.ids[slots], kind="stable")]
+        ordered = slots[index.ids[slots].argsort(kind="stable")]
         return ordered, complete, found < DOMAINS_EXAMINED
 
     def _leaves_with_room(
@@ -1187,7 +1187,7 @@ class Scheduler:
             usable &= np.isin(topology.gpu_model[nodes], request.allowed_models)
         sizes = starts[leaves + 1] - starts[leaves]
         pods = (potential // request.gpus_per_pod) * usable
-        room = np.add.reduceat(pods, np.cumsum(sizes) - sizes)
+        room = np.add.reduceat(pods, sizes.cumsum() - sizes)
         fits: IntArray = leaves[room >= request.pods]
         return fits
 

@@ -58,7 +58,7 @@ def domain_nodes(starts: IntArray, domains: IntArray) -> IntArray:
     """Every node of `domains` (indices into one level's `starts`), domain after domain."""
     first = starts[domains]
     sizes = starts[domains + 1] - first
-    offsets = np.repeat(first - (np.cumsum(sizes) - sizes), sizes)
+    offsets = (first - (sizes.cumsum() - sizes)).repeat(sizes)
     nodes: IntArray = np.arange(int(sizes.sum()), dtype=np.int64) + offsets
     return nodes
 

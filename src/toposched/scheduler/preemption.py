@@ -138,7 +138,7 @@ class CandidatePool:
         if self.cap_group is None:
             return np.ones(subsets.shape[0], dtype=bool)
         groups = self.cap_group[rows]
-        bounded = np.flatnonzero(groups >= 0)
+        bounded = (groups >= 0).nonzero()[0]
         if bounded.size == 0:
             return np.ones(subsets.shape[0], dtype=bool)
         # held[v, g]: GPUs candidate v counts against budget g.
@@ -171,7 +171,8 @@ class CandidatePool:
 
     @property
     def pod_owner(self) -> IntArray:
-        owner: IntArray = np.repeat(np.arange(len(self), dtype=np.int64), np.diff(self.pod_starts))
+        starts = self.pod_starts
+        owner: IntArray = np.arange(len(self), dtype=np.int64).repeat(starts[1:] - starts[:-1])
         return owner
 
     def candidate(self, row: int) -> Candidate:
@@ -463,7 +464,7 @@ class VictimSearch:
         leaves, leaf_position = distinct_inverse(pod_leaf.astype(np.int64))
         nodes = domain_nodes(starts, leaves)
         sizes = starts[leaves + 1] - starts[leaves]
-        offsets = np.cumsum(sizes) - sizes
+        offsets = sizes.cumsum() - sizes
         # Room per leaf if every candidate touching it left: an upper bound to rank leaves.
         where = offsets[leaf_position] + pool.pod_nodes - starts[pod_leaf]
         pod_whole = pool.whole[pod_owner]
@@ -472,7 +473,7 @@ class VictimSearch:
         usable = self._usable(nodes, request)
         potential = np.minimum(free + freed.astype(np.int64), topology.gpu_count[nodes]) * usable
         room = np.add.reduceat(self._pods_fit(potential, request), offsets)
-        qualifying = np.flatnonzero(room >= request.pods)
+        qualifying = (room >= request.pods).nonzero()[0]
         if qualifying.size == 0:
             return None
         # (leaf position, candidate) pairs with the whole GPUs the candidate frees there.
@@ -484,7 +485,7 @@ class VictimSearch:
         lower = self._lower_bounds(
             request, pool, free * usable, offsets, pair_leaf, pair_owner, supply
         )
-        order = qualifying[np.argsort(bound[qualifying], kind="stable")][:DOMAINS_EXAMINED]
+        order = qualifying[bound[qualifying].argsort(kind="stable")][:DOMAINS_EXAMINED]
         best: PreemptionPlan | None = None
         for position in order.tolist():
             if best is not None and lower is not None:
@@ -527,11 +528,11 @@ class VictimSearch:
         ratio = np.where(supply > 0, pool.lost[pair_owner] / np.maximum(supply, 1), np.inf)
         order = np.lexsort((ratio, pair_leaf))
         sorted_leaf, sorted_supply, sorted_ratio = pair_leaf[order], supply[order], ratio[order]
-        total = np.cumsum(sorted_supply)
-        group_first = np.searchsorted(sorted_leaf, sorted_leaf)
+        total = sorted_supply.cumsum()
+        group_first = sorted_leaf.searchsorted(sorted_leaf)
         # GPUs freed in the same leaf by cheaper candidates.
         before = total - sorted_supply - (total[group_first] - sorted_supply[group_first])
-        take = np.clip(need[sorted_leaf] - before, 0, sorted_supply)
+        take = np.minimum(np.maximum(need[sorted_leaf] - before, 0), sorted_supply)
         used = take > 0
         lower: FloatArray = np.bincount(
             sorted_leaf[used], weights=take[used] * sorted_ratio[used], minlength=offsets.size
@@ -567,16 +568,16 @@ class VictimSearch:
 
         if count <= EXACT_VICTIMS:
             subsets = _subsets(count)
-            feasible = np.flatnonzero(
+            feasible = (
                 (room(subsets) >= request.pods) & pool.within_caps(subsets, members)
-            )
+            ).nonzero()[0]
             if feasible.size == 0:
                 return None
             if type(self.impact) is LeastLostWork:
                 # The default key is a sum per victim: rank every subset with one matrix product.
-                per_victim = np.stack(
-                    [pool.lost[members], np.ones(count), pool.standing[members]], axis=1
-                )
+                per_victim = np.array(
+                    [pool.lost[members], np.ones(count), pool.standing[members]]
+                ).T
                 totals = subsets[feasible] @ per_victim
                 winner = feasible[np.lexsort((totals[:, 2], totals[:, 1], totals[:, 0]))[0]]
             else:
@@ -585,7 +586,7 @@ class VictimSearch:
                     for s in feasible
                 ]
                 winner = feasible[min(range(len(keys)), key=keys.__getitem__)]
-            return pool.take(members[np.flatnonzero(subsets[winner])]), True
+            return pool.take(members[subsets[winner].nonzero()[0]]), True
         victims = pool.take(members)
         order = sorted(range(count), key=lambda i: self.impact.key([victims[i]]))
         selection = np.zeros((1, count), dtype=np.int64)
