@@ -782,12 +782,16 @@ class VictimSearch:
             nodes = nodes[in_order]
             owners = take_rows(np.concatenate([piece[1] for piece in pieces]), in_order)
             held = take_rows(np.concatenate([piece[2] for piece in pieces]), in_order)
-        slots = _distinct_slots(owners, index.ids.shape[0])
-        victim_slots = slots[allowed[slots]]
         if len(batch_verdicts) == 1:
+            # The victims are the batch's allowed slots that hold GPUs on the chosen domains.
             unique, verdicts = batch_verdicts[0]
-            verdicts = verdicts.rows(np.searchsorted(unique, victim_slots))
+            present = np.zeros(index.ids.shape[0] + 1, dtype=bool)
+            present[owners.reshape(-1)] = True  # -1 marks the extra last entry
+            rows = (present[unique] & verdicts.allowed).nonzero()[0]
+            victim_slots, verdicts = unique[rows], verdicts.rows(rows)
         else:
+            slots = _distinct_slots(owners, index.ids.shape[0])
+            victim_slots = slots[allowed[slots]]
             verdicts = verdicts_of(victim_slots)
         bounded = np.flatnonzero(np.isfinite(verdicts.limit))
         if bounded.size:
