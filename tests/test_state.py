@@ -414,16 +414,20 @@ def test_parts_released_frees_cpu_and_memory_too(state: ClusterState) -> None:
     assert_same(before, snapshot(state))
 
 
-def test_changes_of_thousands_of_nodes_keep_aggregates_exact() -> None:
-    # 3,000 nodes of 4 GPUs and 8 cores in 60 racks of 50, in 6 blocks: a gang over 2,500 of
-    # them takes the counting path of the aggregate update.
+def thousands_of_nodes() -> ClusterState:
+    """3,000 nodes of 4 GPUs and 8 cores in 60 racks of 50, in 6 blocks of 500."""
     nodes = [
         {"name": f"n{i}", "block": f"b{i // 500}", "rack": f"r{i // 50}", "gpus": 4, "cpu": 8}
         for i in range(3000)
     ]
     for node in nodes:
         node["gpu_model"] = "X"
-    state = ClusterState(topology_from_dict({"levels": ["block", "rack"], "nodes": nodes}))
+    return ClusterState(topology_from_dict({"levels": ["block", "rack"], "nodes": nodes}))
+
+
+def test_changes_of_thousands_of_nodes_keep_aggregates_exact() -> None:
+    # A gang over 2,500 of the 3,000 nodes takes the counting path of the aggregate update.
+    state = thousands_of_nodes()
     state.set_health([7, 2999], Health.DOWN)
     start = snapshot(state)
     count = 2500
@@ -444,17 +448,11 @@ def test_changes_of_thousands_of_nodes_keep_aggregates_exact() -> None:
 
 @pytest.mark.parametrize("freed_share", [0.9, 0.3])
 def test_what_if_over_thousands_of_nodes_counts_idle_nodes_once(freed_share: float) -> None:
-    # 3,000 nodes of 4 GPUs and 8 cores in 60 racks of 50: `whole` holds every GPU of
+    # Of the 3,000 nodes of 4 GPUs and 8 cores, `whole` holds every GPU of
     # nodes 100-1999 and nothing else, so freeing its GPUs leaves those nodes idle; `cored`
     # holds 2 GPUs and a core on nodes 2000-2599, whose nodes stay busy. Nodes 0-99 and
     # 2600-2999 are idle already: inside a what-if over all nodes they must not count twice.
-    nodes = [
-        {"name": f"n{i}", "block": f"b{i // 500}", "rack": f"r{i // 50}", "gpus": 4, "cpu": 8}
-        for i in range(3000)
-    ]
-    for node in nodes:
-        node["gpu_model"] = "X"
-    state = ClusterState(topology_from_dict({"levels": ["block", "rack"], "nodes": nodes}))
+    state = thousands_of_nodes()
     state.allocate("whole", Allocation.of(np.arange(100, 2000), np.tile([[0, 1, 2, 3]], (1900, 1))))
     state.allocate(
         "cored", Allocation.of(np.arange(2000, 2600), np.tile([[0, 1]], (600, 1)), cpu_milli=1)
