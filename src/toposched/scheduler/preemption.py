@@ -271,12 +271,18 @@ class VictimList(Sequence[Candidate]):
         )
 
 
+def _slot_marks(owners: NDArray[np.integer], bound: int) -> NDArray[np.bool_]:
+    """Per slot in [0, bound), whether it is among `owners`; the extra last entry marks -1
+    (nobody)."""
+    seen = np.zeros(bound + 1, dtype=bool)
+    seen[owners.reshape(-1)] = True
+    return seen
+
+
 def _distinct_slots(owners: NDArray[np.integer], bound: int) -> IntArray:
     """Sorted distinct slots in [0, bound) among `owners` (-1 for nobody, ignored), by marking
     rather than sorting: the values are many and bounded."""
-    seen = np.zeros(bound + 1, dtype=bool)
-    seen[owners.reshape(-1)] = True  # -1 marks the extra last entry
-    distinct: IntArray = np.flatnonzero(seen[:-1])
+    distinct: IntArray = _slot_marks(owners, bound)[:-1].nonzero()[0]
     return distinct
 
 
@@ -737,9 +743,8 @@ class VictimSearch:
         starts = self.leaf_starts
         covered = done = 0
         # Per batch, the chosen domains' nodes (in node order), their owners and which of
-        # those the contract allows; with the batch's verdicts, kept for the victims below.
+        # those the contract allows.
         pieces: list[tuple[IntArray, NDArray[np.int32], NDArray[np.bool_]]] = []
-        batch_verdicts: list[tuple[IntArray, SlotVerdicts]] = []
         # Per slot, whether the contract allows evicting it; the extra last entry answers for
         # GPUs nobody holds (owner -1).
         allowed = np.zeros(index.ids.shape[0] + 1, dtype=bool)
@@ -749,17 +754,17 @@ class VictimSearch:
             batch *= 2
             # Nodes are read in node order (cheaper gathers, and sorted for the what-if).
             by_node = np.argsort(leaves, kind="stable")
-            nodes = domain_nodes(starts, leaves[by_node])
+            in_node_order = leaves[by_node]
+            nodes = domain_nodes(starts, in_node_order)
             owners = take_rows(index.gpu_owner, nodes)
             unique = _distinct_slots(owners, index.ids.shape[0])
             verdicts = verdicts_of(unique)
-            batch_verdicts.append((unique, verdicts))
             allowed[unique] = verdicts.allowed
             held = allowed[owners]
             potential = np.minimum(
                 state.free_whole_gpus[nodes] + row_sums(held), topology.gpu_count[nodes]
             ) * self._usable(nodes, request)
-            sizes = starts[leaves[by_node] + 1] - starts[leaves[by_node]]
+            sizes = starts[in_node_order + 1] - starts[in_node_order]
             offsets = np.cumsum(sizes) - sizes
             room = np.empty(leaves.size, dtype=np.int64)
             room[by_node] = np.add.reduceat(potential // per_pod, offsets) // granule * granule
@@ -777,21 +782,18 @@ class VictimSearch:
         if covered < need:
             return None
         if len(pieces) == 1:
+            # The victims are the batch's allowed slots that hold GPUs on the chosen domains,
+            # with the batch's verdicts.
             nodes, owners, held = pieces[0]
+            present = _slot_marks(owners, index.ids.shape[0])
+            rows = (present[unique] & verdicts.allowed).nonzero()[0]
+            victim_slots, verdicts = unique[rows], verdicts.rows(rows)
         else:
             nodes = np.concatenate([piece[0] for piece in pieces])
             in_order = np.argsort(nodes, kind="stable")
             nodes = nodes[in_order]
             owners = take_rows(np.concatenate([piece[1] for piece in pieces]), in_order)
             held = take_rows(np.concatenate([piece[2] for piece in pieces]), in_order)
-        if len(batch_verdicts) == 1:
-            # The victims are the batch's allowed slots that hold GPUs on the chosen domains.
-            unique, verdicts = batch_verdicts[0]
-            present = np.zeros(index.ids.shape[0] + 1, dtype=bool)
-            present[owners.reshape(-1)] = True  # -1 marks the extra last entry
-            rows = (present[unique] & verdicts.allowed).nonzero()[0]
-            victim_slots, verdicts = unique[rows], verdicts.rows(rows)
-        else:
             slots = _distinct_slots(owners, index.ids.shape[0])
             victim_slots = slots[allowed[slots]]
             verdicts = verdicts_of(victim_slots)
