@@ -307,8 +307,12 @@ class Scheduler:
         # The contract's verdicts on pairs of running jobs (see `_pair_verdict`), for one
         # ranking and one version of the loads and budgets.
         self._pair_verdicts: dict[
-            tuple[str, int, bool, int, float, float, float], tuple[str, float | None] | None
+            tuple[str, int, bool, float, int, float, str, float], tuple[str, float | None] | None
         ] = {}
+        # Victim accounts' loads and standings by account code (see `_account_load`), for one
+        # version of the usage, of the GPUs on their way out and of the ranking.
+        self._account_loads: dict[int, tuple[str, float, float | None]] = {}
+        self._account_loads_key: tuple[int, int, Ranking | None] = (-1, -1, None)
         # Refused preemptions by (pod shape, pods, account, priority), or by (pod shape, pods)
         # for jobs that may take unallocated work only: what the refusal depends on, until when
         # no protection ends, and the reason (see `_preempt_or_refuse`).
@@ -828,13 +832,42 @@ class Scheduler:
         pair_standing = np.zeros(n_groups)
         pair_ranked = np.zeros(n_groups, dtype=bool)
         rule_codes: dict[str, int] = {}
-        preemptor_running = self.running_gpus(entry.account)
-        for position, row in enumerate(order[heads].tolist()):
-            slot = int(mine_slots[row])
-            answer = self._pair_verdict(entry, ranking, now, slot, preemptor_running)
-            if answer is None:
+        self._check_pair_verdicts(ranking)
+        preemptor = (
+            entry.account,
+            entry.priority,
+            entry.unallocated,
+            self.running_gpus(entry.account),
+        )
+        # The pairs' heads as Python scalars, each account's load and standing looked up once:
+        # a cycle asks for thousands of pairs, most of them answered by the memo.
+        head_slots = mine_slots[order[heads]]
+        loads_key = (self.usage.version, self._leaving_version, ranking)
+        if self._account_loads_key != loads_key:
+            self._account_loads = {}
+            self._account_loads_key = loads_key
+        loads = self._account_loads
+        for position, (slot, pair, size, account_code) in enumerate(
+            zip(
+                head_slots.tolist(),
+                index.pair[head_slots].tolist(),
+                index.gpus[head_slots].tolist(),
+                index.account[head_slots].tolist(),
+                strict=True,
+            )
+        ):
+            load = loads.get(account_code)
+            if load is None:
+                load = loads[account_code] = self._account_load(
+                    index.account_names[account_code], ranking
+                )
+            account, account_running, standing = load
+            known = self._pair_verdict(
+                entry, ranking, now, slot, preemptor, (pair, size, account, account_running)
+            )
+            if known is None:
                 continue
-            rule, limit, standing = answer
+            rule, limit = known
             code = rule_codes.get(rule)
             if code is None:
                 code = rule_codes[rule] = len(verdicts.rule_names)
@@ -855,48 +888,50 @@ class Scheduler:
         verdicts.standing[mine[ranked]] = pair_standing[group_of_row[ranked]]
         return verdicts
 
+    def _check_pair_verdicts(self, ranking: Ranking) -> None:
+        """Forget the remembered pair verdicts when the budgets (or, under the fair-share
+        rule, the ranking) changed."""
+        stamp = self.tree.version
+        if self._pair_verdicts_stamp != stamp or (
+            self.contract.cross_account == "fair_share"
+            and self._pair_verdicts_ranking is not ranking
+        ):
+            self._pair_verdicts.clear()
+            self._pair_verdicts_ranking = ranking
+            self._pair_verdicts_stamp = stamp
+
+    def _account_load(self, account: str, ranking: Ranking) -> tuple[str, float, float | None]:
+        """A victim account's name, running GPUs (as the contract counts them) and standing in
+        `ranking` (None when it is not a ranked leaf)."""
+        standing = None
+        if ranking.is_ranked_leaf(account):
+            standing = float(len(ranking.leaves) - ranking.rank(account))
+        return account, self.running_gpus(account), standing
+
     def _pair_verdict(
         self,
         entry: QueueEntry,
         ranking: Ranking,
         now: float,
         slot: int,
-        preemptor_running: float,
-    ) -> tuple[str, float | None, float | None] | None:
+        preemptor: tuple[str, int, bool, float],
+        victim: tuple[int, float, str, float],
+    ) -> tuple[str, float | None] | None:
         """The contract's verdict on the unprotected allocated running job in `slot` for
-        `entry` (whose account runs `preemptor_running` GPUs), as what `_verdicts` applies to
-        its (account, priority) pair: None if refused, else the rule, the largest job of the
-        pair that may go (budget rule; None: any) and the pair's standing (None when its
-        account is not a ranked leaf).
+        `entry`, as what `_verdicts` applies to its (account, priority) pair: None if refused,
+        else the rule and the largest job of the pair that may go (budget rule; None: any).
+        `preemptor`: the entry's account, priority, tier and the GPUs its account runs;
+        `victim`: the slot's pair, GPUs, account and the GPUs its account runs.
 
-        Verdicts are remembered by the preemptor's account, priority and tier, the victim's
-        pair and size, and the two accounts' running GPUs, while the budgets (and under the
-        fair-share rule the ranking) stay the same: nothing else of either job enters a verdict
-        on an unprotected victim. The standing is read from `ranking` each time.
+        Verdicts are remembered by those, while the budgets (and under the fair-share rule
+        the ranking, see `_check_pair_verdicts`) stay the same: nothing else of either job
+        enters a verdict on an unprotected victim.
         """
-        index = self._preemptible
-        fair_share = self.contract.cross_account == "fair_share"
-        stamp = self.tree.version
-        if self._pair_verdicts_stamp != stamp or (
-            fair_share and self._pair_verdicts_ranking is not ranking
-        ):
-            self._pair_verdicts.clear()
-            self._pair_verdicts_ranking = ranking
-            self._pair_verdicts_stamp = stamp
-        account = index.account_names[int(index.account[slot])]
-        key = (
-            entry.account,
-            entry.priority,
-            entry.unallocated,
-            int(index.pair[slot]),
-            float(index.gpus[slot]),
-            preemptor_running,
-            self.running_gpus(account),
-        )
-        known = self._pair_verdicts.get(key, _UNKNOWN)
+        key = (*preemptor, *victim)
+        known: tuple[str, float | None] | None = self._pair_verdicts.get(key, _UNKNOWN)
         if known is _UNKNOWN:
             verdict = self.contract.may_preempt(
-                entry, self._contract_views[str(index.ids[slot])], now, ranking, self
+                entry, self._contract_views[str(self._preemptible.ids[slot])], now, ranking, self
             )
             known = None
             if verdict.allowed:
@@ -904,17 +939,12 @@ class Scheduler:
                 if self.contract.cross_account == "budget" and (
                     verdict.rule is PreemptionRule.RECLAIM_BUDGET
                 ):
-                    limit = self.contract.reclaim_limit(entry.account, account, self)
+                    limit = self.contract.reclaim_limit(entry.account, victim[2], self)
                 known = (str(verdict.rule), limit)
             if len(self._pair_verdicts) >= _PAIR_VERDICTS_KEPT:
                 self._pair_verdicts.clear()  # loads wander: keep the memo bounded
             self._pair_verdicts[key] = known
-        if known is None:
-            return None
-        standing = None
-        if ranking.is_ranked_leaf(account):
-            standing = float(len(ranking.leaves) - ranking.rank(account))
-        return known[0], known[1], standing
+        return known
 
     def _pool(
         self,
