@@ -778,6 +778,23 @@ def test_a_failure_found_behind_the_fence_does_not_answer_once_the_fence_is_lift
     fence.open_all()
 
 
+def test_a_failure_behind_the_fence_answers_for_each_set_of_opened_nodes_afresh() -> None:
+    # find_beyond remembers, per set of opened nodes, which failures' fences miss it: asked
+    # again with other nodes opened (the next cycle's reservation), it must look again.
+    state = small_cluster()
+    fence = Fence(state)
+    failures = _Failures()
+    shape: tuple[object, ...] = ("4 GPUs per pod",)
+    fence.close(np.array([0], dtype=np.int64))
+    failures.add(shape, _Failure(2, "no room", fence.frozen(), "wide", epoch=1, cycle=1))
+    elsewhere, fenced_node = frozenset({2, 3}), frozenset({0, 2})
+    for _ in range(2):
+        assert failures.find_beyond(shape, 2, fence, elsewhere) is not None
+        assert failures.find_beyond(shape, 2, fence, fenced_node) is None
+        assert failures.find_beyond(shape, 1, fence, elsewhere) is None  # fewer pods may fit
+    fence.open_all()
+
+
 # --- bad input ---------------------------------------------------------------------------------
 
 

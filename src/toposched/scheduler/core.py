@@ -170,10 +170,18 @@ class _Failures:
         # Per shape, the failure with the fewest pods among those the fence still implies, as
         # of (cycle, fence generation, version): most jobs ask again before anything moved.
         self._smallest: dict[tuple[object, ...], tuple[int, int, int, _Failure | None]] = {}
+        # Whether a failure's fenced nodes miss the nodes `find_beyond` opens, by the identity
+        # of those fenced nodes (kept alive here), for one set of opened nodes: a cycle asks
+        # about the same reserved nodes for every short job, and each answer compares sets of
+        # tens of thousands of nodes.
+        self._opened: frozenset[int] | None = None
+        self._disjoint: dict[int, tuple[FencedNodes, bool]] = {}
 
     def clear(self) -> None:
         self.by_shape.clear()
         self._smallest.clear()
+        self._opened = None
+        self._disjoint.clear()
         self.version += 1
 
     def find(
@@ -203,15 +211,19 @@ class _Failures:
     ) -> _Failure | None:
         """`find` as if the fence let `opened` go: a failure found with none of those nodes
         fenced (short jobs, before they try the reserved nodes)."""
+        if self._opened is not opened:
+            self._opened = opened
+            self._disjoint = {}
+        disjoint = self._disjoint
         found: _Failure | None = None
         for failure in self.by_shape.get(shape, ()):
-            if (
-                pods >= failure.pods
-                and (found is None or failure.pods < found.pods)
-                and failure.fenced.isdisjoint(opened)
-                and failure.fenced <= fence.fenced
-            ):
-                found = failure
+            if pods >= failure.pods and (found is None or failure.pods < found.pods):
+                fenced = failure.fenced
+                known = disjoint.get(id(fenced))
+                if known is None:
+                    known = disjoint[id(fenced)] = (fenced, fenced.isdisjoint(opened))
+                if known[1] and fenced <= fence.fenced:
+                    found = failure
         return found
 
     def add(self, shape: tuple[object, ...], failure: _Failure) -> None:
