@@ -144,6 +144,21 @@ class CapacityView:
                 capacity = pods_by_free(hist[:, 0, :], self._pods_per_free)  # one model
             else:
                 capacity = pods_by_free(hist.sum(axis=1, dtype=np.int64), self._pods_per_free)
+        if not (request.cpu_milli or request.memory_mib):
+            return capacity
+        some = capacity.nonzero()[0]
+        if some.size * 4 < capacity.size:
+            # Most domains hold no such pod (a large pod on a busy fleet): only those that do
+            # can be bounded further, read by index rather than dividing every domain's totals.
+            rows = some + lo
+            room = capacity[some]
+            if request.cpu_milli:
+                room = np.minimum(room, state.domain_free_cpu[level][rows] // request.cpu_milli)
+            if request.memory_mib:
+                memory = state.domain_free_memory[level][rows]
+                room = np.minimum(room, memory // request.memory_mib)
+            capacity[some] = room
+            return capacity
         if request.cpu_milli:
             capacity = np.minimum(
                 capacity, state.domain_free_cpu[level][lo:hi] // request.cpu_milli
