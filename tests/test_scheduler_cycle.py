@@ -762,13 +762,21 @@ def test_a_failure_stops_answering_once_a_preemptor_hands_back_part_of_its_kept_
     assert bound(result) == ["nominee", "last"]
 
 
-def test_a_failure_found_behind_the_fence_does_not_answer_once_the_fence_is_lifted() -> None:
-    state = small_cluster()
-    fence = Fence(state)
+SHAPE: tuple[object, ...] = ("4 GPUs per pod",)
+
+
+def failure_behind_node_0() -> tuple[Fence, _Failures]:
+    """A 2-pod gang of `SHAPE` that did not fit while node 0 was fenced."""
+    fence = Fence(small_cluster())
     failures = _Failures()
-    shape: tuple[object, ...] = ("4 GPUs per pod",)
     fence.close(np.array([0], dtype=np.int64))
-    failures.add(shape, _Failure(2, "no room", fence.frozen(), "wide", epoch=1, cycle=1))
+    failures.add(SHAPE, _Failure(2, "no room", fence.frozen(), "wide", epoch=1, cycle=1))
+    return fence, failures
+
+
+def test_a_failure_found_behind_the_fence_does_not_answer_once_the_fence_is_lifted() -> None:
+    fence, failures = failure_behind_node_0()
+    shape = SHAPE
     assert failures.find(shape, 2, fence, cycle=1) is not None
     assert failures.find(shape, 3, fence, cycle=1) is not None  # more pods: no room either
     assert failures.find(shape, 1, fence, cycle=1) is None  # fewer pods may fit
@@ -781,12 +789,8 @@ def test_a_failure_found_behind_the_fence_does_not_answer_once_the_fence_is_lift
 def test_a_failure_behind_the_fence_answers_for_each_set_of_opened_nodes_afresh() -> None:
     # find_beyond remembers, per set of opened nodes, which failures' fences miss it: asked
     # again with other nodes opened (the next cycle's reservation), it must look again.
-    state = small_cluster()
-    fence = Fence(state)
-    failures = _Failures()
-    shape: tuple[object, ...] = ("4 GPUs per pod",)
-    fence.close(np.array([0], dtype=np.int64))
-    failures.add(shape, _Failure(2, "no room", fence.frozen(), "wide", epoch=1, cycle=1))
+    fence, failures = failure_behind_node_0()
+    shape = SHAPE
     elsewhere, fenced_node = frozenset({2, 3}), frozenset({0, 2})
     for _ in range(2):
         assert failures.find_beyond(shape, 2, fence, elsewhere) is not None
