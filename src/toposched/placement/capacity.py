@@ -147,25 +147,18 @@ class CapacityView:
         if not (request.cpu_milli or request.memory_mib):
             return capacity
         some = capacity.nonzero()[0]
-        if some.size * 4 < capacity.size:
-            # Most domains hold no such pod (a large pod on a busy fleet): only those that do
-            # can be bounded further, read by index rather than dividing every domain's totals.
-            rows = some + lo
-            room = capacity[some]
-            if request.cpu_milli:
-                room = np.minimum(room, state.domain_free_cpu[level][rows] // request.cpu_milli)
-            if request.memory_mib:
-                memory = state.domain_free_memory[level][rows]
-                room = np.minimum(room, memory // request.memory_mib)
-            capacity[some] = room
-            return capacity
+        # When most domains hold no such pod (a large pod on a busy fleet), only those that do
+        # are bounded further, read by index rather than dividing every domain's totals.
+        few = some.size * 4 < capacity.size
+        rows: IntArray | slice = some + lo if few else slice(lo, hi)
+        room = capacity[some] if few else capacity
         if request.cpu_milli:
-            capacity = np.minimum(
-                capacity, state.domain_free_cpu[level][lo:hi] // request.cpu_milli
-            )
+            room = np.minimum(room, state.domain_free_cpu[level][rows] // request.cpu_milli)
         if request.memory_mib:
-            memory = state.domain_free_memory[level][lo:hi]
-            capacity = np.minimum(capacity, memory // request.memory_mib)
+            room = np.minimum(room, state.domain_free_memory[level][rows] // request.memory_mib)
+        if not few:
+            return room
+        capacity[some] = room
         return capacity
 
     def _full_level(self, level: int) -> IntArray:
