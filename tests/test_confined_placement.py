@@ -44,6 +44,28 @@ def test_released_on_nodes_frees_only_the_range_and_restores_everything() -> Non
         assert np.array_equal(values, after[name]), name
 
 
+def test_released_on_nodes_returns_shared_gpus_and_memory() -> None:
+    state = racks(2, 2)
+    # Two shared pods on GPU 3 of node 0 (one of them also on node 2, outside the range),
+    # with memory; a whole-GPU pod with memory on node 1.
+    state.allocate("half", Allocation.of([0, 2], [[3], [3]], gpu_milli=500, memory_mib=1024))
+    state.allocate("quarter", Allocation.of([0], [[3]], gpu_milli=250))
+    state.allocate("whole", Allocation.of([1], [[0, 1]], memory_mib=2048))
+    before = state.snapshot()
+    parts = [state.allocations[name] for name in ("half", "quarter", "whole")]
+    with state.released_on_nodes(parts, 0, 2):
+        assert state.gpu_free_milli[0, 3] == 1000
+        assert state.gpu_free_milli[2, 3] == 500  # outside the range: still held
+        assert state.free_whole_gpus[:3].tolist() == [4, 4, 3]
+        memory = before["free_memory_mib"]
+        assert int(state.free_memory_mib[0]) == int(memory[0]) + 1024
+        assert int(state.free_memory_mib[1]) == int(memory[1]) + 2048
+        assert int(state.free_memory_mib[2]) == int(memory[2])
+    after = state.snapshot()
+    for name, values in before.items():
+        assert np.array_equal(values, after[name]), name
+
+
 def test_place_in_leaf_uses_the_released_gpus_and_respects_cpu() -> None:
     state = racks(2, 2)
     state.allocate("a", Allocation.of([0, 1], [[0, 1, 2, 3]] * 2))

@@ -995,33 +995,45 @@ class ClusterState:
         `parts_released`: the caller passes resources held now, reads nothing outside the nodes
         and changes nothing inside the block.
         """
-        node_arrays: tuple[NDArray[np.integer], ...] = (
-            self.gpu_free_milli,
-            self.free_whole_gpus,
-            self.free_cpu_milli,
-            self.free_memory_mib,
-        )
+        # Only the arrays the parts change are saved and restored.
+        node_arrays: list[NDArray[np.integer]] = [self.gpu_free_milli, self.free_whole_gpus]
+        if any(part.cpu_milli for part in parts):
+            node_arrays.append(self.free_cpu_milli)
+        if any(part.memory_mib for part in parts):
+            node_arrays.append(self.free_memory_mib)
         saved = [array[first:last].copy() for array in node_arrays]
         self.version += 1
-        width = self.gpu_free_milli.shape[1]
-        flat = self.gpu_free_milli.reshape(-1)
+        block = self.gpu_free_milli[first:last]
+        width = block.shape[1]
+        flat = block.reshape(-1)
         try:
+            # Whole GPUs inside the block, as flat indices of `block`: distinct, since no two
+            # pods hold the same whole GPU. A few victims' pods are gathered in Python, fewer
+            # steps than numpy calls per part.
+            whole_slots: list[int] = []
             for part in parts:
-                inside = (part.nodes >= first) & (part.nodes < last)
-                nodes = part.nodes[inside]
-                if nodes.size == 0:
+                node_list = part.nodes.tolist()
+                inside = [i for i, node in enumerate(node_list) if first <= node < last]
+                if not inside:
                     continue
+                nodes = [node_list[i] - first for i in inside]
                 if part.gpus.shape[1]:
-                    slots = (nodes[:, None] * width + part.gpus[inside]).reshape(-1)
+                    gpus = part.gpus.tolist()
+                    part_slots = [
+                        node * width + gpu
+                        for i, node in zip(inside, nodes, strict=True)
+                        for gpu in gpus[i]
+                    ]
                     if part.gpu_milli == MILLI_PER_GPU:
-                        flat[slots] += np.int16(MILLI_PER_GPU)  # whole GPUs: no repeats
+                        whole_slots.extend(part_slots)
                     else:
-                        np.add.at(flat, slots, np.int16(part.gpu_milli))
+                        np.add.at(flat, part_slots, np.int16(part.gpu_milli))
                 if part.cpu_milli:
-                    np.add.at(self.free_cpu_milli, nodes, part.cpu_milli)
+                    np.add.at(self.free_cpu_milli, np.array(nodes) + first, part.cpu_milli)
                 if part.memory_mib:
-                    np.add.at(self.free_memory_mib, nodes, part.memory_mib)
-            block = self.gpu_free_milli[first:last]
+                    np.add.at(self.free_memory_mib, np.array(nodes) + first, part.memory_mib)
+            if whole_slots:
+                flat[whole_slots] += np.int16(MILLI_PER_GPU)
             self.free_whole_gpus[first:last] = (block == MILLI_PER_GPU).sum(axis=1)
             yield
         finally:

@@ -331,8 +331,11 @@ class _Search:
         return picked, shares
 
     # --- filling nodes ------------------------------------------------------------------------
-    def _assign(self, leaves: IntArray, shares: IntArray) -> Allocation | None:
-        """Spread each leaf domain's share over its nodes in policy order, all leaves at once."""
+    def _assign(
+        self, leaves: IntArray, shares: IntArray, capacity: IntArray | None = None
+    ) -> Allocation | None:
+        """Spread each leaf domain's share over its nodes in policy order, all leaves at once.
+        `capacity`: the leaves' node capacities, when the caller has them already."""
         state, request = self.state, self.request
         starts = self.topology.domain_starts[self.leaf_level]
         if leaves.size == 1 and shares[0] == 1:
@@ -346,7 +349,8 @@ class _Search:
             nodes = np.arange(int(offsets[-1] + counts[-1]), dtype=np.int64) + np.repeat(
                 first_nodes - offsets, counts
             )
-        capacity = self.view.node_capacity(nodes)
+        if capacity is None:
+            capacity = self.view.node_capacity(nodes)
         # Leaf domains are never empty, so no reduceat segment is; nodes without room add 0.
         leaf_total = np.add.reduceat(capacity, offsets)
         if (leaf_total < shares).any():
@@ -584,10 +588,11 @@ def place_in_leaf(
     search = _Search(state, request, policy or BestFit())
     search.view = CapacityView(state, request, exact=True)
     first, last = state.topology.domain_range(search.leaf_level, leaf)
-    if int(search.view.node_capacity_in(first, last).sum()) < request.pods:
+    capacity = search.view.node_capacity_in(first, last)
+    if int(capacity.sum()) < request.pods:
         return None
     leaves = np.array([leaf], dtype=np.int64)
-    assigned = search._assign(leaves, np.array([request.pods], dtype=np.int64))
+    assigned = search._assign(leaves, np.array([request.pods], dtype=np.int64), capacity)
     return None if assigned is None else Placement(request, assigned)
 
 

@@ -46,6 +46,7 @@ from toposched.scheduler.spares import SparePool
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
 _HEALTHY = int(Health.HEALTHY)
 #: Contract verdicts on (preemptor, victim pair) kept at most (see `Scheduler._pair_verdict`).
 _PAIR_VERDICTS_KEPT = 100_000
@@ -971,7 +972,7 @@ class Scheduler:
         index = self._preemptible
         allocations = index.allocations
         pods = [allocations[slot].nodes for slot in slots.tolist()]  # type: ignore[union-attr]
-        counts = np.array([p.size for p in pods], dtype=np.int64)
+        counts = index.pods[slots]
         bounded = np.isfinite(limit)
         cap_group: IntArray | None = None
         caps, cap_accounts = np.zeros(0), []
@@ -1177,16 +1178,18 @@ class Scheduler:
         batch = 2 * DOMAINS_EXAMINED
         # The cheapest few first without sorting every domain: those up to the batch-th cost
         # (ties included), then, if they do not give enough domains with room, all the rest.
+        cheapest: BoolArray | None = None
         if possible.size > batch:
-            threshold = np.partition(cost, batch - 1)[batch - 1]
-            first = cost <= threshold
-            stages = [possible[first], possible[~first]]
-            costs = [cost[first], cost[~first]]
-        else:
-            stages, costs = [possible], [cost]
-        for stage, stage_cost in zip(stages, costs, strict=True):
+            cheapest = cost <= np.partition(cost, batch - 1)[batch - 1]
+        for stage_number in range(1 if cheapest is None else 2):
             if found >= DOMAINS_EXAMINED:
                 break
+            if cheapest is None:
+                stage, stage_cost = possible, cost
+            else:
+                # The rest only when the cheapest few fall short (rarely on a busy fleet).
+                kept = cheapest if stage_number == 0 else ~cheapest
+                stage, stage_cost = possible[kept], cost[kept]
             ranked = stage[np.lexsort((need - leaf_free[stage], stage_cost))]
             done = 0
             while done < ranked.size and found < DOMAINS_EXAMINED:

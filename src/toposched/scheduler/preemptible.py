@@ -127,6 +127,7 @@ class PreemptibleIndex:
         self.since: FloatArray = np.zeros(capacity)
         self.protected_until: FloatArray = np.zeros(capacity)
         self.whole: IntArray = np.zeros(capacity, dtype=np.int64)
+        self.pods: IntArray = np.zeros(capacity, dtype=np.int64)
         self.cpu_milli: IntArray = np.zeros(capacity, dtype=np.int64)
         self.memory_mib: IntArray = np.zeros(capacity, dtype=np.int64)
         self.account: IntArray = np.zeros(capacity, dtype=np.int64)
@@ -144,6 +145,7 @@ class PreemptibleIndex:
             "since",
             "protected_until",
             "whole",
+            "pods",
             "cpu_milli",
             "memory_mib",
             "account",
@@ -196,6 +198,7 @@ class PreemptibleIndex:
         # A shared-GPU pod may free its whole GPU (if alone on it): counted optimistically,
         # since every plan is verified by the placement engine before it is used.
         self.whole[slot] = 1 if shared else allocation.gpus.shape[1]
+        self.pods[slot] = allocation.pods
         self.cpu_milli[slot] = allocation.cpu_milli
         self.memory_mib[slot] = allocation.memory_mib
         self.account[slot] = code

@@ -175,22 +175,40 @@ class CandidatePool:
         owner: IntArray = np.arange(len(self), dtype=np.int64).repeat(starts[1:] - starts[:-1])
         return owner
 
-    def candidate(self, row: int) -> Candidate:
-        group = -1 if self.cap_group is None else int(self.cap_group[row])
-        return Candidate(
-            job_id=self.job_ids[row],
-            rule=self.rules[row],
-            lost_gpu_seconds=float(self.lost[row]),
-            standing=float(self.standing[row]),
-            nodes=self.pod_nodes[self.pod_starts[row] : self.pod_starts[row + 1]],
-            gpus_per_pod=float(self.whole[row]),
-            budget_account=None if group < 0 else self.cap_accounts[group],
-            gpus=0.0 if group < 0 else float(self.held[row]),
-            budget_cap=math.inf if group < 0 else float(self.caps[group]),
-        )
-
     def take(self, rows: Sequence[int] | IntArray) -> list[Candidate]:
-        return [self.candidate(int(row)) for row in rows]
+        """`candidate` for each of `rows`, each column read once as Python values (a handful
+        of victims: numpy scalar reads would cost more than the rest of their making)."""
+        picked = np.asarray(rows, dtype=np.int64)
+        if picked.size == 0:
+            return []
+        starts = self.pod_starts[picked].tolist()
+        ends = self.pod_starts[picked + 1].tolist()
+        groups = [-1] * picked.size if self.cap_group is None else self.cap_group[picked].tolist()
+        held, caps = self.held[picked].tolist(), self.caps.tolist()
+        return [
+            Candidate(
+                job_id=self.job_ids[row],
+                rule=self.rules[row],
+                lost_gpu_seconds=lost,
+                standing=standing,
+                nodes=self.pod_nodes[start:end],
+                gpus_per_pod=float(whole),
+                budget_account=None if group < 0 else self.cap_accounts[group],
+                gpus=0.0 if group < 0 else gpus,
+                budget_cap=math.inf if group < 0 else caps[group],
+            )
+            for row, lost, standing, whole, start, end, group, gpus in zip(
+                picked.tolist(),
+                self.lost[picked].tolist(),
+                self.standing[picked].tolist(),
+                self.whole[picked].tolist(),
+                starts,
+                ends,
+                groups,
+                held,
+                strict=True,
+            )
+        ]
 
     @staticmethod
     def of(candidates: Sequence[Candidate]) -> CandidatePool:
