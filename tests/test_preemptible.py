@@ -7,7 +7,7 @@ import numpy as np
 from toposched.cluster.loaders import topology_from_dict
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.cluster.statement import Statement
-from toposched.scheduler.preemptible import PreemptibleIndex
+from toposched.scheduler.preemptible import PreemptibleIndex, domain_nodes, uniform_size
 
 # Two racks of two nodes, 4 GPUs, 16 cores and 64 GiB each: n0, n1 in r0; n2, n3 in r1.
 CLUSTER = {
@@ -122,3 +122,15 @@ def test_holders_on_name_gpu_shared_and_gpuless_pods() -> None:
     index.remove("c")
     assert index.holders_on(np.array([3])).tolist() == []
     assert index.gpuless_on_node == {} and index.shared_on_node == {}
+
+
+def test_domain_nodes_lists_each_domain_in_turn_with_or_without_a_uniform_size() -> None:
+    alike = np.array([0, 3, 6, 9, 12])  # four domains of three nodes
+    picked = np.array([2, 0, 3])
+    expected = [6, 7, 8, 0, 1, 2, 9, 10, 11]
+    assert uniform_size(alike) == 3
+    assert domain_nodes(alike, picked).tolist() == expected
+    assert domain_nodes(alike, picked, uniform_size(alike)).tolist() == expected
+    uneven = np.array([0, 2, 5, 6])
+    assert uniform_size(uneven) == 0
+    assert domain_nodes(uneven, np.array([1, 2, 0])).tolist() == [2, 3, 4, 5, 0, 1]

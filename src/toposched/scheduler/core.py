@@ -1204,7 +1204,7 @@ class Scheduler:
         complete = one_domain and examined == possible.size and found <= DOMAINS_EXAMINED
         if picked.size == 0:
             return (nothing, True, True) if one_domain else None
-        slots = index.slots_on(domain_nodes(starts, picked))
+        slots = index.slots_on(domain_nodes(starts, picked, search.leaf_size))
         if only_unallocated:
             slots = slots[index.unallocated[slots]]
         # In job-name order, so that ties between equal victim sets always break the same way.
@@ -1219,7 +1219,7 @@ class Scheduler:
         node."""
         state, topology = self.state, self.state.topology
         starts = self.victim_search.leaf_starts
-        nodes = domain_nodes(starts, leaves)
+        nodes = domain_nodes(starts, leaves, self.victim_search.leaf_size)
         index = self._preemptible
         freeable = (
             index.node_unallocated_freeable[nodes].astype(np.int64)
@@ -1230,9 +1230,13 @@ class Scheduler:
         usable = state.health[nodes] == _HEALTHY
         if request.allowed_models is not None:
             usable &= np.isin(topology.gpu_model[nodes], request.allowed_models)
-        sizes = starts[leaves + 1] - starts[leaves]
         pods = (potential // request.gpus_per_pod) * usable
-        room = np.add.reduceat(pods, sizes.cumsum() - sizes)
+        size = self.victim_search.leaf_size
+        if size:
+            room = pods.reshape(-1, size).sum(axis=1)
+        else:
+            sizes = starts[leaves + 1] - starts[leaves]
+            room = np.add.reduceat(pods, sizes.cumsum() - sizes)
         fits: IntArray = leaves[room >= request.pods]
         return fits
 

@@ -23,7 +23,12 @@ from toposched.placement.capacity import pods_by_free
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, PlacementResult, place, place_in_leaf
-from toposched.scheduler.preemptible import PreemptibleIndex, SlotVerdicts, domain_nodes
+from toposched.scheduler.preemptible import (
+    PreemptibleIndex,
+    SlotVerdicts,
+    domain_nodes,
+    uniform_size,
+)
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -348,6 +353,7 @@ class VictimSearch:
         topology = state.topology
         self.leaf_level = len(topology.domain_levels) - 1
         self.leaf_starts: IntArray = topology.domain_starts[self.leaf_level].astype(np.int64)
+        self.leaf_size = uniform_size(self.leaf_starts)
         self.leaf_of_node: IntArray = topology.node_domain[self.leaf_level].astype(np.int64)
         self.largest_leaf_gpus = int(
             np.add.reduceat(topology.gpu_count.astype(np.int64), self.leaf_starts[:-1]).max()
@@ -486,9 +492,12 @@ class VictimSearch:
         pod_leaf = self.leaf_of_node[pool.pod_nodes]
         # Each pod's leaf as a position among the distinct leaves.
         leaves, leaf_position = distinct_inverse(pod_leaf.astype(np.int64))
-        nodes = domain_nodes(starts, leaves)
-        sizes = starts[leaves + 1] - starts[leaves]
-        offsets = sizes.cumsum() - sizes
+        nodes = domain_nodes(starts, leaves, self.leaf_size)
+        if self.leaf_size:
+            offsets = np.arange(0, nodes.size, self.leaf_size, dtype=np.int64)
+        else:
+            sizes = starts[leaves + 1] - starts[leaves]
+            offsets = sizes.cumsum() - sizes
         # Room per leaf if every candidate touching it left: an upper bound to rank leaves.
         where = offsets[leaf_position] + pool.pod_nodes - starts[pod_leaf]
         pod_whole = pool.whole[pod_owner]
@@ -773,7 +782,7 @@ class VictimSearch:
             # Nodes are read in node order (cheaper gathers, and sorted for the what-if).
             by_node = np.argsort(leaves, kind="stable")
             in_node_order = leaves[by_node]
-            nodes = domain_nodes(starts, in_node_order)
+            nodes = domain_nodes(starts, in_node_order, self.leaf_size)
             owners = take_rows(index.gpu_owner, nodes)
             unique = _distinct_slots(owners, index.ids.shape[0])
             verdicts = verdicts_of(unique)
