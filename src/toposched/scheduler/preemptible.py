@@ -453,8 +453,15 @@ class PreemptibleIndex:
     def slots_on(self, nodes: IntArray) -> IntArray:
         """Slots of every job holding a GPU on `nodes` (each once)."""
         owners = self.gpu_owner[nodes].reshape(-1)
-        owners = owners[owners >= 0]
-        slots: IntArray = distinct(owners.astype(np.int64))
+        owners = owners[owners >= 0].astype(np.int64)
+        if owners.size > 1:
+            # A job's GPUs lie side by side: dropping repeats in a row first leaves a few
+            # entries per job to sort, not one per GPU.
+            new_run = np.empty(owners.size, dtype=bool)
+            new_run[0] = True
+            np.not_equal(owners[1:], owners[:-1], out=new_run[1:])
+            owners = owners[new_run]
+        slots: IntArray = distinct(owners)
         if self.shared_on_node and self.shared_in_leaf[self.leaf_of_node[nodes]].any():
             shared: set[int] = set()
             for node in nodes.tolist():
