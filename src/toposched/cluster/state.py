@@ -648,6 +648,13 @@ class ClusterState:
                 "new work",
             )
         slots = self._gpu_slots(allocation)
+        if (
+            allocation.gpu_milli == MILLI_PER_GPU
+            and 0 < slots.size <= _SMALL
+            and len(set(slots.tolist())) == slots.size
+            and bool((self.gpu_free_milli.reshape(-1)[slots] == MILLI_PER_GPU).all())
+        ):
+            slots = slots[:0]  # a few whole GPUs, each asked for once and free: they fit
         if slots.size:
             unique, counts = self._unique(slots)
             wanted = counts * allocation.gpu_milli
@@ -661,6 +668,8 @@ class ClusterState:
                     f"{top.node_names[node]} GPU {gpu}",
                     f"needs {int(wanted[over][0])} milli-GPU, {int(free[over][0])} free",
                 )
+        if not (allocation.cpu_milli or allocation.memory_mib):
+            return
         unique, counts = self._unique(allocation.nodes)
         for name, per_pod, free_array in (
             ("cpu_milli", allocation.cpu_milli, self.free_cpu_milli),
