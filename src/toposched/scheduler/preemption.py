@@ -775,6 +775,8 @@ class VictimSearch:
         # Per slot, whether the contract allows evicting it; the extra last entry answers for
         # GPUs nobody holds (owner -1).
         allowed = np.zeros(index.ids.shape[0] + 1, dtype=bool)
+        # The last batch's slot marks, when every one of its domains was chosen.
+        whole_batch_marks: NDArray[np.bool_] | None = None
         while covered < need and done < order.size:
             leaves = order[done : done + batch]
             done += leaves.size
@@ -784,7 +786,8 @@ class VictimSearch:
             in_node_order = leaves[by_node]
             nodes = domain_nodes(starts, in_node_order, self.leaf_size)
             owners = take_rows(index.gpu_owner, nodes)
-            unique = _distinct_slots(owners, index.ids.shape[0])
+            marks = _slot_marks(owners, index.ids.shape[0])
+            unique = marks[:-1].nonzero()[0]
             verdicts = verdicts_of(unique)
             allowed[unique] = verdicts.allowed
             held = allowed[owners]
@@ -803,7 +806,9 @@ class VictimSearch:
             picked[:count] = gained[:count] > 0
             if picked.all():
                 pieces.append((nodes, owners, held))
+                whole_batch_marks = marks
             else:
+                whole_batch_marks = None
                 rows = np.flatnonzero(np.repeat(picked[by_node], sizes))
                 pieces.append((nodes[rows], take_rows(owners, rows), take_rows(held, rows)))
         if covered < need:
@@ -812,7 +817,11 @@ class VictimSearch:
             # The victims are the batch's allowed slots that hold GPUs on the chosen domains,
             # with the batch's verdicts.
             nodes, owners, held = pieces[0]
-            present = _slot_marks(owners, index.ids.shape[0])
+            present = (
+                whole_batch_marks
+                if whole_batch_marks is not None
+                else _slot_marks(owners, index.ids.shape[0])
+            )
             rows = (present[unique] & verdicts.allowed).nonzero()[0]
             victim_slots, verdicts = unique[rows], verdicts.rows(rows)
         else:
