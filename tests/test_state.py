@@ -636,3 +636,26 @@ def test_a_copy_keeps_its_aggregates_in_step(
     copied.release("before")
     assert_aggregates_fresh(copied)
     assert_aggregates_fresh(state)
+
+
+def test_large_whole_gpu_allocations_are_checked_whatever_their_order() -> None:
+    # 36 nodes of 4 GPUs; gangs of 18 pods x 4 GPUs: 72 GPU slots, beyond the few-slot path.
+    state = ClusterState(nvl72_cluster(1, 1, 2))
+    every_gpu = [[0, 1, 2, 3]] * 18
+    state.allocate("other", Allocation.of([20], [[2]]))
+    with pytest.raises(InputError) as taken:
+        state.allocate("job", Allocation.of(list(range(18, 36)), every_gpu))
+    assert (taken.value.field, taken.value.rule) == (
+        "allocation[job].gpus",
+        "needs 1000 milli-GPU, 0 free",
+    )
+    # The same GPU twice, the pods out of node order.
+    twice = [[0, 1, 2, 3]] * 17 + [[0, 1, 2, 0]]
+    with pytest.raises(InputError) as repeated:
+        state.allocate("job", Allocation.of(list(range(17, -1, -1)), twice))
+    assert repeated.value.rule == "needs 2000 milli-GPU, 1000 free"
+    before = state.snapshot()
+    # Out of node order but every GPU free and asked once: it fits.
+    state.allocate("job", Allocation.of(list(range(17, -1, -1)), every_gpu))
+    assert int(state.free_whole_gpus[:18].sum()) == 0
+    assert int(state.free_gpus[0][0]) == int(before["free_gpus[0]"][0]) - 72

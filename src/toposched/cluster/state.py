@@ -634,6 +634,17 @@ class ClusterState:
         slots: NDArray[np.int64] = (allocation.nodes[:, None] * width + allocation.gpus).reshape(-1)
         return slots
 
+    def _distinct_and_free(self, slots: NDArray[np.int64]) -> bool:
+        """Whether the GPUs at flat `slots` are all different and wholly free. Counting them
+        is left to the full check when this cannot tell quickly: a few slots are compared as
+        a set, many only when listed in increasing order (pods node by node, as placed)."""
+        if slots.size <= _SMALL:
+            if len(set(slots.tolist())) != slots.size:
+                return False
+        elif not bool((slots[1:] > slots[:-1]).all()):
+            return False
+        return bool((self.gpu_free_milli.reshape(-1)[slots] == MILLI_PER_GPU).all())
+
     def _check_fits(self, owner: str, allocation: Allocation) -> None:
         """Raise unless every GPU, CPU and memory request fits what is free now."""
         top = self.topology
@@ -648,13 +659,8 @@ class ClusterState:
                 "new work",
             )
         slots = self._gpu_slots(allocation)
-        if (
-            allocation.gpu_milli == MILLI_PER_GPU
-            and 0 < slots.size <= _SMALL
-            and len(set(slots.tolist())) == slots.size
-            and bool((self.gpu_free_milli.reshape(-1)[slots] == MILLI_PER_GPU).all())
-        ):
-            slots = slots[:0]  # a few whole GPUs, each asked for once and free: they fit
+        if allocation.gpu_milli == MILLI_PER_GPU and slots.size and self._distinct_and_free(slots):
+            slots = slots[:0]  # whole GPUs, each asked for once and free: they fit
         if slots.size:
             unique, counts = self._unique(slots)
             wanted = counts * allocation.gpu_milli
