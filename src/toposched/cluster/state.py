@@ -659,9 +659,10 @@ class ClusterState:
                 "new work",
             )
         slots = self._gpu_slots(allocation)
-        if allocation.gpu_milli == MILLI_PER_GPU and slots.size and self._distinct_and_free(slots):
-            slots = slots[:0]  # whole GPUs, each asked for once and free: they fit
-        if slots.size:
+        # Whole GPUs, each asked for once and free, fit without counting.
+        if slots.size and not (
+            allocation.gpu_milli == MILLI_PER_GPU and self._distinct_and_free(slots)
+        ):
             unique, counts = self._unique(slots)
             wanted = counts * allocation.gpu_milli
             free = self.gpu_free_milli.reshape(-1)[unique]

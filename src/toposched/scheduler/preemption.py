@@ -181,8 +181,8 @@ class CandidatePool:
         return owner
 
     def take(self, rows: Sequence[int] | IntArray) -> list[Candidate]:
-        """`candidate` for each of `rows`, each column read once as Python values (a handful
-        of victims: numpy scalar reads would cost more than the rest of their making)."""
+        """The candidates of `rows`, each column read once as Python values (a handful of
+        victims: numpy scalar reads would cost more than the rest of their making)."""
         picked = np.asarray(rows, dtype=np.int64)
         if picked.size == 0:
             return []
