@@ -1230,13 +1230,9 @@ class Scheduler:
         usable = state.health[nodes] == _HEALTHY
         if request.allowed_models is not None:
             usable &= np.isin(topology.gpu_model[nodes], request.allowed_models)
+        sizes = starts[leaves + 1] - starts[leaves]
         pods = (potential // request.gpus_per_pod) * usable
-        size = self.victim_search.leaf_size
-        if size:
-            room = pods.reshape(-1, size).sum(axis=1)
-        else:
-            sizes = starts[leaves + 1] - starts[leaves]
-            room = np.add.reduceat(pods, sizes.cumsum() - sizes)
+        room = np.add.reduceat(pods, sizes.cumsum() - sizes)
         fits: IntArray = leaves[room >= request.pods]
         return fits
 

@@ -493,11 +493,8 @@ class VictimSearch:
         # Each pod's leaf as a position among the distinct leaves.
         leaves, leaf_position = distinct_inverse(pod_leaf.astype(np.int64))
         nodes = domain_nodes(starts, leaves, self.leaf_size)
-        if self.leaf_size:
-            offsets = np.arange(0, nodes.size, self.leaf_size, dtype=np.int64)
-        else:
-            sizes = starts[leaves + 1] - starts[leaves]
-            offsets = sizes.cumsum() - sizes
+        sizes = starts[leaves + 1] - starts[leaves]
+        offsets = sizes.cumsum() - sizes
         # Room per leaf if every candidate touching it left: an upper bound to rank leaves.
         where = offsets[leaf_position] + pool.pod_nodes - starts[pod_leaf]
         pod_whole = pool.whole[pod_owner]
