@@ -11,6 +11,7 @@ from typing import TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from toposched.cluster import kernels
 from toposched.cluster.errors import InputError
 from toposched.cluster.topology import Topology
 
@@ -39,12 +40,10 @@ _HEALTHY = 0  # Health.HEALTHY as a plain int: enum lookups cost on the hot path
 
 SavedRows = tuple[NDArray[np.integer], NDArray[np.int64], NDArray[np.integer]]
 """An array (per node or per domain), some of its rows, and copies of them."""
-_NodeValues = tuple[int, int, int, int, int]
-"""One node's share of the per-domain totals (free whole GPUs, milli-GPU, idle, CPU, memory)."""
-_Before = (
-    list[tuple[int, _NodeValues]] | tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]
-)
-"""What `_before_change` kept: few healthy nodes' values, or many nodes' rows."""
+_FewBefore = tuple[NDArray[np.int64], NDArray[np.int64]]
+"""A few nodes' values (one row per node) and whether each is healthy."""
+_Before = _FewBefore | tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]
+"""What `_before_change` kept: few nodes' values, or many healthy nodes' rows."""
 
 
 def row_sums(values: NDArray[np.integer] | NDArray[np.bool_]) -> NDArray[np.int64]:
@@ -313,25 +312,20 @@ class ClusterState:
         self.__dict__.update(state)
         self._make_views()
 
-    def _contribute_one(self, node: int, sign: int) -> None:
-        """`_contribute` for one node with scalar arithmetic: the common small-job case."""
-        if self.health[node] != _HEALTHY:
-            return
-        model = int(self.topology.gpu_model[node])
-        node_values = self._node_values(node)
-        whole = node_values[0]
-        # Scalar indexing level by level beats building index arrays for a single node.
-        values = np.array(node_values, dtype=np.int64) * sign
-        hist, totals = self._hist_all, self._totals_all
-        for row in self._node_rows[node].tolist():
-            hist[row, model, whole] += sign
-            totals[row] += values
-
     def _contribute(self, nodes: NDArray[np.int64], sign: int) -> None:
         """Add (sign=+1) or remove (-1) the share of healthy `nodes` (distinct, sorted)."""
         if nodes.size <= _FEW_NODES:
-            for node in nodes.tolist():
-                self._contribute_one(node, sign)
+            # Compiled, node by node: fewer steps than numpy calls for a few nodes.
+            kernels.add_nodes(
+                nodes,
+                self._values_of(nodes),
+                sign,
+                self.health[nodes] == _HEALTHY,
+                self._node_rows,
+                self.topology.gpu_model,
+                self._hist_all,
+                self._totals_all,
+            )
             return
         nodes = nodes[self.health[nodes] == _HEALTHY]
         if nodes.size == 0:
@@ -375,67 +369,26 @@ class ClusterState:
 
     def _before_change(self, touched: NDArray[np.int64]) -> _Before:
         """Start a change of `touched` (sorted, unique): the old values of few nodes are kept
-        as Python tuples, of many as rows, so that `_after_change` adds differences."""
+        with their health, of many healthy nodes as rows, so that `_after_change` adds
+        differences."""
         if touched.size <= _FEW_NODES:
-            health = self.health
-            return [
-                (node, self._node_values(node))
-                for node in touched.tolist()
-                if health[node] == _HEALTHY
-            ]
+            return self._values_of(touched), self.health[touched] == _HEALTHY
         healthy = touched[self.health[touched] == _HEALTHY]
         return (healthy, *self._rows(healthy))
 
-    def _add_few_changes(self, before: list[tuple[int, _NodeValues]]) -> None:
-        """Move a few healthy nodes' aggregates from their `before` values to their values now.
-
-        numpy's per-call cost, not arithmetic, is what costs at this size: the differences are
-        summed in Python, first per innermost domain (a gang's nodes often share one, and with
-        it every domain above), then per domain row, and added with one indexed add per
-        aggregate array.
-        """
-        width = self._hist_width
-        model_of = self.topology.gpu_model
-        # Per chain of domain rows (one per level): summed totals, and histogram moves by cell
-        # (model, free whole GPUs) within a row.
-        chains: dict[tuple[int, ...], tuple[list[int], dict[int, int]]] = {}
-        for node, old in before:
-            new = self._node_values(node)
-            if new == old:
-                continue
-            chain = tuple(self._node_rows[node].tolist())
-            found = chains.get(chain)
-            if found is None:
-                found = chains[chain] = ([0, 0, 0, 0, 0], {})
-            sums, moves = found
-            for column in range(5):
-                sums[column] += new[column] - old[column]
-            if new[0] != old[0]:
-                cell = int(model_of[node]) * width
-                moves[cell + old[0]] = moves.get(cell + old[0], 0) - 1
-                moves[cell + new[0]] = moves.get(cell + new[0], 0) + 1
-        if not chains:
-            return
-        totals: dict[int, list[int]] = {}
-        cells: dict[int, int] = {}
-        row_cells = self._n_models * width
-        for chain, (sums, moves) in chains.items():
-            for row in chain:
-                if row in totals:
-                    totals[row] = [a + b for a, b in zip(totals[row], sums, strict=True)]
-                else:
-                    totals[row] = sums
-                for cell, count in moves.items():
-                    flat = row * row_cells + cell
-                    cells[flat] = cells.get(flat, 0) + count
-        # Keys are distinct, so a plain indexed add is exact (no scatter needed).
-        self._totals_all[np.array(list(totals))] += np.array(list(totals.values()))
-        if cells:
-            self._hist_flat[np.array(list(cells))] += np.array(list(cells.values()), np.int32)
-
     def _after_change(self, touched: NDArray[np.int64], before: _Before) -> None:
-        if isinstance(before, list):
-            self._add_few_changes(before)
+        if len(before) == 2:
+            old_values, healthy = before
+            kernels.add_node_changes(
+                touched,
+                old_values,
+                self._values_of(touched),
+                healthy,
+                self._node_rows,
+                self.topology.gpu_model,
+                self._hist_all,
+                self._totals_all,
+            )
             return
         nodes, old_whole, old_rows = before
         if nodes.size == 0:
@@ -696,10 +649,32 @@ class ClusterState:
     # --- changes ------------------------------------------------------------------------------
     def _apply(self, allocation: Allocation, sign: int) -> None:
         """Take (sign=-1) or give back (+1) an allocation's resources, updating aggregates."""
-        if allocation.nodes.shape == (1,):
-            self._apply_one_pod(allocation, sign)
-            return
         self.version += 1
+        if allocation.nodes.size <= _SMALL:
+            # Pod by pod in compiled code: for a few pods numpy's per-call cost would be most
+            # of the work.
+            top = self.topology
+            kernels.apply_pods(
+                allocation.nodes,
+                allocation.gpus,
+                allocation.gpu_milli,
+                allocation.cpu_milli,
+                allocation.memory_mib,
+                sign,
+                self.free_whole_gpus,
+                self.gpu_free_milli,
+                self.free_cpu_milli,
+                self.free_memory_mib,
+                top.gpu_count,
+                top.cpu_milli,
+                top.memory_mib,
+                self.health,
+                self._node_rows,
+                top.gpu_model,
+                self._hist_all,
+                self._totals_all,
+            )
+            return
         touched, pods_per_node = self._unique(allocation.nodes)
         before = self._before_change(touched)
         slots = self._gpu_slots(allocation)
@@ -718,48 +693,20 @@ class ClusterState:
             self.free_memory_mib[touched] += sign * allocation.memory_mib * pods_per_node
         self._after_change(touched, before)
 
-    def _apply_one_pod(self, allocation: Allocation, sign: int) -> None:
-        """`_apply` for one pod with Python scalars: the node's aggregates move by the change
-        in its values, once per level, instead of leaving and re-entering every level."""
-        self.version += 1
-        node = int(allocation.nodes[0])
-        healthy = self.health[node] == _HEALTHY
-        if healthy:
-            before = self._node_values(node)
-        row = self.gpu_free_milli[node]
-        change = sign * allocation.gpu_milli
-        for gpu in allocation.gpus[0].tolist():
-            row[gpu] += change
-        self.free_whole_gpus[node] = row.tolist().count(MILLI_PER_GPU)
-        if allocation.cpu_milli:
-            self.free_cpu_milli[node] += sign * allocation.cpu_milli
-        if allocation.memory_mib:
-            self.free_memory_mib[node] += sign * allocation.memory_mib
-        if not healthy:
-            return
-        after = self._node_values(node)
-        model = int(self.topology.gpu_model[node])
-        left, entered = before[0], after[0]
-        delta = np.array(after, dtype=np.int64) - np.array(before, dtype=np.int64)
-        hist, totals = self._hist_all, self._totals_all
-        for domain_row in self._node_rows[node].tolist():
-            if left != entered:
-                hist[domain_row, model, left] -= 1
-                hist[domain_row, model, entered] += 1
-            totals[domain_row] += delta
-
-    def _node_values(self, node: int) -> _NodeValues:
-        """One node's share of the totals: free whole GPUs, milli-GPU, idle, CPU, memory."""
+    def _values_of(self, nodes: NDArray[np.int64]) -> NDArray[np.int64]:
+        """`nodes`' shares of the totals, one row per node (compiled: for a few nodes)."""
         top = self.topology
-        whole = int(self.free_whole_gpus[node])
-        cpu = int(self.free_cpu_milli[node])
-        memory = int(self.free_memory_mib[node])
-        idle = int(
-            whole == top.gpu_count[node]
-            and cpu == top.cpu_milli[node]
-            and memory == top.memory_mib[node]
+        values: NDArray[np.int64] = kernels.node_values(
+            nodes,
+            self.free_whole_gpus,
+            self.gpu_free_milli,
+            self.free_cpu_milli,
+            self.free_memory_mib,
+            top.gpu_count,
+            top.cpu_milli,
+            top.memory_mib,
         )
-        return whole, sum(self.gpu_free_milli[node].tolist()), idle, cpu, memory
+        return values
 
     def _apply_many(
         self, allocations: list[Allocation], sign: int, keep_rows: bool = False

@@ -45,6 +45,14 @@ class GangRequest:
         """Whole GPUs the gang needs (fractional pods count their shares)."""
         return self.pods * self.gpus_per_pod * self.gpu_milli // MILLI_PER_GPU
 
+    def model_allowed(self, n_models: int) -> NDArray[np.bool_]:
+        """Per GPU model index of the cluster, whether the pods may use it."""
+        if self.allowed_models is None:
+            return np.ones(n_models, dtype=np.bool_)
+        allowed = np.zeros(n_models, dtype=np.bool_)
+        allowed[self.allowed_models] = True
+        return allowed
+
     def granule(self, level: int) -> int:
         """Pods a domain at `level` must hold a multiple of: the largest slice at or below it."""
         sizes = [pods for slice_level, pods in self.slices if slice_level >= level]

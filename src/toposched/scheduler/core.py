@@ -12,6 +12,7 @@ import numpy as np
 from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
+from toposched.cluster import kernels
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, ClusterState, Health, distinct, distinct_inverse
 from toposched.cluster.statement import Statement
@@ -1218,21 +1219,18 @@ class Scheduler:
         (with `only_unallocated`, of unallocated pods) give room for the gang, counted node by
         node."""
         state, topology = self.state, self.state.topology
-        starts = self.victim_search.leaf_starts
-        nodes = domain_nodes(starts, leaves, self.victim_search.leaf_size)
         index = self._preemptible
-        freeable = (
-            index.node_unallocated_freeable[nodes].astype(np.int64)
-            if only_unallocated
-            else index.freeable_on(nodes)
+        room = kernels.pods_in_domains(
+            leaves,
+            self.victim_search.leaf_starts,
+            state.free_whole_gpus,
+            index.node_unallocated_freeable if only_unallocated else index.node_freeable,
+            topology.gpu_count,
+            state.health,
+            topology.gpu_model,
+            request.model_allowed(max(len(topology.gpu_models), 1)),
+            request.gpus_per_pod,
         )
-        potential = np.minimum(state.free_whole_gpus[nodes] + freeable, topology.gpu_count[nodes])
-        usable = state.health[nodes] == _HEALTHY
-        if request.allowed_models is not None:
-            usable &= np.isin(topology.gpu_model[nodes], request.allowed_models)
-        sizes = starts[leaves + 1] - starts[leaves]
-        pods = (potential // request.gpus_per_pod) * usable
-        room = np.add.reduceat(pods, sizes.cumsum() - sizes)
         fits: IntArray = leaves[room >= request.pods]
         return fits
 

@@ -1,0 +1,217 @@
+"""Compiled loops over a few nodes' aggregates, where numpy's per-call cost outweighs the work."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# Columns of a node's values, in the order of the per-domain totals.
+WHOLE, MILLI, IDLE, CPU, MEMORY = range(5)
+
+
+@njit(cache=True, nogil=True)
+def _values_into(
+    node: int,
+    out: np.ndarray,
+    free_whole_gpus: np.ndarray,
+    gpu_free_milli: np.ndarray,
+    free_cpu_milli: np.ndarray,
+    free_memory_mib: np.ndarray,
+    gpu_count: np.ndarray,
+    cpu_capacity: np.ndarray,
+    memory_capacity: np.ndarray,
+) -> None:
+    whole = np.int64(free_whole_gpus[node])
+    cpu = free_cpu_milli[node]
+    memory = free_memory_mib[node]
+    milli = np.int64(0)
+    for gpu in range(gpu_free_milli.shape[1]):
+        milli += gpu_free_milli[node, gpu]
+    out[WHOLE] = whole
+    out[MILLI] = milli
+    out[IDLE] = (
+        whole == gpu_count[node] and cpu == cpu_capacity[node] and memory == memory_capacity[node]
+    )
+    out[CPU] = cpu
+    out[MEMORY] = memory
+
+
+@njit(cache=True, nogil=True)
+def node_values(
+    nodes: np.ndarray,
+    free_whole_gpus: np.ndarray,
+    gpu_free_milli: np.ndarray,
+    free_cpu_milli: np.ndarray,
+    free_memory_mib: np.ndarray,
+    gpu_count: np.ndarray,
+    cpu_capacity: np.ndarray,
+    memory_capacity: np.ndarray,
+) -> np.ndarray:
+    """Each node's share of the per-domain totals: one row per node, the columns above."""
+    values = np.empty((nodes.size, 5), dtype=np.int64)
+    for i in range(nodes.size):
+        _values_into(
+            nodes[i],
+            values[i],
+            free_whole_gpus,
+            gpu_free_milli,
+            free_cpu_milli,
+            free_memory_mib,
+            gpu_count,
+            cpu_capacity,
+            memory_capacity,
+        )
+    return values
+
+
+@njit(cache=True, nogil=True)
+def add_node_changes(
+    nodes: np.ndarray,
+    before: np.ndarray,
+    after: np.ndarray,
+    healthy: np.ndarray,
+    node_rows: np.ndarray,
+    gpu_model: np.ndarray,
+    hist: np.ndarray,
+    totals: np.ndarray,
+) -> None:
+    """Move the domains of healthy `nodes`, at every level, from the nodes' `before` values to
+    their `after` values: totals by the difference, histograms from one cell to another."""
+    for i in range(nodes.size):
+        if not healthy[i]:
+            continue
+        node = nodes[i]
+        left, entered = before[i, WHOLE], after[i, WHOLE]
+        model = gpu_model[node]
+        for level in range(node_rows.shape[1]):
+            row = node_rows[node, level]
+            for column in range(5):
+                totals[row, column] += after[i, column] - before[i, column]
+            if left != entered:
+                hist[row, model, left] -= 1
+                hist[row, model, entered] += 1
+
+
+@njit(cache=True, nogil=True)
+def add_nodes(
+    nodes: np.ndarray,
+    values: np.ndarray,
+    sign: int,
+    healthy: np.ndarray,
+    node_rows: np.ndarray,
+    gpu_model: np.ndarray,
+    hist: np.ndarray,
+    totals: np.ndarray,
+) -> None:
+    """Add (sign=+1) or take away (-1) healthy `nodes`' values in their domains' aggregates."""
+    for i in range(nodes.size):
+        if not healthy[i]:
+            continue
+        node = nodes[i]
+        model = gpu_model[node]
+        whole = values[i, WHOLE]
+        for level in range(node_rows.shape[1]):
+            row = node_rows[node, level]
+            for column in range(5):
+                totals[row, column] += sign * values[i, column]
+            hist[row, model, whole] += sign
+
+
+@njit(cache=True, nogil=True)
+def apply_pods(
+    nodes: np.ndarray,
+    gpus: np.ndarray,
+    gpu_milli: int,
+    cpu_milli: int,
+    memory_mib: int,
+    sign: int,
+    free_whole_gpus: np.ndarray,
+    gpu_free_milli: np.ndarray,
+    free_cpu_milli: np.ndarray,
+    free_memory_mib: np.ndarray,
+    gpu_count: np.ndarray,
+    cpu_capacity: np.ndarray,
+    memory_capacity: np.ndarray,
+    health: np.ndarray,
+    node_rows: np.ndarray,
+    gpu_model: np.ndarray,
+    hist: np.ndarray,
+    totals: np.ndarray,
+) -> None:
+    """Take (sign=-1) or give back (+1) the pods' resources, pod by pod, and move the domains
+    of healthy nodes from each node's values before the pod to its values after."""
+    before = np.empty(5, dtype=np.int64)
+    after = np.empty(5, dtype=np.int64)
+    for pod in range(nodes.size):
+        node = nodes[pod]
+        healthy = health[node] == 0
+        if healthy:
+            _values_into(
+                node,
+                before,
+                free_whole_gpus,
+                gpu_free_milli,
+                free_cpu_milli,
+                free_memory_mib,
+                gpu_count,
+                cpu_capacity,
+                memory_capacity,
+            )
+        for column in range(gpus.shape[1]):
+            gpu_free_milli[node, gpus[pod, column]] += sign * gpu_milli
+        whole = 0
+        for gpu in range(gpu_free_milli.shape[1]):
+            if gpu_free_milli[node, gpu] == 1000:
+                whole += 1
+        free_whole_gpus[node] = whole
+        free_cpu_milli[node] += sign * cpu_milli
+        free_memory_mib[node] += sign * memory_mib
+        if not healthy:
+            continue
+        _values_into(
+            node,
+            after,
+            free_whole_gpus,
+            gpu_free_milli,
+            free_cpu_milli,
+            free_memory_mib,
+            gpu_count,
+            cpu_capacity,
+            memory_capacity,
+        )
+        model = gpu_model[node]
+        left, entered = before[WHOLE], after[WHOLE]
+        for level in range(node_rows.shape[1]):
+            row = node_rows[node, level]
+            for column in range(5):
+                totals[row, column] += after[column] - before[column]
+            if left != entered:
+                hist[row, model, left] -= 1
+                hist[row, model, entered] += 1
+
+
+@njit(cache=True, nogil=True)
+def pods_in_domains(
+    domains: np.ndarray,
+    starts: np.ndarray,
+    free_whole_gpus: np.ndarray,
+    extra_gpus: np.ndarray,
+    gpu_count: np.ndarray,
+    health: np.ndarray,
+    gpu_model: np.ndarray,
+    model_allowed: np.ndarray,
+    gpus_per_pod: int,
+) -> np.ndarray:
+    """Per domain (nodes starts[d]..starts[d+1]-1), the pods of `gpus_per_pod` whole GPUs its
+    healthy nodes of allowed models could hold with `extra_gpus` more free on each node."""
+    pods = np.zeros(domains.size, dtype=np.int64)
+    for i in range(domains.size):
+        domain = domains[i]
+        total = 0
+        for node in range(starts[domain], starts[domain + 1]):
+            if health[node] != 0 or not model_allowed[gpu_model[node]]:
+                continue
+            gpus = min(np.int64(free_whole_gpus[node]) + extra_gpus[node], gpu_count[node])
+            total += gpus // gpus_per_pod
+        pods[i] = total
+    return pods
