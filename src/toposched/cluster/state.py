@@ -18,7 +18,6 @@ from toposched.cluster.topology import Topology
 MILLI_PER_GPU = 1000
 _TOTAL_COLUMNS = ("free_gpus", "free_milli", "idle_nodes", "cpu", "memory")
 _N_TOTALS = len(_TOTAL_COLUMNS)
-_TOTAL_INDEX = np.arange(_N_TOTALS, dtype=np.int64)
 _VIEWS = (
     "free_hist",
     "_totals",
@@ -27,14 +26,13 @@ _VIEWS = (
     "idle_nodes",
     "domain_free_cpu",
     "domain_free_memory",
-    "_hist_flat",
-    "_totals_flat",
 )
 # Below these sizes plain Python beats numpy's per-call overhead (measured with bench cluster).
 _SMALL = 64
+# Up to this many pods or nodes, changes run pod by pod or node by node in compiled loops;
+# beyond, numpy's sorted and vectorised passes cost less (measured on the 1M-GPU cluster).
+_COMPILED = 2048
 _MAX_PER_POD = 2**40
-_FEW_NODES = 6
-_MANY_NODES = 2048
 _HEALTHY = 0  # Health.HEALTHY as a plain int: enum lookups cost on the hot path
 
 
@@ -296,9 +294,6 @@ class ClusterState:
         self.idle_nodes = [t[:, 2] for t in self._totals]
         self.domain_free_cpu = [t[:, 3] for t in self._totals]
         self.domain_free_memory = [t[:, 4] for t in self._totals]
-        # Flat views: numpy adds at 1-d indices far faster than at tuples of indices.
-        self._hist_flat = self._hist_all.reshape(-1)
-        self._totals_flat = self._totals_all.reshape(-1)
 
     def __getstate__(self) -> dict[str, object]:
         # Views would come back from a pickle (or deepcopy) as independent copies that changes
@@ -314,7 +309,7 @@ class ClusterState:
 
     def _contribute(self, nodes: NDArray[np.int64], sign: int) -> None:
         """Add (sign=+1) or remove (-1) the share of healthy `nodes` (distinct, sorted)."""
-        if nodes.size <= _FEW_NODES:
+        if nodes.size <= _COMPILED:
             # Compiled, node by node: fewer steps than numpy calls for a few nodes.
             kernels.add_nodes(
                 nodes,
@@ -338,18 +333,6 @@ class ClusterState:
         cpu = self.free_cpu_milli[nodes]
         memory = self.free_memory_mib[nodes]
         values = np.stack([whole, milli, idle, cpu, memory]) * sign  # one row per total
-        if nodes.size <= _SMALL:
-            # All levels at once: each node's row at every level, by flat index.
-            rows = self._node_rows[nodes]
-            buckets = (rows * self._n_models + model[:, None]) * self._hist_width + whole[:, None]
-            np.add.at(self._hist_flat, buckets.reshape(-1), sign)
-            columns = rows[:, :, None] * _N_TOTALS + _TOTAL_INDEX
-            np.add.at(
-                self._totals_flat,
-                columns.reshape(-1),
-                np.broadcast_to(values.T[:, None, :], columns.shape).reshape(-1),
-            )
-            return
         # Nodes are sorted and domains depth-first: summed per innermost domain once, then
         # per domain of each upper level from those sums.
         entering, leaving = (whole, None) if sign > 0 else (None, whole)
@@ -371,7 +354,7 @@ class ClusterState:
         """Start a change of `touched` (sorted, unique): the old values of few nodes are kept
         with their health, of many healthy nodes as rows, so that `_after_change` adds
         differences."""
-        if touched.size <= _FEW_NODES:
+        if touched.size <= _COMPILED:
             return self._values_of(touched), self.health[touched] == _HEALTHY
         healthy = touched[self.health[touched] == _HEALTHY]
         return (healthy, *self._rows(healthy))
@@ -397,29 +380,8 @@ class ClusterState:
         delta = new_rows - old_rows
         moved = np.flatnonzero(new_whole != old_whole)
         model = self.topology.gpu_model[nodes[moved]]
-        if nodes.size > _MANY_NODES:
-            self._add_counted(nodes, delta, moved, model, old_whole, new_whole)
-            return
-        for level, domains in enumerate(self.topology.node_domain):
-            d = domains[nodes]
-            # Nodes are sorted and domains contiguous: one domain when the ends agree (a rack's
-            # worth of nodes, and every upper level), a row add instead of a scatter.
-            if d[0] == d[-1]:
-                self._totals[level][d[0]] += delta.sum(axis=1)
-            else:
-                np.add.at(self._totals[level], d, delta.T)
-            if moved.size == 0:
-                continue
-            hist = self.free_hist[level]
-            if d[0] == d[-1]:
-                width = self._hist_width
-                size = self._n_models * width
-                counts = np.bincount(model * width + new_whole[moved], minlength=size)
-                counts -= np.bincount(model * width + old_whole[moved], minlength=size)
-                hist[d[0]] += counts.reshape(self._n_models, width).astype(np.int32)
-            else:
-                np.add.at(hist, (d[moved], model, old_whole[moved]), -1)
-                np.add.at(hist, (d[moved], model, new_whole[moved]), 1)
+        # Many nodes (few reach here: fewer go through compiled loops).
+        self._add_counted(nodes, delta, moved, model, old_whole, new_whole)
 
     def _leaf_runs(self, nodes: NDArray[np.int64]) -> NDArray[np.int64]:
         """Where each run of sorted `nodes` sharing an innermost domain begins (positions)."""
@@ -650,7 +612,7 @@ class ClusterState:
     def _apply(self, allocation: Allocation, sign: int) -> None:
         """Take (sign=-1) or give back (+1) an allocation's resources, updating aggregates."""
         self.version += 1
-        if allocation.nodes.size <= _SMALL:
+        if allocation.nodes.size <= _COMPILED:
             # Pod by pod in compiled code: for a few pods numpy's per-call cost would be most
             # of the work.
             top = self.topology
