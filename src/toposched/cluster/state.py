@@ -980,7 +980,7 @@ class ClusterState:
             raise InputError("owner", owner, "must be a non-empty job id")
         if owner in self.allocations:
             raise InputError("owner", owner, "already holds an allocation; release it first")
-        if not self._one_pod_fits(allocation):
+        if not self._fits_now(allocation):
             # The full checks: they raise with the precise reason (or pass what the quick check
             # could not vouch for).
             self._validate_shape(allocation, f"allocation[{owner}]")
@@ -988,33 +988,39 @@ class ClusterState:
         self._apply(allocation, -1)
         self.allocations[owner] = allocation
 
-    def _one_pod_fits(self, allocation: Allocation) -> bool:
-        """True if `allocation` is one well-formed pod of whole GPUs that fits now: the common
-        small job, checked with Python scalars (numpy's per-call cost dominates at this size).
-        False means "run the full checks", not "invalid"."""
+    def _fits_now(self, allocation: Allocation) -> bool:
+        """True if `allocation` is well formed, of at most `_COMPILED` pods, and fits now:
+        scalars checked here, nodes and GPUs in one compiled pass (numpy's per-call cost
+        would dominate at this size). False means "run the full checks", not "invalid"."""
         nodes, gpus = allocation.nodes, allocation.gpus
-        if nodes.shape != (1,) or gpus.ndim != 2 or gpus.shape[0] != 1:
+        if nodes.ndim != 1 or nodes.size > _COMPILED:
+            return False
+        if gpus.ndim != 2 or gpus.shape[0] != nodes.shape[0]:
             return False
         if nodes.dtype.kind not in "iu" or gpus.dtype.kind not in "iu":
             return False
-        if type(allocation.gpu_milli) is not int or allocation.gpu_milli != MILLI_PER_GPU:
+        milli, cpu, memory = allocation.gpu_milli, allocation.cpu_milli, allocation.memory_mib
+        if type(milli) is not int or not 0 < milli <= MILLI_PER_GPU:
             return False
-        if type(allocation.cpu_milli) is not int or type(allocation.memory_mib) is not int:
+        if gpus.shape[1] > 1 and milli != MILLI_PER_GPU:
             return False
-        node = int(nodes[0])
-        if not 0 <= node < self.topology.n_nodes or self.health[node] != _HEALTHY:
+        if type(cpu) is not int or type(memory) is not int:
             return False
-        count = int(self.topology.gpu_count[node])
-        wanted = gpus[0].tolist()
-        if len(set(wanted)) != len(wanted) or not all(0 <= gpu < count for gpu in wanted):
+        if not (0 <= cpu <= _MAX_PER_POD and 0 <= memory <= _MAX_PER_POD):
             return False
-        free = self.gpu_free_milli[node]
-        if any(free[gpu] != MILLI_PER_GPU for gpu in wanted):
-            return False
-        cpu, memory = allocation.cpu_milli, allocation.memory_mib
-        return 0 <= cpu <= min(_MAX_PER_POD, int(self.free_cpu_milli[node])) and 0 <= memory <= min(
-            _MAX_PER_POD, int(self.free_memory_mib[node])
+        fits: bool = kernels.fits_now(
+            nodes,
+            gpus,
+            milli,
+            cpu,
+            memory,
+            self.topology.gpu_count,
+            self.health,
+            self.gpu_free_milli,
+            self.free_cpu_milli,
+            self.free_memory_mib,
         )
+        return fits
 
     def release(self, owner: str) -> Allocation:
         """Give back everything `owner` holds and return what it was."""
