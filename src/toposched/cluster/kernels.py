@@ -95,25 +95,43 @@ def add_node_changes(
 @njit(cache=True, nogil=True)
 def add_nodes(
     nodes: np.ndarray,
-    values: np.ndarray,
     sign: int,
-    healthy: np.ndarray,
+    free_whole_gpus: np.ndarray,
+    gpu_free_milli: np.ndarray,
+    free_cpu_milli: np.ndarray,
+    free_memory_mib: np.ndarray,
+    gpu_count: np.ndarray,
+    cpu_capacity: np.ndarray,
+    memory_capacity: np.ndarray,
+    health: np.ndarray,
     node_rows: np.ndarray,
     gpu_model: np.ndarray,
     hist: np.ndarray,
     totals: np.ndarray,
 ) -> None:
     """Add (sign=+1) or take away (-1) healthy `nodes`' values in their domains' aggregates."""
+    values = np.empty(5, dtype=np.int64)
     for i in range(nodes.size):
-        if not healthy[i]:
-            continue
         node = nodes[i]
+        if health[node] != 0:
+            continue
+        _values_into(
+            node,
+            values,
+            free_whole_gpus,
+            gpu_free_milli,
+            free_cpu_milli,
+            free_memory_mib,
+            gpu_count,
+            cpu_capacity,
+            memory_capacity,
+        )
         model = gpu_model[node]
-        whole = values[i, WHOLE]
+        whole = values[WHOLE]
         for level in range(node_rows.shape[1]):
             row = node_rows[node, level]
             for column in range(5):
-                totals[row, column] += sign * values[i, column]
+                totals[row, column] += sign * values[column]
             hist[row, model, whole] += sign
 
 
@@ -270,3 +288,73 @@ def fits_now(
             return False
         start = end
     return True
+
+
+@njit(cache=True, nogil=True)
+def free_pods_inside(
+    nodes: np.ndarray,
+    gpus: np.ndarray,
+    gpu_milli: int,
+    cpu_milli: int,
+    memory_mib: int,
+    first: int,
+    last: int,
+    free_whole_gpus: np.ndarray,
+    gpu_free_milli: np.ndarray,
+    free_cpu_milli: np.ndarray,
+    free_memory_mib: np.ndarray,
+) -> None:
+    """Give back, in the node arrays alone, what the pods on nodes first..last-1 hold."""
+    for pod in range(nodes.size):
+        node = nodes[pod]
+        if node < first or node >= last:
+            continue
+        for column in range(gpus.shape[1]):
+            gpu_free_milli[node, gpus[pod, column]] += gpu_milli
+        whole = 0
+        for gpu in range(gpu_free_milli.shape[1]):
+            if gpu_free_milli[node, gpu] == 1000:
+                whole += 1
+        free_whole_gpus[node] = whole
+        free_cpu_milli[node] += cpu_milli
+        free_memory_mib[node] += memory_mib
+
+
+@njit(cache=True, nogil=True)
+def reaching(free: np.ndarray, extra: np.ndarray, need: int) -> np.ndarray:
+    """Indices where `free` plus `extra` reaches `need`, in increasing order."""
+    count = 0
+    for i in range(free.size):
+        if free[i] + extra[i] >= need:
+            count += 1
+    found = np.empty(count, dtype=np.int64)
+    count = 0
+    for i in range(free.size):
+        if free[i] + extra[i] >= need:
+            found[count] = i
+            count += 1
+    return found
+
+
+@njit(cache=True, nogil=True)
+def owners_on(nodes: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """The distinct non-negative entries of `owner`'s rows for `nodes`, sorted."""
+    width = owner.shape[1]
+    found = np.empty(nodes.size * width, dtype=np.int64)
+    count = 0
+    last = -1
+    for i in range(nodes.size):
+        for column in range(width):
+            value = owner[nodes[i], column]
+            # A job's GPUs lie side by side: repeats in a row are dropped before the sort.
+            if value >= 0 and value != last:
+                found[count] = value
+                count += 1
+                last = value
+    found = np.sort(found[:count])
+    distinct = 0
+    for i in range(count):
+        if i == 0 or found[i] != found[i - 1]:
+            found[distinct] = found[i]
+            distinct += 1
+    return found[:distinct]

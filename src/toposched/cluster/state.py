@@ -311,13 +311,20 @@ class ClusterState:
         """Add (sign=+1) or remove (-1) the share of healthy `nodes` (distinct, sorted)."""
         if nodes.size <= _COMPILED:
             # Compiled, node by node: fewer steps than numpy calls for a few nodes.
+            top = self.topology
             kernels.add_nodes(
                 nodes,
-                self._values_of(nodes),
                 sign,
-                self.health[nodes] == _HEALTHY,
+                self.free_whole_gpus,
+                self.gpu_free_milli,
+                self.free_cpu_milli,
+                self.free_memory_mib,
+                top.gpu_count,
+                top.cpu_milli,
+                top.memory_mib,
+                self.health,
                 self._node_rows,
-                self.topology.gpu_model,
+                top.gpu_model,
                 self._hist_all,
                 self._totals_all,
             )
@@ -928,38 +935,21 @@ class ClusterState:
             node_arrays.append(self.free_memory_mib)
         saved = [array[first:last].copy() for array in node_arrays]
         self.version += 1
-        block = self.gpu_free_milli[first:last]
-        width = block.shape[1]
-        flat = block.reshape(-1)
         try:
-            # Whole GPUs inside the block, as flat indices of `block`: distinct, since no two
-            # pods hold the same whole GPU. A few victims' pods are gathered in Python, fewer
-            # steps than numpy calls per part.
-            whole_slots: list[int] = []
             for part in parts:
-                node_list = part.nodes.tolist()
-                inside = [i for i, node in enumerate(node_list) if first <= node < last]
-                if not inside:
-                    continue
-                nodes = [node_list[i] - first for i in inside]
-                if part.gpus.shape[1]:
-                    gpus = part.gpus.tolist()
-                    part_slots = [
-                        node * width + gpu
-                        for i, node in zip(inside, nodes, strict=True)
-                        for gpu in gpus[i]
-                    ]
-                    if part.gpu_milli == MILLI_PER_GPU:
-                        whole_slots.extend(part_slots)
-                    else:
-                        np.add.at(flat, part_slots, np.int16(part.gpu_milli))
-                if part.cpu_milli:
-                    np.add.at(self.free_cpu_milli, np.array(nodes) + first, part.cpu_milli)
-                if part.memory_mib:
-                    np.add.at(self.free_memory_mib, np.array(nodes) + first, part.memory_mib)
-            if whole_slots:
-                flat[whole_slots] += np.int16(MILLI_PER_GPU)
-            self.free_whole_gpus[first:last] = (block == MILLI_PER_GPU).sum(axis=1)
+                kernels.free_pods_inside(
+                    part.nodes,
+                    part.gpus,
+                    part.gpu_milli,
+                    part.cpu_milli,
+                    part.memory_mib,
+                    first,
+                    last,
+                    self.free_whole_gpus,
+                    self.gpu_free_milli,
+                    self.free_cpu_milli,
+                    self.free_memory_mib,
+                )
             yield
         finally:
             self.version += 1

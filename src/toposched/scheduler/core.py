@@ -1167,7 +1167,7 @@ class Scheduler:
         index.refresh(now)
         leaf_free = state.free_gpus[search.leaf_level]
         freeable = index.leaf_unallocated_freeable if only_unallocated else index.leaf_freeable
-        possible = (leaf_free + freeable >= need).nonzero()[0]
+        possible = kernels.reaching(leaf_free, freeable, need)
         one_domain = search.is_one_domain(request)
         nothing = np.zeros(0, dtype=np.int64)
         if possible.size == 0:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from toposched.cluster import kernels
 from toposched.cluster.state import (
     MILLI_PER_GPU,
     Allocation,
@@ -452,16 +453,7 @@ class PreemptibleIndex:
 
     def slots_on(self, nodes: IntArray) -> IntArray:
         """Slots of every job holding a GPU on `nodes` (each once)."""
-        owners = self.gpu_owner[nodes].reshape(-1)
-        owners = owners[owners >= 0].astype(np.int64)
-        if owners.size > 1:
-            # A job's GPUs lie side by side: dropping repeats in a row first leaves a few
-            # entries per job to sort, not one per GPU.
-            new_run = np.empty(owners.size, dtype=bool)
-            new_run[0] = True
-            np.not_equal(owners[1:], owners[:-1], out=new_run[1:])
-            owners = owners[new_run]
-        slots: IntArray = distinct(owners)
+        slots: IntArray = kernels.owners_on(nodes, self.gpu_owner)
         if self.shared_on_node and self.shared_in_leaf[self.leaf_of_node[nodes]].any():
             shared: set[int] = set()
             for node in nodes.tolist():
