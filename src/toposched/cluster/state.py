@@ -29,9 +29,6 @@ _VIEWS = (
 )
 # Below these sizes plain Python beats numpy's per-call overhead (measured with bench cluster).
 _SMALL = 64
-# Up to this many pods or nodes, changes run pod by pod or node by node in compiled loops;
-# beyond, numpy's sorted and vectorised passes cost less (measured on the 1M-GPU cluster).
-_COMPILED = 2048
 _MAX_PER_POD = 2**40
 _HEALTHY = 0  # Health.HEALTHY as a plain int: enum lookups cost on the hot path
 
@@ -309,7 +306,7 @@ class ClusterState:
 
     def _contribute(self, nodes: NDArray[np.int64], sign: int) -> None:
         """Add (sign=+1) or remove (-1) the share of healthy `nodes` (distinct, sorted)."""
-        if nodes.size <= _COMPILED:
+        if nodes.size <= kernels.COMPILED_LIMIT:
             # Compiled, node by node: fewer steps than numpy calls for a few nodes.
             top = self.topology
             kernels.add_nodes(
@@ -361,7 +358,7 @@ class ClusterState:
         """Start a change of `touched` (sorted, unique): the old values of few nodes are kept
         with their health, of many healthy nodes as rows, so that `_after_change` adds
         differences."""
-        if touched.size <= _COMPILED:
+        if touched.size <= kernels.COMPILED_LIMIT:
             return self._values_of(touched), self.health[touched] == _HEALTHY
         healthy = touched[self.health[touched] == _HEALTHY]
         return (healthy, *self._rows(healthy))
@@ -619,7 +616,7 @@ class ClusterState:
     def _apply(self, allocation: Allocation, sign: int) -> None:
         """Take (sign=-1) or give back (+1) an allocation's resources, updating aggregates."""
         self.version += 1
-        if allocation.nodes.size <= _COMPILED:
+        if allocation.nodes.size <= kernels.COMPILED_LIMIT:
             # Pod by pod in compiled code: for a few pods numpy's per-call cost would be most
             # of the work.
             top = self.topology
@@ -979,11 +976,11 @@ class ClusterState:
         self.allocations[owner] = allocation
 
     def _fits_now(self, allocation: Allocation) -> bool:
-        """True if `allocation` is well formed, of at most `_COMPILED` pods, and fits now:
+        """True if `allocation` is well formed, of at most `COMPILED_LIMIT` pods, and fits now:
         scalars checked here, nodes and GPUs in one compiled pass (numpy's per-call cost
         would dominate at this size). False means "run the full checks", not "invalid"."""
         nodes, gpus = allocation.nodes, allocation.gpus
-        if nodes.ndim != 1 or nodes.size > _COMPILED:
+        if nodes.ndim != 1 or nodes.size > kernels.COMPILED_LIMIT:
             return False
         if gpus.ndim != 2 or gpus.shape[0] != nodes.shape[0]:
             return False

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
+from toposched.cluster import kernels
 from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
 from toposched.cluster.statement import Statement
 from toposched.placement.capacity import CapacityView
@@ -401,9 +402,25 @@ class _Search:
         )
 
     def _allocation(self, nodes: IntArray, pods_per_node: IntArray) -> Allocation:
+        request = self.request
+        if (
+            request.gpus_per_pod
+            and not request.is_fractional
+            and nodes.size <= kernels.COMPILED_LIMIT
+        ):
+            # A few nodes: their free GPUs picked in one compiled pass, not a dozen numpy calls.
+            pod_nodes, gpus = kernels.pick_free_gpus(
+                nodes, pods_per_node, request.gpus_per_pod, self.state.gpu_free_milli
+            )
+            return Allocation(
+                nodes=pod_nodes,
+                gpus=gpus,
+                gpu_milli=request.gpu_milli,
+                cpu_milli=request.cpu_milli,
+                memory_mib=request.memory_mib,
+            )
         one_pod_each = pods_per_node.size == 0 or bool((pods_per_node == 1).all())
         pod_nodes = nodes if one_pod_each else np.repeat(nodes, pods_per_node)
-        request = self.request
         return Allocation(
             nodes=pod_nodes,
             gpus=self._pick_gpus(nodes, pods_per_node, pod_nodes),
