@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -64,3 +67,93 @@ def test_pods_in_domains_counts_healthy_allowed_nodes_capped_at_their_gpus(
         domains, starts, free, extra, count, health, model, allowed, per_pod
     )
     assert pods.tolist() == expected
+
+
+@st.composite
+def candidates_on_domains(draw: st.DrawFn) -> dict[str, Any]:
+    case = draw(domains_of_nodes())
+    starts = np.asarray(case["starts"])
+    n_nodes = int(starts[-1])
+    leaf_of_node = np.repeat(np.arange(starts.size - 1), np.diff(starts)).astype(np.int64)
+    holdings = (
+        draw(st.lists(st.lists(st.integers(0, n_nodes - 1), max_size=4), max_size=5))
+        if n_nodes
+        else []
+    )
+    case["leaf_of_node"] = leaf_of_node
+    case["pod_starts"] = np.concatenate(([0], np.cumsum([len(h) for h in holdings]))).astype(
+        np.int64
+    )
+    case["pod_nodes"] = np.array([n for h in holdings for n in h], dtype=np.int64)
+    case["whole"] = np.array([draw(st.integers(1, 4)) for _ in holdings], dtype=np.int64)
+    case["lost"] = np.array(
+        [draw(st.floats(0, 100, allow_nan=False)) for _ in holdings], dtype=np.float64
+    )
+    case["gpu_needed"] = draw(st.integers(0, 40))
+    return case
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=candidates_on_domains())
+def test_domains_opened_by_matches_plain_counts_and_the_fractional_knapsack(
+    case: dict[str, Any],
+) -> None:
+    per_pod = int(case["gpus_per_pod"])
+    starts, leaf_of_node = case["starts"], case["leaf_of_node"]
+    pod_starts, pod_nodes, whole, lost = (
+        case["pod_starts"],
+        case["pod_nodes"],
+        case["whole"],
+        case["lost"],
+    )
+    free, count, health = case["free"], case["gpu_count"], case["health"]
+    model, allowed = case["model"], case["allowed"]
+    leaves, room, bound, lower, pair_leaf, pair_owner = kernels.domains_opened_by(
+        pod_starts,
+        pod_nodes,
+        whole,
+        lost,
+        leaf_of_node,
+        starts,
+        free,
+        count,
+        health,
+        model,
+        allowed,
+        1,
+        per_pod,
+        0,
+        case["gpu_needed"],
+        True,
+    )
+    # The candidates on each domain, and the GPUs each frees there.
+    freed_in: dict[int, dict[int, int]] = {}
+    freed_on = [0] * int(starts[-1])
+    for candidate in range(pod_starts.size - 1):
+        for node in pod_nodes[pod_starts[candidate] : pod_starts[candidate + 1]].tolist():
+            leaf = int(leaf_of_node[node])
+            held = freed_in.setdefault(leaf, {})
+            held[candidate] = held.get(candidate, 0) + int(whole[candidate])
+            freed_on[node] += int(whole[candidate])
+    assert leaves.tolist() == sorted(freed_in)
+    for position, leaf in enumerate(leaves.tolist()):
+        usable = [
+            node
+            for node in range(int(starts[leaf]), int(starts[leaf + 1]))
+            if health[node] == 0 and allowed[model[node]]
+        ]
+        expected_room = sum(
+            min(int(free[node]) + freed_on[node], int(count[node])) // per_pod for node in usable
+        )
+        assert room[position] == expected_room
+        members = sorted(freed_in[leaf])
+        assert pair_owner[pair_leaf == position].tolist() == members
+        assert bound[position] == pytest.approx(sum(float(lost[c]) for c in members))
+        # Fractional knapsack: cheapest lost work per GPU first, the last one in part.
+        lacking = case["gpu_needed"] - sum(int(free[node]) for node in usable)
+        expected_lower = 0.0
+        for candidate in sorted(members, key=lambda c: lost[c] / freed_in[leaf][c]):
+            taken = min(max(lacking, 0), freed_in[leaf][candidate])
+            expected_lower += taken * float(lost[candidate]) / freed_in[leaf][candidate]
+            lacking -= freed_in[leaf][candidate]
+        assert lower[position] == pytest.approx(expected_lower)

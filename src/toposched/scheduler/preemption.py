@@ -10,12 +10,12 @@ from typing import Protocol, overload
 import numpy as np
 from numpy.typing import NDArray
 
+from toposched.cluster import kernels
 from toposched.cluster.state import (
     MILLI_PER_GPU,
     Allocation,
     ClusterState,
     distinct,
-    distinct_inverse,
     row_sums,
     take_rows,
 )
@@ -487,34 +487,43 @@ class VictimSearch:
         candidates cannot gain room. `confined`: the gang must stay in the domain opened for it
         (else the placement search may place it anywhere once the victims left)."""
         state, topology = self.state, self.state.topology
-        starts = self.leaf_starts
-        pod_owner = pool.pod_owner
-        pod_leaf = self.leaf_of_node[pool.pod_nodes]
-        # Each pod's leaf as a position among the distinct leaves.
-        leaves, leaf_position = distinct_inverse(pod_leaf.astype(np.int64))
-        nodes = domain_nodes(starts, leaves, self.leaf_size)
-        sizes = starts[leaves + 1] - starts[leaves]
-        offsets = sizes.cumsum() - sizes
-        # Room per leaf if every candidate touching it left: an upper bound to rank leaves.
-        where = offsets[leaf_position] + pool.pod_nodes - starts[pod_leaf]
-        pod_whole = pool.whole[pod_owner]
-        freed = np.bincount(where, weights=pod_whole, minlength=nodes.size)
-        free = state.free_whole_gpus[nodes].astype(np.int64)
-        usable = self._usable(nodes, request)
-        potential = np.minimum(free + freed.astype(np.int64), topology.gpu_count[nodes]) * usable
-        room = np.add.reduceat(self._pods_fit(potential, request), offsets)
+        if pool.pod_nodes.size == 0:
+            return None
+        # Per innermost domain a candidate touches: room if every candidate there left (an
+        # upper bound to rank domains), the work that loses, and a lower bound of it.
+        with_lower = (
+            type(self.impact) is LeastLostWork
+            and not request.is_fractional
+            and request.gpus_per_pod > 0
+        )
+        if request.gpus_per_pod == 0:
+            per_gpu, per_pod, per_node = 0, 1, request.pods
+        elif request.is_fractional:
+            per_gpu, per_pod, per_node = MILLI_PER_GPU // request.gpu_milli, 1, 0
+        else:
+            per_gpu, per_pod, per_node = 1, request.gpus_per_pod, 0
+        leaves, room, bound, lower_bounds, pair_leaf, pair_owner = kernels.domains_opened_by(
+            pool.pod_starts,
+            pool.pod_nodes,
+            pool.whole,
+            pool.lost,
+            self.leaf_of_node,
+            self.leaf_starts,
+            state.free_whole_gpus,
+            topology.gpu_count,
+            state.health,
+            topology.gpu_model,
+            request.model_allowed(max(len(topology.gpu_models), 1)),
+            per_gpu,
+            per_pod,
+            per_node,
+            request.pods * request.gpus_per_pod,
+            with_lower,
+        )
         qualifying = (room >= request.pods).nonzero()[0]
         if qualifying.size == 0:
             return None
-        # (leaf position, candidate) pairs with the whole GPUs the candidate frees there.
-        pair_code = leaf_position * len(pool) + pod_owner
-        codes, inverse = distinct_inverse(pair_code.astype(np.int64))
-        supply = np.bincount(inverse, weights=pod_whole, minlength=codes.size)
-        pair_leaf, pair_owner = codes // len(pool), codes % len(pool)
-        bound = np.bincount(pair_leaf, weights=pool.lost[pair_owner], minlength=leaves.size)
-        lower = self._lower_bounds(
-            request, pool, free * usable, offsets, pair_leaf, pair_owner, supply
-        )
+        lower = lower_bounds if with_lower else None
         order = qualifying[bound[qualifying].argsort(kind="stable")][:DOMAINS_EXAMINED]
         best: PreemptionPlan | None = None
         for position in order.tolist():
@@ -535,39 +544,6 @@ class VictimSearch:
             if plan is not None and (best is None or plan.impact < best.impact):
                 best = plan
         return best
-
-    def _lower_bounds(
-        self,
-        request: GangRequest,
-        pool: CandidatePool,
-        usable_free: IntArray,
-        offsets: IntArray,
-        pair_leaf: IntArray,
-        pair_owner: IntArray,
-        supply: FloatArray,
-    ) -> FloatArray | None:
-        """Per leaf, a lower bound of the work any victim set opening it loses: the fractional
-        knapsack relaxation (candidates by lost work per whole GPU freed there, the last one in
-        part, until the GPUs the gang lacks there are covered). None when the impact key does
-        not start with lost work or pods are not whole GPUs."""
-        if type(self.impact) is not LeastLostWork or request.is_fractional:
-            return None
-        if request.gpus_per_pod == 0:
-            return None
-        need = request.pods * request.gpus_per_pod - np.add.reduceat(usable_free, offsets)
-        ratio = np.where(supply > 0, pool.lost[pair_owner] / np.maximum(supply, 1), np.inf)
-        order = np.lexsort((ratio, pair_leaf))
-        sorted_leaf, sorted_supply, sorted_ratio = pair_leaf[order], supply[order], ratio[order]
-        total = sorted_supply.cumsum()
-        group_first = sorted_leaf.searchsorted(sorted_leaf)
-        # GPUs freed in the same leaf by cheaper candidates.
-        before = total - sorted_supply - (total[group_first] - sorted_supply[group_first])
-        take = np.minimum(np.maximum(need[sorted_leaf] - before, 0), sorted_supply)
-        used = take > 0
-        lower: FloatArray = np.bincount(
-            sorted_leaf[used], weights=take[used] * sorted_ratio[used], minlength=offsets.size
-        )
-        return lower
 
     def _choose_in_leaf(
         self, leaf: int, request: GangRequest, pool: CandidatePool, members: IntArray
