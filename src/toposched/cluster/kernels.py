@@ -324,19 +324,29 @@ def free_pods_inside(
 
 
 @njit(cache=True, nogil=True)
-def reaching(free: np.ndarray, extra: np.ndarray, need: int) -> np.ndarray:
-    """Indices where `free` plus `extra` reaches `need`, in increasing order."""
+def reaching(
+    free: np.ndarray,
+    extra: np.ndarray,
+    need: int,
+    weight: np.ndarray,
+    weighted_since: np.ndarray,
+    now: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Indices where `free` plus `extra` reaches `need`, in increasing order, and at each the
+    work `now * weight - weighted_since` (at least 0)."""
     count = 0
     for i in range(free.size):
         if free[i] + extra[i] >= need:
             count += 1
     found = np.empty(count, dtype=np.int64)
+    work = np.empty(count, dtype=np.float64)
     count = 0
     for i in range(free.size):
         if free[i] + extra[i] >= need:
             found[count] = i
+            work[count] = max(now * weight[i] - weighted_since[i], 0.0)
             count += 1
-    return found
+    return found, work
 
 
 @njit(cache=True, nogil=True)

@@ -1167,12 +1167,14 @@ class Scheduler:
         index.refresh(now)
         leaf_free = state.free_gpus[search.leaf_level]
         freeable = index.leaf_unallocated_freeable if only_unallocated else index.leaf_freeable
-        possible = kernels.reaching(leaf_free, freeable, need)
+        # With each such domain, the work lost evicting every unprotected job touching it.
+        possible, cost = kernels.reaching(
+            leaf_free, freeable, need, index.leaf_weight, index.leaf_weighted_since, now
+        )
         one_domain = search.is_one_domain(request)
         nothing = np.zeros(0, dtype=np.int64)
         if possible.size == 0:
             return (nothing, True, True) if one_domain else None
-        cost = index.leaf_cost_bound(possible, now)
         starts = search.leaf_starts
         chosen: list[IntArray] = []
         found = examined = 0
