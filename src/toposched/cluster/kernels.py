@@ -507,3 +507,85 @@ def domains_opened_by(
                 before += supply[pair]
             begin = end
     return leaves, room, bound, lower, pair_leaf, pair_owner
+
+
+@njit(cache=True, nogil=True)
+def set_gpu_rows(
+    nodes: np.ndarray,
+    rows: np.ndarray,
+    free_whole_gpus: np.ndarray,
+    gpu_free_milli: np.ndarray,
+    free_cpu_milli: np.ndarray,
+    free_memory_mib: np.ndarray,
+    gpu_count: np.ndarray,
+    cpu_capacity: np.ndarray,
+    memory_capacity: np.ndarray,
+    health: np.ndarray,
+    node_rows: np.ndarray,
+    gpu_model: np.ndarray,
+    hist: np.ndarray,
+    totals: np.ndarray,
+) -> None:
+    """Give each of `nodes` (sorted, distinct) the free milli-GPU row of `rows`, and move the
+    aggregates of the healthy ones by the change: summed over each run of nodes sharing an
+    innermost domain, then added once per level to the run's domains (a large gang's nodes
+    fill whole racks, so far fewer domain updates than nodes)."""
+    levels = node_rows.shape[1]
+    leaf_level = levels - 1
+    width = hist.shape[2]
+    cells = np.zeros((hist.shape[1], width), dtype=np.int64)
+    change = np.zeros(3, dtype=np.int64)  # free whole GPUs, milli-GPU, idle nodes
+    moved = False
+    run_node = -1
+    for i in range(nodes.size + 1):
+        flush = i == nodes.size or (
+            run_node >= 0 and node_rows[nodes[i], leaf_level] != node_rows[run_node, leaf_level]
+        )
+        if flush and run_node >= 0:
+            for level in range(levels):
+                row = node_rows[run_node, level]
+                for column in range(3):
+                    totals[row, column] += change[column]
+                if moved:
+                    for model in range(cells.shape[0]):
+                        for cell in range(width):
+                            hist[row, model, cell] += cells[model, cell]
+            change[:] = 0
+            if moved:
+                cells[:, :] = 0
+                moved = False
+            run_node = -1
+        if i == nodes.size:
+            break
+        node = nodes[i]
+        old_whole = np.int64(free_whole_gpus[node])
+        old_milli = np.int64(0)
+        new_whole = np.int64(0)
+        new_milli = np.int64(0)
+        for gpu in range(gpu_free_milli.shape[1]):
+            old_milli += gpu_free_milli[node, gpu]
+            value = rows[i, gpu]
+            gpu_free_milli[node, gpu] = value
+            new_milli += value
+            if value == 1000:
+                new_whole += 1
+        free_whole_gpus[node] = new_whole
+        if health[node] != 0:
+            continue
+        rest_free = (
+            free_cpu_milli[node] == cpu_capacity[node]
+            and free_memory_mib[node] == memory_capacity[node]
+        )
+        count = np.int64(gpu_count[node])
+        change[0] += new_whole - old_whole
+        change[1] += new_milli - old_milli
+        change[2] += np.int64(rest_free and new_whole == count) - np.int64(
+            rest_free and old_whole == count
+        )
+        if new_whole != old_whole:
+            model = gpu_model[node]
+            cells[model, old_whole] -= 1
+            cells[model, new_whole] += 1
+            moved = True
+        if run_node < 0:
+            run_node = node

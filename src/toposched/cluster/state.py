@@ -786,77 +786,45 @@ class ClusterState:
     def gpus_released(self, nodes: NDArray[np.int64], freeing: NDArray[np.bool_]) -> Iterator[None]:
         """Inside the block, the whole GPUs marked in `freeing` (one row per node of `nodes`,
         sorted and unique; one column per GPU), held now by whole-GPU pods, are free, though
-        nobody stops holding them: a what-if of evictions for a search to look at, with only
-        the aggregates those GPUs change recomputed. Afterwards every touched row is put back
-        as it was.
+        nobody stops holding them: a what-if of evictions for a search to look at, the
+        aggregates moved by the change. Afterwards the rows are put back and the aggregates
+        moved back, exactly (integer arithmetic).
 
         Unchecked on purpose: the caller must mark whole GPUs held right now, and must not
         change the state inside the block.
         """
-        freed = row_sums(freeing)
-        touched = freed > 0
-        if not touched.any():
-            yield
-            return
-        top = self.topology
-        # Untouched nodes stay unless many: they change nothing, and dropping them costs more.
-        dropped = 4 * int(np.count_nonzero(touched)) < 3 * touched.size
-        if dropped:
-            keep = np.flatnonzero(touched)
-            nodes, freeing, freed = nodes[keep], take_rows(freeing, keep), freed[keep]
         old_milli = take_rows(self.gpu_free_milli, nodes)
-        old_whole = self.free_whole_gpus[nodes].astype(np.int64)
-        healthy = self.health[nodes] == _HEALTHY
-        if healthy.all():
-            counted, before, gained = nodes, old_whole, freed
-        else:
-            counted, before, gained = nodes[healthy], old_whole[healthy], freed[healthy]
-            touched = touched if dropped else touched[healthy]
-        first = self._leaf_runs(counted) if counted.size > _SMALL else None
-        saved = self._domain_rows(counted, first)
+        new_milli = np.where(freeing, np.int16(MILLI_PER_GPU), old_milli)
         self.version += 1
-        put_rows(self.gpu_free_milli, nodes, np.where(freeing, np.int16(MILLI_PER_GPU), old_milli))
-        self.free_whole_gpus[nodes] = (old_whole + freed).astype(np.int8)
+        self._set_gpu_rows(nodes, new_milli)
         try:
-            after = before + gained
-            # Only a node whose GPUs are all free now may have turned idle (none was before:
-            # every touched node held a freed GPU), if its CPU and memory are all free too.
-            all_free = after == top.gpu_count[counted]
-            full = np.flatnonzero(all_free if dropped else all_free & touched)
-            if full.size:
-                at = counted[full]
-                full = full[
-                    (self.free_cpu_milli[at] == top.cpu_milli[at])
-                    & (self.free_memory_mib[at] == top.memory_mib[at])
-                ]
-            model = top.gpu_model[counted]
-            if first is None:
-                idle = np.zeros(counted.size, dtype=np.int64)
-                idle[full] = 1
-                zeros = np.zeros(counted.size, dtype=np.int64)
-                delta = np.stack([gained, gained * MILLI_PER_GPU, idle, zeros, zeros])
-                self._add_counted(counted, delta, None, model, before, after)
-            else:
-                # Only two of the five totals change: sum those per run, not a 5-row delta.
-                run = self._run_of_each(first, counted.size)
-                sums = np.zeros((first.size, _N_TOTALS), dtype=np.int64)
-                sums[:, 0] = np.add.reduceat(gained, first)
-                sums[:, 1] = sums[:, 0] * MILLI_PER_GPU
-                sums[:, 2] = np.bincount(run[full], minlength=first.size)
-                moves = self._hist_moves(first.size, run, model, before, after)
-                self._add_domain_sums(counted[first], sums, moves)
             yield
         finally:
             self.version += 1
-            put_rows(self.gpu_free_milli, nodes, old_milli)
-            self.free_whole_gpus[nodes] = old_whole.astype(np.int8)
-            self._restore_domain_rows(saved)
+            self._set_gpu_rows(nodes, old_milli)
 
-    def _domain_rows(
-        self, nodes: NDArray[np.int64], first: NDArray[np.int64] | None = None
-    ) -> list[SavedRows]:
-        """Copies of the aggregate rows of every domain holding one of `nodes` (sorted);
-        `first`, if known, says where their runs of one innermost domain begin."""
+    def _set_gpu_rows(self, nodes: NDArray[np.int64], rows: NDArray[np.int16]) -> None:
+        """Give `nodes` (sorted, distinct) these free milli-GPU rows; aggregates follow."""
+        top = self.topology
+        kernels.set_gpu_rows(
+            nodes,
+            rows,
+            self.free_whole_gpus,
+            self.gpu_free_milli,
+            self.free_cpu_milli,
+            self.free_memory_mib,
+            top.gpu_count,
+            top.cpu_milli,
+            top.memory_mib,
+            self.health,
+            self._node_rows,
+            top.gpu_model,
+            self._hist_all,
+            self._totals_all,
+        )
+
+    def _domain_rows(self, nodes: NDArray[np.int64]) -> list[SavedRows]:
+        """Copies of the aggregate rows of every domain holding one of `nodes` (sorted)."""
         saved: list[SavedRows] = []
         if nodes.size == 0:
             return saved
@@ -868,7 +836,7 @@ class ClusterState:
                 for array in (self._totals_all, self._hist_all)
             ]
         # One node per run of the innermost level stands for its domain at every level.
-        representative = nodes[self._leaf_runs(nodes) if first is None else first]
+        representative = nodes[self._leaf_runs(nodes)]
         for level, domains in enumerate(self.topology.node_domain):
             d = domains[representative].astype(np.int64)
             touched = d[np.concatenate(([True], d[1:] != d[:-1]))]
