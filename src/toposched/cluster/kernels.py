@@ -40,6 +40,29 @@ def _values_into(
 
 
 @njit(cache=True, nogil=True)
+def _move_domains(
+    node: int,
+    before: np.ndarray,
+    after: np.ndarray,
+    node_rows: np.ndarray,
+    gpu_model: np.ndarray,
+    hist: np.ndarray,
+    totals: np.ndarray,
+) -> None:
+    """Move `node`'s domains, at every level, from its `before` values to its `after` values:
+    totals by the difference, histograms from one cell to another."""
+    left, entered = before[WHOLE], after[WHOLE]
+    model = gpu_model[node]
+    for level in range(node_rows.shape[1]):
+        row = node_rows[node, level]
+        for column in range(5):
+            totals[row, column] += after[column] - before[column]
+        if left != entered:
+            hist[row, model, left] -= 1
+            hist[row, model, entered] += 1
+
+
+@njit(cache=True, nogil=True)
 def node_values(
     nodes: np.ndarray,
     free_whole_gpus: np.ndarray,
@@ -78,21 +101,11 @@ def add_node_changes(
     hist: np.ndarray,
     totals: np.ndarray,
 ) -> None:
-    """Move the domains of healthy `nodes`, at every level, from the nodes' `before` values to
-    their `after` values: totals by the difference, histograms from one cell to another."""
+    """Move the domains of healthy `nodes` from the nodes' `before` values (one row per node)
+    to their `after` values."""
     for i in range(nodes.size):
-        if not healthy[i]:
-            continue
-        node = nodes[i]
-        left, entered = before[i, WHOLE], after[i, WHOLE]
-        model = gpu_model[node]
-        for level in range(node_rows.shape[1]):
-            row = node_rows[node, level]
-            for column in range(5):
-                totals[row, column] += after[i, column] - before[i, column]
-            if left != entered:
-                hist[row, model, left] -= 1
-                hist[row, model, entered] += 1
+        if healthy[i]:
+            _move_domains(nodes[i], before[i], after[i], node_rows, gpu_model, hist, totals)
 
 
 @njit(cache=True, nogil=True)
@@ -200,15 +213,7 @@ def apply_pods(
             cpu_capacity,
             memory_capacity,
         )
-        model = gpu_model[node]
-        left, entered = before[WHOLE], after[WHOLE]
-        for level in range(node_rows.shape[1]):
-            row = node_rows[node, level]
-            for column in range(5):
-                totals[row, column] += after[column] - before[column]
-            if left != entered:
-                hist[row, model, left] -= 1
-                hist[row, model, entered] += 1
+        _move_domains(node, before, after, node_rows, gpu_model, hist, totals)
 
 
 @njit(cache=True, nogil=True)
