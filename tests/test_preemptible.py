@@ -50,7 +50,7 @@ def test_owners_and_aggregates_follow_protection_and_eviction() -> None:
     index.refresh(1000)
     # r0: a's pod on n0 (2 GPUs; b is protected); r1: a's pod on n2 and c's shared pod.
     assert index.leaf_freeable.tolist() == [2, 3]
-    assert index.freeable_on(np.arange(4)).tolist() == [2, 0, 2, 1]
+    assert index.node_freeable[:4].tolist() == [2, 0, 2, 1]
     # All of it unallocated work (a and c).
     assert index.leaf_unallocated_freeable.tolist() == [2, 3]
     assert index.node_unallocated_freeable.tolist() == [2, 0, 2, 1]
@@ -59,12 +59,12 @@ def test_owners_and_aggregates_follow_protection_and_eviction() -> None:
     assert bound.tolist() == [3600.0, 3600.0 + 175.0]
     index.refresh(5000)
     assert index.leaf_freeable.tolist() == [6, 3]
-    assert index.freeable_on(np.arange(4)).tolist() == [2, 4, 2, 1]
+    assert index.node_freeable[:4].tolist() == [2, 4, 2, 1]
     # b, now past its protection, is allocated work.
     assert index.leaf_unallocated_freeable.tolist() == [2, 3]
     index.mark_evicting("a")
     assert index.leaf_freeable.tolist() == [4, 1]
-    assert index.freeable_on(np.arange(4)).tolist() == [0, 4, 0, 1]
+    assert index.node_freeable[:4].tolist() == [0, 4, 0, 1]
     assert index.leaf_unallocated_freeable.tolist() == [0, 1]
     assert index.node_unallocated_freeable.tolist() == [0, 0, 0, 1]
     index.remove("b")

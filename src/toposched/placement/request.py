@@ -45,8 +45,9 @@ class GangRequest:
         """Whole GPUs the gang needs (fractional pods count their shares)."""
         return self.pods * self.gpus_per_pod * self.gpu_milli // MILLI_PER_GPU
 
-    def model_allowed(self, n_models: int) -> NDArray[np.bool_]:
-        """Per GPU model index of the cluster, whether the pods may use it."""
+    def model_allowed(self, topology: Topology) -> NDArray[np.bool_]:
+        """Per GPU model index of `topology` (at least one), whether the pods may use it."""
+        n_models = max(len(topology.gpu_models), 1)
         if self.allowed_models is None:
             return np.ones(n_models, dtype=np.bool_)
         allowed = np.zeros(n_models, dtype=np.bool_)

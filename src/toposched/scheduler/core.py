@@ -48,7 +48,6 @@ from toposched.scheduler.spares import SparePool
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
-_HEALTHY = int(Health.HEALTHY)
 #: Contract verdicts on (preemptor, victim pair) kept at most (see `Scheduler._pair_verdict`).
 _PAIR_VERDICTS_KEPT = 100_000
 _UNKNOWN: Any = object()
@@ -1230,7 +1229,7 @@ class Scheduler:
             topology.gpu_count,
             state.health,
             topology.gpu_model,
-            request.model_allowed(max(len(topology.gpu_models), 1)),
+            request.model_allowed(topology),
             request.gpus_per_pod,
         )
         fits: IntArray = leaves[room >= request.pods]

@@ -400,12 +400,6 @@ class PreemptibleIndex:
             if pair_priority < priority
         )
 
-    def freeable_on(self, nodes: IntArray) -> IntArray:
-        """Whole GPUs unprotected pods hold on each of `nodes` as of the last `refresh` (a
-        shared pod counts one): an upper bound of the GPUs evictions could free there."""
-        freeable: IntArray = self.node_freeable[nodes].astype(np.int64)
-        return freeable
-
     def whole_gpu_parts(self, nodes: IntArray, held: BoolArray) -> list[Allocation]:
         """What the whole-GPU pods marked in `held` (rows: `nodes`, columns: GPUs) hold there,
         as allocation pieces for `ClusterState.release_parts`: the GPUs one per piece, and the

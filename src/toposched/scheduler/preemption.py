@@ -513,7 +513,7 @@ class VictimSearch:
             topology.gpu_count,
             state.health,
             topology.gpu_model,
-            request.model_allowed(max(len(topology.gpu_models), 1)),
+            request.model_allowed(topology),
             per_gpu,
             per_pod,
             per_node,
