@@ -364,7 +364,7 @@ class ClusterState:
         return (healthy, *self._rows(healthy))
 
     def _after_change(self, touched: NDArray[np.int64], before: _Before) -> None:
-        if len(before) == 2:
+        if len(before) == 2:  # a few nodes' values and health (`_FewBefore`)
             old_values, healthy = before
             kernels.add_node_changes(
                 touched,
@@ -384,7 +384,7 @@ class ClusterState:
         delta = new_rows - old_rows
         moved = np.flatnonzero(new_whole != old_whole)
         model = self.topology.gpu_model[nodes[moved]]
-        # Many nodes (few reach here: fewer go through compiled loops).
+        # More nodes than the compiled loops take: summed per rack, then per upper domain.
         self._add_counted(nodes, delta, moved, model, old_whole, new_whole)
 
     def _leaf_runs(self, nodes: NDArray[np.int64]) -> NDArray[np.int64]:
