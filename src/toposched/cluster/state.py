@@ -308,23 +308,7 @@ class ClusterState:
         """Add (sign=+1) or remove (-1) the share of healthy `nodes` (distinct, sorted)."""
         if nodes.size <= kernels.COMPILED_LIMIT:
             # Compiled, node by node: fewer steps than numpy calls for a few nodes.
-            top = self.topology
-            kernels.add_nodes(
-                nodes,
-                sign,
-                self.free_whole_gpus,
-                self.gpu_free_milli,
-                self.free_cpu_milli,
-                self.free_memory_mib,
-                top.gpu_count,
-                top.cpu_milli,
-                top.memory_mib,
-                self.health,
-                self._node_rows,
-                top.gpu_model,
-                self._hist_all,
-                self._totals_all,
-            )
+            kernels.add_nodes(nodes, sign, *self._kernel_arrays())
             return
         nodes = nodes[self.health[nodes] == _HEALTHY]
         if nodes.size == 0:
@@ -619,7 +603,6 @@ class ClusterState:
         if allocation.nodes.size <= kernels.COMPILED_LIMIT:
             # Pod by pod in compiled code: for a few pods numpy's per-call cost would be most
             # of the work.
-            top = self.topology
             kernels.apply_pods(
                 allocation.nodes,
                 allocation.gpus,
@@ -627,18 +610,7 @@ class ClusterState:
                 allocation.cpu_milli,
                 allocation.memory_mib,
                 sign,
-                self.free_whole_gpus,
-                self.gpu_free_milli,
-                self.free_cpu_milli,
-                self.free_memory_mib,
-                top.gpu_count,
-                top.cpu_milli,
-                top.memory_mib,
-                self.health,
-                self._node_rows,
-                top.gpu_model,
-                self._hist_all,
-                self._totals_all,
+                *self._kernel_arrays(),
             )
             return
         touched, pods_per_node = self._unique(allocation.nodes)
@@ -658,6 +630,24 @@ class ClusterState:
         if allocation.memory_mib:
             self.free_memory_mib[touched] += sign * allocation.memory_mib * pods_per_node
         self._after_change(touched, before)
+
+    def _kernel_arrays(self) -> tuple[NDArray[np.generic], ...]:
+        """The node arrays and aggregates the compiled loops change, in their argument order."""
+        top = self.topology
+        return (
+            self.free_whole_gpus,
+            self.gpu_free_milli,
+            self.free_cpu_milli,
+            self.free_memory_mib,
+            top.gpu_count,
+            top.cpu_milli,
+            top.memory_mib,
+            self.health,
+            self._node_rows,
+            top.gpu_model,
+            self._hist_all,
+            self._totals_all,
+        )
 
     def _values_of(self, nodes: NDArray[np.int64]) -> NDArray[np.int64]:
         """`nodes`' shares of the totals, one row per node (compiled: for a few nodes)."""
@@ -796,32 +786,12 @@ class ClusterState:
         old_milli = take_rows(self.gpu_free_milli, nodes)
         new_milli = np.where(freeing, np.int16(MILLI_PER_GPU), old_milli)
         self.version += 1
-        self._set_gpu_rows(nodes, new_milli)
+        kernels.set_gpu_rows(nodes, new_milli, *self._kernel_arrays())
         try:
             yield
         finally:
             self.version += 1
-            self._set_gpu_rows(nodes, old_milli)
-
-    def _set_gpu_rows(self, nodes: NDArray[np.int64], rows: NDArray[np.int16]) -> None:
-        """Give `nodes` (sorted, distinct) these free milli-GPU rows; aggregates follow."""
-        top = self.topology
-        kernels.set_gpu_rows(
-            nodes,
-            rows,
-            self.free_whole_gpus,
-            self.gpu_free_milli,
-            self.free_cpu_milli,
-            self.free_memory_mib,
-            top.gpu_count,
-            top.cpu_milli,
-            top.memory_mib,
-            self.health,
-            self._node_rows,
-            top.gpu_model,
-            self._hist_all,
-            self._totals_all,
-        )
+            kernels.set_gpu_rows(nodes, old_milli, *self._kernel_arrays())
 
     def _domain_rows(self, nodes: NDArray[np.int64]) -> list[SavedRows]:
         """Copies of the aggregate rows of every domain holding one of `nodes` (sorted)."""
