@@ -651,17 +651,8 @@ class ClusterState:
 
     def _values_of(self, nodes: NDArray[np.int64]) -> NDArray[np.int64]:
         """`nodes`' shares of the totals, one row per node (compiled: for a few nodes)."""
-        top = self.topology
-        values: NDArray[np.int64] = kernels.node_values(
-            nodes,
-            self.free_whole_gpus,
-            self.gpu_free_milli,
-            self.free_cpu_milli,
-            self.free_memory_mib,
-            top.gpu_count,
-            top.cpu_milli,
-            top.memory_mib,
-        )
+        # The loop reads the first seven of the arrays only.
+        values: NDArray[np.int64] = kernels.node_values(nodes, *self._kernel_arrays()[:7])
         return values
 
     def _apply_many(
