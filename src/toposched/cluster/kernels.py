@@ -8,22 +8,19 @@ from numba import njit
 # Up to this many pods or nodes, changes and checks run in these loops; beyond, numpy's sorted
 # and vectorised passes cost less (measured on the 1M-GPU cluster).
 COMPILED_LIMIT = 2048
+StateArrays = tuple[np.ndarray, ...]
+"""The state's arrays the loops read and change, in this order (`ClusterState._kernel_arrays`):
+per node, free whole GPUs, free milli-GPU of each GPU, free CPU, free memory, GPU count, CPU
+capacity, memory capacity, health; each node's domain row at every level; per node, its GPU
+model; per domain row, the free-GPU histogram and the totals."""
 # Columns of a node's values, in the order of the per-domain totals.
 WHOLE, MILLI, IDLE, CPU, MEMORY = range(5)
 
 
 @njit(cache=True, nogil=True)
-def _values_into(
-    node: int,
-    out: np.ndarray,
-    free_whole_gpus: np.ndarray,
-    gpu_free_milli: np.ndarray,
-    free_cpu_milli: np.ndarray,
-    free_memory_mib: np.ndarray,
-    gpu_count: np.ndarray,
-    cpu_capacity: np.ndarray,
-    memory_capacity: np.ndarray,
-) -> None:
+def _values_into(node: int, out: np.ndarray, arrays: StateArrays) -> None:
+    free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
+    gpu_count, cpu_capacity, memory_capacity = arrays[4:7]
     whole = np.int64(free_whole_gpus[node])
     cpu = free_cpu_milli[node]
     memory = free_memory_mib[node]
@@ -63,30 +60,11 @@ def _move_domains(
 
 
 @njit(cache=True, nogil=True)
-def node_values(
-    nodes: np.ndarray,
-    free_whole_gpus: np.ndarray,
-    gpu_free_milli: np.ndarray,
-    free_cpu_milli: np.ndarray,
-    free_memory_mib: np.ndarray,
-    gpu_count: np.ndarray,
-    cpu_capacity: np.ndarray,
-    memory_capacity: np.ndarray,
-) -> np.ndarray:
+def node_values(nodes: np.ndarray, arrays: StateArrays) -> np.ndarray:
     """Each node's share of the per-domain totals: one row per node, the columns above."""
     values = np.empty((nodes.size, 5), dtype=np.int64)
     for i in range(nodes.size):
-        _values_into(
-            nodes[i],
-            values[i],
-            free_whole_gpus,
-            gpu_free_milli,
-            free_cpu_milli,
-            free_memory_mib,
-            gpu_count,
-            cpu_capacity,
-            memory_capacity,
-        )
+        _values_into(nodes[i], values[i], arrays)
     return values
 
 
@@ -109,39 +87,15 @@ def add_node_changes(
 
 
 @njit(cache=True, nogil=True)
-def add_nodes(
-    nodes: np.ndarray,
-    sign: int,
-    free_whole_gpus: np.ndarray,
-    gpu_free_milli: np.ndarray,
-    free_cpu_milli: np.ndarray,
-    free_memory_mib: np.ndarray,
-    gpu_count: np.ndarray,
-    cpu_capacity: np.ndarray,
-    memory_capacity: np.ndarray,
-    health: np.ndarray,
-    node_rows: np.ndarray,
-    gpu_model: np.ndarray,
-    hist: np.ndarray,
-    totals: np.ndarray,
-) -> None:
+def add_nodes(nodes: np.ndarray, sign: int, arrays: StateArrays) -> None:
     """Add (sign=+1) or take away (-1) healthy `nodes`' values in their domains' aggregates."""
+    health, node_rows, gpu_model, hist, totals = arrays[7:]
     values = np.empty(5, dtype=np.int64)
     for i in range(nodes.size):
         node = nodes[i]
         if health[node] != 0:
             continue
-        _values_into(
-            node,
-            values,
-            free_whole_gpus,
-            gpu_free_milli,
-            free_cpu_milli,
-            free_memory_mib,
-            gpu_count,
-            cpu_capacity,
-            memory_capacity,
-        )
+        _values_into(node, values, arrays)
         model = gpu_model[node]
         whole = values[WHOLE]
         for level in range(node_rows.shape[1]):
@@ -159,38 +113,19 @@ def apply_pods(
     cpu_milli: int,
     memory_mib: int,
     sign: int,
-    free_whole_gpus: np.ndarray,
-    gpu_free_milli: np.ndarray,
-    free_cpu_milli: np.ndarray,
-    free_memory_mib: np.ndarray,
-    gpu_count: np.ndarray,
-    cpu_capacity: np.ndarray,
-    memory_capacity: np.ndarray,
-    health: np.ndarray,
-    node_rows: np.ndarray,
-    gpu_model: np.ndarray,
-    hist: np.ndarray,
-    totals: np.ndarray,
+    arrays: StateArrays,
 ) -> None:
     """Take (sign=-1) or give back (+1) the pods' resources, pod by pod, and move the domains
     of healthy nodes from each node's values before the pod to its values after."""
+    free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
+    health, node_rows, gpu_model, hist, totals = arrays[7:]
     before = np.empty(5, dtype=np.int64)
     after = np.empty(5, dtype=np.int64)
     for pod in range(nodes.size):
         node = nodes[pod]
         healthy = health[node] == 0
         if healthy:
-            _values_into(
-                node,
-                before,
-                free_whole_gpus,
-                gpu_free_milli,
-                free_cpu_milli,
-                free_memory_mib,
-                gpu_count,
-                cpu_capacity,
-                memory_capacity,
-            )
+            _values_into(node, before, arrays)
         for column in range(gpus.shape[1]):
             gpu_free_milli[node, gpus[pod, column]] += sign * gpu_milli
         whole = 0
@@ -200,20 +135,9 @@ def apply_pods(
         free_whole_gpus[node] = whole
         free_cpu_milli[node] += sign * cpu_milli
         free_memory_mib[node] += sign * memory_mib
-        if not healthy:
-            continue
-        _values_into(
-            node,
-            after,
-            free_whole_gpus,
-            gpu_free_milli,
-            free_cpu_milli,
-            free_memory_mib,
-            gpu_count,
-            cpu_capacity,
-            memory_capacity,
-        )
-        _move_domains(node, before, after, node_rows, gpu_model, hist, totals)
+        if healthy:
+            _values_into(node, after, arrays)
+            _move_domains(node, before, after, node_rows, gpu_model, hist, totals)
 
 
 @njit(cache=True, nogil=True)
@@ -515,26 +439,14 @@ def domains_opened_by(
 
 
 @njit(cache=True, nogil=True)
-def set_gpu_rows(
-    nodes: np.ndarray,
-    rows: np.ndarray,
-    free_whole_gpus: np.ndarray,
-    gpu_free_milli: np.ndarray,
-    free_cpu_milli: np.ndarray,
-    free_memory_mib: np.ndarray,
-    gpu_count: np.ndarray,
-    cpu_capacity: np.ndarray,
-    memory_capacity: np.ndarray,
-    health: np.ndarray,
-    node_rows: np.ndarray,
-    gpu_model: np.ndarray,
-    hist: np.ndarray,
-    totals: np.ndarray,
-) -> None:
+def set_gpu_rows(nodes: np.ndarray, rows: np.ndarray, arrays: StateArrays) -> None:
     """Give each of `nodes` (sorted, distinct) the free milli-GPU row of `rows`, and move the
     aggregates of the healthy ones by the change: summed over each run of nodes sharing an
     innermost domain, then added once per level to the run's domains (a large gang's nodes
     fill whole racks, so far fewer domain updates than nodes)."""
+    free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
+    gpu_count, cpu_capacity, memory_capacity = arrays[4:7]
+    health, node_rows, gpu_model, hist, totals = arrays[7:]
     levels = node_rows.shape[1]
     leaf_level = levels - 1
     width = hist.shape[2]

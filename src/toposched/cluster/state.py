@@ -308,7 +308,7 @@ class ClusterState:
         """Add (sign=+1) or remove (-1) the share of healthy `nodes` (distinct, sorted)."""
         if nodes.size <= kernels.COMPILED_LIMIT:
             # Compiled, node by node: fewer steps than numpy calls for a few nodes.
-            kernels.add_nodes(nodes, sign, *self._kernel_arrays())
+            kernels.add_nodes(nodes, sign, self._kernel_arrays())
             return
         nodes = nodes[self.health[nodes] == _HEALTHY]
         if nodes.size == 0:
@@ -610,7 +610,7 @@ class ClusterState:
                 allocation.cpu_milli,
                 allocation.memory_mib,
                 sign,
-                *self._kernel_arrays(),
+                self._kernel_arrays(),
             )
             return
         touched, pods_per_node = self._unique(allocation.nodes)
@@ -631,7 +631,7 @@ class ClusterState:
             self.free_memory_mib[touched] += sign * allocation.memory_mib * pods_per_node
         self._after_change(touched, before)
 
-    def _kernel_arrays(self) -> tuple[NDArray[np.generic], ...]:
+    def _kernel_arrays(self) -> kernels.StateArrays:
         """The node arrays and aggregates the compiled loops change, in their argument order."""
         top = self.topology
         return (
@@ -651,8 +651,7 @@ class ClusterState:
 
     def _values_of(self, nodes: NDArray[np.int64]) -> NDArray[np.int64]:
         """`nodes`' shares of the totals, one row per node (compiled: for a few nodes)."""
-        # The loop reads the first seven of the arrays only.
-        values: NDArray[np.int64] = kernels.node_values(nodes, *self._kernel_arrays()[:7])
+        values: NDArray[np.int64] = kernels.node_values(nodes, self._kernel_arrays())
         return values
 
     def _apply_many(
@@ -777,12 +776,12 @@ class ClusterState:
         old_milli = take_rows(self.gpu_free_milli, nodes)
         new_milli = np.where(freeing, np.int16(MILLI_PER_GPU), old_milli)
         self.version += 1
-        kernels.set_gpu_rows(nodes, new_milli, *self._kernel_arrays())
+        kernels.set_gpu_rows(nodes, new_milli, self._kernel_arrays())
         try:
             yield
         finally:
             self.version += 1
-            kernels.set_gpu_rows(nodes, old_milli, *self._kernel_arrays())
+            kernels.set_gpu_rows(nodes, old_milli, self._kernel_arrays())
 
     def _domain_rows(self, nodes: NDArray[np.int64]) -> list[SavedRows]:
         """Copies of the aggregate rows of every domain holding one of `nodes` (sorted)."""
