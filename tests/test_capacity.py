@@ -1,14 +1,17 @@
-"""Tests of per-domain pod capacity from aggregates: GPUs, then free CPU and memory."""
+"""Tests of pod capacity per node and per domain, exact and from aggregates."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from test_placement_oracle import RandomCase, random_cases
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.placement.capacity import CapacityView
-from toposched.placement.request import simple_request
+from toposched.placement.capacity_kernels import UNLIMITED
+from toposched.placement.request import GangRequest, simple_request
 
 RACK = 3  # domain levels of the NVL72 builder: zone, block, rack
 
@@ -48,3 +51,103 @@ def test_rack_capacity_is_bounded_by_free_cpu_and_memory(busy_racks: int, resour
     free_racks = 8 - busy_racks
     expected = [3] + [4] * (free_racks - 1) + [0] * busy_racks
     assert capacity.tolist() == expected
+
+
+# --- every level, exact and from aggregates, against plain counts ------------------------------
+
+
+def _plain_node_pods(state: ClusterState, request: GangRequest, node: int) -> int:
+    """Pods of `request` one node holds now, counted from its free resources one by one."""
+    topology = state.topology
+    if state.health[node] != 0:
+        return 0
+    if request.allowed_models is not None and topology.gpu_model[node] not in set(
+        request.allowed_models.tolist()
+    ):
+        return 0
+    bounds = []
+    if request.is_fractional:
+        bounds.append(sum(int(m) // request.gpu_milli for m in state.gpu_free_milli[node]))
+    elif request.gpus_per_pod:
+        bounds.append(int(state.free_whole_gpus[node]) // request.gpus_per_pod)
+    if request.cpu_milli:
+        bounds.append(int(state.free_cpu_milli[node]) // request.cpu_milli)
+    if request.memory_mib:
+        bounds.append(int(state.free_memory_mib[node]) // request.memory_mib)
+    return min(bounds) if bounds else int(UNLIMITED)
+
+
+def _plain_domain_bound(state: ClusterState, request: GangRequest, nodes: list[int]) -> int:
+    """What a domain's aggregates promise: pods by free whole GPUs per healthy node of an
+    allowed model, bounded by the free CPU and memory of all its healthy nodes together."""
+    topology = state.topology
+    healthy = [node for node in nodes if state.health[node] == 0]
+    allowed = [
+        node
+        for node in healthy
+        if request.allowed_models is None
+        or topology.gpu_model[node] in set(request.allowed_models.tolist())
+    ]
+    bounds = []
+    if request.gpus_per_pod:
+        bounds.append(sum(int(state.free_whole_gpus[n]) // request.gpus_per_pod for n in allowed))
+    if request.cpu_milli:
+        bounds.append(sum(int(state.free_cpu_milli[n]) for n in healthy) // request.cpu_milli)
+    if request.memory_mib:
+        bounds.append(sum(int(state.free_memory_mib[n]) for n in healthy) // request.memory_mib)
+    return min(bounds) if bounds else int(UNLIMITED)
+
+
+def _plain_capacities(
+    state: ClusterState, request: GangRequest, labels: list[list[str]], exact: bool
+) -> list[list[int]]:
+    """Per level (the cluster first), per domain in order, the pods it holds: summed from nodes
+    below every slice, then whole slices only, summed upwards and rounded level by level."""
+    n_levels = len(labels)
+    domains = [list(dict.fromkeys(level_labels)) for level_labels in labels]
+
+    def nodes_of(level: int, name: str) -> list[int]:
+        return [node for node, label in enumerate(labels[level]) if label == name]
+
+    def raw(level: int, name: str) -> int:
+        nodes = nodes_of(level, name)
+        if exact or request.is_fractional:
+            return sum(_plain_node_pods(state, request, node) for node in nodes)
+        return _plain_domain_bound(state, request, nodes)
+
+    slice_level = max((level for level, _ in request.slices), default=None)
+    result: list[list[int]] = [[] for _ in range(n_levels)]
+    for level in range(n_levels - 1, -1, -1):
+        granule = request.granule(level)
+        for name in domains[level]:
+            if slice_level is None or level > slice_level:
+                result[level].append(raw(level, name))
+                continue
+            if level == slice_level:
+                held = raw(level, name)
+            else:
+                members = nodes_of(level, name)
+                held = sum(
+                    result[level + 1][index]
+                    for index, child in enumerate(domains[level + 1])
+                    if set(nodes_of(level + 1, child)) <= set(members)
+                )
+            result[level].append(held // granule * granule)
+    return result
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=random_cases())
+def test_capacities_at_every_level_match_plain_counts(case: RandomCase) -> None:
+    state, request, labels = case.build()
+    if request.on_one_node:
+        return  # placed node by node, never through domain capacities
+    for exact in (True, False):
+        view = CapacityView(state, request, exact=exact)
+        expected = _plain_capacities(state, request, labels, exact)
+        for level, counts in enumerate(expected):
+            assert view.at(level, 0, len(counts)).tolist() == counts, (level, exact)
+        # Nodes one by one, by index and by range, as the search reads them.
+        per_node = [_plain_node_pods(state, request, n) for n in range(state.topology.n_nodes)]
+        assert view.node_capacity(np.arange(len(per_node))[::-1]).tolist() == per_node[::-1]
+        assert view.node_capacity_in(0, len(per_node)).tolist() == per_node

@@ -8,13 +8,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.state import MILLI_PER_GPU, ClusterState
+from toposched.placement import capacity_kernels
 from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
+UNLIMITED = capacity_kernels.UNLIMITED
 
-# Stands for "no limit" in pod counts: larger than any gang, small enough not to overflow sums.
-UNLIMITED = np.int64(1) << 40
-
+# The node list of `capacity_kernels.pods_on_nodes` that asks for a range of nodes instead.
+_NO_NODES = np.zeros(0, dtype=np.int64)
 
 # From this many domains, `pods_by_free` adds columns rather than multiplying matrices.
 _MANY_DOMAINS = 2048
@@ -72,6 +73,7 @@ class CapacityView:
         self._node_capacity: IntArray | None = None
         # Pods a node with k free whole GPUs can hold, by k.
         self._pods_per_free = _pods_per_free(state.free_hist[0].shape[2], request.gpus_per_pod)
+        self._model_allowed = request.model_allowed(topology)
 
     # --- node level --------------------------------------------------------------------------
     def node_capacity(self, nodes: IntArray | None = None) -> IntArray:
@@ -93,21 +95,37 @@ class CapacityView:
 
     def _compute_node_capacity(self, nodes: IntArray | slice | None) -> IntArray:
         state, request = self.state, self.request
-        topology = state.topology
+        if not request.is_fractional:
+            arrays = (
+                state.free_whole_gpus,
+                state.free_cpu_milli,
+                state.free_memory_mib,
+                state.health,
+                state.topology.gpu_model,
+                self._model_allowed,
+                self._pods_per_free,
+                self.request.pod_shape,
+            )
+            if nodes is None:
+                nodes = slice(0, state.topology.n_nodes)
+            if isinstance(nodes, slice):
+                held: IntArray = capacity_kernels.pods_on_nodes(
+                    _NO_NODES, nodes.start, nodes.stop, *arrays
+                )
+            elif nodes.size:
+                held = capacity_kernels.pods_on_nodes(nodes, 0, 0, *arrays)
+            else:
+                held = np.zeros(0, dtype=np.int64)
+            return held
         pick = slice(None) if nodes is None else nodes
-        if request.gpus_per_pod == 0:
-            capacity = np.full(state.health[pick].shape[0], UNLIMITED, dtype=np.int64)
-        elif request.is_fractional:
-            capacity = (state.gpu_free_milli[pick] // request.gpu_milli).sum(axis=1, dtype=np.int64)
-        else:
-            capacity = state.free_whole_gpus[pick].astype(np.int64) // request.gpus_per_pod
+        capacity = (state.gpu_free_milli[pick] // request.gpu_milli).sum(axis=1, dtype=np.int64)
         if request.cpu_milli:
             capacity = np.minimum(capacity, state.free_cpu_milli[pick] // request.cpu_milli)
         if request.memory_mib:
             capacity = np.minimum(capacity, state.free_memory_mib[pick] // request.memory_mib)
         usable = state.health[pick] == 0
         if request.allowed_models is not None:
-            usable &= np.isin(topology.gpu_model[pick], request.allowed_models)
+            usable &= self._model_allowed[state.topology.gpu_model[pick]]
         return np.where(usable, capacity, 0)
 
     # --- domain level ------------------------------------------------------------------------
@@ -117,9 +135,9 @@ class CapacityView:
             return self._full_level(level)[lo:hi]
         return self._raw(level, lo, hi)
 
-    def _raw(self, level: int, lo: int, hi: int) -> IntArray:
-        """Capacity without slice rounding (levels below every slice)."""
-        state, request = self.state, self.request
+    def _raw(self, level: int, lo: int, hi: int, granule: int = 1) -> IntArray:
+        """Capacity of domains lo..hi-1 at `level`, rounded down to a multiple of `granule`."""
+        state = self.state
         if self.exact:
             starts = state.topology.domain_starts[level][lo : hi + 1]
             node_lo, node_hi = int(starts[0]), int(starts[-1])
@@ -127,7 +145,8 @@ class CapacityView:
             if per_node.size == 0:
                 return np.zeros(hi - lo, dtype=np.int64)
             result: IntArray = np.add.reduceat(per_node, starts[:-1] - node_lo)
-            return result
+            return result // granule * granule if granule > 1 else result
+        request = self.request
         if request.gpus_per_pod == 0:
             # CPU-only pods: bounded by CPU/memory, or by nothing when they ask for neither.
             capacity = np.full(hi - lo, UNLIMITED, dtype=np.int64)
@@ -144,21 +163,14 @@ class CapacityView:
                 capacity = pods_by_free(hist[:, 0, :], self._pods_per_free)  # one model
             else:
                 capacity = pods_by_free(hist.sum(axis=1, dtype=np.int64), self._pods_per_free)
-        if not (request.cpu_milli or request.memory_mib):
-            return capacity
-        some = capacity.nonzero()[0]
-        # When most domains hold no such pod (a large pod on a busy fleet), only those that do
-        # are bounded further, read by index rather than dividing every domain's totals.
-        few = some.size * 4 < capacity.size
-        rows: IntArray | slice = some + lo if few else slice(lo, hi)
-        room = capacity[some] if few else capacity
-        if request.cpu_milli:
-            room = np.minimum(room, state.domain_free_cpu[level][rows] // request.cpu_milli)
-        if request.memory_mib:
-            room = np.minimum(room, state.domain_free_memory[level][rows] // request.memory_mib)
-        if not few:
-            return room
-        capacity[some] = room
+        if request.cpu_milli or request.memory_mib or granule > 1:
+            capacity_kernels.bound_and_round(
+                capacity,
+                state.domain_free_cpu[level][lo:hi],
+                state.domain_free_memory[level][lo:hi],
+                self.request.pod_shape,
+                granule,
+            )
         return capacity
 
     def _full_level(self, level: int) -> IntArray:
@@ -168,15 +180,15 @@ class CapacityView:
             return cached
         assert self.slice_level is not None
         topology = self.state.topology
+        granule = self.request.granule(level)
         if level == self.slice_level:
-            capacity = self._raw(level, 0, topology.n_domains(level))
+            capacity = self._raw(level, 0, topology.n_domains(level), granule)
         else:
             below = self._full_level(level + 1)
             bounds = topology.descendant_bounds(level, level + 1)
             capacity = np.add.reduceat(below, bounds[:-1])
-        granule = self.request.granule(level)
-        if granule > 1:
-            capacity = capacity // granule * granule
+            if granule > 1:
+                capacity = capacity // granule * granule
         self._full[level] = capacity
         return capacity
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -12,6 +13,13 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.state import MILLI_PER_GPU
 from toposched.cluster.topology import NODE_LEVEL, Topology
 from toposched.placement.jobspec import JobSpec
+
+
+@functools.lru_cache(maxsize=8)
+def _every_model(n_models: int) -> NDArray[np.bool_]:
+    allowed = np.ones(n_models, dtype=np.bool_)
+    allowed.flags.writeable = False
+    return allowed
 
 
 @dataclass(frozen=True)
@@ -46,13 +54,21 @@ class GangRequest:
         return self.pods * self.gpus_per_pod * self.gpu_milli // MILLI_PER_GPU
 
     def model_allowed(self, topology: Topology) -> NDArray[np.bool_]:
-        """Per GPU model index of `topology` (at least one), whether the pods may use it."""
+        """Per GPU model index of `topology` (at least one), whether the pods may use it
+        (read-only when every model is)."""
         n_models = max(len(topology.gpu_models), 1)
         if self.allowed_models is None:
-            return np.ones(n_models, dtype=np.bool_)
+            return _every_model(n_models)
         allowed = np.zeros(n_models, dtype=np.bool_)
         allowed[self.allowed_models] = True
         return allowed
+
+    @functools.cached_property
+    def pod_shape(self) -> NDArray[np.int64]:
+        """GPUs, milli-CPU and MiB of memory per pod, as one array (read-only)."""
+        shape = np.array([self.gpus_per_pod, self.cpu_milli, self.memory_mib], dtype=np.int64)
+        shape.flags.writeable = False
+        return shape
 
     def granule(self, level: int) -> int:
         """Pods a domain at `level` must hold a multiple of: the largest slice at or below it."""

@@ -1,0 +1,78 @@
+"""Compiled loops counting the pods of one shape that nodes and domains hold, in one pass."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# Stands for "no limit" in pod counts: larger than any gang, small enough not to overflow sums.
+UNLIMITED = np.int64(1) << 40
+
+
+@njit(cache=True, nogil=True)
+def pods_on_nodes(
+    nodes: np.ndarray,
+    first: int,
+    last: int,
+    free_whole_gpus: np.ndarray,
+    free_cpu_milli: np.ndarray,
+    free_memory_mib: np.ndarray,
+    health: np.ndarray,
+    gpu_model: np.ndarray,
+    model_allowed: np.ndarray,
+    pods_per_free: np.ndarray,
+    shape: np.ndarray,
+) -> np.ndarray:
+    """Pods of whole GPUs (`shape`: GPUs, milli-CPU, MiB per pod) each node holds now: 0 on
+    unhealthy nodes and GPU models the pods may not use. The nodes are `nodes`, or when it is
+    empty first..last-1; `pods_per_free[k]` is the pods k free GPUs hold."""
+    by_range = nodes.size == 0
+    count = last - first if by_range else nodes.size
+    gpus_per_pod, cpu_milli, memory_mib = shape[0], shape[1], shape[2]
+    pods = np.empty(count, dtype=np.int64)
+    for i in range(count):
+        node = first + i if by_range else nodes[i]
+        if health[node] != 0 or not model_allowed[gpu_model[node]]:
+            pods[i] = 0
+            continue
+        if gpus_per_pod == 0:
+            held = UNLIMITED
+            if cpu_milli:
+                held = min(held, free_cpu_milli[node] // cpu_milli)
+            if memory_mib:
+                held = min(held, free_memory_mib[node] // memory_mib)
+            pods[i] = held
+            continue
+        # A few pods at most per node: divide only when CPU or memory binds (integer division
+        # is the loop's slowest step).
+        held = pods_per_free[free_whole_gpus[node]]
+        if held and cpu_milli and held * cpu_milli > free_cpu_milli[node]:
+            held = free_cpu_milli[node] // cpu_milli
+        if held and memory_mib and held * memory_mib > free_memory_mib[node]:
+            held = free_memory_mib[node] // memory_mib
+        pods[i] = held
+    return pods
+
+
+@njit(cache=True, nogil=True)
+def bound_and_round(
+    pods: np.ndarray, free_cpu: np.ndarray, free_memory: np.ndarray, shape: np.ndarray, granule: int
+) -> None:
+    """Per domain, in place: the pods its free GPUs hold (`pods`), bounded by the domain's free
+    CPU and memory and rounded down to a multiple of `granule`."""
+    cpu_milli, memory_mib = shape[1], shape[2]
+    for domain in range(pods.size):
+        held = pods[domain]
+        if held == 0:
+            continue
+        # Divide only when CPU or memory binds, or the count is not a multiple already:
+        # integer division is the loop's slowest step.
+        if cpu_milli and (held == UNLIMITED or held * cpu_milli > free_cpu[domain]):
+            held = min(held, free_cpu[domain] // cpu_milli)
+        if memory_mib and (held == UNLIMITED or held * memory_mib > free_memory[domain]):
+            held = min(held, free_memory[domain] // memory_mib)
+        if held < granule:
+            held = np.int64(0)
+        elif granule > 1 and held != granule:
+            held = held // granule * granule
+        pods[domain] = held
