@@ -72,6 +72,22 @@ def test_owners_and_aggregates_follow_protection_and_eviction() -> None:
     assert (index.gpu_owner[1] == -1).all()
 
 
+def test_a_job_weighs_once_on_each_rack_it_touches() -> None:
+    state = ClusterState(topology_from_dict(CLUSTER))
+    index = PreemptibleIndex(state)
+    # 3 pods of 1 GPU, unallocated since 100 s: two in r0 (listed out of order), one in r1.
+    allocation = Allocation.of([1, 0, 2], [[0], [0], [0]])
+    state.allocate("d", allocation)
+    index.add("d", allocation, 3.0, 100, 0, True, "team", 0)
+    assert index.leaf_freeable.tolist() == [2, 1]
+    assert index.node_freeable.tolist() == [1, 1, 1, 0]
+    # Evicting either rack's pods stops the whole job: 3 GPUs x 900 s lost, on each rack.
+    assert index.leaf_cost_bound(np.array([0, 1]), 1000).tolist() == [2700.0, 2700.0]
+    index.remove("d")
+    assert index.leaf_freeable.tolist() == [0, 0]
+    assert index.leaf_cost_bound(np.array([0, 1]), 1000).tolist() == [0.0, 0.0]
+
+
 def test_whole_gpu_parts_free_what_their_jobs_hold() -> None:
     state, index = setup()
     nodes = np.arange(4)

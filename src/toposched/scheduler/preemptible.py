@@ -13,16 +13,14 @@ from toposched.cluster.state import (
     MILLI_PER_GPU,
     Allocation,
     ClusterState,
-    distinct,
 )
+from toposched.scheduler import preemptible_kernels
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 
 _NO_OWNER = -1
-# Up to this many pods, a job's per-domain aggregates are updated with Python scalars.
-_FEW_PODS = 8
 
 
 @dataclass
@@ -347,30 +345,20 @@ class PreemptibleIndex:
         unallocated = bool(self.unallocated[slot])
         if not unallocated:
             self.unprotected_in_pair[self.pair[slot]] += sign
-        if allocation.nodes.size <= _FEW_PODS:
-            # Scalar updates: for a few pods numpy's per-call cost outweighs the work.
-            nodes = allocation.nodes.tolist()
-            leaves = self.leaf_of_node[allocation.nodes].tolist()
-            for node, leaf in zip(nodes, leaves, strict=True):
-                self.leaf_freeable[leaf] += whole
-                self.node_freeable[node] += whole
-                if unallocated:
-                    self.leaf_unallocated_freeable[leaf] += whole
-                    self.node_unallocated_freeable[node] += whole
-            weighted_since = weight * float(self.since[slot])
-            for leaf in set(leaves):
-                self.leaf_weight[leaf] += weight
-                self.leaf_weighted_since[leaf] += weighted_since
-        else:
-            leaf_array = self.leaf_of_node[allocation.nodes]
-            np.add.at(self.leaf_freeable, leaf_array, whole)
-            np.add.at(self.node_freeable, allocation.nodes, whole)
-            if unallocated:
-                np.add.at(self.leaf_unallocated_freeable, leaf_array, whole)
-                np.add.at(self.node_unallocated_freeable, allocation.nodes, whole)
-            touched = distinct(leaf_array)
-            self.leaf_weight[touched] += weight
-            self.leaf_weighted_since[touched] += weight * float(self.since[slot])
+        preemptible_kernels.count_job(
+            allocation.nodes,
+            self.leaf_of_node,
+            whole,
+            unallocated,
+            weight,
+            weight * float(self.since[slot]),
+            self.leaf_freeable,
+            self.node_freeable,
+            self.leaf_unallocated_freeable,
+            self.node_unallocated_freeable,
+            self.leaf_weight,
+            self.leaf_weighted_since,
+        )
         self.counted[slot] = sign > 0
 
     # --- queries ---------------------------------------------------------------------------------
