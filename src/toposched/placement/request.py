@@ -22,6 +22,12 @@ def _every_model(n_models: int) -> NDArray[np.bool_]:
     return allowed
 
 
+@functools.lru_cache(maxsize=1024)
+def _granule(slices: tuple[tuple[int, int], ...], level: int) -> int:
+    # Asked several times per search: a few slice layers, cached by value.
+    return max((pods for slice_level, pods in slices if slice_level >= level), default=1)
+
+
 @dataclass(frozen=True)
 class GangRequest:
     """A gang of `pods` identical pods and its topology constraints, as level indices.
@@ -72,8 +78,7 @@ class GangRequest:
 
     def granule(self, level: int) -> int:
         """Pods a domain at `level` must hold a multiple of: the largest slice at or below it."""
-        sizes = [pods for slice_level, pods in self.slices if slice_level >= level]
-        return max(sizes, default=1)
+        return _granule(self.slices, level)
 
     def describe_pod_plain(self) -> str:
         """What one pod asks for, e.g. "4 GPUs" or "460 milli-GPU"."""

@@ -132,12 +132,17 @@ class _Search:
 
         None when capacities over-promised while filling the replacement.
         """
+        topology, preferred = self.topology, self.request.preferred
+        assert preferred is not None
+        in_preferred = topology.node_domain[preferred][
+            topology.domain_starts[self.leaf_level][leaves]
+        ]
+        if (in_preferred == in_preferred[0]).all():
+            return leaves, shares  # one preferred domain: the unconstrained descent inside it
         planner = self._planner()
-        if planner.cover_is_exact(level) and self.request.preferred == self.leaf_level:
+        if planner.cover_is_exact(level) and preferred == self.leaf_level:
             return leaves, shares  # the fewest preferred domains, and no level inside them
         profile = planner.profile(leaves)
-        if profile[0] == 1:
-            return leaves, shares
         if planner.affordable(level, np.array([domain])):
             if profile == planner.lower_bounds(level, domain):
                 return leaves, shares  # no level can do with fewer domains
@@ -181,11 +186,12 @@ class _Search:
         for i, domain in enumerate(candidates):
             inside = preferred_capacity[bounds[domain] : bounds[domain + 1]]
             counts[i] = _cover_count(inside, self.request.pods)
-        fewest = counts == counts.min()
-        planner = self._planner()
-        if counts.min() > 1 and not (
-            planner.cover_is_exact(level) and preferred == self.leaf_level
+        least_count = counts.min()
+        fewest = counts == least_count
+        if least_count > 1 and not (
+            self._planner().cover_is_exact(level) and preferred == self.leaf_level
         ):
+            planner = self._planner()
             # No single preferred domain holds the gang, and the cover counts may be loose
             # (slices above the preferred level) or tie on levels inside it: rank by exact
             # least cost when cheap.
@@ -549,6 +555,8 @@ def _pods(count: int) -> str:
 
 def _cover_count(capacity: IntArray, need: int) -> int:
     """Fewest domains whose capacities sum to `need` (a large number if impossible)."""
+    if capacity.size and capacity.max() >= need:
+        return 1  # the common case, without sorting
     cumulative = np.cumsum(np.sort(capacity)[::-1])
     if cumulative.size == 0 or cumulative[-1] < need:
         return np.iinfo(np.int64).max
