@@ -73,7 +73,14 @@ class CapacityView:
         self._node_capacity: IntArray | None = None
         # Pods a node with k free whole GPUs can hold, by k.
         self._pods_per_free = _pods_per_free(state.free_hist[0].shape[2], request.gpus_per_pod)
-        self._model_allowed = request.model_allowed(topology)
+        self._allowed: NDArray[np.bool_] | None = None
+
+    def _model_allowed(self) -> NDArray[np.bool_]:
+        """Per GPU model, whether the pods may use it (built on first use: the aggregate path
+        of most searches never needs it)."""
+        if self._allowed is None:
+            self._allowed = self.request.model_allowed(self.state.topology)
+        return self._allowed
 
     # --- node level --------------------------------------------------------------------------
     def node_capacity(self, nodes: IntArray | None = None) -> IntArray:
@@ -102,9 +109,11 @@ class CapacityView:
                 state.free_memory_mib,
                 state.health,
                 state.topology.gpu_model,
-                self._model_allowed,
+                self._model_allowed(),
                 self._pods_per_free,
-                self.request.pod_shape,
+                request.gpus_per_pod,
+                request.cpu_milli,
+                request.memory_mib,
             )
             if nodes is None:
                 nodes = slice(0, state.topology.n_nodes)
@@ -125,7 +134,7 @@ class CapacityView:
             capacity = np.minimum(capacity, state.free_memory_mib[pick] // request.memory_mib)
         usable = state.health[pick] == 0
         if request.allowed_models is not None:
-            usable &= self._model_allowed[state.topology.gpu_model[pick]]
+            usable &= self._model_allowed()[state.topology.gpu_model[pick]]
         return np.where(usable, capacity, 0)
 
     # --- domain level ------------------------------------------------------------------------
@@ -168,7 +177,8 @@ class CapacityView:
                 capacity,
                 state.domain_free_cpu[level][lo:hi],
                 state.domain_free_memory[level][lo:hi],
-                self.request.pod_shape,
+                request.cpu_milli,
+                request.memory_mib,
                 granule,
             )
         return capacity

@@ -21,14 +21,15 @@ def pods_on_nodes(
     gpu_model: np.ndarray,
     model_allowed: np.ndarray,
     pods_per_free: np.ndarray,
-    shape: np.ndarray,
+    gpus_per_pod: int,
+    cpu_milli: int,
+    memory_mib: int,
 ) -> np.ndarray:
-    """Pods of whole GPUs (`shape`: GPUs, milli-CPU, MiB per pod) each node holds now: 0 on
+    """Pods of whole GPUs (GPUs, milli-CPU and MiB per pod as given) each node holds now: 0 on
     unhealthy nodes and GPU models the pods may not use. The nodes are `nodes`, or when it is
     empty first..last-1; `pods_per_free[k]` is the pods k free GPUs hold."""
     by_range = nodes.size == 0
     count = last - first if by_range else nodes.size
-    gpus_per_pod, cpu_milli, memory_mib = shape[0], shape[1], shape[2]
     pods = np.empty(count, dtype=np.int64)
     for i in range(count):
         node = first + i if by_range else nodes[i]
@@ -56,11 +57,15 @@ def pods_on_nodes(
 
 @njit(cache=True, nogil=True)
 def bound_and_round(
-    pods: np.ndarray, free_cpu: np.ndarray, free_memory: np.ndarray, shape: np.ndarray, granule: int
+    pods: np.ndarray,
+    free_cpu: np.ndarray,
+    free_memory: np.ndarray,
+    cpu_milli: int,
+    memory_mib: int,
+    granule: int,
 ) -> None:
     """Per domain, in place: the pods its free GPUs hold (`pods`), bounded by the domain's free
-    CPU and memory and rounded down to a multiple of `granule`."""
-    cpu_milli, memory_mib = shape[1], shape[2]
+    CPU and memory per pod and rounded down to a multiple of `granule`."""
     for domain in range(pods.size):
         held = pods[domain]
         if held == 0:

@@ -69,13 +69,6 @@ class GangRequest:
         allowed[self.allowed_models] = True
         return allowed
 
-    @functools.cached_property
-    def pod_shape(self) -> NDArray[np.int64]:
-        """GPUs, milli-CPU and MiB of memory per pod, as one array (read-only)."""
-        shape = np.array([self.gpus_per_pod, self.cpu_milli, self.memory_mib], dtype=np.int64)
-        shape.flags.writeable = False
-        return shape
-
     def granule(self, level: int) -> int:
         """Pods a domain at `level` must hold a multiple of: the largest slice at or below it."""
         return _granule(self.slices, level)
