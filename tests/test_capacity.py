@@ -142,8 +142,10 @@ def test_capacities_at_every_level_match_plain_counts(case: RandomCase) -> None:
     state, request, labels = case.build()
     if request.on_one_node:
         return  # placed node by node, never through domain capacities
-    for exact in (True, False):
+    for exact, nodes_first in ((True, False), (True, True), (False, False)):
         view = CapacityView(state, request, exact=exact)
+        if nodes_first:
+            view.node_capacity()  # every node's count kept: domains are summed from it
         expected = _plain_capacities(state, request, labels, exact)
         for level, counts in enumerate(expected):
             assert view.at(level, 0, len(counts)).tolist() == counts, (level, exact)

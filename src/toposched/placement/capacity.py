@@ -146,16 +146,39 @@ class CapacityView:
 
     def _raw(self, level: int, lo: int, hi: int, granule: int = 1) -> IntArray:
         """Capacity of domains lo..hi-1 at `level`, rounded down to a multiple of `granule`."""
-        state = self.state
-        if self.exact:
-            starts = state.topology.domain_starts[level][lo : hi + 1]
-            node_lo, node_hi = int(starts[0]), int(starts[-1])
+        if not self.exact:
+            return self._bound(level, lo, hi, granule)
+        topology = self.state.topology
+        if self._node_capacity is None and not self.request.is_fractional:
+            # Aggregates bound exact counts from above: only innermost domains they give room
+            # are read node by node (on a busy fleet, a fraction of them), then summed upwards.
+            leaf_bounds = topology.descendant_bounds(level, self.leaf_level)
+            leaf_lo, leaf_hi = int(leaf_bounds[lo]), int(leaf_bounds[hi])
+            per_leaf = self._bound(self.leaf_level, leaf_lo, leaf_hi, 1)
+            some = per_leaf.nonzero()[0]
+            if some.size:
+                starts = topology.domain_starts[self.leaf_level]
+                first, last = starts[leaf_lo + some], starts[leaf_lo + some + 1]
+                counts = last - first
+                offsets = np.cumsum(counts) - counts
+                nodes = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
+                    first - offsets, counts
+                )
+                # Domains are never empty, so no reduceat segment is.
+                per_leaf[some] = np.add.reduceat(self.node_capacity(nodes), offsets)
+            result: IntArray = np.add.reduceat(per_leaf, leaf_bounds[lo:hi] - leaf_lo)
+        else:
+            starts = topology.domain_starts[level]
+            node_lo, node_hi = int(starts[lo]), int(starts[hi])
             per_node = self.node_capacity()[node_lo:node_hi]
             if per_node.size == 0:
                 return np.zeros(hi - lo, dtype=np.int64)
-            result: IntArray = np.add.reduceat(per_node, starts[:-1] - node_lo)
-            return result // granule * granule if granule > 1 else result
-        request = self.request
+            result = np.add.reduceat(per_node, starts[lo:hi] - node_lo)
+        return result // granule * granule if granule > 1 else result
+
+    def _bound(self, level: int, lo: int, hi: int, granule: int) -> IntArray:
+        """Capacity of domains lo..hi-1 from the aggregates: an upper bound of the exact one."""
+        state, request = self.state, self.request
         if request.gpus_per_pod == 0:
             # CPU-only pods: bounded by CPU/memory, or by nothing when they ask for neither.
             capacity = np.full(hi - lo, UNLIMITED, dtype=np.int64)
