@@ -186,12 +186,12 @@ class _Search:
         for i, domain in enumerate(candidates):
             inside = preferred_capacity[bounds[domain] : bounds[domain + 1]]
             counts[i] = _cover_count(inside, self.request.pods)
-        least_count = counts.min()
-        fewest = counts == least_count
-        if least_count > 1 and not (
-            self._planner().cover_is_exact(level) and preferred == self.leaf_level
+        fewest = counts == counts.min()
+        # The exact planner only when no candidate holds the gang in one preferred domain.
+        planner = self._planner() if counts.min() > 1 else None
+        if planner is not None and not (
+            planner.cover_is_exact(level) and preferred == self.leaf_level
         ):
-            planner = self._planner()
             # No single preferred domain holds the gang, and the cover counts may be loose
             # (slices above the preferred level) or tie on levels inside it: rank by exact
             # least cost when cheap.
