@@ -157,3 +157,21 @@ def test_domains_opened_by_matches_plain_counts_and_the_fractional_knapsack(
             expected_lower += taken * float(lost[candidate]) / freed_in[leaf][candidate]
             lacking -= freed_in[leaf][candidate]
         assert lower[position] == pytest.approx(expected_lower)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    milli=st.lists(st.sampled_from([0, 250, 1000, 1000, 1000]), min_size=1, max_size=24),
+    picks=st.lists(st.integers(0, 23), max_size=30),
+)
+def test_whole_gpus_distinct_and_free_matches_a_set_and_leaves_the_array_as_it_was(
+    milli: list[int], picks: list[int]
+) -> None:
+    flat = np.array(milli, dtype=np.int16)
+    slots = np.array([p % flat.size for p in picks], dtype=np.int64)
+    before = flat.copy()
+    expected = len(set(slots.tolist())) == slots.size and all(
+        milli[s] == 1000 for s in slots.tolist()
+    )
+    assert kernels.whole_gpus_distinct_and_free(flat, slots, 1000) == expected
+    assert np.array_equal(flat, before)

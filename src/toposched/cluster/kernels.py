@@ -506,3 +506,21 @@ def set_gpu_rows(nodes: np.ndarray, rows: np.ndarray, arrays: StateArrays) -> No
             moved = True
         if run_node < 0:
             run_node = node
+
+
+@njit(cache=True, nogil=True)
+def whole_gpus_distinct_and_free(flat_milli: np.ndarray, slots: np.ndarray, full: int) -> bool:
+    """Whether the GPUs at flat `slots` are all different and wholly free (`full` milli-GPU),
+    in one pass and in any order: each GPU seen is marked in `flat_milli` itself, so a repeat
+    finds its mark, and every mark is undone before returning."""
+    marked = 0
+    distinct_and_free = True
+    for slot in slots:
+        if flat_milli[slot] != full:  # held, or marked: already seen
+            distinct_and_free = False
+            break
+        flat_milli[slot] = -1
+        marked += 1
+    for i in range(marked):
+        flat_milli[slots[i]] = full
+    return distinct_and_free

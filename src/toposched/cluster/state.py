@@ -538,15 +538,18 @@ class ClusterState:
         return slots
 
     def _distinct_and_free(self, slots: NDArray[np.int64]) -> bool:
-        """Whether the GPUs at flat `slots` are all different and wholly free. Counting them
-        is left to the full check when this cannot tell quickly: a few slots are compared as
-        a set, many only when listed in increasing order (pods node by node, as placed)."""
+        """Whether the GPUs at flat `slots` are all different and wholly free; when not, the
+        full check counts them. A few slots are compared as a set; many, in whatever order the
+        placement lists them (policy order within racks), in one compiled pass without a sort."""
         if slots.size <= _SMALL:
             if len(set(slots.tolist())) != slots.size:
                 return False
-        elif not bool((slots[1:] > slots[:-1]).all()):
-            return False
-        return bool((self.gpu_free_milli.reshape(-1)[slots] == MILLI_PER_GPU).all())
+            return bool((self.gpu_free_milli.reshape(-1)[slots] == MILLI_PER_GPU).all())
+        return bool(
+            kernels.whole_gpus_distinct_and_free(
+                self.gpu_free_milli.reshape(-1), slots, MILLI_PER_GPU
+            )
+        )
 
     def _check_fits(self, owner: str, allocation: Allocation) -> None:
         """Raise unless every GPU, CPU and memory request fits what is free now."""
@@ -706,11 +709,16 @@ class ClusterState:
                 np.add.at(flat, slots, sign * milli)
             whole = row_sums(take_rows(self.gpu_free_milli, touched) == MILLI_PER_GPU)
             self.free_whole_gpus[touched] = whole.astype(np.int8)
+        # Summed per touched node, not counted over the whole cluster: a few small jobs
+        # released must not cost a pass over every node.
+        position = None
         for free, asked in ((self.free_cpu_milli, cpu_of), (self.free_memory_mib, memory_of)):
             if any(asked):
+                if position is None:
+                    position = np.searchsorted(touched, nodes)
                 per_pod_asked = np.repeat(np.array(asked, dtype=np.int64), pods)
-                free += sign * np.bincount(
-                    nodes, weights=per_pod_asked, minlength=free.size
+                free[touched] += sign * np.bincount(
+                    position, weights=per_pod_asked, minlength=touched.size
                 ).astype(np.int64)
         self._after_change(touched, before)
         return saved
