@@ -152,6 +152,24 @@ def test_a_job_waits_for_capacity_and_its_wait_is_measured() -> None:
     assert summary["simulated"]["end_s"] == 2000.0  # without a horizon: until the last event
 
 
+def test_occupancy_while_work_waits_counts_only_the_time_something_waits() -> None:
+    # 4 of 16 GPUs busy while a 2-node gang of another team waits (nothing may be preempted
+    # for it: team a runs within its budget); then the gang runs alone with nothing waiting.
+    jobs = [job("small", 0.0, 1000.0, gpus=4), job("gang", 0.0, 500.0, account="b", pods=2)]
+    result = simulate(two_nodes(jobs))
+    assert result.records["gang"].first_start == 1000.0
+    use = summarize(result)["utilisation"]
+    assert use["occupancy"] == pytest.approx((4 * 1000 + 16 * 500) / (16 * 1500))
+    assert use["occupancy_while_work_waits"] == pytest.approx(4 / 16)
+    assert use["share_of_time_work_waits"] == pytest.approx(1000 / 1500)
+
+
+def test_occupancy_while_work_waits_is_none_when_nothing_ever_waits() -> None:
+    use = summarize(simulate(two_nodes([job("x", 0.0, 100.0)])))["utilisation"]
+    assert use["occupancy_while_work_waits"] is None
+    assert use["share_of_time_work_waits"] == 0.0
+
+
 def test_failure_interrupts_resumes_from_checkpoint_and_repair_returns_the_node() -> None:
     # "x" runs on one node from 0 for 2 h, checkpointing every 30 min; its node fails at
     # 4,000 s: 400 s of work since the 3,600 s checkpoint are lost, 3,600 s remain. The other

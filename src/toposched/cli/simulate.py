@@ -354,6 +354,14 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
             None if occupancy is None else occupancy >= TARGETS["occupancy"],
         ),
     )
+    waiting = use.get("occupancy_while_work_waits")
+    if waiting is not None:
+        table.add_row(
+            "occupancy while work waits (share of the time)",
+            f"{_percent(waiting)} ({_percent(use['share_of_time_work_waits'])})",
+            "",
+            "",
+        )
     table.add_row(
         "unallocated share of delivered GPU time",
         _percent(use["unallocated_share_of_delivered"]),

@@ -302,6 +302,10 @@ def comparison_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[tuple[st
 
     add("occupancy", lambda s: _percent(_get(s, "utilisation", "occupancy")))
     add(
+        "occupancy while work waits",
+        lambda s: _percent(_get(s, "utilisation", "occupancy_while_work_waits")),
+    )
+    add(
         "allocated share",
         lambda s: _percent(_get(s, "utilisation", "allocated_share_of_delivered")),
     )

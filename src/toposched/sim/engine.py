@@ -204,7 +204,7 @@ class _Run:
         self.unhealthy: dict[int, Health] = {}
         self.unhealthy_nodes = np.zeros(0, dtype=np.int64)
         self.now = 0.0
-        self.rates = (0.0, 0.0, float(self.capacity), 0.0, 0.0, 0.0)
+        self.rates = (0.0, 0.0, float(self.capacity), 0.0, 0.0, 0.0, False)
         self.last_cycle = -math.inf
         self.cycle_pending = False
 
@@ -325,12 +325,13 @@ class _Run:
             unavailable,
             busy,
             outstanding,
+            self.pending_jobs > 0,
         )
 
     def _integrate(self, now: float) -> None:
         elapsed = now - self.now
         if elapsed > 0:
-            delivered, unallocated, idle, unavailable, busy, outstanding = self.rates
+            delivered, unallocated, idle, unavailable, busy, outstanding, waiting = self.rates
             integrals = self.integrals
             integrals.delivered += delivered * elapsed
             integrals.unallocated += unallocated * elapsed
@@ -338,10 +339,13 @@ class _Run:
             integrals.unavailable += unavailable * elapsed
             integrals.busy += busy * elapsed
             integrals.outstanding += outstanding * elapsed
+            if waiting:
+                integrals.waiting_seconds += elapsed
+                integrals.busy_while_waiting += busy * elapsed
         self.now = max(self.now, now)
 
     def _sample(self, now: float) -> None:
-        delivered, unallocated, _, unavailable, busy, outstanding = self.rates
+        delivered, unallocated, _, unavailable, busy, outstanding, _ = self.rates
         capacity = self.capacity or 1
         unhealthy_gpus = (
             int(self.workload.topology.gpu_count[self.unhealthy_nodes].sum())

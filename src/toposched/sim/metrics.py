@@ -108,6 +108,11 @@ class Integrals:
     """GPU-seconds of GPUs holding any allocation (a shared GPU counts whole)."""
     outstanding: float = 0.0
     """GPU-seconds of demand: pending plus running jobs' GPUs."""
+    waiting_seconds: float = 0.0
+    """Seconds during which at least one submitted job waited to start."""
+    busy_while_waiting: float = 0.0
+    """`busy` counted only over `waiting_seconds`: GPUs left idle then are the scheduler's to
+    explain; idle GPUs while nothing waits are the workload's."""
 
 
 class TeamLedger:
@@ -372,6 +377,14 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
             ),
             "mean_outstanding_ratio": (
                 integrals.outstanding / capacity_seconds if capacity_seconds else None
+            ),
+            "occupancy_while_work_waits": (
+                integrals.busy_while_waiting / (result.capacity_gpus * integrals.waiting_seconds)
+                if result.capacity_gpus and integrals.waiting_seconds > 0
+                else None
+            ),
+            "share_of_time_work_waits": (
+                integrals.waiting_seconds / result.duration if result.duration > 0 else None
             ),
             "gpu_hours": {
                 "capacity": capacity_seconds / HOUR,
