@@ -175,3 +175,19 @@ def test_whole_gpus_distinct_and_free_matches_a_set_and_leaves_the_array_as_it_w
     )
     assert kernels.whole_gpus_distinct_and_free(flat, slots, 1000) == expected
     assert np.array_equal(flat, before)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    free=st.lists(st.integers(0, 40), min_size=1, max_size=12),
+    pods=st.lists(st.integers(0, 11), max_size=30),
+    per_pod=st.integers(1, 16),
+)
+def test_per_pod_requests_fit_matches_per_node_sums_and_leaves_the_array_as_it_was(
+    free: list[int], pods: list[int], per_pod: int
+) -> None:
+    array = np.array(free, dtype=np.int64)
+    nodes = np.array([p % array.size for p in pods], dtype=np.int64)
+    asked = np.bincount(nodes, minlength=array.size) * per_pod
+    assert kernels.per_pod_requests_fit(array, nodes, per_pod) == bool((asked <= array).all())
+    assert array.tolist() == free

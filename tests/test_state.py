@@ -659,3 +659,20 @@ def test_large_whole_gpu_allocations_are_checked_whatever_their_order() -> None:
     state.allocate("job", Allocation.of(list(range(17, -1, -1)), every_gpu))
     assert int(state.free_whole_gpus[:18].sum()) == 0
     assert int(state.free_gpus[0][0]) == int(before["free_gpus[0]"][0]) - 72
+
+
+def test_large_allocations_check_cpu_and_memory_per_node_whatever_their_order() -> None:
+    # 72 CPU-only pods over 36 nodes of 144 cores, listed out of node order: beyond the few-pod
+    # path. Two pods of 72 cores fit each node; a third on node 5 does not, whatever its place.
+    state = ClusterState(nvl72_cluster(1, 1, 2))
+    order = [node for node in range(35, -1, -1) for _ in range(2)]
+    crowded = [*order[:30], 5, *order[30:]]
+    before = snapshot(state)
+    with pytest.raises(InputError) as caught:
+        state.allocate("job", Allocation.of(crowded, no_gpus(len(crowded)), cpu_milli=72_000))
+    assert (caught.value.field, caught.value.value) == ("allocation[job].cpu_milli", 216_000)
+    assert "node" in caught.value.rule and "144000 free" in caught.value.rule
+    assert_same(before, snapshot(state))
+    state.allocate("job", Allocation.of(order, no_gpus(len(order)), memory_mib=480 * 1024))
+    assert int(state.free_memory_mib[:36].sum()) == 0
+    assert int(state.free_cpu_milli[:36].sum()) == 36 * 144_000

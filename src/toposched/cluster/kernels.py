@@ -524,3 +524,21 @@ def whole_gpus_distinct_and_free(flat_milli: np.ndarray, slots: np.ndarray, full
     for i in range(marked):
         flat_milli[slots[i]] = full
     return distinct_and_free
+
+
+@njit(cache=True, nogil=True)
+def per_pod_requests_fit(free: np.ndarray, nodes: np.ndarray, per_pod: int) -> bool:
+    """Whether `per_pod` of `free` (CPU or memory) for every pod on `nodes` (repeats allowed,
+    any order) fits each node, in one pass without sorting: taken from `free` as it goes, and
+    every change undone before returning."""
+    taken = 0
+    fits = True
+    for node in nodes:
+        free[node] -= per_pod
+        taken += 1
+        if free[node] < 0:
+            fits = False
+            break
+    for i in range(taken):
+        free[nodes[i]] += per_pod
+    return fits

@@ -583,6 +583,15 @@ class ClusterState:
                 )
         if not (allocation.cpu_milli or allocation.memory_mib):
             return
+        if allocation.nodes.size > _SMALL and all(
+            kernels.per_pod_requests_fit(free_array, allocation.nodes, per_pod)
+            for per_pod, free_array in (
+                (allocation.cpu_milli, self.free_cpu_milli),
+                (allocation.memory_mib, self.free_memory_mib),
+            )
+            if per_pod
+        ):
+            return  # many pods, in policy order: checked without sorting their nodes
         unique, counts = self._unique(allocation.nodes)
         for name, per_pod, free_array in (
             ("cpu_milli", allocation.cpu_milli, self.free_cpu_milli),

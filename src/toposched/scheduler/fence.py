@@ -23,6 +23,7 @@ class FencedNodes:
     and at nodes only for the groups that differ."""
 
     groups: tuple[frozenset[int], ...] = ()
+    """Disjoint: a fence closes only nodes it has not fenced yet."""
 
     @functools.cached_property
     def _group_ids(self) -> frozenset[int]:
@@ -38,6 +39,8 @@ class FencedNodes:
         missing = [group for group in self.groups if id(group) not in known]
         if not missing:
             return True
+        if self._size > other._size:
+            return False  # disjoint groups: more nodes cannot all lie among fewer
         rest = missing[0].union(*missing[1:])
         for group in other.groups:
             if not rest:

@@ -13,7 +13,6 @@ from toposched.cluster.state import (
     MILLI_PER_GPU,
     Allocation,
     ClusterState,
-    distinct_inverse,
 )
 from toposched.scheduler import preemptible_kernels
 
@@ -403,13 +402,14 @@ class PreemptibleIndex:
             # A pod of w GPUs holds its CPU and memory once: charge them to its GPUs in equal
             # shares, so each GPU row below carries 1/w of them (exact for whole pods).
             per_gpu = self.whole[owners]
-            # Distinct (CPU, memory) requests as one code each rather than a set of Python
-            # pairs: a large gang's evicted GPUs number in the tens of thousands.
-            span = int(memory.max()) + 1
-            codes, kind = distinct_inverse(cpu * span + memory)
-            for index, code in enumerate(codes.tolist()):
-                share_cpu, share_memory = divmod(code, span)
-                same = kind == index
+            # Each distinct (CPU, memory) request in turn, the first one left each time: a
+            # large gang's evicted GPUs number in the tens of thousands, their requests a few.
+            left = np.ones(cpu.size, dtype=bool)
+            while left.any():
+                first = int(left.argmax())
+                share_cpu, share_memory = int(cpu[first]), int(memory[first])
+                same = (cpu == share_cpu) & (memory == share_memory)
+                left &= ~same
                 pods_on = np.bincount(rows[same], weights=1.0 / per_gpu[same])
                 counts = np.rint(pods_on).astype(np.int64)
                 pod_nodes = np.repeat(nodes[: counts.size], counts)
