@@ -577,6 +577,13 @@ def test_bulk_release_and_retake_keep_every_aggregate_exact(released: int) -> No
     chosen = [str(owner) for owner in rng.choice(owners, size=released, replace=False)]
     allocations = state.release_many(chosen)
     assert_aggregates_recomputed(state)
+    # Every node's free CPU and memory: its capacity less what the owners left hold there.
+    cpu, memory = state.topology.cpu_milli.copy(), state.topology.memory_mib.copy()
+    for held in state.allocations.values():
+        np.subtract.at(cpu, held.nodes, held.cpu_milli)
+        np.subtract.at(memory, held.nodes, held.memory_mib)
+    assert np.array_equal(state.free_cpu_milli, cpu)
+    assert np.array_equal(state.free_memory_mib, memory)
     state.retake_many(chosen, allocations)
     after = state.snapshot()
     assert before.keys() == after.keys()

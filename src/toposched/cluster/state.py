@@ -718,14 +718,20 @@ class ClusterState:
                 np.add.at(flat, slots, sign * milli)
             whole = row_sums(take_rows(self.gpu_free_milli, touched) == MILLI_PER_GPU)
             self.free_whole_gpus[touched] = whole.astype(np.int8)
-        # Summed per touched node, not counted over the whole cluster: a few small jobs
-        # released must not cost a pass over every node.
+        # Summed per touched node: a few small jobs released must not cost a count over every
+        # node. Pods as many as a sixteenth of the nodes (`_distinct_nodes` marks them on a
+        # node mask then) are counted over every node, cheaper than locating each.
+        everywhere = nodes.size * 16 >= self.topology.n_nodes
         position = None
         for free, asked in ((self.free_cpu_milli, cpu_of), (self.free_memory_mib, memory_of)):
             if any(asked):
+                per_pod_asked = np.repeat(np.array(asked, dtype=np.int64), pods)
+                if everywhere:
+                    per_node = np.bincount(nodes, weights=per_pod_asked, minlength=free.size)
+                    free[touched] += sign * per_node[touched].astype(np.int64)
+                    continue
                 if position is None:
                     position = np.searchsorted(touched, nodes)
-                per_pod_asked = np.repeat(np.array(asked, dtype=np.int64), pods)
                 free[touched] += sign * np.bincount(
                     position, weights=per_pod_asked, minlength=touched.size
                 ).astype(np.int64)
