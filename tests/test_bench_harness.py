@@ -1,10 +1,14 @@
-"""Tests of the benchmark harness: warm-up runs are untimed, the cold first run is kept."""
+"""Tests of the benchmark harness (warm-up runs are untimed, the cold first run is kept) and of
+a suite run through `toposched bench`."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from toposched.bench import harness
+from toposched.cli.main import main
 
 
 class FakeClock:
@@ -70,3 +74,16 @@ def test_without_warm_up_the_first_timed_run_is_the_cold_one(
     result = harness.measure("x", run, runs=3, warmup=0)
     assert result.first_s == 7.0
     assert result.median_s == 1.0
+
+
+def test_bench_cluster_runs_every_scenario_through_the_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["bench", "cluster", "--quick", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    names = [result["name"] for result in report["results"]]
+    assert len(names) == 5
+    assert names[3].startswith("allocate + release a 50,004-node gang")
+    assert names[4].startswith("release + roll back 680 running 4-node jobs")
+    assert all(result["median_s"] > 0 for result in report["results"])
+    assert report["calibration"]["median_s"] > 0
