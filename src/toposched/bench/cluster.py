@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -75,41 +76,16 @@ def run_cluster_benchmarks(quick: bool = False) -> list[Measurement]:
         "gpus": state.topology.n_gpus,
         "build_once_s": round(time.perf_counter() - started, 4),
     }
-    pod = one_node_pod()
-
-    def allocate_release() -> None:
-        state.allocate("bench-pod", pod)
-        state.release("bench-pod")
-
-    results.append(
-        measure("allocate + release one 2-GPU pod", allocate_release, runs=200 if quick else 2000)
-    )
-    gang = thousand_node_gang(state)
-
-    def change_and_undo() -> None:
-        state.allocate("bench-gang", gang)
-        state.release("bench-gang")
-
-    results.append(
-        measure(
-            "allocate + release a 1,000-node gang",
-            change_and_undo,
-            runs=20 if quick else 200,
-        )
-    )
-    slices = rack_slice_gang(state)
-
-    def large_gang() -> None:
-        state.allocate("bench-slices", slices)
-        state.release("bench-slices")
-
-    results.append(
-        measure(
+    for name, allocation, runs in (
+        ("allocate + release one 2-GPU pod", one_node_pod(), 200 if quick else 2000),
+        ("allocate + release a 1,000-node gang", thousand_node_gang(state), 20 if quick else 200),
+        (
             "allocate + release a 50,004-node gang (2,778 racks, CPU and memory, policy order)",
-            large_gang,
-            runs=5 if quick else 30,
-        )
-    )
+            rack_slice_gang(state),
+            5 if quick else 30,
+        ),
+    ):
+        results.append(measure(name, _allocate_and_release(state, allocation), runs=runs))
     owners = hold_small_jobs(state)
     results.append(
         measure(
@@ -119,6 +95,16 @@ def run_cluster_benchmarks(quick: bool = False) -> list[Measurement]:
         )
     )
     return results
+
+
+def _allocate_and_release(state: ClusterState, allocation: Allocation) -> Callable[[], None]:
+    """A run that allocates `allocation` and releases it, leaving the state as it was."""
+
+    def run() -> None:
+        state.allocate("bench-job", allocation)
+        state.release("bench-job")
+
+    return run
 
 
 def _build() -> None:
