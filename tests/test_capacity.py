@@ -9,7 +9,7 @@ from test_placement_oracle import RandomCase, random_cases
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
-from toposched.placement.capacity import CapacityView
+from toposched.placement.capacity import CapacityView, pods_by_free
 from toposched.placement.capacity_kernels import UNLIMITED
 from toposched.placement.request import GangRequest, simple_request
 
@@ -153,3 +153,18 @@ def test_capacities_at_every_level_match_plain_counts(case: RandomCase) -> None:
         per_node = [_plain_node_pods(state, request, n) for n in range(state.topology.n_nodes)]
         assert view.node_capacity(np.arange(len(per_node))[::-1]).tolist() == per_node[::-1]
         assert view.node_capacity_in(0, len(per_node)).tolist() == per_node
+
+
+@pytest.mark.parametrize("domains", [3, 2047, 2048, 13_890])
+@pytest.mark.parametrize("weights", [[0, 0, 0, 0, 1], [0, 0, 1, 1, 2], [0, 1, 2, 3, 4], [0] * 5])
+def test_pods_by_free_equals_the_histogram_product_below_and_above_the_column_path(
+    domains: int, weights: list[int]
+) -> None:
+    # A (domains, models, free GPUs) histogram read for one model, as the view reads it.
+    rng = np.random.default_rng(domains)
+    hist = rng.integers(0, 19, size=(domains, 2, 5)).astype(np.int32)
+    pods_per_free = np.array(weights, dtype=np.int64)
+    expected = hist[:, 1, :].astype(np.int64) @ pods_per_free
+    result = pods_by_free(hist[:, 1, :], pods_per_free)
+    assert result.dtype == np.int64
+    assert np.array_equal(result, expected)
