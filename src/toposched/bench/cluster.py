@@ -76,7 +76,7 @@ def run_cluster_benchmarks(quick: bool = False) -> list[Measurement]:
         "gpus": state.topology.n_gpus,
         "build_once_s": round(time.perf_counter() - started, 4),
     }
-    for name, allocation, runs in (
+    for name, allocation, timed_runs in (
         ("allocate + release one 2-GPU pod", one_node_pod(), 200 if quick else 2000),
         ("allocate + release a 1,000-node gang", thousand_node_gang(state), 20 if quick else 200),
         (
@@ -85,7 +85,7 @@ def run_cluster_benchmarks(quick: bool = False) -> list[Measurement]:
             5 if quick else 30,
         ),
     ):
-        results.append(measure(name, _allocate_and_release(state, allocation), runs=runs))
+        results.append(measure(name, _allocate_and_release(state, allocation), runs=timed_runs))
     owners = hold_small_jobs(state)
     results.append(
         measure(
