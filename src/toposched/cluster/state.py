@@ -18,6 +18,10 @@ from toposched.cluster.topology import Topology
 MILLI_PER_GPU = 1000
 _TOTAL_COLUMNS = ("free_gpus", "free_milli", "idle_nodes", "cpu", "memory")
 _N_TOTALS = len(_TOTAL_COLUMNS)
+# Columns of `stacked_aggregates()`'s totals.
+TOTALS_FREE_GPUS = _TOTAL_COLUMNS.index("free_gpus")
+TOTALS_CPU = _TOTAL_COLUMNS.index("cpu")
+TOTALS_MEMORY = _TOTAL_COLUMNS.index("memory")
 _VIEWS = (
     "free_hist",
     "_totals",
@@ -642,6 +646,15 @@ class ClusterState:
         if allocation.memory_mib:
             self.free_memory_mib[touched] += sign * allocation.memory_mib * pods_per_node
         self._after_change(touched, before)
+
+    def stacked_aggregates(
+        self,
+    ) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int64]]:
+        """Every level's domain aggregates stacked, for compiled loops that walk several levels:
+        the free-GPU histograms (rows x GPU models x free whole GPUs), the totals (rows x
+        `TOTALS_*` columns), and where each level's rows begin (level l: rows `offsets[l]` to
+        `offsets[l + 1]`, domains in index order). The live arrays: read, never write."""
+        return self._hist_all, self._totals_all, self._level_offsets
 
     def _kernel_arrays(self) -> kernels.StateArrays:
         """The node arrays and aggregates the compiled loops change, in their argument order."""

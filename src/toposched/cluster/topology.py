@@ -55,6 +55,9 @@ class Topology:
     _descendants: dict[tuple[int, int], IntArray] = field(
         default_factory=dict, init=False, repr=False
     )
+    _child_rows: tuple[IntArray, IntArray] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         n = self.n_nodes
@@ -116,6 +119,24 @@ class Topology:
         """The index range of `domain`'s descendants at level `deeper` (>= level)."""
         bounds = self.descendant_bounds(level, deeper)
         return int(bounds[domain]), int(bounds[domain + 1])
+
+    def child_rows(self) -> tuple[IntArray, IntArray]:
+        """With every level's domains stacked in one sequence of rows (root first, each level's
+        domains in index order), the rows of each domain's children: `first[r]` to `last[r]`
+        (none for innermost domains). For compiled loops that walk down the tree."""
+        if self._child_rows is None:
+            counts = [self.n_domains(level) for level in range(len(self.domain_starts))]
+            offsets = np.cumsum([0, *counts])
+            firsts, lasts = [], []
+            for level in range(len(counts) - 1):
+                bounds = self.descendant_bounds(level, level + 1) + offsets[level + 1]
+                firsts.append(bounds[:-1])
+                lasts.append(bounds[1:])
+            innermost = np.zeros(counts[-1], dtype=np.int64)
+            first = np.concatenate([*firsts, innermost]).astype(np.int64)
+            last = np.concatenate([*lasts, innermost]).astype(np.int64)
+            self._child_rows = (first, last)
+        return self._child_rows
 
     def ancestor(self, level: int, domain: int, outer: int) -> int:
         """The index of `domain`'s ancestor at level `outer` (<= level)."""

@@ -46,7 +46,7 @@ def pods_by_free(hist: NDArray[np.integer], pods_per_free: IntArray) -> IntArray
 
 
 @functools.lru_cache(maxsize=256)
-def _pods_per_free(width: int, gpus_per_pod: int) -> IntArray:
+def pods_per_free(width: int, gpus_per_pod: int) -> IntArray:
     """Pods a node with k free whole GPUs can hold, for k < width (read-only, shared: every
     search of a small job needs it, and building it costs as much as reading a level)."""
     if gpus_per_pod:
@@ -80,7 +80,7 @@ class CapacityView:
         self._full: dict[int, IntArray] = {}
         self._node_capacity: IntArray | None = None
         # Pods a node with k free whole GPUs can hold, by k.
-        self._pods_per_free = _pods_per_free(state.free_hist[0].shape[2], request.gpus_per_pod)
+        self._pods_per_free = pods_per_free(state.free_hist[0].shape[2], request.gpus_per_pod)
         self._allowed: NDArray[np.bool_] | None = None
 
     def _model_allowed(self) -> NDArray[np.bool_]:

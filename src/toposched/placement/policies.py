@@ -112,6 +112,17 @@ class RandomFit:
         return int(self.rng.choice(candidates))
 
 
+def fills_emptiest_first(policy: PlacementPolicy) -> bool | None:
+    """Whether `policy` ranks domains by capacity and nodes by free room, emptiest first
+    (True) or fullest first (False), lowest index on ties: the orders a compiled search can
+    follow. None for any other policy (subclasses included: they may rank otherwise)."""
+    if type(policy) is BestFit:
+        return False
+    if type(policy) is Spread:
+        return True
+    return None
+
+
 POLICIES: dict[str, type] = {"bestfit": BestFit, "spread": Spread, "random": RandomFit}
 
 

@@ -10,11 +10,12 @@ from numpy.typing import NDArray
 from toposched.cluster import kernels
 from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
 from toposched.cluster.statement import Statement
-from toposched.placement.capacity import CapacityView
+from toposched.placement.capacity import CapacityView, pods_per_free
 from toposched.placement.fewest import FewestDomains
 from toposched.placement.fewest_counts import FewestByCount, Shares
 from toposched.placement.jobspec import JobSpec
-from toposched.placement.policies import BestFit, PlacementPolicy
+from toposched.placement.leaf_kernel import place_in_one_leaf
+from toposched.placement.policies import BestFit, PlacementPolicy, fills_emptiest_first
 from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
@@ -579,7 +580,11 @@ def place(
     exact pass after such a rejection only makes the reason's figures exact. Callers that
     only ask whether a gang fits pass `exact_reasons=False` to skip it (an O(nodes) pass).
     """
-    search = _Search(state, request, policy or BestFit())
+    policy = policy or BestFit()
+    compiled = _placed_in_one_leaf(state, request, policy)
+    if compiled is not None:
+        return compiled
+    search = _Search(state, request, policy)
     result = search.run(exact=False)
     if isinstance(result, Placement) or search.view.exact:
         if result is None:
@@ -595,6 +600,88 @@ def place(
             raise AssertionError("exact capacities over-promised: a bug in CapacityView")
         return exact_result
     return result
+
+
+# Gangs up to this many pods try the compiled search for one innermost domain first.
+_COMPILED_PODS = 64
+# From this many domains at the first level searched, numpy ranks them for the compiled search.
+_COMPILED_DOMAINS = 2048
+
+
+def _placed_in_one_leaf(
+    state: ClusterState, request: GangRequest, policy: PlacementPolicy
+) -> Placement | None:
+    """`place`'s placement for a small gang of whole GPUs without slices that one domain holds
+    at every level, found by one compiled pass (`leaf_kernel`); None when the gang or the
+    policy is of another kind, or the search would split the gang or need exact capacities:
+    `_Search` then decides. The same answer as `_Search` either way."""
+    emptiest = fills_emptiest_first(policy)
+    if (
+        emptiest is None
+        or request.pods > _COMPILED_PODS
+        or request.gpus_per_pod == 0
+        or request.is_fractional
+        or request.slices
+        or request.on_one_node
+    ):
+        return None
+    preferred = request.preferred or 0
+    if preferred <= request.required:
+        preferred = 0  # no level inside the required one is preferred: level by level
+    elif request.required > 0:
+        return None  # required domains are ranked by the preferred domains they need
+    topology = state.topology
+    hist, totals, level_offsets = state.stacked_aggregates()
+    child_first, child_last = topology.child_rows()
+    width = hist.shape[2]
+    chosen_row = -1
+    first_level = request.required or preferred
+    if first_level and topology.n_domains(first_level) >= _COMPILED_DOMAINS:
+        # Many domains compete at the first level (e.g. every rack): numpy's column sums
+        # count them faster than the compiled loop's walk of each row's histogram.
+        capacity = CapacityView(state, request, exact=False).at(
+            first_level, 0, topology.n_domains(first_level)
+        )
+        fits = (capacity >= request.pods).nonzero()[0]
+        if fits.size == 0:
+            return None
+        best = int(fits[policy.domain_scores(capacity[fits], request.pods).argmin()])
+        chosen_row = int(level_offsets[first_level]) + best
+    pod_nodes, gpus = place_in_one_leaf(
+        hist,
+        totals,
+        level_offsets,
+        child_first,
+        child_last,
+        request.required,
+        preferred,
+        chosen_row,
+        topology.domain_starts[-1],
+        state.free_whole_gpus,
+        state.free_cpu_milli,
+        state.free_memory_mib,
+        state.health,
+        topology.gpu_model,
+        state.gpu_free_milli,
+        request.model_allowed(topology),
+        pods_per_free(width, request.gpus_per_pod),
+        request.pods,
+        request.gpus_per_pod,
+        request.cpu_milli,
+        request.memory_mib,
+        request.gpus_per_pod == 1 and request.allowed_models is None,
+        emptiest,
+    )
+    if pod_nodes.size == 0:
+        return None
+    allocation = Allocation(
+        nodes=pod_nodes,
+        gpus=gpus,
+        gpu_milli=request.gpu_milli,
+        cpu_milli=request.cpu_milli,
+        memory_mib=request.memory_mib,
+    )
+    return Placement(request, allocation)
 
 
 def place_in_leaf(

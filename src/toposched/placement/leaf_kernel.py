@@ -1,0 +1,167 @@
+"""A compiled search for gangs that one innermost domain holds: the descent and the node fill."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from toposched.cluster.kernels import pick_free_gpus
+from toposched.cluster.state import TOTALS_CPU, TOTALS_FREE_GPUS, TOTALS_MEMORY
+
+
+@njit(cache=True, nogil=True)
+def _best_row(
+    hist: np.ndarray,
+    totals: np.ndarray,
+    first: int,
+    last: int,
+    need: int,
+    model_allowed: np.ndarray,
+    pods_per_free: np.ndarray,
+    gpus_per_pod: int,
+    cpu_milli: int,
+    memory_mib: int,
+    count_free_gpus: bool,
+    emptiest: bool,
+) -> int:
+    """The fullest (or emptiest) of stacked domain rows first..last-1 that holds `need` pods
+    by its aggregates, the lowest row on ties; -1 if none does. A row's pods are
+    `CapacityView`'s bound: from the free-GPU histogram (or the free GPUs, for one-GPU pods of
+    any model), then the domain's free CPU and memory. (In one loop: a call per row costs
+    more than the count.)"""
+    best = -1
+    best_score = 0
+    for row in range(first, last):
+        if count_free_gpus:
+            held = totals[row, TOTALS_FREE_GPUS]
+        else:
+            held = 0
+            for model in range(hist.shape[1]):
+                if model_allowed[model]:
+                    # Fewer free GPUs than a pod's hold no pod.
+                    for free in range(gpus_per_pod, hist.shape[2]):
+                        held += hist[row, model, free] * pods_per_free[free]
+        if held and cpu_milli and held * cpu_milli > totals[row, TOTALS_CPU]:
+            held = totals[row, TOTALS_CPU] // cpu_milli
+        if held and memory_mib and held * memory_mib > totals[row, TOTALS_MEMORY]:
+            held = totals[row, TOTALS_MEMORY] // memory_mib
+        if held < need:
+            continue
+        score = -held if emptiest else held
+        if best < 0 or score < best_score:
+            best = row
+            best_score = score
+    return best
+
+
+@njit(cache=True, nogil=True)
+def place_in_one_leaf(
+    hist: np.ndarray,
+    totals: np.ndarray,
+    level_offsets: np.ndarray,
+    child_first: np.ndarray,
+    child_last: np.ndarray,
+    required: int,
+    preferred: int,
+    chosen_row: int,
+    leaf_starts: np.ndarray,
+    free_whole_gpus: np.ndarray,
+    free_cpu_milli: np.ndarray,
+    free_memory_mib: np.ndarray,
+    health: np.ndarray,
+    gpu_model: np.ndarray,
+    gpu_free_milli: np.ndarray,
+    model_allowed: np.ndarray,
+    pods_per_free: np.ndarray,
+    pods: int,
+    gpus_per_pod: int,
+    cpu_milli: int,
+    memory_mib: int,
+    count_free_gpus: bool,
+    emptiest: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each pod's node and GPUs, as `place` finds them for a gang of whole GPUs without slices
+    when, at every level, one domain holds it all: from the required domain (the fullest, or
+    emptiest, that holds the gang by aggregates) down through the preferred level when it is
+    deeper than the required one (or the domain at that first level whose stacked row is
+    `chosen_row`, when not -1), then level by level, to one innermost domain, whose nodes
+    with room take the pods in policy order (fewest free GPUs first, or most; lowest index on
+    ties). No pods (empty arrays) when the search would go another way: no domain holds the
+    gang at some level, or the innermost domain's nodes hold fewer pods than its aggregates
+    promised."""
+    no_pods = (np.empty(0, dtype=np.int64), np.empty((0, gpus_per_pod), dtype=np.int64))
+    leaf_level = level_offsets.size - 2
+    level = 0
+    first, last = level_offsets[0], level_offsets[1]  # the whole cluster
+    while True:
+        row = _best_row(
+            hist,
+            totals,
+            first,
+            last,
+            pods,
+            model_allowed,
+            pods_per_free,
+            gpus_per_pod,
+            cpu_milli,
+            memory_mib,
+            count_free_gpus,
+            emptiest,
+        )
+        if row < 0:
+            return no_pods
+        if level == 0 and (required > 0 or preferred > 0):
+            # A required level's domains all compete; so do a preferred level's when nothing
+            # is required. The caller may have chosen among them already (`chosen_row`).
+            level = required if required > 0 else preferred
+            if chosen_row < 0:
+                first, last = level_offsets[level], level_offsets[level + 1]
+                continue
+            row = chosen_row
+        if level == leaf_level:
+            break
+        first, last = child_first[row], child_last[row]
+        level += 1
+
+    # The innermost domain's nodes: each one's pods (as `capacity_kernels.pods_on_nodes`).
+    domain = row - level_offsets[leaf_level]
+    first, last = leaf_starts[domain], leaf_starts[domain + 1]
+    nodes = np.empty(last - first, dtype=np.int64)
+    held = np.empty(last - first, dtype=np.int64)
+    usable = 0
+    room = 0
+    for node in range(first, last):
+        if health[node] != 0 or not model_allowed[gpu_model[node]]:
+            continue
+        count = pods_per_free[free_whole_gpus[node]]
+        if count and cpu_milli and count * cpu_milli > free_cpu_milli[node]:
+            count = free_cpu_milli[node] // cpu_milli
+        if count and memory_mib and count * memory_mib > free_memory_mib[node]:
+            count = free_memory_mib[node] // memory_mib
+        if count <= 0:
+            continue
+        # Insertion into policy order, stable: the nodes come in index order.
+        score = -free_whole_gpus[node] if emptiest else free_whole_gpus[node]
+        at = usable
+        while at > 0:
+            before = nodes[at - 1]
+            before_score = -free_whole_gpus[before] if emptiest else free_whole_gpus[before]
+            if before_score <= score:
+                break
+            nodes[at] = before
+            held[at] = held[at - 1]
+            at -= 1
+        nodes[at] = node
+        held[at] = count
+        usable += 1
+        room += count
+    if room < pods:
+        return no_pods
+    left = pods
+    used = 0
+    while left > 0:
+        take = min(held[used], left)
+        held[used] = take
+        left -= take
+        used += 1
+    return pick_free_gpus(nodes[:used], held[:used], gpus_per_pod, gpu_free_milli)
