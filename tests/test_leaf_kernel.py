@@ -1,4 +1,4 @@
-"""The compiled search for gangs one innermost domain holds gives `_Search`'s answers."""
+"""Compiled placement passes (small gangs' search, node fills) against `_Search`'s numpy steps."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from toposched.placement.search import Placement, PlacementResult, Unschedulable
 
 
 def searched(state: ClusterState, request: GangRequest, policy: PlacementPolicy) -> PlacementResult:
-    """`place` without the compiled search: what `_Search` alone decides."""
-    with mock.patch.object(search, "_placed_in_one_leaf", return_value=None):
+    """`place` without compiled searches or node fills: what `_Search`'s numpy steps decide."""
+    with mock.patch.object(search, "fills_emptiest_first", return_value=None):
         return place(state, request, policy)
 
 
@@ -164,3 +164,18 @@ def test_over_promising_aggregates_leave_it_to_the_exact_search() -> None:
     answer = place(state, request, BestFit())
     assert isinstance(answer, Unschedulable)
     assert str(answer) == str(searched(state, request, BestFit()))
+
+
+@SETTINGS
+@given(random_cases(large_jobs=True))
+def test_compiled_node_fill_agrees_on_gangs_across_domains(case: RandomCase) -> None:
+    state, request, _ = case.build()
+    for policy in (BestFit(), Spread()):
+        expected = searched(state, request, policy)
+        answer = place(state, request, policy)
+        assert type(answer) is type(expected)
+        if isinstance(answer, Placement):
+            event(f"placed on {np.unique(answer.allocation.nodes).size} nodes")
+            assert_same(answer, expected)
+        else:
+            assert str(answer) == str(expected)

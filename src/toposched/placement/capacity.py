@@ -80,7 +80,7 @@ class CapacityView:
         self._full: dict[int, IntArray] = {}
         self._node_capacity: IntArray | None = None
         # Pods a node with k free whole GPUs can hold, by k.
-        self._pods_per_free = pods_per_free(state.free_hist[0].shape[2], request.gpus_per_pod)
+        self.pods_per_free = pods_per_free(state.free_hist[0].shape[2], request.gpus_per_pod)
         self._allowed: NDArray[np.bool_] | None = None
 
     def _model_allowed(self) -> NDArray[np.bool_]:
@@ -118,7 +118,7 @@ class CapacityView:
                 state.health,
                 state.topology.gpu_model,
                 self._model_allowed(),
-                self._pods_per_free,
+                self.pods_per_free,
                 request.gpus_per_pod,
                 request.cpu_milli,
                 request.memory_mib,
@@ -200,9 +200,9 @@ class CapacityView:
             if request.allowed_models is not None:
                 hist = hist[:, request.allowed_models, :]
             if hist.shape[1] == 1:
-                capacity = pods_by_free(hist[:, 0, :], self._pods_per_free)  # one model
+                capacity = pods_by_free(hist[:, 0, :], self.pods_per_free)  # one model
             else:
-                capacity = pods_by_free(hist.sum(axis=1, dtype=np.int64), self._pods_per_free)
+                capacity = pods_by_free(hist.sum(axis=1, dtype=np.int64), self.pods_per_free)
         if request.cpu_milli or request.memory_mib or granule > 1:
             capacity_kernels.bound_and_round(
                 capacity,

@@ -123,45 +123,93 @@ def place_in_one_leaf(
         first, last = child_first[row], child_last[row]
         level += 1
 
-    # The innermost domain's nodes: each one's pods (as `capacity_kernels.pods_on_nodes`).
-    domain = row - level_offsets[leaf_level]
-    first, last = leaf_starts[domain], leaf_starts[domain + 1]
-    nodes = np.empty(last - first, dtype=np.int64)
-    held = np.empty(last - first, dtype=np.int64)
-    usable = 0
-    room = 0
-    for node in range(first, last):
-        if health[node] != 0 or not model_allowed[gpu_model[node]]:
-            continue
-        count = pods_per_free[free_whole_gpus[node]]
-        if count and cpu_milli and count * cpu_milli > free_cpu_milli[node]:
-            count = free_cpu_milli[node] // cpu_milli
-        if count and memory_mib and count * memory_mib > free_memory_mib[node]:
-            count = free_memory_mib[node] // memory_mib
-        if count <= 0:
-            continue
-        # Insertion into policy order, stable: the nodes come in index order.
-        score = -free_whole_gpus[node] if emptiest else free_whole_gpus[node]
-        at = usable
-        while at > 0:
-            before = nodes[at - 1]
-            before_score = -free_whole_gpus[before] if emptiest else free_whole_gpus[before]
-            if before_score <= score:
-                break
-            nodes[at] = before
-            held[at] = held[at - 1]
-            at -= 1
-        nodes[at] = node
-        held[at] = count
-        usable += 1
-        room += count
-    if room < pods:
-        return no_pods
-    left = pods
+    leaves = np.empty(1, dtype=np.int64)
+    leaves[0] = row - level_offsets[leaf_level]
+    shares = np.empty(1, dtype=np.int64)
+    shares[0] = pods
+    return fill_leaves(
+        leaves,
+        shares,
+        leaf_starts,
+        free_whole_gpus,
+        free_cpu_milli,
+        free_memory_mib,
+        health,
+        gpu_model,
+        gpu_free_milli,
+        model_allowed,
+        pods_per_free,
+        gpus_per_pod,
+        cpu_milli,
+        memory_mib,
+        emptiest,
+    )
+
+
+@njit(cache=True, nogil=True)
+def fill_leaves(
+    leaves: np.ndarray,
+    shares: np.ndarray,
+    leaf_starts: np.ndarray,
+    free_whole_gpus: np.ndarray,
+    free_cpu_milli: np.ndarray,
+    free_memory_mib: np.ndarray,
+    health: np.ndarray,
+    gpu_model: np.ndarray,
+    gpu_free_milli: np.ndarray,
+    model_allowed: np.ndarray,
+    pods_per_free: np.ndarray,
+    gpus_per_pod: int,
+    cpu_milli: int,
+    memory_mib: int,
+    emptiest: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each pod's node and GPUs when innermost domain `leaves[i]` takes `shares[i]` pods of whole
+    GPUs, leaf after leaf: its nodes with room (exact: health, GPU model, free GPUs, CPU and
+    memory, as `capacity_kernels.pods_on_nodes`) in policy order (fewest free GPUs first, or
+    most; index order on ties), each filled to its room until the share is placed; a node's
+    pods take its free GPUs in index order. No pods (empty arrays) when some leaf's nodes hold
+    less than its share."""
+    no_pods = (np.empty(0, dtype=np.int64), np.empty((0, gpus_per_pod), dtype=np.int64))
+    size = 0
+    for i in range(leaves.size):
+        size += leaf_starts[leaves[i] + 1] - leaf_starts[leaves[i]]
+    used_nodes = np.empty(size, dtype=np.int64)
+    used_pods = np.empty(size, dtype=np.int64)
     used = 0
-    while left > 0:
-        take = min(held[used], left)
-        held[used] = take
-        left -= take
-        used += 1
-    return pick_free_gpus(nodes[:used], held[:used], gpus_per_pod, gpu_free_milli)
+    for i in range(leaves.size):
+        first, last = leaf_starts[leaves[i]], leaf_starts[leaves[i] + 1]
+        nodes = np.empty(last - first, dtype=np.int64)
+        held = np.empty(last - first, dtype=np.int64)
+        scores = np.empty(last - first, dtype=np.int64)
+        usable = 0
+        room = 0
+        for node in range(first, last):
+            if health[node] != 0 or not model_allowed[gpu_model[node]]:
+                continue
+            count = pods_per_free[free_whole_gpus[node]]
+            if count and cpu_milli and count * cpu_milli > free_cpu_milli[node]:
+                count = free_cpu_milli[node] // cpu_milli
+            if count and memory_mib and count * memory_mib > free_memory_mib[node]:
+                count = free_memory_mib[node] // memory_mib
+            if count <= 0:
+                continue
+            nodes[usable] = node
+            held[usable] = count
+            scores[usable] = -free_whole_gpus[node] if emptiest else free_whole_gpus[node]
+            usable += 1
+            room += count
+        if room < shares[i]:
+            return no_pods
+        # Policy order, stable: the nodes come in index order.
+        order = np.argsort(scores[:usable], kind="mergesort")
+        left = shares[i]
+        for at in order:
+            if left == 0:
+                break
+            take = min(held[at], left)
+            used_nodes[used] = nodes[at]
+            used_pods[used] = take
+            used += 1
+            left -= take
+    return pick_free_gpus(used_nodes[:used], used_pods[:used], gpus_per_pod, gpu_free_milli)

@@ -14,7 +14,7 @@ from toposched.placement.capacity import CapacityView, pods_per_free
 from toposched.placement.fewest import FewestDomains
 from toposched.placement.fewest_counts import FewestByCount, Shares
 from toposched.placement.jobspec import JobSpec
-from toposched.placement.leaf_kernel import place_in_one_leaf
+from toposched.placement.leaf_kernel import fill_leaves, place_in_one_leaf
 from toposched.placement.policies import BestFit, PlacementPolicy, fills_emptiest_first
 from toposched.placement.request import GangRequest
 
@@ -81,6 +81,8 @@ class _Search:
         self.policy = policy
         self.leaf_level = len(self.topology.domain_levels) - 1
         self.fewest: FewestDomains | None = None
+        # Whether the policy fills nodes emptiest first (None: an order compiled loops lack).
+        self.emptiest = fills_emptiest_first(policy)
 
     def run(self, exact: bool) -> PlacementResult | None:
         """A placement, an Unschedulable, or None when aggregates over-promised."""
@@ -346,6 +348,36 @@ class _Search:
         `capacity`: the leaves' node capacities, when the caller has them already."""
         state, request = self.state, self.request
         starts = self.topology.domain_starts[self.leaf_level]
+        if capacity is None and self.emptiest is not None and not request.is_fractional:
+            nodes_in_leaves = int((starts[leaves + 1] - starts[leaves]).sum())
+            if request.gpus_per_pod and nodes_in_leaves <= kernels.COMPILED_LIMIT:
+                # A few racks: their nodes ranked and filled in one compiled pass.
+                pod_nodes, gpus = fill_leaves(
+                    leaves,
+                    shares,
+                    starts,
+                    state.free_whole_gpus,
+                    state.free_cpu_milli,
+                    state.free_memory_mib,
+                    state.health,
+                    self.topology.gpu_model,
+                    state.gpu_free_milli,
+                    request.model_allowed(self.topology),
+                    self.view.pods_per_free,
+                    request.gpus_per_pod,
+                    request.cpu_milli,
+                    request.memory_mib,
+                    self.emptiest,
+                )
+                if pod_nodes.size == 0:
+                    return None
+                return Allocation(
+                    nodes=pod_nodes,
+                    gpus=gpus,
+                    gpu_milli=request.gpu_milli,
+                    cpu_milli=request.cpu_milli,
+                    memory_mib=request.memory_mib,
+                )
         if leaves.size == 1 and shares[0] == 1:
             return self._assign_one_pod(int(starts[leaves[0]]), int(starts[leaves[0] + 1]))
         first_nodes = starts[leaves]
