@@ -71,6 +71,17 @@ class Unschedulable:
 PlacementResult = Placement | Unschedulable
 
 
+def _allocation_of(request: GangRequest, pod_nodes: IntArray, gpus: IntArray) -> Allocation:
+    """The allocation of `request`'s pods on `pod_nodes`, each taking its row of `gpus`."""
+    return Allocation(
+        nodes=pod_nodes,
+        gpus=gpus,
+        gpu_milli=request.gpu_milli,
+        cpu_milli=request.cpu_milli,
+        memory_mib=request.memory_mib,
+    )
+
+
 class _Search:
     """One placement decision: holds the capacity view and the policy for its helpers."""
 
@@ -371,13 +382,7 @@ class _Search:
                 )
                 if pod_nodes.size == 0:
                     return None
-                return Allocation(
-                    nodes=pod_nodes,
-                    gpus=gpus,
-                    gpu_milli=request.gpu_milli,
-                    cpu_milli=request.cpu_milli,
-                    memory_mib=request.memory_mib,
-                )
+                return _allocation_of(request, pod_nodes, gpus)
         if leaves.size == 1 and shares[0] == 1:
             return self._assign_one_pod(int(starts[leaves[0]]), int(starts[leaves[0] + 1]))
         first_nodes = starts[leaves]
@@ -432,13 +437,7 @@ class _Search:
         node = nodes[best : best + 1]
         request = self.request
         # `_allocation` of one pod on one node, without its checks for several pods per node.
-        return Allocation(
-            nodes=node,
-            gpus=self._pick_gpus(node, _ONE_POD, node),
-            gpu_milli=request.gpu_milli,
-            cpu_milli=request.cpu_milli,
-            memory_mib=request.memory_mib,
-        )
+        return _allocation_of(request, node, self._pick_gpus(node, _ONE_POD, node))
 
     def _allocation(self, nodes: IntArray, pods_per_node: IntArray) -> Allocation:
         request = self.request
@@ -451,22 +450,10 @@ class _Search:
             pod_nodes, gpus = kernels.pick_free_gpus(
                 nodes, pods_per_node, request.gpus_per_pod, self.state.gpu_free_milli
             )
-            return Allocation(
-                nodes=pod_nodes,
-                gpus=gpus,
-                gpu_milli=request.gpu_milli,
-                cpu_milli=request.cpu_milli,
-                memory_mib=request.memory_mib,
-            )
+            return _allocation_of(request, pod_nodes, gpus)
         one_pod_each = pods_per_node.size == 0 or bool((pods_per_node == 1).all())
         pod_nodes = nodes if one_pod_each else np.repeat(nodes, pods_per_node)
-        return Allocation(
-            nodes=pod_nodes,
-            gpus=self._pick_gpus(nodes, pods_per_node, pod_nodes),
-            gpu_milli=request.gpu_milli,
-            cpu_milli=request.cpu_milli,
-            memory_mib=request.memory_mib,
-        )
+        return _allocation_of(request, pod_nodes, self._pick_gpus(nodes, pods_per_node, pod_nodes))
 
     def _pick_gpus(self, nodes: IntArray, pods_per_node: IntArray, pod_nodes: IntArray) -> IntArray:
         request, state = self.request, self.state
@@ -706,13 +693,7 @@ def _placed_in_one_leaf(
     )
     if pod_nodes.size == 0:
         return None
-    allocation = Allocation(
-        nodes=pod_nodes,
-        gpus=gpus,
-        gpu_milli=request.gpu_milli,
-        cpu_milli=request.cpu_milli,
-        memory_mib=request.memory_mib,
-    )
+    allocation = _allocation_of(request, pod_nodes, gpus)
     return Placement(request, allocation)
 
 
