@@ -174,6 +174,7 @@ def fill_leaves(
     size = 0
     for i in range(leaves.size):
         size += leaf_starts[leaves[i] + 1] - leaf_starts[leaves[i]]
+    ranks = gpu_free_milli.shape[1] + 1  # a node's rank: its free GPUs, or the reverse
     used_nodes = np.empty(size, dtype=np.int64)
     used_pods = np.empty(size, dtype=np.int64)
     used = 0
@@ -196,13 +197,23 @@ def fill_leaves(
                 continue
             nodes[usable] = node
             held[usable] = count
-            scores[usable] = -free_whole_gpus[node] if emptiest else free_whole_gpus[node]
+            free = free_whole_gpus[node]
+            scores[usable] = ranks - 1 - free if emptiest else free
             usable += 1
             room += count
         if room < shares[i]:
             return no_pods
-        # Policy order, stable: the nodes come in index order.
-        order = np.argsort(scores[:usable], kind="mergesort")
+        # Policy order, stable (the nodes come in index order), by counting: ranks are free GPU
+        # counts, so a leaf of any size (a whole flat cluster) is ordered in one pass, not a sort.
+        starts = np.zeros(ranks + 1, dtype=np.int64)
+        for at in range(usable):
+            starts[scores[at] + 1] += 1
+        for rank in range(ranks):
+            starts[rank + 1] += starts[rank]
+        order = np.empty(usable, dtype=np.int64)
+        for at in range(usable):
+            order[starts[scores[at]]] = at
+            starts[scores[at]] += 1
         left = shares[i]
         for at in order:
             if left == 0:
