@@ -16,7 +16,13 @@ from toposched.cluster.state import Allocation, ClusterState
 from toposched.placement import search
 from toposched.placement.policies import BestFit, PlacementPolicy, RandomFit, Spread
 from toposched.placement.request import GangRequest, simple_request
-from toposched.placement.search import Placement, PlacementResult, Unschedulable, place
+from toposched.placement.search import (
+    Placement,
+    PlacementResult,
+    Unschedulable,
+    place,
+    place_in_leaf,
+)
 
 
 def searched(state: ClusterState, request: GangRequest, policy: PlacementPolicy) -> PlacementResult:
@@ -179,3 +185,21 @@ def test_compiled_node_fill_agrees_on_gangs_across_domains(case: RandomCase) -> 
             assert_same(answer, expected)
         else:
             assert str(answer) == str(expected)
+
+
+@SETTINGS
+@given(small_gang_cases())
+def test_compiled_fill_of_one_leaf_agrees_with_the_search(case: RandomCase) -> None:
+    state, request, _ = case.build()
+    if request.on_one_node and request.pods > 1:
+        return
+    leaf_level = len(state.topology.domain_levels) - 1
+    for policy in (BestFit(), Spread()):
+        for leaf in range(state.topology.n_domains(leaf_level)):
+            answer = place_in_leaf(state, request, leaf, policy)
+            with mock.patch.object(search, "fills_emptiest_first", return_value=None):
+                expected = place_in_leaf(state, request, leaf, policy)
+            event(f"placed in the leaf: {answer is not None}")
+            assert (answer is None) == (expected is None)
+            if answer is not None:
+                assert_same(answer, expected)

@@ -215,11 +215,11 @@ def fill_leaves(
             order[starts[scores[at]]] = at
             starts[scores[at]] += 1
         left = shares[i]
-        for at in order:
+        for ranked in order:
             if left == 0:
                 break
-            take = min(held[at], left)
-            used_nodes[used] = nodes[at]
+            take = min(held[ranked], left)
+            used_nodes[used] = nodes[ranked]
             used_pods[used] = take
             used += 1
             left -= take

@@ -712,12 +712,16 @@ def place_in_leaf(
         raise ValueError("place_in_leaf places gangs bound to one innermost domain, not node")
     search = _Search(state, request, policy or BestFit())
     search.view = CapacityView(state, request, exact=True)
-    first, last = state.topology.domain_range(search.leaf_level, leaf)
-    capacity = search.view.node_capacity_in(first, last)
-    if int(capacity.sum()) < request.pods:
-        return None
     leaves = np.array([leaf], dtype=np.int64)
-    assigned = search._assign(leaves, np.array([request.pods], dtype=np.int64), capacity)
+    shares = np.array([request.pods], dtype=np.int64)
+    capacity: IntArray | None = None
+    if search.emptiest is None or request.is_fractional or not request.gpus_per_pod:
+        # Not for the compiled node fill (which counts the nodes' room itself): count here.
+        first, last = state.topology.domain_range(search.leaf_level, leaf)
+        capacity = search.view.node_capacity_in(first, last)
+        if int(capacity.sum()) < request.pods:
+            return None
+    assigned = search._assign(leaves, shares, capacity)
     return None if assigned is None else Placement(request, assigned)
 
 
