@@ -94,6 +94,10 @@ class _Search:
         self.fewest: FewestDomains | None = None
         # Whether the policy fills nodes emptiest first (None: an order compiled loops lack).
         self.emptiest = fills_emptiest_first(policy)
+        # Whether `fill_leaves` may fill this request's nodes (pods of whole GPUs).
+        self.compiled_fill = (
+            self.emptiest is not None and request.gpus_per_pod > 0 and not request.is_fractional
+        )
 
     def run(self, exact: bool) -> PlacementResult | None:
         """A placement, an Unschedulable, or None when aggregates over-promised."""
@@ -359,9 +363,9 @@ class _Search:
         `capacity`: the leaves' node capacities, when the caller has them already."""
         state, request = self.state, self.request
         starts = self.topology.domain_starts[self.leaf_level]
-        if capacity is None and self.emptiest is not None and not request.is_fractional:
+        if capacity is None and self.compiled_fill:
             nodes_in_leaves = int((starts[leaves + 1] - starts[leaves]).sum())
-            if request.gpus_per_pod and nodes_in_leaves <= kernels.COMPILED_LIMIT:
+            if nodes_in_leaves <= kernels.COMPILED_LIMIT:
                 # A few racks: their nodes ranked and filled in one compiled pass.
                 pod_nodes, gpus = fill_leaves(
                     leaves,
@@ -378,7 +382,7 @@ class _Search:
                     request.gpus_per_pod,
                     request.cpu_milli,
                     request.memory_mib,
-                    self.emptiest,
+                    bool(self.emptiest),
                 )
                 if pod_nodes.size == 0:
                     return None
@@ -715,7 +719,7 @@ def place_in_leaf(
     leaves = np.array([leaf], dtype=np.int64)
     shares = np.array([request.pods], dtype=np.int64)
     capacity: IntArray | None = None
-    if search.emptiest is None or request.is_fractional or not request.gpus_per_pod:
+    if not search.compiled_fill:
         # Not for the compiled node fill (which counts the nodes' room itself): count here.
         first, last = state.topology.domain_range(search.leaf_level, leaf)
         capacity = search.view.node_capacity_in(first, last)
