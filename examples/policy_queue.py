@@ -60,9 +60,10 @@ def main() -> None:
         job("a-notebook", TEAM_A, 1, gpus=1, min_runtime=0),  # unallocated: fills idle GPUs
     ]:
         scheduler.submit(spec, now)
-    print("queue before the cycle (the Fair Tree sort key of each job's account):")
+    print("queue before the cycle (accounts below their budget first, then by Fair Tree):")
     for row in scheduler.queue_rows(now):
-        print(f"  #{row['position']} {row['job']:<13} {row['tier']:<11} priority {row['priority']}")
+        tier = f"{row['tier']}, below its budget" if row["owed"] else row["tier"]
+        print(f"  #{row['position']} {row['job']:<13} {tier}, priority {row['priority']}")
         print(f"      {row['standing']}")
 
     result = scheduler.cycle(now)

@@ -1,9 +1,10 @@
-"""Borrowing beyond a budget: Scheduler(protect_beyond_budget=False) and the simulate options."""
+"""Borrowing beyond a budget: its protection, owed accounts first, and the simulate options."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from test_preemption_scenarios import racks, run, spec
 
 from toposched.cli.main import main
 from toposched.cli.simulate import register, scheduler_factory
+from toposched.cluster.errors import InputError
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Evict
@@ -42,6 +44,32 @@ def test_a_job_started_beyond_its_teams_budget_is_unprotected_when_asked(protect
         assert "beyond its team's budget" in sched.jobs["borrowing"].history[1][1]
 
 
+@pytest.mark.parametrize("cap", [None, 3600.0, 0.0])
+def test_a_borrowing_jobs_protection_is_capped_when_asked(cap: float | None) -> None:
+    # As above, with `borrowed_min_runtime`: `borrowing` (8 h declared) is protected for the
+    # cap; `within` keeps its 8 h. team-b asks at 2 h, past a 1 h cap.
+    sched = Scheduler(racks(1, 2), BudgetTree.from_dict(HALVES), borrowed_min_runtime=cap)
+    sched.submit(spec("within", "team-a", min_runtime="8h"), 0)
+    sched.cycle(0)
+    sched.submit(spec("borrowing", "team-a", min_runtime="8h"), 1)
+    sched.cycle(1)
+    protected_for = 8 * 3600.0 if cap is None else cap
+    assert sched.is_protected("borrowing", 1 + protected_for - 1)
+    assert not sched.is_protected("borrowing", 1 + protected_for)
+    assert sched.is_protected("within", 7200)
+    sched.submit(spec("b-job", "team-b"), 7200)
+    evicted = [d.job_id for d in sched.cycle(7200).decisions if isinstance(d, Evict)]
+    assert evicted == ([] if cap is None else ["borrowing"])
+    if cap == 3600.0:
+        assert "protected for 1.0 h" in sched.jobs["borrowing"].history[1][1]
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.inf, math.nan, "1h", True])
+def test_a_bad_borrowed_min_runtime_is_named(bad: object) -> None:
+    with pytest.raises(InputError, match="borrowed_min_runtime"):
+        Scheduler(racks(1, 2), BudgetTree.from_dict(HALVES), borrowed_min_runtime=bad)  # type: ignore[arg-type]
+
+
 def test_a_job_within_the_budget_keeps_its_protection() -> None:
     sched = Scheduler(racks(1, 2), BudgetTree.from_dict(HALVES), protect_beyond_budget=False)
     run(sched, spec("a0", "team-a", gpus=2, min_runtime="8h"), [0], 0)
@@ -52,15 +80,17 @@ def test_a_job_within_the_budget_keeps_its_protection() -> None:
 
 
 @pytest.mark.parametrize(
-    ("options", "cross_account", "protect"),
+    ("options", "cross_account", "protect", "borrowed"),
     [
-        ([], "budget", True),
-        (["--cross-account", "fair-share"], "fair_share", True),
-        (["--unprotected-borrowing"], "budget", False),
+        ([], "budget", True, None),
+        (["--cross-account", "fair-share"], "fair_share", True, None),
+        (["--unprotected-borrowing"], "budget", False, 0.0),
+        (["--borrowed-min-runtime", "90m"], "budget", True, 5400.0),
+        (["--borrowed-min-runtime", "600"], "budget", True, 600.0),
     ],
 )
 def test_simulate_options_reach_the_scheduler(
-    options: list[str], cross_account: str, protect: bool
+    options: list[str], cross_account: str, protect: bool, borrowed: float | None
 ) -> None:
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command"))
@@ -68,6 +98,15 @@ def test_simulate_options_reach_the_scheduler(
     sched = scheduler_factory(args)(racks(1, 2), BudgetTree.from_dict(HALVES))
     assert isinstance(sched, Scheduler)
     assert (sched.contract.cross_account, sched.protect_beyond_budget) == (cross_account, protect)
+    assert sched.borrowed_min_runtime == borrowed
+
+
+def test_a_bad_borrowed_min_runtime_option_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["simulate", "--borrowed-min-runtime", "soon"])
+    assert "--borrowed-min-runtime: 'soon'" in capsys.readouterr().err
 
 
 def test_simulate_runs_under_either_rule_and_names_a_bad_one(
@@ -80,3 +119,26 @@ def test_simulate_runs_under_either_rule_and_names_a_bad_one(
     with pytest.raises(SystemExit):
         main([*arguments, "--cross-account", "priority"])
     assert "invalid choice: 'priority'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("first_short", [True, False])
+def test_idle_gpus_go_to_a_team_short_of_its_budget_before_a_borrower(first_short: bool) -> None:
+    # One rack of 3 nodes x 4 GPUs; team-a and team-b are owed 6 GPUs each. team-b held all 12
+    # GPUs for 10 hours, so over the window it has used far more: Fair Tree ranks team-a first.
+    # At 10 h team-a runs 8 GPUs (beyond its budget) and team-b nothing; both ask for the one
+    # free node. It goes to the team short of its budget, team-b, whatever the ranking.
+    sched = Scheduler(racks(1, 3), BudgetTree.from_dict(HALVES))
+    run(sched, spec("b-past", "team-b", pods=3), [0, 1, 2], 0)
+    sched.finish("b-past", 36000)
+    run(sched, spec("a-run", "team-a", pods=2), [0, 1], 36000)
+    now = 36001.0
+    assert sched.queue.ranking(now).prefers("team-a", "team-b")
+    assert sched.owed_accounts() == frozenset()  # nothing pending yet
+    jobs = [spec("a-next", "team-a"), spec("b-next", "team-b")]
+    for job in jobs if first_short else jobs[::-1]:
+        sched.submit(job, now)
+    assert sched.owed_accounts() == {"team-b"}
+    assert [row["job"] for row in sched.queue_rows(now)] == ["b-next", "a-next"]
+    assert [row["owed"] for row in sched.queue_rows(now)] == [True, False]
+    assert [bind.job_id for bind in sched.cycle(now).bound] == ["b-next"]
+    assert "runs below its budget" not in sched.explain("a-next", now)

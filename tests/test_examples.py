@@ -35,18 +35,21 @@ def section(output: str, title: str) -> list[str]:
 def test_policy_example_orders_the_queue_by_fair_tree(capsys: pytest.CaptureFixture[str]) -> None:
     output = run_example(capsys)
     before = section(
-        output, "queue before the cycle (the Fair Tree sort key of each job's account):"
+        output, "queue before the cycle (accounts below their budget first, then by Fair Tree):"
     )
-    # eval (Level FS 4 under research), team-b (inf under pretraining), team-a (0.5), then
-    # product (0.967 at the top, below research's 1.01); the unallocated notebook last.
+    # Below their budgets: eval (Level FS 4 under research), team-b (inf under pretraining),
+    # then product (0.967 at the top, below research's 1.01); team-a runs 144 GPUs against a
+    # budget of 60.5, so it follows them; the unallocated notebook last.
     jobs = [line.split()[1] for line in before if line.startswith("  #")]
-    assert jobs == ["eval-nightly", "b-finetune", "a-ablation", "a-eval", "p-train", "a-notebook"]
-    assert "  #6 a-notebook    unallocated priority 0" in before
+    assert jobs == ["eval-nightly", "b-finetune", "p-train", "a-ablation", "a-eval", "a-notebook"]
+    assert "  #3 p-train       allocated, below its budget, priority 0" in before
+    assert "  #4 a-ablation    allocated, priority 5" in before
+    assert "  #6 a-notebook    unallocated, priority 0" in before
     standings = [line.strip() for line in before if not line.startswith("  #")]
     assert standings[0] == "research FS=1.01 (S=0.700 U=0.690) > eval FS=4 (S=0.400 U=0.100)"
     assert standings[1].endswith("> team-b FS=inf (S=0.500 U=0.000)")
-    assert standings[2].endswith("> team-a FS=0.5 (S=0.500 U=1.000)")
-    assert standings[4] == "product FS=0.967 (S=0.300 U=0.310)"
+    assert standings[2] == "product FS=0.967 (S=0.300 U=0.310)"
+    assert standings[3].endswith("> team-a FS=0.5 (S=0.500 U=1.000)")
 
 
 def test_policy_example_binds_reserves_and_backfills(capsys: pytest.CaptureFixture[str]) -> None:

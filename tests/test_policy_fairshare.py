@@ -167,6 +167,29 @@ def test_queue_follows_the_fair_tree_ranking(tree: BudgetTree) -> None:
     ]
 
 
+def test_owed_accounts_go_first_in_rank_order(tree: BudgetTree) -> None:
+    queue = golden_queue(tree, used_for_an_hour(GOLDEN_USAGE))
+    queue.add(QueueEntry("a-scavenge", TEAM_A, 0, 5, unallocated=True))
+    # team-a and product run below their budgets: their allocated work goes before eval's and
+    # team-b's, each group in Fair Tree order (eval, team-b, team-a, product); team-a's
+    # unallocated job stays in the unallocated tier.
+    owed = {TEAM_A, PRODUCT}
+    order = ["a1", "a2", "p1", "e1", "b1", "a-scavenge"]
+    assert [entry.job_id for entry in queue.ordered(HOUR, owed)] == order
+    assert [queue.position(job_id, HOUR, owed) for job_id in order] == list(range(6))
+    keys = [queue.sort_key(job_id, HOUR, owed) for job_id in order]
+    assert keys == sorted(keys)
+    assert [key[1] for key in keys] == [0, 0, 0, 1, 1, 1]
+    explained = list(queue.explanations(HOUR, owed))
+    assert [item.entry.job_id for item in explained] == order
+    assert [item.owed for item in explained] == [True, True, True, False, False, False]
+    assert explained[0].reason == f"allocated; account {TEAM_A} runs below its budget"
+    assert queue.explain("b1", HOUR, owed).reason == "allocated"
+    # Nobody owed: plain Fair Tree order, the same as without the argument.
+    assert [entry.job_id for entry in queue.ordered(HOUR, ())] == ids(queue, HOUR)
+    assert ids(queue, HOUR) == ["e1", "b1", "a1", "a2", "p1", "a-scavenge"]
+
+
 def test_a_budget_change_reorders_the_queue(tree: BudgetTree) -> None:
     queue = golden_queue(tree, used_for_an_hour(GOLDEN_USAGE))
     tree.set_share("research", 40)
@@ -245,7 +268,7 @@ def test_explanation_carries_the_standing_of_each_ancestor(tree: BudgetTree) -> 
     ]
     assert explanation.sort_key == queue.sort_key("a2", HOUR)
     assert explanation.sort_key[0] == QueueTier.ALLOCATED
-    assert explanation.sort_key[2:] == (-1, 2.0, "a2")
+    assert explanation.sort_key[3:] == (-1, 2.0, "a2")
     assert explanation.describe() == (
         "#4 a2 [research/pretraining/team-a] research FS=1.12 (S=0.700 U=0.625) > "
         "pretraining FS=0.75 (S=0.600 U=0.800) > team-a FS=0.667 (S=0.500 U=0.750); "

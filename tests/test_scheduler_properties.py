@@ -384,32 +384,40 @@ class SchedulerMachine(RuleBasedStateMachine):
     def check_queue_order(self) -> None:
         """queue_rows holds every pending job, in Fair Tree order, checked from first principles:
 
-        allocated work (budgeted account, min_runtime > 0) before unallocated work; each
-        account's jobs in one run; between two accounts, the ancestors where their paths part
-        have Level FS in non-increasing order (ties by name); inside an account, priority down,
-        then submit time, then name.
+        allocated work (budgeted account, min_runtime > 0) before unallocated work; in it, the
+        accounts running fewer allocated GPUs than their budget first; each account's jobs in
+        one run; between two accounts of one group, the ancestors where their paths part have
+        Level FS in non-increasing order (ties by name); inside an account, priority down, then
+        submit time, then name.
         """
         rows = self.scheduler.queue_rows(self.now)
         jobs = self.scheduler.jobs
         pending = {name for name, job in jobs.items() if job.state is JobState.PENDING}
         assert [row["position"] for row in rows] == list(range(1, len(rows) + 1))
         assert {row["job"] for row in rows} == pending
+        running: dict[str, float] = {}
+        for job in jobs.values():
+            if job.state is JobState.RUNNING and not job.unallocated and not job.evicting:
+                running[job.spec.account] = running.get(job.spec.account, 0.0) + job.gpus
         tiers = []
         for row in rows:
             spec = jobs[str(row["job"])].spec
             allocated = spec.min_runtime != 0 and self.budgeted(spec.account)
             assert row["tier"] == ("allocated" if allocated else "unallocated"), row
             assert row["account"] == spec.account and row["priority"] == spec.priority
-            tiers.append(0 if allocated else 1)
+            budget = self.tree.effective_share(spec.account) * self.state.topology.n_gpus
+            owed = allocated and running.get(spec.account, 0.0) < budget - 1e-9
+            assert row["owed"] == owed, (row, running.get(spec.account), budget)
+            tiers.append(0 if owed else 1 if allocated else 2)
         assert tiers == sorted(tiers)
         event(
             f"queue of {min(len(rows), 5)}+ rows, {len(set(r['account'] for r in rows))} accounts"
         )
-        for tier in (0, 1):
+        for tier in (0, 1, 2):
             accounts = [str(r["account"]) for r, t in zip(rows, tiers, strict=True) if t == tier]
             runs = [a for i, a in enumerate(accounts) if i == 0 or accounts[i - 1] != a]
             assert len(runs) == len(set(runs)), f"an account's jobs are split: {runs}"
-            if tier == 0:
+            if tier < 2:
                 for first, second in zip(runs, runs[1:], strict=False):
                     self.check_accounts_in_order(first, second)
         for before, after in zip(rows, rows[1:], strict=False):

@@ -13,6 +13,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from toposched.cluster.errors import InputError
+from toposched.cluster.units import parse_duration
 from toposched.policy.contract import Contract
 from toposched.scheduler.core import Scheduler
 from toposched.sim.engine import (
@@ -146,6 +148,14 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
         "min-runtime protection (default: every allocated job is protected)",
     )
     parser.add_argument(
+        "--borrowed-min-runtime",
+        type=_duration,
+        metavar="D",
+        help="cap the protection of a job that starts while its team already runs its whole "
+        "budget at D (seconds, or e.g. 30m, 1h); 0 is --unprotected-borrowing (default: no "
+        "cap, a borrowing job keeps the min runtime it declared)",
+    )
+    parser.add_argument(
         "--cross-account",
         choices=("budget", "fair-share"),
         default="budget",
@@ -181,6 +191,13 @@ def _cycle_interval(text: str) -> float:
     return _seconds_option(text, positive=False)
 
 
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text, "--borrowed-min-runtime")
+    except InputError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error.rule}") from None
+
+
 def _spares(text: str) -> tuple[str, int]:
     level, _, count = text.partition(":")
     if not level or not count.isdigit() or int(count) < 1:
@@ -194,12 +211,18 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     """toposched's scheduler with the options given on the command line."""
     spares = getattr(args, "spares", None)
     protect = not getattr(args, "unprotected_borrowing", False)
+    borrowed = getattr(args, "borrowed_min_runtime", None)
     cross_account = getattr(args, "cross_account", "budget")
-    if spares is None and protect and cross_account == "budget":
+    if spares is None and protect and borrowed is None and cross_account == "budget":
         return toposched_scheduler
     contract = Contract(cross_account="fair_share" if cross_account == "fair-share" else "budget")
     return lambda state, tree: Scheduler(
-        state, tree, contract=contract, spares=spares, protect_beyond_budget=protect
+        state,
+        tree,
+        contract=contract,
+        spares=spares,
+        protect_beyond_budget=protect,
+        borrowed_min_runtime=borrowed,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Protocol
@@ -32,8 +32,9 @@ StandingKey = tuple[int, tuple[tuple[float, str], ...]]
 """(group, ((-level FS, name) per level from the top)); smaller sorts first."""
 EntryKey = tuple[int, float, str]
 """(-priority, submit time, job id): a job's place among its account's pending jobs."""
-JobSortKey = tuple[int, StandingKey, int, float, str]
-"""(queue tier, account standing, -priority, submit time, job id); smaller runs first."""
+JobSortKey = tuple[int, int, StandingKey, int, float, str]
+"""(queue tier, 0 if the account is owed GPUs else 1, account standing, -priority, submit time,
+job id); smaller runs first."""
 
 # StandingKey groups: leaves with a budget, leaves without one, accounts outside the tree.
 _BUDGETED, _UNBUDGETED, _DETACHED = 0, 1, 2
@@ -234,6 +235,9 @@ class JobExplanation:
     standing: Standing | None
     """The account's standing; None if the account is no longer a leaf of the tree."""
     sort_key: JobSortKey
+    owed: bool = False
+    """Allocated work of an account running below its budget: it goes before the other
+    accounts' allocated work."""
 
     @property
     def reason(self) -> str:
@@ -244,6 +248,8 @@ class JobExplanation:
             if self.entry.unallocated:
                 return "unallocated (min_runtime 0): runs only on GPUs budgeted work leaves idle"
             return f"unallocated: account {self.entry.account} has no budget"
+        if self.owed:
+            return f"allocated; account {self.entry.account} runs below its budget"
         return "allocated"
 
     def describe(self) -> str:
@@ -347,6 +353,10 @@ class PendingQueue:
     the jobs. Three tiers follow each other: allocated work, unallocated work, and jobs whose
     account stopped being a leaf of the tree while they waited.
 
+    Within allocated work, the accounts the caller names as *owed* (running below their budget,
+    which only the scheduler knows) go first, in rank order, then the others in rank order: a
+    budget is what an account is owed, so idle GPUs serve it before they serve borrowing.
+
     Rankings are cached per (now, tree version, usage version); nothing here reads a clock.
     """
 
@@ -357,7 +367,9 @@ class PendingQueue:
         self._accounts: dict[str, _AccountQueue] = {}
         self._version = 0
         self._ranking: tuple[tuple[float, int, int], Ranking] | None = None
-        self._offsets: tuple[Ranking, int, dict[tuple[QueueTier, str], int]] | None = None
+        self._offsets: (
+            tuple[Ranking, int, frozenset[str], dict[tuple[QueueTier, str], int]] | None
+        ) = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -367,6 +379,10 @@ class PendingQueue:
 
     def __repr__(self) -> str:
         return f"PendingQueue({len(self)} jobs in {len(self._accounts)} accounts)"
+
+    def accounts(self) -> list[str]:
+        """The accounts with pending jobs."""
+        return list(self._accounts)
 
     def get(self, job_id: str) -> QueueEntry:
         if job_id not in self._entries:
@@ -413,8 +429,9 @@ class PendingQueue:
             self._ranking = (cache_key, rank_accounts(self.tree, self.usage, now))
         return self._ranking[1]
 
-    def ordered(self, now: float) -> Iterator[QueueEntry]:
-        """Every pending job, first to run first.
+    def ordered(self, now: float, owed: Collection[str] = ()) -> Iterator[QueueEntry]:
+        """Every pending job, first to run first; the allocated work of the accounts in `owed`
+        before that of the others.
 
         Safe to change the queue while iterating: each account's jobs are copied when the walk
         reaches that account, so a job added to an account already passed is not seen.
@@ -438,7 +455,7 @@ class PendingQueue:
                     yield entry
             return
         ranking = self.ranking(now)
-        for tier, account in list(self._segments(ranking)):
+        for tier, account in list(self._segments(ranking, frozenset(owed))):
             for _, entry in self._segment_items(tier, account, ranking):
                 yield entry
 
@@ -458,19 +475,13 @@ class PendingQueue:
             return QueueTier.UNALLOCATED
         return QueueTier.ALLOCATED
 
-    def sort_key(self, job_id: str, now: float) -> JobSortKey:
-        """The key the queue orders by: tier, account standing, -priority, submit time, id."""
+    def sort_key(self, job_id: str, now: float, owed: Collection[str] = ()) -> JobSortKey:
+        """The key the queue orders by: tier, owed first, account standing, -priority, submit
+        time, id."""
         entry = self.get(job_id)
-        ranking = self.ranking(now)
-        return (
-            self.tier(entry, ranking),
-            ranking.sort_key(entry.account),
-            -entry.priority,
-            entry.submit_time,
-            entry.job_id,
-        )
+        return self._sort_key(entry, self.ranking(now), frozenset(owed))
 
-    def position(self, job_id: str, now: float) -> int:
+    def position(self, job_id: str, now: float, owed: Collection[str] = ()) -> int:
         """How many pending jobs go before this one."""
         entry = self.get(job_id)
         ranking = self.ranking(now)
@@ -483,42 +494,58 @@ class PendingQueue:
             within = queue.unallocated.count_before(key)
         else:
             within = queue.allocated.count_before(key) + queue.unallocated.count_before(key)
-        return self._segment_offsets(ranking)[(tier, entry.account)] + within
+        offsets = self._segment_offsets(ranking, frozenset(owed))
+        return offsets[(tier, entry.account)] + within
 
-    def explain(self, job_id: str, now: float) -> JobExplanation:
+    def explain(self, job_id: str, now: float, owed: Collection[str] = ()) -> JobExplanation:
         """The job's position, tier, account standing and sort key."""
         entry = self.get(job_id)
         ranking = self.ranking(now)
-        return self._explanation(entry, self.position(job_id, now), ranking)
+        owed_set = frozenset(owed)
+        return self._explanation(entry, self.position(job_id, now, owed_set), ranking, owed_set)
 
-    def explanations(self, now: float) -> Iterator[JobExplanation]:
+    def explanations(self, now: float, owed: Collection[str] = ()) -> Iterator[JobExplanation]:
         """`explain` for every pending job, in queue order."""
         ranking = self.ranking(now)
-        for position, entry in enumerate(self.ordered(now)):
-            yield self._explanation(entry, position, ranking)
+        owed_set = frozenset(owed)
+        for position, entry in enumerate(self.ordered(now, owed_set)):
+            yield self._explanation(entry, position, ranking, owed_set)
 
     # ----------------------------------------------------------------------------- internals
 
-    def _explanation(self, entry: QueueEntry, position: int, ranking: Ranking) -> JobExplanation:
+    def _sort_key(self, entry: QueueEntry, ranking: Ranking, owed: frozenset[str]) -> JobSortKey:
         tier = self.tier(entry, ranking)
-        standing = None if tier is QueueTier.DETACHED else ranking.standings[entry.account]
-        sort_key = (
+        return (
             tier,
+            0 if tier is QueueTier.ALLOCATED and entry.account in owed else 1,
             ranking.sort_key(entry.account),
             -entry.priority,
             entry.submit_time,
             entry.job_id,
         )
-        return JobExplanation(entry, position, tier, standing, sort_key)
 
-    def _segments(self, ranking: Ranking) -> Iterator[tuple[QueueTier, str]]:
+    def _explanation(
+        self, entry: QueueEntry, position: int, ranking: Ranking, owed: frozenset[str]
+    ) -> JobExplanation:
+        tier = self.tier(entry, ranking)
+        standing = None if tier is QueueTier.DETACHED else ranking.standings[entry.account]
+        sort_key = self._sort_key(entry, ranking, owed)
+        return JobExplanation(entry, position, tier, standing, sort_key, sort_key[1] == 0)
+
+    def _segments(self, ranking: Ranking, owed: frozenset[str]) -> Iterator[tuple[QueueTier, str]]:
         """(tier, account) runs of the queue in order; each run is one sorted sequence."""
+        budgeted = []
         for leaf in ranking.leaves:
             if not ranking.standings[leaf].budgeted:
                 break  # budgeted leaves come first in `leaves`
             queue = self._accounts.get(leaf)
             if queue is not None and len(queue.allocated):
-                yield QueueTier.ALLOCATED, leaf
+                budgeted.append(leaf)
+        if owed:
+            # Stable: the owed accounts first, each group in rank order.
+            budgeted.sort(key=lambda leaf: leaf not in owed)
+        for leaf in budgeted:
+            yield QueueTier.ALLOCATED, leaf
         for leaf in ranking.leaves:
             queue = self._accounts.get(leaf)
             if queue is None:
@@ -542,15 +569,18 @@ class PendingQueue:
         # Without a budget, or detached, both runs are unallocated alike: one merged run.
         return heapq.merge(queue.allocated.items(), queue.unallocated.items(), key=_item_key)
 
-    def _segment_offsets(self, ranking: Ranking) -> dict[tuple[QueueTier, str], int]:
+    def _segment_offsets(
+        self, ranking: Ranking, owed: frozenset[str]
+    ) -> dict[tuple[QueueTier, str], int]:
         if (
             self._offsets is None
             or self._offsets[0] is not ranking
-            or self._offsets[1] != (self._version)
+            or self._offsets[1] != self._version
+            or self._offsets[2] != owed
         ):
             offsets: dict[tuple[QueueTier, str], int] = {}
             offset = 0
-            for tier, account in self._segments(ranking):
+            for tier, account in self._segments(ranking, owed):
                 offsets[tier, account] = offset
                 queue = self._accounts[account]
                 if tier is QueueTier.ALLOCATED:
@@ -559,8 +589,8 @@ class PendingQueue:
                     offset += len(queue.unallocated)
                 else:
                     offset += len(queue)
-            self._offsets = (ranking, self._version, offsets)
-        return self._offsets[2]
+            self._offsets = (ranking, self._version, owed, offsets)
+        return self._offsets[3]
 
 
 def _check_entry(entry: Any) -> None:

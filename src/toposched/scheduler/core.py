@@ -240,14 +240,17 @@ class _Failures:
 
 
 class Scheduler:
-    """Orders pending jobs by Fair Tree, places what fits, preempts under the contract for jobs
-    that should run but do not fit, reserves for the first blocked large job, and backfills
-    behind it only where the reservation is not delayed.
+    """Orders pending jobs by Fair Tree (accounts short of their budget first), places what
+    fits, preempts under the contract for jobs that should run but do not fit, reserves for the
+    first blocked large job, and backfills behind it only where the reservation is not delayed.
 
     No clock and no I/O: every call passes `now` (seconds). `cycle(now)` returns decisions; the
     allocations of bound jobs are already held in `state`, and a backend starts the pods. Events
     (`finish`, `fail`, `set_health`, budget changes) are applied as calls, each followed by a cycle.
     """
+
+    orders_owed_first = True
+    """Whether the allocated work of accounts running below their budget goes first."""
 
     def __init__(
         self,
@@ -265,6 +268,7 @@ class Scheduler:
         compaction_moves_per_hour: int = 0,
         spares: tuple[str, int] | None = None,
         protect_beyond_budget: bool = True,
+        borrowed_min_runtime: float | None = None,
     ) -> None:
         self.state = state
         self.tree = tree
@@ -303,9 +307,22 @@ class Scheduler:
         self._preemptible = PreemptibleIndex(state)
         # (level, nodes per domain): idle nodes held back to replace failed ones in place.
         self.spares = SparePool(state, *spares) if spares is not None else None
-        # False: a job that starts while its team already runs its whole budget is borrowing
-        # and gets no min-runtime protection (it stays allocated and charged).
+        # A job that starts while its team already runs its whole budget is borrowing: it stays
+        # allocated and charged, but its protection is capped at `borrowed_min_runtime` seconds
+        # (None: no cap; `protect_beyond_budget=False` is a cap of 0).
+        if borrowed_min_runtime is not None and (
+            isinstance(borrowed_min_runtime, bool)
+            or not isinstance(borrowed_min_runtime, int | float)
+            or not math.isfinite(borrowed_min_runtime)
+            or borrowed_min_runtime < 0
+        ):
+            raise InputError(
+                "borrowed_min_runtime",
+                borrowed_min_runtime,
+                "must be a number of seconds >= 0, or None for no cap",
+            )
         self.protect_beyond_budget = protect_beyond_budget
+        self.borrowed_min_runtime = 0.0 if not protect_beyond_budget else borrowed_min_runtime
         # What the cycle may remember between cycles. `_epoch` moves whenever free capacity may
         # have changed (a job started, or the cluster changed between cycles, seen by its
         # version); equal epochs and fences mean equal free capacity. Failures to place stay
@@ -507,7 +524,9 @@ class Scheduler:
         jobs = self.jobs
         try:
             self._evict_from_draining_nodes(now, result)
-            entries = list(self.queue.ordered(now))
+            # Accounts below their budget go first for the whole cycle, even once a start here
+            # takes one past it: the order is fixed before any decision.
+            entries = list(self.queue.ordered(now, self._owed_first()))
             rankings: list[Ranking] = []
 
             def ranking_now() -> Ranking:
@@ -1372,7 +1391,7 @@ class Scheduler:
     def fragmentation(self, now: float, max_shapes: int = 32) -> float:
         """Share of free GPUs that none of the pending job shapes could use."""
         shapes: dict[tuple[object, ...], GangRequest] = {}
-        for entry in self.queue.ordered(now):
+        for entry in self.queue.ordered(now, self._owed_first()):
             pending = self.jobs[entry.job_id]
             shapes.setdefault(pending.shape, pending.request)
             if len(shapes) >= max_shapes:
@@ -1592,9 +1611,14 @@ class Scheduler:
             0.0 if job.unallocated else self.contract.effective_min_runtime(spec.min_runtime)
         )
         how = " as unallocated work" if job.unallocated else ""
-        if not (job.unallocated or self.protect_beyond_budget) and self._beyond_budget(job):
-            job.min_runtime = 0.0
-            how = " beyond its team's budget, unprotected"
+        cap = self.borrowed_min_runtime
+        if cap is not None and job.min_runtime > cap and self._beyond_budget(job):
+            job.min_runtime = cap
+            how = (
+                " beyond its team's budget, unprotected"
+                if cap == 0
+                else f" beyond its team's budget, protected for {_hours(cap)}"
+            )
         job.reason = "running" + how
         job.record(now, "started" + (f" ({how.strip()})" if how else ""))
         if not job.unallocated and job.gpus > 0:
@@ -1622,6 +1646,22 @@ class Scheduler:
             account = job.spec.account
             self._leaving_gpus[account] = self._leaving_gpus.get(account, 0.0) + job.gpus
             self._leaving_version += 1
+
+    def _owed_first(self) -> frozenset[str]:
+        """The accounts whose allocated work the queue puts first."""
+        return self.owed_accounts() if self.orders_owed_first else frozenset()
+
+    def owed_accounts(self) -> frozenset[str]:
+        """Accounts with pending jobs that run fewer allocated GPUs than their budget: their
+        allocated work goes first in the queue, since a budget is what an account is owed."""
+        tree = self.tree
+        return frozenset(
+            account
+            for account in self.queue.accounts()
+            if account in tree
+            and tree.is_leaf(account)
+            and self.running_gpus(account) < self.budget_gpus(account) - 1e-9
+        )
 
     def budget_gpus(self, account: str) -> float:
         """The account's budget in GPUs: its effective share of the cluster's GPUs."""
@@ -1722,7 +1762,7 @@ class Scheduler:
         job = self._job(job_id)
         if job.state is not JobState.PENDING:
             return f"{job_id}: {job.state}; {job.reason}"
-        explanation = self.queue.explain(job_id, now)
+        explanation = self.queue.explain(job_id, now, self._owed_first())
         ahead_other = self._ahead_from_other_accounts(job, now)
         # Accounts ranked higher are further below their share: the under-served ones.
         standing = f"; {ahead_other} jobs of under-served accounts ahead" if ahead_other else ""
@@ -1730,7 +1770,7 @@ class Scheduler:
 
     def _ahead_from_other_accounts(self, job: Job, now: float) -> int:
         count = 0
-        for entry in self.queue.ordered(now):
+        for entry in self.queue.ordered(now, self._owed_first()):
             if entry.job_id == job.job_id:
                 break
             if entry.account != job.spec.account:
@@ -1738,9 +1778,10 @@ class Scheduler:
         return count
 
     def queue_rows(self, now: float) -> list[dict[str, object]]:
-        """The pending queue in order: position, job, account, sort key, priority, reason."""
+        """The pending queue in order: position, job, account, sort key, priority, tier, whether
+        the account runs below its budget (`owed`), reason."""
         rows: list[dict[str, object]] = []
-        for explanation in self.queue.explanations(now):
+        for explanation in self.queue.explanations(now, self._owed_first()):
             job = self.jobs[explanation.entry.job_id]
             standing = explanation.standing
             rows.append(
@@ -1751,6 +1792,7 @@ class Scheduler:
                     "standing": standing.describe() if standing is not None else "-",
                     "priority": job.spec.priority,
                     "tier": explanation.tier.name.lower(),
+                    "owed": explanation.owed,
                     "reason": job.reason,
                 }
             )

@@ -19,7 +19,7 @@ still labels the work by its budget, so the summaries compare like with like.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -194,7 +194,8 @@ def _without_topology(request: GangRequest) -> GangRequest:
 class _BaselineQueue:
     """The queue interface `Scheduler` uses, over one sorted list of (key, job id).
 
-    Every job is in one tier (`ALLOCATED`): baselines order all work alike.
+    Every job is in one tier (`ALLOCATED`): baselines order all work alike, so the `owed`
+    accounts `Scheduler` may name are not told apart (their schedulers name none).
     """
 
     def __init__(self) -> None:
@@ -232,7 +233,10 @@ class _BaselineQueue:
         del self._entries[job_id]
         return entry
 
-    def ordered(self, now: float) -> Iterator[QueueEntry]:
+    def accounts(self) -> list[str]:
+        return sorted({entry.account for entry in self._entries.values()})
+
+    def ordered(self, now: float, owed: Collection[str] = ()) -> Iterator[QueueEntry]:
         """Every pending job, first to run first (a copy: the queue may change meanwhile)."""
         self.clock = max(self.clock, now)
         entries = self._entries
@@ -247,14 +251,14 @@ class _BaselineQueue:
     def tier(self, entry: QueueEntry, ranking: object = None) -> QueueTier:
         return QueueTier.ALLOCATED
 
-    def position(self, job_id: str, now: float) -> int:
+    def position(self, job_id: str, now: float, owed: Collection[str] = ()) -> int:
         self.get(job_id)
         return int(self._order.index(self._keys[job_id]))
 
-    def explain(self, job_id: str, now: float) -> JobExplanation:
+    def explain(self, job_id: str, now: float, owed: Collection[str] = ()) -> JobExplanation:
         return self._explanation(self.get(job_id), self.position(job_id, now))
 
-    def explanations(self, now: float) -> Iterator[JobExplanation]:
+    def explanations(self, now: float, owed: Collection[str] = ()) -> Iterator[JobExplanation]:
         for position, entry in enumerate(self.ordered(now)):
             yield self._explanation(entry, position)
 
@@ -332,7 +336,7 @@ class MultifactorQueue(_BaselineQueue):
     def key(self, entry: QueueEntry, now: float) -> tuple[object, ...]:
         return (-self.priority(entry, now), entry.submit_time, entry.job_id)
 
-    def ordered(self, now: float) -> Iterator[QueueEntry]:
+    def ordered(self, now: float, owed: Collection[str] = ()) -> Iterator[QueueEntry]:
         if now >= self._scored_at + self.recalc_interval:
             self.rescore(now)
         return super().ordered(now)
@@ -349,6 +353,8 @@ class MultifactorQueue(_BaselineQueue):
 # --- the baselines ----------------------------------------------------------------------------
 class _FlatSubmitOrder(Scheduler):
     """Shared by the FIFO and kube-like baselines: submit order, no topology, no preemption."""
+
+    orders_owed_first = False
 
     def __init__(self, state: ClusterState, tree: BudgetTree, policy: PlacementPolicy) -> None:
         super().__init__(state, tree, policy=policy, max_preemptions_per_cycle=0, defragment=False)
@@ -457,6 +463,8 @@ class SlurmLike(Scheduler):
     never waits for a better shape; required levels and slices are dropped. Placement inside
     that preference is best fit, as select/cons_tres does.
     """
+
+    orders_owed_first = False
 
     def __init__(self, state: ClusterState, tree: BudgetTree) -> None:
         super().__init__(
