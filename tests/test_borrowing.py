@@ -44,11 +44,16 @@ def test_a_job_started_beyond_its_teams_budget_is_unprotected_when_asked(protect
         assert "beyond its team's budget" in sched.jobs["borrowing"].history[1][1]
 
 
-@pytest.mark.parametrize("cap", [None, 3600.0, 0.0])
-def test_a_borrowing_jobs_protection_is_capped_when_asked(cap: float | None) -> None:
-    # As above, with `borrowed_min_runtime`: `borrowing` (8 h declared) is protected for the
-    # cap; `within` keeps its 8 h. team-b asks at 2 h, past a 1 h cap.
-    sched = Scheduler(racks(1, 2), BudgetTree.from_dict(HALVES), borrowed_min_runtime=cap)
+@pytest.mark.parametrize("cap", ["default", None, 3600.0, 1800.0, 0.0])
+def test_a_borrowing_jobs_protection_is_capped(cap: str | float | None) -> None:
+    # As above, with `borrowed_min_runtime` (an hour unless given): `borrowing` (8 h declared)
+    # is protected for the cap; `within` keeps its 8 h. team-b asks at 2 h, past the cap.
+    tree = BudgetTree.from_dict(HALVES)
+    if cap == "default":
+        sched = Scheduler(racks(1, 2), tree)
+        cap = 3600.0
+    else:
+        sched = Scheduler(racks(1, 2), tree, borrowed_min_runtime=cap)  # type: ignore[arg-type]
     sched.submit(spec("within", "team-a", min_runtime="8h"), 0)
     sched.cycle(0)
     sched.submit(spec("borrowing", "team-a", min_runtime="8h"), 1)
@@ -82,8 +87,15 @@ def test_a_job_within_the_budget_keeps_its_protection() -> None:
 @pytest.mark.parametrize(
     ("options", "cross_account", "protect", "borrowed"),
     [
-        ([], "budget", True, None),
-        (["--cross-account", "fair-share"], "fair_share", True, None),
+        ([], "budget", True, 3600.0),
+        (["--cross-account", "fair-share"], "fair_share", True, 3600.0),
+        (["--borrowed-min-runtime", "none"], "budget", True, None),
+        (
+            ["--borrowed-min-runtime", "None", "--cross-account", "fair-share"],
+            "fair_share",
+            True,
+            None,
+        ),
         (["--unprotected-borrowing"], "budget", False, 0.0),
         (["--borrowed-min-runtime", "90m"], "budget", True, 5400.0),
         (["--borrowed-min-runtime", "600"], "budget", True, 600.0),
@@ -106,7 +118,8 @@ def test_a_bad_borrowed_min_runtime_option_is_named(capsys: pytest.CaptureFixtur
     register(parser.add_subparsers(dest="command"))
     with pytest.raises(SystemExit):
         parser.parse_args(["simulate", "--borrowed-min-runtime", "soon"])
-    assert "--borrowed-min-runtime: 'soon'" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "--borrowed-min-runtime: 'soon'" in error and "'none'" in error
 
 
 def test_simulate_runs_under_either_rule_and_names_a_bad_one(

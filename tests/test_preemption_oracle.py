@@ -20,6 +20,7 @@ Bound verified, both for `VictimSearch.plan` given every allowed job and through
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -104,6 +105,8 @@ class Case:
     """The contract's rule across accounts (`Contract.cross_account`)."""
     shares: tuple[int, int] = (40, 40)
     """team-a's and team-b's budgets, percent of the cluster; scratch has none."""
+    borrowed_min_runtime: int | None = HOUR
+    """The longest protection of a job that took its team past its budget (None: no cap)."""
 
     @property
     def accounts(self) -> dict[str, int]:
@@ -220,6 +223,7 @@ def cases(draw: st.DrawFn, beyond_a_rack: bool = False, budget_bound: bool = Fal
             SHARES[-1] if budget_bound else draw(st.sampled_from(SHARES)),
             draw(st.sampled_from(SHARES)),
         ),
+        borrowed_min_runtime=draw(st.sampled_from([HOUR, None, 0, HOUR // 2])),
     )
 
 
@@ -242,7 +246,12 @@ class World:
 def build(case: Case) -> World:
     state = ClusterState(topology_from_dict(case.cluster()))
     contract = Contract(cross_account=case.cross_account)  # type: ignore[arg-type]
-    sched = Scheduler(state, BudgetTree.from_dict({"accounts": case.accounts}), contract=contract)
+    sched = Scheduler(
+        state,
+        BudgetTree.from_dict({"accounts": case.accounts}),
+        contract=contract,
+        borrowed_min_runtime=case.borrowed_min_runtime,
+    )
     node_index = [state.topology.node_index(f"n{i}") for i in range(len(case.node_gpus))]
     for job in sorted(case.running, key=lambda j: (j.start, j.name)):
         nodes = [node_index[n] for n in job.nodes]
@@ -298,16 +307,25 @@ class Allowed:
 
 
 class CaseLoads:
-    """Each account's running allocated GPUs and its budget, counted from the case itself."""
+    """Each account's running allocated GPUs and its budget, and each job's protection, counted
+    from the case itself."""
 
     def __init__(self, case: Case) -> None:
         self.cluster_gpus = sum(case.node_gpus)
         self.shares = case.accounts
         self.running: dict[str, float] = {}
-        for job in case.running:
+        self.min_runtime: dict[str, float] = {}
+        # In the order the jobs started: a job that takes its team's allocated GPUs past the
+        # budget is protected for at most the case's cap.
+        for job in sorted(case.running, key=lambda j: (j.start, j.name)):
+            self.min_runtime[job.name] = job.min_runtime
             if job.min_runtime > 0 and self.shares[job.account] > 0:
                 gpus = len(job.nodes) * len(job.gpus[0])
-                self.running[job.account] = self.running.get(job.account, 0.0) + gpus
+                total = self.running.get(job.account, 0.0) + gpus
+                cap = case.borrowed_min_runtime
+                if cap is not None and total > self.budget_gpus(job.account) + 1e-9:
+                    self.min_runtime[job.name] = min(job.min_runtime, cap)
+                self.running[job.account] = total
 
     def running_gpus(self, account: str) -> float:
         return self.running.get(account, 0.0)
@@ -337,6 +355,10 @@ def allowed_victims(world: World) -> Allowed:
             resumable=job.resumable,
             tree=tree,
             gpus=len(job.nodes) * len(job.gpus[0]),
+        )
+        # Borrowing shortens the protection only: the job stays allocated work.
+        view = dataclasses.replace(
+            view, min_runtime=min(view.min_runtime, loads.min_runtime[job.name])
         )
         verdict = contract.may_preempt(world.entry, view, NOW, ranking, loads)
         if not verdict.allowed:

@@ -182,22 +182,31 @@ def test_protected_jobs_are_never_chosen_even_when_cheaper() -> None:
     ]
 
 
-def test_protection_holds_until_start_plus_min_runtime_then_fair_share_applies() -> None:
-    # One node, held by team-b's job since 0 with min runtime 8 h. team-a's job asks at 1 h:
-    # nothing may be preempted. At exactly 8 h the protection ends and team-a (no usage)
-    # outranks team-b (4 GPUs x 8 h): better fair share allows the eviction, losing 4 x 8 h.
-    sched = scheduler(racks(1, 1), contract=FAIR_SHARE)
+@pytest.mark.parametrize(
+    ("borrowed_min_runtime", "protected"), [(None, 8 * HOUR), ("default", HOUR)]
+)
+def test_protection_holds_until_start_plus_min_runtime_then_fair_share_applies(
+    borrowed_min_runtime: str | None, protected: float
+) -> None:
+    # One node, held by team-b's job since 0 with min runtime 8 h: 4 GPUs, beyond team-b's
+    # budget (30% of 4), so by default it is protected for an hour only; with no cap on borrowed
+    # work, for its 8 h. team-a's job asks at 30 min: nothing may be preempted. When the
+    # protection ends, team-a (no usage) outranks team-b: better fair share allows the eviction.
+    options: dict[str, Any] = {"contract": FAIR_SHARE}
+    if borrowed_min_runtime != "default":
+        options["borrowed_min_runtime"] = borrowed_min_runtime
+    sched = scheduler(racks(1, 1), **options)
     run(sched, spec("b-job", "team-b", min_runtime="8h"), [0], 0)
-    sched.submit(spec("a-job", "team-a"), HOUR)
+    sched.submit(spec("a-job", "team-a"), HOUR / 2)
 
-    assert evictions(sched.cycle(HOUR)) == []
+    assert evictions(sched.cycle(HOUR / 2)) == []
     assert sched.jobs["a-job"].reason.endswith(
         "; no preemption: no running job may be preempted for it under the contract"
     )
-    assert evictions(sched.cycle(8 * HOUR - 1)) == []
+    assert evictions(sched.cycle(protected - 1)) == []
 
-    result = sched.cycle(8 * HOUR)
-    assert evictions(result) == [Evict("b-job", "a-job", GRACE, "better-fair-share", 4 * 8 * HOUR)]
+    result = sched.cycle(protected)
+    assert evictions(result) == [Evict("b-job", "a-job", GRACE, "better-fair-share", 4 * protected)]
 
 
 def test_victim_set_is_minimal_and_prefers_least_lost_work_over_fewer_jobs() -> None:

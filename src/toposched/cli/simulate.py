@@ -15,7 +15,7 @@ from rich.table import Table
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import parse_duration
-from toposched.policy.contract import Contract
+from toposched.policy.contract import DEFAULT_BORROWED_MIN_RUNTIME, Contract
 from toposched.scheduler.core import Scheduler
 from toposched.sim.engine import (
     DEFAULT_SAMPLE_INTERVAL,
@@ -144,16 +144,16 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
     parser.add_argument(
         "--unprotected-borrowing",
         action="store_true",
-        help="a job that starts while its team already runs its whole budget gets no "
-        "min-runtime protection (default: every allocated job is protected)",
+        help="a job that takes its team past its budget gets no min-runtime protection; the "
+        "same as --borrowed-min-runtime 0",
     )
     parser.add_argument(
         "--borrowed-min-runtime",
         type=_duration,
         metavar="D",
-        help="cap the protection of a job that starts while its team already runs its whole "
-        "budget at D (seconds, or e.g. 30m, 1h); 0 is --unprotected-borrowing (default: no "
-        "cap, a borrowing job keeps the min runtime it declared)",
+        help="protect a job that takes its team past its budget for at most D (seconds, or "
+        "e.g. 30m, 1h), so that a team back under its budget reclaims its share within D; "
+        "'none' keeps the min runtime each job declared (default: 1h)",
     )
     parser.add_argument(
         "--cross-account",
@@ -192,10 +192,15 @@ def _cycle_interval(text: str) -> float:
 
 
 def _duration(text: str) -> float:
+    """Seconds, or infinity for 'none': no cap on a borrowing job's protection."""
+    if text.strip().lower() == "none":
+        return math.inf
     try:
         return parse_duration(text, "--borrowed-min-runtime")
     except InputError as error:
-        raise argparse.ArgumentTypeError(f"{text!r}: {error.rule}") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: {error.rule}; or 'none' to keep each job's declared min runtime"
+        ) from None
 
 
 def _spares(text: str) -> tuple[str, int]:
@@ -211,9 +216,10 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     """toposched's scheduler with the options given on the command line."""
     spares = getattr(args, "spares", None)
     protect = not getattr(args, "unprotected_borrowing", False)
-    borrowed = getattr(args, "borrowed_min_runtime", None)
+    given = getattr(args, "borrowed_min_runtime", None)
+    borrowed = DEFAULT_BORROWED_MIN_RUNTIME if given is None else given
     cross_account = getattr(args, "cross_account", "budget")
-    if spares is None and protect and borrowed is None and cross_account == "budget":
+    if spares is None and protect and given is None and cross_account == "budget":
         return toposched_scheduler
     contract = Contract(cross_account="fair_share" if cross_account == "fair-share" else "budget")
     return lambda state, tree: Scheduler(
@@ -222,7 +228,7 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
         contract=contract,
         spares=spares,
         protect_beyond_budget=protect,
-        borrowed_min_runtime=borrowed,
+        borrowed_min_runtime=None if math.isinf(borrowed) else borrowed,
     )
 
 

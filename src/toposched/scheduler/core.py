@@ -21,7 +21,12 @@ from toposched.placement.policies import BestFit, PlacementPolicy
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, Unschedulable, place
 from toposched.policy.budget import BudgetTree
-from toposched.policy.contract import Contract, PreemptionRule, RunningJob
+from toposched.policy.contract import (
+    DEFAULT_BORROWED_MIN_RUNTIME,
+    Contract,
+    PreemptionRule,
+    RunningJob,
+)
 from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier, Ranking
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.decisions import Bind, Decision, Evict, Reserve
@@ -268,7 +273,7 @@ class Scheduler:
         compaction_moves_per_hour: int = 0,
         spares: tuple[str, int] | None = None,
         protect_beyond_budget: bool = True,
-        borrowed_min_runtime: float | None = None,
+        borrowed_min_runtime: float | None = DEFAULT_BORROWED_MIN_RUNTIME,
     ) -> None:
         self.state = state
         self.tree = tree
@@ -307,9 +312,9 @@ class Scheduler:
         self._preemptible = PreemptibleIndex(state)
         # (level, nodes per domain): idle nodes held back to replace failed ones in place.
         self.spares = SparePool(state, *spares) if spares is not None else None
-        # A job that starts while its team already runs its whole budget is borrowing: it stays
-        # allocated and charged, but its protection is capped at `borrowed_min_runtime` seconds
-        # (None: no cap; `protect_beyond_budget=False` is a cap of 0).
+        # A job that takes its team's running allocated GPUs past its budget is borrowing: it
+        # stays allocated and charged, but its protection is capped at `borrowed_min_runtime`
+        # seconds (an hour by default; None: no cap; `protect_beyond_budget=False` is a cap of 0).
         if borrowed_min_runtime is not None and (
             isinstance(borrowed_min_runtime, bool)
             or not isinstance(borrowed_min_runtime, int | float)
