@@ -16,6 +16,7 @@ from toposched.cluster.errors import InputError
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Evict
+from toposched.sim.baselines import FifoFirstFit, KubeLike, SlurmLike
 
 # Two teams with half of the 8 GPUs each.
 HALVES = {"accounts": {"team-a": 50, "team-b": 50}}
@@ -155,3 +156,16 @@ def test_idle_gpus_go_to_a_team_short_of_its_budget_before_a_borrower(first_shor
     assert [row["owed"] for row in sched.queue_rows(now)] == [True, False]
     assert [bind.job_id for bind in sched.cycle(now).bound] == ["b-next"]
     assert "runs below its budget" not in sched.explain("a-next", now)
+
+
+@pytest.mark.parametrize("baseline", [FifoFirstFit, KubeLike, SlurmLike])
+def test_the_baselines_keep_each_jobs_declared_protection(baseline: type[Scheduler]) -> None:
+    # They never preempt; a borrower's shorter protection would only move their reservations'
+    # expected starts (a job without a declared runtime frees its GPUs at its min runtime).
+    sched = baseline(racks(1, 2), BudgetTree.from_dict(HALVES))  # type: ignore[call-arg]
+    sched.submit(spec("within", "team-a", min_runtime="8h"), 0)
+    sched.cycle(0)
+    sched.submit(spec("borrowing", "team-a", min_runtime="8h"), 1)
+    sched.cycle(1)
+    assert sched.borrowed_min_runtime is None
+    assert sched.is_protected("borrowing", 1 + 8 * 3600.0 - 1)

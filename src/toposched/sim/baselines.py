@@ -357,7 +357,16 @@ class _FlatSubmitOrder(Scheduler):
     orders_owed_first = False
 
     def __init__(self, state: ClusterState, tree: BudgetTree, policy: PlacementPolicy) -> None:
-        super().__init__(state, tree, policy=policy, max_preemptions_per_cycle=0, defragment=False)
+        # Nothing is preempted, so borrowed work keeps the protection it declared: a shorter one
+        # would only make reservations expect GPUs back that never come.
+        super().__init__(
+            state,
+            tree,
+            policy=policy,
+            max_preemptions_per_cycle=0,
+            defragment=False,
+            borrowed_min_runtime=None,
+        )
         self.queue = SubmitOrderQueue()  # type: ignore[assignment]
 
     def submit(self, spec: JobSpec, now: float) -> Job:
@@ -474,6 +483,8 @@ class SlurmLike(Scheduler):
             reserve_min_gpus=0,
             max_preemptions_per_cycle=0,
             defragment=False,
+            # As in `_FlatSubmitOrder`: no preemption, so no shorter protection for borrowers.
+            borrowed_min_runtime=None,
         )
         self._gpus_of: dict[str, float] = {}
         self.queue: MultifactorQueue = MultifactorQueue(  # type: ignore[assignment]
