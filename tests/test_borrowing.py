@@ -46,13 +46,13 @@ def test_a_job_started_beyond_its_teams_budget_is_unprotected_when_asked(protect
 
 
 @pytest.mark.parametrize("cap", ["default", None, 3600.0, 1800.0, 0.0])
-def test_a_borrowing_jobs_protection_is_capped(cap: str | float | None) -> None:
-    # As above, with `borrowed_min_runtime` (an hour unless given): `borrowing` (8 h declared)
-    # is protected for the cap; `within` keeps its 8 h. team-b asks at 2 h, past the cap.
+def test_a_borrowing_jobs_protection_is_capped_when_asked(cap: str | float | None) -> None:
+    # As above, with `borrowed_min_runtime` (no cap unless given): `borrowing` (8 h declared)
+    # is protected for the cap; `within` keeps its 8 h. team-b asks at 2 h, past any cap.
     tree = BudgetTree.from_dict(HALVES)
     if cap == "default":
         sched = Scheduler(racks(1, 2), tree)
-        cap = 3600.0
+        cap = None
     else:
         sched = Scheduler(racks(1, 2), tree, borrowed_min_runtime=cap)  # type: ignore[arg-type]
     sched.submit(spec("within", "team-a", min_runtime="8h"), 0)
@@ -88,8 +88,9 @@ def test_a_job_within_the_budget_keeps_its_protection() -> None:
 @pytest.mark.parametrize(
     ("options", "cross_account", "protect", "borrowed"),
     [
-        ([], "budget", True, 3600.0),
-        (["--cross-account", "fair-share"], "fair_share", True, 3600.0),
+        ([], "budget", True, None),
+        (["--cross-account", "fair-share"], "fair_share", True, None),
+        (["--borrowed-min-runtime", "1h"], "budget", True, 3600.0),
         (["--borrowed-min-runtime", "none"], "budget", True, None),
         (
             ["--borrowed-min-runtime", "None", "--cross-account", "fair-share"],
@@ -160,8 +161,9 @@ def test_idle_gpus_go_to_a_team_short_of_its_budget_before_a_borrower(first_shor
 
 @pytest.mark.parametrize("baseline", [FifoFirstFit, KubeLike, SlurmLike])
 def test_the_baselines_keep_each_jobs_declared_protection(baseline: type[Scheduler]) -> None:
-    # They never preempt; a borrower's shorter protection would only move their reservations'
-    # expected starts (a job without a declared runtime frees its GPUs at its min runtime).
+    # They never preempt; were the default to cap a borrower's protection, it would only move
+    # their reservations' expected starts (a job without a declared runtime frees its GPUs at
+    # its min runtime).
     sched = baseline(racks(1, 2), BudgetTree.from_dict(HALVES))  # type: ignore[call-arg]
     sched.submit(spec("within", "team-a", min_runtime="8h"), 0)
     sched.cycle(0)

@@ -182,20 +182,16 @@ def test_protected_jobs_are_never_chosen_even_when_cheaper() -> None:
     ]
 
 
-@pytest.mark.parametrize(
-    ("borrowed_min_runtime", "protected"), [(None, 8 * HOUR), ("default", HOUR)]
-)
+@pytest.mark.parametrize(("borrowed_min_runtime", "protected"), [(None, 8 * HOUR), (HOUR, HOUR)])
 def test_protection_holds_until_start_plus_min_runtime_then_fair_share_applies(
-    borrowed_min_runtime: str | None, protected: float
+    borrowed_min_runtime: float | None, protected: float
 ) -> None:
     # One node, held by team-b's job since 0 with min runtime 8 h: 4 GPUs, beyond team-b's
-    # budget (30% of 4), so by default it is protected for an hour only; with no cap on borrowed
-    # work, for its 8 h. team-a's job asks at 30 min: nothing may be preempted. When the
-    # protection ends, team-a (no usage) outranks team-b: better fair share allows the eviction.
-    options: dict[str, Any] = {"contract": FAIR_SHARE}
-    if borrowed_min_runtime != "default":
-        options["borrowed_min_runtime"] = borrowed_min_runtime
-    sched = scheduler(racks(1, 1), **options)
+    # budget (30% of 4), so with borrowed work's protection capped at an hour it is protected
+    # for that hour only; by default, for its 8 h. team-a's job asks at 30 min: nothing may be
+    # preempted. When the protection ends, team-a (no usage) outranks team-b: better fair share
+    # allows the eviction.
+    sched = scheduler(racks(1, 1), contract=FAIR_SHARE, borrowed_min_runtime=borrowed_min_runtime)
     run(sched, spec("b-job", "team-b", min_runtime="8h"), [0], 0)
     sched.submit(spec("a-job", "team-a"), HOUR / 2)
 

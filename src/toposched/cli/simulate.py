@@ -15,7 +15,7 @@ from rich.table import Table
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import parse_duration
-from toposched.policy.contract import DEFAULT_BORROWED_MIN_RUNTIME, Contract
+from toposched.policy.contract import Contract
 from toposched.scheduler.core import Scheduler
 from toposched.sim.engine import (
     DEFAULT_SAMPLE_INTERVAL,
@@ -152,8 +152,8 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
         type=_duration,
         metavar="D",
         help="protect a job that takes its team past its budget for at most D (seconds, or "
-        "e.g. 30m, 1h), so that a team back under its budget reclaims its share within D; "
-        "'none' keeps the min runtime each job declared (default: 1h)",
+        "e.g. 30m, 1h), so that a team back under its budget reclaims its share within D "
+        "(default: none, each job keeps the min runtime it declared)",
     )
     parser.add_argument(
         "--cross-account",
@@ -216,10 +216,11 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     """toposched's scheduler with the options given on the command line."""
     spares = getattr(args, "spares", None)
     protect = not getattr(args, "unprotected_borrowing", False)
-    given = getattr(args, "borrowed_min_runtime", None)
-    borrowed = DEFAULT_BORROWED_MIN_RUNTIME if given is None else given
+    borrowed = getattr(args, "borrowed_min_runtime", None)
+    if borrowed is not None and math.isinf(borrowed):
+        borrowed = None
     cross_account = getattr(args, "cross_account", "budget")
-    if spares is None and protect and given is None and cross_account == "budget":
+    if spares is None and protect and borrowed is None and cross_account == "budget":
         return toposched_scheduler
     contract = Contract(cross_account="fair_share" if cross_account == "fair-share" else "budget")
     return lambda state, tree: Scheduler(
@@ -228,7 +229,7 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
         contract=contract,
         spares=spares,
         protect_beyond_budget=protect,
-        borrowed_min_runtime=None if math.isinf(borrowed) else borrowed,
+        borrowed_min_runtime=borrowed,
     )
 
 

@@ -12,7 +12,6 @@ from toposched.policy.budget import BudgetTree
 from toposched.policy.fairshare import QueueEntry, Ranking
 
 __all__ = [
-    "DEFAULT_BORROWED_MIN_RUNTIME",
     "DEFAULT_MAX_MIN_RUNTIME",
     "AccountLoads",
     "Contract",
@@ -27,11 +26,6 @@ __all__ = [
 
 DEFAULT_MAX_MIN_RUNTIME = 8 * 3600.0
 """The longest protection a job may claim, in seconds: 8 hours, as in Ai2's contract."""
-
-DEFAULT_BORROWED_MIN_RUNTIME = 3600.0
-"""The longest protection of a job that takes its team past its budget, in seconds. An hour:
-a team back under its budget reclaims its share within the hour, while the borrower still runs
-long enough not to be mostly redone (30 minutes churned: docs/simulator.md)."""
 
 NonresumablePolicy = Literal["requeue", "fail"]
 _NONRESUMABLE_POLICIES: tuple[NonresumablePolicy, ...] = ("requeue", "fail")

@@ -21,12 +21,7 @@ from toposched.placement.policies import BestFit, PlacementPolicy
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, Unschedulable, place
 from toposched.policy.budget import BudgetTree
-from toposched.policy.contract import (
-    DEFAULT_BORROWED_MIN_RUNTIME,
-    Contract,
-    PreemptionRule,
-    RunningJob,
-)
+from toposched.policy.contract import Contract, PreemptionRule, RunningJob
 from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier, Ranking
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.decisions import Bind, Decision, Evict, Reserve
@@ -273,7 +268,7 @@ class Scheduler:
         compaction_moves_per_hour: int = 0,
         spares: tuple[str, int] | None = None,
         protect_beyond_budget: bool = True,
-        borrowed_min_runtime: float | None = DEFAULT_BORROWED_MIN_RUNTIME,
+        borrowed_min_runtime: float | None = None,
     ) -> None:
         self.state = state
         self.tree = tree
@@ -314,7 +309,9 @@ class Scheduler:
         self.spares = SparePool(state, *spares) if spares is not None else None
         # A job that takes its team's running allocated GPUs past its budget is borrowing: it
         # stays allocated and charged, but its protection is capped at `borrowed_min_runtime`
-        # seconds (an hour by default; None: no cap; `protect_beyond_budget=False` is a cap of 0).
+        # seconds (None, the default: no cap; `protect_beyond_budget=False` is a cap of 0). A cap
+        # suits many small teams' jobs; on a fleet of 100,000-GPU runs an hour's cap evicted
+        # borrowed runs over and over (docs/policy.md), so it is the site's choice.
         if borrowed_min_runtime is not None and (
             isinstance(borrowed_min_runtime, bool)
             or not isinstance(borrowed_min_runtime, int | float)
