@@ -191,10 +191,10 @@ def _cycle_interval(text: str) -> float:
     return _seconds_option(text, positive=False)
 
 
-def _duration(text: str) -> float:
-    """Seconds, or infinity for 'none': no cap on a borrowing job's protection."""
+def _duration(text: str) -> float | None:
+    """Seconds, or None for 'none': no cap on a borrowing job's protection (the default)."""
     if text.strip().lower() == "none":
-        return math.inf
+        return None
     try:
         return parse_duration(text, "--borrowed-min-runtime")
     except InputError as error:
@@ -217,8 +217,6 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     spares = getattr(args, "spares", None)
     protect = not getattr(args, "unprotected_borrowing", False)
     borrowed = getattr(args, "borrowed_min_runtime", None)
-    if borrowed is not None and math.isinf(borrowed):
-        borrowed = None
     cross_account = getattr(args, "cross_account", "budget")
     if spares is None and protect and borrowed is None and cross_account == "budget":
         return toposched_scheduler
