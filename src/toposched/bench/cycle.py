@@ -53,14 +53,11 @@ def busy_scheduler(
     Racks are filled in order by jobs of one node (4 GPUs), two nodes (8) or six nodes (24),
     then one node in every rack is freed, so about 5.5% of the GPUs are free, scattered.
     Jobs starting in `unallocated_share` of the racks (chosen at random) run as unallocated
-    work (min runtime 0), preemptible by any budgeted job; every other job is inside its min
-    runtime, borrowed or not.
+    work (min runtime 0), preemptible by any budgeted job.
     """
     rng = np.random.default_rng(seed)
     state = ClusterState(million_gpu_cluster())
-    # Jobs go to the teams in turn, so teams with smaller budgets run beyond them; their jobs
-    # keep the 2 h they declared, so that the protected work is the same for every team.
-    scheduler = Scheduler(state, team_tree(), borrowed_min_runtime=None)
+    scheduler = Scheduler(state, team_tree())
     topology = state.topology
     # Job sizes drawn until every node is covered; the last job is cut to end on the last node.
     mean_nodes = topology.n_nodes / running_jobs
