@@ -8,7 +8,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from toposched.bench.placement import frontier_job, infeasible_job, occupied_fleet, small_jobs
+from toposched.bench.placement import (
+    block_sliced_job,
+    frontier_job,
+    infeasible_job,
+    occupied_fleet,
+    small_jobs,
+)
 from toposched.cluster.state import ClusterState
 from toposched.placement.search import Placement, Unschedulable, place
 
@@ -31,6 +37,15 @@ def test_frontier_job(benchmark: Any, busy_fleet: ClusterState) -> None:
     # Whole racks only: 2,778 racks of 18 nodes.
     racks = busy_fleet.topology.node_domain[3][result.allocation.nodes]
     assert np.unique(racks).size == 2778
+
+
+def test_block_sliced_job(benchmark: Any, busy_fleet: ClusterState) -> None:
+    job = block_sliced_job()
+    result = benchmark.pedantic(lambda: place(busy_fleet, job), rounds=20, iterations=1)
+    assert isinstance(result, Placement)
+    # A rack holds at most 36 two-GPU pods: 9,216 pods need 256 racks, and that many suffice.
+    racks = busy_fleet.topology.node_domain[3][result.allocation.nodes]
+    assert np.unique(racks).size == 256
 
 
 def test_infeasible_job(benchmark: Any, busy_fleet: ClusterState) -> None:

@@ -99,6 +99,42 @@ def test_count_plans_use_fewer_racks_than_the_greedy_placement(
     assert profile(state, greedy, (BLOCK, RACK)) == greedy_profile
 
 
+@pytest.mark.parametrize("counts_first", [True, False], ids=["by rack counts", "by block slices"])
+def test_both_plans_for_slices_above_find_the_fewest_racks(
+    counts_first: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With block slices above the preferred racks, the plan over counts of racks and the plan
+    over counts of block slices find the same least; in service the cheaper one runs."""
+    state = blocks_with_free_nodes(SLICED_BLOCKS)
+    request = simple_request(360, 4, preferred=RACK, slices=[(BLOCK, 36)])
+    monkeypatch.setattr(fewest_counts, "_counts_cost_less", lambda *_: counts_first)
+    result = place(state, request)
+    assert isinstance(result, Placement)
+    assert_valid_placement(state, request, result)
+    assert profile(state, result, (BLOCK, RACK)) == [3, 21]
+
+
+def test_the_plan_over_slices_runs_where_rack_counts_pass_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A count plan over racks too costly for the limit, over 10 block slices cheap: the least
+    placement still comes, from the slices."""
+    state = blocks_with_free_nodes(SLICED_BLOCKS)
+    request = simple_request(360, 4, preferred=RACK, slices=[(BLOCK, 36)])
+    costs: list[tuple[int, int]] = []
+
+    def cheaper(count_cells: int, slice_cells: int) -> bool:
+        costs.append((count_cells, slice_cells))
+        return count_cells <= slice_cells
+
+    monkeypatch.setattr(fewest_counts, "_counts_cost_less", cheaper)
+    monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 1_000)
+    result = place(state, request)
+    assert isinstance(result, Placement)
+    assert costs and all(slices <= 1_000 < counts for counts, slices in costs)
+    assert profile(state, result, (BLOCK, RACK)) == [3, 21]
+
+
 def test_count_tables_convolve_by_max_plus() -> None:
     """`_max_plus` keeps, for every count, the most pods and the right side's share."""
     left = np.array([0, 5, 7], dtype=np.int64)  # domains of 5 and 2 pods

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -88,6 +89,7 @@ def random_cases(
     large_jobs: bool = False,
     with_preferred: bool = False,
     spanning: bool = False,
+    sliced_above: bool = False,
 ) -> RandomCase:
     """A cluster of <= 12 nodes in 1-3 levels, partly used and partly unhealthy, and a job.
 
@@ -95,7 +97,8 @@ def random_cases(
     nodes of 1, 2 or 4 mostly free GPUs in smaller domains, so that gangs often span domains.
     `with_preferred` always sets a preferred level (and never `required: node`). `spanning`
     (with `large_jobs`) keeps 2-3 levels and nodes of 1-2 GPUs, so that a gang most often
-    needs several domains at every level.
+    needs several domains at every level. `sliced_above` (with `spanning`) gives the job a
+    slice layer between its required level and its preferred one, the innermost.
     """
     levels = LEVEL_NAMES[3 - draw(st.integers(2 if spanning else 1, 3)) :]
     n_nodes = draw(st.integers(6 if spanning else 4 if large_jobs else 1, 12))
@@ -167,7 +170,10 @@ def random_cases(
             health[name] = condition
     cluster = {"levels": list(levels), "nodes": nodes}
     present = sorted({node["gpu_model"] for node in nodes})  # a job may only name these
-    job = draw(jobs(levels, present, large_jobs, with_preferred, spanning))
+    if sliced_above:
+        job = draw(jobs_sliced_above(levels, present))
+    else:
+        job = draw(jobs(levels, present, large_jobs, with_preferred, spanning))
     return RandomCase(cluster, job, tuple(allocations), health)
 
 
@@ -223,6 +229,33 @@ def jobs(
         if slices:
             topology["slices"] = slices
     return {"name": "job", "pods": pods, "resources_per_pod": resources, "topology": topology}
+
+
+@st.composite
+def jobs_sliced_above(
+    draw: st.DrawFn, levels: Sequence[str], models: Sequence[str]
+) -> dict[str, Any]:
+    """A large job preferring the innermost level, with slices at one or two levels above it
+    (inside the required one), and sometimes finer slices at the preferred level itself."""
+    job = draw(jobs(levels, models, large_jobs=True, with_preferred=True, spanning=True))
+    required = draw(st.sampled_from([None, levels[0]])) if len(levels) == 3 else None
+    between = list(levels[0 if required is None else 1 : -1])
+    layers = draw(st.sampled_from([[between[-1]], between] if len(between) > 1 else [between]))
+    slices, group = [], job["pods"]
+    for index, level in enumerate(layers):
+        # The innermost layer above L must be coarser than L's granule (1 or a finer slice).
+        sizes = [size for size in slice_sizes(group) if size > 1]
+        if index < len(layers) - 1:
+            sizes = [size for size in sizes if size < group] or sizes
+        group = draw(st.sampled_from(sizes))
+        slices.append({"level": level, "pods": group})
+    finer = [size for size in slice_sizes(group) if 1 < size < group]
+    if finer and draw(st.booleans()):
+        slices.append({"level": levels[-1], "pods": draw(st.sampled_from(finer))})
+    topology: dict[str, Any] = {"preferred": levels[-1], "slices": slices}
+    if required is not None:
+        topology["required"] = required
+    return {**job, "topology": topology}
 
 
 # --- the oracle -----------------------------------------------------------------------------------
@@ -535,6 +568,34 @@ def _node(name: str, zone: str, block: str, gpus: int) -> dict[str, Any]:
     }
 
 
+# 4 single-GPU pods in slices of 4 per zone and 2 per block, preferring racks. Zone x: block x1
+# one rack of 2 GPUs, block x2 two racks of 1; zone y likewise. One zone holds the job on 3
+# racks; the two 2-GPU racks (2 racks) would split it across zones, breaking the zone slice.
+TWO_SLICE_LAYERS_ABOVE_PREFERRED = RandomCase(
+    cluster={
+        "levels": ["zone", "block", "rack"],
+        "nodes": [
+            node
+            for zone in "xy"
+            for node in (
+                _node(f"{zone}0", zone, f"{zone}1", 2),
+                _node(f"{zone}1", zone, f"{zone}2", 1),
+                _node(f"{zone}2", zone, f"{zone}2", 1),
+            )
+        ],
+    },
+    job={
+        "name": "job",
+        "pods": 4,
+        "resources_per_pod": {"gpus": 1},
+        "topology": {
+            "preferred": "rack",
+            "slices": [{"level": "zone", "pods": 4}, {"level": "block", "pods": 2}],
+        },
+    },
+)
+
+
 # 4 single-GPU pods required in one zone, in slices of 2 per block, preferring racks. Zone x:
 # block x0 with a 3-GPU rack, block x1 with two 1-GPU racks; zone y: two blocks of one 2-GPU
 # rack. Both zones' racks cover the gang with 2 (3 + 1, 2 + 2), but the slices make x use 3 racks
@@ -612,10 +673,12 @@ def test_preferred_then_fewest_domains_at_each_lower_level(case: RandomCase) -> 
 @example(case=LOWER_LEVELS_NOT_MINIMISED)
 @example(case=TIED_ZONES)
 @example(case=SLICED_TIED_ZONES)
+@example(case=TWO_SLICE_LAYERS_ABOVE_PREFERRED)
 @given(
     case=st.one_of(
         random_cases(large_jobs=True, with_preferred=True),
         random_cases(large_jobs=True, with_preferred=True, spanning=True),
+        random_cases(large_jobs=True, with_preferred=True, spanning=True, sliced_above=True),
     )
 )
 def test_beyond_the_amount_plan_count_plans_keep_the_guarantees(case: RandomCase) -> None:
@@ -634,9 +697,13 @@ def test_beyond_the_amount_plan_count_plans_keep_the_guarantees(case: RandomCase
         return
     sliced_above = request.granule(request.required + 1) != request.granule(preferred)
     leaf = len(labels) - 1
+    # With a slice layer between, both plans for the fewest L-domains: by counts of them and by
+    # slices of the innermost slice level above L (the cheaper one runs in service).
+    by_counts = [True, False] if sliced_above else [True]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(FewestDomains, "affordable", lambda *_: False)
-        for policy in policies():
+        for policy, counts_first in itertools.product(policies(), by_counts):
+            patch.setattr(fewest_counts, "_counts_cost_less", lambda *_, first=counts_first: first)
             result = place(state, request, policy)
             assert isinstance(result, Placement)
             assert_valid_placement(state, request, result, labels)

@@ -83,6 +83,15 @@ def frontier_job() -> GangRequest:
     )
 
 
+def block_sliced_job() -> GangRequest:
+    """18,432 GPUs: 9,216 pods of 2 GPUs in 4 slices of 2,304 per spine block, within one zone,
+    fewest racks preferred: beyond the amount plan, and its count of racks beyond the plan over
+    rack counts; the plan over block slices settles it."""
+    return simple_request(
+        4 * 2304, 2, name="block-slices", required=1, preferred=RACK_LEVEL, slices=[(2, 2304)]
+    )
+
+
 def infeasible_job() -> GangRequest:
     """400,000 GPUs in one zone: more than any zone has free."""
     return simple_request(100_000, 4, name="too-big", required=1)
@@ -127,6 +136,25 @@ def run_placement_benchmarks(quick: bool = False) -> list[Measurement]:
     results[-1].extra = {
         "blocks_used": placed.domains_used(state, 2),
         "racks_used": placed.domains_used(state, RACK_LEVEL),
+    }
+    sliced = block_sliced_job()
+
+    def place_sliced() -> None:
+        result = place(state, sliced)
+        assert isinstance(result, Placement), result
+
+    results.append(
+        measure(
+            "18,432-GPU job: 4 block slices of 2,304 x 2 GPUs, fewest racks",
+            place_sliced,
+            runs=5 if quick else 30,
+        )
+    )
+    placed = place(state, sliced)
+    assert isinstance(placed, Placement)
+    results[-1].extra = {
+        "racks_used": placed.domains_used(state, RACK_LEVEL),
+        "blocks_used": placed.domains_used(state, 2),
     }
     too_big = infeasible_job()
 

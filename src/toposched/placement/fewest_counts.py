@@ -10,7 +10,7 @@ from numpy.typing import NDArray
 
 from toposched.cluster.topology import Topology
 from toposched.placement.capacity import CapacityView
-from toposched.placement.fewest import convolve_tables
+from toposched.placement.fewest import IMPOSSIBLE, convolve_tables
 from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
@@ -60,7 +60,9 @@ class FewestByCount:
     - a slice layer (`preferred`): the fewest L-domains, honouring every granule above L. A
       domain at the innermost slice level above L reads its table off its L-descendants'
       capacities, largest first; outer domains combine their children by (max, +) convolution
-      over counts, each rounding down to its granule.
+      over counts, each rounding down to its granule. When the gang holds few slices of that
+      innermost slice level, tables indexed by slices are shorter (`_SliceUnits`): the same
+      least, by (min, +) convolution of the fewest preferred domains per count of slices.
 
     Both are exact for the capacities the view reports; `None` means the greedy count is
     already the least, or finding out would cost more than the limits.
@@ -171,8 +173,10 @@ class FewestByCount:
     def fewer_preferred(self, level: int, domain: int, preferred_count: int) -> Shares | None:
         """The fewest preferred domains, if fewer than `preferred_count`, honouring all slices.
 
-        Pods per preferred domain of a least placement; None when none uses fewer or the search
-        would pass the limits.
+        Pods per preferred domain of a least placement; None when none uses fewer or both plans
+        would pass the limits. Of the two plans, the one with the shorter tables runs: indexed by
+        preferred domains (up to the count to beat) or by slices of the innermost slice level
+        above L (up to the gang's count of them).
         """
         topology, view, request, need = self.topology, self.view, self.request, self.need
         outer = self.preferred
@@ -181,30 +185,43 @@ class FewestByCount:
         # The innermost level above the preferred one with a coarser granule: inside it, amounts
         # split freely between preferred domains.
         flat = next(lv for lv in range(outer - 1, level, -1) if request.granule(lv) > granule)
+        slice_pods = request.granule(flat)
+        slices = need // slice_pods
         lo, hi = topology.descendants(level, domain, outer)
         capacity = view.at(outer, lo, hi)
         if not _fewer_may_reach(capacity, limit, need, quick=True):
             return None
         positive = (capacity > 0).astype(np.int64)
-        tables, cells = 1, 0
+        tables, count_cells, slice_cells = 1, 0, 0
         for inner in range(level + 1, flat + 1):
             inner_lo, inner_hi = topology.descendants(level, domain, inner)
             offsets = topology.descendant_bounds(inner, outer)[inner_lo:inner_hi] - lo
-            widths = np.minimum(np.add.reduceat(positive, offsets), limit) + 1
-            tables += widths.size
-            cells += (limit + 1) * int(widths.sum())
-            if tables > MAX_COUNT_TABLES or cells > MAX_COUNT_CELLS:
+            tables += offsets.size
+            if tables > MAX_COUNT_TABLES:
                 return None
+            count_widths = np.minimum(np.add.reduceat(positive, offsets), limit) + 1
+            count_cells += (limit + 1) * int(count_widths.sum())
+            held = np.add.reduceat(capacity, offsets) // slice_pods
+            slice_cells += (slices + 1) * int((np.minimum(held, slices) + 1).sum())
+        if min(count_cells, slice_cells) > MAX_COUNT_CELLS:
+            return None
         if not _fewer_may_reach(capacity, limit, need):
             return None
-        planner = _SlicedCounts(self, flat, limit, lo, capacity)
-        reach = planner.table(level, domain)
-        if reach[-1] < need:
-            return None
-        least = int(np.searchsorted(reach, need))
         domains: list[IntArray] = []
         pods: list[IntArray] = []
-        planner.collect(level, domain, least, need, domains, pods)
+        if _counts_cost_less(count_cells, slice_cells):
+            planner = _SlicedCounts(self, flat, limit, lo, capacity)
+            reach = planner.table(level, domain)
+            if reach[-1] < need:
+                return None
+            least = int(np.searchsorted(reach, need))
+            planner.collect(level, domain, least, need, domains, pods)
+        else:
+            units = _SliceUnits(self, flat, slices, lo, capacity)
+            fewest = units.table(level, domain)
+            if fewest.size <= slices or int(fewest[slices]) > limit:
+                return None
+            units.collect(level, domain, slices, domains, pods)
         return Shares(outer, np.concatenate(domains), np.concatenate(pods))
 
 
@@ -281,6 +298,93 @@ class _SlicedCounts:
             self.collect(
                 merged.level, merged.first_child + child, child_count, child_amount, domains, pods
             )
+
+
+class _SliceUnits:
+    """Least preferred domains per count of slices, for the domains between the required level
+    and the innermost slice level above L, in that level's slices (min, +).
+
+    For a domain at the innermost slice level, holding `s` slices takes the fewest of its
+    preferred domains whose capacities, largest first, reach s slices' pods; further out,
+    children merge by (min, +) convolution over slices, and a domain keeps only the counts its
+    own granule allows. Tables are as long as the gang in slices: short when slices are large.
+    """
+
+    def __init__(
+        self, owner: FewestByCount, flat: int, slices: int, first: int, capacity: IntArray
+    ) -> None:
+        self.topology = owner.topology
+        self.request = owner.request
+        self.preferred = owner.preferred
+        self.flat = flat
+        self.slices = slices
+        self.slice_pods = owner.request.granule(flat)
+        self.first = first  # index of the first preferred domain in `capacity`
+        self.capacity = capacity
+        self.merged: dict[tuple[int, int], list[IntArray]] = {}
+        self.children: dict[tuple[int, int], list[IntArray]] = {}
+
+    def _own(self, level: int, domain: int) -> tuple[int, IntArray]:
+        lo, hi = self.topology.descendants(level, domain, self.preferred)
+        return lo, self.capacity[lo - self.first : hi - self.first]
+
+    def table(self, level: int, domain: int) -> IntArray:
+        """Fewest preferred domains `domain` needs to hold s slices, s = 0 .. the gang's slices
+        (IMPOSSIBLE where it cannot)."""
+        if level == self.flat:
+            _, own = self._own(level, domain)
+            reach = np.cumsum(np.sort(own)[::-1])
+            most = min(self.slices, int(reach[-1]) // self.slice_pods)
+            table = np.zeros(most + 1, dtype=np.int64)
+            wanted = self.slice_pods * np.arange(1, most + 1, dtype=np.int64)
+            table[1:] = np.searchsorted(reach, wanted) + 1
+            return table
+        lo, hi = self.topology.descendants(level, domain, level + 1)
+        tables = [self.table(level + 1, child) for child in range(lo, hi)]
+        table = tables[0]
+        splits = [np.arange(table.size, dtype=np.int64)]
+        for child_table in tables[1:]:
+            table, split = convolve_tables(
+                table, child_table, self.slices, IMPOSSIBLE, maximise=False
+            )
+            table = np.minimum(table, IMPOSSIBLE)
+            splits.append(split)
+        self.merged[(level, domain)] = splits
+        self.children[(level, domain)] = tables
+        ratio = self.request.granule(level) // self.slice_pods
+        if ratio > 1:
+            table = table.copy()
+            table[np.arange(table.size) % ratio != 0] = IMPOSSIBLE
+        return table
+
+    def collect(
+        self, level: int, domain: int, slices: int, domains: list[IntArray], pods: list[IntArray]
+    ) -> None:
+        """Append `slices` slices on the fewest preferred domains of `domain`, depth-first."""
+        if slices == 0:
+            return
+        if level == self.flat:
+            lo, own = self._own(level, domain)
+            count = int(self.table(level, domain)[slices])
+            chosen = np.sort(np.argsort(-own, kind="stable")[:count])
+            # Largest first keeps the count; depth-first order keeps slices of outer levels whole.
+            share = _fill_largest_first(own[chosen], slices * self.slice_pods)
+            domains.append(lo + chosen[share > 0])
+            pods.append(share[share > 0])
+            return
+        splits = self.merged[(level, domain)]
+        shares = [0] * len(splits)
+        for child in range(len(splits) - 1, -1, -1):
+            shares[child] = int(splits[child][slices])
+            slices -= shares[child]
+        first_child = self.topology.descendants(level, domain, level + 1)[0]
+        for child, child_slices in enumerate(shares):
+            self.collect(level + 1, first_child + child, child_slices, domains, pods)
+
+
+def _counts_cost_less(count_cells: int, slice_cells: int) -> bool:
+    """Whether the plan over preferred-domain counts is the cheaper of the two (ties: it)."""
+    return count_cells <= slice_cells
 
 
 def _fewer_may_reach(capacity: IntArray, limit: int, need: int, quick: bool = False) -> bool:

@@ -117,6 +117,9 @@ class _Search:
         if fits.size == 0:
             return self._explain_required(level, capacity)
         self.fewest = None  # the exact planner, built on first use for this view
+        # Count plans by (level, domain, greedy profile): ranking the required domains may
+        # already have planned the chosen one.
+        self.count_plans: dict[tuple[int, int, tuple[int, ...]], Shares | None] = {}
         domain = self._choose_required(level, fits, capacity[fits])
         chosen = self._fill(level, domain, request.pods)
         if chosen is None:
@@ -175,10 +178,16 @@ class _Search:
         """A placement in `domain` using fewer domains than the greedy one's `profile`, by a
         count plan: one level inside the preferred one when the cover's count of preferred
         domains is the least (no slice layer between), else at the preferred level."""
+        key = (level, domain, profile)
+        if key in self.count_plans:
+            return self.count_plans[key]
         counting = FewestByCount(self.topology, self.view, self.request)
         if self._planner().cover_is_exact(level):
-            return counting.fewer_inside(level, domain, profile[0], profile[1])
-        return counting.fewer_preferred(level, domain, profile[0])
+            plan = counting.fewer_inside(level, domain, profile[0], profile[1])
+        else:
+            plan = counting.fewer_preferred(level, domain, profile[0])
+        self.count_plans[key] = plan
+        return plan
 
     def _fill_shares(self, shares: Shares) -> tuple[IntArray, IntArray] | None:
         """`_fill` of every domain of `shares` with its pods, in order."""
