@@ -617,7 +617,7 @@ def test_explain_and_queue_rows_give_position_standing_reservation_and_reason() 
     later = scheduler.explain("b-wait", 0)
     assert later.startswith("#2 b-wait [team-b]")
     assert "1 jobs of" in later
-    assert "the cluster has room for 1 such pods" in later
+    assert "the cluster has room for 1 such pod " in later
     assert scheduler.explain("x0", 0) == "x0: running; running"
     # An hour on, team-b has used 12 GPU-hours and team-a none: team-b's S / U = 0.5 / 1.0.
     assert scheduler.queue_rows(HOUR)[1]["standing"] == "team-b FS=0.5 (S=0.500 U=1.000)"

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from toposched.cli import bench, cluster, demo, evaluate, simulate
+from toposched.cli import bench, cluster, demo, evaluate, place, simulate
 from toposched.cluster.errors import ToposchedError
 
 DESCRIPTION = """\
@@ -24,6 +24,7 @@ examples:
   toposched eval packing --traces default openb packing next to the published FGD table
   toposched bench placement --json        placement speed at 1M GPUs, as JSON
   toposched cluster show cluster.yaml     summarise a cluster described in YAML/JSON/CSV
+  toposched place job.yaml --cluster c.yaml  where every pod of a job lands, or why not
 """
 
 
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (demo, cluster, bench, evaluate, simulate):
+    for module in (demo, cluster, place, bench, evaluate, simulate):
         module.register(commands)
     return parser
 

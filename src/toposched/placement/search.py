@@ -565,7 +565,8 @@ class _Search:
         return Unschedulable(
             request,
             code,
-            f"needs {self._needs()}; the cluster has room for {total:,} such pods{limit} "
+            f"needs {self._needs()}; the cluster has room for {total:,} such "
+            f"pod{'' if total == 1 else 's'}{limit} "
             f"({free:,} free GPUs)",
         )
 

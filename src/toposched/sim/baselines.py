@@ -138,7 +138,7 @@ def flat_place(
             request,
             "capacity",
             f"needs {request.pods} pods of {request.describe_pod_plain()}; the cluster has "
-            f"room for {total} such pods",
+            f"room for {total} such pod{'' if total == 1 else 's'}",
         )
     if per_pod:
         nodes, pods = _least_allocated_pods(state, request, candidates, capacity[candidates])

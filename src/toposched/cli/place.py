@@ -1,0 +1,219 @@
+"""`toposched place`: place jobs from YAML/JSON files on a cluster, one after another."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from toposched.cluster.errors import InputError
+from toposched.cluster.loaders import load_topology
+from toposched.cluster.state import MILLI_PER_GPU, ClusterState
+from toposched.placement.jobspec import JobSpec, load_jobs
+from toposched.placement.policies import POLICIES, policy_by_name
+from toposched.placement.request import GangRequest
+from toposched.placement.search import Placement, PlacementResult, place
+
+DESCRIPTION = """\
+Place jobs on a cluster and show where every pod runs, or exactly why a job cannot run now.
+Jobs are placed in the order given (files in order, jobs in a file in order), each placement
+taking its GPUs before the next job is tried, as a scheduler would bind them. Nothing is
+written anywhere: the cluster file is only read.
+
+A job file holds one job, a list of jobs, a `jobs:` list or several YAML documents (see the
+README for the fields). The cluster is a YAML/JSON description or an openb node CSV (see
+`toposched cluster show --help`), or --fleet: the 1,000,080-GPU GB300 fleet at 70% occupancy
+that `toposched bench placement` uses.
+"""
+
+EPILOG = """\
+examples:
+  toposched place job.yaml --cluster cluster.yaml
+  toposched place jobs.yaml --cluster cluster.yaml --pods 8   # also list the first 8 pods
+  toposched place pretrain.yaml --fleet --json                # every pod, as JSON
+"""
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "place",
+        help="place jobs on a cluster: every pod's node and GPUs, or why not",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("jobs", nargs="+", metavar="JOB_FILE", help="job files (.yaml/.json)")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--cluster", metavar="PATH", help="cluster file (.yaml, .json or .csv)")
+    where.add_argument(
+        "--fleet",
+        action="store_true",
+        help="the 1,000,080-GPU GB300 fleet at 70%% occupancy (built in a few seconds)",
+    )
+    parser.add_argument(
+        "--policy",
+        default="bestfit",
+        choices=sorted(POLICIES),
+        help="placement policy (default bestfit: the fullest domain that fits, so that whole "
+        "domains stay free)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the random policy and the fleet's layout"
+    )
+    parser.add_argument(
+        "--pods",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also list the first N pods of every placed job: node and GPU indices (default 0)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON instead of tables, with every pod"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.pods < 0:
+        raise InputError("--pods", args.pods, "must be >= 0")
+    # Every file is read and validated before anything is placed: a bad job later in the list
+    # should not leave half the output printed.
+    jobs = [job for path in args.jobs for job in load_jobs(path)]
+    if args.fleet:
+        from toposched.bench.placement import occupied_fleet
+
+        state = occupied_fleet(seed=args.seed)
+        cluster_name = "1,000,080-GPU GB300 fleet at 70% occupancy"
+    else:
+        state = ClusterState(load_topology(args.cluster))
+        cluster_name = str(args.cluster)
+    requests = [GangRequest.from_spec(job, state.topology) for job in jobs]
+    policy = policy_by_name(args.policy, seed=args.seed)
+    outcomes: list[tuple[JobSpec, PlacementResult, float]] = []
+    for job, request in zip(jobs, requests, strict=True):
+        started = time.perf_counter()
+        result = place(state, request, policy)
+        elapsed = time.perf_counter() - started
+        if isinstance(result, Placement):
+            state.allocate(job.name, result.allocation)
+        outcomes.append((job, result, elapsed))
+    if args.json:
+        print(json.dumps(_as_json(state, cluster_name, args.policy, outcomes), indent=2))
+    else:
+        _print_tables(state, cluster_name, args.policy, outcomes, args.pods)
+    return 0 if all(isinstance(result, Placement) for _, result, _ in outcomes) else 1
+
+
+def _domains_used(state: ClusterState, placement: Placement) -> dict[str, int]:
+    """Distinct domains the gang touches at every level below the cluster, and nodes."""
+    topology = state.topology
+    nodes = placement.allocation.nodes
+    used = {
+        name: int(np.unique(topology.node_domain[level][nodes]).size)
+        for level, name in enumerate(topology.domain_levels)
+        if level > 0
+    }
+    used["node"] = int(np.unique(nodes).size)
+    return used
+
+
+def _pod_rows(state: ClusterState, placement: Placement, limit: int | None) -> list[dict[str, Any]]:
+    allocation = placement.allocation
+    names = state.topology.node_names
+    count = allocation.pods if limit is None else min(limit, allocation.pods)
+    rows = []
+    for pod in range(count):
+        row: dict[str, Any] = {
+            "pod": pod,
+            "node": names[int(allocation.nodes[pod])],
+            "gpus": [int(gpu) for gpu in allocation.gpus[pod]],
+        }
+        if allocation.gpu_milli != MILLI_PER_GPU and allocation.gpus.shape[1]:
+            row["gpu_milli"] = allocation.gpu_milli
+        rows.append(row)
+    return rows
+
+
+def _as_json(
+    state: ClusterState,
+    cluster_name: str,
+    policy: str,
+    outcomes: list[tuple[JobSpec, PlacementResult, float]],
+) -> dict[str, Any]:
+    results = []
+    for job, result, elapsed in outcomes:
+        entry: dict[str, Any] = {"job": job.name, "decision_s": elapsed}
+        if isinstance(result, Placement):
+            entry["placed"] = True
+            entry["domains_used"] = _domains_used(state, result)
+            entry["pods"] = _pod_rows(state, result, None)
+        else:
+            entry["placed"] = False
+            entry["code"] = result.code
+            entry["reason"] = result.reason
+        results.append(entry)
+    return {"cluster": cluster_name, "policy": policy, "results": results}
+
+
+def _print_tables(
+    state: ClusterState,
+    cluster_name: str,
+    policy: str,
+    outcomes: list[tuple[JobSpec, PlacementResult, float]],
+    pods: int,
+) -> None:
+    console = Console()
+    table = Table(title=f"placements on {cluster_name} (policy {policy}, in order)")
+    table.add_column("job")
+    table.add_column("asks", justify="right")
+    table.add_column("result")
+    table.add_column("where / why not")
+    table.add_column("decision", justify="right")
+    for job, result, elapsed in outcomes:
+        request = result.request
+        asks = f"{request.pods:,} x {request.describe_pod(state.topology)}"
+        if isinstance(result, Placement):
+            used = _domains_used(state, result)
+            where = ", ".join(
+                f"{count:,} {level}{'' if count == 1 else 's'}" for level, count in used.items()
+            )
+            table.add_row(job.name, asks, "[green]placed[/]", where, _duration(elapsed))
+        else:
+            table.add_row(
+                job.name, asks, f"[red]{result.code}[/]", result.reason, _duration(elapsed)
+            )
+    console.print(table)
+    console.print(
+        "decision: wall time of the search; a process's first one includes loading the "
+        "compiled loops",
+        style="dim",
+    )
+    if pods <= 0:
+        return
+    for job, result, _ in outcomes:
+        if not isinstance(result, Placement):
+            continue
+        rows = _pod_rows(state, result, pods)
+        shown = Table(title=f"{job.name}: first {len(rows)} of {result.allocation.pods:,} pods")
+        shown.add_column("pod", justify="right")
+        shown.add_column("node")
+        shown.add_column("GPUs")
+        for row in rows:
+            gpus = ", ".join(str(gpu) for gpu in row["gpus"]) or "-"
+            if "gpu_milli" in row:
+                gpus += f" ({row['gpu_milli']} milli)"
+            shown.add_row(str(row["pod"]), row["node"], gpus)
+        console.print(shown)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
