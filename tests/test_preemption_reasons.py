@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from test_preemption_scenarios import HOUR, RACK, evicted_ids, racks, run, scheduler, spec
+import pytest
+from test_preemption_scenarios import (
+    FAIR_SHARE,
+    HOUR,
+    RACK,
+    evicted_ids,
+    racks,
+    run,
+    scheduler,
+    spec,
+)
 
 
 def test_the_reason_names_the_rack_and_counts_victims_by_the_rule_that_allowed_them() -> None:
@@ -38,7 +48,39 @@ def test_a_spread_gang_s_refusal_says_how_much_room_evicting_everyone_would_leav
     sched.submit(spec("wide", "team-a", pods=2), 2 * HOUR)
 
     assert evicted_ids(sched.cycle(2 * HOUR)) == []
+    reason = sched.jobs["wide"].reason
     assert (
         "no preemption: even evicting all 1 preemptible jobs leaves room for at most 1 of its "
-        "2 pods; no defragmentation" in sched.jobs["wide"].reason
+        "2 pods (" in reason
     )
+    # team-a's budget is 30% of the 16 GPUs: the gang asks for more than all of it.
+    assert (
+        "(it asks for 8 GPUs, more than its account's whole budget of 4.8: preemption never "
+        "takes another account below its budget, so it starts only while other accounts leave "
+        "part of theirs unused); no defragmentation" in reason
+    )
+
+
+@pytest.mark.parametrize(
+    ("pods", "options", "noted"),
+    [(2, {}, True), (1, {}, False), (2, {"contract": FAIR_SHARE}, False)],
+    ids=["beyond the budget", "within the budget", "fair-share rule"],
+)
+def test_only_a_job_larger_than_its_whole_budget_is_told_so_under_the_budget_rule(
+    pods: int, options: dict[str, object], noted: bool
+) -> None:
+    # Every GPU held by protected work of team-b and team-c: nothing may be preempted. team-a's
+    # budget is 4.8 GPUs; its job asks for 4 or 8.
+    sched = scheduler(racks(2, 2), **options)
+    for node in range(4):
+        run(
+            sched,
+            spec(f"keep{node}", "team-b" if node < 2 else "team-c", min_runtime="8h"),
+            [node],
+            0,
+        )
+    sched.submit(spec("ask", "team-a", pods=pods), HOUR)
+    assert evicted_ids(sched.cycle(HOUR)) == []
+    reason = sched.jobs["ask"].reason
+    assert "no preemption: " in reason
+    assert ("more than its account's whole budget of 4.8" in reason) is noted

@@ -546,7 +546,7 @@ class Scheduler:
             # The tier depends only on the account and the declared kind: asked once for each.
             tiers: dict[tuple[str, bool], QueueTier] = {}
             # Jobs refused preemption for the same reason share their explanation.
-            no_preemption_texts: dict[tuple[str, str], str] = {}
+            no_preemption_texts: dict[tuple[str, str, str], str] = {}
             reserved_nodes: frozenset[int] = frozenset()
             # Most pending jobs are answered by a known failure and a refused preemption, and
             # many share everything that answer depends on: their kind (shape, pod count,
@@ -659,11 +659,12 @@ class Scheduler:
                     refusal_key = (shape, entry.account, entry.priority)
                     refused = unpreemptable.get(refusal_key)
                     if refused is not None and pods >= refused[0]:
-                        explained = (job.reason, refused[1])
+                        note = self._beyond_budget_note(job, entry)
+                        explained = (job.reason, refused[1], note)
                         text = no_preemption_texts.get(explained)
                         if text is None:
                             text = no_preemption_texts[explained] = (
-                                f"{job.reason}; no preemption: {refused[1]}"
+                                f"{job.reason}; no preemption: {refused[1]}{note}"
                             )
                         job.reason = text
                     else:
@@ -678,7 +679,8 @@ class Scheduler:
                         if refused is None or pods < refused[0]:
                             unpreemptable[refusal_key] = (pods, plan)
                             refusals += 1
-                        job.reason += f"; no preemption: {plan}"
+                        note = self._beyond_budget_note(job, entry)
+                        job.reason += f"; no preemption: {plan}{note}"
                 if self.reservation is None and allocated and job.gpus >= self.reserve_min_gpus:
                     answered_by = None  # a reservation is looked for job by job
                     reserved = self._reserve(job, now, fence.frozen())
@@ -1142,6 +1144,21 @@ class Scheduler:
         candidates = self._candidates(entry, ranking, now, only_unallocated=only_unallocated)
         plan = self.victim_search.plan(job.job_id, job.request, candidates, known_not_to_fit=True)
         return plan, lasting and not candidates.caps_bind
+
+    def _beyond_budget_note(self, job: Job, entry: QueueEntry) -> str:
+        """Under the budget rule, what a job larger than its account's whole budget should know
+        (else ""): preemption cannot make room for it, only other accounts' unused budget can."""
+        contract = self.contract
+        if type(contract) is not Contract or contract.cross_account != "budget":
+            return ""
+        budget = self.budget_gpus(entry.account)
+        if entry.unallocated or budget <= 0 or job.gpus <= budget:
+            return ""
+        return (
+            f" (it asks for {_gpus_text(job.gpus)} GPUs, more than its account's whole budget "
+            f"of {_gpus_text(budget)}: preemption never takes another account below its budget, "
+            "so it starts only while other accounts leave part of theirs unused)"
+        )
 
     def _only_unallocated_victims(self, entry: QueueEntry) -> bool:
         """Whether unallocated work is all that `entry` may preempt: under the budget rule its
@@ -1799,3 +1816,8 @@ class Scheduler:
                 }
             )
         return rows
+
+
+def _gpus_text(gpus: float) -> str:
+    """GPUs as written in reasons: whole numbers plain, fractions to a tenth."""
+    return f"{gpus:,.0f}" if float(gpus).is_integer() else f"{gpus:,.1f}"
