@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from toposched.bench.placement import (
+    block_preferring_job,
     block_sliced_job,
     frontier_job,
     infeasible_job,
@@ -46,6 +47,15 @@ def test_block_sliced_job(benchmark: Any, busy_fleet: ClusterState) -> None:
     # A rack holds at most 36 two-GPU pods: 9,216 pods need 256 racks, and that many suffice.
     racks = busy_fleet.topology.node_domain[3][result.allocation.nodes]
     assert np.unique(racks).size == 256
+
+
+def test_block_preferring_job(benchmark: Any, busy_fleet: ClusterState) -> None:
+    job = block_preferring_job()
+    result = benchmark.pedantic(lambda: place(busy_fleet, job), rounds=20, iterations=1)
+    assert isinstance(result, Placement)
+    # Two blocks; 280 racks, the least on this layout (the greedy placement alone took 414).
+    assert result.domains_used(busy_fleet, 2) == 2
+    assert result.domains_used(busy_fleet, 3) == 280
 
 
 def test_infeasible_job(benchmark: Any, busy_fleet: ClusterState) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from placement_helpers import assert_valid_placement
 
 from toposched.cluster.builders import nvl72_cluster
@@ -94,6 +97,7 @@ def test_count_plans_use_fewer_racks_than_the_greedy_placement(
     assert_valid_placement(state, request, result)
     assert profile(state, result, (BLOCK, RACK)) == planned
     monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 0)
+    monkeypatch.setattr(fewest_counts, "MAX_PIECE_CELLS", 0)
     greedy = place(state, request, BestFit())
     assert isinstance(greedy, Placement)
     assert profile(state, greedy, (BLOCK, RACK)) == greedy_profile
@@ -142,3 +146,39 @@ def test_count_tables_convolve_by_max_plus() -> None:
     best, split = fewest_counts._max_plus(left, right, limit=3)
     assert best.tolist() == [0, 6, 11, 13]
     assert split.tolist() == [0, 1, 1, 1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    domains=st.lists(
+        st.lists(st.integers(1, 5), min_size=1, max_size=5).map(lambda c: sorted(c, reverse=True)),
+        min_size=1,
+        max_size=4,
+    ),
+    data=st.data(),
+)
+def test_both_knapsacks_match_a_brute_force_over_children_counts(
+    domains: list[list[int]], data: st.DataObject
+) -> None:
+    """For children's capacities per domain (largest first), the most pods on at most k
+    domains and j children, every j, by enumeration; and each knapsack's least placement."""
+    k = data.draw(st.integers(1, len(domains)), label="k")
+    limit = sum(len(children) for children in domains)
+    kernels = [np.concatenate(([0], np.cumsum(children))).astype(np.int64) for children in domains]
+    most = [0] * (limit + 1)
+    for counts in itertools.product(*(range(len(children) + 1) for children in domains)):
+        if sum(1 for count in counts if count) <= k:
+            pods = sum(int(kernel[count]) for kernel, count in zip(kernels, counts, strict=True))
+            for j in range(sum(counts), limit + 1):
+                most[j] = max(most[j], pods)
+    tables = fewest_counts._knapsack_by_pieces(kernels, k, limit)
+    assert tables[-1][k].tolist() == most
+    need = data.draw(st.integers(1, most[-1]), label="need")
+    least = next(j for j, pods in enumerate(most) if pods >= need)
+    for taken in (
+        fewest_counts._backtrack_pieces(tables, kernels, k, need),
+        fewest_counts._knapsack([kernel.copy() for kernel in kernels], k, limit, need),
+    ):
+        assert taken is not None
+        assert sum(taken) == least and sum(1 for count in taken if count) <= k
+        assert sum(int(kernel[count]) for kernel, count in zip(kernels, taken, strict=True)) >= need

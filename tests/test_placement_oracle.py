@@ -697,13 +697,23 @@ def test_beyond_the_amount_plan_count_plans_keep_the_guarantees(case: RandomCase
         return
     sliced_above = request.granule(request.required + 1) != request.granule(preferred)
     leaf = len(labels) - 1
-    # With a slice layer between, both plans for the fewest L-domains: by counts of them and by
-    # slices of the innermost slice level above L (the cheaper one runs in service).
-    by_counts = [True, False] if sliced_above else [True]
+    # Each way a plan may run. With a slice layer between, the fewest L-domains by counts of
+    # them or by slices of the innermost slice level above L (the cheaper one runs in
+    # service); without, the knapsack over runs of equal children (when children hold whole
+    # granules) or over every count of children.
+    variants: list[dict[str, object]] = (
+        [{"_counts_cost_less": lambda *_: True}, {"_counts_cost_less": lambda *_: False}]
+        if sliced_above
+        else [{}, {"MAX_PIECE_CELLS": 0}]
+    )
+    defaults = {
+        name: getattr(fewest_counts, name) for name in ("_counts_cost_less", "MAX_PIECE_CELLS")
+    }
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(FewestDomains, "affordable", lambda *_: False)
-        for policy, counts_first in itertools.product(policies(), by_counts):
-            patch.setattr(fewest_counts, "_counts_cost_less", lambda *_, first=counts_first: first)
+        for policy, variant in itertools.product(policies(), variants):
+            for name, default in defaults.items():
+                patch.setattr(fewest_counts, name, variant.get(name, default))
             result = place(state, request, policy)
             assert isinstance(result, Placement)
             assert_valid_placement(state, request, result, labels)
@@ -731,6 +741,7 @@ def test_beyond_every_limit_the_greedy_cover_stands(monkeypatch: pytest.MonkeyPa
     assert isinstance(result, Placement)
     assert [domains_used(result, labels, level) for level in (1, 2)] == [2, 2]  # y + z, by count
     monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 0)
+    monkeypatch.setattr(fewest_counts, "MAX_PIECE_CELLS", 0)
     result = place(state, request)
     assert isinstance(result, Placement)
     # x (the first of the two largest blocks) and z: the fewest blocks, one rack more than y + z.

@@ -92,6 +92,13 @@ def block_sliced_job() -> GangRequest:
     )
 
 
+def block_preferring_job() -> GangRequest:
+    """20,000 GPUs: 10,000 pods of 2 GPUs within one zone, fewest spine blocks preferred, then
+    fewest racks in them: beyond the amount plan and the knapsack over every count of racks;
+    the compiled knapsack over runs of racks of equal room settles it."""
+    return simple_request(10_000, 2, name="block-preferring", required=1, preferred=2)
+
+
 def infeasible_job() -> GangRequest:
     """400,000 GPUs in one zone: more than any zone has free."""
     return simple_request(100_000, 4, name="too-big", required=1)
@@ -155,6 +162,25 @@ def run_placement_benchmarks(quick: bool = False) -> list[Measurement]:
     results[-1].extra = {
         "racks_used": placed.domains_used(state, RACK_LEVEL),
         "blocks_used": placed.domains_used(state, 2),
+    }
+    spread_out = block_preferring_job()
+
+    def place_spread_out() -> None:
+        result = place(state, spread_out)
+        assert isinstance(result, Placement), result
+
+    results.append(
+        measure(
+            "20,000-GPU job: 10,000 x 2 GPUs in one zone, fewest blocks then racks",
+            place_spread_out,
+            runs=5 if quick else 30,
+        )
+    )
+    placed = place(state, spread_out)
+    assert isinstance(placed, Placement)
+    results[-1].extra = {
+        "blocks_used": placed.domains_used(state, 2),
+        "racks_used": placed.domains_used(state, RACK_LEVEL),
     }
     too_big = infeasible_job()
 

@@ -10,6 +10,7 @@ from numpy.typing import NDArray
 
 from toposched.cluster.topology import Topology
 from toposched.placement.capacity import CapacityView
+from toposched.placement.count_kernels import knapsack_by_runs
 from toposched.placement.fewest import IMPOSSIBLE, convolve_tables
 from toposched.placement.request import GangRequest
 
@@ -23,6 +24,9 @@ UNREACHABLE = -(np.int64(1) << 61)
 # one core, as for the amount plan.
 MAX_COUNT_CELLS = 400_000
 MAX_COUNT_TABLES = 256
+# The same for the compiled knapsack over runs of children of equal capacity
+# (`_knapsack_by_pieces`): table cells times runs, a few nanoseconds each.
+MAX_PIECE_CELLS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -120,42 +124,33 @@ class FewestByCount:
             return None
         # Domains are never empty, so no reduceat segment is.
         widths = np.minimum(np.add.reduceat(children > 0, offsets), limit) + 1
-        if k * (limit + 1) * int(widths.sum()) > MAX_COUNT_CELLS:
-            return None
         granule = self.request.granule(outer)
         kernels: list[IntArray] = []
         picks: list[IntArray] = []
+        pieces = 0
         for i in range(candidates.size):
             own = children[offsets[i] : offsets[i] + counts[i]]
             pick = np.argsort(-own, kind="stable")[: int(widths[i]) - 1]
+            ranked_children = own[pick]
+            pieces += int(np.count_nonzero(ranked_children[1:] != ranked_children[:-1])) + 1
             kernel = np.zeros(pick.size + 1, dtype=np.int64)
-            kernel[1:] = np.cumsum(own[pick]) // granule * granule
+            kernel[1:] = np.cumsum(ranked_children)
             kernels.append(kernel)
             picks.append(pick)
-        # table[d, j]: most pods on at most d of the domains so far, with at most j children.
-        table = np.zeros((k + 1, limit + 1), dtype=np.int64)
-        choices: list[tuple[BoolArray, IntArray]] = []
-        for kernel in kernels:
-            padded = np.full((k, kernel.size - 1 + limit + 1), UNREACHABLE, dtype=np.int64)
-            padded[:, kernel.size - 1 :] = table[:-1]
-            # pairs[d, j, m] = table[d, j - m] + kernel[m]: this domain takes m children.
-            pairs = sliding_window_view(padded, kernel.size, axis=1)[:, :, ::-1] + kernel
-            taken = pairs.argmax(axis=2)
-            best = np.take_along_axis(pairs, taken[:, :, None], axis=2)[:, :, 0]
-            used = best > table[1:]
-            table[1:] = np.where(used, best, table[1:])
-            choices.append((used, taken))
-        reach = table[k]
-        if reach[limit] < need:
+        # When every child holds whole granules, each domain's table is linear between changes
+        # of its children's capacity, and the knapsack merges it piece by piece.
+        linear = bool((children % granule == 0).all())
+        if linear and k * (limit + 1) * pieces <= MAX_PIECE_CELLS:
+            tables = _knapsack_by_pieces(kernels, k, limit)
+            taken_counts = _backtrack_pieces(tables, kernels, k, need)
+        elif k * (limit + 1) * int(widths.sum()) <= MAX_COUNT_CELLS:
+            for kernel in kernels:
+                kernel[1:] = kernel[1:] // granule * granule
+            taken_counts = _knapsack(kernels, k, limit, need)
+        else:
             return None
-        least = int(np.searchsorted(reach, need))
-        taken_counts = [0] * candidates.size
-        d, j = k, least
-        for i in range(candidates.size - 1, -1, -1):
-            used, taken = choices[i]
-            if d and used[d - 1, j]:
-                taken_counts[i] = int(taken[d - 1, j])
-                d, j = d - 1, j - taken_counts[i]
+        if taken_counts is None:
+            return None
         amounts = [int(kernels[i][m]) for i, m in enumerate(taken_counts)]
         _trim(amounts, sum(amounts) - need)
         domains: list[IntArray] = []
@@ -380,6 +375,68 @@ class _SliceUnits:
         first_child = self.topology.descendants(level, domain, level + 1)[0]
         for child, child_slices in enumerate(shares):
             self.collect(level + 1, first_child + child, child_slices, domains, pods)
+
+
+def _knapsack(kernels: list[IntArray], k: int, limit: int, need: int) -> list[int] | None:
+    """Children taken in each domain of a least placement on at most `k` domains and `limit`
+    children holding `need` pods (None if none), a domain taking m children holding
+    `kernel[m]`: (max, +) over every m, one domain at a time."""
+    # table[d, j]: most pods on at most d of the domains so far, with at most j children.
+    table = np.zeros((k + 1, limit + 1), dtype=np.int64)
+    choices: list[tuple[BoolArray, IntArray]] = []
+    for kernel in kernels:
+        padded = np.full((k, kernel.size - 1 + limit + 1), UNREACHABLE, dtype=np.int64)
+        padded[:, kernel.size - 1 :] = table[:-1]
+        # pairs[d, j, m] = table[d, j - m] + kernel[m]: this domain takes m children.
+        pairs = sliding_window_view(padded, kernel.size, axis=1)[:, :, ::-1] + kernel
+        taken = pairs.argmax(axis=2)
+        best = np.take_along_axis(pairs, taken[:, :, None], axis=2)[:, :, 0]
+        used = best > table[1:]
+        table[1:] = np.where(used, best, table[1:])
+        choices.append((used, taken))
+    reach = table[k]
+    if reach[limit] < need:
+        return None
+    taken_counts = [0] * len(kernels)
+    d, j = k, int(np.searchsorted(reach, need))
+    for i in range(len(kernels) - 1, -1, -1):
+        used, taken = choices[i]
+        if d and used[d - 1, j]:
+            taken_counts[i] = int(taken[d - 1, j])
+            d, j = d - 1, j - taken_counts[i]
+    return taken_counts
+
+
+def _knapsack_by_pieces(kernels: list[IntArray], k: int, limit: int) -> IntArray:
+    """`_knapsack`'s tables before each domain and after the last (`tables[i][d, j]`), for
+    kernels that are running sums of children's capacities, largest first: a compiled pass
+    over each run of children of equal capacity (`count_kernels.knapsack_by_runs`)."""
+    sizes = np.array([kernel.size for kernel in kernels], dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    tables: IntArray = knapsack_by_runs(np.concatenate(kernels), offsets, k, limit)
+    return tables
+
+
+def _backtrack_pieces(
+    tables: IntArray, kernels: list[IntArray], k: int, need: int
+) -> list[int] | None:
+    """Children taken in each domain of a least placement, from `_knapsack_by_pieces`."""
+    reach = tables[-1][k]
+    if reach[-1] < need:
+        return None
+    taken_counts = [0] * len(kernels)
+    d, j = k, int(np.searchsorted(reach, need))
+    for i in range(len(kernels) - 1, -1, -1):
+        value = int(tables[i + 1][d, j])
+        if d == 0 or value == int(tables[i][d, j]):
+            continue  # not using domain i reaches it
+        kernel = kernels[i]
+        most = min(j, kernel.size - 1)
+        options = tables[i][d - 1, j - np.arange(1, most + 1)] + kernel[1 : most + 1]
+        taken = int(np.flatnonzero(options == value)[0]) + 1
+        taken_counts[i] = taken
+        d, j = d - 1, j - taken
+    return taken_counts
 
 
 def _counts_cost_less(count_cells: int, slice_cells: int) -> bool:
