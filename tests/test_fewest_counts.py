@@ -97,7 +97,7 @@ def test_count_plans_use_fewer_racks_than_the_greedy_placement(
     assert_valid_placement(state, request, result)
     assert profile(state, result, (BLOCK, RACK)) == planned
     monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 0)
-    monkeypatch.setattr(fewest_counts, "MAX_PIECE_CELLS", 0)
+    monkeypatch.setattr(fewest_counts, "MAX_RUN_CELLS", 0)
     greedy = place(state, request, BestFit())
     assert isinstance(greedy, Placement)
     assert profile(state, greedy, (BLOCK, RACK)) == greedy_profile
@@ -171,12 +171,12 @@ def test_both_knapsacks_match_a_brute_force_over_children_counts(
             pods = sum(int(kernel[count]) for kernel, count in zip(kernels, counts, strict=True))
             for j in range(sum(counts), limit + 1):
                 most[j] = max(most[j], pods)
-    tables = fewest_counts._knapsack_by_pieces(kernels, k, limit)
+    tables = fewest_counts._knapsack_over_runs(kernels, k, limit)
     assert tables[-1][k].tolist() == most
     need = data.draw(st.integers(1, most[-1]), label="need")
     least = next(j for j, pods in enumerate(most) if pods >= need)
     for taken in (
-        fewest_counts._backtrack_pieces(tables, kernels, k, need),
+        fewest_counts._backtrack_runs(tables, kernels, k, need),
         fewest_counts._knapsack([kernel.copy() for kernel in kernels], k, limit, need),
     ):
         assert taken is not None

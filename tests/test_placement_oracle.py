@@ -704,10 +704,10 @@ def test_beyond_the_amount_plan_count_plans_keep_the_guarantees(case: RandomCase
     variants: list[dict[str, object]] = (
         [{"_counts_cost_less": lambda *_: True}, {"_counts_cost_less": lambda *_: False}]
         if sliced_above
-        else [{}, {"MAX_PIECE_CELLS": 0}]
+        else [{}, {"MAX_RUN_CELLS": 0}]
     )
     defaults = {
-        name: getattr(fewest_counts, name) for name in ("_counts_cost_less", "MAX_PIECE_CELLS")
+        name: getattr(fewest_counts, name) for name in ("_counts_cost_less", "MAX_RUN_CELLS")
     }
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(FewestDomains, "affordable", lambda *_: False)
@@ -741,7 +741,7 @@ def test_beyond_every_limit_the_greedy_cover_stands(monkeypatch: pytest.MonkeyPa
     assert isinstance(result, Placement)
     assert [domains_used(result, labels, level) for level in (1, 2)] == [2, 2]  # y + z, by count
     monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 0)
-    monkeypatch.setattr(fewest_counts, "MAX_PIECE_CELLS", 0)
+    monkeypatch.setattr(fewest_counts, "MAX_RUN_CELLS", 0)
     result = place(state, request)
     assert isinstance(result, Placement)
     # x (the first of the two largest blocks) and z: the fewest blocks, one rack more than y + z.

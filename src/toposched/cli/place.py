@@ -111,14 +111,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _domains_used(state: ClusterState, placement: Placement) -> dict[str, int]:
     """Distinct domains the gang touches at every level below the cluster, and nodes."""
-    topology = state.topology
-    nodes = placement.allocation.nodes
-    used = {
-        name: int(np.unique(topology.node_domain[level][nodes]).size)
-        for level, name in enumerate(topology.domain_levels)
-        if level > 0
-    }
-    used["node"] = int(np.unique(nodes).size)
+    levels = state.topology.domain_levels
+    used = {levels[level]: placement.domains_used(state, level) for level in range(1, len(levels))}
+    used["node"] = int(np.unique(placement.allocation.nodes).size)
     return used
 
 

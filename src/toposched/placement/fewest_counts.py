@@ -25,8 +25,8 @@ UNREACHABLE = -(np.int64(1) << 61)
 MAX_COUNT_CELLS = 400_000
 MAX_COUNT_TABLES = 256
 # The same for the compiled knapsack over runs of children of equal capacity
-# (`_knapsack_by_pieces`): table cells times runs, a few nanoseconds each.
-MAX_PIECE_CELLS = 1_000_000
+# (`_knapsack_over_runs`): table cells times runs, a few nanoseconds each.
+MAX_RUN_CELLS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -127,22 +127,22 @@ class FewestByCount:
         granule = self.request.granule(outer)
         kernels: list[IntArray] = []
         picks: list[IntArray] = []
-        pieces = 0
+        runs = 0
         for i in range(candidates.size):
             own = children[offsets[i] : offsets[i] + counts[i]]
             pick = np.argsort(-own, kind="stable")[: int(widths[i]) - 1]
             ranked_children = own[pick]
-            pieces += int(np.count_nonzero(ranked_children[1:] != ranked_children[:-1])) + 1
+            runs += int(np.count_nonzero(ranked_children[1:] != ranked_children[:-1])) + 1
             kernel = np.zeros(pick.size + 1, dtype=np.int64)
             kernel[1:] = np.cumsum(ranked_children)
             kernels.append(kernel)
             picks.append(pick)
-        # When every child holds whole granules, each domain's table is linear between changes
-        # of its children's capacity, and the knapsack merges it piece by piece.
+        # When every child holds whole granules, each domain's running sum is linear over every
+        # run of children of equal capacity, and the knapsack merges it run by run.
         linear = bool((children % granule == 0).all())
-        if linear and k * (limit + 1) * pieces <= MAX_PIECE_CELLS:
-            tables = _knapsack_by_pieces(kernels, k, limit)
-            taken_counts = _backtrack_pieces(tables, kernels, k, need)
+        if linear and k * (limit + 1) * runs <= MAX_RUN_CELLS:
+            tables = _knapsack_over_runs(kernels, k, limit)
+            taken_counts = _backtrack_runs(tables, kernels, k, need)
         elif k * (limit + 1) * int(widths.sum()) <= MAX_COUNT_CELLS:
             for kernel in kernels:
                 kernel[1:] = kernel[1:] // granule * granule
@@ -317,7 +317,6 @@ class _SliceUnits:
         self.first = first  # index of the first preferred domain in `capacity`
         self.capacity = capacity
         self.merged: dict[tuple[int, int], list[IntArray]] = {}
-        self.children: dict[tuple[int, int], list[IntArray]] = {}
 
     def _own(self, level: int, domain: int) -> tuple[int, IntArray]:
         lo, hi = self.topology.descendants(level, domain, self.preferred)
@@ -345,7 +344,6 @@ class _SliceUnits:
             table = np.minimum(table, IMPOSSIBLE)
             splits.append(split)
         self.merged[(level, domain)] = splits
-        self.children[(level, domain)] = tables
         ratio = self.request.granule(level) // self.slice_pods
         if ratio > 1:
             table = table.copy()
@@ -407,7 +405,7 @@ def _knapsack(kernels: list[IntArray], k: int, limit: int, need: int) -> list[in
     return taken_counts
 
 
-def _knapsack_by_pieces(kernels: list[IntArray], k: int, limit: int) -> IntArray:
+def _knapsack_over_runs(kernels: list[IntArray], k: int, limit: int) -> IntArray:
     """`_knapsack`'s tables before each domain and after the last (`tables[i][d, j]`), for
     kernels that are running sums of children's capacities, largest first: a compiled pass
     over each run of children of equal capacity (`count_kernels.knapsack_by_runs`)."""
@@ -417,10 +415,10 @@ def _knapsack_by_pieces(kernels: list[IntArray], k: int, limit: int) -> IntArray
     return tables
 
 
-def _backtrack_pieces(
+def _backtrack_runs(
     tables: IntArray, kernels: list[IntArray], k: int, need: int
 ) -> list[int] | None:
-    """Children taken in each domain of a least placement, from `_knapsack_by_pieces`."""
+    """Children taken in each domain of a least placement, from `_knapsack_over_runs`."""
     reach = tables[-1][k]
     if reach[-1] < need:
         return None
