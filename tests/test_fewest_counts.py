@@ -182,3 +182,29 @@ def test_both_knapsacks_match_a_brute_force_over_children_counts(
         assert taken is not None
         assert sum(taken) == least and sum(1 for count in taken if count) <= k
         assert sum(int(kernel[count]) for kernel, count in zip(kernels, taken, strict=True)) >= need
+
+
+def test_every_tied_required_domain_is_ranked_by_count_plans(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """19 zones of two blocks of two racks, 20 pods of 4 GPUs in one zone, fewest blocks then
+    racks, the amount plan switched off. Zones 0-17 keep 9 free nodes in every rack: two
+    blocks, three racks (18 + 2 pods). Zone 18 keeps one whole rack free in each block: two
+    blocks, two racks. Best fit alone takes zone 0 (equal free capacity, lower index)."""
+    zones = 19
+    state = ClusterState(nvl72_cluster(zones=zones, blocks_per_zone=2, racks_per_block=2))
+    starts = state.topology.domain_starts[RACK]
+    taken: list[int] = []
+    for rack in range(zones * 4):
+        free = 9 if rack < (zones - 1) * 4 else (NODES_PER_RACK if rack % 2 == 0 else 0)
+        first = int(starts[rack])
+        taken.extend(range(first + free, first + NODES_PER_RACK))
+    nodes = np.array(taken, dtype=np.int64)
+    state.allocate("others", Allocation.of(nodes, np.tile(np.arange(4), (nodes.size, 1))))
+    request = simple_request(20, 4, required=ZONE, preferred=BLOCK)
+    monkeypatch.setattr(FewestDomains, "affordable", lambda *_: False)
+    result = place(state, request, BestFit())
+    assert isinstance(result, Placement)
+    assert_valid_placement(state, request, result)
+    assert profile(state, result, (ZONE, BLOCK, RACK)) == [1, 2, 2]
+    assert int(state.topology.node_domain[ZONE][result.allocation.nodes[0]]) == zones - 1

@@ -21,9 +21,6 @@ from toposched.placement.request import GangRequest
 IntArray = NDArray[np.int64]
 
 _ONE_POD = np.ones(1, dtype=np.int64)
-#: Beyond the amount plan, candidate required domains are ranked by count plans (a greedy
-#: placement and a count plan each) when at most this many are in contention.
-COUNTED_CANDIDATES = 16
 _ONE_POD.flags.writeable = False
 
 
@@ -226,7 +223,7 @@ class _Search:
             if tied.size > 1 and planner.affordable(level, tied):
                 cost = np.array([planner.cost(level, int(d)) for d in tied], dtype=np.int64)
                 fewest = np.isin(candidates, tied[cost == cost.min()])
-            elif 1 < tied.size <= COUNTED_CANDIDATES:
+            elif tied.size > 1:
                 # Beyond the amount plan, by count plans: with exact cover counts, candidates
                 # tied on the fewest preferred domains are told apart one level inside them;
                 # else the preferred domains each candidate needs are counted afresh.
@@ -238,11 +235,25 @@ class _Search:
     def _least_counts(self, level: int, domains: IntArray) -> IntArray:
         """For each of `domains` (at `level`), the count `_count_plan` minimises (domains one
         level inside the preferred one, or preferred domains): its plan's, or the greedy
-        placement's where the plan finds no fewer or would pass its limits."""
+        placement's where the plan finds no fewer or would pass its limits.
+
+        Candidates are planned in the order of a lower bound (the fewest domains at the counted
+        level whose capacities reach the gang, whatever else is asked), and not at all once
+        their bound exceeds the least count found: such a candidate keeps its bound, which
+        ranks it behind."""
         planner = self._planner()
         counted = 1 if planner.cover_is_exact(level) else 0
+        assert self.request.preferred is not None
+        counted_level = self.request.preferred + counted
         least = np.empty(domains.size, dtype=np.int64)
         for i, domain in enumerate(domains.tolist()):
+            lo, hi = self.topology.descendants(level, domain, counted_level)
+            least[i] = _cover_count(self.view.at(counted_level, lo, hi), self.request.pods)
+        best = np.iinfo(np.int64).max
+        for i in np.argsort(least, kind="stable").tolist():
+            if least[i] > best:
+                break  # this bound and every later one exceed the least found
+            domain = int(domains[i])
             greedy = self._fill(level, domain, self.request.pods)
             if greedy is None:
                 least[i] = np.iinfo(np.int64).max  # capacities over-promised: ranked last
@@ -250,6 +261,7 @@ class _Search:
             profile = planner.profile(greedy[0])
             better = self._count_plan(level, domain, profile)
             least[i] = profile[counted] if better is None else better.domains.size
+            best = min(best, int(least[i]))
         return least
 
     def _fill(self, level: int, domain: int, need: int) -> tuple[IntArray, IntArray] | None:
