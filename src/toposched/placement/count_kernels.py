@@ -1,21 +1,32 @@
-"""Compiled loop of the count plans' knapsack over runs of children of equal capacity."""
+"""Compiled loops of the count plans' knapsack: by runs of equal children, or by SMAWK."""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numpy.typing import NDArray
+
+# Runs of equal children beyond which a domain is merged by SMAWK instead: one SMAWK pass over
+# a row costs about as much as this many run passes.
+SMAWK_RUNS = 8
+# Slope of the penalty that extends a kernel beyond its children (or below none), keeping it
+# concave: larger than any capacity, small enough that penalised sums stay far from overflow.
+_PENALTY = np.int64(1) << 40
 
 
 @njit(cache=True, nogil=True)
-def knapsack_by_runs(kernels: np.ndarray, offsets: np.ndarray, k: int, limit: int) -> np.ndarray:
+def knapsack_by_runs(
+    kernels: np.ndarray, offsets: np.ndarray, k: int, limit: int, smawk_runs: int = SMAWK_RUNS
+) -> np.ndarray:
     """Tables of the knapsack over domains: `tables[i][d, j]` is the most pods on at most d of
     the first i domains with at most j children, for d <= k and j <= limit.
 
     Domain i taking m children holds `kernels[offsets[i] + m]` pods: the running sums of its
-    children's capacities, largest first (so m = 0 holds 0). Over each run of equal
-    capacities c, table[d - 1, j - m] + kernel[m] is (table[d - 1, i] - c i) + c j + const with
-    i = j - m in a window that slides with j: a monotone queue gives every j's best in one pass,
-    so a domain costs k x limit per run of equal children, not per child.
+    children's capacities, largest first (so m = 0 holds 0, and the sums are concave). Over each
+    run of equal capacities c, table[d - 1, j - m] + kernel[m] is (table[d - 1, i] - c i) + c j
+    + const with i = j - m in a window that slides with j: a monotone queue gives every j's best
+    in one pass, so a domain costs k x limit per run of equal children, not per child. A domain
+    with more than `smawk_runs` runs is merged by `_row_maxima` instead.
     """
     domains = offsets.size - 1
     width = limit + 1
@@ -25,16 +36,27 @@ def knapsack_by_runs(kernels: np.ndarray, offsets: np.ndarray, k: int, limit: in
         tables[domain + 1] = tables[domain]
         base = offsets[domain]
         children = offsets[domain + 1] - base - 1
+        kernel = kernels[base : offsets[domain + 1]]
+        runs = 0
+        for child in range(children):
+            if child == 0 or kernel[child + 1] - kernel[child] != kernel[child] - kernel[child - 1]:
+                runs += 1
         for d in range(1, k + 1):
             previous = tables[domain, d - 1]
             best = tables[domain + 1, d]
+            if runs > smawk_runs:
+                merged = _row_maxima(previous, kernel)
+                for j in range(width):
+                    if merged[j] > best[j]:
+                        best[j] = merged[j]
+                continue
             start = 0
             while start < children and start < limit:
-                slope = kernels[base + start + 1] - kernels[base + start]
+                slope = kernel[start + 1] - kernel[start]
                 end = start + 1
-                while end < children and kernels[base + end + 1] - kernels[base + end] == slope:
+                while end < children and kernel[end + 1] - kernel[end] == slope:
                     end += 1
-                constant = kernels[base + start] - slope * start
+                constant = kernel[start] - slope * start
                 head = 0
                 tail = 0
                 for j in range(start + 1, width):
@@ -56,3 +78,87 @@ def knapsack_by_runs(kernels: np.ndarray, offsets: np.ndarray, k: int, limit: in
                         best[j] = candidate
                 start = end
     return tables
+
+
+@njit(cache=True, nogil=True)
+def _entry(previous: NDArray[np.int64], kernel: NDArray[np.int64], j: int, i: int) -> int:
+    """previous[i] + kernel[j - i], the kernel extended concavely by a steep penalty on both
+    sides, so that the matrix over (j, i) is Monge and SMAWK applies."""
+    x = j - i
+    last = kernel.size - 1
+    if x < 0:
+        value = previous[i] + _PENALTY * x
+    elif x > last:
+        value = previous[i] + kernel[last] - _PENALTY * (x - last)
+    else:
+        value = previous[i] + kernel[x]
+    return int(value)
+
+
+@njit(cache=True, nogil=True)
+def _row_maxima(previous: np.ndarray, kernel: np.ndarray) -> np.ndarray:
+    """For every j, the best of previous[j - m] + kernel[m] over m (the (max, +) convolution of
+    a row with a concave kernel), by SMAWK on the implicit matrix of `_entry` in O(rows).
+
+    Rows at level t are j = 2^t - 1 + q 2^t. Going down, each level keeps at most as many
+    columns as it has rows (the columns that may hold a row maximum); coming back up, each row
+    between two rows of the level below is searched only between their maxima's columns.
+    """
+    n = previous.size
+    levels = 0
+    while (1 << (levels + 1)) - 1 < n:
+        levels += 1
+    columns = np.empty(2 * n + levels + 2, dtype=np.int64)
+    first = np.empty(levels + 1, dtype=np.int64)
+    count = np.empty(levels + 1, dtype=np.int64)
+    stack = np.empty(n, dtype=np.int64)
+    used = 0
+    for level in range(levels + 1):
+        start, step = (1 << level) - 1, 1 << level
+        rows = (n - start + step - 1) // step
+        top = 0
+        offered = n if level == 0 else count[level - 1]
+        for q in range(offered):
+            column = q if level == 0 else columns[first[level - 1] + q]
+            while top > 0:
+                row = start + (top - 1) * step
+                if _entry(previous, kernel, row, stack[top - 1]) < _entry(
+                    previous, kernel, row, column
+                ):
+                    top -= 1
+                else:
+                    break
+            if top < rows:
+                stack[top] = column
+                top += 1
+        first[level] = used
+        count[level] = top
+        columns[used : used + top] = stack[:top]
+        used += top
+    best_column = np.empty(n, dtype=np.int64)
+    for level in range(levels, -1, -1):
+        start, step = (1 << level) - 1, 1 << level
+        rows = (n - start + step - 1) // step
+        base = first[level]
+        low = 0
+        for p in range(0, rows, 2):
+            row = start + p * step
+            high = count[level] - 1
+            if p < rows - 1:
+                target = best_column[row + step]
+                high = low
+                while columns[base + high] != target:
+                    high += 1
+            chosen = columns[base + low]
+            value = _entry(previous, kernel, row, chosen)
+            for x in range(low + 1, high + 1):
+                candidate = _entry(previous, kernel, row, columns[base + x])
+                if candidate > value:
+                    value = candidate
+                    chosen = columns[base + x]
+            best_column[row] = chosen
+            low = high
+    merged = np.empty(n, dtype=np.int64)
+    for j in range(n):
+        merged[j] = _entry(previous, kernel, j, best_column[j])
+    return merged

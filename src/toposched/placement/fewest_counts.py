@@ -10,7 +10,7 @@ from numpy.typing import NDArray
 
 from toposched.cluster.topology import Topology
 from toposched.placement.capacity import CapacityView
-from toposched.placement.count_kernels import knapsack_by_runs
+from toposched.placement.count_kernels import SMAWK_RUNS, knapsack_by_runs
 from toposched.placement.fewest import IMPOSSIBLE, convolve_tables
 from toposched.placement.request import GangRequest
 
@@ -24,9 +24,9 @@ UNREACHABLE = -(np.int64(1) << 61)
 # one core, as for the amount plan.
 MAX_COUNT_CELLS = 400_000
 MAX_COUNT_TABLES = 256
-# The same for the compiled knapsack over runs of children of equal capacity
-# (`_knapsack_over_runs`): table cells times runs, a few nanoseconds each.
-MAX_RUN_CELLS = 1_000_000
+# The same for the compiled knapsack (`_knapsack_over_runs`): table cells times each domain's
+# runs of equal children, at most SMAWK_RUNS; about 5 ns each, 20 ms at the limit.
+MAX_RUN_CELLS = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,9 @@ class FewestByCount:
             own = children[offsets[i] : offsets[i] + counts[i]]
             pick = np.argsort(-own, kind="stable")[: int(widths[i]) - 1]
             ranked_children = own[pick]
-            runs += int(np.count_nonzero(ranked_children[1:] != ranked_children[:-1])) + 1
+            own_runs = int(np.count_nonzero(ranked_children[1:] != ranked_children[:-1])) + 1
+            # Beyond SMAWK_RUNS runs, a domain's merge costs about that many runs (SMAWK).
+            runs += min(own_runs, SMAWK_RUNS)
             kernel = np.zeros(pick.size + 1, dtype=np.int64)
             kernel[1:] = np.cumsum(ranked_children)
             kernels.append(kernel)
@@ -405,13 +407,16 @@ def _knapsack(kernels: list[IntArray], k: int, limit: int, need: int) -> list[in
     return taken_counts
 
 
-def _knapsack_over_runs(kernels: list[IntArray], k: int, limit: int) -> IntArray:
+def _knapsack_over_runs(
+    kernels: list[IntArray], k: int, limit: int, smawk_runs: int = SMAWK_RUNS
+) -> IntArray:
     """`_knapsack`'s tables before each domain and after the last (`tables[i][d, j]`), for
     kernels that are running sums of children's capacities, largest first: a compiled pass
-    over each run of children of equal capacity (`count_kernels.knapsack_by_runs`)."""
+    over each run of children of equal capacity, or SMAWK for a domain of more than
+    `smawk_runs` runs (`count_kernels.knapsack_by_runs`)."""
     sizes = np.array([kernel.size for kernel in kernels], dtype=np.int64)
     offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-    tables: IntArray = knapsack_by_runs(np.concatenate(kernels), offsets, k, limit)
+    tables: IntArray = knapsack_by_runs(np.concatenate(kernels), offsets, k, limit, smawk_runs)
     return tables
 
 
