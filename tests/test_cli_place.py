@@ -127,3 +127,21 @@ def test_a_missing_cluster_file_and_a_negative_pod_count_are_clear_errors(
     cluster, _ = files
     assert main(["place", str(jobs), "--cluster", str(cluster), "--pods", "-1"]) == 2
     assert "--pods" in capsys.readouterr().err
+
+
+def test_the_busy_fleet_places_a_rack_sliced_training_job(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "pretrain.yaml"
+    job.write_text(
+        "name: pretrain\npods: 2304\n"
+        "resources_per_pod: {gpus: 4, cpu: 64, memory: 512Gi, gpu_models: [GB300]}\n"
+        "topology: {required: zone, preferred: block, slices: [{level: rack, pods: 18}]}\n"
+    )
+    assert main(["place", str(job), "--fleet", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)["results"][0]
+    assert result["placed"] and len(result["pods"]) == 2304
+    # 128 whole racks of 18 nodes, one pod of 4 GPUs on each node.
+    assert result["domains_used"]["zone"] == 1
+    assert result["domains_used"]["rack"] == 128
+    assert result["domains_used"]["node"] == 2304
