@@ -124,64 +124,31 @@ def run_placement_benchmarks(quick: bool = False) -> list[Measurement]:
             note=f"free GPUs {free:,}",
         )
     )
-    big = frontier_job()
-
-    def place_big() -> None:
-        result = place(state, big)
-        assert isinstance(result, Placement), result
-
     results.append(
-        measure(
+        _measure_gang(
+            state,
             "200,016-GPU job: 2,778 rack slices of 18x4, fewest blocks",
-            place_big,
-            runs=5 if quick else 30,
+            frontier_job(),
+            quick,
             target_s=5e-3,
         )
     )
-    placed = place(state, big)
-    assert isinstance(placed, Placement)
-    results[-1].extra = {
-        "blocks_used": placed.domains_used(state, 2),
-        "racks_used": placed.domains_used(state, RACK_LEVEL),
-    }
-    sliced = block_sliced_job()
-
-    def place_sliced() -> None:
-        result = place(state, sliced)
-        assert isinstance(result, Placement), result
-
     results.append(
-        measure(
+        _measure_gang(
+            state,
             "18,432-GPU job: 4 block slices of 2,304 x 2 GPUs, fewest racks",
-            place_sliced,
-            runs=5 if quick else 30,
+            block_sliced_job(),
+            quick,
         )
     )
-    placed = place(state, sliced)
-    assert isinstance(placed, Placement)
-    results[-1].extra = {
-        "racks_used": placed.domains_used(state, RACK_LEVEL),
-        "blocks_used": placed.domains_used(state, 2),
-    }
-    spread_out = block_preferring_job()
-
-    def place_spread_out() -> None:
-        result = place(state, spread_out)
-        assert isinstance(result, Placement), result
-
     results.append(
-        measure(
+        _measure_gang(
+            state,
             "20,000-GPU job: 10,000 x 2 GPUs in one zone, fewest blocks then racks",
-            place_spread_out,
-            runs=5 if quick else 30,
+            block_preferring_job(),
+            quick,
         )
     )
-    placed = place(state, spread_out)
-    assert isinstance(placed, Placement)
-    results[-1].extra = {
-        "blocks_used": placed.domains_used(state, 2),
-        "racks_used": placed.domains_used(state, RACK_LEVEL),
-    }
     too_big = infeasible_job()
 
     def reject() -> None:
@@ -199,3 +166,26 @@ def run_placement_benchmarks(quick: bool = False) -> list[Measurement]:
     reason = place(state, too_big)
     results[-1].note = str(reason)
     return results
+
+
+def _measure_gang(
+    state: ClusterState,
+    name: str,
+    request: GangRequest,
+    quick: bool,
+    target_s: float | None = None,
+) -> Measurement:
+    """Time placing a large gang that fits, with the blocks and racks it uses."""
+
+    def place_gang() -> None:
+        result = place(state, request)
+        assert isinstance(result, Placement), result
+
+    measured = measure(name, place_gang, runs=5 if quick else 30, target_s=target_s)
+    placed = place(state, request)
+    assert isinstance(placed, Placement)
+    measured.extra = {
+        "blocks_used": placed.domains_used(state, 2),
+        "racks_used": placed.domains_used(state, RACK_LEVEL),
+    }
+    return measured

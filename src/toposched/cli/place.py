@@ -11,6 +11,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from toposched.bench.harness import format_seconds
 from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import load_topology
 from toposched.cluster.state import MILLI_PER_GPU, ClusterState
@@ -177,10 +178,10 @@ def _print_tables(
             where = ", ".join(
                 f"{count:,} {level}{'' if count == 1 else 's'}" for level, count in used.items()
             )
-            table.add_row(job.name, asks, "[green]placed[/]", where, _duration(elapsed))
+            table.add_row(job.name, asks, "[green]placed[/]", where, format_seconds(elapsed))
         else:
             table.add_row(
-                job.name, asks, f"[red]{result.code}[/]", result.reason, _duration(elapsed)
+                job.name, asks, f"[red]{result.code}[/]", result.reason, format_seconds(elapsed)
             )
     console.print(table)
     console.print(
@@ -204,11 +205,3 @@ def _print_tables(
                 gpus += f" ({row['gpu_milli']} milli)"
             shown.add_row(str(row["pod"]), row["node"], gpus)
         console.print(shown)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.2f} s"
