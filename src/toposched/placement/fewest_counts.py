@@ -222,24 +222,33 @@ class FewestByCount:
         return Shares(outer, np.concatenate(domains), np.concatenate(pods))
 
 
-class _SlicedCounts:
+class _SlicePlan:
+    """What both plans for a slice layer above L read: the preferred domains' capacities inside
+    the required domain, and the innermost slice level above L (`flat`)."""
+
+    def __init__(self, owner: FewestByCount, flat: int, first: int, capacity: IntArray) -> None:
+        self.topology = owner.topology
+        self.request = owner.request
+        self.preferred = owner.preferred
+        self.flat = flat
+        self.first = first  # index of the first preferred domain in `capacity`
+        self.capacity = capacity
+
+    def _own(self, level: int, domain: int) -> tuple[int, IntArray]:
+        """The first preferred domain under `domain` and the capacities of all of them."""
+        lo, hi = self.topology.descendants(level, domain, self.preferred)
+        return lo, self.capacity[lo - self.first : hi - self.first]
+
+
+class _SlicedCounts(_SlicePlan):
     """Count tables of the domains between the required level and the innermost slice above L."""
 
     def __init__(
         self, owner: FewestByCount, flat: int, limit: int, first: int, capacity: IntArray
     ) -> None:
-        self.topology = owner.topology
-        self.request = owner.request
-        self.preferred = owner.preferred
-        self.flat = flat
+        super().__init__(owner, flat, first, capacity)
         self.limit = limit
-        self.first = first  # index of the first preferred domain in `capacity`
-        self.capacity = capacity
         self.merged: dict[tuple[int, int], _Merged] = {}
-
-    def _own(self, level: int, domain: int) -> tuple[int, IntArray]:
-        lo, hi = self.topology.descendants(level, domain, self.preferred)
-        return lo, self.capacity[lo - self.first : hi - self.first]
 
     def table(self, level: int, domain: int) -> IntArray:
         """Most pods `domain` holds on at most j preferred domains, j = 0 .. the limit."""
@@ -297,7 +306,7 @@ class _SlicedCounts:
             )
 
 
-class _SliceUnits:
+class _SliceUnits(_SlicePlan):
     """Least preferred domains per count of slices, for the domains between the required level
     and the innermost slice level above L, in that level's slices (min, +).
 
@@ -310,19 +319,10 @@ class _SliceUnits:
     def __init__(
         self, owner: FewestByCount, flat: int, slices: int, first: int, capacity: IntArray
     ) -> None:
-        self.topology = owner.topology
-        self.request = owner.request
-        self.preferred = owner.preferred
-        self.flat = flat
+        super().__init__(owner, flat, first, capacity)
         self.slices = slices
         self.slice_pods = owner.request.granule(flat)
-        self.first = first  # index of the first preferred domain in `capacity`
-        self.capacity = capacity
         self.merged: dict[tuple[int, int], list[IntArray]] = {}
-
-    def _own(self, level: int, domain: int) -> tuple[int, IntArray]:
-        lo, hi = self.topology.descendants(level, domain, self.preferred)
-        return lo, self.capacity[lo - self.first : hi - self.first]
 
     def table(self, level: int, domain: int) -> IntArray:
         """Fewest preferred domains `domain` needs to hold s slices, s = 0 .. the gang's slices
