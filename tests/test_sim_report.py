@@ -121,6 +121,11 @@ def test_comparison_runs_every_scheduler_on_the_same_workload(
     assert len(rows["occupancy"]) == 4
     assert "wait debug p90" in rows
     assert rows["preemptions"][1:] == ["0", "0", "0"]
+    for name, cell in zip(runs, rows["  owed lost to jobs larger than budget"], strict=True):
+        fairness = runs[name].summary["fairness"]
+        owed = sum(team["owed_gpu_hours"] for team in fairness["teams"].values())
+        lost = fairness["shortfall_gpu_hours_by_cause"]["jobs_larger_than_budget"]
+        assert cell == f"{100 * lost / owed:.1f}%"
 
 
 def test_compare_returns_deterministic_summaries() -> None:

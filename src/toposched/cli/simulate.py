@@ -338,6 +338,26 @@ def _seconds(value: float | None) -> str:
     return f"{value / 3600:.1f} h"
 
 
+_SHORTFALL_LABELS = {
+    "jobs_larger_than_budget": "every waiting job larger than the team's budget",
+    "jobs_past_budget": "every waiting job larger than its unused budget",
+    "job_within_budget": "a waiting job fitting its unused budget",
+    "demand_within_hour": "hourly cap, no moment short",
+}
+
+
+def _shortfall_causes(by_cause: dict[str, float]) -> str:
+    """Each cause's share of the owed GPU-hours not received (docs/simulator.md)."""
+    total = sum(by_cause.values())
+    if total <= 0:
+        return ""
+    return "\n".join(
+        f"{100 * hours / total:.0f}% {_SHORTFALL_LABELS.get(cause, cause)}"
+        for cause, hours in by_cause.items()
+        if hours > 0
+    )
+
+
 def _verdict(met: bool | None) -> str:
     if met is None:
         return ""
@@ -417,6 +437,9 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
             "",
             "",
         )
+        causes = _shortfall_causes(fair.get("shortfall_gpu_hours_by_cause", {}))
+        if causes:
+            table.add_row("owed GPU-hours not received, by cause", causes, "", "")
     debug = summary["debug_wait_s"]
     if debug["p90"] is not None:
         table.add_row(

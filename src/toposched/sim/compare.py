@@ -292,6 +292,14 @@ def team_ratios(summary: Mapping[str, Any]) -> tuple[float | None, float | None]
     return min(ratios), sum(ratios) / len(ratios)
 
 
+def _owed_share(summary: Mapping[str, Any], cause: str) -> float | None:
+    """The owed GPU-hours not received for `cause`, as a share of all owed GPU-hours."""
+    teams = _get(summary, "fairness", "teams") or {}
+    owed = sum(team.get("owed_gpu_hours", 0.0) for team in teams.values())
+    lost = _get(summary, "fairness", "shortfall_gpu_hours_by_cause", cause)
+    return lost / owed if lost is not None and owed > 0 else None
+
+
 def comparison_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, list[str]]]:
     """(metric, one cell per scheduler) rows of the side-by-side summary."""
     names = list(summaries)
@@ -316,6 +324,10 @@ def comparison_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[tuple[st
     add("teams: owed delivered (all)", lambda s: _percent(_get(s, "fairness", "owed_met")))
     add("teams: owed delivered (min)", lambda s: _percent(team_ratios(s)[0]))
     add("teams: owed delivered (mean)", lambda s: _percent(team_ratios(s)[1]))
+    add(
+        "  owed lost to jobs larger than budget",
+        lambda s: _percent(_owed_share(s, "jobs_larger_than_budget")),
+    )
     classes = sorted(
         {c for s in summaries.values() for c in (_get(s, "classes") or {}) if c != "debug"}
     )

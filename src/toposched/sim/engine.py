@@ -173,7 +173,9 @@ class _Run:
             )
         teams = [leaf for leaf in self.tree.leaves() if self.tree.has_budget(leaf)]
         self.team_shares = {team: self.tree.effective_share(team) for team in teams}
-        self.ledger = TeamLedger(teams)
+        self.ledger = TeamLedger(
+            teams, budgets=[self.team_shares[team] * self.capacity for team in teams]
+        )
         self.integrals = Integrals()
         self.samples: list[Sample] = []
         self.cycle_seconds: list[float] = []
@@ -413,6 +415,8 @@ class _Run:
         record.backfilled = record.backfilled or decision.backfilled
         if record.first_start is None:
             record.first_start = now
+        if record.allocated:
+            self.ledger.waiting(record.account, now, record.gpus, added=False)
         self.pending_gpus -= record.gpus
         self.pending_jobs -= 1
         self.running_jobs += 1
@@ -477,6 +481,8 @@ class _Run:
         job = self.scheduler.jobs.get(record.job.name)
         if job is not None and str(job.state) == "pending":
             record.state = "pending"
+            if record.allocated:
+                self.ledger.waiting(record.account, now, record.gpus, added=True)
             self.pending_gpus += record.gpus
             self.pending_jobs += 1
         else:
@@ -580,6 +586,8 @@ class _Run:
         self.scheduler.cancel(name, now)
         self.scheduler_events += 1
         self.counts["cancellations"] += 1
+        if record.allocated:
+            self.ledger.waiting(record.account, now, record.gpus, added=False)
         self.pending_gpus -= record.gpus
         self.pending_jobs -= 1
         self._ended(record, now, "cancelled")
@@ -596,6 +604,7 @@ class _Run:
         self.pending_jobs += 1
         if record.allocated:
             self.ledger.change(record.account, now, demand=record.gpus)
+            self.ledger.waiting(record.account, now, record.gpus, added=True)
         if job.cancel_after is not None:
             self._push(now + job.cancel_after, EventKind.CANCEL, job.name)
         return True

@@ -13,6 +13,7 @@ from toposched.workloads.model import WorkloadJob
 
 __all__ = [
     "HOUR",
+    "SHORTFALL_CAUSES",
     "Conservation",
     "Integrals",
     "JobRecord",
@@ -115,22 +116,47 @@ class Integrals:
     explain; idle GPUs while nothing waits are the workload's."""
 
 
-class TeamLedger:
-    """Per team and per hour: allocated GPU-seconds delivered and GPU-seconds demanded.
+SHORTFALL_CAUSES: dict[str, str] = {
+    "jobs_larger_than_budget": "every waiting job of the team was larger than its whole budget",
+    "jobs_past_budget": (
+        "every waiting job would have taken the team past its budget (larger than the part of "
+        "the budget it left unused)"
+    ),
+    "job_within_budget": (
+        "a waiting job fitted in the team's unused budget: it waited for other teams' borrowed "
+        "work to be reclaimed, for room in the topology or behind the queue"
+    ),
+    "demand_within_hour": (
+        "no moment was short: the team's demand passed its budget in part of the hour and fell "
+        "below it in the rest, which the hourly cap counts as owed"
+    ),
+}
+"""Why owed GPU-hours were not delivered (`fairness.shortfall_by_cause`), in the order reported."""
 
-    Rates are piecewise constant between events; `set_rates` integrates the old rates up to
-    `now` into hour buckets before applying the change.
+
+class TeamLedger:
+    """Per team and per hour: allocated GPU-seconds delivered and GPU-seconds demanded, and,
+    when budgets are given, the GPU-seconds the team was short of min(budget, demand) by cause.
+
+    Rates are piecewise constant between events; `change` and `waiting` integrate the old rates
+    up to `now` into hour buckets before applying the change.
     """
 
-    def __init__(self, teams: Sequence[str], start: float = 0.0) -> None:
+    def __init__(
+        self, teams: Sequence[str], start: float = 0.0, budgets: Sequence[float] | None = None
+    ) -> None:
         self.teams = list(teams)
         self.index = {team: i for i, team in enumerate(self.teams)}
         self.start = start
+        self.budgets = list(budgets) if budgets is not None else None
         self.delivered_rate = [0.0] * len(self.teams)
         self.demand_rate = [0.0] * len(self.teams)
         self.since = [start] * len(self.teams)
         self.delivered: list[list[float]] = [[] for _ in self.teams]
         self.demand: list[list[float]] = [[] for _ in self.teams]
+        # GPUs of each waiting allocated job, counted by size: the smallest decides the cause.
+        self.waiting_sizes: list[dict[float, int]] = [{} for _ in self.teams]
+        self.short: list[dict[str, list[float]]] = [{} for _ in self.teams]
 
     def change(self, team: str, now: float, delivered: float = 0.0, demand: float = 0.0) -> None:
         """The team's running allocated GPUs change by `delivered`, its demand by `demand`."""
@@ -141,9 +167,39 @@ class TeamLedger:
         self.delivered_rate[index] += delivered
         self.demand_rate[index] += demand
 
+    def waiting(self, team: str, now: float, gpus: float, added: bool) -> None:
+        """An allocated job of `gpus` GPUs starts (`added`) or stops waiting to run."""
+        index = self.index.get(team)
+        if index is None:
+            return
+        self._flush(index, now)
+        sizes = self.waiting_sizes[index]
+        count = sizes.get(gpus, 0) + (1 if added else -1)
+        if count > 0:
+            sizes[gpus] = count
+        else:
+            sizes.pop(gpus, None)
+
     def close(self, now: float) -> None:
         for index in range(len(self.teams)):
             self._flush(index, now)
+
+    def _cause(self, index: int) -> tuple[str, float] | None:
+        """The team's shortfall rate (GPUs) and its cause now, or None when not short."""
+        if self.budgets is None or not self.waiting_sizes[index]:
+            return None
+        budget = self.budgets[index]
+        delivered = self.delivered_rate[index]
+        # Sums of float GPU counts drift by 1e-12: a team at its budget is not short.
+        short = min(budget, self.demand_rate[index]) - delivered
+        if short <= 1e-6:
+            return None
+        smallest = min(self.waiting_sizes[index])
+        if smallest > budget + 1e-9:
+            return "jobs_larger_than_budget", short
+        if smallest > budget - delivered + 1e-9:
+            return "jobs_past_budget", short
+        return "job_within_budget", short
 
     def _flush(self, index: int, now: float) -> None:
         begin = self.since[index]
@@ -154,6 +210,10 @@ class TeamLedger:
         demand_rate = self.demand_rate[index]
         if delivered_rate == 0.0 and demand_rate == 0.0:
             return
+        cause = self._cause(index)
+        short: list[float] | None = None
+        if cause is not None:
+            short = self.short[index].setdefault(cause[0], [])
         delivered, demand = self.delivered[index], self.demand[index]
         hour = int((begin - self.start) // HOUR)
         while begin < now:
@@ -163,6 +223,10 @@ class TeamLedger:
                 demand.append(0.0)
             delivered[hour] += delivered_rate * (end - begin)
             demand[hour] += demand_rate * (end - begin)
+            if short is not None and cause is not None:
+                while len(short) <= hour:
+                    short.append(0.0)
+                short[hour] += cause[1] * (end - begin)
             begin = end
             hour += 1
 
@@ -175,6 +239,17 @@ class TeamLedger:
         delivered[:known] = self.delivered[index][:known]
         demand[:known] = self.demand[index][:known]
         return delivered, demand
+
+    def short_hours(self, team: str, count: int) -> dict[str, np.ndarray]:
+        """GPU-seconds of each of the first `count` hours during which the team ran less than
+        min(budget, demand), by cause (causes that never held are left out)."""
+        short: dict[str, np.ndarray] = {}
+        for cause, values in self.short[self.index[team]].items():
+            array = np.zeros(count)
+            known = min(count, len(values))
+            array[:known] = values[:known]
+            short[cause] = array
+        return short
 
 
 @dataclass
@@ -262,11 +337,15 @@ def _team_report(result: SimulationResult) -> dict[str, Any]:
     teams: dict[str, Any] = {}
     owed_total = delivered_total = met_total = 0.0
     ratios: list[float] = []
+    by_cause = dict.fromkeys(SHORTFALL_CAUSES, 0.0)
     for team, share in result.team_shares.items():
         delivered, demand = result.ledger.hours(team, hours)
         entitled = share * result.capacity_gpus * HOUR
         owed = np.minimum(entitled, demand)
         met = np.minimum(delivered, owed)
+        team_causes = _shortfall_by_cause(owed - met, result.ledger.short_hours(team, hours))
+        for cause, gpu_seconds in team_causes.items():
+            by_cause[cause] += gpu_seconds
         owed_sum, met_sum, delivered_sum = (
             float(owed.sum()),
             float(met.sum()),
@@ -281,6 +360,9 @@ def _team_report(result: SimulationResult) -> dict[str, Any]:
             "owed_met": ratio,
             "delivered_over_owed": delivered_sum / owed_sum if owed_sum > 0 else None,
             "demand_gpu_hours": float(demand.sum()) / HOUR,
+            "shortfall_gpu_hours_by_cause": {
+                cause: gpu_seconds / HOUR for cause, gpu_seconds in team_causes.items()
+            },
         }
         owed_total += owed_sum
         met_total += met_sum
@@ -293,8 +375,31 @@ def _team_report(result: SimulationResult) -> dict[str, Any]:
         "teams_served": sum(1 for ratio in ratios if ratio >= SERVED_THRESHOLD),
         "teams_with_demand": len(ratios),
         "worst_team_owed_met": min(ratios) if ratios else None,
+        "shortfall_gpu_hours_by_cause": {
+            cause: gpu_seconds / HOUR for cause, gpu_seconds in by_cause.items()
+        },
         "teams": teams,
     }
+
+
+def _shortfall_by_cause(shortfall: np.ndarray, short: dict[str, np.ndarray]) -> dict[str, float]:
+    """Split each hour's shortfall (owed - delivered within owed, GPU-seconds) between causes.
+
+    Within an hour, the GPU-seconds the team ran below min(budget, demand) under each cause
+    (`short`) share the hour's shortfall in proportion; they can add up to more than it, when
+    delivery above the budget at other moments of the hour made up for them. Any shortfall
+    beyond them is the hourly cap's: demand above the budget in part of the hour and below it
+    in the rest counts as owed for the whole hour, though no moment was short.
+    """
+    total = sum(short.values(), np.zeros_like(shortfall))
+    scale = np.divide(
+        np.minimum(shortfall, total), total, out=np.zeros_like(shortfall), where=total > 0
+    )
+    split = {cause: 0.0 for cause in SHORTFALL_CAUSES}
+    for cause, seconds in short.items():
+        split[cause] = float((seconds * scale).sum())
+    split["demand_within_hour"] = float(np.maximum(shortfall - total, 0.0).sum())
+    return split
 
 
 def _class_report(records: Sequence[JobRecord], end: float) -> dict[str, Any]:
