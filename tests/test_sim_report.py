@@ -11,6 +11,7 @@ import pytest
 
 from toposched.sim.baselines import fifo_first_fit
 from toposched.sim.compare import ComparisonRun, compare, comparison_rows, run_comparison
+from toposched.sim.metrics import SHORTFALL_CAUSES
 from toposched.sim.report import SECTIONS, write_report
 from toposched.workloads.ai2 import ai2_like
 
@@ -78,6 +79,24 @@ def test_report_has_every_section_with_inline_plots(
     for name in runs:
         assert name in text
     assert "absent" not in text
+
+
+def test_report_tells_why_owed_gpu_hours_were_not_delivered(
+    tmp_path: Path, runs: dict[str, ComparisonRun]
+) -> None:
+    path = tmp_path / "report.html"
+    summaries = {name: run.summary for name, run in runs.items()}
+    write_report(path, summaries, runs, description="tiny")
+    page = path.read_text(encoding="utf-8")
+    teams = summaries["toposched"]["fairness"]["teams"]
+    assert teams
+    for team, report in teams.items():
+        split = report["shortfall_gpu_hours_by_cause"]
+        cells = "".join(f"<td>{split[cause]:,.0f}</td>" for cause in SHORTFALL_CAUSES)
+        met = report["owed_met"]
+        received = "-" if met is None else f"{100 * met:.1f}%"
+        owed = f"{report['owed_gpu_hours']:,.0f}"
+        assert f"<tr><td>{team}</td><td>{owed}</td><td>{received}</td>{cells}</tr>" in page
 
 
 def test_report_without_runs_says_what_is_missing(

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from toposched.sim.compare import ClusterSnapshot, ComparisonRun, comparison_rows
-from toposched.sim.metrics import HOUR, SimulationResult
+from toposched.sim.metrics import HOUR, SHORTFALL_CAUSES, SimulationResult
 
 __all__ = ["SECTIONS", "render_report", "write_report"]
 
@@ -375,6 +375,30 @@ def _teams_section(summaries: Mapping[str, Mapping[str, Any]]) -> str:
         + '<p class="note">Bars: GPU-hours delivered within what each team was owed (its share, '
         "capped hour by hour by its demand). Owed depends on demand, which each run shapes.</p>"
         + bar_chart(teams, delivered, "GPU-hours", "Delivered vs owed per team", owed)
+        + _shortfall_table(names[0], teams, first)
+    )
+
+
+def _shortfall_table(name: str, teams: Sequence[str], by_team: Mapping[str, Any]) -> str:
+    """Per team of one run: owed GPU-hours, the share received, and why the rest was not."""
+    causes = list(SHORTFALL_CAUSES)
+    header = "".join(f"<th>{_e(cause.replace('_', ' '))}</th>" for cause in causes)
+    rows = []
+    for team in teams:
+        report = by_team.get(team, {})
+        owed = report.get("owed_gpu_hours", 0.0)
+        met = report.get("owed_met")
+        split = report.get("shortfall_gpu_hours_by_cause", {})
+        cells = "".join(f"<td>{split.get(cause, 0.0):,.0f}</td>" for cause in causes)
+        received = "-" if met is None else f"{100 * met:.1f}%"
+        rows.append(f"<tr><td>{_e(team)}</td><td>{owed:,.0f}</td><td>{received}</td>{cells}</tr>")
+    return (
+        f'<p class="note">Owed GPU-hours {_e(name)} did not deliver, by cause '
+        "(docs/simulator.md, <code>fairness.shortfall_gpu_hours_by_cause</code>): while every "
+        "waiting job of the team was larger than its whole budget, larger than the part of its "
+        "budget it left unused, while one fitted that part, or by the hourly cap alone.</p>"
+        f"<table><tr><th>team</th><th>owed GPU-hours</th><th>received</th>{header}</tr>"
+        f"{''.join(rows)}</table>"
     )
 
 
