@@ -116,22 +116,17 @@ class Integrals:
     explain; idle GPUs while nothing waits are the workload's."""
 
 
-SHORTFALL_CAUSES: dict[str, str] = {
-    "jobs_larger_than_budget": "every waiting job of the team was larger than its whole budget",
-    "jobs_past_budget": (
-        "every waiting job would have taken the team past its budget (larger than the part of "
-        "the budget it left unused)"
-    ),
-    "job_within_budget": (
-        "a waiting job fitted in the team's unused budget: it waited for other teams' borrowed "
-        "work to be reclaimed, for room in the topology or behind the queue"
-    ),
-    "demand_within_hour": (
-        "no moment was short: the team's demand passed its budget in part of the hour and fell "
-        "below it in the rest, which the hourly cap counts as owed"
-    ),
-}
-"""Why owed GPU-hours were not delivered (`fairness.shortfall_by_cause`), in the order reported."""
+SHORTFALL_CAUSES = (
+    "jobs_larger_than_budget",
+    "jobs_past_budget",
+    "job_within_budget",
+    "demand_within_hour",
+)
+"""Why owed GPU-hours were not delivered (`fairness.shortfall_gpu_hours_by_cause`), in the order
+reported: every waiting job of the team larger than its whole budget; every one larger than the
+part of the budget it left unused; one that fitted that part (it waited for other teams'
+borrowed work to be reclaimed, for room in the topology or behind the queue); and the hourly
+cap alone (demand above the budget in part of the hour, below it in the rest)."""
 
 
 class TeamLedger:
@@ -211,9 +206,8 @@ class TeamLedger:
         if delivered_rate == 0.0 and demand_rate == 0.0:
             return
         cause = self._cause(index)
-        short: list[float] | None = None
-        if cause is not None:
-            short = self.short[index].setdefault(cause[0], [])
+        short: list[float] = [] if cause is None else self.short[index].setdefault(cause[0], [])
+        short_rate = 0.0 if cause is None else cause[1]
         delivered, demand = self.delivered[index], self.demand[index]
         hour = int((begin - self.start) // HOUR)
         while begin < now:
@@ -223,10 +217,10 @@ class TeamLedger:
                 demand.append(0.0)
             delivered[hour] += delivered_rate * (end - begin)
             demand[hour] += demand_rate * (end - begin)
-            if short is not None and cause is not None:
+            if short_rate:
                 while len(short) <= hour:
                     short.append(0.0)
-                short[hour] += cause[1] * (end - begin)
+                short[hour] += short_rate * (end - begin)
             begin = end
             hour += 1
 
@@ -395,7 +389,7 @@ def _shortfall_by_cause(shortfall: np.ndarray, short: dict[str, np.ndarray]) -> 
     scale = np.divide(
         np.minimum(shortfall, total), total, out=np.zeros_like(shortfall), where=total > 0
     )
-    split = {cause: 0.0 for cause in SHORTFALL_CAUSES}
+    split = dict.fromkeys(SHORTFALL_CAUSES, 0.0)
     for cause, seconds in short.items():
         split[cause] = float((seconds * scale).sum())
     split["demand_within_hour"] = float(np.maximum(shortfall - total, 0.0).sum())
