@@ -61,13 +61,19 @@ def outline(path: Path) -> _Outline:
     return parser
 
 
-def test_report_has_every_section_with_inline_plots(
-    tmp_path: Path, runs: dict[str, ComparisonRun]
-) -> None:
-    path = tmp_path / "report.html"
+@pytest.fixture(scope="module")
+def full_report(tmp_path_factory: pytest.TempPathFactory, runs: dict[str, ComparisonRun]) -> Path:
+    """The report of every run, with its cycle timings and cluster observations."""
+    path = tmp_path_factory.mktemp("report") / "report.html"
     summaries = {name: run.summary for name, run in runs.items()}
     write_report(path, summaries, runs, description="tiny")
-    parsed = outline(path)
+    return path
+
+
+def test_report_has_every_section_with_inline_plots(
+    full_report: Path, runs: dict[str, ComparisonRun]
+) -> None:
+    parsed = outline(full_report)
     assert parsed.sections == [key for key, _ in SECTIONS]
     for section in ("occupancy", "waits", "teams", "latency", "fragmentation", "cluster-map"):
         assert parsed.plots.get(section, 0) >= 1, section
@@ -82,13 +88,10 @@ def test_report_has_every_section_with_inline_plots(
 
 
 def test_report_tells_why_owed_gpu_hours_were_not_delivered(
-    tmp_path: Path, runs: dict[str, ComparisonRun]
+    full_report: Path, runs: dict[str, ComparisonRun]
 ) -> None:
-    path = tmp_path / "report.html"
-    summaries = {name: run.summary for name, run in runs.items()}
-    write_report(path, summaries, runs, description="tiny")
-    page = path.read_text(encoding="utf-8")
-    teams = summaries["toposched"]["fairness"]["teams"]
+    page = full_report.read_text(encoding="utf-8")
+    teams = runs["toposched"].summary["fairness"]["teams"]
     assert teams
     for team, report in teams.items():
         split = report["shortfall_gpu_hours_by_cause"]
