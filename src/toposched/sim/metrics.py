@@ -227,23 +227,23 @@ class TeamLedger:
     def hours(self, team: str, count: int) -> tuple[np.ndarray, np.ndarray]:
         """(delivered, demanded) GPU-seconds of each of the first `count` hours."""
         index = self.index[team]
-        delivered = np.zeros(count)
-        demand = np.zeros(count)
-        known = min(count, len(self.delivered[index]))
-        delivered[:known] = self.delivered[index][:known]
-        demand[:known] = self.demand[index][:known]
-        return delivered, demand
+        return _first_hours(self.delivered[index], count), _first_hours(self.demand[index], count)
 
     def short_hours(self, team: str, count: int) -> dict[str, np.ndarray]:
         """GPU-seconds of each of the first `count` hours during which the team ran less than
         min(budget, demand), by cause (causes that never held are left out)."""
-        short: dict[str, np.ndarray] = {}
-        for cause, values in self.short[self.index[team]].items():
-            array = np.zeros(count)
-            known = min(count, len(values))
-            array[:known] = values[:known]
-            short[cause] = array
-        return short
+        return {
+            cause: _first_hours(values, count)
+            for cause, values in self.short[self.index[team]].items()
+        }
+
+
+def _first_hours(values: Sequence[float], count: int) -> np.ndarray:
+    """The first `count` hour buckets of `values`, zeros where nothing was recorded."""
+    array = np.zeros(count)
+    known = min(count, len(values))
+    array[:known] = values[:known]
+    return array
 
 
 @dataclass
