@@ -507,6 +507,17 @@ def test_simulate_command_prints_and_writes_the_summary(
     assert replayed["classes"] == written["classes"]
 
 
+def test_simulate_command_runs_the_team_sized_variant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arguments = ["simulate", "--workload", "ai2:team-sized", "--days", "0.1", "--gpus", "64"]
+    assert main([*arguments, "--no-progress", "--json", "--out", str(tmp_path)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["workload"] == "ai2:team-sized"
+    assert summary["notes"]["training_sizes"] == "team"
+    assert "training runs sized to team budgets" in summary["workload_description"]
+
+
 @pytest.mark.parametrize(
     ("option", "value", "field"),
     [
@@ -564,6 +575,8 @@ def test_the_summary_table_shows_the_targets_of_its_workload(
     ai2 = rendered(summary)
     assert "98.0%" in ai2 and "50,000" in ai2 and "Ai2's outcomes" in ai2
     assert "30 days in 10 min" not in ai2
+    sized = rendered({**summary, "workload": "ai2:team-sized"})
+    assert "98.0%" in sized and "Ai2's outcomes" in sized
     frontier = {
         **summary,
         "workload": "frontier",

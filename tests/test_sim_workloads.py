@@ -248,6 +248,40 @@ def test_ai2_like_budgeted_work_offers_about_80_percent(seed: int, gpus: int) ->
     assert noted == {name: round(value / capacity, 4) for name, value in sorted(offered.items())}
 
 
+def _largest_training_run(workload: Workload) -> dict[str, int]:
+    largest: dict[str, int] = {}
+    for job in workload.jobs:
+        if job.job_class == "training":
+            account = job.spec.account
+            largest[account] = max(largest.get(account, 0), job.spec.total_gpus)
+    return largest
+
+
+def test_ai2_like_team_sized_training_fits_each_budget() -> None:
+    """`ai2:team-sized` caps each team's runs at its budget in whole nodes; the default draws
+    every team's runs from sizes up to a sixth of the cluster, so small teams get runs larger
+    than their whole budget."""
+    sized = workload_by_name("ai2:team-sized", days=10.0, gpus=3072)
+    default = workload_by_name("ai2", days=10.0, gpus=3072)
+    tree = BudgetTree.from_dict(sized.budget)
+    budget_gpus = {
+        leaf: tree.effective_share(leaf) * 3072 for leaf in tree.leaves() if tree.has_budget(leaf)
+    }
+    sized_largest, default_largest = _largest_training_run(sized), _largest_training_run(default)
+    assert set(sized_largest) == set(budget_gpus)
+    for account, gpus in sized_largest.items():
+        assert gpus <= budget_gpus[account]
+    assert any(gpus > budget_gpus[account] for account, gpus in default_largest.items())
+    assert max(sized_largest.values()) > 8  # multi-node runs remain
+    assert sized.name == "ai2:team-sized" and sized.notes["training_sizes"] == "team"
+    # Only sizes change: the budgeted load offered stays at its level.
+    for workload in (sized, default):
+        training = sum(j.gpus * j.runtime for j in workload.jobs if j.job_class == "training")
+        assert 0.68 <= training / (3072 * workload.horizon) <= 0.78
+    with pytest.raises(InputError, match="training_sizes"):
+        ai2_like(seed=0, days=1.0, gpus=256, training_sizes="huge")
+
+
 def test_frontier_lab_on_the_million_gpu_fleet() -> None:
     workload = frontier_lab(seed=0, days=1.0)
     assert workload.topology.n_gpus == 1_000_080

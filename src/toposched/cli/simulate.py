@@ -48,6 +48,7 @@ sampled timeline; docs/simulator.md defines each metric and the workload file fo
 examples:
   toposched simulate                               Ai2-like cluster, 30 days, 3,072 GPUs
   toposched simulate --workload ai2 --days 3 --gpus 2048 --seed 7
+  toposched simulate --workload ai2:team-sized     no training run larger than its team's budget
   toposched simulate --workload itp:04 --json
   toposched simulate --workload openb:gpushare40 --days 20
   toposched simulate --workload my-lab.jsonl --out results/
@@ -82,7 +83,7 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
         "--workload",
         default=workload_default,
         metavar="W",
-        help=f"ai2, frontier, itp:NN, openb[:TRACE] or a workload FILE (default: "
+        help=f"ai2, ai2:team-sized, frontier, itp:NN, openb[:TRACE] or a workload FILE (default: "
         f"{workload_default})",
     )
     parser.add_argument(
@@ -367,7 +368,7 @@ def _verdict(met: bool | None) -> str:
 def summary_table(summary: dict[str, Any], title: str) -> Table:
     """The headline figures of a simulation summary, with the targets of its workload: Ai2's
     outcomes and the event rate for the Ai2-like cluster, the wall time for the frontier lab."""
-    ai2 = summary.get("workload") == "ai2"
+    ai2 = str(summary.get("workload")).startswith("ai2")
     # The wall-time target is for the full fleet; a shrunken one (--gpus) has none.
     frontier = summary.get("workload") == "frontier" and summary["cluster"]["gpus"] >= 1_000_000
 

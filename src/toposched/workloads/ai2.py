@@ -11,7 +11,7 @@ import numpy as np
 from toposched.cluster.errors import InputError
 from toposched.workloads.model import SpecFactory, Workload, WorkloadJob, build_cluster
 
-__all__ = ["AI2_PROGRAMS", "ai2_like", "ai2_budget", "ai2_cluster"]
+__all__ = ["AI2_PROGRAMS", "TRAINING_SIZES", "ai2_like", "ai2_budget", "ai2_cluster"]
 
 DAY = 86400.0
 HOUR = 3600.0
@@ -51,6 +51,9 @@ SCRATCH_SHARE_OF_UNALLOCATED = 0.3
 DEBUG_RATE_WORKING_HOURS = 0.8
 """Debug sessions per researcher per working hour (09-18, Monday to Friday)."""
 OFF_HOURS_FACTOR = 0.15
+TRAINING_SIZES = ("cluster", "team")
+"""How multi-node training runs are sized: `cluster`, every team draws from the same sizes up
+to a sixth of the cluster; `team`, no run larger than its team's budget (in whole nodes)."""
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,17 @@ def ai2_cluster(gpus: int) -> dict[str, Any]:
 
 
 class _Generator:
-    def __init__(self, seed: int, days: float, topology_nodes: int, levels: tuple[str, ...]):
+    def __init__(
+        self,
+        seed: int,
+        days: float,
+        topology_nodes: int,
+        levels: tuple[str, ...],
+        budget_nodes: dict[str, int] | None = None,
+    ):
         self.rng = np.random.default_rng(seed)
+        # Largest training run per account, in nodes, when runs are sized to team budgets.
+        self.budget_nodes = budget_nodes or {}
         self.horizon = days * DAY
         self.nodes = topology_nodes
         self.levels = levels
@@ -170,7 +182,7 @@ class _Generator:
     def training(self, account: str, submit: float) -> float:
         """One training run; returns the GPU-hours it asks for."""
         rng = self.rng
-        largest = max(1, self.nodes // 6)
+        largest = min(max(1, self.nodes // 6), self.budget_nodes.get(account, self.nodes))
         if rng.random() < 0.5 or largest < 2:
             nodes, runtime = 1, self.lognormal(8 * HOUR, 0.8, HOUR, 4 * DAY)
         else:
@@ -373,7 +385,9 @@ class _Generator:
             )
 
 
-def ai2_like(seed: int = 0, days: float = 30.0, gpus: int = 3072) -> Workload:
+def ai2_like(
+    seed: int = 0, days: float = 30.0, gpus: int = 3072, training_sizes: str = "cluster"
+) -> Workload:
     """An Ai2-like research cluster of about `gpus` GPUs over `days` days.
 
     Fifteen teams in four programs hold budgets summing to the cluster; a zero-share account
@@ -384,8 +398,11 @@ def ai2_like(seed: int = 0, days: float = 30.0, gpus: int = 3072) -> Workload:
     hours), single- and multi-node training (8-512 GPUs, hours to a week, resumable, min runtime
     2-8 h), evaluation sweeps (5-40 jobs of 1-8 GPUs submitted together) and unallocated work
     (min runtime 0, or the zero-share account). Every job is tagged debug, training, eval or
-    unallocated. The same seed gives the same workload.
+    unallocated. The same seed gives the same workload. With `training_sizes="team"`, no team's
+    training run is larger than its budget in whole nodes (a 60-GPU team runs at most 7 nodes).
     """
+    if training_sizes not in TRAINING_SIZES:
+        raise InputError("training_sizes", training_sizes, f"must be one of {TRAINING_SIZES}")
     if not isinstance(days, int | float) or isinstance(days, bool) or not 0 < days <= 366:
         raise InputError("days", days, "must be a number of days > 0 and <= 366")
     cluster = ai2_cluster(gpus)
@@ -395,7 +412,13 @@ def ai2_like(seed: int = 0, days: float = 30.0, gpus: int = 3072) -> Workload:
     teams = [
         _Team(team.account, team.share, max(1, round(researchers * team.share))) for team in teams
     ]
-    generator = _Generator(seed, days, topology.n_nodes, topology.levels)
+    budget_nodes = None
+    if training_sizes == "team":
+        budget_nodes = {
+            team.account: max(1, int(team.share * topology.n_gpus) // GPUS_PER_NODE)
+            for team in teams
+        }
+    generator = _Generator(seed, days, topology.n_nodes, topology.levels, budget_nodes)
     for team, phases in zip(teams, generator.scaled_phases(teams), strict=True):
         generator.team(team, phases)
     generator.unallocated_work(teams)
@@ -405,7 +428,7 @@ def ai2_like(seed: int = 0, days: float = 30.0, gpus: int = 3072) -> Workload:
         offered[job.job_class] = offered.get(job.job_class, 0.0) + job.gpus * job.runtime
     capacity = topology.n_gpus * days * DAY
     return Workload(
-        name="ai2",
+        name="ai2" if training_sizes == "cluster" else "ai2:team-sized",
         topology=topology,
         cluster=cluster,
         budget=budget,
@@ -414,12 +437,14 @@ def ai2_like(seed: int = 0, days: float = 30.0, gpus: int = 3072) -> Workload:
         description=(
             f"Ai2-like research cluster: {topology.n_gpus:,} GPUs, 15 budgeted teams, "
             f"{days:g} days, seed {seed}"
+            + ("" if training_sizes == "cluster" else ", training runs sized to team budgets")
         ),
         notes={
             "generator": "ai2_like",
             "seed": seed,
             "days": days,
             "gpus": topology.n_gpus,
+            "training_sizes": training_sizes,
             "researchers": sum(team.researchers for team in teams),
             # GPU-hours each class offers (runtimes in full) over the cluster's GPU-hours.
             "offered_share_by_class": {

@@ -1,4 +1,4 @@
-"""Workloads by the names the command line uses: ai2, frontier, itp:NN, openb[:TRACE], FILE."""
+"""Workloads by the names the command line uses: ai2[:team-sized], frontier, itp:NN, openb, FILE."""
 
 from __future__ import annotations
 
@@ -15,12 +15,15 @@ from toposched.workloads.replay import ITP_CLUSTER_NODES, itp_replay, openb_repl
 __all__ = ["WORKLOAD_HELP", "workload_by_name"]
 
 DEFAULT_DAYS = {"ai2": 30.0, "frontier": 30.0}
+_AI2_VARIANTS = {"ai2": "cluster", "ai2:team-sized": "team"}
 AI2_DEFAULT_GPUS = 3072
 _RACK_GPUS = 72
 
 WORKLOAD_HELP = {
     "ai2": "Ai2-like research cluster (default 3,072 GPUs, 30 days): 15 budgeted teams, "
     "outstanding demand 2-3x capacity, debug/training/eval/unallocated jobs",
+    "ai2:team-sized": "the same with no training run larger than its team's budget (by default "
+    "every team's runs reach a sixth of the cluster, 512 GPUs at 3,072)",
     "frontier": "frontier-lab fleet of 1,000,080 GB300 GPUs (30 days): 10k-200k-GPU training in "
     "rack slices, inference, evals, node failures and repairs; --gpus shrinks the fleet",
     "itp:NN": "timed replay of Microsoft ITP cluster NN (01-10) on a documented number of 8-GPU "
@@ -47,11 +50,12 @@ def workload_by_name(
         raise InputError("days", days, "must be a number of days > 0")
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
         raise InputError("gpus", gpus, "must be a whole number of GPUs >= 1")
-    if name == "ai2":
+    if name in _AI2_VARIANTS:
         return ai2_like(
             seed,
             days if days is not None else DEFAULT_DAYS["ai2"],
             gpus if gpus is not None else AI2_DEFAULT_GPUS,
+            training_sizes=_AI2_VARIANTS[name],
         )
     if name == "frontier":
         racks_per_block = None
@@ -77,7 +81,8 @@ def workload_by_name(
         raise InputError(
             "workload",
             name,
-            "must be ai2, frontier, itp:NN, openb[:TRACE] or an existing workload file",
+            "must be ai2, ai2:team-sized, frontier, itp:NN, openb[:TRACE] or an existing "
+            "workload file",
         )
     workload = load_workload(path)
     if days is not None:
