@@ -127,6 +127,11 @@ def test_a_missing_cluster_file_and_a_negative_pod_count_are_clear_errors(
     cluster, _ = files
     assert main(["place", str(jobs), "--cluster", str(cluster), "--pods", "-1"]) == 2
     assert "--pods" in capsys.readouterr().err
+    for where in (["--cluster", str(cluster), "--policy", "random"], ["--fleet"]):
+        assert main(["place", str(jobs), *where, "--seed", "-3"]) == 2
+        err = capsys.readouterr().err
+        assert "seed: -3 is invalid: must be a whole number >= 0" in err
+        assert "Traceback" not in err
 
 
 def test_the_busy_fleet_places_a_rack_sliced_training_job(

@@ -539,6 +539,7 @@ def test_simulation_rejects_bad_intervals(option: str, value: float, field: str)
         (["--gpus", "0"], "gpus: 0 is invalid"),
         (["--workload", "frontier", "--gpus", "-3"], "gpus: -3 is invalid"),
         (["--days", "0"], "days: 0.0 is invalid"),
+        (["--seed", "-1"], "seed: -1 is invalid: must be a whole number >= 0"),
         (["--workload", "openb", "--days", "-2"], "days: -2.0 is invalid"),
         (["--sample-interval", "0"], "--sample-interval: '0': expected a number of seconds > 0"),
         (["--cycle-every", "-5"], "--cycle-every: '-5': expected a number of seconds >= 0"),

@@ -282,6 +282,17 @@ def test_ai2_like_team_sized_training_fits_each_budget() -> None:
         ai2_like(seed=0, days=1.0, gpus=256, training_sizes="huge")
 
 
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "7"])
+def test_generators_reject_a_seed_numpy_cannot_take(seed: object) -> None:
+    for build in (
+        lambda: ai2_like(seed=seed, days=1.0, gpus=64),  # type: ignore[arg-type]
+        lambda: frontier_lab(seed=seed, days=1.0, racks_per_block=2),  # type: ignore[arg-type]
+        lambda: workload_by_name("ai2", seed=seed, days=1.0, gpus=64),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(InputError, match="seed: .* is invalid: must be a whole number >= 0"):
+            build()
+
+
 def test_frontier_lab_on_the_million_gpu_fleet() -> None:
     workload = frontier_lab(seed=0, days=1.0)
     assert workload.topology.n_gpus == 1_000_080

@@ -6,6 +6,7 @@ import numpy as np
 
 from toposched.bench.harness import Measurement, measure
 from toposched.cluster.builders import million_gpu_cluster
+from toposched.cluster.errors import checked_seed
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.placement.request import GangRequest, simple_request
 from toposched.placement.search import Placement, Unschedulable, place
@@ -26,7 +27,7 @@ def occupied_fleet(
     racks host small jobs that hold a random number of GPUs on every node, enough to reach
     `occupancy` overall; the other racks are free.
     """
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(checked_seed(seed))
     state = ClusterState(million_gpu_cluster())
     topology = state.topology
     racks = topology.n_domains(RACK_LEVEL)

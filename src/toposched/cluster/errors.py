@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from numbers import Integral
 from typing import Any
 
 
@@ -17,3 +18,11 @@ class InputError(ToposchedError, ValueError):
         self.value = value
         self.rule = rule
         super().__init__(f"{field}: {value!r} is invalid: {rule}")
+
+
+def checked_seed(seed: Any, field: str = "seed") -> int:
+    """`seed` if it is a whole number >= 0 (what numpy's generators accept), else an
+    InputError naming `field`."""
+    if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
+        raise InputError(field, seed, "must be a whole number >= 0")
+    return int(seed)

@@ -7,6 +7,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from toposched.cluster.errors import checked_seed
 from toposched.cluster.state import ClusterState
 from toposched.placement.request import GangRequest
 
@@ -95,7 +96,7 @@ class RandomFit:
     name = "random"
 
     def __init__(self, seed: int = 0) -> None:
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(checked_seed(seed))
 
     def domain_scores(self, capacity: IntArray, need: int) -> FloatArray:
         return self.rng.random(len(capacity))

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from toposched.cluster.errors import InputError
+from toposched.cluster.errors import InputError, checked_seed
 from toposched.workloads.model import SpecFactory, Workload, WorkloadJob, build_cluster
 
 __all__ = ["AI2_PROGRAMS", "TRAINING_SIZES", "ai2_like", "ai2_budget", "ai2_cluster"]
@@ -401,6 +401,7 @@ def ai2_like(
     unallocated. The same seed gives the same workload. With `training_sizes="team"`, no team's
     training run is larger than its budget in whole nodes (a 60-GPU team runs at most 7 nodes).
     """
+    checked_seed(seed)
     if training_sizes not in TRAINING_SIZES:
         raise InputError("training_sizes", training_sizes, f"must be one of {TRAINING_SIZES}")
     if not isinstance(days, int | float) or isinstance(days, bool) or not 0 < days <= 366:

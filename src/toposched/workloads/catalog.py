@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from toposched.cluster.builders import MILLION_GPU_SHAPE
-from toposched.cluster.errors import InputError
+from toposched.cluster.errors import InputError, checked_seed
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.files import load_workload
 from toposched.workloads.frontier import frontier_lab
@@ -44,6 +44,7 @@ def workload_by_name(
 ) -> Workload:
     """The workload `name` names, built with these options (each applies where it makes sense:
     `seed` to the generators, `gpus` to the cluster size, `days` to the horizon)."""
+    checked_seed(seed)
     if days is not None and (
         isinstance(days, bool) or not isinstance(days, int | float) or not days > 0
     ):

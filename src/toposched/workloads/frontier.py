@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from toposched.cluster.builders import MILLION_GPU_SHAPE
-from toposched.cluster.errors import InputError
+from toposched.cluster.errors import InputError, checked_seed
 from toposched.workloads.model import (
     NodeFailure,
     SpecFactory,
@@ -211,6 +211,7 @@ def frontier_lab(seed: int = 0, days: float = 30.0, racks_per_block: int | None 
     zero-share scavenger account runs unallocated work of 1-4 racks. Nodes fail at Llama 3's
     rate and are repaired after a few hours. `racks_per_block` shrinks the fleet (for tests).
     """
+    checked_seed(seed)
     if not isinstance(days, int | float) or isinstance(days, bool) or not 0 < days <= 366:
         raise InputError("days", days, "must be a number of days > 0 and <= 366")
     shape = dict(MILLION_GPU_SHAPE)
