@@ -780,7 +780,7 @@ def test_a_failure_found_behind_the_fence_does_not_answer_once_the_fence_is_lift
     assert failures.find(shape, 2, fence, cycle=1) is not None
     assert failures.find(shape, 3, fence, cycle=1) is not None  # more pods: no room either
     assert failures.find(shape, 1, fence, cycle=1) is None  # fewer pods may fit
-    assert failures.find_beyond(shape, 2, fence, frozenset({0})) is None  # node 0 let go
+    assert failures.find_beyond(shape, 2, fence, frozenset({0}), cycle=1) is None  # node 0 let go
     fence.open(np.array([0], dtype=np.int64))
     assert failures.find(shape, 2, fence, cycle=1) is None  # node 0 is back: try again
     fence.open_all()
@@ -793,10 +793,36 @@ def test_a_failure_behind_the_fence_answers_for_each_set_of_opened_nodes_afresh(
     shape = SHAPE
     elsewhere, fenced_node = frozenset({2, 3}), frozenset({0, 2})
     for _ in range(2):
-        assert failures.find_beyond(shape, 2, fence, elsewhere) is not None
-        assert failures.find_beyond(shape, 2, fence, fenced_node) is None
-        assert failures.find_beyond(shape, 1, fence, elsewhere) is None  # fewer pods may fit
+        assert failures.find_beyond(shape, 2, fence, elsewhere, cycle=1) is not None
+        assert failures.find_beyond(shape, 2, fence, fenced_node, cycle=1) is None
+        assert failures.find_beyond(shape, 1, fence, elsewhere, cycle=1) is None  # fewer pods
     fence.open_all()
+
+
+def test_a_remembered_answer_behind_the_fence_lasts_only_while_nothing_moved() -> None:
+    # find_beyond remembers its answer per shape for the cycle, the fence's generation and the
+    # failures known: a fence that moves, a failure added or the next cycle asks again.
+    fence, failures = failure_behind_node_0()
+    elsewhere = frozenset({2, 3})
+    assert failures.find_beyond(SHAPE, 2, fence, elsewhere, cycle=1) is not None
+    fence.open(np.array([0], dtype=np.int64))  # node 0 is back: the failure no longer holds
+    assert failures.find_beyond(SHAPE, 2, fence, elsewhere, cycle=1) is None
+    fence.close(np.array([1], dtype=np.int64))
+    failures.add(SHAPE, _Failure(3, "no room", fence.frozen(), "wider", epoch=1, cycle=1))
+    found = failures.find_beyond(SHAPE, 3, fence, elsewhere, cycle=1)
+    assert found is not None and found.job_id == "wider"
+    assert failures.find_beyond(SHAPE, 2, fence, elsewhere, cycle=1) is None  # fewer pods
+    # The next cycle's fence may reach the same generation with other nodes fenced.
+    generation = fence.generation
+    fence.open_all()
+    following = Fence(fence.state)
+    following.close(np.array([3], dtype=np.int64))
+    following.close(np.array([2], dtype=np.int64))
+    following.open(np.array([2], dtype=np.int64))
+    assert following.generation == generation
+    assert following.fenced.nodes() == frozenset({3})
+    assert failures.find_beyond(SHAPE, 3, following, elsewhere, cycle=2) is None
+    following.open_all()
 
 
 # --- bad input ---------------------------------------------------------------------------------

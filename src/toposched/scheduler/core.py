@@ -177,12 +177,15 @@ class _Failures:
         # tens of thousands of nodes.
         self._opened: frozenset[int] | None = None
         self._disjoint: dict[int, tuple[FencedNodes, bool]] = {}
+        # `_smallest` for `find_beyond`, for the same opened nodes.
+        self._smallest_beyond: dict[tuple[object, ...], tuple[int, int, int, _Failure | None]] = {}
 
     def clear(self) -> None:
         self.by_shape.clear()
         self._smallest.clear()
         self._opened = None
         self._disjoint.clear()
+        self._smallest_beyond.clear()
         self.version += 1
 
     def find(
@@ -208,24 +211,43 @@ class _Failures:
         return found if found is not None and pods >= found.pods else None
 
     def find_beyond(
-        self, shape: tuple[object, ...], pods: int, fence: Fence, opened: frozenset[int]
+        self,
+        shape: tuple[object, ...],
+        pods: int,
+        fence: Fence,
+        opened: frozenset[int],
+        cycle: int,
     ) -> _Failure | None:
         """`find` as if the fence let `opened` go: a failure found with none of those nodes
-        fenced (short jobs, before they try the reserved nodes)."""
+        fenced (short jobs, before they try the reserved nodes). Like `find`, the smallest such
+        failure of a shape is remembered until the fence moves: a cycle can ask for thousands
+        of backfill candidates, and each comparison of fences may cover tens of thousands of
+        nodes."""
         if self._opened is not opened:
             self._opened = opened
             self._disjoint = {}
-        disjoint = self._disjoint
-        found: _Failure | None = None
-        for failure in self.by_shape.get(shape, ()):
-            if pods >= failure.pods and (found is None or failure.pods < found.pods):
-                fenced = failure.fenced
-                known = disjoint.get(id(fenced))
-                if known is None:
-                    known = disjoint[id(fenced)] = (fenced, fenced.isdisjoint(opened))
-                if known[1] and fenced <= fence.fenced:
-                    found = failure
-        return found
+            self._smallest_beyond = {}
+        cached = self._smallest_beyond.get(shape)
+        if (
+            cached is None
+            or cached[0] != cycle
+            or cached[1] != fence.generation
+            or cached[2] != self.version
+        ):
+            disjoint = self._disjoint
+            smallest: _Failure | None = None
+            for failure in self.by_shape.get(shape, ()):
+                if smallest is None or failure.pods < smallest.pods:
+                    fenced = failure.fenced
+                    known = disjoint.get(id(fenced))
+                    if known is None:
+                        known = disjoint[id(fenced)] = (fenced, fenced.isdisjoint(opened))
+                    if known[1] and fenced <= fence.fenced:
+                        smallest = failure
+            cached = (cycle, fence.generation, self.version, smallest)
+            self._smallest_beyond[shape] = cached
+        found = cached[3]
+        return found if found is not None and pods >= found.pods else None
 
     def add(self, shape: tuple[object, ...], failure: _Failure) -> None:
         """Remember a failure, unless one already known implies it; drop those it implies."""
@@ -631,7 +653,9 @@ class Scheduler:
                         assert reservation is not None
                         # EASY backfill: a job ending before the reservation may use its nodes,
                         # unless a failure already shows that it does not fit even there.
-                        backfill = failures.find_beyond(shape, pods, fence, reserved_nodes)
+                        backfill = failures.find_beyond(
+                            shape, pods, fence, reserved_nodes, cycle_number
+                        )
                         if backfill is None:
                             # Lifted until a search that must not see the reserved nodes:
                             # backfills in a row share one lift.
