@@ -162,6 +162,12 @@ class _Failure:
     cycle: int
 
 
+_Remembered = tuple[int, int, int, _Failure | None]
+"""A remembered answer of `_Failures`: the cycle, fence generation and failures' version it was
+found at, and the failure (None: none implied)."""
+_NOT_REMEMBERED: _Remembered = (-1, -1, -1, None)
+
+
 class _Failures:
     """Gang shapes that did not fit, kept across cycles until capacity may have been freed."""
 
@@ -170,7 +176,7 @@ class _Failures:
         self.version = 0
         # Per shape, the failure with the fewest pods among those the fence still implies, as
         # of (cycle, fence generation, version): most jobs ask again before anything moved.
-        self._smallest: dict[tuple[object, ...], tuple[int, int, int, _Failure | None]] = {}
+        self._smallest: dict[tuple[object, ...], _Remembered] = {}
         # Whether a failure's fenced nodes miss the nodes `find_beyond` opens, by the identity
         # of those fenced nodes (kept alive here), for one set of opened nodes: a cycle asks
         # about the same reserved nodes for every short job, and each answer compares sets of
@@ -178,7 +184,7 @@ class _Failures:
         self._opened: frozenset[int] | None = None
         self._disjoint: dict[int, tuple[FencedNodes, bool]] = {}
         # `_smallest` for `find_beyond`, for the same opened nodes.
-        self._smallest_beyond: dict[tuple[object, ...], tuple[int, int, int, _Failure | None]] = {}
+        self._smallest_beyond: dict[tuple[object, ...], _Remembered] = {}
 
     def clear(self) -> None:
         self.by_shape.clear()
@@ -188,17 +194,17 @@ class _Failures:
         self._smallest_beyond.clear()
         self.version += 1
 
+    def _current(self, cached: _Remembered, cycle: int, fence: Fence) -> bool:
+        """Whether a remembered answer was found in this cycle, with the fence and the known
+        failures as they are now."""
+        return cached[:3] == (cycle, fence.generation, self.version)
+
     def find(
         self, shape: tuple[object, ...], pods: int, fence: Fence, cycle: int
     ) -> _Failure | None:
         """A failure implying that a gang of `shape` with `pods` pods does not fit now."""
-        cached = self._smallest.get(shape)
-        if (
-            cached is None
-            or cached[0] != cycle
-            or cached[1] != fence.generation
-            or cached[2] != self.version
-        ):
+        cached = self._smallest.get(shape, _NOT_REMEMBERED)
+        if not self._current(cached, cycle, fence):
             smallest: _Failure | None = None
             for failure in self.by_shape.get(shape, ()):
                 if (smallest is None or failure.pods < smallest.pods) and (
@@ -227,13 +233,8 @@ class _Failures:
             self._opened = opened
             self._disjoint = {}
             self._smallest_beyond = {}
-        cached = self._smallest_beyond.get(shape)
-        if (
-            cached is None
-            or cached[0] != cycle
-            or cached[1] != fence.generation
-            or cached[2] != self.version
-        ):
+        cached = self._smallest_beyond.get(shape, _NOT_REMEMBERED)
+        if not self._current(cached, cycle, fence):
             disjoint = self._disjoint
             smallest: _Failure | None = None
             for failure in self.by_shape.get(shape, ()):
