@@ -51,9 +51,10 @@ SCRATCH_SHARE_OF_UNALLOCATED = 0.3
 DEBUG_RATE_WORKING_HOURS = 0.8
 """Debug sessions per researcher per working hour (09-18, Monday to Friday)."""
 OFF_HOURS_FACTOR = 0.15
-TRAINING_SIZES = ("cluster", "team")
-"""How multi-node training runs are sized: `cluster`, every team draws from the same sizes up
-to a sixth of the cluster; `team`, no run larger than its team's budget (in whole nodes)."""
+TRAINING_SIZES = {"cluster": "ai2", "team": "ai2:team-sized"}
+"""How multi-node training runs are sized, and the workload's name for each: `cluster`, every
+team draws from the same sizes up to a sixth of the cluster; `team`, no run larger than its
+team's budget (in whole nodes)."""
 
 
 @dataclass(frozen=True)
@@ -403,7 +404,9 @@ def ai2_like(
     """
     checked_seed(seed)
     if training_sizes not in TRAINING_SIZES:
-        raise InputError("training_sizes", training_sizes, f"must be one of {TRAINING_SIZES}")
+        raise InputError(
+            "training_sizes", training_sizes, f"must be one of {', '.join(TRAINING_SIZES)}"
+        )
     if not isinstance(days, int | float) or isinstance(days, bool) or not 0 < days <= 366:
         raise InputError("days", days, "must be a number of days > 0 and <= 366")
     cluster = ai2_cluster(gpus)
@@ -429,7 +432,7 @@ def ai2_like(
         offered[job.job_class] = offered.get(job.job_class, 0.0) + job.gpus * job.runtime
     capacity = topology.n_gpus * days * DAY
     return Workload(
-        name="ai2" if training_sizes == "cluster" else "ai2:team-sized",
+        name=TRAINING_SIZES[training_sizes],
         topology=topology,
         cluster=cluster,
         budget=budget,

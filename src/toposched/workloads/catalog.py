@@ -6,7 +6,7 @@ from pathlib import Path
 
 from toposched.cluster.builders import MILLION_GPU_SHAPE
 from toposched.cluster.errors import InputError, checked_seed
-from toposched.workloads.ai2 import ai2_like
+from toposched.workloads.ai2 import TRAINING_SIZES, ai2_like
 from toposched.workloads.files import load_workload
 from toposched.workloads.frontier import frontier_lab
 from toposched.workloads.model import Workload
@@ -15,7 +15,7 @@ from toposched.workloads.replay import ITP_CLUSTER_NODES, itp_replay, openb_repl
 __all__ = ["WORKLOAD_HELP", "workload_by_name"]
 
 DEFAULT_DAYS = {"ai2": 30.0, "frontier": 30.0}
-_AI2_VARIANTS = {"ai2": "cluster", "ai2:team-sized": "team"}
+_AI2_VARIANTS = {name: sizes for sizes, name in TRAINING_SIZES.items()}
 AI2_DEFAULT_GPUS = 3072
 _RACK_GPUS = 72
 
