@@ -267,6 +267,45 @@ def test_gang_larger_than_a_rack_spares_victims_it_does_not_need() -> None:
     assert_minimal(sched, "wide", ["u0", "u2", "u3"])
 
 
+def test_required_zone_takes_its_victims_in_one_zone_and_only_on_the_gang_s_racks() -> None:
+    # Two zones of 6 racks x 2 nodes x 4 GPUs. In each zone racks 0-2 are free and racks 3-5
+    # run eight 1-GPU unallocated jobs each (48 in all). The gang needs 6 whole racks in one
+    # zone: the cluster's 6 free racks would hold it, but no zone's 3 do. The least it can
+    # evict is the 24 jobs of one zone's 3 busy racks, more than `_spare` ever checks.
+    sched = scheduler(ClusterState(nvl72_cluster(2, 1, 6, nodes_per_rack=2)))
+    busy_racks = [3, 4, 5, 9, 10, 11]
+    for rack in busy_racks:
+        for node in (2 * rack, 2 * rack + 1):
+            for gpu in range(4):
+                run(sched, spec(f"u{node}g{gpu}", "scratch", gpus=1), [node], 900, [gpu])
+    topology = {"required": "zone", "slices": [{"level": "rack", "pods": 2}]}
+    sched.submit(spec("wide", "team-a", pods=12, topology=topology), 1000)
+
+    result = sched.cycle(1000)
+
+    victims = evicted_ids(result)
+    assert len(victims) == 24
+    victim_nodes = {int(sched.state.allocations[v].nodes[0]) for v in victims}
+    zones = {node // 12 for node in victim_nodes}
+    assert len(zones) == 1
+    nominated = sched.jobs["wide"].nomination
+    assert nominated is not None
+    assert victim_nodes <= set(nominated.nodes.tolist())
+    assert_minimal_by_rack(sched, "wide", victims)
+
+
+def assert_minimal_by_rack(sched: Scheduler, job_id: str, victims: Sequence[str]) -> None:
+    """The victims make room, and sparing all of any one rack's victims leaves none (a set of
+    whole-rack slices cannot use part of a rack)."""
+    assert fits_without(sched, job_id, victims)
+    by_rack: dict[int, list[str]] = {}
+    for victim in victims:
+        by_rack.setdefault(int(sched.state.allocations[victim].nodes[0]) // 2, []).append(victim)
+    for rack, spared in by_rack.items():
+        rest = [v for v in victims if v not in spared]
+        assert not fits_without(sched, job_id, rest), f"rack {rack}'s victims could be spared"
+
+
 def checkpoint_case(checkpoint: float | None, **options: Any) -> tuple[Scheduler, CycleResult]:
     # One rack of 2 nodes, unallocated work; now = 3000 s; a 4-GPU pod to place.
     #   node 0: w0 (4 GPUs, resumable, since 0)  4 x 3000 = 12000, or 4 x (3000 - checkpoint)

@@ -309,6 +309,58 @@ def _distinct_slots(owners: NDArray[np.integer], bound: int) -> IntArray:
     return distinct
 
 
+def _touching(victim_nodes: Sequence[IntArray], gang_nodes: IntArray) -> NDArray[np.bool_]:
+    """Per victim (its pods' nodes), whether any of its pods is on one of `gang_nodes`."""
+    sizes = np.fromiter((nodes.size for nodes in victim_nodes), dtype=np.int64)
+    hits = np.isin(np.concatenate(victim_nodes), gang_nodes).astype(np.int64)
+    starts = np.cumsum(sizes) - sizes
+    # reduceat reads one element at an empty row's start: such rows count as untouched.
+    touched: NDArray[np.bool_] = (
+        np.add.reduceat(np.append(hits, 0), np.minimum(starts, hits.size)) > 0
+    ) & (sizes > 0)
+    return touched
+
+
+def _cheapest_required_domain(
+    domain_of_leaf: IntArray,
+    pods: int,
+    now_room: IntArray,
+    gain: IntArray,
+    helpful: IntArray,
+    ratio: FloatArray,
+) -> tuple[IntArray, int] | None:
+    """For a gang that must lie in one domain of a level above the innermost (`domain_of_leaf`
+    maps each innermost domain to it): the domain whose shortfall (its pods beyond the room its
+    innermost domains have now) the `helpful` ones cover at the least cost, taken by `ratio`
+    (cost per pod gained, aligned with `helpful`) cheapest first. Returns that domain's helpful
+    innermost domains in that order and its shortfall; None when some domain has no shortfall
+    (the aggregates cannot tell why the gang does not fit) or none can be covered."""
+    n_domains = int(domain_of_leaf.max()) + 1 if domain_of_leaf.size else 0
+    room_now = np.bincount(domain_of_leaf, weights=now_room, minlength=n_domains)
+    shortfall = pods - room_now.astype(np.int64)
+    if helpful.size == 0 or (shortfall <= 0).any():
+        return None
+    domains = domain_of_leaf[helpful]
+    order = np.lexsort((ratio, domains))
+    leaves, domains = helpful[order], domains[order]
+    gains = gain[leaves]
+    reach = np.cumsum(gains)
+    spent = np.cumsum(ratio[order] * gains)
+    every = np.arange(n_domains)
+    first = np.searchsorted(domains, every, side="left")
+    last = np.searchsorted(domains, every, side="right")
+    reach_before = np.where(first > 0, reach[np.maximum(first - 1, 0)], 0)
+    spent_before = np.where(first > 0, spent[np.maximum(first - 1, 0)], 0.0)
+    # Gains are positive, so the running sums grow: one search finds each domain's prefix.
+    enough = np.searchsorted(reach, reach_before + shortfall, side="left")
+    covered = enough < last
+    if not covered.any():
+        return None
+    cost = np.where(covered, spent[np.minimum(enough, reach.size - 1)] - spent_before, np.inf)
+    best = int(np.argmin(cost))
+    return leaves[first[best] : last[best]], int(shortfall[best])
+
+
 def _subsets(count: int) -> NDArray[np.int64]:
     """Every subset of `count` items as 0/1 rows, the empty set first."""
     cached = _SUBSETS.get(count)
@@ -400,6 +452,26 @@ class VictimSearch:
                 return self._spare(preemptor, request, local)
         return self._explain(request, pool, fallback, everything)
 
+    def _within_required(
+        self,
+        request: GangRequest,
+        now_room: IntArray,
+        gain: IntArray,
+        helpful: IntArray,
+        ratio: FloatArray,
+    ) -> tuple[IntArray, int] | None:
+        """With a required level above the innermost domains, the innermost domains to open
+        (cheapest first) and the shortfall to cover inside the one required domain where that
+        costs least (`_cheapest_required_domain`): room opened in other domains of that level
+        would not help the gang. None without such a level, or when that does not apply."""
+        required = request.required
+        if required <= 0 or required >= self.leaf_level:
+            return None
+        domain_of_leaf = self.state.topology.node_domain[required][self.leaf_starts[:-1]]
+        return _cheapest_required_domain(
+            domain_of_leaf.astype(np.int64), request.pods, now_room, gain, helpful, ratio
+        )
+
     def is_one_domain(self, request: GangRequest) -> bool:
         return request.pods == 1 or (request.required == self.leaf_level and self.leaf_level > 0)
 
@@ -471,12 +543,13 @@ class VictimSearch:
     ) -> PreemptionPlan | None:
         if not isinstance(placed, Placement):
             return None
-        if len(victims) <= SPARE_CHECKS:
+        if victims:
             # The engine may place the gang where some victims never were (room elsewhere):
-            # those need not leave, and the placement stands without them.
-            # Compared with the gang's own nodes, as Python sets: a few dozen nodes at most.
-            used = set(placed.allocation.nodes.tolist())
-            victims = [v for v in victims if not used.isdisjoint(v.nodes.tolist())]
+            # those need not leave, and the placement stands without them, since on every
+            # node it uses the same jobs' GPUs are released.
+            touching = _touching([v.nodes for v in victims], placed.allocation.nodes).nonzero()[0]
+            if touching.size < len(victims):
+                victims = [victims[i] for i in touching.tolist()]
         return PreemptionPlan(preemptor, tuple(victims), placed, self.impact.key(victims), exact)
 
     # --- one innermost domain ------------------------------------------------------------------
@@ -660,7 +733,12 @@ class VictimSearch:
             pair_leaf, weights=pool.lost[pair_owner], minlength=topology.n_domains(self.leaf_level)
         )
         # Cheapest room first; a domain's cost counts every candidate touching it.
-        order = helpful[np.argsort(leaf_cost[helpful] / gain[helpful], kind="stable")]
+        ratio = leaf_cost[helpful] / gain[helpful]
+        within = self._within_required(request, now_room, gain, helpful, ratio)
+        if within is not None:
+            order, need = within
+        else:
+            order = helpful[np.argsort(ratio, kind="stable")]
         covered = np.cumsum(gain[order])
         chosen_leaves = order[: int(np.searchsorted(covered, need)) + 1]
         in_chosen = np.isin(pair_leaf, chosen_leaves)
@@ -729,13 +807,22 @@ class VictimSearch:
         gain = most // granule * granule - now_room
         need = request.pods - int(now_room.sum())
         helpful = np.flatnonzero(gain > 0)
-        if need <= 0 or helpful.size == 0:
+        if helpful.size == 0:
             return None
         if int(gain[helpful].sum()) < need:
             victims = "all unallocated work" if only_unallocated else "every unprotected job"
             return f"even evicting {victims} leaves too little room in whole slices"
         cost = index.leaf_cost_bound(helpful, now)
-        order = helpful[np.argsort(cost / gain[helpful], kind="stable")]
+        ratio = cost / gain[helpful]
+        # Room the whole cluster has may lie in required domains other than the one the gang
+        # can use: the shortfall is counted inside that one.
+        within = self._within_required(request, now_room, gain, helpful, ratio)
+        if within is not None:
+            order, need = within
+        elif need <= 0:
+            return None
+        else:
+            order = helpful[np.argsort(ratio, kind="stable")]
         # The first batch: the domains whose upper bounds cover the shortfall, and a few more.
         # Domains are chosen in this order whatever the batches, so their size only trades
         # nodes read for rounds; a round costs far less than reading an eighth more nodes.
@@ -824,6 +911,15 @@ class VictimSearch:
             placed = place(state, request, self.policy)
         if not isinstance(placed, Placement):
             return None
+        # Every allowed job on the chosen domains was released for the search, but only those
+        # on the nodes the gang took need leave: on each of those nodes the same GPUs stay
+        # free. Sets small enough for `_spare` are left to it: it spares the costliest first,
+        # which the gang's first choice of nodes does not.
+        on_gang = np.isin(nodes, placed.allocation.nodes)
+        if victim_slots.size > SPARE_CHECKS and not on_gang.all():
+            touched = _slot_marks(take_rows(owners, on_gang.nonzero()[0]), index.ids.shape[0])
+            keep = touched[victim_slots].nonzero()[0]
+            victim_slots, verdicts = victim_slots[keep], verdicts.rows(keep)
         victims = VictimList(
             job_ids=index.ids[victim_slots],
             rules=verdicts.rules_of(np.arange(victim_slots.size)),
