@@ -388,9 +388,11 @@ class VictimSearch:
     domain's victims are examined exactly — every subset when there are at most
     `EXACT_VICTIMS`, else the cheapest-first prefix that frees enough, pruned until no victim
     can be spared — and the domain with the least impact wins. Larger gangs: innermost domains
-    are chosen by impact per pod of room they would gain until the gang's need is covered, and
-    every candidate in a chosen domain is evicted; then victims are spared, costliest first,
-    while the gang still fits. The final set is always checked by the placement engine itself.
+    are chosen by impact per pod of room they would gain until the gang's need (inside the
+    domain of its required level where that costs least) is covered, and every candidate in a
+    chosen domain is a victim; then victims are spared, costliest first, while the gang still
+    fits, or, for sets too large to spare one by one, only those on the gang's nodes are kept.
+    The final set is always checked by the placement engine itself.
     """
 
     def __init__(
@@ -784,9 +786,11 @@ class VictimSearch:
         and the most it could gain from its free plus unprotected GPUs. Domains are taken by
         the work lost evicting all their unprotected jobs per pod gained; their room is then
         counted node by node with only the jobs the contract allows, in growing batches, until
-        the gang's shortfall is covered. Every allowed job on a chosen domain is a victim. The
-        placement engine checks the set on the state with those jobs' GPUs in the chosen
-        domains freed (their pods elsewhere are not counted: a conservative check).
+        the gang's shortfall is covered (inside one domain of its required level, if that lies
+        above these). Every allowed job on a chosen domain is a victim. The placement engine
+        checks the set on the state with those jobs' GPUs in the chosen domains freed (their
+        pods elsewhere are not counted: a conservative check); of a set too large for `_spare`,
+        only the jobs on the nodes the gang takes are kept.
         `only_unallocated`: the contract lets the preemptor take unallocated work only, so only
         its GPUs count towards the most a domain could gain.
         """
