@@ -294,6 +294,29 @@ def test_required_zone_takes_its_victims_in_one_zone_and_only_on_the_gang_s_rack
     assert_minimal_by_rack(sched, "wide", victims)
 
 
+def test_required_zone_refusal_counts_room_zone_by_zone() -> None:
+    # Two zones of 3 racks x 2 nodes. In each zone one rack is free, one runs an unallocated
+    # job and one a protected team-b job. The gang needs 3 whole racks in one zone: evicting
+    # both unallocated jobs would give the cluster 4 racks, but no zone more than 2.
+    sched = scheduler(ClusterState(nvl72_cluster(2, 1, 3, nodes_per_rack=2)))
+    for zone in (0, 1):
+        first = 6 * zone
+        run(sched, spec(f"u{zone}", "scratch", pods=2), [first + 2, first + 3], 900)
+        run(
+            sched,
+            spec(f"kept{zone}", "team-b", pods=2, min_runtime="8h"),
+            [first + 4, first + 5],
+            900,
+        )
+    topology = {"required": "zone", "slices": [{"level": "rack", "pods": 2}]}
+    sched.submit(spec("wide", "team-a", pods=6, topology=topology), 1000)
+
+    result = sched.cycle(1000)
+
+    assert evictions(result) == []
+    assert "leaves no zone with room for more than 4 of its 6 pods" in sched.jobs["wide"].reason
+
+
 def assert_minimal_by_rack(sched: Scheduler, job_id: str, victims: Sequence[str]) -> None:
     """The victims make room, and sparing all of any one rack's victims leaves none (a set of
     whole-rack slices cannot use part of a rack)."""

@@ -321,6 +321,14 @@ def _touching(victim_nodes: Sequence[IntArray], gang_nodes: IntArray) -> NDArray
     return touched
 
 
+@dataclass(frozen=True)
+class _Nowhere:
+    """No domain of the gang's required level can hold it with every candidate gone, by the
+    aggregates' upper bounds: `most` pods in the best one."""
+
+    most: int
+
+
 def _cheapest_required_domain(
     domain_of_leaf: IntArray,
     pods: int,
@@ -328,18 +336,25 @@ def _cheapest_required_domain(
     gain: IntArray,
     helpful: IntArray,
     ratio: FloatArray,
-) -> tuple[IntArray, int] | None:
+) -> tuple[IntArray, int] | _Nowhere | None:
     """For a gang that must lie in one domain of a level above the innermost (`domain_of_leaf`
     maps each innermost domain to it): the domain whose shortfall (its pods beyond the room its
     innermost domains have now) the `helpful` ones cover at the least cost, taken by `ratio`
     (cost per pod gained, aligned with `helpful`) cheapest first. Returns that domain's helpful
-    innermost domains in that order and its shortfall; None when some domain has no shortfall
-    (the aggregates cannot tell why the gang does not fit) or none can be covered."""
+    innermost domains in that order and its shortfall; `_Nowhere` when no domain's shortfall
+    can be covered (with `now_room + gain` an upper bound of each innermost domain's room, no
+    victim set can work); None when some domain has no shortfall (the aggregates cannot tell
+    why the gang does not fit)."""
     n_domains = int(domain_of_leaf.max()) + 1 if domain_of_leaf.size else 0
     room_now = np.bincount(domain_of_leaf, weights=now_room, minlength=n_domains)
     shortfall = pods - room_now.astype(np.int64)
-    if helpful.size == 0 or (shortfall <= 0).any():
+    if (shortfall <= 0).any():
         return None
+    room_most = room_now + np.bincount(
+        domain_of_leaf[helpful], weights=gain[helpful], minlength=n_domains
+    )
+    if (room_most < pods).all():
+        return _Nowhere(int(room_most.max()))
     domains = domain_of_leaf[helpful]
     order = np.lexsort((ratio, domains))
     leaves, domains = helpful[order], domains[order]
@@ -354,8 +369,6 @@ def _cheapest_required_domain(
     # Gains are positive, so the running sums grow: one search finds each domain's prefix.
     enough = np.searchsorted(reach, reach_before + shortfall, side="left")
     covered = enough < last
-    if not covered.any():
-        return None
     cost = np.where(covered, spent[np.minimum(enough, reach.size - 1)] - spent_before, np.inf)
     best = int(np.argmin(cost))
     return leaves[first[best] : last[best]], int(shortfall[best])
@@ -461,11 +474,12 @@ class VictimSearch:
         gain: IntArray,
         helpful: IntArray,
         ratio: FloatArray,
-    ) -> tuple[IntArray, int] | None:
+    ) -> tuple[IntArray, int] | _Nowhere | None:
         """With a required level above the innermost domains, the innermost domains to open
         (cheapest first) and the shortfall to cover inside the one required domain where that
         costs least (`_cheapest_required_domain`): room opened in other domains of that level
-        would not help the gang. None without such a level, or when that does not apply."""
+        would not help the gang. `_Nowhere` when no such domain can be opened enough; None
+        without such a level, or when that does not apply."""
         required = request.required
         if required <= 0 or required >= self.leaf_level:
             return None
@@ -737,6 +751,17 @@ class VictimSearch:
         # Cheapest room first; a domain's cost counts every candidate touching it.
         ratio = leaf_cost[helpful] / gain[helpful]
         within = self._within_required(request, now_room, gain, helpful, ratio)
+        if isinstance(within, _Nowhere):
+            level = topology.domain_levels[request.required]
+            text = (
+                f"even evicting all {len(pool)} preemptible jobs leaves no {level} with room for "
+                f"more than {within.most} of its {request.pods} pods"
+            )
+            if granule > 1:
+                text += f" in whole slices of {granule}"
+            # Upper bounds as above: proven for whole-GPU pods only.
+            proven = not (request.is_fractional or request.gpus_per_pod == 0)
+            return text, (_PROVEN if proven else None)
         if within is not None:
             order, need = within
         else:
@@ -821,6 +846,13 @@ class VictimSearch:
         # Room the whole cluster has may lie in required domains other than the one the gang
         # can use: the shortfall is counted inside that one.
         within = self._within_required(request, now_room, gain, helpful, ratio)
+        if isinstance(within, _Nowhere):
+            victims = "all unallocated work" if only_unallocated else "every unprotected job"
+            level = topology.domain_levels[request.required]
+            return (
+                f"even evicting {victims} leaves no {level} with room for more than "
+                f"{within.most} of its {request.pods} pods in whole slices"
+            )
         if within is not None:
             order, need = within
         elif need <= 0:
