@@ -541,14 +541,17 @@ class VictimSearch:
             with state.released_on_nodes([held[v.job_id] for v in victims], first, last):
                 placed = place_in_leaf(state, request, leaf, self.policy)
         else:
-            placed = self._place_without(request, victims)
+            # Only whether it fits matters here: a failure's reason is never shown.
+            placed = self._place_without(request, victims, exact_reasons=False)
         return self._plan_if_placed(preemptor, victims, exact, placed)
 
-    def _place_without(self, request: GangRequest, victims: Sequence[Candidate]) -> PlacementResult:
-        """Where the gang would go with `victims` gone."""
+    def _place_without(
+        self, request: GangRequest, victims: Sequence[Candidate], exact_reasons: bool = True
+    ) -> PlacementResult:
+        """Where the gang would go with `victims` gone (`exact_reasons`: as for `place`)."""
         held = self.state.allocations
         with self.state.parts_released([held[v.job_id] for v in victims]):
-            return place(self.state, request, self.policy)
+            return place(self.state, request, self.policy, exact_reasons=exact_reasons)
 
     def _plan_if_placed(
         self,
