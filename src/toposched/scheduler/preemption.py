@@ -312,12 +312,9 @@ def _distinct_slots(owners: NDArray[np.integer], bound: int) -> IntArray:
 def _touching(victim_nodes: Sequence[IntArray], gang_nodes: IntArray) -> NDArray[np.bool_]:
     """Per victim (its pods' nodes), whether any of its pods is on one of `gang_nodes`."""
     sizes = np.fromiter((nodes.size for nodes in victim_nodes), dtype=np.int64)
-    hits = np.isin(np.concatenate(victim_nodes), gang_nodes).astype(np.int64)
-    starts = np.cumsum(sizes) - sizes
-    # reduceat reads one element at an empty row's start: such rows count as untouched.
-    touched: NDArray[np.bool_] = (
-        np.add.reduceat(np.append(hits, 0), np.minimum(starts, hits.size)) > 0
-    ) & (sizes > 0)
+    owner = np.repeat(np.arange(sizes.size), sizes)
+    touched = np.zeros(sizes.size, dtype=bool)
+    touched[owner[np.isin(np.concatenate(victim_nodes), gang_nodes)]] = True
     return touched
 
 
@@ -954,11 +951,12 @@ class VictimSearch:
         # on the nodes the gang took need leave: on each of those nodes the same GPUs stay
         # free. Sets small enough for `_spare` are left to it: it spares the costliest first,
         # which the gang's first choice of nodes does not.
-        on_gang = np.isin(nodes, placed.allocation.nodes)
-        if victim_slots.size > SPARE_CHECKS and not on_gang.all():
-            touched = _slot_marks(take_rows(owners, on_gang.nonzero()[0]), index.ids.shape[0])
+        if victim_slots.size > SPARE_CHECKS:
+            on_gang = np.isin(nodes, placed.allocation.nodes).nonzero()[0]
+            touched = _slot_marks(take_rows(owners, on_gang), index.ids.shape[0])
             keep = touched[victim_slots].nonzero()[0]
-            victim_slots, verdicts = victim_slots[keep], verdicts.rows(keep)
+            if keep.size < victim_slots.size:
+                victim_slots, verdicts = victim_slots[keep], verdicts.rows(keep)
         victims = VictimList(
             job_ids=index.ids[victim_slots],
             rules=verdicts.rules_of(np.arange(victim_slots.size)),
