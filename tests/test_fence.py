@@ -94,13 +94,15 @@ operations = st.lists(
 def test_the_fence_matches_a_set_model(steps: list[tuple[str, list[int]]]) -> None:
     """After any sequence the fenced nodes, those a search sees and the cluster's health and
     aggregates are what one set of fenced nodes says; `open_all` leaves the cluster as it
-    was, but for nodes that went down."""
+    was, but for nodes that went down. Whether the fence still holds the nodes fenced (or
+    seen) at any earlier step is what the sets say."""
     state = cluster()
     fence = Fence(state)
     fenced: set[int] = set()
     block: set[int] = set()
     down: set[int] = set()
     lifted = False
+    taken: list[tuple[FencedNodes, set[int]]] = [(fence.frozen(), set())]
     for operation, chosen in steps:
         picked = nodes(*chosen)
         healthy = {n for n in chosen if n not in down}
@@ -139,7 +141,12 @@ def test_the_fence_matches_a_set_model(steps: list[tuple[str, list[int]]]) -> No
         seen = fenced - block if lifted else fenced
         assert node_set(fence.seen()) == seen
         assert cordoned(state) == seen
+        taken += [(fence.frozen(), set(fenced)), (fence.seen(), set(seen))]
+        for earlier, earlier_nodes in taken:
+            assert fence.holds(earlier) == (earlier_nodes <= fenced)
     fence.open_all()
+    last, last_nodes = taken[-2] if len(taken) > 1 else taken[0]
+    assert fence.holds(taken[0][0]) and fence.holds(last) == (not last_nodes)
     assert cordoned(state) == set()
     fresh = state.compute_aggregates()
     for level, (ours, theirs) in enumerate(zip(state.free_gpus, fresh["free_gpus"], strict=True)):

@@ -207,8 +207,8 @@ class _Failures:
         if not self._current(cached, cycle, fence):
             smallest: _Failure | None = None
             for failure in self.by_shape.get(shape, ()):
-                if (smallest is None or failure.pods < smallest.pods) and (
-                    failure.fenced <= fence.fenced
+                if (smallest is None or failure.pods < smallest.pods) and fence.holds(
+                    failure.fenced
                 ):
                     smallest = failure
             cached = (cycle, fence.generation, self.version, smallest)
@@ -243,7 +243,7 @@ class _Failures:
                     known = disjoint.get(id(fenced))
                     if known is None:
                         known = disjoint[id(fenced)] = (fenced, fenced.isdisjoint(opened))
-                    if known[1] and fenced <= fence.fenced:
+                    if known[1] and fence.holds(fenced):
                         smallest = failure
             cached = (cycle, fence.generation, self.version, smallest)
             self._smallest_beyond[shape] = cached

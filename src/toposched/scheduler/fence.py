@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import bisect
 import functools
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -13,6 +15,7 @@ from toposched.cluster.state import ClusterState, Health, distinct
 IntArray = NDArray[np.int64]
 
 _HEALTHY = np.int8(Health.HEALTHY)
+_fence_serials = itertools.count()
 
 
 @dataclass(frozen=True, eq=False)
@@ -24,6 +27,12 @@ class FencedNodes:
 
     groups: tuple[frozenset[int], ...] = ()
     """Disjoint: a fence closes only nodes it has not fenced yet."""
+    origin: int = field(default=-1, compare=False)
+    """The serial of the fence these nodes were taken from (-1: none)."""
+    generation: int = field(default=-1, compare=False)
+    """That fence's generation when they were taken."""
+    whole: bool = field(default=True, compare=False)
+    """Whether they were all the fence's nodes then (False: the block lifted, left out)."""
 
     @functools.cached_property
     def _group_ids(self) -> frozenset[int]:
@@ -91,7 +100,18 @@ class Fence:
         # to test one by one against a set.
         self._fenced_mask = np.zeros(state.topology.n_nodes, dtype=bool)
         self.generation = 0
-        self._frozen: FencedNodes | None = FencedNodes()
+        self._serial = next(_fence_serials)
+        # For `holds`: the generation at which each node was fenced (0: not yet; every close
+        # moves the generation past 0), and per `open`, the generation it moved to and the
+        # earliest generation at which a node it let go had been fenced. Until a node is fenced
+        # again after an open or `open_all` (`_compare_sets`), each node is fenced and opened
+        # at most once.
+        self._fenced_at = np.zeros(state.topology.n_nodes, dtype=np.int64)
+        self._open_generations: list[int] = []
+        self._open_earliest: list[int] = []
+        self._earliest_after: IntArray | None = None  # suffix minima of `_open_earliest`
+        self._compare_sets = False
+        self._frozen: FencedNodes | None = FencedNodes((), self._serial, 0)
         self._seen: FencedNodes | None = None
 
     @property
@@ -105,7 +125,7 @@ class Fence:
     def frozen(self) -> FencedNodes:
         """The fenced nodes now, as a value that later changes leave alone."""
         if self._frozen is None:
-            self._frozen = FencedNodes(tuple(self._groups))
+            self._frozen = FencedNodes(tuple(self._groups), self._serial, self.generation)
         return self._frozen
 
     def seen(self) -> FencedNodes:
@@ -113,8 +133,33 @@ class Fence:
         if not self._lifted:
             return self.frozen()
         if self._seen is None:
-            self._seen = FencedNodes(tuple(g for g in self._groups if g is not self._block))
+            self._seen = FencedNodes(
+                tuple(g for g in self._groups if g is not self._block),
+                self._serial,
+                self.generation,
+                whole=False,
+            )
         return self._seen
+
+    def holds(self, fenced: FencedNodes) -> bool:
+        """Whether every node of `fenced` is fenced now (`fenced <= self.frozen()`).
+
+        For nodes taken from this fence, without comparing sets: a node fenced then and not
+        now was let go by an `open` since. While every node is fenced and opened at most once,
+        an open since let one go exactly when it let go a node fenced by then; the sets are
+        compared only when that is not settled (a node fenced again, or the block left out)."""
+        if fenced.origin != self._serial or self._compare_sets:
+            return fenced <= self.frozen()
+        since = fenced.generation
+        first_after = bisect.bisect_right(self._open_generations, since)
+        if first_after == len(self._open_generations):
+            return True  # nothing opened since
+        if self._earliest_after is None:
+            earliest = np.array(self._open_earliest[::-1], dtype=np.int64)
+            self._earliest_after = np.minimum.accumulate(earliest)[::-1]
+        if self._earliest_after[first_after] > since:
+            return True  # every node opened since was fenced after
+        return False if fenced.whole else fenced <= self.frozen()
 
     def close(self, nodes: IntArray) -> None:
         self._close(nodes)
@@ -130,11 +175,14 @@ class Fence:
         healthy = candidates[self.state.health[candidates] == _HEALTHY]
         if not healthy.size:
             return None, healthy
+        if self._open_generations and self._fenced_at[healthy].any():
+            self._compare_sets = True
         self.state.set_health(healthy, Health.CORDONED)
         self._fenced_mask[healthy] = True
         group = frozenset(healthy.tolist())
         self._groups.append(group)
         self._moved()
+        self._fenced_at[healthy] = self.generation
         return group, healthy
 
     def lift(self) -> None:
@@ -167,6 +215,9 @@ class Fence:
         kept = (group if group.isdisjoint(opened) else group - opened for group in self._groups)
         self._groups = [group for group in kept if group]
         self._moved()
+        self._open_generations.append(self.generation)
+        self._open_earliest.append(int(self._fenced_at[mine].min()))
+        self._earliest_after = None
 
     def open_all(self) -> None:
         if self._groups:
@@ -177,6 +228,7 @@ class Fence:
             self._fenced_mask[:] = False
             self._groups = []
             self._block, self._lifted = None, False
+            self._compare_sets = True  # the record ends
             self._moved()
 
     def _moved(self) -> None:
