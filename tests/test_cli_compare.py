@@ -51,3 +51,7 @@ def test_simulate_compare_writes_summaries_and_report(
     assert "http://" not in html and "https://" not in html
     printed = capsys.readouterr().out
     assert "toposched and the baselines" in printed
+    # One calibration around the whole comparison, the same in every summary.
+    calibrations = [s["scheduler_speed"]["calibration"] for s in summaries.values()]
+    assert calibrations[0]["before_s"] > 0 and all(c == calibrations[0] for c in calibrations)
+    assert "calibration" in printed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -498,6 +499,10 @@ def test_simulate_command_prints_and_writes_the_summary(
     printed = json.loads(capsys.readouterr().out)
     written = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert printed == written and written["workload"] == "ai2"
+    # Speed figures carry the yardstick they compare by, measured around the run.
+    calibrated = written["scheduler_speed"]["calibration"]
+    assert calibrated["before_s"] > 0 and calibrated["after_s"] > 0
+    assert calibrated["machine"]["cores"] == os.cpu_count()
     # The saved file replays to the same jobs and the same outcome.
     assert (
         main(["simulate", "--workload", str(saved), *arguments, "--out", str(tmp_path / "b")]) == 0

@@ -7,12 +7,14 @@ import json
 import math
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from toposched.bench.harness import calibration, machine
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import parse_duration
 from toposched.policy.contract import Contract
@@ -238,6 +240,25 @@ def build_workload(args: argparse.Namespace) -> Workload:
     )
 
 
+# Runs of the calibration before and after a simulation: a few hundredths of a second.
+CALIBRATION_RUNS = 7
+
+
+def _calibrated(run: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
+    """`run()`, and the calibration measured just before and just after it, with the machine:
+    speed figures of runs on different machines, or in different states of one machine,
+    compare only through it."""
+    before = calibration(CALIBRATION_RUNS).median_s
+    outcome = run()
+    after = calibration(CALIBRATION_RUNS).median_s
+    return outcome, {
+        "what": f"numpy.sort of 1M float32, median of {CALIBRATION_RUNS} runs",
+        "before_s": before,
+        "after_s": after,
+        "machine": machine(),
+    }
+
+
 def simulate_and_report(args: argparse.Namespace, title: str | None = None) -> dict[str, Any]:
     """Build the workload, run it, write DIR/summary.json, print the table or the JSON."""
     console = Console(stderr=args.json)
@@ -254,8 +275,9 @@ def simulate_and_report(args: argparse.Namespace, title: str | None = None) -> d
         progress=not args.no_progress,
         cycle_interval=args.cycle_every,
     )
-    result = simulation.run()
+    result, calibrated = _calibrated(simulation.run)
     summary = summarize(result)
+    summary["scheduler_speed"]["calibration"] = calibrated
     summary["workload_description"] = workload.description
     summary["workload_build_seconds"] = built
     out = Path(args.out)
@@ -284,10 +306,17 @@ def compare_and_report(args: argparse.Namespace, title: str | None = None) -> di
     from toposched.sim.compare import DEFAULT_SCHEDULERS
 
     schedulers = {**DEFAULT_SCHEDULERS, "toposched": scheduler_factory(args)}
-    runs = run_comparison(
-        workload, schedulers, sample_interval=args.sample_interval, progress=not args.no_progress
+    runs, calibrated = _calibrated(
+        lambda: run_comparison(
+            workload,
+            schedulers,
+            sample_interval=args.sample_interval,
+            progress=not args.no_progress,
+        )
     )
     summaries = {name: run.summary for name, run in runs.items()}
+    for summary in summaries.values():
+        summary["scheduler_speed"]["calibration"] = calibrated
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summaries, indent=1) + "\n")
@@ -508,6 +537,14 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
         f"{pace:.2f} (the pace of 30 days in 10 min)" if frontier else "",
         _verdict(days_per_minute >= pace) if frontier else "",
     )
+    calibrated = speed.get("calibration")
+    if calibrated is not None:
+        table.add_row(
+            "calibration before / after: numpy.sort of 1M float32",
+            f"{calibrated['before_s'] * 1e3:.1f} / {calibrated['after_s'] * 1e3:.1f} ms",
+            "",
+            "",
+        )
     balance = summary["conservation"]
     table.add_row(
         "conservation: delivered + idle + unavailable",
