@@ -533,8 +533,8 @@ def test_non_integer_fraction_is_rejected(state: ClusterState) -> None:
 
 
 def crowded_state(seed: int) -> tuple[ClusterState, list[str], np.random.Generator]:
-    """64 racks x 18 nodes x 4 GPUs; 600 owners: whole-GPU gangs over random nodes (with CPU
-    and memory) and shared-GPU pods, several per GPU."""
+    """64 racks x 18 nodes x 4 GPUs; 600 owners: whole-GPU gangs of one- or two-GPU pods over
+    random nodes (with CPU and memory) and shared-GPU pods, several per GPU."""
     state = ClusterState(nvl72_cluster(1, 4, 16))
     rng = np.random.default_rng(seed)
     n_nodes = state.topology.n_nodes
@@ -546,7 +546,10 @@ def crowded_state(seed: int) -> tuple[ClusterState, list[str], np.random.Generat
         else:
             pods = int(rng.integers(1, 4))
             nodes = rng.choice(n_nodes, size=pods, replace=False)
-            allocation = Allocation.of(nodes, [[int(rng.integers(4))]] * pods, 1000, 500, 64)
+            gpu = int(rng.integers(4))
+            # Pods of one or two GPUs: bulk changes see pods of different widths.
+            gpus = [[gpu]] if index % 3 == 1 else [[gpu, (gpu + 1) % 4]]
+            allocation = Allocation.of(nodes, gpus * pods, 1000, 500, 64)
         try:
             state.allocate(f"o{index}", allocation)
         except InputError:
@@ -601,6 +604,12 @@ def test_a_bulk_release_on_a_statement_is_undone_from_its_kept_rows(released: in
     statement.release_many(chosen)
     assert (statement.operations[-1].saved_rows is not None) == (released >= 100)
     assert_aggregates_recomputed(state)
+    # The same as releasing them one by one.
+    one_by_one, _, _ = crowded_state(released)
+    for owner in chosen:
+        one_by_one.release(owner)
+    bulk, single = state.snapshot(), one_by_one.snapshot()
+    assert all(np.array_equal(bulk[key], single[key]) for key in bulk)
     statement.set_health(rng.choice(state.topology.n_nodes, size=30), Health.CORDONED)
     free = (state.gpu_free_milli == MILLI_PER_GPU) & (state.health == Health.HEALTHY)[:, None]
     node, gpu = np.argwhere(free)[0].tolist()
