@@ -91,6 +91,7 @@ def _without_wall_clock(summary: dict[str, Any]) -> dict[str, Any]:
     for key in (
         "decision_latency_s",
         "scheduler_seconds",
+        "scheduler_cpu_seconds",
         "wall_seconds",
         "events_per_second",
         "simulated_seconds_per_wall_second",
@@ -500,6 +501,7 @@ def test_simulate_command_prints_and_writes_the_summary(
     written = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert printed == written and written["workload"] == "ai2"
     # Speed figures carry the yardstick they compare by, measured around the run.
+    assert 0 < written["scheduler_speed"]["scheduler_cpu_seconds"]
     calibrated = written["scheduler_speed"]["calibration"]
     assert calibrated["before_s"] > 0 and calibrated["after_s"] > 0
     assert calibrated["machine"]["cores"] == os.cpu_count()

@@ -520,6 +520,12 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
         "",
         "",
     )
+    table.add_row(
+        "scheduler time: wall / CPU",
+        f"{speed['scheduler_seconds']:,.1f} s / {speed.get('scheduler_cpu_seconds', 0.0):,.1f} s",
+        "",
+        "",
+    )
     events = speed["events_per_second"]
     table.add_row(
         "scheduler events per second (wall)",

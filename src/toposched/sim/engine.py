@@ -179,6 +179,7 @@ class _Run:
         self.integrals = Integrals()
         self.samples: list[Sample] = []
         self.cycle_seconds: list[float] = []
+        self.scheduler_cpu_seconds = 0.0
         self.counts: dict[str, int] = {
             "submissions": 0,
             "completions": 0,
@@ -283,6 +284,7 @@ class _Run:
             scheduler_events=self.scheduler_events,
             counts=self.counts,
             notes=dict(self.workload.notes),
+            scheduler_cpu_seconds=self.scheduler_cpu_seconds,
         )
 
     def _progress_bar(self) -> Any:
@@ -393,9 +395,10 @@ class _Run:
         return True
 
     def _cycle(self, now: float) -> None:
-        began = time.perf_counter()
+        began, cpu_began = time.perf_counter(), time.process_time()
         result = self.scheduler.cycle(now)
         self.cycle_seconds.append(time.perf_counter() - began)
+        self.scheduler_cpu_seconds += time.process_time() - cpu_began
         for decision in result.decisions:
             if isinstance(decision, Bind):
                 self._start(decision, now)

@@ -269,6 +269,9 @@ class SimulationResult:
     evictions, node failures and repairs."""
     counts: dict[str, int] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
+    scheduler_cpu_seconds: float = 0.0
+    """CPU time of the process during the cycles: it counts only while the process runs, so it
+    parts from their wall time where other work or the host takes the core."""
 
     @property
     def duration(self) -> float:
@@ -534,6 +537,7 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
                 "mean": float(cycles.mean()) if cycles.size else None,
             },
             "scheduler_seconds": float(cycles.sum()),
+            "scheduler_cpu_seconds": result.scheduler_cpu_seconds,
             "wall_seconds": result.wall_seconds,
             "scheduler_events": result.scheduler_events,
             "events_per_second": (
