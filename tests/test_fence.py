@@ -144,6 +144,9 @@ def test_the_fence_matches_a_set_model(steps: list[tuple[str, list[int]]]) -> No
         taken += [(fence.frozen(), set(fenced)), (fence.seen(), set(seen))]
         for earlier, earlier_nodes in taken:
             assert fence.holds(earlier) == (earlier_nodes <= fenced)
+        marks = np.zeros(NODES, dtype=bool)
+        marks[chosen] = True
+        assert fence.seen().misses(marks, {}) == seen.isdisjoint(chosen)
     fence.open_all()
     last, last_nodes = taken[-2] if len(taken) > 1 else taken[0]
     assert fence.holds(taken[0][0]) and fence.holds(last) == (not last_nodes)

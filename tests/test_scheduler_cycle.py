@@ -774,13 +774,20 @@ def failure_behind_node_0() -> tuple[Fence, _Failures]:
     return fence, failures
 
 
+def marked(fence: Fence, *nodes: int) -> np.ndarray:
+    """One flag per node of the fence's cluster, set for `nodes`."""
+    marks = np.zeros(fence.state.topology.n_nodes, dtype=bool)
+    marks[list(nodes)] = True
+    return marks
+
+
 def test_a_failure_found_behind_the_fence_does_not_answer_once_the_fence_is_lifted() -> None:
     fence, failures = failure_behind_node_0()
     shape = SHAPE
     assert failures.find(shape, 2, fence, cycle=1) is not None
     assert failures.find(shape, 3, fence, cycle=1) is not None  # more pods: no room either
     assert failures.find(shape, 1, fence, cycle=1) is None  # fewer pods may fit
-    assert failures.find_beyond(shape, 2, fence, frozenset({0}), cycle=1) is None  # node 0 let go
+    assert failures.find_beyond(shape, 2, fence, marked(fence, 0), cycle=1) is None  # 0 let go
     fence.open(np.array([0], dtype=np.int64))
     assert failures.find(shape, 2, fence, cycle=1) is None  # node 0 is back: try again
     fence.open_all()
@@ -791,7 +798,7 @@ def test_a_failure_behind_the_fence_answers_for_each_set_of_opened_nodes_afresh(
     # again with other nodes opened (the next cycle's reservation), it must look again.
     fence, failures = failure_behind_node_0()
     shape = SHAPE
-    elsewhere, fenced_node = frozenset({2, 3}), frozenset({0, 2})
+    elsewhere, fenced_node = marked(fence, 2, 3), marked(fence, 0, 2)
     for _ in range(2):
         assert failures.find_beyond(shape, 2, fence, elsewhere, cycle=1) is not None
         assert failures.find_beyond(shape, 2, fence, fenced_node, cycle=1) is None
@@ -803,7 +810,7 @@ def test_a_remembered_answer_behind_the_fence_lasts_only_while_nothing_moved() -
     # find_beyond remembers its answer per shape for the cycle, the fence's generation and the
     # failures known: a fence that moves, a failure added or the next cycle asks again.
     fence, failures = failure_behind_node_0()
-    elsewhere = frozenset({2, 3})
+    elsewhere = marked(fence, 2, 3)
     assert failures.find_beyond(SHAPE, 2, fence, elsewhere, cycle=1) is not None
     fence.open(np.array([0], dtype=np.int64))  # node 0 is back: the failure no longer holds
     assert failures.find_beyond(SHAPE, 2, fence, elsewhere, cycle=1) is None

@@ -26,7 +26,7 @@ from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier, Rank
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.decisions import Bind, Decision, Evict, Reserve
 from toposched.scheduler.defrag import Defragmenter, MovePlan, Mover, fragmentation
-from toposched.scheduler.fence import Fence, FencedNodes
+from toposched.scheduler.fence import Fence, FencedNodes, Group
 from toposched.scheduler.jobs import (
     EvictionRecord,
     Job,
@@ -178,11 +178,12 @@ class _Failures:
         # of (cycle, fence generation, version): most jobs ask again before anything moved.
         self._smallest: dict[tuple[object, ...], _Remembered] = {}
         # Whether a failure's fenced nodes miss the nodes `find_beyond` opens, by the identity
-        # of those fenced nodes (kept alive here), for one set of opened nodes: a cycle asks
-        # about the same reserved nodes for every short job, and each answer compares sets of
-        # tens of thousands of nodes.
-        self._opened: frozenset[int] | None = None
+        # of those fenced nodes (kept alive here), and whether each group of fenced nodes
+        # does, for one marking of opened nodes: a cycle asks about the same reserved nodes
+        # for every short job, and each answer looks at tens of thousands of nodes.
+        self._opened: NDArray[np.bool_] | None = None
         self._disjoint: dict[int, tuple[FencedNodes, bool]] = {}
+        self._group_disjoint: dict[int, tuple[Group, bool]] = {}
         # `_smallest` for `find_beyond`, for the same opened nodes.
         self._smallest_beyond: dict[tuple[object, ...], _Remembered] = {}
 
@@ -191,6 +192,7 @@ class _Failures:
         self._smallest.clear()
         self._opened = None
         self._disjoint.clear()
+        self._group_disjoint.clear()
         self._smallest_beyond.clear()
         self.version += 1
 
@@ -221,17 +223,18 @@ class _Failures:
         shape: tuple[object, ...],
         pods: int,
         fence: Fence,
-        opened: frozenset[int],
+        opened: NDArray[np.bool_],
         cycle: int,
     ) -> _Failure | None:
-        """`find` as if the fence let `opened` go: a failure found with none of those nodes
-        fenced (short jobs, before they try the reserved nodes). Like `find`, the smallest such
-        failure of a shape is remembered until the fence moves: a cycle can ask for thousands
-        of backfill candidates, and each comparison of fences may cover tens of thousands of
-        nodes."""
+        """`find` as if the fence let the nodes marked in `opened` go: a failure found with none
+        of those nodes fenced (short jobs, before they try the reserved nodes). Like `find`,
+        the smallest such failure of a shape is remembered until the fence moves: a cycle can
+        ask for thousands of backfill candidates, and each comparison of fences may cover tens
+        of thousands of nodes."""
         if self._opened is not opened:
             self._opened = opened
             self._disjoint = {}
+            self._group_disjoint = {}
             self._smallest_beyond = {}
         cached = self._smallest_beyond.get(shape, _NOT_REMEMBERED)
         if not self._current(cached, cycle, fence):
@@ -242,7 +245,10 @@ class _Failures:
                     fenced = failure.fenced
                     known = disjoint.get(id(fenced))
                     if known is None:
-                        known = disjoint[id(fenced)] = (fenced, fenced.isdisjoint(opened))
+                        known = disjoint[id(fenced)] = (
+                            fenced,
+                            fenced.misses(opened, self._group_disjoint),
+                        )
                     if known[1] and fence.holds(fenced):
                         smallest = failure
             cached = (cycle, fence.generation, self.version, smallest)
@@ -570,7 +576,8 @@ class Scheduler:
             tiers: dict[tuple[str, bool], QueueTier] = {}
             # Jobs refused preemption for the same reason share their explanation.
             no_preemption_texts: dict[tuple[str, str, str], str] = {}
-            reserved_nodes: frozenset[int] = frozenset()
+            # The reservation's nodes, marked: what backfills may use.
+            reserved_nodes = np.zeros(0, dtype=bool)
             # Most pending jobs are answered by a known failure and a refused preemption, and
             # many share everything that answer depends on: their kind (shape, pod count,
             # expected runtime), account, priority, whether declared unallocated, and what the
@@ -718,7 +725,8 @@ class Scheduler:
                             continue
                         self.reservation = reserved
                         job.reservation = reserved
-                        reserved_nodes = frozenset(self._reserved_nodes.tolist())
+                        reserved_nodes = np.zeros(self.state.topology.n_nodes, dtype=bool)
+                        reserved_nodes[self._reserved_nodes] = True
                         result.decisions.append(
                             Reserve(job.job_id, reserved.start_time, reserved.domain)
                         )

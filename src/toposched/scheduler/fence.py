@@ -18,6 +18,40 @@ _HEALTHY = np.int8(Health.HEALTHY)
 _fence_serials = itertools.count()
 
 
+class NodeGroup:
+    """Nodes the fence closed together, sorted; as a set only once something asks for one
+    (a reservation's block holds tens of thousands of nodes, and most groups never are)."""
+
+    __slots__ = ("nodes", "_set")
+
+    def __init__(self, nodes: IntArray) -> None:
+        self.nodes = nodes
+        self._set: frozenset[int] | None = None
+
+    def __len__(self) -> int:
+        return int(self.nodes.size)
+
+    @property
+    def set(self) -> frozenset[int]:
+        if self._set is None:
+            self._set = frozenset(self.nodes.tolist())
+        return self._set
+
+
+Group = NodeGroup | frozenset[int]
+"""A fence's groups are `NodeGroup`s; sets of nodes are accepted too."""
+
+
+def _as_set(group: Group) -> frozenset[int]:
+    return group.set if isinstance(group, NodeGroup) else group
+
+
+def _as_array(group: Group) -> IntArray:
+    if isinstance(group, NodeGroup):
+        return group.nodes
+    return np.fromiter(group, dtype=np.int64, count=len(group))
+
+
 @dataclass(frozen=True, eq=False)
 class FencedNodes:
     """The nodes fenced at some moment, as the groups the fence closed them in (a reservation's
@@ -25,7 +59,7 @@ class FencedNodes:
     cycle share the groups closed before both, so comparing them looks at group identities,
     and at nodes only for the groups that differ."""
 
-    groups: tuple[frozenset[int], ...] = ()
+    groups: tuple[Group, ...] = ()
     """Disjoint: a fence closes only nodes it has not fenced yet."""
     origin: int = field(default=-1, compare=False)
     """The serial of the fence these nodes were taken from (-1: none)."""
@@ -50,11 +84,11 @@ class FencedNodes:
             return True
         if self._size > other._size:
             return False  # disjoint groups: more nodes cannot all lie among fewer
-        rest = missing[0].union(*missing[1:])
+        rest = _as_set(missing[0]).union(*(_as_set(group) for group in missing[1:]))
         for group in other.groups:
             if not rest:
                 break
-            rest = rest - group
+            rest = rest - _as_set(group)
         return not rest
 
     def __eq__(self, other: object) -> bool:
@@ -69,11 +103,22 @@ class FencedNodes:
         return self._size
 
     def isdisjoint(self, nodes: frozenset[int]) -> bool:
-        return all(group.isdisjoint(nodes) for group in self.groups)
+        return all(_as_set(group).isdisjoint(nodes) for group in self.groups)
+
+    def misses(self, marked: NDArray[np.bool_], known: dict[int, tuple[Group, bool]]) -> bool:
+        """Whether no node fenced here is marked (one flag per node of the cluster); `known`
+        keeps each group's answer for the same marks, by the group's identity."""
+        for group in self.groups:
+            answer = known.get(id(group))
+            if answer is None:
+                answer = known[id(group)] = (group, not marked[_as_array(group)].any())
+            if not answer[1]:
+                return False
+        return True
 
     def nodes(self) -> frozenset[int]:
         """Every fenced node, as one set."""
-        return frozenset().union(*self.groups)
+        return frozenset().union(*(_as_set(group) for group in self.groups))
 
 
 class Fence:
@@ -92,8 +137,8 @@ class Fence:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
-        self._groups: list[frozenset[int]] = []
-        self._block: frozenset[int] | None = None
+        self._groups: list[NodeGroup] = []
+        self._block: NodeGroup | None = None
         self._block_nodes: IntArray = np.zeros(0, dtype=np.int64)
         self._lifted = False
         # The fenced nodes as a mask: a reservation fences tens of thousands of nodes, too many
@@ -169,7 +214,7 @@ class Fence:
         self.settle()
         self._block, self._block_nodes = self._close(nodes)
 
-    def _close(self, nodes: IntArray) -> tuple[frozenset[int] | None, IntArray]:
+    def _close(self, nodes: IntArray) -> tuple[NodeGroup | None, IntArray]:
         """Fence the healthy ones of `nodes` not fenced yet, as one group (and those nodes)."""
         candidates = distinct(nodes[~self._fenced_mask[nodes]])
         healthy = candidates[self.state.health[candidates] == _HEALTHY]
@@ -179,7 +224,7 @@ class Fence:
             self._compare_sets = True
         self.state.set_health(healthy, Health.CORDONED)
         self._fenced_mask[healthy] = True
-        group = frozenset(healthy.tolist())
+        group = NodeGroup(healthy)
         self._groups.append(group)
         self._moved()
         self._fenced_at[healthy] = self.generation
@@ -204,16 +249,23 @@ class Fence:
         mine = distinct(nodes[self._fenced_mask[nodes]])
         if not mine.size:
             return
-        opened = frozenset(mine.tolist())
-        if self._block is not None and not self._block.isdisjoint(opened):
+        opening = np.zeros(self._fenced_mask.size, dtype=bool)
+        opening[mine] = True
+        if self._block is not None and opening[self._block.nodes].any():
             # A nomination reaching into the reservation: the rest of the block is an
             # ordinary group from now on.
             self.settle()
             self._block = None
         self.state.set_health(mine, Health.HEALTHY)
         self._fenced_mask[mine] = False
-        kept = (group if group.isdisjoint(opened) else group - opened for group in self._groups)
-        self._groups = [group for group in kept if group]
+        kept: list[NodeGroup] = []
+        for group in self._groups:
+            opened = opening[group.nodes]
+            if not opened.any():
+                kept.append(group)
+            elif not opened.all():
+                kept.append(NodeGroup(group.nodes[~opened]))
+        self._groups = kept
         self._moved()
         self._open_generations.append(self.generation)
         self._open_earliest.append(int(self._fenced_at[mine].min()))
