@@ -26,7 +26,7 @@ from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier, Rank
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.decisions import Bind, Decision, Evict, Reserve
 from toposched.scheduler.defrag import Defragmenter, MovePlan, Mover, fragmentation
-from toposched.scheduler.fence import Fence, FencedNodes, Group
+from toposched.scheduler.fence import Fence, FencedNodes, NodeGroup
 from toposched.scheduler.jobs import (
     EvictionRecord,
     Job,
@@ -183,7 +183,7 @@ class _Failures:
         # for every short job, and each answer looks at tens of thousands of nodes.
         self._opened: NDArray[np.bool_] | None = None
         self._disjoint: dict[int, tuple[FencedNodes, bool]] = {}
-        self._group_disjoint: dict[int, tuple[Group, bool]] = {}
+        self._group_disjoint: dict[int, tuple[NodeGroup, bool]] = {}
         # `_smallest` for `find_beyond`, for the same opened nodes.
         self._smallest_beyond: dict[tuple[object, ...], _Remembered] = {}
 

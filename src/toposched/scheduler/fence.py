@@ -38,20 +38,6 @@ class NodeGroup:
         return self._set
 
 
-Group = NodeGroup | frozenset[int]
-"""A fence's groups are `NodeGroup`s; sets of nodes are accepted too."""
-
-
-def _as_set(group: Group) -> frozenset[int]:
-    return group.set if isinstance(group, NodeGroup) else group
-
-
-def _as_array(group: Group) -> IntArray:
-    if isinstance(group, NodeGroup):
-        return group.nodes
-    return np.fromiter(group, dtype=np.int64, count=len(group))
-
-
 @dataclass(frozen=True, eq=False)
 class FencedNodes:
     """The nodes fenced at some moment, as the groups the fence closed them in (a reservation's
@@ -59,7 +45,7 @@ class FencedNodes:
     cycle share the groups closed before both, so comparing them looks at group identities,
     and at nodes only for the groups that differ."""
 
-    groups: tuple[Group, ...] = ()
+    groups: tuple[NodeGroup, ...] = ()
     """Disjoint: a fence closes only nodes it has not fenced yet."""
     origin: int = field(default=-1, compare=False)
     """The serial of the fence these nodes were taken from (-1: none)."""
@@ -84,11 +70,11 @@ class FencedNodes:
             return True
         if self._size > other._size:
             return False  # disjoint groups: more nodes cannot all lie among fewer
-        rest = _as_set(missing[0]).union(*(_as_set(group) for group in missing[1:]))
+        rest = missing[0].set.union(*(group.set for group in missing[1:]))
         for group in other.groups:
             if not rest:
                 break
-            rest = rest - _as_set(group)
+            rest = rest - group.set
         return not rest
 
     def __eq__(self, other: object) -> bool:
@@ -102,23 +88,20 @@ class FencedNodes:
     def __len__(self) -> int:
         return self._size
 
-    def isdisjoint(self, nodes: frozenset[int]) -> bool:
-        return all(_as_set(group).isdisjoint(nodes) for group in self.groups)
-
-    def misses(self, marked: NDArray[np.bool_], known: dict[int, tuple[Group, bool]]) -> bool:
+    def misses(self, marked: NDArray[np.bool_], known: dict[int, tuple[NodeGroup, bool]]) -> bool:
         """Whether no node fenced here is marked (one flag per node of the cluster); `known`
         keeps each group's answer for the same marks, by the group's identity."""
         for group in self.groups:
             answer = known.get(id(group))
             if answer is None:
-                answer = known[id(group)] = (group, not marked[_as_array(group)].any())
+                answer = known[id(group)] = (group, not marked[group.nodes].any())
             if not answer[1]:
                 return False
         return True
 
     def nodes(self) -> frozenset[int]:
         """Every fenced node, as one set."""
-        return frozenset().union(*(_as_set(group) for group in self.groups))
+        return frozenset().union(*(group.set for group in self.groups))
 
 
 class Fence:
@@ -139,7 +122,6 @@ class Fence:
         self.state = state
         self._groups: list[NodeGroup] = []
         self._block: NodeGroup | None = None
-        self._block_nodes: IntArray = np.zeros(0, dtype=np.int64)
         self._lifted = False
         # The fenced nodes as a mask: a reservation fences tens of thousands of nodes, too many
         # to test one by one against a set.
@@ -212,14 +194,14 @@ class Fence:
     def close_block(self, nodes: IntArray) -> None:
         """Fence the reservation's nodes (those not fenced yet) as the cycle's block."""
         self.settle()
-        self._block, self._block_nodes = self._close(nodes)
+        self._block = self._close(nodes)
 
-    def _close(self, nodes: IntArray) -> tuple[NodeGroup | None, IntArray]:
-        """Fence the healthy ones of `nodes` not fenced yet, as one group (and those nodes)."""
+    def _close(self, nodes: IntArray) -> NodeGroup | None:
+        """Fence the healthy ones of `nodes` not fenced yet, as one group (None: none)."""
         candidates = distinct(nodes[~self._fenced_mask[nodes]])
         healthy = candidates[self.state.health[candidates] == _HEALTHY]
         if not healthy.size:
-            return None, healthy
+            return None
         if self._open_generations and self._fenced_at[healthy].any():
             self._compare_sets = True
         self.state.set_health(healthy, Health.CORDONED)
@@ -228,21 +210,22 @@ class Fence:
         self._groups.append(group)
         self._moved()
         self._fenced_at[healthy] = self.generation
-        return group, healthy
+        return group
 
     def lift(self) -> None:
         """Open the block for a backfill search, until `settle`."""
         if self._block is not None and not self._lifted:
-            self.state.set_health(self._block_nodes, Health.HEALTHY)
+            self.state.set_health(self._block.nodes, Health.HEALTHY)
             self._lifted = True
             self._seen = None
 
     def settle(self) -> None:
         """Close the block again if it was lifted: every search but a backfill's sees it."""
         if self._lifted:
+            assert self._block is not None  # only a block is lifted
             # Cordoned again as they were: no node changes health inside a cycle but by the
             # fence, and a job backfilled onto a node keeps it.
-            self.state.set_health(self._block_nodes, Health.CORDONED)
+            self.state.set_health(self._block.nodes, Health.CORDONED)
             self._lifted = False
 
     def open(self, nodes: IntArray) -> None:
@@ -274,8 +257,8 @@ class Fence:
     def open_all(self) -> None:
         if self._groups:
             fenced = self._fenced_mask.copy()
-            if self._lifted:
-                fenced[self._block_nodes] = False  # healthy already
+            if self._lifted and self._block is not None:
+                fenced[self._block.nodes] = False  # healthy already
             self.state.set_health(np.flatnonzero(fenced), Health.HEALTHY)
             self._fenced_mask[:] = False
             self._groups = []
