@@ -87,3 +87,11 @@ def test_bench_cluster_runs_every_scenario_through_the_command(
     assert names[4].startswith("release + roll back 680 running 4-node jobs")
     assert all(result["median_s"] > 0 for result in report["results"])
     assert report["calibration"]["median_s"] > 0
+    assert report["interpreter_calibration"]["median_s"] > 0
+    assert report["interpreter_calibration"]["name"].startswith("calibration: 20,000 rounds")
+
+
+def test_the_interpreter_yardstick_runs_its_whole_loop() -> None:
+    # One key per value of the round number's low byte: every round ran.
+    assert harness._interpreter_rounds() == 256
+    assert harness.INTERPRETER_ROUNDS >= 256

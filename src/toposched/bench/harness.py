@@ -94,6 +94,30 @@ def calibration(runs: int = 15) -> Measurement:
     return measure("calibration: numpy.sort of 1M float32", lambda: np.sort(values), runs=runs)
 
 
+INTERPRETER_ROUNDS = 20_000
+"""Rounds of `interpreter_calibration`'s loop."""
+
+
+def _interpreter_rounds() -> int:
+    values = np.arange(16, dtype=np.int64)
+    counts: dict[tuple[int, int], int] = {}
+    for round_number in range(INTERPRETER_ROUNDS):
+        key = (int(values.sum()), round_number & 255)
+        counts[key] = counts.get(key, 0) + 1
+    return len(counts)
+
+
+def interpreter_calibration(runs: int = 15) -> Measurement:
+    """A loop of small numpy calls and dictionary updates: a yardstick for interpreter-bound
+    work. Most of a scheduling decision is numpy's cost per call and Python's own, which a
+    large sort does not track: its SIMD path differs from one CPU to another far more."""
+    return measure(
+        f"calibration: {INTERPRETER_ROUNDS:,} rounds of a 16-integer numpy sum and a dict update",
+        _interpreter_rounds,
+        runs=runs,
+    )
+
+
 def machine() -> dict[str, Any]:
     """What the figures ran on."""
     cpu = platform.processor() or platform.machine()

@@ -10,7 +10,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from toposched.bench.harness import Measurement, calibration, format_seconds, machine
+from toposched.bench.harness import (
+    Measurement,
+    calibration,
+    format_seconds,
+    interpreter_calibration,
+    machine,
+)
 
 
 def _suites() -> dict[str, Callable[[bool], list[Measurement]]]:
@@ -30,11 +36,13 @@ def _suites() -> dict[str, Callable[[bool], list[Measurement]]]:
 def register(commands: Any) -> None:
     parser = commands.add_parser(
         "bench",
-        help="run a benchmark suite and print its figures next to a calibration figure",
+        help="run a benchmark suite and print its figures next to calibration figures",
         description="Run a benchmark suite on this machine. Each figure is the median of its "
         "timed runs, after up to 10 untimed warm-up runs (--json also gives the first, cold "
-        "run as first_s), printed next to a calibration figure measured in the same run (one "
-        "numpy.sort of 1M float32), so that readers on other machines can compare. Suites: "
+        "run as first_s), printed next to two calibration figures measured in the same run "
+        "(one numpy.sort of 1M float32, and a loop of small numpy calls and dict updates that "
+        "tracks interpreter-bound work better), so that readers on other machines can compare. "
+        "Suites: "
         "cluster (build the 1M-GPU fleet, one-pod, 1,000-node and 50,004-node changes, a "
         "bulk release on a statement); placement (on the 1,000,080-GPU fleet at 70% "
         "occupancy: a 1-8 GPU job, a 200,016-GPU job of 2,778 rack slices, an 18,432-GPU job "
@@ -57,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=args.json)
     with console.status(f"running the {args.suite} benchmarks..."):
         yardstick = calibration(runs=5 if args.quick else 15)
+        interpreter = interpreter_calibration(runs=5 if args.quick else 15)
         results = _suites()[args.suite](args.quick)
     if args.json:
         print(
@@ -65,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
                     "suite": args.suite,
                     "machine": machine(),
                     "calibration": yardstick.as_dict(),
+                    "interpreter_calibration": interpreter.as_dict(),
                     "results": [r.as_dict() for r in results],
                 },
                 indent=2,
@@ -74,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     table = Table(title=f"toposched bench {args.suite}", title_justify="left")
     for column in ("benchmark", "median", "p90", "runs", "target", "details"):
         table.add_column(column, justify="left" if column in ("benchmark", "details") else "right")
-    for result in [yardstick, *results]:
+    for result in [yardstick, interpreter, *results]:
         target = "-"
         if result.target_s is not None:
             verdict = "met" if result.meets_target else "MISSED"

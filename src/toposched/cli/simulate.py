@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from toposched.bench.harness import calibration, machine
+from toposched.bench.harness import calibration, interpreter_calibration, machine
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import parse_duration
 from toposched.policy.contract import Contract
@@ -249,12 +249,19 @@ def _calibrated(run: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
     speed figures of runs on different machines, or in different states of one machine,
     compare only through it."""
     before = calibration(CALIBRATION_RUNS).median_s
+    interpreter = interpreter_calibration(CALIBRATION_RUNS)
+    interpreter_before = interpreter.median_s
     outcome = run()
     after = calibration(CALIBRATION_RUNS).median_s
+    interpreter_after = interpreter_calibration(CALIBRATION_RUNS).median_s
     return outcome, {
         "what": f"numpy.sort of 1M float32, median of {CALIBRATION_RUNS} runs",
         "before_s": before,
         "after_s": after,
+        "interpreter_what": f"{interpreter.name.removeprefix('calibration: ')}, median of "
+        f"{CALIBRATION_RUNS} runs",
+        "interpreter_before_s": interpreter_before,
+        "interpreter_after_s": interpreter_after,
         "machine": machine(),
     }
 
@@ -551,6 +558,14 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
             "",
             "",
         )
+        if "interpreter_before_s" in calibrated:
+            table.add_row(
+                "calibration before / after: small numpy calls and dict updates",
+                f"{calibrated['interpreter_before_s'] * 1e3:.1f} / "
+                f"{calibrated['interpreter_after_s'] * 1e3:.1f} ms",
+                "",
+                "",
+            )
     balance = summary["conservation"]
     table.add_row(
         "conservation: delivered + idle + unavailable",
