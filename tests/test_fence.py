@@ -105,7 +105,8 @@ def test_the_fence_matches_a_set_model(steps: list[tuple[str, list[int]]]) -> No
     """After any sequence the fenced nodes, those a search sees and the cluster's health and
     aggregates are what one set of fenced nodes says; `open_all` leaves the cluster as it
     was, but for nodes that went down. Whether the fence still holds the nodes fenced (or
-    seen) at any earlier step is what the sets say."""
+    seen) at any earlier step, and whether those it holds now lie among them, is what the sets
+    say."""
     state = cluster()
     fence = Fence(state)
     fenced: set[int] = set()
@@ -154,10 +155,12 @@ def test_the_fence_matches_a_set_model(steps: list[tuple[str, list[int]]]) -> No
         taken += [(fence.frozen(), set(fenced)), (fence.seen(), set(seen))]
         for earlier, earlier_nodes in taken:
             assert fence.holds(earlier) == (earlier_nodes <= fenced)
+            assert fence.within(earlier) == (fenced <= earlier_nodes)
         assert fence.seen().misses(marks(*chosen), {}) == seen.isdisjoint(chosen)
     fence.open_all()
     last, last_nodes = taken[-2] if len(taken) > 1 else taken[0]
     assert fence.holds(taken[0][0]) and fence.holds(last) == (not last_nodes)
+    assert all(fence.within(earlier) for earlier, _ in taken)
     assert cordoned(state) == set()
     fresh = state.compute_aggregates()
     for level, (ours, theirs) in enumerate(zip(state.free_gpus, fresh["free_gpus"], strict=True)):

@@ -770,7 +770,7 @@ def failure_behind_node_0() -> tuple[Fence, _Failures]:
     fence = Fence(small_cluster())
     failures = _Failures()
     fence.close(np.array([0], dtype=np.int64))
-    failures.add(SHAPE, _Failure(2, "no room", fence.frozen(), "wide", epoch=1, cycle=1))
+    failures.add(SHAPE, _Failure(2, "no room", fence.frozen(), "wide", epoch=1, cycle=1), fence)
     return fence, failures
 
 
@@ -790,6 +790,37 @@ def test_a_failure_found_behind_the_fence_does_not_answer_once_the_fence_is_lift
     assert failures.find_beyond(shape, 2, fence, marked(fence, 0), cycle=1) is None  # 0 let go
     fence.open(np.array([0], dtype=np.int64))
     assert failures.find(shape, 2, fence, cycle=1) is None  # node 0 is back: try again
+    fence.open_all()
+
+
+def test_a_new_failure_replaces_or_joins_the_known_ones_by_what_each_fence_held() -> None:
+    # A failure implies another with at least as many pods found with at least the nodes it
+    # found fenced. Known: 2 pods did not fit with node 0 fenced.
+    fence, failures = failure_behind_node_0()
+    node = lambda index: np.array([index], dtype=np.int64)  # noqa: E731
+
+    def known() -> list[str]:
+        return [failure.job_id for failure in failures.by_shape[SHAPE]]
+
+    # 3 pods under nodes 0 and 1: implied, not kept.
+    fence.close(node(1))
+    failures.add(SHAPE, _Failure(3, "no room", fence.frozen(), "more", epoch=1, cycle=1), fence)
+    assert known() == ["wide"]
+    # Node 0 opened and fenced again: 1 pod under nodes 0 and 1 joins (fewer pods, more
+    # fenced: neither implies the other).
+    fence.open(node(0))
+    fence.close(node(0))
+    failures.add(SHAPE, _Failure(1, "no room", fence.frozen(), "one", epoch=1, cycle=1), fence)
+    assert known() == ["wide", "one"]
+    # Node 1 opened: 1 pod under node 0 alone implies both.
+    fence.open(node(1))
+    failures.add(SHAPE, _Failure(1, "no room", fence.frozen(), "alone", epoch=1, cycle=1), fence)
+    assert known() == ["alone"]
+    # Under node 2 alone: neither implies the other.
+    fence.open(node(0))
+    fence.close(node(2))
+    failures.add(SHAPE, _Failure(1, "no room", fence.frozen(), "other", epoch=1, cycle=1), fence)
+    assert known() == ["alone", "other"]
     fence.open_all()
 
 
@@ -815,7 +846,7 @@ def test_a_remembered_answer_behind_the_fence_lasts_only_while_nothing_moved() -
     fence.open(np.array([0], dtype=np.int64))  # node 0 is back: the failure no longer holds
     assert failures.find_beyond(SHAPE, 2, fence, elsewhere, cycle=1) is None
     fence.close(np.array([1], dtype=np.int64))
-    failures.add(SHAPE, _Failure(3, "no room", fence.frozen(), "wider", epoch=1, cycle=1))
+    failures.add(SHAPE, _Failure(3, "no room", fence.frozen(), "wider", epoch=1, cycle=1), fence)
     found = failures.find_beyond(SHAPE, 3, fence, elsewhere, cycle=1)
     assert found is not None and found.job_id == "wider"
     assert failures.find_beyond(SHAPE, 2, fence, elsewhere, cycle=1) is None  # fewer pods

@@ -256,14 +256,23 @@ class _Failures:
         found = cached[3]
         return found if found is not None and pods >= found.pods else None
 
-    def add(self, shape: tuple[object, ...], failure: _Failure) -> None:
-        """Remember a failure, unless one already known implies it; drop those it implies."""
+    def add(self, shape: tuple[object, ...], failure: _Failure, fence: Fence) -> None:
+        """Remember a failure, unless one already known implies it; drop those it implies.
+        `failure` was found under `fence` as it is now: when the search saw all of it, its
+        fenced nodes are compared with older ones through the fence's record, not as sets."""
         known = self.by_shape.setdefault(shape, [])
-        if any(old.pods <= failure.pods and old.fenced <= failure.fenced for old in known):
+        fenced = failure.fenced
+        whole = fenced is fence.frozen()
+
+        def implied_by(old: _Failure) -> bool:  # old.fenced <= fenced
+            return fence.holds(old.fenced) if whole else old.fenced <= fenced
+
+        def implies(old: _Failure) -> bool:  # fenced <= old.fenced
+            return fence.within(old.fenced) if whole else fenced <= old.fenced
+
+        if any(old.pods <= failure.pods and implied_by(old) for old in known):
             return
-        known[:] = [
-            old for old in known if not (failure.pods <= old.pods and failure.fenced <= old.fenced)
-        ]
+        known[:] = [old for old in known if not (failure.pods <= old.pods and implies(old))]
         known.append(failure)
         self.version += 1
 
@@ -765,7 +774,7 @@ class Scheduler:
         failure = _Failure(
             job.request.pods, outcome.reason, fence.seen(), job.job_id, self._epoch, cycle_number
         )
-        self._failures.add(shape, failure)
+        self._failures.add(shape, failure, fence)
 
     def _known_failure_reason(
         self,

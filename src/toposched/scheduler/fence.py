@@ -168,25 +168,51 @@ class Fence:
             )
         return self._seen
 
-    def holds(self, fenced: FencedNodes) -> bool:
-        """Whether every node of `fenced` is fenced now (`fenced <= self.frozen()`).
-
-        For nodes taken from this fence, without comparing sets: a node fenced then and not
-        now was let go by an `open` since. While every node is fenced and opened at most once,
-        an open since let one go exactly when it let go a node fenced by then; the sets are
-        compared only when that is not settled (a node fenced again, or the block left out)."""
-        if fenced.origin != self._serial or self._compare_sets:
-            return fenced <= self.frozen()
-        since = fenced.generation
-        first_after = bisect.bisect_right(self._open_generations, since)
+    def _kept_since(self, generation: int) -> bool:
+        """Whether no open after `generation` let go a node fenced by then. If none did, every
+        node fenced at that generation is fenced now: a node fenced without a break since
+        `generation` still has the fencing generation it had then, so an open letting it go
+        would have recorded that one or an earlier as its earliest."""
+        first_after = bisect.bisect_right(self._open_generations, generation)
         if first_after == len(self._open_generations):
             return True  # nothing opened since
         if self._earliest_after is None:
             earliest = np.array(self._open_earliest[::-1], dtype=np.int64)
             self._earliest_after = np.minimum.accumulate(earliest)[::-1]
-        if self._earliest_after[first_after] > since:
-            return True  # every node opened since was fenced after
-        return False if fenced.whole else fenced <= self.frozen()
+        return bool(self._earliest_after[first_after] > generation)
+
+    def holds(self, fenced: FencedNodes) -> bool:
+        """Whether every node of `fenced` is fenced now (`fenced <= self.frozen()`).
+
+        For nodes taken from this fence, without comparing sets: a node fenced then and not
+        now was let go by an `open` since. Where no open since let go a node fenced by then,
+        all of them are still fenced, even if some node was fenced again after an open. Where
+        one did, while every node is fenced and opened at most once, that node is open now;
+        the sets are compared only when that is not settled (a node fenced again, or the
+        block left out, so the node let go may not have been one of them)."""
+        if fenced.origin != self._serial:
+            return fenced <= self.frozen()
+        if self._kept_since(fenced.generation):
+            return True
+        if self._compare_sets or not fenced.whole:
+            return fenced <= self.frozen()
+        return False
+
+    def within(self, fenced: FencedNodes) -> bool:
+        """Whether every node fenced now is one of `fenced` (`self.frozen() <= fenced`).
+
+        For all the nodes this fence held at some generation, without comparing sets: a
+        group fenced now that was closed by then has been fenced without a break since, so it
+        was among them. Groups keep the order they were closed in, so the last one is the
+        newest. A group closed later is not among them, unless its nodes were fenced then,
+        opened and fenced again: only then are the sets compared."""
+        if fenced.origin != self._serial or not fenced.whole:
+            return self.frozen() <= fenced
+        if not self._groups:
+            return True
+        if self._fenced_at[self._groups[-1].nodes[0]] <= fenced.generation:
+            return True
+        return self.frozen() <= fenced if self._compare_sets else False
 
     def close(self, nodes: IntArray) -> None:
         self._close(nodes)
@@ -260,11 +286,16 @@ class Fence:
             if self._lifted and self._block is not None:
                 fenced[self._block.nodes] = False  # healthy already
             self.state.set_health(np.flatnonzero(fenced), Health.HEALTHY)
+            earliest = min(int(self._fenced_at[group.nodes[0]]) for group in self._groups)
             self._fenced_mask[:] = False
             self._groups = []
             self._block, self._lifted = None, False
             self._compare_sets = True  # the record ends
             self._moved()
+            # Recorded as an open, so that nothing fenced before is said to be held still.
+            self._open_generations.append(self.generation)
+            self._open_earliest.append(earliest)
+            self._earliest_after = None
 
     def _moved(self) -> None:
         self.generation += 1
