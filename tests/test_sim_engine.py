@@ -505,7 +505,7 @@ def test_simulate_command_prints_and_writes_the_summary(
     calibrated = written["scheduler_speed"]["calibration"]
     assert calibrated["before_s"] > 0 and calibrated["after_s"] > 0
     assert calibrated["interpreter_before_s"] > 0 and calibrated["interpreter_after_s"] > 0
-    assert calibrated["interpreter_what"].endswith("median of 7 runs")
+    assert calibrated["interpreter_what"].endswith("median of 5 runs")
     assert calibrated["machine"]["cores"] == os.cpu_count()
     # The saved file replays to the same jobs and the same outcome.
     assert (

@@ -88,10 +88,15 @@ def measure(
     )
 
 
-def calibration(runs: int = 15) -> Measurement:
+def calibration(runs: int = 15, warmup: int = WARMUP_RUNS) -> Measurement:
     """One `numpy.sort` of 1M float32: a yardstick readers can time on their own machine."""
     values = np.random.default_rng(0).random(1_000_000, dtype=np.float32)
-    return measure("calibration: numpy.sort of 1M float32", lambda: np.sort(values), runs=runs)
+    return measure(
+        "calibration: numpy.sort of 1M float32",
+        lambda: np.sort(values),
+        runs=runs,
+        warmup=warmup,
+    )
 
 
 INTERPRETER_ROUNDS = 20_000
@@ -107,7 +112,7 @@ def _interpreter_rounds() -> int:
     return len(counts)
 
 
-def interpreter_calibration(runs: int = 15) -> Measurement:
+def interpreter_calibration(runs: int = 15, warmup: int = WARMUP_RUNS) -> Measurement:
     """A loop of small numpy calls and dictionary updates: a yardstick for interpreter-bound
     work. Most of a scheduling decision is numpy's cost per call and Python's own, which a
     large sort does not track: its SIMD path differs from one CPU to another far more."""
@@ -115,6 +120,7 @@ def interpreter_calibration(runs: int = 15) -> Measurement:
         f"calibration: {INTERPRETER_ROUNDS:,} rounds of a 16-integer numpy sum and a dict update",
         _interpreter_rounds,
         runs=runs,
+        warmup=warmup,
     )
 
 

@@ -240,20 +240,22 @@ def build_workload(args: argparse.Namespace) -> Workload:
     )
 
 
-# Runs of the calibration before and after a simulation: a few hundredths of a second.
-CALIBRATION_RUNS = 7
+# Runs of each yardstick before and after a simulation, after one warm-up run: under a second
+# in all where the sort is slow (about 35 ms on some CPUs; 5 ms on others).
+CALIBRATION_RUNS = 5
+CALIBRATION_WARMUP = 1
 
 
 def _calibrated(run: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
     """`run()`, and the calibration measured just before and just after it, with the machine:
     speed figures of runs on different machines, or in different states of one machine,
     compare only through it."""
-    before = calibration(CALIBRATION_RUNS).median_s
-    interpreter = interpreter_calibration(CALIBRATION_RUNS)
+    before = calibration(CALIBRATION_RUNS, CALIBRATION_WARMUP).median_s
+    interpreter = interpreter_calibration(CALIBRATION_RUNS, CALIBRATION_WARMUP)
     interpreter_before = interpreter.median_s
     outcome = run()
-    after = calibration(CALIBRATION_RUNS).median_s
-    interpreter_after = interpreter_calibration(CALIBRATION_RUNS).median_s
+    after = calibration(CALIBRATION_RUNS, CALIBRATION_WARMUP).median_s
+    interpreter_after = interpreter_calibration(CALIBRATION_RUNS, CALIBRATION_WARMUP).median_s
     return outcome, {
         "what": f"numpy.sort of 1M float32, median of {CALIBRATION_RUNS} runs",
         "before_s": before,
