@@ -90,6 +90,26 @@ def test_fenced_nodes_compare_as_sets_whatever_their_groups() -> None:
     assert len(with_block) == 4
 
 
+def test_a_fence_holds_nodes_another_fence_took_when_it_fences_them_all() -> None:
+    # The failure memo keeps failures across cycles, each cycle with a fence of its own.
+    state = cluster()
+    earlier = Fence(state)
+    earlier.close(nodes(0, 1))
+    earlier.close(nodes(5))
+    taken = earlier.frozen()
+    earlier.open_all()
+    later = Fence(state)
+    later.close(nodes(5, 2))
+    assert not later.holds(taken) and not later.equals(taken)
+    later.close(nodes(1, 0))
+    assert later.holds(taken) and not later.equals(taken)
+    later.open(nodes(2))
+    assert later.holds(taken) and later.equals(taken)
+    later.open(nodes(0))
+    assert not later.holds(taken)
+    later.open_all()
+
+
 operations = st.lists(
     st.tuples(
         st.sampled_from(["close", "close_block", "open", "lift", "settle", "down"]),
@@ -156,6 +176,7 @@ def test_the_fence_matches_a_set_model(steps: list[tuple[str, list[int]]]) -> No
         for earlier, earlier_nodes in taken:
             assert fence.holds(earlier) == (earlier_nodes <= fenced)
             assert fence.within(earlier) == (fenced <= earlier_nodes)
+            assert fence.equals(earlier) == (earlier_nodes == fenced)
         assert fence.seen().misses(marks(*chosen), {}) == seen.isdisjoint(chosen)
     fence.open_all()
     last, last_nodes = taken[-2] if len(taken) > 1 else taken[0]

@@ -386,7 +386,10 @@ class Scheduler:
         # Refused preemptions by (pod shape, pods, account, priority), or by (pod shape, pods)
         # for jobs that may take unallocated work only: what the refusal depends on, until when
         # no protection ends, and the reason (see `_preempt_or_refuse`).
-        self._refusals: dict[tuple[object, ...], tuple[tuple[object, ...], float, str]] = {}
+        # By kind of job: what the refusal depended on, the fenced nodes, until when, the reason.
+        self._refusals: dict[
+            tuple[object, ...], tuple[tuple[object, ...], FencedNodes, float, str]
+        ] = {}
         self._refusals_epoch = 0
         self._pair_verdicts_ranking: Ranking | None = None
         self._pair_verdicts_stamp = -1
@@ -724,7 +727,7 @@ class Scheduler:
                         job.reason += f"; no preemption: {plan}{note}"
                 if self.reservation is None and allocated and job.gpus >= self.reserve_min_gpus:
                     answered_by = None  # a reservation is looked for job by job
-                    reserved = self._reserve(job, now, fence.frozen())
+                    reserved = self._reserve(job, now, fence)
                     if reserved is not None:
                         job.reason = f"{reserved.describe(now)}; now: {job.reason}"
                         if self._defragment_for(job, reserved, now, result):
@@ -789,7 +792,7 @@ class Scheduler:
             if (
                 failure.job_id == job.job_id
                 and failure.epoch == self._epoch
-                and failure.fenced == fence.fenced
+                and fence.equals(failure.fenced)
             ):
                 # The same job on the same free capacity: the search would say the same again.
                 return failure.reason
@@ -1104,15 +1107,15 @@ class Scheduler:
         )
         inputs = (
             self._epoch,
-            fence.frozen(),
             self._preemptible.version,
             self.tree.version,
             self.usage.version,
             ranking.leaves if self.contract.cross_account == "fair_share" else None,
         )
+        fenced = fence.frozen()
         known = self._refusals.get(key)
-        if known is not None and known[0] == inputs and now < known[1]:
-            return known[2]
+        if known is not None and known[0] == inputs and now < known[2] and fence.equals(known[1]):
+            return known[3]
         fence.settle()
         plan, lasting = self._search_preemption(job, entry, ranking, now, only_unallocated)
         if isinstance(plan, PreemptionPlan):
@@ -1125,7 +1128,7 @@ class Scheduler:
             protections = self._protection
             ended = protections.bisect_right((now, "\uffff"))
             until = float(protections[ended][0]) if ended < len(protections) else math.inf
-            self._refusals[key] = (inputs, until, plan)
+            self._refusals[key] = (inputs, fenced, until, plan)
         return plan
 
     def _plan_preemption(
@@ -1480,16 +1483,17 @@ class Scheduler:
             job.record(now, f"evicted: {reason}")
             result.decisions.append(Evict(job_id, "", self.grace_for(job), "node_draining", lost))
 
-    def _reserve(self, job: Job, now: float, fenced: FencedNodes) -> Reservation | None:
+    def _reserve(self, job: Job, now: float, fence: Fence) -> Reservation | None:
         """The earliest time the job fits (see `_earliest_fit`), from the last cycle's answer
-        when nothing has changed since: same job, same epoch and the same nodes `fenced`."""
+        when nothing has changed since: same job, same epoch and the same nodes fenced."""
         memo = self._last_reservation
+        fenced = fence.frozen()
         if (
             memo is not None
             and memo[0] is job
             and memo[1] is job.request
             and memo[2] == self._epoch
-            and memo[3] == fenced
+            and fence.equals(memo[3])
         ):
             fit = memo[4]
         else:

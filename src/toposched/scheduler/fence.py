@@ -184,19 +184,26 @@ class Fence:
     def holds(self, fenced: FencedNodes) -> bool:
         """Whether every node of `fenced` is fenced now (`fenced <= self.frozen()`).
 
-        For nodes taken from this fence, without comparing sets: a node fenced then and not
+        For nodes taken from this fence, from its record first: a node fenced then and not
         now was let go by an `open` since. Where no open since let go a node fenced by then,
         all of them are still fenced, even if some node was fenced again after an open. Where
-        one did, while every node is fenced and opened at most once, that node is open now;
-        the sets are compared only when that is not settled (a node fenced again, or the
-        block left out, so the node let go may not have been one of them)."""
-        if fenced.origin != self._serial:
-            return fenced <= self.frozen()
-        if self._kept_since(fenced.generation):
-            return True
-        if self._compare_sets or not fenced.whole:
-            return fenced <= self.frozen()
-        return False
+        one did, while every node is fenced and opened at most once, that node is open now.
+        Otherwise (a node fenced again, the block left out, another fence's nodes) each of
+        their groups is fenced now as it is, or all its nodes are marked fenced."""
+        if fenced.origin == self._serial:
+            if self._kept_since(fenced.generation):
+                return True
+            if not self._compare_sets and fenced.whole:
+                return False
+        current = self.frozen()._group_ids
+        marked = self._fenced_mask
+        return all(
+            id(group) in current or bool(marked[group.nodes].all()) for group in fenced.groups
+        )
+
+    def equals(self, fenced: FencedNodes) -> bool:
+        """Whether `fenced` are exactly the nodes fenced now (`fenced == self.frozen()`)."""
+        return len(fenced) == len(self.frozen()) and self.holds(fenced)
 
     def within(self, fenced: FencedNodes) -> bool:
         """Whether every node fenced now is one of `fenced` (`self.frozen() <= fenced`).
