@@ -799,28 +799,26 @@ def test_a_new_failure_replaces_or_joins_the_known_ones_by_what_each_fence_held(
     fence, failures = failure_behind_node_0()
     node = lambda index: np.array([index], dtype=np.int64)  # noqa: E731
 
-    def known() -> list[str]:
+    def known_after(pods: int, job_id: str) -> list[str]:
+        failure = _Failure(pods, "no room", fence.frozen(), job_id, epoch=1, cycle=1)
+        failures.add(SHAPE, failure, fence)
         return [failure.job_id for failure in failures.by_shape[SHAPE]]
 
     # 3 pods under nodes 0 and 1: implied, not kept.
     fence.close(node(1))
-    failures.add(SHAPE, _Failure(3, "no room", fence.frozen(), "more", epoch=1, cycle=1), fence)
-    assert known() == ["wide"]
+    assert known_after(3, "more") == ["wide"]
     # Node 0 opened and fenced again: 1 pod under nodes 0 and 1 joins (fewer pods, more
     # fenced: neither implies the other).
     fence.open(node(0))
     fence.close(node(0))
-    failures.add(SHAPE, _Failure(1, "no room", fence.frozen(), "one", epoch=1, cycle=1), fence)
-    assert known() == ["wide", "one"]
+    assert known_after(1, "one") == ["wide", "one"]
     # Node 1 opened: 1 pod under node 0 alone implies both.
     fence.open(node(1))
-    failures.add(SHAPE, _Failure(1, "no room", fence.frozen(), "alone", epoch=1, cycle=1), fence)
-    assert known() == ["alone"]
+    assert known_after(1, "alone") == ["alone"]
     # Under node 2 alone: neither implies the other.
     fence.open(node(0))
     fence.close(node(2))
-    failures.add(SHAPE, _Failure(1, "no room", fence.frozen(), "other", epoch=1, cycle=1), fence)
-    assert known() == ["alone", "other"]
+    assert known_after(1, "other") == ["alone", "other"]
     fence.open_all()
 
 
