@@ -384,9 +384,8 @@ class Scheduler:
         self._account_loads: dict[int, tuple[str, float, float | None]] = {}
         self._account_loads_key: tuple[int, int, Ranking | None] = (-1, -1, None)
         # Refused preemptions by (pod shape, pods, account, priority), or by (pod shape, pods)
-        # for jobs that may take unallocated work only: what the refusal depends on, until when
-        # no protection ends, and the reason (see `_preempt_or_refuse`).
-        # By kind of job: what the refusal depended on, the fenced nodes, until when, the reason.
+        # for jobs that may take unallocated work only: what the refusal depends on, the nodes
+        # fenced then, until when no protection ends, and the reason (see `_preempt_or_refuse`).
         self._refusals: dict[
             tuple[object, ...], tuple[tuple[object, ...], FencedNodes, float, str]
         ] = {}
