@@ -25,18 +25,20 @@ ZONE, BLOCK, RACK = 1, 2, 3
 NODES_PER_RACK = 18
 
 
-def blocks_with_free_nodes(free_nodes: Sequence[Sequence[int]]) -> ClusterState:
-    """One zone of blocks of 16 NVL72 racks; rack r of block b keeps `free_nodes[b][r]` nodes
+def blocks_with_free_nodes(
+    free_nodes: Sequence[Sequence[int]], racks_per_block: int = 16
+) -> ClusterState:
+    """One zone of blocks of NVL72 racks; rack r of block b keeps `free_nodes[b][r]` nodes
     free (the first ones) and has the others taken whole; racks not listed are taken whole."""
     state = ClusterState(
-        nvl72_cluster(zones=1, blocks_per_zone=len(free_nodes), racks_per_block=16)
+        nvl72_cluster(zones=1, blocks_per_zone=len(free_nodes), racks_per_block=racks_per_block)
     )
     starts = state.topology.domain_starts[RACK]
     taken: list[int] = []
     for block, racks in enumerate(free_nodes):
-        for rack in range(16):
+        for rack in range(racks_per_block):
             free = racks[rack] if rack < len(racks) else 0
-            first = int(starts[block * 16 + rack])
+            first = int(starts[block * racks_per_block + rack])
             taken.extend(range(first + free, first + NODES_PER_RACK))
     nodes = np.array(taken, dtype=np.int64)
     state.allocate("others", Allocation.of(nodes, np.tile(np.arange(4), (nodes.size, 1))))
@@ -96,8 +98,8 @@ def test_count_plans_use_fewer_racks_than_the_greedy_placement(
     assert isinstance(result, Placement)
     assert_valid_placement(state, request, result)
     assert profile(state, result, (BLOCK, RACK)) == planned
-    monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 0)
-    monkeypatch.setattr(fewest_counts, "MAX_RUN_CELLS", 0)
+    for limit in ("MAX_COUNT_CELLS", "MAX_RUN_CELLS", "MAX_SLICE_PLAN_CELLS"):
+        monkeypatch.setattr(fewest_counts, limit, 0)
     greedy = place(state, request, BestFit())
     assert isinstance(greedy, Placement)
     assert profile(state, greedy, (BLOCK, RACK)) == greedy_profile
@@ -132,11 +134,60 @@ def test_the_plan_over_slices_runs_where_rack_counts_pass_the_limit(
         return count_cells <= slice_cells
 
     monkeypatch.setattr(fewest_counts, "_counts_cost_less", cheaper)
-    monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 1_000)
+    monkeypatch.setattr(fewest_counts, "MAX_SLICE_PLAN_CELLS", 1_000)
     result = place(state, request)
     assert isinstance(result, Placement)
     assert costs and all(slices <= 1_000 < counts for counts, slices in costs)
     assert profile(state, result, (BLOCK, RACK)) == [3, 21]
+
+
+# 16 blocks of 150 racks, free nodes per rack: 14 on all; 18 on 60; 18 on 70; 16 on all; 10 on
+# all; 18 on 50 and 9 on 100; 14 on 120; 17 on all (twice over). 7,020 pods of 4 GPUs in block
+# slices of 18 need at least 392 racks: the 360 racks of 18 free nodes hold 6,480 pods, and 32
+# racks of 17 the other 540 (no 391 racks hold more). Both plans cost over 400,000 cells.
+LARGE_SLICED_BLOCKS = [
+    [14] * 150,
+    [18] * 60,
+    [18] * 70,
+    [16] * 150,
+    [10] * 150,
+    [18] * 50 + [9] * 100,
+    [14] * 120,
+    [17] * 150,
+] * 2
+
+
+def test_plans_for_slices_above_run_past_the_count_plans_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Small block slices on blocks of many racks: the plans for a slice layer above L cost more
+    than `MAX_COUNT_CELLS` but run within their own limit, and find the least racks where the
+    greedy placement takes more."""
+    state = blocks_with_free_nodes(LARGE_SLICED_BLOCKS, racks_per_block=150)
+    request = simple_request(7_020, 4, preferred=RACK, slices=[(BLOCK, 18)])
+    costs: list[tuple[int, int]] = []
+    cheaper = fewest_counts._counts_cost_less
+
+    def noted(count_cells: int, slice_cells: int) -> bool:
+        costs.append((count_cells, slice_cells))
+        return cheaper(count_cells, slice_cells)
+
+    monkeypatch.setattr(fewest_counts, "_counts_cost_less", noted)
+    result = place(state, request)
+    assert isinstance(result, Placement)
+    assert_valid_placement(state, request, result)
+    assert result.domains_used(state, RACK) == 392
+    assert costs and all(
+        fewest_counts.MAX_COUNT_CELLS < min(cells) <= fewest_counts.MAX_SLICE_PLAN_CELLS
+        for cells in costs
+    )
+    for counts_first in (True, False):
+        monkeypatch.setattr(fewest_counts, "_counts_cost_less", lambda *_, f=counts_first: f)
+        both = place(state, request)
+        assert isinstance(both, Placement) and both.domains_used(state, RACK) == 392
+    monkeypatch.setattr(fewest_counts, "MAX_SLICE_PLAN_CELLS", fewest_counts.MAX_COUNT_CELLS)
+    greedy = place(state, request)
+    assert isinstance(greedy, Placement) and greedy.domains_used(state, RACK) == 439
 
 
 def test_count_tables_convolve_by_max_plus() -> None:

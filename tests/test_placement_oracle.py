@@ -740,8 +740,8 @@ def test_beyond_every_limit_the_greedy_cover_stands(monkeypatch: pytest.MonkeyPa
     result = place(state, request)
     assert isinstance(result, Placement)
     assert [domains_used(result, labels, level) for level in (1, 2)] == [2, 2]  # y + z, by count
-    monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 0)
-    monkeypatch.setattr(fewest_counts, "MAX_RUN_CELLS", 0)
+    for limit in ("MAX_COUNT_CELLS", "MAX_RUN_CELLS", "MAX_SLICE_PLAN_CELLS"):
+        monkeypatch.setattr(fewest_counts, limit, 0)
     result = place(state, request)
     assert isinstance(result, Placement)
     # x (the first of the two largest blocks) and z: the fewest blocks, one rack more than y + z.

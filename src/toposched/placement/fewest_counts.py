@@ -27,6 +27,10 @@ MAX_COUNT_TABLES = 256
 # The same for the compiled knapsack (`_knapsack_over_runs`): table cells times each domain's
 # runs of equal children, at most SMAWK_RUNS; about 5 ns each, 20 ms at the limit.
 MAX_RUN_CELLS = 4_000_000
+# The same for the plans with a slice layer between the required and the preferred level (the
+# cheaper of their two costs): each convolution is one numpy pass over many cells, about 2 ns
+# each; a placement near the limit took 12-14 ms on the 1M-GPU fleet (docs/benchmarks.md).
+MAX_SLICE_PLAN_CELLS = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -200,7 +204,7 @@ class FewestByCount:
             count_cells += (limit + 1) * int(count_widths.sum())
             held = np.add.reduceat(capacity, offsets) // slice_pods
             slice_cells += (slices + 1) * int((np.minimum(held, slices) + 1).sum())
-        if min(count_cells, slice_cells) > MAX_COUNT_CELLS:
+        if min(count_cells, slice_cells) > MAX_SLICE_PLAN_CELLS:
             return None
         if not _fewer_may_reach(capacity, limit, need):
             return None
