@@ -14,6 +14,7 @@ from toposched.bench.placement import (
     frontier_job,
     infeasible_job,
     occupied_fleet,
+    small_block_slices_job,
     small_jobs,
 )
 from toposched.cluster.state import ClusterState
@@ -56,6 +57,14 @@ def test_block_preferring_job(benchmark: Any, busy_fleet: ClusterState) -> None:
     # Two blocks; 280 racks, the least on this layout (the greedy placement alone took 414).
     assert result.domains_used(busy_fleet, 2) == 2
     assert result.domains_used(busy_fleet, 3) == 280
+
+
+def test_small_block_slices_job(benchmark: Any, busy_fleet: ClusterState) -> None:
+    job = small_block_slices_job()
+    result = benchmark.pedantic(lambda: place(busy_fleet, job), rounds=20, iterations=1)
+    assert isinstance(result, Placement)
+    # A free rack holds 72 one-GPU pods: 40,000 need 556 racks (the greedy placement took 747).
+    assert result.domains_used(busy_fleet, 3) == 556
 
 
 def test_infeasible_job(benchmark: Any, busy_fleet: ClusterState) -> None:

@@ -100,6 +100,16 @@ def block_preferring_job() -> GangRequest:
     return simple_request(10_000, 2, name="block-preferring", required=1, preferred=2)
 
 
+def small_block_slices_job() -> GangRequest:
+    """40,000 GPUs: 40,000 one-GPU pods in slices of 40 per spine block, within one zone,
+    fewest racks preferred: a slice plan of 2.3M cells, past the count plans' limit and within
+    its own; 556 racks, the least (a free rack holds 72 such pods), where the greedy placement
+    takes 747."""
+    return simple_request(
+        40_000, 1, name="small-block-slices", required=1, preferred=RACK_LEVEL, slices=[(2, 40)]
+    )
+
+
 def infeasible_job() -> GangRequest:
     """400,000 GPUs in one zone: more than any zone has free."""
     return simple_request(100_000, 4, name="too-big", required=1)
@@ -147,6 +157,14 @@ def run_placement_benchmarks(quick: bool = False) -> list[Measurement]:
             state,
             "20,000-GPU job: 10,000 x 2 GPUs in one zone, fewest blocks then racks",
             block_preferring_job(),
+            quick,
+        )
+    )
+    results.append(
+        _measure_gang(
+            state,
+            "40,000-GPU job: 40,000 x 1 GPU in block slices of 40, fewest racks",
+            small_block_slices_job(),
             quick,
         )
     )
