@@ -98,7 +98,7 @@ def test_count_plans_use_fewer_racks_than_the_greedy_placement(
     assert isinstance(result, Placement)
     assert_valid_placement(state, request, result)
     assert profile(state, result, (BLOCK, RACK)) == planned
-    for limit in ("MAX_COUNT_CELLS", "MAX_RUN_CELLS", "MAX_SLICE_PLAN_CELLS"):
+    for limit in ("MAX_COUNT_CELLS", "MAX_RUN_CELLS"):
         monkeypatch.setattr(fewest_counts, limit, 0)
     greedy = place(state, request, BestFit())
     assert isinstance(greedy, Placement)
@@ -134,7 +134,7 @@ def test_the_plan_over_slices_runs_where_rack_counts_pass_the_limit(
         return count_cells <= slice_cells
 
     monkeypatch.setattr(fewest_counts, "_counts_cost_less", cheaper)
-    monkeypatch.setattr(fewest_counts, "MAX_SLICE_PLAN_CELLS", 1_000)
+    monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 1_000)
     result = place(state, request)
     assert isinstance(result, Placement)
     assert costs and all(slices <= 1_000 < counts for counts, slices in costs)
@@ -161,8 +161,8 @@ def test_plans_for_slices_above_run_past_the_count_plans_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Small block slices on blocks of many racks: the plans for a slice layer above L cost more
-    than `MAX_COUNT_CELLS` but run within their own limit, and find the least racks where the
-    greedy placement takes more."""
+    than 400,000 cells (the limit they had), run within `MAX_COUNT_CELLS` and find the least
+    racks, where the greedy placement takes more."""
     state = blocks_with_free_nodes(LARGE_SLICED_BLOCKS, racks_per_block=150)
     request = simple_request(7_020, 4, preferred=RACK, slices=[(BLOCK, 18)])
     costs: list[tuple[int, int]] = []
@@ -177,15 +177,12 @@ def test_plans_for_slices_above_run_past_the_count_plans_limit(
     assert isinstance(result, Placement)
     assert_valid_placement(state, request, result)
     assert result.domains_used(state, RACK) == 392
-    assert costs and all(
-        fewest_counts.MAX_COUNT_CELLS < min(cells) <= fewest_counts.MAX_SLICE_PLAN_CELLS
-        for cells in costs
-    )
+    assert costs and all(400_000 < min(cells) <= fewest_counts.MAX_COUNT_CELLS for cells in costs)
     for counts_first in (True, False):
         monkeypatch.setattr(fewest_counts, "_counts_cost_less", lambda *_, f=counts_first: f)
         both = place(state, request)
         assert isinstance(both, Placement) and both.domains_used(state, RACK) == 392
-    monkeypatch.setattr(fewest_counts, "MAX_SLICE_PLAN_CELLS", fewest_counts.MAX_COUNT_CELLS)
+    monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 400_000)
     greedy = place(state, request)
     assert isinstance(greedy, Placement) and greedy.domains_used(state, RACK) == 439
 

@@ -20,17 +20,14 @@ BoolArray = NDArray[np.bool_]
 # An amount no choice reaches: below every real one; adding any amount to it stays negative.
 UNREACHABLE = -(np.int64(1) << 61)
 # Work a count plan may cost before the search keeps its greedy answer: table cells (pairs of
-# counts tried) and domains given a table (a few numpy calls each). About a millisecond or two on
-# one core, as for the amount plan.
-MAX_COUNT_CELLS = 400_000
+# counts tried) and domains given a table (a few numpy calls each). Each merge is one numpy
+# pass over many cells, about 2-3 ns each: placements near the limit took 11-14 ms on the
+# 1M-GPU fleet, a few MB at peak (docs/placement.md).
+MAX_COUNT_CELLS = 4_000_000
 MAX_COUNT_TABLES = 256
 # The same for the compiled knapsack (`_knapsack_over_runs`): table cells times each domain's
 # runs of equal children, at most SMAWK_RUNS; about 5 ns each, 20 ms at the limit.
 MAX_RUN_CELLS = 4_000_000
-# The same for the plans with a slice layer between the required and the preferred level (the
-# cheaper of their two costs): each convolution is one numpy pass over many cells, about 2 ns
-# each; a placement near the limit took 12-14 ms on the 1M-GPU fleet (docs/benchmarks.md).
-MAX_SLICE_PLAN_CELLS = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -204,7 +201,7 @@ class FewestByCount:
             count_cells += (limit + 1) * int(count_widths.sum())
             held = np.add.reduceat(capacity, offsets) // slice_pods
             slice_cells += (slices + 1) * int((np.minimum(held, slices) + 1).sum())
-        if min(count_cells, slice_cells) > MAX_SLICE_PLAN_CELLS:
+        if min(count_cells, slice_cells) > MAX_COUNT_CELLS:
             return None
         if not _fewer_may_reach(capacity, limit, need):
             return None
