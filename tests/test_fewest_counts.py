@@ -187,6 +187,37 @@ def test_plans_for_slices_above_run_past_the_count_plans_limit(
     assert isinstance(greedy, Placement) and greedy.domains_used(state, RACK) == 439
 
 
+def test_the_knapsack_over_every_count_runs_past_its_former_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """4,000 pods in block slices of 40, preferring blocks, on `LARGE_SLICED_BLOCKS`: two
+    blocks. Racks of 18 free nodes are only in blocks 1, 2 and 5; with the largest other block
+    (2,520 pods in whole slices) blocks 1 and 2 cannot reach 4,000, and block 5 must then hold
+    1,480 or more, on 115 racks (its 50 of 18 and 65 of 9), the other block 2,200 or more on
+    racks of at most 17, 130 more. Without them racks hold at most 17 pods: 236 racks at least,
+    which the two blocks of 17-node racks give (2,000 pods on 118 racks each). Racks hold no
+    whole number of slices, so the knapsack over every count of racks runs: over 1M cells."""
+    state = blocks_with_free_nodes(LARGE_SLICED_BLOCKS, racks_per_block=150)
+    request = simple_request(4_000, 4, preferred=BLOCK, slices=[(BLOCK, 40)])
+    cells: list[int] = []
+    knapsack = fewest_counts._knapsack
+
+    def noted(kernels: list[np.ndarray], k: int, limit: int, need: int) -> list[int] | None:
+        cells.append(k * (limit + 1) * sum(kernel.size for kernel in kernels))
+        return knapsack(kernels, k, limit, need)
+
+    monkeypatch.setattr(fewest_counts, "_knapsack", noted)
+    result = place(state, request)
+    assert isinstance(result, Placement)
+    assert_valid_placement(state, request, result)
+    assert profile(state, result, (BLOCK, RACK)) == [2, 236]
+    assert cells and all(400_000 < count <= fewest_counts.MAX_COUNT_CELLS for count in cells)
+    monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 400_000)
+    greedy = place(state, request)
+    assert isinstance(greedy, Placement)
+    assert profile(state, greedy, (BLOCK, RACK)) == [2, 297]
+
+
 def test_count_tables_convolve_by_max_plus() -> None:
     """`_max_plus` keeps, for every count, the most pods and the right side's share."""
     left = np.array([0, 5, 7], dtype=np.int64)  # domains of 5 and 2 pods
