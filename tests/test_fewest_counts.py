@@ -157,7 +157,7 @@ LARGE_SLICED_BLOCKS = [
 ] * 2
 
 
-def test_plans_for_slices_above_run_past_the_count_plans_limit(
+def test_plans_for_slices_above_run_past_their_former_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Small block slices on blocks of many racks: the plans for a slice layer above L cost more

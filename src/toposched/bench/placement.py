@@ -86,8 +86,8 @@ def frontier_job() -> GangRequest:
 
 def block_sliced_job() -> GangRequest:
     """18,432 GPUs: 9,216 pods of 2 GPUs in 4 slices of 2,304 per spine block, within one zone,
-    fewest racks preferred: beyond the amount plan, and its count of racks beyond the plan over
-    rack counts; the plan over block slices settles it."""
+    fewest racks preferred: beyond the amount plan; of its two count plans the one over block
+    slices (185 cells) is far cheaper than the one over rack counts (822,380) and settles it."""
     return simple_request(
         4 * 2304, 2, name="block-slices", required=1, preferred=RACK_LEVEL, slices=[(2, 2304)]
     )
@@ -95,16 +95,16 @@ def block_sliced_job() -> GangRequest:
 
 def block_preferring_job() -> GangRequest:
     """20,000 GPUs: 10,000 pods of 2 GPUs within one zone, fewest spine blocks preferred, then
-    fewest racks in them: beyond the amount plan and the knapsack over every count of racks;
-    the compiled knapsack over runs of racks of equal room settles it."""
+    fewest racks in them: beyond the amount plan; the compiled knapsack over runs of racks of
+    equal room (76,736 cells) settles it, where the one over every count of racks takes 2M."""
     return simple_request(10_000, 2, name="block-preferring", required=1, preferred=2)
 
 
 def small_block_slices_job() -> GangRequest:
     """40,000 GPUs: 40,000 one-GPU pods in slices of 40 per spine block, within one zone,
-    fewest racks preferred: a slice plan of 2.3M cells, past the count plans' limit and within
-    its own; 556 racks, the least (a free rack holds 72 such pods), where the greedy placement
-    takes 747."""
+    fewest racks preferred: its cheaper count plan needs 2.3M cells, past the 400,000 the count
+    plans once had and within today's 4,000,000; 556 racks, the least (a free rack holds 72 such
+    pods), where the greedy placement takes 747."""
     return simple_request(
         40_000, 1, name="small-block-slices", required=1, preferred=RACK_LEVEL, slices=[(2, 40)]
     )
