@@ -145,6 +145,15 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
         "fails restarts on its surviving nodes plus a spare of the same domain (default: none)",
     )
     parser.add_argument(
+        "--failed-gangs",
+        choices=("first", "in-order"),
+        default="first",
+        help="a gang a node failure interrupts while it runs within its team's budget: first = "
+        "heads the next cycle, so it restarts on its surviving nodes before the queue takes "
+        "them; in-order = waits in the queue's order like any pending job (default: first; "
+        "with --spares it restarts on a spare either way)",
+    )
+    parser.add_argument(
         "--unprotected-borrowing",
         action="store_true",
         help="a job that takes its team past its budget gets no min-runtime protection; the "
@@ -221,7 +230,14 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     protect = not getattr(args, "unprotected_borrowing", False)
     borrowed = getattr(args, "borrowed_min_runtime", None)
     cross_account = getattr(args, "cross_account", "budget")
-    if spares is None and protect and borrowed is None and cross_account == "budget":
+    failed_first = getattr(args, "failed_gangs", "first") == "first"
+    if (
+        spares is None
+        and protect
+        and borrowed is None
+        and cross_account == "budget"
+        and failed_first
+    ):
         return toposched_scheduler
     contract = Contract(cross_account="fair_share" if cross_account == "fair-share" else "budget")
     return lambda state, tree: Scheduler(
@@ -231,6 +247,7 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
         spares=spares,
         protect_beyond_budget=protect,
         borrowed_min_runtime=borrowed,
+        failed_first=failed_first,
     )
 
 

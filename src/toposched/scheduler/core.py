@@ -307,6 +307,7 @@ class Scheduler:
         spares: tuple[str, int] | None = None,
         protect_beyond_budget: bool = True,
         borrowed_min_runtime: float | None = None,
+        failed_first: bool = True,
     ) -> None:
         self.state = state
         self.tree = tree
@@ -363,6 +364,11 @@ class Scheduler:
             )
         self.protect_beyond_budget = protect_beyond_budget
         self.borrowed_min_runtime = 0.0 if not protect_beyond_budget else borrowed_min_runtime
+        # Gangs a node failure interrupted while they ran within their account's budget: they
+        # head the next cycle's order (`failed_first`), so that their surviving nodes are not
+        # handed to the queue while they wait to take back unallocated work elsewhere.
+        self.failed_first = failed_first
+        self._restart_first: dict[str, None] = {}
         # What the cycle may remember between cycles. `_epoch` moves whenever free capacity may
         # have changed (a job started, or the cluster changed between cycles, seen by its
         # version); equal epochs and fences mean equal free capacity. Failures to place stay
@@ -504,17 +510,35 @@ class Scheduler:
             spares.release_down(node_array)
         if health is Health.DOWN:
             taken: dict[int, int] = {}
+            restarting: dict[str, float] = {}  # GPUs of each account's gangs put first here
             for owner in sorted(self.owners_on(node_array)):
                 if owner not in self.running:
                     continue
                 allocation = self.state.allocations[owner]
+                was_unallocated = self.running[owner].unallocated
                 job = self.fail(owner, now)
                 failed.append(job)
                 if spares is not None and job.state is JobState.PENDING:
                     self._nominate_spare(job, allocation, node_array, taken, now)
+                elif self.failed_first and job.state is JobState.PENDING and not was_unallocated:
+                    self._put_first_if_within_budget(job, restarting)
         elif spares is not None and health is Health.HEALTHY:
             spares.refill(node_array)
         return failed
+
+    def _put_first_if_within_budget(self, job: Job, restarting: dict[str, float]) -> None:
+        """Put a gang a node failure interrupted at the head of the next cycle if it runs
+        within its account's budget again, counting the account's other gangs put first by the
+        same failure."""
+        account = job.spec.account
+        gpus = self.running_gpus(account) + restarting.get(account, 0.0) + job.gpus
+        if gpus > self.budget_gpus(account) + 1e-9:
+            return
+        restarting[account] = restarting.get(account, 0.0) + job.gpus
+        self._restart_first[job.job_id] = None
+        job.reason = (
+            "interrupted by a node failure within its team's budget: first in the next cycle"
+        )
 
     def _nominate_spare(
         self,
@@ -569,6 +593,8 @@ class Scheduler:
             # Accounts below their budget go first for the whole cycle, even once a start here
             # takes one past it: the order is fixed before any decision.
             entries = list(self.queue.ordered(now, self._owed_first()))
+            if self._restart_first:
+                entries = self._failed_first(entries)
             rankings: list[Ranking] = []
 
             def ranking_now() -> Ranking:
@@ -808,6 +834,16 @@ class Scheduler:
                 message += " and no GPUs were freed since"
             messages[key] = message
         return message
+
+    def _failed_first(self, entries: list[QueueEntry]) -> list[QueueEntry]:
+        """`entries` with the gangs a node failure interrupted within their budget moved to
+        the front (in the queue's order among themselves), for this cycle only."""
+        first = self._restart_first
+        self._restart_first = {}
+        ahead = [entry for entry in entries if entry.job_id in first]
+        if not ahead:
+            return entries
+        return ahead + [entry for entry in entries if entry.job_id not in first]
 
     def _start_nominee(self, job: Job, fence: Fence, now: float, result: CycleResult) -> bool:
         """Start a preemptor whose victims are gone, on the nodes kept for it."""
