@@ -132,3 +132,19 @@ def test_simulate_names_a_bad_failed_gangs_setting(capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit):
         main(["simulate", "--failed-gangs", "never"])
     assert "--failed-gangs" in capsys.readouterr().err
+
+
+def test_with_spares_a_gang_left_without_a_spare_goes_first() -> None:
+    # Spares: nodes 3 and 7 held. Node 3 goes down first, so rack r0 has no spare left when
+    # node 1 fails under the gang; it heads the next cycle and restarts on nodes 0 and 2.
+    for failed_first, expected in ((True, {"gang": [0, 2]}), (False, {"c-pair": [0, 2]})):
+        sched = scheduler(racks(2, 4), spares=("rack", 1), failed_first=failed_first)
+        run(sched, spec("gang", "team-a", pods=2, resumable=True, topology=RACK), [0, 1], 0)
+        run(sched, spec("b-rest", "team-b", pods=3, min_runtime="8h"), [4, 5, 6], 0)
+        sched.set_health([3], Health.DOWN, 5)
+        sched.submit(spec("c-pair", "team-c", pods=2, topology=RACK), 10)
+        assert bound(sched.cycle(10)) == {}
+        sched.set_health([1], Health.DOWN, 100)
+        assert "no spare" in sched.jobs["gang"].history[-1][1]
+
+        assert bound(sched.cycle(100)) == expected, failed_first

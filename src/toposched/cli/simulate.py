@@ -149,9 +149,9 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
         choices=("first", "in-order"),
         default="first",
         help="a gang a node failure interrupts while it runs within its team's budget: first = "
-        "heads the next cycle, so it restarts on its surviving nodes before the queue takes "
-        "them; in-order = waits in the queue's order like any pending job (default: first; "
-        "with --spares it restarts on a spare either way)",
+        "it heads the next cycle, trying to restart before the queue can take its surviving "
+        "nodes; in-order = it waits in the queue's order like any pending job (default: "
+        "first; a gang given a spare by --spares restarts there either way)",
     )
     parser.add_argument(
         "--unprotected-borrowing",

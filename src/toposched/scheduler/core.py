@@ -285,6 +285,8 @@ class Scheduler:
     No clock and no I/O: every call passes `now` (seconds). `cycle(now)` returns decisions; the
     allocations of bound jobs are already held in `state`, and a backend starts the pods. Events
     (`finish`, `fail`, `set_health`, budget changes) are applied as calls, each followed by a cycle.
+    A resumable gang a node failure interrupts within its account's budget heads the next cycle
+    (`failed_first`, on by default).
     """
 
     orders_owed_first = True
@@ -518,9 +520,11 @@ class Scheduler:
                 was_unallocated = self.running[owner].unallocated
                 job = self.fail(owner, now)
                 failed.append(job)
-                if spares is not None and job.state is JobState.PENDING:
+                if job.state is not JobState.PENDING:
+                    continue
+                if spares is not None:
                     self._nominate_spare(job, allocation, node_array, taken, now)
-                elif self.failed_first and job.state is JobState.PENDING and not was_unallocated:
+                if self.failed_first and job.nomination is None and not was_unallocated:
                     self._put_first_if_within_budget(job, restarting)
         elif spares is not None and health is Health.HEALTHY:
             spares.refill(node_array)
