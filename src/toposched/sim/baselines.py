@@ -366,6 +366,8 @@ class _FlatSubmitOrder(Scheduler):
             max_preemptions_per_cycle=0,
             defragment=False,
             borrowed_min_runtime=None,
+            # A failed gang is requeued like any job, as in the schedulers these stand for.
+            failed_first=False,
         )
         self.queue = SubmitOrderQueue()  # type: ignore[assignment]
 
@@ -483,8 +485,10 @@ class SlurmLike(Scheduler):
             reserve_min_gpus=0,
             max_preemptions_per_cycle=0,
             defragment=False,
-            # As in `_FlatSubmitOrder`: no preemption, so no shorter protection for borrowers.
+            # As in `_FlatSubmitOrder`: no preemption, so no shorter protection for borrowers,
+            # and a failed gang requeued in priority order.
             borrowed_min_runtime=None,
+            failed_first=False,
         )
         self._gpus_of: dict[str, float] = {}
         self.queue: MultifactorQueue = MultifactorQueue(  # type: ignore[assignment]
