@@ -370,7 +370,7 @@ class Scheduler:
         # head the next cycle's order (`failed_first`), so that their surviving nodes are not
         # handed to the queue while they wait to take back unallocated work elsewhere.
         self.failed_first = failed_first
-        self._restart_first: dict[str, None] = {}
+        self._restart_first: set[str] = set()
         # What the cycle may remember between cycles. `_epoch` moves whenever free capacity may
         # have changed (a job started, or the cluster changed between cycles, seen by its
         # version); equal epochs and fences mean equal free capacity. Failures to place stay
@@ -535,11 +535,11 @@ class Scheduler:
         within its account's budget again, counting the account's other gangs put first by the
         same failure."""
         account = job.spec.account
-        gpus = self.running_gpus(account) + restarting.get(account, 0.0) + job.gpus
-        if gpus > self.budget_gpus(account) + 1e-9:
+        put_first = restarting.get(account, 0.0)
+        if self._beyond_budget(job, put_first):
             return
-        restarting[account] = restarting.get(account, 0.0) + job.gpus
-        self._restart_first[job.job_id] = None
+        restarting[account] = put_first + job.gpus
+        self._restart_first.add(job.job_id)
         job.reason = (
             "interrupted by a node failure within its team's budget: first in the next cycle"
         )
@@ -843,7 +843,7 @@ class Scheduler:
         """`entries` with the gangs a node failure interrupted within their budget moved to
         the front (in the queue's order among themselves), for this cycle only."""
         first = self._restart_first
-        self._restart_first = {}
+        self._restart_first = set()
         ahead = [entry for entry in entries if entry.job_id in first]
         if not ahead:
             return entries
@@ -1732,10 +1732,11 @@ class Scheduler:
         job.last_checkpoint = None
         self._remember_running(job)
 
-    def _beyond_budget(self, job: Job) -> bool:
-        """Whether the team's running allocated GPUs, this job included, exceed its budget."""
+    def _beyond_budget(self, job: Job, also: float = 0.0) -> bool:
+        """Whether the team's running allocated GPUs, this job and `also` more included, exceed
+        its budget."""
         account = job.spec.account
-        return self.running_gpus(account) + job.gpus > self.budget_gpus(account) + 1e-9
+        return self.running_gpus(account) + also + job.gpus > self.budget_gpus(account) + 1e-9
 
     def running_gpus(self, account: str) -> float:
         """GPUs the account's allocated jobs hold now, without those already on their way out
