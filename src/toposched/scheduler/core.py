@@ -517,14 +517,14 @@ class Scheduler:
                 if owner not in self.running:
                     continue
                 allocation = self.state.allocations[owner]
-                was_unallocated = self.running[owner].unallocated
                 job = self.fail(owner, now)
                 failed.append(job)
                 if job.state is not JobState.PENDING:
                     continue
                 if spares is not None:
                     self._nominate_spare(job, allocation, node_array, taken, now)
-                if self.failed_first and job.nomination is None and not was_unallocated:
+                # `unallocated` is still what the job ran as.
+                if self.failed_first and job.nomination is None and not job.unallocated:
                     self._put_first_if_within_budget(job, restarting)
         elif spares is not None and health is Health.HEALTHY:
             spares.refill(node_array)
