@@ -622,6 +622,66 @@ def test_a_bulk_release_on_a_statement_is_undone_from_its_kept_rows(released: in
     assert_aggregates_recomputed(state)
 
 
+def spread_state(
+    seed: int, widths: tuple[int, ...] = (1, 2, 4)
+) -> tuple[ClusterState, list[str], np.random.Generator]:
+    """160 racks x 18 nodes x 4 GPUs (2,880 nodes, more than the compiled loops take);
+    400 owners of whole-GPU pods (of `widths` GPUs in turn, with or without CPU and memory)
+    over random nodes; then a few held nodes cordoned or down."""
+    state = ClusterState(nvl72_cluster(1, 4, 40))
+    rng = np.random.default_rng(seed)
+    n_nodes = state.topology.n_nodes
+    owners: list[str] = []
+    for index in range(400):
+        width = widths[index % len(widths)]
+        first = int(rng.integers(4 - width + 1))
+        columns = list(range(first, first + width))
+        # Nodes where those GPUs are free.
+        open_nodes = np.flatnonzero((state.gpu_free_milli[:, columns] == MILLI_PER_GPU).all(1))
+        pods = min(int(rng.integers(1, 20)), open_nodes.size)
+        if pods == 0:
+            continue
+        nodes = rng.choice(open_nodes, size=pods, replace=False)
+        cpu, memory = (0, 0) if index % 5 == 0 else (2000, 1024)
+        state.allocate(f"o{index}", Allocation.of(nodes, [columns] * pods, 1000, cpu, memory))
+        owners.append(f"o{index}")
+    state.set_health(rng.choice(n_nodes, size=40, replace=False), Health.CORDONED)
+    state.set_health(rng.choice(n_nodes, size=40, replace=False), Health.DOWN)
+    return state, owners, rng
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("widths", [(1, 2, 4), (4,)])
+def test_a_bulk_release_of_whole_gpu_pods_over_thousands_of_nodes_keeps_aggregates_exact(
+    seed: int, widths: tuple[int, ...]
+) -> None:
+    # Many nodes of whole-GPU pods: the totals move by what the pods held, without reading
+    # every node before and after; released, retaken and rolled back, all equal a
+    # recomputation, and undoing restores every array bit for bit.
+    state, owners, rng = spread_state(seed, widths)
+    before = state.snapshot()
+    chosen = [str(owner) for owner in rng.choice(owners, size=len(owners) * 9 // 10, replace=False)]
+    touched = np.unique(np.concatenate([state.allocations[owner].nodes for owner in chosen]))
+    assert touched.size > 2048
+    allocations = state.release_many(chosen)
+    assert_aggregates_recomputed(state)
+    one_by_one, _, _ = spread_state(seed, widths)
+    for owner in chosen:
+        one_by_one.release(owner)
+    bulk, single = state.snapshot(), one_by_one.snapshot()
+    assert all(np.array_equal(bulk[key], single[key]) for key in bulk)
+    state.retake_many(chosen, allocations)
+    assert_aggregates_recomputed(state)
+    after = state.snapshot()
+    assert all(np.array_equal(before[key], after[key]) for key in before)
+    statement = Statement(state)
+    statement.release_many(chosen)
+    assert_aggregates_recomputed(state)
+    statement.rollback(0)
+    after = state.snapshot()
+    assert all(np.array_equal(before[key], after[key]) for key in before)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_distinct_and_distinct_inverse_equal_numpys_unique(seed: int) -> None:
     rng = np.random.default_rng(seed)

@@ -717,7 +717,35 @@ class ClusterState:
         touched = self._distinct_nodes(nodes)
         if keep_rows and nodes.size >= _SMALL:
             saved = self._node_rows_copy(touched) + self._domain_rows(touched)
-        before = self._before_change(touched)
+        # Pods as many as a sixteenth of the nodes (`_distinct_nodes` marks them on a node mask
+        # then) are summed over every node, cheaper than locating each; fewer are located.
+        everywhere = nodes.size * 16 >= self.topology.n_nodes
+        position: NDArray[np.int64] | None = None
+
+        def per_touched(per_pod: NDArray[np.int64]) -> NDArray[np.int64]:
+            """Per-pod amounts summed per touched node."""
+            nonlocal position
+            if everywhere:
+                summed = np.bincount(nodes, weights=per_pod, minlength=self.topology.n_nodes)
+                return summed[touched].astype(np.int64)
+            if position is None:
+                position = np.searchsorted(touched, nodes)
+            return np.bincount(position, weights=per_pod, minlength=touched.size).astype(np.int64)
+
+        # Many nodes, each pod holding whole GPUs (at least one): the changes of every total
+        # follow from the pods themselves, without reading every touched node's totals before
+        # and after (a touched node holds a pod of these, so it is idle only without them).
+        by_pods = (
+            milli_per_gpu == {MILLI_PER_GPU}
+            and 0 not in gpus_per_pod
+            and touched.size > kernels.COMPILED_LIMIT
+        )
+        before: _Before | None = None
+        if by_pods:
+            old_whole = self.free_whole_gpus[touched].astype(np.int64)
+            old_idle = self._node_idle(touched) if sign < 0 else None
+        else:
+            before = self._before_change(touched)
         if slots.size:
             flat = self.gpu_free_milli.reshape(-1)
             if milli_per_gpu == {MILLI_PER_GPU}:
@@ -729,26 +757,67 @@ class ClusterState:
                     pods * np.array([a.gpus.shape[1] for a in allocations], dtype=np.int64),
                 )
                 np.add.at(flat, slots, sign * milli)
+        whole_change: NDArray[np.int64] | None = None
+        if by_pods:
+            if len(gpus_per_pod) == 1:
+                # One width: the pods on each node, times the width (an unweighted count).
+                on_node = (
+                    np.bincount(nodes, minlength=self.topology.n_nodes)[touched]
+                    if everywhere
+                    else np.bincount(np.searchsorted(touched, nodes), minlength=touched.size)
+                )
+                whole_change = (sign * next(iter(gpus_per_pod))) * on_node.astype(np.int64)
+            else:
+                widths = np.array([a.gpus.shape[1] for a in allocations], dtype=np.int64)
+                whole_change = sign * per_touched(np.repeat(widths, pods))
+            self.free_whole_gpus[touched] = (old_whole + whole_change).astype(np.int8)
+        elif slots.size:
             whole = row_sums(take_rows(self.gpu_free_milli, touched) == MILLI_PER_GPU)
             self.free_whole_gpus[touched] = whole.astype(np.int8)
         # Summed per touched node: a few small jobs released must not cost a count over every
-        # node. Pods as many as a sixteenth of the nodes (`_distinct_nodes` marks them on a
-        # node mask then) are counted over every node, cheaper than locating each.
-        everywhere = nodes.size * 16 >= self.topology.n_nodes
-        position = None
-        for free, asked in ((self.free_cpu_milli, cpu_of), (self.free_memory_mib, memory_of)):
+        # node.
+        no_change = np.zeros(touched.size, dtype=np.int64) if by_pods else None
+        changes: list[NDArray[np.int64] | None] = [no_change, no_change]
+        for which, (free, asked) in enumerate(
+            ((self.free_cpu_milli, cpu_of), (self.free_memory_mib, memory_of))
+        ):
             if any(asked):
-                per_pod_asked = np.repeat(np.array(asked, dtype=np.int64), pods)
-                if everywhere:
-                    per_node = np.bincount(nodes, weights=per_pod_asked, minlength=free.size)
-                    free[touched] += sign * per_node[touched].astype(np.int64)
-                    continue
-                if position is None:
-                    position = np.searchsorted(touched, nodes)
-                free[touched] += sign * np.bincount(
-                    position, weights=per_pod_asked, minlength=touched.size
-                ).astype(np.int64)
-        self._after_change(touched, before)
+                change = sign * per_touched(np.repeat(np.array(asked, dtype=np.int64), pods))
+                free[touched] += change
+                changes[which] = change
+        if not by_pods:
+            assert before is not None
+            self._after_change(touched, before)
+            return saved
+        assert whole_change is not None
+        if sign > 0:
+            idle_change = self._node_idle(touched).astype(np.int64)
+        else:
+            assert old_idle is not None
+            idle_change = -old_idle.astype(np.int64)
+        delta = np.empty((5, touched.size), dtype=np.int64)  # one row per total
+        delta[0] = whole_change
+        np.multiply(whole_change, MILLI_PER_GPU, out=delta[1])
+        delta[2] = idle_change
+        cpu_change, memory_change = changes
+        assert cpu_change is not None and memory_change is not None
+        delta[3], delta[4] = cpu_change, memory_change
+        new_whole = old_whole + whole_change
+        healthy = self.health[touched] == _HEALTHY
+        if not healthy.all():
+            kept = np.flatnonzero(healthy)
+            touched, delta = touched[kept], delta[:, kept]
+            old_whole, new_whole = old_whole[kept], new_whole[kept]
+        if touched.size:
+            # Every touched node gains or loses whole GPUs: each moves in the histogram.
+            self._add_counted(
+                touched,
+                delta,
+                None,
+                self.topology.gpu_model[touched],
+                old_whole,
+                new_whole,
+            )
         return saved
 
     def _node_rows_copy(self, nodes: NDArray[np.int64]) -> list[SavedRows]:
