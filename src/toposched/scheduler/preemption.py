@@ -938,7 +938,7 @@ class VictimSearch:
             cap = np.full(taken.size, np.inf)
             cap[accounts] = verdicts.limit[bounded]
             if (taken > cap).any():
-                return None
+                return self._short_within_caps(request, index, verdicts_of)
         if index.cpu_milli[victim_slots].any() or index.memory_mib[victim_slots].any():
             released = state.parts_released(index.whole_gpu_parts(nodes, held))
         else:
@@ -971,6 +971,62 @@ class VictimSearch:
             impact = self.impact.key(victims)
         plan = PreemptionPlan(preemptor, victims, placed, impact, exact=False)
         return self._spare(preemptor, request, plan)
+
+    def _short_within_caps(
+        self,
+        request: GangRequest,
+        index: PreemptibleIndex,
+        verdicts_of: Callable[[IntArray], SlotVerdicts],
+    ) -> str | None:
+        """Under budget caps, why no allowed victim set can make room, when GPU counts prove it
+        (else None: the general search decides). Evictions free at most what each account
+        runs beyond its budget (its cap), plus every uncapped allowed job; an innermost domain
+        holds whole slices only of GPUs free on its usable nodes, so each slice it gains costs
+        at least the GPUs it lacks for one more (a whole slice's worth after the first). If the
+        cheapest slices the gang still lacks cost more GPUs than the caps let free, no set
+        within the caps fits, wherever the required level puts the gang.
+        """
+        slots = np.fromiter(index.slot_of.values(), dtype=np.int64, count=len(index.slot_of))
+        verdicts = verdicts_of(slots)
+        allowed, limit = slots[verdicts.allowed], verdicts.limit[verdicts.allowed]
+        gpus = index.gpus[allowed]
+        if (index.whole[allowed] * index.pods[allowed] != gpus).any():
+            return None  # shared GPUs freed are not counted below
+        capped = np.isfinite(limit)
+        accounts = index.account[allowed[capped]]
+        taken = np.bincount(accounts, weights=gpus[capped])
+        cap = np.full(taken.size, np.inf)
+        cap[accounts] = limit[capped]
+        most_freed = int(np.minimum(taken, cap).sum() + gpus[~capped].sum())
+        state = self.state
+        usable = self._usable(np.arange(state.topology.n_nodes, dtype=np.int64), request)
+        marks = np.zeros(index.ids.shape[0] + 1, dtype=bool)  # the last answers for owner -1
+        marks[allowed] = True
+        held = row_sums(marks[index.gpu_owner]) * usable
+        free = state.free_whole_gpus.astype(np.int64) * usable
+        starts = self.leaf_starts[:-1]
+        leaf_free = np.add.reduceat(free, starts)
+        leaf_most = leaf_free + np.add.reduceat(held, starts)
+        granule = request.granule(self.leaf_level)
+        slice_gpus = granule * request.gpus_per_pod
+        slices_now, slices_most = leaf_free // slice_gpus, leaf_most // slice_gpus
+        lacking = -(-(request.pods - int(slices_now.sum()) * granule) // granule)  # slices
+        gaining = np.flatnonzero(slices_most > slices_now)
+        if lacking <= 0 or int((slices_most - slices_now).sum()) < lacking:
+            return None  # nothing to prove here, or proven by the aggregates before
+        # The first slice a domain gains costs what it lacks of one; any later, a whole one.
+        first = np.sort((slices_now[gaining] + 1) * slice_gpus - leaf_free[gaining])
+        cheapest = int(first[:lacking].sum()) + max(lacking - first.size, 0) * slice_gpus
+        if cheapest <= most_freed:
+            return None
+        room = f"{request.pods} pods"
+        if granule > 1:
+            room += f" in whole slices of {granule}"
+        return (
+            "no victim set leaves every account at or above its budget and makes room: "
+            f"within the budgets evictions free at most {most_freed:,} GPUs, and room for its "
+            f"{room} needs at least {cheapest:,} more"
+        )
 
     def _spare(self, preemptor: str, request: GangRequest, plan: PreemptionPlan) -> PreemptionPlan:
         """Drop victims, costliest first, while the gang still places. Each costs one placement
