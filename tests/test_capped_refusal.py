@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from job_helpers import four_gpu_gang as spec
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
@@ -18,18 +19,6 @@ from toposched.scheduler.preemption import VictimSearch
 HOUR = 3600.0
 RACKS, NODES_PER_RACK = 8, 3  # 24 nodes x 4 GPUs = 96 GPUs
 SLICES = {"slices": [{"level": "rack", "pods": NODES_PER_RACK}]}
-
-
-def spec(name: str, account: str, pods: int = 1, **fields: Any) -> JobSpec:
-    data: dict[str, Any] = {
-        "name": name,
-        "account": account,
-        "pods": pods,
-        "resources_per_pod": {"gpus": 4},
-        "min_runtime": "1h",
-    }
-    data.update(fields)
-    return JobSpec.from_dict(data)
 
 
 def fleet(holders: dict[int, str], budgets: dict[str, float]) -> Scheduler:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from job_helpers import four_gpu_gang
+
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import ClusterState
 from toposched.placement.jobspec import JobSpec
@@ -16,15 +18,7 @@ HOUR = 3600.0
 
 
 def job(name: str, pods: int, **fields: object) -> JobSpec:
-    data: dict[str, object] = {
-        "name": name,
-        "account": "a",
-        "pods": pods,
-        "resources_per_pod": {"gpus": 4},
-        "min_runtime": "1h",
-    }
-    data.update(fields)
-    return JobSpec.from_dict(data)
+    return four_gpu_gang(name, "a", pods, **fields)
 
 
 def checkerboard(**options: object) -> Scheduler:

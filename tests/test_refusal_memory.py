@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from job_helpers import four_gpu_gang as spec
+
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.placement.jobspec import JobSpec
@@ -12,19 +14,6 @@ from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Bind, Evict
 
 HOUR = 3600.0
-
-
-def spec(name: str, account: str, pods: int = 1, **fields: Any) -> JobSpec:
-    """A gang of `pods` pods of 4 whole GPUs."""
-    data: dict[str, Any] = {
-        "name": name,
-        "account": account,
-        "pods": pods,
-        "resources_per_pod": {"gpus": 4},
-        "min_runtime": HOUR,
-    }
-    data.update(fields)
-    return JobSpec.from_dict(data)
 
 
 def two_racks() -> ClusterState:

@@ -722,8 +722,8 @@ class ClusterState:
         everywhere = nodes.size * 16 >= self.topology.n_nodes
         position: NDArray[np.int64] | None = None
 
-        def per_touched(per_pod: NDArray[np.int64]) -> NDArray[np.int64]:
-            """Per-pod amounts summed per touched node."""
+        def per_touched(per_pod: NDArray[np.int64] | None) -> NDArray[np.int64]:
+            """Per-pod amounts (None: one per pod) summed per touched node."""
             nonlocal position
             if everywhere:
                 summed = np.bincount(nodes, weights=per_pod, minlength=self.topology.n_nodes)
@@ -761,12 +761,7 @@ class ClusterState:
         if by_pods:
             if len(gpus_per_pod) == 1:
                 # One width: the pods on each node, times the width (an unweighted count).
-                on_node = (
-                    np.bincount(nodes, minlength=self.topology.n_nodes)[touched]
-                    if everywhere
-                    else np.bincount(np.searchsorted(touched, nodes), minlength=touched.size)
-                )
-                whole_change = (sign * next(iter(gpus_per_pod))) * on_node.astype(np.int64)
+                whole_change = (sign * next(iter(gpus_per_pod))) * per_touched(None)
             else:
                 widths = np.array([a.gpus.shape[1] for a in allocations], dtype=np.int64)
                 whole_change = sign * per_touched(np.repeat(widths, pods))
