@@ -140,5 +140,7 @@ def test_earliest_fit_equals_releasing_one_job_at_a_time(
         assert found == expected, hint
         if fit is not None:
             assert fit.release == scheduler._releases[fit.released - 1][0]
+            needed = scheduler._release_bounds(job.request).released_for(fit.released)
+            event("search skips releases" if needed < fit.released else "search skips none")
     after = scheduler.state.snapshot()
     assert all(np.array_equal(before[name], after[name]) for name in before)

@@ -43,6 +43,7 @@ from toposched.scheduler.preemption import (
     PreemptionPlan,
     VictimSearch,
 )
+from toposched.scheduler.releases import ReleaseBounds, ReleasedPrefix
 from toposched.scheduler.spares import SparePool
 
 IntArray = NDArray[np.int64]
@@ -121,27 +122,6 @@ def _hours(seconds: float) -> str:
 
 def _owners(releases: SortedList, start: int, stop: int) -> list[str]:
     return [owner for _, owner in releases.islice(start, stop)]
-
-
-class _ReleasedPrefix:
-    """The first k running jobs in release order, released on a statement for any k asked:
-    a larger k releases only the jobs it adds; a smaller one rolls back to the nearest
-    checkpoint at or below it and releases up from there."""
-
-    def __init__(self, statement: Statement, releases: SortedList) -> None:
-        self.statement = statement
-        self.releases = releases
-        self._marks: list[tuple[int, int]] = [(0, statement.checkpoint())]  # (released, mark)
-
-    def release_first(self, count: int) -> None:
-        marks = self._marks
-        while marks[-1][0] > count:
-            marks.pop()
-        released, mark = marks[-1]
-        self.statement.rollback(mark)
-        if count > released:
-            self.statement.release_many(_owners(self.releases, released, count))
-            marks.append((count, self.statement.checkpoint()))
 
 
 @dataclass(frozen=True, eq=False)
@@ -1553,22 +1533,24 @@ class Scheduler:
         A running job is expected to end at start + expected runtime; one that declared none is
         assumed to yield when its min runtime expires (the contract then lets it be preempted).
         Placement is tried only from the fewest releases that could free enough GPUs in some
-        domain of the required level (`_fewest_releases`): fewer cannot fit. From there, on a
-        statement that is always rolled back, k is found by growing steps and bisection. With
-        a `hint` (k found last time) beyond that bound, the steps start at hint - 1: two
-        placements, and one release of a few jobs after the first, when the answer did not move.
+        domain of the required level (`ReleaseBounds.fewest`): fewer cannot fit. From there, on
+        a statement that is always rolled back, k is found by growing steps and bisection; a
+        search after k releases releases only those that can matter to it
+        (`ReleaseBounds.released_for`). With a `hint` (k found last time) beyond that bound,
+        the steps start at hint - 1: two placements, and one release of a few jobs after the
+        first, when the answer did not move.
         """
         if not self.running:
             return None
-        first = self._fewest_releases(job.request)
+        bounds = self._release_bounds(job.request)
+        first = bounds.fewest()
         if first is None:
             return None
-        releases = self._releases
-        count = len(releases)
-        prefix = _ReleasedPrefix(Statement(self.state), releases)
+        count = len(self._releases)
+        prefix = ReleasedPrefix(Statement(self.state), bounds)
 
         def place_after(released: int) -> Placement | None:
-            prefix.release_first(released)
+            prefix.release_for(released)
             outcome = place(self.state, job.request, self.policy, exact_reasons=False)
             return outcome if isinstance(outcome, Placement) else None
 
@@ -1602,45 +1584,23 @@ class Scheduler:
         finally:
             prefix.statement.discard()
 
+    def _release_bounds(self, request: GangRequest) -> ReleaseBounds:
+        """The releases counted per domain of the gang's required level (see `ReleaseBounds`);
+        for fractional or GPU-less pods whole GPUs tell nothing."""
+        level = request.required
+
+        def held(owner: str) -> tuple[IntArray, IntArray]:
+            return self._held_by_domain(owner, level)
+
+        if request.gpus_per_pod == 0 or request.is_fractional:
+            return ReleaseBounds(self._releases, held, None)
+        lacking = request.pods * request.gpus_per_pod - self.state.free_gpus[level]
+        return ReleaseBounds(self._releases, held, lacking)
+
     def _fewest_releases(self, request: GangRequest) -> int | None:
         """A lower bound on the releases (in release order) before the gang can fit, from
-        aggregates: some domain of its required level must gain the whole GPUs it lacks. A
-        released GPU slot frees at most one whole GPU, so counting every slot held (on any
-        node, fenced or not) over-estimates the gain and never skips the answer. None when
-        even releasing every running job is not enough; 1 when nothing is known.
-        """
-        if request.gpus_per_pod == 0 or request.is_fractional:
-            return 1
-        level = request.required
-        lacking = request.pods * request.gpus_per_pod - self.state.free_gpus[level]
-        if (lacking <= 0).any():
-            return 1
-        # Releases are read in chunks of growing size, so that the cost follows the answer,
-        # not the number of running jobs (often the answer is among the first few).
-        carried = np.zeros(lacking.size, dtype=np.int64)  # GPUs gained by earlier chunks
-        releases = self._releases
-        start, chunk = 0, 64
-        while start < len(releases):
-            stop = min(len(releases), start + chunk)
-            held = [self._held_by_domain(owner, level) for _, owner in releases.islice(start, stop)]
-            sizes = np.array([domains.size for domains, _ in held], dtype=np.int64)
-            release = np.repeat(np.arange(start, stop, dtype=np.int64), sizes)
-            domains = np.concatenate([domains for domains, _ in held])
-            gpus = np.concatenate([gpus for _, gpus in held])
-            # Per domain, the GPUs gained after each release: running sums within each
-            # domain's entries, kept in release order by a stable sort.
-            by_domain = np.argsort(domains, kind="stable")
-            domains, gpus, release = domains[by_domain], gpus[by_domain], release[by_domain]
-            gained = np.cumsum(gpus)
-            group_start = np.flatnonzero(np.concatenate(([True], domains[1:] != domains[:-1])))
-            before_group = gained[group_start] - gpus[group_start]
-            gained -= np.repeat(before_group, np.diff(np.append(group_start, domains.size)))
-            enough = gained + carried[domains] >= lacking[domains]
-            if enough.any():
-                return int(release[enough].min()) + 1
-            np.add.at(carried, domains, gpus)
-            start, chunk = stop, chunk * 4
-        return None
+        aggregates (`ReleaseBounds.fewest`)."""
+        return self._release_bounds(request).fewest()
 
     def _held_by_domain(self, owner: str, level: int) -> tuple[IntArray, IntArray]:
         """The domains of `level` a running job holds GPUs in, and how many GPU slots in each;

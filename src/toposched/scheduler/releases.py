@@ -1,0 +1,165 @@
+"""Running jobs released in expected-end order for a reservation search, counted per domain."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+from sortedcontainers import SortedList
+
+from toposched.cluster.statement import Statement
+
+IntArray = NDArray[np.int64]
+NEVER = np.iinfo(np.int64).max
+"""`ReleaseBounds.enough_at` of a domain that has not gained enough within the releases read."""
+
+HeldByDomain = Callable[[str], tuple[IntArray, IntArray]]
+"""A running job's domains of the gang's required level and the GPU slots it holds in each."""
+
+
+class ReleaseBounds:
+    """For a gang and the running jobs in release order (`releases`, of (end, owner)): per
+    domain of the gang's required level, the fewest releases after which that domain could
+    hold it, and which releases matter for a search after the first k.
+
+    A released GPU slot frees at most one whole GPU, so counting every slot a job holds (on
+    any node, fenced or not) over-estimates what a domain gains: before `enough_at[d]`
+    releases, domain d cannot hold the gang. After k releases, a job among the first k that
+    holds nothing in a domain with `enough_at <= k` changes only domains that cannot hold the
+    gang either way, so a search after k releases needs only the others (`released_for`).
+
+    Releases are read in chunks of growing size as far as asked, so that the cost follows the
+    answer, not the number of running jobs (often the answer is among the first few).
+    """
+
+    def __init__(self, releases: SortedList, held: HeldByDomain, lacking: IntArray | None) -> None:
+        """`lacking`: whole GPUs each domain lacks for the gang now; None when nothing is known
+        (every release may matter)."""
+        self.releases = releases
+        self._held = held
+        self._everything = lacking is None
+        self._lacking = np.zeros(1, dtype=np.int64) if lacking is None else lacking
+        self.enough_at = np.where(self._lacking <= 0, 0, NEVER).astype(np.int64)
+        self._carried = np.zeros(self._lacking.size, dtype=np.int64)  # GPUs gained so far
+        self.read = 0  # releases read
+        self._chunk = 64
+        # Per release read, its domains (flattened, release by release) and where they start.
+        self._domains: list[IntArray] = []
+        self._starts: list[int] = []
+        self._pairs = 0
+        # The releases that matter, in the order they come to matter (by key, then release
+        # order; a release's key is the fewest releases after which it matters), with keys.
+        self._order: list[int] = []
+        self._keys: list[int] = []
+        self._pending = np.zeros(0, dtype=np.int64)  # releases read whose key is beyond `read`
+
+    def fewest(self) -> int | None:
+        """A lower bound on the releases before the gang can fit: 1 when some domain holds
+        enough already or nothing is known, None when even every release is not enough."""
+        if self._everything:
+            return 1
+        while True:
+            least = int(self.enough_at.min())
+            if least != NEVER:
+                return max(least, 1)
+            if self.read >= len(self.releases):
+                return None
+            self._read_to(self.read + 1)
+
+    def released_for(self, count: int) -> int:
+        """How many of `order` a search after the first `count` releases needs released."""
+        if self._everything:
+            return count
+        if count > self.read:
+            self._read_to(count)
+        return bisect.bisect_right(self._keys, count)
+
+    def owners(self, start: int, stop: int) -> list[str]:
+        """Owners of `order[start:stop]`: the releases that matter, in the order they do."""
+        if self._everything:
+            return [owner for _, owner in self.releases.islice(start, stop)]
+        return [self.releases[index][1] for index in self._order[start:stop]]
+
+    def _read_to(self, count: int) -> None:
+        """Read releases until at least `count` are read (or all are)."""
+        total = len(self.releases)
+        while self.read < min(count, total):
+            start = self.read
+            stop = min(total, start + self._chunk)
+            self._chunk *= 4
+            self._read_chunk(start, stop)
+            self.read = stop
+        self._key_pending()
+
+    def _read_chunk(self, start: int, stop: int) -> None:
+        held = [self._held(owner) for _, owner in self.releases.islice(start, stop)]
+        sizes = np.array([domains.size for domains, _ in held], dtype=np.int64)
+        release = np.repeat(np.arange(start, stop, dtype=np.int64), sizes)
+        domains = np.concatenate([domains for domains, _ in held])
+        gpus = np.concatenate([gpus for _, gpus in held])
+        self._domains.append(domains)
+        self._starts.extend((self._pairs + np.cumsum(sizes) - sizes).tolist())
+        self._pairs += int(domains.size)
+        self._pending = np.concatenate((self._pending, np.arange(start, stop, dtype=np.int64)))
+        # Per domain, the GPUs gained after each release: running sums within each domain's
+        # entries, kept in release order by a stable sort.
+        by_domain = np.argsort(domains, kind="stable")
+        domains, gpus, release = domains[by_domain], gpus[by_domain], release[by_domain]
+        gained = np.cumsum(gpus)
+        group_start = np.flatnonzero(np.concatenate(([True], domains[1:] != domains[:-1])))
+        before_group = gained[group_start] - gpus[group_start]
+        gained -= np.repeat(before_group, np.diff(np.append(group_start, domains.size)))
+        enough = gained + self._carried[domains] >= self._lacking[domains]
+        if enough.any():
+            # Within a domain's entries the releases rise, so the first enough one is its
+            # earliest; a domain already enough keeps its earlier count.
+            reached = np.full(self.enough_at.size, NEVER, dtype=np.int64)
+            np.minimum.at(reached, domains[enough], release[enough] + 1)
+            np.minimum(self.enough_at, reached, out=self.enough_at)
+        np.add.at(self._carried, domains, gpus)
+
+    def _key_pending(self) -> None:
+        """Give the releases read whose key is now known (at most `read`) their place in
+        `order`: a release's key is the larger of its own position + 1 and the fewest releases
+        after which a domain it holds something in could hold the gang."""
+        pending = self._pending
+        if not pending.size:
+            return
+        if len(self._domains) > 1:
+            self._domains = [np.concatenate(self._domains)]
+        reached = self.enough_at[self._domains[0]]
+        first_enough = np.minimum.reduceat(reached, np.array(self._starts, dtype=np.int64))
+        keys = np.maximum(pending + 1, first_enough[pending])
+        known = keys <= self.read
+        if not known.any():
+            return
+        ready, ready_keys = pending[known], keys[known]
+        ordered = np.lexsort((ready, ready_keys))
+        self._order.extend(ready[ordered].tolist())
+        self._keys.extend(ready_keys[ordered].tolist())
+        self._pending = pending[~known]
+
+
+class ReleasedPrefix:
+    """The first m releases that matter (`ReleaseBounds.owners`), released on a statement for
+    any m asked: a larger m releases only the jobs it adds; a smaller one rolls back to the
+    nearest checkpoint at or below it and releases up from there."""
+
+    def __init__(self, statement: Statement, bounds: ReleaseBounds) -> None:
+        self.statement = statement
+        self.bounds = bounds
+        self._marks: list[tuple[int, int]] = [(0, statement.checkpoint())]  # (released, mark)
+
+    def release_for(self, count: int) -> None:
+        """Release what a search after the first `count` releases needs."""
+        wanted = self.bounds.released_for(count)
+        marks = self._marks
+        while marks[-1][0] > wanted:
+            marks.pop()
+        released, mark = marks[-1]
+        self.statement.rollback(mark)
+        if wanted > released:
+            self.statement.release_many(self.bounds.owners(released, wanted))
+            marks.append((wanted, self.statement.checkpoint()))

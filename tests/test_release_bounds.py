@@ -1,0 +1,103 @@
+"""Release bounds per domain, and the releases a search after k of them needs, against a
+brute-force count on random holdings."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+from sortedcontainers import SortedList
+
+from toposched.scheduler.releases import NEVER, ReleaseBounds
+
+Holdings = dict[str, dict[int, int]]
+
+
+@st.composite
+def holdings(draw: st.DrawFn) -> tuple[Holdings, list[int]]:
+    """Up to 400 running jobs (enough for several chunks) holding GPU slots in 1-3 of a few
+    domains, and what each domain lacks."""
+    n_domains = draw(st.integers(1, 6))
+    jobs = draw(st.integers(1, 400))
+    held: Holdings = {}
+    for index in range(jobs):
+        domains = draw(st.lists(st.integers(0, n_domains - 1), min_size=1, max_size=3, unique=True))
+        held[f"job-{index:03d}"] = {d: draw(st.integers(0, 8)) for d in domains}
+    lacking = draw(st.lists(st.integers(-4, 600), min_size=n_domains, max_size=n_domains))
+    return held, lacking
+
+
+def bounds_of(held: Holdings, lacking: list[int]) -> ReleaseBounds:
+    releases = SortedList((float(i), owner) for i, owner in enumerate(sorted(held)))
+
+    def held_by_domain(owner: str) -> tuple[np.ndarray, np.ndarray]:
+        domains = sorted(held[owner])
+        return np.array(domains, dtype=np.int64), np.array(
+            [held[owner][d] for d in domains], dtype=np.int64
+        )
+
+    return ReleaseBounds(releases, held_by_domain, np.array(lacking, dtype=np.int64))
+
+
+def brute_enough_at(held: Holdings, lacking: list[int]) -> list[int | None]:
+    """Per domain, the fewest releases after which its slots gained reach what it lacks."""
+    answer: list[int | None] = []
+    owners = sorted(held)
+    for domain, need in enumerate(lacking):
+        gained, reached = 0, 0 if need <= 0 else None
+        for count, owner in enumerate(owners, start=1):
+            if reached is not None:
+                break
+            gained += held[owner].get(domain, 0)
+            if gained >= need:
+                reached = count
+        answer.append(reached)
+    return answer
+
+
+@settings(max_examples=200, deadline=None)
+@given(holdings(), st.lists(st.integers(0, 420), min_size=1, max_size=6))
+def test_a_search_after_k_releases_needs_exactly_the_jobs_holding_something_where_the_gang_may_fit(
+    case: tuple[Holdings, list[int]], counts: list[int]
+) -> None:
+    held, lacking = case
+    owners = sorted(held)
+    bounds = bounds_of(held, lacking)
+    enough_at = brute_enough_at(held, lacking)
+    reachable = [at for at in enough_at if at is not None]
+    assert bounds.fewest() == (max(min(reachable), 1) if reachable else None)
+    for count in counts:
+        count = min(count, len(owners))
+        needed = bounds.released_for(count)
+        # Every domain the search may fill in has gained all it can from the first `count`.
+        open_domains = {d for d, at in enumerate(enough_at) if at is not None and at <= count}
+        expected = [o for o in owners[:count] if open_domains & set(held[o])]
+        assert sorted(bounds.owners(0, needed)) == expected
+        event("some skipped" if len(expected) < count else "none skipped")
+        # Known exactly as far as releases were read, and not beyond.
+        for domain, at in enumerate(enough_at):
+            reached = at is not None and at <= bounds.read
+            assert bounds.enough_at[domain] == (at if reached else NEVER)
+
+
+@given(holdings(), st.lists(st.integers(0, 420), min_size=2, max_size=6))
+@settings(max_examples=100, deadline=None)
+def test_what_more_releases_need_extends_what_fewer_need(
+    case: tuple[Holdings, list[int]], counts: list[int]
+) -> None:
+    """The releases a search needs only grow with k, in one order: a released prefix for a
+    larger k adds jobs on top of the one for a smaller k."""
+    held, lacking = case
+    bounds = bounds_of(held, lacking)
+    previous: list[str] = []
+    for count in sorted(min(c, len(held)) for c in counts):
+        now = bounds.owners(0, bounds.released_for(count))
+        assert now[: len(previous)] == previous
+        previous = now
+
+
+def test_without_anything_known_every_release_up_to_k_is_needed() -> None:
+    releases = SortedList((float(i), f"job-{i}") for i in range(5))
+    bounds = ReleaseBounds(releases, lambda owner: (np.zeros(0), np.zeros(0)), None)
+    assert bounds.fewest() == 1
+    assert bounds.owners(0, bounds.released_for(3)) == ["job-0", "job-1", "job-2"]
