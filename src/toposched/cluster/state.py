@@ -201,6 +201,8 @@ class ClusterState:
         self.nodes_by_health: NDArray[np.int64] = np.zeros(len(Health), dtype=np.int64)
         self.nodes_by_health[Health.HEALTHY] = n
         self.allocations: dict[str, Allocation] = {}
+        # What an idle node's free CPU, memory and whole GPUs add up to (see `_node_idle`).
+        self._idle_sum = top.cpu_milli.astype(np.int64) + top.memory_mib + top.gpu_count
         self.version = 0
         """Counts changes, so that callers can tell whether anything moved since they looked."""
         self._n_models = max(len(top.gpu_models), 1)
@@ -216,20 +218,24 @@ class ClusterState:
 
     # --- aggregates ----------------------------------------------------------------------------
     def _node_idle(self, nodes: NDArray[np.int64]) -> NDArray[np.bool_]:
-        top = self.topology
-        idle: NDArray[np.bool_] = (
-            (self.free_whole_gpus[nodes] == top.gpu_count[nodes])
-            & (self.free_cpu_milli[nodes] == top.cpu_milli[nodes])
-            & (self.free_memory_mib[nodes] == top.memory_mib[nodes])
-        )
+        """Whether each node has all its whole GPUs, CPU and memory free. No free amount
+        exceeds the node's own, so they are all free when their sum is that of the node's:
+        one comparison of sums instead of three."""
+        free = self.free_cpu_milli[nodes] + self.free_memory_mib[nodes]
+        free += self.free_whole_gpus[nodes]
+        idle: NDArray[np.bool_] = free == self._idle_sum[nodes]
         return idle
 
     def compute_aggregates(self) -> dict[str, list[NDArray[np.int64]]]:
         """Every aggregate recomputed from the node arrays (the oracle for incremental ones)."""
         top = self.topology
         healthy = self.health == Health.HEALTHY
-        all_nodes = np.arange(top.n_nodes, dtype=np.int64)
-        idle = self._node_idle(all_nodes) & healthy
+        idle = (
+            (self.free_whole_gpus == top.gpu_count)
+            & (self.free_cpu_milli == top.cpu_milli)
+            & (self.free_memory_mib == top.memory_mib)
+            & healthy
+        )
         milli = row_sums(self.gpu_free_milli)
         result: dict[str, list[NDArray[np.int64]]] = {
             name: []
@@ -317,29 +323,31 @@ class ClusterState:
         nodes = nodes[self.health[nodes] == _HEALTHY]
         if nodes.size == 0:
             return
-        top = self.topology
-        whole = self.free_whole_gpus[nodes].astype(np.int64)
-        model = top.gpu_model[nodes]
-        milli = row_sums(take_rows(self.gpu_free_milli, nodes))
-        idle = self._node_idle(nodes).astype(np.int64)
-        cpu = self.free_cpu_milli[nodes]
-        memory = self.free_memory_mib[nodes]
-        values = np.stack([whole, milli, idle, cpu, memory]) * sign  # one row per total
+        whole, values = self._rows(nodes)
+        if sign < 0:
+            values = -values  # a new array: `whole` is a row of the old one
         # Nodes are sorted and domains depth-first: summed per innermost domain once, then
         # per domain of each upper level from those sums.
         entering, leaving = (whole, None) if sign > 0 else (None, whole)
-        self._add_counted(nodes, values, None, model, leaving, entering)
+        self._add_counted(nodes, values, None, self.topology.gpu_model[nodes], leaving, entering)
 
     def _rows(self, nodes: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Free whole GPUs of `nodes`, and their shares of the per-domain totals: one row per
         total, one column per node (stacked row by row: several times faster than column by
         column for many nodes)."""
-        whole = self.free_whole_gpus[nodes].astype(np.int64)
-        milli = row_sums(take_rows(self.gpu_free_milli, nodes))
-        idle = self._node_idle(nodes).astype(np.int64)
-        rows = np.stack(
-            [whole, milli, idle, self.free_cpu_milli[nodes], self.free_memory_mib[nodes]]
-        )
+        rows = np.empty((_N_TOTALS, nodes.size), dtype=np.int64)
+        whole, milli, idle, cpu, memory = rows
+        whole[:] = self.free_whole_gpus[nodes]
+        np.take(self.free_cpu_milli, nodes, out=cpu)
+        np.take(self.free_memory_mib, nodes, out=memory)
+        gpus = take_rows(self.gpu_free_milli, nodes)
+        milli[:] = gpus[:, 0]
+        for column in range(1, gpus.shape[1]):
+            milli += gpus[:, column]
+        # Idle as in `_node_idle`, from the values read already.
+        np.add(cpu, memory, out=idle)
+        idle += whole
+        np.equal(idle, self._idle_sum[nodes], out=idle, casting="unsafe")
         return whole, rows
 
     def _before_change(self, touched: NDArray[np.int64]) -> _Before:
