@@ -16,6 +16,7 @@ from toposched.cluster.state import (
     Allocation,
     ClusterState,
     distinct,
+    distinct_inverse,
     row_sums,
     take_rows,
 )
@@ -704,22 +705,46 @@ class VictimSearch:
         return [victims[i] for i in np.flatnonzero(selection[0])], False
 
     # --- many domains --------------------------------------------------------------------------
+    def _room_now_and_after(
+        self, request: GangRequest, pool: CandidatePool, pod_owner: IntArray
+    ) -> tuple[IntArray, IntArray]:
+        """Per innermost domain, the gang's pods its healthy nodes' free whole GPUs take now,
+        and with every candidate gone (GPU counts only)."""
+        state, topology = self.state, self.state.topology
+        if request.gpus_per_pod == 0:
+            # Every node counts as room for all pods then, healthy or not, when freed.
+            starts = self.leaf_starts
+            usable = (state.health == 0).astype(np.int64)
+            free = state.free_whole_gpus.astype(np.int64)
+            now_room = np.add.reduceat(self._pods_fit(free, request) * usable, starts[:-1])
+            np.add.at(free, pool.pod_nodes, pool.whole[pod_owner])
+            potential = np.minimum(free, topology.gpu_count) * usable
+            return now_room, np.add.reduceat(self._pods_fit(potential, request), starts[:-1])
+        # Now: from each domain's count of healthy nodes by free whole GPUs. With the
+        # candidates gone: that plus the change on the nodes they hold, not a pass over every
+        # node of the cluster.
+        nodes_by_free = state.free_hist[self.leaf_level].sum(axis=1, dtype=np.int64)
+        fit_by_free = self._pods_fit(np.arange(nodes_by_free.shape[1], dtype=np.int64), request)
+        now_room: IntArray = nodes_by_free @ fit_by_free
+        nodes, inverse = distinct_inverse(pool.pod_nodes)
+        freed = np.bincount(inverse, weights=pool.whole[pod_owner], minlength=nodes.size)
+        free = state.free_whole_gpus[nodes].astype(np.int64)
+        usable = state.health[nodes] == 0
+        potential = np.minimum(free + freed.astype(np.int64), topology.gpu_count[nodes])
+        gained = (self._pods_fit(potential, request) - self._pods_fit(free, request)) * usable
+        room = now_room + np.bincount(
+            self.leaf_of_node[nodes], weights=gained, minlength=now_room.size
+        ).astype(np.int64)
+        return now_room, room
+
     def _many_domains(
         self, preemptor: str, request: GangRequest, pool: CandidatePool
     ) -> PreemptionPlan | tuple[str, PlacementResult | _Proven | None]:
         """A plan, or why none was found with the placement tried with every candidate gone
         (None when not tried, `_PROVEN` when the aggregates prove it fails)."""
-        state, topology = self.state, self.state.topology
-        starts = self.leaf_starts
-        usable = (state.health == 0).astype(np.int64)
-        now_room = np.add.reduceat(
-            self._pods_fit(state.free_whole_gpus.astype(np.int64), request) * usable, starts[:-1]
-        )
+        topology = self.state.topology
         pod_owner = pool.pod_owner
-        potential = state.free_whole_gpus.astype(np.int64)
-        np.add.at(potential, pool.pod_nodes, pool.whole[pod_owner])
-        potential = np.minimum(potential, topology.gpu_count) * usable
-        room = np.add.reduceat(self._pods_fit(potential, request), starts[:-1])
+        now_room, room = self._room_now_and_after(request, pool, pod_owner)
         granule = request.granule(self.leaf_level)
         now_room, room = now_room // granule * granule, room // granule * granule
         gain = room - now_room
