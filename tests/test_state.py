@@ -682,6 +682,37 @@ def test_a_bulk_release_of_whole_gpu_pods_over_thousands_of_nodes_keeps_aggregat
     assert all(np.array_equal(before[key], after[key]) for key in before)
 
 
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("width", [1, 2, 4])
+def test_one_gang_of_whole_gpus_over_thousands_of_nodes_keeps_aggregates_exact(
+    seed: int, width: int
+) -> None:
+    # One allocation of more pods than the compiled loops take, some nodes holding two of its
+    # pods, on a busy fleet with cordoned and down nodes: allocated and released, the
+    # aggregates equal a recomputation, and releasing restores every array bit for bit.
+    state, owners, rng = spread_state(seed)
+    state.release_many(owners[: len(owners) * 9 // 10])  # room for the gang
+    before = state.snapshot()
+    columns = list(range(width))
+    open_gpus = (state.gpu_free_milli[:, columns] == MILLI_PER_GPU).all(1)
+    open_nodes = np.flatnonzero(open_gpus & (state.health == Health.HEALTHY))
+    nodes = rng.choice(open_nodes, size=2100, replace=False)
+    gpus = [columns] * nodes.size
+    if width <= 2:
+        # A second pod on some nodes, on GPUs of its own.
+        second = list(range(width, 2 * width))
+        doubled = nodes[(state.gpu_free_milli[nodes][:, second] == MILLI_PER_GPU).all(1)][:300]
+        nodes = np.concatenate((nodes, doubled))
+        gpus = gpus + [second] * doubled.size
+    cpu = 1000 if seed % 2 else 0
+    state.allocate("gang", Allocation.of(nodes, gpus, 1000, cpu, 512))
+    assert_aggregates_recomputed(state)
+    state.release("gang")
+    assert_aggregates_recomputed(state)
+    after = state.snapshot()
+    assert all(np.array_equal(before[key], after[key]) for key in before)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_distinct_and_distinct_inverse_equal_numpys_unique(seed: int) -> None:
     rng = np.random.default_rng(seed)
@@ -752,3 +783,68 @@ def test_large_allocations_check_cpu_and_memory_per_node_whatever_their_order() 
     state.allocate("job", Allocation.of(order, no_gpus(len(order)), memory_mib=480 * 1024))
     assert int(state.free_memory_mib[:36].sum()) == 0
     assert int(state.free_cpu_milli[:36].sum()) == 36 * 144_000
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_block_cordoned_and_opened_again_and_again_keeps_aggregates_exact(seed: int) -> None:
+    # A fence takes thousands of nodes out of the aggregates and puts them back many times;
+    # what they add is remembered while none of them changes. In between, jobs start and end
+    # on some of them, statements release and roll back, and what-ifs free GPUs for a while:
+    # after every step the aggregates equal a recomputation.
+    state, owners, rng = spread_state(seed)
+    healthy = np.flatnonzero(state.health == Health.HEALTHY)
+    block = np.sort(rng.choice(healthy, size=2300, replace=False))
+    outside = np.setdiff1d(healthy, block)
+    started = 0
+
+    def step(kind: int) -> None:
+        nonlocal started
+        held = [owner for owner in owners if owner in state.allocations]
+        if kind == 0 and held:
+            state.release(str(rng.choice(held)))
+        elif kind == 1:
+            whole = (state.gpu_free_milli[block] == MILLI_PER_GPU).all(1)
+            opened = block[whole & (state.health[block] == Health.HEALTHY)]
+            if opened.size:
+                node = int(rng.choice(opened))
+                state.allocate(f"new-{started}", Allocation.of([node], [[0, 1]]))
+                owners.append(f"new-{started}")
+                started += 1
+        elif kind == 2 and held:
+            statement = Statement(state)
+            chosen = rng.choice(held, size=min(50, len(held)), replace=False)
+            statement.release_many([str(owner) for owner in chosen])
+            statement.rollback(0)
+        elif kind == 3 and held:
+            chosen = rng.choice(held, size=min(9, len(held)), replace=False)
+            with state.parts_released([state.allocations[str(owner)] for owner in chosen]):
+                assert_aggregates_recomputed(state)
+        elif kind == 4 and held:
+            chosen = rng.choice(held, size=min(30, len(held)), replace=False)
+            state.release_many([str(owner) for owner in chosen])
+        elif kind == 5 and held:
+            # The block counted while jobs on it are released, then the release undone.
+            statement = Statement(state)
+            chosen = rng.choice(held, size=min(50, len(held)), replace=False)
+            statement.release_many([str(owner) for owner in chosen])
+            statement.set_health(block, Health.CORDONED)
+            statement.set_health(block, Health.HEALTHY)
+            assert_aggregates_recomputed(state)
+            statement.rollback(0)
+
+    for _ in range(12):
+        state.set_health(block, Health.CORDONED)
+        assert_aggregates_recomputed(state)
+        if rng.random() < 0.5:
+            step(int(rng.integers(6)))
+        state.set_health(block, Health.HEALTHY)
+        assert_aggregates_recomputed(state)
+        if rng.random() < 0.5:
+            step(int(rng.integers(6)))
+            assert_aggregates_recomputed(state)
+        # Changes outside the block leave what it adds as it was.
+        node = int(rng.choice(outside))
+        if (state.gpu_free_milli[node, :1] == MILLI_PER_GPU).all():
+            state.allocate(f"out-{started}", Allocation.of([node], [[0]]))
+            started += 1
+    assert_aggregates_recomputed(state)

@@ -132,6 +132,23 @@ class Health(IntEnum):
     DOWN = 3
 
 
+@dataclass(frozen=True, eq=False)
+class _Share:
+    """What healthy `nodes` (sorted) add to the aggregates, as of change `stamp`: per run of
+    nodes in one innermost domain, its first node (`representative`), the sums of the totals
+    and the histogram cells it fills."""
+
+    nodes: NDArray[np.int64]
+    stamp: int
+    representative: NDArray[np.int64]
+    sums: NDArray[np.int64]
+    moves: NDArray[np.int64]
+
+
+# How many shares of many-node health changes are kept to be added again (see `_contribute`).
+_RECENT_SHARES = 4
+
+
 @dataclass(frozen=True)
 class Allocation:
     """What one gang holds: every pod's node and GPUs, with uniform per-pod resources.
@@ -203,6 +220,11 @@ class ClusterState:
         self.allocations: dict[str, Allocation] = {}
         # What an idle node's free CPU, memory and whole GPUs add up to (see `_node_idle`).
         self._idle_sum = top.cpu_milli.astype(np.int64) + top.memory_mib + top.gpu_count
+        # Per node, the number of the last change of its free GPUs, CPU or memory (`_changed`),
+        # so that a share found for nodes none of which changed since is still theirs.
+        self._changes = 0
+        self._changed_at = np.zeros(n, dtype=np.int64)
+        self._recent_shares: list[_Share] = []
         self.version = 0
         """Counts changes, so that callers can tell whether anything moved since they looked."""
         self._n_models = max(len(top.gpu_models), 1)
@@ -308,6 +330,7 @@ class ClusterState:
         state = self.__dict__.copy()
         for name in _VIEWS:
             state.pop(name, None)
+        state["_recent_shares"] = []
         return state
 
     def __setstate__(self, state: dict[str, object]) -> None:
@@ -323,13 +346,42 @@ class ClusterState:
         nodes = nodes[self.health[nodes] == _HEALTHY]
         if nodes.size == 0:
             return
-        whole, values = self._rows(nodes)
-        if sign < 0:
-            values = -values  # a new array: `whole` is a row of the old one
-        # Nodes are sorted and domains depth-first: summed per innermost domain once, then
-        # per domain of each upper level from those sums.
-        entering, leaving = (whole, None) if sign > 0 else (None, whole)
-        self._add_counted(nodes, values, None, self.topology.gpu_model[nodes], leaving, entering)
+        share = self._recent_share(nodes)
+        if share is None:
+            whole, values = self._rows(nodes)
+            # Nodes are sorted and domains depth-first: summed per innermost domain once, then
+            # per domain of each upper level from those sums.
+            first = self._leaf_runs(nodes)
+            run = self._run_of_each(first, nodes.size)
+            model = self.topology.gpu_model[nodes]
+            share = _Share(
+                nodes,
+                self._changes,
+                nodes[first],
+                np.add.reduceat(values, first, axis=1).T,
+                self._hist_moves(first.size, run, model, None, whole),
+            )
+            self._recent_shares.insert(0, share)
+            del self._recent_shares[_RECENT_SHARES:]
+        self._add_domain_sums(share.representative, share.sums * sign, share.moves * sign)
+
+    def _recent_share(self, nodes: NDArray[np.int64]) -> _Share | None:
+        """A share found before for exactly these healthy nodes, if none of them changed since.
+        A fence takes the reservation's nodes out of the aggregates and puts them back several
+        times a cycle, mostly unchanged in between."""
+        for share in self._recent_shares:
+            if (
+                share.nodes.size == nodes.size
+                and np.array_equal(share.nodes, nodes)
+                and int(self._changed_at[nodes].max()) <= share.stamp
+            ):
+                return share
+        return None
+
+    def _changed(self, nodes: NDArray[np.int64] | slice) -> None:
+        """Record that the free GPUs, CPU or memory of `nodes` may have changed."""
+        self._changes += 1
+        self._changed_at[nodes] = self._changes
 
     def _rows(self, nodes: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Free whole GPUs of `nodes`, and their shares of the per-domain totals: one row per
@@ -623,7 +675,14 @@ class ClusterState:
     # --- changes ------------------------------------------------------------------------------
     def _apply(self, allocation: Allocation, sign: int) -> None:
         """Take (sign=-1) or give back (+1) an allocation's resources, updating aggregates."""
+        if allocation.nodes.size > kernels.COMPILED_LIMIT and (
+            allocation.gpu_milli == MILLI_PER_GPU and allocation.gpus.shape[1]
+        ):
+            # Many pods of whole GPUs: moved by what the pods hold (see `_apply_many`).
+            self._apply_many([allocation], sign, one=True)
+            return
         self.version += 1
+        self._changed(allocation.nodes)
         if allocation.nodes.size <= kernels.COMPILED_LIMIT:
             # Pod by pod in compiled code: for a few pods numpy's per-call cost would be most
             # of the work.
@@ -688,18 +747,19 @@ class ClusterState:
         return values
 
     def _apply_many(
-        self, allocations: list[Allocation], sign: int, keep_rows: bool = False
+        self, allocations: list[Allocation], sign: int, keep_rows: bool = False, one: bool = False
     ) -> list[SavedRows] | None:
         """`_apply` for many allocations in one vectorised pass (bulk release and re-take).
 
         With `keep_rows`, returns copies of every node and domain row it is about to change
-        (None for a handful of pods, cheaper to undo by the opposite change).
+        (None for a handful of pods, cheaper to undo by the opposite change). `one`: called by
+        `_apply` for one allocation.
         """
         if not allocations:
             return [] if keep_rows else None
         pods = np.array([a.pods for a in allocations], dtype=np.int64)
         saved: list[SavedRows] | None = None
-        if len(allocations) == 1 and not (keep_rows and pods[0] >= _SMALL):
+        if len(allocations) == 1 and not one and not (keep_rows and pods[0] >= _SMALL):
             self.version += 1
             self._apply(allocations[0], sign)
             return None
@@ -723,6 +783,7 @@ class ClusterState:
         cpu_of = [a.cpu_milli for a in allocations]
         memory_of = [a.memory_mib for a in allocations]
         touched = self._distinct_nodes(nodes)
+        self._changed(touched)
         if keep_rows and nodes.size >= _SMALL:
             saved = self._node_rows_copy(touched) + self._domain_rows(touched)
         # Pods as many as a sixteenth of the nodes (`_distinct_nodes` marks them on a node mask
@@ -867,6 +928,9 @@ class ClusterState:
         they held. Unchecked on purpose: only valid while the state is as the release left it
         (statements undo later operations first)."""
         self.version += 1
+        for array, rows, _ in saved:
+            if array is self.gpu_free_milli:
+                self._changed(rows)
         self._restore_domain_rows(saved)
         self.allocations.update(zip(owners, allocations, strict=True))
 
@@ -884,11 +948,13 @@ class ClusterState:
         old_milli = take_rows(self.gpu_free_milli, nodes)
         new_milli = np.where(freeing, np.int16(MILLI_PER_GPU), old_milli)
         self.version += 1
+        self._changed(nodes)
         kernels.set_gpu_rows(nodes, new_milli, self._kernel_arrays())
         try:
             yield
         finally:
             self.version += 1
+            self._changed(nodes)
             kernels.set_gpu_rows(nodes, old_milli, self._kernel_arrays())
 
     def _domain_rows(self, nodes: NDArray[np.int64]) -> list[SavedRows]:
@@ -946,6 +1012,7 @@ class ClusterState:
             yield
         finally:
             self.version += 1
+            self._changed(nodes)
             for array, saved in node_rows:
                 put_rows(array, nodes, saved)
             self._restore_domain_rows(domain_rows)
@@ -968,6 +1035,7 @@ class ClusterState:
             node_arrays.append(self.free_memory_mib)
         saved = [array[first:last].copy() for array in node_arrays]
         self.version += 1
+        self._changed(slice(first, last))
         try:
             for part in parts:
                 kernels.free_pods_inside(
@@ -986,6 +1054,7 @@ class ClusterState:
             yield
         finally:
             self.version += 1
+            self._changed(slice(first, last))
             for array, rows_before in zip(node_arrays, saved, strict=True):
                 array[first:last] = rows_before
 

@@ -69,7 +69,8 @@ class ReleaseBounds:
             self._read_to(self.read + 1)
 
     def released_for(self, count: int) -> int:
-        """How many of `order` a search after the first `count` releases needs released."""
+        """How many of the releases that matter (in the order they come to matter, see
+        `owners`) a search after the first `count` releases needs released."""
         if self._everything:
             return count
         if count > self.read:
@@ -77,7 +78,8 @@ class ReleaseBounds:
         return bisect.bisect_right(self._keys, count)
 
     def owners(self, start: int, stop: int) -> list[str]:
-        """Owners of `order[start:stop]`: the releases that matter, in the order they do."""
+        """Owners of the releases that matter, from the `start`-th to before the `stop`-th in
+        the order they come to matter."""
         if self._everything:
             return [owner for _, owner in self.releases.islice(start, stop)]
         return [self.releases[index][1] for index in self._order[start:stop]]
@@ -121,9 +123,9 @@ class ReleaseBounds:
         np.add.at(self._carried, domains, gpus)
 
     def _key_pending(self) -> None:
-        """Give the releases read whose key is now known (at most `read`) their place in
-        `order`: a release's key is the larger of its own position + 1 and the fewest releases
-        after which a domain it holds something in could hold the gang."""
+        """Give the releases read whose key is now known (at most `read`) their place among
+        the releases that matter: a release's key is the larger of its own position + 1 and
+        the fewest releases after which a domain it holds something in could hold the gang."""
         pending = self._pending
         if not pending.size:
             return
