@@ -848,3 +848,32 @@ def test_a_block_cordoned_and_opened_again_and_again_keeps_aggregates_exact(seed
             state.allocate(f"out-{started}", Allocation.of([node], [[0]]))
             started += 1
     assert_aggregates_recomputed(state)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_bulk_release_with_one_pod_per_node_keeps_aggregates_exact(seed: int) -> None:
+    # Thousands of owners, no two pods on one node, listed out of node order, of mixed widths
+    # and CPU and memory requests (and some of one shape): released in bulk, equal to one by
+    # one and to a recomputation; retaken, every array as before.
+    rng = np.random.default_rng(seed)
+    state = ClusterState(nvl72_cluster(1, 4, 40))
+    nodes = rng.permutation(state.topology.n_nodes)[:2600]
+    owners: list[str] = []
+    for index, chunk in enumerate(np.array_split(nodes, 260)):
+        width = (1, 2, 4)[index % 3] if seed else 4
+        cpu = 0 if seed == 2 else 1000 * (1 + index % 4)
+        allocation = Allocation.of(chunk, [list(range(width))] * chunk.size, 1000, cpu, 256)
+        state.allocate(f"o{index}", allocation)
+        owners.append(f"o{index}")
+    state.set_health(nodes[:30], Health.CORDONED)
+    before = state.snapshot()
+    one_by_one = copy.deepcopy(state)
+    allocations = state.release_many(owners)
+    assert_aggregates_recomputed(state)
+    for owner in owners:
+        one_by_one.release(owner)
+    bulk, single = state.snapshot(), one_by_one.snapshot()
+    assert all(np.array_equal(bulk[key], single[key]) for key in bulk)
+    state.retake_many(owners, allocations)
+    after = state.snapshot()
+    assert all(np.array_equal(before[key], after[key]) for key in before)

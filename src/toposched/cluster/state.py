@@ -791,9 +791,22 @@ class ClusterState:
         everywhere = nodes.size * 16 >= self.topology.n_nodes
         position: NDArray[np.int64] | None = None
 
+        # One pod per touched node (a gang of whole-node pods, the usual case): each node's sum
+        # is its pod's amount, found without counting.
+        one_pod_each = touched.size == nodes.size
+        order: NDArray[np.int64] | None = None
+
         def per_touched(per_pod: NDArray[np.int64] | None) -> NDArray[np.int64]:
             """Per-pod amounts (None: one per pod) summed per touched node."""
-            nonlocal position
+            nonlocal position, order
+            if one_pod_each:
+                if per_pod is None:
+                    return np.ones(touched.size, dtype=np.int64)
+                if per_pod.size and (per_pod == per_pod[0]).all():
+                    return np.full(touched.size, per_pod[0], dtype=np.int64)
+                if order is None:
+                    order = np.argsort(nodes, kind="stable")
+                return per_pod[order].astype(np.int64)
             if everywhere:
                 summed = np.bincount(nodes, weights=per_pod, minlength=self.topology.n_nodes)
                 return summed[touched].astype(np.int64)
@@ -846,7 +859,10 @@ class ClusterState:
             ((self.free_cpu_milli, cpu_of), (self.free_memory_mib, memory_of))
         ):
             if any(asked):
-                change = sign * per_touched(np.repeat(np.array(asked, dtype=np.int64), pods))
+                if one_pod_each and len(set(asked)) == 1:
+                    change = np.full(touched.size, sign * asked[0], dtype=np.int64)
+                else:
+                    change = sign * per_touched(np.repeat(np.array(asked, dtype=np.int64), pods))
                 free[touched] += change
                 changes[which] = change
         if not by_pods:
