@@ -114,15 +114,19 @@ def apply_pods(
     memory_mib: int,
     sign: int,
     arrays: StateArrays,
+    changed_at: np.ndarray,
+    change: int,
 ) -> None:
     """Take (sign=-1) or give back (+1) the pods' resources, pod by pod, and move the domains
-    of healthy nodes from each node's values before the pod to its values after."""
+    of healthy nodes from each node's values before the pod to its values after; each node's
+    `changed_at` becomes `change`."""
     free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
     health, node_rows, gpu_model, hist, totals = arrays[7:]
     before = np.empty(5, dtype=np.int64)
     after = np.empty(5, dtype=np.int64)
     for pod in range(nodes.size):
         node = nodes[pod]
+        changed_at[node] = change
         healthy = health[node] == 0
         if healthy:
             _values_into(node, before, arrays)

@@ -682,10 +682,10 @@ class ClusterState:
             self._apply_many([allocation], sign, one=True)
             return
         self.version += 1
-        self._changed(allocation.nodes)
         if allocation.nodes.size <= kernels.COMPILED_LIMIT:
             # Pod by pod in compiled code: for a few pods numpy's per-call cost would be most
             # of the work.
+            self._changes += 1
             kernels.apply_pods(
                 allocation.nodes,
                 allocation.gpus,
@@ -694,8 +694,11 @@ class ClusterState:
                 allocation.memory_mib,
                 sign,
                 self._kernel_arrays(),
+                self._changed_at,
+                self._changes,
             )
             return
+        self._changed(allocation.nodes)
         touched, pods_per_node = self._unique(allocation.nodes)
         before = self._before_change(touched)
         slots = self._gpu_slots(allocation)
