@@ -130,7 +130,7 @@ def test_earliest_fit_equals_releasing_one_job_at_a_time(
 ) -> None:
     scheduler, job, hints = scenario
     expected = one_at_a_time(scheduler, job)
-    fewest = scheduler._fewest_releases(job.request)
+    fewest = scheduler._release_bounds(job.request).fewest()
     event("no fit" if expected is None else f"fits after {min(expected[0], 4)}+ releases")
     event("bound skips releases" if fewest is not None and fewest > 1 else "bound skips none")
     before = scheduler.state.snapshot()

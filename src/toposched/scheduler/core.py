@@ -120,10 +120,6 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
 
 
-def _owners(releases: SortedList, start: int, stop: int) -> list[str]:
-    return [owner for _, owner in releases.islice(start, stop)]
-
-
 @dataclass(frozen=True, eq=False)
 class _Failure:
     """A gang that did not fit: its pod count, why, and the nodes fenced at the time.
@@ -1596,11 +1592,6 @@ class Scheduler:
             return ReleaseBounds(self._releases, held, None)
         lacking = request.pods * request.gpus_per_pod - self.state.free_gpus[level]
         return ReleaseBounds(self._releases, held, lacking)
-
-    def _fewest_releases(self, request: GangRequest) -> int | None:
-        """A lower bound on the releases (in release order) before the gang can fit, from
-        aggregates (`ReleaseBounds.fewest`)."""
-        return self._release_bounds(request).fewest()
 
     def _held_by_domain(self, owner: str, level: int) -> tuple[IntArray, IntArray]:
         """The domains of `level` a running job holds GPUs in, and how many GPU slots in each;
