@@ -726,8 +726,18 @@ class VictimSearch:
         nodes_by_free = state.free_hist[self.leaf_level].sum(axis=1, dtype=np.int64)
         fit_by_free = self._pods_fit(np.arange(nodes_by_free.shape[1], dtype=np.int64), request)
         now_room: IntArray = nodes_by_free @ fit_by_free
-        nodes, inverse = distinct_inverse(pool.pod_nodes)
-        freed = np.bincount(inverse, weights=pool.whole[pod_owner], minlength=nodes.size)
+        freed_per_pod = pool.whole[pod_owner]
+        if pool.pod_nodes.size * 16 >= topology.n_nodes:
+            # Pods on as many as a sixteenth of the nodes: counted over every node, cheaper
+            # than sorting them (a node whose pods free no whole GPU gains no room).
+            freed_everywhere = np.bincount(
+                pool.pod_nodes, weights=freed_per_pod, minlength=topology.n_nodes
+            )
+            nodes = np.flatnonzero(freed_everywhere)
+            freed = freed_everywhere[nodes]
+        else:
+            nodes, inverse = distinct_inverse(pool.pod_nodes)
+            freed = np.bincount(inverse, weights=freed_per_pod, minlength=nodes.size)
         free = state.free_whole_gpus[nodes].astype(np.int64)
         usable = state.health[nodes] == 0
         potential = np.minimum(free + freed.astype(np.int64), topology.gpu_count[nodes])
