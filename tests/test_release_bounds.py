@@ -8,49 +8,65 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from sortedcontainers import SortedList
 
-from toposched.scheduler.releases import NEVER, ReleaseBounds
+from toposched.scheduler.releases import NEVER, LeafRoom, ReleaseBounds
 
 Holdings = dict[str, dict[int, int]]
 
 
 @st.composite
-def holdings(draw: st.DrawFn) -> tuple[Holdings, list[int]]:
+def holdings(draw: st.DrawFn) -> tuple[Holdings, LeafRoom]:
     """Up to 400 running jobs (enough for several chunks) holding GPU slots in 1-3 of a few
-    domains, and what each domain lacks."""
-    n_domains = draw(st.integers(1, 6))
+    leaves, grouped into domains, and a gang's room in them now."""
+    n_leaves = draw(st.integers(1, 8))
+    n_domains = draw(st.integers(1, n_leaves))
     jobs = draw(st.integers(1, 400))
     held: Holdings = {}
     for index in range(jobs):
-        domains = draw(st.lists(st.integers(0, n_domains - 1), min_size=1, max_size=3, unique=True))
-        held[f"job-{index:03d}"] = {d: draw(st.integers(0, 8)) for d in domains}
-    lacking = draw(st.lists(st.integers(-4, 600), min_size=n_domains, max_size=n_domains))
-    return held, lacking
+        leaves = draw(st.lists(st.integers(0, n_leaves - 1), min_size=1, max_size=3, unique=True))
+        held[f"job-{index:03d}"] = {leaf: draw(st.integers(0, 8)) for leaf in leaves}
+    granule = draw(st.integers(1, 3))
+    room = LeafRoom(
+        free=np.array(draw(st.lists(st.integers(0, 40), min_size=n_leaves, max_size=n_leaves))),
+        domain_of_leaf=np.array([leaf * n_domains // n_leaves for leaf in range(n_leaves)]),
+        n_domains=n_domains,
+        gpus_per_pod=draw(st.integers(1, 4)),
+        granule=granule,
+        pods=granule * draw(st.integers(1, 150)),
+    )
+    return held, room
 
 
-def bounds_of(held: Holdings, lacking: list[int]) -> ReleaseBounds:
+def bounds_of(held: Holdings, room: LeafRoom) -> ReleaseBounds:
     releases = SortedList((float(i), owner) for i, owner in enumerate(sorted(held)))
 
-    def held_by_domain(owner: str) -> tuple[np.ndarray, np.ndarray]:
-        domains = sorted(held[owner])
-        return np.array(domains, dtype=np.int64), np.array(
-            [held[owner][d] for d in domains], dtype=np.int64
+    def held_by_leaf(owner: str) -> tuple[np.ndarray, np.ndarray]:
+        leaves = sorted(held[owner])
+        return np.array(leaves, dtype=np.int64), np.array(
+            [held[owner][leaf] for leaf in leaves], dtype=np.int64
         )
 
-    return ReleaseBounds(releases, held_by_domain, np.array(lacking, dtype=np.int64))
+    return ReleaseBounds(releases, held_by_leaf, room)
 
 
-def brute_enough_at(held: Holdings, lacking: list[int]) -> list[int | None]:
-    """Per domain, the fewest releases after which its slots gained reach what it lacks."""
+def brute_enough_at(held: Holdings, room: LeafRoom) -> list[int | None]:
+    """Per domain, the fewest releases after which its leaves' free GPUs plus the slots
+    released there hold the gang's pods in whole slices."""
+    slice_gpus = room.granule * room.gpus_per_pod
     answer: list[int | None] = []
     owners = sorted(held)
-    for domain, need in enumerate(lacking):
-        gained, reached = 0, 0 if need <= 0 else None
-        for count, owner in enumerate(owners, start=1):
-            if reached is not None:
-                break
-            gained += held[owner].get(domain, 0)
-            if gained >= need:
+    for domain in range(room.n_domains):
+        leaves = [leaf for leaf, d in enumerate(room.domain_of_leaf.tolist()) if d == domain]
+        gpus = {leaf: int(room.free[leaf]) for leaf in leaves}
+        reached: int | None = None
+        for count in range(len(owners) + 1):
+            if count:
+                for leaf, slots in held[owners[count - 1]].items():
+                    if leaf in gpus:
+                        gpus[leaf] += slots
+            pods = sum(g // slice_gpus * room.granule for g in gpus.values())
+            if pods >= room.pods:
                 reached = count
+                break
         answer.append(reached)
     return answer
 
@@ -58,12 +74,12 @@ def brute_enough_at(held: Holdings, lacking: list[int]) -> list[int | None]:
 @settings(max_examples=200, deadline=None)
 @given(holdings(), st.lists(st.integers(0, 420), min_size=1, max_size=6))
 def test_a_search_after_k_releases_needs_exactly_the_jobs_holding_something_where_the_gang_may_fit(
-    case: tuple[Holdings, list[int]], counts: list[int]
+    case: tuple[Holdings, LeafRoom], counts: list[int]
 ) -> None:
-    held, lacking = case
+    held, room = case
     owners = sorted(held)
-    bounds = bounds_of(held, lacking)
-    enough_at = brute_enough_at(held, lacking)
+    bounds = bounds_of(held, room)
+    enough_at = brute_enough_at(held, room)
     reachable = [at for at in enough_at if at is not None]
     assert bounds.fewest() == (max(min(reachable), 1) if reachable else None)
     for count in counts:
@@ -71,7 +87,11 @@ def test_a_search_after_k_releases_needs_exactly_the_jobs_holding_something_wher
         needed = bounds.released_for(count)
         # Every domain the search may fill in has gained all it can from the first `count`.
         open_domains = {d for d, at in enumerate(enough_at) if at is not None and at <= count}
-        expected = [o for o in owners[:count] if open_domains & set(held[o])]
+        expected = [
+            o
+            for o in owners[:count]
+            if open_domains & {int(room.domain_of_leaf[leaf]) for leaf in held[o]}
+        ]
         assert sorted(bounds.owners(0, needed)) == expected
         event("some skipped" if len(expected) < count else "none skipped")
         # Known exactly as far as releases were read, and not beyond.
@@ -83,12 +103,12 @@ def test_a_search_after_k_releases_needs_exactly_the_jobs_holding_something_wher
 @given(holdings(), st.lists(st.integers(0, 420), min_size=2, max_size=6))
 @settings(max_examples=100, deadline=None)
 def test_what_more_releases_need_extends_what_fewer_need(
-    case: tuple[Holdings, list[int]], counts: list[int]
+    case: tuple[Holdings, LeafRoom], counts: list[int]
 ) -> None:
     """The releases a search needs only grow with k, in one order: a released prefix for a
     larger k adds jobs on top of the one for a smaller k."""
-    held, lacking = case
-    bounds = bounds_of(held, lacking)
+    held, room = case
+    bounds = bounds_of(held, room)
     previous: list[str] = []
     for count in sorted(min(c, len(held)) for c in counts):
         now = bounds.owners(0, bounds.released_for(count))

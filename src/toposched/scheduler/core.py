@@ -43,7 +43,7 @@ from toposched.scheduler.preemption import (
     PreemptionPlan,
     VictimSearch,
 )
-from toposched.scheduler.releases import ReleaseBounds, ReleasedPrefix
+from toposched.scheduler.releases import LeafRoom, ReleaseBounds, ReleasedPrefix
 from toposched.scheduler.spares import SparePool
 
 IntArray = NDArray[np.int64]
@@ -82,6 +82,9 @@ class _Fit:
     domain: str
     released: int
     """How many running jobs, in release order, must end first."""
+    last: tuple[float, str]
+    """The last of them, as (expected end, job id): its place in the release order of a later
+    cycle hints at the answer there, as jobs start and end before it."""
 
 
 def _needs(job: Job) -> str:
@@ -357,7 +360,9 @@ class Scheduler:
         self._failures = _Failures()
         self._kinds: dict[tuple[object, ...], JobKind] = {}
         self._last_reservation: tuple[Job, GangRequest, int, FencedNodes, _Fit | None] | None = None
-        self._held_cache: dict[str, tuple[Allocation, int, IntArray, IntArray]] = {}
+        self._held_cache: dict[str, tuple[Allocation, IntArray, IntArray]] = {}
+        self._leaf_domains: dict[int, IntArray] = {}  # see `_domain_of_leaf`
+        self._n_leaves = int(self.victim_search.leaf_starts.size - 1)
         # The contract's verdicts on pairs of running jobs (see `_pair_verdict`), for one
         # ranking and one version of the loads and budgets.
         self._pair_verdicts: dict[
@@ -1512,8 +1517,11 @@ class Scheduler:
         ):
             fit = memo[4]
         else:
-            # After a change, the job most likely waits for about as many releases as before.
-            hint = memo[4].released if memo is not None and memo[0] is job and memo[4] else None
+            # After a change, the job most likely waits for the same job to end as before: the
+            # releases up to it (one more than those before it, whether or not it still runs).
+            hint = None
+            if memo is not None and memo[0] is job and memo[4]:
+                hint = self._releases.bisect_left(memo[4].last) + 1
             fit = self._earliest_fit(job, hint)
             self._last_reservation = (job, job.request, self._epoch, fenced, fit)
         if fit is None:
@@ -1532,9 +1540,10 @@ class Scheduler:
         domain of the required level (`ReleaseBounds.fewest`): fewer cannot fit. From there, on
         a statement that is always rolled back, k is found by growing steps and bisection; a
         search after k releases releases only those that can matter to it
-        (`ReleaseBounds.released_for`). With a `hint` (k found last time) beyond that bound,
-        the steps start at hint - 1: two placements, and one release of a few jobs after the
-        first, when the answer did not move.
+        (`ReleaseBounds.released_for`). With a `hint` (the expected k: where the job that
+        ended the wait last time now stands in the release order) beyond that bound, the steps
+        start at hint - 1: two placements, and one release of a few jobs after the first, when
+        the answer did not move.
         """
         if not self.running:
             return None
@@ -1581,41 +1590,64 @@ class Scheduler:
             prefix.statement.discard()
 
     def _release_bounds(self, request: GangRequest) -> ReleaseBounds:
-        """The releases counted per domain of the gang's required level (see `ReleaseBounds`);
-        for fractional or GPU-less pods whole GPUs tell nothing."""
-        level = request.required
-
-        def held(owner: str) -> tuple[IntArray, IntArray]:
-            return self._held_by_domain(owner, level)
-
+        """The releases counted per innermost domain, in whole slices, and summed per domain
+        of the gang's required level (see `ReleaseBounds`); for fractional or GPU-less pods
+        whole GPUs tell nothing."""
         if request.gpus_per_pod == 0 or request.is_fractional:
-            return ReleaseBounds(self._releases, held, None)
-        lacking = request.pods * request.gpus_per_pod - self.state.free_gpus[level]
-        return ReleaseBounds(self._releases, held, lacking)
+            return ReleaseBounds(self._releases, self._held_by_leaf, None)
+        state, leaf = self.state, self.victim_search.leaf_level
+        required = request.required
+        room = LeafRoom(
+            free=state.free_gpus[leaf],
+            domain_of_leaf=self._domain_of_leaf(required),
+            n_domains=state.topology.n_domains(required),
+            gpus_per_pod=request.gpus_per_pod,
+            granule=request.granule(leaf),
+            pods=request.pods,
+        )
+        return ReleaseBounds(self._releases, self._held_by_leaf, room)
 
-    def _held_by_domain(self, owner: str, level: int) -> tuple[IntArray, IntArray]:
-        """The domains of `level` a running job holds GPUs in, and how many GPU slots in each;
+    def _domain_of_leaf(self, level: int) -> IntArray:
+        """Each innermost domain's domain at `level`."""
+        cached = self._leaf_domains.get(level)
+        if cached is None:
+            search = self.victim_search
+            domains = self.state.topology.node_domain[level][search.leaf_starts[:-1]]
+            cached = self._leaf_domains[level] = domains.astype(np.int64)
+        return cached
+
+    def _held_by_leaf(self, owner: str) -> tuple[IntArray, IntArray]:
+        """The innermost domains a running job holds GPUs in, and how many GPU slots in each;
         remembered while its allocation lasts (a gang spans tens of thousands of nodes)."""
         allocation = self.state.allocations[owner]
         cached = self._held_cache.get(owner)
-        if cached is not None and cached[0] is allocation and cached[1] == level:
-            return cached[2], cached[3]
-        domains = np.sort(self.state.topology.node_domain[level][allocation.nodes])
-        first = np.flatnonzero(np.concatenate(([True], domains[1:] != domains[:-1])))
-        pods = np.diff(np.append(first, domains.size))
-        held = (domains[first].astype(np.int64), pods * allocation.gpus.shape[1])
+        if cached is not None and cached[0] is allocation:
+            return cached[1], cached[2]
+        leaf_of_pod = self.victim_search.leaf_of_node[allocation.nodes]
+        if leaf_of_pod.size == 1:
+            held = (leaf_of_pod, np.array([allocation.gpus.shape[1]], dtype=np.int64))
+        elif leaf_of_pod.size * 4 >= self._n_leaves:
+            # A gang over many leaves: counted over every leaf, cheaper than sorting its pods.
+            pods_per_leaf = np.bincount(leaf_of_pod, minlength=self._n_leaves)
+            leaves = np.flatnonzero(pods_per_leaf)
+            held = (leaves, pods_per_leaf[leaves] * allocation.gpus.shape[1])
+        else:
+            leaves = np.sort(leaf_of_pod)
+            first = np.flatnonzero(np.concatenate(([True], leaves[1:] != leaves[:-1])))
+            pods = np.diff(np.append(first, leaves.size))
+            held = (leaves[first], pods * allocation.gpus.shape[1])
         if len(self._held_cache) > 2 * len(self.running) + 64:
             # Jobs that stopped running: forget them, in one sweep now and then.
             self._held_cache = {
                 kept: entry for kept, entry in self._held_cache.items() if kept in self.running
             }
-        self._held_cache[owner] = (allocation, level, *held)
+        self._held_cache[owner] = (allocation, *held)
         return held
 
     def _fit(self, placed: Placement, released: int) -> _Fit:
         nodes = distinct(placed.allocation.nodes)
-        release = float(self._releases[released - 1][0])
-        return _Fit(release, nodes, self._domain_of(nodes), released)
+        last = self._releases[released - 1]
+        return _Fit(float(last[0]), nodes, self._domain_of(nodes), released, last)
 
     def _release_time(self, job: Job) -> tuple[float, str]:
         """When a running job is expected to free its GPUs: its expected end, or else its

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
@@ -15,8 +16,31 @@ IntArray = NDArray[np.int64]
 NEVER = np.iinfo(np.int64).max
 """`ReleaseBounds.enough_at` of a domain that has not gained enough within the releases read."""
 
-HeldByDomain = Callable[[str], tuple[IntArray, IntArray]]
-"""A running job's domains of the gang's required level and the GPU slots it holds in each."""
+HeldByLeaf = Callable[[str], tuple[IntArray, IntArray]]
+"""A running job's innermost domains and the GPU slots it holds in each (distinct domains)."""
+
+
+@dataclass(frozen=True)
+class LeafRoom:
+    """What a gang of whole-GPU pods could use per innermost domain ("leaf") now.
+
+    A leaf holds the gang's pods in whole slices of `granule` pods of `gpu_per_pod` GPUs, so
+    with `free[leaf]` whole GPUs free it holds at most `free // (granule x gpus_per_pod)`
+    slices; a domain of the gang's required level (`domain_of_leaf`) can hold the gang only if
+    its leaves together hold `pods`.
+    """
+
+    free: IntArray
+    domain_of_leaf: IntArray
+    n_domains: int
+    gpus_per_pod: int
+    granule: int
+    pods: int
+
+    def pods_room(self, gpus: IntArray) -> IntArray:
+        """The most pods leaves with `gpus` whole GPUs free hold, in whole slices."""
+        result: IntArray = gpus // (self.granule * self.gpus_per_pod) * self.granule
+        return result
 
 
 class ReleaseBounds:
@@ -24,28 +48,35 @@ class ReleaseBounds:
     domain of the gang's required level, the fewest releases after which that domain could
     hold it, and which releases matter for a search after the first k.
 
-    A released GPU slot frees at most one whole GPU, so counting every slot a job holds (on
-    any node, fenced or not) over-estimates what a domain gains: before `enough_at[d]`
-    releases, domain d cannot hold the gang. After k releases, a job among the first k that
-    holds nothing in a domain with `enough_at <= k` changes only domains that cannot hold the
-    gang either way, so a search after k releases needs only the others (`released_for`).
+    A released GPU slot frees at most one whole GPU, so counting every slot a job holds in a
+    leaf (on any node, fenced or not) over-estimates what the leaf gains, and so the whole
+    slices it could hold (`LeafRoom`): before `enough_at[d]` releases, domain d cannot hold
+    the gang. After k releases, a job among the first k that holds nothing in a domain with
+    `enough_at <= k` changes only domains that cannot hold the gang either way, so a search
+    after k releases needs only the others (`released_for`).
 
     Releases are read in chunks of growing size as far as asked, so that the cost follows the
     answer, not the number of running jobs (often the answer is among the first few).
     """
 
-    def __init__(self, releases: SortedList, held: HeldByDomain, lacking: IntArray | None) -> None:
-        """`lacking`: whole GPUs each domain lacks for the gang now; None when nothing is known
-        (every release may matter)."""
+    def __init__(self, releases: SortedList, held: HeldByLeaf, room: LeafRoom | None) -> None:
+        """`room`: the gang's room now; None when nothing is known (every release may
+        matter)."""
         self.releases = releases
         self._held = held
-        self._everything = lacking is None
-        self._lacking = np.zeros(1, dtype=np.int64) if lacking is None else lacking
-        self.enough_at = np.where(self._lacking <= 0, 0, NEVER).astype(np.int64)
-        self._carried = np.zeros(self._lacking.size, dtype=np.int64)  # GPUs gained so far
+        self._everything = room is None
+        if room is None:
+            room = LeafRoom(np.zeros(1, np.int64), np.zeros(1, np.int64), 1, 1, 1, 1)
+        self._room = room
+        self._leaf_gpus = room.free.astype(np.int64)  # free now plus slots released so far
+        self._domain_pods = np.bincount(
+            room.domain_of_leaf, weights=room.pods_room(self._leaf_gpus), minlength=room.n_domains
+        ).astype(np.int64)
+        self.enough_at = np.where(self._domain_pods >= room.pods, 0, NEVER).astype(np.int64)
         self.read = 0  # releases read
         self._chunk = 64
-        # Per release read, its domains (flattened, release by release) and where they start.
+        # Per release read, its required-level domains (flattened, release by release, one per
+        # leaf it holds something in) and where they start.
         self._domains: list[IntArray] = []
         self._starts: list[int] = []
         self._pairs = 0
@@ -97,30 +128,46 @@ class ReleaseBounds:
 
     def _read_chunk(self, start: int, stop: int) -> None:
         held = [self._held(owner) for _, owner in self.releases.islice(start, stop)]
-        sizes = np.array([domains.size for domains, _ in held], dtype=np.int64)
+        sizes = np.array([leaves.size for leaves, _ in held], dtype=np.int64)
         release = np.repeat(np.arange(start, stop, dtype=np.int64), sizes)
-        domains = np.concatenate([domains for domains, _ in held])
+        leaves = np.concatenate([leaves for leaves, _ in held])
         gpus = np.concatenate([gpus for _, gpus in held])
+        room = self._room
+        domains = room.domain_of_leaf[leaves]
         self._domains.append(domains)
         self._starts.extend((self._pairs + np.cumsum(sizes) - sizes).tolist())
         self._pairs += int(domains.size)
         self._pending = np.concatenate((self._pending, np.arange(start, stop, dtype=np.int64)))
-        # Per domain, the GPUs gained after each release: running sums within each domain's
-        # entries, kept in release order by a stable sort.
-        by_domain = np.argsort(domains, kind="stable")
-        domains, gpus, release = domains[by_domain], gpus[by_domain], release[by_domain]
+        # Per leaf, its GPUs after each release: running sums within each leaf's entries, kept
+        # in release order by a stable sort; the pods each entry adds to its leaf's room.
+        by_leaf = np.argsort(leaves, kind="stable")
+        leaves, gpus, release = leaves[by_leaf], gpus[by_leaf], release[by_leaf]
         gained = np.cumsum(gpus)
-        group_start = np.flatnonzero(np.concatenate(([True], domains[1:] != domains[:-1])))
+        group_start = np.flatnonzero(np.concatenate(([True], leaves[1:] != leaves[:-1])))
         before_group = gained[group_start] - gpus[group_start]
-        gained -= np.repeat(before_group, np.diff(np.append(group_start, domains.size)))
-        enough = gained + self._carried[domains] >= self._lacking[domains]
+        gained -= np.repeat(before_group, np.diff(np.append(group_start, leaves.size)))
+        after = self._leaf_gpus[leaves] + gained
+        added = room.pods_room(after) - room.pods_room(after - gpus)
+        np.add.at(self._leaf_gpus, leaves, gpus)
+        adds = np.flatnonzero(added)
+        if not adds.size:
+            return
+        # Per domain, its pods of room after each release that adds some, in release order.
+        domains, added, release = domains[by_leaf][adds], added[adds], release[adds]
+        by_domain = np.lexsort((release, domains))
+        domains, added, release = domains[by_domain], added[by_domain], release[by_domain]
+        reached = np.cumsum(added)
+        group_start = np.flatnonzero(np.concatenate(([True], domains[1:] != domains[:-1])))
+        before_group = reached[group_start] - added[group_start]
+        reached -= np.repeat(before_group, np.diff(np.append(group_start, domains.size)))
+        enough = reached + self._domain_pods[domains] >= room.pods
         if enough.any():
             # Within a domain's entries the releases rise, so the first enough one is its
             # earliest; a domain already enough keeps its earlier count.
-            reached = np.full(self.enough_at.size, NEVER, dtype=np.int64)
-            np.minimum.at(reached, domains[enough], release[enough] + 1)
-            np.minimum(self.enough_at, reached, out=self.enough_at)
-        np.add.at(self._carried, domains, gpus)
+            first = np.full(self.enough_at.size, NEVER, dtype=np.int64)
+            np.minimum.at(first, domains[enough], release[enough] + 1)
+            np.minimum(self.enough_at, first, out=self.enough_at)
+        np.add.at(self._domain_pods, domains, added)
 
     def _key_pending(self) -> None:
         """Give the releases read whose key is now known (at most `read`) their place among
