@@ -317,6 +317,85 @@ def test_required_zone_refusal_counts_room_zone_by_zone() -> None:
     assert "leaves no zone with room for more than 4 of its 6 pods" in sched.jobs["wide"].reason
 
 
+def zones_of_two_racks(in_rack_3: JobSpec) -> Scheduler:
+    """Two zones of 2 racks x 2 nodes. Zone 0: rack 0 free, rack 1 runs team-b's young job b0,
+    unprotected but at team-b's budget (the budget rule keeps it); zone 1: rack 2 free, rack
+    3 runs `in_rack_3`, older (more work lost). team-a's gang needs a whole zone."""
+    sched = Scheduler(
+        ClusterState(nvl72_cluster(2, 1, 2, nodes_per_rack=2)),
+        BudgetTree.from_dict(
+            {"accounts": {"team-a": 50, "team-b": 25, "team-c": 25, "scratch": 0}}
+        ),
+    )
+    run(sched, in_rack_3, [6, 7], 0)
+    run(sched, spec("b0", "team-b", pods=2, min_runtime="1h"), [2, 3], 1000)
+    topology = {"required": "zone", "slices": [{"level": "rack", "pods": 2}]}
+    sched.submit(spec("wide", "team-a", pods=4, topology=topology), 2 * HOUR)
+    return sched
+
+
+def across_racks(sched: Scheduler, job_id: str, now: float) -> PreemptionPlan | str | None:
+    entry, ranking = sched.queue.get(job_id), sched.queue.ranking(now)
+    return sched.victim_search.across_domains(
+        job_id,
+        sched.jobs[job_id].request,
+        sched._preemptible,
+        lambda slots: sched._verdicts(entry, ranking, now, slots),
+        now,
+    )
+
+
+def test_a_required_zone_the_contract_cannot_open_leaves_the_others_to_the_general_search() -> None:
+    # The aggregates point at zone 0 (b0 loses the least work), but the contract keeps b0:
+    # the search across racks cannot prove a refusal while zone 1 could open (u1 is
+    # unallocated work), and the general search evicts u1 there.
+    sched = zones_of_two_racks(spec("u1", "scratch", pods=2))
+    assert across_racks(sched, "wide", 2 * HOUR) is None
+
+    result = sched.cycle(2 * HOUR)
+
+    assert evicted_ids(result) == ["u1"]
+
+
+def test_a_required_zone_refusal_is_proven_from_the_jobs_the_contract_allows() -> None:
+    # Rack 3 runs team-c's c1, unprotected but at team-c's budget: the aggregates count both
+    # zones as able to open, the contract neither.
+    sched = zones_of_two_racks(spec("c1", "team-c", pods=2, min_runtime="1h"))
+    expected = (
+        "even evicting every job it may preempt leaves no zone with room for more than 2 of its "
+        "4 pods in whole slices of 2"
+    )
+    assert across_racks(sched, "wide", 2 * HOUR) == expected
+
+    result = sched.cycle(2 * HOUR)
+
+    assert evictions(result) == []
+    assert expected in sched.jobs["wide"].reason
+
+
+def test_a_shortfall_across_racks_is_proven_from_the_jobs_the_contract_allows() -> None:
+    # 4 racks of 2 nodes: racks 0-1 free, rack 2 runs team-b's b0 (kept by the budget rule),
+    # rack 3 unallocated u1. The gang needs 4 racks: the aggregates count b0's rack as room,
+    # the contract does not, and evicting u1 gives 3 racks at most.
+    sched = Scheduler(
+        racks(4, 2), BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 25, "scratch": 0}})
+    )
+    run(sched, spec("b0", "team-b", pods=2, min_runtime="1h"), [4, 5], 1000)
+    run(sched, spec("u1", "scratch", pods=2), [6, 7], 0)
+    topology = {"slices": [{"level": "rack", "pods": 2}]}
+    sched.submit(spec("wide", "team-a", pods=8, topology=topology), 2 * HOUR)
+    expected = (
+        "even evicting every job it may preempt leaves room for at most 6 of its 8 pods in "
+        "whole slices of 2"
+    )
+    assert across_racks(sched, "wide", 2 * HOUR) == expected
+
+    result = sched.cycle(2 * HOUR)
+
+    assert evictions(result) == []
+    assert expected in sched.jobs["wide"].reason
+
+
 def assert_minimal_by_rack(sched: Scheduler, job_id: str, victims: Sequence[str]) -> None:
     """The victims make room, and sparing all of any one rack's victims leaves none (a set of
     whole-rack slices cannot use part of a rack)."""

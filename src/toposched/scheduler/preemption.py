@@ -327,6 +327,25 @@ class _Nowhere:
     most: int
 
 
+@dataclass(frozen=True)
+class _AllowedRoom:
+    """Innermost domains read node by node with the jobs the contract allows gone: each
+    one's `room` in pods (in the order asked), and what was read, in node order: the `nodes`,
+    their GPUs' `owners`, which GPUs allowed jobs hold (`held`), the slots met (`marks`, one
+    per slot plus one for GPUs nobody holds; `slots`, those held) and their `verdicts`;
+    `by_node` and `sizes` map the domains to the nodes."""
+
+    room: IntArray
+    nodes: IntArray
+    owners: NDArray[np.int32]
+    held: NDArray[np.bool_]
+    marks: NDArray[np.bool_]
+    slots: IntArray
+    verdicts: SlotVerdicts
+    by_node: IntArray
+    sizes: IntArray
+
+
 def _cheapest_required_domain(
     domain_of_leaf: IntArray,
     pods: int,
@@ -898,7 +917,6 @@ class VictimSearch:
         # Domains are chosen in this order whatever the batches, so their size only trades
         # nodes read for rounds; a round costs far less than reading an eighth more nodes.
         batch = int(np.searchsorted(np.cumsum(gain[order]), need)) + 1 + DOMAINS_EXAMINED
-        starts = self.leaf_starts
         covered = done = 0
         # Per batch, the chosen domains' nodes (in node order), their owners and which of
         # those the contract allows.
@@ -912,23 +930,15 @@ class VictimSearch:
             leaves = order[done : done + batch]
             done += leaves.size
             batch *= 2
-            # Nodes are read in node order (cheaper gathers, and sorted for the what-if).
-            by_node = np.argsort(leaves, kind="stable")
-            in_node_order = leaves[by_node]
-            nodes = domain_nodes(starts, in_node_order, self.leaf_size)
-            owners = take_rows(index.gpu_owner, nodes)
-            marks = _slot_marks(owners, index.ids.shape[0])
-            unique = marks[:-1].nonzero()[0]
-            verdicts = verdicts_of(unique)
-            allowed[unique] = verdicts.allowed
-            held = allowed[owners]
-            potential = np.minimum(
-                state.free_whole_gpus[nodes] + row_sums(held), topology.gpu_count[nodes]
-            ) * self._usable(nodes, request)
-            sizes = starts[in_node_order + 1] - starts[in_node_order]
-            offsets = np.cumsum(sizes) - sizes
-            room = np.empty(leaves.size, dtype=np.int64)
-            room[by_node] = np.add.reduceat(potential // per_pod, offsets) // granule * granule
+            read = self._room_with_allowed(leaves, request, index, verdicts_of, allowed, granule)
+            room, nodes, owners, held, marks = (
+                read.room,
+                read.nodes,
+                read.owners,
+                read.held,
+                read.marks,
+            )
+            unique, verdicts = read.slots, read.verdicts
             gained = np.maximum(room - now_room[leaves], 0)
             reach = covered + np.cumsum(gained)
             count = min(int(np.searchsorted(reach, need)) + 1, leaves.size)
@@ -940,10 +950,14 @@ class VictimSearch:
                 whole_batch_marks = marks
             else:
                 whole_batch_marks = None
-                rows = np.flatnonzero(np.repeat(picked[by_node], sizes))
+                rows = np.flatnonzero(np.repeat(picked[read.by_node], read.sizes))
                 pieces.append((nodes[rows], take_rows(owners, rows), take_rows(held, rows)))
         if covered < need:
-            return None
+            # Every domain where evictions could make room (in the one required domain chosen,
+            # if any) was read with only the jobs the contract allows.
+            return self._short_with_allowed(
+                request, index, verdicts_of, allowed, now_room, helpful, order, covered
+            )
         if len(pieces) == 1:
             # The victims are the batch's allowed slots that hold GPUs on the chosen domains,
             # with the batch's verdicts.
@@ -1006,6 +1020,86 @@ class VictimSearch:
             impact = self.impact.key(victims)
         plan = PreemptionPlan(preemptor, victims, placed, impact, exact=False)
         return self._spare(preemptor, request, plan)
+
+    def _room_with_allowed(
+        self,
+        leaves: IntArray,
+        request: GangRequest,
+        index: PreemptibleIndex,
+        verdicts_of: Callable[[IntArray], SlotVerdicts],
+        allowed: NDArray[np.bool_],
+        granule: int,
+    ) -> _AllowedRoom:
+        """Per innermost domain of `leaves`, the pods it holds in whole slices once every job
+        the contract allows leaves its nodes, counted node by node; `allowed` (per slot of
+        the index, plus an entry for GPUs nobody holds) learns the verdicts of the jobs met."""
+        state, topology = self.state, self.state.topology
+        starts = self.leaf_starts
+        # Nodes are read in node order (cheaper gathers, and sorted for the what-if).
+        by_node = np.argsort(leaves, kind="stable")
+        in_node_order = leaves[by_node]
+        nodes = domain_nodes(starts, in_node_order, self.leaf_size)
+        owners = take_rows(index.gpu_owner, nodes)
+        marks = _slot_marks(owners, index.ids.shape[0])
+        slots = marks[:-1].nonzero()[0]
+        verdicts = verdicts_of(slots)
+        allowed[slots] = verdicts.allowed
+        held = allowed[owners]
+        potential = np.minimum(
+            state.free_whole_gpus[nodes] + row_sums(held), topology.gpu_count[nodes]
+        ) * self._usable(nodes, request)
+        sizes = starts[in_node_order + 1] - starts[in_node_order]
+        offsets = np.cumsum(sizes) - sizes
+        room = np.empty(leaves.size, dtype=np.int64)
+        per_leaf = np.add.reduceat(potential // request.gpus_per_pod, offsets)
+        room[by_node] = per_leaf // granule * granule
+        return _AllowedRoom(room, nodes, owners, held, marks, slots, verdicts, by_node, sizes)
+
+    def _short_with_allowed(
+        self,
+        request: GangRequest,
+        index: PreemptibleIndex,
+        verdicts_of: Callable[[IntArray], SlotVerdicts],
+        allowed: NDArray[np.bool_],
+        now_room: IntArray,
+        helpful: IntArray,
+        read: IntArray,
+        gained: int,
+    ) -> str | None:
+        """Why no allowed victim set makes room, when the innermost domains `read` (of the
+        `helpful` ones, where evictions could make room) gained only `gained` pods with every
+        allowed job gone, short of what the gang lacks (else None: the general search decides).
+        Without a required level above them, `read` is every helpful domain: the shortfall
+        is proven. With one, `read` lies in one of its domains: the others' helpful domains
+        are read too, and the gang has no room if no such domain could hold it."""
+        granule = request.granule(self.leaf_level)
+        slices = f" in whole slices of {granule}" if granule > 1 else ""
+        required = request.required
+        if required <= 0 or required >= self.leaf_level:
+            most = int(now_room.sum()) + gained
+            return (
+                f"even evicting every job it may preempt leaves room for at most {most} of its "
+                f"{request.pods} pods{slices}"
+            )
+        topology = self.state.topology
+        domain_of_leaf = topology.node_domain[required][self.leaf_starts[:-1]].astype(np.int64)
+        n_domains = topology.n_domains(required)
+        room_most = np.bincount(domain_of_leaf, weights=now_room, minlength=n_domains)
+        if read.size:
+            room_most[domain_of_leaf[read[0]]] += gained
+        rest = np.setdiff1d(helpful, read, assume_unique=True)
+        if rest.size:
+            room = self._room_with_allowed(rest, request, index, verdicts_of, allowed, granule)
+            rest_gained = np.maximum(room.room - now_room[rest], 0)
+            room_most += np.bincount(domain_of_leaf[rest], weights=rest_gained, minlength=n_domains)
+        most = int(room_most.max())
+        if most >= request.pods:
+            return None
+        level = topology.domain_levels[required]
+        return (
+            f"even evicting every job it may preempt leaves no {level} with room for more than "
+            f"{most} of its {request.pods} pods{slices}"
+        )
 
     def _short_within_caps(
         self,
