@@ -39,11 +39,14 @@ def holdings(draw: st.DrawFn) -> tuple[Holdings, LeafRoom]:
 def bounds_of(held: Holdings, room: LeafRoom) -> ReleaseBounds:
     releases = SortedList((float(i), owner) for i, owner in enumerate(sorted(held)))
 
-    def held_by_leaf(owner: str) -> tuple[np.ndarray, np.ndarray]:
-        leaves = sorted(held[owner])
-        return np.array(leaves, dtype=np.int64), np.array(
-            [held[owner][leaf] for leaf in leaves], dtype=np.int64
-        )
+    def held_by_leaf(owners: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [
+            (
+                np.array(list(held[owner]), dtype=np.int64),
+                np.array(list(held[owner].values()), dtype=np.int64),
+            )
+            for owner in owners
+        ]
 
     return ReleaseBounds(releases, held_by_leaf, room)
 
@@ -118,6 +121,6 @@ def test_what_more_releases_need_extends_what_fewer_need(
 
 def test_without_anything_known_every_release_up_to_k_is_needed() -> None:
     releases = SortedList((float(i), f"job-{i}") for i in range(5))
-    bounds = ReleaseBounds(releases, lambda owner: (np.zeros(0), np.zeros(0)), None)
+    bounds = ReleaseBounds(releases, lambda owners: [], None)
     assert bounds.fewest() == 1
     assert bounds.owners(0, bounds.released_for(3)) == ["job-0", "job-1", "job-2"]

@@ -567,7 +567,7 @@ class ClusterState:
                 # The bound keeps pod count x request far from int64 overflow.
                 raise InputError(f"{field}.{name}", value, f"must be <= {_MAX_PER_POD}")
 
-    def _distinct_nodes(self, nodes: NDArray[np.int64]) -> NDArray[np.int64]:
+    def distinct_nodes(self, nodes: NDArray[np.int64]) -> NDArray[np.int64]:
         """Sorted distinct `nodes`; many of them are marked on a node mask instead of sorted."""
         if nodes.size * 16 < self.topology.n_nodes:
             return distinct(nodes)
@@ -785,11 +785,11 @@ class ClusterState:
         # pods without CPU or memory requests are the common case).
         cpu_of = [a.cpu_milli for a in allocations]
         memory_of = [a.memory_mib for a in allocations]
-        touched = self._distinct_nodes(nodes)
+        touched = self.distinct_nodes(nodes)
         self._changed(touched)
         if keep_rows and nodes.size >= _SMALL:
             saved = self._node_rows_copy(touched) + self._domain_rows(touched)
-        # Pods as many as a sixteenth of the nodes (`_distinct_nodes` marks them on a node mask
+        # Pods as many as a sixteenth of the nodes (`distinct_nodes` marks them on a node mask
         # then) are summed over every node, cheaper than locating each; fewer are located.
         everywhere = nodes.size * 16 >= self.topology.n_nodes
         position: NDArray[np.int64] | None = None

@@ -360,7 +360,7 @@ class Scheduler:
         self._failures = _Failures()
         self._kinds: dict[tuple[object, ...], JobKind] = {}
         self._last_reservation: tuple[Job, GangRequest, int, FencedNodes, _Fit | None] | None = None
-        self._held_cache: dict[str, tuple[Allocation, IntArray, IntArray]] = {}
+        self._held_cache: dict[str, tuple[Allocation, tuple[IntArray, IntArray]]] = {}
         self._leaf_domains: dict[int, IntArray] = {}  # see `_domain_of_leaf`
         self._n_leaves = int(self.victim_search.leaf_starts.size - 1)
         # The contract's verdicts on pairs of running jobs (see `_pair_verdict`), for one
@@ -1540,10 +1540,11 @@ class Scheduler:
         domain of the required level (`ReleaseBounds.fewest`): fewer cannot fit. From there, on
         a statement that is always rolled back, k is found by growing steps and bisection; a
         search after k releases releases only those that can matter to it
-        (`ReleaseBounds.released_for`). With a `hint` (the expected k: where the job that
-        ended the wait last time now stands in the release order) beyond that bound, the steps
-        start at hint - 1: two placements, and one release of a few jobs after the first, when
-        the answer did not move.
+        (`ReleaseBounds.released_for`). A `hint` (the expected k: where the job that ended
+        the wait last time now stands in the release order) beyond that bound is tried right
+        after the bound when whole GPUs are counted (the bound is then most often the answer
+        itself), else the steps start at hint - 1: two placements when the answer did not
+        move.
         """
         if not self.running:
             return None
@@ -1561,21 +1562,27 @@ class Scheduler:
 
         try:
             low = first - 1  # releases known not to be enough
-            start = hint - 1 if hint is not None and first < hint <= count else first
+            if hint is not None and not first < hint <= count:
+                hint = None
+            # Counted per rack, the bound is most often the answer: tried first, the hint
+            # next. Without counts (bound 1), the hint's neighbour first.
+            start = first if bounds.counted or hint is None else hint - 1
             placed = place_after(start)
             if placed is not None:
                 high = start
             else:
                 low = start
                 step = 1
+                upto = hint if hint is not None and hint > low else None
                 while placed is None:
-                    if low >= count:
-                        return None
-                    upto = min(count, low + step)
+                    if upto is None:
+                        if low >= count:
+                            return None
+                        upto = min(count, low + step)
+                        step *= 2
                     placed = place_after(upto)
                     if placed is None:
-                        low = upto
-                        step *= 2
+                        low, upto = upto, None
                 high = upto
             # Narrow down to the fewest releases that still fit (bisection).
             while high - low > 1:
@@ -1594,7 +1601,7 @@ class Scheduler:
         of the gang's required level (see `ReleaseBounds`); for fractional or GPU-less pods
         whole GPUs tell nothing."""
         if request.gpus_per_pod == 0 or request.is_fractional:
-            return ReleaseBounds(self._releases, self._held_by_leaf, None)
+            return ReleaseBounds(self._releases, self._held_by_leaves, None)
         state, leaf = self.state, self.victim_search.leaf_level
         required = request.required
         room = LeafRoom(
@@ -1605,7 +1612,7 @@ class Scheduler:
             granule=request.granule(leaf),
             pods=request.pods,
         )
-        return ReleaseBounds(self._releases, self._held_by_leaf, room)
+        return ReleaseBounds(self._releases, self._held_by_leaves, room)
 
     def _domain_of_leaf(self, level: int) -> IntArray:
         """Each innermost domain's domain at `level`."""
@@ -1616,36 +1623,49 @@ class Scheduler:
             cached = self._leaf_domains[level] = domains.astype(np.int64)
         return cached
 
-    def _held_by_leaf(self, owner: str) -> tuple[IntArray, IntArray]:
-        """The innermost domains a running job holds GPUs in, and how many GPU slots in each;
-        remembered while its allocation lasts (a gang spans tens of thousands of nodes)."""
-        allocation = self.state.allocations[owner]
-        cached = self._held_cache.get(owner)
-        if cached is not None and cached[0] is allocation:
-            return cached[1], cached[2]
+    def _held_by_leaves(self, owners: list[str]) -> list[tuple[IntArray, IntArray]]:
+        """For each running job of `owners`, the innermost domains it holds GPUs in and how
+        many GPU slots in each; remembered while its allocation lasts (a gang spans tens of
+        thousands of nodes, and a reservation search reads hundreds of jobs)."""
+        allocations, cache = self.state.allocations, self._held_cache
+        if len(cache) > 2 * len(self.running) + 64:
+            # Jobs that stopped running: forget them, in one sweep now and then.
+            self._held_cache = cache = {
+                kept: entry for kept, entry in cache.items() if kept in self.running
+            }
+        held: list[tuple[IntArray, IntArray]] = []
+        for owner in owners:
+            allocation = allocations[owner]
+            cached = cache.get(owner)
+            if cached is None or cached[0] is not allocation:
+                cached = cache[owner] = (allocation, self._count_held(allocation))
+            held.append(cached[1])
+        return held
+
+    def _count_held(self, allocation: Allocation) -> tuple[IntArray, IntArray]:
         leaf_of_pod = self.victim_search.leaf_of_node[allocation.nodes]
-        if leaf_of_pod.size == 1:
-            held = (leaf_of_pod, np.array([allocation.gpus.shape[1]], dtype=np.int64))
-        elif leaf_of_pod.size * 4 >= self._n_leaves:
+        width = allocation.gpus.shape[1]
+        if leaf_of_pod.size <= 32:
+            # A few pods: counted in a dict, cheaper than numpy's calls.
+            tally: dict[int, int] = {}
+            for leaf in leaf_of_pod.tolist():
+                tally[leaf] = tally.get(leaf, 0) + width
+            return (
+                np.fromiter(tally.keys(), dtype=np.int64, count=len(tally)),
+                np.fromiter(tally.values(), dtype=np.int64, count=len(tally)),
+            )
+        if leaf_of_pod.size * 4 >= self._n_leaves:
             # A gang over many leaves: counted over every leaf, cheaper than sorting its pods.
             pods_per_leaf = np.bincount(leaf_of_pod, minlength=self._n_leaves)
             leaves = np.flatnonzero(pods_per_leaf)
-            held = (leaves, pods_per_leaf[leaves] * allocation.gpus.shape[1])
-        else:
-            leaves = np.sort(leaf_of_pod)
-            first = np.flatnonzero(np.concatenate(([True], leaves[1:] != leaves[:-1])))
-            pods = np.diff(np.append(first, leaves.size))
-            held = (leaves[first], pods * allocation.gpus.shape[1])
-        if len(self._held_cache) > 2 * len(self.running) + 64:
-            # Jobs that stopped running: forget them, in one sweep now and then.
-            self._held_cache = {
-                kept: entry for kept, entry in self._held_cache.items() if kept in self.running
-            }
-        self._held_cache[owner] = (allocation, *held)
-        return held
+            return leaves, pods_per_leaf[leaves] * width
+        leaves = np.sort(leaf_of_pod)
+        first = np.flatnonzero(np.concatenate(([True], leaves[1:] != leaves[:-1])))
+        pods = np.diff(np.append(first, leaves.size))
+        return leaves[first], pods * width
 
     def _fit(self, placed: Placement, released: int) -> _Fit:
-        nodes = distinct(placed.allocation.nodes)
+        nodes = self.state.distinct_nodes(placed.allocation.nodes)
         last = self._releases[released - 1]
         return _Fit(float(last[0]), nodes, self._domain_of(nodes), released, last)
 

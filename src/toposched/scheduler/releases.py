@@ -16,8 +16,9 @@ IntArray = NDArray[np.int64]
 NEVER = np.iinfo(np.int64).max
 """`ReleaseBounds.enough_at` of a domain that has not gained enough within the releases read."""
 
-HeldByLeaf = Callable[[str], tuple[IntArray, IntArray]]
-"""A running job's innermost domains and the GPU slots it holds in each (distinct domains)."""
+HeldByLeaf = Callable[[list[str]], list[tuple[IntArray, IntArray]]]
+"""Of each running job asked, its innermost domains and the GPU slots it holds in each
+(distinct domains)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,11 @@ class ReleaseBounds:
         self._keys: list[int] = []
         self._pending = np.zeros(0, dtype=np.int64)  # releases read whose key is beyond `read`
 
+    @property
+    def counted(self) -> bool:
+        """Whether releases are counted (else every release may matter, and `fewest` is 1)."""
+        return not self._everything
+
     def fewest(self) -> int | None:
         """A lower bound on the releases before the gang can fit: 1 when some domain holds
         enough already or nothing is known, None when even every release is not enough."""
@@ -127,7 +133,7 @@ class ReleaseBounds:
         self._key_pending()
 
     def _read_chunk(self, start: int, stop: int) -> None:
-        held = [self._held(owner) for _, owner in self.releases.islice(start, stop)]
+        held = self._held([owner for _, owner in self.releases.islice(start, stop)])
         sizes = np.array([leaves.size for leaves, _ in held], dtype=np.int64)
         release = np.repeat(np.arange(start, stop, dtype=np.int64), sizes)
         leaves = np.concatenate([leaves for leaves, _ in held])
