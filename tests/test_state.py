@@ -559,6 +559,9 @@ def crowded_state(seed: int) -> tuple[ClusterState, list[str], np.random.Generat
 
 
 def assert_aggregates_recomputed(state: ClusterState) -> None:
+    # Per node, free whole GPUs as counted from each GPU's free share; then every aggregate.
+    whole = (state.gpu_free_milli == MILLI_PER_GPU).sum(axis=1)
+    assert np.array_equal(state.free_whole_gpus, whole), "free_whole_gpus"
     fresh = state.compute_aggregates()
     for name, ours in (
         ("free_hist", state.free_hist),
@@ -674,6 +677,27 @@ def test_a_bulk_release_of_whole_gpu_pods_over_thousands_of_nodes_keeps_aggregat
     assert_aggregates_recomputed(state)
     after = state.snapshot()
     assert all(np.array_equal(before[key], after[key]) for key in before)
+    statement = Statement(state)
+    statement.release_many(chosen)
+    assert_aggregates_recomputed(state)
+    statement.rollback(0)
+    after = state.snapshot()
+    assert all(np.array_equal(before[key], after[key]) for key in before)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("widths", [(1, 2, 4), (4,)])
+def test_a_bulk_release_of_a_few_whole_gpu_jobs_keeps_aggregates_exact(
+    seed: int, widths: tuple[int, ...]
+) -> None:
+    # A few jobs, fewer nodes than the compiled loops take (with width 4, each pod holds its
+    # node's every GPU): released together and rolled back, the aggregates equal a
+    # recomputation and undoing restores every array bit for bit.
+    state, owners, rng = spread_state(seed, widths)
+    before = state.snapshot()
+    chosen = [str(owner) for owner in rng.choice(owners, size=12, replace=False)]
+    touched = np.unique(np.concatenate([state.allocations[owner].nodes for owner in chosen]))
+    assert 12 < touched.size <= 2048
     statement = Statement(state)
     statement.release_many(chosen)
     assert_aggregates_recomputed(state)

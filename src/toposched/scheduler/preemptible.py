@@ -236,11 +236,22 @@ class PreemptibleIndex:
             # One pod: a row and its columns, without broadcasting index arrays.
             self.gpu_owner[allocation.nodes[0], allocation.gpus[0]] = slot
         elif allocation.gpus.size:
-            self.gpu_owner[allocation.nodes[:, None], allocation.gpus] = slot
+            self._set_owner(allocation, slot)
         if unallocated:
             self._count(slot, +1)
         else:
             heapq.heappush(self._protection, (protected_until, slot, self._serial[slot]))
+
+    def _set_owner(self, allocation: Allocation, owner: int) -> None:
+        """Mark the whole GPUs of a many-pod allocation as `owner`'s."""
+        width = self.gpu_owner.shape[1]
+        if allocation.gpus.shape[1] == width:
+            # Each pod holds every GPU of its node (its GPUs are distinct): whole rows.
+            self.gpu_owner[allocation.nodes] = owner
+        else:
+            # Flat positions: several times faster than a two-dimensional fancy index.
+            positions = (allocation.nodes[:, None] * width + allocation.gpus).reshape(-1)
+            self.gpu_owner.reshape(-1)[positions] = owner
 
     def remove(self, job_id: str) -> None:
         """A job stopped (finished, failed, evicted, cancelled)."""
@@ -264,7 +275,7 @@ class PreemptibleIndex:
                     del self.shared_on_node[node]
             np.subtract.at(self.shared_in_leaf, self.leaf_of_node[allocation.nodes], 1)
         elif allocation.gpus.size:
-            self.gpu_owner[allocation.nodes[:, None], allocation.gpus] = _NO_OWNER
+            self._set_owner(allocation, _NO_OWNER)
         self.allocations[slot] = None
         self.ids[slot] = None
         self._free_slots.append(slot)
