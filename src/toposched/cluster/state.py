@@ -888,9 +888,16 @@ class ClusterState:
         new_whole = old_whole + whole_change
         healthy = self.health[touched] == _HEALTHY
         if not healthy.all():
-            kept = np.flatnonzero(healthy)
-            touched, delta = touched[kept], delta[:, kept]
-            old_whole, new_whole = old_whole[kept], new_whole[kept]
+            unhealthy = np.flatnonzero(~healthy)
+            if unhealthy.size * 8 < touched.size:
+                # A few unhealthy nodes (a failed one, fenced ones): they count no change and
+                # stay where they are in the histogram, cheaper than gathering the rest.
+                delta[:, unhealthy] = 0
+                new_whole[unhealthy] = old_whole[unhealthy]
+            else:
+                kept = np.flatnonzero(healthy)
+                touched, delta = touched[kept], delta[:, kept]
+                old_whole, new_whole = old_whole[kept], new_whole[kept]
         if touched.size:
             # Every touched node gains or loses whole GPUs: each moves in the histogram.
             self._add_counted(
