@@ -1643,6 +1643,7 @@ class Scheduler:
         return held
 
     def _count_held(self, allocation: Allocation) -> tuple[IntArray, IntArray]:
+        """An allocation's innermost domains (distinct, in any order) and GPU slots in each."""
         leaf_of_pod = self.victim_search.leaf_of_node[allocation.nodes]
         width = allocation.gpus.shape[1]
         if leaf_of_pod.size <= 32:

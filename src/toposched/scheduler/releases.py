@@ -25,7 +25,7 @@ HeldByLeaf = Callable[[list[str]], list[tuple[IntArray, IntArray]]]
 class LeafRoom:
     """What a gang of whole-GPU pods could use per innermost domain ("leaf") now.
 
-    A leaf holds the gang's pods in whole slices of `granule` pods of `gpu_per_pod` GPUs, so
+    A leaf holds the gang's pods in whole slices of `granule` pods of `gpus_per_pod` GPUs, so
     with `free[leaf]` whole GPUs free it holds at most `free // (granule x gpus_per_pod)`
     slices; a domain of the gang's required level (`domain_of_leaf`) can hold the gang only if
     its leaves together hold `pods`.
