@@ -361,7 +361,6 @@ class Scheduler:
         self._kinds: dict[tuple[object, ...], JobKind] = {}
         self._last_reservation: tuple[Job, GangRequest, int, FencedNodes, _Fit | None] | None = None
         self._held_cache: dict[str, tuple[Allocation, tuple[IntArray, IntArray]]] = {}
-        self._leaf_domains: dict[int, IntArray] = {}  # see `_domain_of_leaf`
         self._n_leaves = int(self.victim_search.leaf_starts.size - 1)
         # The contract's verdicts on pairs of running jobs (see `_pair_verdict`), for one
         # ranking and one version of the loads and budgets.
@@ -1580,10 +1579,11 @@ class Scheduler:
                             return None
                         upto = min(count, low + step)
                         step *= 2
-                    placed = place_after(upto)
+                    tried, upto = upto, None
+                    placed = place_after(tried)
                     if placed is None:
-                        low, upto = upto, None
-                high = upto
+                        low = tried
+                high = tried
             # Narrow down to the fewest releases that still fit (bisection).
             while high - low > 1:
                 middle = (low + high) // 2
@@ -1606,22 +1606,13 @@ class Scheduler:
         required = request.required
         room = LeafRoom(
             free=state.free_gpus[leaf],
-            domain_of_leaf=self._domain_of_leaf(required),
+            domain_of_leaf=self.victim_search.domain_of_leaf(required),
             n_domains=state.topology.n_domains(required),
             gpus_per_pod=request.gpus_per_pod,
             granule=request.granule(leaf),
             pods=request.pods,
         )
         return ReleaseBounds(self._releases, self._held_by_leaves, room)
-
-    def _domain_of_leaf(self, level: int) -> IntArray:
-        """Each innermost domain's domain at `level`."""
-        cached = self._leaf_domains.get(level)
-        if cached is None:
-            search = self.victim_search
-            domains = self.state.topology.node_domain[level][search.leaf_starts[:-1]]
-            cached = self._leaf_domains[level] = domains.astype(np.int64)
-        return cached
 
     def _held_by_leaves(self, owners: list[str]) -> list[tuple[IntArray, IntArray]]:
         """For each running job of `owners`, the innermost domains it holds GPUs in and how

@@ -439,6 +439,7 @@ class VictimSearch:
         self.leaf_starts: IntArray = topology.domain_starts[self.leaf_level].astype(np.int64)
         self.leaf_size = uniform_size(self.leaf_starts)
         self.leaf_of_node: IntArray = topology.node_domain[self.leaf_level].astype(np.int64)
+        self._leaf_domains: dict[int, IntArray] = {}  # see `domain_of_leaf`
         self.largest_leaf_gpus = int(
             np.add.reduceat(topology.gpu_count.astype(np.int64), self.leaf_starts[:-1]).max()
         )
@@ -500,10 +501,17 @@ class VictimSearch:
         required = request.required
         if required <= 0 or required >= self.leaf_level:
             return None
-        domain_of_leaf = self.state.topology.node_domain[required][self.leaf_starts[:-1]]
         return _cheapest_required_domain(
-            domain_of_leaf.astype(np.int64), request.pods, now_room, gain, helpful, ratio
+            self.domain_of_leaf(required), request.pods, now_room, gain, helpful, ratio
         )
+
+    def domain_of_leaf(self, level: int) -> IntArray:
+        """Each innermost domain's domain at `level` (remembered per level)."""
+        known = self._leaf_domains.get(level)
+        if known is None:
+            domains = self.state.topology.node_domain[level][self.leaf_starts[:-1]]
+            known = self._leaf_domains[level] = domains.astype(np.int64)
+        return known
 
     def is_one_domain(self, request: GangRequest) -> bool:
         return request.pods == 1 or (request.required == self.leaf_level and self.leaf_level > 0)
@@ -931,15 +939,9 @@ class VictimSearch:
             done += leaves.size
             batch *= 2
             read = self._room_with_allowed(leaves, request, index, verdicts_of, allowed, granule)
-            room, nodes, owners, held, marks = (
-                read.room,
-                read.nodes,
-                read.owners,
-                read.held,
-                read.marks,
-            )
+            nodes, owners, held = read.nodes, read.owners, read.held
             unique, verdicts = read.slots, read.verdicts
-            gained = np.maximum(room - now_room[leaves], 0)
+            gained = np.maximum(read.room - now_room[leaves], 0)
             reach = covered + np.cumsum(gained)
             count = min(int(np.searchsorted(reach, need)) + 1, leaves.size)
             covered = int(reach[count - 1])
@@ -947,7 +949,7 @@ class VictimSearch:
             picked[:count] = gained[:count] > 0
             if picked.all():
                 pieces.append((nodes, owners, held))
-                whole_batch_marks = marks
+                whole_batch_marks = read.marks
             else:
                 whole_batch_marks = None
                 rows = np.flatnonzero(np.repeat(picked[read.by_node], read.sizes))
@@ -1082,7 +1084,7 @@ class VictimSearch:
                 f"{request.pods} pods{slices}"
             )
         topology = self.state.topology
-        domain_of_leaf = topology.node_domain[required][self.leaf_starts[:-1]].astype(np.int64)
+        domain_of_leaf = self.domain_of_leaf(required)
         n_domains = topology.n_domains(required)
         room_most = np.bincount(domain_of_leaf, weights=now_room, minlength=n_domains)
         if read.size:
