@@ -345,6 +345,17 @@ def across_racks(sched: Scheduler, job_id: str, now: float) -> PreemptionPlan | 
     )
 
 
+def assert_refused_across_racks(sched: Scheduler, job_id: str, now: float, expected: str) -> None:
+    """The search across racks refuses `job_id` with `expected` by itself, and a cycle evicts
+    nothing and gives that reason."""
+    assert across_racks(sched, job_id, now) == expected
+
+    result = sched.cycle(now)
+
+    assert evictions(result) == []
+    assert expected in sched.jobs[job_id].reason
+
+
 def test_a_required_zone_the_contract_cannot_open_leaves_the_others_to_the_general_search() -> None:
     # The aggregates point at zone 0 (b0 loses the least work), but the contract keeps b0:
     # the search across racks cannot prove a refusal while zone 1 could open (u1 is
@@ -365,12 +376,7 @@ def test_a_required_zone_refusal_is_proven_from_the_jobs_the_contract_allows() -
         "even evicting every job it may preempt leaves no zone with room for more than 2 of its "
         "4 pods in whole slices of 2"
     )
-    assert across_racks(sched, "wide", 2 * HOUR) == expected
-
-    result = sched.cycle(2 * HOUR)
-
-    assert evictions(result) == []
-    assert expected in sched.jobs["wide"].reason
+    assert_refused_across_racks(sched, "wide", 2 * HOUR, expected)
 
 
 def test_a_shortfall_across_racks_is_proven_from_the_jobs_the_contract_allows() -> None:
@@ -380,20 +386,15 @@ def test_a_shortfall_across_racks_is_proven_from_the_jobs_the_contract_allows() 
     sched = Scheduler(
         racks(4, 2), BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 25, "scratch": 0}})
     )
-    run(sched, spec("b0", "team-b", pods=2, min_runtime="1h"), [4, 5], 1000)
     run(sched, spec("u1", "scratch", pods=2), [6, 7], 0)
+    run(sched, spec("b0", "team-b", pods=2, min_runtime="1h"), [4, 5], 1000)
     topology = {"slices": [{"level": "rack", "pods": 2}]}
     sched.submit(spec("wide", "team-a", pods=8, topology=topology), 2 * HOUR)
     expected = (
         "even evicting every job it may preempt leaves room for at most 6 of its 8 pods in "
         "whole slices of 2"
     )
-    assert across_racks(sched, "wide", 2 * HOUR) == expected
-
-    result = sched.cycle(2 * HOUR)
-
-    assert evictions(result) == []
-    assert expected in sched.jobs["wide"].reason
+    assert_refused_across_racks(sched, "wide", 2 * HOUR, expected)
 
 
 def assert_minimal_by_rack(sched: Scheduler, job_id: str, victims: Sequence[str]) -> None:

@@ -653,6 +653,19 @@ def spread_state(
     return state, owners, rng
 
 
+def assert_released_and_rolled_back(
+    state: ClusterState, owners: list[str], before: dict[str, np.ndarray]
+) -> None:
+    """Released together on a statement, `owners` leave aggregates equal to a recomputation;
+    rolled back, every array is as in `before`, bit for bit."""
+    statement = Statement(state)
+    statement.release_many(owners)
+    assert_aggregates_recomputed(state)
+    statement.rollback(0)
+    after = state.snapshot()
+    assert all(np.array_equal(before[key], after[key]) for key in before)
+
+
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("widths", [(1, 2, 4), (4,)])
 def test_a_bulk_release_of_whole_gpu_pods_over_thousands_of_nodes_keeps_aggregates_exact(
@@ -677,12 +690,7 @@ def test_a_bulk_release_of_whole_gpu_pods_over_thousands_of_nodes_keeps_aggregat
     assert_aggregates_recomputed(state)
     after = state.snapshot()
     assert all(np.array_equal(before[key], after[key]) for key in before)
-    statement = Statement(state)
-    statement.release_many(chosen)
-    assert_aggregates_recomputed(state)
-    statement.rollback(0)
-    after = state.snapshot()
-    assert all(np.array_equal(before[key], after[key]) for key in before)
+    assert_released_and_rolled_back(state, chosen, before)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -698,12 +706,7 @@ def test_a_bulk_release_of_a_few_whole_gpu_jobs_keeps_aggregates_exact(
     chosen = [str(owner) for owner in rng.choice(owners, size=12, replace=False)]
     touched = np.unique(np.concatenate([state.allocations[owner].nodes for owner in chosen]))
     assert 12 < touched.size <= 2048
-    statement = Statement(state)
-    statement.release_many(chosen)
-    assert_aggregates_recomputed(state)
-    statement.rollback(0)
-    after = state.snapshot()
-    assert all(np.array_equal(before[key], after[key]) for key in before)
+    assert_released_and_rolled_back(state, chosen, before)
 
 
 @pytest.mark.parametrize("seed", range(3))
