@@ -132,17 +132,19 @@ class Health(IntEnum):
     DOWN = 3
 
 
+_LevelSums = tuple[int, NDArray[np.integer], NDArray[np.int64], NDArray[np.int32] | None]
+"""One level's domains touched, the sums of their totals and their histogram cells' changes."""
+
+
 @dataclass(frozen=True, eq=False)
 class _Share:
-    """What healthy `nodes` (sorted) add to the aggregates, as of change `stamp`: per run of
-    nodes in one innermost domain, its first node (`representative`), the sums of the totals
-    and the histogram cells it fills."""
+    """What healthy `nodes` (sorted) add to the aggregates, as of change `stamp`."""
 
     nodes: NDArray[np.int64]
     stamp: int
-    representative: NDArray[np.int64]
-    sums: NDArray[np.int64]
-    moves: NDArray[np.int64]
+    levels: list[_LevelSums]
+    """The sums per domain of every level (see `ClusterState._level_sums`), added or taken
+    away as they are each time the nodes' share is."""
 
 
 # How many shares of many-node health changes are kept to be added again (see `_contribute`).
@@ -354,16 +356,15 @@ class ClusterState:
             first = self._leaf_runs(nodes)
             run = self._run_of_each(first, nodes.size)
             model = self.topology.gpu_model[nodes]
-            share = _Share(
-                nodes,
-                self._changes,
+            levels = self._level_sums(
                 nodes[first],
                 np.add.reduceat(values, first, axis=1).T,
                 self._hist_moves(first.size, run, model, None, whole),
             )
+            share = _Share(nodes, self._changes, levels)
             self._recent_shares.insert(0, share)
             del self._recent_shares[_RECENT_SHARES:]
-        self._add_domain_sums(share.representative, share.sums * sign, share.moves * sign)
+        self._add_level_sums(share.levels, sign)
 
     def _recent_share(self, nodes: NDArray[np.int64]) -> _Share | None:
         """A share found before for exactly these healthy nodes, if none of them changed since.
@@ -510,8 +511,19 @@ class ClusterState:
     ) -> None:
         """Add per-run `sums` of the totals and histogram `moves` (None: none) to every level,
         each run standing as one node of its innermost domain (`representative`, sorted)."""
+        self._add_level_sums(self._level_sums(representative, sums, moves), 1)
+
+    def _level_sums(
+        self,
+        representative: NDArray[np.int64],
+        sums: NDArray[np.int64],
+        moves: NDArray[np.int64] | None,
+    ) -> list[_LevelSums]:
+        """Per-run `sums` and `moves` (as for `_add_domain_sums`) summed per domain of every
+        level, innermost first."""
         levels = self.topology.node_domain
         leaf = len(levels) - 1
+        per_level: list[_LevelSums] = []
         for level in range(leaf, -1, -1):
             domains = levels[level][representative]
             if level == leaf:
@@ -521,12 +533,31 @@ class ClusterState:
                 rows = domains[upper]
                 level_sums = np.add.reduceat(sums, upper, axis=0)
                 level_moves = None if moves is None else np.add.reduceat(moves, upper, axis=0)
-            totals = self._totals[level]
-            put_rows(totals, rows, take_rows(totals, rows) + level_sums)
+            cells = None
             if level_moves is not None:
+                shape = (rows.size, *self.free_hist[level].shape[1:])
+                cells = level_moves.reshape(shape).astype(np.int32)
+            per_level.append((level, rows, level_sums, cells))
+        return per_level
+
+    def _add_level_sums(self, per_level: list[_LevelSums], sign: int) -> None:
+        """Add (sign=+1) or take away (-1) sums per domain of `_level_sums`."""
+        for level, rows, level_sums, cells in per_level:
+            totals = self._totals[level]
+            values = take_rows(totals, rows)
+            if sign > 0:
+                values += level_sums
+            else:
+                values -= level_sums
+            put_rows(totals, rows, values)
+            if cells is not None:
                 hist = self.free_hist[level]
-                moves_here = level_moves.reshape((rows.size, *hist.shape[1:])).astype(np.int32)
-                put_rows(hist, rows, take_rows(hist, rows) + moves_here)
+                counts = take_rows(hist, rows)
+                if sign > 0:
+                    counts += cells
+                else:
+                    counts -= cells
+                put_rows(hist, rows, counts)
 
     def _validate_shape(self, allocation: Allocation, field: str) -> None:
         top = self.topology
