@@ -96,6 +96,18 @@ def distinct_inverse(values: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDAr
     return ordered[first], inverse
 
 
+def _add_to_rows(
+    array: NDArray[np.integer], rows: NDArray[np.integer], change: NDArray[np.integer], sign: int
+) -> None:
+    """`array[rows] += sign * change`, without a signed copy of `change` (sign is +1 or -1)."""
+    values = take_rows(array, rows)
+    if sign > 0:
+        values += change
+    else:
+        values -= change
+    put_rows(array, rows, values)
+
+
 def take_rows(array: NDArray[_Item], rows: NDArray[np.integer]) -> NDArray[_Item]:
     """`array[rows]` (rows of a multi-column array), several times faster than fancy indexing."""
     return np.take(array, rows, axis=0)
@@ -543,21 +555,9 @@ class ClusterState:
     def _add_level_sums(self, per_level: list[_LevelSums], sign: int) -> None:
         """Add (sign=+1) or take away (-1) sums per domain of `_level_sums`."""
         for level, rows, level_sums, cells in per_level:
-            totals = self._totals[level]
-            values = take_rows(totals, rows)
-            if sign > 0:
-                values += level_sums
-            else:
-                values -= level_sums
-            put_rows(totals, rows, values)
+            _add_to_rows(self._totals[level], rows, level_sums, sign)
             if cells is not None:
-                hist = self.free_hist[level]
-                counts = take_rows(hist, rows)
-                if sign > 0:
-                    counts += cells
-                else:
-                    counts -= cells
-                put_rows(hist, rows, counts)
+                _add_to_rows(self.free_hist[level], rows, cells, sign)
 
     def _validate_shape(self, allocation: Allocation, field: str) -> None:
         top = self.topology
