@@ -92,11 +92,12 @@ def pod(environ: Mapping[str, str] | None = None) -> Pod:
     Raises InputError naming the variable that is missing or malformed.
     """
     env = os.environ if environ is None else environ
+    job_id = _get(env, JOB_ID)
     gpus = _list(env, GPUS)
     if not all(index.isdigit() for index in gpus):
         raise InputError(GPUS, env[GPUS], "must be comma-separated whole numbers")
     return Pod(
-        job_id=_get(env, JOB_ID),
+        job_id=job_id,
         attempt=_int(env, ATTEMPT),
         rank=_int(env, RANK),
         world_size=_int(env, WORLD_SIZE),

@@ -345,14 +345,10 @@ class LocalBackend:
         return is_alive(process)
 
     def _collect_exits(self, attempt: _Attempt) -> None:
-        """Note every pod that ended since the last look: by its exit file, or by its absence."""
+        """Note every pod whose wrapper is gone since the last look, with the status it wrote."""
         for pod in attempt.pods:
-            if pod.ended is not None:
+            if pod.ended is not None or (pod.process is not None and self._alive(pod.process)):
                 continue
-            pod.ended = attempt.files.read_exit(pod.rank)
-            if pod.ended is not None or pod.process is None or self._alive(pod.process):
-                continue
-            # Dead: the wrapper may have written its status just before it went.
             pod.ended = attempt.files.read_exit(pod.rank)
             if pod.ended is None:
                 killed = attempt.stopping is not None and attempt.stopping.killed

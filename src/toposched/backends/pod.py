@@ -8,6 +8,7 @@ wait for a process it did not start, but it can read that file.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -54,6 +55,9 @@ def main(argv: list[str]) -> int:
     if pod_exit.detail:
         print(f"toposched: {pod_exit.detail}", file=sys.stderr, flush=True)
     files.write_exit(rank, pod_exit)
+    # The pod ends with its command: whatever the command left running in the pod's process
+    # group (this wrapper included) goes too, as in a container whose first process exited.
+    os.killpg(os.getpgrp(), signal.SIGKILL)
     return 0
 
 
