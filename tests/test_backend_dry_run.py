@@ -124,11 +124,13 @@ def test_resume_takes_a_run_as_started_without_a_report() -> None:
     assert kinds(list(backend.poll(200.0))) == [("a", ReportKind.FINISHED, 160.0)]
 
 
-def test_start_refuses_a_job_already_running_and_a_negative_runtime() -> None:
+def test_start_refuses_another_attempt_of_a_running_job_and_a_negative_runtime() -> None:
     backend = DryRunBackend()
     backend.start(launch("a", 10.0))
     with pytest.raises(InputError, match="already running"):
         backend.start(launch("a", 10.0, attempt=2))
+    backend.start(launch("a", 10.0))  # The same attempt again: already under way.
+    assert kinds(list(backend.poll(0.0))) == [("a", ReportKind.STARTED, 0.0)]
     with pytest.raises(InputError, match="expected_runtime"):
         backend.start(launch("b", -1.0))
     assert backend.running() == [RunningJob("a", 1)]

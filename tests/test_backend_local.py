@@ -265,13 +265,23 @@ def test_a_launch_that_cannot_run_is_reported_failed(
     assert list(backend.poll(2.0)) == []
 
 
-def test_start_refuses_a_job_that_is_already_running(state_dir: Path, tmp_path: Path) -> None:
+def test_start_refuses_another_attempt_of_a_running_job_and_ignores_a_repeat(
+    state_dir: Path, tmp_path: Path
+) -> None:
     backend = LocalBackend(state_dir)
     backend.start(
         launch("twice", python(WAIT_FOR_STOP.format(handler="on_term"), OUT=str(tmp_path)))
     )
     with pytest.raises(InputError, match="already running"):
         backend.start(launch("twice", python("pass"), attempt=2))
+    # The same attempt again, from this backend or one made after a restart: nothing new runs.
+    backend.start(launch("twice", python("pass")))
+    LocalBackend(state_dir).start(launch("twice", python("pass")))
+    assert len(list(state_dir.glob("jobs/twice/*/*.pid"))) == 1
+    assert kinds(list(backend.poll(1.0))) == [ReportKind.STARTED]
+    with pytest.raises(InputError, match="grace_s"):
+        backend.stop(Stop("twice", 1, grace_s=float("nan"), evicted=True))
+    assert backend.running() == [RunningJob("twice", 1)]
 
 
 def test_a_new_backend_finds_a_surviving_pod_and_reports_its_end(

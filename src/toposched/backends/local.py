@@ -212,15 +212,19 @@ class LocalBackend:
     # The protocol.
 
     def start(self, launch: Launch) -> None:
+        """Start every pod; a launch that cannot run becomes a `FAILED` report.
+
+        An attempt launched before (by this backend or one before a restart) is not launched
+        again: the service may carry out a stored decision twice. Another attempt of a job
+        still running is refused with an InputError.
+        """
+        files = AttemptFiles.of(self.state_dir, launch.job_id, launch.attempt)
+        if files.launch.exists():
+            return
         current = self._attempts.get(launch.job_id)
         if current is not None:
             raise InputError(
                 "job_id", launch.job_id, f"is already running (attempt {current.attempt})"
-            )
-        files = AttemptFiles.of(self.state_dir, launch.job_id, launch.attempt)
-        if files.launch.exists():
-            raise InputError(
-                "attempt", launch.attempt, f"of job {launch.job_id!r} was already launched"
             )
         env = dict(os.environ)
         env.update(launch.run.env if launch.run is not None else {})
@@ -236,6 +240,10 @@ class LocalBackend:
         )
 
     def stop(self, stop: Stop) -> None:
+        """SIGTERM to every pod, SIGKILL after `grace_s`; a stop of an attempt that is not
+        running (or that ended by itself meanwhile) changes nothing."""
+        if not stop.grace_s >= 0:
+            raise InputError("grace_s", stop.grace_s, "must be a number of seconds >= 0")
         attempt = self._attempts.get(stop.job_id)
         if attempt is None or attempt.attempt != stop.attempt:
             return

@@ -57,7 +57,9 @@ def main(argv: list[str]) -> int:
     files.write_exit(rank, pod_exit)
     # The pod ends with its command: whatever the command left running in the pod's process
     # group (this wrapper included) goes too, as in a container whose first process exited.
-    os.killpg(os.getpgrp(), signal.SIGKILL)
+    # Only when the wrapper leads its own group, as the backend starts it.
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpgrp(), signal.SIGKILL)
     return 0
 
 
