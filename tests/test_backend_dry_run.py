@@ -8,6 +8,7 @@ import pytest
 
 from toposched.backends.dry_run import DryRunBackend
 from toposched.backends.protocol import (
+    Backend,
     Launch,
     PodLaunch,
     Report,
@@ -34,7 +35,7 @@ def kinds(reports: list[Report] | tuple[Report, ...]) -> list[tuple[str, ReportK
 
 
 def test_started_at_next_poll_and_finished_once_the_clock_passes_the_runtime() -> None:
-    backend = DryRunBackend()
+    backend: Backend = DryRunBackend()
     backend.start(launch("a", 10.0, pods=2))
     assert backend.running() == [RunningJob("a", 1)]
     assert kinds(list(backend.poll(100.0))) == [("a", ReportKind.STARTED, 100.0)]

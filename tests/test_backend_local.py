@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from toposched.backends.local import LocalBackend
+from toposched.backends.local_node import local_cluster
 from toposched.backends.pod_files import read_json
 from toposched.backends.processes import ProcessId, is_alive, kill_group
 from toposched.backends.protocol import (
+    Backend,
     Launch,
     PodLaunch,
     Report,
@@ -74,7 +76,7 @@ def launch(job_id: str, run: RunSpec | None, pods: int = 1, attempt: int = 1) ->
     )
 
 
-def poll_until_final(backend: LocalBackend, job_id: str) -> list[Report]:
+def poll_until_final(backend: Backend, job_id: str) -> list[Report]:
     """Every report about `job_id` up to and including its final one."""
     final = {ReportKind.FINISHED, ReportKind.FAILED, ReportKind.EVICTED, ReportKind.STOPPED}
     reports: list[Report] = []
@@ -104,7 +106,10 @@ time.sleep(60)
 """
 
 
-def test_a_gang_of_two_runs_with_its_environment_and_logs(state_dir: Path, tmp_path: Path) -> None:
+def test_a_gang_of_two_runs_with_its_environment_and_logs(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOPOSCHED_TOKEN", "the service's own secret")
     code = """
 import json, os, sys
 from toposched.payload import pod
@@ -121,7 +126,7 @@ print("warning on stderr", file=sys.stderr)
         env={"OUT": str(tmp_path), "MY_SETTING": "on", "RANK": "ignored"},
         workdir=str(workdir),
     )
-    backend = LocalBackend(state_dir)
+    backend: Backend = LocalBackend(state_dir)
     backend.start(launch("gang", run, pods=2))
     assert backend.running() == [RunningJob("gang", 1)]
     reports = poll_until_final(backend, "gang")
@@ -142,6 +147,7 @@ print("warning on stderr", file=sys.stderr)
         assert env["LOCAL_RANK"] == "0"
         assert env["MASTER_ADDR"] == "127.0.0.1"
         assert env["MY_SETTING"] == "on"
+        assert "TOPOSCHED_TOKEN" not in env
         assert record["cwd"] == str(workdir)
         assert record["pod"]["gpus"] == [2 * rank, 2 * rank + 1]
         assert record["pod"]["peers"] == ["local-0", "local-1"]
@@ -356,3 +362,12 @@ def test_a_stop_under_way_survives_a_restart(state_dir: Path, tmp_path: Path) ->
     reports = poll_until_final(second, "evictee")
     assert kinds(reports) == [ReportKind.EVICTED]
     assert os.path.exists(state_dir / "jobs" / "evictee" / "1" / "outcome.json")
+
+
+def test_the_local_cluster_is_one_node_with_the_pretend_gpus() -> None:
+    topology = local_cluster(gpus=4, name="box")
+    assert topology.node_names == ["box"]
+    assert int(topology.gpu_count[0]) == 4
+    assert int(topology.cpu_milli[0]) == 1000 * (os.cpu_count() or 1)
+    with pytest.raises(InputError, match="gpus"):
+        local_cluster(gpus=0)

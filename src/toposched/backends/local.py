@@ -41,7 +41,15 @@ from toposched.backends.pod_files import (
     write_json,
 )
 from toposched.backends.processes import ProcessId, identify, is_alive, kill_group, terminate
-from toposched.backends.protocol import Launch, PodLaunch, Report, ReportKind, RunningJob, Stop
+from toposched.backends.protocol import (
+    Launch,
+    PodLaunch,
+    Report,
+    ReportKind,
+    RunningJob,
+    RunSpec,
+    Stop,
+)
 from toposched.cluster.errors import InputError
 
 __all__ = ["DEFAULT_GANG_GRACE", "LocalBackend", "pod_environment"]
@@ -51,6 +59,8 @@ DEFAULT_GANG_GRACE = 10.0
 MASTER_ADDR = "127.0.0.1"
 """Every pod runs on this machine, so the gang meets on loopback."""
 _STOP_KINDS = (ReportKind.EVICTED, ReportKind.STOPPED, ReportKind.FAILED)
+_OWN_PREFIX = "TOPOSCHED_"
+"""The service's own settings (its token, its store) are not passed on to pods."""
 
 
 @dataclass
@@ -226,7 +236,7 @@ class LocalBackend:
             raise InputError(
                 "job_id", launch.job_id, f"is already running (attempt {current.attempt})"
             )
-        env = dict(os.environ)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_PREFIX)}
         env.update(launch.run.env if launch.run is not None else {})
         problem = _command_problem(launch, env)
         if problem is None:
@@ -303,7 +313,7 @@ class LocalBackend:
             {
                 "job_id": launch.job_id,
                 "attempt": launch.attempt,
-                "ranks": [pod.rank for pod in launch.pods],
+                "ranks": sorted(pod.rank for pod in launch.pods),
                 "master_port": port,
             },
         )
@@ -311,34 +321,33 @@ class LocalBackend:
         self._attempts[launch.job_id] = attempt
         for pod in sorted(launch.pods, key=lambda p: p.rank):
             pod_env = {**env, **pod_environment(launch, pod, files.checkpoint, port)}
-            attempt.pods.append(self._spawn(files, pod.rank, launch.run.command, pod_env, launch))
+            attempt.pods.append(self._spawn(files, pod.rank, launch.run, pod_env))
 
-    def _spawn(
-        self,
-        files: AttemptFiles,
-        rank: int,
-        command: tuple[str, ...],
-        env: dict[str, str],
-        launch: Launch,
-    ) -> _Pod:
-        argv = [self.python, "-m", "toposched.backends.pod", str(files.folder), str(rank), "--"]
-        workdir = launch.run.workdir if launch.run is not None else None
+    def _spawn(self, files: AttemptFiles, rank: int, run: RunSpec, env: dict[str, str]) -> _Pod:
+        """Start pod `rank` under its wrapper, in a session of its own; a pod that cannot be
+        started is returned as ended, which fails the gang at the next poll."""
+        wrapper = [self.python, "-m", "toposched.backends.pod", str(files.folder), str(rank), "--"]
         try:
             with open(files.log(rank), "ab") as log:
                 child = subprocess.Popen(
-                    [*argv, *command],
+                    [*wrapper, *run.command],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=env,
-                    cwd=workdir,
+                    cwd=run.workdir,
                     start_new_session=True,
                 )
         except OSError as error:
             return _Pod(rank, None, PodExit(127, f"could not be started: {error}"))
-        process = identify(child.pid)
         self._children[child.pid] = child
-        write_json(files.pid(rank), process.to_json())
+        process = identify(child.pid)
+        try:
+            write_json(files.pid(rank), process.to_json())
+        except OSError as error:
+            # Unrecorded, it could not be found after a restart: end it now.
+            kill_group(process)
+            return _Pod(rank, process, PodExit(-9, f"could not be recorded: {error}"))
         return _Pod(rank, process)
 
     # Watching.
@@ -446,31 +455,37 @@ class LocalBackend:
         folders = [f for f in (self.state_dir / "jobs").glob("*/*") if f.name.isdigit()]
         for folder in sorted(folders, key=lambda f: (f.parent.name, int(f.name))):
             files = AttemptFiles(folder)
-            if files.delivered.exists():
-                continue
-            launched = read_json(files.launch)
-            if not isinstance(launched, dict) or not isinstance(launched.get("ranks"), list):
-                continue  # The crash came before any pod started.
-            job_id, number = str(launched["job_id"]), int(launched["attempt"])
-            outcome = read_json(files.outcome)
-            if isinstance(outcome, dict):
-                kind = ReportKind(outcome["kind"])
-                self._outcomes.append(_Outcome(job_id, number, kind, str(outcome["detail"]), files))
-                continue
-            pods = []
-            for rank in launched["ranks"]:
-                process = ProcessId.from_json(read_json(files.pid(rank)))
-                ended = files.read_exit(rank)
-                if process is None and ended is None:
-                    ended = PodExit(-9, "was never started (the service stopped while starting it)")
-                pods.append(_Pod(rank, process, ended))
-            seen = read_json(files.checkpoint_seen)
-            self._attempts[job_id] = _Attempt(
-                job_id,
-                number,
-                files,
-                pods,
-                started_reported=True,
-                stopping=_Stopping.from_json(read_json(files.stop)),
-                checkpoint_seen=seen if isinstance(seen, int) else 0,
+            if not files.delivered.exists():
+                self._recover_attempt(files)
+
+    def _recover_attempt(self, files: AttemptFiles) -> None:
+        launched = read_json(files.launch)
+        if not isinstance(launched, dict) or not isinstance(launched.get("ranks"), list):
+            return  # The crash came before any pod started.
+        job_id, number = str(launched["job_id"]), int(launched["attempt"])
+        outcome = read_json(files.outcome)
+        if isinstance(outcome, dict) and outcome.get("kind") in [k.value for k in ReportKind]:
+            kind = ReportKind(outcome["kind"])
+            self._outcomes.append(
+                _Outcome(job_id, number, kind, str(outcome.get("detail", "")), files)
             )
+            return
+        pods = []
+        for rank in launched["ranks"]:
+            process = ProcessId.from_json(read_json(files.pid(rank)))
+            ended = None
+            if process is None:
+                ended = files.read_exit(rank) or PodExit(
+                    -9, "was never started (the service stopped while starting it)"
+                )
+            pods.append(_Pod(rank, process, ended))
+        seen = read_json(files.checkpoint_seen)
+        self._attempts[job_id] = _Attempt(
+            job_id,
+            number,
+            files,
+            pods,
+            started_reported=True,
+            stopping=_Stopping.from_json(read_json(files.stop)),
+            checkpoint_seen=seen if isinstance(seen, int) else 0,
+        )
