@@ -11,10 +11,10 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from toposched.bench.harness import format_seconds
 from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import load_topology
-from toposched.cluster.state import MILLI_PER_GPU, ClusterState
+from toposched.cluster.state import ClusterState
+from toposched.cluster.units import MILLI_PER_GPU, format_timing
 from toposched.placement.jobspec import JobSpec, load_jobs
 from toposched.placement.policies import POLICIES, policy_by_name
 from toposched.placement.request import GangRequest
@@ -178,10 +178,10 @@ def _print_tables(
             where = ", ".join(
                 f"{count:,} {level}{'' if count == 1 else 's'}" for level, count in used.items()
             )
-            table.add_row(job.name, asks, "[green]placed[/]", where, format_seconds(elapsed))
+            table.add_row(job.name, asks, "[green]placed[/]", where, format_timing(elapsed))
         else:
             table.add_row(
-                job.name, asks, f"[red]{result.code}[/]", result.reason, format_seconds(elapsed)
+                job.name, asks, f"[red]{result.code}[/]", result.reason, format_timing(elapsed)
             )
     console.print(table)
     console.print(

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from toposched.bench.harness import calibration, interpreter_calibration, machine
 from toposched.cluster.errors import InputError
-from toposched.cluster.units import parse_duration
+from toposched.cluster.units import DAY, HOUR, MINUTE, format_span, format_timing, parse_duration
 from toposched.policy.contract import Contract
 from toposched.scheduler.core import Scheduler
 from toposched.sim.engine import (
@@ -386,12 +386,8 @@ def _seconds(value: float | None) -> str:
     if value == 0:
         return "0 s"
     if value < 1:
-        return f"{value * 1e3:.1f} ms" if value >= 1e-3 else f"{value * 1e6:.0f} us"
-    if value < 120:
-        return f"{value:.0f} s"
-    if value < 7200:
-        return f"{value / 60:.0f} min"
-    return f"{value / 3600:.1f} h"
+        return format_timing(value, digits=1)
+    return format_span(value, minutes_from=2 * MINUTE, hours_from=2 * HOUR)
 
 
 _SHORTFALL_LABELS = {
@@ -561,7 +557,7 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
             None if events is None else events >= TARGETS["events_per_second"],
         ),
     )
-    days_per_minute = 60 * (speed["simulated_seconds_per_wall_second"] or 0) / 86400
+    days_per_minute = 60 * (speed["simulated_seconds_per_wall_second"] or 0) / DAY
     pace = TARGETS["frontier_days_per_wall_minute"]
     table.add_row(
         "wall time / simulated days per wall minute",

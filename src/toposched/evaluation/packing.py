@@ -15,8 +15,9 @@ from numpy.typing import NDArray
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import load_openb_nodes
-from toposched.cluster.state import MILLI_PER_GPU, ClusterState
+from toposched.cluster.state import ClusterState
 from toposched.cluster.topology import Topology
+from toposched.cluster.units import MILLI_PER_GPU
 from toposched.placement.fragmentation import FRAGMENTATION_POLICIES, TargetWorkload
 from toposched.placement.policies import POLICIES, PlacementPolicy, policy_by_name
 from toposched.placement.request import GangRequest, simple_request

@@ -10,6 +10,7 @@ import numpy as np
 from rich.table import Table
 
 from toposched.cluster.state import ClusterState
+from toposched.cluster.units import DAY, format_span, format_timing
 from toposched.placement.request import GangRequest
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.defrag import fragmentation
@@ -262,21 +263,11 @@ def _percent(value: Any) -> str:
 
 
 def _seconds(value: Any) -> str:
-    if value is None:
-        return "-"
-    if value < 90:
-        return f"{value:.0f} s"
-    if value < 5400:
-        return f"{value / 60:.0f} min"
-    if value < 2 * 86400:
-        return f"{value / 3600:.1f} h"
-    return f"{value / 86400:.1f} d"
+    return "-" if value is None else format_span(value, days_from=2 * DAY)
 
 
 def _latency(value: Any) -> str:
-    if value is None:
-        return "-"
-    return f"{value * 1e3:.2f} ms" if value < 1 else f"{value:.2f} s"
+    return "-" if value is None else format_timing(value, microseconds=False)
 
 
 def _number(value: Any, digits: int = 0) -> str:

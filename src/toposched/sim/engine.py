@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import MILLI_PER_GPU, ClusterState, Health
+from toposched.cluster.state import ClusterState, Health
+from toposched.cluster.units import DAY, HOUR, MILLI_PER_GPU
 from toposched.placement.jobspec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
@@ -39,7 +40,7 @@ __all__ = [
     "toposched_scheduler",
 ]
 
-DEFAULT_SAMPLE_INTERVAL = 3600.0
+DEFAULT_SAMPLE_INTERVAL = HOUR
 # Runs longer than this many batches of events show a progress bar (when asked for one).
 _PROGRESS_EVERY = 500
 
@@ -630,7 +631,7 @@ class _SimulatedTimeBar:
             console=Console(stderr=True),
             transient=True,
         )
-        self.task = self.progress.add_task("simulate", total=end / 86400)
+        self.task = self.progress.add_task("simulate", total=end / DAY)
 
     def __enter__(self) -> Callable[[float], None]:
         self.progress.__enter__()
@@ -640,4 +641,4 @@ class _SimulatedTimeBar:
         self.progress.__exit__(*exc)  # type: ignore[arg-type]
 
     def advance(self, now: float) -> None:
-        self.progress.update(self.task, completed=min(now, self.end) / 86400)
+        self.progress.update(self.task, completed=min(now, self.end) / DAY)

@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from toposched.cluster.units import DAY, HOUR
 from toposched.workloads.model import WorkloadJob
 
 __all__ = [
-    "HOUR",
     "SHORTFALL_CAUSES",
     "Conservation",
     "Integrals",
@@ -25,7 +25,6 @@ __all__ = [
     "summarize",
 ]
 
-HOUR = 3600.0
 DEBUG_CLASS = "debug"
 # A team counts as served when it got this share of what it was owed (Ai2 reports how many of
 # its 15 teams reached 95%).
@@ -457,7 +456,7 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
         "simulated": {
             "start_s": result.start,
             "end_s": result.end,
-            "days": result.duration / 86400,
+            "days": result.duration / DAY,
         },
         "jobs": {
             "total": len(records),

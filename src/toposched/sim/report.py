@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from toposched.cluster.units import DAY, HOUR
 from toposched.sim.compare import ClusterSnapshot, ComparisonRun, comparison_rows
-from toposched.sim.metrics import HOUR, SHORTFALL_CAUSES, SimulationResult
+from toposched.sim.metrics import SHORTFALL_CAUSES, SimulationResult
 
 __all__ = ["SECTIONS", "render_report", "write_report"]
 
@@ -280,7 +281,7 @@ def cluster_map(snapshot: ClusterSnapshot, title: str) -> str:
 
 # --- the sections ----------------------------------------------------------------------------
 def _days(seconds: Sequence[float]) -> list[float]:
-    return [s / 86400 for s in seconds]
+    return [s / DAY for s in seconds]
 
 
 def _waits(result: SimulationResult) -> dict[str, list[float]]:
@@ -474,7 +475,7 @@ def _map_section(runs: Mapping[str, ComparisonRun] | None) -> str:
     for name, run in runs.items():
         parts.append(f"<h3>{_e(name)}</h3>")
         for shot in run.snapshots:
-            parts.append(f"<p>day {shot.time / 86400:.2f} ({shot.time / HOUR:,.1f} h)</p>")
+            parts.append(f"<p>day {shot.time / DAY:.2f} ({shot.time / HOUR:,.1f} h)</p>")
             parts.append(cluster_map(shot, f"{name} at {shot.time / HOUR:,.1f} h"))
     return "\n".join(parts)
 

@@ -9,12 +9,11 @@ from typing import Any
 import numpy as np
 
 from toposched.cluster.errors import InputError, checked_seed
+from toposched.cluster.units import DAY, HOUR
 from toposched.workloads.model import SpecFactory, Workload, WorkloadJob, build_cluster
 
 __all__ = ["AI2_PROGRAMS", "TRAINING_SIZES", "ai2_like", "ai2_budget", "ai2_cluster"]
 
-DAY = 86400.0
-HOUR = 3600.0
 GPUS_PER_NODE = 8
 NODES_PER_UNIT = 32
 UNITS_PER_GROUP = 4

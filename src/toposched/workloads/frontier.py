@@ -9,6 +9,7 @@ import numpy as np
 
 from toposched.cluster.builders import MILLION_GPU_SHAPE
 from toposched.cluster.errors import InputError, checked_seed
+from toposched.cluster.units import DAY, HOUR
 from toposched.workloads.model import (
     NodeFailure,
     SpecFactory,
@@ -19,8 +20,6 @@ from toposched.workloads.model import (
 
 __all__ = ["FRONTIER_BUDGET", "frontier_lab", "frontier_failures"]
 
-DAY = 86400.0
-HOUR = 3600.0
 PODS_PER_RACK = 18
 GPUS_PER_POD = 4
 GPUS_PER_RACK = PODS_PER_RACK * GPUS_PER_POD

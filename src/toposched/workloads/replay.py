@@ -10,6 +10,7 @@ from typing import Any
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import load_openb_nodes
+from toposched.cluster.units import DAY, HOUR, MILLI_PER_GPU
 from toposched.workloads.model import SpecFactory, Workload, WorkloadJob, build_cluster
 from toposched.workloads.openb import NODE_LIST, load_openb_pods, pod_list_path
 
@@ -48,7 +49,7 @@ toposched, so peaks queue and the queue drains within a day; see docs/simulator.
 
 # Jobs replayed from traces declare a min runtime of an hour (the contract's default) and are
 # not resumable: the traces say nothing about checkpoints.
-REPLAY_MIN_RUNTIME = 3600.0
+REPLAY_MIN_RUNTIME = HOUR
 
 
 def default_traces_dir() -> Path:
@@ -156,7 +157,7 @@ def itp_replay(
     description = itp_cluster_description(node_count)
     topology = build_cluster(description)
     first = min((row[1] for row in rows), default=0.0)
-    horizon = None if days is None else days * 86400.0
+    horizon = None if days is None else days * DAY
     factory = SpecFactory()
     jobs: list[WorkloadJob] = []
     largest = topology.n_gpus
@@ -221,7 +222,7 @@ def openb_replay(
     node_list = openb_dir / NODE_LIST
     topology = load_openb_nodes(node_list)
     models = {model.name for model in topology.gpu_models}
-    horizon = None if days is None else days * 86400.0
+    horizon = None if days is None else days * DAY
     factory = SpecFactory()
     jobs: list[WorkloadJob] = []
     for index in range(len(pods)):
@@ -243,7 +244,7 @@ def openb_replay(
         }
         if gpus:
             milli = int(pods.gpu_milli[index])
-            resources.update({"gpus": gpus} if milli >= 1000 else {"gpu_milli": milli})
+            resources.update({"gpus": gpus} if milli >= MILLI_PER_GPU else {"gpu_milli": milli})
             allowed = [name for name in pods.allowed_models(index) if name in models]
             if pods.allowed_models(index):
                 if not allowed:
