@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     # should not leave half the output printed.
     jobs = [job for path in args.jobs for job in load_jobs(path)]
     if args.fleet:
-        from toposched.bench.placement import occupied_fleet
+        from toposched.workloads.fleet import occupied_fleet
 
         state = occupied_fleet(seed=args.seed)
         cluster_name = "1,000,080-GPU GB300 fleet at 70% occupancy"
