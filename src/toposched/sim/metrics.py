@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ __all__ = [
     "Conservation",
     "Integrals",
     "JobRecord",
+    "RecordState",
     "Sample",
     "SimulationResult",
     "TeamLedger",
@@ -33,6 +35,18 @@ SERVED_THRESHOLD = 0.95
 LARGEST_FRACTION = 0.5
 
 
+class RecordState(StrEnum):
+    """Where a job of the workload is in its life, as the simulated backend sees it."""
+
+    FUTURE = "future"
+    """Not submitted yet."""
+    PENDING = "pending"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
 @dataclass(slots=True)
 class JobRecord:
     """One job's life in the simulation, from the backend's side."""
@@ -44,8 +58,7 @@ class JobRecord:
     remaining: float
     """Seconds of work still to do at the start of the current or next run."""
     checkpoint_interval: float
-    state: str = "future"
-    """future, pending, running, finished, failed or cancelled."""
+    state: RecordState = RecordState.FUTURE
     attempt: int = 0
     run_start: float = 0.0
     run_gpus: float = 0.0
@@ -322,7 +335,7 @@ def _wait(record: JobRecord, end: float) -> float | None:
     submit = record.job.submit_time
     if record.first_start is not None:
         return record.first_start - submit
-    if record.state == "future":
+    if record.state is RecordState.FUTURE:
         return None
     stop = record.end_time if record.end_time is not None else end
     return max(stop - submit, 0.0)
@@ -403,15 +416,15 @@ def _class_report(records: Sequence[JobRecord], end: float) -> dict[str, Any]:
     completions = [
         r.end_time - r.job.submit_time
         for r in records
-        if r.state == "finished" and r.end_time is not None
+        if r.state is RecordState.FINISHED and r.end_time is not None
     ]
-    submitted = sum(1 for r in records if r.state != "future")
+    submitted = sum(1 for r in records if r.state is not RecordState.FUTURE)
     return {
         "submitted": submitted,
         "started": sum(1 for r in records if r.first_start is not None),
-        "finished": sum(1 for r in records if r.state == "finished"),
+        "finished": sum(1 for r in records if r.state is RecordState.FINISHED),
         "never_started": sum(
-            1 for r in records if r.first_start is None and r.state not in ("future",)
+            1 for r in records if r.first_start is None and r.state is not RecordState.FUTURE
         ),
         "wait_s": percentiles(waits),
         "completion_time_s": percentiles(completions),
@@ -420,7 +433,7 @@ def _class_report(records: Sequence[JobRecord], end: float) -> dict[str, Any]:
 
 
 def _largest_jobs(records: Sequence[JobRecord], end: float) -> dict[str, Any]:
-    submitted = [r for r in records if r.state != "future" and r.gpus > 0]
+    submitted = [r for r in records if r.state is not RecordState.FUTURE and r.gpus > 0]
     if not submitted:
         return {"gpus_at_least": None, "jobs": 0, "wait_s": percentiles([]), "max_wait_s": None}
     largest = max(r.gpus for r in submitted)
@@ -460,12 +473,12 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
         },
         "jobs": {
             "total": len(records),
-            "submitted": sum(1 for r in records if r.state != "future"),
-            "finished": sum(1 for r in records if r.state == "finished"),
-            "running_at_end": sum(1 for r in records if r.state == "running"),
-            "pending_at_end": sum(1 for r in records if r.state == "pending"),
-            "failed": sum(1 for r in records if r.state == "failed"),
-            "cancelled": sum(1 for r in records if r.state == "cancelled"),
+            "submitted": sum(1 for r in records if r.state is not RecordState.FUTURE),
+            "finished": sum(1 for r in records if r.state is RecordState.FINISHED),
+            "running_at_end": sum(1 for r in records if r.state is RecordState.RUNNING),
+            "pending_at_end": sum(1 for r in records if r.state is RecordState.PENDING),
+            "failed": sum(1 for r in records if r.state is RecordState.FAILED),
+            "cancelled": sum(1 for r in records if r.state is RecordState.CANCELLED),
         },
         "utilisation": {
             "occupancy": integrals.busy / capacity_seconds if capacity_seconds else None,

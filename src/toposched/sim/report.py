@@ -13,7 +13,7 @@ import numpy as np
 
 from toposched.cluster.units import DAY, HOUR
 from toposched.sim.compare import ClusterSnapshot, ComparisonRun, comparison_rows
-from toposched.sim.metrics import SHORTFALL_CAUSES, SimulationResult
+from toposched.sim.metrics import SHORTFALL_CAUSES, RecordState, SimulationResult
 
 __all__ = ["SECTIONS", "render_report", "write_report"]
 
@@ -287,7 +287,7 @@ def _days(seconds: Sequence[float]) -> list[float]:
 def _waits(result: SimulationResult) -> dict[str, list[float]]:
     waits: dict[str, list[float]] = {}
     for record in result.records.values():
-        if record.state == "future":
+        if record.state is RecordState.FUTURE:
             continue
         if record.first_start is not None:
             wait = record.first_start - record.job.submit_time
@@ -448,7 +448,7 @@ def _fragmentation_section(
             )
         elif runs and name in runs and runs[name].fragmentation:
             points = runs[name].fragmentation
-            series[name] = (_days([t for t, _ in points]), [100 * v for _, v in points])
+            series[name] = (_days([p.time for p in points]), [100 * p.share for p in points])
     if not series:
         return (
             '<p class="note">Fragmentation is absent: neither the summaries nor the runs carry '
