@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from toposched.cluster.errors import InputError, checked_seed
-from toposched.cluster.units import DAY, HOUR
+from toposched.cluster.units import DAY, HOUR, MINUTE
 from toposched.workloads.model import SpecFactory, Workload, WorkloadJob, build_cluster
 
 __all__ = ["AI2_PROGRAMS", "TRAINING_SIZES", "ai2_like", "ai2_budget", "ai2_cluster"]
@@ -216,7 +216,7 @@ class _Generator:
         gpus = int(rng.choice([1, 2, 4, 8], p=[0.15, 0.2, 0.25, 0.4]))
         total = 0.0
         for _ in range(count):
-            runtime = self.lognormal(HOUR, 0.7, 5 * 60, 6 * HOUR)
+            runtime = self.lognormal(HOUR, 0.7, 5 * MINUTE, 6 * HOUR)
             expected = self.declared(runtime, HOUR)
             self.add(
                 account,
@@ -238,7 +238,7 @@ class _Generator:
     def debug(self, account: str, submit: float) -> None:
         rng = self.rng
         gpus = int(rng.choice([1, 2, 4, 8], p=[0.4, 0.25, 0.2, 0.15]))
-        runtime = self.lognormal(15 * 60, 1.0, 60, 4 * HOUR)
+        runtime = self.lognormal(15 * MINUTE, 1.0, MINUTE, 4 * HOUR)
         self.add(
             account,
             "debug",
@@ -246,7 +246,7 @@ class _Generator:
             runtime,
             1,
             gpus,
-            min_runtime=10 * 60,
+            min_runtime=10 * MINUTE,
             resumable=False,
             expected=HOUR if runtime <= HOUR else 4 * HOUR,
             priority=10,
@@ -257,7 +257,7 @@ class _Generator:
         rng = self.rng
         nodes = int(rng.choice([1, 2, 4], p=[0.5, 0.3, 0.2]))
         nodes = min(nodes, max(1, self.nodes // 4))
-        runtime = self.lognormal(6 * HOUR, 0.8, 30 * 60, 2 * DAY)
+        runtime = self.lognormal(6 * HOUR, 0.8, 30 * MINUTE, 2 * DAY)
         self.add(
             account,
             "unallocated",
@@ -337,7 +337,7 @@ class _Generator:
         queued_gpus = 0
         training_excess = eval_excess = 0.0
         while queued_gpus < backlog_gpus:
-            training_excess += self.training(team.account, float(self.rng.uniform(0, 10 * 60)))
+            training_excess += self.training(team.account, float(self.rng.uniform(0, 10 * MINUTE)))
             queued_gpus += self.jobs[-1].spec.total_gpus
         for start, end, level in phases:
             load = team.share * capacity * level
