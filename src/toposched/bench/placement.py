@@ -59,9 +59,10 @@ def block_preferring_job() -> GangRequest:
 
 def small_block_slices_job() -> GangRequest:
     """40,000 GPUs: 40,000 one-GPU pods in slices of 40 per spine block, within one zone,
-    fewest racks preferred: its cheaper count plan needs 2.3M cells, past the 400,000 the count
-    plans once had and within today's 4,000,000; 556 racks, the least (a free rack holds 72 such
-    pods), where the greedy placement takes 747."""
+    fewest racks preferred: its cheaper count plan needs 2.3M cells, past the amount plans'
+    limit (`fewest.MAX_CELLS`, 400,000) and within the count plans' (`MAX_COUNT_CELLS`,
+    4,000,000); 556 racks, the least (a free rack holds 72 such pods), where the greedy
+    placement takes 747."""
     return simple_request(
         40_000, 1, name="small-block-slices", required=1, preferred=RACK_LEVEL, slices=[(2, 40)]
     )
