@@ -36,6 +36,7 @@ __all__ = [
     "ClusterSnapshot",
     "ComparisonRun",
     "FragmentationReading",
+    "TeamRatios",
     "compare",
     "comparison_table",
     "run_comparison",
@@ -307,13 +308,20 @@ def _number(value: Any, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def team_ratios(summary: Mapping[str, Any]) -> tuple[float | None, float | None]:
-    """(worst, mean) share of owed GPU-hours delivered across teams with demand."""
+class TeamRatios(NamedTuple):
+    """The share of owed GPU-hours delivered across teams with demand: the worst and the mean."""
+
+    worst: float | None
+    mean: float | None
+
+
+def team_ratios(summary: Mapping[str, Any]) -> TeamRatios:
+    """The worst and the mean share of owed GPU-hours delivered across teams with demand."""
     teams = _get(summary, "fairness", "teams") or {}
     ratios = [team["owed_met"] for team in teams.values() if team.get("owed_met") is not None]
     if not ratios:
-        return None, None
-    return min(ratios), sum(ratios) / len(ratios)
+        return TeamRatios(None, None)
+    return TeamRatios(min(ratios), sum(ratios) / len(ratios))
 
 
 def _owed_share(summary: Mapping[str, Any], cause: str) -> float | None:
@@ -346,8 +354,8 @@ def comparison_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[tuple[st
         lambda s: _percent(_get(s, "utilisation", "unallocated_share_of_delivered")),
     )
     add("teams: owed delivered (all)", lambda s: _percent(_get(s, "fairness", "owed_met")))
-    add("teams: owed delivered (min)", lambda s: _percent(team_ratios(s)[0]))
-    add("teams: owed delivered (mean)", lambda s: _percent(team_ratios(s)[1]))
+    add("teams: owed delivered (min)", lambda s: _percent(team_ratios(s).worst))
+    add("teams: owed delivered (mean)", lambda s: _percent(team_ratios(s).mean))
     add(
         "  owed lost to jobs larger than budget",
         lambda s: _percent(_owed_share(s, "jobs_larger_than_budget")),

@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -141,6 +141,13 @@ borrowed work to be reclaimed, for room in the topology or behind the queue); an
 cap alone (demand above the budget in part of the hour, below it in the rest)."""
 
 
+class _Shortfall(NamedTuple):
+    """A team short of its budget now: why (one of `SHORTFALL_CAUSES`) and by how many GPUs."""
+
+    cause: str
+    gpus: float
+
+
 class TeamLedger:
     """Per team and per hour: allocated GPU-seconds delivered and GPU-seconds demanded, and,
     when budgets are given, the GPU-seconds the team was short of min(budget, demand) by cause.
@@ -191,8 +198,8 @@ class TeamLedger:
         for index in range(len(self.teams)):
             self._flush(index, now)
 
-    def _cause(self, index: int) -> tuple[str, float] | None:
-        """The team's shortfall rate (GPUs) and its cause now, or None when not short."""
+    def _cause(self, index: int) -> _Shortfall | None:
+        """The team's shortfall now, or None when not short."""
         if self.budgets is None or not self.waiting_sizes[index]:
             return None
         budget = self.budgets[index]
@@ -203,10 +210,10 @@ class TeamLedger:
             return None
         smallest = min(self.waiting_sizes[index])
         if smallest > budget + 1e-9:
-            return "jobs_larger_than_budget", short
+            return _Shortfall("jobs_larger_than_budget", short)
         if smallest > budget - delivered + 1e-9:
-            return "jobs_past_budget", short
-        return "job_within_budget", short
+            return _Shortfall("jobs_past_budget", short)
+        return _Shortfall("job_within_budget", short)
 
     def _flush(self, index: int, now: float) -> None:
         begin = self.since[index]
@@ -218,8 +225,8 @@ class TeamLedger:
         if delivered_rate == 0.0 and demand_rate == 0.0:
             return
         cause = self._cause(index)
-        short: list[float] = [] if cause is None else self.short[index].setdefault(cause[0], [])
-        short_rate = 0.0 if cause is None else cause[1]
+        short: list[float] = [] if cause is None else self.short[index].setdefault(cause.cause, [])
+        short_rate = 0.0 if cause is None else cause.gpus
         delivered, demand = self.delivered[index], self.demand[index]
         hour = int((begin - self.start) // HOUR)
         while begin < now:

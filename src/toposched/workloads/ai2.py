@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -54,6 +54,14 @@ TRAINING_SIZES = {"cluster": "ai2", "team": "ai2:team-sized"}
 """How multi-node training runs are sized, and the workload's name for each: `cluster`, every
 team draws from the same sizes up to a sixth of the cluster; `team`, no run larger than its
 team's budget (in whole nodes)."""
+
+
+class _Phase(NamedTuple):
+    """A span of a team's demand at one level: its offered load over its budget."""
+
+    start: float
+    end: float
+    level: float
 
 
 @dataclass(frozen=True)
@@ -275,8 +283,8 @@ class _Generator:
         return nodes * GPUS_PER_NODE * runtime / HOUR
 
     # --- arrivals --------------------------------------------------------------------------------
-    def phases(self) -> list[tuple[float, float, float]]:
-        """(start, end, level) of a team's demand phases across the horizon (and a backlog)."""
+    def phases(self) -> list[_Phase]:
+        """A team's demand phases across the horizon."""
         rng = self.rng
         phases = []
         start = 0.0
@@ -286,7 +294,7 @@ class _Generator:
                 np.clip(LEVEL_MEDIAN * math.exp(LEVEL_SIGMA * rng.standard_normal()), *LEVEL_RANGE)
             )
             end = min(start + length, self.horizon)
-            phases.append((start, end, level))
+            phases.append(_Phase(start, end, level))
             start = end
         return phases
 
@@ -313,7 +321,7 @@ class _Generator:
             offered += unit
         return offered - budget
 
-    def scaled_phases(self, teams: list[_Team]) -> list[list[tuple[float, float, float]]]:
+    def scaled_phases(self, teams: list[_Team]) -> list[list[_Phase]]:
         """Each team's phases, levels scaled together so that the teams' phased work offers
         `PHASED_LOAD` of the cluster over the horizon."""
         drawn = [self.phases() for _ in teams]
@@ -326,14 +334,14 @@ class _Generator:
             / self.horizon
         )
         scale = PHASED_LOAD / offered
-        return [[(start, end, level * scale) for start, end, level in phases] for phases in drawn]
+        return [[phase._replace(level=phase.level * scale) for phase in phases] for phases in drawn]
 
-    def team(self, team: _Team, phases: list[tuple[float, float, float]]) -> None:
+    def team(self, team: _Team, phases: list[_Phase]) -> None:
         capacity = self.capacity
         # Training already queued at the start (1.5x the GPUs the team's first phase asks
         # for), so the cluster opens as busy as it will stay. It counts against the phases'
         # offered load, so the total over the horizon stays at its level.
-        backlog_gpus = team.share * capacity * phases[0][2] * 1.5
+        backlog_gpus = team.share * capacity * phases[0].level * 1.5
         queued_gpus = 0
         training_excess = eval_excess = 0.0
         while queued_gpus < backlog_gpus:
