@@ -14,16 +14,17 @@ from rich.console import Console
 from toposched.cli.main import main
 from toposched.cli.simulate import _seconds, summary_table
 from toposched.cluster.errors import InputError
+from toposched.cluster.units import HOUR
 from toposched.placement.jobspec import JobSpec
-from toposched.sim.engine import EventKind, Simulation, simulate, toposched_scheduler
+from toposched.sim.engine import EventKind, Simulation, simulate
 from toposched.sim.metrics import (
-    HOUR,
     SHORTFALL_CAUSES,
     SimulationResult,
     conservation,
     percentiles,
     summarize,
 )
+from toposched.sim.protocol import toposched_scheduler
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab
 from toposched.workloads.model import NodeFailure, Workload, WorkloadJob, build_cluster

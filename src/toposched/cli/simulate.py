@@ -19,13 +19,9 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.units import DAY, HOUR, MINUTE, format_span, format_timing, parse_duration
 from toposched.policy.contract import Contract
 from toposched.scheduler.core import Scheduler
-from toposched.sim.engine import (
-    DEFAULT_SAMPLE_INTERVAL,
-    SchedulerFactory,
-    Simulation,
-    toposched_scheduler,
-)
+from toposched.sim.engine import DEFAULT_SAMPLE_INTERVAL, Simulation
 from toposched.sim.metrics import summarize
+from toposched.sim.protocol import SchedulerFactory, toposched_scheduler
 from toposched.workloads.catalog import WORKLOAD_HELP, workload_by_name
 from toposched.workloads.files import save_workload
 from toposched.workloads.model import Workload

@@ -18,17 +18,16 @@ from toposched.policy.budget import BudgetTree
 from toposched.scheduler.defrag import fragmentation
 from toposched.scheduler.jobs import JobState
 from toposched.sim.baselines import BASELINES
-from toposched.sim.engine import (
-    DEFAULT_SAMPLE_INTERVAL,
+from toposched.sim.engine import DEFAULT_SAMPLE_INTERVAL, Simulation
+from toposched.sim.metrics import SimulationResult, summarize
+from toposched.sim.protocol import (
     CycleLike,
     JobLike,
     SchedulerFactory,
     SchedulerLike,
-    Simulation,
     SparesLike,
     toposched_scheduler,
 )
-from toposched.sim.metrics import SimulationResult, summarize
 from toposched.workloads.model import Workload
 
 __all__ = [

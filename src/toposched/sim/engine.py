@@ -5,25 +5,22 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from enum import IntEnum
 from types import TracebackType
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import numpy as np
-from numpy.typing import NDArray
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState, Health
 from toposched.cluster.units import DAY, HOUR, MILLI_PER_GPU
-from toposched.placement.jobspec import JobSpec
 from toposched.policy.budget import BudgetTree
-from toposched.scheduler.core import Scheduler
-from toposched.scheduler.decisions import Bind, Decision, Evict, Reserve
+from toposched.scheduler.decisions import Bind, Evict, Reserve
 from toposched.scheduler.jobs import JobState
 from toposched.sim.metrics import (
     Integrals,
@@ -33,16 +30,14 @@ from toposched.sim.metrics import (
     SimulationResult,
     TeamLedger,
 )
+from toposched.sim.protocol import SchedulerFactory, SchedulerLike, toposched_scheduler
 from toposched.workloads.model import Workload
 
 __all__ = [
     "DEFAULT_SAMPLE_INTERVAL",
-    "CycleLike",
     "EventKind",
-    "JobLike",
     "SchedulerFactory",
     "SchedulerLike",
-    "SparesLike",
     "Simulation",
     "simulate",
     "toposched_scheduler",
@@ -51,70 +46,6 @@ __all__ = [
 DEFAULT_SAMPLE_INTERVAL = HOUR
 # Runs longer than this many batches of events show a progress bar (when asked for one).
 _PROGRESS_EVERY = 500
-
-
-class JobLike(Protocol):
-    """A scheduler's job, as far as the simulator reads it."""
-
-    @property
-    def job_id(self) -> str: ...
-    @property
-    def state(self) -> JobState: ...
-    @property
-    def submit_time(self) -> float: ...
-    @property
-    def min_runtime(self) -> float:
-        """Seconds the running job is protected from preemption (0 for unallocated work)."""
-        ...
-
-
-class CycleLike(Protocol):
-    """One cycle's outcome: Bind, Reserve and Evict decisions, in the order they were made."""
-
-    @property
-    def decisions(self) -> Sequence[Decision]: ...
-
-
-class SparesLike(Protocol):
-    """Spare nodes a scheduler holds idle for restarts."""
-
-    @property
-    def gpus(self) -> int:
-        """GPUs of the nodes held as spares."""
-        ...
-
-
-class SchedulerLike(Protocol):
-    """What the simulator drives: toposched's Scheduler, or a baseline (a subclass of it).
-
-    `set_health` returns the jobs that failed because their nodes went down; `evicted` tells
-    the scheduler that an evicted job's grace period ended and its pods are gone.
-    """
-
-    @property
-    def state(self) -> ClusterState: ...
-    @property
-    def jobs(self) -> Mapping[str, JobLike]: ...
-    @property
-    def spares(self) -> SparesLike | None: ...
-
-    def submit(self, spec: JobSpec, now: float) -> JobLike: ...
-    def cycle(self, now: float) -> CycleLike: ...
-    def finish(self, job_id: str, now: float) -> JobLike: ...
-    def evicted(self, job_id: str, now: float) -> JobLike: ...
-    def cancel(self, job_id: str, now: float) -> JobLike: ...
-    def set_health(
-        self, nodes: NDArray[np.int64], health: Health, now: float
-    ) -> Sequence[JobLike]: ...
-
-
-SchedulerFactory = Callable[[ClusterState, BudgetTree], SchedulerLike]
-"""Builds the scheduler under test on a fresh cluster state and budget tree."""
-
-
-def toposched_scheduler(state: ClusterState, tree: BudgetTree) -> SchedulerLike:
-    """The scheduler the service runs, with its default contract and placement policy."""
-    return Scheduler(state, tree)
 
 
 class EventKind(IntEnum):
