@@ -9,7 +9,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.table import Table
@@ -257,9 +257,10 @@ def build_workload(args: argparse.Namespace) -> Workload:
 # in all where the sort is slow (about 35 ms on some CPUs; 5 ms on others).
 CALIBRATION_RUNS = 5
 CALIBRATION_WARMUP = 1
+_T = TypeVar("_T")
 
 
-def _calibrated(run: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
+def _calibrated(run: Callable[[], _T]) -> tuple[_T, dict[str, Any]]:
     """`run()`, and the calibration measured just before and just after it, with the machine:
     speed figures of runs on different machines, or in different states of one machine,
     compare only through it."""
