@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 from rich.console import Console
 
 from toposched.cli.main import main
-from toposched.cli.simulate import _seconds, summary_table
+from toposched.cli.summary import _seconds, summary_table
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState, Health
 from toposched.cluster.units import HOUR
