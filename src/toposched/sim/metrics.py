@@ -456,19 +456,129 @@ def _largest_jobs(records: Sequence[JobRecord], end: float) -> dict[str, Any]:
     }
 
 
-def summarize(result: SimulationResult) -> dict[str, Any]:
-    """The JSON summary: utilisation, fairness, waits, disruption and the scheduler's speed."""
+def _jobs_report(records: Sequence[JobRecord]) -> dict[str, Any]:
+    states = [r.state for r in records]
+    return {
+        "total": len(records),
+        "submitted": sum(1 for state in states if state is not RecordState.FUTURE),
+        "finished": states.count(RecordState.FINISHED),
+        "running_at_end": states.count(RecordState.RUNNING),
+        "pending_at_end": states.count(RecordState.PENDING),
+        "failed": states.count(RecordState.FAILED),
+        "cancelled": states.count(RecordState.CANCELLED),
+    }
+
+
+def _utilisation_report(result: SimulationResult) -> dict[str, Any]:
     integrals = result.integrals
     capacity_seconds = result.capacity_gpus * result.duration
+    delivered = integrals.delivered
+    return {
+        "occupancy": integrals.busy / capacity_seconds if capacity_seconds else None,
+        "allocation_ratio": delivered / capacity_seconds if capacity_seconds else None,
+        "unallocated_share_of_delivered": (
+            integrals.unallocated / delivered if delivered > 0 else None
+        ),
+        "allocated_share_of_delivered": (
+            (delivered - integrals.unallocated) / delivered if delivered > 0 else None
+        ),
+        "mean_outstanding_ratio": (
+            integrals.outstanding / capacity_seconds if capacity_seconds else None
+        ),
+        "occupancy_while_work_waits": (
+            integrals.busy_while_waiting / (result.capacity_gpus * integrals.waiting_seconds)
+            if result.capacity_gpus and integrals.waiting_seconds > 0
+            else None
+        ),
+        "share_of_time_work_waits": (
+            integrals.waiting_seconds / result.duration if result.duration > 0 else None
+        ),
+        "gpu_hours": {
+            "capacity": capacity_seconds / HOUR,
+            "delivered": delivered / HOUR,
+            "idle": integrals.idle / HOUR,
+            "unavailable": integrals.unavailable / HOUR,
+        },
+    }
+
+
+def _conservation_report(result: SimulationResult) -> dict[str, Any]:
+    balance = conservation(result)
+    return {
+        "delivered_gpu_hours": balance.delivered / HOUR,
+        "idle_gpu_hours": balance.idle / HOUR,
+        "unavailable_gpu_hours": balance.unavailable / HOUR,
+        "capacity_x_time_gpu_hours": balance.expected / HOUR,
+        "relative_error": balance.error,
+        "holds": balance.holds(1e-6),
+    }
+
+
+def _disruption_report(result: SimulationResult, records: Sequence[JobRecord]) -> dict[str, Any]:
+    return {
+        "preemptions": sum(r.preemptions for r in records),
+        "jobs_preempted": sum(1 for r in records if r.preemptions),
+        "node_failures": result.counts.get("failures", 0),
+        "repairs": result.counts.get("repairs", 0),
+        "interruptions_by_failure": sum(r.interruptions for r in records),
+        "jobs_interrupted": sum(1 for r in records if r.interruptions),
+        "gpu_hours_lost": sum(r.lost_gpu_seconds for r in records) / HOUR,
+        "gpu_hours_lost_by_cause": {
+            "evictions_of_unallocated_work": sum(
+                r.lost_evicted_unallocated_gpu_seconds for r in records
+            )
+            / HOUR,
+            "evictions_of_allocated_work": sum(
+                r.lost_evicted_allocated_gpu_seconds for r in records
+            )
+            / HOUR,
+            "node_failures": sum(r.lost_to_failures_gpu_seconds for r in records) / HOUR,
+        },
+    }
+
+
+def _speed_report(result: SimulationResult) -> dict[str, Any]:
+    cycles = np.asarray(result.cycle_seconds, dtype=float)
+    return {
+        "cycles": int(cycles.size),
+        "decision_latency_s": {
+            **percentiles(cycles, (50, 99)),
+            "max": float(cycles.max()) if cycles.size else None,
+            "mean": float(cycles.mean()) if cycles.size else None,
+        },
+        "scheduler_seconds": float(cycles.sum()),
+        "scheduler_cpu_seconds": result.scheduler_cpu_seconds,
+        "wall_seconds": result.wall_seconds,
+        "scheduler_events": result.scheduler_events,
+        "events_per_second": (
+            result.scheduler_events / result.wall_seconds if result.wall_seconds > 0 else None
+        ),
+        "simulated_seconds_per_wall_second": (
+            result.duration / result.wall_seconds if result.wall_seconds > 0 else None
+        ),
+    }
+
+
+def _timeline(samples: Sequence[Sample]) -> dict[str, list[Any]]:
+    return {
+        "time_s": [s.time for s in samples],
+        "occupancy": [s.occupancy for s in samples],
+        "allocation_ratio": [s.allocation_ratio for s in samples],
+        "unallocated_share": [s.unallocated_share for s in samples],
+        "running_jobs": [s.running_jobs for s in samples],
+        "pending_jobs": [s.pending_jobs for s in samples],
+        "pending_gpus": [s.pending_gpus for s in samples],
+        "outstanding_ratio": [s.outstanding_ratio for s in samples],
+        "unhealthy_gpus": [s.unhealthy_gpus for s in samples],
+    }
+
+
+def summarize(result: SimulationResult) -> dict[str, Any]:
+    """The JSON summary: utilisation, fairness, waits, disruption and the scheduler's speed."""
     records = list(result.records.values())
     by_class: dict[str, list[JobRecord]] = {}
     for record in records:
         by_class.setdefault(record.job_class, []).append(record)
-    cycles = np.asarray(result.cycle_seconds, dtype=float)
-    balance = conservation(result)
-    delivered = integrals.delivered
-    preempted = [r for r in records if r.preemptions]
-    interrupted = [r for r in records if r.interruptions]
     return {
         "workload": result.workload,
         "scheduler": result.scheduler,
@@ -478,105 +588,18 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
             "end_s": result.end,
             "days": result.duration / DAY,
         },
-        "jobs": {
-            "total": len(records),
-            "submitted": sum(1 for r in records if r.state is not RecordState.FUTURE),
-            "finished": sum(1 for r in records if r.state is RecordState.FINISHED),
-            "running_at_end": sum(1 for r in records if r.state is RecordState.RUNNING),
-            "pending_at_end": sum(1 for r in records if r.state is RecordState.PENDING),
-            "failed": sum(1 for r in records if r.state is RecordState.FAILED),
-            "cancelled": sum(1 for r in records if r.state is RecordState.CANCELLED),
-        },
-        "utilisation": {
-            "occupancy": integrals.busy / capacity_seconds if capacity_seconds else None,
-            "allocation_ratio": delivered / capacity_seconds if capacity_seconds else None,
-            "unallocated_share_of_delivered": (
-                integrals.unallocated / delivered if delivered > 0 else None
-            ),
-            "allocated_share_of_delivered": (
-                (delivered - integrals.unallocated) / delivered if delivered > 0 else None
-            ),
-            "mean_outstanding_ratio": (
-                integrals.outstanding / capacity_seconds if capacity_seconds else None
-            ),
-            "occupancy_while_work_waits": (
-                integrals.busy_while_waiting / (result.capacity_gpus * integrals.waiting_seconds)
-                if result.capacity_gpus and integrals.waiting_seconds > 0
-                else None
-            ),
-            "share_of_time_work_waits": (
-                integrals.waiting_seconds / result.duration if result.duration > 0 else None
-            ),
-            "gpu_hours": {
-                "capacity": capacity_seconds / HOUR,
-                "delivered": delivered / HOUR,
-                "idle": integrals.idle / HOUR,
-                "unavailable": integrals.unavailable / HOUR,
-            },
-        },
-        "conservation": {
-            "delivered_gpu_hours": balance.delivered / HOUR,
-            "idle_gpu_hours": balance.idle / HOUR,
-            "unavailable_gpu_hours": balance.unavailable / HOUR,
-            "capacity_x_time_gpu_hours": balance.expected / HOUR,
-            "relative_error": balance.error,
-            "holds": balance.holds(1e-6),
-        },
+        "jobs": _jobs_report(records),
+        "utilisation": _utilisation_report(result),
+        "conservation": _conservation_report(result),
         "fairness": _team_report(result),
         "classes": {
             name: _class_report(group, result.end) for name, group in sorted(by_class.items())
         },
         "debug_wait_s": _class_report(by_class.get(DEBUG_CLASS, []), result.end)["wait_s"],
         "largest_jobs": _largest_jobs(records, result.end),
-        "disruption": {
-            "preemptions": sum(r.preemptions for r in records),
-            "jobs_preempted": len(preempted),
-            "node_failures": result.counts.get("failures", 0),
-            "repairs": result.counts.get("repairs", 0),
-            "interruptions_by_failure": sum(r.interruptions for r in records),
-            "jobs_interrupted": len(interrupted),
-            "gpu_hours_lost": sum(r.lost_gpu_seconds for r in records) / HOUR,
-            "gpu_hours_lost_by_cause": {
-                "evictions_of_unallocated_work": sum(
-                    r.lost_evicted_unallocated_gpu_seconds for r in records
-                )
-                / HOUR,
-                "evictions_of_allocated_work": sum(
-                    r.lost_evicted_allocated_gpu_seconds for r in records
-                )
-                / HOUR,
-                "node_failures": sum(r.lost_to_failures_gpu_seconds for r in records) / HOUR,
-            },
-        },
-        "scheduler_speed": {
-            "cycles": int(cycles.size),
-            "decision_latency_s": {
-                **percentiles(cycles, (50, 99)),
-                "max": float(cycles.max()) if cycles.size else None,
-                "mean": float(cycles.mean()) if cycles.size else None,
-            },
-            "scheduler_seconds": float(cycles.sum()),
-            "scheduler_cpu_seconds": result.scheduler_cpu_seconds,
-            "wall_seconds": result.wall_seconds,
-            "scheduler_events": result.scheduler_events,
-            "events_per_second": (
-                result.scheduler_events / result.wall_seconds if result.wall_seconds > 0 else None
-            ),
-            "simulated_seconds_per_wall_second": (
-                result.duration / result.wall_seconds if result.wall_seconds > 0 else None
-            ),
-        },
+        "disruption": _disruption_report(result, records),
+        "scheduler_speed": _speed_report(result),
         "counts": dict(result.counts),
-        "timeline": {
-            "time_s": [s.time for s in result.samples],
-            "occupancy": [s.occupancy for s in result.samples],
-            "allocation_ratio": [s.allocation_ratio for s in result.samples],
-            "unallocated_share": [s.unallocated_share for s in result.samples],
-            "running_jobs": [s.running_jobs for s in result.samples],
-            "pending_jobs": [s.pending_jobs for s in result.samples],
-            "pending_gpus": [s.pending_gpus for s in result.samples],
-            "outstanding_ratio": [s.outstanding_ratio for s in result.samples],
-            "unhealthy_gpus": [s.unhealthy_gpus for s in result.samples],
-        },
+        "timeline": _timeline(result.samples),
         "notes": result.notes,
     }
