@@ -107,16 +107,20 @@ class ServiceCore:
             )
             for rank, node in enumerate(allocation.nodes.tolist())
         )
-        expected = record.spec.get("expected_runtime")
         return Launch(
             job_id=record.job_id,
             attempt=record.attempt,
             pods=pods,
             run=parse_run(record.spec.get("run")),
-            expected_runtime=None if expected is None else self.spec_of(record).expected_runtime,
+            expected_runtime=self.spec_of(record).expected_runtime,
         )
 
     def spec_of(self, record: JobRecord) -> JobSpec:
+        """The job's validated spec: the scheduler's for a job it holds, else read from the
+        stored document."""
+        job = self.scheduler.jobs.get(record.job_id)
+        if job is not None:
+            return job.spec
         fields = {key: value for key, value in record.spec.items() if key != "run"}
         return JobSpec.from_dict(fields)
 
