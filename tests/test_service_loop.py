@@ -46,6 +46,7 @@ def test_a_submission_runs_and_finishes_after_its_runtime(tmp_path: Path) -> Non
         clock.now += 601
         settle(loop)
         assert state_of(loop, "a") == "finished"
+        assert loop.call(lambda core, now: core.record("a").reason) == "finished"
     kinds = [e.kind for e in Store(str(tmp_path / "s.db")).events_after(0)]
     assert kinds == ["submitted", "bound", "started", "finished"]
 
