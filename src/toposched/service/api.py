@@ -218,10 +218,12 @@ def _cluster_routes(app: FastAPI, ctx: Context) -> None:
         limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
         after: str | None = None,
     ) -> dict[str, Any]:
-        ctx.principal(request)
+        principal = ctx.principal(request)
         if level is not None:
             return await ctx.call(lambda core, now: views.level_rows(core, level), writes=False)
-        return await ctx.call(lambda core, now: views.node_rows(core, limit, after), writes=False)
+        return await ctx.call(
+            lambda core, now: views.node_rows(core, principal.sees, limit, after), writes=False
+        )
 
     @app.post("/v1/nodes/{name}/{action}")
     async def node_action(request: Request, name: str, action: str) -> dict[str, Any]:
