@@ -153,10 +153,10 @@ def test_idle_gpus_go_to_a_team_short_of_its_budget_before_a_borrower(first_shor
     for job in jobs if first_short else jobs[::-1]:
         sched.submit(job, now)
     assert sched.owed_accounts() == {"team-b"}
-    assert [row["job"] for row in sched.queue_rows(now)] == ["b-next", "a-next"]
-    assert [row["owed"] for row in sched.queue_rows(now)] == [True, False]
+    assert [row.job for row in sched.queue_rows(now)] == ["b-next", "a-next"]
+    assert [row.owed for row in sched.queue_rows(now)] == [True, False]
     assert [bind.job_id for bind in sched.cycle(now).bound] == ["b-next"]
-    assert "runs below its budget" not in sched.explain("a-next", now)
+    assert "runs below its budget" not in sched.explain("a-next", now).text
 
 
 @pytest.mark.parametrize("baseline", [FifoFirstFit, KubeLike, SlurmLike])

@@ -756,7 +756,7 @@ def test_nominated_capacity_is_not_taken_by_a_later_small_job() -> None:
     sched = pair_preempting_two()
     sched.evicted("u0", 110)
     sched.submit(spec("small", "team-a", priority=10), 110)
-    assert [row["job"] for row in sched.queue_rows(110)][:2] == ["small", "pair"]
+    assert [row.job for row in sched.queue_rows(110)][:2] == ["small", "pair"]
 
     result = sched.cycle(110)
 
@@ -925,7 +925,7 @@ def test_evictions_and_reasons_explain_who_why_and_what_it_cost() -> None:
         "preempting 2 unallocated jobs in rack z0-b0-r0 (0.2 GPU-hours of work lost); "
         "starts when they exit"
     )
-    assert pair.reason in sched.explain("pair", 100)
+    assert pair.reason in sched.explain("pair", 100).text
 
     sched.evicted("u0", 110)
     assert sched.jobs["u0"].preemptions == 1
@@ -934,7 +934,7 @@ def test_evictions_and_reasons_explain_who_why_and_what_it_cost() -> None:
         "preempted; not resumable: requeued to start from scratch",
     )
     sched.cycle(110)
-    assert "waiting for 1 evicted job(s) to exit" in sched.explain("pair", 110)
+    assert "waiting for 1 evicted job(s) to exit" in sched.explain("pair", 110).text
 
 
 def test_a_job_that_cannot_preempt_says_what_it_lacks() -> None:

@@ -27,6 +27,8 @@ from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier, Rank
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.decisions import Bind, Decision, Evict, Reserve
 from toposched.scheduler.defrag import Defragmenter, MovePlan, Mover, fragmentation
+from toposched.scheduler.explain import Explanation, QueueRow, queue_rows
+from toposched.scheduler.explain import explain as explain_job
 from toposched.scheduler.fence import Fence, FencedNodes, NodeGroup
 from toposched.scheduler.jobs import (
     EvictionRecord,
@@ -34,6 +36,7 @@ from toposched.scheduler.jobs import (
     JobKind,
     JobState,
     Nomination,
+    ReasonCode,
     Reservation,
 )
 from toposched.scheduler.preemptible import PreemptibleIndex, SlotVerdicts, domain_nodes
@@ -418,6 +421,7 @@ class Scheduler:
         job = self._running(job_id)
         self._stop(job, now)
         job.state = JobState.FINISHED
+        job.reason_code = ReasonCode.ENDED
         job.end_time = now
         job.record(now, "finished")
         return job
@@ -432,6 +436,7 @@ class Scheduler:
             self._enqueue(job)
         else:
             job.state = JobState.FAILED
+            job.reason_code = ReasonCode.ENDED
             job.end_time = now
             job.record(now, "failed")
         return job
@@ -449,6 +454,7 @@ class Scheduler:
             self._enqueue(job)
         else:
             job.state = JobState.FAILED
+            job.reason_code = ReasonCode.ENDED
             job.end_time = now
             job.record(now, f"preempted; {outcome.reason}")
         return job
@@ -472,6 +478,7 @@ class Scheduler:
         else:
             raise InputError("job", job_id, f"is already {job.state}")
         job.state = JobState.CANCELLED
+        job.reason_code = ReasonCode.ENDED
         job.end_time = now
         job.record(now, "cancelled")
         return job
@@ -521,6 +528,7 @@ class Scheduler:
             return
         restarting[account] = put_first + job.gpus
         self._restart_first.add(job.job_id)
+        job.reason_code = ReasonCode.RESTARTING_FIRST
         job.reason = (
             "interrupted by a node failure within its team's budget: first in the next cycle"
         )
@@ -541,6 +549,7 @@ class Scheduler:
         spare_nodes = np.setdiff1d(moved.nodes, allocation.nodes)
         job.nomination = Nomination(set(), np.unique(moved.nodes), now, moved)
         names = ", ".join(self.state.topology.node_names[n] for n in spare_nodes.tolist())
+        job.reason_code = ReasonCode.RESTARTING_ON_SPARE
         job.reason = f"restarting on its surviving nodes and spare node(s) {names}"
         job.record(now, job.reason)
 
@@ -630,7 +639,7 @@ class Scheduler:
             # expected runtime), account, priority, whether declared unallocated, and what the
             # cycle knows so far (fence, failures, reservation, refusals, preemptions left). Such
             # a job gets the reason an earlier job alike got, unless its own failure is the answer.
-            answered: dict[tuple[object, ...], tuple[tuple[object, ...], str, str]] = {}
+            answered: dict[tuple[object, ...], tuple[tuple[object, ...], str, str, ReasonCode]] = {}
             refusals = 0  # moves whenever `unpreemptable` does
             result.considered = len(entries)
             for entry, job in zip(entries, pending, strict=True):
@@ -661,6 +670,7 @@ class Scheduler:
                 same = answered.get(alike)
                 if same is not None and same[0] == known_so_far and same[1] != entry.job_id:
                     job.reason = same[2]
+                    job.reason_code = same[3]
                     continue
                 shape = job_kind.shape
                 pods = job_kind.pods
@@ -689,6 +699,7 @@ class Scheduler:
                             job, known, fence, cycle_number, memo_messages
                         )
                     job.reason = message
+                    job.reason_code = ReasonCode.DOES_NOT_FIT
                     if known.job_id != entry.job_id:
                         answered_by = known.job_id
                 else:
@@ -731,8 +742,10 @@ class Scheduler:
                             job.reason = self._known_failure_reason(
                                 job, backfill, fence, cycle_number, memo_messages
                             )
+                            job.reason_code = ReasonCode.DOES_NOT_FIT
                     if outcome is not None:
                         job.reason = outcome.reason
+                        job.reason_code = ReasonCode.DOES_NOT_FIT
                 allocated = tier is QueueTier.ALLOCATED
                 if allocated and preemptions_left > 0 and not entry.unallocated:
                     refusal_key = (shape, entry.account, entry.priority)
@@ -746,6 +759,7 @@ class Scheduler:
                                 f"{job.reason}; no preemption: {refused[1]}{note}"
                             )
                         job.reason = text
+                        job.reason_code = ReasonCode.NO_PREEMPTION
                     else:
                         plan = self._preempt_or_refuse(
                             job, job_kind, entry, ranking_now(), fence, now
@@ -760,11 +774,13 @@ class Scheduler:
                             refusals += 1
                         note = self._beyond_budget_note(job, entry)
                         job.reason += f"; no preemption: {plan}{note}"
+                        job.reason_code = ReasonCode.NO_PREEMPTION
                 if self.reservation is None and allocated and job.gpus >= self.reserve_min_gpus:
                     answered_by = None  # a reservation is looked for job by job
                     reserved = self._reserve(job, now, fence)
                     if reserved is not None:
                         job.reason = f"{reserved.describe(now)}; now: {job.reason}"
+                        job.reason_code = ReasonCode.RESERVED
                         if self._defragment_for(job, reserved, now, result):
                             # Moves open a domain now: the nominated nodes replace the wait.
                             assert job.nomination is not None
@@ -786,7 +802,7 @@ class Scheduler:
                     refusals,
                     preemptions_left,
                 ):
-                    answered[alike] = (known_so_far, answered_by, job.reason)
+                    answered[alike] = (known_so_far, answered_by, job.reason, job.reason_code)
         finally:
             fence.open_all()
             self._settled_version = self.state.version
@@ -860,6 +876,7 @@ class Scheduler:
         nomination = job.nomination
         assert nomination is not None
         if nomination.victims:
+            job.reason_code = ReasonCode.PREEMPTING
             job.reason = (
                 f"preempting: waiting for {len(nomination.victims)} evicted job(s) to exit "
                 "(grace period); their GPUs are kept for this job"
@@ -1394,6 +1411,7 @@ class Scheduler:
         self._preemptible.mark_evicting_many(victims)
         job.nomination = Nomination(set(victims), plan.nodes, now)
         lost = plan.impact[0] / 3600
+        job.reason_code = ReasonCode.PREEMPTING
         job.reason = (
             f"preempting {_victims_by_rule([v.rule for v in plan.victims])} in "
             f"{self._domain_of(plan.nodes)} ({lost:,.1f} GPU-hours of work lost); "
@@ -1452,6 +1470,7 @@ class Scheduler:
             return False
         self._move(plan, job, "defragmentation", now, result)
         job.reservation = None
+        job.reason_code = ReasonCode.DEFRAGMENTING
         job.reason = (
             f"defragmenting {plan.domain}: moving {len(plan.movers)} job(s) "
             f"({plan.cost_gpu_seconds / 3600:,.1f} GPU-hours) to start "
@@ -1519,6 +1538,7 @@ class Scheduler:
             assert job.start_time is not None
             if not job.unallocated and now < job.start_time + job.min_runtime:
                 job.reason = "running on a draining node; leaves when its min runtime ends"
+                job.reason_code = ReasonCode.RUNNING_ON_DRAINING
                 continue
             self._mark_leaving(job)
             self._preemptible.mark_evicting(job_id)
@@ -1711,6 +1731,7 @@ class Scheduler:
         job.state = JobState.PENDING
         job.start_time = None
         job.reason = "queued; waiting for the next cycle"
+        job.reason_code = ReasonCode.QUEUED
         self.queue.add(
             QueueEntry(
                 job_id=job.job_id,
@@ -1745,6 +1766,7 @@ class Scheduler:
                 else f" beyond its team's budget, protected for {_hours(cap)}"
             )
         job.reason = "running" + how
+        job.reason_code = ReasonCode.RUNNING
         job.record(now, "started" + (f" ({how.strip()})" if how else ""))
         if not job.unallocated and job.gpus > 0:
             # Usage is GPU time: pods without GPUs charge nothing.
@@ -1883,46 +1905,15 @@ class Scheduler:
         assert job.start_time is not None
         return not job.unallocated and now < job.start_time + job.min_runtime
 
-    def explain(self, job_id: str, now: float) -> str:
-        """Why a job is where it is: queue position, sort key, reservation, blocking reason."""
-        job = self._job(job_id)
-        if job.state is not JobState.PENDING:
-            return f"{job_id}: {job.state}; {job.reason}"
-        explanation = self.queue.explain(job_id, now, self._owed_first())
-        ahead_other = self._ahead_from_other_accounts(job, now)
-        # Accounts ranked higher are further below their share: the under-served ones.
-        standing = f"; {ahead_other} jobs of under-served accounts ahead" if ahead_other else ""
-        return f"{explanation.describe()}{standing}; {job.reason}"
+    def explain(self, job_id: str, now: float) -> Explanation:
+        """Why a job is where it is: state, queue position, sort key, reservation, reason and
+        history; `.text` says it in one line."""
+        return explain_job(self._job(job_id), self.queue, now, self._owed_first())
 
-    def _ahead_from_other_accounts(self, job: Job, now: float) -> int:
-        count = 0
-        for entry in self.queue.ordered(now, self._owed_first()):
-            if entry.job_id == job.job_id:
-                break
-            if entry.account != job.spec.account:
-                count += 1
-        return count
-
-    def queue_rows(self, now: float) -> list[dict[str, object]]:
-        """The pending queue in order: position, job, account, sort key, priority, tier, whether
-        the account runs below its budget (`owed`), reason."""
-        rows: list[dict[str, object]] = []
-        for explanation in self.queue.explanations(now, self._owed_first()):
-            job = self.jobs[explanation.entry.job_id]
-            standing = explanation.standing
-            rows.append(
-                {
-                    "position": explanation.position + 1,
-                    "job": job.job_id,
-                    "account": job.spec.account,
-                    "standing": standing.describe() if standing is not None else "-",
-                    "priority": job.spec.priority,
-                    "tier": explanation.tier.name.lower(),
-                    "owed": explanation.owed,
-                    "reason": job.reason,
-                }
-            )
-        return rows
+    def queue_rows(self, now: float) -> list[QueueRow]:
+        """The pending queue in order: position, job, account, standing, priority, tier,
+        whether the account runs below its budget (`owed`), reason."""
+        return queue_rows(self.queue, self.jobs, now, self._owed_first())
 
 
 def _gpus_text(gpus: float) -> str:
