@@ -339,8 +339,8 @@ def across_racks(sched: Scheduler, job_id: str, now: float) -> PreemptionPlan | 
     return sched.victim_search.across_domains(
         job_id,
         sched.jobs[job_id].request,
-        sched._preemptible,
-        lambda slots: sched._verdicts(entry, ranking, now, slots),
+        sched.ledger.preemptible,
+        lambda slots: sched.preemptor.verdicts(entry, ranking, now, slots),
         now,
     )
 
@@ -442,8 +442,8 @@ def test_a_gang_over_many_racks_looks_further_when_the_contract_spares_most_of_t
     plan = sched.victim_search.across_domains(
         "wide",
         sched.jobs["wide"].request,
-        sched._preemptible,
-        lambda slots: sched._verdicts(entry, ranking, 2 * HOUR, slots),
+        sched.ledger.preemptible,
+        lambda slots: sched.preemptor.verdicts(entry, ranking, 2 * HOUR, slots),
         2 * HOUR,
     )
     assert isinstance(plan, PreemptionPlan)

@@ -12,6 +12,7 @@ from toposched.placement.jobspec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Bind, Evict
+from toposched.scheduler.preemptor import Preemptor
 
 HOUR = 3600.0
 
@@ -107,13 +108,13 @@ def test_jobs_that_may_take_only_unallocated_work_share_a_refusal(monkeypatch: A
     # answered by the first one's refusal, without a search.
     scheduler = teams_at_their_budgets()
     searches: list[str] = []
-    search = Scheduler._search_preemption
+    search = Preemptor.search
 
-    def counted(self: Scheduler, job: Any, *args: Any) -> Any:
+    def counted(self: Preemptor, job: Any, *args: Any) -> Any:
         searches.append(job.job_id)
         return search(self, job, *args)
 
-    monkeypatch.setattr(Scheduler, "_search_preemption", counted)
+    monkeypatch.setattr(Preemptor, "search", counted)
     scheduler.submit(spec("b-new", "team-b", priority=10), now=2 * HOUR)
     assert evicted(scheduler.cycle(2 * HOUR)) == []
     scheduler.submit(spec("d-new", "team-d", priority=10), now=2 * HOUR + 60)

@@ -18,8 +18,9 @@ from toposched.placement.jobspec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract
 from toposched.policy.usage import UsageTracker
-from toposched.scheduler.core import CycleResult, Scheduler, _Failure, _Failures
+from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Bind, Reserve
+from toposched.scheduler.failures import Failure, FailureMemo
 from toposched.scheduler.fence import Fence
 from toposched.scheduler.jobs import JobState, Nomination, ReasonCode
 
@@ -332,7 +333,7 @@ class Timeline:
 
 def reserved_nodes(scheduler: Scheduler) -> frozenset[int]:
     """The nodes the cycle just kept from backfill (the placement behind its reservation)."""
-    return frozenset(int(node) for node in scheduler._reserved_nodes)
+    return frozenset(int(node) for node in scheduler.reservations.reserved_nodes)
 
 
 def simulate(
@@ -782,12 +783,12 @@ def test_a_failure_stops_answering_once_a_preemptor_hands_back_part_of_its_kept_
 SHAPE: tuple[object, ...] = ("4 GPUs per pod",)
 
 
-def failure_behind_node_0() -> tuple[Fence, _Failures]:
+def failure_behind_node_0() -> tuple[Fence, FailureMemo]:
     """A 2-pod gang of `SHAPE` that did not fit while node 0 was fenced."""
     fence = Fence(small_cluster())
-    failures = _Failures()
+    failures = FailureMemo()
     fence.close(np.array([0], dtype=np.int64))
-    failures.add(SHAPE, _Failure(2, "no room", fence.frozen(), "wide", epoch=1, cycle=1), fence)
+    failures.add(SHAPE, Failure(2, "no room", fence.frozen(), "wide", epoch=1, cycle=1), fence)
     return fence, failures
 
 
@@ -817,7 +818,7 @@ def test_a_new_failure_replaces_or_joins_the_known_ones_by_what_each_fence_held(
     node = lambda index: np.array([index], dtype=np.int64)  # noqa: E731
 
     def known_after(pods: int, job_id: str) -> list[str]:
-        failure = _Failure(pods, "no room", fence.frozen(), job_id, epoch=1, cycle=1)
+        failure = Failure(pods, "no room", fence.frozen(), job_id, epoch=1, cycle=1)
         failures.add(SHAPE, failure, fence)
         return [failure.job_id for failure in failures.by_shape[SHAPE]]
 
@@ -861,7 +862,7 @@ def test_a_remembered_answer_behind_the_fence_lasts_only_while_nothing_moved() -
     fence.open(np.array([0], dtype=np.int64))  # node 0 is back: the failure no longer holds
     assert failures.find_beyond(SHAPE, 2, fence, elsewhere, cycle=1) is None
     fence.close(np.array([1], dtype=np.int64))
-    failures.add(SHAPE, _Failure(3, "no room", fence.frozen(), "wider", epoch=1, cycle=1), fence)
+    failures.add(SHAPE, Failure(3, "no room", fence.frozen(), "wider", epoch=1, cycle=1), fence)
     found = failures.find_beyond(SHAPE, 3, fence, elsewhere, cycle=1)
     assert found is not None and found.job_id == "wider"
     assert failures.find_beyond(SHAPE, 2, fence, elsewhere, cycle=1) is None  # fewer pods

@@ -18,6 +18,7 @@ from toposched.policy.budget import ROOT, BudgetTree, account_ancestors
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Bind, Evict, Reserve
 from toposched.scheduler.jobs import JobState
+from toposched.scheduler.ledger import work_since
 
 # Usage counts GPU-seconds over 7 days; a run is at most 40 steps of at most 3 h (120 h), so
 # nothing expires and the oracle below is a plain integral.
@@ -311,7 +312,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         if not hasattr(self, "scheduler"):
             return
         scheduler, state = self.scheduler, self.state
-        index = scheduler._preemptible
+        index = scheduler.ledger.preemptible
         index.refresh(self.now)
         top = state.topology
         leaf_of = top.node_domain[len(top.domain_levels) - 1]
@@ -349,7 +350,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                 )
             touched = np.unique(leaves)
             weight[touched] += job.gpus
-            weighted_since[touched] += job.gpus * scheduler._work_since(job)
+            weighted_since[touched] += job.gpus * work_since(job)
         assert (index.gpu_owner == owner).all()
         assert (index.leaf_freeable == freeable).all()
         assert (index.node_freeable == node_freeable).all()
@@ -410,9 +411,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert row.owed == owed, (row, running.get(spec.account), budget)
             tiers.append(0 if owed else 1 if allocated else 2)
         assert tiers == sorted(tiers)
-        event(
-            f"queue of {min(len(rows), 5)}+ rows, {len(set(r.account for r in rows))} accounts"
-        )
+        event(f"queue of {min(len(rows), 5)}+ rows, {len(set(r.account for r in rows))} accounts")
         for tier in (0, 1, 2):
             accounts = [str(r.account) for r, t in zip(rows, tiers, strict=True) if t == tier]
             runs = [a for i, a in enumerate(accounts) if i == 0 or accounts[i - 1] != a]

@@ -18,7 +18,7 @@ def _decide(scheduler: Scheduler, job_id: str, now: float) -> PreemptionPlan | s
     """The preemption decision alone: candidates under the contract, then the victim search."""
     job = scheduler.jobs[job_id]
     entry = scheduler.queue.get(job_id)
-    return scheduler._plan_preemption(job, entry, scheduler.queue.ranking(now), now)
+    return scheduler.preemptor.plan(job, entry, scheduler.queue.ranking(now), now)
 
 
 def frontier_job() -> JobSpec:
@@ -38,7 +38,7 @@ def run_preempt_benchmarks(quick: bool = False) -> list[Measurement]:
     scheduler = busy_scheduler(106_000, unallocated_share=0.4)
     now = 1.0
     running = len(scheduler.running)
-    unallocated = len(scheduler._unallocated_running)
+    unallocated = len(scheduler.ledger.unallocated)
     setting = f"{running:,} running, {unallocated:,} of them unallocated"
     rack_job = _spec("rack-job", _team(0), 18, 4, required="rack")
     scheduler.submit(rack_job, now)
