@@ -340,7 +340,7 @@ def across_racks(sched: Scheduler, job_id: str, now: float) -> PreemptionPlan | 
         job_id,
         sched.jobs[job_id].request,
         sched.ledger.preemptible,
-        lambda slots: sched.preemptor.verdicts(entry, ranking, now, slots),
+        lambda slots: sched.preemptor.verdicts.of(entry, ranking, now, slots),
         now,
     )
 
@@ -443,7 +443,7 @@ def test_a_gang_over_many_racks_looks_further_when_the_contract_spares_most_of_t
         "wide",
         sched.jobs["wide"].request,
         sched.ledger.preemptible,
-        lambda slots: sched.preemptor.verdicts(entry, ranking, 2 * HOUR, slots),
+        lambda slots: sched.preemptor.verdicts.of(entry, ranking, 2 * HOUR, slots),
         2 * HOUR,
     )
     assert isinstance(plan, PreemptionPlan)

@@ -609,6 +609,19 @@ def _cover_count(capacity: IntArray, need: int) -> int:
     return int(np.searchsorted(cumulative, need)) + 1
 
 
+def allocate_on(
+    state: ClusterState,
+    request: GangRequest,
+    policy: PlacementPolicy,
+    nodes: IntArray,
+    pods_per_node: IntArray,
+) -> Allocation:
+    """The allocation of `pods_per_node[i]` of `request`'s pods on `nodes[i]` (nodes in
+    increasing order, each with room for its pods), GPUs picked as `place` picks them: for a
+    placement that chose its nodes by other rules."""
+    return _Search(state, request, policy)._allocation(nodes, pods_per_node)
+
+
 def place(
     state: ClusterState,
     request: GangRequest,

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -16,97 +14,29 @@ from toposched.placement.jobspec import JobSpec
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, Unschedulable, place
 from toposched.policy.budget import BudgetTree
-from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier, Ranking
+from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier
 from toposched.policy.usage import UsageTracker
-from toposched.scheduler.decisions import Bind, Decision, Reserve
+from toposched.scheduler.decisions import Bind, Reserve
 from toposched.scheduler.defrag import fragmentation
 from toposched.scheduler.evictions import Evictor
 from toposched.scheduler.explain import Explanation, QueueRow, queue_rows
 from toposched.scheduler.explain import explain as explain_job
 from toposched.scheduler.failures import Failure, FailureMemo, FailureReasons
 from toposched.scheduler.fence import Fence
-from toposched.scheduler.jobs import Job, JobKind, JobState, Nomination, ReasonCode, Reservation
+from toposched.scheduler.interruptions import Interruptions
+from toposched.scheduler.jobs import Job, JobKind, JobState, ReasonCode, Reservation
 from toposched.scheduler.ledger import Ledger, work_since
+from toposched.scheduler.lifecycle import Lifecycle
 from toposched.scheduler.preemption import PreemptionPlan, VictimSearch
 from toposched.scheduler.preemptor import Preemptor
+from toposched.scheduler.queueing import JobQueue
 from toposched.scheduler.reservations import ReservationSearch
 from toposched.scheduler.settings import SchedulerSettings
 from toposched.scheduler.spares import SparePool
-from toposched.scheduler.wording import hours
+from toposched.scheduler.turn import Answer, CycleResult, Refused, Turn
 
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
-
-
-@dataclass
-class CycleResult:
-    """What one cycle decided, and what it looked at."""
-
-    now: float
-    decisions: list[Decision] = field(default_factory=list)
-    considered: int = 0
-    searches: int = 0
-    """Placement searches run; the rest were answered by a failure of the same shape."""
-
-    @property
-    def bound(self) -> list[Bind]:
-        return [d for d in self.decisions if isinstance(d, Bind)]
-
-    @property
-    def reservation(self) -> Reserve | None:
-        return next((d for d in self.decisions if isinstance(d, Reserve)), None)
-
-
-@dataclass(frozen=True, slots=True)
-class _Refused:
-    """A preemption refused in this cycle to a gang of `pods` pods, and why."""
-
-    pods: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Answer:
-    """What a pending job was told, and what the cycle knew then (see `_Turn.answered`)."""
-
-    known: tuple[object, ...]
-    failed_job: str
-    """The job whose failure answered it."""
-    reason: str
-    code: ReasonCode
-
-
-@dataclass(slots=True)
-class _Turn:
-    """What one cycle knows while it goes down the queue."""
-
-    now: float
-    number: int
-    result: CycleResult
-    fence: Fence
-    reasons: FailureReasons
-    preemptions_left: int
-    unpreemptable: dict[tuple[object, ...], _Refused] = field(default_factory=dict)
-    """Refused preemptions by (shape, account, priority): who may be evicted depends on the
-    preemptor's account and priority. A start later in the cycle may give another account
-    work beyond its budget; such a refusal is revisited at the next cycle."""
-    refusals: int = 0
-    """Moves whenever `unpreemptable` does."""
-    tiers: dict[tuple[str, bool], QueueTier] = field(default_factory=dict)
-    """The tier of each (account, declared unallocated): asked once for each."""
-    no_preemption_texts: dict[tuple[str, str, str], str] = field(default_factory=dict)
-    """Jobs refused preemption for the same reason share their explanation."""
-    reserved_nodes: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool))
-    """The reservation's nodes, marked: what backfills may use."""
-    answered: dict[tuple[object, ...], _Answer] = field(default_factory=dict)
-    """Most pending jobs are answered by a known failure and a refused preemption, and many
-    share everything that answer depends on: their kind (shape, pod count, expected runtime),
-    account, priority, whether declared unallocated, and what the cycle knows so far (fence,
-    failures, reservation, refusals, preemptions left). Such a job gets the reason an earlier
-    job alike got, unless its own failure is the answer."""
-    ranking: Ranking | None = None
-    """The standings at `now`, computed when a preemption first needs them: they do not move
-    within a cycle (a job started now has used nothing yet)."""
 
 
 class Scheduler:
@@ -121,7 +51,8 @@ class Scheduler:
     (`failed_first`, on by default).
 
     Settings come as one `SchedulerSettings`, or by their names as keywords
-    (`Scheduler(state, tree, reserve_min_gpus=16)`), or both (the keywords win).
+    (`Scheduler(state, tree, reserve_min_gpus=16)`), or both (the keywords win). `queue`
+    replaces the Fair Tree order (see `JobQueue`).
     """
 
     orders_owed_first = True
@@ -134,6 +65,7 @@ class Scheduler:
         settings: SchedulerSettings | None = None,
         *,
         usage: UsageTracker | None = None,
+        queue: JobQueue | None = None,
         **keywords: Any,
     ) -> None:
         self.settings = settings = SchedulerSettings.of(settings, keywords)
@@ -142,7 +74,7 @@ class Scheduler:
         self.contract = settings.contract
         self.policy = settings.policy
         self.usage = usage if usage is not None else UsageTracker()
-        self.queue = PendingQueue(tree, self.usage)
+        self.queue: JobQueue = queue if queue is not None else PendingQueue(tree, self.usage)
         self.jobs: dict[str, Job] = {}
         self.ledger = Ledger(state, tree, self.usage)
         self.running = self.ledger.running
@@ -154,10 +86,8 @@ class Scheduler:
         self.reservations = ReservationSearch(state, self.policy, self.ledger, self.victim_search)
         self.evictor = Evictor(state, self.ledger, settings)
         self.spares = SparePool(state, *settings.spares) if settings.spares is not None else None
-        # Gangs a node failure interrupted while they ran within their account's budget: they
-        # head the next cycle's order (`failed_first`), so that their surviving nodes are not
-        # handed to the queue while they wait to take back unallocated work elsewhere.
-        self._restart_first: set[str] = set()
+        self.lifecycle = Lifecycle(state, tree, self.usage, self.queue, self.ledger, settings)
+        self.interruptions = Interruptions(state, self.ledger, self.spares, settings.failed_first)
         # What the cycle may remember between cycles. `_epoch` moves whenever free capacity may
         # have changed (a job started, or the cluster changed between cycles, seen by its
         # version); equal epochs and fences mean equal free capacity. Failures to place stay
@@ -278,59 +208,18 @@ class Scheduler:
         if spares is not None and health is Health.DOWN:
             spares.release_down(node_array)
         if health is Health.DOWN:
-            taken: dict[int, int] = {}
-            restarting: dict[str, float] = {}  # GPUs of each account's gangs put first here
+            self.interruptions.new_failure()
             for owner in sorted(self.owners_on(node_array)):
                 if owner not in self.running:
                     continue
                 allocation = self.state.allocations[owner]
                 job = self.fail(owner, now)
                 failed.append(job)
-                if job.state is not JobState.PENDING:
-                    continue
-                if spares is not None:
-                    self._nominate_spare(job, allocation, node_array, taken, now)
-                # `unallocated` is still what the job ran as.
-                if self.settings.failed_first and job.nomination is None and not job.unallocated:
-                    self._put_first_if_within_budget(job, restarting)
+                if job.state is JobState.PENDING:
+                    self.interruptions.requeued(job, allocation, node_array, now)
         elif spares is not None and health is Health.HEALTHY:
             spares.refill(node_array)
         return failed
-
-    def _put_first_if_within_budget(self, job: Job, restarting: dict[str, float]) -> None:
-        """Put a gang a node failure interrupted at the head of the next cycle if it runs
-        within its account's budget again, counting the account's other gangs put first by the
-        same failure."""
-        account = job.spec.account
-        put_first = restarting.get(account, 0.0)
-        if self.ledger.beyond_budget(job, put_first):
-            return
-        restarting[account] = put_first + job.gpus
-        self._restart_first.add(job.job_id)
-        job.reason_code = ReasonCode.RESTARTING_FIRST
-        job.reason = (
-            "interrupted by a node failure within its team's budget: first in the next cycle"
-        )
-
-    def _nominate_spare(
-        self,
-        job: Job,
-        allocation: Allocation,
-        down: IntArray,
-        taken: dict[int, int],
-        now: float,
-    ) -> None:
-        assert self.spares is not None
-        moved = self.spares.replacement(job.request, allocation, down, taken)
-        if moved is None:
-            job.record(now, f"no spare node of the failed node's {self.spares.level_name}")
-            return
-        spare_nodes = np.setdiff1d(moved.nodes, allocation.nodes)
-        job.nomination = Nomination(set(), np.unique(moved.nodes), now, moved)
-        names = ", ".join(self.state.topology.node_names[n] for n in spare_nodes.tolist())
-        job.reason_code = ReasonCode.RESTARTING_ON_SPARE
-        job.reason = f"restarting on its surviving nodes and spare node(s) {names}"
-        job.record(now, job.reason)
 
     def set_priority(self, job_id: str, priority: int, now: float) -> Job:
         """Change a live job's priority. A pending job takes its new place among its account's
@@ -378,7 +267,7 @@ class Scheduler:
             self._epoch += 1
             self.failures.clear()
         fence = Fence(self.state)
-        turn = _Turn(
+        turn = Turn(
             now,
             self._cycles,
             result,
@@ -391,8 +280,7 @@ class Scheduler:
             # Accounts below their budget go first for the whole cycle, even once a start here
             # takes one past it: the order is fixed before any decision.
             entries = list(self.queue.ordered(now, self._owed_first()))
-            if self._restart_first:
-                entries = self._failed_first(entries)
+            entries = self.interruptions.first(entries)
             jobs = self.jobs
             pending = [jobs[entry.job_id] for entry in entries]
             nominated = [job.nomination.nodes for job in pending if job.nomination is not None]
@@ -407,7 +295,7 @@ class Scheduler:
             self._settled_version = self.state.version
         return result
 
-    def _consider(self, turn: _Turn, entry: QueueEntry, job: Job) -> None:
+    def _consider(self, turn: Turn, entry: QueueEntry, job: Job) -> None:
         """One pending job's turn: start it, preempt or reserve for it, or say why not."""
         job.reservation = None
         fence = turn.fence
@@ -460,10 +348,10 @@ class Scheduler:
             turn.refusals,
             turn.preemptions_left,
         ):
-            turn.answered[alike] = _Answer(known_so_far, answered_by, job.reason, job.reason_code)
+            turn.answered[alike] = Answer(known_so_far, answered_by, job.reason, job.reason_code)
 
     def _place(
-        self, turn: _Turn, entry: QueueEntry, job: Job, kind: JobKind, tier: QueueTier
+        self, turn: Turn, entry: QueueEntry, job: Job, kind: JobKind, tier: QueueTier
     ) -> tuple[bool, str | None]:
         """Start the job where it fits now, or, when it ends before the reservation (or is
         unallocated work, which the reserved job may preempt at any moment), on the reserved
@@ -519,7 +407,7 @@ class Scheduler:
             job.reason_code = ReasonCode.DOES_NOT_FIT
         return False, None
 
-    def _preempt(self, turn: _Turn, entry: QueueEntry, job: Job, kind: JobKind) -> bool:
+    def _preempt(self, turn: Turn, entry: QueueEntry, job: Job, kind: JobKind) -> bool:
         """Evict for the job if the contract allows a set of victims that makes room; else add
         why not to its reason. Returns whether victims were evicted for it (or it started)."""
         pods = kind.pods
@@ -547,14 +435,14 @@ class Scheduler:
             turn.fence.close(job.nomination.nodes if job.nomination else plan.nodes)
             return True
         if refused is None or pods < refused.pods:
-            turn.unpreemptable[refusal_key] = _Refused(pods, plan)
+            turn.unpreemptable[refusal_key] = Refused(pods, plan)
             turn.refusals += 1
         note = self.preemptor.beyond_budget_note(job, entry)
         job.reason += f"; no preemption: {plan}{note}"
         job.reason_code = ReasonCode.NO_PREEMPTION
         return False
 
-    def _reserve(self, turn: _Turn, job: Job) -> bool:
+    def _reserve(self, turn: Turn, job: Job) -> bool:
         """Reserve the earliest place the job fits as running jobs end, or open one now by
         moving jobs (defragmentation). Returns whether moves were decided for it."""
         now, fence = turn.now, turn.fence
@@ -611,16 +499,6 @@ class Scheduler:
         )
         self.failures.add(shape, failure, fence)
 
-    def _failed_first(self, entries: list[QueueEntry]) -> list[QueueEntry]:
-        """`entries` with the gangs a node failure interrupted within their budget moved to
-        the front (in the queue's order among themselves), for this cycle only."""
-        first = self._restart_first
-        self._restart_first = set()
-        ahead = [entry for entry in entries if entry.job_id in first]
-        if not ahead:
-            return entries
-        return ahead + [entry for entry in entries if entry.job_id not in first]
-
     def _start_nominee(self, job: Job, fence: Fence, now: float, result: CycleResult) -> bool:
         """Start a preemptor whose victims are gone, on the nodes kept for it."""
         nomination = job.nomination
@@ -661,58 +539,24 @@ class Scheduler:
         self.evictor.carry_out(job, plan, now, result.decisions)
 
     # --- bookkeeping -------------------------------------------------------------------------
+    def bind(self, job_id: str, placement: Placement, now: float) -> Bind:
+        """Start the pending job on `placement`, found by the caller's own placement (a
+        scheduler that brings its own cycle, as the baselines do); returns the decision."""
+        job = self._job(job_id)
+        if job.state is not JobState.PENDING:
+            raise InputError("job", job_id, f"is {job.state}, not pending")
+        self._start(job, placement, now)
+        return Bind(job.job_id, placement.allocation, job.unallocated)
+
     def _enqueue(self, job: Job) -> None:
-        job.state = JobState.PENDING
-        job.start_time = None
-        job.reason = "queued; waiting for the next cycle"
-        job.reason_code = ReasonCode.QUEUED
-        self.queue.add(
-            QueueEntry(
-                job_id=job.job_id,
-                # One string per account: a cycle reads every pending job's account, and one
-                # shared string stays in cache where thousands of copies would not.
-                account=sys.intern(job.spec.account),
-                priority=job.spec.priority,
-                submit_time=job.submit_time,
-                unallocated=job.spec.min_runtime == 0,
-            )
-        )
+        self.lifecycle.enqueue(job)
 
     def _start(self, job: Job, placement: Placement, now: float) -> None:
-        self.state.allocate(job.job_id, placement.allocation)
+        self.lifecycle.start(job, placement, now)
         self._epoch += 1
-        self.queue.remove(job.job_id)
-        spec = job.spec
-        job.state = JobState.RUNNING
-        job.start_time = now
-        job.attempts += 1
-        job.unallocated = self.contract.is_unallocated(spec.min_runtime, spec.account, self.tree)
-        job.min_runtime = (
-            0.0 if job.unallocated else self.contract.effective_min_runtime(spec.min_runtime)
-        )
-        how = " as unallocated work" if job.unallocated else ""
-        cap = self.settings.protection_cap
-        if cap is not None and job.min_runtime > cap and self.ledger.beyond_budget(job):
-            job.min_runtime = cap
-            how = (
-                " beyond its team's budget, unprotected"
-                if cap == 0
-                else f" beyond its team's budget, protected for {hours(cap)}"
-            )
-        job.reason = "running" + how
-        job.reason_code = ReasonCode.RUNNING
-        job.record(now, "started" + (f" ({how.strip()})" if how else ""))
-        if not job.unallocated and job.gpus > 0:
-            # Usage is GPU time: pods without GPUs charge nothing.
-            self.usage.start(spec.account, job.gpus, now)
-        self.ledger.started(job)
 
     def _stop(self, job: Job, now: float) -> None:
-        self.ledger.forget(job, self.jobs)
-        self.state.release(job.job_id)
-        del self.ledger.running[job.job_id]
-        if not job.unallocated and job.gpus > 0:
-            self.usage.stop(job.spec.account, job.gpus, now)
+        self.lifecycle.stop(job, now, self.jobs)
 
     def _job(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)

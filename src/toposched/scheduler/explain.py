@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from toposched.policy.fairshare import JobExplanation, JobSortKey, PendingQueue
+from toposched.policy.fairshare import JobExplanation, JobSortKey
 from toposched.scheduler.jobs import Job, JobState, ReasonCode
+from toposched.scheduler.queueing import JobQueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,13 @@ class QueueRow:
     """Allocated work of an account running below its budget: it goes first."""
     reason: str
     code: ReasonCode
+
+    def __getitem__(self, name: str) -> object:
+        """A field by name (`row["job"]`), as callers that read the rows as mappings do."""
+        if name not in QueueRow.__dataclass_fields__:
+            raise KeyError(name)
+        value: object = getattr(self, name)
+        return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +77,7 @@ class Explanation:
         return self.text
 
 
-def explain(job: Job, queue: PendingQueue, now: float, owed: Collection[str]) -> Explanation:
+def explain(job: Job, queue: JobQueue, now: float, owed: Collection[str]) -> Explanation:
     """`job`'s explanation; `owed`: the accounts whose allocated work the queue puts first."""
     history = tuple(job.history)
     if job.state is not JobState.PENDING:
@@ -100,7 +108,7 @@ def explain(job: Job, queue: PendingQueue, now: float, owed: Collection[str]) ->
 
 
 def queue_rows(
-    queue: PendingQueue, jobs: Mapping[str, Job], now: float, owed: Collection[str]
+    queue: JobQueue, jobs: Mapping[str, Job], now: float, owed: Collection[str]
 ) -> list[QueueRow]:
     """The pending queue in order, one row per job."""
     rows: list[QueueRow] = []

@@ -65,6 +65,10 @@ class SchedulerSettings:
     """Whether a gang a node failure interrupted within its budget heads the next cycle, so
     that its surviving nodes are not handed to the queue while it waits."""
 
+    charge_unallocated: bool = False
+    """Whether unallocated work is charged to its account's usage too (Slurm charges every
+    job; toposched charges budgeted work only)."""
+
     def __post_init__(self) -> None:
         _seconds("borrowed_min_runtime", self.borrowed_min_runtime, allow_none=True)
         _seconds("grace_s", self.grace_s)
