@@ -336,7 +336,7 @@ def zones_of_two_racks(in_rack_3: JobSpec) -> Scheduler:
 
 def across_racks(sched: Scheduler, job_id: str, now: float) -> PreemptionPlan | str | None:
     entry, ranking = sched.queue.get(job_id), sched.queue.ranking(now)
-    return sched.victim_search.across_domains(
+    return sched.preemptor.spread.across_domains(
         job_id,
         sched.jobs[job_id].request,
         sched.ledger.preemptible,
@@ -439,7 +439,7 @@ def test_a_gang_over_many_racks_looks_further_when_the_contract_spares_most_of_t
     sched.submit(spec("wide", "team-a", pods=30, priority=10), 2 * HOUR)
     entry, ranking = sched.queue.get("wide"), sched.queue.ranking(2 * HOUR)
     # The search across racks answers by itself, without the general search.
-    plan = sched.victim_search.across_domains(
+    plan = sched.preemptor.spread.across_domains(
         "wide",
         sched.jobs["wide"].request,
         sched.ledger.preemptible,

@@ -22,6 +22,7 @@ from toposched.scheduler.preemption import (
     PreemptionPlan,
     VictimSearch,
 )
+from toposched.scheduler.spread import SpreadSearch
 from toposched.scheduler.verdicts import Verdicts
 from toposched.scheduler.wording import gpus_text, needs
 
@@ -61,6 +62,7 @@ class Preemptor:
         self.victim_search = search
         self.verdicts = Verdicts(tree, usage, contract, ledger)
         self.local = LocalDomains(state, ledger, search)
+        self.spread = SpreadSearch(search)
         # Refused preemptions by (pod shape, pods, account, priority), or by (pod shape, pods)
         # for jobs that may take unallocated work only (see `preempt_or_refuse`).
         self._refusals: dict[tuple[object, ...], _RememberedRefusal] = {}
@@ -165,7 +167,7 @@ class Preemptor:
                 return plan, lasting
         else:
             # Larger gangs: domains chosen from the aggregates, without listing every candidate.
-            spread = self.victim_search.across_domains(
+            spread = self.spread.across_domains(
                 job.job_id,
                 job.request,
                 self.ledger.preemptible,
