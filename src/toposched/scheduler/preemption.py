@@ -399,10 +399,10 @@ class VictimSearch:
             starts = self.leaf_starts
             usable = (state.health == 0).astype(np.int64)
             free = state.free_whole_gpus.astype(np.int64)
-            now_room = np.add.reduceat(self._pods_fit(free, request) * usable, starts[:-1])
+            room_now = np.add.reduceat(self._pods_fit(free, request) * usable, starts[:-1])
             np.add.at(free, pool.pod_nodes, pool.whole[pod_owner])
             potential = np.minimum(free, topology.gpu_count) * usable
-            return now_room, np.add.reduceat(self._pods_fit(potential, request), starts[:-1])
+            return room_now, np.add.reduceat(self._pods_fit(potential, request), starts[:-1])
         # Now: from each domain's count of healthy nodes by free whole GPUs. With the
         # candidates gone: that plus the change on the nodes they hold, not a pass over every
         # node of the cluster.

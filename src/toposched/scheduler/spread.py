@@ -4,6 +4,7 @@ without listing every candidate."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -19,6 +20,47 @@ from toposched.scheduler.victim_arrays import AllowedRoom, Nowhere, distinct_slo
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class _Room:
+    """Per innermost domain: the pods it holds `now` and the most it could `gain` (whole
+    slices of `granule` pods); the pods the gang lacks in all, and the domains that gain."""
+
+    now: IntArray
+    gain: IntArray
+    need: int
+    helpful: IntArray
+    granule: int
+
+
+@dataclass
+class _Read:
+    """The domains read so far: per batch, the chosen domains' nodes (in node order), their
+    owners and which GPUs allowed jobs hold; the verdicts learnt per slot (`allowed`, plus an
+    entry for GPUs nobody holds); the pods covered; and the last batch's slot marks (when
+    every one of its domains was chosen), slots and verdicts."""
+
+    allowed: NDArray[np.bool_]
+    pieces: list[tuple[IntArray, NDArray[np.int32], NDArray[np.bool_]]] = field(
+        default_factory=list
+    )
+    covered: int = 0
+    whole_batch_marks: NDArray[np.bool_] | None = None
+    slots: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    verdicts: SlotVerdicts | None = None
+
+
+@dataclass(frozen=True)
+class _Chosen:
+    """The victims: the nodes read on the chosen domains, their GPUs' owners and which GPUs
+    the victims hold; the victims' slots and verdicts."""
+
+    nodes: IntArray
+    owners: NDArray[np.int32]
+    held: NDArray[np.bool_]
+    slots: IntArray
+    verdicts: SlotVerdicts
 
 
 class SpreadSearch:
@@ -54,16 +96,57 @@ class SpreadSearch:
         the gang's shortfall is covered (inside one domain of its required level, if that lies
         above these). Every allowed job on a chosen domain is a victim. The placement engine
         checks the set on the state with those jobs' GPUs in the chosen domains freed (their
-        pods elsewhere are not counted: a conservative check); of a set too large for `_spare`,
+        pods elsewhere are not counted: a conservative check); of a set too large for `spare`,
         only the jobs on the nodes the gang takes are kept.
         `only_unallocated`: the contract lets the preemptor take unallocated work only, so only
         its GPUs count towards the most a domain could gain.
         """
         if request.is_fractional or request.gpus_per_pod == 0 or self.leaf_level == 0:
             return None
-        state, topology = self.state, self.state.topology
-        per_pod = request.gpus_per_pod
         index.refresh(now)
+        room = self._aggregates(request, index, only_unallocated)
+        helpful = room.helpful
+        if helpful.size == 0:
+            return None
+        victims = "all unallocated work" if only_unallocated else "every unprotected job"
+        if int(room.gain[helpful].sum()) < room.need:
+            return f"even evicting {victims} leaves too little room in whole slices"
+        ratio = index.leaf_cost_bound(helpful, now) / room.gain[helpful]
+        # Room the whole cluster has may lie in required domains other than the one the gang
+        # can use: the shortfall is counted inside that one.
+        within = self.search.within_required(request, room.now, room.gain, helpful, ratio)
+        if isinstance(within, Nowhere):
+            level = self.state.topology.domain_levels[request.required]
+            return (
+                f"even evicting {victims} leaves no {level} with room for more than "
+                f"{within.most} of its {request.pods} pods in whole slices"
+            )
+        if within is not None:
+            order, need = within
+        elif room.need <= 0:
+            return None
+        else:
+            order, need = helpful[np.argsort(ratio, kind="stable")], room.need
+        read = self._read(request, index, verdicts_of, room, order, need)
+        if read.covered < need:
+            # Every domain where evictions could make room (in the one required domain chosen,
+            # if any) was read with only the jobs the contract allows.
+            return self._short_with_allowed(
+                request, index, verdicts_of, read.allowed, room.now, helpful, order, read.covered
+            )
+        chosen = self._victims(read, index, verdicts_of)
+        if self._beyond_caps(chosen, index):
+            # Every allowed job in the chosen domains would go, and that takes some account
+            # below its budget: the general search chooses within the caps.
+            return self._short_within_caps(request, index, verdicts_of)
+        return self._plan(preemptor, request, index, chosen, now)
+
+    def _aggregates(
+        self, request: GangRequest, index: PreemptibleIndex, only_unallocated: bool
+    ) -> _Room:
+        """Per innermost domain, from the free-GPU histogram and the index's aggregates: the
+        pods it holds now and the most it could gain, in whole slices."""
+        state, per_pod = self.state, request.gpus_per_pod
         hist = state.free_hist[self.leaf_level]
         if request.allowed_models is not None:
             hist = hist[:, request.allowed_models, :]
@@ -75,99 +158,105 @@ class SpreadSearch:
         most = (state.free_gpus[self.leaf_level] + freeable) // per_pod
         gain = most // granule * granule - now_room
         need = request.pods - int(now_room.sum())
-        helpful = np.flatnonzero(gain > 0)
-        if helpful.size == 0:
-            return None
-        if int(gain[helpful].sum()) < need:
-            victims = "all unallocated work" if only_unallocated else "every unprotected job"
-            return f"even evicting {victims} leaves too little room in whole slices"
-        cost = index.leaf_cost_bound(helpful, now)
-        ratio = cost / gain[helpful]
-        # Room the whole cluster has may lie in required domains other than the one the gang
-        # can use: the shortfall is counted inside that one.
-        within = self.search.within_required(request, now_room, gain, helpful, ratio)
-        if isinstance(within, Nowhere):
-            victims = "all unallocated work" if only_unallocated else "every unprotected job"
-            level = topology.domain_levels[request.required]
-            return (
-                f"even evicting {victims} leaves no {level} with room for more than "
-                f"{within.most} of its {request.pods} pods in whole slices"
-            )
-        if within is not None:
-            order, need = within
-        elif need <= 0:
-            return None
-        else:
-            order = helpful[np.argsort(ratio, kind="stable")]
+        return _Room(now_room, gain, need, np.flatnonzero(gain > 0), granule)
+
+    def _read(
+        self,
+        request: GangRequest,
+        index: PreemptibleIndex,
+        verdicts_of: Callable[[IntArray], SlotVerdicts],
+        room: _Room,
+        order: IntArray,
+        need: int,
+    ) -> _Read:
+        """Read the domains of `order` node by node, in growing batches, until the pods they
+        gain with the allowed jobs gone cover `need`; keep the nodes of those that gain."""
         # The first batch: the domains whose upper bounds cover the shortfall, and a few more.
         # Domains are chosen in this order whatever the batches, so their size only trades
         # nodes read for rounds; a round costs far less than reading an eighth more nodes.
-        batch = int(np.searchsorted(np.cumsum(gain[order]), need)) + 1 + DOMAINS_EXAMINED
-        covered = done = 0
-        # Per batch, the chosen domains' nodes (in node order), their owners and which of
-        # those the contract allows.
-        pieces: list[tuple[IntArray, NDArray[np.int32], NDArray[np.bool_]]] = []
+        batch = int(np.searchsorted(np.cumsum(room.gain[order]), need)) + 1 + DOMAINS_EXAMINED
         # Per slot, whether the contract allows evicting it; the extra last entry answers for
         # GPUs nobody holds (owner -1).
-        allowed = np.zeros(index.ids.shape[0] + 1, dtype=bool)
-        # The last batch's slot marks, when every one of its domains was chosen.
-        whole_batch_marks: NDArray[np.bool_] | None = None
-        while covered < need and done < order.size:
+        read = _Read(allowed=np.zeros(index.ids.shape[0] + 1, dtype=bool))
+        done = 0
+        while read.covered < need and done < order.size:
             leaves = order[done : done + batch]
             done += leaves.size
             batch *= 2
-            read = self._room_with_allowed(leaves, request, index, verdicts_of, allowed, granule)
-            nodes, owners, held = read.nodes, read.owners, read.held
-            unique, verdicts = read.slots, read.verdicts
-            gained = np.maximum(read.room - now_room[leaves], 0)
-            reach = covered + np.cumsum(gained)
+            found = self._room_with_allowed(
+                leaves, request, index, verdicts_of, read.allowed, room.granule
+            )
+            read.slots, read.verdicts = found.slots, found.verdicts
+            gained = np.maximum(found.room - room.now[leaves], 0)
+            reach = read.covered + np.cumsum(gained)
             count = min(int(np.searchsorted(reach, need)) + 1, leaves.size)
-            covered = int(reach[count - 1])
+            read.covered = int(reach[count - 1])
             picked = np.zeros(leaves.size, dtype=bool)
             picked[:count] = gained[:count] > 0
             if picked.all():
-                pieces.append((nodes, owners, held))
-                whole_batch_marks = read.marks
+                read.pieces.append((found.nodes, found.owners, found.held))
+                read.whole_batch_marks = found.marks
             else:
-                whole_batch_marks = None
-                rows = np.flatnonzero(np.repeat(picked[read.by_node], read.sizes))
-                pieces.append((nodes[rows], take_rows(owners, rows), take_rows(held, rows)))
-        if covered < need:
-            # Every domain where evictions could make room (in the one required domain chosen,
-            # if any) was read with only the jobs the contract allows.
-            return self._short_with_allowed(
-                request, index, verdicts_of, allowed, now_room, helpful, order, covered
-            )
-        if len(pieces) == 1:
+                read.whole_batch_marks = None
+                rows = np.flatnonzero(np.repeat(picked[found.by_node], found.sizes))
+                read.pieces.append(
+                    (found.nodes[rows], take_rows(found.owners, rows), take_rows(found.held, rows))
+                )
+        return read
+
+    def _victims(
+        self,
+        read: _Read,
+        index: PreemptibleIndex,
+        verdicts_of: Callable[[IntArray], SlotVerdicts],
+    ) -> _Chosen:
+        """Every allowed job holding GPUs on the chosen domains, with their verdicts."""
+        if len(read.pieces) == 1:
             # The victims are the batch's allowed slots that hold GPUs on the chosen domains,
             # with the batch's verdicts.
-            nodes, owners, held = pieces[0]
+            nodes, owners, held = read.pieces[0]
             present = (
-                whole_batch_marks
-                if whole_batch_marks is not None
+                read.whole_batch_marks
+                if read.whole_batch_marks is not None
                 else slot_marks(owners, index.ids.shape[0])
             )
-            rows = (present[unique] & verdicts.allowed).nonzero()[0]
-            victim_slots, verdicts = unique[rows], verdicts.rows(rows)
-        else:
-            nodes = np.concatenate([piece[0] for piece in pieces])
-            in_order = np.argsort(nodes, kind="stable")
-            nodes = nodes[in_order]
-            owners = take_rows(np.concatenate([piece[1] for piece in pieces]), in_order)
-            held = take_rows(np.concatenate([piece[2] for piece in pieces]), in_order)
-            slots = distinct_slots(owners, index.ids.shape[0])
-            victim_slots = slots[allowed[slots]]
-            verdicts = verdicts_of(victim_slots)
+            assert read.verdicts is not None
+            rows = (present[read.slots] & read.verdicts.allowed).nonzero()[0]
+            return _Chosen(nodes, owners, held, read.slots[rows], read.verdicts.rows(rows))
+        nodes = np.concatenate([piece[0] for piece in read.pieces])
+        in_order = np.argsort(nodes, kind="stable")
+        nodes = nodes[in_order]
+        owners = take_rows(np.concatenate([piece[1] for piece in read.pieces]), in_order)
+        held = take_rows(np.concatenate([piece[2] for piece in read.pieces]), in_order)
+        slots = distinct_slots(owners, index.ids.shape[0])
+        victim_slots = slots[read.allowed[slots]]
+        return _Chosen(nodes, owners, held, victim_slots, verdicts_of(victim_slots))
+
+    @staticmethod
+    def _beyond_caps(chosen: _Chosen, index: PreemptibleIndex) -> bool:
+        """Whether evicting every chosen job takes some account below its budget."""
+        verdicts, victim_slots = chosen.verdicts, chosen.slots
         bounded = np.flatnonzero(np.isfinite(verdicts.limit))
-        if bounded.size:
-            # Every allowed job in the chosen domains would go: if that takes some account
-            # below its budget, the general search chooses within the caps.
-            accounts = index.account[victim_slots[bounded]]
-            taken = np.bincount(accounts, weights=index.gpus[victim_slots[bounded]])
-            cap = np.full(taken.size, np.inf)
-            cap[accounts] = verdicts.limit[bounded]
-            if (taken > cap).any():
-                return self._short_within_caps(request, index, verdicts_of)
+        if not bounded.size:
+            return False
+        accounts = index.account[victim_slots[bounded]]
+        taken = np.bincount(accounts, weights=index.gpus[victim_slots[bounded]])
+        cap = np.full(taken.size, np.inf)
+        cap[accounts] = verdicts.limit[bounded]
+        return bool((taken > cap).any())
+
+    def _plan(
+        self,
+        preemptor: str,
+        request: GangRequest,
+        index: PreemptibleIndex,
+        chosen: _Chosen,
+        now: float,
+    ) -> PreemptionPlan | None:
+        """The plan evicting the chosen jobs, if the gang then places (None if not)."""
+        state = self.state
+        nodes, owners, held = chosen.nodes, chosen.owners, chosen.held
+        victim_slots, verdicts = chosen.slots, chosen.verdicts
         if index.cpu_milli[victim_slots].any() or index.memory_mib[victim_slots].any():
             released = state.parts_released(index.whole_gpu_parts(nodes, held))
         else:
@@ -178,7 +267,7 @@ class SpreadSearch:
             return None
         # Every allowed job on the chosen domains was released for the search, but only those
         # on the nodes the gang took need leave: on each of those nodes the same GPUs stay
-        # free. Sets small enough for `_spare` are left to it: it spares the costliest first,
+        # free. Sets small enough for `spare` are left to it: it spares the costliest first,
         # which the gang's first choice of nodes does not.
         if victim_slots.size > SPARE_CHECKS:
             on_gang = np.isin(nodes, placed.allocation.nodes).nonzero()[0]
@@ -194,6 +283,7 @@ class SpreadSearch:
             whole=index.whole[victim_slots],
             allocations=state.allocations,
         )
+        impact: tuple[float, ...]
         if LeastLostWork.is_key_of(self.impact):
             impact = (float(victims.lost.sum()), float(len(victims)), float(victims.standing.sum()))
         else:
