@@ -35,6 +35,8 @@ from toposched.scheduler.settings import SchedulerSettings
 from toposched.scheduler.spares import SparePool
 from toposched.scheduler.turn import Answer, CycleResult, Refused, Turn
 
+__all__ = ["CycleResult", "Scheduler"]
+
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
 
