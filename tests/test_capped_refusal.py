@@ -12,6 +12,7 @@ from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.placement.jobspec import JobSpec
 from toposched.policy.budget import BudgetTree
+from toposched.scheduler.candidates import Refusal
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.spread import SpreadSearch
@@ -94,7 +95,7 @@ def test_refusals_proven_from_counts_agree_with_the_general_search(
     proven: list[str] = []
     original = SpreadSearch._short_within_caps
 
-    def recorded(self: SpreadSearch, *args: Any) -> str | None:
+    def recorded(self: SpreadSearch, *args: Any) -> Refusal | None:
         answer = original(self, *args)
         if answer is not None:
             proven.append(answer)
@@ -121,7 +122,7 @@ def test_the_random_cases_include_proven_refusals_and_plans(
     answered = 0
     original = SpreadSearch._short_within_caps
 
-    def counted(self: SpreadSearch, *args: Any) -> str | None:
+    def counted(self: SpreadSearch, *args: Any) -> Refusal | None:
         nonlocal answered
         answer = original(self, *args)
         answered += answer is not None

@@ -22,7 +22,13 @@ from toposched.policy.usage import UsageTracker
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict
 from toposched.scheduler.jobs import EvictionRecord, JobState
-from toposched.scheduler.preemption import Candidate, LeastLostWork, PreemptionPlan, VictimSearch
+from toposched.scheduler.preemption import (
+    Candidate,
+    LeastLostWork,
+    PreemptionPlan,
+    Refusal,
+    VictimSearch,
+)
 
 HOUR = 3600.0
 GRACE = 30.0
@@ -334,7 +340,7 @@ def zones_of_two_racks(in_rack_3: JobSpec) -> Scheduler:
     return sched
 
 
-def across_racks(sched: Scheduler, job_id: str, now: float) -> PreemptionPlan | str | None:
+def across_racks(sched: Scheduler, job_id: str, now: float) -> PreemptionPlan | Refusal | None:
     entry, ranking = sched.queue.get(job_id), sched.queue.ranking(now)
     return sched.preemptor.spread.across_domains(
         job_id,
@@ -348,7 +354,9 @@ def across_racks(sched: Scheduler, job_id: str, now: float) -> PreemptionPlan | 
 def assert_refused_across_racks(sched: Scheduler, job_id: str, now: float, expected: str) -> None:
     """The search across racks refuses `job_id` with `expected` by itself, and a cycle evicts
     nothing and gives that reason."""
-    assert across_racks(sched, job_id, now) == expected
+    refusal = across_racks(sched, job_id, now)
+    assert isinstance(refusal, Refusal)
+    assert refusal.reason == expected
 
     result = sched.cycle(now)
 
@@ -1097,7 +1105,7 @@ def test_victim_search_reports_whether_the_set_is_exact() -> None:
                 candidates.append(Candidate(name, "unallocated-victim", lost, 0.0, node_array, 1.0))
         request = GangRequest.from_spec(spec("p", "team-a", topology=RACK), state.topology)
         plan = VictimSearch(state, BestFit()).plan("p", request, candidates)
-        assert not isinstance(plan, str)
+        assert not isinstance(plan, Refusal)
         assert plan.exact is exact
         # Node 0's four jobs are the cheapest way to a free node: 0 + 1 + 2 + 3.
         assert sorted(v.job_id for v in plan.victims) == ["n0g0", "n0g1", "n0g2", "n0g3"]

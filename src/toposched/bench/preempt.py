@@ -12,7 +12,7 @@ from toposched.placement.jobspec import JobSpec
 from toposched.placement.search import Placement, place
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.jobs import JobState
-from toposched.scheduler.preemption import PreemptionPlan
+from toposched.scheduler.preemption import PreemptionPlan, Refusal
 
 
 @dataclass
@@ -24,7 +24,7 @@ class _FailingGang:
     time: float = 0.0
 
 
-def _decide(scheduler: Scheduler, job_id: str, now: float) -> PreemptionPlan | str:
+def _decide(scheduler: Scheduler, job_id: str, now: float) -> PreemptionPlan | Refusal:
     """The preemption decision alone: candidates under the contract, then the victim search."""
     job = scheduler.jobs[job_id]
     entry = scheduler.queue.get(job_id)
@@ -66,7 +66,7 @@ def run_preempt_benchmarks(quick: bool = False) -> list[Measurement]:
     results[-1].extra = (
         {"victims": len(plan.victims), "exact": plan.exact}
         if isinstance(plan, PreemptionPlan)
-        else {"no_plan": plan}
+        else {"no_plan": plan.reason}
     )
     scheduler.cancel("rack-job", now)
     scheduler.submit(frontier_job(), now)
@@ -82,7 +82,7 @@ def run_preempt_benchmarks(quick: bool = False) -> list[Measurement]:
     results[-1].extra = (
         {"victims": len(plan.victims)}
         if isinstance(plan, PreemptionPlan)
-        else {"no_plan": str(plan)[:80]}
+        else {"no_plan": plan.reason[:80]}
     )
     scheduler.cancel("frontier-job", now)
     # A node fails under a resumable 6-node gang; the gang is requeued and re-placed at once.

@@ -437,10 +437,10 @@ class Scheduler:
             turn.fence.close(job.nomination.nodes if job.nomination else plan.nodes)
             return True
         if refused is None or pods < refused.pods:
-            turn.unpreemptable[refusal_key] = Refused(pods, plan)
+            turn.unpreemptable[refusal_key] = Refused(pods, plan.reason)
             turn.refusals += 1
         note = self.preemptor.beyond_budget_note(job, entry)
-        job.reason += f"; no preemption: {plan}{note}"
+        job.reason += f"; no preemption: {plan.reason}{note}"
         job.reason_code = ReasonCode.NO_PREEMPTION
         return False
 

@@ -23,6 +23,8 @@ from toposched.scheduler.candidates import (
     ImpactPolicy,
     LeastLostWork,
     PreemptionPlan,
+    Refusal,
+    RefusalCode,
 )
 from toposched.scheduler.preemptible import (
     uniform_size,
@@ -43,6 +45,8 @@ __all__ = [
     "ImpactPolicy",
     "LeastLostWork",
     "PreemptionPlan",
+    "Refusal",
+    "RefusalCode",
     "VictimSearch",
 ]
 
@@ -104,15 +108,18 @@ class VictimSearch:
         request: GangRequest,
         candidates: Sequence[Candidate] | CandidatePool,
         known_not_to_fit: bool = False,
-    ) -> PreemptionPlan | str:
-        """A plan, or the reason no set of allowed victims makes room.
+    ) -> PreemptionPlan | Refusal:
+        """A plan, or why no set of allowed victims makes room.
 
         `known_not_to_fit` says the caller has just seen the gang not fit without evictions
         (a scheduling cycle plans preemption only then); otherwise a gang bound to one domain
         is first placed as things are, and needs no victim if it fits.
         """
         if not len(candidates):
-            return "no running job may be preempted for it under the contract"
+            return Refusal(
+                RefusalCode.NO_ALLOWED_VICTIM,
+                "no running job may be preempted for it under the contract",
+            )
         pool = candidates if isinstance(candidates, CandidatePool) else CandidatePool.of(candidates)
         # Gangs bound to one innermost domain (required there, or a single pod) are searched
         # domain by domain; others may combine free room and victims across domains.
@@ -174,9 +181,9 @@ class VictimSearch:
         self,
         request: GangRequest,
         pool: CandidatePool,
-        fallback: str,
+        fallback: Refusal,
         everything: PlacementResult | None = None,
-    ) -> str:
+    ) -> Refusal:
         """Why no victim set works: what the job would still lack with every candidate gone
         (`everything`: the placement with every candidate gone, when already tried)."""
         if everything is None:
@@ -185,7 +192,11 @@ class VictimSearch:
                 everything = place(self.state, request, self.policy)
         if isinstance(everything, Placement):
             return fallback
-        return f"even evicting all {len(pool)} preemptible jobs leaves no room: {everything.reason}"
+        return Refusal(
+            RefusalCode.NO_ROOM,
+            f"even evicting all {len(pool)} preemptible jobs leaves no room: {everything.reason}",
+            {"candidates": len(pool)},
+        )
 
     # --- shared ---------------------------------------------------------------------------------
     def _pods_fit(self, free: IntArray, request: GangRequest) -> IntArray:
@@ -432,7 +443,7 @@ class VictimSearch:
 
     def _many_domains(
         self, preemptor: str, request: GangRequest, pool: CandidatePool
-    ) -> PreemptionPlan | tuple[str, PlacementResult | _Proven | None]:
+    ) -> PreemptionPlan | tuple[Refusal, PlacementResult | _Proven | None]:
         """A plan, or why none was found with the placement tried with every candidate gone
         (None when not tried, `_PROVEN` when the aggregates prove it fails)."""
         topology = self.state.topology
@@ -451,14 +462,15 @@ class VictimSearch:
             )
             if granule > 1:
                 text += f" in whole slices of {granule}"
+            refusal = Refusal(RefusalCode.NO_ROOM, text, {"most": most, "pods": request.pods})
             if request.is_fractional or request.gpus_per_pod == 0:
                 # Shared GPUs' free fractions are not counted above: the placement engine
                 # answers for such pods.
-                return text, None
+                return refusal, None
             # Counted from whole free GPUs on every healthy node, an upper bound of what the
             # placement engine could place with every candidate gone: the job's reason says so
             # without placing it.
-            return text, _PROVEN
+            return refusal, _PROVEN
         # (leaf, candidate) pairs, each once, as one code per pair.
         n_candidates = len(pool)
         pair_codes = distinct(self.leaf_of_node[pool.pod_nodes] * n_candidates + pod_owner)
@@ -479,7 +491,8 @@ class VictimSearch:
                 text += f" in whole slices of {granule}"
             # Upper bounds as above: proven for whole-GPU pods only.
             proven = not (request.is_fractional or request.gpus_per_pod == 0)
-            return text, (_PROVEN if proven else None)
+            figures = {"most": within.most, "pods": request.pods}
+            return Refusal(RefusalCode.NO_ROOM, text, figures), (_PROVEN if proven else None)
         if within is not None:
             order, need = within
         else:
@@ -504,11 +517,17 @@ class VictimSearch:
             if plan is None:
                 if pool.caps_bind:
                     return (
-                        "no victim set found that satisfies the job's topology and leaves "
-                        "every account at or above its budget",
+                        Refusal(
+                            RefusalCode.BUDGET_CAPS,
+                            "no victim set found that satisfies the job's topology and leaves "
+                            "every account at or above its budget",
+                        ),
                         None,
                     )
-                return "no victim set found that satisfies the job's topology", placed
+                topology_refusal = Refusal(
+                    RefusalCode.TOPOLOGY, "no victim set found that satisfies the job's topology"
+                )
+                return topology_refusal, placed
         return self.spare(preemptor, request, plan)
 
     # --- across many domains, from the aggregates ----------------------------------------------

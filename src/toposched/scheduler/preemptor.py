@@ -20,6 +20,8 @@ from toposched.scheduler.local_domains import LocalDomains
 from toposched.scheduler.preemption import (
     CandidatePool,
     PreemptionPlan,
+    Refusal,
+    RefusalCode,
     VictimSearch,
 )
 from toposched.scheduler.spread import SpreadSearch
@@ -34,12 +36,12 @@ BoolArray = NDArray[np.bool_]
 @dataclass(frozen=True)
 class _RememberedRefusal:
     """A refused preemption: what it depended on, the nodes fenced then, until when no
-    protection ends, and the reason."""
+    protection ends, and the refusal."""
 
     inputs: tuple[object, ...]
     fenced: FencedNodes
     until: float
-    reason: str
+    refusal: Refusal
 
 
 class Preemptor:
@@ -78,7 +80,7 @@ class Preemptor:
         fence: Fence,
         now: float,
         epoch: int,
-    ) -> PreemptionPlan | str:
+    ) -> PreemptionPlan | Refusal:
         """`plan`, with refusals remembered across cycles.
 
         A refusal is decided by the free capacity, the jobs preemption could take (running,
@@ -120,7 +122,7 @@ class Preemptor:
             and now < known.until
             and fence.equals(known.fenced)
         ):
-            return known.reason
+            return known.refusal
         fence.settle()
         plan, lasting = self.search(job, entry, ranking, now, only_unallocated)
         if isinstance(plan, PreemptionPlan):
@@ -136,7 +138,7 @@ class Preemptor:
 
     def plan(
         self, job: Job, entry: QueueEntry, ranking: Ranking, now: float
-    ) -> PreemptionPlan | str:
+    ) -> PreemptionPlan | Refusal:
         """Victims whose eviction lets `job` run, or why there are none."""
         self.ledger.preemptible.refresh(now)
         only_unallocated = self.only_unallocated_victims(entry)
@@ -144,7 +146,7 @@ class Preemptor:
 
     def search(
         self, job: Job, entry: QueueEntry, ranking: Ranking, now: float, only_unallocated: bool
-    ) -> tuple[PreemptionPlan | str, bool]:
+    ) -> tuple[PreemptionPlan | Refusal, bool]:
         """`plan`, and whether its answer does not depend on the order of domains by lost work
         (False when the local search stopped at `DOMAINS_EXAMINED`). `only_unallocated`:
         `only_unallocated_victims(entry)`, as of a refresh at `now`."""
@@ -181,20 +183,24 @@ class Preemptor:
         plan = self.victim_search.plan(job.job_id, job.request, candidates, known_not_to_fit=True)
         return plan, lasting and not candidates.caps_bind
 
-    def _nothing_to_evict(self, job: Job, now: float, only_unallocated: bool) -> str:
+    def _nothing_to_evict(self, job: Job, now: float, only_unallocated: bool) -> Refusal:
         """Why a one-domain gang finds no domain where evictions could make room."""
         ledger = self.ledger
         if not ledger.unallocated and (only_unallocated or ledger.unprotected_count(now) == 0):
-            return "no running job may be preempted for it under the contract"
+            return Refusal(
+                RefusalCode.NO_ALLOWED_VICTIM,
+                "no running job may be preempted for it under the contract",
+            )
         level = self.state.topology.domain_levels[self.victim_search.leaf_level]
         victims = (
             "all unallocated work (its account runs its whole budget)"
             if only_unallocated
             else "every unprotected job"
         )
-        return (
+        return Refusal(
+            RefusalCode.NO_ROOM,
             f"even evicting {victims} leaves no {level} with room for "
-            f"{needs(job).removeprefix('needs ')}"
+            f"{needs(job).removeprefix('needs ')}",
         )
 
     def beyond_budget_note(self, job: Job, entry: QueueEntry) -> str:

@@ -13,7 +13,13 @@ from toposched.cluster.state import row_sums, take_rows
 from toposched.placement.capacity import pods_by_free
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, place
-from toposched.scheduler.candidates import LeastLostWork, PreemptionPlan, VictimList
+from toposched.scheduler.candidates import (
+    LeastLostWork,
+    PreemptionPlan,
+    Refusal,
+    RefusalCode,
+    VictimList,
+)
 from toposched.scheduler.preemptible import PreemptibleIndex, SlotVerdicts, domain_nodes
 from toposched.scheduler.preemption import DOMAINS_EXAMINED, SPARE_CHECKS, VictimSearch
 from toposched.scheduler.victim_arrays import AllowedRoom, Nowhere, distinct_slots, slot_marks
@@ -84,7 +90,7 @@ class SpreadSearch:
         verdicts_of: Callable[[IntArray], SlotVerdicts],
         now: float,
         only_unallocated: bool = False,
-    ) -> PreemptionPlan | str | None:
+    ) -> PreemptionPlan | Refusal | None:
         """Victims for a gang of whole-GPU pods spread over innermost domains, without a list
         of every candidate: None when this path does not apply or finds nothing (the general
         search then runs), a reason when the aggregates prove that nothing can work.
@@ -110,16 +116,21 @@ class SpreadSearch:
             return None
         victims = "all unallocated work" if only_unallocated else "every unprotected job"
         if int(room.gain[helpful].sum()) < room.need:
-            return f"even evicting {victims} leaves too little room in whole slices"
+            return Refusal(
+                RefusalCode.NO_ROOM,
+                f"even evicting {victims} leaves too little room in whole slices",
+            )
         ratio = index.leaf_cost_bound(helpful, now) / room.gain[helpful]
         # Room the whole cluster has may lie in required domains other than the one the gang
         # can use: the shortfall is counted inside that one.
         within = self.search.within_required(request, room.now, room.gain, helpful, ratio)
         if isinstance(within, Nowhere):
             level = self.state.topology.domain_levels[request.required]
-            return (
+            return Refusal(
+                RefusalCode.NO_ROOM,
                 f"even evicting {victims} leaves no {level} with room for more than "
-                f"{within.most} of its {request.pods} pods in whole slices"
+                f"{within.most} of its {request.pods} pods in whole slices",
+                {"most": within.most, "pods": request.pods},
             )
         if within is not None:
             order, need = within
@@ -335,7 +346,7 @@ class SpreadSearch:
         helpful: IntArray,
         read: IntArray,
         gained: int,
-    ) -> str | None:
+    ) -> Refusal | None:
         """Why no allowed victim set makes room, when the innermost domains `read` (of the
         `helpful` ones, where evictions could make room) gained only `gained` pods with every
         allowed job gone, short of what the gang lacks (else None: the general search decides).
@@ -347,9 +358,11 @@ class SpreadSearch:
         required = request.required
         if required <= 0 or required >= self.leaf_level:
             most = int(now_room.sum()) + gained
-            return (
+            return Refusal(
+                RefusalCode.NO_ROOM,
                 f"even evicting every job it may preempt leaves room for at most {most} of its "
-                f"{request.pods} pods{slices}"
+                f"{request.pods} pods{slices}",
+                {"most": most, "pods": request.pods},
             )
         topology = self.state.topology
         domain_of_leaf = self.search.domain_of_leaf(required)
@@ -366,9 +379,11 @@ class SpreadSearch:
         if most >= request.pods:
             return None
         level = topology.domain_levels[required]
-        return (
+        return Refusal(
+            RefusalCode.NO_ROOM,
             f"even evicting every job it may preempt leaves no {level} with room for more than "
-            f"{most} of its {request.pods} pods{slices}"
+            f"{most} of its {request.pods} pods{slices}",
+            {"most": most, "pods": request.pods},
         )
 
     def _short_within_caps(
@@ -376,7 +391,7 @@ class SpreadSearch:
         request: GangRequest,
         index: PreemptibleIndex,
         verdicts_of: Callable[[IntArray], SlotVerdicts],
-    ) -> str | None:
+    ) -> Refusal | None:
         """Under budget caps, why no allowed victim set can make room, when GPU counts prove it
         (else None: the general search decides). Evictions free at most what each account
         runs beyond its budget (its cap), plus every uncapped allowed job; an innermost domain
@@ -421,8 +436,10 @@ class SpreadSearch:
         room = f"{request.pods} pods"
         if granule > 1:
             room += f" in whole slices of {granule}"
-        return (
+        return Refusal(
+            RefusalCode.BUDGET_CAPS,
             "no victim set leaves every account at or above its budget and makes room: "
             f"within the budgets evictions free at most {most_freed:,} GPUs, and room for its "
-            f"{room} needs at least {cheapest:,} more"
+            f"{room} needs at least {cheapest:,} more",
+            {"most_freed_gpus": most_freed, "needed_gpus": cheapest},
         )

@@ -33,7 +33,13 @@ from toposched.placement.capacity import CapacityView
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import BestFit, PlacementPolicy, Spread
 from toposched.placement.request import GangRequest
-from toposched.placement.search import Placement, PlacementResult, Unschedulable, allocate_on
+from toposched.placement.search import (
+    Placement,
+    PlacementResult,
+    Unschedulable,
+    UnschedulableCode,
+    allocate_on,
+)
 from toposched.policy.budget import ROOT, BudgetTree
 from toposched.policy.fairshare import JobExplanation, QueueEntry, QueueTier, Ranking
 from toposched.policy.usage import UsageTracker
@@ -127,7 +133,9 @@ def flat_place(
         candidates = np.flatnonzero(capacity >= request.pods)
         if candidates.size == 0:
             return Unschedulable(
-                request, "node", f"no node has room for {request.pods} pods of this job"
+                request,
+                UnschedulableCode.NODE,
+                f"no node has room for {request.pods} pods of this job",
             )
         scores = policy.node_scores(state, candidates, capacity[candidates], request)
         chosen = candidates[int(np.argmin(scores))]
@@ -135,7 +143,7 @@ def flat_place(
     if total < request.pods:
         return Unschedulable(
             request,
-            "capacity",
+            UnschedulableCode.CAPACITY,
             f"needs {request.pods} pods of {request.describe_pod_plain()}; the cluster has "
             f"room for {total} such pod{'' if total == 1 else 's'}",
         )
