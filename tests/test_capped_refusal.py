@@ -12,9 +12,9 @@ from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.placement.jobspec import JobSpec
 from toposched.policy.budget import BudgetTree
-from toposched.scheduler.candidates import Refusal
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Bind, Evict
+from toposched.scheduler.refusals import Refusal
 from toposched.scheduler.spread import SpreadSearch
 
 HOUR = 3600.0

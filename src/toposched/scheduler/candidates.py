@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Protocol, overload
 
 import numpy as np
@@ -275,29 +274,3 @@ class VictimList(Sequence[Candidate]):
             nodes=nodes,
             gpus_per_pod=float(self.whole[row]),
         )
-
-
-class RefusalCode(StrEnum):
-    """Why no preemption makes room for a job, as a code."""
-
-    NO_ALLOWED_VICTIM = "no-allowed-victim"
-    """The contract lets the job preempt no running job."""
-    NO_ROOM = "no-room"
-    """Even with every job it may preempt gone, the gang would not fit."""
-    BUDGET_CAPS = "budget-caps"
-    """Room exists, but only by taking some account below its budget."""
-    TOPOLOGY = "topology"
-    """No victim set found gives the gang the shape its topology asks for."""
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """No preemption for a job: the code, the reason in words, and the figures the reason
-    quotes (e.g. `most`: the pods the gang could get at most, `pods`: the pods it needs)."""
-
-    code: RefusalCode
-    reason: str
-    figures: Mapping[str, float] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        return self.reason

@@ -14,6 +14,7 @@ from toposched.scheduler.defrag import Defragmenter, MovePlan, Mover
 from toposched.scheduler.jobs import EvictionRecord, Job, Nomination, ReasonCode, Reservation
 from toposched.scheduler.ledger import Ledger, work_since
 from toposched.scheduler.preemption import PreemptionPlan
+from toposched.scheduler.refusals import Refusal
 from toposched.scheduler.settings import SchedulerSettings
 from toposched.scheduler.wording import domain_of, hours, victims_by_rule
 
@@ -32,7 +33,7 @@ class Evictor:
         self.recent_moves: deque[float] = deque()
         """When each compaction move of the last hour was decided."""
         # A job that defragmentation could not help stays so until the cluster changes.
-        self._no_defrag: dict[str, tuple[int, str]] = {}
+        self._no_defrag: dict[str, tuple[int, Refusal]] = {}
 
     def grace_for(self, job: Job) -> float:
         """Seconds an evicted job gets to exit: its own `grace_period` up to `max_grace_s`, or
@@ -101,7 +102,7 @@ class Evictor:
             return False
         known = self._no_defrag.get(job.job_id)
         if known is not None and known[0] == self.state.version:
-            job.reason += f"; no defragmentation: {known[1]}"
+            job.reason = f"{job.reason}; no defragmentation: {known[1].reason}"
             return False
         plan = self.defragmenter.for_blocked_job(
             job.job_id,
@@ -111,7 +112,7 @@ class Evictor:
         )
         if not isinstance(plan, MovePlan):
             self._no_defrag[job.job_id] = (self.state.version, plan)
-            job.reason += f"; no defragmentation: {plan}"
+            job.reason = f"{job.reason}; no defragmentation: {plan.reason}"
             return False
         self.move(plan, job, "defragmentation", now, decisions)
         job.reservation = None

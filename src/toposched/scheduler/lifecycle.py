@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import sys
 
+from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
 from toposched.placement.search import Placement
 from toposched.policy.budget import BudgetTree
 from toposched.policy.fairshare import QueueEntry
 from toposched.policy.usage import UsageTracker
+from toposched.scheduler.errors import InternalError
 from toposched.scheduler.jobs import Job, JobState, ReasonCode
 from toposched.scheduler.ledger import Ledger
 from toposched.scheduler.queueing import JobQueue
@@ -55,8 +57,15 @@ class Lifecycle:
         )
 
     def start(self, job: Job, placement: Placement, now: float) -> None:
-        """Start the pending `job` on `placement`: hold it, fix its protection, charge it."""
-        self.state.allocate(job.job_id, placement.allocation)
+        """Start the pending `job` on `placement`: hold it, fix its protection, charge it.
+        An allocation that does not fit the cluster is bad input (`InputError`); an owner the
+        state already holds is the scheduler's own fault (`InternalError`)."""
+        try:
+            self.state.allocate(job.job_id, placement.allocation)
+        except InputError as error:
+            if error.field == "owner":
+                raise InternalError(job.job_id, str(error)) from error
+            raise
         self.queue.remove(job.job_id)
         spec = job.spec
         job.state = JobState.RUNNING
@@ -93,7 +102,10 @@ class Lifecycle:
     def stop(self, job: Job, now: float, jobs: dict[str, Job]) -> None:
         """The running `job` stopped: its GPUs return and its charge ends."""
         self.ledger.forget(job, jobs)
-        self.state.release(job.job_id)
+        try:
+            self.state.release(job.job_id)
+        except InputError as error:
+            raise InternalError(job.job_id, str(error)) from error
         del self.ledger.running[job.job_id]
         if self._charged(job):
             self.usage.stop(job.spec.account, job.gpus, now)

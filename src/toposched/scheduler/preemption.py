@@ -23,12 +23,11 @@ from toposched.scheduler.candidates import (
     ImpactPolicy,
     LeastLostWork,
     PreemptionPlan,
-    Refusal,
-    RefusalCode,
 )
 from toposched.scheduler.preemptible import (
     uniform_size,
 )
+from toposched.scheduler.refusals import Refusal, RefusalCode
 from toposched.scheduler.victim_arrays import (
     Nowhere,
     all_subsets,

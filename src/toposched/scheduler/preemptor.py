@@ -20,10 +20,9 @@ from toposched.scheduler.local_domains import LocalDomains
 from toposched.scheduler.preemption import (
     CandidatePool,
     PreemptionPlan,
-    Refusal,
-    RefusalCode,
     VictimSearch,
 )
+from toposched.scheduler.refusals import Refusal, RefusalCode
 from toposched.scheduler.spread import SpreadSearch
 from toposched.scheduler.verdicts import Verdicts
 from toposched.scheduler.wording import gpus_text, needs

@@ -16,12 +16,11 @@ from toposched.placement.search import Placement, place
 from toposched.scheduler.candidates import (
     LeastLostWork,
     PreemptionPlan,
-    Refusal,
-    RefusalCode,
     VictimList,
 )
 from toposched.scheduler.preemptible import PreemptibleIndex, SlotVerdicts, domain_nodes
 from toposched.scheduler.preemption import DOMAINS_EXAMINED, SPARE_CHECKS, VictimSearch
+from toposched.scheduler.refusals import Refusal, RefusalCode
 from toposched.scheduler.victim_arrays import AllowedRoom, Nowhere, distinct_slots, slot_marks
 
 IntArray = NDArray[np.int64]
