@@ -13,6 +13,7 @@ from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.preemptor import Preemptor
+from toposched.scheduler.refusals import RefusalCode
 
 HOUR = 3600.0
 
@@ -123,6 +124,10 @@ def test_jobs_that_may_take_only_unallocated_work_share_a_refusal(monkeypatch: A
     refusal = scheduler.jobs["b-new"].reason.partition("no preemption: ")[2]
     assert refusal == "no running job may be preempted for it under the contract"
     assert scheduler.jobs["d-new"].reason.endswith(f"no preemption: {refusal}")
+    shared = scheduler.explain("d-new", 2 * HOUR + 60).refusal
+    assert shared is not None and shared.code is RefusalCode.NO_ALLOWED_VICTIM
+    assert shared.reason == refusal
+    assert scheduler.jobs["b-new"].refusal == shared
     assert "a job of the same pod shape with 1 pod did not fit" in scheduler.jobs["d-new"].reason
 
 

@@ -34,6 +34,7 @@ from toposched.scheduler.reservations import ReservationSearch
 from toposched.scheduler.settings import SchedulerSettings
 from toposched.scheduler.spares import SparePool
 from toposched.scheduler.turn import Answer, CycleResult, Refused, Turn
+from toposched.scheduler.wording import no_preemption
 
 __all__ = ["CycleResult", "Scheduler"]
 
@@ -300,6 +301,7 @@ class Scheduler:
     def _consider(self, turn: Turn, entry: QueueEntry, job: Job) -> None:
         """One pending job's turn: start it, preempt or reserve for it, or say why not."""
         job.reservation = None
+        job.refusal = None
         fence = turn.fence
         if job.nomination is not None:
             fence.settle()
@@ -327,6 +329,7 @@ class Scheduler:
         if same is not None and same.known == known_so_far and same.failed_job != entry.job_id:
             job.reason = same.reason
             job.reason_code = same.code
+            job.refusal = same.refusal
             return
         tier_key = (entry.account, entry.unallocated)
         tier = turn.tiers.get(tier_key)
@@ -350,7 +353,9 @@ class Scheduler:
             turn.refusals,
             turn.preemptions_left,
         ):
-            turn.answered[alike] = Answer(known_so_far, answered_by, job.reason, job.reason_code)
+            turn.answered[alike] = Answer(
+                known_so_far, answered_by, job.reason, job.reason_code, job.refusal
+            )
 
     def _place(
         self, turn: Turn, entry: QueueEntry, job: Job, kind: JobKind, tier: QueueTier
@@ -417,13 +422,14 @@ class Scheduler:
         refused = turn.unpreemptable.get(refusal_key)
         if refused is not None and pods >= refused.pods:
             note = self.preemptor.beyond_budget_note(job, entry)
-            explained = (job.reason, refused.reason, note)
+            explained = (job.reason, refused.refusal.reason, note)
             text = turn.no_preemption_texts.get(explained)
             if text is None:
-                text = turn.no_preemption_texts[explained] = (
-                    f"{job.reason}; no preemption: {refused.reason}{note}"
+                text = turn.no_preemption_texts[explained] = no_preemption(
+                    job.reason, refused.refusal, note
                 )
             job.reason = text
+            job.refusal = refused.refusal
             job.reason_code = ReasonCode.NO_PREEMPTION
             return False
         if turn.ranking is None:
@@ -437,10 +443,11 @@ class Scheduler:
             turn.fence.close(job.nomination.nodes if job.nomination else plan.nodes)
             return True
         if refused is None or pods < refused.pods:
-            turn.unpreemptable[refusal_key] = Refused(pods, plan.reason)
+            turn.unpreemptable[refusal_key] = Refused(pods, plan)
             turn.refusals += 1
         note = self.preemptor.beyond_budget_note(job, entry)
-        job.reason += f"; no preemption: {plan.reason}{note}"
+        job.reason = no_preemption(job.reason, plan, note)
+        job.refusal = plan
         job.reason_code = ReasonCode.NO_PREEMPTION
         return False
 

@@ -16,7 +16,7 @@ from toposched.scheduler.ledger import Ledger, work_since
 from toposched.scheduler.preemption import PreemptionPlan
 from toposched.scheduler.refusals import Refusal
 from toposched.scheduler.settings import SchedulerSettings
-from toposched.scheduler.wording import domain_of, hours, victims_by_rule
+from toposched.scheduler.wording import domain_of, hours, no_defragmentation, victims_by_rule
 
 IntArray = NDArray[np.int64]
 
@@ -102,7 +102,7 @@ class Evictor:
             return False
         known = self._no_defrag.get(job.job_id)
         if known is not None and known[0] == self.state.version:
-            job.reason = f"{job.reason}; no defragmentation: {known[1].reason}"
+            job.reason = no_defragmentation(job.reason, known[1])
             return False
         plan = self.defragmenter.for_blocked_job(
             job.job_id,
@@ -112,7 +112,7 @@ class Evictor:
         )
         if not isinstance(plan, MovePlan):
             self._no_defrag[job.job_id] = (self.state.version, plan)
-            job.reason = f"{job.reason}; no defragmentation: {plan.reason}"
+            job.reason = no_defragmentation(job.reason, plan)
             return False
         self.move(plan, job, "defragmentation", now, decisions)
         job.reservation = None

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from toposched.policy.fairshare import JobExplanation, JobSortKey
 from toposched.scheduler.jobs import Job, JobState, ReasonCode
 from toposched.scheduler.queueing import JobQueue
+from toposched.scheduler.refusals import Refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,8 @@ class Explanation:
     """Pending jobs of other accounts ahead of it (accounts further below their share)."""
     reservation_start: float | None = None
     reservation_domain: str | None = None
+    refusal: Refusal | None = None
+    """For a pending job, why no preemption made room for it in the last cycle."""
 
     @property
     def position(self) -> int | None:
@@ -104,6 +107,7 @@ def explain(job: Job, queue: JobQueue, now: float, owed: Collection[str]) -> Exp
         ahead_from_other_accounts=ahead_other,
         reservation_start=None if reservation is None else reservation.start_time,
         reservation_domain=None if reservation is None else reservation.domain,
+        refusal=job.refusal,
     )
 
 

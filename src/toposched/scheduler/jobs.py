@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 from toposched.cluster.state import Allocation
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.request import GangRequest
+from toposched.scheduler.refusals import Refusal
 
 
 class JobState(StrEnum):
@@ -123,6 +124,9 @@ class Job:
     preemptions: int = 0
     reason: str = "not yet considered"
     reason_code: ReasonCode = ReasonCode.NOT_CONSIDERED
+    refusal: Refusal | None = None
+    """For a pending job, why no preemption made room for it in the last cycle (None when
+    none was looked for)."""
     reservation: Reservation | None = None
     history: list[tuple[float, str]] = field(default_factory=list)
     last_checkpoint: float | None = None

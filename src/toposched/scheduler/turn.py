@@ -12,6 +12,7 @@ from toposched.scheduler.decisions import Bind, Decision, Reserve
 from toposched.scheduler.failures import FailureReasons
 from toposched.scheduler.fence import Fence
 from toposched.scheduler.jobs import ReasonCode
+from toposched.scheduler.refusals import Refusal
 
 BoolArray = NDArray[np.bool_]
 
@@ -40,7 +41,7 @@ class Refused:
     """A preemption refused in this cycle to a gang of `pods` pods, and why."""
 
     pods: int
-    reason: str
+    refusal: Refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,7 @@ class Answer:
     """The job whose failure answered it."""
     reason: str
     code: ReasonCode
+    refusal: Refusal | None
 
 
 @dataclass(slots=True)

@@ -9,6 +9,7 @@ from numpy.typing import NDArray
 
 from toposched.cluster.topology import Topology
 from toposched.scheduler.jobs import Job
+from toposched.scheduler.refusals import Refusal
 
 _VICTIM_KINDS = {
     "unallocated-victim": "unallocated",
@@ -61,3 +62,13 @@ def domain_of(topology: Topology, nodes: NDArray[np.int64]) -> str:
             name = topology.domain_levels[level]
             return f"{name} {topology.domain_name(level, int(domains[0]))}"
     return "cluster"
+
+
+def no_preemption(reason: str, refusal: Refusal, note: str = "") -> str:
+    """`reason`, and why no preemption makes room (with `note`, what the job should know)."""
+    return f"{reason}; no preemption: {refusal.reason}{note}"
+
+
+def no_defragmentation(reason: str, refusal: Refusal) -> str:
+    """`reason`, and why no moves open a domain for the job."""
+    return f"{reason}; no defragmentation: {refusal.reason}"
