@@ -12,7 +12,7 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, ClusterState, Health, distinct
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.request import GangRequest
-from toposched.placement.search import Placement, Unschedulable, place
+from toposched.placement.search import Placement
 from toposched.policy.budget import BudgetTree
 from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier
 from toposched.policy.usage import UsageTracker
@@ -21,12 +21,13 @@ from toposched.scheduler.defrag import fragmentation
 from toposched.scheduler.evictions import Evictor
 from toposched.scheduler.explain import Explanation, QueueRow, queue_rows
 from toposched.scheduler.explain import explain as explain_job
-from toposched.scheduler.failures import Failure, FailureMemo, FailureReasons
+from toposched.scheduler.failures import FailureMemo, FailureReasons
 from toposched.scheduler.fence import Fence
 from toposched.scheduler.interruptions import Interruptions
 from toposched.scheduler.jobs import Job, JobKind, JobState, ReasonCode, Reservation
 from toposched.scheduler.ledger import Ledger, work_since
 from toposched.scheduler.lifecycle import Lifecycle
+from toposched.scheduler.placing import Placing
 from toposched.scheduler.preemption import PreemptionPlan, VictimSearch
 from toposched.scheduler.preemptor import Preemptor
 from toposched.scheduler.queueing import JobQueue
@@ -99,6 +100,7 @@ class Scheduler:
         self._epoch = 0
         self._settled_version = -1
         self.failures = FailureMemo()
+        self.placing = Placing(state, self.policy, self.failures, self._start)
         self._kinds: dict[tuple[object, ...], JobKind] = {}
 
     # --- events ------------------------------------------------------------------------------
@@ -305,7 +307,7 @@ class Scheduler:
         fence = turn.fence
         if job.nomination is not None:
             fence.settle()
-            started = self._start_nominee(job, fence, turn.now, turn.result)
+            started = self.placing.start_nominee(job, fence, turn.now, turn.result)
             if job.nomination is None:
                 # Its fence is open: the nominee may have started elsewhere or not at all, so
                 # capacity may have grown. Remembered failures are checked against the fence
@@ -335,7 +337,9 @@ class Scheduler:
         tier = turn.tiers.get(tier_key)
         if tier is None:
             tier = turn.tiers[tier_key] = self.queue.tier(entry)
-        started, answered_by = self._place(turn, entry, job, kind, tier)
+        started, answered_by = self.placing.place(
+            turn, entry, job, kind, tier, self.reservation, self._epoch
+        )
         if started:
             return
         allocated = tier is QueueTier.ALLOCATED
@@ -356,63 +360,6 @@ class Scheduler:
             turn.answered[alike] = Answer(
                 known_so_far, answered_by, job.reason, job.reason_code, job.refusal
             )
-
-    def _place(
-        self, turn: Turn, entry: QueueEntry, job: Job, kind: JobKind, tier: QueueTier
-    ) -> tuple[bool, str | None]:
-        """Start the job where it fits now, or, when it ends before the reservation (or is
-        unallocated work, which the reserved job may preempt at any moment), on the reserved
-        nodes too (EASY backfill). Returns whether it started, and the job whose known failure
-        answered it, if one did."""
-        fence, failures, now = turn.fence, self.failures, turn.now
-        shape, pods, runtime = kind.shape, kind.pods, kind.expected_runtime
-        reservation = self.reservation
-        short = reservation is not None and (
-            (runtime is not None and now + runtime <= reservation.start_time)
-            or tier is QueueTier.UNALLOCATED
-        )
-        known = failures.find(shape, pods, fence, turn.number)
-        if known is not None and not short:
-            # A gang of this shape no larger did not fit, and nothing was freed since: neither
-            # does this one.
-            other = known.job_id != entry.job_id
-            message = turn.reasons.known(known, pods) if other else None
-            if message is None:
-                message = turn.reasons.reason(job, known, fence, self._epoch)
-            job.reason = message
-            job.reason_code = ReasonCode.DOES_NOT_FIT
-            return False, known.job_id if other else None
-        outcome: Placement | Unschedulable | None = None
-        if known is None:
-            fence.settle()
-            turn.result.searches += 1
-            outcome = place(self.state, job.request, self.policy)
-            if isinstance(outcome, Placement):
-                self._bind(job, outcome, now, turn.result, fence.any)
-                return True, None
-            self._failed(shape, job, outcome, fence, turn.number)
-        if short:
-            assert reservation is not None
-            # A failure may already show that it does not fit even on the reserved nodes.
-            backfill = failures.find_beyond(shape, pods, fence, turn.reserved_nodes, turn.number)
-            if backfill is None:
-                # Lifted until a search that must not see the reserved nodes: backfills in a
-                # row share one lift.
-                fence.lift()
-                turn.result.searches += 1
-                outcome = place(self.state, job.request, self.policy)
-                if isinstance(outcome, Placement):
-                    self._bind(job, outcome, now, turn.result, True)
-                    return True, None
-                self._failed(shape, job, outcome, fence, turn.number)
-            else:
-                job.reason = turn.reasons.reason(job, backfill, fence, self._epoch)
-                job.reason_code = ReasonCode.DOES_NOT_FIT
-                return False, None
-        if isinstance(outcome, Unschedulable):
-            job.reason = outcome.reason
-            job.reason_code = ReasonCode.DOES_NOT_FIT
-        return False, None
 
     def _preempt(self, turn: Turn, entry: QueueEntry, job: Job, kind: JobKind) -> bool:
         """Evict for the job if the contract allows a set of victims that makes room; else add
@@ -475,17 +422,6 @@ class Scheduler:
         fence.close_block(nodes)
         return False
 
-    def _bind(
-        self,
-        job: Job,
-        placement: Placement,
-        now: float,
-        result: CycleResult,
-        backfilled: bool = False,
-    ) -> None:
-        self._start(job, placement, now)
-        result.decisions.append(Bind(job.job_id, placement.allocation, job.unallocated, backfilled))
-
     def _kind_of(self, job: Job) -> JobKind:
         """The job's kind, one object shared by every job of that kind; kept on the job."""
         key = (job.shape, job.request.pods, job.spec.expected_runtime)
@@ -495,55 +431,12 @@ class Scheduler:
         job.kind = kind
         return kind
 
-    def _failed(
-        self,
-        shape: tuple[object, ...],
-        job: Job,
-        outcome: Unschedulable,
-        fence: Fence,
-        cycle_number: int,
-    ) -> None:
-        failure = Failure(
-            job.request.pods, outcome.reason, fence.seen(), job.job_id, self._epoch, cycle_number
-        )
-        self.failures.add(shape, failure, fence)
-
-    def _start_nominee(self, job: Job, fence: Fence, now: float, result: CycleResult) -> bool:
-        """Start a preemptor whose victims are gone, on the nodes kept for it."""
-        nomination = job.nomination
-        assert nomination is not None
-        if nomination.victims:
-            job.reason_code = ReasonCode.PREEMPTING
-            job.reason = (
-                f"preempting: waiting for {len(nomination.victims)} evicted job(s) to exit "
-                "(grace period); their GPUs are kept for this job"
-            )
-            return True
-        fence.open(nomination.nodes)
-        job.nomination = None
-        if nomination.allocation is not None:
-            exact = Placement(job.request, nomination.allocation)
-            try:
-                self._start(job, exact, now)
-            except InputError as error:
-                job.record(now, f"spare placement no longer fits ({error}); placing anew")
-            else:
-                result.decisions.append(Bind(job.job_id, exact.allocation, job.unallocated))
-                return True
-        outcome = place(self.state, job.request, self.policy)
-        if isinstance(outcome, Placement):
-            self._bind(job, outcome, now, result)
-            return True
-        # The cluster changed while victims left (e.g. a node failed): plan again.
-        job.record(now, f"nominated capacity no longer fits ({outcome.reason}); re-planning")
-        return False
-
     def _carry_out(self, job: Job, plan: PreemptionPlan, now: float, result: CycleResult) -> None:
         """Evict the plan's victims with their grace period and nominate their capacity."""
         if not plan.victims:
             # Room appeared since the job's last search (a nominee started elsewhere): no one
             # needs to leave.
-            self._bind(job, plan.placement, now, result)
+            self.placing.bind(job, plan.placement, now, result)
             return
         self.evictor.carry_out(job, plan, now, result.decisions)
 
