@@ -454,22 +454,7 @@ class VictimSearch:
         need = request.pods - int(now_room.sum())
         helpful = np.flatnonzero(gain > 0)
         if helpful.size == 0 or int(gain[helpful].sum()) < need:
-            most = int(room.sum())
-            text = (
-                f"even evicting all {len(pool)} preemptible jobs leaves room for at most "
-                f"{most} of its {request.pods} pods"
-            )
-            if granule > 1:
-                text += f" in whole slices of {granule}"
-            refusal = Refusal(RefusalCode.NO_ROOM, text, {"most": most, "pods": request.pods})
-            if request.is_fractional or request.gpus_per_pod == 0:
-                # Shared GPUs' free fractions are not counted above: the placement engine
-                # answers for such pods.
-                return refusal, None
-            # Counted from whole free GPUs on every healthy node, an upper bound of what the
-            # placement engine could place with every candidate gone: the job's reason says so
-            # without placing it.
-            return refusal, _PROVEN
+            return self._no_room(request, pool, int(room.sum()), granule, "")
         # (leaf, candidate) pairs, each once, as one code per pair.
         n_candidates = len(pool)
         pair_codes = distinct(self.leaf_of_node[pool.pod_nodes] * n_candidates + pod_owner)
@@ -482,16 +467,7 @@ class VictimSearch:
         within = self.within_required(request, now_room, gain, helpful, ratio)
         if isinstance(within, Nowhere):
             level = topology.domain_levels[request.required]
-            text = (
-                f"even evicting all {len(pool)} preemptible jobs leaves no {level} with room for "
-                f"more than {within.most} of its {request.pods} pods"
-            )
-            if granule > 1:
-                text += f" in whole slices of {granule}"
-            # Upper bounds as above: proven for whole-GPU pods only.
-            proven = not (request.is_fractional or request.gpus_per_pod == 0)
-            figures = {"most": within.most, "pods": request.pods}
-            return Refusal(RefusalCode.NO_ROOM, text, figures), (_PROVEN if proven else None)
+            return self._no_room(request, pool, within.most, granule, level)
         if within is not None:
             order, need = within
         else:
@@ -505,29 +481,59 @@ class VictimSearch:
         placed = self._place_without(request, victims)
         plan = self._plan_if_placed(preemptor, victims, False, placed)
         if plan is None:
-            # Topology above the leaves (required/preferred) may want other domains: fall back
-            # to every candidate (unless those were every candidate), then spare what is not
-            # needed.
-            everyone = pool.capped(np.arange(len(pool)))
-            if len(victims) < everyone.size:
-                victims = pool.take(everyone)
-                placed = self._place_without(request, victims)
-                plan = self._plan_if_placed(preemptor, victims, False, placed)
-            if plan is None:
-                if pool.caps_bind:
-                    return (
-                        Refusal(
-                            RefusalCode.BUDGET_CAPS,
-                            "no victim set found that satisfies the job's topology and leaves "
-                            "every account at or above its budget",
-                        ),
-                        None,
-                    )
-                topology_refusal = Refusal(
-                    RefusalCode.TOPOLOGY, "no victim set found that satisfies the job's topology"
-                )
-                return topology_refusal, placed
+            return self._with_every_candidate(preemptor, request, pool, len(victims), placed)
         return self.spare(preemptor, request, plan)
+
+    @staticmethod
+    def _no_room(
+        request: GangRequest, pool: CandidatePool, most: int, granule: int, level: str
+    ) -> tuple[Refusal, _Proven | None]:
+        """Why evicting every candidate leaves room for at most `most` pods (in any one domain
+        of `level`, if given). Counted from whole free GPUs on every healthy node, an upper
+        bound of what the placement engine could place with every candidate gone: proven for
+        whole-GPU pods, so the job's reason says so without placing it. Shared GPUs' free
+        fractions are not counted: the placement engine answers for such pods."""
+        where = f"no {level} with room for more than" if level else "room for at most"
+        text = (
+            f"even evicting all {len(pool)} preemptible jobs leaves {where} {most} of its "
+            f"{request.pods} pods"
+        )
+        if granule > 1:
+            text += f" in whole slices of {granule}"
+        refusal = Refusal(RefusalCode.NO_ROOM, text, {"most": most, "pods": request.pods})
+        proven = not (request.is_fractional or request.gpus_per_pod == 0)
+        return refusal, (_PROVEN if proven else None)
+
+    def _with_every_candidate(
+        self,
+        preemptor: str,
+        request: GangRequest,
+        pool: CandidatePool,
+        tried: int,
+        placed: PlacementResult,
+    ) -> PreemptionPlan | tuple[Refusal, PlacementResult | _Proven | None]:
+        """After `tried` victims chosen by domain did not make the gang fit: topology above the
+        leaves (required/preferred) may want other domains, so every candidate goes (unless
+        those were every candidate), then what is not needed is spared."""
+        everyone = pool.capped(np.arange(len(pool)))
+        plan = None
+        if tried < everyone.size:
+            victims = pool.take(everyone)
+            placed = self._place_without(request, victims)
+            plan = self._plan_if_placed(preemptor, victims, False, placed)
+        if plan is not None:
+            return self.spare(preemptor, request, plan)
+        if pool.caps_bind:
+            refusal = Refusal(
+                RefusalCode.BUDGET_CAPS,
+                "no victim set found that satisfies the job's topology and leaves every account "
+                "at or above its budget",
+            )
+            return refusal, None
+        refusal = Refusal(
+            RefusalCode.TOPOLOGY, "no victim set found that satisfies the job's topology"
+        )
+        return refusal, placed
 
     # --- across many domains, from the aggregates ----------------------------------------------
     def spare(self, preemptor: str, request: GangRequest, plan: PreemptionPlan) -> PreemptionPlan:
