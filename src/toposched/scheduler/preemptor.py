@@ -32,6 +32,16 @@ FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 
 
+def built_in_rules(contract: Contract) -> bool:
+    """Whether `contract` decides preemption by `Contract`'s own rules (neither `may_preempt`
+    nor `runs_its_budget` replaced): the shortcuts of the budget rule assume them."""
+    kind = type(contract)
+    return (
+        kind.may_preempt is Contract.may_preempt
+        and kind.runs_its_budget is Contract.runs_its_budget
+    )
+
+
 @dataclass(frozen=True)
 class _RememberedRefusal:
     """A refused preemption: what it depended on, the nodes fenced then, until when no
@@ -206,7 +216,7 @@ class Preemptor:
         """Under the budget rule, what a job larger than its account's whole budget should know
         (else ""): preemption cannot make room for it, only other accounts' unused budget can."""
         contract = self.contract
-        if type(contract) is not Contract or contract.cross_account != "budget":
+        if not built_in_rules(contract) or contract.cross_account != "budget":
             return ""
         budget = self.ledger.budget_gpus(entry.account)
         if entry.unallocated or budget <= 0 or job.gpus <= budget:
@@ -220,10 +230,10 @@ class Preemptor:
     def only_unallocated_victims(self, entry: QueueEntry) -> bool:
         """Whether unallocated work is all that `entry` may preempt: under the budget rule its
         account runs its whole budget and holds no unprotected allocated job of lower priority
-        (as of the preemptible index's last refresh). Only for the built-in contract: a
-        replacement may judge otherwise."""
+        (as of the preemptible index's last refresh). Only under the built-in rules: a
+        contract that replaces them may judge otherwise."""
         contract = self.contract
-        if type(contract) is not Contract or entry.unallocated:
+        if not built_in_rules(contract) or entry.unallocated:
             return False
         if contract.cross_account != "budget" or self.ledger.budget_gpus(entry.account) <= 0:
             # Without a budget the contract lets the job preempt nobody, not even unallocated
