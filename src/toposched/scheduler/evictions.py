@@ -4,6 +4,7 @@ compaction, and jobs leaving draining nodes; each with its grace period and reco
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
@@ -21,6 +22,14 @@ from toposched.scheduler.wording import domain_of, hours, no_defragmentation, vi
 IntArray = NDArray[np.int64]
 
 
+@dataclass(frozen=True)
+class _NotHelped:
+    """Defragmentation could not help a job at this version of the cluster state."""
+
+    version: int
+    refusal: Refusal
+
+
 class Evictor:
     """Tells running jobs to leave and keeps the records: who left for whom, by which rule,
     with how much work lost; the GPUs they leave are nominated to the job they leave for."""
@@ -32,8 +41,9 @@ class Evictor:
         self.defragmenter = Defragmenter(state, settings.policy) if settings.defragment else None
         self.recent_moves: deque[float] = deque()
         """When each compaction move of the last hour was decided."""
-        # A job that defragmentation could not help stays so until the cluster changes.
-        self._no_defrag: dict[str, tuple[int, Refusal]] = {}
+        # A job that defragmentation could not help stays so until the cluster changes: the
+        # state's version then, and the refusal.
+        self._no_defrag: dict[str, _NotHelped] = {}
 
     def grace_for(self, job: Job) -> float:
         """Seconds an evicted job gets to exit: its own `grace_period` up to `max_grace_s`, or
@@ -101,8 +111,8 @@ class Evictor:
         if self.defragmenter is None:
             return False
         known = self._no_defrag.get(job.job_id)
-        if known is not None and known[0] == self.state.version:
-            job.reason = no_defragmentation(job.reason, known[1])
+        if known is not None and known.version == self.state.version:
+            job.reason = no_defragmentation(job.reason, known.refusal)
             return False
         plan = self.defragmenter.for_blocked_job(
             job.job_id,
@@ -111,7 +121,7 @@ class Evictor:
             movers_on=lambda nodes: self.movers_on(nodes, now),
         )
         if not isinstance(plan, MovePlan):
-            self._no_defrag[job.job_id] = (self.state.version, plan)
+            self._no_defrag[job.job_id] = _NotHelped(self.state.version, plan)
             job.reason = no_defragmentation(job.reason, plan)
             return False
         self.move(plan, job, "defragmentation", now, decisions)

@@ -4,6 +4,7 @@ reservation (EASY backfill), or on the nodes kept for it; known failures answer 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
@@ -15,6 +16,14 @@ from toposched.scheduler.failures import Failure, FailureMemo
 from toposched.scheduler.fence import Fence
 from toposched.scheduler.jobs import Job, JobKind, ReasonCode, Reservation
 from toposched.scheduler.turn import CycleResult, Turn
+
+
+class Placed(NamedTuple):
+    """Whether the placement phase started the job, and else the job whose known failure
+    answered it (None when a search or none answered)."""
+
+    started: bool
+    answered_by: str | None
 
 
 class Placing:
@@ -41,7 +50,7 @@ class Placing:
         tier: QueueTier,
         reservation: Reservation | None,
         epoch: int,
-    ) -> tuple[bool, str | None]:
+    ) -> Placed:
         """Start the job where it fits now, or, when it ends before the reservation (or is
         unallocated work, which the reserved job may preempt at any moment), on the reserved
         nodes too (EASY backfill). Returns whether it started, and the job whose known failure
@@ -62,7 +71,7 @@ class Placing:
                 message = turn.reasons.reason(job, known, fence, epoch)
             job.reason = message
             job.reason_code = ReasonCode.DOES_NOT_FIT
-            return False, known.job_id if other else None
+            return Placed(False, known.job_id if other else None)
         outcome: Placement | Unschedulable | None = None
         if known is None:
             fence.settle()
@@ -70,7 +79,7 @@ class Placing:
             outcome = place(self.state, job.request, self.policy)
             if isinstance(outcome, Placement):
                 self.bind(job, outcome, now, turn.result, fence.any)
-                return True, None
+                return Placed(True, None)
             self._failed(shape, job, outcome, fence, turn.number, epoch)
         if short:
             assert reservation is not None
@@ -84,16 +93,16 @@ class Placing:
                 outcome = place(self.state, job.request, self.policy)
                 if isinstance(outcome, Placement):
                     self.bind(job, outcome, now, turn.result, True)
-                    return True, None
+                    return Placed(True, None)
                 self._failed(shape, job, outcome, fence, turn.number, epoch)
             else:
                 job.reason = turn.reasons.reason(job, backfill, fence, epoch)
                 job.reason_code = ReasonCode.DOES_NOT_FIT
-                return False, None
+                return Placed(False, None)
         if isinstance(outcome, Unschedulable):
             job.reason = outcome.reason
             job.reason_code = ReasonCode.DOES_NOT_FIT
-        return False, None
+        return Placed(False, None)
 
     def bind(
         self,
