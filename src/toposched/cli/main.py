@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from toposched.cli import bench, cluster, demo, evaluate, place, simulate
+from toposched.cli import bench, cluster, demo, evaluate, place, serve, simulate
 from toposched.cluster.errors import ToposchedError
 
 DESCRIPTION = """\
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (demo, cluster, place, bench, evaluate, simulate):
+    for module in (demo, cluster, place, bench, evaluate, simulate, serve):
         module.register(commands)
     return parser
 
