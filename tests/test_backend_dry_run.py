@@ -8,6 +8,7 @@ import pytest
 
 from toposched.backends.dry_run import DryRunBackend
 from toposched.backends.protocol import (
+    Backend,
     Launch,
     PodLaunch,
     Report,
@@ -34,7 +35,7 @@ def kinds(reports: list[Report] | tuple[Report, ...]) -> list[tuple[str, ReportK
 
 
 def test_started_at_next_poll_and_finished_once_the_clock_passes_the_runtime() -> None:
-    backend = DryRunBackend()
+    backend: Backend = DryRunBackend()
     backend.start(launch("a", 10.0, pods=2))
     assert backend.running() == [RunningJob("a", 1)]
     assert kinds(list(backend.poll(100.0))) == [("a", ReportKind.STARTED, 100.0)]
@@ -124,11 +125,13 @@ def test_resume_takes_a_run_as_started_without_a_report() -> None:
     assert kinds(list(backend.poll(200.0))) == [("a", ReportKind.FINISHED, 160.0)]
 
 
-def test_start_refuses_a_job_already_running_and_a_negative_runtime() -> None:
+def test_start_refuses_another_attempt_of_a_running_job_and_a_negative_runtime() -> None:
     backend = DryRunBackend()
     backend.start(launch("a", 10.0))
     with pytest.raises(InputError, match="already running"):
         backend.start(launch("a", 10.0, attempt=2))
+    backend.start(launch("a", 10.0))  # The same attempt again: already under way.
+    assert kinds(list(backend.poll(0.0))) == [("a", ReportKind.STARTED, 0.0)]
     with pytest.raises(InputError, match="expected_runtime"):
         backend.start(launch("b", -1.0))
     assert backend.running() == [RunningJob("a", 1)]

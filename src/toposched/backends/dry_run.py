@@ -18,7 +18,7 @@ from toposched.cluster.errors import InputError
 __all__ = ["DryRunBackend"]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Run:
     """One running attempt; `token` tells it apart from an earlier run of the same job id."""
 
@@ -32,10 +32,11 @@ class DryRunBackend:
     """Records each `Launch` and reports it `STARTED` at the next poll, then `FINISHED` once
     the clock passed its start plus `expected_runtime` (without one, it runs until stopped).
 
-    A `Stop` takes effect at once: the run is gone and the next poll reports it `EVICTED` or
-    `STOPPED`, even when its runtime ran out between the two polls. A stop for a run that is
-    not running (already reported finished, or never started) is ignored; a stop for a run
-    not yet reported started answers only the stop.
+    Starting the attempt that already runs again changes nothing; starting another attempt of
+    a running job is refused. A `Stop` takes effect at once: the run is gone and the next poll
+    reports it `EVICTED` or `STOPPED`, even when its runtime ran out between the two polls. A
+    stop for a run that is not running (already reported finished, or never started) is
+    ignored; a stop for a run not yet reported started answers only the stop.
     """
 
     def __init__(self) -> None:
@@ -50,6 +51,8 @@ class DryRunBackend:
 
     def start(self, launch: Launch) -> None:
         current = self._runs.get(launch.job_id)
+        if current is not None and current.launch.attempt == launch.attempt:
+            return  # Started already: a decision carried out again after a restart.
         if current is not None:
             raise InputError(
                 "job_id", launch.job_id, f"is already running (attempt {current.launch.attempt})"
