@@ -128,7 +128,7 @@ class Server:
 
     def start(self) -> Server:
         (self.folder / "cluster.yaml").write_text(yaml.safe_dump(CLUSTER))
-        (self.folder / "budgets.yaml").write_text(yaml.safe_dump(BUDGETS))
+        (self.folder / "budgets.yaml").write_text(yaml.safe_dump(BUDGETS, sort_keys=False))
         command = [
             sys.executable,
             "-m",

@@ -43,8 +43,10 @@ class Loop:
         start_core: Callable[[float], ServiceCore],
         clock: Clock = time.time,
         tick_s: float = 1.0,
+        on_failure: Callable[[], None] | None = None,
     ) -> None:
         self._start_core = start_core
+        self._on_failure = on_failure
         self.clock = clock
         self.tick_s = tick_s
         self._queue: queue.SimpleQueue[_Command | None] = queue.SimpleQueue()
@@ -86,6 +88,8 @@ class Loop:
             self.failed = error
             log.exception("the service loop stopped")
             self._fail_waiting(error)
+            if self._on_failure is not None:
+                self._on_failure()
         finally:
             if self.core is not None:
                 self.core.backend.close()

@@ -1,8 +1,8 @@
 """Starting the service on a store: rebuild the scheduler from what was committed, then
 reconcile with what the backend still runs.
 
-Rebuilt: node health, the budget tree, running jobs (adopted on their stored allocation with
-their real start time), pending jobs in submission order with their original submit times,
+Rebuilt: the budget tree, running jobs (adopted on their stored allocation with their real
+start time), node health, pending jobs in submission order with their original submit times,
 backend reports stored but not yet applied. Reconciled: a running job the backend still runs
 is kept; one whose start was stored but never sent is started once; one the backend lost is
 failed (requeued if resumable, as `Scheduler.fail` does); stops not yet sent are sent.
@@ -69,8 +69,10 @@ def recover(
         tree = _tree(store, topology, default_tree)
         scheduler = Scheduler(ClusterState(topology), tree)
         core = ServiceCore(scheduler, store, backend, ClusterLimits.of(topology))
-        _restore_health(core, now)
+        # Running jobs first: they hold their GPUs even on nodes cordoned or draining since.
         _restore_jobs(core, store.jobs(), now)
+        _restore_health(core, now)
+        _restore_pending(core, now)
         if resume_simulated and isinstance(backend, DryRunBackend):
             _resume_simulated(core, backend)
         apply_reports(core, store.unapplied_reports(), now)
@@ -117,10 +119,14 @@ def _restore_jobs(core: ServiceCore, records: list[JobRecord], now: float) -> No
             assert record.allocation is not None and record.start_time is not None
             spec = core.spec_of(record)
             core.scheduler.adopt(spec, record.allocation, record.start_time, now)
-    for record in records:
+    log.info("recovered %d jobs", len(records))
+
+
+def _restore_pending(core: ServiceCore, now: float) -> None:
+    """Pending jobs in submission order, each with its original submit time."""
+    for record in core.records.values():
         if record.state is JobState.PENDING:
             core.scheduler.submit(core.spec_of(record), now)
-    log.info("recovered %d jobs", len(records))
 
 
 def _resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:

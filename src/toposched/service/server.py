@@ -8,7 +8,7 @@ from pathlib import Path
 
 import uvicorn
 
-from toposched.cluster.errors import InputError
+from toposched.cluster.errors import InputError, ToposchedError
 from toposched.service.api import create_app
 from toposched.service.auth import Tokens
 from toposched.service.config import (
@@ -25,6 +25,10 @@ from toposched.service.recovery import starter
 log = logging.getLogger("toposched.service")
 
 
+class ServiceStopped(ToposchedError):
+    """The loop stopped (e.g. the store could not be recovered); the server exited."""
+
+
 def serve(config: ServiceConfig, log_level: str = "info") -> int:
     """Run until interrupted (SIGINT/SIGTERM); the loop and store are closed on the way out."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
@@ -33,9 +37,16 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
     store = open_store(config)
     topology = build_topology(config)
     backend = build_backend(config)
+    server: uvicorn.Server | None = None
+
+    def stop_serving() -> None:  # the loop stopped: a server that cannot schedule exits
+        if server is not None:
+            server.should_exit = True
+
     loop = Loop(
         starter(store, topology, lambda: build_tree(config), backend),
         tick_s=config.tick_s,
+        on_failure=stop_serving,
     )
     pid_file = _write_pid(config.state_dir)
     app = create_app(Context(loop, tokens, config.max_body), store)
@@ -64,7 +75,7 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
         store.close()
         pid_file.unlink(missing_ok=True)
     if loop.failed is not None:
-        raise InputError("store", config.store, f"recovery failed: {loop.failed}")
+        raise ServiceStopped(f"the scheduler loop stopped: {loop.failed}")
     return 0
 
 
