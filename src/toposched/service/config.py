@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import ipaddress
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from toposched.backends.dry_run import DryRunBackend
+from toposched.backends.local import LocalBackend
+from toposched.backends.local_node import local_cluster
 from toposched.backends.protocol import Backend
 from toposched.cluster.builders import million_gpu_cluster
 from toposched.cluster.errors import InputError
-from toposched.cluster.loaders import load_topology, topology_from_dict
-from toposched.cluster.topology import Topology
+from toposched.cluster.loaders import load_topology
+from toposched.cluster.topology import MAX_GPUS_PER_NODE, Topology
 from toposched.policy.budget import BudgetTree
 from toposched.service.store import Store
 
@@ -53,6 +54,10 @@ class ServiceConfig:
                 getattr(self, given[1]),
                 f"give one of --gpus, --cluster, --fleet (also given: --{given[0]})",
             )
+        if self.gpus is not None and not 1 <= self.gpus <= MAX_GPUS_PER_NODE:
+            raise InputError("--gpus", self.gpus, f"must be from 1 to {MAX_GPUS_PER_NODE}")
+        if self.fleet is not None and self.backend == "local":
+            raise InputError("--fleet", self.fleet, "is simulated: run it with --backend dry-run")
         if not 1 <= self.port <= 65535:
             raise InputError("--port", self.port, "must be a port number from 1 to 65535")
         if self.max_body < 1024:
@@ -83,26 +88,7 @@ def build_topology(config: ServiceConfig) -> Topology:
         if config.fleet != "million":
             raise InputError("--fleet", config.fleet, "the only fleet is 'million'")
         return million_gpu_cluster()
-    return local_node(8 if config.gpus is None else config.gpus)
-
-
-def local_node(gpus: int) -> Topology:
-    """This machine as a one-node cluster with `gpus` GPUs (real or pretended)."""
-    if not 0 <= gpus <= 64:
-        raise InputError("--gpus", gpus, "must be from 0 to 64 GPUs on this machine")
-    memory_mib = 0
-    try:
-        memory_mib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1 << 20)
-    except (ValueError, OSError, AttributeError):
-        memory_mib = 0
-    node = {
-        "name": "local-0",
-        "gpus": gpus,
-        "gpu_model": "GPU" if gpus else "",
-        "cpu": os.cpu_count() or 1,
-        "memory": f"{memory_mib}Mi",
-    }
-    return topology_from_dict({"levels": [], "nodes": [node]}, source="--gpus")
+    return local_cluster(8 if config.gpus is None else config.gpus)
 
 
 def build_tree(config: ServiceConfig) -> BudgetTree:
@@ -123,11 +109,4 @@ def open_store(config: ServiceConfig) -> Store:
 def build_backend(config: ServiceConfig) -> Backend:
     if config.backend == "dry-run":
         return DryRunBackend()
-    try:
-        from toposched.backends.local import LocalBackend  # type: ignore[import-not-found]
-    except ImportError:
-        raise InputError(
-            "--backend", "local", "the local backend is not available in this build; use dry-run"
-        ) from None
-    backend: Backend = LocalBackend(Path(config.state_dir) / "pods")
-    return backend
+    return LocalBackend(Path(config.state_dir) / "local")

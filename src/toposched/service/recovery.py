@@ -76,6 +76,8 @@ def recover(
         if resume_simulated and isinstance(backend, DryRunBackend):
             _resume_simulated(core, backend)
         apply_reports(core, store.unapplied_reports(), now)
+        # What ended while the service was down comes as finished or failed, not lost.
+        apply_reports(core, store.add_reports(backend.poll(now)), now)
         _reconcile(core, now)
     core.send_outbox()
     return core
