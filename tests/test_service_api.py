@@ -13,8 +13,8 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from service_helpers import Server, job, serving
 
-from tests.service_helpers import Server, job, serving
 from toposched.service.auth import add_token
 
 TEAM_A = "research/team-a"

@@ -80,7 +80,10 @@ class ServiceCore:
         record.end_time = job.end_time
         record.preemptions = job.preemptions
         record.unallocated = job.unallocated
-        record.reason = job.reason
+        # A job that ended keeps the last thing that happened to it ("finished", "cancelled",
+        # "preempted; ..."), not the reason it last waited or ran.
+        ended = not record.live and job.history
+        record.reason = job.history[-1][1] if ended else job.reason
         running = job.state is JobState.RUNNING
         record.allocation = self.scheduler.state.allocations.get(job.job_id) if running else None
         self.store.update_job(record)
