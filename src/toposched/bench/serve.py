@@ -48,6 +48,8 @@ CLIENTS = 32
 NODES_PER_RACK = 18
 GPUS_PER_NODE = 4
 _LATENCY_CONNECTIONS = 64
+_ACCOUNTS = [f"program-{p}/team-{p}{t}" for p in range(3) for t in range(5)]
+"""The leaves of the benchmark's budget tree (`team_tree`)."""
 
 
 def run_serve_benchmarks(quick: bool = False) -> list[Measurement]:
@@ -180,12 +182,11 @@ class _Connection:
 
 def _bodies(prefix: str, count: int) -> list[bytes]:
     """One-pod jobs of 1, 2 or 4 GPUs in the benchmark's teams, running for hours."""
-    accounts = [f"program-{p}/team-{p}{t}" for p in range(3) for t in range(5)]
     return [
         json.dumps(
             {
                 "name": f"{prefix}-{index}",
-                "account": accounts[index % len(accounts)],
+                "account": _ACCOUNTS[index % len(_ACCOUNTS)],
                 "pods": 1,
                 "resources_per_pod": {"gpus": (1, 2, 4)[index % 3]},
                 "expected_runtime": "6h",
@@ -295,64 +296,67 @@ def _submissions(folder: Path, quick: bool) -> list[Measurement]:
     ]
 
 
-def fill_store(path: Path, running: int, pending: int, now: float, seed: int = 0) -> int:
-    """Write a busy million-GPU fleet straight into a store: about `running` jobs of 1, 2 or
-    6 whole nodes on consecutive nodes (the first node of every rack left free, so no rack is
-    whole), then `pending` jobs: one in a hundred a one-node job that fits, the others
-    whole-rack gangs that cannot. Returns how many jobs run."""
-    rng = np.random.default_rng(seed)
-    topology = million_gpu_cluster()
-    accounts = [f"program-{p}/team-{p}{t}" for p in range(3) for t in range(5)]
-    sizes = rng.choice([1, 2, 6], size=running, p=[0.5, 0.3, 0.2])
+def fill_store(path: Path, pending: int, now: float, max_running: int | None = None) -> int:
+    """Write a busy million-GPU fleet straight into a store: jobs of 1, 2 or 6 whole nodes on
+    consecutive nodes until the fleet is covered (about 100,000; at most `max_running`), the
+    first node of a rack left free where a job would start on it, so that no rack is whole;
+    then `pending` jobs: one in a hundred a one-node job that fits, the others whole-rack gangs
+    that cannot while the fleet is covered. Returns how many jobs run."""
+    rng = np.random.default_rng(0)
+    n_nodes = million_gpu_cluster().n_nodes
     store = Store(str(path))
     count = 0
     with store.transaction():
         store.set_meta("budget_tree", team_tree().to_dict())
         node = 0
-        for size in sizes.tolist():
+        while max_running is None or count < max_running:
             if node % NODES_PER_RACK == 0:
                 node += 1
-            if node + size > topology.n_nodes:
+            size = min(int(rng.choice([1, 2, 6], p=[0.47, 0.3, 0.23])), n_nodes - node)
+            if size <= 0:
                 break
-            nodes = np.arange(node, node + size, dtype=np.int64)
-            gpus = np.tile(np.arange(GPUS_PER_NODE), (size, 1))
             start = now - float(rng.uniform(0, 1.5 * 3600))
-            document = _document(f"run-{count}", accounts[count % 15], size, start - 60)
-            store.insert_job(
-                JobRecord(
-                    job_id=document["name"],
-                    account=document["account"],
-                    priority=0,
-                    state=JobState.RUNNING,
-                    spec=document,
-                    submit_time=start - 60,
-                    start_time=start,
-                    attempt=1,
-                    allocation=Allocation.of(nodes, gpus),
-                    reason="running",
-                )
-            )
+            store.insert_job(_running_record(f"run-{count}", count, node, size, start))
             node += size
             count += 1
         for index in range(pending):
-            fits = index % 100 == 0
-            document = _document(
-                f"wait-{index}", accounts[index % 15], 1 if fits else NODES_PER_RACK, now - 30
-            )
-            if not fits:
-                document["topology"] = {"required": "rack"}
-            store.insert_job(
-                JobRecord(
-                    job_id=document["name"],
-                    account=document["account"],
-                    priority=0,
-                    state=JobState.PENDING,
-                    spec=document,
-                    submit_time=now - 30,
-                )
-            )
+            store.insert_job(_pending_record(index, now - 30))
     store.close()
     return count
+
+
+def _running_record(name: str, index: int, node: int, size: int, start: float) -> JobRecord:
+    document = _document(name, _ACCOUNTS[index % len(_ACCOUNTS)], size, start - 60)
+    nodes = np.arange(node, node + size, dtype=np.int64)
+    return JobRecord(
+        job_id=name,
+        account=document["account"],
+        priority=0,
+        state=JobState.RUNNING,
+        spec=document,
+        submit_time=start - 60,
+        start_time=start,
+        attempt=1,
+        allocation=Allocation.of(nodes, np.tile(np.arange(GPUS_PER_NODE), (size, 1))),
+        reason="running",
+    )
+
+
+def _pending_record(index: int, submit_time: float) -> JobRecord:
+    fits = index % 100 == 0
+    name = f"wait-{index}"
+    pods = 1 if fits else NODES_PER_RACK
+    document = _document(name, _ACCOUNTS[index % len(_ACCOUNTS)], pods, submit_time)
+    if not fits:
+        document["topology"] = {"required": "rack"}
+    return JobRecord(
+        job_id=name,
+        account=document["account"],
+        priority=0,
+        state=JobState.PENDING,
+        spec=document,
+        submit_time=submit_time,
+    )
 
 
 def _document(name: str, account: str, pods: int, submit_time: float) -> dict[str, Any]:
@@ -368,10 +372,10 @@ def _document(name: str, account: str, pods: int, submit_time: float) -> dict[st
 
 
 def _restart(folder: Path, quick: bool) -> Measurement:
-    running, pending = (20_000, 2_000) if quick else (100_000, 10_000)
+    max_running, pending = (20_000, 2_000) if quick else (None, 10_000)
     store = folder / "restart.db"
     fill_begin = time.perf_counter()
-    count = fill_store(store, running, pending, time.time())
+    count = fill_store(store, pending, time.time(), max_running)
     fill_s = time.perf_counter() - fill_begin
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
