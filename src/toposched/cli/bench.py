@@ -13,10 +13,10 @@ from rich.table import Table
 from toposched.bench.harness import (
     Measurement,
     calibration,
-    format_seconds,
     interpreter_calibration,
     machine,
 )
+from toposched.cluster.units import format_timing
 
 
 def _suites() -> dict[str, Callable[[bool], list[Measurement]]]:
@@ -94,12 +94,12 @@ def run(args: argparse.Namespace) -> int:
         target = "-"
         if result.target_s is not None:
             verdict = "met" if result.meets_target else "MISSED"
-            target = f"{format_seconds(result.target_s)} ({verdict})"
+            target = f"{format_timing(result.target_s)} ({verdict})"
         details = ", ".join(f"{k}={v}" for k, v in result.extra.items()) or result.note
         table.add_row(
             result.name,
-            format_seconds(result.median_s),
-            format_seconds(result.p90_s),
+            format_timing(result.median_s),
+            format_timing(result.p90_s),
             str(result.runs),
             target,
             details,
