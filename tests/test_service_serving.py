@@ -108,7 +108,7 @@ def test_tls_through_the_certificate_files(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--host", "0.0.0.0"], "allowed only on a loopback address"),
-        (["--store", "postgresql://db/toposched"], "not yet supported"),
+        (["--store", "postgresql://127.0.0.1:1/toposched"], "cannot connect"),
         (["--fleet", "million", "--backend", "local"], "run it with --backend dry-run"),
         (["--gpus", "0"], "must be from 1 to 64"),
     ],

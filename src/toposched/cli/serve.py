@@ -92,8 +92,9 @@ def _server_options(parser: argparse.ArgumentParser) -> None:
     add(
         "--store",
         default=DEFAULT_STORE,
-        metavar="PATH",
-        help=f"SQLite file of the durable state (default ./{DEFAULT_STORE})",
+        metavar="PATH|URL",
+        help=f"SQLite file of the durable state (default ./{DEFAULT_STORE}), or a "
+        "postgresql://user@host/db URL (needs toposched[postgresql])",
     )
     add(
         "--backend",

@@ -29,14 +29,14 @@ from toposched.service.http import (
     on_validation_error,
     require_admin,
 )
-from toposched.service.store import Store
+from toposched.service.store_protocol import StateStore
 
 MAX_KEY = 200
 _EVENT_BATCH = 500
 _TAIL_BLOCK = 1 << 16
 
 
-def create_app(ctx: Context, store: Store) -> FastAPI:
+def create_app(ctx: Context, store: StateStore) -> FastAPI:
     app = FastAPI(
         title="toposched",
         version="1",
@@ -186,7 +186,8 @@ def _split(document: Any) -> tuple[dict[str, Any], Any]:
 
 def _scoped(principal: Principal, key: str | None) -> str | None:
     """Keys are per token holder: two teams choosing the same key make two jobs."""
-    return None if key is None else f"{principal.name}\x00{key}"
+    # A JSON pair: unambiguous whatever the name holds, and no NUL (PostgreSQL text has none).
+    return None if key is None else json.dumps([principal.name, key])
 
 
 def _tail(path: Path, lines: int) -> str:
@@ -257,7 +258,7 @@ def _cluster_routes(app: FastAPI, ctx: Context) -> None:
         return await ctx.call(apply)
 
 
-def _event_routes(app: FastAPI, ctx: Context, store: Store) -> None:
+def _event_routes(app: FastAPI, ctx: Context, store: StateStore) -> None:
     @app.get("/v1/events")
     async def events(
         request: Request,
@@ -287,7 +288,7 @@ def _event_id(header: str | None) -> int:
 
 
 async def _event_stream(
-    request: Request, store: Store, principal: Principal, after: int, follow: bool
+    request: Request, store: StateStore, principal: Principal, after: int, follow: bool
 ) -> AsyncIterator[str]:
     last = after
     idle = 0.0

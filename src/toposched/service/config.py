@@ -15,7 +15,8 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import load_topology
 from toposched.cluster.topology import MAX_GPUS_PER_NODE, Topology
 from toposched.policy.budget import BudgetTree
-from toposched.service.store import Store
+from toposched.service import store_protocol
+from toposched.service.store_protocol import StateStore
 
 DEFAULT_STORE = "toposched-state/toposched.db"
 DEFAULT_MAX_BODY = 1 << 20
@@ -98,12 +99,8 @@ def build_tree(config: ServiceConfig) -> BudgetTree:
     return BudgetTree.from_dict({"accounts": {DEFAULT_ACCOUNT: {"share": 100}}})
 
 
-def open_store(config: ServiceConfig) -> Store:
-    if config.store.startswith(("postgresql://", "postgres://")):
-        raise InputError(
-            "--store", "postgresql://...", "PostgreSQL is not yet supported; use a SQLite path"
-        )
-    return Store(config.store)
+def open_store(config: ServiceConfig) -> StateStore:
+    return store_protocol.open_store(config.store)
 
 
 def build_backend(config: ServiceConfig) -> Backend:

@@ -19,7 +19,7 @@ from toposched.service.documents import parse_run
 from toposched.service.errors import NotFound
 from toposched.service.fits import ClusterLimits
 from toposched.service.records import JobRecord
-from toposched.service.store import Store
+from toposched.service.store_protocol import StateStore
 
 Command = Launch | Stop
 log = logging.getLogger("toposched.service")
@@ -36,7 +36,7 @@ class ServiceCore:
     the store by the next transaction."""
 
     scheduler: Scheduler
-    store: Store
+    store: StateStore
     backend: Backend
     limits: ClusterLimits
     records: dict[str, JobRecord] = field(default_factory=dict)

@@ -26,7 +26,8 @@ from toposched.service.core import ServiceCore
 from toposched.service.fits import ClusterLimits
 from toposched.service.records import JobRecord
 from toposched.service.step import apply_reports
-from toposched.service.store import Store, StoredDecision
+from toposched.service.store import StoredDecision
+from toposched.service.store_protocol import StateStore
 
 log = logging.getLogger("toposched.service")
 
@@ -44,7 +45,7 @@ def cluster_fingerprint(topology: Topology) -> str:
 
 
 def starter(
-    store: Store,
+    store: StateStore,
     topology: Topology,
     default_tree: Callable[[], BudgetTree],
     backend: Backend,
@@ -55,7 +56,7 @@ def starter(
 
 
 def recover(
-    store: Store,
+    store: StateStore,
     topology: Topology,
     default_tree: Callable[[], BudgetTree],
     backend: Backend,
@@ -83,7 +84,9 @@ def recover(
     return core
 
 
-def _tree(store: Store, topology: Topology, default_tree: Callable[[], BudgetTree]) -> BudgetTree:
+def _tree(
+    store: StateStore, topology: Topology, default_tree: Callable[[], BudgetTree]
+) -> BudgetTree:
     fingerprint = cluster_fingerprint(topology)
     stored = store.meta("cluster")
     if stored is not None and stored != fingerprint:

@@ -49,11 +49,14 @@ def _poll(core: ServiceCore, now: float) -> list[Report]:
 def apply_reports(core: ServiceCore, stored: list[StoredReport], now: float) -> None:
     """Apply stored reports to the scheduler; reports of an earlier run of a job are dropped."""
     for item in stored:
-        apply_report(core, item)
+        apply_report(core, item, now)
     core.store.mark_applied([item.report_id for item in stored])
 
 
-def apply_report(core: ServiceCore, item: StoredReport) -> None:
+def apply_report(core: ServiceCore, item: StoredReport, now: float) -> None:
+    """The scheduler is told at `now`: its clock never goes back, and a report may be dated
+    before a command of this batch or before a restart (a run that ended while the service
+    was down). The event keeps the report's own time."""
     report = item.report
     record = core.records.get(report.job_id)
     if record is None or record.state is not JobState.RUNNING or record.attempt != report.attempt:
@@ -68,14 +71,14 @@ def apply_report(core: ServiceCore, item: StoredReport) -> None:
         core.scheduler.report_checkpoint(report.job_id, time)
         return
     if kind is ReportKind.FINISHED:
-        core.scheduler.finish(report.job_id, time)
+        core.scheduler.finish(report.job_id, now)
         event = "finished"
     elif kind is ReportKind.EVICTED:
-        core.scheduler.evicted(report.job_id, time)
+        core.scheduler.evicted(report.job_id, now)
         event = "evicted"
     else:
         # A run that failed on its own is not retried: a command that fails would fail again.
-        core.scheduler.fail(report.job_id, time, requeue=False)
+        core.scheduler.fail(report.job_id, now, requeue=False)
         event = "failed"
     core.sync(record, job)
     core.event(time, event, record, detail=report.detail)

@@ -77,7 +77,7 @@ MIGRATIONS: tuple[str, ...] = (
 )
 """Numbered migrations: migration i (from 1) takes the schema from version i-1 to i."""
 
-_JOB_COLUMNS = (
+JOB_COLUMNS = (
     "id, account, priority, state, spec, submit_time, start_time, end_time, attempt, "
     "preemptions, idempotency_key, body_hash, allocation, unallocated, reason"
 )
@@ -223,21 +223,21 @@ class Store:
     # --- jobs ------------------------------------------------------------------------------
     def insert_job(self, record: JobRecord) -> None:
         cursor = self._db.execute(
-            f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES ({', '.join('?' * 15)})",
-            _job_values(record),
+            f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES ({', '.join('?' * 15)})",
+            job_values(record),
         )
         record.seq = int(cursor.lastrowid or 0)
 
     def update_job(self, record: JobRecord) -> None:
-        names = [name.strip() for name in _JOB_COLUMNS.split(",")]
+        names = [name.strip() for name in JOB_COLUMNS.split(",")]
         assignments = ", ".join(f"{name} = ?" for name in names[1:])
-        values = _job_values(record)
+        values = job_values(record)
         self._db.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*values[1:], values[0]))
 
     def jobs(self) -> list[JobRecord]:
         """Every job, in submission order."""
-        rows = self._db.execute(f"SELECT seq, {_JOB_COLUMNS} FROM jobs ORDER BY seq")
-        return [_job_from_row(row) for row in rows]
+        rows = self._db.execute(f"SELECT seq, {JOB_COLUMNS} FROM jobs ORDER BY seq")
+        return [job_from_row(row) for row in rows]
 
     # --- events ----------------------------------------------------------------------------
     def add_event(
@@ -327,7 +327,8 @@ class Store:
             target.close()
 
 
-def _job_values(record: JobRecord) -> tuple[Any, ...]:
+def job_values(record: JobRecord) -> tuple[Any, ...]:
+    """A record as the values of JOB_COLUMNS, in order (shared by both stores)."""
     return (
         record.job_id,
         record.account,
@@ -347,7 +348,8 @@ def _job_values(record: JobRecord) -> tuple[Any, ...]:
     )
 
 
-def _job_from_row(row: Sequence[Any]) -> JobRecord:
+def job_from_row(row: Sequence[Any]) -> JobRecord:
+    """A record from a row of `seq, JOB_COLUMNS` (shared by both stores)."""
     return JobRecord(
         seq=row[0],
         job_id=row[1],
