@@ -1,0 +1,172 @@
+"""Client commands that follow what happens: `watch` (the event stream) and `logs` (a pod's
+output)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+
+from toposched.cli.client import ApiClient, Event, JobState, UnreachableError
+from toposched.cli.remote import add_client_parser, client_command, clock, print_json_line
+from toposched.cluster.errors import InputError
+
+RECONNECT_PAUSE_S = 1.0
+RECONNECT_GIVE_UP_S = 60.0
+LOG_POLL_S = 1.0
+EVENT_FIELDS = ("id", "time", "kind", "job")
+
+
+def register(commands: Any) -> None:
+    watch = add_client_parser(
+        commands,
+        "watch",
+        "follow job state changes and decisions as they happen",
+        "Print the service's events, one line each: submitted, bound, started, finished, "
+        "failed, requeued, evicting, evicted, cancelled, priority, node. Every event has an "
+        "increasing id; --after ID resumes after the last one you saw. If the connection "
+        "breaks, watch reconnects and resumes where it stopped. Ctrl-C ends it (exit 0).",
+        "  toposched watch\n"
+        "  toposched watch --after 1200                 # resume after event 1200\n"
+        "  toposched watch --after 0 --no-follow --json # every stored event, JSON lines",
+    )
+    watch.add_argument("--after", metavar="ID", type=int, help="start after the event with this id")
+    watch.add_argument(
+        "--no-follow",
+        action="store_true",
+        help="print the stored events (after --after) and exit instead of waiting for more",
+    )
+    watch.add_argument("--count", metavar="N", type=int, help="exit after printing N events")
+    watch.set_defaults(handler=client_command(_watch))
+    logs = add_client_parser(
+        commands,
+        "logs",
+        "a pod's captured output (local backend)",
+        "Print what a pod of a job wrote to stdout and stderr (the local backend captures it). "
+        "POD is the pod's rank, 0 by default. --follow keeps printing new output until the "
+        "job ends (Ctrl-C stops following, exit 0).",
+        "  toposched logs train-7b                   # pod 0, everything so far\n"
+        "  toposched logs train-7b 3 --tail 50       # the last 50 lines of pod 3\n"
+        "  toposched logs train-7b --follow          # like tail -f, until the job ends",
+        json_option=False,
+    )
+    logs.add_argument("job", metavar="JOB", help="the job's id")
+    logs.add_argument(
+        "pod", metavar="POD", type=int, nargs="?", default=0, help="pod rank (default 0)"
+    )
+    logs.add_argument("--tail", metavar="N", type=int, help="only the last N lines")
+    logs.add_argument(
+        "--follow", "-f", action="store_true", help="keep printing new output until the job ends"
+    )
+    logs.set_defaults(handler=client_command(_logs))
+
+
+def event_line(event: Event) -> str:
+    """One event as a line: id, time, kind, job, then its other fields as key=value."""
+    extra = " ".join(f"{key}={value}" for key, value in event.items() if key not in EVENT_FIELDS)
+    job = event.get("job") or "-"
+    return (
+        f"{event['id']:>8}  {clock(event.get('time'))}  {event['kind']:<10} {job}  {extra}".rstrip()
+    )
+
+
+def _watch(args: argparse.Namespace, client: ApiClient) -> int:
+    if args.count is not None and args.count < 1:
+        raise InputError("--count", args.count, "must be >= 1")
+    if args.after is not None and args.after < 0:
+        raise InputError("--after", args.after, "must be >= 0")
+    try:
+        _print_events(args, client)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _print_events(args: argparse.Namespace, client: ApiClient) -> None:
+    """Events until --count is reached, the stored ones are out (--no-follow), or Ctrl-C;
+    a stream that ends or breaks is resumed after the last event printed."""
+    after: int | None = args.after
+    printed = 0
+    failing_since: float | None = None
+    connected_once = False
+    errors = Console(stderr=True)
+    while True:
+        try:
+            for event in client.events(after, follow=not args.no_follow):
+                connected_once = True
+                failing_since = None
+                after = event["id"]
+                if args.json:
+                    print_json_line(event)
+                else:
+                    print(event_line(event), flush=True)
+                printed += 1
+                if args.count is not None and printed >= args.count:
+                    return
+            connected_once = True
+        except UnreachableError:
+            if not connected_once:
+                raise
+            now = time.monotonic()
+            failing_since = now if failing_since is None else failing_since
+            if now - failing_since > RECONNECT_GIVE_UP_S:
+                raise
+        if args.no_follow:
+            return
+        errors.print(
+            f"the event stream closed; resuming after event {after if after is not None else '-'}",
+            style="dim",
+        )
+        time.sleep(RECONNECT_PAUSE_S)
+
+
+def _logs(args: argparse.Namespace, client: ApiClient) -> int:
+    if args.pod < 0:
+        raise InputError("POD", args.pod, "must be a pod rank >= 0")
+    if args.tail is not None and args.tail < 0:
+        raise InputError("--tail", args.tail, "must be >= 0")
+    if not args.follow:
+        sys.stdout.write(client.pod_log(args.job, args.pod, args.tail))
+        sys.stdout.flush()
+        return 0
+    try:
+        _follow_log(args, client)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def last_lines(text: str, count: int) -> str:
+    """The last `count` lines of `text` (none for 0), with their line ends."""
+    return "".join(text.splitlines(keepends=True)[-count:]) if count > 0 else ""
+
+
+def _follow_log(args: argparse.Namespace, client: ApiClient) -> None:
+    """Print the pod's output as it grows, polling, until the job has ended and its output is
+    all printed. The first print honours --tail."""
+    errors = Console(stderr=True)
+    told_pending = False
+    while JobState(client.job(args.job)["state"]) == JobState.PENDING:
+        if not told_pending:
+            errors.print(f"job {args.job} is pending; waiting for it to start", style="dim")
+            told_pending = True
+        time.sleep(LOG_POLL_S)
+    text = client.pod_log(args.job, args.pod)
+    sys.stdout.write(text if args.tail is None else last_lines(text, args.tail))
+    sys.stdout.flush()
+    printed = len(text)
+    while True:
+        ended = JobState(client.job(args.job)["state"]).final
+        text = client.pod_log(args.job, args.pod)
+        if len(text) < printed:
+            errors.print("the log started again (a new attempt)", style="dim")
+            printed = 0
+        sys.stdout.write(text[printed:])
+        sys.stdout.flush()
+        printed = len(text)
+        if ended:
+            return
+        time.sleep(LOG_POLL_S)
