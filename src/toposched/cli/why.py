@@ -73,7 +73,8 @@ def explanation_sentences(explanation: Explanation, job: Job, now: float) -> lis
     name = explanation["id"]
     size = f"{job['pods']} pod{'s' if job['pods'] != 1 else ''}, {gpus(job['gpus'])} GPUs"
     state = explanation["state"]
-    opening = f"Job {name} ({job['account']}, {size}) is {state}"
+    who = f"Job {name} ({job['account']}, {size})"
+    opening = f"{who} is {state}"
     if state == JobState.PENDING:
         sentences = [opening + _waited(job, now) + "."]
         sentences.extend(_pending_sentences(explanation, job, now))
@@ -86,7 +87,8 @@ def explanation_sentences(explanation: Explanation, job: Job, now: float) -> lis
         end = job.get("end_time")
         at = f" at {clock(end, now)} ({duration(now - end)} ago)" if end else ""
         ran = _ran_for(job)
-        sentences = [f"{opening}: it ended{at}{ran}."]
+        verb = "was cancelled" if state == JobState.CANCELLED else state
+        sentences = [f"{who} {verb}{at}{ran}."]
     reason = explanation.get("reason")
     if reason and reason != state:
         sentences.append(f"Reason: {reason}.")
