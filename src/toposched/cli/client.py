@@ -206,6 +206,7 @@ class Domain(TypedDict):
 
 class NodeList(TypedDict):
     nodes: list[Node]
+    next: str | None
 
 
 class DomainList(TypedDict):
@@ -335,8 +336,11 @@ class ApiClient:
 
     # -- nodes and accounts ------------------------------------------------------------------
 
-    def nodes(self) -> NodeList:
-        return cast(NodeList, _required(self._json("GET", "/v1/nodes"), ("nodes",), "node list"))
+    def nodes(self, limit: int | None = None, after: str | None = None) -> NodeList:
+        answer = self._json("GET", "/v1/nodes", params=_params(limit=limit, after=after))
+        answer = _required(answer, ("nodes",), "node list")
+        answer.setdefault("next", None)
+        return cast(NodeList, answer)
 
     def domains(self, level: str) -> DomainList:
         answer = self._json("GET", "/v1/nodes", params={"level": level})

@@ -9,10 +9,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from toposched.cli.client import ApiClient, NodeAction
+from toposched.cli.client import ApiClient, Node, NodeAction
 from toposched.cli.remote import add_client_parser, client_command, gpus, print_json
+from toposched.cluster.errors import InputError
 
 JOBS_SHOWN = 3
+PAGE_SIZE = 1000
 
 NODE_ACTIONS = {
     NodeAction.DRAIN: (
@@ -45,6 +47,9 @@ def register(commands: Any) -> None:
     nodes.add_argument(
         "--level", metavar="L", help="one row per domain of this topology level (e.g. rack)"
     )
+    nodes.add_argument(
+        "--limit", metavar="N", type=int, default=1000, help="show at most N nodes (default 1000)"
+    )
     nodes.set_defaults(handler=client_command(_nodes))
     for action, (help_text, description) in NODE_ACTIONS.items():
         parser = add_client_parser(
@@ -61,9 +66,8 @@ def register(commands: Any) -> None:
         "accounts",
         "accounts: budgets, GPUs in use, usage and fair-share standing",
         "List the accounts of the budget tree: the GPUs each is budgeted and running, its "
-        "usage over the fair-share window in GPU-hours, its fair-share standing (Fair Tree's "
-        "level FS: its share over its usage among its siblings; above 1 it has used less than "
-        "its share and goes first) and how many of its jobs are pending and running.",
+        "usage over the fair-share window in GPU-hours, its fair share of the cluster (its "
+        "share times its parents' shares) and how many of its jobs are pending and running.",
         "  toposched accounts\n  toposched accounts --json | jq .tree",
     )
     accounts.set_defaults(handler=client_command(_accounts))
@@ -89,14 +93,30 @@ def _nodes(args: argparse.Namespace, client: ApiClient) -> int:
             )
         console.print(table)
         return 0
-    listing = client.nodes()
+    if args.limit < 1:
+        raise InputError("--limit", args.limit, "must be >= 1")
+    found: list[Node] = []
+    after: str | None = None
+    while True:
+        page = client.nodes(min(PAGE_SIZE, args.limit - len(found)), after)
+        found.extend(page["nodes"])
+        after = page["next"]
+        if after is None or len(found) >= args.limit:
+            break
     if args.json:
-        print_json(listing)
+        print_json({"nodes": found, "next": after})
         return 0
-    table = Table(title=f"{len(listing['nodes']):,} nodes")
+    _print_nodes(found)
+    if after is not None:
+        console.print("more nodes: raise --limit, or see --level for a summary", style="dim")
+    return 0
+
+
+def _print_nodes(nodes: list[Node]) -> None:
+    table = Table(title=f"{len(nodes):,} nodes")
     for column in ("node", "health", "model", "GPUs", "free", "jobs"):
         table.add_column(column, justify="right" if column in ("GPUs", "free") else "left")
-    for node in listing["nodes"]:
+    for node in nodes:
         jobs = node.get("jobs") or []
         shown = ", ".join(jobs[:JOBS_SHOWN]) + (
             f" +{len(jobs) - JOBS_SHOWN}" if len(jobs) > JOBS_SHOWN else ""
@@ -111,8 +131,7 @@ def _nodes(args: argparse.Namespace, client: ApiClient) -> int:
             gpus(node["free_gpus"]),
             shown or "-",
         )
-    console.print(table)
-    return 0
+    Console().print(table)
 
 
 def _node_action(args: argparse.Namespace, client: ApiClient) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
-from toposched.cli.client import ApiClient, Explanation, Job, JobState
+from toposched.cli.client import ApiClient, Explanation, HistoryEntry, Job, JobState
 from toposched.cli.remote import (
     add_client_parser,
     client_command,
@@ -52,10 +52,16 @@ def _why(args: argparse.Namespace, client: ApiClient) -> int:
         if earlier > 0:
             console.print(f"  ({earlier:,} earlier events; --json shows them all)", style="dim")
         for entry in history[-HISTORY_SHOWN:]:
-            console.print(
-                f"  {clock(entry.get('time'))}  {entry.get('event', '?')}", highlight=False
-            )
+            console.print(f"  {history_line(entry)}", highlight=False)
     return 0
+
+
+def history_line(entry: HistoryEntry) -> str:
+    """One history entry: its time, its event, then any other fields as key=value."""
+    extra = " ".join(
+        f"{key}={value}" for key, value in entry.items() if key not in ("time", "event")
+    )
+    return f"{clock(entry.get('time'))}  {entry.get('event', '?')}  {extra}".rstrip()
 
 
 def ordinal(number: int) -> str:
@@ -99,14 +105,15 @@ def explanation_sentences(explanation: Explanation, job: Job, now: float) -> lis
 def _pending_sentences(explanation: Explanation, job: Job, now: float) -> list[str]:
     sentences = []
     position = explanation.get("position")
+    # A position of 0 or none: the server has not placed it in the queue.
     in_account = position.get("account") if position else None
     overall = position.get("overall") if position else None
-    if in_account is not None and overall is not None:
+    if in_account and overall:
         sentences.append(
             f"It is {ordinal(in_account)} in the queue of {job['account']} and "
             f"{ordinal(overall)} overall."
         )
-    elif overall is not None:
+    elif overall:
         sentences.append(f"It is {ordinal(overall)} in the queue.")
     reason = explanation.get("reason")
     code = explanation.get("code")
