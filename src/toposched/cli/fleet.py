@@ -7,10 +7,19 @@ import argparse
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
-from toposched.cli.client import ApiClient, Node, NodeAction
-from toposched.cli.remote import add_client_parser, client_command, gpus, print_json
+from toposched.cli.client import ApiClient, Domain, Node, NodeAction
+from toposched.cli.remote import (
+    Cell,
+    Column,
+    add_client_parser,
+    client_command,
+    counted,
+    gpus,
+    print_json,
+    print_table,
+)
 from toposched.cluster.errors import InputError
 
 JOBS_SHOWN = 3
@@ -74,24 +83,12 @@ def register(commands: Any) -> None:
 
 
 def _nodes(args: argparse.Namespace, client: ApiClient) -> int:
-    console = Console()
     if args.level:
         answer = client.domains(args.level)
         if args.json:
             print_json(answer)
             return 0
-        table = Table(title=f"{len(answer['domains']):,} domains of level {args.level}")
-        for column in ("domain", "nodes", "healthy", "GPUs", "free"):
-            table.add_column(column, justify="left" if column == "domain" else "right")
-        for domain in answer["domains"]:
-            table.add_row(
-                domain["domain"],
-                f"{domain['nodes']:,}",
-                f"{domain['healthy_nodes']:,}",
-                gpus(domain["gpus"]),
-                gpus(domain["free_gpus"]),
-            )
-        console.print(table)
+        _print_domains(answer["domains"], args.level)
         return 0
     if args.limit < 1:
         raise InputError("--limit", args.limit, "must be >= 1")
@@ -108,30 +105,45 @@ def _nodes(args: argparse.Namespace, client: ApiClient) -> int:
         return 0
     _print_nodes(found)
     if after is not None:
-        console.print("more nodes: raise --limit, or see --level for a summary", style="dim")
+        Console().print("more nodes: raise --limit, or see --level for a summary", style="dim")
     return 0
 
 
+def _print_domains(domains: list[Domain], level: str) -> None:
+    columns = [Column("domain"), Column("nodes", right=True), Column("healthy", right=True)]
+    columns += [Column("GPUs", right=True), Column("free", right=True)]
+    rows = [
+        [
+            domain["domain"],
+            f"{domain['nodes']:,}",
+            f"{domain['healthy_nodes']:,}",
+            gpus(domain["gpus"]),
+            gpus(domain["free_gpus"]),
+        ]
+        for domain in domains
+    ]
+    print_table(f"{counted(len(domains), 'domain')} of level {level}", columns, rows)
+
+
 def _print_nodes(nodes: list[Node]) -> None:
-    table = Table(title=f"{len(nodes):,} nodes")
-    for column in ("node", "health", "model", "GPUs", "free", "jobs"):
-        table.add_column(column, justify="right" if column in ("GPUs", "free") else "left")
+    columns = [Column("node"), Column("health"), Column("model")]
+    columns += [Column("GPUs", right=True), Column("free", right=True), Column("jobs", cut=True)]
+    rows: list[list[Cell]] = []
     for node in nodes:
         jobs = node.get("jobs") or []
-        shown = ", ".join(jobs[:JOBS_SHOWN]) + (
-            f" +{len(jobs) - JOBS_SHOWN}" if len(jobs) > JOBS_SHOWN else ""
-        )
+        more = f" +{len(jobs) - JOBS_SHOWN}" if len(jobs) > JOBS_SHOWN else ""
         health = node["health"]
-        style = "green" if health == "healthy" else "yellow"
-        table.add_row(
-            node["name"],
-            f"[{style}]{health}[/]",
-            node.get("gpu_model") or "-",
-            gpus(node["gpus"]),
-            gpus(node["free_gpus"]),
-            shown or "-",
+        rows.append(
+            [
+                node["name"],
+                Text(health, style="green" if health == "healthy" else "yellow"),
+                node.get("gpu_model") or "-",
+                gpus(node["gpus"]),
+                gpus(node["free_gpus"]),
+                ", ".join(jobs[:JOBS_SHOWN]) + more or "-",
+            ]
         )
-    Console().print(table)
+    print_table(counted(len(nodes), "node"), columns, rows)
 
 
 def _node_action(args: argparse.Namespace, client: ApiClient) -> int:
@@ -140,7 +152,7 @@ def _node_action(args: argparse.Namespace, client: ApiClient) -> int:
         print_json(node)
         return 0
     jobs = node.get("jobs") or []
-    running = f"; {len(jobs):,} job{'s' if len(jobs) != 1 else ''} on it" if jobs else ""
+    running = f"; {counted(len(jobs), 'job')} on it" if jobs else ""
     Console().print(f"node [bold]{node['name']}[/]: {node['health']}{running}", highlight=False)
     return 0
 
@@ -150,28 +162,27 @@ def _accounts(args: argparse.Namespace, client: ApiClient) -> int:
     if args.json:
         print_json(answer)
         return 0
-    table = Table(title="accounts")
-    table.add_column("account")
-    for column in (
-        "budget GPUs",
-        "running GPUs",
-        "usage GPU-h",
-        "fair share",
-        "pending",
-        "running",
-    ):
-        table.add_column(column, justify="right")
-    for row in answer["accounts"]:
+    accounts = answer["accounts"]
+    columns = [Column("account")]
+    columns += [
+        Column(header, right=True)
+        for header in ("budget", "in use", "GPU-h", "share", "pending", "running")
+    ]
+    rows: list[list[Cell]] = []
+    for row in accounts:
         budget = row.get("budget_gpus")
         share = row.get("fair_share")
-        table.add_row(
-            row["account"],
-            "-" if budget is None else gpus(budget),
-            gpus(row.get("running_gpus", 0)),
-            f"{row.get('usage_gpu_hours', 0):,.1f}",
-            f"{share:.2f}" if isinstance(share, int | float) else str(share or "-"),
-            f"{row.get('pending', 0):,}",
-            f"{row.get('running', 0):,}",
+        rows.append(
+            [
+                row["account"],
+                "-" if budget is None else gpus(budget),
+                gpus(row.get("running_gpus", 0)),
+                f"{row.get('usage_gpu_hours', 0):,.1f}",
+                f"{share:.2f}" if isinstance(share, int | float) else str(share or "-"),
+                f"{row.get('pending', 0):,}",
+                f"{row.get('running', 0):,}",
+            ]
         )
-    Console().print(table)
+    title = f"{counted(len(accounts), 'account')}: GPUs budgeted and in use, GPU-hours used"
+    print_table(title, columns, rows)
     return 0

@@ -14,16 +14,21 @@ from typing import Any
 import yaml
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from toposched.cli.client import ApiClient, ClientError, Job, JobState, Submitted
 from toposched.cli.remote import (
+    Cell,
+    Column,
     add_client_parser,
     client_command,
     clock,
+    counted,
     duration,
     gpus,
     print_json,
     print_json_line,
+    print_table,
 )
 from toposched.cluster.errors import InputError
 
@@ -274,32 +279,22 @@ def _print_jobs(jobs: list[Job], more: bool) -> None:
         console.print("no jobs")
         return
     now = time.time()
-    table = Table(title=f"{len(jobs):,} job{'s' if len(jobs) != 1 else ''}")
-    for column, justify in (
-        ("job", "left"),
-        ("account", "left"),
-        ("state", "left"),
-        ("pods", "right"),
-        ("GPUs", "right"),
-        ("prio", "right"),
-        ("submitted", "right"),
-        ("ran", "right"),
-        ("reason", "left"),
-    ):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for job in jobs:
-        table.add_row(
+    columns = [Column("job"), Column("account"), Column("state"), Column("GPUs", right=True)]
+    columns += [Column("submitted", right=True), Column("ran", right=True)]
+    columns += [Column("reason", cut=True)]
+    rows: list[list[Cell]] = [
+        [
             job["id"],
             job["account"],
-            _state_markup(job["state"]),
-            str(job["pods"]),
+            state_text(job["state"]),
             gpus(job["gpus"]),
-            str(job.get("priority", 0)),
             clock(job.get("submit_time"), now),
             _ran(job, now),
             job.get("reason") or "",
-        )
-    console.print(table)
+        ]
+        for job in jobs
+    ]
+    print_table(counted(len(jobs), "job"), columns, rows)
     if more:
         console.print(
             "more jobs match: raise --limit, or narrow with --account/--state", style="dim"
@@ -323,11 +318,12 @@ STATE_STYLES = {
 }
 
 
-def _state_markup(state: str) -> str:
+def state_text(state: str) -> Text:
+    """A job state, coloured."""
     try:
-        return f"[{STATE_STYLES[JobState(state)]}]{state}[/]"
+        return Text(state, style=STATE_STYLES[JobState(state)])
     except ValueError:
-        return state
+        return Text(state)
 
 
 def _show(args: argparse.Namespace, client: ApiClient) -> int:
@@ -343,9 +339,9 @@ def _show(args: argparse.Namespace, client: ApiClient) -> int:
     shown_nodes = ", ".join(nodes[:8]) + (f" and {len(nodes) - 8:,} more" if len(nodes) > 8 else "")
     run = (job.get("spec") or {}).get("run") or {}
     command = run.get("command")
-    rows = [
+    rows: list[tuple[str, Cell]] = [
         ("account", job["account"]),
-        ("state", _state_markup(job["state"])),
+        ("state", state_text(job["state"])),
         ("reason", job.get("reason") or "-"),
         ("priority", str(job.get("priority", 0))),
         ("size", f"{job['pods']} pods, {gpus(job['gpus'])} GPUs"),
@@ -403,16 +399,14 @@ def _queue(args: argparse.Namespace, client: ApiClient) -> int:
         console.print("the queue is empty: no job is pending")
         return 0
     now = time.time()
-    table = Table(title=f"{len(entries):,} pending, in the order they will be tried")
-    table.add_column("#", justify="right")
-    table.add_column("job")
-    table.add_column("account")
-    table.add_column("prio", justify="right")
-    table.add_column("GPUs", justify="right")
-    table.add_column("waiting", justify="right")
-    table.add_column("why it waits")
-    for entry in entries:
-        table.add_row(
+    columns = [Column("#", right=True), Column("job"), Column("account")]
+    columns += [Column("prio", right=True), Column("GPUs", right=True)]
+    columns += [
+        Column("waiting", right=True),
+        Column("why it waits", cut=True),
+    ]
+    rows = [
+        [
             str(entry["position"]),
             entry["id"],
             entry["account"],
@@ -420,6 +414,8 @@ def _queue(args: argparse.Namespace, client: ApiClient) -> int:
             gpus(entry["gpus"]),
             duration(now - entry["submit_time"]) if entry.get("submit_time") else "-",
             entry.get("reason") or "",
-        )
-    console.print(table)
+        ]
+        for entry in entries
+    ]
+    print_table(f"{len(entries):,} pending, in the order they will be tried", columns, rows)
     return 0

@@ -8,10 +8,13 @@ import functools
 import json
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
+from rich.table import Table
+from rich.text import Text
 
 from toposched.cli.client import ApiClient, ClientError, ExitCode
 from toposched.cli.connection import DEFAULT_SERVER, resolve_connection
@@ -103,6 +106,47 @@ def client_command(handler: ClientHandler) -> Callable[[argparse.Namespace], int
             return int(ExitCode.BAD_INPUT)
 
     return run
+
+
+def counted(count: int, noun: str) -> str:
+    """`1 node`, `2 nodes`, `1,000 jobs`."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: `right` aligns numbers; a `cut` column holds long text kept to one
+    line and cut with an ellipsis to the width the other columns leave."""
+
+    header: str
+    right: bool = False
+    cut: bool = False
+
+
+Cell = str | Text
+"""A cell's text, shown as is (no markup); a Text for a styled cell."""
+
+
+def print_table(title: str, columns: Sequence[Column], rows: Iterable[Sequence[Cell]]) -> None:
+    """A table whose columns are never narrower than their widest cell, except `cut` ones."""
+    texts = [[cell if isinstance(cell, Text) else Text(cell) for cell in row] for row in rows]
+    table = Table(title=title)
+    for index, column in enumerate(columns):
+        justify: JustifyMethod = "right" if column.right else "left"
+        if column.cut:
+            table.add_column(column.header, justify=justify)
+            continue
+        widest = max([len(column.header)] + [row[index].cell_len for row in texts])
+        table.add_column(column.header, justify=justify, no_wrap=True, min_width=widest)
+    for row in texts:
+        cells = [
+            Text(cell.plain, style=cell.style, no_wrap=True, overflow="ellipsis")
+            if column.cut
+            else cell
+            for column, cell in zip(columns, row, strict=True)
+        ]
+        table.add_row(*cells)
+    Console().print(table)
 
 
 def print_json(document: Any) -> None:

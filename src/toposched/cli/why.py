@@ -115,11 +115,13 @@ def _pending_sentences(explanation: Explanation, job: Job, now: float) -> list[s
         )
     elif overall:
         sentences.append(f"It is {ordinal(overall)} in the queue.")
-    reason = explanation.get("reason")
     code = explanation.get("code")
-    if reason:
+    blocking, ordering = _split_reason(explanation.get("reason") or "", job.get("reason") or "")
+    if blocking:
         kind = f" ({code})" if code else ""
-        sentences.append(f"It waits{kind}: {reason}.")
+        sentences.append(f"It waits{kind}: {blocking}.")
+    if ordering:
+        sentences.append(f"Its order in the queue: {ordering}.")
     reservation = explanation.get("reservation")
     if reservation:
         start = reservation["start_time"]
@@ -138,6 +140,14 @@ def _pending_sentences(explanation: Explanation, job: Job, now: float) -> list[s
         sentences.append("No start is reserved for it yet.")
     sentences.extend(_attempts_sentence(job))
     return sentences
+
+
+def _split_reason(explained: str, blocking: str) -> tuple[str, str]:
+    """(what blocks the job, how the queue orders it). The explanation's reason is the queue
+    order followed by the job's own reason (what blocks it), when the server says both."""
+    if blocking and explained.endswith(blocking) and explained != blocking:
+        return blocking, explained[: -len(blocking)].rstrip("; ")
+    return explained or blocking, ""
 
 
 def _waited(job: Job, now: float) -> str:
