@@ -361,8 +361,14 @@ def test_watch_ends_with_exit_0_on_ctrl_c(server: Server, tmp_path: Path) -> Non
         "TOPOSCHED_SERVER": server.url,
         "TOPOSCHED_TOKEN": ADMIN_TOKEN,
     }
+    # A terminal's Ctrl-C: SIGINT raising KeyboardInterrupt, even where this test runs with
+    # SIGINT ignored (as in a background job).
+    program = (
+        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "from toposched.cli.main import main; sys.exit(main(['watch', '--after', '0']))"
+    )
     watcher = subprocess.Popen(
-        [sys.executable, "-m", "toposched.cli.main", "watch"],
+        [sys.executable, "-c", program],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -370,9 +376,10 @@ def test_watch_ends_with_exit_0_on_ctrl_c(server: Server, tmp_path: Path) -> Non
     )
     time.sleep(3)
     watcher.send_signal(signal.SIGINT)
-    _, err = watcher.communicate(timeout=20)
+    out, err = watcher.communicate(timeout=20)
     assert watcher.returncode == 0, err
     assert "Traceback" not in err
+    assert out.splitlines()[0].split()[0] == "1"  # it printed the stored events first
 
 
 def test_unreachable_server_exits_4(cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:

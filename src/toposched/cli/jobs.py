@@ -366,12 +366,12 @@ def _cancel(args: argparse.Namespace, client: ApiClient) -> int:
     if args.json:
         print_json(job)
         return 0
-    after = (
+    outcome = (
         "stopping: it has its grace period to exit"
         if job["state"] == JobState.RUNNING
         else job["state"]
     )
-    Console().print(f"job [bold]{job['id']}[/]: cancelled, {after}", highlight=False)
+    Console().print(f"job [bold]{job['id']}[/]: {outcome}", highlight=False)
     return 0
 
 
