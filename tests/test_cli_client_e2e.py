@@ -222,13 +222,17 @@ def test_resubmitting_the_same_file_makes_one_job(cli: Run, tmp_path: Path) -> N
     assert first.code == 0 and "submitted: job once" in first.out
     second = cli("submit", str(path))
     assert second.code == 0 and "already submitted (same idempotency key)" in second.out
-    keyed = [cli.json("submit", str(path), "--idempotency-key", "k-1") for _ in range(2)]
-    assert keyed[0]["id"] == keyed[1]["id"]
-    named = [job for job in cli.json("jobs")["jobs"] if job["spec"].get("name") == "once"]
-    assert len({job["id"] for job in named}) == len(named)
-    assert [job["id"] for job in named].count("once") == 1
-    for job in named:
-        cli("cancel", job["id"])
+    assert [job["id"] for job in cli.json("jobs")["jobs"]].count("once") == 1
+    # Another key for a name in use is a conflict, not a second job.
+    renamed = cli("submit", str(path), "--idempotency-key", "another-key")
+    assert renamed.code == 3 and "409" in renamed.err and "once" in renamed.err
+    keyed_path = tmp_path / "keyed.yaml"
+    keyed_path.write_text(job_yaml("keyed", pods=1, gpus=1))
+    keyed = [cli.json("submit", str(keyed_path), "--idempotency-key", "ci-run-7") for _ in "ab"]
+    assert keyed[0]["id"] == keyed[1]["id"] == "keyed"
+    assert keyed[0]["submit_time"] == keyed[1]["submit_time"]
+    for name in ("once", "keyed"):
+        assert cli("cancel", name).code == 0
 
 
 def test_missing_job_exits_3_naming_it(cli: Run) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rich.console import Console
 from rich.text import Text
 
 from toposched.cli.client import ApiClient, Domain, Node, NodeAction
@@ -17,8 +16,10 @@ from toposched.cli.remote import (
     client_command,
     counted,
     gpus,
+    note,
     print_json,
     print_table,
+    say,
 )
 from toposched.cluster.errors import InputError
 
@@ -105,7 +106,7 @@ def _nodes(args: argparse.Namespace, client: ApiClient) -> int:
         return 0
     _print_nodes(found)
     if after is not None:
-        Console().print("more nodes: raise --limit, or see --level for a summary", style="dim")
+        note("more nodes: raise --limit, or see --level for a summary")
     return 0
 
 
@@ -153,7 +154,7 @@ def _node_action(args: argparse.Namespace, client: ApiClient) -> int:
         return 0
     jobs = node.get("jobs") or []
     running = f"; {counted(len(jobs), 'job')} on it" if jobs else ""
-    Console().print(f"node [bold]{node['name']}[/]: {node['health']}{running}", highlight=False)
+    say(f"node {node['name']}: {node['health']}{running}")
     return 0
 
 

@@ -8,10 +8,8 @@ import sys
 import time
 from typing import Any
 
-from rich.console import Console
-
 from toposched.cli.client import ApiClient, Event, JobState, UnreachableError
-from toposched.cli.remote import add_client_parser, client_command, clock, print_json_line
+from toposched.cli.remote import add_client_parser, client_command, clock, note, print_json_line
 from toposched.cluster.errors import InputError
 
 RECONNECT_PAUSE_S = 1.0
@@ -92,7 +90,6 @@ def _print_events(args: argparse.Namespace, client: ApiClient) -> None:
     printed = 0
     failing_since: float | None = None
     connected_once = False
-    errors = Console(stderr=True)
     while True:
         try:
             for event in client.events(after, follow=not args.no_follow):
@@ -116,10 +113,7 @@ def _print_events(args: argparse.Namespace, client: ApiClient) -> None:
                 raise
         if args.no_follow:
             return
-        errors.print(
-            f"the event stream closed; resuming after event {after if after is not None else '-'}",
-            style="dim",
-        )
+        note(f"the event stream closed; resuming after event {after if after is not None else '-'}")
         time.sleep(RECONNECT_PAUSE_S)
 
 
@@ -147,11 +141,10 @@ def last_lines(text: str, count: int) -> str:
 def _follow_log(args: argparse.Namespace, client: ApiClient) -> None:
     """Print the pod's output as it grows, polling, until the job has ended and its output is
     all printed. The first print honours --tail."""
-    errors = Console(stderr=True)
     told_pending = False
     while JobState(client.job(args.job)["state"]) == JobState.PENDING:
         if not told_pending:
-            errors.print(f"job {args.job} is pending; waiting for it to start", style="dim")
+            note(f"job {args.job} is pending; waiting for it to start")
             told_pending = True
         time.sleep(LOG_POLL_S)
     text = client.pod_log(args.job, args.pod)
@@ -162,7 +155,7 @@ def _follow_log(args: argparse.Namespace, client: ApiClient) -> None:
         ended = JobState(client.job(args.job)["state"]).final
         text = client.pod_log(args.job, args.pod)
         if len(text) < printed:
-            errors.print("the log started again (a new attempt)", style="dim")
+            note("the log started again (a new attempt)")
             printed = 0
         sys.stdout.write(text[printed:])
         sys.stdout.flush()

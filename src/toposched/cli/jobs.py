@@ -26,9 +26,12 @@ from toposched.cli.remote import (
     counted,
     duration,
     gpus,
+    note,
     print_json,
     print_json_line,
     print_table,
+    say,
+    size,
 )
 from toposched.cluster.errors import InputError
 
@@ -168,8 +171,8 @@ def _register_submit(commands: Any) -> None:
         "Re-running the same submit never makes a second job: each submission carries an "
         "idempotency key, by default derived from the file's content and its absolute path, "
         "so submitting an unchanged file again answers the job it already made (the output "
-        "says 'already submitted'). Change the file, or pass a new --idempotency-key, to submit "
-        "it again as a new job.",
+        "says 'already submitted'). A job's name is its id on the server and is never reused: "
+        "to run a job again, give it a new name.",
         "  toposched submit train.yaml\n"
         "  toposched submit a.yaml b.yaml --json          # one JSON job per line\n"
         "  toposched submit train.yaml --idempotency-key run-2026-12-05\n\n"
@@ -187,8 +190,9 @@ def _register_submit(commands: Any) -> None:
     submit.add_argument(
         "--idempotency-key",
         metavar="KEY",
-        help="the key that makes a retried submission answer the same job (default: from "
-        "the file's content and path); with several files, KEY-1, KEY-2, ... in order",
+        help="the key that makes a retried submission answer the same job, e.g. a CI run's "
+        "id (default: from the file's content and path); with several files, KEY-1, KEY-2, "
+        "... in order",
     )
     submit.set_defaults(handler=client_command(_submit))
 
@@ -225,7 +229,6 @@ def _submit(args: argparse.Namespace, client: ApiClient) -> int:
     # Every file is read and checked before the first is sent.
     keys = _keys_for(len(args.files), args.idempotency_key)
     files = [read_job_file(Path(path), key) for path, key in zip(args.files, keys, strict=True)]
-    console = Console()
     for index, job_file in enumerate(files):
         try:
             submitted = client.submit(
@@ -240,7 +243,7 @@ def _submit(args: argparse.Namespace, client: ApiClient) -> int:
         if args.json:
             print_json_line(submitted.job)
         else:
-            console.print(_submitted_line(job_file, submitted), highlight=False)
+            say(_submitted_line(job_file, submitted))
     return 0
 
 
@@ -248,9 +251,8 @@ def _submitted_line(job_file: JobFile, submitted: Submitted) -> str:
     job = submitted.job
     what = "submitted" if submitted.created else "already submitted (same idempotency key)"
     return (
-        f"{job_file.path}: {what}: job [bold]{job['id']}[/] in {job['account']}, "
-        f"{job['pods']} pod{'s' if job['pods'] != 1 else ''}, {gpus(job['gpus'])} GPUs, "
-        f"{job['state']}"
+        f"{job_file.path}: {what}: job {job['id']} in {job['account']}, "
+        f"{size(job['pods'], job['gpus'])}, {job['state']}"
     )
 
 
@@ -274,9 +276,8 @@ def _jobs(args: argparse.Namespace, client: ApiClient) -> int:
 
 
 def _print_jobs(jobs: list[Job], more: bool) -> None:
-    console = Console()
     if not jobs:
-        console.print("no jobs")
+        say("no jobs")
         return
     now = time.time()
     columns = [Column("job"), Column("account"), Column("state"), Column("GPUs", right=True)]
@@ -296,9 +297,7 @@ def _print_jobs(jobs: list[Job], more: bool) -> None:
     ]
     print_table(counted(len(jobs), "job"), columns, rows)
     if more:
-        console.print(
-            "more jobs match: raise --limit, or narrow with --account/--state", style="dim"
-        )
+        note("more jobs match: raise --limit, or narrow with --account/--state")
 
 
 def _ran(job: Job, now: float) -> str:
@@ -344,7 +343,7 @@ def _show(args: argparse.Namespace, client: ApiClient) -> int:
         ("state", state_text(job["state"])),
         ("reason", job.get("reason") or "-"),
         ("priority", str(job.get("priority", 0))),
-        ("size", f"{job['pods']} pods, {gpus(job['gpus'])} GPUs"),
+        ("size", size(job["pods"], job["gpus"])),
         ("submitted", clock(job.get("submit_time"), now)),
         ("started", clock(job.get("start_time"), now)),
         ("ended", clock(job.get("end_time"), now)),
@@ -371,7 +370,7 @@ def _cancel(args: argparse.Namespace, client: ApiClient) -> int:
         if job["state"] == JobState.RUNNING
         else job["state"]
     )
-    Console().print(f"job [bold]{job['id']}[/]: {outcome}", highlight=False)
+    say(f"job {job['id']}: {outcome}")
     return 0
 
 
@@ -380,11 +379,7 @@ def _prio(args: argparse.Namespace, client: ApiClient) -> int:
     if args.json:
         print_json(job)
         return 0
-    Console().print(
-        f"job [bold]{job['id']}[/]: priority {job['priority']} in {job['account']} "
-        f"({job['state']})",
-        highlight=False,
-    )
+    say(f"job {job['id']}: priority {job['priority']} in {job['account']} ({job['state']})")
     return 0
 
 
@@ -393,10 +388,9 @@ def _queue(args: argparse.Namespace, client: ApiClient) -> int:
     if args.json:
         print_json(answer)
         return 0
-    console = Console()
     entries = answer["queue"]
     if not entries:
-        console.print("the queue is empty: no job is pending")
+        say("the queue is empty: no job is pending")
         return 0
     now = time.time()
     columns = [Column("#", right=True), Column("job"), Column("account")]

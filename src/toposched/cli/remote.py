@@ -87,25 +87,45 @@ def client_command(handler: ClientHandler) -> Callable[[argparse.Namespace], int
 
     @functools.wraps(handler)
     def run(args: argparse.Namespace) -> int:
-        errors = Console(stderr=True)
         try:
             connection = resolve_connection(
-                args.server,
-                args.token,
-                warn=lambda message: errors.print(
-                    f"[yellow]warning:[/] {message}", highlight=False
-                ),
+                args.server, args.token, warn=lambda message: tell(message, "warning")
             )
             with ApiClient(connection) as client:
                 return handler(args, client)
         except ClientError as error:
-            errors.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+            tell(str(error), "error")
             return int(error.exit_code)
         except ToposchedError as error:
-            errors.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+            tell(str(error), "error")
             return int(ExitCode.BAD_INPUT)
 
     return run
+
+
+LABEL_STYLES = {"error": "bold red", "warning": "yellow"}
+
+
+def say(text: str, style: str = "") -> None:
+    """One line of output as is (server text may hold brackets: no markup), left to the
+    terminal to wrap so that it greps and copies whole."""
+    Console(soft_wrap=True).print(text, style=style, markup=False, highlight=False)
+
+
+def tell(text: str, label: str) -> None:
+    """An error or a warning on stderr, one line: `error: text`."""
+    line = Text.assemble((f"{label}:", LABEL_STYLES[label]), " ", text)
+    Console(stderr=True, soft_wrap=True).print(line, highlight=False)
+
+
+def note(text: str) -> None:
+    """A remark on stderr, dimmed, that is not the command's output."""
+    Console(stderr=True, soft_wrap=True).print(Text(text, style="dim"), highlight=False)
+
+
+def size(pods: int, gpu_count: float) -> str:
+    """`1 pod, 1 GPU`, `2 pods, 8 GPUs`, `1 pod, 0.5 GPU`."""
+    return f"{counted(pods, 'pod')}, {gpus(gpu_count)} GPU{'s' if gpu_count > 1 else ''}"
 
 
 def counted(count: int, noun: str) -> str:

@@ -6,16 +6,15 @@ import argparse
 import time
 from typing import Any
 
-from rich.console import Console
-
 from toposched.cli.client import ApiClient, Explanation, HistoryEntry, Job, JobState
 from toposched.cli.remote import (
     add_client_parser,
     client_command,
     clock,
     duration,
-    gpus,
     print_json,
+    say,
+    size,
 )
 
 HISTORY_SHOWN = 10
@@ -42,17 +41,16 @@ def _why(args: argparse.Namespace, client: ApiClient) -> int:
         print_json(explanation)
         return 0
     job = client.job(args.job)
-    console = Console()
     for sentence in explanation_sentences(explanation, job, time.time()):
-        console.print(sentence, highlight=False)
+        say(sentence)
     history = explanation.get("history") or []
     if history:
-        console.print("history:", style="bold")
+        say("history:", style="bold")
         earlier = len(history) - HISTORY_SHOWN
         if earlier > 0:
-            console.print(f"  ({earlier:,} earlier events; --json shows them all)", style="dim")
+            say(f"  ({earlier:,} earlier events; --json shows them all)", style="dim")
         for entry in history[-HISTORY_SHOWN:]:
-            console.print(f"  {history_line(entry)}", highlight=False)
+            say(f"  {history_line(entry)}")
     return 0
 
 
@@ -77,9 +75,8 @@ def explanation_sentences(explanation: Explanation, job: Job, now: float) -> lis
     """The explanation in sentences: what the job is and its state, then for a pending job
     its position, the reason and the reservation; for a running or ended one, since when."""
     name = explanation["id"]
-    size = f"{job['pods']} pod{'s' if job['pods'] != 1 else ''}, {gpus(job['gpus'])} GPUs"
     state = explanation["state"]
-    who = f"Job {name} ({job['account']}, {size})"
+    who = f"Job {name} ({job['account']}, {size(job['pods'], job['gpus'])})"
     opening = f"{who} is {state}"
     if state == JobState.PENDING:
         sentences = [opening + _waited(job, now) + "."]
