@@ -8,7 +8,19 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from toposched.cli import bench, cluster, demo, evaluate, fleet, follow, jobs, place, simulate, why
+from toposched.cli import (
+    bench,
+    cluster,
+    demo,
+    evaluate,
+    fleet,
+    follow,
+    jobs,
+    place,
+    serve,
+    simulate,
+    why,
+)
 from toposched.cluster.errors import ToposchedError
 
 DESCRIPTION = """\
@@ -38,7 +50,19 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (demo, cluster, place, bench, evaluate, simulate, jobs, why, fleet, follow):
+    for module in (
+        demo,
+        cluster,
+        place,
+        bench,
+        evaluate,
+        simulate,
+        serve,
+        jobs,
+        why,
+        fleet,
+        follow,
+    ):
         module.register(commands)
     return parser
 

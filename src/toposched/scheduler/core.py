@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from collections import deque
@@ -542,6 +543,31 @@ class Scheduler:
         names = ", ".join(self.state.topology.node_names[n] for n in spare_nodes.tolist())
         job.reason = f"restarting on its surviving nodes and spare node(s) {names}"
         job.record(now, job.reason)
+
+    def set_priority(self, job_id: str, priority: int, now: float) -> Job:
+        """Change a live job's priority. A pending job takes its new place among its account's
+        jobs; a running job keeps running, and its new priority counts in later preemption
+        decisions (as a victim, against jobs of its account)."""
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise InputError(
+                "priority", priority, "must be an integer (higher runs first within an account)"
+            )
+        job = self._job(job_id)
+        if job.state not in (JobState.PENDING, JobState.RUNNING):
+            raise InputError(
+                "job", job_id, f"is {job.state}: only a pending or running job can change priority"
+            )
+        old = job.spec.priority
+        job.spec = job.spec.model_copy(update={"priority": priority})
+        if job.state is JobState.PENDING:
+            entry = self.queue.remove(job_id)
+            self.queue.add(dataclasses.replace(entry, priority=priority))
+        else:
+            view = self._contract_views[job_id]
+            self._contract_views[job_id] = dataclasses.replace(view, priority=priority)
+            self._preemptible.set_priority(job_id, priority)
+        job.record(now, f"priority changed from {old} to {priority}")
+        return job
 
     def set_share(self, account: str, share: float) -> None:
         """A budget change: the next cycle orders by it (accounts re-rank, jobs do not re-sort)."""

@@ -1,0 +1,276 @@
+"""The documents the API answers with (docs/api.md), read from the service's state in the
+loop's thread."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from toposched.cluster.state import Health
+from toposched.scheduler.jobs import Job, JobState
+from toposched.service.core import ServiceCore
+from toposched.service.errors import Forbidden
+from toposched.service.records import JobRecord
+
+AccountFilter = Callable[[str], bool]
+MAX_LIST = 1000
+
+
+def job_view(core: ServiceCore, record: JobRecord) -> dict[str, Any]:
+    live = core.live_job(record.job_id)
+    gpus = live.gpus if live is not None else _spec_gpus(record.spec)
+    return {
+        "id": record.job_id,
+        "account": record.account,
+        "priority": record.priority,
+        "state": str(record.state),
+        "pods": int(record.spec.get("pods", 0)),
+        "gpus": float(gpus),
+        "submit_time": record.submit_time,
+        "start_time": record.start_time,
+        "end_time": record.end_time,
+        "reason": live.reason if live is not None else record.reason,
+        "unallocated": record.unallocated,
+        "preemptions": record.preemptions,
+        "attempts": record.attempt,
+        "nodes": core.allocation_nodes(record.allocation),
+        "spec": record.spec,
+    }
+
+
+def _spec_gpus(spec: dict[str, Any]) -> float:
+    resources = spec.get("resources_per_pod", {})
+    share = resources.get("gpu_milli", 1000) / 1000
+    return float(spec.get("pods", 0) * resources.get("gpus", 0) * share)
+
+
+def list_jobs(
+    core: ServiceCore,
+    visible: AccountFilter,
+    account: str | None,
+    state: JobState | None,
+    limit: int,
+    after: str | None,
+) -> dict[str, Any]:
+    """Jobs in submission order, from just after the job `after`."""
+    start = 0
+    if after is not None:
+        start = core.record(after).seq
+    rows: list[dict[str, Any]] = []
+    last: JobRecord | None = None
+    more = False
+    for record in core.records.values():
+        if record.seq <= start or not visible(record.account):
+            continue
+        if account is not None and not in_account(record.account, account):
+            continue
+        if state is not None and record.state is not state:
+            continue
+        if len(rows) == limit:
+            more = True
+            break
+        rows.append(job_view(core, record))
+        last = record
+    return {"jobs": rows, "next": last.job_id if more and last is not None else None}
+
+
+def in_account(account: str, ancestor: str) -> bool:
+    return account == ancestor or account.startswith(ancestor + "/")
+
+
+def queue_view(
+    core: ServiceCore, now: float, visible: AccountFilter, account: str | None
+) -> dict[str, Any]:
+    rows = []
+    for row in core.scheduler.queue_rows(now):
+        job_id = str(row["job"])
+        job_account = str(row["account"])
+        if not visible(job_account) or (
+            account is not None and not in_account(job_account, account)
+        ):
+            continue
+        job = core.scheduler.jobs[job_id]
+        rows.append(
+            {
+                "position": row["position"],
+                "id": job_id,
+                "account": job_account,
+                "priority": row["priority"],
+                "gpus": job.gpus,
+                "submit_time": job.submit_time,
+                "sort_key": _sort_key(row),
+                "reason": row["reason"],
+            }
+        )
+    return {"queue": rows}
+
+
+def _sort_key(row: dict[str, Any]) -> list[Any]:
+    """What orders the queue: the tier, whether the account is owed its budget, the account's
+    fair-share standing, then the job's priority."""
+    return [row["tier"], bool(row["owed"]), row["standing"], row["priority"]]
+
+
+def explain_view(core: ServiceCore, record: JobRecord, now: float) -> dict[str, Any]:
+    job = core.live_job(record.job_id)
+    position = None
+    sort_key: list[Any] | None = None
+    reason = record.reason
+    reservation = None
+    if job is not None and job.state is JobState.PENDING:
+        position, sort_key = _position(core, record, now)
+        reason = core.scheduler.explain(record.job_id, now)
+        if job.reservation is not None:
+            reservation = {
+                "start_time": job.reservation.start_time,
+                "domain": job.reservation.domain,
+            }
+    elif job is not None:
+        reason = job.reason
+    history = [
+        {"time": event.time, "event": event.kind, **event.data}
+        for event in core.store.job_events(record.job_id)
+    ]
+    return {
+        "id": record.job_id,
+        "state": str(record.state),
+        "position": position,
+        "sort_key": sort_key,
+        "reason": reason,
+        "code": _code(record, job),
+        "reservation": reservation,
+        "history": history,
+    }
+
+
+def _position(core: ServiceCore, record: JobRecord, now: float) -> tuple[dict[str, int], list[Any]]:
+    in_account_count = 0
+    for row in core.scheduler.queue_rows(now):
+        if row["account"] == record.account:
+            in_account_count += 1
+        if row["job"] == record.job_id:
+            return {"account": in_account_count, "overall": int(str(row["position"]))}, _sort_key(
+                row
+            )
+    return {"account": 0, "overall": 0}, []
+
+
+def _code(record: JobRecord, job: Job | None) -> str:
+    """A word for why the job is where it is: its state, or for a pending job what it waits
+    for (`reservation`, `budget`, `contract`, `capacity`, `not_considered`)."""
+    if job is None or job.state is not JobState.PENDING:
+        return str(record.state)
+    reason = job.reason.lower()
+    if job.reservation is not None or "reservation" in reason:
+        return "reservation"
+    if "not yet considered" in reason:
+        return "not_considered"
+    if "budget" in reason or "share" in reason:
+        return "budget"
+    if "preempt" in reason or "protect" in reason or "contract" in reason:
+        return "contract"
+    return "capacity"
+
+
+# --- nodes -------------------------------------------------------------------------------------
+
+
+def node_row(core: ServiceCore, node: int, jobs: list[str]) -> dict[str, Any]:
+    state = core.scheduler.state
+    topology = state.topology
+    model = int(topology.gpu_model[node])
+    return {
+        "name": topology.node_names[node],
+        "labels": topology.node_path(node),
+        "health": Health(int(state.health[node])).name.lower(),
+        "gpus": int(topology.gpu_count[node]),
+        "free_gpus": int(state.free_whole_gpus[node]),
+        "gpu_model": topology.gpu_models[model].name if topology.gpu_models else "",
+        "jobs": jobs,
+    }
+
+
+def node_rows(core: ServiceCore, limit: int, after: str | None) -> dict[str, Any]:
+    topology = core.scheduler.state.topology
+    first = 0 if after is None else core.node_index(after) + 1
+    last = min(topology.n_nodes, first + limit)
+    jobs_on: dict[int, list[str]] = {}
+    for owner, allocation in core.scheduler.state.allocations.items():
+        for node in dict.fromkeys(allocation.nodes.tolist()):
+            if first <= node < last:
+                jobs_on.setdefault(node, []).append(owner)
+    rows = [node_row(core, node, jobs_on.get(node, [])) for node in range(first, last)]
+    following = topology.node_names[last - 1] if last < topology.n_nodes and rows else None
+    return {"nodes": rows, "next": following}
+
+
+def one_node(core: ServiceCore, name: str) -> dict[str, Any]:
+    node = core.node_index(name)
+    jobs = core.scheduler.state.owners_on([node])
+    return node_row(core, node, sorted(jobs))
+
+
+def level_rows(core: ServiceCore, level_name: str) -> dict[str, Any]:
+    state = core.scheduler.state
+    topology = state.topology
+    level = topology.level_index(level_name)
+    n_domains = topology.n_domains(level)
+    domain_of = topology.node_domain[level]
+    healthy = np.bincount(domain_of[state.health == Health.HEALTHY], minlength=n_domains)
+    gpus = np.bincount(domain_of, weights=topology.gpu_count, minlength=n_domains)
+    sizes = topology.domain_sizes(level)
+    rows = [
+        {
+            "domain": str(topology.domain_name(level, d)),
+            "nodes": int(sizes[d]),
+            "gpus": int(gpus[d]),
+            "free_gpus": int(state.free_gpus[level][d]),
+            "healthy_nodes": int(healthy[d]),
+        }
+        for d in range(n_domains)
+    ]
+    return {"level": level_name, "domains": rows}
+
+
+# --- accounts ----------------------------------------------------------------------------------
+
+
+def accounts_view(core: ServiceCore, now: float, visible: AccountFilter) -> dict[str, Any]:
+    scheduler = core.scheduler
+    tree = scheduler.tree
+    pending: dict[str, int] = {}
+    running: dict[str, int] = {}
+    for record in core.records.values():
+        counts = pending if record.state is JobState.PENDING else running
+        if record.live:
+            counts[record.account] = counts.get(record.account, 0) + 1
+    rows = []
+    for account in tree:
+        if not visible(account):
+            continue
+        rows.append(
+            {
+                "account": account,
+                "budget_gpus": scheduler.budget_gpus(account),
+                "running_gpus": scheduler.usage.running(account),
+                "usage_gpu_hours": scheduler.usage.usage(account, now) / 3600,
+                "fair_share": tree.effective_share(account),
+                "pending": _count_below(pending, account),
+                "running": _count_below(running, account),
+            }
+        )
+    return {"tree": tree.to_dict(), "accounts": rows}
+
+
+def _count_below(counts: dict[str, int], account: str) -> int:
+    return sum(n for name, n in counts.items() if in_account(name, account))
+
+
+def visible_job(core: ServiceCore, job_id: str, visible: AccountFilter) -> JobRecord:
+    """The job's record; Forbidden if it belongs to an account the caller may not see."""
+    record = core.record(job_id)
+    if not visible(record.account):
+        raise Forbidden(f"job {job_id!r} belongs to an account this token cannot see")
+    return record
