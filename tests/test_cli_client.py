@@ -11,7 +11,7 @@ import pytest
 
 from toposched.cli.client import ExitCode, Explanation, Job, ServerError, exit_code_for_status
 from toposched.cli.connection import DEFAULT_SERVER, config_path, resolve_connection
-from toposched.cli.follow import last_lines
+from toposched.cli.follow import complete_lines, last_lines, new_output
 from toposched.cli.jobs import default_idempotency_key, read_job_file
 from toposched.cli.main import main
 from toposched.cli.remote import duration
@@ -294,6 +294,17 @@ def test_ordinals_and_durations() -> None:
     assert [duration(s) for s in (5, 90, 330, 2400, 7500, 200_000)] == [
         "5s", "1m30s", "5m30s", "40m", "2h05m", "2d07h",
     ]  # fmt: skip
+
+
+def test_new_output_of_a_growing_log() -> None:
+    assert new_output("", "a\nb\n") == "a\nb\n"
+    assert new_output("a\nb\n", "a\nb\nc\n") == "c\n"
+    # The window of the last 3 lines slid by two.
+    assert new_output("a\nb\nc\n", "c\nd\ne\n") == "d\ne\n"
+    # A new attempt started the log again: all of it is new.
+    assert new_output("a\nb\nc\n", "x\n") == "x\n"
+    assert complete_lines("a\nb\npart") == "a\nb\n"
+    assert complete_lines("part") == ""
 
 
 def test_last_lines() -> None:

@@ -386,6 +386,59 @@ def test_watch_ends_with_exit_0_on_ctrl_c(server: Server, tmp_path: Path) -> Non
     assert out.splitlines()[0].split()[0] == "1"  # it printed the stored events first
 
 
+def test_logs_on_dry_run_exit_3(cli: Run, tmp_path: Path) -> None:
+    submit(cli, tmp_path, "no-logs", pods=1, gpus=1)
+    result = cli("logs", "no-logs")
+    assert result.code == 3 and "404" in result.err and "no log" in result.err
+    assert cli("cancel", "no-logs").code == 0
+
+
+# Prints five numbered lines a quarter of a second apart, then exits.
+COUNTING = (
+    "import time\nfor i in range(5):\n    print('line', i, flush=True)\n    time.sleep(0.25)\n"
+)
+
+
+@pytest.fixture(scope="module")
+def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    started = start_server(
+        tmp_path_factory.mktemp("serve-local"), "--backend", "local", "--gpus", "2"
+    )
+    yield started
+    stop_server(started)
+
+
+def test_logs_of_a_real_process(
+    local_server: Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("TOPOSCHED_SERVER", local_server.url)
+    monkeypatch.setenv("TOPOSCHED_TOKEN", ADMIN_TOKEN)
+    cli = Run(capsys)
+    path = tmp_path / "count.json"
+    document = {
+        "name": "count",
+        "account": "research/team-a",
+        "pods": 1,
+        "resources_per_pod": {"gpus": 1},
+        "run": {"command": [sys.executable, "-c", COUNTING]},
+    }
+    path.write_text(json.dumps(document))
+    assert cli("submit", str(path)).code == 0
+    # Follows from the start (or while pending) until the job ends: every line, once.
+    followed = cli("logs", "count", "--follow")
+    assert followed.code == 0, followed.err
+    assert followed.out.splitlines() == [f"line {i}" for i in range(5)]
+    assert cli.json("show", "count")["state"] == "finished"
+    assert cli("logs", "count").out.splitlines() == [f"line {i}" for i in range(5)]
+    assert cli("logs", "count", "0", "--tail", "2").out == "line 3\nline 4\n"
+    missing = cli("logs", "count", "3")
+    assert missing.code == 3 and "404" in missing.err
+
+
 def test_unreachable_server_exits_4(cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOPOSCHED_SERVER", f"http://127.0.0.1:{closed_port()}")
     result = cli("jobs")

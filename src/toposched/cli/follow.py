@@ -8,13 +8,15 @@ import sys
 import time
 from typing import Any
 
-from toposched.cli.client import ApiClient, Event, JobState, UnreachableError
+from toposched.cli.client import ApiClient, Event, JobState, ServerError, UnreachableError
 from toposched.cli.remote import add_client_parser, client_command, clock, note, print_json_line
 from toposched.cluster.errors import InputError
 
 RECONNECT_PAUSE_S = 1.0
 RECONNECT_GIVE_UP_S = 60.0
 LOG_POLL_S = 1.0
+FOLLOW_WINDOW = 10_000
+"""Lines of the log read at each poll of `logs --follow`: more than a pod writes in a second."""
 EVENT_FIELDS = ("id", "time", "kind", "job")
 
 
@@ -43,10 +45,11 @@ def register(commands: Any) -> None:
         commands,
         "logs",
         "a pod's captured output (local backend)",
-        "Print what a pod of a job wrote to stdout and stderr (the local backend captures it). "
-        "POD is the pod's rank, 0 by default. --follow keeps printing new output until the "
-        "job ends (Ctrl-C stops following, exit 0).",
-        "  toposched logs train-7b                   # pod 0, everything so far\n"
+        "Print what a pod of a job wrote to stdout and stderr (the local backend captures it): "
+        "its last 1,000 lines (the server's default) or the last N with --tail. POD is the "
+        "pod's rank, 0 by default. --follow waits for a pending job to start, then prints new "
+        "output every second until the job ends (Ctrl-C stops following, exit 0).",
+        "  toposched logs train-7b                   # pod 0, its last 1,000 lines\n"
         "  toposched logs train-7b 3 --tail 50       # the last 50 lines of pod 3\n"
         "  toposched logs train-7b --follow          # like tail -f, until the job ends",
         json_option=False,
@@ -120,8 +123,8 @@ def _print_events(args: argparse.Namespace, client: ApiClient) -> None:
 def _logs(args: argparse.Namespace, client: ApiClient) -> int:
     if args.pod < 0:
         raise InputError("POD", args.pod, "must be a pod rank >= 0")
-    if args.tail is not None and args.tail < 0:
-        raise InputError("--tail", args.tail, "must be >= 0")
+    if args.tail is not None and args.tail < 1:
+        raise InputError("--tail", args.tail, "must be >= 1")
     if not args.follow:
         sys.stdout.write(client.pod_log(args.job, args.pod, args.tail))
         sys.stdout.flush()
@@ -138,6 +141,27 @@ def last_lines(text: str, count: int) -> str:
     return "".join(text.splitlines(keepends=True)[-count:]) if count > 0 else ""
 
 
+def complete_lines(text: str) -> str:
+    """`text` up to its last line end: a line still being written is left for later."""
+    return text[: text.rfind("\n") + 1]
+
+
+def new_output(previous: str, current: str) -> str:
+    """What the log's last lines now (`current`) add to its last lines at the previous poll
+    (`previous`). While the log fits the window, `current` extends `previous`; once it is
+    longer, the window slides and the old lines still in it are found at its start. No
+    overlap at all (a new attempt's log, or more new lines than the window): all of it."""
+    if current.startswith(previous):
+        return current[len(previous) :]
+    old = previous.splitlines(keepends=True)
+    new = current.splitlines(keepends=True)
+    for dropped in range(1, len(old)):
+        kept = old[dropped:]
+        if new[: len(kept)] == kept:
+            return "".join(new[len(kept) :])
+    return current
+
+
 def _follow_log(args: argparse.Namespace, client: ApiClient) -> None:
     """Print the pod's output as it grows, polling, until the job has ended and its output is
     all printed. The first print honours --tail."""
@@ -147,19 +171,29 @@ def _follow_log(args: argparse.Namespace, client: ApiClient) -> None:
             note(f"job {args.job} is pending; waiting for it to start")
             told_pending = True
         time.sleep(LOG_POLL_S)
-    text = client.pod_log(args.job, args.pod)
-    sys.stdout.write(text if args.tail is None else last_lines(text, args.tail))
-    sys.stdout.flush()
-    printed = len(text)
+    previous: str | None = None
     while True:
         ended = JobState(client.job(args.job)["state"]).final
-        text = client.pod_log(args.job, args.pod)
-        if len(text) < printed:
-            note("the log started again (a new attempt)")
-            printed = 0
-        sys.stdout.write(text[printed:])
+        text = _log_so_far(client, args.job, args.pod, must_exist=ended)
+        current = text if ended else complete_lines(text)
+        if previous is None:
+            shown = current if args.tail is None else last_lines(current, args.tail)
+        else:
+            shown = new_output(previous, current)
+        sys.stdout.write(shown)
         sys.stdout.flush()
-        printed = len(text)
+        previous = current
         if ended:
             return
         time.sleep(LOG_POLL_S)
+
+
+def _log_so_far(client: ApiClient, job: str, pod: int, must_exist: bool) -> str:
+    """The last FOLLOW_WINDOW lines of the pod's log; "" while it has none yet (a started job's
+    pod may not have written its log file), unless the job has ended (`must_exist`)."""
+    try:
+        return client.pod_log(job, pod, FOLLOW_WINDOW)
+    except ServerError as error:
+        if error.status == 404 and not must_exist:
+            return ""
+        raise
