@@ -323,6 +323,47 @@ def test_nodes_drain_cordon_uncordon(cli: Run) -> None:
     assert missing.code == 3 and "no-such-node" in missing.err
 
 
+RACKS = """\
+levels: [rack]
+defaults: {gpus: 8, gpu_model: H100, cpu: 96, memory: 1Ti}
+nodes:
+  - {name: n1, labels: {rack: r1}}
+  - {name: n2, labels: {rack: r1}}
+  - {name: n3, labels: {rack: r2}}
+"""
+
+
+def test_nodes_by_page_and_by_rack(
+    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = tmp_path_factory.mktemp("serve-racks")
+    (root / "racks.yaml").write_text(RACKS)
+    racks = start_server(root, "--backend", "dry-run", "--cluster", "racks.yaml")
+    try:
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+        monkeypatch.setenv("TOPOSCHED_SERVER", racks.url)
+        monkeypatch.setenv("TOPOSCHED_TOKEN", ADMIN_TOKEN)
+        cli = Run(capsys)
+        domains = cli.json("nodes", "--level", "rack")["domains"]
+        assert [(row["domain"], row["nodes"], row["gpus"]) for row in domains] == [
+            ("r1", 2, 16),
+            ("r2", 1, 8),
+        ]
+        table = cli("nodes", "--level", "rack").out
+        assert "2 domains of level rack" in table and "r2" in table
+        first_two = cli("nodes", "--limit", "2")
+        assert first_two.code == 0 and "n2" in first_two.out and "n3" not in first_two.out
+        assert "more nodes" in first_two.err
+        assert [node["name"] for node in cli.json("nodes")["nodes"]] == ["n1", "n2", "n3"]
+        unknown = cli("nodes", "--level", "row")
+        assert unknown.code == 2 and "422" in unknown.err and "row" in unknown.err
+    finally:
+        stop_server(racks)
+
+
 def test_accounts(cli: Run) -> None:
     answer = cli.json("accounts")
     names = [row["account"] for row in answer["accounts"]]

@@ -27,9 +27,11 @@ def register(commands: Any) -> None:
         "follow job state changes and decisions as they happen",
         "Print the service's events, one line each: submitted, bound, started, finished, "
         "failed, requeued, evicting, evicted, cancelled, priority, node. Every event has an "
-        "increasing id; --after ID resumes after the last one you saw. If the connection "
-        "breaks, watch reconnects and resumes where it stopped. Ctrl-C ends it (exit 0).",
-        "  toposched watch\n"
+        "increasing id. The stored events come first (all of them, or those after --after ID, "
+        "e.g. the last one you saw), then new ones as they happen. If the connection breaks, "
+        "watch reconnects and resumes where it stopped. Ctrl-C ends it (exit 0). A team token "
+        "sees the events of its accounts' jobs only.",
+        "  toposched watch                              # everything, then new events\n"
         "  toposched watch --after 1200                 # resume after event 1200\n"
         "  toposched watch --after 0 --no-follow --json # every stored event, JSON lines",
     )
