@@ -178,7 +178,7 @@ def test_unreachable_server_from_environment(
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     monkeypatch.setenv("TOPOSCHED_SERVER", f"http://127.0.0.1:{closed_port()}")
     assert main(["accounts"]) == 4
-    assert "cannot reach" in capsys.readouterr().err
+    assert "(from TOPOSCHED_SERVER): connection failed" in capsys.readouterr().err
 
 
 # -- local input ---------------------------------------------------------------------------------

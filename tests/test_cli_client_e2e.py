@@ -263,9 +263,11 @@ def test_bad_or_missing_token_exits_3_and_is_never_shown(
     monkeypatch.setenv("TOPOSCHED_TOKEN", "not-a-real-token-4242")
     result = cli("jobs")
     assert result.code == 3 and "401" in result.err
+    assert "the token came from TOPOSCHED_TOKEN" in result.err
     assert "not-a-real-token-4242" not in result.err + result.out
     monkeypatch.delenv("TOPOSCHED_TOKEN")
-    assert cli("queue").code == 3
+    missing = cli("queue")
+    assert missing.code == 3 and "no token was given" in missing.err
 
 
 def test_team_token_sees_only_its_accounts(

@@ -276,7 +276,7 @@ class ApiClient:
         headers = {"Accept": "application/json", "User-Agent": "toposched-cli"}
         if connection.token:
             headers["Authorization"] = f"Bearer {connection.token}"
-        self.server = connection.server
+        self.connection = connection
         self._http = httpx.Client(
             base_url=connection.server,
             headers=headers,
@@ -370,7 +370,7 @@ class ApiClient:
             ) as response:
                 if response.status_code >= 400:
                     response.read()
-                    raise _error_from(response)
+                    raise self._refusal(response)
                 data: list[str] = []
                 for line in response.iter_lines():
                     if line == "":
@@ -382,25 +382,30 @@ class ApiClient:
             if data:
                 yield _event("\n".join(data))
         except httpx.TransportError as error:
-            raise _unreachable(self.server, error) from None
+            raise _unreachable(self.connection, error) from None
 
     # -- plumbing ----------------------------------------------------------------------------
-
-    def health(self) -> bool:
-        """True if the server answers /v1/ready with 200."""
-        try:
-            return self._http.get("/v1/ready").status_code == 200
-        except httpx.TransportError:
-            return False
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as error:
-            raise _unreachable(self.server, error) from None
+            raise _unreachable(self.connection, error) from None
         if response.status_code >= 400:
-            raise _error_from(response)
+            raise self._refusal(response)
         return response
+
+    def _refusal(self, response: httpx.Response) -> ServerError:
+        """The error for a 4xx/5xx answer; a 401 also says where the token came from."""
+        error = _error_from(response)
+        if error.status == 401:
+            connection = self.connection
+            error.aftermath = (
+                f"the token came from {connection.token_source}"
+                if connection.token
+                else "no token was given: set --token, TOPOSCHED_TOKEN or the config file"
+            )
+        return error
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return _parsed(self._request(method, path, **kwargs))
@@ -430,7 +435,7 @@ def _event(data: str) -> Event:
     return cast(Event, _required(parsed, ("id", "kind"), "event"))
 
 
-def _unreachable(server: str, error: httpx.TransportError) -> UnreachableError:
+def _unreachable(connection: Connection, error: httpx.TransportError) -> UnreachableError:
     if isinstance(error, httpx.TimeoutException):
         why = "no answer in time"
     elif isinstance(error, httpx.ConnectError):
@@ -438,9 +443,12 @@ def _unreachable(server: str, error: httpx.TransportError) -> UnreachableError:
     else:
         why = "the connection broke"
     detail = str(error) or type(error).__name__
+    source = connection.server_source
+    origin = "the default" if source == "default" else f"from {source}"
     return UnreachableError(
-        f"cannot reach the server at {server}: {why} ({detail}); is `toposched serve` running "
-        "there? (set --server or TOPOSCHED_SERVER)"
+        f"cannot reach the server at {connection.server} ({origin}): {why} ({detail}); is "
+        "`toposched serve` running there? (--server, TOPOSCHED_SERVER or the config file "
+        "choose another)"
     )
 
 
