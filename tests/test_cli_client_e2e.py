@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -401,7 +402,8 @@ def test_watch_prints_stored_events_and_follows_new_ones(cli: Run, tmp_path: Pat
     assert not follower.is_alive() and results == [0]
 
 
-def test_watch_ends_with_exit_0_on_ctrl_c(server: Server, tmp_path: Path) -> None:
+def test_watch_ends_with_exit_0_on_ctrl_c(cli: Run, server: Server, tmp_path: Path) -> None:
+    submit(cli, tmp_path, "interrupted", pods=1, gpus=1)  # at least one event to print
     env = {
         **os.environ,
         "XDG_CONFIG_HOME": str(tmp_path),
@@ -421,12 +423,18 @@ def test_watch_ends_with_exit_0_on_ctrl_c(server: Server, tmp_path: Path) -> Non
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(3)
+    assert watcher.stdout is not None
+    # Interrupt once it is following: it has printed the first stored event.
+    ready, _, _ = select.select([watcher.stdout], [], [], 60)
+    assert ready, "watch printed nothing in 60 s"
+    first = watcher.stdout.readline()
+    time.sleep(0.5)
     watcher.send_signal(signal.SIGINT)
-    out, err = watcher.communicate(timeout=20)
+    _, err = watcher.communicate(timeout=20)
     assert watcher.returncode == 0, err
     assert "Traceback" not in err
-    assert out.splitlines()[0].split()[0] == "1"  # it printed the stored events first
+    assert first.split()[0] == "1"
+    assert cli("cancel", "interrupted").code == 0
 
 
 def test_logs_on_dry_run_exit_3(cli: Run, tmp_path: Path) -> None:
