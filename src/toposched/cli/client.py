@@ -38,14 +38,14 @@ class ClientError(ToposchedError):
     exit_code: ExitCode = ExitCode.UNAVAILABLE
     context: str = ""
     """What the command was doing, shown before the error (e.g. the file being submitted)."""
-    aftermath: str = ""
-    """What was left undone because of the error, shown after it."""
+    hint: str = ""
+    """Shown after the error: what was left undone, or where the setting at fault came from."""
 
     def __str__(self) -> str:
         text = super().__str__()
         if self.context:
             text = f"{self.context}: {text}"
-        return f"{text}; {self.aftermath}" if self.aftermath else text
+        return f"{text}; {self.hint}" if self.hint else text
 
 
 class ServerError(ClientError):
@@ -400,7 +400,7 @@ class ApiClient:
         error = _error_from(response)
         if error.status == 401:
             connection = self.connection
-            error.aftermath = (
+            error.hint = (
                 f"the token came from {connection.token_source}"
                 if connection.token
                 else "no token was given: set --token, TOPOSCHED_TOKEN or the config file"

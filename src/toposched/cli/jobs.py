@@ -47,7 +47,6 @@ class JobFile:
     body: bytes
     content_type: str
     idempotency_key: str
-    name: str | None
 
 
 def default_idempotency_key(path: Path, body: bytes) -> str:
@@ -93,8 +92,7 @@ def read_job_file(path: Path, key: str | None) -> JobFile:
         )
     chosen = key if key is not None else default_idempotency_key(path, body)
     content_type = "application/json" if is_json else "application/yaml"
-    name = document.get("name")
-    return JobFile(path, body, content_type, chosen, name if isinstance(name, str) else None)
+    return JobFile(path, body, content_type, chosen)
 
 
 def _keys_for(count: int, key: str | None) -> list[str | None]:
@@ -238,7 +236,7 @@ def _submit(args: argparse.Namespace, client: ApiClient) -> int:
             rest = [str(each.path) for each in files[index + 1 :]]
             error.context = str(job_file.path)
             if rest:
-                error.aftermath = f"not sent: {', '.join(rest)}"
+                error.hint = f"not sent: {', '.join(rest)}"
             raise
         if args.json:
             print_json_line(submitted.job)
