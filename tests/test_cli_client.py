@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from toposched.cli.client import ExitCode, Explanation, Job, ServerError, exit_code_for_status
+from toposched.cli.client import (
+    ApiClient,
+    ClientError,
+    ExitCode,
+    Explanation,
+    Job,
+    ServerError,
+    exit_code_for_status,
+)
 from toposched.cli.connection import DEFAULT_SERVER, config_path, resolve_connection
 from toposched.cli.follow import complete_lines, last_lines, new_output
 from toposched.cli.jobs import default_idempotency_key, read_job_file
@@ -179,6 +187,18 @@ def test_unreachable_server_from_environment(
     monkeypatch.setenv("TOPOSCHED_SERVER", f"http://127.0.0.1:{closed_port()}")
     assert main(["accounts"]) == 4
     assert "(from TOPOSCHED_SERVER): connection failed" in capsys.readouterr().err
+
+
+def test_server_that_never_answers_is_a_timeout(tmp_path: Path) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        server = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        connection = resolve_connection(server, None, {"XDG_CONFIG_HOME": str(tmp_path)})
+        with ApiClient(connection, timeout_s=0.5) as client, pytest.raises(ClientError) as raised:
+            client.queue()
+    assert raised.value.exit_code == ExitCode.UNAVAILABLE
+    assert "no answer in time" in str(raised.value) and "(from --server)" in str(raised.value)
 
 
 # -- local input ---------------------------------------------------------------------------------

@@ -270,9 +270,7 @@ def _segment(text: str) -> str:
 class ApiClient:
     """A connection to one server; use as a context manager so the sockets are closed."""
 
-    def __init__(
-        self, connection: Connection, transport: httpx.BaseTransport | None = None
-    ) -> None:
+    def __init__(self, connection: Connection, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         headers = {"Accept": "application/json", "User-Agent": "toposched-cli"}
         if connection.token:
             headers["Authorization"] = f"Bearer {connection.token}"
@@ -280,8 +278,7 @@ class ApiClient:
         self._http = httpx.Client(
             base_url=connection.server,
             headers=headers,
-            timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
-            transport=transport,
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S)),
         )
 
     def __enter__(self) -> ApiClient:
