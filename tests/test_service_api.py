@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.service_helpers import Server, job, serving
 from toposched.service.auth import add_token
@@ -204,6 +206,28 @@ BAD_BODIES: list[tuple[str, bytes, str, int, str]] = [
     ("too large", b" " * 5000, "application/json", 413, "too_large"),
     ("media type", b"name=x", "text/plain", 415, "unsupported_media_type"),
     ("a list", b"[1, 2]", "application/json", 422, "invalid"),
+    ("nan", b'{"name": "n", "pods": NaN}', "application/json", 422, "invalid"),
+    (
+        "yaml inf",
+        b"name: n\npods: 1\nresources_per_pod: {gpus: 1}\nexpected_runtime: .inf\n",
+        "application/yaml",
+        422,
+        "invalid",
+    ),
+    (
+        "huge priority",
+        json.dumps(job("b10", priority=10**30)).encode(),
+        "application/json",
+        422,
+        "invalid",
+    ),
+    (
+        "huge min runtime",
+        json.dumps(job("b11", min_runtime=1e300)).encode(),
+        "application/json",
+        422,
+        "invalid",
+    ),
 ]
 
 
@@ -344,3 +368,84 @@ def test_token_add_prints_a_token_once_and_stores_its_hash(tmp_path: Path) -> No
     assert stored[0]["name"] == "ci" and len(stored[0]["sha256"]) == 64
     assert file.stat().st_mode & 0o077 == 0
     assert main(["serve", "token", "add", "ci", "--role", "admin", "--tokens", str(file)]) == 2
+
+
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+FIELDS = st.sampled_from(
+    [
+        "name",
+        "account",
+        "pods",
+        "resources_per_pod",
+        "topology",
+        "priority",
+        "min_runtime",
+        "expected_runtime",
+        "grace_period",
+        "resumable",
+        "run",
+        "colour",
+    ]
+)
+DOCUMENTS = st.dictionaries(FIELDS, VALUES, max_size=8) | st.fixed_dictionaries(
+    {
+        "name": st.from_regex(r"fz[a-z0-9]{1,8}", fullmatch=True),
+        "pods": VALUES,
+        "resources_per_pod": st.fixed_dictionaries({"gpus": VALUES}) | VALUES,
+        "account": st.sampled_from(["prod", "research", TEAM_A, "", "a//b"]),
+    }
+)
+
+
+def test_random_documents_never_get_a_server_error(server: Server) -> None:
+    with server.client() as client:
+        before = job_ids(client)
+        created: list[str] = []
+
+        @settings(max_examples=150, deadline=None)
+        @given(DOCUMENTS)
+        def post(document: dict[str, Any]) -> None:
+            answer = client.post("/v1/jobs", json=document)
+            assert answer.status_code < 500, (document, answer.text)
+            if answer.status_code == 201:
+                created.append(answer.json()["id"])
+            else:
+                error_of(answer)
+
+        post()
+        for name in created:
+            client.delete(f"/v1/jobs/{name}")
+        assert [i for i in job_ids(client) if i not in created] == before
+
+
+def test_random_trees_and_priorities_never_get_a_server_error(server: Server) -> None:
+    with server.client() as client:
+        tree = client.get("/v1/accounts").json()["tree"]
+        assert client.post("/v1/jobs", json=job("fz-prio", account="prod")).status_code == 201
+
+        @settings(max_examples=60, deadline=None)
+        @given(VALUES, VALUES)
+        def change(document: Any, priority: Any) -> None:
+            answer = client.put("/v1/accounts", json={"accounts": document})
+            assert answer.status_code < 500, (document, answer.text)
+            if answer.status_code == 200:
+                client.put("/v1/accounts", json=tree)
+            patched = client.patch("/v1/jobs/fz-prio", json={"priority": priority})
+            assert patched.status_code < 500, (priority, patched.text)
+
+        change()
+        assert client.get("/v1/accounts").json()["tree"] == tree
+        client.delete("/v1/jobs/fz-prio")

@@ -227,3 +227,24 @@ def test_decisions_stored_but_not_sent_are_sent_once_after_a_restart(tmp_path: P
         assert state_of(loop, "a") == "running"
         assert backend.launches_total == 1
     assert Store(str(path)).unsent_decisions() == []
+
+
+def test_a_start_the_backend_refuses_fails_that_job_and_the_loop_goes_on(tmp_path: Path) -> None:
+    class Refusing(DryRunBackend):
+        """A backend that cannot start one particular job."""
+
+        def start(self, launch: Any) -> None:
+            if launch.job_id == "refused":
+                raise InputError("run.command", "x", "cannot be started here")
+            super().start(launch)
+
+    with running_loop(tmp_path / "s.db", Clock(), Refusing()) as loop:
+        submit(loop, job("refused"))
+        settle(loop)
+        settle(loop)
+        assert state_of(loop, "refused") == "failed"
+        submit(loop, job("fine"))
+        settle(loop)
+        assert state_of(loop, "fine") == "running"
+    events = Store(str(tmp_path / "s.db")).job_events("refused")
+    assert "cannot be started here" in events[-1].data["detail"]

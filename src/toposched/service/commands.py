@@ -15,6 +15,7 @@ from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
 from toposched.service.documents import job_spec, stored_document
 from toposched.service.errors import Conflict
+from toposched.service.fits import MAX_PRIORITY
 from toposched.service.records import JobRecord
 
 
@@ -43,7 +44,6 @@ def submit(core: ServiceCore, submission: Submission, now: float) -> tuple[JobRe
     if existing is not None:
         raise Conflict("name", spec.name, f"a job of that name exists ({existing.state})")
     core.limits.check(spec, core.scheduler.tree)
-    job = core.scheduler.submit(spec, now)
     record = JobRecord(
         job_id=spec.name,
         account=spec.account,
@@ -53,9 +53,15 @@ def submit(core: ServiceCore, submission: Submission, now: float) -> tuple[JobRe
         submit_time=now,
         idempotency_key=key,
         body_hash=submission.body_hash,
-        reason=job.reason,
     )
+    # Stored first: a row the store refuses leaves the scheduler untouched, and a job the
+    # scheduler refuses is rolled back with the command's savepoint.
     core.add_record(record)
+    try:
+        record.reason = core.scheduler.submit(spec, now).reason
+    except BaseException:
+        core.forget_record(record)
+        raise
     core.event(now, "submitted", record)
     core.dirty = True
     return record, True
@@ -79,8 +85,12 @@ def cancel(core: ServiceCore, job_id: str, now: float) -> JobRecord:
 
 def set_priority(core: ServiceCore, job_id: str, priority: Any, now: float) -> JobRecord:
     record = core.record(job_id)
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InputError("priority", priority, "must be an integer (higher runs first)")
+    if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > MAX_PRIORITY:
+        raise InputError(
+            "priority",
+            priority,
+            f"must be an integer from -{MAX_PRIORITY:,} to {MAX_PRIORITY:,} (higher runs first)",
+        )
     if not record.live:
         raise Conflict("job", job_id, f"is already {record.state}")
     core.scheduler.set_priority(job_id, priority, now)

@@ -4,10 +4,12 @@ inside the loop's open transaction, so nothing is seen or sent before it is comm
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from toposched.backends.protocol import Backend, Launch, PodLaunch, Stop
+from toposched.backends.protocol import Backend, Launch, PodLaunch, Report, ReportKind, Stop
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, Health
 from toposched.placement.jobspec import JobSpec
@@ -20,6 +22,11 @@ from toposched.service.records import JobRecord
 from toposched.service.store import Store
 
 Command = Launch | Stop
+log = logging.getLogger("toposched.service")
+
+
+def _verb(command: Command) -> str:
+    return "the start" if isinstance(command, Launch) else "the stop"
 
 
 @dataclass
@@ -36,6 +43,7 @@ class ServiceCore:
     by_key: dict[str, str] = field(default_factory=dict)
     outbox: list[tuple[int, Command]] = field(default_factory=list)
     sent: list[int] = field(default_factory=list)
+    refused: list[Report] = field(default_factory=list)
     dirty: bool = True
     """Whether anything changed since the last cycle (a cycle runs only then, or on a tick)."""
 
@@ -51,6 +59,12 @@ class ServiceCore:
         self.records[record.job_id] = record
         if record.idempotency_key is not None:
             self.by_key[record.idempotency_key] = record.job_id
+
+    def forget_record(self, record: JobRecord) -> None:
+        """Undo `add_record` in memory (the store undoes it with the command's savepoint)."""
+        del self.records[record.job_id]
+        if record.idempotency_key is not None:
+            del self.by_key[record.idempotency_key]
 
     def live_job(self, job_id: str) -> Job | None:
         """The scheduler's job for a live record (pending or running), else None."""
@@ -116,14 +130,32 @@ class ServiceCore:
         self.outbox.append((decision, Stop(record.job_id, attempt, grace_s, evicted)))
 
     def send_outbox(self) -> None:
-        """Hand committed decisions to the backend, oldest first."""
+        """Hand committed decisions to the backend, oldest first. A start the backend refuses
+        becomes a failure report of that run, applied with the backend's own reports."""
         outbox, self.outbox = self.outbox, []
         for decision_id, command in outbox:
-            if isinstance(command, Launch):
-                self.backend.start(command)
-            else:
-                self.backend.stop(command)
+            try:
+                if isinstance(command, Launch):
+                    self.backend.start(command)
+                else:
+                    self.backend.stop(command)
+            except Exception as error:  # any backend error: the service keeps serving
+                log.error("backend refused %s of %s: %s", _verb(command), command.job_id, error)
+                if isinstance(command, Launch):
+                    self.refused.append(
+                        Report(
+                            command.job_id,
+                            command.attempt,
+                            ReportKind.FAILED,
+                            0.0,
+                            f"the backend refused to start it: {error}",
+                        )
+                    )
             self.sent.append(decision_id)
+
+    def take_refused(self, now: float) -> list[Report]:
+        refused, self.refused = self.refused, []
+        return [dataclasses.replace(report, time=now) for report in refused]
 
     def flush_sent(self) -> None:
         """Inside a transaction: mark the decisions handed over since the last one."""

@@ -36,9 +36,13 @@ def parse_body(body: bytes, content_type: str) -> Any:
     return _parse_json(text)
 
 
+def _no_constants(name: str) -> Any:
+    raise InputError("body", name, "NaN and Infinity are not JSON numbers")
+
+
 def _parse_json(text: str) -> Any:
     try:
-        document = json.loads(text)
+        document = json.loads(text, parse_constant=_no_constants)
     except json.JSONDecodeError as error:
         raise InputError("body", text[:80], f"is not valid JSON: {error.msg}") from None
     except RecursionError:

@@ -56,6 +56,7 @@ class ClusterLimits:
     def check(self, spec: JobSpec, tree: BudgetTree) -> None:
         """Raise NeverFits (or InputError for names this cluster does not know) if the job can
         never run here."""
+        check_ranges(spec)
         _check_account(spec.account, tree)
         try:
             request = GangRequest.from_spec(spec, self.topology)
@@ -127,6 +128,24 @@ class ClusterLimits:
             return ""
         names = "|".join(self.topology.gpu_models[int(m)].name for m in request.allowed_models)
         return f" of model {names}"
+
+
+MAX_PRIORITY = 1_000_000_000
+MAX_SECONDS = 10 * 365 * 86400.0
+"""Durations past ten years are taken for mistakes (and would overflow times downstream)."""
+
+
+def check_ranges(spec: JobSpec) -> None:
+    """InputError for numbers no real job has: priorities past a billion, durations past ten
+    years."""
+    if abs(spec.priority) > MAX_PRIORITY:
+        raise InputError(
+            "priority", spec.priority, f"must be from -{MAX_PRIORITY:,} to {MAX_PRIORITY:,}"
+        )
+    for name in ("min_runtime", "expected_runtime", "grace_period"):
+        seconds = getattr(spec, name)
+        if seconds is not None and not seconds <= MAX_SECONDS:
+            raise InputError(name, seconds, "must be at most ten years (315360000 s)")
 
 
 def _check_account(account: str, tree: BudgetTree) -> None:

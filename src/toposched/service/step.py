@@ -14,7 +14,7 @@ from toposched.service.store import StoredReport
 
 def step(core: ServiceCore, now: float, tick: bool) -> CycleResult | None:
     """Poll, apply reports and cycle when anything changed (or on a tick); send decisions."""
-    reports = list(core.backend.poll(now))
+    reports = [*core.take_refused(now), *core.backend.poll(now)]
     stored: list[StoredReport] = []
     if reports:
         with core.store.transaction():
