@@ -69,7 +69,11 @@ def register(commands: Any) -> None:
 
 def event_line(event: Event) -> str:
     """One event as a line: id, time, kind, job, then its other fields as key=value."""
-    extra = " ".join(f"{key}={value}" for key, value in event.items() if key not in EVENT_FIELDS)
+    extra = " ".join(
+        f"{key}={value}"
+        for key, value in event.items()
+        if key not in EVENT_FIELDS and value not in (None, "")
+    )
     job = event.get("job") or "-"
     return (
         f"{event['id']:>8}  {clock(event.get('time'))}  {event['kind']:<10} {job}  {extra}".rstrip()

@@ -57,7 +57,9 @@ def _why(args: argparse.Namespace, client: ApiClient) -> int:
 def history_line(entry: HistoryEntry) -> str:
     """One history entry: its time, its event, then any other fields as key=value."""
     extra = " ".join(
-        f"{key}={value}" for key, value in entry.items() if key not in ("time", "event")
+        f"{key}={value}"
+        for key, value in entry.items()
+        if key not in ("time", "event") and value not in (None, "")
     )
     return f"{clock(entry.get('time'))}  {entry.get('event', '?')}  {extra}".rstrip()
 
