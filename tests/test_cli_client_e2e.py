@@ -79,12 +79,12 @@ class Server:
     log: Path
 
 
-def start_server(root: Path, *options: str) -> Server:
-    """`toposched serve` on a free loopback port with a store in `root`, once /v1/ready
-    answers 200."""
+def start_server(root: Path, *options: str, port: int | None = None) -> Server:
+    """`toposched serve` on a loopback port (a free one by default) with a store in `root`,
+    once /v1/ready answers 200."""
     (root / "budgets.yaml").write_text(BUDGETS)
     (root / "tokens.yaml").write_text(tokens_yaml())
-    port = closed_port()
+    port = closed_port() if port is None else port
     command = [sys.executable, "-m", "toposched.cli.main", "serve", "--host", "127.0.0.1"]
     command += ["--port", str(port), "--store", str(root / "store.db")]
     command += ["--state-dir", str(root / "state"), "--budgets", str(root / "budgets.yaml")]
@@ -278,7 +278,11 @@ def test_team_token_sees_only_its_accounts(
     try:
         monkeypatch.setenv("TOPOSCHED_TOKEN", TEAM_TOKEN)
         hidden = cli("show", "team-b-job")
-        assert hidden.code == 3 and ("403" in hidden.err or "404" in hidden.err)
+        assert hidden.code == 3 and "403" in hidden.err
+        not_theirs = tmp_path / "not-theirs.yaml"
+        not_theirs.write_text(job_yaml("not-theirs", 1, 1, account="research/team-b"))
+        refused = cli("submit", str(not_theirs))
+        assert refused.code == 3 and "403" in refused.err
         assert "team-b-job" not in [job["id"] for job in cli.json("jobs")["jobs"]]
         drained = cli("drain", "local-0")
         assert drained.code == 3 and "403" in drained.err
@@ -488,6 +492,50 @@ def test_logs_of_a_real_process(
     assert cli("logs", "count", "0", "--tail", "2").out == "line 3\nline 4\n"
     missing = cli("logs", "count", "3")
     assert missing.code == 3 and "404" in missing.err
+
+
+def test_too_large_a_job_file_exits_3(cli: Run, tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    padding = "# padding\n" * 200_000  # 2 MB, over the server's 1 MiB default limit
+    path.write_text(job_yaml("huge", pods=1, gpus=1) + padding)
+    result = cli("submit", str(path))
+    assert result.code == 3 and "413" in result.err
+    assert len(result.err.strip().splitlines()) == 1
+
+
+def test_watch_resumes_after_the_server_restarts(
+    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = tmp_path_factory.mktemp("serve-restart")
+    first = start_server(root)
+    port = int(first.url.rsplit(":", 1)[1])
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("TOPOSCHED_SERVER", first.url)
+    monkeypatch.setenv("TOPOSCHED_TOKEN", ADMIN_TOKEN)
+    cli = Run(capsys)
+    submit(cli, tmp_path, "before", pods=1, gpus=1)
+    results: list[int] = []
+    # The stored events of `before` (submitted, bound, started), then one after the restart.
+    follower = threading.Thread(
+        target=lambda: results.append(cli.code("watch", "--after", "0", "--count", "4"))
+    )
+    follower.start()
+    try:
+        time.sleep(1)
+        stop_server(first)
+        second = start_server(root, port=port)
+    except BaseException:
+        stop_server(first)
+        raise
+    try:
+        submit(cli, tmp_path, "after", pods=1, gpus=1)
+        follower.join(timeout=30)
+        assert not follower.is_alive() and results == [0]
+    finally:
+        stop_server(second)
 
 
 def test_unreachable_server_exits_4(cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,12 +8,12 @@ import sys
 import time
 from typing import Any
 
-from toposched.cli.client import ApiClient, Event, JobState, ServerError, UnreachableError
+from toposched.cli.client import ApiClient, ClientError, Event, ExitCode, JobState, ServerError
 from toposched.cli.remote import add_client_parser, client_command, clock, note, print_json_line
 from toposched.cluster.errors import InputError
 
 RECONNECT_PAUSE_S = 1.0
-RECONNECT_GIVE_UP_S = 60.0
+RECONNECT_TRIES = 60
 LOG_POLL_S = 1.0
 FOLLOW_WINDOW = 10_000
 """Lines of the log read at each poll of `logs --follow`: more than a pod writes in a second."""
@@ -93,17 +93,17 @@ def _watch(args: argparse.Namespace, client: ApiClient) -> int:
 
 
 def _print_events(args: argparse.Namespace, client: ApiClient) -> None:
-    """Events until --count is reached, the stored ones are out (--no-follow), or Ctrl-C;
-    a stream that ends or breaks is resumed after the last event printed."""
+    """Events until --count is reached, the stored ones are out (--no-follow), or Ctrl-C.
+    A stream that ends or breaks, or a server not ready again yet, is retried every second
+    and resumed after the last event printed; RECONNECT_TRIES failures in a row give up."""
     after: int | None = args.after
     printed = 0
-    failing_since: float | None = None
-    connected_once = False
+    failures = 0
+    connected = False  # a first connection that fails is an error at once
     while True:
         try:
             for event in client.events(after, follow=not args.no_follow):
-                connected_once = True
-                failing_since = None
+                connected, failures = True, 0
                 after = event["id"]
                 if args.json:
                     print_json_line(event)
@@ -112,17 +112,17 @@ def _print_events(args: argparse.Namespace, client: ApiClient) -> None:
                 printed += 1
                 if args.count is not None and printed >= args.count:
                     return
-            connected_once = True
-        except UnreachableError:
-            if not connected_once:
+            connected, failures = True, 0
+        except ClientError as error:
+            retry = connected and error.exit_code == ExitCode.UNAVAILABLE
+            if not retry or failures >= RECONNECT_TRIES:
                 raise
-            now = time.monotonic()
-            failing_since = now if failing_since is None else failing_since
-            if now - failing_since > RECONNECT_GIVE_UP_S:
-                raise
+            if failures == 0:
+                shown = "-" if after is None else after
+                note(f"the event stream broke ({error}); resuming after event {shown}")
+            failures += 1
         if args.no_follow:
             return
-        note(f"the event stream closed; resuming after event {after if after is not None else '-'}")
         time.sleep(RECONNECT_PAUSE_S)
 
 
