@@ -24,8 +24,6 @@ import pytest
 
 from toposched.cli.main import main
 
-pytest.importorskip("toposched.cli.serve", reason="`toposched serve` is not in this build")
-
 ADMIN_TOKEN = "admin-token-for-tests-3b7f"
 TEAM_TOKEN = "team-a-token-for-tests-91c2"
 READY_TIMEOUT_S = 90.0
