@@ -12,8 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-
-from tests.service_helpers import Server, serving
+from service_helpers import Server, serving
 
 WAIT_FOR_SIGTERM = (
     "import signal, sys, time\n"

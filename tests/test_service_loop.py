@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from service_helpers import Clock, budgets, job, running_loop, settle, small_cluster, state_of
 
-from tests.service_helpers import Clock, job, running_loop, settle, state_of
 from toposched.backends.dry_run import DryRunBackend
 from toposched.cluster.errors import InputError
 from toposched.service import commands
@@ -18,6 +18,7 @@ from toposched.service.core import ServiceCore
 from toposched.service.documents import body_hash, split_job
 from toposched.service.errors import Conflict, NeverFits
 from toposched.service.loop import Loop
+from toposched.service.recovery import starter
 from toposched.service.store import Store
 
 
@@ -46,6 +47,7 @@ def test_a_submission_runs_and_finishes_after_its_runtime(tmp_path: Path) -> Non
         clock.now += 601
         settle(loop)
         assert state_of(loop, "a") == "finished"
+        assert loop.call(lambda core, now: core.record("a").reason) == "finished"
     kinds = [e.kind for e in Store(str(tmp_path / "s.db")).events_after(0)]
     assert kinds == ["submitted", "bound", "started", "finished"]
 
@@ -210,8 +212,6 @@ def test_decisions_stored_but_not_sent_are_sent_once_after_a_restart(tmp_path: P
             raise SystemExit("crash")
 
     store = Store(str(path))
-    from tests.service_helpers import budgets, small_cluster
-    from toposched.service.recovery import starter
 
     loop = Loop(starter(store, small_cluster(), budgets, Crashing()), clock=clock, tick_s=0.05)
     loop.start()

@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
-from tests.service_helpers import Server, job
+from service_helpers import Server, job
 
 ARGS = ("--cluster", "cluster.yaml", "--budgets", "budgets.yaml", "--backend", "dry-run")
 

@@ -13,7 +13,7 @@ from toposched.backends.protocol import Backend
 from toposched.cluster.builders import million_gpu_cluster
 from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import load_topology
-from toposched.cluster.topology import Topology
+from toposched.cluster.topology import MAX_GPUS_PER_NODE, Topology
 from toposched.policy.budget import BudgetTree
 from toposched.service.store import Store
 
@@ -54,6 +54,10 @@ class ServiceConfig:
                 getattr(self, given[1]),
                 f"give one of --gpus, --cluster, --fleet (also given: --{given[0]})",
             )
+        if self.gpus is not None and not 1 <= self.gpus <= MAX_GPUS_PER_NODE:
+            raise InputError("--gpus", self.gpus, f"must be from 1 to {MAX_GPUS_PER_NODE}")
+        if self.fleet is not None and self.backend == "local":
+            raise InputError("--fleet", self.fleet, "is simulated: run it with --backend dry-run")
         if not 1 <= self.port <= 65535:
             raise InputError("--port", self.port, "must be a port number from 1 to 65535")
         if self.max_body < 1024:

@@ -80,7 +80,10 @@ class ServiceCore:
         record.end_time = job.end_time
         record.preemptions = job.preemptions
         record.unallocated = job.unallocated
-        record.reason = job.reason
+        # A job that ended keeps the last thing that happened to it ("finished", "cancelled",
+        # "preempted; ..."), not the reason it last waited or ran.
+        ended = not record.live and job.history
+        record.reason = job.history[-1][1] if ended else job.reason
         running = job.state is JobState.RUNNING
         record.allocation = self.scheduler.state.allocations.get(job.job_id) if running else None
         self.store.update_job(record)
@@ -107,16 +110,20 @@ class ServiceCore:
             )
             for rank, node in enumerate(allocation.nodes.tolist())
         )
-        expected = record.spec.get("expected_runtime")
         return Launch(
             job_id=record.job_id,
             attempt=record.attempt,
             pods=pods,
             run=parse_run(record.spec.get("run")),
-            expected_runtime=None if expected is None else self.spec_of(record).expected_runtime,
+            expected_runtime=self.spec_of(record).expected_runtime,
         )
 
     def spec_of(self, record: JobRecord) -> JobSpec:
+        """The job's validated spec: the scheduler's for a job it holds, else read from the
+        stored document."""
+        job = self.scheduler.jobs.get(record.job_id)
+        if job is not None:
+            return job.spec
         fields = {key: value for key, value in record.spec.items() if key != "run"}
         return JobSpec.from_dict(fields)
 

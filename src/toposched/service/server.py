@@ -34,9 +34,11 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     config.check()
     tokens = _tokens(config)
-    store = open_store(config)
     topology = build_topology(config)
+    store = open_store(config)
     backend = build_backend(config)
+    if tokens is None:
+        log.warning("no --tokens: the API is open to every local user of this machine")
     server: uvicorn.Server | None = None
 
     def stop_serving() -> None:  # the loop stopped: a server that cannot schedule exits
@@ -97,7 +99,6 @@ def _tokens(config: ServiceConfig) -> Tokens | None:
             "without --tokens the API is open to everyone, which is "
             "allowed only on a loopback address; give --tokens FILE",
         )
-    log.warning("no --tokens: the API is open to every local user of this machine")
     return None
 
 
