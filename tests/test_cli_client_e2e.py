@@ -203,7 +203,7 @@ def test_submit_list_queue_show_why_prio_cancel(cli: Run, tmp_path: Path) -> Non
         assert "is running since" in " ".join(cli("why", "whole-box").out.split())
 
         assert cli.json("prio", "waits", "5")["priority"] == 5
-        assert "priority 5" in cli("prio", "waits", "5").out
+        assert "priority -2" in cli("prio", "waits", "-2").out
         shown = cli("show", "waits")
         assert shown.code == 0 and "pending" in shown.out and "python" in shown.out
     finally:

@@ -139,7 +139,7 @@ def register(commands: Any) -> None:
         "Change a job's priority. Priority orders jobs only within their team's account "
         "(higher first); it never moves a job ahead of another team's share.",
         "  toposched prio train-7b 10     # before the team's other jobs\n"
-        "  toposched prio sweep-3 -- -5   # after them (-- before a negative number)",
+        "  toposched prio sweep-3 -5      # after them",
     )
     prio.add_argument("job", metavar="JOB", help="the job's id")
     prio.add_argument("priority", metavar="N", type=int, help="the new priority (an integer)")
