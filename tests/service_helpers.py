@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -117,11 +118,17 @@ def free_port() -> int:
 class Server:
     """`toposched serve` as a subprocess on 127.0.0.1."""
 
-    def __init__(self, folder: Path, *args: str, token: str | None = None) -> None:
+    def __init__(
+        self, folder: Path, *args: str, token: str | None = None, cert: Path | None = None
+    ) -> None:
+        """`cert`: the server's certificate when `args` make it serve HTTPS."""
         self.folder = folder
         self.args = args
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if cert else 'http'}://127.0.0.1:{self.port}"
+        self.verify: ssl.SSLContext | bool = (
+            ssl.create_default_context(cafile=str(cert)) if cert else True
+        )
         self.token = token
         self.process: subprocess.Popen[bytes] | None = None
         self.log = folder / "server.log"
@@ -156,7 +163,8 @@ class Server:
             if self.process.poll() is not None:
                 raise AssertionError(f"server exited: {self.log.read_text()[-3000:]}")
             try:
-                if httpx.get(f"{self.url}/v1/ready", timeout=1).status_code == 200:
+                ready = httpx.get(f"{self.url}/v1/ready", timeout=1, verify=self.verify)
+                if ready.status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -166,7 +174,7 @@ class Server:
     def client(self, token: str | None = None) -> httpx.Client:
         token = token if token is not None else self.token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30, verify=self.verify)
 
     def kill(self) -> None:
         assert self.process is not None

@@ -124,6 +124,10 @@ def test_tokens_decide_who_sees_and_changes_what(server: Server, tokens: dict[st
         assert team_a.get("/v1/jobs/prod-1").status_code == 403
         assert team_a.delete("/v1/jobs/prod-1").status_code == 403
         assert "prod-1" not in job_ids(team_a)
+        if prod.get("/v1/jobs/prod-1").json()["state"] == "running":
+            on_nodes = [n["jobs"] for n in prod.get("/v1/nodes").json()["nodes"]]
+            assert any("prod-1" in jobs for jobs in on_nodes)
+        assert all("prod-1" not in n["jobs"] for n in team_a.get("/v1/nodes").json()["nodes"])
         assert team_a.post("/v1/nodes/n0/drain").status_code == 403
         assert team_a.put("/v1/accounts", json={"accounts": {"x": 100}}).status_code == 403
         prod.delete("/v1/jobs/prod-1")

@@ -65,15 +65,19 @@ def log(client: httpx.Client, name: str, rank: int = 0) -> str:
 
 
 def test_a_command_runs_and_its_log_is_served(server: Server) -> None:
-    code = "import os; print(os.environ['GREETING'], os.environ['CUDA_VISIBLE_DEVICES'])"
+    code = (
+        "import os; print(os.environ['GREETING'], os.environ['CUDA_VISIBLE_DEVICES']); "
+        "print('line 2'); print('line 3')"
+    )
     with server.client() as client:
         assert client.post("/v1/jobs", json=python_job("hello", code, gpus=2)).status_code == 201
         wait_for(lambda: state(client, "hello") == "finished", "hello to finish")
         text = log(client, "hello")
         assert text.startswith("hello "), text
         assert len(text.split()[1].split(",")) == 2
-        tail = client.get("/v1/jobs/hello/pods/0/log", params={"tail": 1})
+        tail = client.get("/v1/jobs/hello/pods/0/log", params={"tail": 2})
         assert tail.headers["content-type"].startswith("text/plain")
+        assert tail.text == "line 2\nline 3\n"
         assert client.get("/v1/jobs/hello/pods/5/log").status_code == 404
 
 

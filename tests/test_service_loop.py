@@ -11,6 +11,7 @@ import pytest
 from service_helpers import Clock, budgets, job, running_loop, settle, small_cluster, state_of
 
 from toposched.backends.dry_run import DryRunBackend
+from toposched.backends.local_node import local_cluster
 from toposched.cluster.errors import InputError
 from toposched.service import commands
 from toposched.service.commands import Submission
@@ -248,3 +249,16 @@ def test_a_start_the_backend_refuses_fails_that_job_and_the_loop_goes_on(tmp_pat
         assert state_of(loop, "fine") == "running"
     events = Store(str(tmp_path / "s.db")).job_events("refused")
     assert "cannot be started here" in events[-1].data["detail"]
+
+
+def test_a_store_of_another_cluster_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with running_loop(path, Clock()) as loop:
+        submit(loop, job("a"))
+    store = Store(str(path))
+    loop = Loop(starter(store, local_cluster(8), budgets, DryRunBackend()), clock=Clock())
+    loop.start()
+    loop.stop()
+    assert isinstance(loop.failed, InputError)
+    assert "another cluster" in str(loop.failed)
+    assert [r.job_id for r in store.jobs()] == ["a"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,6 +23,7 @@ from toposched.service.documents import body_hash, split_job
 from toposched.service.http import (
     ApiError,
     Context,
+    api_error,
     on_error,
     on_http_error,
     on_validation_error,
@@ -33,6 +33,7 @@ from toposched.service.store import Store
 
 MAX_KEY = 200
 _EVENT_BATCH = 500
+_TAIL_BLOCK = 1 << 16
 
 
 def create_app(ctx: Context, store: Store) -> FastAPI:
@@ -46,7 +47,9 @@ def create_app(ctx: Context, store: Store) -> FastAPI:
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(Exception, on_error)
     _health_routes(app, ctx)
-    _job_routes(app, ctx)
+    _submit_route(app, ctx)
+    _job_read_routes(app, ctx)
+    _job_change_routes(app, ctx)
     _cluster_routes(app, ctx)
     _event_routes(app, ctx, store)
     return app
@@ -63,7 +66,7 @@ def _health_routes(app: FastAPI, ctx: Context) -> None:
         return {"status": "ready"}
 
 
-def _job_routes(app: FastAPI, ctx: Context) -> None:
+def _submit_route(app: FastAPI, ctx: Context) -> None:
     @app.post("/v1/jobs", status_code=201)
     async def submit(
         request: Request, idempotency_key: Annotated[str | None, Header()] = None
@@ -93,6 +96,8 @@ def _job_routes(app: FastAPI, ctx: Context) -> None:
         view, created = await ctx.call(apply)
         return JSONResponse(view, status_code=201 if created else 200)
 
+
+def _job_read_routes(app: FastAPI, ctx: Context) -> None:
     @app.get("/v1/jobs")
     async def list_jobs(
         request: Request,
@@ -139,6 +144,8 @@ def _job_routes(app: FastAPI, ctx: Context) -> None:
             writes=False,
         )
 
+
+def _job_change_routes(app: FastAPI, ctx: Context) -> None:
     @app.delete("/v1/jobs/{job_id:path}")
     async def cancel(request: Request, job_id: str) -> dict[str, Any]:
         principal = ctx.principal(request)
@@ -174,8 +181,6 @@ def _split(document: Any) -> tuple[dict[str, Any], Any]:
     try:
         return split_job(document)
     except InputError as error:
-        from toposched.service.http import api_error
-
         raise api_error(error) from None
 
 
@@ -185,8 +190,17 @@ def _scoped(principal: Principal, key: str | None) -> str | None:
 
 
 def _tail(path: Path, lines: int) -> str:
-    with path.open("r", encoding="utf-8", errors="replace") as handle:
-        return "".join(deque(handle, maxlen=lines))
+    """The last `lines` lines of a file, read from its end in blocks (logs grow large)."""
+    with path.open("rb") as handle:
+        end = handle.seek(0, 2)
+        start = end
+        data = b""
+        while start > 0 and data.count(b"\n") <= lines:
+            start = max(0, start - _TAIL_BLOCK)
+            handle.seek(start)
+            data = handle.read(end - start)
+    text = data.decode("utf-8", errors="replace")
+    return "".join(text.splitlines(keepends=True)[-lines:])
 
 
 def _cluster_routes(app: FastAPI, ctx: Context) -> None:
@@ -204,10 +218,12 @@ def _cluster_routes(app: FastAPI, ctx: Context) -> None:
         limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
         after: str | None = None,
     ) -> dict[str, Any]:
-        ctx.principal(request)
+        principal = ctx.principal(request)
         if level is not None:
             return await ctx.call(lambda core, now: views.level_rows(core, level), writes=False)
-        return await ctx.call(lambda core, now: views.node_rows(core, limit, after), writes=False)
+        return await ctx.call(
+            lambda core, now: views.node_rows(core, principal.sees, limit, after), writes=False
+        )
 
     @app.post("/v1/nodes/{name}/{action}")
     async def node_action(request: Request, name: str, action: str) -> dict[str, Any]:

@@ -133,23 +133,17 @@ class Loop:
     ) -> list[tuple[bool, Any]]:
         """Every command of the batch in one transaction, each in a savepoint so that one
         refused command changes nothing and the others still commit."""
-        answers: list[tuple[bool, Any]] = []
-        if not batch:
-            return answers
+        if not any(command.writes for command in batch):
+            return [self._apply_one(core, command, now) for command in batch]
         with core.store.transaction():
             core.flush_sent()
-            for command in batch:
-                answers.append(self._apply_one(core, command, now))
-        return answers
+            return [self._apply_one(core, command, now) for command in batch]
 
     @staticmethod
     def _apply_one(core: ServiceCore, command: _Command, now: float) -> tuple[bool, Any]:
-        if not command.writes:
-            try:
-                return True, command.apply(core, now)
-            except ToposchedError as error:
-                return False, error
         try:
+            if not command.writes:
+                return True, command.apply(core, now)
             with core.store.savepoint():
                 return True, command.apply(core, now)
         except ToposchedError as error:

@@ -4,17 +4,21 @@ its decisions and only then hand them to the backend."""
 
 from __future__ import annotations
 
-from toposched.backends.protocol import ReportKind
+import logging
+
+from toposched.backends.protocol import Report, ReportKind
 from toposched.scheduler.core import CycleResult
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
 from toposched.service.store import StoredReport
 
+log = logging.getLogger("toposched.service")
+
 
 def step(core: ServiceCore, now: float, tick: bool) -> CycleResult | None:
     """Poll, apply reports and cycle when anything changed (or on a tick); send decisions."""
-    reports = [*core.take_refused(now), *core.backend.poll(now)]
+    reports = [*core.take_refused(now), *_poll(core, now)]
     stored: list[StoredReport] = []
     if reports:
         with core.store.transaction():
@@ -31,6 +35,15 @@ def step(core: ServiceCore, now: float, tick: bool) -> CycleResult | None:
                 record_decisions(core, result, now)
     core.send_outbox()
     return result
+
+
+def _poll(core: ServiceCore, now: float) -> list[Report]:
+    """The backend's reports; a backend that fails to answer is asked again at the next turn."""
+    try:
+        return list(core.backend.poll(now))
+    except Exception:  # any backend error: the service keeps serving
+        log.exception("the backend's poll failed; trying again at the next turn")
+        return []
 
 
 def apply_reports(core: ServiceCore, stored: list[StoredReport], now: float) -> None:

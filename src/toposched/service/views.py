@@ -192,12 +192,17 @@ def node_row(core: ServiceCore, node: int, jobs: list[str]) -> dict[str, Any]:
     }
 
 
-def node_rows(core: ServiceCore, limit: int, after: str | None) -> dict[str, Any]:
+def node_rows(
+    core: ServiceCore, visible: AccountFilter, limit: int, after: str | None
+) -> dict[str, Any]:
+    """Nodes in topology order; a job on a node is named only to those who may see it."""
     topology = core.scheduler.state.topology
     first = 0 if after is None else core.node_index(after) + 1
     last = min(topology.n_nodes, first + limit)
     jobs_on: dict[int, list[str]] = {}
     for owner, allocation in core.scheduler.state.allocations.items():
+        if not visible(core.records[owner].account):
+            continue
         for node in dict.fromkeys(allocation.nodes.tolist()):
             if first <= node < last:
                 jobs_on.setdefault(node, []).append(owner)
