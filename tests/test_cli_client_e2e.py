@@ -503,7 +503,7 @@ def test_too_large_a_job_file_exits_3(cli: Run, tmp_path: Path) -> None:
     assert len(result.err.strip().splitlines()) == 1
 
 
-def test_watch_resumes_after_the_server_restarts(
+def test_watch_resumes_after_the_server_is_killed_and_restarted(
     tmp_path_factory: pytest.TempPathFactory,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -525,7 +525,8 @@ def test_watch_resumes_after_the_server_restarts(
     follower.start()
     try:
         time.sleep(1)
-        stop_server(first)
+        first.process.kill()  # a crash: the stream breaks without an end
+        first.process.wait()
         second = start_server(root, port=port)
     except BaseException:
         stop_server(first)
