@@ -361,10 +361,20 @@ def test_pending_explanation_reads_as_sentences() -> None:
         "It waits (capacity): needs 18 free nodes in one rack; the fullest rack has 11.",
         "Its start is reserved in rack r3 in ~40m (at " + sentences[3].split("(at ")[1],
     ]
+    explanation["reservation"] = {"start_time": 1500.0, "domain": "rack r3"}
+    assert explanation_sentences(explanation, _job(), now=1600.0)[-1].startswith(
+        "Its reserved start in rack r3 was 1m40s ago ("
+    )
     explanation["reservation"] = None
     assert explanation_sentences(explanation, _job(), now=1600.0)[-1] == (
         "No start is reserved for it yet."
     )
+    # The job's own reason (what blocks it) apart from the queue order before it.
+    blocked = _job(reason="needs 18 free nodes in one rack")
+    explanation["reason"] = "#4 big research FS=1; priority 0; needs 18 free nodes in one rack"
+    sentences = explanation_sentences(explanation, blocked, now=1600.0)
+    assert "It waits (capacity): needs 18 free nodes in one rack." in sentences
+    assert "Its order in the queue: #4 big research FS=1; priority 0." in sentences
 
 
 def test_running_and_ended_explanations() -> None:
