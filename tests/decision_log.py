@@ -17,6 +17,7 @@ from toposched.cluster.state import Allocation, ClusterState
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Bind, Decision, Evict, Reserve
+from toposched.sim.baselines import BASELINES
 from toposched.sim.engine import simulate
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab
@@ -27,10 +28,12 @@ DATA = Path(__file__).parent / "data" / "decisions"
 
 @dataclass(frozen=True)
 class Run:
-    """One short simulation whose decisions are recorded."""
+    """One short simulation whose decisions are recorded, under toposched or a baseline."""
 
     name: str
     workload: Callable[[], Workload]
+    baseline: str | None = None
+    """A name of `BASELINES`; None for toposched's own scheduler."""
 
 
 RUNS = (
@@ -39,6 +42,9 @@ RUNS = (
     Run("ai2-seed3", lambda: ai2_like(seed=3, days=0.5, gpus=512)),
     Run("frontier-seed1", lambda: frontier_lab(seed=1, days=3.0, racks_per_block=2)),
     Run("frontier-seed3", lambda: frontier_lab(seed=3, days=3.0, racks_per_block=3)),
+    Run("slurm-ai2-seed1", lambda: ai2_like(seed=1, days=0.5, gpus=256), "slurm_like"),
+    Run("kube-ai2-seed1", lambda: ai2_like(seed=1, days=0.5, gpus=256), "kube_like"),
+    Run("fifo-ai2-seed1", lambda: ai2_like(seed=1, days=0.5, gpus=256), "fifo_first_fit"),
 )
 
 
@@ -73,17 +79,21 @@ def line(now: float, decision: Decision) -> str:
 
 
 def record(run: Run) -> list[str]:
-    """The decision log of `run` under the default scheduler."""
+    """The decision log of `run`."""
     lines: list[str] = []
+    factory = BASELINES[run.baseline] if run.baseline is not None else Scheduler
 
-    class Recording(Scheduler):
-        def cycle(self, now: float) -> CycleResult:
-            result = super().cycle(now)
+    def build(state: ClusterState, tree: BudgetTree) -> Scheduler:
+        scheduler = factory(state, tree)
+        cycle = scheduler.cycle
+
+        def recorded(now: float) -> CycleResult:
+            result = cycle(now)
             lines.extend(line(now, decision) for decision in result.decisions)
             return result
 
-    def build(state: ClusterState, tree: BudgetTree) -> Scheduler:
-        return Recording(state, tree)
+        scheduler.cycle = recorded  # type: ignore[method-assign]
+        return scheduler
 
     simulate(run.workload(), build)
     return lines
