@@ -1,17 +1,20 @@
-"""The validated job model: a gang of pods, what each pod needs, and where the gang may land."""
+"""The validated job model: a gang of pods, what each pod needs, and where the gang may land.
+
+Job files (`load_jobs`) are read within the limits of `toposched.cluster.limits`; their errors
+read `FILE:LINE: field.path: 'value' is invalid: rule`.
+"""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 import typing
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -23,7 +26,16 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from toposched.cluster.errors import InputError
+from toposched.cluster.documents import Document, FieldPath, parse_documents, read_text
+from toposched.cluster.errors import InputError, join_fields
+from toposched.cluster.limits import (
+    MAX_CPU_MILLI,
+    MAX_GPUS_PER_POD,
+    MAX_MEMORY_MIB,
+    MAX_NAME_LENGTH,
+    MAX_PODS_PER_JOB,
+    MAX_PRIORITY,
+)
 from toposched.cluster.units import (
     format_cpu_milli,
     format_duration,
@@ -42,6 +54,7 @@ __all__ = [
     "format_cpu_milli",
     "format_duration",
     "format_memory_mib",
+    "load_job_files",
     "load_jobs",
     "parse_cpu_milli",
     "parse_duration",
@@ -52,13 +65,9 @@ NODE_LEVEL = "node"
 """The innermost level, below every cluster level: all pods of a group on one node."""
 
 MILLI_PER_GPU = 1000
-MAX_NAME_LENGTH = 253  # a DNS subdomain, so a name can also label a Kubernetes object
 _NAME = re.compile(r"[A-Za-z0-9._/-]+")
 _ACCOUNT_PART = re.compile(r"[A-Za-z0-9._-]+")
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
-# Errors after the first are appended to the message, up to this many, so that one submission
-# shows the user most of what to fix.
-_MAX_EXTRA_ERRORS = 4
 
 
 # --- turning validation failures into InputError --------------------------------------------
@@ -108,12 +117,6 @@ def _dotted(path: Sequence[str | int]) -> str:
     return text
 
 
-def _join_fields(prefix: str, suffix: str) -> str:
-    if not prefix or not suffix:
-        return prefix or suffix
-    return prefix + suffix if suffix.startswith("[") else f"{prefix}.{suffix}"
-
-
 def _field_names(model: type[BaseModel] | None) -> str:
     return ", ".join(model.model_fields) if model is not None else "?"
 
@@ -140,7 +143,7 @@ def _input_error_from_details(detail: ErrorDetails, root: type[BaseModel]) -> In
     kind = detail["type"]
     value: Any = detail.get("input")
     if kind == "toposched_rule":
-        field = _join_fields(_dotted(location), context.get("field", ""))
+        field = join_fields(_dotted(location), context.get("field", ""))
         if context.get("field"):
             value = context.get("value")
         return InputError(field or "job", value, context["rule"])
@@ -148,7 +151,7 @@ def _input_error_from_details(detail: ErrorDetails, root: type[BaseModel]) -> In
     if kind in ("extra_forbidden", "invalid_key"):
         # An invalid key is a non-string one (YAML reads `1: x` as an int); its location ends
         # with the key itself.
-        field = _join_fields(_dotted(location[:-1]), str(location[-1]))
+        field = join_fields(_dotted(location[:-1]), str(location[-1]))
         model = _model_at(root, location[:-1])
         rule = f"unknown field; valid fields are {_field_names(model)}"
     elif kind == "missing":
@@ -165,32 +168,19 @@ def _input_error(error: ValidationError, root: type[BaseModel]) -> InputError:
     """One InputError for the first failure; the message also lists the next few."""
     details = error.errors(include_url=False)
     errors = [_input_error_from_details(detail, root) for detail in details]
-    first = errors[0]
-    if len(errors) > 1:
-        more = [str(other) for other in errors[1 : 1 + _MAX_EXTRA_ERRORS]]
-        if len(errors) > 1 + _MAX_EXTRA_ERRORS:
-            more.append(f"and {len(errors) - 1 - _MAX_EXTRA_ERRORS} more")
-        first.args = (f"{first}; also {'; '.join(more)}",)
-    return first
-
-
-def _with_location(error: InputError, location: str) -> InputError:
-    """`error` with `location` (a file, a job in it) in front of its field name."""
-    located = InputError(f"{location}: {error.field}", error.value, error.rule)
-    located.args = (f"{location}: {error}",)  # keeps any further failures listed in the message
-    return located
+    return errors[0].with_also(errors[1:])
 
 
 # --- field checks shared by the models -------------------------------------------------------
 
 
-def _integer(value: Any, rule: str, minimum: int | None = None) -> int:
+def _integer(value: Any, rule: str, minimum: int | None = None, maximum: int | None = None) -> int:
     """`value` as an int, accepting 4.0 but not 4.5, "4" or True."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise _rule_error(rule)
-    if minimum is not None and value < minimum:
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise _rule_error(rule)
     return value
 
@@ -237,6 +227,8 @@ class _InputModel(BaseModel):
 
 # --- the models -------------------------------------------------------------------------------
 
+_PODS_RULE = f"must be an integer >= 1 and <= {MAX_PODS_PER_JOB:,}"
+
 
 class Resources(_InputModel):
     """What one pod needs on its node.
@@ -277,9 +269,10 @@ class Resources(_InputModel):
     def _whole_gpus(cls, value: Any) -> int:
         return _integer(
             value,
-            "must be an integer >= 0 (whole GPUs on one node); "
+            f"must be an integer >= 0 and <= {MAX_GPUS_PER_POD} (whole GPUs on one node); "
             "for a fraction of one GPU give gpu_milli, e.g. gpu_milli: 500",
             minimum=0,
+            maximum=MAX_GPUS_PER_POD,
         )
 
     @field_validator("gpu_milli", mode="before")
@@ -304,12 +297,16 @@ class Resources(_InputModel):
     @classmethod
     def _cpu_millicores(cls, value: Any) -> int:
         milli: int = _parsed(parse_cpu_milli, value)
+        if milli > MAX_CPU_MILLI:
+            raise _rule_error(f"must be at most {MAX_CPU_MILLI // 1000:,} cores per pod")
         return milli
 
     @field_validator("memory", mode="before")
     @classmethod
     def _memory_mib(cls, value: Any) -> int:
         mib: int = _parsed(parse_memory_mib, value)
+        if mib > MAX_MEMORY_MIB:
+            raise _rule_error("must be at most 1Ei (1024Pi) per pod")
         return mib
 
     @field_validator("gpu_models", mode="before")
@@ -324,8 +321,8 @@ class Resources(_InputModel):
         if not isinstance(names, list | tuple) or not names:
             raise _rule_error(rule)
         for name in names:
-            if not isinstance(name, str) or not name.strip():
-                raise _rule_error(rule)
+            if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_LENGTH:
+                raise _rule_error(f"{rule}; names of at most {MAX_NAME_LENGTH} characters")
         return tuple(dict.fromkeys(names))  # duplicates dropped, first-listed order kept
 
     @property
@@ -367,7 +364,7 @@ class Slice(_InputModel):
     @field_validator("pods", mode="before")
     @classmethod
     def _group_size(cls, value: Any) -> int:
-        return _integer(value, "must be an integer >= 1", minimum=1)
+        return _integer(value, _PODS_RULE, minimum=1, maximum=MAX_PODS_PER_JOB)
 
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "pods": self.pods}
@@ -533,19 +530,28 @@ class JobSpec(_InputModel):
     @field_validator("account", mode="before")
     @classmethod
     def _account_path(cls, value: Any) -> str:
-        if not isinstance(value, str) or not all(
-            _ACCOUNT_PART.fullmatch(part) for part in value.split("/")
+        if (
+            not isinstance(value, str)
+            or len(value) > MAX_NAME_LENGTH
+            or not all(_ACCOUNT_PART.fullmatch(part) for part in value.split("/"))
         ):
             raise _rule_error(
                 "must be a slash-separated path of non-empty names from letters, digits "
-                "and . _ - (e.g. research/pretraining/team-a)"
+                f"and . _ - (e.g. research/pretraining/team-a), at most {MAX_NAME_LENGTH} "
+                "characters in all"
             )
         return value
 
     @field_validator("priority", mode="before")
     @classmethod
     def _integer_priority(cls, value: Any) -> int:
-        return _integer(value, "must be an integer (higher runs first within an account)")
+        return _integer(
+            value,
+            f"must be an integer from -{MAX_PRIORITY:,} to {MAX_PRIORITY:,} "
+            "(higher runs first within an account)",
+            minimum=-MAX_PRIORITY,
+            maximum=MAX_PRIORITY,
+        )
 
     @field_validator("min_runtime", mode="before")
     @classmethod
@@ -581,7 +587,17 @@ class JobSpec(_InputModel):
     @field_validator("pods", mode="before")
     @classmethod
     def _gang_size(cls, value: Any) -> int:
-        return _integer(value, "must be an integer >= 1", minimum=1)
+        return _integer(value, _PODS_RULE, minimum=1, maximum=MAX_PODS_PER_JOB)
+
+    @field_validator("resources_per_pod")
+    @classmethod
+    def _asks_for_something(cls, value: Resources) -> Resources:
+        if value.gpu_milli_total == 0 and value.cpu == 0 and value.memory == 0:
+            raise _rule_error(
+                "a pod must ask for something: gpus (whole GPUs, e.g. gpus: 8) or gpu_milli "
+                "(a share of one GPU), or cpu or memory for a CPU-only pod; gpus: null is no GPUs"
+            )
+        return value
 
     @field_validator("submit_time", mode="before")
     @classmethod
@@ -648,17 +664,18 @@ class JobSpec(_InputModel):
         """One job from YAML/JSON text, or from a file when given a path ending .yaml/.yml/.json."""
         if _is_path(text_or_path):
             path = Path(text_or_path)
-            jobs = list(_jobs_in(_read_documents(path), str(path)))
-            location = str(path)
+            jobs = _jobs_in(_read_documents(path))
         else:
             # Text has no file to name, so its errors name the field alone.
-            jobs = list(_jobs_in(_parse_documents(str(text_or_path), "yaml"), ""))
-            location = "yaml"
+            jobs = _jobs_in(parse_documents(str(text_or_path), None))
         if len(jobs) != 1:
             raise InputError(
-                location, f"{len(jobs)} jobs", "must hold exactly one job; use load_jobs for many"
+                "jobs",
+                f"{len(jobs)} jobs",
+                "must hold exactly one job; use load_jobs for many",
+                file=str(text_or_path) if _is_path(text_or_path) else None,
             )
-        return jobs[0]
+        return jobs[0].spec
 
 
 # --- files --------------------------------------------------------------------------------------
@@ -670,67 +687,105 @@ def _is_path(text_or_path: str | os.PathLike[str]) -> bool:
     return "\n" not in text_or_path and text_or_path.strip().lower().endswith(_FILE_SUFFIXES)
 
 
-def _parse_documents(text: str, source: str, as_json: bool = False) -> list[Any]:
-    """The documents in YAML (several when separated by ---) or JSON `text`."""
-    try:
-        if as_json:
-            return [json.loads(text)]
-        return [document for document in yaml.safe_load_all(text) if document is not None]
-    except json.JSONDecodeError as error:
-        line = text.splitlines()[error.lineno - 1] if text.splitlines() else ""
-        raise InputError(
-            source, line, f"is not valid JSON: {error.msg} (line {error.lineno})"
-        ) from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        problem = getattr(error, "problem", None) or "cannot be parsed"
-        if mark is None:
-            raise InputError(source, text[:80], f"is not valid YAML: {problem}") from None
-        lines = text.splitlines()
-        line = lines[mark.line] if mark.line < len(lines) else ""
-        raise InputError(
-            source,
-            line,
-            f"is not valid YAML: {problem} (line {mark.line + 1}, column {mark.column + 1})",
-        ) from None
+def _read_documents(path: Path) -> list[Document]:
+    text = read_text(path, "job file")
+    return parse_documents(text, str(path), json_text=path.suffix.lower() == ".json")
 
 
-def _read_documents(path: Path) -> list[Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("path", str(path), "no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError("path", str(path), f"cannot be read: {error}") from None
-    return _parse_documents(text, str(path), as_json=path.suffix.lower() == ".json")
+@dataclass(frozen=True)
+class _Entry:
+    """A job as written in a file: its document and its path in it."""
+
+    document: Document
+    path: FieldPath
+    data: Any
 
 
-def _job_entries(documents: list[Any]) -> Iterator[Any]:
+@dataclass(frozen=True)
+class _ReadJob:
+    """A valid job, where it was written, and its field name prefix in errors."""
+
+    spec: JobSpec
+    entry: _Entry
+    prefix: str
+
+    @property
+    def where(self) -> str:
+        line = self.entry.document.line(self.entry.path)
+        return f"{self.entry.document.file or 'text'}:{line}"
+
+
+def _job_entries(documents: list[Document]) -> Iterator[_Entry]:
     """Each job entry: a document that is a job, a list of jobs, or a mapping {jobs: [...]}."""
     for document in documents:
-        if isinstance(document, Mapping) and set(document) == {"jobs"}:
-            document = document["jobs"]
-        if isinstance(document, list):
-            yield from document
+        data: Any = document.data
+        path: FieldPath = ()
+        if isinstance(data, Mapping) and set(data) == {"jobs"}:
+            data, path = data["jobs"], ("jobs",)
+        if isinstance(data, list):
+            for index, entry in enumerate(data):
+                yield _Entry(document, (*path, index), entry)
         else:
-            yield document
+            yield _Entry(document, path, data)
 
 
-def _jobs_in(documents: list[Any], source: str) -> Iterator[JobSpec]:
+def _jobs_in(documents: list[Document]) -> list[_ReadJob]:
+    """The jobs in `documents`; errors name the file, the line and, when there are several
+    jobs, the job's place as `jobs[i]` (from 0). Job names must be unique."""
     entries = list(_job_entries(documents))
-    for number, entry in enumerate(entries, start=1):
+    jobs: list[_ReadJob] = []
+    named: dict[str, _ReadJob] = {}
+    for index, entry in enumerate(entries):
+        prefix = f"jobs[{index}]" if len(entries) > 1 else ""
         try:
-            yield JobSpec.from_dict(entry)
+            spec = JobSpec.from_dict(entry.data)
         except InputError as error:
-            location = source
-            if len(entries) > 1:
-                named = entry.get("name") if isinstance(entry, Mapping) else None
-                location += f" job {number}" + (f" ({named})" if isinstance(named, str) else "")
-            raise (_with_location(error, location.strip()) if location else error) from None
+            raise entry.document.locate(error, entry.path, prefix, root="job") from None
+        job = _ReadJob(spec, entry, prefix)
+        _check_unique(job, named)
+        jobs.append(job)
+    return jobs
+
+
+def _check_unique(job: _ReadJob, named: dict[str, _ReadJob]) -> None:
+    first = named.setdefault(job.spec.name, job)
+    if first is job:
+        return
+    document = job.entry.document
+    raise InputError(
+        join_fields(job.prefix, "name"),
+        job.spec.name,
+        f"another job has this name ({first.where}); job names must be unique",
+        file=document.file,
+        line=document.line((*job.entry.path, "name")),
+    )
 
 
 def load_jobs(path: str | os.PathLike[str]) -> list[JobSpec]:
     """Every job in a YAML/JSON file holding one job, a list of jobs, a `jobs:` list, or
-    several YAML documents. Errors name the file and, in a list, the job's number (from 1)."""
-    file_path = Path(path)
-    return list(_jobs_in(_read_documents(file_path), str(file_path)))
+    several YAML documents. Errors name the file, the line and, in a list, the job as
+    `jobs[i]`; a file with no job is an error, and so is a job name used twice."""
+    return load_job_files([path])
+
+
+def load_job_files(paths: Iterable[str | os.PathLike[str]]) -> list[JobSpec]:
+    """The jobs of every file in `paths`, in order, as `load_jobs` reads each; job names must
+    be unique across all of them. Every file is read and checked before any job is returned."""
+    named: dict[str, _ReadJob] = {}
+    specs: list[JobSpec] = []
+    for path in paths:
+        file_path = Path(path)
+        documents = _read_documents(file_path)
+        jobs = _jobs_in(documents)
+        if not jobs:
+            raise InputError(
+                "jobs",
+                None,
+                f"no job in {file_path}: a job file holds one job, a list of jobs, "
+                "a jobs: list or several YAML documents",
+                file=str(file_path),
+            )
+        for job in jobs:
+            _check_unique(job, named)
+            specs.append(job.spec)
+    return specs
