@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from toposched.cluster.errors import InputError, join_fields, shown
+from toposched.cluster.errors import InputError, join_fields
 from toposched.cluster.limits import MAX_ALIAS_FACTOR, MAX_ALIAS_NODES, MAX_FILE_BYTES
 
 __all__ = ["Document", "FieldPath", "field_path", "parse_documents", "read_text"]
@@ -157,12 +157,14 @@ def parse_documents(text: str, file: str | None, json_text: bool = False) -> lis
             data = loader.construct_document(node)
             if data is not None:
                 documents.append(Document(data, file, node))
+    except InputError:
+        raise
     except yaml.YAMLError as error:
         raise _syntax_error(error, text, file) from None
     except RecursionError:
-        raise InputError("text", text[:80], "nests too deeply", file=file) from None
+        raise InputError("text", _first_line(text), "nests too deeply", file=file) from None
     except ValueError as error:  # e.g. an integer of more digits than Python reads
-        raise InputError("text", text[:80], f"cannot be read: {error}", file=file) from None
+        raise InputError("text", _first_line(text), f"cannot be read: {error}", file=file) from None
     finally:
         loader.dispose()
     return documents
@@ -172,35 +174,46 @@ def _parse_json(text: str, file: str | None) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        lines = text.splitlines()
-        line = lines[error.lineno - 1] if error.lineno <= len(lines) else ""
         raise InputError(
             "text",
-            line,
+            _line_text(text, error.lineno - 1),
             f"is not valid JSON: {error.msg} (column {error.colno})",
             file=file,
             line=error.lineno,
         ) from None
     except RecursionError:
-        raise InputError("text", text[:80], "nests too deeply", file=file) from None
+        raise InputError("text", _first_line(text), "nests too deeply", file=file) from None
     except ValueError as error:  # an integer of more digits than Python reads
-        raise InputError("text", text[:80], f"cannot be read: {error}", file=file) from None
+        raise InputError("text", _first_line(text), f"cannot be read: {error}", file=file) from None
 
 
 def _syntax_error(error: yaml.YAMLError, text: str, file: str | None) -> InputError:
     mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
     problem = getattr(error, "problem", None) or getattr(error, "reason", None) or "cannot be read"
     if mark is None:
-        return InputError("text", text[:80], f"is not valid YAML: {problem}", file=file)
-    lines = text.splitlines()
-    line = lines[mark.line] if mark.line < len(lines) else ""
+        return InputError("text", _first_line(text), f"is not valid YAML: {problem}", file=file)
     return InputError(
         "text",
-        line,
+        _line_text(text, mark.line),
         f"is not valid YAML: {problem} (column {mark.column + 1})",
         file=file,
         line=mark.line + 1,
     )
+
+
+def _line_text(text: str, index: int) -> str:
+    """Line `index` (from 0) of `text`, read no further than that line."""
+    start = 0
+    for _ in range(index):
+        start = text.find("\n", start) + 1
+        if start == 0:
+            return ""
+    end = text.find("\n", start)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def _first_line(text: str) -> str:
+    return _line_text(text, 0)
 
 
 def _children(node: yaml.Node) -> Iterator[yaml.Node]:
@@ -235,7 +248,7 @@ def _check_expansion(root: yaml.Node, text: str, file: str | None) -> None:
         if key in open_nodes:
             raise InputError(
                 "text",
-                shown(text),
+                _line_text(text, node.start_mark.line),
                 "a YAML alias refers to a value that contains it",
                 file=file,
                 line=node.start_mark.line + 1,
@@ -248,7 +261,7 @@ def _check_expansion(root: yaml.Node, text: str, file: str | None) -> None:
     if sizes[id(root)] > allowed:
         raise InputError(
             "text",
-            text[:80],
+            _line_text(text, root.start_mark.line),
             f"YAML aliases expand {written:,} values written to {sizes[id(root)]:,}; "
             f"the limit is {allowed:,}",
             file=file,
