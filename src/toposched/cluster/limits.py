@@ -48,7 +48,7 @@ MAX_PRIORITY = 1_000_000_000
 """A job's priority lies from -MAX_PRIORITY to MAX_PRIORITY."""
 
 MAX_FILE_BYTES = 64 << 20
-"""Bytes in one YAML or JSON file (64 MiB): a 250,000-node cluster description is about 20 MB."""
+"""Bytes in one YAML or JSON file (64 MiB): a 250,000-node cluster description is about 15 MB."""
 
 MAX_ALIAS_NODES = 100_000
 """YAML aliases (`*name`) may expand a document to this many values (keys, scalars, lists and

@@ -709,10 +709,11 @@ class _ReadJob:
     entry: _Entry
     prefix: str
 
-    @property
-    def where(self) -> str:
+    def where(self, seen_from: str | None) -> str:
+        """`FILE:LINE` of this job, or `line N` when seen from the same file."""
         line = self.entry.document.line(self.entry.path)
-        return f"{self.entry.document.file or 'text'}:{line}"
+        file = self.entry.document.file
+        return f"line {line}" if file == seen_from else f"{file or 'text'}:{line}"
 
 
 def _job_entries(documents: list[Document]) -> Iterator[_Entry]:
@@ -755,7 +756,7 @@ def _check_unique(job: _ReadJob, named: dict[str, _ReadJob]) -> None:
     raise InputError(
         join_fields(job.prefix, "name"),
         job.spec.name,
-        f"another job has this name ({first.where}); job names must be unique",
+        f"another job has this name ({first.where(document.file)}); job names must be unique",
         file=document.file,
         line=document.line((*job.entry.path, "name")),
     )
