@@ -37,12 +37,10 @@ def read_text(path: Path, what: str) -> str:
     try:
         if path.is_dir():
             raise InputError(what, str(path), "is a directory; give a file")
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise InputError(
-                what, str(path), f"is {size:,} bytes; files are limited to {MAX_FILE_BYTES:,}"
-            )
-        data = path.read_bytes()
+        with path.open("rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)  # no more, whatever the file claims its size is
+        if len(data) > MAX_FILE_BYTES:
+            raise InputError(what, str(path), f"is larger than {MAX_FILE_BYTES:,} bytes")
     except FileNotFoundError:
         raise InputError(what, str(path), "file not found") from None
     except OSError as error:

@@ -78,8 +78,12 @@ def _check_models(gpu_models: Any, field: str) -> dict[str, GpuModel]:
         raise InputError(field, gpu_models, "must map model name -> memory GiB")
     models: dict[str, GpuModel] = {}
     for name, memory in gpu_models.items():
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
-            raise InputError(f"{field}.{name}", name, f"a GPU model name {_NAME_RULE}")
+        if not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH:
+            raise InputError(
+                f"{field}.{name}",
+                name,
+                f"a GPU model name must be 1 to {MAX_NAME_LENGTH} characters",
+            )
         if isinstance(memory, bool) or not isinstance(memory, int | float):
             raise InputError(f"{field}.{name}", memory, "must be the GiB of one GPU, a number")
         if not math.isfinite(memory) or not 0 <= memory <= MAX_MEMORY_MIB:
@@ -167,11 +171,16 @@ def _topology(
         path = []
         for level in levels:
             label = labels.get(level)
-            if label is None or str(label) == "":
+            if not isinstance(label, str):
+                # A number names a domain as its digits do (rack: 7); nothing else is a name.
+                label = str(label) if type(label) is int else ""
+            if not label:
                 raise InputError(
-                    f"{where}.labels.{level}", label, "every node needs a label for every level"
+                    f"{where}.labels.{level}",
+                    labels.get(level),
+                    "every node needs a label for every level: a domain name such as r1",
                 )
-            path.append(str(label))
+            path.append(label)
         gpu_count = _count(f"{where}.gpus", record.get("gpus", 0))
         if gpu_count > MAX_GPUS_PER_NODE:
             raise InputError(
@@ -187,8 +196,10 @@ def _topology(
         memory[i] = memory_of(record.get("memory", 0), f"{where}.memory")
         model_names.append(model)
         if model not in models:
-            if model and not _NAME.fullmatch(model):
-                raise InputError(f"{where}.gpu_model", model, _NAME_RULE)
+            if len(model) > MAX_NAME_LENGTH:
+                raise InputError(
+                    f"{where}.gpu_model", model, f"must be at most {MAX_NAME_LENGTH} characters"
+                )
             models[model] = GpuModel(model)
     _check_quantity(cpu, MAX_CPU_MILLI, nodes, source, "cpu", f"{MAX_CPU_MILLI // 1000:,} cores")
     _check_quantity(memory, MAX_MEMORY_MIB, nodes, source, "memory", "1Ei (1024Pi)")
