@@ -17,7 +17,7 @@ from toposched.cli.main import main
 from toposched.cluster.errors import InputError
 from toposched.cluster.limits import MAX_PODS_PER_JOB
 from toposched.cluster.loaders import load_topology
-from toposched.placement.jobspec import JobSpec, load_job_files, load_jobs
+from toposched.placement.jobspec import JobSpec, load_job_files, load_jobs, read_job_files
 
 CLUSTER = """\
 levels: [zone, rack]
@@ -279,3 +279,18 @@ def test_further_failures_are_listed_with_their_own_lines(tmp_path: Path) -> Non
     assert str(error).endswith(
         f"; also {path}:4: resources_per_pod.gpus: -1 is invalid: {error.also[0].rule}"
     )
+
+
+def test_errors_found_against_a_cluster_are_located(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "jobs.yaml",
+        "- {name: a, pods: 1, resources_per_pod: {gpus: 1}}\n"
+        "- name: b\n  pods: 1\n  resources_per_pod: {gpus: 1}\n  topology: {required: block}\n",
+    )
+    _, second = read_job_files([path])
+    with pytest.raises(InputError) as caught:
+        second.spec.validate_topology(("zone", "rack"))
+    located = second.locate(caught.value)
+    assert (located.file, located.line) == (str(path), 5)
+    assert str(located).startswith(f"{path}:5: jobs[1].topology.required: 'block' is invalid: ")

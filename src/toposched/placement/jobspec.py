@@ -54,8 +54,10 @@ __all__ = [
     "format_cpu_milli",
     "format_duration",
     "format_memory_mib",
+    "JobInFile",
     "load_job_files",
     "load_jobs",
+    "read_job_files",
     "parse_cpu_milli",
     "parse_duration",
     "parse_memory_mib",
@@ -702,12 +704,19 @@ class _Entry:
 
 
 @dataclass(frozen=True)
-class _ReadJob:
-    """A valid job, where it was written, and its field name prefix in errors."""
+class JobInFile:
+    """A valid job and where it was written, to locate errors found later (e.g. against a
+    cluster: `job.locate(error)` for an InputError from `GangRequest.from_spec(job.spec, ...)`)."""
 
     spec: JobSpec
     entry: _Entry
     prefix: str
+    """The job's field name in errors: `jobs[i]` in a file of several jobs, else ""."""
+
+    def locate(self, error: InputError) -> InputError:
+        """`error`, whose field is one of this job's (e.g. `topology.required`), with the file
+        and line where that field was written."""
+        return self.entry.document.locate(error, self.entry.path, self.prefix, root="job")
 
     def where(self, seen_from: str | None) -> str:
         """`FILE:LINE` of this job, or `line N` when seen from the same file."""
@@ -730,25 +739,25 @@ def _job_entries(documents: list[Document]) -> Iterator[_Entry]:
             yield _Entry(document, path, data)
 
 
-def _jobs_in(documents: list[Document]) -> list[_ReadJob]:
+def _jobs_in(documents: list[Document]) -> list[JobInFile]:
     """The jobs in `documents`; errors name the file, the line and, when there are several
     jobs, the job's place as `jobs[i]` (from 0). Job names must be unique."""
     entries = list(_job_entries(documents))
-    jobs: list[_ReadJob] = []
-    named: dict[str, _ReadJob] = {}
+    jobs: list[JobInFile] = []
+    named: dict[str, JobInFile] = {}
     for index, entry in enumerate(entries):
         prefix = f"jobs[{index}]" if len(entries) > 1 else ""
         try:
             spec = JobSpec.from_dict(entry.data)
         except InputError as error:
             raise entry.document.locate(error, entry.path, prefix, root="job") from None
-        job = _ReadJob(spec, entry, prefix)
+        job = JobInFile(spec, entry, prefix)
         _check_unique(job, named)
         jobs.append(job)
     return jobs
 
 
-def _check_unique(job: _ReadJob, named: dict[str, _ReadJob]) -> None:
+def _check_unique(job: JobInFile, named: dict[str, JobInFile]) -> None:
     first = named.setdefault(job.spec.name, job)
     if first is job:
         return
@@ -772,8 +781,13 @@ def load_jobs(path: str | os.PathLike[str]) -> list[JobSpec]:
 def load_job_files(paths: Iterable[str | os.PathLike[str]]) -> list[JobSpec]:
     """The jobs of every file in `paths`, in order, as `load_jobs` reads each; job names must
     be unique across all of them. Every file is read and checked before any job is returned."""
-    named: dict[str, _ReadJob] = {}
-    specs: list[JobSpec] = []
+    return [job.spec for job in read_job_files(paths)]
+
+
+def read_job_files(paths: Iterable[str | os.PathLike[str]]) -> list[JobInFile]:
+    """`load_job_files`, each job with where it was written (`JobInFile.locate`)."""
+    named: dict[str, JobInFile] = {}
+    jobs_read: list[JobInFile] = []
     for path in paths:
         file_path = Path(path)
         documents = _read_documents(file_path)
@@ -788,5 +802,5 @@ def load_job_files(paths: Iterable[str | os.PathLike[str]]) -> list[JobSpec]:
             )
         for job in jobs:
             _check_unique(job, named)
-            specs.append(job.spec)
-    return specs
+        jobs_read.extend(jobs)
+    return jobs_read
