@@ -201,7 +201,8 @@ JOB_CASES = [
          2, "jobs[1].name", "another job has this name (line 1)"),
     Case("priority beyond int64", JOB + "priority: 9223372036854775808\n", 4,
          "priority", "from -1,000,000,000 to 1,000,000,000"),
-    Case("typo", JOB + "min_runtme: 1h\n", 4, "min_runtme", "unknown field"),
+    Case("typo", JOB + "min_runtme: 1h\n", 4, "min_runtme",
+         "unknown field (did you mean 'min_runtime'?)"),
     Case("syntax", "name: a\npods: [2\n", 3, "text", "is not valid YAML"),
 ]  # fmt: skip
 
@@ -277,7 +278,7 @@ def test_further_failures_are_listed_with_their_own_lines(tmp_path: Path) -> Non
     assert (error.line, error.field) == (2, "pods")
     assert [(other.line, other.field) for other in error.also] == [(4, "resources_per_pod.gpus")]
     assert str(error).endswith(
-        f"; also {path}:4: resources_per_pod.gpus: -1 is invalid: {error.also[0].rule}"
+        f"; also line 4: resources_per_pod.gpus: -1 is invalid: {error.also[0].rule}"
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,7 +163,7 @@ def parse_documents(text: str, file: str | None, json_text: bool = False) -> lis
     except RecursionError:
         raise InputError("text", _first_line(text), "nests too deeply", file=file) from None
     except ValueError as error:  # e.g. an integer of more digits than Python reads
-        raise InputError("text", _first_line(text), f"cannot be read: {error}", file=file) from None
+        raise InputError("text", _first_line(text), _unreadable(error), file=file) from None
     finally:
         loader.dispose()
     return documents
@@ -182,7 +183,13 @@ def _parse_json(text: str, file: str | None) -> Any:
     except RecursionError:
         raise InputError("text", _first_line(text), "nests too deeply", file=file) from None
     except ValueError as error:  # an integer of more digits than Python reads
-        raise InputError("text", _first_line(text), f"cannot be read: {error}", file=file) from None
+        raise InputError("text", _first_line(text), _unreadable(error), file=file) from None
+
+
+def _unreadable(error: ValueError) -> str:
+    if "digits" in str(error):
+        return f"cannot be read: a number has more than {sys.get_int_max_str_digits():,} digits"
+    return f"cannot be read: {error}"
 
 
 def _syntax_error(error: yaml.YAMLError, text: str, file: str | None) -> InputError:

@@ -71,10 +71,17 @@ class InputError(ToposchedError, ValueError):
         text = f"{_cut(self.field)}: {shown(self.value)} is invalid: {self.rule}"
         if self.location:
             text = f"{self.location}: {text}"
-        others = [str(other) for other in self.also]
+        others = [other._seen_from(self.file) for other in self.also]
         if self.more:
             others.append(f"and {self.more} more")
         return f"{text}; also {'; '.join(others)}" if others else text
+
+    def _seen_from(self, file: str | None) -> str:
+        """The message, its location as `line N` when it is in `file` (where the first is)."""
+        if file is None or self.file != file or self.also or self.more:
+            return str(self)
+        where = "" if self.line is None else f"line {self.line}: "
+        return f"{where}{_cut(self.field)}: {shown(self.value)} is invalid: {self.rule}"
 
     def at(self, file: str | None, line: int | None = None, prefix: str = "") -> InputError:
         """This error located in `file` at `line`, its field below `prefix` (e.g. `jobs[2]`).

@@ -27,7 +27,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from toposched.cluster.documents import Document, FieldPath, parse_documents, read_text
-from toposched.cluster.errors import InputError, join_fields
+from toposched.cluster.errors import InputError, join_fields, unknown_field_rule
 from toposched.cluster.limits import (
     MAX_CPU_MILLI,
     MAX_GPUS_PER_POD,
@@ -155,7 +155,8 @@ def _input_error_from_details(detail: ErrorDetails, root: type[BaseModel]) -> In
         # with the key itself.
         field = join_fields(_dotted(location[:-1]), str(location[-1]))
         model = _model_at(root, location[:-1])
-        rule = f"unknown field; valid fields are {_field_names(model)}"
+        valid = list(model.model_fields) if model is not None else []
+        rule = unknown_field_rule(location[-1], valid) if valid else "unknown field"
     elif kind == "missing":
         value, rule = None, _PLAIN_RULES[kind]
     elif kind in ("model_type", "model_attributes_type", "dict_type"):
