@@ -49,8 +49,14 @@ _NAME_RULE = (
     "starting with a letter or digit"
 )
 # openb CSV columns for the node fields they fill.
-_CSV_COLUMNS = {"name": "sn", "gpus": "gpu", "gpu_model": "model", "cpu": "cpu_milli"}
-_CSV_COLUMNS["memory"] = "memory_mib"
+_CSV_COLUMNS = {
+    "name": "sn",
+    "gpus": "gpu",
+    "gpu_model": "model",
+    "cpu": "cpu_milli",
+    "memory": "memory_mib",
+}
+# "nodes[3].labels.rack": the node's index, its field and the rest of the path.
 _NODE_AT = re.compile(r"(?P<prefix>.*?)\[(?P<index>\d+)\](?:\.(?P<key>[^.\[]+))?(?P<rest>.*)")
 
 
@@ -86,8 +92,8 @@ def _check_models(gpu_models: Any, field: str) -> dict[str, GpuModel]:
             )
         if isinstance(memory, bool) or not isinstance(memory, int | float):
             raise InputError(f"{field}.{name}", memory, "must be the GiB of one GPU, a number")
-        if not math.isfinite(memory) or not 0 <= memory <= MAX_MEMORY_MIB:
-            raise InputError(f"{field}.{name}", memory, "must be GiB >= 0 (e.g. 80)")
+        if not math.isfinite(memory) or memory < 0:
+            raise InputError(f"{field}.{name}", memory, "must be the GiB of one GPU, >= 0")
         models[name] = GpuModel(name, float(memory))
     return models
 
