@@ -17,7 +17,8 @@ from toposched.cli.main import main
 from toposched.cluster.errors import InputError
 from toposched.cluster.limits import MAX_PODS_PER_JOB
 from toposched.cluster.loaders import load_topology
-from toposched.placement.jobspec import JobSpec, load_job_files, load_jobs, read_job_files
+from toposched.placement.jobfiles import load_job_files, read_job_files
+from toposched.placement.jobspec import JobSpec, load_jobs
 
 CLUSTER = """\
 levels: [zone, rack]

@@ -1,7 +1,7 @@
 """The validated job model: a gang of pods, what each pod needs, and where the gang may land.
 
-Job files (`load_jobs`) are read within the limits of `toposched.cluster.limits`; their errors
-read `FILE:LINE: field.path: 'value' is invalid: rule`.
+Values are checked within the limits of `toposched.cluster.limits`; job files are read by
+`toposched.placement.jobfiles` (`load_jobs` here for one file).
 """
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ import math
 import os
 import re
 import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self
 
 from pydantic import (
@@ -26,7 +24,6 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from toposched.cluster.documents import Document, FieldPath, parse_documents, read_text
 from toposched.cluster.errors import InputError, join_fields, unknown_field_rule
 from toposched.cluster.limits import (
     MAX_CPU_MILLI,
@@ -54,10 +51,7 @@ __all__ = [
     "format_cpu_milli",
     "format_duration",
     "format_memory_mib",
-    "JobInFile",
-    "load_job_files",
     "load_jobs",
-    "read_job_files",
     "parse_cpu_milli",
     "parse_duration",
     "parse_memory_mib",
@@ -69,7 +63,6 @@ NODE_LEVEL = "node"
 MILLI_PER_GPU = 1000
 _NAME = re.compile(r"[A-Za-z0-9._/-]+")
 _ACCOUNT_PART = re.compile(r"[A-Za-z0-9._-]+")
-_FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 # --- turning validation failures into InputError --------------------------------------------
@@ -665,143 +658,16 @@ class JobSpec(_InputModel):
     @classmethod
     def from_yaml(cls, text_or_path: str | os.PathLike[str]) -> JobSpec:
         """One job from YAML/JSON text, or from a file when given a path ending .yaml/.yml/.json."""
-        if _is_path(text_or_path):
-            path = Path(text_or_path)
-            jobs = _jobs_in(_read_documents(path))
-        else:
-            # Text has no file to name, so its errors name the field alone.
-            jobs = _jobs_in(parse_documents(str(text_or_path), None))
-        if len(jobs) != 1:
-            raise InputError(
-                "jobs",
-                f"{len(jobs)} jobs",
-                "must hold exactly one job; use load_jobs for many",
-                file=str(text_or_path) if _is_path(text_or_path) else None,
-            )
-        return jobs[0].spec
+        from toposched.placement.jobfiles import one_job  # jobfiles builds on this module
 
-
-# --- files --------------------------------------------------------------------------------------
-
-
-def _is_path(text_or_path: str | os.PathLike[str]) -> bool:
-    if not isinstance(text_or_path, str):
-        return True
-    return "\n" not in text_or_path and text_or_path.strip().lower().endswith(_FILE_SUFFIXES)
-
-
-def _read_documents(path: Path) -> list[Document]:
-    text = read_text(path, "job file")
-    return parse_documents(text, str(path), json_text=path.suffix.lower() == ".json")
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """A job as written in a file: its document and its path in it."""
-
-    document: Document
-    path: FieldPath
-    data: Any
-
-
-@dataclass(frozen=True)
-class JobInFile:
-    """A valid job and where it was written, to locate errors found later (e.g. against a
-    cluster: `job.locate(error)` for an InputError from `GangRequest.from_spec(job.spec, ...)`)."""
-
-    spec: JobSpec
-    entry: _Entry
-    prefix: str
-    """The job's field name in errors: `jobs[i]` in a file of several jobs, else ""."""
-
-    def locate(self, error: InputError) -> InputError:
-        """`error`, whose field is one of this job's (e.g. `topology.required`), with the file
-        and line where that field was written."""
-        return self.entry.document.locate(error, self.entry.path, self.prefix, root="job")
-
-    def where(self, seen_from: str | None) -> str:
-        """`FILE:LINE` of this job, or `line N` when seen from the same file."""
-        line = self.entry.document.line(self.entry.path)
-        file = self.entry.document.file
-        return f"line {line}" if file == seen_from else f"{file or 'text'}:{line}"
-
-
-def _job_entries(documents: list[Document]) -> Iterator[_Entry]:
-    """Each job entry: a document that is a job, a list of jobs, or a mapping {jobs: [...]}."""
-    for document in documents:
-        data: Any = document.data
-        path: FieldPath = ()
-        if isinstance(data, Mapping) and set(data) == {"jobs"}:
-            data, path = data["jobs"], ("jobs",)
-        if isinstance(data, list):
-            for index, entry in enumerate(data):
-                yield _Entry(document, (*path, index), entry)
-        else:
-            yield _Entry(document, path, data)
-
-
-def _jobs_in(documents: list[Document]) -> list[JobInFile]:
-    """The jobs in `documents`; errors name the file, the line and, when there are several
-    jobs, the job's place as `jobs[i]` (from 0). Job names must be unique."""
-    entries = list(_job_entries(documents))
-    jobs: list[JobInFile] = []
-    named: dict[str, JobInFile] = {}
-    for index, entry in enumerate(entries):
-        prefix = f"jobs[{index}]" if len(entries) > 1 else ""
-        try:
-            spec = JobSpec.from_dict(entry.data)
-        except InputError as error:
-            raise entry.document.locate(error, entry.path, prefix, root="job") from None
-        job = JobInFile(spec, entry, prefix)
-        _check_unique(job, named)
-        jobs.append(job)
-    return jobs
-
-
-def _check_unique(job: JobInFile, named: dict[str, JobInFile]) -> None:
-    first = named.setdefault(job.spec.name, job)
-    if first is job:
-        return
-    document = job.entry.document
-    raise InputError(
-        join_fields(job.prefix, "name"),
-        job.spec.name,
-        f"another job has this name ({first.where(document.file)}); job names must be unique",
-        file=document.file,
-        line=document.line((*job.entry.path, "name")),
-    )
+        return one_job(text_or_path)
 
 
 def load_jobs(path: str | os.PathLike[str]) -> list[JobSpec]:
     """Every job in a YAML/JSON file holding one job, a list of jobs, a `jobs:` list, or
     several YAML documents. Errors name the file, the line and, in a list, the job as
-    `jobs[i]`; a file with no job is an error, and so is a job name used twice."""
+    `jobs[i]`; a file with no job is an error, and so is a job name used twice.
+    (`toposched.placement.jobfiles` reads several files, and keeps where each job was.)"""
+    from toposched.placement.jobfiles import load_job_files
+
     return load_job_files([path])
-
-
-def load_job_files(paths: Iterable[str | os.PathLike[str]]) -> list[JobSpec]:
-    """The jobs of every file in `paths`, in order, as `load_jobs` reads each; job names must
-    be unique across all of them. Every file is read and checked before any job is returned."""
-    return [job.spec for job in read_job_files(paths)]
-
-
-def read_job_files(paths: Iterable[str | os.PathLike[str]]) -> list[JobInFile]:
-    """`load_job_files`, each job with where it was written (`JobInFile.locate`)."""
-    named: dict[str, JobInFile] = {}
-    jobs_read: list[JobInFile] = []
-    for path in paths:
-        file_path = Path(path)
-        documents = _read_documents(file_path)
-        jobs = _jobs_in(documents)
-        if not jobs:
-            raise InputError(
-                "jobs",
-                None,
-                f"no job in {file_path}: a job file holds one job, a list of jobs, "
-                "a jobs: list or several YAML documents",
-                file=str(file_path),
-            )
-        for job in jobs:
-            _check_unique(job, named)
-        jobs_read.extend(jobs)
-    return jobs_read
