@@ -83,20 +83,23 @@ class InputError(ToposchedError, ValueError):
         where = "" if self.line is None else f"line {self.line}: "
         return f"{where}{_cut(self.field)}: {shown(self.value)} is invalid: {self.rule}"
 
-    def at(self, file: str | None, line: int | None = None, prefix: str = "") -> InputError:
-        """This error located in `file` at `line`, its field below `prefix` (e.g. `jobs[2]`).
-
-        Further failures in `also` keep their own lines only when they are in the same file.
-        """
+    def at(self, file: str, line: int | None = None) -> InputError:
+        """This error, and those listed after it, located in `file` (this one at `line`)."""
         return InputError(
-            join_fields(prefix, self.field),
+            self.field,
             self.value,
             self.rule,
             file=file,
             line=line,
-            also=tuple(other.at(file, other.line, prefix) for other in self.also),
+            also=tuple(other.at(file, other.line) for other in self.also),
             more=self.more,
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its attributes (the default would call __init__ with the message alone),
+        # so that an error raised in a worker process reaches the parent intact.
+        attributes = (self.field, self.value, self.rule, self.file, self.line, self.also)
+        return (_rebuilt, (*attributes, self.more, self.args))
 
     def with_also(self, others: Iterable[InputError]) -> InputError:
         """This error with `others` (further failures of the same input) listed after it."""
@@ -111,6 +114,21 @@ class InputError(ToposchedError, ValueError):
             also=kept,
             more=len(listed) - len(kept),
         )
+
+
+def _rebuilt(
+    field: str,
+    value: Any,
+    rule: str,
+    file: str | None,
+    line: int | None,
+    also: tuple[InputError, ...],
+    more: int,
+    args: tuple[Any, ...],
+) -> InputError:
+    error = InputError(field, value, rule, file=file, line=line, also=also, more=more)
+    error.args = args
+    return error
 
 
 def join_fields(prefix: str, suffix: str) -> str:
