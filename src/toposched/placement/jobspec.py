@@ -170,14 +170,22 @@ def _input_error(error: ValidationError, root: type[BaseModel]) -> InputError:
 # --- field checks shared by the models -------------------------------------------------------
 
 
-def _integer(value: Any, rule: str, minimum: int | None = None, maximum: int | None = None) -> int:
-    """`value` as an int, accepting 4.0 but not 4.5, "4" or True."""
+def _integer(
+    value: Any,
+    rule: str,
+    minimum: int | None = None,
+    limit: tuple[int, str] | None = None,
+) -> int:
+    """`value` as an int, accepting 4.0 but not 4.5, "4" or True; `limit` is the largest
+    value allowed and the rule for larger ones."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise _rule_error(rule)
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+    if minimum is not None and value < minimum:
         raise _rule_error(rule)
+    if limit is not None and value > limit[0]:
+        raise _rule_error(limit[1])
     return value
 
 
@@ -223,7 +231,10 @@ class _InputModel(BaseModel):
 
 # --- the models -------------------------------------------------------------------------------
 
-_PODS_RULE = f"must be an integer >= 1 and <= {MAX_PODS_PER_JOB:,}"
+_PODS_LIMIT = (
+    MAX_PODS_PER_JOB,
+    f"must be at most {MAX_PODS_PER_JOB:,}, the limit of pods in one job (docs/limits.md)",
+)
 
 
 class Resources(_InputModel):
@@ -265,10 +276,14 @@ class Resources(_InputModel):
     def _whole_gpus(cls, value: Any) -> int:
         return _integer(
             value,
-            f"must be an integer >= 0 and <= {MAX_GPUS_PER_POD} (whole GPUs on one node); "
+            "must be an integer >= 0 (whole GPUs on one node); "
             "for a fraction of one GPU give gpu_milli, e.g. gpu_milli: 500",
             minimum=0,
-            maximum=MAX_GPUS_PER_POD,
+            limit=(
+                MAX_GPUS_PER_POD,
+                f"must be at most {MAX_GPUS_PER_POD}: a pod runs on one node, and a node has "
+                f"at most {MAX_GPUS_PER_POD} GPUs",
+            ),
         )
 
     @field_validator("gpu_milli", mode="before")
@@ -360,7 +375,7 @@ class Slice(_InputModel):
     @field_validator("pods", mode="before")
     @classmethod
     def _group_size(cls, value: Any) -> int:
-        return _integer(value, _PODS_RULE, minimum=1, maximum=MAX_PODS_PER_JOB)
+        return _integer(value, "must be an integer >= 1", minimum=1, limit=_PODS_LIMIT)
 
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "pods": self.pods}
@@ -541,13 +556,10 @@ class JobSpec(_InputModel):
     @field_validator("priority", mode="before")
     @classmethod
     def _integer_priority(cls, value: Any) -> int:
-        return _integer(
-            value,
-            f"must be an integer from -{MAX_PRIORITY:,} to {MAX_PRIORITY:,} "
-            "(higher runs first within an account)",
-            minimum=-MAX_PRIORITY,
-            maximum=MAX_PRIORITY,
-        )
+        priority = _integer(value, "must be an integer (higher runs first within an account)")
+        if not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
+            raise _rule_error(f"must be from -{MAX_PRIORITY:,} to {MAX_PRIORITY:,}")
+        return priority
 
     @field_validator("min_runtime", mode="before")
     @classmethod
@@ -583,7 +595,7 @@ class JobSpec(_InputModel):
     @field_validator("pods", mode="before")
     @classmethod
     def _gang_size(cls, value: Any) -> int:
-        return _integer(value, _PODS_RULE, minimum=1, maximum=MAX_PODS_PER_JOB)
+        return _integer(value, "must be an integer >= 1", minimum=1, limit=_PODS_LIMIT)
 
     @field_validator("resources_per_pod")
     @classmethod
