@@ -17,6 +17,7 @@ from toposched.cli.main import main
 from toposched.cluster.errors import InputError
 from toposched.cluster.limits import MAX_PODS_PER_JOB
 from toposched.cluster.loaders import load_topology
+from toposched.cluster.topology import GpuModel, build_regular
 from toposched.placement.jobfiles import load_job_files, read_job_files
 from toposched.placement.jobspec import JobSpec, load_jobs
 
@@ -296,3 +297,29 @@ def test_errors_found_against_a_cluster_are_located(tmp_path: Path) -> None:
     located = second.locate(caught.value)
     assert (located.file, located.line) == (str(path), 5)
     assert str(located).startswith(f"{path}:5: jobs[1].topology.required: 'block' is invalid: ")
+
+
+@pytest.mark.parametrize(
+    ("nodes", "gpus", "memory_mib", "field", "rule"),
+    [
+        (5_000_000, 8, 1024, "nodes", "a cluster has at most 4,194,304 nodes"),
+        (2, 65, 1024, "gpus", "must be from 0 to 64 per node"),
+        (2, 8, 1 << 41, "memory", "per node"),
+    ],
+)
+def test_built_clusters_are_checked_before_any_node_array_exists(
+    nodes: int, gpus: int, memory_mib: int, field: str, rule: str
+) -> None:
+    with pytest.raises(InputError) as caught:
+        build_regular(
+            levels=("rack",),
+            children_per_level=[[1]],
+            nodes_per_leaf=[nodes],
+            prefixes=("r", "n"),
+            gpus_per_node=gpus,
+            gpu_model=GpuModel("H100"),
+            cpu_milli=1000,
+            memory_mib=memory_mib,
+        )
+    assert caught.value.field == field
+    assert rule in caught.value.rule
