@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toposched.cluster.errors import InputError
+from toposched.cluster.errors import InputError, shown
 from toposched.placement.jobspec import (
     JobSpec,
     Resources,
@@ -425,7 +425,7 @@ def test_bad_field_is_named(
     error = caught.value
     assert (error.field, error.value) == (field, value)
     assert rule_fragment in error.rule
-    assert str(error).startswith(f"{field}: {value!r} is invalid: ")
+    assert str(error).startswith(f"{field}: {shown(value)} is invalid: ")
     assert "pydantic" not in str(error) and "For further information" not in str(error)
 
 
@@ -494,7 +494,7 @@ def test_example_job_reads_as_written() -> None:
 
 
 def test_defaults() -> None:
-    job = JobSpec.from_dict({"name": "a", "pods": 1, "resources_per_pod": {}})
+    job = JobSpec.from_dict({"name": "a", "pods": 1, "resources_per_pod": {"cpu": 1}})
     assert job.account == "default"
     assert job.priority == 0
     assert job.min_runtime == 3600.0
@@ -545,7 +545,7 @@ def test_good_field_is_normalised(field: str, written: object, stored: object) -
 
 ROUND_TRIP_JOBS = [
     EXAMPLE_YAML,
-    "{name: a, pods: 1, resources_per_pod: {}}",
+    "{name: a, pods: 1, resources_per_pod: {memory: 1Gi}}",
     "{name: b, pods: 10, resources_per_pod: {gpu_milli: 250, cpu: 500m, memory: 1500}}",
     "{name: c, pods: 4, min_runtime: 0.1, expected_runtime: 90, submit_time: 7.5,"
     " resources_per_pod: {gpus: 2, cpu: 1.5, memory: 1G},"
@@ -700,10 +700,12 @@ def test_load_jobs_names_the_file_and_the_job(tmp_path: Path) -> None:
     with pytest.raises(InputError) as caught:
         load_jobs(path)
     error = caught.value
-    assert error.field == f"{path} job 2 (second): resources_per_pod.gpus"
+    # The second job's `resources_per_pod: {gpus: 1.5}` is on line 7 (its document starts at 5).
+    assert (error.file, error.line) == (str(path), 7)
+    assert error.field == "jobs[1].resources_per_pod.gpus"
     assert error.value == 1.5
     assert "must be an integer >= 0" in error.rule
-    assert str(error).startswith(f"{path} job 2 (second): resources_per_pod.gpus: 1.5 is invalid")
+    assert str(error).startswith(f"{path}:7: jobs[1].resources_per_pod.gpus: 1.5 is invalid")
 
 
 def test_load_jobs_single_job_file(tmp_path: Path) -> None:
@@ -718,13 +720,16 @@ def test_load_jobs_error_in_single_job_names_the_file(tmp_path: Path) -> None:
     path.write_text("name: a\npods: 0\nresources_per_pod: {}\n")
     with pytest.raises(InputError) as caught:
         load_jobs(path)
-    assert caught.value.field == f"{path}: pods"
+    assert (caught.value.file, caught.value.line, caught.value.field) == (str(path), 2, "pods")
 
 
 def test_load_jobs_empty_file(tmp_path: Path) -> None:
     path = tmp_path / "empty.yaml"
     path.write_text("# nothing queued\n")
-    assert load_jobs(path) == []
+    with pytest.raises(InputError) as caught:
+        load_jobs(path)
+    assert caught.value.file == str(path)
+    assert f"no job in {path}" in caught.value.rule
 
 
 @pytest.mark.parametrize(
@@ -741,9 +746,9 @@ def test_unreadable_file_is_named(
     path.write_text(text)
     with pytest.raises(InputError) as caught:
         load_jobs(path)
-    assert caught.value.field == str(path)
+    assert caught.value.file == str(path)
+    assert caught.value.line is not None and caught.value.line >= 1
     assert rule_fragment in caught.value.rule
-    assert "line" in caught.value.rule
 
 
 def test_missing_file_is_named(tmp_path: Path) -> None:
@@ -751,8 +756,8 @@ def test_missing_file_is_named(tmp_path: Path) -> None:
     for load in (load_jobs, JobSpec.from_yaml):
         with pytest.raises(InputError) as caught:
             load(path)
-        assert (caught.value.field, caught.value.value) == ("path", str(path))
-        assert "no such file" in caught.value.rule
+        assert (caught.value.field, caught.value.value) == ("job file", str(path))
+        assert "file not found" in caught.value.rule
 
 
 def test_from_yaml_reads_a_path_or_text(tmp_path: Path) -> None:

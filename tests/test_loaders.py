@@ -195,9 +195,9 @@ BAD_INPUTS = [
     (top(nodes=["a"]), "cluster.nodes[0]", "a", "must be a mapping"),
     (node(0, labels=["z", "r0"]), "cluster.nodes[0].labels", ["z", "r0"], "mapping"),
     # The description itself.
-    (top(levels=["zone", "node"]), "cluster.nodes.levels[1]", "node", "not 'cluster' or 'node'"),
-    (top(levels=["rack", "rack"]), "cluster.nodes.levels[0]", "rack", "must be unique"),
-    (top(levels=["zone", "my rack"]), "cluster.nodes.levels[1]", "my rack", "plain name"),
+    (top(levels=["zone", "node"]), "cluster.levels[1]", "node", "not 'cluster' or 'node'"),
+    (top(levels=["rack", "rack"]), "cluster.levels[0]", "rack", "must be unique"),
+    (top(levels=["zone", "my rack"]), "cluster.levels[1]", "my rack", "plain name"),
     (top(levels="zone"), "cluster.levels", "zone", "must be a list of level names"),
     (top(nodes=[]), "cluster.nodes", [], "non-empty list of nodes"),
     (top(racks=4), "cluster.racks", "racks", "unknown field"),
@@ -206,7 +206,7 @@ BAD_INPUTS = [
     # A rack name reused under two zones: domain names are unique within a level.
     (
         node(3, labels={"zone": "y", "rack": "r0"}),
-        "cluster.nodes.labels.rack",
+        "cluster.nodes[3].labels.rack",
         "r0",
         "domain names must be unique within a level (found under z and y)",
     ),
@@ -262,14 +262,19 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(description))
     with pytest.raises(InputError) as caught:
         load_topology(path)
-    assert (caught.value.field, caught.value.value) == (f"{path}.nodes[1].gpus", -2)
+    error = caught.value
+    assert (error.file, error.field, error.value) == (str(path), "nodes[1].gpus", -2)
+    # yaml.safe_dump writes `levels:` (3 lines) first, then each node's fields in order.
+    line = path.read_text().splitlines().index("  gpus: -2") + 1
+    assert error.line == line
+    assert str(error).startswith(f"{path}:{line}: nodes[1].gpus: -2 is invalid: ")
 
 
 @pytest.mark.parametrize(
     ("name", "text", "field_is_path", "rule_part"),
     [
-        ("broken.yaml", "levels: [zone\nnodes: :", True, "not valid YAML/JSON"),
-        ("broken.json", '{"levels": [', True, "not valid YAML/JSON"),
+        ("broken.yaml", "levels: [zone\nnodes: :", True, "not valid YAML"),
+        ("broken.json", '{"levels": [', True, "not valid JSON"),
         ("empty.yaml", "", True, "must be a mapping with levels and nodes"),
         ("list.yml", "- a\n- b\n", True, "must be a mapping with levels and nodes"),
     ],
@@ -281,7 +286,7 @@ def test_unreadable_files(
     path.write_text(text)
     with pytest.raises(InputError) as caught:
         load_topology(path)
-    assert (caught.value.field == str(path)) is field_is_path
+    assert (caught.value.file == str(path)) is field_is_path
     assert rule_part in caught.value.rule
 
 
@@ -351,26 +356,28 @@ def test_openb_node_list(load: Callable[[Path], Topology]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "field_suffix", "value", "rule_part"),
+    ("text", "line", "field", "value", "rule_part"),
     [
-        ("sn,cpu_milli,gpu,model\nx,1,1,T4\n", ":1", ["memory_mib"], "missing columns"),
+        ("sn,cpu_milli,gpu,model\nx,1,1,T4\n", 1, "columns", ["memory_mib"], "missing"),
         (
             "sn,cpu_milli,memory_mib,gpu,model\nx,1000,1024,2,T4\ny,1000,1024,two,T4\n",
-            ":3",
-            {"sn": "y", "cpu_milli": "1000", "memory_mib": "1024", "gpu": "two", "model": "T4"},
-            "must be integers",
+            3,
+            "gpu",
+            "two",
+            "must be an integer",
         ),
     ],
 )
 def test_openb_bad_rows(
-    tmp_path: Path, text: str, field_suffix: str, value: Any, rule_part: str
+    tmp_path: Path, text: str, line: int, field: str, value: Any, rule_part: str
 ) -> None:
     path = tmp_path / "nodes.csv"
     path.write_text(text)
     with pytest.raises(InputError) as caught:
         load_openb_nodes(path)
-    assert (caught.value.field, caught.value.value) == (f"{path}{field_suffix}", value)
-    assert rule_part in caught.value.rule
+    error = caught.value
+    assert (error.file, error.line, error.field, error.value) == (str(path), line, field, value)
+    assert rule_part in error.rule
 
 
 def test_openb_style_small_file(tmp_path: Path) -> None:

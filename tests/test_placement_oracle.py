@@ -200,6 +200,8 @@ def jobs(
     else:
         resources["cpu"] = draw(st.sampled_from([0, 0, 1, 2, 4, 8]))
         resources["memory"] = draw(st.sampled_from(["0", "0", "8Gi", "32Gi"]))
+    if resources.get("gpus") == 0 and not resources["cpu"] and resources["memory"] == "0":
+        resources["cpu"] = 1  # a pod must ask for something
     if draw(st.sampled_from([False, False, True] if large_jobs else [False, True])):
         resources["gpu_models"] = draw(
             st.lists(st.sampled_from(list(models)), min_size=1, max_size=2, unique=True)

@@ -1,28 +1,63 @@
-"""Load heterogeneous clusters from a YAML/JSON description or from the openb node list."""
+"""Load heterogeneous clusters from a YAML/JSON description or from the openb node list.
+
+Errors read `FILE:LINE: field.path: 'value' is invalid: rule` for files and
+`cluster.field.path: ...` for descriptions given as data; unknown fields are errors, with the
+valid name they are closest to. The limits checked are those of `toposched.cluster.limits`.
+"""
 
 from __future__ import annotations
 
 import csv
-import json
+import io
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from toposched.cluster.errors import InputError
-from toposched.cluster.topology import (
+from toposched.cluster.documents import parse_documents, read_text
+from toposched.cluster.errors import InputError, did_you_mean, join_fields, unknown_field_rule
+from toposched.cluster.limits import (
+    MAX_CPU_MILLI,
     MAX_GPUS_PER_NODE,
-    NODE_LEVEL,
-    ROOT_LEVEL,
-    GpuModel,
-    Topology,
+    MAX_MEMORY_MIB,
+    MAX_NAME_LENGTH,
+    MAX_NODES,
 )
+from toposched.cluster.topology import NODE_LEVEL, ROOT_LEVEL, GpuModel, Topology
 from toposched.cluster.units import parse_cpu_milli, parse_memory_mib
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
+__all__ = [
+    "CLUSTER_FIELDS",
+    "NODE_FIELDS",
+    "load_openb_nodes",
+    "load_topology",
+    "topology_from_dict",
+    "topology_from_nodes",
+]
+
+CLUSTER_FIELDS = ("levels", "gpu_models", "defaults", "nodes")
+NODE_FIELDS = ("name", "labels", "gpus", "gpu_model", "cpu", "memory")
+"""A node's fields; a node may also give its labels at top level, one field per level."""
+
+# Names: a letter or digit, then letters, digits and . _ : / -, at most MAX_NAME_LENGTH in all.
+_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._:/-]{{0,{MAX_NAME_LENGTH - 1}}}")
+_NAME_RULE = (
+    f"must be a non-empty plain name: at most {MAX_NAME_LENGTH} letters, digits and . _ : / -, "
+    "starting with a letter or digit"
+)
+# openb CSV columns for the node fields they fill.
+_CSV_COLUMNS = {
+    "name": "sn",
+    "gpus": "gpu",
+    "gpu_model": "model",
+    "cpu": "cpu_milli",
+    "memory": "memory_mib",
+}
+# "nodes[3].labels.rack": the node's index, its field and the rest of the path.
+_NODE_AT = re.compile(r"(?P<prefix>.*?)\[(?P<index>\d+)\](?:\.(?P<key>[^.\[]+))?(?P<rest>.*)")
 
 
 def _count(field: str, value: Any, rule: str = "must be an integer >= 0") -> int:
@@ -31,6 +66,54 @@ def _count(field: str, value: Any, rule: str = "must be an integer >= 0") -> int
     if not math.isfinite(value) or value != int(value) or value < 0:
         raise InputError(field, value, rule)
     return int(value)
+
+
+def _check_levels(levels: Any, field: str) -> tuple[str, ...]:
+    if not isinstance(levels, list | tuple):
+        raise InputError(field, levels, "must be a list of level names, outermost first")
+    for i, level in enumerate(levels):
+        if not isinstance(level, str) or not _NAME.fullmatch(level):
+            raise InputError(f"{field}[{i}]", level, _NAME_RULE)
+        if level in (ROOT_LEVEL, NODE_LEVEL) or levels.count(level) > 1:
+            raise InputError(f"{field}[{i}]", level, "must be unique and not 'cluster' or 'node'")
+    return tuple(levels)
+
+
+def _check_models(gpu_models: Any, field: str) -> dict[str, GpuModel]:
+    if not isinstance(gpu_models, Mapping):
+        raise InputError(field, gpu_models, "must map model name -> memory GiB")
+    models: dict[str, GpuModel] = {}
+    for name, memory in gpu_models.items():
+        if not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH:
+            raise InputError(
+                f"{field}.{name}",
+                name,
+                f"a GPU model name must be 1 to {MAX_NAME_LENGTH} characters",
+            )
+        if isinstance(memory, bool) or not isinstance(memory, int | float):
+            raise InputError(f"{field}.{name}", memory, "must be the GiB of one GPU, a number")
+        if not math.isfinite(memory) or memory < 0:
+            raise InputError(f"{field}.{name}", memory, "must be the GiB of one GPU, >= 0")
+        models[name] = GpuModel(name, float(memory))
+    return models
+
+
+def _cached(parse: Callable[[object, str], int], limit: int) -> Callable[[Any, str], int]:
+    """`parse`, its result capped at `limit + 1` (so that it fits int64 and the limit check
+    finds it), remembered for each hashable value: cluster files repeat a few values (often
+    from `defaults`) on every node."""
+    cache: dict[tuple[type, Any], int] = {}
+
+    def parsed(value: Any, field: str) -> int:
+        if not isinstance(value, str | int | float):
+            return min(parse(value, field), limit + 1)
+        key = (type(value), value)  # True == 1, but True is no quantity
+        result = cache.get(key)
+        if result is None:
+            result = cache[key] = min(parse(value, field), limit + 1)
+        return result
+
+    return parsed
 
 
 def topology_from_nodes(
@@ -43,19 +126,22 @@ def topology_from_nodes(
 
     Each record has `name`, `gpus`, `gpu_model`, `cpu`, `memory` and a label per level
     (under `labels` or at top level). Domains keep the order in which they first appear.
-    Domain names must be unique within a level.
+    Domain names must be unique within a level. Errors name `source[i].field`.
     """
-    levels = tuple(levels)
-    for i, level in enumerate(levels):
-        if not isinstance(level, str) or not _NAME.match(level):
-            raise InputError(f"{source}.levels[{i}]", level, "must be a plain name")
-        if level in (ROOT_LEVEL, NODE_LEVEL) or levels.count(level) > 1:
-            raise InputError(
-                f"{source}.levels[{i}]", level, "must be unique and not 'cluster' or 'node'"
-            )
-    models: dict[str, GpuModel] = {
-        name: GpuModel(name, float(mem)) for name, mem in (gpu_models or {}).items()
-    }
+    checked_levels = _check_levels(levels, join_fields(source, "levels"))
+    models = _check_models(gpu_models or {}, join_fields(source, "gpu_models"))
+    return _topology(checked_levels, nodes, models, source)
+
+
+def _topology(
+    levels: tuple[str, ...],
+    nodes: Sequence[Mapping[str, Any]],
+    models: dict[str, GpuModel],
+    source: str,
+) -> Topology:
+    if len(nodes) > MAX_NODES:
+        raise InputError(source, f"{len(nodes):,} nodes", f"must be at most {MAX_NODES:,} nodes")
+    _check_node_fields(levels, nodes, source)
     names: list[str] = []
     seen: dict[str, int] = {}
     paths: list[tuple[str, ...]] = []
@@ -63,13 +149,15 @@ def topology_from_nodes(
     cpu = np.zeros(len(nodes), dtype=np.int64)
     memory = np.zeros(len(nodes), dtype=np.int64)
     model_names: list[str] = []
+    cpu_of = _cached(parse_cpu_milli, MAX_CPU_MILLI)
+    memory_of = _cached(parse_memory_mib, MAX_MEMORY_MIB)
     for i, record in enumerate(nodes):
         where = f"{source}[{i}]"
         if not isinstance(record, Mapping):
             raise InputError(where, record, "must be a mapping with name, gpus, labels")
         name = record.get("name")
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise InputError(f"{where}.name", name, "must be a non-empty plain name")
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise InputError(f"{where}.name", name, _NAME_RULE)
         if name in seen:
             raise InputError(
                 f"{where}.name", name, f"duplicate node name (also {source}[{seen[name]}])"
@@ -83,16 +171,22 @@ def topology_from_nodes(
             raise InputError(
                 f"{where}.labels.{unknown[0]}",
                 unknown[0],
-                f"unknown level; levels are {', '.join(levels) or '(none)'}",
+                f"unknown level{did_you_mean(unknown[0], levels)}; "
+                f"levels are {', '.join(levels) or '(none)'}",
             )
         path = []
         for level in levels:
             label = labels.get(level)
-            if label is None or str(label) == "":
+            if not isinstance(label, str):
+                # A number names a domain as its digits do (rack: 7); nothing else is a name.
+                label = str(label) if type(label) is int else ""
+            if not label:
                 raise InputError(
-                    f"{where}.labels.{level}", label, "every node needs a label for every level"
+                    f"{where}.labels.{level}",
+                    labels.get(level),
+                    "every node needs a label for every level: a domain name such as r1",
                 )
-            path.append(str(label))
+            path.append(label)
         gpu_count = _count(f"{where}.gpus", record.get("gpus", 0))
         if gpu_count > MAX_GPUS_PER_NODE:
             raise InputError(
@@ -104,12 +198,48 @@ def topology_from_nodes(
         names.append(name)
         paths.append(tuple(path))
         gpus[i] = gpu_count
-        cpu[i] = parse_cpu_milli(record.get("cpu", 0), f"{where}.cpu")
-        memory[i] = parse_memory_mib(record.get("memory", 0), f"{where}.memory")
+        cpu[i] = cpu_of(record.get("cpu", 0), f"{where}.cpu")
+        memory[i] = memory_of(record.get("memory", 0), f"{where}.memory")
         model_names.append(model)
         if model not in models:
+            if len(model) > MAX_NAME_LENGTH:
+                raise InputError(
+                    f"{where}.gpu_model", model, f"must be at most {MAX_NAME_LENGTH} characters"
+                )
             models[model] = GpuModel(model)
+    _check_quantity(cpu, MAX_CPU_MILLI, nodes, source, "cpu", f"{MAX_CPU_MILLI // 1000:,} cores")
+    _check_quantity(memory, MAX_MEMORY_MIB, nodes, source, "memory", "1Ei (1024Pi)")
     return _assemble(levels, names, paths, gpus, cpu, memory, model_names, models, source)
+
+
+def _check_node_fields(
+    levels: tuple[str, ...], nodes: Sequence[Mapping[str, Any]], source: str
+) -> None:
+    """Every field of every node is a node field or a level's label; one pass over all keys."""
+    allowed = {*NODE_FIELDS, *levels}
+    written: set[Any] = set()
+    written.update(*(record for record in nodes if isinstance(record, Mapping)))
+    if written <= allowed:
+        return
+    for i, record in enumerate(nodes):
+        for key in record if isinstance(record, Mapping) else ():
+            if key not in allowed:
+                raise InputError(
+                    f"{source}[{i}].{key}",
+                    record[key],
+                    unknown_field_rule(key, [*NODE_FIELDS, *levels]),
+                )
+
+
+def _check_quantity(
+    column: np.ndarray, limit: int, nodes: Sequence[Any], source: str, field: str, shown: str
+) -> None:
+    over = np.flatnonzero(column > limit)
+    if over.size:
+        i = int(over[0])
+        raise InputError(
+            f"{source}[{i}].{field}", nodes[i].get(field), f"must be at most {shown} per node"
+        )
 
 
 def _assemble(
@@ -126,15 +256,21 @@ def _assemble(
     # Depth-first order = sort by the first-appearance rank of each path prefix.
     rank: dict[tuple[str, ...], int] = {}
     owner: list[dict[str, tuple[str, ...]]] = [{} for _ in levels]
-    for path in paths:
+    for i, path in enumerate(paths):
         for depth in range(1, len(path) + 1):
             prefix = path[:depth]
             if prefix not in rank:
                 label = prefix[-1]
+                if len(label) > MAX_NAME_LENGTH:
+                    raise InputError(
+                        f"{source}[{i}].labels.{levels[depth - 1]}",
+                        label,
+                        f"must be at most {MAX_NAME_LENGTH} characters",
+                    )
                 other = owner[depth - 1].get(label)
                 if other is not None and other != prefix:
                     raise InputError(
-                        f"{source}.labels.{levels[depth - 1]}",
+                        f"{source}[{i}].labels.{levels[depth - 1]}",
                         label,
                         "domain names must be unique within a level "
                         f"(found under {'/'.join(other[:-1])} and {'/'.join(prefix[:-1])})",
@@ -186,78 +322,138 @@ def topology_from_dict(description: Mapping[str, Any], source: str = "cluster") 
     """A cluster description: `levels`, optional `gpu_models` {name: memory_gib}, `nodes`.
 
     `defaults` (optional) supplies fields every node shares, e.g. gpus, gpu_model, cpu, memory.
+    Errors name `source.field.path` (`source` "" for a file's own fields).
     """
     if not isinstance(description, Mapping):
-        raise InputError(source, description, "must be a mapping with levels and nodes")
-    allowed = {"levels", "gpu_models", "nodes", "defaults"}
-    for key in description:
-        if key not in allowed:
-            raise InputError(
-                f"{source}.{key}", key, f"unknown field; valid fields are {sorted(allowed)}"
-            )
-    levels = description.get("levels", [])
-    if not isinstance(levels, list):
         raise InputError(
-            f"{source}.levels", levels, "must be a list of level names, outermost first"
+            source or "cluster", description, "must be a mapping with levels and nodes"
         )
+    for key in description:
+        if key not in CLUSTER_FIELDS:
+            raise InputError(
+                join_fields(source, str(key)), key, unknown_field_rule(key, CLUSTER_FIELDS)
+            )
+    levels = _check_levels(description.get("levels", []), join_fields(source, "levels"))
     nodes = description.get("nodes")
     if not isinstance(nodes, list) or not nodes:
-        raise InputError(f"{source}.nodes", nodes, "must be a non-empty list of nodes")
+        raise InputError(join_fields(source, "nodes"), nodes, "must be a non-empty list of nodes")
     defaults = description.get("defaults", {}) or {}
     if not isinstance(defaults, Mapping):
-        raise InputError(f"{source}.defaults", defaults, "must be a mapping of node fields")
-    models = description.get("gpu_models", {}) or {}
-    if not isinstance(models, Mapping):
-        raise InputError(f"{source}.gpu_models", models, "must map model name -> memory GiB")
+        raise InputError(
+            join_fields(source, "defaults"), defaults, "must be a mapping of node fields"
+        )
+    shared = [field for field in NODE_FIELDS if field != "name"]
+    for key in defaults:
+        if key not in shared and key not in levels:
+            raise InputError(
+                join_fields(source, f"defaults.{key}"),
+                defaults[key],
+                unknown_field_rule(key, [*shared, *levels]),
+            )
+    models = _check_models(description.get("gpu_models") or {}, join_fields(source, "gpu_models"))
     merged = [{**defaults, **node} if isinstance(node, Mapping) else node for node in nodes]
-    return topology_from_nodes(levels, merged, models, source=f"{source}.nodes")
+    nodes_field = join_fields(source, "nodes")
+    try:
+        return _topology(levels, merged, models, nodes_field)
+    except InputError as error:
+        defaults_field = join_fields(source, "defaults")
+        raise _from_defaults(error, nodes_field, nodes, defaults, defaults_field) from None
+
+
+def _from_defaults(
+    error: InputError, nodes_field: str, nodes: list[Any], defaults: Mapping[str, Any], field: str
+) -> InputError:
+    """`error` about a node's field that the node took from `defaults`, named as the default."""
+    match = _NODE_AT.fullmatch(error.field)
+    if match is None or match["prefix"] != nodes_field or match["key"] is None:
+        return error
+    node = nodes[int(match["index"])]
+    key = match["key"]
+    if not isinstance(node, Mapping) or key in node or key not in defaults:
+        return error
+    return InputError(f"{field}.{key}{match['rest']}", error.value, error.rule)
 
 
 def load_topology(path: str | Path) -> Topology:
     """Load a cluster from a YAML or JSON file, or an openb-style node list CSV."""
     path = Path(path)
-    if not path.exists():
-        raise InputError("cluster file", str(path), "file not found")
-    if path.suffix == ".csv":
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
         return load_openb_nodes(path)
-    text = path.read_text()
+    text = read_text(path, "cluster file")
+    documents = parse_documents(text, str(path), json_text=suffix == ".json")
+    if len(documents) != 1:
+        raise InputError(
+            "cluster",
+            f"{len(documents)} documents" if documents else None,
+            "must be a mapping with levels and nodes, "
+            + ("in one YAML document" if documents else "and the file is empty"),
+            file=str(path),
+        )
+    document = documents[0]
     try:
-        if path.suffix == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except (ValueError, Exception) as error:  # yaml.YAMLError and json errors alike
-        raise InputError(str(path), path.name, f"not valid YAML/JSON: {error}") from None
-    return topology_from_dict(data, source=str(path))
+        return topology_from_dict(document.data, source="")
+    except InputError as error:
+        raise document.locate(error, root="cluster") from None
 
 
 def load_openb_nodes(path: str | Path) -> Topology:
     """The openb node list (`sn,cpu_milli,memory_mib,gpu,model`): a flat cluster, no levels."""
     path = Path(path)
+    file = str(path)
+    reader = csv.DictReader(io.StringIO(read_text(path, "cluster file"), newline=""))
     records: list[dict[str, Any]] = []
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        expected = {"sn", "cpu_milli", "memory_mib", "gpu", "model"}
-        missing = expected - set(reader.fieldnames or [])
+    lines: list[int] = []
+    try:
+        expected = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+        missing = [column for column in expected if column not in (reader.fieldnames or [])]
         if missing:
-            raise InputError(f"{path}:1", sorted(missing), "missing columns")
-        for line, row in enumerate(reader, start=2):
-            where = f"{path}:{line}"
-            try:
-                gpus = int(row["gpu"])
-                records.append(
-                    {
-                        "name": row["sn"],
-                        "gpus": gpus,
-                        "gpu_model": row["model"] if gpus else "",
-                        "cpu": f"{int(row['cpu_milli'])}m",
-                        "memory": int(row["memory_mib"]),
-                    }
-                )
-            except (TypeError, ValueError):
-                raise InputError(
-                    where, dict(row), "cpu_milli, memory_mib, gpu must be integers"
-                ) from None
-    return topology_from_nodes((), records, source=str(path))
+            raise InputError(
+                "columns",
+                missing,
+                f"missing; the columns are {','.join(expected)}",
+                file=file,
+                line=1,
+            )
+        for row in reader:
+            numbers = {
+                column: _csv_integer(row, column, file, reader.line_num)
+                for column in ("gpu", "cpu_milli", "memory_mib")
+            }
+            records.append(
+                {
+                    "name": row["sn"],
+                    "gpus": numbers["gpu"],
+                    "gpu_model": (row["model"] or "") if numbers["gpu"] else "",
+                    "cpu": f"{numbers['cpu_milli']}m",
+                    "memory": numbers["memory_mib"],
+                }
+            )
+            lines.append(reader.line_num)
+    except csv.Error as error:
+        raise InputError(
+            "row", "", f"is not valid CSV: {error}", file=file, line=reader.line_num
+        ) from None
+    try:
+        return topology_from_nodes((), records, source="nodes")
+    except InputError as error:
+        raise _csv_located(error, file, lines) from None
+
+
+def _csv_integer(row: Mapping[str | None, Any], column: str, file: str, line: int) -> int:
+    text = row.get(column)
+    if isinstance(text, str) and text.strip().isdigit() and len(text.strip()) <= 19:
+        return int(text)
+    raise InputError(column, text, "must be an integer >= 0", file=file, line=line)
+
+
+def _csv_located(error: InputError, file: str, lines: list[int]) -> InputError:
+    """An error about `nodes[i].field` as `FILE:LINE: column`."""
+    match = _NODE_AT.fullmatch(error.field)
+    if match is None or match["prefix"] != "nodes":
+        return error.at(file)
+    key = match["key"] or "row"
+    rule = re.sub(r"nodes\[(\d+)\]", lambda m: f"line {lines[int(m[1])]}", error.rule)
+    return InputError(
+        _CSV_COLUMNS.get(key, key), error.value, rule, file=file, line=lines[int(match["index"])]
+    )

@@ -9,11 +9,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.errors import InputError
+from toposched.cluster.limits import MAX_CPU_MILLI, MAX_MEMORY_MIB, MAX_NODES
+from toposched.cluster.limits import MAX_GPUS_PER_NODE as MAX_GPUS_PER_NODE
 
 ROOT_LEVEL = "cluster"
 NODE_LEVEL = "node"
-#: GPU counts per node are stored as int8; real nodes have at most a few dozen.
-MAX_GPUS_PER_NODE = 64
 
 IntArray = NDArray[np.int64]
 
@@ -231,6 +231,18 @@ class GeneratedNames(Sequence[str]):
         return (self._name(i) for i in range(self._len))
 
 
+def _check_uniform_nodes(n_nodes: int, gpus: int, cpu_milli: int, memory_mib: int) -> None:
+    """The limits of `toposched.cluster.limits`, checked before any per-node array exists."""
+    if not 0 <= n_nodes <= MAX_NODES:
+        raise InputError("nodes", n_nodes, f"a cluster has at most {MAX_NODES:,} nodes")
+    if not 0 <= gpus <= MAX_GPUS_PER_NODE:
+        raise InputError("gpus", gpus, f"must be from 0 to {MAX_GPUS_PER_NODE} per node")
+    if not 0 <= cpu_milli <= MAX_CPU_MILLI:
+        raise InputError("cpu", cpu_milli, f"must be 0 to {MAX_CPU_MILLI:,} millicores per node")
+    if not 0 <= memory_mib <= MAX_MEMORY_MIB:
+        raise InputError("memory", memory_mib, f"must be 0 to {MAX_MEMORY_MIB:,} MiB per node")
+
+
 def build_regular(
     levels: Sequence[str],
     children_per_level: Sequence[Sequence[int] | IntArray],
@@ -270,6 +282,7 @@ def build_regular(
     leaf_nodes = np.asarray(nodes_per_leaf, dtype=np.int64)
     leaf_starts = np.concatenate(([0], np.cumsum(leaf_nodes)))
     n_nodes = int(leaf_starts[-1])
+    _check_uniform_nodes(n_nodes, gpus_per_node, cpu_milli, memory_mib)
     # Node ranges of outer levels follow from their first leaf descendant.
     starts_by_level: list[IntArray] = [leaf_starts]
     for first_child in reversed(first_children[1:]):

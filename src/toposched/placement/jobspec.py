@@ -1,17 +1,18 @@
-"""The validated job model: a gang of pods, what each pod needs, and where the gang may land."""
+"""The validated job model: a gang of pods, what each pod needs, and where the gang may land.
+
+Values are checked within the limits of `toposched.cluster.limits`; job files are read by
+`toposched.placement.jobfiles` (`load_jobs` here for one file).
+"""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 import typing
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -23,7 +24,15 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from toposched.cluster.errors import InputError
+from toposched.cluster.errors import InputError, join_fields, unknown_field_rule
+from toposched.cluster.limits import (
+    MAX_CPU_MILLI,
+    MAX_GPUS_PER_POD,
+    MAX_MEMORY_MIB,
+    MAX_NAME_LENGTH,
+    MAX_PODS_PER_JOB,
+    MAX_PRIORITY,
+)
 from toposched.cluster.units import (
     format_cpu_milli,
     format_duration,
@@ -52,13 +61,8 @@ NODE_LEVEL = "node"
 """The innermost level, below every cluster level: all pods of a group on one node."""
 
 MILLI_PER_GPU = 1000
-MAX_NAME_LENGTH = 253  # a DNS subdomain, so a name can also label a Kubernetes object
 _NAME = re.compile(r"[A-Za-z0-9._/-]+")
 _ACCOUNT_PART = re.compile(r"[A-Za-z0-9._-]+")
-_FILE_SUFFIXES = (".yaml", ".yml", ".json")
-# Errors after the first are appended to the message, up to this many, so that one submission
-# shows the user most of what to fix.
-_MAX_EXTRA_ERRORS = 4
 
 
 # --- turning validation failures into InputError --------------------------------------------
@@ -108,12 +112,6 @@ def _dotted(path: Sequence[str | int]) -> str:
     return text
 
 
-def _join_fields(prefix: str, suffix: str) -> str:
-    if not prefix or not suffix:
-        return prefix or suffix
-    return prefix + suffix if suffix.startswith("[") else f"{prefix}.{suffix}"
-
-
 def _field_names(model: type[BaseModel] | None) -> str:
     return ", ".join(model.model_fields) if model is not None else "?"
 
@@ -140,7 +138,7 @@ def _input_error_from_details(detail: ErrorDetails, root: type[BaseModel]) -> In
     kind = detail["type"]
     value: Any = detail.get("input")
     if kind == "toposched_rule":
-        field = _join_fields(_dotted(location), context.get("field", ""))
+        field = join_fields(_dotted(location), context.get("field", ""))
         if context.get("field"):
             value = context.get("value")
         return InputError(field or "job", value, context["rule"])
@@ -148,9 +146,10 @@ def _input_error_from_details(detail: ErrorDetails, root: type[BaseModel]) -> In
     if kind in ("extra_forbidden", "invalid_key"):
         # An invalid key is a non-string one (YAML reads `1: x` as an int); its location ends
         # with the key itself.
-        field = _join_fields(_dotted(location[:-1]), str(location[-1]))
+        field = join_fields(_dotted(location[:-1]), str(location[-1]))
         model = _model_at(root, location[:-1])
-        rule = f"unknown field; valid fields are {_field_names(model)}"
+        valid = list(model.model_fields) if model is not None else []
+        rule = unknown_field_rule(location[-1], valid) if valid else "unknown field"
     elif kind == "missing":
         value, rule = None, _PLAIN_RULES[kind]
     elif kind in ("model_type", "model_attributes_type", "dict_type"):
@@ -165,33 +164,28 @@ def _input_error(error: ValidationError, root: type[BaseModel]) -> InputError:
     """One InputError for the first failure; the message also lists the next few."""
     details = error.errors(include_url=False)
     errors = [_input_error_from_details(detail, root) for detail in details]
-    first = errors[0]
-    if len(errors) > 1:
-        more = [str(other) for other in errors[1 : 1 + _MAX_EXTRA_ERRORS]]
-        if len(errors) > 1 + _MAX_EXTRA_ERRORS:
-            more.append(f"and {len(errors) - 1 - _MAX_EXTRA_ERRORS} more")
-        first.args = (f"{first}; also {'; '.join(more)}",)
-    return first
-
-
-def _with_location(error: InputError, location: str) -> InputError:
-    """`error` with `location` (a file, a job in it) in front of its field name."""
-    located = InputError(f"{location}: {error.field}", error.value, error.rule)
-    located.args = (f"{location}: {error}",)  # keeps any further failures listed in the message
-    return located
+    return errors[0].with_also(errors[1:])
 
 
 # --- field checks shared by the models -------------------------------------------------------
 
 
-def _integer(value: Any, rule: str, minimum: int | None = None) -> int:
-    """`value` as an int, accepting 4.0 but not 4.5, "4" or True."""
+def _integer(
+    value: Any,
+    rule: str,
+    minimum: int | None = None,
+    limit: tuple[int, str] | None = None,
+) -> int:
+    """`value` as an int, accepting 4.0 but not 4.5, "4" or True; `limit` is the largest
+    value allowed and the rule for larger ones."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise _rule_error(rule)
     if minimum is not None and value < minimum:
         raise _rule_error(rule)
+    if limit is not None and value > limit[0]:
+        raise _rule_error(limit[1])
     return value
 
 
@@ -237,6 +231,11 @@ class _InputModel(BaseModel):
 
 # --- the models -------------------------------------------------------------------------------
 
+_PODS_LIMIT = (
+    MAX_PODS_PER_JOB,
+    f"must be at most {MAX_PODS_PER_JOB:,}, the limit of pods in one job (docs/limits.md)",
+)
+
 
 class Resources(_InputModel):
     """What one pod needs on its node.
@@ -280,6 +279,11 @@ class Resources(_InputModel):
             "must be an integer >= 0 (whole GPUs on one node); "
             "for a fraction of one GPU give gpu_milli, e.g. gpu_milli: 500",
             minimum=0,
+            limit=(
+                MAX_GPUS_PER_POD,
+                f"must be at most {MAX_GPUS_PER_POD}: a pod runs on one node, and a node has "
+                f"at most {MAX_GPUS_PER_POD} GPUs",
+            ),
         )
 
     @field_validator("gpu_milli", mode="before")
@@ -304,12 +308,16 @@ class Resources(_InputModel):
     @classmethod
     def _cpu_millicores(cls, value: Any) -> int:
         milli: int = _parsed(parse_cpu_milli, value)
+        if milli > MAX_CPU_MILLI:
+            raise _rule_error(f"must be at most {MAX_CPU_MILLI // 1000:,} cores per pod")
         return milli
 
     @field_validator("memory", mode="before")
     @classmethod
     def _memory_mib(cls, value: Any) -> int:
         mib: int = _parsed(parse_memory_mib, value)
+        if mib > MAX_MEMORY_MIB:
+            raise _rule_error("must be at most 1Ei (1024Pi) per pod")
         return mib
 
     @field_validator("gpu_models", mode="before")
@@ -324,8 +332,8 @@ class Resources(_InputModel):
         if not isinstance(names, list | tuple) or not names:
             raise _rule_error(rule)
         for name in names:
-            if not isinstance(name, str) or not name.strip():
-                raise _rule_error(rule)
+            if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_LENGTH:
+                raise _rule_error(f"{rule}; names of at most {MAX_NAME_LENGTH} characters")
         return tuple(dict.fromkeys(names))  # duplicates dropped, first-listed order kept
 
     @property
@@ -367,7 +375,7 @@ class Slice(_InputModel):
     @field_validator("pods", mode="before")
     @classmethod
     def _group_size(cls, value: Any) -> int:
-        return _integer(value, "must be an integer >= 1", minimum=1)
+        return _integer(value, "must be an integer >= 1", minimum=1, limit=_PODS_LIMIT)
 
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "pods": self.pods}
@@ -533,19 +541,25 @@ class JobSpec(_InputModel):
     @field_validator("account", mode="before")
     @classmethod
     def _account_path(cls, value: Any) -> str:
-        if not isinstance(value, str) or not all(
-            _ACCOUNT_PART.fullmatch(part) for part in value.split("/")
+        if (
+            not isinstance(value, str)
+            or len(value) > MAX_NAME_LENGTH
+            or not all(_ACCOUNT_PART.fullmatch(part) for part in value.split("/"))
         ):
             raise _rule_error(
                 "must be a slash-separated path of non-empty names from letters, digits "
-                "and . _ - (e.g. research/pretraining/team-a)"
+                f"and . _ - (e.g. research/pretraining/team-a), at most {MAX_NAME_LENGTH} "
+                "characters in all"
             )
         return value
 
     @field_validator("priority", mode="before")
     @classmethod
     def _integer_priority(cls, value: Any) -> int:
-        return _integer(value, "must be an integer (higher runs first within an account)")
+        priority = _integer(value, "must be an integer (higher runs first within an account)")
+        if not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
+            raise _rule_error(f"must be from -{MAX_PRIORITY:,} to {MAX_PRIORITY:,}")
+        return priority
 
     @field_validator("min_runtime", mode="before")
     @classmethod
@@ -581,7 +595,17 @@ class JobSpec(_InputModel):
     @field_validator("pods", mode="before")
     @classmethod
     def _gang_size(cls, value: Any) -> int:
-        return _integer(value, "must be an integer >= 1", minimum=1)
+        return _integer(value, "must be an integer >= 1", minimum=1, limit=_PODS_LIMIT)
+
+    @field_validator("resources_per_pod")
+    @classmethod
+    def _asks_for_something(cls, value: Resources) -> Resources:
+        if value.gpu_milli_total == 0 and value.cpu == 0 and value.memory == 0:
+            raise _rule_error(
+                "a pod must ask for something: gpus (whole GPUs, e.g. gpus: 8) or gpu_milli "
+                "(a share of one GPU), or cpu or memory for a CPU-only pod; gpus: null is no GPUs"
+            )
+        return value
 
     @field_validator("submit_time", mode="before")
     @classmethod
@@ -646,91 +670,16 @@ class JobSpec(_InputModel):
     @classmethod
     def from_yaml(cls, text_or_path: str | os.PathLike[str]) -> JobSpec:
         """One job from YAML/JSON text, or from a file when given a path ending .yaml/.yml/.json."""
-        if _is_path(text_or_path):
-            path = Path(text_or_path)
-            jobs = list(_jobs_in(_read_documents(path), str(path)))
-            location = str(path)
-        else:
-            # Text has no file to name, so its errors name the field alone.
-            jobs = list(_jobs_in(_parse_documents(str(text_or_path), "yaml"), ""))
-            location = "yaml"
-        if len(jobs) != 1:
-            raise InputError(
-                location, f"{len(jobs)} jobs", "must hold exactly one job; use load_jobs for many"
-            )
-        return jobs[0]
+        from toposched.placement.jobfiles import one_job  # jobfiles builds on this module
 
-
-# --- files --------------------------------------------------------------------------------------
-
-
-def _is_path(text_or_path: str | os.PathLike[str]) -> bool:
-    if not isinstance(text_or_path, str):
-        return True
-    return "\n" not in text_or_path and text_or_path.strip().lower().endswith(_FILE_SUFFIXES)
-
-
-def _parse_documents(text: str, source: str, as_json: bool = False) -> list[Any]:
-    """The documents in YAML (several when separated by ---) or JSON `text`."""
-    try:
-        if as_json:
-            return [json.loads(text)]
-        return [document for document in yaml.safe_load_all(text) if document is not None]
-    except json.JSONDecodeError as error:
-        line = text.splitlines()[error.lineno - 1] if text.splitlines() else ""
-        raise InputError(
-            source, line, f"is not valid JSON: {error.msg} (line {error.lineno})"
-        ) from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        problem = getattr(error, "problem", None) or "cannot be parsed"
-        if mark is None:
-            raise InputError(source, text[:80], f"is not valid YAML: {problem}") from None
-        lines = text.splitlines()
-        line = lines[mark.line] if mark.line < len(lines) else ""
-        raise InputError(
-            source,
-            line,
-            f"is not valid YAML: {problem} (line {mark.line + 1}, column {mark.column + 1})",
-        ) from None
-
-
-def _read_documents(path: Path) -> list[Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("path", str(path), "no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError("path", str(path), f"cannot be read: {error}") from None
-    return _parse_documents(text, str(path), as_json=path.suffix.lower() == ".json")
-
-
-def _job_entries(documents: list[Any]) -> Iterator[Any]:
-    """Each job entry: a document that is a job, a list of jobs, or a mapping {jobs: [...]}."""
-    for document in documents:
-        if isinstance(document, Mapping) and set(document) == {"jobs"}:
-            document = document["jobs"]
-        if isinstance(document, list):
-            yield from document
-        else:
-            yield document
-
-
-def _jobs_in(documents: list[Any], source: str) -> Iterator[JobSpec]:
-    entries = list(_job_entries(documents))
-    for number, entry in enumerate(entries, start=1):
-        try:
-            yield JobSpec.from_dict(entry)
-        except InputError as error:
-            location = source
-            if len(entries) > 1:
-                named = entry.get("name") if isinstance(entry, Mapping) else None
-                location += f" job {number}" + (f" ({named})" if isinstance(named, str) else "")
-            raise (_with_location(error, location.strip()) if location else error) from None
+        return one_job(text_or_path)
 
 
 def load_jobs(path: str | os.PathLike[str]) -> list[JobSpec]:
     """Every job in a YAML/JSON file holding one job, a list of jobs, a `jobs:` list, or
-    several YAML documents. Errors name the file and, in a list, the job's number (from 1)."""
-    file_path = Path(path)
-    return list(_jobs_in(_read_documents(file_path), str(file_path)))
+    several YAML documents. Errors name the file, the line and, in a list, the job as
+    `jobs[i]`; a file with no job is an error, and so is a job name used twice.
+    (`toposched.placement.jobfiles` reads several files, and keeps where each job was.)"""
+    from toposched.placement.jobfiles import load_job_files
+
+    return load_job_files([path])
