@@ -271,7 +271,7 @@ def test_explanation_carries_the_standing_of_each_ancestor(tree: BudgetTree) -> 
     assert explanation.describe() == (
         "#4 a2 [research/pretraining/team-a] research FS=1.12 (S=0.700 U=0.625) > "
         "pretraining FS=0.75 (S=0.600 U=0.800) > team-a FS=0.667 (S=0.500 U=0.750); "
-        "priority 1, submitted 2 s; allocated"
+        "priority 1, waiting 60 min; allocated"
     )
     explained = list(queue.explanations(HOUR))
     assert [item.entry.job_id for item in explained] == ids(queue, HOUR)

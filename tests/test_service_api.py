@@ -160,7 +160,7 @@ BAD_BODIES: list[tuple[str, bytes, str, int, str]] = [
         json.dumps(job("b3", pods=10**30)).encode(),
         "application/json",
         422,
-        "never_fits",
+        "invalid",
     ),
     (
         "too many gpus",

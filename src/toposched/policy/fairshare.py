@@ -11,6 +11,7 @@ from enum import IntEnum
 from typing import Any, Protocol
 
 from toposched.cluster.errors import InputError
+from toposched.cluster.units import format_span
 from toposched.policy.budget import ROOT, BudgetTree, split_account_path
 
 __all__ = [
@@ -238,6 +239,8 @@ class JobExplanation:
     owed: bool = False
     """Allocated work of an account running below its budget: it goes before the other
     accounts' allocated work."""
+    waiting_s: float = 0.0
+    """Seconds since the job was submitted, at the ranking's moment."""
 
     @property
     def reason(self) -> str:
@@ -258,7 +261,7 @@ class JobExplanation:
         standing = self.standing.describe() if self.standing is not None else "-"
         return (
             f"#{self.position + 1} {entry.job_id} [{entry.account}] {standing}; "
-            f"priority {entry.priority}, submitted {entry.submit_time:g} s; {self.reason}"
+            f"priority {entry.priority}, waiting {format_span(self.waiting_s)}; {self.reason}"
         )
 
 
@@ -530,7 +533,15 @@ class PendingQueue:
         tier = self.tier(entry, ranking)
         standing = None if tier is QueueTier.DETACHED else ranking.standings[entry.account]
         sort_key = self._sort_key(entry, ranking, owed)
-        return JobExplanation(entry, position, tier, standing, sort_key, sort_key[1] == 0)
+        return JobExplanation(
+            entry,
+            position,
+            tier,
+            standing,
+            sort_key,
+            sort_key[1] == 0,
+            max(ranking.now - entry.submit_time, 0.0),
+        )
 
     def _segments(self, ranking: Ranking, owed: frozenset[str]) -> Iterator[tuple[QueueTier, str]]:
         """(tier, account) runs of the queue in order; each run is one sorted sequence."""

@@ -264,15 +264,16 @@ class _BaselineQueue:
         return int(self._order.index(self._keys[job_id]))
 
     def explain(self, job_id: str, now: float, owed: Collection[str] = ()) -> JobExplanation:
-        return self._explanation(self.get(job_id), self.position(job_id, now))
+        return self._explanation(self.get(job_id), self.position(job_id, now), now)
 
     def explanations(self, now: float, owed: Collection[str] = ()) -> Iterator[JobExplanation]:
         for position, entry in enumerate(self.ordered(now)):
-            yield self._explanation(entry, position)
+            yield self._explanation(entry, position, now)
 
-    def _explanation(self, entry: QueueEntry, position: int) -> JobExplanation:
+    def _explanation(self, entry: QueueEntry, position: int, now: float) -> JobExplanation:
         key: Any = self._keys[entry.job_id]
-        return JobExplanation(entry, position, QueueTier.ALLOCATED, None, key)
+        waiting = max(now - entry.submit_time, 0.0)
+        return JobExplanation(entry, position, QueueTier.ALLOCATED, None, key, False, waiting)
 
 
 class SubmitOrderQueue(_BaselineQueue):
