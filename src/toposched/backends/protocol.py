@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from toposched.cluster.state import Health
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -110,3 +112,24 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Stop watching; pods keep running unless the backend cannot outlive the service."""
+
+
+@dataclass(frozen=True)
+class NodeChange:
+    """A node of the cluster model whose health the backend saw change, e.g. a machine that
+    died (`DOWN`) or came back (`HEALTHY`)."""
+
+    node: str
+    health: Health
+    detail: str = ""
+
+
+class NodeWatcher(Protocol):
+    """A backend that also follows the health of the nodes it runs pods on (e.g. Ray).
+
+    The service applies each change with its node-failure handling: a gang on a node gone
+    `DOWN` fails, resumable work is requeued. Backends on a fixed machine need not offer it.
+    """
+
+    def node_changes(self) -> Sequence[NodeChange]:
+        """Changes since the last call, oldest first."""

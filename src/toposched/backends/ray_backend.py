@@ -1,0 +1,521 @@
+"""A backend that runs each gang on a Ray cluster, every pod on the node toposched chose.
+
+A launch becomes one detached placement group named `toposched:<job>:<attempt>` (in the
+driver's Ray namespace) with a bundle per pod, each bundle held to its node by a label selector
+on the node's `ray.io/node-id` and sized to the pod's GPUs, and one detached actor per pod
+(`toposched.backends.ray_pod.PodActor`, named `toposched:<job>:<attempt>:<rank>`) in its
+bundle. Once every actor is in place, each starts the pod's command with the environment the
+local backend gives (`toposched.payload` reads it), the rendezvous address being rank 0's node.
+
+Calls to the actors are never waited on: each poll takes whichever answers arrived
+(`ray.wait` with no timeout). A pod whose actor dies (its node was lost) has failed; a gang
+fails as a whole, its other pods stopped with `gang_grace_s`. A stop asks every actor to send
+SIGTERM and to kill its pod once the grace period is over; the final report (`EVICTED`,
+`STOPPED`, `FAILED`, `FINISHED`) comes once every pod is gone and the placement group is
+removed, so the GPUs are free in Ray when the service hears of it.
+
+Being detached, the placement groups and actors outlive the service. A backend made after a
+restart finds them by name and adopts them (`running()`); the actors hold each pod's exit
+status, checkpoint lines and the stop under way. A gang that ended while the service was down
+is reported at the first poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+from toposched import payload
+from toposched.backends.local import pod_environment
+from toposched.backends.pod_files import PodExit
+from toposched.backends.protocol import (
+    Launch,
+    NodeChange,
+    PodLaunch,
+    Report,
+    ReportKind,
+    RunningJob,
+    RunSpec,
+    Stop,
+)
+from toposched.backends.ray_discovery import NODE_ID_LABEL, RayCluster
+from toposched.backends.ray_pod import PodActor, PodPlace, PodStatus, checkpoint_note
+from toposched.cluster.errors import InputError
+from toposched.cluster.state import MILLI_PER_GPU
+
+__all__ = [
+    "DEFAULT_GANG_GRACE",
+    "DEFAULT_PLACE_TIMEOUT",
+    "GROUP_PREFIX",
+    "RayBackend",
+    "actor_name",
+    "group_name",
+    "parse_group_name",
+]
+
+log = logging.getLogger(__name__)
+
+GROUP_PREFIX = "toposched"
+DEFAULT_GANG_GRACE = 10.0
+"""Seconds the other pods of a failed gang get between SIGTERM and the hard stop."""
+DEFAULT_PLACE_TIMEOUT = 300.0
+"""Seconds a gang may wait for its placement group before it fails."""
+WATCH_S = 5.0
+"""How long one status call may wait on an actor for news."""
+_ACTOR_THREADS = 4
+"""Calls an actor serves at once: a status call may wait while a stop arrives."""
+
+
+def group_name(job_id: str, attempt: int) -> str:
+    """The name of an attempt's placement group (the job id percent-encoded)."""
+    return f"{GROUP_PREFIX}:{quote(job_id, safe='')}:{attempt}"
+
+
+def actor_name(job_id: str, attempt: int, rank: int) -> str:
+    return f"{group_name(job_id, attempt)}:{rank}"
+
+
+def parse_group_name(name: str) -> tuple[str, int] | None:
+    """(job id, attempt) of a placement group named by `group_name`, else None."""
+    parts = name.split(":")
+    if len(parts) != 3 or parts[0] != GROUP_PREFIX or not parts[2].isdigit():
+        return None
+    return unquote(parts[1]), int(parts[2])
+
+
+class _Phase(Enum):
+    PLACING = "placing"
+    """Waiting for the placement group and the actors."""
+    LAUNCHING = "launching"
+    """Every actor in place; their commands are being started."""
+    RUNNING = "running"
+
+
+class _Call(Enum):
+    PLACE = "place"
+    LAUNCH = "launch"
+    WATCH = "watch"
+
+
+@dataclass
+class _Pod:
+    rank: int
+    actor: Any
+    """The pod's Ray actor handle."""
+    node_id: str
+    place: PodPlace | None = None
+    launched: bool = False
+    ended: PodExit | None = None
+    log: str | None = None
+
+
+@dataclass
+class _Stopping:
+    kind: ReportKind
+    grace_s: float
+    detail: str = ""
+    killed: bool = False
+
+
+@dataclass
+class _Gang:
+    """One attempt of a job on Ray."""
+
+    job_id: str
+    attempt: int
+    group: Any
+    """The placement group."""
+    pods: list[_Pod]
+    launch: Launch | None
+    """None for a gang adopted after a restart (it runs already)."""
+    phase: _Phase
+    created: float
+    stopping: _Stopping | None = None
+    checkpoint: str | None = None
+    """The latest checkpoint note not yet reported."""
+    done: bool = False
+
+
+@dataclass
+class _Waiting:
+    """Outstanding actor calls: which gang, pod and call each reference answers."""
+
+    calls: dict[Any, tuple[_Gang, _Pod, _Call]] = field(default_factory=dict)
+
+
+def _bundle(pod: PodLaunch) -> dict[str, float]:
+    """The resources a pod's bundle reserves: its GPUs (a share for a fractional pod), or one
+    CPU for a pod without GPUs (Ray needs a bundle to reserve something)."""
+    if not pod.gpus:
+        return {"CPU": 1.0}
+    if pod.gpu_milli < MILLI_PER_GPU:
+        return {"GPU": pod.gpu_milli / MILLI_PER_GPU}
+    return {"GPU": float(len(pod.gpus))}
+
+
+def _run_problem(run: RunSpec | None) -> str | None:
+    if run is None:
+        return "nothing to run: the job has no run command (the Ray backend needs one)"
+    if not run.command:
+        return "nothing to run: run.command is empty"
+    return None
+
+
+class RayBackend:
+    """Runs gangs on the Ray cluster `cluster` describes (the driver connected to it, see
+    `toposched.backends.ray_discovery.connect`, and `cluster.discover()` called).
+
+    `gang_grace_s`: seconds between SIGTERM and the hard stop for the other pods of a failed
+    gang. `place_timeout_s`: how long a gang may wait for its placement group. `clock`:
+    monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        cluster: RayCluster,
+        gang_grace_s: float = DEFAULT_GANG_GRACE,
+        place_timeout_s: float = DEFAULT_PLACE_TIMEOUT,
+        watch_s: float = WATCH_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        import ray
+
+        if not gang_grace_s >= 0:
+            raise InputError("gang_grace_s", gang_grace_s, "must be a number of seconds >= 0")
+        if not place_timeout_s > 0:
+            raise InputError("place_timeout_s", place_timeout_s, "must be a number of seconds > 0")
+        if not ray.is_initialized():
+            raise InputError("ray", "not connected", "connect to the Ray cluster first")
+        self.cluster = cluster
+        self.gang_grace_s = gang_grace_s
+        self.place_timeout_s = place_timeout_s
+        self.watch_s = watch_s
+        self.namespace = str(ray.get_runtime_context().namespace)
+        self._clock = clock
+        self._gangs: dict[str, _Gang] = {}
+        self._waiting = _Waiting()
+        self._reports: list[Report] = []
+        self._actor_class = ray.remote(PodActor)
+        self._recover()
+
+    # The protocol.
+
+    def start(self, launch: Launch) -> None:
+        """Reserve the pods' places and create their actors; a launch that cannot be carried
+        out (no command, a node Ray does not have) becomes a `FAILED` report.
+
+        The attempt that runs already is not launched again; another attempt of a running job
+        is refused with an InputError.
+        """
+        current = self._gangs.get(launch.job_id)
+        if current is not None and current.attempt == launch.attempt:
+            return
+        if current is not None:
+            raise InputError(
+                "job_id", launch.job_id, f"is already running (attempt {current.attempt})"
+            )
+        problem = _run_problem(launch.run)
+        node_ids: list[str] = []
+        for pod in sorted(launch.pods, key=lambda p: p.rank):
+            node = self.cluster.node(pod.node)
+            if problem is None and (node is None or not node.alive):
+                problem = f"pod {pod.rank}: node {pod.node!r} is not a live Ray node"
+            node_ids.append("" if node is None else node.node_id)
+        if problem is None:
+            try:
+                self._create(launch, node_ids)
+                return
+            except Exception as error:  # Ray's errors have no common base for bad requests.
+                problem = f"Ray refused the placement: {error}"
+        self._reports.append(Report(launch.job_id, launch.attempt, ReportKind.FAILED, 0.0, problem))
+
+    def stop(self, stop: Stop) -> None:
+        """Ask every pod to stop: SIGTERM now, the hard stop after `grace_s`. A stop of an
+        attempt that is not running changes nothing."""
+        if not stop.grace_s >= 0:
+            raise InputError("grace_s", stop.grace_s, "must be a number of seconds >= 0")
+        gang = self._gangs.get(stop.job_id)
+        if gang is None or gang.attempt != stop.attempt:
+            return
+        kind = ReportKind.EVICTED if stop.evicted else ReportKind.STOPPED
+        if gang.stopping is None:
+            self._begin_stop(gang, kind, stop.grace_s, "")
+        elif gang.stopping.kind is not ReportKind.FAILED:
+            self._signal(gang, gang.stopping.kind, stop.grace_s)
+
+    def poll(self, now: float) -> Sequence[Report]:
+        reports = [Report(r.job_id, r.attempt, r.kind, now, r.detail) for r in self._reports]
+        self._reports.clear()
+        self._take_answers()
+        for gang in list(self._gangs.values()):
+            reports.extend(self._advance(gang, now))
+        return reports
+
+    def running(self) -> Sequence[RunningJob]:
+        return [RunningJob(g.job_id, g.attempt) for g in self._gangs.values()]
+
+    def log_path(self, job_id: str, rank: int) -> str | None:
+        """The pod's output, when its node shares this machine's file system."""
+        gang = self._gangs.get(job_id)
+        if gang is None:
+            return None
+        logs = [pod.log for pod in gang.pods if pod.rank == rank and pod.log]
+        return logs[0] if logs and os.path.isfile(logs[0]) else None
+
+    def close(self) -> None:
+        """Stop watching; the gangs keep running on Ray and a later backend adopts them."""
+
+    # Beyond the protocol.
+
+    def node_changes(self) -> Sequence[NodeChange]:
+        """Nodes of the cluster model that died or came back since the last call."""
+        return self.cluster.changes()
+
+    def stop_orphans(
+        self, known: Collection[tuple[str, int]], grace_s: float = 0.0
+    ) -> list[RunningJob]:
+        """Cancel every gang Ray runs whose (job id, attempt) is not in `known` (e.g. what the
+        service's store says runs, after a restart); the gangs it stopped."""
+        orphans = [g for g in self._gangs.values() if (g.job_id, g.attempt) not in known]
+        for gang in orphans:
+            self.stop(Stop(gang.job_id, gang.attempt, grace_s, evicted=False))
+        return [RunningJob(g.job_id, g.attempt) for g in orphans]
+
+    # Starting.
+
+    def _create(self, launch: Launch, node_ids: list[str]) -> None:
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        pods = sorted(launch.pods, key=lambda p: p.rank)
+        group = placement_group(
+            [_bundle(pod) for pod in pods],
+            strategy="PACK",
+            name=group_name(launch.job_id, launch.attempt),
+            lifetime="detached",
+            bundle_label_selector=[{NODE_ID_LABEL: node_id} for node_id in node_ids],
+        )
+        gang = _Gang(
+            launch.job_id, launch.attempt, group, [], launch, _Phase.PLACING, self._clock()
+        )
+        self._gangs[launch.job_id] = gang
+        for index, (pod, node_id) in enumerate(zip(pods, node_ids, strict=True)):
+            bundle = _bundle(pod)
+            actor = self._actor_class.options(
+                name=actor_name(launch.job_id, launch.attempt, pod.rank),
+                namespace=self.namespace,
+                lifetime="detached",
+                num_cpus=bundle.get("CPU", 0.0),
+                num_gpus=bundle.get("GPU", 0.0),
+                max_concurrency=_ACTOR_THREADS,
+                max_restarts=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    group, placement_group_bundle_index=index
+                ),
+            ).remote(launch.job_id, launch.attempt, pod.rank)
+            state = _Pod(pod.rank, actor, node_id)
+            gang.pods.append(state)
+            self._call(gang, state, _Call.PLACE)
+
+    def _call(self, gang: _Gang, pod: _Pod, call: _Call) -> None:
+        if call is _Call.PLACE:
+            ref = pod.actor.place.remote()
+        elif call is _Call.WATCH:
+            ref = pod.actor.watch.remote(self.watch_s)
+        else:
+            assert gang.launch is not None and gang.launch.run is not None
+            env = self._environment(gang, gang.launch, pod)
+            run = gang.launch.run
+            ref = pod.actor.launch.remote(list(run.command), env, run.workdir)
+        self._waiting.calls[ref] = (gang, pod, call)
+
+    def _environment(self, gang: _Gang, launch: Launch, pod: _Pod) -> dict[str, str]:
+        """The job's `run.env`, then what the local backend sets, the gang meeting at rank 0's
+        node, and every pod's node address."""
+        places = {p.rank: p.place for p in gang.pods}
+        first = places[min(places)]
+        assert first is not None
+        spec = next(p for p in launch.pods if p.rank == pod.rank)
+        assert launch.run is not None
+        env = dict(launch.run.env)
+        env.update(pod_environment(launch, spec, Path(os.devnull), first.port))
+        env["MASTER_ADDR"] = first.address
+        env[payload.PEER_ADDRESSES] = ",".join(
+            place.address for _, place in sorted(places.items()) if place is not None
+        )
+        return env
+
+    # Watching.
+
+    def _take_answers(self) -> None:
+        """Handle every actor call that answered since the last poll, without waiting."""
+        import ray
+
+        refs = list(self._waiting.calls)
+        if not refs:
+            return
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)
+        for ref in ready:
+            gang, pod, call = self._waiting.calls.pop(ref)
+            if gang.done:
+                continue
+            try:
+                answer = ray.get(ref)
+            except ray.exceptions.RayError as error:
+                self._pod_lost(gang, pod, error)
+                continue
+            if call is _Call.PLACE:
+                self._placed(gang, pod, answer)
+            elif call is _Call.LAUNCH:
+                pod.launched = True
+                if pod.ended is None:
+                    self._call(gang, pod, _Call.WATCH)
+            else:
+                self._watched(gang, pod, answer)
+
+    def _pod_lost(self, gang: _Gang, pod: _Pod, error: Exception) -> None:
+        if pod.ended is None:
+            why = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            pod.ended = PodExit(-9, f"its Ray actor died ({why})")
+
+    def _placed(self, gang: _Gang, pod: _Pod, place: PodPlace) -> None:
+        pod.place = place
+        if place.node_id != pod.node_id:
+            pod.ended = PodExit(-9, f"landed on Ray node {place.node_id}, not {pod.node_id}")
+            return
+        if gang.phase is _Phase.PLACING and all(p.place is not None for p in gang.pods):
+            gang.phase = _Phase.LAUNCHING
+            for each in gang.pods:
+                self._call(gang, each, _Call.LAUNCH)
+
+    def _watched(self, gang: _Gang, pod: _Pod, status: PodStatus) -> None:
+        pod.log = status.log
+        if status.checkpoints:
+            gang.checkpoint = checkpoint_note(status.checkpoints[-1])
+        if gang.stopping is None and status.stop_kind is not None:
+            # Adopted after a restart: the stop was asked of an earlier backend.
+            gang.stopping = _Stopping(ReportKind(status.stop_kind), 0.0)
+        if gang.stopping is not None and status.killed:
+            gang.stopping.killed = True
+        if status.returncode is not None:
+            pod.ended = PodExit(status.returncode, status.detail)
+        elif not status.launched:
+            pod.ended = PodExit(-9, "was never started (the service stopped while starting it)")
+        else:
+            self._call(gang, pod, _Call.WATCH)
+
+    def _advance(self, gang: _Gang, now: float) -> list[Report]:
+        """The gang's reports at this poll, and its stop or end once due."""
+        reports: list[Report] = []
+        if gang.phase is _Phase.LAUNCHING and all(p.launched for p in gang.pods):
+            gang.phase = _Phase.RUNNING
+            reports.append(Report(gang.job_id, gang.attempt, ReportKind.STARTED, now))
+        if gang.checkpoint is not None:
+            reports.append(
+                Report(gang.job_id, gang.attempt, ReportKind.CHECKPOINTED, now, gang.checkpoint)
+            )
+            gang.checkpoint = None
+        if gang.stopping is None:
+            failed = [p for p in gang.pods if p.ended is not None and p.ended.returncode != 0]
+            if failed:
+                assert failed[0].ended is not None
+                detail = failed[0].ended.describe(failed[0].rank)
+                self._begin_stop(gang, ReportKind.FAILED, self.gang_grace_s, detail)
+        if gang.phase is _Phase.PLACING and gang.stopping is None:
+            if self._clock() - gang.created > self.place_timeout_s:
+                detail = (
+                    f"Ray did not place the pods within {self.place_timeout_s:g} s "
+                    "(are their nodes busy with work toposched does not know of?)"
+                )
+                self._begin_stop(gang, ReportKind.FAILED, 0.0, detail)
+        placing = gang.phase is _Phase.PLACING and gang.stopping is not None
+        if placing or all(p.ended is not None for p in gang.pods):
+            reports.append(self._finish(gang, now))
+        return reports
+
+    def _begin_stop(self, gang: _Gang, kind: ReportKind, grace_s: float, detail: str) -> None:
+        gang.stopping = _Stopping(kind, grace_s, detail)
+        if gang.phase is not _Phase.PLACING:
+            self._signal(gang, kind, grace_s)
+
+    def _signal(self, gang: _Gang, kind: ReportKind, grace_s: float) -> None:
+        for pod in gang.pods:
+            if pod.ended is None:
+                pod.actor.stop.remote(kind.value, grace_s)
+
+    def _finish(self, gang: _Gang, now: float) -> Report:
+        """Remove the gang from Ray (its GPUs free again), then its final report."""
+        self._teardown(gang)
+        stopping = gang.stopping
+        if stopping is None:
+            kind, detail = ReportKind.FINISHED, ""
+        elif stopping.kind is ReportKind.FAILED or gang.phase is _Phase.PLACING:
+            kind, detail = stopping.kind, stopping.detail
+        else:
+            kind = stopping.kind
+            detail = (
+                f"killed after the grace period of {stopping.grace_s:g} s"
+                if stopping.killed
+                else "ended within the grace period"
+            )
+        return Report(gang.job_id, gang.attempt, kind, now, detail)
+
+    def _teardown(self, gang: _Gang) -> None:
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        gang.done = True
+        del self._gangs[gang.job_id]
+        for pod in gang.pods:
+            if pod.actor is None:
+                continue
+            try:
+                ray.kill(pod.actor, no_restart=True)
+            except (ValueError, ray.exceptions.RayError):
+                pass
+        try:
+            remove_placement_group(gang.group)
+        except (ValueError, ray.exceptions.RayError) as error:
+            log.warning("placement group of %s was not removed: %s", gang.job_id, error)
+
+    # Recovery.
+
+    def _recover(self) -> None:
+        """Adopt every gang an earlier backend left on Ray (found by its placement group)."""
+        import ray
+        from ray.util.placement_group import get_placement_group, placement_group_table
+
+        for info in placement_group_table().values():
+            parsed = parse_group_name(str(info.get("name", "")))
+            if parsed is None or info.get("state") == "REMOVED":
+                continue
+            job_id, attempt = parsed
+            group = get_placement_group(info["name"])
+            pods: list[_Pod] = []
+            for rank in range(len(info.get("bundles", {}))):
+                try:
+                    actor = ray.get_actor(actor_name(job_id, attempt, rank), self.namespace)
+                except ValueError:
+                    actor = None
+                node_id = str(info.get("bundles_to_node_id", {}).get(rank, ""))
+                pod = _Pod(rank, actor, node_id, launched=True)
+                if actor is None:
+                    pod.ended = PodExit(-9, "its Ray actor is gone")
+                pods.append(pod)
+            gang = _Gang(job_id, attempt, group, pods, None, _Phase.RUNNING, self._clock())
+            self._gangs[job_id] = gang
+            if info.get("state") != "CREATED":
+                gang.phase = _Phase.PLACING
+                detail = "was still being placed when the service stopped"
+                gang.stopping = _Stopping(ReportKind.FAILED, 0.0, detail)
+                continue
+            for pod in pods:
+                if pod.ended is None:
+                    self._call(gang, pod, _Call.WATCH)
