@@ -75,6 +75,16 @@ class Watch:
         return self.until(job_id, lambda rs: bool(rs) and rs[-1].kind in FINAL)
 
 
+def step_of(report: Report) -> int:
+    """The step a checkpoint report names ("rank 1: step 12"), else -1."""
+    words = report.detail.split()
+    return (
+        int(words[-1])
+        if report.kind is ReportKind.CHECKPOINTED and words[-2:-1] == ["step"]
+        else -1
+    )
+
+
 def live_groups() -> list[str]:
     from ray.util.placement_group import placement_group_table
 
@@ -202,10 +212,10 @@ def test_allreduce_resumes_from_its_checkpoint_after_preemption(
     backend: RayBackend, tmp_path: Path
 ) -> None:
     pods = (PodLaunch(0, "n1", (0,)), PodLaunch(1, "n2", (0,)), PodLaunch(2, "n3", (0,)))
-    run = job("allreduce", "30", str(tmp_path), "0.1")
+    run = job("allreduce", "60", str(tmp_path), "0.1")
     backend.start(Launch("ring", 1, pods, run))
     watch = Watch(backend)
-    watch.until("ring", lambda rs: any(r.detail.endswith("step 3") for r in rs))
+    watch.until("ring", lambda rs: any(step_of(r) >= 3 for r in rs))
     backend.stop(Stop("ring", 1, grace_s=10.0, evicted=True))
     reports = watch.final("ring")
     assert reports[-1].kind is ReportKind.EVICTED
@@ -215,7 +225,7 @@ def test_allreduce_resumes_from_its_checkpoint_after_preemption(
     backend.start(Launch("ring", 2, pods, run))
     assert watch.final("ring")[-1].kind is ReportKind.FINISHED
     outcomes = [json.loads((tmp_path / f"done-{rank}.json").read_text()) for rank in range(3)]
-    expected = sum((1 + 2 + 3) * (step + 1) for step in range(30))
+    expected = sum((1 + 2 + 3) * (step + 1) for step in range(60))
     assert [o["total"] for o in outcomes] == [expected] * 3
     assert {o["attempt"] for o in outcomes} == {2}
     assert len({o["resumed_from"] for o in outcomes}) == 1 and outcomes[0]["resumed_from"] >= 3

@@ -1,11 +1,12 @@
 """A backend that runs each gang on a Ray cluster, every pod on the node toposched chose.
 
 A launch becomes one detached placement group named `toposched:<job>:<attempt>` (in the
-driver's Ray namespace) with a bundle per pod, each bundle held to its node by a label selector
-on the node's `ray.io/node-id` and sized to the pod's GPUs, and one detached actor per pod
-(`toposched.backends.ray_pod.PodActor`, named `toposched:<job>:<attempt>:<rank>`) in its
-bundle. Once every actor is in place, each starts the pod's command with the environment the
-local backend gives (`toposched.payload` reads it), the rendezvous address being rank 0's node.
+driver's Ray namespace) with a bundle per node of the gang, each bundle held to its node by a
+label selector on the node's `ray.io/node-id` and sized to the GPUs of the gang's pods there,
+and in each bundle one detached actor (`toposched.backends.ray_pod.PodsActor`, named
+`toposched:<job>:<attempt>:<bundle>`) that runs those pods. Once every actor is in place, each
+starts its pods' commands with the environment the local backend gives (`toposched.payload`
+reads it), the rendezvous address being rank 0's node.
 
 Calls to the actors are never waited on: each poll takes whichever answers arrived
 (`ray.wait` with no timeout). A pod whose actor dies (its node was lost) has failed; a gang
@@ -46,7 +47,13 @@ from toposched.backends.protocol import (
     Stop,
 )
 from toposched.backends.ray_discovery import NODE_ID_LABEL, RayCluster
-from toposched.backends.ray_pod import PodActor, PodPlace, PodStatus, checkpoint_note
+from toposched.backends.ray_pod import (
+    HostPlace,
+    HostStatus,
+    PodsActor,
+    PodSpec,
+    checkpoint_note,
+)
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import MILLI_PER_GPU
 
@@ -78,8 +85,9 @@ def group_name(job_id: str, attempt: int) -> str:
     return f"{GROUP_PREFIX}:{quote(job_id, safe='')}:{attempt}"
 
 
-def actor_name(job_id: str, attempt: int, rank: int) -> str:
-    return f"{group_name(job_id, attempt)}:{rank}"
+def actor_name(job_id: str, attempt: int, bundle: int) -> str:
+    """The name of the actor in bundle `bundle` of an attempt's placement group."""
+    return f"{group_name(job_id, attempt)}:{bundle}"
 
 
 def parse_group_name(name: str) -> tuple[str, int] | None:
@@ -105,15 +113,26 @@ class _Call(Enum):
 
 
 @dataclass
-class _Pod:
-    rank: int
+class _Host:
+    """The gang's pods on one node: one bundle of the placement group, one actor."""
+
+    index: int
+    """The bundle's index, and the last part of the actor's name."""
     actor: Any
-    """The pod's Ray actor handle."""
+    """The actor's handle; None when it is gone (found missing after a restart)."""
     node_id: str
-    place: PodPlace | None = None
+    ranks: tuple[int, ...] | None
+    """None until a host adopted after a restart answers."""
+    place: HostPlace | None = None
     launched: bool = False
-    ended: PodExit | None = None
-    log: str | None = None
+    lost: str | None = None
+    """Why every pod of the host is gone with its actor."""
+    logs: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        ranks = "?" if self.ranks is None else ",".join(map(str, self.ranks))
+        return f"pods {ranks}" if self.ranks is None or len(self.ranks) > 1 else f"pod {ranks}"
 
 
 @dataclass
@@ -132,7 +151,7 @@ class _Gang:
     attempt: int
     group: Any
     """The placement group."""
-    pods: list[_Pod]
+    hosts: list[_Host]
     launch: Launch | None
     """None for a gang adopted after a restart (it runs already)."""
     phase: _Phase
@@ -140,24 +159,51 @@ class _Gang:
     stopping: _Stopping | None = None
     checkpoint: str | None = None
     """The latest checkpoint note not yet reported."""
+    ended: dict[int, PodExit] = field(default_factory=dict)
     done: bool = False
+
+    def host_over(self, host: _Host) -> bool:
+        if host.lost is not None:
+            return True
+        return host.ranks is not None and all(rank in self.ended for rank in host.ranks)
+
+    def over(self) -> bool:
+        """Whether every pod is gone."""
+        return all(self.host_over(host) for host in self.hosts)
+
+    def failure(self) -> str | None:
+        """What failed the gang first (the lowest rank that failed), if anything did."""
+        failed = sorted(r for r, e in self.ended.items() if e.returncode != 0)
+        if failed:
+            return self.ended[failed[0]].describe(failed[0])
+        lost = [host for host in self.hosts if host.lost is not None]
+        return f"{lost[0].label}: {lost[0].lost}" if lost else None
 
 
 @dataclass
 class _Waiting:
     """Outstanding actor calls: which gang, pod and call each reference answers."""
 
-    calls: dict[Any, tuple[_Gang, _Pod, _Call]] = field(default_factory=dict)
+    calls: dict[Any, tuple[_Gang, _Host, _Call]] = field(default_factory=dict)
 
 
-def _bundle(pod: PodLaunch) -> dict[str, float]:
-    """The resources a pod's bundle reserves: its GPUs (a share for a fractional pod), or one
-    CPU for a pod without GPUs (Ray needs a bundle to reserve something)."""
-    if not pod.gpus:
-        return {"CPU": 1.0}
-    if pod.gpu_milli < MILLI_PER_GPU:
-        return {"GPU": pod.gpu_milli / MILLI_PER_GPU}
-    return {"GPU": float(len(pod.gpus))}
+def _bundle(pods: Sequence[PodLaunch]) -> dict[str, float]:
+    """The resources the bundle of a node's pods reserves: their GPUs (a share for a fractional
+    pod), or one CPU when they have none (Ray needs a bundle to reserve something)."""
+    milli = sum(
+        pod.gpu_milli if pod.gpu_milli < MILLI_PER_GPU else len(pod.gpus) * MILLI_PER_GPU
+        for pod in pods
+        if pod.gpus
+    )
+    return {"GPU": milli / MILLI_PER_GPU} if milli else {"CPU": 1.0}
+
+
+def _by_node(pods: Sequence[PodLaunch]) -> list[list[PodLaunch]]:
+    """The pods grouped by node, nodes in the order of their lowest rank."""
+    groups: dict[str, list[PodLaunch]] = {}
+    for pod in sorted(pods, key=lambda p: p.rank):
+        groups.setdefault(pod.node, []).append(pod)
+    return list(groups.values())
 
 
 def _run_problem(run: RunSpec | None) -> str | None:
@@ -202,7 +248,7 @@ class RayBackend:
         self._gangs: dict[str, _Gang] = {}
         self._waiting = _Waiting()
         self._reports: list[Report] = []
-        self._actor_class = ray.remote(PodActor)
+        self._actor_class = ray.remote(PodsActor)
         self._recover()
 
     # The protocol.
@@ -223,10 +269,10 @@ class RayBackend:
             )
         problem = _run_problem(launch.run)
         node_ids: list[str] = []
-        for pod in sorted(launch.pods, key=lambda p: p.rank):
-            node = self.cluster.node(pod.node)
+        for pods in _by_node(launch.pods):
+            node = self.cluster.node(pods[0].node)
             if problem is None and (node is None or not node.alive):
-                problem = f"pod {pod.rank}: node {pod.node!r} is not a live Ray node"
+                problem = f"pod {pods[0].rank}: node {pods[0].node!r} is not a live Ray node"
             node_ids.append("" if node is None else node.node_id)
         if problem is None:
             try:
@@ -266,7 +312,7 @@ class RayBackend:
         gang = self._gangs.get(job_id)
         if gang is None:
             return None
-        logs = [pod.log for pod in gang.pods if pod.rank == rank and pod.log]
+        logs = [host.logs[rank] for host in gang.hosts if rank in host.logs]
         return logs[0] if logs and os.path.isfile(logs[0]) else None
 
     def close(self) -> None:
@@ -294,9 +340,9 @@ class RayBackend:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        pods = sorted(launch.pods, key=lambda p: p.rank)
+        by_node = _by_node(launch.pods)
         group = placement_group(
-            [_bundle(pod) for pod in pods],
+            [_bundle(pods) for pods in by_node],
             strategy="PACK",
             name=group_name(launch.job_id, launch.attempt),
             lifetime="detached",
@@ -306,10 +352,11 @@ class RayBackend:
             launch.job_id, launch.attempt, group, [], launch, _Phase.PLACING, self._clock()
         )
         self._gangs[launch.job_id] = gang
-        for index, (pod, node_id) in enumerate(zip(pods, node_ids, strict=True)):
-            bundle = _bundle(pod)
+        for index, (pods, node_id) in enumerate(zip(by_node, node_ids, strict=True)):
+            bundle = _bundle(pods)
+            ranks = tuple(pod.rank for pod in pods)
             actor = self._actor_class.options(
-                name=actor_name(launch.job_id, launch.attempt, pod.rank),
+                name=actor_name(launch.job_id, launch.attempt, index),
                 namespace=self.namespace,
                 lifetime="detached",
                 num_cpus=bundle.get("CPU", 0.0),
@@ -319,37 +366,42 @@ class RayBackend:
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     group, placement_group_bundle_index=index
                 ),
-            ).remote(launch.job_id, launch.attempt, pod.rank)
-            state = _Pod(pod.rank, actor, node_id)
-            gang.pods.append(state)
-            self._call(gang, state, _Call.PLACE)
+            ).remote(launch.job_id, launch.attempt, ranks)
+            host = _Host(index, actor, node_id, ranks)
+            gang.hosts.append(host)
+            self._call(gang, host, _Call.PLACE)
 
-    def _call(self, gang: _Gang, pod: _Pod, call: _Call) -> None:
+    def _call(self, gang: _Gang, host: _Host, call: _Call) -> None:
         if call is _Call.PLACE:
-            ref = pod.actor.place.remote()
+            ref = host.actor.place.remote()
         elif call is _Call.WATCH:
-            ref = pod.actor.watch.remote(self.watch_s)
+            ref = host.actor.watch.remote(self.watch_s)
         else:
             assert gang.launch is not None and gang.launch.run is not None
-            env = self._environment(gang, gang.launch, pod)
             run = gang.launch.run
-            ref = pod.actor.launch.remote(list(run.command), env, run.workdir)
-        self._waiting.calls[ref] = (gang, pod, call)
+            specs = [
+                PodSpec(
+                    pod.rank, run.command, self._environment(gang, gang.launch, pod), run.workdir
+                )
+                for pod in gang.launch.pods
+                if host.ranks is not None and pod.rank in host.ranks
+            ]
+            ref = host.actor.launch.remote(specs)
+        self._waiting.calls[ref] = (gang, host, call)
 
-    def _environment(self, gang: _Gang, launch: Launch, pod: _Pod) -> dict[str, str]:
+    def _environment(self, gang: _Gang, launch: Launch, pod: PodLaunch) -> dict[str, str]:
         """The job's `run.env`, then what the local backend sets, the gang meeting at rank 0's
         node, and every pod's node address."""
-        places = {p.rank: p.place for p in gang.pods}
-        first = places[min(places)]
-        assert first is not None
-        spec = next(p for p in launch.pods if p.rank == pod.rank)
+        address: dict[int, HostPlace] = {}
+        for host in gang.hosts:
+            assert host.place is not None and host.ranks is not None
+            address.update((rank, host.place) for rank in host.ranks)
+        first = address[min(address)]
         assert launch.run is not None
         env = dict(launch.run.env)
-        env.update(pod_environment(launch, spec, Path(os.devnull), first.port))
+        env.update(pod_environment(launch, pod, Path(os.devnull), first.port))
         env["MASTER_ADDR"] = first.address
-        env[payload.PEER_ADDRESSES] = ",".join(
-            place.address for _, place in sorted(places.items()) if place is not None
-        )
+        env[payload.PEER_ADDRESSES] = ",".join(address[rank].address for rank in sorted(address))
         return env
 
     # Watching.
@@ -363,40 +415,41 @@ class RayBackend:
             return
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)
         for ref in ready:
-            gang, pod, call = self._waiting.calls.pop(ref)
+            gang, host, call = self._waiting.calls.pop(ref)
             if gang.done:
                 continue
             try:
                 answer = ray.get(ref)
             except ray.exceptions.RayError as error:
-                self._pod_lost(gang, pod, error)
+                self._host_lost(gang, host, error)
                 continue
             if call is _Call.PLACE:
-                self._placed(gang, pod, answer)
+                self._placed(gang, host, answer)
             elif call is _Call.LAUNCH:
-                pod.launched = True
-                if pod.ended is None:
-                    self._call(gang, pod, _Call.WATCH)
+                host.launched = True
+                self._call(gang, host, _Call.WATCH)
             else:
-                self._watched(gang, pod, answer)
+                self._watched(gang, host, answer)
 
-    def _pod_lost(self, gang: _Gang, pod: _Pod, error: Exception) -> None:
-        if pod.ended is None:
-            why = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            pod.ended = PodExit(-9, f"its Ray actor died ({why})")
+    def _host_lost(self, gang: _Gang, host: _Host, error: Exception) -> None:
+        text = str(error).strip()
+        why = text.splitlines()[0] if text else type(error).__name__
+        host.lost = f"its Ray actor died ({why})"
+        for rank in host.ranks or ():
+            gang.ended.setdefault(rank, PodExit(-9, host.lost))
 
-    def _placed(self, gang: _Gang, pod: _Pod, place: PodPlace) -> None:
-        pod.place = place
-        if place.node_id != pod.node_id:
-            pod.ended = PodExit(-9, f"landed on Ray node {place.node_id}, not {pod.node_id}")
+    def _placed(self, gang: _Gang, host: _Host, place: HostPlace) -> None:
+        host.place = place
+        if place.node_id != host.node_id:
+            host.lost = f"landed on Ray node {place.node_id}, not {host.node_id}"
             return
-        if gang.phase is _Phase.PLACING and all(p.place is not None for p in gang.pods):
+        if gang.phase is _Phase.PLACING and all(h.place is not None for h in gang.hosts):
             gang.phase = _Phase.LAUNCHING
-            for each in gang.pods:
+            for each in gang.hosts:
                 self._call(gang, each, _Call.LAUNCH)
 
-    def _watched(self, gang: _Gang, pod: _Pod, status: PodStatus) -> None:
-        pod.log = status.log
+    def _watched(self, gang: _Gang, host: _Host, status: HostStatus) -> None:
+        host.ranks = status.ranks
         if status.checkpoints:
             gang.checkpoint = checkpoint_note(status.checkpoints[-1])
         if gang.stopping is None and status.stop_kind is not None:
@@ -404,17 +457,19 @@ class RayBackend:
             gang.stopping = _Stopping(ReportKind(status.stop_kind), 0.0)
         if gang.stopping is not None and status.killed:
             gang.stopping.killed = True
-        if status.returncode is not None:
-            pod.ended = PodExit(status.returncode, status.detail)
-        elif not status.launched:
-            pod.ended = PodExit(-9, "was never started (the service stopped while starting it)")
-        else:
-            self._call(gang, pod, _Call.WATCH)
+        for pod in status.pods:
+            host.logs[pod.rank] = pod.log
+            if pod.returncode is not None:
+                gang.ended.setdefault(pod.rank, PodExit(pod.returncode, pod.detail))
+        if not status.launched:
+            host.lost = "was never started (the service stopped while starting it)"
+        elif not gang.host_over(host):
+            self._call(gang, host, _Call.WATCH)
 
     def _advance(self, gang: _Gang, now: float) -> list[Report]:
         """The gang's reports at this poll, and its stop or end once due."""
         reports: list[Report] = []
-        if gang.phase is _Phase.LAUNCHING and all(p.launched for p in gang.pods):
+        if gang.phase is _Phase.LAUNCHING and all(h.launched for h in gang.hosts):
             gang.phase = _Phase.RUNNING
             reports.append(Report(gang.job_id, gang.attempt, ReportKind.STARTED, now))
         if gang.checkpoint is not None:
@@ -423,11 +478,9 @@ class RayBackend:
             )
             gang.checkpoint = None
         if gang.stopping is None:
-            failed = [p for p in gang.pods if p.ended is not None and p.ended.returncode != 0]
-            if failed:
-                assert failed[0].ended is not None
-                detail = failed[0].ended.describe(failed[0].rank)
-                self._begin_stop(gang, ReportKind.FAILED, self.gang_grace_s, detail)
+            failure = gang.failure()
+            if failure is not None:
+                self._begin_stop(gang, ReportKind.FAILED, self.gang_grace_s, failure)
         if gang.phase is _Phase.PLACING and gang.stopping is None:
             if self._clock() - gang.created > self.place_timeout_s:
                 detail = (
@@ -436,7 +489,7 @@ class RayBackend:
                 )
                 self._begin_stop(gang, ReportKind.FAILED, 0.0, detail)
         placing = gang.phase is _Phase.PLACING and gang.stopping is not None
-        if placing or all(p.ended is not None for p in gang.pods):
+        if placing or gang.over():
             reports.append(self._finish(gang, now))
         return reports
 
@@ -446,9 +499,9 @@ class RayBackend:
             self._signal(gang, kind, grace_s)
 
     def _signal(self, gang: _Gang, kind: ReportKind, grace_s: float) -> None:
-        for pod in gang.pods:
-            if pod.ended is None:
-                pod.actor.stop.remote(kind.value, grace_s)
+        for host in gang.hosts:
+            if not gang.host_over(host):
+                host.actor.stop.remote(kind.value, grace_s)
 
     def _finish(self, gang: _Gang, now: float) -> Report:
         """Remove the gang from Ray (its GPUs free again), then its final report."""
@@ -473,11 +526,11 @@ class RayBackend:
 
         gang.done = True
         del self._gangs[gang.job_id]
-        for pod in gang.pods:
-            if pod.actor is None:
+        for host in gang.hosts:
+            if host.actor is None:
                 continue
             try:
-                ray.kill(pod.actor, no_restart=True)
+                ray.kill(host.actor, no_restart=True)
             except (ValueError, ray.exceptions.RayError):
                 pass
         try:
@@ -498,24 +551,24 @@ class RayBackend:
                 continue
             job_id, attempt = parsed
             group = get_placement_group(info["name"])
-            pods: list[_Pod] = []
-            for rank in range(len(info.get("bundles", {}))):
+            hosts: list[_Host] = []
+            placed = info.get("bundles_to_node_id", {})
+            for index in range(len(info.get("bundles", {}))):
                 try:
-                    actor = ray.get_actor(actor_name(job_id, attempt, rank), self.namespace)
+                    actor = ray.get_actor(actor_name(job_id, attempt, index), self.namespace)
                 except ValueError:
                     actor = None
-                node_id = str(info.get("bundles_to_node_id", {}).get(rank, ""))
-                pod = _Pod(rank, actor, node_id, launched=True)
+                host = _Host(index, actor, str(placed.get(index, "")), None, launched=True)
                 if actor is None:
-                    pod.ended = PodExit(-9, "its Ray actor is gone")
-                pods.append(pod)
-            gang = _Gang(job_id, attempt, group, pods, None, _Phase.RUNNING, self._clock())
+                    host.lost = "its Ray actor is gone"
+                hosts.append(host)
+            gang = _Gang(job_id, attempt, group, hosts, None, _Phase.RUNNING, self._clock())
             self._gangs[job_id] = gang
             if info.get("state") != "CREATED":
                 gang.phase = _Phase.PLACING
                 detail = "was still being placed when the service stopped"
                 gang.stopping = _Stopping(ReportKind.FAILED, 0.0, detail)
                 continue
-            for pod in pods:
-                if pod.ended is None:
-                    self._call(gang, pod, _Call.WATCH)
+            for host in hosts:
+                if host.lost is None:
+                    self._call(gang, host, _Call.WATCH)

@@ -1,14 +1,15 @@
-"""What runs on a Ray node for each pod: a detached actor that starts the pod's command and
-watches it to its end.
+"""What runs on a Ray node for a gang: one detached actor per node of the gang, which starts the
+gang's pods on that node and watches them to their end.
 
-The actor holds the pod's place (its placement-group bundle and GPUs); the command runs as a
-child process in a session of its own, so a stop reaches everything it started. A stop sends
-SIGTERM (a job can catch it to checkpoint, see `toposched.payload.on_stop`) and, once the
-grace period is over, SIGKILL to the child's process group; the actor enforces the deadline
-itself, so a stop completes even while the service is down. The child is also killed when the
+The actor holds the pods' place (their placement-group bundle and GPUs: one Ray worker process
+per node of the gang, not per pod, as Ray starts worker processes slowly). Each pod's command
+runs as a child process in a session of its own, so a stop reaches everything it started. A
+stop sends SIGTERM (a job can catch it to checkpoint, see `toposched.payload.on_stop`) and, once
+the grace period is over, SIGKILL to each pod's process group; the actor enforces the deadline
+itself, so a stop completes even while the service is down. A pod is also killed when the
 actor's process dies (Linux: the parent-death signal), as a container dies with its runtime.
 
-Everything the backend learns (exit status, checkpoint lines, the stop under way) it asks the
+Everything the backend learns (exit statuses, checkpoint lines, the stop under way) it asks the
 actor, so a backend made after a restart of the service learns the same.
 """
 
@@ -30,11 +31,11 @@ from pathlib import Path
 
 from toposched import payload
 
-__all__ = ["PodActor", "PodPlace", "PodStatus", "pod_command"]
+__all__ = ["HostPlace", "HostStatus", "PodSpec", "PodStatus", "PodsActor", "pod_command"]
 
 _PR_SET_PDEATHSIG = 1
 _TICK_S = 0.05
-"""How often the actor looks for a stop to carry out while its command runs."""
+"""How often a pod's watcher looks for a stop to carry out while the pod runs."""
 _PYTHON_NAMES = ("python", "python3")
 
 
@@ -56,115 +57,127 @@ def _die_with_parent() -> None:
         pass
 
 
-def _signal_group(pid: int, signum: int, leader_only: bool = False) -> None:
+def _signal(pid: int, signum: int, group: bool) -> None:
     try:
-        if leader_only:
-            os.kill(pid, signum)
-        else:
+        if group:
             os.killpg(pid, signum)
+        else:
+            os.kill(pid, signum)
     except (ProcessLookupError, PermissionError):
         pass
 
 
 @dataclass(frozen=True)
-class PodPlace:
-    """Where a pod's actor landed: its Ray node, that node's address, and a port free there
-    (rank 0's is the gang's rendezvous port)."""
+class HostPlace:
+    """Where an actor landed: its Ray node, that node's address, and a port free there (the
+    rendezvous port when the actor holds rank 0)."""
 
     node_id: str
     address: str
     port: int
-    gpu_ids: tuple[str, ...]
-    """The GPU ids Ray assigned to the actor (for the record: toposched's indices are used)."""
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    """What one pod on this node runs."""
+
+    rank: int
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    workdir: str | None
 
 
 @dataclass(frozen=True)
 class PodStatus:
-    """What the actor knows of its pod now."""
-
-    launched: bool
+    rank: int
     returncode: int | None
     """None while the command runs (or before it started)."""
     detail: str
+    log: str
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    """What the actor knows of its pods now."""
+
+    ranks: tuple[int, ...]
+    launched: bool
+    pods: tuple[PodStatus, ...]
     checkpoints: tuple[str, ...]
     """Checkpoint lines written since the last status (JSON, one per `checkpointed` call)."""
     stop_kind: str | None
     """The stop under way ("evicted", "stopped", "failed"), if any."""
     killed: bool
-    """Whether the grace period ran out and the pod was killed."""
-    log: str
+    """Whether the grace period ran out and a pod was killed."""
 
 
-class PodActor:
-    """One pod of one attempt of a job (made a Ray actor by the backend; `max_concurrency` > 2
-    so `watch` can wait while `stop` is called)."""
+class PodsActor:
+    """The pods `ranks` of one attempt of a job, on one node (made a Ray actor by the backend;
+    `max_concurrency` > 2 so `watch` can wait while `stop` is called)."""
 
-    def __init__(self, job_id: str, attempt: int, rank: int) -> None:
-        self.rank = rank
-        self.folder = Path(tempfile.mkdtemp(prefix=f"toposched-{attempt}-{rank}-"))
+    def __init__(self, job_id: str, attempt: int, ranks: Sequence[int]) -> None:
+        self.ranks = tuple(ranks)
+        self.folder = Path(tempfile.mkdtemp(prefix=f"toposched-{attempt}-"))
         self.checkpoint_file = self.folder / "checkpoint"
-        self.log_file = self.folder / "pod.log"
         self._lock = threading.Condition()
         self._launched = False
-        self._returncode: int | None = None
-        self._detail = ""
+        self._exits: dict[int, tuple[int, str]] = {}
+        self._exits_seen = 0
         self._checkpoint_seen = 0
         self._stop_kind: str | None = None
-        self._killed = False
         self._deadline = float("inf")
+        self._killed = False
 
-    def place(self) -> PodPlace:
+    def place(self) -> HostPlace:
         import ray
 
-        context = ray.get_runtime_context()
-        address = ray.util.get_node_ip_address()
+        address = str(ray.util.get_node_ip_address())
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.bind((address, 0))
             port = int(probe.getsockname()[1])
-        gpu_ids = tuple(str(g) for g in ray.get_gpu_ids())
-        return PodPlace(str(context.get_node_id()), str(address), port, gpu_ids)
+        return HostPlace(str(ray.get_runtime_context().get_node_id()), address, port)
 
-    def launch(self, command: Sequence[str], env: Mapping[str, str], workdir: str | None) -> None:
-        """Start the command (unless a stop came first); a failure to start ends the pod."""
+    def log_file(self, rank: int) -> Path:
+        return self.folder / f"{rank}.log"
+
+    def launch(self, pods: Sequence[PodSpec]) -> None:
+        """Start every pod (none if a stop came first); a pod that cannot start has ended."""
         with self._lock:
             if self._launched:
                 return
             self._launched = True
             if self._stop_kind is not None:
-                self._end(-signal.SIGTERM, "stopped before it started")
+                for pod in pods:
+                    self._end(pod.rank, -signal.SIGTERM, "stopped before it started")
                 return
-        full_env = {**env, payload.CHECKPOINT_FILE: str(self.checkpoint_file)}
-        ready = threading.Event()
-        thread = threading.Thread(
-            target=self._supervise, args=(list(command), full_env, workdir, ready), daemon=True
-        )
-        thread.start()
-        ready.wait()
+        for pod in pods:
+            ready = threading.Event()
+            threading.Thread(target=self._supervise, args=(pod, ready), daemon=True).start()
+            ready.wait()
 
-    def _supervise(
-        self, command: list[str], env: dict[str, str], workdir: str | None, ready: threading.Event
-    ) -> None:
-        """Run the command to its end, carrying out a stop; this thread lives as long as the
-        child (whose death signal is tied to the thread that started it)."""
+    def _supervise(self, pod: PodSpec, ready: threading.Event) -> None:
+        """Run one pod to its end, carrying out a stop; this thread lives as long as the pod
+        (whose death signal is tied to the thread that started it)."""
+        env = {**os.environ, **pod.env, payload.CHECKPOINT_FILE: str(self.checkpoint_file)}
         try:
-            with open(self.log_file, "ab") as log:
+            with open(self.log_file(pod.rank), "ab") as log:
                 child = subprocess.Popen(
-                    pod_command(command),
+                    pod_command(pod.command),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=env,
-                    cwd=workdir,
+                    cwd=pod.workdir,
                     start_new_session=True,
                     preexec_fn=_die_with_parent,
                 )
         except OSError as error:
             with self._lock:
-                self._end(127, f"could not be started: {error.strerror or error}")
+                self._end(pod.rank, 127, f"could not be started: {error.strerror or error}")
             ready.set()
             return
         ready.set()
-        terminated = False
+        terminated = killed = False
         while True:
             try:
                 returncode = child.wait(timeout=_TICK_S)
@@ -175,37 +188,39 @@ class PodActor:
                 stopping, deadline = self._stop_kind is not None, self._deadline
             if stopping and not terminated:
                 terminated = True
-                _signal_group(child.pid, signal.SIGTERM, leader_only=True)
-            if stopping and time.monotonic() >= deadline and not self._killed:
+                _signal(child.pid, signal.SIGTERM, group=False)
+            if stopping and not killed and time.monotonic() >= deadline:
+                killed = True
                 with self._lock:
                     self._killed = True
-                _signal_group(child.pid, signal.SIGKILL)
-        _signal_group(child.pid, signal.SIGKILL)  # What the command left in its session.
+                _signal(child.pid, signal.SIGKILL, group=True)
+        _signal(child.pid, signal.SIGKILL, group=True)  # What the command left in its session.
         with self._lock:
-            self._end(returncode, "killed after the grace period" if self._killed else "")
+            self._end(pod.rank, returncode, "killed after the grace period" if killed else "")
 
-    def _end(self, returncode: int, detail: str) -> None:
-        self._returncode = returncode
-        self._detail = detail
+    def _end(self, rank: int, returncode: int, detail: str) -> None:
+        self._exits[rank] = (returncode, detail)
         self._lock.notify_all()
 
     def stop(self, kind: str, grace_s: float) -> None:
-        """SIGTERM to the command, SIGKILL to its process group once `grace_s` seconds are
-        over; a later stop can shorten the grace period, never lengthen it."""
+        """SIGTERM to every pod's command, SIGKILL to its process group once `grace_s` seconds
+        are over; a later stop can shorten the grace period, never lengthen it."""
         with self._lock:
             if self._stop_kind is None:
                 self._stop_kind = kind
             self._deadline = min(self._deadline, time.monotonic() + max(grace_s, 0.0))
 
-    def watch(self, timeout_s: float) -> PodStatus:
-        """The pod's status once it ended or wrote a checkpoint line, or after `timeout_s`."""
+    def watch(self, timeout_s: float) -> HostStatus:
+        """The pods' status once one more ended or a checkpoint line came, or after
+        `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
-            while self._returncode is None and not self._fresh_checkpoint():
+            while len(self._exits) == self._exits_seen and not self._fresh_checkpoint():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._lock.wait(min(left, 0.2))
+            self._exits_seen = len(self._exits)
             return self._status()
 
     def _fresh_checkpoint(self) -> bool:
@@ -214,7 +229,7 @@ class PodActor:
         except OSError:
             return False
 
-    def _status(self) -> PodStatus:
+    def _status(self) -> HostStatus:
         lines: tuple[str, ...] = ()
         try:
             with open(self.checkpoint_file, "rb") as handle:
@@ -225,14 +240,17 @@ class PodActor:
             lines = tuple(line.decode("utf-8", "replace") for line in complete.splitlines())
         except OSError:
             pass
-        return PodStatus(
+        pods = []
+        for rank in self.ranks:
+            returncode, detail = self._exits.get(rank, (None, ""))
+            pods.append(PodStatus(rank, returncode, detail, str(self.log_file(rank))))
+        return HostStatus(
+            self.ranks,
             self._launched,
-            self._returncode,
-            self._detail,
+            tuple(pods),
             lines,
             self._stop_kind,
             self._killed,
-            str(self.log_file),
         )
 
 
