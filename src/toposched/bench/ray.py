@@ -4,8 +4,9 @@ Evict to its GPUs reusable, next to what Ray itself takes to reserve the same ga
 The suite starts its own cluster on this machine (4 nodes of 4 pretend GPUs in two racks, on
 loopback; about half a minute) and stops it after. Each pod runs `sleep`, so the figures are
 the backend's and Ray's own costs: a placement group pinned to the chosen nodes, one actor
-process per pod, the commands started, and on eviction the pods signalled, gone, and the
-placement group removed.
+process per node of the gang, the commands started, and on eviction the pods signalled, gone,
+and the placement group removed. Next to them: Ray's own placement group for the same gang,
+and that group with an actor per bundle, as a gang of Ray actors would be started.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def _run(rounds: int) -> list[Measurement]:
         _measurement(
             f"Bind -> all pods running ({gang})",
             bind,
-            "placement group, one actor per pod, commands started",
+            "placement group, one actor per node, commands started",
         ),
         _measurement(f"Evict -> EVICTED reported ({gang})", evict, "pods gone, group removed"),
         _measurement(
