@@ -129,6 +129,24 @@ def test_cluster_model_from_node_labels(ray_cluster: LocalRayCluster) -> None:  
         discover_nodes(ray.nodes(), ["zone", "rack"])
 
 
+def test_node_health_follows_the_ray_nodes(ray_cluster: LocalRayCluster) -> None:  # noqa: F811
+    """Ray's node records as they would read when n2 dies, then comes back with a new id."""
+    records = ray.nodes()
+    cluster = RayCluster(["rack"], min_interval_s=0.0, read_nodes=lambda: records)
+    cluster.discover()
+    assert cluster.changes() == []
+    n2 = next(r for r in records if r["Labels"]["name"] == "n2")
+    n2["Alive"], n2["DeathReasonMessage"] = False, "health check failed"
+    assert [(c.node, c.health, c.detail) for c in cluster.changes()] == [
+        ("n2", Health.DOWN, "health check failed")
+    ]
+    assert cluster.changes() == []
+    records.append({**n2, "NodeID": "f" * 56, "Alive": True})
+    assert [(c.node, c.health) for c in cluster.changes()] == [("n2", Health.HEALTHY)]
+    node = cluster.node("n2")
+    assert node is not None and node.node_id == "f" * 56
+
+
 def test_gang_lands_on_the_chosen_nodes(
     backend: RayBackend,
     ray_cluster: LocalRayCluster,  # noqa: F811
@@ -258,13 +276,9 @@ def test_a_lost_node_is_reported_down_and_fails_its_gang(
 DRIVER = """
 import sys, time
 from toposched.backends.protocol import Launch, PodLaunch, ReportKind, RunSpec
-from toposched.backends.ray_backend import RayBackend
-from toposched.backends.ray_discovery import RayCluster, connect
+from toposched.backends.ray_backend import connect_backend
 from toposched.payload import entry_point_command
-connect(sys.argv[1])
-cluster = RayCluster(["rack"])
-cluster.discover()
-backend = RayBackend(cluster)
+backend = connect_backend(sys.argv[1], ["rack"]).backend
 run = RunSpec(entry_point_command("ray_jobs:hold", ["600"]), workdir=sys.argv[2])
 backend.start(Launch("survivor", 1, (PodLaunch(0, "n1", (0,)), PodLaunch(1, "n3", (1,))), run))
 while not any(r.kind is ReportKind.STARTED for r in backend.poll(time.time())):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from toposched.cluster.state import Health
 
@@ -124,11 +124,13 @@ class NodeChange:
     detail: str = ""
 
 
+@runtime_checkable
 class NodeWatcher(Protocol):
     """A backend that also follows the health of the nodes it runs pods on (e.g. Ray).
 
     The service applies each change with its node-failure handling: a gang on a node gone
-    `DOWN` fails, resumable work is requeued. Backends on a fixed machine need not offer it.
+    `DOWN` fails, resumable work is requeued. Backends on a fixed machine need not offer it;
+    `isinstance(backend, NodeWatcher)` tells.
     """
 
     def node_changes(self) -> Sequence[NodeChange]:
