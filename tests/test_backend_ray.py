@@ -27,12 +27,17 @@ from toposched.backends.protocol import (
 )
 from toposched.backends.ray_local import LocalRayCluster
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import Health
+from toposched.cluster.state import ClusterState, Health
+from toposched.cluster.topology import Topology
 from toposched.payload import entry_point_command
+from toposched.placement.jobspec import JobSpec
+from toposched.policy.budget import BudgetTree
+from toposched.scheduler.core import Scheduler
+from toposched.scheduler.decisions import Bind, Evict
 
 ray = pytest.importorskip("ray")
 
-from toposched.backends.ray_backend import RayBackend, group_name  # noqa: E402
+from toposched.backends.ray_backend import RayBackend, connect_backend, group_name  # noqa: E402
 from toposched.backends.ray_discovery import RayCluster, discover_nodes  # noqa: E402
 
 TESTS = Path(__file__).parent
@@ -318,3 +323,58 @@ def test_a_restarted_service_adopts_what_ray_still_runs(
     assert Watch(restarted).final("survivor")[-1].kind is ReportKind.STOPPED
     assert group_name("survivor", 1) not in live_groups()
     assert restarted.running() == []
+
+
+def launch_of(bind: Bind, topology: Topology, attempt: int, run: RunSpec) -> Launch:
+    """The backend's launch for the scheduler's Bind: each pod's node by name, its GPUs."""
+    allocation = bind.allocation
+    pods = tuple(
+        PodLaunch(
+            rank,
+            topology.node_names[int(allocation.nodes[rank])],
+            tuple(int(g) for g in allocation.gpus[rank]),
+        )
+        for rank in range(allocation.pods)
+    )
+    return Launch(bind.job_id, attempt, pods, run)
+
+
+def test_the_scheduler_preempts_work_on_ray_within_the_required_rack(
+    ray_cluster: LocalRayCluster,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The scheduler decides, the backend carries out: unallocated work fills rack r1, a
+    budgeted job that needs a whole rack evicts it (its stop hook runs within the grace
+    period), and lands on r1's nodes once Ray has the GPUs back."""
+    setup = connect_backend(ray_cluster.address, ["rack"])
+    backend, topology = setup.backend, setup.topology
+    watch = Watch(backend)
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 100, "scratch": 0}})
+    scheduler = Scheduler(ClusterState(topology), tree)
+
+    def gang(name: str, account: str, **fields: object) -> JobSpec:
+        document = {"name": name, "account": account, "pods": 2, "resources_per_pod": {"gpus": 4}}
+        return JobSpec.from_dict({**document, "topology": {"required": "rack"}, **fields})
+
+    scheduler.submit(gang("scratch-job", "scratch", grace_period="20s"), time.time())
+    (bind,) = scheduler.cycle(time.time()).bound
+    backend.start(launch_of(bind, topology, 1, job("hold", "600")))
+    watch.until("scratch-job", lambda rs: any(r.detail.endswith("ready") for r in rs))
+    scheduler.submit(gang("rack-job", "team-a"), time.time())
+    (evict,) = [d for d in scheduler.cycle(time.time()).decisions if isinstance(d, Evict)]
+    assert (evict.job_id, evict.preemptor, evict.grace_s) == ("scratch-job", "rack-job", 20.0)
+    stopped = time.monotonic()
+    backend.stop(Stop(evict.job_id, 1, evict.grace_s, evicted=True))
+    reports = watch.final("scratch-job")
+    assert reports[-1].kind is ReportKind.EVICTED and time.monotonic() - stopped < 20
+    assert any(r.detail.endswith("saved at stop") for r in reports)
+    scheduler.evicted("scratch-job", time.time())
+    (bind,) = scheduler.cycle(time.time()).bound
+    assert bind.job_id == "rack-job"
+    backend.start(launch_of(bind, topology, 1, job("report_place", str(tmp_path))))
+    assert watch.final("rack-job")[-1].kind is ReportKind.FINISHED
+    places = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
+    assert sorted(place["node"] for place in places) == ["n1", "n2"]
+    assert {place["node_group"] for place in places} == {
+        ray_cluster.nodes[name].process.pid for name in ("n1", "n2")
+    }
