@@ -80,6 +80,11 @@ class Watch:
         return self.until(job_id, lambda rs: bool(rs) and rs[-1].kind in FINAL)
 
 
+def session_nodes() -> list[dict[str, object]]:
+    """Ray's records of the session's three nodes (a test may have added and removed more)."""
+    return [record for record in ray.nodes() if record["Labels"].get("name") in RACKS]
+
+
 def step_of(report: Report) -> int:
     """The step a checkpoint report names ("rank 1: step 12"), else -1."""
     words = report.detail.split()
@@ -123,7 +128,7 @@ def test_cluster_model_from_node_labels(ray_cluster: LocalRayCluster) -> None:  
     assert topology.cpu_milli.tolist() == [1000, 1000, 1000]
     assert found.skipped == ()
     # A level the nodes have no label for keeps a node out, by name; none left is an error.
-    records = ray.nodes()
+    records = session_nodes()
     for record in records:
         if record["Labels"].get("name") == "n3":
             record["Labels"].pop("rack")
@@ -131,12 +136,13 @@ def test_cluster_model_from_node_labels(ray_cluster: LocalRayCluster) -> None:  
     assert list(partial.topology.node_names) == ["n1", "n2"]
     assert [(s.name, "'rack'" in s.reason) for s in partial.skipped] == [("n3", True)]
     with pytest.raises(InputError, match="no node can be used.*n1: has no 'zone' label"):
-        discover_nodes(ray.nodes(), ["zone", "rack"])
+        discover_nodes(session_nodes(), ["zone", "rack"])
 
 
 def test_node_health_follows_the_ray_nodes(ray_cluster: LocalRayCluster) -> None:  # noqa: F811
-    """Ray's node records as they would read when n2 dies, then comes back with a new id."""
-    records = ray.nodes()
+    """Ray's node records as they would read when n2 dies, then comes back with a new id; and
+    a node dead when toposched starts is in the model, down."""
+    records = session_nodes()
     cluster = RayCluster(["rack"], min_interval_s=0.0, read_nodes=lambda: records)
     cluster.discover()
     assert cluster.changes() == []
@@ -150,6 +156,10 @@ def test_node_health_follows_the_ray_nodes(ray_cluster: LocalRayCluster) -> None
     assert [(c.node, c.health) for c in cluster.changes()] == [("n2", Health.HEALTHY)]
     node = cluster.node("n2")
     assert node is not None and node.node_id == "f" * 56
+    records = [{**r, "Alive": r["Labels"]["name"] != "n3"} for r in session_nodes()]
+    restarted = RayCluster(["rack"], read_nodes=lambda: records)
+    assert list(restarted.discover().topology.node_names) == ["n1", "n2", "n3"]
+    assert [(c.node, c.health) for c in restarted.changes()] == [("n3", Health.DOWN)]
 
 
 def test_gang_lands_on_the_chosen_nodes(
@@ -351,6 +361,8 @@ def test_the_scheduler_preempts_work_on_ray_within_the_required_rack(
     watch = Watch(backend)
     tree = BudgetTree.from_dict({"accounts": {"team-a": 100, "scratch": 0}})
     scheduler = Scheduler(ClusterState(topology), tree)
+    for change in backend.node_changes():  # Nodes an earlier test removed.
+        scheduler.set_health([topology.node_index(change.node)], change.health, time.time())
 
     def gang(name: str, account: str, **fields: object) -> JobSpec:
         document = {"name": name, "account": account, "pods": 2, "resources_per_pod": {"gpus": 4}}

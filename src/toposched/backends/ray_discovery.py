@@ -1,10 +1,10 @@
 """A Ray cluster read into toposched's cluster model, and its nodes followed as they change.
 
-Each live Ray node becomes a node of the model: its GPU and CPU counts and memory from the
-node's resources, its place in the topology from its labels (one per configured level, e.g.
-`ray start --labels="zone=z1,block=b1,rack=r3"`), and its name from the `name` label (the Ray
-node id when it has none). A node without a label for some level, or whose name is taken or
-malformed, is kept out and reported by name with the reason.
+Each Ray node becomes a node of the model (a dead one, which Ray remembers, as `down`): its
+GPU and CPU counts and memory from the node's resources, its place in the topology from its
+labels (one per configured level, e.g. `ray start --labels="zone=z1,block=b1,rack=r3"`), and its
+name from the `name` label (the Ray node id when it has none). A node without a label for some
+level, or whose name is taken or malformed, is kept out and reported by name with the reason.
 
 Ray gives a node that restarts a new node id; a node named by label keeps its place in the
 model and is mapped to its new id when it comes back.
@@ -76,7 +76,7 @@ class SkippedNode:
 
 @dataclass(frozen=True)
 class RayDiscovery:
-    """The cluster model of the live Ray nodes and the nodes left out of it."""
+    """The cluster model of the Ray nodes and the nodes left out of it."""
 
     topology: Topology
     nodes: tuple[RayNode, ...]
@@ -118,29 +118,37 @@ def discover_nodes(
     name_label: str = NAME_LABEL,
     gpu_model: str = DEFAULT_GPU_MODEL,
 ) -> RayDiscovery:
-    """The cluster model of the live nodes among `records` (as `ray.nodes()` returns them).
+    """The cluster model of the nodes among `records` (as `ray.nodes()` returns them): the live
+    ones, and the dead ones named by label that no live node replaced (Ray remembers dead
+    nodes; they are in the model as not alive, so a restart while a node is down keeps the
+    same model).
 
     Nodes are taken in name order, so the same nodes always give the same model. Raises
-    InputError when no node is left, naming why each was kept out.
+    InputError when no live node is left, naming why each was kept out.
     """
+    chosen: dict[str, RayNodeRecord] = {}
+    skipped: list[SkippedNode] = []
+    for record in sorted(records, key=lambda r: not r.get("Alive")):
+        name = _node_name(record, name_label)
+        alive = bool(record.get("Alive"))
+        if name in chosen:
+            if alive:
+                skipped.append(SkippedNode(name, "another live node has the same name"))
+        elif alive or (record.get("Labels") or {}).get(name_label):
+            chosen[name] = record
     documents: list[dict[str, Any]] = []
     nodes: list[RayNode] = []
-    skipped: list[SkippedNode] = []
-    alive = [r for r in records if r.get("Alive")]
-    for record in sorted(alive, key=lambda r: _node_name(r, name_label)):
-        name = _node_name(record, name_label)
-        if any(node.name == name for node in nodes):
-            skipped.append(SkippedNode(name, "another live node has the same name"))
-            continue
+    for name in sorted(chosen):
+        record = chosen[name]
         document = _node_document(record, name, levels, gpu_model)
         if isinstance(document, str):
-            skipped.append(SkippedNode(name, document))
+            if record.get("Alive"):
+                skipped.append(SkippedNode(name, document))
             continue
         documents.append(document)
-        nodes.append(
-            RayNode(name, str(record["NodeID"]), str(record.get("NodeManagerAddress", "")), True)
-        )
-    if not documents:
+        address = str(record.get("NodeManagerAddress", ""))
+        nodes.append(RayNode(name, str(record["NodeID"]), address, bool(record.get("Alive"))))
+    if not any(node.alive for node in nodes):
         reasons = "; ".join(f"{s.name}: {s.reason}" for s in skipped) or "no live nodes"
         raise InputError("ray nodes", len(records), f"no node can be used ({reasons})")
     topology = topology_from_nodes(levels, documents, source="ray nodes")
@@ -189,6 +197,8 @@ class RayCluster:
         self._read_nodes = read_nodes or _ray_nodes
         self._clock = clock
         self._nodes: dict[str, RayNode] = {}
+        self._pending: list[NodeChange] = []
+        """Changes found by `discover`, handed over by the next `changes`."""
         self._last_read = -float("inf")
 
     def discover(self) -> RayDiscovery:
@@ -196,6 +206,11 @@ class RayCluster:
         found = discover_nodes(self._read_nodes(), self.levels, self.name_label, self.gpu_model)
         self._nodes = {node.name: node for node in found.nodes}
         self._last_read = self._clock()
+        self._pending = [
+            NodeChange(node.name, Health.DOWN, "dead in Ray when toposched started")
+            for node in found.nodes
+            if not node.alive
+        ]
         for skipped in found.skipped:
             log.warning("Ray node %s is left out: %s", skipped.name, skipped.reason)
         return found
@@ -207,9 +222,10 @@ class RayCluster:
     def changes(self, force: bool = False) -> list[NodeChange]:
         """Nodes of the model that died or came back since the last read (at most one read
         every `min_interval_s` unless `force`)."""
+        changes, self._pending = self._pending, []
         now = self._clock()
         if not force and now - self._last_read < self.min_interval_s:
-            return []
+            return changes
         self._last_read = now
         records = self._read_nodes()
         latest: dict[str, RayNodeRecord] = {}
@@ -217,7 +233,6 @@ class RayCluster:
             name = _node_name(each, self.name_label)
             if name in self._nodes and (name not in latest or each.get("Alive")):
                 latest[name] = each
-        changes: list[NodeChange] = []
         for name, known in self._nodes.items():
             record = latest.get(name)
             alive = bool(record is not None and record.get("Alive"))
