@@ -11,7 +11,7 @@ reads it), the rendezvous address being rank 0's node.
 Calls to the actors are never waited on: each poll takes whichever answers arrived
 (`ray.wait` with no timeout). A pod whose actor dies (its node was lost) has failed; a gang
 fails as a whole, its other pods stopped with `gang_grace_s`. A stop asks every actor to send
-SIGTERM and to kill its pod once the grace period is over; the final report (`EVICTED`,
+SIGTERM and to kill its pods once the grace period is over; the final report (`EVICTED`,
 `STOPPED`, `FAILED`, `FINISHED`) comes once every pod is gone and the placement group is
 removed, so the GPUs are free in Ray when the service hears of it.
 
