@@ -37,8 +37,9 @@ from toposched.scheduler.decisions import Bind, Evict
 
 ray = pytest.importorskip("ray")
 
-from toposched.backends.ray_backend import RayBackend, connect_backend, group_name  # noqa: E402
+from toposched.backends.ray_backend import RayBackend, group_name  # noqa: E402
 from toposched.backends.ray_discovery import RayCluster, discover_nodes  # noqa: E402
+from toposched.backends.ray_setup import connect_backend  # noqa: E402
 
 TESTS = Path(__file__).parent
 TIMEOUT = 60.0
@@ -291,7 +292,7 @@ def test_a_lost_node_is_reported_down_and_fails_its_gang(
 DRIVER = """
 import sys, time
 from toposched.backends.protocol import Launch, PodLaunch, ReportKind, RunSpec
-from toposched.backends.ray_backend import connect_backend
+from toposched.backends.ray_setup import connect_backend
 from toposched.payload import entry_point_command
 backend = connect_backend(sys.argv[1], ["rack"]).backend
 run = RunSpec(entry_point_command("ray_jobs:hold", ["600"]), workdir=sys.argv[2])

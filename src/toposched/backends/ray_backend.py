@@ -46,14 +46,7 @@ from toposched.backends.protocol import (
     RunSpec,
     Stop,
 )
-from toposched.backends.ray_discovery import (
-    DEFAULT_NAMESPACE,
-    NAME_LABEL,
-    NODE_ID_LABEL,
-    RayCluster,
-    SkippedNode,
-    connect,
-)
+from toposched.backends.ray_discovery import NODE_ID_LABEL, RayCluster
 from toposched.backends.ray_pod import (
     HostPlace,
     HostStatus,
@@ -63,16 +56,13 @@ from toposched.backends.ray_pod import (
 )
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import MILLI_PER_GPU
-from toposched.cluster.topology import Topology
 
 __all__ = [
     "DEFAULT_GANG_GRACE",
     "DEFAULT_PLACE_TIMEOUT",
     "GROUP_PREFIX",
     "RayBackend",
-    "RaySetup",
     "actor_name",
-    "connect_backend",
     "group_name",
     "parse_group_name",
 ]
@@ -582,30 +572,3 @@ class RayBackend:
             for host in hosts:
                 if host.lost is None:
                     self._call(gang, host, _Call.WATCH)
-
-
-@dataclass(frozen=True)
-class RaySetup:
-    """What a service needs to run on a Ray cluster: its cluster model, the nodes left out of
-    it, and the backend (which also follows node health: `backend.node_changes()`)."""
-
-    topology: Topology
-    skipped: tuple[SkippedNode, ...]
-    backend: RayBackend
-
-
-def connect_backend(
-    address: str | None,
-    levels: Sequence[str],
-    name_label: str = NAME_LABEL,
-    namespace: str = DEFAULT_NAMESPACE,
-    gang_grace_s: float = DEFAULT_GANG_GRACE,
-) -> RaySetup:
-    """Join the Ray cluster at `address`, read its live nodes into a cluster model with
-    `levels` (outermost first, each a node label), and adopt the gangs an earlier service left
-    running. InputError when Ray cannot be reached or no node has every level's label."""
-    connect(address, namespace)
-    cluster = RayCluster(levels, name_label=name_label)
-    found = cluster.discover()
-    backend = RayBackend(cluster, gang_grace_s=gang_grace_s)
-    return RaySetup(found.topology, found.skipped, backend)
