@@ -10,6 +10,7 @@ noticed within a few seconds.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -121,8 +122,10 @@ class LocalRayCluster:
         _kill_group(node.process, signal.SIGKILL)
         node.process.wait()
 
-    def stop(self, grace_s: float = 3.0) -> None:
-        """Stop every node, workers first, then the head; each one's whole process group."""
+    def stop(self, grace_s: float = 3.0, keep_files: bool = False) -> None:
+        """Stop every node, workers first, then the head, each one's whole process group; then
+        remove the cluster's folder (Ray's session files and the nodes' logs) unless
+        `keep_files`."""
         for node in reversed(list(self.nodes.values())):
             _kill_group(node.process, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
@@ -134,6 +137,8 @@ class LocalRayCluster:
             _kill_group(node.process, signal.SIGKILL)
             node.process.wait()
         self.nodes.clear()
+        if not keep_files:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _wait_started(node: LocalRayNode, timeout_s: float = 90.0) -> None:
