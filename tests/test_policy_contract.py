@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from toposched.cluster.errors import InputError
+from toposched.cluster.units import HOUR
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import (
     Contract,
@@ -17,8 +18,6 @@ from toposched.policy.contract import (
 )
 from toposched.policy.fairshare import PendingQueue, QueueEntry, Ranking, rank_accounts
 from toposched.policy.usage import UsageTracker
-
-HOUR = 3600.0
 
 # research 70 { pretraining 60 { team-a 50, team-b 50 }, eval 40 }, product 30, ops 0
 BUDGET = {

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toposched.cluster.errors import InputError
+from toposched.cluster.units import HOUR
 from toposched.policy.budget import ROOT, BudgetTree
 from toposched.policy.fairshare import (
     PendingQueue,
@@ -20,8 +21,6 @@ from toposched.policy.fairshare import (
     rank_accounts,
 )
 from toposched.policy.usage import UsageTracker
-
-HOUR = 3600.0
 
 # research 70 { pretraining 60 { team-a 50, team-b 50 }, eval 40 }, product 30
 BUDGET = {

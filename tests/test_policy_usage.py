@@ -11,11 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toposched.cluster.errors import InputError
+from toposched.cluster.units import DAY, HOUR
 from toposched.policy.budget import ROOT
 from toposched.policy.usage import UsageTracker
-
-HOUR = 3600.0
-DAY = 24 * HOUR
 
 
 def test_running_gpus_accrue_continuously() -> None:

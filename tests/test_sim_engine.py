@@ -5,30 +5,44 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from numpy.typing import NDArray
 from rich.console import Console
 
 from toposched.cli.main import main
-from toposched.cli.simulate import _seconds, summary_table
+from toposched.cli.summary import _seconds, summary_table
 from toposched.cluster.errors import InputError
+from toposched.cluster.state import ClusterState, Health
+from toposched.cluster.units import HOUR
 from toposched.placement.jobspec import JobSpec
-from toposched.sim.engine import EventKind, Simulation, simulate, toposched_scheduler
+from toposched.policy.budget import BudgetTree
+from toposched.scheduler.core import Scheduler
+from toposched.sim.engine import EventKind, Simulation, simulate
 from toposched.sim.metrics import (
-    HOUR,
     SHORTFALL_CAUSES,
     SimulationResult,
     conservation,
     percentiles,
     summarize,
 )
+from toposched.sim.protocol import (
+    CycleLike,
+    JobLike,
+    SchedulerLike,
+    SparesLike,
+    toposched_scheduler,
+)
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab
 from toposched.workloads.model import NodeFailure, Workload, WorkloadJob, build_cluster
 from toposched.workloads.replay import default_traces_dir, itp_replay, openb_replay
 
+IntArray = NDArray[np.int64]
 TRACES = default_traces_dir()
 needs_itp = pytest.mark.skipif(
     not (TRACES / "itp").is_dir(), reason=f"ITP traces not found at {TRACES / 'itp'}"
@@ -423,6 +437,69 @@ def test_frontier_lab_run_with_failures_and_repairs() -> None:
     assert sum(disruption["gpu_hours_lost_by_cause"].values()) == pytest.approx(
         disruption["gpu_hours_lost"]
     )
+
+
+class OnlyTheProtocol:
+    """A real scheduler behind exactly the members of `SchedulerLike`, and nothing else: a run
+    through it fails if the simulator reads anything the protocol does not name."""
+
+    __slots__ = ("_scheduler",)
+
+    def __init__(self, scheduler: SchedulerLike) -> None:
+        self._scheduler = scheduler
+
+    @property
+    def state(self) -> ClusterState:
+        return self._scheduler.state
+
+    @property
+    def jobs(self) -> Mapping[str, JobLike]:
+        return self._scheduler.jobs
+
+    @property
+    def spares(self) -> SparesLike | None:
+        return self._scheduler.spares
+
+    def submit(self, spec: JobSpec, now: float) -> JobLike:
+        return self._scheduler.submit(spec, now)
+
+    def cycle(self, now: float) -> CycleLike:
+        return self._scheduler.cycle(now)
+
+    def finish(self, job_id: str, now: float) -> JobLike:
+        return self._scheduler.finish(job_id, now)
+
+    def evicted(self, job_id: str, now: float) -> JobLike:
+        return self._scheduler.evicted(job_id, now)
+
+    def cancel(self, job_id: str, now: float) -> JobLike:
+        return self._scheduler.cancel(job_id, now)
+
+    def set_health(self, nodes: IntArray, health: Health, now: float) -> Sequence[JobLike]:
+        return self._scheduler.set_health(nodes, health, now)
+
+
+def test_the_simulator_reads_the_scheduler_only_through_its_protocol(
+    small_ai2: Workload, small_ai2_run: SimulationResult
+) -> None:
+    def with_spares(state: ClusterState, tree: BudgetTree) -> SchedulerLike:
+        return Scheduler(state, tree, spares=("rack", 1))
+
+    frontier = frontier_lab(seed=1, days=1.0, racks_per_block=2)
+    runs = [
+        (small_ai2, toposched_scheduler, small_ai2_run),
+        (frontier, with_spares, simulate(frontier, with_spares)),
+    ]
+    for workload, factory, direct in runs:
+        wrapped = simulate(
+            workload,
+            lambda state, tree, f=factory: OnlyTheProtocol(f(state, tree)),
+            scheduler_name="scheduler",
+        )
+        assert wrapped.counts == direct.counts
+        assert _without_wall_clock(summarize(wrapped)) == _without_wall_clock(summarize(direct))
+    assert small_ai2_run.counts["evictions"] > 0
+    assert runs[1][2].counts["failures"] > 0 and runs[1][2].counts["repairs"] > 0
 
 
 @needs_itp

@@ -142,11 +142,3 @@ def machine() -> dict[str, Any]:
         "numpy": np.__version__,
         "platform": platform.platform(),
     }
-
-
-def format_seconds(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.1f} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.2f} s"

@@ -5,64 +5,21 @@ from __future__ import annotations
 import numpy as np
 
 from toposched.bench.harness import Measurement, measure
-from toposched.cluster.builders import million_gpu_cluster
-from toposched.cluster.errors import checked_seed
-from toposched.cluster.state import Allocation, ClusterState
+from toposched.cluster.state import ClusterState
 from toposched.placement.request import GangRequest, simple_request
 from toposched.placement.search import Placement, Unschedulable, place
+from toposched.workloads.fleet import RACK_LEVEL, occupied_fleet
 
-RACK_LEVEL = 3  # zone=1, block=2, rack=3 in the NVL72 builder's levels
-
-
-def occupied_fleet(
-    occupancy: float = 0.70,
-    whole_rack_share: float = 0.55,
-    small_rack_share: float = 0.20,
-    seed: int = 0,
-) -> ClusterState:
-    """The 1M-GPU fleet with a random job mix holding `occupancy` of its GPUs.
-
-    Laid out the way a packing scheduler leaves a busy fleet: `whole_rack_share` of the racks,
-    chosen at random, are held whole by rack-slice training jobs; `small_rack_share` of the
-    racks host small jobs that hold a random number of GPUs on every node, enough to reach
-    `occupancy` overall; the other racks are free.
-    """
-    rng = np.random.default_rng(checked_seed(seed))
-    state = ClusterState(million_gpu_cluster())
-    topology = state.topology
-    racks = topology.n_domains(RACK_LEVEL)
-    order = rng.permutation(racks)
-    n_whole = int(round(whole_rack_share * racks))
-    n_small = int(round(small_rack_share * racks))
-    starts = topology.domain_starts[RACK_LEVEL]
-    gpus_per_node = int(topology.gpu_count[0])
-
-    def rack_nodes(selected: np.ndarray) -> np.ndarray:
-        selected = np.sort(selected)
-        return (starts[selected][:, None] + np.arange(18)[None, :]).reshape(-1)
-
-    whole_nodes = rack_nodes(order[:n_whole])
-    state.allocate(
-        "training-mix",
-        Allocation.of(whole_nodes, np.tile(np.arange(gpus_per_node), (whole_nodes.size, 1))),
-    )
-    small_nodes = rack_nodes(order[n_whole : n_whole + n_small])
-    target_gpus = occupancy * topology.n_gpus - whole_nodes.size * gpus_per_node
-    mean_per_node = target_gpus / max(small_nodes.size, 1)
-    taken = np.clip(
-        rng.binomial(gpus_per_node, min(mean_per_node / gpus_per_node, 1.0), small_nodes.size),
-        0,
-        gpus_per_node,
-    )
-    # One allocation per GPU count, so each is a uniform gang.
-    for count in range(1, gpus_per_node + 1):
-        nodes = small_nodes[taken == count]
-        if nodes.size:
-            state.allocate(
-                f"small-mix-{count}",
-                Allocation.of(nodes, np.tile(np.arange(count), (nodes.size, 1))),
-            )
-    return state
+__all__ = [
+    "block_preferring_job",
+    "block_sliced_job",
+    "frontier_job",
+    "infeasible_job",
+    "occupied_fleet",
+    "run_placement_benchmarks",
+    "small_block_slices_job",
+    "small_jobs",
+]
 
 
 def small_jobs(seed: int = 1) -> list[GangRequest]:
@@ -102,9 +59,10 @@ def block_preferring_job() -> GangRequest:
 
 def small_block_slices_job() -> GangRequest:
     """40,000 GPUs: 40,000 one-GPU pods in slices of 40 per spine block, within one zone,
-    fewest racks preferred: its cheaper count plan needs 2.3M cells, past the 400,000 the count
-    plans once had and within today's 4,000,000; 556 racks, the least (a free rack holds 72 such
-    pods), where the greedy placement takes 747."""
+    fewest racks preferred: its cheaper count plan needs 2.3M cells, past the amount plans'
+    limit (`fewest.MAX_CELLS`, 400,000) and within the count plans' (`MAX_COUNT_CELLS`,
+    4,000,000); 556 racks, the least (a free rack holds 72 such pods), where the greedy
+    placement takes 747."""
     return simple_request(
         40_000, 1, name="small-block-slices", required=1, preferred=RACK_LEVEL, slices=[(2, 40)]
     )

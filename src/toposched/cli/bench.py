@@ -13,10 +13,10 @@ from rich.table import Table
 from toposched.bench.harness import (
     Measurement,
     calibration,
-    format_seconds,
     interpreter_calibration,
     machine,
 )
+from toposched.cluster.units import format_timing
 
 
 def _suites() -> dict[str, Callable[[bool], list[Measurement]]]:
@@ -24,12 +24,14 @@ def _suites() -> dict[str, Callable[[bool], list[Measurement]]]:
     from toposched.bench.cycle import run_cycle_benchmarks
     from toposched.bench.placement import run_placement_benchmarks
     from toposched.bench.preempt import run_preempt_benchmarks
+    from toposched.bench.serve import run_serve_benchmarks
 
     return {
         "cluster": run_cluster_benchmarks,
         "placement": run_placement_benchmarks,
         "cycle": run_cycle_benchmarks,
         "preempt": run_preempt_benchmarks,
+        "serve": run_serve_benchmarks,
     }
 
 
@@ -53,7 +55,10 @@ def register(commands: Any) -> None:
         "jobs: a cycle where nothing fits, a cycle placing 1,000 small jobs, a usage update; "
         "its set-up takes a minute or two); preempt (the same busy fleet with 40% of its racks "
         "lent to unallocated work: the preemption decision for a one-rack job and for a "
-        "200,016-GPU job, and a node failure with the re-placement of its gang). Targets are "
+        "200,016-GPU job, and a node failure with the re-placement of its gang); serve (toposched "
+        "serve on the dry-run 1,000,080-GPU fleet over loopback HTTP: sustained durable "
+        "submissions per second, submit-to-decision latency at 1,000/s, restart to the first "
+        "decision with 100,000 running and 10,000 pending jobs in the store). Targets are "
         "printed next to the figures.",
     )
     parser.add_argument("suite", choices=sorted(_suites()), help="which suite to run")
@@ -89,12 +94,12 @@ def run(args: argparse.Namespace) -> int:
         target = "-"
         if result.target_s is not None:
             verdict = "met" if result.meets_target else "MISSED"
-            target = f"{format_seconds(result.target_s)} ({verdict})"
+            target = f"{format_timing(result.target_s)} ({verdict})"
         details = ", ".join(f"{k}={v}" for k, v in result.extra.items()) or result.note
         table.add_row(
             result.name,
-            format_seconds(result.median_s),
-            format_seconds(result.p90_s),
+            format_timing(result.median_s),
+            format_timing(result.p90_s),
             str(result.runs),
             target,
             details,

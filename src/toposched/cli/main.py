@@ -8,7 +8,19 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from toposched.cli import bench, cluster, demo, evaluate, place, simulate
+from toposched.cli import (
+    bench,
+    cluster,
+    demo,
+    evaluate,
+    fleet,
+    follow,
+    jobs,
+    place,
+    serve,
+    simulate,
+    why,
+)
 from toposched.cluster.errors import ToposchedError
 
 DESCRIPTION = """\
@@ -25,6 +37,8 @@ examples:
   toposched bench placement --json        placement speed at 1M GPUs, as JSON
   toposched cluster show cluster.yaml     summarise a cluster described in YAML/JSON/CSV
   toposched place job.yaml --cluster c.yaml  where every pod of a job lands, or why not
+  toposched submit job.yaml               submit a job to a running `toposched serve`
+  toposched why JOB                       why a submitted job waits, and what it would take
 """
 
 
@@ -36,7 +50,19 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (demo, cluster, place, bench, evaluate, simulate):
+    for module in (
+        demo,
+        cluster,
+        place,
+        bench,
+        evaluate,
+        simulate,
+        serve,
+        jobs,
+        why,
+        fleet,
+        follow,
+    ):
         module.register(commands)
     return parser
 

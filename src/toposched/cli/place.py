@@ -5,16 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from toposched.bench.harness import format_seconds
 from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import load_topology
-from toposched.cluster.state import MILLI_PER_GPU, ClusterState
+from toposched.cluster.state import ClusterState
+from toposched.cluster.units import MILLI_PER_GPU, format_timing
 from toposched.placement.jobspec import JobSpec, load_jobs
 from toposched.placement.policies import POLICIES, policy_by_name
 from toposched.placement.request import GangRequest
@@ -79,6 +79,14 @@ def register(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+class Outcome(NamedTuple):
+    """One job's placement (or why not) and the wall time of its search."""
+
+    job: JobSpec
+    result: PlacementResult
+    seconds: float
+
+
 def run(args: argparse.Namespace) -> int:
     if args.pods < 0:
         raise InputError("--pods", args.pods, "must be >= 0")
@@ -86,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     # should not leave half the output printed.
     jobs = [job for path in args.jobs for job in load_jobs(path)]
     if args.fleet:
-        from toposched.bench.placement import occupied_fleet
+        from toposched.workloads.fleet import occupied_fleet
 
         state = occupied_fleet(seed=args.seed)
         cluster_name = "1,000,080-GPU GB300 fleet at 70% occupancy"
@@ -95,19 +103,19 @@ def run(args: argparse.Namespace) -> int:
         cluster_name = str(args.cluster)
     requests = [GangRequest.from_spec(job, state.topology) for job in jobs]
     policy = policy_by_name(args.policy, seed=args.seed)
-    outcomes: list[tuple[JobSpec, PlacementResult, float]] = []
+    outcomes: list[Outcome] = []
     for job, request in zip(jobs, requests, strict=True):
         started = time.perf_counter()
         result = place(state, request, policy)
         elapsed = time.perf_counter() - started
         if isinstance(result, Placement):
             state.allocate(job.name, result.allocation)
-        outcomes.append((job, result, elapsed))
+        outcomes.append(Outcome(job, result, elapsed))
     if args.json:
         print(json.dumps(_as_json(state, cluster_name, args.policy, outcomes), indent=2))
     else:
         _print_tables(state, cluster_name, args.policy, outcomes, args.pods)
-    return 0 if all(isinstance(result, Placement) for _, result, _ in outcomes) else 1
+    return 0 if all(isinstance(outcome.result, Placement) for outcome in outcomes) else 1
 
 
 def _domains_used(state: ClusterState, placement: Placement) -> dict[str, int]:
@@ -139,7 +147,7 @@ def _as_json(
     state: ClusterState,
     cluster_name: str,
     policy: str,
-    outcomes: list[tuple[JobSpec, PlacementResult, float]],
+    outcomes: list[Outcome],
 ) -> dict[str, Any]:
     results = []
     for job, result, elapsed in outcomes:
@@ -160,7 +168,7 @@ def _print_tables(
     state: ClusterState,
     cluster_name: str,
     policy: str,
-    outcomes: list[tuple[JobSpec, PlacementResult, float]],
+    outcomes: list[Outcome],
     pods: int,
 ) -> None:
     console = Console()
@@ -178,10 +186,10 @@ def _print_tables(
             where = ", ".join(
                 f"{count:,} {level}{'' if count == 1 else 's'}" for level, count in used.items()
             )
-            table.add_row(job.name, asks, "[green]placed[/]", where, format_seconds(elapsed))
+            table.add_row(job.name, asks, "[green]placed[/]", where, format_timing(elapsed))
         else:
             table.add_row(
-                job.name, asks, f"[red]{result.code}[/]", result.reason, format_seconds(elapsed)
+                job.name, asks, f"[red]{result.code}[/]", result.reason, format_timing(elapsed)
             )
     console.print(table)
     console.print(

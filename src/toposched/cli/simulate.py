@@ -9,23 +9,19 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
-from rich.table import Table
 
 from toposched.bench.harness import calibration, interpreter_calibration, machine
+from toposched.cli.summary import summary_table
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import parse_duration
 from toposched.policy.contract import Contract
 from toposched.scheduler.core import Scheduler
-from toposched.sim.engine import (
-    DEFAULT_SAMPLE_INTERVAL,
-    SchedulerFactory,
-    Simulation,
-    toposched_scheduler,
-)
+from toposched.sim.engine import DEFAULT_SAMPLE_INTERVAL, Simulation
 from toposched.sim.metrics import summarize
+from toposched.sim.protocol import SchedulerFactory, toposched_scheduler
 from toposched.workloads.catalog import WORKLOAD_HELP, workload_by_name
 from toposched.workloads.files import save_workload
 from toposched.workloads.model import Workload
@@ -56,16 +52,6 @@ examples:
   toposched simulate --workload my-lab.jsonl --out results/
   toposched simulate --workload ai2 --days 1 --save-workload ai2-1d.jsonl
 """
-
-TARGETS = {
-    "owed_met": 0.98,
-    "occupancy": 0.98,
-    "debug_p90_s": 30.0,
-    "events_per_second": 50_000.0,
-    "frontier_days_per_wall_minute": 3.0,
-}
-"""Ai2's published outcomes and toposched's simulator speed targets: the outcomes and the event
-rate apply to the Ai2-like workload, the wall time (30 days in 10 minutes) to the frontier lab."""
 
 
 def register(commands: Any) -> None:
@@ -261,9 +247,10 @@ def build_workload(args: argparse.Namespace) -> Workload:
 # in all where the sort is slow (about 35 ms on some CPUs; 5 ms on others).
 CALIBRATION_RUNS = 5
 CALIBRATION_WARMUP = 1
+_T = TypeVar("_T")
 
 
-def _calibrated(run: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
+def _calibrated(run: Callable[[], _T]) -> tuple[_T, dict[str, Any]]:
     """`run()`, and the calibration measured just before and just after it, with the machine:
     speed figures of runs on different machines, or in different states of one machine,
     compare only through it."""
@@ -371,238 +358,3 @@ def run(args: argparse.Namespace) -> int:
     else:
         simulate_and_report(args)
     return 0
-
-
-# --- the table -------------------------------------------------------------------------------
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value == 0:
-        return "0 s"
-    if value < 1:
-        return f"{value * 1e3:.1f} ms" if value >= 1e-3 else f"{value * 1e6:.0f} us"
-    if value < 120:
-        return f"{value:.0f} s"
-    if value < 7200:
-        return f"{value / 60:.0f} min"
-    return f"{value / 3600:.1f} h"
-
-
-_SHORTFALL_LABELS = {
-    "jobs_larger_than_budget": "every waiting job larger than the team's budget",
-    "jobs_past_budget": "every waiting job larger than its unused budget",
-    "job_within_budget": "a waiting job fitting its unused budget",
-    "demand_within_hour": "hourly cap, no moment short",
-}
-
-
-def _shortfall_causes(by_cause: dict[str, float]) -> str:
-    """Each cause's share of the owed GPU-hours not received (docs/simulator.md)."""
-    total = sum(by_cause.values())
-    if total <= 0:
-        return ""
-    return "\n".join(
-        f"{100 * hours / total:.0f}% {_SHORTFALL_LABELS.get(cause, cause)}"
-        for cause, hours in by_cause.items()
-        if hours > 0
-    )
-
-
-def _verdict(met: bool | None) -> str:
-    if met is None:
-        return ""
-    return "[green]met[/]" if met else "[red]missed[/]"
-
-
-def summary_table(summary: dict[str, Any], title: str) -> Table:
-    """The headline figures of a simulation summary, with the targets of its workload: Ai2's
-    outcomes and the event rate for the Ai2-like cluster, the wall time for the frontier lab."""
-    ai2 = str(summary.get("workload")).startswith("ai2")
-    # The wall-time target is for the full fleet; a shrunken one (--gpus) has none.
-    frontier = summary.get("workload") == "frontier" and summary["cluster"]["gpus"] >= 1_000_000
-
-    def target(text: str, met: bool | None) -> tuple[str, str]:
-        return (text, _verdict(met)) if ai2 else ("", "")
-
-    table = Table(title=title, title_justify="left")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_column("target", justify="right")
-    table.add_column("", justify="left")
-    use = summary["utilisation"]
-    fair = summary["fairness"]
-    speed = summary["scheduler_speed"]
-    jobs = summary["jobs"]
-    days = summary["simulated"]["days"]
-    table.add_row(
-        "cluster / simulated time", f"{summary['cluster']['gpus']:,} GPUs / {days:.1f} days", "", ""
-    )
-    table.add_row(
-        "jobs submitted / finished / waiting at end",
-        f"{jobs['submitted']:,} / {jobs['finished']:,} / {jobs['pending_at_end']:,}",
-        "",
-        "",
-    )
-    occupancy = use["occupancy"]
-    table.add_row(
-        "occupancy (time average)",
-        _percent(occupancy),
-        *target(
-            _percent(TARGETS["occupancy"]),
-            None if occupancy is None else occupancy >= TARGETS["occupancy"],
-        ),
-    )
-    waiting = use.get("occupancy_while_work_waits")
-    if waiting is not None:
-        table.add_row(
-            "occupancy while work waits (share of the time)",
-            f"{_percent(waiting)} ({_percent(use['share_of_time_work_waits'])})",
-            "",
-            "",
-        )
-    table.add_row(
-        "unallocated share of delivered GPU time",
-        _percent(use["unallocated_share_of_delivered"]),
-        "",
-        "",
-    )
-    outstanding = use["mean_outstanding_ratio"]
-    table.add_row(
-        "outstanding demand / capacity (mean)",
-        "-" if outstanding is None else f"{outstanding:.2f}x",
-        "",
-        "",
-    )
-    owed = fair["owed_met"]
-    if owed is not None:
-        table.add_row(
-            "GPU-hours owed that teams received",
-            _percent(owed),
-            *target(_percent(TARGETS["owed_met"]), owed >= TARGETS["owed_met"]),
-        )
-        table.add_row(
-            "teams at >= 95% of owed / worst team",
-            f"{fair['teams_served']} of {fair['teams_with_demand']} / "
-            f"{_percent(fair['worst_team_owed_met'])}",
-            "",
-            "",
-        )
-        causes = _shortfall_causes(fair.get("shortfall_gpu_hours_by_cause", {}))
-        if causes:
-            table.add_row("owed GPU-hours not received, by cause", causes, "", "")
-    debug = summary["debug_wait_s"]
-    if debug["p90"] is not None:
-        table.add_row(
-            "debug wait p50 / p90 / p99",
-            f"{_seconds(debug['p50'])} / {_seconds(debug['p90'])} / {_seconds(debug['p99'])}",
-            *target(
-                f"p90 {_seconds(TARGETS['debug_p90_s'])}", debug["p90"] <= TARGETS["debug_p90_s"]
-            ),
-        )
-    for name, report in summary["classes"].items():
-        if name == "debug":
-            continue
-        wait = report["wait_s"]
-        table.add_row(
-            f"{name} wait p50 / p90 ({report['submitted']:,} jobs)",
-            f"{_seconds(wait['p50'])} / {_seconds(wait['p90'])}",
-            "",
-            "",
-        )
-    largest = summary["largest_jobs"]
-    if largest["jobs"]:
-        table.add_row(
-            f"largest jobs (>= {largest['gpus_at_least']:,.0f} GPUs) wait p50 / max",
-            f"{_seconds(largest['wait_s']['p50'])} / {_seconds(largest['max_wait_s'])}",
-            "",
-            "",
-        )
-    disruption = summary["disruption"]
-    table.add_row(
-        "preemptions / failures / GPU-hours lost",
-        f"{disruption['preemptions']:,} / {disruption['node_failures']:,} / "
-        f"{disruption['gpu_hours_lost']:,.0f}",
-        "",
-        "",
-    )
-    by_cause = disruption["gpu_hours_lost_by_cause"]
-    table.add_row(
-        "GPU-hours lost by cause: evicted unallocated / allocated work, failures",
-        f"{by_cause['evictions_of_unallocated_work']:,.0f} / "
-        f"{by_cause['evictions_of_allocated_work']:,.0f} / {by_cause['node_failures']:,.0f}",
-        "",
-        "",
-    )
-    latency = speed["decision_latency_s"]
-    table.add_row(
-        "decision latency p50 / p99 / max",
-        f"{_seconds(latency['p50'])} / {_seconds(latency['p99'])} / {_seconds(latency['max'])}",
-        "",
-        "",
-    )
-    table.add_row(
-        "scheduler time: wall / CPU",
-        f"{speed['scheduler_seconds']:,.1f} s / {speed.get('scheduler_cpu_seconds', 0.0):,.1f} s",
-        "",
-        "",
-    )
-    events = speed["events_per_second"]
-    table.add_row(
-        "scheduler events per second (wall)",
-        "-" if events is None else f"{events:,.0f}",
-        *target(
-            f"{TARGETS['events_per_second']:,.0f}",
-            None if events is None else events >= TARGETS["events_per_second"],
-        ),
-    )
-    days_per_minute = 60 * (speed["simulated_seconds_per_wall_second"] or 0) / 86400
-    pace = TARGETS["frontier_days_per_wall_minute"]
-    table.add_row(
-        "wall time / simulated days per wall minute",
-        f"{speed['wall_seconds']:.1f} s / {days_per_minute:.2f}",
-        f"{pace:.2f} (the pace of 30 days in 10 min)" if frontier else "",
-        _verdict(days_per_minute >= pace) if frontier else "",
-    )
-    calibrated = speed.get("calibration")
-    if calibrated is not None:
-        table.add_row(
-            "calibration before / after: numpy.sort of 1M float32",
-            f"{calibrated['before_s'] * 1e3:.1f} / {calibrated['after_s'] * 1e3:.1f} ms",
-            "",
-            "",
-        )
-        if "interpreter_before_s" in calibrated:
-            table.add_row(
-                "calibration before / after: small numpy calls and dict updates",
-                f"{calibrated['interpreter_before_s'] * 1e3:.1f} / "
-                f"{calibrated['interpreter_after_s'] * 1e3:.1f} ms",
-                "",
-                "",
-            )
-    balance = summary["conservation"]
-    table.add_row(
-        "conservation: delivered + idle + unavailable",
-        f"error {balance['relative_error']:.1e}",
-        "= capacity x time",
-        _verdict(balance["holds"]),
-    )
-    if ai2:
-        table.caption = (
-            "targets: Ai2's outcomes ('Impactful scheduling for GPU clusters', 2026) and "
-            "toposched's simulator speed target (docs/benchmarks.md)"
-        )
-    elif frontier:
-        table.caption = (
-            "target: the 30-day frontier-lab run on 1,000,080 GPUs in 10 minutes "
-            "(docs/benchmarks.md)"
-        )
-    else:
-        table.caption = "Ai2's outcome targets apply to the Ai2-like workload (--workload ai2)"
-    table.caption_justify = "left"
-    return table

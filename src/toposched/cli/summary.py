@@ -1,10 +1,14 @@
-"""Terminal tables shared by CLI subcommands."""
+"""Terminal tables shared by CLI subcommands: a cluster's levels and domains, and a simulation's
+summary next to the targets of its workload."""
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 from rich.table import Table
 
 from toposched.cluster.state import ClusterState
+from toposched.cluster.units import DAY, HOUR, MINUTE, format_span, format_timing
 
 
 def cluster_table(state: ClusterState, title: str, build_seconds: float | None = None) -> Table:
@@ -29,5 +33,285 @@ def cluster_table(state: ClusterState, title: str, build_seconds: float | None =
         f"state {state.nbytes() / 2**20:.1f} MiB"
         + (f"; built in {build_seconds * 1e3:.0f} ms" if build_seconds is not None else "")
     )
+    table.caption_justify = "left"
+    return table
+
+
+# --- a simulation's summary ------------------------------------------------------------------
+
+TARGETS = {
+    "owed_met": 0.98,
+    "occupancy": 0.98,
+    "debug_p90_s": 30.0,
+    "events_per_second": 50_000.0,
+    "frontier_days_per_wall_minute": 3.0,
+}
+"""Ai2's published outcomes and toposched's simulator speed targets: the outcomes and the event
+rate apply to the Ai2-like workload, the wall time (30 days in 10 minutes) to the frontier lab."""
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0 s"
+    if value < 1:
+        return format_timing(value, digits=1)
+    return format_span(value, minutes_from=2 * MINUTE, hours_from=2 * HOUR)
+
+
+_SHORTFALL_LABELS = {
+    "jobs_larger_than_budget": "every waiting job larger than the team's budget",
+    "jobs_past_budget": "every waiting job larger than its unused budget",
+    "job_within_budget": "a waiting job fitting its unused budget",
+    "demand_within_hour": "hourly cap, no moment short",
+}
+
+
+def _shortfall_causes(by_cause: dict[str, float]) -> str:
+    """Each cause's share of the owed GPU-hours not received (docs/simulator.md)."""
+    total = sum(by_cause.values())
+    if total <= 0:
+        return ""
+    return "\n".join(
+        f"{100 * hours / total:.0f}% {_SHORTFALL_LABELS.get(cause, cause)}"
+        for cause, hours in by_cause.items()
+        if hours > 0
+    )
+
+
+def _verdict(met: bool | None) -> str:
+    if met is None:
+        return ""
+    return "[green]met[/]" if met else "[red]missed[/]"
+
+
+class _Row(NamedTuple):
+    """A row of the summary table."""
+
+    metric: str
+    value: str
+    target: str = ""
+    verdict: str = ""
+
+
+def _row_with_target(ai2: bool, metric: str, value: str, target: str, met: bool | None) -> _Row:
+    """A row whose target (one of Ai2's outcomes) shows only for the Ai2-like workload."""
+    return _Row(metric, value, target, _verdict(met)) if ai2 else _Row(metric, value)
+
+
+def _outcome_rows(summary: dict[str, Any], ai2: bool) -> list[_Row]:
+    """The cluster, the jobs, occupancy and what the teams received."""
+    use = summary["utilisation"]
+    fair = summary["fairness"]
+    jobs = summary["jobs"]
+    days = summary["simulated"]["days"]
+    rows = [
+        _Row("cluster / simulated time", f"{summary['cluster']['gpus']:,} GPUs / {days:.1f} days"),
+        _Row(
+            "jobs submitted / finished / waiting at end",
+            f"{jobs['submitted']:,} / {jobs['finished']:,} / {jobs['pending_at_end']:,}",
+        ),
+    ]
+    occupancy = use["occupancy"]
+    rows.append(
+        _row_with_target(
+            ai2,
+            "occupancy (time average)",
+            _percent(occupancy),
+            _percent(TARGETS["occupancy"]),
+            None if occupancy is None else occupancy >= TARGETS["occupancy"],
+        )
+    )
+    waiting = use.get("occupancy_while_work_waits")
+    if waiting is not None:
+        rows.append(
+            _Row(
+                "occupancy while work waits (share of the time)",
+                f"{_percent(waiting)} ({_percent(use['share_of_time_work_waits'])})",
+            )
+        )
+    rows.append(
+        _Row(
+            "unallocated share of delivered GPU time",
+            _percent(use["unallocated_share_of_delivered"]),
+        )
+    )
+    outstanding = use["mean_outstanding_ratio"]
+    rows.append(
+        _Row(
+            "outstanding demand / capacity (mean)",
+            "-" if outstanding is None else f"{outstanding:.2f}x",
+        )
+    )
+    owed = fair["owed_met"]
+    if owed is not None:
+        rows.append(
+            _row_with_target(
+                ai2,
+                "GPU-hours owed that teams received",
+                _percent(owed),
+                _percent(TARGETS["owed_met"]),
+                owed >= TARGETS["owed_met"],
+            )
+        )
+        rows.append(
+            _Row(
+                "teams at >= 95% of owed / worst team",
+                f"{fair['teams_served']} of {fair['teams_with_demand']} / "
+                f"{_percent(fair['worst_team_owed_met'])}",
+            )
+        )
+        causes = _shortfall_causes(fair.get("shortfall_gpu_hours_by_cause", {}))
+        if causes:
+            rows.append(_Row("owed GPU-hours not received, by cause", causes))
+    return rows
+
+
+def _wait_rows(summary: dict[str, Any], ai2: bool) -> list[_Row]:
+    """Waits per class of work, and of the largest jobs."""
+    rows = []
+    debug = summary["debug_wait_s"]
+    if debug["p90"] is not None:
+        rows.append(
+            _row_with_target(
+                ai2,
+                "debug wait p50 / p90 / p99",
+                f"{_seconds(debug['p50'])} / {_seconds(debug['p90'])} / {_seconds(debug['p99'])}",
+                f"p90 {_seconds(TARGETS['debug_p90_s'])}",
+                debug["p90"] <= TARGETS["debug_p90_s"],
+            )
+        )
+    for name, report in summary["classes"].items():
+        if name == "debug":
+            continue
+        wait = report["wait_s"]
+        rows.append(
+            _Row(
+                f"{name} wait p50 / p90 ({report['submitted']:,} jobs)",
+                f"{_seconds(wait['p50'])} / {_seconds(wait['p90'])}",
+            )
+        )
+    largest = summary["largest_jobs"]
+    if largest["jobs"]:
+        rows.append(
+            _Row(
+                f"largest jobs (>= {largest['gpus_at_least']:,.0f} GPUs) wait p50 / max",
+                f"{_seconds(largest['wait_s']['p50'])} / {_seconds(largest['max_wait_s'])}",
+            )
+        )
+    return rows
+
+
+def _disruption_rows(summary: dict[str, Any]) -> list[_Row]:
+    """Preemptions, failures and the work they cost."""
+    disruption = summary["disruption"]
+    by_cause = disruption["gpu_hours_lost_by_cause"]
+    return [
+        _Row(
+            "preemptions / failures / GPU-hours lost",
+            f"{disruption['preemptions']:,} / {disruption['node_failures']:,} / "
+            f"{disruption['gpu_hours_lost']:,.0f}",
+        ),
+        _Row(
+            "GPU-hours lost by cause: evicted unallocated / allocated work, failures",
+            f"{by_cause['evictions_of_unallocated_work']:,.0f} / "
+            f"{by_cause['evictions_of_allocated_work']:,.0f} / {by_cause['node_failures']:,.0f}",
+        ),
+    ]
+
+
+def _speed_rows(summary: dict[str, Any], ai2: bool, frontier: bool) -> list[_Row]:
+    """The scheduler's and the simulator's speed, and the calibration around the run."""
+    speed = summary["scheduler_speed"]
+    latency = speed["decision_latency_s"]
+    events = speed["events_per_second"]
+    days_per_minute = 60 * (speed["simulated_seconds_per_wall_second"] or 0) / DAY
+    pace = TARGETS["frontier_days_per_wall_minute"]
+    rows = [
+        _Row(
+            "decision latency p50 / p99 / max",
+            f"{_seconds(latency['p50'])} / {_seconds(latency['p99'])} / {_seconds(latency['max'])}",
+        ),
+        _Row(
+            "scheduler time: wall / CPU",
+            f"{speed['scheduler_seconds']:,.1f} s / "
+            f"{speed.get('scheduler_cpu_seconds', 0.0):,.1f} s",
+        ),
+        _row_with_target(
+            ai2,
+            "scheduler events per second (wall)",
+            "-" if events is None else f"{events:,.0f}",
+            f"{TARGETS['events_per_second']:,.0f}",
+            None if events is None else events >= TARGETS["events_per_second"],
+        ),
+        _Row(
+            "wall time / simulated days per wall minute",
+            f"{speed['wall_seconds']:.1f} s / {days_per_minute:.2f}",
+            f"{pace:.2f} (the pace of 30 days in 10 min)" if frontier else "",
+            _verdict(days_per_minute >= pace) if frontier else "",
+        ),
+    ]
+    calibrated = speed.get("calibration")
+    if calibrated is not None:
+        rows.append(
+            _Row(
+                "calibration before / after: numpy.sort of 1M float32",
+                f"{calibrated['before_s'] * 1e3:.1f} / {calibrated['after_s'] * 1e3:.1f} ms",
+            )
+        )
+        if "interpreter_before_s" in calibrated:
+            rows.append(
+                _Row(
+                    "calibration before / after: small numpy calls and dict updates",
+                    f"{calibrated['interpreter_before_s'] * 1e3:.1f} / "
+                    f"{calibrated['interpreter_after_s'] * 1e3:.1f} ms",
+                )
+            )
+    return rows
+
+
+def summary_table(summary: dict[str, Any], title: str) -> Table:
+    """The headline figures of a simulation summary, with the targets of its workload: Ai2's
+    outcomes and the event rate for the Ai2-like cluster, the wall time for the frontier lab."""
+    ai2 = str(summary.get("workload")).startswith("ai2")
+    # The wall-time target is for the full fleet; a shrunken one (--gpus) has none.
+    frontier = summary.get("workload") == "frontier" and summary["cluster"]["gpus"] >= 1_000_000
+    table = Table(title=title, title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("target", justify="right")
+    table.add_column("", justify="left")
+    balance = summary["conservation"]
+    rows = [
+        *_outcome_rows(summary, ai2),
+        *_wait_rows(summary, ai2),
+        *_disruption_rows(summary),
+        *_speed_rows(summary, ai2, frontier),
+        _Row(
+            "conservation: delivered + idle + unavailable",
+            f"error {balance['relative_error']:.1e}",
+            "= capacity x time",
+            _verdict(balance["holds"]),
+        ),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    if ai2:
+        table.caption = (
+            "targets: Ai2's outcomes ('Impactful scheduling for GPU clusters', 2026) and "
+            "toposched's simulator speed target (docs/benchmarks.md)"
+        )
+    elif frontier:
+        table.caption = (
+            "target: the 30-day frontier-lab run on 1,000,080 GPUs in 10 minutes "
+            "(docs/benchmarks.md)"
+        )
+    else:
+        table.caption = "Ai2's outcome targets apply to the Ai2-like workload (--workload ai2)"
     table.caption_justify = "left"
     return table

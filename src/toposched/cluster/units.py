@@ -1,4 +1,9 @@
-"""Parsers and formatters for the units users write: durations, CPU and memory quantities."""
+"""The project's units: GPU shares, time constants, and the parsers and formatters of the
+quantities users write and read (durations, CPU and memory).
+
+Every layer imports its units and duration formatting from here; this module imports nothing of
+toposched's but the error type.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +15,31 @@ from fractions import Fraction
 from toposched.cluster.errors import InputError
 
 __all__ = [
+    "DAY",
+    "HOUR",
+    "MILLI_PER_GPU",
+    "MINUTE",
+    "WEEK",
     "format_cpu_milli",
     "format_duration",
     "format_memory_mib",
+    "format_span",
+    "format_timing",
     "parse_cpu_milli",
     "parse_duration",
     "parse_memory_mib",
 ]
 
-SECONDS_PER_UNIT: dict[str, int] = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
+MILLI_PER_GPU = 1000
+"""A whole GPU in milli-GPU, the unit of GPU shares (`gpu_milli`)."""
+
+MINUTE = 60.0
+HOUR = 3_600.0
+DAY = 86_400.0
+WEEK = 7 * DAY
+"""Seconds in a minute, an hour, a day and a week: every time in toposched is in seconds."""
+
+SECONDS_PER_UNIT: dict[str, int] = {"d": int(DAY), "h": int(HOUR), "m": int(MINUTE), "s": 1}
 BYTES_PER_MIB = 1 << 20
 BYTES_PER_MEMORY_UNIT: dict[str, int] = {
     "Ki": 1 << 10,
@@ -111,6 +132,39 @@ def format_duration(seconds: float) -> str:
         if amount:
             parts.append(f"{amount}{unit}")
     return "".join(parts) or "0s"
+
+
+def format_span(
+    seconds: float,
+    *,
+    minutes_from: float = 1.5 * MINUTE,
+    hours_from: float = 1.5 * HOUR,
+    days_from: float = math.inf,
+) -> str:
+    """`seconds` rounded for a reader: "45 s", "20 min", "7.5 h", "3.2 d".
+
+    Whole seconds below `minutes_from`, whole minutes below `hours_from`, hours to one decimal
+    below `days_from`, days to one decimal beyond. Waits and runtimes in tables and
+    explanations use the defaults (a unit from one and a half of it, no days); a table whose
+    figures span days passes `days_from`.
+    """
+    if seconds < minutes_from:
+        return f"{seconds:.0f} s"
+    if seconds < hours_from:
+        return f"{seconds / MINUTE:.0f} min"
+    if seconds < days_from:
+        return f"{seconds / HOUR:.1f} h"
+    return f"{seconds / DAY:.1f} d"
+
+
+def format_timing(seconds: float, digits: int = 2, *, microseconds: bool = True) -> str:
+    """A measured time: "12.3 us", "4.56 ms", "1.23 s", with `digits` decimals (one fewer in
+    microseconds). Without `microseconds`, times below 1 ms read in milliseconds ("0.09 ms")."""
+    if microseconds and seconds < 1e-3:
+        return f"{seconds * 1e6:.{max(digits - 1, 0)}f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.{digits}f} ms"
+    return f"{seconds:.{digits}f} s"
 
 
 def parse_memory_mib(value: object, field: str = "memory") -> int:

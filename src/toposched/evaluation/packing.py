@@ -9,14 +9,16 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import load_openb_nodes
-from toposched.cluster.state import MILLI_PER_GPU, ClusterState
+from toposched.cluster.state import ClusterState
 from toposched.cluster.topology import Topology
+from toposched.cluster.units import MILLI_PER_GPU
 from toposched.placement.fragmentation import FRAGMENTATION_POLICIES, TargetWorkload
 from toposched.placement.policies import POLICIES, PlacementPolicy, policy_by_name
 from toposched.placement.request import GangRequest, simple_request
@@ -323,27 +325,43 @@ class PackingJob:
     shuffle: bool = True
 
 
+class _Inputs(NamedTuple):
+    """What every run on one trace reads: the cluster, the trace, FGD's target workload and a
+    request per task."""
+
+    topology: Topology
+    trace: OpenbTrace
+    workload: TargetWorkload
+    requests: list[GangRequest]
+
+
 # Per worker process: the cluster and each trace are read once, not once per run.
-_LOADED: dict[tuple[str, str], tuple[Topology, OpenbTrace, TargetWorkload, list[GangRequest]]] = {}
+_LOADED: dict[tuple[str, str], _Inputs] = {}
 
 
-def _inputs(
-    traces_dir: str, trace_name: str
-) -> tuple[Topology, OpenbTrace, TargetWorkload, list[GangRequest]]:
+def _inputs(traces_dir: str, trace_name: str) -> _Inputs:
     key = (traces_dir, trace_name)
     loaded = _LOADED.get(key)
     if loaded is None:
         topology = load_openb_nodes(Path(traces_dir) / NODE_LIST)
         trace = load_openb_pods(pod_list_path(traces_dir, trace_name))
-        loaded = (topology, trace, target_workload(trace, topology), task_requests(trace, topology))
+        loaded = _Inputs(
+            topology, trace, target_workload(trace, topology), task_requests(trace, topology)
+        )
         _LOADED[key] = loaded
     return loaded
 
 
 def run_job(job: PackingJob) -> PackingResult:
-    topology, trace, workload, requests = _inputs(job.traces_dir, job.trace)
+    inputs = _inputs(job.traces_dir, job.trace)
     return run_packing(
-        topology, trace, job.policy, job.seed, job.shuffle, workload=workload, requests=requests
+        inputs.topology,
+        inputs.trace,
+        job.policy,
+        job.seed,
+        job.shuffle,
+        workload=inputs.workload,
+        requests=inputs.requests,
     )
 
 

@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any, Literal, Protocol
 
 from toposched.cluster.errors import InputError
+from toposched.cluster.units import HOUR
 from toposched.policy.budget import BudgetTree
 from toposched.policy.fairshare import QueueEntry, Ranking
 
@@ -24,7 +25,7 @@ __all__ = [
     "RunningJob",
 ]
 
-DEFAULT_MAX_MIN_RUNTIME = 8 * 3600.0
+DEFAULT_MAX_MIN_RUNTIME = 8 * HOUR
 """The longest protection a job may claim, in seconds: 8 hours, as in Ai2's contract."""
 
 NonresumablePolicy = Literal["requeue", "fail"]

@@ -7,13 +7,14 @@ from collections import deque
 from typing import Any
 
 from toposched.cluster.errors import InputError
+from toposched.cluster.units import HOUR, WEEK
 from toposched.policy.budget import ROOT, account_ancestors
 
 __all__ = ["DEFAULT_BUCKET", "DEFAULT_WINDOW", "UsageTracker"]
 
-DEFAULT_WINDOW = 7 * 24 * 3600.0
+DEFAULT_WINDOW = WEEK
 """Seconds of history that count towards fair share: one week, as in Ai2's deployment."""
-DEFAULT_BUCKET = 3600.0
+DEFAULT_BUCKET = HOUR
 """Seconds per bucket: usage leaves the window one hour at a time."""
 
 # With decay, deposits are stored scaled up by 2**((t - reference) / half_life) so that decaying

@@ -212,16 +212,7 @@ class PreemptibleIndex:
         self.memory_mib[slot] = allocation.memory_mib
         self.account[slot] = code
         self.priority[slot] = priority
-        pair = self.pairs.get((code, priority))
-        if pair is None:
-            pair = self.pairs[(code, priority)] = len(self.pair_members)
-            self.pair_members.append((code, priority))
-            self.pairs_of_account.setdefault(code, []).append((priority, pair))
-            if pair >= self.unprotected_in_pair.size:
-                grown = np.zeros(2 * self.unprotected_in_pair.size, dtype=np.int64)
-                grown[: self.unprotected_in_pair.size] = self.unprotected_in_pair
-                self.unprotected_in_pair = grown
-        self.pair[slot] = pair
+        self.pair[slot] = self._pair_code(code, priority)
         self.unallocated[slot] = unallocated
         self.evicting[slot] = False
         self.counted[slot] = False
@@ -241,6 +232,32 @@ class PreemptibleIndex:
             self._count(slot, +1)
         else:
             heapq.heappush(self._protection, (protected_until, slot, self._serial[slot]))
+
+    def _pair_code(self, account_code: int, priority: int) -> int:
+        """The code of an (account code, priority) pair, registered on first use."""
+        pair = self.pairs.get((account_code, priority))
+        if pair is None:
+            pair = self.pairs[(account_code, priority)] = len(self.pair_members)
+            self.pair_members.append((account_code, priority))
+            self.pairs_of_account.setdefault(account_code, []).append((priority, pair))
+            if pair >= self.unprotected_in_pair.size:
+                grown = np.zeros(2 * self.unprotected_in_pair.size, dtype=np.int64)
+                grown[: self.unprotected_in_pair.size] = self.unprotected_in_pair
+                self.unprotected_in_pair = grown
+        return pair
+
+    def set_priority(self, job_id: str, priority: int) -> None:
+        """A running job's priority changed: it is judged under its new (account, priority)
+        pair from now on."""
+        self.version += 1
+        slot = self.slot_of[job_id]
+        counted_allocated = bool(self.counted[slot]) and not bool(self.unallocated[slot])
+        if counted_allocated:
+            self.unprotected_in_pair[self.pair[slot]] -= 1
+        self.priority[slot] = priority
+        self.pair[slot] = self._pair_code(int(self.account[slot]), priority)
+        if counted_allocated:
+            self.unprotected_in_pair[self.pair[slot]] += 1
 
     def _set_owner(self, allocation: Allocation, owner: int) -> None:
         """Mark the whole GPUs of a many-pod allocation as `owner`'s."""
@@ -297,7 +314,7 @@ class PreemptibleIndex:
         counted = slots[self.counted[slots]]
         if counted.size == 0:
             return
-        pods = [self.allocations[slot].nodes for slot in counted.tolist()]  # type: ignore[union-attr]
+        pods = [self.allocations[slot].nodes for slot in counted.tolist()]
         per_job = np.array([p.size for p in pods], dtype=np.int64)
         job_of_pod = np.repeat(np.arange(counted.size), per_job)
         pod_nodes = np.concatenate(pods)

@@ -4,30 +4,38 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+from numpy.typing import NDArray
 from rich.table import Table
 
-from toposched.cluster.state import ClusterState
+from toposched.cluster.state import ClusterState, Health
+from toposched.cluster.units import DAY, format_span, format_timing
+from toposched.placement.jobspec import JobSpec
 from toposched.placement.request import GangRequest
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.defrag import fragmentation
+from toposched.scheduler.jobs import JobState
 from toposched.sim.baselines import BASELINES
-from toposched.sim.engine import (
-    DEFAULT_SAMPLE_INTERVAL,
+from toposched.sim.engine import DEFAULT_SAMPLE_INTERVAL, Simulation
+from toposched.sim.metrics import SimulationResult, summarize
+from toposched.sim.protocol import (
+    CycleLike,
+    JobLike,
     SchedulerFactory,
     SchedulerLike,
-    Simulation,
+    SparesLike,
     toposched_scheduler,
 )
-from toposched.sim.metrics import SimulationResult, summarize
 from toposched.workloads.model import Workload
 
 __all__ = [
     "DEFAULT_SCHEDULERS",
     "ClusterSnapshot",
     "ComparisonRun",
+    "FragmentationReading",
+    "TeamRatios",
     "compare",
     "comparison_table",
     "run_comparison",
@@ -38,7 +46,6 @@ DEFAULT_SCHEDULERS: dict[str, SchedulerFactory] = {"toposched": toposched_schedu
 MAX_MAP_DOMAINS = 4096
 """Cluster maps use the innermost domain level with at most this many domains."""
 MAX_FRAGMENTATION_SHAPES = 32
-_EVENT_METHODS = frozenset({"submit", "finish", "fail", "evicted", "cancel", "set_health"})
 
 
 @dataclass(frozen=True)
@@ -58,11 +65,18 @@ class ClusterSnapshot:
     rows: list[int]
 
 
+class FragmentationReading(NamedTuple):
+    """The share of free GPUs no pending shape can use, at one moment."""
+
+    time: float
+    share: float
+
+
 @dataclass
 class ComparisonRun:
     """One scheduler's run of the workload: the raw result, its summary and what was observed.
 
-    `fragmentation` holds (time, share of free GPUs no pending shape can use) measured against
+    `fragmentation` holds readings of the share of free GPUs no pending shape can use, against
     the jobs' own requests (with their topology constraints), so every scheduler is judged by
     the same shapes. `snapshots` are cluster maps at the chosen moments and at the end.
     """
@@ -70,7 +84,7 @@ class ComparisonRun:
     name: str
     result: SimulationResult
     summary: dict[str, Any]
-    fragmentation: list[tuple[float, float]] = field(default_factory=list)
+    fragmentation: list[FragmentationReading] = field(default_factory=list)
     snapshots: list[ClusterSnapshot] = field(default_factory=list)
 
 
@@ -129,42 +143,57 @@ class _Observer:
         self.scheduler = scheduler
         self.moments = sorted({*curve_moments, *map_moments}, reverse=True)
         self.map_moments = set(map_moments)
-        self.fragmentation: list[tuple[float, float]] = []
+        self.fragmentation: list[FragmentationReading] = []
         self.snapshots: list[ClusterSnapshot] = []
         self.requests: dict[str, GangRequest] = {}
 
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self.scheduler, name)
-        if name in _EVENT_METHODS:
-            return self._observing(attribute)
-        return attribute
-
-    def _observing(self, method: Callable[..., Any]) -> Callable[..., Any]:
-        def call(first: Any, now: float, *rest: Any, **options: Any) -> Any:
-            self.observe_until(now)
-            if method.__name__ == "submit":
-                self.requests[first.name] = GangRequest.from_spec(first, self.state.topology)
-            return method(first, now, *rest, **options)
-
-        return call
-
+    # --- the scheduler's interface, observed before every event -----------------------------
     @property
     def state(self) -> ClusterState:
         return self.scheduler.state
 
+    @property
+    def jobs(self) -> Mapping[str, JobLike]:
+        return self.scheduler.jobs
+
+    @property
+    def spares(self) -> SparesLike | None:
+        return self.scheduler.spares
+
+    def submit(self, spec: JobSpec, now: float) -> JobLike:
+        self.observe_until(now)
+        self.requests[spec.name] = GangRequest.from_spec(spec, self.state.topology)
+        return self.scheduler.submit(spec, now)
+
+    def cycle(self, now: float) -> CycleLike:
+        return self.scheduler.cycle(now)
+
+    def finish(self, job_id: str, now: float) -> JobLike:
+        self.observe_until(now)
+        return self.scheduler.finish(job_id, now)
+
+    def evicted(self, job_id: str, now: float) -> JobLike:
+        self.observe_until(now)
+        return self.scheduler.evicted(job_id, now)
+
+    def cancel(self, job_id: str, now: float) -> JobLike:
+        self.observe_until(now)
+        return self.scheduler.cancel(job_id, now)
+
+    def set_health(self, nodes: NDArray[np.int64], health: Health, now: float) -> Sequence[JobLike]:
+        self.observe_until(now)
+        return self.scheduler.set_health(nodes, health, now)
+
+    # --- observing ---------------------------------------------------------------------------
     def observe_until(self, now: float) -> None:
         while self.moments and self.moments[-1] <= now:
             moment = self.moments.pop()
-            self.fragmentation.append((moment, self.measure_fragmentation()))
+            self.fragmentation.append(FragmentationReading(moment, self.measure_fragmentation()))
             if moment in self.map_moments:
                 self.snapshots.append(snapshot(self.state, moment))
 
     def measure_fragmentation(self) -> float:
-        pending = [
-            job
-            for job in self.scheduler.jobs.values()
-            if str(getattr(job, "state", "")) == "pending"
-        ]
+        pending = [job for job in self.scheduler.jobs.values() if job.state is JobState.PENDING]
         pending.sort(key=lambda job: (job.submit_time, job.job_id))
         shapes: dict[tuple[object, ...], GangRequest] = {}
         for job in pending:
@@ -212,7 +241,7 @@ def run_comparison(
         ) -> SchedulerLike:
             observer = _Observer(factory(state, tree), curve, maps)
             observers.append(observer)
-            return observer  # type: ignore[return-value]
+            return observer
 
         simulation = Simulation(
             workload,
@@ -257,39 +286,41 @@ def _get(summary: Mapping[str, Any], *path: str) -> Any:
     return value
 
 
+def _cell(text: Callable[[Any], str], *path: str) -> Callable[[Mapping[str, Any]], str]:
+    """A cell of the side-by-side table: the summary's value at `path`, as `text` writes it."""
+    return lambda summary: text(_get(summary, *path))
+
+
 def _percent(value: Any) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def _seconds(value: Any) -> str:
-    if value is None:
-        return "-"
-    if value < 90:
-        return f"{value:.0f} s"
-    if value < 5400:
-        return f"{value / 60:.0f} min"
-    if value < 2 * 86400:
-        return f"{value / 3600:.1f} h"
-    return f"{value / 86400:.1f} d"
+    return "-" if value is None else format_span(value, days_from=2 * DAY)
 
 
 def _latency(value: Any) -> str:
-    if value is None:
-        return "-"
-    return f"{value * 1e3:.2f} ms" if value < 1 else f"{value:.2f} s"
+    return "-" if value is None else format_timing(value, microseconds=False)
 
 
 def _number(value: Any, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def team_ratios(summary: Mapping[str, Any]) -> tuple[float | None, float | None]:
-    """(worst, mean) share of owed GPU-hours delivered across teams with demand."""
+class TeamRatios(NamedTuple):
+    """The share of owed GPU-hours delivered across teams with demand: the worst and the mean."""
+
+    worst: float | None
+    mean: float | None
+
+
+def team_ratios(summary: Mapping[str, Any]) -> TeamRatios:
+    """The worst and the mean share of owed GPU-hours delivered across teams with demand."""
     teams = _get(summary, "fairness", "teams") or {}
     ratios = [team["owed_met"] for team in teams.values() if team.get("owed_met") is not None]
     if not ratios:
-        return None, None
-    return min(ratios), sum(ratios) / len(ratios)
+        return TeamRatios(None, None)
+    return TeamRatios(min(ratios), sum(ratios) / len(ratios))
 
 
 def _owed_share(summary: Mapping[str, Any], cause: str) -> float | None:
@@ -322,8 +353,8 @@ def comparison_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[tuple[st
         lambda s: _percent(_get(s, "utilisation", "unallocated_share_of_delivered")),
     )
     add("teams: owed delivered (all)", lambda s: _percent(_get(s, "fairness", "owed_met")))
-    add("teams: owed delivered (min)", lambda s: _percent(team_ratios(s)[0]))
-    add("teams: owed delivered (mean)", lambda s: _percent(team_ratios(s)[1]))
+    add("teams: owed delivered (min)", lambda s: _percent(team_ratios(s).worst))
+    add("teams: owed delivered (mean)", lambda s: _percent(team_ratios(s).mean))
     add(
         "  owed lost to jobs larger than budget",
         lambda s: _percent(_owed_share(s, "jobs_larger_than_budget")),
@@ -333,10 +364,7 @@ def comparison_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[tuple[st
     )
     for job_class in ["debug", *classes]:
         for point in ("p50", "p90", "p99"):
-            add(
-                f"wait {job_class} {point}",
-                lambda s, c=job_class, p=point: _seconds(_get(s, "classes", c, "wait_s", p)),
-            )
+            add(f"wait {job_class} {point}", _cell(_seconds, "classes", job_class, "wait_s", point))
     add("largest jobs: wait p50", lambda s: _seconds(_get(s, "largest_jobs", "wait_s", "p50")))
     add("largest jobs: wait max", lambda s: _seconds(_get(s, "largest_jobs", "max_wait_s")))
     add("preemptions", lambda s: _number(_get(s, "disruption", "preemptions")))
@@ -350,7 +378,7 @@ def comparison_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[tuple[st
     for point in ("p50", "p99", "max"):
         add(
             f"decision latency {point}",
-            lambda s, p=point: _latency(_get(s, "scheduler_speed", "decision_latency_s", p)),
+            _cell(_latency, "scheduler_speed", "decision_latency_s", point),
         )
     add("events/s", lambda s: _number(_get(s, "scheduler_speed", "events_per_second")))
     return rows

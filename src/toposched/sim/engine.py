@@ -5,28 +5,32 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
-from contextlib import nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Protocol
+from types import TracebackType
+from typing import Any, NamedTuple
 
 import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import MILLI_PER_GPU, ClusterState, Health
-from toposched.placement.jobspec import JobSpec
+from toposched.cluster.state import ClusterState, Health
+from toposched.cluster.units import DAY, HOUR, MILLI_PER_GPU
 from toposched.policy.budget import BudgetTree
-from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Bind, Evict, Reserve
+from toposched.scheduler.jobs import JobState
 from toposched.sim.metrics import (
     Integrals,
     JobRecord,
+    RecordState,
     Sample,
     SimulationResult,
     TeamLedger,
 )
+from toposched.sim.protocol import SchedulerFactory, SchedulerLike, toposched_scheduler
 from toposched.workloads.model import Workload
 
 __all__ = [
@@ -39,41 +43,9 @@ __all__ = [
     "toposched_scheduler",
 ]
 
-DEFAULT_SAMPLE_INTERVAL = 3600.0
+DEFAULT_SAMPLE_INTERVAL = HOUR
 # Runs longer than this many batches of events show a progress bar (when asked for one).
 _PROGRESS_EVERY = 500
-
-
-class SchedulerLike(Protocol):
-    """What the simulator drives: toposched's Scheduler, or a baseline with the same methods.
-
-    `cycle(now)` returns an object whose `decisions` hold Bind, Reserve and Evict decisions;
-    `jobs` maps job ids to objects with a `state` ("pending", "running", ...); `set_health`
-    returns the jobs that failed because their nodes went down (objects with `job_id`).
-    """
-
-    @property
-    def state(self) -> ClusterState: ...
-    @property
-    def jobs(self) -> Mapping[str, Any]: ...
-    @property
-    def running(self) -> Mapping[str, Any]: ...
-
-    def submit(self, spec: JobSpec, now: float) -> Any: ...
-    def cycle(self, now: float) -> Any: ...
-    def finish(self, job_id: str, now: float) -> Any: ...
-    def fail(self, job_id: str, now: float, requeue: bool | None = None) -> Any: ...
-    def cancel(self, job_id: str, now: float) -> Any: ...
-    def set_health(self, nodes: Any, health: Health, now: float) -> Any: ...
-
-
-SchedulerFactory = Callable[[ClusterState, BudgetTree], SchedulerLike]
-"""Builds the scheduler under test on a fresh cluster state and budget tree."""
-
-
-def toposched_scheduler(state: ClusterState, tree: BudgetTree) -> SchedulerLike:
-    """The scheduler the service runs, with its default contract and placement policy."""
-    return Scheduler(state, tree)
 
 
 class EventKind(IntEnum):
@@ -95,8 +67,41 @@ class EventKind(IntEnum):
     SAMPLE = 8
 
 
-Event = tuple[float, int, int, Any]
-"""(time, kind, sequence, payload): the sequence makes the heap order total and replayable."""
+class Event(NamedTuple):
+    """An event in the heap; the sequence makes the heap order total and replayable."""
+
+    time: float
+    kind: int
+    sequence: int
+    payload: Any
+    """What the handler of `kind` takes: a job or failure index, a job name, a `Run`, nodes."""
+
+
+class Run(NamedTuple):
+    """One run of a job: events of a run that has since ended are ignored."""
+
+    name: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """The piecewise-constant quantities that hold until the next event, in GPUs."""
+
+    delivered: float
+    """GPUs held by running jobs."""
+    unallocated: float
+    """GPUs held by running unallocated work."""
+    idle: float
+    """Free GPUs on healthy nodes, and held spares."""
+    unavailable: float
+    """Free GPUs on nodes that are down."""
+    busy: float
+    """GPUs holding any allocation (a shared GPU counts whole)."""
+    outstanding: float
+    """GPUs asked for by pending and running jobs."""
+    waiting: bool
+    """Whether any job is pending."""
 
 
 class Simulation:
@@ -159,7 +164,6 @@ class _Run:
         self.tree = BudgetTree.from_dict(workload.budget)
         self.scheduler = simulation.scheduler_factory(self.state, self.tree)
         self.name = simulation.scheduler_name or type(self.scheduler).__name__.lower()
-        self.can_evict = hasattr(self.scheduler, "evicted")
         self.capacity = workload.topology.n_gpus
         self.records: dict[str, JobRecord] = {}
         for job in workload.jobs:
@@ -207,7 +211,7 @@ class _Run:
         self.unhealthy: dict[int, Health] = {}
         self.unhealthy_nodes = np.zeros(0, dtype=np.int64)
         self.now = 0.0
-        self.rates = (0.0, 0.0, float(self.capacity), 0.0, 0.0, 0.0, False)
+        self.rates = Rates(0.0, 0.0, float(self.capacity), 0.0, 0.0, 0.0, False)
         self.last_cycle = -math.inf
         self.cycle_pending = False
 
@@ -237,7 +241,7 @@ class _Run:
         horizon = self.horizon
         with self._progress_bar() as advance:
             while heap:
-                now = heap[0][0]
+                now = heap[0].time
                 if horizon is not None and now >= horizon:
                     break
                 if horizon is None and not self.live_events:
@@ -245,7 +249,7 @@ class _Run:
                 self._integrate(now)
                 changed = False
                 sample = False
-                while heap and heap[0][0] == now:
+                while heap and heap[0].time == now:
                     _, kind, _, payload = heapq.heappop(heap)
                     if kind == EventKind.SAMPLE:
                         sample = True
@@ -287,7 +291,7 @@ class _Run:
             scheduler_cpu_seconds=self.scheduler_cpu_seconds,
         )
 
-    def _progress_bar(self) -> Any:
+    def _progress_bar(self) -> AbstractContextManager[Callable[[float], None] | None]:
         if not self.simulation.progress:
             return nullcontext(None)
         return _SimulatedTimeBar(self._expected_end())
@@ -300,7 +304,7 @@ class _Run:
 
     def _push(self, when: float, kind: EventKind, payload: Any, live: bool = True) -> None:
         self.sequence += 1
-        heapq.heappush(self.heap, (when, int(kind), self.sequence, payload))
+        heapq.heappush(self.heap, Event(when, int(kind), self.sequence, payload))
         if live:
             self.live_events += 1
 
@@ -315,41 +319,42 @@ class _Run:
             nodes = self.unhealthy_nodes
             unavailable = int(state.gpu_free_milli[nodes].sum(dtype=np.int64)) / MILLI_PER_GPU
             free_whole += int(state.free_whole_gpus[nodes].sum(dtype=np.int64))
-        spares = getattr(self.scheduler, "spares", None)
+        spares = self.scheduler.spares
         if spares is not None:
             # Held spare nodes are idle capacity kept out of service, not work.
             idle += spares.gpus
             free_whole += spares.gpus
         busy = float(self.capacity - free_whole)
         outstanding = self.pending_gpus + self.running_gpus
-        self.rates = (
-            self.running_gpus,
-            self.unallocated_gpus,
-            idle,
-            unavailable,
-            busy,
-            outstanding,
-            self.pending_jobs > 0,
+        self.rates = Rates(
+            delivered=self.running_gpus,
+            unallocated=self.unallocated_gpus,
+            idle=idle,
+            unavailable=unavailable,
+            busy=busy,
+            outstanding=outstanding,
+            waiting=self.pending_jobs > 0,
         )
 
     def _integrate(self, now: float) -> None:
         elapsed = now - self.now
         if elapsed > 0:
-            delivered, unallocated, idle, unavailable, busy, outstanding, waiting = self.rates
+            rates = self.rates
             integrals = self.integrals
-            integrals.delivered += delivered * elapsed
-            integrals.unallocated += unallocated * elapsed
-            integrals.idle += idle * elapsed
-            integrals.unavailable += unavailable * elapsed
-            integrals.busy += busy * elapsed
-            integrals.outstanding += outstanding * elapsed
-            if waiting:
+            integrals.delivered += rates.delivered * elapsed
+            integrals.unallocated += rates.unallocated * elapsed
+            integrals.idle += rates.idle * elapsed
+            integrals.unavailable += rates.unavailable * elapsed
+            integrals.busy += rates.busy * elapsed
+            integrals.outstanding += rates.outstanding * elapsed
+            if rates.waiting:
                 integrals.waiting_seconds += elapsed
-                integrals.busy_while_waiting += busy * elapsed
+                integrals.busy_while_waiting += rates.busy * elapsed
         self.now = max(self.now, now)
 
     def _sample(self, now: float) -> None:
-        delivered, unallocated, _, unavailable, busy, outstanding, _ = self.rates
+        rates = self.rates
+        delivered = rates.delivered
         capacity = self.capacity or 1
         unhealthy_gpus = (
             int(self.workload.topology.gpu_count[self.unhealthy_nodes].sum())
@@ -359,13 +364,13 @@ class _Run:
         self.samples.append(
             Sample(
                 time=now,
-                occupancy=busy / capacity,
+                occupancy=rates.busy / capacity,
                 allocation_ratio=delivered / capacity,
-                unallocated_share=unallocated / delivered if delivered > 0 else 0.0,
+                unallocated_share=rates.unallocated / delivered if delivered > 0 else 0.0,
                 running_jobs=self.running_jobs,
                 pending_jobs=self.pending_jobs,
                 pending_gpus=self.pending_gpus,
-                outstanding_ratio=outstanding / capacity,
+                outstanding_ratio=rates.outstanding / capacity,
                 unhealthy_gpus=unhealthy_gpus,
             )
         )
@@ -373,7 +378,7 @@ class _Run:
     def _close(self, end: float) -> None:
         """Count the work of jobs still running at the end, and close the team ledger."""
         for record in self.records.values():
-            if record.state == "running":
+            if record.state is RecordState.RUNNING:
                 elapsed = max(end - record.run_start, 0.0)
                 record.delivered_gpu_seconds += record.run_gpus * elapsed
                 if record.run_unallocated:
@@ -410,7 +415,7 @@ class _Run:
     def _start(self, decision: Bind, now: float) -> None:
         record = self.records[decision.job_id]
         gpus = decision.allocation.gpu_milli_total / MILLI_PER_GPU
-        record.state = "running"
+        record.state = RecordState.RUNNING
         record.attempt += 1
         record.run_start = now
         record.run_gpus = gpus
@@ -430,24 +435,23 @@ class _Run:
             self.ledger.change(record.account, now, delivered=gpus)
         self.counts["binds"] += 1
         self.counts["backfilled_binds"] += decision.backfilled
-        self._push(now + record.remaining, EventKind.COMPLETION, (record.job.name, record.attempt))
-        if self.can_evict and not decision.unallocated:
+        run = Run(record.job.name, record.attempt)
+        self._push(now + record.remaining, EventKind.COMPLETION, run)
+        if not decision.unallocated:
             job = self.scheduler.jobs.get(record.job.name)
-            protection = getattr(job, "min_runtime", 0.0) or 0.0
+            protection = job.min_runtime if job is not None else 0.0
             if protection > 0 and protection < record.remaining:
-                self._push(
-                    now + protection, EventKind.PROTECTION_END, (record.job.name, record.attempt)
-                )
+                self._push(now + protection, EventKind.PROTECTION_END, run)
 
     def _evict(self, decision: Evict, now: float) -> None:
         record = self.records[decision.job_id]
-        if decision.job_id in self.evicting or record.state != "running":
+        if decision.job_id in self.evicting or record.state is not RecordState.RUNNING:
             return
         self.evicting.add(decision.job_id)
         self._push(
             now + max(decision.grace_s, 0.0),
             EventKind.GRACE_END,
-            (decision.job_id, record.attempt),
+            Run(decision.job_id, record.attempt),
         )
 
     def _stop(self, record: JobRecord, now: float) -> float:
@@ -482,32 +486,31 @@ class _Run:
             lost = elapsed
         record.lost_gpu_seconds += record.run_gpus * lost
         job = self.scheduler.jobs.get(record.job.name)
-        if job is not None and str(job.state) == "pending":
-            record.state = "pending"
+        if job is not None and job.state is JobState.PENDING:
+            record.state = RecordState.PENDING
             if record.allocated:
                 self.ledger.waiting(record.account, now, record.gpus, added=True)
             self.pending_gpus += record.gpus
             self.pending_jobs += 1
         else:
-            self._ended(record, now, "failed")
+            self._ended(record, now, RecordState.FAILED)
         return record.run_gpus * lost
 
-    def _ended(self, record: JobRecord, now: float, state: str) -> None:
+    def _ended(self, record: JobRecord, now: float, state: RecordState) -> None:
         record.state = state
         record.end_time = now
         if record.allocated:
             self.ledger.change(record.account, now, demand=-record.gpus)
 
     # --- events ----------------------------------------------------------------------------------
-    def _running_attempt(self, payload: tuple[str, int]) -> JobRecord | None:
-        name, attempt = payload
-        record = self.records[name]
-        if record.state != "running" or record.attempt != attempt:
+    def _running_attempt(self, run: Run) -> JobRecord | None:
+        record = self.records[run.name]
+        if record.state is not RecordState.RUNNING or record.attempt != run.attempt:
             return None  # the run this event belonged to already ended
         return record
 
-    def _completion(self, payload: tuple[str, int], now: float) -> bool:
-        record = self._running_attempt(payload)
+    def _completion(self, run: Run, now: float) -> bool:
+        record = self._running_attempt(run)
         if record is None:
             return False
         self.scheduler.finish(record.job.name, now)
@@ -515,18 +518,14 @@ class _Run:
         self.counts["completions"] += 1
         self._stop(record, now)
         record.remaining = 0.0
-        self._ended(record, now, "finished")
+        self._ended(record, now, RecordState.FINISHED)
         return True
 
-    def _grace_end(self, payload: tuple[str, int], now: float) -> bool:
-        record = self._running_attempt(payload)
+    def _grace_end(self, run: Run, now: float) -> bool:
+        record = self._running_attempt(run)
         if record is None:
             return False
-        evicted = getattr(self.scheduler, "evicted", None)
-        if evicted is not None:
-            evicted(record.job.name, now)
-        else:
-            self.scheduler.fail(record.job.name, now, requeue=True)
+        self.scheduler.evicted(record.job.name, now)
         self.scheduler_events += 1
         self.counts["evictions"] += 1
         record.preemptions += 1
@@ -546,9 +545,9 @@ class _Run:
         failed = self.scheduler.set_health(np.asarray(nodes, dtype=np.int64), Health.DOWN, now)
         self.scheduler_events += 1
         self.counts["failures"] += 1
-        for name in self._failed_names(failed):
-            record = self.records.get(name)
-            if record is not None and record.state == "running":
+        for job in failed:
+            record = self.records.get(job.job_id)
+            if record is not None and record.state is RecordState.RUNNING:
                 record.interruptions += 1
                 record.lost_to_failures_gpu_seconds += self._interrupted(record, now)
         for node in nodes:
@@ -557,18 +556,6 @@ class _Run:
         if failure.repair_after is not None:
             self._push(now + failure.repair_after, EventKind.REPAIR, tuple(nodes))
         return True
-
-    def _failed_names(self, failed: Any) -> Iterable[str]:
-        """Names of the jobs a health change failed, from the scheduler's answer if it gives
-        one, else by comparing what the backend runs with what the scheduler still runs."""
-        if isinstance(failed, list | tuple):
-            return [str(getattr(job, "job_id", job)) for job in failed]
-        running = self.scheduler.running
-        return [
-            name
-            for name, record in self.records.items()
-            if record.state == "running" and name not in running
-        ]
 
     def _repair(self, nodes: tuple[int, ...], now: float) -> bool:
         back = [node for node in nodes if self.unhealthy.get(node) is Health.DOWN]
@@ -584,7 +571,7 @@ class _Run:
 
     def _cancel(self, name: str, now: float) -> bool:
         record = self.records[name]
-        if record.state != "pending" or record.first_start is not None:
+        if record.state is not RecordState.PENDING or record.first_start is not None:
             return False
         self.scheduler.cancel(name, now)
         self.scheduler_events += 1
@@ -593,7 +580,7 @@ class _Run:
             self.ledger.waiting(record.account, now, record.gpus, added=False)
         self.pending_gpus -= record.gpus
         self.pending_jobs -= 1
-        self._ended(record, now, "cancelled")
+        self._ended(record, now, RecordState.CANCELLED)
         return True
 
     def _submission(self, index: int, now: float) -> bool:
@@ -602,7 +589,7 @@ class _Run:
         self.scheduler.submit(job.spec, now)
         self.scheduler_events += 1
         self.counts["submissions"] += 1
-        record.state = "pending"
+        record.state = RecordState.PENDING
         self.pending_gpus += record.gpus
         self.pending_jobs += 1
         if record.allocated:
@@ -612,9 +599,9 @@ class _Run:
             self._push(now + job.cancel_after, EventKind.CANCEL, job.name)
         return True
 
-    def _protection_end(self, payload: tuple[str, int], now: float) -> bool:
+    def _protection_end(self, run: Run, now: float) -> bool:
         # A job leaving its min runtime becomes preemptible: worth a cycle only if someone waits.
-        return self._running_attempt(payload) is not None and self.pending_jobs > 0
+        return self._running_attempt(run) is not None and self.pending_jobs > 0
 
 
 class _SimulatedTimeBar:
@@ -630,14 +617,19 @@ class _SimulatedTimeBar:
             console=Console(stderr=True),
             transient=True,
         )
-        self.task = self.progress.add_task("simulate", total=end / 86400)
+        self.task = self.progress.add_task("simulate", total=end / DAY)
 
     def __enter__(self) -> Callable[[float], None]:
         self.progress.__enter__()
         return self.advance
 
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)  # type: ignore[arg-type]
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.progress.__exit__(exc_type, exc, traceback)
 
     def advance(self, now: float) -> None:
-        self.progress.update(self.task, completed=min(now, self.end) / 86400)
+        self.progress.update(self.task, completed=min(now, self.end) / DAY)

@@ -5,18 +5,20 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from toposched.cluster.units import DAY, HOUR
 from toposched.workloads.model import WorkloadJob
 
 __all__ = [
-    "HOUR",
     "SHORTFALL_CAUSES",
     "Conservation",
     "Integrals",
     "JobRecord",
+    "RecordState",
     "Sample",
     "SimulationResult",
     "TeamLedger",
@@ -25,13 +27,24 @@ __all__ = [
     "summarize",
 ]
 
-HOUR = 3600.0
 DEBUG_CLASS = "debug"
 # A team counts as served when it got this share of what it was owed (Ai2 reports how many of
 # its 15 teams reached 95%).
 SERVED_THRESHOLD = 0.95
 # Jobs at least this fraction of the largest job's GPUs count among "the largest jobs".
 LARGEST_FRACTION = 0.5
+
+
+class RecordState(StrEnum):
+    """Where a job of the workload is in its life, as the simulated backend sees it."""
+
+    FUTURE = "future"
+    """Not submitted yet."""
+    PENDING = "pending"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
 
 
 @dataclass(slots=True)
@@ -45,8 +58,7 @@ class JobRecord:
     remaining: float
     """Seconds of work still to do at the start of the current or next run."""
     checkpoint_interval: float
-    state: str = "future"
-    """future, pending, running, finished, failed or cancelled."""
+    state: RecordState = RecordState.FUTURE
     attempt: int = 0
     run_start: float = 0.0
     run_gpus: float = 0.0
@@ -129,6 +141,13 @@ borrowed work to be reclaimed, for room in the topology or behind the queue); an
 cap alone (demand above the budget in part of the hour, below it in the rest)."""
 
 
+class _Shortfall(NamedTuple):
+    """A team short of its budget now: why (one of `SHORTFALL_CAUSES`) and by how many GPUs."""
+
+    cause: str
+    gpus: float
+
+
 class TeamLedger:
     """Per team and per hour: allocated GPU-seconds delivered and GPU-seconds demanded, and,
     when budgets are given, the GPU-seconds the team was short of min(budget, demand) by cause.
@@ -179,8 +198,8 @@ class TeamLedger:
         for index in range(len(self.teams)):
             self._flush(index, now)
 
-    def _cause(self, index: int) -> tuple[str, float] | None:
-        """The team's shortfall rate (GPUs) and its cause now, or None when not short."""
+    def _cause(self, index: int) -> _Shortfall | None:
+        """The team's shortfall now, or None when not short."""
         if self.budgets is None or not self.waiting_sizes[index]:
             return None
         budget = self.budgets[index]
@@ -191,10 +210,10 @@ class TeamLedger:
             return None
         smallest = min(self.waiting_sizes[index])
         if smallest > budget + 1e-9:
-            return "jobs_larger_than_budget", short
+            return _Shortfall("jobs_larger_than_budget", short)
         if smallest > budget - delivered + 1e-9:
-            return "jobs_past_budget", short
-        return "job_within_budget", short
+            return _Shortfall("jobs_past_budget", short)
+        return _Shortfall("job_within_budget", short)
 
     def _flush(self, index: int, now: float) -> None:
         begin = self.since[index]
@@ -206,8 +225,8 @@ class TeamLedger:
         if delivered_rate == 0.0 and demand_rate == 0.0:
             return
         cause = self._cause(index)
-        short: list[float] = [] if cause is None else self.short[index].setdefault(cause[0], [])
-        short_rate = 0.0 if cause is None else cause[1]
+        short: list[float] = [] if cause is None else self.short[index].setdefault(cause.cause, [])
+        short_rate = 0.0 if cause is None else cause.gpus
         delivered, demand = self.delivered[index], self.demand[index]
         hour = int((begin - self.start) // HOUR)
         while begin < now:
@@ -323,7 +342,7 @@ def _wait(record: JobRecord, end: float) -> float | None:
     submit = record.job.submit_time
     if record.first_start is not None:
         return record.first_start - submit
-    if record.state == "future":
+    if record.state is RecordState.FUTURE:
         return None
     stop = record.end_time if record.end_time is not None else end
     return max(stop - submit, 0.0)
@@ -404,15 +423,15 @@ def _class_report(records: Sequence[JobRecord], end: float) -> dict[str, Any]:
     completions = [
         r.end_time - r.job.submit_time
         for r in records
-        if r.state == "finished" and r.end_time is not None
+        if r.state is RecordState.FINISHED and r.end_time is not None
     ]
-    submitted = sum(1 for r in records if r.state != "future")
+    submitted = sum(1 for r in records if r.state is not RecordState.FUTURE)
     return {
         "submitted": submitted,
         "started": sum(1 for r in records if r.first_start is not None),
-        "finished": sum(1 for r in records if r.state == "finished"),
+        "finished": sum(1 for r in records if r.state is RecordState.FINISHED),
         "never_started": sum(
-            1 for r in records if r.first_start is None and r.state not in ("future",)
+            1 for r in records if r.first_start is None and r.state is not RecordState.FUTURE
         ),
         "wait_s": percentiles(waits),
         "completion_time_s": percentiles(completions),
@@ -421,7 +440,7 @@ def _class_report(records: Sequence[JobRecord], end: float) -> dict[str, Any]:
 
 
 def _largest_jobs(records: Sequence[JobRecord], end: float) -> dict[str, Any]:
-    submitted = [r for r in records if r.state != "future" and r.gpus > 0]
+    submitted = [r for r in records if r.state is not RecordState.FUTURE and r.gpus > 0]
     if not submitted:
         return {"gpus_at_least": None, "jobs": 0, "wait_s": percentiles([]), "max_wait_s": None}
     largest = max(r.gpus for r in submitted)
@@ -437,19 +456,129 @@ def _largest_jobs(records: Sequence[JobRecord], end: float) -> dict[str, Any]:
     }
 
 
-def summarize(result: SimulationResult) -> dict[str, Any]:
-    """The JSON summary: utilisation, fairness, waits, disruption and the scheduler's speed."""
+def _jobs_report(records: Sequence[JobRecord]) -> dict[str, Any]:
+    states = [r.state for r in records]
+    return {
+        "total": len(records),
+        "submitted": sum(1 for state in states if state is not RecordState.FUTURE),
+        "finished": states.count(RecordState.FINISHED),
+        "running_at_end": states.count(RecordState.RUNNING),
+        "pending_at_end": states.count(RecordState.PENDING),
+        "failed": states.count(RecordState.FAILED),
+        "cancelled": states.count(RecordState.CANCELLED),
+    }
+
+
+def _utilisation_report(result: SimulationResult) -> dict[str, Any]:
     integrals = result.integrals
     capacity_seconds = result.capacity_gpus * result.duration
+    delivered = integrals.delivered
+    return {
+        "occupancy": integrals.busy / capacity_seconds if capacity_seconds else None,
+        "allocation_ratio": delivered / capacity_seconds if capacity_seconds else None,
+        "unallocated_share_of_delivered": (
+            integrals.unallocated / delivered if delivered > 0 else None
+        ),
+        "allocated_share_of_delivered": (
+            (delivered - integrals.unallocated) / delivered if delivered > 0 else None
+        ),
+        "mean_outstanding_ratio": (
+            integrals.outstanding / capacity_seconds if capacity_seconds else None
+        ),
+        "occupancy_while_work_waits": (
+            integrals.busy_while_waiting / (result.capacity_gpus * integrals.waiting_seconds)
+            if result.capacity_gpus and integrals.waiting_seconds > 0
+            else None
+        ),
+        "share_of_time_work_waits": (
+            integrals.waiting_seconds / result.duration if result.duration > 0 else None
+        ),
+        "gpu_hours": {
+            "capacity": capacity_seconds / HOUR,
+            "delivered": delivered / HOUR,
+            "idle": integrals.idle / HOUR,
+            "unavailable": integrals.unavailable / HOUR,
+        },
+    }
+
+
+def _conservation_report(result: SimulationResult) -> dict[str, Any]:
+    balance = conservation(result)
+    return {
+        "delivered_gpu_hours": balance.delivered / HOUR,
+        "idle_gpu_hours": balance.idle / HOUR,
+        "unavailable_gpu_hours": balance.unavailable / HOUR,
+        "capacity_x_time_gpu_hours": balance.expected / HOUR,
+        "relative_error": balance.error,
+        "holds": balance.holds(1e-6),
+    }
+
+
+def _disruption_report(result: SimulationResult, records: Sequence[JobRecord]) -> dict[str, Any]:
+    return {
+        "preemptions": sum(r.preemptions for r in records),
+        "jobs_preempted": sum(1 for r in records if r.preemptions),
+        "node_failures": result.counts.get("failures", 0),
+        "repairs": result.counts.get("repairs", 0),
+        "interruptions_by_failure": sum(r.interruptions for r in records),
+        "jobs_interrupted": sum(1 for r in records if r.interruptions),
+        "gpu_hours_lost": sum(r.lost_gpu_seconds for r in records) / HOUR,
+        "gpu_hours_lost_by_cause": {
+            "evictions_of_unallocated_work": sum(
+                r.lost_evicted_unallocated_gpu_seconds for r in records
+            )
+            / HOUR,
+            "evictions_of_allocated_work": sum(
+                r.lost_evicted_allocated_gpu_seconds for r in records
+            )
+            / HOUR,
+            "node_failures": sum(r.lost_to_failures_gpu_seconds for r in records) / HOUR,
+        },
+    }
+
+
+def _speed_report(result: SimulationResult) -> dict[str, Any]:
+    cycles = np.asarray(result.cycle_seconds, dtype=float)
+    return {
+        "cycles": int(cycles.size),
+        "decision_latency_s": {
+            **percentiles(cycles, (50, 99)),
+            "max": float(cycles.max()) if cycles.size else None,
+            "mean": float(cycles.mean()) if cycles.size else None,
+        },
+        "scheduler_seconds": float(cycles.sum()),
+        "scheduler_cpu_seconds": result.scheduler_cpu_seconds,
+        "wall_seconds": result.wall_seconds,
+        "scheduler_events": result.scheduler_events,
+        "events_per_second": (
+            result.scheduler_events / result.wall_seconds if result.wall_seconds > 0 else None
+        ),
+        "simulated_seconds_per_wall_second": (
+            result.duration / result.wall_seconds if result.wall_seconds > 0 else None
+        ),
+    }
+
+
+def _timeline(samples: Sequence[Sample]) -> dict[str, list[Any]]:
+    return {
+        "time_s": [s.time for s in samples],
+        "occupancy": [s.occupancy for s in samples],
+        "allocation_ratio": [s.allocation_ratio for s in samples],
+        "unallocated_share": [s.unallocated_share for s in samples],
+        "running_jobs": [s.running_jobs for s in samples],
+        "pending_jobs": [s.pending_jobs for s in samples],
+        "pending_gpus": [s.pending_gpus for s in samples],
+        "outstanding_ratio": [s.outstanding_ratio for s in samples],
+        "unhealthy_gpus": [s.unhealthy_gpus for s in samples],
+    }
+
+
+def summarize(result: SimulationResult) -> dict[str, Any]:
+    """The JSON summary: utilisation, fairness, waits, disruption and the scheduler's speed."""
     records = list(result.records.values())
     by_class: dict[str, list[JobRecord]] = {}
     for record in records:
         by_class.setdefault(record.job_class, []).append(record)
-    cycles = np.asarray(result.cycle_seconds, dtype=float)
-    balance = conservation(result)
-    delivered = integrals.delivered
-    preempted = [r for r in records if r.preemptions]
-    interrupted = [r for r in records if r.interruptions]
     return {
         "workload": result.workload,
         "scheduler": result.scheduler,
@@ -457,107 +586,20 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
         "simulated": {
             "start_s": result.start,
             "end_s": result.end,
-            "days": result.duration / 86400,
+            "days": result.duration / DAY,
         },
-        "jobs": {
-            "total": len(records),
-            "submitted": sum(1 for r in records if r.state != "future"),
-            "finished": sum(1 for r in records if r.state == "finished"),
-            "running_at_end": sum(1 for r in records if r.state == "running"),
-            "pending_at_end": sum(1 for r in records if r.state == "pending"),
-            "failed": sum(1 for r in records if r.state == "failed"),
-            "cancelled": sum(1 for r in records if r.state == "cancelled"),
-        },
-        "utilisation": {
-            "occupancy": integrals.busy / capacity_seconds if capacity_seconds else None,
-            "allocation_ratio": delivered / capacity_seconds if capacity_seconds else None,
-            "unallocated_share_of_delivered": (
-                integrals.unallocated / delivered if delivered > 0 else None
-            ),
-            "allocated_share_of_delivered": (
-                (delivered - integrals.unallocated) / delivered if delivered > 0 else None
-            ),
-            "mean_outstanding_ratio": (
-                integrals.outstanding / capacity_seconds if capacity_seconds else None
-            ),
-            "occupancy_while_work_waits": (
-                integrals.busy_while_waiting / (result.capacity_gpus * integrals.waiting_seconds)
-                if result.capacity_gpus and integrals.waiting_seconds > 0
-                else None
-            ),
-            "share_of_time_work_waits": (
-                integrals.waiting_seconds / result.duration if result.duration > 0 else None
-            ),
-            "gpu_hours": {
-                "capacity": capacity_seconds / HOUR,
-                "delivered": delivered / HOUR,
-                "idle": integrals.idle / HOUR,
-                "unavailable": integrals.unavailable / HOUR,
-            },
-        },
-        "conservation": {
-            "delivered_gpu_hours": balance.delivered / HOUR,
-            "idle_gpu_hours": balance.idle / HOUR,
-            "unavailable_gpu_hours": balance.unavailable / HOUR,
-            "capacity_x_time_gpu_hours": balance.expected / HOUR,
-            "relative_error": balance.error,
-            "holds": balance.holds(1e-6),
-        },
+        "jobs": _jobs_report(records),
+        "utilisation": _utilisation_report(result),
+        "conservation": _conservation_report(result),
         "fairness": _team_report(result),
         "classes": {
             name: _class_report(group, result.end) for name, group in sorted(by_class.items())
         },
         "debug_wait_s": _class_report(by_class.get(DEBUG_CLASS, []), result.end)["wait_s"],
         "largest_jobs": _largest_jobs(records, result.end),
-        "disruption": {
-            "preemptions": sum(r.preemptions for r in records),
-            "jobs_preempted": len(preempted),
-            "node_failures": result.counts.get("failures", 0),
-            "repairs": result.counts.get("repairs", 0),
-            "interruptions_by_failure": sum(r.interruptions for r in records),
-            "jobs_interrupted": len(interrupted),
-            "gpu_hours_lost": sum(r.lost_gpu_seconds for r in records) / HOUR,
-            "gpu_hours_lost_by_cause": {
-                "evictions_of_unallocated_work": sum(
-                    r.lost_evicted_unallocated_gpu_seconds for r in records
-                )
-                / HOUR,
-                "evictions_of_allocated_work": sum(
-                    r.lost_evicted_allocated_gpu_seconds for r in records
-                )
-                / HOUR,
-                "node_failures": sum(r.lost_to_failures_gpu_seconds for r in records) / HOUR,
-            },
-        },
-        "scheduler_speed": {
-            "cycles": int(cycles.size),
-            "decision_latency_s": {
-                **percentiles(cycles, (50, 99)),
-                "max": float(cycles.max()) if cycles.size else None,
-                "mean": float(cycles.mean()) if cycles.size else None,
-            },
-            "scheduler_seconds": float(cycles.sum()),
-            "scheduler_cpu_seconds": result.scheduler_cpu_seconds,
-            "wall_seconds": result.wall_seconds,
-            "scheduler_events": result.scheduler_events,
-            "events_per_second": (
-                result.scheduler_events / result.wall_seconds if result.wall_seconds > 0 else None
-            ),
-            "simulated_seconds_per_wall_second": (
-                result.duration / result.wall_seconds if result.wall_seconds > 0 else None
-            ),
-        },
+        "disruption": _disruption_report(result, records),
+        "scheduler_speed": _speed_report(result),
         "counts": dict(result.counts),
-        "timeline": {
-            "time_s": [s.time for s in result.samples],
-            "occupancy": [s.occupancy for s in result.samples],
-            "allocation_ratio": [s.allocation_ratio for s in result.samples],
-            "unallocated_share": [s.unallocated_share for s in result.samples],
-            "running_jobs": [s.running_jobs for s in result.samples],
-            "pending_jobs": [s.pending_jobs for s in result.samples],
-            "pending_gpus": [s.pending_gpus for s in result.samples],
-            "outstanding_ratio": [s.outstanding_ratio for s in result.samples],
-            "unhealthy_gpus": [s.unhealthy_gpus for s in result.samples],
-        },
+        "timeline": _timeline(result.samples),
         "notes": result.notes,
     }

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from toposched.cluster.units import DAY, HOUR
 from toposched.sim.compare import ClusterSnapshot, ComparisonRun, comparison_rows
-from toposched.sim.metrics import HOUR, SHORTFALL_CAUSES, SimulationResult
+from toposched.sim.metrics import SHORTFALL_CAUSES, RecordState, SimulationResult
 
 __all__ = ["SECTIONS", "render_report", "write_report"]
 
@@ -280,13 +281,13 @@ def cluster_map(snapshot: ClusterSnapshot, title: str) -> str:
 
 # --- the sections ----------------------------------------------------------------------------
 def _days(seconds: Sequence[float]) -> list[float]:
-    return [s / 86400 for s in seconds]
+    return [s / DAY for s in seconds]
 
 
 def _waits(result: SimulationResult) -> dict[str, list[float]]:
     waits: dict[str, list[float]] = {}
     for record in result.records.values():
-        if record.state == "future":
+        if record.state is RecordState.FUTURE:
             continue
         if record.first_start is not None:
             wait = record.first_start - record.job.submit_time
@@ -447,7 +448,7 @@ def _fragmentation_section(
             )
         elif runs and name in runs and runs[name].fragmentation:
             points = runs[name].fragmentation
-            series[name] = (_days([t for t, _ in points]), [100 * v for _, v in points])
+            series[name] = (_days([p.time for p in points]), [100 * p.share for p in points])
     if not series:
         return (
             '<p class="note">Fragmentation is absent: neither the summaries nor the runs carry '
@@ -474,7 +475,7 @@ def _map_section(runs: Mapping[str, ComparisonRun] | None) -> str:
     for name, run in runs.items():
         parts.append(f"<h3>{_e(name)}</h3>")
         for shot in run.snapshots:
-            parts.append(f"<p>day {shot.time / 86400:.2f} ({shot.time / HOUR:,.1f} h)</p>")
+            parts.append(f"<p>day {shot.time / DAY:.2f} ({shot.time / HOUR:,.1f} h)</p>")
             parts.append(cluster_map(shot, f"{name} at {shot.time / HOUR:,.1f} h"))
     return "\n".join(parts)
 

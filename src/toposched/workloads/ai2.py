@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from toposched.cluster.errors import InputError, checked_seed
+from toposched.cluster.units import DAY, HOUR, MINUTE
 from toposched.workloads.model import SpecFactory, Workload, WorkloadJob, build_cluster
 
 __all__ = ["AI2_PROGRAMS", "TRAINING_SIZES", "ai2_like", "ai2_budget", "ai2_cluster"]
 
-DAY = 86400.0
-HOUR = 3600.0
 GPUS_PER_NODE = 8
 NODES_PER_UNIT = 32
 UNITS_PER_GROUP = 4
@@ -55,6 +54,14 @@ TRAINING_SIZES = {"cluster": "ai2", "team": "ai2:team-sized"}
 """How multi-node training runs are sized, and the workload's name for each: `cluster`, every
 team draws from the same sizes up to a sixth of the cluster; `team`, no run larger than its
 team's budget (in whole nodes)."""
+
+
+class _Phase(NamedTuple):
+    """A span of a team's demand at one level: its offered load over its budget."""
+
+    start: float
+    end: float
+    level: float
 
 
 @dataclass(frozen=True)
@@ -217,7 +224,7 @@ class _Generator:
         gpus = int(rng.choice([1, 2, 4, 8], p=[0.15, 0.2, 0.25, 0.4]))
         total = 0.0
         for _ in range(count):
-            runtime = self.lognormal(HOUR, 0.7, 5 * 60, 6 * HOUR)
+            runtime = self.lognormal(HOUR, 0.7, 5 * MINUTE, 6 * HOUR)
             expected = self.declared(runtime, HOUR)
             self.add(
                 account,
@@ -239,7 +246,7 @@ class _Generator:
     def debug(self, account: str, submit: float) -> None:
         rng = self.rng
         gpus = int(rng.choice([1, 2, 4, 8], p=[0.4, 0.25, 0.2, 0.15]))
-        runtime = self.lognormal(15 * 60, 1.0, 60, 4 * HOUR)
+        runtime = self.lognormal(15 * MINUTE, 1.0, MINUTE, 4 * HOUR)
         self.add(
             account,
             "debug",
@@ -247,7 +254,7 @@ class _Generator:
             runtime,
             1,
             gpus,
-            min_runtime=10 * 60,
+            min_runtime=10 * MINUTE,
             resumable=False,
             expected=HOUR if runtime <= HOUR else 4 * HOUR,
             priority=10,
@@ -258,7 +265,7 @@ class _Generator:
         rng = self.rng
         nodes = int(rng.choice([1, 2, 4], p=[0.5, 0.3, 0.2]))
         nodes = min(nodes, max(1, self.nodes // 4))
-        runtime = self.lognormal(6 * HOUR, 0.8, 30 * 60, 2 * DAY)
+        runtime = self.lognormal(6 * HOUR, 0.8, 30 * MINUTE, 2 * DAY)
         self.add(
             account,
             "unallocated",
@@ -276,8 +283,8 @@ class _Generator:
         return nodes * GPUS_PER_NODE * runtime / HOUR
 
     # --- arrivals --------------------------------------------------------------------------------
-    def phases(self) -> list[tuple[float, float, float]]:
-        """(start, end, level) of a team's demand phases across the horizon (and a backlog)."""
+    def phases(self) -> list[_Phase]:
+        """A team's demand phases across the horizon."""
         rng = self.rng
         phases = []
         start = 0.0
@@ -287,7 +294,7 @@ class _Generator:
                 np.clip(LEVEL_MEDIAN * math.exp(LEVEL_SIGMA * rng.standard_normal()), *LEVEL_RANGE)
             )
             end = min(start + length, self.horizon)
-            phases.append((start, end, level))
+            phases.append(_Phase(start, end, level))
             start = end
         return phases
 
@@ -314,7 +321,7 @@ class _Generator:
             offered += unit
         return offered - budget
 
-    def scaled_phases(self, teams: list[_Team]) -> list[list[tuple[float, float, float]]]:
+    def scaled_phases(self, teams: list[_Team]) -> list[list[_Phase]]:
         """Each team's phases, levels scaled together so that the teams' phased work offers
         `PHASED_LOAD` of the cluster over the horizon."""
         drawn = [self.phases() for _ in teams]
@@ -327,18 +334,18 @@ class _Generator:
             / self.horizon
         )
         scale = PHASED_LOAD / offered
-        return [[(start, end, level * scale) for start, end, level in phases] for phases in drawn]
+        return [[phase._replace(level=phase.level * scale) for phase in phases] for phases in drawn]
 
-    def team(self, team: _Team, phases: list[tuple[float, float, float]]) -> None:
+    def team(self, team: _Team, phases: list[_Phase]) -> None:
         capacity = self.capacity
         # Training already queued at the start (1.5x the GPUs the team's first phase asks
         # for), so the cluster opens as busy as it will stay. It counts against the phases'
         # offered load, so the total over the horizon stays at its level.
-        backlog_gpus = team.share * capacity * phases[0][2] * 1.5
+        backlog_gpus = team.share * capacity * phases[0].level * 1.5
         queued_gpus = 0
         training_excess = eval_excess = 0.0
         while queued_gpus < backlog_gpus:
-            training_excess += self.training(team.account, float(self.rng.uniform(0, 10 * 60)))
+            training_excess += self.training(team.account, float(self.rng.uniform(0, 10 * MINUTE)))
             queued_gpus += self.jobs[-1].spec.total_gpus
         for start, end, level in phases:
             load = team.share * capacity * level

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from toposched.cluster.builders import MILLION_GPU_SHAPE
 from toposched.cluster.errors import InputError, checked_seed
+from toposched.cluster.units import DAY
 from toposched.workloads.ai2 import TRAINING_SIZES, ai2_like
 from toposched.workloads.files import load_workload
 from toposched.workloads.frontier import frontier_lab
@@ -87,5 +88,5 @@ def workload_by_name(
         )
     workload = load_workload(path)
     if days is not None:
-        workload.horizon = days * 86400.0
+        workload.horizon = days * DAY
     return workload

@@ -9,6 +9,7 @@ import numpy as np
 
 from toposched.cluster.builders import MILLION_GPU_SHAPE
 from toposched.cluster.errors import InputError, checked_seed
+from toposched.cluster.units import DAY, HOUR, MINUTE
 from toposched.workloads.model import (
     NodeFailure,
     SpecFactory,
@@ -19,8 +20,6 @@ from toposched.workloads.model import (
 
 __all__ = ["FRONTIER_BUDGET", "frontier_lab", "frontier_failures"]
 
-DAY = 86400.0
-HOUR = 3600.0
 PODS_PER_RACK = 18
 GPUS_PER_POD = 4
 GPUS_PER_RACK = PODS_PER_RACK * GPUS_PER_POD
@@ -148,7 +147,7 @@ class _Generator:
 
     def evaluation(self, submit: float) -> float:
         racks = int(self.rng.choice([1, 2, 4, 8, 16], p=[0.2, 0.3, 0.25, 0.15, 0.1]))
-        runtime = self.lognormal(3 * HOUR, 0.6, 30 * 60, 12 * HOUR)
+        runtime = self.lognormal(3 * HOUR, 0.6, 30 * MINUTE, 12 * HOUR)
         # An evaluation cannot resume: it asks for protection as long as it expects to run.
         protected = min(math.ceil(runtime / HOUR) * HOUR, 8 * HOUR)
         return self.add(
@@ -163,7 +162,7 @@ class _Generator:
 
     def scavenger(self, submit: float) -> float:
         racks = int(self.rng.choice([1, 2, 4], p=[0.5, 0.3, 0.2]))
-        runtime = self.lognormal(4 * HOUR, 0.8, 30 * 60, DAY)
+        runtime = self.lognormal(4 * HOUR, 0.8, 30 * MINUTE, DAY)
         return self.add(
             "scavenger/shared",
             "unallocated",

@@ -12,6 +12,7 @@ from toposched.cluster import builders
 from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import load_openb_nodes, load_topology, topology_from_dict
 from toposched.cluster.topology import Topology
+from toposched.cluster.units import HOUR, MILLI_PER_GPU
 from toposched.placement.jobspec import JobSpec
 
 __all__ = [
@@ -25,7 +26,7 @@ __all__ = [
     "build_cluster",
 ]
 
-DEFAULT_CHECKPOINT_INTERVAL = 3600.0
+DEFAULT_CHECKPOINT_INTERVAL = HOUR
 """Seconds between checkpoints of a resumable job unless the workload or the job says."""
 DEFAULT_BUDGET: dict[str, Any] = {"accounts": {"default": {"share": 100}}}
 """One account holding the whole cluster: what a workload without a budget tree runs under."""
@@ -64,7 +65,7 @@ class WorkloadJob:
     @property
     def gpus(self) -> float:
         """GPUs the gang holds while running; shared pods count their fraction."""
-        return self.spec.total_gpu_milli / 1000
+        return self.spec.total_gpu_milli / MILLI_PER_GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +184,7 @@ class SpecFactory:
         resources: Mapping[str, Any],
         *,
         topology: Mapping[str, Any] | None = None,
-        min_runtime: float = 3600.0,
+        min_runtime: float = HOUR,
         resumable: bool = False,
         expected_runtime: float | None = None,
         priority: int = 0,

@@ -12,8 +12,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.errors import InputError
+from toposched.cluster.units import MILLI_PER_GPU
 
-MILLI_PER_GPU = 1000
 SHAPE_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 """The columns every pod list has (the multigpu variants have only these)."""
 FULL_COLUMNS = (

@@ -6,10 +6,11 @@ import csv
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import load_openb_nodes
+from toposched.cluster.units import DAY, HOUR, MILLI_PER_GPU
 from toposched.workloads.model import SpecFactory, Workload, WorkloadJob, build_cluster
 from toposched.workloads.openb import NODE_LIST, load_openb_pods, pod_list_path
 
@@ -20,6 +21,7 @@ __all__ = [
     "default_traces_dir",
     "itp_cluster_description",
     "itp_replay",
+    "ItpJob",
     "load_itp_trace",
     "openb_replay",
 ]
@@ -48,7 +50,7 @@ toposched, so peaks queue and the queue drains within a day; see docs/simulator.
 
 # Jobs replayed from traces declare a min runtime of an hour (the contract's default) and are
 # not resumable: the traces say nothing about checkpoints.
-REPLAY_MIN_RUNTIME = 3600.0
+REPLAY_MIN_RUNTIME = HOUR
 
 
 def default_traces_dir() -> Path:
@@ -75,13 +77,23 @@ def _number(where: str, column: str, text: str, integer: bool = False) -> float:
     return value
 
 
-def load_itp_trace(path: str | Path) -> list[tuple[str, float, float, int]]:
-    """(job_id, submission_time, duration, num_gpu) per row of an ITP cluster CSV, in file
-    order; errors name the file, the line and the column."""
+class ItpJob(NamedTuple):
+    """One row of an ITP cluster CSV."""
+
+    job_id: str
+    submission_time: float
+    duration: float
+    """Seconds the job ran."""
+    num_gpu: int
+
+
+def load_itp_trace(path: str | Path) -> list[ItpJob]:
+    """The rows of an ITP cluster CSV, in file order; errors name the file, the line and the
+    column."""
     file_path = Path(path)
     if not file_path.is_file():
         raise InputError("ITP trace", str(file_path), "file not found")
-    rows: list[tuple[str, float, float, int]] = []
+    rows: list[ItpJob] = []
     with file_path.open(newline="") as handle:
         reader = csv.reader(handle)
         header = next(reader, None)
@@ -107,7 +119,7 @@ def load_itp_trace(path: str | Path) -> list[tuple[str, float, float, int]]:
             if duration <= 0:
                 raise InputError(f"{where}: duration", row[2], "must be a number of seconds > 0")
             gpus = int(_number(where, "num_gpu", row[3].strip(), integer=True))
-            rows.append((job_id, submit, duration, gpus))
+            rows.append(ItpJob(job_id, submit, duration, gpus))
     return rows
 
 
@@ -155,8 +167,8 @@ def itp_replay(
         raise InputError("nodes", node_count, "must be an integer >= 1")
     description = itp_cluster_description(node_count)
     topology = build_cluster(description)
-    first = min((row[1] for row in rows), default=0.0)
-    horizon = None if days is None else days * 86400.0
+    first = min((row.submission_time for row in rows), default=0.0)
+    horizon = None if days is None else days * DAY
     factory = SpecFactory()
     jobs: list[WorkloadJob] = []
     largest = topology.n_gpus
@@ -221,7 +233,7 @@ def openb_replay(
     node_list = openb_dir / NODE_LIST
     topology = load_openb_nodes(node_list)
     models = {model.name for model in topology.gpu_models}
-    horizon = None if days is None else days * 86400.0
+    horizon = None if days is None else days * DAY
     factory = SpecFactory()
     jobs: list[WorkloadJob] = []
     for index in range(len(pods)):
@@ -243,7 +255,7 @@ def openb_replay(
         }
         if gpus:
             milli = int(pods.gpu_milli[index])
-            resources.update({"gpus": gpus} if milli >= 1000 else {"gpu_milli": milli})
+            resources.update({"gpus": gpus} if milli >= MILLI_PER_GPU else {"gpu_milli": milli})
             allowed = [name for name in pods.allowed_models(index) if name in models]
             if pods.allowed_models(index):
                 if not allowed:

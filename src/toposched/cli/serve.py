@@ -1,0 +1,179 @@
+"""`toposched serve`: the scheduler as a service (HTTP API, durable store, a backend)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from rich.console import Console
+
+from toposched.cluster.errors import InputError
+from toposched.service.config import BACKENDS, DEFAULT_MAX_BODY, DEFAULT_STORE, ServiceConfig
+
+DESCRIPTION = """\
+Run toposched as a service: jobs come in over an HTTP API (docs/api.md; OpenAPI at /docs),
+every accepted job and decision is committed to a store before it is acknowledged or carried
+out, and a backend starts and stops the pods. After a crash (even kill -9), starting again on
+the same store rebuilds the queue and the running jobs and reconciles with the backend.
+
+The cluster is this machine (--gpus N, real or pretended GPUs), a cluster file (--cluster,
+as for `toposched cluster show`) or the simulated 1,000,080-GPU fleet (--fleet million, with
+--backend dry-run). Budgets come from --budgets (the budget tree YAML); without it one
+account, `default`, owns everything. Without --tokens the API is open to anyone who can reach
+it, which is allowed only on a loopback address.
+"""
+
+EPILOG = """\
+examples:
+  toposched serve --backend local --gpus 8
+      this 8-GPU box; jobs run as processes, logs under toposched-state/
+  toposched serve --fleet million --backend dry-run --store /tmp/fleet.db
+      load-test a simulated million-GPU fleet; jobs "finish" after their expected_runtime
+  toposched serve --cluster cluster.yaml --budgets budgets.yaml --tokens tokens.yaml \\
+      --host 0.0.0.0 --ssl-keyfile key.pem --ssl-certfile cert.pem
+      a shared service with tokens and TLS
+  toposched serve token add alice --role team --account research/team-a --tokens tokens.yaml
+      print a new token for alice once (only its SHA-256 is stored)
+
+then, e.g.:
+  curl -s localhost:8080/v1/ready
+  curl -s -X POST localhost:8080/v1/jobs -H 'Content-Type: application/yaml' --data-binary @job.yaml
+  curl -s localhost:8080/v1/jobs/train-7b/explain
+"""
+
+log = logging.getLogger("toposched.service")
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "serve",
+        help="run the scheduler as a service (HTTP API, durable store, backend)",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _server_options(parser)
+    sub = parser.add_subparsers(dest="serve_command", metavar="{token}")
+    token = sub.add_parser("token", help="manage API tokens").add_subparsers(
+        dest="token_command", metavar="{add}", required=True
+    )
+    add = token.add_parser(
+        "add",
+        help="make a token, print it once, store its hash",
+        description="Make a new token for NAME, store its SHA-256 in the token file (created "
+        "if missing, mode 0600) and print the token once. Restart the server to load it.",
+        epilog="example:\n  toposched serve token add ci --role team --account prod "
+        "--tokens tokens.yaml",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add.add_argument("name", metavar="NAME", help="who holds the token, e.g. team-a or ops")
+    add.add_argument(
+        "--role",
+        choices=("team", "admin"),
+        required=True,
+        help="team: its accounts' jobs only; admin: everything",
+    )
+    add.add_argument(
+        "--account",
+        action="append",
+        default=[],
+        metavar="A",
+        help="an account (and its sub-accounts) a team token may use; repeat",
+    )
+    add.add_argument("--tokens", required=True, metavar="FILE", help="the token file")
+    parser.set_defaults(handler=run)
+
+
+def _server_options(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    add("--port", type=int, default=8080, help="port (default 8080)")
+    add(
+        "--store",
+        default=DEFAULT_STORE,
+        metavar="PATH|URL",
+        help=f"SQLite file of the durable state (default ./{DEFAULT_STORE}), or a "
+        "postgresql://user@host/db URL (needs toposched[postgresql])",
+    )
+    add(
+        "--backend",
+        choices=BACKENDS,
+        default="dry-run",
+        help="local: run every pod as a process on this machine, whatever node it is placed "
+        "on; dry-run: simulate (default)",
+    )
+    cluster = parser.add_mutually_exclusive_group()
+    cluster.add_argument(
+        "--gpus", type=int, metavar="N", help="one node, this machine, with N GPUs (default: 8)"
+    )
+    cluster.add_argument("--cluster", metavar="FILE", help="cluster description YAML/JSON/CSV")
+    cluster.add_argument(
+        "--fleet", choices=("million",), help="the simulated 1,000,080-GPU GB300 fleet"
+    )
+    add("--budgets", metavar="FILE", help="budget tree YAML used when the store has none")
+    add("--tokens", metavar="FILE", help="token file (see `serve token add`)")
+    add(
+        "--state-dir",
+        default="toposched-state",
+        metavar="DIR",
+        help="pid file and pod logs (default ./toposched-state)",
+    )
+    add(
+        "--max-body",
+        type=int,
+        default=DEFAULT_MAX_BODY,
+        metavar="BYTES",
+        help=f"largest request body accepted (default {DEFAULT_MAX_BODY})",
+    )
+    add(
+        "--tick",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often the backend is polled and a cycle runs without events (default 1)",
+    )
+    add("--ssl-keyfile", metavar="FILE", help="TLS private key (serve HTTPS)")
+    add("--ssl-certfile", metavar="FILE", help="TLS certificate chain")
+    add(
+        "--log-level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="how much the server logs to stderr (default info)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.serve_command == "token":
+        return _add_token(args)
+    config = ServiceConfig(
+        host=args.host,
+        port=args.port,
+        store=args.store,
+        backend=args.backend,
+        gpus=args.gpus,
+        cluster=args.cluster,
+        fleet=args.fleet,
+        budgets=args.budgets,
+        tokens=args.tokens,
+        state_dir=args.state_dir,
+        max_body=args.max_body,
+        tick_s=args.tick,
+        ssl_keyfile=args.ssl_keyfile,
+        ssl_certfile=args.ssl_certfile,
+    )
+    from toposched.service.server import serve  # the HTTP stack loads only when serving
+
+    return serve(config, args.log_level)
+
+
+def _add_token(args: argparse.Namespace) -> int:
+    from toposched.service.auth import add_token
+
+    if args.role == "admin" and args.account:
+        raise InputError("--account", args.account, "an admin token has no accounts")
+    token = add_token(args.tokens, args.name, args.role, args.account)
+    err = Console(stderr=True)
+    err.print(f"token for {args.name} ({args.role}) added to {args.tokens}; it is shown once:")
+    sys.stdout.write(token + "\n")
+    return 0

@@ -1,0 +1,109 @@
+"""The service's configuration, and the cluster, budget tree, store and backend built from it."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from toposched.backends.dry_run import DryRunBackend
+from toposched.backends.local import LocalBackend
+from toposched.backends.local_node import local_cluster
+from toposched.backends.protocol import Backend
+from toposched.cluster.builders import million_gpu_cluster
+from toposched.cluster.errors import InputError
+from toposched.cluster.loaders import load_topology
+from toposched.cluster.topology import MAX_GPUS_PER_NODE, Topology
+from toposched.policy.budget import BudgetTree
+from toposched.service import store_protocol
+from toposched.service.store_protocol import StateStore
+
+DEFAULT_STORE = "toposched-state/toposched.db"
+DEFAULT_MAX_BODY = 1 << 20
+DEFAULT_ACCOUNT = "default"
+BACKENDS = ("local", "dry-run")
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Everything `toposched serve` is told. Exactly one of `gpus`, `cluster`, `fleet` names
+    the cluster (`gpus` = 8 when none is given)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    store: str = DEFAULT_STORE
+    backend: str = "dry-run"
+    gpus: int | None = None
+    cluster: str | None = None
+    fleet: str | None = None
+    budgets: str | None = None
+    tokens: str | None = None
+    state_dir: str = "toposched-state"
+    max_body: int = DEFAULT_MAX_BODY
+    tick_s: float = 1.0
+    ssl_keyfile: str | None = None
+    ssl_certfile: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def check(self) -> None:
+        if self.backend not in BACKENDS:
+            raise InputError("--backend", self.backend, f"must be one of {', '.join(BACKENDS)}")
+        given = [name for name in ("gpus", "cluster", "fleet") if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise InputError(
+                "--" + given[1],
+                getattr(self, given[1]),
+                f"give one of --gpus, --cluster, --fleet (also given: --{given[0]})",
+            )
+        if self.gpus is not None and not 1 <= self.gpus <= MAX_GPUS_PER_NODE:
+            raise InputError("--gpus", self.gpus, f"must be from 1 to {MAX_GPUS_PER_NODE}")
+        if self.fleet is not None and self.backend == "local":
+            raise InputError("--fleet", self.fleet, "is simulated: run it with --backend dry-run")
+        if not 1 <= self.port <= 65535:
+            raise InputError("--port", self.port, "must be a port number from 1 to 65535")
+        if self.max_body < 1024:
+            raise InputError("--max-body", self.max_body, "must be at least 1024 bytes")
+        if not 0.05 <= self.tick_s <= 60:
+            raise InputError("--tick", self.tick_s, "must be from 0.05 to 60 seconds")
+        if (self.ssl_keyfile is None) != (self.ssl_certfile is None):
+            raise InputError("--ssl-keyfile", self.ssl_keyfile, "give both TLS files or neither")
+
+    @property
+    def loopback(self) -> bool:
+        return is_loopback(self.host)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_topology(config: ServiceConfig) -> Topology:
+    if config.cluster is not None:
+        return load_topology(config.cluster)
+    if config.fleet is not None:
+        if config.fleet != "million":
+            raise InputError("--fleet", config.fleet, "the only fleet is 'million'")
+        return million_gpu_cluster()
+    return local_cluster(8 if config.gpus is None else config.gpus)
+
+
+def build_tree(config: ServiceConfig) -> BudgetTree:
+    """The budget tree the store starts with: --budgets, or one account owning everything."""
+    if config.budgets is not None:
+        return BudgetTree.from_yaml(Path(config.budgets))
+    return BudgetTree.from_dict({"accounts": {DEFAULT_ACCOUNT: {"share": 100}}})
+
+
+def open_store(config: ServiceConfig) -> StateStore:
+    return store_protocol.open_store(config.store)
+
+
+def build_backend(config: ServiceConfig) -> Backend:
+    if config.backend == "dry-run":
+        return DryRunBackend()
+    return LocalBackend(Path(config.state_dir) / "local")

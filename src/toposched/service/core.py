@@ -1,0 +1,201 @@
+"""The service's state: the scheduler, the job records mirroring the store, and what is due to
+the backend. Only the loop's thread touches it; every change it makes to the store happens
+inside the loop's open transaction, so nothing is seen or sent before it is committed."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from toposched.backends.protocol import Backend, Launch, PodLaunch, Report, ReportKind, Stop
+from toposched.cluster.errors import InputError
+from toposched.cluster.state import Allocation, Health
+from toposched.placement.jobspec import JobSpec
+from toposched.scheduler.core import Scheduler
+from toposched.scheduler.jobs import Job, JobState
+from toposched.service.documents import parse_run
+from toposched.service.errors import NotFound
+from toposched.service.fits import ClusterLimits
+from toposched.service.records import JobRecord
+from toposched.service.store_protocol import StateStore
+
+Command = Launch | Stop
+log = logging.getLogger("toposched.service")
+
+
+def _verb(command: Command) -> str:
+    return "the start" if isinstance(command, Launch) else "the stop"
+
+
+@dataclass
+class ServiceCore:
+    """Everything the loop owns. `outbox` holds decisions committed (or about to be, in the
+    open transaction) and not yet handed to the backend; `sent` the ids handed over, marked in
+    the store by the next transaction."""
+
+    scheduler: Scheduler
+    store: StateStore
+    backend: Backend
+    limits: ClusterLimits
+    records: dict[str, JobRecord] = field(default_factory=dict)
+    by_key: dict[str, str] = field(default_factory=dict)
+    outbox: list[tuple[int, Command]] = field(default_factory=list)
+    sent: list[int] = field(default_factory=list)
+    refused: list[Report] = field(default_factory=list)
+    dirty: bool = True
+    """Whether anything changed since the last cycle (a cycle runs only then, or on a tick)."""
+
+    # --- records ---------------------------------------------------------------------------
+    def record(self, job_id: str) -> JobRecord:
+        record = self.records.get(job_id)
+        if record is None:
+            raise NotFound("job", job_id)
+        return record
+
+    def add_record(self, record: JobRecord) -> None:
+        self.store.insert_job(record)
+        self.records[record.job_id] = record
+        if record.idempotency_key is not None:
+            self.by_key[record.idempotency_key] = record.job_id
+
+    def forget_record(self, record: JobRecord) -> None:
+        """Undo `add_record` in memory (the store undoes it with the command's savepoint)."""
+        del self.records[record.job_id]
+        if record.idempotency_key is not None:
+            del self.by_key[record.idempotency_key]
+
+    def live_job(self, job_id: str) -> Job | None:
+        """The scheduler's job for a live record (pending or running), else None."""
+        record = self.records.get(job_id)
+        if record is None or not record.live:
+            return None
+        return self.scheduler.jobs.get(job_id)
+
+    def sync(self, record: JobRecord, job: Job) -> None:
+        """Copy the scheduler's view of a job into its record and store it."""
+        record.state = job.state
+        record.start_time = job.start_time
+        record.end_time = job.end_time
+        record.preemptions = job.preemptions
+        record.unallocated = job.unallocated
+        # A job that ended keeps the last thing that happened to it ("finished", "cancelled",
+        # "preempted; ..."), not the reason it last waited or ran.
+        ended = not record.live and job.history
+        record.reason = job.history[-1][1] if ended else job.reason
+        running = job.state is JobState.RUNNING
+        record.allocation = self.scheduler.state.allocations.get(job.job_id) if running else None
+        self.store.update_job(record)
+
+    def event(self, now: float, kind: str, record: JobRecord | None, **data: Any) -> None:
+        if record is None:
+            self.store.add_event(now, kind, None, None, **data)
+        else:
+            self.store.add_event(
+                now, kind, record.job_id, record.account, state=str(record.state), **data
+            )
+
+    # --- decisions for the backend ---------------------------------------------------------
+    def launch(self, record: JobRecord) -> Launch:
+        allocation = record.allocation
+        assert allocation is not None, record.job_id
+        names = self.scheduler.state.topology.node_names
+        pods = tuple(
+            PodLaunch(
+                rank=rank,
+                node=names[int(node)],
+                gpus=tuple(int(g) for g in allocation.gpus[rank]),
+                gpu_milli=allocation.gpu_milli,
+            )
+            for rank, node in enumerate(allocation.nodes.tolist())
+        )
+        return Launch(
+            job_id=record.job_id,
+            attempt=record.attempt,
+            pods=pods,
+            run=parse_run(record.spec.get("run")),
+            expected_runtime=self.spec_of(record).expected_runtime,
+        )
+
+    def spec_of(self, record: JobRecord) -> JobSpec:
+        """The job's validated spec: the scheduler's for a job it holds, else read from the
+        stored document."""
+        job = self.scheduler.jobs.get(record.job_id)
+        if job is not None:
+            return job.spec
+        fields = {key: value for key, value in record.spec.items() if key != "run"}
+        return JobSpec.from_dict(fields)
+
+    def queue_start(self, record: JobRecord) -> None:
+        decision = self.store.add_decision(record.job_id, record.attempt, "start", {})
+        self.outbox.append((decision, self.launch(record)))
+
+    def queue_stop(self, record: JobRecord, attempt: int, grace_s: float, evicted: bool) -> None:
+        payload = {"grace_s": grace_s, "evicted": evicted}
+        decision = self.store.add_decision(record.job_id, attempt, "stop", payload)
+        self.outbox.append((decision, Stop(record.job_id, attempt, grace_s, evicted)))
+
+    def send_outbox(self) -> None:
+        """Hand committed decisions to the backend, oldest first. A start the backend refuses
+        becomes a failure report of that run, applied with the backend's own reports."""
+        outbox, self.outbox = self.outbox, []
+        for decision_id, command in outbox:
+            try:
+                if isinstance(command, Launch):
+                    self.backend.start(command)
+                else:
+                    self.backend.stop(command)
+            except Exception as error:  # any backend error: the service keeps serving
+                log.error("backend refused %s of %s: %s", _verb(command), command.job_id, error)
+                if isinstance(command, Launch):
+                    self.refused.append(
+                        Report(
+                            command.job_id,
+                            command.attempt,
+                            ReportKind.FAILED,
+                            0.0,
+                            f"the backend refused to start it: {error}",
+                        )
+                    )
+            self.sent.append(decision_id)
+
+    def take_refused(self, now: float) -> list[Report]:
+        refused, self.refused = self.refused, []
+        return [dataclasses.replace(report, time=now) for report in refused]
+
+    def flush_sent(self) -> None:
+        """Inside a transaction: mark the decisions handed over since the last one."""
+        if self.sent:
+            self.store.mark_sent(self.sent)
+            self.sent = []
+
+    # --- nodes -----------------------------------------------------------------------------
+    def node_index(self, name: str) -> int:
+        try:
+            return self.scheduler.state.topology.node_index(name)
+        except (InputError, KeyError):
+            raise NotFound("node", name) from None
+
+    def set_health(self, name: str, health: Health, now: float) -> None:
+        """Change one node's health; gangs on a node that goes down fail (resumable ones are
+        requeued) and the backend is told to stop what is left of them."""
+        node = self.node_index(name)
+        before = {job_id: self.records[job_id].attempt for job_id in self.scheduler.running}
+        failed = self.scheduler.set_health([node], health, now)
+        self.store.set_node_health(name, health.name.lower())
+        self.event(now, "node", None, node=name, health=health.name.lower())
+        for job in failed:
+            record = self.records[job.job_id]
+            self.sync(record, job)
+            self.queue_stop(record, before[job.job_id], 0.0, evicted=False)
+            self.event(now, "failed", record, detail=f"node {name} down")
+            if record.pending:
+                self.event(now, "requeued", record)
+        self.dirty = True
+
+    def allocation_nodes(self, allocation: Allocation | None) -> list[str]:
+        if allocation is None:
+            return []
+        names = self.scheduler.state.topology.node_names
+        return [names[int(n)] for n in dict.fromkeys(allocation.nodes.tolist())]

@@ -1,0 +1,190 @@
+"""Request bodies as documents: JSON or guarded YAML, and a job document split into the
+`JobSpec` the scheduler reads and the `run` section the backend reads."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from toposched.backends.protocol import RunSpec
+from toposched.cluster.errors import InputError
+from toposched.placement.jobspec import JobSpec
+
+MAX_DEPTH = 32
+"""Nesting deeper than this is refused: no job or budget document needs it."""
+MAX_COMMAND_ITEMS = 1024
+MAX_ITEM_CHARS = 8192
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RUN_FIELDS = ("command", "env", "workdir")
+_SERVER_FIELDS = ("submit_time",)
+
+
+def parse_body(body: bytes, content_type: str) -> Any:
+    """The document in a request body: JSON, or YAML without aliases or deep nesting."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError("body", body[:40].hex(), f"must be UTF-8 text ({error.reason})") from None
+    kind = content_type.split(";")[0].strip().lower()
+    if kind in ("application/yaml", "application/x-yaml", "text/yaml"):
+        return _parse_yaml(text)
+    return _parse_json(text)
+
+
+def _no_constants(name: str) -> Any:
+    raise InputError("body", name, "NaN and Infinity are not JSON numbers")
+
+
+def _parse_json(text: str) -> Any:
+    try:
+        document = json.loads(text, parse_constant=_no_constants)
+    except json.JSONDecodeError as error:
+        raise InputError("body", text[:80], f"is not valid JSON: {error.msg}") from None
+    except RecursionError:
+        raise InputError("body", text[:80], f"nests deeper than {MAX_DEPTH} levels") from None
+    _check_depth(document, text)
+    return document
+
+
+def _check_depth(document: Any, text: str) -> None:
+    stack: list[tuple[Any, int]] = [(document, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InputError("body", text[:80], f"nests deeper than {MAX_DEPTH} levels")
+        if isinstance(item, Mapping):
+            stack.extend((value, depth + 1) for value in item.values())
+        elif isinstance(item, list):
+            stack.extend((value, depth + 1) for value in item)
+
+
+def _parse_yaml(text: str) -> Any:
+    """YAML read event by event first: aliases (the billion-laughs expansion) and nesting past
+    MAX_DEPTH are refused before any object is built."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent):
+                raise InputError("body", text[:80], "YAML aliases (*name) are not accepted")
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise InputError("body", text[:80], f"nests deeper than {MAX_DEPTH} levels")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+        documents = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as error:
+        problem = getattr(error, "problem", None) or "cannot be parsed"
+        raise InputError("body", text[:80], f"is not valid YAML: {problem}") from None
+    if len(documents) != 1:
+        raise InputError("body", f"{len(documents)} documents", "must hold exactly one document")
+    return documents[0]
+
+
+def body_hash(document: Any) -> str:
+    """A hash of the document's meaning, the same for equal JSON and YAML bodies."""
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def split_job(document: Any) -> tuple[dict[str, Any], RunSpec | None]:
+    """The job fields (for `JobSpec`) and the parsed `run` section of a job document."""
+    if not isinstance(document, Mapping):
+        raise InputError("job", _short(document), "must be a mapping of job fields")
+    fields = {str(key): value for key, value in document.items()}
+    for name in _SERVER_FIELDS:
+        if name in fields:
+            raise InputError(name, fields[name], "is set by the server; leave it out")
+    run = fields.pop("run", None)
+    return fields, parse_run(run)
+
+
+def parse_run(run: Any) -> RunSpec | None:
+    if run is None:
+        return None
+    if not isinstance(run, Mapping):
+        raise InputError("run", _short(run), "must be a mapping with command, env, workdir")
+    for key in run:
+        if key not in _RUN_FIELDS:
+            raise InputError(
+                f"run.{key}", key, f"unknown field; valid fields are {', '.join(_RUN_FIELDS)}"
+            )
+    command = run.get("command")
+    if (
+        not isinstance(command, list)
+        or not command
+        or len(command) > MAX_COMMAND_ITEMS
+        or not all(isinstance(item, str) and 0 < len(item) <= MAX_ITEM_CHARS for item in command)
+    ):
+        raise InputError(
+            "run.command",
+            _short(command),
+            f"must be a non-empty list of at most {MAX_COMMAND_ITEMS} non-empty strings "
+            "(argv, no shell)",
+        )
+    return RunSpec(tuple(command), _parse_env(run.get("env")), _parse_workdir(run.get("workdir")))
+
+
+def _parse_env(env: Any) -> dict[str, str]:
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping):
+        raise InputError("run.env", _short(env), "must be a mapping of NAME: value")
+    parsed: dict[str, str] = {}
+    for name, value in env.items():
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise InputError("run.env", _short(name), "names are letters, digits and _")
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise InputError(f"run.env.{name}", _short(value), "must be a string or a number")
+        if len(str(value)) > MAX_ITEM_CHARS:
+            raise InputError(f"run.env.{name}", _short(value), "is too long")
+        parsed[name] = str(value)
+    return parsed
+
+
+def _parse_workdir(workdir: Any) -> str | None:
+    if workdir is None:
+        return None
+    if not isinstance(workdir, str) or not workdir or "\0" in workdir:
+        raise InputError("run.workdir", _short(workdir), "must be a folder path")
+    return workdir
+
+
+def run_to_dict(run: RunSpec | None) -> dict[str, Any] | None:
+    if run is None:
+        return None
+    written: dict[str, Any] = {"command": list(run.command), "env": dict(run.env)}
+    if run.workdir is not None:
+        written["workdir"] = run.workdir
+    return written
+
+
+def job_spec(fields: Mapping[str, Any], submit_time: float | None = None) -> JobSpec:
+    """Validate the job fields; `submit_time` is the server's."""
+    data = dict(fields)
+    if submit_time is not None:
+        data["submit_time"] = submit_time
+    return JobSpec.from_dict(data)
+
+
+def stored_document(spec: JobSpec, run: RunSpec | None) -> dict[str, Any]:
+    """The job document kept in the store and shown as a Job's `spec`."""
+    written = spec.to_dict()
+    run_written = run_to_dict(run)
+    if run_written is not None:
+        written["run"] = run_written
+    return written
+
+
+def short(value: Any, limit: int = 80) -> str:
+    """A value as shown in an error: at most `limit` characters."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_short = short

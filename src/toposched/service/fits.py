@@ -1,0 +1,158 @@
+"""Jobs this cluster can never run, told at submit from sums over the topology.
+
+The sums are taken once when the service starts (GPUs per model for the cluster, the largest
+node, and every domain); a check reads them in O(levels x models), never looping over nodes.
+Health is ignored on purpose: a job that fits once the cluster is repaired is not refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from toposched.cluster.errors import InputError
+from toposched.cluster.topology import Topology
+from toposched.placement.jobspec import JobSpec
+from toposched.placement.request import GangRequest
+from toposched.policy.budget import BudgetTree
+from toposched.service.errors import NeverFits
+
+
+@dataclass(frozen=True)
+class ClusterLimits:
+    """What the largest parts of the cluster hold, by GPU model."""
+
+    topology: Topology
+    node_gpus: NDArray[np.int64]
+    """Per model: GPUs of the largest node."""
+    domain_gpus: list[NDArray[np.int64]]
+    """Per level (0 = the cluster): per domain and model, the GPUs it holds."""
+    max_cpu_milli: int
+    max_memory_mib: int
+
+    @staticmethod
+    def of(topology: Topology) -> ClusterLimits:
+        n_models = max(len(topology.gpu_models), 1)
+        gpus = topology.gpu_count.astype(np.int64)
+        models = topology.gpu_model.astype(np.int64)
+        node_gpus = np.zeros(n_models, dtype=np.int64)
+        np.maximum.at(node_gpus, models, gpus)
+        per_model = np.zeros((topology.n_nodes, n_models), dtype=np.int64)
+        per_model[np.arange(topology.n_nodes), models] = gpus
+        domain_gpus = [
+            np.add.reduceat(per_model, starts[:-1].astype(np.int64), axis=0)
+            for starts in topology.domain_starts
+        ]
+        return ClusterLimits(
+            topology,
+            node_gpus,
+            domain_gpus,
+            int(topology.cpu_milli.max(initial=0)),
+            int(topology.memory_mib.max(initial=0)),
+        )
+
+    def check(self, spec: JobSpec, tree: BudgetTree) -> None:
+        """Raise NeverFits (or InputError for names this cluster does not know) if the job can
+        never run here."""
+        check_ranges(spec)
+        _check_account(spec.account, tree)
+        try:
+            request = GangRequest.from_spec(spec, self.topology)
+        except InputError as error:
+            if error.field == "resources_per_pod.gpu_models":
+                raise NeverFits(error.field, error.value, error.rule) from None
+            raise
+        models = (
+            np.arange(self.node_gpus.size)
+            if request.allowed_models is None
+            else request.allowed_models
+        )
+        self._check_pod(request, models)
+        self._check_gang(spec, request, models)
+
+    def _check_pod(self, request: GangRequest, models: NDArray[np.int64]) -> None:
+        largest = int(self.node_gpus[models].max(initial=0))
+        if request.gpus_per_pod > largest:
+            raise NeverFits(
+                "resources_per_pod.gpus",
+                request.gpus_per_pod,
+                f"no node has that many GPUs{self._of_models(request)}; the largest has {largest}",
+            )
+        if request.cpu_milli > self.max_cpu_milli:
+            raise NeverFits(
+                "resources_per_pod.cpu",
+                request.cpu_milli / 1000,
+                f"no node has that many cores; the largest has {self.max_cpu_milli / 1000:g}",
+            )
+        if request.memory_mib > self.max_memory_mib:
+            raise NeverFits(
+                "resources_per_pod.memory",
+                f"{request.memory_mib} MiB",
+                f"no node has that much memory; the largest has {self.max_memory_mib} MiB",
+            )
+
+    def _check_gang(self, spec: JobSpec, request: GangRequest, models: NDArray[np.int64]) -> None:
+        if request.is_fractional or request.gpus_per_pod == 0:
+            return
+        wanted = request.pods * request.gpus_per_pod
+        total = int(self.domain_gpus[0][:, models].sum())
+        if wanted > total:
+            raise NeverFits(
+                "pods",
+                request.pods,
+                f"{wanted} GPUs{self._of_models(request)} is more than the cluster has ({total})",
+            )
+        if request.on_one_node:
+            largest = int(self.node_gpus[models].max(initial=0))
+            if wanted > largest:
+                raise NeverFits(
+                    "topology.required",
+                    "node",
+                    f"{wanted} GPUs on one node; the largest node has {largest}",
+                )
+        elif request.required > 0:
+            per_domain = self.domain_gpus[request.required][:, models].sum(axis=1)
+            largest = int(per_domain.max(initial=0))
+            level = self.topology.domain_levels[request.required]
+            if wanted > largest:
+                raise NeverFits(
+                    "topology.required",
+                    spec.topology.required,
+                    f"{wanted} GPUs in one {level}; the largest {level} has {largest}",
+                )
+
+    def _of_models(self, request: GangRequest) -> str:
+        if request.allowed_models is None:
+            return ""
+        names = "|".join(self.topology.gpu_models[int(m)].name for m in request.allowed_models)
+        return f" of model {names}"
+
+
+MAX_PRIORITY = 1_000_000_000
+MAX_SECONDS = 10 * 365 * 86400.0
+"""Durations past ten years are taken for mistakes (and would overflow times downstream)."""
+
+
+def check_ranges(spec: JobSpec) -> None:
+    """InputError for numbers no real job has: priorities past a billion, durations past ten
+    years."""
+    if abs(spec.priority) > MAX_PRIORITY:
+        raise InputError(
+            "priority", spec.priority, f"must be from -{MAX_PRIORITY:,} to {MAX_PRIORITY:,}"
+        )
+    for name in ("min_runtime", "expected_runtime", "grace_period"):
+        seconds = getattr(spec, name)
+        if seconds is not None and not seconds <= MAX_SECONDS:
+            raise InputError(name, seconds, "must be at most ten years (315360000 s)")
+
+
+def _check_account(account: str, tree: BudgetTree) -> None:
+    if account not in tree:
+        leaves = ", ".join(tree.leaves()[:8])
+        raise NeverFits("account", account, f"no such account; accounts are {leaves}")
+    if not tree.is_leaf(account):
+        raise NeverFits(
+            "account", account, "is not a leaf of the budget tree; jobs charge to a team"
+        )

@@ -1,0 +1,162 @@
+"""The loop: one thread owns the scheduler, the store's writes and the backend.
+
+API calls become commands on a queue and wait on a future. Each turn the loop drains every
+queued command, applies them in ONE transaction (grouped commit: one fsync for the batch),
+answers the waiters only after the commit, then runs one cycle for the whole batch (see
+`step`). A tick every `tick_s` seconds polls the backend and cycles even when nothing arrived,
+for min-runtime expiries and reservations coming due.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from toposched.cluster.errors import ToposchedError
+from toposched.service.core import ServiceCore
+from toposched.service.step import step
+
+T = TypeVar("T")
+Clock = Callable[[], float]
+log = logging.getLogger("toposched.service")
+_MAX_BATCH = 10_000
+
+
+@dataclass
+class _Command:
+    apply: Callable[[ServiceCore, float], Any]
+    future: Future[Any]
+    writes: bool
+
+
+class Loop:
+    """Runs `start_core` (recovery) first in its own thread, then serves commands."""
+
+    def __init__(
+        self,
+        start_core: Callable[[float], ServiceCore],
+        clock: Clock = time.time,
+        tick_s: float = 1.0,
+        on_failure: Callable[[], None] | None = None,
+    ) -> None:
+        self._start_core = start_core
+        self._on_failure = on_failure
+        self.clock = clock
+        self.tick_s = tick_s
+        self._queue: queue.SimpleQueue[_Command | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="toposched-loop", daemon=True)
+        self._stopping = threading.Event()
+        self.ready = threading.Event()
+        self.failed: BaseException | None = None
+        self.core: ServiceCore | None = None
+        self.cycles = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping.set()
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def submit(self, apply: Callable[[ServiceCore, float], T], writes: bool = True) -> Future[T]:
+        """Queue `apply(core, now)` for the loop; its future resolves after the commit."""
+        future: Future[T] = Future()
+        if self.failed is not None:
+            future.set_exception(RuntimeError("the service loop stopped"))
+            return future
+        self._queue.put(_Command(apply, future, writes))
+        return future
+
+    def call(self, apply: Callable[[ServiceCore, float], T], timeout: float = 30.0) -> T:
+        """`submit` and wait (for callers outside an event loop, e.g. tests)."""
+        return self.submit(apply).result(timeout)
+
+    # --- the thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self.core = self._start_core(self.clock())
+            self.ready.set()
+            self._serve(self.core)
+        except BaseException as error:  # the loop must report why it stopped, whatever it was
+            self.failed = error
+            log.exception("the service loop stopped")
+            self._fail_waiting(error)
+            if self._on_failure is not None:
+                self._on_failure()
+        finally:
+            if self.core is not None:
+                self.core.backend.close()
+
+    def _serve(self, core: ServiceCore) -> None:
+        next_tick = time.monotonic()
+        while not self._stopping.is_set():
+            batch = self._drain(max(0.0, next_tick - time.monotonic()))
+            now = self.clock()
+            answers = self._apply(core, batch, now)
+            for command, (ok, value) in zip(batch, answers, strict=True):
+                if ok:
+                    command.future.set_result(value)
+                else:
+                    command.future.set_exception(value)
+            tick = time.monotonic() >= next_tick
+            if tick:
+                next_tick = time.monotonic() + self.tick_s
+            if step(core, now, tick) is not None:
+                self.cycles += 1
+
+    def _drain(self, wait_s: float) -> list[_Command]:
+        batch: list[_Command] = []
+        try:
+            first = self._queue.get(timeout=wait_s) if wait_s > 0 else self._queue.get_nowait()
+        except queue.Empty:
+            return batch
+        if first is not None:
+            batch.append(first)
+        while len(batch) < _MAX_BATCH:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                batch.append(item)
+        return batch
+
+    def _apply(
+        self, core: ServiceCore, batch: list[_Command], now: float
+    ) -> list[tuple[bool, Any]]:
+        """Every command of the batch in one transaction, each in a savepoint so that one
+        refused command changes nothing and the others still commit."""
+        if not any(command.writes for command in batch):
+            return [self._apply_one(core, command, now) for command in batch]
+        with core.store.transaction():
+            core.flush_sent()
+            return [self._apply_one(core, command, now) for command in batch]
+
+    @staticmethod
+    def _apply_one(core: ServiceCore, command: _Command, now: float) -> tuple[bool, Any]:
+        try:
+            if not command.writes:
+                return True, command.apply(core, now)
+            with core.store.savepoint():
+                return True, command.apply(core, now)
+        except ToposchedError as error:
+            return False, error
+        except Exception as error:  # a bug: report it to the caller, keep serving the others
+            log.exception("command failed")
+            return False, error
+
+    def _fail_waiting(self, error: BaseException) -> None:
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None and not item.future.done():
+                item.future.set_exception(RuntimeError(f"the service loop stopped: {error}"))

@@ -1,0 +1,110 @@
+"""Assembling and running the service: store, cluster, budgets, backend, loop, HTTP server."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import uvicorn
+
+from toposched.cluster.errors import InputError, ToposchedError
+from toposched.service.api import create_app
+from toposched.service.auth import Tokens
+from toposched.service.config import (
+    ServiceConfig,
+    build_backend,
+    build_topology,
+    build_tree,
+    open_store,
+)
+from toposched.service.http import Context
+from toposched.service.loop import Loop
+from toposched.service.recovery import starter
+
+log = logging.getLogger("toposched.service")
+
+
+class ServiceStopped(ToposchedError):
+    """The loop stopped (e.g. the store could not be recovered); the server exited."""
+
+
+def serve(config: ServiceConfig, log_level: str = "info") -> int:
+    """Run until interrupted (SIGINT/SIGTERM); the loop and store are closed on the way out."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    config.check()
+    tokens = _tokens(config)
+    topology = build_topology(config)
+    store = open_store(config)
+    backend = build_backend(config)
+    if tokens is None:
+        log.warning("no --tokens: the API is open to every local user of this machine")
+    server: uvicorn.Server | None = None
+
+    def stop_serving() -> None:  # the loop stopped: a server that cannot schedule exits
+        if server is not None:
+            server.should_exit = True
+
+    loop = Loop(
+        starter(store, topology, lambda: build_tree(config), backend),
+        tick_s=config.tick_s,
+        on_failure=stop_serving,
+    )
+    pid_file = _write_pid(config.state_dir)
+    app = create_app(Context(loop, tokens, config.max_body), store)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.port,
+            log_level=log_level,
+            ssl_keyfile=config.ssl_keyfile,
+            ssl_certfile=config.ssl_certfile,
+        )
+    )
+    log.info(
+        "toposched serve: %d nodes, %d GPUs, store %s, backend %s",
+        topology.n_nodes,
+        topology.n_gpus,
+        config.store,
+        config.backend,
+    )
+    loop.start()
+    try:
+        server.run()
+    finally:
+        loop.stop()
+        store.close()
+        pid_file.unlink(missing_ok=True)
+    if loop.failed is not None:
+        raise ServiceStopped(f"the scheduler loop stopped: {loop.failed}")
+    return 0
+
+
+def _tokens(config: ServiceConfig) -> Tokens | None:
+    if config.tokens is not None:
+        tokens = Tokens.load(config.tokens)
+        if not tokens.by_hash:
+            raise InputError(
+                "--tokens",
+                config.tokens,
+                "holds no tokens; add one with `toposched serve "
+                "token add NAME --role admin --tokens FILE`",
+            )
+        return tokens
+    if not config.loopback:
+        raise InputError(
+            "--host",
+            config.host,
+            "without --tokens the API is open to everyone, which is "
+            "allowed only on a loopback address; give --tokens FILE",
+        )
+    return None
+
+
+def _write_pid(state_dir: str) -> Path:
+    folder = Path(state_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "toposched.pid"
+    path.write_text(f"{os.getpid()}\n")
+    return path

@@ -1,0 +1,370 @@
+"""The durable store: SQLite in WAL mode, one writer (the service's loop), grouped commits.
+
+Every accepted submission, decision and backend report is written inside a transaction that
+the loop commits before it answers anyone or tells the backend anything. The loop groups all
+the commands it drained into one transaction, so one fsync covers many submissions.
+`synchronous=FULL`: a commit acknowledged to a client survives a power loss, not only a crash
+of the process (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toposched.backends.protocol import Report, ReportKind
+from toposched.cluster.errors import InputError
+from toposched.scheduler.jobs import JobState
+from toposched.service.records import JobRecord, allocation_from_json, allocation_to_json
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: the first schema.
+    """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE jobs (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        account TEXT NOT NULL,
+        priority INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        submit_time REAL NOT NULL,
+        start_time REAL,
+        end_time REAL,
+        attempt INTEGER NOT NULL DEFAULT 0,
+        preemptions INTEGER NOT NULL DEFAULT 0,
+        idempotency_key TEXT UNIQUE,
+        body_hash TEXT,
+        allocation TEXT,
+        unallocated INTEGER NOT NULL DEFAULT 0,
+        reason TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX jobs_by_state ON jobs (state);
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        time REAL NOT NULL,
+        kind TEXT NOT NULL,
+        job TEXT,
+        account TEXT,
+        data TEXT NOT NULL
+    );
+    CREATE TABLE decisions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        sent INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX decisions_unsent ON decisions (sent) WHERE sent = 0;
+    CREATE TABLE reports (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        time REAL NOT NULL,
+        detail TEXT NOT NULL,
+        applied INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE node_health (name TEXT PRIMARY KEY, health TEXT NOT NULL);
+    """,
+)
+"""Numbered migrations: migration i (from 1) takes the schema from version i-1 to i."""
+
+JOB_COLUMNS = (
+    "id, account, priority, state, spec, submit_time, start_time, end_time, attempt, "
+    "preemptions, idempotency_key, body_hash, allocation, unallocated, reason"
+)
+
+
+@dataclass(frozen=True)
+class StoredDecision:
+    """A decision as stored: `kind` is "start" or "stop", `payload` the Launch/Stop as JSON."""
+
+    decision_id: int
+    job_id: str
+    attempt: int
+    kind: str
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StoredReport:
+    report_id: int
+    report: Report
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    event_id: int
+    time: float
+    kind: str
+    job: str | None
+    account: str | None
+    data: dict[str, Any]
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "id": self.event_id,
+            "time": self.time,
+            "kind": self.kind,
+            "job": self.job,
+            **self.data,
+        }
+
+
+class Store:
+    """The service's SQLite database. Writes come from one thread; `events_after` may be called
+    from any thread (it has its own connection)."""
+
+    def __init__(self, path: str) -> None:
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = self._connect(path)
+        self._migrate()
+        self._reader = self._connect(path) if path != ":memory:" else self._db
+        self._reader_lock = threading.Lock()
+        self._depth = 0
+
+    @staticmethod
+    def _connect(path: str) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.DatabaseError as error:
+            raise InputError("store", path, f"cannot be opened as SQLite: {error}") from None
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("PRAGMA busy_timeout=5000")
+        return db
+
+    def close(self) -> None:
+        self._db.close()
+        if self._reader is not self._db:
+            self._reader.close()
+
+    # --- schema ----------------------------------------------------------------------------
+    def schema_version(self) -> int:
+        row = self._db.execute("SELECT version FROM schema_version").fetchone()
+        return int(row[0])
+
+    def _migrate(self) -> None:
+        self._db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        if self._db.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 0:
+            self._db.execute("INSERT INTO schema_version VALUES (0)")
+        version = self.schema_version()
+        if version > len(MIGRATIONS):
+            raise InputError(
+                "store",
+                self.path,
+                f"has schema version {version}, newer than this toposched "
+                f"({len(MIGRATIONS)}); upgrade toposched",
+            )
+        for number in range(version + 1, len(MIGRATIONS) + 1):
+            self._db.execute("BEGIN IMMEDIATE")
+            for statement in MIGRATIONS[number - 1].split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
+            self._db.execute("UPDATE schema_version SET version = ?", (number,))
+            self._db.execute("COMMIT")
+
+    # --- transactions ----------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One transaction; nested calls join the outer one. Rolled back on any exception."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
+        self._db.execute("BEGIN IMMEDIATE")
+        self._depth = 1
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        else:
+            self._db.execute("COMMIT")
+        finally:
+            self._depth = 0
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Inside a transaction: undo this part alone if it raises (one command of a batch)."""
+        self._db.execute("SAVEPOINT command")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK TO command")
+            self._db.execute("RELEASE command")
+            raise
+        self._db.execute("RELEASE command")
+
+    # --- meta ------------------------------------------------------------------------------
+    def meta(self, key: str) -> Any:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self._db.execute(
+            "INSERT INTO meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, json.dumps(value)),
+        )
+
+    # --- jobs ------------------------------------------------------------------------------
+    def insert_job(self, record: JobRecord) -> None:
+        cursor = self._db.execute(
+            f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES ({', '.join('?' * 15)})",
+            job_values(record),
+        )
+        record.seq = int(cursor.lastrowid or 0)
+
+    def update_job(self, record: JobRecord) -> None:
+        names = [name.strip() for name in JOB_COLUMNS.split(",")]
+        assignments = ", ".join(f"{name} = ?" for name in names[1:])
+        values = job_values(record)
+        self._db.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*values[1:], values[0]))
+
+    def jobs(self) -> list[JobRecord]:
+        """Every job, in submission order."""
+        rows = self._db.execute(f"SELECT seq, {JOB_COLUMNS} FROM jobs ORDER BY seq")
+        return [job_from_row(row) for row in rows]
+
+    # --- events ----------------------------------------------------------------------------
+    def add_event(
+        self, time: float, kind: str, job: str | None, account: str | None, **data: Any
+    ) -> int:
+        cursor = self._db.execute(
+            "INSERT INTO events (time, kind, job, account, data) VALUES (?, ?, ?, ?, ?)",
+            (time, kind, job, account, json.dumps(data)),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def events_after(self, after: int, limit: int = 500) -> list[StoredEvent]:
+        with self._reader_lock:
+            rows = self._reader.execute(
+                "SELECT id, time, kind, job, account, data FROM events WHERE id > ? "
+                "ORDER BY id LIMIT ?",
+                (after, limit),
+            ).fetchall()
+        return [StoredEvent(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
+
+    def job_events(self, job_id: str) -> list[StoredEvent]:
+        rows = self._db.execute(
+            "SELECT id, time, kind, job, account, data FROM events WHERE job = ? ORDER BY id",
+            (job_id,),
+        )
+        return [StoredEvent(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
+
+    # --- decisions -------------------------------------------------------------------------
+    def add_decision(self, job_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> int:
+        cursor = self._db.execute(
+            "INSERT INTO decisions (job, attempt, kind, payload) VALUES (?, ?, ?, ?)",
+            (job_id, attempt, kind, json.dumps(payload)),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def mark_sent(self, decision_ids: Sequence[int]) -> None:
+        self._db.executemany(
+            "UPDATE decisions SET sent = 1 WHERE id = ?", [(i,) for i in decision_ids]
+        )
+
+    def unsent_decisions(self) -> list[StoredDecision]:
+        rows = self._db.execute(
+            "SELECT id, job, attempt, kind, payload FROM decisions WHERE sent = 0 ORDER BY id"
+        )
+        return [StoredDecision(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+
+    # --- backend reports -------------------------------------------------------------------
+    def add_reports(self, reports: Sequence[Report]) -> list[StoredReport]:
+        stored = []
+        for report in reports:
+            cursor = self._db.execute(
+                "INSERT INTO reports (job, attempt, kind, time, detail) VALUES (?, ?, ?, ?, ?)",
+                (report.job_id, report.attempt, str(report.kind), report.time, report.detail),
+            )
+            stored.append(StoredReport(int(cursor.lastrowid or 0), report))
+        return stored
+
+    def mark_applied(self, report_ids: Sequence[int]) -> None:
+        self._db.executemany(
+            "UPDATE reports SET applied = 1 WHERE id = ?", [(i,) for i in report_ids]
+        )
+
+    def unapplied_reports(self) -> list[StoredReport]:
+        rows = self._db.execute(
+            "SELECT id, job, attempt, kind, time, detail FROM reports WHERE applied = 0 ORDER BY id"
+        )
+        return [StoredReport(r[0], Report(r[1], r[2], ReportKind(r[3]), r[4], r[5])) for r in rows]
+
+    # --- nodes -----------------------------------------------------------------------------
+    def set_node_health(self, name: str, health: str) -> None:
+        self._db.execute(
+            "INSERT INTO node_health VALUES (?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET health = excluded.health",
+            (name, health),
+        )
+
+    def node_health(self) -> dict[str, str]:
+        return dict(self._db.execute("SELECT name, health FROM node_health").fetchall())
+
+    # --- backup ----------------------------------------------------------------------------
+    def backup(self, path: str) -> None:
+        """A consistent copy of the live database (SQLite's online backup)."""
+        target = sqlite3.connect(path)
+        try:
+            self._db.backup(target)
+        finally:
+            target.close()
+
+
+def job_values(record: JobRecord) -> tuple[Any, ...]:
+    """A record as the values of JOB_COLUMNS, in order (shared by both stores)."""
+    return (
+        record.job_id,
+        record.account,
+        record.priority,
+        str(record.state),
+        json.dumps(record.spec),
+        record.submit_time,
+        record.start_time,
+        record.end_time,
+        record.attempt,
+        record.preemptions,
+        record.idempotency_key,
+        record.body_hash,
+        allocation_to_json(record.allocation),
+        int(record.unallocated),
+        record.reason,
+    )
+
+
+def job_from_row(row: Sequence[Any]) -> JobRecord:
+    """A record from a row of `seq, JOB_COLUMNS` (shared by both stores)."""
+    return JobRecord(
+        seq=row[0],
+        job_id=row[1],
+        account=row[2],
+        priority=row[3],
+        state=JobState(row[4]),
+        spec=json.loads(row[5]),
+        submit_time=row[6],
+        start_time=row[7],
+        end_time=row[8],
+        attempt=row[9],
+        preemptions=row[10],
+        idempotency_key=row[11],
+        body_hash=row[12],
+        allocation=allocation_from_json(row[13]),
+        unallocated=bool(row[14]),
+        reason=row[15],
+    )

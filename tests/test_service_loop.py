@@ -1,0 +1,264 @@
+"""The loop: commands applied and committed in batches, one cycle per batch, decisions
+stored before the backend sees them, backend reports applied; and recovery from the store."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from service_helpers import Clock, budgets, job, running_loop, settle, small_cluster, state_of
+
+from toposched.backends.dry_run import DryRunBackend
+from toposched.backends.local_node import local_cluster
+from toposched.cluster.errors import InputError
+from toposched.service import commands
+from toposched.service.commands import Submission
+from toposched.service.core import ServiceCore
+from toposched.service.documents import body_hash, split_job
+from toposched.service.errors import Conflict, NeverFits
+from toposched.service.loop import Loop
+from toposched.service.recovery import starter
+from toposched.service.store import Store
+
+
+def submit(loop: Loop, document: dict[str, Any], key: str | None = None) -> tuple[str, bool]:
+    fields, run = split_job(document)
+    submission = Submission(fields, run, key, body_hash(document))
+
+    def apply(core: ServiceCore, now: float) -> tuple[str, bool]:
+        record, created = commands.submit(core, submission, now)
+        return record.job_id, created
+
+    return loop.call(apply)
+
+
+def test_a_submission_runs_and_finishes_after_its_runtime(tmp_path: Path) -> None:
+    clock = Clock()
+    backend = DryRunBackend()
+    with running_loop(tmp_path / "s.db", clock, backend) as loop:
+        submit(loop, job("a", expected_runtime="10m", run={"command": ["sleep", "1"]}))
+        settle(loop)
+        assert state_of(loop, "a") == "running"
+        launch = backend.launch("a")
+        assert launch is not None and launch.attempt == 1
+        assert launch.run is not None and launch.run.command == ("sleep", "1")
+        assert len(launch.pods[0].gpus) == 4
+        clock.now += 601
+        settle(loop)
+        assert state_of(loop, "a") == "finished"
+        assert loop.call(lambda core, now: core.record("a").reason) == "finished"
+    kinds = [e.kind for e in Store(str(tmp_path / "s.db")).events_after(0)]
+    assert kinds == ["submitted", "bound", "started", "finished"]
+
+
+def test_every_decision_is_stored_and_marked_sent(tmp_path: Path) -> None:
+    clock = Clock()
+    with running_loop(tmp_path / "s.db", clock) as loop:
+        submit(loop, job("a"))
+        settle(loop)
+        settle(loop)
+    store = Store(str(tmp_path / "s.db"))
+    assert store.unsent_decisions() == []
+    kinds = store._db.execute("SELECT job, attempt, kind FROM decisions").fetchall()
+    assert kinds == [("a", 1, "start")]
+
+
+def test_refused_submissions_change_nothing(tmp_path: Path) -> None:
+    clock = Clock()
+    with running_loop(tmp_path / "s.db", clock) as loop:
+        with pytest.raises(InputError, match="pods"):
+            submit(loop, job("bad", pods=0))
+        with pytest.raises(NeverFits, match="more than the cluster has"):
+            submit(loop, job("huge", pods=5))
+        with pytest.raises(NeverFits, match="the largest rack has 8"):
+            submit(loop, job("wide", pods=3, topology={"required": "rack"}))
+        with pytest.raises(NeverFits, match="no such account"):
+            submit(loop, job("who", account="nobody"))
+        with pytest.raises(NeverFits, match="not a leaf"):
+            submit(loop, job("parent", account="research"))
+        with pytest.raises(NeverFits, match="no node has that many GPUs"):
+            submit(loop, job("fat", gpus=8))
+        with pytest.raises(NeverFits, match="no GPU of these models"):
+            submit(loop, job("model", resources_per_pod={"gpus": 1, "gpu_models": ["B200"]}))
+        submit(loop, job("ok"))
+        with pytest.raises(Conflict, match="exists"):
+            submit(loop, job("ok"))
+    assert [r.job_id for r in Store(str(tmp_path / "s.db")).jobs()] == ["ok"]
+
+
+def test_an_idempotency_key_answers_the_first_job_again(tmp_path: Path) -> None:
+    with running_loop(tmp_path / "s.db", Clock()) as loop:
+        assert submit(loop, job("a"), key="k") == ("a", True)
+        assert submit(loop, job("a"), key="k") == ("a", False)
+        with pytest.raises(Conflict, match="another body"):
+            submit(loop, job("a", gpus=2), key="k")
+
+
+def test_concurrent_submissions_are_grouped_into_few_commits(tmp_path: Path) -> None:
+    clock = Clock()
+    with running_loop(tmp_path / "s.db", clock) as loop:
+        assert loop.core is not None
+        commits: list[int] = []
+        loop.core.store._db.set_trace_callback(
+            lambda sql: commits.append(1) if sql == "COMMIT" else None
+        )
+        documents = [job(f"j{i}", gpus=1, account="prod") for i in range(200)]
+
+        def one(core: ServiceCore, now: float, document: dict[str, Any]) -> str:
+            fields, run = split_job(document)
+            record, _ = commands.submit(core, Submission(fields, run, None, "h"), now)
+            return record.job_id
+
+        futures = [loop.submit(lambda c, n, d=d: one(c, n, d)) for d in documents]
+        assert sorted(f.result(30) for f in futures) == sorted(d["name"] for d in documents)
+        settle(loop)
+    assert len(Store(str(tmp_path / "s.db")).jobs()) == 200
+    assert len(commits) < 50
+
+
+def test_cancel_stops_a_running_job_and_frees_its_gpus(tmp_path: Path) -> None:
+    clock = Clock()
+    backend = DryRunBackend()
+    with running_loop(tmp_path / "s.db", clock, backend) as loop:
+        for name in ("a", "b", "c", "d", "e"):
+            submit(loop, job(name))
+        settle(loop)
+        assert state_of(loop, "e") == "pending"
+        loop.call(lambda core, now: commands.cancel(core, "a", now))
+        settle(loop)
+        assert backend.launch("a") is None
+        assert state_of(loop, "e") == "running"
+        with pytest.raises(Conflict, match="already cancelled"):
+            loop.call(lambda core, now: commands.cancel(core, "a", now))
+
+
+def test_a_node_going_down_requeues_its_resumable_gang(tmp_path: Path) -> None:
+    clock = Clock()
+    with running_loop(tmp_path / "s.db", clock) as loop:
+        submit(loop, job("r", resumable=True))
+        settle(loop)
+        node = loop.call(lambda core, now: core.record("r").allocation.nodes[0])  # type: ignore[union-attr]
+        name = f"n{node}"
+        loop.call(lambda core, now: commands.node_action(core, name, "down", now))
+        settle(loop)
+        assert state_of(loop, "r") == "running"
+        nodes = loop.call(lambda core, now: core.allocation_nodes(core.record("r").allocation))
+        assert name not in nodes
+        assert loop.call(lambda core, now: core.record("r").attempt) == 2
+
+
+def test_priority_changes_are_stored(tmp_path: Path) -> None:
+    with running_loop(tmp_path / "s.db", Clock()) as loop:
+        submit(loop, job("a", gpus=4, pods=4))
+        submit(loop, job("b"))
+        loop.call(lambda core, now: commands.set_priority(core, "b", 5, now))
+    assert Store(str(tmp_path / "s.db")).jobs()[1].priority == 5
+
+
+def test_recovery_keeps_pending_order_submit_times_and_running_allocations(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    path = tmp_path / "s.db"
+    with running_loop(path, clock) as loop:
+        submit(loop, job("big", pods=4, expected_runtime="1h"))
+        settle(loop)
+        clock.now += 5
+        submit(loop, job("p1"))
+        clock.now += 5
+        submit(loop, job("p2"))
+        settle(loop)
+        before = loop.call(lambda core, now: core.scheduler.queue_rows(now))
+    clock.now += 100
+    backend = DryRunBackend()
+    with running_loop(path, clock, backend) as loop:
+        assert state_of(loop, "big") == "running"
+        assert backend.launch("big") is not None
+        after = loop.call(lambda core, now: core.scheduler.queue_rows(now))
+        assert [r["job"] for r in after] == [r["job"] for r in before] == ["p1", "p2"]
+        times = loop.call(
+            lambda core, now: [core.scheduler.jobs[j].submit_time for j in ("p1", "p2")]
+        )
+        assert times[1] - times[0] == 5
+        free = loop.call(lambda core, now: core.scheduler.state.total_free_gpus)
+        assert free == 0
+
+
+def test_recovery_fails_or_requeues_what_the_backend_lost(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "s.db"
+    with running_loop(path, clock) as loop:
+        submit(loop, job("plain", pods=2))
+        submit(loop, job("resumable", pods=2, resumable=True))
+        settle(loop)
+    with running_loop(path, clock, DryRunBackend(), resume=False) as loop:
+        settle(loop)
+        assert state_of(loop, "plain") == "failed"
+        assert state_of(loop, "resumable") == "running"
+        assert loop.call(lambda core, now: core.record("resumable").attempt) == 2
+
+
+def test_decisions_stored_but_not_sent_are_sent_once_after_a_restart(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "s.db"
+    started = threading.Event()
+
+    class Crashing(DryRunBackend):
+        """A backend whose process dies before the first start reaches it."""
+
+        def start(self, launch: Any) -> None:
+            started.set()
+            raise SystemExit("crash")
+
+    store = Store(str(path))
+
+    loop = Loop(starter(store, small_cluster(), budgets, Crashing()), clock=clock, tick_s=0.05)
+    loop.start()
+    assert loop.ready.wait(30)
+    submit(loop, job("a"))
+    assert started.wait(10)
+    loop.stop()
+    store.close()
+    assert [d.kind for d in Store(str(path)).unsent_decisions()] == ["start"]
+    backend = DryRunBackend()
+    with running_loop(path, clock, backend, resume=False) as loop:
+        settle(loop)
+        assert state_of(loop, "a") == "running"
+        assert backend.launches_total == 1
+    assert Store(str(path)).unsent_decisions() == []
+
+
+def test_a_start_the_backend_refuses_fails_that_job_and_the_loop_goes_on(tmp_path: Path) -> None:
+    class Refusing(DryRunBackend):
+        """A backend that cannot start one particular job."""
+
+        def start(self, launch: Any) -> None:
+            if launch.job_id == "refused":
+                raise InputError("run.command", "x", "cannot be started here")
+            super().start(launch)
+
+    with running_loop(tmp_path / "s.db", Clock(), Refusing()) as loop:
+        submit(loop, job("refused"))
+        settle(loop)
+        settle(loop)
+        assert state_of(loop, "refused") == "failed"
+        submit(loop, job("fine"))
+        settle(loop)
+        assert state_of(loop, "fine") == "running"
+    events = Store(str(tmp_path / "s.db")).job_events("refused")
+    assert "cannot be started here" in events[-1].data["detail"]
+
+
+def test_a_store_of_another_cluster_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with running_loop(path, Clock()) as loop:
+        submit(loop, job("a"))
+    store = Store(str(path))
+    loop = Loop(starter(store, local_cluster(8), budgets, DryRunBackend()), clock=Clock())
+    loop.start()
+    loop.stop()
+    assert isinstance(loop.failed, InputError)
+    assert "another cluster" in str(loop.failed)
+    assert [r.job_id for r in store.jobs()] == ["a"]

@@ -1,0 +1,107 @@
+"""Crash recovery: `toposched serve` killed with SIGKILL and started again on the same store
+keeps every acknowledged job exactly once, its running jobs on their GPUs and its queue in
+order."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+from service_helpers import Server, job
+
+ARGS = ("--cluster", "cluster.yaml", "--budgets", "budgets.yaml", "--backend", "dry-run")
+
+
+def jobs_by_id(client: httpx.Client) -> dict[str, dict[str, Any]]:
+    listed = client.get("/v1/jobs", params={"limit": 1000}).json()["jobs"]
+    return {j["id"]: j for j in listed}
+
+
+def test_a_killed_server_comes_back_with_everything_it_acknowledged(tmp_path: Path) -> None:
+    server = Server(tmp_path, *ARGS).start()
+    try:
+        with server.client() as client:
+            for i in range(4):
+                answer = client.post("/v1/jobs", json=job(f"run{i}", expected_runtime="2h"))
+                assert answer.status_code == 201
+            for i in range(3):
+                assert client.post("/v1/jobs", json=job(f"wait{i}")).status_code == 201
+            client.post("/v1/nodes/n1/cordon")
+            before = jobs_by_id(client)
+            queue = [row["id"] for row in client.get("/v1/queue").json()["queue"]]
+            last_event = client.get("/v1/events", params={"follow": "false"}).text
+        assert queue == ["wait0", "wait1", "wait2"]
+        assert sum(j["state"] == "running" for j in before.values()) == 4
+        server.kill()
+        server.start()
+        with server.client() as client:
+            after = jobs_by_id(client)
+            assert set(after) == set(before)
+            for name, was in before.items():
+                now = after[name]
+                assert (now["state"], now["nodes"], now["submit_time"]) == (
+                    was["state"],
+                    was["nodes"],
+                    was["submit_time"],
+                ), name
+            assert [row["id"] for row in client.get("/v1/queue").json()["queue"]] == queue
+            nodes = {n["name"]: n for n in client.get("/v1/nodes").json()["nodes"]}
+            assert nodes["n1"]["health"] == "cordoned"
+            assert sum(n["free_gpus"] for n in nodes.values()) == 0
+            events = client.get("/v1/events", params={"follow": "false"}).text
+            assert events.startswith(last_event)
+            # Still serving: a finished run makes room for the first waiting job.
+            client.delete("/v1/jobs/run0")
+            client.get("/v1/ready")
+    finally:
+        server.stop()
+
+
+def test_acknowledged_submissions_survive_kills_during_concurrent_traffic(tmp_path: Path) -> None:
+    server = Server(tmp_path, *ARGS).start()
+    acknowledged: set[str] = set()
+    lock = threading.Lock()
+
+    def client_thread(prefix: str, stop: threading.Event) -> None:
+        with server.client() as client:
+            i = 0
+            while not stop.is_set():
+                name = f"{prefix}-{i}"
+                try:
+                    answer = client.post(
+                        "/v1/jobs",
+                        json=job(name, gpus=1, account="prod"),
+                        headers={"Idempotency-Key": name},
+                    )
+                except httpx.HTTPError:
+                    continue
+                if answer.status_code in (200, 201):
+                    with lock:
+                        acknowledged.add(name)
+                    i += 1
+
+    try:
+        for _round in range(2):
+            stop = threading.Event()
+            threads = [
+                threading.Thread(target=client_thread, args=(f"c{_round}{t}", stop))
+                for t in range(3)
+            ]
+            for thread in threads:
+                thread.start()
+            while len(acknowledged) < 30 * (_round + 1):
+                threading.Event().wait(0.05)
+            server.kill()
+            stop.set()
+            for thread in threads:
+                thread.join(30)
+            server.start()
+        with server.client() as client:
+            stored = jobs_by_id(client)
+        assert acknowledged <= set(stored)
+        running_gpus = sum(j["gpus"] for j in stored.values() if j["state"] == "running")
+        assert running_gpus <= 16
+    finally:
+        server.stop()

@@ -1,0 +1,120 @@
+"""Serving: /v1/ready answers 503 until the store is recovered, TLS through uvicorn's files,
+and the refusals of `toposched serve` at start."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from service_helpers import Server, budgets, free_port, small_cluster
+
+from toposched.backends.dry_run import DryRunBackend
+from toposched.cli.main import main
+from toposched.service.api import create_app
+from toposched.service.core import ServiceCore
+from toposched.service.http import Context
+from toposched.service.loop import Loop
+from toposched.service.recovery import recover
+from toposched.service.store import Store
+
+
+@contextmanager
+def uvicorn_thread(loop: Loop, store: Store) -> Iterator[str]:
+    port = free_port()
+    app = create_app(Context(loop, None, 1 << 20), store)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_ready_is_503_until_the_store_is_recovered(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "s.db"))
+    release = threading.Event()
+
+    def slow_start(now: float) -> ServiceCore:
+        release.wait(20)  # recovery of a large store, held open by the test
+        return recover(store, small_cluster(), budgets, DryRunBackend(), now)
+
+    loop = Loop(slow_start, tick_s=0.05)
+    loop.start()
+    with uvicorn_thread(loop, store) as url:
+        assert httpx.get(f"{url}/v1/health").status_code == 200
+        waiting = httpx.get(f"{url}/v1/ready")
+        assert waiting.status_code == 503
+        assert waiting.json()["error"]["code"] == "unavailable"
+        assert httpx.get(f"{url}/v1/jobs").status_code == 503
+        release.set()
+        assert loop.ready.wait(20)
+        assert httpx.get(f"{url}/v1/ready").status_code == 200
+        assert httpx.get(f"{url}/v1/jobs").json() == {"jobs": [], "next": None}
+    loop.stop()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl to make a certificate")
+def test_tls_through_the_certificate_files(tmp_path: Path) -> None:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    args = ("--ssl-keyfile", str(key), "--ssl-certfile", str(cert))
+    server = Server(tmp_path, *args, cert=cert).start()
+    try:
+        with server.client() as client:
+            assert client.get("/v1/ready").json() == {"status": "ready"}
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://127.0.0.1:{server.port}/v1/ready", timeout=5)
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--host", "0.0.0.0"], "allowed only on a loopback address"),
+        (["--store", "postgresql://127.0.0.1:1/toposched"], "cannot connect"),
+        (["--fleet", "million", "--backend", "local"], "run it with --backend dry-run"),
+        (["--gpus", "0"], "must be from 1 to 64"),
+    ],
+)
+def test_serve_refuses_bad_options_with_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    assert main(["serve", "--store", str(tmp_path / "s.db"), *args]) == 2
+    assert message in " ".join(capsys.readouterr().err.split())

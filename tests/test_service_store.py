@@ -1,0 +1,160 @@
+"""The SQLite store: migrations from empty, rows read back equal, grouped commits."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from toposched.backends.protocol import Report, ReportKind
+from toposched.cluster.errors import InputError
+from toposched.cluster.state import Allocation
+from toposched.scheduler.jobs import JobState
+from toposched.service.records import JobRecord
+from toposched.service.store import MIGRATIONS, Store
+
+
+def record(name: str, **fields: object) -> JobRecord:
+    values: dict[str, object] = {
+        "job_id": name,
+        "account": "research/team-a",
+        "priority": 0,
+        "state": JobState.PENDING,
+        "spec": {"name": name, "pods": 1, "run": {"command": ["true"]}},
+        "submit_time": 10.0,
+    }
+    values.update(fields)
+    return JobRecord(**values)  # type: ignore[arg-type]
+
+
+def test_an_empty_file_is_migrated_to_the_latest_schema(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "sub" / "s.db"))
+    assert store.schema_version() == len(MIGRATIONS)
+    mode = store._db.execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+    store.close()
+    # Opening again migrates nothing and keeps the version.
+    assert Store(str(tmp_path / "sub" / "s.db")).schema_version() == len(MIGRATIONS)
+
+
+def test_a_store_from_a_newer_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    Store(str(path)).close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE schema_version SET version = 99")
+    with pytest.raises(InputError, match="newer than this toposched"):
+        Store(str(path))
+
+
+def test_a_file_that_is_not_sqlite_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(InputError, match="cannot be opened as SQLite"):
+        Store(str(path))
+
+
+def test_jobs_read_back_equal_in_submission_order(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "s.db"))
+    allocation = Allocation.of([0, 1], [[0, 1], [2, 3]], cpu_milli=500, memory_mib=64)
+    running = record(
+        "b",
+        state=JobState.RUNNING,
+        start_time=11.0,
+        attempt=2,
+        allocation=allocation,
+        idempotency_key="k1",
+        body_hash="h",
+    )
+    with store.transaction():
+        store.insert_job(record("a"))
+        store.insert_job(running)
+    running.preemptions = 1
+    with store.transaction():
+        store.update_job(running)
+    store.close()
+    back = Store(str(tmp_path / "s.db")).jobs()
+    assert [r.job_id for r in back] == ["a", "b"]
+    assert back[0] == record("a", seq=back[0].seq)
+    got = back[1]
+    assert got.allocation is not None
+    np.testing.assert_array_equal(got.allocation.gpus, allocation.gpus)
+    np.testing.assert_array_equal(got.allocation.nodes, allocation.nodes)
+    assert (got.allocation.cpu_milli, got.allocation.memory_mib) == (500, 64)
+    assert (got.state, got.attempt, got.preemptions, got.idempotency_key) == (
+        JobState.RUNNING,
+        2,
+        1,
+        "k1",
+    )
+
+
+def test_a_failed_transaction_leaves_nothing(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "s.db"))
+    with pytest.raises(RuntimeError), store.transaction():
+        store.insert_job(record("a"))
+        raise RuntimeError("boom")
+    assert store.jobs() == []
+
+
+def test_a_savepoint_undoes_one_command_of_a_batch(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "s.db"))
+    with store.transaction():
+        with store.savepoint():
+            store.insert_job(record("a"))
+        with pytest.raises(InputError), store.savepoint():
+            store.insert_job(record("b"))
+            raise InputError("x", 1, "refused")
+    assert [r.job_id for r in store.jobs()] == ["a"]
+
+
+def test_grouped_commit_writes_a_batch_with_one_commit(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "s.db"))
+    commits: list[str] = []
+    store._db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    with store.transaction():
+        for i in range(500):
+            store.insert_job(record(f"j{i}"))
+            store.add_event(1.0, "submitted", f"j{i}", "research/team-a")
+    assert commits == ["COMMIT"]
+    assert len(store.jobs()) == 500
+    assert [e.event_id for e in store.events_after(0, 3)] == [1, 2, 3]
+
+
+def test_decisions_and_reports_keep_their_marks(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "s.db"))
+    with store.transaction():
+        first = store.add_decision("a", 1, "start", {})
+        store.add_decision("a", 1, "stop", {"grace_s": 5.0, "evicted": True})
+        stored = store.add_reports([Report("a", 1, ReportKind.FINISHED, 12.5, "done")])
+    with store.transaction():
+        store.mark_sent([first])
+        store.mark_applied([stored[0].report_id])
+    unsent = store.unsent_decisions()
+    assert [(d.kind, d.payload) for d in unsent] == [("stop", {"grace_s": 5.0, "evicted": True})]
+    assert store.unapplied_reports() == []
+    with store.transaction():
+        store.add_reports([Report("b", 2, ReportKind.EVICTED, 13.0)])
+    assert [s.report for s in store.unapplied_reports()] == [
+        Report("b", 2, ReportKind.EVICTED, 13.0)
+    ]
+
+
+def test_meta_and_node_health_round_trip(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "s.db"))
+    with store.transaction():
+        store.set_meta("budget_tree", {"accounts": {"a": {"share": 100}}})
+        store.set_node_health("n1", "draining")
+        store.set_node_health("n1", "down")
+    assert store.meta("budget_tree") == {"accounts": {"a": {"share": 100}}}
+    assert store.meta("missing") is None
+    assert store.node_health() == {"n1": "down"}
+
+
+def test_online_backup_is_a_usable_store(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "s.db"))
+    with store.transaction():
+        store.insert_job(record("a"))
+    store.backup(str(tmp_path / "copy.db"))
+    assert [r.job_id for r in Store(str(tmp_path / "copy.db")).jobs()] == ["a"]
