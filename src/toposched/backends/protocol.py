@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
+
+from toposched.cluster.state import Health
 
 
 @dataclass(frozen=True)
@@ -110,3 +112,26 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Stop watching; pods keep running unless the backend cannot outlive the service."""
+
+
+@dataclass(frozen=True)
+class NodeChange:
+    """A node of the cluster model whose health the backend saw change, e.g. a machine that
+    died (`DOWN`) or came back (`HEALTHY`)."""
+
+    node: str
+    health: Health
+    detail: str = ""
+
+
+@runtime_checkable
+class NodeWatcher(Protocol):
+    """A backend that also follows the health of the nodes it runs pods on (e.g. Ray).
+
+    The service applies each change with its node-failure handling: a gang on a node gone
+    `DOWN` fails, resumable work is requeued. Backends on a fixed machine need not offer it;
+    `isinstance(backend, NodeWatcher)` tells.
+    """
+
+    def node_changes(self) -> Sequence[NodeChange]:
+        """Changes since the last call, oldest first."""
