@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean system-deps
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,18 @@ $(STAMP_DEV): pyproject.toml | $(BIN)/python
 demo: $(STAMP_RUN)
 	$(BIN)/toposched demo
 
-test: $(STAMP_DEV)
+# Servers that integration tests start on loopback (PostgreSQL): installed from Debian when
+# missing and this runs as root; otherwise those tests say why they are skipped.
+system-deps:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q postgresql >/dev/null 2>&1 || \
+	      { apt-get update -q >/dev/null && apt-get install -y -q postgresql >/dev/null; }; \
+	  else echo "PostgreSQL is not installed: its tests will be skipped"; fi; \
+	fi
+
+test: $(STAMP_DEV) system-deps
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
