@@ -70,9 +70,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add.add_argument("name", metavar="NAME", help="who holds the token, e.g. team-a or ops")
     add.add_argument(
         "--role",
-        choices=("team", "admin"),
+        choices=("team", "admin", "metrics"),
         required=True,
-        help="team: its accounts' jobs only; admin: everything",
+        help="team: its accounts' jobs only; admin: everything; metrics: /metrics only",
     )
     add.add_argument(
         "--account",

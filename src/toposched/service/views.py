@@ -139,7 +139,7 @@ def explain_view(core: ServiceCore, record: JobRecord, now: float) -> dict[str, 
         "position": position,
         "sort_key": sort_key,
         "reason": reason,
-        "code": _code(record, job),
+        "code": reason_code(record, job),
         "reservation": reservation,
         "history": history,
     }
@@ -157,7 +157,7 @@ def _position(core: ServiceCore, record: JobRecord, now: float) -> tuple[dict[st
     return {"account": 0, "overall": 0}, []
 
 
-def _code(record: JobRecord, job: Job | None) -> str:
+def reason_code(record: JobRecord, job: Job | None) -> str:
     """A word for why the job is where it is: its state, or for a pending job what it waits
     for (`reservation`, `budget`, `contract`, `capacity`, `not_considered`)."""
     if job is None or job.state is not JobState.PENDING:
