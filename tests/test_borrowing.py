@@ -111,8 +111,11 @@ def test_simulate_options_reach_the_scheduler(
     args = parser.parse_args(["simulate", *options])
     sched = scheduler_factory(args)(racks(1, 2), BudgetTree.from_dict(HALVES))
     assert isinstance(sched, Scheduler)
-    assert (sched.contract.cross_account, sched.protect_beyond_budget) == (cross_account, protect)
-    assert sched.borrowed_min_runtime == borrowed
+    assert (sched.contract.cross_account, sched.settings.protect_beyond_budget) == (
+        cross_account,
+        protect,
+    )
+    assert sched.settings.protection_cap == borrowed
 
 
 def test_a_bad_borrowed_min_runtime_option_is_named(capsys: pytest.CaptureFixture[str]) -> None:
@@ -153,10 +156,10 @@ def test_idle_gpus_go_to_a_team_short_of_its_budget_before_a_borrower(first_shor
     for job in jobs if first_short else jobs[::-1]:
         sched.submit(job, now)
     assert sched.owed_accounts() == {"team-b"}
-    assert [row["job"] for row in sched.queue_rows(now)] == ["b-next", "a-next"]
-    assert [row["owed"] for row in sched.queue_rows(now)] == [True, False]
+    assert [row.job for row in sched.queue_rows(now)] == ["b-next", "a-next"]
+    assert [row.owed for row in sched.queue_rows(now)] == [True, False]
     assert [bind.job_id for bind in sched.cycle(now).bound] == ["b-next"]
-    assert "runs below its budget" not in sched.explain("a-next", now)
+    assert "runs below its budget" not in sched.explain("a-next", now).text
 
 
 @pytest.mark.parametrize("baseline", [FifoFirstFit, KubeLike, SlurmLike])
@@ -169,5 +172,5 @@ def test_the_baselines_keep_each_jobs_declared_protection(baseline: type[Schedul
     sched.cycle(0)
     sched.submit(spec("borrowing", "team-a", min_runtime="8h"), 1)
     sched.cycle(1)
-    assert sched.borrowed_min_runtime is None
+    assert sched.settings.protection_cap is None
     assert sched.is_protected("borrowing", 1 + 8 * 3600.0 - 1)

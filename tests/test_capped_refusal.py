@@ -14,7 +14,8 @@ from toposched.placement.jobspec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Bind, Evict
-from toposched.scheduler.preemption import VictimSearch
+from toposched.scheduler.refusals import Refusal
+from toposched.scheduler.spread import SpreadSearch
 
 HOUR = 3600.0
 RACKS, NODES_PER_RACK = 8, 3  # 24 nodes x 4 GPUs = 96 GPUs
@@ -92,20 +93,20 @@ def test_refusals_proven_from_counts_agree_with_the_general_search(
     # Oracle: the same cycle with the proof turned off (the general search decides alone)
     # makes the same decisions; where the proof answered, that search refused too.
     proven: list[str] = []
-    original = VictimSearch._short_within_caps
+    original = SpreadSearch._short_within_caps
 
-    def recorded(self: VictimSearch, *args: Any) -> str | None:
+    def recorded(self: SpreadSearch, *args: Any) -> Refusal | None:
         answer = original(self, *args)
         if answer is not None:
             proven.append(answer)
         return answer
 
-    monkeypatch.setattr(VictimSearch, "_short_within_caps", recorded)
+    monkeypatch.setattr(SpreadSearch, "_short_within_caps", recorded)
     sched, gang = random_fleet(seed)
     sched.submit(gang, 2 * HOUR)
     with_proof = decisions(sched.cycle(2 * HOUR))
 
-    monkeypatch.setattr(VictimSearch, "_short_within_caps", lambda self, *args: None)
+    monkeypatch.setattr(SpreadSearch, "_short_within_caps", lambda self, *args: None)
     general, gang = random_fleet(seed)
     general.submit(gang, 2 * HOUR)
     assert decisions(general.cycle(2 * HOUR)) == with_proof
@@ -119,15 +120,15 @@ def test_the_random_cases_include_proven_refusals_and_plans(
     # The oracle above is not vacuous: over its seeds the proof answers some cases and the
     # general search others, some of them with evictions.
     answered = 0
-    original = VictimSearch._short_within_caps
+    original = SpreadSearch._short_within_caps
 
-    def counted(self: VictimSearch, *args: Any) -> str | None:
+    def counted(self: SpreadSearch, *args: Any) -> Refusal | None:
         nonlocal answered
         answer = original(self, *args)
         answered += answer is not None
         return answer
 
-    monkeypatch.setattr(VictimSearch, "_short_within_caps", counted)
+    monkeypatch.setattr(SpreadSearch, "_short_within_caps", counted)
     with_evictions = 0
     for seed in range(60):
         sched, gang = random_fleet(seed)

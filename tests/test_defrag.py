@@ -121,4 +121,4 @@ def test_compaction_stays_within_its_moves_per_hour() -> None:
     # With 2 per hour it happens, and then the hour's budget is spent.
     scheduler = compaction_case(moves_per_hour=2)
     assert len(scheduler.compact(20).decisions) == 2
-    assert len(scheduler._recent_moves) == 2
+    assert len(scheduler.evictor.recent_moves) == 2

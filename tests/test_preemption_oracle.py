@@ -43,7 +43,14 @@ from toposched.policy.fairshare import QueueEntry, Ranking
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.jobs import JobState
-from toposched.scheduler.preemption import EXACT_VICTIMS, Candidate, PreemptionPlan, VictimSearch
+from toposched.scheduler.preemption import (
+    EXACT_VICTIMS,
+    Candidate,
+    PreemptionPlan,
+    Refusal,
+    RefusalCode,
+    VictimSearch,
+)
 
 HOUR = 3600
 NOW = 4 * HOUR
@@ -587,10 +594,11 @@ def test_victim_search_is_feasible_minimal_and_within_its_bound(case: Case) -> N
     plan = VictimSearch(state, BestFit()).plan("preemptor", world.request, candidates)
 
     if found.optimum is None:
-        assert isinstance(plan, str)
+        assert isinstance(plan, Refusal)
         return
-    if isinstance(plan, str) and may_miss_within_caps(case, allowed, found):
-        assert "budget" in plan, plan
+    if isinstance(plan, Refusal) and may_miss_within_caps(case, allowed, found):
+        assert plan.code is RefusalCode.BUDGET_CAPS, plan
+        assert "budget" in plan.reason, plan
         return
     assert isinstance(plan, PreemptionPlan), plan
     key = check_victims(world, allowed, found, [v.job_id for v in plan.victims])

@@ -22,7 +22,13 @@ from toposched.policy.usage import UsageTracker
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict
 from toposched.scheduler.jobs import EvictionRecord, JobState
-from toposched.scheduler.preemption import Candidate, LeastLostWork, PreemptionPlan, VictimSearch
+from toposched.scheduler.preemption import (
+    Candidate,
+    LeastLostWork,
+    PreemptionPlan,
+    Refusal,
+    VictimSearch,
+)
 
 HOUR = 3600.0
 GRACE = 30.0
@@ -334,13 +340,13 @@ def zones_of_two_racks(in_rack_3: JobSpec) -> Scheduler:
     return sched
 
 
-def across_racks(sched: Scheduler, job_id: str, now: float) -> PreemptionPlan | str | None:
+def across_racks(sched: Scheduler, job_id: str, now: float) -> PreemptionPlan | Refusal | None:
     entry, ranking = sched.queue.get(job_id), sched.queue.ranking(now)
-    return sched.victim_search.across_domains(
+    return sched.preemptor.spread.across_domains(
         job_id,
         sched.jobs[job_id].request,
-        sched._preemptible,
-        lambda slots: sched._verdicts(entry, ranking, now, slots),
+        sched.ledger.preemptible,
+        lambda slots: sched.preemptor.verdicts.of(entry, ranking, now, slots),
         now,
     )
 
@@ -348,7 +354,9 @@ def across_racks(sched: Scheduler, job_id: str, now: float) -> PreemptionPlan | 
 def assert_refused_across_racks(sched: Scheduler, job_id: str, now: float, expected: str) -> None:
     """The search across racks refuses `job_id` with `expected` by itself, and a cycle evicts
     nothing and gives that reason."""
-    assert across_racks(sched, job_id, now) == expected
+    refusal = across_racks(sched, job_id, now)
+    assert isinstance(refusal, Refusal)
+    assert refusal.reason == expected
 
     result = sched.cycle(now)
 
@@ -439,11 +447,11 @@ def test_a_gang_over_many_racks_looks_further_when_the_contract_spares_most_of_t
     sched.submit(spec("wide", "team-a", pods=30, priority=10), 2 * HOUR)
     entry, ranking = sched.queue.get("wide"), sched.queue.ranking(2 * HOUR)
     # The search across racks answers by itself, without the general search.
-    plan = sched.victim_search.across_domains(
+    plan = sched.preemptor.spread.across_domains(
         "wide",
         sched.jobs["wide"].request,
-        sched._preemptible,
-        lambda slots: sched._verdicts(entry, ranking, 2 * HOUR, slots),
+        sched.ledger.preemptible,
+        lambda slots: sched.preemptor.verdicts.of(entry, ranking, 2 * HOUR, slots),
         2 * HOUR,
     )
     assert isinstance(plan, PreemptionPlan)
@@ -756,7 +764,7 @@ def test_nominated_capacity_is_not_taken_by_a_later_small_job() -> None:
     sched = pair_preempting_two()
     sched.evicted("u0", 110)
     sched.submit(spec("small", "team-a", priority=10), 110)
-    assert [row["job"] for row in sched.queue_rows(110)][:2] == ["small", "pair"]
+    assert [row.job for row in sched.queue_rows(110)][:2] == ["small", "pair"]
 
     result = sched.cycle(110)
 
@@ -925,7 +933,7 @@ def test_evictions_and_reasons_explain_who_why_and_what_it_cost() -> None:
         "preempting 2 unallocated jobs in rack z0-b0-r0 (0.2 GPU-hours of work lost); "
         "starts when they exit"
     )
-    assert pair.reason in sched.explain("pair", 100)
+    assert pair.reason in sched.explain("pair", 100).text
 
     sched.evicted("u0", 110)
     assert sched.jobs["u0"].preemptions == 1
@@ -934,7 +942,7 @@ def test_evictions_and_reasons_explain_who_why_and_what_it_cost() -> None:
         "preempted; not resumable: requeued to start from scratch",
     )
     sched.cycle(110)
-    assert "waiting for 1 evicted job(s) to exit" in sched.explain("pair", 110)
+    assert "waiting for 1 evicted job(s) to exit" in sched.explain("pair", 110).text
 
 
 def test_a_job_that_cannot_preempt_says_what_it_lacks() -> None:
@@ -1097,7 +1105,7 @@ def test_victim_search_reports_whether_the_set_is_exact() -> None:
                 candidates.append(Candidate(name, "unallocated-victim", lost, 0.0, node_array, 1.0))
         request = GangRequest.from_spec(spec("p", "team-a", topology=RACK), state.topology)
         plan = VictimSearch(state, BestFit()).plan("p", request, candidates)
-        assert not isinstance(plan, str)
+        assert not isinstance(plan, Refusal)
         assert plan.exact is exact
         # Node 0's four jobs are the cheapest way to a free node: 0 + 1 + 2 + 3.
         assert sorted(v.job_id for v in plan.victims) == ["n0g0", "n0g1", "n0g2", "n0g3"]

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from job_helpers import four_gpu_gang as spec
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.placement.jobspec import JobSpec
 from toposched.policy.budget import BudgetTree
+from toposched.policy.contract import Contract
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Bind, Evict
+from toposched.scheduler.preemptor import Preemptor
+from toposched.scheduler.refusals import RefusalCode
 
 HOUR = 3600.0
 
@@ -89,11 +93,12 @@ def test_a_refusal_is_lifted_when_the_budgets_change() -> None:
     assert evicted(scheduler.cycle(2 * HOUR + 120)) == ["b-1", "b-2"]
 
 
-def teams_at_their_budgets() -> Scheduler:
+def teams_at_their_budgets(contract: Contract | None = None) -> Scheduler:
     """Four teams with 4 GPUs of budget each, each running one 4-GPU job past its protection:
     team-b's and team-d's at priority 10, team-c's at priority 0. Nothing is unallocated."""
     shares = {"team-a": 25, "team-b": 25, "team-c": 25, "team-d": 25}
-    scheduler = Scheduler(two_racks(), BudgetTree.from_dict({"accounts": shares}))
+    tree = BudgetTree.from_dict({"accounts": shares})
+    scheduler = Scheduler(two_racks(), tree, contract=contract)
     running_on(scheduler, spec("a-1", "team-a"), 0)
     running_on(scheduler, spec("b-1", "team-b", priority=10), 1)
     running_on(scheduler, spec("c-low", "team-c"), 2)
@@ -101,19 +106,27 @@ def teams_at_their_budgets() -> Scheduler:
     return scheduler
 
 
-def test_jobs_that_may_take_only_unallocated_work_share_a_refusal(monkeypatch: Any) -> None:
+class SiteContract(Contract):
+    """A site's contract that keeps the built-in rules (it only names itself)."""
+
+
+@pytest.mark.parametrize("contract", [None, SiteContract()], ids=["built-in", "subclass"])
+def test_jobs_that_may_take_only_unallocated_work_share_a_refusal(
+    monkeypatch: Any, contract: Contract | None
+) -> None:
     # team-b and team-d run their whole budgets and hold nothing of lower priority: each may
     # evict unallocated work only, and there is none. The second job of the same shape is
-    # answered by the first one's refusal, without a search.
-    scheduler = teams_at_their_budgets()
+    # answered by the first one's refusal, without a search. A contract class that keeps the
+    # built-in rules keeps that shortcut.
+    scheduler = teams_at_their_budgets(contract)
     searches: list[str] = []
-    search = Scheduler._search_preemption
+    search = Preemptor.search
 
-    def counted(self: Scheduler, job: Any, *args: Any) -> Any:
+    def counted(self: Preemptor, job: Any, *args: Any) -> Any:
         searches.append(job.job_id)
         return search(self, job, *args)
 
-    monkeypatch.setattr(Scheduler, "_search_preemption", counted)
+    monkeypatch.setattr(Preemptor, "search", counted)
     scheduler.submit(spec("b-new", "team-b", priority=10), now=2 * HOUR)
     assert evicted(scheduler.cycle(2 * HOUR)) == []
     scheduler.submit(spec("d-new", "team-d", priority=10), now=2 * HOUR + 60)
@@ -122,6 +135,10 @@ def test_jobs_that_may_take_only_unallocated_work_share_a_refusal(monkeypatch: A
     refusal = scheduler.jobs["b-new"].reason.partition("no preemption: ")[2]
     assert refusal == "no running job may be preempted for it under the contract"
     assert scheduler.jobs["d-new"].reason.endswith(f"no preemption: {refusal}")
+    shared = scheduler.explain("d-new", 2 * HOUR + 60).refusal
+    assert shared is not None and shared.code is RefusalCode.NO_ALLOWED_VICTIM
+    assert shared.reason == refusal
+    assert scheduler.jobs["b-new"].refusal == shared
     assert "a job of the same pod shape with 1 pod did not fit" in scheduler.jobs["d-new"].reason
 
 

@@ -26,7 +26,7 @@ def one_at_a_time(scheduler: Scheduler, job: Job) -> tuple[int, list[int]] | Non
     the nodes it would get: one release and one placement at a time, then all undone."""
     statement = Statement(scheduler.state)
     try:
-        for released, (_, owner) in enumerate(scheduler._releases, start=1):
+        for released, (_, owner) in enumerate(scheduler.ledger.releases, start=1):
             statement.release(owner)
             outcome = place(scheduler.state, job.request, scheduler.policy)
             if isinstance(outcome, Placement):
@@ -104,7 +104,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Scheduler, Job, list[int | None]]:
         }
     )
     job = scheduler.submit(spec, now=0.0)
-    count = len(scheduler._releases)
+    count = len(scheduler.ledger.releases)
     hints = draw(st.lists(st.one_of(st.none(), st.integers(0, count + 1)), min_size=1, max_size=3))
     return scheduler, job, hints
 
@@ -130,17 +130,17 @@ def test_earliest_fit_equals_releasing_one_job_at_a_time(
 ) -> None:
     scheduler, job, hints = scenario
     expected = one_at_a_time(scheduler, job)
-    fewest = scheduler._release_bounds(job.request).fewest()
+    fewest = scheduler.reservations.bounds(job.request).fewest()
     event("no fit" if expected is None else f"fits after {min(expected[0], 4)}+ releases")
     event("bound skips releases" if fewest is not None and fewest > 1 else "bound skips none")
     before = scheduler.state.snapshot()
     for hint in hints:
-        fit = scheduler._earliest_fit(job, hint)
+        fit = scheduler.reservations.earliest_fit(job, hint)
         found = None if fit is None else (fit.released, fit.nodes.tolist())
         assert found == expected, hint
         if fit is not None:
-            assert fit.release == scheduler._releases[fit.released - 1][0]
-            needed = scheduler._release_bounds(job.request).released_for(fit.released)
+            assert fit.release == scheduler.ledger.releases[fit.released - 1][0]
+            needed = scheduler.reservations.bounds(job.request).released_for(fit.released)
             event("search skips releases" if needed < fit.released else "search skips none")
     after = scheduler.state.snapshot()
     assert all(np.array_equal(before[name], after[name]) for name in before)

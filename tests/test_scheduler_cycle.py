@@ -18,10 +18,11 @@ from toposched.placement.jobspec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract
 from toposched.policy.usage import UsageTracker
-from toposched.scheduler.core import CycleResult, Scheduler, _Failure, _Failures
+from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Bind, Reserve
+from toposched.scheduler.failures import Failure, FailureMemo
 from toposched.scheduler.fence import Fence
-from toposched.scheduler.jobs import JobState, Nomination
+from toposched.scheduler.jobs import JobState, Nomination, ReasonCode
 
 HOUR = 3600.0
 
@@ -78,7 +79,7 @@ def two_teams(share_a: float = 50, share_b: float = 50) -> BudgetTree:
 
 
 def order(scheduler: Scheduler, now: float) -> list[str]:
-    return [str(row["job"]) for row in scheduler.queue_rows(now)]
+    return [row.job for row in scheduler.queue_rows(now)]
 
 
 def bound(result: CycleResult) -> list[str]:
@@ -121,14 +122,14 @@ def test_fair_tree_decides_which_team_runs_when_only_one_fits() -> None:
     # The next in line reserves the whole cluster for when eval-job ends, 2 h from now.
     assert result.reservation == Reserve("b-job", now + 2 * HOUR, "block z0-b0")
     rows = scheduler.queue_rows(now)
-    assert [row["job"] for row in rows] == ["b-job", "a-job", "product-job"]
-    assert [row["position"] for row in rows] == [1, 2, 3]
-    assert rows[0]["standing"] == (
+    assert [row.job for row in rows] == ["b-job", "a-job", "product-job"]
+    assert [row.position for row in rows] == [1, 2, 3]
+    assert rows[0].standing == (
         "research FS=1.12 (S=0.700 U=0.625) > pretraining FS=0.75 (S=0.600 U=0.800) > "
         "team-b FS=2 (S=0.500 U=0.250)"
     )
-    assert rows[2]["standing"] == "product FS=0.8 (S=0.300 U=0.375)"
-    reason = str(rows[0]["reason"])
+    assert rows[2].standing == "product FS=0.8 (S=0.300 U=0.375)"
+    reason = rows[0].reason
     assert reason.startswith("waiting for reservation at +2.0 h in block z0-b0; now: ")
     assert "needs 4 pods of 4 GPUs (16 GPUs); the cluster has room for 0 such pods" in reason
 
@@ -158,7 +159,7 @@ def test_priority_orders_jobs_only_within_a_team() -> None:
     scheduler.submit(job("b-low", TEAM_B, priority=-5), HOUR + 3)
     now = HOUR + 3
     assert order(scheduler, now) == ["b-low", "a-high", "a-low", "product-urgent"]
-    assert [row["priority"] for row in scheduler.queue_rows(now)] == [-5, 9, 0, 1000]
+    assert [row.priority for row in scheduler.queue_rows(now)] == [-5, 9, 0, 1000]
     # Everything fits (4 x 4 GPUs of 16), and binds go in queue order.
     assert bound(scheduler.cycle(now)) == ["b-low", "a-high", "a-low", "product-urgent"]
 
@@ -186,15 +187,15 @@ def test_budget_change_reorders_the_queue() -> None:
     scheduler.submit(job("a-job", "team-a", pods=4), now)
     scheduler.submit(job("b-job", "team-b", pods=4), now)
     assert order(scheduler, now) == ["a-job", "b-job"]
-    assert scheduler.queue_rows(now)[0]["standing"] == "team-a FS=2 (S=0.500 U=0.250)"
+    assert scheduler.queue_rows(now)[0].standing == "team-a FS=2 (S=0.500 U=0.250)"
 
     scheduler.set_share("team-a", 10)
     scheduler.set_share("team-b", 90)
 
     assert order(scheduler, now) == ["b-job", "a-job"]
     rows = scheduler.queue_rows(now)
-    assert rows[0]["standing"] == "team-b FS=1.2 (S=0.900 U=0.750)"
-    assert rows[1]["standing"] == "team-a FS=0.4 (S=0.100 U=0.250)"
+    assert rows[0].standing == "team-b FS=1.2 (S=0.900 U=0.750)"
+    assert rows[1].standing == "team-a FS=0.4 (S=0.100 U=0.250)"
     # Only one fits: the budget change decided which.
     assert bound(scheduler.cycle(now)) == ["b-job"]
 
@@ -262,7 +263,7 @@ def test_unallocated_work_fills_idle_gpus_unprotected_and_uncharged() -> None:
     scheduler.submit(job("scratch-job", "scratch", min_runtime="1h"), 1)
     scheduler.submit(job("budgeted", "team-a", pods=2), 2)
     rows = scheduler.queue_rows(2)
-    assert [(row["job"], row["tier"]) for row in rows] == [
+    assert [(row.job, row.tier) for row in rows] == [
         ("budgeted", "allocated"),
         ("fill", "unallocated"),
         ("scratch-job", "unallocated"),
@@ -332,7 +333,7 @@ class Timeline:
 
 def reserved_nodes(scheduler: Scheduler) -> frozenset[int]:
     """The nodes the cycle just kept from backfill (the placement behind its reservation)."""
-    return frozenset(int(node) for node in scheduler._reserved_nodes)
+    return frozenset(int(node) for node in scheduler.reservations.reserved_nodes)
 
 
 def simulate(
@@ -600,27 +601,44 @@ def test_explain_and_queue_rows_give_position_standing_reservation_and_reason() 
     # Neither team has usage at t=0: both FS = inf, team-a first by name. big waits for rack r0,
     # whole when x0 and x1 end at 2520 s = 42 min.
     rows = scheduler.queue_rows(0)
-    assert [(row["position"], row["job"], row["tier"]) for row in rows] == [
+    assert [(row.position, row.job, row.tier) for row in rows] == [
         (1, "big", "allocated"),
         (2, "b-wait", "allocated"),
     ]
-    assert rows[0]["standing"] == "team-a FS=inf (S=0.500 U=0.000)"
-    assert rows[0]["priority"] == 3
-    assert str(rows[0]["reason"]).startswith("waiting for reservation at +42 min in rack z0-b0-r0")
-    assert "needs 2 pods of 4 GPUs (8 GPUs)" in str(rows[0]["reason"])
+    assert rows[0].standing == "team-a FS=inf (S=0.500 U=0.000)"
+    assert rows[0].priority == 3
+    assert rows[0].reason.startswith("waiting for reservation at +42 min in rack z0-b0-r0")
+    assert "needs 2 pods of 4 GPUs (8 GPUs)" in rows[0].reason
     assert scheduler.jobs["big"].reservation is not None
     assert scheduler.jobs["big"].reservation.start_time == 2520
 
-    text = scheduler.explain("big", 0)
+    explanation = scheduler.explain("big", 0)
+    assert (explanation.state, explanation.code) == (JobState.PENDING, ReasonCode.RESERVED)
+    assert (explanation.position, explanation.position_in_account) == (1, 1)
+    assert (explanation.reservation_start, explanation.reservation_domain) == (
+        2520,
+        "rack z0-b0-r0",
+    )
+    assert explanation.sort_key is not None and explanation.sort_key[3] == -3
+    assert explanation.history == ((0, "submitted"),)
+    assert rows[0].code is ReasonCode.RESERVED
+    text = explanation.text
+    assert str(explanation) == text
     assert text.startswith("#1 big [team-a] team-a FS=inf (S=0.500 U=0.000); priority 3")
     assert "waiting for reservation at +42 min in rack z0-b0-r0" in text
-    later = scheduler.explain("b-wait", 0)
+    later = scheduler.explain("b-wait", 0).text
     assert later.startswith("#2 b-wait [team-b]")
     assert "1 jobs of" in later
     assert "the cluster has room for 1 such pod " in later
-    assert scheduler.explain("x0", 0) == "x0: running; running"
+    running = scheduler.explain("x0", 0)
+    assert running.text == "x0: running; running"
+    assert (running.state, running.code, running.position) == (
+        JobState.RUNNING,
+        ReasonCode.RUNNING,
+        None,
+    )
     # An hour on, team-b has used 12 GPU-hours and team-a none: team-b's S / U = 0.5 / 1.0.
-    assert scheduler.queue_rows(HOUR)[1]["standing"] == "team-b FS=0.5 (S=0.500 U=1.000)"
+    assert scheduler.queue_rows(HOUR)[1].standing == "team-b FS=0.5 (S=0.500 U=1.000)"
 
 
 def test_explain_calls_accounts_ranked_ahead_under_served() -> None:
@@ -630,7 +648,7 @@ def test_explain_calls_accounts_ranked_ahead_under_served() -> None:
     )
     scheduler.submit(job("a-job", "team-a"), HOUR)
     scheduler.submit(job("b-job", "team-b"), HOUR)
-    assert "1 jobs of under-served accounts ahead" in scheduler.explain("b-job", HOUR)
+    assert "1 jobs of under-served accounts ahead" in scheduler.explain("b-job", HOUR).text
 
 
 # --- the shape memo: a failed gang answers for larger gangs of its shape -------------------------
@@ -765,12 +783,12 @@ def test_a_failure_stops_answering_once_a_preemptor_hands_back_part_of_its_kept_
 SHAPE: tuple[object, ...] = ("4 GPUs per pod",)
 
 
-def failure_behind_node_0() -> tuple[Fence, _Failures]:
+def failure_behind_node_0() -> tuple[Fence, FailureMemo]:
     """A 2-pod gang of `SHAPE` that did not fit while node 0 was fenced."""
     fence = Fence(small_cluster())
-    failures = _Failures()
+    failures = FailureMemo()
     fence.close(np.array([0], dtype=np.int64))
-    failures.add(SHAPE, _Failure(2, "no room", fence.frozen(), "wide", epoch=1, cycle=1), fence)
+    failures.add(SHAPE, Failure(2, "no room", fence.frozen(), "wide", epoch=1, cycle=1), fence)
     return fence, failures
 
 
@@ -800,7 +818,7 @@ def test_a_new_failure_replaces_or_joins_the_known_ones_by_what_each_fence_held(
     node = lambda index: np.array([index], dtype=np.int64)  # noqa: E731
 
     def known_after(pods: int, job_id: str) -> list[str]:
-        failure = _Failure(pods, "no room", fence.frozen(), job_id, epoch=1, cycle=1)
+        failure = Failure(pods, "no room", fence.frozen(), job_id, epoch=1, cycle=1)
         failures.add(SHAPE, failure, fence)
         return [failure.job_id for failure in failures.by_shape[SHAPE]]
 
@@ -844,7 +862,7 @@ def test_a_remembered_answer_behind_the_fence_lasts_only_while_nothing_moved() -
     fence.open(np.array([0], dtype=np.int64))  # node 0 is back: the failure no longer holds
     assert failures.find_beyond(SHAPE, 2, fence, elsewhere, cycle=1) is None
     fence.close(np.array([1], dtype=np.int64))
-    failures.add(SHAPE, _Failure(3, "no room", fence.frozen(), "wider", epoch=1, cycle=1), fence)
+    failures.add(SHAPE, Failure(3, "no room", fence.frozen(), "wider", epoch=1, cycle=1), fence)
     found = failures.find_beyond(SHAPE, 3, fence, elsewhere, cycle=1)
     assert found is not None and found.job_id == "wider"
     assert failures.find_beyond(SHAPE, 2, fence, elsewhere, cycle=1) is None  # fewer pods

@@ -24,7 +24,7 @@ def scheduler_of_one_team() -> Scheduler:
 
 
 def queue_order(scheduler: Scheduler, now: float) -> list[str]:
-    return [str(row["job"]) for row in scheduler.queue_rows(now)]
+    return [row.job for row in scheduler.queue_rows(now)]
 
 
 def test_a_pending_job_takes_its_new_place_among_its_accounts_jobs() -> None:

@@ -18,6 +18,7 @@ from toposched.policy.budget import ROOT, BudgetTree, account_ancestors
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Bind, Evict, Reserve
 from toposched.scheduler.jobs import JobState
+from toposched.scheduler.ledger import work_since
 
 # Usage counts GPU-seconds over 7 days; a run is at most 40 steps of at most 3 h (120 h), so
 # nothing expires and the oracle below is a plain integral.
@@ -311,7 +312,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         if not hasattr(self, "scheduler"):
             return
         scheduler, state = self.scheduler, self.state
-        index = scheduler._preemptible
+        index = scheduler.ledger.preemptible
         index.refresh(self.now)
         top = state.topology
         leaf_of = top.node_domain[len(top.domain_levels) - 1]
@@ -349,7 +350,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                 )
             touched = np.unique(leaves)
             weight[touched] += job.gpus
-            weighted_since[touched] += job.gpus * scheduler._work_since(job)
+            weighted_since[touched] += job.gpus * work_since(job)
         assert (index.gpu_owner == owner).all()
         assert (index.leaf_freeable == freeable).all()
         assert (index.node_freeable == node_freeable).all()
@@ -393,38 +394,36 @@ class SchedulerMachine(RuleBasedStateMachine):
         rows = self.scheduler.queue_rows(self.now)
         jobs = self.scheduler.jobs
         pending = {name for name, job in jobs.items() if job.state is JobState.PENDING}
-        assert [row["position"] for row in rows] == list(range(1, len(rows) + 1))
-        assert {row["job"] for row in rows} == pending
+        assert [row.position for row in rows] == list(range(1, len(rows) + 1))
+        assert {row.job for row in rows} == pending
         running: dict[str, float] = {}
         for job in jobs.values():
             if job.state is JobState.RUNNING and not job.unallocated and not job.evicting:
                 running[job.spec.account] = running.get(job.spec.account, 0.0) + job.gpus
         tiers = []
         for row in rows:
-            spec = jobs[str(row["job"])].spec
+            spec = jobs[row.job].spec
             allocated = spec.min_runtime != 0 and self.budgeted(spec.account)
-            assert row["tier"] == ("allocated" if allocated else "unallocated"), row
-            assert row["account"] == spec.account and row["priority"] == spec.priority
+            assert row.tier == ("allocated" if allocated else "unallocated"), row
+            assert row.account == spec.account and row.priority == spec.priority
             budget = self.tree.effective_share(spec.account) * self.state.topology.n_gpus
             owed = allocated and running.get(spec.account, 0.0) < budget - 1e-9
-            assert row["owed"] == owed, (row, running.get(spec.account), budget)
+            assert row.owed == owed, (row, running.get(spec.account), budget)
             tiers.append(0 if owed else 1 if allocated else 2)
         assert tiers == sorted(tiers)
-        event(
-            f"queue of {min(len(rows), 5)}+ rows, {len(set(r['account'] for r in rows))} accounts"
-        )
+        event(f"queue of {min(len(rows), 5)}+ rows, {len(set(r.account for r in rows))} accounts")
         for tier in (0, 1, 2):
-            accounts = [str(r["account"]) for r, t in zip(rows, tiers, strict=True) if t == tier]
+            accounts = [str(r.account) for r, t in zip(rows, tiers, strict=True) if t == tier]
             runs = [a for i, a in enumerate(accounts) if i == 0 or accounts[i - 1] != a]
             assert len(runs) == len(set(runs)), f"an account's jobs are split: {runs}"
             if tier < 2:
                 for first, second in zip(runs, runs[1:], strict=False):
                     self.check_accounts_in_order(first, second)
         for before, after in zip(rows, rows[1:], strict=False):
-            if (before["account"], before["tier"]) != (after["account"], after["tier"]):
+            if (before.account, before.tier) != (after.account, after.tier):
                 continue
-            key_before = self.job_key(str(before["job"]))
-            key_after = self.job_key(str(after["job"]))
+            key_before = self.job_key(str(before.job))
+            key_after = self.job_key(str(after.job))
             assert key_before < key_after, (before, after)
 
     def job_key(self, name: str) -> tuple[int, float, str]:

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from service_helpers import Server, job, serving
 
+from toposched.scheduler.jobs import ReasonCode
 from toposched.service.auth import add_token
 
 TEAM_A = "research/team-a"
@@ -97,6 +98,7 @@ def test_explain_gives_queue_positions_of_a_waiting_job(server: Server) -> None:
         assert explained["position"]["account"] >= 1
         assert explained["position"]["overall"] >= explained["position"]["account"]
         assert explained["reason"]
+        assert explained["code"] in {code.value for code in ReasonCode}
         queue = client.get("/v1/queue", params={"account": "prod"}).json()["queue"]
         assert [row["id"] for row in queue][-2:] == ["w-wait1", "w-wait2"]
         for name in ("w-run", "w-wait1", "w-wait2"):

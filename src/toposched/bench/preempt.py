@@ -3,29 +3,39 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
-from toposched.bench.cycle import _spec, _team, busy_scheduler
+from toposched.bench.cycle import busy_scheduler, gang_spec, team_name
 from toposched.bench.harness import Measurement, measure
 from toposched.cluster.state import Health
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.search import Placement, place
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.jobs import JobState
-from toposched.scheduler.preemption import PreemptionPlan
+from toposched.scheduler.preemption import PreemptionPlan, Refusal
 
 
-def _decide(scheduler: Scheduler, job_id: str, now: float) -> PreemptionPlan | str:
+@dataclass
+class _FailingGang:
+    """The gang whose node the failure benchmark takes down, that node, and when."""
+
+    gang: str = ""
+    node: int = -1
+    time: float = 0.0
+
+
+def _decide(scheduler: Scheduler, job_id: str, now: float) -> PreemptionPlan | Refusal:
     """The preemption decision alone: candidates under the contract, then the victim search."""
     job = scheduler.jobs[job_id]
     entry = scheduler.queue.get(job_id)
-    return scheduler._plan_preemption(job, entry, scheduler.queue.ranking(now), now)
+    return scheduler.preemptor.plan(job, entry, scheduler.queue.ranking(now), now)
 
 
 def frontier_job() -> JobSpec:
     """The 200,016-GPU training run: 2,778 rack slices of 18 pods x 4 GPUs, fewest blocks."""
-    return _spec(
+    return gang_spec(
         "frontier-job",
-        _team(1),
+        team_name(1),
         2778 * 18,
         4,
         preferred="block",
@@ -38,9 +48,9 @@ def run_preempt_benchmarks(quick: bool = False) -> list[Measurement]:
     scheduler = busy_scheduler(106_000, unallocated_share=0.4)
     now = 1.0
     running = len(scheduler.running)
-    unallocated = len(scheduler._unallocated_running)
+    unallocated = len(scheduler.ledger.unallocated)
     setting = f"{running:,} running, {unallocated:,} of them unallocated"
-    rack_job = _spec("rack-job", _team(0), 18, 4, required="rack")
+    rack_job = gang_spec("rack-job", team_name(0), 18, 4, required="rack")
     scheduler.submit(rack_job, now)
     # Nothing fits without preemption: no rack of the busy fleet has 18 free nodes.
     assert not isinstance(place(scheduler.state, scheduler.jobs["rack-job"].request), Placement)
@@ -56,7 +66,7 @@ def run_preempt_benchmarks(quick: bool = False) -> list[Measurement]:
     results[-1].extra = (
         {"victims": len(plan.victims), "exact": plan.exact}
         if isinstance(plan, PreemptionPlan)
-        else {"no_plan": plan}
+        else {"no_plan": plan.reason}
     )
     scheduler.cancel("rack-job", now)
     scheduler.submit(frontier_job(), now)
@@ -72,7 +82,7 @@ def run_preempt_benchmarks(quick: bool = False) -> list[Measurement]:
     results[-1].extra = (
         {"victims": len(plan.victims)}
         if isinstance(plan, PreemptionPlan)
-        else {"no_plan": str(plan)[:80]}
+        else {"no_plan": plan.reason[:80]}
     )
     scheduler.cancel("frontier-job", now)
     # A node fails under a resumable 6-node gang; the gang is requeued and re-placed at once.
@@ -83,22 +93,22 @@ def run_preempt_benchmarks(quick: bool = False) -> list[Measurement]:
             if job.request.pods == 6 and job.spec.resumable
         ]
     )
-    failing: dict[str, object] = {}
+    failing = _FailingGang()
     clock = itertools.count(2.0)
 
     def pick_gang() -> None:
-        if "node" in failing:
-            scheduler.set_health([int(failing["node"])], Health.HEALTHY, float(failing["time"]))
-        gang = next(gangs)
-        failing.update(gang=gang, node=int(scheduler.state.allocations[gang].nodes[0]))
+        if failing.node >= 0:
+            scheduler.set_health([failing.node], Health.HEALTHY, failing.time)
+        failing.gang = next(gangs)
+        failing.node = int(scheduler.state.allocations[failing.gang].nodes[0])
 
     def fail_and_replace() -> None:
         when = float(next(clock))
-        failing["time"] = when
-        scheduler.set_health([int(failing["node"])], Health.DOWN, when)
+        failing.time = when
+        scheduler.set_health([failing.node], Health.DOWN, when)
         cycle = scheduler.cycle(when)
-        assert failing["gang"] in {b.job_id for b in cycle.bound}
-        assert scheduler.jobs[str(failing["gang"])].state is JobState.RUNNING
+        assert failing.gang in {b.job_id for b in cycle.bound}
+        assert scheduler.jobs[failing.gang].state is JobState.RUNNING
 
     results.append(
         measure(

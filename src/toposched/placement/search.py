@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
 import numpy as np
 from numpy.typing import NDArray
@@ -48,17 +49,26 @@ class Placement:
         return [names[int(node)] for node in self.allocation.nodes]
 
 
+class UnschedulableCode(StrEnum):
+    """Why a gang does not fit, as a code."""
+
+    CAPACITY = "capacity"
+    """The cluster lacks room in total."""
+    REQUIRED = "required"
+    """No single domain of the required level has room."""
+    SLICES = "slices"
+    """Room exists, but not in whole slices."""
+    NODE = "node"
+    """No single node has room for `required: node`."""
+
+
 @dataclass(frozen=True)
 class Unschedulable:
-    """Why a gang cannot be placed now, in words a user can act on.
-
-    `code` is one of: `capacity` (the cluster lacks room in total), `required` (no single
-    domain of the required level has room), `slices` (room exists, but not in whole slices),
-    `node` (no single node has room for `required: node`).
-    """
+    """Why a gang cannot be placed now: `code` for programs, `reason` in words a user can
+    act on."""
 
     request: GangRequest
-    code: str
+    code: UnschedulableCode
     reason: str
 
     def __str__(self) -> str:
@@ -539,7 +549,7 @@ class _Search:
             best = int(np.argmax(capacity))
             return Unschedulable(
                 request,
-                "node",
+                UnschedulableCode.NODE,
                 f"required node: needs {request.pods} pods of {request.describe_pod(self.topology)}"
                 f" on one node; the best node ({self.topology.node_names[best]}) has room for "
                 f"{_pods(int(capacity[best]))}",
@@ -569,11 +579,11 @@ class _Search:
         free = int(self.view.free_gpu_equivalent(0, 0, 1)[0])
         counted = self.view.exact and (request.cpu_milli or request.memory_mib)
         limit = " (with CPU and memory counted node by node)" if counted else ""
-        code = "capacity"
+        code = UnschedulableCode.CAPACITY
         if request.slices:
             unsliced = CapacityView(self.state, replace(request, slices=()), self.view.exact)
             if unsliced.total() >= request.pods:
-                code = "slices"
+                code = UnschedulableCode.SLICES
         return Unschedulable(
             request,
             code,
@@ -588,7 +598,7 @@ class _Search:
         free = int(self.view.free_gpu_equivalent(level, best, best + 1)[0])
         return Unschedulable(
             self.request,
-            "required",
+            UnschedulableCode.REQUIRED,
             f"required {name}: needs {self._needs()} in one {name}; the best {name} "
             f"({self.topology.domain_name(level, best)}) has room for "
             f"{_pods(int(capacity[best]))} ({free:,} free GPUs)",
@@ -607,6 +617,19 @@ def _cover_count(capacity: IntArray, need: int) -> int:
     if cumulative.size == 0 or cumulative[-1] < need:
         return np.iinfo(np.int64).max
     return int(np.searchsorted(cumulative, need)) + 1
+
+
+def allocate_on(
+    state: ClusterState,
+    request: GangRequest,
+    policy: PlacementPolicy,
+    nodes: IntArray,
+    pods_per_node: IntArray,
+) -> Allocation:
+    """The allocation of `pods_per_node[i]` of `request`'s pods on `nodes[i]` (nodes in
+    increasing order, each with room for its pods), GPUs picked as `place` picks them: for a
+    placement that chose its nodes by other rules."""
+    return _Search(state, request, policy)._allocation(nodes, pods_per_node)
 
 
 def place(

@@ -14,6 +14,7 @@ from toposched.placement.capacity import CapacityView
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, place
+from toposched.scheduler.refusals import Refusal, RefusalCode
 
 IntArray = NDArray[np.int64]
 
@@ -112,17 +113,22 @@ class Defragmenter:
         request: GangRequest,
         wait_saved_s: float,
         movers_on: Callable[[IntArray], list[Mover]],
-    ) -> MovePlan | str:
+    ) -> MovePlan | Refusal:
         """Open a domain for a gang that fits the free capacity in total but not by topology."""
         state, topology = self.state, self.state.topology
         level, need = request.required, request.pods
         if request.slices:
             level, _ = max(request.slices)
         if level == 0:
-            return "not blocked by topology: no required level or slices"
+            return Refusal(
+                RefusalCode.NOT_TOPOLOGY, "not blocked by topology: no required level or slices"
+            )
         loose = replace(request, required=0, slices=(), preferred=None)
         if CapacityView(state, loose, exact=False).total() < request.pods:
-            return "not fragmentation: the cluster lacks the free GPUs in total"
+            return Refusal(
+                RefusalCode.NO_FREE_CAPACITY,
+                "not fragmentation: the cluster lacks the free GPUs in total",
+            )
         view = CapacityView(state, request, exact=False)
         room = view.at(level, 0, topology.n_domains(level))
         if request.slices:
@@ -141,11 +147,18 @@ class Defragmenter:
             if plan is not None and (best is None or plan.cost_gpu_seconds < best.cost_gpu_seconds):
                 best = plan
         if best is None:
-            return "no set of movable jobs opens a domain for it"
+            return Refusal(
+                RefusalCode.NO_MOVABLE_SET, "no set of movable jobs opens a domain for it"
+            )
         if best.cost_gpu_seconds >= best.value_gpu_seconds:
-            return (
+            return Refusal(
+                RefusalCode.NOT_WORTH_IT,
                 f"moving {len(best.movers)} job(s) would cost {best.cost_gpu_seconds / 3600:,.1f} "
-                f"GPU-hours for {best.value_gpu_seconds / 3600:,.1f} gained: not worth it"
+                f"GPU-hours for {best.value_gpu_seconds / 3600:,.1f} gained: not worth it",
+                {
+                    "cost_gpu_seconds": best.cost_gpu_seconds,
+                    "gain_gpu_seconds": best.value_gpu_seconds,
+                },
             )
         return best
 

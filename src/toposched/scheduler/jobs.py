@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 from toposched.cluster.state import Allocation
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.request import GangRequest
+from toposched.scheduler.refusals import Refusal
 
 
 class JobState(StrEnum):
@@ -19,6 +20,34 @@ class JobState(StrEnum):
     FINISHED = "finished"
     FAILED = "failed"
     CANCELLED = "cancelled"
+
+
+class ReasonCode(StrEnum):
+    """Why a job is where it is, as a code; `Job.reason` says it in words."""
+
+    NOT_CONSIDERED = "not-considered"
+    """Submitted; no cycle has looked at it yet."""
+    QUEUED = "queued"
+    """Back in the queue (submitted, requeued), waiting for the next cycle."""
+    RESTARTING_FIRST = "restarting-first"
+    """Interrupted by a node failure within its budget: first in the next cycle."""
+    RESTARTING_ON_SPARE = "restarting-on-spare"
+    """Interrupted by a node failure: restarts on its surviving nodes and a spare."""
+    DOES_NOT_FIT = "does-not-fit"
+    """No placement on the free capacity (and no preemption was looked for)."""
+    NO_PREEMPTION = "no-preemption"
+    """No placement, and no set of victims the contract allows makes room."""
+    RESERVED = "reserved"
+    """Blocked; capacity is reserved for it from an expected time on."""
+    PREEMPTING = "preempting"
+    """Victims were evicted for it; it starts on their nodes once they exit."""
+    DEFRAGMENTING = "defragmenting"
+    """Jobs are being moved to open a domain for it."""
+    RUNNING = "running"
+    RUNNING_ON_DRAINING = "running-on-draining"
+    """Running on a draining node; it leaves when its min runtime ends."""
+    ENDED = "ended"
+    """Finished, failed or cancelled."""
 
 
 @dataclass
@@ -94,6 +123,10 @@ class Job:
     attempts: int = 0
     preemptions: int = 0
     reason: str = "not yet considered"
+    reason_code: ReasonCode = ReasonCode.NOT_CONSIDERED
+    refusal: Refusal | None = None
+    """For a pending job, why no preemption made room for it in the last cycle (None when
+    none was looked for)."""
     reservation: Reservation | None = None
     history: list[tuple[float, str]] = field(default_factory=list)
     last_checkpoint: float | None = None

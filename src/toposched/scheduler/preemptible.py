@@ -314,7 +314,7 @@ class PreemptibleIndex:
         counted = slots[self.counted[slots]]
         if counted.size == 0:
             return
-        pods = [self.allocations[slot].nodes for slot in counted.tolist()]  # type: ignore[union-attr]
+        pods = [self.allocations[slot].nodes for slot in counted.tolist()]
         per_job = np.array([p.size for p in pods], dtype=np.int64)
         job_of_pod = np.repeat(np.arange(counted.size), per_job)
         pod_nodes = np.concatenate(pods)

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 
 from toposched.cluster.errors import InputError
 from toposched.scheduler.jobs import JobState
-from toposched.service import commands, metrics, views
+from toposched.service import commands, dashboard, metrics, views
 from toposched.service.auth import Principal
 from toposched.service.commands import NODE_ACTIONS, Submission
 from toposched.service.core import ServiceCore
@@ -53,6 +53,7 @@ def create_app(ctx: Context, store: Store) -> FastAPI:
     _cluster_routes(app, ctx)
     _event_routes(app, ctx, store)
     metrics.install(app, ctx)
+    dashboard.install(app, ctx)
     return app
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from toposched.cluster.state import Health
-from toposched.scheduler.jobs import Job, JobState
+from toposched.scheduler.jobs import JobState, ReasonCode
 from toposched.service.core import ServiceCore
 from toposched.service.errors import Forbidden
 from toposched.service.records import JobRecord
@@ -85,57 +85,42 @@ def queue_view(
 ) -> dict[str, Any]:
     rows = []
     for row in core.scheduler.queue_rows(now):
-        job_id = str(row["job"])
-        job_account = str(row["account"])
-        if not visible(job_account) or (
-            account is not None and not in_account(job_account, account)
+        if not visible(row.account) or (
+            account is not None and not in_account(row.account, account)
         ):
             continue
-        job = core.scheduler.jobs[job_id]
+        job = core.scheduler.jobs[row.job]
         rows.append(
             {
-                "position": row["position"],
-                "id": job_id,
-                "account": job_account,
-                "priority": row["priority"],
+                "position": row.position,
+                "id": row.job,
+                "account": row.account,
+                "priority": row.priority,
                 "gpus": job.gpus,
                 "submit_time": job.submit_time,
-                "sort_key": _sort_key(row),
-                "reason": row["reason"],
+                "sort_key": _sort_key(row.tier, row.owed, row.standing, row.priority),
+                "reason": row.reason,
+                "code": str(row.code),
             }
         )
     return {"queue": rows}
 
 
-def _sort_key(row: dict[str, Any]) -> list[Any]:
+def _sort_key(tier: str, owed: bool, standing: str, priority: int) -> list[Any]:
     """What orders the queue: the tier, whether the account is owed its budget, the account's
-    fair-share standing, then the job's priority."""
-    return [row["tier"], bool(row["owed"]), row["standing"], row["priority"]]
+    fair-share standing in words, then the job's priority (submission order breaks ties)."""
+    return [tier, owed, standing, priority]
 
 
 def explain_view(core: ServiceCore, record: JobRecord, now: float) -> dict[str, Any]:
-    job = core.live_job(record.job_id)
-    position = None
-    sort_key: list[Any] | None = None
-    reason = record.reason
-    reservation = None
-    if job is not None and job.state is JobState.PENDING:
-        position, sort_key = _position(core, record, now)
-        reason = core.scheduler.explain(record.job_id, now)
-        if job.reservation is not None:
-            reservation = {
-                "start_time": job.reservation.start_time,
-                "domain": job.reservation.domain,
-            }
-    elif job is not None:
-        reason = job.reason
     history = [
         {"time": event.time, "event": event.kind, **event.data}
         for event in core.store.job_events(record.job_id)
     ]
-    return {
+    view: dict[str, Any] = {
         "id": record.job_id,
         "state": str(record.state),
+<<<<<<< HEAD
         "position": position,
         "sort_key": sort_key,
         "reason": reason,
@@ -172,6 +157,35 @@ def reason_code(record: JobRecord, job: Job | None) -> str:
     if "preempt" in reason or "protect" in reason or "contract" in reason:
         return "contract"
     return "capacity"
+=======
+        "position": None,
+        "sort_key": None,
+        "reason": record.reason,
+        "code": str(ReasonCode.ENDED),
+        "reservation": None,
+        "history": history,
+    }
+    if core.live_job(record.job_id) is None:
+        return view
+    explanation = core.scheduler.explain(record.job_id, now)
+    view["reason"] = explanation.text if explanation.queue is not None else explanation.reason
+    view["code"] = str(explanation.code)
+    queued = explanation.queue
+    if queued is not None:
+        view["position"] = {
+            "account": explanation.position_in_account,
+            "overall": explanation.position,
+        }
+        standing = queued.standing.describe() if queued.standing is not None else "-"
+        priority = queued.entry.priority
+        view["sort_key"] = _sort_key(queued.tier.name.lower(), queued.owed, standing, priority)
+    if explanation.reservation_start is not None:
+        view["reservation"] = {
+            "start_time": explanation.reservation_start,
+            "domain": explanation.reservation_domain,
+        }
+    return view
+>>>>>>> service
 
 
 # --- nodes -------------------------------------------------------------------------------------

@@ -27,18 +27,23 @@ import numpy as np
 from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
-from toposched.cluster.errors import InputError
+from toposched.cluster.errors import InputError, ToposchedError
 from toposched.cluster.state import MILLI_PER_GPU, ClusterState
 from toposched.placement.capacity import CapacityView
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import BestFit, PlacementPolicy, Spread
 from toposched.placement.request import GangRequest
-from toposched.placement.search import Placement, PlacementResult, Unschedulable, _Search
+from toposched.placement.search import (
+    Placement,
+    PlacementResult,
+    Unschedulable,
+    UnschedulableCode,
+    allocate_on,
+)
 from toposched.policy.budget import ROOT, BudgetTree
-from toposched.policy.fairshare import JobExplanation, QueueEntry, QueueTier
+from toposched.policy.fairshare import JobExplanation, QueueEntry, QueueTier, Ranking
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.core import CycleResult, Scheduler
-from toposched.scheduler.decisions import Bind
 from toposched.scheduler.jobs import Job
 
 __all__ = [
@@ -128,7 +133,9 @@ def flat_place(
         candidates = np.flatnonzero(capacity >= request.pods)
         if candidates.size == 0:
             return Unschedulable(
-                request, "node", f"no node has room for {request.pods} pods of this job"
+                request,
+                UnschedulableCode.NODE,
+                f"no node has room for {request.pods} pods of this job",
             )
         scores = policy.node_scores(state, candidates, capacity[candidates], request)
         chosen = candidates[int(np.argmin(scores))]
@@ -136,7 +143,7 @@ def flat_place(
     if total < request.pods:
         return Unschedulable(
             request,
-            "capacity",
+            UnschedulableCode.CAPACITY,
             f"needs {request.pods} pods of {request.describe_pod_plain()}; the cluster has "
             f"room for {total} such pod{'' if total == 1 else 's'}",
         )
@@ -181,8 +188,9 @@ def _placement(
     """The allocation of `pods[i]` pods on `nodes[i]`, GPUs picked as the placement engine
     picks them."""
     order = np.argsort(nodes, kind="stable")
-    search = _Search(state, request, policy)
-    allocation = search._allocation(nodes[order].astype(np.int64), pods[order].astype(np.int64))
+    allocation = allocate_on(
+        state, request, policy, nodes[order].astype(np.int64), pods[order].astype(np.int64)
+    )
     return Placement(request, allocation)
 
 
@@ -245,8 +253,8 @@ class _BaselineQueue:
             if entry is not None:
                 yield entry
 
-    def ranking(self, now: float) -> None:
-        return None
+    def ranking(self, now: float) -> Ranking:
+        raise ToposchedError("a baseline's queue ranks no accounts: baselines never preempt")
 
     def tier(self, entry: QueueEntry, ranking: object = None) -> QueueTier:
         return QueueTier.ALLOCATED
@@ -362,6 +370,7 @@ class _FlatSubmitOrder(Scheduler):
         super().__init__(
             state,
             tree,
+            queue=SubmitOrderQueue(),
             policy=policy,
             max_preemptions_per_cycle=0,
             defragment=False,
@@ -369,7 +378,6 @@ class _FlatSubmitOrder(Scheduler):
             # A failed gang is requeued like any job, as in the schedulers these stand for.
             failed_first=False,
         )
-        self.queue = SubmitOrderQueue()  # type: ignore[assignment]
 
     def submit(self, spec: JobSpec, now: float) -> Job:
         job = super().submit(spec, now)
@@ -399,8 +407,7 @@ class FifoFirstFit(_FlatSubmitOrder):
             if isinstance(outcome, Unschedulable):
                 job.reason = f"head of the FIFO queue; {outcome.reason}"
                 break
-            self._start(job, outcome, now)
-            result.decisions.append(Bind(job.job_id, outcome.allocation, job.unallocated))
+            result.decisions.append(self.bind(job.job_id, outcome, now))
         return result
 
 
@@ -442,9 +449,8 @@ class KubeLike(_FlatSubmitOrder):
                 too_large[shape] = min(request.pods, smallest_failed or request.pods)
                 job.reason = outcome.reason
                 continue
-            self._start(job, outcome, now)
+            result.decisions.append(self.bind(job.job_id, outcome, now))
             free_gpus = int(self.state.free_gpus[0][0])
-            result.decisions.append(Bind(job.job_id, outcome.allocation, job.unallocated))
         return result
 
 
@@ -478,9 +484,16 @@ class SlurmLike(Scheduler):
     orders_owed_first = False
 
     def __init__(self, state: ClusterState, tree: BudgetTree) -> None:
+        self._gpus_of: dict[str, float] = {}
+        usage = UsageTracker()
+        self.multifactor = MultifactorQueue(tree, usage, state.topology.n_gpus, self._gpus_of)
         super().__init__(
             state,
             tree,
+            usage=usage,
+            queue=self.multifactor,
+            # Slurm charges every job to its account's usage (GPU time: none without GPUs).
+            charge_unallocated=True,
             policy=BestFit(),
             reserve_min_gpus=0,
             max_preemptions_per_cycle=0,
@@ -490,15 +503,11 @@ class SlurmLike(Scheduler):
             borrowed_min_runtime=None,
             failed_first=False,
         )
-        self._gpus_of: dict[str, float] = {}
-        self.queue: MultifactorQueue = MultifactorQueue(  # type: ignore[assignment]
-            tree, self.usage, state.topology.n_gpus, self._gpus_of
-        )
         self._leaf_level = len(state.topology.domain_levels) - 1
 
     def submit(self, spec: JobSpec, now: float) -> Job:
         self._gpus_of[spec.name] = spec.total_gpu_milli / MILLI_PER_GPU
-        self.queue.clock = max(self.queue.clock, now)
+        self.multifactor.clock = max(self.multifactor.clock, now)
         job = super().submit(spec, now)
         job.request = replace(
             job.request,
@@ -509,23 +518,12 @@ class SlurmLike(Scheduler):
         return job
 
     def fail(self, job_id: str, now: float, requeue: bool | None = None) -> Job:
-        self.queue.clock = max(self.queue.clock, now)
+        self.multifactor.clock = max(self.multifactor.clock, now)
         return super().fail(job_id, now, requeue)
 
     def evicted(self, job_id: str, now: float) -> Job:
-        self.queue.clock = max(self.queue.clock, now)
+        self.multifactor.clock = max(self.multifactor.clock, now)
         return super().evicted(job_id, now)
-
-    def _start(self, job: Job, placement: Placement, now: float) -> None:
-        super()._start(job, placement, now)
-        if job.unallocated and job.gpus > 0:
-            # Slurm charges every job to its account's usage (GPU time: none without GPUs).
-            self.usage.start(job.spec.account, job.gpus, now)
-
-    def _stop(self, job: Job, now: float) -> None:
-        if job.unallocated and job.gpus > 0:
-            self.usage.stop(job.spec.account, job.gpus, now)
-        super()._stop(job, now)
 
 
 def fifo_first_fit(state: ClusterState, tree: BudgetTree) -> FifoFirstFit:

@@ -1,0 +1,204 @@
+"""Gang shapes that did not fit, remembered across cycles until capacity may have been freed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from toposched.scheduler.fence import Fence, FencedNodes, NodeGroup
+from toposched.scheduler.jobs import Job
+from toposched.scheduler.wording import needs
+
+Shape = tuple[object, ...]
+"""A gang's shape: everything but its pod count (see `Job.shape`)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Failure:
+    """A gang that did not fit: its pod count, why, and the nodes fenced at the time.
+
+    Free capacity only shrinks while jobs start and the fence grows, so a gang of the same
+    shape and at least as many pods cannot fit either while no capacity has been freed and the
+    fence still holds every node it held then (the placement search fails monotonically).
+    """
+
+    pods: int
+    reason: str
+    fenced: FencedNodes
+    job_id: str
+    epoch: int
+    """The scheduler's epoch at the time: equal epochs and fences mean equal free capacity."""
+    cycle: int
+
+
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    """An answer of `FailureMemo` and when it was found: the cycle, the fence's generation and
+    the memo's version. `failure` is None when no known failure implied one."""
+
+    cycle: int
+    fence_generation: int
+    version: int
+    failure: Failure | None
+
+    def is_current(self, cycle: int, fence: Fence, version: int) -> bool:
+        """Whether it was found in this cycle, with the fence and the known failures as now."""
+        return (
+            self.cycle == cycle
+            and self.fence_generation == fence.generation
+            and self.version == version
+        )
+
+
+_NOT_REMEMBERED = Remembered(-1, -1, -1, None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Disjoint:
+    """Whether `fenced` (kept alive here, since it is looked up by identity) misses the opened
+    nodes."""
+
+    fenced: FencedNodes
+    misses: bool
+
+
+class FailureMemo:
+    """Gang shapes that did not fit, kept across cycles until capacity may have been freed."""
+
+    def __init__(self) -> None:
+        self.by_shape: dict[Shape, list[Failure]] = {}
+        self.version = 0
+        # Per shape, the failure with the fewest pods among those the fence still implies, as
+        # of (cycle, fence generation, version): most jobs ask again before anything moved.
+        self._smallest: dict[Shape, Remembered] = {}
+        # Whether a failure's fenced nodes miss the nodes `find_beyond` opens, by the identity
+        # of those fenced nodes, and whether each group of fenced nodes does, for one marking
+        # of opened nodes: a cycle asks about the same reserved nodes for every short job, and
+        # each answer looks at tens of thousands of nodes.
+        self._opened: NDArray[np.bool_] | None = None
+        self._disjoint: dict[int, _Disjoint] = {}
+        self._group_disjoint: dict[int, tuple[NodeGroup, bool]] = {}
+        # `_smallest` for `find_beyond`, for the same opened nodes.
+        self._smallest_beyond: dict[Shape, Remembered] = {}
+
+    def clear(self) -> None:
+        self.by_shape.clear()
+        self._smallest.clear()
+        self._opened = None
+        self._disjoint.clear()
+        self._group_disjoint.clear()
+        self._smallest_beyond.clear()
+        self.version += 1
+
+    def find(self, shape: Shape, pods: int, fence: Fence, cycle: int) -> Failure | None:
+        """A failure implying that a gang of `shape` with `pods` pods does not fit now."""
+        cached = self._smallest.get(shape, _NOT_REMEMBERED)
+        if not cached.is_current(cycle, fence, self.version):
+            smallest: Failure | None = None
+            for failure in self.by_shape.get(shape, ()):
+                if (smallest is None or failure.pods < smallest.pods) and fence.holds(
+                    failure.fenced
+                ):
+                    smallest = failure
+            cached = Remembered(cycle, fence.generation, self.version, smallest)
+            self._smallest[shape] = cached
+        found = cached.failure
+        return found if found is not None and pods >= found.pods else None
+
+    def find_beyond(
+        self,
+        shape: Shape,
+        pods: int,
+        fence: Fence,
+        opened: NDArray[np.bool_],
+        cycle: int,
+    ) -> Failure | None:
+        """`find` as if the fence let the nodes marked in `opened` go: a failure found with none
+        of those nodes fenced (short jobs, before they try the reserved nodes). Like `find`,
+        the smallest such failure of a shape is remembered until the fence moves: a cycle can
+        ask for thousands of backfill candidates, and each comparison of fences may cover tens
+        of thousands of nodes."""
+        if self._opened is not opened:
+            self._opened = opened
+            self._disjoint = {}
+            self._group_disjoint = {}
+            self._smallest_beyond = {}
+        cached = self._smallest_beyond.get(shape, _NOT_REMEMBERED)
+        if not cached.is_current(cycle, fence, self.version):
+            disjoint = self._disjoint
+            smallest: Failure | None = None
+            for failure in self.by_shape.get(shape, ()):
+                if smallest is None or failure.pods < smallest.pods:
+                    fenced = failure.fenced
+                    known = disjoint.get(id(fenced))
+                    if known is None:
+                        known = disjoint[id(fenced)] = _Disjoint(
+                            fenced, fenced.misses(opened, self._group_disjoint)
+                        )
+                    if known.misses and fence.holds(fenced):
+                        smallest = failure
+            cached = Remembered(cycle, fence.generation, self.version, smallest)
+            self._smallest_beyond[shape] = cached
+        found = cached.failure
+        return found if found is not None and pods >= found.pods else None
+
+    def add(self, shape: Shape, failure: Failure, fence: Fence) -> None:
+        """Remember a failure, unless one already known implies it; drop those it implies.
+        `failure` was found under `fence` as it is now: when the search saw all of it, its
+        fenced nodes are compared with older ones through the fence's record, not as sets."""
+        known = self.by_shape.setdefault(shape, [])
+        fenced = failure.fenced
+        whole = fenced is fence.frozen()
+
+        def implied_by(old: Failure) -> bool:  # old.fenced <= fenced
+            return fence.holds(old.fenced) if whole else old.fenced <= fenced
+
+        def implies(old: Failure) -> bool:  # fenced <= old.fenced
+            return fence.within(old.fenced) if whole else fenced <= old.fenced
+
+        if any(old.pods <= failure.pods and implied_by(old) for old in known):
+            return
+        known[:] = [old for old in known if not (failure.pods <= old.pods and implies(old))]
+        known.append(failure)
+        self.version += 1
+
+
+class FailureReasons:
+    """Why jobs are known not to fit, from earlier failures of their shape, in words; each
+    message is written once per cycle (many pending jobs share a size)."""
+
+    def __init__(self, cycle: int) -> None:
+        self.cycle = cycle
+        # Keyed by the failure itself, not its id(): a failure dropped during the cycle may be
+        # freed and its id() reused by a new one.
+        self._messages: dict[tuple[Failure, int], str] = {}
+
+    def known(self, failure: Failure, pods: int) -> str | None:
+        """The message already written for `failure` and a gang of `pods` pods, if any."""
+        return self._messages.get((failure, pods))
+
+    def reason(self, job: Job, failure: Failure, fence: Fence, epoch: int) -> str:
+        """Why `job` is known not to fit, from `failure`, at the scheduler's `epoch`."""
+        if failure.cycle != self.cycle:
+            if (
+                failure.job_id == job.job_id
+                and failure.epoch == epoch
+                and fence.equals(failure.fenced)
+            ):
+                # The same job on the same free capacity: the search would say the same again.
+                return failure.reason
+        key = (failure, job.request.pods)
+        message = self._messages.get(key)
+        if message is None:
+            since = "does not fit now" if failure.cycle == self.cycle else "did not fit"
+            message = (
+                f"{needs(job)}; a job of the same pod shape with {failure.pods} "
+                f"pod{'s' if failure.pods != 1 else ''} "
+                f"{since} ({failure.reason})"
+            )
+            if failure.cycle != self.cycle:
+                message += " and no GPUs were freed since"
+            self._messages[key] = message
+        return message

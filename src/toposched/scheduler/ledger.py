@@ -1,0 +1,200 @@
+"""Running jobs as the scheduler keeps them: in release order, by protection end, per account
+the GPUs they hold and those on their way out, and as arrays for preemption decisions."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from numpy.typing import NDArray
+from sortedcontainers import SortedList
+
+from toposched.cluster.state import ClusterState, distinct
+from toposched.policy.budget import BudgetTree
+from toposched.policy.contract import RunningJob
+from toposched.policy.usage import UsageTracker
+from toposched.scheduler.jobs import Job
+from toposched.scheduler.preemptible import PreemptibleIndex
+
+IntArray = NDArray[np.int64]
+
+#: Sorts after every job id: `(time, LAST_ID)` bisects after every entry at `time`.
+LAST_ID = "\uffff"
+
+
+def work_since(job: Job) -> float:
+    """Since when a running job's work would be lost: its last checkpoint if it can resume
+    from one, else its start."""
+    assert job.start_time is not None
+    if job.spec.resumable and job.last_checkpoint is not None:
+        return max(job.start_time, job.last_checkpoint)
+    return job.start_time
+
+
+def release_time(job: Job) -> tuple[float, str]:
+    """When a running job is expected to free its GPUs: its expected end, or else its
+    min-runtime expiry (from then on the contract lets it be preempted); with its id."""
+    end = job.expected_end
+    if end is None:
+        assert job.start_time is not None
+        end = job.start_time + job.min_runtime
+    return (end, job.job_id)
+
+
+class Ledger:
+    """Running jobs and what the contract and the reservation read of them.
+
+    `releases` holds (expected release time, job id) in order, kept sorted as jobs start and
+    stop, so a reservation reads them without sorting every running job each cycle;
+    `protection` holds (protection end, job id) of allocated jobs and `unallocated` the ids of
+    unallocated ones, so that preemption candidates are found without scanning every running
+    job. GPUs of allocated jobs on their way out (evicted or moved, in their grace period)
+    are counted per account: the budget rule counts an account without them. It answers
+    `running_gpus` and `budget_gpus` for the contract (its `AccountLoads`).
+    """
+
+    def __init__(self, state: ClusterState, tree: BudgetTree, usage: UsageTracker) -> None:
+        self.state = state
+        self.tree = tree
+        self.usage = usage
+        self.running: dict[str, Job] = {}
+        self.views: dict[str, RunningJob] = {}
+        """The contract's view of each running job."""
+        self.releases: SortedList = SortedList()
+        self.protection: SortedList = SortedList()
+        self.unallocated: set[str] = set()
+        self.preemptible = PreemptibleIndex(state)
+        self.preemptor_of: dict[str, str] = {}
+        """The preemptor each evicted or moved job leaves for."""
+        self.leaving_gpus: dict[str, float] = {}
+        self.leaving_version = 0
+        # Budgets in GPUs by account, valid for one version of the budget tree.
+        self._budgets: dict[str, float] = {}
+        self._budgets_version = -1
+
+    def running_gpus(self, account: str) -> float:
+        """GPUs the account's allocated jobs hold now, without those already on their way out
+        (the contract's `AccountLoads`): an eviction decided in one cycle counts against the
+        victim's account at once, so that no later decision takes it below its budget."""
+        return self.usage.running(account) - self.leaving_gpus.get(account, 0.0)
+
+    def budget_gpus(self, account: str) -> float:
+        """The account's budget in GPUs: its effective share of the cluster's GPUs."""
+        if self._budgets_version != self.tree.version:
+            self._budgets.clear()
+            self._budgets_version = self.tree.version
+        budget = self._budgets.get(account)
+        if budget is None:
+            budget = self.tree.effective_share(account) * self.state.topology.n_gpus
+            self._budgets[account] = budget
+        return budget
+
+    def beyond_budget(self, job: Job, also: float = 0.0) -> bool:
+        """Whether the team's running allocated GPUs, this job and `also` more included, exceed
+        its budget."""
+        account = job.spec.account
+        return self.running_gpus(account) + also + job.gpus > self.budget_gpus(account) + 1e-9
+
+    def unprotected_count(self, now: float) -> int:
+        """How many allocated running jobs are past their protection at `now`."""
+        ended: int = self.protection.bisect_right((now, LAST_ID))
+        return ended
+
+    def next_protection_end(self, now: float) -> float:
+        """When the next protection after `now` ends (inf if none)."""
+        protections = self.protection
+        ended = protections.bisect_right((now, LAST_ID))
+        return float(protections[ended][0]) if ended < len(protections) else float("inf")
+
+    def unprotected_ids(self, now: float) -> list[str]:
+        """Allocated running jobs past their protection at `now`, by protection end."""
+        ended = self.unprotected_count(now)
+        return [job_id for _, job_id in self.protection.islice(0, ended)]
+
+    def owners_on(self, nodes: IntArray) -> set[str]:
+        """Running jobs holding anything on `nodes`."""
+        index = self.preemptible
+        holders = index.holders_on(distinct(np.asarray(nodes, dtype=np.int64)))
+        return {str(job_id) for job_id in index.ids[holders].tolist()}
+
+    def started(self, job: Job) -> None:
+        """`job` started (its allocation is held in the state)."""
+        self.running[job.job_id] = job
+        job.last_checkpoint = None
+        self.remember(job)
+
+    def stopped(self, job: Job, jobs: dict[str, Job]) -> None:
+        """`job` stopped running; `jobs` holds its preemptor, if it was leaving for one."""
+        self.forget(job, jobs)
+        del self.running[job.job_id]
+
+    def remember(self, job: Job) -> None:
+        """Count the running `job` in every record."""
+        assert job.start_time is not None
+        spec = job.spec
+        self.views[job.job_id] = RunningJob(
+            job_id=job.job_id,
+            account=spec.account,
+            priority=spec.priority,
+            submit_time=job.submit_time,
+            start_time=job.start_time,
+            min_runtime=job.min_runtime,
+            resumable=spec.resumable,
+            unallocated=job.unallocated,
+            gpus=job.gpus,
+        )
+        self.releases.add(release_time(job))
+        self.preemptible.add(
+            job.job_id,
+            self.state.allocations[job.job_id],
+            gpus=job.gpus,
+            since=work_since(job),
+            protected_until=job.start_time + job.min_runtime,
+            unallocated=job.unallocated,
+            account=spec.account,
+            priority=spec.priority,
+        )
+        if job.unallocated:
+            self.unallocated.add(job.job_id)
+        else:
+            self.protection.add((job.start_time + job.min_runtime, job.job_id))
+
+    def forget(self, job: Job, jobs: dict[str, Job]) -> None:
+        """Take the running `job` out of every record; a preemptor it was leaving for no
+        longer waits for it."""
+        assert job.start_time is not None
+        self.releases.remove(release_time(job))
+        del self.views[job.job_id]
+        self.preemptible.remove(job.job_id)
+        if job.unallocated:
+            self.unallocated.discard(job.job_id)
+        else:
+            self.protection.remove((job.start_time + job.min_runtime, job.job_id))
+        preemptor = self.preemptor_of.pop(job.job_id, None)
+        if preemptor is not None:
+            nomination = jobs[preemptor].nomination
+            if nomination is not None:
+                nomination.victims.discard(job.job_id)
+        if job.evicting and not job.unallocated and job.gpus > 0:
+            account = job.spec.account
+            left = self.leaving_gpus[account] - job.gpus
+            if left > 1e-9:
+                self.leaving_gpus[account] = left
+            else:
+                del self.leaving_gpus[account]
+            self.leaving_version += 1
+        job.evicting = False
+
+    def mark_leaving(self, job: Job) -> None:
+        """The running `job` was told to leave (evicted or moved)."""
+        job.evicting = True
+        if not job.unallocated and job.gpus > 0:
+            account = job.spec.account
+            self.leaving_gpus[account] = self.leaving_gpus.get(account, 0.0) + job.gpus
+            self.leaving_version += 1
+
+    def set_priority(self, job: Job) -> None:
+        """The running `job`'s spec has a new priority: later verdicts judge it by that."""
+        view = self.views[job.job_id]
+        self.views[job.job_id] = dataclasses.replace(view, priority=job.spec.priority)
+        self.preemptible.set_priority(job.job_id, job.spec.priority)

@@ -1,0 +1,115 @@
+"""Jobs moving between the queue and the running set: the allocation held in the state, the
+protection fixed at start, usage charged, and the ledger kept."""
+
+from __future__ import annotations
+
+import sys
+
+from toposched.cluster.errors import InputError
+from toposched.cluster.state import ClusterState
+from toposched.placement.search import Placement
+from toposched.policy.budget import BudgetTree
+from toposched.policy.fairshare import QueueEntry
+from toposched.policy.usage import UsageTracker
+from toposched.scheduler.errors import InternalError
+from toposched.scheduler.jobs import Job, JobState, ReasonCode
+from toposched.scheduler.ledger import Ledger
+from toposched.scheduler.queueing import JobQueue
+from toposched.scheduler.settings import SchedulerSettings
+from toposched.scheduler.wording import hours
+
+
+class Lifecycle:
+    """Queues, starts and stops jobs; every change of a job's place goes through here."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        tree: BudgetTree,
+        usage: UsageTracker,
+        queue: JobQueue,
+        ledger: Ledger,
+        settings: SchedulerSettings,
+    ) -> None:
+        self.state = state
+        self.tree = tree
+        self.usage = usage
+        self.queue = queue
+        self.ledger = ledger
+        self.settings = settings
+
+    def enqueue(self, job: Job) -> None:
+        """Put `job` (new, or back from running) in the pending queue."""
+        job.state = JobState.PENDING
+        job.start_time = None
+        job.reason = "queued; waiting for the next cycle"
+        job.reason_code = ReasonCode.QUEUED
+        self.queue.add(
+            QueueEntry(
+                job_id=job.job_id,
+                # One string per account: a cycle reads every pending job's account, and one
+                # shared string stays in cache where thousands of copies would not.
+                account=sys.intern(job.spec.account),
+                priority=job.spec.priority,
+                submit_time=job.submit_time,
+                unallocated=job.spec.min_runtime == 0,
+            )
+        )
+
+    def start(self, job: Job, placement: Placement, now: float) -> None:
+        """Start the pending `job` on `placement`: hold it, fix its protection, charge it.
+        An allocation that does not fit the cluster is bad input (`InputError`); an owner the
+        state already holds is the scheduler's own fault (`InternalError`)."""
+        try:
+            self.state.allocate(job.job_id, placement.allocation)
+        except InputError as error:
+            if error.field == "owner":
+                raise InternalError(job.job_id, str(error)) from error
+            raise
+        self.queue.remove(job.job_id)
+        spec = job.spec
+        job.state = JobState.RUNNING
+        job.start_time = now
+        job.attempts += 1
+        how = self._protect(job)
+        job.record(now, f"started ({how})" if how else "started")
+        if self._charged(job):
+            # Usage is GPU time: pods without GPUs charge nothing.
+            self.usage.start(spec.account, job.gpus, now)
+        self.ledger.started(job)
+
+    def _protect(self, job: Job) -> str:
+        """Fix whether the starting job runs as unallocated work and its protection, and say
+        so in its reason; returns how it runs, in words ("" when plainly)."""
+        spec, contract = job.spec, self.settings.contract
+        job.unallocated = contract.is_unallocated(spec.min_runtime, spec.account, self.tree)
+        job.min_runtime = (
+            0.0 if job.unallocated else contract.effective_min_runtime(spec.min_runtime)
+        )
+        how = " as unallocated work" if job.unallocated else ""
+        cap = self.settings.protection_cap
+        if cap is not None and job.min_runtime > cap and self.ledger.beyond_budget(job):
+            job.min_runtime = cap
+            how = (
+                " beyond its team's budget, unprotected"
+                if cap == 0
+                else f" beyond its team's budget, protected for {hours(cap)}"
+            )
+        job.reason = "running" + how
+        job.reason_code = ReasonCode.RUNNING
+        return how.strip()
+
+    def stop(self, job: Job, now: float, jobs: dict[str, Job]) -> None:
+        """The running `job` stopped: its GPUs return and its charge ends."""
+        self.ledger.forget(job, jobs)
+        try:
+            self.state.release(job.job_id)
+        except InputError as error:
+            raise InternalError(job.job_id, str(error)) from error
+        del self.ledger.running[job.job_id]
+        if self._charged(job):
+            self.usage.stop(job.spec.account, job.gpus, now)
+
+    def _charged(self, job: Job) -> bool:
+        """Whether the job's run is charged to its account's usage."""
+        return job.gpus > 0 and (not job.unallocated or self.settings.charge_unallocated)

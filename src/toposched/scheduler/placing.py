@@ -1,0 +1,160 @@
+"""The placement phase of a cycle: a pending job starts where it fits now, behind the
+reservation (EASY backfill), or on the nodes kept for it; known failures answer the rest."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from toposched.cluster.errors import InputError
+from toposched.cluster.state import ClusterState
+from toposched.placement.policies import PlacementPolicy
+from toposched.placement.search import Placement, Unschedulable, place
+from toposched.policy.fairshare import QueueEntry, QueueTier
+from toposched.scheduler.decisions import Bind
+from toposched.scheduler.failures import Failure, FailureMemo
+from toposched.scheduler.fence import Fence
+from toposched.scheduler.jobs import Job, JobKind, ReasonCode, Reservation
+from toposched.scheduler.turn import CycleResult, Turn
+
+
+class Placed(NamedTuple):
+    """Whether the placement phase started the job, and else the job whose known failure
+    answered it (None when a search or none answered)."""
+
+    started: bool
+    answered_by: str | None
+
+
+class Placing:
+    """Places pending jobs for the cycle; `start` holds a placement and starts the job."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        policy: PlacementPolicy,
+        failures: FailureMemo,
+        start: Callable[[Job, Placement, float], None],
+    ) -> None:
+        self.state = state
+        self.policy = policy
+        self.failures = failures
+        self.start = start
+
+    def place(
+        self,
+        turn: Turn,
+        entry: QueueEntry,
+        job: Job,
+        kind: JobKind,
+        tier: QueueTier,
+        reservation: Reservation | None,
+        epoch: int,
+    ) -> Placed:
+        """Start the job where it fits now, or, when it ends before the reservation (or is
+        unallocated work, which the reserved job may preempt at any moment), on the reserved
+        nodes too (EASY backfill). Returns whether it started, and the job whose known failure
+        answered it, if one did."""
+        fence, failures, now = turn.fence, self.failures, turn.now
+        shape, pods, runtime = kind.shape, kind.pods, kind.expected_runtime
+        short = reservation is not None and (
+            (runtime is not None and now + runtime <= reservation.start_time)
+            or tier is QueueTier.UNALLOCATED
+        )
+        known = failures.find(shape, pods, fence, turn.number)
+        if known is not None and not short:
+            # A gang of this shape no larger did not fit, and nothing was freed since: neither
+            # does this one.
+            other = known.job_id != entry.job_id
+            message = turn.reasons.known(known, pods) if other else None
+            if message is None:
+                message = turn.reasons.reason(job, known, fence, epoch)
+            job.reason = message
+            job.reason_code = ReasonCode.DOES_NOT_FIT
+            return Placed(False, known.job_id if other else None)
+        outcome: Placement | Unschedulable | None = None
+        if known is None:
+            fence.settle()
+            turn.result.searches += 1
+            outcome = place(self.state, job.request, self.policy)
+            if isinstance(outcome, Placement):
+                self.bind(job, outcome, now, turn.result, fence.any)
+                return Placed(True, None)
+            self._failed(shape, job, outcome, fence, turn.number, epoch)
+        if short:
+            assert reservation is not None
+            # A failure may already show that it does not fit even on the reserved nodes.
+            backfill = failures.find_beyond(shape, pods, fence, turn.reserved_nodes, turn.number)
+            if backfill is None:
+                # Lifted until a search that must not see the reserved nodes: backfills in a
+                # row share one lift.
+                fence.lift()
+                turn.result.searches += 1
+                outcome = place(self.state, job.request, self.policy)
+                if isinstance(outcome, Placement):
+                    self.bind(job, outcome, now, turn.result, True)
+                    return Placed(True, None)
+                self._failed(shape, job, outcome, fence, turn.number, epoch)
+            else:
+                job.reason = turn.reasons.reason(job, backfill, fence, epoch)
+                job.reason_code = ReasonCode.DOES_NOT_FIT
+                return Placed(False, None)
+        if isinstance(outcome, Unschedulable):
+            job.reason = outcome.reason
+            job.reason_code = ReasonCode.DOES_NOT_FIT
+        return Placed(False, None)
+
+    def bind(
+        self,
+        job: Job,
+        placement: Placement,
+        now: float,
+        result: CycleResult,
+        backfilled: bool = False,
+    ) -> None:
+        self.start(job, placement, now)
+        result.decisions.append(Bind(job.job_id, placement.allocation, job.unallocated, backfilled))
+
+    def _failed(
+        self,
+        shape: tuple[object, ...],
+        job: Job,
+        outcome: Unschedulable,
+        fence: Fence,
+        cycle_number: int,
+        epoch: int,
+    ) -> None:
+        failure = Failure(
+            job.request.pods, outcome.reason, fence.seen(), job.job_id, epoch, cycle_number
+        )
+        self.failures.add(shape, failure, fence)
+
+    def start_nominee(self, job: Job, fence: Fence, now: float, result: CycleResult) -> bool:
+        """Start a preemptor whose victims are gone, on the nodes kept for it."""
+        nomination = job.nomination
+        assert nomination is not None
+        if nomination.victims:
+            job.reason_code = ReasonCode.PREEMPTING
+            job.reason = (
+                f"preempting: waiting for {len(nomination.victims)} evicted job(s) to exit "
+                "(grace period); their GPUs are kept for this job"
+            )
+            return True
+        fence.open(nomination.nodes)
+        job.nomination = None
+        if nomination.allocation is not None:
+            exact = Placement(job.request, nomination.allocation)
+            try:
+                self.start(job, exact, now)
+            except InputError as error:
+                job.record(now, f"spare placement no longer fits ({error}); placing anew")
+            else:
+                result.decisions.append(Bind(job.job_id, exact.allocation, job.unallocated))
+                return True
+        outcome = place(self.state, job.request, self.policy)
+        if isinstance(outcome, Placement):
+            self.bind(job, outcome, now, result)
+            return True
+        # The cluster changed while victims left (e.g. a node failed): plan again.
+        job.record(now, f"nominated capacity no longer fits ({outcome.reason}); re-planning")
+        return False

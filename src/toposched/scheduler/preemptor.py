@@ -1,0 +1,307 @@
+"""Preemption for one pending job: the running jobs the contract lets it take, the victim
+search over them, and refusals remembered while nothing they depend on has changed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from toposched.cluster.state import ClusterState, distinct_inverse
+from toposched.policy.budget import BudgetTree
+from toposched.policy.contract import Contract
+from toposched.policy.fairshare import QueueEntry, Ranking
+from toposched.policy.usage import UsageTracker
+from toposched.scheduler.fence import Fence, FencedNodes
+from toposched.scheduler.jobs import Job, JobKind
+from toposched.scheduler.ledger import Ledger
+from toposched.scheduler.local_domains import LocalDomains
+from toposched.scheduler.preemption import (
+    CandidatePool,
+    PreemptionPlan,
+    VictimSearch,
+)
+from toposched.scheduler.refusals import Refusal, RefusalCode
+from toposched.scheduler.spread import SpreadSearch
+from toposched.scheduler.verdicts import Verdicts
+from toposched.scheduler.wording import gpus_text, needs
+
+IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+
+
+def built_in_rules(contract: Contract) -> bool:
+    """Whether `contract` decides preemption by `Contract`'s own rules (neither `may_preempt`
+    nor `runs_its_budget` replaced): the shortcuts of the budget rule assume them."""
+    kind = type(contract)
+    return (
+        kind.may_preempt is Contract.may_preempt
+        and kind.runs_its_budget is Contract.runs_its_budget
+    )
+
+
+@dataclass(frozen=True)
+class _RememberedRefusal:
+    """A refused preemption: what it depended on, the nodes fenced then, until when no
+    protection ends, and the refusal."""
+
+    inputs: tuple[object, ...]
+    fenced: FencedNodes
+    until: float
+    refusal: Refusal
+
+
+class Preemptor:
+    """Plans preemptions for pending jobs under the contract (see `preempt_or_refuse`)."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        tree: BudgetTree,
+        usage: UsageTracker,
+        contract: Contract,
+        ledger: Ledger,
+        search: VictimSearch,
+    ) -> None:
+        self.state = state
+        self.tree = tree
+        self.usage = usage
+        self.contract = contract
+        self.ledger = ledger
+        self.victim_search = search
+        self.verdicts = Verdicts(tree, usage, contract, ledger)
+        self.local = LocalDomains(state, ledger, search)
+        self.spread = SpreadSearch(search)
+        # Refused preemptions by (pod shape, pods, account, priority), or by (pod shape, pods)
+        # for jobs that may take unallocated work only (see `preempt_or_refuse`).
+        self._refusals: dict[tuple[object, ...], _RememberedRefusal] = {}
+        self._refusals_epoch = 0
+
+    # --- planning -----------------------------------------------------------------------------
+    def preempt_or_refuse(
+        self,
+        job: Job,
+        kind: JobKind,
+        entry: QueueEntry,
+        ranking: Ranking,
+        fence: Fence,
+        now: float,
+        epoch: int,
+    ) -> PreemptionPlan | Refusal:
+        """`plan`, with refusals remembered across cycles.
+
+        A refusal is decided by the free capacity, the jobs preemption could take (running,
+        not being evicted, past their protection, allowed by the contract) and the gang, not
+        by the time otherwise: the work victims would lose orders the search, but the search
+        refuses only when placing the gang fails with every allowed candidate gone (or their
+        GPUs cannot add up to it), and a smaller set cannot succeed where that failed (the
+        placement search fails monotonically, as remembered failures assume). So a
+        refusal stands, word for word, while the epoch (free capacity and the running set,
+        hence the loads), the fenced nodes, the preemptible index, the budget tree and usage
+        (and under the fair-share rule the accounts' order) stay as they were and no
+        protection has ended. The search that stopped at `DOMAINS_EXAMINED` domains with room
+        depends on which were cheapest, so its refusals are not remembered.
+
+        When unallocated work is all the job may take (`only_unallocated_victims`), nothing of
+        its account or priority enters the search: the refusal is shared by every such job of
+        the same shape.
+        """
+        index = self.ledger.preemptible
+        index.refresh(now)
+        only_unallocated = self.only_unallocated_victims(entry)
+        key: tuple[object, ...] = (
+            (kind.shape, kind.pods)
+            if only_unallocated
+            else (kind.shape, kind.pods, entry.account, entry.priority)
+        )
+        inputs = (
+            epoch,
+            index.version,
+            self.tree.version,
+            self.usage.version,
+            ranking.leaves if self.contract.cross_account == "fair_share" else None,
+        )
+        fenced = fence.frozen()
+        known = self._refusals.get(key)
+        if (
+            known is not None
+            and known.inputs == inputs
+            and now < known.until
+            and fence.equals(known.fenced)
+        ):
+            return known.refusal
+        fence.settle()
+        plan, lasting = self.search(job, entry, ranking, now, only_unallocated)
+        if isinstance(plan, PreemptionPlan):
+            return plan
+        if self._refusals_epoch != epoch:
+            # Refusals of an earlier epoch cannot match again: forget them.
+            self._refusals.clear()
+            self._refusals_epoch = epoch
+        if lasting:
+            until = self.ledger.next_protection_end(now)
+            self._refusals[key] = _RememberedRefusal(inputs, fenced, until, plan)
+        return plan
+
+    def plan(
+        self, job: Job, entry: QueueEntry, ranking: Ranking, now: float
+    ) -> PreemptionPlan | Refusal:
+        """Victims whose eviction lets `job` run, or why there are none."""
+        self.ledger.preemptible.refresh(now)
+        only_unallocated = self.only_unallocated_victims(entry)
+        return self.search(job, entry, ranking, now, only_unallocated)[0]
+
+    def search(
+        self, job: Job, entry: QueueEntry, ranking: Ranking, now: float, only_unallocated: bool
+    ) -> tuple[PreemptionPlan | Refusal, bool]:
+        """`plan`, and whether its answer does not depend on the order of domains by lost work
+        (False when the local search stopped at `DOMAINS_EXAMINED`). `only_unallocated`:
+        `only_unallocated_victims(entry)`, as of a refresh at `now`."""
+        local = self.local.candidates(job, now, only_unallocated)
+        lasting = True
+        if local is not None:
+            lasting = local.lasting
+            if local.complete and not local.slots.size:
+                return self._nothing_to_evict(job, now, only_unallocated), lasting
+            # A gang that fits one innermost domain: only the domains where preemptible work
+            # could make room are examined, not every running job.
+            candidates = self.candidates(entry, ranking, now, local.slots)
+            plan = self.victim_search.plan(
+                job.job_id, job.request, candidates, known_not_to_fit=True
+            )
+            # Within budget caps the choice of victims is heuristic beyond the exact subsets,
+            # ordered by lost work: such a refusal may not stand as the work grows.
+            lasting = lasting and not candidates.caps_bind
+            if isinstance(plan, PreemptionPlan) or local.complete:
+                return plan, lasting
+        else:
+            # Larger gangs: domains chosen from the aggregates, without listing every candidate.
+            spread = self.spread.across_domains(
+                job.job_id,
+                job.request,
+                self.ledger.preemptible,
+                lambda slots: self.verdicts.of(entry, ranking, now, slots),
+                now,
+                only_unallocated,
+            )
+            if spread is not None:
+                return spread, lasting
+        candidates = self.candidates(entry, ranking, now, only_unallocated=only_unallocated)
+        plan = self.victim_search.plan(job.job_id, job.request, candidates, known_not_to_fit=True)
+        return plan, lasting and not candidates.caps_bind
+
+    def _nothing_to_evict(self, job: Job, now: float, only_unallocated: bool) -> Refusal:
+        """Why a one-domain gang finds no domain where evictions could make room."""
+        ledger = self.ledger
+        if not ledger.unallocated and (only_unallocated or ledger.unprotected_count(now) == 0):
+            return Refusal(
+                RefusalCode.NO_ALLOWED_VICTIM,
+                "no running job may be preempted for it under the contract",
+            )
+        level = self.state.topology.domain_levels[self.victim_search.leaf_level]
+        victims = (
+            "all unallocated work (its account runs its whole budget)"
+            if only_unallocated
+            else "every unprotected job"
+        )
+        return Refusal(
+            RefusalCode.NO_ROOM,
+            f"even evicting {victims} leaves no {level} with room for "
+            f"{needs(job).removeprefix('needs ')}",
+        )
+
+    def beyond_budget_note(self, job: Job, entry: QueueEntry) -> str:
+        """Under the budget rule, what a job larger than its account's whole budget should know
+        (else ""): preemption cannot make room for it, only other accounts' unused budget can."""
+        contract = self.contract
+        if not built_in_rules(contract) or contract.cross_account != "budget":
+            return ""
+        budget = self.ledger.budget_gpus(entry.account)
+        if entry.unallocated or budget <= 0 or job.gpus <= budget:
+            return ""
+        return (
+            f" (it asks for {gpus_text(job.gpus)} GPUs, more than its account's whole budget "
+            f"of {gpus_text(budget)}: preemption never takes another account below its budget, "
+            "so it starts only while other accounts leave part of theirs unused)"
+        )
+
+    def only_unallocated_victims(self, entry: QueueEntry) -> bool:
+        """Whether unallocated work is all that `entry` may preempt: under the budget rule its
+        account runs its whole budget and holds no unprotected allocated job of lower priority
+        (as of the preemptible index's last refresh). Only under the built-in rules: a
+        contract that replaces them may judge otherwise."""
+        contract = self.contract
+        if not built_in_rules(contract) or entry.unallocated:
+            return False
+        if contract.cross_account != "budget" or self.ledger.budget_gpus(entry.account) <= 0:
+            # Without a budget the contract lets the job preempt nobody, not even unallocated
+            # work: its refusal must not answer for budgeted jobs of the same shape.
+            return False
+        if not contract.runs_its_budget(entry.account, self.ledger):
+            return False
+        return not self.ledger.preemptible.holds_unprotected_below(entry.account, entry.priority)
+
+    # --- candidates ---------------------------------------------------------------------------
+    def candidates(
+        self,
+        entry: QueueEntry,
+        ranking: Ranking,
+        now: float,
+        slots: IntArray | None = None,
+        only_unallocated: bool = False,
+    ) -> CandidatePool:
+        """Running jobs the contract lets `entry` preempt now (among `slots` of the preemptible
+        index, else every running job, or every unallocated one when that is all `entry` may
+        take), with their lost work and standing."""
+        index = self.ledger.preemptible
+        if slots is None:
+            names = sorted(self.ledger.unallocated)
+            if not only_unallocated:
+                names += self.ledger.unprotected_ids(now)
+            slot_of = index.slot_of
+            slots = np.array([slot_of[name] for name in names], dtype=np.int64)
+        verdicts = self.verdicts.of(entry, ranking, now, slots)
+        keep = verdicts.allowed.nonzero()[0]
+        return self._pool(
+            slots[keep], verdicts.rules_of(keep), now, verdicts.standing[keep], verdicts.limit[keep]
+        )
+
+    def _pool(
+        self,
+        slots: IntArray,
+        rules: list[str],
+        now: float,
+        standing: FloatArray,
+        limit: FloatArray,
+    ) -> CandidatePool:
+        """The candidate arrays of `slots` of the preemptible index (`limit`: each one's
+        account's budget cap, inf when none)."""
+        index = self.ledger.preemptible
+        allocations = index.allocations
+        pods = [allocations[slot].nodes for slot in slots.tolist()]
+        counts = index.pods[slots]
+        bounded = np.isfinite(limit)
+        cap_group: IntArray | None = None
+        caps, cap_accounts = np.zeros(0), []
+        if bounded.any():
+            accounts, group = distinct_inverse(index.account[slots[bounded]].astype(np.int64))
+            cap_group = np.full(slots.size, -1, dtype=np.int64)
+            cap_group[bounded] = group
+            caps = np.zeros(accounts.size)
+            caps[group] = limit[bounded]
+            cap_accounts = [index.account_names[int(a)] for a in accounts.tolist()]
+        return CandidatePool(
+            cap_group=cap_group,
+            caps=caps,
+            cap_accounts=cap_accounts,
+            held=index.gpus[slots].astype(np.float64),
+            job_ids=index.ids[slots].tolist(),
+            rules=rules,
+            lost=index.gpus[slots] * np.maximum(now - index.since[slots], 0.0),
+            standing=standing,
+            whole=index.whole[slots],
+            pod_starts=np.concatenate(([0], counts.cumsum())).astype(np.int64),
+            pod_nodes=np.concatenate(pods) if pods else np.zeros(0, dtype=np.int64),
+        )

@@ -1,0 +1,41 @@
+"""Refusals: why no preemption or move makes room for a job, as values."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class RefusalCode(StrEnum):
+    """Why no preemption or move of running jobs makes room for a job, as a code."""
+
+    NO_ALLOWED_VICTIM = "no-allowed-victim"
+    """The contract lets the job preempt no running job."""
+    NO_ROOM = "no-room"
+    """Even with every job it may preempt gone, the gang would not fit."""
+    BUDGET_CAPS = "budget-caps"
+    """Room exists, but only by taking some account below its budget."""
+    TOPOLOGY = "topology"
+    """No victim set found gives the gang the shape its topology asks for."""
+    NOT_TOPOLOGY = "not-topology"
+    """Moves cannot help: the job asks for no required level or slices."""
+    NO_FREE_CAPACITY = "no-free-capacity"
+    """Moves cannot help: the cluster lacks the free GPUs in total."""
+    NO_MOVABLE_SET = "no-movable-set"
+    """No set of movable jobs opens a domain for the job."""
+    NOT_WORTH_IT = "not-worth-it"
+    """Moving jobs would cost more work than the job's earlier start gains."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """No preemption for a job: the code, the reason in words, and the figures the reason
+    quotes (e.g. `most`: the pods the gang could get at most, `pods`: the pods it needs)."""
+
+    code: RefusalCode
+    reason: str
+    figures: Mapping[str, float] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.reason

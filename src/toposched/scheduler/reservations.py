@@ -1,0 +1,240 @@
+"""Reservations: the earliest time and place a blocked large job fits, as running jobs end."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from toposched.cluster.state import Allocation, ClusterState
+from toposched.cluster.statement import Statement
+from toposched.placement.policies import PlacementPolicy
+from toposched.placement.request import GangRequest
+from toposched.placement.search import Placement, place
+from toposched.scheduler.fence import Fence, FencedNodes
+from toposched.scheduler.jobs import Job, Reservation
+from toposched.scheduler.ledger import Ledger
+from toposched.scheduler.preemption import VictimSearch
+from toposched.scheduler.releases import LeafRoom, ReleaseBounds, ReleasedPrefix
+from toposched.scheduler.wording import domain_of
+
+IntArray = NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Where a blocked job fits, and `release`: when the last running job it waits for ends."""
+
+    release: float
+    nodes: IntArray
+    domain: str
+    released: int
+    """How many running jobs, in release order, must end first."""
+    last: tuple[float, str]
+    """The last of them, as (expected end, job id): its place in the release order of a later
+    cycle hints at the answer there, as jobs start and end before it."""
+
+
+@dataclass(frozen=True)
+class _LastAnswer:
+    """The last reservation search: for which job and request, at which epoch, with which
+    nodes fenced, and its answer."""
+
+    job: Job
+    request: GangRequest
+    epoch: int
+    fenced: FencedNodes
+    fit: Fit | None
+
+
+class ReservationSearch:
+    """Finds reservations from the running jobs' release order (see `earliest_fit`), and
+    remembers the last answer while nothing it depends on changed."""
+
+    def __init__(
+        self, state: ClusterState, policy: PlacementPolicy, ledger: Ledger, search: VictimSearch
+    ) -> None:
+        self.state = state
+        self.policy = policy
+        self.ledger = ledger
+        self.victim_search = search
+        self.reserved_nodes: IntArray = np.zeros(0, dtype=np.int64)
+        """The nodes of the last reservation found."""
+        self._last: _LastAnswer | None = None
+        self._held_cache: dict[str, tuple[Allocation, tuple[IntArray, IntArray]]] = {}
+        self._n_leaves = int(search.leaf_starts.size - 1)
+
+    def reserve(self, job: Job, now: float, fence: Fence, epoch: int) -> Reservation | None:
+        """The earliest time the job fits (see `earliest_fit`), from the last cycle's answer
+        when nothing has changed since: same job, same epoch and the same nodes fenced."""
+        last = self._last
+        fenced = fence.frozen()
+        if (
+            last is not None
+            and last.job is job
+            and last.request is job.request
+            and last.epoch == epoch
+            and fence.equals(last.fenced)
+        ):
+            fit = last.fit
+        else:
+            # After a change, the job most likely waits for the same job to end as before: the
+            # releases up to it (one more than those before it, whether or not it still runs).
+            hint = None
+            if last is not None and last.job is job and last.fit:
+                hint = self.ledger.releases.bisect_left(last.fit.last) + 1
+            fit = self.earliest_fit(job, hint)
+            self._last = _LastAnswer(job, job.request, epoch, fenced, fit)
+        if fit is None:
+            return None
+        self.reserved_nodes = fit.nodes
+        return Reservation(job.job_id, max(fit.release, now), int(fit.nodes.size), fit.domain)
+
+    def earliest_fit(self, job: Job, hint: int | None = None) -> Fit | None:
+        """Where and after which expected release the job fits, releasing running jobs in the
+        order they should end: the fewest releases k after which it fits (it does not fit
+        after k - 1, and more releases only free more).
+
+        A running job is expected to end at start + expected runtime; one that declared none is
+        assumed to yield when its min runtime expires (the contract then lets it be preempted).
+        Placement is tried only from the fewest releases that could free enough GPUs in some
+        domain of the required level (`ReleaseBounds.fewest`): fewer cannot fit. From there, on
+        a statement that is always rolled back, k is found by growing steps and bisection; a
+        search after k releases releases only those that can matter to it
+        (`ReleaseBounds.released_for`). A `hint` (the expected k: where the job that ended
+        the wait last time now stands in the release order) beyond that bound is tried right
+        after the bound when whole GPUs are counted (the bound is then most often the answer
+        itself), else the steps start at hint - 1: two placements when the answer did not
+        move.
+        """
+        if not self.ledger.running:
+            return None
+        bounds = self.bounds(job.request)
+        first = bounds.fewest()
+        if first is None:
+            return None
+        prefix = ReleasedPrefix(Statement(self.state), bounds)
+
+        def place_after(released: int) -> Placement | None:
+            prefix.release_for(released)
+            outcome = place(self.state, job.request, self.policy, exact_reasons=False)
+            return outcome if isinstance(outcome, Placement) else None
+
+        try:
+            return self._search(place_after, first, hint, bounds.counted)
+        finally:
+            prefix.statement.discard()
+
+    def _search(
+        self,
+        place_after: Callable[[int], Placement | None],
+        first: int,
+        hint: int | None,
+        counted: bool,
+    ) -> Fit | None:
+        """The fewest releases from `first` on after which `place_after` places the job:
+        growing steps from the bound (or the hint), then bisection."""
+        count = len(self.ledger.releases)
+        low = first - 1  # releases known not to be enough
+        if hint is not None and not first < hint <= count:
+            hint = None
+        # Counted per rack, the bound is most often the answer: tried first, the hint
+        # next. Without counts (bound 1), the hint's neighbour first.
+        start = first if counted or hint is None else hint - 1
+        placed = place_after(start)
+        if placed is not None:
+            high = start
+        else:
+            low = start
+            step = 1
+            upto = hint if hint is not None and hint > low else None
+            while placed is None:
+                if upto is None:
+                    if low >= count:
+                        return None
+                    upto = min(count, low + step)
+                    step *= 2
+                tried, upto = upto, None
+                placed = place_after(tried)
+                if placed is None:
+                    low = tried
+            high = tried
+        # Narrow down to the fewest releases that still fit (bisection).
+        while high - low > 1:
+            middle = (low + high) // 2
+            outcome = place_after(middle)
+            if outcome is None:
+                low = middle
+            else:
+                high, placed = middle, outcome
+        assert placed is not None
+        return self._fit(placed, high)
+
+    def bounds(self, request: GangRequest) -> ReleaseBounds:
+        """The releases counted per innermost domain, in whole slices, and summed per domain
+        of the gang's required level (see `ReleaseBounds`); for fractional or GPU-less pods
+        whole GPUs tell nothing."""
+        releases = self.ledger.releases
+        if request.gpus_per_pod == 0 or request.is_fractional:
+            return ReleaseBounds(releases, self._held_by_leaves, None)
+        state, leaf = self.state, self.victim_search.leaf_level
+        required = request.required
+        room = LeafRoom(
+            free=state.free_gpus[leaf],
+            domain_of_leaf=self.victim_search.domain_of_leaf(required),
+            n_domains=state.topology.n_domains(required),
+            gpus_per_pod=request.gpus_per_pod,
+            granule=request.granule(leaf),
+            pods=request.pods,
+        )
+        return ReleaseBounds(releases, self._held_by_leaves, room)
+
+    def _held_by_leaves(self, owners: list[str]) -> list[tuple[IntArray, IntArray]]:
+        """For each running job of `owners`, the innermost domains it holds GPUs in and how
+        many GPU slots in each; remembered while its allocation lasts (a gang spans tens of
+        thousands of nodes, and a reservation search reads hundreds of jobs)."""
+        allocations, cache = self.state.allocations, self._held_cache
+        running = self.ledger.running
+        if len(cache) > 2 * len(running) + 64:
+            # Jobs that stopped running: forget them, in one sweep now and then.
+            self._held_cache = cache = {
+                kept: entry for kept, entry in cache.items() if kept in running
+            }
+        held: list[tuple[IntArray, IntArray]] = []
+        for owner in owners:
+            allocation = allocations[owner]
+            cached = cache.get(owner)
+            if cached is None or cached[0] is not allocation:
+                cached = cache[owner] = (allocation, self._count_held(allocation))
+            held.append(cached[1])
+        return held
+
+    def _count_held(self, allocation: Allocation) -> tuple[IntArray, IntArray]:
+        """An allocation's innermost domains (distinct, in any order) and GPU slots in each."""
+        leaf_of_pod = self.victim_search.leaf_of_node[allocation.nodes]
+        width = allocation.gpus.shape[1]
+        if leaf_of_pod.size <= 32:
+            # A few pods: counted in a dict, cheaper than numpy's calls.
+            tally: dict[int, int] = {}
+            for leaf in leaf_of_pod.tolist():
+                tally[leaf] = tally.get(leaf, 0) + width
+            return (
+                np.fromiter(tally.keys(), dtype=np.int64, count=len(tally)),
+                np.fromiter(tally.values(), dtype=np.int64, count=len(tally)),
+            )
+        if leaf_of_pod.size * 4 >= self._n_leaves:
+            # A gang over many leaves: counted over every leaf, cheaper than sorting its pods.
+            pods_per_leaf = np.bincount(leaf_of_pod, minlength=self._n_leaves)
+            leaves = np.flatnonzero(pods_per_leaf)
+            return leaves, pods_per_leaf[leaves] * width
+        leaves = np.sort(leaf_of_pod)
+        first = np.flatnonzero(np.concatenate(([True], leaves[1:] != leaves[:-1])))
+        pods = np.diff(np.append(first, leaves.size))
+        return leaves[first], pods * width
+
+    def _fit(self, placed: Placement, released: int) -> Fit:
+        nodes = self.state.distinct_nodes(placed.allocation.nodes)
+        last = self.ledger.releases[released - 1]
+        return Fit(float(last[0]), nodes, domain_of(self.state.topology, nodes), released, last)

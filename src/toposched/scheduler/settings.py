@@ -1,0 +1,104 @@
+"""The scheduler's settings: one validated object for every choice a site makes."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from toposched.cluster.errors import InputError
+from toposched.placement.policies import BestFit, PlacementPolicy
+from toposched.policy.contract import Contract
+from toposched.scheduler.preemption import ImpactPolicy
+
+
+def _seconds(name: str, value: object, allow_none: bool = False) -> None:
+    """An InputError unless `value` is a finite number of seconds >= 0 (or None if allowed)."""
+    if value is None and allow_none:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        rule = "must be a number of seconds >= 0" + (", or None for no cap" if allow_none else "")
+        raise InputError(name, value, rule)
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    """How the scheduler decides: the contract, placement and preemption choices, and limits.
+
+    Every field has a default; `Scheduler(state, tree, name=value, ...)` takes the same names.
+    """
+
+    contract: Contract = field(default_factory=Contract)
+    """Protection, unallocated work and who may preempt whom."""
+    policy: PlacementPolicy = field(default_factory=BestFit)
+    """How the placement engine ranks the places a gang fits."""
+    impact: ImpactPolicy | None = None
+    """How victim sets are compared (None: least work lost)."""
+    reserve_min_gpus: float = 8
+    """A blocked allocated job this large or larger gets a reservation."""
+    grace_s: float = 30.0
+    """Seconds an evicted job gets to exit when it asks for no grace period."""
+    max_grace_s: float = 600.0
+    """The most seconds an evicted job's own grace period may give it."""
+    max_preemptions_per_cycle: int = 8
+    """Preemptors one cycle may evict for."""
+    defragment: bool = True
+    """Whether resumable jobs may be moved so that a reserved job starts now."""
+    compaction_moves_per_hour: int = 0
+    """Moves background compaction may make per hour (0: none)."""
+    spares: tuple[str, int] | None = None
+    """(level, nodes per domain): idle nodes held back to replace failed ones in place."""
+    protect_beyond_budget: bool = True
+    """False: a job that takes its team beyond its budget is not protected at all."""
+    borrowed_min_runtime: float | None = None
+    """Seconds of protection at most for a job that takes its team's running allocated GPUs
+    past its budget (None: no cap). A cap suits many small teams' jobs; on a fleet of
+    100,000-GPU runs an hour's cap evicts borrowed runs over and over (docs/policy.md), so it
+    is the site's choice."""
+    failed_first: bool = True
+    """Whether a gang a node failure interrupted within its budget heads the next cycle, so
+    that its surviving nodes are not handed to the queue while it waits."""
+
+    charge_unallocated: bool = False
+    """Whether unallocated work is charged to its account's usage too (Slurm charges every
+    job; toposched charges budgeted work only)."""
+
+    def __post_init__(self) -> None:
+        _seconds("borrowed_min_runtime", self.borrowed_min_runtime, allow_none=True)
+        _seconds("grace_s", self.grace_s)
+        _seconds("max_grace_s", self.max_grace_s)
+        if isinstance(self.reserve_min_gpus, bool) or not isinstance(
+            self.reserve_min_gpus, int | float
+        ):
+            raise InputError("reserve_min_gpus", self.reserve_min_gpus, "must be a number of GPUs")
+        for name in ("max_preemptions_per_cycle", "compaction_moves_per_hour"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(name, value, "must be a whole number >= 0")
+
+    @property
+    def protection_cap(self) -> float | None:
+        """The most seconds a borrowing job is protected (None: no cap)."""
+        return 0.0 if not self.protect_beyond_budget else self.borrowed_min_runtime
+
+    @classmethod
+    def of(cls, settings: SchedulerSettings | None, changes: dict[str, Any]) -> SchedulerSettings:
+        """`settings` (the defaults if None) with `changes` by field name; None for `contract`
+        or `policy` means its default."""
+        names = {item.name for item in dataclasses.fields(cls)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise TypeError(f"unknown scheduler setting(s): {', '.join(unknown)}")
+        given = {
+            name: value
+            for name, value in changes.items()
+            if value is not None or name not in ("contract", "policy")
+        }
+        base = settings if settings is not None else cls()
+        return dataclasses.replace(base, **given) if given else base

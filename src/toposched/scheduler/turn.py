@@ -1,0 +1,89 @@
+"""What one cycle decided, and what it knows while it goes down the queue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from toposched.policy.fairshare import QueueTier, Ranking
+from toposched.scheduler.decisions import Bind, Decision, Reserve
+from toposched.scheduler.failures import FailureReasons
+from toposched.scheduler.fence import Fence
+from toposched.scheduler.jobs import ReasonCode
+from toposched.scheduler.refusals import Refusal
+
+BoolArray = NDArray[np.bool_]
+
+
+@dataclass
+class CycleResult:
+    """What one cycle decided, and what it looked at."""
+
+    now: float
+    decisions: list[Decision] = field(default_factory=list)
+    considered: int = 0
+    searches: int = 0
+    """Placement searches run; the rest were answered by a failure of the same shape."""
+
+    @property
+    def bound(self) -> list[Bind]:
+        return [d for d in self.decisions if isinstance(d, Bind)]
+
+    @property
+    def reservation(self) -> Reserve | None:
+        return next((d for d in self.decisions if isinstance(d, Reserve)), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A preemption refused in this cycle to a gang of `pods` pods, and why."""
+
+    pods: int
+    refusal: Refusal
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What a pending job was told, and what the cycle knew then (see `Turn.answered`)."""
+
+    known: tuple[object, ...]
+    failed_job: str
+    """The job whose failure answered it."""
+    reason: str
+    code: ReasonCode
+    refusal: Refusal | None
+
+
+@dataclass(slots=True)
+class Turn:
+    """What one cycle knows while it goes down the queue."""
+
+    now: float
+    number: int
+    result: CycleResult
+    fence: Fence
+    reasons: FailureReasons
+    preemptions_left: int
+    unpreemptable: dict[tuple[object, ...], Refused] = field(default_factory=dict)
+    """Refused preemptions by (shape, account, priority): who may be evicted depends on the
+    preemptor's account and priority. A start later in the cycle may give another account
+    work beyond its budget; such a refusal is revisited at the next cycle."""
+    refusals: int = 0
+    """Moves whenever `unpreemptable` does."""
+    tiers: dict[tuple[str, bool], QueueTier] = field(default_factory=dict)
+    """The tier of each (account, declared unallocated): asked once for each."""
+    no_preemption_texts: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    """Jobs refused preemption for the same reason share their explanation."""
+    reserved_nodes: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    """The reservation's nodes, marked: what backfills may use."""
+    answered: dict[tuple[object, ...], Answer] = field(default_factory=dict)
+    """Most pending jobs are answered by a known failure and a refused preemption, and many
+    share everything that answer depends on: their kind (shape, pod count, expected runtime),
+    account, priority, whether declared unallocated, and what the cycle knows so far (fence,
+    failures, reservation, refusals, preemptions left). Such a job gets the reason an earlier
+    job alike got, unless its own failure is the answer."""
+    ranking: Ranking | None = None
+    """The standings at `now`, computed when a preemption first needs them: they do not move
+    within a cycle (a job started now has used nothing yet)."""

@@ -1,0 +1,122 @@
+"""Array helpers of the victim search: slots met on nodes, room per domain, subsets."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from toposched.scheduler.preemptible import SlotVerdicts
+
+IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+
+
+def slot_marks(owners: NDArray[np.integer], bound: int) -> NDArray[np.bool_]:
+    """Per slot in [0, bound), whether it is among `owners`; the extra last entry marks -1
+    (nobody)."""
+    seen = np.zeros(bound + 1, dtype=bool)
+    seen[owners.reshape(-1)] = True
+    return seen
+
+
+def distinct_slots(owners: NDArray[np.integer], bound: int) -> IntArray:
+    """Sorted distinct slots in [0, bound) among `owners` (-1 for nobody, ignored), by marking
+    rather than sorting: the values are many and bounded."""
+    distinct: IntArray = slot_marks(owners, bound)[:-1].nonzero()[0]
+    return distinct
+
+
+def touching_victims(victim_nodes: Sequence[IntArray], gang_nodes: IntArray) -> NDArray[np.bool_]:
+    """Per victim (its pods' nodes), whether any of its pods is on one of `gang_nodes`."""
+    sizes = np.fromiter((nodes.size for nodes in victim_nodes), dtype=np.int64)
+    owner = np.repeat(np.arange(sizes.size), sizes)
+    touched = np.zeros(sizes.size, dtype=bool)
+    touched[owner[np.isin(np.concatenate(victim_nodes), gang_nodes)]] = True
+    return touched
+
+
+@dataclass(frozen=True)
+class Nowhere:
+    """No domain of the gang's required level can hold it with every candidate gone, by the
+    aggregates' upper bounds: `most` pods in the best one."""
+
+    most: int
+
+
+@dataclass(frozen=True)
+class AllowedRoom:
+    """Innermost domains read node by node with the jobs the contract allows gone: each
+    one's `room` in pods (in the order asked), and what was read, in node order: the `nodes`,
+    their GPUs' `owners`, which GPUs allowed jobs hold (`held`), the slots met (`marks`, one
+    per slot plus one for GPUs nobody holds; `slots`, those held) and their `verdicts`;
+    `by_node` and `sizes` map the domains to the nodes."""
+
+    room: IntArray
+    nodes: IntArray
+    owners: NDArray[np.int32]
+    held: NDArray[np.bool_]
+    marks: NDArray[np.bool_]
+    slots: IntArray
+    verdicts: SlotVerdicts
+    by_node: IntArray
+    sizes: IntArray
+
+
+def cheapest_required_domain(
+    domain_of_leaf: IntArray,
+    pods: int,
+    now_room: IntArray,
+    gain: IntArray,
+    helpful: IntArray,
+    ratio: FloatArray,
+) -> tuple[IntArray, int] | Nowhere | None:
+    """For a gang that must lie in one domain of a level above the innermost (`domain_of_leaf`
+    maps each innermost domain to it): the domain whose shortfall (its pods beyond the room its
+    innermost domains have now) the `helpful` ones cover at the least cost, taken by `ratio`
+    (cost per pod gained, aligned with `helpful`) cheapest first. Returns that domain's helpful
+    innermost domains in that order and its shortfall; `Nowhere` when no domain's shortfall
+    can be covered (with `now_room + gain` an upper bound of each innermost domain's room, no
+    victim set can work); None when some domain has no shortfall (the aggregates cannot tell
+    why the gang does not fit)."""
+    n_domains = int(domain_of_leaf.max()) + 1 if domain_of_leaf.size else 0
+    room_now = np.bincount(domain_of_leaf, weights=now_room, minlength=n_domains)
+    shortfall = pods - room_now.astype(np.int64)
+    if (shortfall <= 0).any():
+        return None
+    room_most = room_now + np.bincount(
+        domain_of_leaf[helpful], weights=gain[helpful], minlength=n_domains
+    )
+    if (room_most < pods).all():
+        return Nowhere(int(room_most.max()))
+    domains = domain_of_leaf[helpful]
+    order = np.lexsort((ratio, domains))
+    leaves, domains = helpful[order], domains[order]
+    gains = gain[leaves]
+    reach = np.cumsum(gains)
+    spent = np.cumsum(ratio[order] * gains)
+    every = np.arange(n_domains)
+    first = np.searchsorted(domains, every, side="left")
+    last = np.searchsorted(domains, every, side="right")
+    reach_before = np.where(first > 0, reach[np.maximum(first - 1, 0)], 0)
+    spent_before = np.where(first > 0, spent[np.maximum(first - 1, 0)], 0.0)
+    # Gains are positive, so the running sums grow: one search finds each domain's prefix.
+    enough = np.searchsorted(reach, reach_before + shortfall, side="left")
+    covered = enough < last
+    cost = np.where(covered, spent[np.minimum(enough, reach.size - 1)] - spent_before, np.inf)
+    best = int(np.argmin(cost))
+    return leaves[first[best] : last[best]], int(shortfall[best])
+
+
+def all_subsets(count: int) -> NDArray[np.int64]:
+    """Every subset of `count` items as 0/1 rows, the empty set first."""
+    cached = _SUBSETS.get(count)
+    if cached is None:
+        cached = (np.arange(2**count)[:, None] >> np.arange(count)) & 1
+        _SUBSETS[count] = cached
+    return cached
+
+
+_SUBSETS: dict[int, NDArray[np.int64]] = {}
