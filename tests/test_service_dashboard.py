@@ -132,7 +132,7 @@ def server(tokens: dict[str, Any]) -> Iterator[Server]:
             assert admin.post("/v1/jobs", json=job("a1", gpus=4, pods=2)).status_code == 201
             assert admin.post("/v1/jobs", json=job("big", gpus=4, pods=3)).status_code == 201
             wait_until(lambda: admin.get("/v1/jobs/a1").json()["state"] == "running")
-            wait_until(lambda: admin.get("/v1/jobs/big/explain").json()["code"] != "not_considered")
+            wait_until(lambda: admin.get("/v1/jobs/big/explain").json()["code"] != "not-considered")
         yield running
 
 

@@ -75,7 +75,7 @@ def test_prometheus_scrapes_the_server(
         for name in ("a1", "a2"):
             assert admin.post("/v1/jobs", json=job(name, gpus=4, pods=2)).status_code == 201
         assert admin.post("/v1/jobs", json=job("a3", gpus=4)).status_code == 201
-        wait_until(lambda: admin.get("/v1/jobs/a3/explain").json()["code"] != "not_considered")
+        wait_until(lambda: admin.get("/v1/jobs/a3/explain").json()["code"] != "not-considered")
         code = admin.get("/v1/jobs/a3/explain").json()["code"]
     target = server.url.removeprefix("http://")
     with prometheus_for(tmp_path / "prometheus", target, tokens["prometheus"]) as prometheus:

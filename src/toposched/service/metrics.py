@@ -35,7 +35,6 @@ from toposched.scheduler.jobs import JobState
 from toposched.service.auth import Principal
 from toposched.service.core import ServiceCore
 from toposched.service.http import ApiError, Context
-from toposched.service.views import reason_code
 
 PREFIX = "toposched"
 MAX_DOMAIN_SERIES = 512
@@ -194,9 +193,7 @@ def _jobs(core: ServiceCore, snapshot: Snapshot) -> None:
         if job.state is JobState.RUNNING:
             snapshot.running[account] = snapshot.running.get(account, 0) + 1
         elif job.state is JobState.PENDING:
-            record = core.records.get(job.job_id)
-            code = reason_code(record, job) if record is not None else "capacity"
-            key = (account, code)
+            key = (account, str(job.reason_code))
             snapshot.pending[key] = snapshot.pending.get(key, 0) + 1
 
 
@@ -273,8 +270,8 @@ class SnapshotCollector(Collector):
         snap = self.snapshot
         pending = GaugeMetricFamily(
             f"{PREFIX}_pending_jobs",
-            "Pending jobs by account and what they wait for (capacity, reservation, budget, "
-            "contract, not_considered)",
+            "Pending jobs by account and the scheduler's reason code (does-not-fit, "
+            "no-preemption, reserved, preempting, ...)",
             labels=["account", "reason"],
         )
         for (account, reason), count in sorted(snap.pending.items()):

@@ -120,44 +120,6 @@ def explain_view(core: ServiceCore, record: JobRecord, now: float) -> dict[str, 
     view: dict[str, Any] = {
         "id": record.job_id,
         "state": str(record.state),
-<<<<<<< HEAD
-        "position": position,
-        "sort_key": sort_key,
-        "reason": reason,
-        "code": reason_code(record, job),
-        "reservation": reservation,
-        "history": history,
-    }
-
-
-def _position(core: ServiceCore, record: JobRecord, now: float) -> tuple[dict[str, int], list[Any]]:
-    in_account_count = 0
-    for row in core.scheduler.queue_rows(now):
-        if row["account"] == record.account:
-            in_account_count += 1
-        if row["job"] == record.job_id:
-            return {"account": in_account_count, "overall": int(str(row["position"]))}, _sort_key(
-                row
-            )
-    return {"account": 0, "overall": 0}, []
-
-
-def reason_code(record: JobRecord, job: Job | None) -> str:
-    """A word for why the job is where it is: its state, or for a pending job what it waits
-    for (`reservation`, `budget`, `contract`, `capacity`, `not_considered`)."""
-    if job is None or job.state is not JobState.PENDING:
-        return str(record.state)
-    reason = job.reason.lower()
-    if job.reservation is not None or "reservation" in reason:
-        return "reservation"
-    if "not yet considered" in reason:
-        return "not_considered"
-    if "budget" in reason or "share" in reason:
-        return "budget"
-    if "preempt" in reason or "protect" in reason or "contract" in reason:
-        return "contract"
-    return "capacity"
-=======
         "position": None,
         "sort_key": None,
         "reason": record.reason,
@@ -185,7 +147,6 @@ def reason_code(record: JobRecord, job: Job | None) -> str:
             "domain": explanation.reservation_domain,
         }
     return view
->>>>>>> service
 
 
 # --- nodes -------------------------------------------------------------------------------------
