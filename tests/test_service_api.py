@@ -293,6 +293,7 @@ def test_accounts_are_read_and_replaced_whole(server: Server) -> None:
         names = [row["account"] for row in accounts["accounts"]]
         assert names == ["research", "research/team-a", "research/team-b", "prod"]
         assert accounts["accounts"][3]["budget_gpus"] == pytest.approx(16 * 0.4)
+        assert all(row["standing"] for row in accounts["accounts"])
         bad = client.put("/v1/accounts", json={"accounts": {"x": 150}})
         assert bad.status_code == 422 and error_of(bad)["code"] == "invalid"
         client.post("/v1/jobs", json=job("keeps-prod", account="prod"))

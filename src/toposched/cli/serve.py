@@ -99,7 +99,8 @@ def _server_options(parser: argparse.ArgumentParser) -> None:
         "--backend",
         choices=BACKENDS,
         default="dry-run",
-        help="local: run pods as processes here; dry-run: simulate (default)",
+        help="local: run every pod as a process on this machine, whatever node it is placed "
+        "on; dry-run: simulate (default)",
     )
     cluster = parser.add_mutually_exclusive_group()
     cluster.add_argument(
@@ -133,7 +134,12 @@ def _server_options(parser: argparse.ArgumentParser) -> None:
     )
     add("--ssl-keyfile", metavar="FILE", help="TLS private key (serve HTTPS)")
     add("--ssl-certfile", metavar="FILE", help="TLS certificate chain")
-    add("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    add(
+        "--log-level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="how much the server logs to stderr (default info)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -226,10 +226,12 @@ def accounts_view(core: ServiceCore, now: float, visible: AccountFilter) -> dict
         counts = pending if record.state is JobState.PENDING else running
         if record.live:
             counts[record.account] = counts.get(record.account, 0) + 1
+    ranking = scheduler.queue.ranking(now)
     rows = []
     for account in tree:
         if not visible(account):
             continue
+        standing = ranking.standings.get(account)
         rows.append(
             {
                 "account": account,
@@ -237,6 +239,7 @@ def accounts_view(core: ServiceCore, now: float, visible: AccountFilter) -> dict
                 "running_gpus": scheduler.usage.running(account),
                 "usage_gpu_hours": scheduler.usage.usage(account, now) / 3600,
                 "fair_share": tree.effective_share(account),
+                "standing": standing.describe() if standing is not None else None,
                 "pending": _count_below(pending, account),
                 "running": _count_below(running, account),
             }
