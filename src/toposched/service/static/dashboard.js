@@ -184,8 +184,8 @@ async function loadTeams() {
     const usage = el("div", { class: "usage", title: fmt(a.running_gpus) + " running of a " + fmt(a.budget_gpus) + " GPU budget" },
       el("span", { style: "width:" + (100 * a.running_gpus / scale) + "%;background:" + colour(a.account) }),
       el("b", { style: "left:" + (100 * a.budget_gpus / scale) + "%" }));
-    const share = a.fair_share === null ? "-" : a.fair_share;
-    return row(a.account, el("td", {}, usage), num(fmt(a.running_gpus)), num(fmt(Math.round(a.budget_gpus * 10) / 10)), num(fmt(Math.round(a.usage_gpu_hours * 10) / 10)), num(typeof share === "number" ? share.toFixed(3) : share), num(a.pending), num(a.running));
+    const share = (100 * a.fair_share).toFixed(1) + "%";
+    return row(a.account, el("td", {}, usage), num(fmt(a.running_gpus)), num(fmt(Math.round(a.budget_gpus * 10) / 10)), num(fmt(Math.round(a.usage_gpu_hours * 10) / 10)), num(share), a.standing || "-", num(a.pending), num(a.running));
   }));
 }
 
