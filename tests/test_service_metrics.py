@@ -40,8 +40,14 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def server(tokens: dict[str, Any]) -> Iterator[Server]:
+    """a1 runs on 8 of the 16 GPUs; `big` (12 GPUs) waits."""
     args = ("--cluster", "cluster.yaml", "--budgets", "budgets.yaml", "--tokens")
     with serving(tokens["folder"], *args, str(tokens["file"]), token=tokens["admin"]) as running:
+        with running.client() as admin:
+            assert admin.post("/v1/jobs", json=job("a1", gpus=4, pods=2)).status_code == 201
+            assert admin.post("/v1/jobs", json=job("big", gpus=4, pods=3)).status_code == 201
+            wait_until(lambda: admin.get("/v1/jobs/a1").json()["state"] == "running")
+            wait_until(lambda: admin.get("/v1/jobs/big/explain").json()["code"] != "not-considered")
         yield running
 
 
@@ -72,49 +78,43 @@ def test_prometheus_scrapes_the_server(
     server: Server, tokens: dict[str, Any], tmp_path: Path
 ) -> None:
     with server.client() as admin:
-        for name in ("a1", "a2"):
-            assert admin.post("/v1/jobs", json=job(name, gpus=4, pods=2)).status_code == 201
-        assert admin.post("/v1/jobs", json=job("a3", gpus=4)).status_code == 201
-        wait_until(lambda: admin.get("/v1/jobs/a3/explain").json()["code"] != "not-considered")
-        code = admin.get("/v1/jobs/a3/explain").json()["code"]
+        code = admin.get("/v1/jobs/big/explain").json()["code"]
     target = server.url.removeprefix("http://")
     with prometheus_for(tmp_path / "prometheus", target, tokens["prometheus"]) as prometheus:
-        running = prometheus.wait_for(f'toposched_running_jobs{{account="{TEAM_A}"}}')
-        assert running == 2
+        assert prometheus.wait_for(f'toposched_running_jobs{{account="{TEAM_A}"}}') == 1
         pending = f'toposched_pending_jobs{{account="{TEAM_A}",reason="{code}"}}'
         assert prometheus.wait_for(pending) == 1
         held = prometheus.wait_for('sum(toposched_gpus{state=~"allocated|unallocated_work"})')
-        assert held == 16
-        assert prometheus.wait_for('toposched_gpus{state="idle"}') == 0
-        assert prometheus.wait_for(f'toposched_account_running_gpus{{account="{TEAM_A}"}}') == 16
+        assert held == 8
+        assert prometheus.wait_for('toposched_gpus{state="idle"}') == 8
+        assert prometheus.wait_for(f'toposched_account_running_gpus{{account="{TEAM_A}"}}') == 8
+        assert prometheus.wait_for('toposched_account_running_gpus{account="research"}') == 8
         budget = prometheus.wait_for('toposched_account_budget_gpus{account="prod"}')
         assert budget == pytest.approx(16 * 0.4)
         started = f'toposched_admission_wait_seconds_count{{account="{TEAM_A}",job_class="small"}}'
-        assert prometheus.wait_for(started) == 2
+        assert prometheus.wait_for(started) == 1
         assert prometheus.wait_for("toposched_cycle_duration_seconds_count") >= 1
-        assert prometheus.wait_for("toposched_store_commit_seconds_count") >= 3
-        assert prometheus.wait_for('toposched_domain_free_gpus{level="rack",domain="r0"}') == 0
+        assert prometheus.wait_for("toposched_store_commit_seconds_count") >= 2
+        assert prometheus.wait_for('sum(toposched_domain_free_gpus{level="rack"})') == 8
+        assert prometheus.wait_for('toposched_level_full_domains{level="rack"}') == 1
         assert prometheus.wait_for('up{job="toposched"}') == 1
 
 
-def test_a_cordoned_node_counts_as_unavailable(tmp_path: Path) -> None:
-    with serving(tmp_path, "--cluster", "cluster.yaml", "--budgets", "budgets.yaml") as server:
-        with server.client() as admin:  # no --tokens: open access on loopback
-            admin.post("/v1/jobs", json=job("p1", gpus=4, account="prod"))
-            wait_until(lambda: admin.get("/v1/jobs/p1").json()["state"] == "running")
-            before = samples(admin.get("/metrics").text)
-            node = admin.get("/v1/jobs/p1").json()["nodes"][0]
-            idle_node = next(n for n in ("n0", "n1", "n2", "n3") if n != node)
-            assert admin.post(f"/v1/nodes/{idle_node}/cordon").status_code == 200
-            after = samples(admin.get("/metrics").text)
+def test_a_cordoned_node_counts_as_unavailable(server: Server) -> None:
+    with server.client() as admin:
+        busy = admin.get("/v1/jobs/a1").json()["nodes"]
+        idle_node = next(n for n in ("n0", "n1", "n2", "n3") if n not in busy)
+        before = samples(admin.get("/metrics").text)
+        assert admin.post(f"/v1/nodes/{idle_node}/cordon").status_code == 200
+        after = samples(admin.get("/metrics").text)
+        assert admin.post(f"/v1/nodes/{idle_node}/uncordon").status_code == 200
 
     def gpus(snapshot: dict[Any, float], state: str) -> float:
         return snapshot[("toposched_gpus", (("state", state),))]
 
-    assert gpus(before, "allocated") + gpus(before, "unallocated_work") == 4
-    assert gpus(before, "idle") == 12
-    assert gpus(after, "idle") == 8
-    assert gpus(after, "unavailable") == gpus(before, "unavailable") + 4 == 4
+    assert gpus(before, "allocated") + gpus(before, "unallocated_work") == 8
+    assert (gpus(before, "idle"), gpus(after, "idle")) == (8, 4)
+    assert (gpus(before, "unavailable"), gpus(after, "unavailable")) == (0, 4)
     assert after[("toposched_nodes", (("health", "cordoned"),))] == 1
 
 
