@@ -146,10 +146,17 @@ def test_an_admin_opens_a_rack_reads_the_queue_and_drains_a_node(
         with server.client() as admin:
             a1_nodes = admin.get("/v1/jobs/a1").json()["nodes"]
             reason = admin.get("/v1/queue").json()["queue"][0]["reason"]
+            why = admin.get("/v1/jobs/big/explain").json()
             racks = {n["name"]: n["labels"]["rack"] for n in admin.get("/v1/nodes").json()["nodes"]}
         # the queue says why `big` waits, as the API does
         page.wait_for_selector("#queue tr[data-job=big]")
         assert page.text_content("#queue tr[data-job=big] td:last-child") == reason
+        # its page: the explanation's words, code and position
+        page.click("#queue tr[data-job=big]")
+        page.wait_for_selector("#job-section:not([hidden]) #job-history li")
+        facts = page.text_content("#job-facts")
+        assert why["reason"] in facts and why["code"] in facts
+        assert "1 in the queue" in facts
         # the map: both racks; a1's rack opens to its nodes and the job on them
         names = page.locator("#map .tile").evaluate_all("ts => ts.map(t => t.dataset.name)")
         assert sorted(names) == sorted(set(racks.values()))

@@ -6,7 +6,7 @@
 const TOKEN_KEY = "toposched-token";
 const REFRESH_MS = 5000;
 const MAX_EVENTS = 100;
-const state = { token: sessionStorage.getItem(TOKEN_KEY), admin: false, view: { level: "cluster", index: 0 }, timer: null, events: null, lastEvent: 0 };
+const state = { token: sessionStorage.getItem(TOKEN_KEY), admin: false, view: { level: "cluster", index: 0 }, timer: null, events: null, lastEvent: 0, job: null };
 
 function $(id) { return document.getElementById(id); }
 
@@ -189,6 +189,45 @@ async function loadTeams() {
   }));
 }
 
+// --- a job's page ------------------------------------------------------------------------------
+async function showJob(id) {
+  const path = "/v1/jobs/" + encodeURIComponent(id);
+  const [job, why] = await Promise.all([api(path), api(path + "/explain")]);
+  state.job = id;
+  $("job-title").textContent = job.id;
+  const facts = [
+    ["state", job.state + " (" + why.code + ")"], ["account", job.account], ["GPUs", fmt(job.gpus) + " in " + job.pods + " pods"],
+    ["priority", job.priority], ["why", why.reason],
+  ];
+  if (why.position) facts.push(["position", why.position.overall + " in the queue, " + why.position.account + " in its account"]);
+  if (why.sort_key) facts.push(["sort key", JSON.stringify(why.sort_key)]);
+  if (why.reservation) facts.push(["reserved", new Date(why.reservation.start_time * 1000).toLocaleString() + " in " + why.reservation.domain]);
+  if (job.nodes.length) facts.push(["placement", job.nodes.slice(0, 24).join(", ") + (job.nodes.length > 24 ? " and " + (job.nodes.length - 24) + " more nodes" : "")]);
+  facts.push(["attempts", job.attempts + ", preempted " + job.preemptions + " times"]);
+  $("job-facts").replaceChildren(...facts.flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]));
+  $("job-history").replaceChildren(...why.history.map((event) => {
+    let text = new Date(event.time * 1000).toLocaleString() + " " + event.event;
+    if (event.nodes) text += " on " + event.nodes.slice(0, 4).join(", ") + (event.nodes.length > 4 ? " +" + (event.nodes.length - 4) : "");
+    if (event.preemptor) text += " for " + event.preemptor + (event.rule ? " (" + event.rule + ")" : "");
+    if (event.detail) text += ": " + event.detail;
+    return el("li", {}, text);
+  }));
+  $("job-log").hidden = true;
+  $("job-section").hidden = false;
+  $("job-section").scrollIntoView({ block: "nearest" });
+}
+
+async function showLog() {
+  const answer = await fetch("/v1/jobs/" + encodeURIComponent(state.job) + "/pods/0/log?tail=200", { headers: headers() });
+  $("job-log").textContent = answer.ok ? await answer.text() : "no log: this backend keeps none, or the pod has not run";
+  $("job-log").hidden = false;
+}
+
+function onJobClick(event) {
+  const tr = event.target.closest("tr[data-job]");
+  if (tr) showJob(tr.dataset.job).catch(showError);
+}
+
 // --- events (server-sent events read with fetch, which can send the token) ---------------------
 async function followEvents() {
   if (state.events) state.events.abort();
@@ -279,4 +318,8 @@ $("login").addEventListener("submit", (event) => {
   start();
 });
 $("logout").addEventListener("click", () => logout(""));
+$("queue").addEventListener("click", onJobClick);
+$("running").addEventListener("click", onJobClick);
+$("job-close").addEventListener("click", () => { $("job-section").hidden = true; });
+$("job-log-button").addEventListener("click", () => showLog().catch(showError));
 start();
