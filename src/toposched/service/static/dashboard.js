@@ -82,7 +82,8 @@ function drawMap(view) {
   crumbs.replaceChildren();
   view.path.forEach((step, i) => {
     if (i) crumbs.append(el("span", { class: "sep" }, "›"));
-    crumbs.append(el("button", { type: "button", onclick: () => zoom(step.level, step.index) }, step.level + " " + step.name));
+    const label = step.level === step.name ? step.name : step.level + " " + step.name;
+    crumbs.append(el("button", { type: "button", onclick: () => zoom(step.level, step.index) }, label));
   });
   const map = $("map");
   const tiles = view.child_level === "node" ? view.children.map(nodeTile) : view.children.map((c) => domainTile(c, view.child_level));
@@ -159,10 +160,16 @@ async function loadQueue() {
   const now = Date.now() / 1000;
   $("queue-count").textContent = "(" + queue.length + ")";
   $("queue").tBodies[0].replaceChildren(...queue.slice(0, 200).map((job) => {
-    const tr = row(num(job.position), job.id, job.account, num(fmt(job.gpus)), duration(now - job.submit_time), JSON.stringify(job.sort_key), job.reason);
+    const tr = row(num(job.position), job.id, job.account, num(fmt(job.gpus)), duration(now - job.submit_time), sortKey(job.sort_key), job.reason);
     tr.dataset.job = job.id;
     return tr;
   }));
+}
+
+function sortKey(key) {
+  // [tier, owed, standing, priority]: the standing's words go in the tooltip
+  const [tier, owed, standing, priority] = key;
+  return el("td", { class: "key", title: "fair-share standing: " + standing }, tier + (owed ? ", owed" : "") + ", priority " + priority);
 }
 
 async function loadRunning() {
@@ -260,7 +267,7 @@ function showEvent(event) {
   const time = new Date(event.time * 1000).toLocaleTimeString();
   let text = time + " " + event.kind;
   if (event.job) text += " " + event.job;
-  if (event.node) text += " node " + event.node + " " + event.health;
+  if (event.node) text += " " + event.node + " " + event.health;
   if (event.nodes) text += " on " + event.nodes.slice(0, 3).join(", ") + (event.nodes.length > 3 ? " +" + (event.nodes.length - 3) : "");
   if (event.preemptor) text += " for " + event.preemptor + (event.rule ? " (" + event.rule + ")" : "");
   if (event.detail) text += ": " + event.detail;
