@@ -15,7 +15,8 @@ from prometheus_server import prometheus_for
 from service_helpers import Clock, Server, job, running_loop, serving, settle
 
 from toposched.service import commands
-from toposched.service.auth import add_token
+from toposched.cli.main import main
+from toposched.service.auth import Tokens, add_token
 from toposched.service.commands import Submission
 from toposched.service.core import ServiceCore
 from toposched.service.documents import body_hash, split_job
@@ -147,6 +148,19 @@ def test_snapshot_counts_jobs_gpus_and_evictions(tmp_path: Path) -> None:
     assert [account for account, _ in snapshot.pending] == ["research/team-b"]  # requeued
     assert rows["prod"].budget_gpus == pytest.approx(6.4)
     assert rows["prod"].fair_share == float("inf")
+
+
+def test_a_metrics_token_is_made_like_the_others(tmp_path: Path, capsys: Any) -> None:
+    file = tmp_path / "t.yaml"
+    command = ["serve", "token", "add", "prom", "--role", "metrics", "--tokens", str(file)]
+    assert main(command) == 0
+    token = capsys.readouterr().out.strip()
+    principal = Tokens.load(file).principal(token)
+    assert principal is not None and principal.scrapes and not principal.admin
+    assert not principal.sees("prod")
+    with_account = ["serve", "token", "add", "p2", "--role", "metrics", "--account", "prod"]
+    assert main([*with_account, "--tokens", str(file)]) == 2
+    assert "a metrics token has no accounts" in capsys.readouterr().err
 
 
 def test_job_classes_by_gpus() -> None:

@@ -22,6 +22,8 @@ as for `toposched cluster show`) or the simulated 1,000,080-GPU fleet (--fleet m
 --backend dry-run). Budgets come from --budgets (the budget tree YAML); without it one
 account, `default`, owns everything. Without --tokens the API is open to anyone who can reach
 it, which is allowed only on a loopback address.
+
+A web dashboard is served at / and Prometheus metrics at /metrics (docs/dashboard.md).
 """
 
 EPILOG = """\
