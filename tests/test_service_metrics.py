@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_server import prometheus_for
 from service_helpers import Clock, Server, job, running_loop, serving, settle
 
-from toposched.service import commands
 from toposched.cli.main import main
+from toposched.service import commands
 from toposched.service.auth import Tokens, add_token
 from toposched.service.commands import Submission
 from toposched.service.core import ServiceCore
