@@ -31,7 +31,6 @@ from prometheus_client.registry import Collector
 from toposched.cluster.state import Health
 from toposched.scheduler.core import CycleResult
 from toposched.scheduler.decisions import Bind, Evict
-from toposched.scheduler.jobs import JobState
 from toposched.service.auth import Principal
 from toposched.service.core import ServiceCore
 from toposched.service.http import ApiError, Context
@@ -180,21 +179,24 @@ class Snapshot:
 def take_snapshot(core: ServiceCore, now: float, cycles: int) -> Snapshot:
     """The state's numbers; a pass over the live jobs and per-domain array sums only."""
     snapshot = Snapshot(cycles=cycles)
-    _jobs(core, snapshot)
+    _jobs(core, now, snapshot)
     _gpus(core, snapshot)
     _accounts(core, now, snapshot)
     _domains(core, snapshot)
     return snapshot
 
 
-def _jobs(core: ServiceCore, snapshot: Snapshot) -> None:
-    for job in core.scheduler.jobs.values():
+def _jobs(core: ServiceCore, now: float, snapshot: Snapshot) -> None:
+    """Running jobs from the scheduler's running set and pending ones from its queue: never a
+    pass over every job the store has seen."""
+    scheduler = core.scheduler
+    for job in scheduler.running.values():
         account = job.spec.account
-        if job.state is JobState.RUNNING:
-            snapshot.running[account] = snapshot.running.get(account, 0) + 1
-        elif job.state is JobState.PENDING:
-            key = (account, str(job.reason_code))
-            snapshot.pending[key] = snapshot.pending.get(key, 0) + 1
+        snapshot.running[account] = snapshot.running.get(account, 0) + 1
+    for entry in scheduler.queue.ordered(now):
+        job = scheduler.jobs[entry.job_id]
+        key = (job.spec.account, str(job.reason_code))
+        snapshot.pending[key] = snapshot.pending.get(key, 0) + 1
 
 
 def _gpus(core: ServiceCore, snapshot: Snapshot) -> None:
@@ -237,11 +239,11 @@ def _accounts(core: ServiceCore, now: float, snapshot: Snapshot) -> None:
 def _domains(core: ServiceCore, snapshot: Snapshot) -> None:
     state = core.scheduler.state
     topology = state.topology
+    healthy = state.health == Health.HEALTHY
     for level in range(1, len(topology.domain_levels)):
         name = topology.domain_levels[level]
         domain_of = topology.node_domain[level]
         n_domains = topology.n_domains(level)
-        healthy = state.health == Health.HEALTHY
         gpus = np.bincount(domain_of, weights=topology.gpu_count, minlength=n_domains)
         free = state.free_gpus[level]
         snapshot.level_free[name] = (int(np.sum(free == gpus)), int(np.sum(free == 0)))
