@@ -121,6 +121,7 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "file": file,
         "admin": add_token(file, "ops", "admin", []),
         "a": add_token(file, "team-a", "team", [TEAM_A]),
+        "b": add_token(file, "team-b", "team", ["research/team-b"]),
     }
 
 
@@ -271,3 +272,26 @@ def test_static_files_are_served_without_a_token(server: Server) -> None:
         assert answer.status_code == 200
         assert answer.headers["content-type"].startswith(kind)
     assert httpx.get(server.url + "/v1/map").status_code == 401
+
+
+def test_the_map_names_only_the_accounts_a_token_sees(
+    server: Server, tokens: dict[str, Any]
+) -> None:
+    with server.client(tokens["b"]) as team_b, server.client() as admin:
+        root = team_b.get("/v1/map").json()
+        held = [child["held"] for child in root["children"] if child["held"]]
+        assert held == [{"(other accounts)": 8.0}]
+        assert [c["held"] for c in admin.get("/v1/map").json()["children"] if c["held"]] == [
+            {TEAM_A: 8.0}
+        ]
+        rack = next(child for child in root["children"] if child["held"])
+        nodes = team_b.get("/v1/map", params={"level": "rack", "index": rack["index"]}).json()
+        assert nodes["child_level"] == "node"
+        assert [job for node in nodes["children"] for job in node["jobs"]] == [
+            {"id": None, "account": "(other accounts)", "gpus": 4.0}
+        ] * 2
+        assert team_b.get("/v1/whoami").json()["role"] == "team"
+        unknown = team_b.get("/v1/map", params={"level": "row"}).json()["error"]
+        assert (unknown["status"], unknown["field"], unknown["value"]) == (422, "level", "row")
+        assert team_b.get("/v1/map", params={"level": "rack", "index": 9}).status_code == 404
+        assert team_b.get("/v1/map", params={"index": -1}).status_code == 422
