@@ -153,7 +153,11 @@ class Server:
         ]
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=log, cwd=self.folder)
-        self.wait_ready()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()  # never leave a server behind a failed start
+            raise
         return self
 
     def wait_ready(self, timeout: float = 60) -> None:
