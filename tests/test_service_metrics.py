@@ -3,6 +3,8 @@ query API, who may scrape, and the state's numbers read from a loop."""
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ from toposched.service.loop import Loop
 from toposched.service.metrics import ServiceMetrics, job_class, take_snapshot
 
 TEAM_A = "research/team-a"
+GRAFANA = Path(__file__).parents[1] / "docs" / "grafana" / "toposched.json"
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +102,29 @@ def test_prometheus_scrapes_the_server(
         assert prometheus.wait_for('sum(toposched_domain_free_gpus{level="rack"})') == 8
         assert prometheus.wait_for('toposched_level_full_domains{level="rack"}') == 1
         assert prometheus.wait_for('up{job="toposched"}') == 1
+        # every query of the Grafana dashboard is valid PromQL over metrics the server has
+        with server.client() as admin:
+            exported = metric_names(admin.get("/metrics").text)
+        for expression in grafana_queries():
+            assert set(re.findall(r"toposched_\w+", expression)) <= exported, expression
+            instant = expression.replace("$__rate_interval", "1m").replace("$account", ".*")
+            prometheus.query(instant)  # raises unless Prometheus answers "success"
+
+
+def metric_names(text: str) -> set[str]:
+    """The series names each family of the text may have (a labelled counter none of whose
+    labels has been seen yet has no sample)."""
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}
+    return {
+        family.name + suffix
+        for family in text_string_to_metric_families(text)
+        for suffix in suffixes.get(family.type, ("",))
+    }
+
+
+def grafana_queries() -> list[str]:
+    dashboard = json.loads(GRAFANA.read_text())
+    return [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
 
 
 def test_a_cordoned_node_counts_as_unavailable(server: Server) -> None:
