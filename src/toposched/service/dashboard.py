@@ -115,11 +115,14 @@ def _domains(core: ServiceCore, domain: Domain, visible: AccountFilter) -> list[
     child_level = domain.level + 1
     first, last = topology.descendants(domain.level, domain.index, child_level)
     node_first, node_last = topology.domain_range(domain.level, domain.index)
-    starts = topology.domain_starts[child_level][first:last] - node_first
-    gpus = np.add.reduceat(topology.gpu_count[node_first:node_last].astype(np.int64), starts)
+    n_children = last - first
+    # each node of the domain's range by its child's offset: sums are weighted counts
+    child_of = topology.node_domain[child_level][node_first:node_last] - first
+    gpu_count = topology.gpu_count[node_first:node_last]
+    gpus = np.bincount(child_of, weights=gpu_count, minlength=n_children).astype(np.int64)
     health = state.health[node_first:node_last]
     counts = {
-        name: np.add.reduceat((health == value).astype(np.int64), starts)
+        name: np.bincount(child_of[health == value], minlength=n_children)
         for value, name in enumerate(_HEALTH_NAMES)
     }
     held = _held_by_account(core, topology.node_domain[child_level], first, last, visible)
