@@ -10,6 +10,7 @@ outside the loop.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -35,6 +36,7 @@ from toposched.service.auth import Principal
 from toposched.service.core import ServiceCore
 from toposched.service.http import ApiError, Context
 
+log = logging.getLogger("toposched.service")
 PREFIX = "toposched"
 MAX_DOMAIN_SERIES = 512
 """Levels with more domains than this (e.g. 13,890 racks) get per-level sums, not series."""
@@ -116,6 +118,14 @@ class ServiceMetrics:
         self.commit.observe(seconds)
 
     def cycled(
+        self, core: ServiceCore, result: CycleResult, seconds: float, waits: list[float]
+    ) -> None:
+        try:
+            self._cycled(core, result, seconds, waits)
+        except Exception:  # a metrics bug must not stop the scheduler's loop
+            log.exception("metrics: the cycle could not be observed")
+
+    def _cycled(
         self, core: ServiceCore, result: CycleResult, seconds: float, waits: list[float]
     ) -> None:
         self.cycle.observe(seconds)
