@@ -22,8 +22,9 @@ $(STAMP_DEV): pyproject.toml | $(BIN)/python
 demo: $(STAMP_RUN)
 	$(BIN)/toposched demo
 
-# Servers that integration tests start on loopback (PostgreSQL): installed from Debian when
-# missing and this runs as root; otherwise those tests say why they are skipped.
+# Servers and programs that integration tests start on loopback (PostgreSQL, Prometheus, a
+# headless Chromium for the dashboard): installed from Debian when missing and this runs as
+# root; otherwise those tests say why they are skipped.
 system-deps:
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -32,6 +33,16 @@ system-deps:
 	      { apt-get update -q >/dev/null && apt-get install -y -q postgresql >/dev/null; }; \
 	  else echo "PostgreSQL is not installed: its tests will be skipped"; fi; \
 	fi
+	@for program in prometheus chromium; do \
+	  if ! [ -x /usr/bin/$$program ]; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	      export DEBIAN_FRONTEND=noninteractive; \
+	      apt-get install -y -q --no-install-recommends $$program >/dev/null 2>&1 || \
+	        { apt-get update -q >/dev/null && \
+	          apt-get install -y -q --no-install-recommends $$program >/dev/null; }; \
+	    else echo "$$program is not installed: its tests will be skipped"; fi; \
+	  fi; \
+	done
 
 test: $(STAMP_DEV) system-deps
 	$(BIN)/ruff format --check src tests benchmarks

@@ -22,6 +22,8 @@ as for `toposched cluster show`) or the simulated 1,000,080-GPU fleet (--fleet m
 --backend dry-run). Budgets come from --budgets (the budget tree YAML); without it one
 account, `default`, owns everything. Without --tokens the API is open to anyone who can reach
 it, which is allowed only on a loopback address.
+
+A web dashboard is served at / and Prometheus metrics at /metrics (docs/dashboard.md).
 """
 
 EPILOG = """\
@@ -70,9 +72,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add.add_argument("name", metavar="NAME", help="who holds the token, e.g. team-a or ops")
     add.add_argument(
         "--role",
-        choices=("team", "admin"),
+        choices=("team", "admin", "metrics"),
         required=True,
-        help="team: its accounts' jobs only; admin: everything",
+        help="team: its accounts' jobs only; admin: everything; metrics: /metrics only",
     )
     add.add_argument(
         "--account",

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 
 from toposched.cluster.errors import InputError
 from toposched.scheduler.jobs import JobState
-from toposched.service import commands, views
+from toposched.service import commands, dashboard, metrics, views
 from toposched.service.auth import Principal
 from toposched.service.commands import NODE_ACTIONS, Submission
 from toposched.service.core import ServiceCore
@@ -52,6 +52,8 @@ def create_app(ctx: Context, store: StateStore) -> FastAPI:
     _job_change_routes(app, ctx)
     _cluster_routes(app, ctx)
     _event_routes(app, ctx, store)
+    metrics.install(app, ctx)
+    dashboard.install(app, ctx)
     return app
 
 

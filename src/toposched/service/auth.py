@@ -28,6 +28,8 @@ _HEX = frozenset("0123456789abcdef")
 class Role(StrEnum):
     ADMIN = "admin"
     TEAM = "team"
+    METRICS = "metrics"
+    """Reads /metrics only (for a Prometheus server's scrapes)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,11 @@ class Principal:
     @property
     def admin(self) -> bool:
         return self.role is Role.ADMIN
+
+    @property
+    def scrapes(self) -> bool:
+        """May read /metrics: admin and metrics tokens."""
+        return self.role in (Role.ADMIN, Role.METRICS)
 
     def sees(self, account: str) -> bool:
         if self.admin:
@@ -112,7 +119,7 @@ def _principal(name: Any, role: Any, accounts: Any, where: str) -> Principal:
     try:
         parsed_role = Role(role)
     except ValueError:
-        raise InputError(f"{where}.role", role, "must be admin or team") from None
+        raise InputError(f"{where}.role", role, "must be admin, team or metrics") from None
     accounts = accounts or []
     if not isinstance(accounts, list):
         raise InputError(f"{where}.accounts", accounts, "must be a list of account paths")
@@ -120,6 +127,8 @@ def _principal(name: Any, role: Any, accounts: Any, where: str) -> Principal:
         split_account_path(account, f"{where}.accounts")
     if parsed_role is Role.TEAM and not accounts:
         raise InputError(f"{where}.accounts", accounts, "a team token needs at least one account")
+    if parsed_role is Role.METRICS and accounts:
+        raise InputError(f"{where}.accounts", accounts, "a metrics token has no accounts")
     return Principal(name, parsed_role, tuple(accounts))
 
 

@@ -15,10 +15,11 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 from toposched.cluster.errors import ToposchedError
+from toposched.scheduler.core import CycleResult
 from toposched.service.core import ServiceCore
 from toposched.service.step import step
 
@@ -33,6 +34,18 @@ class _Command:
     apply: Callable[[ServiceCore, float], Any]
     future: Future[Any]
     writes: bool
+    queued: float = field(default_factory=time.monotonic)
+
+
+class LoopObserver(Protocol):
+    """Told, in the loop's thread, how long commits and cycles take (e.g. for metrics)."""
+
+    def committed(self, seconds: float) -> None: ...
+
+    def cycled(
+        self, core: ServiceCore, result: CycleResult, seconds: float, waits: list[float]
+    ) -> None:
+        """A cycle took `seconds`; `waits`: how long each change it answers waited for it."""
 
 
 class Loop:
@@ -56,6 +69,7 @@ class Loop:
         self.failed: BaseException | None = None
         self.core: ServiceCore | None = None
         self.cycles = 0
+        self.observer: LoopObserver | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -108,8 +122,14 @@ class Loop:
             tick = time.monotonic() >= next_tick
             if tick:
                 next_tick = time.monotonic() + self.tick_s
-            if step(core, now, tick) is not None:
+            started = time.monotonic()
+            result = step(core, now, tick)
+            if result is not None:
                 self.cycles += 1
+                if self.observer is not None:
+                    ended = time.monotonic()
+                    waits = [ended - command.queued for command in batch if command.writes]
+                    self.observer.cycled(core, result, ended - started, waits)
 
     def _drain(self, wait_s: float) -> list[_Command]:
         batch: list[_Command] = []
@@ -137,7 +157,11 @@ class Loop:
             return [self._apply_one(core, command, now) for command in batch]
         with core.store.transaction():
             core.flush_sent()
-            return [self._apply_one(core, command, now) for command in batch]
+            answers = [self._apply_one(core, command, now) for command in batch]
+            committing = time.monotonic()
+        if self.observer is not None:
+            self.observer.committed(time.monotonic() - committing)
+        return answers
 
     @staticmethod
     def _apply_one(core: ServiceCore, command: _Command, now: float) -> tuple[bool, Any]:
