@@ -65,6 +65,38 @@ def test_every_decision_is_stored_and_marked_sent(tmp_path: Path) -> None:
     assert kinds == [("a", 1, "start")]
 
 
+def test_a_turn_commits_its_commands_reports_and_decisions_at_once(tmp_path: Path) -> None:
+    """One commit per turn: when a submission is answered its decision is committed too, and
+    the backend had nothing of it before that commit."""
+    clock = Clock()
+    backend = DryRunBackend()
+    with running_loop(tmp_path / "s.db", clock, backend) as loop:
+        settle(loop)
+        assert loop.core is not None
+        statements: list[str] = []
+        launched_at_commit: list[bool] = []
+
+        def note(sql: str) -> None:
+            statements.append(sql)
+            if sql == "COMMIT":
+                launched_at_commit.append(backend.launch("a") is not None)
+
+        loop.core.store._db.set_trace_callback(note)
+        submit(loop, job("a"))
+        reader = Store(str(tmp_path / "s.db"))
+        kinds = [e.kind for e in reader.events_after(0)]
+        assert kinds[:2] == ["submitted", "bound"]
+        assert [d.kind for d in reader.unsent_decisions()] == ["start"]
+        assert statements.count("COMMIT") >= 1 and launched_at_commit[0] is False
+        first_commit = statements.index("COMMIT")
+        turn = statements[: first_commit + 1]
+        assert any(sql.startswith("INSERT INTO jobs") for sql in turn)
+        assert any(sql.startswith("INSERT INTO decisions") for sql in turn)
+        settle(loop)  # the next turn stores the `started` report and marks the start sent
+        assert backend.launch("a") is not None
+    assert Store(str(tmp_path / "s.db")).unsent_decisions() == []
+
+
 def test_refused_submissions_change_nothing(tmp_path: Path) -> None:
     clock = Clock()
     with running_loop(tmp_path / "s.db", clock) as loop:

@@ -25,7 +25,7 @@ from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
 from toposched.service.fits import ClusterLimits
 from toposched.service.records import JobRecord
-from toposched.service.step import apply_reports
+from toposched.service.step import apply_new_reports, apply_reports
 from toposched.service.store import StoredDecision
 from toposched.service.store_protocol import StateStore
 
@@ -78,7 +78,7 @@ def recover(
             _resume_simulated(core, backend)
         apply_reports(core, store.unapplied_reports(), now)
         # What ended while the service was down comes as finished or failed, not lost.
-        apply_reports(core, store.add_reports(backend.poll(now)), now)
+        apply_new_reports(core, list(backend.poll(now)), now)
         _reconcile(core, now)
     core.send_outbox()
     return core
