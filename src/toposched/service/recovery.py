@@ -23,6 +23,7 @@ from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
+from toposched.service.documents import StoredSpecs
 from toposched.service.fits import ClusterLimits
 from toposched.service.records import JobRecord
 from toposched.service.step import apply_new_reports, apply_reports
@@ -71,9 +72,10 @@ def recover(
         scheduler = Scheduler(ClusterState(topology), tree)
         core = ServiceCore(scheduler, store, backend, ClusterLimits.of(topology))
         # Running jobs first: they hold their GPUs even on nodes cordoned or draining since.
-        _restore_jobs(core, store.jobs(), now)
+        specs = StoredSpecs()
+        _restore_jobs(core, store.jobs(), specs, now)
         _restore_health(core, now)
-        _restore_pending(core, now)
+        _restore_pending(core, specs, now)
         if resume_simulated and isinstance(backend, DryRunBackend):
             _resume_simulated(core, backend)
         apply_reports(core, store.unapplied_reports(), now)
@@ -114,7 +116,9 @@ def _restore_health(core: ServiceCore, now: float) -> None:
         core.scheduler.set_health(nodes, health, now)
 
 
-def _restore_jobs(core: ServiceCore, records: list[JobRecord], now: float) -> None:
+def _restore_jobs(
+    core: ServiceCore, records: list[JobRecord], specs: StoredSpecs, now: float
+) -> None:
     for record in records:
         core.records[record.job_id] = record
         if record.idempotency_key is not None:
@@ -122,16 +126,16 @@ def _restore_jobs(core: ServiceCore, records: list[JobRecord], now: float) -> No
     for record in records:
         if record.state is JobState.RUNNING:
             assert record.allocation is not None and record.start_time is not None
-            spec = core.spec_of(record)
+            spec = specs.spec(record.spec)
             core.scheduler.adopt(spec, record.allocation, record.start_time, now)
     log.info("recovered %d jobs", len(records))
 
 
-def _restore_pending(core: ServiceCore, now: float) -> None:
+def _restore_pending(core: ServiceCore, specs: StoredSpecs, now: float) -> None:
     """Pending jobs in submission order, each with its original submit time."""
     for record in core.records.values():
         if record.state is JobState.PENDING:
-            core.scheduler.submit(core.spec_of(record), now)
+            core.scheduler.submit(specs.spec(record.spec), now)
 
 
 def _resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:
