@@ -197,7 +197,9 @@ class StoredSpecs:
         name: Any = document.get("name")
         submit_time: Any = document.get("submit_time")
         shape = {key: value for key, value in document.items() if key not in self._OWN_FIELDS}
-        key = json.dumps(shape, sort_keys=True)
+        # Documents the service wrote list their fields in one order: keys in another order
+        # only miss the cache.
+        key = json.dumps(shape)
         known = self._by_shape.get(key)
         if known is None or not _plain_name_and_time(name, submit_time):
             spec = JobSpec.from_dict({**shape, "name": name, "submit_time": submit_time})
