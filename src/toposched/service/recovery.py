@@ -20,7 +20,7 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState, Health
 from toposched.cluster.topology import Topology
 from toposched.policy.budget import BudgetTree
-from toposched.scheduler.core import Scheduler
+from toposched.scheduler.core import Adoption, Scheduler
 from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
 from toposched.service.documents import StoredSpecs
@@ -123,11 +123,14 @@ def _restore_jobs(
         core.records[record.job_id] = record
         if record.idempotency_key is not None:
             core.by_key[record.idempotency_key] = record.job_id
+    adoptions = []
     for record in records:
         if record.state is JobState.RUNNING:
             assert record.allocation is not None and record.start_time is not None
-            spec = specs.spec(record.spec)
-            core.scheduler.adopt(spec, record.allocation, record.start_time, now)
+            adoptions.append(
+                Adoption(specs.spec(record.spec), record.allocation, record.start_time)
+            )
+    core.scheduler.adopt_many(adoptions, now)
     log.info("recovered %d jobs", len(records))
 
 
