@@ -101,12 +101,12 @@ def record_decisions(core: ServiceCore, result: CycleResult, now: float) -> None
             record = core.records[decision.job_id]
             record.attempt += 1
             core.sync(record, core.scheduler.jobs[decision.job_id])
-            core.queue_start(record)
+            launch = core.queue_start(record)
             core.event(
                 now,
                 "bound",
                 record,
-                nodes=core.allocation_nodes(decision.allocation),
+                nodes=list(dict.fromkeys(pod.node for pod in launch.pods)),
                 attempt=record.attempt,
                 unallocated=decision.unallocated,
             )
