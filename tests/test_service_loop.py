@@ -294,3 +294,53 @@ def test_a_store_of_another_cluster_is_refused(tmp_path: Path) -> None:
     assert isinstance(loop.failed, InputError)
     assert "another cluster" in str(loop.failed)
     assert [r.job_id for r in store.jobs()] == ["a"]
+
+
+class Stop(BaseException):
+    """What a command raises to stop the loop in the middle of a turn."""
+
+
+def test_a_turn_that_fails_commits_nothing_but_keeps_the_backends_reports(
+    tmp_path: Path,
+) -> None:
+    """The failed turn's commands are rolled back and answered with an error, its reports are
+    stored unapplied, and a restart applies them."""
+    clock = Clock()
+    backend = DryRunBackend()
+    held, release = threading.Event(), threading.Event()
+
+    def hold(core: ServiceCore, now: float) -> None:
+        held.set()
+        release.wait(10)
+
+    def fail(core: ServiceCore, now: float) -> None:
+        raise Stop()
+
+    with running_loop(tmp_path / "s.db", clock, backend) as loop:
+        submit(loop, job("a", expected_runtime="10m"))
+        settle(loop)
+        assert state_of(loop, "a") == "running"
+        holding = loop.submit(hold)
+        assert held.wait(10)
+        # While the loop is inside a turn: the run ends, and the next turn will fail.
+        clock.now += 601
+        fields, run = split_job(job("b"))
+        lost = loop.submit(
+            lambda core, now: commands.submit(core, Submission(fields, run, None, "h"), now)
+        )
+        failing = loop.submit(fail)
+        release.set()
+        holding.result(10)
+        with pytest.raises(RuntimeError, match="stopped"):
+            lost.result(10)
+        with pytest.raises(RuntimeError, match="stopped"):
+            failing.result(10)
+        loop.stop()
+        assert isinstance(loop.failed, Stop)
+    store = Store(str(tmp_path / "s.db"))
+    assert [r.job_id for r in store.jobs()] == ["a"]
+    assert [(s.report.job_id, str(s.report.kind)) for s in store.unapplied_reports()] == [
+        ("a", "finished")
+    ]
+    with running_loop(tmp_path / "s.db", clock, DryRunBackend()) as loop:
+        assert state_of(loop, "a") == "finished"
