@@ -3,6 +3,7 @@ stored before the backend sees them, backend reports applied; and recovery from 
 
 from __future__ import annotations
 
+import functools
 import threading
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,7 @@ def test_a_turn_commits_its_commands_reports_and_decisions_at_once(tmp_path: Pat
             if sql == "COMMIT":
                 launched_at_commit.append(backend.launch("a") is not None)
 
+        assert isinstance(loop.core.store, Store)
         loop.core.store._db.set_trace_callback(note)
         submit(loop, job("a"))
         reader = Store(str(tmp_path / "s.db"))
@@ -133,6 +135,7 @@ def test_concurrent_submissions_are_grouped_into_few_commits(tmp_path: Path) -> 
     with running_loop(tmp_path / "s.db", clock) as loop:
         assert loop.core is not None
         commits: list[int] = []
+        assert isinstance(loop.core.store, Store)
         loop.core.store._db.set_trace_callback(
             lambda sql: commits.append(1) if sql == "COMMIT" else None
         )
@@ -143,7 +146,7 @@ def test_concurrent_submissions_are_grouped_into_few_commits(tmp_path: Path) -> 
             record, _ = commands.submit(core, Submission(fields, run, None, "h"), now)
             return record.job_id
 
-        futures = [loop.submit(lambda c, n, d=d: one(c, n, d)) for d in documents]
+        futures = [loop.submit(functools.partial(one, document=d)) for d in documents]
         assert sorted(f.result(30) for f in futures) == sorted(d["name"] for d in documents)
         settle(loop)
     assert len(Store(str(tmp_path / "s.db")).jobs()) == 200
