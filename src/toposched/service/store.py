@@ -1,8 +1,9 @@
 """The durable store: SQLite in WAL mode, one writer (the service's loop), grouped commits.
 
 Every accepted submission, decision and backend report is written inside a transaction that
-the loop commits before it answers anyone or tells the backend anything. The loop groups all
-the commands it drained into one transaction, so one fsync covers many submissions.
+the loop commits before it answers anyone or tells the backend anything. One transaction holds
+a whole turn of the loop (the commands it drained, the backend's reports, the cycle's
+decisions), so one fsync covers many submissions.
 `synchronous=FULL`: a commit acknowledged to a client survives a power loss, not only a crash
 of the process (docs/operations.md).
 """
