@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import logging
 
-from toposched.backends.protocol import Report, ReportKind
+from toposched.backends.protocol import NodeWatcher, Report, ReportKind
+from toposched.cluster.state import Health
 from toposched.scheduler.core import CycleResult
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.jobs import JobState
@@ -31,12 +32,32 @@ def step(core: ServiceCore, reports: list[Report], now: float, tick: bool) -> Cy
     """Inside the turn's transaction: store the reports and apply them, cycle when anything
     changed (or on a tick) and store its decisions, which the loop sends once committed."""
     apply_new_reports(core, reports, now)
+    follow_nodes(core, now)
     if not (core.dirty or tick):
         return None
     result = core.scheduler.cycle(now)
     core.dirty = False
     record_decisions(core, result, now)
     return result
+
+
+def follow_nodes(core: ServiceCore, now: float) -> None:
+    """Node health the backend saw change (a Ray node lost or back) becomes the node's health,
+    in the caller's transaction; a node back is made healthy only if it was down (an
+    operator's drain or cordon stays)."""
+    if not isinstance(core.backend, NodeWatcher):
+        return
+    try:
+        changes = core.backend.node_changes()
+    except Exception:  # any backend error: the service keeps serving
+        log.exception("the backend's node changes failed; trying again at the next turn")
+        return
+    for change in changes:
+        node = core.node_index(change.node)
+        if change.health is Health.HEALTHY and core.scheduler.state.health[node] != Health.DOWN:
+            continue
+        log.warning("node %s: %s (%s)", change.node, change.health.name.lower(), change.detail)
+        core.set_health(change.node, change.health, now)
 
 
 def keep_reports(core: ServiceCore, reports: list[Report]) -> None:
