@@ -3,6 +3,7 @@ stored before the backend sees them, backend reports applied; and recovery from 
 
 from __future__ import annotations
 
+import functools
 import threading
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,39 @@ def test_every_decision_is_stored_and_marked_sent(tmp_path: Path) -> None:
     assert kinds == [("a", 1, "start")]
 
 
+def test_a_turn_commits_its_commands_reports_and_decisions_at_once(tmp_path: Path) -> None:
+    """One commit per turn: when a submission is answered its decision is committed too, and
+    the backend had nothing of it before that commit."""
+    clock = Clock()
+    backend = DryRunBackend()
+    with running_loop(tmp_path / "s.db", clock, backend) as loop:
+        settle(loop)
+        assert loop.core is not None
+        statements: list[str] = []
+        launched_at_commit: list[bool] = []
+
+        def note(sql: str) -> None:
+            statements.append(sql)
+            if sql == "COMMIT":
+                launched_at_commit.append(backend.launch("a") is not None)
+
+        assert isinstance(loop.core.store, Store)
+        loop.core.store._db.set_trace_callback(note)
+        submit(loop, job("a"))
+        reader = Store(str(tmp_path / "s.db"))
+        kinds = [e.kind for e in reader.events_after(0)]
+        assert kinds[:2] == ["submitted", "bound"]
+        assert [d.kind for d in reader.unsent_decisions()] == ["start"]
+        assert statements.count("COMMIT") >= 1 and launched_at_commit[0] is False
+        first_commit = statements.index("COMMIT")
+        turn = statements[: first_commit + 1]
+        assert any(sql.startswith("INSERT INTO jobs") for sql in turn)
+        assert any(sql.startswith("INSERT INTO decisions") for sql in turn)
+        settle(loop)  # the next turn stores the `started` report and marks the start sent
+        assert backend.launch("a") is not None
+    assert Store(str(tmp_path / "s.db")).unsent_decisions() == []
+
+
 def test_refused_submissions_change_nothing(tmp_path: Path) -> None:
     clock = Clock()
     with running_loop(tmp_path / "s.db", clock) as loop:
@@ -101,6 +135,7 @@ def test_concurrent_submissions_are_grouped_into_few_commits(tmp_path: Path) -> 
     with running_loop(tmp_path / "s.db", clock) as loop:
         assert loop.core is not None
         commits: list[int] = []
+        assert isinstance(loop.core.store, Store)
         loop.core.store._db.set_trace_callback(
             lambda sql: commits.append(1) if sql == "COMMIT" else None
         )
@@ -111,7 +146,7 @@ def test_concurrent_submissions_are_grouped_into_few_commits(tmp_path: Path) -> 
             record, _ = commands.submit(core, Submission(fields, run, None, "h"), now)
             return record.job_id
 
-        futures = [loop.submit(lambda c, n, d=d: one(c, n, d)) for d in documents]
+        futures = [loop.submit(functools.partial(one, document=d)) for d in documents]
         assert sorted(f.result(30) for f in futures) == sorted(d["name"] for d in documents)
         settle(loop)
     assert len(Store(str(tmp_path / "s.db")).jobs()) == 200
@@ -262,3 +297,53 @@ def test_a_store_of_another_cluster_is_refused(tmp_path: Path) -> None:
     assert isinstance(loop.failed, InputError)
     assert "another cluster" in str(loop.failed)
     assert [r.job_id for r in store.jobs()] == ["a"]
+
+
+class Stop(BaseException):
+    """What a command raises to stop the loop in the middle of a turn."""
+
+
+def test_a_turn_that_fails_commits_nothing_but_keeps_the_backends_reports(
+    tmp_path: Path,
+) -> None:
+    """The failed turn's commands are rolled back and answered with an error, its reports are
+    stored unapplied, and a restart applies them."""
+    clock = Clock()
+    backend = DryRunBackend()
+    held, release = threading.Event(), threading.Event()
+
+    def hold(core: ServiceCore, now: float) -> None:
+        held.set()
+        release.wait(10)
+
+    def fail(core: ServiceCore, now: float) -> None:
+        raise Stop()
+
+    with running_loop(tmp_path / "s.db", clock, backend) as loop:
+        submit(loop, job("a", expected_runtime="10m"))
+        settle(loop)
+        assert state_of(loop, "a") == "running"
+        holding = loop.submit(hold)
+        assert held.wait(10)
+        # While the loop is inside a turn: the run ends, and the next turn will fail.
+        clock.now += 601
+        fields, run = split_job(job("b"))
+        lost = loop.submit(
+            lambda core, now: commands.submit(core, Submission(fields, run, None, "h"), now)
+        )
+        failing = loop.submit(fail)
+        release.set()
+        holding.result(10)
+        with pytest.raises(RuntimeError, match="stopped"):
+            lost.result(10)
+        with pytest.raises(RuntimeError, match="stopped"):
+            failing.result(10)
+        loop.stop()
+        assert isinstance(loop.failed, Stop)
+    store = Store(str(tmp_path / "s.db"))
+    assert [r.job_id for r in store.jobs()] == ["a"]
+    assert [(s.report.job_id, str(s.report.kind)) for s in store.unapplied_reports()] == [
+        ("a", "finished")
+    ]
+    with running_loop(tmp_path / "s.db", clock, DryRunBackend()) as loop:
+        assert state_of(loop, "a") == "finished"

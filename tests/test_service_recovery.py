@@ -9,7 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from service_helpers import Server, job
+
+from toposched.cluster.errors import InputError
+from toposched.placement.jobspec import JobSpec
+from toposched.service.documents import StoredSpecs
 
 ARGS = ("--cluster", "cluster.yaml", "--budgets", "budgets.yaml", "--backend", "dry-run")
 
@@ -105,3 +110,20 @@ def test_acknowledged_submissions_survive_kills_during_concurrent_traffic(tmp_pa
         assert running_gpus <= 16
     finally:
         server.stop()
+
+
+def test_stored_documents_read_back_as_the_specs_a_full_validation_gives() -> None:
+    specs = StoredSpecs()
+    documents = [
+        {**job(f"j{i}", gpus=1 + i % 2, expected_runtime="2h"), "submit_time": 10.0 + i}
+        for i in range(6)
+    ]
+    documents.append({**job("r", run={"command": ["true"]}), "submit_time": 3})
+    for document in documents:
+        fields = {key: value for key, value in document.items() if key != "run"}
+        assert specs.spec(document) == JobSpec.from_dict(fields)
+    # A document whose own fields are not of a spec's types is validated in full: refused.
+    with pytest.raises(InputError, match="submit_time"):
+        specs.spec({**documents[0], "submit_time": "yesterday"})
+    with pytest.raises(InputError, match="name"):
+        specs.spec({**documents[0], "name": ""})

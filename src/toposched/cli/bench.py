@@ -24,6 +24,7 @@ def _suites() -> dict[str, Callable[[bool], list[Measurement]]]:
     from toposched.bench.cycle import run_cycle_benchmarks
     from toposched.bench.placement import run_placement_benchmarks
     from toposched.bench.preempt import run_preempt_benchmarks
+    from toposched.bench.ray import run_ray_benchmarks
     from toposched.bench.serve import run_serve_benchmarks
 
     return {
@@ -32,6 +33,7 @@ def _suites() -> dict[str, Callable[[bool], list[Measurement]]]:
         "cycle": run_cycle_benchmarks,
         "preempt": run_preempt_benchmarks,
         "serve": run_serve_benchmarks,
+        "ray": run_ray_benchmarks,
     }
 
 
@@ -58,7 +60,9 @@ def register(commands: Any) -> None:
         "200,016-GPU job, and a node failure with the re-placement of its gang); serve (toposched "
         "serve on the dry-run 1,000,080-GPU fleet over loopback HTTP: sustained durable "
         "submissions per second, submit-to-decision latency at 1,000/s, restart to the first "
-        "decision with 100,000 running and 10,000 pending jobs in the store). Targets are "
+        "decision with 100,000 running and 10,000 pending jobs in the store); ray (a local "
+        "4-node Ray cluster: a 16-pod gang from its bind to every pod running, an eviction to "
+        "its GPUs free, next to Ray's own placement-group times). Targets are "
         "printed next to the figures.",
     )
     parser.add_argument("suite", choices=sorted(_suites()), help="which suite to run")

@@ -103,7 +103,21 @@ def _server_options(parser: argparse.ArgumentParser) -> None:
         choices=BACKENDS,
         default="dry-run",
         help="local: run every pod as a process on this machine, whatever node it is placed "
-        "on; dry-run: simulate (default)",
+        "on; dry-run: simulate (default); ray: run pods on the Ray cluster at --ray-address, "
+        "whose labelled nodes are the cluster",
+    )
+    add(
+        "--ray-address",
+        metavar="HOST:PORT",
+        help="with --backend ray: the Ray cluster's head (HOST:PORT), or 'auto' for the cluster "
+        "this machine is part of",
+    )
+    add(
+        "--ray-levels",
+        default="rack",
+        metavar="LEVELS",
+        help="with --backend ray: the topology levels, outermost first, comma-separated, each a "
+        "Ray node label, e.g. zone,block,rack (default rack)",
     )
     cluster = parser.add_mutually_exclusive_group()
     cluster.add_argument(
@@ -163,6 +177,8 @@ def run(args: argparse.Namespace) -> int:
         tick_s=args.tick,
         ssl_keyfile=args.ssl_keyfile,
         ssl_certfile=args.ssl_certfile,
+        ray_address=args.ray_address,
+        ray_levels=tuple(level for level in args.ray_levels.split(",") if level),
     )
     from toposched.service.server import serve  # the HTTP stack loads only when serving
 

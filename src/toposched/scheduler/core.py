@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,6 +43,15 @@ __all__ = ["CycleResult", "Scheduler"]
 
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """A job found running (after a restart): its spec, what it holds, and since when."""
+
+    spec: JobSpec
+    allocation: Allocation
+    start_time: float
 
 
 class Scheduler:
@@ -106,6 +117,11 @@ class Scheduler:
     # --- events ------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, now: float) -> Job:
         """Queue a job; names must be unique among live jobs and accounts must exist."""
+        job = self._new_job(spec, now)
+        self._enqueue(job)
+        return job
+
+    def _new_job(self, spec: JobSpec, now: float) -> Job:
         existing = self.jobs.get(spec.name)
         if existing is not None and existing.state in (JobState.PENDING, JobState.RUNNING):
             raise InputError("name", spec.name, f"a job of that name is already {existing.state}")
@@ -117,7 +133,6 @@ class Scheduler:
         job = Job(spec=spec, request=request, submit_time=submit_time)
         job.record(now, "submitted")
         self.jobs[spec.name] = job
-        self._enqueue(job)
         return job
 
     def adopt(self, spec: JobSpec, allocation: Allocation, start_time: float, now: float) -> Job:
@@ -129,6 +144,20 @@ class Scheduler:
         job.start_time = start_time
         self.ledger.remember(job)
         return job
+
+    def adopt_many(self, adoptions: Sequence[Adoption], now: float) -> list[Job]:
+        """`adopt` each in order, with the same result, for the many running jobs of a restart:
+        a job goes to the running set without passing through the queue, and is counted in
+        the ledger once, from its real start."""
+        jobs = []
+        for adoption in adoptions:
+            job = self._new_job(adoption.spec, now)
+            self.lifecycle.adopt(
+                job, Placement(job.request, adoption.allocation), adoption.start_time, now
+            )
+            jobs.append(job)
+        self._epoch += len(jobs)
+        return jobs
 
     def finish(self, job_id: str, now: float) -> Job:
         """A running job ended on its own: its GPUs return."""

@@ -78,6 +78,26 @@ class Lifecycle:
             self.usage.start(spec.account, job.gpus, now)
         self.ledger.started(job)
 
+    def adopt(self, job: Job, placement: Placement, start_time: float, now: float) -> None:
+        """Take over the new `job`, never queued, as running on `placement` since `start_time`:
+        the same as queueing it and `start` at `now`, then dating its start back (protection
+        counts from the real start; usage is charged from `now`)."""
+        try:
+            self.state.allocate(job.job_id, placement.allocation)
+        except InputError as error:
+            if error.field == "owner":
+                raise InternalError(job.job_id, str(error)) from error
+            raise
+        job.state = JobState.RUNNING
+        job.start_time = now
+        job.attempts += 1
+        how = self._protect(job)
+        job.record(now, f"started ({how})" if how else "started")
+        if self._charged(job):
+            self.usage.start(job.spec.account, job.gpus, now)
+        job.start_time = start_time
+        self.ledger.started(job)
+
     def _protect(self, job: Job) -> str:
         """Fix whether the starting job runs as unallocated work and its protection, and say
         so in its reason; returns how it runs, in words ("" when plainly)."""

@@ -96,7 +96,7 @@ def set_priority(core: ServiceCore, job_id: str, priority: Any, now: float) -> J
     core.scheduler.set_priority(job_id, priority, now)
     record.priority = priority
     record.spec = {**record.spec, "priority": priority}
-    core.store.update_job(record)
+    core.store.update_job(record, priority=True)
     core.event(now, "priority", record, priority=priority)
     core.dirty = True
     return record

@@ -21,7 +21,7 @@ from toposched.service.store_protocol import StateStore
 DEFAULT_STORE = "toposched-state/toposched.db"
 DEFAULT_MAX_BODY = 1 << 20
 DEFAULT_ACCOUNT = "default"
-BACKENDS = ("local", "dry-run")
+BACKENDS = ("local", "dry-run", "ray")
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,8 @@ class ServiceConfig:
     tick_s: float = 1.0
     ssl_keyfile: str | None = None
     ssl_certfile: str | None = None
+    ray_address: str | None = None
+    ray_levels: tuple[str, ...] = ("rack",)
     extra: dict[str, str] = field(default_factory=dict)
 
     def check(self) -> None:
@@ -57,6 +59,14 @@ class ServiceConfig:
             )
         if self.gpus is not None and not 1 <= self.gpus <= MAX_GPUS_PER_NODE:
             raise InputError("--gpus", self.gpus, f"must be from 1 to {MAX_GPUS_PER_NODE}")
+        if self.backend == "ray" and given:
+            raise InputError(
+                "--" + given[0],
+                getattr(self, given[0]),
+                "--backend ray takes the Ray nodes as the cluster",
+            )
+        if self.ray_address is not None and self.backend != "ray":
+            raise InputError("--ray-address", self.ray_address, "needs --backend ray")
         if self.fleet is not None and self.backend == "local":
             raise InputError("--fleet", self.fleet, "is simulated: run it with --backend dry-run")
         if not 1 <= self.port <= 65535:

@@ -101,14 +101,13 @@ class ServiceCore:
         allocation = record.allocation
         assert allocation is not None, record.job_id
         names = self.scheduler.state.topology.node_names
+        nodes: list[int] = allocation.nodes.tolist()
+        # Names are built on demand (GeneratedNames): once per node, not once per pod.
+        name_of = {node: names[node] for node in nodes}
+        milli = allocation.gpu_milli
         pods = tuple(
-            PodLaunch(
-                rank=rank,
-                node=names[int(node)],
-                gpus=tuple(int(g) for g in allocation.gpus[rank]),
-                gpu_milli=allocation.gpu_milli,
-            )
-            for rank, node in enumerate(allocation.nodes.tolist())
+            PodLaunch(rank=rank, node=name_of[node], gpus=tuple(gpus), gpu_milli=milli)
+            for rank, (node, gpus) in enumerate(zip(nodes, allocation.gpus.tolist(), strict=True))
         )
         return Launch(
             job_id=record.job_id,
@@ -127,9 +126,11 @@ class ServiceCore:
         fields = {key: value for key, value in record.spec.items() if key != "run"}
         return JobSpec.from_dict(fields)
 
-    def queue_start(self, record: JobRecord) -> None:
+    def queue_start(self, record: JobRecord) -> Launch:
         decision = self.store.add_decision(record.job_id, record.attempt, "start", {})
-        self.outbox.append((decision, self.launch(record)))
+        launch = self.launch(record)
+        self.outbox.append((decision, launch))
+        return launch
 
     def queue_stop(self, record: JobRecord, attempt: int, grace_s: float, evicted: bool) -> None:
         payload = {"grace_s": grace_s, "evicted": evicted}

@@ -1,10 +1,11 @@
 """The loop: one thread owns the scheduler, the store's writes and the backend.
 
 API calls become commands on a queue and wait on a future. Each turn the loop drains every
-queued command, applies them in ONE transaction (grouped commit: one fsync for the batch),
-answers the waiters only after the commit, then runs one cycle for the whole batch (see
-`step`). A tick every `tick_s` seconds polls the backend and cycles even when nothing arrived,
-for min-runtime expiries and reservations coming due.
+queued command and polls the backend, then in ONE transaction (one fsync for the turn) applies
+the commands, stores and applies the backend's reports, runs one cycle for the whole batch and
+stores its decisions (see `step`). Only after the commit are the waiters answered and the
+decisions handed to the backend. A tick every `tick_s` seconds cycles even when nothing
+arrived, for min-runtime expiries and reservations coming due.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 from toposched.cluster.errors import ToposchedError
 from toposched.scheduler.core import CycleResult
 from toposched.service.core import ServiceCore
-from toposched.service.step import step
+from toposched.service.step import keep_reports, poll, step
 
 T = TypeVar("T")
 Clock = Callable[[], float]
@@ -113,23 +114,54 @@ class Loop:
         while not self._stopping.is_set():
             batch = self._drain(max(0.0, next_tick - time.monotonic()))
             now = self.clock()
-            answers = self._apply(core, batch, now)
-            for command, (ok, value) in zip(batch, answers, strict=True):
-                if ok:
-                    command.future.set_result(value)
-                else:
-                    command.future.set_exception(value)
             tick = time.monotonic() >= next_tick
             if tick:
                 next_tick = time.monotonic() + self.tick_s
+            if batch and not any(command.writes for command in batch):
+                # Reads only: answered at once, they wait for no commit.
+                self._answer(batch, [self._apply_one(core, command, now) for command in batch])
+                batch = []
             started = time.monotonic()
-            result = step(core, now, tick)
+            result = self._turn(core, batch, now, tick)
             if result is not None:
                 self.cycles += 1
                 if self.observer is not None:
                     ended = time.monotonic()
                     waits = [ended - command.queued for command in batch if command.writes]
                     self.observer.cycled(core, result, ended - started, waits)
+
+    def _turn(
+        self, core: ServiceCore, batch: list[_Command], now: float, tick: bool
+    ) -> CycleResult | None:
+        """One transaction for the batch's commands (each in a savepoint, so that one refused
+        command changes nothing and the others still commit), the backend's reports and the
+        cycle's decisions; then the answers, then the decisions to the backend."""
+        reports = poll(core, now)
+        try:
+            with core.store.transaction():
+                core.flush_sent()
+                answers = [self._apply_one(core, command, now) for command in batch]
+                result = step(core, reports, now, tick)
+                committing = time.monotonic()
+        except BaseException as error:
+            for command in batch:  # nothing of the turn was committed: no answer is a success
+                if not command.future.done():
+                    command.future.set_exception(RuntimeError(f"the service loop stopped: {error}"))
+            keep_reports(core, reports)
+            raise
+        if self.observer is not None and batch:
+            self.observer.committed(time.monotonic() - committing)
+        self._answer(batch, answers)
+        core.send_outbox()
+        return result
+
+    @staticmethod
+    def _answer(batch: list[_Command], answers: list[tuple[bool, Any]]) -> None:
+        for command, (ok, value) in zip(batch, answers, strict=True):
+            if ok:
+                command.future.set_result(value)
+            else:
+                command.future.set_exception(value)
 
     def _drain(self, wait_s: float) -> list[_Command]:
         batch: list[_Command] = []
@@ -147,21 +179,6 @@ class Loop:
             if item is not None:
                 batch.append(item)
         return batch
-
-    def _apply(
-        self, core: ServiceCore, batch: list[_Command], now: float
-    ) -> list[tuple[bool, Any]]:
-        """Every command of the batch in one transaction, each in a savepoint so that one
-        refused command changes nothing and the others still commit."""
-        if not any(command.writes for command in batch):
-            return [self._apply_one(core, command, now) for command in batch]
-        with core.store.transaction():
-            core.flush_sent()
-            answers = [self._apply_one(core, command, now) for command in batch]
-            committing = time.monotonic()
-        if self.observer is not None:
-            self.observer.committed(time.monotonic() - committing)
-        return answers
 
     @staticmethod
     def _apply_one(core: ServiceCore, command: _Command, now: float) -> tuple[bool, Any]:

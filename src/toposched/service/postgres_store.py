@@ -22,11 +22,14 @@ from toposched.cluster.errors import InputError
 from toposched.service.records import JobRecord
 from toposched.service.store import (
     JOB_COLUMNS,
+    RUN_COLUMNS,
     StoredDecision,
     StoredEvent,
     StoredReport,
     job_from_row,
     job_values,
+    report_values,
+    run_values,
 )
 
 try:
@@ -89,6 +92,7 @@ MIGRATIONS: tuple[str, ...] = (
 )
 """Numbered migrations: migration i (from 1) takes the schema from version i-1 to i."""
 
+_EVENT_INSERT = "INSERT INTO events (time, kind, job, account, data) VALUES (%s, %s, %s, %s, %s)"
 _LOCK_KEY = 0x70_5C_4E_D0
 """With the schema's name hashed, the advisory lock of the store in one schema of a database."""
 
@@ -112,6 +116,9 @@ class PostgresStore:
     def __init__(self, url: str) -> None:
         self.path = redacted(url)
         self._depth = 0
+        self._events: list[tuple[Any, ...]] = []
+        """Events of the open transaction, written together before it commits (and before any
+        read)."""
         self._db = self._connect(url)
         self._lock_store()
         self._migrate()
@@ -190,7 +197,9 @@ class PostgresStore:
         self._depth = 1
         try:
             yield
+            self._flush()
         except BaseException:
+            self._events.clear()
             self._execute("ROLLBACK")
             raise
         else:
@@ -202,13 +211,22 @@ class PostgresStore:
     def savepoint(self) -> Iterator[None]:
         """Inside a transaction: undo this part alone if it raises (one command of a batch)."""
         self._execute("SAVEPOINT command")
+        mark = len(self._events)
         try:
             yield
         except BaseException:
+            del self._events[mark:]
             self._execute("ROLLBACK TO SAVEPOINT command")
             self._execute("RELEASE SAVEPOINT command")
             raise
         self._execute("RELEASE SAVEPOINT command")
+
+    def _flush(self) -> None:
+        """Write the events held for the open transaction."""
+        if self._events:
+            with self._db.cursor() as cursor:
+                cursor.executemany(_EVENT_INSERT, self._events)
+            self._events.clear()
 
     # --- meta ------------------------------------------------------------------------------
     def meta(self, key: str) -> Any:
@@ -231,28 +249,30 @@ class PostgresStore:
         assert row is not None
         record.seq = int(row[0])
 
-    def update_job(self, record: JobRecord) -> None:
-        names = [name.strip() for name in JOB_COLUMNS.split(",")]
-        assignments = ", ".join(f"{name} = %s" for name in names[1:])
-        values = job_values(record)
-        self._execute(f"UPDATE jobs SET {assignments} WHERE id = %s", (*values[1:], values[0]))
+    def update_job(self, record: JobRecord, priority: bool = False) -> None:
+        """Write the RUN_COLUMNS of a record (and its priority and spec if `priority`)."""
+        names = (*RUN_COLUMNS, "priority", "spec") if priority else RUN_COLUMNS
+        assignments = ", ".join(f"{name} = %s" for name in names)
+        values = run_values(record, priority)
+        self._execute(f"UPDATE jobs SET {assignments} WHERE id = %s", (*values, record.job_id))
 
     def jobs(self) -> list[JobRecord]:
         """Every job, in submission order."""
+        self._flush()
         rows = self._execute(f"SELECT seq, {JOB_COLUMNS} FROM jobs ORDER BY seq").fetchall()
         return [job_from_row(row) for row in rows]
 
     # --- events ----------------------------------------------------------------------------
     def add_event(
         self, time: float, kind: str, job: str | None, account: str | None, **data: Any
-    ) -> int:
-        row = self._execute(
-            "INSERT INTO events (time, kind, job, account, data) "
-            "VALUES (%s, %s, %s, %s, %s) RETURNING id",
-            (time, kind, job, account, json.dumps(data)),
-        ).fetchone()
-        assert row is not None
-        return int(row[0])
+    ) -> None:
+        """Inside a transaction the event is held and written with the others of the
+        transaction, in order, before it commits."""
+        values = (time, kind, job, account, json.dumps(data))
+        if self._depth:
+            self._events.append(values)
+        else:
+            self._execute(_EVENT_INSERT, values)
 
     def events_after(self, after: int, limit: int = 500) -> list[StoredEvent]:
         with self._reader_lock:
@@ -264,6 +284,7 @@ class PostgresStore:
         return [StoredEvent(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
 
     def job_events(self, job_id: str) -> list[StoredEvent]:
+        self._flush()
         rows = self._execute(
             "SELECT id, time, kind, job, account, data FROM events WHERE job = %s ORDER BY id",
             (job_id,),
@@ -291,13 +312,23 @@ class PostgresStore:
         return [StoredDecision(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
 
     # --- backend reports -------------------------------------------------------------------
+    def add_applied_reports(self, reports: Sequence[Report]) -> None:
+        """Store reports that are applied in the same transaction."""
+        if reports:
+            with self._db.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO reports (job, attempt, kind, time, detail, applied) "
+                    "VALUES (%s, %s, %s, %s, %s, 1)",
+                    [report_values(report) for report in reports],
+                )
+
     def add_reports(self, reports: Sequence[Report]) -> list[StoredReport]:
         stored = []
         for report in reports:
             row = self._execute(
                 "INSERT INTO reports (job, attempt, kind, time, detail) "
                 "VALUES (%s, %s, %s, %s, %s) RETURNING id",
-                (report.job_id, report.attempt, str(report.kind), report.time, report.detail),
+                report_values(report),
             ).fetchone()
             assert row is not None
             stored.append(StoredReport(int(row[0]), report))

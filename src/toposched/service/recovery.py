@@ -20,12 +20,13 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState, Health
 from toposched.cluster.topology import Topology
 from toposched.policy.budget import BudgetTree
-from toposched.scheduler.core import Scheduler
+from toposched.scheduler.core import Adoption, Scheduler
 from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
+from toposched.service.documents import StoredSpecs
 from toposched.service.fits import ClusterLimits
 from toposched.service.records import JobRecord
-from toposched.service.step import apply_reports
+from toposched.service.step import apply_new_reports, apply_reports
 from toposched.service.store import StoredDecision
 from toposched.service.store_protocol import StateStore
 
@@ -71,14 +72,15 @@ def recover(
         scheduler = Scheduler(ClusterState(topology), tree)
         core = ServiceCore(scheduler, store, backend, ClusterLimits.of(topology))
         # Running jobs first: they hold their GPUs even on nodes cordoned or draining since.
-        _restore_jobs(core, store.jobs(), now)
+        specs = StoredSpecs()
+        _restore_jobs(core, store.jobs(), specs, now)
         _restore_health(core, now)
-        _restore_pending(core, now)
+        _restore_pending(core, specs, now)
         if resume_simulated and isinstance(backend, DryRunBackend):
             _resume_simulated(core, backend)
         apply_reports(core, store.unapplied_reports(), now)
         # What ended while the service was down comes as finished or failed, not lost.
-        apply_reports(core, store.add_reports(backend.poll(now)), now)
+        apply_new_reports(core, list(backend.poll(now)), now)
         _reconcile(core, now)
     core.send_outbox()
     return core
@@ -114,24 +116,29 @@ def _restore_health(core: ServiceCore, now: float) -> None:
         core.scheduler.set_health(nodes, health, now)
 
 
-def _restore_jobs(core: ServiceCore, records: list[JobRecord], now: float) -> None:
+def _restore_jobs(
+    core: ServiceCore, records: list[JobRecord], specs: StoredSpecs, now: float
+) -> None:
     for record in records:
         core.records[record.job_id] = record
         if record.idempotency_key is not None:
             core.by_key[record.idempotency_key] = record.job_id
+    adoptions = []
     for record in records:
         if record.state is JobState.RUNNING:
             assert record.allocation is not None and record.start_time is not None
-            spec = core.spec_of(record)
-            core.scheduler.adopt(spec, record.allocation, record.start_time, now)
+            adoptions.append(
+                Adoption(specs.spec(record.spec), record.allocation, record.start_time)
+            )
+    core.scheduler.adopt_many(adoptions, now)
     log.info("recovered %d jobs", len(records))
 
 
-def _restore_pending(core: ServiceCore, now: float) -> None:
+def _restore_pending(core: ServiceCore, specs: StoredSpecs, now: float) -> None:
     """Pending jobs in submission order, each with its original submit time."""
     for record in core.records.values():
         if record.state is JobState.PENDING:
-            core.scheduler.submit(core.spec_of(record), now)
+            core.scheduler.submit(specs.spec(record.spec), now)
 
 
 def _resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:

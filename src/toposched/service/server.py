@@ -8,6 +8,7 @@ from pathlib import Path
 
 import uvicorn
 
+from toposched.backends.protocol import Backend
 from toposched.cluster.errors import InputError, ToposchedError
 from toposched.service.api import create_app
 from toposched.service.auth import Tokens
@@ -34,9 +35,17 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     config.check()
     tokens = _tokens(config)
-    topology = build_topology(config)
+    backend: Backend
+    if config.backend == "ray":
+        from toposched.backends.ray_setup import connect_backend
+
+        on_ray = connect_backend(config.ray_address, config.ray_levels)
+        for skipped in on_ray.skipped:
+            log.warning("Ray node %s is left out: %s", skipped.name, skipped.reason)
+        topology, backend = on_ray.topology, on_ray.backend
+    else:
+        topology, backend = build_topology(config), build_backend(config)
     store = open_store(config)
-    backend = build_backend(config)
     if tokens is None:
         log.warning("no --tokens: the API is open to every local user of this machine")
     server: uvicorn.Server | None = None

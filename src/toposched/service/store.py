@@ -1,8 +1,9 @@
 """The durable store: SQLite in WAL mode, one writer (the service's loop), grouped commits.
 
 Every accepted submission, decision and backend report is written inside a transaction that
-the loop commits before it answers anyone or tells the backend anything. The loop groups all
-the commands it drained into one transaction, so one fsync covers many submissions.
+the loop commits before it answers anyone or tells the backend anything. One transaction holds
+a whole turn of the loop (the commands it drained, the backend's reports, the cycle's
+decisions), so one fsync covers many submissions.
 `synchronous=FULL`: a commit acknowledged to a client survives a power loss, not only a crash
 of the process (docs/operations.md).
 """
@@ -81,6 +82,19 @@ JOB_COLUMNS = (
     "id, account, priority, state, spec, submit_time, start_time, end_time, attempt, "
     "preemptions, idempotency_key, body_hash, allocation, unallocated, reason"
 )
+RUN_COLUMNS = (
+    "state",
+    "start_time",
+    "end_time",
+    "attempt",
+    "preemptions",
+    "allocation",
+    "unallocated",
+    "reason",
+)
+"""The columns a job's runs change (`update_job`); the others are written once at submit, but
+for `priority` and `spec`, which a priority change rewrites."""
+EVENT_INSERT = "INSERT INTO events (time, kind, job, account, data) VALUES (?, ?, ?, ?, ?)"
 
 
 @dataclass(frozen=True)
@@ -132,6 +146,9 @@ class Store:
         self._reader = self._connect(path) if path != ":memory:" else self._db
         self._reader_lock = threading.Lock()
         self._depth = 0
+        self._events: list[tuple[Any, ...]] = []
+        """Events of the open transaction, written with one statement before it commits (and
+        before any read)."""
 
     @staticmethod
     def _connect(path: str) -> sqlite3.Connection:
@@ -189,7 +206,9 @@ class Store:
         self._depth = 1
         try:
             yield
+            self._flush()
         except BaseException:
+            self._events.clear()
             self._db.execute("ROLLBACK")
             raise
         else:
@@ -201,13 +220,21 @@ class Store:
     def savepoint(self) -> Iterator[None]:
         """Inside a transaction: undo this part alone if it raises (one command of a batch)."""
         self._db.execute("SAVEPOINT command")
+        mark = len(self._events)
         try:
             yield
         except BaseException:
+            del self._events[mark:]
             self._db.execute("ROLLBACK TO command")
             self._db.execute("RELEASE command")
             raise
         self._db.execute("RELEASE command")
+
+    def _flush(self) -> None:
+        """Write the events held for the open transaction."""
+        if self._events:
+            self._db.executemany(EVENT_INSERT, self._events)
+            self._events.clear()
 
     # --- meta ------------------------------------------------------------------------------
     def meta(self, key: str) -> Any:
@@ -228,26 +255,30 @@ class Store:
         )
         record.seq = int(cursor.lastrowid or 0)
 
-    def update_job(self, record: JobRecord) -> None:
-        names = [name.strip() for name in JOB_COLUMNS.split(",")]
-        assignments = ", ".join(f"{name} = ?" for name in names[1:])
-        values = job_values(record)
-        self._db.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*values[1:], values[0]))
+    def update_job(self, record: JobRecord, priority: bool = False) -> None:
+        """Write the RUN_COLUMNS of a record (and its priority and spec if `priority`)."""
+        names = (*RUN_COLUMNS, "priority", "spec") if priority else RUN_COLUMNS
+        assignments = ", ".join(f"{name} = ?" for name in names)
+        values = run_values(record, priority)
+        self._db.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*values, record.job_id))
 
     def jobs(self) -> list[JobRecord]:
         """Every job, in submission order."""
+        self._flush()
         rows = self._db.execute(f"SELECT seq, {JOB_COLUMNS} FROM jobs ORDER BY seq")
         return [job_from_row(row) for row in rows]
 
     # --- events ----------------------------------------------------------------------------
     def add_event(
         self, time: float, kind: str, job: str | None, account: str | None, **data: Any
-    ) -> int:
-        cursor = self._db.execute(
-            "INSERT INTO events (time, kind, job, account, data) VALUES (?, ?, ?, ?, ?)",
-            (time, kind, job, account, json.dumps(data)),
-        )
-        return int(cursor.lastrowid or 0)
+    ) -> None:
+        """Inside a transaction the event is held and written with the others of the
+        transaction, in order, before it commits."""
+        values = (time, kind, job, account, json.dumps(data))
+        if self._depth:
+            self._events.append(values)
+        else:
+            self._db.execute(EVENT_INSERT, values)
 
     def events_after(self, after: int, limit: int = 500) -> list[StoredEvent]:
         with self._reader_lock:
@@ -259,6 +290,7 @@ class Store:
         return [StoredEvent(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
 
     def job_events(self, job_id: str) -> list[StoredEvent]:
+        self._flush()
         rows = self._db.execute(
             "SELECT id, time, kind, job, account, data FROM events WHERE job = ? ORDER BY id",
             (job_id,),
@@ -285,12 +317,20 @@ class Store:
         return [StoredDecision(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
 
     # --- backend reports -------------------------------------------------------------------
+    def add_applied_reports(self, reports: Sequence[Report]) -> None:
+        """Store reports that are applied in the same transaction."""
+        self._db.executemany(
+            "INSERT INTO reports (job, attempt, kind, time, detail, applied) "
+            "VALUES (?, ?, ?, ?, ?, 1)",
+            [report_values(report) for report in reports],
+        )
+
     def add_reports(self, reports: Sequence[Report]) -> list[StoredReport]:
         stored = []
         for report in reports:
             cursor = self._db.execute(
                 "INSERT INTO reports (job, attempt, kind, time, detail) VALUES (?, ?, ?, ?, ?)",
-                (report.job_id, report.attempt, str(report.kind), report.time, report.detail),
+                report_values(report),
             )
             stored.append(StoredReport(int(cursor.lastrowid or 0), report))
         return stored
@@ -346,6 +386,26 @@ def job_values(record: JobRecord) -> tuple[Any, ...]:
         int(record.unallocated),
         record.reason,
     )
+
+
+def run_values(record: JobRecord, priority: bool = False) -> tuple[Any, ...]:
+    """A record as the values of RUN_COLUMNS (then priority and spec if `priority`)."""
+    values = (
+        str(record.state),
+        record.start_time,
+        record.end_time,
+        record.attempt,
+        record.preemptions,
+        allocation_to_json(record.allocation),
+        int(record.unallocated),
+        record.reason,
+    )
+    return (*values, record.priority, json.dumps(record.spec)) if priority else values
+
+
+def report_values(report: Report) -> tuple[Any, ...]:
+    """A report as the values of the reports table's job, attempt, kind, time, detail."""
+    return (report.job_id, report.attempt, str(report.kind), report.time, report.detail)
 
 
 def job_from_row(row: Sequence[Any]) -> JobRecord:

@@ -40,7 +40,10 @@ class StateStore(Protocol):
         """Store a new job and set its `seq` (submission order)."""
         ...
 
-    def update_job(self, record: JobRecord) -> None: ...
+    def update_job(self, record: JobRecord, priority: bool = False) -> None:
+        """Write the columns a job's runs change (`RUN_COLUMNS`); with `priority` also its
+        priority and spec document."""
+        ...
 
     def jobs(self) -> list[JobRecord]:
         """Every job, in submission order."""
@@ -48,7 +51,9 @@ class StateStore(Protocol):
 
     def add_event(
         self, time: float, kind: str, job: str | None, account: str | None, **data: Any
-    ) -> int: ...
+    ) -> None:
+        """Events of a transaction may be written together when it commits, in order."""
+        ...
 
     def events_after(self, after: int, limit: int = 500) -> list[StoredEvent]: ...
 
@@ -62,7 +67,13 @@ class StateStore(Protocol):
 
     def unsent_decisions(self) -> list[StoredDecision]: ...
 
-    def add_reports(self, reports: Sequence[Report]) -> list[StoredReport]: ...
+    def add_reports(self, reports: Sequence[Report]) -> list[StoredReport]:
+        """Store reports to apply later (`mark_applied`)."""
+        ...
+
+    def add_applied_reports(self, reports: Sequence[Report]) -> None:
+        """Store reports that are applied in the same transaction."""
+        ...
 
     def mark_applied(self, report_ids: Sequence[int]) -> None: ...
 

@@ -1,0 +1,119 @@
+"""Adopting the running jobs of a restart at once (`Scheduler.adopt_many`) gives the scheduler
+that adopting them one by one (`Scheduler.adopt`) gives: same jobs, holdings, protection,
+usage and ledger, and the same decisions afterwards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from toposched.cluster.builders import nvl72_cluster
+from toposched.cluster.errors import InputError
+from toposched.cluster.state import ClusterState
+from toposched.placement.jobspec import JobSpec
+from toposched.policy.budget import BudgetTree
+from toposched.scheduler.core import Adoption, Scheduler
+from toposched.scheduler.decisions import Bind, Evict
+
+HOUR = 3600.0
+TREE = {"accounts": {"team-a": 50, "team-b": 30, "scratch": 0}}
+
+
+def cluster() -> ClusterState:
+    """4 racks x 4 nodes x 4 GPUs = 64 GPUs."""
+    return ClusterState(nvl72_cluster(1, 1, 4, nodes_per_rack=4))
+
+
+def scheduler() -> Scheduler:
+    # A cap on the protection of borrowed work, so that adoption order matters.
+    return Scheduler(cluster(), BudgetTree.from_dict(TREE), borrowed_min_runtime=HOUR)
+
+
+def spec(name: str, account: str, pods: int, gpus: int, **fields: Any) -> JobSpec:
+    data = {"name": name, "account": account, "pods": pods, "resources_per_pod": {"gpus": gpus}}
+    return JobSpec.from_dict({**data, **fields})
+
+
+def running_jobs() -> list[Adoption]:
+    """Jobs placed by a real cycle, then taken as running since various times."""
+    placer = scheduler()
+    rng = np.random.default_rng(7)
+    specs = []
+    for index in range(24):
+        account = ("team-a", "team-b", "scratch")[index % 3]
+        runtime = ("0s", "2h", "12h")[int(rng.integers(3))]
+        pods, gpus = [(1, 1), (1, 2), (1, 4), (2, 4)][int(rng.integers(4))]
+        specs.append(spec(f"j{index}", account, pods, gpus, min_runtime=runtime))
+        placer.submit(specs[-1], 0.0)
+    bound = {d.job_id: d.allocation for d in placer.cycle(0.0).bound}
+    assert len(bound) >= 12
+    return [
+        Adoption(s, bound[s.name], start_time=float(rng.uniform(0, 3 * HOUR)))
+        for s in specs
+        if s.name in bound
+    ]
+
+
+def test_adopting_at_once_equals_adopting_one_by_one() -> None:
+    adoptions = running_jobs()
+    now = 3 * HOUR
+    one_by_one, at_once = scheduler(), scheduler()
+    for adoption in adoptions:
+        one_by_one.adopt(adoption.spec, adoption.allocation, adoption.start_time, now)
+    adopted = at_once.adopt_many(adoptions, now)
+
+    assert [job.job_id for job in adopted] == [a.spec.name for a in adoptions]
+    fields = (
+        "state",
+        "start_time",
+        "attempts",
+        "reason",
+        "reason_code",
+        "unallocated",
+        "min_runtime",
+        "history",
+        "submit_time",
+    )
+    for job_id, job in one_by_one.jobs.items():
+        other = at_once.jobs[job_id]
+        assert {f: getattr(job, f) for f in fields} == {f: getattr(other, f) for f in fields}
+    assert any(job.unallocated for job in adopted)
+    assert len({job.min_runtime for job in adopted}) > 1
+    assert list(one_by_one.running) == list(at_once.running)
+    assert one_by_one.ledger.views == at_once.ledger.views
+    assert len(one_by_one.queue) == len(at_once.queue) == 0
+    assert one_by_one.state.allocations.keys() == at_once.state.allocations.keys()
+    assert one_by_one.state.total_free_gpus == at_once.state.total_free_gpus
+    for account in ("team-a", "team-b", "scratch"):
+        later = now + HOUR
+        assert one_by_one.usage.usage(account, later) == at_once.usage.usage(account, later)
+    for time in (now, now + HOUR / 2, now + 2 * HOUR, now + 13 * HOUR):
+        for adoption in adoptions:
+            name = adoption.spec.name
+            assert one_by_one.is_protected(name, time) == at_once.is_protected(name, time)
+
+    # The same decisions afterwards: a wide gang that must preempt, and small jobs.
+    later = now + 2 * HOUR
+    for target in (one_by_one, at_once):
+        target.submit(spec("wide", "team-b", 4, 4, min_runtime="1h"), later)
+        target.submit(spec("small", "team-a", 1, 1), later)
+
+    def decisions(target: Scheduler) -> list[tuple[str, str]]:
+        out = []
+        for decision in target.cycle(later).decisions:
+            if isinstance(decision, Bind):
+                out.append(("bind", f"{decision.job_id} {decision.allocation.nodes.tolist()}"))
+            elif isinstance(decision, Evict):
+                out.append(("evict", f"{decision.job_id} for {decision.preemptor}"))
+        return out
+
+    assert decisions(one_by_one) == decisions(at_once)
+
+
+def test_adopting_a_name_already_live_is_refused() -> None:
+    adoptions = running_jobs()[:2]
+    target = scheduler()
+    with pytest.raises(InputError, match="already running"):
+        target.adopt_many([adoptions[0], adoptions[0]], 3 * HOUR)
