@@ -6,8 +6,6 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from rich.console import Console
-
 from toposched.cli import (
     bench,
     cluster,
@@ -74,10 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: int = args.handler(args)
         return result
     except ToposchedError as error:
-        Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False)
+        # One line, never wrapped, so that `FILE:LINE:` stays whole for editors and grep.
+        print(f"error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        Console(stderr=True).print("interrupted")
+        print("interrupted", file=sys.stderr)
         return 130
 
 

@@ -15,7 +15,8 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import load_topology
 from toposched.cluster.state import ClusterState
 from toposched.cluster.units import MILLI_PER_GPU, format_timing
-from toposched.placement.jobspec import JobSpec, load_jobs
+from toposched.placement.jobfiles import JobInFile, read_job_files
+from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import POLICIES, policy_by_name
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, PlacementResult, place
@@ -92,7 +93,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--pods", args.pods, "must be >= 0")
     # Every file is read and validated before anything is placed: a bad job later in the list
     # should not leave half the output printed.
-    jobs = [job for path in args.jobs for job in load_jobs(path)]
+    # Job names must be unique across the files (the same file given twice says so, with file
+    # and line), and errors found against the cluster name the job's file and line.
+    jobs_read = read_job_files(args.jobs)
+    jobs = [job.spec for job in jobs_read]
     if args.fleet:
         from toposched.workloads.fleet import occupied_fleet
 
@@ -101,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         state = ClusterState(load_topology(args.cluster))
         cluster_name = str(args.cluster)
-    requests = [GangRequest.from_spec(job, state.topology) for job in jobs]
+    requests = [_request(job, state) for job in jobs_read]
     policy = policy_by_name(args.policy, seed=args.seed)
     outcomes: list[Outcome] = []
     for job, request in zip(jobs, requests, strict=True):
@@ -116,6 +120,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_tables(state, cluster_name, args.policy, outcomes, args.pods)
     return 0 if all(isinstance(outcome.result, Placement) for outcome in outcomes) else 1
+
+
+def _request(job: JobInFile, state: ClusterState) -> GangRequest:
+    try:
+        return GangRequest.from_spec(job.spec, state.topology)
+    except InputError as error:
+        raise job.locate(error) from None
 
 
 def _domains_used(state: ClusterState, placement: Placement) -> dict[str, int]:
