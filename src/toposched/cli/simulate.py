@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
+import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,15 +19,15 @@ from rich.console import Console
 from toposched.bench.harness import calibration, interpreter_calibration, machine
 from toposched.cli.summary import summary_table
 from toposched.cluster.errors import InputError
-from toposched.cluster.units import parse_duration
+from toposched.cluster.units import DAY, parse_duration
 from toposched.policy.contract import Contract
 from toposched.scheduler.core import Scheduler
-from toposched.sim.engine import DEFAULT_SAMPLE_INTERVAL, Simulation
+from toposched.sim.engine import DEFAULT_SAMPLE_INTERVAL, Simulation, SimulationInterrupted
 from toposched.sim.metrics import summarize
 from toposched.sim.protocol import SchedulerFactory, toposched_scheduler
 from toposched.workloads.catalog import WORKLOAD_HELP, workload_by_name
-from toposched.workloads.files import save_workload
-from toposched.workloads.model import Workload
+from toposched.workloads.files import check_workload_path, save_workload
+from toposched.workloads.model import Workload, oversized_jobs
 
 DESCRIPTION = """\
 Replay a workload through toposched's scheduler on a simulated clock. The simulator jumps from
@@ -41,7 +44,10 @@ workloads (--workload):
 
 EPILOG = """\
 outputs: a summary table (or JSON with --json) and DIR/summary.json with every metric and the
-sampled timeline; docs/simulator.md defines each metric and the workload file format.
+sampled timeline; docs/simulator.md defines each metric and the workload file format. --out and
+--save-workload are checked before the run. Ctrl-C or SIGTERM stops a run and writes the summary
+of what it simulated so far ("interrupted" in summary.json). A job asking for more GPUs than the
+whole cluster is kept (it can never start) and named in a warning before the run.
 
 examples:
   toposched simulate                               Ai2-like cluster, 30 days, 3,072 GPUs
@@ -121,7 +127,8 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
     parser.add_argument(
         "--save-workload",
         metavar="FILE",
-        help="also write the workload to FILE (.yaml, .json or .jsonl) to replay or edit later",
+        help="also write the workload to FILE (.yaml, .yml, .json, .jsonl or .ndjson: the suffix "
+        "picks the format; the folder must exist) to replay or edit later",
     )
     parser.add_argument(
         "--spares",
@@ -272,15 +279,69 @@ def _calibrated(run: Callable[[], _T]) -> tuple[_T, dict[str, Any]]:
     }
 
 
-def simulate_and_report(args: argparse.Namespace, title: str | None = None) -> dict[str, Any]:
-    """Build the workload, run it, write DIR/summary.json, print the table or the JSON."""
-    console = Console(stderr=args.json)
+def check_outputs(args: argparse.Namespace) -> Path:
+    """The output folder, made now, and the --save-workload path checked: a path that cannot
+    be written fails before the run rather than after it, losing nothing."""
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InputError(
+            "--out", args.out, "is a file, not a folder; give a folder for summary.json"
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as error:
+        raise InputError("--out", args.out, f"cannot be written: {error.strerror}") from None
+    if args.save_workload:
+        check_workload_path(args.save_workload, "--save-workload")
+    return out
+
+
+def prepare_workload(args: argparse.Namespace, console: Console) -> tuple[Workload, float]:
+    """Build the workload (and save it when asked); warn of jobs that can never start."""
     started = time.perf_counter()
     with console.status(f"building workload {args.workload}..."):
         workload = build_workload(args)
     built = time.perf_counter() - started
     if args.save_workload:
-        save_workload(workload, args.save_workload)
+        saved = save_workload(workload, args.save_workload)
+        console.print(
+            f"workload written to {saved} ({len(workload.jobs):,} jobs)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    oversized = oversized_jobs(workload)
+    if oversized:
+        # A warning, not an error: a trace replayed on a smaller cluster legitimately holds
+        # such jobs, and the rest of the run still measures the scheduler.
+        names = ", ".join(f"{job.name} ({job.gpus:,g} GPUs)" for job in oversized[:5])
+        more = f" and {len(oversized) - 5:,} more" if len(oversized) > 5 else ""
+        Console(stderr=True).print(
+            f"warning: {len(oversized):,} job(s) ask for more GPUs than the cluster's "
+            f"{workload.topology.n_gpus:,} and can never start: {names}{more}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return workload, built
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM stops a run as Ctrl-C does: with the partial summary written."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
+
+
+def simulate_and_report(args: argparse.Namespace, title: str | None = None) -> dict[str, Any]:
+    """Build the workload, run it, write DIR/summary.json, print the table or the JSON. An
+    interrupted run (Ctrl-C, SIGTERM) writes the summary of what it simulated and says so."""
+    console = Console(stderr=args.json)
+    out = check_outputs(args)
+    workload, built = prepare_workload(args, console)
     simulation = Simulation(
         workload,
         scheduler_factory(args),
@@ -288,20 +349,32 @@ def simulate_and_report(args: argparse.Namespace, title: str | None = None) -> d
         progress=not args.no_progress,
         cycle_interval=args.cycle_every,
     )
-    result, calibrated = _calibrated(simulation.run)
+    _stop_on_sigterm()
+    interrupted: SimulationInterrupted | None = None
+    try:
+        result, calibrated = _calibrated(simulation.run)
+    except SimulationInterrupted as stop:
+        interrupted, result, calibrated = stop, stop.result, {}
     summary = summarize(result)
-    summary["scheduler_speed"]["calibration"] = calibrated
+    if calibrated:
+        summary["scheduler_speed"]["calibration"] = calibrated
     summary["workload_description"] = workload.description
     summary["workload_build_seconds"] = built
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     path = out / "summary.json"
     path.write_text(json.dumps(summary, indent=1) + "\n")
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
         console.print(summary_table(summary, title or f"toposched: {workload.description}"))
-        console.print(f"summary written to {path}")
+        console.print(f"summary written to {path}", highlight=False, soft_wrap=True)
+    if interrupted is not None:
+        Console(stderr=True).print(
+            f"interrupted: the summary covers the first {result.duration / DAY:.2f} simulated "
+            f"days, written to {path}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise interrupted
     return summary
 
 
@@ -312,10 +385,8 @@ def compare_and_report(args: argparse.Namespace, title: str | None = None) -> di
     from toposched.sim.report import write_report
 
     console = Console(stderr=args.json)
-    with console.status(f"building workload {args.workload}..."):
-        workload = build_workload(args)
-    if args.save_workload:
-        save_workload(workload, args.save_workload)
+    out = check_outputs(args)
+    workload, _ = prepare_workload(args, console)
     from toposched.sim.compare import DEFAULT_SCHEDULERS
 
     schedulers = {**DEFAULT_SCHEDULERS, "toposched": scheduler_factory(args)}
@@ -330,8 +401,6 @@ def compare_and_report(args: argparse.Namespace, title: str | None = None) -> di
     summaries = {name: run.summary for name, run in runs.items()}
     for summary in summaries.values():
         summary["scheduler_speed"]["calibration"] = calibrated
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summaries, indent=1) + "\n")
     report = out / "report.html"
     write_report(

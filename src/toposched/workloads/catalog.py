@@ -26,13 +26,33 @@ WORKLOAD_HELP = {
     "ai2:team-sized": "the same with no training run larger than its team's budget (by default "
     "every team's runs reach a sixth of the cluster, 512 GPUs at 3,072)",
     "frontier": "frontier-lab fleet of 1,000,080 GB300 GPUs (30 days): 10k-200k-GPU training in "
-    "rack slices, inference, evals, node failures and repairs; --gpus shrinks the fleet",
+    "rack slices, inference, evals, node failures and repairs; --gpus shrinks the fleet "
+    "(2,160 to 1,000,080, rounded to whole racks in each of its 30 blocks)",
     "itp:NN": "timed replay of Microsoft ITP cluster NN (01-10) on a documented number of 8-GPU "
     "nodes (--gpus overrides); runs until the last job ends unless --days is given",
     "openb[:TRACE]": "timed replay of an openb pod list (default: default) on its 6,212-GPU "
     "cluster, pods arriving at creation and running as long as in the trace",
     "FILE": "a workload file (.yaml, .json or .jsonl) in the format of docs/simulator.md",
 }
+
+
+_FRONTIER_BLOCKS = MILLION_GPU_SHAPE["zones"] * MILLION_GPU_SHAPE["blocks_per_zone"]
+_FRONTIER_GPUS = _FRONTIER_BLOCKS * MILLION_GPU_SHAPE["racks_per_block"] * _RACK_GPUS
+
+
+def frontier_racks_per_block(gpus: int) -> int:
+    """Racks per block of the frontier fleet nearest `gpus` GPUs: the fleet shrinks by whole
+    NVL72 racks in each of its 30 blocks, so it holds a multiple of 2,160 GPUs, from 2,160 to
+    the full 1,000,080."""
+    smallest = _FRONTIER_BLOCKS * _RACK_GPUS
+    if not smallest <= gpus <= _FRONTIER_GPUS:
+        raise InputError(
+            "gpus",
+            gpus,
+            f"the frontier fleet holds {smallest:,} to {_FRONTIER_GPUS:,} GPUs (whole NVL72 "
+            f"racks in each of its {_FRONTIER_BLOCKS} blocks); leave --gpus out for the full fleet",
+        )
+    return max(1, round(gpus / smallest))
 
 
 def workload_by_name(
@@ -60,13 +80,16 @@ def workload_by_name(
             training_sizes=_AI2_VARIANTS[name],
         )
     if name == "frontier":
-        racks_per_block = None
-        if gpus is not None:
-            blocks = MILLION_GPU_SHAPE["zones"] * MILLION_GPU_SHAPE["blocks_per_zone"]
-            racks_per_block = max(1, round(gpus / (blocks * _RACK_GPUS)))
-        return frontier_lab(
+        racks_per_block = None if gpus is None else frontier_racks_per_block(gpus)
+        workload = frontier_lab(
             seed, days if days is not None else DEFAULT_DAYS["frontier"], racks_per_block
         )
+        if gpus is not None and gpus != workload.topology.n_gpus:
+            workload.description += (
+                f" (--gpus {gpus:,} rounded to whole racks: {racks_per_block} in each of "
+                f"the fleet's {_FRONTIER_BLOCKS} blocks)"
+            )
+        return workload
     if name.startswith("itp:"):
         number = name.partition(":")[2]
         if not number.isdigit() or int(number) not in ITP_CLUSTER_NODES:

@@ -43,7 +43,14 @@ from toposched.workloads.model import (
     build_cluster,
 )
 
-__all__ = ["FORMAT", "load_workload", "save_workload", "workload_to_dict"]
+__all__ = [
+    "FORMAT",
+    "WORKLOAD_SUFFIXES",
+    "check_workload_path",
+    "load_workload",
+    "save_workload",
+    "workload_to_dict",
+]
 
 FORMAT = "toposched-workload/1"
 TOP_LEVEL_KEYS = (
@@ -62,6 +69,7 @@ FAILURE_KEYS = ("time", "nodes", "repair_after")
 JOB_KEYS = ("submit", "runtime", "class", "cancel_after", "checkpoint_interval")
 """Job fields of the workload; every other field of a job entry belongs to its JobSpec."""
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
+WORKLOAD_SUFFIXES = (".yaml", ".yml", ".json", *_JSONL_SUFFIXES)
 
 Path_ = tuple[str | int, ...]
 
@@ -436,21 +444,44 @@ def workload_to_dict(workload: Workload, with_jobs: bool = True) -> dict[str, An
     return data
 
 
-def save_workload(workload: Workload, path: str | os.PathLike[str]) -> Path:
-    """Write a workload file: JSONL for .jsonl/.ndjson (best for many jobs), else YAML/JSON."""
+def check_workload_path(path: str | os.PathLike[str], field: str = "workload file") -> Path:
+    """`path` if a workload can be written there: a known suffix (which picks the format) in
+    an existing folder. Nothing is created: a mistyped folder is an error, not a new folder."""
     file_path = Path(path)
+    if file_path.suffix.lower() not in WORKLOAD_SUFFIXES:
+        raise InputError(
+            field,
+            str(path),
+            f"must end in {', '.join(WORKLOAD_SUFFIXES)} (the suffix picks the format)",
+        )
+    folder = file_path.parent
+    if not folder.is_dir():
+        raise InputError(field, str(path), f"folder {folder} does not exist")
+    if file_path.is_dir():
+        raise InputError(field, str(path), "is a directory; give a file name")
+    return file_path
+
+
+def save_workload(workload: Workload, path: str | os.PathLike[str]) -> Path:
+    """Write a workload file: JSONL for .jsonl/.ndjson (best for many jobs), JSON for .json,
+    YAML for .yaml/.yml; see `check_workload_path` for what is refused."""
+    file_path = check_workload_path(path)
     suffix = file_path.suffix.lower()
-    file_path.parent.mkdir(parents=True, exist_ok=True)
-    with file_path.open("w", encoding="utf-8") as handle:
-        if suffix in _JSONL_SUFFIXES:
-            handle.write(json.dumps(workload_to_dict(workload, with_jobs=False)) + "\n")
-            for job in workload.jobs:
-                handle.write(json.dumps(_job_entry(job)) + "\n")
-        elif suffix == ".json":
-            json.dump(workload_to_dict(workload), handle, indent=1)
-            handle.write("\n")
-        else:
-            yaml.safe_dump(
-                workload_to_dict(workload), handle, sort_keys=False, default_flow_style=None
-            )
+    try:
+        with file_path.open("w", encoding="utf-8") as handle:
+            if suffix in _JSONL_SUFFIXES:
+                handle.write(json.dumps(workload_to_dict(workload, with_jobs=False)) + "\n")
+                for job in workload.jobs:
+                    handle.write(json.dumps(_job_entry(job)) + "\n")
+            elif suffix == ".json":
+                json.dump(workload_to_dict(workload), handle, indent=1)
+                handle.write("\n")
+            else:
+                yaml.safe_dump(
+                    workload_to_dict(workload), handle, sort_keys=False, default_flow_style=None
+                )
+    except OSError as error:
+        raise InputError(
+            "workload file", str(path), f"cannot be written: {error.strerror}"
+        ) from None
     return file_path
