@@ -232,3 +232,28 @@ def test_sigterm_during_a_run_writes_the_partial_summary_and_says_so(tmp_path: P
     summary = json.loads((out / "summary.json").read_text())
     assert summary["simulated"]["interrupted"] is True
     assert summary["simulated"]["days"] < 60_000 * 60 / 16 / 86_400  # stopped early
+
+
+# --- the demo: its own defaults, and a summary that says what each figure means -----------------
+
+
+def test_demo_help_shows_the_demos_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "after N days; default: 2)" in out and "default 1,024;" in out
+    assert "default: 30" not in out and "3,072" not in out
+
+
+def test_demo_summary_says_what_each_metric_means_and_keeps_targets_for_verbose(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "240")  # tables wide enough not to wrap their words
+    options = ["--alone", "--days", "0.05", "--gpus", "64", "--no-progress"]
+    assert main(["demo", *options, "--out", str(tmp_path / "plain")]) == 0
+    plain = capsys.readouterr().out
+    assert "what it means" in plain and "share of GPU time running work" in plain
+    assert "missed" not in plain and "numpy.sort" not in plain and "events per second" not in plain
+    assert main(["demo", *options, "--verbose", "--out", str(tmp_path / "full")]) == 0
+    full = capsys.readouterr().out
+    assert "numpy.sort" in full and "events per second" in full

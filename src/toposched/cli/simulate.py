@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from rich.console import Console
 
 from toposched.bench.harness import calibration, interpreter_calibration, machine
-from toposched.cli.summary import summary_table
+from toposched.cli.summary import plain_table, summary_table
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import DAY, parse_duration
 from toposched.policy.contract import Contract
@@ -72,7 +72,14 @@ def register(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") -> None:
+def add_options(
+    parser: argparse.ArgumentParser,
+    workload_default: str = "ai2",
+    days: float | None = None,
+    gpus: int | None = None,
+) -> None:
+    """The options of a simulation; `days` and `gpus` set defaults other than the workload's
+    own (as the demo does), and the help says them."""
     parser.add_argument(
         "--workload",
         default=workload_default,
@@ -83,9 +90,16 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
     parser.add_argument(
         "--days",
         type=float,
+        default=days,
         metavar="N",
         help="simulated days (generators: how much work to make; replays and files: stop "
-        "after N days; default: 30 for ai2 and frontier, the whole trace otherwise)",
+        "after N days; default: "
+        + (
+            f"{days:g}"
+            if days is not None
+            else "30 for ai2 and frontier, the whole trace otherwise"
+        )
+        + ")",
     )
     parser.add_argument(
         "--seed", type=int, default=0, metavar="N", help="seed of the generators (default: 0)"
@@ -93,9 +107,10 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
     parser.add_argument(
         "--gpus",
         type=int,
+        default=gpus,
         metavar="N",
-        help="cluster size in GPUs (ai2: about N in 8-GPU nodes, default 3,072; frontier: "
-        "shrinks the 1,000,080-GPU fleet; itp: N/8 nodes)",
+        help=f"cluster size in GPUs (ai2: about N in 8-GPU nodes, default {gpus or 3072:,}; "
+        "frontier: shrinks the 1,000,080-GPU fleet; itp: N/8 nodes)",
     )
     parser.add_argument(
         "--out",
@@ -336,9 +351,12 @@ def _stop_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, interrupt)
 
 
-def simulate_and_report(args: argparse.Namespace, title: str | None = None) -> dict[str, Any]:
-    """Build the workload, run it, write DIR/summary.json, print the table or the JSON. An
-    interrupted run (Ctrl-C, SIGTERM) writes the summary of what it simulated and says so."""
+def simulate_and_report(
+    args: argparse.Namespace, title: str | None = None, verbose: bool = True
+) -> dict[str, Any]:
+    """Build the workload, run it, write DIR/summary.json, print the table or the JSON: the
+    full summary, or when not `verbose` the plain one. An interrupted run (Ctrl-C, SIGTERM)
+    writes the summary of what it simulated and says so."""
     console = Console(stderr=args.json)
     out = check_outputs(args)
     workload, built = prepare_workload(args, console)
@@ -365,7 +383,13 @@ def simulate_and_report(args: argparse.Namespace, title: str | None = None) -> d
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
-        console.print(summary_table(summary, title or f"toposched: {workload.description}"))
+        heading = title or f"toposched: {workload.description}"
+        shown = (
+            summary_table(summary, heading)
+            if verbose
+            else plain_table({"toposched": summary}, heading)
+        )
+        console.print(shown)
         console.print(f"summary written to {path}", highlight=False, soft_wrap=True)
     if interrupted is not None:
         Console(stderr=True).print(
@@ -378,9 +402,12 @@ def simulate_and_report(args: argparse.Namespace, title: str | None = None) -> d
     return summary
 
 
-def compare_and_report(args: argparse.Namespace, title: str | None = None) -> dict[str, Any]:
-    """Run toposched and the baselines on one workload; print the comparison, write the
-    summaries (DIR/summary.json, one entry per scheduler) and DIR/report.html."""
+def compare_and_report(
+    args: argparse.Namespace, title: str | None = None, verbose: bool = True
+) -> dict[str, Any]:
+    """Run toposched and the baselines on one workload; print the comparison (in full, or when
+    not `verbose` the plain table), write the summaries (DIR/summary.json, one entry per
+    scheduler) and DIR/report.html."""
     from toposched.sim.compare import comparison_table, run_comparison
     from toposched.sim.report import write_report
 
@@ -412,6 +439,17 @@ def compare_and_report(args: argparse.Namespace, title: str | None = None) -> di
     )
     if args.json:
         print(json.dumps(summaries, indent=1))
+    elif not verbose:
+        ordered = {"toposched": summaries["toposched"]}
+        ordered.update(
+            (name, summary) for name, summary in summaries.items() if name != "toposched"
+        )
+        console.print(plain_table(ordered, title or f"toposched: {workload.description}"))
+        console.print(
+            f"summaries written to {out / 'summary.json'}; report: {report}",
+            highlight=False,
+            soft_wrap=True,
+        )
     else:
         console.print(
             summary_table(summaries["toposched"], title or f"toposched: {workload.description}")
