@@ -24,7 +24,18 @@ print(sorted(name for name in ("numpy", "numba", "rich", "yaml") if name in sys.
 """
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["no-such-command"], []])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["--version"],
+        ["no-such-command"],
+        [],
+        ["simulate", "--help"],
+        ["demo", "--help"],
+        ["simulate", "--days", "many"],
+    ],
+)
 def test_help_version_and_usage_errors_load_no_heavy_module(argv: list[str]) -> None:
     probe = subprocess.run(
         [sys.executable, "-c", _PROBE.format(argv=argv)],
@@ -61,3 +72,19 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--help"])
     out = capsys.readouterr().out
     assert all(f"    {name}" in out for name in COMMANDS)
+
+
+def test_the_frontier_shape_the_catalog_states_is_the_fleets() -> None:
+    from toposched.cluster.builders import MILLION_GPU_SHAPE
+    from toposched.workloads import catalog
+
+    blocks = MILLION_GPU_SHAPE["zones"] * MILLION_GPU_SHAPE["blocks_per_zone"]
+    assert catalog.FRONTIER_BLOCKS == blocks
+    assert catalog.FRONTIER_GPUS == 1_000_080
+
+
+def test_the_simulate_default_sample_interval_is_the_simulators() -> None:
+    from toposched.cli import simulate
+    from toposched.sim import engine
+
+    assert simulate.DEFAULT_SAMPLE_INTERVAL == engine.DEFAULT_SAMPLE_INTERVAL

@@ -6,12 +6,7 @@ import argparse
 import time
 from typing import Any
 
-from rich.console import Console
-
 from toposched.cli.simulate import add_options, compare_and_report, simulate_and_report
-from toposched.cli.summary import cluster_table
-from toposched.cluster.builders import million_gpu_cluster
-from toposched.cluster.state import ClusterState
 
 DEMO_DAYS = 2.0
 DEMO_GPUS = 1024
@@ -54,6 +49,12 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.fleet:
+        from rich.console import Console
+
+        from toposched.cli.summary import cluster_table
+        from toposched.cluster.builders import million_gpu_cluster
+        from toposched.cluster.state import ClusterState
+
         started = time.perf_counter()
         state = ClusterState(million_gpu_cluster())
         elapsed = time.perf_counter() - started

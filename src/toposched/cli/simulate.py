@@ -12,22 +12,22 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from rich.console import Console
-
-from toposched.bench.harness import calibration, interpreter_calibration, machine
-from toposched.cli.summary import plain_table, summary_table
 from toposched.cluster.errors import InputError
-from toposched.cluster.units import DAY, parse_duration
-from toposched.policy.contract import Contract
-from toposched.scheduler.core import Scheduler
-from toposched.sim.engine import DEFAULT_SAMPLE_INTERVAL, Simulation, SimulationInterrupted
-from toposched.sim.metrics import summarize
-from toposched.sim.protocol import SchedulerFactory, toposched_scheduler
+from toposched.cluster.units import DAY, HOUR, parse_duration
 from toposched.workloads.catalog import WORKLOAD_HELP, workload_by_name
-from toposched.workloads.files import check_workload_path, save_workload
-from toposched.workloads.model import Workload, oversized_jobs
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from toposched.sim.protocol import SchedulerFactory
+    from toposched.workloads.model import Workload
+
+# The simulator, the scheduler and rich are imported where a run needs them, so that the
+# parser (`--help`, usage errors) loads none of them.
+DEFAULT_SAMPLE_INTERVAL = HOUR
+"""toposched.sim.engine.DEFAULT_SAMPLE_INTERVAL (tests/test_cli_start.py checks they agree)."""
 
 DESCRIPTION = """\
 Replay a workload through toposched's scheduler on a simulated clock. The simulator jumps from
@@ -234,6 +234,10 @@ def _spares(text: str) -> tuple[str, int]:
 
 def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     """toposched's scheduler with the options given on the command line."""
+    from toposched.policy.contract import Contract
+    from toposched.scheduler.core import Scheduler
+    from toposched.sim.protocol import toposched_scheduler
+
     spares = getattr(args, "spares", None)
     protect = not getattr(args, "unprotected_borrowing", False)
     borrowed = getattr(args, "borrowed_min_runtime", None)
@@ -276,6 +280,8 @@ def _calibrated(run: Callable[[], _T]) -> tuple[_T, dict[str, Any]]:
     """`run()`, and the calibration measured just before and just after it, with the machine:
     speed figures of runs on different machines, or in different states of one machine,
     compare only through it."""
+    from toposched.bench.harness import calibration, interpreter_calibration, machine
+
     before = calibration(CALIBRATION_RUNS, CALIBRATION_WARMUP).median_s
     interpreter = interpreter_calibration(CALIBRATION_RUNS, CALIBRATION_WARMUP)
     interpreter_before = interpreter.median_s
@@ -297,6 +303,8 @@ def _calibrated(run: Callable[[], _T]) -> tuple[_T, dict[str, Any]]:
 def check_outputs(args: argparse.Namespace) -> Path:
     """The output folder, made now, and the --save-workload path checked: a path that cannot
     be written fails before the run rather than after it, losing nothing."""
+    from toposched.workloads.files import check_workload_path
+
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InputError(
@@ -315,6 +323,11 @@ def check_outputs(args: argparse.Namespace) -> Path:
 
 def prepare_workload(args: argparse.Namespace, console: Console) -> tuple[Workload, float]:
     """Build the workload (and save it when asked); warn of jobs that can never start."""
+    from rich.console import Console
+
+    from toposched.workloads.files import save_workload
+    from toposched.workloads.model import oversized_jobs
+
     started = time.perf_counter()
     with console.status(f"building workload {args.workload}..."):
         workload = build_workload(args)
@@ -357,6 +370,12 @@ def simulate_and_report(
     """Build the workload, run it, write DIR/summary.json, print the table or the JSON: the
     full summary, or when not `verbose` the plain one. An interrupted run (Ctrl-C, SIGTERM)
     writes the summary of what it simulated and says so."""
+    from rich.console import Console
+
+    from toposched.cli.summary import plain_table, summary_table
+    from toposched.sim.engine import Simulation, SimulationInterrupted
+    from toposched.sim.metrics import summarize
+
     console = Console(stderr=args.json)
     out = check_outputs(args)
     workload, built = prepare_workload(args, console)
@@ -408,6 +427,9 @@ def compare_and_report(
     """Run toposched and the baselines on one workload; print the comparison (in full, or when
     not `verbose` the plain table), write the summaries (DIR/summary.json, one entry per
     scheduler) and DIR/report.html."""
+    from rich.console import Console
+
+    from toposched.cli.summary import plain_table, summary_table
     from toposched.sim.compare import comparison_table, run_comparison
     from toposched.sim.report import write_report
 

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from toposched.cluster.builders import MILLION_GPU_SHAPE
 from toposched.cluster.errors import InputError, checked_seed
 from toposched.cluster.units import DAY
-from toposched.workloads.ai2 import TRAINING_SIZES, ai2_like
-from toposched.workloads.files import load_workload
-from toposched.workloads.frontier import frontier_lab
-from toposched.workloads.model import Workload
-from toposched.workloads.replay import ITP_CLUSTER_NODES, itp_replay, openb_replay
+
+if TYPE_CHECKING:
+    from toposched.workloads.model import Workload
+
+# The generators and loaders (numpy, the compiled loops) are imported by `workload_by_name`
+# alone, so that the command line lists the workloads (WORKLOAD_HELP) without loading them.
 
 __all__ = ["WORKLOAD_HELP", "workload_by_name"]
 
 DEFAULT_DAYS = {"ai2": 30.0, "frontier": 30.0}
-_AI2_VARIANTS = {name: sizes for sizes, name in TRAINING_SIZES.items()}
 AI2_DEFAULT_GPUS = 3072
 _RACK_GPUS = 72
 
@@ -36,21 +36,23 @@ WORKLOAD_HELP = {
 }
 
 
-_FRONTIER_BLOCKS = MILLION_GPU_SHAPE["zones"] * MILLION_GPU_SHAPE["blocks_per_zone"]
-_FRONTIER_GPUS = _FRONTIER_BLOCKS * MILLION_GPU_SHAPE["racks_per_block"] * _RACK_GPUS
+FRONTIER_BLOCKS = 30
+"""Blocks of the 1,000,080-GPU fleet (MILLION_GPU_SHAPE: 2 zones of 15), 463 racks each."""
+FRONTIER_GPUS = FRONTIER_BLOCKS * 463 * _RACK_GPUS
+"""GPUs of the full frontier fleet: 1,000,080."""
 
 
 def frontier_racks_per_block(gpus: int) -> int:
     """Racks per block of the frontier fleet nearest `gpus` GPUs: the fleet shrinks by whole
     NVL72 racks in each of its 30 blocks, so it holds a multiple of 2,160 GPUs, from 2,160 to
     the full 1,000,080."""
-    smallest = _FRONTIER_BLOCKS * _RACK_GPUS
-    if not smallest <= gpus <= _FRONTIER_GPUS:
+    smallest = FRONTIER_BLOCKS * _RACK_GPUS
+    if not smallest <= gpus <= FRONTIER_GPUS:
         raise InputError(
             "gpus",
             gpus,
-            f"the frontier fleet holds {smallest:,} to {_FRONTIER_GPUS:,} GPUs (whole NVL72 "
-            f"racks in each of its {_FRONTIER_BLOCKS} blocks); leave --gpus out for the full fleet",
+            f"the frontier fleet holds {smallest:,} to {FRONTIER_GPUS:,} GPUs (whole NVL72 "
+            f"racks in each of its {FRONTIER_BLOCKS} blocks); leave --gpus out for the full fleet",
         )
     return max(1, round(gpus / smallest))
 
@@ -65,6 +67,12 @@ def workload_by_name(
 ) -> Workload:
     """The workload `name` names, built with these options (each applies where it makes sense:
     `seed` to the generators, `gpus` to the cluster size, `days` to the horizon)."""
+    from toposched.workloads.ai2 import TRAINING_SIZES, ai2_like
+    from toposched.workloads.files import load_workload
+    from toposched.workloads.frontier import frontier_lab
+    from toposched.workloads.replay import ITP_CLUSTER_NODES, itp_replay, openb_replay
+
+    ai2_variants = {name: sizes for sizes, name in TRAINING_SIZES.items()}
     checked_seed(seed)
     if days is not None and (
         isinstance(days, bool) or not isinstance(days, int | float) or not days > 0
@@ -72,12 +80,12 @@ def workload_by_name(
         raise InputError("days", days, "must be a number of days > 0")
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
         raise InputError("gpus", gpus, "must be a whole number of GPUs >= 1")
-    if name in _AI2_VARIANTS:
+    if name in ai2_variants:
         return ai2_like(
             seed,
             days if days is not None else DEFAULT_DAYS["ai2"],
             gpus if gpus is not None else AI2_DEFAULT_GPUS,
-            training_sizes=_AI2_VARIANTS[name],
+            training_sizes=ai2_variants[name],
         )
     if name == "frontier":
         racks_per_block = None if gpus is None else frontier_racks_per_block(gpus)
@@ -87,7 +95,7 @@ def workload_by_name(
         if gpus is not None and gpus != workload.topology.n_gpus:
             workload.description += (
                 f" (--gpus {gpus:,} rounded to whole racks: {racks_per_block} in each of "
-                f"the fleet's {_FRONTIER_BLOCKS} blocks)"
+                f"the fleet's {FRONTIER_BLOCKS} blocks)"
             )
         return workload
     if name.startswith("itp:"):
