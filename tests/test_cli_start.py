@@ -34,6 +34,7 @@ print(sorted(name for name in ("numpy", "numba", "rich", "yaml") if name in sys.
         ["simulate", "--help"],
         ["demo", "--help"],
         ["simulate", "--days", "many"],
+        ["cluster", "--help"],
     ],
 )
 def test_help_version_and_usage_errors_load_no_heavy_module(argv: list[str]) -> None:

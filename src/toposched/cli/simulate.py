@@ -437,16 +437,32 @@ def compare_and_report(
     out = check_outputs(args)
     workload, _ = prepare_workload(args, console)
     from toposched.sim.compare import DEFAULT_SCHEDULERS
+    from toposched.sim.engine import SimulationInterrupted
+    from toposched.sim.metrics import summarize
 
     schedulers = {**DEFAULT_SCHEDULERS, "toposched": scheduler_factory(args)}
-    runs, calibrated = _calibrated(
-        lambda: run_comparison(
-            workload,
-            schedulers,
-            sample_interval=args.sample_interval,
-            progress=not args.no_progress,
+    _stop_on_sigterm()
+    try:
+        runs, calibrated = _calibrated(
+            lambda: run_comparison(
+                workload,
+                schedulers,
+                sample_interval=args.sample_interval,
+                progress=not args.no_progress,
+            )
         )
-    )
+    except SimulationInterrupted as stop:
+        # The runs already finished are not returned: keep the one that was stopped.
+        path = out / "summary.json"
+        partial = {stop.result.scheduler: summarize(stop.result)}
+        path.write_text(json.dumps(partial, indent=1) + "\n")
+        Console(stderr=True).print(
+            f"interrupted: {path} holds the summary of {stop.result.scheduler}'s run over its "
+            f"first {stop.result.duration / DAY:.2f} simulated days",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise
     summaries = {name: run.summary for name, run in runs.items()}
     for summary in summaries.values():
         summary["scheduler_speed"]["calibration"] = calibrated
