@@ -35,6 +35,7 @@ print(sorted(name for name in ("numpy", "numba", "rich", "yaml") if name in sys.
         ["demo", "--help"],
         ["simulate", "--days", "many"],
         ["cluster", "--help"],
+        ["place", "--help"],
     ],
 )
 def test_help_version_and_usage_errors_load_no_heavy_module(argv: list[str]) -> None:
@@ -89,3 +90,10 @@ def test_the_simulate_default_sample_interval_is_the_simulators() -> None:
     from toposched.sim import engine
 
     assert simulate.DEFAULT_SAMPLE_INTERVAL == engine.DEFAULT_SAMPLE_INTERVAL
+
+
+def test_the_place_policy_names_are_the_placement_policies() -> None:
+    from toposched.cli.place import POLICY_NAMES
+    from toposched.placement.policies import POLICIES
+
+    assert sorted(POLICY_NAMES) == sorted(POLICIES)
