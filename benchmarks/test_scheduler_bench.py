@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from toposched.bench.cycle import (
-    _spec,
-    _team,
     busy_scheduler,
+    gang_spec,
     replace_a_running_job,
     submit_blocked,
+    team_name,
 )
 from toposched.bench.preempt import _decide, frontier_job
 from toposched.scheduler.core import Scheduler
@@ -39,7 +39,7 @@ def test_cycle_where_nothing_new_fits(benchmark: Any, busy: Scheduler) -> None:
 
 
 def test_preemption_decision_one_rack(benchmark: Any, busy: Scheduler) -> None:
-    busy.submit(_spec("rack-job", _team(0), 18, 4, required="rack"), 1.0)
+    busy.submit(gang_spec("rack-job", team_name(0), 18, 4, required="rack"), 1.0)
     plan = benchmark.pedantic(lambda: _decide(busy, "rack-job", 1.0), rounds=10, iterations=1)
     busy.cancel("rack-job", 1.0)
     assert isinstance(plan, PreemptionPlan)

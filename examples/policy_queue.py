@@ -62,9 +62,9 @@ def main() -> None:
         scheduler.submit(spec, now)
     print("queue before the cycle (accounts below their budget first, then by Fair Tree):")
     for row in scheduler.queue_rows(now):
-        tier = f"{row['tier']}, below its budget" if row["owed"] else row["tier"]
-        print(f"  #{row['position']} {row['job']:<13} {tier}, priority {row['priority']}")
-        print(f"      {row['standing']}")
+        tier = f"{row.tier}, below its budget" if row.owed else row.tier
+        print(f"  #{row.position} {row.job:<13} {tier}, priority {row.priority}")
+        print(f"      {row.standing}")
 
     result = scheduler.cycle(now)
     print()
@@ -81,9 +81,9 @@ def main() -> None:
     print()
     print("queue after the cycle:")
     for row in scheduler.queue_rows(now):
-        print(f"  #{row['position']} {row['job']:<13} [{row['account']}]")
-        print(f"      sort key: {row['standing']}; priority {row['priority']}")
-        print(f"      reason:   {row['reason']}")
+        print(f"  #{row.position} {row.job:<13} [{row.account}]")
+        print(f"      sort key: {row.standing}; priority {row.priority}")
+        print(f"      reason:   {row.reason}")
     print()
     print("explain b-finetune:")
     print(f"  {scheduler.explain('b-finetune', now)}")

@@ -122,7 +122,7 @@ def test_bad_rows_name_file_line_and_field(tmp_path: Path, row: str, field: str,
     with pytest.raises(InputError) as caught:
         load_openb_pods(path)
     # The bad row is the file's third line (header, good row, bad row).
-    assert caught.value.field == f"{path}:3: {field}"
+    assert (caught.value.file, caught.value.line, caught.value.field) == (str(path), 3, field)
     assert rule in caught.value.rule
     assert str(path) in str(caught.value) and ":3:" in str(caught.value)
 

@@ -136,7 +136,7 @@ def test_from_yaml_names_a_missing_file(tmp_path: Path) -> None:
     with pytest.raises(InputError) as error:
         BudgetTree.from_yaml(str(tmp_path / "absent.yaml"))
     assert error.value.field == "budget file"
-    assert "cannot be read" in error.value.rule
+    assert error.value.rule == "file not found"
 
 
 def test_empty_accounts_make_an_empty_tree() -> None:
@@ -165,10 +165,22 @@ LOAD_ERRORS: list[tuple[str, Any, str, Any, str]] = [
     ("share as text", {"accounts": {"a": {"share": "35%"}}}, "accounts.a.share", "35%", "number"),
     ("share as bool", {"accounts": {"a": {"share": True}}}, "accounts.a.share", True, "number"),
     ("missing share", {"accounts": {"a": {"children": {}}}}, "accounts.a.share", None, "required"),
-    ("unknown key", {"accounts": {"a": {"shares": 5}}}, "accounts.a.shares", "shares", "unknown"),
+    (
+        "unknown key",
+        {"accounts": {"a": {"shares": 5}}},
+        "accounts.a.shares",
+        5,
+        "unknown field (did you mean 'share'?)",
+    ),
     ("name with a space", {"accounts": {"team a": 5}}, "accounts.team a", "team a", "names use"),
     ("name with a slash", {"accounts": {"a/b": 5}}, "accounts.a/b", "a/b", "no '/'"),
-    ("no accounts key", {"acounts": {}}, "budget.acounts", "acounts", "unknown key"),
+    (
+        "no accounts key",
+        {"acounts": {}},
+        "acounts",
+        {},
+        "unknown field (did you mean 'accounts'?)",
+    ),
     ("not a mapping", ["a"], "budget", ["a"], "mapping"),
     (
         "children not a mapping",
@@ -241,7 +253,7 @@ def test_invalid_budgets_name_field_value_and_rule(
 def test_a_yaml_key_written_twice_is_an_error_not_a_silent_overwrite() -> None:
     with pytest.raises(InputError) as error:
         BudgetTree.from_yaml("accounts:\n  a: 50\n  b: 10\n  a: 30\n")
-    assert error.value.field == "budget line 4"
+    assert (error.value.field, error.value.line) == ("accounts.a", 4)
     assert error.value.value == "a"
     assert "already given at line 2" in error.value.rule
 

@@ -212,7 +212,7 @@ def test_recovery_keeps_pending_order_submit_times_and_running_allocations(
         assert state_of(loop, "big") == "running"
         assert backend.launch("big") is not None
         after = loop.call(lambda core, now: core.scheduler.queue_rows(now))
-        assert [r["job"] for r in after] == [r["job"] for r in before] == ["p1", "p2"]
+        assert [r.job for r in after] == [r.job for r in before] == ["p1", "p2"]
         times = loop.call(
             lambda core, now: [core.scheduler.jobs[j].submit_time for j in ("p1", "p2")]
         )

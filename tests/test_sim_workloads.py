@@ -130,7 +130,9 @@ def test_errors_name_file_line_and_field(tmp_path: Path) -> None:
     bad = EXAMPLE.replace("resources_per_pod: {gpus: 8}", "resources_per_pod: {gpus: -8}")
     error = _error(tmp_path, bad)
     line = bad.splitlines().index("    resources_per_pod: {gpus: -8}") + 1
-    assert error.field == f"{tmp_path / 'w.yaml'}:{line}: jobs[1].resources_per_pod.gpus"
+    assert (error.file, error.line) == (str(tmp_path / "w.yaml"), line)
+    assert error.field == "jobs[1].resources_per_pod.gpus"
+    assert str(error).startswith(f"{tmp_path / 'w.yaml'}:{line}: jobs[1].resources_per_pod.gpus: ")
     assert "-8" in str(error)
 
 
@@ -160,14 +162,13 @@ def test_loader_errors(tmp_path: Path, old: str, new: str, field: str, rule: str
     text = EXAMPLE.replace(old, new, 1)
     assert text != EXAMPLE
     error = _error(tmp_path, text)
-    where, _, named = error.field.rpartition(": ")
-    assert named == field
-    path, _, line = where.rpartition(":")
-    assert path == str(tmp_path / "w.yaml") and int(line) >= 1
+    assert error.field == field
+    line = error.line
+    assert error.file == str(tmp_path / "w.yaml") and line is not None and line >= 1
     assert rule in error.rule
     # The line holds the field's key (or its entry when the key is missing).
     key = field.rsplit(".", 1)[-1].split("[")[0]
-    listed = text.splitlines()[int(line) - 1]
+    listed = text.splitlines()[line - 1]
     assert key in listed or "- " in listed or key in ("runtime", "children")
 
 
@@ -176,14 +177,14 @@ def test_jsonl_errors_name_the_line_of_the_job(tmp_path: Path) -> None:
     good = '{"name": "a", "submit": 0, "runtime": 60, "pods": 1, "resources_per_pod": {"gpus": 1}}'
     bad = '{"name": "b", "submit": 0, "runtime": 60, "pods": 0, "resources_per_pod": {"gpus": 1}}'
     error = _error(tmp_path, "\n".join([header, good, "", bad]) + "\n", "w.jsonl")
-    assert error.field == f"{tmp_path / 'w.jsonl'}:4: jobs[1].pods"
+    assert (error.file, error.line, error.field) == (str(tmp_path / "w.jsonl"), 4, "jobs[1].pods")
     broken = _error(tmp_path, header + "\n{not json\n", "w.jsonl")
-    assert broken.field == f"{tmp_path / 'w.jsonl'}:2"
+    assert (broken.file, broken.line) == (str(tmp_path / "w.jsonl"), 2)
 
 
 def test_yaml_syntax_errors_name_the_line(tmp_path: Path) -> None:
     error = _error(tmp_path, "name: x\njobs: [\n  {a: 1\n")
-    assert error.field.startswith(f"{tmp_path / 'w.yaml'}:")
+    assert error.file == str(tmp_path / "w.yaml") and error.line is not None
     assert "YAML" in error.rule
 
 
@@ -339,7 +340,7 @@ def test_itp_loader_errors_name_file_line_and_column(tmp_path: Path) -> None:
     path.write_text("job_id,submission_time,duration,num_gpu\na,0,10,1\nb,5,ten,2\n")
     with pytest.raises(InputError) as caught:
         load_itp_trace(path)
-    assert caught.value.field == f"{path}:3: duration"
+    assert (caught.value.file, caught.value.line, caught.value.field) == (str(path), 3, "duration")
     path.write_text("id,time\n")
     with pytest.raises(InputError, match="expected the columns"):
         load_itp_trace(path)

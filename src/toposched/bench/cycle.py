@@ -193,9 +193,3 @@ def run_cycle_benchmarks(quick: bool = False) -> list[Measurement]:
         )
     )
     return results
-
-
-# The names benchmarks/test_scheduler_bench.py imports; `gang_spec` and `team_name` are the ones
-# to use.
-_spec = gang_spec
-_team = team_name

@@ -6,12 +6,7 @@ import argparse
 import time
 from typing import Any
 
-from rich.console import Console
-
-from toposched.cli.summary import cluster_table
-from toposched.cluster.builders import fat_tree_cluster, nvl72_cluster, superpod_cluster
-from toposched.cluster.loaders import load_topology
-from toposched.cluster.state import ClusterState
+# The builders, loaders and rich load when a command runs, not for its parser (--help).
 
 
 def register(commands: Any) -> None:
@@ -51,6 +46,12 @@ def register(commands: Any) -> None:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from toposched.cli.summary import cluster_table
+    from toposched.cluster.loaders import load_topology
+    from toposched.cluster.state import ClusterState
+
     started = time.perf_counter()
     state = ClusterState(load_topology(args.path))
     elapsed = time.perf_counter() - started
@@ -59,6 +60,12 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from toposched.cli.summary import cluster_table
+    from toposched.cluster.builders import fat_tree_cluster, nvl72_cluster, superpod_cluster
+    from toposched.cluster.state import ClusterState
+
     started = time.perf_counter()
     if args.shape == "nvl72":
         topology = nvl72_cluster(args.zones, args.blocks, args.racks, model=args.model or "GB300")

@@ -6,12 +6,7 @@ import argparse
 import time
 from typing import Any
 
-from rich.console import Console
-
 from toposched.cli.simulate import add_options, compare_and_report, simulate_and_report
-from toposched.cli.summary import cluster_table
-from toposched.cluster.builders import million_gpu_cluster
-from toposched.cluster.state import ClusterState
 
 DEMO_DAYS = 2.0
 DEMO_GPUS = 1024
@@ -26,8 +21,9 @@ def register(commands: Any) -> None:
         f"2-3x capacity, debug, training, eval and unallocated work) on {DEMO_GPUS:,} GPUs for "
         f"{DEMO_DAYS:g} simulated days through toposched's scheduler and, on the same workload, "
         "three baselines (FIFO first-fit, Slurm-like multifactor with backfill, kube-like "
-        "spread); print toposched's summary next to Ai2's published outcomes and the side-by-side "
-        "table, and write out/summary.json and the self-contained out/report.html. With "
+        "spread); print the schedulers side by side, one line per metric saying what it means "
+        "(--verbose: every metric, Ai2's published outcomes as targets, the scheduler's speed), "
+        "and write out/summary.json and the self-contained out/report.html. With "
         "--fleet, build the reference 1,000,080-GPU GB300 NVL72 fleet instead and "
         "print its summary: levels, domains per level, nodes, GPUs, memory and build time. "
         "Other options are those of `toposched simulate`.",
@@ -42,19 +38,31 @@ def register(commands: Any) -> None:
         action="store_true",
         help="run toposched only, without the baselines and the HTML report",
     )
-    add_options(parser)
-    parser.set_defaults(handler=run, days=DEMO_DAYS, gpus=DEMO_GPUS)
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print the full summary: every metric, the targets and the scheduler's speed",
+    )
+    add_options(parser, days=DEMO_DAYS, gpus=DEMO_GPUS)
+    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.fleet:
+        from rich.console import Console
+
+        from toposched.cli.summary import cluster_table
+        from toposched.cluster.builders import million_gpu_cluster
+        from toposched.cluster.state import ClusterState
+
         started = time.perf_counter()
         state = ClusterState(million_gpu_cluster())
         elapsed = time.perf_counter() - started
         Console().print(cluster_table(state, "toposched: 1,000,080-GPU GB300 NVL72 fleet", elapsed))
         return 0
+    title = "toposched demo: Ai2-like research cluster"
     if args.alone:
-        simulate_and_report(args)
+        simulate_and_report(args, title, verbose=args.verbose)
     else:
-        compare_and_report(args, "toposched demo: Ai2-like research cluster")
+        compare_and_report(args, title, verbose=args.verbose)
     return 0

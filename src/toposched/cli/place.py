@@ -5,20 +5,22 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Any, NamedTuple
-
-import numpy as np
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.loaders import load_topology
-from toposched.cluster.state import ClusterState
 from toposched.cluster.units import MILLI_PER_GPU, format_timing
-from toposched.placement.jobspec import JobSpec, load_jobs
-from toposched.placement.policies import POLICIES, policy_by_name
-from toposched.placement.request import GangRequest
-from toposched.placement.search import Placement, PlacementResult, place
+
+if TYPE_CHECKING:
+    from toposched.cluster.state import ClusterState
+    from toposched.placement.jobfiles import JobInFile
+    from toposched.placement.jobspec import JobSpec
+    from toposched.placement.request import GangRequest
+    from toposched.placement.search import Placement, PlacementResult
+
+# numpy, the compiled loops and rich load when jobs are placed, after the job files are read:
+# `--help` and a bad job file answer without them.
+POLICY_NAMES = ("bestfit", "random", "spread")
+"""toposched.placement.policies.POLICIES (tests/test_cli_start.py checks they agree)."""
 
 DESCRIPTION = """\
 Place jobs on a cluster and show where every pod runs, or exactly why a job cannot run now.
@@ -59,7 +61,7 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--policy",
         default="bestfit",
-        choices=sorted(POLICIES),
+        choices=POLICY_NAMES,
         help="placement policy (default bestfit: the fullest domain that fits, so that whole "
         "domains stay free)",
     )
@@ -88,11 +90,21 @@ class Outcome(NamedTuple):
 
 
 def run(args: argparse.Namespace) -> int:
+    from toposched.placement.jobfiles import read_job_files
+
     if args.pods < 0:
         raise InputError("--pods", args.pods, "must be >= 0")
     # Every file is read and validated before anything is placed: a bad job later in the list
     # should not leave half the output printed.
-    jobs = [job for path in args.jobs for job in load_jobs(path)]
+    # Job names must be unique across the files (the same file given twice says so, with file
+    # and line), and errors found against the cluster name the job's file and line.
+    jobs_read = read_job_files(args.jobs)
+    jobs = [job.spec for job in jobs_read]
+    from toposched.cluster.loaders import load_topology
+    from toposched.cluster.state import ClusterState
+    from toposched.placement.policies import policy_by_name
+    from toposched.placement.search import Placement, place
+
     if args.fleet:
         from toposched.workloads.fleet import occupied_fleet
 
@@ -101,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         state = ClusterState(load_topology(args.cluster))
         cluster_name = str(args.cluster)
-    requests = [GangRequest.from_spec(job, state.topology) for job in jobs]
+    requests = [_request(job, state) for job in jobs_read]
     policy = policy_by_name(args.policy, seed=args.seed)
     outcomes: list[Outcome] = []
     for job, request in zip(jobs, requests, strict=True):
@@ -118,8 +130,19 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(isinstance(outcome.result, Placement) for outcome in outcomes) else 1
 
 
+def _request(job: JobInFile, state: ClusterState) -> GangRequest:
+    from toposched.placement.request import GangRequest
+
+    try:
+        return GangRequest.from_spec(job.spec, state.topology)
+    except InputError as error:
+        raise job.locate(error) from None
+
+
 def _domains_used(state: ClusterState, placement: Placement) -> dict[str, int]:
     """Distinct domains the gang touches at every level below the cluster, and nodes."""
+    import numpy as np
+
     levels = state.topology.domain_levels
     used = {levels[level]: placement.domains_used(state, level) for level in range(1, len(levels))}
     used["node"] = int(np.unique(placement.allocation.nodes).size)
@@ -149,6 +172,8 @@ def _as_json(
     policy: str,
     outcomes: list[Outcome],
 ) -> dict[str, Any]:
+    from toposched.placement.search import Placement
+
     results = []
     for job, result, elapsed in outcomes:
         entry: dict[str, Any] = {"job": job.name, "decision_s": elapsed}
@@ -171,6 +196,11 @@ def _print_tables(
     outcomes: list[Outcome],
     pods: int,
 ) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from toposched.placement.search import Placement
+
     console = Console()
     table = Table(title=f"placements on {cluster_name} (policy {policy}, in order)")
     table.add_column("job")

@@ -5,26 +5,29 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
+import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from rich.console import Console
-
-from toposched.bench.harness import calibration, interpreter_calibration, machine
-from toposched.cli.summary import summary_table
 from toposched.cluster.errors import InputError
-from toposched.cluster.units import parse_duration
-from toposched.policy.contract import Contract
-from toposched.scheduler.core import Scheduler
-from toposched.sim.engine import DEFAULT_SAMPLE_INTERVAL, Simulation
-from toposched.sim.metrics import summarize
-from toposched.sim.protocol import SchedulerFactory, toposched_scheduler
+from toposched.cluster.units import DAY, HOUR, parse_duration
 from toposched.workloads.catalog import WORKLOAD_HELP, workload_by_name
-from toposched.workloads.files import save_workload
-from toposched.workloads.model import Workload
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from toposched.sim.protocol import SchedulerFactory
+    from toposched.workloads.model import Workload
+
+# The simulator, the scheduler and rich are imported where a run needs them, so that the
+# parser (`--help`, usage errors) loads none of them.
+DEFAULT_SAMPLE_INTERVAL = HOUR
+"""toposched.sim.engine.DEFAULT_SAMPLE_INTERVAL (tests/test_cli_start.py checks they agree)."""
 
 DESCRIPTION = """\
 Replay a workload through toposched's scheduler on a simulated clock. The simulator jumps from
@@ -41,7 +44,10 @@ workloads (--workload):
 
 EPILOG = """\
 outputs: a summary table (or JSON with --json) and DIR/summary.json with every metric and the
-sampled timeline; docs/simulator.md defines each metric and the workload file format.
+sampled timeline; docs/simulator.md defines each metric and the workload file format. --out and
+--save-workload are checked before the run. Ctrl-C or SIGTERM stops a run and writes the summary
+of what it simulated so far ("interrupted" in summary.json). A job asking for more GPUs than the
+whole cluster is kept (it can never start) and named in a warning before the run.
 
 examples:
   toposched simulate                               Ai2-like cluster, 30 days, 3,072 GPUs
@@ -66,7 +72,14 @@ def register(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") -> None:
+def add_options(
+    parser: argparse.ArgumentParser,
+    workload_default: str = "ai2",
+    days: float | None = None,
+    gpus: int | None = None,
+) -> None:
+    """The options of a simulation; `days` and `gpus` set defaults other than the workload's
+    own (as the demo does), and the help says them."""
     parser.add_argument(
         "--workload",
         default=workload_default,
@@ -77,9 +90,16 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
     parser.add_argument(
         "--days",
         type=float,
+        default=days,
         metavar="N",
         help="simulated days (generators: how much work to make; replays and files: stop "
-        "after N days; default: 30 for ai2 and frontier, the whole trace otherwise)",
+        "after N days; default: "
+        + (
+            f"{days:g}"
+            if days is not None
+            else "30 for ai2 and frontier, the whole trace otherwise"
+        )
+        + ")",
     )
     parser.add_argument(
         "--seed", type=int, default=0, metavar="N", help="seed of the generators (default: 0)"
@@ -87,9 +107,10 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
     parser.add_argument(
         "--gpus",
         type=int,
+        default=gpus,
         metavar="N",
-        help="cluster size in GPUs (ai2: about N in 8-GPU nodes, default 3,072; frontier: "
-        "shrinks the 1,000,080-GPU fleet; itp: N/8 nodes)",
+        help=f"cluster size in GPUs (ai2: about N in 8-GPU nodes, default {gpus or 3072:,}; "
+        "frontier: shrinks the 1,000,080-GPU fleet; itp: N/8 nodes)",
     )
     parser.add_argument(
         "--out",
@@ -121,7 +142,8 @@ def add_options(parser: argparse.ArgumentParser, workload_default: str = "ai2") 
     parser.add_argument(
         "--save-workload",
         metavar="FILE",
-        help="also write the workload to FILE (.yaml, .json or .jsonl) to replay or edit later",
+        help="also write the workload to FILE (.yaml, .yml, .json, .jsonl or .ndjson: the suffix "
+        "picks the format; the folder must exist) to replay or edit later",
     )
     parser.add_argument(
         "--spares",
@@ -212,6 +234,10 @@ def _spares(text: str) -> tuple[str, int]:
 
 def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     """toposched's scheduler with the options given on the command line."""
+    from toposched.policy.contract import Contract
+    from toposched.scheduler.core import Scheduler
+    from toposched.sim.protocol import toposched_scheduler
+
     spares = getattr(args, "spares", None)
     protect = not getattr(args, "unprotected_borrowing", False)
     borrowed = getattr(args, "borrowed_min_runtime", None)
@@ -254,6 +280,8 @@ def _calibrated(run: Callable[[], _T]) -> tuple[_T, dict[str, Any]]:
     """`run()`, and the calibration measured just before and just after it, with the machine:
     speed figures of runs on different machines, or in different states of one machine,
     compare only through it."""
+    from toposched.bench.harness import calibration, interpreter_calibration, machine
+
     before = calibration(CALIBRATION_RUNS, CALIBRATION_WARMUP).median_s
     interpreter = interpreter_calibration(CALIBRATION_RUNS, CALIBRATION_WARMUP)
     interpreter_before = interpreter.median_s
@@ -272,15 +300,85 @@ def _calibrated(run: Callable[[], _T]) -> tuple[_T, dict[str, Any]]:
     }
 
 
-def simulate_and_report(args: argparse.Namespace, title: str | None = None) -> dict[str, Any]:
-    """Build the workload, run it, write DIR/summary.json, print the table or the JSON."""
-    console = Console(stderr=args.json)
+def check_outputs(args: argparse.Namespace) -> Path:
+    """The output folder, made now, and the --save-workload path checked: a path that cannot
+    be written fails before the run rather than after it, losing nothing."""
+    from toposched.workloads.files import check_workload_path
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InputError(
+            "--out", args.out, "is a file, not a folder; give a folder for summary.json"
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as error:
+        raise InputError("--out", args.out, f"cannot be written: {error.strerror}") from None
+    if args.save_workload:
+        check_workload_path(args.save_workload, "--save-workload")
+    return out
+
+
+def prepare_workload(args: argparse.Namespace, console: Console) -> tuple[Workload, float]:
+    """Build the workload (and save it when asked); warn of jobs that can never start."""
+    from rich.console import Console
+
+    from toposched.workloads.files import save_workload
+    from toposched.workloads.model import oversized_jobs
+
     started = time.perf_counter()
     with console.status(f"building workload {args.workload}..."):
         workload = build_workload(args)
     built = time.perf_counter() - started
     if args.save_workload:
-        save_workload(workload, args.save_workload)
+        saved = save_workload(workload, args.save_workload)
+        console.print(
+            f"workload written to {saved} ({len(workload.jobs):,} jobs)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    oversized = oversized_jobs(workload)
+    if oversized:
+        # A warning, not an error: a trace replayed on a smaller cluster legitimately holds
+        # such jobs, and the rest of the run still measures the scheduler.
+        names = ", ".join(f"{job.name} ({job.gpus:,g} GPUs)" for job in oversized[:5])
+        more = f" and {len(oversized) - 5:,} more" if len(oversized) > 5 else ""
+        Console(stderr=True).print(
+            f"warning: {len(oversized):,} job(s) ask for more GPUs than the cluster's "
+            f"{workload.topology.n_gpus:,} and can never start: {names}{more}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return workload, built
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM stops a run as Ctrl-C does: with the partial summary written."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
+
+
+def simulate_and_report(
+    args: argparse.Namespace, title: str | None = None, verbose: bool = True
+) -> dict[str, Any]:
+    """Build the workload, run it, write DIR/summary.json, print the table or the JSON: the
+    full summary, or when not `verbose` the plain one. An interrupted run (Ctrl-C, SIGTERM)
+    writes the summary of what it simulated and says so."""
+    from rich.console import Console
+
+    from toposched.cli.summary import plain_table, summary_table
+    from toposched.sim.engine import Simulation, SimulationInterrupted
+    from toposched.sim.metrics import summarize
+
+    console = Console(stderr=args.json)
+    out = check_outputs(args)
+    workload, built = prepare_workload(args, console)
     simulation = Simulation(
         workload,
         scheduler_factory(args),
@@ -288,50 +386,86 @@ def simulate_and_report(args: argparse.Namespace, title: str | None = None) -> d
         progress=not args.no_progress,
         cycle_interval=args.cycle_every,
     )
-    result, calibrated = _calibrated(simulation.run)
+    _stop_on_sigterm()
+    interrupted: SimulationInterrupted | None = None
+    try:
+        result, calibrated = _calibrated(simulation.run)
+    except SimulationInterrupted as stop:
+        interrupted, result, calibrated = stop, stop.result, {}
     summary = summarize(result)
-    summary["scheduler_speed"]["calibration"] = calibrated
+    if calibrated:
+        summary["scheduler_speed"]["calibration"] = calibrated
     summary["workload_description"] = workload.description
     summary["workload_build_seconds"] = built
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     path = out / "summary.json"
     path.write_text(json.dumps(summary, indent=1) + "\n")
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
-        console.print(summary_table(summary, title or f"toposched: {workload.description}"))
-        console.print(f"summary written to {path}")
+        heading = title or f"toposched: {workload.description}"
+        shown = (
+            summary_table(summary, heading)
+            if verbose
+            else plain_table({"toposched": summary}, heading)
+        )
+        console.print(shown)
+        console.print(f"summary written to {path}", highlight=False, soft_wrap=True)
+    if interrupted is not None:
+        Console(stderr=True).print(
+            f"interrupted: the summary covers the first {result.duration / DAY:.2f} simulated "
+            f"days, written to {path}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise interrupted
     return summary
 
 
-def compare_and_report(args: argparse.Namespace, title: str | None = None) -> dict[str, Any]:
-    """Run toposched and the baselines on one workload; print the comparison, write the
-    summaries (DIR/summary.json, one entry per scheduler) and DIR/report.html."""
+def compare_and_report(
+    args: argparse.Namespace, title: str | None = None, verbose: bool = True
+) -> dict[str, Any]:
+    """Run toposched and the baselines on one workload; print the comparison (in full, or when
+    not `verbose` the plain table), write the summaries (DIR/summary.json, one entry per
+    scheduler) and DIR/report.html."""
+    from rich.console import Console
+
+    from toposched.cli.summary import plain_table, summary_table
     from toposched.sim.compare import comparison_table, run_comparison
     from toposched.sim.report import write_report
 
     console = Console(stderr=args.json)
-    with console.status(f"building workload {args.workload}..."):
-        workload = build_workload(args)
-    if args.save_workload:
-        save_workload(workload, args.save_workload)
+    out = check_outputs(args)
+    workload, _ = prepare_workload(args, console)
     from toposched.sim.compare import DEFAULT_SCHEDULERS
+    from toposched.sim.engine import SimulationInterrupted
+    from toposched.sim.metrics import summarize
 
     schedulers = {**DEFAULT_SCHEDULERS, "toposched": scheduler_factory(args)}
-    runs, calibrated = _calibrated(
-        lambda: run_comparison(
-            workload,
-            schedulers,
-            sample_interval=args.sample_interval,
-            progress=not args.no_progress,
+    _stop_on_sigterm()
+    try:
+        runs, calibrated = _calibrated(
+            lambda: run_comparison(
+                workload,
+                schedulers,
+                sample_interval=args.sample_interval,
+                progress=not args.no_progress,
+            )
         )
-    )
+    except SimulationInterrupted as stop:
+        # The runs already finished are not returned: keep the one that was stopped.
+        path = out / "summary.json"
+        partial = {stop.result.scheduler: summarize(stop.result)}
+        path.write_text(json.dumps(partial, indent=1) + "\n")
+        Console(stderr=True).print(
+            f"interrupted: {path} holds the summary of {stop.result.scheduler}'s run over its "
+            f"first {stop.result.duration / DAY:.2f} simulated days",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise
     summaries = {name: run.summary for name, run in runs.items()}
     for summary in summaries.values():
         summary["scheduler_speed"]["calibration"] = calibrated
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summaries, indent=1) + "\n")
     report = out / "report.html"
     write_report(
@@ -343,6 +477,17 @@ def compare_and_report(args: argparse.Namespace, title: str | None = None) -> di
     )
     if args.json:
         print(json.dumps(summaries, indent=1))
+    elif not verbose:
+        ordered = {"toposched": summaries["toposched"]}
+        ordered.update(
+            (name, summary) for name, summary in summaries.items() if name != "toposched"
+        )
+        console.print(plain_table(ordered, title or f"toposched: {workload.description}"))
+        console.print(
+            f"summaries written to {out / 'summary.json'}; report: {report}",
+            highlight=False,
+            soft_wrap=True,
+        )
     else:
         console.print(
             summary_table(summaries["toposched"], title or f"toposched: {workload.description}")

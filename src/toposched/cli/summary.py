@@ -3,6 +3,7 @@ summary next to the targets of its workload."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from rich.table import Table
@@ -313,5 +314,94 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
         )
     else:
         table.caption = "Ai2's outcome targets apply to the Ai2-like workload (--workload ai2)"
+    table.caption_justify = "left"
+    return table
+
+
+# --- the demo's summary: schedulers side by side, each metric said in words ---------------------
+
+
+class _Plain(NamedTuple):
+    """A metric of the demo's table: its name, what it means, and its value in a summary."""
+
+    name: str
+    meaning: str
+    value: Callable[[dict[str, Any]], str]
+
+
+def _largest_wait(summary: dict[str, Any]) -> str:
+    largest = summary["largest_jobs"]
+    return _seconds(largest["wait_s"]["p50"]) if largest["jobs"] else "-"
+
+
+_PLAIN_METRICS = (
+    _Plain(
+        "GPUs busy",
+        "share of GPU time running work; the rest sat idle (time average)",
+        lambda s: _percent(s["utilisation"]["occupancy"]),
+    ),
+    _Plain(
+        "owed GPU-hours received",
+        "teams are owed their budget's GPU-hours while they have work waiting; the share they got",
+        lambda s: _percent(s["fairness"]["owed_met"]),
+    ),
+    _Plain(
+        "worst team",
+        "the same, for the team served worst",
+        lambda s: _percent(s["fairness"]["worst_team_owed_met"]),
+    ),
+    _Plain(
+        "debug wait (p90)",
+        "9 in 10 debug jobs started within this",
+        lambda s: _seconds(s["debug_wait_s"]["p90"]),
+    ),
+    _Plain(
+        "largest jobs' wait (median)",
+        "how long the biggest gangs waited to start",
+        _largest_wait,
+    ),
+    _Plain(
+        "unallocated work",
+        "share of delivered GPU time that ran beyond any budget, on GPUs no team claimed",
+        lambda s: _percent(s["utilisation"]["unallocated_share_of_delivered"]),
+    ),
+    _Plain(
+        "preemptions",
+        "running jobs stopped to make room (each resumes from its last checkpoint)",
+        lambda s: f"{s['disruption']['preemptions']:,}",
+    ),
+    _Plain(
+        "GPU-hours lost",
+        "work redone after preemptions and node failures",
+        lambda s: f"{s['disruption']['gpu_hours_lost']:,.0f}",
+    ),
+    _Plain(
+        "jobs finished / waiting at end",
+        "of the jobs submitted over the run",
+        lambda s: f"{s['jobs']['finished']:,} / {s['jobs']['pending_at_end']:,}",
+    ),
+)
+
+
+def plain_table(summaries: Mapping[str, dict[str, Any]], title: str) -> Table:
+    """What a user compares first: one row per metric, one column per scheduler (all on the
+    same workload), and a last column saying what the metric means. Targets, calibration and
+    the scheduler's speed are left to the full summary (`summary_table`)."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("metric")
+    for name in summaries:
+        table.add_column(name, justify="right")
+    table.add_column("what it means", style="dim")
+    for metric in _PLAIN_METRICS:
+        table.add_row(
+            metric.name, *(metric.value(summary) for summary in summaries.values()), metric.meaning
+        )
+    first = next(iter(summaries.values()))
+    days = first["simulated"]["days"]
+    table.caption = (
+        f"{first['cluster']['gpus']:,} GPUs, {days:.1f} simulated days"
+        + (" (interrupted)" if first["simulated"].get("interrupted") else "")
+        + "; --verbose adds every metric, the targets and the scheduler's speed"
+    )
     table.caption_justify = "left"
     return table

@@ -13,7 +13,8 @@ from typing import Any, Self
 
 import yaml
 
-from toposched.cluster.errors import InputError
+from toposched.cluster.documents import Document, FieldPath, parse_documents, read_text
+from toposched.cluster.errors import InputError, unknown_field_rule
 
 __all__ = ["ROOT", "BudgetTree", "account_ancestors", "split_account_path"]
 
@@ -123,9 +124,11 @@ class BudgetTree:
         """
         if not isinstance(data, Mapping):
             raise InputError("budget", data, "must be a mapping with an 'accounts' key")
-        unknown = sorted(str(key) for key in data if key != "accounts")
+        unknown = sorted((key for key in data if key != "accounts"), key=str)
         if unknown:
-            raise InputError(f"budget.{unknown[0]}", unknown[0], "unknown key; expected 'accounts'")
+            raise InputError(
+                str(unknown[0]), data[unknown[0]], unknown_field_rule(unknown[0], ("accounts",))
+            )
         if "accounts" not in data:
             raise InputError("accounts", None, "is required: the accounts of the budget tree")
         accounts = data["accounts"]
@@ -142,13 +145,28 @@ class BudgetTree:
 
     @classmethod
     def from_yaml(cls, source: str | os.PathLike[str]) -> Self:
-        """Build a tree from a YAML file (a path) or from YAML text; see `from_dict`."""
-        text = _read_yaml_source(source)
+        """Build a tree from a YAML file (a path) or from YAML text; see `from_dict`. Files are
+        read within the limits of `toposched.cluster.limits`; errors name the file and line."""
+        file = None
+        if isinstance(source, os.PathLike) or (
+            "\n" not in source and Path(source).suffix in (".yaml", ".yml")
+        ):
+            file = str(source)
+            text = read_text(Path(source), "budget file")
+        else:
+            text = str(source)
+        documents = parse_documents(text, file)
+        if len(documents) > 1:
+            raise InputError(
+                "budget", f"{len(documents)} documents", "a budget holds one document", file=file
+            )
+        document = documents[0] if documents else Document(None, file)
+        if document.node is not None:
+            _check_no_duplicate_keys(document, document.node, ())
         try:
-            data = yaml.load(text, Loader=_NoDuplicateKeysLoader)  # a SafeLoader subclass
-        except yaml.YAMLError as error:
-            raise InputError("budget", _excerpt(text), f"is not valid YAML: {error}") from None
-        return cls.from_dict(data)
+            return cls.from_dict(document.data)
+        except InputError as error:
+            raise document.locate(error, root="budget") from None
 
     def to_dict(self) -> dict[str, Any]:
         """The tree in nested form; `from_dict(tree.to_dict())` rebuilds an equal tree."""
@@ -171,12 +189,12 @@ class BudgetTree:
             field_path = f"{where}.{name}"
             _check_name(field_path, name)
             if isinstance(spec, Mapping):
-                unknown = sorted(str(key) for key in spec if key not in _NESTED_KEYS)
+                unknown = sorted((key for key in spec if key not in _NESTED_KEYS), key=str)
                 if unknown:
                     raise InputError(
                         f"{field_path}.{unknown[0]}",
-                        unknown[0],
-                        "unknown key; expected share or children",
+                        spec[unknown[0]],
+                        unknown_field_rule(unknown[0], ("share", "children")),
                     )
                 if "share" not in spec:
                     raise InputError(f"{field_path}.share", None, f"is required; {_SHARE_RULE}")
@@ -213,10 +231,12 @@ class BudgetTree:
             where = f"accounts[{index}]"
             if not isinstance(entry, Mapping):
                 raise InputError(where, entry, "must be a mapping with name, share and parent")
-            unknown = sorted(str(key) for key in entry if key not in _FLAT_KEYS)
+            unknown = sorted((key for key in entry if key not in _FLAT_KEYS), key=str)
             if unknown:
                 raise InputError(
-                    f"{where}.{unknown[0]}", unknown[0], "unknown key; expected name, share, parent"
+                    f"{where}.{unknown[0]}",
+                    entry[unknown[0]],
+                    unknown_field_rule(unknown[0], ("name", "share", "parent")),
                 )
             name = _check_name(f"{where}.name", entry.get("name"))
             if name in index_of:
@@ -467,49 +487,26 @@ class BudgetTree:
         return f"{where}: {' + '.join(terms)} = {_shown(total + share)}"
 
 
-class _NoDuplicateKeysLoader(yaml.SafeLoader):
-    """A safe YAML loader that rejects a key written twice in one mapping.
-
-    Plain YAML keeps the last of two equal keys, which would silently drop an account.
-    """
-
-
-def _mapping_without_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Any:
-    loader.flatten_mapping(node)
-    first_line: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        line = key_node.start_mark.line + 1
-        try:
-            if key in first_line:
-                raise InputError(
-                    f"budget line {line}",
-                    key,
-                    f"duplicate key; already given at line {first_line[key]} of the same mapping",
-                )
-            first_line[key] = line
-        except TypeError:
-            continue  # an unhashable key; construct_mapping reports it
-    return loader.construct_mapping(node, deep=True)
-
-
-_NoDuplicateKeysLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates
-)
-
-
-def _read_yaml_source(source: str | os.PathLike[str]) -> str:
-    if isinstance(source, os.PathLike):
-        path = Path(source)
-    elif "\n" not in source and Path(source).suffix in (".yaml", ".yml"):
-        path = Path(source)
-    else:
-        return source
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise InputError("budget file", str(path), f"cannot be read: {error.strerror}") from None
-
-
-def _excerpt(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _check_no_duplicate_keys(document: Document, node: yaml.Node, path: FieldPath) -> None:
+    """Refuse a key written twice in one mapping: plain YAML keeps the last of two equal keys,
+    which would silently drop an account."""
+    if isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _check_no_duplicate_keys(document, item, (*path, index))
+    if not isinstance(node, yaml.MappingNode):
+        return
+    first_line: dict[str, int] = {}
+    for key, value in node.value:
+        if not isinstance(key, yaml.ScalarNode):
+            continue
+        line = key.start_mark.line + 1
+        if key.value in first_line:
+            raise InputError(
+                ".".join(str(part) for part in (*path, key.value)).replace(".[", "["),
+                key.value,
+                f"duplicate key; already given at line {first_line[key.value]} of the same mapping",
+                file=document.file,
+                line=line,
+            )
+        first_line[key.value] = line
+        _check_no_duplicate_keys(document, value, (*path, key.value))

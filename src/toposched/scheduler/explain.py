@@ -29,13 +29,6 @@ class QueueRow:
     reason: str
     code: ReasonCode
 
-    def __getitem__(self, name: str) -> object:
-        """A field by name (`row["job"]`), as callers that read the rows as mappings do."""
-        if name not in QueueRow.__dataclass_fields__:
-            raise KeyError(name)
-        value: object = getattr(self, name)
-        return value
-
 
 @dataclass(frozen=True, slots=True)
 class Explanation:

@@ -237,6 +237,40 @@ class _Run:
             EventKind.PROTECTION_END: self._protection_end,
             EventKind.CYCLE: self._postponed_cycle,
         }
+        interrupted = False
+        try:
+            self._loop(handlers)
+        except KeyboardInterrupt:
+            interrupted = True
+        wall = time.perf_counter() - wall_start
+        horizon = self.horizon
+        end = horizon if horizon is not None and not interrupted else self.now
+        self._integrate(end)
+        self._close(end)
+        result = SimulationResult(
+            workload=self.workload.name,
+            scheduler=self.name,
+            capacity_gpus=self.capacity,
+            start=start,
+            end=end,
+            team_shares=self.team_shares,
+            records=self.records,
+            samples=self.samples,
+            integrals=self.integrals,
+            ledger=self.ledger,
+            cycle_seconds=self.cycle_seconds,
+            wall_seconds=wall,
+            scheduler_events=self.scheduler_events,
+            counts=self.counts,
+            notes=dict(self.workload.notes),
+            scheduler_cpu_seconds=self.scheduler_cpu_seconds,
+            interrupted=interrupted,
+        )
+        if interrupted:
+            raise SimulationInterrupted(result)
+        return result
+
+    def _loop(self, handlers: dict[int, Callable[[Any, float], bool]]) -> None:
         heap = self.heap
         horizon = self.horizon
         with self._progress_bar() as advance:
@@ -268,39 +302,18 @@ class _Run:
                         self._push(following, EventKind.SAMPLE, None, live=False)
                 if advance is not None and self.counts["batches"] % _PROGRESS_EVERY == 0:
                     advance(now)
-        wall = time.perf_counter() - wall_start
-        end = horizon if horizon is not None else self.now
-        self._integrate(end)
-        self._close(end)
-        return SimulationResult(
-            workload=self.workload.name,
-            scheduler=self.name,
-            capacity_gpus=self.capacity,
-            start=start,
-            end=end,
-            team_shares=self.team_shares,
-            records=self.records,
-            samples=self.samples,
-            integrals=self.integrals,
-            ledger=self.ledger,
-            cycle_seconds=self.cycle_seconds,
-            wall_seconds=wall,
-            scheduler_events=self.scheduler_events,
-            counts=self.counts,
-            notes=dict(self.workload.notes),
-            scheduler_cpu_seconds=self.scheduler_cpu_seconds,
-        )
 
     def _progress_bar(self) -> AbstractContextManager[Callable[[float], None] | None]:
         if not self.simulation.progress:
             return nullcontext(None)
-        return _SimulatedTimeBar(self._expected_end())
-
-    def _expected_end(self) -> float:
         if self.horizon is not None:
-            return self.horizon
-        last = max((job.submit_time + job.runtime for job in self.workload.jobs), default=0.0)
-        return max(last, max((f.time for f in self.workload.failures), default=0.0), 1.0)
+            return _SimulatedTimeBar(self.horizon)
+        # Without a horizon the run ends when the last job does, whenever that is: count jobs.
+        return _FinishedJobsBar(len(self.workload.jobs), self.finished_jobs)
+
+    def finished_jobs(self) -> int:
+        """Jobs that completed or were cancelled so far."""
+        return self.counts["completions"] + self.counts["cancellations"]
 
     def _push(self, when: float, kind: EventKind, payload: Any, live: bool = True) -> None:
         self.sequence += 1
@@ -602,6 +615,46 @@ class _Run:
     def _protection_end(self, run: Run, now: float) -> bool:
         # A job leaving its min runtime becomes preemptible: worth a cycle only if someone waits.
         return self._running_attempt(run) is not None and self.pending_jobs > 0
+
+
+class SimulationInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C (or SIGTERM turned into it) before its end, with the record of
+    what it simulated until then (`result.interrupted` is set)."""
+
+    def __init__(self, result: SimulationResult) -> None:
+        super().__init__(f"simulation interrupted at {result.end / DAY:.2f} simulated days")
+        self.result = result
+
+
+class _FinishedJobsBar:
+    """A rich progress bar over finished jobs, on stderr, for runs without a horizon."""
+
+    def __init__(self, jobs: int, finished: Callable[[], int]) -> None:
+        self.finished = finished
+        self.progress = Progress(
+            TextColumn("simulating"),
+            BarColumn(),
+            TextColumn("{task.completed:,.0f} of {task.total:,.0f} jobs finished"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.task = self.progress.add_task("simulate", total=max(jobs, 1))
+
+    def __enter__(self) -> Callable[[float], None]:
+        self.progress.__enter__()
+        return self.advance
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.progress.__exit__(exc_type, exc, traceback)
+
+    def advance(self, now: float) -> None:
+        self.progress.update(self.task, completed=self.finished())
 
 
 class _SimulatedTimeBar:

@@ -291,6 +291,8 @@ class SimulationResult:
     scheduler_cpu_seconds: float = 0.0
     """CPU time of the process during the cycles: it counts only while the process runs, so it
     parts from their wall time where other work or the host takes the core."""
+    interrupted: bool = False
+    """The run was stopped (Ctrl-C, SIGTERM) before its end: the record covers start..end."""
 
     @property
     def duration(self) -> float:
@@ -587,6 +589,7 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
             "start_s": result.start,
             "end_s": result.end,
             "days": result.duration / DAY,
+            "interrupted": result.interrupted,
         },
         "jobs": _jobs_report(records),
         "utilisation": _utilisation_report(result),

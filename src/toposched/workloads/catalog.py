@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from toposched.cluster.builders import MILLION_GPU_SHAPE
 from toposched.cluster.errors import InputError, checked_seed
 from toposched.cluster.units import DAY
-from toposched.workloads.ai2 import TRAINING_SIZES, ai2_like
-from toposched.workloads.files import load_workload
-from toposched.workloads.frontier import frontier_lab
-from toposched.workloads.model import Workload
-from toposched.workloads.replay import ITP_CLUSTER_NODES, itp_replay, openb_replay
+
+if TYPE_CHECKING:
+    from toposched.workloads.model import Workload
+
+# The generators and loaders (numpy, the compiled loops) are imported by `workload_by_name`
+# alone, so that the command line lists the workloads (WORKLOAD_HELP) without loading them.
 
 __all__ = ["WORKLOAD_HELP", "workload_by_name"]
 
 DEFAULT_DAYS = {"ai2": 30.0, "frontier": 30.0}
-_AI2_VARIANTS = {name: sizes for sizes, name in TRAINING_SIZES.items()}
 AI2_DEFAULT_GPUS = 3072
 _RACK_GPUS = 72
 
@@ -26,13 +26,35 @@ WORKLOAD_HELP = {
     "ai2:team-sized": "the same with no training run larger than its team's budget (by default "
     "every team's runs reach a sixth of the cluster, 512 GPUs at 3,072)",
     "frontier": "frontier-lab fleet of 1,000,080 GB300 GPUs (30 days): 10k-200k-GPU training in "
-    "rack slices, inference, evals, node failures and repairs; --gpus shrinks the fleet",
+    "rack slices, inference, evals, node failures and repairs; --gpus shrinks the fleet "
+    "(2,160 to 1,000,080, rounded to whole racks in each of its 30 blocks)",
     "itp:NN": "timed replay of Microsoft ITP cluster NN (01-10) on a documented number of 8-GPU "
     "nodes (--gpus overrides); runs until the last job ends unless --days is given",
     "openb[:TRACE]": "timed replay of an openb pod list (default: default) on its 6,212-GPU "
     "cluster, pods arriving at creation and running as long as in the trace",
     "FILE": "a workload file (.yaml, .json or .jsonl) in the format of docs/simulator.md",
 }
+
+
+FRONTIER_BLOCKS = 30
+"""Blocks of the 1,000,080-GPU fleet (MILLION_GPU_SHAPE: 2 zones of 15), 463 racks each."""
+FRONTIER_GPUS = FRONTIER_BLOCKS * 463 * _RACK_GPUS
+"""GPUs of the full frontier fleet: 1,000,080."""
+
+
+def frontier_racks_per_block(gpus: int) -> int:
+    """Racks per block of the frontier fleet nearest `gpus` GPUs: the fleet shrinks by whole
+    NVL72 racks in each of its 30 blocks, so it holds a multiple of 2,160 GPUs, from 2,160 to
+    the full 1,000,080."""
+    smallest = FRONTIER_BLOCKS * _RACK_GPUS
+    if not smallest <= gpus <= FRONTIER_GPUS:
+        raise InputError(
+            "gpus",
+            gpus,
+            f"the frontier fleet holds {smallest:,} to {FRONTIER_GPUS:,} GPUs (whole NVL72 "
+            f"racks in each of its {FRONTIER_BLOCKS} blocks); leave --gpus out for the full fleet",
+        )
+    return max(1, round(gpus / smallest))
 
 
 def workload_by_name(
@@ -45,6 +67,12 @@ def workload_by_name(
 ) -> Workload:
     """The workload `name` names, built with these options (each applies where it makes sense:
     `seed` to the generators, `gpus` to the cluster size, `days` to the horizon)."""
+    from toposched.workloads.ai2 import TRAINING_SIZES, ai2_like
+    from toposched.workloads.files import load_workload
+    from toposched.workloads.frontier import frontier_lab
+    from toposched.workloads.replay import ITP_CLUSTER_NODES, itp_replay, openb_replay
+
+    ai2_variants = {name: sizes for sizes, name in TRAINING_SIZES.items()}
     checked_seed(seed)
     if days is not None and (
         isinstance(days, bool) or not isinstance(days, int | float) or not days > 0
@@ -52,21 +80,24 @@ def workload_by_name(
         raise InputError("days", days, "must be a number of days > 0")
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
         raise InputError("gpus", gpus, "must be a whole number of GPUs >= 1")
-    if name in _AI2_VARIANTS:
+    if name in ai2_variants:
         return ai2_like(
             seed,
             days if days is not None else DEFAULT_DAYS["ai2"],
             gpus if gpus is not None else AI2_DEFAULT_GPUS,
-            training_sizes=_AI2_VARIANTS[name],
+            training_sizes=ai2_variants[name],
         )
     if name == "frontier":
-        racks_per_block = None
-        if gpus is not None:
-            blocks = MILLION_GPU_SHAPE["zones"] * MILLION_GPU_SHAPE["blocks_per_zone"]
-            racks_per_block = max(1, round(gpus / (blocks * _RACK_GPUS)))
-        return frontier_lab(
+        racks_per_block = None if gpus is None else frontier_racks_per_block(gpus)
+        workload = frontier_lab(
             seed, days if days is not None else DEFAULT_DAYS["frontier"], racks_per_block
         )
+        if gpus is not None and gpus != workload.topology.n_gpus:
+            workload.description += (
+                f" (--gpus {gpus:,} rounded to whole racks: {racks_per_block} in each of "
+                f"the fleet's {FRONTIER_BLOCKS} blocks)"
+            )
+        return workload
     if name.startswith("itp:"):
         number = name.partition(":")[2]
         if not number.isdigit() or int(number) not in ITP_CLUSTER_NODES:

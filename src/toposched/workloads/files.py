@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from toposched.cluster.errors import InputError
+from toposched.cluster.documents import field_path, parse_documents, read_text
+from toposched.cluster.errors import InputError, join_fields, unknown_field_rule
 from toposched.cluster.topology import Topology
 from toposched.cluster.units import format_duration, parse_duration
 from toposched.placement.jobspec import JobSpec
@@ -42,7 +43,14 @@ from toposched.workloads.model import (
     build_cluster,
 )
 
-__all__ = ["FORMAT", "load_workload", "save_workload", "workload_to_dict"]
+__all__ = [
+    "FORMAT",
+    "WORKLOAD_SUFFIXES",
+    "check_workload_path",
+    "load_workload",
+    "save_workload",
+    "workload_to_dict",
+]
 
 FORMAT = "toposched-workload/1"
 TOP_LEVEL_KEYS = (
@@ -61,6 +69,7 @@ FAILURE_KEYS = ("time", "nodes", "repair_after")
 JOB_KEYS = ("submit", "runtime", "class", "cancel_after", "checkpoint_interval")
 """Job fields of the workload; every other field of a job entry belongs to its JobSpec."""
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
+WORKLOAD_SUFFIXES = (".yaml", ".yml", ".json", *_JSONL_SUFFIXES)
 
 Path_ = tuple[str | int, ...]
 
@@ -69,117 +78,99 @@ Path_ = tuple[str | int, ...]
 
 
 class _Lines:
-    """Line numbers (from 1) of every value in a parsed document, by its path of keys."""
+    """Where the values of a workload file were written: the file, and the line (from 1) of
+    the value at any path of keys (or of its nearest enclosing value)."""
 
-    def __init__(self, source: str, default: int = 1) -> None:
-        self.source = source
-        self.default = default
-        self.at: dict[Path_, int] = {}
-
-    def line(self, path: Path_) -> int:
-        """The line of the value at `path`, or of its nearest enclosing value."""
-        while path:
-            if path in self.at:
-                return self.at[path]
-            path = path[:-1]
-        return self.at.get((), self.default)
+    def __init__(self, file: str, line_of: Callable[[Path_], int | None]) -> None:
+        self.file = file
+        self.line = line_of
 
     def error(self, path: Path_, field: str, value: Any, rule: str) -> InputError:
-        return InputError(f"{self.source}:{self.line(path)}: {field}", value, rule)
+        return InputError(field, value, rule, file=self.file, line=self.line(path))
 
     def located(self, path: Path_, prefix: str, error: InputError) -> InputError:
-        """`error`, whose field is relative to the value at `path`, located at its line."""
-        relative = error.field
-        field = f"{prefix}.{relative}" if prefix and relative else prefix or relative
-        where = f"{self.source}:{self.line(path + _field_path(relative))}: {field}"
-        located = InputError(where, error.value, error.rule)
-        message = str(error)
-        if message.startswith(relative):
-            # Keep the whole message, which may list further failures after the first.
-            located.args = (where + message[len(relative) :],)
-        return located
+        """`error`, whose field is relative to the value at `path`, located at its line. An
+        error that already names a file (e.g. a cluster file the workload refers to) is kept."""
+        if error.file is not None:
+            return error
+        return InputError(
+            join_fields(prefix, error.field) or "workload",
+            error.value,
+            error.rule,
+            file=self.file,
+            line=self.line(path + field_path(error.field)),
+            also=tuple(self.located(path, prefix, other) for other in error.also),
+            more=error.more,
+        )
 
 
-def _field_path(field: str) -> Path_:
-    """ "resources_per_pod.gpus" -> ("resources_per_pod", "gpus"); "slices[0].pods" too."""
-    parts: list[str | int] = []
-    for piece in field.replace("]", "").split("."):
-        name, *indices = piece.split("[")
-        if name:
-            parts.append(name)
-        parts.extend(int(index) for index in indices if index.isdigit())
-    return tuple(parts)
-
-
-def _record_lines(node: yaml.Node, path: Path_, lines: _Lines) -> None:
-    lines.at[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            name = key.value if isinstance(key, yaml.ScalarNode) else str(key.value)
-            lines.at[(*path, name)] = key.start_mark.line + 1
-            _record_lines(value, (*path, name), lines)
-            lines.at[(*path, name)] = key.start_mark.line + 1
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _record_lines(item, (*path, index), lines)
-
-
-def _parse_yaml(text: str, source: str) -> tuple[Any, _Lines]:
-    lines = _Lines(source)
-    try:
-        loader = yaml.SafeLoader(text)
-        try:
-            node = loader.get_single_node()
-            if node is None:
-                raise InputError(f"{source}:1", "", "empty file; expected a workload mapping")
-            _record_lines(node, (), lines)
-            data = loader.construct_document(node)
-        finally:
-            loader.dispose()
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        problem = getattr(error, "problem", None) or "cannot be parsed"
+def _parse_document(text: str, file: str, json_text: bool) -> tuple[Any, _Lines]:
+    documents = parse_documents(text, file, json_text=json_text)
+    if not documents:
+        raise InputError("workload", None, "empty file; expected a workload mapping", file=file)
+    if len(documents) > 1:
         raise InputError(
-            f"{source}:{line}", text.splitlines()[line - 1 : line], f"is not valid YAML: {problem}"
-        ) from None
-    return data, lines
+            "workload",
+            f"{len(documents)} documents",
+            "a workload file holds one document (no '---' sections)",
+            file=file,
+        )
+    document = documents[0]
+    return document.data, _Lines(file, document.line)
 
 
-def _parse_jsonl(text: str, source: str) -> tuple[dict[str, Any], _Lines]:
-    lines = _Lines(source)
+def _parse_jsonl(text: str, file: str) -> tuple[dict[str, Any], _Lines]:
+    at: dict[Path_, int] = {}
     header: dict[str, Any] | None = None
     jobs: list[Any] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as error:
-            raise InputError(
-                f"{source}:{number}", raw[:80], f"is not valid JSON: {error.msg}"
-            ) from None
+        value = _parse_json(raw, file, number)
         if header is None:
             if not isinstance(value, dict):
                 raise InputError(
-                    f"{source}:{number}", raw[:80], "the first line must be the workload header"
+                    "header",
+                    raw,
+                    "the first line must be the workload header",
+                    file=file,
+                    line=number,
                 )
             if "jobs" in value:
                 raise InputError(
-                    f"{source}:{number}: jobs",
+                    "jobs",
                     "...",
                     "in JSONL the jobs follow the header, one per line",
+                    file=file,
+                    line=number,
                 )
             header = value
-            for key in value:
-                lines.at[(key,)] = number
-            lines.at[()] = number
+            at.update({(key,): number for key in value})
+            at[()] = number
             continue
-        lines.at[("jobs", len(jobs))] = number
+        at[("jobs", len(jobs))] = number
         jobs.append(value)
     if header is None:
-        raise InputError(f"{source}:1", "", "empty file; expected a header line and job lines")
-    return {**header, "jobs": jobs}, lines
+        raise InputError(
+            "workload", None, "empty file; expected a header line and job lines", file=file
+        )
+
+    def line_of(path: Path_) -> int:
+        while path and path not in at:
+            path = path[:-1]
+        return at.get(path, 1)
+
+    return {**header, "jobs": jobs}, _Lines(file, line_of)
+
+
+def _parse_json(raw: str, file: str, number: int) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as error:
+        rule = f"is not valid JSON: {error.msg} (column {error.colno})"
+        raise InputError("text", raw, rule, file=file, line=number) from None
+    except (ValueError, RecursionError):  # too many digits, or nested too deeply
+        raise InputError("text", raw, "cannot be read as JSON", file=file, line=number) from None
 
 
 def _seconds(lines: _Lines, path: Path_, field: str, value: Any, positive: bool = False) -> float:
@@ -193,41 +184,40 @@ def _seconds(lines: _Lines, path: Path_, field: str, value: Any, positive: bool 
 
 
 def _mapping(lines: _Lines, path: Path_, field: str, value: Any, keys: tuple[str, ...]) -> None:
+    """Refuse what is not a mapping of `keys`; `field` is "" for the whole workload."""
     if not isinstance(value, Mapping):
-        raise lines.error(path, field, value, f"must be a mapping with {', '.join(keys)}")
+        raise lines.error(
+            path, field or "workload", value, f"must be a mapping with {', '.join(keys)}"
+        )
     for key in value:
         if key not in keys:
             raise lines.error(
                 (*path, key),
-                f"{field}.{key}",
-                key,
-                f"unknown field; valid fields are {', '.join(keys)}",
+                join_fields(field, str(key)),
+                value[key],
+                unknown_field_rule(key, keys),
             )
 
 
 def load_workload(path: str | os.PathLike[str]) -> Workload:
     """Read a workload file (.yaml/.yml/.json, or .jsonl/.ndjson with one job per line).
 
-    Every error is an InputError whose field reads `FILE:LINE: FIELD`, e.g.
-    `w.yaml:14: jobs[2].resources_per_pod.gpus`.
+    Files are read within the limits of `toposched.cluster.limits`; every error is an
+    InputError with the file and line, e.g. `w.yaml:14: jobs[2].resources_per_pod.gpus: ...`.
     """
     file_path = Path(path)
     source = str(file_path)
-    try:
-        text = file_path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("workload", source, "no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError("workload", source, f"cannot be read: {error}") from None
-    if file_path.suffix.lower() in _JSONL_SUFFIXES:
+    text = read_text(file_path, "workload file")
+    suffix = file_path.suffix.lower()
+    if suffix in _JSONL_SUFFIXES:
         data, lines = _parse_jsonl(text, source)
     else:
-        data, lines = _parse_yaml(text, source)
+        data, lines = _parse_document(text, source, json_text=suffix == ".json")
     return _workload(data, lines, file_path.parent, file_path.stem)
 
 
 def _workload(data: Any, lines: _Lines, base_dir: Path, default_name: str) -> Workload:
-    _mapping(lines, (), "workload", data, TOP_LEVEL_KEYS)
+    _mapping(lines, (), "", data, TOP_LEVEL_KEYS)
     if "format" in data and data["format"] != FORMAT:
         raise lines.error(("format",), "format", data["format"], f"must be {FORMAT}")
     for key in ("name", "description"):
@@ -454,21 +444,44 @@ def workload_to_dict(workload: Workload, with_jobs: bool = True) -> dict[str, An
     return data
 
 
-def save_workload(workload: Workload, path: str | os.PathLike[str]) -> Path:
-    """Write a workload file: JSONL for .jsonl/.ndjson (best for many jobs), else YAML/JSON."""
+def check_workload_path(path: str | os.PathLike[str], field: str = "workload file") -> Path:
+    """`path` if a workload can be written there: a known suffix (which picks the format) in
+    an existing folder. Nothing is created: a mistyped folder is an error, not a new folder."""
     file_path = Path(path)
+    if file_path.suffix.lower() not in WORKLOAD_SUFFIXES:
+        raise InputError(
+            field,
+            str(path),
+            f"must end in {', '.join(WORKLOAD_SUFFIXES)} (the suffix picks the format)",
+        )
+    folder = file_path.parent
+    if not folder.is_dir():
+        raise InputError(field, str(path), f"folder {folder} does not exist")
+    if file_path.is_dir():
+        raise InputError(field, str(path), "is a directory; give a file name")
+    return file_path
+
+
+def save_workload(workload: Workload, path: str | os.PathLike[str]) -> Path:
+    """Write a workload file: JSONL for .jsonl/.ndjson (best for many jobs), JSON for .json,
+    YAML for .yaml/.yml; see `check_workload_path` for what is refused."""
+    file_path = check_workload_path(path)
     suffix = file_path.suffix.lower()
-    file_path.parent.mkdir(parents=True, exist_ok=True)
-    with file_path.open("w", encoding="utf-8") as handle:
-        if suffix in _JSONL_SUFFIXES:
-            handle.write(json.dumps(workload_to_dict(workload, with_jobs=False)) + "\n")
-            for job in workload.jobs:
-                handle.write(json.dumps(_job_entry(job)) + "\n")
-        elif suffix == ".json":
-            json.dump(workload_to_dict(workload), handle, indent=1)
-            handle.write("\n")
-        else:
-            yaml.safe_dump(
-                workload_to_dict(workload), handle, sort_keys=False, default_flow_style=None
-            )
+    try:
+        with file_path.open("w", encoding="utf-8") as handle:
+            if suffix in _JSONL_SUFFIXES:
+                handle.write(json.dumps(workload_to_dict(workload, with_jobs=False)) + "\n")
+                for job in workload.jobs:
+                    handle.write(json.dumps(_job_entry(job)) + "\n")
+            elif suffix == ".json":
+                json.dump(workload_to_dict(workload), handle, indent=1)
+                handle.write("\n")
+            else:
+                yaml.safe_dump(
+                    workload_to_dict(workload), handle, sort_keys=False, default_flow_style=None
+                )
+    except OSError as error:
+        raise InputError(
+            "workload file", str(path), f"cannot be written: {error.strerror}"
+        ) from None
     return file_path

@@ -121,9 +121,7 @@ class _Generator:
         return pods * GPUS_PER_POD * runtime / HOUR
 
     def training(self, account: str, submit: float) -> float:
-        low, high = (math.ceil(gpus / GPUS_PER_RACK) for gpus in TRAINING_GPUS)
-        high = min(high, self.racks // 3)
-        low = min(low, high)
+        low, high = training_racks(self.racks)
         # Sizes spread evenly on a log scale: many 10k-GPU runs, a few near 200k.
         racks = int(round(math.exp(self.rng.uniform(math.log(low), math.log(high)))))
         runtime = self.lognormal(4 * DAY, 0.6, DAY, 20 * DAY)
@@ -199,6 +197,14 @@ def frontier_failures(
     ]
 
 
+def training_racks(racks: int) -> tuple[int, int]:
+    """The fewest and most racks of a training run on a fleet of `racks` racks: TRAINING_GPUS,
+    with the largest run at most a third of a smaller fleet."""
+    low, high = (math.ceil(gpus / GPUS_PER_RACK) for gpus in TRAINING_GPUS)
+    high = max(1, min(high, racks // 3))
+    return min(low, high), high
+
+
 def frontier_lab(seed: int = 0, days: float = 30.0, racks_per_block: int | None = None) -> Workload:
     """A frontier lab's fleet over `days` days: by default the 1,000,080-GPU GB300 fleet
     (2 zones x 15 blocks x 463 NVL72 racks of 18 nodes x 4 GPUs).
@@ -243,8 +249,17 @@ def frontier_lab(seed: int = 0, days: float = 30.0, racks_per_block: int | None 
         failures=failures,
         horizon=days * DAY,
         description=(
-            f"frontier lab: {topology.n_gpus:,} GB300 GPUs, 10k-200k-GPU training runs, "
+            f"frontier lab: {topology.n_gpus:,} GB300 GPUs, "
+            f"{_training_sizes(racks)} training runs, "
             f"{len(failures):,} node failures, {days:g} days, seed {seed}"
         ),
         notes={"generator": "frontier_lab", "seed": seed, "days": days, "gpus": topology.n_gpus},
     )
+
+
+def _training_sizes(racks: int) -> str:
+    """ "10k-200k-GPU" on the full fleet; the true sizes on a smaller one."""
+    low, high = (count * GPUS_PER_RACK for count in training_racks(racks))
+    if (low, high) == (math.ceil(TRAINING_GPUS[0] / GPUS_PER_RACK) * GPUS_PER_RACK, 200_016):
+        return "10k-200k-GPU"
+    return f"{high:,}-GPU" if low == high else f"{low:,}-{high:,}-GPU"

@@ -24,6 +24,7 @@ __all__ = [
     "Workload",
     "WorkloadJob",
     "build_cluster",
+    "oversized_jobs",
 ]
 
 DEFAULT_CHECKPOINT_INTERVAL = HOUR
@@ -218,3 +219,9 @@ def _frozen(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return tuple(_frozen(item) for item in value)
     return value
+
+
+def oversized_jobs(workload: Workload) -> list[WorkloadJob]:
+    """Jobs that ask for more GPUs than the whole cluster has: they can never start."""
+    capacity = workload.topology.n_gpus
+    return [job for job in workload.jobs if job.gpus > capacity]

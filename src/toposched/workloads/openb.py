@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -114,26 +115,37 @@ class OpenbTrace:
         )
 
 
-def _integer(where: str, column: str, text: str, maximum: int | None = None) -> int:
+class _Where(NamedTuple):
+    """A row of a trace file: the file and its line (from 1)."""
+
+    file: str
+    line: int
+
+
+def _at(where: _Where, column: str, value: Any, rule: str) -> InputError:
+    return InputError(column, value, rule, file=where.file, line=where.line)
+
+
+def _integer(where: _Where, column: str, text: str, maximum: int | None = None) -> int:
     rule = "must be an integer >= 0" + (f" and <= {maximum}" if maximum is not None else "")
     try:
         value = int(text)
     except ValueError:
-        raise InputError(f"{where}: {column}", text, rule) from None
+        raise _at(where, column, text, rule) from None
     if value < 0 or (maximum is not None and value > maximum):
-        raise InputError(f"{where}: {column}", text, rule)
+        raise _at(where, column, text, rule)
     return value
 
 
-def _seconds(where: str, column: str, text: str) -> float:
+def _seconds(where: _Where, column: str, text: str) -> float:
     if text == "":
         return math.nan
     try:
         value = float(text)
     except ValueError:
-        raise InputError(f"{where}: {column}", text, "must be a number of seconds >= 0") from None
+        raise _at(where, column, text, "must be a number of seconds >= 0") from None
     if not math.isfinite(value) or value < 0:
-        raise InputError(f"{where}: {column}", text, "must be a number of seconds >= 0")
+        raise _at(where, column, text, "must be a number of seconds >= 0")
     return value
 
 
@@ -151,11 +163,12 @@ def load_openb_pods(path: str | Path) -> OpenbTrace:
         reader = csv.reader(handle)
         header = next(reader, None)
         if not header:
-            raise InputError(f"{path}:1", "", "empty file; expected a header row")
+            raise _at(_Where(str(path), 1), "header", "", "empty file; expected a header row")
         header = [column.strip() for column in header]
         if tuple(header) not in (FULL_COLUMNS, SHAPE_COLUMNS):
-            raise InputError(
-                f"{path}:1",
+            raise _at(
+                _Where(str(path), 1),
+                "header",
                 ",".join(header),
                 f"expected the columns {','.join(FULL_COLUMNS)} or {','.join(SHAPE_COLUMNS)}",
             )
@@ -168,27 +181,28 @@ def load_openb_pods(path: str | Path) -> OpenbTrace:
         times: list[tuple[float, float, float]] = []
         for row in reader:
             line = reader.line_num
-            where = f"{path}:{line}"
+            where = _Where(str(path), line)
             if not row:
                 continue
             if len(row) != len(header):
-                raise InputError(
-                    f"{where}: row", ",".join(row), f"has {len(row)} fields, expected {len(header)}"
+                raise _at(
+                    where, "row", ",".join(row), f"has {len(row)} fields, expected {len(header)}"
                 )
             name = row[0].strip()
             if not name:
-                raise InputError(f"{where}: name", row[0], "must not be empty")
+                raise _at(where, "name", row[0], "must not be empty")
             cpu = _integer(where, "cpu_milli", row[1])
             memory = _integer(where, "memory_mib", row[2])
             gpus = _integer(where, "num_gpu", row[3])
             milli = _integer(where, "gpu_milli", row[4], maximum=MILLI_PER_GPU)
             if gpus == 0 and milli != 0:
-                raise InputError(f"{where}: gpu_milli", row[4], "must be 0 when num_gpu is 0")
+                raise _at(where, "gpu_milli", row[4], "must be 0 when num_gpu is 0")
             if gpus > 0 and milli == 0:
-                raise InputError(f"{where}: gpu_milli", row[4], "must be > 0 when num_gpu > 0")
+                raise _at(where, "gpu_milli", row[4], "must be > 0 when num_gpu > 0")
             if gpus > 1 and milli != MILLI_PER_GPU:
-                raise InputError(
-                    f"{where}: gpu_milli",
+                raise _at(
+                    where,
+                    "gpu_milli",
                     row[4],
                     "must be 1000 when num_gpu > 1 (a share applies to one GPU)",
                 )

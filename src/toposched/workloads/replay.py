@@ -53,6 +53,17 @@ toposched, so peaks queue and the queue drains within a day; see docs/simulator.
 REPLAY_MIN_RUNTIME = HOUR
 
 
+class _Where(NamedTuple):
+    """A row of a trace file: the file and its line (from 1)."""
+
+    file: str
+    line: int
+
+
+def _at(where: _Where, column: str, value: Any, rule: str) -> InputError:
+    return InputError(column, value, rule, file=where.file, line=where.line)
+
+
 def default_traces_dir() -> Path:
     """The folder holding `itp/` and `openb/`: $TOPOSCHED_TRACES (that folder, or its `openb/`
     subfolder as the packing evaluation accepts), else ../shared/traces next to the project."""
@@ -66,14 +77,14 @@ def default_traces_dir() -> Path:
     return project.parent / "shared" / "traces"
 
 
-def _number(where: str, column: str, text: str, integer: bool = False) -> float:
+def _number(where: _Where, column: str, text: str, integer: bool = False) -> float:
     rule = "must be an integer >= 1" if integer else "must be a number of seconds >= 0"
     try:
         value = float(text)
     except ValueError:
-        raise InputError(f"{where}: {column}", text, rule) from None
+        raise _at(where, column, text, rule) from None
     if not math.isfinite(value) or value < 0 or (integer and (value < 1 or value % 1)):
-        raise InputError(f"{where}: {column}", text, rule)
+        raise _at(where, column, text, rule)
     return value
 
 
@@ -98,26 +109,25 @@ def load_itp_trace(path: str | Path) -> list[ItpJob]:
         reader = csv.reader(handle)
         header = next(reader, None)
         if header is None or tuple(column.strip() for column in header) != ITP_COLUMNS:
-            raise InputError(
-                f"{file_path}:1",
+            raise _at(
+                _Where(str(file_path), 1),
+                "header",
                 ",".join(header or []),
                 f"expected the columns {','.join(ITP_COLUMNS)}",
             )
         for row in reader:
             if not row:
                 continue
-            where = f"{file_path}:{reader.line_num}"
+            where = _Where(str(file_path), reader.line_num)
             if len(row) != len(ITP_COLUMNS):
-                raise InputError(
-                    f"{where}: row", ",".join(row), f"has {len(row)} fields, expected 4"
-                )
+                raise _at(where, "row", ",".join(row), f"has {len(row)} fields, expected 4")
             job_id = row[0].strip()
             if not job_id:
-                raise InputError(f"{where}: job_id", row[0], "must not be empty")
+                raise _at(where, "job_id", row[0], "must not be empty")
             submit = _number(where, "submission_time", row[1].strip())
             duration = _number(where, "duration", row[2].strip())
             if duration <= 0:
-                raise InputError(f"{where}: duration", row[2], "must be a number of seconds > 0")
+                raise _at(where, "duration", row[2], "must be a number of seconds > 0")
             gpus = int(_number(where, "num_gpu", row[3].strip(), integer=True))
             rows.append(ItpJob(job_id, submit, duration, gpus))
     return rows
@@ -177,8 +187,9 @@ def itp_replay(
         if horizon is not None and at >= horizon:
             continue
         if gpus > largest:
-            raise InputError(
-                f"{path}:{index + 2}: num_gpu",
+            raise _at(
+                _Where(str(path), index + 2),
+                "num_gpu",
                 gpus,
                 f"is more than the {largest} GPUs of a {node_count}-node cluster; give more nodes",
             )

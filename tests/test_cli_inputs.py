@@ -1,0 +1,259 @@
+"""Bad input to the commands, through `main([...])`: one error form, file and line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from toposched.cli.main import main
+from toposched.cluster.errors import InputError
+from toposched.policy.budget import BudgetTree
+from toposched.workloads.files import load_workload
+
+CLUSTER = """\
+levels: [rack]
+defaults: {gpus: 8, gpu_model: H100}
+nodes:
+  - {name: n1, labels: {rack: r1}}
+  - {name: n2, labels: {rack: r1}}
+"""
+
+JOB = """\
+name: train
+pods: 1
+resources_per_pod: {gpus: 8}
+topology: {required: zone}
+"""
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_place_refuses_the_same_job_file_twice_naming_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = _write(tmp_path, "cluster.yaml", CLUSTER)
+    job = _write(tmp_path, "job.yaml", JOB.replace("zone", "rack"))
+    assert main(["place", str(job), str(job), "--cluster", str(cluster)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {job}:1: name: 'train' is invalid: another job has this name")
+    assert "job names must be unique" in err and "Traceback" not in err
+
+
+def test_place_errors_against_the_cluster_name_the_job_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = _write(tmp_path, "cluster.yaml", CLUSTER)
+    job = _write(tmp_path, "job.yaml", JOB)
+    assert main(["place", str(job), "--cluster", str(cluster)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {job}:4: topology.required: 'zone' is invalid: unknown level")
+
+
+WORKLOAD = """\
+cluster: {file: cluster.yaml}
+jobs:
+  - {name: a, submit: 0, runtime: 1h, account: research, pods: 1, resources_per_pod: {gpus: 1}}
+budget: {accounts: {research: 100}}
+"""
+
+
+def test_a_workload_names_the_cluster_file_where_its_error_is(tmp_path: Path) -> None:
+    cluster = _write(
+        tmp_path, "cluster.yaml", CLUSTER.replace("{rack: r1}}\n", "{rack: r1}, gpuz: 4}\n", 1)
+    )
+    workload = _write(tmp_path, "w.yaml", WORKLOAD)
+    with pytest.raises(InputError) as caught:
+        load_workload(workload)
+    assert (caught.value.file, caught.value.line) == (str(cluster), 4)
+    assert "did you mean 'gpus'" in caught.value.rule
+
+
+def test_workload_and_budget_unknown_fields_suggest_the_close_name(tmp_path: Path) -> None:
+    _write(tmp_path, "cluster.yaml", CLUSTER)
+    workload = _write(
+        tmp_path, "w.yaml", WORKLOAD.replace("jobs:", "settings: {horizn: 1d}\njobs:")
+    )
+    with pytest.raises(InputError) as caught:
+        load_workload(workload)
+    assert str(caught.value).startswith(f"{workload}:2: settings.horizn: '1d' is invalid: ")
+    assert "did you mean 'horizon'" in caught.value.rule
+    budget = _write(tmp_path, "b.yaml", "accounts:\n  research: {shares: 5}\n")
+    with pytest.raises(InputError) as caught:
+        BudgetTree.from_yaml(budget)
+    assert str(caught.value).startswith(f"{budget}:2: accounts.research.shares: 5 is invalid: ")
+    assert "did you mean 'share'" in caught.value.rule
+
+
+def test_a_workload_file_within_the_limits(tmp_path: Path) -> None:
+    binary = tmp_path / "w.yaml"
+    binary.write_bytes(b"\x89PNG\r\n")
+    with pytest.raises(InputError, match="is not UTF-8 text"):
+        load_workload(binary)
+    with pytest.raises(InputError, match="is a directory"):
+        load_workload(tmp_path)
+
+
+# --- simulate: outputs checked first, nothing lost ----------------------------------------------
+
+SMALL = """\
+cluster:
+  levels: [rack]
+  defaults: {gpus: 8, gpu_model: H100}
+  nodes:
+    - {name: n1, labels: {rack: r1}}
+    - {name: n2, labels: {rack: r1}}
+budget: {accounts: {research: 100}}
+jobs:
+  - {name: a, submit: 0, runtime: 1h, account: research, pods: 1, resources_per_pod: {gpus: 4}}
+  - {name: b, submit: 0, runtime: 2h, account: research, pods: 2, resources_per_pod: {gpus: 8}}
+"""
+
+
+def _simulate(tmp_path: Path, *options: str, text: str = SMALL) -> int:
+    workload = _write(tmp_path, "small.yaml", text)
+    return main(["simulate", "--workload", str(workload), "--no-progress", *options])
+
+
+def test_simulate_refuses_an_output_path_that_is_a_file_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = _write(tmp_path, "taken", "")
+    assert _simulate(tmp_path, "--out", str(blocker)) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: --out: '{blocker}' is invalid: is a file, not a folder")
+    assert captured.out == ""  # no run, no summary
+    assert _simulate(tmp_path, "--out", str(blocker / "sub")) == 2
+    assert "cannot be written" in capsys.readouterr().err
+
+
+def test_save_workload_refuses_a_missing_folder_and_an_unknown_suffix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = str(tmp_path / "out")
+    missing = tmp_path / "nowhere" / "w.jsonl"
+    assert _simulate(tmp_path, "--out", out, "--save-workload", str(missing)) == 2
+    assert f"folder {missing.parent} does not exist" in capsys.readouterr().err
+    assert not missing.parent.exists()
+    text = tmp_path / "w.txt"
+    assert _simulate(tmp_path, "--out", out, "--save-workload", str(text)) == 2
+    assert "must end in .yaml, .yml, .json, .jsonl, .ndjson" in capsys.readouterr().err
+    assert not text.exists()
+    saved = tmp_path / "w.jsonl"
+    assert _simulate(tmp_path, "--out", out, "--save-workload", str(saved)) == 0
+    assert f"workload written to {saved} (2 jobs)" in capsys.readouterr().out
+    assert load_workload(saved).jobs == load_workload(tmp_path / "small.yaml").jobs
+
+
+def test_frontier_gpus_outside_the_fleet_are_refused_and_rounding_is_said(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["simulate", "--workload", "frontier", "--gpus", "3"]) == 2
+    assert "the frontier fleet holds 2,160 to 1,000,080 GPUs" in capsys.readouterr().err
+    from toposched.workloads.catalog import workload_by_name
+
+    workload = workload_by_name("frontier", gpus=4096, days=0.5)
+    assert workload.topology.n_gpus == 4320
+    assert workload.description.startswith("frontier lab: 4,320 GB300 GPUs, 1,440-GPU training")
+    assert "--gpus 4,096 rounded to whole racks: 2 in each of the fleet's 30 blocks" in (
+        workload.description
+    )
+
+
+def test_a_job_larger_than_the_cluster_is_named_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    huge = SMALL + (
+        "  - {name: huge, submit: 0, runtime: 1h, account: research, pods: 100,"
+        " resources_per_pod: {gpus: 8}}\n"
+    )
+    assert _simulate(tmp_path, "--out", str(tmp_path / "out"), text=huge) == 0
+    err = capsys.readouterr().err
+    assert "warning: 1 job(s) ask for more GPUs than the cluster's 16 and can never start: " in err
+    assert "huge (800 GPUs)" in err
+
+
+def _many_jobs(tmp_path: Path, count: int) -> Path:
+    """A JSONL workload of `count` one-GPU jobs all submitted at 0, with no horizon."""
+    path = tmp_path / "many.jsonl"
+    header = {"cluster": json.loads(json.dumps(yaml.safe_load(SMALL)["cluster"]))}
+    header["budget"] = {"accounts": {"research": 100}}
+    lines = [json.dumps(header)]
+    for index in range(count):
+        job = {"name": f"j{index}", "submit": 0, "runtime": 60 + index, "account": "research"}
+        job.update({"pods": 1, "resources_per_pod": {"gpus": 1}})
+        lines.append(json.dumps(job))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_progress_counts_finished_jobs_when_the_workload_has_no_horizon(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich draws its bar only on a terminal
+    workload = _many_jobs(tmp_path, 1200)
+    arguments = ["simulate", "--workload", str(workload), "--out", str(tmp_path / "out")]
+    assert main(arguments) == 0
+    err = capsys.readouterr().err
+    assert "of 1,200 jobs finished" in err and "day 0.0 of" not in err
+
+
+def test_sigterm_during_a_run_writes_the_partial_summary_and_says_so(tmp_path: Path) -> None:
+    workload = _many_jobs(tmp_path, 60_000)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "toposched.cli.main", "simulate", "--workload", str(workload)]
+    command += ["--out", str(out), "--no-progress", "--save-workload", str(tmp_path / "w.jsonl")]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()  # written just before the run starts
+    assert line.startswith("workload written to")
+    time.sleep(8.0)  # past the calibration (about a second), well inside the run
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert "interrupted: the summary covers the first" in err and "Traceback" not in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["simulated"]["interrupted"] is True
+    assert summary["simulated"]["days"] < 60_000 * 60 / 16 / 86_400  # stopped early
+
+
+# --- the demo: its own defaults, and a summary that says what each figure means -----------------
+
+
+def test_demo_help_shows_the_demos_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "after N days; default: 2)" in out and "default 1,024;" in out
+    assert "default: 30" not in out and "3,072" not in out
+
+
+def test_demo_summary_says_what_each_metric_means_and_keeps_targets_for_verbose(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "240")  # tables wide enough not to wrap their words
+    options = ["--alone", "--days", "0.05", "--gpus", "64", "--no-progress"]
+    assert main(["demo", *options, "--out", str(tmp_path / "plain")]) == 0
+    plain = capsys.readouterr().out
+    assert "what it means" in plain and "share of GPU time running work" in plain
+    assert "missed" not in plain and "numpy.sort" not in plain and "events per second" not in plain
+    assert main(["demo", *options, "--verbose", "--out", str(tmp_path / "full")]) == 0
+    full = capsys.readouterr().out
+    assert "numpy.sort" in full and "events per second" in full
