@@ -3,6 +3,7 @@ read over the API, a cancel and an eviction are seen by the process as SIGTERM."
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +14,9 @@ import httpx
 import pytest
 import yaml
 from service_helpers import Server, serving
+
+from toposched.backends.local import LocalBackend
+from toposched.backends.protocol import Launch, PodLaunch, RunSpec
 
 WAIT_FOR_SIGTERM = (
     "import signal, sys, time\n"
@@ -127,3 +131,33 @@ def test_processes_outlive_a_killed_server(tmp_path: Path) -> None:
             assert (job["state"], job["attempts"]) == ("running", 1)
             client.delete("/v1/jobs/survivor")
             wait_for(lambda: "got SIGTERM" in log(client, "survivor"), "SIGTERM after restart")
+
+
+def test_a_process_the_store_does_not_know_is_stopped_at_start(tmp_path: Path) -> None:
+    # A pod left running by a store restored from an older backup: the restarted service
+    # stops it, since the scheduler counts its GPUs free.
+    pid_file = tmp_path / "stray.pid"
+    code = (
+        "import os, time\n"
+        f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        "while True:\n"
+        "    time.sleep(0.05)\n"
+    )
+    state_dir = tmp_path / "state"
+    stray = LocalBackend(state_dir / "local")
+    pod = PodLaunch(0, "local-0", (0,))
+    stray.start(Launch("stray", 1, (pod,), RunSpec((sys.executable, "-c", code))))
+    wait_for(lambda: pid_file.exists() and pid_file.read_text() != "", "the stray pod to start")
+    pid = int(pid_file.read_text())
+    stray.close()
+    args = ("--backend", "local", "--gpus", "2", "--state-dir", str(state_dir))
+    with serving(tmp_path, *args):
+        wait_for(lambda: not _alive(pid), "the stray pod to be stopped")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -162,6 +162,7 @@ def _reconcile(core: ServiceCore, now: float) -> None:
         core.event(now, "failed", record, detail="lost by the backend across a restart")
         if record.pending:
             core.event(now, "requeued", record)
+    _stop_orphans(core, alive, unsent)
     for decision in unsent:
         command = _resend(core, decision, alive)
         if command is None:
@@ -170,6 +171,26 @@ def _reconcile(core: ServiceCore, now: float) -> None:
             core.outbox.append((decision.decision_id, command))
     core.flush_sent()
     core.dirty = True
+
+
+def _stop_orphans(
+    core: ServiceCore, alive: set[tuple[str, int]], unsent: list[StoredDecision]
+) -> None:
+    """Runs the backend still has that the store does not know as running (a store restored
+    from an older backup, a run cancelled or ended while the service was down) are stopped,
+    with the job's grace period where the job is known, so that nothing holds GPUs the
+    scheduler thinks free."""
+    known = {(r.job_id, r.attempt) for r in core.records.values() if r.state is JobState.RUNNING}
+    known |= {(d.job_id, d.attempt) for d in unsent}
+    for job_id, attempt in sorted(alive - known):
+        job = core.scheduler.jobs.get(job_id)
+        grace_s = 0.0 if job is None else core.scheduler.grace_for(job)
+        log.warning(
+            "stopping %s (attempt %d): running, but not as far as the store knows", job_id, attempt
+        )
+        payload = {"grace_s": grace_s, "evicted": False}
+        decision = core.store.add_decision(job_id, attempt, "stop", payload)
+        core.outbox.append((decision, Stop(job_id, attempt, grace_s, evicted=False)))
 
 
 def _resend(
