@@ -11,9 +11,11 @@ from numpy.typing import NDArray
 from toposched.cluster import kernels
 from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
 from toposched.cluster.statement import Statement
+from toposched.cluster.topology import Topology
 from toposched.placement.capacity import CapacityView, pods_per_free
 from toposched.placement.fewest import FewestDomains
 from toposched.placement.fewest_counts import FewestByCount, Shares
+from toposched.placement.fewest_nodes import UNREACHABLE, fewest_nodes, node_cover_counts
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.leaf_kernel import fill_leaves, place_in_one_leaf
 from toposched.placement.policies import BestFit, PlacementPolicy, fills_emptiest_first
@@ -60,6 +62,8 @@ class UnschedulableCode(StrEnum):
     """Room exists, but not in whole slices."""
     NODE = "node"
     """No single node has room for `required: node`."""
+    NEVER_FITS = "never_fits"
+    """The gang cannot fit this cluster even empty and healthy (`placement.feasibility`)."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,10 @@ class _Search:
         self.emptiest = fills_emptiest_first(policy)
         # Whether `fill_leaves` may fill this request's nodes (pods of whole GPUs).
         self.compiled_fill = (
-            self.emptiest is not None and request.gpus_per_pod > 0 and not request.is_fractional
+            self.emptiest is not None
+            and request.gpus_per_pod > 0
+            and not request.is_fractional
+            and _node_slices_in_gpus(request)
         )
 
     def run(self, exact: bool) -> PlacementResult | None:
@@ -123,6 +130,8 @@ class _Search:
         fits = (capacity >= request.pods).nonzero()[0]
         if fits.size == 0:
             return self._explain_required(level, capacity)
+        if request.preferred_node and not request.slices:
+            return self._fewest_nodes(level, fits, capacity[fits])
         self.fewest = None  # the exact planner, built on first use for this view
         # Count plans by (level, domain, greedy profile): ranking the required domains may
         # already have planned the chosen one.
@@ -139,6 +148,32 @@ class _Search:
         if allocation is None:
             return None
         return Placement(request, allocation)
+
+    def _fewest_nodes(self, level: int, fits: IntArray, capacity: IntArray) -> Placement | None:
+        """`preferred: node` (no domain slices): of the required domains that fit, those needing
+        the fewest nodes, the policy's favourite; in it, the fewest nodes (`fewest_nodes`).
+        None when the aggregates over-promised (no candidate holds the gang node by node)."""
+        topology, request = self.topology, self.request
+        starts = topology.domain_starts[level]
+        counts = starts[fits + 1] - starts[fits]
+        offsets = np.cumsum(counts) - counts
+        nodes = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
+            starts[fits] - offsets, counts
+        )
+        node_room = self.view.node_capacity(nodes)
+        candidate_of = np.repeat(np.arange(fits.size, dtype=np.int64), counts)
+        needed = node_cover_counts(node_room, candidate_of, fits.size, request.pods)
+        least = int(needed.min())
+        if least == UNREACHABLE:
+            return None
+        chosen = self._best(np.where(needed == least, capacity, -1), request.pods)
+        inside = slice(int(offsets[chosen]), int(offsets[chosen] + counts[chosen]))
+        leaf_of = topology.node_domain[self.leaf_level][nodes[inside]].astype(np.int64)
+        picked = fewest_nodes(node_room[inside], leaf_of, request.pods)
+        if picked is None:
+            return None
+        positions, pods = picked
+        return Placement(request, self._allocation(nodes[inside][positions], pods))
 
     # --- choosing domains ---------------------------------------------------------------------
     def _best(self, capacity: IntArray, need: int, candidates: IntArray | None = None) -> int:
@@ -562,17 +597,7 @@ class _Search:
 
     # --- explanations -------------------------------------------------------------------------
     def _needs(self) -> str:
-        request = self.request
-        pod = request.describe_pod(self.topology)
-        text = f"{request.pods:,} pod{'s' if request.pods > 1 else ''} of {pod}"
-        if request.gpus_per_pod and not request.is_fractional and request.pods > 1:
-            text += f" ({request.pods * request.gpus_per_pod:,} GPUs)"
-        if request.slices:
-            names = self.topology.domain_levels
-            text += " in slices of " + ", ".join(
-                f"{pods} pods per {names[level]}" for level, pods in request.slices
-            )
-        return text
+        return describe_needs(self.request, self.topology)
 
     def _explain_total(self, total: int) -> Unschedulable:
         request = self.request
@@ -580,8 +605,10 @@ class _Search:
         counted = self.view.exact and (request.cpu_milli or request.memory_mib)
         limit = " (with CPU and memory counted node by node)" if counted else ""
         code = UnschedulableCode.CAPACITY
-        if request.slices:
-            unsliced = CapacityView(self.state, replace(request, slices=()), self.view.exact)
+        if request.slices or request.node_slice > 1:
+            unsliced = CapacityView(
+                self.state, replace(request, slices=(), node_slice=1), self.view.exact
+            )
             if unsliced.total() >= request.pods:
                 code = UnschedulableCode.SLICES
         return Unschedulable(
@@ -603,6 +630,21 @@ class _Search:
             f"({self.topology.domain_name(level, best)}) has room for "
             f"{_pods(int(capacity[best]))} ({free:,} free GPUs)",
         )
+
+
+def describe_needs(request: GangRequest, topology: Topology) -> str:
+    """What a gang asks for, e.g. "36 pods of 4 GPUs (144 GPUs) in slices of 18 pods per rack"."""
+    pod = request.describe_pod(topology)
+    text = f"{request.pods:,} pod{'s' if request.pods > 1 else ''} of {pod}"
+    if request.gpus_per_pod and not request.is_fractional and request.pods > 1:
+        text += f" ({request.pods * request.gpus_per_pod:,} GPUs)"
+    names = topology.domain_levels
+    layers = [f"{pods} pods per {names[level]}" for level, pods in request.slices]
+    if request.node_slice > 1:
+        layers.append(f"{request.node_slice} pods per node")
+    if layers:
+        text += " in slices of " + ", ".join(layers)
+    return text
 
 
 def _pods(count: int) -> str:
@@ -670,6 +712,12 @@ def place(
     return result
 
 
+def _node_slices_in_gpus(request: GangRequest) -> bool:
+    """Whether the compiled passes count `request`'s node slices: when it has none, or when
+    GPUs alone bound its pods per node (their table of pods by free GPUs is in whole slices)."""
+    return request.node_slice == 1 or not (request.cpu_milli or request.memory_mib)
+
+
 # Gangs up to this many pods try the compiled search for one innermost domain first.
 _COMPILED_PODS = 64
 # From this many domains at the first level searched, numpy ranks them for the compiled search.
@@ -691,6 +739,8 @@ def _placed_in_one_leaf(
         or request.is_fractional
         or request.slices
         or request.on_one_node
+        or request.preferred_node
+        or not _node_slices_in_gpus(request)
     ):
         return None
     preferred = request.preferred or 0
@@ -732,7 +782,7 @@ def _placed_in_one_leaf(
         topology.gpu_model,
         state.gpu_free_milli,
         request.model_allowed(topology),
-        pods_per_free(width, request.gpus_per_pod),
+        pods_per_free(width, request.gpus_per_pod, request.node_slice),
         request.pods,
         request.gpus_per_pod,
         request.cpu_milli,
