@@ -144,7 +144,7 @@ class _Search:
             chosen = self._least_preferred(level, domain, *chosen)
             if chosen is None:
                 return None
-        allocation = self._assign(*chosen)
+        allocation = self._assign(*_in_rank_order(self.topology, *chosen))
         if allocation is None:
             return None
         return Placement(request, allocation)
@@ -630,6 +630,25 @@ class _Search:
             f"({self.topology.domain_name(level, best)}) has room for "
             f"{_pods(int(capacity[best]))} ({free:,} free GPUs)",
         )
+
+
+def _in_rank_order(
+    topology: Topology, leaves: IntArray, shares: IntArray
+) -> tuple[IntArray, IntArray]:
+    """Leaf domains reordered so that the pods of every domain at every level are consecutive
+    ranks: grouped under each ancestor, groups in the order the search chose their first leaf
+    (a search's order, largest first, is kept where it already groups). Slices stay whole: each
+    domain of a slice level holds a multiple of its slice, so every one begins on a boundary."""
+    if leaves.size < 2 or bool((leaves[1:] > leaves[:-1]).all()):
+        return leaves, shares  # index order: depth-first, grouped at every level
+    first_nodes = topology.domain_starts[-1][leaves]
+    keys: list[IntArray] = [np.arange(leaves.size, dtype=np.int64)]
+    for level in range(len(topology.domain_levels) - 2, 0, -1):  # inner levels first
+        ancestors = topology.node_domain[level][first_nodes]
+        _, first_seen, inverse = np.unique(ancestors, return_index=True, return_inverse=True)
+        keys.append(first_seen[inverse].astype(np.int64))
+    order = np.lexsort(keys)  # the last key, the outermost level, sorts first
+    return leaves[order], shares[order]
 
 
 def describe_needs(request: GangRequest, topology: Topology) -> str:
