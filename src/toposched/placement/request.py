@@ -38,7 +38,8 @@ class GangRequest:
     (level, pods) layers of domain levels, outermost first; `node_slice` is the slice layer at
     node level, if any (each group of that many consecutive pods on one node; 1 when none).
     `on_one_node` means `required: node`; `preferred_node`, `preferred: node` (the fewest
-    nodes).
+    nodes). `within`, a (level, domain) pair with level at most `required`, confines the gang
+    to that one domain (the roles of a job that share a domain, `placement.roles`).
     """
 
     name: str
@@ -54,6 +55,7 @@ class GangRequest:
     on_one_node: bool = False
     node_slice: int = 1
     preferred_node: bool = False
+    within: tuple[int, int] | None = None
 
     @property
     def is_fractional(self) -> bool:

@@ -128,6 +128,14 @@ class _Search:
         else:
             capacity = self.view.at(level, 0, self.topology.n_domains(level))
         fits = (capacity >= request.pods).nonzero()[0]
+        if request.within is not None:
+            outer, domain = request.within
+            lo, hi = self.topology.descendants(outer, domain, level)
+            fits = fits[(fits >= lo) & (fits < hi)]
+            if fits.size == 0:
+                inside = np.full(capacity.size, -1, dtype=np.int64)
+                inside[lo:hi] = capacity[lo:hi]
+                return self._explain_required(level, inside)
         if fits.size == 0:
             return self._explain_required(level, capacity)
         if request.preferred_node and not request.slices:
@@ -579,6 +587,11 @@ class _Search:
     def _one_node(self) -> PlacementResult:
         request = self.request
         capacity = self.view.node_capacity()
+        if request.within is not None:
+            first, last = self.topology.domain_range(*request.within)
+            inside = np.zeros_like(capacity)
+            inside[first:last] = capacity[first:last]
+            capacity = inside
         candidates = np.flatnonzero(capacity >= request.pods)
         if candidates.size == 0:
             best = int(np.argmax(capacity))
@@ -759,6 +772,7 @@ def _placed_in_one_leaf(
         or request.slices
         or request.on_one_node
         or request.preferred_node
+        or request.within is not None
         or not _node_slices_in_gpus(request)
     ):
         return None
