@@ -23,9 +23,9 @@ def _every_model(n_models: int) -> NDArray[np.bool_]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _granule(slices: tuple[tuple[int, int], ...], level: int) -> int:
+def _granule(slices: tuple[tuple[int, int], ...], level: int, node_slice: int) -> int:
     # Asked several times per search: a few slice layers, cached by value.
-    return max((pods for slice_level, pods in slices if slice_level >= level), default=1)
+    return max((pods for slice_level, pods in slices if slice_level >= level), default=node_slice)
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class GangRequest:
     def granule(self, level: int) -> int:
         """Pods a domain at `level` must hold a multiple of: the largest slice at or below it
         (node slices included)."""
-        return max(_granule(self.slices, level), self.node_slice)
+        return _granule(self.slices, level, self.node_slice)
 
     def describe_pod_plain(self) -> str:
         """What one pod asks for, e.g. "4 GPUs" or "460 milli-GPU"."""
