@@ -39,19 +39,54 @@ def fewest_nodes(
 ) -> tuple[IntArray, IntArray] | None:
     """Positions (into `capacity`, increasing) of the fewest nodes that hold `need` pods and the
     pods each takes, or None when all of them together do not. `leaf_of[i]` is node i's
-    innermost domain, for the tie-break between nodes of equal capacity."""
+    innermost domain, for the tie-break between nodes of equal capacity.
+
+    With v the capacity of the k-th largest node, every node above v is taken whole, then nodes
+    of capacity v, and the last share goes to the smallest node (best fit) that holds it. No
+    sort of all nodes: capacities are counted by value, and the few nodes taken of one value
+    are picked by a partial sort of a single key.
+    """
     usable = (capacity > 0).nonzero()[0]
-    room, leaves = capacity[usable], leaf_of[usable]
+    room = capacity[usable]
     if int(room.sum()) < need:
         return None
-    first = int(leaves.min())
-    leaf_room = np.bincount(leaves - first, weights=room).astype(np.int64)
-    order = np.lexsort((usable, leaves, -leaf_room[leaves - first], -room))
-    ranked = room[order]
-    cumulative = np.cumsum(ranked)
-    k = int(np.searchsorted(cumulative, need))  # the (k+1)-th largest completes the gang
-    shares = ranked[: k + 1].copy()
-    shares[k] = need - (int(cumulative[k - 1]) if k else 0)
-    picked = usable[order[: k + 1]]
-    in_index_order = np.argsort(picked, kind="stable")
-    return picked[in_index_order], shares[in_index_order]
+    first_leaf = int(leaf_of[usable].min())
+    leaves = leaf_of[usable] - first_leaf
+    leaf_room = np.bincount(leaves, weights=room)
+
+    def key(chosen: IntArray) -> IntArray:
+        """Ranks nodes (positions into `room`) of equal room: fuller racks first, then index."""
+        ranked: IntArray = -leaf_room[leaves[chosen]].astype(np.int64) * (usable.size + 1)
+        return ranked + chosen
+
+    holders = (room >= need).nonzero()[0]
+    if holders.size:
+        # One node holds the gang: the fullest that does (best fit), ties by key.
+        smallest = room[holders].min()
+        tied = holders[room[holders] == smallest]
+        chosen = int(tied[key(tied).argmin()])
+        return usable[chosen : chosen + 1], np.array([need], dtype=np.int64)
+    by_value = np.bincount(room)
+    pods_from = np.cumsum((by_value * np.arange(by_value.size))[::-1])[::-1]  # pods in nodes >= v
+    value = int(np.flatnonzero(pods_from >= need)[-1])  # the k-th largest node's capacity
+    above = (room > value).nonzero()[0]
+    left = need - int(room[above].sum())
+    whole = (left - 1) // value  # nodes of capacity `value` taken whole; one more takes the rest
+    at_value = (room == value).nonzero()[0]
+    if whole:
+        part = np.argpartition(key(at_value), whole - 1)[:whole] if whole < at_value.size else None
+        taken = at_value if part is None else at_value[part]
+    else:
+        taken = at_value[:0]
+    remainder = left - whole * value
+    rest = np.ones(usable.size, dtype=np.bool_)
+    rest[above] = False
+    rest[taken] = False
+    fit = (rest & (room >= remainder)).nonzero()[0]
+    fit = fit[room[fit] == room[fit].min()]
+    last = int(fit[key(fit).argmin()])
+    picked = np.concatenate([above, taken, np.array([last], dtype=np.int64)])
+    shares = room[picked].copy()
+    shares[-1] = remainder
+    order = np.argsort(picked, kind="stable")
+    return usable[picked[order]], shares[order]

@@ -169,12 +169,15 @@ class _Search:
             starts[fits] - offsets, counts
         )
         node_room = self.view.node_capacity(nodes)
-        candidate_of = np.repeat(np.arange(fits.size, dtype=np.int64), counts)
-        needed = node_cover_counts(node_room, candidate_of, fits.size, request.pods)
-        least = int(needed.min())
-        if least == UNREACHABLE:
-            return None
-        chosen = self._best(np.where(needed == least, capacity, -1), request.pods)
+        if fits.size == 1:
+            chosen = 0  # one candidate (e.g. the whole cluster): no count to compare
+        else:
+            candidate_of = np.repeat(np.arange(fits.size, dtype=np.int64), counts)
+            needed = node_cover_counts(node_room, candidate_of, fits.size, request.pods)
+            least = int(needed.min())
+            if least == UNREACHABLE:
+                return None
+            chosen = self._best(np.where(needed == least, capacity, -1), request.pods)
         inside = slice(int(offsets[chosen]), int(offsets[chosen] + counts[chosen]))
         leaf_of = topology.node_domain[self.leaf_level][nodes[inside]].astype(np.int64)
         picked = fewest_nodes(node_room[inside], leaf_of, request.pods)
