@@ -134,12 +134,29 @@ def constraint_violations(
             group = pod_nodes[first : first + size]
             if len({labels[level][n] for n in group}) > 1:
                 problems.append(f"pods {first}..{first + size - 1} span domains of level {level}")
+    for first in range(0, len(pod_nodes), request.node_slice):
+        if len(set(pod_nodes[first : first + request.node_slice])) > 1:
+            problems.append(f"pods {first}..{first + request.node_slice - 1} span nodes")
+    problems += rank_order_violations(pod_nodes, labels)
     for node in sorted(set(pod_nodes)):
         placed = list(pod_nodes).count(node)
         room = pod_capacity(state, request, node)
         if placed > room:
             health = Health(int(state.health[node])).name.lower()
             problems.append(f"{placed} pods on {names[node]} ({health}) with room for {room}")
+    return problems
+
+
+def rank_order_violations(pod_nodes: Sequence[int], labels: DomainLabels) -> list[str]:
+    """Rank order: the pods of each node, and of each domain at every level, are consecutive
+    ranks, so a ring over ranks enters every node and domain once."""
+    problems: list[str] = []
+    for level, domain_of in enumerate([*labels, list(range(max(pod_nodes, default=0) + 1))]):
+        sequence = [domain_of[node] for node in pod_nodes]
+        runs = 1 + sum(1 for a, b in zip(sequence, sequence[1:], strict=False) if a != b)
+        if sequence and runs != len(set(sequence)):
+            what = "nodes" if level == len(labels) else f"domains of level {level}"
+            problems.append(f"ranks enter {what} {runs} times for {len(set(sequence))} of them")
     return problems
 
 

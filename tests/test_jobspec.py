@@ -616,8 +616,8 @@ def test_validate_levels_accepts(topology: dict[str, Any], pods: int) -> None:
     [
         ({"required": "pod"}, 4, "topology.required", "pod",
          "valid levels are zone, block, rack, node (outermost first)"),
-        ({"preferred": "node"}, 4, "topology.preferred", "node",
-         "valid levels are zone, block, rack (outermost first)"),
+        ({"preferred": "nodes"}, 4, "topology.preferred", "nodes",
+         "valid levels are zone, block, rack, node (outermost first)"),
         ({"preferred": "row"}, 4, "topology.preferred", "row", "unknown level"),
         ({"required": "rack", "preferred": "block"}, 4, "topology.preferred", "block",
          "must be the required level (rack) or inner to it"),

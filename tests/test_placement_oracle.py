@@ -252,7 +252,8 @@ def jobs_sliced_above(
         group = draw(st.sampled_from(sizes))
         slices.append({"level": level, "pods": group})
     finer = [size for size in slice_sizes(group) if 1 < size < group]
-    if finer and draw(st.booleans()):
+    add_finer: bool = draw(st.booleans())
+    if finer and add_finer:
         slices.append({"level": levels[-1], "pods": draw(st.sampled_from(finer))})
     topology: dict[str, Any] = {"preferred": levels[-1], "slices": slices}
     if required is not None:

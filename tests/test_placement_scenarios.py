@@ -19,16 +19,17 @@ from placement_helpers import (
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
+from toposched.placement.feasibility import never_fits_job
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import policy_by_name
 from toposched.placement.request import GangRequest
-from toposched.placement.search import Placement, Unschedulable, place
+from toposched.placement.search import Placement, Unschedulable, UnschedulableCode, place
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 FILE_FIELDS = {"cluster", "builder", "allocations", "health", "policy", "cases"}
 CASE_FIELDS = {"name", "job", "expect", "policy", "allocations", "health", "placed_before", "xfail"}
 PLACEMENT_EXPECTATIONS = {"nodes", "gpus", "pods_per_node", "domains_used", "within", "untouched"}
-FAILURE_EXPECTATIONS = {"unschedulable", "error"}
+FAILURE_EXPECTATIONS = {"unschedulable", "error", "never"}
 
 
 def load_cases() -> list[Any]:
@@ -115,6 +116,18 @@ def test_scenario(scenario: Mapping[str, Any], case: Mapping[str, Any]) -> None:
         state.allocate(spec.name, result.allocation)
     expect = case["expect"]
     spec = job_spec(case["job"], case["name"])
+    if "error" not in expect:
+        # Whatever the present state, a job is "never" exactly when the case says so.
+        never = never_fits_job(state, spec)
+        if "never" in expect:
+            assert isinstance(never, Unschedulable), "expected never to fit"
+            assert never.code == UnschedulableCode.NEVER_FITS
+            for fragment in expect["never"]:
+                assert fragment in never.reason
+            if "unschedulable" not in expect:
+                return
+        else:
+            assert never is None, never.reason
     if "error" in expect:
         with pytest.raises(InputError) as raised:
             GangRequest.from_spec(spec, state.topology)

@@ -46,11 +46,14 @@ def pods_by_free(hist: NDArray[np.integer], pods_per_free: IntArray) -> IntArray
 
 
 @functools.lru_cache(maxsize=256)
-def pods_per_free(width: int, gpus_per_pod: int) -> IntArray:
-    """Pods a node with k free whole GPUs can hold, for k < width (read-only, shared: every
-    search of a small job needs it, and building it costs as much as reading a level)."""
+def pods_per_free(width: int, gpus_per_pod: int, node_slice: int = 1) -> IntArray:
+    """Pods a node with k free whole GPUs can hold, for k < width, in whole slices of
+    `node_slice` pods (read-only, shared: every search of a small job needs it, and building it
+    costs as much as reading a level)."""
     if gpus_per_pod:
         pods = np.arange(width, dtype=np.int64) // gpus_per_pod
+        if node_slice > 1:
+            pods = pods // node_slice * node_slice
     else:
         pods = np.zeros(width, dtype=np.int64)
     pods.flags.writeable = False
@@ -79,8 +82,10 @@ class CapacityView:
         self.slice_level = max(level for level, _ in request.slices) if request.slices else None
         self._full: dict[int, IntArray] = {}
         self._node_capacity: IntArray | None = None
-        # Pods a node with k free whole GPUs can hold, by k.
-        self.pods_per_free = pods_per_free(state.free_hist[0].shape[2], request.gpus_per_pod)
+        # Pods a node with k free whole GPUs can hold, by k (in whole node slices).
+        self.pods_per_free = pods_per_free(
+            state.free_hist[0].shape[2], request.gpus_per_pod, request.node_slice
+        )
         self._allowed: NDArray[np.bool_] | None = None
 
     def _model_allowed(self) -> NDArray[np.bool_]:
@@ -133,7 +138,7 @@ class CapacityView:
                 held = capacity_kernels.pods_on_nodes(nodes, 0, 0, *arrays)
             else:
                 held = np.zeros(0, dtype=np.int64)
-            return held
+            return self._in_node_slices(held)
         pick = slice(None) if nodes is None else nodes
         capacity = (state.gpu_free_milli[pick] // request.gpu_milli).sum(axis=1, dtype=np.int64)
         if request.cpu_milli:
@@ -143,14 +148,20 @@ class CapacityView:
         usable = state.health[pick] == 0
         if request.allowed_models is not None:
             usable &= self._model_allowed()[state.topology.gpu_model[pick]]
-        return np.where(usable, capacity, 0)
+        return self._in_node_slices(np.where(usable, capacity, 0))
+
+    def _in_node_slices(self, held: IntArray) -> IntArray:
+        """Node capacities rounded down to whole node slices (CPU or memory may have cut one)."""
+        node_slice = self.request.node_slice
+        return held // node_slice * node_slice if node_slice > 1 else held
 
     # --- domain level ------------------------------------------------------------------------
     def at(self, level: int, lo: int, hi: int) -> IntArray:
         """Capacity in pods of domains lo..hi-1 at `level`."""
         if self.slice_level is not None and level <= self.slice_level:
             return self._full_level(level)[lo:hi]
-        return self._raw(level, lo, hi)
+        # Node slices: whole per node already; rounded again where CPU or memory bound a domain.
+        return self._raw(level, lo, hi, self.request.node_slice)
 
     def _raw(self, level: int, lo: int, hi: int, granule: int = 1) -> IntArray:
         """Capacity of domains lo..hi-1 at `level`, rounded down to a multiple of `granule`."""

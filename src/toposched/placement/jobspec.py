@@ -435,7 +435,8 @@ class TopologySpec(_InputModel):
     def validate_levels(self, levels: Sequence[str], pods: int) -> None:
         """Check this spec against a cluster whose level names are `levels`, outermost first.
 
-        `node` is valid below the last of `levels` for `required` and `slices`. Raises
+        `node` is valid below the last of `levels` for `required`, `preferred` and `slices`
+        (a node slice: each group of its pods on one node). Raises
         InputError naming the first offending field.
         """
         cluster_levels = tuple(level for level in levels if level != NODE_LEVEL)
@@ -456,11 +457,11 @@ class TopologySpec(_InputModel):
                 f"unknown level; valid levels are {listing(all_levels)} (outermost first)",
             )
         if self.preferred is not None:
-            if self.preferred not in cluster_levels:
+            if self.preferred not in depth:
                 raise InputError(
                     "topology.preferred",
                     self.preferred,
-                    f"unknown level; valid levels are {listing(cluster_levels)} (outermost first)",
+                    f"unknown level; valid levels are {listing(all_levels)} (outermost first)",
                 )
             if self.required is not None and depth[self.preferred] < depth[self.required]:
                 raise InputError(

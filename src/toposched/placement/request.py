@@ -23,9 +23,9 @@ def _every_model(n_models: int) -> NDArray[np.bool_]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _granule(slices: tuple[tuple[int, int], ...], level: int) -> int:
+def _granule(slices: tuple[tuple[int, int], ...], level: int, node_slice: int) -> int:
     # Asked several times per search: a few slice layers, cached by value.
-    return max((pods for slice_level, pods in slices if slice_level >= level), default=1)
+    return max((pods for slice_level, pods in slices if slice_level >= level), default=node_slice)
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,11 @@ class GangRequest:
     Levels are domain-level indices of the topology (0 = whole cluster). `required` is the level
     that must hold every pod (0 when unconstrained); `preferred` the level whose domain count is
     minimised (None: fewest domains at each level below the required one). `slices` lists
-    (level, pods) layers, outermost first. `on_one_node` means `required: node`.
+    (level, pods) layers of domain levels, outermost first; `node_slice` is the slice layer at
+    node level, if any (each group of that many consecutive pods on one node; 1 when none).
+    `on_one_node` means `required: node`; `preferred_node`, `preferred: node` (the fewest
+    nodes). `within`, a (level, domain) pair with level at most `required`, confines the gang
+    to that one domain (the roles of a job that share a domain, `placement.roles`).
     """
 
     name: str
@@ -49,6 +53,9 @@ class GangRequest:
     preferred: int | None = None
     slices: tuple[tuple[int, int], ...] = ()
     on_one_node: bool = False
+    node_slice: int = 1
+    preferred_node: bool = False
+    within: tuple[int, int] | None = None
 
     @property
     def is_fractional(self) -> bool:
@@ -70,8 +77,9 @@ class GangRequest:
         return allowed
 
     def granule(self, level: int) -> int:
-        """Pods a domain at `level` must hold a multiple of: the largest slice at or below it."""
-        return _granule(self.slices, level)
+        """Pods a domain at `level` must hold a multiple of: the largest slice at or below it
+        (node slices included)."""
+        return _granule(self.slices, level, self.node_slice)
 
     def describe_pod_plain(self) -> str:
         """What one pod asks for, e.g. "4 GPUs" or "460 milli-GPU"."""
@@ -109,13 +117,11 @@ class GangRequest:
         required = spec.topology.required
         on_one_node = required == NODE_LEVEL
         slices: list[tuple[int, int]] = []
-        for index, layer in enumerate(spec.topology.slices):
+        node_slice = 1
+        for layer in spec.topology.slices:
             if layer.level == NODE_LEVEL:
-                raise InputError(
-                    f"topology.slices[{index}].level",
-                    layer.level,
-                    "slices at node level are not supported; use a domain level",
-                )
+                node_slice = layer.pods  # validated innermost: no layer follows it
+                continue
             slices.append((topology.level_index(layer.level, "topology.slices.level"), layer.pods))
         return GangRequest(
             name=spec.name,
@@ -130,15 +136,19 @@ class GangRequest:
             else topology.level_index(required, "topology.required"),
             preferred=None
             if spec.topology.preferred is None
-            else _preferred(topology, spec.topology.preferred),
+            else _preferred(topology, spec.topology.preferred, bool(slices)),
             slices=tuple(slices),
             on_one_node=on_one_node,
+            node_slice=node_slice,
+            preferred_node=spec.topology.preferred == NODE_LEVEL and not on_one_node,
         )
 
 
-def _preferred(topology: Topology, name: str) -> int | None:
+def _preferred(topology: Topology, name: str, domain_slices: bool) -> int | None:
     if name == NODE_LEVEL:
-        return None  # fewest domains at every level already ends at the fewest nodes
+        # `preferred_node`: the fewest nodes, a search of its own; with slices at domain
+        # levels, the fewest innermost domains, which the slice-aware plans minimise.
+        return len(topology.levels) if domain_slices and topology.levels else None
     return topology.level_index(name, "topology.preferred")
 
 
@@ -153,6 +163,8 @@ def simple_request(
     required: int = 0,
     preferred: int | None = None,
     slices: Sequence[tuple[int, int]] = (),
+    node_slice: int = 1,
+    preferred_node: bool = False,
 ) -> GangRequest:
     """A request built directly from level indices (benchmarks, evaluations and tests)."""
     return GangRequest(
@@ -166,4 +178,6 @@ def simple_request(
         required=required,
         preferred=preferred,
         slices=tuple(slices),
+        node_slice=node_slice,
+        preferred_node=preferred_node,
     )

@@ -11,9 +11,11 @@ from numpy.typing import NDArray
 from toposched.cluster import kernels
 from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
 from toposched.cluster.statement import Statement
+from toposched.cluster.topology import Topology
 from toposched.placement.capacity import CapacityView, pods_per_free
 from toposched.placement.fewest import FewestDomains
 from toposched.placement.fewest_counts import FewestByCount, Shares
+from toposched.placement.fewest_nodes import UNREACHABLE, fewest_nodes, node_cover_counts
 from toposched.placement.jobspec import JobSpec
 from toposched.placement.leaf_kernel import fill_leaves, place_in_one_leaf
 from toposched.placement.policies import BestFit, PlacementPolicy, fills_emptiest_first
@@ -60,6 +62,8 @@ class UnschedulableCode(StrEnum):
     """Room exists, but not in whole slices."""
     NODE = "node"
     """No single node has room for `required: node`."""
+    NEVER_FITS = "never_fits"
+    """The gang cannot fit this cluster even empty and healthy (`placement.feasibility`)."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,10 @@ class _Search:
         self.emptiest = fills_emptiest_first(policy)
         # Whether `fill_leaves` may fill this request's nodes (pods of whole GPUs).
         self.compiled_fill = (
-            self.emptiest is not None and request.gpus_per_pod > 0 and not request.is_fractional
+            self.emptiest is not None
+            and request.gpus_per_pod > 0
+            and not request.is_fractional
+            and _node_slices_in_gpus(request)
         )
 
     def run(self, exact: bool) -> PlacementResult | None:
@@ -121,8 +128,18 @@ class _Search:
         else:
             capacity = self.view.at(level, 0, self.topology.n_domains(level))
         fits = (capacity >= request.pods).nonzero()[0]
+        if request.within is not None:
+            outer, domain = request.within
+            lo, hi = self.topology.descendants(outer, domain, level)
+            fits = fits[(fits >= lo) & (fits < hi)]
+            if fits.size == 0:
+                inside = np.full(capacity.size, -1, dtype=np.int64)
+                inside[lo:hi] = capacity[lo:hi]
+                return self._explain_required(level, inside)
         if fits.size == 0:
             return self._explain_required(level, capacity)
+        if request.preferred_node and not request.slices:
+            return self._fewest_nodes(level, fits, capacity[fits])
         self.fewest = None  # the exact planner, built on first use for this view
         # Count plans by (level, domain, greedy profile): ranking the required domains may
         # already have planned the chosen one.
@@ -135,10 +152,39 @@ class _Search:
             chosen = self._least_preferred(level, domain, *chosen)
             if chosen is None:
                 return None
-        allocation = self._assign(*chosen)
+        allocation = self._assign(*_in_rank_order(self.topology, *chosen))
         if allocation is None:
             return None
         return Placement(request, allocation)
+
+    def _fewest_nodes(self, level: int, fits: IntArray, capacity: IntArray) -> Placement | None:
+        """`preferred: node` (no domain slices): of the required domains that fit, those needing
+        the fewest nodes, the policy's favourite; in it, the fewest nodes (`fewest_nodes`).
+        None when the aggregates over-promised (no candidate holds the gang node by node)."""
+        topology, request = self.topology, self.request
+        starts = topology.domain_starts[level]
+        counts = starts[fits + 1] - starts[fits]
+        offsets = np.cumsum(counts) - counts
+        nodes = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
+            starts[fits] - offsets, counts
+        )
+        node_room = self.view.node_capacity(nodes)
+        if fits.size == 1:
+            chosen = 0  # one candidate (e.g. the whole cluster): no count to compare
+        else:
+            candidate_of = np.repeat(np.arange(fits.size, dtype=np.int64), counts)
+            needed = node_cover_counts(node_room, candidate_of, fits.size, request.pods)
+            least = int(needed.min())
+            if least == UNREACHABLE:
+                return None
+            chosen = self._best(np.where(needed == least, capacity, -1), request.pods)
+        inside = slice(int(offsets[chosen]), int(offsets[chosen] + counts[chosen]))
+        leaf_of = topology.node_domain[self.leaf_level][nodes[inside]].astype(np.int64)
+        picked = fewest_nodes(node_room[inside], leaf_of, request.pods)
+        if picked is None:
+            return None
+        positions, pods = picked
+        return Placement(request, self._allocation(nodes[inside][positions], pods))
 
     # --- choosing domains ---------------------------------------------------------------------
     def _best(self, capacity: IntArray, need: int, candidates: IntArray | None = None) -> int:
@@ -544,6 +590,11 @@ class _Search:
     def _one_node(self) -> PlacementResult:
         request = self.request
         capacity = self.view.node_capacity()
+        if request.within is not None:
+            first, last = self.topology.domain_range(*request.within)
+            inside = np.zeros_like(capacity)
+            inside[first:last] = capacity[first:last]
+            capacity = inside
         candidates = np.flatnonzero(capacity >= request.pods)
         if candidates.size == 0:
             best = int(np.argmax(capacity))
@@ -562,17 +613,7 @@ class _Search:
 
     # --- explanations -------------------------------------------------------------------------
     def _needs(self) -> str:
-        request = self.request
-        pod = request.describe_pod(self.topology)
-        text = f"{request.pods:,} pod{'s' if request.pods > 1 else ''} of {pod}"
-        if request.gpus_per_pod and not request.is_fractional and request.pods > 1:
-            text += f" ({request.pods * request.gpus_per_pod:,} GPUs)"
-        if request.slices:
-            names = self.topology.domain_levels
-            text += " in slices of " + ", ".join(
-                f"{pods} pods per {names[level]}" for level, pods in request.slices
-            )
-        return text
+        return describe_needs(self.request, self.topology)
 
     def _explain_total(self, total: int) -> Unschedulable:
         request = self.request
@@ -580,8 +621,10 @@ class _Search:
         counted = self.view.exact and (request.cpu_milli or request.memory_mib)
         limit = " (with CPU and memory counted node by node)" if counted else ""
         code = UnschedulableCode.CAPACITY
-        if request.slices:
-            unsliced = CapacityView(self.state, replace(request, slices=()), self.view.exact)
+        if request.slices or request.node_slice > 1:
+            unsliced = CapacityView(
+                self.state, replace(request, slices=(), node_slice=1), self.view.exact
+            )
             if unsliced.total() >= request.pods:
                 code = UnschedulableCode.SLICES
         return Unschedulable(
@@ -603,6 +646,40 @@ class _Search:
             f"({self.topology.domain_name(level, best)}) has room for "
             f"{_pods(int(capacity[best]))} ({free:,} free GPUs)",
         )
+
+
+def _in_rank_order(
+    topology: Topology, leaves: IntArray, shares: IntArray
+) -> tuple[IntArray, IntArray]:
+    """Leaf domains reordered so that the pods of every domain at every level are consecutive
+    ranks: grouped under each ancestor, groups in the order the search chose their first leaf
+    (a search's order, largest first, is kept where it already groups). Slices stay whole: each
+    domain of a slice level holds a multiple of its slice, so every one begins on a boundary."""
+    if leaves.size < 2 or bool((leaves[1:] > leaves[:-1]).all()):
+        return leaves, shares  # index order: depth-first, grouped at every level
+    first_nodes = topology.domain_starts[-1][leaves]
+    keys: list[IntArray] = [np.arange(leaves.size, dtype=np.int64)]
+    for level in range(len(topology.domain_levels) - 2, 0, -1):  # inner levels first
+        ancestors = topology.node_domain[level][first_nodes]
+        _, first_seen, inverse = np.unique(ancestors, return_index=True, return_inverse=True)
+        keys.append(first_seen[inverse].astype(np.int64))
+    order = np.lexsort(keys)  # the last key, the outermost level, sorts first
+    return leaves[order], shares[order]
+
+
+def describe_needs(request: GangRequest, topology: Topology) -> str:
+    """What a gang asks for, e.g. "36 pods of 4 GPUs (144 GPUs) in slices of 18 pods per rack"."""
+    pod = request.describe_pod(topology)
+    text = f"{request.pods:,} pod{'s' if request.pods > 1 else ''} of {pod}"
+    if request.gpus_per_pod and not request.is_fractional and request.pods > 1:
+        text += f" ({request.pods * request.gpus_per_pod:,} GPUs)"
+    names = topology.domain_levels
+    layers = [f"{pods} pods per {names[level]}" for level, pods in request.slices]
+    if request.node_slice > 1:
+        layers.append(f"{request.node_slice} pods per node")
+    if layers:
+        text += " in slices of " + ", ".join(layers)
+    return text
 
 
 def _pods(count: int) -> str:
@@ -670,6 +747,12 @@ def place(
     return result
 
 
+def _node_slices_in_gpus(request: GangRequest) -> bool:
+    """Whether the compiled passes count `request`'s node slices: when it has none, or when
+    GPUs alone bound its pods per node (their table of pods by free GPUs is in whole slices)."""
+    return request.node_slice == 1 or not (request.cpu_milli or request.memory_mib)
+
+
 # Gangs up to this many pods try the compiled search for one innermost domain first.
 _COMPILED_PODS = 64
 # From this many domains at the first level searched, numpy ranks them for the compiled search.
@@ -691,6 +774,9 @@ def _placed_in_one_leaf(
         or request.is_fractional
         or request.slices
         or request.on_one_node
+        or request.preferred_node
+        or request.within is not None
+        or not _node_slices_in_gpus(request)
     ):
         return None
     preferred = request.preferred or 0
@@ -732,7 +818,7 @@ def _placed_in_one_leaf(
         topology.gpu_model,
         state.gpu_free_milli,
         request.model_allowed(topology),
-        pods_per_free(width, request.gpus_per_pod),
+        pods_per_free(width, request.gpus_per_pod, request.node_slice),
         request.pods,
         request.gpus_per_pod,
         request.cpu_milli,

@@ -1,0 +1,137 @@
+"""Jobs of several roles that share one domain: e.g. a launcher and its workers in one block.
+
+Each role is a gang of identical pods with its own constraints (a `GangRequest`: required,
+preferred and slices inside the shared domain); the job places every role or none, all within
+one domain of the shared level. Roles are placed one after another on a what-if of the state
+(a `Statement` rolled back before returning), each confined to the candidate domain by
+`GangRequest.within`, so later roles see the room earlier ones took.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from toposched.cluster.errors import InputError
+from toposched.cluster.state import ClusterState
+from toposched.cluster.statement import Statement
+from toposched.placement.capacity import CapacityView
+from toposched.placement.policies import BestFit, PlacementPolicy
+from toposched.placement.request import GangRequest
+from toposched.placement.search import Placement, Unschedulable, UnschedulableCode, place
+
+__all__ = ["RolesPlacement", "place_roles"]
+
+
+@dataclass(frozen=True)
+class RolesPlacement:
+    """Where every pod of every role runs: `placements[i]` for `roles[i]`, all within
+    `domain` of the shared `level`."""
+
+    placements: tuple[Placement, ...]
+    level: int
+    domain: int
+
+
+def place_roles(
+    state: ClusterState,
+    roles: Sequence[GangRequest],
+    level: int,
+    policy: PlacementPolicy | None = None,
+) -> RolesPlacement | Unschedulable:
+    """Place every role within one domain at `level` (0: anywhere), or say why none holds them.
+
+    Candidate domains are those where each role fits on its own (from aggregates), in the
+    policy's order for the roles' GPUs together; in each, the roles are placed largest first
+    (by GPUs) on a what-if, and the first domain that holds them all is the answer. A role's own
+    `required` level outer than `level` is implied by the shared domain and raised to it. The
+    state is unchanged on return. Unschedulable names the role that did not fit (its request)
+    with code `required` (or `capacity` when a role does not fit the cluster at all).
+    """
+    if not roles:
+        raise InputError("roles", [], "a job needs at least one role")
+    policy = policy or BestFit()
+    topology = state.topology
+    confined = [
+        replace(role, required=max(role.required, level), on_one_node=role.on_one_node)
+        for role in roles
+    ]
+    n_domains = topology.n_domains(level)
+    fits_each = np.ones(n_domains, dtype=np.bool_)
+    for role in confined:
+        if role.on_one_node:
+            continue  # checked by the placement itself
+        capacity = CapacityView(state, replace(role, slices=()), exact=False).at(
+            level, 0, n_domains
+        )
+        fits_each &= capacity >= role.pods
+    candidates = fits_each.nonzero()[0]
+    order = sorted(range(len(roles)), key=lambda i: -roles[i].gpus_total)
+    if candidates.size == 0:
+        return _explain(state, roles, confined, order, level, policy)
+    gpus = sum(role.gpus_total for role in roles)
+    scores = policy.domain_scores(state.free_gpus[level][candidates].astype(np.int64), gpus)
+    failure: Unschedulable | None = None
+    for domain in candidates[np.argsort(scores, kind="stable")].tolist():
+        placed = _place_in(state, confined, order, level, int(domain), policy)
+        if isinstance(placed, RolesPlacement):
+            return placed
+        failure = failure or placed
+    assert failure is not None
+    return _with_shared_reason(failure, topology.domain_levels[level], level)
+
+
+def _place_in(
+    state: ClusterState,
+    roles: Sequence[GangRequest],
+    order: Sequence[int],
+    level: int,
+    domain: int,
+    policy: PlacementPolicy,
+) -> RolesPlacement | Unschedulable:
+    statement = Statement(state)
+    placements: dict[int, Placement] = {}
+    try:
+        for index in order:
+            result = place(state, replace(roles[index], within=(level, domain)), policy)
+            if isinstance(result, Unschedulable):
+                return result
+            placements[index] = result
+            statement.allocate(f"role {index} of {roles[index].name}", result.allocation)
+    finally:
+        statement.discard()
+    return RolesPlacement(tuple(placements[i] for i in range(len(roles))), level, domain)
+
+
+def _explain(
+    state: ClusterState,
+    roles: Sequence[GangRequest],
+    confined: Sequence[GangRequest],
+    order: Sequence[int],
+    level: int,
+    policy: PlacementPolicy,
+) -> Unschedulable:
+    """No domain holds every role on its own: the first role that fits none, by itself."""
+    for index in order:
+        alone = place(state, confined[index], policy)
+        if isinstance(alone, Unschedulable):
+            return _with_shared_reason(alone, state.topology.domain_levels[level], level)
+    name = state.topology.domain_levels[level]
+    return Unschedulable(
+        roles[order[0]],
+        UnschedulableCode.REQUIRED,
+        f"roles {', '.join(role.name for role in roles)} must share one {name}; "
+        f"no {name} holds each of them",
+    )
+
+
+def _with_shared_reason(result: Unschedulable, name: str, level: int) -> Unschedulable:
+    if level == 0:
+        return result
+    return replace(
+        result,
+        code=result.code,
+        reason=f"role {result.request.name}: {result.reason} (the roles share one {name})",
+    )
