@@ -160,6 +160,8 @@ class Job:
                 request.required,
                 request.slices,
                 request.on_one_node,
+                request.node_slice,
+                request.within,
             )
         return cached
 
