@@ -14,7 +14,9 @@ import argparse
 import json
 import math
 import zlib
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from toposched.cluster.units import HOUR
 from toposched.policy.contract import Contract
@@ -67,6 +69,65 @@ def worth_scheduler(worth: EvictionWorth) -> SchedulerFactory:
     return lambda state, tree: Scheduler(state, tree, contract=contract)
 
 
+def _span(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def issue_rows(summaries: dict[str, Any]) -> list[str]:
+    """The measures of issue 43 as a Markdown table, one column per run."""
+
+    def owed(s: dict[str, Any]) -> str:
+        fairness = s["fairness"]
+        return f"{100 * fairness['owed_met']:.1f}% / {100 * fairness['worst_team_owed_met']:.1f}%"
+
+    def lost(s: dict[str, Any]) -> str:
+        gone = s["disruption"]["gpu_hours_lost"]
+        delivered = s["utilisation"]["gpu_hours"]["delivered"]
+        share = 100 * gone / delivered
+        return f"{s['disruption']['preemptions']:,} / {gone:,.0f} ({share:.1f}%)"
+
+    def wait(job_class: str) -> Callable[[dict[str, Any]], str]:
+        def cell(s: dict[str, Any]) -> str:
+            waits = s["classes"].get(job_class, {}).get("wait_s", {})
+            return f"{_span(waits.get('p50'))} / {_span(waits.get('p90'))}"
+
+        return cell
+
+    rows: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+        ("owed GPU-hours delivered (all / worst team)", owed),
+        (
+            "occupancy while work waits",
+            lambda s: f"{100 * s['utilisation']['occupancy_while_work_waits']:.1f}%",
+        ),
+        (
+            "GPU-hours delivered",
+            lambda s: f"{s['utilisation']['gpu_hours']['delivered']:,.0f}",
+        ),
+        (
+            "GPU-hours of useful work (delivered - lost)",
+            lambda s: (
+                f"{s['utilisation']['gpu_hours']['delivered'] - s['disruption']['gpu_hours_lost']:,.0f}"
+            ),
+        ),
+        ("preemptions / GPU-hours lost (of delivered)", lost),
+        ("debug wait p50 / p90", wait("debug")),
+        ("other jobs' wait p50 / p90", wait("other")),
+        ("training (>= 16 GPUs) wait p50 / p90", wait("training")),
+    ]
+    lines = ["| | " + " | ".join(summaries) + " |", "|---|" + "---:|" * len(summaries)]
+    for label, cell in rows:
+        lines.append(f"| {label} | " + " | ".join(cell(s) for s in summaries.values()) + " |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--days", type=float, default=14.0)
@@ -76,7 +137,22 @@ def main() -> None:
     parser.add_argument("--horizon-h", type=float, default=None)
     parser.add_argument("--only", default=None, help="comma-separated scheduler names")
     parser.add_argument("--json", default=None, help="write the summaries to this file")
+    parser.add_argument(
+        "--table",
+        nargs="+",
+        metavar="LABEL=FILE",
+        help="print the issue's measures from summaries written by --json, and run nothing",
+    )
     args = parser.parse_args()
+    if args.table:
+        columns: dict[str, Any] = {}
+        for item in args.table:
+            label, _, path = item.partition("=")
+            with open(path) as source:
+                for name, summary in json.load(source).items():
+                    columns[f"{label} {name}".strip()] = summary
+        print("\n".join(issue_rows(columns)))
+        return
     workload = team_workload(args.days, args.gpus)
     factory: SchedulerFactory = toposched_scheduler
     if args.worth or args.ratio is not None or args.horizon_h is not None:
