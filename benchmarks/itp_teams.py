@@ -81,6 +81,10 @@ def _span(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f} d"
 
 
+def _delivered(summary: dict[str, Any]) -> float:
+    return float(summary["utilisation"]["gpu_hours"]["delivered"])
+
+
 def issue_rows(summaries: dict[str, Any]) -> list[str]:
     """The measures of issue 43 as a Markdown table, one column per run."""
 
@@ -113,9 +117,7 @@ def issue_rows(summaries: dict[str, Any]) -> list[str]:
         ),
         (
             "GPU-hours of useful work (delivered - lost)",
-            lambda s: (
-                f"{s['utilisation']['gpu_hours']['delivered'] - s['disruption']['gpu_hours_lost']:,.0f}"
-            ),
+            lambda s: f"{_delivered(s) - s['disruption']['gpu_hours_lost']:,.0f}",
         ),
         ("preemptions / GPU-hours lost (of delivered)", lost),
         ("debug wait p50 / p90", wait("debug")),
