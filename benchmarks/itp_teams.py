@@ -137,6 +137,7 @@ def main() -> None:
     parser.add_argument("--worth", action="store_true", help="toposched with EvictionWorth()")
     parser.add_argument("--ratio", type=float, default=None)
     parser.add_argument("--horizon-h", type=float, default=None)
+    parser.add_argument("--shortfall-weight", type=float, default=None)
     parser.add_argument("--only", default=None, help="comma-separated scheduler names")
     parser.add_argument("--json", default=None, help="write the summaries to this file")
     parser.add_argument(
@@ -157,12 +158,15 @@ def main() -> None:
         return
     workload = team_workload(args.days, args.gpus)
     factory: SchedulerFactory = toposched_scheduler
-    if args.worth or args.ratio is not None or args.horizon_h is not None:
+    tuned = (args.ratio, args.horizon_h, args.shortfall_weight)
+    if args.worth or any(value is not None for value in tuned):
         worth = EvictionWorth()
         if args.ratio is not None:
             worth = replace(worth, max_lost_per_gained=args.ratio)
         if args.horizon_h is not None:
             worth = replace(worth, horizon=args.horizon_h * HOUR)
+        if args.shortfall_weight is not None:
+            worth = replace(worth, shortfall_weight=args.shortfall_weight)
         factory = worth_scheduler(worth)
     schedulers: dict[str, SchedulerFactory] = {"toposched": factory, **BASELINES}
     if args.only:

@@ -58,7 +58,9 @@ def contract_of(worth: dict[str, float] | None) -> Contract:
         return Contract()
     return Contract(
         worth=EvictionWorth(
-            max_lost_per_gained=worth["max_lost_per_gained"], horizon=worth["horizon_h"] * HOUR
+            max_lost_per_gained=worth["max_lost_per_gained"],
+            horizon=worth["horizon_h"] * HOUR,
+            shortfall_weight=worth.get("shortfall_weight", 0.0),
         )
     )
 
@@ -114,6 +116,15 @@ def test_a_refused_job_is_reconsidered_as_its_victims_change() -> None:
     sched.cycle(5 * HOUR)
     sched.finish("b2", 5.5 * HOUR)
     assert [d.job_id for d in sched.cycle(5.5 * HOUR).bound] == ["a-job"]
+
+
+def test_the_shortfall_credit() -> None:
+    rule = EvictionWorth(shortfall_weight=2.0)
+    assert rule.credit(budget=8, running=4) == 2.0
+    assert rule.credit(budget=8, running=0) == 3.0
+    assert rule.credit(budget=8, running=12) == 1.0
+    assert rule.credit(budget=0, running=0) == 1.0
+    assert EvictionWorth().credit(budget=8, running=0) == 1.0
 
 
 def test_bad_settings_are_refused_with_the_field_named() -> None:

@@ -68,9 +68,12 @@ class EvictionWorth:
 
     max_lost_per_gained: float = 1.0
     horizon: float = DEFAULT_WORTH_HORIZON
+    shortfall_weight: float = 0.0
+    """Extra credit for an account far below its budget: the earlier start counts
+    1 + shortfall_weight x (budget - running) / budget times (0: no extra credit)."""
 
     def __post_init__(self) -> None:
-        for name in ("max_lost_per_gained", "horizon"):
+        for name in ("max_lost_per_gained", "horizon", "shortfall_weight"):
             value = getattr(self, name)
             if (
                 isinstance(value, bool)
@@ -91,13 +94,22 @@ class EvictionWorth:
             wait = max(wait, remaining)
         return min(wait, float(self.horizon))
 
-    def judge(self, preemptor_gpus: float, victims: Sequence[VictimCost]) -> WorthVerdict:
+    def credit(self, budget: float, running: float) -> float:
+        """How many times the earlier start counts for an account running `running` of its
+        `budget` GPUs: 1 + shortfall_weight x its shortfall as a share of its budget."""
+        if budget <= 0 or running >= budget:
+            return 1.0
+        return 1.0 + self.shortfall_weight * (budget - max(running, 0.0)) / budget
+
+    def judge(
+        self, preemptor_gpus: float, victims: Sequence[VictimCost], credit: float = 1.0
+    ) -> WorthVerdict:
         """Whether evicting `victims` (the allocated ones of a plan) for a preemptor holding
-        `preemptor_gpus` GPUs is worth it."""
+        `preemptor_gpus` GPUs is worth it; `credit`: `credit(...)` of its account."""
         lost = sum(victim.lost_gpu_seconds for victim in victims)
         if not victims or lost <= 0:
             return WorthVerdict(True, len(victims), lost, 0.0, "no allocated work lost")
-        gained = preemptor_gpus * self.avoided_wait(victims)
+        gained = preemptor_gpus * self.avoided_wait(victims) * credit
         worth_it = lost <= self.max_lost_per_gained * gained
         jobs = f"{len(victims)} job" + ("s" if len(victims) != 1 else "")
         figures = (

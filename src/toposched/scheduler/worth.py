@@ -38,7 +38,9 @@ def not_worth_it(
 ) -> Refusal | None:
     """A refusal when evicting the plan's victims for `job` destroys more work than `worth`
     allows, else None."""
-    verdict = worth.judge(job.gpus, victim_costs(plan, ledger, now))
+    account = job.spec.account
+    credit = worth.credit(ledger.budget_gpus(account), ledger.running_gpus(account))
+    verdict = worth.judge(job.gpus, victim_costs(plan, ledger, now), credit)
     if verdict.worth_it:
         return None
     return Refusal(
