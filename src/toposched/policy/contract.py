@@ -11,6 +11,7 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.units import HOUR
 from toposched.policy.budget import BudgetTree
 from toposched.policy.fairshare import QueueEntry, Ranking
+from toposched.policy.worth import EvictionWorth
 
 __all__ = [
     "DEFAULT_MAX_MIN_RUNTIME",
@@ -148,6 +149,9 @@ class Contract:
     max_min_runtime: float = DEFAULT_MAX_MIN_RUNTIME
     nonresumable_preempted: NonresumablePolicy = "requeue"
     cross_account: CrossAccountRule = "budget"
+    worth: EvictionWorth | None = None
+    """The cost/benefit rule an eviction of allocated work must also pass (None: none, every
+    eviction the rules above allow may happen). See `toposched.policy.worth`."""
 
     def __post_init__(self) -> None:
         if (
@@ -165,6 +169,8 @@ class Contract:
                 self.nonresumable_preempted,
                 "must be 'requeue' (start again from scratch) or 'fail'",
             )
+        if self.worth is not None and not isinstance(self.worth, EvictionWorth):
+            raise InputError("worth", self.worth, "must be an EvictionWorth or None")
         if self.cross_account not in _CROSS_ACCOUNT_RULES:
             raise InputError(
                 "cross_account",

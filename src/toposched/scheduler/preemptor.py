@@ -26,6 +26,7 @@ from toposched.scheduler.refusals import Refusal, RefusalCode
 from toposched.scheduler.spread import SpreadSearch
 from toposched.scheduler.verdicts import Verdicts
 from toposched.scheduler.wording import gpus_text, needs
+from toposched.scheduler.worth import not_worth_it
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -157,8 +158,22 @@ class Preemptor:
         self, job: Job, entry: QueueEntry, ranking: Ranking, now: float, only_unallocated: bool
     ) -> tuple[PreemptionPlan | Refusal, bool]:
         """`plan`, and whether its answer does not depend on the order of domains by lost work
-        (False when the local search stopped at `DOMAINS_EXAMINED`). `only_unallocated`:
-        `only_unallocated_victims(entry)`, as of a refresh at `now`."""
+        (False when the local search stopped at `DOMAINS_EXAMINED`, or when the contract's
+        cost/benefit rule refused the plan: its figures move with the clock).
+        `only_unallocated`: `only_unallocated_victims(entry)`, as of a refresh at `now`."""
+        plan, lasting = self._victims(job, entry, ranking, now, only_unallocated)
+        worth = self.contract.worth
+        if worth is None or not isinstance(plan, PreemptionPlan) or not plan.victims:
+            return plan, lasting
+        refusal = not_worth_it(worth, job, plan, self.ledger, now)
+        if refusal is None:
+            return plan, lasting
+        return refusal, False
+
+    def _victims(
+        self, job: Job, entry: QueueEntry, ranking: Ranking, now: float, only_unallocated: bool
+    ) -> tuple[PreemptionPlan | Refusal, bool]:
+        """`search` before the cost/benefit rule."""
         local = self.local.candidates(job, now, only_unallocated)
         lasting = True
         if local is not None:

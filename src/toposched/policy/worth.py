@@ -1,0 +1,123 @@
+"""Whether an eviction is worth the work it destroys: the cost/benefit rule of preemption.
+
+The contract says who *may* be evicted; this rule says whether doing it pays. Evicting a job
+past its min runtime throws away its work since its last checkpoint (since its start when it
+cannot resume), and the job runs that work again. What the preemptor buys is an earlier start:
+its GPUs times the wait it avoids, the time until the victims would free their GPUs on their
+own. An eviction of allocated work goes ahead only when
+
+    lost GPU-seconds <= max_lost_per_gained x preemptor GPUs x min(wait, horizon)
+
+where `wait` is the latest expected end among the allocated victims (`horizon` when a victim
+has no expected runtime, or is already past it). Unallocated victims are not weighed: budgeted
+work always reclaims unallocated capacity, as the contract promises. See docs/preemption.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from toposched.cluster.errors import InputError
+from toposched.cluster.units import HOUR
+
+__all__ = ["DEFAULT_WORTH_HORIZON", "EvictionWorth", "VictimCost", "WorthVerdict"]
+
+DEFAULT_WORTH_HORIZON = 2 * HOUR
+"""The longest wait an eviction is credited with avoiding."""
+
+
+@dataclass(frozen=True, slots=True)
+class VictimCost:
+    """One allocated victim as the rule weighs it."""
+
+    job_id: str
+    gpus: float
+    lost_gpu_seconds: float
+    remaining: float | None
+    """Seconds until its expected end; None when it declared no expected runtime."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorthVerdict:
+    """The rule's answer for one victim set, with the figures it compared."""
+
+    worth_it: bool
+    victims: int
+    """Allocated victims weighed (unallocated ones are not)."""
+    lost_gpu_seconds: float
+    gained_gpu_seconds: float
+    reason: str
+
+
+def _hours(gpu_seconds: float) -> str:
+    hours = gpu_seconds / HOUR
+    return f"{hours:,.0f}" if hours >= 10 else f"{hours:,.1f}"
+
+
+@dataclass(frozen=True)
+class EvictionWorth:
+    """Evict allocated work only when the preemptor's earlier start is worth the work lost.
+
+    `max_lost_per_gained`: GPU-seconds an eviction may destroy per GPU-second of earlier start
+    it buys (1.0: no more work lost than gained). `horizon`: the longest wait an eviction is
+    credited with avoiding, in seconds; it also stands for the wait when a victim's end is not
+    known. Lower either to evict less.
+    """
+
+    max_lost_per_gained: float = 1.0
+    horizon: float = DEFAULT_WORTH_HORIZON
+    shortfall_weight: float = 0.0
+    """Extra credit for an account far below its budget: the earlier start counts
+    1 + shortfall_weight x (budget - running) / budget times (0: no extra credit)."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_lost_per_gained", "horizon", "shortfall_weight"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise InputError(name, value, "must be a finite number >= 0")
+
+    def avoided_wait(self, victims: Sequence[VictimCost]) -> float:
+        """Seconds the preemptor would otherwise wait for these victims, at most `horizon`."""
+        wait = 0.0
+        for victim in victims:
+            remaining = victim.remaining
+            if remaining is None or remaining <= 0:
+                # Unknown, or overdue: its estimate says nothing more about when it ends.
+                return float(self.horizon)
+            wait = max(wait, remaining)
+        return min(wait, float(self.horizon))
+
+    def credit(self, budget: float, running: float) -> float:
+        """How many times the earlier start counts for an account running `running` of its
+        `budget` GPUs: 1 + shortfall_weight x its shortfall as a share of its budget."""
+        if budget <= 0 or running >= budget:
+            return 1.0
+        return 1.0 + self.shortfall_weight * (budget - max(running, 0.0)) / budget
+
+    def judge(
+        self, preemptor_gpus: float, victims: Sequence[VictimCost], credit: float = 1.0
+    ) -> WorthVerdict:
+        """Whether evicting `victims` (the allocated ones of a plan) for a preemptor holding
+        `preemptor_gpus` GPUs is worth it; `credit`: `credit(...)` of its account."""
+        lost = sum(victim.lost_gpu_seconds for victim in victims)
+        if not victims or lost <= 0:
+            return WorthVerdict(True, len(victims), lost, 0.0, "no allocated work lost")
+        gained = preemptor_gpus * self.avoided_wait(victims) * credit
+        worth_it = lost <= self.max_lost_per_gained * gained
+        jobs = f"{len(victims)} job" + ("s" if len(victims) != 1 else "")
+        figures = (
+            f"would evict {jobs} losing {_hours(lost)} GPU-hours to start "
+            f"{_hours(gained)} GPU-hours earlier"
+        )
+        if worth_it:
+            return WorthVerdict(True, len(victims), lost, gained, f"{figures}: evicting")
+        ratio = self.max_lost_per_gained
+        limit = "" if ratio == 1 else f" (at most {ratio:g} lost per GPU-hour gained)"
+        return WorthVerdict(False, len(victims), lost, gained, f"{figures}{limit}: waiting")

@@ -1,0 +1,179 @@
+"""The cost/benefit rule of preemption: golden scenarios from tests/scenarios/preemption/
+worth.yaml through `Scheduler.cycle`, and the rule's own properties."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from toposched.cluster.builders import nvl72_cluster
+from toposched.cluster.errors import InputError
+from toposched.cluster.state import Allocation, ClusterState
+from toposched.placement.jobspec import JobSpec
+from toposched.policy.budget import BudgetTree
+from toposched.policy.contract import Contract
+from toposched.policy.usage import UsageTracker
+from toposched.policy.worth import EvictionWorth, VictimCost
+from toposched.scheduler.core import Scheduler
+from toposched.scheduler.decisions import Evict
+from toposched.scheduler.refusals import RefusalCode
+
+HOUR = 3600.0
+SCENARIOS = Path(__file__).parent / "scenarios" / "preemption" / "worth.yaml"
+BUDGETS = {"team-a": 50, "team-b": 50, "scratch": 0}
+CASE_FIELDS = {"name", "now", "worth", "b2", "b2_start", "expect"}
+
+
+def load_cases() -> list[Any]:
+    document = yaml.safe_load(SCENARIOS.read_text())
+    defaults = document["defaults"]
+    params = []
+    for case in document["cases"]:
+        unknown = set(case) - CASE_FIELDS
+        assert not unknown, f"{case['name']}: unknown fields {sorted(unknown)}"
+        params.append(pytest.param({**defaults, **case}, id=case["name"]))
+    return params
+
+
+def spec(name: str, account: str, **fields: Any) -> JobSpec:
+    data: dict[str, Any] = {
+        "name": name,
+        "account": account,
+        "pods": 1,
+        "resources_per_pod": {"gpus": 4},
+        "min_runtime": "1h",
+    }
+    data.update(fields)
+    return JobSpec.from_dict(data)
+
+
+def contract_of(worth: dict[str, float] | None) -> Contract:
+    if worth is None:
+        return Contract()
+    return Contract(
+        worth=EvictionWorth(
+            max_lost_per_gained=worth["max_lost_per_gained"],
+            horizon=worth["horizon_h"] * HOUR,
+            shortfall_weight=worth.get("shortfall_weight", 0.0),
+        )
+    )
+
+
+def scheduler_for(case: dict[str, Any]) -> Scheduler:
+    usage = UsageTracker()
+    state = ClusterState(nvl72_cluster(1, 1, 1, nodes_per_rack=4))
+    sched = Scheduler(
+        state,
+        BudgetTree.from_dict({"accounts": BUDGETS}),
+        usage=usage,
+        contract=contract_of(case["worth"]),
+    )
+    b2 = dict(case.get("b2") or {})
+    b2_account = b2.pop("account", "team-b")
+    checkpoint = b2.pop("checkpoint_h", None)
+    start = case["b2_start"] * HOUR
+    for name, account, node, since, fields in (
+        ("b0", "team-b", 0, 0.0, {}),
+        ("b1", "team-b", 1, 0.0, {}),
+        ("a0", "team-a", 3, 0.0, {}),
+        ("b2", b2_account, 2, start, b2),
+    ):
+        job = spec(name, account, **fields)
+        sched.adopt(job, Allocation.of([node], [[0, 1, 2, 3]]), start_time=since, now=since)
+    if checkpoint is not None:
+        sched.report_checkpoint("b2", checkpoint * HOUR)
+    return sched
+
+
+@pytest.mark.parametrize("case", load_cases())
+def test_worth_scenario(case: dict[str, Any]) -> None:
+    sched = scheduler_for(case)
+    now = case["now"] * HOUR
+    sched.submit(spec("a-job", "team-a"), now)
+    result = sched.cycle(now)
+    evicted = [d.job_id for d in result.decisions if isinstance(d, Evict)]
+    expect = case["expect"]
+    assert evicted == expect["evicted"]
+    job = sched.jobs["a-job"]
+    if "reason" in expect:
+        assert job.reason.endswith(expect["reason"]), job.reason
+        assert job.refusal is not None and job.refusal.code is RefusalCode.NOT_WORTH_IT
+    if evicted:
+        assert job.nomination is not None
+
+
+def test_a_refused_job_is_reconsidered_as_its_victims_change() -> None:
+    # Refused at 5 h (18 GPU-hours lost for 8 gained); once b2 ends on its own the job starts.
+    case = {"b2_start": 0.5, "worth": {"max_lost_per_gained": 1.0, "horizon_h": 2.0}}
+    sched = scheduler_for(case)
+    sched.submit(spec("a-job", "team-a"), 5 * HOUR)
+    sched.cycle(5 * HOUR)
+    sched.finish("b2", 5.5 * HOUR)
+    assert [d.job_id for d in sched.cycle(5.5 * HOUR).bound] == ["a-job"]
+
+
+def test_the_shortfall_credit() -> None:
+    rule = EvictionWorth(shortfall_weight=2.0)
+    assert rule.credit(budget=8, running=4) == 2.0
+    assert rule.credit(budget=8, running=0) == 3.0
+    assert rule.credit(budget=8, running=12) == 1.0
+    assert rule.credit(budget=0, running=0) == 1.0
+    assert EvictionWorth().credit(budget=8, running=0) == 1.0
+
+
+def test_bad_settings_are_refused_with_the_field_named() -> None:
+    with pytest.raises(InputError, match="max_lost_per_gained"):
+        EvictionWorth(max_lost_per_gained=-1)
+    with pytest.raises(InputError, match="horizon"):
+        EvictionWorth(horizon=float("inf"))
+    with pytest.raises(InputError, match="worth"):
+        Contract(worth="yes")  # type: ignore[arg-type]
+
+
+victims = st.lists(
+    st.builds(
+        VictimCost,
+        job_id=st.just("v"),
+        gpus=st.floats(0.5, 64),
+        lost_gpu_seconds=st.floats(0, 1e7),
+        remaining=st.none() | st.floats(-1e4, 1e6),
+    ),
+    max_size=6,
+)
+
+
+@given(
+    victims,
+    st.floats(0.5, 512),
+    st.floats(0, 10),
+    st.floats(0, 1e5),
+    st.floats(1, 1e6),
+)
+def test_the_rule_is_monotone(
+    costs: list[VictimCost], gpus: float, ratio: float, horizon: float, extra: float
+) -> None:
+    # A larger preemptor, a looser ratio or a longer horizon never turns an eviction into a
+    # wait; more work lost never turns a wait into an eviction; the figures quoted are those
+    # compared.
+    rule = EvictionWorth(max_lost_per_gained=ratio, horizon=horizon)
+    verdict = rule.judge(gpus, costs)
+    assert verdict.lost_gpu_seconds == pytest.approx(sum(c.lost_gpu_seconds for c in costs))
+    assert verdict.gained_gpu_seconds <= gpus * horizon * (1 + 1e-12)
+    looser = [
+        rule.judge(gpus * 2, costs),
+        EvictionWorth(max_lost_per_gained=ratio * 2, horizon=horizon).judge(gpus, costs),
+        EvictionWorth(max_lost_per_gained=ratio, horizon=horizon * 2).judge(gpus, costs),
+    ]
+    if verdict.worth_it:
+        assert all(other.worth_it for other in looser)
+    elif costs:
+        first = costs[0]
+        heavier = [replace(first, lost_gpu_seconds=first.lost_gpu_seconds + extra), *costs[1:]]
+        assert not rule.judge(gpus, heavier).worth_it
+        assert verdict.reason.endswith(": waiting")
