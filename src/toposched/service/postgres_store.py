@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -150,6 +150,13 @@ class PostgresStore:
             )
 
     def close(self) -> None:
+        # Released before the connection goes: the server drops a closed session's locks only
+        # once its backend process has ended, which a next server could otherwise race.
+        if not self._db.closed:
+            with suppress(psycopg.Error):
+                self._db.execute(
+                    "SELECT pg_advisory_unlock(%s, hashtext(current_schema()))", (_LOCK_KEY,)
+                )
         self._db.close()
         self._reader.close()
 
