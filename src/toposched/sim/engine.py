@@ -44,8 +44,9 @@ __all__ = [
 ]
 
 DEFAULT_SAMPLE_INTERVAL = HOUR
-# Runs longer than this many batches of events show a progress bar (when asked for one).
-_PROGRESS_EVERY = 500
+# Wall seconds between updates of the progress bar (when asked for one): a batch of events
+# can take long when thousands of jobs wait, so the bar follows the clock, not a batch count.
+_PROGRESS_EVERY_S = 0.25
 
 
 class EventKind(IntEnum):
@@ -202,6 +203,8 @@ class _Run:
         self.sequence = 0
         self.live_events = 0
         """Events other than samples still in the heap: the run ends when none are left."""
+        self.ended_jobs = 0
+        """Jobs finished, failed or cancelled for good: the progress of a run without horizon."""
         self.running_gpus = 0.0
         self.unallocated_gpus = 0.0
         self.pending_gpus = 0.0
@@ -266,8 +269,8 @@ class _Run:
                     following = now + self.simulation.sample_interval
                     if self.live_events or (horizon is not None and following < horizon):
                         self._push(following, EventKind.SAMPLE, None, live=False)
-                if advance is not None and self.counts["batches"] % _PROGRESS_EVERY == 0:
-                    advance(now)
+                if advance is not None:
+                    advance()
         wall = time.perf_counter() - wall_start
         end = horizon if horizon is not None else self.now
         self._integrate(end)
@@ -291,16 +294,23 @@ class _Run:
             scheduler_cpu_seconds=self.scheduler_cpu_seconds,
         )
 
-    def _progress_bar(self) -> AbstractContextManager[Callable[[float], None] | None]:
+    def _progress_bar(self) -> AbstractContextManager[Callable[[], None] | None]:
+        """Simulated days up to the horizon; without one, jobs ended of all jobs (a workload
+        submitted at once may end long after its last expected event)."""
         if not self.simulation.progress:
             return nullcontext(None)
-        return _SimulatedTimeBar(self._expected_end())
-
-    def _expected_end(self) -> float:
-        if self.horizon is not None:
-            return self.horizon
-        last = max((job.submit_time + job.runtime for job in self.workload.jobs), default=0.0)
-        return max(last, max((f.time for f in self.workload.failures), default=0.0), 1.0)
+        horizon = self.horizon
+        if horizon is not None:
+            return _ProgressBar(
+                "day {task.completed:.1f} of {task.total:.1f}",
+                horizon / DAY,
+                lambda: min(self.now, horizon) / DAY,
+            )
+        return _ProgressBar(
+            "{task.completed:,.0f} of {task.total:,.0f} jobs ended",
+            len(self.workload.jobs),
+            lambda: self.ended_jobs,
+        )
 
     def _push(self, when: float, kind: EventKind, payload: Any, live: bool = True) -> None:
         self.sequence += 1
@@ -497,6 +507,7 @@ class _Run:
         return record.run_gpus * lost
 
     def _ended(self, record: JobRecord, now: float, state: RecordState) -> None:
+        self.ended_jobs += 1
         record.state = state
         record.end_time = now
         if record.allocated:
@@ -604,22 +615,24 @@ class _Run:
         return self._running_attempt(run) is not None and self.pending_jobs > 0
 
 
-class _SimulatedTimeBar:
-    """A rich progress bar over simulated time (days), on stderr."""
+class _ProgressBar:
+    """A rich progress bar on stderr: `done()` of `total`, shown with `text`, updated at most
+    every `_PROGRESS_EVERY_S` wall seconds."""
 
-    def __init__(self, end: float) -> None:
-        self.end = end
+    def __init__(self, text: str, total: float, done: Callable[[], float]) -> None:
+        self.done = done
+        self.next_update = 0.0
         self.progress = Progress(
             TextColumn("simulating"),
             BarColumn(),
-            TextColumn("day {task.completed:.1f} of {task.total:.1f}"),
+            TextColumn(text),
             TimeElapsedColumn(),
             console=Console(stderr=True),
             transient=True,
         )
-        self.task = self.progress.add_task("simulate", total=end / DAY)
+        self.task = self.progress.add_task("simulate", total=total)
 
-    def __enter__(self) -> Callable[[float], None]:
+    def __enter__(self) -> Callable[[], None]:
         self.progress.__enter__()
         return self.advance
 
@@ -631,5 +644,8 @@ class _SimulatedTimeBar:
     ) -> None:
         self.progress.__exit__(exc_type, exc, traceback)
 
-    def advance(self, now: float) -> None:
-        self.progress.update(self.task, completed=min(now, self.end) / DAY)
+    def advance(self) -> None:
+        wall = time.perf_counter()
+        if wall >= self.next_update:
+            self.next_update = wall + _PROGRESS_EVERY_S
+            self.progress.update(self.task, completed=self.done())
