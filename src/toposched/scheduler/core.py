@@ -25,6 +25,7 @@ from toposched.scheduler.explain import Explanation, QueueRow, queue_rows
 from toposched.scheduler.explain import explain as explain_job
 from toposched.scheduler.failures import FailureMemo, FailureReasons
 from toposched.scheduler.fence import Fence
+from toposched.scheduler.freed import FreedCapacity
 from toposched.scheduler.interruptions import Interruptions
 from toposched.scheduler.jobs import Job, JobKind, JobState, ReasonCode, Reservation
 from toposched.scheduler.ledger import Ledger, work_since
@@ -106,12 +107,16 @@ class Scheduler:
         # What the cycle may remember between cycles. `_epoch` moves whenever free capacity may
         # have changed (a job started, or the cluster changed between cycles, seen by its
         # version); equal epochs and fences mean equal free capacity. Failures to place stay
-        # true until capacity may have been freed; a reservation until anything changed.
+        # true until capacity they could use may have been freed (`freed` tells where jobs
+        # released GPUs between cycles); a reservation until anything changed.
         self._cycles = 0
         self._epoch = 0
         self._settled_version = -1
         self.failures = FailureMemo()
-        self.placing = Placing(state, self.policy, self.failures, self._start)
+        self.freed = FreedCapacity(state)
+        self.placing = Placing(
+            state, self.policy, self.failures, self._start, settings.verify_kept_failures
+        )
         self._kinds: dict[tuple[object, ...], JobKind] = {}
 
     # --- events ------------------------------------------------------------------------------
@@ -297,9 +302,10 @@ class Scheduler:
         self._cycles += 1
         if self.state.version != self._settled_version:
             # Something outside the cycle changed the cluster (a job ended, a node came back):
-            # capacity may have been freed, so earlier failures prove nothing any more.
+            # capacity may have been freed, so earlier failures prove nothing any more, but
+            # those of gangs that no domain gaining GPUs can hold.
             self._epoch += 1
-            self.failures.clear()
+            self._after_changes()
         fence = Fence(self.state)
         turn = Turn(
             now,
@@ -327,7 +333,17 @@ class Scheduler:
         finally:
             fence.open_all()
             self._settled_version = self.state.version
+            self.freed.settle()
         return result
+
+    def _after_changes(self) -> None:
+        """Forget the failures that the changes since the last cycle may have undone: every
+        one, unless the only changes were jobs releasing GPUs (see `FreedCapacity`)."""
+        freed = self.freed.since_settled()
+        if freed is None or not self.settings.keep_failures_through_releases:
+            self.failures.clear()
+            return
+        self.failures.outlive_release(freed, self.state)
 
     def _consider(self, turn: Turn, entry: QueueEntry, job: Job) -> None:
         """One pending job's turn: start it, preempt or reserve for it, or say why not."""
@@ -487,7 +503,10 @@ class Scheduler:
         self._epoch += 1
 
     def _stop(self, job: Job, now: float) -> None:
+        nodes = self.state.allocations[job.job_id].nodes
+        self.freed.before_release()
         self.lifecycle.stop(job, now, self.jobs)
+        self.freed.released(nodes)
 
     def _job(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
+from toposched.cluster.state import ClusterState
+from toposched.placement.request import GangRequest
 from toposched.scheduler.fence import Fence, FencedNodes, NodeGroup
 from toposched.scheduler.jobs import Job
 from toposched.scheduler.wording import needs
@@ -31,6 +34,19 @@ class Failure:
     epoch: int
     """The scheduler's epoch at the time: equal epochs and fences mean equal free capacity."""
     cycle: int
+    request: GangRequest | None = None
+    """The gang that did not fit: what tells whether freed capacity could place it (None: any
+    release undoes the failure)."""
+    outlived_release: bool = False
+    """Whether GPUs were freed since it was found, none where the gang could use them."""
+
+    def whole_gpus_needed(self) -> int:
+        """Whole GPUs the gang needs within one domain of its required level (0 when whole
+        GPUs tell nothing: fractional or GPU-less pods, or no request known)."""
+        request = self.request
+        if request is None or request.gpus_per_pod == 0 or request.is_fractional:
+            return 0
+        return self.pods * request.gpus_per_pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +107,44 @@ class FailureMemo:
         self._group_disjoint.clear()
         self._smallest_beyond.clear()
         self.version += 1
+
+    def outlive_release(self, freed: NDArray[np.int64], state: ClusterState) -> None:
+        """GPUs on the nodes `freed` returned since the failures were found, and nothing else
+        changed the cluster but starts (which only take capacity). Keep the failures that the
+        release cannot undo: a gang confined to one domain of its required level fits now only
+        in a domain that gained GPUs (in any other, capacity only shrank, and the placement
+        search fails monotonically and judges each such domain by its own capacity), and only
+        if that domain now holds as many free whole GPUs as the gang needs. The rest are
+        dropped, to be searched again."""
+        if not self.by_shape:
+            return
+        if freed.size == 0:
+            return
+        node_domain = state.topology.node_domain
+        most_free: dict[int, int] = {}
+
+        def room_at(level: int) -> int:
+            known = most_free.get(level)
+            if known is None:
+                domains = np.unique(node_domain[level][freed])
+                known = most_free[level] = int(state.free_gpus[level][domains].max())
+            return known
+
+        kept: dict[Shape, list[Failure]] = {}
+        for shape, failures in self.by_shape.items():
+            survivors = [
+                failure
+                if failure.outlived_release
+                else dataclasses.replace(failure, outlived_release=True)
+                for failure in failures
+                if failure.request is not None
+                and 0 < failure.whole_gpus_needed()
+                and room_at(failure.request.required) < failure.whole_gpus_needed()
+            ]
+            if survivors:
+                kept[shape] = survivors
+        self.clear()
+        self.by_shape.update(kept)
 
     def find(self, shape: Shape, pods: int, fence: Fence, cycle: int) -> Failure | None:
         """A failure implying that a gang of `shape` with `pods` pods does not fit now."""
@@ -198,7 +252,9 @@ class FailureReasons:
                 f"pod{'s' if failure.pods != 1 else ''} "
                 f"{since} ({failure.reason})"
             )
-            if failure.cycle != self.cycle:
+            if failure.outlived_release:
+                message += " and no domain it could use gained enough GPUs since"
+            elif failure.cycle != self.cycle:
                 message += " and no GPUs were freed since"
             self._messages[key] = message
         return message

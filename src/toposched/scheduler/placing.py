@@ -12,6 +12,7 @@ from toposched.placement.policies import PlacementPolicy
 from toposched.placement.search import Placement, Unschedulable, place
 from toposched.policy.fairshare import QueueEntry, QueueTier
 from toposched.scheduler.decisions import Bind
+from toposched.scheduler.errors import InternalError
 from toposched.scheduler.failures import Failure, FailureMemo
 from toposched.scheduler.fence import Fence
 from toposched.scheduler.jobs import Job, JobKind, ReasonCode, Reservation
@@ -35,11 +36,14 @@ class Placing:
         policy: PlacementPolicy,
         failures: FailureMemo,
         start: Callable[[Job, Placement, float], None],
+        verify_kept: bool = False,
     ) -> None:
         self.state = state
         self.policy = policy
         self.failures = failures
         self.start = start
+        self.verify_kept = verify_kept
+        """Search again where a failure kept through a release answers (a debugging check)."""
 
     def place(
         self,
@@ -62,6 +66,9 @@ class Placing:
             or tier is QueueTier.UNALLOCATED
         )
         known = failures.find(shape, pods, fence, turn.number)
+        if known is not None and known.outlived_release and self.verify_kept:
+            fence.settle()
+            self._verify(job, known)
         if known is not None and not short:
             # A gang of this shape no larger did not fit, and nothing was freed since: neither
             # does this one.
@@ -96,6 +103,9 @@ class Placing:
                     return Placed(True, None)
                 self._failed(shape, job, outcome, fence, turn.number, epoch)
             else:
+                if backfill.outlived_release and self.verify_kept:
+                    fence.lift()
+                    self._verify(job, backfill)
                 job.reason = turn.reasons.reason(job, backfill, fence, epoch)
                 job.reason_code = ReasonCode.DOES_NOT_FIT
                 return Placed(False, None)
@@ -103,6 +113,15 @@ class Placing:
             job.reason = outcome.reason
             job.reason_code = ReasonCode.DOES_NOT_FIT
         return Placed(False, None)
+
+    def _verify(self, job: Job, kept: Failure) -> None:
+        """Raise `InternalError` if `job` fits now although `kept`, a failure kept through a
+        release, says it does not: a search would have started it."""
+        if isinstance(place(self.state, job.request, self.policy), Placement):
+            raise InternalError(
+                job.job_id,
+                f"a failure kept through a release answered it, yet it fits ({kept.reason})",
+            )
 
     def bind(
         self,
@@ -125,7 +144,13 @@ class Placing:
         epoch: int,
     ) -> None:
         failure = Failure(
-            job.request.pods, outcome.reason, fence.seen(), job.job_id, epoch, cycle_number
+            job.request.pods,
+            outcome.reason,
+            fence.seen(),
+            job.job_id,
+            epoch,
+            cycle_number,
+            job.request,
         )
         self.failures.add(shape, failure, fence)
 

@@ -65,6 +65,13 @@ class SchedulerSettings:
     """Whether a gang a node failure interrupted within its budget heads the next cycle, so
     that its surviving nodes are not handed to the queue while it waits."""
 
+    keep_failures_through_releases: bool = True
+    """Whether a placement failure outlives GPUs freed where the gang could not use them (see
+    `FailureMemo.outlive_release`); False: any release sends every shape back to a search."""
+    verify_kept_failures: bool = False
+    """Debugging: search again, at each cycle's start, every failure kept through a release,
+    and raise `InternalError` if one fits (the shortcut would have changed a decision)."""
+
     charge_unallocated: bool = False
     """Whether unallocated work is charged to its account's usage too (Slurm charges every
     job; toposched charges budgeted work only)."""

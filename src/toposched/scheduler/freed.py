@@ -1,0 +1,52 @@
+"""Capacity freed between cycles: the nodes whose jobs stopped, while nothing else changed the
+cluster state, so that a cycle can tell which remembered failures such releases could undo."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from toposched.cluster.state import ClusterState
+
+IntArray = NDArray[np.int64]
+
+
+class FreedCapacity:
+    """The nodes running jobs released since the last cycle (`settle`), or None once anything
+    else changed the cluster state (a node's health, a start outside a cycle, a spare given
+    back): then only a full re-examination is safe.
+
+    Each release is checked against the state's version before it: a change between two
+    releases that did not come through `released` makes the record incomplete.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._version = state.version
+        self._nodes: list[IntArray] = []
+        self._complete = True
+
+    def before_release(self) -> None:
+        """Called before a job's GPUs return: any change since the last record is unknown."""
+        if self.state.version != self._version:
+            self._complete = False
+
+    def released(self, nodes: IntArray) -> None:
+        """A job's GPUs on `nodes` returned (after `before_release`)."""
+        if self._complete:
+            self._nodes.append(nodes)
+            self._version = self.state.version
+
+    def since_settled(self) -> IntArray | None:
+        """The nodes released since the last `settle`, or None when other changes happened."""
+        if not self._complete or self.state.version != self._version:
+            return None
+        if not self._nodes:
+            return np.zeros(0, dtype=np.int64)
+        return np.unique(np.concatenate(self._nodes))
+
+    def settle(self) -> None:
+        """A cycle ended: the state as it is now is the new reference."""
+        self._version = self.state.version
+        self._nodes.clear()
+        self._complete = True

@@ -1,0 +1,109 @@
+"""Placement failures kept through releases: a gang that needs a whole rack keeps its failure
+while jobs end where no rack regains room for it, and is searched again as soon as one could
+hold it; any other change of the cluster sends it back to a search."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from toposched.cluster.builders import nvl72_cluster
+from toposched.cluster.state import Allocation, ClusterState, Health
+from toposched.placement.jobspec import JobSpec
+from toposched.policy.budget import BudgetTree
+from toposched.scheduler.core import Scheduler
+from toposched.scheduler.decisions import Bind
+from toposched.scheduler.freed import FreedCapacity
+
+HOUR = 3600.0
+
+
+def job(name: str, account: str, pods: int = 1, gpus: int = 4, **fields: Any) -> JobSpec:
+    data: dict[str, Any] = {
+        "name": name,
+        "account": account,
+        "pods": pods,
+        "resources_per_pod": {"gpus": gpus},
+        "min_runtime": "1h",
+    }
+    data.update(fields)
+    return JobSpec.from_dict(data)
+
+
+def loaded(**settings: Any) -> Scheduler:
+    """2 racks x 2 nodes x 4 GPUs: racks are nodes 0-1 and 2-3. Every node is full but node 3,
+    which has 2 GPUs free; all running jobs are protected for an hour. `wide` (2 x 4 GPUs, one
+    rack) does not fit, and its first cycle searched for it."""
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
+    scheduler = Scheduler(state, tree, reserve_min_gpus=1000, **settings)
+    for node, gpus in ((0, 4), (1, 4), (2, 4), (3, 2)):
+        spec = job(f"on{node}", "team-b", gpus=gpus)
+        allocation = Allocation.of([node], [list(range(gpus))])
+        scheduler.adopt(spec, allocation, start_time=0.0, now=0.0)
+    scheduler.submit(job("wide", "team-a", pods=2, topology={"required": "rack"}), 0)
+    assert scheduler.cycle(0).searches == 1
+    return scheduler
+
+
+def test_a_release_no_rack_can_use_keeps_the_failure() -> None:
+    scheduler = loaded(verify_kept_failures=True)
+    # Node 2 frees 4 GPUs: rack 1 then has 6 free, short of the 8 wide needs in one rack.
+    scheduler.finish("on2", 60)
+    result = scheduler.cycle(60)
+    assert result.searches == 0 and not result.bound
+    assert "no domain it could use gained enough GPUs since" in scheduler.jobs["wide"].reason
+
+    # Node 3's job ends too: rack 1 has 8 free GPUs, so wide is searched again and starts.
+    scheduler.finish("on3", 120)
+    result = scheduler.cycle(120)
+    assert result.searches == 1
+    assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["wide"]
+
+
+def test_without_the_rule_every_release_sends_the_gang_back_to_a_search() -> None:
+    scheduler = loaded(keep_failures_through_releases=False)
+    scheduler.finish("on2", 60)
+    result = scheduler.cycle(60)
+    assert result.searches == 1 and not result.bound
+
+
+def test_a_change_other_than_a_release_forgets_every_failure() -> None:
+    scheduler = loaded()
+    scheduler.set_health([0], Health.DRAINING, 60)
+    assert scheduler.cycle(60).searches == 1
+
+
+def test_a_release_after_another_change_forgets_every_failure() -> None:
+    scheduler = loaded()
+    scheduler.set_health([1], Health.DRAINING, 60)
+    scheduler.finish("on2", 60)
+    assert scheduler.cycle(60).searches == 1
+
+
+@pytest.mark.parametrize("changed_before", [False, True])
+def test_freed_capacity_knows_the_released_nodes_only_while_nothing_else_changed(
+    changed_before: bool,
+) -> None:
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    state.allocate("a", Allocation.of([1], [[0, 1]]))
+    state.allocate("b", Allocation.of([3], [[0]]))
+    freed = FreedCapacity(state)
+    if changed_before:
+        state.allocate("c", Allocation.of([2], [[0]]))
+    for owner in ("b", "a"):
+        nodes = state.allocations[owner].nodes
+        freed.before_release()
+        state.release(owner)
+        freed.released(nodes)
+    seen = freed.since_settled()
+    if changed_before:
+        assert seen is None
+    else:
+        assert seen is not None and seen.tolist() == [1, 3]
+    freed.settle()
+    settled = freed.since_settled()
+    assert settled is not None and settled.size == 0
+    assert np.array_equal(settled, np.zeros(0, dtype=np.int64))
