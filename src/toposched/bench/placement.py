@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 
 from toposched.bench.checks import InvalidResult, check_placement
+from toposched.bench.fleets import churned
 from toposched.bench.harness import Measurement, measure
 from toposched.cluster.state import ClusterState
 from toposched.placement.request import GangRequest, simple_request
 from toposched.placement.search import Placement, Unschedulable, place
-from toposched.bench.fleets import churned
 from toposched.workloads.fleet import RACK_LEVEL, occupied_fleet
 
 __all__ = [
