@@ -88,8 +88,12 @@ def run_placement_benchmarks(quick: bool = False) -> list[Measurement]:
     (`check_placement`) before its timing is taken."""
     busy = churned()
     state = busy.state
-    fleet = f"churned fleet ({busy.occupancy:.1%} busy, {len(busy.jobs):,} jobs of 1-8 nodes)"
+    fleet = "churned"
     results = [_measure_small_jobs(state, fleet, quick)]
+    results[0].note = (
+        f"churned fleet: {busy.occupancy:.1%} busy, {len(busy.jobs):,} jobs of 1-8 nodes, "
+        f"{state.total_free_gpus:,} free GPUs"
+    )
     gangs = [
         ("200,016-GPU job: 2,778 rack slices of 18x4, fewest blocks", frontier_job(), 5e-3),
         ("151,200-GPU job: 2,100 rack slices of 18x4, fewest blocks", _job_151k(), None),
@@ -128,7 +132,7 @@ def run_placement_benchmarks(quick: bool = False) -> list[Measurement]:
     results.append(
         _measure_gang(
             best,
-            "best case, arranged layout (25% of racks left whole and free): 200,016-GPU job",
+            "arranged (best case; 25% of racks whole and free): 200,016-GPU job",
             frontier_job(),
             quick,
             5e-3,
@@ -155,7 +159,6 @@ def _measure_small_jobs(state: ClusterState, fleet: str, quick: bool) -> Measure
         lambda: place(state, jobs[next(cursor) % len(jobs)]),
         runs=200 if quick else 2000,
         target_s=100e-6,
-        note=f"free GPUs {state.total_free_gpus:,}",
     )
 
 
