@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from toposched.bench.fleets import churned
-from toposched.cluster.state import Allocation
+from toposched.cluster.state import MILLI_PER_GPU, Allocation
 from toposched.placement.jobspec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
@@ -95,7 +95,7 @@ def take_free_racks(scheduler: Scheduler, now: float) -> int:
     finds room only by preemption. Returns the racks taken."""
     state = scheduler.state
     free = state.gpu_free_milli.sum(axis=1).reshape(-1, NODES_PER_RACK)
-    full = state.topology.gpu_count.reshape(-1, NODES_PER_RACK) * 1000
+    full = state.topology.gpu_count.astype(np.int64).reshape(-1, NODES_PER_RACK) * MILLI_PER_GPU
     racks = np.flatnonzero((free == full).all(axis=1))
     factory = SpecFactory()
     gpus = np.arange(int(state.topology.gpu_count[0]))

@@ -124,8 +124,11 @@ def _frontier_gang(scheduler: Scheduler, now: float) -> Measurement:
         note="one run: a preemption changes the fleet",
         extra=extra,
     )
-    cleanup = _Preemptions(scheduler, result, spec.name)
-    cleanup.settle(now + 0.5)
+    for name in evicted:
+        scheduler.evicted(name, now + 0.5)
+    for name in [spec.name, *evicted]:
+        if scheduler.jobs[name].state in (JobState.PENDING, JobState.RUNNING):
+            scheduler.cancel(name, now + 0.5)
     return measured
 
 
