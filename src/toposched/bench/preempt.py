@@ -53,8 +53,8 @@ class _Preemptions:
 
     def settle(self, now: float) -> None:
         """Check the last cycle (its victims free room for its preemptor), report the victims
-        gone and withdraw the preemptor and the victims requeued, so the next run starts
-        from a like fleet."""
+        gone and let the preemptor start in a cycle of its own, and withdraw the victims
+        requeued: the next run finds no more room than this one did."""
         if self.last is None:
             return
         scheduler, result = self.scheduler, self.last
@@ -71,9 +71,14 @@ class _Preemptions:
         self.victims.append(len(evicted))
         for name in evicted:
             scheduler.evicted(name, now)
-        for name in [self.preemptor, *evicted]:
-            if scheduler.jobs[name].state in (JobState.PENDING, JobState.RUNNING):
+        for name in evicted:
+            if scheduler.jobs[name].state is JobState.PENDING:
                 scheduler.cancel(name, now)
+        if evicted:
+            started = scheduler.cycle(now)
+            check_cycle(scheduler, started)
+            if scheduler.jobs[self.preemptor].state is not JobState.RUNNING:
+                raise InvalidResult(f"{self.preemptor} did not start where its victims left")
 
 
 def run_preempt_benchmarks(quick: bool = False) -> list[Measurement]:
@@ -111,6 +116,7 @@ def _frontier_gang(scheduler: Scheduler, now: float) -> Measurement:
         extra["outcome"] = "placed"
     elif result.reservation is not None and result.reservation.job_id == spec.name:
         extra["outcome"] = f"reserved from t+{result.reservation.start_time - now:,.0f} s"
+        extra["why_not_now"] = job.reason
     else:
         extra["outcome"] = f"waits: {job.reason}"
     measured = Measurement(
