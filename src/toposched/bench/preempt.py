@@ -15,7 +15,7 @@ from toposched.bench.checks import (
     check_gpu_accounts,
     check_victims_free_room,
 )
-from toposched.bench.cycle import gang_spec
+from toposched.bench.cycle import gang_spec, team_name
 from toposched.bench.harness import Measurement, measure
 from toposched.bench.mixes import PRETRAINING, account_of, churned_scheduler, take_free_racks
 from toposched.cluster.state import Health
@@ -24,13 +24,15 @@ from toposched.placement.search import Placement, place
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict
 from toposched.scheduler.jobs import JobState
+from toposched.scheduler.preemption import PreemptionPlan, Refusal
 
-__all__ = ["frontier_job", "run_preempt_benchmarks"]
+__all__ = ["frontier_job", "pretraining_job", "run_preempt_benchmarks"]
 
 
-def frontier_job(name: str = "frontier-job") -> JobSpec:
+def pretraining_job(name: str = "pretraining-job") -> JobSpec:
     """The 200,016-GPU training run: 2,778 rack slices of 18 pods x 4 GPUs, one zone, fewest
-    blocks, charged to the pretraining account (40% of the fleet, running nothing)."""
+    blocks, charged to the pretraining account of `bench.mixes.churned_tree` (40% of the
+    fleet, running nothing)."""
     return gang_spec(
         name,
         PRETRAINING,
@@ -40,6 +42,27 @@ def frontier_job(name: str = "frontier-job") -> JobSpec:
         preferred="block",
         slices=[{"level": "rack", "pods": 18}],
     )
+
+
+def frontier_job() -> JobSpec:
+    """The same 200,016-GPU run charged to a team of `bench.cycle.team_tree`, for the arranged
+    `busy_scheduler` setting (benchmarks/test_scheduler_bench.py)."""
+    return gang_spec(
+        "frontier-job",
+        team_name(1),
+        2778 * 18,
+        4,
+        preferred="block",
+        slices=[{"level": "rack", "pods": 18}],
+    )
+
+
+def _decide(scheduler: Scheduler, job_id: str, now: float) -> PreemptionPlan | Refusal:
+    """The preemption decision alone, as benchmarks/test_scheduler_bench.py times it; the
+    figures of `toposched bench preempt` go through `Scheduler.cycle` instead."""
+    job = scheduler.jobs[job_id]
+    entry = scheduler.queue.get(job_id)
+    return scheduler.preemptor.plan(job, entry, scheduler.queue.ranking(now), now)
 
 
 @dataclass
@@ -100,7 +123,7 @@ def run_preempt_benchmarks(quick: bool = False) -> list[Measurement]:
 def _frontier_gang(scheduler: Scheduler, now: float) -> Measurement:
     """The 200,016-GPU job on the churned fleet, as found: one cycle, timed once (it changes
     the fleet if it preempts), with what it decided."""
-    spec = frontier_job()
+    spec = pretraining_job()
     job = scheduler.submit(spec, now)
     fits = place(scheduler.state, job.request)
     began = time.perf_counter()
