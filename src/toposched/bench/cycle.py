@@ -236,10 +236,11 @@ def run_cycle_benchmarks(quick: bool = False) -> list[Measurement]:
         results.append(measured)
     results.append(_small_jobs(scheduler, clock, quick))
     job = next(iter(scheduler.running.values()))
+    later = float(next(clock))
 
     def usage_update() -> None:
-        scheduler.usage.stop(job.spec.account, job.gpus, 3.0)
-        scheduler.usage.start(job.spec.account, job.gpus, 3.0)
+        scheduler.usage.stop(job.spec.account, job.gpus, later)
+        scheduler.usage.start(job.spec.account, job.gpus, later)
 
     results.append(
         measure(
