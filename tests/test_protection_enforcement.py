@@ -122,7 +122,7 @@ def test_contract_refuses_a_protected_victim_and_allows_it_after() -> None:
     adopt(sched, spec("a-keep", "team-a", 4, min_runtime=8 * HOUR), [4, 5, 6, 7], 0.0)
     sched.submit(spec("b-wait", "team-b", 1), HOUR)
     contract: Contract = sched.contract
-    entry = next(e for e in sched.queue.ordered(HOUR, True) if e.job_id == "b-wait")
+    entry = sched.queue.get("b-wait")
     assert isinstance(entry, QueueEntry)
     victim: RunningJob = sched.ledger.views["a-run"]
     early = contract.may_preempt(entry, victim, HOUR, sched.queue.ranking(HOUR), sched.ledger)
