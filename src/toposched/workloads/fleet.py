@@ -1,16 +1,25 @@
-"""A busy reference fleet: the 1,000,080-GPU GB300 fleet with a job mix holding most of it, the
-cluster `toposched place --fleet` places on and the placement benchmarks time."""
+"""Busy reference fleets: the 1,000,080-GPU GB300 fleet with a job mix holding most of it.
+
+`churned_fleet` gets busy the way a fleet does: filled by toposched's own placement, then
+thinned by jobs ending at random; the benchmarks report their figures on it. `occupied_fleet`
+is an arranged layout (whole racks held, whole racks free), the cluster `toposched place
+--fleet` places on and the benchmarks' labelled best case."""
 
 from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.builders import million_gpu_cluster
-from toposched.cluster.errors import checked_seed
+from toposched.cluster.errors import InputError, checked_seed
 from toposched.cluster.state import Allocation, ClusterState
+from toposched.placement.request import simple_request
+from toposched.placement.search import Placement, place
 
-__all__ = ["RACK_LEVEL", "occupied_fleet"]
+__all__ = ["RACK_LEVEL", "ChurnedFleet", "churned_fleet", "occupied_fleet"]
 
 RACK_LEVEL = 3
 """The rack level of the NVL72 builder's topology (cluster=0, zone=1, block=2, rack=3)."""
@@ -68,3 +77,102 @@ def occupied_fleet(
                 Allocation.of(nodes, np.tile(np.arange(count), (nodes.size, 1))),
             )
     return state
+
+
+CHURN_NODE_WEIGHTS = (0.30, 0.20, 0.08, 0.15, 0.04, 0.04, 0.04, 0.15)
+"""How often a churned fleet's jobs take 1, 2, ..., 8 nodes (4 GPUs each, one rack)."""
+
+
+@dataclass
+class ChurnedFleet:
+    """A fleet made busy by jobs placed and ended: the state, and the jobs still running
+    (owner to nodes, one pod of 4 GPUs per node, each job within one rack)."""
+
+    state: ClusterState
+    jobs: dict[str, NDArray[np.int64]] = field(default_factory=dict)
+    placed: int = 0
+    """Jobs placed while filling."""
+    ended: int = 0
+    """Jobs ended at random afterwards."""
+
+    @property
+    def occupancy(self) -> float:
+        topology = self.state.topology
+        return 1.0 - self.state.total_free_gpus / topology.n_gpus
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the running jobs' nodes (compressed npz, a few hundred KiB)."""
+        owners = list(self.jobs)
+        sizes = np.array([self.jobs[owner].size for owner in owners], dtype=np.int32)
+        np.savez_compressed(
+            path,
+            job_ids=np.array([int(owner.rsplit("-", 1)[1]) for owner in owners], dtype=np.int32),
+            sizes=sizes,
+            nodes=np.concatenate([self.jobs[owner] for owner in owners]).astype(np.int32),
+            counts=np.array([self.placed, self.ended], dtype=np.int64),
+        )
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ChurnedFleet:
+        """The fleet `save` wrote, rebuilt on the 1M-GPU fleet (each job allocated again)."""
+        with np.load(path) as data:
+            job_ids, sizes = data["job_ids"], data["sizes"]
+            nodes = data["nodes"].astype(np.int64)
+            placed, ended = (int(v) for v in data["counts"])
+        state = ClusterState(million_gpu_cluster())
+        gpus = np.arange(int(state.topology.gpu_count[0]))
+        fleet = cls(state, placed=placed, ended=ended)
+        ends = np.cumsum(sizes)
+        for job_id, end, size in zip(job_ids.tolist(), ends.tolist(), sizes.tolist(), strict=True):
+            owner = f"churn-{job_id}"
+            job_nodes = nodes[end - size : end]
+            state.allocate(owner, Allocation.of(job_nodes, np.tile(gpus, (size, 1))))
+            fleet.jobs[owner] = job_nodes
+        return fleet
+
+
+def churned_fleet(fill: float = 0.85, occupancy: float = 0.70, seed: int = 0) -> ChurnedFleet:
+    """The 1M-GPU fleet after a busy period: jobs of 1-8 whole nodes (`CHURN_NODE_WEIGHTS`),
+    each required in one rack, arrive in a random order and are placed by `place()` (best fit,
+    toposched's default) until `fill` of the GPUs are held; then jobs chosen at random end
+    until `occupancy` is left. The same seed gives the same fleet; it builds in seconds.
+
+    Best fit packs racks full, so the filling leaves about `1 - fill` of the racks whole and
+    free; the endings then open holes of 1-8 nodes scattered over every busy rack, as a fleet
+    running for weeks has them.
+    """
+    rng = np.random.default_rng(checked_seed(seed))
+    if not 0.0 < occupancy <= fill < 1.0:
+        raise InputError("occupancy", occupancy, f"must be > 0 and <= fill ({fill}) < 1")
+    state = ClusterState(million_gpu_cluster())
+    gpus_per_node = int(state.topology.gpu_count[0])
+    requests = [
+        simple_request(nodes, gpus_per_node, name=f"{nodes}-node", required=RACK_LEVEL)
+        for nodes in range(1, len(CHURN_NODE_WEIGHTS) + 1)
+    ]
+    total = state.topology.n_gpus
+    goal = int(fill * total)
+    fleet = ChurnedFleet(state)
+    held = 0
+    sizes = rng.choice(len(requests), size=goal // gpus_per_node, p=CHURN_NODE_WEIGHTS)
+    for size in sizes.tolist():
+        if held >= goal:
+            break
+        found = place(state, requests[size], exact_reasons=False)
+        if not isinstance(found, Placement):
+            continue
+        owner = f"churn-{fleet.placed}"
+        state.allocate(owner, found.allocation)
+        fleet.jobs[owner] = found.allocation.nodes
+        fleet.placed += 1
+        held += (size + 1) * gpus_per_node
+    owners = list(fleet.jobs)
+    keep = int(occupancy * total)
+    for index in rng.permutation(len(owners)).tolist():
+        if held <= keep:
+            break
+        owner = owners[index]
+        held -= fleet.jobs.pop(owner).size * gpus_per_node
+        fleet.ended += 1
+    state.release_many([owners[i] for i in range(len(owners)) if owners[i] not in fleet.jobs])
+    return fleet
