@@ -6,7 +6,17 @@ import argparse
 import time
 from typing import Any
 
+from toposched.cli.options import count_option
+from toposched.cluster.errors import InputError
+from toposched.cluster.limits import MAX_NODES
+
 # The builders, loaders and rich load when a command runs, not for its parser (--help).
+
+NODES_PER_RACK = 18
+"""Compute trays (nodes) of one NVL72 rack."""
+NODES_PER_UNIT = 32
+"""Nodes of one SuperPOD scalable unit."""
+_COUNT = count_option(MAX_NODES)
 
 
 def register(commands: Any) -> None:
@@ -33,15 +43,21 @@ def register(commands: Any) -> None:
         description="Build a standard cluster shape and print its summary.",
     )
     build.add_argument("shape", choices=["nvl72", "superpod", "fattree"])
-    build.add_argument("--zones", type=int, default=1, help="nvl72: zones (default 1)")
-    build.add_argument("--blocks", type=int, default=1, help="nvl72: blocks per zone (default 1)")
-    build.add_argument("--racks", type=int, default=8, help="nvl72: racks per block (default 8)")
+    build.add_argument("--zones", type=_COUNT, default=1, help="nvl72: zones (default 1)")
+    build.add_argument(
+        "--blocks", type=_COUNT, default=1, help="nvl72: blocks per zone (default 1)"
+    )
+    build.add_argument("--racks", type=_COUNT, default=8, help="nvl72: racks per block (default 8)")
     build.add_argument(
         "--model", default=None, help="GPU model (nvl72: GB300|GB200; superpod: H100|B200)"
     )
-    build.add_argument("--groups", type=int, default=1, help="superpod: spine groups (default 1)")
-    build.add_argument("--units", type=int, default=4, help="superpod: SUs per group (default 4)")
-    build.add_argument("-k", type=int, default=8, help="fattree: arity k, even (default 8)")
+    build.add_argument(
+        "--groups", type=_COUNT, default=1, help="superpod: spine groups (default 1)"
+    )
+    build.add_argument(
+        "--units", type=_COUNT, default=4, help="superpod: SUs per group (default 4)"
+    )
+    build.add_argument("-k", type=_COUNT, default=8, help="fattree: arity k, even (default 8)")
     build.set_defaults(handler=run_build)
 
 
@@ -66,6 +82,7 @@ def run_build(args: argparse.Namespace) -> int:
     from toposched.cluster.builders import fat_tree_cluster, nvl72_cluster, superpod_cluster
     from toposched.cluster.state import ClusterState
 
+    _check_size(args)
     started = time.perf_counter()
     if args.shape == "nvl72":
         topology = nvl72_cluster(args.zones, args.blocks, args.racks, model=args.model or "GB300")
@@ -77,3 +94,20 @@ def run_build(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     Console().print(cluster_table(state, f"{args.shape} cluster", elapsed))
     return 0
+
+
+def _check_size(args: argparse.Namespace) -> None:
+    """Refuse a shape of more nodes than a cluster may hold (docs/limits.md) before building."""
+    if args.shape == "nvl72":
+        flags = "--zones x --blocks x --racks x 18 nodes"
+        nodes = args.zones * args.blocks * args.racks * NODES_PER_RACK
+    elif args.shape == "superpod":
+        flags = "--groups x --units x 32 nodes"
+        nodes = args.groups * args.units * NODES_PER_UNIT
+    else:
+        flags = "-k^3/4 hosts"
+        nodes = args.k**3 // 4
+    if nodes > MAX_NODES:
+        raise InputError(
+            args.shape, f"{nodes:,} nodes", f"{flags} must be at most {MAX_NODES:,} nodes"
+        )

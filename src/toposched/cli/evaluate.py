@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from toposched.bench.harness import machine
+from toposched.cli.options import count_option
 from toposched.cluster.errors import InputError
 from toposched.evaluation.packing import (
     CHECKPOINTS,
@@ -32,6 +33,10 @@ from toposched.evaluation.packing import (
 )
 
 TABLE_WIDTH = 170
+MAX_EVAL_SEEDS = 1000
+"""The most seeds --seeds runs: a hundred times the published protocol's ten."""
+MAX_WORKERS = 1024
+"""The most processes --workers starts."""
 PACKING_DESCRIPTION = f"""\
 Reproduce the packing experiment of FGD (Weng et al., "Beware of Fragmentation", USENIX ATC'23)
 on the openb traces and print our GPU allocation next to the published table.
@@ -83,7 +88,7 @@ def register(commands: Any) -> None:
     )
     packing.add_argument(
         "--seeds",
-        type=int,
+        type=count_option(MAX_EVAL_SEEDS),
         default=10,
         help=f"number of seeds, from {FIRST_SEED} up (default: 10, as published)",
     )
@@ -100,7 +105,10 @@ def register(commands: Any) -> None:
         "next to the project)",
     )
     packing.add_argument(
-        "--workers", type=int, default=None, help="processes to run on (default: one per core)"
+        "--workers",
+        type=count_option(MAX_WORKERS),
+        default=None,
+        help="processes to run on (default: one per core)",
     )
     packing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     packing.set_defaults(handler=run_packing_command)
@@ -115,8 +123,6 @@ def _names(text: str, what: str) -> list[str]:
 
 def run_packing_command(args: argparse.Namespace) -> int:
     folder = resolve_traces_dir(args.traces_dir) if args.traces_dir else default_traces_dir()
-    if args.workers is not None and args.workers < 1:
-        raise InputError("--workers", args.workers, "must be >= 1")
     jobs = plan_jobs(
         folder,
         _names(args.traces, "traces"),

@@ -7,6 +7,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from toposched.cli.options import pods_option, seed_option
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import MILLI_PER_GPU, format_timing
 
@@ -66,11 +67,15 @@ def register(commands: Any) -> None:
         "domains stay free)",
     )
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the random policy and the fleet's layout"
+        "--seed",
+        type=seed_option,
+        default=0,
+        metavar="N",
+        help="seed of the random policy and the fleet's layout (default: 0)",
     )
     parser.add_argument(
         "--pods",
-        type=int,
+        type=pods_option,
         default=0,
         metavar="N",
         help="also list the first N pods of every placed job: node and GPU indices (default 0)",
@@ -92,8 +97,6 @@ class Outcome(NamedTuple):
 def run(args: argparse.Namespace) -> int:
     from toposched.placement.jobfiles import read_job_files
 
-    if args.pods < 0:
-        raise InputError("--pods", args.pods, "must be >= 0")
     # Every file is read and validated before anything is placed: a bad job later in the list
     # should not leave half the output printed.
     # Job names must be unique across the files (the same file given twice says so, with file

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import signal
 import tempfile
 import textwrap
@@ -14,7 +13,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from toposched.cluster.errors import InputError
+from toposched.cli.options import (
+    check_workload_gpus,
+    days_option,
+    gpus_option,
+    seconds_option,
+    seed_option,
+)
+from toposched.cluster.errors import InputError, shown
+from toposched.cluster.limits import MAX_NODES
 from toposched.cluster.units import DAY, HOUR, parse_duration
 from toposched.workloads.catalog import WORKLOAD_HELP, workload_by_name
 
@@ -89,7 +96,7 @@ def add_options(
     )
     parser.add_argument(
         "--days",
-        type=float,
+        type=days_option,
         default=days,
         metavar="N",
         help="simulated days (generators: how much work to make; replays and files: stop "
@@ -102,15 +109,20 @@ def add_options(
         + ")",
     )
     parser.add_argument(
-        "--seed", type=int, default=0, metavar="N", help="seed of the generators (default: 0)"
+        "--seed",
+        type=seed_option,
+        default=0,
+        metavar="N",
+        help="seed of the generators (default: 0)",
     )
     parser.add_argument(
         "--gpus",
-        type=int,
+        type=gpus_option,
         default=gpus,
         metavar="N",
         help=f"cluster size in GPUs (ai2: about N in 8-GPU nodes, default {gpus or 3072:,}; "
-        "frontier: shrinks the 1,000,080-GPU fleet; itp: N/8 nodes)",
+        "frontier: shrinks the 1,000,080-GPU fleet, 2,160 to 1,000,080; itp: N/8 nodes; "
+        "openb and files bring their own cluster)",
     )
     parser.add_argument(
         "--out",
@@ -121,14 +133,14 @@ def add_options(
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument(
         "--sample-interval",
-        type=_interval,
+        type=seconds_option(positive=True),
         default=DEFAULT_SAMPLE_INTERVAL,
         metavar="S",
         help="seconds between timeline samples (default: 3600)",
     )
     parser.add_argument(
         "--cycle-every",
-        type=_cycle_interval,
+        type=seconds_option(positive=False),
         default=0.0,
         metavar="S",
         help="at most one scheduler cycle per S simulated seconds (default: 0, a cycle after "
@@ -192,25 +204,6 @@ def add_options(
     )
 
 
-def _seconds_option(text: str, positive: bool) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        rule = "> 0" if positive else ">= 0"
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds {rule}")
-    return value
-
-
-def _interval(text: str) -> float:
-    return _seconds_option(text, positive=True)
-
-
-def _cycle_interval(text: str) -> float:
-    return _seconds_option(text, positive=False)
-
-
 def _duration(text: str) -> float | None:
     """Seconds, or None for 'none': no cap on a borrowing job's protection (the default)."""
     if text.strip().lower() == "none":
@@ -219,15 +212,17 @@ def _duration(text: str) -> float | None:
         return parse_duration(text, "--borrowed-min-runtime")
     except InputError as error:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: {error.rule}; or 'none' to keep each job's declared min runtime"
+            f"{shown(text)} is invalid: {error.rule}; or 'none' to keep each job's declared "
+            "min runtime"
         ) from None
 
 
 def _spares(text: str) -> tuple[str, int]:
     level, _, count = text.partition(":")
-    if not level or not count.isdigit() or int(count) < 1:
+    if not level or not count.isdigit() or not 1 <= int(count) <= MAX_NODES:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected LEVEL:N with N >= 1 idle nodes per domain, e.g. rack:1"
+            f"{shown(text)} is invalid: must be LEVEL:N with N from 1 to {MAX_NODES:,} idle "
+            "nodes per domain, e.g. rack:1"
         )
     return level, int(count)
 
@@ -302,8 +297,11 @@ def _calibrated(run: Callable[[], _T]) -> tuple[_T, dict[str, Any]]:
 
 def check_outputs(args: argparse.Namespace) -> Path:
     """The output folder, made now, and the --save-workload path checked: a path that cannot
-    be written fails before the run rather than after it, losing nothing."""
+    be written fails before the run rather than after it, losing nothing. A --gpus the
+    workload cannot be built on is refused first, before anything is made."""
     from toposched.workloads.files import check_workload_path
+
+    check_workload_gpus(args.workload, args.gpus)
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
