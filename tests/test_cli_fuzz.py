@@ -175,7 +175,7 @@ def _argv_strategy(files: dict[str, Path]) -> st.SearchStrategy[list[str]]:
     demo = _options(files, simulate_flags, values).map(
         lambda words: ["demo", "--alone", *words, "--no-progress", *never]
     )
-    show = st.tuples(_options(files, [], values), _word(files)).map(
+    show = st.tuples(_options(files, ["--help", "--nosuch"], values), _word(files)).map(
         lambda drawn: ["cluster", "show", drawn[1], *drawn[0]]
     )
     build_flags = ["--zones", "--blocks", "--racks", "--groups", "--units", "-k", "--model"]
