@@ -9,6 +9,7 @@ workload that does not exist, eval with an empty traces folder and bench with an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,10 +20,12 @@ from hypothesis import strategies as st
 from toposched.cli.main import main
 from toposched.cli.options import (
     MAX_OPTION_GPUS,
+    check_count,
+    check_days,
+    check_gpus,
+    check_pods,
+    check_seed,
     check_workload_gpus,
-    days_option,
-    gpus_option,
-    seed_option,
 )
 from toposched.cluster.errors import InputError
 
@@ -237,18 +240,17 @@ def test_any_arguments_exit_0_or_2_without_a_traceback_and_leave_files_unchanged
     [
         ["simulate", "--gpus", "0"],
         ["demo", "--gpus", "0"],
-        ["simulate", "--workload", "frontier", "--gpus", "-5"],
+        ["simulate", "--workload", "frontier", "--gpus", "0"],
+        ["simulate", "--workload", "itp:01", "--gpus", "0", "--compare"],
     ],
 )
 def test_gpus_has_one_rule_and_one_message_in_every_command(
-    argv: list[str], capsys: pytest.CaptureFixture[str]
+    argv: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code, err = _run(argv, capsys)
+    code, err = _run([*argv, "--no-progress", "--out", str(tmp_path / "out")], capsys)
     assert code == 2
-    assert (
-        f"argument --gpus: '{argv[-1]}' is invalid: must be a whole number of GPUs from 1 to "
-        in err
-    )
+    assert "error: --gpus: 0 is invalid: must be a whole number of GPUs >= 1 (at most" in err
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(
@@ -260,7 +262,7 @@ def test_gpus_has_one_rule_and_one_message_in_every_command(
         (["simulate", "--workload", "frontier", "--gpus", "3"], "the frontier fleet holds 2,160"),
         (
             ["simulate", "--workload", "openb", "--gpus", "64"],
-            "the openb workload runs on its trace's own",
+            "the openb workload runs on its trace's own cluster",
         ),
     ],
 )
@@ -279,22 +281,27 @@ def test_a_workloads_own_gpus_rule_is_said_as_its_rule_before_anything_is_writte
 
 
 def test_shared_option_rules() -> None:
-    assert gpus_option("8") == 8 and gpus_option(f"{MAX_OPTION_GPUS}") == MAX_OPTION_GPUS
-    assert days_option("0.5") == 0.5 and seed_option("0") == 0
-    for rule, text in [
-        (gpus_option, "0"),
-        (days_option, "inf"),
-        (days_option, "0"),
-        (seed_option, "-1"),
-        (seed_option, "9" * 30),
-        (gpus_option, "x" * 500),
-    ]:
-        with pytest.raises(Exception, match="is invalid") as caught:
-            rule(text)
-        assert len(str(caught.value)) < 200
+    assert check_gpus(8) == 8 and check_gpus(MAX_OPTION_GPUS) == MAX_OPTION_GPUS
+    assert check_days(0.5) == 0.5 and check_seed(0) == 0 and check_pods(0) == 0
+    assert check_count("--racks", 3, 4) == 3
+    refused = [
+        (check_gpus, MAX_OPTION_GPUS + 1, "--gpus"),
+        (check_days, math.inf, "--days"),
+        (check_days, math.nan, "--days"),
+        (check_days, 0.0, "--days"),
+        (check_seed, -1, "--seed"),
+        (check_seed, 10**30, "--seed"),
+        (check_pods, -1, "--pods"),
+    ]
+    for check, value, flag in refused:
+        with pytest.raises(InputError) as caught:
+            check(value)  # type: ignore[operator]
+        assert caught.value.field == flag and len(str(caught.value)) < 200
+    with pytest.raises(InputError, match="at most 4"):
+        check_count("--racks", 5, 4)
     check_workload_gpus("ai2", 8)
     check_workload_gpus("openb", None)
-    with pytest.raises(InputError):
+    with pytest.raises(InputError, match="a workload file brings its own cluster"):
         check_workload_gpus("my-lab.jsonl", 64)
 
 
@@ -302,16 +309,20 @@ def test_shared_option_rules() -> None:
     "argv",
     [
         ["place", "job.yaml", "--cluster", "c.yaml", "--seed", "-1"],
-        ["simulate", "--seed", "-1"],
-        ["demo", "--seed", "-1"],
+        ["simulate", "--seed", "-1", "--no-progress"],
+        ["demo", "--seed", "-1", "--no-progress"],
     ],
 )
 def test_seed_has_one_rule_in_every_command(
-    argv: list[str], capsys: pytest.CaptureFixture[str]
+    argv: list[str],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.chdir(tmp_path)
     code, err = _run(argv, capsys)
     assert code == 2
-    assert "argument --seed: '-1' is invalid: must be a whole number from 0 to " in err
+    assert "error: --seed: -1 is invalid: must be a whole number >= 0 (at most 2^63-1)" in err
 
 
 def test_a_cluster_build_beyond_the_node_limit_is_refused_before_building(
@@ -320,3 +331,7 @@ def test_a_cluster_build_beyond_the_node_limit_is_refused_before_building(
     code, err = _run(["cluster", "build", "nvl72", "--zones", "1000", "--racks", "1000"], capsys)
     assert code == 2
     assert "nvl72: '18,000,000 nodes' is invalid:" in err and "at most 4,194,304 nodes" in err
+    code, err = _run(["cluster", "build", "fattree", "-k", "3"], capsys)
+    assert code == 2 and "error: -k: 3 is invalid: must be even" in err
+    code, err = _run(["cluster", "build", "superpod", "--units", "0"], capsys)
+    assert code == 2 and "error: --units: 0 is invalid: must be a whole number >= 1" in err

@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import Any
 
-from toposched.cli.options import count_option
+from toposched.cli.options import check_count
 from toposched.cluster.errors import InputError
 from toposched.cluster.limits import MAX_NODES
 
@@ -16,7 +16,16 @@ NODES_PER_RACK = 18
 """Compute trays (nodes) of one NVL72 rack."""
 NODES_PER_UNIT = 32
 """Nodes of one SuperPOD scalable unit."""
-_COUNT = count_option(MAX_NODES)
+_FLAGS = {
+    "zones": "--zones",
+    "blocks_per_zone": "--blocks",
+    "racks_per_block": "--racks",
+    "spine_groups": "--groups",
+    "units_per_group": "--units",
+    "k": "-k",
+    "model": "--model",
+}
+"""The builders' parameters by the flags that set them, so that errors name the flag."""
 
 
 def register(commands: Any) -> None:
@@ -43,21 +52,15 @@ def register(commands: Any) -> None:
         description="Build a standard cluster shape and print its summary.",
     )
     build.add_argument("shape", choices=["nvl72", "superpod", "fattree"])
-    build.add_argument("--zones", type=_COUNT, default=1, help="nvl72: zones (default 1)")
-    build.add_argument(
-        "--blocks", type=_COUNT, default=1, help="nvl72: blocks per zone (default 1)"
-    )
-    build.add_argument("--racks", type=_COUNT, default=8, help="nvl72: racks per block (default 8)")
+    build.add_argument("--zones", type=int, default=1, help="nvl72: zones (default 1)")
+    build.add_argument("--blocks", type=int, default=1, help="nvl72: blocks per zone (default 1)")
+    build.add_argument("--racks", type=int, default=8, help="nvl72: racks per block (default 8)")
     build.add_argument(
         "--model", default=None, help="GPU model (nvl72: GB300|GB200; superpod: H100|B200)"
     )
-    build.add_argument(
-        "--groups", type=_COUNT, default=1, help="superpod: spine groups (default 1)"
-    )
-    build.add_argument(
-        "--units", type=_COUNT, default=4, help="superpod: SUs per group (default 4)"
-    )
-    build.add_argument("-k", type=_COUNT, default=8, help="fattree: arity k, even (default 8)")
+    build.add_argument("--groups", type=int, default=1, help="superpod: spine groups (default 1)")
+    build.add_argument("--units", type=int, default=4, help="superpod: SUs per group (default 4)")
+    build.add_argument("-k", type=int, default=8, help="fattree: arity k, even (default 8)")
     build.set_defaults(handler=run_build)
 
 
@@ -84,12 +87,17 @@ def run_build(args: argparse.Namespace) -> int:
 
     _check_size(args)
     started = time.perf_counter()
-    if args.shape == "nvl72":
-        topology = nvl72_cluster(args.zones, args.blocks, args.racks, model=args.model or "GB300")
-    elif args.shape == "superpod":
-        topology = superpod_cluster(args.groups, args.units, model=args.model or "H100")
-    else:
-        topology = fat_tree_cluster(args.k)
+    try:
+        if args.shape == "nvl72":
+            topology = nvl72_cluster(
+                args.zones, args.blocks, args.racks, model=args.model or "GB300"
+            )
+        elif args.shape == "superpod":
+            topology = superpod_cluster(args.groups, args.units, model=args.model or "H100")
+        else:
+            topology = fat_tree_cluster(args.k)
+    except InputError as error:
+        raise InputError(_FLAGS.get(error.field, error.field), error.value, error.rule) from None
     state = ClusterState(topology)
     elapsed = time.perf_counter() - started
     Console().print(cluster_table(state, f"{args.shape} cluster", elapsed))
@@ -98,6 +106,8 @@ def run_build(args: argparse.Namespace) -> int:
 
 def _check_size(args: argparse.Namespace) -> None:
     """Refuse a shape of more nodes than a cluster may hold (docs/limits.md) before building."""
+    for flag in ("zones", "blocks", "racks", "groups", "units", "k"):
+        check_count(f"-{flag}" if flag == "k" else f"--{flag}", getattr(args, flag), MAX_NODES)
     if args.shape == "nvl72":
         flags = "--zones x --blocks x --racks x 18 nodes"
         nodes = args.zones * args.blocks * args.racks * NODES_PER_RACK

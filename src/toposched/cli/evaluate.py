@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from toposched.bench.harness import machine
-from toposched.cli.options import count_option
+from toposched.cli.options import check_count
 from toposched.cluster.errors import InputError
 from toposched.evaluation.packing import (
     CHECKPOINTS,
@@ -88,7 +88,7 @@ def register(commands: Any) -> None:
     )
     packing.add_argument(
         "--seeds",
-        type=count_option(MAX_EVAL_SEEDS),
+        type=int,
         default=10,
         help=f"number of seeds, from {FIRST_SEED} up (default: 10, as published)",
     )
@@ -105,10 +105,7 @@ def register(commands: Any) -> None:
         "next to the project)",
     )
     packing.add_argument(
-        "--workers",
-        type=count_option(MAX_WORKERS),
-        default=None,
-        help="processes to run on (default: one per core)",
+        "--workers", type=int, default=None, help="processes to run on (default: one per core)"
     )
     packing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     packing.set_defaults(handler=run_packing_command)
@@ -123,6 +120,9 @@ def _names(text: str, what: str) -> list[str]:
 
 def run_packing_command(args: argparse.Namespace) -> int:
     folder = resolve_traces_dir(args.traces_dir) if args.traces_dir else default_traces_dir()
+    if args.workers is not None:
+        check_count("--workers", args.workers, MAX_WORKERS)
+    check_count("--seeds", args.seeds, MAX_EVAL_SEEDS)
     jobs = plan_jobs(
         folder,
         _names(args.traces, "traces"),

@@ -7,7 +7,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from toposched.cli.options import pods_option, seed_option
+from toposched.cli.options import check_pods, check_seed
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import MILLI_PER_GPU, format_timing
 
@@ -67,15 +67,11 @@ def register(commands: Any) -> None:
         "domains stay free)",
     )
     parser.add_argument(
-        "--seed",
-        type=seed_option,
-        default=0,
-        metavar="N",
-        help="seed of the random policy and the fleet's layout (default: 0)",
+        "--seed", type=int, default=0, help="seed of the random policy and the fleet's layout"
     )
     parser.add_argument(
         "--pods",
-        type=pods_option,
+        type=int,
         default=0,
         metavar="N",
         help="also list the first N pods of every placed job: node and GPU indices (default 0)",
@@ -97,6 +93,8 @@ class Outcome(NamedTuple):
 def run(args: argparse.Namespace) -> int:
     from toposched.placement.jobfiles import read_job_files
 
+    check_pods(args.pods)
+    check_seed(args.seed)
     # Every file is read and validated before anything is placed: a bad job later in the list
     # should not leave half the output printed.
     # Job names must be unique across the files (the same file given twice says so, with file

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import tempfile
 import textwrap
@@ -13,14 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from toposched.cli.options import (
-    check_workload_gpus,
-    days_option,
-    gpus_option,
-    seconds_option,
-    seed_option,
-)
-from toposched.cluster.errors import InputError, shown
+from toposched.cli.options import check_days, check_gpus, check_seed, check_workload_gpus
+from toposched.cluster.errors import InputError
 from toposched.cluster.limits import MAX_NODES
 from toposched.cluster.units import DAY, HOUR, parse_duration
 from toposched.workloads.catalog import WORKLOAD_HELP, workload_by_name
@@ -96,7 +91,7 @@ def add_options(
     )
     parser.add_argument(
         "--days",
-        type=days_option,
+        type=float,
         default=days,
         metavar="N",
         help="simulated days (generators: how much work to make; replays and files: stop "
@@ -109,15 +104,11 @@ def add_options(
         + ")",
     )
     parser.add_argument(
-        "--seed",
-        type=seed_option,
-        default=0,
-        metavar="N",
-        help="seed of the generators (default: 0)",
+        "--seed", type=int, default=0, metavar="N", help="seed of the generators (default: 0)"
     )
     parser.add_argument(
         "--gpus",
-        type=gpus_option,
+        type=int,
         default=gpus,
         metavar="N",
         help=f"cluster size in GPUs (ai2: about N in 8-GPU nodes, default {gpus or 3072:,}; "
@@ -133,14 +124,14 @@ def add_options(
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument(
         "--sample-interval",
-        type=seconds_option(positive=True),
+        type=_interval,
         default=DEFAULT_SAMPLE_INTERVAL,
         metavar="S",
         help="seconds between timeline samples (default: 3600)",
     )
     parser.add_argument(
         "--cycle-every",
-        type=seconds_option(positive=False),
+        type=_cycle_interval,
         default=0.0,
         metavar="S",
         help="at most one scheduler cycle per S simulated seconds (default: 0, a cycle after "
@@ -204,6 +195,25 @@ def add_options(
     )
 
 
+def _seconds_option(text: str, positive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        rule = "> 0" if positive else ">= 0"
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds {rule}")
+    return value
+
+
+def _interval(text: str) -> float:
+    return _seconds_option(text, positive=True)
+
+
+def _cycle_interval(text: str) -> float:
+    return _seconds_option(text, positive=False)
+
+
 def _duration(text: str) -> float | None:
     """Seconds, or None for 'none': no cap on a borrowing job's protection (the default)."""
     if text.strip().lower() == "none":
@@ -212,8 +222,7 @@ def _duration(text: str) -> float | None:
         return parse_duration(text, "--borrowed-min-runtime")
     except InputError as error:
         raise argparse.ArgumentTypeError(
-            f"{shown(text)} is invalid: {error.rule}; or 'none' to keep each job's declared "
-            "min runtime"
+            f"{text!r}: {error.rule}; or 'none' to keep each job's declared min runtime"
         ) from None
 
 
@@ -221,8 +230,8 @@ def _spares(text: str) -> tuple[str, int]:
     level, _, count = text.partition(":")
     if not level or not count.isdigit() or not 1 <= int(count) <= MAX_NODES:
         raise argparse.ArgumentTypeError(
-            f"{shown(text)} is invalid: must be LEVEL:N with N from 1 to {MAX_NODES:,} idle "
-            "nodes per domain, e.g. rack:1"
+            f"{text[:80]!r}: expected LEVEL:N with N >= 1 idle nodes per domain (at most "
+            f"{MAX_NODES:,}), e.g. rack:1"
         )
     return level, int(count)
 
@@ -297,10 +306,13 @@ def _calibrated(run: Callable[[], _T]) -> tuple[_T, dict[str, Any]]:
 
 def check_outputs(args: argparse.Namespace) -> Path:
     """The output folder, made now, and the --save-workload path checked: a path that cannot
-    be written fails before the run rather than after it, losing nothing. A --gpus the
-    workload cannot be built on is refused first, before anything is made."""
+    be written fails before the run rather than after it, losing nothing. The options'
+    rules (docs/limits.md) are checked first, before anything is made."""
     from toposched.workloads.files import check_workload_path
 
+    check_seed(args.seed)
+    check_days(args.days)
+    check_gpus(args.gpus)
     check_workload_gpus(args.workload, args.gpus)
 
     out = Path(args.out)
