@@ -10,8 +10,9 @@ workload that does not exist, eval with an empty traces folder and bench with an
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -284,7 +285,7 @@ def test_shared_option_rules() -> None:
     assert check_gpus(8) == 8 and check_gpus(MAX_OPTION_GPUS) == MAX_OPTION_GPUS
     assert check_days(0.5) == 0.5 and check_seed(0) == 0 and check_pods(0) == 0
     assert check_count("--racks", 3, 4) == 3
-    refused = [
+    refused: list[tuple[Callable[[Any], object], float, str]] = [
         (check_gpus, MAX_OPTION_GPUS + 1, "--gpus"),
         (check_days, math.inf, "--days"),
         (check_days, math.nan, "--days"),
@@ -295,7 +296,7 @@ def test_shared_option_rules() -> None:
     ]
     for check, value, flag in refused:
         with pytest.raises(InputError) as caught:
-            check(value)  # type: ignore[operator]
+            check(value)
         assert caught.value.field == flag and len(str(caught.value)) < 200
     with pytest.raises(InputError, match="at most 4"):
         check_count("--racks", 5, 4)
