@@ -29,6 +29,8 @@ __all__ = [
 
 NODE_GPUS = 8
 """GPUs per node of the workloads built on 8-GPU nodes (ai2, itp)."""
+RACK_GPUS = 72
+"""GPUs of one NVL72 rack, the unit the frontier fleet shrinks by in each block."""
 MAX_OPTION_GPUS = MAX_NODES * NODE_GPUS
 """The most GPUs --gpus may ask for: the node limit (docs/limits.md) in 8-GPU nodes."""
 MAX_DAYS = 3650.0
@@ -81,7 +83,7 @@ def check_workload_gpus(workload: str, gpus: int | None) -> None:
     if gpus is None:
         return
     kind = workload.split(":")[0]
-    smallest = FRONTIER_BLOCKS * 72
+    smallest = FRONTIER_BLOCKS * RACK_GPUS
     if kind == "frontier" and not smallest <= gpus <= FRONTIER_GPUS:
         rule = (
             f"the frontier fleet holds {smallest:,} to {FRONTIER_GPUS:,} GPUs (whole NVL72 racks "
