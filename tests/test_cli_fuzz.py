@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from toposched.cli.main import main
@@ -153,7 +153,11 @@ def _mutated(drawn: tuple[list[str], list[tuple[int, str]]]) -> list[str]:
     return words
 
 
-def _argv_strategy(files: dict[str, Path]) -> st.SearchStrategy[list[str]]:
+COMMANDS = ["simulate", "demo", "cluster show", "cluster build", "place", "eval", "bench", "any"]
+
+
+def _argv_strategies(files: dict[str, Path]) -> dict[str, st.SearchStrategy[list[str]]]:
+    """Argument lists for each command (`any`: random words, no command)."""
     values = st.one_of(
         st.sampled_from(BAD_VALUES + TINY_VALUES),
         st.sampled_from([str(path) for path in files.values()]),
@@ -190,7 +194,12 @@ def _argv_strategy(files: dict[str, Path]) -> st.SearchStrategy[list[str]]:
         ),
     ).map(lambda drawn: ["cluster", "build", drawn[0], *drawn[1]])
     place = st.tuples(
-        st.lists(st.sampled_from([str(path) for path in files.values()]), min_size=1, max_size=3),
+        st.one_of(
+            st.just([str(files["job"])]),
+            st.lists(
+                st.sampled_from([str(path) for path in files.values()]), min_size=1, max_size=3
+            ),
+        ),
         _options(files, ["--cluster", "--policy", "--seed", "--pods"], values),
     ).map(lambda drawn: ["place", *drawn[0], "--cluster", str(files["cluster"]), *drawn[1]])
     packing = _options(files, ["--traces", "--policies", "--seeds", "--workers", "--order"], values)
@@ -201,16 +210,18 @@ def _argv_strategy(files: dict[str, Path]) -> st.SearchStrategy[list[str]]:
         lambda words: ["bench", "placement", *words, "--no-such-option"]
     )
     anything = st.lists(_word(files), max_size=4)
-    return st.one_of(simulate, demo, show, build, place, evaluate, bench, anything)
+    strategies = [simulate, demo, show, build, place, evaluate, bench, anything]
+    return dict(zip(COMMANDS, strategies, strict=True))
 
 
 @pytest.fixture(scope="module")
-def argv_strategy(files: dict[str, Path]) -> st.SearchStrategy[list[str]]:
-    return _argv_strategy(files)
+def argv_strategies(files: dict[str, Path]) -> dict[str, st.SearchStrategy[list[str]]]:
+    return _argv_strategies(files)
 
 
+@pytest.mark.parametrize("command", COMMANDS)
 @settings(
-    max_examples=120,
+    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -218,15 +229,17 @@ def argv_strategy(files: dict[str, Path]) -> st.SearchStrategy[list[str]]:
 def test_any_arguments_exit_0_or_2_without_a_traceback_and_leave_files_unchanged(
     data: st.DataObject,
     files: dict[str, Path],
-    argv_strategy: st.SearchStrategy[list[str]],
+    argv_strategies: dict[str, st.SearchStrategy[list[str]]],
+    command: str,
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)  # default outputs (out/) land here
-    argv = data.draw(argv_strategy)
+    argv = data.draw(argv_strategies[command])
     before = _snapshot(files)
     code, err = _run(argv, capsys)
+    event(f"exit {code}")  # --hypothesis-show-statistics
     assert code in (0, 2), (argv, code, err)
     assert "Traceback" not in err, (argv, err)
     assert len(err) < 4000, (argv, len(err))  # a value echoed whole would flood the terminal
