@@ -349,3 +349,20 @@ def test_a_cluster_build_beyond_the_node_limit_is_refused_before_building(
     assert code == 2 and "error: -k: 3 is invalid: must be even" in err
     code, err = _run(["cluster", "build", "superpod", "--units", "0"], capsys)
     assert code == 2 and "error: --units: 0 is invalid: must be a whole number >= 1" in err
+
+
+def test_traces_dir_has_one_rule_in_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    missing = str(tmp_path / "nowhere")
+    rule = f"error: --traces-dir: '{missing}' is invalid: not found: must be an existing folder"
+    for argv in (
+        ["simulate", "--workload", "openb", "--no-progress"],
+        ["simulate", "--workload", "itp:01", "--no-progress"],
+        ["demo", "--no-progress"],
+        ["eval", "packing"],
+    ):
+        code, err = _run([*argv, "--traces-dir", missing], capsys)
+        assert code == 2 and rule in err, (argv, err)
+    assert not (tmp_path / "out").exists()

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from toposched.bench.harness import machine
-from toposched.cli.options import check_count
+from toposched.cli.options import check_count, check_traces_dir
 from toposched.cluster.errors import InputError
 from toposched.evaluation.packing import (
     CHECKPOINTS,
@@ -119,6 +119,7 @@ def _names(text: str, what: str) -> list[str]:
 
 
 def run_packing_command(args: argparse.Namespace) -> int:
+    check_traces_dir(args.traces_dir)
     folder = resolve_traces_dir(args.traces_dir) if args.traces_dir else default_traces_dir()
     if args.workers is not None:
         check_count("--workers", args.workers, MAX_WORKERS)

@@ -10,6 +10,7 @@ docs/limits.md lists every rule.
 from __future__ import annotations
 
 import math
+import os
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.limits import MAX_NODES, MAX_PODS_PER_JOB
@@ -24,6 +25,7 @@ __all__ = [
     "check_gpus",
     "check_pods",
     "check_seed",
+    "check_traces_dir",
     "check_workload_gpus",
 ]
 
@@ -74,6 +76,20 @@ def check_pods(pods: int) -> int:
 def check_count(flag: str, value: int, largest: int) -> int:
     """A count of things (--workers, --seeds, a builder's --racks...): 1 to `largest`."""
     return _whole_in(flag, value, 1, largest, f"must be a whole number >= 1 (at most {largest:,})")
+
+
+def check_traces_dir(path: str | None) -> str | None:
+    """--traces-dir: an existing folder (None: $TOPOSCHED_TRACES or ../shared/traces). Which
+    trace files it must hold is each workload's rule, said when the workload is read."""
+    if path is not None and not os.path.isdir(path):
+        what = "is not a folder" if os.path.exists(path) else "not found"
+        raise InputError(
+            "--traces-dir",
+            path,
+            f"{what}: must be an existing folder holding itp/ and openb/ (or the openb traces "
+            "themselves); see the README for where the public traces come from",
+        )
+    return path
 
 
 def check_workload_gpus(workload: str, gpus: int | None) -> None:

@@ -14,7 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from toposched.cli.options import check_days, check_gpus, check_seed, check_workload_gpus
+from toposched.cli.options import (
+    check_days,
+    check_gpus,
+    check_seed,
+    check_traces_dir,
+    check_workload_gpus,
+)
 from toposched.cluster.errors import InputError
 from toposched.cluster.limits import MAX_NODES
 from toposched.cluster.units import DAY, HOUR, parse_duration
@@ -314,6 +320,7 @@ def check_outputs(args: argparse.Namespace) -> Path:
     check_days(args.days)
     check_gpus(args.gpus)
     check_workload_gpus(args.workload, args.gpus)
+    check_traces_dir(args.traces_dir)
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
