@@ -134,7 +134,7 @@ def _word(files: dict[str, Path]) -> st.SearchStrategy[str]:
 def _options(
     files: dict[str, Path], flags: list[str], values: st.SearchStrategy[str]
 ) -> st.SearchStrategy[list[str]]:
-    """Flag-value pairs, then mutated: tokens dropped, duplicated or inserted."""
+    """Flag-value pairs, then mutated: tokens dropped, or inserted anywhere."""
     pair = st.tuples(st.sampled_from(flags), values).map(list)
     pairs = st.lists(pair, max_size=5).map(lambda found: [word for p in found for word in p])
     return st.tuples(pairs, st.lists(st.tuples(st.integers(0, 12), _word(files)), max_size=3)).map(
