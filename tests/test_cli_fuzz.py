@@ -274,10 +274,6 @@ def test_gpus_has_one_rule_and_one_message_in_every_command(
         (["demo", "--gpus", "3"], "the ai2 workload's cluster has 8-GPU nodes: at least 8"),
         (["simulate", "--workload", "itp:01", "--gpus", "4"], "the itp workload's cluster"),
         (["simulate", "--workload", "frontier", "--gpus", "3"], "the frontier fleet holds 2,160"),
-        (
-            ["simulate", "--workload", "openb", "--gpus", "64"],
-            "the openb workload runs on its trace's own cluster",
-        ),
     ],
 )
 def test_a_workloads_own_gpus_rule_is_said_as_its_rule_before_anything_is_written(
@@ -315,8 +311,9 @@ def test_shared_option_rules() -> None:
         check_count("--racks", 5, 4)
     check_workload_gpus("ai2", 8)
     check_workload_gpus("openb", None)
-    with pytest.raises(InputError, match="a workload file brings its own cluster"):
-        check_workload_gpus("my-lab.jsonl", 64)
+    check_workload_gpus("my-lab.jsonl", 64)  # a file brings its own cluster
+    with pytest.raises(InputError, match="the frontier fleet holds 2,160 to 1,000,080"):
+        check_workload_gpus("frontier", 1_000_081)
 
 
 @pytest.mark.parametrize(

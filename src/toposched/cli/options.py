@@ -95,7 +95,8 @@ def check_traces_dir(path: str | None) -> str | None:
 def check_workload_gpus(workload: str, gpus: int | None) -> None:
     """Refuse a --gpus the workload named cannot be built on, with that workload's rule: ai2
     and itp build whole 8-GPU nodes (at least one); frontier shrinks its fleet by whole racks
-    in each of its blocks; openb and workload files bring their own cluster."""
+    in each of its blocks. (openb and workload files bring their own cluster and do not read
+    --gpus.)"""
     if gpus is None:
         return
     kind = workload.split(":")[0]
@@ -111,10 +112,6 @@ def check_workload_gpus(workload: str, gpus: int | None) -> None:
             f"the {kind} workload's cluster has 8-GPU nodes: at least {NODE_GPUS} GPUs (other "
             "sizes are rounded to whole nodes)"
         )
-    elif kind == "openb":
-        rule = "the openb workload runs on its trace's own cluster: leave --gpus out"
-    elif kind not in ("ai2", "itp", "frontier"):
-        rule = "a workload file brings its own cluster: leave --gpus out"
     else:
         return
     raise InputError("--gpus", gpus, rule)
