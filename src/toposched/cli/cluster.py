@@ -6,7 +6,26 @@ import argparse
 import time
 from typing import Any
 
+from toposched.cli.options import check_count
+from toposched.cluster.errors import InputError
+from toposched.cluster.limits import MAX_NODES
+
 # The builders, loaders and rich load when a command runs, not for its parser (--help).
+
+NODES_PER_RACK = 18
+"""Compute trays (nodes) of one NVL72 rack."""
+NODES_PER_UNIT = 32
+"""Nodes of one SuperPOD scalable unit."""
+_FLAGS = {
+    "zones": "--zones",
+    "blocks_per_zone": "--blocks",
+    "racks_per_block": "--racks",
+    "spine_groups": "--groups",
+    "units_per_group": "--units",
+    "k": "-k",
+    "model": "--model",
+}
+"""The builders' parameters by the flags that set them, so that errors name the flag."""
 
 
 def register(commands: Any) -> None:
@@ -66,14 +85,39 @@ def run_build(args: argparse.Namespace) -> int:
     from toposched.cluster.builders import fat_tree_cluster, nvl72_cluster, superpod_cluster
     from toposched.cluster.state import ClusterState
 
+    _check_size(args)
     started = time.perf_counter()
-    if args.shape == "nvl72":
-        topology = nvl72_cluster(args.zones, args.blocks, args.racks, model=args.model or "GB300")
-    elif args.shape == "superpod":
-        topology = superpod_cluster(args.groups, args.units, model=args.model or "H100")
-    else:
-        topology = fat_tree_cluster(args.k)
+    try:
+        if args.shape == "nvl72":
+            topology = nvl72_cluster(
+                args.zones, args.blocks, args.racks, model=args.model or "GB300"
+            )
+        elif args.shape == "superpod":
+            topology = superpod_cluster(args.groups, args.units, model=args.model or "H100")
+        else:
+            topology = fat_tree_cluster(args.k)
+    except InputError as error:
+        raise InputError(_FLAGS.get(error.field, error.field), error.value, error.rule) from None
     state = ClusterState(topology)
     elapsed = time.perf_counter() - started
     Console().print(cluster_table(state, f"{args.shape} cluster", elapsed))
     return 0
+
+
+def _check_size(args: argparse.Namespace) -> None:
+    """Refuse a shape of more nodes than a cluster may hold (docs/limits.md) before building."""
+    for flag in ("zones", "blocks", "racks", "groups", "units", "k"):
+        check_count(f"-{flag}" if flag == "k" else f"--{flag}", getattr(args, flag), MAX_NODES)
+    if args.shape == "nvl72":
+        flags = "--zones x --blocks x --racks x 18 nodes"
+        nodes = args.zones * args.blocks * args.racks * NODES_PER_RACK
+    elif args.shape == "superpod":
+        flags = "--groups x --units x 32 nodes"
+        nodes = args.groups * args.units * NODES_PER_UNIT
+    else:
+        flags = "-k^3/4 hosts"
+        nodes = args.k**3 // 4
+    if nodes > MAX_NODES:
+        raise InputError(
+            args.shape, f"{nodes:,} nodes", f"{flags} must be at most {MAX_NODES:,} nodes"
+        )

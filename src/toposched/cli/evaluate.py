@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from toposched.bench.harness import machine
+from toposched.cli.options import check_count, check_traces_dir
 from toposched.cluster.errors import InputError
 from toposched.evaluation.packing import (
     CHECKPOINTS,
@@ -32,6 +33,10 @@ from toposched.evaluation.packing import (
 )
 
 TABLE_WIDTH = 170
+MAX_EVAL_SEEDS = 1000
+"""The most seeds --seeds runs: a hundred times the published protocol's ten."""
+MAX_WORKERS = 1024
+"""The most processes --workers starts."""
 PACKING_DESCRIPTION = f"""\
 Reproduce the packing experiment of FGD (Weng et al., "Beware of Fragmentation", USENIX ATC'23)
 on the openb traces and print our GPU allocation next to the published table.
@@ -114,9 +119,11 @@ def _names(text: str, what: str) -> list[str]:
 
 
 def run_packing_command(args: argparse.Namespace) -> int:
+    check_traces_dir(args.traces_dir)
     folder = resolve_traces_dir(args.traces_dir) if args.traces_dir else default_traces_dir()
-    if args.workers is not None and args.workers < 1:
-        raise InputError("--workers", args.workers, "must be >= 1")
+    if args.workers is not None:
+        check_count("--workers", args.workers, MAX_WORKERS)
+    check_count("--seeds", args.seeds, MAX_EVAL_SEEDS)
     jobs = plan_jobs(
         folder,
         _names(args.traces, "traces"),

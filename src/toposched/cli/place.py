@@ -7,6 +7,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from toposched.cli.options import check_pods, check_seed
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import MILLI_PER_GPU, format_timing
 
@@ -92,8 +93,8 @@ class Outcome(NamedTuple):
 def run(args: argparse.Namespace) -> int:
     from toposched.placement.jobfiles import read_job_files
 
-    if args.pods < 0:
-        raise InputError("--pods", args.pods, "must be >= 0")
+    check_pods(args.pods)
+    check_seed(args.seed)
     # Every file is read and validated before anything is placed: a bad job later in the list
     # should not leave half the output printed.
     # Job names must be unique across the files (the same file given twice says so, with file

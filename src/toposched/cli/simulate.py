@@ -14,7 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from toposched.cli.options import (
+    check_days,
+    check_gpus,
+    check_seed,
+    check_traces_dir,
+    check_workload_gpus,
+)
 from toposched.cluster.errors import InputError
+from toposched.cluster.limits import MAX_NODES
 from toposched.cluster.units import DAY, HOUR, parse_duration
 from toposched.workloads.catalog import WORKLOAD_HELP, workload_by_name
 
@@ -110,7 +118,8 @@ def add_options(
         default=gpus,
         metavar="N",
         help=f"cluster size in GPUs (ai2: about N in 8-GPU nodes, default {gpus or 3072:,}; "
-        "frontier: shrinks the 1,000,080-GPU fleet; itp: N/8 nodes)",
+        "frontier: shrinks the 1,000,080-GPU fleet, 2,160 to 1,000,080; itp: N/8 nodes; "
+        "openb and files bring their own cluster)",
     )
     parser.add_argument(
         "--out",
@@ -225,9 +234,10 @@ def _duration(text: str) -> float | None:
 
 def _spares(text: str) -> tuple[str, int]:
     level, _, count = text.partition(":")
-    if not level or not count.isdigit() or int(count) < 1:
+    if not level or not count.isdigit() or not 1 <= int(count) <= MAX_NODES:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected LEVEL:N with N >= 1 idle nodes per domain, e.g. rack:1"
+            f"{text[:80]!r}: expected LEVEL:N with N >= 1 idle nodes per domain (at most "
+            f"{MAX_NODES:,}), e.g. rack:1"
         )
     return level, int(count)
 
@@ -302,8 +312,15 @@ def _calibrated(run: Callable[[], _T]) -> tuple[_T, dict[str, Any]]:
 
 def check_outputs(args: argparse.Namespace) -> Path:
     """The output folder, made now, and the --save-workload path checked: a path that cannot
-    be written fails before the run rather than after it, losing nothing."""
+    be written fails before the run rather than after it, losing nothing. The options'
+    rules (docs/limits.md) are checked first, before anything is made."""
     from toposched.workloads.files import check_workload_path
+
+    check_seed(args.seed)
+    check_days(args.days)
+    check_gpus(args.gpus)
+    check_workload_gpus(args.workload, args.gpus)
+    check_traces_dir(args.traces_dir)
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():

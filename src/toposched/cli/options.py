@@ -1,0 +1,117 @@
+"""The rules of the options several commands share: one check and one message per flag.
+
+argparse reads each option's syntax (a whole number, a number); the checks here apply its rule
+once the arguments are read, before anything runs or is written, and refuse a value with the
+one error form, `--flag: VALUE is invalid: RULE` (exit code 2). Where a workload needs more of
+--gpus than the shared rule, `check_workload_gpus` says so as that workload's rule.
+docs/limits.md lists every rule.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from toposched.cluster.errors import InputError
+from toposched.cluster.limits import MAX_NODES, MAX_PODS_PER_JOB
+from toposched.workloads.catalog import FRONTIER_BLOCKS, FRONTIER_GPUS
+
+__all__ = [
+    "MAX_DAYS",
+    "MAX_OPTION_GPUS",
+    "MAX_SEED",
+    "check_count",
+    "check_days",
+    "check_gpus",
+    "check_pods",
+    "check_seed",
+    "check_traces_dir",
+    "check_workload_gpus",
+]
+
+NODE_GPUS = 8
+"""GPUs per node of the workloads built on 8-GPU nodes (ai2, itp)."""
+RACK_GPUS = 72
+"""GPUs of one NVL72 rack, the unit the frontier fleet shrinks by in each block."""
+MAX_OPTION_GPUS = MAX_NODES * NODE_GPUS
+"""The most GPUs --gpus may ask for: the node limit (docs/limits.md) in 8-GPU nodes."""
+MAX_DAYS = 3650.0
+"""The longest simulation --days may ask for: ten years."""
+MAX_SEED = 2**63 - 1
+"""Seeds are stored as int64 beside the results."""
+
+
+def _whole_in(flag: str, value: int, smallest: int, largest: int, rule: str) -> int:
+    if not smallest <= value <= largest:
+        raise InputError(flag, value, rule)
+    return value
+
+
+def check_gpus(gpus: int | None) -> int | None:
+    """--gpus: a cluster size in GPUs (None: the workload's own)."""
+    if gpus is None:
+        return None
+    rule = f"must be a whole number of GPUs >= 1 (at most {MAX_OPTION_GPUS:,})"
+    return _whole_in("--gpus", gpus, 1, MAX_OPTION_GPUS, rule)
+
+
+def check_days(days: float | None) -> float | None:
+    """--days: simulated days, finite, > 0 and at most MAX_DAYS (None: the workload's own)."""
+    if days is not None and not (math.isfinite(days) and 0 < days <= MAX_DAYS):
+        raise InputError("--days", days, f"must be a number of days > 0 (at most {MAX_DAYS:,g})")
+    return days
+
+
+def check_seed(seed: int) -> int:
+    """--seed: the seed of the generators and random policies."""
+    return _whole_in("--seed", seed, 0, MAX_SEED, "must be a whole number >= 0 (at most 2^63-1)")
+
+
+def check_pods(pods: int) -> int:
+    """--pods: how many pods of each job to list."""
+    rule = f"must be a whole number >= 0 (at most {MAX_PODS_PER_JOB:,})"
+    return _whole_in("--pods", pods, 0, MAX_PODS_PER_JOB, rule)
+
+
+def check_count(flag: str, value: int, largest: int) -> int:
+    """A count of things (--workers, --seeds, a builder's --racks...): 1 to `largest`."""
+    return _whole_in(flag, value, 1, largest, f"must be a whole number >= 1 (at most {largest:,})")
+
+
+def check_traces_dir(path: str | None) -> str | None:
+    """--traces-dir: an existing folder (None: $TOPOSCHED_TRACES or ../shared/traces). Which
+    trace files it must hold is each workload's rule, said when the workload is read."""
+    if path is not None and not os.path.isdir(path):
+        what = "is not a folder" if os.path.exists(path) else "not found"
+        raise InputError(
+            "--traces-dir",
+            path,
+            f"{what}: must be an existing folder holding itp/ and openb/ (or the openb traces "
+            "themselves); see the README for where the public traces come from",
+        )
+    return path
+
+
+def check_workload_gpus(workload: str, gpus: int | None) -> None:
+    """Refuse a --gpus the workload named cannot be built on, with that workload's rule: ai2
+    and itp build whole 8-GPU nodes (at least one); frontier shrinks its fleet by whole racks
+    in each of its blocks. (openb and workload files bring their own cluster and do not read
+    --gpus.)"""
+    if gpus is None:
+        return
+    kind = workload.split(":")[0]
+    smallest = FRONTIER_BLOCKS * RACK_GPUS
+    if kind == "frontier" and not smallest <= gpus <= FRONTIER_GPUS:
+        rule = (
+            f"the frontier fleet holds {smallest:,} to {FRONTIER_GPUS:,} GPUs (whole NVL72 racks "
+            f"in each of its {FRONTIER_BLOCKS} blocks, so a multiple of {smallest:,}; other "
+            "sizes are rounded); leave --gpus out for the full fleet"
+        )
+    elif kind in ("ai2", "itp") and gpus < NODE_GPUS:
+        rule = (
+            f"the {kind} workload's cluster has 8-GPU nodes: at least {NODE_GPUS} GPUs (other "
+            "sizes are rounded to whole nodes)"
+        )
+    else:
+        return
+    raise InputError("--gpus", gpus, rule)
