@@ -27,15 +27,27 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 WIDTH, HEIGHT = 720, 260
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 56, 12, 12, 36
 MAX_POLYLINE_POINTS = 2000
+MAX_X_TICKS = 9
 DURATION_TICKS = (
     (1.0, "1 s"),
+    (2.0, "2 s"),
+    (5.0, "5 s"),
     (10.0, "10 s"),
+    (30.0, "30 s"),
     (60.0, "1 min"),
+    (120.0, "2 min"),
+    (300.0, "5 min"),
     (600.0, "10 min"),
+    (1800.0, "30 min"),
     (HOUR, "1 h"),
+    (2 * HOUR, "2 h"),
+    (5 * HOUR, "5 h"),
     (10 * HOUR, "10 h"),
     (DAY, "1 d"),
+    (2 * DAY, "2 d"),
+    (5 * DAY, "5 d"),
     (10 * DAY, "10 d"),
+    (30 * DAY, "30 d"),
     (100 * DAY, "100 d"),
 )
 """Ticks of a log-scale duration axis (seconds), labelled in the unit people read."""
@@ -72,7 +84,7 @@ def _label(value: float) -> str:
         return f"{value:,.0f}"
     if abs(value) < 0.01:
         return f"{value:f}".rstrip("0")
-    return f"{value:g}" if value == round(value, 2) else f"{value:.2f}"
+    return f"{round(value, 2):g}"
 
 
 class _Axes:
@@ -114,7 +126,10 @@ class _Axes:
                 (10.0**k, _label(10.0**k))
                 for k in range(math.floor(self.x0), math.ceil(self.x1) + 1)
             ]
-            return [(t, label) for t, label in ticks if self.x0 <= math.log10(t) <= self.x1]
+            shown = [(t, label) for t, label in ticks if self.x0 <= math.log10(t) <= self.x1]
+            while len(shown) > MAX_X_TICKS:
+                shown = shown[::2]
+            return shown
         if self.x_ticks is not None:
             return self.x_ticks
         return [(t, _label(t)) for t in _nice_ticks(self.x0, self.x1, 8)]
@@ -246,8 +261,8 @@ def bar_chart(
             )
         x = left + slot * 0.4
         parts.append(
-            f'<text class="group" x="{x:.1f}" y="{axes.bottom + 12}" text-anchor="end" '
-            f'transform="rotate(-35 {x:.1f} {axes.bottom + 12})">{escape(group)}</text>'
+            f'<text class="group" x="{x:.1f}" y="{axes.bottom + 18}" text-anchor="end" '
+            f'transform="rotate(-35 {x:.1f} {axes.bottom + 18})">{escape(group)}</text>'
         )
     return _svg(parts, title, height=height)
 
