@@ -265,7 +265,9 @@ async function followEvents() {
 
 // The work an eviction throws away: GPU-seconds since the victim's last checkpoint.
 function lostWork(gpuSeconds) {
-  return "lost " + fmt(Math.round(gpuSeconds / 36) / 100) + " GPU-hours";
+  const hours = gpuSeconds / 3600;
+  const shown = hours >= 10 ? fmt(Math.round(hours)) : hours.toLocaleString("en", { maximumSignificantDigits: 2 });
+  return "lost " + shown + " GPU-hours";
 }
 
 function showEvent(event) {
