@@ -240,6 +240,7 @@ def bar_chart(
     height = HEIGHT + 90
     axes = _Axes((0, len(groups)), (0, max(values) * 1.05 or 1.0), "", y_label, x_ticks=())
     axes.bottom = height - 100
+    axes.left += 40  # room for the first group's slanted name
     parts = axes.frame()
     slot = (axes.right - axes.left) / len(groups)
     width = slot * 0.8 / max(len(series), 1)

@@ -132,12 +132,14 @@ def _occupancy_section(summaries: Mapping[str, Mapping[str, Any]]) -> str:
         for name, t in timelines.items()
     }
     low = _lowest_shown([y for _, ys in series.values() for y in ys])
+    gpus = next(iter(summaries.values()), {}).get("cluster", {}).get("gpus", 0)
+    y_label = f"occupancy (% of {gpus:,} GPUs)" if gpus else "occupancy %"
     return (
         legend(list(summaries))
         + f'<p class="note">Share of the cluster\'s GPUs running work (allocated or '
         f"unallocated). The axis starts at {low:g}% so the schedulers can be told apart; "
         "readings below it (the first hours, while the cluster fills) sit on its bottom edge.</p>"
-        + line_chart(series, label, "occupancy %", "Occupancy over time", (low, 100), step=True)
+        + line_chart(series, label, y_label, "Occupancy over time", (low, 100), step=True)
     )
 
 
@@ -271,7 +273,11 @@ def _fragmentation_section(
         )
     end = max(max(xs, default=0.0) for xs, _ in readings.values())
     unit, label = _time_unit(end)
-    window = max(end / 30, HOUR)
+    # wide enough to average five readings, a fifteenth of the run, or an hour
+    spacing = max(
+        float(np.median(np.diff(xs))) if len(xs) > 1 else 0.0 for xs, _ in readings.values()
+    )
+    window = max(end / 15, 5 * spacing, HOUR)
     series = {
         name: (_in(unit, xs), _smoothed(xs, ys, window)) for name, (xs, ys) in readings.items()
     }
