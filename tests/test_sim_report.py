@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from toposched.cluster.units import DAY
 from toposched.sim.baselines import fifo_first_fit
 from toposched.sim.compare import ComparisonRun, compare, comparison_rows, run_comparison
 from toposched.sim.metrics import SHORTFALL_CAUSES
+from toposched.sim.plots import DURATION_TICKS, line_chart
 from toposched.sim.report import SECTIONS, write_report
 from toposched.workloads.ai2 import ai2_like
 
@@ -157,3 +159,19 @@ def test_compare_returns_deterministic_summaries() -> None:
     for summary in (*first.values(), *second.values()):
         summary.pop("scheduler_speed")
     assert first == second
+
+
+def test_plot_ticks_read_without_exponents() -> None:
+    chart = line_chart({"a": ([1.0, 3 * DAY], [0.0, 20_000.0])}, "wait", "GPU-hours", "t")
+    ticks = re.findall(r'text-anchor="end">([^<]+)</text>', chart)
+    assert "20k" in ticks and not [t for t in ticks if "e+" in t]
+    durations = line_chart(
+        {"a": ([1.0, 3 * DAY], [0.0, 1.0])},
+        "wait",
+        "share",
+        "t",
+        x_log=True,
+        x_ticks=DURATION_TICKS,
+    )
+    centred = re.findall(r'text-anchor="middle">([^<]+)</text>', durations)
+    assert {"1 s", "1 h", "1 d"} <= set(centred)

@@ -141,4 +141,5 @@ def record_decisions(core: ServiceCore, result: CycleResult, now: float) -> None
                 preemptor=decision.preemptor,
                 grace_s=decision.grace_s,
                 rule=decision.rule,
+                lost_gpu_seconds=decision.lost_gpu_seconds,
             )

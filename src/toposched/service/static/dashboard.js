@@ -216,6 +216,7 @@ async function showJob(id) {
     let text = new Date(event.time * 1000).toLocaleString() + " " + event.event;
     if (event.nodes) text += " on " + event.nodes.slice(0, 4).join(", ") + (event.nodes.length > 4 ? " +" + (event.nodes.length - 4) : "");
     if (event.preemptor) text += " for " + event.preemptor + (event.rule ? " (" + event.rule + ")" : "");
+    if (event.lost_gpu_seconds !== undefined) text += ", " + lostWork(event.lost_gpu_seconds);
     if (event.detail) text += ": " + event.detail;
     return el("li", {}, text);
   }));
@@ -262,6 +263,13 @@ async function followEvents() {
   setTimeout(() => { if (state.events === controller) followEvents(); }, 3000);
 }
 
+// The work an eviction throws away: GPU-seconds since the victim's last checkpoint.
+function lostWork(gpuSeconds) {
+  const hours = gpuSeconds / 3600;
+  const shown = hours >= 10 ? fmt(Math.round(hours)) : hours.toLocaleString("en", { maximumSignificantDigits: 2 });
+  return "lost " + shown + " GPU-hours";
+}
+
 function showEvent(event) {
   const list = $("events");
   const time = new Date(event.time * 1000).toLocaleTimeString();
@@ -270,8 +278,9 @@ function showEvent(event) {
   if (event.node) text += " " + event.node + " " + event.health;
   if (event.nodes) text += " on " + event.nodes.slice(0, 3).join(", ") + (event.nodes.length > 3 ? " +" + (event.nodes.length - 3) : "");
   if (event.preemptor) text += " for " + event.preemptor + (event.rule ? " (" + event.rule + ")" : "");
+  if (event.lost_gpu_seconds !== undefined) text += ", " + lostWork(event.lost_gpu_seconds);
   if (event.detail) text += ": " + event.detail;
-  list.prepend(el("li", {}, text));
+  list.prepend(el("li", { class: event.kind === "evicting" ? "preemption" : "" }, text));
   while (list.children.length > MAX_EVENTS) list.lastChild.remove();
 }
 
