@@ -7,6 +7,7 @@ clusters (tests/test_bench_checks.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -71,6 +72,12 @@ def placement_problems(
         broken = np.flatnonzero((labels != labels[:, :1]).any(axis=1))
         if broken.size:
             problems.append(f"{broken.size} slices of {size} pods span domains of level {level}")
+    node_slice = request.node_slice
+    if node_slice > 1 and nodes.size % node_slice == 0:
+        groups = nodes.reshape(-1, node_slice)
+        if np.any(groups != groups[:, :1]):
+            problems.append(f"slices of {node_slice} pods span nodes")
+    problems += _rank_order_problems(nodes, [*domains, nodes])
     if np.any(state.health[nodes] != Health.HEALTHY):
         problems.append("pods on nodes that are not healthy")
     if (
@@ -79,6 +86,20 @@ def placement_problems(
     ):
         problems.append("pods on GPU models the request does not allow")
     problems += _resource_problems(state, allocation, nodes)
+    return problems
+
+
+def _rank_order_problems(nodes: IntArray, domain_of: list[NDArray[Any]]) -> list[str]:
+    """Rank order: each node's pods, and each domain's at every level, are consecutive ranks
+    (a ring over ranks enters every node and domain once)."""
+    problems: list[str] = []
+    for level, labels in enumerate(domain_of):
+        sequence = labels if level == len(domain_of) - 1 else labels[nodes]
+        runs = 1 + int(np.count_nonzero(sequence[1:] != sequence[:-1]))
+        distinct = int(np.unique(sequence).size)
+        if runs != distinct:
+            what = "nodes" if level == len(domain_of) - 1 else f"domains of level {level}"
+            problems.append(f"ranks enter {what} {runs} times for {distinct} of them")
     return problems
 
 
