@@ -306,10 +306,19 @@ class _Run:
     def _progress_bar(self) -> AbstractContextManager[Callable[[float], None] | None]:
         if not self.simulation.progress:
             return nullcontext(None)
-        if self.horizon is not None:
-            return _SimulatedTimeBar(self.horizon)
+        horizon = self.horizon
+        if horizon is not None:
+            return _ProgressBar(
+                "day {task.completed:.1f} of {task.total:.1f}",
+                horizon / DAY,
+                lambda now: min(now, horizon) / DAY,
+            )
         # Without a horizon the run ends when the last job does, whenever that is: count jobs.
-        return _FinishedJobsBar(len(self.workload.jobs), self.finished_jobs)
+        return _ProgressBar(
+            "{task.completed:,.0f} of {task.total:,.0f} jobs finished",
+            max(len(self.workload.jobs), 1),
+            lambda now: self.finished_jobs(),
+        )
 
     def finished_jobs(self) -> int:
         """Jobs that completed or were cancelled so far."""
@@ -626,20 +635,20 @@ class SimulationInterrupted(KeyboardInterrupt):
         self.result = result
 
 
-class _FinishedJobsBar:
-    """A rich progress bar over finished jobs, on stderr, for runs without a horizon."""
+class _ProgressBar:
+    """A rich progress bar on stderr: `done(now)` of `total`, shown with `text`."""
 
-    def __init__(self, jobs: int, finished: Callable[[], int]) -> None:
-        self.finished = finished
+    def __init__(self, text: str, total: float, done: Callable[[float], float]) -> None:
+        self.done = done
         self.progress = Progress(
             TextColumn("simulating"),
             BarColumn(),
-            TextColumn("{task.completed:,.0f} of {task.total:,.0f} jobs finished"),
+            TextColumn(text),
             TimeElapsedColumn(),
             console=Console(stderr=True),
             transient=True,
         )
-        self.task = self.progress.add_task("simulate", total=max(jobs, 1))
+        self.task = self.progress.add_task("simulate", total=total)
 
     def __enter__(self) -> Callable[[float], None]:
         self.progress.__enter__()
@@ -654,35 +663,4 @@ class _FinishedJobsBar:
         self.progress.__exit__(exc_type, exc, traceback)
 
     def advance(self, now: float) -> None:
-        self.progress.update(self.task, completed=self.finished())
-
-
-class _SimulatedTimeBar:
-    """A rich progress bar over simulated time (days), on stderr."""
-
-    def __init__(self, end: float) -> None:
-        self.end = end
-        self.progress = Progress(
-            TextColumn("simulating"),
-            BarColumn(),
-            TextColumn("day {task.completed:.1f} of {task.total:.1f}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        )
-        self.task = self.progress.add_task("simulate", total=end / DAY)
-
-    def __enter__(self) -> Callable[[float], None]:
-        self.progress.__enter__()
-        return self.advance
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.progress.__exit__(exc_type, exc, traceback)
-
-    def advance(self, now: float) -> None:
-        self.progress.update(self.task, completed=min(now, self.end) / DAY)
+        self.progress.update(self.task, completed=self.done(now))
