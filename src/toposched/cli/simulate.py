@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from toposched.cli.options import (
     check_days,
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from toposched.sim.protocol import SchedulerFactory
+    from toposched.sim.topology_price import TopologyPrice
     from toposched.workloads.model import Workload
 
 # The simulator, the scheduler and rich are imported where a run needs them, so that the
@@ -192,6 +193,16 @@ def add_options(
         "to reclaim its account's budget, never taking the victim's account below its own; "
         "fair-share = whenever its account ranks above in fair share (default: budget)",
     )
+    parser.add_argument(
+        "--topology-price",
+        type=_topology_price,
+        metavar="SPEC",
+        help="slow down the runs of jobs with topology constraints that a scheduler spreads "
+        "over more domains than they ask for: 'default' (+5%% of the run per extra domain at "
+        "the innermost level, e.g. a rack, +10%% at the next, e.g. a block, +25%% further out, "
+        "at most 2x) or LEVEL=FRACTION pairs with an optional cap, e.g. "
+        "rack=0.05,block=0.1,cap=2 (default: off, placement costs nothing)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on long runs")
     parser.add_argument(
         "--compare",
@@ -210,6 +221,46 @@ def _seconds_option(text: str, positive: bool) -> float:
         rule = "> 0" if positive else ">= 0"
         raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds {rule}")
     return value
+
+
+class TopologyPriceOption(NamedTuple):
+    """`--topology-price` as given: per-level slowdowns (None: the defaults) and a cap."""
+
+    slowdown: dict[str, float] | None
+    cap: float | None
+
+
+def _topology_price(text: str) -> TopologyPriceOption:
+    if text.strip() == "default":
+        return TopologyPriceOption(None, None)
+    slowdown: dict[str, float] = {}
+    cap: float | None = None
+    for item in text.split(","):
+        name, separator, value = item.strip().partition("=")
+        try:
+            number = float(value) if separator and name else math.nan
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number) or number < (1 if name == "cap" else 0):
+            rule = "cap=FACTOR >= 1" if name == "cap" else "LEVEL=FRACTION with FRACTION >= 0"
+            raise argparse.ArgumentTypeError(
+                f"{item.strip()!r}: expected 'default' or comma-separated {rule} (e.g. rack=0.05)"
+            )
+        if name == "cap":
+            cap = number
+        else:
+            slowdown[name] = number
+    return TopologyPriceOption(slowdown, cap)
+
+
+def topology_price(args: argparse.Namespace) -> TopologyPrice | None:
+    """The simulated price of spread placements `--topology-price` asks for (None: off)."""
+    from toposched.sim.topology_price import DEFAULT_CAP, TopologyPrice
+
+    given: TopologyPriceOption | None = args.topology_price
+    if given is None:
+        return None
+    return TopologyPrice(given.slowdown, DEFAULT_CAP if given.cap is None else given.cap)
 
 
 def _interval(text: str) -> float:
@@ -402,6 +453,7 @@ def simulate_and_report(
         sample_interval=args.sample_interval,
         progress=not args.no_progress,
         cycle_interval=args.cycle_every,
+        topology_price=topology_price(args),
     )
     _stop_on_sigterm()
     interrupted: SimulationInterrupted | None = None
@@ -466,6 +518,7 @@ def compare_and_report(
                 schedulers,
                 sample_interval=args.sample_interval,
                 progress=not args.no_progress,
+                topology_price=topology_price(args),
             )
         )
     except SimulationInterrupted as stop:

@@ -28,6 +28,7 @@ from toposched.sim.protocol import (
     SparesLike,
     toposched_scheduler,
 )
+from toposched.sim.topology_price import TopologyPrice
 from toposched.workloads.model import Workload
 
 __all__ = [
@@ -216,6 +217,7 @@ def run_comparison(
     progress: bool = False,
     curve_points: int = 48,
     map_moments: Sequence[float] = (0.25, 0.5, 0.75),
+    topology_price: TopologyPrice | None = None,
 ) -> dict[str, ComparisonRun]:
     """Run the same workload through each scheduler (a fresh cluster state and budget tree
     each; the workload, hence its seed, is shared), in the order given.
@@ -250,6 +252,7 @@ def run_comparison(
             sample_interval=sample_interval,
             progress=progress,
             scheduler_name=name,
+            topology_price=topology_price,
         )
         result = simulation.run()
         observer = observers[0]
@@ -374,6 +377,10 @@ def comparison_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[tuple[st
         lambda s: _number(
             _get(s, "disruption", "gpu_hours_lost_by_cause", "evictions_of_allocated_work"), 1
         ),
+    )
+    add(
+        "GPU-hours slowed by topology",
+        lambda s: _number(_get(s, "disruption", "gpu_hours_lost_to_topology"), 1),
     )
     for point in ("p50", "p99", "max"):
         add(

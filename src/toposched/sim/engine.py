@@ -31,6 +31,7 @@ from toposched.sim.metrics import (
     TeamLedger,
 )
 from toposched.sim.protocol import SchedulerFactory, SchedulerLike, toposched_scheduler
+from toposched.sim.topology_price import Pricing, TopologyPrice
 from toposched.workloads.model import Workload
 
 __all__ = [
@@ -124,6 +125,7 @@ class Simulation:
         progress: bool = False,
         scheduler_name: str | None = None,
         cycle_interval: float = 0.0,
+        topology_price: TopologyPrice | None = None,
     ) -> None:
         if not math.isfinite(sample_interval) or sample_interval <= 0:
             raise InputError("sample_interval", sample_interval, "must be a number of seconds > 0")
@@ -133,6 +135,8 @@ class Simulation:
         self.cycle_interval = cycle_interval
         """Minimum simulated seconds between cycles; 0 runs one after every instant with
         events, as an event-driven scheduler does. Events between cycles still apply at once."""
+        self.topology_price = topology_price
+        """Runs of jobs with topology constraints slow down when spread beyond them; None: free."""
         self.scheduler_factory = scheduler_factory
         self.horizon = horizon if horizon is not None else workload.horizon
         self.sample_interval = sample_interval
@@ -165,6 +169,8 @@ class _Run:
         self.scheduler = simulation.scheduler_factory(self.state, self.tree)
         self.name = simulation.scheduler_name or type(self.scheduler).__name__.lower()
         self.capacity = workload.topology.n_gpus
+        price = simulation.topology_price
+        self.pricing = Pricing(price, workload.topology) if price is not None else None
         self.records: dict[str, JobRecord] = {}
         for job in workload.jobs:
             allocated = job.spec.min_runtime > 0 and self.tree.has_budget(job.spec.account)
@@ -442,6 +448,9 @@ class _Run:
         record.run_start = now
         record.run_gpus = gpus
         record.run_unallocated = decision.unallocated
+        record.run_slowdown = (
+            self.pricing.factor(record.job.spec, decision.allocation) if self.pricing else 1.0
+        )
         record.backfilled = record.backfilled or decision.backfilled
         if record.first_start is None:
             record.first_start = now
@@ -458,7 +467,7 @@ class _Run:
         self.counts["binds"] += 1
         self.counts["backfilled_binds"] += decision.backfilled
         run = Run(record.job.name, record.attempt)
-        self._push(now + record.remaining, EventKind.COMPLETION, run)
+        self._push(now + record.remaining * record.run_slowdown, EventKind.COMPLETION, run)
         if not decision.unallocated:
             job = self.scheduler.jobs.get(record.job.name)
             protection = job.min_runtime if job is not None else 0.0
@@ -481,6 +490,7 @@ class _Run:
         elapsed = now - record.run_start
         gpus = record.run_gpus
         record.delivered_gpu_seconds += gpus * elapsed
+        record.topology_gpu_seconds += gpus * elapsed * (1.0 - 1.0 / record.run_slowdown)
         self.running_gpus -= gpus
         self.running_jobs -= 1
         if record.run_unallocated:
@@ -501,7 +511,7 @@ class _Run:
         if record.job.spec.resumable:
             interval = record.checkpoint_interval
             saved = math.floor(elapsed / interval) * interval if interval > 0 else elapsed
-            record.remaining = max(record.remaining - saved, 0.0)
+            record.remaining = max(record.remaining - saved / record.run_slowdown, 0.0)
             lost = elapsed - saved
         else:
             record.remaining = record.job.runtime

@@ -63,6 +63,8 @@ class JobRecord:
     run_start: float = 0.0
     run_gpus: float = 0.0
     run_unallocated: bool = False
+    run_slowdown: float = 1.0
+    """How many times longer the current run takes than its work (see `sim/topology_price.py`)."""
     first_start: float | None = None
     end_time: float | None = None
     delivered_gpu_seconds: float = 0.0
@@ -74,6 +76,8 @@ class JobRecord:
     lost_evicted_allocated_gpu_seconds: float = 0.0
     """Lost to evictions of runs that a budget paid for."""
     lost_to_failures_gpu_seconds: float = 0.0
+    topology_gpu_seconds: float = 0.0
+    """GPU time its runs spent slowed by domains crossed beyond their constraints."""
     preemptions: int = 0
     interruptions: int = 0
     backfilled: bool = False
@@ -536,6 +540,8 @@ def _disruption_report(result: SimulationResult, records: Sequence[JobRecord]) -
             / HOUR,
             "node_failures": sum(r.lost_to_failures_gpu_seconds for r in records) / HOUR,
         },
+        "gpu_hours_lost_to_topology": sum(r.topology_gpu_seconds for r in records) / HOUR,
+        "jobs_slowed_by_topology": sum(1 for r in records if r.topology_gpu_seconds > 0),
     }
 
 
