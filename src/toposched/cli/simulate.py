@@ -29,6 +29,7 @@ from toposched.workloads.catalog import WORKLOAD_HELP, workload_by_name
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from toposched.policy.worth import EvictionWorth
     from toposched.sim.protocol import SchedulerFactory
     from toposched.sim.topology_price import TopologyPrice
     from toposched.workloads.model import Workload
@@ -194,6 +195,22 @@ def add_options(
         "fair-share = whenever its account ranks above in fair share (default: budget)",
     )
     parser.add_argument(
+        "--eviction-worth",
+        type=_worth_ratio,
+        metavar="RATIO",
+        help="evict allocated work past its min runtime only when the work lost is at most "
+        "RATIO x the GPU-time the preemptor's earlier start gains (1: no more lost than "
+        "gained; docs/preemption.md, 'Is the eviction worth it?'; default: off, every "
+        "eviction the contract allows)",
+    )
+    parser.add_argument(
+        "--eviction-worth-horizon",
+        type=_worth_horizon,
+        metavar="D",
+        help="with --eviction-worth: the longest wait an eviction is credited with avoiding "
+        "(seconds, or e.g. 30m, 2h; default: 2h)",
+    )
+    parser.add_argument(
         "--topology-price",
         type=_topology_price,
         metavar="SPEC",
@@ -283,6 +300,44 @@ def _duration(text: str) -> float | None:
         ) from None
 
 
+def _worth_ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r}: expected GPU-seconds lost per GPU-second gained, a number >= 0 "
+            "(e.g. 1)"
+        )
+    return value
+
+
+def _worth_horizon(text: str) -> float:
+    try:
+        value = parse_duration(text, "--eviction-worth-horizon")
+    except InputError as error:
+        raise argparse.ArgumentTypeError(f"{text[:80]!r}: {error.rule}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text[:80]!r}: expected a duration > 0, e.g. 2h")
+    return value
+
+
+def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
+    """The cost/benefit rule `--eviction-worth` asks for (None: off)."""
+    from toposched.policy.worth import DEFAULT_WORTH_HORIZON, EvictionWorth
+
+    ratio = getattr(args, "eviction_worth", None)
+    horizon = getattr(args, "eviction_worth_horizon", None)
+    if ratio is None:
+        if horizon is not None:
+            raise InputError(
+                "--eviction-worth-horizon", horizon, "applies only with --eviction-worth"
+            )
+        return None
+    return EvictionWorth(ratio, DEFAULT_WORTH_HORIZON if horizon is None else horizon)
+
+
 def _spares(text: str) -> tuple[str, int]:
     level, _, count = text.partition(":")
     if not level or not count.isdigit() or not 1 <= int(count) <= MAX_NODES:
@@ -304,15 +359,19 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     borrowed = getattr(args, "borrowed_min_runtime", None)
     cross_account = getattr(args, "cross_account", "budget")
     failed_first = getattr(args, "failed_gangs", "first") == "first"
+    worth = _eviction_worth(args)
     if (
         spares is None
         and protect
         and borrowed is None
         and cross_account == "budget"
         and failed_first
+        and worth is None
     ):
         return toposched_scheduler
-    contract = Contract(cross_account="fair_share" if cross_account == "fair-share" else "budget")
+    contract = Contract(
+        cross_account="fair_share" if cross_account == "fair-share" else "budget", worth=worth
+    )
     return lambda state, tree: Scheduler(
         state,
         tree,

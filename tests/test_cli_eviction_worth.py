@@ -1,0 +1,50 @@
+"""`toposched simulate --eviction-worth`: the cost/benefit rule of preemption from the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from toposched.cli.main import main
+
+
+def _disruption(out: Path, *flags: str) -> dict[str, object]:
+    arguments = ["simulate", "--workload", "ai2", "--gpus", "256", "--days", "1", "--seed", "3"]
+    assert main([*arguments, "--no-progress", "--out", str(out), *flags]) == 0
+    disruption: dict[str, object] = json.loads((out / "summary.json").read_text())["disruption"]
+    return disruption
+
+
+def test_a_zero_ratio_evicts_no_allocated_work(tmp_path: Path) -> None:
+    contract_only = _disruption(tmp_path / "contract")
+    lost = contract_only["gpu_hours_lost_by_cause"]
+    assert isinstance(lost, dict) and lost["evictions_of_allocated_work"] > 0
+    never = _disruption(tmp_path / "never", "--eviction-worth", "0")
+    lost = never["gpu_hours_lost_by_cause"]
+    assert isinstance(lost, dict) and lost["evictions_of_allocated_work"] == 0
+    # Unallocated work is never weighed: budgeted work still reclaims it.
+    assert lost["evictions_of_unallocated_work"] > 0
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--eviction-worth", "-1"], "a number >= 0"),
+        (["--eviction-worth", "nan"], "a number >= 0"),
+        (["--eviction-worth", "1", "--eviction-worth-horizon", "0"], "a duration > 0"),
+        (["--eviction-worth-horizon", "2h"], "applies only with --eviction-worth"),
+    ],
+)
+def test_bad_values_exit_2_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    arguments = ["simulate", "--days", "1", "--gpus", "256", "--out", str(tmp_path), *flags]
+    try:
+        code = main(arguments)
+    except SystemExit as exit_info:
+        code = exit_info.code
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "summary.json").exists()
