@@ -1,12 +1,14 @@
 """Placement benchmarks on the 1,000,080-GPU fleet at 70% occupancy: churned by toposched's
-own placements (the reported figures), and arranged by rack (the labelled best case)."""
+own placements (the reported figures), churned by the FIFO baseline's first fit (a second
+layout, the one a topology-blind scheduler leaves), and arranged by rack (the labelled best
+case)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from toposched.bench.checks import InvalidResult, check_placement
-from toposched.bench.fleets import churned
+from toposched.bench.fleets import churned, churned_fifo
 from toposched.bench.harness import Measurement, measure
 from toposched.cluster.state import ClusterState
 from toposched.placement.request import GangRequest, simple_request
@@ -128,6 +130,7 @@ def run_placement_benchmarks(quick: bool = False) -> list[Measurement]:
             note=str(refusal),
         )
     )
+    results.extend(_fifo_layout_figures(quick))
     best = occupied_fleet()
     results.append(
         _measure_gang(
@@ -139,6 +142,27 @@ def run_placement_benchmarks(quick: bool = False) -> list[Measurement]:
         )
     )
     return results
+
+
+def _fifo_layout_figures(quick: bool) -> list[Measurement]:
+    """The small jobs and the two rack-sliced gangs on the fleet the FIFO baseline churned
+    (`bench.fleets.churned_fifo`): the same arrivals, placed without regard to racks."""
+    fifo = churned_fifo()
+    state = fifo.state
+    fleet = "churned by FIFO"
+    small = _measure_small_jobs(state, fleet, quick)
+    small.note = (
+        f"{fleet}: {fifo.occupancy:.1%} busy, {len(fifo.jobs):,} jobs of 1-8 nodes, "
+        f"{state.total_free_gpus:,} free GPUs"
+    )
+    gangs = [
+        ("200,016-GPU job: 2,778 rack slices of 18x4, fewest blocks", frontier_job(), 5e-3),
+        ("151,200-GPU job: 2,100 rack slices of 18x4, fewest blocks", _job_151k(), None),
+    ]
+    return [small] + [
+        _measure_gang(state, f"{fleet}: {name}", request, quick, target)
+        for name, request, target in gangs
+    ]
 
 
 def _job_151k() -> GangRequest:

@@ -1,13 +1,15 @@
 """Busy reference fleets: the 1,000,080-GPU GB300 fleet with a job mix holding most of it.
 
-`churned_fleet` gets busy the way a fleet does: filled by toposched's own placement, then
-thinned by jobs ending at random; the benchmarks report their figures on it. `occupied_fleet`
+`churned_fleet` gets busy the way a fleet does: filled by a scheduler's placement (toposched's
+own by default), then thinned by jobs ending at random; the benchmarks report their figures on
+it. `occupied_fleet`
 is an arranged layout (whole racks held, whole racks free), the cluster `toposched place
 --fleet` places on and the benchmarks' labelled best case."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,10 +18,13 @@ from numpy.typing import NDArray
 from toposched.cluster.builders import million_gpu_cluster
 from toposched.cluster.errors import InputError, checked_seed
 from toposched.cluster.state import Allocation, ClusterState
-from toposched.placement.request import simple_request
-from toposched.placement.search import Placement, place
+from toposched.placement.request import GangRequest, simple_request
+from toposched.placement.search import Placement, PlacementResult, place
 
-__all__ = ["RACK_LEVEL", "ChurnedFleet", "churned_fleet", "occupied_fleet"]
+__all__ = ["RACK_LEVEL", "ChurnedFleet", "Placer", "churned_fleet", "occupied_fleet"]
+
+Placer = Callable[[ClusterState, GangRequest], PlacementResult]
+"""Where a scheduler puts one job on the present state: a placement or a refusal."""
 
 RACK_LEVEL = 3
 """The rack level of the NVL72 builder's topology (cluster=0, zone=1, block=2, rack=3)."""
@@ -131,15 +136,18 @@ class ChurnedFleet:
         return fleet
 
 
-def churned_fleet(fill: float = 0.85, occupancy: float = 0.70, seed: int = 0) -> ChurnedFleet:
+def churned_fleet(
+    fill: float = 0.85, occupancy: float = 0.70, seed: int = 0, placer: Placer | None = None
+) -> ChurnedFleet:
     """The 1M-GPU fleet after a busy period: jobs of 1-8 whole nodes (`CHURN_NODE_WEIGHTS`),
-    each required in one rack, arrive in a random order and are placed by `place()` (best fit,
-    toposched's default) until `fill` of the GPUs are held; then jobs chosen at random end
-    until `occupancy` is left. The same seed gives the same fleet; it builds in seconds.
+    each required in one rack, arrive in a random order and are placed by `placer` (default:
+    `place()`, best fit, toposched's own) until `fill` of the GPUs are held; then jobs chosen
+    at random end until `occupancy` is left. The same seed and placer give the same fleet.
 
     Best fit packs racks full, so the filling leaves about `1 - fill` of the racks whole and
     free; the endings then open holes of 1-8 nodes scattered over every busy rack, as a fleet
-    running for weeks has them.
+    running for weeks has them. A placer that ignores the rack constraint leaves jobs across
+    racks and holes wherever jobs ended.
     """
     rng = np.random.default_rng(checked_seed(seed))
     if not 0.0 < occupancy <= fill < 1.0:
@@ -158,7 +166,10 @@ def churned_fleet(fill: float = 0.85, occupancy: float = 0.70, seed: int = 0) ->
     for size in sizes.tolist():
         if held >= goal:
             break
-        found = place(state, requests[size], exact_reasons=False)
+        request = requests[size]
+        found = (
+            place(state, request, exact_reasons=False) if placer is None else placer(state, request)
+        )
         if not isinstance(found, Placement):
             continue
         owner = f"churn-{fleet.placed}"
