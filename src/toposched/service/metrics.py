@@ -245,7 +245,7 @@ def _accounts(core: ServiceCore, now: float, snapshot: Snapshot) -> None:
                 usage_gpu_seconds=scheduler.usage.usage(account, now),
                 share=scheduler.tree.effective_share(account),
                 fair_share=fair_share,
-                owed=core.owed.figures(account, now),
+                owed=core.owed.figures(core, account, now),
             )
         )
 

@@ -27,7 +27,7 @@ from toposched.scheduler.jobs import Job
 if TYPE_CHECKING:
     from toposched.service.core import ServiceCore
 
-__all__ = ["LAST_KEY", "PAST_KEY", "SAVE_EVERY_S", "OwedBook"]
+__all__ = ["LAST_KEY", "PAST_KEY", "SAVE_EVERY_S", "OwedBook", "window_hours"]
 
 PAST_KEY = "owed_hours"
 LAST_KEY = "owed_last"
@@ -80,10 +80,7 @@ class OwedBook:
     def advance(self, core: ServiceCore, now: float) -> None:
         """Count the time since the last turn, take the rates from `now` on and store what
         changed, in the turn's transaction."""
-        if self.meter is None:
-            self._start(core, now)
-        meter = self.meter
-        assert meter is not None
+        meter = self._started(core, now)
         reshaped = meter.advance(now)
         changed = False
         scheduler = core.scheduler
@@ -101,9 +98,12 @@ class OwedBook:
             core.store.set_meta(LAST_KEY, meter.last_hours())
             self._saved = now
 
-    def _start(self, core: ServiceCore, now: float) -> None:
-        window = core.scheduler.usage.window
-        meter = OwedMeter(window_hours=max(1, math.ceil(window / HOUR - 1e-9)))
+    def _started(self, core: ServiceCore, now: float) -> OwedMeter:
+        """The meter; made at the first call after a start from the stored hours, with the
+        demand of every live job."""
+        if self.meter is not None:
+            return self.meter
+        meter = OwedMeter(window_hours=window_hours(core))
         meter.load(core.store.meta(PAST_KEY) or {}, core.store.meta(LAST_KEY) or {}, now)
         self.meter = meter
         self._saved = now
@@ -111,6 +111,7 @@ class OwedBook:
             job = core.scheduler.jobs.get(record.job_id) if record.live else None
             if job is not None:
                 self._add(core, job)
+        return meter
 
     def _budgeted(self, core: ServiceCore) -> tuple[str, ...]:
         """The budgeted leaf accounts; teams that left them stop accruing."""
@@ -124,17 +125,17 @@ class OwedBook:
         return self._teams
 
     # --- reading --------------------------------------------------------------------------------
-    def figures(self, account: str, now: float) -> OwedFigures:
+    def figures(self, core: ServiceCore, account: str, now: float) -> OwedFigures:
         """Owed and delivered GPU-seconds over the window of the account's budgeted teams (the
         account itself if it is one), as counted at the last turn."""
+        meter = self._started(core, now)
         total = OwedFigures()
-        if self.meter is None:
-            return total
-        for team in self._teams:
+        for team in self._budgeted(core):
             if team == account or team.startswith(account + "/"):
-                total += self.meter.figures(team, now)
+                total += meter.figures(team, now)
         return total
 
-    @property
-    def window_hours(self) -> int | None:
-        return None if self.meter is None else self.meter.window_hours
+
+def window_hours(core: ServiceCore) -> int:
+    """Hours of the window owed GPU-hours are counted over: the fair-share window's."""
+    return max(1, math.ceil(core.scheduler.usage.window / HOUR - 1e-9))

@@ -13,6 +13,7 @@ from toposched.cluster.units import HOUR
 from toposched.scheduler.jobs import JobState, ReasonCode
 from toposched.service.core import ServiceCore
 from toposched.service.errors import Forbidden
+from toposched.service.owed import window_hours
 from toposched.service.records import JobRecord
 
 AccountFilter = Callable[[str], bool]
@@ -233,7 +234,7 @@ def accounts_view(core: ServiceCore, now: float, visible: AccountFilter) -> dict
         if not visible(account):
             continue
         standing = ranking.standings.get(account)
-        owed = core.owed.figures(account, now)
+        owed = core.owed.figures(core, account, now)
         rows.append(
             {
                 "account": account,
@@ -250,7 +251,7 @@ def accounts_view(core: ServiceCore, now: float, visible: AccountFilter) -> dict
                 "owed_met": owed.owed_met,
             }
         )
-    return {"tree": tree.to_dict(), "owed_window_hours": core.owed.window_hours, "accounts": rows}
+    return {"tree": tree.to_dict(), "owed_window_hours": window_hours(core), "accounts": rows}
 
 
 def _count_below(counts: dict[str, int], account: str) -> int:
