@@ -47,8 +47,9 @@ def test_a_meter_counts_hours_at_the_rates_held() -> None:
     meter.restart(0.0)
     meter.set_rates("a", delivered=8.0, demand=20.0, budget=4.8)
     meter.set_rates("b", delivered=0.0, demand=4.0, budget=4.8)
-    assert not meter.advance(0.0)
-    assert meter.advance(2 * HOUR)  # two hours added for each team
+    assert meter.counting
+    assert meter.advance(0.0) == set()
+    assert meter.advance(2 * HOUR) == {"a", "b"}  # hour 1 came after hour 0
     meter.set_rates("a", delivered=12.0, demand=12.0, budget=4.8)
     meter.set_rates("b", delivered=4.0, demand=4.0, budget=4.8)
     meter.advance(2.5 * HOUR)
@@ -68,9 +69,9 @@ def test_hours_leave_the_window_and_come_back_from_what_was_kept() -> None:
     meter.set_rates("a", delivered=1.0, demand=1.0, budget=2.0)
     meter.advance(1.5 * HOUR)
     assert meter.figures("a", 1.5 * HOUR).delivered == 1.5 * HOUR
-    assert meter.advance(2.5 * HOUR)  # hour 0 left the window
+    assert meter.advance(2.5 * HOUR) == {"a"}  # hour 2 began, hour 0 left the window
     assert meter.figures("a", 2.5 * HOUR).delivered == 1.5 * HOUR
-    past, last = meter.past_hours(), meter.last_hours()
+    past, last = {"a": meter.past_hours("a")}, meter.last_hours()
     assert past == {"a": [[1, HOUR, HOUR, 2 * HOUR]]}
     assert last == {"a": [2, HOUR / 2, HOUR / 2, 2 * HOUR]}
     again = OwedMeter(window_hours=2)
@@ -80,6 +81,15 @@ def test_hours_leave_the_window_and_come_back_from_what_was_kept() -> None:
     again.set_rates("a", delivered=1.0, demand=1.0, budget=2.0)
     again.advance(3.0 * HOUR)
     assert again.figures("a", 3.0 * HOUR).delivered == 0.75 * HOUR
+
+
+def test_a_team_at_rest_grows_no_hours() -> None:
+    meter = OwedMeter(window_hours=2)
+    meter.restart(0.0)
+    meter.set_rates("a", delivered=0.0, demand=0.0, budget=2.0)
+    assert not meter.counting
+    assert meter.advance(5 * HOUR) == set()
+    assert meter.hours == {} and meter.last_hours() == {}
 
 
 def test_a_window_is_whole_hours() -> None:

@@ -164,7 +164,7 @@ def test_figures_survive_a_restart_and_down_time_counts_neither_way(tmp_path: Pa
     # SIGKILL after the last commit leaves.
     store = Store(str(tmp_path / "s.db"))
     assert set(store.meta(LAST_KEY)) == {TEAM_A, TEAM_B}
-    assert [hour[0] for hour in store.meta(PAST_KEY)[TEAM_B]] == [500_000, 500_001]
+    assert [hour[0] for hour in store.meta(PAST_KEY + TEAM_B)] == [500_000, 500_001]
     store.close()
     with service(tmp_path / "s.db", clock) as svc:
         assert svc.owed() == before

@@ -143,13 +143,18 @@ class OwedMeter:
         rates.delivered, rates.demand, rates.budget = delivered, demand, budget
         return changed
 
-    def advance(self, now: float) -> bool:
-        """Count the rates held since the last call up to `now`; whether an hour was added to
-        (or dropped from) any team's window."""
+    @property
+    def counting(self) -> bool:
+        """Whether any team's hours grow: it has allocated jobs running or asking."""
+        return any(rates.delivered or rates.demand for rates in self._rates.values())
+
+    def advance(self, now: float) -> set[str]:
+        """Count the rates held since the last call up to `now`; the teams whose past hours
+        changed (an hour was added after them, or one left the window)."""
         begin, self.since = self.since, now
         if begin is None or now <= begin:
-            return False
-        reshaped = False
+            return set()
+        reshaped = set()
         for team, rates in self._rates.items():
             if rates.delivered == 0.0 and rates.demand == 0.0:
                 continue
@@ -158,13 +163,14 @@ class OwedMeter:
                 hours = self.hours[team] = deque()
             for hour, seconds in hour_spans(self.origin, begin, now):
                 if not hours or hours[-1].hour != hour:
+                    if hours:
+                        reshaped.add(team)
                     hours.append(HourTally(hour))
-                    reshaped = True
                 tally = hours[-1]
                 tally.delivered += rates.delivered * seconds
                 tally.demand += rates.demand * seconds
                 tally.entitled = rates.budget * HOUR
-        return self._drop_old(now) or reshaped
+        return reshaped | self._drop_old(now)
 
     def restart(self, now: float) -> None:
         """Go on from `now` after a pause (a restart): the pause counts neither way."""
@@ -182,26 +188,24 @@ class OwedMeter:
     def _first_hour(self, now: float) -> int:
         return int((now - self.origin) // HOUR) - self.window_hours + 1
 
-    def _drop_old(self, now: float) -> bool:
+    def _drop_old(self, now: float) -> set[str]:
+        """Drop the hours that left the window; the teams that lost some."""
         first = self._first_hour(now)
-        dropped = False
+        dropped = set()
         for team in list(self.hours):
             hours = self.hours[team]
             while hours and hours[0].hour < first:
                 hours.popleft()
-                dropped = True
+                dropped.add(team)
             if not hours:
                 del self.hours[team]
         return dropped
 
     # --- kept across restarts ----------------------------------------------------------------
-    def past_hours(self) -> dict[str, list[list[float]]]:
-        """Every team's hours but the last, as lists (they change only when an hour is added)."""
-        return {
-            team: [tally.to_list() for tally in list(hours)[:-1]]
-            for team, hours in self.hours.items()
-            if len(hours) > 1
-        }
+    def past_hours(self, team: str) -> list[list[float]]:
+        """The team's hours but the last, as lists (they change only when `advance` says)."""
+        hours = self.hours.get(team, ())
+        return [tally.to_list() for tally in list(hours)[:-1]]
 
     def last_hours(self) -> dict[str, list[float]]:
         """Every team's last hour, as a list (it changes at each `advance`)."""
@@ -210,7 +214,8 @@ class OwedMeter:
     def load(
         self, past: dict[str, list[list[float]]], last: dict[str, list[float]], now: float
     ) -> None:
-        """Take back the hours of `past_hours` and `last_hours`, going on from `now`."""
+        """Take back the hours of `past_hours` (by team) and `last_hours`, going on from
+        `now`."""
         self.hours = {}
         for team in sorted(set(past) | set(last)):
             tallies = [HourTally.from_list(values) for values in past.get(team, [])]

@@ -7,12 +7,12 @@ asked for, budget in GPUs) and takes the rates from now on: O(teams) per turn. T
 for are kept per team as jobs are submitted (`asked`) and end (`ended`), never summed over the
 jobs but once, at the first turn after a start.
 
-Across restarts the hours live in the store's meta table: "owed_hours" holds every team's
-hours but the last (rewritten when an hour is added or leaves the window, about once an hour
-per team) and "owed_last" each team's last hour (written when the rates change, an hour is
-added, or a minute passed). A restart takes them back and goes on from its first turn: time
-the service was down counts neither as owed nor as delivered, and a hard kill loses at most
-the last minute before it.
+Across restarts the hours live in the store's meta table: "owed_hours:TEAM" holds a team's
+hours but the last (rewritten when an hour is added after them or leaves the window, about
+once an hour per active team) and "owed_last" every team's last hour (written when the rates
+change, an hour is added, or a minute passed while some team's hours grow). A restart takes
+them back and goes on from its first turn: time the service was down counts neither as owed
+nor as delivered, and a hard kill loses at most the last minute before it.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 
 __all__ = ["LAST_KEY", "PAST_KEY", "SAVE_EVERY_S", "OwedBook", "window_hours"]
 
-PAST_KEY = "owed_hours"
+PAST_KEY = "owed_hours:"
+"""With the team's path: the team's hours before its last, in the window."""
 LAST_KEY = "owed_last"
+"""Every team's last hour."""
 SAVE_EVERY_S = 60.0
 """The last hours are written at least this often (service clock seconds) while they change."""
 
@@ -92,9 +94,10 @@ class OwedBook:
                 demand=self._demand.get(team, 0.0),
                 budget=scheduler.budget_gpus(team),
             )
-        if reshaped:
-            core.store.set_meta(PAST_KEY, meter.past_hours())
-        if reshaped or changed or now - self._saved >= SAVE_EVERY_S:
+        for team in sorted(reshaped):
+            core.store.set_meta(PAST_KEY + team, meter.past_hours(team))
+        due = meter.counting and now - self._saved >= SAVE_EVERY_S
+        if reshaped or changed or due:
             core.store.set_meta(LAST_KEY, meter.last_hours())
             self._saved = now
 
@@ -104,7 +107,9 @@ class OwedBook:
         if self.meter is not None:
             return self.meter
         meter = OwedMeter(window_hours=window_hours(core))
-        meter.load(core.store.meta(PAST_KEY) or {}, core.store.meta(LAST_KEY) or {}, now)
+        last: dict[str, list[float]] = core.store.meta(LAST_KEY) or {}
+        past = {team: core.store.meta(PAST_KEY + team) or [] for team in last}
+        meter.load(past, last, now)
         self.meter = meter
         self._saved = now
         for record in core.records.values():
