@@ -96,7 +96,7 @@ class OwedBook:
             )
         for team in sorted(reshaped):
             core.store.set_meta(PAST_KEY + team, meter.past_hours(team))
-        due = meter.counting and now - self._saved >= SAVE_EVERY_S
+        due = now - self._saved >= SAVE_EVERY_S and meter.counting
         if reshaped or changed or due:
             core.store.set_meta(LAST_KEY, meter.last_hours())
             self._saved = now
