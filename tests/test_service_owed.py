@@ -1,6 +1,7 @@
 """Owed and delivered GPU-hours end to end: the HTTP API of a service on the dry-run backend and
 a real SQLite store, served on 127.0.0.1 with a clock the test moves, read through
-`/v1/accounts` and `/metrics` against figures worked out by hand, and kept across a restart.
+`/v1/accounts` and `/metrics` against figures worked out by hand, and kept across a restart
+(on SQLite and on PostgreSQL).
 
 The scenario, on 16 GPUs where research/team-a and research/team-b each have a 4.8-GPU budget
 (30% of the cluster) and prod 6.4: from T0 (an hour boundary) team-a's `a1` holds all 16 GPUs
@@ -12,6 +13,7 @@ for 2 h, protected, while team-b's `b1` (4 GPUs, 1 h) waits; `b1` runs from T0+2
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -19,10 +21,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
+import psycopg
 import pytest
 import uvicorn
+from postgres_server import postgres_url
 from prometheus_client.parser import text_string_to_metric_families
 from service_helpers import Clock, budgets, free_port, job, settle, small_cluster
 
@@ -33,8 +38,9 @@ from toposched.service.http import Context
 from toposched.service.loop import Loop
 from toposched.service.owed import LAST_KEY, PAST_KEY
 from toposched.service.recovery import starter
-from toposched.service.store import Store
+from toposched.service.store_protocol import open_store
 
+__all__ = ["postgres_url"]  # the fixture, for the tests on PostgreSQL
 TEAM_A, TEAM_B = "research/team-a", "research/team-b"
 
 
@@ -71,11 +77,26 @@ T0 = Clock().now
 assert T0 % HOUR == 0
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store: a SQLite file, or a new schema on the PostgreSQL server of the tests."""
+    if request.param == "sqlite":
+        return str(tmp_path / "s.db")
+    url: str = request.getfixturevalue("postgres_url")
+    schema = f"owed_{next(_schemas)}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    return f"{url}?options={quote(f'-c search_path={schema}')}"
+
+
+_schemas = itertools.count()
+
+
 @contextmanager
-def service(path: Path, clock: Clock) -> Iterator[Service]:
-    """A loop on the store at `path` behind uvicorn on a free loopback port; the token-less
-    API is open, as on a single machine."""
-    store = Store(str(path))
+def service(location: str, clock: Clock) -> Iterator[Service]:
+    """A loop on the store at `location` behind uvicorn on a free loopback port; the
+    token-less API is open, as on a single machine."""
+    store = open_store(location)
     loop = Loop(starter(store, small_cluster(), budgets, DryRunBackend()), clock, tick_s=0.05)
     loop.start()
     assert loop.ready.wait(30), loop.failed
@@ -123,7 +144,7 @@ def start_scenario(svc: Service) -> None:
 
 
 def test_owed_and_delivered_follow_the_clock(tmp_path: Path) -> None:
-    with service(tmp_path / "s.db", Clock()) as svc:
+    with service(str(tmp_path / "s.db"), Clock()) as svc:
         start_scenario(svc)
         svc.at(1)
         figures = svc.owed()
@@ -151,9 +172,9 @@ def test_owed_and_delivered_follow_the_clock(tmp_path: Path) -> None:
         assert figures[TEAM_A] == (9.6, 32.0, 9.6, 1.0)
 
 
-def test_figures_survive_a_restart_and_down_time_counts_neither_way(tmp_path: Path) -> None:
+def test_figures_survive_a_restart_and_down_time_counts_neither_way(location: str) -> None:
     clock = Clock()
-    with service(tmp_path / "s.db", clock) as svc:
+    with service(location, clock) as svc:
         start_scenario(svc)
         svc.at(2)
         assert svc.state("b1") == "running"
@@ -162,14 +183,14 @@ def test_figures_survive_a_restart_and_down_time_counts_neither_way(tmp_path: Pa
         before = svc.owed()
     # The loop stops between turns writing nothing more: what the store holds is what a
     # SIGKILL after the last commit leaves.
-    store = Store(str(tmp_path / "s.db"))
+    store = open_store(location)
     assert set(store.meta(LAST_KEY)) == {TEAM_A, TEAM_B}
     assert [hour[0] for hour in store.meta(PAST_KEY + TEAM_B)] == [500_000, 500_001]
     store.close()
-    with service(tmp_path / "s.db", clock) as svc:
+    with service(location, clock) as svc:
         assert svc.owed() == before
     clock.now = T0 + 2.75 * HOUR  # down for a quarter of an hour while b1 ran on
-    with service(tmp_path / "s.db", clock) as svc:
+    with service(location, clock) as svc:
         assert svc.owed() == before
         svc.at(3)
         assert svc.state("b1") == "finished"
