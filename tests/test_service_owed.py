@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +29,7 @@ import pytest
 import uvicorn
 from postgres_server import postgres_url
 from prometheus_client.parser import text_string_to_metric_families
-from service_helpers import Clock, budgets, free_port, job, settle, small_cluster
+from service_helpers import Clock, Server, budgets, free_port, job, settle, small_cluster
 
 from toposched.backends.dry_run import DryRunBackend
 from toposched.cluster.units import HOUR
@@ -38,6 +38,7 @@ from toposched.service.http import Context
 from toposched.service.loop import Loop
 from toposched.service.owed import LAST_KEY, PAST_KEY
 from toposched.service.recovery import starter
+from toposched.service.store import Store
 from toposched.service.store_protocol import open_store
 
 __all__ = ["postgres_url"]  # the fixture, for the tests on PostgreSQL
@@ -198,3 +199,57 @@ def test_figures_survive_a_restart_and_down_time_counts_neither_way(location: st
         # team-b's hour 2: the half hour before the stop and the quarter hour after the restart
         assert figures[TEAM_B] == (11.0, 3.0, 3.0, round(3 / 11, 9))
         assert figures[TEAM_A] == before[TEAM_A]
+
+
+def test_figures_written_with_a_change_survive_sigkill(tmp_path: Path) -> None:
+    """A real `toposched serve` on the wall clock: the turn that takes a change in (here big's
+    submission) stores the owed hours with it, so a SIGKILL right after its answer loses
+    nothing of them; the restarted server goes on from them."""
+    server = Server(tmp_path, "--cluster", "cluster.yaml", "--budgets", "budgets.yaml").start()
+    try:
+        with server.client() as client:
+            submit_to(client, job("a1", gpus=4, pods=2))
+            wait_until(lambda: client.get("/v1/jobs/a1").json()["state"] == "running")
+            time.sleep(1.0)
+            submit_to(client, job("big", gpus=4, pods=3))
+            started = client.get("/v1/jobs/a1").json()["start_time"]
+            submitted = client.get("/v1/jobs/big").json()["submit_time"]
+        server.kill()
+        # a1's 8 GPUs ran from its start to the turn that took big in
+        delivered = 8 * (submitted - started)
+        assert delivered >= 8.0
+        assert stored_delivered(tmp_path / "state.db", TEAM_A) == pytest.approx(delivered)
+        server.start()
+        with server.client() as client:
+            row = account_row(client, TEAM_A)
+            assert row["delivered_gpu_hours"] * HOUR >= delivered - 1e-6
+            assert row["owed_gpu_hours"] > row["delivered_gpu_hours"]  # asks 20, runs 8
+    finally:
+        server.stop()
+
+
+def submit_to(client: httpx.Client, document: dict[str, Any]) -> None:
+    answer = client.post("/v1/jobs", json=document)
+    assert answer.status_code == 201, answer.text
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def stored_delivered(path: Path, team: str) -> float:
+    """The team's delivered GPU-seconds as the store holds them, over all its kept hours."""
+    store = Store(str(path))
+    try:
+        hours = [*(store.meta(PAST_KEY + team) or []), store.meta(LAST_KEY)[team]]
+    finally:
+        store.close()
+    return float(sum(hour[1] for hour in hours))
+
+
+def account_row(client: httpx.Client, account: str) -> dict[str, Any]:
+    rows = client.get("/v1/accounts").json()["accounts"]
+    return dict(next(row for row in rows if row["account"] == account))
