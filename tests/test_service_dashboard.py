@@ -179,6 +179,9 @@ def test_an_admin_opens_a_rack_reads_the_queue_and_drains_a_node(
                 "draining",
                 "cordoned",
             )
+        # prod asks for nothing: it is owed nothing, and no share of it can be delivered
+        prod = page.locator("#teams tr[data-account='prod'] td")
+        assert prod.nth(9).text_content() == "0.00" and prod.nth(11).text_content() == "-"
         shot = page.screenshot(full_page=True)
         (artifacts / "dashboard-admin.png").write_bytes(shot)
         assert colour_pixels(page, shot, "#4a4a4a") > 50  # the drained node's hatching
@@ -205,6 +208,19 @@ def test_a_team_token_sees_no_admin_buttons(
         assert page.locator("#map .node button").count() == 0
         page.wait_for_selector("#teams tbody tr")
         assert TEAM_A in page.text_content("#teams")
+        # owed vs delivered: team-a asks for 20 GPUs (a1 and big) and runs 8 under a 4.8-GPU
+        # budget, so the share of what it is owed that is delivered falls towards 40% (from
+        # 100% while a1 ran alone, before big came): the page shows it no lower than the API
+        # a moment later
+        cells = page.locator(f"#teams tr[data-account='{TEAM_A}'] td")
+        owed, delivered = (float(cells.nth(i).text_content()) for i in (9, 10))
+        assert 0 < delivered < owed
+        met = cells.nth(11).text_content().strip()
+        with server.client(tokens["a"]) as team:
+            rows = team.get("/v1/accounts").json()["accounts"]
+        later = next(row["owed_met"] for row in rows if row["account"] == TEAM_A)
+        assert met.endswith("%") and round(100 * later) <= int(met.removesuffix("%")) < 100, met
+        assert later >= 0.4
         page.wait_for_selector("#events li")
         (artifacts / "dashboard-team.png").write_bytes(page.screenshot(full_page=True))
         # the token is kept for this tab: a reload needs no login

@@ -95,6 +95,24 @@ def test_prometheus_scrapes_the_server(
         assert prometheus.wait_for('toposched_account_running_gpus{account="research"}') == 8
         budget = prometheus.wait_for('toposched_account_budget_gpus{account="prod"}')
         assert budget == pytest.approx(16 * 0.4)
+        # team-a asks for 20 GPUs (a1 and big) and runs 8, within its first 864 s under the
+        # 4.8-GPU budget: owed is what it asked for, and all it ran was owed. The moment
+        # between the two submissions, when it asked for 8 only, keeps owed below 2.5x
+        # delivered.
+        team_a = f'{{account="{TEAM_A}"}}'
+        delivered = prometheus.wait_for(f"toposched_account_delivered_gpu_seconds{team_a}")
+        assert delivered > 0
+        owed_over_delivered = prometheus.wait_for(
+            f"toposched_account_owed_gpu_seconds{team_a} "
+            f"/ toposched_account_delivered_gpu_seconds{team_a}"
+        )
+        assert 1 < owed_over_delivered <= 2.5
+        unmet = prometheus.wait_for(
+            f"toposched_account_delivered_gpu_seconds{team_a} "
+            f"- toposched_account_delivered_within_owed_gpu_seconds{team_a}"
+        )
+        assert unmet == 0
+        assert prometheus.wait_for('toposched_account_owed_gpu_seconds{account="prod"}') == 0
         started = f'toposched_admission_wait_seconds_count{{account="{TEAM_A}",job_class="small"}}'
         assert prometheus.wait_for(started) == 1
         assert prometheus.wait_for("toposched_cycle_duration_seconds_count") >= 1

@@ -58,10 +58,12 @@ def submit(core: ServiceCore, submission: Submission, now: float) -> tuple[JobRe
     # scheduler refuses is rolled back with the command's savepoint.
     core.add_record(record)
     try:
-        record.reason = core.scheduler.submit(spec, now).reason
+        submitted = core.scheduler.submit(spec, now)
     except BaseException:
         core.forget_record(record)
         raise
+    record.reason = submitted.reason
+    core.owed.asked(core, submitted)
     core.event(now, "submitted", record)
     core.dirty = True
     return record, True

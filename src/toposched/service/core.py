@@ -18,7 +18,8 @@ from toposched.scheduler.jobs import Job, JobState
 from toposched.service.documents import parse_run
 from toposched.service.errors import NotFound
 from toposched.service.fits import ClusterLimits
-from toposched.service.records import JobRecord
+from toposched.service.owed import OwedBook
+from toposched.service.records import LIVE_STATES, JobRecord
 from toposched.service.store_protocol import StateStore
 
 Command = Launch | Stop
@@ -46,6 +47,8 @@ class ServiceCore:
     refused: list[Report] = field(default_factory=list)
     dirty: bool = True
     """Whether anything changed since the last cycle (a cycle runs only then, or on a tick)."""
+    owed: OwedBook = field(default_factory=OwedBook)
+    """Owed and delivered GPU-hours per team, advanced by the loop at each turn."""
 
     # --- records ---------------------------------------------------------------------------
     def record(self, job_id: str) -> JobRecord:
@@ -75,6 +78,8 @@ class ServiceCore:
 
     def sync(self, record: JobRecord, job: Job) -> None:
         """Copy the scheduler's view of a job into its record and store it."""
+        if record.live and job.state not in LIVE_STATES:
+            self.owed.ended(record.job_id)
         record.state = job.state
         record.start_time = job.start_time
         record.end_time = job.end_time

@@ -142,6 +142,7 @@ class Loop:
                 core.flush_sent()
                 answers = [self._apply_one(core, command, now) for command in batch]
                 result = step(core, reports, now, tick)
+                core.owed.advance(core, now)
                 committing = time.monotonic()
         except BaseException as error:
             for command in batch:  # nothing of the turn was committed: no answer is a success

@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from toposched.cluster.state import Health
+from toposched.policy.owed import OwedFigures
 from toposched.scheduler.core import CycleResult
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.service.auth import Principal
@@ -160,6 +161,8 @@ class AccountRow:
     share: float
     fair_share: float
     """Level FS of the account among its siblings: share over usage; above 1 is under-served."""
+    owed: OwedFigures
+    """Owed and delivered GPU-seconds over the fair-share window (`toposched.policy.owed`)."""
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,7 @@ def _accounts(core: ServiceCore, now: float, snapshot: Snapshot) -> None:
                 usage_gpu_seconds=scheduler.usage.usage(account, now),
                 share=scheduler.tree.effective_share(account),
                 fair_share=fair_share,
+                owed=core.owed.figures(core, account, now),
             )
         )
 
@@ -331,6 +335,20 @@ class SnapshotCollector(Collector):
                 "Level fair share: share over usage among siblings; "
                 "above 1 is under-served (+Inf: no usage)",
             ),
+            (
+                "account_owed_gpu_seconds",
+                "GPU-seconds owed to the account over the fair-share window: per hour, the "
+                "smaller of its budget and what its allocated jobs asked for",
+            ),
+            (
+                "account_delivered_gpu_seconds",
+                "GPU-seconds the account's allocated jobs ran over the fair-share window",
+            ),
+            (
+                "account_delivered_within_owed_gpu_seconds",
+                "GPU-seconds delivered up to what was owed, hour by hour, over the window "
+                "(over account_owed_gpu_seconds: the share of owed GPU-hours delivered)",
+            ),
         )
         families = [
             GaugeMetricFamily(f"{PREFIX}_{name}", text, labels=["account"])
@@ -343,6 +361,9 @@ class SnapshotCollector(Collector):
                 row.usage_gpu_seconds,
                 row.share,
                 row.fair_share,
+                row.owed.owed,
+                row.owed.delivered,
+                row.owed.delivered_within_owed,
             )
             for family, value in zip(families, values, strict=True):
                 family.add_metric([row.account], value)

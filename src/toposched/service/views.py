@@ -9,9 +9,11 @@ from typing import Any
 import numpy as np
 
 from toposched.cluster.state import Health
+from toposched.cluster.units import HOUR
 from toposched.scheduler.jobs import JobState, ReasonCode
 from toposched.service.core import ServiceCore
 from toposched.service.errors import Forbidden
+from toposched.service.owed import window_hours
 from toposched.service.records import JobRecord
 
 AccountFilter = Callable[[str], bool]
@@ -232,19 +234,24 @@ def accounts_view(core: ServiceCore, now: float, visible: AccountFilter) -> dict
         if not visible(account):
             continue
         standing = ranking.standings.get(account)
+        owed = core.owed.figures(core, account, now)
         rows.append(
             {
                 "account": account,
                 "budget_gpus": scheduler.budget_gpus(account),
                 "running_gpus": scheduler.usage.running(account),
-                "usage_gpu_hours": scheduler.usage.usage(account, now) / 3600,
+                "usage_gpu_hours": scheduler.usage.usage(account, now) / HOUR,
                 "fair_share": tree.effective_share(account),
                 "standing": standing.describe() if standing is not None else None,
                 "pending": _count_below(pending, account),
                 "running": _count_below(running, account),
+                "owed_gpu_hours": owed.owed / HOUR,
+                "delivered_gpu_hours": owed.delivered / HOUR,
+                "delivered_within_owed_gpu_hours": owed.delivered_within_owed / HOUR,
+                "owed_met": owed.owed_met,
             }
         )
-    return {"tree": tree.to_dict(), "accounts": rows}
+    return {"tree": tree.to_dict(), "owed_window_hours": window_hours(core), "accounts": rows}
 
 
 def _count_below(counts: dict[str, int], account: str) -> int:

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from toposched.cluster.units import DAY, HOUR
+from toposched.policy.owed import hour_spans, owed_gpu_seconds
 from toposched.workloads.model import WorkloadJob
 
 __all__ = [
@@ -153,8 +154,9 @@ class _Shortfall(NamedTuple):
 
 
 class TeamLedger:
-    """Per team and per hour: allocated GPU-seconds delivered and GPU-seconds demanded, and,
-    when budgets are given, the GPU-seconds the team was short of min(budget, demand) by cause.
+    """Per team and per hour: allocated GPU-seconds delivered and GPU-seconds demanded (what is
+    owed follows from them, `toposched.policy.owed`), and, when budgets are given, the
+    GPU-seconds the team was short of min(budget, demand) by cause.
 
     Rates are piecewise constant between events; `change` and `waiting` integrate the old rates
     up to `now` into hour buckets before applying the change.
@@ -232,20 +234,16 @@ class TeamLedger:
         short: list[float] = [] if cause is None else self.short[index].setdefault(cause.cause, [])
         short_rate = 0.0 if cause is None else cause.gpus
         delivered, demand = self.delivered[index], self.demand[index]
-        hour = int((begin - self.start) // HOUR)
-        while begin < now:
-            end = min(self.start + (hour + 1) * HOUR, now)
+        for hour, seconds in hour_spans(self.start, begin, now):
             while len(delivered) <= hour:
                 delivered.append(0.0)
                 demand.append(0.0)
-            delivered[hour] += delivered_rate * (end - begin)
-            demand[hour] += demand_rate * (end - begin)
+            delivered[hour] += delivered_rate * seconds
+            demand[hour] += demand_rate * seconds
             if short_rate:
                 while len(short) <= hour:
                     short.append(0.0)
-                short[hour] += short_rate * (end - begin)
-            begin = end
-            hour += 1
+                short[hour] += short_rate * seconds
 
     def hours(self, team: str, count: int) -> tuple[np.ndarray, np.ndarray]:
         """(delivered, demanded) GPU-seconds of each of the first `count` hours."""
@@ -363,7 +361,7 @@ def _team_report(result: SimulationResult) -> dict[str, Any]:
     for team, share in result.team_shares.items():
         delivered, demand = result.ledger.hours(team, hours)
         entitled = share * result.capacity_gpus * HOUR
-        owed = np.minimum(entitled, demand)
+        owed = owed_gpu_seconds(entitled, demand)
         met = np.minimum(delivered, owed)
         team_causes = _shortfall_by_cause(owed - met, result.ledger.short_hours(team, hours))
         for cause, gpu_seconds in team_causes.items():

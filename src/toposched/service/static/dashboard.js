@@ -192,8 +192,25 @@ async function loadTeams() {
       el("span", { style: "width:" + (100 * a.running_gpus / scale) + "%;background:" + colour(a.account) }),
       el("b", { style: "left:" + (100 * a.budget_gpus / scale) + "%" }));
     const share = (100 * a.fair_share).toFixed(1) + "%";
-    return row(a.account, el("td", {}, usage), num(fmt(a.running_gpus)), num(fmt(Math.round(a.budget_gpus * 10) / 10)), num(fmt(Math.round(a.usage_gpu_hours * 10) / 10)), num(share), a.standing || "-", num(a.pending), num(a.running));
+    const tr = row(a.account, el("td", {}, usage), num(fmt(a.running_gpus)), num(fmt(Math.round(a.budget_gpus * 10) / 10)), num(fmt(Math.round(a.usage_gpu_hours * 10) / 10)), num(share), a.standing || "-", num(a.pending), num(a.running),
+      num(gpuHours(a.owed_gpu_hours)), num(gpuHours(a.delivered_gpu_hours)), el("td", { class: "met" }, owedMet(a)));
+    tr.dataset.account = a.account;
+    return tr;
   }));
+}
+
+// GPU-hours with two decimals below 10 (a fresh window), one above.
+function gpuHours(value) {
+  return value < 10 ? value.toFixed(2) : fmt(Math.round(value * 10) / 10);
+}
+
+// The share of the owed GPU-hours delivered: a bar and its percentage ("-" when nothing is owed).
+function owedMet(a) {
+  if (a.owed_met === null) return "-";
+  const percent = Math.round(100 * a.owed_met) + "%";
+  const title = a.delivered_within_owed_gpu_hours.toFixed(2) + " of " + a.owed_gpu_hours.toFixed(2) + " owed GPU-hours delivered";
+  return el("span", { title: title },
+    el("span", { class: "met-bar" }, el("span", { style: "width:" + (100 * a.owed_met) + "%" })), " " + percent);
 }
 
 // --- a job's page ------------------------------------------------------------------------------

@@ -1,0 +1,146 @@
+"""Owed and delivered GPU-hours of each team (`toposched.policy.owed`), kept by the service as
+its clock runs, over the fair-share window.
+
+At each turn of the loop, after the cycle, `OwedBook.advance` counts the time since the last
+turn at the rates held during it (per budgeted team: allocated GPUs running, allocated GPUs
+asked for, budget in GPUs) and takes the rates from now on: O(teams) per turn. The GPUs asked
+for are kept per team as jobs are submitted (`asked`) and end (`ended`), never summed over the
+jobs but once, at the first turn after a start.
+
+Across restarts the hours live in the store's meta table: "owed_hours:TEAM" holds a team's
+hours but the last (rewritten when an hour is added after them or leaves the window, about
+once an hour per active team) and "owed_last" every team's last hour (written when the rates
+change, an hour is added, or a minute passed while some team's hours grow). A restart takes
+them back and goes on from its first turn: time the service was down counts neither as owed
+nor as delivered, and a hard kill loses at most the last minute before it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from toposched.cluster.units import HOUR
+from toposched.policy.owed import OwedFigures, OwedMeter
+from toposched.scheduler.jobs import Job
+
+if TYPE_CHECKING:
+    from toposched.service.core import ServiceCore
+
+__all__ = ["LAST_KEY", "PAST_KEY", "SAVE_EVERY_S", "OwedBook", "window_hours"]
+
+PAST_KEY = "owed_hours:"
+"""With the team's path: the team's hours before its last, in the window."""
+LAST_KEY = "owed_last"
+"""Every team's last hour."""
+SAVE_EVERY_S = 60.0
+"""The last hours are written at least this often (service clock seconds) while they change."""
+
+
+class OwedBook:
+    """The service's `OwedMeter` and the GPUs each team's allocated live jobs ask for."""
+
+    def __init__(self) -> None:
+        self.meter: OwedMeter | None = None
+        """None until the first turn after a start, which takes the stored hours back."""
+        self._asked: dict[str, tuple[str, float]] = {}
+        """Live allocated jobs: job id -> (team, GPUs asked for)."""
+        self._demand: dict[str, float] = {}
+        self._teams: tuple[str, ...] = ()
+        self._tree_version = -1
+        self._saved = -math.inf
+
+    # --- jobs coming and going ------------------------------------------------------------------
+    def asked(self, core: ServiceCore, job: Job) -> None:
+        """`job` was submitted: an allocated job adds what it asks for to its team's demand
+        (before the first turn the book is not counting yet: that turn counts every job)."""
+        if self.meter is not None:
+            self._add(core, job)
+
+    def ended(self, job_id: str) -> None:
+        """The job ended (finished, failed, cancelled): its team asks for less."""
+        entry = self._asked.pop(job_id, None)
+        if entry is None:
+            return
+        team, gpus = entry
+        left = self._demand[team] - gpus
+        # Sums of fractional GPUs drift by 1e-12: a team that asks for nothing asks for 0.
+        if left > 1e-9:
+            self._demand[team] = left
+        else:
+            del self._demand[team]
+
+    def _add(self, core: ServiceCore, job: Job) -> None:
+        scheduler, team = core.scheduler, job.spec.account
+        unallocated = scheduler.contract.is_unallocated(job.spec.min_runtime, team, scheduler.tree)
+        if job.gpus <= 0 or unallocated or job.job_id in self._asked:
+            return
+        self._asked[job.job_id] = (team, job.gpus)
+        self._demand[team] = self._demand.get(team, 0.0) + job.gpus
+
+    # --- the clock ------------------------------------------------------------------------------
+    def advance(self, core: ServiceCore, now: float) -> None:
+        """Count the time since the last turn, take the rates from `now` on and store what
+        changed, in the turn's transaction."""
+        meter = self._started(core, now)
+        reshaped = meter.advance(now)
+        changed = False
+        scheduler = core.scheduler
+        for team in self._budgeted(core):
+            changed |= meter.set_rates(
+                team,
+                # The service does not charge unallocated work: usage counts allocated runs.
+                delivered=scheduler.usage.running(team),
+                demand=self._demand.get(team, 0.0),
+                budget=scheduler.budget_gpus(team),
+            )
+        for team in sorted(reshaped):
+            core.store.set_meta(PAST_KEY + team, meter.past_hours(team))
+        due = now - self._saved >= SAVE_EVERY_S and meter.counting
+        if reshaped or changed or due:
+            core.store.set_meta(LAST_KEY, meter.last_hours())
+            self._saved = now
+
+    def _started(self, core: ServiceCore, now: float) -> OwedMeter:
+        """The meter; made at the first call after a start from the stored hours, with the
+        demand of every live job."""
+        if self.meter is not None:
+            return self.meter
+        meter = OwedMeter(window_hours=window_hours(core))
+        last: dict[str, list[float]] = core.store.meta(LAST_KEY) or {}
+        past = {team: core.store.meta(PAST_KEY + team) or [] for team in last}
+        meter.load(past, last, now)
+        self.meter = meter
+        self._saved = now
+        for record in core.records.values():
+            job = core.scheduler.jobs.get(record.job_id) if record.live else None
+            if job is not None:
+                self._add(core, job)
+        return meter
+
+    def _budgeted(self, core: ServiceCore) -> tuple[str, ...]:
+        """The budgeted leaf accounts; teams that left them stop accruing."""
+        tree = core.scheduler.tree
+        if tree.version != self._tree_version:
+            teams = tuple(leaf for leaf in tree.leaves() if tree.has_budget(leaf))
+            assert self.meter is not None
+            for gone in set(self._teams) - set(teams):
+                self.meter.set_rates(gone, delivered=0.0, demand=0.0, budget=0.0)
+            self._teams, self._tree_version = teams, tree.version
+        return self._teams
+
+    # --- reading --------------------------------------------------------------------------------
+    def figures(self, core: ServiceCore, account: str, now: float) -> OwedFigures:
+        """Owed and delivered GPU-seconds over the window of the account's budgeted teams (the
+        account itself if it is one), as counted at the last turn."""
+        meter = self._started(core, now)
+        total = OwedFigures()
+        for team in self._budgeted(core):
+            if team == account or team.startswith(account + "/"):
+                total += meter.figures(team, now)
+        return total
+
+
+def window_hours(core: ServiceCore) -> int:
+    """Hours of the window owed GPU-hours are counted over: the fair-share window's."""
+    return max(1, math.ceil(core.scheduler.usage.window / HOUR - 1e-9))
