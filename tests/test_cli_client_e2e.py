@@ -300,6 +300,7 @@ def test_server_and_token_flag_beat_environment_beat_config_file(
     monkeypatch.delenv("TOPOSCHED_TOKEN")
     from_file = cli("accounts")
     assert from_file.code == 0 and from_file.err == ""
+    assert "owed GPU-h" in from_file.out and "research/team-a" in from_file.out
     monkeypatch.setenv("TOPOSCHED_TOKEN", "wrong-token")
     assert cli("accounts").code == 3  # the environment beats the file
     assert cli("accounts", "--token", ADMIN_TOKEN).code == 0  # the flag beats the environment

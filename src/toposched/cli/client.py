@@ -221,11 +221,16 @@ class AccountRow(TypedDict):
     fair_share: float | None
     pending: int
     running: int
+    owed_gpu_hours: float
+    delivered_gpu_hours: float
+    delivered_within_owed_gpu_hours: float
+    owed_met: float | None
 
 
 class Accounts(TypedDict):
     tree: dict[str, Any]
     accounts: list[AccountRow]
+    owed_window_hours: float
 
 
 class Event(TypedDict):

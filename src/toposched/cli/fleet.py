@@ -167,7 +167,16 @@ def _accounts(args: argparse.Namespace, client: ApiClient) -> int:
     columns = [Column("account")]
     columns += [
         Column(header, right=True)
-        for header in ("budget", "in use", "GPU-h", "share", "pending", "running")
+        for header in (
+            "budget",
+            "in use",
+            "GPU-h",
+            "share",
+            "owed GPU-h",
+            "delivered",
+            "pending",
+            "running",
+        )
     ]
     rows: list[list[Cell]] = []
     for row in accounts:
@@ -180,10 +189,17 @@ def _accounts(args: argparse.Namespace, client: ApiClient) -> int:
                 gpus(row.get("running_gpus", 0)),
                 f"{row.get('usage_gpu_hours', 0):,.1f}",
                 f"{share:.2f}" if isinstance(share, int | float) else str(share or "-"),
+                f"{row.get('owed_gpu_hours', 0):,.1f}",
+                "-" if (met := row.get("owed_met")) is None else f"{met:.1%}",
                 f"{row.get('pending', 0):,}",
                 f"{row.get('running', 0):,}",
             ]
         )
-    title = f"{counted(len(accounts), 'account')}: GPUs budgeted and in use, GPU-hours used"
+    window = answer.get("owed_window_hours")
+    over = f" over the last {window:,.0f} h" if window else ""
+    title = (
+        f"{counted(len(accounts), 'account')}: GPUs budgeted and in use, GPU-hours used, "
+        f"owed and the share of it delivered{over}"
+    )
     print_table(title, columns, rows)
     return 0
