@@ -97,8 +97,44 @@ def _exact_number(value: object) -> Fraction | None:
     return None
 
 
+# Plain numbers up to this take the direct paths below: ints convert to float exactly (2**53),
+# and a decimal string this short cannot overflow a float. Larger ones take the exact path.
+_DIRECT_INT_LIMIT = 1 << 53
+_DIRECT_TEXT_LENGTH = 300
+
+
+def _plain_seconds(value: object) -> float | None:
+    """`parse_duration` of an int, a float or a decimal string (e.g. "3600", "0.5"), without
+    the exact arithmetic of units; None for anything else, which the full parser judges.
+
+    The same float as the exact path: ints are converted exactly, a float is already the
+    number it reads as, and a decimal string is read correctly rounded either way.
+    """
+    # Exact types: bool, subclasses and numpy scalars take the full parser.
+    if type(value) is float:
+        if 0 <= value < math.inf:
+            return value + 0.0  # -0.0 reads as 0.0, as its exact value does
+        return None
+    if type(value) is int:
+        return float(value) if 0 <= value <= _DIRECT_INT_LIMIT else None
+    if type(value) is str:
+        text = value.strip()
+        whole, dot, fraction = text.partition(".")
+        # isdecimal holds for the digits `\d` matches, as in the exact path's pattern.
+        if (
+            whole.isdecimal()
+            and (not dot or fraction.isdecimal())
+            and len(text) <= _DIRECT_TEXT_LENGTH
+        ):
+            return float(text)
+    return None
+
+
 def parse_duration(value: object, field: str = "duration") -> float:
     """Seconds in `value`: a number of seconds, or a string such as "90s", "4h", "1h30m", "3d"."""
+    plain = _plain_seconds(value)
+    if plain is not None:
+        return plain
     seconds = _exact_number(value)
     if seconds is None and isinstance(value, str):
         text = value.strip()
