@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toposched.cluster.errors import InputError, shown
-from toposched.placement.jobspec import (
+from toposched.jobs.spec import (
     JobSpec,
     Resources,
     Slice,

@@ -12,11 +12,11 @@ from toposched.cluster import kernels
 from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
 from toposched.cluster.statement import Statement
 from toposched.cluster.topology import Topology
+from toposched.jobs.spec import JobSpec
 from toposched.placement.capacity import CapacityView, pods_per_free
 from toposched.placement.fewest import FewestDomains
 from toposched.placement.fewest_counts import FewestByCount, Shares
 from toposched.placement.fewest_nodes import UNREACHABLE, fewest_nodes, node_cover_counts
-from toposched.placement.jobspec import JobSpec
 from toposched.placement.leaf_kernel import fill_leaves, place_in_one_leaf
 from toposched.placement.policies import BestFit, PlacementPolicy, fills_emptiest_first
 from toposched.placement.request import GangRequest

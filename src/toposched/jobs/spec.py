@@ -1,7 +1,7 @@
 """The validated job model: a gang of pods, what each pod needs, and where the gang may land.
 
 Values are checked within the limits of `toposched.cluster.limits`; job files are read by
-`toposched.placement.jobfiles` (`load_jobs` here for one file).
+`toposched.jobs.files` (`load_jobs` here for one file).
 """
 
 from __future__ import annotations
@@ -671,7 +671,7 @@ class JobSpec(_InputModel):
     @classmethod
     def from_yaml(cls, text_or_path: str | os.PathLike[str]) -> JobSpec:
         """One job from YAML/JSON text, or from a file when given a path ending .yaml/.yml/.json."""
-        from toposched.placement.jobfiles import one_job  # jobfiles builds on this module
+        from toposched.jobs.files import one_job  # jobfiles builds on this module
 
         return one_job(text_or_path)
 
@@ -680,7 +680,7 @@ def load_jobs(path: str | os.PathLike[str]) -> list[JobSpec]:
     """Every job in a YAML/JSON file holding one job, a list of jobs, a `jobs:` list, or
     several YAML documents. Errors name the file, the line and, in a list, the job as
     `jobs[i]`; a file with no job is an error, and so is a job name used twice.
-    (`toposched.placement.jobfiles` reads several files, and keeps where each job was.)"""
-    from toposched.placement.jobfiles import load_job_files
+    (`toposched.jobs.files` reads several files, and keeps where each job was.)"""
+    from toposched.jobs.files import load_job_files
 
     return load_job_files([path])
