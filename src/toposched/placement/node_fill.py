@@ -7,7 +7,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster import kernels
-from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
+from toposched.cluster.state import Allocation, ClusterState
+from toposched.cluster.units import MILLI_PER_GPU
 from toposched.placement.capacity import CapacityView
 from toposched.placement.leaf_kernel import fill_leaves
 from toposched.placement.policies import PlacementPolicy
