@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import ClusterState
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 

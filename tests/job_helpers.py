@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 
 
 def four_gpu_gang(name: str, account: str, pods: int = 1, **fields: Any) -> JobSpec:

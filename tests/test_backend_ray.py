@@ -29,8 +29,8 @@ from toposched.backends.ray_local import LocalRayCluster
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState, Health
 from toposched.cluster.topology import Topology
+from toposched.jobs.spec import JobSpec
 from toposched.payload import entry_point_command
-from toposched.placement.jobspec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Bind, Evict

@@ -6,7 +6,7 @@ from job_helpers import four_gpu_gang
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import ClusterState
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.placement.request import GangRequest
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler

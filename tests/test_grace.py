@@ -7,7 +7,7 @@ from test_preemption_scenarios import RACK, evictions, racks, run, scheduler, sp
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Health
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 
 
 def test_victims_get_their_own_grace_period_capped_by_the_cluster() -> None:

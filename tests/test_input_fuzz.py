@@ -26,7 +26,7 @@ from toposched.cli.main import main
 from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import load_topology, topology_from_dict
 from toposched.cluster.topology import Topology
-from toposched.placement.jobspec import JobSpec, load_jobs
+from toposched.jobs.spec import JobSpec, load_jobs
 
 # TOPOSCHED_FUZZ_EXAMPLES=5000 searches longer; the default keeps the file to ~20 s.
 FUZZ = settings(

@@ -18,8 +18,8 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.limits import MAX_PODS_PER_JOB
 from toposched.cluster.loaders import load_topology
 from toposched.cluster.topology import GpuModel, build_regular
-from toposched.placement.jobfiles import load_job_files, read_job_files
-from toposched.placement.jobspec import JobSpec, load_jobs
+from toposched.jobs.files import load_job_files, read_job_files
+from toposched.jobs.spec import JobSpec, load_jobs
 
 CLUSTER = """\
 levels: [zone, rack]

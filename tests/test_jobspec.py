@@ -11,19 +11,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toposched.cluster.errors import InputError, shown
-from toposched.placement.jobspec import (
-    JobSpec,
-    Resources,
-    Slice,
-    TopologySpec,
+from toposched.cluster.units import (
     format_cpu_milli,
     format_duration,
     format_memory_mib,
-    load_jobs,
     parse_cpu_milli,
     parse_duration,
     parse_memory_mib,
 )
+from toposched.jobs.resources import Resources
+from toposched.jobs.spec import JobSpec, load_jobs
+from toposched.jobs.topology_spec import Slice, TopologySpec
 
 EXAMPLE_YAML = """\
 name: pretrain-405b

@@ -17,7 +17,7 @@ def test_version_is_the_installed_distributions() -> None:
 
 def test_every_public_name_resolves_to_its_home() -> None:
     from toposched.cluster.errors import InputError
-    from toposched.placement.jobspec import JobSpec
+    from toposched.jobs.spec import JobSpec
     from toposched.scheduler.core import Scheduler
 
     for name in toposched.__all__:

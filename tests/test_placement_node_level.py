@@ -15,8 +15,8 @@ from placement_helpers import assert_valid_placement
 from test_placement_oracle import SETTINGS, RandomCase, brute_force, random_cases
 
 from toposched.cluster.state import ClusterState
+from toposched.jobs.spec import JobSpec
 from toposched.placement.feasibility import never_fits, never_fits_job
-from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import BestFit, RandomFit, Spread
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, Unschedulable, UnschedulableCode, place

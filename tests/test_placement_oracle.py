@@ -23,9 +23,9 @@ from placement_helpers import (
 
 from toposched.cluster.loaders import topology_from_dict
 from toposched.cluster.state import ClusterState
+from toposched.jobs.spec import JobSpec
 from toposched.placement import fewest, fewest_counts
 from toposched.placement.fewest import FewestDomains
-from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import BestFit, PlacementPolicy, RandomFit, Spread
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, Unschedulable, place

@@ -19,8 +19,8 @@ from placement_helpers import (
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
+from toposched.jobs.spec import JobSpec
 from toposched.placement.feasibility import never_fits_job
-from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import policy_by_name
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, Unschedulable, UnschedulableCode, place

@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 from toposched.cluster.loaders import topology_from_dict
 from toposched.cluster.state import Allocation, ClusterState, Health
 from toposched.cluster.statement import Statement
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.placement.policies import BestFit
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, place

@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState, Health
 from toposched.cluster.statement import Statement
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.placement.policies import BestFit
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, place

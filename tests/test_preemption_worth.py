@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, ClusterState
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract
 from toposched.policy.usage import UsageTracker

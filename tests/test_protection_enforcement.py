@@ -19,7 +19,7 @@ import pytest
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract, PreemptionRule, RunningJob
 from toposched.policy.fairshare import QueueEntry

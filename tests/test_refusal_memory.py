@@ -9,7 +9,7 @@ from job_helpers import four_gpu_gang as spec
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract
 from toposched.scheduler.core import CycleResult, Scheduler

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState, Health, distinct
 from toposched.cluster.statement import Statement
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.placement.search import Placement, place
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler

@@ -12,7 +12,7 @@ import pytest
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Adoption, Scheduler
 from toposched.scheduler.decisions import Bind, Evict

@@ -13,7 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import MILLI_PER_GPU, ClusterState, Health
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import ROOT, BudgetTree, account_ancestors
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Bind, Evict, Reserve

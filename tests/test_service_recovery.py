@@ -13,7 +13,7 @@ import pytest
 from service_helpers import Server, job
 
 from toposched.cluster.errors import InputError
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.service.documents import StoredSpecs
 
 ARGS = ("--cluster", "cluster.yaml", "--budgets", "budgets.yaml", "--backend", "dry-run")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from toposched.cluster.state import ClusterState, Health
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.decisions import Bind
 from toposched.sim.baselines import (

@@ -19,7 +19,7 @@ from toposched.cli.summary import _seconds, summary_table
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState, Health
 from toposched.cluster.units import HOUR
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.sim.engine import EventKind, Simulation, simulate

@@ -22,7 +22,7 @@ from toposched.cli.main import main
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState, Health
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.jobs import JobState

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from toposched.cluster.state import ClusterState
     from toposched.cluster.statement import Statement
     from toposched.cluster.topology import Topology
-    from toposched.placement.jobspec import JobSpec, load_jobs
+    from toposched.jobs.spec import JobSpec, load_jobs
     from toposched.placement.search import Placement, place_job
     from toposched.policy.budget import BudgetTree
     from toposched.scheduler.core import Scheduler
@@ -60,13 +60,13 @@ _HOMES = {
     "BudgetTree": "toposched.policy.budget",
     "ClusterState": "toposched.cluster.state",
     "InputError": "toposched.cluster.errors",
-    "JobSpec": "toposched.placement.jobspec",
+    "JobSpec": "toposched.jobs.spec",
     "Placement": "toposched.placement.search",
     "Scheduler": "toposched.scheduler.core",
     "Statement": "toposched.cluster.statement",
     "ToposchedError": "toposched.cluster.errors",
     "Topology": "toposched.cluster.topology",
-    "load_jobs": "toposched.placement.jobspec",
+    "load_jobs": "toposched.jobs.spec",
     "load_topology": "toposched.cluster.loaders",
     "million_gpu_cluster": "toposched.cluster.builders",
     "place_job": "toposched.placement.search",

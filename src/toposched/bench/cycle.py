@@ -17,7 +17,7 @@ from toposched.bench.harness import Measurement, measure
 from toposched.bench.mixes import account_of, churned_scheduler, mixed_pending
 from toposched.cluster.builders import million_gpu_cluster
 from toposched.cluster.state import Allocation, ClusterState
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict

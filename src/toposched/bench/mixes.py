@@ -8,7 +8,7 @@ import numpy as np
 
 from toposched.bench.fleets import churned
 from toposched.cluster.state import MILLI_PER_GPU, Allocation
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.workloads.ai2 import ai2_like

@@ -19,7 +19,7 @@ from toposched.bench.cycle import gang_spec, team_name
 from toposched.bench.harness import Measurement, measure
 from toposched.bench.mixes import PRETRAINING, account_of, churned_scheduler, take_free_racks
 from toposched.cluster.state import Health
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.placement.search import Placement, place
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict

@@ -13,8 +13,8 @@ from toposched.cluster.units import MILLI_PER_GPU, format_timing
 
 if TYPE_CHECKING:
     from toposched.cluster.state import ClusterState
-    from toposched.placement.jobfiles import JobInFile
-    from toposched.placement.jobspec import JobSpec
+    from toposched.jobs.files import JobInFile
+    from toposched.jobs.spec import JobSpec
     from toposched.placement.request import GangRequest
     from toposched.placement.search import Placement, PlacementResult
 
@@ -91,7 +91,7 @@ class Outcome(NamedTuple):
 
 
 def run(args: argparse.Namespace) -> int:
-    from toposched.placement.jobfiles import read_job_files
+    from toposched.jobs.files import read_job_files
 
     check_pods(args.pods)
     check_seed(args.seed)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from decimal import Decimal
 from fractions import Fraction
 
@@ -80,6 +81,11 @@ CPU_RULE = (
 )
 
 
+def _amount(digits: str) -> int | Fraction:
+    """A decimal amount matched by a unit pattern, as an int when it has no fraction."""
+    return int(digits) if digits.isdecimal() else Fraction(digits)
+
+
 def _exact_number(value: object) -> Fraction | None:
     """The exact value of an int, a float (as written: 0.1 is one tenth) or a numeric string."""
     if isinstance(value, bool):  # True is an int to Python but never a quantity to a user
@@ -97,23 +103,64 @@ def _exact_number(value: object) -> Fraction | None:
     return None
 
 
+# Plain numbers up to this take the direct paths below: ints convert to float exactly (2**53),
+# and a decimal string this short cannot overflow a float. Larger ones take the exact path.
+_DIRECT_INT_LIMIT = 1 << 53
+_DIRECT_TEXT_LENGTH = 300
+_MAX_SECONDS = sys.float_info.max
+
+
+def _plain_seconds(value: object) -> float | None:
+    """`parse_duration` of an int, a float or a decimal string (e.g. "3600", "0.5"), without
+    the exact arithmetic of units; None for anything else, which the full parser judges.
+
+    The same float as the exact path: ints are converted exactly, a float is already the
+    number it reads as, and a decimal string is read correctly rounded either way.
+    """
+    # Exact types: bool, subclasses and numpy scalars take the full parser.
+    if type(value) is float:
+        if 0 <= value < math.inf:
+            return value + 0.0  # -0.0 reads as 0.0, as its exact value does
+        return None
+    if type(value) is int:
+        return float(value) if 0 <= value <= _DIRECT_INT_LIMIT else None
+    if type(value) is str:
+        text = value.strip()
+        whole, dot, fraction = text.partition(".")
+        # isdecimal holds for the digits `\d` matches, as in the exact path's pattern.
+        if (
+            whole.isdecimal()
+            and (not dot or fraction.isdecimal())
+            and len(text) <= _DIRECT_TEXT_LENGTH
+        ):
+            return float(text)
+    return None
+
+
 def parse_duration(value: object, field: str = "duration") -> float:
     """Seconds in `value`: a number of seconds, or a string such as "90s", "4h", "1h30m", "3d"."""
-    seconds = _exact_number(value)
+    plain = _plain_seconds(value)
+    if plain is not None:
+        return plain
+    seconds: Fraction | int | None = _exact_number(value)
     if seconds is None and isinstance(value, str):
         text = value.strip()
         match = _DURATION.fullmatch(text)
         if text and match is not None:
             seconds = sum(
                 (
-                    Fraction(amount) * SECONDS_PER_UNIT[unit]
+                    _amount(amount) * SECONDS_PER_UNIT[unit]
                     for unit, amount in match.groupdict().items()
                     if amount
                 ),
-                Fraction(0),
+                0,
             )
     if seconds is None or seconds < 0:
         raise InputError(field, value, DURATION_RULE)
+    if seconds > _MAX_SECONDS:
+        raise InputError(
+            field, value, f"must be at most {_MAX_SECONDS:.3g} seconds, the most a float holds"
+        )
     return float(seconds)
 
 
@@ -169,11 +216,16 @@ def format_timing(seconds: float, digits: int = 2, *, microseconds: bool = True)
 
 def parse_memory_mib(value: object, field: str = "memory") -> int:
     """MiB in `value`: a whole number of MiB, or "512Gi", "16384Mi", "1Ti", "1G" (rounded up)."""
+    if type(value) is int and value >= 0:
+        return value  # bool and other int subclasses take the exact path, which refuses them
     if isinstance(value, str):
-        match = _MEMORY.fullmatch(value.strip())
+        text = value.strip()
+        if text.isdecimal():
+            return int(text)
+        match = _MEMORY.fullmatch(text)
         if match is not None:
-            size_bytes = Fraction(match["number"]) * BYTES_PER_MEMORY_UNIT[match["unit"]]
-            return math.ceil(size_bytes / BYTES_PER_MIB)
+            size_bytes = _amount(match["number"]) * BYTES_PER_MEMORY_UNIT[match["unit"]]
+            return -(-size_bytes // BYTES_PER_MIB)  # rounded up
     mib = _exact_number(value)
     if mib is None or mib < 0 or mib.denominator != 1:
         raise InputError(field, value, MEMORY_RULE)
@@ -193,8 +245,13 @@ def format_memory_mib(mib: int) -> str:
 
 def parse_cpu_milli(value: object, field: str = "cpu") -> int:
     """Millicores in `value`: cores as a number or string (64, 0.5, "2") or "500m"."""
+    if type(value) is int and value >= 0:
+        return value * 1000  # bool and other int subclasses take the exact path
     if isinstance(value, str):
-        match = _CPU_MILLI.fullmatch(value.strip())
+        text = value.strip()
+        if text.isdecimal():
+            return int(text) * 1000
+        match = _CPU_MILLI.fullmatch(text)
         if match is not None:
             return int(match["milli"])
     cores = _exact_number(value)

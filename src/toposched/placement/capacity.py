@@ -7,7 +7,8 @@ import functools
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.state import MILLI_PER_GPU, ClusterState
+from toposched.cluster.state import ClusterState
+from toposched.cluster.units import MILLI_PER_GPU
 from toposched.placement import capacity_kernels
 from toposched.placement.request import GangRequest
 

@@ -21,8 +21,9 @@ import numpy as np
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
 from toposched.cluster.topology import Topology
+from toposched.cluster.units import format_cpu_milli, format_memory_mib
+from toposched.jobs.spec import JobSpec
 from toposched.placement.capacity import UNLIMITED, CapacityView
-from toposched.placement.jobspec import JobSpec, format_cpu_milli, format_memory_mib
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Unschedulable, UnschedulableCode, describe_needs
 

@@ -126,20 +126,7 @@ class FewestByCount:
         # Domains are never empty, so no reduceat segment is.
         widths = np.minimum(np.add.reduceat(children > 0, offsets), limit) + 1
         granule = self.request.granule(outer)
-        kernels: list[IntArray] = []
-        picks: list[IntArray] = []
-        runs = 0
-        for i in range(candidates.size):
-            own = children[offsets[i] : offsets[i] + counts[i]]
-            pick = np.argsort(-own, kind="stable")[: int(widths[i]) - 1]
-            ranked_children = own[pick]
-            own_runs = int(np.count_nonzero(ranked_children[1:] != ranked_children[:-1])) + 1
-            # Beyond SMAWK_RUNS runs, a domain's merge costs about that many runs (SMAWK).
-            runs += min(own_runs, SMAWK_RUNS)
-            kernel = np.zeros(pick.size + 1, dtype=np.int64)
-            kernel[1:] = np.cumsum(ranked_children)
-            kernels.append(kernel)
-            picks.append(pick)
+        kernels, picks, runs = _running_sums(children, offsets, counts, widths)
         # When every child holds whole granules, each domain's running sum is linear over every
         # run of children of equal capacity, and the knapsack merges it run by run.
         linear = bool((children % granule == 0).all())
@@ -486,3 +473,27 @@ def _fill_largest_first(capacity: IntArray, amount: int) -> IntArray:
 def _max_plus(left: IntArray, right: IntArray, limit: int) -> tuple[IntArray, IntArray]:
     """(max, +) convolution of two count tables, up to `limit` domains (see `convolve_tables`)."""
     return convolve_tables(left, right, limit, UNREACHABLE, maximise=True)
+
+
+def _running_sums(
+    children: IntArray, offsets: IntArray, counts: IntArray, widths: IntArray
+) -> tuple[list[IntArray], list[IntArray], int]:
+    """For each domain (its children's capacities at `offsets[i]`, `counts[i]` of them): the
+    running sums of its largest `widths[i] - 1` children from 0, the positions of those children
+    largest first, and over all domains the runs of equal capacity the knapsack merges (each
+    domain's counted up to `SMAWK_RUNS`)."""
+    kernels: list[IntArray] = []
+    picks: list[IntArray] = []
+    runs = 0
+    for i in range(offsets.size):
+        own = children[offsets[i] : offsets[i] + counts[i]]
+        pick = np.argsort(-own, kind="stable")[: int(widths[i]) - 1]
+        ranked_children = own[pick]
+        own_runs = int(np.count_nonzero(ranked_children[1:] != ranked_children[:-1])) + 1
+        # Beyond SMAWK_RUNS runs, a domain's merge costs about that many runs (SMAWK).
+        runs += min(own_runs, SMAWK_RUNS)
+        kernel = np.zeros(pick.size + 1, dtype=np.int64)
+        kernel[1:] = np.cumsum(ranked_children)
+        kernels.append(kernel)
+        picks.append(pick)
+    return kernels, picks, runs

@@ -9,8 +9,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import MILLI_PER_GPU, ClusterState
+from toposched.cluster.state import ClusterState
 from toposched.cluster.topology import Topology
+from toposched.cluster.units import MILLI_PER_GPU
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
 

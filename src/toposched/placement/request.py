@@ -10,9 +10,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import MILLI_PER_GPU
 from toposched.cluster.topology import NODE_LEVEL, Topology
-from toposched.placement.jobspec import JobSpec
+from toposched.cluster.units import MILLI_PER_GPU
+from toposched.jobs.spec import JobSpec
 
 
 @functools.lru_cache(maxsize=8)

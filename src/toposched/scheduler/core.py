@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, ClusterState, Health, distinct
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement
 from toposched.policy.budget import BudgetTree

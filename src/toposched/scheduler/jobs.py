@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.state import Allocation
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.placement.request import GangRequest
 from toposched.scheduler.refusals import Refusal
 

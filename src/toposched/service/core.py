@@ -12,7 +12,7 @@ from typing import Any
 from toposched.backends.protocol import Backend, Launch, PodLaunch, Report, ReportKind, Stop
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, Health
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.jobs import Job, JobState
 from toposched.service.documents import parse_run

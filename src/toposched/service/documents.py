@@ -14,7 +14,7 @@ import yaml
 
 from toposched.backends.protocol import RunSpec
 from toposched.cluster.errors import InputError
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 
 MAX_DEPTH = 32
 """Nesting deeper than this is refused: no job or budget document needs it."""

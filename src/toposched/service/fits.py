@@ -14,7 +14,7 @@ from numpy.typing import NDArray
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.topology import Topology
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.placement.request import GangRequest
 from toposched.policy.budget import BudgetTree
 from toposched.service.errors import NeverFits

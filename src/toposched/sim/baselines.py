@@ -29,8 +29,8 @@ from sortedcontainers import SortedList
 
 from toposched.cluster.errors import InputError, ToposchedError
 from toposched.cluster.state import MILLI_PER_GPU, ClusterState
+from toposched.jobs.spec import JobSpec
 from toposched.placement.capacity import CapacityView
-from toposched.placement.jobspec import JobSpec
 from toposched.placement.policies import BestFit, PlacementPolicy, Spread
 from toposched.placement.request import GangRequest
 from toposched.placement.search import (

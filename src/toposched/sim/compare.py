@@ -12,7 +12,7 @@ from rich.table import Table
 
 from toposched.cluster.state import ClusterState, Health
 from toposched.cluster.units import DAY, format_span, format_timing
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.placement.request import GangRequest
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.defrag import fragmentation

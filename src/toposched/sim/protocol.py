@@ -12,7 +12,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.state import ClusterState, Health
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Decision

@@ -32,7 +32,7 @@ from toposched.cluster.documents import field_path, parse_documents, read_text
 from toposched.cluster.errors import InputError, join_fields, unknown_field_rule
 from toposched.cluster.topology import Topology
 from toposched.cluster.units import format_duration, parse_duration
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.workloads.model import (
     DEFAULT_BUDGET,

@@ -13,7 +13,7 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import load_openb_nodes, load_topology, topology_from_dict
 from toposched.cluster.topology import Topology
 from toposched.cluster.units import HOUR, MILLI_PER_GPU
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 
 __all__ = [
     "CLUSTER_BUILDERS",

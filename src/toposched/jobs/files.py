@@ -17,7 +17,7 @@ from typing import Any
 
 from toposched.cluster.documents import Document, FieldPath, parse_documents, read_text
 from toposched.cluster.errors import InputError, join_fields
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 
 __all__ = ["JobInFile", "load_job_files", "one_job", "read_job_files"]
 
