@@ -11,7 +11,7 @@ from toposched.cli.main import main
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation
 from toposched.cluster.units import HOUR
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.sim.baselines import fifo_first_fit
 from toposched.sim.engine import simulate
 from toposched.sim.topology_price import Pricing, TopologyPrice

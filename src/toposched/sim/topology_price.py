@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation
 from toposched.cluster.topology import Topology
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 
 __all__ = [
     "DEFAULT_CAP",
