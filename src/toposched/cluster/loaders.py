@@ -26,8 +26,8 @@ from toposched.cluster.limits import (
     MAX_NAME_LENGTH,
     MAX_NODES,
 )
-from toposched.cluster.topology import NODE_LEVEL, ROOT_LEVEL, GpuModel, Topology
-from toposched.cluster.units import parse_cpu_milli, parse_memory_mib
+from toposched.cluster.topology import GpuModel, Topology
+from toposched.cluster.units import NODE_LEVEL, ROOT_LEVEL, parse_cpu_milli, parse_memory_mib
 
 __all__ = [
     "CLUSTER_FIELDS",

@@ -11,9 +11,7 @@ from numpy.typing import NDArray
 from toposched.cluster.errors import InputError
 from toposched.cluster.limits import MAX_CPU_MILLI, MAX_MEMORY_MIB, MAX_NODES
 from toposched.cluster.limits import MAX_GPUS_PER_NODE as MAX_GPUS_PER_NODE
-
-ROOT_LEVEL = "cluster"
-NODE_LEVEL = "node"
+from toposched.cluster.units import ROOT_LEVEL
 
 IntArray = NDArray[np.int64]
 

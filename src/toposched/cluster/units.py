@@ -20,6 +20,8 @@ __all__ = [
     "HOUR",
     "MILLI_PER_GPU",
     "MINUTE",
+    "NODE_LEVEL",
+    "ROOT_LEVEL",
     "WEEK",
     "format_cpu_milli",
     "format_duration",
@@ -33,6 +35,11 @@ __all__ = [
 
 MILLI_PER_GPU = 1000
 """A whole GPU in milli-GPU, the unit of GPU shares (`gpu_milli`)."""
+
+ROOT_LEVEL = "cluster"
+"""The implicit outermost level of every topology: the whole cluster, one domain."""
+NODE_LEVEL = "node"
+"""The implicit innermost level below every topology's named levels: one node."""
 
 MINUTE = 60.0
 HOUR = 3_600.0

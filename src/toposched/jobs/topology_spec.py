@@ -9,11 +9,11 @@ from typing import Any, Self
 from pydantic import field_validator, model_validator
 
 from toposched.cluster.errors import InputError
+from toposched.cluster.units import NODE_LEVEL
 from toposched.jobs.input_model import InputModel, optional_name, pod_count, rule_error
 
-__all__ = ["NODE_LEVEL", "Slice", "TopologySpec", "check_slice_sizes"]
+__all__ = ["Slice", "TopologySpec", "check_slice_sizes"]
 
-NODE_LEVEL = "node"
 """The innermost level, below every cluster level: all pods of a group on one node."""
 
 

@@ -10,8 +10,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.topology import NODE_LEVEL, Topology
-from toposched.cluster.units import MILLI_PER_GPU
+from toposched.cluster.topology import Topology
+from toposched.cluster.units import MILLI_PER_GPU, NODE_LEVEL
 from toposched.jobs.spec import JobSpec
 
 

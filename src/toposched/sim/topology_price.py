@@ -31,17 +31,16 @@ from numpy.typing import NDArray
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation
 from toposched.cluster.topology import Topology
+from toposched.cluster.units import NODE_LEVEL
 from toposched.jobs.spec import JobSpec
 
 __all__ = [
     "DEFAULT_CAP",
     "DEFAULT_SLOWDOWN",
-    "NODE_LEVEL",
     "Pricing",
     "TopologyPrice",
 ]
 
-NODE_LEVEL = "node"
 DEFAULT_SLOWDOWN: tuple[float, ...] = (0.05, 0.10, 0.25)
 """Fraction of the run added per extra domain crossed, innermost domain level first (on the
 frontier fleet: rack, block, zone): leaving a rack leaves NVLink, leaving a block crosses the
