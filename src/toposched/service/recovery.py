@@ -10,39 +10,27 @@ failed (requeued if resumable, as `Scheduler.fail` does); stops not yet sent are
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable
 
 from toposched.backends.dry_run import DryRunBackend
 from toposched.backends.protocol import Backend, Launch, Stop
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import ClusterState, Health
+from toposched.cluster.state import ClusterState
 from toposched.cluster.topology import Topology
 from toposched.policy.budget import BudgetTree
-from toposched.scheduler.core import Adoption, Scheduler
+from toposched.scheduler.core import Scheduler
 from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
 from toposched.service.documents import StoredSpecs
 from toposched.service.fits import ClusterLimits
 from toposched.service.records import JobRecord
+from toposched.service.regrow import cluster_fingerprint, restore_scheduler
 from toposched.service.step import apply_new_reports, apply_reports
 from toposched.service.store import StoredDecision
 from toposched.service.store_protocol import StateStore
 
 log = logging.getLogger("toposched.service")
-
-
-def cluster_fingerprint(topology: Topology) -> str:
-    """Names, levels and GPUs of every node: a store belongs to one cluster."""
-    digest = hashlib.sha256()
-    digest.update(repr(topology.levels).encode())
-    digest.update(topology.gpu_count.tobytes())
-    names = topology.node_names
-    for index in range(min(topology.n_nodes, 1000)):
-        digest.update(names[index].encode())
-    digest.update(str(topology.n_nodes).encode())
-    return digest.hexdigest()
 
 
 def starter(
@@ -71,11 +59,9 @@ def recover(
         tree = _tree(store, topology, default_tree)
         scheduler = Scheduler(ClusterState(topology), tree)
         core = ServiceCore(scheduler, store, backend, ClusterLimits.of(topology))
-        # Running jobs first: they hold their GPUs even on nodes cordoned or draining since.
         specs = StoredSpecs()
-        _restore_jobs(core, store.jobs(), specs, now)
-        _restore_health(core, now)
-        _restore_pending(core, specs, now)
+        _restore_records(core, store.jobs())
+        restore_scheduler(core, lambda record: specs.spec(record.spec), now)
         if resume_simulated and isinstance(backend, DryRunBackend):
             _resume_simulated(core, backend)
         apply_reports(core, store.unapplied_reports(), now)
@@ -107,38 +93,12 @@ def _tree(
     return BudgetTree.from_dict(document)
 
 
-def _restore_health(core: ServiceCore, now: float) -> None:
-    by_health: dict[Health, list[int]] = {}
-    for name, word in core.store.node_health().items():
-        if word != "healthy":
-            by_health.setdefault(Health[word.upper()], []).append(core.node_index(name))
-    for health, nodes in by_health.items():
-        core.scheduler.set_health(nodes, health, now)
-
-
-def _restore_jobs(
-    core: ServiceCore, records: list[JobRecord], specs: StoredSpecs, now: float
-) -> None:
+def _restore_records(core: ServiceCore, records: list[JobRecord]) -> None:
     for record in records:
         core.records[record.job_id] = record
         if record.idempotency_key is not None:
             core.by_key[record.idempotency_key] = record.job_id
-    adoptions = []
-    for record in records:
-        if record.state is JobState.RUNNING:
-            assert record.allocation is not None and record.start_time is not None
-            adoptions.append(
-                Adoption(specs.spec(record.spec), record.allocation, record.start_time)
-            )
-    core.scheduler.adopt_many(adoptions, now)
     log.info("recovered %d jobs", len(records))
-
-
-def _restore_pending(core: ServiceCore, specs: StoredSpecs, now: float) -> None:
-    """Pending jobs in submission order, each with its original submit time."""
-    for record in core.records.values():
-        if record.state is JobState.PENDING:
-            core.scheduler.submit(specs.spec(record.spec), now)
 
 
 def _resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:
