@@ -96,8 +96,9 @@ def regrow(core: ServiceCore, topology: Topology, now: float) -> list[str]:
         for job in old.running.values()
         if job.evicting
     }
+    # Copies: the old scheduler letting go of a victim takes it out of its nomination.
     nominations = {
-        job.job_id: job.nomination
+        job.job_id: dataclasses.replace(job.nomination, victims=set(job.nomination.victims))
         for job in old.jobs.values()
         if job.state is JobState.PENDING and job.nomination is not None
     }
