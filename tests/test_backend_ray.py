@@ -472,6 +472,7 @@ def test_serve_uses_a_node_that_joins_after_it_started(
                 n5 = ray_cluster.add_node("n5", {"rack": "r3"}, gpus=8).process.pid
                 ray_cluster.add_node("n6", {}, gpus=8)
                 wait_until(lambda: node_health(client).get("n5") == "healthy")
+                wait_until(lambda: "Ray node n6 is left out" in server.log.read_text())
                 assert "n6" not in node_health(client)
                 assert client.post("/v1/jobs", json=gang).status_code == 201
                 wait_until(lambda: client.get("/v1/jobs/wide").json()["state"] not in LIVE)

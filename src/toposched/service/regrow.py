@@ -102,9 +102,13 @@ def regrow(core: ServiceCore, topology: Topology, now: float) -> list[str]:
         for job in old.jobs.values()
         if job.state is JobState.PENDING and job.nomination is not None
     }
+    renumbered: list[JobRecord] = []
     for record in core.records.values():
-        if record.state is JobState.RUNNING and record.allocation is not None:
-            record.allocation = _renumbered(record.allocation, moved)
+        allocation = record.allocation
+        if record.state is JobState.RUNNING and allocation is not None:
+            record.allocation = _renumbered(allocation, moved)
+            if not np.array_equal(record.allocation.nodes, allocation.nodes):
+                renumbered.append(record)
     # The old scheduler lets go of its running jobs, their usage charged up to now; the new
     # one adopts them and charges them from now, in the same usage window.
     for job in list(old.running.values()):
@@ -117,9 +121,8 @@ def regrow(core: ServiceCore, topology: Topology, now: float) -> list[str]:
             core.store.set_node_health(name, "healthy")  # a node that joins is up
     restore_scheduler(core, lambda record: old.jobs[record.job_id].spec, now)
     _carry_over(old, core.scheduler, leaving, nominations, moved)
-    for record in core.records.values():
-        if record.state is JobState.RUNNING:
-            core.store.update_job(record)
+    for record in renumbered:
+        core.store.update_job(record)
     core.store.set_meta("cluster", cluster_fingerprint(topology))
     for name in joined:
         core.event(now, "node", None, node=name, health="healthy", detail="joined the cluster")
