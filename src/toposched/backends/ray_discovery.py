@@ -324,7 +324,7 @@ class RayCluster:
         self._grown = topology
         for name in documents:
             self._nodes[name] = _ray_node(joining[name][0], name)
-            log.warning("Ray node %s joined the cluster model", name)
+            log.info("Ray node %s joined the cluster model", name)
 
     def _join_one_by_one(
         self,

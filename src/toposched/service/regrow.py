@@ -16,7 +16,6 @@ import dataclasses
 import hashlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
@@ -74,13 +73,6 @@ def restore_scheduler(
             core.scheduler.submit(spec_of(record), now)
 
 
-@dataclass(frozen=True)
-class _Leaving:
-    """A running job told to leave (evicted or moved), and for whom."""
-
-    preemptor: str | None
-
-
 def regrow(core: ServiceCore, topology: Topology, now: float) -> list[str]:
     """Replace the service's cluster model by `topology`, which holds every node of the
     current one (same name, levels and domains) and the nodes that joined; returns their
@@ -91,8 +83,9 @@ def regrow(core: ServiceCore, topology: Topology, now: float) -> list[str]:
     old = core.scheduler
     moved = _new_numbers(old.state.topology, topology)
     joined = sorted(set(topology.node_names) - set(old.state.topology.node_names))
+    # Running jobs told to leave (evicted or moved), and for whom.
     leaving = {
-        job.job_id: _Leaving(old.ledger.preemptor_of.get(job.job_id))
+        job.job_id: old.ledger.preemptor_of.get(job.job_id)
         for job in old.running.values()
         if job.evicting
     }
@@ -126,7 +119,7 @@ def regrow(core: ServiceCore, topology: Topology, now: float) -> list[str]:
     core.store.set_meta("cluster", cluster_fingerprint(topology))
     for name in joined:
         core.event(now, "node", None, node=name, health="healthy", detail="joined the cluster")
-    log.warning(
+    log.info(
         "the cluster model grew to %d nodes, %d GPUs: %s joined",
         topology.n_nodes,
         topology.n_gpus,
@@ -161,7 +154,7 @@ def _renumbered(allocation: Allocation, moved: IntArray) -> Allocation:
 def _carry_over(
     old: Scheduler,
     new: Scheduler,
-    leaving: dict[str, _Leaving],
+    leaving: dict[str, str | None],
     nominations: dict[str, Nomination],
     moved: IntArray,
 ) -> None:
@@ -174,12 +167,12 @@ def _carry_over(
         if job.state is JobState.RUNNING:
             if before.last_checkpoint is not None:
                 new.report_checkpoint(job_id, before.last_checkpoint)
-            left = leaving.get(job_id)
-            if left is not None:
+            if job_id in leaving:
                 new.ledger.mark_leaving(job)
                 new.ledger.preemptible.mark_evicting(job_id)
-                if left.preemptor is not None:
-                    new.ledger.preemptor_of[job_id] = left.preemptor
+                preemptor = leaving[job_id]
+                if preemptor is not None:
+                    new.ledger.preemptor_of[job_id] = preemptor
             continue
         nomination = nominations.get(job_id)
         if nomination is not None:
