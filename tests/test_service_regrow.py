@@ -14,7 +14,7 @@ import pytest
 from service_helpers import CLUSTER, Clock, budgets, job, settle, small_cluster
 
 from toposched.backends.dry_run import DryRunBackend
-from toposched.backends.protocol import NodeChange, NodeWatcher
+from toposched.backends.protocol import NodeChange, NodeWatcher, Report, ReportKind
 from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import topology_from_dict
 from toposched.cluster.state import Health
@@ -170,6 +170,9 @@ def test_an_eviction_under_way_goes_on_in_the_grown_model(tmp_path: Path) -> Non
     victims = sorted(d.job_id for d in result.decisions if isinstance(d, Evict))
     assert len(victims) == 2
     kept = sorted(core.scheduler.state.topology.node_names[n] for n in _nomination(core))
+    stays = sorted(set(core.scheduler.running) - set(victims))[0]  # running, not evicted
+    with store.transaction():
+        step(core, [Report(stays, 1, ReportKind.CHECKPOINTED, now - 5)], now, False)
 
     with store.transaction():
         regrow(core, grown_cluster(("n1a", "r0")), now)
@@ -180,6 +183,7 @@ def test_an_eviction_under_way_goes_on_in_the_grown_model(tmp_path: Path) -> Non
     assert sorted(scheduler.state.topology.node_names[n] for n in _nomination(core)) == kept
     assert str(core.record("urgent").state) == "pending"
     assert [len(scheduler.jobs[v].evictions) for v in victims] == [1, 1]
+    assert scheduler.jobs[stays].last_checkpoint == now - 5
     core.send_outbox()
     with store.transaction():
         step(core, list(backend.poll(now + 1)), now + 1, True)
