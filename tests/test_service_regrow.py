@@ -147,8 +147,10 @@ def test_a_joining_node_is_used_at_once_and_everything_carries_over(tmp_path: Pa
         assert core.scheduler.state.health[core.node_index("n3")] == Health.CORDONED
     finally:
         again.close()
+    refused = Store(str(tmp_path / "s.db"))
     with pytest.raises(InputError, match="another cluster"):
-        recover(Store(str(tmp_path / "s.db")), small_cluster(), budgets, DryRunBackend(), 0.0)
+        recover(refused, small_cluster(), budgets, DryRunBackend(), 0.0)
+    refused.close()
 
 
 def test_an_eviction_under_way_goes_on_in_the_grown_model(tmp_path: Path) -> None:
@@ -212,3 +214,29 @@ def test_a_model_without_a_node_of_the_current_one_is_refused(tmp_path: Path) ->
             regrow(core, moved, 0.0)
     assert core.scheduler is scheduler
     store.close()
+
+
+def test_a_restart_on_a_cluster_that_grew_while_the_service_was_stopped(tmp_path: Path) -> None:
+    """A backend that follows nodes (Ray) may find nodes that joined while the service was
+    stopped: the stored allocations are renumbered. A fixed cluster that differs is refused."""
+    path = str(tmp_path / "s.db")
+    store = Store(path)
+    now = 1_800_000_000.0
+    core = recover(store, small_cluster(), budgets, FollowingBackend(), now)
+    for name in ("a", "b"):
+        submit_now(core, job(name, pods=2, topology={"required": "rack"}), now)
+    with store.transaction():
+        step(core, [], now, True)
+    before = {j: nodes_of(core, j) for j in ("a", "b")}
+    store.close()
+    grown = grown_cluster(("n1a", "r0"))
+    refused = Store(path)
+    with pytest.raises(InputError, match="another cluster"):
+        recover(refused, grown, budgets, DryRunBackend(), now)
+    refused.close()
+    for attempt in range(2):  # the second restart finds the grown cluster stored
+        again = Store(path)
+        core = recover(again, grown, budgets, FollowingBackend(), now + 1 + attempt)
+        assert {j: nodes_of(core, j) for j in ("a", "b")} == before
+        assert str(core.record("a").state) == "running"
+        again.close()

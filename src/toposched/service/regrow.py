@@ -29,11 +29,21 @@ from toposched.scheduler.jobs import Job, JobState, Nomination
 from toposched.service.core import ServiceCore
 from toposched.service.fits import ClusterLimits
 from toposched.service.records import JobRecord
+from toposched.service.store_protocol import StateStore
 
-__all__ = ["cluster_fingerprint", "regrow", "restore_scheduler"]
+__all__ = [
+    "cluster_fingerprint",
+    "grown_while_stopped",
+    "regrow",
+    "remember_nodes",
+    "renumbered",
+    "restore_scheduler",
+]
 
 log = logging.getLogger("toposched.service")
 IntArray = NDArray[np.int64]
+NODES_KEY = "cluster_nodes"
+"""The store's meta key of the model's node names, in the model's order."""
 
 
 def cluster_fingerprint(topology: Topology) -> str:
@@ -46,6 +56,31 @@ def cluster_fingerprint(topology: Topology) -> str:
         digest.update(names[index].encode())
     digest.update(str(topology.n_nodes).encode())
     return digest.hexdigest()
+
+
+def remember_nodes(store: StateStore, topology: Topology) -> None:
+    """Store the model's node names in its order, so that a restart on a cluster that grew
+    while the service was stopped can renumber the stored allocations (`grown_while_stopped`).
+    Kept for clusters that change under the service (a backend that follows nodes)."""
+    store.set_meta(NODES_KEY, list(topology.node_names))
+
+
+def grown_while_stopped(store: StateStore, topology: Topology) -> IntArray | None:
+    """Each node of the store's cluster's number in `topology`, when `topology` holds every
+    node of it (by name) and more: the cluster grew while the service was stopped. None when
+    the store keeps no node names or `topology` is another cluster."""
+    names = store.meta(NODES_KEY)
+    if not isinstance(names, list) or len(names) >= topology.n_nodes:
+        return None
+    try:
+        return np.array([topology.node_index(name) for name in names], dtype=np.int64)
+    except InputError:
+        return None
+
+
+def renumbered(allocation: Allocation, moved: IntArray) -> Allocation:
+    """`allocation` with each node `n` of the old model as node `moved[n]` of the new one."""
+    return dataclasses.replace(allocation, nodes=moved[allocation.nodes])
 
 
 def restore_scheduler(
@@ -95,13 +130,13 @@ def regrow(core: ServiceCore, topology: Topology, now: float) -> list[str]:
         for job in old.jobs.values()
         if job.state is JobState.PENDING and job.nomination is not None
     }
-    renumbered: list[JobRecord] = []
+    changed: list[JobRecord] = []
     for record in core.records.values():
         allocation = record.allocation
         if record.state is JobState.RUNNING and allocation is not None:
-            record.allocation = _renumbered(allocation, moved)
+            record.allocation = renumbered(allocation, moved)
             if not np.array_equal(record.allocation.nodes, allocation.nodes):
-                renumbered.append(record)
+                changed.append(record)
     # The old scheduler lets go of its running jobs, their usage charged up to now; the new
     # one adopts them and charges them from now, in the same usage window.
     for job in list(old.running.values()):
@@ -114,9 +149,10 @@ def regrow(core: ServiceCore, topology: Topology, now: float) -> list[str]:
             core.store.set_node_health(name, "healthy")  # a node that joins is up
     restore_scheduler(core, lambda record: old.jobs[record.job_id].spec, now)
     _carry_over(old, core.scheduler, leaving, nominations, moved)
-    for record in renumbered:
+    for record in changed:
         core.store.update_job(record)
     core.store.set_meta("cluster", cluster_fingerprint(topology))
+    remember_nodes(core.store, topology)
     for name in joined:
         core.event(now, "node", None, node=name, health="healthy", detail="joined the cluster")
     log.info(
@@ -145,10 +181,6 @@ def _new_numbers(before: Topology, after: Topology) -> IntArray:
             raise InputError("node", name, "must keep its place and GPUs when the cluster grows")
         numbers[node] = number
     return numbers
-
-
-def _renumbered(allocation: Allocation, moved: IntArray) -> Allocation:
-    return dataclasses.replace(allocation, nodes=moved[allocation.nodes])
 
 
 def _carry_over(
@@ -180,9 +212,7 @@ def _carry_over(
                 {victim for victim in nomination.victims if victim in new.running},
                 moved[nomination.nodes],
                 nomination.decided_at,
-                None
-                if nomination.allocation is None
-                else _renumbered(nomination.allocation, moved),
+                None if nomination.allocation is None else renumbered(nomination.allocation, moved),
             )
             job.reason, job.reason_code = before.reason, before.reason_code
 
