@@ -458,7 +458,7 @@ def test_serve_uses_a_node_that_joins_after_it_started(
 ) -> None:
     """`toposched serve --backend ray`: a labelled node started after the service is in its
     model at once, and a gang that fits only there lands on it; a node without the rack label
-    is named in the log and kept out."""
+    is named in the log and kept out; a restart finds the grown cluster."""
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     args = ("--backend", "ray", "--ray-address", ray_cluster.address, "--ray-levels", "rack")
     command = entry_point_command("ray_jobs:report_place", [str(tmp_path)])
@@ -477,6 +477,14 @@ def test_serve_uses_a_node_that_joins_after_it_started(
                 assert client.post("/v1/jobs", json=gang).status_code == 201
                 wait_until(lambda: client.get("/v1/jobs/wide").json()["state"] not in LIVE)
                 assert client.get("/v1/jobs/wide").json()["state"] == "finished"
+                log = server.log.read_text()
+                assert "Ray node n6 is left out: has no 'rack' label" in log
+                assert log.count("Ray node n6 is left out") == 1
+                # Restarted, the service reads the grown cluster its store now belongs to.
+                server.stop()
+                server.start()
+                health = node_health(client)
+                assert (health["n5"], "n6" in health) == ("healthy", False)
             finally:
                 for name in ("n5", "n6"):
                     if name in ray_cluster.nodes:
@@ -484,6 +492,3 @@ def test_serve_uses_a_node_that_joins_after_it_started(
     places = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
     assert [(place["node"], place["node_group"]) for place in places] == [("n5", n5)] * 2
     assert sorted(gpu for place in places for gpu in place["gpus"]) == list(range(8))
-    log = server.log.read_text()
-    assert "Ray node n6 is left out: has no 'rack' label" in log
-    assert log.count("Ray node n6 is left out") == 1
