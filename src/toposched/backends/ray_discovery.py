@@ -339,7 +339,7 @@ class RayCluster:
             try:
                 topology = _build(self.levels, {**self._documents, **accepted, name: document})
             except InputError as error:
-                self._leave_out(joining[name], name, f"{error.field}: {error.rule}")
+                self._leave_out(joining[name], name, f"cannot join the model: {error.rule}")
                 continue
             accepted[name] = document
         return topology, accepted
