@@ -1,7 +1,7 @@
 """The Ray backend on a real Ray cluster of three nodes on this machine (see ray_cluster.py):
 the cluster model from node labels, gangs landing on the chosen nodes, stops with a grace
-period and the job's stop hook, gang failure, a node lost, and adoption after the service's
-process was killed."""
+period and the job's stop hook, gang failure, a node lost, adoption after the service's
+process was killed, and `toposched serve` using a node that joins after it started."""
 
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from ray_cluster import RACKS, ray_cluster  # noqa: F401  (the session fixture)
+from service_helpers import job as job_document
+from service_helpers import serving
 
 from toposched.backends.protocol import (
     Launch,
@@ -43,6 +46,7 @@ from toposched.backends.ray_setup import connect_backend  # noqa: E402
 
 TESTS = Path(__file__).parent
 TIMEOUT = 60.0
+LIVE = ("pending", "running")
 FINAL = {ReportKind.FINISHED, ReportKind.FAILED, ReportKind.EVICTED, ReportKind.STOPPED}
 
 
@@ -336,6 +340,19 @@ def test_a_restarted_service_adopts_what_ray_still_runs(
     assert restarted.running() == []
 
 
+def wait_until(check: Callable[[], bool], timeout: float = TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def node_health(client: httpx.Client) -> dict[str, str]:
+    """Each node the service lists, and its health."""
+    rows = client.get("/v1/nodes", params={"limit": 1000}).json()["nodes"]
+    return {row["name"]: row["health"] for row in rows}
+
+
 def launch_of(bind: Bind, topology: Topology, attempt: int, run: RunSpec) -> Launch:
     """The backend's launch for the scheduler's Bind: each pod's node by name, its GPUs."""
     allocation = bind.allocation
@@ -391,3 +408,87 @@ def test_the_scheduler_preempts_work_on_ray_within_the_required_rack(
     assert {place["node_group"] for place in places} == {
         ray_cluster.nodes[name].process.pid for name in ("n1", "n2")
     }
+
+
+def test_labelled_nodes_that_join_grow_the_model_and_others_are_kept_out(
+    ray_cluster: LocalRayCluster,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Ray's node records as they would read when nodes join: a labelled one grows the model
+    (once), one without the level's label is reported once and kept out, and a node that
+    joined dies and comes back like the others."""
+    records = session_nodes()
+    cluster = RayCluster(["rack"], min_interval_s=0.0, read_nodes=lambda: records)
+    cluster.discover()
+    assert cluster.changes() == [] and cluster.grown() is None
+    n3 = next(r for r in records if r["Labels"]["name"] == "n3")
+    n5 = {**n3, "NodeID": "5" * 56, "Labels": {"name": "n5", "rack": "r1"}}
+    bare = {**n3, "NodeID": "6" * 56, "Labels": {"name": "bare"}}
+    records += [n5, bare]
+    assert cluster.changes() == []
+    grown = cluster.grown()
+    assert grown is not None and list(grown.node_names) == ["n1", "n2", "n5", "n3"]
+    assert grown.node_path(2) == {"rack": "r1"}
+    node = cluster.node("n5")
+    assert node is not None and node.node_id == "5" * 56
+    assert cluster.node("bare") is None
+    assert cluster.changes() == [] and cluster.grown() is None
+    left_out = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert left_out == ["Ray node bare is left out: has no 'rack' label (levels: rack)"]
+    # The same model a restart reads.
+    assert list(
+        RayCluster(["rack"], read_nodes=lambda: records).discover().topology.node_names
+    ) == [
+        "n1",
+        "n2",
+        "n5",
+        "n3",
+    ]
+    n5["Alive"] = False
+    assert [(c.node, c.health) for c in cluster.changes()] == [("n5", Health.DOWN)]
+    records.append({**n5, "NodeID": "7" * 56, "Alive": True})
+    assert [(c.node, c.health) for c in cluster.changes()] == [("n5", Health.HEALTHY)]
+    assert cluster.grown() is None
+
+
+def test_serve_uses_a_node_that_joins_after_it_started(
+    ray_cluster: LocalRayCluster,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`toposched serve --backend ray`: a labelled node started after the service is in its
+    model at once, and a gang that fits only there lands on it; a node without the rack label
+    is named in the log and kept out; a restart finds the grown cluster."""
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    args = ("--backend", "ray", "--ray-address", ray_cluster.address, "--ray-levels", "rack")
+    command = entry_point_command("ray_jobs:report_place", [str(tmp_path)])
+    run = {"command": list(command), "workdir": str(TESTS)}
+    gang = job_document("wide", pods=2, gpus=4, topology={"required": "node"}, run=run)
+    with serving(tmp_path, *args, "--budgets", "budgets.yaml") as server:
+        with server.client() as client:
+            refused = client.post("/v1/jobs", json=gang)
+            assert refused.json()["error"]["code"] == "never_fits", refused.text
+            try:
+                n5 = ray_cluster.add_node("n5", {"rack": "r3"}, gpus=8).process.pid
+                ray_cluster.add_node("n6", {}, gpus=8)
+                wait_until(lambda: node_health(client).get("n5") == "healthy")
+                wait_until(lambda: "Ray node n6 is left out" in server.log.read_text())
+                assert "n6" not in node_health(client)
+                assert client.post("/v1/jobs", json=gang).status_code == 201
+                wait_until(lambda: client.get("/v1/jobs/wide").json()["state"] not in LIVE)
+                assert client.get("/v1/jobs/wide").json()["state"] == "finished"
+                log = server.log.read_text()
+                assert "Ray node n6 is left out: has no 'rack' label" in log
+                assert log.count("Ray node n6 is left out") == 1
+                # Restarted, the service reads the grown cluster its store now belongs to.
+                server.stop()
+                server.start()
+                health = node_health(client)
+                assert (health["n5"], "n6" in health) == ("healthy", False)
+            finally:
+                for name in ("n5", "n6"):
+                    if name in ray_cluster.nodes:
+                        ray_cluster.kill_node(name)
+    places = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
+    assert [(place["node"], place["node_group"]) for place in places] == [("n5", n5)] * 2
+    assert sorted(gpu for place in places for gpu in place["gpus"]) == list(range(8))

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from toposched.cluster.state import Health
+from toposched.cluster.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -126,12 +127,19 @@ class NodeChange:
 
 @runtime_checkable
 class NodeWatcher(Protocol):
-    """A backend that also follows the health of the nodes it runs pods on (e.g. Ray).
+    """A backend that also follows the nodes it runs pods on (e.g. Ray): their health, and
+    nodes that join.
 
     The service applies each change with its node-failure handling: a gang on a node gone
-    `DOWN` fails, resumable work is requeued. Backends on a fixed machine need not offer it;
+    `DOWN` fails, resumable work is requeued; a grown model replaces the service's at once
+    (see `toposched.service.regrow`). Backends on a fixed machine need not offer it;
     `isinstance(backend, NodeWatcher)` tells.
     """
 
     def node_changes(self) -> Sequence[NodeChange]:
         """Changes since the last call, oldest first."""
+
+    def grown_model(self) -> Topology | None:
+        """The cluster model with the nodes that joined since the last call (every node of
+        the model before kept, by name), or None when none joined. Asked after
+        `node_changes`; the service grows its model before applying those changes."""

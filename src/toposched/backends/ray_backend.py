@@ -56,6 +56,7 @@ from toposched.backends.ray_pod import (
 )
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import MILLI_PER_GPU
+from toposched.cluster.topology import Topology
 
 __all__ = [
     "DEFAULT_GANG_GRACE",
@@ -323,6 +324,10 @@ class RayBackend:
     def node_changes(self) -> Sequence[NodeChange]:
         """Nodes of the cluster model that died or came back since the last call."""
         return self.cluster.changes()
+
+    def grown_model(self) -> Topology | None:
+        """The cluster model with the labelled nodes that joined since the last call."""
+        return self.cluster.grown()
 
     def stop_orphans(
         self, known: Collection[tuple[str, int]], grace_s: float = 0.0

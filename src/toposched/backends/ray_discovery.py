@@ -7,7 +7,8 @@ name from the `name` label (the Ray node id when it has none). A node without a 
 level, or whose name is taken or malformed, is kept out and reported by name with the reason.
 
 Ray gives a node that restarts a new node id; a node named by label keeps its place in the
-model and is mapped to its new id when it comes back.
+model and is mapped to its new id when it comes back. A labelled node that joins later grows
+the model: `RayCluster.grown` gives the model with it, the same model a restart would read.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from toposched.backends.protocol import NodeChange
@@ -81,6 +82,8 @@ class RayDiscovery:
     topology: Topology
     nodes: tuple[RayNode, ...]
     skipped: tuple[SkippedNode, ...]
+    documents: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+    """Each node's record as `topology_from_nodes` reads it, by name."""
 
 
 def _node_name(record: RayNodeRecord, name_label: str) -> str:
@@ -112,6 +115,12 @@ def _node_document(
     }
 
 
+def _build(levels: Sequence[str], documents: Mapping[str, Mapping[str, Any]]) -> Topology:
+    """The cluster model of the node documents, taken in name order."""
+    ordered = [documents[name] for name in sorted(documents)]
+    return topology_from_nodes(levels, ordered, source="ray nodes")
+
+
 def discover_nodes(
     records: Sequence[RayNodeRecord],
     levels: Sequence[str],
@@ -136,7 +145,7 @@ def discover_nodes(
                 skipped.append(SkippedNode(name, "another live node has the same name"))
         elif alive or (record.get("Labels") or {}).get(name_label):
             chosen[name] = record
-    documents: list[dict[str, Any]] = []
+    documents: dict[str, dict[str, Any]] = {}
     nodes: list[RayNode] = []
     for name in sorted(chosen):
         record = chosen[name]
@@ -145,14 +154,17 @@ def discover_nodes(
             if record.get("Alive"):
                 skipped.append(SkippedNode(name, document))
             continue
-        documents.append(document)
-        address = str(record.get("NodeManagerAddress", ""))
-        nodes.append(RayNode(name, str(record["NodeID"]), address, bool(record.get("Alive"))))
+        documents[name] = document
+        nodes.append(_ray_node(record, name))
     if not any(node.alive for node in nodes):
         reasons = "; ".join(f"{s.name}: {s.reason}" for s in skipped) or "no live nodes"
         raise InputError("ray nodes", len(records), f"no node can be used ({reasons})")
-    topology = topology_from_nodes(levels, documents, source="ray nodes")
-    return RayDiscovery(topology, tuple(nodes), tuple(skipped))
+    return RayDiscovery(_build(levels, documents), tuple(nodes), tuple(skipped), documents)
+
+
+def _ray_node(record: RayNodeRecord, name: str) -> RayNode:
+    address = str(record.get("NodeManagerAddress", ""))
+    return RayNode(name, str(record["NodeID"]), address, bool(record.get("Alive")))
 
 
 def connect(address: str | None, namespace: str = DEFAULT_NAMESPACE) -> None:
@@ -178,7 +190,9 @@ class RayCluster:
     """The Ray cluster toposched drives: its model, and its nodes' ids, addresses and health.
 
     `read_nodes` returns `ray.nodes()`-style records (the driver must be connected, see
-    `connect`); `min_interval_s` spaces the reads `changes` makes.
+    `connect`); `min_interval_s` spaces the reads `changes` makes. Each read also looks for
+    live nodes that joined: a fully labelled one grows the model (see `grown`), another is
+    reported once by name and kept out.
     """
 
     def __init__(
@@ -197,14 +211,23 @@ class RayCluster:
         self._read_nodes = read_nodes or _ray_nodes
         self._clock = clock
         self._nodes: dict[str, RayNode] = {}
+        self._documents: dict[str, Mapping[str, Any]] = {}
+        """The model's nodes as `topology_from_nodes` reads them, by name."""
         self._pending: list[NodeChange] = []
         """Changes found by `discover`, handed over by the next `changes`."""
+        self._grown: Topology | None = None
+        """The model with the nodes that joined, until `grown` hands it over."""
+        self._left_out: set[str] = set()
+        """Node ids of live nodes kept out and reported, so each is reported once."""
         self._last_read = -float("inf")
 
     def discover(self) -> RayDiscovery:
         """Read the live nodes into a cluster model; later changes are relative to it."""
-        found = discover_nodes(self._read_nodes(), self.levels, self.name_label, self.gpu_model)
+        records = self._read_nodes()
+        found = discover_nodes(records, self.levels, self.name_label, self.gpu_model)
         self._nodes = {node.name: node for node in found.nodes}
+        self._documents = dict(found.documents)
+        self._grown = None
         self._last_read = self._clock()
         self._pending = [
             NodeChange(node.name, Health.DOWN, "dead in Ray when toposched started")
@@ -213,15 +236,28 @@ class RayCluster:
         ]
         for skipped in found.skipped:
             log.warning("Ray node %s is left out: %s", skipped.name, skipped.reason)
+        skipped_names = {skipped.name for skipped in found.skipped}
+        self._left_out = {
+            str(record.get("NodeID"))
+            for record in records
+            if record.get("Alive") and _node_name(record, self.name_label) in skipped_names
+        }
         return found
 
     def node(self, name: str) -> RayNode | None:
         """The Ray node of the model's node `name` (as last read), if it has one."""
         return self._nodes.get(name)
 
+    def grown(self) -> Topology | None:
+        """The cluster model with the nodes that joined since the last call (every node of
+        the model before kept, by name), or None when none joined."""
+        grown, self._grown = self._grown, None
+        return grown
+
     def changes(self, force: bool = False) -> list[NodeChange]:
         """Nodes of the model that died or came back since the last read (at most one read
-        every `min_interval_s` unless `force`)."""
+        every `min_interval_s` unless `force`). Nodes that joined are taken into the model
+        that `grown` hands over."""
         changes, self._pending = self._pending, []
         now = self._clock()
         if not force and now - self._last_read < self.min_interval_s:
@@ -229,29 +265,88 @@ class RayCluster:
         self._last_read = now
         records = self._read_nodes()
         latest: dict[str, RayNodeRecord] = {}
+        joining: dict[str, list[RayNodeRecord]] = {}
         for each in records:
             name = _node_name(each, self.name_label)
-            if name in self._nodes and (name not in latest or each.get("Alive")):
-                latest[name] = each
+            if name in self._nodes:
+                if name not in latest or each.get("Alive"):
+                    latest[name] = each
+            elif each.get("Alive") and str(each.get("NodeID")) not in self._left_out:
+                joining.setdefault(name, []).append(each)
         for name, known in self._nodes.items():
-            record = latest.get(name)
-            alive = bool(record is not None and record.get("Alive"))
-            if alive == known.alive and (record is None or record["NodeID"] == known.node_id):
-                continue
-            if record is None:
-                self._nodes[name] = RayNode(name, known.node_id, known.address, False)
-                changes.append(NodeChange(name, Health.DOWN, "no longer in the Ray cluster"))
-                continue
-            node = RayNode(
-                name, str(record["NodeID"]), str(record.get("NodeManagerAddress", "")), alive
-            )
-            self._nodes[name] = node
-            if alive and not known.alive:
-                changes.append(NodeChange(name, Health.HEALTHY, "back in the Ray cluster"))
-            elif not alive:
-                why = record.get("DeathReasonMessage") or "the Ray node died"
-                changes.append(NodeChange(name, Health.DOWN, str(why)))
+            change = self._follow(name, known, latest.get(name))
+            if change is not None:
+                changes.append(change)
+        if joining:
+            self._join(joining)
         return changes
+
+    def _follow(self, name: str, known: RayNode, record: RayNodeRecord | None) -> NodeChange | None:
+        """The model's node `name` as Ray now has it (`record`, None if gone): a change of its
+        health, if any; its node id and address kept up to date."""
+        alive = bool(record is not None and record.get("Alive"))
+        if alive == known.alive and (record is None or record["NodeID"] == known.node_id):
+            return None
+        if record is None:
+            self._nodes[name] = RayNode(name, known.node_id, known.address, False)
+            return NodeChange(name, Health.DOWN, "no longer in the Ray cluster")
+        self._nodes[name] = _ray_node(record, name)
+        if alive and not known.alive:
+            return NodeChange(name, Health.HEALTHY, "back in the Ray cluster")
+        if not alive:
+            why = record.get("DeathReasonMessage") or "the Ray node died"
+            return NodeChange(name, Health.DOWN, str(why))
+        return None
+
+    def _join(self, joining: Mapping[str, list[RayNodeRecord]]) -> None:
+        """Take live nodes new to the model into it; report the others once. The model is
+        built once for all of them, and node by node only when that fails (a node whose
+        labels contradict the model's, e.g. a rack already in another zone)."""
+        documents: dict[str, Mapping[str, Any]] = {}
+        for name in sorted(joining):
+            records = joining[name]
+            document = _node_document(records[0], name, self.levels, self.gpu_model)
+            if len(records) > 1:
+                document = "another live node has the same name"
+            if isinstance(document, str):
+                self._leave_out(records, name, document)
+            else:
+                documents[name] = document
+        if not documents:
+            return
+        try:
+            topology: Topology | None = _build(self.levels, {**self._documents, **documents})
+        except InputError:
+            topology, documents = self._join_one_by_one(joining, documents)
+        if topology is None:
+            return
+        self._documents.update(documents)
+        self._grown = topology
+        for name in documents:
+            self._nodes[name] = _ray_node(joining[name][0], name)
+            log.info("Ray node %s joined the cluster model", name)
+
+    def _join_one_by_one(
+        self,
+        joining: Mapping[str, list[RayNodeRecord]],
+        documents: Mapping[str, Mapping[str, Any]],
+    ) -> tuple[Topology | None, dict[str, Mapping[str, Any]]]:
+        """The model grown by each node in name order that the ones before it leave room
+        for, and those nodes; the others are reported and kept out."""
+        topology: Topology | None = None
+        accepted: dict[str, Mapping[str, Any]] = {}
+        for name, document in documents.items():
+            try:
+                topology = _build(self.levels, {**self._documents, **accepted, name: document})
+            except InputError as error:
+                self._leave_out(joining[name], name, f"cannot join the model: {error.rule}")
+                continue
+            accepted[name] = document
+        return topology, accepted
+
+    def _leave_out(self, records: Sequence[RayNodeRecord], name: str, reason: str) -> None:
+        log.warning("Ray node %s is left out: %s", name, reason)
+        self._left_out.update(str(record.get("NodeID")) for record in records)
 
 
 def _ray_nodes() -> Sequence[RayNodeRecord]:

@@ -21,7 +21,8 @@ __all__ = ["RaySetup", "connect_backend"]
 @dataclass(frozen=True)
 class RaySetup:
     """What a service needs to run on a Ray cluster: its cluster model, the nodes left out of
-    it, and the backend (which also follows node health: `backend.node_changes()`)."""
+    it, and the backend (which also follows node health, `backend.node_changes()`, and nodes
+    that join, `backend.grown_model()`)."""
 
     topology: Topology
     skipped: tuple[SkippedNode, ...]

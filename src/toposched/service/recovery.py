@@ -6,43 +6,43 @@ start time), node health, pending jobs in submission order with their original s
 backend reports stored but not yet applied. Reconciled: a running job the backend still runs
 is kept; one whose start was stored but never sent is started once; one the backend lost is
 failed (requeued if resumable, as `Scheduler.fail` does); stops not yet sent are sent.
+
+The store belongs to one cluster; with a backend that follows nodes (Ray), that cluster may
+have grown while the service was stopped, and the stored allocations are renumbered into
+the grown model (see `regrow`, which rebuilds the scheduler the same way while it runs).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable
 
 from toposched.backends.dry_run import DryRunBackend
-from toposched.backends.protocol import Backend, Launch, Stop
+from toposched.backends.protocol import Backend, Launch, NodeWatcher, Stop
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import ClusterState, Health
+from toposched.cluster.state import ClusterState
 from toposched.cluster.topology import Topology
 from toposched.policy.budget import BudgetTree
-from toposched.scheduler.core import Adoption, Scheduler
+from toposched.scheduler.core import Scheduler
 from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
 from toposched.service.documents import StoredSpecs
 from toposched.service.fits import ClusterLimits
 from toposched.service.records import JobRecord
+from toposched.service.regrow import (
+    NODES_KEY,
+    IntArray,
+    cluster_fingerprint,
+    grown_while_stopped,
+    remember_nodes,
+    renumbered,
+    restore_scheduler,
+)
 from toposched.service.step import apply_new_reports, apply_reports
 from toposched.service.store import StoredDecision
 from toposched.service.store_protocol import StateStore
 
 log = logging.getLogger("toposched.service")
-
-
-def cluster_fingerprint(topology: Topology) -> str:
-    """Names, levels and GPUs of every node: a store belongs to one cluster."""
-    digest = hashlib.sha256()
-    digest.update(repr(topology.levels).encode())
-    digest.update(topology.gpu_count.tobytes())
-    names = topology.node_names
-    for index in range(min(topology.n_nodes, 1000)):
-        digest.update(names[index].encode())
-    digest.update(str(topology.n_nodes).encode())
-    return digest.hexdigest()
 
 
 def starter(
@@ -68,14 +68,16 @@ def recover(
     backend's simulated runs die with the process; with `resume_simulated` the runs the store
     says were started go on in the new one, as real processes outlive a restart."""
     with store.transaction():
-        tree = _tree(store, topology, default_tree)
+        moved = _claim_cluster(store, topology, isinstance(backend, NodeWatcher))
+        tree = _tree(store, default_tree)
         scheduler = Scheduler(ClusterState(topology), tree)
         core = ServiceCore(scheduler, store, backend, ClusterLimits.of(topology))
-        # Running jobs first: they hold their GPUs even on nodes cordoned or draining since.
         specs = StoredSpecs()
-        _restore_jobs(core, store.jobs(), specs, now)
-        _restore_health(core, now)
-        _restore_pending(core, specs, now)
+        records = store.jobs()
+        if moved is not None:
+            _renumber(store, records, moved)
+        _restore_records(core, records)
+        restore_scheduler(core, lambda record: specs.spec(record.spec), now)
         if resume_simulated and isinstance(backend, DryRunBackend):
             _resume_simulated(core, backend)
         apply_reports(core, store.unapplied_reports(), now)
@@ -86,19 +88,31 @@ def recover(
     return core
 
 
-def _tree(
-    store: StateStore, topology: Topology, default_tree: Callable[[], BudgetTree]
-) -> BudgetTree:
+def _claim_cluster(store: StateStore, topology: Topology, follows_nodes: bool) -> IntArray | None:
+    """Check that the store holds the state of this cluster, and mark it so. A cluster that
+    changes under the service (`follows_nodes`, e.g. Ray) may have grown while the service
+    was stopped: then each stored node's number in the new model, else None."""
     fingerprint = cluster_fingerprint(topology)
     stored = store.meta("cluster")
+    moved = None
     if stored is not None and stored != fingerprint:
-        raise InputError(
-            "store",
-            store.path,
-            "holds the state of another cluster; start with the same "
-            "cluster options it was made with, or use another --store",
-        )
-    store.set_meta("cluster", fingerprint)
+        moved = grown_while_stopped(store, topology) if follows_nodes else None
+        if moved is None:
+            raise InputError(
+                "store",
+                store.path,
+                "holds the state of another cluster; start with the same "
+                "cluster options it was made with, or use another --store",
+            )
+        log.info("the cluster grew to %d nodes while the service was stopped", topology.n_nodes)
+    if stored != fingerprint:
+        store.set_meta("cluster", fingerprint)
+    if follows_nodes and (moved is not None or store.meta(NODES_KEY) is None):
+        remember_nodes(store, topology)
+    return moved
+
+
+def _tree(store: StateStore, default_tree: Callable[[], BudgetTree]) -> BudgetTree:
     document = store.meta("budget_tree")
     if document is None:
         tree = default_tree()
@@ -107,38 +121,20 @@ def _tree(
     return BudgetTree.from_dict(document)
 
 
-def _restore_health(core: ServiceCore, now: float) -> None:
-    by_health: dict[Health, list[int]] = {}
-    for name, word in core.store.node_health().items():
-        if word != "healthy":
-            by_health.setdefault(Health[word.upper()], []).append(core.node_index(name))
-    for health, nodes in by_health.items():
-        core.scheduler.set_health(nodes, health, now)
+def _renumber(store: StateStore, records: list[JobRecord], moved: IntArray) -> None:
+    """Running jobs' stored allocations in the grown model's node numbers."""
+    for record in records:
+        if record.state is JobState.RUNNING and record.allocation is not None:
+            record.allocation = renumbered(record.allocation, moved)
+            store.update_job(record)
 
 
-def _restore_jobs(
-    core: ServiceCore, records: list[JobRecord], specs: StoredSpecs, now: float
-) -> None:
+def _restore_records(core: ServiceCore, records: list[JobRecord]) -> None:
     for record in records:
         core.records[record.job_id] = record
         if record.idempotency_key is not None:
             core.by_key[record.idempotency_key] = record.job_id
-    adoptions = []
-    for record in records:
-        if record.state is JobState.RUNNING:
-            assert record.allocation is not None and record.start_time is not None
-            adoptions.append(
-                Adoption(specs.spec(record.spec), record.allocation, record.start_time)
-            )
-    core.scheduler.adopt_many(adoptions, now)
     log.info("recovered %d jobs", len(records))
-
-
-def _restore_pending(core: ServiceCore, specs: StoredSpecs, now: float) -> None:
-    """Pending jobs in submission order, each with its original submit time."""
-    for record in core.records.values():
-        if record.state is JobState.PENDING:
-            core.scheduler.submit(specs.spec(record.spec), now)
 
 
 def _resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:

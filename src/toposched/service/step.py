@@ -12,6 +12,7 @@ from toposched.scheduler.core import CycleResult
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
+from toposched.service.regrow import regrow
 from toposched.service.store import StoredReport
 
 log = logging.getLogger("toposched.service")
@@ -44,14 +45,17 @@ def step(core: ServiceCore, reports: list[Report], now: float, tick: bool) -> Cy
 def follow_nodes(core: ServiceCore, now: float) -> None:
     """Node health the backend saw change (a Ray node lost or back) becomes the node's health,
     in the caller's transaction; a node back is made healthy only if it was down (an
-    operator's drain or cordon stays)."""
+    operator's drain or cordon stays). Nodes that joined grow the cluster model first."""
     if not isinstance(core.backend, NodeWatcher):
         return
     try:
         changes = core.backend.node_changes()
+        grown = core.backend.grown_model()
     except Exception:  # any backend error: the service keeps serving
         log.exception("the backend's node changes failed; trying again at the next turn")
         return
+    if grown is not None:
+        regrow(core, grown, now)
     for change in changes:
         node = core.node_index(change.node)
         if change.health is Health.HEALTHY and core.scheduler.state.health[node] != Health.DOWN:
