@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, ClusterState, Health
 from toposched.cluster.topology import Topology
-from toposched.placement.jobspec import JobSpec
+from toposched.jobs.spec import JobSpec
 from toposched.scheduler.core import Adoption, Scheduler
 from toposched.scheduler.jobs import Job, JobState, Nomination
 from toposched.service.core import ServiceCore
