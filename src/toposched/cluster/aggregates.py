@@ -10,7 +10,7 @@ from numpy.typing import NDArray
 
 from toposched.cluster import kernels
 from toposched.cluster.allocation import MILLI_PER_GPU, Allocation
-from toposched.cluster.health import HEALTHY, Health
+from toposched.cluster.health import Health
 from toposched.cluster.rows import add_to_rows, distinct, row_sums, take_rows
 from toposched.cluster.topology import Topology
 
@@ -31,16 +31,16 @@ _VIEWS = (
 )
 
 _FewBefore = tuple[NDArray[np.int64], NDArray[np.int64]]
-"""A few nodes' values (one row per node) and whether each is healthy."""
+"""A few nodes' values (one row per node) and whether each is open."""
 _Before = _FewBefore | tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]
-"""What `_before_change` kept: few nodes' values, or many healthy nodes' rows."""
+"""What `_before_change` kept: few nodes' values, or many open nodes' rows."""
 _LevelSums = tuple[int, NDArray[np.integer], NDArray[np.int64], NDArray[np.int32] | None]
 """One level's domains touched, the sums of their totals and their histogram cells' changes."""
 
 
 @dataclass(frozen=True, eq=False)
 class _Share:
-    """What healthy `nodes` (sorted) add to the aggregates, as of change `stamp`."""
+    """What open `nodes` (sorted) add to the aggregates, as of change `stamp`."""
 
     nodes: NDArray[np.int64]
     stamp: int
@@ -49,7 +49,8 @@ class _Share:
     away as they are each time the nodes' share is."""
 
 
-# How many shares of many-node health changes are kept to be added again (see `_contribute`).
+# How many shares of many-node health changes and closures are kept to be added again (see
+# `_contribute`).
 _RECENT_SHARES = 4
 
 
@@ -57,11 +58,12 @@ class StateArrays:
     """Free capacity of every node and GPU, and aggregates for every domain at every level.
 
     Per node: free milli-GPU of each GPU (`gpu_free_milli`, padded with 0 past the node's GPU
-    count), free whole GPUs, free CPU millicores and memory MiB, and health. Per domain level
-    (0 = the whole cluster): a histogram `free_hist[level][domain, model, k]` of healthy nodes
-    with exactly k free whole GPUs, plus free whole GPUs, free milli-GPU, idle nodes, free CPU
-    and memory — all counting healthy nodes only. The methods here keep the aggregates in step
-    with changes of nodes: O(levels x touched nodes), never O(cluster).
+    count), free whole GPUs, free CPU millicores and memory MiB, health, and whether it is open
+    to new work (`closed`). Per domain level (0 = the whole cluster): a histogram
+    `free_hist[level][domain, model, k]` of open nodes with exactly k free whole GPUs, plus free
+    whole GPUs, free milli-GPU, idle nodes, free CPU and memory, all counting open nodes only
+    (healthy, not fenced, not a held spare). The methods here keep the aggregates in step with
+    changes of nodes: O(levels x touched nodes), never O(cluster).
     """
 
     def __init__(self, topology: Topology) -> None:
@@ -76,7 +78,12 @@ class StateArrays:
         self.free_cpu_milli: NDArray[np.int64] = top.cpu_milli.copy()
         self.free_memory_mib: NDArray[np.int64] = top.memory_mib.copy()
         self.health: NDArray[np.uint8] = np.zeros(n, dtype=np.uint8)
-        # Nodes in each health state, so "any draining node?" needs no pass over the nodes.
+        self.closed: NDArray[np.uint8] = np.zeros(n, dtype=np.uint8)
+        """Per node, 0 where it may take new work; else the bits of why not (`Closure`: not
+        healthy, fenced, held as a spare). What placement reads, and what the aggregates
+        count: only open nodes."""
+        # Nodes in each health state (closures aside), so "any draining node?" needs no pass over
+        # the nodes.
         self.nodes_by_health: NDArray[np.int64] = np.zeros(len(Health), dtype=np.int64)
         self.nodes_by_health[Health.HEALTHY] = n
         self.allocations: dict[str, Allocation] = {}
@@ -113,7 +120,7 @@ class StateArrays:
     def compute_aggregates(self) -> dict[str, list[NDArray[np.int64]]]:
         """Every aggregate recomputed from the node arrays (the oracle for incremental ones)."""
         top = self.topology
-        healthy = self.health == Health.HEALTHY
+        healthy = self.closed == 0
         idle = (
             (self.free_whole_gpus == top.gpu_count)
             & (self.free_cpu_milli == top.cpu_milli)
@@ -200,12 +207,12 @@ class StateArrays:
         self._make_views()
 
     def _contribute(self, nodes: NDArray[np.int64], sign: int) -> None:
-        """Add (sign=+1) or remove (-1) the share of healthy `nodes` (distinct, sorted)."""
+        """Add (sign=+1) or remove (-1) the share of open `nodes` (distinct, sorted)."""
         if nodes.size <= kernels.COMPILED_LIMIT:
             # Compiled, node by node: fewer steps than numpy calls for a few nodes.
             kernels.add_nodes(nodes, sign, self._kernel_arrays())
             return
-        nodes = nodes[self.health[nodes] == HEALTHY]
+        nodes = nodes[self.closed[nodes] == 0]
         if nodes.size == 0:
             return
         share = self._recent_share(nodes)
@@ -227,7 +234,7 @@ class StateArrays:
         self._add_level_sums(share.levels, sign)
 
     def _recent_share(self, nodes: NDArray[np.int64]) -> _Share | None:
-        """A share found before for exactly these healthy nodes, if none of them changed since.
+        """A share found before for exactly these open nodes, if none of them changed since.
         A fence takes the reservation's nodes out of the aggregates and puts them back several
         times a cycle, mostly unchanged in between."""
         for share in self._recent_shares:
@@ -265,11 +272,11 @@ class StateArrays:
 
     def _before_change(self, touched: NDArray[np.int64]) -> _Before:
         """Start a change of `touched` (sorted, unique): the old values of few nodes are kept
-        with their health, of many healthy nodes as rows, so that `_after_change` adds
+        with their health, of many open nodes as rows, so that `_after_change` adds
         differences."""
         if touched.size <= kernels.COMPILED_LIMIT:
-            return self._values_of(touched), self.health[touched] == HEALTHY
-        healthy = touched[self.health[touched] == HEALTHY]
+            return self._values_of(touched), self.closed[touched] == 0
+        healthy = touched[self.closed[touched] == 0]
         return (healthy, *self._rows(healthy))
 
     def _after_change(self, touched: NDArray[np.int64], before: _Before) -> None:
@@ -319,7 +326,7 @@ class StateArrays:
         old_whole: NDArray[np.int64] | None,
         new_whole: NDArray[np.int64] | None,
     ) -> None:
-        """Add per-node changes of healthy `nodes` (sorted) to the aggregates: `delta` of the
+        """Add per-node changes of open `nodes` (sorted) to the aggregates: `delta` of the
         totals (one row per total, one column per node), and for the `moved` nodes (None: every
         node) a histogram move from `old_whole` to `new_whole` (None: nodes not counted before,
         or no longer).
@@ -435,7 +442,7 @@ class StateArrays:
             top.gpu_count,
             top.cpu_milli,
             top.memory_mib,
-            self.health,
+            self.closed,
             self._node_rows,
             top.gpu_model,
             self._hist_all,

@@ -9,7 +9,6 @@ from numpy.typing import NDArray
 from toposched.cluster import kernels
 from toposched.cluster.allocation import MILLI_PER_GPU, Allocation
 from toposched.cluster.errors import InputError
-from toposched.cluster.health import HEALTHY
 from toposched.cluster.rows import SMALL, SavedRows, distinct, distinct_counts, row_sums, take_rows
 from toposched.cluster.validation import AllocationChecks
 
@@ -98,6 +97,15 @@ class HoldingChanges(AllocationChecks):
         """
         self._apply_many(allocations, -1)
         self.allocations.update(zip(owners, allocations, strict=True))
+
+    def retake(self, owner: str, allocation: Allocation) -> None:
+        """Undo `release`: `owner` takes back exactly what it held.
+
+        Unchecked on purpose: only valid while nothing else took those resources (statements
+        undo later operations first).
+        """
+        self._apply(allocation, -1)
+        self.allocations[owner] = allocation
 
     def _apply(self, allocation: Allocation, sign: int) -> None:
         """Take (sign=-1) or give back (+1) an allocation's resources, updating aggregates."""
@@ -293,7 +301,7 @@ class HoldingChanges(AllocationChecks):
     ) -> None:
         """Add the changes `delta` of `touched` nodes (every one of them gaining or losing
         whole GPUs) to the aggregates, counting healthy nodes only."""
-        healthy = self.health[touched] == HEALTHY
+        healthy = self.closed[touched] == 0
         if not healthy.all():
             unhealthy = np.flatnonzero(~healthy)
             if unhealthy.size * 8 < touched.size:

@@ -11,8 +11,8 @@ COMPILED_LIMIT = 2048
 StateArrays = tuple[np.ndarray, ...]
 """The state's arrays the loops read and change, in this order (`ClusterState._kernel_arrays`):
 per node, free whole GPUs, free milli-GPU of each GPU, free CPU, free memory, GPU count, CPU
-capacity, memory capacity, health; each node's domain row at every level; per node, its GPU
-model; per domain row, the free-GPU histogram and the totals."""
+capacity, memory capacity, closed (0: open to new work); each node's domain row at every level;
+per node, its GPU model; per domain row, the free-GPU histogram and the totals."""
 # Columns of a node's values, in the order of the per-domain totals.
 WHOLE, MILLI, IDLE, CPU, MEMORY = range(5)
 
@@ -73,27 +73,27 @@ def add_node_changes(
     nodes: np.ndarray,
     before: np.ndarray,
     after: np.ndarray,
-    healthy: np.ndarray,
+    is_open: np.ndarray,
     node_rows: np.ndarray,
     gpu_model: np.ndarray,
     hist: np.ndarray,
     totals: np.ndarray,
 ) -> None:
-    """Move the domains of healthy `nodes` from the nodes' `before` values (one row per node)
+    """Move the domains of open `nodes` from the nodes' `before` values (one row per node)
     to their `after` values."""
     for i in range(nodes.size):
-        if healthy[i]:
+        if is_open[i]:
             _move_domains(nodes[i], before[i], after[i], node_rows, gpu_model, hist, totals)
 
 
 @njit(cache=True, nogil=True)
 def add_nodes(nodes: np.ndarray, sign: int, arrays: StateArrays) -> None:
-    """Add (sign=+1) or take away (-1) healthy `nodes`' values in their domains' aggregates."""
-    health, node_rows, gpu_model, hist, totals = arrays[7:]
+    """Add (sign=+1) or take away (-1) open `nodes`' values in their domains' aggregates."""
+    closed, node_rows, gpu_model, hist, totals = arrays[7:]
     values = np.empty(5, dtype=np.int64)
     for i in range(nodes.size):
         node = nodes[i]
-        if health[node] != 0:
+        if closed[node] != 0:
             continue
         _values_into(node, values, arrays)
         model = gpu_model[node]
@@ -118,17 +118,17 @@ def apply_pods(
     change: int,
 ) -> None:
     """Take (sign=-1) or give back (+1) the pods' resources, pod by pod, and move the domains
-    of healthy nodes from each node's values before the pod to its values after; each node's
+    of open nodes from each node's values before the pod to its values after; each node's
     `changed_at` becomes `change`."""
     free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
-    health, node_rows, gpu_model, hist, totals = arrays[7:]
+    closed, node_rows, gpu_model, hist, totals = arrays[7:]
     before = np.empty(5, dtype=np.int64)
     after = np.empty(5, dtype=np.int64)
     for pod in range(nodes.size):
         node = nodes[pod]
         changed_at[node] = change
-        healthy = health[node] == 0
-        if healthy:
+        is_open = closed[node] == 0
+        if is_open:
             _values_into(node, before, arrays)
         for column in range(gpus.shape[1]):
             gpu_free_milli[node, gpus[pod, column]] += sign * gpu_milli
@@ -139,7 +139,7 @@ def apply_pods(
         free_whole_gpus[node] = whole
         free_cpu_milli[node] += sign * cpu_milli
         free_memory_mib[node] += sign * memory_mib
-        if healthy:
+        if is_open:
             _values_into(node, after, arrays)
             _move_domains(node, before, after, node_rows, gpu_model, hist, totals)
 
@@ -151,19 +151,19 @@ def pods_in_domains(
     free_whole_gpus: np.ndarray,
     extra_gpus: np.ndarray,
     gpu_count: np.ndarray,
-    health: np.ndarray,
+    closed: np.ndarray,
     gpu_model: np.ndarray,
     model_allowed: np.ndarray,
     gpus_per_pod: int,
 ) -> np.ndarray:
     """Per domain (nodes starts[d]..starts[d+1]-1), the pods of `gpus_per_pod` whole GPUs its
-    healthy nodes of allowed models could hold with `extra_gpus` more free on each node."""
+    open nodes of allowed models could hold with `extra_gpus` more free on each node."""
     pods = np.zeros(domains.size, dtype=np.int64)
     for i in range(domains.size):
         domain = domains[i]
         total = 0
         for node in range(starts[domain], starts[domain + 1]):
-            if health[node] != 0 or not model_allowed[gpu_model[node]]:
+            if closed[node] != 0 or not model_allowed[gpu_model[node]]:
                 continue
             gpus = min(np.int64(free_whole_gpus[node]) + extra_gpus[node], gpu_count[node])
             total += gpus // gpus_per_pod
@@ -179,12 +179,12 @@ def fits_now(
     cpu_milli: int,
     memory_mib: int,
     gpu_count: np.ndarray,
-    health: np.ndarray,
+    closed: np.ndarray,
     gpu_free_milli: np.ndarray,
     free_cpu_milli: np.ndarray,
     free_memory_mib: np.ndarray,
 ) -> bool:
-    """Whether pods on `nodes` using `gpus` (one row per pod) name valid healthy nodes and GPUs
+    """Whether pods on `nodes` using `gpus` (one row per pod) name valid open nodes and GPUs
     and fit what is free now: each GPU's free milli covers every pod listing it, each node's
     free CPU and memory cover every pod on it. The caller checks the scalars."""
     pods, per_pod = gpus.shape
@@ -192,7 +192,7 @@ def fits_now(
     slots = np.empty(pods * per_pod, dtype=np.int64)
     for pod in range(pods):
         node = nodes[pod]
-        if node < 0 or node >= gpu_count.size or health[node] != 0:
+        if node < 0 or node >= gpu_count.size or closed[node] != 0:
             return False
         for column in range(per_pod):
             gpu = gpus[pod, column]
@@ -345,7 +345,7 @@ def domains_opened_by(
     starts: np.ndarray,
     free_whole_gpus: np.ndarray,
     gpu_count: np.ndarray,
-    health: np.ndarray,
+    closed: np.ndarray,
     gpu_model: np.ndarray,
     model_allowed: np.ndarray,
     pods_per_gpu: int,
@@ -358,7 +358,7 @@ def domains_opened_by(
     `pod_nodes`, freeing `whole[c]` GPUs per pod and losing `lost[c]`), per innermost domain
     some candidate touches, in increasing order:
 
-    - the domain, and the pods its healthy nodes of allowed models could hold if every
+    - the domain, and the pods its open nodes of allowed models could hold if every
       candidate there left (`pods_per_gpu` per `gpus_per_pod` free GPUs), plus
       `pods_per_node` on every node (pods without GPUs);
     - the work lost evicting every candidate there (an upper bound of the cheapest set);
@@ -391,7 +391,7 @@ def domains_opened_by(
         first = starts[leaves[i]]
         for node in range(first, starts[leaves[i] + 1]):
             room[i] += pods_per_node
-            if health[node] != 0 or not model_allowed[gpu_model[node]]:
+            if closed[node] != 0 or not model_allowed[gpu_model[node]]:
                 continue
             free = np.int64(free_whole_gpus[node])
             usable_free[i] += free
@@ -445,12 +445,12 @@ def domains_opened_by(
 @njit(cache=True, nogil=True)
 def set_gpu_rows(nodes: np.ndarray, rows: np.ndarray, arrays: StateArrays) -> None:
     """Give each of `nodes` (sorted, distinct) the free milli-GPU row of `rows`, and move the
-    aggregates of the healthy ones by the change: summed over each run of nodes sharing an
+    aggregates of the open ones by the change: summed over each run of nodes sharing an
     innermost domain, then added once per level to the run's domains (a large gang's nodes
     fill whole racks, so far fewer domain updates than nodes)."""
     free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
     gpu_count, cpu_capacity, memory_capacity = arrays[4:7]
-    health, node_rows, gpu_model, hist, totals = arrays[7:]
+    closed, node_rows, gpu_model, hist, totals = arrays[7:]
     levels = node_rows.shape[1]
     leaf_level = levels - 1
     width = hist.shape[2]
@@ -491,7 +491,7 @@ def set_gpu_rows(nodes: np.ndarray, rows: np.ndarray, arrays: StateArrays) -> No
             if value == 1000:
                 new_whole += 1
         free_whole_gpus[node] = new_whole
-        if health[node] != 0:
+        if closed[node] != 0:
             continue
         rest_free = (
             free_cpu_milli[node] == cpu_capacity[node]

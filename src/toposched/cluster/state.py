@@ -2,7 +2,7 @@
 
 The class is composed of layers, each in its own module: the arrays and their aggregates
 (`aggregates`), allocation checks (`validation`), allocation and release (`changes`), what-ifs
-of releases (`trials`) and node health (`availability`).
+of releases (`trials`), and node health and closures (`availability`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 
 from toposched.cluster.aggregates import TOTALS_CPU, TOTALS_FREE_GPUS, TOTALS_MEMORY
 from toposched.cluster.allocation import MILLI_PER_GPU, Allocation
-from toposched.cluster.availability import Availability
+from toposched.cluster.availability import Availability, Closure
 from toposched.cluster.health import Health
 from toposched.cluster.rows import (
     SavedRows,
@@ -31,6 +31,7 @@ __all__ = [
     "TOTALS_MEMORY",
     "Allocation",
     "ClusterState",
+    "Closure",
     "Health",
     "SavedRows",
     "distinct",
@@ -45,10 +46,11 @@ class ClusterState(Availability, TrialReleases):
     """Free capacity of every node and GPU, and aggregates for every domain at every level.
 
     Per node: free milli-GPU of each GPU (`gpu_free_milli`, padded with 0 past the node's GPU
-    count), free whole GPUs, free CPU millicores and memory MiB, and health. Per domain level
-    (0 = the whole cluster): a histogram `free_hist[level][domain, model, k]` of healthy nodes
+    count), free whole GPUs, free CPU millicores and memory MiB, health, and whether it is open
+    to new work (`closed`: healthy, not fenced, not a held spare). Per domain level
+    (0 = the whole cluster): a histogram `free_hist[level][domain, model, k]` of open nodes
     with exactly k free whole GPUs, plus free whole GPUs, free milli-GPU, idle nodes, free CPU
-    and memory — all counting healthy nodes only. Every change updates the aggregates of the
+    and memory — all counting open nodes only. Every change updates the aggregates of the
     nodes it touches at each level: O(levels x touched nodes), never O(cluster).
 
     Allocations are held per owner (a job id). Mutators validate first and change nothing on
@@ -74,6 +76,7 @@ class ClusterState(Availability, TrialReleases):
             "free_cpu_milli": self.free_cpu_milli,
             "free_memory_mib": self.free_memory_mib,
             "health": self.health,
+            "closed": self.closed,
             "nodes_by_health": self.nodes_by_health,
         }
         for level in range(len(self.free_hist)):
@@ -93,6 +96,7 @@ class ClusterState(Availability, TrialReleases):
             self.free_cpu_milli,
             self.free_memory_mib,
             self.health,
+            self.closed,
             self._hist_all,
             self._totals_all,
             self._node_rows,

@@ -13,6 +13,7 @@ from toposched.cluster.health import HEALTHY, Health
 from toposched.cluster.rows import SMALL, distinct_counts
 
 _MAX_PER_POD = 2**40
+_FENCE = 2  # `Closure.FENCE`, a bit of `closed`
 
 
 class AllocationChecks(StateArrays):
@@ -46,7 +47,7 @@ class AllocationChecks(StateArrays):
             cpu,
             memory,
             self.topology.gpu_count,
-            self.health,
+            self.closed,
             self.gpu_free_milli,
             self.free_cpu_milli,
             self.free_memory_mib,
@@ -92,6 +93,15 @@ class AllocationChecks(StateArrays):
                 # The bound keeps pod count x request far from int64 overflow.
                 raise InputError(f"{field}.{name}", value, f"must be <= {_MAX_PER_POD}")
 
+    def _why_closed(self, node: int) -> str:
+        """Why `node` takes no new work, in words."""
+        health = int(self.health[node])
+        if health != HEALTHY:
+            return f"node is {Health(health).name.lower()}; only healthy nodes take new work"
+        if int(self.closed[node]) & _FENCE:
+            return "node is kept for other jobs of this cycle; it takes no other new work"
+        return "node is held as a spare; it takes new work only as one"
+
     def _gpu_slots(self, allocation: Allocation) -> NDArray[np.int64]:
         width = self.gpu_free_milli.shape[1]
         slots: NDArray[np.int64] = (allocation.nodes[:, None] * width + allocation.gpus).reshape(-1)
@@ -115,15 +125,10 @@ class AllocationChecks(StateArrays):
         """Raise unless every GPU, CPU and memory request fits what is free now."""
         top = self.topology
         field = f"allocation[{owner}]"
-        unhealthy = self.health[allocation.nodes] != HEALTHY
-        if unhealthy.any():
-            node = int(allocation.nodes[unhealthy][0])
-            raise InputError(
-                f"{field}.nodes",
-                top.node_names[node],
-                f"node is {Health(int(self.health[node])).name.lower()}; only healthy nodes take "
-                "new work",
-            )
+        closed = self.closed[allocation.nodes] != 0
+        if closed.any():
+            node = int(allocation.nodes[closed][0])
+            raise InputError(f"{field}.nodes", top.node_names[node], self._why_closed(node))
         slots = self._gpu_slots(allocation)
         # Whole GPUs, each asked for once and free, fit without counting.
         if slots.size and not (

@@ -143,7 +143,7 @@ class LocalDomains:
             state.free_whole_gpus,
             index.node_unallocated_freeable if only_unallocated else index.node_freeable,
             topology.gpu_count,
-            state.health,
+            state.closed,
             topology.gpu_model,
             request.model_allowed(topology),
             request.gpus_per_pod,
