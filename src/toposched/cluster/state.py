@@ -18,7 +18,6 @@ from toposched.cluster.rows import (
     SavedRows,
     distinct,
     distinct_inverse,
-    put_rows,
     row_sums,
     take_rows,
 )
@@ -36,7 +35,6 @@ __all__ = [
     "SavedRows",
     "distinct",
     "distinct_inverse",
-    "put_rows",
     "row_sums",
     "take_rows",
 ]

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster import kernels
 from toposched.cluster.state import (
     MILLI_PER_GPU,
     ClusterState,
@@ -18,6 +17,7 @@ from toposched.cluster.statement import trial
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, PlacementResult, place, place_in_leaf
+from toposched.scheduler import victim_kernels
 from toposched.scheduler.candidates import (
     Candidate,
     CandidatePool,
@@ -289,7 +289,7 @@ class VictimSearch:
             per_gpu, per_pod, per_node = MILLI_PER_GPU // request.gpu_milli, 1, 0
         else:
             per_gpu, per_pod, per_node = 1, request.gpus_per_pod, 0
-        leaves, room, bound, lower_bounds, pair_leaf, pair_owner = kernels.domains_opened_by(
+        leaves, room, bound, lower_bounds, pair_leaf, pair_owner = victim_kernels.domains_opened_by(
             pool.pod_starts,
             pool.pod_nodes,
             pool.whole,
