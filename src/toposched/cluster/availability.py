@@ -72,8 +72,8 @@ class Availability(StateArrays):
         self.closed[nodes] = (self.closed[nodes] & ~_UNHEALTHY) | unhealthy
 
     def close(self, nodes: NDArray[np.int64], closure: Closure) -> NDArray[np.int64]:
-        """Keep `nodes` from new work for `closure`, their health unchanged;
-        returns those not closed for it before (what `reopen` undoes exactly)."""
+        """Keep `nodes` from new work for `closure`, their health unchanged; returns those not
+        closed for it before (what `reopen` undoes exactly)."""
         bit = self._bit(closure)
         nodes = distinct(nodes)
         newly: NDArray[np.int64] = nodes[(self.closed[nodes] & bit) == 0]
@@ -84,8 +84,8 @@ class Availability(StateArrays):
         return newly
 
     def reopen(self, nodes: NDArray[np.int64], closure: Closure) -> None:
-        """Undo `close` for `nodes`: nodes closed for no other reason are
-        open again and count in the aggregates."""
+        """Undo `close` for `nodes`: nodes closed for no other reason are open again and count
+        in the aggregates."""
         bit = self._bit(closure)
         nodes = distinct(nodes)
         self.version += 1

@@ -236,7 +236,8 @@ class Scheduler:
 
         With spares, a requeued gang is nominated its surviving nodes plus a spare of the
         failed node's domain, and restarts there in the next cycle. Held spares stay held when
-        marked healthy (the pool's hold is no health); a repaired node refills its domain's pool.
+        marked healthy (a hold is a closure, apart from health); a repaired node refills its
+        domain's pool.
         """
         node_array = distinct(np.asarray(nodes, dtype=np.int64))
         spares = self.spares
