@@ -55,7 +55,7 @@ class TrialReleases(HoldingChanges):
 
     def release_many_keeping_rows(
         self, owners: list[str]
-    ) -> tuple[list[Allocation], Before | None]:
+    ) -> tuple[list[Allocation], RowsBefore | None]:
         """`release_many`, also returning the rows it changed (None when few pods were
         released: undone by `retake_many`), for `put_back` and `hold_again` to undo it."""
         self._check_releasable(owners)
