@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState, Health
+from toposched.cluster.statement import trial
 from toposched.placement.request import GangRequest, simple_request
 from toposched.placement.search import Placement, place, place_in_leaf
 
@@ -22,14 +23,15 @@ def request(pods: int, gpus: int, cpu_milli: int = 0) -> GangRequest:
     return simple_request(pods, gpus, cpu_milli=cpu_milli, name="gang", required=RACK)
 
 
-def test_released_on_nodes_frees_only_the_range_and_restores_everything() -> None:
+def test_free_on_nodes_frees_only_the_range_and_restores_everything() -> None:
     state = racks(2, 2)
     # `a` spans both racks (nodes 1 and 2); `b` shares a node with `a`, with CPU.
     state.allocate("a", Allocation.of([1, 2], [[0, 1], [0, 1]], cpu_milli=4000))
     state.allocate("b", Allocation.of([1], [[2]], cpu_milli=1000))
     before = state.snapshot()
     parts = [state.allocations["a"], state.allocations["b"]]
-    with state.released_on_nodes(parts, 0, 2):  # rack r0: nodes 0 and 1
+    with trial(state) as what_if:
+        what_if.free_on_nodes(parts, 0, 2)  # rack r0: nodes 0 and 1
         assert state.free_whole_gpus[:4].tolist() == [4, 4, 2, 4]
         assert state.gpu_free_milli[1, :4].tolist() == [1000] * 4
         assert int(state.free_cpu_milli[1]) == int(before["free_cpu_milli"][1]) + 5000
@@ -44,7 +46,7 @@ def test_released_on_nodes_frees_only_the_range_and_restores_everything() -> Non
         assert np.array_equal(values, after[name]), name
 
 
-def test_released_on_nodes_returns_shared_gpus_and_memory() -> None:
+def test_free_on_nodes_returns_shared_gpus_and_memory() -> None:
     state = racks(2, 2)
     # Two shared pods on GPU 3 of node 0 (one of them also on node 2, outside the range),
     # with memory; a whole-GPU pod with memory on node 1.
@@ -53,7 +55,8 @@ def test_released_on_nodes_returns_shared_gpus_and_memory() -> None:
     state.allocate("whole", Allocation.of([1], [[0, 1]], memory_mib=2048))
     before = state.snapshot()
     parts = [state.allocations[name] for name in ("half", "quarter", "whole")]
-    with state.released_on_nodes(parts, 0, 2):
+    with trial(state) as what_if:
+        what_if.free_on_nodes(parts, 0, 2)
         assert state.gpu_free_milli[0, 3] == 1000
         assert state.gpu_free_milli[2, 3] == 500  # outside the range: still held
         assert state.free_whole_gpus[:3].tolist() == [4, 4, 3]
@@ -71,7 +74,8 @@ def test_place_in_leaf_uses_the_released_gpus_and_respects_cpu() -> None:
     state.allocate("a", Allocation.of([0, 1], [[0, 1, 2, 3]] * 2))
     gang = request(2, 4)
     assert place_in_leaf(state, gang, 0) is None
-    with state.released_on_nodes([state.allocations["a"]], 0, 2):
+    with trial(state) as what_if:
+        what_if.free_on_nodes([state.allocations["a"]], 0, 2)
         placed = place_in_leaf(state, gang, 0)
         assert isinstance(placed, Placement)
         assert sorted(placed.allocation.nodes.tolist()) == [0, 1]

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toposched.cluster.builders import nvl72_cluster
-from toposched.cluster.state import ClusterState, Health
+from toposched.cluster.state import Closure, ClusterState, Health
 from toposched.scheduler.fence import Fence, FencedNodes, NodeGroup
 
 NODES = 8  # 2 racks x 4 nodes
@@ -26,7 +26,9 @@ def node_set(fenced: FencedNodes) -> set[int]:
 
 
 def cordoned(state: ClusterState) -> set[int]:
-    return set(np.flatnonzero(state.health == np.int8(Health.CORDONED)).tolist())
+    """Nodes the state holds closed by the fence; the fence never changes a node's health."""
+    assert not (state.health == np.uint8(Health.CORDONED)).any()
+    return set(np.flatnonzero(state.closed & np.uint8(Closure.FENCE)).tolist())
 
 
 def test_a_lifted_block_is_open_to_searches_but_still_counts_as_fenced() -> None:
@@ -156,7 +158,7 @@ def test_the_fence_matches_a_set_model(steps: list[tuple[str, list[int]]]) -> No
             lifted = False
         else:
             # A node going down outside the fence (between cycles it cannot, but the fence must
-            # not cordon a node that is not healthy).
+            # not fence a node that is not healthy).
             free = [n for n in chosen if n not in fenced]
             if not free:
                 continue

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toposched.cluster import kernels
+from toposched.scheduler import victim_kernels
 
 
 @st.composite
@@ -63,7 +64,7 @@ def test_pods_in_domains_counts_healthy_allowed_nodes_capped_at_their_gpus(
         )
         for domain in domains.tolist()
     ]
-    pods = kernels.pods_in_domains(
+    pods = victim_kernels.pods_in_domains(
         domains, starts, free, extra, count, health, model, allowed, per_pod
     )
     assert pods.tolist() == expected
@@ -108,7 +109,7 @@ def test_domains_opened_by_matches_plain_counts_and_the_fractional_knapsack(
     )
     free, count, health = case["free"], case["gpu_count"], case["health"]
     model, allowed = case["model"], case["allowed"]
-    leaves, room, bound, lower, pair_leaf, pair_owner = kernels.domains_opened_by(
+    leaves, room, bound, lower, pair_leaf, pair_owner = victim_kernels.domains_opened_by(
         pod_starts,
         pod_nodes,
         whole,

@@ -6,7 +6,7 @@ import numpy as np
 
 from toposched.cluster.loaders import topology_from_dict
 from toposched.cluster.state import Allocation, ClusterState
-from toposched.cluster.statement import Statement
+from toposched.cluster.statement import Statement, trial
 from toposched.scheduler.preemptible import PreemptibleIndex, domain_nodes, uniform_size
 
 # Two racks of two nodes, 4 GPUs, 16 cores and 64 GiB each: n0, n1 in r0; n2, n3 in r1.
@@ -98,7 +98,8 @@ def test_whole_gpu_parts_free_what_their_jobs_hold() -> None:
     statement.discard()
     before = state.snapshot()
 
-    with state.parts_released(index.whole_gpu_parts(nodes, held)):
+    with trial(state) as what_if:
+        what_if.free_parts(index.whole_gpu_parts(nodes, held))
         inside = state.snapshot()
 
     for name, array in released.items():

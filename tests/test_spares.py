@@ -21,7 +21,7 @@ from test_preemption_scenarios import (
 from toposched.cli.main import main
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import ClusterState, Health
+from toposched.cluster.state import Closure, ClusterState, Health
 from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
@@ -52,7 +52,8 @@ def packed_racks(**options: Any) -> Scheduler:
 def test_spares_are_the_last_idle_nodes_of_each_rack_and_take_no_ordinary_work() -> None:
     sched = packed_racks()
     assert held(sched) == [3, 7]
-    assert (sched.state.health[[3, 7]] == Health.CORDONED).all()
+    assert (sched.state.health[[3, 7]] == Health.HEALTHY).all()  # held, not cordoned
+    assert (sched.state.closed[[3, 7]] == Closure.SPARE).all()
     sched.submit(spec("small", "team-c"), 10)
     result = sched.cycle(10)
     assert bound(result) == {}
@@ -82,7 +83,8 @@ def test_a_failed_nodes_gang_is_re_placed_inside_its_rack_using_a_spare() -> Non
     # Repaired, node 1 refills rack r0's pool instead of taking work.
     sched.set_health([1], Health.HEALTHY, 900)
     assert held(sched) == [1, 7]
-    assert sched.state.health[1] == Health.CORDONED
+    assert sched.state.health[1] == Health.HEALTHY
+    assert sched.state.closed[1] == Closure.SPARE
     assert bound(sched.cycle(900)) == {}
 
 
@@ -152,9 +154,15 @@ def test_a_spare_going_down_leaves_the_pool_and_returns_when_repaired() -> None:
     assert sched.state.health[7] == Health.DOWN
     sched.set_health([7], Health.HEALTHY, 20)
     assert held(sched) == [3, 7]
-    # Marking a held spare healthy keeps it held.
+    assert sched.state.closed[7] == Closure.SPARE
+    # Marking a held spare healthy keeps it held; cordoned by an operator, it is both, and
+    # uncordoned it is held still.
     sched.set_health([3], Health.HEALTHY, 30)
-    assert sched.state.health[3] == Health.CORDONED
+    assert sched.state.closed[3] == Closure.SPARE
+    sched.set_health([3], Health.CORDONED, 40)
+    assert sched.state.closed[3] == Closure.SPARE | Closure.UNHEALTHY
+    sched.set_health([3], Health.HEALTHY, 50)
+    assert (held(sched), int(sched.state.closed[3])) == ([3, 7], Closure.SPARE)
 
 
 @pytest.mark.parametrize(

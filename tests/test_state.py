@@ -16,13 +16,14 @@ from toposched.cluster.loaders import topology_from_dict
 from toposched.cluster.state import (
     MILLI_PER_GPU,
     Allocation,
+    Closure,
     ClusterState,
     Health,
     distinct,
     distinct_inverse,
     row_sums,
 )
-from toposched.cluster.statement import OperationKind, Statement
+from toposched.cluster.statement import OperationKind, Statement, trial
 
 # rack r0: n0 = 8 x A100, 64 cores, 256 GiB;  n1 = 4 x T4, 32 cores, 128 GiB
 # rack r1: n2 = 2 x T4, 16 cores, 64 GiB;     n3 = CPU only, 8 cores, 32 GiB
@@ -376,7 +377,7 @@ def test_row_sums_equal_numpy_sums(width: int, rows: int) -> None:
         assert row_sums(array).tolist() == array.sum(axis=1).tolist()
 
 
-def test_gpus_released_is_a_what_if_undone_exactly(state: ClusterState) -> None:
+def test_free_gpus_is_a_what_if_undone_exactly(state: ClusterState) -> None:
     # n0 runs `a` on GPUs 0-3 (4 cores); n1 runs `b` on GPUs 0-1 (2 of its 4); n2 is cordoned
     # and runs `c` on GPU 0.
     state.allocate("a", Allocation.of([0], [[0, 1, 2, 3]], cpu_milli=4000))
@@ -388,7 +389,8 @@ def test_gpus_released_is_a_what_if_undone_exactly(state: ClusterState) -> None:
     # a's GPUs 2-3, all of b's, c's: as if evicted (a keeps its CPU).
     freeing = np.zeros((3, 8), dtype=bool)
     freeing[0, [2, 3]] = freeing[1, [0, 1]] = freeing[2, 0] = True
-    with state.gpus_released(np.array([0, 1, 2]), freeing):
+    with trial(state) as what_if:
+        what_if.free_gpus(np.array([0, 1, 2]), freeing)
         assert state.free_whole_gpus.tolist() == [6, 4, 2, 0]
         # n1 is idle now (whole again, no CPU or memory held); n0 holds a's cores.
         assert totals(state, 1)[0] == (10, 10_000, 1, 92_000, 384 * GIB)
@@ -398,7 +400,7 @@ def test_gpus_released_is_a_what_if_undone_exactly(state: ClusterState) -> None:
     assert_same(before, snapshot(state))
 
 
-def test_parts_released_frees_cpu_and_memory_too(state: ClusterState) -> None:
+def test_free_parts_frees_cpu_and_memory_too(state: ClusterState) -> None:
     state.allocate("a", Allocation.of([0, 1], [[0, 1], [0, 1]], cpu_milli=2000, memory_mib=GIB))
     before = snapshot(state)
     parts = [
@@ -406,7 +408,8 @@ def test_parts_released_frees_cpu_and_memory_too(state: ClusterState) -> None:
         Allocation.of([0, 1], no_gpus(2), cpu_milli=2000, memory_mib=GIB),
     ]
 
-    with state.parts_released(parts):
+    with trial(state) as what_if:
+        what_if.free_parts(parts)
         # Everything of `a` is free: both nodes of r0 are idle again.
         assert totals(state, 1)[0] == (12, 12_000, 2, 96_000, 384 * GIB)
         assert_aggregates_fresh(state)
@@ -439,7 +442,8 @@ def test_changes_of_thousands_of_nodes_keep_aggregates_exact() -> None:
     state.set_health([500], Health.DOWN)
     freeing = np.zeros((2200, 4), dtype=bool)
     freeing[:, [0, 2]] = True
-    with state.gpus_released(np.arange(400, 2600), freeing):
+    with trial(state) as what_if:
+        what_if.free_gpus(np.arange(400, 2600), freeing)
         assert_aggregates_fresh(state)
     state.set_health([500], Health.HEALTHY)
     state.release("gang")
@@ -465,7 +469,8 @@ def test_what_if_over_thousands_of_nodes_counts_idle_nodes_once(freed_share: flo
     last = 100 + int(freed_share * 2500)
     freeing[100 : min(last, 2000)] = True
     freeing[2000:last, :2] = True
-    with state.gpus_released(np.arange(3000), freeing):
+    with trial(state) as what_if:
+        what_if.free_gpus(np.arange(3000), freeing)
         assert_aggregates_fresh(state)
         # Healthy nodes of `whole` whose GPUs were all freed turned idle; none of `cored`'s.
         turned_idle = min(last, 2000) - 100 - (1 if last > 1500 else 0)
@@ -504,6 +509,69 @@ def test_statement_rollback_commit_and_closing(state: ClusterState) -> None:
     assert_same(at_mark, snapshot(state))
     state.release("a")
     assert_same(start, snapshot(state))
+
+
+def test_a_closure_takes_nodes_out_of_the_aggregates_but_leaves_their_health(
+    state: ClusterState,
+) -> None:
+    state.allocate("a", Allocation.of([0], [[0]]))
+    assert state.total_free_gpus == 13
+    assert state.close(np.array([2, 0]), Closure.FENCE).tolist() == [0, 2]
+    assert state.health.tolist() == [Health.HEALTHY] * 4
+    assert state.nodes_by_health.tolist() == [4, 0, 0, 0]
+    assert state.closed.tolist() == [Closure.FENCE, 0, Closure.FENCE, 0]
+    assert state.total_free_gpus == 4  # n1's alone
+    assert_aggregates_fresh(state)
+    # Held as a spare and down too: opening the fence leaves it closed for both reasons.
+    assert state.close(np.array([2]), Closure.SPARE).tolist() == [2]
+    state.set_health([2], Health.DOWN)
+    state.reopen(np.array([0, 2]), Closure.FENCE)
+    assert state.closed.tolist() == [0, 0, Closure.SPARE | Closure.UNHEALTHY, 0]
+    assert state.total_free_gpus == 11
+    assert_aggregates_fresh(state)
+    state.set_health([2], Health.HEALTHY)
+    state.reopen(np.array([2]), Closure.SPARE)
+    assert state.closed.tolist() == [0, 0, 0, 0]
+    assert state.total_free_gpus == 13
+    assert_aggregates_fresh(state)
+
+
+def test_allocating_on_a_closed_node_says_why_and_changes_nothing(state: ClusterState) -> None:
+    state.close(np.array([1]), Closure.FENCE)
+    state.close(np.array([2]), Closure.SPARE)
+    before = snapshot(state)
+    for node, words in ((1, "kept for other jobs"), (2, "held as a spare")):
+        with pytest.raises(InputError) as caught:
+            state.allocate("a", Allocation.of([node], [[0]]))
+        assert caught.value.field == "allocation[a].nodes"
+        assert words in caught.value.rule
+    with pytest.raises(InputError) as caught:
+        state.close(np.array([0]), Closure.UNHEALTHY)
+    assert caught.value.field == "closure"
+    assert_same(before, snapshot(state))
+
+
+def test_a_statement_closure_is_undone_leaving_earlier_ones(state: ClusterState) -> None:
+    state.close(np.array([1]), Closure.FENCE)
+    before = snapshot(state)
+    with trial(state) as what_if:
+        what_if.close(np.array([2, 1, 0]))
+        assert state.closed.tolist() == [Closure.FENCE] * 3 + [0]
+        assert [op.kind for op in what_if.operations] == [OperationKind.CLOSE]
+        assert_aggregates_fresh(state)
+    assert_same(before, snapshot(state))
+    assert state.closed.tolist() == [0, Closure.FENCE, 0, 0]
+
+
+def test_a_trial_is_undone_when_its_block_raises(state: ClusterState) -> None:
+    state.allocate("a", Allocation.of([0, 1], [[0, 1], [0, 1]], cpu_milli=1000))
+    before = snapshot(state)
+    with pytest.raises(RuntimeError), trial(state) as what_if:
+        what_if.free_parts([state.allocations["a"]])
+        assert state.total_free_gpus == 14
+        raise RuntimeError("the search failed")
+    assert_same(before, snapshot(state))
+    assert list(state.allocations) == ["a"]
 
 
 def test_statement_failed_operation_is_not_recorded(state: ClusterState) -> None:
@@ -844,7 +912,8 @@ def test_a_block_cordoned_and_opened_again_and_again_keeps_aggregates_exact(seed
             statement.rollback(0)
         elif kind == 3 and held:
             chosen = rng.choice(held, size=min(9, len(held)), replace=False)
-            with state.parts_released([state.allocations[str(owner)] for owner in chosen]):
+            with trial(state) as what_if:
+                what_if.free_parts([state.allocations[str(owner)] for owner in chosen])
                 assert_aggregates_recomputed(state)
         elif kind == 4 and held:
             chosen = rng.choice(held, size=min(30, len(held)), replace=False)

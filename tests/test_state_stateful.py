@@ -19,7 +19,7 @@ from hypothesis.stateful import (
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import topology_from_dict
-from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState, Health
+from toposched.cluster.state import MILLI_PER_GPU, Allocation, Closure, ClusterState, Health
 from toposched.cluster.statement import OperationKind, Statement
 from toposched.cluster.topology import Topology
 
@@ -73,6 +73,8 @@ class Model:
     cpu: np.ndarray
     memory: np.ndarray
     health: np.ndarray
+    closures: np.ndarray
+    """Per node, the bits of the closures set on it (fence, spare), apart from health."""
     held: dict[str, Allocation] = field(default_factory=dict)
 
     def copy(self) -> Model:
@@ -81,6 +83,7 @@ class Model:
             self.cpu.copy(),
             self.memory.copy(),
             self.health.copy(),
+            self.closures.copy(),
             dict(self.held),
         )
 
@@ -106,7 +109,7 @@ class Model:
             return False
         if cpu < 0 or memory < 0:
             return False
-        if any(self.health[node] != Health.HEALTHY for node in nodes):
+        if any(self.health[node] != Health.HEALTHY or self.closures[node] for node in nodes):
             return False
         wanted_gpu: dict[tuple[int, int], int] = {}
         wanted_cpu: dict[int, int] = {}
@@ -165,6 +168,7 @@ class StatementMachine(RuleBasedStateMachine):
             self.state.gpu_free_milli.astype(np.int64),
             top.cpu_milli.copy(),
             top.memory_mib.copy(),
+            np.zeros(top.n_nodes, dtype=np.int64),
             np.zeros(top.n_nodes, dtype=np.int64),
         )
         self.start_statement()
@@ -281,6 +285,14 @@ class StatementMachine(RuleBasedStateMachine):
         self.model.health[nodes] = int(health)
         self.kinds.append(OperationKind.HEALTH)
 
+    @rule(data=st.data(), closure=st.sampled_from([Closure.FENCE, Closure.SPARE]))
+    def close(self, data: st.DataObject, closure: Closure) -> None:
+        n = self.state.topology.n_nodes
+        nodes = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3))
+        self.statement.close(np.array(nodes, dtype=np.int64), closure)
+        self.model.closures[nodes] |= int(closure)
+        self.kinds.append(OperationKind.CLOSE)
+
     @rule()
     def checkpoint(self) -> None:
         mark = self.statement.checkpoint()
@@ -353,6 +365,8 @@ class StatementMachine(RuleBasedStateMachine):
         assert np.array_equal(self.state.free_cpu_milli, self.model.cpu)
         assert np.array_equal(self.state.free_memory_mib, self.model.memory)
         assert np.array_equal(self.state.health, self.model.health)
+        unhealthy = (self.model.health != Health.HEALTHY).astype(np.int64)
+        assert np.array_equal(self.state.closed, self.model.closures | unhealthy)
         counts = np.bincount(self.model.health, minlength=len(self.state.nodes_by_health))
         assert np.array_equal(self.state.nodes_by_health, counts)
         assert self.state.allocations.keys() == self.model.held.keys()

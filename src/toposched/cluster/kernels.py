@@ -11,8 +11,8 @@ COMPILED_LIMIT = 2048
 StateArrays = tuple[np.ndarray, ...]
 """The state's arrays the loops read and change, in this order (`ClusterState._kernel_arrays`):
 per node, free whole GPUs, free milli-GPU of each GPU, free CPU, free memory, GPU count, CPU
-capacity, memory capacity, health; each node's domain row at every level; per node, its GPU
-model; per domain row, the free-GPU histogram and the totals."""
+capacity, memory capacity, closed (0: open to new work); each node's domain row at every level;
+per node, its GPU model; per domain row, the free-GPU histogram and the totals."""
 # Columns of a node's values, in the order of the per-domain totals.
 WHOLE, MILLI, IDLE, CPU, MEMORY = range(5)
 
@@ -73,27 +73,27 @@ def add_node_changes(
     nodes: np.ndarray,
     before: np.ndarray,
     after: np.ndarray,
-    healthy: np.ndarray,
+    is_open: np.ndarray,
     node_rows: np.ndarray,
     gpu_model: np.ndarray,
     hist: np.ndarray,
     totals: np.ndarray,
 ) -> None:
-    """Move the domains of healthy `nodes` from the nodes' `before` values (one row per node)
+    """Move the domains of open `nodes` from the nodes' `before` values (one row per node)
     to their `after` values."""
     for i in range(nodes.size):
-        if healthy[i]:
+        if is_open[i]:
             _move_domains(nodes[i], before[i], after[i], node_rows, gpu_model, hist, totals)
 
 
 @njit(cache=True, nogil=True)
 def add_nodes(nodes: np.ndarray, sign: int, arrays: StateArrays) -> None:
-    """Add (sign=+1) or take away (-1) healthy `nodes`' values in their domains' aggregates."""
-    health, node_rows, gpu_model, hist, totals = arrays[7:]
+    """Add (sign=+1) or take away (-1) open `nodes`' values in their domains' aggregates."""
+    closed, node_rows, gpu_model, hist, totals = arrays[7:]
     values = np.empty(5, dtype=np.int64)
     for i in range(nodes.size):
         node = nodes[i]
-        if health[node] != 0:
+        if closed[node] != 0:
             continue
         _values_into(node, values, arrays)
         model = gpu_model[node]
@@ -118,17 +118,17 @@ def apply_pods(
     change: int,
 ) -> None:
     """Take (sign=-1) or give back (+1) the pods' resources, pod by pod, and move the domains
-    of healthy nodes from each node's values before the pod to its values after; each node's
+    of open nodes from each node's values before the pod to its values after; each node's
     `changed_at` becomes `change`."""
     free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
-    health, node_rows, gpu_model, hist, totals = arrays[7:]
+    closed, node_rows, gpu_model, hist, totals = arrays[7:]
     before = np.empty(5, dtype=np.int64)
     after = np.empty(5, dtype=np.int64)
     for pod in range(nodes.size):
         node = nodes[pod]
         changed_at[node] = change
-        healthy = health[node] == 0
-        if healthy:
+        is_open = closed[node] == 0
+        if is_open:
             _values_into(node, before, arrays)
         for column in range(gpus.shape[1]):
             gpu_free_milli[node, gpus[pod, column]] += sign * gpu_milli
@@ -139,36 +139,9 @@ def apply_pods(
         free_whole_gpus[node] = whole
         free_cpu_milli[node] += sign * cpu_milli
         free_memory_mib[node] += sign * memory_mib
-        if healthy:
+        if is_open:
             _values_into(node, after, arrays)
             _move_domains(node, before, after, node_rows, gpu_model, hist, totals)
-
-
-@njit(cache=True, nogil=True)
-def pods_in_domains(
-    domains: np.ndarray,
-    starts: np.ndarray,
-    free_whole_gpus: np.ndarray,
-    extra_gpus: np.ndarray,
-    gpu_count: np.ndarray,
-    health: np.ndarray,
-    gpu_model: np.ndarray,
-    model_allowed: np.ndarray,
-    gpus_per_pod: int,
-) -> np.ndarray:
-    """Per domain (nodes starts[d]..starts[d+1]-1), the pods of `gpus_per_pod` whole GPUs its
-    healthy nodes of allowed models could hold with `extra_gpus` more free on each node."""
-    pods = np.zeros(domains.size, dtype=np.int64)
-    for i in range(domains.size):
-        domain = domains[i]
-        total = 0
-        for node in range(starts[domain], starts[domain + 1]):
-            if health[node] != 0 or not model_allowed[gpu_model[node]]:
-                continue
-            gpus = min(np.int64(free_whole_gpus[node]) + extra_gpus[node], gpu_count[node])
-            total += gpus // gpus_per_pod
-        pods[i] = total
-    return pods
 
 
 @njit(cache=True, nogil=True)
@@ -179,12 +152,12 @@ def fits_now(
     cpu_milli: int,
     memory_mib: int,
     gpu_count: np.ndarray,
-    health: np.ndarray,
+    closed: np.ndarray,
     gpu_free_milli: np.ndarray,
     free_cpu_milli: np.ndarray,
     free_memory_mib: np.ndarray,
 ) -> bool:
-    """Whether pods on `nodes` using `gpus` (one row per pod) name valid healthy nodes and GPUs
+    """Whether pods on `nodes` using `gpus` (one row per pod) name valid open nodes and GPUs
     and fit what is free now: each GPU's free milli covers every pod listing it, each node's
     free CPU and memory cover every pod on it. The caller checks the scalars."""
     pods, per_pod = gpus.shape
@@ -192,7 +165,7 @@ def fits_now(
     slots = np.empty(pods * per_pod, dtype=np.int64)
     for pod in range(pods):
         node = nodes[pod]
-        if node < 0 or node >= gpu_count.size or health[node] != 0:
+        if node < 0 or node >= gpu_count.size or closed[node] != 0:
             return False
         for column in range(per_pod):
             gpu = gpus[pod, column]
@@ -257,56 +230,6 @@ def free_pods_inside(
 
 
 @njit(cache=True, nogil=True)
-def reaching(
-    free: np.ndarray,
-    extra: np.ndarray,
-    need: int,
-    weight: np.ndarray,
-    weighted_since: np.ndarray,
-    now: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Indices where `free` plus `extra` reaches `need`, in increasing order, and at each the
-    work `now * weight - weighted_since` (at least 0)."""
-    count = 0
-    for i in range(free.size):
-        if free[i] + extra[i] >= need:
-            count += 1
-    found = np.empty(count, dtype=np.int64)
-    work = np.empty(count, dtype=np.float64)
-    count = 0
-    for i in range(free.size):
-        if free[i] + extra[i] >= need:
-            found[count] = i
-            work[count] = max(now * weight[i] - weighted_since[i], 0.0)
-            count += 1
-    return found, work
-
-
-@njit(cache=True, nogil=True)
-def owners_on(nodes: np.ndarray, owner: np.ndarray) -> np.ndarray:
-    """The distinct non-negative entries of `owner`'s rows for `nodes`, sorted."""
-    width = owner.shape[1]
-    found = np.empty(nodes.size * width, dtype=np.int64)
-    count = 0
-    last = -1
-    for i in range(nodes.size):
-        for column in range(width):
-            value = owner[nodes[i], column]
-            # A job's GPUs lie side by side: repeats in a row are dropped before the sort.
-            if value >= 0 and value != last:
-                found[count] = value
-                count += 1
-                last = value
-    found = np.sort(found[:count])
-    distinct = 0
-    for i in range(count):
-        if i == 0 or found[i] != found[i - 1]:
-            found[distinct] = found[i]
-            distinct += 1
-    return found[:distinct]
-
-
-@njit(cache=True, nogil=True)
 def pick_free_gpus(
     nodes: np.ndarray, pods_per_node: np.ndarray, per_pod: int, gpu_free_milli: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -336,121 +259,14 @@ def pick_free_gpus(
 
 
 @njit(cache=True, nogil=True)
-def domains_opened_by(
-    pod_starts: np.ndarray,
-    pod_nodes: np.ndarray,
-    whole: np.ndarray,
-    lost: np.ndarray,
-    leaf_of_node: np.ndarray,
-    starts: np.ndarray,
-    free_whole_gpus: np.ndarray,
-    gpu_count: np.ndarray,
-    health: np.ndarray,
-    gpu_model: np.ndarray,
-    model_allowed: np.ndarray,
-    pods_per_gpu: int,
-    gpus_per_pod: int,
-    pods_per_node: int,
-    gpu_needed: int,
-    with_lower: bool,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """For candidates 0..k-1 (candidate c holds pods pod_starts[c]..pod_starts[c+1]-1 on
-    `pod_nodes`, freeing `whole[c]` GPUs per pod and losing `lost[c]`), per innermost domain
-    some candidate touches, in increasing order:
-
-    - the domain, and the pods its healthy nodes of allowed models could hold if every
-      candidate there left (`pods_per_gpu` per `gpus_per_pod` free GPUs), plus
-      `pods_per_node` on every node (pods without GPUs);
-    - the work lost evicting every candidate there (an upper bound of the cheapest set);
-    - with `with_lower`, a lower bound of it: candidates by lost work per GPU freed there, the
-      last in part, until the `gpu_needed` GPUs less the free ones are covered;
-
-    and the (domain position, candidate) pairs, by domain position then candidate.
-    """
-    candidates = pod_starts.size - 1
-    pods = pod_nodes.size
-    pod_owner = np.empty(pods, dtype=np.int64)
-    pod_leaf = np.empty(pods, dtype=np.int64)
-    for candidate in range(candidates):
-        for pod in range(pod_starts[candidate], pod_starts[candidate + 1]):
-            pod_owner[pod] = candidate
-            pod_leaf[pod] = leaf_of_node[pod_nodes[pod]]
-    leaves = np.unique(pod_leaf)
-    position = np.searchsorted(leaves, pod_leaf)
-    offsets = np.empty(leaves.size + 1, dtype=np.int64)
-    offsets[0] = 0
-    for i in range(leaves.size):
-        offsets[i + 1] = offsets[i] + starts[leaves[i] + 1] - starts[leaves[i]]
-    freed = np.zeros(offsets[-1], dtype=np.int64)
-    for pod in range(pods):
-        at = position[pod]
-        freed[offsets[at] + pod_nodes[pod] - starts[leaves[at]]] += whole[pod_owner[pod]]
-    room = np.zeros(leaves.size, dtype=np.int64)
-    usable_free = np.zeros(leaves.size, dtype=np.int64)
-    for i in range(leaves.size):
-        first = starts[leaves[i]]
-        for node in range(first, starts[leaves[i] + 1]):
-            room[i] += pods_per_node
-            if health[node] != 0 or not model_allowed[gpu_model[node]]:
-                continue
-            free = np.int64(free_whole_gpus[node])
-            usable_free[i] += free
-            gpus = min(free + freed[offsets[i] + node - first], np.int64(gpu_count[node]))
-            room[i] += gpus * pods_per_gpu // gpus_per_pod
-    # Distinct (position, candidate) pairs with the GPUs the candidate frees there.
-    codes = position * candidates + pod_owner
-    order = np.argsort(codes, kind="mergesort")
-    pair_leaf = np.empty(pods, dtype=np.int64)
-    pair_owner = np.empty(pods, dtype=np.int64)
-    supply = np.zeros(pods, dtype=np.float64)
-    pairs = 0
-    for k in range(pods):
-        pod = order[k]
-        if k == 0 or codes[pod] != codes[order[k - 1]]:
-            pair_leaf[pairs] = position[pod]
-            pair_owner[pairs] = pod_owner[pod]
-            pairs += 1
-        supply[pairs - 1] += whole[pod_owner[pod]]
-    pair_leaf, pair_owner, supply = pair_leaf[:pairs], pair_owner[:pairs], supply[:pairs]
-    bound = np.zeros(leaves.size, dtype=np.float64)
-    for pair in range(pairs):
-        bound[pair_leaf[pair]] += lost[pair_owner[pair]]
-    lower = np.zeros(leaves.size if with_lower else 0, dtype=np.float64)
-    if with_lower:
-        ratio = np.empty(pairs, dtype=np.float64)
-        for pair in range(pairs):
-            if supply[pair] > 0:
-                ratio[pair] = lost[pair_owner[pair]] / max(supply[pair], 1.0)
-            else:
-                ratio[pair] = np.inf
-        begin = 0
-        while begin < pairs:
-            end = begin + 1
-            while end < pairs and pair_leaf[end] == pair_leaf[begin]:
-                end += 1
-            leaf = pair_leaf[begin]
-            need = gpu_needed - usable_free[leaf]
-            cheapest = np.argsort(ratio[begin:end], kind="mergesort")
-            before = 0.0
-            for k in range(end - begin):
-                pair = begin + cheapest[k]
-                take = min(max(need - before, 0.0), supply[pair])
-                if take > 0:
-                    lower[leaf] += take * ratio[pair]
-                before += supply[pair]
-            begin = end
-    return leaves, room, bound, lower, pair_leaf, pair_owner
-
-
-@njit(cache=True, nogil=True)
 def set_gpu_rows(nodes: np.ndarray, rows: np.ndarray, arrays: StateArrays) -> None:
     """Give each of `nodes` (sorted, distinct) the free milli-GPU row of `rows`, and move the
-    aggregates of the healthy ones by the change: summed over each run of nodes sharing an
+    aggregates of the open ones by the change: summed over each run of nodes sharing an
     innermost domain, then added once per level to the run's domains (a large gang's nodes
     fill whole racks, so far fewer domain updates than nodes)."""
     free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
     gpu_count, cpu_capacity, memory_capacity = arrays[4:7]
-    health, node_rows, gpu_model, hist, totals = arrays[7:]
+    closed, node_rows, gpu_model, hist, totals = arrays[7:]
     levels = node_rows.shape[1]
     leaf_level = levels - 1
     width = hist.shape[2]
@@ -491,7 +307,7 @@ def set_gpu_rows(nodes: np.ndarray, rows: np.ndarray, arrays: StateArrays) -> No
             if value == 1000:
                 new_whole += 1
         free_whole_gpus[node] = new_whole
-        if health[node] != 0:
+        if closed[node] != 0:
             continue
         rest_free = (
             free_cpu_milli[node] == cpu_capacity[node]

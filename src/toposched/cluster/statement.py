@@ -1,15 +1,24 @@
-"""Statement: a transaction over ClusterState with checkpoints, exact rollback and commit."""
+"""Statement: the one way to change a ClusterState and undo the change exactly, with
+checkpoints, rollback and commit; `trial` for changes that last one block."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
+from typing import ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
+from toposched.cluster.allocation import Allocation
+from toposched.cluster.availability import Closure
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import Allocation, ClusterState, Health, SavedRows
+from toposched.cluster.health import Health
+from toposched.cluster.rows import SavedRows
+from toposched.cluster.state import ClusterState
+from toposched.cluster.trials import Before, RowsBefore
 
 
 class OperationKind(Enum):
@@ -18,22 +27,101 @@ class OperationKind(Enum):
     RELEASE_MANY = "release_many"
     EVICT = "evict"
     HEALTH = "health"
+    CLOSE = "close"
+    FREE = "free"
 
 
-@dataclass(frozen=True)
-class Operation:
-    """One recorded change: enough to undo it exactly."""
+@dataclass(frozen=True, eq=False)
+class Allocated:
+    """`owner` took `allocation`."""
 
-    kind: OperationKind
-    owner: str = ""
-    allocation: Allocation | None = None
-    nodes: NDArray[np.int64] | None = None
-    previous_health: NDArray[np.uint8] | None = None
-    health: Health | None = None
-    owners: tuple[str, ...] = ()
-    allocations: tuple[Allocation, ...] = ()
-    saved_rows: list[SavedRows] | None = None
-    """For a bulk release, copies of the rows it changed: undone by putting them back."""
+    kind: ClassVar[OperationKind] = OperationKind.ALLOCATE
+    owner: str
+    allocation: Allocation
+
+    def undo(self, state: ClusterState) -> None:
+        state.release(self.owner)
+
+
+@dataclass(frozen=True, eq=False)
+class Released:
+    """`owner` gave back `allocation`: finished or cancelled, or evicted (`kind` EVICT)."""
+
+    owner: str
+    allocation: Allocation
+    evicted: bool = False
+
+    @property
+    def kind(self) -> OperationKind:
+        return OperationKind.EVICT if self.evicted else OperationKind.RELEASE
+
+    def undo(self, state: ClusterState) -> None:
+        # Re-taking what was released is always possible: nothing else holds it, and the
+        # node's health and closures are restored by undoing later operations first.
+        state.retake(self.owner, self.allocation)
+
+
+@dataclass(frozen=True, eq=False)
+class ReleasedMany:
+    """`owners` gave back `allocations` in one pass; `before`: the rows it changed (None for a
+    few pods, undone by taking them again)."""
+
+    kind: ClassVar[OperationKind] = OperationKind.RELEASE_MANY
+    owners: tuple[str, ...]
+    allocations: tuple[Allocation, ...]
+    before: Before | None
+
+    @property
+    def saved_rows(self) -> list[SavedRows] | None:
+        return self.before.rows if isinstance(self.before, RowsBefore) else None
+
+    def undo(self, state: ClusterState) -> None:
+        owners, allocations = list(self.owners), list(self.allocations)
+        if self.before is None:
+            state.retake_many(owners, allocations)
+        else:
+            state.put_back(self.before)
+            state.hold_again(owners, allocations)
+
+
+@dataclass(frozen=True, eq=False)
+class HealthSet:
+    """`nodes` (distinct, sorted) became `health`, from `previous`."""
+
+    kind: ClassVar[OperationKind] = OperationKind.HEALTH
+    nodes: NDArray[np.int64]
+    previous: NDArray[np.uint8]
+    health: Health
+
+    def undo(self, state: ClusterState) -> None:
+        state.restore_health(self.nodes, self.previous)
+
+
+@dataclass(frozen=True, eq=False)
+class Closed:
+    """`nodes` were closed for `closure` (only those not closed for it before)."""
+
+    kind: ClassVar[OperationKind] = OperationKind.CLOSE
+    nodes: NDArray[np.int64]
+    closure: Closure
+
+    def undo(self, state: ClusterState) -> None:
+        state.reopen(self.nodes, self.closure)
+
+
+@dataclass(frozen=True, eq=False)
+class Freed:
+    """Resources freed though nobody stopped holding them (a what-if of evictions)."""
+
+    kind: ClassVar[OperationKind] = OperationKind.FREE
+    before: Before
+
+    def undo(self, state: ClusterState) -> None:
+        state.put_back(self.before)
+
+
+Operation = Allocated | Released | ReleasedMany | HealthSet | Closed | Freed
+"""One recorded change: enough to undo it exactly."""
 
 
 class Statement:
@@ -44,6 +132,10 @@ class Statement:
     arithmetic, so the arrays return bit-exactly), and `commit` ends the statement and hands back
     the operations, which become the decisions a backend carries out. A statement that is
     neither committed nor rolled back holds its changes: call `discard()` to undo them all.
+
+    The what-ifs (`free_gpus`, `free_parts`, `free_on_nodes`) free resources nobody stops
+    holding, for a search to look at; they are unchecked: the caller frees resources held right
+    now and changes nothing else in the state until they are rolled back.
     """
 
     def __init__(self, state: ClusterState) -> None:
@@ -58,45 +150,61 @@ class Statement:
     def allocate(self, owner: str, allocation: Allocation) -> None:
         self._open()
         self.state.allocate(owner, allocation)
-        self.operations.append(Operation(OperationKind.ALLOCATE, owner, allocation))
+        self.operations.append(Allocated(owner, allocation))
 
     def release(self, owner: str) -> Allocation:
         """A job finished or was cancelled: its resources return."""
         self._open()
         allocation = self.state.release(owner)
-        self.operations.append(Operation(OperationKind.RELEASE, owner, allocation))
+        self.operations.append(Released(owner, allocation))
         return allocation
 
     def evict(self, owner: str) -> Allocation:
         """A job is preempted: its resources return, recorded as an eviction."""
         self._open()
         allocation = self.state.release(owner)
-        self.operations.append(Operation(OperationKind.EVICT, owner, allocation))
+        self.operations.append(Released(owner, allocation, evicted=True))
         return allocation
 
     def release_many(self, owners: list[str]) -> list[Allocation]:
         """Release many owners in one vectorised pass (e.g. to see a future state)."""
         self._open()
-        released, saved = self.state.release_many_keeping_rows(owners)
-        self.operations.append(
-            Operation(
-                OperationKind.RELEASE_MANY,
-                owners=tuple(owners),
-                allocations=tuple(released),
-                saved_rows=saved,
-            )
-        )
+        released, before = self.state.release_many_keeping_rows(owners)
+        self.operations.append(ReleasedMany(tuple(owners), tuple(released), before))
         return released
 
     def set_health(self, nodes: NDArray[np.int64] | list[int], health: Health) -> None:
         self._open()
         node_array = np.unique(np.asarray(nodes, dtype=np.int64).reshape(-1))
         previous = self.state.set_health(node_array, health)
-        self.operations.append(
-            Operation(
-                OperationKind.HEALTH, nodes=node_array, previous_health=previous, health=health
-            )
-        )
+        self.operations.append(HealthSet(node_array, previous, health))
+
+    def close(self, nodes: NDArray[np.int64], closure: Closure = Closure.FENCE) -> None:
+        """Keep `nodes` from new work (health unchanged), e.g. a domain being emptied."""
+        self._open()
+        closed = self.state.close(np.asarray(nodes, dtype=np.int64), closure)
+        self.operations.append(Closed(closed, closure))
+
+    def free_gpus(self, nodes: NDArray[np.int64], freeing: NDArray[np.bool_]) -> None:
+        """The whole GPUs marked in `freeing` (one row per node of `nodes`, sorted and unique;
+        one column per GPU), held now by whole-GPU pods, are free; the aggregates move."""
+        self._open()
+        self.operations.append(Freed(self.state.trial_free_gpus(nodes, freeing)))
+
+    def free_parts(self, parts: list[Allocation]) -> None:
+        """The resources of `parts` (pieces of allocations held now) are free; the aggregates
+        move. Copies of the rows are put back on rollback (cheaper than the opposite change
+        for tens of thousands of nodes)."""
+        self._open()
+        if parts:
+            self.operations.append(Freed(self.state.trial_free_parts(parts)))
+
+    def free_on_nodes(self, parts: list[Allocation], first: int, last: int) -> None:
+        """The pods of `parts` on nodes first..last-1 are free in the node arrays alone;
+        domain aggregates keep their values. For a search confined to those nodes (one
+        innermost domain), far cheaper than `free_parts`."""
+        self._open()
+        self.operations.append(Freed(self.state.trial_free_on_nodes(parts, first, last)))
 
     def checkpoint(self) -> int:
         """A mark to roll back to: the number of operations so far."""
@@ -109,24 +217,7 @@ class Statement:
         if not 0 <= mark <= len(self.operations):
             raise InputError("mark", mark, f"must be a checkpoint in [0, {len(self.operations)}]")
         while len(self.operations) > mark:
-            operation = self.operations.pop()
-            if operation.kind is OperationKind.ALLOCATE:
-                self.state.release(operation.owner)
-            elif operation.kind is OperationKind.RELEASE_MANY:
-                owners, allocations = list(operation.owners), list(operation.allocations)
-                if operation.saved_rows is None:
-                    self.state.retake_many(owners, allocations)
-                else:
-                    self.state.restore_released(owners, allocations, operation.saved_rows)
-            elif operation.kind is OperationKind.HEALTH:
-                assert operation.nodes is not None and operation.previous_health is not None
-                self.state.restore_health(operation.nodes, operation.previous_health)
-            else:
-                assert operation.allocation is not None
-                # Re-taking what was released is always possible: nothing else holds it, and
-                # the node's health is restored by undoing later operations first.
-                self.state._apply(operation.allocation, -1)
-                self.state.allocations[operation.owner] = operation.allocation
+            self.operations.pop().undo(self.state)
 
     def commit(self) -> list[Operation]:
         """Keep every change and return the operations, in order."""
@@ -138,3 +229,13 @@ class Statement:
         """Undo everything and close."""
         self.rollback(0)
         self._closed = True
+
+
+@contextmanager
+def trial(state: ClusterState) -> Iterator[Statement]:
+    """A statement whose changes last the block: discarded at its end, however it ends."""
+    statement = Statement(state)
+    try:
+        yield statement
+    finally:
+        statement.discard()

@@ -121,7 +121,7 @@ class CapacityView:
                 state.free_whole_gpus,
                 state.free_cpu_milli,
                 state.free_memory_mib,
-                state.health,
+                state.closed,
                 state.topology.gpu_model,
                 self._model_allowed(),
                 self.pods_per_free,
@@ -146,7 +146,7 @@ class CapacityView:
             capacity = np.minimum(capacity, state.free_cpu_milli[pick] // request.cpu_milli)
         if request.memory_mib:
             capacity = np.minimum(capacity, state.free_memory_mib[pick] // request.memory_mib)
-        usable = state.health[pick] == 0
+        usable = state.closed[pick] == 0
         if request.allowed_models is not None:
             usable &= self._model_allowed()[state.topology.gpu_model[pick]]
         return self._in_node_slices(np.where(usable, capacity, 0))
@@ -260,7 +260,7 @@ class CapacityView:
             starts = topology.domain_starts[level][lo : hi + 1]
             nodes = slice(int(starts[0]), int(starts[-1]))
             allowed = np.isin(topology.gpu_model[nodes], request.allowed_models)
-            healthy = state.health[nodes] == 0
+            healthy = state.closed[nodes] == 0
             milli = state.gpu_free_milli[nodes].sum(axis=1, dtype=np.int64) * (allowed & healthy)
             per_domain: IntArray = np.add.reduceat(milli, starts[:-1] - starts[0])
             return per_domain // MILLI_PER_GPU

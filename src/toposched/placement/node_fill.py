@@ -89,7 +89,7 @@ class NodeFill:
                     state.free_whole_gpus,
                     state.free_cpu_milli,
                     state.free_memory_mib,
-                    state.health,
+                    state.closed,
                     self.topology.gpu_model,
                     state.gpu_free_milli,
                     request.model_allowed(self.topology),

@@ -367,7 +367,7 @@ def _placed_in_one_leaf(
         state.free_whole_gpus,
         state.free_cpu_milli,
         state.free_memory_mib,
-        state.health,
+        state.closed,
         topology.gpu_model,
         state.gpu_free_milli,
         request.model_allowed(topology),
@@ -391,7 +391,7 @@ def place_in_leaf(
     """Place every pod of `request` inside innermost domain `leaf`, or None if it has no room.
 
     Reads the leaf's node arrays alone, never a domain aggregate, with exact capacities (GPUs,
-    CPU, memory): valid inside `ClusterState.released_on_nodes` over the leaf's nodes. Meant for
+    CPU, memory): valid inside `Statement.free_on_nodes` over the leaf's nodes. Meant for
     gangs bound to one innermost domain (a `required` innermost level, or one pod), which every
     other constraint then holds for.
     """

@@ -236,12 +236,11 @@ class Scheduler:
 
         With spares, a requeued gang is nominated its surviving nodes plus a spare of the
         failed node's domain, and restarts there in the next cycle. Held spares stay held when
-        marked healthy; a repaired node refills its domain's pool.
+        marked healthy (a hold is a closure, apart from health); a repaired node refills its
+        domain's pool.
         """
         node_array = distinct(np.asarray(nodes, dtype=np.int64))
         spares = self.spares
-        if spares is not None and health is Health.HEALTHY:
-            node_array = np.setdiff1d(node_array, spares.keep_held(node_array))
         self.state.set_health(node_array, health)
         failed: list[Job] = []
         if spares is not None and health is Health.DOWN:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.state import ClusterState, Health
+from toposched.cluster.state import ClusterState
 from toposched.cluster.statement import Statement
 from toposched.placement.capacity import CapacityView
 from toposched.placement.policies import PlacementPolicy
@@ -58,7 +58,7 @@ def fragmentation(state: ClusterState, shapes: Iterable[GangRequest]) -> float:
     gang or slice of that shape. Shared-GPU shapes count a GPU with any free share as usable.
     """
     topology = state.topology
-    free = state.free_whole_gpus.astype(np.int64) * (state.health == Health.HEALTHY)
+    free = state.free_whole_gpus.astype(np.int64) * (state.closed == 0)
     total_free = int(free.sum())
     if total_free == 0:
         return 0.0
@@ -191,8 +191,7 @@ class Defragmenter:
                 return None
             statement.allocate(job_id, placed.allocation)
             # Every mover must land again at once, outside the opened domain.
-            inside = np.arange(first, last, dtype=np.int64)
-            statement.set_health(inside[state.health[inside] == Health.HEALTHY], Health.CORDONED)
+            statement.close(np.arange(first, last, dtype=np.int64))
             for mover in moved:
                 again = place(state, mover.request, self.policy, exact_reasons=False)
                 if not isinstance(again, Placement):
@@ -237,9 +236,7 @@ class Defragmenter:
             try:
                 for mover in movers:
                     statement.release(mover.job_id)
-                statement.set_health(
-                    inside[state.health[inside] == Health.HEALTHY], Health.CORDONED
-                )
+                statement.close(inside)
                 fits = True
                 for mover in movers:
                     again = place(state, mover.request, self.policy, exact_reasons=False)

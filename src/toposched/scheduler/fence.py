@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.state import ClusterState, Health, distinct
+from toposched.cluster.availability import Closure
+from toposched.cluster.state import ClusterState, distinct
 
 IntArray = NDArray[np.int64]
 
-_HEALTHY = np.int8(Health.HEALTHY)
 _fence_serials = itertools.count()
 
 
@@ -105,9 +105,10 @@ class FencedNodes:
 
 
 class Fence:
-    """Nodes kept from the rest of a cycle (reserved or nominated), cordoned while it runs.
+    """Nodes kept from the rest of a cycle (reserved or nominated), closed while it runs
+    (`Closure.FENCE`: their health unchanged).
 
-    Only healthy nodes are fenced, so lifting the fence makes them healthy again. Every change
+    Only open nodes are fenced, so lifting the fence opens them again. Every change
     of which nodes are fenced moves `generation`, so what was checked against the fence is
     re-checked only after it moved.
 
@@ -230,25 +231,25 @@ class Fence:
         self._block = self._close(nodes)
 
     def _close(self, nodes: IntArray) -> NodeGroup | None:
-        """Fence the healthy ones of `nodes` not fenced yet, as one group (None: none)."""
+        """Fence the open ones of `nodes` not fenced yet, as one group (None: none)."""
         candidates = distinct(nodes[~self._fenced_mask[nodes]])
-        healthy = candidates[self.state.health[candidates] == _HEALTHY]
-        if not healthy.size:
+        opened = candidates[self.state.closed[candidates] == 0]
+        if not opened.size:
             return None
-        if self._open_generations and self._fenced_at[healthy].any():
+        if self._open_generations and self._fenced_at[opened].any():
             self._compare_sets = True
-        self.state.set_health(healthy, Health.CORDONED)
-        self._fenced_mask[healthy] = True
-        group = NodeGroup(healthy)
+        self.state.close(opened, Closure.FENCE)
+        self._fenced_mask[opened] = True
+        group = NodeGroup(opened)
         self._groups.append(group)
         self._moved()
-        self._fenced_at[healthy] = self.generation
+        self._fenced_at[opened] = self.generation
         return group
 
     def lift(self) -> None:
         """Open the block for a backfill search, until `settle`."""
         if self._block is not None and not self._lifted:
-            self.state.set_health(self._block.nodes, Health.HEALTHY)
+            self.state.reopen(self._block.nodes, Closure.FENCE)
             self._lifted = True
             self._seen = None
 
@@ -256,9 +257,8 @@ class Fence:
         """Close the block again if it was lifted: every search but a backfill's sees it."""
         if self._lifted:
             assert self._block is not None  # only a block is lifted
-            # Cordoned again as they were: no node changes health inside a cycle but by the
-            # fence, and a job backfilled onto a node keeps it.
-            self.state.set_health(self._block.nodes, Health.CORDONED)
+            # Closed again as they were: a job backfilled onto a node keeps it.
+            self.state.close(self._block.nodes, Closure.FENCE)
             self._lifted = False
 
     def open(self, nodes: IntArray) -> None:
@@ -272,7 +272,7 @@ class Fence:
             # ordinary group from now on.
             self.settle()
             self._block = None
-        self.state.set_health(mine, Health.HEALTHY)
+        self.state.reopen(mine, Closure.FENCE)
         self._fenced_mask[mine] = False
         kept: list[NodeGroup] = []
         for group in self._groups:
@@ -291,8 +291,8 @@ class Fence:
         if self._groups:
             fenced = self._fenced_mask.copy()
             if self._lifted and self._block is not None:
-                fenced[self._block.nodes] = False  # healthy already
-            self.state.set_health(np.flatnonzero(fenced), Health.HEALTHY)
+                fenced[self._block.nodes] = False  # open already
+            self.state.reopen(np.flatnonzero(fenced), Closure.FENCE)
             earliest = min(int(self._fenced_at[group.nodes[0]]) for group in self._groups)
             self._fenced_mask[:] = False
             self._groups = []

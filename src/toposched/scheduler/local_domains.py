@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster import kernels
 from toposched.cluster.state import ClusterState
 from toposched.placement.request import GangRequest
+from toposched.scheduler import victim_kernels
 from toposched.scheduler.jobs import Job
 from toposched.scheduler.ledger import Ledger
 from toposched.scheduler.preemptible import domain_nodes
@@ -68,7 +68,7 @@ class LocalDomains:
         leaf_free = state.free_gpus[search.leaf_level]
         freeable = index.leaf_unallocated_freeable if only_unallocated else index.leaf_freeable
         # With each such domain, the work lost evicting every unprotected job touching it.
-        possible, cost = kernels.reaching(
+        possible, cost = victim_kernels.reaching(
             leaf_free, freeable, need, index.leaf_weight, index.leaf_weighted_since, now
         )
         one_domain = search.is_one_domain(request)
@@ -137,13 +137,13 @@ class LocalDomains:
         node."""
         state, topology = self.state, self.state.topology
         index = self.ledger.preemptible
-        room = kernels.pods_in_domains(
+        room = victim_kernels.pods_in_domains(
             leaves,
             self.victim_search.leaf_starts,
             state.free_whole_gpus,
             index.node_unallocated_freeable if only_unallocated else index.node_freeable,
             topology.gpu_count,
-            state.health,
+            state.closed,
             topology.gpu_model,
             request.model_allowed(topology),
             request.gpus_per_pod,

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster import kernels
 from toposched.cluster.state import (
     MILLI_PER_GPU,
     Allocation,
@@ -467,7 +466,7 @@ class PreemptibleIndex:
 
     def slots_on(self, nodes: IntArray) -> IntArray:
         """Slots of every job holding a GPU on `nodes` (each once)."""
-        slots: IntArray = kernels.owners_on(nodes, self.gpu_owner)
+        slots: IntArray = preemptible_kernels.owners_on(nodes, self.gpu_owner)
         if self.shared_on_node and self.shared_in_leaf[self.leaf_of_node[nodes]].any():
             shared: set[int] = set()
             for node in nodes.tolist():

@@ -1,4 +1,5 @@
-"""Compiled loops that move the preemptible index's per-domain aggregates for one job."""
+"""Compiled loops over the preemptible index: its per-domain aggregates moved for one job, and
+the jobs holding GPUs on given nodes."""
 
 from __future__ import annotations
 
@@ -38,3 +39,27 @@ def count_job(
         if i == 0 or leaf != leaves[i - 1]:
             leaf_weight[leaf] += weight
             leaf_weighted_since[leaf] += weighted_since
+
+
+@njit(cache=True, nogil=True)
+def owners_on(nodes: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """The distinct non-negative entries of `owner`'s rows for `nodes`, sorted."""
+    width = owner.shape[1]
+    found = np.empty(nodes.size * width, dtype=np.int64)
+    count = 0
+    last = -1
+    for i in range(nodes.size):
+        for column in range(width):
+            value = owner[nodes[i], column]
+            # A job's GPUs lie side by side: repeats in a row are dropped before the sort.
+            if value >= 0 and value != last:
+                found[count] = value
+                count += 1
+                last = value
+    found = np.sort(found[:count])
+    distinct = 0
+    for i in range(count):
+        if i == 0 or found[i] != found[i - 1]:
+            found[distinct] = found[i]
+            distinct += 1
+    return found[:distinct]

@@ -7,16 +7,17 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster import kernels
 from toposched.cluster.state import (
     MILLI_PER_GPU,
     ClusterState,
     distinct,
     distinct_inverse,
 )
+from toposched.cluster.statement import trial
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, PlacementResult, place, place_in_leaf
+from toposched.scheduler import victim_kernels
 from toposched.scheduler.candidates import (
     Candidate,
     CandidatePool,
@@ -187,7 +188,8 @@ class VictimSearch:
         (`everything`: the placement with every candidate gone, when already tried)."""
         if everything is None:
             held = self.state.allocations
-            with self.state.parts_released([held[job_id] for job_id in pool.job_ids]):
+            with trial(self.state) as what_if:
+                what_if.free_parts([held[job_id] for job_id in pool.job_ids])
                 everything = place(self.state, request, self.policy)
         if isinstance(everything, Placement):
             return fallback
@@ -207,7 +209,7 @@ class VictimSearch:
         return free // request.gpus_per_pod
 
     def usable(self, nodes: IntArray, request: GangRequest) -> NDArray[np.bool_]:
-        usable: NDArray[np.bool_] = self.state.health[nodes] == 0
+        usable: NDArray[np.bool_] = self.state.closed[nodes] == 0
         if request.allowed_models is not None:
             usable &= np.isin(self.state.topology.gpu_model[nodes], request.allowed_models)
         return usable
@@ -227,7 +229,8 @@ class VictimSearch:
         if leaf is not None:
             state, held = self.state, self.state.allocations
             first, last = state.topology.domain_range(self.leaf_level, leaf)
-            with state.released_on_nodes([held[v.job_id] for v in victims], first, last):
+            with trial(state) as what_if:
+                what_if.free_on_nodes([held[v.job_id] for v in victims], first, last)
                 placed = place_in_leaf(state, request, leaf, self.policy)
         else:
             # Only whether it fits matters here: a failure's reason is never shown.
@@ -239,7 +242,8 @@ class VictimSearch:
     ) -> PlacementResult:
         """Where the gang would go with `victims` gone (`exact_reasons`: as for `place`)."""
         held = self.state.allocations
-        with self.state.parts_released([held[v.job_id] for v in victims]):
+        with trial(self.state) as what_if:
+            what_if.free_parts([held[v.job_id] for v in victims])
             return place(self.state, request, self.policy, exact_reasons=exact_reasons)
 
     def _plan_if_placed(
@@ -285,7 +289,7 @@ class VictimSearch:
             per_gpu, per_pod, per_node = MILLI_PER_GPU // request.gpu_milli, 1, 0
         else:
             per_gpu, per_pod, per_node = 1, request.gpus_per_pod, 0
-        leaves, room, bound, lower_bounds, pair_leaf, pair_owner = kernels.domains_opened_by(
+        leaves, room, bound, lower_bounds, pair_leaf, pair_owner = victim_kernels.domains_opened_by(
             pool.pod_starts,
             pool.pod_nodes,
             pool.whole,
@@ -294,7 +298,7 @@ class VictimSearch:
             self.leaf_starts,
             state.free_whole_gpus,
             topology.gpu_count,
-            state.health,
+            state.closed,
             topology.gpu_model,
             request.model_allowed(topology),
             per_gpu,
@@ -407,7 +411,7 @@ class VictimSearch:
         if request.gpus_per_pod == 0:
             # Every node counts as room for all pods then, healthy or not, when freed.
             starts = self.leaf_starts
-            usable = (state.health == 0).astype(np.int64)
+            usable = (state.closed == 0).astype(np.int64)
             free = state.free_whole_gpus.astype(np.int64)
             room_now = np.add.reduceat(self._pods_fit(free, request) * usable, starts[:-1])
             np.add.at(free, pool.pod_nodes, pool.whole[pod_owner])
@@ -432,7 +436,7 @@ class VictimSearch:
             nodes, inverse = distinct_inverse(pool.pod_nodes)
             freed = np.bincount(inverse, weights=freed_per_pod, minlength=nodes.size)
         free = state.free_whole_gpus[nodes].astype(np.int64)
-        usable = state.health[nodes] == 0
+        usable = state.closed[nodes] == 0
         potential = np.minimum(free + freed.astype(np.int64), topology.gpu_count[nodes])
         gained = (self._pods_fit(potential, request) - self._pods_fit(free, request)) * usable
         room = now_room + np.bincount(

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from toposched.cluster.availability import Closure
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import Allocation, ClusterState, Health
+from toposched.cluster.state import Allocation, ClusterState
 from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
@@ -15,7 +16,8 @@ IntArray = NDArray[np.int64]
 class SparePool:
     """Up to `per_domain` idle nodes in every domain at `level`, held out of service.
 
-    Held nodes are cordoned: placement, preemption and backfill never see them. When a node
+    Held nodes are closed (`Closure.SPARE`), their health unchanged: placement, preemption and
+    backfill never see them. When a node
     under a gang goes down, the gang's pods on it move to a spare of the same domain (same GPU
     count and model), so the gang restarts on its surviving nodes plus the spare and keeps its
     topology. A repaired node joins the pool of its domain if that pool is short.
@@ -36,22 +38,23 @@ class SparePool:
         self.count = np.zeros(topology.n_domains(self.level), dtype=np.int64)
         self.gpus = 0
         """GPUs on held spares (all idle: only idle nodes are held)."""
-        self._hold(self._idle_healthy(np.arange(topology.n_nodes, dtype=np.int64)))
+        self._hold(self._idle_open(np.arange(topology.n_nodes, dtype=np.int64)))
 
     @property
     def nodes(self) -> IntArray:
         return np.flatnonzero(self.held).astype(np.int64)
 
-    def _idle_healthy(self, nodes: IntArray) -> IntArray:
+    def _idle_open(self, nodes: IntArray) -> IntArray:
+        """The idle nodes of `nodes` open to new work (healthy, not fenced, not held)."""
         state = self.state
-        idle: NDArray[np.bool_] = state.health[nodes] == Health.HEALTHY
+        idle: NDArray[np.bool_] = state.closed[nodes] == 0
         idle &= state.free_whole_gpus[nodes] == state.topology.gpu_count[nodes]
         idle &= state.free_cpu_milli[nodes] == state.topology.cpu_milli[nodes]
         idle &= state.free_memory_mib[nodes] == state.topology.memory_mib[nodes]
         return nodes[idle]
 
     def _hold(self, candidates: IntArray) -> None:
-        """Hold the last idle healthy candidates of each domain until its pool is full."""
+        """Hold the last idle open candidates of each domain until its pool is full."""
         if candidates.size == 0:
             return
         # Last nodes first within each domain, so the domain's first nodes stay for work.
@@ -63,7 +66,7 @@ class SparePool:
         rank = np.arange(domains.size) - first_of_domain
         chosen = ordered[rank < self.per_domain - self.count[domains]]
         if chosen.size:
-            self.state.set_health(chosen, Health.CORDONED)
+            self.state.close(chosen, Closure.SPARE)
             self.held[chosen] = True
             np.add.at(self.count, self._domain_of_node[chosen], 1)
             self.gpus += int(self.state.topology.gpu_count[chosen].sum(dtype=np.int64))
@@ -72,17 +75,14 @@ class SparePool:
         """Spares among `nodes` went down: they leave the pool."""
         lost = nodes[self.held[nodes]]
         if lost.size:
+            self.state.reopen(lost, Closure.SPARE)  # closed by their health now
             self.held[lost] = False
             np.subtract.at(self.count, self._domain_of_node[lost], 1)
             self.gpus -= int(self.state.topology.gpu_count[lost].sum(dtype=np.int64))
 
     def refill(self, nodes: IntArray) -> None:
         """Nodes back in service refill the pools of their domains that are short."""
-        self._hold(self._idle_healthy(np.unique(nodes)))
-
-    def keep_held(self, nodes: IntArray) -> IntArray:
-        """The nodes of `nodes` that are held spares (they stay cordoned when marked healthy)."""
-        return nodes[self.held[nodes]]
+        self._hold(self._idle_open(np.unique(nodes)))
 
     def replacement(
         self, request: GangRequest, allocation: Allocation, down: IntArray, taken: dict[int, int]
@@ -128,7 +128,7 @@ class SparePool:
         )
 
     def _hold_again(self, spare: int) -> None:
-        self.state.set_health(np.array([spare], dtype=np.int64), Health.CORDONED)
+        self.state.close(np.array([spare], dtype=np.int64), Closure.SPARE)
         self.held[spare] = True
         self.count[self._domain_of_node[spare]] += 1
         self.gpus += int(self.state.topology.gpu_count[spare])
@@ -150,6 +150,6 @@ class SparePool:
         self.held[spare] = False
         self.count[self._domain_of_node[spare]] -= 1
         self.gpus -= int(topology.gpu_count[spare])
-        # Healthy again, and free: the gang's nomination keeps it from other work.
-        self.state.set_health(np.array([spare], dtype=np.int64), Health.HEALTHY)
+        # Open again, and free: the gang's nomination keeps it from other work.
+        self.state.reopen(np.array([spare], dtype=np.int64), Closure.SPARE)
         return spare

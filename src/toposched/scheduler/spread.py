@@ -10,6 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.state import row_sums, take_rows
+from toposched.cluster.statement import trial
 from toposched.placement.capacity import pods_by_free
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, place
@@ -267,11 +268,11 @@ class SpreadSearch:
         state = self.state
         nodes, owners, held = chosen.nodes, chosen.owners, chosen.held
         victim_slots, verdicts = chosen.slots, chosen.verdicts
-        if index.cpu_milli[victim_slots].any() or index.memory_mib[victim_slots].any():
-            released = state.parts_released(index.whole_gpu_parts(nodes, held))
-        else:
-            released = state.gpus_released(nodes, held)
-        with released:
+        with trial(state) as what_if:
+            if index.cpu_milli[victim_slots].any() or index.memory_mib[victim_slots].any():
+                what_if.free_parts(index.whole_gpu_parts(nodes, held))
+            else:
+                what_if.free_gpus(nodes, held)
             placed = place(state, request, self.policy)
         if not isinstance(placed, Placement):
             return None

@@ -303,7 +303,7 @@ class SnapshotCollector(Collector):
             f"{PREFIX}_gpus",
             "GPUs by state: allocated (charged work), unallocated_work (running beyond budgets, "
             "preempted first), idle (free on healthy nodes), unavailable (free on drained, "
-            "cordoned or down nodes)",
+            "cordoned or down nodes, or on held spares)",
             labels=["state"],
         )
         for state, value in snap.gpus.items():

@@ -1,0 +1,358 @@
+"""Taking and giving back allocations: the node arrays and every level's aggregates move
+together, validated first, all or nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from toposched.cluster import kernels
+from toposched.cluster.allocation import MILLI_PER_GPU, Allocation
+from toposched.cluster.errors import InputError
+from toposched.cluster.rows import SMALL, SavedRows, distinct, distinct_counts, row_sums, take_rows
+from toposched.cluster.validation import AllocationChecks
+
+
+class _PerTouched:
+    """Per-pod amounts of pods on `nodes` summed per touched node (`touched`: their distinct
+    nodes, sorted), by the cheapest way their layout allows."""
+
+    def __init__(self, nodes: NDArray[np.int64], touched: NDArray[np.int64], n_nodes: int):
+        self.nodes = nodes
+        self.touched = touched
+        self.n_nodes = n_nodes
+        # One pod per touched node (a gang of whole-node pods, the usual case): each node's sum
+        # is its pod's amount, found without counting.
+        self.one_pod_each = touched.size == nodes.size
+        # Pods as many as a sixteenth of the nodes (`distinct_nodes` marks them on a node mask
+        # then) are summed over every node, cheaper than locating each; fewer are located.
+        self.everywhere = nodes.size * 16 >= n_nodes
+        self._position: NDArray[np.int64] | None = None
+        self._order: NDArray[np.int64] | None = None
+
+    def sums(self, per_pod: NDArray[np.int64] | None) -> NDArray[np.int64]:
+        """Per-pod amounts (None: one per pod) summed per touched node."""
+        touched, nodes = self.touched, self.nodes
+        if self.one_pod_each:
+            if per_pod is None:
+                return np.ones(touched.size, dtype=np.int64)
+            if per_pod.size and (per_pod == per_pod[0]).all():
+                return np.full(touched.size, per_pod[0], dtype=np.int64)
+            if self._order is None:
+                self._order = np.argsort(nodes, kind="stable")
+            return per_pod[self._order].astype(np.int64)
+        if self.everywhere:
+            summed = np.bincount(nodes, weights=per_pod, minlength=self.n_nodes)
+            return summed[touched].astype(np.int64)
+        if self._position is None:
+            self._position = np.searchsorted(touched, nodes)
+        return np.bincount(self._position, weights=per_pod, minlength=touched.size).astype(np.int64)
+
+
+class HoldingChanges(AllocationChecks):
+    """Allocations taken and given back, one at a time or many in one vectorised pass."""
+
+    def allocate(self, owner: str, allocation: Allocation) -> None:
+        """Give `owner` the resources of `allocation`; all or nothing, validated first."""
+        if not owner:
+            raise InputError("owner", owner, "must be a non-empty job id")
+        if owner in self.allocations:
+            raise InputError("owner", owner, "already holds an allocation; release it first")
+        if not self._fits_now(allocation):
+            # The full checks: they raise with the precise reason (or pass what the quick check
+            # could not vouch for).
+            self._validate_shape(allocation, f"allocation[{owner}]")
+            self._check_fits(owner, allocation)
+        self._apply(allocation, -1)
+        self.allocations[owner] = allocation
+
+    def release(self, owner: str) -> Allocation:
+        """Give back everything `owner` holds and return what it was."""
+        allocation = self.allocations.get(owner)
+        if allocation is None:
+            raise InputError("owner", owner, "holds no allocation; nothing to release")
+        self._apply(allocation, +1)
+        del self.allocations[owner]
+        return allocation
+
+    def _check_releasable(self, owners: list[str]) -> None:
+        missing = [owner for owner in owners if owner not in self.allocations]
+        if missing or len(set(owners)) != len(owners):
+            bad = missing[0] if missing else owners
+            raise InputError("owners", bad, "each must hold an allocation, listed once")
+
+    def release_many(self, owners: list[str]) -> list[Allocation]:
+        """Release every owner in one vectorised pass; all or nothing."""
+        self._check_releasable(owners)
+        if not owners:
+            return []
+        released = [self.allocations.pop(owner) for owner in owners]
+        self._apply_many(released, +1)
+        return released
+
+    def retake_many(self, owners: list[str], allocations: list[Allocation]) -> None:
+        """Undo `release_many`: the same owners take back exactly what they held.
+
+        Unchecked on purpose: only valid right after the release it undoes (statements use it).
+        """
+        self._apply_many(allocations, -1)
+        self.allocations.update(zip(owners, allocations, strict=True))
+
+    def retake(self, owner: str, allocation: Allocation) -> None:
+        """Undo `release`: `owner` takes back exactly what it held.
+
+        Unchecked on purpose: only valid while nothing else took those resources (statements
+        undo later operations first).
+        """
+        self._apply(allocation, -1)
+        self.allocations[owner] = allocation
+
+    def _apply(self, allocation: Allocation, sign: int) -> None:
+        """Take (sign=-1) or give back (+1) an allocation's resources, updating aggregates."""
+        if allocation.nodes.size > kernels.COMPILED_LIMIT and (
+            allocation.gpu_milli == MILLI_PER_GPU and allocation.gpus.shape[1]
+        ):
+            # Many pods of whole GPUs: moved by what the pods hold (see `_apply_many`).
+            self._apply_many([allocation], sign, one=True)
+            return
+        self.version += 1
+        if allocation.nodes.size <= kernels.COMPILED_LIMIT:
+            # Pod by pod in compiled code: for a few pods numpy's per-call cost would be most
+            # of the work.
+            self._changes += 1
+            kernels.apply_pods(
+                allocation.nodes,
+                allocation.gpus,
+                allocation.gpu_milli,
+                allocation.cpu_milli,
+                allocation.memory_mib,
+                sign,
+                self._kernel_arrays(),
+                self._changed_at,
+                self._changes,
+            )
+            return
+        self._changed(allocation.nodes)
+        touched, pods_per_node = distinct_counts(allocation.nodes)
+        before = self._before_change(touched)
+        slots = self._gpu_slots(allocation)
+        flat = self.gpu_free_milli.reshape(-1)
+        if slots.size:
+            if allocation.gpu_milli == MILLI_PER_GPU:
+                # A whole GPU appears once in an allocation (validated): no scatter needed.
+                flat[slots] += np.int16(sign * MILLI_PER_GPU)
+            else:
+                np.add.at(flat, slots, np.int16(sign * allocation.gpu_milli))
+            whole = row_sums(take_rows(self.gpu_free_milli, touched) == MILLI_PER_GPU)
+            self.free_whole_gpus[touched] = whole.astype(np.int8)
+        if allocation.cpu_milli:
+            self.free_cpu_milli[touched] += sign * allocation.cpu_milli * pods_per_node
+        if allocation.memory_mib:
+            self.free_memory_mib[touched] += sign * allocation.memory_mib * pods_per_node
+        self._after_change(touched, before)
+
+    def _apply_many(
+        self, allocations: list[Allocation], sign: int, keep_rows: bool = False, one: bool = False
+    ) -> list[SavedRows] | None:
+        """`_apply` for many allocations in one vectorised pass (bulk release and re-take).
+
+        With `keep_rows`, returns copies of every node and domain row it is about to change
+        (None for a handful of pods, cheaper to undo by the opposite change). `one`: called by
+        `_apply` for one allocation.
+        """
+        if not allocations:
+            return [] if keep_rows else None
+        pods = np.array([a.pods for a in allocations], dtype=np.int64)
+        if len(allocations) == 1 and not one and not (keep_rows and pods[0] >= SMALL):
+            self.version += 1
+            self._apply(allocations[0], sign)
+            return None
+        self.version += 1
+        gpus_per_pod = {a.gpus.shape[1] for a in allocations}
+        whole_gpus_only = {a.gpu_milli for a in allocations} == {MILLI_PER_GPU}
+        nodes = np.concatenate([a.nodes for a in allocations])
+        touched = self.distinct_nodes(nodes)
+        self._changed(touched)
+        saved: list[SavedRows] | None = None
+        if keep_rows and nodes.size >= SMALL:
+            saved = self._node_rows_copy(touched) + self._domain_rows(touched)
+        per_node = _PerTouched(nodes, touched, self.topology.n_nodes)
+        # Many nodes, each pod holding whole GPUs (at least one): the changes of every total
+        # follow from the pods themselves, without reading every touched node's totals before
+        # and after (a touched node holds a pod of these, so it is idle only without them).
+        if whole_gpus_only and 0 not in gpus_per_pod and touched.size > kernels.COMPILED_LIMIT:
+            self._apply_by_pods(allocations, sign, pods, per_node, gpus_per_pod)
+            return saved
+        before = self._before_change(touched)
+        if self._move_gpus(allocations, sign, pods, nodes, gpus_per_pod):
+            whole = row_sums(take_rows(self.gpu_free_milli, touched) == MILLI_PER_GPU)
+            self.free_whole_gpus[touched] = whole.astype(np.int8)
+        self._move_cpu_memory(allocations, sign, pods, per_node, None)
+        self._after_change(touched, before)
+        return saved
+
+    def _move_gpus(
+        self,
+        allocations: list[Allocation],
+        sign: int,
+        pods: NDArray[np.int64],
+        nodes: NDArray[np.int64],
+        gpus_per_pod: set[int],
+    ) -> bool:
+        """Move the free milli-GPU of every GPU the allocations hold (pods on `nodes`, in
+        order); False if they hold none."""
+        width = self.gpu_free_milli.shape[1]
+        # Flatten with one concatenate per array and repeats of per-allocation scalars: a
+        # numpy call per allocation would dominate when tens of thousands are released.
+        if len(gpus_per_pod) == 1:
+            # Pods of one width (the usual case): GPU slots by broadcasting, without repeats.
+            gpus = np.concatenate([a.gpus for a in allocations])
+            slots = (nodes[:, None] * width + gpus).reshape(-1)
+        else:
+            per_pod = np.array([a.gpus.shape[1] for a in allocations], dtype=np.int64)
+            gpus = np.concatenate([a.gpus.reshape(-1) for a in allocations])
+            slots = np.repeat(nodes, np.repeat(per_pod, pods)) * width + gpus
+        if not slots.size:
+            return False
+        flat = self.gpu_free_milli.reshape(-1)
+        if {a.gpu_milli for a in allocations} == {MILLI_PER_GPU}:
+            # Whole GPUs are held by one pod each: no slot repeats, a plain add will do.
+            flat[slots] += np.int16(sign * MILLI_PER_GPU)
+        else:
+            milli = np.repeat(
+                np.array([a.gpu_milli for a in allocations], dtype=np.int16),
+                pods * np.array([a.gpus.shape[1] for a in allocations], dtype=np.int64),
+            )
+            np.add.at(flat, slots, sign * milli)
+        return True
+
+    def _move_cpu_memory(
+        self,
+        allocations: list[Allocation],
+        sign: int,
+        pods: NDArray[np.int64],
+        per_node: _PerTouched,
+        unchanged: NDArray[np.int64] | None,
+    ) -> tuple[NDArray[np.int64] | None, NDArray[np.int64] | None]:
+        """Move free CPU and memory of the touched nodes; returns each one's change per touched
+        node (`unchanged` where no allocation asks for it). Per-pod arrays only where some
+        allocation asks (whole-GPU pods without CPU or memory requests are the common case),
+        summed per touched node: a few small jobs released must not cost a count over every
+        node."""
+        touched = per_node.touched
+        changes: list[NDArray[np.int64] | None] = [unchanged, unchanged]
+        cpu_of = [a.cpu_milli for a in allocations]
+        memory_of = [a.memory_mib for a in allocations]
+        for which, (free, asked) in enumerate(
+            ((self.free_cpu_milli, cpu_of), (self.free_memory_mib, memory_of))
+        ):
+            if any(asked):
+                if per_node.one_pod_each and len(set(asked)) == 1:
+                    change = np.full(touched.size, sign * asked[0], dtype=np.int64)
+                else:
+                    change = sign * per_node.sums(np.repeat(np.array(asked, dtype=np.int64), pods))
+                free[touched] += change
+                changes[which] = change
+        return changes[0], changes[1]
+
+    def _apply_by_pods(
+        self,
+        allocations: list[Allocation],
+        sign: int,
+        pods: NDArray[np.int64],
+        per_node: _PerTouched,
+        gpus_per_pod: set[int],
+    ) -> None:
+        """`_apply_many` for pods each holding whole GPUs on many nodes: the aggregates move by
+        what the pods hold, without reading the touched nodes' totals before and after."""
+        touched = per_node.touched
+        old_whole = self.free_whole_gpus[touched].astype(np.int64)
+        old_idle = self._node_idle(touched) if sign < 0 else None
+        self._move_gpus(allocations, sign, pods, per_node.nodes, gpus_per_pod)
+        if len(gpus_per_pod) == 1:
+            # One width: the pods on each node, times the width (an unweighted count).
+            whole_change = (sign * next(iter(gpus_per_pod))) * per_node.sums(None)
+        else:
+            widths = np.array([a.gpus.shape[1] for a in allocations], dtype=np.int64)
+            whole_change = sign * per_node.sums(np.repeat(widths, pods))
+        self.free_whole_gpus[touched] = (old_whole + whole_change).astype(np.int8)
+        cpu_change, memory_change = self._move_cpu_memory(
+            allocations, sign, pods, per_node, np.zeros(touched.size, dtype=np.int64)
+        )
+        if sign > 0:
+            idle_change = self._node_idle(touched).astype(np.int64)
+        else:
+            assert old_idle is not None
+            idle_change = -old_idle.astype(np.int64)
+        delta = np.empty((5, touched.size), dtype=np.int64)  # one row per total
+        delta[0] = whole_change
+        np.multiply(whole_change, MILLI_PER_GPU, out=delta[1])
+        delta[2] = idle_change
+        assert cpu_change is not None and memory_change is not None
+        delta[3], delta[4] = cpu_change, memory_change
+        self._add_healthy_changes(touched, delta, old_whole, old_whole + whole_change)
+
+    def _add_healthy_changes(
+        self,
+        touched: NDArray[np.int64],
+        delta: NDArray[np.int64],
+        old_whole: NDArray[np.int64],
+        new_whole: NDArray[np.int64],
+    ) -> None:
+        """Add the changes `delta` of `touched` nodes (every one of them gaining or losing
+        whole GPUs) to the aggregates, counting healthy nodes only."""
+        healthy = self.closed[touched] == 0
+        if not healthy.all():
+            unhealthy = np.flatnonzero(~healthy)
+            if unhealthy.size * 8 < touched.size:
+                # A few unhealthy nodes (a failed one, fenced ones): they count no change and
+                # stay where they are in the histogram, cheaper than gathering the rest.
+                delta[:, unhealthy] = 0
+                new_whole[unhealthy] = old_whole[unhealthy]
+            else:
+                kept = np.flatnonzero(healthy)
+                touched, delta = touched[kept], delta[:, kept]
+                old_whole, new_whole = old_whole[kept], new_whole[kept]
+        if touched.size:
+            # Every touched node gains or loses whole GPUs: each moves in the histogram.
+            self._add_counted(
+                touched,
+                delta,
+                None,
+                self.topology.gpu_model[touched],
+                old_whole,
+                new_whole,
+            )
+
+    def _node_rows_copy(self, nodes: NDArray[np.int64]) -> list[SavedRows]:
+        """Copies of the rows of `nodes` in every per-node array a change of holdings moves."""
+        return [
+            (array, nodes, take_rows(array, nodes))
+            for array in (
+                self.gpu_free_milli,
+                self.free_whole_gpus,
+                self.free_cpu_milli,
+                self.free_memory_mib,
+            )
+        ]
+
+    def _domain_rows(self, nodes: NDArray[np.int64]) -> list[SavedRows]:
+        """Copies of the aggregate rows of every domain holding one of `nodes` (sorted)."""
+        saved: list[SavedRows] = []
+        if nodes.size == 0:
+            return saved
+        if nodes.size <= SMALL:
+            # Rows of the stacked arrays (every level at once): fewer numpy calls.
+            rows = distinct(self._node_rows[nodes].reshape(-1))
+            return [
+                (array, rows, take_rows(array, rows))
+                for array in (self._totals_all, self._hist_all)
+            ]
+        # One node per run of the innermost level stands for its domain at every level.
+        representative = nodes[self._leaf_runs(nodes)]
+        for level, domains in enumerate(self.topology.node_domain):
+            d = domains[representative].astype(np.int64)
+            touched = d[np.concatenate(([True], d[1:] != d[:-1]))]
+            for array in (self._totals[level], self.free_hist[level]):
+                saved.append((array, touched, take_rows(array, touched)))
+        return saved
