@@ -199,6 +199,13 @@ def add_options(
         help="also run the baselines (FIFO first-fit, Slurm-like, kube-like) on the same "
         "workload, print them side by side and write DIR/report.html",
     )
+    parser.add_argument(
+        "--baselines",
+        metavar="NAMES",
+        help="with --compare, the baselines to run, comma-separated, in this order, from "
+        "slurm_like, slurm_like_preempt (Slurm preempting by partition priority, victims "
+        "requeued), kube_like, fifo_first_fit (default: slurm_like,kube_like,fifo_first_fit)",
+    )
 
 
 def _seconds_option(text: str, positive: bool) -> float:
@@ -453,11 +460,11 @@ def compare_and_report(
     console = Console(stderr=args.json)
     out = check_outputs(args)
     workload, _ = prepare_workload(args, console)
-    from toposched.sim.compare import DEFAULT_SCHEDULERS
+    from toposched.sim.compare import schedulers_named
     from toposched.sim.engine import SimulationInterrupted
     from toposched.sim.metrics import summarize
 
-    schedulers = {**DEFAULT_SCHEDULERS, "toposched": scheduler_factory(args)}
+    schedulers = schedulers_named(scheduler_factory(args), getattr(args, "baselines", None))
     _stop_on_sigterm()
     try:
         runs, calibrated = _calibrated(

@@ -259,7 +259,7 @@ class KubeLike(Scheduler):
         self.permit_timeouts = 0
         """Gangs whose reserved pods were released because the permit wait ran out."""
         self.rejections = 0
-        """Gangs whose reserved pods PostFilter released because too much was missing."""
+        """Times PostFilter released a gang's reserved pods because too much was missing."""
         nodes = state.topology.n_nodes
         self.defaults = (np.zeros(nodes, dtype=np.int64), np.zeros(nodes, dtype=np.int64))
         """CPU and memory per node that running pods without a request of their own count for
@@ -316,12 +316,16 @@ class KubeLike(Scheduler):
 
     def cycle(self, now: float) -> CycleResult:
         result = CycleResult(now)
-        self._hold(now)
+        # Gangs whose wait ran out go back to the queue and are tried again from the next
+        # cycle on (the pods' back-off), so the GPUs they release go first to jobs behind them.
+        released = self._hold(now)
         try:
             # The smallest gang of each shape that found no room: larger ones cannot either,
             # since free room only shrinks during the cycle (until PostFilter releases pods).
             too_large: dict[tuple[object, ...], int] = {}
             for entry in list(self.queue.ordered(now)):
+                if entry.job_id in released:
+                    continue
                 job = self.jobs[entry.job_id]
                 result.considered += 1
                 self._schedule(job, now, result, too_large)
@@ -330,11 +334,14 @@ class KubeLike(Scheduler):
                 self.state.release(self.holder(job_id))
         return result
 
-    def _hold(self, now: float) -> None:
-        """Take back the reserved pods of waiting gangs; release those whose wait ran out."""
+    def _hold(self, now: float) -> set[str]:
+        """Take back the reserved pods of waiting gangs; release those whose wait ran out and
+        return their ids."""
+        released: set[str] = set()
         for job_id, wait in list(self.waiting.items()):
             if now >= wait.since + self.permit_timeout:
                 del self.waiting[job_id]
+                released.add(job_id)
                 self.permit_timeouts += 1
                 job = self.jobs[job_id]
                 job.record(
@@ -345,6 +352,7 @@ class KubeLike(Scheduler):
                 self.state.allocate(self.holder(job_id), wait.allocation)
             except InputError:
                 del self.waiting[job_id]
+        return released
 
     def _schedule(
         self,
@@ -388,10 +396,11 @@ class KubeLike(Scheduler):
             if wait is not None:
                 self.state.release(self.holder(job.job_id))
                 del self.waiting[job.job_id]
-                self.rejections += 1
                 too_large.clear()  # released pods may make room for gangs that found none
             else:
                 too_large[shape] = min(request.pods, too_large.get(shape, request.pods))
+            if held or nodes.size:
+                self.rejections += 1
             job.reason = (
                 f"{missing} of its {request.pods} pods fit nowhere; the gang's reserved "
                 "pods are released (coscheduling PostFilter)"

@@ -197,6 +197,14 @@ class MultifactorQueue(_BaselineQueue):
         budgeted = entry.account in self.tree and self.tree.has_budget(entry.account)
         return Partition.NORMAL if budgeted and not entry.unallocated else Partition.SCAVENGER
 
+    def tier(self, entry: QueueEntry, ranking: object = None) -> QueueTier:
+        """With partitions, scavenger jobs are the cycle's unallocated tier: they get no
+        reservation and may backfill onto reserved nodes, since the reserved job can preempt
+        them when its time comes."""
+        if self.partitions and self.partition(entry) is Partition.SCAVENGER:
+            return QueueTier.UNALLOCATED
+        return QueueTier.ALLOCATED
+
     def key(self, entry: QueueEntry, now: float) -> tuple[object, ...]:
         order = (-self.priority(entry, now), entry.submit_time, entry.job_id)
         return (int(self.partition(entry)), *order) if self.partitions else order
