@@ -4,11 +4,14 @@ LeastAllocated scoring over CPU and memory, and the coscheduling plugin's Permit
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from toposched.cli.main import main
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, ClusterState, Health
 from toposched.placement.jobspec import JobSpec
@@ -366,3 +369,20 @@ def test_schedulers_named_refuses_bad_names(names: str) -> None:
     with pytest.raises(InputError) as error:
         schedulers_named(toposched_scheduler, names)
     assert error.value.field == "baselines"
+
+
+def test_simulate_compare_runs_the_baselines_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    argv = ["simulate", "--workload", "ai2", "--days", "0.1", "--gpus", "64", "--compare"]
+    argv += ["--no-progress", "--json", "--out", str(out)]
+    assert main([*argv, "--baselines", "fifo_first_fit,slurm_like_preempt"]) == 0
+    summaries = json.loads((out / "summary.json").read_text())
+    assert list(summaries) == ["toposched", "fifo_first_fit", "slurm_like_preempt"]
+    capsys.readouterr()
+    # An unknown name is refused before anything runs, naming the baselines there are.
+    assert main([*argv, "--out", str(tmp_path / "none"), "--baselines", "slurm"]) == 2
+    error = capsys.readouterr().err
+    assert "unknown baseline" in error and "slurm_like_preempt" in error
+    assert not (tmp_path / "none").exists()

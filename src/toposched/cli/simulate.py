@@ -454,17 +454,16 @@ def compare_and_report(
     from rich.console import Console
 
     from toposched.cli.summary import plain_table, summary_table
-    from toposched.sim.compare import comparison_table, run_comparison
+    from toposched.sim.compare import comparison_table, run_comparison, schedulers_named
+    from toposched.sim.engine import SimulationInterrupted
+    from toposched.sim.metrics import summarize
     from toposched.sim.report import write_report
 
     console = Console(stderr=args.json)
+    # Named baselines are checked before any work.
+    schedulers = schedulers_named(scheduler_factory(args), getattr(args, "baselines", None))
     out = check_outputs(args)
     workload, _ = prepare_workload(args, console)
-    from toposched.sim.compare import schedulers_named
-    from toposched.sim.engine import SimulationInterrupted
-    from toposched.sim.metrics import summarize
-
-    schedulers = schedulers_named(scheduler_factory(args), getattr(args, "baselines", None))
     _stop_on_sigterm()
     try:
         runs, calibrated = _calibrated(

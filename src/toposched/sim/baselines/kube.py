@@ -126,18 +126,7 @@ def pick_nodes(
     score_cpu = request.cpu_milli or DEFAULT_CPU_MILLI
     score_memory = request.memory_mib or DEFAULT_MEMORY_MIB
     base = resource_scores(total_cpu, total_memory, free_cpu, free_memory, score_cpu, score_memory)
-    peers = np.zeros(0, dtype=np.int64) if peers is None else peers
-    level = request.required or request.preferred
-    if request.preferred_node and not request.required:
-        domains, counts = nodes, np.bincount(peers, minlength=topology.n_nodes)
-    elif level:
-        domains = topology.node_domain[level][nodes].astype(np.int64)
-        counts = np.bincount(
-            topology.node_domain[level][peers].astype(np.int64),
-            minlength=topology.n_domains(level),
-        )
-    else:
-        domains, counts = None, None
+    domains, counts = _affinity_domains(state, request, nodes, peers)
     chosen: list[int] = []
     for _ in range(pods):
         usable = left > 0
@@ -173,6 +162,25 @@ def pick_nodes(
         if counts is not None and domains is not None:
             counts[domains[best]] += 1
     return np.asarray(chosen, dtype=np.int64)
+
+
+def _affinity_domains(
+    state: ClusterState, request: GangRequest, nodes: IntArray, peers: IntArray | None
+) -> tuple[IntArray | None, IntArray | None]:
+    """For a gang with pod affinity: each of `nodes`' domain at the affinity's level (nodes
+    themselves for `preferred: node`), and the gang's pods already in each domain of that level
+    (None, None without affinity)."""
+    topology = state.topology
+    peers = np.zeros(0, dtype=np.int64) if peers is None else peers
+    level = request.required or request.preferred
+    if request.preferred_node and not request.required:
+        return nodes, np.bincount(peers, minlength=topology.n_nodes)
+    if not level:
+        return None, None
+    counts = np.bincount(
+        topology.node_domain[level][peers].astype(np.int64), minlength=topology.n_domains(level)
+    )
+    return topology.node_domain[level][nodes].astype(np.int64), counts
 
 
 @dataclass
