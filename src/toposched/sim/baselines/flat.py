@@ -27,7 +27,6 @@ from toposched.sim.baselines.queues import SubmitOrderQueue
 __all__ = [
     "FifoFirstFit",
     "FirstFit",
-    "FlatSubmitOrder",
     "flat_place",
     "placement_on",
     "without_topology",
@@ -118,37 +117,7 @@ def without_topology(request: GangRequest) -> GangRequest:
     return replace(request, required=0, preferred=None, slices=())
 
 
-class FlatSubmitOrder(Scheduler):
-    """Shared by the FIFO and kube-like baselines: submit order, no topology tree, no preemption.
-
-    Subclasses bring their own cycle; bookkeeping (submit, finish, requeue, node failures) is
-    the toposched `Scheduler`'s.
-    """
-
-    orders_owed_first = False
-
-    def __init__(self, state: ClusterState, tree: BudgetTree, policy: PlacementPolicy) -> None:
-        # Nothing is preempted, so borrowed work keeps the protection it declared: a shorter one
-        # would only make reservations expect GPUs back that never come.
-        super().__init__(
-            state,
-            tree,
-            queue=SubmitOrderQueue(),
-            policy=policy,
-            max_preemptions_per_cycle=0,
-            defragment=False,
-            borrowed_min_runtime=None,
-            # A failed gang is requeued like any job, as in the schedulers these stand for.
-            failed_first=False,
-        )
-
-    def submit(self, spec: JobSpec, now: float) -> Job:
-        job = super().submit(spec, now)
-        job.request = without_topology(job.request)
-        return job
-
-
-class FifoFirstFit(FlatSubmitOrder):
+class FifoFirstFit(Scheduler):
     """Strict FIFO with first-fit placement and no topology: the simplest batch scheduler.
 
     Jobs are taken in submit order; the first job that does not fit stops the cycle (head-of-line
@@ -157,8 +126,26 @@ class FifoFirstFit(FlatSubmitOrder):
     dropped. No preemption, no reservation, no backfill.
     """
 
+    orders_owed_first = False
+
     def __init__(self, state: ClusterState, tree: BudgetTree) -> None:
-        super().__init__(state, tree, FirstFit())
+        super().__init__(
+            state,
+            tree,
+            queue=SubmitOrderQueue(),
+            policy=FirstFit(),
+            max_preemptions_per_cycle=0,
+            defragment=False,
+            # Nothing is preempted: borrowed work keeps the protection it declared.
+            borrowed_min_runtime=None,
+            # A failed gang is requeued like any job.
+            failed_first=False,
+        )
+
+    def submit(self, spec: JobSpec, now: float) -> Job:
+        job = super().submit(spec, now)
+        job.request = without_topology(job.request)
+        return job
 
     def cycle(self, now: float) -> CycleResult:
         result = CycleResult(now)
