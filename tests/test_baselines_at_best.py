@@ -275,6 +275,18 @@ def test_kube_like_required_level_keeps_a_gang_in_its_first_pods_domain(
     assert not scheduler.waiting
 
 
+def test_kube_like_preferred_level_draws_a_gangs_pods_together() -> None:
+    # Pods asking 56 of 224 cores score 25 lower on a node already holding one, so the second
+    # pod leaves the first's node; preferred pod affinity (weight 2, 100 for the unit holding
+    # the gang's pod) keeps it in the first pod's unit, on the other node there.
+    pod = {"gpus": 2, "cpu": 56}
+    for seed in range(4):
+        scheduler = KubeLike(fresh_state(), BudgetTree.from_dict(BUDGET), seed=seed)
+        scheduler.submit(spec("pair", 2, resources_per_pod=pod, topology={"preferred": "su"}), 0.0)
+        (bind,) = [d for d in scheduler.cycle(0.0).decisions if isinstance(d, Bind)]
+        assert sorted(bind.allocation.nodes.tolist()) in ([0, 1], [2, 3])
+
+
 # --- kube-like: the coscheduling Permit wait ---------------------------------------------------
 # GPUs already taken per node (not by jobs of the scheduler): 0, 3, 3 and 5, leaving 21 free,
 # enough for the gang's ten 2-GPU pods by count (PreFilter's check of the group's minimum

@@ -101,8 +101,8 @@ def pick_nodes(
     """Nodes for up to `pods` more pods of `request`, chosen one pod at a time as
     kube-scheduler's default profile would: among nodes with room for the pod (NodeResourcesFit
     filter), the highest `resource_scores` after the pods before it; among nodes of equal
-    score one drawn by `rng`, as the scheduler picks at random among its best (without `rng`,
-    the lowest index).
+    score, as the scheduler picks at random among its best, the first in an order `rng` draws
+    once per call (without `rng`, the lowest index).
 
     `peers` are the nodes of the gang's pods already reserved; `defaults` the CPU and memory
     per node that pods without a request of their own count for in scores (see
@@ -126,27 +126,25 @@ def pick_nodes(
     score_cpu = request.cpu_milli or DEFAULT_CPU_MILLI
     score_memory = request.memory_mib or DEFAULT_MEMORY_MIB
     base = resource_scores(total_cpu, total_memory, free_cpu, free_memory, score_cpu, score_memory)
+    count = nodes.size
+    # One key per node, score first, then its place in the order ties go by; -1 for a node
+    # that may take no more pods.
+    rank = _tie_order(count, rng)
+    keys = base * count + rank
     domains, counts = _affinity_domains(state, request, nodes, peers)
+    confined = False
     chosen: list[int] = []
-    for _ in range(pods):
-        usable = left > 0
-        if request.required and domains is not None and counts is not None and counts.any():
-            usable &= counts[domains] > 0
-        if not usable.any():
-            break
-        scores = base
+    for _ in range(pods if count else 0):
+        if request.required and not confined and counts is not None and counts.any():
+            assert domains is not None
+            keys[counts[domains] == 0] = -1
+            confined = True
+        ranked = keys
         if not request.required and domains is not None and counts is not None:
-            near = counts[domains]
-            low, high = int(near[usable].min()), int(near[usable].max())
-            if high > low:
-                affinity = (near - low) * MAX_NODE_SCORE // (high - low)
-                scores = base + INTER_POD_AFFINITY_WEIGHT * affinity
-        masked = np.where(usable, scores, -1)
-        best = int(np.argmax(masked))
-        if rng is not None:
-            tied = np.flatnonzero(masked == masked[best])
-            if tied.size > 1:
-                best = int(tied[rng.integers(tied.size)])
+            ranked = _with_affinity(keys, base, rank, counts[domains])
+        best = int(np.argmax(ranked))
+        if ranked[best] < 0:
+            break
         chosen.append(int(nodes[best]))
         left[best] -= 1
         free_cpu[best] -= score_cpu
@@ -159,9 +157,33 @@ def pick_nodes(
             score_cpu,
             score_memory,
         )[0]
+        keys[best] = base[best] * count + rank[best] if left[best] > 0 else -1
         if counts is not None and domains is not None:
             counts[domains[best]] += 1
     return np.asarray(chosen, dtype=np.int64)
+
+
+def _tie_order(count: int, rng: np.random.Generator | None) -> IntArray:
+    """Each node's place in the order ties go by (highest first): drawn by `rng`, else the
+    lowest index first."""
+    if rng is not None:
+        return rng.permutation(count).astype(np.int64)
+    return np.arange(count - 1, -1, -1, dtype=np.int64)
+
+
+def _with_affinity(keys: IntArray, base: IntArray, rank: IntArray, near: IntArray) -> IntArray:
+    """`keys` with the preferred affinity's score added: INTER_POD_AFFINITY_WEIGHT x the
+    gang's pods in each node's domain (`near`), normalised to 0-100 over the usable nodes."""
+    usable = keys >= 0
+    if not usable.any():
+        return keys
+    low, high = int(near[usable].min()), int(near[usable].max())
+    if high == low:
+        return keys
+    affinity = (near - low) * MAX_NODE_SCORE // (high - low)
+    scores = base + INTER_POD_AFFINITY_WEIGHT * affinity
+    ranked: IntArray = np.where(usable, scores * rank.size + rank, -1)
+    return ranked
 
 
 def _affinity_domains(
