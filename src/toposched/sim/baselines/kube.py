@@ -391,6 +391,8 @@ class KubeLike(Scheduler):
         result: CycleResult,
         too_large: dict[tuple[object, ...], int],
     ) -> None:
+        """One gang's turn: place its missing pods, then bind it, keep it at Permit, or
+        reject it (see the class)."""
         request = job.request
         wait = self.waiting.get(job.job_id)
         held = wait.allocation.pods if wait is not None else 0
