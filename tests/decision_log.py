@@ -43,6 +43,11 @@ RUNS = (
     Run("frontier-seed1", lambda: frontier_lab(seed=1, days=3.0, racks_per_block=2)),
     Run("frontier-seed3", lambda: frontier_lab(seed=3, days=3.0, racks_per_block=3)),
     Run("slurm-ai2-seed1", lambda: ai2_like(seed=1, days=0.5, gpus=256), "slurm_like"),
+    Run(
+        "slurm-preempt-ai2-seed1",
+        lambda: ai2_like(seed=1, days=0.5, gpus=256),
+        "slurm_like_preempt",
+    ),
     Run("kube-ai2-seed1", lambda: ai2_like(seed=1, days=0.5, gpus=256), "kube_like"),
     Run("fifo-ai2-seed1", lambda: ai2_like(seed=1, days=0.5, gpus=256), "fifo_first_fit"),
 )

@@ -1,14 +1,18 @@
 """GPU-time conservation for every baseline and for toposched, job by job and in total: the GPU
 time each job held is its useful work plus the work it lost, its useful work never exceeds what
 it needed (and equals it once it finished), and the jobs' GPU time adds up to the delivered
-GPU time of the run, which with idle and unavailable GPU time makes capacity x duration."""
+GPU time of the run, which with idle and unavailable GPU time makes capacity x duration.
+The runs exercise what could break it: the Slurm-like baseline's evictions and requeues, and
+the kube-like one's pods reserved at Permit (idle GPUs held from other jobs)."""
 
 from __future__ import annotations
 
 import pytest
 
-from toposched.sim.baselines import BASELINES
-from toposched.sim.engine import SchedulerFactory, simulate, toposched_scheduler
+from toposched.cluster.state import ClusterState
+from toposched.policy.budget import BudgetTree
+from toposched.sim.baselines import BASELINES, KubeLike
+from toposched.sim.engine import SchedulerFactory, SchedulerLike, simulate, toposched_scheduler
 from toposched.sim.metrics import RecordState, SimulationResult, conservation
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab
@@ -47,7 +51,13 @@ def check_jobs(result: SimulationResult) -> None:
 @pytest.mark.parametrize("workload", ["ai2", "frontier"])
 @pytest.mark.parametrize("name", sorted(SCHEDULERS))
 def test_gpu_time_is_conserved(workloads: dict[str, Workload], workload: str, name: str) -> None:
-    result = simulate(workloads[workload], SCHEDULERS[name], scheduler_name=name)
+    built: list[SchedulerLike] = []
+
+    def factory(state: ClusterState, tree: BudgetTree) -> SchedulerLike:
+        built.append(SCHEDULERS[name](state, tree))
+        return built[-1]
+
+    result = simulate(workloads[workload], factory, scheduler_name=name)
     balance = conservation(result)
     assert balance.holds(RELATIVE), balance
     held = sum(record.delivered_gpu_seconds for record in result.records.values())
@@ -57,3 +67,8 @@ def test_gpu_time_is_conserved(workloads: dict[str, Workload], workload: str, na
     # only its first jobs run); the job-by-job checks then cover every state.
     assert result.integrals.delivered > 0
     check_jobs(result)
+    if name == "slurm_like_preempt":
+        assert result.counts["evictions"] > 0
+    scheduler = built[0]
+    if isinstance(scheduler, KubeLike) and workload == "frontier":
+        assert scheduler.permit_timeouts > 0 and scheduler.rejections > 0

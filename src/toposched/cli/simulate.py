@@ -227,6 +227,13 @@ def add_options(
         help="also run the baselines (FIFO first-fit, Slurm-like, kube-like) on the same "
         "workload, print them side by side and write DIR/report.html",
     )
+    parser.add_argument(
+        "--baselines",
+        metavar="NAMES",
+        help="with --compare, the baselines to run, comma-separated, in this order, from "
+        "slurm_like, slurm_like_preempt (Slurm preempting by partition priority, victims "
+        "requeued), kube_like, fifo_first_fit (default: slurm_like,kube_like,fifo_first_fit)",
+    )
 
 
 def _seconds_option(text: str, positive: bool) -> float:
@@ -558,17 +565,16 @@ def compare_and_report(
     from rich.console import Console
 
     from toposched.cli.summary import plain_table, summary_table
-    from toposched.sim.compare import comparison_table, run_comparison
+    from toposched.sim.compare import comparison_table, run_comparison, schedulers_named
+    from toposched.sim.engine import SimulationInterrupted
+    from toposched.sim.metrics import summarize
     from toposched.sim.report import write_report
 
     console = Console(stderr=args.json)
+    # Named baselines are checked before any work.
+    schedulers = schedulers_named(scheduler_factory(args), getattr(args, "baselines", None))
     out = check_outputs(args)
     workload, _ = prepare_workload(args, console)
-    from toposched.sim.compare import DEFAULT_SCHEDULERS
-    from toposched.sim.engine import SimulationInterrupted
-    from toposched.sim.metrics import summarize
-
-    schedulers = {**DEFAULT_SCHEDULERS, "toposched": scheduler_factory(args)}
     _stop_on_sigterm()
     try:
         runs, calibrated = _calibrated(

@@ -10,6 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 from rich.table import Table
 
+from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState, Health
 from toposched.cluster.units import DAY, format_span, format_timing
 from toposched.jobs.spec import JobSpec
@@ -17,7 +18,7 @@ from toposched.placement.request import GangRequest
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.defrag import fragmentation
 from toposched.scheduler.jobs import JobState
-from toposched.sim.baselines import BASELINES
+from toposched.sim.baselines import BASELINES, DEFAULT_BASELINES
 from toposched.sim.engine import DEFAULT_SAMPLE_INTERVAL, Simulation
 from toposched.sim.metrics import SimulationResult, summarize
 from toposched.sim.protocol import (
@@ -40,10 +41,14 @@ __all__ = [
     "compare",
     "comparison_table",
     "run_comparison",
+    "schedulers_named",
 ]
 
-DEFAULT_SCHEDULERS: dict[str, SchedulerFactory] = {"toposched": toposched_scheduler, **BASELINES}
-"""toposched first, then the baselines: the columns of the comparison."""
+DEFAULT_SCHEDULERS: dict[str, SchedulerFactory] = {
+    "toposched": toposched_scheduler,
+    **{name: BASELINES[name] for name in DEFAULT_BASELINES},
+}
+"""toposched first, then the default baselines: the columns of the comparison."""
 MAX_MAP_DOMAINS = 4096
 """Cluster maps use the innermost domain level with at most this many domains."""
 MAX_FRAGMENTATION_SHAPES = 32
@@ -87,6 +92,29 @@ class ComparisonRun:
     summary: dict[str, Any]
     fragmentation: list[FragmentationReading] = field(default_factory=list)
     snapshots: list[ClusterSnapshot] = field(default_factory=list)
+
+
+def schedulers_named(
+    toposched: SchedulerFactory, baselines: str | Sequence[str] | None = None
+) -> dict[str, SchedulerFactory]:
+    """toposched, then the baselines named (a comma-separated string or a list, in that order;
+    None: the default ones), as `run_comparison` takes them. An unknown or repeated name is an
+    `InputError` that lists the names there are."""
+    if baselines is None:
+        names: list[str] = list(DEFAULT_BASELINES)
+    elif isinstance(baselines, str):
+        names = [name.strip() for name in baselines.split(",") if name.strip()]
+    else:
+        names = list(baselines)
+    known = ", ".join(BASELINES)
+    if not names:
+        raise InputError("baselines", baselines, f"must name at least one of {known}")
+    for name in names:
+        if name not in BASELINES:
+            raise InputError("baselines", name, f"unknown baseline; the baselines are {known}")
+    if len(set(names)) != len(names):
+        raise InputError("baselines", baselines, "names a baseline twice")
+    return {"toposched": toposched, **{name: BASELINES[name] for name in names}}
 
 
 def snapshot(state: ClusterState, now: float) -> ClusterSnapshot:
