@@ -15,7 +15,7 @@ from toposched.bench.checks import (
     check_gpu_accounts,
     check_victims_free_room,
 )
-from toposched.bench.cycle import gang_spec, team_name
+from toposched.bench.cycle import gang_spec
 from toposched.bench.harness import Measurement, measure
 from toposched.bench.mixes import PRETRAINING, account_of, churned_scheduler, take_free_racks
 from toposched.cluster.state import Health
@@ -24,9 +24,8 @@ from toposched.placement.search import Placement, place
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict
 from toposched.scheduler.jobs import JobState
-from toposched.scheduler.preemption import PreemptionPlan, Refusal
 
-__all__ = ["frontier_job", "pretraining_job", "run_preempt_benchmarks"]
+__all__ = ["PreemptionRounds", "pretraining_job", "run_preempt_benchmarks"]
 
 
 def pretraining_job(name: str = "pretraining-job") -> JobSpec:
@@ -44,30 +43,10 @@ def pretraining_job(name: str = "pretraining-job") -> JobSpec:
     )
 
 
-def frontier_job() -> JobSpec:
-    """The same 200,016-GPU run charged to a team of `bench.cycle.team_tree`, for the arranged
-    `busy_scheduler` setting (benchmarks/test_scheduler_bench.py)."""
-    return gang_spec(
-        "frontier-job",
-        team_name(1),
-        2778 * 18,
-        4,
-        preferred="block",
-        slices=[{"level": "rack", "pods": 18}],
-    )
-
-
-def _decide(scheduler: Scheduler, job_id: str, now: float) -> PreemptionPlan | Refusal:
-    """The preemption decision alone, as benchmarks/test_scheduler_bench.py times it; the
-    figures of `toposched bench preempt` go through `Scheduler.cycle` instead."""
-    job = scheduler.jobs[job_id]
-    entry = scheduler.queue.get(job_id)
-    return scheduler.preemptor.plan(job, entry, scheduler.queue.ranking(now), now)
-
-
 @dataclass
-class _Preemptions:
-    """The preemptors submitted so far, and the last cycle to check and clean up after."""
+class PreemptionRounds:
+    """Preemptors submitted one after another, each decided by `Scheduler.cycle`: the last
+    cycle to check and clean up after, and how many victims each round evicted."""
 
     scheduler: Scheduler
     last: CycleResult | None = None
@@ -75,15 +54,16 @@ class _Preemptions:
     victims: list[int] = field(default_factory=list)
 
     def settle(self, now: float) -> None:
-        """Check the last cycle (its victims free room for its preemptor), report the victims
-        gone and let the preemptor start in a cycle of its own, and withdraw the victims
-        requeued: the next run finds no more room than this one did."""
+        """Check the last cycle (the victims it chose for the preemptor free room for it), report
+        every victim of the cycle gone, let the preemptor start in a cycle of its own, and
+        withdraw the victims requeued: the next run finds no more room than this one did."""
         if self.last is None:
             return
         scheduler, result = self.scheduler, self.last
         self.last = None
         check_cycle(scheduler, result)
-        evicted = [d.job_id for d in result.decisions if isinstance(d, Evict)]
+        evictions = [d for d in result.decisions if isinstance(d, Evict)]
+        evicted = [d.job_id for d in evictions if d.preemptor == self.preemptor]
         bound = {d.job_id for d in result.bound}
         if not evicted and self.preemptor not in bound:
             raise InvalidResult(f"{self.preemptor} neither started nor preempted")
@@ -92,11 +72,11 @@ class _Preemptions:
                 scheduler.state, scheduler.jobs[self.preemptor].request, evicted
             )
         self.victims.append(len(evicted))
-        for name in evicted:
-            scheduler.evicted(name, now)
-        for name in evicted:
-            if scheduler.jobs[name].state is JobState.PENDING:
-                scheduler.cancel(name, now)
+        for eviction in evictions:
+            scheduler.evicted(eviction.job_id, now)
+        for eviction in evictions:
+            if scheduler.jobs[eviction.job_id].state is JobState.PENDING:
+                scheduler.cancel(eviction.job_id, now)
         if evicted:
             started = scheduler.cycle(now)
             check_cycle(scheduler, started)
@@ -166,7 +146,7 @@ def _one_rack(
 ) -> Measurement:
     """A one-rack job (18 x 4 GPUs, `required: rack`) submitted where no rack is free, and the
     cycle that preempts for it; a new job each run, the last one's victims reported gone."""
-    tracker = _Preemptions(scheduler)
+    tracker = PreemptionRounds(scheduler)
     names = itertools.count()
 
     def submit() -> None:
