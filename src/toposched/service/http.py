@@ -3,7 +3,6 @@ tokens checked, and calls into the loop awaited."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -129,7 +128,7 @@ class Context:
         """Run `apply(core, now)` in the loop; answer after its commit."""
         self.require_ready()
         try:
-            return await asyncio.wrap_future(self.loop.submit(apply, writes))
+            return await self.loop.submit_async(apply, writes)
         except Exception as error:
             raise api_error(error) from None
 
