@@ -115,7 +115,7 @@ class Lifecycle:
             if error.field == "owner":
                 raise InternalError(str(error.value), str(error)) from error
             raise
-        usage, ledger = self.usage, self.ledger
+        usage = self.usage
         for job, start_time in zip(jobs, start_times, strict=True):
             job.state = JobState.RUNNING
             job.start_time = now
@@ -125,7 +125,9 @@ class Lifecycle:
             if self._charged(job):
                 usage.start(job.spec.account, job.gpus, now)
             job.start_time = start_time
-            ledger.started(job)
+        # The ledger's records are read by no step above (protection reads usage): filled
+        # once, for all of them.
+        self.ledger.started_many(jobs)
 
     def _protect(self, job: Job) -> str:
         """Fix whether the starting job runs as unallocated work and its protection, and say
