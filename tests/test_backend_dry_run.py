@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toposched.backends.dry_run import DryRunBackend
+from toposched.backends.dry_run import DryRunBackend, ResumedRun
 from toposched.backends.protocol import (
     Backend,
     Launch,
@@ -121,6 +121,29 @@ def test_resume_takes_a_run_as_started_without_a_report() -> None:
     assert list(backend.poll(120.0)) == []
     assert backend.running() == [RunningJob("a", 1)]
     assert kinds(list(backend.poll(200.0))) == [("a", ReportKind.FINISHED, 160.0)]
+
+
+def test_resuming_many_at_once_equals_resuming_one_by_one() -> None:
+    built: list[str] = []
+
+    def lazily(job_id: str, runtime: float | None) -> ResumedRun:
+        def make() -> Launch:
+            built.append(job_id)
+            return launch(job_id, runtime)
+
+        return ResumedRun(job_id, 1, runtime, 100.0 + len(job_id), make)
+
+    runs = [lazily("a", 60.0), lazily("bb", 5.0), lazily("ccc", None), lazily("dddd", 30.0)]
+    one_by_one, at_once = DryRunBackend(), DryRunBackend()
+    for run in runs:
+        one_by_one.resume(launch(run.job_id, run.expected_runtime), run.start_time)
+    at_once.resume_many(runs)
+    assert built == []  # no launch is built until someone asks for one
+    assert at_once.running() == one_by_one.running()
+    assert at_once.launch("bb") == one_by_one.launch("bb") and built == ["bb"]
+    for now in (100.0, 110.0, 140.0, 1000.0):
+        assert kinds(list(at_once.poll(now))) == kinds(list(one_by_one.poll(now)))
+    assert at_once.running() == [RunningJob("ccc", 1)]
 
 
 def test_start_refuses_another_attempt_of_a_running_job_and_a_negative_runtime() -> None:

@@ -2,30 +2,56 @@
 
 It lets the service be run and load-tested on a simulated fleet (a million GPUs, a hundred
 thousand running jobs): a start or a stop costs O(log n), and a poll costs O(log n) per report
-it returns, never a pass over every running job.
+it returns, never a pass over every running job. A restart resumes every stored run at once
+(`resume_many`), each launch built only if someone asks for it.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from toposched.backends.protocol import Launch, Report, ReportKind, RunningJob, Stop
 from toposched.cluster.errors import InputError
 
-__all__ = ["DryRunBackend"]
+__all__ = ["DryRunBackend", "ResumedRun"]
+
+
+@dataclass(frozen=True, slots=True)
+class ResumedRun:
+    """A run the store says was started, to go on in a new process: `launch` builds its
+    `Launch` when asked (a restart resumes a hundred thousand runs, and names their nodes
+    only for the few anyone looks at)."""
+
+    job_id: str
+    attempt: int
+    expected_runtime: float | None
+    start_time: float
+    launch: Callable[[], Launch]
 
 
 @dataclass(slots=True)
 class _Run:
-    """One running attempt; `token` tells it apart from an earlier run of the same job id."""
+    """One running attempt; `token` tells it apart from an earlier run of the same job id.
+    `launch` is None for a resumed run until `make_launch` builds it."""
 
-    launch: Launch
+    job_id: str
+    attempt: int
+    expected_runtime: float | None
     token: int
+    launch: Launch | None
+    make_launch: Callable[[], Launch] | None = None
     start_time: float | None = None
     """The service's clock at the poll that reported it started; None until then."""
+
+    def the_launch(self) -> Launch:
+        if self.launch is None:
+            assert self.make_launch is not None
+            self.launch = self.make_launch()
+            self.make_launch = None
+        return self.launch
 
 
 class DryRunBackend:
@@ -42,7 +68,7 @@ class DryRunBackend:
     def __init__(self) -> None:
         self._runs: dict[str, _Run] = {}
         self._new: list[_Run] = []
-        self._stops: list[tuple[Launch, ReportKind]] = []
+        self._stops: list[tuple[_Run, ReportKind]] = []
         self._ends: list[tuple[float, int, str]] = []
         """Heap of (end time, token, job id); an entry whose run is gone is skipped when popped."""
         self._next_token = 0
@@ -50,59 +76,81 @@ class DryRunBackend:
         """How many launches this backend accepted."""
 
     def start(self, launch: Launch) -> None:
-        current = self._runs.get(launch.job_id)
-        if current is not None and current.launch.attempt == launch.attempt:
-            return  # Started already: a decision carried out again after a restart.
+        run = self._new_run(launch.job_id, launch.attempt, launch.expected_runtime, launch)
+        if run is not None:
+            self._new.append(run)
+
+    def _new_run(
+        self,
+        job_id: str,
+        attempt: int,
+        runtime: float | None,
+        launch: Launch | None,
+        make_launch: Callable[[], Launch] | None = None,
+    ) -> _Run | None:
+        """The run of a new attempt, held as running; None if that attempt runs already."""
+        current = self._runs.get(job_id)
+        if current is not None and current.attempt == attempt:
+            return None  # Started already: a decision carried out again after a restart.
         if current is not None:
-            raise InputError(
-                "job_id", launch.job_id, f"is already running (attempt {current.launch.attempt})"
-            )
-        runtime = launch.expected_runtime
+            raise InputError("job_id", job_id, f"is already running (attempt {current.attempt})")
         if runtime is not None and (math.isnan(runtime) or runtime < 0):
             raise InputError("expected_runtime", runtime, "must be a number >= 0 or None")
-        run = _Run(launch, self._next_token)
+        run = _Run(job_id, attempt, runtime, self._next_token, launch, make_launch)
         self._next_token += 1
-        self._runs[launch.job_id] = run
-        self._new.append(run)
+        self._runs[job_id] = run
         self.launches_total += 1
+        return run
 
     def resume(self, launch: Launch, start_time: float) -> None:
         """Take `launch` as running since `start_time`, without a `STARTED` report: how the
         simulated fleet survives a restart of the service (its store knows what ran)."""
-        self.start(launch)
-        run = self._new.pop()
-        self._started(run, start_time)
+        run = self._new_run(launch.job_id, launch.attempt, launch.expected_runtime, launch)
+        if run is not None:
+            self._started(run, start_time)
+
+    def resume_many(self, runs: Sequence[ResumedRun]) -> None:
+        """`resume` each run, the end times ordered once for all of them."""
+        ends = self._ends
+        for resumed in runs:
+            run = self._new_run(
+                resumed.job_id, resumed.attempt, resumed.expected_runtime, None, resumed.launch
+            )
+            if run is None:
+                continue
+            run.start_time = resumed.start_time
+            if run.expected_runtime is not None:
+                ends.append((resumed.start_time + run.expected_runtime, run.token, run.job_id))
+        heapq.heapify(ends)
 
     def stop(self, stop: Stop) -> None:
         run = self._runs.get(stop.job_id)
-        if run is None or run.launch.attempt != stop.attempt:
+        if run is None or run.attempt != stop.attempt:
             return
         del self._runs[stop.job_id]
         kind = ReportKind.EVICTED if stop.evicted else ReportKind.STOPPED
-        self._stops.append((run.launch, kind))
+        self._stops.append((run, kind))
 
     def poll(self, now: float) -> Sequence[Report]:
         reports = self._finished_by(now)
-        for launch, kind in self._stops:
-            reports.append(Report(launch.job_id, launch.attempt, kind, now))
+        for run, kind in self._stops:
+            reports.append(Report(run.job_id, run.attempt, kind, now))
         self._stops.clear()
         for run in self._new:
-            if self._runs.get(run.launch.job_id) is run:
-                reports.append(
-                    Report(run.launch.job_id, run.launch.attempt, ReportKind.STARTED, now)
-                )
+            if self._runs.get(run.job_id) is run:
+                reports.append(Report(run.job_id, run.attempt, ReportKind.STARTED, now))
                 self._started(run, now)
         self._new.clear()
         reports.extend(self._finished_by(now))
         return reports
 
     def running(self) -> Sequence[RunningJob]:
-        return [RunningJob(run.launch.job_id, run.launch.attempt) for run in self._runs.values()]
+        return [RunningJob(run.job_id, run.attempt) for run in self._runs.values()]
 
     def launch(self, job_id: str) -> Launch | None:
         """The launch of `job_id`'s running attempt, if it runs."""
         run = self._runs.get(job_id)
-        return None if run is None else run.launch
+        return None if run is None else run.the_launch()
 
     def log_path(self, job_id: str, rank: int) -> str | None:
         return None
@@ -112,9 +160,8 @@ class DryRunBackend:
 
     def _started(self, run: _Run, time: float) -> None:
         run.start_time = time
-        if run.launch.expected_runtime is not None:
-            end = time + run.launch.expected_runtime
-            heapq.heappush(self._ends, (end, run.token, run.launch.job_id))
+        if run.expected_runtime is not None:
+            heapq.heappush(self._ends, (time + run.expected_runtime, run.token, run.job_id))
 
     def _finished_by(self, now: float) -> list[Report]:
         """`FINISHED` reports, at their end times, of the runs whose runtime ran out by `now`."""
@@ -126,5 +173,5 @@ class DryRunBackend:
             if run is None or run.token != token:
                 continue
             del self._runs[job_id]
-            reports.append(Report(job_id, run.launch.attempt, ReportKind.FINISHED, end))
+            reports.append(Report(job_id, run.attempt, ReportKind.FINISHED, end))
         return reports

@@ -12,13 +12,16 @@
   until a client sees the first `bound` event.
 
 The clients speak HTTP/1.1 on keep-alive sockets themselves (asyncio), so that on a small
-machine most of the CPU goes to the server, not to client libraries.
+machine most of the CPU goes to the server, not to client libraries. Beside the throughput and
+the restart, the server's own CPU time (per submission; until the first decision) is given,
+read from /proc: on a shared machine it moves far less with the others' load than wall time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -110,6 +113,16 @@ def _server(folder: Path, store: Path, port: int) -> Iterator[subprocess.Popen[b
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(10)
+
+
+def _cpu_seconds(process: subprocess.Popen[bytes]) -> float | None:
+    """CPU seconds the server used so far, all threads (user + system; from /proc, None where
+    there is none). On a shared machine it varies less with the load than wall time."""
+    try:
+        fields = Path(f"/proc/{process.pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _wait_ready(process: subprocess.Popen[bytes], url: str, folder: Path) -> None:
@@ -255,7 +268,9 @@ def _submissions(folder: Path, quick: bool) -> list[Measurement]:
     with _server(folder, folder / "submit.db", port) as process:
         _wait_ready(process, url, folder)
         asyncio.run(_closed_loop(port, _bodies("warm", 200), CLIENTS))
+        cpu_before = _cpu_seconds(process)
         elapsed = asyncio.run(_closed_loop(port, _bodies("load", throughput_jobs), CLIENTS))
+        cpu_after = _cpu_seconds(process)
         rate = throughput_jobs / elapsed
         bodies = _bodies("lat", int(RATE_TARGET * latency_s))
         sent, sending_s = asyncio.run(_open_loop(port, bodies, RATE_TARGET))
@@ -279,6 +294,7 @@ def _submissions(folder: Path, quick: bool) -> list[Measurement]:
             1 / RATE_TARGET,
             per_second=round(rate),
             jobs=throughput_jobs,
+            server_cpu_ms=_per_item_ms(cpu_before, cpu_after, throughput_jobs),
         ),
         _single(
             f"submit-to-decision latency p50 at {offered:,.0f}/s offered",
@@ -294,6 +310,12 @@ def _submissions(folder: Path, quick: bool) -> list[Measurement]:
             max_ms=round(float(latencies.max()) * 1000, 1),
         ),
     ]
+
+
+def _per_item_ms(before: float | None, after: float | None, items: int) -> float | None:
+    if before is None or after is None:
+        return None
+    return round(1000 * (after - before) / items, 3)
 
 
 def fill_store(path: Path, pending: int, now: float, max_running: int | None = None) -> int:
@@ -398,11 +420,13 @@ def _restart(folder: Path, quick: bool) -> Measurement:
                     break
             time.sleep(0.02)
         decided_s = time.time() - begin
+        cpu_s = _cpu_seconds(process)
     return _single(
         f"restart to first decision ({count:,} running, {pending:,} pending jobs in the store)",
         decided_s,
         RESTART_TARGET_S,
         ready_s=round(ready_s or decided_s, 2),
+        server_cpu_s=None if cpu_s is None else round(cpu_s, 2),
         store_fill_s=round(fill_s, 1),
     )
 

@@ -55,6 +55,14 @@ class Adoption:
     start_time: float
 
 
+def _renamed(request: GangRequest, name: str) -> GangRequest:
+    """A copy of `request` for another job of the same spec but its name: its fields copied
+    as they are (`dataclasses.replace` would re-run `__init__`, several times the cost)."""
+    renamed = object.__new__(GangRequest)
+    renamed.__dict__.update(request.__dict__, name=name)
+    return renamed
+
+
 class Scheduler:
     """Orders pending jobs by Fair Tree (accounts short of their budget first), places what
     fits, preempts under the contract for jobs that should run but do not fit, reserves for the
@@ -126,14 +134,16 @@ class Scheduler:
         self._enqueue(job)
         return job
 
-    def _new_job(self, spec: JobSpec, now: float) -> Job:
+    def _new_job(self, spec: JobSpec, now: float, request: GangRequest | None = None) -> Job:
+        """A new job, registered; `request`: the spec's, when the caller resolved it."""
         existing = self.jobs.get(spec.name)
         if existing is not None and existing.state in (JobState.PENDING, JobState.RUNNING):
             raise InputError("name", spec.name, f"a job of that name is already {existing.state}")
         self.tree.require(spec.account, "account")
         if not self.tree.is_leaf(spec.account):
             raise InputError("account", spec.account, "jobs charge to a leaf account (a team)")
-        request = GangRequest.from_spec(spec, self.state.topology)
+        if request is None:
+            request = GangRequest.from_spec(spec, self.state.topology)
         submit_time = spec.submit_time if spec.submit_time is not None else now
         job = Job(spec=spec, request=request, submit_time=submit_time)
         job.record(now, "submitted")
@@ -154,13 +164,25 @@ class Scheduler:
         """`adopt` each in order, with the same result, for the many running jobs of a restart:
         a job goes to the running set without passing through the queue, and is counted in
         the ledger once, from its real start."""
+        # Specs copied from one stored document share its resources and topology: their
+        # requests differ by name only, resolved against the topology once.
+        requests: dict[tuple[int, int, int], GangRequest] = {}
         jobs = []
         for adoption in adoptions:
-            job = self._new_job(adoption.spec, now)
-            self.lifecycle.adopt(
-                job, Placement(job.request, adoption.allocation), adoption.start_time, now
-            )
+            spec = adoption.spec
+            key = (id(spec.resources_per_pod), id(spec.topology), spec.pods)
+            known = requests.get(key)
+            if known is None:
+                job = self._new_job(spec, now)
+                requests[key] = job.request
+            else:
+                job = self._new_job(spec, now, _renamed(known, spec.name))
+            # Running from here, never queued: the same name adopted twice is refused as such.
+            job.state = JobState.RUNNING
             jobs.append(job)
+        allocations = [adoption.allocation for adoption in adoptions]
+        start_times = [adoption.start_time for adoption in adoptions]
+        self.lifecycle.adopt_many(jobs, allocations, start_times, now)
         self._epoch += len(jobs)
         return jobs
 

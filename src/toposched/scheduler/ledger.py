@@ -4,6 +4,7 @@ the GPUs they hold and those on their way out, and as arrays for preemption deci
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -128,8 +129,32 @@ class Ledger:
         self.forget(job, jobs)
         del self.running[job.job_id]
 
+    def started_many(self, jobs: Sequence[Job]) -> None:
+        """`started` for each of many jobs (a restart's), the sorted records filled at once."""
+        releases = []
+        protection = []
+        for job in jobs:
+            self.running[job.job_id] = job
+            job.last_checkpoint = None
+            self._count_in(job)
+            releases.append(release_time(job))
+            if not job.unallocated:
+                assert job.start_time is not None
+                protection.append((job.start_time + job.min_runtime, job.job_id))
+        self.releases.update(releases)
+        self.protection.update(protection)
+
     def remember(self, job: Job) -> None:
         """Count the running `job` in every record."""
+        assert job.start_time is not None
+        self._count_in(job)
+        self.releases.add(release_time(job))
+        if not job.unallocated:
+            self.protection.add((job.start_time + job.min_runtime, job.job_id))
+
+    def _count_in(self, job: Job) -> None:
+        """The records of the running `job` but the sorted ones: its view, the preemptible
+        index, the set of unallocated work."""
         assert job.start_time is not None
         spec = job.spec
         self.views[job.job_id] = RunningJob(
@@ -143,7 +168,6 @@ class Ledger:
             unallocated=job.unallocated,
             gpus=job.gpus,
         )
-        self.releases.add(release_time(job))
         self.preemptible.add(
             job.job_id,
             self.state.allocations[job.job_id],
@@ -156,8 +180,6 @@ class Ledger:
         )
         if job.unallocated:
             self.unallocated.add(job.job_id)
-        else:
-            self.protection.add((job.start_time + job.min_runtime, job.job_id))
 
     def forget(self, job: Job, jobs: dict[str, Job]) -> None:
         """Take the running `job` out of every record; a preemptor it was leaving for no

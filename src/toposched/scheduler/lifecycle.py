@@ -4,9 +4,11 @@ protection fixed at start, usage charged, and the ledger kept."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
+from toposched.cluster.batch_allocate import allocate_many
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import ClusterState
+from toposched.cluster.state import Allocation, ClusterState
 from toposched.placement.search import Placement
 from toposched.policy.budget import BudgetTree
 from toposched.policy.fairshare import QueueEntry
@@ -97,6 +99,35 @@ class Lifecycle:
             self.usage.start(job.spec.account, job.gpus, now)
         job.start_time = start_time
         self.ledger.started(job)
+
+    def adopt_many(
+        self,
+        jobs: Sequence[Job],
+        allocations: Sequence[Allocation],
+        start_times: Sequence[float],
+        now: float,
+    ) -> None:
+        """`adopt` each job in order, with the same result; their allocations are checked and
+        taken together (`allocate_many`), all or none."""
+        try:
+            allocate_many(self.state, [job.job_id for job in jobs], allocations)
+        except InputError as error:
+            if error.field == "owner":
+                raise InternalError(str(error.value), str(error)) from error
+            raise
+        usage = self.usage
+        for job, start_time in zip(jobs, start_times, strict=True):
+            job.state = JobState.RUNNING
+            job.start_time = now
+            job.attempts += 1
+            how = self._protect(job)
+            job.record(now, f"started ({how})" if how else "started")
+            if self._charged(job):
+                usage.start(job.spec.account, job.gpus, now)
+            job.start_time = start_time
+        # The ledger's records are read by no step above (protection reads usage): filled
+        # once, for all of them.
+        self.ledger.started_many(jobs)
 
     def _protect(self, job: Job) -> str:
         """Fix whether the starting job runs as unallocated work and its protection, and say

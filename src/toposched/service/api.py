@@ -74,29 +74,38 @@ def _submit_route(app: FastAPI, ctx: Context) -> None:
         request: Request, idempotency_key: Annotated[str | None, Header()] = None
     ) -> JSONResponse:
         principal = ctx.principal(request)
-        if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY:
-            raise ApiError(
-                422,
-                "Idempotency-Key must be 1 to 200 characters",
-                field="Idempotency-Key",
-                value=idempotency_key,
-                rule="1 to 200 characters",
-            )
-        document = await ctx.document(request)
-        fields, run = _split(document)
-        account = fields.get("account", "default")
-        if not isinstance(account, str) or not principal.sees(account):
-            raise ApiError(403, f"this token cannot submit to account {str(account)[:80]!r}")
-        submission = Submission(
-            fields, run, _scoped(principal, idempotency_key), body_hash(document)
+        check_key(idempotency_key)
+        return await submission(ctx, principal, idempotency_key, await ctx.document(request))
+
+
+def check_key(idempotency_key: str | None) -> None:
+    if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY:
+        raise ApiError(
+            422,
+            "Idempotency-Key must be 1 to 200 characters",
+            field="Idempotency-Key",
+            value=idempotency_key,
+            rule="1 to 200 characters",
         )
 
-        def apply(core: ServiceCore, now: float) -> tuple[dict[str, Any], bool]:
-            record, created = commands.submit(core, submission, now)
-            return views.job_view(core, record), created
 
-        view, created = await ctx.call(apply)
-        return JSONResponse(view, status_code=201 if created else 200)
+async def submission(
+    ctx: Context, principal: Principal, idempotency_key: str | None, document: Any
+) -> JSONResponse:
+    """POST /v1/jobs once its token, key and body are read: 201 with the new job, or 200 with
+    the job an earlier submission of the same key made."""
+    fields, run = _split(document)
+    account = fields.get("account", "default")
+    if not isinstance(account, str) or not principal.sees(account):
+        raise ApiError(403, f"this token cannot submit to account {str(account)[:80]!r}")
+    submission = Submission(fields, run, _scoped(principal, idempotency_key), body_hash(document))
+
+    def apply(core: ServiceCore, now: float) -> tuple[dict[str, Any], bool]:
+        record, created = commands.submit(core, submission, now)
+        return views.job_view(core, record), created
+
+    view, created = await ctx.call(apply)
+    return JSONResponse(view, status_code=201 if created else 200)
 
 
 def _job_read_routes(app: FastAPI, ctx: Context) -> None:

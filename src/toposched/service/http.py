@@ -3,7 +3,6 @@ tokens checked, and calls into the loop awaited."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -129,7 +128,7 @@ class Context:
         """Run `apply(core, now)` in the loop; answer after its commit."""
         self.require_ready()
         try:
-            return await asyncio.wrap_future(self.loop.submit(apply, writes))
+            return await self.loop.submit_async(apply, writes)
         except Exception as error:
             raise api_error(error) from None
 
@@ -140,10 +139,13 @@ class Context:
             raise ApiError(503, "starting: the scheduler is being rebuilt from the store")
 
     def principal(self, request: Request) -> Principal:
+        return self.principal_of(request.headers.get("authorization", ""))
+
+    def principal_of(self, authorization: str) -> Principal:
+        """Who sends a request with this Authorization header."""
         if self.tokens is None:
             return OPEN_ACCESS
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
+        scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise ApiError(401, "an Authorization: Bearer TOKEN header is required")
         principal = self.tokens.principal(token.strip())
@@ -154,6 +156,19 @@ class Context:
     async def document(self, request: Request) -> Any:
         """The request's body as a document (JSON or YAML), at most `max_body` bytes."""
         content_type = request.headers.get("content-type", "application/json")
+        self.check_media_type(content_type)
+        self.check_length(request.headers.get("content-length"))
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body:
+                raise self.too_large()
+            chunks.append(chunk)
+        return self.document_of(b"".join(chunks), content_type)
+
+    @staticmethod
+    def check_media_type(content_type: str) -> None:
         if content_type.split(";")[0].strip().lower() not in _MEDIA_TYPES:
             raise ApiError(
                 415,
@@ -162,26 +177,20 @@ class Context:
                 value=content_type,
                 rule="must be application/json or application/yaml",
             )
-        body = await self.body(request)
+
+    def check_length(self, declared: str | None) -> None:
+        """A body declared larger than `max_body` is refused before it is read."""
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            raise self.too_large()
+
+    @staticmethod
+    def document_of(body: bytes, content_type: str) -> Any:
         try:
             return parse_body(body, content_type)
         except InputError as error:
             raise api_error(error) from None
 
-    async def body(self, request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
-            raise self._too_large()
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body:
-                raise self._too_large()
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    def _too_large(self) -> ApiError:
+    def too_large(self) -> ApiError:
         return ApiError(
             413,
             f"the body is larger than {self.max_body} bytes",

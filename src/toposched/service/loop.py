@@ -6,10 +6,15 @@ the commands, stores and applies the backend's reports, runs one cycle for the w
 stores its decisions (see `step`). Only after the commit are the waiters answered and the
 decisions handed to the backend. A tick every `tick_s` seconds cycles even when nothing
 arrived, for min-runtime expiries and reservations coming due.
+
+Callers in an asyncio event loop (the HTTP server) wait on asyncio futures, which the loop
+settles in one call per event loop and turn (`_Waiters`), not one thread hand-off per answer.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 import queue
 import threading
@@ -30,12 +35,57 @@ log = logging.getLogger("toposched.service")
 _MAX_BATCH = 10_000
 
 
+Outcome = tuple[bool, Any]
+"""A command's answer: (True, its result) or (False, the exception it raised)."""
+
+
 @dataclass
 class _Command:
     apply: Callable[[ServiceCore, float], Any]
-    future: Future[Any]
+    future: Future[Any] | asyncio.Future[Any]
     writes: bool
     queued: float = field(default_factory=time.monotonic)
+    event_loop: asyncio.AbstractEventLoop | None = None
+    """The event loop of an asyncio `future`, which only that loop's thread may settle."""
+
+
+def _settle(future: Future[Any] | asyncio.Future[Any], outcome: Outcome) -> None:
+    if future.done():  # an asyncio caller that went away (its request was cancelled)
+        return
+    ok, value = outcome
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+def _settle_all(answers: list[tuple[asyncio.Future[Any], Outcome]]) -> None:
+    for future, outcome in answers:
+        _settle(future, outcome)
+
+
+class _Waiters:
+    """Answers of one turn: thread-safe futures at once, asyncio ones gathered per event loop
+    and settled there by one `call_soon_threadsafe` each."""
+
+    def __init__(self) -> None:
+        self._by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Outcome]]]
+        self._by_loop = {}
+
+    def add(self, command: _Command, outcome: Outcome) -> None:
+        if command.event_loop is None:
+            _settle(command.future, outcome)
+            return
+        assert isinstance(command.future, asyncio.Future)
+        self._by_loop.setdefault(command.event_loop, []).append((command.future, outcome))
+
+    def send(self) -> None:
+        for event_loop, answers in self._by_loop.items():
+            try:
+                event_loop.call_soon_threadsafe(_settle_all, answers)
+            except RuntimeError:  # that event loop closed: nobody waits for these answers
+                log.warning("%d answers for a closed event loop were dropped", len(answers))
+        self._by_loop = {}
 
 
 class LoopObserver(Protocol):
@@ -89,6 +139,19 @@ class Loop:
         self._queue.put(_Command(apply, future, writes))
         return future
 
+    def submit_async(
+        self, apply: Callable[[ServiceCore, float], T], writes: bool = True
+    ) -> asyncio.Future[T]:
+        """`submit` for a caller in a running asyncio event loop: the future is settled in
+        that event loop after the commit."""
+        event_loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = event_loop.create_future()
+        if self.failed is not None:
+            future.set_exception(RuntimeError("the service loop stopped"))
+            return future
+        self._queue.put(_Command(apply, future, writes, event_loop=event_loop))
+        return future
+
     def call(self, apply: Callable[[ServiceCore, float], T], timeout: float = 30.0) -> T:
         """`submit` and wait (for callers outside an event loop, e.g. tests)."""
         return self.submit(apply).result(timeout)
@@ -96,7 +159,7 @@ class Loop:
     # --- the thread ------------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            self.core = self._start_core(self.clock())
+            self.core = self._recover()
             self.ready.set()
             self._serve(self.core)
         except BaseException as error:  # the loop must report why it stopped, whatever it was
@@ -108,6 +171,19 @@ class Loop:
         finally:
             if self.core is not None:
                 self.core.backend.close()
+
+    def _recover(self) -> ServiceCore:
+        """`start_core`, with the garbage collector paused: recovery builds objects by the
+        hundred thousand and frees none, so every collection meanwhile would be a wasted pass
+        over all of them. What it built is then frozen out of the collector's sight
+        (`gc.freeze`): later collections do not scan it again and again (objects freed by
+        reference counting, as nearly all are, are freed as usual)."""
+        gc.disable()
+        try:
+            return self._start_core(self.clock())
+        finally:
+            gc.enable()
+            gc.freeze()
 
     def _serve(self, core: ServiceCore) -> None:
         next_tick = time.monotonic()
@@ -145,9 +221,9 @@ class Loop:
                 core.owed.advance(core, now)
                 committing = time.monotonic()
         except BaseException as error:
-            for command in batch:  # nothing of the turn was committed: no answer is a success
-                if not command.future.done():
-                    command.future.set_exception(RuntimeError(f"the service loop stopped: {error}"))
+            # Nothing of the turn was committed: no answer is a success.
+            stopped = (False, RuntimeError(f"the service loop stopped: {error}"))
+            self._answer(batch, [stopped] * len(batch))
             keep_reports(core, reports)
             raise
         if self.observer is not None and batch:
@@ -157,12 +233,11 @@ class Loop:
         return result
 
     @staticmethod
-    def _answer(batch: list[_Command], answers: list[tuple[bool, Any]]) -> None:
-        for command, (ok, value) in zip(batch, answers, strict=True):
-            if ok:
-                command.future.set_result(value)
-            else:
-                command.future.set_exception(value)
+    def _answer(batch: list[_Command], answers: list[Outcome]) -> None:
+        waiters = _Waiters()
+        for command, outcome in zip(batch, answers, strict=True):
+            waiters.add(command, outcome)
+        waiters.send()
 
     def _drain(self, wait_s: float) -> list[_Command]:
         batch: list[_Command] = []
@@ -182,7 +257,7 @@ class Loop:
         return batch
 
     @staticmethod
-    def _apply_one(core: ServiceCore, command: _Command, now: float) -> tuple[bool, Any]:
+    def _apply_one(core: ServiceCore, command: _Command, now: float) -> Outcome:
         try:
             if not command.writes:
                 return True, command.apply(core, now)
@@ -200,5 +275,5 @@ class Loop:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 return
-            if item is not None and not item.future.done():
-                item.future.set_exception(RuntimeError(f"the service loop stopped: {error}"))
+            if item is not None:
+                self._answer([item], [(False, RuntimeError(f"the service loop stopped: {error}"))])

@@ -26,8 +26,8 @@ from toposched.service.store import (
     StoredDecision,
     StoredEvent,
     StoredReport,
-    job_from_row,
     job_values,
+    jobs_from_rows,
     report_values,
     run_values,
 )
@@ -267,7 +267,7 @@ class PostgresStore:
         """Every job, in submission order."""
         self._flush()
         rows = self._execute(f"SELECT seq, {JOB_COLUMNS} FROM jobs ORDER BY seq").fetchall()
-        return [job_from_row(row) for row in rows]
+        return jobs_from_rows(rows)
 
     # --- events ----------------------------------------------------------------------------
     def add_event(

@@ -38,6 +38,7 @@ from toposched.service.regrow import (
     renumbered,
     restore_scheduler,
 )
+from toposched.service.restore import resume_simulated
 from toposched.service.step import apply_new_reports, apply_reports
 from toposched.service.store import StoredDecision
 from toposched.service.store_protocol import StateStore
@@ -138,11 +139,7 @@ def _restore_records(core: ServiceCore, records: list[JobRecord]) -> None:
 
 
 def _resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:
-    unsent = {(d.job_id, d.attempt) for d in core.store.unsent_decisions() if d.kind == "start"}
-    for record in core.records.values():
-        started = (record.job_id, record.attempt) not in unsent
-        if record.state is JobState.RUNNING and started and record.start_time is not None:
-            backend.resume(core.launch(record), record.start_time)
+    resume_simulated(core, backend)
 
 
 def _reconcile(core: ServiceCore, now: float) -> None:

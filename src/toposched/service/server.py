@@ -19,6 +19,7 @@ from toposched.service.config import (
     build_tree,
     open_store,
 )
+from toposched.service.fast_submit import SubmitFront
 from toposched.service.http import Context
 from toposched.service.loop import Loop
 from toposched.service.recovery import starter
@@ -60,7 +61,8 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
         on_failure=stop_serving,
     )
     pid_file = _write_pid(config.state_dir)
-    app = create_app(Context(loop, tokens, config.max_body), store)
+    ctx = Context(loop, tokens, config.max_body)
+    app = SubmitFront(create_app(ctx, store), ctx)
     server = uvicorn.Server(
         uvicorn.Config(
             app,

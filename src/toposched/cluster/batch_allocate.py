@@ -1,0 +1,134 @@
+"""Many allocations taken at once: the running jobs of a restart (a hundred thousand gangs on
+the million-GPU fleet) checked together with numpy and applied in one vectorised pass, instead
+of `ClusterState.allocate` gang by gang.
+
+The checks are those of `allocate`: distinct owners that hold nothing yet, node and GPU
+indices of the cluster, open nodes (healthy, not fenced or held as spares), each GPU's milli-GPU and each node's CPU and memory
+within what is free, counted over every allocation together. Anything they cannot vouch for
+(odd shapes or types, a request that does not fit) goes to `allocate` one by one, whose checks
+name the field and rule; then nothing of the batch is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from toposched.cluster.errors import InputError
+from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
+
+MAX_PER_POD = 2**40
+"""CPU millicores or memory MiB per pod beyond which the batch leaves the checks to
+`allocate` (which refuses them)."""
+
+
+def allocate_many(
+    state: ClusterState, owners: Sequence[str], allocations: Sequence[Allocation]
+) -> None:
+    """Give each owner its allocation, as `state.allocate` would one after the other; all or
+    nothing."""
+    if len(owners) != len(allocations):
+        raise InputError("owners", len(owners), f"must be one per allocation ({len(allocations)})")
+    if not owners:
+        return
+    if _fits(state, owners, allocations):
+        state.retake_many(list(owners), list(allocations))
+        return
+    done: list[str] = []
+    try:
+        for owner, allocation in zip(owners, allocations, strict=True):
+            state.allocate(owner, allocation)
+            done.append(owner)
+    except InputError:
+        state.release_many(done)
+        raise
+
+
+def _fits(state: ClusterState, owners: Sequence[str], allocations: Sequence[Allocation]) -> bool:
+    """Whether every allocation is well formed and all of them fit together now."""
+    held = state.allocations
+    if len(set(owners)) != len(owners) or any(not o or o in held for o in owners):
+        return False
+    if not all(_plain(allocation) for allocation in allocations):
+        return False
+    nodes = np.concatenate([a.nodes for a in allocations])
+    n_nodes = state.topology.n_nodes
+    if nodes.size and (int(nodes.min()) < 0 or int(nodes.max()) >= n_nodes):
+        return False
+    if (state.closed[nodes] != 0).any():  # unhealthy, fenced or held as a spare
+        return False
+    pods = np.fromiter((a.pods for a in allocations), dtype=np.int64, count=len(allocations))
+    if not _gpus_fit(state, allocations, nodes, pods):
+        return False
+    return _per_node_fits(state, allocations, nodes, pods)
+
+
+def _plain(allocation: Allocation) -> bool:
+    """The shape and scalar checks of `allocate`, one allocation (no pass over its pods)."""
+    nodes, gpus = allocation.nodes, allocation.gpus
+    if nodes.ndim != 1 or gpus.ndim != 2 or gpus.shape[0] != nodes.shape[0]:
+        return False
+    if nodes.dtype.kind not in "iu" or gpus.dtype.kind not in "iu":
+        return False
+    milli, cpu, memory = allocation.gpu_milli, allocation.cpu_milli, allocation.memory_mib
+    if type(milli) is not int or not 0 < milli <= MILLI_PER_GPU:
+        return False
+    if gpus.shape[1] > 1 and milli != MILLI_PER_GPU:
+        return False
+    return (
+        type(cpu) is int
+        and type(memory) is int
+        and 0 <= cpu <= MAX_PER_POD
+        and 0 <= memory <= MAX_PER_POD
+    )
+
+
+def _gpus_fit(
+    state: ClusterState,
+    allocations: Sequence[Allocation],
+    nodes: NDArray[np.int64],
+    pods: NDArray[np.int64],
+) -> bool:
+    """GPU indices within each node's GPUs, and each GPU's milli-GPU asked for by all the
+    allocations together within what it has free (a whole GPU asked twice is over)."""
+    width = state.gpu_free_milli.shape[1]
+    per_pod = np.fromiter((a.gpus.shape[1] for a in allocations), np.int64, len(allocations))
+    gpus = np.concatenate([a.gpus.reshape(-1) for a in allocations]).astype(np.int64)
+    if not gpus.size:
+        return True
+    pod_of_gpu_nodes = np.repeat(nodes, np.repeat(per_pod, pods))
+    counts = state.topology.gpu_count[pod_of_gpu_nodes].astype(np.int64)
+    if (gpus < 0).any() or (gpus >= counts).any():
+        return False
+    slots = pod_of_gpu_nodes * width + gpus
+    milli = np.repeat(
+        np.fromiter((a.gpu_milli for a in allocations), np.int64, len(allocations)),
+        pods * per_pod,
+    )
+    asked = np.bincount(slots, weights=milli, minlength=state.gpu_free_milli.size)
+    return bool((asked <= state.gpu_free_milli.reshape(-1)).all())
+
+
+def _per_node_fits(
+    state: ClusterState,
+    allocations: Sequence[Allocation],
+    nodes: NDArray[np.int64],
+    pods: NDArray[np.int64],
+) -> bool:
+    """Each node's CPU and memory asked for by all the allocations' pods within its free."""
+    n_nodes = state.topology.n_nodes
+    for attribute, free in (
+        ("cpu_milli", state.free_cpu_milli),
+        ("memory_mib", state.free_memory_mib),
+    ):
+        per_pod = np.fromiter(
+            (getattr(a, attribute) for a in allocations), np.int64, len(allocations)
+        )
+        if not per_pod.any():
+            continue
+        asked = np.bincount(nodes, weights=np.repeat(per_pod, pods), minlength=n_nodes)
+        if (asked > free).any():
+            return False
+    return True
