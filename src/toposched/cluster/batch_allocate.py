@@ -3,8 +3,9 @@ the million-GPU fleet) checked together with numpy and applied in one vectorised
 of `ClusterState.allocate` gang by gang.
 
 The checks are those of `allocate`: distinct owners that hold nothing yet, node and GPU
-indices of the cluster, open nodes (healthy, not fenced or held as spares), each GPU's milli-GPU and each node's CPU and memory
-within what is free, counted over every allocation together. Anything they cannot vouch for
+indices of the cluster, open nodes (healthy, not fenced, not held as spares), each GPU's
+milli-GPU and each node's CPU and memory within what is free, counted over every allocation
+together. Anything they cannot vouch for
 (odd shapes or types, a request that does not fit) goes to `allocate` one by one, whose checks
 name the field and rule; then nothing of the batch is kept.
 """
