@@ -26,7 +26,7 @@ from toposched.cli.options import (
     check_gpus,
     check_pods,
     check_seed,
-    check_workload_gpus,
+    check_workload_options,
 )
 from toposched.cluster.errors import InputError
 
@@ -309,11 +309,12 @@ def test_shared_option_rules() -> None:
         assert caught.value.field == flag and len(str(caught.value)) < 200
     with pytest.raises(InputError, match="at most 4"):
         check_count("--racks", 5, 4)
-    check_workload_gpus("ai2", 8)
-    check_workload_gpus("openb", None)
-    check_workload_gpus("my-lab.jsonl", 64)  # a file brings its own cluster
+    check_workload_options("ai2", 8, 0, None)
+    check_workload_options("itp:01", 64, None, "traces")
+    check_workload_options("openb", None, None, "traces")
+    check_workload_options("my-lab.jsonl", None, None, None)
     with pytest.raises(InputError, match="the frontier fleet holds 2,160 to 1,000,080"):
-        check_workload_gpus("frontier", 1_000_081)
+        check_workload_options("frontier", 1_000_081, None, None)
 
 
 @pytest.mark.parametrize(

@@ -171,6 +171,66 @@ def test_frontier_gpus_outside_the_fleet_are_refused_and_rounding_is_said(
     )
 
 
+# Every workload kind, each option it does not read, and the start of the rule that says why.
+UNREAD_OPTIONS = [
+    ("openb", "--gpus", "64", "the openb workload runs on the trace's own cluster"),
+    ("FILE", "--gpus", "64", "a workload file brings its own cluster"),
+    ("itp:01", "--seed", "0", "the itp workload replays its trace: nothing in it is drawn"),
+    ("openb:default", "--seed", "7", "the openb workload replays its trace"),
+    ("FILE", "--seed", "7", "a workload file holds its jobs as written"),
+    ("ai2", "--traces-dir", "TRACES", "the ai2 workload reads no traces"),
+    ("ai2:team-sized", "--traces-dir", "TRACES", "the ai2 workload reads no traces"),
+    ("frontier", "--traces-dir", "TRACES", "the frontier workload reads no traces"),
+    ("FILE", "--traces-dir", "TRACES", "a workload file reads no traces"),
+]
+
+
+@pytest.mark.parametrize(("workload", "option", "value", "rule"), UNREAD_OPTIONS)
+def test_an_option_the_workload_does_not_read_is_refused_not_ignored(
+    workload: str,
+    option: str,
+    value: str,
+    rule: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    workload = str(_write(tmp_path, "small.yaml", SMALL)) if workload == "FILE" else workload
+    value = str(tmp_path) if value == "TRACES" else value
+    out = tmp_path / "out"
+    argv = ["simulate", "--workload", workload, option, value, "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == 2
+    shown = f"'{value}'" if option == "--traces-dir" else value
+    assert f"error: {option}: {shown} is invalid: {rule}" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_simulate_help_lists_the_options_each_workload_reads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    shown = capsys.readouterr().out
+    for line in (
+        "  ai2, ai2:team-sized   --days, --gpus, --seed",
+        "  frontier              --days, --gpus, --seed",
+        "  itp:NN                --days, --gpus, --traces-dir",
+        "  openb[:TRACE]         --days, --traces-dir",
+        "  FILE                  --days",
+    ):
+        assert f"\n{line}\n" in shown
+
+
+def test_the_demos_default_size_is_the_ai2_workloads_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo's 1,024 GPUs size its ai2 cluster; another workload is not given a --gpus the
+    user did not write (a file keeps its cluster)."""
+    workload = str(_write(tmp_path, "small.yaml", SMALL))
+    argv = ["demo", "--alone", "--workload", workload, "--no-progress", "--json"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0
+    assert json.loads(capsys.readouterr().out)["cluster"]["gpus"] == 16
+
+
 def test_a_job_larger_than_the_cluster_is_named_before_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -8,6 +8,7 @@ import sys
 
 from rich.console import Console
 
+from toposched.cli.options import check_one_node_gpus
 from toposched.cluster.errors import InputError
 from toposched.service.config import BACKENDS, DEFAULT_MAX_BODY, DEFAULT_STORE, ServiceConfig
 
@@ -121,7 +122,10 @@ def _server_options(parser: argparse.ArgumentParser) -> None:
     )
     cluster = parser.add_mutually_exclusive_group()
     cluster.add_argument(
-        "--gpus", type=int, metavar="N", help="one node, this machine, with N GPUs (default: 8)"
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="one node, this machine, with N GPUs, 1 to 64 (default: 8)",
     )
     cluster.add_argument("--cluster", metavar="FILE", help="cluster description YAML/JSON/CSV")
     cluster.add_argument(
@@ -162,6 +166,7 @@ def _server_options(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.serve_command == "token":
         return _add_token(args)
+    check_one_node_gpus(args.gpus)
     config = ServiceConfig(
         host=args.host,
         port=args.port,
