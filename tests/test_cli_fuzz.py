@@ -3,8 +3,10 @@
 Whatever the arguments: no exception escapes and nothing prints a traceback, the exit code is 0
 (a tiny run, or --help) or 2 (a clear error), and the files given are unchanged. Arguments are
 drawn so that each command fails fast or runs tiny: simulate and demo always end with a
-workload that does not exist, eval with an empty traces folder and bench with an unknown option
-(their real runs take minutes); `--fleet` (a 1,000,080-GPU build) is never drawn.
+workload that does not exist, eval with an empty traces folder, bench with an unknown option
+(their real runs take minutes) and serve with a --tick it refuses before it builds or opens
+anything (only its error paths are tried, never a server); `--fleet` (a 1,000,080-GPU build)
+is never drawn but for serve.
 """
 
 from __future__ import annotations
@@ -153,7 +155,17 @@ def _mutated(drawn: tuple[list[str], list[tuple[int, str]]]) -> list[str]:
     return words
 
 
-COMMANDS = ["simulate", "demo", "cluster show", "cluster build", "place", "eval", "bench", "any"]
+COMMANDS = [
+    "simulate",
+    "demo",
+    "cluster show",
+    "cluster build",
+    "place",
+    "eval",
+    "bench",
+    "serve",
+    "any",
+]
 
 
 def _argv_strategies(files: dict[str, Path]) -> dict[str, st.SearchStrategy[list[str]]]:
@@ -209,8 +221,34 @@ def _argv_strategies(files: dict[str, Path]) -> dict[str, st.SearchStrategy[list
     bench = _options(files, ["--json", "--quick"], values).map(
         lambda words: ["bench", "placement", *words, "--no-such-option"]
     )
+    serve_flags = [
+        "--gpus",
+        "--port",
+        "--host",
+        "--store",
+        "--backend",
+        "--cluster",
+        "--fleet",
+        "--max-body",
+        "--tick",
+        "--ssl-keyfile",
+        "--ssl-certfile",
+        "--ray-address",
+        "--ray-levels",
+        "--budgets",
+        "--tokens",
+        "--state-dir",
+        "--log-level",
+    ]
+    serve_values = st.one_of(
+        values, st.sampled_from(["local", "dry-run", "ray", "million", "127.0.0.1", "8"])
+    )
+    # Ends with a --tick the service refuses, so that no drawn list starts a server.
+    serve = _options(files, serve_flags, serve_values).map(
+        lambda words: ["serve", *words, "--tick", "0"]
+    )
     anything = st.lists(_word(files), max_size=4)
-    strategies = [simulate, demo, show, build, place, evaluate, bench, anything]
+    strategies = [simulate, demo, show, build, place, evaluate, bench, serve, anything]
     return dict(zip(COMMANDS, strategies, strict=True))
 
 

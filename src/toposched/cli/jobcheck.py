@@ -6,7 +6,8 @@ before it can refuse anything, which would put every error exit of `toposched pl
 `FILE:LINE:` errors for unreadable files, YAML syntax and alias expansion) and refuses unknown
 field names, the commonest mistake, with the model's own rule (`unknown_field_rule`), listed
 in the order the model lists them. It refuses nothing the model accepts; values, missing fields
-and duplicate names are the model's to check, after it.
+and duplicate names are the model's to check, after it. A job that also has such mistakes may
+be refused for its unknown fields first, where the model would list those after the others.
 
 `JOB_FIELDS` is the model's shape; tests/test_cli_start.py checks that it agrees with JobSpec.
 """
@@ -72,6 +73,8 @@ def check_job_files(paths: Sequence[str | os.PathLike[str]]) -> None:
         documents = parse_documents(text, str(file), json_text=file.suffix.lower() == ".json")
         entries = list(_job_entries(documents))
         for index, (document, where, data) in enumerate(entries):
+            if not isinstance(data, Mapping):
+                break  # not a job at all: the model says so, first
             errors = list(_unknown_fields(data, JOB_FIELDS, ""))
             if errors:
                 prefix = f"jobs[{index}]" if len(entries) > 1 else ""
@@ -110,4 +113,6 @@ def _unknown_fields(data: Any, fields: Fields, at: str) -> Iterator[InputError]:
         if key not in fields.names:
             # A key that is not a string (YAML reads `1: x` as a number) is shown as itself.
             shown = value if isinstance(key, str) else key
-            yield InputError(join_fields(at, str(key)), shown, unknown_field_rule(key, fields.names))
+            yield InputError(
+                join_fields(at, str(key)), shown, unknown_field_rule(key, fields.names)
+            )

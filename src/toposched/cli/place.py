@@ -7,7 +7,6 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from toposched.cli.jobcheck import check_job_files
 from toposched.cli.options import check_pods, check_seed
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import MILLI_PER_GPU, format_timing
@@ -92,6 +91,8 @@ class Outcome(NamedTuple):
 
 
 def run(args: argparse.Namespace) -> int:
+    from toposched.cli.jobcheck import check_job_files
+
     check_pods(args.pods)
     check_seed(args.seed)
     # Every file is read and validated before anything is placed: a bad job later in the list

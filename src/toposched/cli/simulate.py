@@ -31,6 +31,7 @@ from toposched.workloads.catalog import (
     workload_by_name,
     workload_kind,
 )
+from toposched.workloads.paths import check_workload_path
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -74,7 +75,9 @@ def _options_read() -> str:
     return "\n".join(lines) + "\n\n"
 
 
-EPILOG = _options_read() + """\
+EPILOG = (
+    _options_read()
+    + """\
 outputs: a summary table (or JSON with --json) and DIR/summary.json with every metric and the
 sampled timeline; docs/simulator.md defines each metric and the workload file format. --out and
 --save-workload are checked before the run. Ctrl-C or SIGTERM stops a run and writes the summary
@@ -90,6 +93,7 @@ examples:
   toposched simulate --workload my-lab.jsonl --out results/
   toposched simulate --workload ai2 --days 1 --save-workload ai2-1d.jsonl
 """
+)
 
 
 def register(commands: Any) -> None:
@@ -342,18 +346,20 @@ def _calibrated(run: Callable[[], _T]) -> tuple[_T, dict[str, Any]]:
     }
 
 
-def check_outputs(args: argparse.Namespace) -> Path:
-    """The output folder, made now, and the --save-workload path checked: a path that cannot
-    be written fails before the run rather than after it, losing nothing. The options'
-    rules (docs/limits.md) are checked first, before anything is made."""
-    from toposched.workloads.files import check_workload_path
-
+def check_options(args: argparse.Namespace) -> None:
+    """The options' rules (docs/limits.md), checked before anything loads or is made."""
     check_seed(args.seed)
     check_days(args.days)
     check_gpus(args.gpus)
     check_traces_dir(args.traces_dir)
     check_workload_options(args.workload, args.gpus, args.seed, args.traces_dir)
 
+
+def check_outputs(args: argparse.Namespace) -> Path:
+    """The output folder, made now, and the --save-workload path checked: a path that cannot
+    be written fails before the run rather than after it, losing nothing. The options'
+    rules are checked first, before anything is made."""
+    check_options(args)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InputError(
@@ -547,6 +553,8 @@ def compare_and_report(
 
 
 def run(args: argparse.Namespace) -> int:
+    # Before the simulator loads (numpy, the compiled loops): a bad option answers at once.
+    check_outputs(args)
     if args.compare:
         compare_and_report(args)
     else:
