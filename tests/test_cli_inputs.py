@@ -40,15 +40,22 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
-def test_place_refuses_the_same_job_file_twice_naming_file_and_line(
+def test_place_refuses_the_same_job_file_twice_naming_the_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cluster = _write(tmp_path, "cluster.yaml", CLUSTER)
     job = _write(tmp_path, "job.yaml", JOB.replace("zone", "rack"))
-    assert main(["place", str(job), str(job), "--cluster", str(cluster)]) == 2
+    other = _write(tmp_path, "other.yaml", JOB.replace("zone", "rack"))
+    assert main(["place", str(job), str(other), str(job), "--cluster", str(cluster)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: job file: '{job}' is invalid: is given twice (job files 1 and 3); give each "
+        "file once\n"
+    )
+    # Two files holding the same job name: the second is named, with its line and the first's.
+    assert main(["place", str(job), str(other), "--cluster", str(cluster)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {job}:1: name: 'train' is invalid: another job has this name")
-    assert "job names must be unique" in err and "Traceback" not in err
+    assert err.startswith(f"error: {other}:1: name: 'train' is invalid: another job has this name")
+    assert f"({job}:1); job names must be unique" in err and "Traceback" not in err
 
 
 def test_place_errors_against_the_cluster_name_the_job_file_and_line(

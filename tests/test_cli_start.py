@@ -221,3 +221,14 @@ def test_the_light_pass_leaves_values_to_the_job_model(text: str, tmp_path: Path
     job = tmp_path / "job.yaml"
     job.write_text(text)
     check_job_files([job])
+
+
+def test_a_job_file_given_twice_is_said_plainly(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: x\npods: 1\nresources_per_pod: {gpus: 1}\n")
+    with pytest.raises(InputError) as given:
+        check_job_files([job, tmp_path / "." / "job.yaml"])
+    assert str(given.value) == (
+        f"job file: '{tmp_path}/job.yaml' is invalid: is given twice (job files 1 and 2); "
+        "give each file once"
+    )

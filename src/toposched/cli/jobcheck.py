@@ -60,7 +60,9 @@ the model's imports."""
 
 
 def check_job_files(paths: Sequence[str | os.PathLike[str]]) -> None:
-    """Refuse the first job file that cannot be read or parsed, or names an unknown field."""
+    """Refuse a job file given twice, and the first that cannot be read or parsed, or names
+    an unknown field."""
+    _check_given_once(paths)
     for path in paths:
         file = Path(path)
         try:
@@ -80,6 +82,16 @@ def check_job_files(paths: Sequence[str | os.PathLike[str]]) -> None:
                 prefix = f"jobs[{index}]" if len(entries) > 1 else ""
                 found = errors[0].with_also(errors[1:])
                 raise document.locate(found, where, prefix, root="job")
+
+
+def _check_given_once(paths: Sequence[str | os.PathLike[str]]) -> None:
+    """A file given twice would hold every one of its job names twice: say so plainly."""
+    seen: dict[Path, int] = {}
+    for position, path in enumerate(paths, 1):
+        first = seen.setdefault(Path(os.path.realpath(path)), position)
+        if first != position:
+            rule = f"is given twice (job files {first} and {position}); give each file once"
+            raise InputError("job file", str(path), rule)
 
 
 def _job_entries(documents: list[Document]) -> Iterator[tuple[Document, FieldPath, Any]]:
