@@ -1,4 +1,4 @@
-"""Random and mutated argument lists to every local subcommand, through `main(argv)`.
+"""Random and mutated argument lists to every subcommand, through `main(argv)`.
 
 Whatever the arguments: no exception escapes and nothing prints a traceback, the exit code is 0
 (a tiny run, or --help) or 2 (a clear error), and the files given are unchanged. Arguments are
@@ -6,12 +6,14 @@ drawn so that each command fails fast or runs tiny: simulate and demo always end
 workload that does not exist, eval with an empty traces folder, bench with an unknown option
 (their real runs take minutes) and serve with a --tick it refuses before it builds or opens
 anything (only its error paths are tried, never a server); `--fleet` (a 1,000,080-GPU build)
-is never drawn but for serve.
+is never drawn but for serve. The client commands are given a server address nothing listens
+on: they end with 2 (bad arguments or files, before any request) or 4 (no server).
 """
 
 from __future__ import annotations
 
 import math
+import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -402,3 +404,52 @@ def test_traces_dir_has_one_rule_in_every_command(
         code, err = _run([*argv, "--traces-dir", missing], capsys)
         assert code == 2 and rule in err, (argv, err)
     assert not (tmp_path / "out").exists()
+
+
+# --- the client commands, against a port nothing listens on --------------------------------------
+
+CLIENT_COMMANDS = ["submit", "jobs", "show", "cancel", "prio", "queue", "why", "nodes", "drain"]
+CLIENT_COMMANDS += ["cordon", "uncordon", "accounts", "watch", "logs"]
+CLIENT_FLAGS = ["--limit", "--tail", "--count", "--after", "--state", "--account", "--level"]
+CLIENT_FLAGS += ["--idempotency-key", "--token", "--json", "--follow", "--no-follow"]
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound and released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_client_commands_exit_2_on_bad_arguments_and_4_without_a_server(
+    data: st.DataObject,
+    files: dict[str, Path],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every argument list ends in a clear error: 2 for bad arguments or files, found before
+    any request, or 4 for the server that is not there; never a traceback."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))  # no client config file
+    monkeypatch.delenv("TOPOSCHED_TOKEN", raising=False)
+    values = st.one_of(
+        st.sampled_from(BAD_VALUES + TINY_VALUES + ["pending", "bogus", "rack", "j1"]),
+        st.sampled_from([str(path) for path in files.values()]),
+    )
+    command = data.draw(st.sampled_from(CLIENT_COMMANDS))
+    words = data.draw(_options(files, CLIENT_FLAGS, values))
+    argv = [command, *words, "--server", f"http://127.0.0.1:{_closed_port()}"]
+    before = _snapshot(files)
+    code, err = _run(argv, capsys)
+    event(f"exit {code}")
+    assert code in (0, 2, 4), (argv, code, err)
+    assert "Traceback" not in err, (argv, err)
+    assert len(err) < 4000, (argv, len(err))
+    assert _snapshot(files) == before, argv
