@@ -211,14 +211,17 @@ def test_submit_unreadable_or_invalid_files_exit_2_before_any_request(
     good = tmp_path / "good.yaml"
     good.write_text(JOB)
     cases = {
-        "missing.yaml": (None, "cannot read it"),
-        "bad.yaml": ("name: [x\n", "not valid YAML"),
-        "bad.json": ('{"name": ', "not valid JSON"),
-        "list.yaml": ("- name: a\n- name: b\n", "must be one job"),
+        "missing.yaml": (None, "is invalid: file not found"),
+        "bad.yaml": ("name: [x\n", "is not valid YAML"),
+        "bad.json": ('{"name": ', "is not valid JSON"),
+        "list.yaml": ("- name: a\n- name: b\n", "list.yaml:1: job: 'list' is invalid: must be"),
         "two.yaml": ("name: a\n---\nname: b\n", "exactly one job"),
         "empty.yaml": ("", "exactly one job"),
-        "binary.yaml": (b"\xff\xfe\x00junk", "UTF-8"),
-    }
+        "binary.yaml": (b"\xff\xfe\x00junk", "is not UTF-8 text (byte 0xff at offset 0)"),
+        # Within the limits every loader keeps: aliases expand to at most 100,000 values.
+        "laughs.yaml": ("a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\nb: &b [" + "*a, " * 99 + "*a]\n"
+                        "c: [" + "*b, " * 199 + "*b]\n", "YAML aliases expand"),
+    }  # fmt: skip
     # A closed port: reaching the network would be exit 4, so exit 2 shows nothing was sent.
     server = f"http://127.0.0.1:{closed_port()}"
     for name, (content, rule) in cases.items():

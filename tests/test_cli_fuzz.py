@@ -1,15 +1,19 @@
-"""Random and mutated argument lists to every local subcommand, through `main(argv)`.
+"""Random and mutated argument lists to every subcommand, through `main(argv)`.
 
 Whatever the arguments: no exception escapes and nothing prints a traceback, the exit code is 0
 (a tiny run, or --help) or 2 (a clear error), and the files given are unchanged. Arguments are
 drawn so that each command fails fast or runs tiny: simulate and demo always end with a
-workload that does not exist, eval with an empty traces folder and bench with an unknown option
-(their real runs take minutes); `--fleet` (a 1,000,080-GPU build) is never drawn.
+workload that does not exist, eval with an empty traces folder, bench with an unknown option
+(their real runs take minutes) and serve with a --tick it refuses before it builds or opens
+anything (only its error paths are tried, never a server); `--fleet` (a 1,000,080-GPU build)
+is never drawn but for serve. The client commands are given a server address nothing listens
+on: they end with 2 (bad arguments or files, before any request) or 4 (no server).
 """
 
 from __future__ import annotations
 
 import math
+import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +30,7 @@ from toposched.cli.options import (
     check_gpus,
     check_pods,
     check_seed,
-    check_workload_gpus,
+    check_workload_options,
 )
 from toposched.cluster.errors import InputError
 
@@ -153,7 +157,17 @@ def _mutated(drawn: tuple[list[str], list[tuple[int, str]]]) -> list[str]:
     return words
 
 
-COMMANDS = ["simulate", "demo", "cluster show", "cluster build", "place", "eval", "bench", "any"]
+COMMANDS = [
+    "simulate",
+    "demo",
+    "cluster show",
+    "cluster build",
+    "place",
+    "eval",
+    "bench",
+    "serve",
+    "any",
+]
 
 
 def _argv_strategies(files: dict[str, Path]) -> dict[str, st.SearchStrategy[list[str]]]:
@@ -209,8 +223,34 @@ def _argv_strategies(files: dict[str, Path]) -> dict[str, st.SearchStrategy[list
     bench = _options(files, ["--json", "--quick"], values).map(
         lambda words: ["bench", "placement", *words, "--no-such-option"]
     )
+    serve_flags = [
+        "--gpus",
+        "--port",
+        "--host",
+        "--store",
+        "--backend",
+        "--cluster",
+        "--fleet",
+        "--max-body",
+        "--tick",
+        "--ssl-keyfile",
+        "--ssl-certfile",
+        "--ray-address",
+        "--ray-levels",
+        "--budgets",
+        "--tokens",
+        "--state-dir",
+        "--log-level",
+    ]
+    serve_values = st.one_of(
+        values, st.sampled_from(["local", "dry-run", "ray", "million", "127.0.0.1", "8"])
+    )
+    # Ends with a --tick the service refuses, so that no drawn list starts a server.
+    serve = _options(files, serve_flags, serve_values).map(
+        lambda words: ["serve", *words, "--tick", "0"]
+    )
     anything = st.lists(_word(files), max_size=4)
-    strategies = [simulate, demo, show, build, place, evaluate, bench, anything]
+    strategies = [simulate, demo, show, build, place, evaluate, bench, serve, anything]
     return dict(zip(COMMANDS, strategies, strict=True))
 
 
@@ -309,11 +349,12 @@ def test_shared_option_rules() -> None:
         assert caught.value.field == flag and len(str(caught.value)) < 200
     with pytest.raises(InputError, match="at most 4"):
         check_count("--racks", 5, 4)
-    check_workload_gpus("ai2", 8)
-    check_workload_gpus("openb", None)
-    check_workload_gpus("my-lab.jsonl", 64)  # a file brings its own cluster
+    check_workload_options("ai2", 8, 0, None)
+    check_workload_options("itp:01", 64, None, "traces")
+    check_workload_options("openb", None, None, "traces")
+    check_workload_options("my-lab.jsonl", None, None, None)
     with pytest.raises(InputError, match="the frontier fleet holds 2,160 to 1,000,080"):
-        check_workload_gpus("frontier", 1_000_081)
+        check_workload_options("frontier", 1_000_081, None, None)
 
 
 @pytest.mark.parametrize(
@@ -363,3 +404,52 @@ def test_traces_dir_has_one_rule_in_every_command(
         code, err = _run([*argv, "--traces-dir", missing], capsys)
         assert code == 2 and rule in err, (argv, err)
     assert not (tmp_path / "out").exists()
+
+
+# --- the client commands, against a port nothing listens on --------------------------------------
+
+CLIENT_COMMANDS = ["submit", "jobs", "show", "cancel", "prio", "queue", "why", "nodes", "drain"]
+CLIENT_COMMANDS += ["cordon", "uncordon", "accounts", "watch", "logs"]
+CLIENT_FLAGS = ["--limit", "--tail", "--count", "--after", "--state", "--account", "--level"]
+CLIENT_FLAGS += ["--idempotency-key", "--token", "--json", "--follow", "--no-follow"]
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound and released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_client_commands_exit_2_on_bad_arguments_and_4_without_a_server(
+    data: st.DataObject,
+    files: dict[str, Path],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every argument list ends in a clear error: 2 for bad arguments or files, found before
+    any request, or 4 for the server that is not there; never a traceback."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))  # no client config file
+    monkeypatch.delenv("TOPOSCHED_TOKEN", raising=False)
+    values = st.one_of(
+        st.sampled_from(BAD_VALUES + TINY_VALUES + ["pending", "bogus", "rack", "j1"]),
+        st.sampled_from([str(path) for path in files.values()]),
+    )
+    command = data.draw(st.sampled_from(CLIENT_COMMANDS))
+    words = data.draw(_options(files, CLIENT_FLAGS, values))
+    argv = [command, *words, "--server", f"http://127.0.0.1:{_closed_port()}"]
+    before = _snapshot(files)
+    code, err = _run(argv, capsys)
+    event(f"exit {code}")
+    assert code in (0, 2, 4), (argv, code, err)
+    assert "Traceback" not in err, (argv, err)
+    assert len(err) < 4000, (argv, len(err))
+    assert _snapshot(files) == before, argv

@@ -40,15 +40,22 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
-def test_place_refuses_the_same_job_file_twice_naming_file_and_line(
+def test_place_refuses_the_same_job_file_twice_naming_the_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cluster = _write(tmp_path, "cluster.yaml", CLUSTER)
     job = _write(tmp_path, "job.yaml", JOB.replace("zone", "rack"))
-    assert main(["place", str(job), str(job), "--cluster", str(cluster)]) == 2
+    other = _write(tmp_path, "other.yaml", JOB.replace("zone", "rack"))
+    assert main(["place", str(job), str(other), str(job), "--cluster", str(cluster)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: job file: '{job}' is invalid: is given twice (job files 1 and 3); give each "
+        "file once\n"
+    )
+    # Two files holding the same job name: the second is named, with its line and the first's.
+    assert main(["place", str(job), str(other), "--cluster", str(cluster)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {job}:1: name: 'train' is invalid: another job has this name")
-    assert "job names must be unique" in err and "Traceback" not in err
+    assert err.startswith(f"error: {other}:1: name: 'train' is invalid: another job has this name")
+    assert f"({job}:1); job names must be unique" in err and "Traceback" not in err
 
 
 def test_place_errors_against_the_cluster_name_the_job_file_and_line(
@@ -169,6 +176,66 @@ def test_frontier_gpus_outside_the_fleet_are_refused_and_rounding_is_said(
     assert "--gpus 4,096 rounded to whole racks: 2 in each of the fleet's 30 blocks" in (
         workload.description
     )
+
+
+# Every workload kind, each option it does not read, and the start of the rule that says why.
+UNREAD_OPTIONS = [
+    ("openb", "--gpus", "64", "the openb workload runs on the trace's own cluster"),
+    ("FILE", "--gpus", "64", "a workload file brings its own cluster"),
+    ("itp:01", "--seed", "0", "the itp workload replays its trace: nothing in it is drawn"),
+    ("openb:default", "--seed", "7", "the openb workload replays its trace"),
+    ("FILE", "--seed", "7", "a workload file holds its jobs as written"),
+    ("ai2", "--traces-dir", "TRACES", "the ai2 workload reads no traces"),
+    ("ai2:team-sized", "--traces-dir", "TRACES", "the ai2 workload reads no traces"),
+    ("frontier", "--traces-dir", "TRACES", "the frontier workload reads no traces"),
+    ("FILE", "--traces-dir", "TRACES", "a workload file reads no traces"),
+]
+
+
+@pytest.mark.parametrize(("workload", "option", "value", "rule"), UNREAD_OPTIONS)
+def test_an_option_the_workload_does_not_read_is_refused_not_ignored(
+    workload: str,
+    option: str,
+    value: str,
+    rule: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    workload = str(_write(tmp_path, "small.yaml", SMALL)) if workload == "FILE" else workload
+    value = str(tmp_path) if value == "TRACES" else value
+    out = tmp_path / "out"
+    argv = ["simulate", "--workload", workload, option, value, "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == 2
+    shown = f"'{value}'" if option == "--traces-dir" else value
+    assert f"error: {option}: {shown} is invalid: {rule}" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_simulate_help_lists_the_options_each_workload_reads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    shown = capsys.readouterr().out
+    for line in (
+        "  ai2, ai2:team-sized   --days, --gpus, --seed",
+        "  frontier              --days, --gpus, --seed",
+        "  itp:NN                --days, --gpus, --traces-dir",
+        "  openb[:TRACE]         --days, --traces-dir",
+        "  FILE                  --days",
+    ):
+        assert f"\n{line}\n" in shown
+
+
+def test_the_demos_default_size_is_the_ai2_workloads_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo's 1,024 GPUs size its ai2 cluster; another workload is not given a --gpus the
+    user did not write (a file keeps its cluster)."""
+    workload = str(_write(tmp_path, "small.yaml", SMALL))
+    argv = ["demo", "--alone", "--workload", workload, "--no-progress", "--json"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0
+    assert json.loads(capsys.readouterr().out)["cluster"]["gpus"] == 16
 
 
 def test_a_job_larger_than_the_cluster_is_named_before_the_run(

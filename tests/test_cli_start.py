@@ -1,16 +1,21 @@
-"""A fast start: `toposched --help`, `--version` and usage errors load no numpy or numba."""
+"""A fast start: `toposched --help`, `--version` and usage errors load no numpy or numba, and
+most bad job files are refused before the job model (pydantic) loads."""
 
 from __future__ import annotations
 
 import argparse
 import subprocess
 import sys
+import typing
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import toposched
+from toposched.cli.jobcheck import JOB_FIELDS, Fields, check_job_files
 from toposched.cli.main import COMMANDS, build_parser, main
+from toposched.cluster.errors import InputError
 
 _PROBE = """
 import sys
@@ -36,6 +41,10 @@ print(sorted(name for name in ("numpy", "numba", "rich", "yaml") if name in sys.
         ["simulate", "--days", "many"],
         ["cluster", "--help"],
         ["place", "--help"],
+        ["serve", "--help"],
+        ["serve", "--bogus"],
+        ["serve", "--gpus", "0"],
+        ["serve", "--gpus", "65"],
     ],
 )
 def test_help_version_and_usage_errors_load_no_heavy_module(argv: list[str]) -> None:
@@ -92,8 +101,134 @@ def test_the_simulate_default_sample_interval_is_the_simulators() -> None:
     assert simulate.DEFAULT_SAMPLE_INTERVAL == engine.DEFAULT_SAMPLE_INTERVAL
 
 
+def test_the_serve_defaults_are_the_services() -> None:
+    from toposched.cli import serve
+    from toposched.service import config
+
+    assert serve.BACKENDS == config.BACKENDS
+    assert serve.DEFAULT_STORE == config.DEFAULT_STORE
+    assert serve.DEFAULT_MAX_BODY == config.DEFAULT_MAX_BODY
+
+
 def test_the_place_policy_names_are_the_placement_policies() -> None:
     from toposched.cli.place import POLICY_NAMES
     from toposched.placement.policies import POLICIES
 
     assert sorted(POLICY_NAMES) == sorted(POLICIES)
+
+
+# --- bad job files answer before the job model loads ------------------------------------------
+
+_PROBE_HEAVY = """
+import sys
+from toposched.cli.main import main
+code = main({argv!r})
+heavy = ("pydantic", "numpy", "numba", "rich")
+print(code, sorted(name for name in heavy if name in sys.modules))
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\xff", "is not UTF-8 text (byte 0x89 at offset 0)"),
+        (b"name: [unclosed\n", "job.yaml:"),
+        (
+            b"a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+            + b"b: &b ["
+            + b"*a, " * 60
+            + b"*a]\n"
+            + b"c: ["
+            + b"*b, " * 400
+            + b"*b]\n",
+            "YAML aliases expand",
+        ),
+        (b"name: x\npods: 1\nresources_per_pod: {gpus: 1, gpuz: 2}\n", "did you mean 'gpus'"),
+        (b"name: x\nnmae: y\npods: 1\nresources_per_pod: {gpus: 1}\n", "did you mean 'name'"),
+    ],
+)
+def test_a_bad_job_file_is_refused_before_the_job_model_loads(
+    text: bytes, message: str, tmp_path: Path
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_bytes(text)
+    argv = ["place", str(job), "--cluster", str(tmp_path / "cluster.yaml")]
+    probe = subprocess.run(
+        [sys.executable, "-c", _PROBE_HEAVY.format(argv=argv)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert probe.stdout.strip().splitlines()[-1] == "2 []", probe.stdout
+    assert message in probe.stderr and "Traceback" not in probe.stderr
+
+
+def _model_fields(model: Any) -> Fields:
+    """The shape of a pydantic model: its field names and the models its fields hold."""
+    nested = {}
+    for name, field in model.model_fields.items():
+        inner = [field.annotation, *typing.get_args(field.annotation)]
+        inner += [arg for each in inner for arg in typing.get_args(each)]
+        found = [arg for arg in inner if isinstance(arg, type) and hasattr(arg, "model_fields")]
+        if found:
+            nested[name] = _model_fields(found[0])
+    return Fields(tuple(model.model_fields), nested)
+
+
+def test_the_light_pass_knows_the_job_models_fields() -> None:
+    assert _model_fields(toposched.JobSpec) == JOB_FIELDS
+
+
+JOBS_WITH_UNKNOWN_FIELDS = [
+    "name: x\npods: 1\nresources_per_pod: {gpus: 1, gpuz: 2}\n",
+    "name: x\npods: 1\nresources_per_pod: {gpus: 1}\nnmae: 3\n",
+    "name: x\npods: 1\nresources_per_pod: {gpus: 1}\n3: x\n",
+    "name: x\npods: 1\nresources_per_pod: {gpus: 1, cpus: 2}\n"
+    "topology: {slices: [{level: r, pods: 1, x: 1}], prefered: rack}\nnmae: 3\n",
+    "jobs:\n  - {name: a, pods: 1, resources_per_pod: {gpus: 1}}\n"
+    "  - {name: b, pods: 1, resources_per_pod: {gpus: 1}, topolgy: {}}\n",
+    "- {name: a, pods: 1, resources_per_pod: {gpus: 1}}\n---\n"
+    "- {name: b, pods: 1, resources_per_pod: {gpus: 1, memroy: 1Gi}}\n",
+]
+
+
+@pytest.mark.parametrize("text", JOBS_WITH_UNKNOWN_FIELDS)
+def test_the_light_pass_says_what_the_job_model_says(text: str, tmp_path: Path) -> None:
+    from toposched.jobs.files import read_job_files
+
+    job = tmp_path / "job.yaml"
+    job.write_text(text)
+    with pytest.raises(InputError) as light:
+        check_job_files([job])
+    with pytest.raises(InputError) as model:
+        read_job_files([job])
+    assert str(light.value) == str(model.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "name: x\npods: 1\nresources_per_pod: {gpus: 1}\n",
+        "name: x\npods: 0\nresources_per_pod: {gpus: null}\ntopology: {slices: [3]}\n",
+        "[1, 2, {a: 1}]\n",
+        "",
+        "jobs: 3\n",
+        "topology: 3\nresources_per_pod: [1]\n",
+    ],
+)
+def test_the_light_pass_leaves_values_to_the_job_model(text: str, tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(text)
+    check_job_files([job])
+
+
+def test_a_job_file_given_twice_is_said_plainly(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: x\npods: 1\nresources_per_pod: {gpus: 1}\n")
+    with pytest.raises(InputError) as given:
+        check_job_files([job, tmp_path / "." / "job.yaml"])
+    assert str(given.value) == (
+        f"job file: '{tmp_path}/job.yaml' is invalid: is given twice (job files 1 and 2); "
+        "give each file once"
+    )

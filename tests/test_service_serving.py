@@ -110,7 +110,7 @@ def test_tls_through_the_certificate_files(tmp_path: Path) -> None:
         (["--host", "0.0.0.0"], "allowed only on a loopback address"),
         (["--store", "postgresql://127.0.0.1:1/toposched"], "cannot connect"),
         (["--fleet", "million", "--backend", "local"], "run it with --backend dry-run"),
-        (["--gpus", "0"], "must be from 1 to 64"),
+        (["--gpus", "0"], "--gpus: 0 is invalid: must be a whole number of GPUs >= 1"),
     ],
 )
 def test_serve_refuses_bad_options_with_a_clear_error(

@@ -584,13 +584,21 @@ def test_simulate_command_prints_and_writes_the_summary(
     assert calibrated["interpreter_before_s"] > 0 and calibrated["interpreter_after_s"] > 0
     assert calibrated["interpreter_what"].endswith("median of 5 runs")
     assert calibrated["machine"]["cores"] == os.cpu_count()
-    # The saved file replays to the same jobs and the same outcome.
-    assert (
-        main(["simulate", "--workload", str(saved), *arguments, "--out", str(tmp_path / "b")]) == 0
-    )
+    # The saved file replays to the same jobs and the same outcome, on the cluster it holds.
+    replay = ["simulate", "--workload", str(saved), "--days", "0.1", "--no-progress", "--json"]
+    assert main([*replay, "--out", str(tmp_path / "b")]) == 0
     replayed = json.loads(capsys.readouterr().out)
     assert replayed["jobs"] == written["jobs"]
     assert replayed["classes"] == written["classes"]
+    # A file brings its own cluster and holds its jobs as written: --gpus and --seed are
+    # refused, not ignored, before anything is written.
+    for option, value, rule in (
+        ("--gpus", "64", "a workload file brings its own cluster"),
+        ("--seed", "3", "a workload file holds its jobs as written"),
+    ):
+        assert main([*replay, option, value, "--out", str(tmp_path / "c")]) == 2
+        assert f"error: {option}: {value} is invalid: {rule}" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
 
 
 def test_simulate_command_runs_the_team_sized_variant(

@@ -11,13 +11,17 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
-from typing import Any, NotRequired, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 from urllib.parse import quote
-
-import httpx
 
 from toposched.cli.connection import Connection
 from toposched.cluster.errors import ToposchedError
+
+if TYPE_CHECKING:
+    import httpx
+
+# httpx is imported by the first request, so that the client commands' usage and input errors
+# answer without it.
 
 REQUEST_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 5.0
@@ -280,11 +284,24 @@ class ApiClient:
         if connection.token:
             headers["Authorization"] = f"Bearer {connection.token}"
         self.connection = connection
-        self._http = httpx.Client(
-            base_url=connection.server,
-            headers=headers,
-            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S)),
-        )
+        self._headers = headers
+        self._timeout_s = timeout_s
+        self._opened: httpx.Client | None = None
+
+    @property
+    def _http(self) -> httpx.Client:
+        """The HTTP connection pool, opened by the first request: a command that refuses its
+        arguments first never loads httpx."""
+        if self._opened is None:
+            import httpx
+
+            timeout = httpx.Timeout(
+                self._timeout_s, connect=min(self._timeout_s, CONNECT_TIMEOUT_S)
+            )
+            self._opened = httpx.Client(
+                base_url=self.connection.server, headers=self._headers, timeout=timeout
+            )
+        return self._opened
 
     def __enter__(self) -> ApiClient:
         return self
@@ -293,7 +310,8 @@ class ApiClient:
         self.close()
 
     def close(self) -> None:
-        self._http.close()
+        if self._opened is not None:
+            self._opened.close()
 
     # -- jobs --------------------------------------------------------------------------------
 
@@ -363,6 +381,8 @@ class ApiClient:
         """The events after `after` in order; with `follow`, new ones as they happen until the
         server closes the stream. Server-sent events: `id:` and `data:` lines, a blank line
         ends an event, lines starting with ':' are comments (keep-alives)."""
+        import httpx
+
         params = _params(after=after, follow=None if follow else "false")
         timeout = httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S, read=None)
         headers = {"Accept": "text/event-stream"}
@@ -389,6 +409,8 @@ class ApiClient:
     # -- plumbing ----------------------------------------------------------------------------
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        import httpx
+
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as error:
@@ -438,6 +460,8 @@ def _event(data: str) -> Event:
 
 
 def _unreachable(connection: Connection, error: httpx.TransportError) -> UnreachableError:
+    import httpx
+
     if isinstance(error, httpx.TimeoutException):
         why = "no answer in time"
     elif isinstance(error, httpx.ConnectError):

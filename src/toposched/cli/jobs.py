@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -33,6 +31,7 @@ from toposched.cli.remote import (
     say,
     size,
 )
+from toposched.cluster.documents import parse_documents, read_text
 from toposched.cluster.errors import InputError
 
 MAX_KEY_LENGTH = 200
@@ -57,39 +56,30 @@ def default_idempotency_key(path: Path, body: bytes) -> str:
 
 
 def read_job_file(path: Path, key: str | None) -> JobFile:
-    """The job document in `path` (one job per file, YAML or JSON by its suffix), checked to be
-    readable and a single mapping; the server checks the fields."""
-    try:
-        body = path.read_bytes()
-    except OSError as error:
-        raise InputError(
-            str(path), "(file)", f"cannot read it: {error.strerror or error}"
-        ) from None
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(str(path), "(file)", "must be UTF-8 text (a YAML or JSON job)") from None
+    """The job document in `path` (one job per file, YAML or JSON by its suffix), read within
+    the limits every loader keeps (size, alias expansion) and checked to be a single mapping;
+    the server checks the fields."""
+    file = str(path)
+    text = read_text(path, "job file")
     is_json = path.suffix.lower() == ".json"
-    try:
-        documents = [json.loads(text)] if is_json else list(yaml.safe_load_all(text))
-    except (ValueError, yaml.YAMLError) as error:
-        kind = "JSON" if is_json else "YAML"
-        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise InputError(str(path), "(file)", f"not valid {kind}: {first_line}") from None
-    documents = [document for document in documents if document is not None]
+    documents = parse_documents(text, file, json_text=is_json)
     if len(documents) != 1:
         raise InputError(
-            str(path),
+            "jobs",
             f"{len(documents)} documents",
             "must hold exactly one job; put each job in its own file",
+            file=file,
         )
     (document,) = documents
-    if not isinstance(document, dict):
+    if not isinstance(document.data, dict):
         raise InputError(
-            str(path),
-            type(document).__name__,
+            "job",
+            type(document.data).__name__,
             "must be one job: a mapping with name, account, pods, resources_per_pod, ...",
+            file=file,
+            line=document.line(()),
         )
+    body = text.encode("utf-8")  # the bytes read: valid UTF-8 decodes and encodes unchanged
     chosen = key if key is not None else default_idempotency_key(path, body)
     content_type = "application/json" if is_json else "application/yaml"
     return JobFile(path, body, content_type, chosen)

@@ -2,9 +2,10 @@
 
 argparse reads each option's syntax (a whole number, a number); the checks here apply its rule
 once the arguments are read, before anything runs or is written, and refuse a value with the
-one error form, `--flag: VALUE is invalid: RULE` (exit code 2). Where a workload needs more of
---gpus than the shared rule, `check_workload_gpus` says so as that workload's rule.
-docs/limits.md lists every rule.
+one error form, `--flag: VALUE is invalid: RULE` (exit code 2). `check_workload_options`
+refuses a workload option (--gpus, --seed, --traces-dir) the workload named does not read, and
+a --gpus the workload cannot be built on, as that workload's rule. docs/limits.md lists every
+rule.
 """
 
 from __future__ import annotations
@@ -13,8 +14,15 @@ import math
 import os
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.limits import MAX_NODES, MAX_PODS_PER_JOB
-from toposched.workloads.catalog import FRONTIER_BLOCKS, FRONTIER_GPUS
+from toposched.cluster.limits import MAX_GPUS_PER_NODE, MAX_NODES, MAX_PODS_PER_JOB
+from toposched.workloads.catalog import (
+    FRONTIER_BLOCKS,
+    FRONTIER_GPUS,
+    WorkloadKind,
+    WorkloadOption,
+    unread_option_rule,
+    workload_kind,
+)
 
 __all__ = [
     "MAX_DAYS",
@@ -23,10 +31,11 @@ __all__ = [
     "check_count",
     "check_days",
     "check_gpus",
+    "check_one_node_gpus",
     "check_pods",
     "check_seed",
     "check_traces_dir",
-    "check_workload_gpus",
+    "check_workload_options",
 ]
 
 NODE_GPUS = 8
@@ -55,6 +64,18 @@ def check_gpus(gpus: int | None) -> int | None:
     return _whole_in("--gpus", gpus, 1, MAX_OPTION_GPUS, rule)
 
 
+def check_one_node_gpus(gpus: int | None) -> int | None:
+    """--gpus where the cluster is one node, this machine (`serve`): the shared rule, then a
+    node's own limit of GPUs."""
+    if check_gpus(gpus) is not None and gpus is not None and gpus > MAX_GPUS_PER_NODE:
+        rule = (
+            f"the served cluster is one node, this machine, and a node holds at most "
+            f"{MAX_GPUS_PER_NODE} GPUs; give a cluster file (--cluster) for more"
+        )
+        raise InputError("--gpus", gpus, rule)
+    return gpus
+
+
 def check_days(days: float | None) -> float | None:
     """--days: simulated days, finite, > 0 and at most MAX_DAYS (None: the workload's own)."""
     if days is not None and not (math.isfinite(days) and 0 < days <= MAX_DAYS):
@@ -62,8 +83,10 @@ def check_days(days: float | None) -> float | None:
     return days
 
 
-def check_seed(seed: int) -> int:
-    """--seed: the seed of the generators and random policies."""
+def check_seed(seed: int | None) -> int | None:
+    """--seed: the seed of the generators and random policies (None: not given)."""
+    if seed is None:
+        return None
     return _whole_in("--seed", seed, 0, MAX_SEED, "must be a whole number >= 0 (at most 2^63-1)")
 
 
@@ -92,25 +115,36 @@ def check_traces_dir(path: str | None) -> str | None:
     return path
 
 
-def check_workload_gpus(workload: str, gpus: int | None) -> None:
-    """Refuse a --gpus the workload named cannot be built on, with that workload's rule: ai2
-    and itp build whole 8-GPU nodes (at least one); frontier shrinks its fleet by whole racks
-    in each of its blocks. (openb and workload files bring their own cluster and do not read
-    --gpus.)"""
+def check_workload_options(
+    workload: str, gpus: int | None, seed: int | None, traces_dir: str | None
+) -> None:
+    """Refuse an option the workload named does not read (catalog.WORKLOAD_OPTIONS) rather
+    than ignore it, and a --gpus it cannot be built on, with that workload's rule: ai2 and itp
+    build whole 8-GPU nodes (at least one); frontier shrinks its fleet by whole racks in each
+    of its blocks. None is an option not given."""
+    given = (
+        ("--gpus", WorkloadOption.GPUS, gpus),
+        ("--seed", WorkloadOption.SEED, seed),
+        ("--traces-dir", WorkloadOption.TRACES_DIR, traces_dir),
+    )
+    for flag, option, value in given:
+        unread = None if value is None else unread_option_rule(workload, option)
+        if unread is not None:
+            raise InputError(flag, value, unread)
     if gpus is None:
         return
-    kind = workload.split(":")[0]
+    kind = workload_kind(workload)
     smallest = FRONTIER_BLOCKS * RACK_GPUS
-    if kind == "frontier" and not smallest <= gpus <= FRONTIER_GPUS:
+    if kind is WorkloadKind.FRONTIER and not smallest <= gpus <= FRONTIER_GPUS:
         rule = (
             f"the frontier fleet holds {smallest:,} to {FRONTIER_GPUS:,} GPUs (whole NVL72 racks "
             f"in each of its {FRONTIER_BLOCKS} blocks, so a multiple of {smallest:,}; other "
             "sizes are rounded); leave --gpus out for the full fleet"
         )
-    elif kind in ("ai2", "itp") and gpus < NODE_GPUS:
+    elif kind in (WorkloadKind.AI2, WorkloadKind.ITP) and gpus < NODE_GPUS:
         rule = (
-            f"the {kind} workload's cluster has 8-GPU nodes: at least {NODE_GPUS} GPUs (other "
-            "sizes are rounded to whole nodes)"
+            f"the {kind.value} workload's cluster has 8-GPU nodes: at least {NODE_GPUS} GPUs "
+            "(other sizes are rounded to whole nodes)"
         )
     else:
         return

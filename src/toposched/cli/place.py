@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from toposched.placement.request import GangRequest
     from toposched.placement.search import Placement, PlacementResult
 
-# numpy, the compiled loops and rich load when jobs are placed, after the job files are read:
-# `--help` and a bad job file answer without them.
+# pydantic (the job model), numpy, the compiled loops and rich load when they are needed, in
+# that order: `--help` and most bad job files answer without any of them (cli/jobcheck.py).
 POLICY_NAMES = ("bestfit", "random", "spread")
 """toposched.placement.policies.POLICIES (tests/test_cli_start.py checks they agree)."""
 
@@ -91,28 +91,37 @@ class Outcome(NamedTuple):
 
 
 def run(args: argparse.Namespace) -> int:
-    from toposched.jobs.files import read_job_files
+    from toposched.cli.jobcheck import check_job_files
 
     check_pods(args.pods)
     check_seed(args.seed)
     # Every file is read and validated before anything is placed: a bad job later in the list
-    # should not leave half the output printed.
+    # should not leave half the output printed. The light pass refuses unreadable files and
+    # unknown fields before the job model loads; the model then checks every value.
+    check_job_files(args.jobs)
+    from toposched.jobs.files import read_job_files
+
     # Job names must be unique across the files (the same file given twice says so, with file
     # and line), and errors found against the cluster name the job's file and line.
     jobs_read = read_job_files(args.jobs)
     jobs = [job.spec for job in jobs_read]
-    from toposched.cluster.loaders import load_topology
+    # The cluster file is read before the placement engine (the compiled loops) loads.
+    topology = None
+    if not args.fleet:
+        from toposched.cluster.loaders import load_topology
+
+        topology = load_topology(args.cluster)
     from toposched.cluster.state import ClusterState
     from toposched.placement.policies import policy_by_name
     from toposched.placement.search import Placement, place
 
-    if args.fleet:
+    if topology is None:
         from toposched.workloads.fleet import occupied_fleet
 
         state = occupied_fleet(seed=args.seed)
         cluster_name = "1,000,080-GPU GB300 fleet at 70% occupancy"
     else:
-        state = ClusterState(load_topology(args.cluster))
+        state = ClusterState(topology)
         cluster_name = str(args.cluster)
     requests = [_request(job, state) for job in jobs_read]
     policy = policy_by_name(args.policy, seed=args.seed)

@@ -6,10 +6,15 @@ import argparse
 import logging
 import sys
 
-from rich.console import Console
-
+from toposched.cli.options import check_one_node_gpus
 from toposched.cluster.errors import InputError
-from toposched.service.config import BACKENDS, DEFAULT_MAX_BODY, DEFAULT_STORE, ServiceConfig
+
+# The service (its configuration loads the backends and the compiled loops) is imported when a
+# server starts, so that `--help` and the option errors checked here answer without it.
+BACKENDS = ("local", "dry-run", "ray")
+DEFAULT_STORE = "toposched-state/toposched.db"
+DEFAULT_MAX_BODY = 1 << 20
+"""toposched.service.config's (tests/test_cli_start.py checks they agree)."""
 
 DESCRIPTION = """\
 Run toposched as a service: jobs come in over an HTTP API (docs/api.md; OpenAPI at /docs),
@@ -121,7 +126,10 @@ def _server_options(parser: argparse.ArgumentParser) -> None:
     )
     cluster = parser.add_mutually_exclusive_group()
     cluster.add_argument(
-        "--gpus", type=int, metavar="N", help="one node, this machine, with N GPUs (default: 8)"
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="one node, this machine, with N GPUs, 1 to 64 (default: 8)",
     )
     cluster.add_argument("--cluster", metavar="FILE", help="cluster description YAML/JSON/CSV")
     cluster.add_argument(
@@ -162,6 +170,9 @@ def _server_options(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.serve_command == "token":
         return _add_token(args)
+    check_one_node_gpus(args.gpus)
+    from toposched.service.config import ServiceConfig
+
     config = ServiceConfig(
         host=args.host,
         port=args.port,
@@ -180,12 +191,15 @@ def run(args: argparse.Namespace) -> int:
         ray_address=args.ray_address,
         ray_levels=tuple(level for level in args.ray_levels.split(",") if level),
     )
-    from toposched.service.server import serve  # the HTTP stack loads only when serving
+    config.check()  # before the HTTP stack loads: a bad option answers sooner
+    from toposched.service.server import serve
 
     return serve(config, args.log_level)
 
 
 def _add_token(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     from toposched.service.auth import add_token
 
     if args.role == "admin" and args.account:

@@ -19,12 +19,19 @@ from toposched.cli.options import (
     check_gpus,
     check_seed,
     check_traces_dir,
-    check_workload_gpus,
+    check_workload_options,
 )
 from toposched.cluster.errors import InputError
 from toposched.cluster.limits import MAX_NODES
 from toposched.cluster.units import DAY, HOUR, parse_duration
-from toposched.workloads.catalog import WORKLOAD_HELP, workload_by_name
+from toposched.workloads.catalog import (
+    WORKLOAD_HELP,
+    WORKLOAD_OPTIONS,
+    WorkloadKind,
+    workload_by_name,
+    workload_kind,
+)
+from toposched.workloads.paths import check_workload_path
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -52,7 +59,27 @@ workloads (--workload):
     for name, text in WORKLOAD_HELP.items()
 )
 
-EPILOG = """\
+_KIND_NAMES = {
+    WorkloadKind.AI2: "ai2, ai2:team-sized",
+    WorkloadKind.FRONTIER: "frontier",
+    WorkloadKind.ITP: "itp:NN",
+    WorkloadKind.OPENB: "openb[:TRACE]",
+    WorkloadKind.FILE: "FILE",
+}
+
+
+def _options_read() -> str:
+    """Which workload options each kind reads, from catalog.WORKLOAD_OPTIONS."""
+    lines = ["options each workload reads (another one given is an error, never ignored):"]
+    for kind, options in WORKLOAD_OPTIONS.items():
+        flags = ["--days"] + sorted("--" + option.value.replace("_", "-") for option in options)
+        lines.append(f"  {_KIND_NAMES[kind]:<21} {', '.join(flags)}")
+    return "\n".join(lines) + "\n\n"
+
+
+EPILOG = (
+    _options_read()
+    + """\
 outputs: a summary table (or JSON with --json) and DIR/summary.json with every metric and the
 sampled timeline; docs/simulator.md defines each metric and the workload file format. --out and
 --save-workload are checked before the run. Ctrl-C or SIGTERM stops a run and writes the summary
@@ -68,6 +95,7 @@ examples:
   toposched simulate --workload my-lab.jsonl --out results/
   toposched simulate --workload ai2 --days 1 --save-workload ai2-1d.jsonl
 """
+)
 
 
 def register(commands: Any) -> None:
@@ -112,17 +140,22 @@ def add_options(
         + ")",
     )
     parser.add_argument(
-        "--seed", type=int, default=0, metavar="N", help="seed of the generators (default: 0)"
+        "--seed",
+        type=int,
+        metavar="N",
+        help="seed of the generators, ai2 and frontier (default: 0)",
     )
     parser.add_argument(
         "--gpus",
         type=int,
-        default=gpus,
         metavar="N",
         help=f"cluster size in GPUs (ai2: about N in 8-GPU nodes, default {gpus or 3072:,}; "
         "frontier: shrinks the 1,000,080-GPU fleet, 2,160 to 1,000,080; itp: N/8 nodes; "
-        "openb and files bring their own cluster)",
+        "openb and files bring their own cluster and refuse it)",
     )
+    # Set apart from --gpus so that only a size given on the command line is checked against
+    # workloads that do not read one.
+    parser.set_defaults(ai2_gpus=gpus)
     parser.add_argument(
         "--out",
         default="out",
@@ -391,8 +424,11 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
 
 
 def build_workload(args: argparse.Namespace) -> Workload:
+    gpus = args.gpus
+    if gpus is None and workload_kind(args.workload) is WorkloadKind.AI2:
+        gpus = getattr(args, "ai2_gpus", None)
     return workload_by_name(
-        args.workload, seed=args.seed, days=args.days, gpus=args.gpus, traces_dir=args.traces_dir
+        args.workload, seed=args.seed, days=args.days, gpus=gpus, traces_dir=args.traces_dir
     )
 
 
@@ -427,18 +463,20 @@ def _calibrated(run: Callable[[], _T]) -> tuple[_T, dict[str, Any]]:
     }
 
 
-def check_outputs(args: argparse.Namespace) -> Path:
-    """The output folder, made now, and the --save-workload path checked: a path that cannot
-    be written fails before the run rather than after it, losing nothing. The options'
-    rules (docs/limits.md) are checked first, before anything is made."""
-    from toposched.workloads.files import check_workload_path
-
+def check_options(args: argparse.Namespace) -> None:
+    """The options' rules (docs/limits.md), checked before anything loads or is made."""
     check_seed(args.seed)
     check_days(args.days)
     check_gpus(args.gpus)
-    check_workload_gpus(args.workload, args.gpus)
     check_traces_dir(args.traces_dir)
+    check_workload_options(args.workload, args.gpus, args.seed, args.traces_dir)
 
+
+def check_outputs(args: argparse.Namespace) -> Path:
+    """The output folder, made now, and the --save-workload path checked: a path that cannot
+    be written fails before the run rather than after it, losing nothing. The options'
+    rules are checked first, before anything is made."""
+    check_options(args)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InputError(
@@ -633,6 +671,8 @@ def compare_and_report(
 
 
 def run(args: argparse.Namespace) -> int:
+    # Before the simulator loads (numpy, the compiled loops): a bad option answers at once.
+    check_outputs(args)
     if args.compare:
         compare_and_report(args)
     else:

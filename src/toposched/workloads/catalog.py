@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,15 @@ if TYPE_CHECKING:
 # The generators and loaders (numpy, the compiled loops) are imported by `workload_by_name`
 # alone, so that the command line lists the workloads (WORKLOAD_HELP) without loading them.
 
-__all__ = ["WORKLOAD_HELP", "workload_by_name"]
+__all__ = [
+    "WORKLOAD_HELP",
+    "WORKLOAD_OPTIONS",
+    "WorkloadKind",
+    "WorkloadOption",
+    "unread_option_rule",
+    "workload_by_name",
+    "workload_kind",
+]
 
 DEFAULT_DAYS = {"ai2": 30.0, "frontier": 30.0}
 AI2_DEFAULT_GPUS = 3072
@@ -34,6 +43,68 @@ WORKLOAD_HELP = {
     "cluster, pods arriving at creation and running as long as in the trace",
     "FILE": "a workload file (.yaml, .json or .jsonl) in the format of docs/simulator.md",
 }
+
+
+class WorkloadKind(Enum):
+    """The kinds of workload `workload_by_name` builds, by how they are made."""
+
+    AI2 = "ai2"
+    FRONTIER = "frontier"
+    ITP = "itp"
+    OPENB = "openb"
+    FILE = "file"
+
+
+class WorkloadOption(Enum):
+    """The workload options some kinds read and others do not (every kind reads `days`)."""
+
+    GPUS = "gpus"
+    SEED = "seed"
+    TRACES_DIR = "traces_dir"
+
+
+WORKLOAD_OPTIONS: dict[WorkloadKind, frozenset[WorkloadOption]] = {
+    WorkloadKind.AI2: frozenset({WorkloadOption.GPUS, WorkloadOption.SEED}),
+    WorkloadKind.FRONTIER: frozenset({WorkloadOption.GPUS, WorkloadOption.SEED}),
+    WorkloadKind.ITP: frozenset({WorkloadOption.GPUS, WorkloadOption.TRACES_DIR}),
+    WorkloadKind.OPENB: frozenset({WorkloadOption.TRACES_DIR}),
+    WorkloadKind.FILE: frozenset(),
+}
+"""The options each kind reads; given to a kind that does not read it, an option is refused
+(`unread_option_rule`) rather than ignored."""
+
+_WHY_UNREAD = {
+    (WorkloadKind.OPENB, WorkloadOption.GPUS): "the openb workload runs on the trace's own "
+    "cluster (its node list, 6,212 GPUs); leave --gpus out",
+    (WorkloadKind.FILE, WorkloadOption.GPUS): "a workload file brings its own cluster (its "
+    "`cluster:` section); leave --gpus out, or change the cluster in the file",
+    (WorkloadKind.ITP, WorkloadOption.SEED): "the itp workload replays its trace: nothing in "
+    "it is drawn at random; leave --seed out",
+    (WorkloadKind.OPENB, WorkloadOption.SEED): "the openb workload replays its trace: nothing "
+    "in it is drawn at random; leave --seed out",
+    (WorkloadKind.FILE, WorkloadOption.SEED): "a workload file holds its jobs as written: "
+    "nothing in it is drawn at random; leave --seed out",
+}
+
+
+def workload_kind(name: str) -> WorkloadKind:
+    """The kind of the workload `name` names, by its first word (`itp:04` is ITP); any other
+    name is a file."""
+    try:
+        return WorkloadKind(name.partition(":")[0])
+    except ValueError:
+        return WorkloadKind.FILE
+
+
+def unread_option_rule(name: str, option: WorkloadOption) -> str | None:
+    """Why the workload `name` cannot take `option`, or None when it reads it."""
+    kind = workload_kind(name)
+    if option in WORKLOAD_OPTIONS[kind]:
+        return None
+    if option is WorkloadOption.TRACES_DIR:
+        made = "a workload file" if kind is WorkloadKind.FILE else f"the {kind.value} workload"
+        return f"{made} reads no traces (only itp:NN and openb do); leave --traces-dir out"
+    return _WHY_UNREAD[kind, option]
 
 
 FRONTIER_BLOCKS = 30
@@ -60,20 +131,29 @@ def frontier_racks_per_block(gpus: int) -> int:
 def workload_by_name(
     name: str,
     *,
-    seed: int = 0,
+    seed: int | None = None,
     days: float | None = None,
     gpus: int | None = None,
     traces_dir: str | Path | None = None,
 ) -> Workload:
-    """The workload `name` names, built with these options (each applies where it makes sense:
-    `seed` to the generators, `gpus` to the cluster size, `days` to the horizon)."""
+    """The workload `name` names, built with these options: `days` bounds every kind (how much
+    work a generator makes; where a replay or a file stops), `seed` (default 0) and `gpus` are
+    read where WORKLOAD_OPTIONS says, and given to a kind that does not read them are refused."""
     from toposched.workloads.ai2 import TRAINING_SIZES, ai2_like
     from toposched.workloads.files import load_workload
     from toposched.workloads.frontier import frontier_lab
     from toposched.workloads.replay import ITP_CLUSTER_NODES, itp_replay, openb_replay
 
     ai2_variants = {name: sizes for sizes, name in TRAINING_SIZES.items()}
-    checked_seed(seed)
+    for option, value in (
+        (WorkloadOption.SEED, seed),
+        (WorkloadOption.GPUS, gpus),
+        (WorkloadOption.TRACES_DIR, traces_dir),
+    ):
+        rule = None if value is None else unread_option_rule(name, option)
+        if rule is not None:
+            raise InputError(option.value, value, rule)
+    seed = checked_seed(0 if seed is None else seed)
     if days is not None and (
         isinstance(days, bool) or not isinstance(days, int | float) or not days > 0
     ):

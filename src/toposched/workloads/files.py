@@ -42,6 +42,7 @@ from toposched.workloads.model import (
     WorkloadJob,
     build_cluster,
 )
+from toposched.workloads.paths import JSONL_SUFFIXES, WORKLOAD_SUFFIXES, check_workload_path
 
 __all__ = [
     "FORMAT",
@@ -68,8 +69,6 @@ SETTINGS_KEYS = ("horizon", "checkpoint_interval")
 FAILURE_KEYS = ("time", "nodes", "repair_after")
 JOB_KEYS = ("submit", "runtime", "class", "cancel_after", "checkpoint_interval")
 """Job fields of the workload; every other field of a job entry belongs to its JobSpec."""
-_JSONL_SUFFIXES = (".jsonl", ".ndjson")
-WORKLOAD_SUFFIXES = (".yaml", ".yml", ".json", *_JSONL_SUFFIXES)
 
 Path_ = tuple[str | int, ...]
 
@@ -209,7 +208,7 @@ def load_workload(path: str | os.PathLike[str]) -> Workload:
     source = str(file_path)
     text = read_text(file_path, "workload file")
     suffix = file_path.suffix.lower()
-    if suffix in _JSONL_SUFFIXES:
+    if suffix in JSONL_SUFFIXES:
         data, lines = _parse_jsonl(text, source)
     else:
         data, lines = _parse_document(text, source, json_text=suffix == ".json")
@@ -444,24 +443,6 @@ def workload_to_dict(workload: Workload, with_jobs: bool = True) -> dict[str, An
     return data
 
 
-def check_workload_path(path: str | os.PathLike[str], field: str = "workload file") -> Path:
-    """`path` if a workload can be written there: a known suffix (which picks the format) in
-    an existing folder. Nothing is created: a mistyped folder is an error, not a new folder."""
-    file_path = Path(path)
-    if file_path.suffix.lower() not in WORKLOAD_SUFFIXES:
-        raise InputError(
-            field,
-            str(path),
-            f"must end in {', '.join(WORKLOAD_SUFFIXES)} (the suffix picks the format)",
-        )
-    folder = file_path.parent
-    if not folder.is_dir():
-        raise InputError(field, str(path), f"folder {folder} does not exist")
-    if file_path.is_dir():
-        raise InputError(field, str(path), "is a directory; give a file name")
-    return file_path
-
-
 def save_workload(workload: Workload, path: str | os.PathLike[str]) -> Path:
     """Write a workload file: JSONL for .jsonl/.ndjson (best for many jobs), JSON for .json,
     YAML for .yaml/.yml; see `check_workload_path` for what is refused."""
@@ -469,7 +450,7 @@ def save_workload(workload: Workload, path: str | os.PathLike[str]) -> Path:
     suffix = file_path.suffix.lower()
     try:
         with file_path.open("w", encoding="utf-8") as handle:
-            if suffix in _JSONL_SUFFIXES:
+            if suffix in JSONL_SUFFIXES:
                 handle.write(json.dumps(workload_to_dict(workload, with_jobs=False)) + "\n")
                 for job in workload.jobs:
                     handle.write(json.dumps(_job_entry(job)) + "\n")
