@@ -18,7 +18,9 @@ from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.jobs import JobState
+from toposched.sim.baseline_names import BASELINE_NAMES
 from toposched.sim.baselines import (
+    BASELINES,
     SLURM_MAX_SWITCH_WAIT,
     KubeLike,
     SlurmLike,
@@ -398,3 +400,7 @@ def test_simulate_compare_runs_the_baselines_named(
     error = capsys.readouterr().err
     assert "unknown baseline" in error and "slurm_like_preempt" in error
     assert not (tmp_path / "none").exists()
+
+
+def test_the_light_names_are_the_baselines() -> None:
+    assert tuple(BASELINES) == BASELINE_NAMES

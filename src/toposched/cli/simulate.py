@@ -24,6 +24,7 @@ from toposched.cli.options import (
 from toposched.cluster.errors import InputError
 from toposched.cluster.limits import MAX_NODES
 from toposched.cluster.units import DAY, HOUR, parse_duration
+from toposched.sim.baseline_names import chosen_baselines
 from toposched.workloads.catalog import (
     WORKLOAD_HELP,
     WORKLOAD_OPTIONS,
@@ -470,6 +471,8 @@ def check_options(args: argparse.Namespace) -> None:
     check_gpus(args.gpus)
     check_traces_dir(args.traces_dir)
     check_workload_options(args.workload, args.gpus, args.seed, args.traces_dir)
+    if getattr(args, "compare", False):
+        chosen_baselines(getattr(args, "baselines", None))
 
 
 def check_outputs(args: argparse.Namespace) -> Path:
@@ -609,7 +612,6 @@ def compare_and_report(
     from toposched.sim.report import write_report
 
     console = Console(stderr=args.json)
-    # Named baselines are checked before any work.
     schedulers = schedulers_named(scheduler_factory(args), getattr(args, "baselines", None))
     out = check_outputs(args)
     workload, _ = prepare_workload(args, console)

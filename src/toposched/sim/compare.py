@@ -10,7 +10,6 @@ import numpy as np
 from numpy.typing import NDArray
 from rich.table import Table
 
-from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState, Health
 from toposched.cluster.units import DAY, format_span, format_timing
 from toposched.jobs.spec import JobSpec
@@ -18,7 +17,8 @@ from toposched.placement.request import GangRequest
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.defrag import fragmentation
 from toposched.scheduler.jobs import JobState
-from toposched.sim.baselines import BASELINES, DEFAULT_BASELINES
+from toposched.sim.baseline_names import DEFAULT_BASELINES, chosen_baselines
+from toposched.sim.baselines import BASELINES
 from toposched.sim.engine import DEFAULT_SAMPLE_INTERVAL, Simulation
 from toposched.sim.metrics import SimulationResult, summarize
 from toposched.sim.protocol import (
@@ -97,23 +97,9 @@ class ComparisonRun:
 def schedulers_named(
     toposched: SchedulerFactory, baselines: str | Sequence[str] | None = None
 ) -> dict[str, SchedulerFactory]:
-    """toposched, then the baselines named (a comma-separated string or a list, in that order;
-    None: the default ones), as `run_comparison` takes them. An unknown or repeated name is an
-    `InputError` that lists the names there are."""
-    if baselines is None:
-        names: list[str] = list(DEFAULT_BASELINES)
-    elif isinstance(baselines, str):
-        names = [name.strip() for name in baselines.split(",") if name.strip()]
-    else:
-        names = list(baselines)
-    known = ", ".join(BASELINES)
-    if not names:
-        raise InputError("baselines", baselines, f"must name at least one of {known}")
-    for name in names:
-        if name not in BASELINES:
-            raise InputError("baselines", name, f"unknown baseline; the baselines are {known}")
-    if len(set(names)) != len(names):
-        raise InputError("baselines", baselines, "names a baseline twice")
+    """toposched, then the baselines named (see `chosen_baselines`), as `run_comparison`
+    takes them."""
+    names = chosen_baselines(baselines)
     return {"toposched": toposched, **{name: BASELINES[name] for name in names}}
 
 

@@ -40,7 +40,6 @@ from toposched.sim.baselines.slurm import (
 __all__ = [
     "BASELINES",
     "BaselineFactory",
-    "DEFAULT_BASELINES",
     "SLURM_MAX_SWITCH_WAIT",
     "FifoFirstFit",
     "FirstFit",
@@ -91,7 +90,5 @@ BASELINES: dict[str, BaselineFactory] = {
     "kube_like": kube_like,
     "fifo_first_fit": fifo_first_fit,
 }
-"""Every baseline by name, in the order reports show them (after toposched)."""
-
-DEFAULT_BASELINES = ("slurm_like", "kube_like", "fifo_first_fit")
-"""The baselines `simulate --compare` runs unless told which."""
+"""Every baseline by name, in the order reports show them (after toposched): the names of
+`sim/baseline_names.py`."""
