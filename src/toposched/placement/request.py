@@ -97,6 +97,14 @@ class GangRequest:
             what += f" ({names})"
         return what
 
+    def renamed(self, name: str) -> GangRequest:
+        """This request for another job of the same shape: the fields copied as they are, not
+        checked again (`dataclasses.replace` would re-run the checks, several times the cost;
+        a restart adopts thousands of jobs of one shape)."""
+        renamed = object.__new__(GangRequest)
+        renamed.__dict__.update(self.__dict__, name=name)
+        return renamed
+
     @staticmethod
     def from_spec(spec: JobSpec, topology: Topology) -> GangRequest:
         """Resolve a job's level and model names against `topology`; clear errors if unknown."""

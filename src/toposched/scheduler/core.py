@@ -55,14 +55,6 @@ class Adoption:
     start_time: float
 
 
-def _renamed(request: GangRequest, name: str) -> GangRequest:
-    """A copy of `request` for another job of the same spec but its name: its fields copied
-    as they are (`dataclasses.replace` would re-run `__init__`, several times the cost)."""
-    renamed = object.__new__(GangRequest)
-    renamed.__dict__.update(request.__dict__, name=name)
-    return renamed
-
-
 class Scheduler:
     """Orders pending jobs by Fair Tree (accounts short of their budget first), places what
     fits, preempts under the contract for jobs that should run but do not fit, reserves for the
@@ -176,7 +168,7 @@ class Scheduler:
                 job = self._new_job(spec, now)
                 requests[key] = job.request
             else:
-                job = self._new_job(spec, now, _renamed(known, spec.name))
+                job = self._new_job(spec, now, known.renamed(spec.name))
             # Running from here, never queued: the same name adopted twice is refused as such.
             job.state = JobState.RUNNING
             jobs.append(job)
