@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import zlib
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -27,41 +25,14 @@ from toposched.sim.compare import comparison_table, run_comparison
 from toposched.sim.protocol import SchedulerFactory, toposched_scheduler
 from toposched.workloads.model import Workload
 from toposched.workloads.replay import itp_replay
+from toposched.workloads.variants import split_among_teams
 
 TEAMS = 12
 
 
 def team_workload(days: float, gpus: int) -> Workload:
-    base = itp_replay(4, nodes=gpus // 8, days=days)
-    weights = [1.0 / (rank + 1) for rank in range(TEAMS)]
-    total = sum(weights)
-    bounds, running = [], 0.0
-    for weight in weights:
-        running += weight / total
-        bounds.append(running)
-    jobs, used = [], [0.0] * TEAMS
-    for job in base.jobs:
-        draw = (zlib.crc32(job.spec.name.encode()) % 100_000) / 100_000
-        team = next(i for i, bound in enumerate(bounds) if draw < bound or i == TEAMS - 1)
-        gpus_held = job.spec.pods * job.spec.resources_per_pod.gpus
-        used[team] += gpus_held * job.runtime
-        if job.runtime <= 0.5 * HOUR:
-            job_class = "debug"
-        elif gpus_held >= 16:
-            job_class = "training"
-        else:
-            job_class = "other"
-        spec = job.spec.model_copy(update={"account": f"team-{team + 1:02d}"})
-        jobs.append(replace(job, spec=spec, job_class=job_class))
-    grand = sum(used)
-    accounts = {
-        f"team-{i + 1:02d}": {"share": max(0.1, math.floor(1000 * used[i] / grand) / 10)}
-        for i in range(TEAMS)
-    }
-    base.jobs = jobs
-    base.budget = {"accounts": accounts}
-    base.name = f"itp:04 x {TEAMS} teams"
-    return base
+    """ITP cluster 04 split among the teams (`toposched simulate --workload itp:04 --teams 12`)."""
+    return split_among_teams(itp_replay(4, nodes=gpus // 8, days=days), TEAMS)
 
 
 def worth_scheduler(worth: EvictionWorth) -> SchedulerFactory:

@@ -116,7 +116,11 @@ def check_traces_dir(path: str | None) -> str | None:
 
 
 def check_workload_options(
-    workload: str, gpus: int | None, seed: int | None, traces_dir: str | None
+    workload: str,
+    gpus: int | None,
+    seed: int | None,
+    traces_dir: str | None,
+    teams: int | None = None,
 ) -> None:
     """Refuse an option the workload named does not read (catalog.WORKLOAD_OPTIONS) rather
     than ignore it, and a --gpus it cannot be built on, with that workload's rule: ai2 and itp
@@ -126,6 +130,7 @@ def check_workload_options(
         ("--gpus", WorkloadOption.GPUS, gpus),
         ("--seed", WorkloadOption.SEED, seed),
         ("--traces-dir", WorkloadOption.TRACES_DIR, traces_dir),
+        ("--teams", WorkloadOption.TEAMS, teams),
     )
     for flag, option, value in given:
         unread = None if value is None else unread_option_rule(workload, option)

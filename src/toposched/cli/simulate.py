@@ -22,7 +22,7 @@ from toposched.cli.options import (
     check_workload_options,
 )
 from toposched.cluster.errors import InputError
-from toposched.cluster.limits import MAX_NODES
+from toposched.cluster.limits import MAX_NODES, MAX_TEAMS
 from toposched.cluster.units import DAY, HOUR, parse_duration
 from toposched.sim.baseline_names import chosen_baselines
 from toposched.workloads.catalog import (
@@ -185,6 +185,22 @@ def add_options(
         help="folder holding itp/ and openb/ (default: $TOPOSCHED_TRACES or ../shared/traces)",
     )
     parser.add_argument(
+        "--teams",
+        type=_teams,
+        metavar="N",
+        help="itp and openb: split the replay's jobs among N teams (2-100; each job to one by a "
+        "hash of its name, team k getting about 1/k of them), each team's budget its share of "
+        "the GPU-time, jobs classed debug (<= 30 min), training (>= 16 GPUs) or other "
+        "(default: one account holds everything)",
+    )
+    parser.add_argument(
+        "--resumable",
+        type=_percent,
+        metavar="PERCENT",
+        help="make PERCENT of the jobs (0-100, drawn at random with the seed) able to resume "
+        "from their checkpoints and the others not (default: as the workload builds them)",
+    )
+    parser.add_argument(
         "--save-workload",
         metavar="FILE",
         help="also write the workload to FILE (.yaml, .yml, .json, .jsonl or .ndjson: the suffix "
@@ -341,6 +357,24 @@ def _duration(text: str) -> float | None:
         ) from None
 
 
+def _teams(text: str) -> int:
+    if not text.isdigit() or not 2 <= int(text) <= MAX_TEAMS:
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r}: expected a whole number of teams from 2 to {MAX_TEAMS}"
+        )
+    return int(text)
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text.removesuffix("%"))
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{text[:80]!r}: expected a percentage from 0 to 100")
+    return value / 100
+
+
 def _worth_ratio(text: str) -> float:
     try:
         value = float(text)
@@ -429,7 +463,13 @@ def build_workload(args: argparse.Namespace) -> Workload:
     if gpus is None and workload_kind(args.workload) is WorkloadKind.AI2:
         gpus = getattr(args, "ai2_gpus", None)
     return workload_by_name(
-        args.workload, seed=args.seed, days=args.days, gpus=gpus, traces_dir=args.traces_dir
+        args.workload,
+        seed=args.seed,
+        days=args.days,
+        gpus=gpus,
+        traces_dir=args.traces_dir,
+        teams=getattr(args, "teams", None),
+        resumable=getattr(args, "resumable", None),
     )
 
 
@@ -470,7 +510,9 @@ def check_options(args: argparse.Namespace) -> None:
     check_days(args.days)
     check_gpus(args.gpus)
     check_traces_dir(args.traces_dir)
-    check_workload_options(args.workload, args.gpus, args.seed, args.traces_dir)
+    check_workload_options(
+        args.workload, args.gpus, args.seed, args.traces_dir, getattr(args, "teams", None)
+    )
     if getattr(args, "compare", False):
         chosen_baselines(getattr(args, "baselines", None))
 

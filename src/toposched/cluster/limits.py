@@ -18,6 +18,7 @@ __all__ = [
     "MAX_NODES",
     "MAX_PODS_PER_JOB",
     "MAX_PRIORITY",
+    "MAX_TEAMS",
 ]
 
 MAX_NAME_LENGTH = 253
@@ -56,3 +57,6 @@ mappings counted alike), or to MAX_ALIAS_FACTOR times the values written if that
 for `<<: *defaults` on every node, never the exponential expansion of a "billion laughs" file."""
 
 MAX_ALIAS_FACTOR = 10
+
+MAX_TEAMS = 100
+"""Teams a replay's jobs may be split among (`simulate --teams`)."""

@@ -61,13 +61,16 @@ class WorkloadOption(Enum):
     GPUS = "gpus"
     SEED = "seed"
     TRACES_DIR = "traces_dir"
+    TEAMS = "teams"
 
 
 WORKLOAD_OPTIONS: dict[WorkloadKind, frozenset[WorkloadOption]] = {
     WorkloadKind.AI2: frozenset({WorkloadOption.GPUS, WorkloadOption.SEED}),
     WorkloadKind.FRONTIER: frozenset({WorkloadOption.GPUS, WorkloadOption.SEED}),
-    WorkloadKind.ITP: frozenset({WorkloadOption.GPUS, WorkloadOption.TRACES_DIR}),
-    WorkloadKind.OPENB: frozenset({WorkloadOption.TRACES_DIR}),
+    WorkloadKind.ITP: frozenset(
+        {WorkloadOption.GPUS, WorkloadOption.TRACES_DIR, WorkloadOption.TEAMS}
+    ),
+    WorkloadKind.OPENB: frozenset({WorkloadOption.TRACES_DIR, WorkloadOption.TEAMS}),
     WorkloadKind.FILE: frozenset(),
 }
 """The options each kind reads; given to a kind that does not read it, an option is refused
@@ -101,6 +104,12 @@ def unread_option_rule(name: str, option: WorkloadOption) -> str | None:
     kind = workload_kind(name)
     if option in WORKLOAD_OPTIONS[kind]:
         return None
+    if option is WorkloadOption.TEAMS:
+        made = "a workload file" if kind is WorkloadKind.FILE else f"the {kind.value} workload"
+        return (
+            f"{made} has its own accounts and budgets (only the itp:NN and openb replays, "
+            "charged to one account, are split among teams); leave --teams out"
+        )
     if option is WorkloadOption.TRACES_DIR:
         made = "a workload file" if kind is WorkloadKind.FILE else f"the {kind.value} workload"
         return f"{made} reads no traces (only itp:NN and openb do); leave --traces-dir out"
@@ -135,10 +144,35 @@ def workload_by_name(
     days: float | None = None,
     gpus: int | None = None,
     traces_dir: str | Path | None = None,
+    teams: int | None = None,
+    resumable: float | None = None,
 ) -> Workload:
     """The workload `name` names, built with these options: `days` bounds every kind (how much
-    work a generator makes; where a replay or a file stops), `seed` (default 0) and `gpus` are
-    read where WORKLOAD_OPTIONS says, and given to a kind that does not read them are refused."""
+    work a generator makes; where a replay or a file stops), `seed` (default 0), `gpus` and
+    `teams` are read where WORKLOAD_OPTIONS says, and given to a kind that does not read them
+    are refused. `teams` splits a replay's jobs among that many teams
+    (`variants.split_among_teams`); `resumable` (0-1) makes that share of any workload's jobs
+    able to resume (`variants.with_resumable_share`)."""
+    from toposched.workloads.variants import split_among_teams, with_resumable_share
+
+    workload = _built(name, seed=seed, days=days, gpus=gpus, traces_dir=traces_dir, teams=teams)
+    if teams is not None:
+        workload = split_among_teams(workload, teams)
+    if resumable is not None:
+        workload = with_resumable_share(workload, resumable, 0 if seed is None else seed)
+    return workload
+
+
+def _built(
+    name: str,
+    *,
+    seed: int | None,
+    days: float | None,
+    gpus: int | None,
+    traces_dir: str | Path | None,
+    teams: int | None,
+) -> Workload:
+    """The workload `name` names, as built (see `workload_by_name`)."""
     from toposched.workloads.ai2 import TRAINING_SIZES, ai2_like
     from toposched.workloads.files import load_workload
     from toposched.workloads.frontier import frontier_lab
@@ -149,6 +183,7 @@ def workload_by_name(
         (WorkloadOption.SEED, seed),
         (WorkloadOption.GPUS, gpus),
         (WorkloadOption.TRACES_DIR, traces_dir),
+        (WorkloadOption.TEAMS, teams),
     ):
         rule = None if value is None else unread_option_rule(name, option)
         if rule is not None:
