@@ -220,8 +220,8 @@ def test_simulate_help_lists_the_options_each_workload_reads(
     for line in (
         "  ai2, ai2:team-sized   --days, --gpus, --seed",
         "  frontier              --days, --gpus, --seed",
-        "  itp:NN                --days, --gpus, --traces-dir",
-        "  openb[:TRACE]         --days, --traces-dir",
+        "  itp:NN                --days, --gpus, --teams, --traces-dir",
+        "  openb[:TRACE]         --days, --teams, --traces-dir",
         "  FILE                  --days",
     ):
         assert f"\n{line}\n" in shown
