@@ -18,11 +18,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
-
-MAX_PER_POD = 2**40
-"""CPU millicores or memory MiB per pod beyond which the batch leaves the checks to
-`allocate` (which refuses them)."""
+from toposched.cluster.state import Allocation, ClusterState
+from toposched.cluster.validation import plain_allocation
 
 
 def allocate_many(
@@ -52,7 +49,7 @@ def _fits(state: ClusterState, owners: Sequence[str], allocations: Sequence[Allo
     held = state.allocations
     if len(set(owners)) != len(owners) or any(not o or o in held for o in owners):
         return False
-    if not all(_plain(allocation) for allocation in allocations):
+    if not all(plain_allocation(allocation) for allocation in allocations):
         return False
     nodes = np.concatenate([a.nodes for a in allocations])
     n_nodes = state.topology.n_nodes
@@ -64,26 +61,6 @@ def _fits(state: ClusterState, owners: Sequence[str], allocations: Sequence[Allo
     if not _gpus_fit(state, allocations, nodes, pods):
         return False
     return _per_node_fits(state, allocations, nodes, pods)
-
-
-def _plain(allocation: Allocation) -> bool:
-    """The shape and scalar checks of `allocate`, one allocation (no pass over its pods)."""
-    nodes, gpus = allocation.nodes, allocation.gpus
-    if nodes.ndim != 1 or gpus.ndim != 2 or gpus.shape[0] != nodes.shape[0]:
-        return False
-    if nodes.dtype.kind not in "iu" or gpus.dtype.kind not in "iu":
-        return False
-    milli, cpu, memory = allocation.gpu_milli, allocation.cpu_milli, allocation.memory_mib
-    if type(milli) is not int or not 0 < milli <= MILLI_PER_GPU:
-        return False
-    if gpus.shape[1] > 1 and milli != MILLI_PER_GPU:
-        return False
-    return (
-        type(cpu) is int
-        and type(memory) is int
-        and 0 <= cpu <= MAX_PER_POD
-        and 0 <= memory <= MAX_PER_POD
-    )
 
 
 def _gpus_fit(

@@ -12,8 +12,31 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.health import HEALTHY, Health
 from toposched.cluster.rows import SMALL, distinct_counts
 
-_MAX_PER_POD = 2**40
+MAX_PER_POD = 2**40
+"""CPU millicores or memory MiB per pod beyond which the quick checks leave an allocation to
+the full ones (which refuse it)."""
 _FENCE = 2  # `Closure.FENCE`, a bit of `closed`
+
+
+def plain_allocation(allocation: Allocation) -> bool:
+    """Whether `allocation` has the shapes, integer types and per-pod amounts the quick checks
+    vouch for (no pass over its pods); False means "run the full checks", not "invalid"."""
+    nodes, gpus = allocation.nodes, allocation.gpus
+    if nodes.ndim != 1 or gpus.ndim != 2 or gpus.shape[0] != nodes.shape[0]:
+        return False
+    if nodes.dtype.kind not in "iu" or gpus.dtype.kind not in "iu":
+        return False
+    milli, cpu, memory = allocation.gpu_milli, allocation.cpu_milli, allocation.memory_mib
+    if type(milli) is not int or not 0 < milli <= MILLI_PER_GPU:
+        return False
+    if gpus.shape[1] > 1 and milli != MILLI_PER_GPU:
+        return False
+    return (
+        type(cpu) is int
+        and type(memory) is int
+        and 0 <= cpu <= MAX_PER_POD
+        and 0 <= memory <= MAX_PER_POD
+    )
 
 
 class AllocationChecks(StateArrays):
@@ -25,21 +48,9 @@ class AllocationChecks(StateArrays):
         scalars checked here, nodes and GPUs in one compiled pass (numpy's per-call cost
         would dominate at this size). False means "run the full checks", not "invalid"."""
         nodes, gpus = allocation.nodes, allocation.gpus
-        if nodes.ndim != 1 or nodes.size > kernels.COMPILED_LIMIT:
-            return False
-        if gpus.ndim != 2 or gpus.shape[0] != nodes.shape[0]:
-            return False
-        if nodes.dtype.kind not in "iu" or gpus.dtype.kind not in "iu":
+        if not plain_allocation(allocation) or nodes.size > kernels.COMPILED_LIMIT:
             return False
         milli, cpu, memory = allocation.gpu_milli, allocation.cpu_milli, allocation.memory_mib
-        if type(milli) is not int or not 0 < milli <= MILLI_PER_GPU:
-            return False
-        if gpus.shape[1] > 1 and milli != MILLI_PER_GPU:
-            return False
-        if type(cpu) is not int or type(memory) is not int:
-            return False
-        if not (0 <= cpu <= _MAX_PER_POD and 0 <= memory <= _MAX_PER_POD):
-            return False
         fits: bool = kernels.fits_now(
             nodes,
             gpus,
@@ -89,9 +100,9 @@ class AllocationChecks(StateArrays):
                 raise InputError(f"{field}.{name}", value, "must be an integer")
             if value < 0:
                 raise InputError(f"{field}.{name}", value, "must be >= 0")
-            if value > _MAX_PER_POD:
+            if value > MAX_PER_POD:
                 # The bound keeps pod count x request far from int64 overflow.
-                raise InputError(f"{field}.{name}", value, f"must be <= {_MAX_PER_POD}")
+                raise InputError(f"{field}.{name}", value, f"must be <= {MAX_PER_POD}")
 
     def _why_closed(self, node: int) -> str:
         """Why `node` takes no new work, in words."""
