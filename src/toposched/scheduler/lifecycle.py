@@ -69,16 +69,19 @@ class Lifecycle:
                 raise InternalError(job.job_id, str(error)) from error
             raise
         self.queue.remove(job.job_id)
-        spec = job.spec
+        self._mark_started(job, now)
+        self.ledger.started(job)
+
+    def _mark_started(self, job: Job, now: float) -> None:
+        """The job runs from `now`: its state, start, attempt, protection and history, and its
+        usage charged (GPU time: pods without GPUs charge nothing)."""
         job.state = JobState.RUNNING
         job.start_time = now
         job.attempts += 1
         how = self._protect(job)
         job.record(now, f"started ({how})" if how else "started")
         if self._charged(job):
-            # Usage is GPU time: pods without GPUs charge nothing.
-            self.usage.start(spec.account, job.gpus, now)
-        self.ledger.started(job)
+            self.usage.start(job.spec.account, job.gpus, now)
 
     def adopt(self, job: Job, placement: Placement, start_time: float, now: float) -> None:
         """Take over the new `job`, never queued, as running on `placement` since `start_time`:
@@ -90,13 +93,7 @@ class Lifecycle:
             if error.field == "owner":
                 raise InternalError(job.job_id, str(error)) from error
             raise
-        job.state = JobState.RUNNING
-        job.start_time = now
-        job.attempts += 1
-        how = self._protect(job)
-        job.record(now, f"started ({how})" if how else "started")
-        if self._charged(job):
-            self.usage.start(job.spec.account, job.gpus, now)
+        self._mark_started(job, now)
         job.start_time = start_time
         self.ledger.started(job)
 
@@ -115,15 +112,8 @@ class Lifecycle:
             if error.field == "owner":
                 raise InternalError(str(error.value), str(error)) from error
             raise
-        usage = self.usage
         for job, start_time in zip(jobs, start_times, strict=True):
-            job.state = JobState.RUNNING
-            job.start_time = now
-            job.attempts += 1
-            how = self._protect(job)
-            job.record(now, f"started ({how})" if how else "started")
-            if self._charged(job):
-                usage.start(job.spec.account, job.gpus, now)
+            self._mark_started(job, now)
             job.start_time = start_time
         # The ledger's records are read by no step above (protection reads usage): filled
         # once, for all of them.
