@@ -15,7 +15,7 @@ import pytest
 
 from toposched.backends.local import LocalBackend
 from toposched.backends.local_node import local_cluster
-from toposched.backends.pod_files import read_json
+from toposched.backends.pod_files import AttemptFiles, read_json
 from toposched.backends.processes import ProcessId, is_alive, kill_group
 from toposched.backends.protocol import (
     Backend,
@@ -331,11 +331,15 @@ sys.exit(int(os.environ["STATUS"]))
     first.poll(1.0)
     del first
     (tmp_path / "go").write_text("")
-    exits = [
-        state_dir / "jobs" / job / "1" / f"{rank}.exit"
-        for job, rank in [("fine", 0), ("broken", 0), ("broken", 1)]
-    ]
+    pods = [("fine", 0), ("broken", 0), ("broken", 1)]
+    exits = [state_dir / "jobs" / job / "1" / f"{rank}.exit" for job, rank in pods]
     assert wait_for(lambda: all(path.exists() for path in exits))
+    # A wrapper writes its pod's status, then exits: the next backend finds them all gone.
+    wrappers = [
+        ProcessId.from_json(read_json(AttemptFiles(state_dir / "jobs" / job / "1").pid(rank)))
+        for job, rank in pods
+    ]
+    assert wait_for(lambda: not any(w is not None and is_alive(w) for w in wrappers))
 
     second = LocalBackend(state_dir)
     reports = {r.job_id: r for r in second.poll(2.0)}

@@ -221,7 +221,8 @@ def test_a_team_token_sees_no_admin_buttons(
         # a moment later
         cells = page.locator(f"#teams tr[data-account='{TEAM_A}'] td")
         owed, delivered = (float(cells.nth(i).text_content()) for i in (9, 10))
-        assert 0 < delivered < owed
+        assert 0 < delivered <= owed  # shown to 0.01 GPU-h: equal early on; the share below
+        # says delivered falls short
         met = cells.nth(11).text_content().strip()
         with server.client(tokens["a"]) as team:
             rows = team.get("/v1/accounts").json()["accounts"]
