@@ -13,6 +13,7 @@ from toposched.cluster.units import MILLI_PER_GPU, format_timing
 
 if TYPE_CHECKING:
     from toposched.cluster.state import ClusterState
+    from toposched.cluster.topology import Topology
     from toposched.jobs.files import JobInFile
     from toposched.jobs.spec import JobSpec
     from toposched.placement.request import GangRequest
@@ -105,25 +106,26 @@ def run(args: argparse.Namespace) -> int:
     # and line), and errors found against the cluster name the job's file and line.
     jobs_read = read_job_files(args.jobs)
     jobs = [job.spec for job in jobs_read]
-    # The cluster file is read before the placement engine (the compiled loops) loads.
-    topology = None
-    if not args.fleet:
+    # The cluster file is read, and every job resolved against it, before the placement engine
+    # (the compiled loops) loads: an error in either answers without it.
+    fleet = None
+    if args.fleet:
+        from toposched.workloads.fleet import occupied_fleet
+
+        fleet = occupied_fleet(seed=args.seed)
+        topology = fleet.topology
+        cluster_name = "1,000,080-GPU GB300 fleet at 70% occupancy"
+    else:
         from toposched.cluster.loaders import load_topology
 
         topology = load_topology(args.cluster)
+        cluster_name = str(args.cluster)
+    requests = [_request(job, topology) for job in jobs_read]
     from toposched.cluster.state import ClusterState
     from toposched.placement.policies import policy_by_name
     from toposched.placement.search import Placement, place
 
-    if topology is None:
-        from toposched.workloads.fleet import occupied_fleet
-
-        state = occupied_fleet(seed=args.seed)
-        cluster_name = "1,000,080-GPU GB300 fleet at 70% occupancy"
-    else:
-        state = ClusterState(topology)
-        cluster_name = str(args.cluster)
-    requests = [_request(job, state) for job in jobs_read]
+    state = ClusterState(topology) if fleet is None else fleet
     policy = policy_by_name(args.policy, seed=args.seed)
     outcomes: list[Outcome] = []
     for job, request in zip(jobs, requests, strict=True):
@@ -140,11 +142,11 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(isinstance(outcome.result, Placement) for outcome in outcomes) else 1
 
 
-def _request(job: JobInFile, state: ClusterState) -> GangRequest:
+def _request(job: JobInFile, topology: Topology) -> GangRequest:
     from toposched.placement.request import GangRequest
 
     try:
-        return GangRequest.from_spec(job.spec, state.topology)
+        return GangRequest.from_spec(job.spec, topology)
     except InputError as error:
         raise job.locate(error) from None
 

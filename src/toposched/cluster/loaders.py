@@ -11,11 +11,10 @@ import csv
 import io
 import math
 import re
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from toposched.cluster.documents import parse_documents, read_text
 from toposched.cluster.errors import InputError, did_you_mean, join_fields, unknown_field_rule
@@ -26,8 +25,14 @@ from toposched.cluster.limits import (
     MAX_NAME_LENGTH,
     MAX_NODES,
 )
-from toposched.cluster.topology import GpuModel, Topology
 from toposched.cluster.units import NODE_LEVEL, ROOT_LEVEL, parse_cpu_milli, parse_memory_mib
+
+if TYPE_CHECKING:
+    from toposched.cluster.topology import Topology
+
+# numpy (with toposched.cluster.topology) loads in `_assemble`, once every field has been
+# checked: a file that fails validation is refused before it loads. Until then the per-node
+# columns are stdlib arrays, and GPU models a name -> memory GiB mapping.
 
 __all__ = [
     "CLUSTER_FIELDS",
@@ -79,10 +84,10 @@ def _check_levels(levels: Any, field: str) -> tuple[str, ...]:
     return tuple(levels)
 
 
-def _check_models(gpu_models: Any, field: str) -> dict[str, GpuModel]:
+def _check_models(gpu_models: Any, field: str) -> dict[str, float]:
     if not isinstance(gpu_models, Mapping):
         raise InputError(field, gpu_models, "must map model name -> memory GiB")
-    models: dict[str, GpuModel] = {}
+    models: dict[str, float] = {}
     for name, memory in gpu_models.items():
         if not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH:
             raise InputError(
@@ -94,7 +99,7 @@ def _check_models(gpu_models: Any, field: str) -> dict[str, GpuModel]:
             raise InputError(f"{field}.{name}", memory, "must be the GiB of one GPU, a number")
         if not math.isfinite(memory) or memory < 0:
             raise InputError(f"{field}.{name}", memory, "must be the GiB of one GPU, >= 0")
-        models[name] = GpuModel(name, float(memory))
+        models[name] = float(memory)
     return models
 
 
@@ -136,7 +141,7 @@ def topology_from_nodes(
 def _topology(
     levels: tuple[str, ...],
     nodes: Sequence[Mapping[str, Any]],
-    models: dict[str, GpuModel],
+    models: dict[str, float],
     source: str,
 ) -> Topology:
     if len(nodes) > MAX_NODES:
@@ -145,9 +150,9 @@ def _topology(
     names: list[str] = []
     seen: dict[str, int] = {}
     paths: list[tuple[str, ...]] = []
-    gpus = np.zeros(len(nodes), dtype=np.int8)
-    cpu = np.zeros(len(nodes), dtype=np.int64)
-    memory = np.zeros(len(nodes), dtype=np.int64)
+    gpus = array("b", bytes(len(nodes)))  # numpy's int8 and int64, as the topology holds them
+    cpu = array("q", bytes(8 * len(nodes)))
+    memory = array("q", bytes(8 * len(nodes)))
     model_names: list[str] = []
     cpu_of = _cached(parse_cpu_milli, MAX_CPU_MILLI)
     memory_of = _cached(parse_memory_mib, MAX_MEMORY_MIB)
@@ -206,7 +211,7 @@ def _topology(
                 raise InputError(
                     f"{where}.gpu_model", model, f"must be at most {MAX_NAME_LENGTH} characters"
                 )
-            models[model] = GpuModel(model)
+            models[model] = 0.0
     _check_quantity(cpu, MAX_CPU_MILLI, nodes, source, "cpu", f"{MAX_CPU_MILLI // 1000:,} cores")
     _check_quantity(memory, MAX_MEMORY_MIB, nodes, source, "memory", "1Ei (1024Pi)")
     return _assemble(levels, names, paths, gpus, cpu, memory, model_names, models, source)
@@ -232,11 +237,10 @@ def _check_node_fields(
 
 
 def _check_quantity(
-    column: np.ndarray, limit: int, nodes: Sequence[Any], source: str, field: str, shown: str
+    column: array[int], limit: int, nodes: Sequence[Any], source: str, field: str, shown: str
 ) -> None:
-    over = np.flatnonzero(column > limit)
-    if over.size:
-        i = int(over[0])
+    if column and max(column) > limit:
+        i = next(i for i, value in enumerate(column) if value > limit)
         raise InputError(
             f"{source}[{i}].{field}", nodes[i].get(field), f"must be at most {shown} per node"
         )
@@ -246,11 +250,11 @@ def _assemble(
     levels: tuple[str, ...],
     names: list[str],
     paths: list[tuple[str, ...]],
-    gpus: np.ndarray,
-    cpu: np.ndarray,
-    memory: np.ndarray,
+    gpus: array[int],
+    cpu: array[int],
+    memory: array[int],
     model_names: list[str],
-    models: dict[str, GpuModel],
+    models: dict[str, float],
     source: str,
 ) -> Topology:
     # Depth-first order = sort by the first-appearance rank of each path prefix.
@@ -277,9 +281,13 @@ def _assemble(
                     )
                 owner[depth - 1][label] = prefix
                 rank[prefix] = len(rank)
+    import numpy as np
+
+    from toposched.cluster.topology import GpuModel, Topology
+
     keys = [tuple(rank[path[:d]] for d in range(1, len(path) + 1)) for path in paths]
     order = sorted(range(len(paths)), key=lambda i: (keys[i], i))
-    catalogue = tuple(models.values())
+    catalogue = tuple(GpuModel(name, memory_gib) for name, memory_gib in models.items())
     model_index = {m.name: j for j, m in enumerate(catalogue)}
     sorted_paths = [paths[i] for i in order]
     starts = [np.array([0, len(order)], dtype=np.int64)]
@@ -304,16 +312,19 @@ def _assemble(
         domain_names.append(level_names)
         previous_index = index
     take = np.array(order, dtype=np.int64)
+    gpu_column = np.frombuffer(gpus, dtype=np.int8)
+    cpu_column = np.frombuffer(cpu, dtype=np.int64)
+    memory_column = np.frombuffer(memory, dtype=np.int64)
     return Topology(
         levels=levels,
         domain_starts=starts,
         domain_parent=parents,
         domain_names=domain_names,
         node_names=[names[i] for i in order],
-        gpu_count=gpus[take] if len(take) else gpus,
+        gpu_count=gpu_column[take] if len(take) else gpu_column.copy(),
         gpu_model=np.array([model_index[model_names[i]] for i in order], dtype=np.int16),
-        cpu_milli=cpu[take] if len(take) else cpu,
-        memory_mib=memory[take] if len(take) else memory,
+        cpu_milli=cpu_column[take] if len(take) else cpu_column.copy(),
+        memory_mib=memory_column[take] if len(take) else memory_column.copy(),
         gpu_models=catalogue,
     )
 
