@@ -100,25 +100,29 @@ def run(args: argparse.Namespace) -> int:
     # should not leave half the output printed. The light pass refuses unreadable files and
     # unknown fields before the job model loads; the model then checks every value.
     check_job_files(args.jobs)
+    # The cluster file is checked next, before the job model and numpy load (its topology is
+    # built after the jobs are read), and every job is resolved against the cluster before the
+    # placement engine (the compiled loops) loads: each error answers without what comes after.
+    cluster_file = None
+    if not args.fleet:
+        from toposched.cluster.loaders import read_cluster
+
+        cluster_file = read_cluster(args.cluster)
     from toposched.jobs.files import read_job_files
 
     # Job names must be unique across the files (the same file given twice says so, with file
     # and line), and errors found against the cluster name the job's file and line.
     jobs_read = read_job_files(args.jobs)
     jobs = [job.spec for job in jobs_read]
-    # The cluster file is read, and every job resolved against it, before the placement engine
-    # (the compiled loops) loads: an error in either answers without it.
     fleet = None
-    if args.fleet:
+    if cluster_file is None:
         from toposched.workloads.fleet import occupied_fleet
 
         fleet = occupied_fleet(seed=args.seed)
         topology = fleet.topology
         cluster_name = "1,000,080-GPU GB300 fleet at 70% occupancy"
     else:
-        from toposched.cluster.loaders import load_topology
-
-        topology = load_topology(args.cluster)
+        topology = cluster_file.topology()
         cluster_name = str(args.cluster)
     requests = [_request(job, topology) for job in jobs_read]
     from toposched.cluster.state import ClusterState
