@@ -12,6 +12,7 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.units import MILLI_PER_GPU, format_timing
 
 if TYPE_CHECKING:
+    from toposched.cluster.loaders import CheckedCluster
     from toposched.cluster.state import ClusterState
     from toposched.cluster.topology import Topology
     from toposched.jobs.files import JobInFile
@@ -122,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
         topology = fleet.topology
         cluster_name = "1,000,080-GPU GB300 fleet at 70% occupancy"
     else:
+        for job_read in jobs_read:
+            _check_against(job_read, cluster_file)
         topology = cluster_file.topology()
         cluster_name = str(args.cluster)
     requests = [_request(job, topology) for job in jobs_read]
@@ -144,6 +147,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_tables(state, cluster_name, args.policy, outcomes, args.pods)
     return 0 if all(isinstance(outcome.result, Placement) for outcome in outcomes) else 1
+
+
+def _check_against(job: JobInFile, cluster: CheckedCluster) -> None:
+    """The errors `_request` would find, before the cluster's arrays are built."""
+    from toposched.placement.request import check_against_cluster
+
+    try:
+        check_against_cluster(job.spec, cluster.levels, cluster.gpu_model_names)
+    except InputError as error:
+        raise job.locate(error) from None
 
 
 def _request(job: JobInFile, topology: Topology) -> GangRequest:

@@ -139,6 +139,11 @@ class CheckedCluster:
     models: dict[str, float]
     order: list[int]
 
+    @property
+    def gpu_model_names(self) -> tuple[str, ...]:
+        """The GPU model catalogue's names, in the topology's order."""
+        return tuple(self.models)
+
     def topology(self) -> Topology:
         return _assemble(self)
 
