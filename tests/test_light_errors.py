@@ -90,16 +90,36 @@ def test_place_refuses_a_bad_cluster_file_without_numpy(tmp_path: Path) -> None:
     [
         ("topology: {required: zone}\n", "topology.required: 'zone' is invalid: unknown level"),
         ("topology: {preferred: zone}\n", "topology.preferred: 'zone' is invalid: unknown level"),
+        (
+            "topology: {slices: [{level: zone, pods: 1}]}\n",
+            "topology.slices[0].level: 'zone' is invalid: unknown level",
+        ),
     ],
 )
-def test_a_job_refused_by_the_cluster_is_refused_before_the_compiled_loops_load(
+def test_a_job_refused_by_the_cluster_is_refused_before_numpy_loads(
     topology: str, message: str, tmp_path: Path
 ) -> None:
     (tmp_path / "cluster.yaml").write_text(CLUSTER)
     (tmp_path / "job.yaml").write_text(JOB + topology)
     last, stderr = _probe(["place", "job.yaml", "--cluster", "cluster.yaml"], tmp_path)
-    assert last == "2 ['numpy', 'pydantic']", stderr
+    # The job model has read the job, but the cluster's arrays are not built yet.
+    assert last == "2 ['pydantic']", stderr
     assert f"job.yaml:4: {message}" in stderr
+
+
+def test_a_job_asking_for_gpu_models_the_cluster_lacks_is_refused_before_numpy_loads(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "job.yaml").write_text(
+        "name: j\npods: 1\nresources_per_pod: {gpus: 1, gpu_models: [B200, GB300]}\n"
+    )
+    last, stderr = _probe(["place", "job.yaml", "--cluster", "cluster.yaml"], tmp_path)
+    assert last == "2 ['pydantic']", stderr
+    assert stderr == (
+        "error: job.yaml:3: resources_per_pod.gpu_models: ['B200', 'GB300'] is invalid: "
+        "no GPU of these models in this cluster; it has H100\n"
+    )
 
 
 @pytest.mark.parametrize(
