@@ -140,8 +140,8 @@ def test_an_option_the_service_checks_is_refused_before_the_service_loads(
 
 
 def test_the_service_configuration_has_one_gpus_rule() -> None:
-    from toposched.cli.options import check_one_node_gpus
     from toposched.cluster.errors import InputError
+    from toposched.cluster.limits import check_one_node_gpus
     from toposched.service.config import ServiceConfig
 
     for gpus in (0, 65):

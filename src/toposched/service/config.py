@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from toposched.cli.options import check_one_node_gpus
 from toposched.cluster.errors import InputError
+from toposched.cluster.limits import check_one_node_gpus
 
 if TYPE_CHECKING:
     from toposched.backends.protocol import Backend
