@@ -24,15 +24,14 @@ from hypothesis import strategies as st
 
 from toposched.cli.main import main
 from toposched.cli.options import (
-    MAX_OPTION_GPUS,
     check_count,
     check_days,
-    check_gpus,
     check_pods,
     check_seed,
     check_workload_options,
 )
 from toposched.cluster.errors import InputError
+from toposched.cluster.limits import MAX_OPTION_GPUS, check_gpus
 
 CLUSTER = """\
 levels: [rack]

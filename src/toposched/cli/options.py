@@ -14,7 +14,7 @@ import math
 import os
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.limits import MAX_GPUS_PER_NODE, MAX_NODES, MAX_PODS_PER_JOB
+from toposched.cluster.limits import MAX_PODS_PER_JOB, NODE_GPUS
 from toposched.workloads.catalog import (
     FRONTIER_BLOCKS,
     FRONTIER_GPUS,
@@ -26,24 +26,17 @@ from toposched.workloads.catalog import (
 
 __all__ = [
     "MAX_DAYS",
-    "MAX_OPTION_GPUS",
     "MAX_SEED",
     "check_count",
     "check_days",
-    "check_gpus",
-    "check_one_node_gpus",
     "check_pods",
     "check_seed",
     "check_traces_dir",
     "check_workload_options",
 ]
 
-NODE_GPUS = 8
-"""GPUs per node of the workloads built on 8-GPU nodes (ai2, itp)."""
 RACK_GPUS = 72
 """GPUs of one NVL72 rack, the unit the frontier fleet shrinks by in each block."""
-MAX_OPTION_GPUS = MAX_NODES * NODE_GPUS
-"""The most GPUs --gpus may ask for: the node limit (docs/limits.md) in 8-GPU nodes."""
 MAX_DAYS = 3650.0
 """The longest simulation --days may ask for: ten years."""
 MAX_SEED = 2**63 - 1
@@ -54,26 +47,6 @@ def _whole_in(flag: str, value: int, smallest: int, largest: int, rule: str) -> 
     if not smallest <= value <= largest:
         raise InputError(flag, value, rule)
     return value
-
-
-def check_gpus(gpus: int | None) -> int | None:
-    """--gpus: a cluster size in GPUs (None: the workload's own)."""
-    if gpus is None:
-        return None
-    rule = f"must be a whole number of GPUs >= 1 (at most {MAX_OPTION_GPUS:,})"
-    return _whole_in("--gpus", gpus, 1, MAX_OPTION_GPUS, rule)
-
-
-def check_one_node_gpus(gpus: int | None) -> int | None:
-    """--gpus where the cluster is one node, this machine (`serve`): the shared rule, then a
-    node's own limit of GPUs."""
-    if check_gpus(gpus) is not None and gpus is not None and gpus > MAX_GPUS_PER_NODE:
-        rule = (
-            f"the served cluster is one node, this machine, and a node holds at most "
-            f"{MAX_GPUS_PER_NODE} GPUs; give a cluster file (--cluster) for more"
-        )
-        raise InputError("--gpus", gpus, rule)
-    return gpus
 
 
 def check_days(days: float | None) -> float | None:

@@ -12,7 +12,9 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.units import MILLI_PER_GPU, format_timing
 
 if TYPE_CHECKING:
+    from toposched.cluster.loaders import CheckedCluster
     from toposched.cluster.state import ClusterState
+    from toposched.cluster.topology import Topology
     from toposched.jobs.files import JobInFile
     from toposched.jobs.spec import JobSpec
     from toposched.placement.request import GangRequest
@@ -99,31 +101,38 @@ def run(args: argparse.Namespace) -> int:
     # should not leave half the output printed. The light pass refuses unreadable files and
     # unknown fields before the job model loads; the model then checks every value.
     check_job_files(args.jobs)
+    # The cluster file is checked next, before the job model and numpy load (its topology is
+    # built after the jobs are read), and every job is resolved against the cluster before the
+    # placement engine (the compiled loops) loads: each error answers without what comes after.
+    cluster_file = None
+    if not args.fleet:
+        from toposched.cluster.loaders import read_cluster
+
+        cluster_file = read_cluster(args.cluster)
     from toposched.jobs.files import read_job_files
 
     # Job names must be unique across the files (the same file given twice says so, with file
     # and line), and errors found against the cluster name the job's file and line.
     jobs_read = read_job_files(args.jobs)
     jobs = [job.spec for job in jobs_read]
-    # The cluster file is read before the placement engine (the compiled loops) loads.
-    topology = None
-    if not args.fleet:
-        from toposched.cluster.loaders import load_topology
+    fleet = None
+    if cluster_file is None:
+        from toposched.workloads.fleet import occupied_fleet
 
-        topology = load_topology(args.cluster)
+        fleet = occupied_fleet(seed=args.seed)
+        topology = fleet.topology
+        cluster_name = "1,000,080-GPU GB300 fleet at 70% occupancy"
+    else:
+        for job_read in jobs_read:
+            _check_against(job_read, cluster_file)
+        topology = cluster_file.topology()
+        cluster_name = str(args.cluster)
+    requests = [_request(job, topology) for job in jobs_read]
     from toposched.cluster.state import ClusterState
     from toposched.placement.policies import policy_by_name
     from toposched.placement.search import Placement, place
 
-    if topology is None:
-        from toposched.workloads.fleet import occupied_fleet
-
-        state = occupied_fleet(seed=args.seed)
-        cluster_name = "1,000,080-GPU GB300 fleet at 70% occupancy"
-    else:
-        state = ClusterState(topology)
-        cluster_name = str(args.cluster)
-    requests = [_request(job, state) for job in jobs_read]
+    state = ClusterState(topology) if fleet is None else fleet
     policy = policy_by_name(args.policy, seed=args.seed)
     outcomes: list[Outcome] = []
     for job, request in zip(jobs, requests, strict=True):
@@ -140,11 +149,21 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(isinstance(outcome.result, Placement) for outcome in outcomes) else 1
 
 
-def _request(job: JobInFile, state: ClusterState) -> GangRequest:
+def _check_against(job: JobInFile, cluster: CheckedCluster) -> None:
+    """The errors `_request` would find, before the cluster's arrays are built."""
+    from toposched.placement.request import check_against_cluster
+
+    try:
+        check_against_cluster(job.spec, cluster.levels, cluster.gpu_model_names)
+    except InputError as error:
+        raise job.locate(error) from None
+
+
+def _request(job: JobInFile, topology: Topology) -> GangRequest:
     from toposched.placement.request import GangRequest
 
     try:
-        return GangRequest.from_spec(job.spec, state.topology)
+        return GangRequest.from_spec(job.spec, topology)
     except InputError as error:
         raise job.locate(error) from None
 

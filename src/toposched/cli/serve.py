@@ -6,11 +6,11 @@ import argparse
 import logging
 import sys
 
-from toposched.cli.options import check_one_node_gpus
 from toposched.cluster.errors import InputError
 
-# The service (its configuration loads the backends and the compiled loops) is imported when a
-# server starts, so that `--help` and the option errors checked here answer without it.
+# The service's HTTP stack, backends and compiled loops load when a server starts; its
+# configuration (toposched.service.config) is light, so `--help` and every option error,
+# `--gpus`'s included, answer without them.
 BACKENDS = ("local", "dry-run", "ray")
 DEFAULT_STORE = "toposched-state/toposched.db"
 DEFAULT_MAX_BODY = 1 << 20
@@ -170,7 +170,6 @@ def _server_options(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.serve_command == "token":
         return _add_token(args)
-    check_one_node_gpus(args.gpus)
     from toposched.service.config import ServiceConfig
 
     config = ServiceConfig(

@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from toposched.cli.options import (
     check_days,
-    check_gpus,
     check_seed,
     check_traces_dir,
     check_workload_options,
 )
 from toposched.cluster.errors import InputError
-from toposched.cluster.limits import MAX_NODES, MAX_TEAMS
+from toposched.cluster.limits import MAX_NODES, MAX_TEAMS, check_gpus
 from toposched.cluster.units import DAY, HOUR, parse_duration
 from toposched.sim.baseline_names import chosen_baselines
 from toposched.workloads.catalog import (

@@ -6,6 +6,8 @@ needs: each is far above the largest real case. docs/limits.md lists them with t
 
 from __future__ import annotations
 
+from toposched.cluster.errors import InputError
+
 __all__ = [
     "MAX_ALIAS_FACTOR",
     "MAX_ALIAS_NODES",
@@ -17,8 +19,12 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_NODES",
     "MAX_PODS_PER_JOB",
+    "MAX_OPTION_GPUS",
     "MAX_PRIORITY",
     "MAX_TEAMS",
+    "NODE_GPUS",
+    "check_gpus",
+    "check_one_node_gpus",
 ]
 
 MAX_NAME_LENGTH = 253
@@ -60,3 +66,28 @@ MAX_ALIAS_FACTOR = 10
 
 MAX_TEAMS = 100
 """Teams a replay's jobs may be split among (`simulate --teams`)."""
+
+NODE_GPUS = 8
+"""GPUs per node of the clusters built on 8-GPU nodes (the ai2 and itp workloads)."""
+MAX_OPTION_GPUS = MAX_NODES * NODE_GPUS
+"""The most GPUs `--gpus` may ask for: the node limit in 8-GPU nodes."""
+
+
+def check_gpus(gpus: int | None) -> int | None:
+    """`--gpus`: a cluster size in GPUs (None: the workload's own)."""
+    if gpus is not None and not 1 <= gpus <= MAX_OPTION_GPUS:
+        rule = f"must be a whole number of GPUs >= 1 (at most {MAX_OPTION_GPUS:,})"
+        raise InputError("--gpus", gpus, rule)
+    return gpus
+
+
+def check_one_node_gpus(gpus: int | None) -> int | None:
+    """`--gpus` where the cluster is one node, this machine (`serve`): the shared rule, then a
+    node's own limit of GPUs."""
+    if check_gpus(gpus) is not None and gpus is not None and gpus > MAX_GPUS_PER_NODE:
+        rule = (
+            f"the served cluster is one node, this machine, and a node holds at most "
+            f"{MAX_GPUS_PER_NODE} GPUs; give a cluster file (--cluster) for more"
+        )
+        raise InputError("--gpus", gpus, rule)
+    return gpus

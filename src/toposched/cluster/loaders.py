@@ -11,11 +11,11 @@ import csv
 import io
 import math
 import re
+from array import array
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from toposched.cluster.documents import parse_documents, read_text
 from toposched.cluster.errors import InputError, did_you_mean, join_fields, unknown_field_rule
@@ -26,14 +26,22 @@ from toposched.cluster.limits import (
     MAX_NAME_LENGTH,
     MAX_NODES,
 )
-from toposched.cluster.topology import GpuModel, Topology
 from toposched.cluster.units import NODE_LEVEL, ROOT_LEVEL, parse_cpu_milli, parse_memory_mib
+
+if TYPE_CHECKING:
+    from toposched.cluster.topology import Topology
+
+# numpy (with toposched.cluster.topology) loads in `CheckedCluster.topology`, once every field
+# has been checked: a file that fails validation is refused before it loads. Until then the
+# per-node columns are stdlib arrays, and GPU models a name -> memory GiB mapping.
 
 __all__ = [
     "CLUSTER_FIELDS",
     "NODE_FIELDS",
+    "CheckedCluster",
     "load_openb_nodes",
     "load_topology",
+    "read_cluster",
     "topology_from_dict",
     "topology_from_nodes",
 ]
@@ -79,10 +87,10 @@ def _check_levels(levels: Any, field: str) -> tuple[str, ...]:
     return tuple(levels)
 
 
-def _check_models(gpu_models: Any, field: str) -> dict[str, GpuModel]:
+def _check_models(gpu_models: Any, field: str) -> dict[str, float]:
     if not isinstance(gpu_models, Mapping):
         raise InputError(field, gpu_models, "must map model name -> memory GiB")
-    models: dict[str, GpuModel] = {}
+    models: dict[str, float] = {}
     for name, memory in gpu_models.items():
         if not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH:
             raise InputError(
@@ -94,7 +102,7 @@ def _check_models(gpu_models: Any, field: str) -> dict[str, GpuModel]:
             raise InputError(f"{field}.{name}", memory, "must be the GiB of one GPU, a number")
         if not math.isfinite(memory) or memory < 0:
             raise InputError(f"{field}.{name}", memory, "must be the GiB of one GPU, >= 0")
-        models[name] = GpuModel(name, float(memory))
+        models[name] = float(memory)
     return models
 
 
@@ -116,6 +124,30 @@ def _cached(parse: Callable[[object, str], int], limit: int) -> Callable[[Any, s
     return parsed
 
 
+@dataclass(frozen=True)
+class CheckedCluster:
+    """A cluster description with every field checked, its nodes in depth-first `order`;
+    `topology()` builds the Topology's arrays (and loads numpy), which cannot fail."""
+
+    levels: tuple[str, ...]
+    names: list[str]
+    paths: list[tuple[str, ...]]
+    gpus: array[int]
+    cpu: array[int]
+    memory: array[int]
+    model_names: list[str]
+    models: dict[str, float]
+    order: list[int]
+
+    @property
+    def gpu_model_names(self) -> tuple[str, ...]:
+        """The GPU model catalogue's names, in the topology's order."""
+        return tuple(self.models)
+
+    def topology(self) -> Topology:
+        return _assemble(self)
+
+
 def topology_from_nodes(
     levels: Sequence[str],
     nodes: Sequence[Mapping[str, Any]],
@@ -130,24 +162,24 @@ def topology_from_nodes(
     """
     checked_levels = _check_levels(levels, join_fields(source, "levels"))
     models = _check_models(gpu_models or {}, join_fields(source, "gpu_models"))
-    return _topology(checked_levels, nodes, models, source)
+    return _checked(checked_levels, nodes, models, source).topology()
 
 
-def _topology(
+def _checked(
     levels: tuple[str, ...],
     nodes: Sequence[Mapping[str, Any]],
-    models: dict[str, GpuModel],
+    models: dict[str, float],
     source: str,
-) -> Topology:
+) -> CheckedCluster:
     if len(nodes) > MAX_NODES:
         raise InputError(source, f"{len(nodes):,} nodes", f"must be at most {MAX_NODES:,} nodes")
     _check_node_fields(levels, nodes, source)
     names: list[str] = []
     seen: dict[str, int] = {}
     paths: list[tuple[str, ...]] = []
-    gpus = np.zeros(len(nodes), dtype=np.int8)
-    cpu = np.zeros(len(nodes), dtype=np.int64)
-    memory = np.zeros(len(nodes), dtype=np.int64)
+    gpus = array("b", bytes(len(nodes)))  # numpy's int8 and int64, as the topology holds them
+    cpu = array("q", bytes(8 * len(nodes)))
+    memory = array("q", bytes(8 * len(nodes)))
     model_names: list[str] = []
     cpu_of = _cached(parse_cpu_milli, MAX_CPU_MILLI)
     memory_of = _cached(parse_memory_mib, MAX_MEMORY_MIB)
@@ -206,10 +238,11 @@ def _topology(
                 raise InputError(
                     f"{where}.gpu_model", model, f"must be at most {MAX_NAME_LENGTH} characters"
                 )
-            models[model] = GpuModel(model)
+            models[model] = 0.0
     _check_quantity(cpu, MAX_CPU_MILLI, nodes, source, "cpu", f"{MAX_CPU_MILLI // 1000:,} cores")
     _check_quantity(memory, MAX_MEMORY_MIB, nodes, source, "memory", "1Ei (1024Pi)")
-    return _assemble(levels, names, paths, gpus, cpu, memory, model_names, models, source)
+    order = _depth_first_order(levels, paths, source)
+    return CheckedCluster(levels, names, paths, gpus, cpu, memory, model_names, models, order)
 
 
 def _check_node_fields(
@@ -232,27 +265,19 @@ def _check_node_fields(
 
 
 def _check_quantity(
-    column: np.ndarray, limit: int, nodes: Sequence[Any], source: str, field: str, shown: str
+    column: array[int], limit: int, nodes: Sequence[Any], source: str, field: str, shown: str
 ) -> None:
-    over = np.flatnonzero(column > limit)
-    if over.size:
-        i = int(over[0])
+    if column and max(column) > limit:
+        i = next(i for i, value in enumerate(column) if value > limit)
         raise InputError(
             f"{source}[{i}].{field}", nodes[i].get(field), f"must be at most {shown} per node"
         )
 
 
-def _assemble(
-    levels: tuple[str, ...],
-    names: list[str],
-    paths: list[tuple[str, ...]],
-    gpus: np.ndarray,
-    cpu: np.ndarray,
-    memory: np.ndarray,
-    model_names: list[str],
-    models: dict[str, GpuModel],
-    source: str,
-) -> Topology:
+def _depth_first_order(
+    levels: tuple[str, ...], paths: list[tuple[str, ...]], source: str
+) -> list[int]:
+    """The nodes' indices in depth-first order; domain names are checked on the way."""
     # Depth-first order = sort by the first-appearance rank of each path prefix.
     rank: dict[tuple[str, ...], int] = {}
     owner: list[dict[str, tuple[str, ...]]] = [{} for _ in levels]
@@ -278,8 +303,17 @@ def _assemble(
                 owner[depth - 1][label] = prefix
                 rank[prefix] = len(rank)
     keys = [tuple(rank[path[:d]] for d in range(1, len(path) + 1)) for path in paths]
-    order = sorted(range(len(paths)), key=lambda i: (keys[i], i))
-    catalogue = tuple(models.values())
+    return sorted(range(len(paths)), key=lambda i: (keys[i], i))
+
+
+def _assemble(cluster: CheckedCluster) -> Topology:
+    import numpy as np
+
+    from toposched.cluster.topology import GpuModel, Topology
+
+    levels, order, models = cluster.levels, cluster.order, cluster.models
+    paths, names, model_names = cluster.paths, cluster.names, cluster.model_names
+    catalogue = tuple(GpuModel(name, memory_gib) for name, memory_gib in models.items())
     model_index = {m.name: j for j, m in enumerate(catalogue)}
     sorted_paths = [paths[i] for i in order]
     starts = [np.array([0, len(order)], dtype=np.int64)]
@@ -304,16 +338,19 @@ def _assemble(
         domain_names.append(level_names)
         previous_index = index
     take = np.array(order, dtype=np.int64)
+    gpu_column = np.frombuffer(cluster.gpus, dtype=np.int8)
+    cpu_column = np.frombuffer(cluster.cpu, dtype=np.int64)
+    memory_column = np.frombuffer(cluster.memory, dtype=np.int64)
     return Topology(
         levels=levels,
         domain_starts=starts,
         domain_parent=parents,
         domain_names=domain_names,
         node_names=[names[i] for i in order],
-        gpu_count=gpus[take] if len(take) else gpus,
+        gpu_count=gpu_column[take] if len(take) else gpu_column.copy(),
         gpu_model=np.array([model_index[model_names[i]] for i in order], dtype=np.int16),
-        cpu_milli=cpu[take] if len(take) else cpu,
-        memory_mib=memory[take] if len(take) else memory,
+        cpu_milli=cpu_column[take] if len(take) else cpu_column.copy(),
+        memory_mib=memory_column[take] if len(take) else memory_column.copy(),
         gpu_models=catalogue,
     )
 
@@ -324,6 +361,10 @@ def topology_from_dict(description: Mapping[str, Any], source: str = "cluster") 
     `defaults` (optional) supplies fields every node shares, e.g. gpus, gpu_model, cpu, memory.
     Errors name `source.field.path` (`source` "" for a file's own fields).
     """
+    return _checked_description(description, source).topology()
+
+
+def _checked_description(description: Mapping[str, Any], source: str) -> CheckedCluster:
     if not isinstance(description, Mapping):
         raise InputError(
             source or "cluster", description, "must be a mapping with levels and nodes"
@@ -354,7 +395,7 @@ def topology_from_dict(description: Mapping[str, Any], source: str = "cluster") 
     merged = [{**defaults, **node} if isinstance(node, Mapping) else node for node in nodes]
     nodes_field = join_fields(source, "nodes")
     try:
-        return _topology(levels, merged, models, nodes_field)
+        return _checked(levels, merged, models, nodes_field)
     except InputError as error:
         defaults_field = join_fields(source, "defaults")
         raise _from_defaults(error, nodes_field, nodes, defaults, defaults_field) from None
@@ -376,10 +417,16 @@ def _from_defaults(
 
 def load_topology(path: str | Path) -> Topology:
     """Load a cluster from a YAML or JSON file, or an openb-style node list CSV."""
+    return read_cluster(path).topology()
+
+
+def read_cluster(path: str | Path) -> CheckedCluster:
+    """Read and check a cluster file as `load_topology` does, without building the topology:
+    every error in the file is found before numpy loads."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        return load_openb_nodes(path)
+        return _read_openb_nodes(path)
     text = read_text(path, "cluster file")
     documents = parse_documents(text, str(path), json_text=suffix == ".json")
     if len(documents) != 1:
@@ -392,14 +439,17 @@ def load_topology(path: str | Path) -> Topology:
         )
     document = documents[0]
     try:
-        return topology_from_dict(document.data, source="")
+        return _checked_description(document.data, source="")
     except InputError as error:
         raise document.locate(error, root="cluster") from None
 
 
 def load_openb_nodes(path: str | Path) -> Topology:
     """The openb node list (`sn,cpu_milli,memory_mib,gpu,model`): a flat cluster, no levels."""
-    path = Path(path)
+    return _read_openb_nodes(Path(path)).topology()
+
+
+def _read_openb_nodes(path: Path) -> CheckedCluster:
     file = str(path)
     reader = csv.DictReader(io.StringIO(read_text(path, "cluster file"), newline=""))
     records: list[dict[str, Any]] = []
@@ -435,7 +485,7 @@ def load_openb_nodes(path: str | Path) -> Topology:
             "row", "", f"is not valid CSV: {error}", file=file, line=reader.line_num
         ) from None
     try:
-        return topology_from_nodes((), records, source="nodes")
+        return _checked((), records, {}, "nodes")
     except InputError as error:
         raise _csv_located(error, file, lines) from None
 

@@ -5,18 +5,26 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import TYPE_CHECKING
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.topology import Topology
 from toposched.cluster.units import MILLI_PER_GPU, NODE_LEVEL
-from toposched.jobs.spec import JobSpec
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+    from toposched.cluster.topology import Topology
+    from toposched.jobs.spec import JobSpec
+
+# numpy loads in the functions that build arrays: `check_against_cluster` runs without it, on a
+# cluster file checked before its topology is built (`toposched place`).
 
 
 @functools.lru_cache(maxsize=8)
 def _every_model(n_models: int) -> NDArray[np.bool_]:
+    import numpy as np
+
     allowed = np.ones(n_models, dtype=np.bool_)
     allowed.flags.writeable = False
     return allowed
@@ -72,6 +80,8 @@ class GangRequest:
         n_models = max(len(topology.gpu_models), 1)
         if self.allowed_models is None:
             return _every_model(n_models)
+        import numpy as np
+
         allowed = np.zeros(n_models, dtype=np.bool_)
         allowed[self.allowed_models] = True
         return allowed
@@ -107,20 +117,16 @@ class GangRequest:
 
     @staticmethod
     def from_spec(spec: JobSpec, topology: Topology) -> GangRequest:
-        """Resolve a job's level and model names against `topology`; clear errors if unknown."""
-        spec.topology.validate_levels(topology.levels, spec.pods)
+        """Resolve a job's level and model names against `topology`; clear errors if unknown
+        (`check_against_cluster`'s)."""
+        import numpy as np
+
+        check_against_cluster(spec, topology.levels, [m.name for m in topology.gpu_models])
         resources = spec.resources_per_pod
         models: NDArray[np.int64] | None = None
         if resources.gpu_models is not None and resources.gpus > 0:
             known = {m.name: i for i, m in enumerate(topology.gpu_models)}
             present = sorted({known[name] for name in resources.gpu_models if name in known})
-            if not present:
-                raise InputError(
-                    "resources_per_pod.gpu_models",
-                    list(resources.gpu_models),
-                    "no GPU of these models in this cluster; it has "
-                    + ", ".join(m.name for m in topology.gpu_models if m.name),
-                )
             models = np.array(present, dtype=np.int64)
         required = spec.topology.required
         on_one_node = required == NODE_LEVEL
@@ -152,6 +158,21 @@ class GangRequest:
         )
 
 
+def check_against_cluster(spec: JobSpec, levels: Sequence[str], gpu_models: Sequence[str]) -> None:
+    """Refuse a job that names a level or only GPU models a cluster does not have, given the
+    cluster's levels (outermost first) and GPU model catalogue: the errors `from_spec` raises."""
+    spec.topology.validate_levels(levels, spec.pods)
+    resources = spec.resources_per_pod
+    if resources.gpu_models is not None and resources.gpus > 0:
+        if not any(name in gpu_models for name in resources.gpu_models):
+            raise InputError(
+                "resources_per_pod.gpu_models",
+                list(resources.gpu_models),
+                "no GPU of these models in this cluster; it has "
+                + ", ".join(name for name in gpu_models if name),
+            )
+
+
 def _preferred(topology: Topology, name: str, domain_slices: bool) -> int | None:
     if name == NODE_LEVEL:
         # `preferred_node`: the fewest nodes, a search of its own; with slices at domain
@@ -175,6 +196,8 @@ def simple_request(
     preferred_node: bool = False,
 ) -> GangRequest:
     """A request built directly from level indices (benchmarks, evaluations and tests)."""
+    import numpy as np
+
     return GangRequest(
         name=name,
         pods=pods,

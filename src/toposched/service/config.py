@@ -5,18 +5,19 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from toposched.backends.dry_run import DryRunBackend
-from toposched.backends.local import LocalBackend
-from toposched.backends.local_node import local_cluster
-from toposched.backends.protocol import Backend
-from toposched.cluster.builders import million_gpu_cluster
 from toposched.cluster.errors import InputError
-from toposched.cluster.loaders import load_topology
-from toposched.cluster.topology import MAX_GPUS_PER_NODE, Topology
-from toposched.policy.budget import BudgetTree
-from toposched.service import store_protocol
-from toposched.service.store_protocol import StateStore
+from toposched.cluster.limits import check_one_node_gpus
+
+if TYPE_CHECKING:
+    from toposched.backends.protocol import Backend
+    from toposched.cluster.topology import Topology
+    from toposched.policy.budget import BudgetTree
+    from toposched.service.store_protocol import StateStore
+
+# The backends, the cluster builders and the budget tree (numpy, the compiled loops) load in the
+# functions that build them: `check` answers on its own, before any of them.
 
 DEFAULT_STORE = "toposched-state/toposched.db"
 DEFAULT_MAX_BODY = 1 << 20
@@ -57,8 +58,7 @@ class ServiceConfig:
                 getattr(self, given[1]),
                 f"give one of --gpus, --cluster, --fleet (also given: --{given[0]})",
             )
-        if self.gpus is not None and not 1 <= self.gpus <= MAX_GPUS_PER_NODE:
-            raise InputError("--gpus", self.gpus, f"must be from 1 to {MAX_GPUS_PER_NODE}")
+        check_one_node_gpus(self.gpus)  # `serve --gpus`'s own rule, for library callers too
         if self.backend == "ray" and given:
             raise InputError(
                 "--" + given[0],
@@ -93,6 +93,10 @@ def is_loopback(host: str) -> bool:
 
 
 def build_topology(config: ServiceConfig) -> Topology:
+    from toposched.backends.local_node import local_cluster
+    from toposched.cluster.builders import million_gpu_cluster
+    from toposched.cluster.loaders import load_topology
+
     if config.cluster is not None:
         return load_topology(config.cluster)
     if config.fleet is not None:
@@ -104,16 +108,23 @@ def build_topology(config: ServiceConfig) -> Topology:
 
 def build_tree(config: ServiceConfig) -> BudgetTree:
     """The budget tree the store starts with: --budgets, or one account owning everything."""
+    from toposched.policy.budget import BudgetTree
+
     if config.budgets is not None:
         return BudgetTree.from_yaml(Path(config.budgets))
     return BudgetTree.from_dict({"accounts": {DEFAULT_ACCOUNT: {"share": 100}}})
 
 
 def open_store(config: ServiceConfig) -> StateStore:
+    from toposched.service import store_protocol
+
     return store_protocol.open_store(config.store)
 
 
 def build_backend(config: ServiceConfig) -> Backend:
+    from toposched.backends.dry_run import DryRunBackend
+    from toposched.backends.local import LocalBackend
+
     if config.backend == "dry-run":
         return DryRunBackend()
     return LocalBackend(Path(config.state_dir) / "local")

@@ -1,0 +1,153 @@
+"""Error exits load only what finding the error needs (docs/limits.md, "How soon an error comes").
+
+Each case runs the command in a fresh interpreter and reports the exit code and which heavy
+packages were imported by the time it returned: the import discipline is pinned, not a time.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+_PROBE = """
+import sys
+from toposched.cli.main import main
+code = main({argv!r})
+heavy = ("pydantic", "numpy", "numba", "rich", "uvicorn")
+print(code, sorted(name for name in heavy if name in sys.modules))
+"""
+
+CLUSTER = (
+    "levels: [rack]\ngpu_models: {H100: 80}\n"
+    "nodes:\n  - {name: n1, rack: r1, gpus: 8, gpu_model: H100}\n"
+)
+JOB = "name: j\npods: 1\nresources_per_pod: {gpus: 1}\n"
+
+
+def _probe(argv: list[str], cwd: Path) -> tuple[str, str]:
+    """The probe's last line ("CODE [heavy modules]") and its stderr."""
+    run = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(argv=argv)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=cwd,
+    )
+    return run.stdout.strip().splitlines()[-1], run.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "cluster", "message"),
+    [
+        (
+            "cluster.yaml",
+            "levels: [rack]\ndefaults: {gpu: 4}\nnodes:\n  - {name: n1, rack: r1}\n",
+            "'gpus'",
+        ),
+        (
+            "cluster.yaml",
+            "levels: [rack]\nnodes:\n  - {name: n1, rack: r1, gpus: 65, gpu_model: H}\n",
+            "<= 64",
+        ),
+        (
+            "cluster.yaml",
+            "levels: [rack]\nnodes:\n  - {name: n1, rack: r1, cpu: 1000000000000}\n",
+            "cores per node",
+        ),
+        (
+            "cluster.yaml",
+            "levels: [rack]\nnodes:\n  - {name: n1, rack: r1}\n  - {name: n2, rack: r1}\n"
+            "  - {name: n1, rack: r2}\n",
+            "duplicate node name",
+        ),
+        ("nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn1,1000,1024,x,V100\n", "gpu: 'x'"),
+    ],
+)
+def test_a_bad_cluster_file_is_refused_before_numpy_loads(
+    name: str, cluster: str, message: str, tmp_path: Path
+) -> None:
+    (tmp_path / name).write_text(cluster)
+    last, stderr = _probe(["cluster", "show", name], tmp_path)
+    assert last == "2 []", stderr
+    assert message in stderr and "Traceback" not in stderr
+
+
+def test_place_refuses_a_bad_cluster_file_without_numpy(tmp_path: Path) -> None:
+    (tmp_path / "cluster.yaml").write_text("levels: [rack]\nnodes:\n  - {name: n1, rakc: r1}\n")
+    (tmp_path / "job.yaml").write_text(JOB)
+    last, stderr = _probe(["place", "job.yaml", "--cluster", "cluster.yaml"], tmp_path)
+    # The cluster file is checked before the job model reads the job files.
+    assert last == "2 []", stderr
+    assert "cluster.yaml:3: nodes[0].rakc" in stderr
+
+
+@pytest.mark.parametrize(
+    ("topology", "message"),
+    [
+        ("topology: {required: zone}\n", "topology.required: 'zone' is invalid: unknown level"),
+        ("topology: {preferred: zone}\n", "topology.preferred: 'zone' is invalid: unknown level"),
+        (
+            "topology: {slices: [{level: zone, pods: 1}]}\n",
+            "topology.slices[0].level: 'zone' is invalid: unknown level",
+        ),
+    ],
+)
+def test_a_job_refused_by_the_cluster_is_refused_before_numpy_loads(
+    topology: str, message: str, tmp_path: Path
+) -> None:
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "job.yaml").write_text(JOB + topology)
+    last, stderr = _probe(["place", "job.yaml", "--cluster", "cluster.yaml"], tmp_path)
+    # The job model has read the job, but the cluster's arrays are not built yet.
+    assert last == "2 ['pydantic']", stderr
+    assert f"job.yaml:4: {message}" in stderr
+
+
+def test_a_job_asking_for_gpu_models_the_cluster_lacks_is_refused_before_numpy_loads(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "job.yaml").write_text(
+        "name: j\npods: 1\nresources_per_pod: {gpus: 1, gpu_models: [B200, GB300]}\n"
+    )
+    last, stderr = _probe(["place", "job.yaml", "--cluster", "cluster.yaml"], tmp_path)
+    assert last == "2 ['pydantic']", stderr
+    assert stderr == (
+        "error: job.yaml:3: resources_per_pod.gpu_models: ['B200', 'GB300'] is invalid: "
+        "no GPU of these models in this cluster; it has H100\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["serve", "--tick", "0"], "--tick: 0.0 is invalid"),
+        (["serve", "--port", "0"], "--port: 0 is invalid"),
+        (["serve", "--gpus", "65"], "--gpus: 65 is invalid: the served cluster is one node"),
+        (["serve", "--ssl-keyfile", "k.pem"], "give both TLS files or neither"),
+    ],
+)
+def test_an_option_the_service_checks_is_refused_before_the_service_loads(
+    argv: list[str], message: str, tmp_path: Path
+) -> None:
+    last, stderr = _probe(argv, tmp_path)
+    assert last == "2 []", stderr
+    assert message in stderr
+
+
+def test_the_service_configuration_has_one_gpus_rule() -> None:
+    from toposched.cluster.errors import InputError
+    from toposched.cluster.limits import check_one_node_gpus
+    from toposched.service.config import ServiceConfig
+
+    for gpus in (0, 65):
+        with pytest.raises(InputError) as from_config:
+            ServiceConfig(gpus=gpus).check()
+        with pytest.raises(InputError) as from_option:
+            check_one_node_gpus(gpus)
+        assert str(from_config.value) == str(from_option.value)
+    ServiceConfig(gpus=64).check()
