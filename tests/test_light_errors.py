@@ -129,6 +129,7 @@ def test_a_job_asking_for_gpu_models_the_cluster_lacks_is_refused_before_numpy_l
         (["serve", "--port", "0"], "--port: 0 is invalid"),
         (["serve", "--gpus", "65"], "--gpus: 65 is invalid: the served cluster is one node"),
         (["serve", "--ssl-keyfile", "k.pem"], "give both TLS files or neither"),
+        (["serve", "--host", "0.0.0.0"], "allowed only on a loopback address"),
     ],
 )
 def test_an_option_the_service_checks_is_refused_before_the_service_loads(

@@ -77,6 +77,13 @@ class ServiceConfig:
             raise InputError("--tick", self.tick_s, "must be from 0.05 to 60 seconds")
         if (self.ssl_keyfile is None) != (self.ssl_certfile is None):
             raise InputError("--ssl-keyfile", self.ssl_keyfile, "give both TLS files or neither")
+        if self.tokens is None and not self.loopback:
+            raise InputError(
+                "--host",
+                self.host,
+                "without --tokens the API is open to everyone, which is "
+                "allowed only on a loopback address; give --tokens FILE",
+            )
 
     @property
     def loopback(self) -> bool:
