@@ -10,27 +10,14 @@ default).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from toposched.backends.protocol import Report, ReportKind
 from toposched.cluster.errors import InputError
-from toposched.service.records import JobRecord
-from toposched.service.store import (
-    JOB_COLUMNS,
-    RUN_COLUMNS,
-    StoredDecision,
-    StoredEvent,
-    StoredReport,
-    job_values,
-    jobs_from_rows,
-    report_values,
-    run_values,
-)
+from toposched.service.store import Rows, SqlStore
 
 try:
     import psycopg
@@ -92,9 +79,13 @@ MIGRATIONS: tuple[str, ...] = (
 )
 """Numbered migrations: migration i (from 1) takes the schema from version i-1 to i."""
 
-_EVENT_INSERT = "INSERT INTO events (time, kind, job, account, data) VALUES (%s, %s, %s, %s, %s)"
 _LOCK_KEY = 0x70_5C_4E_D0
 """With the schema's name hashed, the advisory lock of the store in one schema of a database."""
+
+
+def _dialect(sql: str) -> str:
+    """A statement written for `SqlStore` (`?` placeholders) as psycopg takes it (`%s`)."""
+    return sql.replace("?", "%s")
 
 
 def redacted(url: str) -> str:
@@ -109,7 +100,7 @@ def redacted(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-class PostgresStore:
+class PostgresStore(SqlStore):
     """The service's PostgreSQL database. Writes come from one thread; `events_after` may be
     called from any thread (it has its own connection)."""
 
@@ -160,21 +151,18 @@ class PostgresStore:
         self._db.close()
         self._reader.close()
 
-    def _execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        return self._db.execute(sql, params)
-
     # --- schema ----------------------------------------------------------------------------
     def schema_version(self) -> int:
-        row = self._execute("SELECT version FROM schema_version").fetchone()
+        row = self._run("SELECT version FROM schema_version").fetchone()
         assert row is not None
         return int(row[0])
 
     def _migrate(self) -> None:
         with self.transaction():
-            self._execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            count = self._execute("SELECT COUNT(*) FROM schema_version").fetchone()
+            self._run("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            count = self._run("SELECT COUNT(*) FROM schema_version").fetchone()
             if count is not None and count[0] == 0:
-                self._execute("INSERT INTO schema_version VALUES (0)")
+                self._run("INSERT INTO schema_version VALUES (0)")
             version = self.schema_version()
             if version > len(MIGRATIONS):
                 raise InputError(
@@ -186,8 +174,8 @@ class PostgresStore:
             for number in range(version + 1, len(MIGRATIONS) + 1):
                 for statement in MIGRATIONS[number - 1].split(";"):
                     if statement.strip():
-                        self._execute(statement)
-                self._execute("UPDATE schema_version SET version = %s", (number,))
+                        self._run(statement)
+                self._run("UPDATE schema_version SET version = ?", (number,))
 
     # --- transactions ----------------------------------------------------------------------
     @contextmanager
@@ -200,165 +188,47 @@ class PostgresStore:
             finally:
                 self._depth -= 1
             return
-        self._execute("BEGIN")
+        self._run("BEGIN")
         self._depth = 1
         try:
             yield
             self._flush()
         except BaseException:
             self._events.clear()
-            self._execute("ROLLBACK")
+            self._run("ROLLBACK")
             raise
         else:
-            self._execute("COMMIT")
+            self._run("COMMIT")
         finally:
             self._depth = 0
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
         """Inside a transaction: undo this part alone if it raises (one command of a batch)."""
-        self._execute("SAVEPOINT command")
+        self._run("SAVEPOINT command")
         mark = len(self._events)
         try:
             yield
         except BaseException:
             del self._events[mark:]
-            self._execute("ROLLBACK TO SAVEPOINT command")
-            self._execute("RELEASE SAVEPOINT command")
+            self._run("ROLLBACK TO SAVEPOINT command")
+            self._run("RELEASE SAVEPOINT command")
             raise
-        self._execute("RELEASE SAVEPOINT command")
+        self._run("RELEASE SAVEPOINT command")
 
-    def _flush(self) -> None:
-        """Write the events held for the open transaction."""
-        if self._events:
+    # --- the connection primitives of `SqlStore` -------------------------------------------
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        return self._db.execute(_dialect(sql), params)
+
+    def _run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
             with self._db.cursor() as cursor:
-                cursor.executemany(_EVENT_INSERT, self._events)
-            self._events.clear()
+                cursor.executemany(_dialect(sql), rows)
 
-    # --- meta ------------------------------------------------------------------------------
-    def meta(self, key: str) -> Any:
-        row = self._execute("SELECT value FROM meta WHERE key = %s", (key,)).fetchone()
-        return None if row is None else json.loads(row[0])
-
-    def set_meta(self, key: str, value: Any) -> None:
-        self._execute(
-            "INSERT INTO meta VALUES (%s, %s) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (key, json.dumps(value)),
-        )
-
-    # --- jobs ------------------------------------------------------------------------------
-    def insert_job(self, record: JobRecord) -> None:
-        row = self._execute(
-            f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES ({', '.join(['%s'] * 15)}) RETURNING seq",
-            job_values(record),
-        ).fetchone()
-        assert row is not None
-        record.seq = int(row[0])
-
-    def update_job(self, record: JobRecord, priority: bool = False) -> None:
-        """Write the RUN_COLUMNS of a record (and its priority and spec if `priority`)."""
-        names = (*RUN_COLUMNS, "priority", "spec") if priority else RUN_COLUMNS
-        assignments = ", ".join(f"{name} = %s" for name in names)
-        values = run_values(record, priority)
-        self._execute(f"UPDATE jobs SET {assignments} WHERE id = %s", (*values, record.job_id))
-
-    def jobs(self) -> list[JobRecord]:
-        """Every job, in submission order."""
-        self._flush()
-        rows = self._execute(f"SELECT seq, {JOB_COLUMNS} FROM jobs ORDER BY seq").fetchall()
-        return jobs_from_rows(rows)
-
-    # --- events ----------------------------------------------------------------------------
-    def add_event(
-        self, time: float, kind: str, job: str | None, account: str | None, **data: Any
-    ) -> None:
-        """Inside a transaction the event is held and written with the others of the
-        transaction, in order, before it commits."""
-        values = (time, kind, job, account, json.dumps(data))
-        if self._depth:
-            self._events.append(values)
-        else:
-            self._execute(_EVENT_INSERT, values)
-
-    def events_after(self, after: int, limit: int = 500) -> list[StoredEvent]:
-        with self._reader_lock:
-            rows = self._reader.execute(
-                "SELECT id, time, kind, job, account, data FROM events WHERE id > %s "
-                "ORDER BY id LIMIT %s",
-                (after, limit),
-            ).fetchall()
-        return [StoredEvent(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
-
-    def job_events(self, job_id: str) -> list[StoredEvent]:
-        self._flush()
-        rows = self._execute(
-            "SELECT id, time, kind, job, account, data FROM events WHERE job = %s ORDER BY id",
-            (job_id,),
-        ).fetchall()
-        return [StoredEvent(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
-
-    # --- decisions -------------------------------------------------------------------------
-    def add_decision(self, job_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> int:
-        row = self._execute(
-            "INSERT INTO decisions (job, attempt, kind, payload) VALUES (%s, %s, %s, %s) "
-            "RETURNING id",
-            (job_id, attempt, kind, json.dumps(payload)),
-        ).fetchone()
+    def _inserted_id(self, sql: str, params: Sequence[Any], column: str) -> int:
+        row = self._db.execute(f"{_dialect(sql)} RETURNING {column}", params).fetchone()
         assert row is not None
         return int(row[0])
 
-    def mark_sent(self, decision_ids: Sequence[int]) -> None:
-        if decision_ids:
-            self._execute("UPDATE decisions SET sent = 1 WHERE id = ANY(%s)", (list(decision_ids),))
-
-    def unsent_decisions(self) -> list[StoredDecision]:
-        rows = self._execute(
-            "SELECT id, job, attempt, kind, payload FROM decisions WHERE sent = 0 ORDER BY id"
-        ).fetchall()
-        return [StoredDecision(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
-
-    # --- backend reports -------------------------------------------------------------------
-    def add_applied_reports(self, reports: Sequence[Report]) -> None:
-        """Store reports that are applied in the same transaction."""
-        if reports:
-            with self._db.cursor() as cursor:
-                cursor.executemany(
-                    "INSERT INTO reports (job, attempt, kind, time, detail, applied) "
-                    "VALUES (%s, %s, %s, %s, %s, 1)",
-                    [report_values(report) for report in reports],
-                )
-
-    def add_reports(self, reports: Sequence[Report]) -> list[StoredReport]:
-        stored = []
-        for report in reports:
-            row = self._execute(
-                "INSERT INTO reports (job, attempt, kind, time, detail) "
-                "VALUES (%s, %s, %s, %s, %s) RETURNING id",
-                report_values(report),
-            ).fetchone()
-            assert row is not None
-            stored.append(StoredReport(int(row[0]), report))
-        return stored
-
-    def mark_applied(self, report_ids: Sequence[int]) -> None:
-        if report_ids:
-            self._execute("UPDATE reports SET applied = 1 WHERE id = ANY(%s)", (list(report_ids),))
-
-    def unapplied_reports(self) -> list[StoredReport]:
-        rows = self._execute(
-            "SELECT id, job, attempt, kind, time, detail FROM reports WHERE applied = 0 ORDER BY id"
-        ).fetchall()
-        return [StoredReport(r[0], Report(r[1], r[2], ReportKind(r[3]), r[4], r[5])) for r in rows]
-
-    # --- nodes -----------------------------------------------------------------------------
-    def set_node_health(self, name: str, health: str) -> None:
-        self._execute(
-            "INSERT INTO node_health VALUES (%s, %s) "
-            "ON CONFLICT (name) DO UPDATE SET health = excluded.health",
-            (name, health),
-        )
-
-    def node_health(self) -> dict[str, str]:
-        rows = self._execute("SELECT name, health FROM node_health").fetchall()
-        return {str(name): str(health) for name, health in rows}
+    def _read(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        return self._reader.execute(_dialect(sql), params).fetchall()

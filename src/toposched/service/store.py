@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -99,6 +99,7 @@ RUN_COLUMNS = (
 """The columns a job's runs change (`update_job`); the others are written once at submit, but
 for `priority` and `spec`, which a priority change rewrites."""
 EVENT_INSERT = "INSERT INTO events (time, kind, job, account, data) VALUES (?, ?, ?, ?, ?)"
+_EVENT_COLUMNS = "id, time, kind, job, account, data"
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,160 @@ class StoredEvent:
         }
 
 
-class Store:
+class Rows(Protocol):
+    """What a store's cursor gives back."""
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class SqlStore:
+    """What the SQLite and PostgreSQL stores say alike: the rows of jobs, events, decisions,
+    reports, node health and meta. The statements are written once, with `?` placeholders;
+    each store runs them through its own connection (`_run`, `_run_many`, `_inserted_id`,
+    `_read`). Schema, migrations and transactions stay with each store: there the two
+    databases differ."""
+
+    _depth: int
+    """Open transactions (nested calls join the outer one)."""
+    _events: list[tuple[Any, ...]]
+    """Events of the open transaction, written with one statement before it commits."""
+    _reader_lock: threading.Lock
+
+    # --- what each store provides ----------------------------------------------------------
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        """Run one statement on the writing connection."""
+        raise NotImplementedError
+
+    def _run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement once per row of parameters."""
+        raise NotImplementedError
+
+    def _inserted_id(self, sql: str, params: Sequence[Any], column: str) -> int:
+        """Run an INSERT and return the `column` it generated for the new row."""
+        raise NotImplementedError
+
+    def _read(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """Run a query on the reading connection (any thread may call it)."""
+        raise NotImplementedError
+
+    def _flush(self) -> None:
+        """Write the events held for the open transaction."""
+        if self._events:
+            self._run_many(EVENT_INSERT, self._events)
+            self._events.clear()
+
+    # --- meta ------------------------------------------------------------------------------
+    def meta(self, key: str) -> Any:
+        row = self._run("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self._run(
+            "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, json.dumps(value)),
+        )
+
+    # --- jobs ------------------------------------------------------------------------------
+    def insert_job(self, record: JobRecord) -> None:
+        placeholders = ", ".join("?" * len(JOB_COLUMNS.split(",")))
+        sql = f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES ({placeholders})"
+        record.seq = self._inserted_id(sql, job_values(record), "seq")
+
+    def update_job(self, record: JobRecord, priority: bool = False) -> None:
+        """Write the RUN_COLUMNS of a record (and its priority and spec if `priority`)."""
+        names = (*RUN_COLUMNS, "priority", "spec") if priority else RUN_COLUMNS
+        assignments = ", ".join(f"{name} = ?" for name in names)
+        values = run_values(record, priority)
+        self._run(f"UPDATE jobs SET {assignments} WHERE id = ?", (*values, record.job_id))
+
+    def jobs(self) -> list[JobRecord]:
+        """Every job, in submission order."""
+        self._flush()
+        rows = self._run(f"SELECT seq, {JOB_COLUMNS} FROM jobs ORDER BY seq").fetchall()
+        return jobs_from_rows(rows)
+
+    # --- events ----------------------------------------------------------------------------
+    def add_event(
+        self, time: float, kind: str, job: str | None, account: str | None, **data: Any
+    ) -> None:
+        """Inside a transaction the event is held and written with the others of the
+        transaction, in order, before it commits."""
+        values = (time, kind, job, account, json.dumps(data))
+        if self._depth:
+            self._events.append(values)
+        else:
+            self._run(EVENT_INSERT, values)
+
+    def events_after(self, after: int, limit: int = 500) -> list[StoredEvent]:
+        sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE id > ? ORDER BY id LIMIT ?"
+        with self._reader_lock:
+            rows = self._read(sql, (after, limit))
+        return [StoredEvent(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
+
+    def job_events(self, job_id: str) -> list[StoredEvent]:
+        self._flush()
+        sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE job = ? ORDER BY id"
+        rows = self._run(sql, (job_id,)).fetchall()
+        return [StoredEvent(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
+
+    # --- decisions -------------------------------------------------------------------------
+    def add_decision(self, job_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> int:
+        return self._inserted_id(
+            "INSERT INTO decisions (job, attempt, kind, payload) VALUES (?, ?, ?, ?)",
+            (job_id, attempt, kind, json.dumps(payload)),
+            "id",
+        )
+
+    def mark_sent(self, decision_ids: Sequence[int]) -> None:
+        self._run_many("UPDATE decisions SET sent = 1 WHERE id = ?", [(i,) for i in decision_ids])
+
+    def unsent_decisions(self) -> list[StoredDecision]:
+        rows = self._run(
+            "SELECT id, job, attempt, kind, payload FROM decisions WHERE sent = 0 ORDER BY id"
+        ).fetchall()
+        return [StoredDecision(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+
+    # --- backend reports -------------------------------------------------------------------
+    def add_applied_reports(self, reports: Sequence[Report]) -> None:
+        """Store reports that are applied in the same transaction."""
+        self._run_many(
+            "INSERT INTO reports (job, attempt, kind, time, detail, applied) "
+            "VALUES (?, ?, ?, ?, ?, 1)",
+            [report_values(report) for report in reports],
+        )
+
+    def add_reports(self, reports: Sequence[Report]) -> list[StoredReport]:
+        sql = "INSERT INTO reports (job, attempt, kind, time, detail) VALUES (?, ?, ?, ?, ?)"
+        return [
+            StoredReport(self._inserted_id(sql, report_values(report), "id"), report)
+            for report in reports
+        ]
+
+    def mark_applied(self, report_ids: Sequence[int]) -> None:
+        self._run_many("UPDATE reports SET applied = 1 WHERE id = ?", [(i,) for i in report_ids])
+
+    def unapplied_reports(self) -> list[StoredReport]:
+        rows = self._run(
+            "SELECT id, job, attempt, kind, time, detail FROM reports WHERE applied = 0 ORDER BY id"
+        ).fetchall()
+        return [StoredReport(r[0], Report(r[1], r[2], ReportKind(r[3]), r[4], r[5])) for r in rows]
+
+    # --- nodes -----------------------------------------------------------------------------
+    def set_node_health(self, name: str, health: str) -> None:
+        self._run(
+            "INSERT INTO node_health VALUES (?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET health = excluded.health",
+            (name, health),
+        )
+
+    def node_health(self) -> dict[str, str]:
+        rows = self._run("SELECT name, health FROM node_health").fetchall()
+        return {str(name): str(health) for name, health in rows}
+
+
+class Store(SqlStore):
     """The service's SQLite database. Writes come from one thread; `events_after` may be called
     from any thread (it has its own connection)."""
 
@@ -234,132 +388,18 @@ class Store:
             raise
         self._db.execute("RELEASE command")
 
-    def _flush(self) -> None:
-        """Write the events held for the open transaction."""
-        if self._events:
-            self._db.executemany(EVENT_INSERT, self._events)
-            self._events.clear()
+    # --- the connection primitives of `SqlStore` -------------------------------------------
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        return self._db.execute(sql, params)
 
-    # --- meta ------------------------------------------------------------------------------
-    def meta(self, key: str) -> Any:
-        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else json.loads(row[0])
+    def _run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._db.executemany(sql, rows)
 
-    def set_meta(self, key: str, value: Any) -> None:
-        self._db.execute(
-            "INSERT INTO meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            (key, json.dumps(value)),
-        )
+    def _inserted_id(self, sql: str, params: Sequence[Any], column: str) -> int:
+        return int(self._db.execute(sql, params).lastrowid or 0)
 
-    # --- jobs ------------------------------------------------------------------------------
-    def insert_job(self, record: JobRecord) -> None:
-        cursor = self._db.execute(
-            f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES ({', '.join('?' * 15)})",
-            job_values(record),
-        )
-        record.seq = int(cursor.lastrowid or 0)
-
-    def update_job(self, record: JobRecord, priority: bool = False) -> None:
-        """Write the RUN_COLUMNS of a record (and its priority and spec if `priority`)."""
-        names = (*RUN_COLUMNS, "priority", "spec") if priority else RUN_COLUMNS
-        assignments = ", ".join(f"{name} = ?" for name in names)
-        values = run_values(record, priority)
-        self._db.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*values, record.job_id))
-
-    def jobs(self) -> list[JobRecord]:
-        """Every job, in submission order."""
-        self._flush()
-        rows = self._db.execute(f"SELECT seq, {JOB_COLUMNS} FROM jobs ORDER BY seq")
-        return jobs_from_rows(rows.fetchall())
-
-    # --- events ----------------------------------------------------------------------------
-    def add_event(
-        self, time: float, kind: str, job: str | None, account: str | None, **data: Any
-    ) -> None:
-        """Inside a transaction the event is held and written with the others of the
-        transaction, in order, before it commits."""
-        values = (time, kind, job, account, json.dumps(data))
-        if self._depth:
-            self._events.append(values)
-        else:
-            self._db.execute(EVENT_INSERT, values)
-
-    def events_after(self, after: int, limit: int = 500) -> list[StoredEvent]:
-        with self._reader_lock:
-            rows = self._reader.execute(
-                "SELECT id, time, kind, job, account, data FROM events WHERE id > ? "
-                "ORDER BY id LIMIT ?",
-                (after, limit),
-            ).fetchall()
-        return [StoredEvent(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
-
-    def job_events(self, job_id: str) -> list[StoredEvent]:
-        self._flush()
-        rows = self._db.execute(
-            "SELECT id, time, kind, job, account, data FROM events WHERE job = ? ORDER BY id",
-            (job_id,),
-        )
-        return [StoredEvent(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
-
-    # --- decisions -------------------------------------------------------------------------
-    def add_decision(self, job_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> int:
-        cursor = self._db.execute(
-            "INSERT INTO decisions (job, attempt, kind, payload) VALUES (?, ?, ?, ?)",
-            (job_id, attempt, kind, json.dumps(payload)),
-        )
-        return int(cursor.lastrowid or 0)
-
-    def mark_sent(self, decision_ids: Sequence[int]) -> None:
-        self._db.executemany(
-            "UPDATE decisions SET sent = 1 WHERE id = ?", [(i,) for i in decision_ids]
-        )
-
-    def unsent_decisions(self) -> list[StoredDecision]:
-        rows = self._db.execute(
-            "SELECT id, job, attempt, kind, payload FROM decisions WHERE sent = 0 ORDER BY id"
-        )
-        return [StoredDecision(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
-
-    # --- backend reports -------------------------------------------------------------------
-    def add_applied_reports(self, reports: Sequence[Report]) -> None:
-        """Store reports that are applied in the same transaction."""
-        self._db.executemany(
-            "INSERT INTO reports (job, attempt, kind, time, detail, applied) "
-            "VALUES (?, ?, ?, ?, ?, 1)",
-            [report_values(report) for report in reports],
-        )
-
-    def add_reports(self, reports: Sequence[Report]) -> list[StoredReport]:
-        stored = []
-        for report in reports:
-            cursor = self._db.execute(
-                "INSERT INTO reports (job, attempt, kind, time, detail) VALUES (?, ?, ?, ?, ?)",
-                report_values(report),
-            )
-            stored.append(StoredReport(int(cursor.lastrowid or 0), report))
-        return stored
-
-    def mark_applied(self, report_ids: Sequence[int]) -> None:
-        self._db.executemany(
-            "UPDATE reports SET applied = 1 WHERE id = ?", [(i,) for i in report_ids]
-        )
-
-    def unapplied_reports(self) -> list[StoredReport]:
-        rows = self._db.execute(
-            "SELECT id, job, attempt, kind, time, detail FROM reports WHERE applied = 0 ORDER BY id"
-        )
-        return [StoredReport(r[0], Report(r[1], r[2], ReportKind(r[3]), r[4], r[5])) for r in rows]
-
-    # --- nodes -----------------------------------------------------------------------------
-    def set_node_health(self, name: str, health: str) -> None:
-        self._db.execute(
-            "INSERT INTO node_health VALUES (?, ?) "
-            "ON CONFLICT(name) DO UPDATE SET health = excluded.health",
-            (name, health),
-        )
-
-    def node_health(self) -> dict[str, str]:
-        return dict(self._db.execute("SELECT name, health FROM node_health").fetchall())
+    def _read(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        return self._reader.execute(sql, params).fetchall()
 
     # --- backup ----------------------------------------------------------------------------
     def backup(self, path: str) -> None:
