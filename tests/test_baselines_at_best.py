@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_sim_baselines import BUDGET, CLUSTER, spec, workload
 
 from toposched.cli.main import main
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, ClusterState, Health
-from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.jobs import JobState
@@ -32,36 +32,11 @@ from toposched.sim.baselines import (
 )
 from toposched.sim.compare import schedulers_named
 from toposched.sim.engine import simulate, toposched_scheduler
-from toposched.workloads.model import Workload, WorkloadJob, build_cluster
+from toposched.workloads.model import build_cluster
 
 # One spine group, two units of two 8-GPU nodes (224 cores, 2048 GiB each): nodes 0-1 in unit
 # su0, nodes 2-3 in unit su1.
-CLUSTER = {"builder": "superpod", "spine_groups": 1, "units_per_group": 2, "nodes_per_unit": 2}
-BUDGET = {"accounts": {"a": {"share": 50}, "b": {"share": 50}}}
 GIB = 1024
-
-
-def spec(name: str, pods: int, gpus: int = 8, **fields: Any) -> JobSpec:
-    data: dict[str, Any] = {
-        "name": name,
-        "account": "a",
-        "pods": pods,
-        "resources_per_pod": {"gpus": gpus},
-        "min_runtime": 60.0,
-    }
-    data.update(fields)
-    return JobSpec.from_dict(data)
-
-
-def workload(*jobs: tuple[JobSpec, float, float]) -> Workload:
-    """(spec, submit time, actual runtime) per job, on the 32-GPU cluster."""
-    return Workload(
-        name="tiny",
-        topology=build_cluster(CLUSTER),
-        cluster=dict(CLUSTER),
-        budget=BUDGET,
-        jobs=[WorkloadJob(s, submit, runtime) for s, submit, runtime in jobs],
-    )
 
 
 def fresh_state() -> ClusterState:
