@@ -50,6 +50,7 @@ from toposched.backends.protocol import (
     RunSpec,
     Stop,
 )
+from toposched.backends.stopping import Stopping, final_report
 from toposched.cluster.errors import InputError
 
 __all__ = ["DEFAULT_GANG_GRACE", "LocalBackend", "pod_environment"]
@@ -58,7 +59,6 @@ DEFAULT_GANG_GRACE = 10.0
 """Seconds the other pods of a failed gang get between SIGTERM and SIGKILL."""
 MASTER_ADDR = "127.0.0.1"
 """Every pod runs on this machine, so the gang meets on loopback."""
-_STOP_KINDS = (ReportKind.EVICTED, ReportKind.STOPPED, ReportKind.FAILED)
 _OWN_PREFIX = "TOPOSCHED_"
 """The service's own settings (its token, its store) are not passed on to pods."""
 
@@ -72,36 +72,6 @@ class _Pod:
 
 
 @dataclass
-class _Stopping:
-    """A stop under way: what it ends as, when the hard stop is due (wall clock), and why."""
-
-    kind: ReportKind
-    deadline: float
-    grace_s: float
-    detail: str = ""
-    killed: bool = False
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "kind": self.kind.value,
-            "deadline": self.deadline,
-            "grace_s": self.grace_s,
-            "detail": self.detail,
-        }
-
-    @classmethod
-    def from_json(cls, value: object) -> _Stopping | None:
-        if not isinstance(value, dict) or value.get("kind") not in [k.value for k in _STOP_KINDS]:
-            return None
-        return cls(
-            ReportKind(value["kind"]),
-            float(value.get("deadline", 0.0)),
-            float(value.get("grace_s", 0.0)),
-            str(value.get("detail", "")),
-        )
-
-
-@dataclass
 class _Attempt:
     """One attempt of a job whose pods may still run."""
 
@@ -110,7 +80,7 @@ class _Attempt:
     files: AttemptFiles
     pods: list[_Pod]
     started_reported: bool = False
-    stopping: _Stopping | None = None
+    stopping: Stopping | None = None
     checkpoint_seen: int = 0
 
 
@@ -400,7 +370,7 @@ class LocalBackend:
         return reports
 
     def _begin_stop(self, attempt: _Attempt, kind: ReportKind, grace_s: float, detail: str) -> None:
-        attempt.stopping = _Stopping(kind, self._clock() + grace_s, grace_s, detail)
+        attempt.stopping = Stopping(kind, grace_s, detail, deadline=self._clock() + grace_s)
         write_json(attempt.files.stop, attempt.stopping.to_json())
         for pod in attempt.pods:
             if pod.ended is None and pod.process is not None:
@@ -408,25 +378,14 @@ class LocalBackend:
 
     def _finish(self, attempt: _Attempt, now: float) -> Report:
         """The final report of an attempt whose pods are all gone, kept on disk until delivered."""
-        stopping = attempt.stopping
-        if stopping is None:
-            kind, detail = ReportKind.FINISHED, ""
-        elif stopping.kind is ReportKind.FAILED:
-            kind, detail = stopping.kind, stopping.detail
-        else:
-            kind = stopping.kind
-            detail = (
-                f"killed after the grace period of {stopping.grace_s:g} s"
-                if stopping.killed
-                else "ended within the grace period"
-            )
-        write_json(attempt.files.outcome, {"kind": kind.value, "detail": detail})
+        report = final_report(attempt.stopping, attempt.job_id, attempt.attempt, now)
+        write_json(attempt.files.outcome, {"kind": report.kind.value, "detail": report.detail})
         del self._attempts[attempt.job_id]
         for pod in attempt.pods:
             if pod.process is not None:
                 self._children.pop(pod.process.pid, None)
         self._delivery.files.append(attempt.files)
-        return Report(attempt.job_id, attempt.attempt, kind, now, detail)
+        return report
 
     def _checkpoint_detail(self, attempt: _Attempt) -> str | None:
         """What the job's latest new checkpoint line says ("rank 0: step 100"), if there is one."""
@@ -486,6 +445,6 @@ class LocalBackend:
             files,
             pods,
             started_reported=True,
-            stopping=_Stopping.from_json(read_json(files.stop)),
+            stopping=Stopping.from_json(read_json(files.stop)),
             checkpoint_seen=seen if isinstance(seen, int) else 0,
         )

@@ -54,6 +54,7 @@ from toposched.backends.ray_pod import (
     PodSpec,
     checkpoint_note,
 )
+from toposched.backends.stopping import Stopping, final_report
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import MILLI_PER_GPU
 from toposched.cluster.topology import Topology
@@ -137,14 +138,6 @@ class _Host:
 
 
 @dataclass
-class _Stopping:
-    kind: ReportKind
-    grace_s: float
-    detail: str = ""
-    killed: bool = False
-
-
-@dataclass
 class _Gang:
     """One attempt of a job on Ray."""
 
@@ -157,7 +150,7 @@ class _Gang:
     """None for a gang adopted after a restart (it runs already)."""
     phase: _Phase
     created: float
-    stopping: _Stopping | None = None
+    stopping: Stopping | None = None
     checkpoint: str | None = None
     """The latest checkpoint note not yet reported."""
     ended: dict[int, PodExit] = field(default_factory=dict)
@@ -459,7 +452,7 @@ class RayBackend:
             gang.checkpoint = checkpoint_note(status.checkpoints[-1])
         if gang.stopping is None and status.stop_kind is not None:
             # Adopted after a restart: the stop was asked of an earlier backend.
-            gang.stopping = _Stopping(ReportKind(status.stop_kind), 0.0)
+            gang.stopping = Stopping(ReportKind(status.stop_kind), 0.0)
         if gang.stopping is not None and status.killed:
             gang.stopping.killed = True
         for pod in status.pods:
@@ -499,7 +492,7 @@ class RayBackend:
         return reports
 
     def _begin_stop(self, gang: _Gang, kind: ReportKind, grace_s: float, detail: str) -> None:
-        gang.stopping = _Stopping(kind, grace_s, detail)
+        gang.stopping = Stopping(kind, grace_s, detail)
         if gang.phase is not _Phase.PLACING:
             self._signal(gang, kind, grace_s)
 
@@ -511,19 +504,8 @@ class RayBackend:
     def _finish(self, gang: _Gang, now: float) -> Report:
         """Remove the gang from Ray (its GPUs free again), then its final report."""
         self._teardown(gang)
-        stopping = gang.stopping
-        if stopping is None:
-            kind, detail = ReportKind.FINISHED, ""
-        elif stopping.kind is ReportKind.FAILED or gang.phase is _Phase.PLACING:
-            kind, detail = stopping.kind, stopping.detail
-        else:
-            kind = stopping.kind
-            detail = (
-                f"killed after the grace period of {stopping.grace_s:g} s"
-                if stopping.killed
-                else "ended within the grace period"
-            )
-        return Report(gang.job_id, gang.attempt, kind, now, detail)
+        started = gang.phase is not _Phase.PLACING
+        return final_report(gang.stopping, gang.job_id, gang.attempt, now, started)
 
     def _teardown(self, gang: _Gang) -> None:
         import ray
@@ -572,7 +554,7 @@ class RayBackend:
             if info.get("state") != "CREATED":
                 gang.phase = _Phase.PLACING
                 detail = "was still being placed when the service stopped"
-                gang.stopping = _Stopping(ReportKind.FAILED, 0.0, detail)
+                gang.stopping = Stopping(ReportKind.FAILED, 0.0, detail)
                 continue
             for host in hosts:
                 if host.lost is None:
