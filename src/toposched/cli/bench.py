@@ -7,7 +7,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from toposched.bench.harness import (
@@ -16,6 +15,7 @@ from toposched.bench.harness import (
     interpreter_calibration,
     machine,
 )
+from toposched.cli.console import output_console
 from toposched.cluster.units import format_timing
 
 
@@ -72,7 +72,7 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    console = Console(stderr=args.json)
+    console = output_console(stderr=args.json)
     with console.status(f"running the {args.suite} benchmarks..."):
         yardstick = calibration(runs=5 if args.quick else 15)
         interpreter = interpreter_calibration(runs=5 if args.quick else 15)

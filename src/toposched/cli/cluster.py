@@ -72,21 +72,19 @@ def run_show(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     topology = load_topology(args.path)
     elapsed = time.perf_counter() - started
-    from rich.console import Console
-
+    from toposched.cli.console import output_console
     from toposched.cli.summary import cluster_table
     from toposched.cluster.state import ClusterState
 
     started = time.perf_counter()
     state = ClusterState(topology)
     elapsed += time.perf_counter() - started
-    Console().print(cluster_table(state, f"cluster {args.path}", elapsed))
+    output_console().print(cluster_table(state, f"cluster {args.path}", elapsed))
     return 0
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
+    from toposched.cli.console import output_console
     from toposched.cli.summary import cluster_table
     from toposched.cluster.builders import fat_tree_cluster, nvl72_cluster, superpod_cluster
     from toposched.cluster.state import ClusterState
@@ -106,7 +104,7 @@ def run_build(args: argparse.Namespace) -> int:
         raise InputError(_FLAGS.get(error.field, error.field), error.value, error.rule) from None
     state = ClusterState(topology)
     elapsed = time.perf_counter() - started
-    Console().print(cluster_table(state, f"{args.shape} cluster", elapsed))
+    output_console().print(cluster_table(state, f"{args.shape} cluster", elapsed))
     return 0
 
 

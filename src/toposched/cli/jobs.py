@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from toposched.cli.client import ApiClient, ClientError, Job, JobState, Submitted
+from toposched.cli.console import output_console
 from toposched.cli.remote import (
     Cell,
     Column,
@@ -344,7 +344,7 @@ def _show(args: argparse.Namespace, client: ApiClient) -> int:
     ]
     for field, value in rows:
         table.add_row(field, value)
-    Console().print(table)
+    output_console().print(table)
     return 0
 
 
