@@ -16,7 +16,8 @@ LIVE_STATES = (JobState.PENDING, JobState.RUNNING)
 
 @dataclass
 class JobRecord:
-    """A job's durable row. `spec` is the job document as accepted (with `run` and the
+    """A job's durable row, its fields in the order of the store's columns (a restart builds
+    records from rows positionally). `spec` is the job document as accepted (with `run` and the
     server-assigned `submit_time`); `attempt` counts starts, telling runs of a requeued job
     apart; `allocation` is held while the job runs, so that a restart can adopt it."""
 

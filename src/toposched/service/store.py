@@ -459,24 +459,25 @@ def jobs_from_rows(rows: Sequence[Sequence[Any]]) -> list[JobRecord]:
     specs = json.loads("[" + ",".join(row[5] for row in rows) + "]")
     allocations = iter(allocations_from_json([row[13] for row in rows if row[13] is not None]))
     states = {str(state): state for state in JobState}
+    # Positional: the record's fields are the row's columns, in order (seq last).
     return [
         JobRecord(
-            seq=row[0],
-            job_id=row[1],
-            account=row[2],
-            priority=row[3],
-            state=states[row[4]],
-            spec=spec,
-            submit_time=row[6],
-            start_time=row[7],
-            end_time=row[8],
-            attempt=row[9],
-            preemptions=row[10],
-            idempotency_key=row[11],
-            body_hash=row[12],
-            allocation=None if row[13] is None else next(allocations),
-            unallocated=bool(row[14]),
-            reason=row[15],
+            row[1],
+            row[2],
+            row[3],
+            states[row[4]],
+            spec,
+            row[6],
+            row[7],
+            row[8],
+            row[9],
+            row[10],
+            row[11],
+            row[12],
+            None if row[13] is None else next(allocations),
+            bool(row[14]),
+            row[15],
+            row[0],
         )
         for row, spec in zip(rows, specs, strict=True)
     ]
