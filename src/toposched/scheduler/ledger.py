@@ -140,8 +140,9 @@ class Ledger:
             job_id = job.job_id
             self.running[job_id] = job
             job.last_checkpoint = None
-            self.views[job_id] = _view(job)
-            holdings.append(_holding(job, allocations[job_id]))
+            gpus = job.gpus
+            self.views[job_id] = _view(job, gpus)
+            holdings.append(_holding(job, allocations[job_id], gpus))
             releases.append(release_time(job))
             if job.unallocated:
                 self.unallocated.add(job_id)
@@ -163,8 +164,9 @@ class Ledger:
     def _count_in(self, job: Job) -> None:
         """The records of the running `job` but the sorted ones: its view, the preemptible
         index, the set of unallocated work."""
-        self.views[job.job_id] = _view(job)
-        self.preemptible.add(*_holding(job, self.state.allocations[job.job_id]))
+        gpus = job.gpus
+        self.views[job.job_id] = _view(job, gpus)
+        self.preemptible.add(*_holding(job, self.state.allocations[job.job_id], gpus))
         if job.unallocated:
             self.unallocated.add(job.job_id)
 
@@ -209,8 +211,8 @@ class Ledger:
         self.preemptible.set_priority(job.job_id, job.spec.priority)
 
 
-def _view(job: Job) -> RunningJob:
-    """The contract's view of the running `job`."""
+def _view(job: Job, gpus: float) -> RunningJob:
+    """The contract's view of the running `job`, which holds `gpus`."""
     assert job.start_time is not None
     spec = job.spec
     return RunningJob(
@@ -222,18 +224,19 @@ def _view(job: Job) -> RunningJob:
         min_runtime=job.min_runtime,
         resumable=spec.resumable,
         unallocated=job.unallocated,
-        gpus=job.gpus,
+        gpus=gpus,
     )
 
 
-def _holding(job: Job, allocation: Allocation) -> Holding:
-    """The running `job` as the preemptible index takes it."""
+def _holding(job: Job, allocation: Allocation, gpus: float) -> Holding:
+    """The running `job`, which holds `gpus` on `allocation`, as the preemptible index takes
+    it."""
     assert job.start_time is not None
     spec = job.spec
     return Holding(
         job.job_id,
         allocation,
-        job.gpus,
+        gpus,
         work_since(job),
         job.start_time + job.min_runtime,
         job.unallocated,
