@@ -82,12 +82,12 @@ def _renamed(spec: JobSpec, fields_set: set[str], name: str, submit_time: float)
 
 def _plain_name_and_time(name: Any, submit_time: Any) -> bool:
     """Whether a stored document's name and submit time are of the types `JobSpec` holds (its
-    own rules were checked when the document was accepted)."""
+    own rules were checked when the document was accepted): a non-empty string, and a finite
+    number >= 0 (not a bool; NaN fails every comparison)."""
+    kind = type(submit_time)
     return (
-        isinstance(name, str)
-        and bool(name)
-        and isinstance(submit_time, int | float)
-        and not isinstance(submit_time, bool)
-        and math.isfinite(submit_time)
-        and submit_time >= 0
+        type(name) is str
+        and name != ""
+        and (kind is float or kind is int)
+        and 0 <= submit_time < math.inf
     )
