@@ -7,7 +7,12 @@ import numpy as np
 from toposched.cluster.loaders import topology_from_dict
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.cluster.statement import Statement, trial
-from toposched.scheduler.preemptible import PreemptibleIndex, domain_nodes, uniform_size
+from toposched.scheduler.preemptible import (
+    Holding,
+    PreemptibleIndex,
+    domain_nodes,
+    uniform_size,
+)
 
 # Two racks of two nodes, 4 GPUs, 16 cores and 64 GiB each: n0, n1 in r0; n2, n3 in r1.
 CLUSTER = {
@@ -151,3 +156,73 @@ def test_domain_nodes_lists_each_domain_in_turn_with_or_without_a_uniform_size()
     uneven = np.array([0, 2, 5, 6])
     assert uniform_size(uneven) == 0
     assert domain_nodes(uneven, np.array([1, 2, 0])).tolist() == [2, 3, 4, 5, 0, 1]
+
+
+AGGREGATES = (
+    "gpu_owner",
+    "shared_in_leaf",
+    "leaf_freeable",
+    "node_freeable",
+    "leaf_unallocated_freeable",
+    "node_unallocated_freeable",
+    "leaf_weight",
+    "leaf_weighted_since",
+    "unprotected_in_pair",
+    "protected_until",
+    "counted",
+)
+
+
+def holdings() -> list[Holding]:
+    """Whole-GPU pods (one and two per job), shared and CPU-only ones, allocated jobs ending
+    their protection at different times, unallocated ones, two accounts and priorities."""
+    pieces = [
+        Allocation.of([0], [[0]]),
+        Allocation.of([0, 2], [[1, 2], [0, 1]]),
+        Allocation.of([1], [[0, 1, 2, 3]]),
+        Allocation.of([3], [[0]], gpu_milli=250),
+        Allocation.of([3], np.zeros((1, 0), dtype=np.int64), cpu_milli=2000),
+        Allocation.of([2, 3], [[2], [1]], cpu_milli=500, memory_mib=128),
+    ]
+    return [
+        Holding(
+            f"j{index}",
+            allocation,
+            allocation.gpus.size * allocation.gpu_milli / 1000,
+            since=10.0 * index + 0.1,
+            protected_until=1000.0 * (index % 3) + index,
+            unallocated=index % 3 == 0,
+            account=f"team-{index % 2}",
+            priority=index % 4,
+        )
+        for index, allocation in enumerate(pieces)
+    ]
+
+
+def test_adding_many_at_once_equals_adding_one_by_one() -> None:
+    state = ClusterState(topology_from_dict(CLUSTER))
+    one_by_one, at_once = PreemptibleIndex(state), PreemptibleIndex(state)
+    for index in (one_by_one, at_once):
+        # A job added and removed first: its slot is taken again.
+        index.add("gone", Allocation.of([1], [[0]]), 1.0, 0.0, 0.0, True, "team-1", 0)
+        index.remove("gone")
+    for holding in holdings():
+        one_by_one.add(*holding)
+    at_once.add_many(holdings())
+    assert at_once.slot_of == one_by_one.slot_of
+    assert at_once.ids.tolist() == one_by_one.ids.tolist()
+    assert (at_once.accounts, at_once.pairs) == (one_by_one.accounts, one_by_one.pairs)
+    assert at_once.shared_on_node == one_by_one.shared_on_node == {3: {at_once.slot_of["j3"]}}
+    assert at_once.gpuless_on_node == one_by_one.gpuless_on_node
+    # Protections end one at a time in one index, all at once in the other.
+    for time in sorted(holding.protected_until for holding in holdings()):
+        one_by_one.refresh(time)
+    at_once.refresh(3000.0)
+    for name in AGGREGATES:
+        assert np.array_equal(getattr(at_once, name), getattr(one_by_one, name)), name
+    assert at_once.counted[: len(holdings())].all()
+    at_once.mark_evicting_many(["j1", "j3"])
+    for job_id in ("j1", "j3"):
+        one_by_one.mark_evicting(job_id)
+    for name in AGGREGATES:
+        assert np.array_equal(getattr(at_once, name), getattr(one_by_one, name)), name

@@ -16,8 +16,13 @@ from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Adoption, Scheduler
 from toposched.scheduler.decisions import Bind, Evict
+from toposched.scheduler.preemptible import PreemptibleIndex
 
 HOUR = 3600.0
+ROWS = ("ids", "gpus", "since", "protected_until", "whole", "pods", "cpu_milli", "memory_mib")
+ROWS += ("account", "priority", "pair", "unallocated", "evicting", "counted")
+AGGREGATES = ("leaf_freeable", "node_freeable", "leaf_unallocated_freeable", "leaf_weight")
+AGGREGATES += ("node_unallocated_freeable", "leaf_weighted_since", "unprotected_in_pair")
 TREE = {"accounts": {"team-a": 50, "team-b": 30, "scratch": 0}}
 
 
@@ -93,6 +98,7 @@ def test_adopting_at_once_equals_adopting_one_by_one() -> None:
         for adoption in adoptions:
             name = adoption.spec.name
             assert one_by_one.is_protected(name, time) == at_once.is_protected(name, time)
+    assert_same_index(one_by_one.ledger.preemptible, at_once.ledger.preemptible, now)
 
     # The same decisions afterwards: a wide gang that must preempt, and small jobs.
     later = now + 2 * HOUR
@@ -110,6 +116,18 @@ def test_adopting_at_once_equals_adopting_one_by_one() -> None:
         return out
 
     assert decisions(one_by_one) == decisions(at_once)
+
+
+def assert_same_index(one: PreemptibleIndex, other: PreemptibleIndex, now: float) -> None:
+    """The same rows, owners and per-domain aggregates, before and after protections end."""
+    assert one.slot_of == other.slot_of
+    assert (one.accounts, one.pairs) == (other.accounts, other.pairs)
+    assert np.array_equal(one.gpu_owner, other.gpu_owner)
+    for time in (now, now + 13 * HOUR):
+        one.refresh(time)
+        other.refresh(time)
+        for name in (*ROWS, *AGGREGATES):
+            assert np.array_equal(getattr(one, name), getattr(other, name)), name
 
 
 def test_adopting_a_name_already_live_is_refused() -> None:

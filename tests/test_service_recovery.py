@@ -14,7 +14,7 @@ from service_helpers import Server, job
 
 from toposched.cluster.errors import InputError
 from toposched.jobs.spec import JobSpec
-from toposched.service.documents import StoredSpecs
+from toposched.service.restore import RestoredSpecs
 
 ARGS = ("--cluster", "cluster.yaml", "--budgets", "budgets.yaml", "--backend", "dry-run")
 
@@ -113,7 +113,7 @@ def test_acknowledged_submissions_survive_kills_during_concurrent_traffic(tmp_pa
 
 
 def test_stored_documents_read_back_as_the_specs_a_full_validation_gives() -> None:
-    specs = StoredSpecs()
+    specs = RestoredSpecs()
     documents = [
         {**job(f"j{i}", gpus=1 + i % 2, expected_runtime="2h"), "submit_time": 10.0 + i}
         for i in range(6)
@@ -121,7 +121,10 @@ def test_stored_documents_read_back_as_the_specs_a_full_validation_gives() -> No
     documents.append({**job("r", run={"command": ["true"]}), "submit_time": 3})
     for document in documents:
         fields = {key: value for key, value in document.items() if key != "run"}
-        assert specs.spec(document) == JobSpec.from_dict(fields)
+        read, validated = specs.spec(document), JobSpec.from_dict(fields)
+        assert read == validated and hash(read) == hash(validated)
+        assert read.model_fields_set == validated.model_fields_set
+        assert read.to_dict() == validated.to_dict()
     # A document whose own fields are not of a spec's types is validated in full: refused.
     with pytest.raises(InputError, match="submit_time"):
         specs.spec({**documents[0], "submit_time": "yesterday"})

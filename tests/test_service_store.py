@@ -12,7 +12,12 @@ from toposched.backends.protocol import Report, ReportKind
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation
 from toposched.scheduler.jobs import JobState
-from toposched.service.records import JobRecord
+from toposched.service.records import (
+    JobRecord,
+    allocation_from_json,
+    allocation_to_json,
+    allocations_from_json,
+)
 from toposched.service.store import MIGRATIONS, Store
 
 
@@ -158,3 +163,32 @@ def test_online_backup_is_a_usable_store(tmp_path: Path) -> None:
         store.insert_job(record("a"))
     store.backup(str(tmp_path / "copy.db"))
     assert [r.job_id for r in Store(str(tmp_path / "copy.db")).jobs()] == ["a"]
+
+
+def test_allocations_read_in_bulk_equal_those_read_one_by_one() -> None:
+    allocations = [
+        Allocation.of([0, 1], [[0, 1], [2, 3]], cpu_milli=500, memory_mib=64),
+        Allocation.of([7], [[3]], gpu_milli=250),
+        Allocation.of([2, 2, 3], np.zeros((3, 0), dtype=np.int64), cpu_milli=1500),
+        Allocation.of([123456789012], [[0, 1, 2, 3]], memory_mib=2**40),
+        Allocation.of([5, 9], [[1, 2], [0, 3]]),
+    ]
+    texts = [allocation_to_json(allocation) for allocation in allocations]
+    assert None not in texts
+    # Pods of several widths; of one width; CPU-only; and a text of another form (a fraction),
+    # which sends the batch to the one-by-one reading.
+    other = texts[0].replace('"memory_mib": 64', '"memory_mib": 64.5')  # type: ignore[union-attr]
+    for batch in (texts, [texts[0], texts[4]] * 3, [texts[2]] * 2, [*texts, other]):
+        read = allocations_from_json(batch)  # type: ignore[arg-type]
+        assert len(read) == len(batch)
+        for got, text in zip(read, batch, strict=True):
+            expected = allocation_from_json(text)
+            assert expected is not None
+            assert got.nodes.tolist() == expected.nodes.tolist()
+            assert got.gpus.shape == expected.gpus.shape
+            assert got.gpus.tolist() == expected.gpus.tolist()
+            assert (got.gpu_milli, got.cpu_milli, got.memory_mib) == (
+                expected.gpu_milli,
+                expected.cpu_milli,
+                expected.memory_mib,
+            )

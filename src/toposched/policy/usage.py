@@ -144,6 +144,8 @@ class UsageTracker:
 
     def _bring_up_to(self, meter: _Meter, now: float) -> None:
         """Accrue the meter's running GPUs up to `now`, then drop buckets out of the window."""
+        if meter.accrued_until == now:
+            return  # brought up to `now` already (or made at `now`): nothing accrued or expired
         if self.half_life is not None and now - meter.reference > (
             _REBASE_AFTER_HALF_LIVES * self.half_life
         ):

@@ -10,12 +10,12 @@ import numpy as np
 from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
-from toposched.cluster.state import ClusterState, distinct
+from toposched.cluster.state import Allocation, ClusterState, distinct
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import RunningJob
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.jobs import Job
-from toposched.scheduler.preemptible import PreemptibleIndex
+from toposched.scheduler.preemptible import Holding, PreemptibleIndex
 
 IntArray = NDArray[np.int64]
 
@@ -130,17 +130,26 @@ class Ledger:
         del self.running[job.job_id]
 
     def started_many(self, jobs: Sequence[Job]) -> None:
-        """`started` for each of many jobs (a restart's), the sorted records filled at once."""
+        """`started` for each of many jobs (a restart's), in one pass: the sorted records and
+        the preemptible index filled at once."""
         releases = []
         protection = []
+        holdings = []
+        allocations = self.state.allocations
         for job in jobs:
-            self.running[job.job_id] = job
+            job_id = job.job_id
+            self.running[job_id] = job
             job.last_checkpoint = None
-            self._count_in(job)
+            gpus = job.gpus
+            self.views[job_id] = _view(job, gpus)
+            holdings.append(_holding(job, allocations[job_id], gpus))
             releases.append(release_time(job))
-            if not job.unallocated:
+            if job.unallocated:
+                self.unallocated.add(job_id)
+            else:
                 assert job.start_time is not None
-                protection.append((job.start_time + job.min_runtime, job.job_id))
+                protection.append((job.start_time + job.min_runtime, job_id))
+        self.preemptible.add_many(holdings)
         self.releases.update(releases)
         self.protection.update(protection)
 
@@ -155,29 +164,9 @@ class Ledger:
     def _count_in(self, job: Job) -> None:
         """The records of the running `job` but the sorted ones: its view, the preemptible
         index, the set of unallocated work."""
-        assert job.start_time is not None
-        spec = job.spec
-        self.views[job.job_id] = RunningJob(
-            job_id=job.job_id,
-            account=spec.account,
-            priority=spec.priority,
-            submit_time=job.submit_time,
-            start_time=job.start_time,
-            min_runtime=job.min_runtime,
-            resumable=spec.resumable,
-            unallocated=job.unallocated,
-            gpus=job.gpus,
-        )
-        self.preemptible.add(
-            job.job_id,
-            self.state.allocations[job.job_id],
-            gpus=job.gpus,
-            since=work_since(job),
-            protected_until=job.start_time + job.min_runtime,
-            unallocated=job.unallocated,
-            account=spec.account,
-            priority=spec.priority,
-        )
+        gpus = job.gpus
+        self.views[job.job_id] = _view(job, gpus)
+        self.preemptible.add(*_holding(job, self.state.allocations[job.job_id], gpus))
         if job.unallocated:
             self.unallocated.add(job.job_id)
 
@@ -220,3 +209,37 @@ class Ledger:
         view = self.views[job.job_id]
         self.views[job.job_id] = dataclasses.replace(view, priority=job.spec.priority)
         self.preemptible.set_priority(job.job_id, job.spec.priority)
+
+
+def _view(job: Job, gpus: float) -> RunningJob:
+    """The contract's view of the running `job`, which holds `gpus`."""
+    assert job.start_time is not None
+    spec = job.spec
+    return RunningJob(
+        job_id=job.job_id,
+        account=spec.account,
+        priority=spec.priority,
+        submit_time=job.submit_time,
+        start_time=job.start_time,
+        min_runtime=job.min_runtime,
+        resumable=spec.resumable,
+        unallocated=job.unallocated,
+        gpus=gpus,
+    )
+
+
+def _holding(job: Job, allocation: Allocation, gpus: float) -> Holding:
+    """The running `job`, which holds `gpus` on `allocation`, as the preemptible index takes
+    it."""
+    assert job.start_time is not None
+    spec = job.spec
+    return Holding(
+        job.job_id,
+        allocation,
+        gpus,
+        work_since(job),
+        job.start_time + job.min_runtime,
+        job.unallocated,
+        spec.account,
+        spec.priority,
+    )

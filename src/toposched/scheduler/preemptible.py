@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -69,6 +71,26 @@ def domain_nodes(starts: IntArray, domains: IntArray, size: int = 0) -> IntArray
     offsets = (first - (sizes.cumsum() - sizes)).repeat(sizes)
     nodes: IntArray = np.arange(int(sizes.sum()), dtype=np.int64) + offsets
     return nodes
+
+
+_ROWS = (
+    *("ids", "gpus", "since", "protected_until", "whole", "pods", "cpu_milli", "memory_mib"),
+    *("account", "priority", "pair", "unallocated", "evicting", "counted"),
+)
+"""The index's per-slot arrays."""
+
+
+class Holding(NamedTuple):
+    """A running job as `PreemptibleIndex.add_many` takes it (the arguments of `add`)."""
+
+    job_id: str
+    allocation: Allocation
+    gpus: float
+    since: float
+    protected_until: float
+    unallocated: bool
+    account: str
+    priority: int
 
 
 class PreemptibleIndex:
@@ -147,22 +169,7 @@ class PreemptibleIndex:
 
     # --- jobs come and go ------------------------------------------------------------------------
     def _grow(self) -> None:
-        for name in (
-            "ids",
-            "gpus",
-            "since",
-            "protected_until",
-            "whole",
-            "pods",
-            "cpu_milli",
-            "memory_mib",
-            "account",
-            "priority",
-            "pair",
-            "unallocated",
-            "evicting",
-            "counted",
-        ):
+        for name in _ROWS:
             old = getattr(self, name)
             new = np.zeros(2 * old.shape[0], dtype=old.dtype)
             if old.dtype == object:
@@ -231,6 +238,103 @@ class PreemptibleIndex:
             self._count(slot, +1)
         else:
             heapq.heappush(self._protection, (protected_until, slot, self._serial[slot]))
+
+    def add_many(self, jobs: Sequence[Holding]) -> None:
+        """`add` each of many jobs in order (a restart's), with the same result: their rows
+        and GPU owners written together, the unallocated ones counted together."""
+        n = len(jobs)
+        if n == 0:
+            return
+        self.version += n
+        allocations = [job.allocation for job in jobs]
+        slots = self._take_slots(allocations)
+        ids = np.empty(n, dtype=object)
+        ids[:] = [job.job_id for job in jobs]
+        self.slot_of.update(zip(ids.tolist(), slots.tolist(), strict=True))
+        accounts = [job.account for job in jobs]
+        priorities = [job.priority for job in jobs]
+        for account in dict.fromkeys(accounts):
+            if account not in self.accounts:
+                self.accounts[account] = len(self.account_names)
+                self.account_names.append(account)
+        codes = [self.accounts[account] for account in accounts]
+        for code, priority in dict.fromkeys(zip(codes, priorities, strict=True)):
+            self._pair_code(code, priority)
+        pairs = self.pairs
+        unallocated = np.fromiter((job.unallocated for job in jobs), bool, n)
+        protected_until = np.fromiter((job.protected_until for job in jobs), np.float64, n)
+        milli = np.fromiter((a.gpu_milli for a in allocations), np.int64, n)
+        pods = np.fromiter((a.nodes.shape[0] for a in allocations), np.int64, n)
+        width = np.fromiter((a.gpus.shape[1] for a in allocations), np.int64, n)
+        shared = milli != MILLI_PER_GPU
+        self.ids[slots] = ids
+        self.gpus[slots] = np.fromiter((job.gpus for job in jobs), np.float64, n)
+        self.since[slots] = np.fromiter((job.since for job in jobs), np.float64, n)
+        self.protected_until[slots] = np.where(unallocated, -np.inf, protected_until)
+        self.whole[slots] = np.where(shared, 1, width)
+        self.pods[slots] = pods
+        self.cpu_milli[slots] = np.fromiter((a.cpu_milli for a in allocations), np.int64, n)
+        self.memory_mib[slots] = np.fromiter((a.memory_mib for a in allocations), np.int64, n)
+        self.account[slots] = codes
+        self.priority[slots] = priorities
+        self.pair[slots] = [pairs[pair] for pair in zip(codes, priorities, strict=True)]
+        self.unallocated[slots] = unallocated
+        self.evicting[slots] = False
+        self.counted[slots] = False
+        held = pods * width > 0
+        for row in np.flatnonzero(~held | shared).tolist():
+            self._hold_apart(allocations[row], int(slots[row]))
+        owning = held & ~shared
+        owners = [allocations[row] for row in np.flatnonzero(owning).tolist()]
+        self._set_owners(owners, slots[owning], pods[owning], width[owning])
+        self._count_many(slots[unallocated], +1)
+        serial = self._serial
+        self._protection.extend(
+            (until, slot, serial[slot])
+            for until, slot in zip(
+                protected_until[~unallocated].tolist(), slots[~unallocated].tolist(), strict=True
+            )
+        )
+        heapq.heapify(self._protection)
+
+    def _take_slots(self, allocations: list[Allocation]) -> IntArray:
+        """Slots for new rows, as `add` takes them one by one: freed ones first (last freed
+        first), then new ones at the end."""
+        free = self._free_slots
+        reused = free[len(free) - min(len(free), len(allocations)) :][::-1]
+        del free[len(free) - len(reused) :]
+        for slot, allocation in zip(reused, allocations, strict=False):
+            self.allocations[slot] = allocation
+            self._serial[slot] += 1
+        first = len(self.allocations)
+        self.allocations.extend(allocations[len(reused) :])
+        self._serial.extend([0] * (len(allocations) - len(reused)))
+        while len(self.allocations) > self.ids.shape[0]:
+            self._grow()
+        return np.concatenate(
+            [np.array(reused, dtype=np.int64), np.arange(first, len(self.allocations))]
+        )
+
+    def _hold_apart(self, allocation: Allocation, slot: int) -> None:
+        """A pod without GPUs, or on a share of one, is kept per node (see `add`)."""
+        if allocation.gpus.size == 0:
+            for node in set(allocation.nodes.tolist()):
+                self.gpuless_on_node.setdefault(node, set()).add(slot)
+        else:
+            for node in allocation.nodes.tolist():
+                self.shared_on_node.setdefault(node, set()).add(slot)
+            np.add.at(self.shared_in_leaf, self.leaf_of_node[allocation.nodes], 1)
+
+    def _set_owners(
+        self, allocations: list[Allocation], slots: IntArray, pods: IntArray, width: IntArray
+    ) -> None:
+        """`_set_owner` for many whole-GPU allocations at once: one flat assignment."""
+        if not allocations:
+            return
+        nodes = np.concatenate([allocation.nodes for allocation in allocations])
+        gpus = np.concatenate([allocation.gpus.reshape(-1) for allocation in allocations])
+        positions = np.repeat(nodes, np.repeat(width, pods)) * self.gpu_owner.shape[1] + gpus
+        self.gpu_owner.reshape(-1)[positions] = np.repeat(slots, pods * width)
 
     def _pair_code(self, account_code: int, priority: int) -> int:
         """The code of an (account code, priority) pair, registered on first use."""
@@ -310,39 +414,7 @@ class PreemptibleIndex:
         slot_of = self.slot_of
         slots = np.array([slot_of[job_id] for job_id in job_ids], dtype=np.int64)
         self.evicting[slots] = True
-        counted = slots[self.counted[slots]]
-        if counted.size == 0:
-            return
-        pods = [self.allocations[slot].nodes for slot in counted.tolist()]
-        per_job = np.array([p.size for p in pods], dtype=np.int64)
-        job_of_pod = np.repeat(np.arange(counted.size), per_job)
-        pod_nodes = np.concatenate(pods)
-        leaves = self.leaf_of_node[pod_nodes]
-        whole_of_pod = self.whole[counted][job_of_pod]
-        np.subtract.at(self.leaf_freeable, leaves, whole_of_pod)
-        np.subtract.at(self.node_freeable, pod_nodes, whole_of_pod)
-        allocated_jobs = counted[~self.unallocated[counted]]
-        np.subtract.at(self.unprotected_in_pair, self.pair[allocated_jobs], 1)
-        unallocated_pod = self.unallocated[counted][job_of_pod]
-        if unallocated_pod.any():
-            np.subtract.at(
-                self.leaf_unallocated_freeable,
-                leaves[unallocated_pod],
-                whole_of_pod[unallocated_pod],
-            )
-            np.subtract.at(
-                self.node_unallocated_freeable,
-                pod_nodes[unallocated_pod],
-                whole_of_pod[unallocated_pod],
-            )
-        # Work counts once per (job, domain) pair.
-        n_leaves = self.leaf_freeable.size
-        pairs = np.unique(job_of_pod * n_leaves + leaves)
-        job, leaf = pairs // n_leaves, pairs % n_leaves
-        gpus = self.gpus[counted][job]
-        np.subtract.at(self.leaf_weight, leaf, gpus)
-        np.subtract.at(self.leaf_weighted_since, leaf, gpus * self.since[counted][job])
-        self.counted[counted] = False
+        self._count_many(slots[self.counted[slots]], -1)
 
     def checkpoint(self, job_id: str, since: float) -> None:
         """The job's work is now lost only since `since`."""
@@ -356,13 +428,19 @@ class PreemptibleIndex:
             self.since[slot] = since
 
     def refresh(self, now: float) -> None:
-        """Count the jobs whose protection has ended by `now`."""
+        """Count the jobs whose protection has ended by `now` (after a restart, thousands at
+        once: counted together)."""
         protection = self._protection
+        ended = []
         while protection and protection[0][0] <= now:
             _, slot, serial = heapq.heappop(protection)
             if self._serial[slot] == serial and self.allocations[slot] is not None:
                 if not self.counted[slot] and not self.evicting[slot]:
-                    self._count(slot, +1)
+                    ended.append(slot)
+        if len(ended) == 1:
+            self._count(ended[0], +1)
+        elif ended:
+            self._count_many(np.array(ended, dtype=np.int64), +1)
 
     def _count(self, slot: int, sign: int) -> None:
         allocation = self.allocations[slot]
@@ -387,6 +465,43 @@ class PreemptibleIndex:
             self.leaf_weighted_since,
         )
         self.counted[slot] = sign > 0
+
+    def _count_many(self, slots: IntArray, sign: int) -> None:
+        """`_count` of each of `slots` in turn, with the same result: every sum is taken in
+        the same order (`np.add.at` applies repeated indices one after another)."""
+        if slots.size == 0:
+            return
+        allocations = self.allocations
+        pods = [allocations[slot].nodes for slot in slots.tolist()]
+        per_job = np.fromiter(map(len, pods), np.int64, len(pods))
+        job_of_pod = np.repeat(np.arange(slots.size), per_job)
+        pod_nodes = np.concatenate(pods)
+        leaves = self.leaf_of_node[pod_nodes]
+        whole_of_pod = sign * self.whole[slots][job_of_pod]
+        np.add.at(self.leaf_freeable, leaves, whole_of_pod)
+        np.add.at(self.node_freeable, pod_nodes, whole_of_pod)
+        unallocated = self.unallocated[slots]
+        np.add.at(self.unprotected_in_pair, self.pair[slots[~unallocated]], sign)
+        unallocated_pod = unallocated[job_of_pod]
+        if unallocated_pod.any():
+            np.add.at(
+                self.leaf_unallocated_freeable,
+                leaves[unallocated_pod],
+                whole_of_pod[unallocated_pod],
+            )
+            np.add.at(
+                self.node_unallocated_freeable,
+                pod_nodes[unallocated_pod],
+                whole_of_pod[unallocated_pod],
+            )
+        # Work counts once per (job, domain) pair, the pairs in job order.
+        n_leaves = self.leaf_freeable.size
+        pairs = np.unique(job_of_pod * n_leaves + leaves)
+        job, leaf = pairs // n_leaves, pairs % n_leaves
+        weight = sign * self.gpus[slots][job]
+        np.add.at(self.leaf_weight, leaf, weight)
+        np.add.at(self.leaf_weighted_since, leaf, weight * self.since[slots][job])
+        self.counted[slots] = sign > 0
 
     # --- queries ---------------------------------------------------------------------------------
     def leaf_cost_bound(self, leaves: IntArray, now: float) -> FloatArray:

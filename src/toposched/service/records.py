@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from toposched.cluster.state import Allocation
 from toposched.scheduler.jobs import JobState
@@ -16,7 +18,8 @@ LIVE_STATES = (JobState.PENDING, JobState.RUNNING)
 
 @dataclass
 class JobRecord:
-    """A job's durable row. `spec` is the job document as accepted (with `run` and the
+    """A job's durable row, its fields in the order of the store's columns (a restart builds
+    records from rows positionally). `spec` is the job document as accepted (with `run` and the
     server-assigned `submit_time`); `attempt` counts starts, telling runs of a requeued job
     apart; `allocation` is held while the job runs, so that a restart can adopt it."""
 
@@ -68,3 +71,102 @@ def allocation_from_json(text: str | None) -> Allocation | None:
     nodes = np.asarray(data["nodes"], dtype=np.int64)
     gpus = np.asarray(data["gpus"], dtype=np.int64).reshape(len(nodes), -1)
     return Allocation(nodes, gpus, data["gpu_milli"], data["cpu_milli"], data["memory_mib"])
+
+
+def allocations_from_json(texts: Sequence[str]) -> list[Allocation]:
+    """`allocation_from_json` of many texts (a restart reads a hundred thousand), scanned as
+    one stream of bytes when they are `allocation_to_json`'s: only non-negative integers, the
+    nodes one list deep, the GPUs two, the three scalars at the top in their order. Any other
+    text (a fraction, a sign, another layout) is read one by one."""
+    scanned = _scan_numbers(texts)
+    if scanned is None:
+        return [_from_json(text) for text in texts]
+    values, depth, owner = scanned
+    n = len(texts)
+    scalars = values[depth == 0]
+    in_nodes, in_gpus = depth == 1, depth == 2
+    pods = np.bincount(owner[in_nodes], minlength=n)
+    held = np.bincount(owner[in_gpus], minlength=n)
+    width = held // np.maximum(pods, 1)
+    if (
+        scalars.size != 3 * n
+        or not np.array_equal(np.bincount(owner[depth == 0], minlength=n), np.full(n, 3))
+        or not np.array_equal(width * pods, held)
+    ):
+        return [_from_json(text) for text in texts]
+    nodes, gpus, scalars = values[in_nodes], values[in_gpus], scalars.reshape(n, 3).tolist()
+    node_ends = np.cumsum(pods).tolist()
+    gpu_ends = np.cumsum(held).tolist()
+    if n and width[0] > 0 and bool((width == width[0]).all()):
+        # Pods of one width throughout (the usual case): rows of one table, sliced.
+        rows = gpus.reshape(-1, int(width[0]))
+        return [
+            Allocation(nodes[start:end], rows[start:end], milli, cpu, memory)
+            for (milli, cpu, memory), start, end in zip(
+                scalars, [0, *node_ends[:-1]], node_ends, strict=True
+            )
+        ]
+    allocations = []
+    node_start = gpu_start = 0
+    for (milli, cpu, memory), node_end, gpu_end, columns in zip(
+        scalars, node_ends, gpu_ends, width.tolist(), strict=True
+    ):
+        allocations.append(
+            Allocation(
+                nodes[node_start:node_end],
+                gpus[gpu_start:gpu_end].reshape(node_end - node_start, columns),
+                milli,
+                cpu,
+                memory,
+            )
+        )
+        node_start, gpu_start = node_end, gpu_end
+    return allocations
+
+
+def _from_json(text: str) -> Allocation:
+    allocation = allocation_from_json(text)
+    assert allocation is not None
+    return allocation
+
+
+_ZERO, _NINE = ord("0"), ord("9")
+_MAX_DIGITS = 18
+"""At most this many digits per number: int64 holds them."""
+
+
+def _scan_numbers(
+    texts: Sequence[str],
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None:
+    """Every number of the texts, each with its depth in brackets and the index of its text;
+    None where the texts hold anything but non-negative integers in flat objects."""
+    try:
+        data = np.frombuffer(",".join(texts).encode("ascii"), dtype=np.uint8)
+    except UnicodeEncodeError:
+        return None
+    digit = (data >= _ZERO) & (data <= _NINE)
+    edges = np.diff(digit.astype(np.int8), prepend=np.int8(0), append=np.int8(0))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    if starts.size == 0:
+        return None
+    lengths = ends - starts
+    opened = data == ord("{")
+    # Each number ends at a separator (no fraction, exponent or sign anywhere).
+    after = data[np.minimum(ends, data.size - 1)]
+    if (
+        int(opened.sum()) != len(texts)
+        or int(lengths.max()) > _MAX_DIGITS
+        or bool(((data == ord("-")) | (data == ord("."))).any())
+        or not bool(np.isin(after, np.frombuffer(b",]}", dtype=np.uint8)).all())
+    ):
+        return None
+    positions = np.flatnonzero(digit)
+    place = np.repeat(ends, lengths) - positions - 1
+    contributions = (data[positions] - _ZERO).astype(np.int64) * np.power(10, place)
+    values = np.add.reduceat(contributions, np.cumsum(lengths) - lengths)
+    # Brackets opened and closed before each number; objects begun before it.
+    depth = np.searchsorted(np.flatnonzero(data == ord("[")), starts) - np.searchsorted(
+        np.flatnonzero(data == ord("]")), starts
+    )
+    owner = np.searchsorted(np.flatnonzero(opened), starts) - 1
+    return values, depth, owner

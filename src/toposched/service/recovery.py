@@ -26,7 +26,6 @@ from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
-from toposched.service.documents import StoredSpecs
 from toposched.service.fits import ClusterLimits
 from toposched.service.records import JobRecord
 from toposched.service.regrow import (
@@ -38,7 +37,7 @@ from toposched.service.regrow import (
     renumbered,
     restore_scheduler,
 )
-from toposched.service.restore import resume_simulated
+from toposched.service.restore import RestoredSpecs, resume_simulated
 from toposched.service.step import apply_new_reports, apply_reports
 from toposched.service.store import StoredDecision
 from toposched.service.store_protocol import StateStore
@@ -73,7 +72,7 @@ def recover(
         tree = _tree(store, default_tree)
         scheduler = Scheduler(ClusterState(topology), tree)
         core = ServiceCore(scheduler, store, backend, ClusterLimits.of(topology))
-        specs = StoredSpecs()
+        specs = RestoredSpecs()
         records = store.jobs()
         if moved is not None:
             _renumber(store, records, moved)

@@ -1,11 +1,16 @@
-"""The bulk steps of a restart, for stores of a hundred thousand running jobs: the running
-jobs adopted by the scheduler at once, and a dry-run backend's runs resumed at once."""
+"""The bulk steps of a restart, for stores of a hundred thousand running jobs: stored job
+documents read back as specs, each distinct one validated once, and a dry-run backend's runs
+resumed at once."""
 
 from __future__ import annotations
 
 import functools
+import math
+from collections.abc import Mapping
+from typing import Any
 
 from toposched.backends.dry_run import DryRunBackend, ResumedRun
+from toposched.jobs.spec import JobSpec
 from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
 
@@ -29,3 +34,60 @@ def resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:
         and (record.job_id, record.attempt) not in unsent
     ]
     backend.resume_many(runs)
+
+
+class RestoredSpecs:
+    """Job documents read back from the store as specs. A stored document was validated when it
+    was accepted; read back, each distinct document apart from its name, submit time and `run`
+    is validated once, and the specs of its other jobs are copies with their own name and
+    time (at restart, a store of 100,000 jobs holds a few dozen such documents, not 100,000)."""
+
+    _OWN_FIELDS = ("name", "submit_time", "run")
+
+    def __init__(self) -> None:
+        self._by_shape: dict[str, tuple[JobSpec, set[str]]] = {}
+
+    def spec(self, document: Mapping[str, Any]) -> JobSpec:
+        name: Any = document.get("name")
+        submit_time: Any = document.get("submit_time")
+        own = self._OWN_FIELDS
+        # The shape's key is its repr: equal only for documents of equal values of the same
+        # types (1 and 1.0 apart), and several times cheaper than a JSON dump. Keys in another
+        # order only miss the cache.
+        key = repr({field: value for field, value in document.items() if field not in own})
+        known = self._by_shape.get(key)
+        if known is None or not _plain_name_and_time(name, submit_time):
+            shape = {field: value for field, value in document.items() if field not in own}
+            spec = JobSpec.from_dict({**shape, "name": name, "submit_time": submit_time})
+            fields_set = spec.model_fields_set | {"name", "submit_time"}
+            self._by_shape.setdefault(key, (spec, fields_set))
+            return spec
+        return _renamed(*known, name, float(submit_time))
+
+
+def _renamed(spec: JobSpec, fields_set: set[str], name: str, submit_time: float) -> JobSpec:
+    """`spec.model_copy(update={"name": name, "submit_time": submit_time})`, a third of its
+    cost: a spec is frozen, so the copy is its fields' dict with the two replaced, made the
+    way pydantic's own copy makes it, with no extra fields and no private attributes."""
+    fields = spec.__dict__.copy()
+    fields["name"] = name
+    fields["submit_time"] = submit_time
+    copy = JobSpec.__new__(JobSpec)
+    object.__setattr__(copy, "__dict__", fields)
+    object.__setattr__(copy, "__pydantic_fields_set__", set(fields_set))
+    object.__setattr__(copy, "__pydantic_extra__", None)
+    object.__setattr__(copy, "__pydantic_private__", None)
+    return copy
+
+
+def _plain_name_and_time(name: Any, submit_time: Any) -> bool:
+    """Whether a stored document's name and submit time are of the types `JobSpec` holds (its
+    own rules were checked when the document was accepted): a non-empty string, and a finite
+    number >= 0 (not a bool; NaN fails every comparison)."""
+    kind = type(submit_time)
+    return (
+        type(name) is str
+        and name != ""
+        and (kind is float or kind is int)
+        and 0 <= submit_time < math.inf
+    )

@@ -16,17 +16,13 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
-
 from toposched.backends.protocol import Report, ReportKind
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import Allocation
 from toposched.scheduler.jobs import JobState
-from toposched.service.records import JobRecord, allocation_to_json
+from toposched.service.records import JobRecord, allocation_to_json, allocations_from_json
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: the first schema.
@@ -459,55 +455,25 @@ def jobs_from_rows(rows: Sequence[Sequence[Any]]) -> list[JobRecord]:
     specs = json.loads("[" + ",".join(row[5] for row in rows) + "]")
     allocations = iter(allocations_from_json([row[13] for row in rows if row[13] is not None]))
     states = {str(state): state for state in JobState}
+    # Positional: the record's fields are the row's columns, in order (seq last).
     return [
         JobRecord(
-            seq=row[0],
-            job_id=row[1],
-            account=row[2],
-            priority=row[3],
-            state=states[row[4]],
-            spec=spec,
-            submit_time=row[6],
-            start_time=row[7],
-            end_time=row[8],
-            attempt=row[9],
-            preemptions=row[10],
-            idempotency_key=row[11],
-            body_hash=row[12],
-            allocation=None if row[13] is None else next(allocations),
-            unallocated=bool(row[14]),
-            reason=row[15],
+            row[1],
+            row[2],
+            row[3],
+            states[row[4]],
+            spec,
+            row[6],
+            row[7],
+            row[8],
+            row[9],
+            row[10],
+            row[11],
+            row[12],
+            None if row[13] is None else next(allocations),
+            bool(row[14]),
+            row[15],
+            row[0],
         )
         for row, spec in zip(rows, specs, strict=True)
     ]
-
-
-def allocations_from_json(texts: Sequence[str]) -> list[Allocation]:
-    """`allocation_from_json` of many texts, in one pass per array."""
-    data = json.loads("[" + ",".join(texts) + "]")
-    pods = np.fromiter((len(item["nodes"]) for item in data), np.int64, len(data))
-    width = np.fromiter(
-        (len(item["gpus"][0]) if item["gpus"] else 0 for item in data), np.int64, len(data)
-    )
-    nodes = np.fromiter(chain.from_iterable(item["nodes"] for item in data), np.int64)
-    gpus = np.fromiter(
-        chain.from_iterable(chain.from_iterable(item["gpus"]) for item in data), np.int64
-    )
-    node_ends = np.cumsum(pods).tolist()
-    gpu_ends = np.cumsum(pods * width).tolist()
-    allocations = []
-    node_start = gpu_start = 0
-    for item, node_end, gpu_end, columns in zip(
-        data, node_ends, gpu_ends, width.tolist(), strict=True
-    ):
-        allocations.append(
-            Allocation(
-                nodes[node_start:node_end],
-                gpus[gpu_start:gpu_end].reshape(node_end - node_start, columns),
-                item["gpu_milli"],
-                item["cpu_milli"],
-                item["memory_mib"],
-            )
-        )
-        node_start, gpu_start = node_end, gpu_end
-    return allocations
