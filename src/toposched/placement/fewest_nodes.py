@@ -203,8 +203,8 @@ def _fewest_parents(
     if greedy_parents == 1:
         return None
     # Per parent, its domains with room, most nodes first (stable: lower index first).
-    order = np.lexsort((-of_value, parent_of))
-    order = order[of_value[order] > 0]
+    with_room = np.flatnonzero(of_value > 0)
+    order = with_room[np.lexsort((-of_value[with_room], parent_of[with_room]))]
     _, starts, sizes = np.unique(parent_of[order], return_index=True, return_counts=True)
     widths = np.minimum(sizes, racks)
     ranked = of_value[order]
