@@ -111,11 +111,10 @@ def preferring_nodes(draw: st.DrawFn) -> RandomCase:
 def least_node_profile(
     state: ClusterState, request: GangRequest, labels: list[list[str]]
 ) -> tuple[int, ...] | None:
-    """Over every placement, the least (nodes, innermost domains, their parents) (the parents
-    only when they lie inside the required level), by brute force."""
+    """Over every placement, the least (nodes, innermost domains, their parents, and further out
+    up to the required level), by brute force."""
     capacity = [pod_capacity(state, request, node) for node in range(state.topology.n_nodes)]
-    leaf = len(labels) - 1
-    levels = [leaf] + ([leaf - 1] if leaf - 1 > request.required else [])
+    levels = profile_levels(request, labels)
     scopes: dict[str, list[int]] = {}
     for node in range(state.topology.n_nodes):
         scopes.setdefault(labels[request.required][node], []).append(node)
@@ -126,6 +125,11 @@ def least_node_profile(
             profile = (len(used), *(len({labels[lv][n] for n in used}) for lv in levels))
             best = profile if best is None or profile < best else best
     return best
+
+
+def profile_levels(request: GangRequest, labels: list[list[str]]) -> list[int]:
+    """The levels of a `preferred: node` profile after nodes: innermost first, inside required."""
+    return list(range(len(labels) - 1, request.required, -1))
 
 
 # r0: nodes of 2 and 1 free GPUs; r1 and r2: one node of 2 each; one-GPU pods, 3 of them.
@@ -155,15 +159,15 @@ A_SMALLER_NODE_STANDS_IN = RandomCase(
 def test_preferred_node_fewest_nodes_then_racks_then_blocks(case: RandomCase) -> None:
     """`preferred: node`: the fewest nodes, then the fewest innermost domains, over every
     required domain; then the fewest of their parents when every usable node holds the same
-    count of pods (docs/placement.md's table). Past the knapsacks' limit, the fewest nodes,
-    and the fewest innermost domains too when nodes hold one count."""
+    count of pods, and further out one domain where one holds such a least placement
+    (docs/placement.md's table). Past the knapsacks' limit, the fewest nodes, and the fewest
+    innermost domains too when nodes hold one count."""
     state, request, labels = case.build()
     least = least_node_profile(state, request, labels)
     capacities = {pod_capacity(state, request, node) for node in range(state.topology.n_nodes)}
     one_count = len(capacities - {0}) == 1
     event(f"one count of pods per node: {one_count}; profile length {len(least or ())}")
-    leaf = len(labels) - 1
-    levels = [leaf] + ([leaf - 1] if leaf - 1 > request.required else [])
+    levels = profile_levels(request, labels)
     for limit in (fewest_nodes.MAX_NODE_PLAN_CELLS, 0):
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(fewest_nodes, "MAX_NODE_PLAN_CELLS", limit)
@@ -180,6 +184,10 @@ def test_preferred_node_fewest_nodes_then_racks_then_blocks(case: RandomCase) ->
                 assert profile[:guaranteed] == least[:guaranteed], (
                     f"{policy.name}, limit {limit}: {profile}, the least is {least}"
                 )
+                if guaranteed == 3:
+                    # Further out: one domain wherever a least placement lies in one.
+                    for used, fewest in zip(profile[3:], least[3:], strict=True):
+                        assert used == 1 or fewest > 1, f"{policy.name}: {profile} > {least}"
 
 
 def emptied(state: ClusterState) -> ClusterState:

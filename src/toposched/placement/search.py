@@ -17,16 +17,7 @@ from toposched.cluster.topology import Topology
 from toposched.jobs.spec import JobSpec
 from toposched.placement.capacity import CapacityView, pods_per_free
 from toposched.placement.domains import DomainChoice, in_rank_order
-from toposched.placement.fewest_nodes import (
-    MAX_RANKED_DOMAINS,
-    UNREACHABLE,
-    NodeCounts,
-    NodePlan,
-    fewest_node_counts,
-    node_counts,
-    pick_nodes,
-    plan_nodes,
-)
+from toposched.placement.fewest_nodes import NodePlanner
 from toposched.placement.leaf_kernel import place_in_one_leaf
 from toposched.placement.node_fill import NodeFill, allocation_of, node_slices_in_gpus
 from toposched.placement.policies import BestFit, PlacementPolicy, fills_emptiest_first
@@ -154,57 +145,19 @@ class _Search:
     def _fewest_nodes(
         self, domains: DomainChoice, level: int, fits: IntArray, capacity: IntArray
     ) -> Placement | None:
-        """`preferred: node` (no domain slices): of the required domains that fit, those needing
-        the fewest nodes, then (up to `MAX_RANKED_DOMAINS` of them) the fewest innermost domains
-        and parents, the policy's favourite; in it, the plan of `fewest_nodes`. None when the
-        aggregates over-promised (no candidate holds the gang node by node)."""
-        topology, request, leaf = self.topology, self.request, self.leaf_level
-        bounds = topology.descendant_bounds(level, leaf)
-        first, last = int(bounds[fits[0]]), int(bounds[fits[-1] + 1])
-        counts = node_counts(self.state, self.view, request, first, last)
-        lo, hi = bounds[fits] - first, bounds[fits + 1] - first
-        tied = np.zeros(1, dtype=np.int64)
-        if fits.size > 1:
-            running = np.zeros((counts.counts.shape[0] + 1, counts.values.size), dtype=np.int64)
-            np.cumsum(counts.counts, axis=0, out=running[1:])
-            needed = fewest_node_counts(counts.values, running[hi] - running[lo], request.pods)
-            least = int(needed.min())
-            if least == UNREACHABLE:
-                return None
-            tied = np.flatnonzero(needed == least)
-        parent_of = topology.domain_parent[leaf][first:last] if leaf - 1 > level else None
-
-        def plan(candidate: int) -> NodePlan | None:
-            inside = slice(int(lo[candidate]), int(hi[candidate]))
-            own = NodeCounts(first + inside.start, counts.values, counts.counts[inside])
-            return plan_nodes(
-                own,
-                None if parent_of is None else parent_of[inside],
-                request.pods,
-                lambda room, need, holding: domains.best(room, need, holding),
-            )
-
-        plans: dict[int, NodePlan | None] = {}
-        if level < leaf and 1 < tied.size <= MAX_RANKED_DOMAINS:
-            plans = {int(c): plan(int(c)) for c in tied}
-            profiles = {c: p.profile for c, p in plans.items() if p is not None}
-            if profiles:
-                fewest = min(profiles.values())
-                tied = np.array([c for c, p in profiles.items() if p == fewest], dtype=np.int64)
-        chosen = tied[0] if tied.size == 1 else domains.best(capacity, request.pods, tied)
-        picked = plans[int(chosen)] if int(chosen) in plans else plan(int(chosen))
-        if picked is None:
+        """`preferred: node` (no domain slices): the plan of `fewest_nodes.NodePlanner`. None
+        when the aggregates over-promised (no candidate holds the gang node by node)."""
+        planner = NodePlanner(
+            self.state,
+            self.view,
+            self.request,
+            lambda room, need, holding: domains.best(room, need, holding),
+        )
+        plan = planner.choose(level, fits, capacity)
+        if plan is None:
             return None
-        leaf_starts = topology.domain_starts[leaf]
-        sizes = leaf_starts[picked.leaves + 1] - leaf_starts[picked.leaves]
-        offsets = np.cumsum(sizes) - sizes
-        nodes = np.arange(int(sizes.sum()), dtype=np.int64) + np.repeat(
-            leaf_starts[picked.leaves] - offsets, sizes
-        )
-        positions, pods = pick_nodes(
-            self.view.node_capacity(nodes), np.repeat(picked.leaves, sizes), picked
-        )
-        return Placement(request, self.nodes.allocation(nodes[positions], pods))
+        nodes, pods = planner.nodes_and_pods(plan)
+        return Placement(self.request, self.nodes.allocation(nodes, pods))
 
     def _one_node(self) -> PlacementResult:
         request = self.request
