@@ -251,9 +251,9 @@ def test_both_knapsacks_match_a_brute_force_over_children_counts(
             for j in range(sum(counts), limit + 1):
                 most[j] = max(most[j], pods)
     # By runs for every domain, then by SMAWK for every domain.
-    tables = fewest_counts._knapsack_over_runs(kernels, k, limit, smawk_runs=limit + 1)
+    tables = fewest_counts.knapsack_over_runs(kernels, k, limit, smawk_runs=limit + 1)
     assert tables[-1][k].tolist() == most
-    assert (fewest_counts._knapsack_over_runs(kernels, k, limit, smawk_runs=0) == tables).all()
+    assert (fewest_counts.knapsack_over_runs(kernels, k, limit, smawk_runs=0) == tables).all()
     need = data.draw(st.integers(1, most[-1]), label="need")
     least = next(j for j, pods in enumerate(most) if pods >= need)
     for taken in (

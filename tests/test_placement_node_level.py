@@ -9,13 +9,22 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from hypothesis import given
+import pytest
+from hypothesis import event, example, given
 from hypothesis import strategies as st
-from placement_helpers import assert_valid_placement
-from test_placement_oracle import SETTINGS, RandomCase, brute_force, random_cases
+from placement_helpers import assert_valid_placement, pod_capacity
+from test_placement_oracle import (
+    SETTINGS,
+    RandomCase,
+    brute_force,
+    count_vectors,
+    domains_used,
+    random_cases,
+)
 
 from toposched.cluster.state import ClusterState
 from toposched.jobs.spec import JobSpec
+from toposched.placement import fewest_nodes
 from toposched.placement.feasibility import never_fits, never_fits_job
 from toposched.placement.policies import BestFit, RandomFit, Spread
 from toposched.placement.request import GangRequest
@@ -81,6 +90,104 @@ def test_node_level_constraints_against_brute_force(case: RandomCase) -> None:
             nodes = len(set(result.allocation.nodes.tolist()))
             assert answer.profile is not None
             assert nodes == answer.profile[0], f"{nodes} nodes, the fewest is {answer.profile[0]}"
+
+
+@st.composite
+def preferring_nodes(draw: st.DrawFn) -> RandomCase:
+    """A random gang that spans domains, with `preferred: node`, no slices, its own required
+    level (if a domain level) kept."""
+    case = draw(
+        st.one_of(random_cases(large_jobs=True, spanning=True), random_cases(large_jobs=True))
+    )
+    topology = {
+        key: value
+        for key, value in case.job["topology"].items()
+        if key == "required" and value != "node"
+    }
+    topology["preferred"] = "node"
+    return replace(case, job={**case.job, "topology": topology})
+
+
+def least_node_profile(
+    state: ClusterState, request: GangRequest, labels: list[list[str]]
+) -> tuple[int, ...] | None:
+    """Over every placement, the least (nodes, innermost domains, their parents, and further out
+    up to the required level), by brute force."""
+    capacity = [pod_capacity(state, request, node) for node in range(state.topology.n_nodes)]
+    levels = profile_levels(request, labels)
+    scopes: dict[str, list[int]] = {}
+    for node in range(state.topology.n_nodes):
+        scopes.setdefault(labels[request.required][node], []).append(node)
+    best: tuple[int, ...] | None = None
+    for scope in scopes.values():
+        for counts in count_vectors([capacity[node] for node in scope], request.pods):
+            used = [node for node, count in zip(scope, counts, strict=True) if count]
+            profile = (len(used), *(len({labels[lv][n] for n in used}) for lv in levels))
+            best = profile if best is None or profile < best else best
+    return best
+
+
+def profile_levels(request: GangRequest, labels: list[list[str]]) -> list[int]:
+    """The levels of a `preferred: node` profile after nodes: innermost first, inside required."""
+    return list(range(len(labels) - 1, request.required, -1))
+
+
+# r0: nodes of 2 and 1 free GPUs; r1 and r2: one node of 2 each; one-GPU pods, 3 of them.
+# Two nodes at least: 2 + 2 on two racks, or 2 + 1 on r0 alone.
+A_SMALLER_NODE_STANDS_IN = RandomCase(
+    cluster={
+        "levels": ["rack"],
+        "nodes": [
+            {"name": "n0", "rack": "r0", "gpus": 2, "gpu_model": "A"},
+            {"name": "n1", "rack": "r0", "gpus": 1, "gpu_model": "A"},
+            {"name": "n2", "rack": "r1", "gpus": 2, "gpu_model": "A"},
+            {"name": "n3", "rack": "r2", "gpus": 2, "gpu_model": "A"},
+        ],
+    },
+    job={
+        "name": "job",
+        "pods": 3,
+        "resources_per_pod": {"gpus": 1},
+        "topology": {"preferred": "node"},
+    },
+)
+
+
+@SETTINGS
+@example(case=A_SMALLER_NODE_STANDS_IN)
+@given(case=preferring_nodes())
+def test_preferred_node_fewest_nodes_then_racks_then_blocks(case: RandomCase) -> None:
+    """`preferred: node`: the fewest nodes, then the fewest innermost domains, over every
+    required domain; then the fewest of their parents when every usable node holds the same
+    count of pods, and further out one domain where one holds such a least placement
+    (docs/placement.md's table). Past the knapsacks' limit, the fewest nodes, and the fewest
+    innermost domains too when nodes hold one count."""
+    state, request, labels = case.build()
+    least = least_node_profile(state, request, labels)
+    capacities = {pod_capacity(state, request, node) for node in range(state.topology.n_nodes)}
+    one_count = len(capacities - {0}) == 1
+    event(f"one count of pods per node: {one_count}; profile length {len(least or ())}")
+    levels = profile_levels(request, labels)
+    for limit in (fewest_nodes.MAX_NODE_PLAN_CELLS, 0):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(fewest_nodes, "MAX_NODE_PLAN_CELLS", limit)
+            for policy in (BestFit(), Spread(), RandomFit(seed=3)):
+                result = place(state, request, policy)
+                if least is None:
+                    assert isinstance(result, Unschedulable)
+                    continue
+                assert isinstance(result, Placement), result.reason
+                assert_valid_placement(state, request, result, labels)
+                nodes = len(set(result.allocation.nodes.tolist()))
+                profile = (nodes, *(domains_used(result, labels, lv) for lv in levels))
+                guaranteed = 1 + int(one_count) + int(bool(limit))
+                assert profile[:guaranteed] == least[:guaranteed], (
+                    f"{policy.name}, limit {limit}: {profile}, the least is {least}"
+                )
+                if guaranteed == 3:
+                    # Further out: one domain wherever a least placement lies in one.
+                    for used, fewest in zip(profile[3:], least[3:], strict=True):
+                        assert used == 1 or fewest > 1, f"{policy.name}: {profile} > {least}"
 
 
 def emptied(state: ClusterState) -> ClusterState:

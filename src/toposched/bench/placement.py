@@ -20,6 +20,7 @@ __all__ = [
     "block_sliced_job",
     "frontier_job",
     "infeasible_job",
+    "node_preferring_jobs",
     "occupied_fleet",
     "rack_sliced_job",
     "run_placement_benchmarks",
@@ -74,6 +75,24 @@ def small_block_slices_job() -> GangRequest:
     )
 
 
+def node_preferring_jobs() -> list[tuple[str, GangRequest]]:
+    """Gangs preferring the fewest nodes (then racks, then blocks), with their figures' names."""
+    return [
+        (
+            "8 one-GPU pods, fewest nodes",
+            simple_request(8, 1, name="few-nodes-small", preferred_node=True),
+        ),
+        (
+            "800-GPU job: 200 x 4 GPUs in one zone, fewest nodes",
+            simple_request(200, 4, name="few-nodes-zone", required=1, preferred_node=True),
+        ),
+        (
+            "20,000-GPU job: 20,000 x 1 GPU, fewest nodes",
+            simple_request(20_000, 1, name="few-nodes-large", preferred_node=True),
+        ),
+    ]
+
+
 def infeasible_job() -> GangRequest:
     """400,000 GPUs in one zone: more than any zone has free."""
     return simple_request(100_000, 4, name="too-big", required=1)
@@ -115,6 +134,7 @@ def run_placement_benchmarks(quick: bool = False) -> list[Measurement]:
             None,
         ),
     ]
+    gangs += [(name, request, None) for name, request in node_preferring_jobs()]
     for name, request, target in gangs:
         results.append(_measure_gang(state, f"{fleet}: {name}", request, quick, target))
     too_big = infeasible_job()

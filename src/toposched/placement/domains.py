@@ -123,6 +123,9 @@ class DomainChoice:
             inside = preferred_capacity[bounds[domain] : bounds[domain + 1]]
             counts[i] = cover_count(inside, self.request.pods)
         fewest = counts == counts.min()
+        if counts.min() == 1 and preferred < self.leaf_level and int(fewest.sum()) > 1:
+            # One preferred domain holds the gang: rank by the fewest children one needs.
+            fewest &= self._inner_least(level, candidates, preferred_capacity, bounds)
         # The exact planner only when no candidate holds the gang in one preferred domain.
         planner = self._planner() if counts.min() > 1 else None
         if planner is not None and not (
@@ -143,6 +146,50 @@ class DomainChoice:
                 fewest = np.isin(candidates, tied[least == least.min()])
         best = self.best(np.where(fewest, capacity, -1), self.request.pods)
         return int(candidates[best])
+
+    def _inner_least(
+        self, level: int, candidates: IntArray, preferred_capacity: IntArray, bounds: IntArray
+    ) -> NDArray[np.bool_]:
+        """Of required domains `candidates`, those holding the gang in a preferred domain that
+        needs the fewest children over all of them (`bounds`: their preferred domains)."""
+        need = self.request.pods
+        holders = [
+            bounds[d] + np.flatnonzero(preferred_capacity[bounds[d] : bounds[d + 1]] >= need)
+            for d in candidates.tolist()
+        ]
+        owner = np.repeat(np.arange(candidates.size), [h.size for h in holders])
+        assert self.request.preferred is not None
+        inner = self.inner_cover_counts(self.request.preferred, np.concatenate(holders), need)
+        least = np.full(candidates.size, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(least, owner, inner)
+        tied: NDArray[np.bool_] = least == least.min()
+        return tied
+
+    def inner_cover_counts(self, level: int, domains: IntArray, need: int) -> IntArray:
+        """For each of `domains` (at `level`, each holding `need`), the fewest children whose
+        capacities reach `need`; only the least is exact where a child holds it all (1, and a
+        larger number for the others). Children of all domains sorted at once."""
+        bounds = self.topology.descendant_bounds(level, level + 1)
+        first, last = bounds[domains], bounds[domains + 1]
+        span_lo = int(first.min())
+        span = self.view.at(level + 1, span_lo, int(last.max()))
+        counts = last - first
+        offsets = np.cumsum(counts) - counts
+        index = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
+            first - span_lo - offsets, counts
+        )
+        children = span[index]
+        # Domains are never empty, so no reduceat segment is.
+        holds = np.maximum.reduceat(children, offsets) >= need
+        if holds.any():
+            return np.where(holds, 1, 2).astype(np.int64)
+        segment = np.repeat(np.arange(domains.size, dtype=np.int64), counts)
+        order = np.lexsort((-children, segment))
+        ranked = children[order]
+        running = np.cumsum(ranked)
+        before = running - ranked - np.repeat(running[offsets] - ranked[offsets], counts)
+        needed = np.bincount(segment, weights=before < need, minlength=domains.size)
+        return needed.astype(np.int64)
 
     def _least_counts(self, level: int, domains: IntArray) -> IntArray:
         """For each of `domains` (at `level`), the count `_count_plan` minimises (domains one
@@ -186,6 +233,10 @@ class DomainChoice:
         lo, hi = topology.descendants(level, domain, target)
         capacity = self.view.at(target, lo, hi)
         candidates = (capacity >= need).nonzero()[0]
+        if candidates.size > 1 and target == preferred and target < self.leaf_level:
+            # Preferred domains that hold the gang: those needing the fewest children.
+            inner = self.inner_cover_counts(target, lo + candidates, need)
+            candidates = candidates[inner == inner.min()]
         if candidates.size:
             return self.fill(target, lo + self.best(capacity, need, candidates), need)
         # No single domain holds it: split where the domain count is minimised. Skipping

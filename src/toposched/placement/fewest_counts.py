@@ -25,7 +25,7 @@ UNREACHABLE = -(np.int64(1) << 61)
 # 1M-GPU fleet, a few MB at peak (docs/placement.md).
 MAX_COUNT_CELLS = 4_000_000
 MAX_COUNT_TABLES = 256
-# The same for the compiled knapsack (`_knapsack_over_runs`): table cells times each domain's
+# The same for the compiled knapsack (`knapsack_over_runs`): table cells times each domain's
 # runs of equal children, at most SMAWK_RUNS; about 5 ns each, 20 ms at the limit.
 MAX_RUN_CELLS = 4_000_000
 
@@ -131,7 +131,7 @@ class FewestByCount:
         # run of children of equal capacity, and the knapsack merges it run by run.
         linear = bool((children % granule == 0).all())
         if linear and k * (limit + 1) * runs <= MAX_RUN_CELLS:
-            tables = _knapsack_over_runs(kernels, k, limit)
+            tables = knapsack_over_runs(kernels, k, limit)
             taken_counts = _backtrack_runs(tables, kernels, k, need)
         elif k * (limit + 1) * int(widths.sum()) <= MAX_COUNT_CELLS:
             for kernel in kernels:
@@ -395,7 +395,7 @@ def _knapsack(kernels: list[IntArray], k: int, limit: int, need: int) -> list[in
     return taken_counts
 
 
-def _knapsack_over_runs(
+def knapsack_over_runs(
     kernels: list[IntArray], k: int, limit: int, smawk_runs: int = SMAWK_RUNS
 ) -> IntArray:
     """`_knapsack`'s tables before each domain and after the last (`tables[i][d, j]`), for
@@ -411,12 +411,20 @@ def _knapsack_over_runs(
 def _backtrack_runs(
     tables: IntArray, kernels: list[IntArray], k: int, need: int
 ) -> list[int] | None:
-    """Children taken in each domain of a least placement, from `_knapsack_over_runs`."""
+    """Children taken in each domain of a least placement, from `knapsack_over_runs`."""
     reach = tables[-1][k]
     if reach[-1] < need:
         return None
+    return backtrack_runs(tables, kernels, k, int(np.searchsorted(reach, need)))
+
+
+def backtrack_runs(
+    tables: IntArray, kernels: list[IntArray], domains: int, children: int
+) -> list[int]:
+    """Children taken in each domain by a choice reaching `tables[-1][domains, children]` (the
+    most pods on at most that many domains and children, from `knapsack_over_runs`)."""
     taken_counts = [0] * len(kernels)
-    d, j = k, int(np.searchsorted(reach, need))
+    d, j = domains, children
     for i in range(len(kernels) - 1, -1, -1):
         value = int(tables[i + 1][d, j])
         if d == 0 or value == int(tables[i][d, j]):

@@ -1,92 +1,491 @@
-"""`preferred: node`: the fewest nodes that hold a gang, found from node capacities in arrays.
+"""`preferred: node`: the fewest nodes, then the fewest innermost domains (racks), then the
+fewest of their parents (blocks), planned from per-rack counts of nodes by capacity.
 
-The fewest nodes is the least k whose k largest node capacities reach the gang. Of the nodes
-that do it, ties in capacity are broken towards innermost domains (racks) with the most room
-among the candidates, then lower indices, so equal nodes are taken rack by rack; the nodes
-are returned in index order, so consecutive pods share a node, then a rack, and so on.
+A rack is described by how many of its nodes hold each count of pods (`NodeCounts`), read off
+the state's histograms when GPUs alone bound the pods, otherwise counted from exact node
+capacities. The fewest nodes is the least k whose k largest capacities reach the gang. Which k
+nodes: every choice of k nodes whose capacities reach the gang uses the fewest nodes, and a
+rack giving m of them gives its m largest, so the racks are planned by counts alone:
+
+- *one capacity* (no node holds more than the k-th largest, v, and none holds less than v but
+  enough to stand in for one of v): the k nodes are nodes of capacity v, the fewest racks are
+  those with the most such nodes, and among placements on that many racks the fewest parents
+  come from the knapsack over (parents used, racks used) -> most nodes
+  (`fewest_counts.knapsack_over_runs`);
+- *several capacities*: the knapsack over (racks used, nodes used) -> most pods, on the racks
+  that rank among the first by their m largest nodes for some m (no other rack can be needed),
+  finds the fewest racks; their parents are those of the racks it picks.
+
+Each knapsack runs within `MAX_NODE_PLAN_CELLS`; beyond it the greedy choice stands (every node
+above v, then nodes of capacity v from the racks already used, then from the racks with the
+most of them).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 from numpy.typing import NDArray
+
+from toposched.cluster.state import ClusterState
+from toposched.placement.capacity import CapacityView
+from toposched.placement.count_kernels import SMAWK_RUNS
+from toposched.placement.fewest_counts import backtrack_runs, knapsack_over_runs
+from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
 
 UNREACHABLE = np.iinfo(np.int64).max
+# The policy's favourite (an index into `candidates`'s values) of domains with these capacities.
+RankDomains = Callable[[IntArray, int, IntArray], int]
+# Work a knapsack of the node plan may cost (table cells times runs, and cells kept in memory)
+# before the greedy choice stands: about 5 ns a cell, 20 ms at the limit.
+MAX_NODE_PLAN_CELLS = 4_000_000
+# Candidate required domains tied on the fewest nodes that are planned to compare their racks
+# and parents; beyond it, the policy's favourite among them.
+MAX_RANKED_DOMAINS = 32
 
 
-def node_cover_counts(
-    capacity: IntArray, domain_of: IntArray, n_domains: int, need: int
-) -> IntArray:
-    """For each domain 0..n_domains-1, the fewest of its nodes whose capacities reach `need`
-    (`UNREACHABLE` where all of them do not). `domain_of[i]` is node i's domain; one sort of
-    the nodes by (domain, capacity descending), no loop over domains."""
-    order = np.lexsort((-capacity, domain_of))
-    ranked, domains = capacity[order], domain_of[order]
-    cumulative = np.cumsum(ranked)
-    starts = np.searchsorted(domains, np.arange(n_domains, dtype=np.int64))
-    ends = np.searchsorted(domains, np.arange(n_domains, dtype=np.int64), side="right")
-    before_domain = np.where(starts > 0, cumulative[np.maximum(starts - 1, 0)], 0)
-    within = cumulative - before_domain[domains] - ranked  # room of the larger nodes before
-    counted = np.bincount(domains, weights=(within < need) & (ranked > 0), minlength=n_domains)
-    totals = np.where(ends > starts, cumulative[np.maximum(ends - 1, 0)] - before_domain, 0)
-    return np.where(totals >= need, counted.astype(np.int64), UNREACHABLE)
+@dataclass(frozen=True)
+class NodeCounts:
+    """Nodes of innermost domains `first`, `first + 1`, ... by capacity: `counts[i, j]` nodes of
+    domain `first + i` hold `values[j]` pods each (`values` increasing, all positive)."""
+
+    first: int
+    values: IntArray
+    counts: IntArray
 
 
-def fewest_nodes(
-    capacity: IntArray, leaf_of: IntArray, need: int
-) -> tuple[IntArray, IntArray] | None:
-    """Positions (into `capacity`, increasing) of the fewest nodes that hold `need` pods and the
-    pods each takes, or None when all of them together do not. `leaf_of[i]` is node i's
-    innermost domain, for the tie-break between nodes of equal capacity.
+@dataclass(frozen=True)
+class NodePlan:
+    """The fewest nodes of one required domain: innermost domains (increasing), the nodes each
+    gives (its largest), the pods those nodes hold beyond the gang, and the profile (nodes,
+    innermost domains, their parents) the plan reaches."""
 
-    With v the capacity of the k-th largest node, every node above v is taken whole, then nodes
-    of capacity v, and the last share goes to the smallest node (best fit) that holds it. No
-    sort of all nodes: capacities are counted by value, and the few nodes taken of one value
-    are picked by a partial sort of a single key.
+    leaves: IntArray
+    taken: IntArray
+    excess: int
+    profile: tuple[int, int, int]
+    fit: int = 0
+    """For a gang on one node: the capacity of the node to take (the smallest that holds it)."""
+
+
+def node_counts(
+    state: ClusterState, view: CapacityView, request: GangRequest, lo: int, hi: int
+) -> NodeCounts:
+    """`NodeCounts` of innermost domains lo..hi-1: from the histograms when GPUs alone bound the
+    pods (aggregates are exact then), else from exact node capacities (one compiled pass)."""
+    topology = state.topology
+    leaf = len(topology.domain_levels) - 1
+    if (
+        request.gpus_per_pod
+        and not request.is_fractional
+        and not request.cpu_milli
+        and not request.memory_mib
+    ):
+        hist = state.free_hist[leaf][lo:hi]
+        if request.allowed_models is not None:
+            hist = hist[:, request.allowed_models, :]
+        by_free = hist[:, 0, :] if hist.shape[1] == 1 else hist.sum(axis=1, dtype=np.int64)
+        pods = view.pods_per_free
+        values, first_free = np.unique(pods, return_index=True)
+        # Nodes by free GPUs, summed over the free counts that hold the same pods (a handful of
+        # columns; most hold distinct counts when a pod asks for one GPU).
+        ends = np.append(first_free[1:], pods.size)
+        positive = values > 0
+        counts = np.empty((hi - lo, int(positive.sum())), dtype=np.int64)
+        for column, (start, end) in enumerate(
+            zip(first_free[positive].tolist(), ends[positive].tolist(), strict=True)
+        ):
+            counts[:, column] = by_free[:, start:end].sum(axis=1, dtype=np.int64)
+        return NodeCounts(lo, values[positive], counts)
+    starts = topology.domain_starts[leaf]
+    first, last = int(starts[lo]), int(starts[hi])
+    capacity = view.node_capacity_in(first, last)
+    leaf_of = topology.node_domain[leaf][first:last].astype(np.int64) - lo
+    usable = capacity > 0
+    values = np.unique(capacity[usable])
+    index = np.searchsorted(values, capacity[usable])
+    flat = np.bincount(leaf_of[usable] * values.size + index, minlength=(hi - lo) * values.size)
+    return NodeCounts(lo, values, flat.reshape(hi - lo, values.size).astype(np.int64))
+
+
+class NodePlanner:
+    """`preferred: node` for one request: the required domain and the plan inside it.
+
+    Of the required domains that fit, those needing the fewest nodes (counted for all at once),
+    then (up to `MAX_RANKED_DOMAINS` of them) the fewest innermost domains and parents by their
+    plans, `rank`'s favourite. Then, level by level towards the parents of innermost domains,
+    the one domain that holds a plan as good, where one does (`rank`'s favourite of those).
     """
-    usable = (capacity > 0).nonzero()[0]
-    room = capacity[usable]
-    if int(room.sum()) < need:
+
+    def __init__(
+        self, state: ClusterState, view: CapacityView, request: GangRequest, rank: RankDomains
+    ) -> None:
+        self.state = state
+        self.topology = state.topology
+        self.view = view
+        self.request = request
+        self.rank = rank
+        self.leaf = len(self.topology.domain_levels) - 1
+
+    def choose(self, level: int, fits: IntArray, capacity: IntArray) -> NodePlan | None:
+        """The plan for required domains `fits` at `level` (`capacity` theirs), or None when
+        none holds the gang node by node."""
+        bounds = self.topology.descendant_bounds(level, self.leaf)
+        self.first = int(bounds[fits[0]])
+        self.counts = node_counts(
+            self.state, self.view, self.request, self.first, int(bounds[fits[-1] + 1])
+        )
+        self.running = np.zeros(
+            (self.counts.counts.shape[0] + 1, self.counts.values.size), dtype=np.int64
+        )
+        np.cumsum(self.counts.counts, axis=0, out=self.running[1:])
+        picked = self._best(level, fits, capacity, None)
+        if picked is None:
+            return None
+        domain, plan = picked
+        for outer in range(level + 1, self.leaf - 1):
+            lo, hi = self.topology.descendants(outer - 1, domain, outer)
+            inner = np.arange(lo, hi, dtype=np.int64)
+            held = (self._sums(outer, inner) * self.counts.values).sum(axis=1)
+            better = self._best(outer, inner, held, plan.profile)
+            if better is None:
+                break
+            domain, plan = better
+        return plan
+
+    def _sums(self, level: int, domains: IntArray) -> IntArray:
+        """Nodes by capacity of each of `domains` (at `level`)."""
+        bounds = self.topology.descendant_bounds(level, self.leaf) - self.first
+        return self.running[bounds[domains + 1]] - self.running[bounds[domains]]
+
+    def _best(
+        self, level: int, domains: IntArray, capacity: IntArray, match: tuple[int, ...] | None
+    ) -> tuple[int, NodePlan] | None:
+        """The favourite of `domains` with the least plan (or, given `match`, a plan of that
+        profile) and its plan; None if none has one."""
+        need = self.request.pods
+        needed = fewest_node_counts(self.counts.values, self._sums(level, domains), need)
+        least = int(needed.min()) if match is None else match[0]
+        tied = np.flatnonzero(needed == least)
+        if least == UNREACHABLE or tied.size == 0:
+            return None
+        plans: dict[int, NodePlan | None] = {}
+        if (level < self.leaf and tied.size > 1 and tied.size <= MAX_RANKED_DOMAINS) or match:
+            if tied.size > MAX_RANKED_DOMAINS:
+                return None
+            plans = {int(c): self._plan(level, int(domains[c])) for c in tied}
+            profiles = {c: p.profile for c, p in plans.items() if p is not None}
+            wanted = match if match is not None else min(profiles.values(), default=None)
+            tied = np.array([c for c, p in profiles.items() if p == wanted], dtype=np.int64)
+            if tied.size == 0:
+                return None
+        chosen = int(tied[0]) if tied.size == 1 else self.rank(capacity, need, tied)
+        plan = plans[chosen] if chosen in plans else self._plan(level, int(domains[chosen]))
+        return None if plan is None else (int(domains[chosen]), plan)
+
+    def _plan(self, level: int, domain: int) -> NodePlan | None:
+        lo, hi = self.topology.descendants(level, domain, self.leaf)
+        inside = slice(lo - self.first, hi - self.first)
+        own = NodeCounts(lo, self.counts.values, self.counts.counts[inside])
+        parent_of = self.topology.domain_parent[self.leaf][lo:hi] if self.leaf - 1 > level else None
+        return plan_nodes(own, parent_of, self.request.pods, self.rank)
+
+    def nodes_and_pods(self, plan: NodePlan) -> tuple[IntArray, IntArray]:
+        """The nodes a plan takes (increasing) and the pods each holds (`pick_nodes`)."""
+        starts = self.topology.domain_starts[self.leaf]
+        sizes = starts[plan.leaves + 1] - starts[plan.leaves]
+        offsets = np.cumsum(sizes) - sizes
+        nodes = np.arange(int(sizes.sum()), dtype=np.int64) + np.repeat(
+            starts[plan.leaves] - offsets, sizes
+        )
+        positions, pods = pick_nodes(
+            self.view.node_capacity(nodes), np.repeat(plan.leaves, sizes), plan
+        )
+        return nodes[positions], pods
+
+
+def fewest_node_counts(values: IntArray, counts: IntArray, need: int) -> IntArray:
+    """For each row of `counts` (nodes by capacity `values`), the fewest nodes that hold `need`
+    pods (`UNREACHABLE` where all of them do not): the largest first."""
+    if values.size == 0:
+        return np.full(counts.shape[0], UNREACHABLE, dtype=np.int64)
+    by_largest = counts[:, ::-1]
+    largest = values[::-1]
+    pods = np.cumsum(by_largest * largest, axis=1)
+    nodes = np.cumsum(by_largest, axis=1)
+    reach = pods >= need
+    column = reach.argmax(axis=1)
+    rows = np.arange(counts.shape[0])
+    pods_before = np.where(column > 0, pods[rows, column - 1], 0)
+    nodes_before = np.where(column > 0, nodes[rows, column - 1], 0)
+    value = largest[column]
+    fewest = nodes_before + (need - pods_before + value - 1) // value
+    return np.where(reach[:, -1], fewest, UNREACHABLE).astype(np.int64)
+
+
+def plan_nodes(
+    counts: NodeCounts, parent_of: IntArray | None, need: int, rank: RankDomains
+) -> NodePlan | None:
+    """The fewest nodes holding `need` pods among these innermost domains, then the fewest
+    domains, then the fewest parents (`parent_of[i]`, domain i's parent; None when all share
+    one); None when they cannot hold the gang. When one node holds the gang: the smallest that
+    does, in the domain `rank` picks among those having one (`rank(capacities, need,
+    candidates)`, the policy's favourite)."""
+    values, table = counts.values, counts.counts
+    totals = table.sum(axis=0)
+    k = int(fewest_node_counts(values, totals[None, :], need)[0])
+    if k == UNREACHABLE:
         return None
-    first_leaf = int(leaf_of[usable].min())
-    leaves = leaf_of[usable] - first_leaf
-    leaf_room = np.bincount(leaves, weights=room)
+    if k == 1:
+        fit = int(np.flatnonzero((values >= need) & (totals > 0))[0])
+        holding = np.flatnonzero(table[:, fit])
+        chosen = rank(table @ values, need, holding)
+        leaf = np.array([counts.first + chosen], dtype=np.int64)
+        one = np.ones(1, dtype=np.int64)
+        return NodePlan(leaf, one, int(values[fit]) - need, (1, 1, 1), int(values[fit]))
+    by_largest = np.cumsum((totals * values)[::-1])
+    at = values.size - 1 - int(np.argmax(by_largest >= need))  # the k-th largest's value index
+    value = int(values[at])
+    above = int(totals[at + 1 :].sum())
+    # Pods the k largest nodes hold beyond the gang: a node of capacity u < v stands in for one
+    # of v only when v - u is within it.
+    slack = int((totals[at + 1 :] * values[at + 1 :]).sum()) + (k - above) * value - need
+    stand_ins = (values < value) & (values >= value - slack) & (totals > 0)
+    if not above and not stand_ins.any():
+        return _one_capacity(table[:, at], k, value * k - need, parent_of, counts.first)
+    return _several_capacities(counts, at, k, slack, need, parent_of)
 
-    def key(chosen: IntArray) -> IntArray:
-        """Ranks nodes (positions into `room`) of equal room: fuller racks first, then index."""
-        ranked: IntArray = -leaf_room[leaves[chosen]].astype(np.int64) * (usable.size + 1)
-        return ranked + chosen
 
-    holders = (room >= need).nonzero()[0]
-    if holders.size:
-        # One node holds the gang: the fullest that does (best fit), ties by key.
-        smallest = room[holders].min()
-        tied = holders[room[holders] == smallest]
-        chosen = int(tied[key(tied).argmin()])
-        return usable[chosen : chosen + 1], np.array([need], dtype=np.int64)
-    by_value = np.bincount(room)
-    pods_from = np.cumsum((by_value * np.arange(by_value.size))[::-1])[::-1]  # pods in nodes >= v
-    value = int(np.flatnonzero(pods_from >= need)[-1])  # the k-th largest node's capacity
-    above = (room > value).nonzero()[0]
-    left = need - int(room[above].sum())
-    whole = (left - 1) // value  # nodes of capacity `value` taken whole; one more takes the rest
-    at_value = (room == value).nonzero()[0]
-    if whole:
-        part = np.argpartition(key(at_value), whole - 1)[:whole] if whole < at_value.size else None
-        taken = at_value if part is None else at_value[part]
+def _one_capacity(
+    of_value: IntArray, k: int, excess: int, parent_of: IntArray | None, first: int
+) -> NodePlan:
+    """k nodes of one capacity: the fewest domains are those with the most such nodes; among
+    placements on that many, the fewest parents by the knapsack over (parents, domains)."""
+    chosen = _most_first(of_value, k)
+    racks = chosen.size
+    if parent_of is not None:
+        better = _fewest_parents(of_value, parent_of, k, racks, chosen)
+        if better is not None:
+            chosen = better
+    chosen = np.sort(chosen)
+    taken = of_value[chosen].copy()
+    _trim_nodes(taken, int(taken.sum()) - k)
+    parents = 1 if parent_of is None else int(np.unique(parent_of[chosen]).size)
+    return NodePlan(first + chosen, taken, excess, (k, racks, parents))
+
+
+def _most_first(of_value: IntArray, k: int) -> IntArray:
+    """Positions of the fewest domains whose nodes reach k, those with the most first (ties:
+    lower index), without sorting all of them: nodes per domain are counted by value."""
+    by_count = np.bincount(of_value)
+    nodes_from = np.cumsum((by_count * np.arange(by_count.size))[::-1])[::-1]  # in domains >= c
+    least = int(np.flatnonzero(nodes_from >= k)[-1])  # the last domain's count of nodes
+    above = np.flatnonzero(of_value > least)
+    wanted = k - int(of_value[above].sum())
+    at_least = np.flatnonzero(of_value == least)[: -(-wanted // least)]
+    chosen = np.concatenate([above[np.argsort(-of_value[above], kind="stable")], at_least])
+    return chosen
+
+
+def _fewest_parents(
+    of_value: IntArray, parent_of: IntArray, k: int, racks: int, greedy: IntArray
+) -> IntArray | None:
+    """Domains (positions) of a placement of k nodes on `racks` domains under fewer parents than
+    the greedy choice's, the least such; None when none is fewer or the knapsack passes its
+    limit."""
+    greedy_parents = int(np.unique(parent_of[greedy]).size)
+    if greedy_parents == 1:
+        return None
+    # Per parent, its domains with room, most nodes first (stable: lower index first).
+    with_room = np.flatnonzero(of_value > 0)
+    order = with_room[np.lexsort((-of_value[with_room], parent_of[with_room]))]
+    _, starts, sizes = np.unique(parent_of[order], return_index=True, return_counts=True)
+    widths = np.minimum(sizes, racks)
+    ranked = of_value[order]
+    running = np.cumsum(ranked)
+    best = running[starts + widths - 1] - np.where(starts > 0, running[starts - 1], 0)
+    # No fewer parents than the fewest whose best `racks` domains reach k: try that count first.
+    bound = int(np.searchsorted(np.cumsum(np.sort(best)[::-1]), k)) + 1
+    for limit in sorted({bound, greedy_parents - 1}):
+        if limit >= greedy_parents:
+            continue
+        chosen = _parents_knapsack(ranked, order, starts, widths, best, k, racks, limit)
+        if chosen is not None:
+            return chosen
+    return None
+
+
+def _parents_knapsack(
+    ranked: IntArray,
+    order: IntArray,
+    starts: IntArray,
+    widths: IntArray,
+    best: IntArray,
+    k: int,
+    racks: int,
+    limit: int,
+) -> IntArray | None:
+    """`_fewest_parents`'s knapsack over (parents, domains) -> most nodes, on at most `limit`
+    parents: the domains of a least choice, or None when none reaches k or past the limit.
+    Parents that cannot reach k with the `limit - 1` best others take no part."""
+    top = np.sort(best)[::-1]
+    others = np.where(best >= top[limit - 1], top[:limit].sum() - best, top[: limit - 1].sum())
+    part = np.flatnonzero(best + others >= k)
+    kernels: list[IntArray] = []
+    runs = 0
+    for s, w in zip(starts[part].tolist(), widths[part].tolist(), strict=True):
+        own = ranked[s : s + w]
+        kernel = np.zeros(w + 1, dtype=np.int64)
+        kernel[1:] = np.cumsum(own)
+        kernels.append(kernel)
+        runs += min(int(np.count_nonzero(own[1:] != own[:-1])) + 1, SMAWK_RUNS)
+    cells = (limit + 1) * (racks + 1)
+    if not kernels or cells * max(runs, len(kernels) + 1) > MAX_NODE_PLAN_CELLS:
+        return None
+    tables = knapsack_over_runs(kernels, limit, racks)
+    reach = tables[-1][:, racks]
+    if reach[limit] < k:
+        return None
+    taken = backtrack_runs(tables, kernels, int(np.argmax(reach >= k)), racks)
+    chosen = [order[s : s + m] for s, m in zip(starts[part].tolist(), taken, strict=True) if m]
+    return np.concatenate(chosen)
+
+
+def _several_capacities(
+    counts: NodeCounts, at: int, k: int, slack: int, need: int, parent_of: IntArray | None
+) -> NodePlan:
+    """k nodes of several capacities: the greedy choice, replaced by the knapsack over (domains,
+    nodes) -> most pods where that finds fewer domains within its limit."""
+    values, table = counts.values, counts.counts
+    above = table[:, at + 1 :].sum(axis=1)
+    of_value = table[:, at]
+    # Greedy: every node above the k-th largest value; then nodes of that value from the
+    # domains already used, then from those with the most of them.
+    wanted = k - int(above.sum())
+    from_used = np.where(above > 0, of_value, 0)
+    taken = above.copy()
+    if wanted:
+        first_pass = np.minimum(
+            from_used, np.maximum(wanted - (np.cumsum(from_used) - from_used), 0)
+        )
+        taken += first_pass
+        wanted -= int(first_pass.sum())
+    if wanted:
+        rest = np.where(above > 0, 0, of_value)
+        order = np.argsort(-rest, kind="stable")
+        ranked = rest[order]
+        share = np.minimum(ranked, np.maximum(wanted - (np.cumsum(ranked) - ranked), 0))
+        taken[order] += share
+    chosen = np.flatnonzero(taken)
+    plan = _fewest_domains(values, table, k, need, chosen.size)
+    if plan is not None:
+        chosen, taken_nodes = plan
+        excess = int(_largest_sums(values, table[chosen], taken_nodes).sum()) - need
     else:
-        taken = at_value[:0]
-    remainder = left - whole * value
-    rest = np.ones(usable.size, dtype=np.bool_)
-    rest[above] = False
-    rest[taken] = False
-    fit = (rest & (room >= remainder)).nonzero()[0]
-    fit = fit[room[fit] == room[fit].min()]
-    last = int(fit[key(fit).argmin()])
-    picked = np.concatenate([above, taken, np.array([last], dtype=np.int64)])
-    shares = room[picked].copy()
-    shares[-1] = remainder
-    order = np.argsort(picked, kind="stable")
-    return usable[picked[order]], shares[order]
+        taken_nodes = taken[chosen]
+        excess = slack
+    parents = 1 if parent_of is None else int(np.unique(parent_of[chosen]).size)
+    return NodePlan(counts.first + chosen, taken_nodes, excess, (k, int(chosen.size), parents))
+
+
+def _largest_sums(values: IntArray, table: IntArray, taken: IntArray) -> IntArray:
+    """Pods the `taken[i]` largest nodes of domain i hold (rows of `table`, nodes by value)."""
+    by_largest = table[:, ::-1]
+    before = np.cumsum(by_largest, axis=1) - by_largest
+    used = np.clip(taken[:, None] - before, 0, by_largest)
+    sums: IntArray = (used * values[::-1]).sum(axis=1)
+    return sums
+
+
+def _running_sums(values: IntArray, table: IntArray, most: int) -> IntArray:
+    """`sums[i, m]`: pods of domain i's m largest nodes, m = 0..most."""
+    m = np.arange(most + 1, dtype=np.int64)
+    by_largest = table[:, ::-1]
+    before = np.cumsum(by_largest, axis=1) - by_largest
+    used = np.clip(m[None, :, None] - before[:, None, :], 0, by_largest[:, None, :])
+    sums: IntArray = (used * values[::-1]).sum(axis=2)
+    return sums
+
+
+def _fewest_domains(
+    values: IntArray, table: IntArray, k: int, need: int, greedy: int
+) -> tuple[IntArray, IntArray] | None:
+    """Domains (positions, increasing) and nodes each gives of a placement on k nodes using
+    fewer domains than `greedy`, the fewest; None when none does or past the limit."""
+    limit = greedy - 1
+    nodes = table.sum(axis=1)
+    if limit < 1:
+        return None
+    most = int(min(k, int(nodes.max())))
+    if table.shape[0] * (most + 1) * values.size > MAX_NODE_PLAN_CELLS:
+        return None
+    sums = _running_sums(values, table, most)
+    whole = sums[np.arange(table.shape[0]), np.minimum(nodes, most)]
+    # No placement on `limit` domains: their pods (at most k nodes each) or their nodes fall short.
+    if np.sort(whole)[::-1][:limit].sum() < need or np.sort(nodes)[::-1][:limit].sum() < k:
+        return None
+    # A domain is needed only if it ranks among the first `limit` by its m largest nodes for
+    # some m: otherwise `limit` others hold as much with m nodes, and one of them is free.
+    keep = np.zeros(table.shape[0], dtype=np.bool_)
+    for m in range(1, most + 1):
+        column = np.where(nodes >= m, sums[:, m], -1)
+        top = (
+            np.argpartition(-column, limit - 1)[:limit]
+            if limit < column.size
+            else np.arange(column.size)
+        )
+        keep[top[column[top] > 0]] = True
+    candidates = np.flatnonzero(keep)
+    widths = np.minimum(nodes[candidates], k)
+    runs = int(np.minimum((table[candidates] > 0).sum(axis=1), SMAWK_RUNS).sum())
+    cells = (limit + 1) * (k + 1)
+    if cells * max(runs, candidates.size + 1) > MAX_NODE_PLAN_CELLS:
+        return None
+    kernels = [
+        sums[c, : w + 1].copy() for c, w in zip(candidates.tolist(), widths.tolist(), strict=True)
+    ]
+    tables = knapsack_over_runs(kernels, limit, k)
+    reach = tables[-1][:, k]
+    if reach[limit] < need:
+        return None
+    fewest = int(np.argmax(reach >= need))
+    taken = backtrack_runs(tables, kernels, fewest, k)
+    used = np.array(taken, dtype=np.int64)
+    return candidates[used > 0], used[used > 0]
+
+
+def _trim_nodes(taken: IntArray, excess: int) -> None:
+    """Take `excess` nodes off the last domains, leaving each at least one."""
+    for i in range(taken.size - 1, -1, -1):
+        if excess <= 0:
+            return
+        cut = min(excess, int(taken[i]) - 1)
+        taken[i] -= cut
+        excess -= cut
+
+
+def pick_nodes(capacity: IntArray, leaf_of: IntArray, plan: NodePlan) -> tuple[IntArray, IntArray]:
+    """Positions (into `capacity`, increasing) of the nodes a plan takes and the pods each holds:
+    in each of its domains the largest nodes (ties: lower index), the plan's excess taken off
+    the smallest of them. `leaf_of[i]` is node i's innermost domain, nodes in index order."""
+    if plan.fit:
+        first = int(np.flatnonzero(capacity == plan.fit)[0])
+        return np.array([first], dtype=np.int64), np.array([plan.fit - plan.excess])
+    position = np.searchsorted(plan.leaves, leaf_of)
+    position = np.minimum(position, plan.leaves.size - 1)
+    inside = (plan.leaves[position] == leaf_of) & (capacity > 0)
+    nodes = np.flatnonzero(inside)
+    domain = position[nodes]
+    order = np.lexsort((nodes, -capacity[nodes], domain))
+    ranked_domain = domain[order]
+    starts = np.searchsorted(ranked_domain, np.arange(plan.leaves.size))
+    rank = np.arange(order.size) - starts[ranked_domain]
+    picked = np.sort(nodes[order[rank < plan.taken[ranked_domain]]])
+    pods = capacity[picked].copy()
+    if plan.excess:
+        pods[int(np.argmin(pods))] -= plan.excess
+    return picked, pods

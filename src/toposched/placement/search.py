@@ -17,7 +17,7 @@ from toposched.cluster.topology import Topology
 from toposched.jobs.spec import JobSpec
 from toposched.placement.capacity import CapacityView, pods_per_free
 from toposched.placement.domains import DomainChoice, in_rank_order
-from toposched.placement.fewest_nodes import UNREACHABLE, fewest_nodes, node_cover_counts
+from toposched.placement.fewest_nodes import NodePlanner
 from toposched.placement.leaf_kernel import place_in_one_leaf
 from toposched.placement.node_fill import NodeFill, allocation_of, node_slices_in_gpus
 from toposched.placement.policies import BestFit, PlacementPolicy, fills_emptiest_first
@@ -145,33 +145,19 @@ class _Search:
     def _fewest_nodes(
         self, domains: DomainChoice, level: int, fits: IntArray, capacity: IntArray
     ) -> Placement | None:
-        """`preferred: node` (no domain slices): of the required domains that fit, those needing
-        the fewest nodes, the policy's favourite; in it, the fewest nodes (`fewest_nodes`).
-        None when the aggregates over-promised (no candidate holds the gang node by node)."""
-        topology, request = self.topology, self.request
-        starts = topology.domain_starts[level]
-        counts = starts[fits + 1] - starts[fits]
-        offsets = np.cumsum(counts) - counts
-        nodes = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
-            starts[fits] - offsets, counts
+        """`preferred: node` (no domain slices): the plan of `fewest_nodes.NodePlanner`. None
+        when the aggregates over-promised (no candidate holds the gang node by node)."""
+        planner = NodePlanner(
+            self.state,
+            self.view,
+            self.request,
+            lambda room, need, holding: domains.best(room, need, holding),
         )
-        node_room = self.view.node_capacity(nodes)
-        if fits.size == 1:
-            chosen = 0  # one candidate (e.g. the whole cluster): no count to compare
-        else:
-            candidate_of = np.repeat(np.arange(fits.size, dtype=np.int64), counts)
-            needed = node_cover_counts(node_room, candidate_of, fits.size, request.pods)
-            least = int(needed.min())
-            if least == UNREACHABLE:
-                return None
-            chosen = domains.best(np.where(needed == least, capacity, -1), request.pods)
-        inside = slice(int(offsets[chosen]), int(offsets[chosen] + counts[chosen]))
-        leaf_of = topology.node_domain[self.leaf_level][nodes[inside]].astype(np.int64)
-        picked = fewest_nodes(node_room[inside], leaf_of, request.pods)
-        if picked is None:
+        plan = planner.choose(level, fits, capacity)
+        if plan is None:
             return None
-        positions, pods = picked
-        return Placement(request, self.nodes.allocation(nodes[inside][positions], pods))
+        nodes, pods = planner.nodes_and_pods(plan)
+        return Placement(self.request, self.nodes.allocation(nodes, pods))
 
     def _one_node(self) -> PlacementResult:
         request = self.request
