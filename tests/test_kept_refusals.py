@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 from decision_log import line
+from job_helpers import four_gpu_gang as spec
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState, Health
-from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import CycleResult, Scheduler
-from toposched.scheduler.jobs import ReasonCode
+from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.kept_refusals import Keeping
 from toposched.sim.engine import simulate
 from toposched.workloads.ai2 import ai2_like
@@ -103,3 +103,104 @@ def test_kept_refusals_save_victim_searches() -> None:
         kept.victim_searches,
         exact.victim_searches,
     )
+
+
+# --- each change that can give room sends a kept refusal back to a search -------------------
+
+
+def one_team(keeping: Keeping = Keeping.VERIFY) -> Scheduler:
+    """2 racks x 2 nodes x 4 GPUs (rack 0: nodes 0-1, rack 1: nodes 2-3), one team. `low-0`
+    and `low-1` (priority 0) fill rack 0, protected until 1 h; `old` (priority 0, past its
+    protection) and `top` (priority 20, protected until 30 min) fill rack 1. `wide` (priority
+    10, a whole rack) may take the priority-0 jobs past their protection: only `old` for now,
+    which leaves no rack with room. Its first cycle searches and is refused."""
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"team": 100}})
+    scheduler = Scheduler(state, tree, reserve_min_gpus=64)
+    scheduler.preemptor.kept.keeping = keeping
+    for node, (name, priority, start) in enumerate(
+        (("low-0", 0, 0.0), ("low-1", 0, 0.0), ("old", 0, -2 * HOUR), ("top", 20, -HOUR / 2))
+    ):
+        job = spec(name, "team", priority=priority)
+        allocation = Allocation.of([node], [[0, 1, 2, 3]])
+        scheduler.adopt(job, allocation, start_time=start, now=0.0)
+    scheduler.submit(spec("wide", "team", pods=2, priority=10, topology={"required": "rack"}), 0)
+    assert not scheduler.cycle(60).decisions
+    assert searches(scheduler) == 1
+    return scheduler
+
+
+def searches(scheduler: Scheduler) -> int:
+    return scheduler.preemptor.victim_searches
+
+
+def evicted(result: CycleResult) -> list[str]:
+    return sorted(d.job_id for d in result.decisions if isinstance(d, Evict))
+
+
+def test_a_protection_end_of_a_job_it_may_not_take_keeps_the_refusal() -> None:
+    scheduler = one_team()
+    # top's protection ended at 30 min, but wide may not take it (higher priority).
+    assert not scheduler.cycle(HOUR / 2 + 60).decisions
+    assert searches(scheduler) == 1
+    assert scheduler.preemptor.kept.answered_through_changes == 1
+    # The low jobs' protection ends: searched again, and both go.
+    assert evicted(scheduler.cycle(HOUR)) == ["low-0", "low-1"]
+    assert searches(scheduler) == 2
+
+
+def test_kept_only_while_nothing_changed_searches_at_every_protection_end() -> None:
+    scheduler = one_team(Keeping.EXACT)
+    assert not scheduler.cycle(HOUR / 2 + 60).decisions
+    assert searches(scheduler) == 2
+
+
+def test_a_release_where_no_rack_gains_room_keeps_the_refusal() -> None:
+    scheduler = one_team()
+    # low-0 ends: rack 0 has 4 GPUs free, and low-1 is protected.
+    scheduler.finish("low-0", 120)
+    assert not scheduler.cycle(120).decisions
+    assert searches(scheduler) == 1
+
+
+def test_a_release_where_a_rack_could_gain_room_is_searched_again() -> None:
+    scheduler = one_team()
+    # top ends: rack 1 could hold 8 GPUs with old gone.
+    scheduler.finish("top", 120)
+    assert evicted(scheduler.cycle(120)) == ["old"]
+    assert searches(scheduler) == 2
+
+
+def test_a_health_change_forgets_every_refusal() -> None:
+    scheduler = one_team()
+    scheduler.set_health([3], Health.DRAINING, 120)
+    scheduler.cycle(120)
+    assert searches(scheduler) == 2
+
+
+def test_a_budget_change_forgets_the_refusal() -> None:
+    scheduler = one_team()
+    scheduler.set_share("team", 50)
+    assert not scheduler.cycle(120).decisions
+    assert searches(scheduler) == 2
+
+
+def test_a_running_job_s_new_priority_forgets_the_refusal() -> None:
+    scheduler = one_team()
+    scheduler.set_priority("low-0", 1, 120)
+    assert not scheduler.cycle(120).decisions
+    assert searches(scheduler) == 2
+    # Past its protection, wide may now take top too: old and top go.
+    scheduler.set_priority("top", 5, HOUR / 2 + 60)
+    assert evicted(scheduler.cycle(HOUR / 2 + 60)) == ["old", "top"]
+
+
+def test_a_start_takes_room_and_keeps_the_refusal() -> None:
+    scheduler = one_team()
+    scheduler.finish("low-0", 120)
+    scheduler.submit(spec("fill", "team"), 120)
+    assert [d.job_id for d in scheduler.cycle(120).decisions if isinstance(d, Bind)] == ["fill"]
+    # The start since changed the cluster, yet took room only.
+    assert not scheduler.cycle(180).decisions
+    assert searches(scheduler) == 1
+    assert scheduler.preemptor.kept.answered_through_changes == 2

@@ -61,19 +61,16 @@ class KeptRefusal:
     tree_version: int
     ranked: bool
     """Whether the preemptor's account was a budgeted leaf of the ranking then."""
-    runs_budget: bool
-    """Under the budget rule, whether the preemptor's account ran its whole budget then."""
     limits: dict[int, float]
     """Under the budget rule, per victim account code: the most GPUs one of its jobs could
-    hold and still be taken (what it ran beyond its budget then)."""
+    hold and still be taken (what it ran beyond its budget then; -inf for all while the
+    preemptor's account ran its whole budget)."""
     leaves: tuple[str, ...] | None
     """Under the fair-share rule, the accounts' order then."""
     checked_until: float
     """Protection ends up to this time are known to let no job the refusal may take go."""
     released: list[IntArray] = field(default_factory=list)
     """Nodes whose jobs ended since it was last checked."""
-    kept: Refusal | None = None
-    """The refusal as told once kept through a change (it quotes figures of `found`)."""
 
 
 class KeptRefusals:
@@ -137,7 +134,6 @@ class KeptRefusals:
         """Remember a lasting refusal found for `entry` at `now` (index refreshed at `now`)."""
         if len(self._kept) >= KEPT_MOST:
             self._kept.clear()
-        runs_budget = self.contract.runs_its_budget(entry.account, self.ledger)
         budget_rule = self.contract.cross_account == "budget"
         self._kept[key] = KeptRefusal(
             refusal=refusal,
@@ -149,8 +145,7 @@ class KeptRefusals:
             found=now,
             tree_version=self.tree.version,
             ranked=self._ranked(entry.account, ranking),
-            runs_budget=runs_budget,
-            limits=self._limits(entry.account) if budget_rule and not runs_budget else {},
+            limits=self._limits(entry.account) if budget_rule else {},
             leaves=None if budget_rule else ranking.leaves,
             checked_until=now,
         )
@@ -194,14 +189,7 @@ class KeptRefusals:
             del self._kept[key]
             return None
         self.answered_through_changes += 1
-        if kept.kept is None:
-            refusal = kept.refusal
-            kept.kept = Refusal(
-                refusal.code,
-                f"{refusal.reason} (as found at {kept.found:g} s: nothing since could make room)",
-                refusal.figures,
-            )
-        return kept.kept, True
+        return kept.refusal, True
 
     def _stands(
         self, kept: KeptRefusal, entry: QueueEntry, ranking: Ranking, fence: Fence, now: float
@@ -248,12 +236,9 @@ class KeptRefusals:
 
     def _loads_allow_no_more(self, kept: KeptRefusal, account: str) -> bool:
         """Under the budget rule, whether the loads let the preemptor take no job it could
-        not take then: its account still runs its budget if it did, and no other account's
-        limit grew past an unprotected job of it."""
-        ledger = self.ledger
-        if kept.runs_budget:
-            return self.contract.runs_its_budget(account, ledger)
-        index = ledger.preemptible
+        not take then: no other account's limit grew past an unprotected job of it (the
+        preemptor's account falling below its budget lifts every limit from -inf)."""
+        index = self.ledger.preemptible
         for code, limit in self._limits(account).items():
             before = kept.limits.get(code, -np.inf)
             if limit <= before:

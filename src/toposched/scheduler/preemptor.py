@@ -94,7 +94,8 @@ class Preemptor:
         loads), the fenced nodes, the preemptible index, the budget tree and usage (and under
         the fair-share rule the accounts' order) stay as they were and no protection has
         ended; and under the built-in rules, through the changes that cannot give the job
-        room (see `KeptRefusals`), quoting its figures as found. The search that stopped at
+        room (see `KeptRefusals`), word for word (the figures it quotes are those it was
+        found with). The search that stopped at
         `DOMAINS_EXAMINED` domains with room depends on which were cheapest, so its refusals
         are not remembered.
 
