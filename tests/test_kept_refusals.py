@@ -25,6 +25,8 @@ from toposched.sim.engine import simulate
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab
 from toposched.workloads.model import Workload
+from toposched.workloads.replay import default_traces_dir, itp_replay
+from toposched.workloads.variants import split_among_teams
 
 HOUR = 3600.0
 
@@ -41,6 +43,16 @@ RUNS = (
     Run("ai2-seed9", lambda: ai2_like(seed=9, days=0.3, gpus=512)),
     Run("frontier-seed5", lambda: frontier_lab(seed=5, days=3.0, racks_per_block=2)),
     Run("frontier-seed6", lambda: frontier_lab(seed=6, days=3.0, racks_per_block=3)),
+)
+
+TRACES = default_traces_dir()
+ITP_RUNS = (
+    # ITP replays draw nothing: their variety comes from the cluster, the teams and the span.
+    Run("itp04-12-teams", lambda: split_among_teams(itp_replay(4, nodes=32, days=1.0), 12)),
+    Run("itp04-5-teams", lambda: split_among_teams(itp_replay(4, nodes=16, days=1.0), 5)),
+)
+needs_itp = pytest.mark.skipif(
+    not (TRACES / "itp").is_dir(), reason=f"ITP traces not found at {TRACES / 'itp'}"
 )
 
 
@@ -85,12 +97,22 @@ def assert_same(run: str, want: Log, got: Log) -> None:
     assert len(got.lines) == len(want.lines)
 
 
-@pytest.mark.parametrize("run", RUNS, ids=[run.name for run in RUNS])
-def test_kept_refusals_decide_as_exact_ones(run: Run) -> None:
+def decide_alike(run: Run) -> None:
     exact = decisions(run.workload(), Keeping.EXACT)
     verified = decisions(run.workload(), Keeping.VERIFY)
     assert_same(run.name, exact, verified)
     assert verified.victim_searches <= exact.victim_searches
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[run.name for run in RUNS])
+def test_kept_refusals_decide_as_exact_ones(run: Run) -> None:
+    decide_alike(run)
+
+
+@needs_itp
+@pytest.mark.parametrize("run", ITP_RUNS, ids=[run.name for run in ITP_RUNS])
+def test_kept_refusals_decide_as_exact_ones_on_itp_replays(run: Run) -> None:
+    decide_alike(run)
 
 
 def test_kept_refusals_save_victim_searches() -> None:
