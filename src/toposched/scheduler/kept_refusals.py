@@ -27,6 +27,8 @@ RefusalKey = tuple[object, ...]
 """(pod shape, pods, account, priority), or (pod shape, pods) for a job that may take
 unallocated work only (see `Preemptor.preempt_or_refuse`)."""
 
+#: Releases listed for a kept refusal before they are merged into one set of nodes.
+RELEASES_LISTED = 32
 #: More kept refusals than this (distinct kinds of pending jobs) are forgotten at once.
 KEPT_MOST = 10_000
 
@@ -162,7 +164,11 @@ class KeptRefusals:
             return
         if freed.size:
             for kept in self._kept.values():
-                kept.released.append(freed)
+                released = kept.released
+                released.append(freed)
+                if len(released) > RELEASES_LISTED:
+                    # A refusal no job asked for in a while: its nodes as one set.
+                    released[:] = [np.unique(np.concatenate(released))]
 
     # --- answering -----------------------------------------------------------------------------
     def find(
