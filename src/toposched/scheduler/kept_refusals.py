@@ -223,22 +223,27 @@ class KeptRefusals:
 
     def _releases_leave_no_room(self, kept: KeptRefusal) -> bool:
         """Whether every domain of the gang's required level holding released nodes has fewer
-        whole GPUs free or held by jobs the preemptor could take than the gang needs."""
+        whole GPUs free or held by unprotected jobs than the gang needs. Free GPUs are counted
+        on fenced nodes too: the fence may let them go later without the refusal knowing."""
         request = kept.request
         if request.gpus_per_pod == 0 or request.is_fractional:
             return False
         level = request.required
-        node_domain = self.state.topology.node_domain[level]
+        topology = self.state.topology
         released = np.unique(np.concatenate(kept.released))
-        domains = np.unique(node_domain[released])
+        domains = np.unique(topology.node_domain[level][released])
         index = self.ledger.preemptible
         freeable = index.leaf_unallocated_freeable if kept.only_unallocated else index.leaf_freeable
-        domain_of_leaf = self._domain_of_leaf(level)
         held = np.bincount(
-            domain_of_leaf, weights=freeable, minlength=self.state.topology.n_domains(level)
+            self._domain_of_leaf(level), weights=freeable, minlength=topology.n_domains(level)
         )
-        room = self.state.free_gpus[level][domains] + held[domains]
-        return bool(room.max() < request.pods * request.gpus_per_pod)
+        free = self.state.free_whole_gpus
+        need = request.pods * request.gpus_per_pod
+        for domain, gpus in zip(domains.tolist(), held[domains].tolist(), strict=True):
+            first, last = topology.domain_range(level, domain)
+            if int(free[first:last].sum()) + gpus >= need:
+                return False
+        return True
 
     def _loads_allow_no_more(self, kept: KeptRefusal, account: str) -> bool:
         """Under the budget rule, whether the loads let the preemptor take no job it could
