@@ -293,6 +293,7 @@ class Scheduler:
             self.queue.add(dataclasses.replace(entry, priority=priority))
         else:
             self.ledger.set_priority(job)
+            self.preemptor.kept.forget_all()
         job.record(now, f"priority changed from {old} to {priority}")
         return job
 
@@ -319,6 +320,7 @@ class Scheduler:
             # those of gangs that no domain gaining GPUs can hold.
             self._epoch += 1
             self._after_changes()
+            self.preemptor.kept.after_changes(self.freed.since_settled())
         fence = Fence(self.state)
         turn = Turn(
             now,

@@ -3,8 +3,6 @@ search over them, and refusals remembered while nothing they depend on has chang
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from numpy.typing import NDArray
 
@@ -13,8 +11,10 @@ from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract
 from toposched.policy.fairshare import QueueEntry, Ranking
 from toposched.policy.usage import UsageTracker
-from toposched.scheduler.fence import Fence, FencedNodes
+from toposched.scheduler.errors import InternalError
+from toposched.scheduler.fence import Fence
 from toposched.scheduler.jobs import Job, JobKind
+from toposched.scheduler.kept_refusals import Keeping, KeptRefusals
 from toposched.scheduler.ledger import Ledger
 from toposched.scheduler.local_domains import LocalDomains
 from toposched.scheduler.preemption import (
@@ -43,17 +43,6 @@ def built_in_rules(contract: Contract) -> bool:
     )
 
 
-@dataclass(frozen=True)
-class _RememberedRefusal:
-    """A refused preemption: what it depended on, the nodes fenced then, until when no
-    protection ends, and the refusal."""
-
-    inputs: tuple[object, ...]
-    fenced: FencedNodes
-    until: float
-    refusal: Refusal
-
-
 class Preemptor:
     """Plans preemptions for pending jobs under the contract (see `preempt_or_refuse`)."""
 
@@ -75,10 +64,12 @@ class Preemptor:
         self.verdicts = Verdicts(tree, usage, contract, ledger)
         self.local = LocalDomains(state, ledger, search)
         self.spread = SpreadSearch(search)
-        # Refused preemptions by (pod shape, pods, account, priority), or by (pod shape, pods)
-        # for jobs that may take unallocated work only (see `preempt_or_refuse`).
-        self._refusals: dict[tuple[object, ...], _RememberedRefusal] = {}
-        self._refusals_epoch = 0
+        self.kept = KeptRefusals(state, tree, contract, ledger, search.domain_of_leaf)
+        """Refused preemptions by (pod shape, pods, account, priority), or by (pod shape, pods)
+        for jobs that may take unallocated work only (see `preempt_or_refuse`); replace it to
+        keep them otherwise (`Keeping`)."""
+        self.victim_searches = 0
+        """Victim searches run by `preempt_or_refuse`: those no kept refusal answered."""
 
     # --- planning -----------------------------------------------------------------------------
     def preempt_or_refuse(
@@ -91,19 +82,22 @@ class Preemptor:
         now: float,
         epoch: int,
     ) -> PreemptionPlan | Refusal:
-        """`plan`, with refusals remembered across cycles.
+        """`plan`, with refusals remembered across cycles (`kept`).
 
         A refusal is decided by the free capacity, the jobs preemption could take (running,
         not being evicted, past their protection, allowed by the contract) and the gang, not
         by the time otherwise: the work victims would lose orders the search, but the search
         refuses only when placing the gang fails with every allowed candidate gone (or their
         GPUs cannot add up to it), and a smaller set cannot succeed where that failed (the
-        placement search fails monotonically, as remembered failures assume). So a
-        refusal stands, word for word, while the epoch (free capacity and the running set,
-        hence the loads), the fenced nodes, the preemptible index, the budget tree and usage
-        (and under the fair-share rule the accounts' order) stay as they were and no
-        protection has ended. The search that stopped at `DOMAINS_EXAMINED` domains with room
-        depends on which were cheapest, so its refusals are not remembered.
+        placement search fails monotonically, as remembered failures assume). So a refusal
+        stands, word for word, while the epoch (free capacity and the running set, hence the
+        loads), the fenced nodes, the preemptible index, the budget tree and usage (and under
+        the fair-share rule the accounts' order) stay as they were and no protection has
+        ended; and under the built-in rules, through the changes that cannot give the job
+        room (see `KeptRefusals`), word for word (the figures it quotes are those it was
+        found with). The search that stopped at
+        `DOMAINS_EXAMINED` domains with room depends on which were cheapest, so its refusals
+        are not remembered.
 
         When unallocated work is all the job may take (`only_unallocated_victims`), nothing of
         its account or priority enters the search: the refusal is shared by every such job of
@@ -125,26 +119,40 @@ class Preemptor:
             ranking.leaves if self.contract.cross_account == "fair_share" else None,
         )
         fenced = fence.frozen()
-        known = self._refusals.get(key)
-        if (
-            known is not None
-            and known.inputs == inputs
-            and now < known.until
-            and fence.equals(known.fenced)
-        ):
-            return known.refusal
+        kept = self.kept
+        known = kept.find(key, inputs, entry, ranking, fence, now, built_in_rules(self.contract))
+        if known is not None:
+            refusal, changed = known
+            if changed and kept.keeping is Keeping.VERIFY:
+                fence.settle()
+                self._verify(job, entry, ranking, now, only_unallocated, refusal)
+            return refusal
         fence.settle()
+        self.victim_searches += 1
         plan, lasting = self.search(job, entry, ranking, now, only_unallocated)
         if isinstance(plan, PreemptionPlan):
             return plan
-        if self._refusals_epoch != epoch:
-            # Refusals of an earlier epoch cannot match again: forget them.
-            self._refusals.clear()
-            self._refusals_epoch = epoch
         if lasting:
-            until = self.ledger.next_protection_end(now)
-            self._refusals[key] = _RememberedRefusal(inputs, fenced, until, plan)
+            kept.keep(key, plan, inputs, fenced, job.request, entry, ranking, only_unallocated, now)
         return plan
+
+    def _verify(
+        self,
+        job: Job,
+        entry: QueueEntry,
+        ranking: Ranking,
+        now: float,
+        only_unallocated: bool,
+        kept: Refusal,
+    ) -> None:
+        """Raise `InternalError` if a search finds victims for `job` although `kept`, a
+        refusal kept through changes, says there are none (a debugging check)."""
+        plan, _ = self.search(job, entry, ranking, now, only_unallocated)
+        if isinstance(plan, PreemptionPlan):
+            raise InternalError(
+                job.job_id,
+                f"a refusal kept through changes answered it, yet victims make room ({kept})",
+            )
 
     def plan(
         self, job: Job, entry: QueueEntry, ranking: Ranking, now: float

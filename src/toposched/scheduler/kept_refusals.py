@@ -1,0 +1,302 @@
+"""Refused preemptions kept across cycles while nothing they depend on has moved: the releases,
+protection ends, account loads, budgets, standings and fenced nodes that could give the job
+room are each checked, the rest (starts, which only take room or turn free GPUs into
+preemptible ones) leaves a refusal standing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+from numpy.typing import NDArray
+
+from toposched.cluster.state import ClusterState
+from toposched.placement.request import GangRequest
+from toposched.policy.budget import BudgetTree
+from toposched.policy.contract import Contract
+from toposched.policy.fairshare import QueueEntry, Ranking
+from toposched.scheduler.fence import Fence, FencedNodes
+from toposched.scheduler.ledger import LAST_ID, Ledger
+from toposched.scheduler.refusals import Refusal
+
+IntArray = NDArray[np.int64]
+
+RefusalKey = tuple[object, ...]
+"""(pod shape, pods, account, priority), or (pod shape, pods) for a job that may take
+unallocated work only (see `Preemptor.preempt_or_refuse`)."""
+
+#: Releases listed for a kept refusal before they are merged into one set of nodes.
+RELEASES_LISTED = 32
+#: More kept refusals than this (distinct kinds of pending jobs) are forgotten at once.
+KEPT_MOST = 10_000
+
+
+class Keeping(StrEnum):
+    """How long a refused preemption is kept."""
+
+    EXACT = "exact"
+    """While nothing it read changed at all: no start, release, eviction, checkpoint, usage or
+    budget change, no protection end, the same nodes fenced."""
+    THROUGH_CHANGES = "through-changes"
+    """Also through changes that cannot give the job room (see `KeptRefusals`)."""
+    VERIFY = "verify"
+    """`THROUGH_CHANGES`, and every refusal kept through a change is searched again: a
+    search that finds victims raises (a debugging check)."""
+
+
+@dataclass(slots=True)
+class KeptRefusal:
+    """A refused preemption and what it read when it was found."""
+
+    refusal: Refusal
+    inputs: tuple[object, ...]
+    """The epoch, preemptible index, budget tree, usage and (fair-share rule) ranking then:
+    while all are equal nothing changed (`Keeping.EXACT`)."""
+    fenced: FencedNodes
+    until: float
+    """When the first protection after `found` ends."""
+    request: GangRequest
+    only_unallocated: bool
+    found: float
+    tree_version: int
+    ranked: bool
+    """Whether the preemptor's account was a budgeted leaf of the ranking then."""
+    limits: dict[int, float]
+    """Under the budget rule, per victim account code: the most GPUs one of its jobs could
+    hold and still be taken (what it ran beyond its budget then; -inf for all while the
+    preemptor's account ran its whole budget)."""
+    leaves: tuple[str, ...] | None
+    """Under the fair-share rule, the accounts' order then."""
+    checked_until: float
+    """Protection ends up to this time are known to let no job the refusal may take go."""
+    released: list[IntArray] = field(default_factory=list)
+    """Nodes whose jobs ended since it was last checked."""
+
+
+class KeptRefusals:
+    """Refused preemptions by `RefusalKey`, kept across cycles (see `Keeping`).
+
+    A refusal that does not depend on the order of domains by lost work (`lasting`) says that
+    no set of jobs the contract lets the preemptor take, within the budget caps, gives the
+    gang room. That stays true while the room such sets could make only shrinks, per node:
+    the room is the free GPUs and those of the jobs it may take. Starts only take free GPUs
+    (a preemptible job turns them into GPUs it may take: no more room), and evictions decided
+    only take jobs out of reach. Room may grow only by
+
+    - a release (a job ended): kept when every domain of the gang's required level that
+      holds released nodes has, free and held by every unprotected job, fewer whole GPUs than
+      the gang needs there (as failures kept through releases are judged);
+    - a protection ending: kept when the contract lets the preemptor take none of the jobs
+      whose protection ended since (looked at once each);
+    - the contract allowing more, with the same jobs: under the budget rule, when the
+      preemptor's account fell below its budget, or another account's limit grew and now
+      reaches one of its unprotected jobs; under the fair-share rule, any change of the
+      accounts' order; a change of the budget tree or of a running job's priority; the
+      preemptor's account becoming a budgeted leaf;
+    - nodes let go: fewer nodes fenced than then, or any other change of the cluster state
+      (health, spares, jobs started outside a cycle).
+
+    A contract that replaces the built-in rules keeps refusals only while nothing changed.
+    """
+
+    def __init__(
+        self,
+        state: ClusterState,
+        tree: BudgetTree,
+        contract: Contract,
+        ledger: Ledger,
+        domain_of_leaf: Callable[[int], IntArray],
+        keeping: Keeping = Keeping.THROUGH_CHANGES,
+    ) -> None:
+        self.state = state
+        self.tree = tree
+        self.contract = contract
+        self.ledger = ledger
+        self._domain_of_leaf = domain_of_leaf
+        self.keeping = Keeping(keeping)
+        self._kept: dict[RefusalKey, KeptRefusal] = {}
+        self.answered_through_changes = 0
+        """Refusals answered although something changed since they were found."""
+
+    # --- remembering ---------------------------------------------------------------------------
+    def keep(
+        self,
+        key: RefusalKey,
+        refusal: Refusal,
+        inputs: tuple[object, ...],
+        fenced: FencedNodes,
+        request: GangRequest,
+        entry: QueueEntry,
+        ranking: Ranking,
+        only_unallocated: bool,
+        now: float,
+    ) -> None:
+        """Remember a lasting refusal found for `entry` at `now` (index refreshed at `now`)."""
+        if len(self._kept) >= KEPT_MOST:
+            self._kept.clear()
+        budget_rule = self.contract.cross_account == "budget"
+        self._kept[key] = KeptRefusal(
+            refusal=refusal,
+            inputs=inputs,
+            fenced=fenced,
+            until=self.ledger.next_protection_end(now),
+            request=request,
+            only_unallocated=only_unallocated,
+            found=now,
+            tree_version=self.tree.version,
+            ranked=self._ranked(entry.account, ranking),
+            limits=self._limits(entry.account) if budget_rule else {},
+            leaves=None if budget_rule else ranking.leaves,
+            checked_until=now,
+        )
+
+    def forget_all(self) -> None:
+        """Something every refusal may depend on changed (a running job's priority)."""
+        self._kept.clear()
+
+    def after_changes(self, freed: IntArray | None) -> None:
+        """Between cycles the cluster changed: jobs released the GPUs of nodes `freed`, or
+        (None) something else changed it, and every refusal is forgotten."""
+        if freed is None or self.keeping is Keeping.EXACT:
+            self._kept.clear()
+            return
+        if freed.size:
+            for kept in self._kept.values():
+                released = kept.released
+                released.append(freed)
+                if len(released) > RELEASES_LISTED:
+                    # A refusal no job asked for in a while: its nodes as one set.
+                    released[:] = [np.unique(np.concatenate(released))]
+
+    # --- answering -----------------------------------------------------------------------------
+    def find(
+        self,
+        key: RefusalKey,
+        inputs: tuple[object, ...],
+        entry: QueueEntry,
+        ranking: Ranking,
+        fence: Fence,
+        now: float,
+        through_changes: bool,
+    ) -> tuple[Refusal, bool] | None:
+        """The refusal kept for `key` if it still stands for `entry` at `now` (the preemptible
+        index refreshed at `now`), and whether something changed since it was found;
+        `through_changes`: whether the contract lets a refusal stand through changes."""
+        kept = self._kept.get(key)
+        if kept is None:
+            return None
+        if kept.inputs == inputs and now < kept.until and fence.equals(kept.fenced):
+            return kept.refusal, False
+        if not through_changes or self.keeping is Keeping.EXACT:
+            return None
+        if not self._stands(kept, entry, ranking, fence, now):
+            del self._kept[key]
+            return None
+        self.answered_through_changes += 1
+        return kept.refusal, True
+
+    def _stands(
+        self, kept: KeptRefusal, entry: QueueEntry, ranking: Ranking, fence: Fence, now: float
+    ) -> bool:
+        """Whether nothing since `kept` was found can have given the job room."""
+        if kept.tree_version != self.tree.version or not fence.holds(kept.fenced):
+            return False
+        if not kept.ranked and self._ranked(entry.account, ranking):
+            return False
+        if kept.leaves is not None and kept.leaves != ranking.leaves:
+            return False
+        if kept.released:
+            if not self._releases_leave_no_room(kept):
+                return False
+            kept.released.clear()
+        if kept.only_unallocated:
+            # Unallocated work only: no protection or load enters what it may take.
+            return True
+        if kept.leaves is None and not self._loads_allow_no_more(kept, entry.account):
+            return False
+        if not self._protection_ends_allow_none(kept, entry, ranking, now):
+            return False
+        kept.checked_until = now
+        return True
+
+    def _releases_leave_no_room(self, kept: KeptRefusal) -> bool:
+        """Whether every domain of the gang's required level holding released nodes has fewer
+        whole GPUs free or held by unprotected jobs than the gang needs. Free GPUs are counted
+        on fenced nodes too: the fence may let them go later without the refusal knowing."""
+        request = kept.request
+        if request.gpus_per_pod == 0 or request.is_fractional:
+            return False
+        level = request.required
+        topology = self.state.topology
+        released = np.unique(np.concatenate(kept.released))
+        domains = np.unique(topology.node_domain[level][released])
+        index = self.ledger.preemptible
+        freeable = index.leaf_unallocated_freeable if kept.only_unallocated else index.leaf_freeable
+        held = np.bincount(
+            self._domain_of_leaf(level), weights=freeable, minlength=topology.n_domains(level)
+        )
+        free = self.state.free_whole_gpus
+        need = request.pods * request.gpus_per_pod
+        for domain, gpus in zip(domains.tolist(), held[domains].tolist(), strict=True):
+            first, last = topology.domain_range(level, domain)
+            if int(free[first:last].sum()) + gpus >= need:
+                return False
+        return True
+
+    def _loads_allow_no_more(self, kept: KeptRefusal, account: str) -> bool:
+        """Under the budget rule, whether the loads let the preemptor take no job it could
+        not take then: no other account's limit grew past an unprotected job of it (the
+        preemptor's account falling below its budget lifts every limit from -inf)."""
+        index = self.ledger.preemptible
+        for code, limit in self._limits(account).items():
+            before = kept.limits.get(code, -np.inf)
+            if limit <= before:
+                continue
+            size = len(index.allocations)
+            reached = (
+                index.counted[:size]
+                & ~index.unallocated[:size]
+                & (index.account[:size] == code)
+                & (index.gpus[:size] > before)
+                & (index.gpus[:size] <= limit)
+            )
+            if reached.any():
+                return False
+        return True
+
+    def _protection_ends_allow_none(
+        self, kept: KeptRefusal, entry: QueueEntry, ranking: Ranking, now: float
+    ) -> bool:
+        """Whether the contract lets `entry` take none of the running jobs whose protection
+        ended since the last check."""
+        ledger = self.ledger
+        protection = ledger.protection
+        first = protection.bisect_right((kept.checked_until, LAST_ID))
+        last = protection.bisect_right((now, LAST_ID))
+        if first >= last:
+            return True
+        index = ledger.preemptible
+        for _, job_id in protection.islice(first, last):
+            if index.evicting[index.slot_of[job_id]]:
+                continue
+            verdict = self.contract.may_preempt(entry, ledger.views[job_id], now, ranking, ledger)
+            if verdict.allowed:
+                return False
+        return True
+
+    def _limits(self, account: str) -> dict[int, float]:
+        """Per account code of the preemptible index but `account`'s: what it runs beyond
+        its budget (the budget rule's limit on a victim's GPUs)."""
+        ledger = self.ledger
+        index = ledger.preemptible
+        return {
+            code: self.contract.reclaim_limit(account, name, ledger)
+            for code, name in enumerate(index.account_names)
+            if name != account
+        }
+
+    @staticmethod
+    def _ranked(account: str, ranking: Ranking) -> bool:
+        return ranking.is_ranked_leaf(account) and ranking.standings[account].budgeted
