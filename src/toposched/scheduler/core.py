@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,14 +19,16 @@ from toposched.placement.search import Placement
 from toposched.policy.budget import BudgetTree
 from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier
 from toposched.policy.usage import UsageTracker
-from toposched.scheduler.decisions import Bind, Reserve
+from toposched.scheduler.decisions import Bind, Evict, Reserve
 from toposched.scheduler.defrag import fragmentation
+from toposched.scheduler.errors import InternalError
 from toposched.scheduler.evictions import Evictor
 from toposched.scheduler.explain import Explanation, QueueRow, queue_rows
 from toposched.scheduler.explain import explain as explain_job
 from toposched.scheduler.failures import FailureMemo, FailureReasons
 from toposched.scheduler.fence import Fence
 from toposched.scheduler.freed import FreedCapacity
+from toposched.scheduler.incremental import Incremental, Quiet, Reference, Walk, differences
 from toposched.scheduler.interruptions import Interruptions
 from toposched.scheduler.jobs import Job, JobKind, JobState, ReasonCode, Reservation
 from toposched.scheduler.ledger import Ledger, work_since
@@ -37,7 +40,7 @@ from toposched.scheduler.queueing import JobQueue
 from toposched.scheduler.reservations import ReservationSearch
 from toposched.scheduler.settings import SchedulerSettings
 from toposched.scheduler.spares import SparePool
-from toposched.scheduler.turn import Answer, CycleResult, Refused, Turn
+from toposched.scheduler.turn import Answer, Asked, CycleResult, Refused, Turn
 from toposched.scheduler.wording import no_preemption
 
 __all__ = ["CycleResult", "Scheduler"]
@@ -118,12 +121,18 @@ class Scheduler:
             state, self.policy, self.failures, self._start, settings.verify_kept_failures
         )
         self._kinds: dict[tuple[object, ...], JobKind] = {}
+        # A cycle after submissions only walks the new jobs and the few whose answers others
+        # read (see `Incremental`); only with Fair Tree's queue, whose order it can check.
+        self.incremental = Incremental(
+            settings.incremental and type(self.queue) is PendingQueue, settings.full_cycle_every
+        )
 
     # --- events ------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, now: float) -> Job:
         """Queue a job; names must be unique among live jobs and accounts must exist."""
         job = self._new_job(spec, now)
         self._enqueue(job)
+        self.incremental.submitted_job(job.job_id)
         return job
 
     def _new_job(self, spec: JobSpec, now: float, request: GangRequest | None = None) -> Job:
@@ -144,6 +153,7 @@ class Scheduler:
 
     def adopt(self, spec: JobSpec, allocation: Allocation, start_time: float, now: float) -> Job:
         """Take over a job already running on `allocation` (recovery after a restart)."""
+        self.incremental.forget()
         job = self.submit(spec, now)
         self._start(job, Placement(job.request, allocation), now)
         # Protection counts from the real start; usage is charged from now, when we took over.
@@ -156,6 +166,7 @@ class Scheduler:
         """`adopt` each in order, with the same result, for the many running jobs of a restart:
         a job goes to the running set without passing through the queue, and is counted in
         the ledger once, from its real start."""
+        self.incremental.forget()
         # Specs copied from one stored document share its resources and topology: their
         # requests differ by name only, resolved against the topology once.
         requests: dict[tuple[int, int, int], GangRequest] = {}
@@ -180,6 +191,7 @@ class Scheduler:
 
     def finish(self, job_id: str, now: float) -> Job:
         """A running job ended on its own: its GPUs return."""
+        self.incremental.forget()
         job = self._running(job_id)
         self._stop(job, now)
         job.state = JobState.FINISHED
@@ -190,6 +202,7 @@ class Scheduler:
 
     def fail(self, job_id: str, now: float, requeue: bool | None = None) -> Job:
         """A running job failed: requeue it (resumable jobs by default) or mark it failed."""
+        self.incremental.forget()
         job = self._running(job_id)
         self._stop(job, now)
         again = job.spec.resumable if requeue is None else requeue
@@ -206,6 +219,7 @@ class Scheduler:
     def evicted(self, job_id: str, now: float) -> Job:
         """The backend reports an evicted job gone: its GPUs return to the nominee, and the job
         is requeued (resumable, or restartable by policy) or failed, as the contract says."""
+        self.incremental.forget()
         job = self._running(job_id)
         view = self.ledger.views[job_id]
         self._stop(job, now)
@@ -223,11 +237,13 @@ class Scheduler:
 
     def report_checkpoint(self, job_id: str, now: float) -> None:
         """A running job saved its state: preempting it now loses only work after `now`."""
+        self.incremental.forget()
         job = self._running(job_id)
         job.last_checkpoint = now
         self.ledger.preemptible.checkpoint(job_id, work_since(job))
 
     def cancel(self, job_id: str, now: float) -> Job:
+        self.incremental.forget()
         job = self._job(job_id)
         if job.state is JobState.RUNNING:
             self._stop(job, now)
@@ -253,6 +269,7 @@ class Scheduler:
         marked healthy (a hold is a closure, apart from health); a repaired node refills its
         domain's pool.
         """
+        self.incremental.forget()
         node_array = distinct(np.asarray(nodes, dtype=np.int64))
         spares = self.spares
         self.state.set_health(node_array, health)
@@ -277,6 +294,7 @@ class Scheduler:
         """Change a live job's priority. A pending job takes its new place among its account's
         jobs; a running job keeps running, and its new priority counts in later preemption
         decisions (as a victim, against jobs of its account)."""
+        self.incremental.forget()
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise InputError(
                 "priority", priority, "must be an integer (higher runs first within an account)"
@@ -299,6 +317,7 @@ class Scheduler:
 
     def set_share(self, account: str, share: float) -> None:
         """A budget change: the next cycle orders by it (accounts re-rank, jobs do not re-sort)."""
+        self.incremental.forget()
         self.tree.set_share(account, share)
 
     # --- the cycle ---------------------------------------------------------------------------
@@ -310,7 +329,29 @@ class Scheduler:
         The phases, in order: jobs leave draining nodes; the queue is ordered (gangs a node
         failure interrupted first); then each pending job in turn starts on nodes kept for it,
         is placed (or backfilled behind the reservation), preempts, or gets the reservation.
+        After submissions only, the jobs the last cycle answered alike are skipped, with the
+        same decisions (see `toposched.scheduler.incremental`).
         """
+        if self.settings.check_incremental and self.incremental.reference is not None:
+            return self._checked_cycle(now)
+        return self._cycle(now)
+
+    def _checked_cycle(self, now: float) -> CycleResult:
+        """`_cycle`, and if it skipped jobs, a full cycle on a copy of the scheduler taken
+        before it: `InternalError` unless both decided the same."""
+        trial = copy.deepcopy(self)
+        trial.incremental.enabled = False
+        result = self._cycle(now)
+        if result.incremental:
+            expected = trial._cycle(now)
+            difference = differences(expected.decisions, result.decisions)
+            if difference is not None:
+                raise InternalError(
+                    "cycle", f"at {now!r}, the cycle after submissions only {difference}"
+                )
+        return result
+
+    def _cycle(self, now: float) -> CycleResult:
         result = CycleResult(now)
         self.reservation = None
         self._cycles += 1
@@ -318,9 +359,11 @@ class Scheduler:
             # Something outside the cycle changed the cluster (a job ended, a node came back):
             # capacity may have been freed, so earlier failures prove nothing any more, but
             # those of gangs that no domain gaining GPUs can hold.
+            self.incremental.forget()
             self._epoch += 1
             self._after_changes()
             self.preemptor.kept.after_changes(self.freed.since_settled())
+        stamp = self._stamp()
         fence = Fence(self.state)
         turn = Turn(
             now,
@@ -330,26 +373,107 @@ class Scheduler:
             FailureReasons(self._cycles),
             self.settings.max_preemptions_per_cycle,
         )
+        walk: Walk | None = None
         try:
             self.evictor.evict_from_draining_nodes(now, result.decisions)
+            if result.decisions:
+                self.incremental.forget()
             # Accounts below their budget go first for the whole cycle, even once a start here
             # takes one past it: the order is fixed before any decision.
             entries = list(self.queue.ordered(now, self._owed_first()))
             entries = self.interruptions.first(entries)
-            jobs = self.jobs
-            pending = [jobs[entry.job_id] for entry in entries]
-            nominated = [job.nomination.nodes for job in pending if job.nomination is not None]
-            if nominated:
-                # One change of the cluster state for all of them, not one per preemptor.
-                fence.close(np.concatenate(nominated))
-            result.considered = len(entries)
-            for entry, job in zip(entries, pending, strict=True):
-                self._consider(turn, entry, job)
+            order = [entry.job_id for entry in entries]
+            walk = self.incremental.walk(now, stamp, self._leaves(now), order)
+            result.incremental = walk.skipping
+            self._walk(turn, entries, walk)
+            result.skipped = walk.skipped
+        except BaseException:
+            walk = None
+            raise
         finally:
             fence.open_all()
             self._settled_version = self.state.version
             self.freed.settle()
+            if walk is not None:
+                self._leave_reference(turn, walk, order)
         return result
+
+    def _walk(self, turn: Turn, entries: list[QueueEntry], walk: Walk) -> None:
+        """Each pending job's turn, in queue order, but those `walk` skips."""
+        jobs = self.jobs
+        pending = [jobs[entry.job_id] for entry in entries]
+        nominated = [job.nomination.nodes for job in pending if job.nomination is not None]
+        fence, result = turn.fence, turn.result
+        if nominated:
+            # One change of the cluster state for all of them, not one per preemptor.
+            fence.close(np.concatenate(nominated))
+        result.considered = len(entries)
+        decisions = result.decisions
+        for entry, job in zip(entries, pending, strict=True):
+            if walk.skipping:
+                skipped, asked = walk.skip(entry.job_id)
+                if skipped:
+                    if asked is not None:
+                        self._refused(turn, asked)
+                    continue
+            made, searches = len(decisions), result.searches
+            generation, failures, reservation = (
+                fence.generation,
+                self.failures.version,
+                self.reservation,
+            )
+            turn.asked = None
+            answered = self._consider(turn, entry, job)
+            unmoved = (
+                len(decisions) == made
+                and result.searches == searches
+                and fence.generation == generation
+                and self.failures.version == failures
+                and self.reservation is reservation
+            )
+            walk.after(job, Quiet(answered, unmoved, turn.asked), len(decisions) != made)
+
+    def _stamp(self) -> tuple[int, ...]:
+        """The versions of what the cycle's answers depend on besides the queue and the
+        clock: equal stamps, and the cycle between them changed nothing either."""
+        return (
+            self.state.version,
+            self.tree.version,
+            self.usage.version,
+            self._epoch,
+            self.failures.version,
+            self.ledger.leaving_version,
+        )
+
+    def _leaves(self, now: float) -> tuple[str, ...] | None:
+        """The accounts' order where preemption reads it (under the fair-share rule)."""
+        if self.contract.cross_account != "fair_share":
+            return None
+        return self.queue.ranking(now).leaves
+
+    def _leave_reference(self, turn: Turn, walk: Walk, order: list[str]) -> None:
+        """Keep what the cycle saw for a cycle after submissions only, unless it evicted,
+        spent a preemption or settled a nominee (then the next cycle is a full one)."""
+        decisions, now = turn.result.decisions, turn.now
+        reference = None
+        if (
+            turn.preemptions_left == self.settings.max_preemptions_per_cycle
+            and not turn.nominees_settled
+            and not any(isinstance(decision, Evict) for decision in decisions)
+        ):
+            bound = {d.job_id for d in decisions if isinstance(d, Bind)}
+            if bound:
+                order = [job_id for job_id in order if job_id not in bound]
+            reference = Reference(
+                now,
+                self._stamp(),
+                self.ledger.next_protection_end(now),
+                self._leaves(now),
+                order,
+                walk.settled,
+                walk.outcomes,
+            )
+        self.incremental.settle(walk, reference)
 
     def _after_changes(self) -> None:
         """Forget the failures that the changes since the last cycle may have undone: every
@@ -360,8 +484,10 @@ class Scheduler:
             return
         self.failures.outlive_release(freed, self.state)
 
-    def _consider(self, turn: Turn, entry: QueueEntry, job: Job) -> None:
-        """One pending job's turn: start it, preempt or reserve for it, or say why not."""
+    def _consider(self, turn: Turn, entry: QueueEntry, job: Job) -> bool:
+        """One pending job's turn: start it, preempt or reserve for it, or say why not.
+        Returns whether it was answered alike an earlier job, or waits for its victims to exit:
+        nothing a later job reads changed (see `toposched.scheduler.incremental`)."""
         job.reservation = None
         job.refusal = None
         fence = turn.fence
@@ -374,8 +500,9 @@ class Scheduler:
                 # they were found under; refused preemptions too.
                 turn.unpreemptable.clear()
                 turn.refusals += 1
+                turn.nominees_settled = True
             if started:
-                return
+                return job.nomination is not None
         kind = job.kind
         if kind is None:
             kind = self._kind_of(job)
@@ -392,7 +519,7 @@ class Scheduler:
             job.reason = same.reason
             job.reason_code = same.code
             job.refusal = same.refusal
-            return
+            return True
         tier_key = (entry.account, entry.unallocated)
         tier = turn.tiers.get(tier_key)
         if tier is None:
@@ -401,15 +528,15 @@ class Scheduler:
             turn, entry, job, kind, tier, self.reservation, self._epoch
         )
         if started:
-            return
+            return False
         allocated = tier is QueueTier.ALLOCATED
         if allocated and turn.preemptions_left > 0 and not entry.unallocated:
             if self._preempt(turn, entry, job, kind):
-                return
+                return False
         if self.reservation is None and allocated and job.gpus >= self.settings.reserve_min_gpus:
             answered_by = None  # a reservation is looked for job by job
             if self._reserve(turn, job):
-                return
+                return False
         if answered_by is not None and known_so_far == (
             fence.generation,
             self.failures.version,
@@ -420,6 +547,7 @@ class Scheduler:
             turn.answered[alike] = Answer(
                 known_so_far, answered_by, job.reason, job.reason_code, job.refusal
             )
+        return False
 
     def _preempt(self, turn: Turn, entry: QueueEntry, job: Job, kind: JobKind) -> bool:
         """Evict for the job if the contract allows a set of victims that makes room; else add
@@ -449,14 +577,22 @@ class Scheduler:
             self._carry_out(job, plan, turn.now, turn.result)
             turn.fence.close(job.nomination.nodes if job.nomination else plan.nodes)
             return True
-        if refused is None or pods < refused.pods:
-            turn.unpreemptable[refusal_key] = Refused(pods, plan)
-            turn.refusals += 1
+        turn.asked = asked = Asked(refusal_key, pods, plan)
+        self._refused(turn, asked)
         note = self.preemptor.beyond_budget_note(job, entry)
         job.reason = no_preemption(job.reason, plan, note)
         job.refusal = plan
         job.reason_code = ReasonCode.NO_PREEMPTION
         return False
+
+    @staticmethod
+    def _refused(turn: Turn, asked: Asked) -> None:
+        """Remember a refused preemption for the jobs alike later in the cycle, unless one
+        refused for no more pods is known."""
+        refused = turn.unpreemptable.get(asked.key)
+        if refused is None or asked.pods < refused.pods:
+            turn.unpreemptable[asked.key] = Refused(asked.pods, asked.refusal)
+            turn.refusals += 1
 
     def _reserve(self, turn: Turn, job: Job) -> bool:
         """Reserve the earliest place the job fits as running jobs end, or open one now by
@@ -504,6 +640,7 @@ class Scheduler:
     def bind(self, job_id: str, placement: Placement, now: float) -> Bind:
         """Start the pending job on `placement`, found by the caller's own placement (a
         scheduler that brings its own cycle, as the baselines do); returns the decision."""
+        self.incremental.forget()
         job = self._job(job_id)
         if job.state is not JobState.PENDING:
             raise InputError("job", job_id, f"is {job.state}, not pending")
@@ -574,6 +711,7 @@ class Scheduler:
     def compact(self, now: float) -> CycleResult:
         """Background compaction: empty one partly used innermost domain by moving its
         resumable jobs into fuller ones, within `compaction_moves_per_hour`."""
+        self.incremental.forget()
         result = CycleResult(now)
         self.evictor.compact(now, result.decisions)
         return result

@@ -72,6 +72,17 @@ class SchedulerSettings:
     """Debugging: search again, at each cycle's start, every failure kept through a release,
     and raise `InternalError` if one fits (the shortcut would have changed a decision)."""
 
+    incremental: bool = True
+    """Whether a cycle after submissions only skips the pending jobs the last cycle answered
+    alike, with the same decisions (see `toposched.scheduler.incremental`); False: every cycle
+    walks every pending job."""
+    full_cycle_every: float = 300.0
+    """Seconds after which a cycle walks every pending job regardless, as a safety net
+    (0: never forced)."""
+    check_incremental: bool = False
+    """Debugging: run a full cycle on a copy of the scheduler beside each cycle that skips
+    jobs, and raise `InternalError` if their decisions differ."""
+
     charge_unallocated: bool = False
     """Whether unallocated work is charged to its account's usage too (Slurm charges every
     job; toposched charges budgeted work only)."""
@@ -80,6 +91,7 @@ class SchedulerSettings:
         _seconds("borrowed_min_runtime", self.borrowed_min_runtime, allow_none=True)
         _seconds("grace_s", self.grace_s)
         _seconds("max_grace_s", self.max_grace_s)
+        _seconds("full_cycle_every", self.full_cycle_every)
         if isinstance(self.reserve_min_gpus, bool) or not isinstance(
             self.reserve_min_gpus, int | float
         ):

@@ -26,6 +26,11 @@ class CycleResult:
     considered: int = 0
     searches: int = 0
     """Placement searches run; the rest were answered by a failure of the same shape."""
+    incremental: bool = False
+    """Whether it ran after submissions only, skipping the jobs the last cycle answered alike
+    (see `toposched.scheduler.incremental`)."""
+    skipped: int = 0
+    """Pending jobs it skipped so."""
 
     @property
     def bound(self) -> list[Bind]:
@@ -40,6 +45,16 @@ class CycleResult:
 class Refused:
     """A preemption refused in this cycle to a gang of `pods` pods, and why."""
 
+    pods: int
+    refusal: Refusal
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """The preemptor refused a job: under which key of `Turn.unpreemptable`, for how many
+    pods, and why."""
+
+    key: tuple[object, ...]
     pods: int
     refusal: Refusal
 
@@ -84,6 +99,10 @@ class Turn:
     account, priority, whether declared unallocated, and what the cycle knows so far (fence,
     failures, reservation, refusals, preemptions left). Such a job gets the reason an earlier
     job alike got, unless its own failure is the answer."""
+    asked: Asked | None = None
+    """The refusal the preemptor gave in the current job's turn, if it asked one."""
+    nominees_settled: bool = False
+    """Whether a nominee's nodes were let go (it started, or must plan again)."""
     ranking: Ranking | None = None
     """The standings at `now`, computed when a preemption first needs them: they do not move
     within a cycle (a job started now has used nothing yet)."""

@@ -1,0 +1,233 @@
+"""Cycles after submissions only: the pending jobs the last cycle answered by lookups alone are
+not walked again, only the new jobs and the jobs whose answers changed what later jobs see.
+
+Why that gives the full cycle's decisions. Let the last cycle be the reference. Since it, only
+jobs were submitted: the cluster state, the budgets, the usage, the running set and the
+nominations are as it left them, and the pending jobs it saw keep their order among themselves
+(checked, job by job). The reference made no eviction, so every job in it saw every preemption
+still allowed, and no nominee let its nodes go. A job it bound is gone from the queue; the jobs
+before it saw more free capacity then than they see now, and a placement that failed then fails
+now (the placement search fails monotonically, as remembered failures assume).
+
+In the reference each job was either *answered*, by the answer an earlier job alike got under
+the same knowledge (`Turn.answered`) or by waiting for its victims to exit, which changes
+nothing a later job reads; or it was an *anchor*: its turn searched, preempted, reserved or
+wrote a failure or a refusal that later jobs read. A cycle after submissions walks the anchors
+and the new jobs in queue order, through the same `_consider` as a full cycle, and skips the
+answered jobs. While each anchor gets the answer it got in the reference (reason code, refusal,
+reservation job and place) and no new job binds, evicts or reserves, the knowledge every
+skipped job would meet is what it met then, give or take failures and refusals the new jobs
+added, which only answer more jobs alike the same way (no decision, only other words). So a
+skipped job would decide nothing, and its explanation stays the reference's. The reservation,
+when its job's answer is the same, starts no earlier than then (`max(release, now)`), so a job
+that was too long to backfill still is.
+
+From the first anchor whose answer differs, or the first new job that decides anything, the
+cycle walks every remaining job, as a full cycle does from there. A full cycle runs whenever
+anything else happened since the reference (any other event, a change of the cluster state,
+budgets or usage seen by their versions), when the reference evicted, spent a preemption or
+settled a nominee, when the old jobs' order moved (usage accrues, so accounts may re-rank), and
+every `full_cycle_every` seconds regardless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from toposched.scheduler.decisions import Bind, Decision
+from toposched.scheduler.jobs import Job, ReasonCode
+from toposched.scheduler.refusals import Refusal
+from toposched.scheduler.turn import Asked
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What an anchor was told: what later jobs read of its turn."""
+
+    code: ReasonCode
+    refusal: Refusal | None
+    reservation: tuple[str, int, str] | None
+    """The reservation it got (job, nodes, domain), without its start (see the module)."""
+
+    @staticmethod
+    def of(job: Job) -> Outcome:
+        reserved = job.reservation
+        place = (
+            None if reserved is None else (reserved.job_id, reserved.nodes_count, reserved.domain)
+        )
+        return Outcome(job.reason_code, job.refusal, place)
+
+
+@dataclass
+class Reference:
+    """What the last cycle left for a cycle after submissions only."""
+
+    now: float
+    stamp: tuple[int, ...]
+    """The versions of what its answers depend on (see `Scheduler._stamp`)."""
+    until: float
+    """When the next protection of a running job ends after it."""
+    leaves: tuple[str, ...] | None
+    """The accounts' order, where the contract reads it (None: where it does not)."""
+    order: list[str]
+    """The jobs still pending after it, in its queue order."""
+    settled: dict[str, Asked | None]
+    """The jobs it may skip, each with the refusal the preemptor gave it, if it asked one."""
+    outcomes: dict[str, Outcome]
+    """The anchors' answers."""
+
+
+@dataclass(frozen=True, slots=True)
+class Quiet:
+    """How one job's turn went, as far as later jobs are concerned."""
+
+    answered: bool
+    """Answered alike an earlier job, or waiting for its victims: nothing moved."""
+    unmoved: bool
+    """No decision, no placement search, and the fence, the remembered failures and the
+    reservation as they were."""
+    asked: Asked | None
+    """The refusal the preemptor gave it, if it asked one."""
+
+
+@dataclass
+class Walk:
+    """One cycle's walk down the queue: which jobs it skips, and what it leaves for the next."""
+
+    reference: Reference | None
+    """None: a full cycle, which skips no job."""
+    asked_before: dict[str, Refusal]
+    """The refusals the preemptor gave in the last cycle, by job."""
+    new: frozenset[str] = frozenset()
+    settled: dict[str, Asked | None] = field(default_factory=dict)
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    asked: dict[str, Refusal] = field(default_factory=dict)
+    skipped: int = 0
+
+    @property
+    def skipping(self) -> bool:
+        return self.reference is not None
+
+    def skip(self, job_id: str) -> tuple[bool, Asked | None]:
+        """Whether the job's turn is skipped (settled in the reference, and nothing met since
+        changed what it would meet), and the refusal its turn would record again."""
+        reference = self.reference
+        if reference is None or job_id not in reference.settled:
+            return False, None
+        asked = reference.settled[job_id]
+        self.settled[job_id] = asked
+        if asked is not None:
+            self.asked[job_id] = asked.refusal
+        self.skipped += 1
+        return True, asked
+
+    def after(self, job: Job, turn: Quiet, decided: bool) -> None:
+        """The job's turn is over (`decided`: whether it emitted decisions). Stops skipping
+        where its answer departs from the reference's."""
+        job_id = job.job_id
+        asked = turn.asked
+        if asked is not None:
+            self.asked[job_id] = asked.refusal
+        outcome = Outcome.of(job)
+        if turn.answered:
+            self.settled[job_id] = None
+        elif turn.unmoved and (asked is None or self.asked_before.get(job_id) is asked.refusal):
+            # The preemptor answered from its memory (the very refusal it gave last time): it
+            # will again while nothing it depends on changes.
+            self.settled[job_id] = asked
+        else:
+            self.outcomes[job_id] = outcome
+        reference = self.reference
+        if reference is None or turn.answered:
+            return
+        if job_id in self.new:
+            # A new job that binds, evicts or reserves changes what every later job meets.
+            if decided:
+                self.reference = None
+            return
+        known = reference.outcomes.get(job_id)
+        reserved_only = not decided or outcome.reservation is not None
+        if known is None or known != outcome or not reserved_only:
+            self.reference = None
+
+
+class Incremental:
+    """What the scheduler keeps between cycles to run one after submissions only (see the
+    module): the reference, the jobs submitted since, and when the last full cycle ran."""
+
+    def __init__(self, enabled: bool, full_cycle_every: float) -> None:
+        self.enabled = enabled
+        self.full_cycle_every = full_cycle_every
+        self.reference: Reference | None = None
+        self.submitted: list[str] = []
+        self.asked: dict[str, Refusal] = {}
+        self.last_full = -float("inf")
+        self.cycles = 0
+        """Cycles run after submissions only."""
+
+    def submitted_job(self, job_id: str) -> None:
+        self.submitted.append(job_id)
+
+    def forget(self) -> None:
+        """Something other than a submission happened: the next cycle is a full one."""
+        self.reference = None
+
+    def walk(
+        self,
+        now: float,
+        stamp: tuple[int, ...],
+        leaves: tuple[str, ...] | None,
+        order: list[str],
+    ) -> Walk:
+        """The walk of a cycle at `now` over the pending jobs `order` (queue order): skipping
+        the jobs the reference settled, when nothing but submissions happened since."""
+        reference, new = self.reference, frozenset(self.submitted)
+        self.reference = None
+        self.submitted = []
+        if (
+            not self.enabled
+            or reference is None
+            or (self.full_cycle_every > 0 and now >= self.last_full + self.full_cycle_every)
+            or not reference.now <= now < reference.until
+            or stamp != reference.stamp
+            or leaves != reference.leaves
+            or len(order) != len(reference.order) + len(new)
+            or [job_id for job_id in order if job_id not in new] != reference.order
+        ):
+            self.last_full = now
+            return Walk(None, self.asked)
+        self.cycles += 1
+        return Walk(reference, self.asked, new)
+
+    def settle(self, walk: Walk, reference: Reference | None) -> None:
+        """The cycle is over: `reference` is what it leaves, if it may serve (see
+        `Scheduler._leave_reference`)."""
+        self.asked = walk.asked
+        self.reference = reference
+
+
+def differences(expected: Sequence[Decision], actual: Sequence[Decision]) -> str | None:
+    """How `actual` departs from `expected`, decision by decision, in words (None: not)."""
+    for number, (want, got) in enumerate(zip(expected, actual, strict=False), start=1):
+        if not _same(want, got):
+            return f"decided {got} where a full cycle decided {want} (decision {number})"
+    if len(expected) != len(actual):
+        return f"made {len(actual)} decisions where a full cycle made {len(expected)}"
+    return None
+
+
+def _same(want: Decision, got: Decision) -> bool:
+    if isinstance(want, Bind) and isinstance(got, Bind):
+        mine, theirs = want.allocation, got.allocation
+        return (
+            (want.job_id, want.unallocated, want.backfilled)
+            == (got.job_id, got.unallocated, got.backfilled)
+            and (mine.gpu_milli, mine.cpu_milli, mine.memory_mib)
+            == (theirs.gpu_milli, theirs.cpu_milli, theirs.memory_mib)
+            and np.array_equal(mine.nodes, theirs.nodes)
+            and np.array_equal(mine.gpus, theirs.gpus)
+        )
+    return want == got

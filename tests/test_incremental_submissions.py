@@ -1,0 +1,115 @@
+"""Cycles after submissions only skip the pending jobs the last cycle answered alike, and decide
+what a full cycle decides: on short Ai2-like, frontier, ITP and openb simulations with several
+seeds, the decision log with the shortcut equals the log of a scheduler whose every cycle walks
+every pending job, and the shortcut is taken."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+from decision_log import line
+
+from toposched.cluster.state import ClusterState
+from toposched.policy.budget import BudgetTree
+from toposched.scheduler.core import CycleResult, Scheduler
+from toposched.sim.engine import simulate
+from toposched.workloads.ai2 import ai2_like
+from toposched.workloads.frontier import frontier_lab
+from toposched.workloads.model import Workload
+from toposched.workloads.replay import default_traces_dir, itp_replay, openb_replay
+
+TRACES = default_traces_dir()
+needs_itp = pytest.mark.skipif(
+    not (TRACES / "itp").is_dir(), reason=f"ITP traces not found at {TRACES / 'itp'}"
+)
+needs_openb = pytest.mark.skipif(
+    not (TRACES / "openb").is_dir(), reason=f"openb traces not found at {TRACES / 'openb'}"
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    workload: Callable[[], Workload]
+
+
+RUNS = (
+    pytest.param(Run("ai2-seed7", lambda: ai2_like(seed=7, days=0.5, gpus=256)), id="ai2-seed7"),
+    pytest.param(
+        Run("ai2-seed8-team", lambda: ai2_like(seed=8, days=0.5, gpus=256, training_sizes="team")),
+        id="ai2-seed8-team",
+    ),
+    pytest.param(Run("ai2-seed9", lambda: ai2_like(seed=9, days=0.3, gpus=512)), id="ai2-seed9"),
+    pytest.param(
+        Run("frontier-seed5", lambda: frontier_lab(seed=5, days=2.0, racks_per_block=2)),
+        id="frontier-seed5",
+    ),
+    pytest.param(
+        Run("frontier-seed6", lambda: frontier_lab(seed=6, days=2.0, racks_per_block=3)),
+        id="frontier-seed6",
+    ),
+    pytest.param(
+        Run("itp04", lambda: itp_replay(4, nodes=16, days=2.0)), id="itp04", marks=needs_itp
+    ),
+    pytest.param(
+        Run("itp07", lambda: itp_replay(7, nodes=8, days=2.0)), id="itp07", marks=needs_itp
+    ),
+    pytest.param(
+        Run("openb", lambda: openb_replay("default", days=0.3)), id="openb", marks=needs_openb
+    ),
+)
+
+
+@dataclass
+class Log:
+    lines: list[str]
+    incremental: int = 0
+    skipped: int = 0
+
+
+def decisions(run: Run, **settings: bool) -> Log:
+    """The decision log of `run` under a scheduler with `settings`, and how many cycles ran
+    after submissions only and how many job turns they skipped."""
+    log = Log([])
+
+    def build(state: ClusterState, tree: BudgetTree) -> Scheduler:
+        scheduler = Scheduler(state, tree, **settings)
+        cycle = scheduler.cycle
+
+        def recorded(now: float) -> CycleResult:
+            result = cycle(now)
+            log.lines.extend(line(now, decision) for decision in result.decisions)
+            log.incremental += result.incremental
+            log.skipped += result.skipped
+            return result
+
+        scheduler.cycle = recorded  # type: ignore[method-assign]
+        return scheduler
+
+    simulate(run.workload(), build)
+    return log
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_cycles_after_submissions_decide_as_full_cycles(run: Run) -> None:
+    full = decisions(run, incremental=False)
+    # Never a forced full cycle: as many cycles as can skip jobs do.
+    shortcut = decisions(run, incremental=True, full_cycle_every=0.0)
+
+    assert full.lines, f"{run.name}: no decisions to compare"
+    assert full.incremental == 0
+    for number, (want, got) in enumerate(zip(full.lines, shortcut.lines, strict=False), start=1):
+        assert got == want, f"{run.name}: decision {number} differs"
+    assert len(shortcut.lines) == len(full.lines)
+    assert shortcut.incremental > 0, f"{run.name}: no cycle ran after submissions only"
+    assert shortcut.skipped > 0, f"{run.name}: no job's turn was skipped"
+
+
+def test_the_checking_mode_holds_on_a_loaded_cluster() -> None:
+    """Beside every cycle that skips jobs, a full cycle on a copy decides the same."""
+    run = Run("ai2-seed7", lambda: ai2_like(seed=7, days=0.2, gpus=256))
+    checked = decisions(run, check_incremental=True, full_cycle_every=0.0)
+    assert checked.incremental > 0
+    assert checked.lines == decisions(run, incremental=False).lines
