@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Callable, Sequence
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
@@ -16,7 +16,7 @@ from toposched.jobs import rules
 
 __all__ = ["InputModel", "parsed", "pod_count", "rule_error"]
 
-T = TypeVar("T")
+T = typing.TypeVar("T")
 
 
 # --- turning validation failures into InputError --------------------------------------------
