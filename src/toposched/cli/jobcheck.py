@@ -53,11 +53,13 @@ class FieldRule(NamedTuple):
     """The mapping the value holds (a list of them with `many`), read by its own rules."""
     many: bool = False
     required: bool = False
+    missing: str = "is required"
+    """The rule when a required field is left out."""
     after: Callable[[Any], None] | None = None
     """A rule on the field's checked mapping, once every field of it is valid."""
     defer: bool = False
-    """The light pass has no rules for this field: a job that writes it has only its field
-    names checked here, and its values by the model."""
+    """The light pass has no rules for this field: a job that writes it is left to the model
+    whole."""
 
 
 class ModelRules(NamedTuple):
@@ -195,16 +197,13 @@ def check_job_files(paths: Sequence[str | os.PathLike[str]]) -> list[CheckedJob]
 
 def check_job(data: Any, model: ModelRules = JOB) -> dict[str, Any] | None:
     """The job `data` (as written) checked as `JobSpec.from_dict` checks it, raising the same
-    InputError; None for a job that writes a field with `defer`, whose field names alone are
-    checked."""
-    errors: list[InputError] = []
+    InputError; None for a job that writes a field with `defer`, left to the model."""
     if isinstance(data, Mapping) and any(
         model.fields[key].defer for key in data if key in model.fields
     ):
-        errors = list(_unknown_fields(data, _fields(model), ""))
-        values = None
-    else:
-        values = _read(data, model, "", errors)
+        return None
+    errors: list[InputError] = []
+    values = _read(data, model, "", errors)
     if errors:
         raise errors[0].with_also(errors[1:])
     return values
@@ -254,7 +253,7 @@ def _read(data: Any, model: ModelRules, at: str, errors: list[InputError]) -> di
         field = join_fields(at, name)
         if name not in data:
             if field_rule.required:
-                errors.append(InputError(field, None, "is required"))
+                errors.append(InputError(field, None, field_rule.missing))
             continue
         value = _read_field(data[name], field_rule, checked, field, errors)
         if value is not _REFUSED:
@@ -340,23 +339,3 @@ def _job_entries(documents: list[Document]) -> Iterator[tuple[Document, FieldPat
                 yield document, (*where, index), entry
         else:
             yield document, where, data
-
-
-def _unknown_fields(data: Any, fields: Fields, at: str) -> Iterator[InputError]:
-    """The unknown fields in `data` and in the mappings it holds, each field's nested ones in
-    field order and then the mapping's own, as the model lists them."""
-    if not isinstance(data, Mapping):
-        return
-    for name, inner in fields.nested.items():
-        value = data.get(name)
-        if isinstance(value, list):
-            for index, item in enumerate(value):
-                yield from _unknown_fields(item, inner, f"{join_fields(at, name)}[{index}]")
-        else:
-            yield from _unknown_fields(value, inner, join_fields(at, name))
-    for key, value in data.items():
-        if key not in fields.names:
-            shown = value if isinstance(key, str) else key
-            yield InputError(
-                join_fields(at, str(key)), shown, unknown_field_rule(key, fields.names)
-            )
