@@ -210,14 +210,14 @@ def test_the_light_pass_says_what_the_job_model_says(text: str, tmp_path: Path) 
     "text",
     [
         "name: x\npods: 1\nresources_per_pod: {gpus: 1}\n",
-        "name: x\npods: 0\nresources_per_pod: {gpus: null}\ntopology: {slices: [3]}\n",
-        "[1, 2, {a: 1}]\n",
         "",
-        "jobs: 3\n",
-        "topology: 3\nresources_per_pod: [1]\n",
+        "- {name: x, pods: 1, resources_per_pod: {gpus: 1}}\n"
+        "- {name: x, pods: 2, resources_per_pod: {gpus: 1}}\n",
     ],
 )
-def test_the_light_pass_leaves_values_to_the_job_model(text: str, tmp_path: Path) -> None:
+def test_the_light_pass_leaves_names_and_empty_files_to_the_job_model(
+    text: str, tmp_path: Path
+) -> None:
     job = tmp_path / "job.yaml"
     job.write_text(text)
     check_job_files([job])

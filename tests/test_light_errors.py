@@ -86,6 +86,50 @@ def test_place_refuses_a_bad_cluster_file_without_numpy(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("job", "message"),
+    [
+        (
+            "name: j\npods: 1\nresources_per_pod: {gpus: -1}\n",
+            "job.yaml:3: resources_per_pod.gpus: -1 is invalid: must be an integer >= 0",
+        ),
+        ("name: j\npods: abc\nresources_per_pod: {gpus: 1}\n", "job.yaml:2: pods: 'abc'"),
+        (
+            "name: j\npods: 1\nmin_runtime: 3x\nresources_per_pod: {gpus: 1}\n",
+            "job.yaml:3: min_runtime: '3x' is invalid: must be a duration >= 0",
+        ),
+        (
+            "name: j\npods: 1\nresources_per_pod: {gpus: 1}\ntopology: {required: ''}\n",
+            "job.yaml:4: topology.required: '' is invalid: must be a topology level name",
+        ),
+        (
+            "name: j\npods: 4\nresources_per_pod: {gpus: 1}\n"
+            "topology: {slices: [{level: rack, pods: 3}]}\n",
+            "job.yaml:4: topology.slices[0].pods: 3 is invalid: must divide the job's pods (4)",
+        ),
+        ("name: j\npods: 1\nresources_per_pod: {gpus: null}\n", "must ask for something"),
+        ("name: j\npods: 1\nresources_per_pod: {gpus: 9223372036854775808}\n", "at most 64"),
+        ("- {name: j, pods: 1, resources_per_pod: {gpus: 1}}\n- 3\n", "job.yaml:2: jobs[1]: 3"),
+    ],
+)
+def test_a_bad_value_in_a_job_file_is_refused_before_the_job_model_loads(
+    job: str, message: str, tmp_path: Path
+) -> None:
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "job.yaml").write_text(job)
+    last, stderr = _probe(["place", "job.yaml", "--cluster", "cluster.yaml"], tmp_path)
+    assert last == "2 []", stderr
+    assert message in stderr and "Traceback" not in stderr
+
+
+def test_a_name_used_twice_is_found_by_the_job_model_before_numpy_loads(tmp_path: Path) -> None:
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "job.yaml").write_text(JOB + "---\n" + JOB)
+    last, stderr = _probe(["place", "job.yaml", "--cluster", "cluster.yaml"], tmp_path)
+    assert last == "2 ['pydantic']", stderr
+    assert "job.yaml:5: jobs[1].name: 'j' is invalid: another job has this name" in stderr
+
+
+@pytest.mark.parametrize(
     ("topology", "message"),
     [
         ("topology: {required: zone}\n", "topology.required: 'zone' is invalid: unknown level"),
@@ -96,18 +140,18 @@ def test_place_refuses_a_bad_cluster_file_without_numpy(tmp_path: Path) -> None:
         ),
     ],
 )
-def test_a_job_refused_by_the_cluster_is_refused_before_numpy_loads(
+def test_a_job_refused_by_the_cluster_is_refused_before_the_job_model_loads(
     topology: str, message: str, tmp_path: Path
 ) -> None:
     (tmp_path / "cluster.yaml").write_text(CLUSTER)
     (tmp_path / "job.yaml").write_text(JOB + topology)
     last, stderr = _probe(["place", "job.yaml", "--cluster", "cluster.yaml"], tmp_path)
-    # The job model has read the job, but the cluster's arrays are not built yet.
-    assert last == "2 ['pydantic']", stderr
+    # The light pass's checked job against the cluster file: no job model, no arrays.
+    assert last == "2 []", stderr
     assert f"job.yaml:4: {message}" in stderr
 
 
-def test_a_job_asking_for_gpu_models_the_cluster_lacks_is_refused_before_numpy_loads(
+def test_a_job_asking_for_gpu_models_the_cluster_lacks_is_refused_before_the_job_model_loads(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "cluster.yaml").write_text(CLUSTER)
@@ -115,7 +159,7 @@ def test_a_job_asking_for_gpu_models_the_cluster_lacks_is_refused_before_numpy_l
         "name: j\npods: 1\nresources_per_pod: {gpus: 1, gpu_models: [B200, GB300]}\n"
     )
     last, stderr = _probe(["place", "job.yaml", "--cluster", "cluster.yaml"], tmp_path)
-    assert last == "2 ['pydantic']", stderr
+    assert last == "2 []", stderr
     assert stderr == (
         "error: job.yaml:3: resources_per_pod.gpu_models: ['B200', 'GB300'] is invalid: "
         "no GPU of these models in this cluster; it has H100\n"

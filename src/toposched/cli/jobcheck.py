@@ -3,26 +3,133 @@
 The job model (`toposched.JobSpec`, pydantic) costs about 0.15 s of imports and schema building
 before it can refuse anything, which would put every error exit of `toposched place` past
 0.2 s. This pass reads each file as the model's reader does (the same limits, the same
-`FILE:LINE:` errors for unreadable files, YAML syntax and alias expansion) and refuses unknown
-field names, the commonest mistake, with the model's own rule (`unknown_field_rule`), listed
-in the order the model lists them. It refuses nothing the model accepts; values, missing fields
-and duplicate names are the model's to check, after it. A job that also has such mistakes may
-be refused for its unknown fields first, where the model would list those after the others.
+`FILE:LINE:` errors for unreadable files, YAML syntax and alias expansion) and checks every job
+as the model does, with the model's own rules (`toposched.jobs.rules`, which its validators
+call): the fields in the model's order, each field's value, missing fields, unknown fields (each
+mapping's after its fields), then the checks across fields once every field is valid. So a bad
+job gets the model's message, word for word, with the same further problems listed after the
+first. Names used twice and files with no job are the model's reader's to find, after this pass.
 
-`JOB_FIELDS` is the model's shape; tests/test_cli_start.py checks that it agrees with JobSpec.
+`JOB` is the model's shape and rules; tests/test_cli_start.py checks that its fields agree with
+JobSpec's, and tests/test_light_values.py that its errors equal the model's.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from toposched.cluster.documents import Document, FieldPath, parse_documents, read_text
 from toposched.cluster.errors import InputError, join_fields, unknown_field_rule
+from toposched.cluster.units import MILLI_PER_GPU, parse_duration
+from toposched.jobs import rules
 
-__all__ = ["JOB_FIELDS", "LIGHT_PASS_BYTES", "Fields", "check_job_files"]
+__all__ = [
+    "JOB",
+    "JOB_FIELDS",
+    "LIGHT_PASS_BYTES",
+    "CheckedJob",
+    "FieldRule",
+    "Fields",
+    "ModelRules",
+    "check_job",
+    "check_job_files",
+    "check_jobs_against_cluster",
+]
+
+Check = Callable[[Any, Mapping[str, Any]], Any]
+"""A field's rule: its value as written and the fields of its mapping checked before it (as
+pydantic's `info.data`) -> the value as the model stores it, or InputError."""
+
+
+class FieldRule(NamedTuple):
+    """How the job model reads one field of a mapping."""
+
+    check: Check | None = None
+    """The field's own rule, run first; None for none."""
+    model: ModelRules | None = None
+    """The mapping the value holds (a list of them with `many`), read by its own rules."""
+    many: bool = False
+    required: bool = False
+    missing: str = "is required"
+    """The rule when a required field is left out."""
+    after: Callable[[Any], None] | None = None
+    """A rule on the field's checked mapping, once every field of it is valid."""
+    defer: bool = False
+    """The light pass has no rules for this field: a job that writes it is left to the model
+    whole."""
+
+
+class ModelRules(NamedTuple):
+    """How the job model reads one mapping: its fields in order, what it fills in before they
+    are read, and the rule across its fields once each is valid."""
+
+    fields: Mapping[str, FieldRule]
+    before: Callable[[Mapping[Any, Any]], Mapping[Any, Any]] | None = None
+    after: Callable[[Mapping[str, Any]], None] | None = None
+
+
+def _value(rule: Callable[[Any], Any]) -> Check:
+    """A field rule that reads the value alone."""
+    return lambda value, _earlier: rule(value)
+
+
+def _groups(topology: Mapping[str, Any]) -> list[rules.Group]:
+    return [rules.Group(group["level"], group["pods"]) for group in topology.get("slices", ())]
+
+
+def _asks_for_something(resources: Mapping[str, Any]) -> None:
+    gpu_milli_total = resources["gpus"] * resources.get("gpu_milli", MILLI_PER_GPU)
+    rules.asks_for_something(gpu_milli_total, resources.get("cpu", 0), resources.get("memory", 0))
+
+
+def _outermost_slice_divides_pods(job: Mapping[str, Any]) -> None:
+    rules.check_slice_sizes(_groups(job.get("topology", {})), job["pods"], "topology.")
+
+
+_SLICE = ModelRules(
+    {
+        "level": FieldRule(_value(rules.slice_level), required=True),
+        "pods": FieldRule(_value(rules.pod_count), required=True),
+    }
+)
+_TOPOLOGY = ModelRules(
+    {
+        "required": FieldRule(_value(rules.optional_level)),
+        "preferred": FieldRule(_value(rules.optional_level)),
+        "slices": FieldRule(_value(rules.slice_list), model=_SLICE, many=True),
+    },
+    after=lambda topology: rules.check_slice_sizes(_groups(topology), None, ""),
+)
+_RESOURCES = ModelRules(
+    {
+        "gpus": FieldRule(_value(rules.whole_gpus)),
+        "gpu_milli": FieldRule(lambda value, earlier: rules.gpu_share(value, earlier.get("gpus"))),
+        "cpu": FieldRule(_value(rules.cpu_millicores)),
+        "memory": FieldRule(_value(rules.memory_mib)),
+        "gpu_models": FieldRule(_value(rules.gpu_model_names)),
+    },
+    before=rules.one_shared_gpu_when_fractional,
+)
+JOB = ModelRules(
+    {
+        "name": FieldRule(_value(rules.job_name), required=True),
+        "account": FieldRule(_value(rules.account_path)),
+        "priority": FieldRule(_value(rules.priority)),
+        "min_runtime": FieldRule(_value(parse_duration)),
+        "resumable": FieldRule(_value(rules.strict_bool)),
+        "expected_runtime": FieldRule(_value(rules.positive_duration)),
+        "grace_period": FieldRule(_value(rules.optional_duration)),
+        "pods": FieldRule(_value(rules.pod_count), required=True),
+        "resources_per_pod": FieldRule(model=_RESOURCES, required=True, after=_asks_for_something),
+        "topology": FieldRule(model=_TOPOLOGY),
+        "submit_time": FieldRule(_value(rules.clock_time)),
+    },
+    after=_outermost_slice_divides_pods,
+)
+"""JobSpec's fields and rules, with those of resources_per_pod, topology and its slices."""
 
 
 class Fields(NamedTuple):
@@ -33,36 +140,39 @@ class Fields(NamedTuple):
     nested: Mapping[str, Fields]
 
 
-_SLICE = Fields(("level", "pods"), {})
-_TOPOLOGY = Fields(("required", "preferred", "slices"), {"slices": _SLICE})
-_RESOURCES = Fields(("gpus", "gpu_milli", "cpu", "memory", "gpu_models"), {})
-JOB_FIELDS = Fields(
-    (
-        "name",
-        "account",
-        "priority",
-        "min_runtime",
-        "resumable",
-        "expected_runtime",
-        "grace_period",
-        "pods",
-        "resources_per_pod",
-        "topology",
-        "submit_time",
-    ),
-    {"resources_per_pod": _RESOURCES, "topology": _TOPOLOGY},
-)
-"""A job's fields (JobSpec's), with those of resources_per_pod, topology and its slices."""
+def _fields(model: ModelRules) -> Fields:
+    nested = {name: _fields(rule.model) for name, rule in model.fields.items() if rule.model}
+    return Fields(tuple(model.fields), nested)
+
+
+JOB_FIELDS = _fields(JOB)
+"""A job's field names (JobSpec's), with those of resources_per_pod, topology and its slices."""
 
 LIGHT_PASS_BYTES = 1 << 20
 """Files larger than this are left to the model alone: parsing them twice would cost more than
 the model's imports."""
 
 
-def check_job_files(paths: Sequence[str | os.PathLike[str]]) -> None:
-    """Refuse a job file given twice, and the first that cannot be read or parsed, or names
-    an unknown field."""
+class CheckedJob(NamedTuple):
+    """A job the light pass found valid: its checked values, and where it was written."""
+
+    values: Mapping[str, Any]
+    """Each field written, as the model stores it; mappings as dicts of their fields."""
+    document: Document
+    path: FieldPath
+    prefix: str
+    """The job's field name in errors: `jobs[i]` in a file of several jobs, else ""."""
+
+    def locate(self, error: InputError) -> InputError:
+        """`error`, whose field is one of this job's, with the file and line of that field."""
+        return self.document.locate(error, self.path, self.prefix, root="job")
+
+
+def check_job_files(paths: Sequence[str | os.PathLike[str]]) -> list[CheckedJob]:
+    """Refuse a job file given twice, and the first that cannot be read or parsed, or holds a
+    job the model would refuse; the jobs checked in full (of files not left to the model)."""
     _check_given_once(paths)
+    checked: list[CheckedJob] = []
     for path in paths:
         file = Path(path)
         try:
@@ -75,13 +185,135 @@ def check_job_files(paths: Sequence[str | os.PathLike[str]]) -> None:
         documents = parse_documents(text, str(file), json_text=file.suffix.lower() == ".json")
         entries = list(_job_entries(documents))
         for index, (document, where, data) in enumerate(entries):
-            if not isinstance(data, Mapping):
-                break  # not a job at all: the model says so, first
-            errors = list(_unknown_fields(data, JOB_FIELDS, ""))
-            if errors:
-                prefix = f"jobs[{index}]" if len(entries) > 1 else ""
-                found = errors[0].with_also(errors[1:])
-                raise document.locate(found, where, prefix, root="job")
+            prefix = f"jobs[{index}]" if len(entries) > 1 else ""
+            try:
+                values = check_job(data)
+            except InputError as error:
+                raise document.locate(error, where, prefix, root="job") from None
+            if values is not None:
+                checked.append(CheckedJob(values, document, where, prefix))
+    return checked
+
+
+def check_job(data: Any, model: ModelRules = JOB) -> dict[str, Any] | None:
+    """The job `data` (as written) checked as `JobSpec.from_dict` checks it, raising the same
+    InputError; None for a job that writes a field with `defer`, left to the model."""
+    if isinstance(data, Mapping) and any(
+        model.fields[key].defer for key in data if key in model.fields
+    ):
+        return None
+    errors: list[InputError] = []
+    values = _read(data, model, "", errors)
+    if errors:
+        raise errors[0].with_also(errors[1:])
+    return values
+
+
+def check_jobs_against_cluster(
+    jobs: Sequence[CheckedJob], levels: Sequence[str], gpu_models: Sequence[str]
+) -> None:
+    """Refuse the first job that names a level or only GPU models a cluster lacks, given the
+    cluster's levels (outermost first) and GPU models: the errors of
+    `toposched.placement.request.check_against_cluster`, without the job model."""
+    for job in jobs:
+        values = job.values
+        topology = values.get("topology", {})
+        resources = values["resources_per_pod"]
+        try:
+            rules.check_levels(
+                topology.get("required"),
+                topology.get("preferred"),
+                _groups(topology),
+                levels,
+                values["pods"],
+            )
+            rules.check_models_present(resources.get("gpu_models"), resources["gpus"], gpu_models)
+        except InputError as error:
+            raise job.locate(error) from None
+
+
+# --- reading a mapping as the model does --------------------------------------------------------
+
+_REFUSED = object()
+"""A field's value that broke a rule (its error is listed)."""
+
+
+def _read(data: Any, model: ModelRules, at: str, errors: list[InputError]) -> dict[str, Any] | None:
+    """`data` read by `model`'s rules, the mapping's errors appended to `errors` in the order
+    the model lists them; None when there are any. `at` is the mapping's field ("" for a job)."""
+    if not isinstance(data, Mapping):
+        rule = f"must be a mapping with fields {', '.join(model.fields)}"
+        errors.append(InputError(at or "job", data, rule))
+        return None
+    found = len(errors)
+    if model.before is not None:
+        data = model.before(data)
+    checked: dict[str, Any] = {}
+    for name, field_rule in model.fields.items():
+        field = join_fields(at, name)
+        if name not in data:
+            if field_rule.required:
+                errors.append(InputError(field, None, field_rule.missing))
+            continue
+        value = _read_field(data[name], field_rule, checked, field, errors)
+        if value is not _REFUSED:
+            checked[name] = value
+    for key, value in data.items():
+        if key not in model.fields:
+            # A key that is not a string (YAML reads `1: x` as a number) is shown as itself.
+            shown = value if isinstance(key, str) else key
+            errors.append(
+                InputError(join_fields(at, str(key)), shown, unknown_field_rule(key, model.fields))
+            )
+    if len(errors) > found:
+        return None
+    if model.after is not None:
+        try:
+            model.after(checked)
+        except InputError as error:
+            errors.append(InputError(join_fields(at, error.field), error.value, error.rule))
+            return None
+    return checked
+
+
+def _read_field(
+    written: Any,
+    field_rule: FieldRule,
+    earlier: Mapping[str, Any],
+    field: str,
+    errors: list[InputError],
+) -> Any:
+    """One field's value checked, or _REFUSED with its errors appended."""
+    value = written
+    if field_rule.check is not None:
+        try:
+            value = field_rule.check(written, earlier)
+        except InputError as error:
+            errors.append(InputError(field, written, error.rule))
+            return _REFUSED
+    if field_rule.model is None:
+        return value
+    if field_rule.many:
+        read = [
+            _read(item, field_rule.model, f"{field}[{index}]", errors)
+            for index, item in enumerate(value)
+        ]
+        if any(item is None for item in read):
+            return _REFUSED
+        return read
+    mapping = _read(value, field_rule.model, field, errors)
+    if mapping is None:
+        return _REFUSED
+    if field_rule.after is not None:
+        try:
+            field_rule.after(mapping)
+        except InputError as error:
+            errors.append(InputError(field, written, error.rule))
+            return _REFUSED
+    return mapping
+
+
+# --- finding the jobs ---------------------------------------------------------------------------
 
 
 def _check_given_once(paths: Sequence[str | os.PathLike[str]]) -> None:
@@ -107,24 +339,3 @@ def _job_entries(documents: list[Document]) -> Iterator[tuple[Document, FieldPat
                 yield document, (*where, index), entry
         else:
             yield document, where, data
-
-
-def _unknown_fields(data: Any, fields: Fields, at: str) -> Iterator[InputError]:
-    """The unknown fields in `data` and in the mappings it holds, each field's nested ones in
-    field order and then the mapping's own, as the model lists them."""
-    if not isinstance(data, Mapping):
-        return
-    for name, inner in fields.nested.items():
-        value = data.get(name)
-        if isinstance(value, list):
-            for index, item in enumerate(value):
-                yield from _unknown_fields(item, inner, f"{join_fields(at, name)}[{index}]")
-        else:
-            yield from _unknown_fields(value, inner, join_fields(at, name))
-    for key, value in data.items():
-        if key not in fields.names:
-            # A key that is not a string (YAML reads `1: x` as a number) is shown as itself.
-            shown = value if isinstance(key, str) else key
-            yield InputError(
-                join_fields(at, str(key)), shown, unknown_field_rule(key, fields.names)
-            )

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from toposched.placement.search import Placement, PlacementResult
 
 # pydantic (the job model), numpy, the compiled loops and rich load when they are needed, in
-# that order: `--help` and most bad job files answer without any of them (cli/jobcheck.py).
+# that order: `--help` and bad job files answer without any of them (cli/jobcheck.py).
 POLICY_NAMES = ("bestfit", "random", "spread")
 """toposched.placement.policies.POLICIES (tests/test_cli_start.py checks they agree)."""
 
@@ -93,22 +93,24 @@ class Outcome(NamedTuple):
 
 
 def run(args: argparse.Namespace) -> int:
-    from toposched.cli.jobcheck import check_job_files
+    from toposched.cli.jobcheck import check_job_files, check_jobs_against_cluster
 
     check_pods(args.pods)
     check_seed(args.seed)
     # Every file is read and validated before anything is placed: a bad job later in the list
-    # should not leave half the output printed. The light pass refuses unreadable files and
-    # unknown fields before the job model loads; the model then checks every value.
-    check_job_files(args.jobs)
-    # The cluster file is checked next, before the job model and numpy load (its topology is
-    # built after the jobs are read), and every job is resolved against the cluster before the
-    # placement engine (the compiled loops) loads: each error answers without what comes after.
+    # should not leave half the output printed. The light pass checks every job as the job
+    # model would, with its rules, before the model loads.
+    checked_jobs = check_job_files(args.jobs)
+    # The cluster file is checked next, and the jobs against it, before the job model and numpy
+    # load (its topology is built after the jobs are read); every job is resolved against the
+    # cluster again before the placement engine (the compiled loops) loads: each error answers
+    # without what comes after.
     cluster_file = None
     if not args.fleet:
         from toposched.cluster.loaders import read_cluster
 
         cluster_file = read_cluster(args.cluster)
+        check_jobs_against_cluster(checked_jobs, cluster_file.levels, cluster_file.gpu_model_names)
     from toposched.jobs.files import read_job_files
 
     # Job names must be unique across the files (the same file given twice says so, with file

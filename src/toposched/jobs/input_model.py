@@ -12,9 +12,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from toposched.cluster.errors import InputError, join_fields, unknown_field_rule
-from toposched.cluster.limits import MAX_PODS_PER_JOB
+from toposched.jobs import rules
 
-__all__ = ["InputModel", "integer", "optional_name", "parsed", "pod_count", "rule_error"]
+__all__ = ["InputModel", "parsed", "pod_count", "rule_error"]
+
+T = typing.TypeVar("T")
 
 
 # --- turning validation failures into InputError --------------------------------------------
@@ -122,35 +124,9 @@ def _input_error(error: ValidationError, root: type[BaseModel]) -> InputError:
 # --- field checks shared by the models -------------------------------------------------------
 
 
-def integer(
-    value: Any,
-    rule: str,
-    minimum: int | None = None,
-    limit: tuple[int, str] | None = None,
-) -> int:
-    """`value` as an int, accepting 4.0 but not 4.5, "4" or True; `limit` is the largest
-    value allowed and the rule for larger ones."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise rule_error(rule)
-    if minimum is not None and value < minimum:
-        raise rule_error(rule)
-    if limit is not None and value > limit[0]:
-        raise rule_error(limit[1])
-    return value
-
-
-def optional_name(value: Any, rule: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise rule_error(rule)
-    return value
-
-
-def parsed(parser: Callable[[Any], Any], value: Any) -> Any:
-    """`parser(value)`, its InputError turned into a failure that pydantic locates."""
+def parsed(parser: Callable[[Any], T], value: Any) -> T:
+    """`parser(value)`, its InputError turned into a failure that pydantic locates: the rule
+    functions of `toposched.jobs.rules` become field validators this way."""
     try:
         return parser(value)
     except InputError as error:
@@ -183,12 +159,4 @@ class InputModel(BaseModel):
 
 def pod_count(value: Any) -> int:
     """A number of pods: an integer from 1 to the limit of pods in one job."""
-    return integer(
-        value,
-        "must be an integer >= 1",
-        minimum=1,
-        limit=(
-            MAX_PODS_PER_JOB,
-            f"must be at most {MAX_PODS_PER_JOB:,}, the limit of pods in one job (docs/limits.md)",
-        ),
-    )
+    return parsed(rules.pod_count, value)

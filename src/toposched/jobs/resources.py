@@ -8,20 +8,9 @@ from typing import Any
 
 from pydantic import ValidationInfo, field_validator, model_validator
 
-from toposched.cluster.limits import (
-    MAX_CPU_MILLI,
-    MAX_GPUS_PER_POD,
-    MAX_MEMORY_MIB,
-    MAX_NAME_LENGTH,
-)
-from toposched.cluster.units import (
-    MILLI_PER_GPU,
-    format_cpu_milli,
-    format_memory_mib,
-    parse_cpu_milli,
-    parse_memory_mib,
-)
-from toposched.jobs.input_model import InputModel, integer, parsed, rule_error
+from toposched.cluster.units import MILLI_PER_GPU, format_cpu_milli, format_memory_mib
+from toposched.jobs import rules
+from toposched.jobs.input_model import InputModel, parsed
 
 __all__ = ["Resources"]
 
@@ -50,80 +39,34 @@ class Resources(InputModel):
     @model_validator(mode="before")
     @classmethod
     def _one_shared_gpu_when_fractional(cls, data: Any) -> Any:
-        # A fraction with no `gpus` means one shared GPU; no fraction and no `gpus`, a CPU-only
-        # pod. Only the default is filled in here: the fields' own checks judge the values.
-        if isinstance(data, Mapping) and data.get("gpus") is None:
-            share = data.get("gpu_milli")
-            fractional = (
-                isinstance(share, int) and not isinstance(share, bool) and 0 < share < MILLI_PER_GPU
-            )
-            return {**data, "gpus": 1 if fractional else 0}
+        if isinstance(data, Mapping):
+            return rules.one_shared_gpu_when_fractional(data)
         return data
 
     @field_validator("gpus", mode="before")
     @classmethod
     def _whole_gpus(cls, value: Any) -> int:
-        return integer(
-            value,
-            "must be an integer >= 0 (whole GPUs on one node); "
-            "for a fraction of one GPU give gpu_milli, e.g. gpu_milli: 500",
-            minimum=0,
-            limit=(
-                MAX_GPUS_PER_POD,
-                f"must be at most {MAX_GPUS_PER_POD}: a pod runs on one node, and a node has "
-                f"at most {MAX_GPUS_PER_POD} GPUs",
-            ),
-        )
+        return parsed(rules.whole_gpus, value)
 
     @field_validator("gpu_milli", mode="before")
     @classmethod
     def _gpu_share(cls, value: Any, info: ValidationInfo) -> int:
-        rule = (
-            "must be an integer from 1 to 999: the share of one GPU in thousandths "
-            "(1000 means whole GPUs)"
-        )
-        share = integer(value, rule)
-        if not 0 < share <= MILLI_PER_GPU:
-            raise rule_error(rule)
-        gpus = info.data.get("gpus")
-        if share < MILLI_PER_GPU and gpus is not None and gpus != 1:
-            raise rule_error(
-                f"a fraction of a GPU is a share of one GPU, so gpus must be 1 or omitted "
-                f"(gpus is {gpus})"
-            )
-        return share
+        return parsed(lambda share: rules.gpu_share(share, info.data.get("gpus")), value)
 
     @field_validator("cpu", mode="before")
     @classmethod
     def _cpu_millicores(cls, value: Any) -> int:
-        milli: int = parsed(parse_cpu_milli, value)
-        if milli > MAX_CPU_MILLI:
-            raise rule_error(f"must be at most {MAX_CPU_MILLI // 1000:,} cores per pod")
-        return milli
+        return parsed(rules.cpu_millicores, value)
 
     @field_validator("memory", mode="before")
     @classmethod
     def _memory_mib(cls, value: Any) -> int:
-        mib: int = parsed(parse_memory_mib, value)
-        if mib > MAX_MEMORY_MIB:
-            raise rule_error("must be at most 1Ei (1024Pi) per pod")
-        return mib
+        return parsed(rules.memory_mib, value)
 
     @field_validator("gpu_models", mode="before")
     @classmethod
     def _model_names(cls, value: Any) -> tuple[str, ...] | None:
-        rule = (
-            "must be a non-empty list of GPU model names (e.g. [GB300, H100]), or omitted for any"
-        )
-        if value is None:
-            return None
-        names = [value] if isinstance(value, str) else value
-        if not isinstance(names, list | tuple) or not names:
-            raise rule_error(rule)
-        for name in names:
-            if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_LENGTH:
-                raise rule_error(f"{rule}; names of at most {MAX_NAME_LENGTH} characters")
-        return tuple(dict.fromkeys(names))  # duplicates dropped, first-listed order kept
+        return parsed(rules.gpu_model_names, value)
 
     @property
     def is_fractional(self) -> bool:

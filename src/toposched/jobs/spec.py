@@ -7,25 +7,20 @@ Values are checked within the limits of `toposched.cluster.limits`; job files ar
 
 from __future__ import annotations
 
-import math
 import os
-import re
 from collections.abc import Sequence
 from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.limits import MAX_NAME_LENGTH, MAX_PRIORITY
 from toposched.cluster.units import format_duration, parse_duration
-from toposched.jobs.input_model import InputModel, integer, parsed, pod_count, rule_error
+from toposched.jobs import rules
+from toposched.jobs.input_model import InputModel, parsed, pod_count, rule_error
 from toposched.jobs.resources import Resources
 from toposched.jobs.topology_spec import TopologySpec, check_slice_sizes
 
 __all__ = ["JobSpec", "load_jobs"]
-
-_NAME = re.compile(r"[A-Za-z0-9._/-]+")
-_ACCOUNT_PART = re.compile(r"[A-Za-z0-9._-]+")
 
 
 class JobSpec(InputModel):
@@ -54,65 +49,37 @@ class JobSpec(InputModel):
     @field_validator("name", mode="before")
     @classmethod
     def _job_name(cls, value: Any) -> str:
-        if not isinstance(value, str) or len(value) > MAX_NAME_LENGTH or not _NAME.fullmatch(value):
-            raise rule_error(
-                f"must be 1 to {MAX_NAME_LENGTH} characters from letters, digits and . _ / -"
-            )
-        return value
+        return parsed(rules.job_name, value)
 
     @field_validator("account", mode="before")
     @classmethod
     def _account_path(cls, value: Any) -> str:
-        if (
-            not isinstance(value, str)
-            or len(value) > MAX_NAME_LENGTH
-            or not all(_ACCOUNT_PART.fullmatch(part) for part in value.split("/"))
-        ):
-            raise rule_error(
-                "must be a slash-separated path of non-empty names from letters, digits "
-                f"and . _ - (e.g. research/pretraining/team-a), at most {MAX_NAME_LENGTH} "
-                "characters in all"
-            )
-        return value
+        return parsed(rules.account_path, value)
 
     @field_validator("priority", mode="before")
     @classmethod
     def _integer_priority(cls, value: Any) -> int:
-        priority = integer(value, "must be an integer (higher runs first within an account)")
-        if not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
-            raise rule_error(f"must be from -{MAX_PRIORITY:,} to {MAX_PRIORITY:,}")
-        return priority
+        return parsed(rules.priority, value)
 
     @field_validator("min_runtime", mode="before")
     @classmethod
     def _protected_seconds(cls, value: Any) -> float:
-        seconds: float = parsed(parse_duration, value)
-        return seconds
+        return parsed(parse_duration, value)
 
     @field_validator("resumable", mode="before")
     @classmethod
     def _strict_bool(cls, value: Any) -> bool:
-        if not isinstance(value, bool):
-            raise rule_error("must be true or false")
-        return value
+        return parsed(rules.strict_bool, value)
 
     @field_validator("expected_runtime", mode="before")
     @classmethod
     def _positive_seconds(cls, value: Any) -> float | None:
-        if value is None:
-            return None
-        seconds: float = parsed(parse_duration, value)
-        if seconds <= 0:
-            raise rule_error("must be a duration > 0 (e.g. 90s, 30m, 4h, 3d, 1h30m), or omitted")
-        return seconds
+        return parsed(rules.positive_duration, value)
 
     @field_validator("grace_period", mode="before")
     @classmethod
     def _grace_seconds(cls, value: Any) -> float | None:
-        if value is None:
-            return None
-        seconds: float = parsed(parse_duration, value)
-        return seconds
+        return parsed(rules.optional_duration, value)
 
     @field_validator("pods", mode="before")
     @classmethod
@@ -122,26 +89,15 @@ class JobSpec(InputModel):
     @field_validator("resources_per_pod")
     @classmethod
     def _asks_for_something(cls, value: Resources) -> Resources:
-        if value.gpu_milli_total == 0 and value.cpu == 0 and value.memory == 0:
-            raise rule_error(
-                "a pod must ask for something: gpus (whole GPUs, e.g. gpus: 8) or gpu_milli "
-                "(a share of one GPU), or cpu or memory for a CPU-only pod; gpus: null is no GPUs"
-            )
+        parsed(
+            lambda pod: rules.asks_for_something(pod.gpu_milli_total, pod.cpu, pod.memory), value
+        )
         return value
 
     @field_validator("submit_time", mode="before")
     @classmethod
     def _clock_time(cls, value: Any) -> float | None:
-        if value is None:
-            return None
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or value < 0
-        ):
-            raise rule_error("must be a number of seconds >= 0, or omitted")
-        return float(value)
+        return parsed(rules.clock_time, value)
 
     @model_validator(mode="after")
     def _outermost_slice_divides_pods(self) -> Self:

@@ -9,8 +9,9 @@ from typing import Any, Self
 from pydantic import field_validator, model_validator
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.units import NODE_LEVEL
-from toposched.jobs.input_model import InputModel, optional_name, pod_count, rule_error
+from toposched.jobs import rules
+from toposched.jobs.input_model import InputModel, parsed, pod_count, rule_error
+from toposched.jobs.rules import check_slice_sizes
 
 __all__ = ["Slice", "TopologySpec", "check_slice_sizes"]
 
@@ -26,10 +27,7 @@ class Slice(InputModel):
     @field_validator("level", mode="before")
     @classmethod
     def _level_name(cls, value: Any) -> str:
-        name = optional_name(value, "must be a topology level name such as rack")
-        if name is None:
-            raise rule_error("must be a topology level name such as rack")
-        return name
+        return parsed(rules.slice_level, value)
 
     @field_validator("pods", mode="before")
     @classmethod
@@ -38,24 +36,6 @@ class Slice(InputModel):
 
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "pods": self.pods}
-
-
-def check_slice_sizes(slices: Sequence[Slice], pods: int | None, field_prefix: str) -> None:
-    """Each slice's pods divides the next outer slice's pods, the outermost the job's `pods`."""
-    for index, group in enumerate(slices):
-        field = f"{field_prefix}slices[{index}].pods"
-        if index == 0:
-            if pods is not None and pods % group.pods:
-                raise InputError(field, group.pods, f"must divide the job's pods ({pods})")
-            continue
-        outer = slices[index - 1]
-        if outer.pods % group.pods:
-            raise InputError(
-                field,
-                group.pods,
-                f"must divide the pods of the enclosing slice slices[{index - 1}] "
-                f"({outer.pods} pods per {outer.level})",
-            )
 
 
 class TopologySpec(InputModel):
@@ -72,16 +52,12 @@ class TopologySpec(InputModel):
     @field_validator("required", "preferred", mode="before")
     @classmethod
     def _level_name(cls, value: Any) -> str | None:
-        return optional_name(value, "must be a topology level name such as zone, or omitted")
+        return parsed(rules.optional_level, value)
 
     @field_validator("slices", mode="before")
     @classmethod
     def _slice_list(cls, value: Any) -> Any:
-        if value is None:
-            return ()
-        if not isinstance(value, list | tuple):
-            raise rule_error("must be a list of {level, pods} slices, outermost first")
-        return value
+        return parsed(rules.slice_list, value)
 
     @model_validator(mode="after")
     def _slice_sizes_nest(self) -> Self:
@@ -98,62 +74,7 @@ class TopologySpec(InputModel):
         (a node slice: each group of its pods on one node). Raises
         InputError naming the first offending field.
         """
-        cluster_levels = tuple(level for level in levels if level != NODE_LEVEL)
-        all_levels = (*cluster_levels, NODE_LEVEL)
-        depth = {level: index for index, level in enumerate(all_levels)}
-
-        def listing(names: Sequence[str]) -> str:
-            return ", ".join(names) if names else "none"
-
-        def inner_to(level: str) -> str:
-            inner = all_levels[depth[level] + 1 :]
-            return f"levels inner to {level} are {listing(inner)}"
-
-        if self.required is not None and self.required not in depth:
-            raise InputError(
-                "topology.required",
-                self.required,
-                f"unknown level; valid levels are {listing(all_levels)} (outermost first)",
-            )
-        if self.preferred is not None:
-            if self.preferred not in depth:
-                raise InputError(
-                    "topology.preferred",
-                    self.preferred,
-                    f"unknown level; valid levels are {listing(all_levels)} (outermost first)",
-                )
-            if self.required is not None and depth[self.preferred] < depth[self.required]:
-                raise InputError(
-                    "topology.preferred",
-                    self.preferred,
-                    f"must be the required level ({self.required}) or inner to it; "
-                    f"levels outermost first are {listing(all_levels)}",
-                )
-        for index, group in enumerate(self.slices):
-            field = f"topology.slices[{index}].level"
-            if group.level not in depth:
-                raise InputError(
-                    field,
-                    group.level,
-                    f"unknown level; valid levels are {listing(all_levels)} (outermost first)",
-                )
-            if self.required is not None and depth[group.level] <= depth[self.required]:
-                raise InputError(
-                    field,
-                    group.level,
-                    f"must be strictly inner to the required level ({self.required}); "
-                    f"{inner_to(self.required)}",
-                )
-            if index > 0:
-                outer = self.slices[index - 1].level
-                if depth[group.level] <= depth[outer]:
-                    raise InputError(
-                        field,
-                        group.level,
-                        f"slices go outermost first, each strictly inner to the one before "
-                        f"({outer}); {inner_to(outer)}",
-                    )
-        check_slice_sizes(self.slices, pods, "topology.")
+        rules.check_levels(self.required, self.preferred, self.slices, levels, pods)
 
     def to_dict(self) -> dict[str, Any]:
         written: dict[str, Any] = {}

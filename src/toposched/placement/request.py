@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from toposched.cluster.errors import InputError
 from toposched.cluster.units import MILLI_PER_GPU, NODE_LEVEL
+from toposched.jobs.rules import check_models_present
 
 if TYPE_CHECKING:
     import numpy as np
@@ -163,14 +163,7 @@ def check_against_cluster(spec: JobSpec, levels: Sequence[str], gpu_models: Sequ
     cluster's levels (outermost first) and GPU model catalogue: the errors `from_spec` raises."""
     spec.topology.validate_levels(levels, spec.pods)
     resources = spec.resources_per_pod
-    if resources.gpu_models is not None and resources.gpus > 0:
-        if not any(name in gpu_models for name in resources.gpu_models):
-            raise InputError(
-                "resources_per_pod.gpu_models",
-                list(resources.gpu_models),
-                "no GPU of these models in this cluster; it has "
-                + ", ".join(name for name in gpu_models if name),
-            )
+    check_models_present(resources.gpu_models, resources.gpus, gpu_models)
 
 
 def _preferred(topology: Topology, name: str, domain_slices: bool) -> int | None:
