@@ -27,10 +27,10 @@ from toposched.scheduler.failures import FailureMemo, FailureReasons
 from toposched.scheduler.fence import Fence
 from toposched.scheduler.freed import FreedCapacity
 from toposched.scheduler.interruptions import Interruptions
-from toposched.scheduler.jobs import Job, JobKind, JobState, ReasonCode, Reservation
+from toposched.scheduler.jobs import Job, JobKind, JobState, ReasonCode, Reservation, job_sets
 from toposched.scheduler.ledger import Ledger, work_since
 from toposched.scheduler.lifecycle import Lifecycle
-from toposched.scheduler.placing import Placing
+from toposched.scheduler.placing import Placing, sets_refusal
 from toposched.scheduler.preemption import PreemptionPlan, VictimSearch
 from toposched.scheduler.preemptor import Preemptor
 from toposched.scheduler.queueing import JobQueue
@@ -134,10 +134,11 @@ class Scheduler:
         self.tree.require(spec.account, "account")
         if not self.tree.is_leaf(spec.account):
             raise InputError("account", spec.account, "jobs charge to a leaf account (a team)")
+        sets = job_sets(spec, self.state.topology)
         if request is None:
             request = GangRequest.from_spec(spec, self.state.topology)
         submit_time = spec.submit_time if spec.submit_time is not None else now
-        job = Job(spec=spec, request=request, submit_time=submit_time)
+        job = Job(spec=spec, request=request, submit_time=submit_time, sets=sets)
         job.record(now, "submitted")
         self.jobs[spec.name] = job
         return job
@@ -422,6 +423,12 @@ class Scheduler:
     def _preempt(self, turn: Turn, entry: QueueEntry, job: Job, kind: JobKind) -> bool:
         """Evict for the job if the contract allows a set of victims that makes room; else add
         why not to its reason. Returns whether victims were evicted for it (or it started)."""
+        unaimed = sets_refusal(job)
+        if unaimed is not None:
+            job.reason = no_preemption(job.reason, unaimed)
+            job.refusal = unaimed
+            job.reason_code = ReasonCode.NO_PREEMPTION
+            return False
         pods = kind.pods
         refusal_key = (kind.shape, entry.account, entry.priority)
         refused = turn.unpreemptable.get(refusal_key)
