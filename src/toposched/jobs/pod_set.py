@@ -40,7 +40,11 @@ class PodSet(InputModel):
     @field_validator("name", mode="before")
     @classmethod
     def _set_name(cls, value: Any) -> str:
-        if not isinstance(value, str) or len(value) > MAX_NAME_LENGTH or not _SET_NAME.fullmatch(value):
+        if (
+            not isinstance(value, str)
+            or len(value) > MAX_NAME_LENGTH
+            or not _SET_NAME.fullmatch(value)
+        ):
             raise rule_error(
                 f"must be 1 to {MAX_NAME_LENGTH} characters from letters, digits and . _ -"
             )

@@ -8,6 +8,7 @@ each set's ranks are contiguous.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +23,13 @@ from toposched.placement.request import GangRequest
 from toposched.placement.roles import RolesPlacement, place_roles
 from toposched.placement.search import Placement, Unschedulable
 
-__all__ = ["JobSets", "JobSetsPlacement", "place_job_sets", "set_ranks"]
+__all__ = [
+    "JobSets",
+    "JobSetsPlacement",
+    "check_sets_against_cluster",
+    "place_job_sets",
+    "set_ranks",
+]
 
 
 @dataclass(frozen=True)
@@ -70,17 +77,8 @@ class JobSets:
     def from_spec(spec: JobSpec, topology: Topology) -> JobSets:
         """Resolve a job with `pod_sets` against `topology`; errors name the set's field
         (`pod_sets[1].topology.required`)."""
-        if spec.pod_sets is None:
-            raise InputError("pod_sets", None, "the job lists no pod sets")
-        spec.validate_topology(topology.levels)
-        for field in ("required", "preferred"):
-            if getattr(spec.topology, field) == NODE_LEVEL:
-                raise InputError(
-                    f"topology.{field}",
-                    NODE_LEVEL,
-                    "with pod_sets, the job's topology names a domain level (e.g. block, "
-                    "rack); to keep a set on one node give it required: node",
-                )
+        check_sets_against_cluster(spec, topology.levels, [m.name for m in topology.gpu_models])
+        assert spec.pod_sets is not None
         roles = []
         for index, pod_set in enumerate(spec.pod_sets):
             one_set = spec.model_copy(
@@ -100,12 +98,37 @@ class JobSets:
                 ) from None
         required, preferred = spec.topology.required, spec.topology.preferred
         level = 0 if required is None else topology.level_index(required, "topology.required")
-        inner = (
-            None
-            if preferred is None
-            else topology.level_index(preferred, "topology.preferred")
-        )
+        inner = None if preferred is None else topology.level_index(preferred, "topology.preferred")
         return JobSets(spec.name, tuple(roles), level, inner)
+
+
+def check_sets_against_cluster(
+    spec: JobSpec, levels: Sequence[str], gpu_models: Sequence[str]
+) -> None:
+    """Refuse a job with `pod_sets` that names a level, or a set only GPU models, a cluster
+    does not have, given its levels (outermost first) and GPU model catalogue: the errors
+    `JobSets.from_spec` raises, each naming the set's field."""
+    if spec.pod_sets is None:
+        raise InputError("pod_sets", None, "the job lists no pod sets")
+    spec.validate_topology(levels)
+    for field in ("required", "preferred"):
+        if getattr(spec.topology, field) == NODE_LEVEL:
+            raise InputError(
+                f"topology.{field}",
+                NODE_LEVEL,
+                "with pod_sets, the job's topology names a domain level (e.g. block, rack); "
+                "to keep a set on one node give the set required: node",
+            )
+    for index, pod_set in enumerate(spec.pod_sets):
+        resources = pod_set.resources_per_pod
+        if resources.gpu_models is not None and resources.gpus > 0:
+            if not any(name in gpu_models for name in resources.gpu_models):
+                raise InputError(
+                    f"pod_sets[{index}].resources_per_pod.gpu_models",
+                    list(resources.gpu_models),
+                    "no GPU of these models in this cluster; it has "
+                    + ", ".join(name for name in gpu_models if name),
+                )
 
 
 def _request_shape(request: GangRequest) -> tuple[object, ...]:

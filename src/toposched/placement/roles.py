@@ -98,9 +98,7 @@ def _candidates(
     for role in roles:
         if role.on_one_node:
             continue  # checked by the placement itself
-        capacity = CapacityView(state, replace(role, slices=()), exact=False).at(
-            level, first, last
-        )
+        capacity = CapacityView(state, replace(role, slices=()), exact=False).at(level, first, last)
         fits_each &= capacity >= role.pods
     candidates = fits_each.nonzero()[0] + first
     if candidates.size == 0:
