@@ -7,8 +7,8 @@ one domain of the shared level. Roles are placed one after another on a what-if 
 `GangRequest.within`, so later roles see the room earlier ones took.
 
 A `preferred` level inner to the shared one keeps the roles together in one domain of that
-level when one holds them all (tried in the policy's order inside each shared domain), and
-else lets them spread over the shared domain, each role by its own preferences.
+level when one holds them all (any shared domain's, tried in the policy's order), and else
+lets them spread over one shared domain, each role by its own preferences.
 """
 
 from __future__ import annotations
@@ -70,12 +70,14 @@ def place_roles(
     candidates = _candidates(state, confined, level, 0, topology.n_domains(level), policy)
     if not candidates:
         return _explain(state, roles, confined, order, level, policy)
-    failure: Unschedulable | None = None
-    for domain in candidates:
-        if preferred is not None and preferred > level:
+    if preferred is not None and preferred > level:
+        # One domain of the preferred level anywhere first, then any shared domain.
+        for domain in candidates:
             together = _place_in_one_inner(state, confined, order, level, domain, preferred, policy)
             if together is not None:
                 return together
+    failure: Unschedulable | None = None
+    for domain in candidates:
         placed = _place_in(state, confined, order, level, domain, policy)
         if isinstance(placed, RolesPlacement):
             return placed
