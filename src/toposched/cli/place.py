@@ -356,10 +356,9 @@ def _print_tables(
             for part in _set_parts(state, result, pods):
                 rows = part["pods"]
                 first, last = part["ranks"]
-                title = (
-                    f"{job.name}, set {part['name']}: first {len(rows)} of its "
-                    f"{last - first + 1:,} pods (ranks {first:,}-{last:,})"
-                )
+                title = f"{job.name}, set {part['name']}: ranks {first:,}-{last:,}"
+                if len(rows) < last - first + 1:
+                    title += f", first {len(rows)} shown"
                 console.print(_pod_table(title, rows))
 
 
