@@ -209,8 +209,8 @@ def job_sets(spec: JobSpec, topology: Topology) -> JobSets | None:
                 f"pod_sets[{index}].resources_per_pod",
                 pod_set.resources_per_pod.to_dict(),
                 f"differs from pod_sets[0] ({first.name}: {first.resources_per_pod.to_dict()}); "
-                "the scheduler runs a job's pods with one per-pod shape for now, so every set "
-                "of a scheduled job asks the same resources_per_pod (toposched place places "
+                "the scheduler holds a job's pods with one per-pod shape, so for now it runs "
+                "only jobs whose sets ask the same resources_per_pod (toposched place places "
                 "sets of different shapes)",
             )
     return sets
