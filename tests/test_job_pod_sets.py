@@ -334,3 +334,19 @@ def test_simulate_runs_a_workload_file_with_jobs_of_several_sets(
     teams = summary["fairness"]["teams"]
     assert teams["rl"]["delivered_gpu_hours"] == pytest.approx(32.0)
     assert teams["lm"]["delivered_gpu_hours"] == pytest.approx(12.0)
+
+
+# --- the documented examples ---------------------------------------------------------------------
+
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.mark.parametrize("document", ["README.md", "docs/placement.md"])
+def test_the_documented_jobs_of_several_sets_read_as_written(document: str) -> None:
+    text = (ROOT / document).read_text()
+    blocks = [block.split("```")[0] for block in text.split("```yaml\n")[1:]]
+    jobs = [JobSpec.from_yaml(block) for block in blocks if "pod_sets:" in block]
+    assert jobs, f"no job with pod_sets in {document}"
+    for job in jobs:
+        assert job.pod_sets is not None and [s.name for s in job.pod_sets] == ["trainer", "rollout"]
+        assert job.pods == 44 and job.has_one_shape
