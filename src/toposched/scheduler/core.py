@@ -472,7 +472,9 @@ class Scheduler:
             return False
         job.reason = f"{reserved.describe(now)}; now: {job.reason}"
         job.reason_code = ReasonCode.RESERVED
-        if self.evictor.defragment_for(job, reserved, now, turn.result.decisions):
+        # Moves open a domain for one gang: not for sets with topology of their own.
+        unaimed = sets_refusal(job) is not None
+        if not unaimed and self.evictor.defragment_for(job, reserved, now, turn.result.decisions):
             # Moves open a domain now: the nominated nodes replace the wait.
             assert job.nomination is not None
             fence.close(job.nomination.nodes)
