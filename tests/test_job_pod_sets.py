@@ -72,6 +72,15 @@ def test_sets_of_different_shapes_count_every_set() -> None:
     assert not spec.has_one_shape
 
 
+def test_a_job_without_pods_is_told_of_pod_sets_too() -> None:
+    with pytest.raises(InputError) as caught:
+        JobSpec.from_dict({"name": "a", "resources_per_pod": {"gpus": 1}})
+    assert (caught.value.field, caught.value.value) == ("pods", None)
+    assert caught.value.rule == (
+        "is required (or pod_sets: a list of sets, each with its own pods and resources_per_pod)"
+    )
+
+
 BAD_JOBS = [
     ("both forms", two_sets(pods=6), "pods", 6, "either pod_sets or the one-set shorthand"),
     ("both forms, resources", two_sets(resources_per_pod={"gpus": 8}), "resources_per_pod",

@@ -11,7 +11,7 @@ import math
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -38,6 +38,12 @@ class JobSpec(InputModel):
     the pods of every set together and `resources_per_pod` the first set's: what a reader of
     one shape sees (`has_one_shape` says whether every set shares it).
     """
+
+    missing_rules: ClassVar[Mapping[str, str]] = {
+        field: "is required (or pod_sets: a list of sets, each with its own pods and "
+        "resources_per_pod)"
+        for field in ("pods", "resources_per_pod")
+    }
 
     name: str
     account: str = "default"
