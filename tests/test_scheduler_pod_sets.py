@@ -10,7 +10,7 @@ import pytest
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import ClusterState
+from toposched.cluster.state import Allocation, ClusterState
 from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
@@ -20,6 +20,7 @@ from toposched.scheduler.refusals import RefusalCode
 
 # 1 zone x 2 blocks x 2 racks x 2 nodes x 4 GPUs = 32 GPUs; block z0-b0 is nodes 0-3.
 BLOCK = 16
+HOUR = 3600.0
 
 
 def cluster() -> ClusterState:
@@ -147,18 +148,58 @@ def test_a_victim_of_several_sets_frees_every_set() -> None:
     assert scheduler.running_gpus("team") == BLOCK
 
 
-def test_sets_with_topology_of_their_own_refuse_preemption_and_say_why() -> None:
+def test_sets_with_topology_of_their_own_preempt_when_the_room_holds_every_set() -> None:
     state = cluster()
     scheduler = Scheduler(state, team(), reserve_min_gpus=10**6)
     for name in ("low-a", "low-b"):
         scheduler.submit(gang(name, 4, topology={"required": "block"}, priority=-1), now=0)
     scheduler.cycle(0)
-    job = scheduler.submit(trainer_and_rollout(2, 2, {"required": "rack"}, priority=5), now=0)
-    result = scheduler.cycle(2 * 3600)
+    scheduler.submit(trainer_and_rollout(2, 2, {"required": "rack"}, priority=5), now=0)
+    result = scheduler.cycle(2 * HOUR)
+    evicted = [d.job_id for d in result.decisions if isinstance(d, Evict)]
+    assert len(evicted) == 1
+    victim_nodes = set(state.allocations[evicted[0]].nodes.tolist())
+    scheduler.evicted(evicted[0], now=2 * HOUR)
+    scheduler.cycle(2 * HOUR + 1)
+    assert set(state.allocations["rl"].nodes.tolist()) == victim_nodes
+    rollout_racks = state.topology.node_domain[3][state.allocations["rl"].nodes[2:]]
+    assert np.unique(rollout_racks).size == 1
+
+
+def test_sets_the_victims_room_cannot_hold_refuse_preemption_and_say_why() -> None:
+    # Every node runs two one-pod jobs of 2 GPUs; four of them are past their protection:
+    # both on z0-b0-r0-n0, one on z0-b0-r0-n1, one on z0-b0-r1-n0. Evicting them makes room
+    # for the job's 4 pods in block z0-b0, but its sets each need their 2 pods on one node,
+    # and only z0-b0-r0-n0 would hold two.
+    state = cluster()
+    scheduler = Scheduler(state, team(), reserve_min_gpus=10**6)
+    past_protection = {(0, 0), (0, 1), (1, 0), (2, 0)}
+    for node in range(state.topology.n_nodes):
+        for half in (0, 1):
+            start = 0.0 if (node, half) in past_protection else 2.5 * HOUR
+            spec = gang(f"low-{node}-{half}", 1, priority=-1, resources_per_pod={"gpus": 2})
+            gpus = [[2 * half, 2 * half + 1]]
+            scheduler.adopt(spec, Allocation.of([node], gpus), start_time=start, now=2.5 * HOUR)
+    pair = {"pods": 2, "resources_per_pod": {"gpus": 2}, "topology": {"required": "node"}}
+    spec = JobSpec.from_dict(
+        {
+            "name": "pairs",
+            "account": "team",
+            "priority": 5,
+            "topology": {"required": "block"},
+            "pod_sets": [{"name": "a", **pair}, {"name": "b", **pair}],
+        }
+    )
+    job = scheduler.submit(spec, now=3 * HOUR)
+    result = scheduler.cycle(3 * HOUR)
     assert not [d for d in result.decisions if isinstance(d, Evict)]
     assert job.reason_code is ReasonCode.NO_PREEMPTION
     assert job.refusal is not None and job.refusal.code is RefusalCode.TOPOLOGY
-    assert "no preemption: pod set rollout has topology of its own" in job.reason
+    assert (
+        "no preemption: the room its best victims make does not hold every pod set "
+        "(role b: required node" in job.reason
+    )
+    assert len(state.allocations) == 16
 
 
 def test_a_large_job_of_several_sets_gets_a_reservation() -> None:

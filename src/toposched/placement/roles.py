@@ -98,9 +98,9 @@ def _candidates(
     aggregates), in the policy's order for the roles' GPUs together."""
     fits_each = np.ones(last - first, dtype=np.bool_)
     for role in roles:
-        if role.on_one_node:
-            continue  # checked by the placement itself
-        capacity = CapacityView(state, replace(role, slices=()), exact=False).at(level, first, last)
+        # Room in the domain is needed whatever the role's slices or node: a bound from above.
+        loose = replace(role, slices=(), on_one_node=False)
+        capacity = CapacityView(state, loose, exact=False).at(level, first, last)
         fits_each &= capacity >= role.pods
     candidates = fits_each.nonzero()[0] + first
     if candidates.size == 0:

@@ -423,12 +423,6 @@ class Scheduler:
     def _preempt(self, turn: Turn, entry: QueueEntry, job: Job, kind: JobKind) -> bool:
         """Evict for the job if the contract allows a set of victims that makes room; else add
         why not to its reason. Returns whether victims were evicted for it (or it started)."""
-        unaimed = sets_refusal(job)
-        if unaimed is not None:
-            job.reason = no_preemption(job.reason, unaimed)
-            job.refusal = unaimed
-            job.reason_code = ReasonCode.NO_PREEMPTION
-            return False
         pods = kind.pods
         refusal_key = (kind.shape, entry.account, entry.priority)
         refused = turn.unpreemptable.get(refusal_key)
@@ -449,6 +443,8 @@ class Scheduler:
         plan = self.preemptor.preempt_or_refuse(
             job, kind, entry, turn.ranking, turn.fence, turn.now, self._epoch
         )
+        if isinstance(plan, PreemptionPlan):
+            plan = self.placing.sets_after(job, plan)
         if isinstance(plan, PreemptionPlan):
             turn.preemptions_left -= 1
             self._carry_out(job, plan, turn.now, turn.result)

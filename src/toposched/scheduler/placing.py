@@ -8,14 +8,17 @@ its sets' pods in one allocation, set after set.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import NamedTuple
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
+from toposched.cluster.statement import Statement
 from toposched.placement.job_sets import place_job_sets
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.search import Placement, Unschedulable, place
 from toposched.policy.fairshare import QueueEntry, QueueTier
+from toposched.scheduler.candidates import PreemptionPlan
 from toposched.scheduler.decisions import Bind
 from toposched.scheduler.errors import InternalError
 from toposched.scheduler.failures import Failure, FailureMemo
@@ -169,6 +172,27 @@ class Placing:
         )
         self.failures.add(shape, failure, fence)
 
+    def sets_after(self, job: Job, plan: PreemptionPlan) -> PreemptionPlan | Refusal:
+        """`plan` for a job of several pod sets, found for its pods as one gang within the
+        job's topology, checked on a what-if without its victims: every set placed there, the
+        plan's placement becomes the sets' (the nodes kept for the job); a refusal when the
+        room it makes does not hold every set. Other jobs' plans are returned as they are."""
+        if job.sets is None or job.sets.own_topology() is None:
+            return plan
+        statement = Statement(self.state)
+        try:
+            for victim in plan.victims:
+                statement.release(victim.job_id)
+            placed = place_job_sets(self.state, job.sets, self.policy)
+        finally:
+            statement.discard()
+        if isinstance(placed, Unschedulable):
+            return Refusal(
+                RefusalCode.TOPOLOGY,
+                f"the room its best victims make does not hold every pod set ({placed.reason})",
+            )
+        return replace(plan, placement=Placement(job.request, placed.joined()))
+
     def start_nominee(self, job: Job, fence: Fence, now: float, result: CycleResult) -> bool:
         """Start a preemptor whose victims are gone, on the nodes kept for it."""
         nomination = job.nomination
@@ -201,10 +225,10 @@ class Placing:
 
 
 def sets_refusal(job: Job) -> Refusal | None:
-    """Why no preemption is looked for a job of several pod sets, or None. The victim search
-    aims at one gang: the job's pods within its topology. A job whose sets have topology of
-    their own (a required level inner to the job's, a preference, slices) may need other
-    room than that, so it does not preempt rather than evict jobs for room it cannot use."""
+    """Why no moves are looked for a job of several pod sets, or None. Moves open a domain for
+    one gang, the job's pods within its topology; a job whose sets have topology of their own
+    (a required level inner to the job's, a preference, slices) may need other room, so no
+    resumable job is moved for room the job could not use."""
     if job.sets is None:
         return None
     own = job.sets.own_topology()
@@ -212,7 +236,6 @@ def sets_refusal(job: Job) -> Refusal | None:
         return None
     return Refusal(
         RefusalCode.TOPOLOGY,
-        f"pod set {own.name} has topology of its own, and the search for victims frees room "
-        "for one gang within the job's topology; a job of several pod sets preempts only when "
-        "its sets have no topology but the job's",
+        f"pod set {own.name} has topology of its own, and moves open room for the job's pods "
+        "as one gang",
     )
