@@ -113,6 +113,16 @@ _RESOURCES = ModelRules(
     },
     before=rules.one_shared_gpu_when_fractional,
 )
+_POD_SET = ModelRules(
+    {
+        "name": FieldRule(_value(rules.set_name), required=True),
+        "pods": FieldRule(_value(rules.pod_count), required=True),
+        "resources_per_pod": FieldRule(model=_RESOURCES, required=True, after=_asks_for_something),
+        "topology": FieldRule(model=_TOPOLOGY),
+        "min_pods": FieldRule(),
+    }
+)
+"""A pod set's fields; a job with pod sets is left to the model whole (`defer`)."""
 JOB = ModelRules(
     {
         "name": FieldRule(_value(rules.job_name), required=True),
@@ -122,14 +132,21 @@ JOB = ModelRules(
         "resumable": FieldRule(_value(rules.strict_bool)),
         "expected_runtime": FieldRule(_value(rules.positive_duration)),
         "grace_period": FieldRule(_value(rules.optional_duration)),
-        "pods": FieldRule(_value(rules.pod_count), required=True),
-        "resources_per_pod": FieldRule(model=_RESOURCES, required=True, after=_asks_for_something),
+        "pods": FieldRule(_value(rules.pod_count), required=True, missing=rules.SHAPE_REQUIRED),
+        "resources_per_pod": FieldRule(
+            model=_RESOURCES,
+            required=True,
+            missing=rules.SHAPE_REQUIRED,
+            after=_asks_for_something,
+        ),
         "topology": FieldRule(model=_TOPOLOGY),
+        "pod_sets": FieldRule(model=_POD_SET, many=True, defer=True),
         "submit_time": FieldRule(_value(rules.clock_time)),
     },
     after=_outermost_slice_divides_pods,
 )
-"""JobSpec's fields and rules, with those of resources_per_pod, topology and its slices."""
+"""JobSpec's fields and rules, with those of resources_per_pod, topology, its slices and the
+pod sets."""
 
 
 class Fields(NamedTuple):

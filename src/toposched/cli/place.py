@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from toposched.cli.options import check_pods, check_seed
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from toposched.cluster.topology import Topology
     from toposched.jobs.files import JobInFile
     from toposched.jobs.spec import JobSpec
+    from toposched.placement.job_sets import JobSets, JobSetsPlacement
     from toposched.placement.request import GangRequest
     from toposched.placement.search import Placement, PlacementResult
 
@@ -32,9 +34,12 @@ taking its GPUs before the next job is tried, as a scheduler would bind them. No
 written anywhere: the cluster file is only read.
 
 A job file holds one job, a list of jobs, a `jobs:` list or several YAML documents (see the
-README for the fields). The cluster is a YAML/JSON description or an openb node CSV (see
-`toposched cluster show --help`), or --fleet: the 1,000,080-GPU GB300 fleet at 70% occupancy
-that `toposched bench placement` uses.
+README for the fields). A job of several pod sets (`pod_sets`) is placed every set or none,
+and shown set by set, its pods numbered set after set (docs/placement.md).
+
+The cluster is a YAML/JSON description or an openb node CSV (see `toposched cluster show
+--help`), or --fleet: the 1,000,080-GPU GB300 fleet at 70% occupancy that `toposched bench
+placement` uses.
 """
 
 EPILOG = """\
@@ -85,11 +90,12 @@ def register(commands: Any) -> None:
 
 
 class Outcome(NamedTuple):
-    """One job's placement (or why not) and the wall time of its search."""
+    """One job's placement (or why not), the wall time of its search, and what it asks."""
 
     job: JobSpec
-    result: PlacementResult
+    result: PlacementResult | JobSetsPlacement
     seconds: float
+    asks: str
 
 
 def run(args: argparse.Namespace) -> int:
@@ -132,23 +138,50 @@ def run(args: argparse.Namespace) -> int:
     requests = [_request(job, topology) for job in jobs_read]
     from toposched.cluster.state import ClusterState
     from toposched.placement.policies import policy_by_name
-    from toposched.placement.search import Placement, place
 
     state = ClusterState(topology) if fleet is None else fleet
     policy = policy_by_name(args.policy, seed=args.seed)
-    outcomes: list[Outcome] = []
-    for job, request in zip(jobs, requests, strict=True):
-        started = time.perf_counter()
-        result = place(state, request, policy)
-        elapsed = time.perf_counter() - started
-        if isinstance(result, Placement):
-            state.allocate(job.name, result.allocation)
-        outcomes.append(Outcome(job, result, elapsed))
+    outcomes = [
+        _place(state, job, request, policy) for job, request in zip(jobs, requests, strict=True)
+    ]
     if args.json:
         print(json.dumps(_as_json(state, cluster_name, args.policy, outcomes), indent=2))
     else:
         _print_tables(state, cluster_name, args.policy, outcomes, args.pods)
-    return 0 if all(isinstance(outcome.result, Placement) for outcome in outcomes) else 1
+    return 0 if all(_placed(outcome) for outcome in outcomes) else 1
+
+
+def _place(
+    state: ClusterState, job: JobSpec, request: GangRequest | JobSets, policy: Any
+) -> Outcome:
+    """Place one job (every set of it, or none) and hold what it takes."""
+    from toposched.placement.job_sets import JobSets, place_job_sets
+    from toposched.placement.search import Placement, Unschedulable, place
+
+    started = time.perf_counter()
+    if isinstance(request, JobSets):
+        sets = place_job_sets(state, request, policy)
+        elapsed = time.perf_counter() - started
+        if not isinstance(sets, Unschedulable):
+            for role, placement in zip(request.roles, sets.placements, strict=True):
+                state.allocate(f"{job.name}[{role.name}]", placement.allocation)
+        asks = " + ".join(_asks(state, role) for role in request.roles)
+        return Outcome(job, sets, elapsed, asks)
+    result = place(state, request, policy)
+    elapsed = time.perf_counter() - started
+    if isinstance(result, Placement):
+        state.allocate(job.name, result.allocation)
+    return Outcome(job, result, elapsed, _asks(state, request))
+
+
+def _asks(state: ClusterState, request: GangRequest) -> str:
+    return f"{request.pods:,} x {request.describe_pod(state.topology)}"
+
+
+def _placed(outcome: Outcome) -> bool:
+    from toposched.placement.search import Unschedulable
+
+    return not isinstance(outcome.result, Unschedulable)
 
 
 def _check_against(job: JobInFile, cluster: CheckedCluster) -> None:
@@ -156,38 +189,61 @@ def _check_against(job: JobInFile, cluster: CheckedCluster) -> None:
     from toposched.placement.request import check_against_cluster
 
     try:
-        check_against_cluster(job.spec, cluster.levels, cluster.gpu_model_names)
+        if job.spec.pod_sets is not None:
+            from toposched.placement.job_sets import check_sets_against_cluster
+
+            check_sets_against_cluster(job.spec, cluster.levels, cluster.gpu_model_names)
+        else:
+            check_against_cluster(job.spec, cluster.levels, cluster.gpu_model_names)
     except InputError as error:
         raise job.locate(error) from None
 
 
-def _request(job: JobInFile, topology: Topology) -> GangRequest:
+def _request(job: JobInFile, topology: Topology) -> GangRequest | JobSets:
+    from toposched.placement.job_sets import JobSets
     from toposched.placement.request import GangRequest
 
     try:
+        if job.spec.pod_sets is not None:
+            return JobSets.from_spec(job.spec, topology)
         return GangRequest.from_spec(job.spec, topology)
     except InputError as error:
         raise job.locate(error) from None
 
 
-def _domains_used(state: ClusterState, placement: Placement) -> dict[str, int]:
-    """Distinct domains the gang touches at every level below the cluster, and nodes."""
+def _domains_used(state: ClusterState, placements: Sequence[Placement]) -> dict[str, int]:
+    """Distinct domains the gangs touch together at every level below the cluster, and
+    nodes."""
     import numpy as np
 
-    levels = state.topology.domain_levels
-    used = {levels[level]: placement.domains_used(state, level) for level in range(1, len(levels))}
-    used["node"] = int(np.unique(placement.allocation.nodes).size)
+    nodes = np.concatenate([placement.allocation.nodes for placement in placements])
+    topology = state.topology
+    levels = topology.domain_levels
+    used = {
+        levels[level]: int(np.unique(topology.node_domain[level][nodes]).size)
+        for level in range(1, len(levels))
+    }
+    used["node"] = int(np.unique(nodes).size)
     return used
 
 
-def _pod_rows(state: ClusterState, placement: Placement, limit: int | None) -> list[dict[str, Any]]:
+def _where(used: dict[str, int]) -> str:
+    return ", ".join(
+        f"{count:,} {level}{'' if count == 1 else 's'}" for level, count in used.items()
+    )
+
+
+def _pod_rows(
+    state: ClusterState, placement: Placement, limit: int | None, first_rank: int = 0
+) -> list[dict[str, Any]]:
+    """The pods of `placement` (the first `limit`), numbered by rank from `first_rank`."""
     allocation = placement.allocation
     names = state.topology.node_names
     count = allocation.pods if limit is None else min(limit, allocation.pods)
     rows = []
     for pod in range(count):
         row: dict[str, Any] = {
-            "pod": pod,
+            "pod": first_rank + pod,
             "node": names[int(allocation.nodes[pod])],
             "gpus": [int(gpu) for gpu in allocation.gpus[pod]],
         }
@@ -197,21 +253,47 @@ def _pod_rows(state: ClusterState, placement: Placement, limit: int | None) -> l
     return rows
 
 
+def _set_parts(
+    state: ClusterState, placed: JobSetsPlacement, limit: int | None
+) -> list[dict[str, Any]]:
+    """Each set of a placed job: its name, asks, ranks, domains and (the first `limit`) pods."""
+    from toposched.placement.job_sets import set_ranks
+
+    parts = []
+    for (name, first, last), role, placement in zip(
+        set_ranks(placed.sets), placed.sets.roles, placed.placements, strict=True
+    ):
+        parts.append(
+            {
+                "name": name,
+                "asks": _asks(state, role),
+                "ranks": [first, last - 1],
+                "domains_used": _domains_used(state, [placement]),
+                "pods": _pod_rows(state, placement, limit, first),
+            }
+        )
+    return parts
+
+
 def _as_json(
     state: ClusterState,
     cluster_name: str,
     policy: str,
     outcomes: list[Outcome],
 ) -> dict[str, Any]:
-    from toposched.placement.search import Placement
+    from toposched.placement.search import Placement, Unschedulable
 
     results = []
-    for job, result, elapsed in outcomes:
+    for job, result, elapsed, _ in outcomes:
         entry: dict[str, Any] = {"job": job.name, "decision_s": elapsed}
         if isinstance(result, Placement):
             entry["placed"] = True
-            entry["domains_used"] = _domains_used(state, result)
+            entry["domains_used"] = _domains_used(state, [result])
             entry["pods"] = _pod_rows(state, result, None)
+        elif not isinstance(result, Unschedulable):
+            entry["placed"] = True
+            entry["domains_used"] = _domains_used(state, result.placements)
+            entry["pod_sets"] = _set_parts(state, result, None)
         else:
             entry["placed"] = False
             entry["code"] = result.code
@@ -230,7 +312,7 @@ def _print_tables(
     from rich.console import Console
     from rich.table import Table
 
-    from toposched.placement.search import Placement
+    from toposched.placement.search import Placement, Unschedulable
 
     console = Console()
     table = Table(title=f"placements on {cluster_name} (policy {policy}, in order)")
@@ -239,15 +321,22 @@ def _print_tables(
     table.add_column("result")
     table.add_column("where / why not")
     table.add_column("decision", justify="right")
-    for job, result, elapsed in outcomes:
-        request = result.request
-        asks = f"{request.pods:,} x {request.describe_pod(state.topology)}"
+    for job, result, elapsed, asks in outcomes:
         if isinstance(result, Placement):
-            used = _domains_used(state, result)
-            where = ", ".join(
-                f"{count:,} {level}{'' if count == 1 else 's'}" for level, count in used.items()
-            )
+            where = _where(_domains_used(state, [result]))
             table.add_row(job.name, asks, "[green]placed[/]", where, format_timing(elapsed))
+        elif not isinstance(result, Unschedulable):
+            where = _where(_domains_used(state, result.placements))
+            table.add_row(job.name, asks, "[green]placed[/]", where, format_timing(elapsed))
+            for part in _set_parts(state, result, 0):
+                first, last = part["ranks"]
+                table.add_row(
+                    f"  set {part['name']}",
+                    part["asks"],
+                    f"ranks {first:,}-{last:,}",
+                    _where(part["domains_used"]),
+                    "",
+                )
         else:
             table.add_row(
                 job.name, asks, f"[red]{result.code}[/]", result.reason, format_timing(elapsed)
@@ -260,17 +349,31 @@ def _print_tables(
     )
     if pods <= 0:
         return
-    for job, result, _ in outcomes:
-        if not isinstance(result, Placement):
-            continue
-        rows = _pod_rows(state, result, pods)
-        shown = Table(title=f"{job.name}: first {len(rows)} of {result.allocation.pods:,} pods")
-        shown.add_column("pod", justify="right")
-        shown.add_column("node")
-        shown.add_column("GPUs")
-        for row in rows:
-            gpus = ", ".join(str(gpu) for gpu in row["gpus"]) or "-"
-            if "gpu_milli" in row:
-                gpus += f" ({row['gpu_milli']} milli)"
-            shown.add_row(str(row["pod"]), row["node"], gpus)
-        console.print(shown)
+    for job, result, _, _ in outcomes:
+        if isinstance(result, Placement):
+            rows = _pod_rows(state, result, pods)
+            title = f"{job.name}: first {len(rows)} of {result.allocation.pods:,} pods"
+            console.print(_pod_table(title, rows))
+        elif not isinstance(result, Unschedulable):
+            for part in _set_parts(state, result, pods):
+                rows = part["pods"]
+                first, last = part["ranks"]
+                title = f"{job.name}, set {part['name']}: ranks {first:,}-{last:,}"
+                if len(rows) < last - first + 1:
+                    title += f", first {len(rows)} shown"
+                console.print(_pod_table(title, rows))
+
+
+def _pod_table(title: str, rows: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    shown = Table(title=title)
+    shown.add_column("pod", justify="right")
+    shown.add_column("node")
+    shown.add_column("GPUs")
+    for row in rows:
+        gpus = ", ".join(str(gpu) for gpu in row["gpus"]) or "-"
+        if "gpu_milli" in row:
+            gpus += f" ({row['gpu_milli']} milli)"
+        shown.add_row(str(row["pod"]), row["node"], gpus)
+    return shown

@@ -5,8 +5,8 @@
 from __future__ import annotations
 
 import typing
-from collections.abc import Callable, Sequence
-from typing import Any, Self
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
@@ -105,7 +105,8 @@ def _input_error_from_details(detail: ErrorDetails, root: type[BaseModel]) -> In
         valid = list(model.model_fields) if model is not None else []
         rule = unknown_field_rule(location[-1], valid) if valid else "unknown field"
     elif kind == "missing":
-        value, rule = None, _PLAIN_RULES[kind]
+        missing_rules: Mapping[str, str] = getattr(root, "missing_rules", {})
+        value, rule = None, missing_rules.get(field, _PLAIN_RULES[kind])
     elif kind in ("model_type", "model_attributes_type", "dict_type"):
         model = _model_at(root, location)
         rule = f"must be a mapping with fields {_field_names(model)}"
@@ -137,6 +138,10 @@ class InputModel(BaseModel):
     """Frozen, closed to unknown fields, and failing with InputError instead of pydantic errors."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    missing_rules: ClassVar[Mapping[str, str]] = {}
+    """The rule for a required field left out, by its dotted name, where "is required" alone
+    would not say enough."""
 
     def __init__(self, **fields: Any) -> None:
         try:

@@ -36,6 +36,7 @@ from toposched.cluster.units import (
 __all__ = [
     "NOTHING_ASKED",
     "Group",
+    "SHAPE_REQUIRED",
     "SliceLike",
     "account_path",
     "asks_for_something",
@@ -56,6 +57,7 @@ __all__ = [
     "pod_count",
     "positive_duration",
     "priority",
+    "set_name",
     "slice_level",
     "slice_list",
     "strict_bool",
@@ -121,11 +123,28 @@ NOTHING_ASKED = (
     "(a share of one GPU), or cpu or memory for a CPU-only pod; gpus: null is no GPUs"
 )
 
+SHAPE_REQUIRED = (
+    "is required (or pod_sets: a list of sets, each with its own pods and resources_per_pod)"
+)
+"""The rule for a job that gives neither its one shape (pods, resources_per_pod) nor sets."""
+
 
 def job_name(value: Any) -> str:
     if not isinstance(value, str) or len(value) > MAX_NAME_LENGTH or not _NAME.fullmatch(value):
         raise _broken(
             value, f"must be 1 to {MAX_NAME_LENGTH} characters from letters, digits and . _ / -"
+        )
+    return value
+
+
+_SET_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def set_name(value: Any) -> str:
+    """The name of one of a job's pod sets (no slash: it is not a path)."""
+    if not isinstance(value, str) or len(value) > MAX_NAME_LENGTH or not _SET_NAME.fullmatch(value):
+        raise _broken(
+            value, f"must be 1 to {MAX_NAME_LENGTH} characters from letters, digits and . _ -"
         )
     return value
 

@@ -8,15 +8,17 @@ Values are checked within the limits of `toposched.cluster.limits`; job files ar
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import Any, Self
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Self
 
 from pydantic import Field, field_validator, model_validator
 
 from toposched.cluster.errors import InputError
+from toposched.cluster.limits import MAX_PODS_PER_JOB
 from toposched.cluster.units import format_duration, parse_duration
 from toposched.jobs import rules
 from toposched.jobs.input_model import InputModel, parsed, pod_count, rule_error
+from toposched.jobs.pod_set import PodSet, check_pod_sets
 from toposched.jobs.resources import Resources
 from toposched.jobs.topology_spec import TopologySpec, check_slice_sizes
 
@@ -24,7 +26,18 @@ __all__ = ["JobSpec", "load_jobs"]
 
 
 class JobSpec(InputModel):
-    """A gang of `pods` identical pods, placed all-or-nothing, and its scheduling contract."""
+    """A gang of `pods` identical pods, placed all-or-nothing, and its scheduling contract.
+
+    A job of several roles lists them in `pod_sets` (each a gang with its own resources and
+    topology) instead of `pods` and `resources_per_pod`, the one-set shorthand; its `topology`
+    then holds the sets together (required, preferred; no slices). For such a job `pods` is
+    the pods of every set together and `resources_per_pod` the first set's: what a reader of
+    one shape sees (`has_one_shape` says whether every set shares it).
+    """
+
+    missing_rules: ClassVar[Mapping[str, str]] = {
+        field: rules.SHAPE_REQUIRED for field in ("pods", "resources_per_pod")
+    }
 
     name: str
     account: str = "default"
@@ -43,8 +56,27 @@ class JobSpec(InputModel):
     pods: int
     resources_per_pod: Resources
     topology: TopologySpec = Field(default_factory=TopologySpec)
+    pod_sets: tuple[PodSet, ...] | None = None
+    """The job's roles, placed together all-or-nothing; None for the one-set shorthand."""
     submit_time: float | None = None
     """Seconds on the scheduler's clock; None until the job is submitted."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pod_sets_or_one_set(cls, data: Any) -> Any:
+        # With pod_sets, `pods` and `resources_per_pod` are filled from the sets; the sets'
+        # own checks (the pod_sets field) judge the values.
+        if not isinstance(data, Mapping) or data.get("pod_sets") is None:
+            return data
+        for field in ("pods", "resources_per_pod"):
+            if field in data:
+                raise rule_error(
+                    "a job gives either pod_sets or the one-set shorthand pods and "
+                    "resources_per_pod, not both",
+                    field,
+                    data[field],
+                )
+        return {**data, **_one_shape_view(data["pod_sets"])}
 
     @field_validator("name", mode="before")
     @classmethod
@@ -94,10 +126,28 @@ class JobSpec(InputModel):
         )
         return value
 
+    @field_validator("pod_sets", mode="before")
+    @classmethod
+    def _set_list(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, list | tuple):
+            raise rule_error(
+                "must be a list of pod sets, each {name, pods, resources_per_pod, topology}"
+            )
+        return value
+
     @field_validator("submit_time", mode="before")
     @classmethod
     def _clock_time(cls, value: Any) -> float | None:
         return parsed(rules.clock_time, value)
+
+    @model_validator(mode="after")
+    def _sets_hold_together(self) -> Self:
+        if self.pod_sets is not None:
+            try:
+                check_pod_sets(self.pod_sets, self.topology)
+            except InputError as error:
+                raise rule_error(error.rule, error.field, error.value) from None
+        return self
 
     @model_validator(mode="after")
     def _outermost_slice_divides_pods(self) -> Self:
@@ -110,6 +160,8 @@ class JobSpec(InputModel):
     @property
     def total_gpus(self) -> int:
         """Whole GPUs the gang holds; fractional pods hold none whole (see `total_gpu_milli`)."""
+        if self.pod_sets is not None:
+            return sum(pod_set.total_gpus for pod_set in self.pod_sets)
         if self.resources_per_pod.is_fractional:
             return 0
         return self.pods * self.resources_per_pod.gpus
@@ -117,11 +169,24 @@ class JobSpec(InputModel):
     @property
     def total_gpu_milli(self) -> int:
         """GPU demand of the whole gang in milli-GPU, fractional shares included."""
+        if self.pod_sets is not None:
+            return sum(pod_set.total_gpu_milli for pod_set in self.pod_sets)
         return self.pods * self.resources_per_pod.gpu_milli_total
 
+    @property
+    def has_one_shape(self) -> bool:
+        """Whether every pod of the job asks for the same resources (always, for the one-set
+        shorthand)."""
+        if self.pod_sets is None:
+            return True
+        return all(s.resources_per_pod == self.resources_per_pod for s in self.pod_sets)
+
     def validate_topology(self, levels: Sequence[str]) -> None:
-        """`topology.validate_levels` for this job's pods on a cluster with `levels`."""
+        """`topology.validate_levels` for this job's pods on a cluster with `levels`, and each
+        pod set's (errors name `pod_sets[i].topology...`)."""
         self.topology.validate_levels(levels, self.pods)
+        for index, pod_set in enumerate(self.pod_sets or ()):
+            pod_set.validate_levels(levels, f"pod_sets[{index}]")
 
     def to_dict(self) -> dict[str, Any]:
         """The user's spelling of this job; `JobSpec.from_dict` reads it back equal."""
@@ -136,8 +201,11 @@ class JobSpec(InputModel):
             written["expected_runtime"] = format_duration(self.expected_runtime)
         if self.grace_period is not None:
             written["grace_period"] = format_duration(self.grace_period)
-        written["pods"] = self.pods
-        written["resources_per_pod"] = self.resources_per_pod.to_dict()
+        if self.pod_sets is not None:
+            written["pod_sets"] = [pod_set.to_dict() for pod_set in self.pod_sets]
+        else:
+            written["pods"] = self.pods
+            written["resources_per_pod"] = self.resources_per_pod.to_dict()
         topology = self.topology.to_dict()
         if topology:
             written["topology"] = topology
@@ -151,6 +219,23 @@ class JobSpec(InputModel):
         from toposched.jobs.files import one_job  # jobfiles builds on this module
 
         return one_job(text_or_path)
+
+
+def _one_shape_view(written: Any) -> dict[str, Any]:
+    """`pods` and `resources_per_pod` of a job written with `pod_sets`: the pods of every set
+    and the first set's resources; a stand-in where the sets are not valid, whose own checks
+    then fail."""
+    stand_in: dict[str, Any] = {"pods": 1, "resources_per_pod": {"gpus": 1}}
+    if not isinstance(written, list | tuple) or not written:
+        return stand_in
+    try:
+        sets = [PodSet.from_dict(entry) for entry in written]
+    except InputError:
+        return stand_in
+    pods = sum(pod_set.pods for pod_set in sets)
+    if pods > MAX_PODS_PER_JOB:
+        return stand_in  # `check_pod_sets` names the limit
+    return {"pods": pods, "resources_per_pod": sets[0].resources_per_pod}
 
 
 def load_jobs(path: str | os.PathLike[str]) -> list[JobSpec]:

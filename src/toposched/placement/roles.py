@@ -5,6 +5,10 @@ preferred and slices inside the shared domain); the job places every role or non
 one domain of the shared level. Roles are placed one after another on a what-if of the state
 (a `Statement` rolled back before returning), each confined to the candidate domain by
 `GangRequest.within`, so later roles see the room earlier ones took.
+
+A `preferred` level inner to the shared one keeps the roles together in one domain of that
+level when one holds them all (any shared domain's, tried in the policy's order), and else
+lets them spread over one shared domain, each role by its own preferences.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class RolesPlacement:
     placements: tuple[Placement, ...]
     level: int
     domain: int
+    preferred_domain: int | None = None
+    """The domain of the preferred level that holds every role, when one does."""
 
 
 def place_roles(
@@ -40,8 +46,10 @@ def place_roles(
     roles: Sequence[GangRequest],
     level: int,
     policy: PlacementPolicy | None = None,
+    preferred: int | None = None,
 ) -> RolesPlacement | Unschedulable:
-    """Place every role within one domain at `level` (0: anywhere), or say why none holds them.
+    """Place every role within one domain at `level` (0: anywhere), or say why none holds them;
+    with `preferred` (a level inner to `level`), within one domain of it where one holds them.
 
     Candidate domains are those where each role fits on its own (from aggregates), in the
     policy's order for the roles' GPUs together; in each, the roles are placed largest first
@@ -58,29 +66,71 @@ def place_roles(
         replace(role, required=max(role.required, level), on_one_node=role.on_one_node)
         for role in roles
     ]
-    n_domains = topology.n_domains(level)
-    fits_each = np.ones(n_domains, dtype=np.bool_)
-    for role in confined:
-        if role.on_one_node:
-            continue  # checked by the placement itself
-        capacity = CapacityView(state, replace(role, slices=()), exact=False).at(
-            level, 0, n_domains
-        )
-        fits_each &= capacity >= role.pods
-    candidates = fits_each.nonzero()[0]
     order = sorted(range(len(roles)), key=lambda i: -roles[i].gpus_total)
-    if candidates.size == 0:
+    candidates = _candidates(state, confined, level, 0, topology.n_domains(level), policy)
+    if not candidates:
         return _explain(state, roles, confined, order, level, policy)
-    gpus = sum(role.gpus_total for role in roles)
-    scores = policy.domain_scores(state.free_gpus[level][candidates].astype(np.int64), gpus)
+    if preferred is not None and preferred > level:
+        # One domain of the preferred level anywhere first, then any shared domain.
+        for domain in candidates:
+            together = _place_in_one_inner(state, confined, order, level, domain, preferred, policy)
+            if together is not None:
+                return together
     failure: Unschedulable | None = None
-    for domain in candidates[np.argsort(scores, kind="stable")].tolist():
-        placed = _place_in(state, confined, order, level, int(domain), policy)
+    for domain in candidates:
+        placed = _place_in(state, confined, order, level, domain, policy)
         if isinstance(placed, RolesPlacement):
             return placed
         failure = failure or placed
     assert failure is not None
     return _with_shared_reason(failure, topology.domain_levels[level], level)
+
+
+def _candidates(
+    state: ClusterState,
+    roles: Sequence[GangRequest],
+    level: int,
+    first: int,
+    last: int,
+    policy: PlacementPolicy,
+) -> list[int]:
+    """Domains `first` to `last` (exclusive) at `level` where each role fits on its own (from
+    aggregates), in the policy's order for the roles' GPUs together."""
+    fits_each = np.ones(last - first, dtype=np.bool_)
+    for role in roles:
+        # Room in the domain is needed whatever the role's slices or node: a bound from above.
+        loose = replace(role, slices=(), on_one_node=False)
+        capacity = CapacityView(state, loose, exact=False).at(level, first, last)
+        fits_each &= capacity >= role.pods
+    candidates = fits_each.nonzero()[0] + first
+    if candidates.size == 0:
+        return []
+    gpus = sum(role.gpus_total for role in roles)
+    scores = policy.domain_scores(state.free_gpus[level][candidates].astype(np.int64), gpus)
+    ordered: list[int] = candidates[np.argsort(scores, kind="stable")].tolist()
+    return ordered
+
+
+def _place_in_one_inner(
+    state: ClusterState,
+    roles: Sequence[GangRequest],
+    order: Sequence[int],
+    level: int,
+    domain: int,
+    preferred: int,
+    policy: PlacementPolicy,
+) -> RolesPlacement | None:
+    """Every role in one domain at `preferred` inside `domain` at `level`, or None."""
+    topology = state.topology
+    first_node, last_node = topology.domain_range(level, domain)
+    inner = topology.node_domain[preferred]
+    first, last = int(inner[first_node]), int(inner[last_node - 1]) + 1
+    raised = [replace(role, required=max(role.required, preferred)) for role in roles]
+    for sub in _candidates(state, raised, preferred, first, last, policy):
+        placed = _place_in(state, raised, order, preferred, sub, policy)
+        if isinstance(placed, RolesPlacement):
+            return RolesPlacement(placed.placements, level, domain, preferred_domain=sub)
+    return None
 
 
 def _place_in(
@@ -129,7 +179,7 @@ def _explain(
 
 def _with_shared_reason(result: Unschedulable, name: str, level: int) -> Unschedulable:
     if level == 0:
-        return result
+        return replace(result, reason=f"role {result.request.name}: {result.reason}")
     return replace(
         result,
         code=result.code,

@@ -30,10 +30,10 @@ from toposched.scheduler.fence import Fence
 from toposched.scheduler.freed import FreedCapacity
 from toposched.scheduler.incremental import Incremental, Quiet, Reference, Walk, differences
 from toposched.scheduler.interruptions import Interruptions
-from toposched.scheduler.jobs import Job, JobKind, JobState, ReasonCode, Reservation
+from toposched.scheduler.jobs import Job, JobKind, JobState, ReasonCode, Reservation, job_sets
 from toposched.scheduler.ledger import Ledger, work_since
 from toposched.scheduler.lifecycle import Lifecycle
-from toposched.scheduler.placing import Placing
+from toposched.scheduler.placing import Placing, sets_refusal
 from toposched.scheduler.preemption import PreemptionPlan, VictimSearch
 from toposched.scheduler.preemptor import Preemptor
 from toposched.scheduler.queueing import JobQueue
@@ -143,10 +143,11 @@ class Scheduler:
         self.tree.require(spec.account, "account")
         if not self.tree.is_leaf(spec.account):
             raise InputError("account", spec.account, "jobs charge to a leaf account (a team)")
+        sets = job_sets(spec, self.state.topology)
         if request is None:
             request = GangRequest.from_spec(spec, self.state.topology)
         submit_time = spec.submit_time if spec.submit_time is not None else now
-        job = Job(spec=spec, request=request, submit_time=submit_time)
+        job = Job(spec=spec, request=request, submit_time=submit_time, sets=sets)
         job.record(now, "submitted")
         self.jobs[spec.name] = job
         return job
@@ -573,6 +574,8 @@ class Scheduler:
             job, kind, entry, turn.ranking, turn.fence, turn.now, self._epoch
         )
         if isinstance(plan, PreemptionPlan):
+            plan = self.placing.sets_after(job, plan)
+        if isinstance(plan, PreemptionPlan):
             turn.preemptions_left -= 1
             self._carry_out(job, plan, turn.now, turn.result)
             turn.fence.close(job.nomination.nodes if job.nomination else plan.nodes)
@@ -603,7 +606,9 @@ class Scheduler:
             return False
         job.reason = f"{reserved.describe(now)}; now: {job.reason}"
         job.reason_code = ReasonCode.RESERVED
-        if self.evictor.defragment_for(job, reserved, now, turn.result.decisions):
+        # Moves open a domain for one gang: not for sets with topology of their own.
+        unaimed = sets_refusal(job) is not None
+        if not unaimed and self.evictor.defragment_for(job, reserved, now, turn.result.decisions):
             # Moves open a domain now: the nominated nodes replace the wait.
             assert job.nomination is not None
             fence.close(job.nomination.nodes)

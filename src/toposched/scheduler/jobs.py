@@ -8,8 +8,11 @@ from enum import StrEnum
 import numpy as np
 from numpy.typing import NDArray
 
+from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation
+from toposched.cluster.topology import Topology
 from toposched.jobs.spec import JobSpec
+from toposched.placement.job_sets import JobSets
 from toposched.placement.request import GangRequest
 from toposched.scheduler.refusals import Refusal
 
@@ -112,6 +115,9 @@ class Job:
 
     spec: JobSpec
     request: GangRequest
+    """The gang of all the job's pods; for a job of several pod sets, its pods of one shape
+    within the job's topology (what every set needs together, without their own topology),
+    and `sets` says how they are placed."""
     submit_time: float
     state: JobState = JobState.PENDING
     start_time: float | None = None
@@ -141,11 +147,15 @@ class Job:
     kind: JobKind | None = field(default=None, repr=False)
     """Set by the scheduler when it first considers the job (like `shape`, from the request
     as it is then)."""
+    sets: JobSets | None = None
+    """A job of several pod sets: placed set by set, all or none (`job_sets`)."""
 
     @property
     def shape(self) -> tuple[object, ...]:
         """Everything but the pod count: a gang that failed blocks larger gangs of its shape."""
         cached = self._shape
+        if cached is None and self.sets is not None:
+            cached = self._shape = ("pod sets", self.sets.shape)
         if cached is None:
             request = self.request
             models = (
@@ -183,6 +193,27 @@ class Job:
 
     def record(self, time: float, event: str) -> None:
         self.history.append((time, event))
+
+
+def job_sets(spec: JobSpec, topology: Topology) -> JobSets | None:
+    """The pod sets of a job written with `pod_sets`, resolved against `topology` (None for
+    the one-set shorthand). The scheduler holds a job's pods in one allocation, of one pod
+    shape: sets asking different resources per pod are refused, naming the first such set."""
+    if spec.pod_sets is None:
+        return None
+    sets = JobSets.from_spec(spec, topology)
+    first = spec.pod_sets[0]
+    for index, pod_set in enumerate(spec.pod_sets):
+        if pod_set.resources_per_pod != first.resources_per_pod:
+            raise InputError(
+                f"pod_sets[{index}].resources_per_pod",
+                pod_set.resources_per_pod.to_dict(),
+                f"differs from pod_sets[0] ({first.name}: {first.resources_per_pod.to_dict()}); "
+                "the scheduler holds a job's pods with one per-pod shape, so for now it runs "
+                "only jobs whose sets ask the same resources_per_pod (toposched place places "
+                "sets of different shapes)",
+            )
+    return sets
 
 
 def _duration(seconds: float) -> str:

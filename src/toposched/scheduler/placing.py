@@ -1,21 +1,30 @@
 """The placement phase of a cycle: a pending job starts where it fits now, behind the
-reservation (EASY backfill), or on the nodes kept for it; known failures answer the rest."""
+reservation (EASY backfill), or on the nodes kept for it; known failures answer the rest.
+
+A job of several pod sets is searched set by set, all or none (`place_job_sets`), and holds
+its sets' pods in one allocation, set after set.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import NamedTuple
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
+from toposched.cluster.statement import Statement
+from toposched.placement.job_sets import place_job_sets
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.search import Placement, Unschedulable, place
 from toposched.policy.fairshare import QueueEntry, QueueTier
+from toposched.scheduler.candidates import PreemptionPlan
 from toposched.scheduler.decisions import Bind
 from toposched.scheduler.errors import InternalError
 from toposched.scheduler.failures import Failure, FailureMemo
 from toposched.scheduler.fence import Fence
 from toposched.scheduler.jobs import Job, JobKind, ReasonCode, Reservation
+from toposched.scheduler.refusals import Refusal, RefusalCode
 from toposched.scheduler.turn import CycleResult, Turn
 
 
@@ -83,7 +92,7 @@ class Placing:
         if known is None:
             fence.settle()
             turn.result.searches += 1
-            outcome = place(self.state, job.request, self.policy)
+            outcome = self.search(job)
             if isinstance(outcome, Placement):
                 self.bind(job, outcome, now, turn.result, fence.any)
                 return Placed(True, None)
@@ -97,7 +106,7 @@ class Placing:
                 # row share one lift.
                 fence.lift()
                 turn.result.searches += 1
-                outcome = place(self.state, job.request, self.policy)
+                outcome = self.search(job)
                 if isinstance(outcome, Placement):
                     self.bind(job, outcome, now, turn.result, True)
                     return Placed(True, None)
@@ -114,10 +123,19 @@ class Placing:
             job.reason_code = ReasonCode.DOES_NOT_FIT
         return Placed(False, None)
 
+    def search(self, job: Job) -> Placement | Unschedulable:
+        """Where the job fits now: its gang, or every one of its pod sets (all or none)."""
+        if job.sets is None:
+            return place(self.state, job.request, self.policy)
+        placed = place_job_sets(self.state, job.sets, self.policy)
+        if isinstance(placed, Unschedulable):
+            return placed
+        return Placement(job.request, placed.joined())
+
     def _verify(self, job: Job, kept: Failure) -> None:
         """Raise `InternalError` if `job` fits now although `kept`, a failure kept through a
         release, says it does not: a search would have started it."""
-        if isinstance(place(self.state, job.request, self.policy), Placement):
+        if isinstance(self.search(job), Placement):
             raise InternalError(
                 job.job_id,
                 f"a failure kept through a release answered it, yet it fits ({kept.reason})",
@@ -154,6 +172,27 @@ class Placing:
         )
         self.failures.add(shape, failure, fence)
 
+    def sets_after(self, job: Job, plan: PreemptionPlan) -> PreemptionPlan | Refusal:
+        """`plan` for a job of several pod sets, found for its pods as one gang within the
+        job's topology, checked on a what-if without its victims: every set placed there, the
+        plan's placement becomes the sets' (the nodes kept for the job); a refusal when the
+        room it makes does not hold every set. Other jobs' plans are returned as they are."""
+        if job.sets is None or job.sets.own_topology() is None:
+            return plan
+        statement = Statement(self.state)
+        try:
+            for victim in plan.victims:
+                statement.release(victim.job_id)
+            placed = place_job_sets(self.state, job.sets, self.policy)
+        finally:
+            statement.discard()
+        if isinstance(placed, Unschedulable):
+            return Refusal(
+                RefusalCode.TOPOLOGY,
+                f"the room its best victims make does not hold every pod set ({placed.reason})",
+            )
+        return replace(plan, placement=Placement(job.request, placed.joined()))
+
     def start_nominee(self, job: Job, fence: Fence, now: float, result: CycleResult) -> bool:
         """Start a preemptor whose victims are gone, on the nodes kept for it."""
         nomination = job.nomination
@@ -167,7 +206,7 @@ class Placing:
             return True
         fence.open(nomination.nodes)
         job.nomination = None
-        if nomination.allocation is not None:
+        if nomination.allocation is not None and job.sets is None:
             exact = Placement(job.request, nomination.allocation)
             try:
                 self.start(job, exact, now)
@@ -176,10 +215,27 @@ class Placing:
             else:
                 result.decisions.append(Bind(job.job_id, exact.allocation, job.unallocated))
                 return True
-        outcome = place(self.state, job.request, self.policy)
+        outcome = self.search(job)
         if isinstance(outcome, Placement):
             self.bind(job, outcome, now, result)
             return True
         # The cluster changed while victims left (e.g. a node failed): plan again.
         job.record(now, f"nominated capacity no longer fits ({outcome.reason}); re-planning")
         return False
+
+
+def sets_refusal(job: Job) -> Refusal | None:
+    """Why no moves are looked for a job of several pod sets, or None. Moves open a domain for
+    one gang, the job's pods within its topology; a job whose sets have topology of their own
+    (a required level inner to the job's, a preference, slices) may need other room, so no
+    resumable job is moved for room the job could not use."""
+    if job.sets is None:
+        return None
+    own = job.sets.own_topology()
+    if own is None:
+        return None
+    return Refusal(
+        RefusalCode.TOPOLOGY,
+        f"pod set {own.name} has topology of its own, and moves open room for the job's pods "
+        "as one gang",
+    )

@@ -28,7 +28,7 @@ def job_view(core: ServiceCore, record: JobRecord) -> dict[str, Any]:
         "account": record.account,
         "priority": record.priority,
         "state": str(record.state),
-        "pods": int(record.spec.get("pods", 0)),
+        "pods": sum(int(shape.get("pods", 0)) for shape in _shapes(record.spec)),
         "gpus": float(gpus),
         "submit_time": record.submit_time,
         "start_time": record.start_time,
@@ -42,10 +42,19 @@ def job_view(core: ServiceCore, record: JobRecord) -> dict[str, Any]:
     }
 
 
+def _shapes(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stored job's pod sets, or the job itself when it has one shape."""
+    sets: list[dict[str, Any]] = spec.get("pod_sets") or [spec]
+    return sets
+
+
 def _spec_gpus(spec: dict[str, Any]) -> float:
-    resources = spec.get("resources_per_pod", {})
-    share = resources.get("gpu_milli", 1000) / 1000
-    return float(spec.get("pods", 0) * resources.get("gpus", 0) * share)
+    total = 0.0
+    for shape in _shapes(spec):
+        resources = shape.get("resources_per_pod", {})
+        share = resources.get("gpu_milli", 1000) / 1000
+        total += shape.get("pods", 0) * resources.get("gpus", 0) * share
+    return total
 
 
 def list_jobs(

@@ -353,6 +353,11 @@ def _jobs(
         try:
             spec = JobSpec.from_dict(spec_fields)
             spec.validate_topology(topology.levels)
+            if spec.pod_sets is not None:
+                # Refused here as the scheduler would at its submit, with the file's line.
+                from toposched.scheduler.jobs import job_sets
+
+                job_sets(spec, topology)
         except InputError as error:
             raise lines.located(path, field, error) from None
         if spec.name in names:
@@ -369,15 +374,7 @@ def _jobs(
                 raise InputError("account", spec.account, "jobs charge to a leaf account (a team)")
         except InputError as error:
             raise lines.located(path, field, error) from None
-        wanted = spec.resources_per_pod.gpu_models
-        if wanted is not None and spec.resources_per_pod.gpus and not models & set(wanted):
-            raise lines.error(
-                (*path, "resources_per_pod", "gpu_models"),
-                f"{field}.resources_per_pod.gpu_models",
-                list(wanted),
-                "no GPU of these models in this cluster; it has "
-                + ", ".join(sorted(name for name in models if name)),
-            )
+        _check_models(spec, models, lines, path, field)
         yield WorkloadJob(
             spec=spec,
             submit_time=submit,
@@ -386,6 +383,27 @@ def _jobs(
             cancel_after=optional["cancel_after"],
             checkpoint_interval=optional["checkpoint_interval"],
         )
+
+
+def _check_models(spec: JobSpec, models: set[str], lines: _Lines, path: Path_, field: str) -> None:
+    """Refuse a job (or a pod set of it) that asks only for GPU models the cluster lacks."""
+    where: list[tuple[Path_, str, Any]] = []
+    if spec.pod_sets is None:
+        where.append(((*path, "resources_per_pod"), field, spec.resources_per_pod))
+    else:
+        for index, pod_set in enumerate(spec.pod_sets):
+            at: Path_ = (*path, "pod_sets", index, "resources_per_pod")
+            where.append((at, f"{field}.pod_sets[{index}]", pod_set.resources_per_pod))
+    for at, prefix, resources in where:
+        wanted = resources.gpu_models
+        if wanted is not None and resources.gpus and not models & set(wanted):
+            raise lines.error(
+                (*at, "gpu_models"),
+                f"{prefix}.resources_per_pod.gpu_models",
+                list(wanted),
+                "no GPU of these models in this cluster; it has "
+                + ", ".join(sorted(name for name in models if name)),
+            )
 
 
 # --- writing -----------------------------------------------------------------------------------
