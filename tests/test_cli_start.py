@@ -206,21 +206,38 @@ def test_the_light_pass_says_what_the_job_model_says(text: str, tmp_path: Path) 
     assert str(light.value) == str(model.value)
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "name: x\npods: 1\nresources_per_pod: {gpus: 1}\n",
-        "",
-        "- {name: x, pods: 1, resources_per_pod: {gpus: 1}}\n"
-        "- {name: x, pods: 2, resources_per_pod: {gpus: 1}}\n",
-    ],
-)
-def test_the_light_pass_leaves_names_and_empty_files_to_the_job_model(
-    text: str, tmp_path: Path
+JOB = "name: x\npods: 1\nresources_per_pod: {gpus: 1}\n"
+
+FILES_REFUSED_ACROSS_JOBS = [
+    {"job.yaml": ""},
+    {"job.yaml": "# only a comment\n"},
+    {"job.yaml": JOB + "---\n" + JOB},
+    {
+        "job.yaml": "- {name: x, pods: 1, resources_per_pod: {gpus: 1}}\n"
+        "- {name: x, pods: 2, resources_per_pod: {gpus: 1}}\n"
+    },
+    {"a.yaml": JOB, "b.yaml": JOB},
+    {"a.yaml": JOB, "b.yaml": ""},
+    # A bad value in the second file comes first: the model reads a file whole, then its names.
+    {"a.yaml": JOB, "b.yaml": JOB + "---\nname: y\npods: 0\nresources_per_pod: {gpus: 1}\n"},
+]
+
+
+@pytest.mark.parametrize("files", FILES_REFUSED_ACROSS_JOBS)
+def test_names_used_twice_and_files_with_no_job_get_the_job_models_error(
+    files: dict[str, str], tmp_path: Path
 ) -> None:
-    job = tmp_path / "job.yaml"
-    job.write_text(text)
-    check_job_files([job])
+    from toposched.jobs.files import read_job_files
+
+    paths = []
+    for name, text in files.items():
+        paths.append(tmp_path / name)
+        paths[-1].write_text(text)
+    with pytest.raises(InputError) as light:
+        check_job_files(paths)
+    with pytest.raises(InputError) as model:
+        read_job_files(paths)
+    assert str(light.value) == str(model.value)
 
 
 def test_a_job_file_given_twice_is_said_plainly(tmp_path: Path) -> None:

@@ -121,12 +121,42 @@ def test_a_bad_value_in_a_job_file_is_refused_before_the_job_model_loads(
     assert message in stderr and "Traceback" not in stderr
 
 
-def test_a_name_used_twice_is_found_by_the_job_model_before_numpy_loads(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        (
+            {"job.yaml": JOB + "---\n" + JOB},
+            "job.yaml:5: jobs[1].name: 'j' is invalid: another job has this name (line 1)",
+        ),
+        (
+            {"a.yaml": JOB, "b.yaml": "# nothing\n" + JOB},
+            "b.yaml:2: name: 'j' is invalid: another job has this name (a.yaml:1)",
+        ),
+        ({"a.yaml": JOB, "b.yaml": "# no job here\n"}, "b.yaml: jobs: None is invalid: no job in"),
+    ],
+)
+def test_names_used_twice_and_files_without_jobs_are_refused_before_the_job_model_loads(
+    files: dict[str, str], message: str, tmp_path: Path
+) -> None:
     (tmp_path / "cluster.yaml").write_text(CLUSTER)
-    (tmp_path / "job.yaml").write_text(JOB + "---\n" + JOB)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    last, stderr = _probe(["place", *files, "--cluster", "cluster.yaml"], tmp_path)
+    assert last == "2 []", stderr
+    assert message in stderr and "Traceback" not in stderr
+
+
+def test_the_light_pass_leaves_names_to_the_job_model_after_a_job_it_cannot_check(
+    tmp_path: Path,
+) -> None:
+    # A job of pod sets is the model's to check whole: a name used again after it is found by
+    # the model's reader, with the same words.
+    pod_sets = "name: j\npod_sets:\n  - {name: a, pods: 1, resources_per_pod: {gpus: 1}}\n"
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "job.yaml").write_text(pod_sets + "---\n" + JOB)
     last, stderr = _probe(["place", "job.yaml", "--cluster", "cluster.yaml"], tmp_path)
     assert last == "2 ['pydantic']", stderr
-    assert "job.yaml:5: jobs[1].name: 'j' is invalid: another job has this name" in stderr
+    assert "job.yaml:5: jobs[1].name: 'j' is invalid: another job has this name (line 1)" in stderr
 
 
 @pytest.mark.parametrize(

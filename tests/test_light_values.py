@@ -29,6 +29,7 @@ from toposched.cli.jobcheck import (
 )
 from toposched.cluster.documents import Document
 from toposched.cluster.errors import InputError
+from toposched.jobs.entries import JobEntry
 from toposched.jobs.files import read_job_files
 from toposched.jobs.resources import Resources
 from toposched.jobs.spec import JobSpec
@@ -177,7 +178,7 @@ def test_the_light_pass_refuses_a_job_the_cluster_cannot_hold_in_the_models_word
         return
     values = check_job(data)
     assert values is not None
-    job = CheckedJob(values, Document(data, "job.yaml"), (), "")
+    job = CheckedJob(values, JobEntry(Document(data, "job.yaml"), (), data))
     try:
         check_against_cluster(model, levels, gpu_models)
     except InputError as error:

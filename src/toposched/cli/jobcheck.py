@@ -8,7 +8,7 @@ as the model does, with the model's own rules (`toposched.jobs.rules`, which its
 call): the fields in the model's order, each field's value, missing fields, unknown fields (each
 mapping's after its fields), then the checks across fields once every field is valid. So a bad
 job gets the model's message, word for word, with the same further problems listed after the
-first. Names used twice and files with no job are the model's reader's to find, after this pass.
+first. So are files with no job and job names used twice, as the model's reader finds them.
 
 `JOB` is the model's shape and rules; tests/test_cli_start.py checks that its fields agree with
 JobSpec's, and tests/test_light_values.py that its errors equal the model's.
@@ -17,14 +17,15 @@ JobSpec's, and tests/test_light_values.py that its errors equal the model's.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from toposched.cluster.documents import Document, FieldPath, parse_documents, read_text
+from toposched.cluster.documents import parse_documents, read_text
 from toposched.cluster.errors import InputError, join_fields, unknown_field_rule
 from toposched.cluster.units import MILLI_PER_GPU, parse_duration
 from toposched.jobs import rules
+from toposched.jobs.entries import JobEntry, NameRegister, job_entries, no_job_error
 
 __all__ = [
     "JOB",
@@ -175,21 +176,21 @@ class CheckedJob(NamedTuple):
 
     values: Mapping[str, Any]
     """Each field written, as the model stores it; mappings as dicts of their fields."""
-    document: Document
-    path: FieldPath
-    prefix: str
-    """The job's field name in errors: `jobs[i]` in a file of several jobs, else ""."""
+    entry: JobEntry
 
     def locate(self, error: InputError) -> InputError:
         """`error`, whose field is one of this job's, with the file and line of that field."""
-        return self.document.locate(error, self.path, self.prefix, root="job")
+        return self.entry.locate(error)
 
 
 def check_job_files(paths: Sequence[str | os.PathLike[str]]) -> list[CheckedJob]:
-    """Refuse a job file given twice, and the first that cannot be read or parsed, or holds a
-    job the model would refuse; the jobs checked in full (of files not left to the model)."""
+    """Refuse a job file given twice, and the first that cannot be read or parsed, holds a job
+    the model would refuse, holds no job, or uses a job name again; the jobs checked in full
+    (of files not left to the model). Names and files with no job are checked as the model's
+    reader checks them only while every job before was checked here in full."""
     _check_given_once(paths)
     checked: list[CheckedJob] = []
+    names: NameRegister | None = NameRegister()
     for path in paths:
         file = Path(path)
         try:
@@ -197,18 +198,30 @@ def check_job_files(paths: Sequence[str | os.PathLike[str]]) -> list[CheckedJob]
         except OSError:
             size = 0  # read_text says what is wrong with it
         if size > LIGHT_PASS_BYTES:
+            names = None
             continue
         text = read_text(file, "job file")
         documents = parse_documents(text, str(file), json_text=file.suffix.lower() == ".json")
-        entries = list(_job_entries(documents))
-        for index, (document, where, data) in enumerate(entries):
-            prefix = f"jobs[{index}]" if len(entries) > 1 else ""
+        entries = job_entries(documents)
+        in_file = NameRegister()
+        in_full: list[CheckedJob] = []
+        for entry in entries:
             try:
-                values = check_job(data)
+                values = check_job(entry.data)
             except InputError as error:
-                raise document.locate(error, where, prefix, root="job") from None
-            if values is not None:
-                checked.append(CheckedJob(values, document, where, prefix))
+                raise entry.locate(error) from None
+            if values is None:
+                names = None
+                continue
+            if names is not None:
+                in_file.add(values["name"], entry)
+            in_full.append(CheckedJob(values, entry))
+        if names is not None:
+            if not entries:
+                raise no_job_error(str(file))
+            for job in in_full:
+                names.add(job.values["name"], job.entry)
+        checked.extend(in_full)
     return checked
 
 
@@ -341,18 +354,3 @@ def _check_given_once(paths: Sequence[str | os.PathLike[str]]) -> None:
         if first != position:
             rule = f"is given twice (job files {first} and {position}); give each file once"
             raise InputError("job file", str(path), rule)
-
-
-def _job_entries(documents: list[Document]) -> Iterator[tuple[Document, FieldPath, Any]]:
-    """Each job as the model's reader finds it: a document that is a job, a list of jobs, or a
-    mapping {jobs: [...]}."""
-    for document in documents:
-        data: Any = document.data
-        where: FieldPath = ()
-        if isinstance(data, Mapping) and set(data) == {"jobs"}:
-            data, where = data["jobs"], ("jobs",)
-        if isinstance(data, list):
-            for index, entry in enumerate(data):
-                yield document, (*where, index), entry
-        else:
-            yield document, where, data
