@@ -55,8 +55,7 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.fleet:
-        from rich.console import Console
-
+        from toposched.cli.console import output_console
         from toposched.cli.summary import cluster_table
         from toposched.cluster.builders import million_gpu_cluster
         from toposched.cluster.state import ClusterState
@@ -64,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         state = ClusterState(million_gpu_cluster())
         elapsed = time.perf_counter() - started
-        Console().print(cluster_table(state, "toposched: 1,000,080-GPU GB300 NVL72 fleet", elapsed))
+        output_console().print(
+            cluster_table(state, "toposched: 1,000,080-GPU GB300 NVL72 fleet", elapsed)
+        )
         return 0
     check_outputs(args)  # before the simulator loads: a bad option answers at once
     # Another workload (--workload) is titled by its own description.

@@ -8,11 +8,11 @@ import math
 import time
 from typing import Any
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from toposched.bench.harness import machine
+from toposched.cli.console import output_console
 from toposched.cli.options import check_count, check_traces_dir
 from toposched.cluster.errors import InputError
 from toposched.evaluation.packing import (
@@ -131,7 +131,7 @@ def run_packing_command(args: argparse.Namespace) -> int:
         args.seeds,
         shuffle=args.order == "shuffled",
     )
-    console = Console(stderr=args.json)
+    console = output_console(stderr=args.json)
     started = time.perf_counter()
     with Progress(
         TextColumn("[bold]packing[/]"),

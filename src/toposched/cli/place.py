@@ -309,12 +309,12 @@ def _print_tables(
     outcomes: list[Outcome],
     pods: int,
 ) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from toposched.cli.console import output_console
     from toposched.placement.search import Placement, Unschedulable
 
-    console = Console()
+    console = output_console()
     table = Table(title=f"placements on {cluster_name} (policy {policy}, in order)")
     table.add_column("job")
     table.add_column("asks", justify="right")

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from toposched.cli.client import ApiClient, ClientError, ExitCode
 from toposched.cli.connection import DEFAULT_SERVER, resolve_connection
+from toposched.cli.console import output_console
 from toposched.cluster.errors import ToposchedError
 
 EXIT_CODES = (
@@ -166,7 +167,7 @@ def print_table(title: str, columns: Sequence[Column], rows: Iterable[Sequence[C
             for column, cell in zip(columns, row, strict=True)
         ]
         table.add_row(*cells)
-    Console().print(table)
+    output_console().print(table)
 
 
 def print_json(document: Any) -> None:
