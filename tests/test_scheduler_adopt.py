@@ -19,10 +19,14 @@ from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.preemptible import PreemptibleIndex
 
 HOUR = 3600.0
-ROWS = ("ids", "gpus", "since", "protected_until", "whole", "pods", "cpu_milli", "memory_mib")
-ROWS += ("account", "priority", "pair", "unallocated", "evicting", "counted")
-AGGREGATES = ("leaf_freeable", "node_freeable", "leaf_unallocated_freeable", "leaf_weight")
-AGGREGATES += ("node_unallocated_freeable", "leaf_weighted_since", "unprotected_in_pair")
+ROWS = (
+    *("ids", "gpus", "since", "protected_until", "whole", "pods", "cpu_milli", "memory_mib"),
+    *("account", "priority", "pair", "unallocated", "evicting", "counted"),
+)
+AGGREGATES = (
+    *("leaf_freeable", "node_freeable", "leaf_unallocated_freeable", "leaf_weight"),
+    *("node_unallocated_freeable", "leaf_weighted_since", "unprotected_in_pair"),
+)
 TREE = {"accounts": {"team-a": 50, "team-b": 30, "scratch": 0}}
 
 
