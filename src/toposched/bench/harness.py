@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import statistics
@@ -86,6 +87,15 @@ def measure(
         note=note,
         first_s=first,
     )
+
+
+def freeze_built() -> None:
+    """Take everything built so far (a fleet, a scheduler, its queue) out of the garbage
+    collector's sight, as the service does once it has rebuilt its scheduler (`service.loop`):
+    collections during the timed runs then scan what the runs make, not the million objects
+    built before them, whose full scans (seconds each) fell on a run now and then."""
+    gc.collect()
+    gc.freeze()
 
 
 def calibration(runs: int = 15, warmup: int = WARMUP_RUNS) -> Measurement:

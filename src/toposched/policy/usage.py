@@ -68,6 +68,7 @@ class UsageTracker:
         self.version = 0
         """Counts start and stop calls, so orderings built on usage know when it moved."""
         self._meters: dict[str, _Meter] = {}
+        self._paths: dict[tuple[str, ...], list[_Meter]] = {}
         self._clock = -math.inf
 
     def __repr__(self) -> str:
@@ -133,13 +134,19 @@ class UsageTracker:
         self._clock = float(now)
 
     def _meters_on_path(self, path: tuple[str, ...], now: float) -> list[_Meter]:
-        meters = []
-        for account in (ROOT, *path):
-            meter = self._meters.get(account)
-            if meter is None:
-                meter = self._meters[account] = _Meter(now)
+        """The meters of the cluster and of every account on `path` (made on first use; a
+        meter is never dropped, so the list is kept per path), each brought up to `now`."""
+        meters = self._paths.get(path)
+        if meters is None:
+            meters = []
+            for account in (ROOT, *path):
+                meter = self._meters.get(account)
+                if meter is None:
+                    meter = self._meters[account] = _Meter(now)
+                meters.append(meter)
+            self._paths[path] = meters
+        for meter in meters:
             self._bring_up_to(meter, now)
-            meters.append(meter)
         return meters
 
     def _bring_up_to(self, meter: _Meter, now: float) -> None:

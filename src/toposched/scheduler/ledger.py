@@ -59,8 +59,8 @@ class Ledger:
         self.tree = tree
         self.usage = usage
         self.running: dict[str, Job] = {}
-        self.views: dict[str, RunningJob] = {}
-        """The contract's view of each running job."""
+        self.views: dict[str, RunningJob] = _Views(self.running)
+        """The contract's view of each running job (made when first read)."""
         self.releases: SortedList = SortedList()
         self.protection: SortedList = SortedList()
         self.unallocated: set[str] = set()
@@ -140,9 +140,7 @@ class Ledger:
             job_id = job.job_id
             self.running[job_id] = job
             job.last_checkpoint = None
-            gpus = job.gpus
-            self.views[job_id] = _view(job, gpus)
-            holdings.append(_holding(job, allocations[job_id], gpus))
+            holdings.append(_holding(job, allocations[job_id], job.gpus))
             releases.append(release_time(job))
             if job.unallocated:
                 self.unallocated.add(job_id)
@@ -162,11 +160,9 @@ class Ledger:
             self.protection.add((job.start_time + job.min_runtime, job.job_id))
 
     def _count_in(self, job: Job) -> None:
-        """The records of the running `job` but the sorted ones: its view, the preemptible
-        index, the set of unallocated work."""
-        gpus = job.gpus
-        self.views[job.job_id] = _view(job, gpus)
-        self.preemptible.add(*_holding(job, self.state.allocations[job.job_id], gpus))
+        """The records of the running `job` but the sorted ones: the preemptible index, the set
+        of unallocated work (its view is made when first read)."""
+        self.preemptible.add(*_holding(job, self.state.allocations[job.job_id], job.gpus))
         if job.unallocated:
             self.unallocated.add(job.job_id)
 
@@ -175,7 +171,7 @@ class Ledger:
         longer waits for it."""
         assert job.start_time is not None
         self.releases.remove(release_time(job))
-        del self.views[job.job_id]
+        self.views.pop(job.job_id, None)
         self.preemptible.remove(job.job_id)
         if job.unallocated:
             self.unallocated.discard(job.job_id)
@@ -209,6 +205,22 @@ class Ledger:
         view = self.views[job.job_id]
         self.views[job.job_id] = dataclasses.replace(view, priority=job.spec.priority)
         self.preemptible.set_priority(job.job_id, job.spec.priority)
+
+
+class _Views(dict[str, RunningJob]):
+    """The contract's view of each running job, made when first read: a restart adopts a
+    hundred thousand jobs, of which only those a preemption weighs are ever read. A view holds
+    what its job's start fixed, which does not change while it runs (a new priority replaces
+    the view: `Ledger.set_priority`)."""
+
+    def __init__(self, running: dict[str, Job]) -> None:
+        super().__init__()
+        self._running = running
+
+    def __missing__(self, job_id: str) -> RunningJob:
+        job = self._running[job_id]
+        view = self[job_id] = _view(job, job.gpus)
+        return view
 
 
 def _view(job: Job, gpus: float) -> RunningJob:
