@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -180,45 +179,6 @@ def stored_document(spec: JobSpec, run: RunSpec | None) -> dict[str, Any]:
     if run_written is not None:
         written["run"] = run_written
     return written
-
-
-class StoredSpecs:
-    """Job documents read back from the store as specs. A stored document was validated when it
-    was accepted; read back, each distinct document apart from its name and submit time is
-    validated once, and the specs of its other jobs are copies with their own name and time
-    (at restart, a store of 100,000 jobs holds a few dozen such documents, not 100,000)."""
-
-    _OWN_FIELDS = ("name", "submit_time", "run")
-
-    def __init__(self) -> None:
-        self._by_shape: dict[str, JobSpec] = {}
-
-    def spec(self, document: Mapping[str, Any]) -> JobSpec:
-        name: Any = document.get("name")
-        submit_time: Any = document.get("submit_time")
-        shape = {key: value for key, value in document.items() if key not in self._OWN_FIELDS}
-        # Documents the service wrote list their fields in one order: keys in another order
-        # only miss the cache.
-        key = json.dumps(shape)
-        known = self._by_shape.get(key)
-        if known is None or not _plain_name_and_time(name, submit_time):
-            spec = JobSpec.from_dict({**shape, "name": name, "submit_time": submit_time})
-            self._by_shape.setdefault(key, spec)
-            return spec
-        return known.model_copy(update={"name": name, "submit_time": float(submit_time)})
-
-
-def _plain_name_and_time(name: Any, submit_time: Any) -> bool:
-    """Whether a stored document's name and submit time are of the types `JobSpec` holds (its
-    own rules were checked when the document was accepted)."""
-    return (
-        isinstance(name, str)
-        and bool(name)
-        and isinstance(submit_time, int | float)
-        and not isinstance(submit_time, bool)
-        and math.isfinite(submit_time)
-        and submit_time >= 0
-    )
 
 
 def short(value: Any, limit: int = 80) -> str:
