@@ -110,6 +110,9 @@ class BudgetTree:
     def __init__(self) -> None:
         self._accounts: dict[str, _Account] = {ROOT: _Account(share=_MAX_SIBLING_SHARES)}
         self.version = 0
+        self._budgeted: dict[str, bool] = {}
+        """`has_budget` by path, for the tree at `_budgeted_version`: every job start asks."""
+        self._budgeted_version = 0
 
     # ----------------------------------------------------------------------------- loading
 
@@ -349,8 +352,15 @@ class BudgetTree:
 
     def has_budget(self, path: str) -> bool:
         """Whether any GPU time is budgeted to the account (no share of 0 on its path)."""
-        self.require(path)
-        return all(self._accounts[ancestor].share > 0 for ancestor in account_ancestors(path))
+        if self._budgeted_version != self.version:
+            self._budgeted.clear()
+            self._budgeted_version = self.version
+        known = self._budgeted.get(path) if isinstance(path, str) else None
+        if known is None:
+            self.require(path)
+            known = all(self._accounts[ancestor].share > 0 for ancestor in account_ancestors(path))
+            self._budgeted[path] = known
+        return known
 
     def parent(self, path: str) -> str:
         """The parent's path; ROOT ("") for a top-level account."""
