@@ -177,7 +177,8 @@ class NodePlanner:
         if (level < self.leaf and tied.size > 1 and tied.size <= MAX_RANKED_DOMAINS) or match:
             if tied.size > MAX_RANKED_DOMAINS:
                 return None
-            plans = {int(c): self._plan(level, int(domains[c])) for c in tied}
+            cap = None if match is None else match[-1]
+            plans = {int(c): self._plan(level, int(domains[c]), cap) for c in tied}
             profiles = {c: p.profile for c, p in plans.items() if p is not None}
             wanted = match if match is not None else min(profiles.values(), default=None)
             tied = np.array([c for c, p in profiles.items() if p == wanted], dtype=np.int64)
@@ -187,12 +188,12 @@ class NodePlanner:
         plan = plans[chosen] if chosen in plans else self._plan(level, int(domains[chosen]))
         return None if plan is None else (int(domains[chosen]), plan)
 
-    def _plan(self, level: int, domain: int) -> NodePlan | None:
+    def _plan(self, level: int, domain: int, most_parents: int | None = None) -> NodePlan | None:
         lo, hi = self.topology.descendants(level, domain, self.leaf)
         inside = slice(lo - self.first, hi - self.first)
         own = NodeCounts(lo, self.counts.values, self.counts.counts[inside])
         parent_of = self.topology.domain_parent[self.leaf][lo:hi] if self.leaf - 1 > level else None
-        return plan_nodes(own, parent_of, self.request.pods, self.rank)
+        return plan_nodes(own, parent_of, self.request.pods, self.rank, most_parents)
 
     def nodes_and_pods(self, plan: NodePlan) -> tuple[IntArray, IntArray]:
         """The nodes a plan takes (increasing) and the pods each holds (`pick_nodes`)."""
@@ -228,13 +229,18 @@ def fewest_node_counts(values: IntArray, counts: IntArray, need: int) -> IntArra
 
 
 def plan_nodes(
-    counts: NodeCounts, parent_of: IntArray | None, need: int, rank: RankDomains
+    counts: NodeCounts,
+    parent_of: IntArray | None,
+    need: int,
+    rank: RankDomains,
+    most_parents: int | None = None,
 ) -> NodePlan | None:
     """The fewest nodes holding `need` pods among these innermost domains, then the fewest
     domains, then the fewest parents (`parent_of[i]`, domain i's parent; None when all share
     one); None when they cannot hold the gang. When one node holds the gang: the smallest that
     does, in the domain `rank` picks among those having one (`rank(capacities, need,
-    candidates)`, the policy's favourite)."""
+    candidates)`, the policy's favourite). `most_parents` skips the search for fewer parents
+    than the greedy choice's unless it may reach that many (a plan compared with one that does)."""
     values, table = counts.values, counts.counts
     totals = table.sum(axis=0)
     k = int(fewest_node_counts(values, totals[None, :], need)[0])
@@ -256,19 +262,26 @@ def plan_nodes(
     slack = int((totals[at + 1 :] * values[at + 1 :]).sum()) + (k - above) * value - need
     stand_ins = (values < value) & (values >= value - slack) & (totals > 0)
     if not above and not stand_ins.any():
-        return _one_capacity(table[:, at], k, value * k - need, parent_of, counts.first)
+        return _one_capacity(
+            table[:, at], k, value * k - need, parent_of, counts.first, most_parents
+        )
     return _several_capacities(counts, at, k, slack, need, parent_of)
 
 
 def _one_capacity(
-    of_value: IntArray, k: int, excess: int, parent_of: IntArray | None, first: int
+    of_value: IntArray,
+    k: int,
+    excess: int,
+    parent_of: IntArray | None,
+    first: int,
+    most_parents: int | None,
 ) -> NodePlan:
     """k nodes of one capacity: the fewest domains are those with the most such nodes; among
     placements on that many, the fewest parents by the knapsack over (parents, domains)."""
     chosen = _most_first(of_value, k)
     racks = chosen.size
     if parent_of is not None:
-        better = _fewest_parents(of_value, parent_of, k, racks, chosen)
+        better = _fewest_parents(of_value, parent_of, k, racks, chosen, most_parents)
         if better is not None:
             chosen = better
     chosen = np.sort(chosen)
@@ -292,7 +305,12 @@ def _most_first(of_value: IntArray, k: int) -> IntArray:
 
 
 def _fewest_parents(
-    of_value: IntArray, parent_of: IntArray, k: int, racks: int, greedy: IntArray
+    of_value: IntArray,
+    parent_of: IntArray,
+    k: int,
+    racks: int,
+    greedy: IntArray,
+    most_parents: int | None,
 ) -> IntArray | None:
     """Domains (positions) of a placement of k nodes on `racks` domains under fewer parents than
     the greedy choice's, the least such; None when none is fewer or the knapsack passes its
@@ -310,6 +328,14 @@ def _fewest_parents(
     best = running[starts + widths - 1] - np.where(starts > 0, running[starts - 1], 0)
     # No fewer parents than the fewest whose best `racks` domains reach k: try that count first.
     bound = int(np.searchsorted(np.cumsum(np.sort(best)[::-1]), k)) + 1
+    if most_parents is not None and bound > most_parents:
+        return None  # no fewer than `most_parents` anyway: the greedy choice will do
+    if bound == 1:
+        # One parent holds k nodes on `racks` domains: the one with the least such room (ties:
+        # lower index), no knapsack needed.
+        holding = np.flatnonzero(best >= k)
+        one = int(holding[np.argmin(best[holding])])
+        return order[starts[one] : starts[one] + widths[one]]
     for limit in sorted({bound, greedy_parents - 1}):
         if limit >= greedy_parents:
             continue
