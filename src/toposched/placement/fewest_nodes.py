@@ -118,7 +118,8 @@ class NodePlanner:
     Of the required domains that fit, those needing the fewest nodes (counted for all at once),
     then (up to `MAX_RANKED_DOMAINS` of them) the fewest innermost domains and parents by their
     plans, `rank`'s favourite. Then, level by level towards the parents of innermost domains,
-    the one domain that holds a plan as good, where one does (`rank`'s favourite of those).
+    the one domain that holds a plan as good, where one does (`rank`'s favourite of those), and
+    one parent where one holds as few nodes on as few innermost domains.
     """
 
     def __init__(
@@ -147,11 +148,16 @@ class NodePlanner:
         if picked is None:
             return None
         domain, plan = picked
-        for outer in range(level + 1, self.leaf - 1):
+        for outer in range(level + 1, self.leaf):
+            if plan.profile[2] == 1:
+                break  # one parent: one domain at every level further out too
+            # Towards the parents: a domain whose plan is as good; at the parents' level, one
+            # parent holding as few nodes on as few innermost domains.
+            match = plan.profile if outer < self.leaf - 1 else (*plan.profile[:2], 1)
             lo, hi = self.topology.descendants(outer - 1, domain, outer)
             inner = np.arange(lo, hi, dtype=np.int64)
             held = (self._sums(outer, inner) * self.counts.values).sum(axis=1)
-            better = self._best(outer, inner, held, plan.profile)
+            better = self._best(outer, inner, held, match)
             if better is None:
                 break
             domain, plan = better
