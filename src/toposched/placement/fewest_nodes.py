@@ -319,62 +319,65 @@ def _fewest_parents(
     most_parents: int | None,
 ) -> IntArray | None:
     """Domains (positions) of a placement of k nodes on `racks` domains under fewer parents than
-    the greedy choice's, the least such; None when none is fewer or the knapsack passes its
-    limit."""
+    the greedy choice's, the least such; None when none is fewer, `most_parents` is below the
+    fewest possible, or the knapsack passes its limit. Domains are counted per parent by their
+    nodes (small numbers), so no sort of all of them."""
     greedy_parents = int(np.unique(parent_of[greedy]).size)
     if greedy_parents == 1:
         return None
-    # Per parent, its domains with room, most nodes first (stable: lower index first).
-    with_room = np.flatnonzero(of_value > 0)
-    order = with_room[np.lexsort((-of_value[with_room], parent_of[with_room]))]
-    _, starts, sizes = np.unique(parent_of[order], return_index=True, return_counts=True)
-    widths = np.minimum(sizes, racks)
-    ranked = of_value[order]
-    running = np.cumsum(ranked)
-    best = running[starts + widths - 1] - np.where(starts > 0, running[starts - 1], 0)
+    # Domains of one parent are contiguous: per parent, its domains by nodes, most first.
+    parents, starts = np.unique(parent_of, return_index=True)
+    ends = np.append(starts[1:], parent_of.size)
+    position = np.searchsorted(parents, parent_of)
+    width = int(of_value.max()) + 1
+    by_nodes = np.bincount(position * width + of_value, minlength=parents.size * width)
+    by_most = by_nodes.reshape(parents.size, width)[:, :0:-1]  # nodes width-1 .. 1
+    most = np.arange(width - 1, 0, -1, dtype=np.int64)
+    before = np.cumsum(by_most, axis=1) - by_most
+    taken = np.clip(racks - before, 0, by_most)  # the `racks` best domains of each parent
+    best = (taken * most).sum(axis=1)
     # No fewer parents than the fewest whose best `racks` domains reach k: try that count first.
     bound = int(np.searchsorted(np.cumsum(np.sort(best)[::-1]), k)) + 1
     if most_parents is not None and bound > most_parents:
         return None  # no fewer than `most_parents` anyway: the greedy choice will do
+    chosen: list[tuple[int, int]] | None = None
     if bound == 1:
         # One parent holds k nodes on `racks` domains: the one with the least such room (ties:
         # lower index), no knapsack needed.
         holding = np.flatnonzero(best >= k)
         one = int(holding[np.argmin(best[holding])])
-        return order[starts[one] : starts[one] + widths[one]]
-    for limit in sorted({bound, greedy_parents - 1}):
-        if limit >= greedy_parents:
-            continue
-        chosen = _parents_knapsack(ranked, order, starts, widths, best, k, racks, limit)
-        if chosen is not None:
-            return chosen
-    return None
+        chosen = [(one, int(taken[one].sum()))]
+    else:
+        for limit in sorted({bound, greedy_parents - 1}):
+            if limit < greedy_parents:
+                chosen = _parents_knapsack(taken, most, best, k, racks, limit)
+                if chosen is not None:
+                    break
+    if chosen is None:
+        return None
+    picked = [
+        int(starts[p]) + np.argsort(-of_value[starts[p] : ends[p]], kind="stable")[:m]
+        for p, m in chosen
+    ]
+    return np.concatenate(picked).astype(np.int64)
 
 
 def _parents_knapsack(
-    ranked: IntArray,
-    order: IntArray,
-    starts: IntArray,
-    widths: IntArray,
-    best: IntArray,
-    k: int,
-    racks: int,
-    limit: int,
-) -> IntArray | None:
+    taken: IntArray, most: IntArray, best: IntArray, k: int, racks: int, limit: int
+) -> list[tuple[int, int]] | None:
     """`_fewest_parents`'s knapsack over (parents, domains) -> most nodes, on at most `limit`
-    parents: the domains of a least choice, or None when none reaches k or past the limit.
-    Parents that cannot reach k with the `limit - 1` best others take no part."""
+    parents (`taken[p, i]` of parent p's best domains hold `most[i]` nodes): (parent, domains
+    it gives) of a least choice, or None when none reaches k or past the limit. Parents that
+    cannot reach k with the `limit - 1` best others take no part."""
     top = np.sort(best)[::-1]
     others = np.where(best >= top[limit - 1], top[:limit].sum() - best, top[: limit - 1].sum())
     part = np.flatnonzero(best + others >= k)
     kernels: list[IntArray] = []
-    runs = 0
-    for s, w in zip(starts[part].tolist(), widths[part].tolist(), strict=True):
-        own = ranked[s : s + w]
-        kernel = np.zeros(w + 1, dtype=np.int64)
-        kernel[1:] = np.cumsum(own)
+    for p in part.tolist():
+        kernel = np.zeros(int(taken[p].sum()) + 1, dtype=np.int64)
+        kernel[1:] = np.cumsum(np.repeat(most, taken[p]))
         kernels.append(kernel)
-        runs += min(int(np.count_nonzero(own[1:] != own[:-1])) + 1, SMAWK_RUNS)
+    runs = int(np.minimum((taken[part] > 0).sum(axis=1), SMAWK_RUNS).sum())
     cells = (limit + 1) * (racks + 1)
     if not kernels or cells * max(runs, len(kernels) + 1) > MAX_NODE_PLAN_CELLS:
         return None
@@ -382,9 +385,8 @@ def _parents_knapsack(
     reach = tables[-1][:, racks]
     if reach[limit] < k:
         return None
-    taken = backtrack_runs(tables, kernels, int(np.argmax(reach >= k)), racks)
-    chosen = [order[s : s + m] for s, m in zip(starts[part].tolist(), taken, strict=True) if m]
-    return np.concatenate(chosen)
+    counts = backtrack_runs(tables, kernels, int(np.argmax(reach >= k)), racks)
+    return [(p, m) for p, m in zip(part.tolist(), counts, strict=True) if m]
 
 
 def _several_capacities(
