@@ -1,5 +1,6 @@
-"""`preferred: L` when one domain at L holds the gang: of those, one needing the fewest domains
-one level inside L, over every required domain (docs/placement.md's table, first row)."""
+"""`preferred: L` (inside the required level) when one domain at L holds the gang: of those,
+one needing the fewest domains one level inside L, over every required domain
+(docs/placement.md's table, first row)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ def test_one_preferred_domain_then_fewest_inside(case: RandomCase) -> None:
     state, request, labels = case.build()
     preferred = request.preferred
     assert preferred is not None
+    if preferred <= request.required:
+        return  # preferred at the required level: one domain there, the descent inside it
     answer = brute_force(state, request, labels, minimise=True)
     if answer.profile is None or answer.profile[0] != 1 or len(answer.profile) < 2:
         return

@@ -14,7 +14,8 @@ rack giving m of them gives its m largest, so the racks are planned by counts al
   (`fewest_counts.knapsack_over_runs`);
 - *several capacities*: the knapsack over (racks used, nodes used) -> most pods, on the racks
   that rank among the first by their m largest nodes for some m (no other rack can be needed),
-  finds the fewest racks; their parents are those of the racks it picks.
+  finds the fewest racks; their parents are those of the racks it picks, or one parent where
+  one holds as few nodes on as few racks (`NodePlanner`).
 
 Each knapsack runs within `MAX_NODE_PLAN_CELLS`; beyond it the greedy choice stands (every node
 above v, then nodes of capacity v from the racks already used, then from the racks with the
@@ -38,7 +39,8 @@ from toposched.placement.request import GangRequest
 IntArray = NDArray[np.int64]
 
 UNREACHABLE = np.iinfo(np.int64).max
-# The policy's favourite (an index into `candidates`'s values) of domains with these capacities.
+# `rank(capacities, need, candidates)`: the policy's favourite of `candidates` (indices into
+# `capacities`, each holding `need`).
 RankDomains = Callable[[IntArray, int, IntArray], int]
 # Work a knapsack of the node plan may cost (table cells times runs, and cells kept in memory)
 # before the greedy choice stands: about 5 ns a cell, 20 ms at the limit.
@@ -171,8 +173,9 @@ class NodePlanner:
     def _best(
         self, level: int, domains: IntArray, capacity: IntArray, match: tuple[int, ...] | None
     ) -> tuple[int, NodePlan] | None:
-        """The favourite of `domains` with the least plan (or, given `match`, a plan of that
-        profile) and its plan; None if none has one."""
+        """The favourite of `domains` with the least plan (given `match`, of those as good on
+        nodes and innermost domains and no worse on parents) and its plan; None if none has
+        one."""
         need = self.request.pods
         needed = fewest_node_counts(self.counts.values, self._sums(level, domains), need)
         least = int(needed.min()) if match is None else match[0]
@@ -186,7 +189,13 @@ class NodePlanner:
             cap = None if match is None else match[-1]
             plans = {int(c): self._plan(level, int(domains[c]), cap) for c in tied}
             profiles = {c: p.profile for c, p in plans.items() if p is not None}
-            wanted = match if match is not None else min(profiles.values(), default=None)
+            if match is not None:
+                # As few nodes on as few domains, and no more parents (a greedy choice's
+                # parents may be more than a domain further in needs).
+                profiles = {
+                    c: p for c, p in profiles.items() if p[:2] == match[:2] and p[2] <= match[2]
+                }
+            wanted = min(profiles.values(), default=None)
             tied = np.array([c for c, p in profiles.items() if p == wanted], dtype=np.int64)
             if tied.size == 0:
                 return None
@@ -457,16 +466,16 @@ def _fewest_domains(
     most = int(min(k, int(nodes.max())))
     if table.shape[0] * (most + 1) * values.size > MAX_NODE_PLAN_CELLS:
         return None
-    sums = _running_sums(values, table, most)
-    whole = sums[np.arange(table.shape[0]), np.minimum(nodes, most)]
+    whole = _largest_sums(values, table, np.minimum(nodes, most))
     # No placement on `limit` domains: their pods (at most k nodes each) or their nodes fall short.
     if np.sort(whole)[::-1][:limit].sum() < need or np.sort(nodes)[::-1][:limit].sum() < k:
         return None
     # A domain is needed only if it ranks among the first `limit` by its m largest nodes for
     # some m: otherwise `limit` others hold as much with m nodes, and one of them is free.
+    # (A loop over counts of nodes per domain, each pass over all domains.)
     keep = np.zeros(table.shape[0], dtype=np.bool_)
     for m in range(1, most + 1):
-        column = np.where(nodes >= m, sums[:, m], -1)
+        column = np.where(nodes >= m, _largest_sums(values, table, np.full_like(nodes, m)), -1)
         top = (
             np.argpartition(-column, limit - 1)[:limit]
             if limit < column.size
@@ -479,9 +488,8 @@ def _fewest_domains(
     cells = (limit + 1) * (k + 1)
     if cells * max(runs, candidates.size + 1) > MAX_NODE_PLAN_CELLS:
         return None
-    kernels = [
-        sums[c, : w + 1].copy() for c, w in zip(candidates.tolist(), widths.tolist(), strict=True)
-    ]
+    sums = _running_sums(values, table[candidates], int(widths.max()))
+    kernels = [sums[i, : w + 1].copy() for i, w in enumerate(widths.tolist())]
     tables = knapsack_over_runs(kernels, limit, k)
     reach = tables[-1][:, k]
     if reach[limit] < need:
