@@ -97,6 +97,10 @@ def node_counts(
         # columns; most hold distinct counts when a pod asks for one GPU).
         ends = np.append(first_free[1:], pods.size)
         positive = values > 0
+        if bool((ends - first_free)[positive].max(initial=1) == 1):
+            # Every free count holds its own count of pods (one GPU per pod): one gather.
+            counts = by_free[:, first_free[positive]].astype(np.int64)
+            return NodeCounts(lo, values[positive], counts)
         counts = np.empty((hi - lo, int(positive.sum())), dtype=np.int64)
         for column, (start, end) in enumerate(
             zip(first_free[positive].tolist(), ends[positive].tolist(), strict=True)
