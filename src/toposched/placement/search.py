@@ -147,12 +147,7 @@ class _Search:
     ) -> Placement | None:
         """`preferred: node` (no domain slices): the plan of `node_planner.NodePlanner`. None
         when the aggregates over-promised (no candidate holds the gang node by node)."""
-        planner = NodePlanner(
-            self.state,
-            self.view,
-            self.request,
-            lambda room, need, holding: domains.best(room, need, holding),
-        )
+        planner = NodePlanner(self.state, self.view, self.request, domains.best)
         plan = planner.choose(level, fits, capacity)
         if plan is None:
             return None
