@@ -10,12 +10,16 @@ from toposched.cluster.topology import Topology
 from toposched.placement.capacity import CapacityView
 from toposched.placement.fewest import FewestDomains
 from toposched.placement.fewest_counts import FewestByCount, Shares
+from toposched.placement.fewest_nodes import fewest_node_counts
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
 
 __all__ = ["DomainChoice", "cover_count", "in_rank_order"]
 
 IntArray = NDArray[np.int64]
+
+# Domains times capacities up to which children are counted by capacity rather than sorted.
+_COUNTED_CELLS = 1 << 20
 
 
 class DomainChoice:
@@ -184,6 +188,15 @@ class DomainChoice:
         if holds.any():
             return np.where(holds, 1, 2).astype(np.int64)
         segment = np.repeat(np.arange(domains.size, dtype=np.int64), counts)
+        width = int(children.max()) + 1  # every child holds less than `need`
+        if domains.size * width <= _COUNTED_CELLS:
+            # Children counted by capacity per domain, no sort: the fewest reaching `need`.
+            by_capacity = np.bincount(segment * width + children, minlength=domains.size * width)
+            return fewest_node_counts(
+                np.arange(1, width, dtype=np.int64),
+                by_capacity.reshape(domains.size, width)[:, 1:],
+                need,
+            )
         order = np.lexsort((-children, segment))
         ranked = children[order]
         running = np.cumsum(ranked)

@@ -116,8 +116,8 @@ def node_counts(
 
 
 def fewest_node_counts(values: IntArray, counts: IntArray, need: int) -> IntArray:
-    """For each row of `counts` (nodes by capacity `values`), the fewest nodes that hold `need`
-    pods (`UNREACHABLE` where all of them do not): the largest first."""
+    """For each row of `counts` (nodes, or any domains, by capacity `values`), the fewest that
+    hold `need` pods (`UNREACHABLE` where all of them do not): the largest first."""
     if values.size == 0:
         return np.full(counts.shape[0], UNREACHABLE, dtype=np.int64)
     by_largest = counts[:, ::-1]
