@@ -349,18 +349,38 @@ def _fewest_domains(
     values: IntArray, table: IntArray, k: int, need: int, greedy: int
 ) -> tuple[IntArray, IntArray] | None:
     """Domains (positions, increasing) and nodes each gives of a placement on k nodes using
-    fewer domains than `greedy`, the fewest; None when none does or past the limit."""
-    limit = greedy - 1
+    fewer domains than `greedy`, the fewest; None when none does or past the limit. The
+    knapsack runs first for as many domains as a lower bound allows (their pods with at most k
+    nodes each and their nodes must reach the gang): when that many do, no fewer can."""
     nodes = table.sum(axis=1)
-    if limit < 1:
+    if greedy < 2:
         return None
     most = int(min(k, int(nodes.max())))
     if table.shape[0] * (most + 1) * values.size > MAX_NODE_PLAN_CELLS:
         return None
     whole = _largest_sums(values, table, np.minimum(nodes, most))
-    # No placement on `limit` domains: their pods (at most k nodes each) or their nodes fall short.
-    if np.sort(whole)[::-1][:limit].sum() < need or np.sort(nodes)[::-1][:limit].sum() < k:
-        return None
+    bound = max(_cover(whole, need), _cover(nodes, k))
+    for limit in sorted({bound, greedy - 1}):
+        if limit >= greedy:
+            return None  # no placement on fewer domains than the greedy choice's
+        found = _domains_knapsack(values, table, nodes, most, k, need, limit)
+        if found is not None:
+            return found
+    return None
+
+
+def _cover(capacity: IntArray, need: int) -> int:
+    """The fewest of these capacities that reach `need` (their count plus one if none do)."""
+    reach = np.cumsum(np.sort(capacity)[::-1])
+    return int(np.searchsorted(reach, need)) + 1
+
+
+def _domains_knapsack(
+    values: IntArray, table: IntArray, nodes: IntArray, most: int, k: int, need: int, limit: int
+) -> tuple[IntArray, IntArray] | None:
+    """`_fewest_domains`'s knapsack over (domains, nodes) -> most pods on at most `limit`
+    domains: the domains of a least choice and the nodes each gives, or None when none
+    reaches the gang or past the limit."""
     # A domain is needed only if it ranks among the first `limit` by its m largest nodes for
     # some m: otherwise `limit` others hold as much with m nodes, and one of them is free.
     # (A loop over counts of nodes per domain, each pass over all domains.)
@@ -377,7 +397,7 @@ def _fewest_domains(
     widths = np.minimum(nodes[candidates], k)
     runs = int(np.minimum((table[candidates] > 0).sum(axis=1), SMAWK_RUNS).sum())
     cells = (limit + 1) * (k + 1)
-    if cells * max(runs, candidates.size + 1) > MAX_NODE_PLAN_CELLS:
+    if candidates.size == 0 or cells * max(runs, candidates.size + 1) > MAX_NODE_PLAN_CELLS:
         return None
     sums = _running_sums(values, table[candidates], int(widths.max()))
     kernels = [sums[i, : w + 1].copy() for i, w in enumerate(widths.tolist())]
@@ -385,8 +405,7 @@ def _fewest_domains(
     reach = tables[-1][:, k]
     if reach[limit] < need:
         return None
-    fewest = int(np.argmax(reach >= need))
-    taken = backtrack_runs(tables, kernels, fewest, k)
+    taken = backtrack_runs(tables, kernels, int(np.argmax(reach >= need)), k)
     used = np.array(taken, dtype=np.int64)
     return candidates[used > 0], used[used > 0]
 
