@@ -98,7 +98,7 @@ def test_count_plans_use_fewer_racks_than_the_greedy_placement(
     assert isinstance(result, Placement)
     assert_valid_placement(state, request, result)
     assert profile(state, result, (BLOCK, RACK)) == planned
-    for limit in ("MAX_COUNT_CELLS", "MAX_RUN_CELLS"):
+    for limit in ("MAX_COUNT_CELLS", "MAX_RUN_CELLS", "MAX_EVERY_COUNT_CELLS"):
         monkeypatch.setattr(fewest_counts, limit, 0)
     greedy = place(state, request, BestFit())
     assert isinstance(greedy, Placement)
@@ -211,8 +211,8 @@ def test_the_knapsack_over_every_count_runs_past_its_former_limit(
     assert isinstance(result, Placement)
     assert_valid_placement(state, request, result)
     assert profile(state, result, (BLOCK, RACK)) == [2, 236]
-    assert cells and all(400_000 < count <= fewest_counts.MAX_COUNT_CELLS for count in cells)
-    monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 400_000)
+    assert cells and all(400_000 < count <= fewest_counts.MAX_EVERY_COUNT_CELLS for count in cells)
+    monkeypatch.setattr(fewest_counts, "MAX_EVERY_COUNT_CELLS", 400_000)
     greedy = place(state, request)
     assert isinstance(greedy, Placement)
     assert profile(state, greedy, (BLOCK, RACK)) == [2, 297]

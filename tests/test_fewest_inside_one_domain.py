@@ -1,8 +1,10 @@
-"""`preferred: L` when one domain at L holds the gang: of those, one needing the fewest domains
-one level inside L, over every required domain (docs/placement.md's table, first row)."""
+"""`preferred: L` (inside the required level) when one domain at L holds the gang: of those,
+one needing the fewest domains one level inside L, over every required domain
+(docs/placement.md's table, first row)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import event, example, given
 from test_placement_oracle import (
     SETTINGS,
@@ -13,6 +15,7 @@ from test_placement_oracle import (
     random_cases,
 )
 
+from toposched.placement import domains
 from toposched.placement.search import Placement, place
 
 # Two blocks hold the gang of 4 one-GPU pods: b0 (the fuller, best fit's favourite) on two
@@ -44,12 +47,19 @@ def test_one_preferred_domain_then_fewest_inside(case: RandomCase) -> None:
     state, request, labels = case.build()
     preferred = request.preferred
     assert preferred is not None
+    if preferred <= request.required:
+        return  # preferred at the required level: one domain there, the descent inside it
     answer = brute_force(state, request, labels, minimise=True)
     if answer.profile is None or answer.profile[0] != 1 or len(answer.profile) < 2:
         return
     event(f"least profile: {answer.profile}")
-    for policy in policies():
-        result = place(state, request, policy)
-        assert isinstance(result, Placement)
-        profile = tuple(domains_used(result, labels, lv) for lv in (preferred, preferred + 1))
-        assert profile == answer.profile[:2], f"{policy.name}: {profile} > {answer.profile}"
+    # Children counted by capacity, or (with no cells for counting) sorted.
+    for cells in (domains._COUNTED_CELLS, 0):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(domains, "_COUNTED_CELLS", cells)
+            for policy in policies():
+                result = place(state, request, policy)
+                assert isinstance(result, Placement)
+                levels = (preferred, preferred + 1)
+                profile = tuple(domains_used(result, labels, lv) for lv in levels)
+                assert profile == answer.profile[:2], f"{policy.name}: {profile} > {answer.profile}"

@@ -159,7 +159,8 @@ A_SMALLER_NODE_STANDS_IN = RandomCase(
 def test_preferred_node_fewest_nodes_then_racks_then_blocks(case: RandomCase) -> None:
     """`preferred: node`: the fewest nodes, then the fewest innermost domains, over every
     required domain; then the fewest of their parents when every usable node holds the same
-    count of pods, and further out one domain where one holds such a least placement
+    count of pods, and further out one domain where one holds such a least placement; with
+    several counts, one parent where one holds the fewest nodes on the fewest innermost domains
     (docs/placement.md's table). Past the knapsacks' limit, the fewest nodes, and the fewest
     innermost domains too when nodes hold one count."""
     state, request, labels = case.build()
@@ -188,6 +189,9 @@ def test_preferred_node_fewest_nodes_then_racks_then_blocks(case: RandomCase) ->
                     # Further out: one domain wherever a least placement lies in one.
                     for used, fewest in zip(profile[3:], least[3:], strict=True):
                         assert used == 1 or fewest > 1, f"{policy.name}: {profile} > {least}"
+                elif limit and len(profile) > 2:
+                    # One parent wherever the fewest nodes on the fewest domains fit in one.
+                    assert profile[2] == 1 or least[2] > 1, f"{policy.name}: {profile} > {least}"
 
 
 def emptied(state: ClusterState) -> ClusterState:

@@ -743,7 +743,7 @@ def test_beyond_every_limit_the_greedy_cover_stands(monkeypatch: pytest.MonkeyPa
     result = place(state, request)
     assert isinstance(result, Placement)
     assert [domains_used(result, labels, level) for level in (1, 2)] == [2, 2]  # y + z, by count
-    for limit in ("MAX_COUNT_CELLS", "MAX_RUN_CELLS"):
+    for limit in ("MAX_COUNT_CELLS", "MAX_RUN_CELLS", "MAX_EVERY_COUNT_CELLS"):
         monkeypatch.setattr(fewest_counts, limit, 0)
     result = place(state, request)
     assert isinstance(result, Placement)

@@ -162,3 +162,36 @@ def _row_maxima(previous: np.ndarray, kernel: np.ndarray) -> np.ndarray:
     for j in range(n):
         merged[j] = _entry(previous, kernel, j, best_column[j])
     return merged
+
+
+@njit(cache=True, nogil=True)
+def knapsack_every_count(
+    kernels: np.ndarray, offsets: np.ndarray, k: int, limit: int, unreachable: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The count plan's knapsack over every count of children, for kernels of any shape:
+    `table[d, j]`, the most pods on at most d domains with at most j children (d <= k,
+    j <= limit), domain i taking m children holding `kernels[offsets[i] + m]`; and per domain
+    and (d - 1, j) whether it is used in reaching `table[d, j]` and the children it takes then
+    (the first m of the most pods). Entries j - m < 0 count as `unreachable`."""
+    domains = offsets.size - 1
+    table = np.zeros((k + 1, limit + 1), dtype=np.int64)
+    used = np.zeros((domains, k, limit + 1), dtype=np.bool_)
+    taken = np.zeros((domains, k, limit + 1), dtype=np.int32)
+    for domain in range(domains):
+        kernel = kernels[offsets[domain] : offsets[domain + 1]]
+        for d in range(k, 0, -1):  # row d from row d - 1 as it was before this domain
+            previous = table[d - 1]
+            row = table[d]
+            for j in range(limit + 1):
+                best = previous[j] + kernel[0]
+                chosen = 0
+                for m in range(1, kernel.size):
+                    value = (previous[j - m] if m <= j else unreachable) + kernel[m]
+                    if value > best:
+                        best = value
+                        chosen = m
+                taken[domain, d - 1, j] = chosen
+                if best > row[j]:
+                    row[j] = best
+                    used[domain, d - 1, j] = True
+    return table, used, taken

@@ -10,12 +10,16 @@ from toposched.cluster.topology import Topology
 from toposched.placement.capacity import CapacityView
 from toposched.placement.fewest import FewestDomains
 from toposched.placement.fewest_counts import FewestByCount, Shares
+from toposched.placement.fewest_nodes import fewest_node_counts
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
 
 __all__ = ["DomainChoice", "cover_count", "in_rank_order"]
 
 IntArray = NDArray[np.int64]
+
+# Domains times capacities up to which children are counted by capacity rather than sorted.
+_COUNTED_CELLS = 1 << 20
 
 
 class DomainChoice:
@@ -159,16 +163,16 @@ class DomainChoice:
         ]
         owner = np.repeat(np.arange(candidates.size), [h.size for h in holders])
         assert self.request.preferred is not None
-        inner = self.inner_cover_counts(self.request.preferred, np.concatenate(holders), need)
+        inner = self._inner_cover_counts(self.request.preferred, np.concatenate(holders), need)
         least = np.full(candidates.size, np.iinfo(np.int64).max, dtype=np.int64)
         np.minimum.at(least, owner, inner)
         tied: NDArray[np.bool_] = least == least.min()
         return tied
 
-    def inner_cover_counts(self, level: int, domains: IntArray, need: int) -> IntArray:
+    def _inner_cover_counts(self, level: int, domains: IntArray, need: int) -> IntArray:
         """For each of `domains` (at `level`, each holding `need`), the fewest children whose
-        capacities reach `need`; only the least is exact where a child holds it all (1, and a
-        larger number for the others). Children of all domains sorted at once."""
+        capacities reach `need`, children of all domains sorted at once. Where a child of some
+        domain holds it all, 1 for those domains and 2 for the others: only the least counts."""
         bounds = self.topology.descendant_bounds(level, level + 1)
         first, last = bounds[domains], bounds[domains + 1]
         span_lo = int(first.min())
@@ -184,6 +188,15 @@ class DomainChoice:
         if holds.any():
             return np.where(holds, 1, 2).astype(np.int64)
         segment = np.repeat(np.arange(domains.size, dtype=np.int64), counts)
+        width = int(children.max()) + 1  # every child holds less than `need`
+        if domains.size * width <= _COUNTED_CELLS:
+            # Children counted by capacity per domain, no sort: the fewest reaching `need`.
+            by_capacity = np.bincount(segment * width + children, minlength=domains.size * width)
+            return fewest_node_counts(
+                np.arange(1, width, dtype=np.int64),
+                by_capacity.reshape(domains.size, width)[:, 1:],
+                need,
+            )
         order = np.lexsort((-children, segment))
         ranked = children[order]
         running = np.cumsum(ranked)
@@ -235,7 +248,7 @@ class DomainChoice:
         candidates = (capacity >= need).nonzero()[0]
         if candidates.size > 1 and target == preferred and target < self.leaf_level:
             # Preferred domains that hold the gang: those needing the fewest children.
-            inner = self.inner_cover_counts(target, lo + candidates, need)
+            inner = self._inner_cover_counts(target, lo + candidates, need)
             candidates = candidates[inner == inner.min()]
         if candidates.size:
             return self.fill(target, lo + self.best(capacity, need, candidates), need)

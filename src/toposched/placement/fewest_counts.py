@@ -5,17 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 
 from toposched.cluster.topology import Topology
 from toposched.placement.capacity import CapacityView
-from toposched.placement.count_kernels import SMAWK_RUNS, knapsack_by_runs
+from toposched.placement.count_kernels import SMAWK_RUNS, knapsack_by_runs, knapsack_every_count
 from toposched.placement.fewest import IMPOSSIBLE, convolve_tables
 from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
-BoolArray = NDArray[np.bool_]
 
 # An amount no choice reaches: below every real one; adding any amount to it stays negative.
 UNREACHABLE = -(np.int64(1) << 61)
@@ -28,6 +26,11 @@ MAX_COUNT_TABLES = 256
 # The same for the compiled knapsack (`knapsack_over_runs`): table cells times each domain's
 # runs of equal children, at most SMAWK_RUNS; about 5 ns each, 20 ms at the limit.
 MAX_RUN_CELLS = 4_000_000
+# The same for the compiled knapsack over every count of children (`_knapsack`): table cells
+# times the children each domain may take, about 1-2 ns each (12 ms or so at the limit); and
+# the choices it keeps for the way back, one per domain and cell (5 bytes each).
+MAX_EVERY_COUNT_CELLS = 12_000_000
+MAX_EVERY_COUNT_CHOICES = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,10 @@ class FewestByCount:
         if linear and k * (limit + 1) * runs <= MAX_RUN_CELLS:
             tables = knapsack_over_runs(kernels, k, limit)
             taken_counts = _backtrack_runs(tables, kernels, k, need)
-        elif k * (limit + 1) * int(widths.sum()) <= MAX_COUNT_CELLS:
+        elif (
+            k * (limit + 1) * int(widths.sum()) <= MAX_EVERY_COUNT_CELLS
+            and k * (limit + 1) * widths.size <= MAX_EVERY_COUNT_CHOICES
+        ):
             for kernel in kernels:
                 kernel[1:] = kernel[1:] // granule * granule
             taken_counts = _knapsack(kernels, k, limit, need)
@@ -368,29 +374,20 @@ class _SliceUnits(_SlicePlan):
 def _knapsack(kernels: list[IntArray], k: int, limit: int, need: int) -> list[int] | None:
     """Children taken in each domain of a least placement on at most `k` domains and `limit`
     children holding `need` pods (None if none), a domain taking m children holding
-    `kernel[m]`: (max, +) over every m, one domain at a time."""
-    # table[d, j]: most pods on at most d of the domains so far, with at most j children.
-    table = np.zeros((k + 1, limit + 1), dtype=np.int64)
-    choices: list[tuple[BoolArray, IntArray]] = []
-    for kernel in kernels:
-        padded = np.full((k, kernel.size - 1 + limit + 1), UNREACHABLE, dtype=np.int64)
-        padded[:, kernel.size - 1 :] = table[:-1]
-        # pairs[d, j, m] = table[d, j - m] + kernel[m]: this domain takes m children.
-        pairs = sliding_window_view(padded, kernel.size, axis=1)[:, :, ::-1] + kernel
-        taken = pairs.argmax(axis=2)
-        best = np.take_along_axis(pairs, taken[:, :, None], axis=2)[:, :, 0]
-        used = best > table[1:]
-        table[1:] = np.where(used, best, table[1:])
-        choices.append((used, taken))
+    `kernel[m]`: (max, +) over every m, one domain at a time (`knapsack_every_count`)."""
+    sizes = np.array([kernel.size for kernel in kernels], dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    table, used, taken = knapsack_every_count(
+        np.concatenate(kernels), offsets, k, limit, int(UNREACHABLE)
+    )
     reach = table[k]
     if reach[limit] < need:
         return None
     taken_counts = [0] * len(kernels)
     d, j = k, int(np.searchsorted(reach, need))
     for i in range(len(kernels) - 1, -1, -1):
-        used, taken = choices[i]
-        if d and used[d - 1, j]:
-            taken_counts[i] = int(taken[d - 1, j])
+        if d and used[i, d - 1, j]:
+            taken_counts[i] = int(taken[i, d - 1, j])
             d, j = d - 1, j - taken_counts[i]
     return taken_counts
 

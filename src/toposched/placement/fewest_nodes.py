@@ -14,7 +14,8 @@ rack giving m of them gives its m largest, so the racks are planned by counts al
   (`fewest_counts.knapsack_over_runs`);
 - *several capacities*: the knapsack over (racks used, nodes used) -> most pods, on the racks
   that rank among the first by their m largest nodes for some m (no other rack can be needed),
-  finds the fewest racks; their parents are those of the racks it picks.
+  finds the fewest racks; their parents are those of the racks it picks, or one parent where
+  one holds as few nodes on as few racks (`node_planner.NodePlanner`).
 
 Each knapsack runs within `MAX_NODE_PLAN_CELLS`; beyond it the greedy choice stands (every node
 above v, then nodes of capacity v from the racks already used, then from the racks with the
@@ -38,14 +39,12 @@ from toposched.placement.request import GangRequest
 IntArray = NDArray[np.int64]
 
 UNREACHABLE = np.iinfo(np.int64).max
-# The policy's favourite (an index into `candidates`'s values) of domains with these capacities.
+# `rank(capacities, need, candidates)`: the policy's favourite of `candidates` (indices into
+# `capacities`, each holding `need`).
 RankDomains = Callable[[IntArray, int, IntArray], int]
 # Work a knapsack of the node plan may cost (table cells times runs, and cells kept in memory)
 # before the greedy choice stands: about 5 ns a cell, 20 ms at the limit.
 MAX_NODE_PLAN_CELLS = 4_000_000
-# Candidate required domains tied on the fewest nodes that are planned to compare their racks
-# and parents; beyond it, the policy's favourite among them.
-MAX_RANKED_DOMAINS = 32
 
 
 @dataclass(frozen=True)
@@ -95,6 +94,10 @@ def node_counts(
         # columns; most hold distinct counts when a pod asks for one GPU).
         ends = np.append(first_free[1:], pods.size)
         positive = values > 0
+        if bool((ends - first_free)[positive].max(initial=1) == 1):
+            # Every free count holds its own count of pods (one GPU per pod): one gather.
+            counts = by_free[:, first_free[positive]].astype(np.int64)
+            return NodeCounts(lo, values[positive], counts)
         counts = np.empty((hi - lo, int(positive.sum())), dtype=np.int64)
         for column, (start, end) in enumerate(
             zip(first_free[positive].tolist(), ends[positive].tolist(), strict=True)
@@ -112,105 +115,9 @@ def node_counts(
     return NodeCounts(lo, values, flat.reshape(hi - lo, values.size).astype(np.int64))
 
 
-class NodePlanner:
-    """`preferred: node` for one request: the required domain and the plan inside it.
-
-    Of the required domains that fit, those needing the fewest nodes (counted for all at once),
-    then (up to `MAX_RANKED_DOMAINS` of them) the fewest innermost domains and parents by their
-    plans, `rank`'s favourite. Then, level by level towards the parents of innermost domains,
-    the one domain that holds a plan as good, where one does (`rank`'s favourite of those).
-    """
-
-    def __init__(
-        self, state: ClusterState, view: CapacityView, request: GangRequest, rank: RankDomains
-    ) -> None:
-        self.state = state
-        self.topology = state.topology
-        self.view = view
-        self.request = request
-        self.rank = rank
-        self.leaf = len(self.topology.domain_levels) - 1
-
-    def choose(self, level: int, fits: IntArray, capacity: IntArray) -> NodePlan | None:
-        """The plan for required domains `fits` at `level` (`capacity` theirs), or None when
-        none holds the gang node by node."""
-        bounds = self.topology.descendant_bounds(level, self.leaf)
-        self.first = int(bounds[fits[0]])
-        self.counts = node_counts(
-            self.state, self.view, self.request, self.first, int(bounds[fits[-1] + 1])
-        )
-        self.running = np.zeros(
-            (self.counts.counts.shape[0] + 1, self.counts.values.size), dtype=np.int64
-        )
-        np.cumsum(self.counts.counts, axis=0, out=self.running[1:])
-        picked = self._best(level, fits, capacity, None)
-        if picked is None:
-            return None
-        domain, plan = picked
-        for outer in range(level + 1, self.leaf - 1):
-            lo, hi = self.topology.descendants(outer - 1, domain, outer)
-            inner = np.arange(lo, hi, dtype=np.int64)
-            held = (self._sums(outer, inner) * self.counts.values).sum(axis=1)
-            better = self._best(outer, inner, held, plan.profile)
-            if better is None:
-                break
-            domain, plan = better
-        return plan
-
-    def _sums(self, level: int, domains: IntArray) -> IntArray:
-        """Nodes by capacity of each of `domains` (at `level`)."""
-        bounds = self.topology.descendant_bounds(level, self.leaf) - self.first
-        return self.running[bounds[domains + 1]] - self.running[bounds[domains]]
-
-    def _best(
-        self, level: int, domains: IntArray, capacity: IntArray, match: tuple[int, ...] | None
-    ) -> tuple[int, NodePlan] | None:
-        """The favourite of `domains` with the least plan (or, given `match`, a plan of that
-        profile) and its plan; None if none has one."""
-        need = self.request.pods
-        needed = fewest_node_counts(self.counts.values, self._sums(level, domains), need)
-        least = int(needed.min()) if match is None else match[0]
-        tied = np.flatnonzero(needed == least)
-        if least == UNREACHABLE or tied.size == 0:
-            return None
-        plans: dict[int, NodePlan | None] = {}
-        if (level < self.leaf and tied.size > 1 and tied.size <= MAX_RANKED_DOMAINS) or match:
-            if tied.size > MAX_RANKED_DOMAINS:
-                return None
-            plans = {int(c): self._plan(level, int(domains[c])) for c in tied}
-            profiles = {c: p.profile for c, p in plans.items() if p is not None}
-            wanted = match if match is not None else min(profiles.values(), default=None)
-            tied = np.array([c for c, p in profiles.items() if p == wanted], dtype=np.int64)
-            if tied.size == 0:
-                return None
-        chosen = int(tied[0]) if tied.size == 1 else self.rank(capacity, need, tied)
-        plan = plans[chosen] if chosen in plans else self._plan(level, int(domains[chosen]))
-        return None if plan is None else (int(domains[chosen]), plan)
-
-    def _plan(self, level: int, domain: int) -> NodePlan | None:
-        lo, hi = self.topology.descendants(level, domain, self.leaf)
-        inside = slice(lo - self.first, hi - self.first)
-        own = NodeCounts(lo, self.counts.values, self.counts.counts[inside])
-        parent_of = self.topology.domain_parent[self.leaf][lo:hi] if self.leaf - 1 > level else None
-        return plan_nodes(own, parent_of, self.request.pods, self.rank)
-
-    def nodes_and_pods(self, plan: NodePlan) -> tuple[IntArray, IntArray]:
-        """The nodes a plan takes (increasing) and the pods each holds (`pick_nodes`)."""
-        starts = self.topology.domain_starts[self.leaf]
-        sizes = starts[plan.leaves + 1] - starts[plan.leaves]
-        offsets = np.cumsum(sizes) - sizes
-        nodes = np.arange(int(sizes.sum()), dtype=np.int64) + np.repeat(
-            starts[plan.leaves] - offsets, sizes
-        )
-        positions, pods = pick_nodes(
-            self.view.node_capacity(nodes), np.repeat(plan.leaves, sizes), plan
-        )
-        return nodes[positions], pods
-
-
 def fewest_node_counts(values: IntArray, counts: IntArray, need: int) -> IntArray:
-    """For each row of `counts` (nodes by capacity `values`), the fewest nodes that hold `need`
-    pods (`UNREACHABLE` where all of them do not): the largest first."""
+    """For each row of `counts` (nodes, or any domains, by capacity `values`), the fewest that
+    hold `need` pods (`UNREACHABLE` where all of them do not): the largest first."""
     if values.size == 0:
         return np.full(counts.shape[0], UNREACHABLE, dtype=np.int64)
     by_largest = counts[:, ::-1]
@@ -228,13 +135,18 @@ def fewest_node_counts(values: IntArray, counts: IntArray, need: int) -> IntArra
 
 
 def plan_nodes(
-    counts: NodeCounts, parent_of: IntArray | None, need: int, rank: RankDomains
+    counts: NodeCounts,
+    parent_of: IntArray | None,
+    need: int,
+    rank: RankDomains,
+    most_parents: int | None = None,
 ) -> NodePlan | None:
     """The fewest nodes holding `need` pods among these innermost domains, then the fewest
     domains, then the fewest parents (`parent_of[i]`, domain i's parent; None when all share
     one); None when they cannot hold the gang. When one node holds the gang: the smallest that
     does, in the domain `rank` picks among those having one (`rank(capacities, need,
-    candidates)`, the policy's favourite)."""
+    candidates)`, the policy's favourite). `most_parents` skips the search for fewer parents
+    than the greedy choice's unless it may reach that many (a plan compared with one that does)."""
     values, table = counts.values, counts.counts
     totals = table.sum(axis=0)
     k = int(fewest_node_counts(values, totals[None, :], need)[0])
@@ -256,19 +168,26 @@ def plan_nodes(
     slack = int((totals[at + 1 :] * values[at + 1 :]).sum()) + (k - above) * value - need
     stand_ins = (values < value) & (values >= value - slack) & (totals > 0)
     if not above and not stand_ins.any():
-        return _one_capacity(table[:, at], k, value * k - need, parent_of, counts.first)
+        return _one_capacity(
+            table[:, at], k, value * k - need, parent_of, counts.first, most_parents
+        )
     return _several_capacities(counts, at, k, slack, need, parent_of)
 
 
 def _one_capacity(
-    of_value: IntArray, k: int, excess: int, parent_of: IntArray | None, first: int
+    of_value: IntArray,
+    k: int,
+    excess: int,
+    parent_of: IntArray | None,
+    first: int,
+    most_parents: int | None,
 ) -> NodePlan:
     """k nodes of one capacity: the fewest domains are those with the most such nodes; among
     placements on that many, the fewest parents by the knapsack over (parents, domains)."""
     chosen = _most_first(of_value, k)
     racks = chosen.size
     if parent_of is not None:
-        better = _fewest_parents(of_value, parent_of, k, racks, chosen)
+        better = _fewest_parents(of_value, parent_of, k, racks, chosen, most_parents)
         if better is not None:
             chosen = better
     chosen = np.sort(chosen)
@@ -292,57 +211,73 @@ def _most_first(of_value: IntArray, k: int) -> IntArray:
 
 
 def _fewest_parents(
-    of_value: IntArray, parent_of: IntArray, k: int, racks: int, greedy: IntArray
+    of_value: IntArray,
+    parent_of: IntArray,
+    k: int,
+    racks: int,
+    greedy: IntArray,
+    most_parents: int | None,
 ) -> IntArray | None:
     """Domains (positions) of a placement of k nodes on `racks` domains under fewer parents than
-    the greedy choice's, the least such; None when none is fewer or the knapsack passes its
-    limit."""
+    the greedy choice's, the least such; None when none is fewer, `most_parents` is below the
+    fewest possible, or the knapsack passes its limit. Domains are counted per parent by their
+    nodes (small numbers), so no sort of all of them."""
     greedy_parents = int(np.unique(parent_of[greedy]).size)
     if greedy_parents == 1:
         return None
-    # Per parent, its domains with room, most nodes first (stable: lower index first).
-    with_room = np.flatnonzero(of_value > 0)
-    order = with_room[np.lexsort((-of_value[with_room], parent_of[with_room]))]
-    _, starts, sizes = np.unique(parent_of[order], return_index=True, return_counts=True)
-    widths = np.minimum(sizes, racks)
-    ranked = of_value[order]
-    running = np.cumsum(ranked)
-    best = running[starts + widths - 1] - np.where(starts > 0, running[starts - 1], 0)
+    # Domains of one parent are contiguous: per parent, its domains by nodes, most first.
+    parents, starts = np.unique(parent_of, return_index=True)
+    ends = np.append(starts[1:], parent_of.size)
+    position = np.searchsorted(parents, parent_of)
+    width = int(of_value.max()) + 1
+    by_nodes = np.bincount(position * width + of_value, minlength=parents.size * width)
+    by_most = by_nodes.reshape(parents.size, width)[:, :0:-1]  # nodes width-1 .. 1
+    most = np.arange(width - 1, 0, -1, dtype=np.int64)
+    before = np.cumsum(by_most, axis=1) - by_most
+    taken = np.clip(racks - before, 0, by_most)  # the `racks` best domains of each parent
+    best = (taken * most).sum(axis=1)
     # No fewer parents than the fewest whose best `racks` domains reach k: try that count first.
     bound = int(np.searchsorted(np.cumsum(np.sort(best)[::-1]), k)) + 1
-    for limit in sorted({bound, greedy_parents - 1}):
-        if limit >= greedy_parents:
-            continue
-        chosen = _parents_knapsack(ranked, order, starts, widths, best, k, racks, limit)
-        if chosen is not None:
-            return chosen
-    return None
+    if most_parents is not None and bound > most_parents:
+        return None  # no fewer than `most_parents` anyway: the greedy choice will do
+    chosen: list[tuple[int, int]] | None = None
+    if bound == 1:
+        # One parent holds k nodes on `racks` domains: the one with the least such room (ties:
+        # lower index), no knapsack needed.
+        holding = np.flatnonzero(best >= k)
+        one = int(holding[np.argmin(best[holding])])
+        chosen = [(one, int(taken[one].sum()))]
+    else:
+        for limit in sorted({bound, greedy_parents - 1}):
+            if limit < greedy_parents:
+                chosen = _parents_knapsack(taken, most, best, k, racks, limit)
+                if chosen is not None:
+                    break
+    if chosen is None:
+        return None
+    picked = [
+        int(starts[p]) + np.argsort(-of_value[starts[p] : ends[p]], kind="stable")[:m]
+        for p, m in chosen
+    ]
+    return np.concatenate(picked).astype(np.int64)
 
 
 def _parents_knapsack(
-    ranked: IntArray,
-    order: IntArray,
-    starts: IntArray,
-    widths: IntArray,
-    best: IntArray,
-    k: int,
-    racks: int,
-    limit: int,
-) -> IntArray | None:
+    taken: IntArray, most: IntArray, best: IntArray, k: int, racks: int, limit: int
+) -> list[tuple[int, int]] | None:
     """`_fewest_parents`'s knapsack over (parents, domains) -> most nodes, on at most `limit`
-    parents: the domains of a least choice, or None when none reaches k or past the limit.
-    Parents that cannot reach k with the `limit - 1` best others take no part."""
+    parents (`taken[p, i]` of parent p's best domains hold `most[i]` nodes): (parent, domains
+    it gives) of a least choice, or None when none reaches k or past the limit. Parents that
+    cannot reach k with the `limit - 1` best others take no part."""
     top = np.sort(best)[::-1]
     others = np.where(best >= top[limit - 1], top[:limit].sum() - best, top[: limit - 1].sum())
     part = np.flatnonzero(best + others >= k)
     kernels: list[IntArray] = []
-    runs = 0
-    for s, w in zip(starts[part].tolist(), widths[part].tolist(), strict=True):
-        own = ranked[s : s + w]
-        kernel = np.zeros(w + 1, dtype=np.int64)
-        kernel[1:] = np.cumsum(own)
+    for p in part.tolist():
+        kernel = np.zeros(int(taken[p].sum()) + 1, dtype=np.int64)
+        kernel[1:] = np.cumsum(np.repeat(most, taken[p]))
         kernels.append(kernel)
-        runs += min(int(np.count_nonzero(own[1:] != own[:-1])) + 1, SMAWK_RUNS)
+    runs = int(np.minimum((taken[part] > 0).sum(axis=1), SMAWK_RUNS).sum())
     cells = (limit + 1) * (racks + 1)
     if not kernels or cells * max(runs, len(kernels) + 1) > MAX_NODE_PLAN_CELLS:
         return None
@@ -350,9 +285,8 @@ def _parents_knapsack(
     reach = tables[-1][:, racks]
     if reach[limit] < k:
         return None
-    taken = backtrack_runs(tables, kernels, int(np.argmax(reach >= k)), racks)
-    chosen = [order[s : s + m] for s, m in zip(starts[part].tolist(), taken, strict=True) if m]
-    return np.concatenate(chosen)
+    counts = backtrack_runs(tables, kernels, int(np.argmax(reach >= k)), racks)
+    return [(p, m) for p, m in zip(part.tolist(), counts, strict=True) if m]
 
 
 def _several_capacities(
@@ -415,24 +349,44 @@ def _fewest_domains(
     values: IntArray, table: IntArray, k: int, need: int, greedy: int
 ) -> tuple[IntArray, IntArray] | None:
     """Domains (positions, increasing) and nodes each gives of a placement on k nodes using
-    fewer domains than `greedy`, the fewest; None when none does or past the limit."""
-    limit = greedy - 1
+    fewer domains than `greedy`, the fewest; None when none does or past the limit. The
+    knapsack runs first for as many domains as a lower bound allows (their pods with at most k
+    nodes each and their nodes must reach the gang): when that many do, no fewer can."""
     nodes = table.sum(axis=1)
-    if limit < 1:
+    if greedy < 2:
         return None
     most = int(min(k, int(nodes.max())))
     if table.shape[0] * (most + 1) * values.size > MAX_NODE_PLAN_CELLS:
         return None
-    sums = _running_sums(values, table, most)
-    whole = sums[np.arange(table.shape[0]), np.minimum(nodes, most)]
-    # No placement on `limit` domains: their pods (at most k nodes each) or their nodes fall short.
-    if np.sort(whole)[::-1][:limit].sum() < need or np.sort(nodes)[::-1][:limit].sum() < k:
-        return None
+    whole = _largest_sums(values, table, np.minimum(nodes, most))
+    bound = max(_cover(whole, need), _cover(nodes, k))
+    for limit in sorted({bound, greedy - 1}):
+        if limit >= greedy:
+            return None  # no placement on fewer domains than the greedy choice's
+        found = _domains_knapsack(values, table, nodes, most, k, need, limit)
+        if found is not None:
+            return found
+    return None
+
+
+def _cover(capacity: IntArray, need: int) -> int:
+    """The fewest of these capacities that reach `need` (their count plus one if none do)."""
+    reach = np.cumsum(np.sort(capacity)[::-1])
+    return int(np.searchsorted(reach, need)) + 1
+
+
+def _domains_knapsack(
+    values: IntArray, table: IntArray, nodes: IntArray, most: int, k: int, need: int, limit: int
+) -> tuple[IntArray, IntArray] | None:
+    """`_fewest_domains`'s knapsack over (domains, nodes) -> most pods on at most `limit`
+    domains: the domains of a least choice and the nodes each gives, or None when none
+    reaches the gang or past the limit."""
     # A domain is needed only if it ranks among the first `limit` by its m largest nodes for
     # some m: otherwise `limit` others hold as much with m nodes, and one of them is free.
+    # (A loop over counts of nodes per domain, each pass over all domains.)
     keep = np.zeros(table.shape[0], dtype=np.bool_)
     for m in range(1, most + 1):
-        column = np.where(nodes >= m, sums[:, m], -1)
+        column = np.where(nodes >= m, _largest_sums(values, table, np.full_like(nodes, m)), -1)
         top = (
             np.argpartition(-column, limit - 1)[:limit]
             if limit < column.size
@@ -443,17 +397,15 @@ def _fewest_domains(
     widths = np.minimum(nodes[candidates], k)
     runs = int(np.minimum((table[candidates] > 0).sum(axis=1), SMAWK_RUNS).sum())
     cells = (limit + 1) * (k + 1)
-    if cells * max(runs, candidates.size + 1) > MAX_NODE_PLAN_CELLS:
+    if candidates.size == 0 or cells * max(runs, candidates.size + 1) > MAX_NODE_PLAN_CELLS:
         return None
-    kernels = [
-        sums[c, : w + 1].copy() for c, w in zip(candidates.tolist(), widths.tolist(), strict=True)
-    ]
+    sums = _running_sums(values, table[candidates], int(widths.max()))
+    kernels = [sums[i, : w + 1].copy() for i, w in enumerate(widths.tolist())]
     tables = knapsack_over_runs(kernels, limit, k)
     reach = tables[-1][:, k]
     if reach[limit] < need:
         return None
-    fewest = int(np.argmax(reach >= need))
-    taken = backtrack_runs(tables, kernels, fewest, k)
+    taken = backtrack_runs(tables, kernels, int(np.argmax(reach >= need)), k)
     used = np.array(taken, dtype=np.int64)
     return candidates[used > 0], used[used > 0]
 

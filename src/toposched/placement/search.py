@@ -17,9 +17,9 @@ from toposched.cluster.topology import Topology
 from toposched.jobs.spec import JobSpec
 from toposched.placement.capacity import CapacityView, pods_per_free
 from toposched.placement.domains import DomainChoice, in_rank_order
-from toposched.placement.fewest_nodes import NodePlanner
 from toposched.placement.leaf_kernel import place_in_one_leaf
 from toposched.placement.node_fill import NodeFill, allocation_of, node_slices_in_gpus
+from toposched.placement.node_planner import NodePlanner
 from toposched.placement.policies import BestFit, PlacementPolicy, fills_emptiest_first
 from toposched.placement.request import GangRequest
 
@@ -145,14 +145,9 @@ class _Search:
     def _fewest_nodes(
         self, domains: DomainChoice, level: int, fits: IntArray, capacity: IntArray
     ) -> Placement | None:
-        """`preferred: node` (no domain slices): the plan of `fewest_nodes.NodePlanner`. None
+        """`preferred: node` (no domain slices): the plan of `node_planner.NodePlanner`. None
         when the aggregates over-promised (no candidate holds the gang node by node)."""
-        planner = NodePlanner(
-            self.state,
-            self.view,
-            self.request,
-            lambda room, need, holding: domains.best(room, need, holding),
-        )
+        planner = NodePlanner(self.state, self.view, self.request, domains.best)
         plan = planner.choose(level, fits, capacity)
         if plan is None:
             return None
