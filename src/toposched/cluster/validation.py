@@ -20,7 +20,10 @@ _FENCE = 2  # `Closure.FENCE`, a bit of `closed`
 
 def plain_allocation(allocation: Allocation) -> bool:
     """Whether `allocation` has the shapes, integer types and per-pod amounts the quick checks
-    vouch for (no pass over its pods); False means "run the full checks", not "invalid"."""
+    vouch for (no pass over its pods); False means "run the full checks", not "invalid"
+    (an allocation of several pod shapes is checked set by set)."""
+    if allocation.sets:
+        return False
     nodes, gpus = allocation.nodes, allocation.gpus
     if nodes.ndim != 1 or gpus.ndim != 2 or gpus.shape[0] != nodes.shape[0]:
         return False

@@ -2,7 +2,7 @@
 reservation (EASY backfill), or on the nodes kept for it; known failures answer the rest.
 
 A job of several pod sets is searched set by set, all or none (`place_job_sets`), and holds
-its sets' pods in one allocation, set after set.
+its sets' pods in one allocation, set after set (of several pod shapes when the sets' differ).
 """
 
 from __future__ import annotations
@@ -174,10 +174,13 @@ class Placing:
 
     def sets_after(self, job: Job, plan: PreemptionPlan) -> PreemptionPlan | Refusal:
         """`plan` for a job of several pod sets, found for its pods as one gang within the
-        job's topology, checked on a what-if without its victims: every set placed there, the
-        plan's placement becomes the sets' (the nodes kept for the job); a refusal when the
-        room it makes does not hold every set. Other jobs' plans are returned as they are."""
-        if job.sets is None or job.sets.own_topology() is None:
+        job's topology (`JobSets.gang`), checked on a what-if without its victims: every set
+        placed there, the plan's placement becomes the sets' (the nodes kept for the job); a
+        refusal when the room it makes does not hold every set. Other jobs' plans, and those
+        of jobs whose sets share one shape and have no topology of their own (the gang's
+        placement is theirs), are returned as they are."""
+        sets = job.sets
+        if sets is None or (sets.one_shape and sets.own_topology() is None):
             return plan
         statement = Statement(self.state)
         try:
