@@ -72,16 +72,16 @@ class HoldingChanges(AllocationChecks):
         if allocation.sets:
             self._take_sets(owner, allocation)
         else:
-            self._take(owner, allocation, f"allocation[{owner}]")
+            self._take(allocation, f"allocation[{owner}]")
         self.allocations[owner] = allocation
 
-    def _take(self, owner: str, allocation: Allocation, field: str) -> None:
+    def _take(self, allocation: Allocation, field: str) -> None:
         """Take the resources of a one-shape allocation, validated first."""
         if not self._fits_now(allocation):
             # The full checks: they raise with the precise reason (or pass what the quick check
             # could not vouch for).
             self._validate_shape(allocation, field)
-            self._check_fits(owner, allocation)
+            self._check_fits(field, allocation)
         self._apply(allocation, -1)
 
     def _take_sets(self, owner: str, allocation: Allocation) -> None:
@@ -99,7 +99,7 @@ class HoldingChanges(AllocationChecks):
                     raise InputError(
                         f"allocation[{owner}].sets[{index}]", "sets", "a set holds one shape"
                     )
-                self._take(owner, part, f"allocation[{owner}].sets[{index}]")
+                self._take(part, f"allocation[{owner}].sets[{index}]")
                 taken.append(part)
         except InputError:
             for part in reversed(taken):

@@ -135,10 +135,10 @@ class AllocationChecks(StateArrays):
             )
         )
 
-    def _check_fits(self, owner: str, allocation: Allocation) -> None:
-        """Raise unless every GPU, CPU and memory request fits what is free now."""
+    def _check_fits(self, field: str, allocation: Allocation) -> None:
+        """Raise unless every GPU, CPU and memory request fits what is free now; errors name
+        `field` (e.g. `allocation[job]`)."""
         top = self.topology
-        field = f"allocation[{owner}]"
         closed = self.closed[allocation.nodes] != 0
         if closed.any():
             node = int(allocation.nodes[closed][0])

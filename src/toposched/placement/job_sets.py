@@ -8,12 +8,13 @@ each set's ranks are contiguous.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 
 from toposched.cluster.errors import InputError, join_fields
-from toposched.cluster.state import Allocation, ClusterState
+from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
 from toposched.cluster.topology import Topology
 from toposched.cluster.units import NODE_LEVEL
 from toposched.jobs.spec import JobSpec
@@ -59,19 +60,36 @@ class JobSets:
 
     def gang(self, request: GangRequest) -> GangRequest:
         """The job as one gang, for what sees a job as one (preemption's victim search,
-        reservations): `request`, the job's pods within its topology, asking per pod the
-        most any set asks (GPUs and GPU models of the set asking the most GPU, the most CPU,
-        the most memory): room for it holds every set's needs, counted as pods. Unchanged
-        when the sets share one shape."""
+        reservations, moves): `request` (the job's pods within its topology) unchanged when
+        the sets share one shape. Else the job's whole GPUs in pods of the largest count that
+        divides every set's GPUs per pod (8- and 4-GPU pods: 4-GPU pods), its CPU and memory
+        spread over them, on the GPU models of the set asking the most; room for it is room
+        for the job's GPUs, and every set is checked to fit there before the job is given it
+        (`Placing.sets_after`). Sets of shared GPUs, or without GPUs at all, make a gang of
+        the job's pods each asking the most any set asks, which holds every set."""
         if self.one_shape:
             return request
-        most = max(self.roles, key=lambda role: role.gpus_per_pod * role.gpu_milli)
+        roles = self.roles
+        most = max(roles, key=lambda role: role.gpus_per_pod * role.gpu_milli)
+        whole = [role.gpus_per_pod for role in roles if role.gpus_per_pod]
+        if not whole or any(role.is_fractional for role in roles if role.gpus_per_pod):
+            return replace(
+                request,
+                gpus_per_pod=most.gpus_per_pod,
+                gpu_milli=most.gpu_milli,
+                cpu_milli=max(role.cpu_milli for role in roles),
+                memory_mib=max(role.memory_mib for role in roles),
+                allowed_models=most.allowed_models,
+            )
+        unit = math.gcd(*whole)
+        pods = sum(role.pods * role.gpus_per_pod for role in roles) // unit
         return replace(
             request,
-            gpus_per_pod=most.gpus_per_pod,
-            gpu_milli=most.gpu_milli,
-            cpu_milli=max(role.cpu_milli for role in self.roles),
-            memory_mib=max(role.memory_mib for role in self.roles),
+            pods=pods,
+            gpus_per_pod=unit,
+            gpu_milli=MILLI_PER_GPU,
+            cpu_milli=-(-sum(role.pods * role.cpu_milli for role in roles) // pods),
+            memory_mib=-(-sum(role.pods * role.memory_mib for role in roles) // pods),
             allowed_models=most.allowed_models,
         )
 
