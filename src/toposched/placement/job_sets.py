@@ -12,7 +12,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-
 from toposched.cluster.errors import InputError, join_fields
 from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
 from toposched.cluster.topology import Topology

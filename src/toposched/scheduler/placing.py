@@ -186,7 +186,7 @@ class Placing:
         try:
             for victim in plan.victims:
                 statement.release(victim.job_id)
-            placed = place_job_sets(self.state, job.sets, self.policy)
+            placed = place_job_sets(self.state, sets, self.policy)
         finally:
             statement.discard()
         if isinstance(placed, Unschedulable):

@@ -110,7 +110,9 @@ class ServiceCore:
         # Names are built on demand (GeneratedNames): once per node, not once per pod.
         name_of = {node: names[node] for node in nodes}
         # Ranks run set after set (one part, for pods of one shape).
-        gpus_of = [(gpus, part.gpu_milli) for part in allocation.parts for gpus in part.gpus.tolist()]
+        gpus_of = [
+            (gpus, part.gpu_milli) for part in allocation.parts for gpus in part.gpus.tolist()
+        ]
         pods = tuple(
             PodLaunch(rank=rank, node=name_of[node], gpus=tuple(gpus), gpu_milli=milli)
             for rank, (node, (gpus, milli)) in enumerate(zip(nodes, gpus_of, strict=True))
