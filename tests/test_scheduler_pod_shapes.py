@@ -18,7 +18,7 @@ from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Bind, Evict
-from toposched.scheduler.jobs import JobState
+from toposched.scheduler.jobs import JobState, job_sets
 
 # 1 zone x 2 blocks x 2 racks x 2 nodes x 4 GPUs = 32 GPUs, 144 cores a node; block z0-b0 is
 # nodes 0-3, z0-b1 nodes 4-7.
@@ -230,3 +230,49 @@ def test_many_released_at_once_free_every_set() -> None:
     state.release_many(["a", "b", "c"])
     for name, array in state.snapshot().items():
         assert np.array_equal(array, empty[name]), name
+
+
+def test_the_job_as_one_gang_asks_its_gpus_in_pods_dividing_every_set() -> None:
+    topology = cluster().topology
+    trainer_rollout = job_sets(trainer_and_rollout(2, 4), topology)
+    assert trainer_rollout is not None and not trainer_rollout.one_shape
+    job = Scheduler(cluster(), team()).submit(trainer_and_rollout(2, 4), now=0)
+    # 2 x 4 + 4 x 2 = 16 GPUs: 8 pods of 2 GPUs.
+    assert (job.request.pods, job.request.gpus_per_pod) == (8, 2)
+    assert job.gpus == 16.0
+    launcher = Scheduler(cluster(), team()).submit(launcher_and_workers(3), now=0)
+    # 12 GPUs in 4-GPU pods; the launcher's 8 cores spread over them.
+    assert (launcher.request.pods, launcher.request.gpus_per_pod) == (3, 4)
+    assert launcher.request.cpu_milli == -(-8000 // 3)
+    shared = JobSpec.from_dict(
+        {
+            "name": "shared",
+            "account": "team",
+            "pod_sets": [
+                {"name": "a", "pods": 2, "resources_per_pod": {"gpus": 1, "gpu_milli": 500}},
+                {"name": "b", "pods": 1, "resources_per_pod": {"gpus": 2}},
+            ],
+        }
+    )
+    fractional = Scheduler(cluster(), team()).submit(shared, now=0)
+    # A set of shared GPUs: every pod asks the most any set asks.
+    assert (fractional.request.pods, fractional.request.gpus_per_pod) == (3, 2)
+    assert fractional.gpus == 3.0
+
+
+def test_a_launcher_and_workers_preempt_for_the_whole_job() -> None:
+    state = cluster()
+    scheduler = Scheduler(state, team(), reserve_min_gpus=10**6)
+    for name in ("low-a", "low-b"):
+        scheduler.submit(gang(name, 4, priority=-1, topology={"required": "block"}), now=0)
+    scheduler.cycle(0)
+    job = scheduler.submit(launcher_and_workers(4, priority=5), now=0)
+    result = scheduler.cycle(2 * HOUR)
+    evicted = [d.job_id for d in result.decisions if isinstance(d, Evict)]
+    assert len(evicted) == 1
+    scheduler.evicted(evicted[0], now=2 * HOUR)
+    scheduler.cycle(2 * HOUR + 1)
+    assert job.state is JobState.RUNNING
+    launcher, workers = state.allocations["launch"].sets
+    assert blocks_of(state, launcher.nodes) == blocks_of(state, workers.nodes)
+    assert scheduler.running_gpus("team") == 32

@@ -10,9 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 import yaml
 from service_helpers import Server, serving
+
+from toposched.cluster.state import Allocation
+from toposched.service.records import allocation_to_json, allocations_from_json
 
 # service_helpers' cluster: racks r0 (n0, n1) and r1 (n2, n3) of 4-GPU nodes.
 ACCOUNT = "research/team-a"
@@ -128,3 +132,21 @@ def test_both_forms_are_refused_naming_the_field(server: Server) -> None:
         error = answer.json()["error"]
         assert error["field"] == "pods"
         assert "either pod_sets or the one-set shorthand" in error["rule"]
+
+
+def test_allocations_of_several_shapes_are_stored_and_read_back_among_others() -> None:
+    trainer = Allocation.of([0, 1], [[0, 1, 2, 3], [0, 1, 2, 3]])
+    rollout = Allocation.of([2, 2], [[0, 1], [2, 3]], cpu_milli=500)
+    launcher = Allocation.of([3], np.zeros((1, 0), dtype=np.int64), cpu_milli=8000)
+    several = Allocation.of_sets([trainer, rollout, launcher])
+    plain = Allocation.of([5, 6], [[0], [1]])
+    texts = [allocation_to_json(a) for a in (plain, several, plain, several)]
+    read = allocations_from_json([text for text in texts if text is not None])
+    assert [len(a.parts) for a in read] == [1, 3, 1, 3]
+    for got, written in zip(read, (plain, several, plain, several), strict=True):
+        assert got.nodes.tolist() == written.nodes.tolist()
+        for got_part, part in zip(got.parts, written.parts, strict=True):
+            assert got_part.gpus.tolist() == part.gpus.tolist()
+            assert got_part.gpus.shape == part.gpus.shape
+            assert (got_part.gpu_milli, got_part.cpu_milli) == (part.gpu_milli, part.cpu_milli)
+    assert read[1].gpu_milli_total == 12_000
