@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from toposched.cluster.batch_allocate import allocate_many
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, ClusterState
@@ -276,3 +277,20 @@ def test_a_launcher_and_workers_preempt_for_the_whole_job() -> None:
     launcher, workers = state.allocations["launch"].sets
     assert blocks_of(state, launcher.nodes) == blocks_of(state, workers.nodes)
     assert scheduler.running_gpus("team") == 32
+
+
+def test_a_batch_of_allocations_with_several_shapes_is_taken_all_or_nothing() -> None:
+    state = cluster()
+    empty = state.snapshot()
+    plain = Allocation.of([4], [[0, 1, 2, 3]])
+    several = Allocation.of_sets([Allocation.of([0], [[0, 1]]), Allocation.of([0], [], 0, 4000)])
+    allocate_many(state, ["plain", "several"], [plain, several])
+    assert state.total_free_gpus == 32 - 6 and int(state.free_cpu_milli[0]) == CORES - 4000
+    state.release_many(["plain", "several"])
+    # The second set of "clash" asks a GPU "plain" holds: nothing of the batch is kept.
+    clash = Allocation.of_sets([Allocation.of([1], [[0, 1]]), Allocation.of([4], [[0]], 500)])
+    with pytest.raises(InputError):
+        allocate_many(state, ["plain", "clash"], [plain, clash])
+    assert not state.allocations
+    for name, array in state.snapshot().items():
+        assert np.array_equal(array, empty[name]), name
