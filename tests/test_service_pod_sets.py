@@ -13,9 +13,12 @@ import httpx
 import numpy as np
 import pytest
 import yaml
-from service_helpers import Server, serving
+from service_helpers import Server, budgets, serving, small_cluster
 
 from toposched.cluster.state import Allocation
+from toposched.jobs.spec import JobSpec
+from toposched.service.errors import NeverFits
+from toposched.service.fits import ClusterLimits
 from toposched.service.records import allocation_to_json, allocations_from_json
 
 # service_helpers' cluster: racks r0 (n0, n1) and r1 (n2, n3) of 4-GPU nodes.
@@ -150,3 +153,41 @@ def test_allocations_of_several_shapes_are_stored_and_read_back_among_others() -
             assert got_part.gpus.shape == part.gpus.shape
             assert (got_part.gpu_milli, got_part.cpu_milli) == (part.gpu_milli, part.cpu_milli)
     assert read[1].gpu_milli_total == 12_000
+
+
+def shapes_job(rollouts: int, **fields: Any) -> JobSpec:
+    """One 4-GPU trainer and `rollouts` 2-GPU rollout workers."""
+    return JobSpec.from_dict(
+        {
+            "name": "shapes",
+            "account": ACCOUNT,
+            "pod_sets": [
+                {"name": "trainer", "pods": 1, "resources_per_pod": {"gpus": 4}},
+                {"name": "rollout", "pods": rollouts, "resources_per_pod": {"gpus": 2}},
+            ],
+        }
+        | fields
+    )
+
+
+def test_sets_of_different_shapes_never_fit_only_when_their_gpus_do_not() -> None:
+    limits = ClusterLimits.of(small_cluster())
+    # 4 + 6 x 2 = 16 GPUs: the whole cluster, though 7 pods of the trainer's 4 GPUs are not.
+    limits.check(shapes_job(6), budgets())
+    with pytest.raises(NeverFits) as caught:
+        limits.check(shapes_job(7), budgets())
+    assert (caught.value.field, caught.value.value) == ("pod_sets", "18 GPUs")
+    assert "the largest has 16 GPUs" in caught.value.rule
+    # A rack holds 8 GPUs: 4 + 3 x 2 do not fit one.
+    limits.check(shapes_job(2, topology={"required": "rack"}), budgets())
+    with pytest.raises(NeverFits) as caught:
+        limits.check(shapes_job(3, topology={"required": "rack"}), budgets())
+    assert "every set in one rack; the largest has 8 GPUs" in caught.value.rule
+    # An 8-GPU pod fits no 4-GPU node: the set is named.
+    sets = [
+        {"name": "trainer", "pods": 1, "resources_per_pod": {"gpus": 4}},
+        {"name": "rollout", "pods": 1, "resources_per_pod": {"gpus": 8}},
+    ]
+    with pytest.raises(NeverFits) as caught:
+        limits.check(shapes_job(1, pod_sets=sets), budgets())
+    assert caught.value.field == "pod_sets[1].resources_per_pod.gpus"
