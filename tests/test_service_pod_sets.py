@@ -15,6 +15,7 @@ import pytest
 import yaml
 from service_helpers import Server, budgets, serving, small_cluster
 
+from toposched.cli.main import main
 from toposched.cluster.state import Allocation
 from toposched.jobs.spec import JobSpec
 from toposched.service.errors import NeverFits
@@ -191,3 +192,16 @@ def test_sets_of_different_shapes_never_fit_only_when_their_gpus_do_not() -> Non
     with pytest.raises(NeverFits) as caught:
         limits.check(shapes_job(1, pod_sets=sets), budgets())
     assert caught.value.field == "pod_sets[1].resources_per_pod.gpus"
+
+
+def test_the_command_line_submits_sets_of_different_shapes(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "rl.yaml"
+    path.write_text(yaml.safe_dump(rl_job("rl-cli", rollout_gpus=1), sort_keys=False))
+    assert main(["submit", str(path), "--server", server.url]) == 0
+    assert "rl-cli" in capsys.readouterr().out
+    with server.client() as client:
+        job = wait_running(client, "rl-cli")
+        assert (job["pods"], job["gpus"]) == (2, 5.0)
+        assert client.delete("/v1/jobs/rl-cli").status_code == 200
