@@ -59,7 +59,7 @@ class JobSets:
 
     def gang(self, request: GangRequest) -> GangRequest:
         """The job as one gang, for what sees a job as one (preemption's victim search,
-        reservations, moves): `request` (the job's pods within its topology) unchanged when
+        reservations): `request` (the job's pods within its topology) unchanged when
         the sets share one shape. Else the job's whole GPUs in pods of the largest count that
         divides every set's GPUs per pod (8- and 4-GPU pods: 4-GPU pods), its CPU and memory
         spread over them, on the GPU models of the set asking the most; room for it is room

@@ -230,15 +230,22 @@ class Placing:
 def sets_refusal(job: Job) -> Refusal | None:
     """Why no moves are looked for a job of several pod sets, or None. Moves open a domain for
     one gang, the job's pods within its topology; a job whose sets have topology of their own
-    (a required level inner to the job's, a preference, slices) may need other room, so no
-    resumable job is moved for room the job could not use."""
+    (a required level inner to the job's, a preference or slices) or ask different resources
+    per pod may need other room, so no resumable job is moved for room the job could not
+    use."""
     if job.sets is None:
         return None
     own = job.sets.own_topology()
-    if own is None:
-        return None
-    return Refusal(
-        RefusalCode.TOPOLOGY,
-        f"pod set {own.name} has topology of its own, and moves open room for the job's pods "
-        "as one gang",
-    )
+    if own is not None:
+        return Refusal(
+            RefusalCode.TOPOLOGY,
+            f"pod set {own.name} has topology of its own, and moves open room for the job's "
+            "pods as one gang",
+        )
+    if not job.sets.one_shape:
+        return Refusal(
+            RefusalCode.TOPOLOGY,
+            "its pod sets ask different resources per pod, and moves open room for the job's "
+            "pods as one gang",
+        )
+    return None
