@@ -18,7 +18,7 @@ from toposched.cluster.statement import Statement
 from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
-from toposched.scheduler.decisions import Bind, Evict
+from toposched.scheduler.decisions import Bind, Evict, Reserve
 from toposched.scheduler.jobs import JobState, job_sets
 
 # 1 zone x 2 blocks x 2 racks x 2 nodes x 4 GPUs = 32 GPUs, 144 cores a node; block z0-b0 is
@@ -294,3 +294,18 @@ def test_a_batch_of_allocations_with_several_shapes_is_taken_all_or_nothing() ->
     assert not state.allocations
     for name, array in state.snapshot().items():
         assert np.array_equal(array, empty[name]), name
+
+
+def test_a_large_job_of_several_shapes_is_reserved_and_starts_when_room_is_freed() -> None:
+    state = cluster()
+    scheduler = Scheduler(state, team(), reserve_min_gpus=8)
+    scheduler.submit(gang("long", 6, expected_runtime="2h"), now=0)
+    scheduler.cycle(0)
+    job = scheduler.submit(trainer_and_rollout(2, 4), now=0)
+    result = scheduler.cycle(0)
+    assert [d.job_id for d in result.decisions if isinstance(d, Reserve)] == ["rl"]
+    assert job.reason.startswith("waiting for reservation")
+    scheduler.finish("long", now=HOUR)
+    scheduler.cycle(HOUR)
+    assert job.state is JobState.RUNNING
+    assert [part.pods for part in state.allocations["rl"].sets] == [2, 4]
