@@ -305,13 +305,6 @@ def test_a_workload_file_holds_jobs_of_several_sets(tmp_path: Path) -> None:
             "jobs[0].pod_sets[1].topology.required: 'spine' is invalid: unknown level",
         ),
         (
-            ("{name: rollout, pods: 2, resources_per_pod: {gpus: 4}",
-             "{name: rollout, pods: 2, resources_per_pod: {gpus: 2}"),
-            13,
-            "jobs[0].pod_sets[1].resources_per_pod: {'gpus': 2, 'cpu': 0, 'memory': '0Mi'} is "
-            "invalid: differs from pod_sets[0]",
-        ),
-        (
             ("resources_per_pod: {gpus: 4}}\n      - ", "resources_per_pod: {gpus: 4, "
              "gpu_models: [H100]}}\n      - "),
             12,
@@ -359,3 +352,23 @@ def test_the_documented_jobs_of_several_sets_read_as_written(document: str) -> N
     for job in jobs:
         assert job.pod_sets is not None and [s.name for s in job.pod_sets] == ["trainer", "rollout"]
         assert job.pods == 44 and job.has_one_shape
+
+
+def test_simulate_runs_a_job_whose_sets_ask_different_resources(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "w.yaml"
+    rollout = "{name: rollout, pods: 2, resources_per_pod: {gpus: 4}"
+    shapes = (
+        "{name: rollout, pods: 2, resources_per_pod: {gpus: 2}, topology: {required: rack}}\n"
+        "      - {name: launcher, pods: 1, resources_per_pod: {cpu: 8}"
+    )
+    path.write_text(WORKLOAD.replace(rollout + ", topology: {required: rack}", shapes))
+    arguments = ["simulate", "--workload", str(path), "--days", "0.2", "--no-progress", "--json"]
+    assert main([*arguments, "--out", str(tmp_path / "out")]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["jobs"]["finished"] == 2
+    # rl-0 holds 2 x 4 + 2 x 2 GPUs (the launcher none) for its 2 hours.
+    teams = summary["fairness"]["teams"]
+    assert teams["rl"]["delivered_gpu_hours"] == pytest.approx(24.0)
+    assert teams["lm"]["delivered_gpu_hours"] == pytest.approx(12.0)

@@ -1,5 +1,6 @@
 """Jobs of several roles sharing one domain (`placement.roles`): golden cases and a property
-against brute force on small random clusters."""
+against brute force on small random clusters, the roles' placements then held as one
+allocation of each role's pod shape."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from placement_helpers import assert_state_unchanged, assert_valid_placement, st
 from test_placement_oracle import SETTINGS, RandomCase, count_vectors, random_cases
 
 from toposched.cluster.loaders import topology_from_dict
-from toposched.cluster.state import MILLI_PER_GPU, ClusterState
+from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
 from toposched.cluster.topology import Topology
 from toposched.placement.request import GangRequest, simple_request
 from toposched.placement.roles import RolesPlacement, place_roles
@@ -179,3 +180,11 @@ def test_roles_placed_together_only_when_they_fit_together(
             taken[node] = taken.get(node, 0) + role.gpus_per_pod
     for node, gpus in taken.items():
         assert gpus <= free_whole(state, node)
+    # Held as the scheduler holds a job of several sets (one owner, each set's shape): every
+    # role's GPUs taken, and given back exactly.
+    free_before = {node: free_whole(state, node) for node in taken}
+    state.allocate("job", Allocation.of_sets([p.allocation for p in result.placements]))
+    for node, gpus in taken.items():
+        assert free_whole(state, node) == free_before[node] - gpus
+    state.release("job")
+    assert_state_unchanged(before, state)

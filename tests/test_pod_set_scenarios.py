@@ -23,7 +23,7 @@ from toposched.placement.search import Unschedulable
 SCENARIO_DIR = Path(__file__).parent / "scenarios" / "pod_sets"
 FILE_FIELDS = {"cluster", "builder", "allocations", "health", "policy", "cases"}
 CASE_FIELDS = {"name", "job", "expect", "policy"}
-EXPECTATIONS = {"sets", "within", "domains_used", "untouched", "unschedulable", "error"}
+EXPECTATIONS = {"sets", "within", "domains_used", "untouched", "unschedulable", "error", "shapes"}
 
 
 def load_cases() -> list[Any]:
@@ -90,3 +90,17 @@ def test_scenario(scenario: Mapping[str, Any], case: Mapping[str, Any]) -> None:
     by_name = dict(zip((role.name for role in sets.roles), result.placements, strict=True))
     for name, set_expect in expect.get("sets", {}).items():
         check_placement(state, by_name[name], set_expect)
+    check_held_as_one(state, spec.name, result, expect)
+
+
+def check_held_as_one(
+    state: ClusterState, job: str, placed: JobSetsPlacement, expect: Mapping[str, Any]
+) -> None:
+    """The sets' pods held by one owner (as the scheduler holds them) take exactly what the
+    sets held one by one, in `shapes` allocations of one pod shape (1 when they share it)."""
+    held = state_arrays(state)
+    state.release_many([f"{job}[{role.name}]" for role in placed.sets.roles])
+    joined = placed.joined()
+    assert len(joined.parts) == expect.get("shapes", len(joined.parts))
+    state.allocate(job, joined)
+    assert_state_unchanged(held, state)

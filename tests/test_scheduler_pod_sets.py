@@ -218,25 +218,6 @@ def test_a_large_job_of_several_sets_gets_a_reservation() -> None:
     assert state.allocations["rl"].pods == 4
 
 
-def test_sets_of_different_pod_shapes_are_refused_at_submit() -> None:
-    scheduler = Scheduler(cluster(), team())
-    spec = JobSpec.from_dict(
-        {
-            "name": "launch",
-            "account": "team",
-            "pod_sets": [
-                {"name": "launcher", "pods": 1, "resources_per_pod": {"cpu": 8}},
-                {"name": "workers", "pods": 4, "resources_per_pod": {"gpus": 4}},
-            ],
-        }
-    )
-    with pytest.raises(InputError) as caught:
-        scheduler.submit(spec, now=0)
-    assert caught.value.field == "pod_sets[1].resources_per_pod"
-    assert "one per-pod shape" in caught.value.rule
-    assert "launch" not in scheduler.jobs
-
-
 def test_a_set_naming_an_unknown_level_is_refused_at_submit() -> None:
     scheduler = Scheduler(cluster(), team())
     with pytest.raises(InputError) as caught:

@@ -201,10 +201,11 @@ def check_gpu_accounts(state: ClusterState) -> None:
     taken = np.zeros_like(state.gpu_free_milli, dtype=np.int64)
     width = int(taken.shape[1])
     flat = taken.reshape(-1)
-    for allocation in state.allocations.values():
-        if allocation.gpus.size:
-            slots = np.repeat(allocation.nodes, allocation.gpus.shape[1]) * width
-            np.add.at(flat, slots + allocation.gpus.reshape(-1), allocation.gpu_milli)
+    for held in state.allocations.values():
+        for allocation in held.parts:
+            if allocation.gpus.size:
+                slots = np.repeat(allocation.nodes, allocation.gpus.shape[1]) * width
+                np.add.at(flat, slots + allocation.gpus.reshape(-1), allocation.gpu_milli)
     if np.any(flat > MILLI_PER_GPU) or np.any(
         (state.gpu_free_milli.reshape(-1) + flat)[flat > 0] != MILLI_PER_GPU
     ):

@@ -7,7 +7,8 @@ indices of the cluster, open nodes (healthy, not fenced, not held as spares), ea
 milli-GPU and each node's CPU and memory within what is free, counted over every allocation
 together. Anything they cannot vouch for
 (odd shapes or types, a request that does not fit) goes to `allocate` one by one, whose checks
-name the field and rule; then nothing of the batch is kept.
+name the field and rule; then nothing of the batch is kept. Allocations of several pod shapes
+(jobs whose pod sets differ) are taken one by one after the rest.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ def allocate_many(
         raise InputError("owners", len(owners), f"must be one per allocation ({len(allocations)})")
     if not owners:
         return
+    if any(allocation.sets for allocation in allocations):
+        _allocate_with_sets(state, owners, allocations)
+        return
     if _fits(state, owners, allocations):
         state.retake_many(list(owners), list(allocations))
         return
@@ -39,6 +43,25 @@ def allocate_many(
         for owner, allocation in zip(owners, allocations, strict=True):
             state.allocate(owner, allocation)
             done.append(owner)
+    except InputError:
+        state.release_many(done)
+        raise
+
+
+def _allocate_with_sets(
+    state: ClusterState, owners: Sequence[str], allocations: Sequence[Allocation]
+) -> None:
+    """`allocate_many` for a batch holding allocations of several pod shapes: the others
+    together, then those one by one (set by set, as `allocate` takes them); all or nothing."""
+    several = [i for i, allocation in enumerate(allocations) if allocation.sets]
+    chosen = set(several)
+    plain = [i for i in range(len(owners)) if i not in chosen]
+    allocate_many(state, [owners[i] for i in plain], [allocations[i] for i in plain])
+    done = [owners[i] for i in plain]
+    try:
+        for i in several:
+            state.allocate(owners[i], allocations[i])
+            done.append(owners[i])
     except InputError:
         state.release_many(done)
         raise

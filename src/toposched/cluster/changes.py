@@ -13,6 +13,13 @@ from toposched.cluster.rows import SMALL, SavedRows, distinct, distinct_counts, 
 from toposched.cluster.validation import AllocationChecks
 
 
+def one_shape_parts(allocations: list[Allocation]) -> list[Allocation]:
+    """`allocations` with each of several pod shapes replaced by its sets."""
+    if not any(allocation.sets for allocation in allocations):
+        return allocations
+    return [part for allocation in allocations for part in allocation.parts]
+
+
 class _PerTouched:
     """Per-pod amounts of pods on `nodes` summed per touched node (`touched`: their distinct
     nodes, sorted), by the cheapest way their layout allows."""
@@ -52,19 +59,52 @@ class _PerTouched:
 class HoldingChanges(AllocationChecks):
     """Allocations taken and given back, one at a time or many in one vectorised pass."""
 
+    holds_sets = False
+    """Whether an allocation of several pod shapes was ever held: until one is, bulk changes
+    skip looking for them."""
+
     def allocate(self, owner: str, allocation: Allocation) -> None:
         """Give `owner` the resources of `allocation`; all or nothing, validated first."""
         if not owner:
             raise InputError("owner", owner, "must be a non-empty job id")
         if owner in self.allocations:
             raise InputError("owner", owner, "already holds an allocation; release it first")
+        if allocation.sets:
+            self._take_sets(owner, allocation)
+        else:
+            self._take(allocation, f"allocation[{owner}]")
+        self.allocations[owner] = allocation
+
+    def _take(self, allocation: Allocation, field: str) -> None:
+        """Take the resources of a one-shape allocation, validated first."""
         if not self._fits_now(allocation):
             # The full checks: they raise with the precise reason (or pass what the quick check
             # could not vouch for).
-            self._validate_shape(allocation, f"allocation[{owner}]")
-            self._check_fits(owner, allocation)
+            self._validate_shape(allocation, field)
+            self._check_fits(field, allocation)
         self._apply(allocation, -1)
-        self.allocations[owner] = allocation
+
+    def _take_sets(self, owner: str, allocation: Allocation) -> None:
+        """Take every set of an allocation of several shapes, each checked against what the
+        sets before it left free; on an error the sets taken are given back."""
+        if allocation.pods != sum(part.pods for part in allocation.sets):
+            raise InputError(
+                f"allocation[{owner}].nodes", allocation.pods, "must list every set's pods"
+            )
+        self.holds_sets = True
+        taken: list[Allocation] = []
+        try:
+            for index, part in enumerate(allocation.sets):
+                if part.sets:
+                    raise InputError(
+                        f"allocation[{owner}].sets[{index}]", "sets", "a set holds one shape"
+                    )
+                self._take(part, f"allocation[{owner}].sets[{index}]")
+                taken.append(part)
+        except InputError:
+            for part in reversed(taken):
+                self._apply(part, +1)
+            raise
 
     def release(self, owner: str) -> Allocation:
         """Give back everything `owner` holds and return what it was."""
@@ -109,6 +149,10 @@ class HoldingChanges(AllocationChecks):
 
     def _apply(self, allocation: Allocation, sign: int) -> None:
         """Take (sign=-1) or give back (+1) an allocation's resources, updating aggregates."""
+        if allocation.sets:
+            for part in allocation.sets:
+                self._apply(part, sign)
+            return
         if allocation.nodes.size > kernels.COMPILED_LIMIT and (
             allocation.gpu_milli == MILLI_PER_GPU and allocation.gpus.shape[1]
         ):
@@ -162,6 +206,8 @@ class HoldingChanges(AllocationChecks):
         """
         if not allocations:
             return [] if keep_rows else None
+        if self.holds_sets:
+            allocations = one_shape_parts(allocations)
         pods = np.array([a.pods for a in allocations], dtype=np.int64)
         if len(allocations) == 1 and not one and not (keep_rows and pods[0] >= SMALL):
             self.version += 1

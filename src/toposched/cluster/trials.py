@@ -10,7 +10,7 @@ from numpy.typing import NDArray
 
 from toposched.cluster import kernels
 from toposched.cluster.allocation import MILLI_PER_GPU, Allocation
-from toposched.cluster.changes import HoldingChanges
+from toposched.cluster.changes import HoldingChanges, one_shape_parts
 from toposched.cluster.rows import SavedRows, distinct_counts, put_back, take_rows
 
 
@@ -101,6 +101,8 @@ class TrialReleases(HoldingChanges):
         For a search confined to those nodes (one innermost domain) that reads nothing outside
         them: far cheaper than `trial_free_parts`, which moves every level's aggregates.
         """
+        if self.holds_sets:
+            parts = one_shape_parts(parts)
         # Only the arrays the parts change are saved and restored.
         node_arrays: list[NDArray[np.integer]] = [self.gpu_free_milli, self.free_whole_gpus]
         if any(part.cpu_milli for part in parts):

@@ -20,7 +20,10 @@ _FENCE = 2  # `Closure.FENCE`, a bit of `closed`
 
 def plain_allocation(allocation: Allocation) -> bool:
     """Whether `allocation` has the shapes, integer types and per-pod amounts the quick checks
-    vouch for (no pass over its pods); False means "run the full checks", not "invalid"."""
+    vouch for (no pass over its pods); False means "run the full checks", not "invalid"
+    (an allocation of several pod shapes is checked set by set)."""
+    if allocation.sets:
+        return False
     nodes, gpus = allocation.nodes, allocation.gpus
     if nodes.ndim != 1 or gpus.ndim != 2 or gpus.shape[0] != nodes.shape[0]:
         return False
@@ -132,10 +135,10 @@ class AllocationChecks(StateArrays):
             )
         )
 
-    def _check_fits(self, owner: str, allocation: Allocation) -> None:
-        """Raise unless every GPU, CPU and memory request fits what is free now."""
+    def _check_fits(self, field: str, allocation: Allocation) -> None:
+        """Raise unless every GPU, CPU and memory request fits what is free now; errors name
+        `field` (e.g. `allocation[job]`)."""
         top = self.topology
-        field = f"allocation[{owner}]"
         closed = self.closed[allocation.nodes] != 0
         if closed.any():
             node = int(allocation.nodes[closed][0])

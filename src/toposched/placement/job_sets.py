@@ -8,13 +8,12 @@ each set's ranks are contiguous.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-
-import numpy as np
+from dataclasses import dataclass, replace
 
 from toposched.cluster.errors import InputError, join_fields
-from toposched.cluster.state import Allocation, ClusterState
+from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
 from toposched.cluster.topology import Topology
 from toposched.cluster.units import NODE_LEVEL
 from toposched.jobs.spec import JobSpec
@@ -48,6 +47,52 @@ class JobSets:
         return sum(role.pods for role in self.roles)
 
     @property
+    def gpus(self) -> float:
+        """GPUs every set holds together (shared pods count their fraction)."""
+        return sum(role.pods * role.gpus_per_pod * role.gpu_milli for role in self.roles) / 1000
+
+    @property
+    def one_shape(self) -> bool:
+        """Whether every set asks the same resources per pod."""
+        first = _pod_shape(self.roles[0])
+        return all(_pod_shape(role) == first for role in self.roles[1:])
+
+    def gang(self, request: GangRequest) -> GangRequest:
+        """The job as one gang, for what sees a job as one (preemption's victim search,
+        reservations): `request` (the job's pods within its topology) unchanged when
+        the sets share one shape. Else the job's whole GPUs in pods of the largest count that
+        divides every set's GPUs per pod (8- and 4-GPU pods: 4-GPU pods), its CPU and memory
+        spread over them, on the GPU models of the set asking the most; room for it is room
+        for the job's GPUs, and every set is checked to fit there before the job is given it
+        (`Placing.sets_after`). Sets of shared GPUs, or without GPUs at all, make a gang of
+        the job's pods each asking the most any set asks, which holds every set."""
+        if self.one_shape:
+            return request
+        roles = self.roles
+        most = max(roles, key=lambda role: role.gpus_per_pod * role.gpu_milli)
+        whole = [role.gpus_per_pod for role in roles if role.gpus_per_pod]
+        if not whole or any(role.is_fractional for role in roles if role.gpus_per_pod):
+            return replace(
+                request,
+                gpus_per_pod=most.gpus_per_pod,
+                gpu_milli=most.gpu_milli,
+                cpu_milli=max(role.cpu_milli for role in roles),
+                memory_mib=max(role.memory_mib for role in roles),
+                allowed_models=most.allowed_models,
+            )
+        unit = math.gcd(*whole)
+        pods = sum(role.pods * role.gpus_per_pod for role in roles) // unit
+        return replace(
+            request,
+            pods=pods,
+            gpus_per_pod=unit,
+            gpu_milli=MILLI_PER_GPU,
+            cpu_milli=-(-sum(role.pods * role.cpu_milli for role in roles) // pods),
+            memory_mib=-(-sum(role.pods * role.memory_mib for role in roles) // pods),
+            allowed_models=most.allowed_models,
+        )
+
+    @property
     def shape(self) -> tuple[object, ...]:
         """What the job's placement depends on: each set's request but its name, and the
         levels holding them together."""
@@ -60,7 +105,7 @@ class JobSets:
     def own_topology(self) -> GangRequest | None:
         """The first set with topology of its own beyond the job's (a required level inner to
         the job's, a preference or slices), or None: then the job places as one gang of all
-        its pods within the job's topology, when its sets share one pod shape."""
+        its pods within the job's topology, when its sets share one pod shape (`one_shape`)."""
         for role in self.roles:
             if (
                 role.required > self.level
@@ -131,6 +176,12 @@ def check_sets_against_cluster(
                 )
 
 
+def _pod_shape(request: GangRequest) -> tuple[object, ...]:
+    """What one pod of a set asks for."""
+    models = None if request.allowed_models is None else tuple(request.allowed_models.tolist())
+    return (request.gpus_per_pod, request.gpu_milli, request.cpu_milli, request.memory_mib, models)
+
+
 def _request_shape(request: GangRequest) -> tuple[object, ...]:
     models = None if request.allowed_models is None else tuple(request.allowed_models.tolist())
     return (
@@ -161,29 +212,9 @@ class JobSetsPlacement:
         return self.roles.placements
 
     def joined(self) -> Allocation:
-        """Every set's pods in one allocation, set after set (the job's ranks). The sets must
-        ask the same resources per pod: an allocation holds one pod shape."""
-        allocations = [placement.allocation for placement in self.placements]
-        first = allocations[0]
-        for index, allocation in enumerate(allocations[1:], start=1):
-            if (
-                allocation.gpus.shape[1],
-                allocation.gpu_milli,
-                allocation.cpu_milli,
-                allocation.memory_mib,
-            ) != (first.gpus.shape[1], first.gpu_milli, first.cpu_milli, first.memory_mib):
-                raise InputError(
-                    f"pod_sets[{index}].resources_per_pod",
-                    self.sets.roles[index].describe_pod_plain(),
-                    "differs from the first set's; one allocation holds one pod shape",
-                )
-        return Allocation(
-            np.concatenate([a.nodes for a in allocations]),
-            np.concatenate([a.gpus for a in allocations]),
-            first.gpu_milli,
-            first.cpu_milli,
-            first.memory_mib,
-        )
+        """Every set's pods in one allocation, set after set (the job's ranks): of one shape
+        when the sets share it, else holding each set's pods (`Allocation.of_sets`)."""
+        return Allocation.of_sets([placement.allocation for placement in self.placements])
 
 
 def place_job_sets(

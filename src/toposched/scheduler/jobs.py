@@ -8,7 +8,6 @@ from enum import StrEnum
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation
 from toposched.cluster.topology import Topology
 from toposched.jobs.spec import JobSpec
@@ -115,9 +114,9 @@ class Job:
 
     spec: JobSpec
     request: GangRequest
-    """The gang of all the job's pods; for a job of several pod sets, its pods of one shape
-    within the job's topology (what every set needs together, without their own topology),
-    and `sets` says how they are placed."""
+    """The gang of all the job's pods; for a job of several pod sets, its pods within the
+    job's topology, each asking the most any set asks per pod (`JobSets.gang`: room for it
+    holds every set, without their own topology), and `sets` says how they are placed."""
     submit_time: float
     state: JobState = JobState.PENDING
     start_time: float | None = None
@@ -150,6 +149,10 @@ class Job:
     sets: JobSets | None = None
     """A job of several pod sets: placed set by set, all or none (`job_sets`)."""
 
+    def __post_init__(self) -> None:
+        if self.sets is not None:
+            self.request = self.sets.gang(self.request)
+
     @property
     def shape(self) -> tuple[object, ...]:
         """Everything but the pod count: a gang that failed blocks larger gangs of its shape."""
@@ -181,7 +184,9 @@ class Job:
 
     @property
     def gpus(self) -> float:
-        """GPUs held while running (shared pods count their fraction)."""
+        """GPUs held while running (shared pods count their fraction), every set's."""
+        if self.sets is not None:
+            return self.sets.gpus
         request = self.request
         return request.pods * request.gpus_per_pod * request.gpu_milli / 1000
 
@@ -197,23 +202,10 @@ class Job:
 
 def job_sets(spec: JobSpec, topology: Topology) -> JobSets | None:
     """The pod sets of a job written with `pod_sets`, resolved against `topology` (None for
-    the one-set shorthand). The scheduler holds a job's pods in one allocation, of one pod
-    shape: sets asking different resources per pod are refused, naming the first such set."""
+    the one-set shorthand)."""
     if spec.pod_sets is None:
         return None
-    sets = JobSets.from_spec(spec, topology)
-    first = spec.pod_sets[0]
-    for index, pod_set in enumerate(spec.pod_sets):
-        if pod_set.resources_per_pod != first.resources_per_pod:
-            raise InputError(
-                f"pod_sets[{index}].resources_per_pod",
-                pod_set.resources_per_pod.to_dict(),
-                f"differs from pod_sets[0] ({first.name}: {first.resources_per_pod.to_dict()}); "
-                "the scheduler holds a job's pods with one per-pod shape, so for now it runs "
-                "only jobs whose sets ask the same resources_per_pod (toposched place places "
-                "sets of different shapes)",
-            )
-    return sets
+    return JobSets.from_spec(spec, topology)
 
 
 def _duration(seconds: float) -> str:

@@ -242,12 +242,12 @@ def _view(job: Job, gpus: float) -> RunningJob:
 
 def _holding(job: Job, allocation: Allocation, gpus: float) -> Holding:
     """The running `job`, which holds `gpus` on `allocation`, as the preemptible index takes
-    it."""
+    it (of an allocation of several pod shapes, the index keeps its largest set)."""
     assert job.start_time is not None
     spec = job.spec
     return Holding(
         job.job_id,
-        allocation,
+        allocation.largest,
         gpus,
         work_since(job),
         job.start_time + job.min_runtime,

@@ -2,7 +2,7 @@
 reservation (EASY backfill), or on the nodes kept for it; known failures answer the rest.
 
 A job of several pod sets is searched set by set, all or none (`place_job_sets`), and holds
-its sets' pods in one allocation, set after set.
+its sets' pods in one allocation, set after set (of several pod shapes when the sets' differ).
 """
 
 from __future__ import annotations
@@ -174,16 +174,19 @@ class Placing:
 
     def sets_after(self, job: Job, plan: PreemptionPlan) -> PreemptionPlan | Refusal:
         """`plan` for a job of several pod sets, found for its pods as one gang within the
-        job's topology, checked on a what-if without its victims: every set placed there, the
-        plan's placement becomes the sets' (the nodes kept for the job); a refusal when the
-        room it makes does not hold every set. Other jobs' plans are returned as they are."""
-        if job.sets is None or job.sets.own_topology() is None:
+        job's topology (`JobSets.gang`), checked on a what-if without its victims: every set
+        placed there, the plan's placement becomes the sets' (the nodes kept for the job); a
+        refusal when the room it makes does not hold every set. Other jobs' plans, and those
+        of jobs whose sets share one shape and have no topology of their own (the gang's
+        placement is theirs), are returned as they are."""
+        sets = job.sets
+        if sets is None or (sets.one_shape and sets.own_topology() is None):
             return plan
         statement = Statement(self.state)
         try:
             for victim in plan.victims:
                 statement.release(victim.job_id)
-            placed = place_job_sets(self.state, job.sets, self.policy)
+            placed = place_job_sets(self.state, sets, self.policy)
         finally:
             statement.discard()
         if isinstance(placed, Unschedulable):
@@ -227,15 +230,22 @@ class Placing:
 def sets_refusal(job: Job) -> Refusal | None:
     """Why no moves are looked for a job of several pod sets, or None. Moves open a domain for
     one gang, the job's pods within its topology; a job whose sets have topology of their own
-    (a required level inner to the job's, a preference, slices) may need other room, so no
-    resumable job is moved for room the job could not use."""
+    (a required level inner to the job's, a preference or slices) or ask different resources
+    per pod may need other room, so no resumable job is moved for room the job could not
+    use."""
     if job.sets is None:
         return None
     own = job.sets.own_topology()
-    if own is None:
-        return None
-    return Refusal(
-        RefusalCode.TOPOLOGY,
-        f"pod set {own.name} has topology of its own, and moves open room for the job's pods "
-        "as one gang",
-    )
+    if own is not None:
+        return Refusal(
+            RefusalCode.TOPOLOGY,
+            f"pod set {own.name} has topology of its own, and moves open room for the job's "
+            "pods as one gang",
+        )
+    if not job.sets.one_shape:
+        return Refusal(
+            RefusalCode.TOPOLOGY,
+            "its pod sets ask different resources per pod, and moves open room for the job's "
+            "pods as one gang",
+        )
+    return None

@@ -207,7 +207,8 @@ class ReservationSearch:
             allocation = allocations[owner]
             cached = cache.get(owner)
             if cached is None or cached[0] is not allocation:
-                cached = cache[owner] = (allocation, self._count_held(allocation))
+                # Of a job of several pod shapes, its largest set (as the preemptible index).
+                cached = cache[owner] = (allocation, self._count_held(allocation.largest))
             held.append(cached[1])
         return held
 

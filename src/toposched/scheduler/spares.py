@@ -119,13 +119,7 @@ class SparePool:
         nodes = allocation.nodes.copy()
         for node, spare in mapping.items():
             nodes[allocation.nodes == node] = spare
-        return Allocation(
-            nodes,
-            allocation.gpus,
-            allocation.gpu_milli,
-            allocation.cpu_milli,
-            allocation.memory_mib,
-        )
+        return allocation.with_nodes(nodes)
 
     def _hold_again(self, spare: int) -> None:
         self.state.close(np.array([spare], dtype=np.int64), Closure.SPARE)

@@ -109,10 +109,13 @@ class ServiceCore:
         nodes: list[int] = allocation.nodes.tolist()
         # Names are built on demand (GeneratedNames): once per node, not once per pod.
         name_of = {node: names[node] for node in nodes}
-        milli = allocation.gpu_milli
+        # Ranks run set after set (one part, for pods of one shape).
+        gpus_of = [
+            (gpus, part.gpu_milli) for part in allocation.parts for gpus in part.gpus.tolist()
+        ]
         pods = tuple(
             PodLaunch(rank=rank, node=name_of[node], gpus=tuple(gpus), gpu_milli=milli)
-            for rank, (node, gpus) in enumerate(zip(nodes, allocation.gpus.tolist(), strict=True))
+            for rank, (node, (gpus, milli)) in enumerate(zip(nodes, gpus_of, strict=True))
         )
         return Launch(
             job_id=record.job_id,

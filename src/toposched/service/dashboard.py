@@ -165,8 +165,7 @@ def _held_by_account(
         account = record.account if record is not None else OTHER
         owners.append(account if visible(account) else OTHER)
         nodes.append(allocation.nodes)
-        per_pod = allocation.gpus.shape[1] * allocation.gpu_milli / 1000
-        weights.append(np.full(allocation.nodes.shape[0], per_pod))
+        weights.append(allocation.pod_gpus())
     if not nodes:
         return {}
     pods = np.repeat(np.arange(len(nodes)), [len(n) for n in nodes])
@@ -188,19 +187,21 @@ def _nodes(core: ServiceCore, domain: Domain, visible: AccountFilter) -> list[di
     first, last = topology.domain_range(domain.level, domain.index)
     jobs_on: dict[int, list[dict[str, Any]]] = {}
     for owner, allocation in state.allocations.items():
-        on = allocation.nodes[(allocation.nodes >= first) & (allocation.nodes < last)]
+        inside = (allocation.nodes >= first) & (allocation.nodes < last)
+        on = allocation.nodes[inside]
         if on.size == 0:
             continue
         record = core.records.get(owner)
         account = record.account if record is not None else OTHER
         shown = visible(account)
-        per_pod = allocation.gpus.shape[1] * allocation.gpu_milli / 1000
-        for node, pods in zip(*np.unique(on, return_counts=True), strict=True):
+        on_node, which = np.unique(on, return_inverse=True)
+        gpus = np.bincount(which, weights=allocation.pod_gpus()[inside])
+        for node, held in zip(on_node.tolist(), gpus.tolist(), strict=True):
             jobs_on.setdefault(int(node), []).append(
                 {
                     "id": owner if shown else None,
                     "account": account if shown else OTHER,
-                    "gpus": float(pods * per_pod),
+                    "gpus": float(held),
                 }
             )
     return [

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.errors import InputError
+from toposched.cluster.errors import InputError, join_fields
 from toposched.cluster.topology import Topology
 from toposched.jobs.spec import JobSpec
 from toposched.placement.request import GangRequest
@@ -64,6 +64,44 @@ class ClusterLimits:
         never run here."""
         check_ranges(spec)
         _check_account(spec.account, tree)
+        if not spec.has_one_shape:
+            self._check_sets(spec)
+            return
+        self._check_one_shape(spec)
+
+    def _check_sets(self, spec: JobSpec) -> None:
+        """A job whose pod sets ask different resources per pod: each set as a job of its
+        own (errors name `pod_sets[i]`), then their whole GPUs together in one domain of the
+        job's required level."""
+        assert spec.pod_sets is not None
+        wanted = 0
+        for index, pod_set in enumerate(spec.pod_sets):
+            one_set = spec.model_copy(
+                update={
+                    "pods": pod_set.pods,
+                    "resources_per_pod": pod_set.resources_per_pod,
+                    "topology": pod_set.topology,
+                    "pod_sets": None,
+                }
+            )
+            try:
+                self._check_one_shape(one_set)
+            except InputError as error:
+                field = join_fields(f"pod_sets[{index}]", error.field)
+                raise type(error)(field, error.value, error.rule) from None
+            wanted += pod_set.total_gpus
+        required = spec.topology.required
+        level = 0 if required is None else self.topology.level_index(required, "topology.required")
+        largest = self._largest_domain(level, None)
+        if wanted > largest:
+            where = "the cluster" if level == 0 else f"one {required}"
+            raise NeverFits(
+                "pod_sets",
+                f"{wanted} GPUs",
+                f"every set in {where}; the largest has {largest} GPUs",
+            )
+
+    def _check_one_shape(self, spec: JobSpec) -> None:
         try:
             request = GangRequest.from_spec(spec, self.topology)
         except InputError as error:

@@ -50,24 +50,38 @@ class JobRecord:
         return self.state is JobState.PENDING
 
 
+_SETS = '{"sets": '
+"""How the text of an allocation of several pod shapes begins: each set's, in a list."""
+
+
 def allocation_to_json(allocation: Allocation | None) -> str | None:
     if allocation is None:
         return None
-    return json.dumps(
-        {
-            "nodes": allocation.nodes.tolist(),
-            "gpus": allocation.gpus.tolist(),
-            "gpu_milli": allocation.gpu_milli,
-            "cpu_milli": allocation.cpu_milli,
-            "memory_mib": allocation.memory_mib,
-        }
-    )
+    if allocation.sets:
+        return _SETS + json.dumps([_one_shape(part) for part in allocation.sets]) + "}"
+    return json.dumps(_one_shape(allocation))
+
+
+def _one_shape(allocation: Allocation) -> dict[str, Any]:
+    return {
+        "nodes": allocation.nodes.tolist(),
+        "gpus": allocation.gpus.tolist(),
+        "gpu_milli": allocation.gpu_milli,
+        "cpu_milli": allocation.cpu_milli,
+        "memory_mib": allocation.memory_mib,
+    }
 
 
 def allocation_from_json(text: str | None) -> Allocation | None:
     if text is None:
         return None
     data = json.loads(text)
+    if "sets" in data:
+        return Allocation.of_sets([_read_one_shape(part) for part in data["sets"]])
+    return _read_one_shape(data)
+
+
+def _read_one_shape(data: dict[str, Any]) -> Allocation:
     nodes = np.asarray(data["nodes"], dtype=np.int64)
     gpus = np.asarray(data["gpus"], dtype=np.int64).reshape(len(nodes), -1)
     return Allocation(nodes, gpus, data["gpu_milli"], data["cpu_milli"], data["memory_mib"])
@@ -78,6 +92,12 @@ def allocations_from_json(texts: Sequence[str]) -> list[Allocation]:
     one stream of bytes when they are `allocation_to_json`'s: only non-negative integers, the
     nodes one list deep, the GPUs two, the three scalars at the top in their order. Any other
     text (a fraction, a sign, another layout) is read one by one."""
+    if any(text.startswith(_SETS) for text in texts):
+        # Allocations of several pod shapes are read one by one, the rest scanned together.
+        several = [i for i, text in enumerate(texts) if text.startswith(_SETS)]
+        rest = iter(allocations_from_json([t for t in texts if not t.startswith(_SETS)]))
+        read = {i: _from_json(texts[i]) for i in several}
+        return [read[i] if i in read else next(rest) for i in range(len(texts))]
     scanned = _scan_numbers(texts)
     if scanned is None:
         return [_from_json(text) for text in texts]

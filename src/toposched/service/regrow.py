@@ -80,7 +80,7 @@ def grown_while_stopped(store: StateStore, topology: Topology) -> IntArray | Non
 
 def renumbered(allocation: Allocation, moved: IntArray) -> Allocation:
     """`allocation` with each node `n` of the old model as node `moved[n]` of the new one."""
-    return dataclasses.replace(allocation, nodes=moved[allocation.nodes])
+    return allocation.renumbered(moved)
 
 
 def restore_scheduler(

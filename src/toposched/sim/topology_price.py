@@ -95,7 +95,8 @@ class Pricing:
         if request.preferred is not None:
             level = request.preferred
             largest = self._largest_domain(level)
-            fewest = max(math.ceil(allocation.gpus.size / largest), 1) if largest else 1
+            gpus = sum(part.gpus.size for part in allocation.parts)
+            fewest = max(math.ceil(gpus / largest), 1) if largest else 1
             crossed = max(_distinct(_domains_of(nodes, level, topology)) - fewest, 0)
             extra[level] = max(extra.get(level, 0), crossed)
         return extra
