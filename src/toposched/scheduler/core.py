@@ -320,7 +320,7 @@ class Scheduler:
             # those of gangs that no domain gaining GPUs can hold.
             self._epoch += 1
             self._after_changes()
-            self.preemptor.kept.after_changes(self.freed.since_settled())
+            self.preemptor.kept.after_changes(self.freed)
         fence = Fence(self.state)
         turn = Turn(
             now,
@@ -519,9 +519,10 @@ class Scheduler:
 
     def _stop(self, job: Job, now: float) -> None:
         nodes = self.state.allocations[job.job_id].nodes
+        free_to_take = job.unallocated and not job.evicting
         self.freed.before_release()
         self.lifecycle.stop(job, now, self.jobs)
-        self.freed.released(nodes)
+        self.freed.released(nodes, free_to_take)
 
     def _job(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)

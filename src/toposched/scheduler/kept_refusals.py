@@ -18,6 +18,7 @@ from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract
 from toposched.policy.fairshare import QueueEntry, Ranking
 from toposched.scheduler.fence import Fence, FencedNodes
+from toposched.scheduler.freed import FreedCapacity
 from toposched.scheduler.ledger import LAST_ID, Ledger
 from toposched.scheduler.refusals import Refusal
 
@@ -55,6 +56,10 @@ class KeptRefusal:
     """The epoch, preemptible index, budget tree, usage and (fair-share rule) ranking then:
     while all are equal nothing changed (`Keeping.EXACT`)."""
     fenced: FencedNodes
+    """The nodes fenced when it was found."""
+    holding: FencedNodes
+    """The fenced nodes it is compared with: those of `fenced` the fence let go since were
+    looked at as released."""
     until: float
     """When the first protection after `found` ends."""
     request: GangRequest
@@ -72,7 +77,15 @@ class KeptRefusal:
     checked_until: float
     """Protection ends up to this time are known to let no job the refusal may take go."""
     released: list[IntArray] = field(default_factory=list)
-    """Nodes whose jobs ended since it was last checked."""
+    """Nodes where room may have grown since it was last checked (jobs ended, or the fence
+    let them go)."""
+
+    def note_released(self, nodes: IntArray) -> None:
+        released = self.released
+        released.append(nodes)
+        if len(released) > RELEASES_LISTED:
+            # A refusal no job asked for in a while: its nodes as one set.
+            released[:] = [np.unique(np.concatenate(released))]
 
 
 class KeptRefusals:
@@ -87,7 +100,9 @@ class KeptRefusals:
 
     - a release (a job ended): kept when every domain of the gang's required level that
       holds released nodes has, free and held by every unprotected job, fewer whole GPUs than
-      the gang needs there (as failures kept through releases are judged);
+      the gang needs there (as failures kept through releases are judged); a release of
+      unallocated work no eviction had claimed frees nothing a preemptor that may take work
+      at all did not count already;
     - a protection ending: kept when the contract lets the preemptor take none of the jobs
       whose protection ended since (looked at once each);
     - the contract allowing more, with the same jobs: under the budget rule, when the
@@ -95,8 +110,9 @@ class KeptRefusals:
       reaches one of its unprotected jobs; under the fair-share rule, any change of the
       accounts' order; a change of the budget tree or of a running job's priority; the
       preemptor's account becoming a budgeted leaf;
-    - nodes let go: fewer nodes fenced than then, or any other change of the cluster state
-      (health, spares, jobs started outside a cycle).
+    - nodes let go: the fence no longer holding nodes it held then (judged as released
+      nodes), or any other change of the cluster state (health, spares, jobs started
+      outside a cycle).
 
     A contract that replaces the built-in rules keeps refusals only while nothing changed.
     """
@@ -141,6 +157,7 @@ class KeptRefusals:
             refusal=refusal,
             inputs=inputs,
             fenced=fenced,
+            holding=fenced,
             until=self.ledger.next_protection_end(now),
             request=request,
             only_unallocated=only_unallocated,
@@ -156,19 +173,20 @@ class KeptRefusals:
         """Something every refusal may depend on changed (a running job's priority)."""
         self._kept.clear()
 
-    def after_changes(self, freed: IntArray | None) -> None:
-        """Between cycles the cluster changed: jobs released the GPUs of nodes `freed`, or
-        (None) something else changed it, and every refusal is forgotten."""
-        if freed is None or self.keeping is Keeping.EXACT:
+    def after_changes(self, freed: FreedCapacity) -> None:
+        """Between cycles the cluster changed: jobs released GPUs (`freed` tells where), or
+        something else changed it, and every refusal is forgotten."""
+        released = freed.since_settled()
+        if released is None or self.keeping is Keeping.EXACT:
             self._kept.clear()
             return
-        if freed.size:
-            for kept in self._kept.values():
-                released = kept.released
-                released.append(freed)
-                if len(released) > RELEASES_LISTED:
-                    # A refusal no job asked for in a while: its nodes as one set.
-                    released[:] = [np.unique(np.concatenate(released))]
+        # Unallocated work no eviction had claimed was room already for every preemptor that
+        # may take work at all (ranked): its release frees nothing new.
+        beyond = freed.beyond_free_to_take()
+        for kept in self._kept.values():
+            nodes = beyond if kept.ranked else released
+            if nodes is not None and nodes.size:
+                kept.note_released(nodes)
 
     # --- answering -----------------------------------------------------------------------------
     def find(
@@ -201,8 +219,10 @@ class KeptRefusals:
         self, kept: KeptRefusal, entry: QueueEntry, ranking: Ranking, fence: Fence, now: float
     ) -> bool:
         """Whether nothing since `kept` was found can have given the job room."""
-        if kept.tree_version != self.tree.version or not fence.holds(kept.fenced):
+        if kept.tree_version != self.tree.version:
             return False
+        if not fence.holds(kept.holding):
+            self._note_opened(kept, fence)
         if not kept.ranked and self._ranked(entry.account, ranking):
             return False
         if kept.leaves is not None and kept.leaves != ranking.leaves:
@@ -220,6 +240,15 @@ class KeptRefusals:
             return False
         kept.checked_until = now
         return True
+
+    def _note_opened(self, kept: KeptRefusal, fence: Fence) -> None:
+        """The fence let go some nodes it held when `kept` was last compared with it: room may
+        have grown there as where jobs ended. The fence now is the one to compare with."""
+        closed = self.state.closed
+        opened = [group.nodes[closed[group.nodes] == 0] for group in kept.holding.groups]
+        if opened:
+            kept.note_released(np.concatenate(opened))
+        kept.holding = fence.frozen()
 
     def _releases_leave_no_room(self, kept: KeptRefusal) -> bool:
         """Whether every domain of the gang's required level holding released nodes has fewer
