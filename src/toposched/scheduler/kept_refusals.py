@@ -30,6 +30,8 @@ unallocated work only (see `Preemptor.preempt_or_refuse`)."""
 
 #: Releases listed for a kept refusal before they are merged into one set of nodes.
 RELEASES_LISTED = 32
+#: Up to this many domains, their free GPUs are summed one by one, else over every node.
+DOMAINS_SUMMED = 16
 #: More kept refusals than this (distinct kinds of pending jobs) are forgotten at once.
 KEPT_MOST = 10_000
 
@@ -77,8 +79,7 @@ class KeptRefusal:
     checked_until: float
     """Protection ends up to this time are known to let no job the refusal may take go."""
     released: list[IntArray] = field(default_factory=list)
-    """Nodes where room may have grown since it was last checked (jobs ended, or the fence
-    let them go)."""
+    """Nodes the fence let go since it was last checked: room may have grown there."""
 
     def note_released(self, nodes: IntArray) -> None:
         released = self.released
@@ -133,6 +134,13 @@ class KeptRefusals:
         self._domain_of_leaf = domain_of_leaf
         self.keeping = Keeping(keeping)
         self._kept: dict[RefusalKey, KeptRefusal] = {}
+        # The most room by (nodes, level, unallocated work only), the nodes kept alive since
+        # they are looked up by identity: refusals noted the same releases share one count,
+        # while the cluster state, the preemptible index and its refresh stay the same.
+        self._rooms: dict[tuple[int, int, bool], tuple[IntArray, int]] = {}
+        self._rooms_stamp: tuple[int, int, float] = (-1, -1, -1.0)
+        self._refreshed = -1.0
+        """When the preemptible index was last refreshed, as far as `find` knows."""
         self.answered_through_changes = 0
         """Refusals answered although something changed since they were found."""
 
@@ -183,10 +191,30 @@ class KeptRefusals:
         # Unallocated work no eviction had claimed was room already for every preemptor that
         # may take work at all (ranked): its release frees nothing new.
         beyond = freed.beyond_free_to_take()
-        for kept in self._kept.values():
+        rooms: dict[tuple[bool, bool, int], int] = {}
+        dropped = []
+        for key, kept in self._kept.items():
             nodes = beyond if kept.ranked else released
-            if nodes is not None and nodes.size:
+            if nodes is None or not nodes.size:
+                continue
+            request = kept.request
+            if request.gpus_per_pod == 0 or request.is_fractional:
+                dropped.append(key)
+                continue
+            # The most room in one domain of its required level holding released nodes,
+            # looked up once per such level for all refusals.
+            room_key = (kept.ranked, kept.only_unallocated, request.required)
+            room = rooms.get(room_key)
+            if room is None:
+                room = rooms[room_key] = self._most_room(
+                    nodes, request.required, kept.only_unallocated
+                )
+            if room >= request.pods * request.gpus_per_pod:
+                # A domain could hold it now: looked at again when a job asks, after the
+                # starts before it in the queue (a nominee takes its victims' GPUs back).
                 kept.note_released(nodes)
+        for key in dropped:
+            del self._kept[key]
 
     # --- answering -----------------------------------------------------------------------------
     def find(
@@ -209,6 +237,7 @@ class KeptRefusals:
             return kept.refusal, False
         if not through_changes or self.keeping is Keeping.EXACT:
             return None
+        self._refreshed = now
         if not self._stands(kept, entry, ranking, fence, now):
             del self._kept[key]
             return None
@@ -251,28 +280,46 @@ class KeptRefusals:
         kept.holding = fence.frozen()
 
     def _releases_leave_no_room(self, kept: KeptRefusal) -> bool:
-        """Whether every domain of the gang's required level holding released nodes has fewer
-        whole GPUs free or held by unprotected jobs than the gang needs. Free GPUs are counted
-        on fenced nodes too: the fence may let them go later without the refusal knowing."""
+        """Whether every domain of the gang's required level holding nodes of
+        `kept.released` has fewer whole GPUs free or held by unprotected jobs than the gang
+        needs there."""
         request = kept.request
         if request.gpus_per_pod == 0 or request.is_fractional:
             return False
-        level = request.required
+        released = kept.released
+        nodes = released[0] if len(released) == 1 else np.concatenate(released)
+        stamp = (self.state.version, self.ledger.preemptible.version, self._refreshed)
+        if self._rooms_stamp != stamp:
+            self._rooms.clear()
+            self._rooms_stamp = stamp
+        room_key = (id(nodes), request.required, kept.only_unallocated)
+        known = self._rooms.get(room_key)
+        if known is None:
+            room = self._most_room(nodes, request.required, kept.only_unallocated)
+            known = self._rooms[room_key] = (nodes, room)
+        return known[1] < request.pods * request.gpus_per_pod
+
+    def _most_room(self, nodes: IntArray, level: int, only_unallocated: bool) -> int:
+        """The most whole GPUs free or held by unprotected jobs (unallocated work only, if
+        `only_unallocated`) in one domain of `level` holding some of `nodes`. Free GPUs are
+        counted on fenced nodes too: the fence may let them go later without a refusal knowing.
+        Jobs whose protection ended since the index was last refreshed are not counted: those
+        a preemptor may take are found by `_protection_ends_allow_none`."""
         topology = self.state.topology
-        released = np.unique(np.concatenate(kept.released))
-        domains = np.unique(topology.node_domain[level][released])
+        domains = np.unique(topology.node_domain[level][nodes])
         index = self.ledger.preemptible
-        freeable = index.leaf_unallocated_freeable if kept.only_unallocated else index.leaf_freeable
+        freeable = index.leaf_unallocated_freeable if only_unallocated else index.leaf_freeable
         held = np.bincount(
             self._domain_of_leaf(level), weights=freeable, minlength=topology.n_domains(level)
-        )
+        )[domains]
         free = self.state.free_whole_gpus
-        need = request.pods * request.gpus_per_pod
-        for domain, gpus in zip(domains.tolist(), held[domains].tolist(), strict=True):
-            first, last = topology.domain_range(level, domain)
-            if int(free[first:last].sum()) + gpus >= need:
-                return False
-        return True
+        if domains.size <= DOMAINS_SUMMED:
+            ranges = [topology.domain_range(level, domain) for domain in domains.tolist()]
+            free_in = np.array([int(free[first:last].sum()) for first, last in ranges])
+        else:
+            starts = topology.domain_starts[level]
+            free_in = np.add.reduceat(free.astype(np.int64), starts[:-1])[domains]
+        return int((free_in + held).max())
 
     def _loads_allow_no_more(self, kept: KeptRefusal, account: str) -> bool:
         """Under the budget rule, whether the loads let the preemptor take no job it could
