@@ -17,6 +17,7 @@ from toposched.placement.request import GangRequest
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract
 from toposched.policy.fairshare import QueueEntry, Ranking
+from toposched.policy.usage import UsageTracker
 from toposched.scheduler.fence import Fence, FencedNodes
 from toposched.scheduler.freed import FreedCapacity
 from toposched.scheduler.ledger import LAST_ID, Ledger
@@ -32,6 +33,9 @@ unallocated work only (see `Preemptor.preempt_or_refuse`)."""
 RELEASES_LISTED = 32
 #: Up to this many domains, their free GPUs are summed one by one, else over every node.
 DOMAINS_SUMMED = 16
+#: GPUs by which limits are widened when compared with jobs' sizes (more than any slack the
+#: contract allows for rounding).
+LIMIT_SLACK = 1e-6
 #: More kept refusals than this (distinct kinds of pending jobs) are forgotten at once.
 KEPT_MOST = 10_000
 
@@ -122,6 +126,7 @@ class KeptRefusals:
         self,
         state: ClusterState,
         tree: BudgetTree,
+        usage: UsageTracker,
         contract: Contract,
         ledger: Ledger,
         domain_of_leaf: Callable[[int], IntArray],
@@ -129,6 +134,7 @@ class KeptRefusals:
     ) -> None:
         self.state = state
         self.tree = tree
+        self.usage = usage
         self.contract = contract
         self.ledger = ledger
         self._domain_of_leaf = domain_of_leaf
@@ -141,6 +147,8 @@ class KeptRefusals:
         self._rooms_stamp: tuple[int, int, float] = (-1, -1, -1.0)
         self._refreshed = -1.0
         """When the preemptible index was last refreshed, as far as `find` knows."""
+        self._beyond: list[tuple[str, float]] = []
+        self._beyond_stamp: tuple[int, int, int, int] = (-1, -1, -1, -1)
         self.answered_through_changes = 0
         """Refusals answered although something changed since they were found."""
 
@@ -331,12 +339,13 @@ class KeptRefusals:
             if limit <= before:
                 continue
             size = len(index.allocations)
+            # Widened by LIMIT_SLACK both ways: the contract's own slack is no concern here.
             reached = (
                 index.counted[:size]
                 & ~index.unallocated[:size]
                 & (index.account[:size] == code)
-                & (index.gpus[:size] > before)
-                & (index.gpus[:size] <= limit)
+                & (index.gpus[:size] > before - LIMIT_SLACK)
+                & (index.gpus[:size] <= limit + LIMIT_SLACK)
             )
             if reached.any():
                 return False
@@ -363,15 +372,30 @@ class KeptRefusals:
         return True
 
     def _limits(self, account: str) -> dict[int, float]:
-        """Per account code of the preemptible index but `account`'s: what it runs beyond
-        its budget (the budget rule's limit on a victim's GPUs)."""
-        ledger = self.ledger
-        index = ledger.preemptible
+        """Per account code of the preemptible index but `account`'s, the budget rule's limit
+        on a victim's GPUs for a job of `account`, up to the contract's slack: what the
+        victim's account runs beyond its budget; none (-inf for all) while `account` runs
+        its own."""
+        if self.contract.runs_its_budget(account, self.ledger):
+            return {}
         return {
-            code: self.contract.reclaim_limit(account, name, ledger)
-            for code, name in enumerate(index.account_names)
+            code: beyond
+            for code, (name, beyond) in enumerate(self._beyond_budgets())
             if name != account
         }
+
+    def _beyond_budgets(self) -> list[tuple[str, float]]:
+        """Per account code of the preemptible index, its name and the GPUs it runs beyond
+        its budget; remembered while the loads and budgets stay the same."""
+        ledger = self.ledger
+        names = ledger.preemptible.account_names
+        stamp = (self.usage.version, ledger.leaving_version, self.tree.version, len(names))
+        if self._beyond_stamp != stamp:
+            self._beyond = [
+                (name, ledger.running_gpus(name) - ledger.budget_gpus(name)) for name in names
+            ]
+            self._beyond_stamp = stamp
+        return self._beyond
 
     @staticmethod
     def _ranked(account: str, ranking: Ranking) -> bool:

@@ -64,7 +64,7 @@ class Preemptor:
         self.verdicts = Verdicts(tree, usage, contract, ledger)
         self.local = LocalDomains(state, ledger, search)
         self.spread = SpreadSearch(search)
-        self.kept = KeptRefusals(state, tree, contract, ledger, search.domain_of_leaf)
+        self.kept = KeptRefusals(state, tree, usage, contract, ledger, search.domain_of_leaf)
         """Refused preemptions by (pod shape, pods, account, priority), or by (pod shape, pods)
         for jobs that may take unallocated work only (see `preempt_or_refuse`); replace it to
         keep them otherwise (`Keeping`)."""
