@@ -226,3 +226,31 @@ def test_a_start_takes_room_and_keeps_the_refusal() -> None:
     assert not scheduler.cycle(180).decisions
     assert searches(scheduler) == 1
     assert scheduler.preemptor.kept.answered_through_changes == 2
+
+
+def test_a_release_of_unallocated_work_it_could_take_keeps_the_refusal() -> None:
+    # Rack 1 holds scav's unallocated job and top (priority 20, past its protection): wide
+    # may take only scav's 4 GPUs there, too few. scav's job ends: the rack has 4 GPUs free
+    # and 4 held by an unprotected job, as many as wide needs, but wide counted scav's GPUs
+    # as room already, and may not take top: kept. Kept only while nothing changed, the
+    # release sends it back to a search.
+    for keeping, searched in ((Keeping.VERIFY, 1), (Keeping.EXACT, 2)):
+        state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+        tree = BudgetTree.from_dict({"accounts": {"team": 100, "scav": 0}})
+        scheduler = Scheduler(state, tree, reserve_min_gpus=64)
+        scheduler.preemptor.kept.keeping = keeping
+        jobs = (
+            spec("low-0", "team"),
+            spec("low-1", "team"),
+            spec("scav-2", "scav", min_runtime=0),
+            spec("top", "team", priority=20),
+        )
+        for node, job in enumerate(jobs):
+            start = -2 * HOUR if job.name == "top" else 0.0
+            scheduler.adopt(job, Allocation.of([node], [[0, 1, 2, 3]]), start_time=start, now=0.0)
+        wide = spec("wide", "team", pods=2, priority=10, topology={"required": "rack"})
+        scheduler.submit(wide, 0)
+        assert not scheduler.cycle(60).decisions
+        scheduler.finish("scav-2", 120)
+        assert not scheduler.cycle(120).decisions
+        assert searches(scheduler) == searched, keeping

@@ -363,7 +363,7 @@ class Scheduler:
             self.incremental.forget()
             self._epoch += 1
             self._after_changes()
-            self.preemptor.kept.after_changes(self.freed.since_settled())
+            self.preemptor.kept.after_changes(self.freed)
         stamp = self._stamp()
         fence = Fence(self.state)
         turn = Turn(
@@ -661,9 +661,10 @@ class Scheduler:
 
     def _stop(self, job: Job, now: float) -> None:
         nodes = self.state.allocations[job.job_id].nodes
+        free_to_take = job.unallocated and not job.evicting
         self.freed.before_release()
         self.lifecycle.stop(job, now, self.jobs)
-        self.freed.released(nodes)
+        self.freed.released(nodes, free_to_take)
 
     def _job(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)

@@ -24,6 +24,8 @@ class FreedCapacity:
         self.state = state
         self._version = state.version
         self._nodes: list[IntArray] = []
+        self._taken_back: list[IntArray] = []
+        """The nodes of releases by anything but unallocated work no eviction had claimed."""
         self._complete = True
 
     def before_release(self) -> None:
@@ -31,10 +33,13 @@ class FreedCapacity:
         if self.state.version != self._version:
             self._complete = False
 
-    def released(self, nodes: IntArray) -> None:
-        """A job's GPUs on `nodes` returned (after `before_release`)."""
+    def released(self, nodes: IntArray, free_to_take: bool = False) -> None:
+        """A job's GPUs on `nodes` returned (after `before_release`); `free_to_take`: it was
+        unallocated work no eviction had claimed, which every allocated job may take."""
         if self._complete:
             self._nodes.append(nodes)
+            if not free_to_take:
+                self._taken_back.append(nodes)
             self._version = self.state.version
 
     def since_settled(self) -> IntArray | None:
@@ -45,8 +50,18 @@ class FreedCapacity:
             return np.zeros(0, dtype=np.int64)
         return np.unique(np.concatenate(self._nodes))
 
+    def beyond_free_to_take(self) -> IntArray | None:
+        """`since_settled` without the releases of unallocated work no eviction had claimed:
+        a preemptor that may take such work counted its GPUs as room already."""
+        if self.since_settled() is None:
+            return None
+        if not self._taken_back:
+            return np.zeros(0, dtype=np.int64)
+        return np.unique(np.concatenate(self._taken_back))
+
     def settle(self) -> None:
         """A cycle ended: the state as it is now is the new reference."""
         self._version = self.state.version
         self._nodes.clear()
+        self._taken_back.clear()
         self._complete = True

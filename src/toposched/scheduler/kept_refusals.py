@@ -17,7 +17,9 @@ from toposched.placement.request import GangRequest
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract
 from toposched.policy.fairshare import QueueEntry, Ranking
+from toposched.policy.usage import UsageTracker
 from toposched.scheduler.fence import Fence, FencedNodes
+from toposched.scheduler.freed import FreedCapacity
 from toposched.scheduler.ledger import LAST_ID, Ledger
 from toposched.scheduler.refusals import Refusal
 
@@ -29,6 +31,11 @@ unallocated work only (see `Preemptor.preempt_or_refuse`)."""
 
 #: Releases listed for a kept refusal before they are merged into one set of nodes.
 RELEASES_LISTED = 32
+#: Up to this many domains, their free GPUs are summed one by one, else over every node.
+DOMAINS_SUMMED = 16
+#: GPUs by which limits are widened when compared with jobs' sizes (more than any slack the
+#: contract allows for rounding).
+LIMIT_SLACK = 1e-6
 #: More kept refusals than this (distinct kinds of pending jobs) are forgotten at once.
 KEPT_MOST = 10_000
 
@@ -55,6 +62,10 @@ class KeptRefusal:
     """The epoch, preemptible index, budget tree, usage and (fair-share rule) ranking then:
     while all are equal nothing changed (`Keeping.EXACT`)."""
     fenced: FencedNodes
+    """The nodes fenced when it was found."""
+    holding: FencedNodes
+    """The fenced nodes it is compared with: those of `fenced` the fence let go since were
+    looked at as released."""
     until: float
     """When the first protection after `found` ends."""
     request: GangRequest
@@ -72,7 +83,14 @@ class KeptRefusal:
     checked_until: float
     """Protection ends up to this time are known to let no job the refusal may take go."""
     released: list[IntArray] = field(default_factory=list)
-    """Nodes whose jobs ended since it was last checked."""
+    """Nodes the fence let go since it was last checked: room may have grown there."""
+
+    def note_released(self, nodes: IntArray) -> None:
+        released = self.released
+        released.append(nodes)
+        if len(released) > RELEASES_LISTED:
+            # A refusal no job asked for in a while: its nodes as one set.
+            released[:] = [np.unique(np.concatenate(released))]
 
 
 class KeptRefusals:
@@ -87,7 +105,9 @@ class KeptRefusals:
 
     - a release (a job ended): kept when every domain of the gang's required level that
       holds released nodes has, free and held by every unprotected job, fewer whole GPUs than
-      the gang needs there (as failures kept through releases are judged);
+      the gang needs there (as failures kept through releases are judged); a release of
+      unallocated work no eviction had claimed frees nothing a preemptor that may take work
+      at all did not count already;
     - a protection ending: kept when the contract lets the preemptor take none of the jobs
       whose protection ended since (looked at once each);
     - the contract allowing more, with the same jobs: under the budget rule, when the
@@ -95,8 +115,9 @@ class KeptRefusals:
       reaches one of its unprotected jobs; under the fair-share rule, any change of the
       accounts' order; a change of the budget tree or of a running job's priority; the
       preemptor's account becoming a budgeted leaf;
-    - nodes let go: fewer nodes fenced than then, or any other change of the cluster state
-      (health, spares, jobs started outside a cycle).
+    - nodes let go: the fence no longer holding nodes it held then (judged as released
+      nodes), or any other change of the cluster state (health, spares, jobs started
+      outside a cycle).
 
     A contract that replaces the built-in rules keeps refusals only while nothing changed.
     """
@@ -105,6 +126,7 @@ class KeptRefusals:
         self,
         state: ClusterState,
         tree: BudgetTree,
+        usage: UsageTracker,
         contract: Contract,
         ledger: Ledger,
         domain_of_leaf: Callable[[int], IntArray],
@@ -112,11 +134,21 @@ class KeptRefusals:
     ) -> None:
         self.state = state
         self.tree = tree
+        self.usage = usage
         self.contract = contract
         self.ledger = ledger
         self._domain_of_leaf = domain_of_leaf
         self.keeping = Keeping(keeping)
         self._kept: dict[RefusalKey, KeptRefusal] = {}
+        # The most room by (nodes, level, unallocated work only), the nodes kept alive since
+        # they are looked up by identity: refusals noted the same releases share one count,
+        # while the cluster state, the preemptible index and its refresh stay the same.
+        self._rooms: dict[tuple[int, int, bool], tuple[IntArray, int]] = {}
+        self._rooms_stamp: tuple[int, int, float] = (-1, -1, -1.0)
+        self._refreshed = -1.0
+        """When the preemptible index was last refreshed, as far as `find` knows."""
+        self._beyond: list[tuple[str, float]] = []
+        self._beyond_stamp: tuple[int, int, int, int] = (-1, -1, -1, -1)
         self.answered_through_changes = 0
         """Refusals answered although something changed since they were found."""
 
@@ -141,6 +173,7 @@ class KeptRefusals:
             refusal=refusal,
             inputs=inputs,
             fenced=fenced,
+            holding=fenced,
             until=self.ledger.next_protection_end(now),
             request=request,
             only_unallocated=only_unallocated,
@@ -156,19 +189,40 @@ class KeptRefusals:
         """Something every refusal may depend on changed (a running job's priority)."""
         self._kept.clear()
 
-    def after_changes(self, freed: IntArray | None) -> None:
-        """Between cycles the cluster changed: jobs released the GPUs of nodes `freed`, or
-        (None) something else changed it, and every refusal is forgotten."""
-        if freed is None or self.keeping is Keeping.EXACT:
+    def after_changes(self, freed: FreedCapacity) -> None:
+        """Between cycles the cluster changed: jobs released GPUs (`freed` tells where), or
+        something else changed it, and every refusal is forgotten."""
+        released = freed.since_settled()
+        if released is None or self.keeping is Keeping.EXACT:
             self._kept.clear()
             return
-        if freed.size:
-            for kept in self._kept.values():
-                released = kept.released
-                released.append(freed)
-                if len(released) > RELEASES_LISTED:
-                    # A refusal no job asked for in a while: its nodes as one set.
-                    released[:] = [np.unique(np.concatenate(released))]
+        # Unallocated work no eviction had claimed was room already for every preemptor that
+        # may take work at all (ranked): its release frees nothing new.
+        beyond = freed.beyond_free_to_take()
+        rooms: dict[tuple[bool, bool, int], int] = {}
+        dropped = []
+        for key, kept in self._kept.items():
+            nodes = beyond if kept.ranked else released
+            if nodes is None or not nodes.size:
+                continue
+            request = kept.request
+            if request.gpus_per_pod == 0 or request.is_fractional:
+                dropped.append(key)
+                continue
+            # The most room in one domain of its required level holding released nodes,
+            # looked up once per such level for all refusals.
+            room_key = (kept.ranked, kept.only_unallocated, request.required)
+            room = rooms.get(room_key)
+            if room is None:
+                room = rooms[room_key] = self._most_room(
+                    nodes, request.required, kept.only_unallocated
+                )
+            if room >= request.pods * request.gpus_per_pod:
+                # A domain could hold it now: looked at again when a job asks, after the
+                # starts before it in the queue (a nominee takes its victims' GPUs back).
+                kept.note_released(nodes)
+        for key in dropped:
+            del self._kept[key]
 
     # --- answering -----------------------------------------------------------------------------
     def find(
@@ -191,6 +245,7 @@ class KeptRefusals:
             return kept.refusal, False
         if not through_changes or self.keeping is Keeping.EXACT:
             return None
+        self._refreshed = now
         if not self._stands(kept, entry, ranking, fence, now):
             del self._kept[key]
             return None
@@ -201,8 +256,10 @@ class KeptRefusals:
         self, kept: KeptRefusal, entry: QueueEntry, ranking: Ranking, fence: Fence, now: float
     ) -> bool:
         """Whether nothing since `kept` was found can have given the job room."""
-        if kept.tree_version != self.tree.version or not fence.holds(kept.fenced):
+        if kept.tree_version != self.tree.version:
             return False
+        if not fence.holds(kept.holding):
+            self._note_opened(kept, fence)
         if not kept.ranked and self._ranked(entry.account, ranking):
             return False
         if kept.leaves is not None and kept.leaves != ranking.leaves:
@@ -221,29 +278,56 @@ class KeptRefusals:
         kept.checked_until = now
         return True
 
+    def _note_opened(self, kept: KeptRefusal, fence: Fence) -> None:
+        """The fence let go some nodes it held when `kept` was last compared with it: room may
+        have grown there as where jobs ended. The fence now is the one to compare with."""
+        closed = self.state.closed
+        opened = [group.nodes[closed[group.nodes] == 0] for group in kept.holding.groups]
+        if opened:
+            kept.note_released(np.concatenate(opened))
+        kept.holding = fence.frozen()
+
     def _releases_leave_no_room(self, kept: KeptRefusal) -> bool:
-        """Whether every domain of the gang's required level holding released nodes has fewer
-        whole GPUs free or held by unprotected jobs than the gang needs. Free GPUs are counted
-        on fenced nodes too: the fence may let them go later without the refusal knowing."""
+        """Whether every domain of the gang's required level holding nodes of
+        `kept.released` has fewer whole GPUs free or held by unprotected jobs than the gang
+        needs there."""
         request = kept.request
         if request.gpus_per_pod == 0 or request.is_fractional:
             return False
-        level = request.required
+        released = kept.released
+        nodes = released[0] if len(released) == 1 else np.concatenate(released)
+        stamp = (self.state.version, self.ledger.preemptible.version, self._refreshed)
+        if self._rooms_stamp != stamp:
+            self._rooms.clear()
+            self._rooms_stamp = stamp
+        room_key = (id(nodes), request.required, kept.only_unallocated)
+        known = self._rooms.get(room_key)
+        if known is None:
+            room = self._most_room(nodes, request.required, kept.only_unallocated)
+            known = self._rooms[room_key] = (nodes, room)
+        return known[1] < request.pods * request.gpus_per_pod
+
+    def _most_room(self, nodes: IntArray, level: int, only_unallocated: bool) -> int:
+        """The most whole GPUs free or held by unprotected jobs (unallocated work only, if
+        `only_unallocated`) in one domain of `level` holding some of `nodes`. Free GPUs are
+        counted on fenced nodes too: the fence may let them go later without a refusal knowing.
+        Jobs whose protection ended since the index was last refreshed are not counted: those
+        a preemptor may take are found by `_protection_ends_allow_none`."""
         topology = self.state.topology
-        released = np.unique(np.concatenate(kept.released))
-        domains = np.unique(topology.node_domain[level][released])
+        domains = np.unique(topology.node_domain[level][nodes])
         index = self.ledger.preemptible
-        freeable = index.leaf_unallocated_freeable if kept.only_unallocated else index.leaf_freeable
+        freeable = index.leaf_unallocated_freeable if only_unallocated else index.leaf_freeable
         held = np.bincount(
             self._domain_of_leaf(level), weights=freeable, minlength=topology.n_domains(level)
-        )
+        )[domains]
         free = self.state.free_whole_gpus
-        need = request.pods * request.gpus_per_pod
-        for domain, gpus in zip(domains.tolist(), held[domains].tolist(), strict=True):
-            first, last = topology.domain_range(level, domain)
-            if int(free[first:last].sum()) + gpus >= need:
-                return False
-        return True
+        if domains.size <= DOMAINS_SUMMED:
+            ranges = [topology.domain_range(level, domain) for domain in domains.tolist()]
+            free_in = np.array([int(free[first:last].sum()) for first, last in ranges])
+        else:
+            starts = topology.domain_starts[level]
+            free_in = np.add.reduceat(free.astype(np.int64), starts[:-1])[domains]
+        return int((free_in + held).max())
 
     def _loads_allow_no_more(self, kept: KeptRefusal, account: str) -> bool:
         """Under the budget rule, whether the loads let the preemptor take no job it could
@@ -255,12 +339,13 @@ class KeptRefusals:
             if limit <= before:
                 continue
             size = len(index.allocations)
+            # Widened by LIMIT_SLACK both ways: the contract's own slack is no concern here.
             reached = (
                 index.counted[:size]
                 & ~index.unallocated[:size]
                 & (index.account[:size] == code)
-                & (index.gpus[:size] > before)
-                & (index.gpus[:size] <= limit)
+                & (index.gpus[:size] > before - LIMIT_SLACK)
+                & (index.gpus[:size] <= limit + LIMIT_SLACK)
             )
             if reached.any():
                 return False
@@ -287,15 +372,30 @@ class KeptRefusals:
         return True
 
     def _limits(self, account: str) -> dict[int, float]:
-        """Per account code of the preemptible index but `account`'s: what it runs beyond
-        its budget (the budget rule's limit on a victim's GPUs)."""
-        ledger = self.ledger
-        index = ledger.preemptible
+        """Per account code of the preemptible index but `account`'s, the budget rule's limit
+        on a victim's GPUs for a job of `account`, up to the contract's slack: what the
+        victim's account runs beyond its budget; none (-inf for all) while `account` runs
+        its own."""
+        if self.contract.runs_its_budget(account, self.ledger):
+            return {}
         return {
-            code: self.contract.reclaim_limit(account, name, ledger)
-            for code, name in enumerate(index.account_names)
+            code: beyond
+            for code, (name, beyond) in enumerate(self._beyond_budgets())
             if name != account
         }
+
+    def _beyond_budgets(self) -> list[tuple[str, float]]:
+        """Per account code of the preemptible index, its name and the GPUs it runs beyond
+        its budget; remembered while the loads and budgets stay the same."""
+        ledger = self.ledger
+        names = ledger.preemptible.account_names
+        stamp = (self.usage.version, ledger.leaving_version, self.tree.version, len(names))
+        if self._beyond_stamp != stamp:
+            self._beyond = [
+                (name, ledger.running_gpus(name) - ledger.budget_gpus(name)) for name in names
+            ]
+            self._beyond_stamp = stamp
+        return self._beyond
 
     @staticmethod
     def _ranked(account: str, ranking: Ranking) -> bool:

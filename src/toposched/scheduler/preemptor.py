@@ -64,7 +64,7 @@ class Preemptor:
         self.verdicts = Verdicts(tree, usage, contract, ledger)
         self.local = LocalDomains(state, ledger, search)
         self.spread = SpreadSearch(search)
-        self.kept = KeptRefusals(state, tree, contract, ledger, search.domain_of_leaf)
+        self.kept = KeptRefusals(state, tree, usage, contract, ledger, search.domain_of_leaf)
         """Refused preemptions by (pod shape, pods, account, priority), or by (pod shape, pods)
         for jobs that may take unallocated work only (see `preempt_or_refuse`); replace it to
         keep them otherwise (`Keeping`)."""
@@ -95,9 +95,8 @@ class Preemptor:
         the fair-share rule the accounts' order) stay as they were and no protection has
         ended; and under the built-in rules, through the changes that cannot give the job
         room (see `KeptRefusals`), word for word (the figures it quotes are those it was
-        found with). The search that stopped at
-        `DOMAINS_EXAMINED` domains with room depends on which were cheapest, so its refusals
-        are not remembered.
+        found with). The search that stopped at `DOMAINS_EXAMINED` domains with room depends
+        on which were cheapest, so its refusals are not remembered.
 
         When unallocated work is all the job may take (`only_unallocated_victims`), nothing of
         its account or priority enters the search: the refusal is shared by every such job of
