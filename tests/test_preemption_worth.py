@@ -27,7 +27,7 @@ from toposched.scheduler.refusals import RefusalCode
 HOUR = 3600.0
 SCENARIOS = Path(__file__).parent / "scenarios" / "preemption" / "worth.yaml"
 BUDGETS = {"team-a": 50, "team-b": 50, "scratch": 0}
-CASE_FIELDS = {"name", "now", "worth", "b2", "b2_start", "expect"}
+CASE_FIELDS = {"name", "now", "worth", "b2", "b2_start", "budgets", "expect"}
 
 
 def load_cases() -> list[Any]:
@@ -53,14 +53,18 @@ def spec(name: str, account: str, **fields: Any) -> JobSpec:
     return JobSpec.from_dict(data)
 
 
-def contract_of(worth: dict[str, float] | None) -> Contract:
+def contract_of(worth: dict[str, Any] | None) -> Contract:
     if worth is None:
         return Contract()
+    budget = worth.get("loss_budget_h")
     return Contract(
         worth=EvictionWorth(
             max_lost_per_gained=worth["max_lost_per_gained"],
             horizon=worth["horizon_h"] * HOUR,
             shortfall_weight=worth.get("shortfall_weight", 0.0),
+            owed_only=worth.get("owed_only", False),
+            loss_budget=None if budget is None else budget * HOUR,
+            age_wait=worth.get("age_wait", 0.0),
         )
     )
 
@@ -70,7 +74,7 @@ def scheduler_for(case: dict[str, Any]) -> Scheduler:
     state = ClusterState(nvl72_cluster(1, 1, 1, nodes_per_rack=4))
     sched = Scheduler(
         state,
-        BudgetTree.from_dict({"accounts": BUDGETS}),
+        BudgetTree.from_dict({"accounts": case.get("budgets") or BUDGETS}),
         usage=usage,
         contract=contract_of(case["worth"]),
     )
