@@ -35,6 +35,10 @@ def test_a_zero_ratio_evicts_no_allocated_work(tmp_path: Path) -> None:
         (["--eviction-worth", "nan"], "a number >= 0"),
         (["--eviction-worth", "1", "--eviction-worth-horizon", "0"], "a duration > 0"),
         (["--eviction-worth-horizon", "2h"], "applies only with --eviction-worth"),
+        (["--eviction-worth-owed"], "applies only with --eviction-worth"),
+        (["--eviction-loss-budget", "100"], "applies only with --eviction-worth"),
+        (["--eviction-worth", "1", "--eviction-loss-budget", "0"], "a number > 0"),
+        (["--eviction-worth", "1", "--eviction-loss-budget", "inf"], "a number > 0"),
     ],
 )
 def test_bad_values_exit_2_before_the_run(
