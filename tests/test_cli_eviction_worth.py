@@ -46,7 +46,7 @@ def test_bad_values_exit_2_before_the_run(
 ) -> None:
     arguments = ["simulate", "--days", "1", "--gpus", "256", "--out", str(tmp_path), *flags]
     try:
-        code = main(arguments)
+        code: int | str | None = main(arguments)
     except SystemExit as exit_info:
         code = exit_info.code
     assert code == 2
