@@ -11,6 +11,14 @@ own. An eviction of allocated work goes ahead only when
 where `wait` is the latest expected end among the allocated victims (`horizon` when a victim
 has no expected runtime, or is already past it). Unallocated victims are not weighed: budgeted
 work always reclaims unallocated capacity, as the contract promises. See docs/preemption.md.
+
+Three optional refinements: `owed_only` credits only the preemptor GPUs that bring its
+account back up to its budget (the owed GPU-time bought, not borrowing beyond it);
+`age_wait` expects a victim without an expected runtime to run on in proportion to how long it
+has run; `loss_budget` caps the work all evictions may destroy in any 24 hours and asks more of
+an eviction the less of the budget is left:
+
+    lost <= left and lost <= max_lost_per_gained x gained x left / loss_budget
 """
 
 from __future__ import annotations
@@ -150,10 +158,12 @@ class EvictionWorth:
             ratio *= left / self.loss_budget
         worth_it = lost <= ratio * gained and (left is None or lost <= left)
         jobs = f"{len(victims)} job" + ("s" if len(victims) != 1 else "")
-        figures = (
-            f"would evict {jobs} losing {_hours(lost)} GPU-hours to start "
-            f"{_hours(gained)} GPU-hours earlier"
+        bought = (
+            f"gain {_hours(gained)} GPU-hours of budget"
+            if self.owed_only
+            else f"start {_hours(gained)} GPU-hours earlier"
         )
+        figures = f"would evict {jobs} losing {_hours(lost)} GPU-hours to {bought}"
         if worth_it:
             return WorthVerdict(True, len(victims), lost, gained, f"{figures}: evicting")
         limit = "" if ratio == 1 else f" (at most {ratio:.2g} lost per GPU-hour gained)"
