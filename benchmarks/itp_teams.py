@@ -6,6 +6,8 @@ resume and declare a min runtime of 1 h (as `itp_replay` makes them). Classes: `
 at most 30 min), `training` (16 GPUs or more), `other`. See docs/preemption.md.
 
     .venv/bin/python benchmarks/itp_teams.py --days 14 --gpus 512 [--worth] [--only toposched]
+    .venv/bin/python benchmarks/itp_teams.py --only toposched --owed-only --loss-budget 100 \
+        --horizon-h 4      # the rule's options: EvictionWorth(owed_only=..., loss_budget=...)
 """
 
 from __future__ import annotations
