@@ -6,6 +6,8 @@ resume and declare a min runtime of 1 h (as `itp_replay` makes them). Classes: `
 at most 30 min), `training` (16 GPUs or more), `other`. See docs/preemption.md.
 
     .venv/bin/python benchmarks/itp_teams.py --days 14 --gpus 512 [--worth] [--only toposched]
+    .venv/bin/python benchmarks/itp_teams.py --only toposched --owed-only --loss-budget 100 \
+        --horizon-h 4      # the rule's options: EvictionWorth(owed_only=..., loss_budget=...)
 """
 
 from __future__ import annotations
@@ -109,6 +111,9 @@ def main() -> None:
     parser.add_argument("--ratio", type=float, default=None)
     parser.add_argument("--horizon-h", type=float, default=None)
     parser.add_argument("--shortfall-weight", type=float, default=None)
+    parser.add_argument("--owed-only", action="store_true", help="EvictionWorth(owed_only=True)")
+    parser.add_argument("--age-wait", type=float, default=None)
+    parser.add_argument("--loss-budget", type=float, default=None, help="GPU-hours per day")
     parser.add_argument("--only", default=None, help="comma-separated scheduler names")
     parser.add_argument("--json", default=None, help="write the summaries to this file")
     parser.add_argument(
@@ -129,8 +134,8 @@ def main() -> None:
         return
     workload = team_workload(args.days, args.gpus)
     factory: SchedulerFactory = toposched_scheduler
-    tuned = (args.ratio, args.horizon_h, args.shortfall_weight)
-    if args.worth or any(value is not None for value in tuned):
+    tuned = (args.ratio, args.horizon_h, args.shortfall_weight, args.age_wait, args.loss_budget)
+    if args.worth or args.owed_only or any(value is not None for value in tuned):
         worth = EvictionWorth()
         if args.ratio is not None:
             worth = replace(worth, max_lost_per_gained=args.ratio)
@@ -138,6 +143,12 @@ def main() -> None:
             worth = replace(worth, horizon=args.horizon_h * HOUR)
         if args.shortfall_weight is not None:
             worth = replace(worth, shortfall_weight=args.shortfall_weight)
+        if args.age_wait is not None:
+            worth = replace(worth, age_wait=args.age_wait)
+        if args.owed_only:
+            worth = replace(worth, owed_only=True)
+        if args.loss_budget is not None:
+            worth = replace(worth, loss_budget=args.loss_budget * HOUR)
         factory = worth_scheduler(worth)
     schedulers: dict[str, SchedulerFactory] = {"toposched": factory, **BASELINES}
     if args.only:

@@ -28,6 +28,17 @@ def test_a_zero_ratio_evicts_no_allocated_work(tmp_path: Path) -> None:
     assert lost["evictions_of_unallocated_work"] > 0
 
 
+def test_the_loss_budget_caps_the_work_thrown_away_in_a_day(tmp_path: Path) -> None:
+    # Without a budget the contract's evictions throw away about 235 GPU-hours of budgeted work
+    # on this day; a ratio of 1,000 refuses almost nothing, so the 5 GPU-hour budget is what
+    # binds. The rule weighs the work lost when it decides; a victim also loses its grace
+    # period, hence the small margin.
+    capped = _disruption(tmp_path, "--eviction-worth", "1000", "--eviction-loss-budget", "5")
+    lost = capped["gpu_hours_lost_by_cause"]
+    assert isinstance(lost, dict) and 0 < lost["evictions_of_allocated_work"] <= 5 * 1.05
+    assert lost["evictions_of_unallocated_work"] > 0
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -35,6 +46,10 @@ def test_a_zero_ratio_evicts_no_allocated_work(tmp_path: Path) -> None:
         (["--eviction-worth", "nan"], "a number >= 0"),
         (["--eviction-worth", "1", "--eviction-worth-horizon", "0"], "a duration > 0"),
         (["--eviction-worth-horizon", "2h"], "applies only with --eviction-worth"),
+        (["--eviction-worth-owed"], "applies only with --eviction-worth"),
+        (["--eviction-loss-budget", "100"], "applies only with --eviction-worth"),
+        (["--eviction-worth", "1", "--eviction-loss-budget", "0"], "a number > 0"),
+        (["--eviction-worth", "1", "--eviction-loss-budget", "inf"], "a number > 0"),
     ],
 )
 def test_bad_values_exit_2_before_the_run(
@@ -42,7 +57,7 @@ def test_bad_values_exit_2_before_the_run(
 ) -> None:
     arguments = ["simulate", "--days", "1", "--gpus", "256", "--out", str(tmp_path), *flags]
     try:
-        code = main(arguments)
+        code: int | str | None = main(arguments)
     except SystemExit as exit_info:
         code = exit_info.code
     assert code == 2

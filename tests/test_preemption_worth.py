@@ -27,7 +27,7 @@ from toposched.scheduler.refusals import RefusalCode
 HOUR = 3600.0
 SCENARIOS = Path(__file__).parent / "scenarios" / "preemption" / "worth.yaml"
 BUDGETS = {"team-a": 50, "team-b": 50, "scratch": 0}
-CASE_FIELDS = {"name", "now", "worth", "b2", "b2_start", "expect"}
+CASE_FIELDS = {"name", "now", "worth", "b2", "b2_start", "budgets", "expect"}
 
 
 def load_cases() -> list[Any]:
@@ -53,14 +53,18 @@ def spec(name: str, account: str, **fields: Any) -> JobSpec:
     return JobSpec.from_dict(data)
 
 
-def contract_of(worth: dict[str, float] | None) -> Contract:
+def contract_of(worth: dict[str, Any] | None) -> Contract:
     if worth is None:
         return Contract()
+    budget = worth.get("loss_budget_h")
     return Contract(
         worth=EvictionWorth(
             max_lost_per_gained=worth["max_lost_per_gained"],
             horizon=worth["horizon_h"] * HOUR,
             shortfall_weight=worth.get("shortfall_weight", 0.0),
+            owed_only=worth.get("owed_only", False),
+            loss_budget=None if budget is None else budget * HOUR,
+            age_wait=worth.get("age_wait", 0.0),
         )
     )
 
@@ -70,7 +74,7 @@ def scheduler_for(case: dict[str, Any]) -> Scheduler:
     state = ClusterState(nvl72_cluster(1, 1, 1, nodes_per_rack=4))
     sched = Scheduler(
         state,
-        BudgetTree.from_dict({"accounts": BUDGETS}),
+        BudgetTree.from_dict({"accounts": case.get("budgets") or BUDGETS}),
         usage=usage,
         contract=contract_of(case["worth"]),
     )
@@ -177,3 +181,47 @@ def test_the_rule_is_monotone(
         heavier = [replace(first, lost_gpu_seconds=first.lost_gpu_seconds + extra), *costs[1:]]
         assert not rule.judge(gpus, heavier).worth_it
         assert verdict.reason.endswith(": waiting")
+
+
+def test_the_loss_budget_rations_what_is_left() -> None:
+    # 6 GPU-hours lost for 8 gained passes with the day's budget of 12 untouched; with 4 spent
+    # (8 left) an eviction must gain lost / (8/12) = 9 GPU-hours; with 7 spent only 5 are left.
+    rule = EvictionWorth(loss_budget=12 * HOUR)
+    victim = [VictimCost("v", 4, 6 * HOUR, None)]
+    assert rule.judge(4, victim).worth_it
+    assert rule.judge(4, victim, spent=0.0).worth_it
+    rationed = rule.judge(4, victim, spent=4 * HOUR)
+    assert not rationed.worth_it
+    assert rationed.reason.endswith(
+        "(at most 0.67 lost per GPU-hour gained) with 8.0 GPU-hours left of the day's budget "
+        "of lost work: waiting"
+    )
+    assert rule.judge(5, victim, spent=4 * HOUR).worth_it  # 10 GPU-hours gained
+    assert not rule.judge(512, victim, spent=7 * HOUR).worth_it  # 6 > 5 left
+
+
+def test_the_gate_counts_the_lost_work_of_the_last_24_hours() -> None:
+    case = {
+        "b2_start": 0.5,
+        "worth": {"max_lost_per_gained": 1.0, "horizon_h": 2.0, "loss_budget_h": 10.0},
+    }
+    sched = scheduler_for(case)
+    sched.submit(spec("a-job", "team-a"), 2 * HOUR)
+    evicted = [d.job_id for d in sched.cycle(2 * HOUR).decisions if isinstance(d, Evict)]
+    assert evicted == ["b2"]
+    gate = sched.preemptor.worth
+    assert gate is not None
+    assert gate.spent(2 * HOUR) == pytest.approx(6 * HOUR)
+    assert gate.spent(25.9 * HOUR) == pytest.approx(6 * HOUR)
+    assert gate.spent(26 * HOUR) == 0.0
+
+
+def test_age_wait_and_budget_settings_are_checked() -> None:
+    with pytest.raises(InputError, match="loss_budget"):
+        EvictionWorth(loss_budget=0)
+    with pytest.raises(InputError, match="loss_budget"):
+        EvictionWorth(loss_budget=float("nan"))
+    with pytest.raises(InputError, match="age_wait"):
+        EvictionWorth(age_wait=-1)
+    with pytest.raises(InputError, match="owed_only"):
+        EvictionWorth(owed_only=1)  # type: ignore[arg-type]

@@ -260,6 +260,20 @@ def add_options(
         "(seconds, or e.g. 30m, 2h; default: 2h)",
     )
     parser.add_argument(
+        "--eviction-worth-owed",
+        action="store_true",
+        help="with --eviction-worth: credit an eviction only with the preemptor's GPUs that "
+        "bring its team back up to its budget, not those it would borrow beyond it",
+    )
+    parser.add_argument(
+        "--eviction-loss-budget",
+        type=_loss_budget,
+        metavar="GPU_HOURS",
+        help="with --eviction-worth: the most GPU-hours of budgeted work evictions may throw "
+        "away in any 24 hours; the less of it is left, the more an eviction must gain "
+        "(default: no budget)",
+    )
+    parser.add_argument(
         "--topology-price",
         type=_topology_price,
         metavar="SPEC",
@@ -397,19 +411,42 @@ def _worth_horizon(text: str) -> float:
     return value
 
 
+def _loss_budget(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r}: expected GPU-hours per 24 hours, a number > 0 (e.g. 100)"
+        )
+    return value * HOUR
+
+
 def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
     """The cost/benefit rule `--eviction-worth` asks for (None: off)."""
     from toposched.policy.worth import DEFAULT_WORTH_HORIZON, EvictionWorth
 
     ratio = getattr(args, "eviction_worth", None)
     horizon = getattr(args, "eviction_worth_horizon", None)
+    owed = getattr(args, "eviction_worth_owed", False)
+    budget = getattr(args, "eviction_loss_budget", None)
     if ratio is None:
-        if horizon is not None:
-            raise InputError(
-                "--eviction-worth-horizon", horizon, "applies only with --eviction-worth"
-            )
+        given = (
+            ("--eviction-worth-horizon", horizon),
+            ("--eviction-worth-owed", owed or None),
+            ("--eviction-loss-budget", budget),
+        )
+        for option, value in given:
+            if value is not None:
+                raise InputError(option, value, "applies only with --eviction-worth")
         return None
-    return EvictionWorth(ratio, DEFAULT_WORTH_HORIZON if horizon is None else horizon)
+    return EvictionWorth(
+        ratio,
+        DEFAULT_WORTH_HORIZON if horizon is None else horizon,
+        owed_only=owed,
+        loss_budget=budget,
+    )
 
 
 def _spares(text: str) -> tuple[str, int]:

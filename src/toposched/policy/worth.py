@@ -11,6 +11,14 @@ own. An eviction of allocated work goes ahead only when
 where `wait` is the latest expected end among the allocated victims (`horizon` when a victim
 has no expected runtime, or is already past it). Unallocated victims are not weighed: budgeted
 work always reclaims unallocated capacity, as the contract promises. See docs/preemption.md.
+
+Three optional refinements: `owed_only` credits only the preemptor GPUs that bring its
+account back up to its budget (the owed GPU-time bought, not borrowing beyond it);
+`age_wait` expects a victim without an expected runtime to run on in proportion to how long it
+has run; `loss_budget` caps the work all evictions may destroy in any 24 hours and asks more of
+an eviction the less of the budget is left:
+
+    lost <= left and lost <= max_lost_per_gained x gained x left / loss_budget
 """
 
 from __future__ import annotations
@@ -22,10 +30,12 @@ from dataclasses import dataclass
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import HOUR
 
-__all__ = ["DEFAULT_WORTH_HORIZON", "EvictionWorth", "VictimCost", "WorthVerdict"]
+__all__ = ["DEFAULT_WORTH_HORIZON", "LOSS_WINDOW", "EvictionWorth", "VictimCost", "WorthVerdict"]
 
 DEFAULT_WORTH_HORIZON = 2 * HOUR
 """The longest wait an eviction is credited with avoiding."""
+LOSS_WINDOW = 24 * HOUR
+"""The span `EvictionWorth.loss_budget` counts lost work over."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +47,8 @@ class VictimCost:
     lost_gpu_seconds: float
     remaining: float | None
     """Seconds until its expected end; None when it declared no expected runtime."""
+    ran: float = 0.0
+    """Seconds it has run since its (last) start."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +83,32 @@ class EvictionWorth:
     shortfall_weight: float = 0.0
     """Extra credit for an account far below its budget: the earlier start counts
     1 + shortfall_weight x (budget - running) / budget times (0: no extra credit)."""
+    owed_only: bool = False
+    """Credit only the preemptor's GPUs that bring its account back up to its budget
+    (min(GPUs, budget - running)): the owed GPU-time the eviction reclaims, not the GPUs the
+    account would borrow beyond its budget."""
+    loss_budget: float | None = None
+    """GPU-seconds of allocated work the evictions of any 24 hours may destroy (None: no
+    budget). An eviction must fit in what is left of it, and the less is left the more it
+    must buy: lost <= max_lost_per_gained x gained x left / loss_budget."""
+    age_wait: float = 0.0
+    """For a victim without an expected runtime: expect it to run `age_wait` x the time it
+    has run so far (at most `horizon`), since a job's remaining time grows with its age on
+    heavy-tailed runtimes; 0: `horizon`, whatever its age."""
 
     def __post_init__(self) -> None:
-        for name in ("max_lost_per_gained", "horizon", "shortfall_weight"):
+        if not isinstance(self.owed_only, bool):
+            raise InputError("owed_only", self.owed_only, "must be true or false")
+        if self.loss_budget is not None and (
+            isinstance(self.loss_budget, bool)
+            or not isinstance(self.loss_budget, int | float)
+            or not math.isfinite(self.loss_budget)
+            or self.loss_budget <= 0
+        ):
+            raise InputError(
+                "loss_budget", self.loss_budget, "must be GPU-seconds per day > 0, or None"
+            )
+        for name in ("max_lost_per_gained", "horizon", "shortfall_weight", "age_wait"):
             value = getattr(self, name)
             if (
                 isinstance(value, bool)
@@ -88,7 +123,9 @@ class EvictionWorth:
         wait = 0.0
         for victim in victims:
             remaining = victim.remaining
-            if remaining is None or remaining <= 0:
+            if remaining is None and self.age_wait > 0:
+                remaining = self.age_wait * victim.ran
+            elif remaining is None or remaining <= 0:
                 # Unknown, or overdue: its estimate says nothing more about when it ends.
                 return float(self.horizon)
             wait = max(wait, remaining)
@@ -102,22 +139,34 @@ class EvictionWorth:
         return 1.0 + self.shortfall_weight * (budget - max(running, 0.0)) / budget
 
     def judge(
-        self, preemptor_gpus: float, victims: Sequence[VictimCost], credit: float = 1.0
+        self,
+        preemptor_gpus: float,
+        victims: Sequence[VictimCost],
+        credit: float = 1.0,
+        spent: float = 0.0,
     ) -> WorthVerdict:
         """Whether evicting `victims` (the allocated ones of a plan) for a preemptor holding
-        `preemptor_gpus` GPUs is worth it; `credit`: `credit(...)` of its account."""
+        `preemptor_gpus` GPUs is worth it; `credit`: `credit(...)` of its account; `spent`:
+        GPU-seconds lost to evictions of allocated work in the last `LOSS_WINDOW`."""
         lost = sum(victim.lost_gpu_seconds for victim in victims)
         if not victims or lost <= 0:
             return WorthVerdict(True, len(victims), lost, 0.0, "no allocated work lost")
         gained = preemptor_gpus * self.avoided_wait(victims) * credit
-        worth_it = lost <= self.max_lost_per_gained * gained
+        ratio = self.max_lost_per_gained
+        left = None if self.loss_budget is None else max(self.loss_budget - spent, 0.0)
+        if left is not None and self.loss_budget:
+            ratio *= left / self.loss_budget
+        worth_it = lost <= ratio * gained and (left is None or lost <= left)
         jobs = f"{len(victims)} job" + ("s" if len(victims) != 1 else "")
-        figures = (
-            f"would evict {jobs} losing {_hours(lost)} GPU-hours to start "
-            f"{_hours(gained)} GPU-hours earlier"
+        bought = (
+            f"gain {_hours(gained)} GPU-hours of budget"
+            if self.owed_only
+            else f"start {_hours(gained)} GPU-hours earlier"
         )
+        figures = f"would evict {jobs} losing {_hours(lost)} GPU-hours to {bought}"
         if worth_it:
             return WorthVerdict(True, len(victims), lost, gained, f"{figures}: evicting")
-        ratio = self.max_lost_per_gained
-        limit = "" if ratio == 1 else f" (at most {ratio:g} lost per GPU-hour gained)"
+        limit = "" if ratio == 1 else f" (at most {ratio:.2g} lost per GPU-hour gained)"
+        if left is not None:
+            limit += f" with {_hours(left)} GPU-hours left of the day's budget of lost work"
         return WorthVerdict(False, len(victims), lost, gained, f"{figures}{limit}: waiting")

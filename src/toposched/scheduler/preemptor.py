@@ -26,7 +26,7 @@ from toposched.scheduler.refusals import Refusal, RefusalCode
 from toposched.scheduler.spread import SpreadSearch
 from toposched.scheduler.verdicts import Verdicts
 from toposched.scheduler.wording import gpus_text, needs
-from toposched.scheduler.worth import not_worth_it
+from toposched.scheduler.worth import WorthGate
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -64,6 +64,7 @@ class Preemptor:
         self.verdicts = Verdicts(tree, usage, contract, ledger)
         self.local = LocalDomains(state, ledger, search)
         self.spread = SpreadSearch(search)
+        self.worth = None if contract.worth is None else WorthGate(contract.worth)
         self.kept = KeptRefusals(state, tree, usage, contract, ledger, search.domain_of_leaf)
         """Refused preemptions by (pod shape, pods, account, priority), or by (pod shape, pods)
         for jobs that may take unallocated work only (see `preempt_or_refuse`); replace it to
@@ -169,10 +170,10 @@ class Preemptor:
         cost/benefit rule refused the plan: its figures move with the clock).
         `only_unallocated`: `only_unallocated_victims(entry)`, as of a refresh at `now`."""
         plan, lasting = self._victims(job, entry, ranking, now, only_unallocated)
-        worth = self.contract.worth
+        worth = self.worth
         if worth is None or not isinstance(plan, PreemptionPlan) or not plan.victims:
             return plan, lasting
-        refusal = not_worth_it(worth, job, plan, self.ledger, now)
+        refusal = worth.refusal(job, plan, self.ledger, now)
         if refusal is None:
             return plan, lasting
         return refusal, False

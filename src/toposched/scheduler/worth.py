@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 from toposched.policy.contract import PreemptionRule
-from toposched.policy.worth import EvictionWorth, VictimCost
+from toposched.policy.worth import LOSS_WINDOW, EvictionWorth, VictimCost
 from toposched.scheduler.candidates import PreemptionPlan
 from toposched.scheduler.jobs import Job
 from toposched.scheduler.ledger import Ledger
 from toposched.scheduler.refusals import Refusal, RefusalCode
 
-__all__ = ["not_worth_it", "victim_costs"]
+__all__ = ["WorthGate", "victim_costs"]
 
 
 def victim_costs(plan: PreemptionPlan, ledger: Ledger, now: float) -> list[VictimCost]:
-    """The plan's allocated victims as the rule weighs them: GPUs, work lost, and seconds to
-    their expected end (None without an expected runtime). Unallocated victims are left out."""
+    """The plan's allocated victims as the rule weighs them: GPUs, work lost, seconds to
+    their expected end (None without an expected runtime) and seconds run. Unallocated
+    victims are left out."""
     costs: list[VictimCost] = []
     running = ledger.running
     for victim in plan.victims:
@@ -22,33 +25,60 @@ def victim_costs(plan: PreemptionPlan, ledger: Ledger, now: float) -> list[Victi
             continue
         job = running[victim.job_id]
         end = job.expected_end
+        start = job.start_time
         costs.append(
             VictimCost(
                 victim.job_id,
                 job.gpus,
                 victim.lost_gpu_seconds,
                 None if end is None else end - now,
+                0.0 if start is None else max(now - start, 0.0),
             )
         )
     return costs
 
 
-def not_worth_it(
-    worth: EvictionWorth, job: Job, plan: PreemptionPlan, ledger: Ledger, now: float
-) -> Refusal | None:
-    """A refusal when evicting the plan's victims for `job` destroys more work than `worth`
-    allows, else None."""
-    account = job.spec.account
-    credit = worth.credit(ledger.budget_gpus(account), ledger.running_gpus(account))
-    verdict = worth.judge(job.gpus, victim_costs(plan, ledger, now), credit)
-    if verdict.worth_it:
-        return None
-    return Refusal(
-        RefusalCode.NOT_WORTH_IT,
-        verdict.reason,
-        {
-            "victims": float(verdict.victims),
-            "lost_gpu_seconds": verdict.lost_gpu_seconds,
-            "gained_gpu_seconds": verdict.gained_gpu_seconds,
-        },
-    )
+class WorthGate:
+    """The rule with what it remembers: the work lost to the evictions it let through in the
+    last `LOSS_WINDOW`, which `EvictionWorth.loss_budget` limits. Each plan it lets through is
+    counted as carried out (the preemptor's caller evicts every plan it is given)."""
+
+    def __init__(self, worth: EvictionWorth) -> None:
+        self.worth = worth
+        self._spending: deque[tuple[float, float]] = deque()
+        self._spent = 0.0
+
+    def spent(self, now: float) -> float:
+        """GPU-seconds of allocated work lost to the evictions let through since
+        `now - LOSS_WINDOW`."""
+        spending = self._spending
+        while spending and spending[0][0] <= now - LOSS_WINDOW:
+            self._spent -= spending.popleft()[1]
+        if not spending:
+            self._spent = 0.0
+        return max(self._spent, 0.0)
+
+    def refusal(self, job: Job, plan: PreemptionPlan, ledger: Ledger, now: float) -> Refusal | None:
+        """A refusal when evicting the plan's victims for `job` does not pay under the rule,
+        else None (and the plan's lost work counts against the loss budget)."""
+        worth = self.worth
+        account = job.spec.account
+        budget, running = ledger.budget_gpus(account), ledger.running_gpus(account)
+        credit = worth.credit(budget, running)
+        gpus = min(job.gpus, max(budget - running, 0.0)) if worth.owed_only else job.gpus
+        spent = self.spent(now) if worth.loss_budget is not None else 0.0
+        verdict = worth.judge(gpus, victim_costs(plan, ledger, now), credit, spent)
+        if verdict.worth_it:
+            if verdict.lost_gpu_seconds > 0:
+                self._spending.append((now, verdict.lost_gpu_seconds))
+                self._spent += verdict.lost_gpu_seconds
+            return None
+        return Refusal(
+            RefusalCode.NOT_WORTH_IT,
+            verdict.reason,
+            {
+                "victims": float(verdict.victims),
+                "lost_gpu_seconds": verdict.lost_gpu_seconds,
+                "gained_gpu_seconds": verdict.gained_gpu_seconds,
+            },
+        )
