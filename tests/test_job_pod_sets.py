@@ -351,7 +351,8 @@ def test_the_documented_jobs_of_several_sets_read_as_written(document: str) -> N
     assert jobs, f"no job with pod_sets in {document}"
     for job in jobs:
         assert job.pod_sets is not None and [s.name for s in job.pod_sets] == ["trainer", "rollout"]
-        assert job.pods == 44 and job.has_one_shape
+        assert job.pods == 44
+        assert job.total_gpus == sum(s.pods * s.resources_per_pod.gpus for s in job.pod_sets)
 
 
 def test_simulate_runs_a_job_whose_sets_ask_different_resources(
