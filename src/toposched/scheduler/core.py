@@ -441,6 +441,7 @@ class Scheduler:
             self._epoch,
             self.failures.version,
             self.ledger.leaving_version,
+            self.ledger.preemptible.version,
         )
 
     def _leaves(self, now: float) -> tuple[str, ...] | None:
