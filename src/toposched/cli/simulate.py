@@ -285,6 +285,13 @@ def add_options(
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on long runs")
     parser.add_argument(
+        "--check-incremental",
+        action="store_true",
+        help="debugging: beside every cycle that runs after submissions only (and skips the "
+        "pending jobs the last cycle settled), run a full cycle on a copy of the scheduler and "
+        "stop with an error if their decisions differ (slow; docs/policy.md)",
+    )
+    parser.add_argument(
         "--compare",
         action="store_true",
         help="also run the baselines (FIFO first-fit, Slurm-like, kube-like) on the same "
@@ -471,8 +478,10 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     cross_account = getattr(args, "cross_account", "budget")
     failed_first = getattr(args, "failed_gangs", "first") == "first"
     worth = _eviction_worth(args)
+    check = getattr(args, "check_incremental", False)
     if (
-        spares is None
+        not check
+        and spares is None
         and protect
         and borrowed is None
         and cross_account == "budget"
@@ -491,6 +500,7 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
         protect_beyond_budget=protect,
         borrowed_min_runtime=borrowed,
         failed_first=failed_first,
+        check_incremental=check,
     )
 
 

@@ -28,7 +28,13 @@ from toposched.scheduler.explain import explain as explain_job
 from toposched.scheduler.failures import FailureMemo, FailureReasons
 from toposched.scheduler.fence import Fence
 from toposched.scheduler.freed import FreedCapacity
-from toposched.scheduler.incremental import Incremental, Quiet, Reference, Walk, differences
+from toposched.scheduler.incremental import (
+    Incremental,
+    Outcome,
+    Reference,
+    Walk,
+    differences,
+)
 from toposched.scheduler.interruptions import Interruptions
 from toposched.scheduler.jobs import Job, JobKind, JobState, ReasonCode, Reservation, job_sets
 from toposched.scheduler.ledger import Ledger, work_since
@@ -400,23 +406,31 @@ class Scheduler:
         return result
 
     def _walk(self, turn: Turn, entries: list[QueueEntry], walk: Walk) -> None:
-        """Each pending job's turn, in queue order, but those `walk` skips."""
+        """Each pending job's turn, in queue order, but those `walk` skips; with incremental
+        cycles on, what each turn left for the next cycle is noted in `walk`."""
         jobs = self.jobs
         pending = [jobs[entry.job_id] for entry in entries]
         nominated = [job.nomination.nodes for job in pending if job.nomination is not None]
-        fence, result = turn.fence, turn.result
+        fence, result, now = turn.fence, turn.result, turn.now
         if nominated:
             # One change of the cluster state for all of them, not one per preemptor.
             fence.close(np.concatenate(nominated))
         result.considered = len(entries)
         decisions = result.decisions
+        track = self.incremental.enabled
+        settled, outcomes = walk.settled, walk.outcomes
+        asked_now, asked_before = walk.asked, walk.asked_before
         for entry, job in zip(entries, pending, strict=True):
-            if walk.skipping:
-                skipped, asked = walk.skip(entry.job_id)
+            job_id = entry.job_id
+            if walk.reference is not None:
+                skipped, replayed = walk.skip(job_id)
                 if skipped:
-                    if asked is not None:
-                        self._refused(turn, asked)
+                    if replayed is not None:
+                        self._refused(turn, replayed)
                     continue
+            if not track:
+                self._consider(turn, entry, job)
+                continue
             made, searches = len(decisions), result.searches
             generation, failures, reservation = (
                 fence.generation,
@@ -425,14 +439,30 @@ class Scheduler:
             )
             turn.asked = None
             answered = self._consider(turn, entry, job)
-            unmoved = (
-                len(decisions) == made
+            decided = len(decisions) != made
+            asked = turn.asked
+            if asked is not None:
+                asked_now[job_id] = asked.refusal
+            # Settled: nothing a later job reads moved, and a refusal came from the memory of
+            # the preemption search (the very one it gave last time).
+            if answered or (
+                not decided
                 and result.searches == searches
                 and fence.generation == generation
                 and self.failures.version == failures
                 and self.reservation is reservation
-            )
-            walk.after(job, Quiet(answered, unmoved, turn.asked), len(decisions) != made)
+                and (asked is None or asked_before.get(job_id) is asked.refusal)
+            ):
+                settled[job_id] = None if answered else asked
+                if walk.reference is None:
+                    continue
+                outcome = Outcome.of(job, now, self.reservations.reserved_nodes)
+            else:
+                outcome = Outcome.of(job, now, self.reservations.reserved_nodes)
+                outcomes[job_id] = outcome
+                if walk.reference is None:
+                    continue
+            walk.check(job_id, decided, outcome)
 
     def _stamp(self) -> tuple[int, ...]:
         """The versions of what the cycle's answers depend on besides the queue and the
@@ -444,6 +474,7 @@ class Scheduler:
             self._epoch,
             self.failures.version,
             self.ledger.leaving_version,
+            self.ledger.preemptible.version,
         )
 
     def _leaves(self, now: float) -> tuple[str, ...] | None:

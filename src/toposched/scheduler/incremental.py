@@ -1,5 +1,5 @@
-"""Cycles after submissions only: the pending jobs the last cycle answered by lookups alone are
-not walked again, only the new jobs and the jobs whose answers changed what later jobs see.
+"""Cycles after submissions only: the pending jobs the last cycle answered from what it knew are
+not walked again, only the new jobs and the jobs whose turns changed what later jobs see.
 
 Why that gives the full cycle's decisions. Let the last cycle be the reference. Since it, only
 jobs were submitted: the cluster state, the budgets, the usage, the running set and the
@@ -9,18 +9,22 @@ still allowed, and no nominee let its nodes go. A job it bound is gone from the 
 before it saw more free capacity then than they see now, and a placement that failed then fails
 now (the placement search fails monotonically, as remembered failures assume).
 
-In the reference each job was either *answered*, by the answer an earlier job alike got under
-the same knowledge (`Turn.answered`) or by waiting for its victims to exit, which changes
-nothing a later job reads; or it was an *anchor*: its turn searched, preempted, reserved or
-wrote a failure or a refusal that later jobs read. A cycle after submissions walks the anchors
+In the reference each job was either *settled* or an *anchor*. A settled job was answered
+alike an earlier job under the same knowledge (`Turn.answered`), or waited for its victims to
+exit, or was told by a remembered failure (no search) and by a refusal already known in the
+cycle or given by the preemption search from its memory: the very `Refusal` object it gave the
+job the cycle before, which it keeps only for refusals that stand while nothing they depend on
+moves (the epoch, the preemptible index, budgets, usage, the fenced nodes, under `fair_share`
+the accounts' order, and no protection ended; all checked here). An anchor searched, preempted,
+asked for a reservation and got one, or decided. A cycle after submissions walks the anchors
 and the new jobs in queue order, through the same `_consider` as a full cycle, and skips the
-answered jobs. While each anchor gets the answer it got in the reference (reason code, refusal,
-reservation job and place) and no new job binds, evicts or reserves, the knowledge every
-skipped job would meet is what it met then, give or take failures and refusals the new jobs
-added, which only answer more jobs alike the same way (no decision, only other words). So a
-skipped job would decide nothing, and its explanation stays the reference's. The reservation,
-when its job's answer is the same, starts no earlier than then (`max(release, now)`), so a job
-that was too long to backfill still is.
+settled jobs, recording each one's refusal again for the jobs alike behind it as its turn would.
+While each anchor gets the answer it got in the reference (reason code, refusal, reservation
+job, nodes and domain, the wait for it no longer) and no new job binds, evicts or reserves, the
+knowledge every skipped job would meet is what it met then, give or take failures and refusals
+the new jobs added, which only answer more jobs alike the same way (no decision, only other
+words). So a skipped job would decide nothing, and its explanation stays the reference's. With
+the wait for the reservation no longer, a job that was too long to backfill then still is.
 
 From the first anchor whose answer differs, or the first new job that decides anything, the
 cycle walks every remaining job, as a full cycle does from there. A full cycle runs whenever
@@ -36,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import NDArray
 
 from toposched.scheduler.decisions import Bind, Decision
 from toposched.scheduler.jobs import Job, ReasonCode
@@ -49,16 +54,30 @@ class Outcome:
 
     code: ReasonCode
     refusal: Refusal | None
-    reservation: tuple[str, int, str] | None
-    """The reservation it got (job, nodes, domain), without its start (see the module)."""
+    reservation: tuple[str, bytes, str] | None
+    """The reservation it got: its job, nodes (as bytes) and domain."""
+    wait: float = 0.0
+    """Seconds from the cycle to the reservation's start."""
 
     @staticmethod
-    def of(job: Job) -> Outcome:
+    def of(job: Job, now: float, reserved_nodes: NDArray[np.int64]) -> Outcome:
+        """`job`'s answer; `reserved_nodes`: the nodes of the last reservation found."""
         reserved = job.reservation
-        place = (
-            None if reserved is None else (reserved.job_id, reserved.nodes_count, reserved.domain)
+        if reserved is None:
+            return Outcome(job.reason_code, job.refusal, None)
+        place = (reserved.job_id, reserved_nodes.tobytes(), reserved.domain)
+        return Outcome(job.reason_code, job.refusal, place, reserved.start_time - now)
+
+    def serves_for(self, earlier: Outcome) -> bool:
+        """Whether later jobs meet nothing new in this answer after `earlier`: the same code,
+        refusal and reservation, the wait for it no longer (a job too long to backfill then
+        still is: the reserved job starts at max(its release, now))."""
+        return (
+            self.code is earlier.code
+            and self.refusal == earlier.refusal
+            and self.reservation == earlier.reservation
+            and self.wait <= earlier.wait
         )
-        return Outcome(job.reason_code, job.refusal, place)
 
 
 @dataclass
@@ -78,19 +97,6 @@ class Reference:
     """The jobs it may skip, each with the refusal the preemptor gave it, if it asked one."""
     outcomes: dict[str, Outcome]
     """The anchors' answers."""
-
-
-@dataclass(frozen=True, slots=True)
-class Quiet:
-    """How one job's turn went, as far as later jobs are concerned."""
-
-    answered: bool
-    """Answered alike an earlier job, or waiting for its victims: nothing moved."""
-    unmoved: bool
-    """No decision, no placement search, and the fence, the remembered failures and the
-    reservation as they were."""
-    asked: Asked | None
-    """The refusal the preemptor gave it, if it asked one."""
 
 
 @dataclass
@@ -124,33 +130,19 @@ class Walk:
         self.skipped += 1
         return True, asked
 
-    def after(self, job: Job, turn: Quiet, decided: bool) -> None:
-        """The job's turn is over (`decided`: whether it emitted decisions). Stops skipping
-        where its answer departs from the reference's."""
-        job_id = job.job_id
-        asked = turn.asked
-        if asked is not None:
-            self.asked[job_id] = asked.refusal
-        outcome = Outcome.of(job)
-        if turn.answered:
-            self.settled[job_id] = None
-        elif turn.unmoved and (asked is None or self.asked_before.get(job_id) is asked.refusal):
-            # The preemptor answered from its memory (the very refusal it gave last time): it
-            # will again while nothing it depends on changes.
-            self.settled[job_id] = asked
-        else:
-            self.outcomes[job_id] = outcome
+    def check(self, job_id: str, decided: bool, outcome: Outcome) -> None:
+        """While skipping: stop where a job's turn departs from the reference's, a new job's
+        by deciding anything (binding, evicting, reserving changes what every later job
+        meets), an old job's by an answer later jobs would meet otherwise."""
         reference = self.reference
-        if reference is None or turn.answered:
-            return
+        assert reference is not None
         if job_id in self.new:
-            # A new job that binds, evicts or reserves changes what every later job meets.
             if decided:
                 self.reference = None
             return
         known = reference.outcomes.get(job_id)
         reserved_only = not decided or outcome.reservation is not None
-        if known is None or known != outcome or not reserved_only:
+        if known is None or not reserved_only or not outcome.serves_for(known):
             self.reference = None
 
 

@@ -202,6 +202,7 @@ class _Run:
             "binds": 0,
             "backfilled_binds": 0,
             "batches": 0,
+            "incremental_cycles": 0,
         }
         self.scheduler_events = 0
         self.heap: list[Event] = []
@@ -432,6 +433,8 @@ class _Run:
         result = self.scheduler.cycle(now)
         self.cycle_seconds.append(time.perf_counter() - began)
         self.scheduler_cpu_seconds += time.process_time() - cpu_began
+        # Cycles after submissions only (toposched's scheduler; a baseline's never are).
+        self.counts["incremental_cycles"] += bool(getattr(result, "incremental", False))
         for decision in result.decisions:
             if isinstance(decision, Bind):
                 self._start(decision, now)
