@@ -135,10 +135,11 @@ def one_team(keeping: Keeping = Keeping.VERIFY) -> Scheduler:
     and `low-1` (priority 0) fill rack 0, protected until 1 h; `old` (priority 0, past its
     protection) and `top` (priority 20, protected until 30 min) fill rack 1. `wide` (priority
     10, a whole rack) may take the priority-0 jobs past their protection: only `old` for now,
-    which leaves no rack with room. Its first cycle searches and is refused."""
+    which leaves no rack with room. Its first cycle searches and is refused. Every cycle is a
+    full one, so that each asks the kept refusals (a cycle after no events skips wide)."""
     state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
     tree = BudgetTree.from_dict({"accounts": {"team": 100}})
-    scheduler = Scheduler(state, tree, reserve_min_gpus=64)
+    scheduler = Scheduler(state, tree, reserve_min_gpus=64, incremental=False)
     scheduler.preemptor.kept.keeping = keeping
     for node, (name, priority, start) in enumerate(
         (("low-0", 0, 0.0), ("low-1", 0, 0.0), ("old", 0, -2 * HOUR), ("top", 20, -HOUR / 2))
