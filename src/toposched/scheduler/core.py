@@ -418,7 +418,7 @@ class Scheduler:
         result.considered = len(entries)
         decisions = result.decisions
         track = self.incremental.enabled
-        settled, outcomes = walk.settled, walk.outcomes
+        replays, outcomes = walk.replays, walk.outcomes
         asked_now, asked_before = walk.asked, walk.asked_before
         for entry, job in zip(entries, pending, strict=True):
             job_id = entry.job_id
@@ -431,38 +431,31 @@ class Scheduler:
             if not track:
                 self._consider(turn, entry, job)
                 continue
-            made, searches = len(decisions), result.searches
-            generation, failures, reservation = (
-                fence.generation,
-                self.failures.version,
-                self.reservation,
-            )
+            # Each of these only grows: an equal sum after the turn means none moved (a
+            # reservation found comes with its decision).
+            made = len(decisions)
+            moves = made + result.searches + fence.generation + self.failures.version
             turn.asked = None
             answered = self._consider(turn, entry, job)
+            if answered and walk.reference is None:
+                continue  # settled: nothing a later job reads moved
             decided = len(decisions) != made
             asked = turn.asked
             if asked is not None:
                 asked_now[job_id] = asked.refusal
-            # Settled: nothing a later job reads moved, and a refusal came from the memory of
-            # the preemption search (the very one it gave last time).
+            outcome = Outcome.of(job, now, self.reservations.reserved_nodes)
+            # Settled too: no move, and a refusal from the memory of the preemption search
+            # (the very one it gave last time).
             if answered or (
-                not decided
-                and result.searches == searches
-                and fence.generation == generation
-                and self.failures.version == failures
-                and self.reservation is reservation
+                moves == len(decisions) + result.searches + fence.generation + self.failures.version
                 and (asked is None or asked_before.get(job_id) is asked.refusal)
             ):
-                settled[job_id] = None if answered else asked
-                if walk.reference is None:
-                    continue
-                outcome = Outcome.of(job, now, self.reservations.reserved_nodes)
+                if asked is not None and not answered:
+                    replays[job_id] = asked
             else:
-                outcome = Outcome.of(job, now, self.reservations.reserved_nodes)
                 outcomes[job_id] = outcome
-                if walk.reference is None:
-                    continue
-            walk.check(job_id, decided, outcome)
+            if walk.reference is not None:
+                walk.check(job_id, decided, outcome)
 
     def _stamp(self) -> tuple[int, ...]:
         """The versions of what the cycle's answers depend on besides the queue and the
@@ -502,7 +495,7 @@ class Scheduler:
                 self.ledger.next_protection_end(now),
                 self._leaves(now),
                 order,
-                walk.settled,
+                walk.replays,
                 walk.outcomes,
             )
         self.incremental.settle(walk, reference)

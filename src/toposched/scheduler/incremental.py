@@ -93,8 +93,9 @@ class Reference:
     """The accounts' order, where the contract reads it (None: where it does not)."""
     order: list[str]
     """The jobs still pending after it, in its queue order."""
-    settled: dict[str, Asked | None]
-    """The jobs it may skip, each with the refusal the preemptor gave it, if it asked one."""
+    replays: dict[str, Asked]
+    """The settled jobs the preemptor refused, with the refusal: the others it settled are
+    the jobs of `order` not in `outcomes`."""
     outcomes: dict[str, Outcome]
     """The anchors' answers."""
 
@@ -108,7 +109,7 @@ class Walk:
     asked_before: dict[str, Refusal]
     """The refusals the preemptor gave in the last cycle, by job."""
     new: frozenset[str] = frozenset()
-    settled: dict[str, Asked | None] = field(default_factory=dict)
+    replays: dict[str, Asked] = field(default_factory=dict)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     asked: dict[str, Refusal] = field(default_factory=dict)
     skipped: int = 0
@@ -121,11 +122,11 @@ class Walk:
         """Whether the job's turn is skipped (settled in the reference, and nothing met since
         changed what it would meet), and the refusal its turn would record again."""
         reference = self.reference
-        if reference is None or job_id not in reference.settled:
+        if reference is None or job_id in reference.outcomes or job_id in self.new:
             return False, None
-        asked = reference.settled[job_id]
-        self.settled[job_id] = asked
+        asked = reference.replays.get(job_id)
         if asked is not None:
+            self.replays[job_id] = asked
             self.asked[job_id] = asked.refusal
         self.skipped += 1
         return True, asked
