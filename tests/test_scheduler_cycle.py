@@ -740,8 +740,10 @@ def test_a_short_job_may_backfill_after_a_long_job_of_its_shape_was_refused() ->
 
 def test_failures_answer_later_cycles_until_capacity_is_freed() -> None:
     # f0-f3 hold 2 GPUs on every node (protected for 1 h), so no node has 4 free GPUs. wide
-    # (2 x 4) is searched once; wider (3 x 4) is answered by it. Reservations are off here.
-    scheduler = Scheduler(small_cluster(), two_teams(), reserve_min_gpus=1000)
+    # (2 x 4) is searched once; wider (3 x 4) is answered by it. Reservations are off here,
+    # and every cycle is a full one (after submissions only, wider's turn would be skipped and
+    # keep its last reason).
+    scheduler = Scheduler(small_cluster(), two_teams(), reserve_min_gpus=1000, incremental=False)
     for node in range(4):
         adopt_on(scheduler, job(f"f{node}", "team-b", gpus=2, min_runtime="1h"), node, [0, 1])
     scheduler.submit(job("wide", "team-a", pods=2), 0)

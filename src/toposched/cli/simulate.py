@@ -635,11 +635,12 @@ def simulate_and_report(
     writes the summary of what it simulated and says so."""
     from rich.console import Console
 
+    from toposched.cli.console import output_console
     from toposched.cli.summary import plain_table, summary_table
     from toposched.sim.engine import Simulation, SimulationInterrupted
     from toposched.sim.metrics import summarize
 
-    console = Console(stderr=args.json)
+    console = output_console(stderr=args.json)
     out = check_outputs(args)
     workload, built = prepare_workload(args, console)
     simulation = Simulation(
@@ -693,13 +694,14 @@ def compare_and_report(
     scheduler) and DIR/report.html."""
     from rich.console import Console
 
+    from toposched.cli.console import output_console
     from toposched.cli.summary import plain_table, summary_table
     from toposched.sim.compare import comparison_table, run_comparison, schedulers_named
     from toposched.sim.engine import SimulationInterrupted
     from toposched.sim.metrics import summarize
     from toposched.sim.report import write_report
 
-    console = Console(stderr=args.json)
+    console = output_console(stderr=args.json)
     schedulers = schedulers_named(scheduler_factory(args), getattr(args, "baselines", None))
     out = check_outputs(args)
     workload, _ = prepare_workload(args, console)
