@@ -636,13 +636,16 @@ def simulate_and_report(
     from rich.console import Console
 
     from toposched.cli.console import output_console
+
+    console = output_console(stderr=args.json)
+    out = check_outputs(args)
+    # The workload first: a bad workload file answers before the simulator (and numba) loads.
+    workload, built = prepare_workload(args, console)
+
     from toposched.cli.summary import plain_table, summary_table
     from toposched.sim.engine import Simulation, SimulationInterrupted
     from toposched.sim.metrics import summarize
 
-    console = output_console(stderr=args.json)
-    out = check_outputs(args)
-    workload, built = prepare_workload(args, console)
     simulation = Simulation(
         workload,
         scheduler_factory(args),
@@ -695,16 +698,19 @@ def compare_and_report(
     from rich.console import Console
 
     from toposched.cli.console import output_console
+
+    console = output_console(stderr=args.json)
+    out = check_outputs(args)
+    # The workload first: a bad workload file answers before the simulator (and numba) loads.
+    workload, _ = prepare_workload(args, console)
+
     from toposched.cli.summary import plain_table, summary_table
     from toposched.sim.compare import comparison_table, run_comparison, schedulers_named
     from toposched.sim.engine import SimulationInterrupted
     from toposched.sim.metrics import summarize
     from toposched.sim.report import write_report
 
-    console = output_console(stderr=args.json)
     schedulers = schedulers_named(scheduler_factory(args), getattr(args, "baselines", None))
-    out = check_outputs(args)
-    workload, _ = prepare_workload(args, console)
     _stop_on_sigterm()
     try:
         runs, calibrated = _calibrated(
