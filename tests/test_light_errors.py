@@ -226,3 +226,16 @@ def test_the_service_configuration_has_one_gpus_rule() -> None:
             check_one_node_gpus(gpus)
         assert str(from_config.value) == str(from_option.value)
     ServiceConfig(gpus=64).check()
+
+
+def test_a_bad_workload_file_is_refused_before_the_simulator_loads(tmp_path: Path) -> None:
+    (tmp_path / "w.yaml").write_text(
+        "cluster: {levels: [rack], nodes: [{name: n1, rack: r1, gpus: 8, gpu_model: H100}]}\n"
+        "jobs:\n  - {name: a, submit: 0, runtime: 1h, pods: -1, resources_per_pod: {gpus: 1}}\n"
+    )
+    argv = ["simulate", "--workload", "w.yaml", "--no-progress", "--out", "out"]
+    last, stderr = _probe(argv, tmp_path)
+    # The workload's reader builds the cluster (numpy) and the job model (pydantic); the
+    # simulator and its compiled loops are not loaded.
+    assert last == "2 ['numpy', 'pydantic', 'rich']", stderr
+    assert "w.yaml:3: jobs[0].pods: -1 is invalid" in stderr and "Traceback" not in stderr
