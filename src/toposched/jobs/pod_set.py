@@ -12,7 +12,7 @@ from toposched.cluster.errors import InputError, join_fields
 from toposched.cluster.limits import MAX_PODS_PER_JOB
 from toposched.jobs import rules
 from toposched.jobs.input_model import InputModel, parsed, pod_count, rule_error
-from toposched.jobs.resources import Resources
+from toposched.jobs.resources import Resources, asking_for_something
 from toposched.jobs.topology_spec import TopologySpec, check_slice_sizes
 
 __all__ = ["PodSet", "check_pod_sets"]
@@ -42,10 +42,7 @@ class PodSet(InputModel):
     @field_validator("resources_per_pod")
     @classmethod
     def _asks_for_something(cls, value: Resources) -> Resources:
-        parsed(
-            lambda pod: rules.asks_for_something(pod.gpu_milli_total, pod.cpu, pod.memory), value
-        )
-        return value
+        return asking_for_something(value)
 
     @field_validator("min_pods", mode="before")
     @classmethod

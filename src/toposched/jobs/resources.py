@@ -12,7 +12,7 @@ from toposched.cluster.units import MILLI_PER_GPU, format_cpu_milli, format_memo
 from toposched.jobs import rules
 from toposched.jobs.input_model import InputModel, parsed
 
-__all__ = ["Resources"]
+__all__ = ["Resources", "asking_for_something"]
 
 
 class Resources(InputModel):
@@ -88,3 +88,14 @@ class Resources(InputModel):
         if self.gpu_models is not None:
             written["gpu_models"] = list(self.gpu_models)
         return written
+
+
+def asking_for_something(pod: Resources) -> Resources:
+    """`pod`, when it asks for some GPU, CPU or memory (a job's or a pod set's validator)."""
+    parsed(
+        lambda checked: rules.asks_for_something(
+            checked.gpu_milli_total, checked.cpu, checked.memory
+        ),
+        pod,
+    )
+    return pod

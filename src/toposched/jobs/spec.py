@@ -19,7 +19,7 @@ from toposched.cluster.units import format_duration, parse_duration
 from toposched.jobs import rules
 from toposched.jobs.input_model import InputModel, parsed, pod_count, rule_error
 from toposched.jobs.pod_set import PodSet, check_pod_sets
-from toposched.jobs.resources import Resources
+from toposched.jobs.resources import Resources, asking_for_something
 from toposched.jobs.topology_spec import TopologySpec, check_slice_sizes
 
 __all__ = ["JobSpec", "load_jobs"]
@@ -121,10 +121,7 @@ class JobSpec(InputModel):
     @field_validator("resources_per_pod")
     @classmethod
     def _asks_for_something(cls, value: Resources) -> Resources:
-        parsed(
-            lambda pod: rules.asks_for_something(pod.gpu_milli_total, pod.cpu, pod.memory), value
-        )
-        return value
+        return asking_for_something(value)
 
     @field_validator("pod_sets", mode="before")
     @classmethod
