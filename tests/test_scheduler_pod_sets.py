@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from job_helpers import four_gpu_gang
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
@@ -29,17 +30,6 @@ def cluster() -> ClusterState:
 
 def team() -> BudgetTree:
     return BudgetTree.from_dict({"accounts": {"team": 100}})
-
-
-def gang(name: str, pods: int, **fields: Any) -> JobSpec:
-    data: dict[str, Any] = {
-        "name": name,
-        "account": "team",
-        "pods": pods,
-        "resources_per_pod": {"gpus": 4},
-        "min_runtime": "1h",
-    }
-    return JobSpec.from_dict(data | fields)
 
 
 def trainer_and_rollout(
@@ -75,7 +65,7 @@ def blocks_held(scheduler: Scheduler, job_id: str) -> set[str]:
 def test_every_set_starts_in_one_block_and_is_charged_then_released() -> None:
     state = cluster()
     scheduler = Scheduler(state, team())
-    scheduler.submit(gang("small", 1), now=0)
+    scheduler.submit(four_gpu_gang("small", "team", 1), now=0)
     scheduler.cycle(0)
     scheduler.submit(trainer_and_rollout(2, 2, {"required": "rack"}), now=0)
     result = scheduler.cycle(0)
@@ -98,9 +88,9 @@ def test_every_set_starts_in_one_block_and_is_charged_then_released() -> None:
 def test_a_job_whose_sets_fit_alone_but_not_together_waits_and_holds_nothing() -> None:
     state = cluster()
     scheduler = Scheduler(state, team(), reserve_min_gpus=10**6)
-    scheduler.submit(gang("in-b0", 2, topology={"required": "block"}), now=0)
+    scheduler.submit(four_gpu_gang("in-b0", "team", 2, topology={"required": "block"}), now=0)
     scheduler.cycle(0)
-    scheduler.submit(gang("in-b1", 3, topology={"required": "block"}), now=0)
+    scheduler.submit(four_gpu_gang("in-b1", "team", 3, topology={"required": "block"}), now=0)
     scheduler.cycle(0)
     # Free GPUs: 8 in z0-b0, 4 in z0-b1. The trainer (8 GPUs) fits z0-b0 and the rollout
     # (4 GPUs) either block, but no block holds the 12 GPUs of both.
@@ -118,7 +108,9 @@ def test_sets_of_the_jobs_shape_only_preempt_for_the_whole_job() -> None:
     state = cluster()
     scheduler = Scheduler(state, team())
     for name in ("low-a", "low-b"):
-        scheduler.submit(gang(name, 4, topology={"required": "block"}, priority=-1), now=0)
+        scheduler.submit(
+            four_gpu_gang(name, "team", 4, topology={"required": "block"}, priority=-1), now=0
+        )
     scheduler.cycle(0)
     assert state.total_free_gpus == 0
     scheduler.submit(trainer_and_rollout(3, 1, priority=5), now=0)
@@ -135,10 +127,12 @@ def test_a_victim_of_several_sets_frees_every_set() -> None:
     state = cluster()
     scheduler = Scheduler(state, team())
     scheduler.submit(trainer_and_rollout(2, 2, priority=-1), now=0)
-    scheduler.submit(gang("filler", 4, priority=-1), now=0)
+    scheduler.submit(four_gpu_gang("filler", "team", 4, priority=-1), now=0)
     scheduler.cycle(0)
     assert state.total_free_gpus == 0
-    scheduler.submit(gang("urgent", 4, topology={"required": "block"}, priority=5), now=0)
+    scheduler.submit(
+        four_gpu_gang("urgent", "team", 4, topology={"required": "block"}, priority=5), now=0
+    )
     result = scheduler.cycle(2 * 3600)
     evicted = [d.job_id for d in result.decisions if isinstance(d, Evict)]
     assert evicted in (["rl"], ["filler"])
@@ -152,7 +146,9 @@ def test_sets_with_topology_of_their_own_preempt_when_the_room_holds_every_set()
     state = cluster()
     scheduler = Scheduler(state, team(), reserve_min_gpus=10**6)
     for name in ("low-a", "low-b"):
-        scheduler.submit(gang(name, 4, topology={"required": "block"}, priority=-1), now=0)
+        scheduler.submit(
+            four_gpu_gang(name, "team", 4, topology={"required": "block"}, priority=-1), now=0
+        )
     scheduler.cycle(0)
     scheduler.submit(trainer_and_rollout(2, 2, {"required": "rack"}, priority=5), now=0)
     result = scheduler.cycle(2 * HOUR)
@@ -177,7 +173,9 @@ def test_sets_the_victims_room_cannot_hold_refuse_preemption_and_say_why() -> No
     for node in range(state.topology.n_nodes):
         for half in (0, 1):
             start = 0.0 if (node, half) in past_protection else 2.5 * HOUR
-            spec = gang(f"low-{node}-{half}", 1, priority=-1, resources_per_pod={"gpus": 2})
+            spec = four_gpu_gang(
+                f"low-{node}-{half}", "team", 1, priority=-1, resources_per_pod={"gpus": 2}
+            )
             gpus = [[2 * half, 2 * half + 1]]
             scheduler.adopt(spec, Allocation.of([node], gpus), start_time=start, now=2.5 * HOUR)
     pair = {"pods": 2, "resources_per_pod": {"gpus": 2}, "topology": {"required": "node"}}
@@ -205,7 +203,7 @@ def test_sets_the_victims_room_cannot_hold_refuse_preemption_and_say_why() -> No
 def test_a_large_job_of_several_sets_gets_a_reservation() -> None:
     state = cluster()
     scheduler = Scheduler(state, team(), reserve_min_gpus=8)
-    scheduler.submit(gang("long", 6, expected_runtime="2h"), now=0)
+    scheduler.submit(four_gpu_gang("long", "team", 6, expected_runtime="2h"), now=0)
     scheduler.cycle(0)
     job = scheduler.submit(trainer_and_rollout(2, 2, {"required": "rack"}), now=0)
     result = scheduler.cycle(0)

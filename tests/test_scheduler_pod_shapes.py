@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from job_helpers import four_gpu_gang
 
 from toposched.cluster.batch_allocate import allocate_many
 from toposched.cluster.builders import nvl72_cluster
@@ -33,17 +34,6 @@ def cluster() -> ClusterState:
 
 def team() -> BudgetTree:
     return BudgetTree.from_dict({"accounts": {"team": 100}})
-
-
-def gang(name: str, pods: int, gpus: int = 4, **fields: Any) -> JobSpec:
-    data: dict[str, Any] = {
-        "name": name,
-        "account": "team",
-        "pods": pods,
-        "resources_per_pod": {"gpus": gpus},
-        "min_runtime": "1h",
-    }
-    return JobSpec.from_dict(data | fields)
 
 
 def launcher_and_workers(workers: int, name: str = "launch", **fields: Any) -> JobSpec:
@@ -108,7 +98,7 @@ def test_a_launcher_and_workers_start_together_in_one_block_and_leave_together()
 def test_trainers_and_rollout_workers_share_nodes_where_they_fit() -> None:
     state = cluster()
     scheduler = Scheduler(state, team())
-    scheduler.submit(gang("filler", 3, gpus=4, topology={"required": "block"}), now=0)
+    scheduler.submit(four_gpu_gang("filler", "team", 3, topology={"required": "block"}), now=0)
     scheduler.cycle(0)
     # One block has a free node (4 GPUs); the other is empty. Two trainers and two rollout
     # workers need 12 GPUs in one block: only the empty block holds them.
@@ -129,8 +119,8 @@ def test_trainers_and_rollout_workers_share_nodes_where_they_fit() -> None:
 def test_a_job_whose_sets_do_not_fit_together_holds_nothing() -> None:
     state = cluster()
     scheduler = Scheduler(state, team(), reserve_min_gpus=10**6)
-    scheduler.submit(gang("a", 3, topology={"required": "block"}), now=0)
-    scheduler.submit(gang("b", 3, topology={"required": "block"}), now=0)
+    scheduler.submit(four_gpu_gang("a", "team", 3, topology={"required": "block"}), now=0)
+    scheduler.submit(four_gpu_gang("b", "team", 3, topology={"required": "block"}), now=0)
     scheduler.cycle(0)
     before = state.snapshot()
     # Each block has one free node: the trainer fits either, and so do the rollout workers,
@@ -149,11 +139,15 @@ def test_a_victim_of_several_shapes_frees_every_set() -> None:
     scheduler = Scheduler(state, team())
     scheduler.submit(launcher_and_workers(4, priority=-1), now=0)
     scheduler.cycle(0)
-    scheduler.submit(gang("filler", 4, priority=-1, topology={"required": "block"}), now=0)
+    scheduler.submit(
+        four_gpu_gang("filler", "team", 4, priority=-1, topology={"required": "block"}), now=0
+    )
     scheduler.cycle(0)
     assert state.total_free_gpus == 0
     launcher_node = int(state.allocations["launch"].sets[0].nodes[0])
-    scheduler.submit(gang("urgent", 4, priority=5, topology={"required": "block"}), now=0)
+    scheduler.submit(
+        four_gpu_gang("urgent", "team", 4, priority=5, topology={"required": "block"}), now=0
+    )
     result = scheduler.cycle(2 * HOUR)  # past the victims' min runtime
     evicted = [d.job_id for d in result.decisions if isinstance(d, Evict)]
     assert len(evicted) == 1
@@ -170,7 +164,9 @@ def test_a_job_of_several_shapes_preempts_for_every_set() -> None:
     state = cluster()
     scheduler = Scheduler(state, team(), reserve_min_gpus=10**6)
     for name in ("low-a", "low-b"):
-        scheduler.submit(gang(name, 4, priority=-1, topology={"required": "block"}), now=0)
+        scheduler.submit(
+            four_gpu_gang(name, "team", 4, priority=-1, topology={"required": "block"}), now=0
+        )
     scheduler.cycle(0)
     assert state.total_free_gpus == 0
     job = scheduler.submit(trainer_and_rollout(2, 4, priority=5), now=0)
@@ -265,7 +261,9 @@ def test_a_launcher_and_workers_preempt_for_the_whole_job() -> None:
     state = cluster()
     scheduler = Scheduler(state, team(), reserve_min_gpus=10**6)
     for name in ("low-a", "low-b"):
-        scheduler.submit(gang(name, 4, priority=-1, topology={"required": "block"}), now=0)
+        scheduler.submit(
+            four_gpu_gang(name, "team", 4, priority=-1, topology={"required": "block"}), now=0
+        )
     scheduler.cycle(0)
     job = scheduler.submit(launcher_and_workers(4, priority=5), now=0)
     result = scheduler.cycle(2 * HOUR)
@@ -299,7 +297,7 @@ def test_a_batch_of_allocations_with_several_shapes_is_taken_all_or_nothing() ->
 def test_a_large_job_of_several_shapes_is_reserved_and_starts_when_room_is_freed() -> None:
     state = cluster()
     scheduler = Scheduler(state, team(), reserve_min_gpus=8)
-    scheduler.submit(gang("long", 6, expected_runtime="2h"), now=0)
+    scheduler.submit(four_gpu_gang("long", "team", 6, expected_runtime="2h"), now=0)
     scheduler.cycle(0)
     job = scheduler.submit(trainer_and_rollout(2, 4), now=0)
     result = scheduler.cycle(0)
