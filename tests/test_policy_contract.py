@@ -16,7 +16,8 @@ from toposched.policy.contract import (
     PreemptionRule,
     RunningJob,
 )
-from toposched.policy.fairshare import PendingQueue, QueueEntry, Ranking, rank_accounts
+from toposched.policy.fairshare import PendingQueue, QueueEntry
+from toposched.policy.ranking import Ranking, rank_accounts
 from toposched.policy.usage import UsageTracker
 
 # research 70 { pretraining 60 { team-a 50, team-b 50 }, eval 40 }, product 30, ops 0

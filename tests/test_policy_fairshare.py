@@ -13,13 +13,8 @@ from hypothesis import strategies as st
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import HOUR
 from toposched.policy.budget import ROOT, BudgetTree
-from toposched.policy.fairshare import (
-    PendingQueue,
-    QueueEntry,
-    QueueTier,
-    level_fair_share,
-    rank_accounts,
-)
+from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier
+from toposched.policy.ranking import level_fair_share, rank_accounts
 from toposched.policy.usage import UsageTracker
 
 # research 70 { pretraining 60 { team-a 50, team-b 50 }, eval 40 }, product 30

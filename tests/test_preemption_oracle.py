@@ -39,7 +39,8 @@ from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, place
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract, PreemptionRule
-from toposched.policy.fairshare import QueueEntry, Ranking
+from toposched.policy.fairshare import QueueEntry
+from toposched.policy.ranking import Ranking
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.jobs import JobState

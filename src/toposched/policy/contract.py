@@ -10,7 +10,8 @@ from typing import Any, Literal, Protocol
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import HOUR
 from toposched.policy.budget import BudgetTree
-from toposched.policy.fairshare import QueueEntry, Ranking
+from toposched.policy.fairshare import QueueEntry
+from toposched.policy.ranking import Ranking
 from toposched.policy.worth import EvictionWorth
 
 __all__ = [

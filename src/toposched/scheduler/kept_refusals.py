@@ -16,7 +16,8 @@ from toposched.cluster.state import ClusterState
 from toposched.placement.request import GangRequest
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract
-from toposched.policy.fairshare import QueueEntry, Ranking
+from toposched.policy.fairshare import QueueEntry
+from toposched.policy.ranking import Ranking
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.fence import Fence, FencedNodes
 from toposched.scheduler.freed import FreedCapacity

@@ -9,7 +9,8 @@ from numpy.typing import NDArray
 from toposched.cluster.state import ClusterState, distinct_inverse
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract
-from toposched.policy.fairshare import QueueEntry, Ranking
+from toposched.policy.fairshare import QueueEntry
+from toposched.policy.ranking import Ranking
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.errors import InternalError
 from toposched.scheduler.fence import Fence

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 from typing import Protocol
 
-from toposched.policy.fairshare import JobExplanation, QueueEntry, QueueTier, Ranking
+from toposched.policy.fairshare import JobExplanation, QueueEntry, QueueTier
+from toposched.policy.ranking import Ranking
 
 
 class JobQueue(Protocol):

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.policy.fairshare import QueueTier, Ranking
+from toposched.policy.fairshare import QueueTier
+from toposched.policy.ranking import Ranking
 from toposched.scheduler.decisions import Bind, Decision, Reserve
 from toposched.scheduler.failures import FailureReasons
 from toposched.scheduler.fence import Fence

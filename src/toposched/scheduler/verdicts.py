@@ -11,7 +11,8 @@ from numpy.typing import NDArray
 
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract, PreemptionRule
-from toposched.policy.fairshare import QueueEntry, Ranking
+from toposched.policy.fairshare import QueueEntry
+from toposched.policy.ranking import Ranking
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.ledger import Ledger
 from toposched.scheduler.preemptible import SlotVerdicts
