@@ -13,7 +13,8 @@ from toposched.cluster.state import ClusterState
 from toposched.policy.budget import BudgetTree
 from toposched.sim.baselines import BASELINES, KubeLike
 from toposched.sim.engine import SchedulerFactory, SchedulerLike, simulate, toposched_scheduler
-from toposched.sim.metrics import RecordState, SimulationResult, conservation
+from toposched.sim.metrics import conservation
+from toposched.sim.records import RecordState, SimulationResult
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab
 from toposched.workloads.model import Workload

@@ -19,7 +19,8 @@ from toposched.sim.baselines import (
     slurm_like,
 )
 from toposched.sim.engine import SchedulerFactory, simulate, toposched_scheduler
-from toposched.sim.metrics import SimulationResult, conservation, summarize
+from toposched.sim.metrics import conservation, summarize
+from toposched.sim.records import SimulationResult
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.model import Workload, WorkloadJob, build_cluster
 

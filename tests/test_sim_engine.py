@@ -22,14 +22,9 @@ from toposched.cluster.units import HOUR
 from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
-from toposched.sim.engine import EventKind, Simulation, simulate
-from toposched.sim.metrics import (
-    SHORTFALL_CAUSES,
-    SimulationResult,
-    conservation,
-    percentiles,
-    summarize,
-)
+from toposched.sim.engine import Simulation, simulate
+from toposched.sim.events import EventKind
+from toposched.sim.metrics import conservation, percentiles, summarize
 from toposched.sim.protocol import (
     CycleLike,
     JobLike,
@@ -37,6 +32,8 @@ from toposched.sim.protocol import (
     SparesLike,
     toposched_scheduler,
 )
+from toposched.sim.records import SimulationResult
+from toposched.sim.team_ledger import SHORTFALL_CAUSES
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab
 from toposched.workloads.model import NodeFailure, Workload, WorkloadJob, build_cluster

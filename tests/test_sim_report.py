@@ -12,9 +12,9 @@ import pytest
 from toposched.cluster.units import DAY
 from toposched.sim.baselines import fifo_first_fit
 from toposched.sim.compare import ComparisonRun, compare, comparison_rows, run_comparison
-from toposched.sim.metrics import SHORTFALL_CAUSES
 from toposched.sim.plots import DURATION_TICKS, line_chart
 from toposched.sim.report import SECTIONS, write_report
+from toposched.sim.team_ledger import SHORTFALL_CAUSES
 from toposched.workloads.ai2 import ai2_like
 
 EXTERNAL = re.compile(r"(https?:)?//", re.IGNORECASE)

@@ -20,7 +20,7 @@ from toposched.scheduler.jobs import JobState
 from toposched.sim.baseline_names import DEFAULT_BASELINES, chosen_baselines
 from toposched.sim.baselines import BASELINES
 from toposched.sim.engine import DEFAULT_SAMPLE_INTERVAL, Simulation
-from toposched.sim.metrics import SimulationResult, summarize
+from toposched.sim.metrics import summarize
 from toposched.sim.protocol import (
     CycleLike,
     JobLike,
@@ -29,6 +29,7 @@ from toposched.sim.protocol import (
     SparesLike,
     toposched_scheduler,
 )
+from toposched.sim.records import SimulationResult
 from toposched.sim.topology_price import TopologyPrice
 from toposched.workloads.model import Workload
 

@@ -12,8 +12,9 @@ import numpy as np
 
 from toposched.cluster.units import DAY, HOUR
 from toposched.sim.compare import ComparisonRun, comparison_rows
-from toposched.sim.metrics import SHORTFALL_CAUSES, RecordState, SimulationResult
 from toposched.sim.plots import DURATION_TICKS, bar_chart, cluster_map, escape, legend, line_chart
+from toposched.sim.records import RecordState, SimulationResult
+from toposched.sim.team_ledger import SHORTFALL_CAUSES
 
 __all__ = ["SECTIONS", "render_report", "write_report"]
 

@@ -1,0 +1,74 @@
+"""The simulator's events: their kinds, the runs they belong to, and the queue that orders them."""
+
+from __future__ import annotations
+
+import heapq
+from enum import IntEnum
+from typing import Any, NamedTuple
+
+__all__ = ["Event", "EventKind", "EventQueue", "Run"]
+
+
+class EventKind(IntEnum):
+    """Event kinds; at equal times they are handled in this order (then in push order).
+
+    Completions come first so that work ending at the instant a node fails is not lost, and
+    samples last so that they see the cycle that followed the instant's events. CYCLE marks a
+    cycle postponed by a minimum cycle interval.
+    """
+
+    COMPLETION = 0
+    GRACE_END = 1
+    REPAIR = 2
+    FAILURE = 3
+    CANCEL = 4
+    SUBMISSION = 5
+    PROTECTION_END = 6
+    CYCLE = 7
+    SAMPLE = 8
+
+
+class Event(NamedTuple):
+    """An event in the heap; the sequence makes the heap order total and replayable."""
+
+    time: float
+    kind: int
+    sequence: int
+    payload: Any
+    """What the handler of `kind` takes: a job or failure index, a job name, a `Run`, nodes."""
+
+
+class Run(NamedTuple):
+    """One run of a job: events of a run that has since ended are ignored."""
+
+    name: str
+    attempt: int
+
+
+class EventQueue:
+    """Events in the order they are handled: by time, then kind, then push order."""
+
+    def __init__(self) -> None:
+        self.heap: list[Event] = []
+        self.sequence = 0
+        self.live = 0
+        """Events other than samples still queued: the run ends when none are left."""
+
+    def __bool__(self) -> bool:
+        return bool(self.heap)
+
+    def next_time(self) -> float:
+        """The time of the next event; the queue must not be empty."""
+        return self.heap[0].time
+
+    def push(self, when: float, kind: EventKind, payload: Any) -> None:
+        self.sequence += 1
+        heapq.heappush(self.heap, Event(when, int(kind), self.sequence, payload))
+        if kind is not EventKind.SAMPLE:
+            self.live += 1
+
+    def pop(self) -> Event:
+        event = heapq.heappop(self.heap)
+        if event.kind != EventKind.SAMPLE:
+            self.live -= 1
+        return event
