@@ -328,32 +328,50 @@ def test_preferred_matches_the_exact_solver(seed: int) -> None:
         )
 
 
-# --- levels deeper than L+1 beyond the amount plan ---------------------------------------------
-
-# 5 one-GPU pods preferring zones, one block per zone: zone a has racks of 2 + 2 GPUs, b one
-# rack of 4, c one of 1. Two zones and two blocks are the least; b + c use 2 racks, while the
-# greedy cover's a (the first of the two largest) + c uses 3. The count plans check blocks, not
-# racks, so beyond the amount plan the third level stays as the greedy cover leaves it.
-DEEPER_LEVEL_BEST_EFFORT = {
-    "levels": ["zone", "block", "rack"],
-    "nodes": [
-        {"name": name, "zone": zone, "block": zone, "rack": name, "gpus": gpus, "gpu_model": "A"}
-        for name, zone, gpus in (("a0", "a", 2), ("a1", "a", 2), ("b0", "b", 4), ("c0", "c", 1))
-    ],
-}
+# --- levels deeper than L+1 -----------------------------------------------------------------------
 
 
-def test_levels_deeper_than_one_inside_l_are_best_effort_beyond_the_amount_plan() -> None:
-    state = ClusterState(topology_from_dict(DEEPER_LEVEL_BEST_EFFORT))
-    request = simple_request(5, 1, preferred=ZONE)
-    assert least_profile(state, request) == (2, 2, 2)
+def one_block_racks(blocks: dict[str, tuple[str, list[int]]]) -> ClusterState:
+    """A state of one-node racks: `blocks[name] = (zone, GPUs of each rack)`, all free."""
+    nodes = [
+        {"name": f"{block}{i}", "zone": zone, "block": block, "rack": f"{block}{i}", "gpus": gpus}
+        for block, (zone, racks) in blocks.items()
+        for i, gpus in enumerate(racks)
+    ]
+    cluster = {"levels": ["zone", "block", "rack"], "nodes": nodes}
+    for node in nodes:
+        node["gpu_model"] = "A"
+    return ClusterState(topology_from_dict(cluster))
+
+
+def zone_profiles(state: ClusterState, request: GangRequest) -> dict[Regime, tuple[int, ...]]:
     answers = {}
     for regime in (Regime.DEFAULT, Regime.COUNTS):
         with regime_in_force(regime, []):
             result = place(state, request)
         assert isinstance(result, Placement)
         answers[regime] = profile_of(state, result, ZONE)
-    assert answers == {Regime.DEFAULT: (2, 2, 2), Regime.COUNTS: (2, 2, 3)}
+    return answers
+
+
+def test_one_zone_holding_the_gang_uses_the_fewest_racks_too() -> None:
+    """5 one-GPU pods preferring zones, one zone: block a has racks of 2 + 2 GPUs, b one rack
+    of 4, c one of 1. Two blocks are the least; b + c (or b + a) use 2 racks, the descent's
+    a (the first of the two largest) + c uses 3. The amount plan inside the zone takes 2."""
+    state = one_block_racks({"a": ("z", [2, 2]), "b": ("z", [4]), "c": ("z", [1])})
+    request = simple_request(5, 1, preferred=ZONE)
+    assert least_profile(state, request) == (1, 2, 2)
+    assert zone_profiles(state, request) == {Regime.DEFAULT: (1, 2, 2), Regime.COUNTS: (1, 2, 3)}
+
+
+def test_levels_deeper_than_one_inside_l_are_best_effort_beyond_the_amount_plan() -> None:
+    """The same blocks, each in a zone of its own: two zones and two blocks are the least, and
+    2 racks (b + c); the count plans check blocks, not racks, so beyond the amount plan the
+    racks stay as the greedy cover of zones leaves them (a + c: 3)."""
+    state = one_block_racks({"a": ("a", [2, 2]), "b": ("b", [4]), "c": ("c", [1])})
+    request = simple_request(5, 1, preferred=ZONE)
+    assert least_profile(state, request) == (2, 2, 2)
+    assert zone_profiles(state, request) == {Regime.DEFAULT: (2, 2, 2), Regime.COUNTS: (2, 2, 3)}
 
 
 # --- the solver itself, against brute force ------------------------------------------------------
