@@ -11,6 +11,9 @@ from toposched.bench.checks import InvalidResult, check_placement
 from toposched.bench.fleets import churned, churned_fifo
 from toposched.bench.harness import Measurement, measure
 from toposched.cluster.state import ClusterState
+from toposched.cluster.statement import Statement
+from toposched.jobs.spec import JobSpec
+from toposched.placement.job_sets import JobSets, JobSetsPlacement, place_job_sets
 from toposched.placement.request import GangRequest, simple_request
 from toposched.placement.search import Placement, Unschedulable, place
 from toposched.workloads.fleet import RACK_LEVEL, occupied_fleet
@@ -21,9 +24,13 @@ __all__ = [
     "frontier_job",
     "infeasible_job",
     "node_preferring_jobs",
+    "node_sliced_jobs",
     "occupied_fleet",
+    "pod_set_job",
     "rack_sliced_job",
+    "roomy_fleet",
     "run_placement_benchmarks",
+    "run_pod_set_and_node_slice_benchmarks",
     "small_block_slices_job",
     "small_jobs",
 ]
@@ -39,6 +46,50 @@ def small_jobs(seed: int = 1) -> list[GangRequest]:
         simple_request(2, 4, name="eight-gpus", required=RACK_LEVEL),
     ]
     return [shapes[int(i)] for i in rng.integers(0, len(shapes), 64)]
+
+
+def node_sliced_jobs(seed: int = 1) -> list[GangRequest]:
+    """Small gangs in node slices (`slices: [{level: node, pods: K}]`): 4 one-GPU pods on one
+    node, 8 on two nodes, 8 two-GPU pods in pairs, 16 one-GPU pods in groups of 4 in one rack."""
+    rng = np.random.default_rng(seed)
+    shapes = [
+        simple_request(4, 1, name="one-node-of-4", node_slice=4),
+        simple_request(8, 1, name="two-nodes-of-4", node_slice=4),
+        simple_request(8, 2, name="pairs-of-2-gpus", node_slice=2),
+        simple_request(16, 1, name="rack-of-4s", required=RACK_LEVEL, node_slice=4),
+    ]
+    return [shapes[int(i)] for i in rng.integers(0, len(shapes), 64)]
+
+
+def pod_set_job() -> JobSpec:
+    """200,016 GPUs in two sets within one zone, fewest blocks preferred: a trainer of 2,500
+    rack slices of 18 pods x 4 GPUs (180,000 GPUs) and 5,004 rollout pods of 4 GPUs."""
+    return JobSpec.from_dict(
+        {
+            "name": "rl-200k",
+            "topology": {"required": "zone", "preferred": "block"},
+            "pod_sets": [
+                {
+                    "name": "trainer",
+                    "pods": 2500 * 18,
+                    "resources_per_pod": {"gpus": 4},
+                    "topology": {"preferred": "block", "slices": [{"level": "rack", "pods": 18}]},
+                },
+                {
+                    "name": "rollout",
+                    "pods": 5004,
+                    "resources_per_pod": {"gpus": 4},
+                    "topology": {"preferred": "block"},
+                },
+            ],
+        }
+    )
+
+
+def roomy_fleet() -> ClusterState:
+    """The arranged layout at 50% occupancy (35% of racks whole and busy, 20% partly, 45%
+    free): each zone has room for a 200,016-GPU job, which no zone has at 70%."""
+    return occupied_fleet(occupancy=0.50, whole_rack_share=0.35)
 
 
 def frontier_job() -> GangRequest:
@@ -161,7 +212,66 @@ def run_placement_benchmarks(quick: bool = False) -> list[Measurement]:
             5e-3,
         )
     )
+    results.extend(run_pod_set_and_node_slice_benchmarks(quick, busy=state))
     return results
+
+
+def run_pod_set_and_node_slice_benchmarks(
+    quick: bool = False, busy: ClusterState | None = None
+) -> list[Measurement]:
+    """The 200,016-GPU job of two sets (`pod_set_job`) next to the one-set 200,016-GPU job, on
+    the churned fleet (`busy`, loaded when not given) and on `roomy_fleet`, whose zones hold
+    it, each with the target of twice the one-set job's median in the same run; then the
+    node-sliced small gangs on the churned fleet, with the small jobs' target."""
+    state = busy if busy is not None else churned().state
+    roomy = roomy_fleet()
+    results: list[Measurement] = []
+    for fleet, where in (("churned", state), ("arranged at 50%", roomy)):
+        one_set = _measure_gang(where, f"{fleet}: 200,016-GPU job, one set", frontier_job(), quick)
+        two_sets = _measure_sets(
+            where,
+            f"{fleet}: 200,016-GPU job, trainer + rollout sets in one zone",
+            quick,
+            target_s=2 * one_set.median_s,
+        )
+        results += [one_set, two_sets]
+    jobs = node_sliced_jobs()
+    results.append(
+        _measure_small_jobs(state, "churned", quick, jobs, "node-sliced gang (4-16 pods)")
+    )
+    return results
+
+
+def _measure_sets(
+    state: ClusterState, name: str, quick: bool, target_s: float | None = None
+) -> Measurement:
+    """Time `place_job_sets` of `pod_set_job` as it comes out: placed (every set checked first,
+    on a statement, the later sets against what the earlier ones took) or refused."""
+    sets = JobSets.from_spec(pod_set_job(), state.topology)
+    found = place_job_sets(state, sets)
+    if isinstance(found, JobSetsPlacement):
+        statement = Statement(state)
+        try:
+            for role, placement in zip(sets.roles, found.placements, strict=True):
+                check_placement(state, role, placement)
+                statement.allocate(f"check-{role.name}", placement.allocation)
+        finally:
+            statement.discard()
+        extra: dict[str, object] = {"outcome": "placed"}
+        for role, placement in zip(sets.roles, found.placements, strict=True):
+            extra[f"{role.name}_blocks"] = placement.domains_used(state, 2)
+            extra[f"{role.name}_racks"] = placement.domains_used(state, RACK_LEVEL)
+    else:
+        extra = {"outcome": f"refused ({found.code})", "reason": found.reason}
+
+    def place_sets() -> None:
+        again = place_job_sets(state, sets)
+        if type(again) is not type(found):
+            raise InvalidResult(f"{sets.job}: the same search answered differently")
+
+    measured = measure(name, place_sets, runs=5 if quick else 30, target_s=target_s)
+    measured.extra = extra
+    return measured
 
 
 def _fifo_layout_figures(quick: bool) -> list[Measurement]:
@@ -189,9 +299,16 @@ def _job_151k() -> GangRequest:
     return rack_sliced_job(2_100, "pretrain-151k")
 
 
-def _measure_small_jobs(state: ClusterState, fleet: str, quick: bool) -> Measurement:
-    """Time `place()` of the 1-8 GPU jobs in turn, each checked once first."""
-    jobs = small_jobs()
+def _measure_small_jobs(
+    state: ClusterState,
+    fleet: str,
+    quick: bool,
+    jobs: list[GangRequest] | None = None,
+    what: str = "1-8 GPU job (1-2 pods)",
+) -> Measurement:
+    """Time `place()` of small jobs in turn (the 1-8 GPU jobs unless `jobs`), each checked
+    once first."""
+    jobs = small_jobs() if jobs is None else jobs
     for request in jobs:
         found = place(state, request)
         if not isinstance(found, Placement):
@@ -199,7 +316,7 @@ def _measure_small_jobs(state: ClusterState, fleet: str, quick: bool) -> Measure
         check_placement(state, request, found)
     cursor = iter(range(10**9))
     return measure(
-        f"{fleet}: 1-8 GPU job (1-2 pods)",
+        f"{fleet}: {what}",
         lambda: place(state, jobs[next(cursor) % len(jobs)]),
         runs=200 if quick else 2000,
         target_s=100e-6,

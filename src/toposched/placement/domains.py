@@ -72,7 +72,7 @@ class DomainChoice:
             topology.domain_starts[self.leaf_level][leaves]
         ]
         if (in_preferred == in_preferred[0]).all():
-            return leaves, shares  # one preferred domain: the unconstrained descent inside it
+            return self._least_inside_one(preferred, int(in_preferred[0]), leaves, shares)
         planner = self._planner()
         if planner.cover_is_exact(level) and preferred == self.leaf_level:
             return leaves, shares  # the fewest preferred domains, and no level inside them
@@ -86,6 +86,36 @@ class DomainChoice:
         # Beyond the amount plan's limits: count plans, for one level each.
         better = self._count_plan(level, domain, profile)
         return (leaves, shares) if better is None else self._fill_shares(better)
+
+    def _least_inside_one(
+        self, preferred: int, domain: int, leaves: IntArray, shares: IntArray
+    ) -> tuple[IntArray, IntArray]:
+        """The descent's placement inside one preferred `domain`, or, where levels lie deeper
+        than the one inside it and the amount plan is within its limits for `domain` alone,
+        its least placement there, level by level (the descent's count one level inside the
+        preferred one is already the least, so the plan keeps it)."""
+        if preferred >= self.leaf_level - 1:
+            return leaves, shares
+        planner = self._planner()
+        if not planner.affordable(preferred, np.array([domain])):
+            return leaves, shares
+        if planner.weighted(planner.profile(leaves)) > planner.cost(preferred, domain):
+            return planner.plan(preferred, domain)
+        return leaves, shares
+
+    def _least_cost(self, preferred: int, domains: IntArray) -> NDArray[np.bool_]:
+        """Which of `domains` (preferred ones, each holding the gang on the fewest children)
+        hold it at the amount plan's least cost, level by level inside them: all of them where
+        no level lies deeper than their children or the plan is beyond its limits."""
+        every = np.ones(domains.size, dtype=np.bool_)
+        if domains.size == 1 or preferred >= self.leaf_level - 1:
+            return every
+        planner = self._planner()
+        if not planner.affordable(preferred, domains):
+            return every
+        cost = np.array([planner.cost(preferred, int(d)) for d in domains], dtype=np.int64)
+        least: NDArray[np.bool_] = cost == cost.min()
+        return least
 
     def _count_plan(self, level: int, domain: int, profile: tuple[int, ...]) -> Shares | None:
         """A placement in `domain` using fewer domains than the greedy one's `profile`, by a
@@ -250,6 +280,7 @@ class DomainChoice:
             # Preferred domains that hold the gang: those needing the fewest children.
             inner = self._inner_cover_counts(target, lo + candidates, need)
             candidates = candidates[inner == inner.min()]
+            candidates = candidates[self._least_cost(target, lo + candidates)]
         if candidates.size:
             return self.fill(target, lo + self.best(capacity, need, candidates), need)
         # No single domain holds it: split where the domain count is minimised. Skipping
