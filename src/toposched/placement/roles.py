@@ -143,13 +143,15 @@ def _place_in(
 ) -> RolesPlacement | Unschedulable:
     statement = Statement(state)
     placements: dict[int, Placement] = {}
+    last = order[-1]
     try:
         for index in order:
             result = place(state, replace(roles[index], within=(level, domain)), policy)
             if isinstance(result, Unschedulable):
                 return result
             placements[index] = result
-            statement.allocate(f"role {index} of {roles[index].name}", result.allocation)
+            if index != last:  # only the roles placed after it need to see its room taken
+                statement.allocate(f"role {index} of {roles[index].name}", result.allocation)
     finally:
         statement.discard()
     return RolesPlacement(tuple(placements[i] for i in range(len(roles))), level, domain)
