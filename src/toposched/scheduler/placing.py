@@ -186,7 +186,8 @@ class Placing:
         try:
             for victim in plan.victims:
                 statement.release(victim.job_id)
-            placed = place_job_sets(self.state, sets, self.policy)
+            # Elastic sets at their minimums: room to start; the start takes what fits then.
+            placed = place_job_sets(self.state, sets.least(), self.policy)
         finally:
             statement.discard()
         if isinstance(placed, Unschedulable):
