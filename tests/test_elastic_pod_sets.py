@@ -211,7 +211,7 @@ def test_waits_below_its_minimum_and_starts_when_it_fits() -> None:
     assert "needs 3 pods of 4 GPUs" in job.reason
     scheduler.finish("busy", now=HOUR)
     scheduler.cycle(HOUR)
-    assert job.state is JobState.RUNNING
+    assert scheduler.jobs["el"].state is JobState.RUNNING
     assert scheduler.state.allocations["el"].pods == 4
 
 
@@ -242,7 +242,7 @@ def test_requeued_it_asks_for_its_minimum_again() -> None:
     assert job.state is JobState.PENDING
     assert (job.held, job.request.pods, job.gpus) == (None, 1, 4.0)
     scheduler.cycle(HOUR)
-    assert job.state is JobState.RUNNING and job.gpus == 16.0
+    assert scheduler.jobs["el"].state is JobState.RUNNING and job.gpus == 16.0
 
 
 def test_adopted_it_holds_the_counts_it_had() -> None:
@@ -279,7 +279,9 @@ def test_never_fits_is_judged_on_the_minimums() -> None:
     written = {"name": "el", "account": ACCOUNT, "topology": {"required": "rack"}}
     limits.check(JobSpec.from_dict({**written, "pod_sets": [big]}), budgets())
     with pytest.raises(NeverFits):
-        limits.check(JobSpec.from_dict({**written, "pod_sets": [{**big, "min_pods": 3}]}), budgets())
+        limits.check(
+            JobSpec.from_dict({**written, "pod_sets": [{**big, "min_pods": 3}]}), budgets()
+        )
 
 
 def test_the_service_shows_the_counts_and_keeps_them_across_a_restart(tmp_path: Path) -> None:
@@ -355,8 +357,7 @@ CLUSTER = {
     "levels": ["block", "rack"],
     "defaults": {"gpus": 4, "gpu_model": "H100", "cpu": 96, "memory": "1Ti"},
     "nodes": [
-        {"name": f"n{i}", "labels": {"block": f"b{i // 4}", "rack": f"r{i // 2}"}}
-        for i in range(8)
+        {"name": f"n{i}", "labels": {"block": f"b{i // 4}", "rack": f"r{i // 2}"}} for i in range(8)
     ],
 }
 

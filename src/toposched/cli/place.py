@@ -340,7 +340,9 @@ def _print_tables(
             table.add_row(job.name, asks, "[green]placed[/]", where, format_timing(elapsed))
             for part, role in zip(_set_parts(state, result, 0), result.sets.roles, strict=True):
                 first, last = part["ranks"]
-                taken = "" if part["placed_pods"] == role.pods else f"{part['placed_pods']:,} pods, "
+                taken = (
+                    "" if part["placed_pods"] == role.pods else f"{part['placed_pods']:,} pods, "
+                )
                 table.add_row(
                     f"  set {part['name']}",
                     part["asks"],
