@@ -2,12 +2,15 @@
 pods that fit, every role at least its minimum, all within one shared domain (`place_roles`).
 
 The rule across several elastic roles: greedy in the job's order. Every role is first placed
-at its minimum (none fits: the job does not start); then all at their full count, the
-common case, in one try; else the first elastic role takes the most whole steps (its outermost
-slice, or one pod) that fit with the later roles at their minimums, then the next role with
-the earlier ones at what they took, and so on. Each count is found by a binary search on
-whole steps, each try one `place_roles`, so the cost is that of a few placements of the job
-(about log2 of the steps between a role's minimum and its pods), with no loop over nodes.
+at its minimum (none fits: the job does not start). Then every role at the most it could
+take (its pods, or less where aggregates show no shared domain holds that many of its whole
+slices), the common case settled in one try. Else the first elastic role takes the most
+whole steps (its outermost slice, or one pod) that fit with the later roles at their
+minimums, then the next role with the earlier ones at what they took, and so on. For each
+role the room beside the other roles' pods (where the last placement found put them) is
+tried first, then one step more; only when those two tries do not settle it, a binary search
+on whole steps. Every try is one `place_roles`, with no loop over nodes: the cost is a few
+placements of the job (docs/placement.md, "Elastic sets", for figures at 1M GPUs).
 
 The answer is always a placement found at its counts, so it keeps every role's rules and the
 shared domain. The search assumes more pods fit no better than fewer, which `place_roles`
@@ -22,6 +25,7 @@ from dataclasses import dataclass, replace
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
+from toposched.cluster.statement import Statement
 from toposched.placement.capacity import CapacityView
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
@@ -75,23 +79,35 @@ def place_elastic_roles(
     best = _try(state, elastic, counts, policy)
     if isinstance(best, Unschedulable):
         return best
-    full = [role.pods for role in elastic.roles]
-    if full == counts:
+    # The most each role could take, from aggregates: whole slices free in one shared domain.
+    bounds = [
+        max(least, _most_pods(state, role, elastic.level))
+        for role, least in zip(elastic.roles, elastic.minimums, strict=True)
+    ]
+    if bounds == counts:
         return best
-    whole = _try(state, elastic, full, policy)
-    if not isinstance(whole, Unschedulable):
-        return whole
+    together = _try(state, elastic, bounds, policy)
+    if not isinstance(together, Unschedulable):
+        return together
     for index, role in enumerate(elastic.roles):
         step = step_of(role)
-        low, high = counts[index] // step, _most_steps(state, role, step)
+        low, high = counts[index] // step, bounds[index] // step
+        if low == high:
+            continue
+        # First the room beside the other roles where they are, then one step more: under
+        # the rule's assumption two tries settle the role; else a binary search.
+        guess = min(high, max(low, _room_beside(state, best, index) // step))
+        probes = [guess, guess + 1]
         while low < high:
-            middle = (low + high + 1) // 2
-            trial = [*counts[:index], middle * step, *counts[index + 1 :]]
+            probe = probes.pop(0) if probes else (low + high + 1) // 2
+            if not low < probe <= high:
+                continue
+            trial = [*counts[:index], probe * step, *counts[index + 1 :]]
             placed = _try(state, elastic, trial, policy)
             if isinstance(placed, Unschedulable):
-                high = middle - 1
+                high = probe - 1
             else:
-                low, best = middle, placed
+                low, best = probe, placed
         counts[index] = low * step
     return best
 
@@ -107,18 +123,34 @@ def _try(
     )
 
 
-def _most_steps(state: ClusterState, role: GangRequest, step: int) -> int:
-    """Whole steps of `role` the free cluster could hold at most, up to its pods: room for
-    its pods anywhere, whatever its topology (a bound from above, from aggregates)."""
-    loose = replace(
-        role,
-        required=0,
-        preferred=None,
-        slices=(),
-        on_one_node=False,
-        node_slice=1,
-        preferred_node=False,
-        within=None,
-    )
-    room = CapacityView(state, loose, exact=False).total()
-    return min(role.pods, room) // step
+def _room_beside(state: ClusterState, placed: RolesPlacement, index: int) -> int:
+    """Pods of role `index` the shared domain of `placed` holds with the other roles' pods
+    where `placed` puts them (its own freed): a first guess at the role's count."""
+    statement = Statement(state)
+    try:
+        for other, placement in enumerate(placed.placements):
+            if other != index:
+                statement.allocate(f"role {other}", placement.allocation)
+        role = placed.placements[index].request
+        view = CapacityView(state, _loose(role), exact=False)
+        return int(view.at(placed.level, placed.domain, placed.domain + 1)[0])
+    finally:
+        statement.discard()
+
+
+def _most_pods(state: ClusterState, role: GangRequest, level: int) -> int:
+    """Pods of `role` one free domain at `level` could hold at most, in whole steps, up to
+    its pods: room for its slices in the roomiest (`_loose`; a bound from above)."""
+    domains = state.topology.n_domains(level)
+    room = int(CapacityView(state, _loose(role), exact=False).at(level, 0, domains).max())
+    step = step_of(role)
+    return min(role.pods, room) // step * step
+
+
+def _loose(role: GangRequest) -> GangRequest:
+    """`role` for counting room from aggregates: its pods and slices anywhere, whatever its
+    required level or preference; a role on one node counts room on any node."""
+    loose = replace(role, required=0, preferred=None, preferred_node=False, within=None)
+    if role.on_one_node:
+        loose = replace(loose, slices=(), on_one_node=False, node_slice=1)
+    return loose
