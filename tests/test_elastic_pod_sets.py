@@ -233,6 +233,21 @@ def test_preemption_makes_room_for_the_minimum_only() -> None:
     assert scheduler.state.allocations["el"].pods == 2 and job.gpus == 8.0
 
 
+def test_as_a_victim_it_frees_every_pod_it_holds() -> None:
+    scheduler = Scheduler(cluster(), team())
+    sets = [
+        {"name": "trainer", "pods": 4, "min_pods": 1, "resources_per_pod": {"gpus": 4}},
+        {"name": "rollout", "pods": 4, "min_pods": 1, "resources_per_pod": {"gpus": 4}},
+    ]
+    scheduler.submit(elastic_job("u", *sets, topology={}, min_runtime=0), now=0)
+    scheduler.cycle(0)
+    assert scheduler.state.allocations["u"].pods == 8  # the whole cluster, as unallocated work
+    scheduler.submit(gang("big", 8), now=1)
+    # Its sets share one shape: the preemptible index counts all of its 32 GPUs freed.
+    evictions = [d for d in scheduler.cycle(1).decisions if isinstance(d, Evict)]
+    assert [e.job_id for e in evictions] == ["u"]
+
+
 def test_requeued_it_asks_for_its_minimum_again() -> None:
     scheduler = Scheduler(cluster(), team())
     job = scheduler.submit(elastic_job(resumable=True), now=0)

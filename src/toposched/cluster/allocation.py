@@ -59,9 +59,13 @@ class Allocation:
     @property
     def largest(self) -> Allocation:
         """The part holding the most milli-GPU (the first of equals): what a record keeping one
-        pod shape per holder keeps of an allocation of several."""
+        pod shape per holder keeps of an allocation of several; all of it, as one shape, when
+        its sets share one (an elastic job's, kept apart for their counts)."""
         if not self.sets:
             return self
+        first = _shape(self.sets[0])
+        if all(_shape(part) == first for part in self.sets):
+            return Allocation.of_sets(self.sets)
         return max(self.sets, key=lambda part: part.gpu_milli_total)
 
     def with_nodes(self, nodes: NDArray[np.int64]) -> Allocation:
