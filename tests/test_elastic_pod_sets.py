@@ -27,7 +27,7 @@ from toposched.jobs.spec import JobSpec
 from toposched.placement.elastic_roles import ElasticRoles, place_elastic_roles
 from toposched.placement.job_sets import JobSets, JobSetsPlacement, place_job_sets
 from toposched.placement.request import simple_request
-from toposched.placement.search import Unschedulable
+from toposched.placement.search import Placement, Unschedulable, place
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Adoption, Scheduler
 from toposched.scheduler.decisions import Bind, Evict
@@ -248,6 +248,22 @@ def test_as_a_victim_it_frees_every_pod_it_holds() -> None:
     assert [e.job_id for e in evictions] == ["u"]
 
 
+def test_placed_as_one_gang_it_holds_its_minimums() -> None:
+    # As the simulator's baselines place a job of several sets: its gang, the sets' minimums.
+    scheduler = Scheduler(cluster(), team())
+    sets = [
+        {"name": "trainer", "pods": 4, "min_pods": 2, "resources_per_pod": {"gpus": 4}},
+        {"name": "rollout", "pods": 4, "min_pods": 1, "resources_per_pod": {"gpus": 4}},
+    ]
+    job = scheduler.submit(elastic_job("el", *sets), now=0)
+    assert job.request.pods == 3
+    placement = place(scheduler.state, job.request)
+    assert isinstance(placement, Placement)
+    scheduler.bind("el", placement, now=0)
+    assert job.held is not None and [r.pods for r in job.held.roles] == [2, 1]
+    assert scheduler.running_gpus("team") == 12.0
+
+
 def test_requeued_it_asks_for_its_minimum_again() -> None:
     scheduler = Scheduler(cluster(), team())
     job = scheduler.submit(elastic_job(resumable=True), now=0)
@@ -279,9 +295,10 @@ def test_adopted_it_holds_the_counts_it_had() -> None:
     assert again.running_gpus("team") == 16.0
     # Counts outside the sets' are bad input; nothing is taken.
     other = Scheduler(cluster(), team())
-    one = Allocation.of([0], [[0, 1, 2, 3]])
-    with pytest.raises(InputError):
-        other.adopt_many([Adoption(spec, Allocation.of_sets([one], keep_sets=True), 0.0)], 10.0)
+    trainer, rollout = Allocation.of([0], [[0, 1, 2, 3]]), Allocation.of([1], [[0, 1, 2, 3]])
+    below = Allocation.of_sets([trainer, rollout], keep_sets=True)  # the rollout's minimum is 2
+    with pytest.raises(InputError, match="pod sets of 1-4, 2-8 pods"):
+        other.adopt_many([Adoption(spec, below, 0.0)], 10.0)
     assert other.state.allocations == {}
 
 

@@ -76,10 +76,15 @@ class JobSets:
     def counts_in(self, allocation: Allocation) -> tuple[int, ...]:
         """Each set's pods in `allocation`, one of this job's: the parts of an elastic job's
         allocation (`JobSetsPlacement.joined` keeps them apart), each within the set's
-        minimum and pods; a job of fixed sets holds every pod."""
+        minimum and pods, or the minimums for the job placed as one gang; a job of fixed sets
+        holds every pod."""
         if not self.elastic:
             return tuple(role.pods for role in self.roles)
         parts = allocation.parts
+        if len(parts) == 1 < len(self.roles):
+            # Placed as one gang (`gang`: the sets at their minimums), as the simulator's
+            # baselines place a job of several sets.
+            return self.minimums
         counts = tuple(part.pods for part in parts)
         fits = len(parts) == len(self.roles) and all(
             least <= count <= role.pods
