@@ -104,8 +104,12 @@ BAD_JOBS = [
      "valid fields are name, pods, resources_per_pod, topology, min_pods"),
     ("set slice does not divide", with_set(0, topology={"slices": [{"level": "rack", "pods": 3}]}),
      "pod_sets[0].topology.slices[0].pods", 3, "must divide the set's pods (4)"),
-    ("elastic set", with_set(1, min_pods=1), "pod_sets[1].min_pods", 1,
-     "elastic pod sets are not supported yet"),
+    ("minimum above pods", with_set(1, min_pods=3), "pod_sets[1].min_pods", 3,
+     "must be at most the set's pods (2)"),
+    ("minimum zero", with_set(1, min_pods=0), "pod_sets[1].min_pods", 0, "integer >= 1"),
+    ("minimum not whole slices",
+     with_set(0, min_pods=1, topology={"slices": [{"level": "rack", "pods": 2}]}),
+     "pod_sets[0].min_pods", 1, "must be a multiple of the set's outermost slice, 2 pods per rack"),
     ("job-level slices", two_sets(topology={"slices": [{"level": "rack", "pods": 2}]}),
      "topology.slices", [{"level": "rack", "pods": 2}], "slices belong to each set's topology"),
     ("too many pods", two_sets(pod_sets=[
@@ -141,7 +145,7 @@ pod_sets:
   - name: rollout
     pods: 2
     resources_per_pod: {gpus: 8}
-    min_pods: 1
+    min_pods: 3
 """
 
 
@@ -153,14 +157,14 @@ def test_a_file_error_names_file_line_and_set(tmp_path: Path) -> None:
     error = caught.value
     assert (error.file, error.line) == (str(path), 10)
     assert str(error).startswith(
-        f"{path}:10: pod_sets[1].min_pods: 1 is invalid: elastic pod sets are not supported yet"
+        f"{path}:10: pod_sets[1].min_pods: 3 is invalid: must be at most the set's pods (2)"
     )
 
 
 def test_both_forms_in_a_file_point_at_the_shorthand(tmp_path: Path) -> None:
     path = tmp_path / "rl.yaml"
     path.write_text(
-        JOB_FILE.replace("min_pods: 1\n", "").replace("name: rl\n", "name: rl\npods: 6\n")
+        JOB_FILE.replace("min_pods: 3\n", "").replace("name: rl\n", "name: rl\npods: 6\n")
     )
     with pytest.raises(InputError) as caught:
         read_job_files([path])
@@ -173,7 +177,7 @@ def test_an_error_against_the_cluster_names_the_sets_line(
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(CLUSTER)
     path = tmp_path / "rl.yaml"
-    path.write_text(JOB_FILE.replace("min_pods: 1", "topology: {required: spine}"))
+    path.write_text(JOB_FILE.replace("min_pods: 3", "topology: {required: spine}"))
     assert main(["place", str(path), "--cluster", str(cluster)]) == 2
     assert (
         f"{path}:10: pod_sets[1].topology.required: 'spine' is invalid: unknown level; "

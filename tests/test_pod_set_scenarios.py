@@ -1,5 +1,6 @@
 """Golden scenarios of jobs with several pod sets, from tests/scenarios/pod_sets/*.yaml: each
-case's job placed every set or none (`place_job_sets`), checked set by set and as a whole."""
+case's job placed every set or none (`place_job_sets`), checked set by set and as a whole;
+`counts` gives the pods each set got (elastic sets, `min_pods`)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,16 @@ from toposched.placement.search import Unschedulable
 SCENARIO_DIR = Path(__file__).parent / "scenarios" / "pod_sets"
 FILE_FIELDS = {"cluster", "builder", "allocations", "health", "policy", "cases"}
 CASE_FIELDS = {"name", "job", "expect", "policy"}
-EXPECTATIONS = {"sets", "within", "domains_used", "untouched", "unschedulable", "error", "shapes"}
+EXPECTATIONS = {
+    "sets",
+    "within",
+    "domains_used",
+    "untouched",
+    "unschedulable",
+    "error",
+    "shapes",
+    "counts",
+}
 
 
 def load_cases() -> list[Any]:
@@ -82,7 +92,9 @@ def test_scenario(scenario: Mapping[str, Any], case: Mapping[str, Any]) -> None:
         check_failure(result, expect["unschedulable"])
         return
     assert isinstance(result, JobSetsPlacement), f"unschedulable: {result.reason}"
-    for role, placement in zip(sets.roles, result.placements, strict=True):
+    counts = dict(zip((role.name for role in sets.roles), result.counts, strict=True))
+    assert counts == {**counts, **expect.get("counts", {})}
+    for role, placement in zip(result.placed_sets.roles, result.placements, strict=True):
         # Each set valid where the sets before it hold their pods (they share the nodes).
         assert_valid_placement(state, role, placement)
         state.allocate(f"{spec.name}[{role.name}]", placement.allocation)

@@ -120,8 +120,11 @@ _POD_SET = ModelRules(
         "pods": FieldRule(_value(rules.pod_count), required=True),
         "resources_per_pod": FieldRule(model=_RESOURCES, required=True, after=_asks_for_something),
         "topology": FieldRule(model=_TOPOLOGY),
-        "min_pods": FieldRule(),
-    }
+        "min_pods": FieldRule(_value(rules.min_pods)),
+    },
+    after=lambda pod_set: rules.check_min_pods(
+        pod_set.get("min_pods"), pod_set["pods"], _groups(pod_set.get("topology", {}))
+    ),
 )
 """A pod set's fields; a job with pod sets is left to the model whole (`defer`)."""
 JOB = ModelRules(

@@ -35,7 +35,8 @@ written anywhere: the cluster file is only read.
 
 A job file holds one job, a list of jobs, a `jobs:` list or several YAML documents (see the
 README for the fields). A job of several pod sets (`pod_sets`) is placed every set or none,
-and shown set by set, its pods numbered set after set (docs/placement.md).
+and shown set by set, its pods numbered set after set (docs/placement.md); an elastic set
+(`min_pods`) shows the pods it got, as many as fit up to its `pods`.
 
 The cluster is a YAML/JSON description or an openb node CSV (see `toposched cluster show
 --help`), or --fleet: the 1,000,080-GPU GB300 fleet at 70% occupancy that `toposched bench
@@ -165,7 +166,10 @@ def _place(
         if not isinstance(sets, Unschedulable):
             for role, placement in zip(request.roles, sets.placements, strict=True):
                 state.allocate(f"{job.name}[{role.name}]", placement.allocation)
-        asks = " + ".join(_asks(state, role) for role in request.roles)
+        least = request.minimums or [role.pods for role in request.roles]
+        asks = " + ".join(
+            _asks(state, role, most) for role, most in zip(request.roles, least, strict=True)
+        )
         return Outcome(job, sets, elapsed, asks)
     result = place(state, request, policy)
     elapsed = time.perf_counter() - started
@@ -174,8 +178,10 @@ def _place(
     return Outcome(job, result, elapsed, _asks(state, request))
 
 
-def _asks(state: ClusterState, request: GangRequest) -> str:
-    return f"{request.pods:,} x {request.describe_pod(state.topology)}"
+def _asks(state: ClusterState, request: GangRequest, least: int | None = None) -> str:
+    """The pods asked, e.g. `8 x 4 GPUs`; an elastic set's from its minimum, `2-8 x 4 GPUs`."""
+    pods = f"{request.pods:,}" if least in (None, request.pods) else f"{least:,}-{request.pods:,}"
+    return f"{pods} x {request.describe_pod(state.topology)}"
 
 
 def _placed(outcome: Outcome) -> bool:
@@ -256,17 +262,21 @@ def _pod_rows(
 def _set_parts(
     state: ClusterState, placed: JobSetsPlacement, limit: int | None
 ) -> list[dict[str, Any]]:
-    """Each set of a placed job: its name, asks, ranks, domains and (the first `limit`) pods."""
+    """Each set of a placed job: its name, asks, pods placed (an elastic set's as many as
+    fitted), ranks, domains and (the first `limit`) pods."""
     from toposched.placement.job_sets import set_ranks
 
+    sets = placed.sets
+    least = sets.minimums or [role.pods for role in sets.roles]
     parts = []
-    for (name, first, last), role, placement in zip(
-        set_ranks(placed.sets), placed.sets.roles, placed.placements, strict=True
+    for (name, first, last), role, most, placement in zip(
+        set_ranks(placed.placed_sets), sets.roles, least, placed.placements, strict=True
     ):
         parts.append(
             {
                 "name": name,
-                "asks": _asks(state, role),
+                "asks": _asks(state, role, most),
+                "placed_pods": last - first,
                 "ranks": [first, last - 1],
                 "domains_used": _domains_used(state, [placement]),
                 "pods": _pod_rows(state, placement, limit, first),
@@ -328,12 +338,15 @@ def _print_tables(
         elif not isinstance(result, Unschedulable):
             where = _where(_domains_used(state, result.placements))
             table.add_row(job.name, asks, "[green]placed[/]", where, format_timing(elapsed))
-            for part in _set_parts(state, result, 0):
+            for part, role in zip(_set_parts(state, result, 0), result.sets.roles, strict=True):
                 first, last = part["ranks"]
+                taken = (
+                    "" if part["placed_pods"] == role.pods else f"{part['placed_pods']:,} pods, "
+                )
                 table.add_row(
                     f"  set {part['name']}",
                     part["asks"],
-                    f"ranks {first:,}-{last:,}",
+                    f"{taken}ranks {first:,}-{last:,}",
                     _where(part["domains_used"]),
                     "",
                 )

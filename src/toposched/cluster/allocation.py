@@ -59,9 +59,13 @@ class Allocation:
     @property
     def largest(self) -> Allocation:
         """The part holding the most milli-GPU (the first of equals): what a record keeping one
-        pod shape per holder keeps of an allocation of several."""
+        pod shape per holder keeps of an allocation of several; all of it, as one shape, when
+        its sets share one (an elastic job's, kept apart for their counts)."""
         if not self.sets:
             return self
+        first = _shape(self.sets[0])
+        if all(_shape(part) == first for part in self.sets):
+            return Allocation.of_sets(self.sets)
         return max(self.sets, key=lambda part: part.gpu_milli_total)
 
     def with_nodes(self, nodes: NDArray[np.int64]) -> Allocation:
@@ -75,23 +79,25 @@ class Allocation:
             part.with_nodes(nodes[start:end])
             for part, start, end in zip(self.sets, starts, ends, strict=True)
         )
-        return Allocation.of_sets(moved)
+        return Allocation.of_sets(moved, keep_sets=True)
 
     def renumbered(self, moved: NDArray[np.int64]) -> Allocation:
         """This allocation with each node `n` as node `moved[n]` (a cluster numbered anew)."""
         return self.with_nodes(moved[self.nodes])
 
     @staticmethod
-    def of_sets(parts: Sequence[Allocation]) -> Allocation:
+    def of_sets(parts: Sequence[Allocation], keep_sets: bool = False) -> Allocation:
         """The pods of `parts` (allocations of one shape each, in rank order) as one
-        allocation: of one shape when they all share it, else of several (`sets`)."""
+        allocation: of one shape when they all share it, else of several (`sets`); with
+        `keep_sets`, of several whatever their shapes (an elastic job's sets, whose pod counts
+        the allocation keeps)."""
         if not parts:
             raise ValueError("an allocation of sets needs at least one set")
         if any(part.sets for part in parts):
             raise ValueError("the sets of an allocation each hold pods of one shape")
         first = parts[0]
         nodes = np.concatenate([part.nodes for part in parts])
-        if all(_shape(part) == _shape(first) for part in parts):
+        if not keep_sets and all(_shape(part) == _shape(first) for part in parts):
             if len(parts) == 1:
                 return first
             gpus = np.concatenate([part.gpus for part in parts])

@@ -27,7 +27,8 @@ class PodSet(InputModel):
     resources_per_pod: Resources
     topology: TopologySpec = Field(default_factory=TopologySpec)
     min_pods: int | None = None
-    """Elastic sets are refused for now: a set starts with all of its pods."""
+    """An elastic set: it starts with at least this many pods and takes as many as fit up to
+    `pods` (whole outermost slices); None: it starts with all of its pods."""
 
     @field_validator("name", mode="before")
     @classmethod
@@ -46,13 +47,8 @@ class PodSet(InputModel):
 
     @field_validator("min_pods", mode="before")
     @classmethod
-    def _not_elastic_yet(cls, value: Any) -> None:
-        if value is None:
-            return None
-        raise rule_error(
-            "elastic pod sets are not supported yet: every pod set starts with all of its "
-            "pods; remove min_pods"
-        )
+    def _least_pods(cls, value: Any) -> int | None:
+        return parsed(rules.min_pods, value)
 
     @model_validator(mode="after")
     def _outermost_slice_divides_pods(self) -> Self:
@@ -63,6 +59,19 @@ class PodSet(InputModel):
                 error.rule.replace("the job's pods", "the set's pods"), error.field, error.value
             ) from None
         return self
+
+    @model_validator(mode="after")
+    def _minimum_within_pods(self) -> Self:
+        try:
+            rules.check_min_pods(self.min_pods, self.pods, self.topology.slices)
+        except InputError as error:
+            raise rule_error(error.rule, error.field, error.value) from None
+        return self
+
+    @property
+    def least_pods(self) -> int:
+        """The pods the set starts with at least: `min_pods`, or all of them."""
+        return self.pods if self.min_pods is None else self.min_pods
 
     @property
     def total_gpus(self) -> int:
@@ -92,6 +101,8 @@ class PodSet(InputModel):
         topology = self.topology.to_dict()
         if topology:
             written["topology"] = topology
+        if self.min_pods is not None:
+            written["min_pods"] = self.min_pods
         return written
 
 

@@ -57,6 +57,8 @@ __all__ = [
     "pod_count",
     "positive_duration",
     "priority",
+    "check_min_pods",
+    "min_pods",
     "set_name",
     "slice_level",
     "slice_list",
@@ -147,6 +149,29 @@ def set_name(value: Any) -> str:
             value, f"must be 1 to {MAX_NAME_LENGTH} characters from letters, digits and . _ -"
         )
     return value
+
+
+def min_pods(value: Any) -> int | None:
+    """A pod set's `min_pods`: None (every pod, not elastic) or a number of pods."""
+    if value is None:
+        return None
+    return pod_count(value)
+
+
+def check_min_pods(least: int | None, pods: int, slices: Sequence[SliceLike]) -> None:
+    """An elastic set's `min_pods` is at most its `pods` and a whole number of its outermost
+    slices (the placement takes whole slices)."""
+    if least is None:
+        return
+    if least > pods:
+        raise InputError("min_pods", least, f"must be at most the set's pods ({pods})")
+    if slices and least % slices[0].pods:
+        raise InputError(
+            "min_pods",
+            least,
+            f"must be a multiple of the set's outermost slice, {slices[0].pods} pods per "
+            f"{slices[0].level} (topology.slices[0]): an elastic set grows by whole slices",
+        )
 
 
 def account_path(value: Any) -> str:

@@ -4,6 +4,11 @@ none, all within one domain of the job's required level (`place_roles`).
 Ranks: the job's pods are numbered set after set, in the order the job lists its sets, and
 within a set in its placement's order (consecutive ranks share a node, then a rack, ...), so
 each set's ranks are contiguous.
+
+A set with `min_pods` is elastic: the job starts with at least that many of its pods and takes
+as many as fit up to its `pods` (`placement.elastic_roles`: greedy in the job's order, whole
+outermost slices). What sees the job as one gang (preemption, reservations) sees it at its
+minimums; once placed, the job holds the counts it got (`JobSets.at`, `JobSets.counts_in`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
 from toposched.cluster.topology import Topology
 from toposched.cluster.units import NODE_LEVEL
 from toposched.jobs.spec import JobSpec
+from toposched.placement.elastic_roles import ElasticRoles, place_elastic_roles
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
 from toposched.placement.roles import RolesPlacement, place_roles
@@ -26,6 +32,7 @@ __all__ = [
     "JobSets",
     "JobSetsPlacement",
     "check_sets_against_cluster",
+    "least_spec",
     "place_job_sets",
     "set_ranks",
 ]
@@ -41,15 +48,72 @@ class JobSets:
     roles: tuple[GangRequest, ...]
     level: int
     preferred: int | None
+    minimums: tuple[int, ...] = ()
+    """Each set's least pods (`min_pods`), in the roles' order; empty when every set starts
+    with all of its pods."""
+
+    @property
+    def elastic(self) -> bool:
+        """Whether some set may start with fewer pods than it asks."""
+        return any(
+            least < role.pods for role, least in zip(self.roles, self.minimums, strict=False)
+        )
+
+    def at(self, counts: Sequence[int]) -> JobSets:
+        """These sets with `counts[i]` pods each, none elastic: the sets as placed."""
+        if len(counts) != len(self.roles):
+            raise InputError("pod_sets", list(counts), f"one count per set ({len(self.roles)})")
+        roles = tuple(
+            role if role.pods == count else replace(role, pods=count)
+            for role, count in zip(self.roles, counts, strict=True)
+        )
+        return JobSets(self.job, roles, self.level, self.preferred)
+
+    def least(self) -> JobSets:
+        """The sets at their minimums (these sets when none is elastic)."""
+        return self.at(self.minimums) if self.elastic else self
+
+    def counts_in(self, allocation: Allocation) -> tuple[int, ...]:
+        """Each set's pods in `allocation`, one of this job's: the parts of an elastic job's
+        allocation (`JobSetsPlacement.joined` keeps them apart), each within the set's
+        minimum and pods, or the minimums for the job placed as one gang; a job of fixed sets
+        holds every pod."""
+        if not self.elastic:
+            return tuple(role.pods for role in self.roles)
+        parts = allocation.parts
+        if len(parts) == 1 < len(self.roles):
+            # Placed as one gang (`gang`: the sets at their minimums), as the simulator's
+            # baselines place a job of several sets.
+            return self.minimums
+        counts = tuple(part.pods for part in parts)
+        fits = len(parts) == len(self.roles) and all(
+            least <= count <= role.pods
+            for role, least, count in zip(self.roles, self.minimums, counts, strict=True)
+        )
+        if not fits:
+            raise InputError(
+                "allocation",
+                f"sets of {', '.join(map(str, counts))} pods",
+                f"job {self.job} has {len(self.roles)} pod sets of "
+                + ", ".join(
+                    f"{least}-{role.pods}"
+                    for role, least in zip(self.roles, self.minimums, strict=True)
+                )
+                + " pods",
+            )
+        return counts
 
     @property
     def pods(self) -> int:
-        return sum(role.pods for role in self.roles)
+        """Pods of every set together, at their minimums for elastic sets."""
+        return sum(role.pods for role in self.least().roles)
 
     @property
     def gpus(self) -> float:
-        """GPUs every set holds together (shared pods count their fraction)."""
-        return sum(role.pods * role.gpus_per_pod * role.gpu_milli for role in self.roles) / 1000
+        """GPUs every set holds together (shared pods count their fraction), at their
+        minimums for elastic sets: a job's sets as placed (`at`) count what they got."""
+        roles = self.least().roles
+        return sum(role.pods * role.gpus_per_pod * role.gpu_milli for role in roles) / 1000
 
     @property
     def one_shape(self) -> bool:
@@ -65,15 +129,19 @@ class JobSets:
         spread over them, on the GPU models of the set asking the most; room for it is room
         for the job's GPUs, and every set is checked to fit there before the job is given it
         (`Placing.sets_after`). Sets of shared GPUs, or without GPUs at all, make a gang of
-        the job's pods each asking the most any set asks, which holds every set."""
+        the job's pods each asking the most any set asks, which holds every set. Elastic sets
+        count their minimums: the room the job asks for to start."""
+        if self.elastic:
+            return self.least().gang(request)
         if self.one_shape:
-            return request
+            return request if request.pods == self.pods else replace(request, pods=self.pods)
         roles = self.roles
         most = max(roles, key=lambda role: role.gpus_per_pod * role.gpu_milli)
         whole = [role.gpus_per_pod for role in roles if role.gpus_per_pod]
         if not whole or any(role.is_fractional for role in roles if role.gpus_per_pod):
             return replace(
                 request,
+                pods=self.pods,
                 gpus_per_pod=most.gpus_per_pod,
                 gpu_milli=most.gpu_milli,
                 cpu_milli=max(role.cpu_milli for role in roles),
@@ -100,6 +168,7 @@ class JobSets:
             tuple(_request_shape(role) for role in self.roles),
             self.level,
             self.preferred,
+            self.minimums if self.elastic else (),
         )
 
     def own_topology(self) -> GangRequest | None:
@@ -144,7 +213,20 @@ class JobSets:
         required, preferred = spec.topology.required, spec.topology.preferred
         level = 0 if required is None else topology.level_index(required, "topology.required")
         inner = None if preferred is None else topology.level_index(preferred, "topology.preferred")
-        return JobSets(spec.name, tuple(roles), level, inner)
+        minimums = tuple(pod_set.least_pods for pod_set in spec.pod_sets)
+        elastic = any(pod_set.min_pods is not None for pod_set in spec.pod_sets)
+        return JobSets(spec.name, tuple(roles), level, inner, minimums if elastic else ())
+
+
+def least_spec(spec: JobSpec) -> JobSpec:
+    """`spec` with each elastic set at its `min_pods` (and not elastic): what the job needs
+    to start, for checks of whether it can ever run (`spec` itself when no set is elastic)."""
+    if spec.pod_sets is None or all(s.min_pods is None for s in spec.pod_sets):
+        return spec
+    sets = tuple(
+        s.model_copy(update={"pods": s.least_pods, "min_pods": None}) for s in spec.pod_sets
+    )
+    return spec.model_copy(update={"pod_sets": sets, "pods": sum(s.pods for s in sets)})
 
 
 def check_sets_against_cluster(
@@ -202,7 +284,8 @@ def _request_shape(request: GangRequest) -> tuple[object, ...]:
 
 @dataclass(frozen=True)
 class JobSetsPlacement:
-    """Where every set of a job runs: `placements[i]` for `sets.roles[i]`."""
+    """Where every set of a job runs: `placements[i]` for `sets.roles[i]` (an elastic set's
+    with the pods it got, `counts[i]`)."""
 
     sets: JobSets
     roles: RolesPlacement
@@ -211,18 +294,36 @@ class JobSetsPlacement:
     def placements(self) -> tuple[Placement, ...]:
         return self.roles.placements
 
+    @property
+    def counts(self) -> tuple[int, ...]:
+        """Each set's pods placed, in the job's order."""
+        return tuple(placement.allocation.pods for placement in self.placements)
+
+    @property
+    def placed_sets(self) -> JobSets:
+        """The job's sets at the pods each got (the sets as asked when none is elastic)."""
+        return self.sets.at(self.counts) if self.sets.elastic else self.sets
+
     def joined(self) -> Allocation:
         """Every set's pods in one allocation, set after set (the job's ranks): of one shape
-        when the sets share it, else holding each set's pods (`Allocation.of_sets`)."""
-        return Allocation.of_sets([placement.allocation for placement in self.placements])
+        when the sets share it, else holding each set's pods (`Allocation.of_sets`). An
+        elastic job's keeps each set's pods apart whatever their shapes, so its counts
+        survive a restart (`JobSets.counts_in`)."""
+        parts = [placement.allocation for placement in self.placements]
+        return Allocation.of_sets(parts, keep_sets=self.sets.elastic)
 
 
 def place_job_sets(
     state: ClusterState, sets: JobSets, policy: PlacementPolicy | None = None
 ) -> JobSetsPlacement | Unschedulable:
     """Place every set of the job, or none: `place_roles` at the job's required level,
-    preferring one domain of its preferred level. The state is unchanged."""
-    placed = place_roles(state, sets.roles, sets.level, policy, preferred=sets.preferred)
+    preferring one domain of its preferred level; elastic sets take the most pods that fit
+    (`place_elastic_roles`). The state is unchanged."""
+    if sets.elastic:
+        elastic = ElasticRoles(sets.roles, sets.minimums, sets.level, sets.preferred)
+        placed = place_elastic_roles(state, elastic, policy)
+    else:
+        placed = place_roles(state, sets.roles, sets.level, policy, preferred=sets.preferred)
     if isinstance(placed, Unschedulable):
         return placed
     return JobSetsPlacement(sets, placed)

@@ -148,9 +148,26 @@ class Job:
     as it is then)."""
     sets: JobSets | None = None
     """A job of several pod sets: placed set by set, all or none (`job_sets`)."""
+    held: JobSets | None = None
+    """While a job of elastic pod sets runs: its sets at the pods each got (`hold`)."""
 
     def __post_init__(self) -> None:
         if self.sets is not None:
+            self.request = self.sets.gang(self.request)
+
+    def hold(self, allocation: Allocation) -> None:
+        """The job starts on `allocation`: a job of elastic sets counts (GPUs, its gang for
+        moves and the preemptible index) the pods each set got, until `unhold`."""
+        sets = self.sets
+        if sets is None or not sets.elastic:
+            return
+        self.held = sets.at(sets.counts_in(allocation))
+        self.request = self.held.gang(self.request)
+
+    def unhold(self) -> None:
+        """The job waits again: a job of elastic sets asks for its minimums."""
+        if self.sets is not None and self.held is not None:
+            self.held = None
             self.request = self.sets.gang(self.request)
 
     @property
@@ -186,7 +203,7 @@ class Job:
     def gpus(self) -> float:
         """GPUs held while running (shared pods count their fraction), every set's."""
         if self.sets is not None:
-            return self.sets.gpus
+            return (self.held or self.sets).gpus
         request = self.request
         return request.pods * request.gpus_per_pod * request.gpu_milli / 1000
 

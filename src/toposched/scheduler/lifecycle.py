@@ -44,6 +44,7 @@ class Lifecycle:
         """Put `job` (new, or back from running) in the pending queue."""
         job.state = JobState.PENDING
         job.start_time = None
+        job.unhold()
         job.reason = "queued; waiting for the next cycle"
         job.reason_code = ReasonCode.QUEUED
         self.queue.add(
@@ -62,15 +63,22 @@ class Lifecycle:
         """Start the pending `job` on `placement`: hold it, fix its protection, charge it.
         An allocation that does not fit the cluster is bad input (`InputError`); an owner the
         state already holds is the scheduler's own fault (`InternalError`)."""
-        try:
-            self.state.allocate(job.job_id, placement.allocation)
-        except InputError as error:
-            if error.field == "owner":
-                raise InternalError(job.job_id, str(error)) from error
-            raise
+        self._allocate(job, placement.allocation)
         self.queue.remove(job.job_id)
         self._mark_started(job, now)
         self.ledger.started(job)
+
+    def _allocate(self, job: Job, allocation: Allocation) -> None:
+        """Hold `allocation` for `job` (elastic pod sets: the pods each got, `Job.hold`), or
+        neither."""
+        try:
+            job.hold(allocation)
+            self.state.allocate(job.job_id, allocation)
+        except InputError as error:
+            job.unhold()
+            if error.field == "owner":
+                raise InternalError(job.job_id, str(error)) from error
+            raise
 
     def _mark_started(self, job: Job, now: float) -> None:
         """The job runs from `now`: its state, start, attempt, protection and history, and its
@@ -87,12 +95,7 @@ class Lifecycle:
         """Take over the new `job`, never queued, as running on `placement` since `start_time`:
         the same as queueing it and `start` at `now`, then dating its start back (protection
         counts from the real start; usage is charged from `now`)."""
-        try:
-            self.state.allocate(job.job_id, placement.allocation)
-        except InputError as error:
-            if error.field == "owner":
-                raise InternalError(job.job_id, str(error)) from error
-            raise
+        self._allocate(job, placement.allocation)
         self._mark_started(job, now)
         job.start_time = start_time
         self.ledger.started(job)
@@ -107,8 +110,12 @@ class Lifecycle:
         """`adopt` each job in order, with the same result; their allocations are checked and
         taken together (`allocate_many`), all or none."""
         try:
+            for job, allocation in zip(jobs, allocations, strict=True):
+                job.hold(allocation)
             allocate_many(self.state, [job.job_id for job in jobs], allocations)
         except InputError as error:
+            for job in jobs:
+                job.unhold()
             if error.field == "owner":
                 raise InternalError(str(error.value), str(error)) from error
             raise

@@ -176,11 +176,12 @@ class Placing:
         """`plan` for a job of several pod sets, found for its pods as one gang within the
         job's topology (`JobSets.gang`), checked on a what-if without its victims: every set
         placed there, the plan's placement becomes the sets' (the nodes kept for the job); a
-        refusal when the room it makes does not hold every set. Other jobs' plans, and those
-        of jobs whose sets share one shape and have no topology of their own (the gang's
-        placement is theirs), are returned as they are."""
+        refusal when the room it makes does not hold every set (elastic sets: their minimums,
+        for which the victims were chosen; they take what fits there). Other jobs' plans, and
+        those of fixed sets that share one shape and have no topology of their own (the
+        gang's placement is theirs), are returned as they are."""
         sets = job.sets
-        if sets is None or (sets.one_shape and sets.own_topology() is None):
+        if sets is None or (sets.one_shape and sets.own_topology() is None and not sets.elastic):
             return plan
         statement = Statement(self.state)
         try:

@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 from toposched.cluster.errors import InputError, join_fields
 from toposched.cluster.topology import Topology
 from toposched.jobs.spec import JobSpec
+from toposched.placement.job_sets import least_spec
 from toposched.placement.request import GangRequest
 from toposched.policy.budget import BudgetTree
 from toposched.service.errors import NeverFits
@@ -64,6 +65,7 @@ class ClusterLimits:
         never run here."""
         check_ranges(spec)
         _check_account(spec.account, tree)
+        spec = least_spec(spec)  # elastic pod sets need their minimums to start
         if not spec.has_one_shape:
             self._check_sets(spec)
             return

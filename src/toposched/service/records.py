@@ -77,7 +77,8 @@ def allocation_from_json(text: str | None) -> Allocation | None:
         return None
     data = json.loads(text)
     if "sets" in data:
-        return Allocation.of_sets([_read_one_shape(part) for part in data["sets"]])
+        # Kept apart as written: an elastic job's sets may share one shape.
+        return Allocation.of_sets([_read_one_shape(part) for part in data["sets"]], keep_sets=True)
     return _read_one_shape(data)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from toposched.cluster.state import Health
 from toposched.cluster.units import HOUR
-from toposched.scheduler.jobs import JobState, ReasonCode
+from toposched.scheduler.jobs import Job, JobState, ReasonCode
 from toposched.service.core import ServiceCore
 from toposched.service.errors import Forbidden
 from toposched.service.owed import window_hours
@@ -23,7 +23,7 @@ MAX_LIST = 1000
 def job_view(core: ServiceCore, record: JobRecord) -> dict[str, Any]:
     live = core.live_job(record.job_id)
     gpus = live.gpus if live is not None else _spec_gpus(record.spec)
-    return {
+    view: dict[str, Any] = {
         "id": record.job_id,
         "account": record.account,
         "priority": record.priority,
@@ -40,6 +40,26 @@ def job_view(core: ServiceCore, record: JobRecord) -> dict[str, Any]:
         "nodes": core.allocation_nodes(record.allocation),
         "spec": record.spec,
     }
+    if record.spec.get("pod_sets"):
+        view["pod_sets"] = _set_views(record.spec["pod_sets"], live)
+    return view
+
+
+def _set_views(written: list[dict[str, Any]], live: Job | None) -> list[dict[str, Any]]:
+    """Each pod set's name, pods asked, least pods (`min_pods`, else its pods) and, while the
+    job runs, the pods it got (an elastic set's as many as fitted; else null)."""
+    placed: list[int | None] = [None] * len(written)
+    if live is not None and live.state is JobState.RUNNING and live.sets is not None:
+        placed = [role.pods for role in (live.held or live.sets).roles]
+    return [
+        {
+            "name": entry["name"],
+            "pods": entry["pods"],
+            "min_pods": entry.get("min_pods", entry["pods"]),
+            "placed_pods": count,
+        }
+        for entry, count in zip(written, placed, strict=True)
+    ]
 
 
 def _shapes(spec: dict[str, Any]) -> list[dict[str, Any]]:
