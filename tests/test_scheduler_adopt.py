@@ -162,3 +162,14 @@ def test_adopting_a_name_already_live_is_refused() -> None:
     target = scheduler()
     with pytest.raises(InputError, match="already running"):
         target.adopt_many([adoptions[0], adoptions[0]], 3 * HOUR)
+
+
+def test_copies_of_one_document_are_checked_for_their_own_account() -> None:
+    """Jobs copied from one stored document share its request, not its account: each
+    account is checked (once per account), so a copy charging an unknown one is refused."""
+    first = running_jobs()[0]
+    copy = first.spec.model_copy(update={"name": "copy", "account": "nope"})
+    assert copy.resources_per_pod is first.spec.resources_per_pod
+    target = scheduler(cap=False)
+    with pytest.raises(InputError, match="nope.*names no account"):
+        target.adopt_many([first, Adoption(copy, first.allocation, 0.0)], 3 * HOUR)
