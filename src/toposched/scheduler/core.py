@@ -146,9 +146,7 @@ class Scheduler:
         existing = self.jobs.get(spec.name)
         if existing is not None and existing.state in (JobState.PENDING, JobState.RUNNING):
             raise InputError("name", spec.name, f"a job of that name is already {existing.state}")
-        self.tree.require(spec.account, "account")
-        if not self.tree.is_leaf(spec.account):
-            raise InputError("account", spec.account, "jobs charge to a leaf account (a team)")
+        self._check_account(spec.account)
         sets = job_sets(spec, self.state.topology)
         if request is None:
             request = GangRequest.from_spec(spec, self.state.topology)
@@ -157,6 +155,12 @@ class Scheduler:
         job.record(now, "submitted")
         self.jobs[spec.name] = job
         return job
+
+    def _check_account(self, account: str) -> None:
+        """InputError unless `account` names a leaf of the budget tree (a team)."""
+        self.tree.require(account, "account")
+        if not self.tree.is_leaf(account):
+            raise InputError("account", account, "jobs charge to a leaf account (a team)")
 
     def adopt(self, spec: JobSpec, allocation: Allocation, start_time: float, now: float) -> Job:
         """Take over a job already running on `allocation` (recovery after a restart)."""
@@ -170,31 +174,43 @@ class Scheduler:
         return job
 
     def adopt_many(self, adoptions: Sequence[Adoption], now: float) -> list[Job]:
-        """`adopt` each in order, with the same result, for the many running jobs of a restart:
-        a job goes to the running set without passing through the queue, and is counted in
-        the ledger once, from its real start."""
+        """`adopt` each in order, with the same result, for the many running jobs of a restart,
+        in one pass: a job goes to the running set without passing through the queue, and is
+        counted in the ledger once, from its real start. The specs are stored documents,
+        validated when they were accepted: each account is checked once, and specs copied
+        from one document (sharing its resources and topology) share one request, resolved
+        against the topology once and copied under each job's name."""
         self.incremental.forget()
-        # Specs copied from one stored document share its resources and topology: their
-        # requests differ by name only, resolved against the topology once.
+        jobs = self.jobs
         requests: dict[tuple[int, int, int], GangRequest] = {}
-        jobs = []
+        accounts: set[str] = set()
+        adopted = []
         for adoption in adoptions:
             spec = adoption.spec
+            name = spec.name
+            existing = jobs.get(name)
             key = (id(spec.resources_per_pod), id(spec.topology), spec.pods)
             known = requests.get(key)
-            if known is None:
+            if known is None or spec.pod_sets is not None or existing is not None:
                 job = self._new_job(spec, now)
-                requests[key] = job.request
+                if spec.pod_sets is None:
+                    requests[key] = job.request
+                accounts.add(spec.account)
             else:
-                job = self._new_job(spec, now, known.renamed(spec.name))
+                if spec.account not in accounts:
+                    self._check_account(spec.account)
+                    accounts.add(spec.account)
+                submit_time = spec.submit_time if spec.submit_time is not None else now
+                job = Job(spec, known.renamed(name), submit_time, history=[(now, "submitted")])
+                jobs[name] = job
             # Running from here, never queued: the same name adopted twice is refused as such.
             job.state = JobState.RUNNING
-            jobs.append(job)
+            adopted.append(job)
         allocations = [adoption.allocation for adoption in adoptions]
         start_times = [adoption.start_time for adoption in adoptions]
-        self.lifecycle.adopt_many(jobs, allocations, start_times, now)
-        self._epoch += len(jobs)
-        return jobs
+        self.lifecycle.adopt_many(adopted, allocations, start_times, now)
+        self._epoch += len(adopted)
+        return adopted
 
     def finish(self, job_id: str, now: float) -> Job:
         """A running job ended on its own: its GPUs return."""

@@ -131,22 +131,39 @@ class Ledger:
 
     def started_many(self, jobs: Sequence[Job]) -> None:
         """`started` for each of many jobs (a restart's), in one pass: the sorted records and
-        the preemptible index filled at once."""
+        the preemptible index filled at once, each job's fields read once (what `_holding`,
+        `release_time` and `work_since` read of it)."""
         releases = []
         protection = []
         holdings = []
         allocations = self.state.allocations
+        unallocated = self.unallocated
+        self.running.update((job.spec.name, job) for job in jobs)
         for job in jobs:
-            job_id = job.job_id
-            self.running[job_id] = job
-            job.last_checkpoint = None
-            holdings.append(_holding(job, allocations[job_id], job.gpus))
-            releases.append(release_time(job))
+            spec = job.spec
+            job_id = spec.name
+            start = job.start_time
+            assert start is not None
+            job.last_checkpoint = None  # so the work at stake counts from the start
+            protected_until = start + job.min_runtime
+            runtime = spec.expected_runtime
+            releases.append((protected_until if runtime is None else start + runtime, job_id))
             if job.unallocated:
-                self.unallocated.add(job_id)
+                unallocated.add(job_id)
             else:
-                assert job.start_time is not None
-                protection.append((job.start_time + job.min_runtime, job_id))
+                protection.append((protected_until, job_id))
+            holdings.append(
+                Holding(
+                    job_id,
+                    allocations[job_id].largest,
+                    job.gpus,
+                    start,
+                    protected_until,
+                    job.unallocated,
+                    spec.account,
+                    spec.priority,
+                )
+            )
         self.preemptible.add_many(holdings)
         self.releases.update(releases)
         self.protection.update(protection)

@@ -10,7 +10,7 @@ from toposched.cluster.batch_allocate import allocate_many
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.placement.search import Placement
-from toposched.policy.budget import BudgetTree
+from toposched.policy.budget import ROOT, BudgetTree, account_ancestors
 from toposched.policy.fairshare import QueueEntry
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.errors import InternalError
@@ -119,12 +119,71 @@ class Lifecycle:
             if error.field == "owner":
                 raise InternalError(str(error.value), str(error)) from error
             raise
-        for job, start_time in zip(jobs, start_times, strict=True):
-            self._mark_started(job, now)
-            job.start_time = start_time
+        if self.settings.protection_cap is None:
+            self._mark_many_started(jobs, start_times, now)
+        else:
+            # A cap reads the team's usage as each job before it was charged.
+            for job, start_time in zip(jobs, start_times, strict=True):
+                self._mark_started(job, now)
+                job.start_time = start_time
         # The ledger's records are read by no step above (protection reads usage): filled
         # once, for all of them.
         self.ledger.started_many(jobs)
+
+    def _mark_many_started(
+        self, jobs: Sequence[Job], start_times: Sequence[float], now: float
+    ) -> None:
+        """`_mark_started` for each job, then its start dated back, in one pass (without a
+        protection cap): a job's protection depends on its min runtime and account only, and
+        is fixed once per pair; usage is charged together (`_charge_many`)."""
+        protections: dict[tuple[float, str], tuple[bool, float, str, str]] = {}
+        charges: list[tuple[str, float]] = []
+        running, code = JobState.RUNNING, ReasonCode.RUNNING
+        charge_unallocated = self.settings.charge_unallocated
+        for job, start_time in zip(jobs, start_times, strict=True):
+            spec = job.spec
+            key = (spec.min_runtime, spec.account)
+            protection = protections.get(key)
+            if protection is None:
+                how = self._protect(job)
+                event = f"started ({how})" if how else "started"
+                protection = protections[key] = (
+                    job.unallocated,
+                    job.min_runtime,
+                    job.reason,
+                    event,
+                )
+            unallocated, job.min_runtime, job.reason, event = protection
+            job.unallocated = unallocated
+            job.reason_code = code
+            job.state = running
+            job.attempts += 1
+            job.history.append((now, event))
+            job.start_time = start_time
+            gpus = job.gpus
+            if gpus > 0 and (not unallocated or charge_unallocated):
+                charges.append((spec.account, gpus))
+        self._charge_many(charges, now)
+
+    def _charge_many(self, charges: list[tuple[str, float]], now: float) -> None:
+        """`usage.start` for each (account, GPUs) in order; where every charge and every meter
+        it moves holds a whole number of GPUs, as one charge per account (sums of whole numbers
+        are exact in any order, so the meters end the same)."""
+        usage = self.usage
+        whole = all(gpus.is_integer() for _, gpus in charges) and all(
+            usage.running(meter).is_integer()
+            for account in {account for account, _ in charges}
+            for meter in (ROOT, *account_ancestors(account))
+        )
+        if not whole:
+            for account, gpus in charges:
+                usage.start(account, gpus, now)
+            return
+        totals: dict[str, float] = {}
+        for account, gpus in charges:
+            totals[account] = totals.get(account, 0.0) + gpus
+        for account, total in totals.items():
+            usage.start(account, total, now)
 
     def _protect(self, job: Job) -> str:
         """Fix whether the starting job runs as unallocated work and its protection, and say

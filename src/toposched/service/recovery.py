@@ -146,8 +146,10 @@ def _reconcile(core: ServiceCore, now: float) -> None:
     unsent = core.store.unsent_decisions()
     starting = {(d.job_id, d.attempt) for d in unsent if d.kind == "start"}
     for record in list(core.records.values()):
+        if record.state is not JobState.RUNNING:
+            continue
         key = (record.job_id, record.attempt)
-        if record.state is not JobState.RUNNING or key in alive or key in starting:
+        if key in alive or key in starting:
             continue
         job = core.scheduler.fail(record.job_id, now)
         core.sync(record, job)

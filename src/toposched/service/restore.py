@@ -42,22 +42,20 @@ class RestoredSpecs:
     is validated once, and the specs of its other jobs are copies with their own name and
     time (at restart, a store of 100,000 jobs holds a few dozen such documents, not 100,000)."""
 
-    _OWN_FIELDS = ("name", "submit_time", "run")
-
     def __init__(self) -> None:
         self._by_shape: dict[str, tuple[JobSpec, set[str]]] = {}
 
     def spec(self, document: Mapping[str, Any]) -> JobSpec:
-        name: Any = document.get("name")
-        submit_time: Any = document.get("submit_time")
-        own = self._OWN_FIELDS
+        shape = dict(document)
+        name: Any = shape.pop("name", None)
+        submit_time: Any = shape.pop("submit_time", None)
+        shape.pop("run", None)  # what to run is the backend's, not the scheduler's
         # The shape's key is its repr: equal only for documents of equal values of the same
         # types (1 and 1.0 apart), and several times cheaper than a JSON dump. Keys in another
         # order only miss the cache.
-        key = repr({field: value for field, value in document.items() if field not in own})
+        key = repr(shape)
         known = self._by_shape.get(key)
         if known is None or not _plain_name_and_time(name, submit_time):
-            shape = {field: value for field, value in document.items() if field not in own}
             spec = JobSpec.from_dict({**shape, "name": name, "submit_time": submit_time})
             fields_set = spec.model_fields_set | {"name", "submit_time"}
             self._by_shape.setdefault(key, (spec, fields_set))
