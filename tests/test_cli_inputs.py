@@ -112,6 +112,32 @@ def test_a_workload_file_within_the_limits(tmp_path: Path) -> None:
         load_workload(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("cluster", "message"),
+    [
+        (
+            "{builder: superpod, spine_groups: 100000000}",
+            "w.yaml:1: cluster: '12,800,000,000 nodes' is invalid: must be at most 4,194,304 nodes",
+        ),
+        (
+            "{builder: nvl72, zones: 0}",
+            "w.yaml:1: cluster.zones: 0 is invalid: must be an integer >= 1",
+        ),
+        (
+            "{builder: superpod, gpus: 8}",
+            "w.yaml:1: cluster.gpus: 'gpus' is invalid: is not an argument of the superpod",
+        ),
+    ],
+)
+def test_a_workloads_builder_cluster_is_checked_and_named_as_the_cluster(
+    cluster: str, message: str, tmp_path: Path
+) -> None:
+    workload = _write(tmp_path, "w.yaml", f"cluster: {cluster}\njobs: []\n")
+    with pytest.raises(InputError) as caught:
+        load_workload(workload)
+    assert str(caught.value).startswith(f"{tmp_path}/{message}")
+
+
 # --- simulate: outputs checked first, nothing lost ----------------------------------------------
 
 SMALL = """\

@@ -180,6 +180,12 @@ def test_the_light_pass_knows_the_job_models_fields() -> None:
     assert _model_fields(toposched.JobSpec) == JOB_FIELDS
 
 
+def test_the_light_pass_knows_the_job_models_default_account() -> None:
+    from toposched.jobs.rules import DEFAULT_ACCOUNT
+
+    assert toposched.JobSpec.model_fields["account"].default == DEFAULT_ACCOUNT
+
+
 JOBS_WITH_UNKNOWN_FIELDS = [
     "name: x\npods: 1\nresources_per_pod: {gpus: 1, gpuz: 2}\n",
     "name: x\npods: 1\nresources_per_pod: {gpus: 1}\nnmae: 3\n",

@@ -38,6 +38,7 @@ __all__ = [
     "check_job",
     "check_job_files",
     "check_jobs_against_cluster",
+    "check_values_against_cluster",
 ]
 
 Check = Callable[[Any, Mapping[str, Any]], Any]
@@ -246,20 +247,27 @@ def check_jobs_against_cluster(
     cluster's levels (outermost first) and GPU models: the errors of
     `toposched.placement.request.check_against_cluster`, without the job model."""
     for job in jobs:
-        values = job.values
-        topology = values.get("topology", {})
-        resources = values["resources_per_pod"]
         try:
-            rules.check_levels(
-                topology.get("required"),
-                topology.get("preferred"),
-                _groups(topology),
-                levels,
-                values["pods"],
-            )
-            rules.check_models_present(resources.get("gpu_models"), resources["gpus"], gpu_models)
+            check_values_against_cluster(job.values, levels, gpu_models)
         except InputError as error:
             raise job.locate(error) from None
+
+
+def check_values_against_cluster(
+    values: Mapping[str, Any], levels: Sequence[str], gpu_models: Sequence[str]
+) -> None:
+    """`check_jobs_against_cluster` for one job's checked values (`check_job`), its error's
+    field the job's own."""
+    topology = values.get("topology", {})
+    resources = values["resources_per_pod"]
+    rules.check_levels(
+        topology.get("required"),
+        topology.get("preferred"),
+        _groups(topology),
+        levels,
+        values["pods"],
+    )
+    rules.check_models_present(resources.get("gpu_models"), resources["gpus"], gpu_models)
 
 
 # --- reading a mapping as the model does --------------------------------------------------------

@@ -581,6 +581,11 @@ def check_outputs(args: argparse.Namespace) -> Path:
         raise InputError("--out", args.out, f"cannot be written: {error.strerror}") from None
     if args.save_workload:
         check_workload_path(args.save_workload, "--save-workload")
+    if workload_kind(args.workload) is WorkloadKind.FILE and Path(args.workload).exists():
+        from toposched.cli.workloadcheck import check_workload_file
+
+        # Before the workload is built: a bad file answers without the job model and numpy.
+        check_workload_file(args.workload)
     return out
 
 

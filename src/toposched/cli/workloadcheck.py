@@ -1,0 +1,79 @@
+"""A first, light pass over a workload file, before the workload is built: a bad file answers
+fast.
+
+`toposched simulate --workload FILE` would otherwise import the job model (pydantic) and the
+cluster's arrays (numpy) before the first error could be found. This pass reads the file with
+the workload reader's own steps (`toposched.workloads.reader`, so the same checks in the same
+order and the same `FILE:LINE:` errors) and checks every job's spec with the light pass over job
+files (`toposched.cli.jobcheck`, whose errors equal the job model's). What it cannot check
+without the heavy modules it leaves to the model's reader, which runs next:
+
+- a job the light rules leave to the model (one written with `pod_sets`): it and what follows;
+- a cluster made by a builder: the checks against the cluster (jobs' levels and GPU models,
+  failures' nodes), which need it built;
+- files larger than `LIGHT_PASS_BYTES`: reading them twice would cost more than the imports.
+
+An inline cluster is built (numpy) when every field before it is valid; a cluster file is
+checked without building it. tests/test_light_values.py checks that the errors equal the model
+reader's.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from toposched.cli.jobcheck import LIGHT_PASS_BYTES, check_job, check_values_against_cluster
+from toposched.cluster.errors import InputError
+from toposched.jobs.rules import DEFAULT_ACCOUNT
+from toposched.workloads.model import check_cluster
+from toposched.workloads.reader import (
+    ClusterFacts,
+    check_against_cluster,
+    cluster_facts,
+    read_document,
+    read_own_fields,
+)
+
+__all__ = ["check_workload_file"]
+
+
+class _LightRules:
+    """`reader.JobRules` by the light pass: a job is its checked values (`check_job`)."""
+
+    def read(self, fields: dict[str, Any]) -> dict[str, Any] | None:
+        return check_job(fields)
+
+    def name(self, job: dict[str, Any]) -> str:
+        return str(job["name"])
+
+    def account(self, job: dict[str, Any]) -> str:
+        return str(job.get("account", DEFAULT_ACCOUNT))
+
+    def check_against(self, job: dict[str, Any], cluster: ClusterFacts) -> None:
+        check_values_against_cluster(job, cluster.levels, cluster.gpu_models)
+
+
+_LIGHT_RULES = _LightRules()
+
+
+def check_workload_file(path: str | os.PathLike[str]) -> None:
+    """Refuse a workload file the model's reader (`toposched.workloads.files.load_workload`)
+    would refuse, with its error, as far as this pass can tell (see the module); return
+    quietly otherwise. A file that does not exist or cannot be read is refused here too."""
+    file = Path(path)
+    try:
+        if file.is_file() and file.stat().st_size > LIGHT_PASS_BYTES:
+            return
+    except OSError:
+        pass  # read_document says what is wrong with it
+    document = read_document(file)
+    parts = read_own_fields(document, _LIGHT_RULES)
+    if parts is None or (isinstance(parts.cluster, dict) and "builder" in parts.cluster):
+        return
+    try:
+        cluster = check_cluster(parts.cluster, document.base_dir)
+    except InputError as error:
+        raise document.lines.located((), "", error) from None
+    check_against_cluster(parts, document.lines, cluster_facts(cluster), _LIGHT_RULES)
