@@ -6,16 +6,14 @@ cluster's arrays (numpy) before the first error could be found. This pass reads 
 the workload reader's own steps (`toposched.workloads.reader`, so the same checks in the same
 order and the same `FILE:LINE:` errors) and checks every job's spec with the light pass over job
 files (`toposched.cli.jobcheck`, whose errors equal the job model's). What it cannot check
-without the heavy modules it leaves to the model's reader, which runs next:
+without the job model it leaves to the model's reader, which runs next: a job the light rules
+leave to the model (one written with `pod_sets`) and what follows it, and files larger than
+`LIGHT_PASS_BYTES` (reading them twice would cost more than the imports).
 
-- a job the light rules leave to the model (one written with `pod_sets`): it and what follows;
-- a cluster made by a builder: the checks against the cluster (jobs' levels and GPU models,
-  failures' nodes), which need it built;
-- files larger than `LIGHT_PASS_BYTES`: reading them twice would cost more than the imports.
-
-An inline cluster is built (numpy) when every field before it is valid; a cluster file is
-checked without building it. tests/test_light_values.py checks that the errors equal the model
-reader's.
+The cluster comes last, once every field of the file's own is valid: a cluster file is checked
+without building it; an inline cluster is checked before numpy loads and, when valid, built
+(numpy) to check the jobs and failures against it, as a builder's cluster is.
+tests/test_light_values.py checks that the errors equal the model reader's.
 """
 
 from __future__ import annotations
@@ -70,7 +68,7 @@ def check_workload_file(path: str | os.PathLike[str]) -> None:
         pass  # read_document says what is wrong with it
     document = read_document(file)
     parts = read_own_fields(document, _LIGHT_RULES)
-    if parts is None or (isinstance(parts.cluster, dict) and "builder" in parts.cluster):
+    if parts is None:
         return
     try:
         cluster = check_cluster(parts.cluster, document.base_dir)
