@@ -145,6 +145,11 @@ print(code, sorted(name for name in heavy if name in sys.modules))
         ),
         (b"name: x\npods: 1\nresources_per_pod: {gpus: 1, gpuz: 2}\n", "did you mean 'gpus'"),
         (b"name: x\nnmae: y\npods: 1\nresources_per_pod: {gpus: 1}\n", "did you mean 'name'"),
+        # Larger than a light pass reads in general, but of few values.
+        (
+            b"name: " + b"a" * 2_000_000 + b"\npods: 1\nresources_per_pod: {gpus: 1}\n",
+            "(2,000,000 characters) is invalid",
+        ),
     ],
 )
 def test_a_bad_job_file_is_refused_before_the_job_model_loads(
@@ -255,3 +260,19 @@ def test_a_job_file_given_twice_is_said_plainly(tmp_path: Path) -> None:
         f"job file: '{tmp_path}/job.yaml' is invalid: is given twice (job files 1 and 2); "
         "give each file once"
     )
+
+
+def test_a_job_left_to_the_model_keeps_the_models_order_of_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The first job is valid but names a level the cluster lacks; the second, of pod sets, which
+    # the light pass leaves to the model, has a bad value: the model reads every job before it
+    # checks any against the cluster, so the second job's error comes first.
+    (tmp_path / "cluster.yaml").write_text("levels: [rack]\nnodes: [{name: n1, rack: r1}]\n")
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "- {name: a, pods: 1, resources_per_pod: {gpus: 1}, topology: {required: zone}}\n"
+        "- {name: b, pod_sets: [{name: s, pods: 0, resources_per_pod: {gpus: 1}}]}\n"
+    )
+    assert main(["place", str(job), "--cluster", str(tmp_path / "cluster.yaml")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {job}:2: jobs[1].pod_sets[0].pods: 0 is")

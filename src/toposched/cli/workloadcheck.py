@@ -7,8 +7,8 @@ the workload reader's own steps (`toposched.workloads.reader`, so the same check
 order and the same `FILE:LINE:` errors) and checks every job's spec with the light pass over job
 files (`toposched.cli.jobcheck`, whose errors equal the job model's). What it cannot check
 without the job model it leaves to the model's reader, which runs next: a job the light rules
-leave to the model (one written with `pod_sets`) and what follows it, and files larger than
-`LIGHT_PASS_BYTES` (reading them twice would cost more than the imports).
+leave to the model (one written with `pod_sets`) and what follows it, and files too large for a
+light pass (`jobcheck.left_to_the_model`: reading them twice would cost more than the imports).
 
 The cluster comes last, once every field of the file's own is valid: a cluster file is checked
 without building it; an inline cluster is checked before numpy loads and, when valid, built
@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from toposched.cli.jobcheck import LIGHT_PASS_BYTES, check_job, check_values_against_cluster
+from toposched.cli.jobcheck import check_job, check_values_against_cluster, left_to_the_model
 from toposched.cluster.errors import InputError
 from toposched.jobs.rules import DEFAULT_ACCOUNT
 from toposched.workloads.model import check_cluster
@@ -32,6 +32,7 @@ from toposched.workloads.reader import (
     cluster_facts,
     read_document,
     read_own_fields,
+    read_workload_text,
 )
 
 __all__ = ["check_workload_file"]
@@ -61,12 +62,10 @@ def check_workload_file(path: str | os.PathLike[str]) -> None:
     would refuse, with its error, as far as this pass can tell (see the module); return
     quietly otherwise. A file that does not exist or cannot be read is refused here too."""
     file = Path(path)
-    try:
-        if file.is_file() and file.stat().st_size > LIGHT_PASS_BYTES:
-            return
-    except OSError:
-        pass  # read_document says what is wrong with it
-    document = read_document(file)
+    text = read_workload_text(file)
+    if left_to_the_model(text):
+        return
+    document = read_document(file, text)
     parts = read_own_fields(document, _LIGHT_RULES)
     if parts is None:
         return

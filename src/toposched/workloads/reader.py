@@ -47,6 +47,7 @@ __all__ = [
     "check_against_cluster",
     "cluster_facts",
     "read_document",
+    "read_workload_text",
     "read_own_fields",
 ]
 
@@ -110,11 +111,18 @@ class WorkloadDocument(NamedTuple):
     default_name: str
 
 
-def read_document(path: Path) -> WorkloadDocument:
+def read_workload_text(path: Path) -> str:
+    """The text of a workload file, read within the limits of `toposched.cluster.limits`."""
+    return read_text(path, "workload file")
+
+
+def read_document(path: Path, text: str | None = None) -> WorkloadDocument:
     """Read and parse a workload file (.yaml/.yml/.json, or .jsonl/.ndjson with one job per
-    line) within the limits of `toposched.cluster.limits`."""
+    line) within the limits of `toposched.cluster.limits`; `text` is its text when read
+    already (`read_workload_text`)."""
     source = str(path)
-    text = read_text(path, "workload file")
+    if text is None:
+        text = read_workload_text(path)
     suffix = path.suffix.lower()
     if suffix in JSONL_SUFFIXES:
         data, lines = _parse_jsonl(text, source)
