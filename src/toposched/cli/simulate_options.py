@@ -29,7 +29,7 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.limits import check_gpus
 from toposched.cluster.units import HOUR
 from toposched.sim.baseline_names import chosen_baselines
-from toposched.workloads.catalog import WorkloadKind, workload_kind
+from toposched.workloads.catalog import WorkloadKind, check_workload_file_named, workload_kind
 from toposched.workloads.paths import check_workload_path
 
 __all__ = ["DEFAULT_SAMPLE_INTERVAL", "add_options", "check_options", "check_outputs"]
@@ -245,8 +245,29 @@ def check_options(args: argparse.Namespace) -> None:
     check_workload_options(
         args.workload, args.gpus, args.seed, args.traces_dir, getattr(args, "teams", None)
     )
-    if getattr(args, "compare", False):
-        chosen_baselines(getattr(args, "baselines", None))
+    baselines = getattr(args, "baselines", None)
+    # The demo compares unless --alone; simulate with --compare.
+    if getattr(args, "compare", False) or getattr(args, "alone", True) is False:
+        try:
+            chosen_baselines(baselines)
+        except InputError as error:
+            raise InputError("--baselines", error.value, error.rule) from None
+    elif baselines is not None:
+        rule = "applies only with --compare" if not hasattr(args, "alone") else "not with --alone"
+        raise InputError("--baselines", baselines, rule)
+    if getattr(args, "eviction_worth", None) is None:
+        given = (
+            ("--eviction-worth-horizon", getattr(args, "eviction_worth_horizon", None)),
+            ("--eviction-worth-owed", getattr(args, "eviction_worth_owed", False) or None),
+            ("--eviction-loss-budget", _hours(getattr(args, "eviction_loss_budget", None))),
+        )
+        for option, value in given:
+            if value is not None:
+                raise InputError(option, value, "applies only with --eviction-worth")
+
+
+def _hours(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds / HOUR
 
 
 def check_outputs(args: argparse.Namespace) -> Path:
@@ -267,9 +288,10 @@ def check_outputs(args: argparse.Namespace) -> Path:
         raise InputError("--out", args.out, f"cannot be written: {error.strerror}") from None
     if args.save_workload:
         check_workload_path(args.save_workload, "--save-workload")
-    if workload_kind(args.workload) is WorkloadKind.FILE and Path(args.workload).exists():
+    if workload_kind(args.workload) is WorkloadKind.FILE:
+        path = check_workload_file_named(args.workload)
         from toposched.cli.workloadcheck import check_workload_file
 
         # Before the workload is built: a bad file answers without the job model and numpy.
-        check_workload_file(args.workload)
+        check_workload_file(path)
     return out
