@@ -45,6 +45,11 @@ print(sorted(name for name in ("numpy", "numba", "rich", "yaml") if name in sys.
         ["serve", "--bogus"],
         ["serve", "--gpus", "0"],
         ["serve", "--gpus", "65"],
+        ["eval", "--help"],
+        ["eval", "packing", "--help"],
+        ["eval", "packing", "--seeds", "x"],
+        ["bench", "--help"],
+        ["bench", "nosuch"],
     ],
 )
 def test_help_version_and_usage_errors_load_no_heavy_module(argv: list[str]) -> None:
@@ -99,6 +104,17 @@ def test_the_simulate_default_sample_interval_is_the_simulators() -> None:
     from toposched.sim import engine
 
     assert simulate.DEFAULT_SAMPLE_INTERVAL == engine.DEFAULT_SAMPLE_INTERVAL
+
+
+def test_the_eval_help_figures_are_the_evaluations() -> None:
+    from toposched.cli import evaluate
+    from toposched.evaluation import packing
+
+    assert evaluate.DEFAULT_TRACES == packing.DEFAULT_TRACES
+    assert evaluate.DEFAULT_POLICIES == packing.DEFAULT_POLICIES
+    assert list(evaluate.KNOWN_POLICIES) == packing.known_policies()
+    assert (evaluate.FIRST_SEED, evaluate.TUNE_RATIO) == (packing.FIRST_SEED, packing.TUNE_RATIO)
+    assert evaluate.TRACES_ENV == packing.TRACES_ENV
 
 
 def test_the_serve_defaults_are_the_services() -> None:
