@@ -350,3 +350,20 @@ def test_demo_summary_says_what_each_metric_means_and_keeps_targets_for_verbose(
     assert main(["demo", *options, "--verbose", "--out", str(tmp_path / "full")]) == 0
     full = capsys.readouterr().out
     assert "numpy.sort" in full and "events per second" in full
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["simulate", "--baselines", "slurm_like"], "--baselines: 'slurm_like' is invalid: "),
+        (["demo", "--alone", "--baselines", "kube_like"], "not with --alone"),
+        (["simulate", "--compare", "--baselines", "nope"], "--baselines: 'nope' is invalid: "),
+        (["simulate", "--eviction-loss-budget", "5"], "--eviction-loss-budget: 5.0 is invalid"),
+        (["simulate", "--workload", "no-such.yaml"], "workload: 'no-such.yaml' is invalid"),
+    ],
+)
+def test_an_option_that_would_be_ignored_is_refused_before_the_run(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err

@@ -268,13 +268,15 @@ ONE_JOB = "jobs:\n  - {name: a, submit: 0, runtime: 1h, pods: 1, resources_per_p
             "w.yaml:2: failures[0].nodes[0]: 'n9' is invalid: no node of that name",
         ),
         ("cluster: {file: cluster.yaml}\njobs: [{name: a}]\n", "jobs[0].submit"),
+        (None, "workload: 'w.yaml' is invalid: must be ai2"),
     ],
 )
 def test_a_bad_workload_file_is_refused_before_the_job_model_and_numpy_load(
-    text: str, message: str, tmp_path: Path
+    text: str | None, message: str, tmp_path: Path
 ) -> None:
     (tmp_path / "cluster.yaml").write_text(CLUSTER)
-    (tmp_path / "w.yaml").write_text(text)
+    if text is not None:
+        (tmp_path / "w.yaml").write_text(text)
     argv = ["simulate", "--workload", "w.yaml", "--no-progress", "--out", "out"]
     last, stderr = _probe(argv, tmp_path)
     assert last == "2 []", stderr
