@@ -152,7 +152,7 @@ def check_cluster(
         return _built(description)
     for key in ("file", "openb"):
         if key in description:
-            extra = sorted(set(description) - {key})
+            extra = sorted(set(description) - {key}, key=str)
             if extra:
                 raise InputError(f"cluster.{extra[0]}", extra[0], f"unknown next to {key}")
             path = Path(str(description[key]))
@@ -163,7 +163,7 @@ def check_cluster(
             if key == "file" or path.suffix.lower() == ".csv":
                 return read_cluster(path)  # an openb list is read by its suffix
             return load_openb_nodes(path)
-    unknown = sorted(set(description) - _INLINE_CLUSTER_KEYS)
+    unknown = sorted(set(description) - _INLINE_CLUSTER_KEYS, key=str)
     if unknown:
         raise InputError(
             f"cluster.{unknown[0]}",
@@ -176,7 +176,7 @@ def check_cluster(
 
 def _built(description: Mapping[str, Any]) -> Topology:
     name = description["builder"]
-    if name not in CLUSTER_BUILDERS:
+    if not isinstance(name, str) or name not in CLUSTER_BUILDERS:
         raise InputError(
             "cluster.builder", name, f"must be one of {', '.join(sorted(CLUSTER_BUILDERS))}"
         )
@@ -193,6 +193,9 @@ def _built(description: Mapping[str, Any]) -> Topology:
                 key,
                 f"is not an argument of the {name} builder; it takes {', '.join(usable)}",
             )
+    model = arguments.get("model")
+    if model is not None and not isinstance(model, str):
+        raise InputError("cluster.model", model, "must be a GPU model name")
     nodes = _builder_nodes(name, {**_defaults(function), **arguments})
     if nodes > MAX_NODES:
         raise InputError(
