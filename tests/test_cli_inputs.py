@@ -112,6 +112,32 @@ def test_a_workload_file_within_the_limits(tmp_path: Path) -> None:
         load_workload(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("cluster", "message"),
+    [
+        (
+            "{builder: superpod, spine_groups: 100000000}",
+            "w.yaml:1: cluster: '12,800,000,000 nodes' is invalid: must be at most 4,194,304 nodes",
+        ),
+        (
+            "{builder: nvl72, zones: 0}",
+            "w.yaml:1: cluster.zones: 0 is invalid: must be an integer >= 1",
+        ),
+        (
+            "{builder: superpod, gpus: 8}",
+            "w.yaml:1: cluster.gpus: 'gpus' is invalid: is not an argument of the superpod",
+        ),
+    ],
+)
+def test_a_workloads_builder_cluster_is_checked_and_named_as_the_cluster(
+    cluster: str, message: str, tmp_path: Path
+) -> None:
+    workload = _write(tmp_path, "w.yaml", f"cluster: {cluster}\njobs: []\n")
+    with pytest.raises(InputError) as caught:
+        load_workload(workload)
+    assert str(caught.value).startswith(f"{tmp_path}/{message}")
+
+
 # --- simulate: outputs checked first, nothing lost ----------------------------------------------
 
 SMALL = """\
@@ -324,3 +350,20 @@ def test_demo_summary_says_what_each_metric_means_and_keeps_targets_for_verbose(
     assert main(["demo", *options, "--verbose", "--out", str(tmp_path / "full")]) == 0
     full = capsys.readouterr().out
     assert "numpy.sort" in full and "events per second" in full
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["simulate", "--baselines", "slurm_like"], "--baselines: 'slurm_like' is invalid: "),
+        (["demo", "--alone", "--baselines", "kube_like"], "not with --alone"),
+        (["simulate", "--compare", "--baselines", "nope"], "--baselines: 'nope' is invalid: "),
+        (["simulate", "--eviction-loss-budget", "5"], "--eviction-loss-budget: 5.0 is invalid"),
+        (["simulate", "--workload", "no-such.yaml"], "workload: 'no-such.yaml' is invalid"),
+    ],
+)
+def test_an_option_that_would_be_ignored_is_refused_before_the_run(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err

@@ -45,6 +45,11 @@ print(sorted(name for name in ("numpy", "numba", "rich", "yaml") if name in sys.
         ["serve", "--bogus"],
         ["serve", "--gpus", "0"],
         ["serve", "--gpus", "65"],
+        ["eval", "--help"],
+        ["eval", "packing", "--help"],
+        ["eval", "packing", "--seeds", "x"],
+        ["bench", "--help"],
+        ["bench", "nosuch"],
     ],
 )
 def test_help_version_and_usage_errors_load_no_heavy_module(argv: list[str]) -> None:
@@ -101,6 +106,17 @@ def test_the_simulate_default_sample_interval_is_the_simulators() -> None:
     assert simulate.DEFAULT_SAMPLE_INTERVAL == engine.DEFAULT_SAMPLE_INTERVAL
 
 
+def test_the_eval_help_figures_are_the_evaluations() -> None:
+    from toposched.cli import evaluate
+    from toposched.evaluation import packing
+
+    assert evaluate.DEFAULT_TRACES == packing.DEFAULT_TRACES
+    assert evaluate.DEFAULT_POLICIES == packing.DEFAULT_POLICIES
+    assert list(evaluate.KNOWN_POLICIES) == packing.known_policies()
+    assert (evaluate.FIRST_SEED, evaluate.TUNE_RATIO) == (packing.FIRST_SEED, packing.TUNE_RATIO)
+    assert evaluate.TRACES_ENV == packing.TRACES_ENV
+
+
 def test_the_serve_defaults_are_the_services() -> None:
     from toposched.cli import serve
     from toposched.service import config
@@ -145,6 +161,11 @@ print(code, sorted(name for name in heavy if name in sys.modules))
         ),
         (b"name: x\npods: 1\nresources_per_pod: {gpus: 1, gpuz: 2}\n", "did you mean 'gpus'"),
         (b"name: x\nnmae: y\npods: 1\nresources_per_pod: {gpus: 1}\n", "did you mean 'name'"),
+        # Larger than a light pass reads in general, but of few values.
+        (
+            b"name: " + b"a" * 2_000_000 + b"\npods: 1\nresources_per_pod: {gpus: 1}\n",
+            "(2,000,000 characters) is invalid",
+        ),
     ],
 )
 def test_a_bad_job_file_is_refused_before_the_job_model_loads(
@@ -178,6 +199,12 @@ def _model_fields(model: Any) -> Fields:
 
 def test_the_light_pass_knows_the_job_models_fields() -> None:
     assert _model_fields(toposched.JobSpec) == JOB_FIELDS
+
+
+def test_the_light_pass_knows_the_job_models_default_account() -> None:
+    from toposched.jobs.rules import DEFAULT_ACCOUNT
+
+    assert toposched.JobSpec.model_fields["account"].default == DEFAULT_ACCOUNT
 
 
 JOBS_WITH_UNKNOWN_FIELDS = [
@@ -249,3 +276,19 @@ def test_a_job_file_given_twice_is_said_plainly(tmp_path: Path) -> None:
         f"job file: '{tmp_path}/job.yaml' is invalid: is given twice (job files 1 and 2); "
         "give each file once"
     )
+
+
+def test_a_job_left_to_the_model_keeps_the_models_order_of_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The first job is valid but names a level the cluster lacks; the second, of pod sets, which
+    # the light pass leaves to the model, has a bad value: the model reads every job before it
+    # checks any against the cluster, so the second job's error comes first.
+    (tmp_path / "cluster.yaml").write_text("levels: [rack]\nnodes: [{name: n1, rack: r1}]\n")
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "- {name: a, pods: 1, resources_per_pod: {gpus: 1}, topology: {required: zone}}\n"
+        "- {name: b, pod_sets: [{name: s, pods: 0, resources_per_pod: {gpus: 1}}]}\n"
+    )
+    assert main(["place", str(job), "--cluster", str(tmp_path / "cluster.yaml")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {job}:2: jobs[1].pod_sets[0].pods: 0 is")

@@ -1,4 +1,4 @@
-"""Random and mutated YAML/JSON documents fed to the job and cluster loaders.
+"""Random and mutated YAML/JSON documents fed to the job, cluster, workload and budget loaders.
 
 Whatever the input, a loader returns a valid result or raises InputError with a message of
 bounded length; never another exception. Inputs are random values, valid documents with one
@@ -27,6 +27,8 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import load_topology, topology_from_dict
 from toposched.cluster.topology import Topology
 from toposched.jobs.spec import JobSpec, load_jobs
+from toposched.policy.budget import BudgetTree
+from toposched.workloads.files import load_workload, save_workload
 
 # TOPOSCHED_FUZZ_EXAMPLES=5000 searches longer; the default keeps the file to ~20 s.
 FUZZ = settings(
@@ -57,6 +59,29 @@ VALID_CLUSTER: dict[str, Any] = {
         {"name": "n1", "labels": {"zone": "z1", "rack": "r1"}},
         {"name": "n2", "labels": {"zone": "z1", "rack": "r2"}, "gpus": 4},
         {"name": "n3", "zone": "z2", "rack": "r3", "cpu": "500m", "memory": 4096},
+    ],
+}
+VALID_BUDGET: dict[str, Any] = {
+    "accounts": {"research": {"share": 70, "children": {"nlp": 50, "vision": 50}}, "ops": 30}
+}
+VALID_WORKLOAD: dict[str, Any] = {
+    "format": "toposched-workload/1",
+    "name": "lab",
+    "cluster": VALID_CLUSTER,
+    "budget": VALID_BUDGET,
+    "settings": {"horizon": "2d", "checkpoint_interval": "1h"},
+    "failures": [{"time": "2h", "nodes": ["n2"], "repair_after": "4h"}],
+    "jobs": [
+        {**VALID_JOB, "account": "research/nlp", "submit": 0, "runtime": "20m", "class": "debug"},
+        {
+            "name": "eval",
+            "account": "ops",
+            "submit": "1h",
+            "runtime": 600,
+            "pods": 1,
+            "resources_per_pod": {"gpu_milli": 500},
+            "cancel_after": "30m",
+        },
     ],
 }
 
@@ -191,6 +216,26 @@ def test_cluster_files(folder: Path, document: Any, kind: str) -> None:
         check_cluster(topology, document["nodes"])
 
 
+@FUZZ
+@given(document=st.one_of(values, mutated(VALID_BUDGET)))
+def test_budget_documents(document: Any) -> None:
+    tree = checked(lambda: BudgetTree.from_dict(document))
+    if tree is not None:
+        assert BudgetTree.from_dict(tree.to_dict()).leaves() == tree.leaves()
+
+
+@FUZZ
+@given(document=mutated(VALID_WORKLOAD), suffix=st.sampled_from([".yaml", ".json"]))
+def test_workload_files(folder: Path, document: Any, suffix: str) -> None:
+    path = folder / f"workload{suffix}"
+    path.write_text(as_text(document, suffix[1:]))
+    workload = checked(lambda: load_workload(path))
+    if workload is not None:
+        saved = save_workload(workload, folder / "saved.jsonl")
+        again = load_workload(saved)
+        assert [job.spec for job in again.jobs] == [job.spec for job in workload.jobs]
+
+
 # Characters that matter to YAML and JSON syntax, and a few that matter to decoding.
 EDIT_CHARACTERS = list("&*!|>-:,[]{}#'\"?%@`\n\t 0123456789e.") + ["\x00", "\ufeff", "\u2028"]
 
@@ -237,6 +282,17 @@ def test_random_bytes(folder: Path, data: bytes, suffix: str) -> None:
     path.write_bytes(data)
     checked(lambda: load_topology(path))
     checked(lambda: load_jobs(path))
+
+
+@FUZZ
+@given(
+    text=st.one_of(edited_text(VALID_WORKLOAD), st.text(max_size=200)),
+    suffix=st.sampled_from([".yaml", ".json", ".jsonl"]),
+)
+def test_edited_workload_text(folder: Path, text: str, suffix: str) -> None:
+    path = folder / f"edited-workload{suffix}"
+    path.write_text(text, encoding="utf-8")
+    checked(lambda: load_workload(path))
 
 
 # --- through the command line ----------------------------------------------------------------

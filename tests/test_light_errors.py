@@ -228,14 +228,70 @@ def test_the_service_configuration_has_one_gpus_rule() -> None:
     ServiceConfig(gpus=64).check()
 
 
-def test_a_bad_workload_file_is_refused_before_the_simulator_loads(tmp_path: Path) -> None:
+INLINE = "cluster: {levels: [rack], nodes: [{name: n1, rack: r1, gpus: 8, gpu_model: H100}]}\n"
+ONE_JOB = "jobs:\n  - {name: a, submit: 0, runtime: 1h, pods: 1, resources_per_pod: {gpus: 1}}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            INLINE + "jobs:\n  - {name: a, submit: 0, runtime: 1h, pods: -1, "
+            "resources_per_pod: {gpus: 1}}\n",
+            "w.yaml:3: jobs[0].pods: -1 is invalid: must be an integer >= 1",
+        ),
+        (
+            INLINE + "jobs:\n  - {name: a, submit: 0, runtime: 1h, pods: 1, "
+            "resources_per_pod: {gpuz: 1}}\n",
+            "did you mean 'gpus'",
+        ),
+        (INLINE + "settings: {horizon: -1h}\n" + ONE_JOB, "w.yaml:2: settings.horizon"),
+        (INLINE + "job:\n  - {}\n", "w.yaml:2: job: [{}] is invalid: unknown field"),
+        (
+            INLINE + "jobs:\n  - {name: a, submit: 0, runtime: 1h, pods: 1, account: nlp, "
+            "resources_per_pod: {gpus: 1}}\n",
+            "jobs[0].account: 'nlp' is invalid: names no account of the budget tree",
+        ),
+        (
+            "cluster: {builder: superpod}\njobs:\n  - {name: a, submit: 0, runtime: 0, pods: 1, "
+            "resources_per_pod: {gpus: 1}}\n",
+            "w.yaml:3: jobs[0].runtime: 0 is invalid",
+        ),
+        (
+            "cluster: {file: cluster.yaml}\n"
+            "jobs:\n  - {name: a, submit: 0, runtime: 1h, pods: 1, topology: {required: zone}, "
+            "resources_per_pod: {gpus: 1}}\n",
+            "w.yaml:3: jobs[0].topology.required: 'zone' is invalid: unknown level",
+        ),
+        (
+            "cluster: {file: cluster.yaml}\nfailures: [{time: 1h, nodes: [n9]}]\n" + ONE_JOB,
+            "w.yaml:2: failures[0].nodes[0]: 'n9' is invalid: no node of that name",
+        ),
+        ("cluster: {file: cluster.yaml}\njobs: [{name: a}]\n", "jobs[0].submit"),
+        (None, "workload: 'w.yaml' is invalid: must be ai2"),
+    ],
+)
+def test_a_bad_workload_file_is_refused_before_the_job_model_and_numpy_load(
+    text: str | None, message: str, tmp_path: Path
+) -> None:
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    if text is not None:
+        (tmp_path / "w.yaml").write_text(text)
+    argv = ["simulate", "--workload", "w.yaml", "--no-progress", "--out", "out"]
+    last, stderr = _probe(argv, tmp_path)
+    assert last == "2 []", stderr
+    assert message in stderr and "Traceback" not in stderr
+
+
+def test_a_workload_job_against_an_inline_cluster_is_refused_before_the_job_model_loads(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "w.yaml").write_text(
-        "cluster: {levels: [rack], nodes: [{name: n1, rack: r1, gpus: 8, gpu_model: H100}]}\n"
-        "jobs:\n  - {name: a, submit: 0, runtime: 1h, pods: -1, resources_per_pod: {gpus: 1}}\n"
+        INLINE + "jobs:\n  - {name: a, submit: 0, runtime: 1h, pods: 1, "
+        "resources_per_pod: {gpus: 1, gpu_models: [B200]}}\n"
     )
     argv = ["simulate", "--workload", "w.yaml", "--no-progress", "--out", "out"]
     last, stderr = _probe(argv, tmp_path)
-    # The workload's reader builds the cluster (numpy) and the job model (pydantic); the
-    # simulator and its compiled loops are not loaded.
-    assert last == "2 ['numpy', 'pydantic', 'rich']", stderr
-    assert "w.yaml:3: jobs[0].pods: -1 is invalid" in stderr and "Traceback" not in stderr
+    # An inline cluster is built (numpy) to check the jobs against it; no job model.
+    assert last == "2 ['numpy']", stderr
+    assert "w.yaml:3: jobs[0].resources_per_pod.gpu_models: ['B200'] is invalid" in stderr

@@ -222,3 +222,95 @@ def test_a_job_writing_a_field_without_light_rules_is_left_to_the_model() -> Non
     with pytest.raises(InputError) as refused:
         check_job({"name": "x", "pods": -1, "resources_per_pod": {"gpus": 1}}, rules)
     assert str(refused.value) == "pods: -1 is invalid: must be an integer >= 1"
+
+
+# --- workload files: the light pass before `simulate --workload FILE` --------------------------
+
+CLUSTERS: list[Any] = [
+    {"levels": ["zone", "rack"], "nodes": [{"name": "n1", "zone": "z", "rack": "r", "gpus": 8,
+     "gpu_model": "H100"}, {"name": "n2", "zone": "z", "rack": "r2", "gpus": 4,
+     "gpu_model": "B200"}]},
+    {"file": "cluster.yaml"},
+    {"builder": "superpod", "spine_groups": 1, "units_per_group": 1, "nodes_per_unit": 2},
+]  # fmt: skip
+CLUSTER_FILE = (
+    "levels: [zone, rack]\ndefaults: {gpus: 8, gpu_model: H100}\n"
+    "nodes:\n  - {name: n1, zone: z, rack: r}\n  - {name: n2, zone: z, rack: r2}\n"
+)
+BUDGETS: list[Any] = [
+    None,
+    None,
+    {"accounts": {"research": {"share": 70, "children": {"nlp": 50, "vision": 50}}, "ops": 30}},
+    {"accounts": {"research": {"share": 70, "children": {"nlp": 50, "vision": 50}}, "ops": 30}},
+    {"accounts": {"a": 200}},
+]
+ACCOUNTS = st.sampled_from([None, "default", "research/nlp", "research", "ops", "nobody"])
+
+
+def _mostly(good: Any) -> st.SearchStrategy[Any]:
+    """`good` about seven times in eight, else a random value."""
+    return st.sampled_from([True] * 7 + [False]).flatmap(
+        lambda keep: st.just(good) if keep else values
+    )
+
+
+@st.composite
+def workload_documents(draw: st.DrawFn) -> dict[str, Any]:
+    """A workload of a few random jobs (`jobs()`, with random workload fields), a random
+    cluster, budget, settings and failures, and now and then a random top-level field."""
+    entries = []
+    for _ in range(draw(st.integers(0, 3))):
+        job = draw(jobs())
+        if isinstance(job, dict):
+            job.pop("submit_time", None)  # a workload's job arrives at `submit`
+            for key, good in (("submit", 0), ("runtime", "1h"), ("cancel_after", None)):
+                job[key] = draw(_mostly(good))
+            account = draw(ACCOUNTS)
+            if account is not None:
+                job["account"] = account
+        entries.append(job)
+    document: dict[Any, Any] = {"cluster": copy.deepcopy(draw(st.sampled_from(CLUSTERS)))}
+    budget = draw(st.sampled_from(BUDGETS))
+    if budget is not None:
+        document["budget"] = budget
+    if draw(st.booleans()):
+        document["settings"] = {"horizon": draw(_mostly("2d"))}
+    if draw(st.booleans()):
+        nodes = st.lists(st.sampled_from(["n1", "n2", "n9", 0, 1, 7, True]), min_size=1, max_size=2)
+        document["failures"] = [{"time": draw(_mostly("1h")), "nodes": draw(nodes)}]
+    document["jobs"] = entries
+    if not draw(_mostly(True)):
+        document[draw(st.sampled_from(["jbos", "notes", "name", "format", 3]))] = draw(values)
+    return document
+
+
+@EXAMPLES
+@given(workload_documents())
+def test_the_light_pass_refuses_what_the_workload_reader_refuses_in_its_words(
+    document: dict[str, Any],
+) -> None:
+    import tempfile
+
+    import yaml
+
+    from toposched.cli.workloadcheck import check_workload_file
+    from toposched.workloads.files import load_workload
+
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "cluster.yaml").write_text(CLUSTER_FILE)
+        path = Path(folder) / "w.yaml"
+        path.write_text(yaml.safe_dump(document))
+        try:
+            load_workload(path)
+            model = None
+        except InputError as error:
+            model = str(error)
+        try:
+            check_workload_file(path)
+        except InputError as error:
+            assert str(error) == model
+            return
+    # Passed by the light pass: the model accepts it too, but where the pass leaves a job (pod
+    # sets) to the model.
+    left = any(isinstance(job, dict) and "pod_sets" in job for job in document["jobs"])
+    assert model is None or left, model

@@ -5,36 +5,22 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
+if TYPE_CHECKING:
+    from toposched.bench.harness import Measurement
 
-from toposched.bench.harness import (
-    Measurement,
-    calibration,
-    interpreter_calibration,
-    machine,
-)
-from toposched.cli.console import output_console
-from toposched.cluster.units import format_timing
+# Each suite's module (numpy, the compiled loops), rich and the harness are imported when the
+# suite runs, so that `bench --help` and usage errors load none of them.
+SUITES = ("cluster", "cycle", "placement", "preempt", "ray", "serve")
+"""The suites: each `toposched.bench.<name>` module's `run_<name>_benchmarks(quick)`."""
 
 
-def _suites() -> dict[str, Callable[[bool], list[Measurement]]]:
-    from toposched.bench.cluster import run_cluster_benchmarks
-    from toposched.bench.cycle import run_cycle_benchmarks
-    from toposched.bench.placement import run_placement_benchmarks
-    from toposched.bench.preempt import run_preempt_benchmarks
-    from toposched.bench.ray import run_ray_benchmarks
-    from toposched.bench.serve import run_serve_benchmarks
-
-    return {
-        "cluster": run_cluster_benchmarks,
-        "placement": run_placement_benchmarks,
-        "cycle": run_cycle_benchmarks,
-        "preempt": run_preempt_benchmarks,
-        "serve": run_serve_benchmarks,
-        "ray": run_ray_benchmarks,
-    }
+def _suite(name: str) -> Callable[[bool], list[Measurement]]:
+    module = import_module(f"toposched.bench.{name}")
+    suite: Callable[[bool], list[Measurement]] = getattr(module, f"run_{name}_benchmarks")
+    return suite
 
 
 def register(commands: Any) -> None:
@@ -65,18 +51,24 @@ def register(commands: Any) -> None:
         "its GPUs free, next to Ray's own placement-group times). Targets are "
         "printed next to the figures.",
     )
-    parser.add_argument("suite", choices=sorted(_suites()), help="which suite to run")
+    parser.add_argument("suite", choices=SUITES, help="which suite to run")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from toposched.bench.harness import calibration, interpreter_calibration, machine
+    from toposched.cli.console import output_console
+    from toposched.cluster.units import format_timing
+
     console = output_console(stderr=args.json)
     with console.status(f"running the {args.suite} benchmarks..."):
         yardstick = calibration(runs=5 if args.quick else 15)
         interpreter = interpreter_calibration(runs=5 if args.quick else 15)
-        results = _suites()[args.suite](args.quick)
+        results = _suite(args.suite)(args.quick)
     if args.json:
         print(
             json.dumps(

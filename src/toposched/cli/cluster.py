@@ -84,12 +84,14 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    # Before the builders and the state load (numpy, the compiled loops): a bad size answers
+    # at once.
+    _check_size(args)
     from toposched.cli.console import output_console
     from toposched.cli.summary import cluster_table
     from toposched.cluster.builders import fat_tree_cluster, nvl72_cluster, superpod_cluster
     from toposched.cluster.state import ClusterState
 
-    _check_size(args)
     started = time.perf_counter()
     try:
         if args.shape == "nvl72":

@@ -6,12 +6,8 @@ import argparse
 import time
 from typing import Any
 
-from toposched.cli.simulate import (
-    add_options,
-    check_outputs,
-    compare_and_report,
-    simulate_and_report,
-)
+from toposched.cli.simulate_options import add_options
+from toposched.cli.simulate_report import compare_and_report, simulate_and_report
 from toposched.workloads.catalog import WorkloadKind, workload_kind
 
 DEMO_DAYS = 2.0
@@ -67,7 +63,6 @@ def run(args: argparse.Namespace) -> int:
             cluster_table(state, "toposched: 1,000,080-GPU GB300 NVL72 fleet", elapsed)
         )
         return 0
-    check_outputs(args)  # before the simulator loads: a bad option answers at once
     # Another workload (--workload) is titled by its own description.
     ai2 = workload_kind(args.workload) is WorkloadKind.AI2
     title = "toposched demo: Ai2-like research cluster" if ai2 else None

@@ -6,31 +6,25 @@ import argparse
 import json
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
-from toposched.bench.harness import machine
-from toposched.cli.console import output_console
 from toposched.cli.options import check_count, check_traces_dir
 from toposched.cluster.errors import InputError
-from toposched.evaluation.packing import (
-    CHECKPOINTS,
-    DEFAULT_POLICIES,
-    DEFAULT_TRACES,
-    FIRST_SEED,
-    TRACES_ENV,
-    TUNE_RATIO,
-    PackingResult,
-    PackingSummary,
-    default_traces_dir,
-    known_policies,
-    plan_jobs,
-    resolve_traces_dir,
-    run_jobs,
-    summarise,
-)
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from toposched.evaluation.packing import PackingResult, PackingSummary
+
+# The evaluation (numpy, the compiled loops) and rich are imported when it runs, so that
+# `eval --help` and usage errors load none of them; the help's figures are the evaluation's
+# own (tests/test_cli_start.py checks that they agree).
+DEFAULT_TRACES = ("default", "gpushare100", "gpuspec33", "multigpu50")
+DEFAULT_POLICIES = ("random", "bestfit", "fgd", "fgd-balanced")
+KNOWN_POLICIES = ("bestfit", "spread", "random", "fgd", "fgd-balanced")
+FIRST_SEED = 42
+TUNE_RATIO = 1.3
+TRACES_ENV = "TOPOSCHED_TRACES"
 
 TABLE_WIDTH = 170
 MAX_EVAL_SEEDS = 1000
@@ -50,7 +44,7 @@ averaged over seeds {FIRST_SEED}, {FIRST_SEED + 1}, ... Runs are spread over all
 """
 
 PACKING_EPILOG = f"""\
-policies: {", ".join(known_policies())}
+policies: {", ".join(KNOWN_POLICIES)}
   bestfit and random are our controls (our bestfit ranks nodes by free GPU only; the published
   BestFit also weighs CPU). fgd is FGD as published; fgd-balanced adds stranded-GPU and GPU-model
   scarcity costs (see toposched.placement.fragmentation).
@@ -120,6 +114,23 @@ def _names(text: str, what: str) -> list[str]:
 
 def run_packing_command(args: argparse.Namespace) -> int:
     check_traces_dir(args.traces_dir)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from toposched.cli.console import output_console
+    from toposched.evaluation.packing import (
+        default_traces_dir,
+        plan_jobs,
+        resolve_traces_dir,
+        run_jobs,
+        summarise,
+    )
+
     folder = resolve_traces_dir(args.traces_dir) if args.traces_dir else default_traces_dir()
     if args.workers is not None:
         check_count("--workers", args.workers, MAX_WORKERS)
@@ -170,6 +181,11 @@ def _triple(values: tuple[float, ...] | None) -> str:
 
 
 def _table(summaries: list[PackingSummary], order: str, elapsed: float) -> Table:
+    from rich.table import Table
+
+    from toposched.bench.harness import machine
+    from toposched.evaluation.packing import CHECKPOINTS
+
     points = "/".join(str(c) for c in CHECKPOINTS)
     table = Table(
         title=f"GPU allocation (%) at {points} % of GPU capacity arrived, openb cluster",
@@ -220,6 +236,9 @@ def _as_json(
     summaries: list[PackingSummary],
     elapsed: float,
 ) -> dict[str, Any]:
+    from toposched.bench.harness import machine
+    from toposched.evaluation.packing import CHECKPOINTS
+
     def clean(values: tuple[float, ...] | None) -> list[float | None] | None:
         if values is None:
             return None

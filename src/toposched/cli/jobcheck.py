@@ -31,6 +31,7 @@ __all__ = [
     "JOB",
     "JOB_FIELDS",
     "LIGHT_PASS_BYTES",
+    "LIGHT_PASS_VALUES",
     "CheckedJob",
     "FieldRule",
     "Fields",
@@ -38,6 +39,8 @@ __all__ = [
     "check_job",
     "check_job_files",
     "check_jobs_against_cluster",
+    "check_values_against_cluster",
+    "left_to_the_model",
 ]
 
 Check = Callable[[Any, Mapping[str, Any]], Any]
@@ -170,8 +173,15 @@ JOB_FIELDS = _fields(JOB)
 """A job's field names (JobSpec's), with those of resources_per_pod, topology and its slices."""
 
 LIGHT_PASS_BYTES = 1 << 20
-"""Files larger than this are left to the model alone: parsing them twice would cost more than
-the model's imports."""
+LIGHT_PASS_VALUES = 100_000
+"""Files larger than LIGHT_PASS_BYTES that also write more than LIGHT_PASS_VALUES values (counted
+by their `:` and `,`) are left to the model alone: parsing them twice would cost more than the
+model's imports. A large file of few values (one long name) is checked here."""
+
+
+def left_to_the_model(text: str) -> bool:
+    """Whether a file of `text` is too large for a light pass (see LIGHT_PASS_VALUES)."""
+    return len(text) > LIGHT_PASS_BYTES and text.count(":") + text.count(",") > LIGHT_PASS_VALUES
 
 
 class CheckedJob(NamedTuple):
@@ -188,22 +198,19 @@ class CheckedJob(NamedTuple):
 
 def check_job_files(paths: Sequence[str | os.PathLike[str]]) -> list[CheckedJob]:
     """Refuse a job file given twice, and the first that cannot be read or parsed, holds a job
-    the model would refuse, holds no job, or uses a job name again; the jobs checked in full
-    (of files not left to the model). Names and files with no job are checked as the model's
-    reader checks them only while every job before was checked here in full."""
+    the model would refuse, holds no job, or uses a job name again, as the model's reader finds
+    them; the jobs checked, to check against a cluster. A job or a file these rules leave to
+    the model (`defer`, `left_to_the_model`) ends the pass, the model's reader finding what
+    comes after: then no job is returned, since the model's errors in the jobs left come before
+    those against the cluster."""
     _check_given_once(paths)
     checked: list[CheckedJob] = []
-    names: NameRegister | None = NameRegister()
+    names = NameRegister()
     for path in paths:
         file = Path(path)
-        try:
-            size = file.stat().st_size if file.is_file() else 0
-        except OSError:
-            size = 0  # read_text says what is wrong with it
-        if size > LIGHT_PASS_BYTES:
-            names = None
-            continue
         text = read_text(file, "job file")
+        if left_to_the_model(text):
+            return []
         documents = parse_documents(text, str(file), json_text=file.suffix.lower() == ".json")
         entries = job_entries(documents)
         in_file = NameRegister()
@@ -214,16 +221,13 @@ def check_job_files(paths: Sequence[str | os.PathLike[str]]) -> list[CheckedJob]
             except InputError as error:
                 raise entry.locate(error) from None
             if values is None:
-                names = None
-                continue
-            if names is not None:
-                in_file.add(values["name"], entry)
+                return []
+            in_file.add(values["name"], entry)
             in_full.append(CheckedJob(values, entry))
-        if names is not None:
-            if not entries:
-                raise no_job_error(str(file))
-            for job in in_full:
-                names.add(job.values["name"], job.entry)
+        if not entries:
+            raise no_job_error(str(file))
+        for job in in_full:
+            names.add(job.values["name"], job.entry)
         checked.extend(in_full)
     return checked
 
@@ -249,20 +253,27 @@ def check_jobs_against_cluster(
     cluster's levels (outermost first) and GPU models: the errors of
     `toposched.placement.request.check_against_cluster`, without the job model."""
     for job in jobs:
-        values = job.values
-        topology = values.get("topology", {})
-        resources = values["resources_per_pod"]
         try:
-            rules.check_levels(
-                topology.get("required"),
-                topology.get("preferred"),
-                _groups(topology),
-                levels,
-                values["pods"],
-            )
-            rules.check_models_present(resources.get("gpu_models"), resources["gpus"], gpu_models)
+            check_values_against_cluster(job.values, levels, gpu_models)
         except InputError as error:
             raise job.locate(error) from None
+
+
+def check_values_against_cluster(
+    values: Mapping[str, Any], levels: Sequence[str], gpu_models: Sequence[str]
+) -> None:
+    """`check_jobs_against_cluster` for one job's checked values (`check_job`), its error's
+    field the job's own."""
+    topology = values.get("topology", {})
+    resources = values["resources_per_pod"]
+    rules.check_levels(
+        topology.get("required"),
+        topology.get("preferred"),
+        _groups(topology),
+        levels,
+        values["pods"],
+    )
+    rules.check_models_present(resources.get("gpu_models"), resources["gpus"], gpu_models)
 
 
 # --- reading a mapping as the model does --------------------------------------------------------

@@ -34,6 +34,7 @@ from toposched.cluster.units import (
 )
 
 __all__ = [
+    "DEFAULT_ACCOUNT",
     "NOTHING_ASKED",
     "Group",
     "SHAPE_REQUIRED",
@@ -116,6 +117,9 @@ def pod_count(value: Any) -> int:
 
 
 # --- the job ----------------------------------------------------------------------------------
+
+DEFAULT_ACCOUNT = "default"
+"""The account of a job that names none (JobSpec's default)."""
 
 _NAME = re.compile(r"[A-Za-z0-9._/-]+")
 _ACCOUNT_PART = re.compile(r"[A-Za-z0-9._-]+")

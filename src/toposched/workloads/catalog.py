@@ -20,6 +20,7 @@ __all__ = [
     "WORKLOAD_OPTIONS",
     "WorkloadKind",
     "WorkloadOption",
+    "check_workload_file_named",
     "unread_option_rule",
     "workload_by_name",
     "workload_kind",
@@ -153,12 +154,14 @@ def workload_by_name(
     are refused. `teams` splits a replay's jobs among that many teams
     (`variants.split_among_teams`); `resumable` (0-1) makes that share of any workload's jobs
     able to resume (`variants.with_resumable_share`)."""
-    from toposched.workloads.variants import split_among_teams, with_resumable_share
-
     workload = _built(name, seed=seed, days=days, gpus=gpus, traces_dir=traces_dir, teams=teams)
     if teams is not None:
+        from toposched.workloads.variants import split_among_teams
+
         workload = split_among_teams(workload, teams)
     if resumable is not None:
+        from toposched.workloads.variants import with_resumable_share
+
         workload = with_resumable_share(workload, resumable, 0 if seed is None else seed)
     return workload
 
@@ -173,12 +176,6 @@ def _built(
     teams: int | None,
 ) -> Workload:
     """The workload `name` names, as built (see `workload_by_name`)."""
-    from toposched.workloads.ai2 import TRAINING_SIZES, ai2_like
-    from toposched.workloads.files import load_workload
-    from toposched.workloads.frontier import frontier_lab
-    from toposched.workloads.replay import ITP_CLUSTER_NODES, itp_replay, openb_replay
-
-    ai2_variants = {name: sizes for sizes, name in TRAINING_SIZES.items()}
     for option, value in (
         (WorkloadOption.SEED, seed),
         (WorkloadOption.GPUS, gpus),
@@ -195,14 +192,21 @@ def _built(
         raise InputError("days", days, "must be a number of days > 0")
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
         raise InputError("gpus", gpus, "must be a whole number of GPUs >= 1")
-    if name in ai2_variants:
-        return ai2_like(
-            seed,
-            days if days is not None else DEFAULT_DAYS["ai2"],
-            gpus if gpus is not None else AI2_DEFAULT_GPUS,
-            training_sizes=ai2_variants[name],
-        )
+    kind = workload_kind(name)
+    if kind is WorkloadKind.AI2:
+        from toposched.workloads.ai2 import TRAINING_SIZES, ai2_like
+
+        ai2_variants = {name: sizes for sizes, name in TRAINING_SIZES.items()}
+        if name in ai2_variants:
+            return ai2_like(
+                seed,
+                days if days is not None else DEFAULT_DAYS["ai2"],
+                gpus if gpus is not None else AI2_DEFAULT_GPUS,
+                training_sizes=ai2_variants[name],
+            )
     if name == "frontier":
+        from toposched.workloads.frontier import frontier_lab
+
         racks_per_block = None if gpus is None else frontier_racks_per_block(gpus)
         workload = frontier_lab(
             seed, days if days is not None else DEFAULT_DAYS["frontier"], racks_per_block
@@ -214,6 +218,8 @@ def _built(
             )
         return workload
     if name.startswith("itp:"):
+        from toposched.workloads.replay import ITP_CLUSTER_NODES, itp_replay
+
         number = name.partition(":")[2]
         if not number.isdigit() or int(number) not in ITP_CLUSTER_NODES:
             raise InputError(
@@ -222,8 +228,16 @@ def _built(
         nodes = None if gpus is None else max(1, round(gpus / 8))
         return itp_replay(int(number), nodes=nodes, days=days, traces_dir=traces_dir)
     if name == "openb" or name.startswith("openb:"):
+        from toposched.workloads.replay import openb_replay
+
         trace = name.partition(":")[2] or "default"
         return openb_replay(trace, days=days, traces_dir=traces_dir)
+    return _from_file(name, days)
+
+
+def check_workload_file_named(name: str) -> Path:
+    """The path of the workload file `name` names, refused when no such file exists (nor
+    workload of that name)."""
     path = Path(name)
     if not path.exists():
         raise InputError(
@@ -232,6 +246,15 @@ def _built(
             "must be ai2, ai2:team-sized, frontier, itp:NN, openb[:TRACE] or an existing "
             "workload file",
         )
+    return path
+
+
+def _from_file(name: str, days: float | None) -> Workload:
+    """The workload file `name`; generators and replays are imported only where they are
+    built (they load numpy), so that a workload file's error answers without them."""
+    from toposched.workloads.files import load_workload
+
+    path = check_workload_file_named(name)
     workload = load_workload(path)
     if days is not None:
         workload.horizon = days * DAY

@@ -6,14 +6,24 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from toposched.cluster import builders
-from toposched.cluster.errors import InputError
-from toposched.cluster.loaders import load_openb_nodes, load_topology, topology_from_dict
-from toposched.cluster.topology import Topology
+from toposched.cluster.errors import InputError, join_fields
+from toposched.cluster.limits import MAX_NODES
+from toposched.cluster.loaders import (
+    CheckedCluster,
+    load_openb_nodes,
+    read_cluster,
+    topology_from_dict,
+)
 from toposched.cluster.units import HOUR, MILLI_PER_GPU
-from toposched.jobs.spec import JobSpec
+
+if TYPE_CHECKING:
+    from toposched.cluster.topology import Topology
+    from toposched.jobs.spec import JobSpec
+
+# The cluster builders (numpy) and the job model (pydantic) are imported where they are used,
+# so that the workload file's reader refuses a bad file without them.
 
 __all__ = [
     "CLUSTER_BUILDERS",
@@ -24,6 +34,7 @@ __all__ = [
     "Workload",
     "WorkloadJob",
     "build_cluster",
+    "check_cluster",
     "oversized_jobs",
 ]
 
@@ -32,13 +43,14 @@ DEFAULT_CHECKPOINT_INTERVAL = HOUR
 DEFAULT_BUDGET: dict[str, Any] = {"accounts": {"default": {"share": 100}}}
 """One account holding the whole cluster: what a workload without a budget tree runs under."""
 
-CLUSTER_BUILDERS: dict[str, Callable[..., Topology]] = {
-    "nvl72": builders.nvl72_cluster,
-    "million": builders.million_gpu_cluster,
-    "superpod": builders.superpod_cluster,
-    "fat_tree": builders.fat_tree_cluster,
+CLUSTER_BUILDERS: dict[str, str] = {
+    "nvl72": "nvl72_cluster",
+    "million": "million_gpu_cluster",
+    "superpod": "superpod_cluster",
+    "fat_tree": "fat_tree_cluster",
 }
-"""Builders a workload's `cluster.builder` may name; the other keys are their arguments."""
+"""Builders a workload's `cluster.builder` may name (their functions in
+`toposched.cluster.builders`); the other keys are their arguments."""
 
 _INLINE_CLUSTER_KEYS = frozenset({"levels", "nodes", "defaults", "gpu_models"})
 
@@ -123,31 +135,24 @@ def build_cluster(description: Mapping[str, Any], base_dir: Path | None = None) 
     openb node list); or an inline description with `levels`, `nodes`, `defaults`, `gpu_models`.
     Errors name the field as `cluster.<key>`.
     """
+    checked = check_cluster(description, base_dir)
+    return checked if not isinstance(checked, CheckedCluster) else checked.topology()
+
+
+def check_cluster(
+    description: Mapping[str, Any], base_dir: Path | None = None
+) -> Topology | CheckedCluster:
+    """`build_cluster`'s checks, with its errors: a cluster file checked without building its
+    topology (no numpy), any other cluster built."""
     if not isinstance(description, Mapping) or not description:
         raise InputError(
             "cluster", description, "must be a mapping: {builder: ...}, {file: ...} or inline"
         )
     if "builder" in description:
-        name = description["builder"]
-        if name not in CLUSTER_BUILDERS:
-            raise InputError(
-                "cluster.builder", name, f"must be one of {', '.join(sorted(CLUSTER_BUILDERS))}"
-            )
-        function = CLUSTER_BUILDERS[name]
-        arguments = {key: value for key, value in description.items() if key != "builder"}
-        accepted = inspect.signature(function).parameters
-        for key in arguments:
-            if key not in accepted or (key == "model" and name == "fat_tree"):
-                usable = [p for p in accepted if not (p == "model" and name == "fat_tree")]
-                raise InputError(
-                    f"cluster.{key}",
-                    key,
-                    f"is not an argument of the {name} builder; it takes {', '.join(usable)}",
-                )
-        return function(**arguments)
+        return _built(description)
     for key in ("file", "openb"):
         if key in description:
-            extra = sorted(set(description) - {key})
+            extra = sorted(set(description) - {key}, key=str)
             if extra:
                 raise InputError(f"cluster.{extra[0]}", extra[0], f"unknown next to {key}")
             path = Path(str(description[key]))
@@ -155,8 +160,10 @@ def build_cluster(description: Mapping[str, Any], base_dir: Path | None = None) 
                 path = base_dir / path
             if not path.is_file():
                 raise InputError(f"cluster.{key}", str(path), "file not found")
-            return load_openb_nodes(path) if key == "openb" else load_topology(path)
-    unknown = sorted(set(description) - _INLINE_CLUSTER_KEYS)
+            if key == "file" or path.suffix.lower() == ".csv":
+                return read_cluster(path)  # an openb list is read by its suffix
+            return load_openb_nodes(path)
+    unknown = sorted(set(description) - _INLINE_CLUSTER_KEYS, key=str)
     if unknown:
         raise InputError(
             f"cluster.{unknown[0]}",
@@ -165,6 +172,69 @@ def build_cluster(description: Mapping[str, Any], base_dir: Path | None = None) 
             "with levels, nodes, defaults, gpu_models",
         )
     return topology_from_dict(description, source="cluster")
+
+
+def _built(description: Mapping[str, Any]) -> Topology:
+    name = description["builder"]
+    if not isinstance(name, str) or name not in CLUSTER_BUILDERS:
+        raise InputError(
+            "cluster.builder", name, f"must be one of {', '.join(sorted(CLUSTER_BUILDERS))}"
+        )
+    from toposched.cluster import builders
+
+    function: Callable[..., Topology] = getattr(builders, CLUSTER_BUILDERS[name])
+    arguments = {key: value for key, value in description.items() if key != "builder"}
+    accepted = inspect.signature(function).parameters
+    for key in arguments:
+        if key not in accepted or (key == "model" and name == "fat_tree"):
+            usable = [p for p in accepted if not (p == "model" and name == "fat_tree")]
+            raise InputError(
+                f"cluster.{key}",
+                key,
+                f"is not an argument of the {name} builder; it takes {', '.join(usable)}",
+            )
+    model = arguments.get("model")
+    if model is not None and not isinstance(model, str):
+        raise InputError("cluster.model", model, "must be a GPU model name")
+    nodes = _builder_nodes(name, {**_defaults(function), **arguments})
+    if nodes > MAX_NODES:
+        raise InputError(
+            "cluster", f"{nodes:,} nodes", f"must be at most {MAX_NODES:,} nodes (docs/limits.md)"
+        )
+    try:
+        return function(**arguments)
+    except InputError as error:
+        raise InputError(join_fields("cluster", error.field), error.value, error.rule) from None
+
+
+def _defaults(function: Callable[..., Topology]) -> dict[str, Any]:
+    return {
+        name: parameter.default
+        for name, parameter in inspect.signature(function).parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
+
+
+_BUILDER_COUNTS = {
+    "nvl72": ("zones", "blocks_per_zone", "racks_per_block", "nodes_per_rack"),
+    "superpod": ("spine_groups", "units_per_group", "nodes_per_unit"),
+    "fat_tree": ("k", "k", "k"),
+}
+
+
+def _builder_nodes(name: str, arguments: Mapping[str, Any]) -> int:
+    """The nodes a builder would make from these arguments (0 when one is not a count: the
+    builder refuses it), so that a size past the limit is refused before memory is taken."""
+    keys = _BUILDER_COUNTS.get(name, ())
+    if name == "nvl72" and arguments.get("total_racks") is not None:
+        keys = ("total_racks", "nodes_per_rack")
+    nodes = 1
+    for key in keys:
+        count = arguments.get(key)
+        if isinstance(count, bool) or not isinstance(count, int):
+            return 0
+        nodes *= max(count, 0)
+    return nodes // 4 if name == "fat_tree" else nodes
 
 
 class SpecFactory:
@@ -200,6 +270,8 @@ class SpecFactory:
             }
             if topology:
                 data["topology"] = dict(topology)
+            from toposched.jobs.spec import JobSpec
+
             template = self._templates[key] = JobSpec.from_dict(data)
         return template.model_copy(
             update={

@@ -1,0 +1,297 @@
+"""`toposched simulate`'s options (also the demo's): the flags with their help, and the rules
+checked before anything loads or is made (`check_outputs`)."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from toposched.cli.options import (
+    check_days,
+    check_seed,
+    check_traces_dir,
+    check_workload_options,
+)
+from toposched.cli.simulate_values import (
+    borrowed_duration,
+    cycle_interval,
+    loss_budget,
+    percentage,
+    sample_interval,
+    spares_option,
+    team_count,
+    topology_price_option,
+    worth_horizon,
+    worth_ratio,
+)
+from toposched.cluster.errors import InputError
+from toposched.cluster.limits import check_gpus
+from toposched.cluster.units import HOUR
+from toposched.sim.baseline_names import chosen_baselines
+from toposched.workloads.catalog import WorkloadKind, check_workload_file_named, workload_kind
+from toposched.workloads.paths import check_workload_path
+
+__all__ = ["DEFAULT_SAMPLE_INTERVAL", "add_options", "check_options", "check_outputs"]
+
+# The simulator, the scheduler and rich are imported where a run needs them, so that the
+# parser (`--help`, usage errors) loads none of them.
+DEFAULT_SAMPLE_INTERVAL = HOUR
+"""toposched.sim.engine.DEFAULT_SAMPLE_INTERVAL (tests/test_cli_start.py checks they agree)."""
+
+
+def add_options(
+    parser: argparse.ArgumentParser,
+    workload_default: str = "ai2",
+    days: float | None = None,
+    gpus: int | None = None,
+) -> None:
+    """The options of a simulation; `days` and `gpus` set defaults other than the workload's
+    own (as the demo does), and the help says them."""
+    parser.add_argument(
+        "--workload",
+        default=workload_default,
+        metavar="W",
+        help=f"ai2, ai2:team-sized, frontier, itp:NN, openb[:TRACE] or a workload FILE (default: "
+        f"{workload_default})",
+    )
+    parser.add_argument(
+        "--days",
+        type=float,
+        default=days,
+        metavar="N",
+        help="simulated days (generators: how much work to make; replays and files: stop "
+        "after N days; default: "
+        + (
+            f"{days:g}"
+            if days is not None
+            else "30 for ai2 and frontier, the whole trace otherwise"
+        )
+        + ")",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="seed of the generators, ai2 and frontier (default: 0)",
+    )
+    parser.add_argument(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help=f"cluster size in GPUs (ai2: about N in 8-GPU nodes, default {gpus or 3072:,}; "
+        "frontier: shrinks the 1,000,080-GPU fleet, 2,160 to 1,000,080; itp: N/8 nodes; "
+        "openb and files bring their own cluster and refuse it)",
+    )
+    # Set apart from --gpus so that only a size given on the command line is checked against
+    # workloads that do not read one.
+    parser.set_defaults(ai2_gpus=gpus)
+    parser.add_argument(
+        "--out",
+        default="out",
+        metavar="DIR",
+        help="folder for summary.json (default: out/)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument(
+        "--sample-interval",
+        type=sample_interval,
+        default=DEFAULT_SAMPLE_INTERVAL,
+        metavar="S",
+        help="seconds between timeline samples (default: 3600)",
+    )
+    parser.add_argument(
+        "--cycle-every",
+        type=cycle_interval,
+        default=0.0,
+        metavar="S",
+        help="at most one scheduler cycle per S simulated seconds (default: 0, a cycle after "
+        "every instant with events)",
+    )
+    parser.add_argument(
+        "--traces-dir",
+        metavar="PATH",
+        help="folder holding itp/ and openb/ (default: $TOPOSCHED_TRACES or ../shared/traces)",
+    )
+    parser.add_argument(
+        "--teams",
+        type=team_count,
+        metavar="N",
+        help="itp and openb: split the replay's jobs among N teams (2-100; each job to one by a "
+        "hash of its name, team k getting about 1/k of them), each team's budget its share of "
+        "the GPU-time, jobs classed debug (<= 30 min), training (>= 16 GPUs) or other "
+        "(default: one account holds everything)",
+    )
+    parser.add_argument(
+        "--resumable",
+        type=percentage,
+        metavar="PERCENT",
+        help="make PERCENT of the jobs (0-100, drawn at random with the seed) able to resume "
+        "from their checkpoints and the others not (default: as the workload builds them)",
+    )
+    parser.add_argument(
+        "--save-workload",
+        metavar="FILE",
+        help="also write the workload to FILE (.yaml, .yml, .json, .jsonl or .ndjson: the suffix "
+        "picks the format; the folder must exist) to replay or edit later",
+    )
+    parser.add_argument(
+        "--spares",
+        type=spares_option,
+        metavar="LEVEL:N",
+        help="hold N idle nodes per LEVEL domain (e.g. rack:1) as spares: a gang whose node "
+        "fails restarts on its surviving nodes plus a spare of the same domain (default: none)",
+    )
+    parser.add_argument(
+        "--failed-gangs",
+        choices=("first", "in-order"),
+        default="first",
+        help="a gang a node failure interrupts while it runs within its team's budget: first = "
+        "it heads the next cycle, trying to restart before the queue can take its surviving "
+        "nodes; in-order = it waits in the queue's order like any pending job (default: "
+        "first; a gang given a spare by --spares restarts there either way)",
+    )
+    parser.add_argument(
+        "--unprotected-borrowing",
+        action="store_true",
+        help="a job that takes its team past its budget gets no min-runtime protection; the "
+        "same as --borrowed-min-runtime 0",
+    )
+    parser.add_argument(
+        "--borrowed-min-runtime",
+        type=borrowed_duration,
+        metavar="D",
+        help="protect a job that takes its team past its budget for at most D (seconds, or "
+        "e.g. 30m, 1h), so that a team back under its budget reclaims its share within D "
+        "(default: none, each job keeps the min runtime it declared)",
+    )
+    parser.add_argument(
+        "--cross-account",
+        choices=("budget", "fair-share"),
+        default="budget",
+        help="when a job may evict another account's job past its min runtime: budget = only "
+        "to reclaim its account's budget, never taking the victim's account below its own; "
+        "fair-share = whenever its account ranks above in fair share (default: budget)",
+    )
+    parser.add_argument(
+        "--eviction-worth",
+        type=worth_ratio,
+        metavar="RATIO",
+        help="evict allocated work past its min runtime only when the work lost is at most "
+        "RATIO x the GPU-time the preemptor's earlier start gains (1: no more lost than "
+        "gained; docs/preemption.md, 'Is the eviction worth it?'; default: off, every "
+        "eviction the contract allows)",
+    )
+    parser.add_argument(
+        "--eviction-worth-horizon",
+        type=worth_horizon,
+        metavar="D",
+        help="with --eviction-worth: the longest wait an eviction is credited with avoiding "
+        "(seconds, or e.g. 30m, 2h; default: 2h)",
+    )
+    parser.add_argument(
+        "--eviction-worth-owed",
+        action="store_true",
+        help="with --eviction-worth: credit an eviction only with the preemptor's GPUs that "
+        "bring its team back up to its budget, not those it would borrow beyond it",
+    )
+    parser.add_argument(
+        "--eviction-loss-budget",
+        type=loss_budget,
+        metavar="GPU_HOURS",
+        help="with --eviction-worth: the most GPU-hours of budgeted work evictions may throw "
+        "away in any 24 hours; the less of it is left, the more an eviction must gain "
+        "(default: no budget)",
+    )
+    parser.add_argument(
+        "--topology-price",
+        type=topology_price_option,
+        metavar="SPEC",
+        help="slow down the runs of jobs with topology constraints that a scheduler spreads "
+        "over more domains than they ask for: 'default' (+5%% of the run per extra domain at "
+        "the innermost level, e.g. a rack, +10%% at the next, e.g. a block, +25%% further out, "
+        "at most 2x) or LEVEL=FRACTION pairs with an optional cap, e.g. "
+        "rack=0.05,block=0.1,cap=2 (default: off, placement costs nothing)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on long runs")
+    parser.add_argument(
+        "--check-incremental",
+        action="store_true",
+        help="debugging: beside every cycle that runs after submissions only (and skips the "
+        "pending jobs the last cycle settled), run a full cycle on a copy of the scheduler and "
+        "stop with an error if their decisions differ (slow; docs/policy.md)",
+    )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="also run the baselines (FIFO first-fit, Slurm-like, kube-like) on the same "
+        "workload, print them side by side and write DIR/report.html",
+    )
+    parser.add_argument(
+        "--baselines",
+        metavar="NAMES",
+        help="with --compare, the baselines to run, comma-separated, in this order, from "
+        "slurm_like, slurm_like_preempt (Slurm preempting by partition priority, victims "
+        "requeued), kube_like, fifo_first_fit (default: slurm_like,kube_like,fifo_first_fit)",
+    )
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """The options' rules (docs/limits.md), checked before anything loads or is made."""
+    check_seed(args.seed)
+    check_days(args.days)
+    check_gpus(args.gpus)
+    check_traces_dir(args.traces_dir)
+    check_workload_options(
+        args.workload, args.gpus, args.seed, args.traces_dir, getattr(args, "teams", None)
+    )
+    baselines = getattr(args, "baselines", None)
+    # The demo compares unless --alone; simulate with --compare.
+    if getattr(args, "compare", False) or getattr(args, "alone", True) is False:
+        try:
+            chosen_baselines(baselines)
+        except InputError as error:
+            raise InputError("--baselines", error.value, error.rule) from None
+    elif baselines is not None:
+        rule = "applies only with --compare" if not hasattr(args, "alone") else "not with --alone"
+        raise InputError("--baselines", baselines, rule)
+    if getattr(args, "eviction_worth", None) is None:
+        given = (
+            ("--eviction-worth-horizon", getattr(args, "eviction_worth_horizon", None)),
+            ("--eviction-worth-owed", getattr(args, "eviction_worth_owed", False) or None),
+            ("--eviction-loss-budget", _hours(getattr(args, "eviction_loss_budget", None))),
+        )
+        for option, value in given:
+            if value is not None:
+                raise InputError(option, value, "applies only with --eviction-worth")
+
+
+def _hours(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds / HOUR
+
+
+def check_outputs(args: argparse.Namespace) -> Path:
+    """The output folder, made now, and the --save-workload path checked: a path that cannot
+    be written fails before the run rather than after it, losing nothing. The options'
+    rules are checked first, before anything is made."""
+    check_options(args)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InputError(
+            "--out", args.out, "is a file, not a folder; give a folder for summary.json"
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as error:
+        raise InputError("--out", args.out, f"cannot be written: {error.strerror}") from None
+    if args.save_workload:
+        check_workload_path(args.save_workload, "--save-workload")
+    if workload_kind(args.workload) is WorkloadKind.FILE:
+        path = check_workload_file_named(args.workload)
+        from toposched.cli.workloadcheck import check_workload_file
+
+        # Before the workload is built: a bad file answers without the job model and numpy.
+        check_workload_file(path)
+    return out

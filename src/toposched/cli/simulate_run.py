@@ -1,0 +1,315 @@
+"""What a `toposched simulate` run is made of: the scheduler its options ask for, the workload
+(built, saved, warned about), the calibration measured around the run, and the runs themselves,
+each writing DIR/summary.json (`simulate`, `compare`). The simulator, the scheduler and rich are
+imported where a run needs them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+from toposched.cli.simulate_values import TopologyPriceOption
+from toposched.cluster.errors import InputError
+from toposched.cluster.units import DAY
+from toposched.workloads.catalog import WorkloadKind, workload_by_name, workload_kind
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from toposched.policy.worth import EvictionWorth
+    from toposched.sim.compare import ComparisonRun
+    from toposched.sim.engine import SimulationInterrupted
+    from toposched.sim.protocol import SchedulerFactory
+    from toposched.sim.topology_price import TopologyPrice
+    from toposched.workloads.model import Workload
+
+__all__ = [
+    "CALIBRATION_RUNS",
+    "Compared",
+    "Simulated",
+    "build_workload",
+    "compare",
+    "prepare_workload",
+    "scheduler_factory",
+    "simulate",
+    "topology_price",
+]
+
+
+def topology_price(args: argparse.Namespace) -> TopologyPrice | None:
+    """The simulated price of spread placements `--topology-price` asks for (None: off)."""
+    from toposched.sim.topology_price import DEFAULT_CAP, TopologyPrice
+
+    given: TopologyPriceOption | None = args.topology_price
+    if given is None:
+        return None
+    return TopologyPrice(given.slowdown, DEFAULT_CAP if given.cap is None else given.cap)
+
+
+def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
+    """The cost/benefit rule `--eviction-worth` asks for (None: off)."""
+    from toposched.policy.worth import DEFAULT_WORTH_HORIZON, EvictionWorth
+
+    ratio = getattr(args, "eviction_worth", None)
+    horizon = getattr(args, "eviction_worth_horizon", None)
+    owed = getattr(args, "eviction_worth_owed", False)
+    budget = getattr(args, "eviction_loss_budget", None)
+    if ratio is None:
+        given = (
+            ("--eviction-worth-horizon", horizon),
+            ("--eviction-worth-owed", owed or None),
+            ("--eviction-loss-budget", budget),
+        )
+        for option, value in given:
+            if value is not None:
+                raise InputError(option, value, "applies only with --eviction-worth")
+        return None
+    return EvictionWorth(
+        ratio,
+        DEFAULT_WORTH_HORIZON if horizon is None else horizon,
+        owed_only=owed,
+        loss_budget=budget,
+    )
+
+
+def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
+    """toposched's scheduler with the options given on the command line."""
+    from toposched.policy.contract import Contract
+    from toposched.scheduler.core import Scheduler
+    from toposched.sim.protocol import toposched_scheduler
+
+    spares = getattr(args, "spares", None)
+    protect = not getattr(args, "unprotected_borrowing", False)
+    borrowed = getattr(args, "borrowed_min_runtime", None)
+    cross_account = getattr(args, "cross_account", "budget")
+    failed_first = getattr(args, "failed_gangs", "first") == "first"
+    worth = _eviction_worth(args)
+    check = getattr(args, "check_incremental", False)
+    if (
+        not check
+        and spares is None
+        and protect
+        and borrowed is None
+        and cross_account == "budget"
+        and failed_first
+        and worth is None
+    ):
+        return toposched_scheduler
+    contract = Contract(
+        cross_account="fair_share" if cross_account == "fair-share" else "budget", worth=worth
+    )
+    return lambda state, tree: Scheduler(
+        state,
+        tree,
+        contract=contract,
+        spares=spares,
+        protect_beyond_budget=protect,
+        borrowed_min_runtime=borrowed,
+        failed_first=failed_first,
+        check_incremental=check,
+    )
+
+
+def build_workload(args: argparse.Namespace) -> Workload:
+    gpus = args.gpus
+    if gpus is None and workload_kind(args.workload) is WorkloadKind.AI2:
+        gpus = getattr(args, "ai2_gpus", None)
+    return workload_by_name(
+        args.workload,
+        seed=args.seed,
+        days=args.days,
+        gpus=gpus,
+        traces_dir=args.traces_dir,
+        teams=getattr(args, "teams", None),
+        resumable=getattr(args, "resumable", None),
+    )
+
+
+# Runs of each yardstick before and after a simulation, after one warm-up run: under a second
+# in all where the sort is slow (about 35 ms on some CPUs; 5 ms on others).
+CALIBRATION_RUNS = 5
+CALIBRATION_WARMUP = 1
+_T = TypeVar("_T")
+
+
+def _calibrated(run: Callable[[], _T]) -> tuple[_T, dict[str, Any]]:
+    """`run()`, and the calibration measured just before and just after it, with the machine:
+    speed figures of runs on different machines, or in different states of one machine,
+    compare only through it."""
+    from toposched.bench.harness import calibration, interpreter_calibration, machine
+
+    before = calibration(CALIBRATION_RUNS, CALIBRATION_WARMUP).median_s
+    interpreter = interpreter_calibration(CALIBRATION_RUNS, CALIBRATION_WARMUP)
+    interpreter_before = interpreter.median_s
+    outcome = run()
+    after = calibration(CALIBRATION_RUNS, CALIBRATION_WARMUP).median_s
+    interpreter_after = interpreter_calibration(CALIBRATION_RUNS, CALIBRATION_WARMUP).median_s
+    return outcome, {
+        "what": f"numpy.sort of 1M float32, median of {CALIBRATION_RUNS} runs",
+        "before_s": before,
+        "after_s": after,
+        "interpreter_what": f"{interpreter.name.removeprefix('calibration: ')}, median of "
+        f"{CALIBRATION_RUNS} runs",
+        "interpreter_before_s": interpreter_before,
+        "interpreter_after_s": interpreter_after,
+        "machine": machine(),
+    }
+
+
+def prepare_workload(args: argparse.Namespace, console: Console) -> tuple[Workload, float]:
+    """Build the workload (and save it when asked); warn of jobs that can never start."""
+    from rich.console import Console
+
+    from toposched.workloads.files import save_workload
+    from toposched.workloads.model import oversized_jobs
+
+    started = time.perf_counter()
+    with console.status(f"building workload {args.workload}..."):
+        workload = build_workload(args)
+    built = time.perf_counter() - started
+    if args.save_workload:
+        saved = save_workload(workload, args.save_workload)
+        console.print(
+            f"workload written to {saved} ({len(workload.jobs):,} jobs)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    oversized = oversized_jobs(workload)
+    if oversized:
+        # A warning, not an error: a trace replayed on a smaller cluster legitimately holds
+        # such jobs, and the rest of the run still measures the scheduler.
+        names = ", ".join(f"{job.name} ({job.gpus:,g} GPUs)" for job in oversized[:5])
+        more = f" and {len(oversized) - 5:,} more" if len(oversized) > 5 else ""
+        Console(stderr=True).print(
+            f"warning: {len(oversized):,} job(s) ask for more GPUs than the cluster's "
+            f"{workload.topology.n_gpus:,} and can never start: {names}{more}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return workload, built
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM stops a run as Ctrl-C does: with the partial summary written."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
+
+
+class Simulated(NamedTuple):
+    """A run of toposched's scheduler: the workload, the summary written to `path`, and the
+    stop when the run was interrupted (the summary then covers what it simulated)."""
+
+    workload: Workload
+    summary: dict[str, Any]
+    path: Path
+    interrupted: SimulationInterrupted | None
+
+
+def simulate(args: argparse.Namespace, out: Path, console: Console) -> Simulated:
+    """Build the workload, run it and write `out`/summary.json (`out` checked by
+    `simulate_options.check_outputs`); an interrupted run (Ctrl-C, SIGTERM) writes the summary
+    of what it simulated."""
+    # The workload first: a bad workload file answers before the simulator (and numba) loads.
+    workload, built = prepare_workload(args, console)
+
+    from toposched.sim.engine import Simulation, SimulationInterrupted
+    from toposched.sim.metrics import summarize
+
+    simulation = Simulation(
+        workload,
+        scheduler_factory(args),
+        sample_interval=args.sample_interval,
+        progress=not args.no_progress,
+        cycle_interval=args.cycle_every,
+        topology_price=topology_price(args),
+    )
+    _stop_on_sigterm()
+    interrupted: SimulationInterrupted | None = None
+    try:
+        result, calibrated = _calibrated(simulation.run)
+    except SimulationInterrupted as stop:
+        interrupted, result, calibrated = stop, stop.result, {}
+    summary = summarize(result)
+    if calibrated:
+        summary["scheduler_speed"]["calibration"] = calibrated
+    summary["workload_description"] = workload.description
+    summary["workload_build_seconds"] = built
+    path = out / "summary.json"
+    path.write_text(json.dumps(summary, indent=1) + "\n")
+    return Simulated(workload, summary, path, interrupted)
+
+
+class Compared(NamedTuple):
+    """toposched and the baselines on one workload: each one's summary (written to
+    DIR/summary.json) and run, and the HTML report written."""
+
+    workload: Workload
+    summaries: dict[str, dict[str, Any]]
+    runs: dict[str, ComparisonRun]
+    out: Path
+    report: Path
+
+
+def compare(
+    args: argparse.Namespace, out: Path, console: Console, title: str | None = None
+) -> Compared:
+    """Run toposched and the baselines on one workload; write the summaries (`out`/summary.json,
+    one entry per scheduler) and `out`/report.html titled `title` (default: the workload's
+    description). An interrupted comparison writes the summary of the run it stopped."""
+    from rich.console import Console
+
+    # The workload first: a bad workload file answers before the simulator (and numba) loads.
+    workload, _ = prepare_workload(args, console)
+
+    from toposched.sim.compare import run_comparison, schedulers_named
+    from toposched.sim.engine import SimulationInterrupted
+    from toposched.sim.metrics import summarize
+    from toposched.sim.report import write_report
+
+    schedulers = schedulers_named(scheduler_factory(args), getattr(args, "baselines", None))
+    _stop_on_sigterm()
+    try:
+        runs, calibrated = _calibrated(
+            lambda: run_comparison(
+                workload,
+                schedulers,
+                sample_interval=args.sample_interval,
+                progress=not args.no_progress,
+                topology_price=topology_price(args),
+            )
+        )
+    except SimulationInterrupted as stop:
+        # The runs already finished are not returned: keep the one that was stopped.
+        path = out / "summary.json"
+        partial = {stop.result.scheduler: summarize(stop.result)}
+        path.write_text(json.dumps(partial, indent=1) + "\n")
+        Console(stderr=True).print(
+            f"interrupted: {path} holds the summary of {stop.result.scheduler}'s run over its "
+            f"first {stop.result.duration / DAY:.2f} simulated days",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise
+    summaries = {name: run.summary for name, run in runs.items()}
+    for summary in summaries.values():
+        summary["scheduler_speed"]["calibration"] = calibrated
+    (out / "summary.json").write_text(json.dumps(summaries, indent=1) + "\n")
+    report = out / "report.html"
+    write_report(
+        report,
+        summaries,
+        runs,
+        title=title or f"toposched: {workload.description}",
+        description=workload.description,
+    )
+    return Compared(workload, summaries, dict(runs), out, report)

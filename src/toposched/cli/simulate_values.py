@@ -1,0 +1,152 @@
+"""The values of `toposched simulate`'s options, read as argparse reads them: each function
+takes the text given and returns the value, or raises argparse.ArgumentTypeError with the rule
+(argparse prints it as a usage error, exit code 2)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import NamedTuple
+
+from toposched.cluster.errors import InputError
+from toposched.cluster.limits import MAX_NODES, MAX_TEAMS
+from toposched.cluster.units import HOUR, parse_duration
+
+__all__ = [
+    "TopologyPriceOption",
+    "borrowed_duration",
+    "cycle_interval",
+    "loss_budget",
+    "percentage",
+    "sample_interval",
+    "seconds_option",
+    "spares_option",
+    "team_count",
+    "topology_price_option",
+    "worth_horizon",
+    "worth_ratio",
+]
+
+
+def seconds_option(text: str, positive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        rule = "> 0" if positive else ">= 0"
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds {rule}")
+    return value
+
+
+class TopologyPriceOption(NamedTuple):
+    """`--topology-price` as given: per-level slowdowns (None: the defaults) and a cap."""
+
+    slowdown: dict[str, float] | None
+    cap: float | None
+
+
+def topology_price_option(text: str) -> TopologyPriceOption:
+    if text.strip() == "default":
+        return TopologyPriceOption(None, None)
+    slowdown: dict[str, float] = {}
+    cap: float | None = None
+    for item in text.split(","):
+        name, separator, value = item.strip().partition("=")
+        try:
+            number = float(value) if separator and name else math.nan
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number) or number < (1 if name == "cap" else 0):
+            rule = "cap=FACTOR >= 1" if name == "cap" else "LEVEL=FRACTION with FRACTION >= 0"
+            raise argparse.ArgumentTypeError(
+                f"{item.strip()!r}: expected 'default' or comma-separated {rule} (e.g. rack=0.05)"
+            )
+        if name == "cap":
+            cap = number
+        else:
+            slowdown[name] = number
+    return TopologyPriceOption(slowdown, cap)
+
+
+def sample_interval(text: str) -> float:
+    return seconds_option(text, positive=True)
+
+
+def cycle_interval(text: str) -> float:
+    return seconds_option(text, positive=False)
+
+
+def borrowed_duration(text: str) -> float | None:
+    """Seconds, or None for 'none': no cap on a borrowing job's protection (the default)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return parse_duration(text, "--borrowed-min-runtime")
+    except InputError as error:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: {error.rule}; or 'none' to keep each job's declared min runtime"
+        ) from None
+
+
+def team_count(text: str) -> int:
+    if not text.isdigit() or not 2 <= int(text) <= MAX_TEAMS:
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r}: expected a whole number of teams from 2 to {MAX_TEAMS}"
+        )
+    return int(text)
+
+
+def percentage(text: str) -> float:
+    try:
+        value = float(text.removesuffix("%"))
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{text[:80]!r}: expected a percentage from 0 to 100")
+    return value / 100
+
+
+def worth_ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r}: expected GPU-seconds lost per GPU-second gained, a number >= 0 "
+            "(e.g. 1)"
+        )
+    return value
+
+
+def worth_horizon(text: str) -> float:
+    try:
+        value = parse_duration(text, "--eviction-worth-horizon")
+    except InputError as error:
+        raise argparse.ArgumentTypeError(f"{text[:80]!r}: {error.rule}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text[:80]!r}: expected a duration > 0, e.g. 2h")
+    return value
+
+
+def loss_budget(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r}: expected GPU-hours per 24 hours, a number > 0 (e.g. 100)"
+        )
+    return value * HOUR
+
+
+def spares_option(text: str) -> tuple[str, int]:
+    level, _, count = text.partition(":")
+    if not level or not count.isdigit() or not 1 <= int(count) <= MAX_NODES:
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r}: expected LEVEL:N with N >= 1 idle nodes per domain (at most "
+            f"{MAX_NODES:,}), e.g. rack:1"
+        )
+    return level, int(count)
