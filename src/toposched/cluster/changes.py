@@ -364,6 +364,10 @@ class HoldingChanges(AllocationChecks):
         what the pods hold, without reading the touched nodes' totals before and after.
         Returns what it added to each level's aggregates."""
         touched = per_node.touched
+        if gpus_per_pod == {self.gpu_free_milli.shape[1]}:
+            added = self._apply_whole_nodes(allocations, sign, pods, per_node)
+            if added is not None:
+                return added
         old_whole = np.take(self.free_whole_gpus, touched).astype(np.int64)
         old_idle = self._node_idle(touched) if sign < 0 else None
         self._move_gpus(allocations, sign, pods, per_node.nodes, touched, gpus_per_pod)
@@ -389,6 +393,48 @@ class HoldingChanges(AllocationChecks):
         assert cpu_change is not None and memory_change is not None
         delta[3], delta[4] = cpu_change, memory_change
         return self._add_healthy_changes(touched, delta, old_whole, old_whole + whole_change)
+
+    def _apply_whole_nodes(
+        self,
+        allocations: list[Allocation],
+        sign: int,
+        pods: NDArray[np.int64],
+        per_node: _PerTouched,
+    ) -> list[LevelSums] | None:
+        """`_apply_by_pods` for whole-node pods (each holding every GPU of its node) on open
+        nodes; None, changing nothing, when some node is closed. Each node goes from every GPU
+        free to none (or back), so an innermost domain's sums follow from how many of its
+        nodes move and how many of them are (or become) idle: no per-node totals."""
+        touched = per_node.touched
+        if np.take(self.closed, touched).any():
+            return None
+        width = self.gpu_free_milli.shape[1]
+        old_idle = self._node_idle(touched) if sign < 0 else None
+        self._move_gpus(allocations, sign, pods, per_node.nodes, touched, {width})
+        self.free_whole_gpus[touched] = width if sign > 0 else 0
+        cpu_change, memory_change = self._move_cpu_memory(allocations, sign, pods, per_node, None)
+        idle = self._node_idle(touched) if old_idle is None else old_idle
+        first = self._leaf_runs(touched)
+        runs = first.size
+        counts = np.diff(np.append(first, touched.size))
+        sums = np.zeros((runs, 5), dtype=np.int64)  # one column per total
+        sums[:, 0] = (sign * width) * counts
+        sums[:, 1] = sums[:, 0] * MILLI_PER_GPU
+        sums[:, 2] = sign * np.add.reduceat(idle.astype(np.int64), first)
+        for column, change in ((3, cpu_change), (4, memory_change)):
+            if change is not None:
+                sums[:, column] = np.add.reduceat(change, first)
+        n_models = self._n_models
+        if n_models == 1:
+            per_model = counts[:, None]
+        else:
+            cell = self._run_of_each(first, touched.size) * n_models + self._models(touched)
+            per_model = np.bincount(cell, minlength=runs * n_models).reshape(runs, n_models)
+        # Each node leaves the histogram's bin of all its GPUs free for that of none, or back.
+        moves = np.zeros((runs, n_models, self._hist_width), dtype=np.int64)
+        moves[:, :, width] = sign * per_model
+        moves[:, :, 0] = -sign * per_model
+        return self._add_domain_sums(touched[first], sums, moves.reshape(runs, -1))
 
     def _add_healthy_changes(
         self,

@@ -103,14 +103,17 @@ class TrialReleases(HoldingChanges):
         placement, for later searches to see); every level's aggregates move. Checked first,
         each set against what the sets before it left, unless `fresh`: a placement a search
         found on this state, unchanged since, fits by construction. All or nothing."""
-        parts = allocation.parts if allocation.sets else [allocation]
+        parts = list(allocation.parts) if allocation.sets else [allocation]
         fields = [
             f"allocation.sets[{i}]" if allocation.sets else "allocation" for i in range(len(parts))
         ]
         if not fresh:
             for part, field in zip(parts, fields, strict=True):
                 self._validate_shape(part, field)  # its nodes are rows to keep
-        nodes = self._touched(parts, np.concatenate([part.nodes for part in parts]))
+        nodes = self._touched(
+            parts,
+            np.concatenate([part.nodes for part in parts]) if len(parts) > 1 else parts[0].nodes,
+        )
         # Only the node arrays the parts change are kept.
         node_arrays: list[NDArray[np.integer]] = [self.gpu_free_milli, self.free_whole_gpus]
         if any(part.cpu_milli for part in parts):
