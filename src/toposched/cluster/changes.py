@@ -261,9 +261,7 @@ class HoldingChanges(AllocationChecks):
         self.version += 1
         self._changed(touched)
         pods = np.array([a.pods for a in allocations], dtype=np.int64)
-        nodes = allocations[0].nodes if len(allocations) == 1 else touched
-        if len(allocations) > 1:
-            nodes = np.concatenate([a.nodes for a in allocations])
+        nodes = np.concatenate([a.nodes for a in allocations])
         per_node = _PerTouched(nodes, touched, self.topology.n_nodes)
         gpus_per_pod = {a.gpus.shape[1] for a in allocations}
         return self._apply_by_pods(allocations, -1, pods, per_node, gpus_per_pod)
