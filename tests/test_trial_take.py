@@ -49,7 +49,7 @@ def two_models() -> Topology:
 
 def busy_state(topology: Topology, rng: np.random.Generator) -> ClusterState:
     """`topology` with random holders (whole-GPU pods of 1, 2 or 4 GPUs, some with CPU and
-    memory, and shared GPUs), then some nodes cordoned, down or fenced."""
+    memory, shared GPUs, CPU alone), then some nodes cordoned, down or fenced."""
     state = ClusterState(topology)
     n_nodes = topology.n_nodes
     for index in range(int(rng.integers(0, 40))):
@@ -61,7 +61,10 @@ def busy_state(topology: Topology, rng: np.random.Generator) -> ClusterState:
         if pods == 0:
             continue
         nodes = rng.choice(free, size=pods, replace=False)
-        if index % 7 == 0:
+        if index % 5 == 0:
+            # CPU alone: nodes with every GPU free that are not idle.
+            allocation = Allocation.of(nodes, [], cpu_milli=500, memory_mib=64 * (index % 2))
+        elif index % 7 == 0:
             allocation = Allocation.of(nodes, [[first]] * pods, gpu_milli=250, cpu_milli=100)
         else:
             cpu, memory = (0, 0) if index % 3 else (1000, 512)

@@ -58,6 +58,13 @@ _ONE_MODEL = np.zeros(0, dtype=np.int64)
 _RECENT_SHARES = 4
 
 
+def _sums_per_domain(values: NDArray[np.int64], starts: NDArray[np.integer]) -> NDArray[np.int64]:
+    """Sums of per-node `values` over each domain of node ranges `starts` (CSR boundaries)."""
+    running = np.concatenate(([0], np.cumsum(values, dtype=np.int64)))
+    sums: NDArray[np.int64] = np.diff(running[starts])
+    return sums
+
+
 class StateArrays:
     """Free capacity of every node and GPU, and aggregates for every domain at every level.
 
@@ -93,6 +100,10 @@ class StateArrays:
         self.allocations: dict[str, Allocation] = {}
         # What an idle node's free CPU, memory and whole GPUs add up to (see `_node_idle`).
         self._idle_sum = top.cpu_milli.astype(np.int64) + top.memory_mib + top.gpu_count
+        # Per innermost domain, the CPU and memory its nodes hold (see `_idle_with_gpus_free`).
+        self._leaf_capacity = np.stack(
+            [_sums_per_domain(a, top.domain_starts[-1]) for a in (top.cpu_milli, top.memory_mib)]
+        )
         # Per node, the number of the last change of its free GPUs, CPU or memory (`_changed`),
         # so that a share found for nodes none of which changed since is still theirs.
         self._changes = 0
@@ -315,6 +326,29 @@ class StateArrays:
         model = self._models(nodes[moved])
         # More nodes than the compiled loops take: summed per rack, then per upper domain.
         self._add_counted(nodes, delta, moved, model, old_whole, new_whole)
+
+    def _idle_with_gpus_free(
+        self, nodes: NDArray[np.int64], first: NDArray[np.int64]
+    ) -> NDArray[np.int64]:
+        """For open `nodes` (sorted) with every GPU free, how many are idle in each run of
+        them in one innermost domain (runs begin at `first`). A domain whose open nodes have
+        as much CPU and memory free as all its nodes hold has every open node idle: its
+        runs are counted without reading their nodes (the usual case: free racks)."""
+        counts = np.diff(np.append(first, nodes.size))
+        leaves = np.take(self.topology.node_domain[-1], np.take(nodes, first))
+        leaf = len(self._totals) - 1
+        free_cpu = np.take(self.domain_free_cpu[leaf], leaves)
+        free_memory = np.take(self.domain_free_memory[leaf], leaves)
+        all_free = (free_cpu == np.take(self._leaf_capacity[0], leaves)) & (
+            free_memory == np.take(self._leaf_capacity[1], leaves)
+        )
+        if all_free.all():
+            return counts
+        read = np.repeat(~all_free, counts)
+        idle = np.zeros(nodes.size, dtype=np.int64)
+        idle[read] = self._node_idle(nodes[read])
+        idle_per_run: NDArray[np.int64] = np.where(all_free, counts, np.add.reduceat(idle, first))
+        return idle_per_run
 
     def _leaf_runs(self, nodes: NDArray[np.int64]) -> NDArray[np.int64]:
         """Where each run of sorted `nodes` sharing an innermost domain begins (positions)."""

@@ -407,18 +407,21 @@ class HoldingChanges(AllocationChecks):
         if np.take(self.closed, touched).any():
             return None
         width = self.gpu_free_milli.shape[1]
-        old_idle = self._node_idle(touched) if sign < 0 else None
-        self._move_gpus(allocations, sign, pods, per_node.nodes, touched, {width})
-        self.free_whole_gpus[touched] = width if sign > 0 else 0
-        cpu_change, memory_change = self._move_cpu_memory(allocations, sign, pods, per_node, None)
-        idle = self._node_idle(touched) if old_idle is None else old_idle
         first = self._leaf_runs(touched)
         runs = first.size
         counts = np.diff(np.append(first, touched.size))
+        # Taken, idle nodes (every GPU free before) stop being idle; given back, some become.
+        idle_before = self._idle_with_gpus_free(touched, first) if sign < 0 else None
+        self._move_gpus(allocations, sign, pods, per_node.nodes, touched, {width})
+        self.free_whole_gpus[touched] = width if sign > 0 else 0
+        cpu_change, memory_change = self._move_cpu_memory(allocations, sign, pods, per_node, None)
         sums = np.zeros((runs, 5), dtype=np.int64)  # one column per total
         sums[:, 0] = (sign * width) * counts
         sums[:, 1] = sums[:, 0] * MILLI_PER_GPU
-        sums[:, 2] = sign * np.add.reduceat(idle.astype(np.int64), first)
+        if idle_before is None:
+            sums[:, 2] = np.add.reduceat(self._node_idle(touched).astype(np.int64), first)
+        else:
+            sums[:, 2] = -idle_before
         for column, change in ((3, cpu_change), (4, memory_change)):
             if change is not None:
                 sums[:, column] = np.add.reduceat(change, first)
