@@ -34,8 +34,9 @@ _FewBefore = tuple[NDArray[np.int64], NDArray[np.int64]]
 """A few nodes' values (one row per node) and whether each is open."""
 _Before = _FewBefore | tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]
 """What `_before_change` kept: few nodes' values, or many open nodes' rows."""
-_LevelSums = tuple[int, NDArray[np.integer], NDArray[np.int64], NDArray[np.int32] | None]
-"""One level's domains touched, the sums of their totals and their histogram cells' changes."""
+LevelSums = tuple[int, NDArray[np.integer], NDArray[np.int64], NDArray[np.int32] | None]
+"""One level's domains touched, the sums of their totals and their histogram cells' changes:
+added to the aggregates, and taken away again to undo a change exactly."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,14 +45,24 @@ class _Share:
 
     nodes: NDArray[np.int64]
     stamp: int
-    levels: list[_LevelSums]
+    levels: list[LevelSums]
     """The sums per domain of every level (see `ClusterState._level_sums`), added or taken
     away as they are each time the nodes' share is."""
 
 
+_ONE_MODEL = np.zeros(0, dtype=np.int64)
+"""Stands for the nodes' GPU models where the cluster has one (`StateArrays._models`)."""
+
 # How many shares of many-node health changes and closures are kept to be added again (see
 # `_contribute`).
 _RECENT_SHARES = 4
+
+
+def _sums_per_domain(values: NDArray[np.int64], starts: NDArray[np.integer]) -> NDArray[np.int64]:
+    """Sums of per-node `values` over each domain of node ranges `starts` (CSR boundaries)."""
+    running = np.concatenate(([0], np.cumsum(values, dtype=np.int64)))
+    sums: NDArray[np.int64] = np.diff(running[starts])
+    return sums
 
 
 class StateArrays:
@@ -89,6 +100,10 @@ class StateArrays:
         self.allocations: dict[str, Allocation] = {}
         # What an idle node's free CPU, memory and whole GPUs add up to (see `_node_idle`).
         self._idle_sum = top.cpu_milli.astype(np.int64) + top.memory_mib + top.gpu_count
+        # Per innermost domain, the CPU and memory its nodes hold (see `_idle_with_gpus_free`).
+        self._leaf_capacity = np.stack(
+            [_sums_per_domain(a, top.domain_starts[-1]) for a in (top.cpu_milli, top.memory_mib)]
+        )
         # Per node, the number of the last change of its free GPUs, CPU or memory (`_changed`),
         # so that a share found for nodes none of which changed since is still theirs.
         self._changes = 0
@@ -112,10 +127,19 @@ class StateArrays:
         """Whether each node has all its whole GPUs, CPU and memory free. No free amount
         exceeds the node's own, so they are all free when their sum is that of the node's:
         one comparison of sums instead of three."""
-        free = self.free_cpu_milli[nodes] + self.free_memory_mib[nodes]
-        free += self.free_whole_gpus[nodes]
-        idle: NDArray[np.bool_] = free == self._idle_sum[nodes]
+        # `np.take`: several times faster than fancy indexing for many nodes.
+        free = np.take(self.free_cpu_milli, nodes) + np.take(self.free_memory_mib, nodes)
+        free += np.take(self.free_whole_gpus, nodes)
+        idle: NDArray[np.bool_] = free == np.take(self._idle_sum, nodes)
         return idle
+
+    def _models(self, nodes: NDArray[np.int64]) -> NDArray[np.integer]:
+        """The GPU model of each of `nodes`, for `_hist_moves` (which reads none when the
+        cluster has one model: then not gathered)."""
+        if self._n_models == 1:
+            return _ONE_MODEL
+        models: NDArray[np.integer] = np.take(self.topology.gpu_model, nodes)
+        return models
 
     def compute_aggregates(self) -> dict[str, list[NDArray[np.int64]]]:
         """Every aggregate recomputed from the node arrays (the oracle for incremental ones)."""
@@ -222,7 +246,7 @@ class StateArrays:
             # per domain of each upper level from those sums.
             first = self._leaf_runs(nodes)
             run = self._run_of_each(first, nodes.size)
-            model = self.topology.gpu_model[nodes]
+            model = self._models(nodes)
             levels = self._level_sums(
                 nodes[first],
                 np.add.reduceat(values, first, axis=1).T,
@@ -299,9 +323,32 @@ class StateArrays:
         new_whole, new_rows = self._rows(nodes)
         delta = new_rows - old_rows
         moved = np.flatnonzero(new_whole != old_whole)
-        model = self.topology.gpu_model[nodes[moved]]
+        model = self._models(nodes[moved])
         # More nodes than the compiled loops take: summed per rack, then per upper domain.
         self._add_counted(nodes, delta, moved, model, old_whole, new_whole)
+
+    def _idle_with_gpus_free(
+        self, nodes: NDArray[np.int64], first: NDArray[np.int64]
+    ) -> NDArray[np.int64]:
+        """For open `nodes` (sorted) with every GPU free, how many are idle in each run of
+        them in one innermost domain (runs begin at `first`). A domain whose open nodes have
+        as much CPU and memory free as all its nodes hold has every open node idle: its
+        runs are counted without reading their nodes (the usual case: free racks)."""
+        counts = np.diff(np.append(first, nodes.size))
+        leaves = np.take(self.topology.node_domain[-1], np.take(nodes, first))
+        leaf = len(self._totals) - 1
+        free_cpu = np.take(self.domain_free_cpu[leaf], leaves)
+        free_memory = np.take(self.domain_free_memory[leaf], leaves)
+        all_free = (free_cpu == np.take(self._leaf_capacity[0], leaves)) & (
+            free_memory == np.take(self._leaf_capacity[1], leaves)
+        )
+        if all_free.all():
+            return counts
+        read = np.repeat(~all_free, counts)
+        idle = np.zeros(nodes.size, dtype=np.int64)
+        idle[read] = self._node_idle(nodes[read])
+        idle_per_run: NDArray[np.int64] = np.where(all_free, counts, np.add.reduceat(idle, first))
+        return idle_per_run
 
     def _leaf_runs(self, nodes: NDArray[np.int64]) -> NDArray[np.int64]:
         """Where each run of sorted `nodes` sharing an innermost domain begins (positions)."""
@@ -325,11 +372,11 @@ class StateArrays:
         model: NDArray[np.integer],
         old_whole: NDArray[np.int64] | None,
         new_whole: NDArray[np.int64] | None,
-    ) -> None:
+    ) -> list[LevelSums]:
         """Add per-node changes of open `nodes` (sorted) to the aggregates: `delta` of the
         totals (one row per total, one column per node), and for the `moved` nodes (None: every
         node) a histogram move from `old_whole` to `new_whole` (None: nodes not counted before,
-        or no longer).
+        or no longer). Returns what it added to each level.
 
         Summed once per innermost domain (runs of sorted nodes; histogram moves counted, not
         scattered), then per domain of each upper level from those sums: the cost is one pass
@@ -345,7 +392,7 @@ class StateArrays:
                 old_whole = None if old_whole is None else old_whole[moved]
                 new_whole = None if new_whole is None else new_whole[moved]
             moves = self._hist_moves(first.size, run, model, old_whole, new_whole)
-        self._add_domain_sums(nodes[first], sums, moves)
+        return self._add_domain_sums(nodes[first], sums, moves)
 
     def _hist_moves(
         self,
@@ -375,22 +422,25 @@ class StateArrays:
         representative: NDArray[np.int64],
         sums: NDArray[np.int64],
         moves: NDArray[np.int64] | None,
-    ) -> None:
+    ) -> list[LevelSums]:
         """Add per-run `sums` of the totals and histogram `moves` (None: none) to every level,
-        each run standing as one node of its innermost domain (`representative`, sorted)."""
-        self._add_level_sums(self._level_sums(representative, sums, moves), 1)
+        each run standing as one node of its innermost domain (`representative`, sorted);
+        returns what it added to each level."""
+        added = self._level_sums(representative, sums, moves)
+        self._add_level_sums(added, 1)
+        return added
 
     def _level_sums(
         self,
         representative: NDArray[np.int64],
         sums: NDArray[np.int64],
         moves: NDArray[np.int64] | None,
-    ) -> list[_LevelSums]:
+    ) -> list[LevelSums]:
         """Per-run `sums` and `moves` (as for `_add_domain_sums`) summed per domain of every
         level, innermost first."""
         levels = self.topology.node_domain
         leaf = len(levels) - 1
-        per_level: list[_LevelSums] = []
+        per_level: list[LevelSums] = []
         for level in range(leaf, -1, -1):
             domains = levels[level][representative]
             if level == leaf:
@@ -407,7 +457,7 @@ class StateArrays:
             per_level.append((level, rows, level_sums, cells))
         return per_level
 
-    def _add_level_sums(self, per_level: list[_LevelSums], sign: int) -> None:
+    def _add_level_sums(self, per_level: list[LevelSums], sign: int) -> None:
         """Add (sign=+1) or take away (-1) sums per domain of `_level_sums`."""
         for level, rows, level_sums, cells in per_level:
             add_to_rows(self._totals[level], rows, level_sums, sign)

@@ -7,9 +7,18 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster import kernels
+from toposched.cluster.aggregates import LevelSums
 from toposched.cluster.allocation import MILLI_PER_GPU, Allocation
 from toposched.cluster.errors import InputError
-from toposched.cluster.rows import SMALL, SavedRows, distinct, distinct_counts, row_sums, take_rows
+from toposched.cluster.rows import (
+    SMALL,
+    SavedRows,
+    distinct,
+    distinct_counts,
+    put_rows,
+    row_sums,
+    take_rows,
+)
 from toposched.cluster.validation import AllocationChecks
 
 
@@ -215,9 +224,8 @@ class HoldingChanges(AllocationChecks):
             return None
         self.version += 1
         gpus_per_pod = {a.gpus.shape[1] for a in allocations}
-        whole_gpus_only = {a.gpu_milli for a in allocations} == {MILLI_PER_GPU}
         nodes = np.concatenate([a.nodes for a in allocations])
-        touched = self.distinct_nodes(nodes)
+        touched = self._touched(allocations, nodes)
         self._changed(touched)
         saved: list[SavedRows] | None = None
         if keep_rows and nodes.size >= SMALL:
@@ -226,16 +234,49 @@ class HoldingChanges(AllocationChecks):
         # Many nodes, each pod holding whole GPUs (at least one): the changes of every total
         # follow from the pods themselves, without reading every touched node's totals before
         # and after (a touched node holds a pod of these, so it is idle only without them).
-        if whole_gpus_only and 0 not in gpus_per_pod and touched.size > kernels.COMPILED_LIMIT:
+        if self._by_pods(allocations, touched):
             self._apply_by_pods(allocations, sign, pods, per_node, gpus_per_pod)
             return saved
         before = self._before_change(touched)
-        if self._move_gpus(allocations, sign, pods, nodes, gpus_per_pod):
+        if self._move_gpus(allocations, sign, pods, nodes, touched, gpus_per_pod):
             whole = row_sums(take_rows(self.gpu_free_milli, touched) == MILLI_PER_GPU)
             self.free_whole_gpus[touched] = whole.astype(np.int8)
         self._move_cpu_memory(allocations, sign, pods, per_node, None)
         self._after_change(touched, before)
         return saved
+
+    def _by_pods(self, allocations: list[Allocation], touched: NDArray[np.int64]) -> bool:
+        """Whether a change of one-shape `allocations` (on `touched` nodes) moves the
+        aggregates by what the pods hold (`_apply_by_pods`): pods each holding whole GPUs (at
+        least one) on more nodes than the compiled loops take."""
+        return touched.size > kernels.COMPILED_LIMIT and all(
+            a.gpu_milli == MILLI_PER_GPU and a.gpus.shape[1] for a in allocations
+        )
+
+    def _take_by_pods(
+        self, allocations: list[Allocation], touched: NDArray[np.int64]
+    ) -> list[LevelSums]:
+        """Take the resources of one-shape `allocations` (on `touched` nodes, `_by_pods`),
+        unchecked; returns what it added to each level's aggregates."""
+        self.version += 1
+        self._changed(touched)
+        pods = np.array([a.pods for a in allocations], dtype=np.int64)
+        nodes = np.concatenate([a.nodes for a in allocations])
+        per_node = _PerTouched(nodes, touched, self.topology.n_nodes)
+        gpus_per_pod = {a.gpus.shape[1] for a in allocations}
+        return self._apply_by_pods(allocations, -1, pods, per_node, gpus_per_pod)
+
+    def _touched(
+        self, allocations: list[Allocation], nodes: NDArray[np.int64]
+    ) -> NDArray[np.int64]:
+        """The distinct nodes of one-shape `allocations` (`nodes`: their pods' nodes), sorted."""
+        width = self.gpu_free_milli.shape[1]
+        if all(a.gpu_milli == MILLI_PER_GPU and a.gpus.shape[1] == width for a in allocations):
+            # Every pod holds every GPU of its node (whole-node pods): no node holds two, so
+            # the distinct nodes are the pods' nodes sorted (runs of increasing nodes, as a
+            # placement lists a rack's: a merge sort's best case).
+            return np.sort(nodes, kind="stable")
+        return self.distinct_nodes(nodes)
 
     def _move_gpus(
         self,
@@ -243,11 +284,20 @@ class HoldingChanges(AllocationChecks):
         sign: int,
         pods: NDArray[np.int64],
         nodes: NDArray[np.int64],
+        touched: NDArray[np.int64],
         gpus_per_pod: set[int],
     ) -> bool:
         """Move the free milli-GPU of every GPU the allocations hold (pods on `nodes`, in
-        order); False if they hold none."""
+        order; `touched`: their distinct nodes, sorted); False if they hold none."""
         width = self.gpu_free_milli.shape[1]
+        whole_gpus = {a.gpu_milli for a in allocations} == {MILLI_PER_GPU}
+        # A whole GPU is held by one pod, all of it: taken, its free share goes from a whole
+        # GPU to none; given back, the other way. Set, not added (several times cheaper).
+        after = np.int16(MILLI_PER_GPU if sign > 0 else 0)
+        if whole_gpus and gpus_per_pod == {width}:
+            # Whole-node pods: every GPU of every touched node moves, row by row.
+            put_rows(self.gpu_free_milli, touched, np.full((touched.size, width), after))
+            return True
         # Flatten with one concatenate per array and repeats of per-allocation scalars: a
         # numpy call per allocation would dominate when tens of thousands are released.
         if len(gpus_per_pod) == 1:
@@ -261,9 +311,8 @@ class HoldingChanges(AllocationChecks):
         if not slots.size:
             return False
         flat = self.gpu_free_milli.reshape(-1)
-        if {a.gpu_milli for a in allocations} == {MILLI_PER_GPU}:
-            # Whole GPUs are held by one pod each: no slot repeats, a plain add will do.
-            flat[slots] += np.int16(sign * MILLI_PER_GPU)
+        if whole_gpus:
+            flat[slots] = after
         else:
             milli = np.repeat(
                 np.array([a.gpu_milli for a in allocations], dtype=np.int16),
@@ -308,13 +357,18 @@ class HoldingChanges(AllocationChecks):
         pods: NDArray[np.int64],
         per_node: _PerTouched,
         gpus_per_pod: set[int],
-    ) -> None:
+    ) -> list[LevelSums]:
         """`_apply_many` for pods each holding whole GPUs on many nodes: the aggregates move by
-        what the pods hold, without reading the touched nodes' totals before and after."""
+        what the pods hold, without reading the touched nodes' totals before and after.
+        Returns what it added to each level's aggregates."""
         touched = per_node.touched
-        old_whole = self.free_whole_gpus[touched].astype(np.int64)
+        if gpus_per_pod == {self.gpu_free_milli.shape[1]}:
+            added = self._apply_whole_nodes(allocations, sign, pods, per_node)
+            if added is not None:
+                return added
+        old_whole = np.take(self.free_whole_gpus, touched).astype(np.int64)
         old_idle = self._node_idle(touched) if sign < 0 else None
-        self._move_gpus(allocations, sign, pods, per_node.nodes, gpus_per_pod)
+        self._move_gpus(allocations, sign, pods, per_node.nodes, touched, gpus_per_pod)
         if len(gpus_per_pod) == 1:
             # One width: the pods on each node, times the width (an unweighted count).
             whole_change = (sign * next(iter(gpus_per_pod))) * per_node.sums(None)
@@ -336,7 +390,52 @@ class HoldingChanges(AllocationChecks):
         delta[2] = idle_change
         assert cpu_change is not None and memory_change is not None
         delta[3], delta[4] = cpu_change, memory_change
-        self._add_healthy_changes(touched, delta, old_whole, old_whole + whole_change)
+        return self._add_healthy_changes(touched, delta, old_whole, old_whole + whole_change)
+
+    def _apply_whole_nodes(
+        self,
+        allocations: list[Allocation],
+        sign: int,
+        pods: NDArray[np.int64],
+        per_node: _PerTouched,
+    ) -> list[LevelSums] | None:
+        """`_apply_by_pods` for whole-node pods (each holding every GPU of its node) on open
+        nodes; None, changing nothing, when some node is closed. Each node goes from every GPU
+        free to none (or back), so an innermost domain's sums follow from how many of its
+        nodes move and how many of them are (or become) idle: no per-node totals."""
+        touched = per_node.touched
+        if np.take(self.closed, touched).any():
+            return None
+        width = self.gpu_free_milli.shape[1]
+        first = self._leaf_runs(touched)
+        runs = first.size
+        counts = np.diff(np.append(first, touched.size))
+        # Taken, idle nodes (every GPU free before) stop being idle; given back, some become.
+        idle_before = self._idle_with_gpus_free(touched, first) if sign < 0 else None
+        self._move_gpus(allocations, sign, pods, per_node.nodes, touched, {width})
+        self.free_whole_gpus[touched] = width if sign > 0 else 0
+        cpu_change, memory_change = self._move_cpu_memory(allocations, sign, pods, per_node, None)
+        sums = np.zeros((runs, 5), dtype=np.int64)  # one column per total
+        sums[:, 0] = (sign * width) * counts
+        sums[:, 1] = sums[:, 0] * MILLI_PER_GPU
+        if idle_before is None:
+            sums[:, 2] = np.add.reduceat(self._node_idle(touched).astype(np.int64), first)
+        else:
+            sums[:, 2] = -idle_before
+        for column, change in ((3, cpu_change), (4, memory_change)):
+            if change is not None:
+                sums[:, column] = np.add.reduceat(change, first)
+        n_models = self._n_models
+        if n_models == 1:
+            per_model = counts[:, None]
+        else:
+            cell = self._run_of_each(first, touched.size) * n_models + self._models(touched)
+            per_model = np.bincount(cell, minlength=runs * n_models).reshape(runs, n_models)
+        # Each node leaves the histogram's bin of all its GPUs free for that of none, or back.
+        moves = np.zeros((runs, n_models, self._hist_width), dtype=np.int64)
+        moves[:, :, width] = sign * per_model
+        moves[:, :, 0] = -sign * per_model
+        return self._add_domain_sums(touched[first], sums, moves.reshape(runs, -1))
 
     def _add_healthy_changes(
         self,
@@ -344,9 +443,9 @@ class HoldingChanges(AllocationChecks):
         delta: NDArray[np.int64],
         old_whole: NDArray[np.int64],
         new_whole: NDArray[np.int64],
-    ) -> None:
+    ) -> list[LevelSums]:
         """Add the changes `delta` of `touched` nodes (every one of them gaining or losing
-        whole GPUs) to the aggregates, counting healthy nodes only."""
+        whole GPUs) to the aggregates, counting healthy nodes only; returns what it added."""
         healthy = self.closed[touched] == 0
         if not healthy.all():
             unhealthy = np.flatnonzero(~healthy)
@@ -359,16 +458,10 @@ class HoldingChanges(AllocationChecks):
                 kept = np.flatnonzero(healthy)
                 touched, delta = touched[kept], delta[:, kept]
                 old_whole, new_whole = old_whole[kept], new_whole[kept]
-        if touched.size:
-            # Every touched node gains or loses whole GPUs: each moves in the histogram.
-            self._add_counted(
-                touched,
-                delta,
-                None,
-                self.topology.gpu_model[touched],
-                old_whole,
-                new_whole,
-            )
+        if not touched.size:
+            return []
+        # Every touched node gains or loses whole GPUs: each moves in the histogram.
+        return self._add_counted(touched, delta, None, self._models(touched), old_whole, new_whole)
 
     def _node_rows_copy(self, nodes: NDArray[np.int64]) -> list[SavedRows]:
         """Copies of the rows of `nodes` in every per-node array a change of holdings moves."""

@@ -29,6 +29,7 @@ class OperationKind(Enum):
     HEALTH = "health"
     CLOSE = "close"
     FREE = "free"
+    TAKE = "take"
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,7 +121,18 @@ class Freed:
         state.put_back(self.before)
 
 
-Operation = Allocated | Released | ReleasedMany | HealthSet | Closed | Freed
+@dataclass(frozen=True, eq=False)
+class Taken:
+    """Resources taken though nobody holds them (a what-if of a placement)."""
+
+    kind: ClassVar[OperationKind] = OperationKind.TAKE
+    before: RowsBefore
+
+    def undo(self, state: ClusterState) -> None:
+        state.put_back(self.before)
+
+
+Operation = Allocated | Released | ReleasedMany | HealthSet | Closed | Freed | Taken
 """One recorded change: enough to undo it exactly."""
 
 
@@ -135,7 +147,8 @@ class Statement:
 
     The what-ifs (`free_gpus`, `free_parts`, `free_on_nodes`) free resources nobody stops
     holding, for a search to look at; they are unchecked: the caller frees resources held right
-    now and changes nothing else in the state until they are rolled back.
+    now and changes nothing else in the state until they are rolled back. `take` is the
+    opposite what-if: resources taken though nobody holds them.
     """
 
     def __init__(self, state: ClusterState) -> None:
@@ -184,6 +197,15 @@ class Statement:
         self._open()
         closed = self.state.close(np.asarray(nodes, dtype=np.int64), closure)
         self.operations.append(Closed(closed, closure))
+
+    def take(self, allocation: Allocation, fresh: bool = False) -> None:
+        """The resources of `allocation` are taken though nobody holds them, for a search to
+        see the room left (e.g. a job's later pod sets beside its earlier ones); the
+        aggregates move. Checked first unless `fresh`: a placement a search found on this
+        state, which nothing changed since. Copies of the rows are put back on rollback
+        (cheaper than giving the resources back for tens of thousands of nodes)."""
+        self._open()
+        self.operations.append(Taken(self.state.trial_take(allocation, fresh)))
 
     def free_gpus(self, nodes: NDArray[np.int64], freeing: NDArray[np.bool_]) -> None:
         """The whole GPUs marked in `freeing` (one row per node of `nodes`, sorted and unique;

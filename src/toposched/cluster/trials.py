@@ -3,14 +3,16 @@ changed row back exactly. A `Statement` makes and undoes them; nothing else shou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster import kernels
+from toposched.cluster.aggregates import LevelSums
 from toposched.cluster.allocation import MILLI_PER_GPU, Allocation
 from toposched.cluster.changes import HoldingChanges, one_shape_parts
+from toposched.cluster.errors import InputError
 from toposched.cluster.rows import SavedRows, distinct_counts, put_back, take_rows
 
 
@@ -21,6 +23,8 @@ class RowsBefore:
 
     nodes: NDArray[np.int64]
     rows: list[SavedRows]
+    added: list[LevelSums] = field(default_factory=list)
+    """What the change added to the domain aggregates whose rows are not kept: taken away."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,6 +98,45 @@ class TrialReleases(HoldingChanges):
         self._apply_many(parts, +1)
         return RowsBefore(nodes, saved)
 
+    def trial_take(self, allocation: Allocation, fresh: bool) -> RowsBefore:
+        """Take the resources of `allocation` though nobody holds it (a what-if of a
+        placement, for later searches to see); every level's aggregates move. Checked first,
+        each set against what the sets before it left, unless `fresh`: a placement a search
+        found on this state, unchanged since, fits by construction. All or nothing."""
+        parts = list(allocation.parts) if allocation.sets else [allocation]
+        fields = [
+            f"allocation.sets[{i}]" if allocation.sets else "allocation" for i in range(len(parts))
+        ]
+        if not fresh:
+            for part, field in zip(parts, fields, strict=True):
+                self._validate_shape(part, field)  # its nodes are rows to keep
+        nodes = self._touched(
+            parts,
+            np.concatenate([part.nodes for part in parts]) if len(parts) > 1 else parts[0].nodes,
+        )
+        # Only the node arrays the parts change are kept.
+        node_arrays: list[NDArray[np.integer]] = [self.gpu_free_milli, self.free_whole_gpus]
+        if any(part.cpu_milli for part in parts):
+            node_arrays.append(self.free_cpu_milli)
+        if any(part.memory_mib for part in parts):
+            node_arrays.append(self.free_memory_mib)
+        node_rows: list[SavedRows] = [(a, nodes, take_rows(a, nodes)) for a in node_arrays]
+        if fresh and self._by_pods(parts, nodes):
+            # The domain aggregates move by sums found from the pods: kept, and taken away
+            # again to undo, cheaper than copies of the domain rows.
+            return RowsBefore(nodes, node_rows, self._take_by_pods(parts, nodes))
+        before = RowsBefore(nodes, node_rows + self._domain_rows(nodes))
+        try:
+            for part, field in zip(parts, fields, strict=True):
+                if fresh:
+                    self._apply(part, -1)
+                else:
+                    self._take(part, field)
+        except InputError:
+            self.put_back(before)
+            raise
+        return before
+
     def trial_free_on_nodes(self, parts: list[Allocation], first: int, last: int) -> RangeBefore:
         """Free the pods of `parts` on nodes first..last-1 in the node arrays alone (GPUs,
         whole GPUs, CPU, memory); domain aggregates keep their values.
@@ -137,6 +180,7 @@ class TrialReleases(HoldingChanges):
         elif isinstance(before, RowsBefore):
             self._changed(before.nodes)
             put_back(before.rows)
+            self._add_level_sums(before.added, -1)
         else:
             self._changed(slice(before.first, before.last))
             for array, rows in before.arrays:

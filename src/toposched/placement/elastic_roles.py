@@ -130,7 +130,8 @@ def _room_beside(state: ClusterState, placed: RolesPlacement, index: int) -> int
     try:
         for other, placement in enumerate(placed.placements):
             if other != index:
-                statement.allocate(f"role {other}", placement.allocation)
+                # Found together on this state, unchanged since: they fit beside each other.
+                statement.take(placement.allocation, fresh=True)
         role = placed.placements[index].request
         view = CapacityView(state, _loose(role), exact=False)
         return int(view.at(placed.level, placed.domain, placed.domain + 1)[0])

@@ -151,7 +151,7 @@ def _place_in(
                 return result
             placements[index] = result
             if index != last:  # only the roles placed after it need to see its room taken
-                statement.allocate(f"role {index} of {roles[index].name}", result.allocation)
+                statement.take(result.allocation, fresh=True)
     finally:
         statement.discard()
     return RolesPlacement(tuple(placements[i] for i in range(len(roles))), level, domain)
