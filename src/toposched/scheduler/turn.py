@@ -11,7 +11,7 @@ from toposched.policy.fairshare import QueueTier, Ranking
 from toposched.scheduler.decisions import Bind, Decision, Reserve
 from toposched.scheduler.failures import FailureReasons
 from toposched.scheduler.fence import Fence
-from toposched.scheduler.jobs import ReasonCode
+from toposched.scheduler.jobs import ReasonCode, Reservation
 from toposched.scheduler.refusals import Refusal
 
 BoolArray = NDArray[np.bool_]
@@ -91,6 +91,8 @@ class Turn:
     """The tier of each (account, declared unallocated): asked once for each."""
     no_preemption_texts: dict[tuple[str, str, str], str] = field(default_factory=dict)
     """Jobs refused preemption for the same reason share their explanation."""
+    reservation: Reservation | None = None
+    """The reservation found in this cycle: one per cycle, for the first blocked large job."""
     reserved_nodes: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     """The reservation's nodes, marked: what backfills may use."""
     answered: dict[tuple[object, ...], Answer] = field(default_factory=dict)
