@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from decision_log import line
+from cycle_log import logged_run
 from job_helpers import four_gpu_gang as spec
 
 from toposched.cluster.builders import nvl72_cluster
@@ -21,7 +21,6 @@ from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.kept_refusals import Keeping
-from toposched.sim.engine import simulate
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab
 from toposched.workloads.model import Workload
@@ -66,28 +65,13 @@ class Log:
 def decisions(workload: Workload, keeping: Keeping, **settings: Any) -> Log:
     """The decision log of `workload` under a scheduler keeping refusals by `keeping`, with
     its victim searches and the refusals it answered through changes."""
-    log = Log([])
-    schedulers: list[Scheduler] = []
 
-    def build(state: ClusterState, tree: BudgetTree) -> Scheduler:
-        scheduler = Scheduler(state, tree, **settings)
+    def configure(scheduler: Scheduler) -> None:
         scheduler.preemptor.kept.keeping = keeping
-        cycle = scheduler.cycle
 
-        def recorded(now: float) -> CycleResult:
-            result = cycle(now)
-            log.lines.extend(line(now, decision) for decision in result.decisions)
-            return result
-
-        scheduler.cycle = recorded  # type: ignore[method-assign]
-        schedulers.append(scheduler)
-        return scheduler
-
-    simulate(workload, build)
-    (scheduler,) = schedulers
-    log.victim_searches = scheduler.preemptor.victim_searches
-    log.kept_answers = scheduler.preemptor.kept.answered_through_changes
-    return log
+    run = logged_run(workload, configure, **settings)
+    preemptor = run.scheduler.preemptor
+    return Log(run.lines, preemptor.victim_searches, preemptor.kept.answered_through_changes)
 
 
 def assert_same(run: str, want: Log, got: Log) -> None:
