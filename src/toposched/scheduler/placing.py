@@ -69,11 +69,8 @@ class Placing:
         nodes too (EASY backfill). Returns whether it started, and the job whose known failure
         answered it, if one did."""
         fence, failures, now = turn.fence, self.failures, turn.now
-        shape, pods, runtime = kind.shape, kind.pods, kind.expected_runtime
-        short = reservation is not None and (
-            (runtime is not None and now + runtime <= reservation.start_time)
-            or tier is QueueTier.UNALLOCATED
-        )
+        shape, pods = kind.shape, kind.pods
+        short = backfills(kind, tier, reservation, now)
         known = failures.find(shape, pods, fence, turn.number)
         if known is not None and known.outlived_release and self.verify_kept:
             fence.settle()
@@ -225,6 +222,18 @@ class Placing:
         # The cluster changed while victims left (e.g. a node failed): plan again.
         job.record(now, f"nominated capacity no longer fits ({outcome.reason}); re-planning")
         return False
+
+
+def backfills(kind: JobKind, tier: QueueTier, reservation: Reservation | None, now: float) -> bool:
+    """Whether a job of `kind` in `tier` may use the reserved nodes too: it ends before the
+    reservation starts, or is unallocated work (which the reserved job may preempt at any
+    moment). The placement phase reads the job's expected runtime for this only."""
+    if reservation is None:
+        return False
+    runtime = kind.expected_runtime
+    return (
+        runtime is not None and now + runtime <= reservation.start_time
+    ) or tier is QueueTier.UNALLOCATED
 
 
 def sets_refusal(job: Job) -> Refusal | None:

@@ -31,6 +31,9 @@ class CycleResult:
     (see `toposched.scheduler.incremental`)."""
     skipped: int = 0
     """Pending jobs it skipped so."""
+    alike: int = 0
+    """Pending jobs answered alike an earlier job of their size, account and priority, with
+    nothing known changed since (see `Turn.answered`)."""
 
     @property
     def bound(self) -> list[Bind]:
@@ -97,10 +100,13 @@ class Turn:
     """The reservation's nodes, marked: what backfills may use."""
     answered: dict[tuple[object, ...], Answer] = field(default_factory=dict)
     """Most pending jobs are answered by a known failure and a refused preemption, and many
-    share everything that answer depends on: their kind (shape, pod count, expected runtime),
-    account, priority, whether declared unallocated, and what the cycle knows so far (fence,
-    failures, reservation, refusals, preemptions left). Such a job gets the reason an earlier
-    job alike got, unless its own failure is the answer."""
+    share everything that answer depends on: their size (shape and pod count), account,
+    priority, whether declared unallocated, and what the cycle knows so far (fence, failures,
+    reservation, refusals, preemptions left). Such a job gets the reason an earlier job alike
+    got, unless its own failure is the answer. Not a job that may backfill (`backfills`): its
+    expected runtime decides that, and it searches for itself; for any other job the runtime
+    enters neither the placement phase nor the refusals the cycle shares (keyed by shape,
+    account and priority), so jobs of every runtime are alike."""
     asked: Asked | None = None
     """The refusal the preemptor gave in the current job's turn, if it asked one."""
     nominees_settled: bool = False

@@ -20,7 +20,7 @@ from toposched.scheduler.failures import FailureMemo
 from toposched.scheduler.incremental import Incremental, Outcome, Reference, Walk, differences
 from toposched.scheduler.jobs import Job, JobKind, ReasonCode
 from toposched.scheduler.ledger import Ledger
-from toposched.scheduler.placing import Placing, sets_refusal
+from toposched.scheduler.placing import Placing, backfills, sets_refusal
 from toposched.scheduler.preemption import PreemptionPlan
 from toposched.scheduler.preemptor import Preemptor
 from toposched.scheduler.queueing import JobQueue
@@ -64,6 +64,7 @@ class Walker:
         self.incremental = incremental
         self.epoch = epoch
         self._kinds: dict[tuple[object, ...], JobKind] = {}
+        self._sizes: dict[JobKind, JobKind] = {}
 
     # --- the walk ----------------------------------------------------------------------------
     def walk(self, turn: Turn, entries: list[QueueEntry], jobs: dict[str, Job], walk: Walk) -> None:
@@ -183,7 +184,16 @@ class Walker:
         kind = job.kind
         if kind is None:
             kind = self._kind_of(job)
-        alike = (kind, entry.account, entry.priority, entry.unallocated)
+        tier_key = (entry.account, entry.unallocated)
+        tier = turn.tiers.get(tier_key)
+        if tier is None:
+            tier = turn.tiers[tier_key] = self.queue.tier(entry)
+        # A job that may backfill searches for itself; any other is answered alike every job
+        # of its size (shape and pods, whatever runtime it declares), account, priority and
+        # declared work (see `Turn.answered`).
+        alike = None
+        if not backfills(kind, tier, turn.reservation, turn.now):
+            alike = (self._size_of(kind), entry.account, entry.priority, entry.unallocated)
         known_so_far = (
             fence.generation,
             self.failures.version,
@@ -191,16 +201,13 @@ class Walker:
             turn.refusals,
             turn.preemptions_left,
         )
-        same = turn.answered.get(alike)
+        same = turn.answered.get(alike) if alike is not None else None
         if same is not None and same.known == known_so_far and same.failed_job != entry.job_id:
             job.reason = same.reason
             job.reason_code = same.code
             job.refusal = same.refusal
+            turn.result.alike += 1
             return True
-        tier_key = (entry.account, entry.unallocated)
-        tier = turn.tiers.get(tier_key)
-        if tier is None:
-            tier = turn.tiers[tier_key] = self.queue.tier(entry)
         started, answered_by = self.placing.place(
             turn, entry, job, kind, tier, turn.reservation, self.epoch()
         )
@@ -214,12 +221,17 @@ class Walker:
             answered_by = None  # a reservation is looked for job by job
             if self._reserve(turn, job):
                 return False
-        if answered_by is not None and known_so_far == (
-            fence.generation,
-            self.failures.version,
-            turn.reservation,
-            turn.refusals,
-            turn.preemptions_left,
+        if (
+            alike is not None
+            and answered_by is not None
+            and known_so_far
+            == (
+                fence.generation,
+                self.failures.version,
+                turn.reservation,
+                turn.refusals,
+                turn.preemptions_left,
+            )
         ):
             turn.answered[alike] = Answer(
                 known_so_far, answered_by, job.reason, job.reason_code, job.refusal
@@ -307,6 +319,18 @@ class Walker:
             kind = self._kinds[key] = JobKind(*key)
         job.kind = kind
         return kind
+
+    def _size_of(self, kind: JobKind) -> JobKind:
+        """The kind of `kind`'s shape and pod count that declares no runtime: what jobs of
+        every runtime of that size share, outside a backfill (one object per size)."""
+        size = self._sizes.get(kind)
+        if size is None:
+            key = (kind.shape, kind.pods, None)
+            size = self._kinds.get(key)
+            if size is None:
+                size = self._kinds[key] = JobKind(*key)
+            self._sizes[kind] = size
+        return size
 
     def _carry_out(self, job: Job, plan: PreemptionPlan, now: float, result: CycleResult) -> None:
         """Evict the plan's victims with their grace period and nominate their capacity."""
