@@ -60,17 +60,14 @@ class Placing:
         entry: QueueEntry,
         job: Job,
         kind: JobKind,
-        tier: QueueTier,
-        reservation: Reservation | None,
+        short: bool,
         epoch: int,
     ) -> Placed:
-        """Start the job where it fits now, or, when it ends before the reservation (or is
-        unallocated work, which the reserved job may preempt at any moment), on the reserved
-        nodes too (EASY backfill). Returns whether it started, and the job whose known failure
-        answered it, if one did."""
+        """Start the job where it fits now, or, when it may backfill (`short`: see
+        `backfills`), on the reserved nodes too (EASY backfill). Returns whether it started,
+        and the job whose known failure answered it, if one did."""
         fence, failures, now = turn.fence, self.failures, turn.now
         shape, pods = kind.shape, kind.pods
-        short = backfills(kind, tier, reservation, now)
         known = failures.find(shape, pods, fence, turn.number)
         if known is not None and known.outlived_release and self.verify_kept:
             fence.settle()
@@ -95,7 +92,6 @@ class Placing:
                 return Placed(True, None)
             self._failed(shape, job, outcome, fence, turn.number, epoch)
         if short:
-            assert reservation is not None
             # A failure may already show that it does not fit even on the reserved nodes.
             backfill = failures.find_beyond(shape, pods, fence, turn.reserved_nodes, turn.number)
             if backfill is None:
@@ -114,7 +110,8 @@ class Placing:
                     self._verify(job, backfill)
                 job.reason = turn.reasons.reason(job, backfill, fence, epoch)
                 job.reason_code = ReasonCode.DOES_NOT_FIT
-                return Placed(False, None)
+                other = backfill.job_id != entry.job_id
+                return Placed(False, backfill.job_id if known is not None and other else None)
         if isinstance(outcome, Unschedulable):
             job.reason = outcome.reason
             job.reason_code = ReasonCode.DOES_NOT_FIT

@@ -103,9 +103,9 @@ class Turn:
     share everything that answer depends on: their size (shape and pod count), account,
     priority, whether declared unallocated, and what the cycle knows so far (fence, failures,
     reservation, refusals, preemptions left). Such a job gets the reason an earlier job alike
-    got, unless its own failure is the answer. Not a job that may backfill (`backfills`): its
-    expected runtime decides that, and it searches for itself; for any other job the runtime
-    enters neither the placement phase nor the refusals the cycle shares (keyed by shape,
+    got, unless its own failure is the answer. A job's expected runtime decides only whether
+    it may backfill behind the reservation (`placing.backfills`), part of the key; it enters
+    neither the placement phase otherwise nor the refusals the cycle shares (keyed by shape,
     account and priority), so jobs of every runtime are alike."""
     asked: Asked | None = None
     """The refusal the preemptor gave in the current job's turn, if it asked one."""

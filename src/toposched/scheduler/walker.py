@@ -188,12 +188,11 @@ class Walker:
         tier = turn.tiers.get(tier_key)
         if tier is None:
             tier = turn.tiers[tier_key] = self.queue.tier(entry)
-        # A job that may backfill searches for itself; any other is answered alike every job
-        # of its size (shape and pods, whatever runtime it declares), account, priority and
-        # declared work (see `Turn.answered`).
-        alike = None
-        if not backfills(kind, tier, turn.reservation, turn.now):
-            alike = (self._size_of(kind), entry.account, entry.priority, entry.unallocated)
+        # Answered alike every job of its size (shape and pods, whatever runtime it declares),
+        # account, priority and declared work, and as it may backfill or not (see
+        # `Turn.answered`).
+        short = backfills(kind, tier, turn.reservation, turn.now)
+        alike = (self._size_of(kind), entry.account, entry.priority, entry.unallocated, short)
         known_so_far = (
             fence.generation,
             self.failures.version,
@@ -201,16 +200,14 @@ class Walker:
             turn.refusals,
             turn.preemptions_left,
         )
-        same = turn.answered.get(alike) if alike is not None else None
+        same = turn.answered.get(alike)
         if same is not None and same.known == known_so_far and same.failed_job != entry.job_id:
             job.reason = same.reason
             job.reason_code = same.code
             job.refusal = same.refusal
             turn.result.alike += 1
             return True
-        started, answered_by = self.placing.place(
-            turn, entry, job, kind, tier, turn.reservation, self.epoch()
-        )
+        started, answered_by = self.placing.place(turn, entry, job, kind, short, self.epoch())
         if started:
             return False
         allocated = tier is QueueTier.ALLOCATED
@@ -221,17 +218,12 @@ class Walker:
             answered_by = None  # a reservation is looked for job by job
             if self._reserve(turn, job):
                 return False
-        if (
-            alike is not None
-            and answered_by is not None
-            and known_so_far
-            == (
-                fence.generation,
-                self.failures.version,
-                turn.reservation,
-                turn.refusals,
-                turn.preemptions_left,
-            )
+        if answered_by is not None and known_so_far == (
+            fence.generation,
+            self.failures.version,
+            turn.reservation,
+            turn.refusals,
+            turn.preemptions_left,
         ):
             turn.answered[alike] = Answer(
                 known_so_far, answered_by, job.reason, job.reason_code, job.refusal
