@@ -178,6 +178,34 @@ def test_a_release_where_a_rack_could_gain_room_is_searched_again() -> None:
     assert searches(scheduler) == 2
 
 
+def test_a_release_beside_jobs_it_may_not_take_keeps_the_refusal() -> None:
+    # wide (priority 10) may take low-1 (priority 0, past its protection), too little in rack
+    # 0. Rack 1 holds peer (priority 20, past its protection) and top (protected). top ends:
+    # rack 1 has 4 GPUs free and 4 held by an unprotected job, as many as wide needs, but wide
+    # may not take peer: kept, and checked by a search (VERIFY).
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"team": 100}})
+    scheduler = Scheduler(state, tree, reserve_min_gpus=64, incremental=False)
+    scheduler.preemptor.kept.keeping = Keeping.VERIFY
+    running = (
+        ("low-0", 0, 0.0),
+        ("low-1", 0, -2 * HOUR),
+        ("peer", 20, -2 * HOUR),
+        ("top", 20, 0.0),
+    )
+    for node, (name, priority, start) in enumerate(running):
+        job = spec(name, "team", priority=priority)
+        scheduler.adopt(job, Allocation.of([node], [[0, 1, 2, 3]]), start_time=start, now=0.0)
+    scheduler.submit(spec("wide", "team", pods=2, priority=10, topology={"required": "rack"}), 0)
+    assert not scheduler.cycle(60).decisions
+    assert searches(scheduler) == 1
+
+    scheduler.finish("top", 120)
+    assert not scheduler.cycle(120).decisions
+    assert searches(scheduler) == 1
+    assert scheduler.preemptor.kept.answered_through_changes == 1
+
+
 def test_a_health_change_forgets_every_refusal() -> None:
     scheduler = one_team()
     scheduler.set_health([3], Health.DRAINING, 120)
