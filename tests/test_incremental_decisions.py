@@ -7,14 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
-from decision_log import line
+from cycle_log import CycleLog, logged_run
 
-from toposched.cluster.state import ClusterState
-from toposched.policy.budget import BudgetTree
-from toposched.scheduler.core import CycleResult, Scheduler
-from toposched.sim.engine import simulate
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab
 from toposched.workloads.model import Workload
@@ -35,31 +32,9 @@ RUNS = (
 )
 
 
-@dataclass
-class Log:
-    lines: list[str]
-    searches: int = 0
-
-
-def decisions(run: Run, **settings: bool) -> Log:
+def decisions(run: Run, **settings: Any) -> CycleLog:
     """The decision log of `run` under a scheduler with `settings`, and its placement searches."""
-    log = Log([])
-
-    def build(state: ClusterState, tree: BudgetTree) -> Scheduler:
-        scheduler = Scheduler(state, tree, **settings)
-        cycle = scheduler.cycle
-
-        def recorded(now: float) -> CycleResult:
-            result = cycle(now)
-            log.lines.extend(line(now, decision) for decision in result.decisions)
-            log.searches += result.searches
-            return result
-
-        scheduler.cycle = recorded  # type: ignore[method-assign]
-        return scheduler
-
-    simulate(run.workload(), build)
-    return log
+    return logged_run(run.workload(), None, **settings)
 
 
 @pytest.mark.parametrize("run", RUNS, ids=[run.name for run in RUNS])

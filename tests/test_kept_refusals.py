@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from decision_log import line
+from cycle_log import logged_run
 from job_helpers import four_gpu_gang as spec
 
 from toposched.cluster.builders import nvl72_cluster
@@ -21,7 +21,6 @@ from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.kept_refusals import Keeping
-from toposched.sim.engine import simulate
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab
 from toposched.workloads.model import Workload
@@ -66,28 +65,13 @@ class Log:
 def decisions(workload: Workload, keeping: Keeping, **settings: Any) -> Log:
     """The decision log of `workload` under a scheduler keeping refusals by `keeping`, with
     its victim searches and the refusals it answered through changes."""
-    log = Log([])
-    schedulers: list[Scheduler] = []
 
-    def build(state: ClusterState, tree: BudgetTree) -> Scheduler:
-        scheduler = Scheduler(state, tree, **settings)
+    def configure(scheduler: Scheduler) -> None:
         scheduler.preemptor.kept.keeping = keeping
-        cycle = scheduler.cycle
 
-        def recorded(now: float) -> CycleResult:
-            result = cycle(now)
-            log.lines.extend(line(now, decision) for decision in result.decisions)
-            return result
-
-        scheduler.cycle = recorded  # type: ignore[method-assign]
-        schedulers.append(scheduler)
-        return scheduler
-
-    simulate(workload, build)
-    (scheduler,) = schedulers
-    log.victim_searches = scheduler.preemptor.victim_searches
-    log.kept_answers = scheduler.preemptor.kept.answered_through_changes
-    return log
+    run = logged_run(workload, configure, **settings)
+    preemptor = run.scheduler.preemptor
+    return Log(run.lines, preemptor.victim_searches, preemptor.kept.answered_through_changes)
 
 
 def assert_same(run: str, want: Log, got: Log) -> None:
@@ -192,6 +176,34 @@ def test_a_release_where_a_rack_could_gain_room_is_searched_again() -> None:
     scheduler.finish("top", 120)
     assert evicted(scheduler.cycle(120)) == ["old"]
     assert searches(scheduler) == 2
+
+
+def test_a_release_beside_jobs_it_may_not_take_keeps_the_refusal() -> None:
+    # wide (priority 10) may take low-1 (priority 0, past its protection), too little in rack
+    # 0. Rack 1 holds peer (priority 20, past its protection) and top (protected). top ends:
+    # rack 1 has 4 GPUs free and 4 held by an unprotected job, as many as wide needs, but wide
+    # may not take peer: kept, and checked by a search (VERIFY).
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"team": 100}})
+    scheduler = Scheduler(state, tree, reserve_min_gpus=64, incremental=False)
+    scheduler.preemptor.kept.keeping = Keeping.VERIFY
+    running = (
+        ("low-0", 0, 0.0),
+        ("low-1", 0, -2 * HOUR),
+        ("peer", 20, -2 * HOUR),
+        ("top", 20, 0.0),
+    )
+    for node, (name, priority, start) in enumerate(running):
+        job = spec(name, "team", priority=priority)
+        scheduler.adopt(job, Allocation.of([node], [[0, 1, 2, 3]]), start_time=start, now=0.0)
+    scheduler.submit(spec("wide", "team", pods=2, priority=10, topology={"required": "rack"}), 0)
+    assert not scheduler.cycle(60).decisions
+    assert searches(scheduler) == 1
+
+    scheduler.finish("top", 120)
+    assert not scheduler.cycle(120).decisions
+    assert searches(scheduler) == 1
+    assert scheduler.preemptor.kept.answered_through_changes == 1
 
 
 def test_a_health_change_forgets_every_refusal() -> None:

@@ -17,37 +17,30 @@ from toposched.jobs.spec import JobSpec
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement
 from toposched.policy.budget import BudgetTree
-from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier
+from toposched.policy.fairshare import PendingQueue
 from toposched.policy.usage import UsageTracker
-from toposched.scheduler.decisions import Bind, Evict, Reserve
+from toposched.scheduler.decisions import Bind
 from toposched.scheduler.defrag import fragmentation
-from toposched.scheduler.errors import InternalError
 from toposched.scheduler.evictions import Evictor
 from toposched.scheduler.explain import Explanation, QueueRow, queue_rows
 from toposched.scheduler.explain import explain as explain_job
 from toposched.scheduler.failures import FailureMemo, FailureReasons
 from toposched.scheduler.fence import Fence
 from toposched.scheduler.freed import FreedCapacity
-from toposched.scheduler.incremental import (
-    Incremental,
-    Outcome,
-    Reference,
-    Walk,
-    differences,
-)
+from toposched.scheduler.incremental import Incremental, Walk
 from toposched.scheduler.interruptions import Interruptions
-from toposched.scheduler.jobs import Job, JobKind, JobState, ReasonCode, Reservation, job_sets
+from toposched.scheduler.jobs import Job, JobState, ReasonCode, job_sets
 from toposched.scheduler.ledger import Ledger, work_since
 from toposched.scheduler.lifecycle import Lifecycle
-from toposched.scheduler.placing import Placing, sets_refusal
-from toposched.scheduler.preemption import PreemptionPlan, VictimSearch
+from toposched.scheduler.placing import Placing
+from toposched.scheduler.preemption import VictimSearch
 from toposched.scheduler.preemptor import Preemptor
 from toposched.scheduler.queueing import JobQueue
 from toposched.scheduler.reservations import ReservationSearch
 from toposched.scheduler.settings import SchedulerSettings
 from toposched.scheduler.spares import SparePool
-from toposched.scheduler.turn import Answer, Asked, CycleResult, Refused, Turn
-from toposched.scheduler.wording import no_preemption
+from toposched.scheduler.turn import CycleResult, Turn
+from toposched.scheduler.walker import Walker, checked_cycle
 
 __all__ = ["CycleResult", "Scheduler"]
 
@@ -103,7 +96,6 @@ class Scheduler:
         self.jobs: dict[str, Job] = {}
         self.ledger = Ledger(state, tree, self.usage)
         self.running = self.ledger.running
-        self.reservation: Reservation | None = None
         self.victim_search = VictimSearch(state, self.policy, settings.impact)
         self.preemptor = Preemptor(
             state, tree, self.usage, self.contract, self.ledger, self.victim_search
@@ -126,11 +118,25 @@ class Scheduler:
         self.placing = Placing(
             state, self.policy, self.failures, self._start, settings.verify_kept_failures
         )
-        self._kinds: dict[tuple[object, ...], JobKind] = {}
         # A cycle after submissions only walks the new jobs and the few whose answers others
         # read (see `Incremental`); only with Fair Tree's queue, whose order it can check.
         self.incremental = Incremental(
             settings.incremental and type(self.queue) is PendingQueue, settings.full_cycle_every
+        )
+        self.walker = Walker(
+            state,
+            tree,
+            self.usage,
+            self.queue,
+            self.ledger,
+            settings,
+            self.failures,
+            self.placing,
+            self.preemptor,
+            self.reservations,
+            self.evictor,
+            self.incremental,
+            self.epoch,
         )
 
     # --- events ------------------------------------------------------------------------------
@@ -356,27 +362,14 @@ class Scheduler:
         same decisions (see `toposched.scheduler.incremental`).
         """
         if self.settings.check_incremental and self.incremental.reference is not None:
-            return self._checked_cycle(now)
+            # A full cycle on a copy taken before, to compare with.
+            trial = copy.deepcopy(self)
+            trial.incremental.enabled = False
+            return checked_cycle(now, self._cycle, trial._cycle)
         return self._cycle(now)
-
-    def _checked_cycle(self, now: float) -> CycleResult:
-        """`_cycle`, and if it skipped jobs, a full cycle on a copy of the scheduler taken
-        before it: `InternalError` unless both decided the same."""
-        trial = copy.deepcopy(self)
-        trial.incremental.enabled = False
-        result = self._cycle(now)
-        if result.incremental:
-            expected = trial._cycle(now)
-            difference = differences(expected.decisions, result.decisions)
-            if difference is not None:
-                raise InternalError(
-                    "cycle", f"at {now!r}, the cycle after submissions only {difference}"
-                )
-        return result
 
     def _cycle(self, now: float) -> CycleResult:
         result = CycleResult(now)
-        self.reservation = None
         self._cycles += 1
         if self.state.version != self._settled_version:
             # Something outside the cycle changed the cluster (a job ended, a node came back):
@@ -386,7 +379,7 @@ class Scheduler:
             self._epoch += 1
             self._after_changes()
             self.preemptor.kept.after_changes(self.freed)
-        stamp = self._stamp()
+        stamp = self.walker.stamp()
         fence = Fence(self.state)
         turn = Turn(
             now,
@@ -406,9 +399,9 @@ class Scheduler:
             entries = list(self.queue.ordered(now, self._owed_first()))
             entries = self.interruptions.first(entries)
             order = [entry.job_id for entry in entries]
-            walk = self.incremental.walk(now, stamp, self._leaves(now), order)
+            walk = self.incremental.walk(now, stamp, self.walker.leaves(now), order)
             result.incremental = walk.skipping
-            self._walk(turn, entries, walk)
+            self.walker.walk(turn, entries, self.jobs, walk)
             result.skipped = walk.skipped
         except BaseException:
             walk = None
@@ -418,103 +411,8 @@ class Scheduler:
             self._settled_version = self.state.version
             self.freed.settle()
             if walk is not None:
-                self._leave_reference(turn, walk, order)
+                self.walker.leave_reference(turn, walk, order)
         return result
-
-    def _walk(self, turn: Turn, entries: list[QueueEntry], walk: Walk) -> None:
-        """Each pending job's turn, in queue order, but those `walk` skips; with incremental
-        cycles on, what each turn left for the next cycle is noted in `walk`."""
-        jobs = self.jobs
-        pending = [jobs[entry.job_id] for entry in entries]
-        nominated = [job.nomination.nodes for job in pending if job.nomination is not None]
-        fence, result, now = turn.fence, turn.result, turn.now
-        if nominated:
-            # One change of the cluster state for all of them, not one per preemptor.
-            fence.close(np.concatenate(nominated))
-        result.considered = len(entries)
-        decisions = result.decisions
-        track = self.incremental.enabled
-        replays, outcomes = walk.replays, walk.outcomes
-        asked_now, asked_before = walk.asked, walk.asked_before
-        for entry, job in zip(entries, pending, strict=True):
-            job_id = entry.job_id
-            if walk.reference is not None:
-                skipped, replayed = walk.skip(job_id)
-                if skipped:
-                    if replayed is not None:
-                        self._refused(turn, replayed)
-                    continue
-            if not track:
-                self._consider(turn, entry, job)
-                continue
-            # Each of these only grows: an equal sum after the turn means none moved (a
-            # reservation found comes with its decision).
-            made = len(decisions)
-            moves = made + result.searches + fence.generation + self.failures.version
-            turn.asked = None
-            answered = self._consider(turn, entry, job)
-            if answered and walk.reference is None:
-                continue  # settled: nothing a later job reads moved
-            decided = len(decisions) != made
-            asked = turn.asked
-            if asked is not None:
-                asked_now[job_id] = asked.refusal
-            outcome = Outcome.of(job, now, self.reservations.reserved_nodes)
-            # Settled too: no move, and a refusal from the memory of the preemption search
-            # (the very one it gave last time).
-            if answered or (
-                moves == len(decisions) + result.searches + fence.generation + self.failures.version
-                and (asked is None or asked_before.get(job_id) is asked.refusal)
-            ):
-                if asked is not None and not answered:
-                    replays[job_id] = asked
-            else:
-                outcomes[job_id] = outcome
-            if walk.reference is not None:
-                walk.check(job_id, decided, outcome)
-
-    def _stamp(self) -> tuple[int, ...]:
-        """The versions of what the cycle's answers depend on besides the queue and the
-        clock: equal stamps, and the cycle between them changed nothing either."""
-        return (
-            self.state.version,
-            self.tree.version,
-            self.usage.version,
-            self._epoch,
-            self.failures.version,
-            self.ledger.leaving_version,
-            self.ledger.preemptible.version,
-        )
-
-    def _leaves(self, now: float) -> tuple[str, ...] | None:
-        """The accounts' order where preemption reads it (under the fair-share rule)."""
-        if self.contract.cross_account != "fair_share":
-            return None
-        return self.queue.ranking(now).leaves
-
-    def _leave_reference(self, turn: Turn, walk: Walk, order: list[str]) -> None:
-        """Keep what the cycle saw for a cycle after submissions only, unless it evicted,
-        spent a preemption or settled a nominee (then the next cycle is a full one)."""
-        decisions, now = turn.result.decisions, turn.now
-        reference = None
-        if (
-            turn.preemptions_left == self.settings.max_preemptions_per_cycle
-            and not turn.nominees_settled
-            and not any(isinstance(decision, Evict) for decision in decisions)
-        ):
-            bound = {d.job_id for d in decisions if isinstance(d, Bind)}
-            if bound:
-                order = [job_id for job_id in order if job_id not in bound]
-            reference = Reference(
-                now,
-                self._stamp(),
-                self.ledger.next_protection_end(now),
-                self._leaves(now),
-                order,
-                walk.replays,
-                walk.outcomes,
-            )
-        self.incremental.settle(walk, reference)
 
     def _after_changes(self) -> None:
         """Forget the failures that the changes since the last cycle may have undone: every
@@ -525,163 +423,12 @@ class Scheduler:
             return
         self.failures.outlive_release(freed, self.state)
 
-    def _consider(self, turn: Turn, entry: QueueEntry, job: Job) -> bool:
-        """One pending job's turn: start it, preempt or reserve for it, or say why not.
-        Returns whether it was answered alike an earlier job, or waits for its victims to exit:
-        nothing a later job reads changed (see `toposched.scheduler.incremental`)."""
-        job.reservation = None
-        job.refusal = None
-        fence = turn.fence
-        if job.nomination is not None:
-            fence.settle()
-            started = self.placing.start_nominee(job, fence, turn.now, turn.result)
-            if job.nomination is None:
-                # Its fence is open: the nominee may have started elsewhere or not at all, so
-                # capacity may have grown. Remembered failures are checked against the fence
-                # they were found under; refused preemptions too.
-                turn.unpreemptable.clear()
-                turn.refusals += 1
-                turn.nominees_settled = True
-            if started:
-                return job.nomination is not None
-        kind = job.kind
-        if kind is None:
-            kind = self._kind_of(job)
-        alike = (kind, entry.account, entry.priority, entry.unallocated)
-        known_so_far = (
-            fence.generation,
-            self.failures.version,
-            self.reservation,
-            turn.refusals,
-            turn.preemptions_left,
-        )
-        same = turn.answered.get(alike)
-        if same is not None and same.known == known_so_far and same.failed_job != entry.job_id:
-            job.reason = same.reason
-            job.reason_code = same.code
-            job.refusal = same.refusal
-            return True
-        tier_key = (entry.account, entry.unallocated)
-        tier = turn.tiers.get(tier_key)
-        if tier is None:
-            tier = turn.tiers[tier_key] = self.queue.tier(entry)
-        started, answered_by = self.placing.place(
-            turn, entry, job, kind, tier, self.reservation, self._epoch
-        )
-        if started:
-            return False
-        allocated = tier is QueueTier.ALLOCATED
-        if allocated and turn.preemptions_left > 0 and not entry.unallocated:
-            if self._preempt(turn, entry, job, kind):
-                return False
-        if self.reservation is None and allocated and job.gpus >= self.settings.reserve_min_gpus:
-            answered_by = None  # a reservation is looked for job by job
-            if self._reserve(turn, job):
-                return False
-        if answered_by is not None and known_so_far == (
-            fence.generation,
-            self.failures.version,
-            self.reservation,
-            turn.refusals,
-            turn.preemptions_left,
-        ):
-            turn.answered[alike] = Answer(
-                known_so_far, answered_by, job.reason, job.reason_code, job.refusal
-            )
-        return False
-
-    def _preempt(self, turn: Turn, entry: QueueEntry, job: Job, kind: JobKind) -> bool:
-        """Evict for the job if the contract allows a set of victims that makes room; else add
-        why not to its reason. Returns whether victims were evicted for it (or it started)."""
-        pods = kind.pods
-        refusal_key = (kind.shape, entry.account, entry.priority)
-        refused = turn.unpreemptable.get(refusal_key)
-        if refused is not None and pods >= refused.pods:
-            note = self.preemptor.beyond_budget_note(job, entry)
-            explained = (job.reason, refused.refusal.reason, note)
-            text = turn.no_preemption_texts.get(explained)
-            if text is None:
-                text = turn.no_preemption_texts[explained] = no_preemption(
-                    job.reason, refused.refusal, note
-                )
-            job.reason = text
-            job.refusal = refused.refusal
-            job.reason_code = ReasonCode.NO_PREEMPTION
-            return False
-        if turn.ranking is None:
-            turn.ranking = self.queue.ranking(turn.now)
-        plan = self.preemptor.preempt_or_refuse(
-            job, kind, entry, turn.ranking, turn.fence, turn.now, self._epoch
-        )
-        if isinstance(plan, PreemptionPlan):
-            plan = self.placing.sets_after(job, plan)
-        if isinstance(plan, PreemptionPlan):
-            turn.preemptions_left -= 1
-            self._carry_out(job, plan, turn.now, turn.result)
-            turn.fence.close(job.nomination.nodes if job.nomination else plan.nodes)
-            return True
-        turn.asked = asked = Asked(refusal_key, pods, plan)
-        self._refused(turn, asked)
-        note = self.preemptor.beyond_budget_note(job, entry)
-        job.reason = no_preemption(job.reason, plan, note)
-        job.refusal = plan
-        job.reason_code = ReasonCode.NO_PREEMPTION
-        return False
-
-    @staticmethod
-    def _refused(turn: Turn, asked: Asked) -> None:
-        """Remember a refused preemption for the jobs alike later in the cycle, unless one
-        refused for no more pods is known."""
-        refused = turn.unpreemptable.get(asked.key)
-        if refused is None or asked.pods < refused.pods:
-            turn.unpreemptable[asked.key] = Refused(asked.pods, asked.refusal)
-            turn.refusals += 1
-
-    def _reserve(self, turn: Turn, job: Job) -> bool:
-        """Reserve the earliest place the job fits as running jobs end, or open one now by
-        moving jobs (defragmentation). Returns whether moves were decided for it."""
-        now, fence = turn.now, turn.fence
-        reserved = self.reservations.reserve(job, now, fence, self._epoch)
-        if reserved is None:
-            return False
-        job.reason = f"{reserved.describe(now)}; now: {job.reason}"
-        job.reason_code = ReasonCode.RESERVED
-        # Moves open a domain for one gang: not for sets with topology of their own.
-        unaimed = sets_refusal(job) is not None
-        if not unaimed and self.evictor.defragment_for(job, reserved, now, turn.result.decisions):
-            # Moves open a domain now: the nominated nodes replace the wait.
-            assert job.nomination is not None
-            fence.close(job.nomination.nodes)
-            return True
-        self.reservation = reserved
-        job.reservation = reserved
-        nodes = self.reservations.reserved_nodes
-        turn.reserved_nodes = np.zeros(self.state.topology.n_nodes, dtype=bool)
-        turn.reserved_nodes[nodes] = True
-        turn.result.decisions.append(Reserve(job.job_id, reserved.start_time, reserved.domain))
-        # Capacity shrinks for everyone behind: earlier failures still hold.
-        fence.close_block(nodes)
-        return False
-
-    def _kind_of(self, job: Job) -> JobKind:
-        """The job's kind, one object shared by every job of that kind; kept on the job."""
-        key = (job.shape, job.request.pods, job.spec.expected_runtime)
-        kind = self._kinds.get(key)
-        if kind is None:
-            kind = self._kinds[key] = JobKind(*key)
-        job.kind = kind
-        return kind
-
-    def _carry_out(self, job: Job, plan: PreemptionPlan, now: float, result: CycleResult) -> None:
-        """Evict the plan's victims with their grace period and nominate their capacity."""
-        if not plan.victims:
-            # Room appeared since the job's last search (a nominee started elsewhere): no one
-            # needs to leave.
-            self.placing.bind(job, plan.placement, now, result)
-            return
-        self.evictor.carry_out(job, plan, now, result.decisions)
-
     # --- bookkeeping -------------------------------------------------------------------------
+    def epoch(self) -> int:
+        """Moves whenever free capacity may have changed: equal epochs and fences mean equal
+        free capacity."""
+        return self._epoch
+
     def bind(self, job_id: str, placement: Placement, now: float) -> Bind:
         """Start the pending job on `placement`, found by the caller's own placement (a
         scheduler that brings its own cycle, as the baselines do); returns the decision."""

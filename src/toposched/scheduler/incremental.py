@@ -17,7 +17,7 @@ job the cycle before, which it keeps only for refusals that stand while nothing 
 moves (the epoch, the preemptible index, budgets, usage, the fenced nodes, under `fair_share`
 the accounts' order, and no protection ended; all checked here). An anchor searched, preempted,
 asked for a reservation and got one, or decided. A cycle after submissions walks the anchors
-and the new jobs in queue order, through the same `_consider` as a full cycle, and skips the
+and the new jobs in queue order, through the same `Walker.consider` as a full cycle, and skips the
 settled jobs, recording each one's refusal again for the jobs alike behind it as its turn would.
 While each anchor gets the answer it got in the reference (reason code, refusal, reservation
 job, nodes and domain, the wait for it no longer) and no new job binds, evicts or reserves, the
@@ -86,7 +86,7 @@ class Reference:
 
     now: float
     stamp: tuple[int, ...]
-    """The versions of what its answers depend on (see `Scheduler._stamp`)."""
+    """The versions of what its answers depend on (see `Walker.stamp`)."""
     until: float
     """When the next protection of a running job ends after it."""
     leaves: tuple[str, ...] | None
@@ -197,7 +197,7 @@ class Incremental:
 
     def settle(self, walk: Walk, reference: Reference | None) -> None:
         """The cycle is over: `reference` is what it leaves, if it may serve (see
-        `Scheduler._leave_reference`)."""
+        `Walker.leave_reference`)."""
         self.asked = walk.asked
         self.reference = reference
 

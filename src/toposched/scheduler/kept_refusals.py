@@ -106,9 +106,10 @@ class KeptRefusals:
 
     - a release (a job ended): kept when every domain of the gang's required level that
       holds released nodes has, free and held by every unprotected job, fewer whole GPUs than
-      the gang needs there (as failures kept through releases are judged); a release of
-      unallocated work no eviction had claimed frees nothing a preemptor that may take work
-      at all did not count already;
+      the gang needs there (as failures kept through releases are judged), or, when a job
+      asks under the budget rule, free and held by the unprotected jobs the contract lets it
+      take now; a release of unallocated work no eviction had claimed frees nothing a
+      preemptor that may take work at all did not count already;
     - a protection ending: kept when the contract lets the preemptor take none of the jobs
       whose protection ended since (looked at once each);
     - the contract allowing more, with the same jobs: under the budget rule, when the
@@ -266,7 +267,7 @@ class KeptRefusals:
         if kept.leaves is not None and kept.leaves != ranking.leaves:
             return False
         if kept.released:
-            if not self._releases_leave_no_room(kept):
+            if not self._releases_leave_no_room(kept, entry):
                 return False
             kept.released.clear()
         if kept.only_unallocated:
@@ -288,10 +289,11 @@ class KeptRefusals:
             kept.note_released(np.concatenate(opened))
         kept.holding = fence.frozen()
 
-    def _releases_leave_no_room(self, kept: KeptRefusal) -> bool:
+    def _releases_leave_no_room(self, kept: KeptRefusal, entry: QueueEntry) -> bool:
         """Whether every domain of the gang's required level holding nodes of
         `kept.released` has fewer whole GPUs free or held by unprotected jobs than the gang
-        needs there."""
+        needs there; or, under the budget rule, free or held by unprotected jobs the contract
+        lets `entry` take now (see `_room_it_may_take`)."""
         request = kept.request
         if request.gpus_per_pod == 0 or request.is_fractional:
             return False
@@ -306,7 +308,12 @@ class KeptRefusals:
         if known is None:
             room = self._most_room(nodes, request.required, kept.only_unallocated)
             known = self._rooms[room_key] = (nodes, room)
-        return known[1] < request.pods * request.gpus_per_pod
+        needed = request.pods * request.gpus_per_pod
+        if known[1] < needed:
+            return True
+        if kept.only_unallocated or not kept.ranked or kept.leaves is not None:
+            return False
+        return self._room_it_may_take(nodes, request.required, entry) < needed
 
     def _most_room(self, nodes: IntArray, level: int, only_unallocated: bool) -> int:
         """The most whole GPUs free or held by unprotected jobs (unallocated work only, if
@@ -329,6 +336,41 @@ class KeptRefusals:
             starts = topology.domain_starts[level]
             free_in = np.add.reduceat(free.astype(np.int64), starts[:-1])[domains]
         return int((free_in + held).max())
+
+    def _room_it_may_take(self, nodes: IntArray, level: int, entry: QueueEntry) -> int:
+        """Under the budget rule, the most whole GPUs free or held by unprotected jobs the
+        contract lets `entry` take now, in one domain of `level` holding some of `nodes`: its
+        account's jobs of lower priority, unallocated work, and other accounts' jobs no larger
+        than what their account runs beyond its budget (none while `entry`'s account runs its
+        own; widened by `LIMIT_SLACK`). Jobs it may take only later (a load moving, a
+        protection ending) are found by `_loads_allow_no_more` and
+        `_protection_ends_allow_none`."""
+        index = self.ledger.preemptible
+        size = len(index.allocations)
+        counted = index.counted[:size]
+        unallocated = index.unallocated[:size]
+        account = index.account[:size]
+        own = account == index.accounts.get(entry.account, -1)
+        takeable = counted & (unallocated | (own & (index.priority[:size] < entry.priority)))
+        limits = self._limits(entry.account)
+        if limits:
+            limit_of = np.full(len(index.account_names), -np.inf)
+            for code, limit in limits.items():
+                limit_of[code] = limit
+            reached = index.gpus[:size] <= limit_of[account] + LIMIT_SLACK
+            takeable |= counted & ~own & reached
+        # A last entry for GPUs no whole-GPU pod holds (`gpu_owner` -1).
+        takeable = np.append(takeable, False)
+        topology = self.state.topology
+        starts = topology.domain_starts[level]
+        domains = np.unique(topology.node_domain[level][nodes])
+        free = self.state.free_whole_gpus
+        most = 0
+        for domain in domains.tolist():
+            first, last = int(starts[domain]), int(starts[domain + 1])
+            held = int(np.count_nonzero(takeable[index.gpu_owner[first:last]]))
+            most = max(most, int(free[first:last].sum()) + held)
+        return most
 
     def _loads_allow_no_more(self, kept: KeptRefusal, account: str) -> bool:
         """Under the budget rule, whether the loads let the preemptor take no job it could

@@ -60,20 +60,14 @@ class Placing:
         entry: QueueEntry,
         job: Job,
         kind: JobKind,
-        tier: QueueTier,
-        reservation: Reservation | None,
+        short: bool,
         epoch: int,
     ) -> Placed:
-        """Start the job where it fits now, or, when it ends before the reservation (or is
-        unallocated work, which the reserved job may preempt at any moment), on the reserved
-        nodes too (EASY backfill). Returns whether it started, and the job whose known failure
-        answered it, if one did."""
+        """Start the job where it fits now, or, when it may backfill (`short`: see
+        `backfills`), on the reserved nodes too (EASY backfill). Returns whether it started,
+        and the job whose known failure answered it, if one did."""
         fence, failures, now = turn.fence, self.failures, turn.now
-        shape, pods, runtime = kind.shape, kind.pods, kind.expected_runtime
-        short = reservation is not None and (
-            (runtime is not None and now + runtime <= reservation.start_time)
-            or tier is QueueTier.UNALLOCATED
-        )
+        shape, pods = kind.shape, kind.pods
         known = failures.find(shape, pods, fence, turn.number)
         if known is not None and known.outlived_release and self.verify_kept:
             fence.settle()
@@ -98,7 +92,6 @@ class Placing:
                 return Placed(True, None)
             self._failed(shape, job, outcome, fence, turn.number, epoch)
         if short:
-            assert reservation is not None
             # A failure may already show that it does not fit even on the reserved nodes.
             backfill = failures.find_beyond(shape, pods, fence, turn.reserved_nodes, turn.number)
             if backfill is None:
@@ -117,7 +110,8 @@ class Placing:
                     self._verify(job, backfill)
                 job.reason = turn.reasons.reason(job, backfill, fence, epoch)
                 job.reason_code = ReasonCode.DOES_NOT_FIT
-                return Placed(False, None)
+                other = backfill.job_id != entry.job_id
+                return Placed(False, backfill.job_id if known is not None and other else None)
         if isinstance(outcome, Unschedulable):
             job.reason = outcome.reason
             job.reason_code = ReasonCode.DOES_NOT_FIT
@@ -226,6 +220,18 @@ class Placing:
         # The cluster changed while victims left (e.g. a node failed): plan again.
         job.record(now, f"nominated capacity no longer fits ({outcome.reason}); re-planning")
         return False
+
+
+def backfills(kind: JobKind, tier: QueueTier, reservation: Reservation | None, now: float) -> bool:
+    """Whether a job of `kind` in `tier` may use the reserved nodes too: it ends before the
+    reservation starts, or is unallocated work (which the reserved job may preempt at any
+    moment). The placement phase reads the job's expected runtime for this only."""
+    if reservation is None:
+        return False
+    runtime = kind.expected_runtime
+    return (
+        runtime is not None and now + runtime <= reservation.start_time
+    ) or tier is QueueTier.UNALLOCATED
 
 
 def sets_refusal(job: Job) -> Refusal | None:

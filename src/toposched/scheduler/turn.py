@@ -12,7 +12,7 @@ from toposched.policy.ranking import Ranking
 from toposched.scheduler.decisions import Bind, Decision, Reserve
 from toposched.scheduler.failures import FailureReasons
 from toposched.scheduler.fence import Fence
-from toposched.scheduler.jobs import ReasonCode
+from toposched.scheduler.jobs import ReasonCode, Reservation
 from toposched.scheduler.refusals import Refusal
 
 BoolArray = NDArray[np.bool_]
@@ -32,6 +32,9 @@ class CycleResult:
     (see `toposched.scheduler.incremental`)."""
     skipped: int = 0
     """Pending jobs it skipped so."""
+    alike: int = 0
+    """Pending jobs answered alike an earlier job of their size, account and priority, with
+    nothing known changed since (see `Turn.answered`)."""
 
     @property
     def bound(self) -> list[Bind]:
@@ -92,14 +95,19 @@ class Turn:
     """The tier of each (account, declared unallocated): asked once for each."""
     no_preemption_texts: dict[tuple[str, str, str], str] = field(default_factory=dict)
     """Jobs refused preemption for the same reason share their explanation."""
+    reservation: Reservation | None = None
+    """The reservation found in this cycle: one per cycle, for the first blocked large job."""
     reserved_nodes: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     """The reservation's nodes, marked: what backfills may use."""
     answered: dict[tuple[object, ...], Answer] = field(default_factory=dict)
     """Most pending jobs are answered by a known failure and a refused preemption, and many
-    share everything that answer depends on: their kind (shape, pod count, expected runtime),
-    account, priority, whether declared unallocated, and what the cycle knows so far (fence,
-    failures, reservation, refusals, preemptions left). Such a job gets the reason an earlier
-    job alike got, unless its own failure is the answer."""
+    share everything that answer depends on: their size (shape and pod count), account,
+    priority, whether declared unallocated, and what the cycle knows so far (fence, failures,
+    reservation, refusals, preemptions left). Such a job gets the reason an earlier job alike
+    got, unless its own failure is the answer. A job's expected runtime decides only whether
+    it may backfill behind the reservation (`placing.backfills`), part of the key; it enters
+    neither the placement phase otherwise nor the refusals the cycle shares (keyed by shape,
+    account and priority), so jobs of every runtime are alike."""
     asked: Asked | None = None
     """The refusal the preemptor gave in the current job's turn, if it asked one."""
     nominees_settled: bool = False
