@@ -274,6 +274,15 @@ def add_options(
         "(default: no budget)",
     )
     parser.add_argument(
+        "--unallocated-admission",
+        type=_worth_horizon,
+        metavar="D",
+        help="keep unallocated work off the reservation's nodes when the reserved job is due "
+        "before the work's first checkpoint; D: when a resumable job checkpoints first "
+        "(seconds, or e.g. 30m, 1h; docs/preemption.md, 'Where unallocated work starts'; "
+        "default: off, unallocated work backfills onto reserved nodes)",
+    )
+    parser.add_argument(
         "--topology-price",
         type=_topology_price,
         metavar="SPEC",
@@ -469,6 +478,7 @@ def _spares(text: str) -> tuple[str, int]:
 def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     """toposched's scheduler with the options given on the command line."""
     from toposched.policy.contract import Contract
+    from toposched.scheduler.admission import AdmissionRule
     from toposched.scheduler.core import Scheduler
     from toposched.sim.protocol import toposched_scheduler
 
@@ -479,8 +489,10 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     failed_first = getattr(args, "failed_gangs", "first") == "first"
     worth = _eviction_worth(args)
     check = getattr(args, "check_incremental", False)
+    admission = getattr(args, "unallocated_admission", None)
     if (
-        not check
+        admission is None
+        and not check
         and spares is None
         and protect
         and borrowed is None
@@ -501,6 +513,7 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
         borrowed_min_runtime=borrowed,
         failed_first=failed_first,
         check_incremental=check,
+        admission=None if admission is None else AdmissionRule(admission),
     )
 
 

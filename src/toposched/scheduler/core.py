@@ -19,6 +19,7 @@ from toposched.placement.search import Placement
 from toposched.policy.budget import BudgetTree
 from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier
 from toposched.policy.usage import UsageTracker
+from toposched.scheduler.admission import AdmissionGate
 from toposched.scheduler.decisions import Bind, Evict, Reserve
 from toposched.scheduler.defrag import fragmentation
 from toposched.scheduler.errors import InternalError
@@ -110,6 +111,7 @@ class Scheduler:
         )
         self.reservations = ReservationSearch(state, self.policy, self.ledger, self.victim_search)
         self.evictor = Evictor(state, self.ledger, settings)
+        self.admission = AdmissionGate(settings.admission)
         self.spares = SparePool(state, *settings.spares) if settings.spares is not None else None
         self.lifecycle = Lifecycle(state, tree, self.usage, self.queue, self.ledger, settings)
         self.interruptions = Interruptions(state, self.ledger, self.spares, settings.failed_first)
@@ -549,11 +551,14 @@ class Scheduler:
         tier = turn.tiers.get(tier_key)
         if tier is None:
             tier = turn.tiers[tier_key] = self.queue.tier(entry)
+        reservation, held = self.admission.backfill(job, tier, self.reservation, turn.now)
         started, answered_by = self.placing.place(
-            turn, entry, job, kind, tier, self.reservation, self._epoch
+            turn, entry, job, kind, tier, reservation, self._epoch
         )
         if started:
             return False
+        if held is not None:
+            job.reason, answered_by = held.explain(job.reason), None
         allocated = tier is QueueTier.ALLOCATED
         if allocated and turn.preemptions_left > 0 and not entry.unallocated:
             if self._preempt(turn, entry, job, kind):
