@@ -132,6 +132,6 @@ def test_simulate_option_builds_the_rule() -> None:
     assert isinstance(scheduler, Scheduler)
     assert scheduler.settings.admission == AdmissionRule(checkpoint_s=1800)
     default = scheduler_factory(parser.parse_args([]))(small_cluster(), two_teams())
-    assert default.settings.admission is None
+    assert isinstance(default, Scheduler) and default.settings.admission is None
     with pytest.raises(SystemExit):
         parser.parse_args(["--unallocated-admission", "0"])
