@@ -15,8 +15,8 @@ from toposched.scheduler.admission import AdmissionRule
 from toposched.scheduler.core import CycleResult, Scheduler
 
 HELD = (
-    "not started on the nodes reserved for big: they are due to it in 33 min, before this "
-    "job's first checkpoint (in 1.0 h)"
+    "the nodes reserved for big are closed to it: big is due there in 33 min, before this "
+    "job would keep any work (in 1.0 h)"
 )
 
 

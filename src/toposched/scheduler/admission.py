@@ -80,8 +80,8 @@ class Held:
         """`reason` (why it does not fit elsewhere), and why the reserved nodes are not used."""
         due = "now" if self.due <= 0 else f"in {hours(self.due)}"
         return (
-            f"{reason}; not started on the nodes reserved for {self.holder}: they are due to it "
-            f"{due}, before this job's first checkpoint (in {hours(self.keeps)})"
+            f"{reason}; the nodes reserved for {self.holder} are closed to it: {self.holder} is "
+            f"due there {due}, before this job would keep any work (in {hours(self.keeps)})"
         )
 
 
