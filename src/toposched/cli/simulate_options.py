@@ -204,6 +204,15 @@ def add_options(
         "(default: no budget)",
     )
     parser.add_argument(
+        "--unallocated-admission",
+        type=worth_horizon,
+        metavar="D",
+        help="keep unallocated work off the reservation's nodes when the reserved job is due "
+        "before the work's first checkpoint; D: when a resumable job checkpoints first "
+        "(seconds, or e.g. 30m, 1h; docs/preemption.md, 'Where unallocated work starts'; "
+        "default: off, unallocated work backfills onto reserved nodes)",
+    )
+    parser.add_argument(
         "--topology-price",
         type=topology_price_option,
         metavar="SPEC",

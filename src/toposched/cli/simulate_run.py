@@ -81,6 +81,7 @@ def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
 def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     """toposched's scheduler with the options given on the command line."""
     from toposched.policy.contract import Contract
+    from toposched.scheduler.admission import AdmissionRule
     from toposched.scheduler.core import Scheduler
     from toposched.sim.protocol import toposched_scheduler
 
@@ -91,8 +92,10 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     failed_first = getattr(args, "failed_gangs", "first") == "first"
     worth = _eviction_worth(args)
     check = getattr(args, "check_incremental", False)
+    admission = getattr(args, "unallocated_admission", None)
     if (
-        not check
+        admission is None
+        and not check
         and spares is None
         and protect
         and borrowed is None
@@ -113,6 +116,7 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
         borrowed_min_runtime=borrowed,
         failed_first=failed_first,
         check_incremental=check,
+        admission=None if admission is None else AdmissionRule(admission),
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from toposched.cluster.errors import InputError
 from toposched.placement.policies import BestFit, PlacementPolicy
 from toposched.policy.contract import Contract
+from toposched.scheduler.admission import AdmissionRule
 from toposched.scheduler.preemption import ImpactPolicy
 
 
@@ -82,6 +83,10 @@ class SchedulerSettings:
     check_incremental: bool = False
     """Debugging: run a full cycle on a copy of the scheduler beside each cycle that skips
     jobs, and raise `InternalError` if their decisions differ."""
+
+    admission: AdmissionRule | None = None
+    """Where unallocated work may start (None: anywhere it fits, reserved nodes too; see
+    `toposched.scheduler.admission`)."""
 
     charge_unallocated: bool = False
     """Whether unallocated work is charged to its account's usage too (Slurm charges every

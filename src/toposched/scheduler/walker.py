@@ -13,6 +13,7 @@ from toposched.cluster.state import ClusterState
 from toposched.policy.budget import BudgetTree
 from toposched.policy.fairshare import QueueEntry, QueueTier
 from toposched.policy.usage import UsageTracker
+from toposched.scheduler.admission import AdmissionGate
 from toposched.scheduler.decisions import Bind, Evict, Reserve
 from toposched.scheduler.errors import InternalError
 from toposched.scheduler.evictions import Evictor
@@ -63,6 +64,7 @@ class Walker:
         self.evictor = evictor
         self.incremental = incremental
         self.epoch = epoch
+        self.admission = AdmissionGate(settings.admission)
         self._kinds: dict[tuple[object, ...], JobKind] = {}
         self._sizes: dict[JobKind, JobKind] = {}
 
@@ -191,7 +193,8 @@ class Walker:
         # Answered alike every job of its size (shape and pods, whatever runtime it declares),
         # account, priority and declared work, and as it may backfill or not (see
         # `Turn.answered`).
-        short = backfills(kind, tier, turn.reservation, turn.now)
+        behind, held = self.admission.backfill(job, tier, turn.reservation, turn.now)
+        short = backfills(kind, tier, behind, turn.now)
         alike = (self._size_of(kind), entry.account, entry.priority, entry.unallocated, short)
         known_so_far = (
             fence.generation,
@@ -210,6 +213,8 @@ class Walker:
         started, answered_by = self.placing.place(turn, entry, job, kind, short, self.epoch())
         if started:
             return False
+        if held is not None:
+            job.reason, answered_by = held.explain(job.reason), None
         allocated = tier is QueueTier.ALLOCATED
         if allocated and turn.preemptions_left > 0 and not entry.unallocated:
             if self._preempt(turn, entry, job, kind):

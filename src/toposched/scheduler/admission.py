@@ -1,0 +1,106 @@
+"""Where unallocated work may start: not on capacity the scheduler expects to take back before
+the work has anything to keep.
+
+Unallocated work is never protected: a budgeted job evicts it whenever it needs the room. So
+the reservation of a blocked budgeted job welcomes it (EASY backfill lets unallocated work onto
+the reserved nodes, since the reserved job may preempt it at any moment), and the reserved job
+takes those nodes back when it is due, throwing away whatever the unallocated job did since
+its last checkpoint. `AdmissionRule` keeps such a job off the reserved nodes when the
+reservation is due before the job's first checkpoint (or, when it cannot resume, before its
+end): a start there would only be evicted. Elsewhere, and on reserved nodes due later than
+that, it starts as before.
+
+Signals, all known at the job's turn without a look at any node: the cycle's reservation (its
+expected start and the mask of its nodes, which the cycle already keeps closed to every search
+but backfill), the job's tier, whether it can resume, and its expected or min runtime. The
+rule only withholds the lift of the reservation's fence for the job, so its placement is the
+search the job has anyway, on the capacity outside the reservation. See docs/preemption.md,
+*Where unallocated work starts*.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from toposched.cluster.errors import InputError
+from toposched.cluster.units import HOUR
+from toposched.policy.fairshare import QueueTier
+from toposched.scheduler.jobs import Job, Reservation
+from toposched.scheduler.wording import hours
+
+__all__ = ["AdmissionGate", "AdmissionRule", "Held"]
+
+
+@dataclass(frozen=True)
+class AdmissionRule:
+    """Keep unallocated work off reserved nodes due before its first checkpoint.
+
+    `checkpoint_s`: seconds a resumable job runs before its first checkpoint, when its work
+    starts to survive an eviction (the scheduler is not told each job's interval; an hour is
+    the simulator's default). A job that cannot resume keeps nothing until it ends: its
+    expected runtime when it declared one, else the longer of its min runtime and
+    `checkpoint_s`.
+    """
+
+    checkpoint_s: float = HOUR
+
+    def __post_init__(self) -> None:
+        value = self.checkpoint_s
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            raise InputError("checkpoint_s", value, "must be a number of seconds > 0")
+
+    def first_keep(self, job: Job) -> float:
+        """Seconds from its start until the job has work an eviction would not throw away."""
+        spec = job.spec
+        if spec.resumable:
+            return float(self.checkpoint_s)
+        if spec.expected_runtime is not None:
+            return float(spec.expected_runtime)
+        return max(float(spec.min_runtime), float(self.checkpoint_s))
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A job kept off the reservation's nodes, and why."""
+
+    holder: str
+    """The reserved job."""
+    due: float
+    """Seconds from now until the reservation's expected start."""
+    keeps: float
+    """Seconds from now until the job would have work worth keeping."""
+
+    def explain(self, reason: str) -> str:
+        """`reason` (why it does not fit elsewhere), and why the reserved nodes are not used."""
+        due = "now" if self.due <= 0 else f"in {hours(self.due)}"
+        return (
+            f"{reason}; the nodes reserved for {self.holder} are closed to it: {self.holder} is "
+            f"due there {due}, before this job would keep any work (in {hours(self.keeps)})"
+        )
+
+
+class AdmissionGate:
+    """The rule as the cycle asks it, once per pending job; with no rule, it lets everything
+    through."""
+
+    def __init__(self, rule: AdmissionRule | None) -> None:
+        self.rule = rule
+
+    def backfill(
+        self, job: Job, tier: QueueTier, reservation: Reservation | None, now: float
+    ) -> tuple[Reservation | None, Held | None]:
+        """The reservation the job may backfill behind (None: it may not use the reserved
+        nodes), and why it was held off them, if it was."""
+        rule = self.rule
+        if rule is None or reservation is None or tier is not QueueTier.UNALLOCATED:
+            return reservation, None
+        keeps = rule.first_keep(job)
+        if now + keeps <= reservation.start_time:
+            return reservation, None
+        return None, Held(reservation.job_id, reservation.start_time - now, keeps)
