@@ -283,15 +283,50 @@ def test_a_bad_workload_file_is_refused_before_the_job_model_and_numpy_load(
     assert message in stderr and "Traceback" not in stderr
 
 
-def test_a_workload_job_against_an_inline_cluster_is_refused_before_the_job_model_loads(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            INLINE + "jobs:\n  - {name: a, submit: 0, runtime: 1h, pods: 1, "
+            "resources_per_pod: {gpus: 1, gpu_models: [B200]}}\n",
+            "w.yaml:3: jobs[0].resources_per_pod.gpu_models: ['B200'] is invalid",
+        ),
+        (
+            INLINE + "jobs:\n  - {name: a, submit: 0, runtime: 1h, pods: 1, "
+            "topology: {required: zone}, resources_per_pod: {gpus: 1}}\n",
+            "w.yaml:3: jobs[0].topology.required: 'zone' is invalid: unknown level",
+        ),
+        (
+            INLINE + "failures: [{time: 1h, nodes: [n9]}]\n" + ONE_JOB,
+            "w.yaml:2: failures[0].nodes[0]: 'n9' is invalid: no node of that name",
+        ),
+        (
+            "cluster: {builder: nvl72, model: GB200}\njobs:\n  - {name: a, submit: 0, "
+            "runtime: 1h, pods: 1, resources_per_pod: {gpus: 1, gpu_models: [GB300]}}\n",
+            "w.yaml:3: jobs[0].resources_per_pod.gpu_models: ['GB300'] is invalid",
+        ),
+        (
+            "cluster: {builder: superpod}\njobs:\n  - {name: a, submit: 0, runtime: 1h, pods: 1,"
+            " topology: {required: rack}, resources_per_pod: {gpus: 1}}\n",
+            "w.yaml:3: jobs[0].topology.required: 'rack' is invalid: unknown level",
+        ),
+        (
+            "cluster: {builder: nvl72, racks_per_block: 2}\n"
+            "failures: [{time: 1h, nodes: [z0-b0-r2-n0]}]\n" + ONE_JOB,
+            "w.yaml:2: failures[0].nodes[0]: 'z0-b0-r2-n0' is invalid: no node of that name",
+        ),
+        (
+            "cluster: {builder: nvl72, model: H100}\n" + ONE_JOB,
+            "w.yaml:1: cluster.model: 'H100' is invalid: must be one of GB300, GB200",
+        ),
+    ],
+)
+def test_a_workload_job_against_an_inline_or_builder_cluster_is_refused_before_numpy_loads(
+    text: str, message: str, tmp_path: Path
 ) -> None:
-    (tmp_path / "w.yaml").write_text(
-        INLINE + "jobs:\n  - {name: a, submit: 0, runtime: 1h, pods: 1, "
-        "resources_per_pod: {gpus: 1, gpu_models: [B200]}}\n"
-    )
+    (tmp_path / "w.yaml").write_text(text)
     argv = ["simulate", "--workload", "w.yaml", "--no-progress", "--out", "out"]
     last, stderr = _probe(argv, tmp_path)
-    # An inline cluster is built (numpy) to check the jobs against it; no job model.
-    assert last == "2 ['numpy']", stderr
-    assert "w.yaml:3: jobs[0].resources_per_pod.gpu_models: ['B200'] is invalid" in stderr
+    # The cluster is checked, not built: its levels, GPU models and node names are known.
+    assert last == "2 []", stderr
+    assert message in stderr and "Traceback" not in stderr
