@@ -330,3 +330,27 @@ def test_a_workload_job_against_an_inline_or_builder_cluster_is_refused_before_n
     # The cluster is checked, not built: its levels, GPU models and node names are known.
     assert last == "2 []", stderr
     assert message in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(
+    ("workload", "message"),
+    [
+        (
+            "ai2:bogus",
+            "workload: 'ai2:bogus' is invalid: must be ai2, ai2:team-sized, frontier, itp:NN",
+        ),
+        ("itp:11", "workload: 'itp:11' is invalid: ITP clusters are itp:01 to itp:10"),
+        ("itp:04", "cluster04.csv' is invalid: file not found"),
+        ("openb", "trace: 'default' is invalid: no openb_pod_list_default.csv in"),
+        ("openb:nosuch", "trace: 'nosuch' is invalid: no openb_pod_list_nosuch.csv in"),
+    ],
+)
+def test_an_unknown_workload_or_a_missing_trace_is_refused_before_numpy_loads(
+    workload: str, message: str, tmp_path: Path
+) -> None:
+    (tmp_path / "traces").mkdir()
+    traces = [] if workload.startswith("ai2") else ["--traces-dir", "traces"]
+    argv = ["simulate", "--workload", workload, *traces, "--no-progress", "--out", "out"]
+    last, stderr = _probe(argv, tmp_path)
+    assert last == "2 []", stderr
+    assert message in stderr and "Traceback" not in stderr
