@@ -6,6 +6,7 @@ packages were imported by the time it returned: the import discipline is pinned,
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,8 +28,9 @@ CLUSTER = (
 JOB = "name: j\npods: 1\nresources_per_pod: {gpus: 1}\n"
 
 
-def _probe(argv: list[str], cwd: Path) -> tuple[str, str]:
-    """The probe's last line ("CODE [heavy modules]") and its stderr."""
+def _probe(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[str, str]:
+    """The probe's last line ("CODE [heavy modules]") and its stderr; `env` adds to the
+    environment."""
     run = subprocess.run(
         [sys.executable, "-c", _PROBE.format(argv=argv)],
         capture_output=True,
@@ -36,6 +38,7 @@ def _probe(argv: list[str], cwd: Path) -> tuple[str, str]:
         timeout=120,
         check=True,
         cwd=cwd,
+        env=None if env is None else {**os.environ, **env},
     )
     return run.stdout.strip().splitlines()[-1], run.stderr
 
@@ -354,3 +357,31 @@ def test_an_unknown_workload_or_a_missing_trace_is_refused_before_numpy_loads(
     last, stderr = _probe(argv, tmp_path)
     assert last == "2 []", stderr
     assert message in stderr and "Traceback" not in stderr
+
+
+def test_itp_with_no_traces_folder_is_refused_before_numpy_loads(tmp_path: Path) -> None:
+    argv = ["simulate", "--workload", "itp:04", "--no-progress", "--out", "out"]
+    last, stderr = _probe(argv, tmp_path, {"TOPOSCHED_TRACES": str(tmp_path / "none")})
+    assert last == "2 []", stderr
+    assert stderr.startswith("error: ITP trace: '")  # the path, cut past 80 characters
+    assert stderr.endswith("is invalid: file not found\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "traces folder: '{tmp}/none' is invalid: not found; pass --traces-dir PATH"),
+        (
+            ["--traces-dir", "empty"],
+            "traces folder: 'empty' is invalid: has no openb_node_list_gpu_node.csv",
+        ),
+    ],
+)
+def test_eval_packing_without_its_traces_is_refused_before_numpy_loads(
+    argv: list[str], message: str, tmp_path: Path
+) -> None:
+    (tmp_path / "empty").mkdir()
+    env = {"TOPOSCHED_TRACES": str(tmp_path / "none")}
+    last, stderr = _probe(["eval", "packing", *argv], tmp_path, env)
+    assert last == "2 []", stderr
+    assert message.format(tmp=tmp_path) in stderr and "Traceback" not in stderr

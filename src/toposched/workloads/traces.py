@@ -18,7 +18,9 @@ __all__ = [
     "POD_LIST_PREFIX",
     "TRACES_ENV",
     "available_traces",
+    "check_openb_traces_dir",
     "default_traces_dir",
+    "openb_traces_dir",
     "itp_trace_path",
     "pod_list_path",
 ]
@@ -56,6 +58,33 @@ def default_traces_dir() -> Path:
     if not (project / "pyproject.toml").is_file():
         project = Path.cwd()
     return project.parent / "shared" / "traces"
+
+
+def openb_traces_dir(path: str | Path | None = None) -> Path:
+    """The openb traces folder `path` names: that folder, or its parent holding `openb/`;
+    without `path`, $TOPOSCHED_TRACES read likewise, else ../shared/traces/openb next to the
+    project (or the working folder)."""
+    if path is None:
+        configured = os.environ.get(TRACES_ENV)
+        if not configured:
+            return default_traces_dir() / "openb"
+        path = configured
+    folder = Path(path)
+    if not (folder / NODE_LIST).is_file() and (folder / "openb" / NODE_LIST).is_file():
+        return folder / "openb"
+    return folder
+
+
+def check_openb_traces_dir(folder: Path) -> None:
+    """Refuse an openb traces folder that is missing or lacks the openb node list."""
+    if not folder.is_dir():
+        raise InputError(
+            "traces folder",
+            str(folder),
+            f"not found; pass --traces-dir PATH or set {TRACES_ENV} to the openb traces folder",
+        )
+    if not (folder / NODE_LIST).is_file():
+        raise InputError("traces folder", str(folder), f"has no {NODE_LIST} (the openb cluster)")
 
 
 def itp_trace_path(traces_dir: str | Path, cluster: int) -> Path:
