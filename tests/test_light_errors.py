@@ -385,3 +385,22 @@ def test_eval_packing_without_its_traces_is_refused_before_numpy_loads(
     last, stderr = _probe(["eval", "packing", *argv], tmp_path, env)
     assert last == "2 []", stderr
     assert message.format(tmp=tmp_path) in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["nvl72", "--model", "X"], "--model: 'X' is invalid: must be one of GB300, GB200"),
+        (
+            ["superpod", "--model", "GB300"],
+            "--model: 'GB300' is invalid: must be one of H100, B200",
+        ),
+        (["fattree", "-k", "3"], "-k: 3 is invalid: must be even"),
+    ],
+)
+def test_cluster_build_refuses_a_bad_model_before_numpy_loads(
+    argv: list[str], message: str, tmp_path: Path
+) -> None:
+    last, stderr = _probe(["cluster", "build", *argv], tmp_path)
+    assert last == "2 []", stderr
+    assert message in stderr and "Traceback" not in stderr
