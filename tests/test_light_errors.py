@@ -6,6 +6,7 @@ packages were imported by the time it returned: the import discipline is pinned,
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ _PROBE = """
 import sys
 from toposched.cli.main import main
 code = main({argv!r})
-heavy = ("pydantic", "numpy", "numba", "rich", "uvicorn")
+heavy = ("pydantic", "numpy", "numba", "rich", "uvicorn", "httpx")
 print(code, sorted(name for name in heavy if name in sys.modules))
 """
 
@@ -404,3 +405,31 @@ def test_cluster_build_refuses_a_bad_model_before_numpy_loads(
     last, stderr = _probe(["cluster", "build", *argv], tmp_path)
     assert last == "2 []", stderr
     assert message in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        "name: j\npods: -1\nresources_per_pod: {gpus: 1}\n",
+        "name: j\npods: 1\nresources_per_pod: {gpus: 1}\nnmae: x\n",
+        "name: j\npods: 1\nresources_per_pod: {gpus: 1, gpu: 2}\nrun: {command: [ls]}\n",
+        "name: j\npods: 1\nresources_per_pod: {gpus: 1}\ntopology: {slices: [3]}\n",
+    ],
+)
+def test_submit_refuses_a_bad_job_file_as_place_does_before_connecting(
+    job: str, tmp_path: Path
+) -> None:
+    (tmp_path / "job.yaml").write_text(job)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    # Port 9 on loopback: nothing listens, so a request sent would exit 4 (unreachable).
+    argv = ["submit", "job.yaml", "--server", "http://127.0.0.1:9"]
+    last, stderr = _probe(argv, tmp_path)
+    code, loaded = last.split(" ", 1)
+    assert code == "2", stderr
+    # No connection (httpx) and no job model; the client commands print with rich.
+    assert not {"pydantic", "numpy", "numba", "httpx"} & set(ast.literal_eval(loaded))
+    place_last, place_stderr = _probe(["place", "job.yaml", "--cluster", "cluster.yaml"], tmp_path)
+    assert place_last.startswith("2 ")
+    if "run:" not in job:  # place reads no `run` section; submit leaves it to the server
+        assert stderr == place_stderr
+    assert stderr.startswith("error: job.yaml:") and "Traceback" not in stderr
