@@ -22,11 +22,11 @@ if TYPE_CHECKING:
 # alone, so that the command line lists the workloads (WORKLOAD_HELP) without loading them.
 
 __all__ = [
+    "AI2_TRAINING_SIZES",
     "WORKLOAD_HELP",
     "WORKLOAD_OPTIONS",
     "WorkloadKind",
     "WorkloadOption",
-    "AI2_TRAINING_SIZES",
     "check_workload_file_named",
     "check_workload_named",
     "unread_option_rule",

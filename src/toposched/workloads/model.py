@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toposched.cluster import builders
 from toposched.cluster.builders import BuilderShape
 from toposched.cluster.errors import InputError, join_fields
 from toposched.cluster.limits import MAX_NODES
@@ -180,8 +181,6 @@ def _built(description: Mapping[str, Any]) -> BuilderShape:
         raise InputError(
             "cluster.builder", name, f"must be one of {', '.join(sorted(CLUSTER_BUILDERS))}"
         )
-    from toposched.cluster import builders
-
     function: Callable[..., BuilderShape] = getattr(builders, CLUSTER_BUILDERS[name])
     arguments = {key: value for key, value in description.items() if key != "builder"}
     accepted = inspect.signature(function).parameters
