@@ -243,7 +243,7 @@ def test_job_file_is_sent_unchanged_with_its_type(tmp_path: Path) -> None:
     assert job_file.body == JOB.encode()
     assert job_file.content_type == "application/yaml"
     json_path = tmp_path / "job.json"
-    json_path.write_text(json.dumps({"name": "j", "pods": 1}))
+    json_path.write_text(json.dumps({"name": "j", "pods": 1, "resources_per_pod": {"gpus": 1}}))
     assert read_job_file(json_path, "k").content_type == "application/json"
     assert read_job_file(json_path, "k").idempotency_key == "k"
 

@@ -114,7 +114,6 @@ def test_the_eval_help_figures_are_the_evaluations() -> None:
     assert evaluate.DEFAULT_POLICIES == packing.DEFAULT_POLICIES
     assert list(evaluate.KNOWN_POLICIES) == packing.known_policies()
     assert (evaluate.FIRST_SEED, evaluate.TUNE_RATIO) == (packing.FIRST_SEED, packing.TUNE_RATIO)
-    assert evaluate.TRACES_ENV == packing.TRACES_ENV
 
 
 def test_the_serve_defaults_are_the_services() -> None:

@@ -6,6 +6,8 @@ packages were imported by the time it returned: the import discipline is pinned,
 
 from __future__ import annotations
 
+import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +18,7 @@ _PROBE = """
 import sys
 from toposched.cli.main import main
 code = main({argv!r})
-heavy = ("pydantic", "numpy", "numba", "rich", "uvicorn")
+heavy = ("pydantic", "numpy", "numba", "rich", "uvicorn", "httpx")
 print(code, sorted(name for name in heavy if name in sys.modules))
 """
 
@@ -27,8 +29,9 @@ CLUSTER = (
 JOB = "name: j\npods: 1\nresources_per_pod: {gpus: 1}\n"
 
 
-def _probe(argv: list[str], cwd: Path) -> tuple[str, str]:
-    """The probe's last line ("CODE [heavy modules]") and its stderr."""
+def _probe(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[str, str]:
+    """The probe's last line ("CODE [heavy modules]") and its stderr; `env` adds to the
+    environment."""
     run = subprocess.run(
         [sys.executable, "-c", _PROBE.format(argv=argv)],
         capture_output=True,
@@ -36,6 +39,7 @@ def _probe(argv: list[str], cwd: Path) -> tuple[str, str]:
         timeout=120,
         check=True,
         cwd=cwd,
+        env=None if env is None else {**os.environ, **env},
     )
     return run.stdout.strip().splitlines()[-1], run.stderr
 
@@ -283,15 +287,149 @@ def test_a_bad_workload_file_is_refused_before_the_job_model_and_numpy_load(
     assert message in stderr and "Traceback" not in stderr
 
 
-def test_a_workload_job_against_an_inline_cluster_is_refused_before_the_job_model_loads(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            INLINE + "jobs:\n  - {name: a, submit: 0, runtime: 1h, pods: 1, "
+            "resources_per_pod: {gpus: 1, gpu_models: [B200]}}\n",
+            "w.yaml:3: jobs[0].resources_per_pod.gpu_models: ['B200'] is invalid",
+        ),
+        (
+            INLINE + "jobs:\n  - {name: a, submit: 0, runtime: 1h, pods: 1, "
+            "topology: {required: zone}, resources_per_pod: {gpus: 1}}\n",
+            "w.yaml:3: jobs[0].topology.required: 'zone' is invalid: unknown level",
+        ),
+        (
+            INLINE + "failures: [{time: 1h, nodes: [n9]}]\n" + ONE_JOB,
+            "w.yaml:2: failures[0].nodes[0]: 'n9' is invalid: no node of that name",
+        ),
+        (
+            "cluster: {builder: nvl72, model: GB200}\njobs:\n  - {name: a, submit: 0, "
+            "runtime: 1h, pods: 1, resources_per_pod: {gpus: 1, gpu_models: [GB300]}}\n",
+            "w.yaml:3: jobs[0].resources_per_pod.gpu_models: ['GB300'] is invalid",
+        ),
+        (
+            "cluster: {builder: superpod}\njobs:\n  - {name: a, submit: 0, runtime: 1h, pods: 1,"
+            " topology: {required: rack}, resources_per_pod: {gpus: 1}}\n",
+            "w.yaml:3: jobs[0].topology.required: 'rack' is invalid: unknown level",
+        ),
+        (
+            "cluster: {builder: nvl72, racks_per_block: 2}\n"
+            "failures: [{time: 1h, nodes: [z0-b0-r2-n0]}]\n" + ONE_JOB,
+            "w.yaml:2: failures[0].nodes[0]: 'z0-b0-r2-n0' is invalid: no node of that name",
+        ),
+        (
+            "cluster: {builder: nvl72, model: H100}\n" + ONE_JOB,
+            "w.yaml:1: cluster.model: 'H100' is invalid: must be one of GB300, GB200",
+        ),
+    ],
+)
+def test_a_workload_job_against_an_inline_or_builder_cluster_is_refused_before_numpy_loads(
+    text: str, message: str, tmp_path: Path
 ) -> None:
-    (tmp_path / "w.yaml").write_text(
-        INLINE + "jobs:\n  - {name: a, submit: 0, runtime: 1h, pods: 1, "
-        "resources_per_pod: {gpus: 1, gpu_models: [B200]}}\n"
-    )
+    (tmp_path / "w.yaml").write_text(text)
     argv = ["simulate", "--workload", "w.yaml", "--no-progress", "--out", "out"]
     last, stderr = _probe(argv, tmp_path)
-    # An inline cluster is built (numpy) to check the jobs against it; no job model.
-    assert last == "2 ['numpy']", stderr
-    assert "w.yaml:3: jobs[0].resources_per_pod.gpu_models: ['B200'] is invalid" in stderr
+    # The cluster is checked, not built: its levels, GPU models and node names are known.
+    assert last == "2 []", stderr
+    assert message in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(
+    ("workload", "message"),
+    [
+        (
+            "ai2:bogus",
+            "workload: 'ai2:bogus' is invalid: must be ai2, ai2:team-sized, frontier, itp:NN",
+        ),
+        ("itp:11", "workload: 'itp:11' is invalid: ITP clusters are itp:01 to itp:10"),
+        ("itp:04", "cluster04.csv' is invalid: file not found"),
+        ("openb", "trace: 'default' is invalid: no openb_pod_list_default.csv in"),
+        ("openb:nosuch", "trace: 'nosuch' is invalid: no openb_pod_list_nosuch.csv in"),
+    ],
+)
+def test_an_unknown_workload_or_a_missing_trace_is_refused_before_numpy_loads(
+    workload: str, message: str, tmp_path: Path
+) -> None:
+    (tmp_path / "traces").mkdir()
+    traces = [] if workload.startswith("ai2") else ["--traces-dir", "traces"]
+    argv = ["simulate", "--workload", workload, *traces, "--no-progress", "--out", "out"]
+    last, stderr = _probe(argv, tmp_path)
+    assert last == "2 []", stderr
+    assert message in stderr and "Traceback" not in stderr
+
+
+def test_itp_with_no_traces_folder_is_refused_before_numpy_loads(tmp_path: Path) -> None:
+    argv = ["simulate", "--workload", "itp:04", "--no-progress", "--out", "out"]
+    last, stderr = _probe(argv, tmp_path, {"TOPOSCHED_TRACES": str(tmp_path / "none")})
+    assert last == "2 []", stderr
+    assert stderr.startswith("error: ITP trace: '")  # the path, cut past 80 characters
+    assert stderr.endswith("is invalid: file not found\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "traces folder: '{tmp}/none' is invalid: not found; pass --traces-dir PATH"),
+        (
+            ["--traces-dir", "empty"],
+            "traces folder: 'empty' is invalid: has no openb_node_list_gpu_node.csv",
+        ),
+    ],
+)
+def test_eval_packing_without_its_traces_is_refused_before_numpy_loads(
+    argv: list[str], message: str, tmp_path: Path
+) -> None:
+    (tmp_path / "empty").mkdir()
+    env = {"TOPOSCHED_TRACES": str(tmp_path / "none")}
+    last, stderr = _probe(["eval", "packing", *argv], tmp_path, env)
+    assert last == "2 []", stderr
+    assert message.format(tmp=tmp_path) in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["nvl72", "--model", "X"], "--model: 'X' is invalid: must be one of GB300, GB200"),
+        (
+            ["superpod", "--model", "GB300"],
+            "--model: 'GB300' is invalid: must be one of H100, B200",
+        ),
+        (["fattree", "-k", "3"], "-k: 3 is invalid: must be even"),
+    ],
+)
+def test_cluster_build_refuses_a_bad_model_before_numpy_loads(
+    argv: list[str], message: str, tmp_path: Path
+) -> None:
+    last, stderr = _probe(["cluster", "build", *argv], tmp_path)
+    assert last == "2 []", stderr
+    assert message in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        "name: j\npods: -1\nresources_per_pod: {gpus: 1}\n",
+        "name: j\npods: 1\nresources_per_pod: {gpus: 1}\nnmae: x\n",
+        "name: j\npods: 1\nresources_per_pod: {gpus: 1, gpu: 2}\nrun: {command: [ls]}\n",
+        "name: j\npods: 1\nresources_per_pod: {gpus: 1}\ntopology: {slices: [3]}\n",
+    ],
+)
+def test_submit_refuses_a_bad_job_file_as_place_does_before_connecting(
+    job: str, tmp_path: Path
+) -> None:
+    (tmp_path / "job.yaml").write_text(job)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    # Port 9 on loopback: nothing listens, so a request sent would exit 4 (unreachable).
+    argv = ["submit", "job.yaml", "--server", "http://127.0.0.1:9"]
+    last, stderr = _probe(argv, tmp_path)
+    code, loaded = last.split(" ", 1)
+    assert code == "2", stderr
+    # No connection (httpx) and no job model; the client commands print with rich.
+    assert not {"pydantic", "numpy", "numba", "httpx"} & set(ast.literal_eval(loaded))
+    place_last, place_stderr = _probe(["place", "job.yaml", "--cluster", "cluster.yaml"], tmp_path)
+    assert place_last.startswith("2 ")
+    if "run:" not in job:  # place reads no `run` section; submit leaves it to the server
+        assert stderr == place_stderr
+    assert stderr.startswith("error: job.yaml:") and "Traceback" not in stderr

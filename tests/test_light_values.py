@@ -232,6 +232,11 @@ CLUSTERS: list[Any] = [
      "gpu_model": "B200"}]},
     {"file": "cluster.yaml"},
     {"builder": "superpod", "spine_groups": 1, "units_per_group": 1, "nodes_per_unit": 2},
+    {"builder": "nvl72", "racks_per_block": 1, "nodes_per_rack": 2, "model": "GB200"},
+    {"builder": "fat_tree", "k": 2},
+    {"builder": "nvl72", "racks_per_block": 1, "model": "H100"},
+    {"levels": ["rack"], "gpu_models": {"B200": 180}, "nodes": [{"name": "n1", "rack": "r",
+     "gpus": 8, "gpu_model": "B200"}, {"name": "g0-su0-n1", "rack": "r"}]},
 ]  # fmt: skip
 CLUSTER_FILE = (
     "levels: [zone, rack]\ndefaults: {gpus: 8, gpu_model: H100}\n"
@@ -276,7 +281,8 @@ def workload_documents(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         document["settings"] = {"horizon": draw(_mostly("2d"))}
     if draw(st.booleans()):
-        nodes = st.lists(st.sampled_from(["n1", "n2", "n9", 0, 1, 7, True]), min_size=1, max_size=2)
+        names = ["n1", "n2", "n9", 0, 1, 7, True, "g0-su0-n1", "z0-b0-r0-n1", "p1-e0-h0", "h9"]
+        nodes = st.lists(st.sampled_from(names), min_size=1, max_size=2)
         document["failures"] = [{"time": draw(_mostly("1h")), "nodes": draw(nodes)}]
     document["jobs"] = entries
     if not draw(_mostly(True)):

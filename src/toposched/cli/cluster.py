@@ -84,27 +84,27 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    # Before the builders and the state load (numpy, the compiled loops): a bad size answers
-    # at once.
+    # The shape's arguments are checked (`toposched.cluster.builders`, light) before the cluster
+    # is built and the state and rich load (numpy, the compiled loops): a bad size or model
+    # answers at once.
     _check_size(args)
+    from toposched.cluster.builders import fat_tree_shape, nvl72_shape, superpod_shape
+
+    try:
+        if args.shape == "nvl72":
+            shape = nvl72_shape(args.zones, args.blocks, args.racks, model=args.model or "GB300")
+        elif args.shape == "superpod":
+            shape = superpod_shape(args.groups, args.units, model=args.model or "H100")
+        else:
+            shape = fat_tree_shape(args.k)
+    except InputError as error:
+        raise InputError(_FLAGS.get(error.field, error.field), error.value, error.rule) from None
     from toposched.cli.console import output_console
     from toposched.cli.summary import cluster_table
-    from toposched.cluster.builders import fat_tree_cluster, nvl72_cluster, superpod_cluster
     from toposched.cluster.state import ClusterState
 
     started = time.perf_counter()
-    try:
-        if args.shape == "nvl72":
-            topology = nvl72_cluster(
-                args.zones, args.blocks, args.racks, model=args.model or "GB300"
-            )
-        elif args.shape == "superpod":
-            topology = superpod_cluster(args.groups, args.units, model=args.model or "H100")
-        else:
-            topology = fat_tree_cluster(args.k)
-    except InputError as error:
-        raise InputError(_FLAGS.get(error.field, error.field), error.value, error.rule) from None
-    state = ClusterState(topology)
+    state = ClusterState(shape.topology())
     elapsed = time.perf_counter() - started
     output_console().print(cluster_table(state, f"{args.shape} cluster", elapsed))
     return 0

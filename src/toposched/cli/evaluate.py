@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from toposched.cli.options import check_count, check_traces_dir
 from toposched.cluster.errors import InputError
+from toposched.workloads.traces import TRACES_ENV, check_openb_traces_dir, openb_traces_dir
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -24,7 +25,6 @@ DEFAULT_POLICIES = ("random", "bestfit", "fgd", "fgd-balanced")
 KNOWN_POLICIES = ("bestfit", "spread", "random", "fgd", "fgd-balanced")
 FIRST_SEED = 42
 TUNE_RATIO = 1.3
-TRACES_ENV = "TOPOSCHED_TRACES"
 
 TABLE_WIDTH = 170
 MAX_EVAL_SEEDS = 1000
@@ -113,7 +113,14 @@ def _names(text: str, what: str) -> list[str]:
 
 
 def run_packing_command(args: argparse.Namespace) -> int:
+    # Before the evaluation and rich load (numpy, the compiled loops): a missing folder or a
+    # bad count answers at once.
     check_traces_dir(args.traces_dir)
+    folder = openb_traces_dir(args.traces_dir or None)
+    check_openb_traces_dir(folder)
+    if args.workers is not None:
+        check_count("--workers", args.workers, MAX_WORKERS)
+    check_count("--seeds", args.seeds, MAX_EVAL_SEEDS)
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -123,18 +130,8 @@ def run_packing_command(args: argparse.Namespace) -> int:
     )
 
     from toposched.cli.console import output_console
-    from toposched.evaluation.packing import (
-        default_traces_dir,
-        plan_jobs,
-        resolve_traces_dir,
-        run_jobs,
-        summarise,
-    )
+    from toposched.evaluation.packing import plan_jobs, run_jobs, summarise
 
-    folder = resolve_traces_dir(args.traces_dir) if args.traces_dir else default_traces_dir()
-    if args.workers is not None:
-        check_count("--workers", args.workers, MAX_WORKERS)
-    check_count("--seeds", args.seeds, MAX_EVAL_SEEDS)
     jobs = plan_jobs(
         folder,
         _names(args.traces, "traces"),

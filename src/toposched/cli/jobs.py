@@ -15,6 +15,7 @@ from rich.text import Text
 
 from toposched.cli.client import ApiClient, ClientError, Job, JobState, Submitted
 from toposched.cli.console import output_console
+from toposched.cli.jobcheck import check_job
 from toposched.cli.remote import (
     Cell,
     Column,
@@ -33,6 +34,7 @@ from toposched.cli.remote import (
 )
 from toposched.cluster.documents import parse_documents, read_text
 from toposched.cluster.errors import InputError
+from toposched.jobs.entries import JobEntry
 
 MAX_KEY_LENGTH = 200
 PAGE_SIZE = 500
@@ -57,8 +59,8 @@ def default_idempotency_key(path: Path, body: bytes) -> str:
 
 def read_job_file(path: Path, key: str | None) -> JobFile:
     """The job document in `path` (one job per file, YAML or JSON by its suffix), read within
-    the limits every loader keeps (size, alias expansion) and checked to be a single mapping;
-    the server checks the fields."""
+    the limits every loader keeps (size, alias expansion), checked to be a single mapping
+    and its job fields checked as `place` checks them; the server checks them again."""
     file = str(path)
     text = read_text(path, "job file")
     is_json = path.suffix.lower() == ".json"
@@ -79,6 +81,13 @@ def read_job_file(path: Path, key: str | None) -> JobFile:
             file=file,
             line=document.line(()),
         )
+    # The job's fields get the light pass `place` runs (cli/jobcheck.py), with its errors, before
+    # anything is sent; its `run` section is the server's to check.
+    job = {key: value for key, value in document.data.items() if key != "run"}
+    try:
+        check_job(job)
+    except InputError as error:
+        raise JobEntry(document, (), document.data).locate(error) from None
     body = text.encode("utf-8")  # the bytes read: valid UTF-8 decodes and encodes unchanged
     chosen = key if key is not None else default_idempotency_key(path, body)
     content_type = "application/json" if is_json else "application/yaml"
@@ -154,8 +163,9 @@ def _register_submit(commands: Any) -> None:
         "submit jobs from YAML/JSON files",
         "Submit jobs to the server, one job per file: the job YAML/JSON that `toposched place` "
         "reads, plus an optional `run:` section (command, env, workdir) saying what each pod "
-        "runs. The file is sent as it is; the server checks it and answers every problem with "
-        "the field, the value and the rule.\n\n"
+        "runs. Each file's job fields are checked first, as `toposched place` checks them (a bad "
+        "file exits 2 and nothing is sent); the file is then sent as it is, and the server "
+        "checks it again and answers every problem with the field, the value and the rule.\n\n"
         "Re-running the same submit never makes a second job: each submission carries an "
         "idempotency key, by default derived from the file's content and its absolute path, "
         "so submitting an unchanged file again answers the job it already made (the output "

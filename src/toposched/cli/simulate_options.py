@@ -29,7 +29,7 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.limits import check_gpus
 from toposched.cluster.units import HOUR
 from toposched.sim.baseline_names import chosen_baselines
-from toposched.workloads.catalog import WorkloadKind, check_workload_file_named, workload_kind
+from toposched.workloads.catalog import WorkloadKind, check_workload_named, workload_kind
 from toposched.workloads.paths import check_workload_path
 
 __all__ = ["DEFAULT_SAMPLE_INTERVAL", "add_options", "check_options", "check_outputs"]
@@ -297,10 +297,11 @@ def check_outputs(args: argparse.Namespace) -> Path:
         raise InputError("--out", args.out, f"cannot be written: {error.strerror}") from None
     if args.save_workload:
         check_workload_path(args.save_workload, "--save-workload")
+    # Before the workload is built: an unknown name, a missing trace or a bad file answers
+    # without the generators, the trace readers, the job model and numpy.
+    check_workload_named(args.workload, args.traces_dir)
     if workload_kind(args.workload) is WorkloadKind.FILE:
-        path = check_workload_file_named(args.workload)
         from toposched.cli.workloadcheck import check_workload_file
 
-        # Before the workload is built: a bad file answers without the job model and numpy.
-        check_workload_file(path)
+        check_workload_file(args.workload)
     return out

@@ -10,9 +10,10 @@ without the job model it leaves to the model's reader, which runs next: a job th
 leave to the model (one written with `pod_sets`) and what follows it, and files too large for a
 light pass (`jobcheck.left_to_the_model`: reading them twice would cost more than the imports).
 
-The cluster comes last, once every field of the file's own is valid: a cluster file is checked
-without building it; an inline cluster is checked before numpy loads and, when valid, built
-(numpy) to check the jobs and failures against it, as a builder's cluster is.
+The cluster comes last, once every field of the file's own is valid, and is checked without
+building it (`toposched.workloads.model.check_cluster`: a cluster file or an inline description
+by `toposched.cluster.loaders`, a builder's arguments by `toposched.cluster.builders`); the jobs
+and failures are checked against what that check knows of it: levels, GPU models, node names.
 tests/test_light_values.py checks that the errors equal the model reader's.
 """
 

@@ -39,9 +39,11 @@ __all__ = [
     "CLUSTER_FIELDS",
     "NODE_FIELDS",
     "CheckedCluster",
+    "check_description",
     "load_openb_nodes",
     "load_topology",
     "read_cluster",
+    "read_openb_nodes",
     "topology_from_dict",
     "topology_from_nodes",
 ]
@@ -361,10 +363,13 @@ def topology_from_dict(description: Mapping[str, Any], source: str = "cluster") 
     `defaults` (optional) supplies fields every node shares, e.g. gpus, gpu_model, cpu, memory.
     Errors name `source.field.path` (`source` "" for a file's own fields).
     """
-    return _checked_description(description, source).topology()
+    return check_description(description, source).topology()
 
 
-def _checked_description(description: Mapping[str, Any], source: str) -> CheckedCluster:
+def check_description(description: Mapping[str, Any], source: str = "cluster") -> CheckedCluster:
+    """Check a cluster description as `topology_from_dict` does, with its errors, without
+    building the topology: its levels, node names, labels, GPU models and limits, before numpy
+    loads."""
     if not isinstance(description, Mapping):
         raise InputError(
             source or "cluster", description, "must be a mapping with levels and nodes"
@@ -426,7 +431,7 @@ def read_cluster(path: str | Path) -> CheckedCluster:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        return _read_openb_nodes(path)
+        return read_openb_nodes(path)
     text = read_text(path, "cluster file")
     documents = parse_documents(text, str(path), json_text=suffix == ".json")
     if len(documents) != 1:
@@ -439,17 +444,18 @@ def read_cluster(path: str | Path) -> CheckedCluster:
         )
     document = documents[0]
     try:
-        return _checked_description(document.data, source="")
+        return check_description(document.data, source="")
     except InputError as error:
         raise document.locate(error, root="cluster") from None
 
 
 def load_openb_nodes(path: str | Path) -> Topology:
     """The openb node list (`sn,cpu_milli,memory_mib,gpu,model`): a flat cluster, no levels."""
-    return _read_openb_nodes(Path(path)).topology()
+    return read_openb_nodes(Path(path)).topology()
 
 
-def _read_openb_nodes(path: Path) -> CheckedCluster:
+def read_openb_nodes(path: Path) -> CheckedCluster:
+    """Read and check an openb node list as `load_openb_nodes` does, without building it."""
     file = str(path)
     reader = csv.DictReader(io.StringIO(read_text(path, "cluster file"), newline=""))
     records: list[dict[str, Any]] = []

@@ -24,6 +24,7 @@ from toposched.placement.policies import POLICIES, PlacementPolicy, policy_by_na
 from toposched.placement.request import GangRequest, simple_request
 from toposched.placement.search import Placement, place
 from toposched.workloads.openb import NODE_LIST, OpenbTrace, load_openb_pods, pod_list_path
+from toposched.workloads.traces import check_openb_traces_dir, openb_traces_dir
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -40,7 +41,6 @@ TUNE_RATIO = 1.3
 FIRST_SEED = 42
 DEFAULT_TRACES = ("default", "gpushare100", "gpuspec33", "multigpu50")
 DEFAULT_POLICIES = ("random", "bestfit", "fgd", "fgd-balanced")
-TRACES_ENV = "TOPOSCHED_TRACES"
 
 # Published GPU allocation ratio (%), mean of 10 seeds (42..51), at 90 / 100 / 130 % of the
 # cluster's GPU capacity arrived. Source: Weng et al., "Beware of Fragmentation: Scheduling
@@ -93,36 +93,6 @@ def published(trace: str, policy: str) -> tuple[float, float, float] | None:
 
 def known_policies() -> list[str]:
     return [*POLICIES, *FRAGMENTATION_POLICIES]
-
-
-def default_traces_dir() -> Path:
-    """`$TOPOSCHED_TRACES`, else ../shared/traces/openb next to the project (or the cwd)."""
-    configured = os.environ.get(TRACES_ENV)
-    if configured:
-        return resolve_traces_dir(configured)
-    project = Path(__file__).resolve().parents[3]
-    if not (project / "pyproject.toml").is_file():
-        project = Path.cwd()
-    return project.parent / "shared" / "traces" / "openb"
-
-
-def resolve_traces_dir(path: str | Path) -> Path:
-    """The openb folder itself, or its parent holding `openb/`."""
-    folder = Path(path)
-    if not (folder / NODE_LIST).is_file() and (folder / "openb" / NODE_LIST).is_file():
-        return folder / "openb"
-    return folder
-
-
-def check_traces_dir(folder: Path) -> None:
-    if not folder.is_dir():
-        raise InputError(
-            "traces folder",
-            str(folder),
-            f"not found; pass --traces-dir PATH or set {TRACES_ENV} to the openb traces folder",
-        )
-    if not (folder / NODE_LIST).is_file():
-        raise InputError("traces folder", str(folder), f"has no {NODE_LIST} (the openb cluster)")
 
 
 # --- the task sequence --------------------------------------------------------------------------
@@ -373,8 +343,8 @@ def plan_jobs(
     shuffle: bool = True,
 ) -> list[PackingJob]:
     """Every (trace, policy, seed) run, checked up front so that mistakes fail before any run."""
-    folder = resolve_traces_dir(traces_dir)
-    check_traces_dir(folder)
+    folder = openb_traces_dir(traces_dir)
+    check_openb_traces_dir(folder)
     if seeds < 1:
         raise InputError("seeds", seeds, "must be >= 1")
     for trace in traces:

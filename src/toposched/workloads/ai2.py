@@ -10,6 +10,7 @@ import numpy as np
 
 from toposched.cluster.errors import InputError, checked_seed
 from toposched.cluster.units import DAY, HOUR, MINUTE
+from toposched.workloads.catalog import AI2_TRAINING_SIZES
 from toposched.workloads.model import SpecFactory, Workload, WorkloadJob, build_cluster
 
 __all__ = ["AI2_PROGRAMS", "TRAINING_SIZES", "ai2_like", "ai2_budget", "ai2_cluster"]
@@ -50,10 +51,8 @@ SCRATCH_SHARE_OF_UNALLOCATED = 0.3
 DEBUG_RATE_WORKING_HOURS = 0.8
 """Debug sessions per researcher per working hour (09-18, Monday to Friday)."""
 OFF_HOURS_FACTOR = 0.15
-TRAINING_SIZES = {"cluster": "ai2", "team": "ai2:team-sized"}
-"""How multi-node training runs are sized, and the workload's name for each: `cluster`, every
-team draws from the same sizes up to a sixth of the cluster; `team`, no run larger than its
-team's budget (in whole nodes)."""
+TRAINING_SIZES = AI2_TRAINING_SIZES
+"""How multi-node training runs are sized (`catalog.AI2_TRAINING_SIZES`)."""
 
 
 class _Phase(NamedTuple):

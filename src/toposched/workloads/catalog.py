@@ -8,6 +8,12 @@ from typing import TYPE_CHECKING
 
 from toposched.cluster.errors import InputError, checked_seed
 from toposched.cluster.units import DAY
+from toposched.workloads.traces import (
+    ITP_CLUSTER_NODES,
+    default_traces_dir,
+    itp_trace_path,
+    pod_list_path,
+)
 
 if TYPE_CHECKING:
     from toposched.workloads.model import Workload
@@ -16,17 +22,23 @@ if TYPE_CHECKING:
 # alone, so that the command line lists the workloads (WORKLOAD_HELP) without loading them.
 
 __all__ = [
+    "AI2_TRAINING_SIZES",
     "WORKLOAD_HELP",
     "WORKLOAD_OPTIONS",
     "WorkloadKind",
     "WorkloadOption",
     "check_workload_file_named",
+    "check_workload_named",
     "unread_option_rule",
     "workload_by_name",
     "workload_kind",
 ]
 
 DEFAULT_DAYS = {"ai2": 30.0, "frontier": 30.0}
+AI2_TRAINING_SIZES = {"cluster": "ai2", "team": "ai2:team-sized"}
+"""How the ai2 workload sizes its multi-node training runs, and its name for each: `cluster`,
+every team draws from the same sizes up to a sixth of the cluster; `team`, no run larger than
+its team's budget (in whole nodes)."""
 AI2_DEFAULT_GPUS = 3072
 _RACK_GPUS = 72
 
@@ -192,18 +204,19 @@ def _built(
         raise InputError("days", days, "must be a number of days > 0")
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
         raise InputError("gpus", gpus, "must be a whole number of GPUs >= 1")
-    kind = workload_kind(name)
-    if kind is WorkloadKind.AI2:
-        from toposched.workloads.ai2 import TRAINING_SIZES, ai2_like
+    # Before a generator or a trace reader loads (numpy): an unknown name or a missing trace
+    # answers at once.
+    check_workload_named(name, traces_dir)
+    ai2_variants = {name: sizes for sizes, name in AI2_TRAINING_SIZES.items()}
+    if name in ai2_variants:
+        from toposched.workloads.ai2 import ai2_like
 
-        ai2_variants = {name: sizes for sizes, name in TRAINING_SIZES.items()}
-        if name in ai2_variants:
-            return ai2_like(
-                seed,
-                days if days is not None else DEFAULT_DAYS["ai2"],
-                gpus if gpus is not None else AI2_DEFAULT_GPUS,
-                training_sizes=ai2_variants[name],
-            )
+        return ai2_like(
+            seed,
+            days if days is not None else DEFAULT_DAYS["ai2"],
+            gpus if gpus is not None else AI2_DEFAULT_GPUS,
+            training_sizes=ai2_variants[name],
+        )
     if name == "frontier":
         from toposched.workloads.frontier import frontier_lab
 
@@ -218,21 +231,46 @@ def _built(
             )
         return workload
     if name.startswith("itp:"):
-        from toposched.workloads.replay import ITP_CLUSTER_NODES, itp_replay
+        from toposched.workloads.replay import itp_replay
 
-        number = name.partition(":")[2]
-        if not number.isdigit() or int(number) not in ITP_CLUSTER_NODES:
-            raise InputError(
-                "workload", name, f"ITP clusters are itp:01 to itp:{max(ITP_CLUSTER_NODES):02d}"
-            )
         nodes = None if gpus is None else max(1, round(gpus / 8))
-        return itp_replay(int(number), nodes=nodes, days=days, traces_dir=traces_dir)
+        number = int(name.partition(":")[2])
+        return itp_replay(number, nodes=nodes, days=days, traces_dir=traces_dir)
     if name == "openb" or name.startswith("openb:"):
         from toposched.workloads.replay import openb_replay
 
         trace = name.partition(":")[2] or "default"
         return openb_replay(trace, days=days, traces_dir=traces_dir)
     return _from_file(name, days)
+
+
+def check_workload_named(name: str, traces_dir: str | Path | None = None) -> None:
+    """Refuse a workload name `workload_by_name` would refuse before building anything: an
+    unknown ai2 variant or ITP cluster, a trace file missing from the traces folder
+    (`traces_dir`, default `traces.default_traces_dir()`), a file that does not exist. Light:
+    the generators and trace readers are not loaded."""
+    kind = workload_kind(name)
+    if kind is WorkloadKind.AI2 and name in AI2_TRAINING_SIZES.values():
+        return
+    if kind is WorkloadKind.FRONTIER and name == "frontier":
+        return
+    if kind is WorkloadKind.ITP:
+        number = name.partition(":")[2]
+        if not number.isdigit() or int(number) not in ITP_CLUSTER_NODES:
+            raise InputError(
+                "workload", name, f"ITP clusters are itp:01 to itp:{max(ITP_CLUSTER_NODES):02d}"
+            )
+        itp_trace_path(_traces_folder(traces_dir), int(number))
+        return
+    if kind is WorkloadKind.OPENB and (name == "openb" or name.startswith("openb:")):
+        trace = name.partition(":")[2] or "default"
+        pod_list_path(_traces_folder(traces_dir) / "openb", trace)
+        return
+    check_workload_file_named(name)
+
+
+def _traces_folder(traces_dir: str | Path | None) -> Path:
+    return Path(traces_dir) if traces_dir is not None else default_traces_dir()
 
 
 def check_workload_file_named(name: str) -> Path:

@@ -8,13 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toposched.cluster import builders
+from toposched.cluster.builders import BuilderShape
 from toposched.cluster.errors import InputError, join_fields
 from toposched.cluster.limits import MAX_NODES
 from toposched.cluster.loaders import (
     CheckedCluster,
-    load_openb_nodes,
+    check_description,
     read_cluster,
-    topology_from_dict,
+    read_openb_nodes,
 )
 from toposched.cluster.units import HOUR, MILLI_PER_GPU
 
@@ -22,8 +24,8 @@ if TYPE_CHECKING:
     from toposched.cluster.topology import Topology
     from toposched.jobs.spec import JobSpec
 
-# The cluster builders (numpy) and the job model (pydantic) are imported where they are used,
-# so that the workload file's reader refuses a bad file without them.
+# The job model (pydantic) is imported where it is used, and a cluster is checked before it is
+# built (numpy), so that the workload file's reader refuses a bad file without them.
 
 __all__ = [
     "CLUSTER_BUILDERS",
@@ -44,13 +46,13 @@ DEFAULT_BUDGET: dict[str, Any] = {"accounts": {"default": {"share": 100}}}
 """One account holding the whole cluster: what a workload without a budget tree runs under."""
 
 CLUSTER_BUILDERS: dict[str, str] = {
-    "nvl72": "nvl72_cluster",
-    "million": "million_gpu_cluster",
-    "superpod": "superpod_cluster",
-    "fat_tree": "fat_tree_cluster",
+    "nvl72": "nvl72_shape",
+    "million": "million_gpu_shape",
+    "superpod": "superpod_shape",
+    "fat_tree": "fat_tree_shape",
 }
-"""Builders a workload's `cluster.builder` may name (their functions in
-`toposched.cluster.builders`); the other keys are their arguments."""
+"""Builders a workload's `cluster.builder` may name (the functions in
+`toposched.cluster.builders` that check their arguments); the other keys are their arguments."""
 
 _INLINE_CLUSTER_KEYS = frozenset({"levels", "nodes", "defaults", "gpu_models"})
 
@@ -135,15 +137,14 @@ def build_cluster(description: Mapping[str, Any], base_dir: Path | None = None) 
     openb node list); or an inline description with `levels`, `nodes`, `defaults`, `gpu_models`.
     Errors name the field as `cluster.<key>`.
     """
-    checked = check_cluster(description, base_dir)
-    return checked if not isinstance(checked, CheckedCluster) else checked.topology()
+    return check_cluster(description, base_dir).topology()
 
 
 def check_cluster(
     description: Mapping[str, Any], base_dir: Path | None = None
-) -> Topology | CheckedCluster:
-    """`build_cluster`'s checks, with its errors: a cluster file checked without building its
-    topology (no numpy), any other cluster built."""
+) -> CheckedCluster | BuilderShape:
+    """`build_cluster`'s checks, with its errors, without building the topology (no numpy): a
+    cluster file or an inline description checked, a builder's arguments checked."""
     if not isinstance(description, Mapping) or not description:
         raise InputError(
             "cluster", description, "must be a mapping: {builder: ...}, {file: ...} or inline"
@@ -162,7 +163,7 @@ def check_cluster(
                 raise InputError(f"cluster.{key}", str(path), "file not found")
             if key == "file" or path.suffix.lower() == ".csv":
                 return read_cluster(path)  # an openb list is read by its suffix
-            return load_openb_nodes(path)
+            return read_openb_nodes(path)
     unknown = sorted(set(description) - _INLINE_CLUSTER_KEYS, key=str)
     if unknown:
         raise InputError(
@@ -171,18 +172,16 @@ def check_cluster(
             "unknown field; a cluster is {builder: ...}, {file: ...}, {openb: ...} or inline "
             "with levels, nodes, defaults, gpu_models",
         )
-    return topology_from_dict(description, source="cluster")
+    return check_description(description, source="cluster")
 
 
-def _built(description: Mapping[str, Any]) -> Topology:
+def _built(description: Mapping[str, Any]) -> BuilderShape:
     name = description["builder"]
     if not isinstance(name, str) or name not in CLUSTER_BUILDERS:
         raise InputError(
             "cluster.builder", name, f"must be one of {', '.join(sorted(CLUSTER_BUILDERS))}"
         )
-    from toposched.cluster import builders
-
-    function: Callable[..., Topology] = getattr(builders, CLUSTER_BUILDERS[name])
+    function: Callable[..., BuilderShape] = getattr(builders, CLUSTER_BUILDERS[name])
     arguments = {key: value for key, value in description.items() if key != "builder"}
     accepted = inspect.signature(function).parameters
     for key in arguments:
@@ -207,7 +206,7 @@ def _built(description: Mapping[str, Any]) -> Topology:
         raise InputError(join_fields("cluster", error.field), error.value, error.rule) from None
 
 
-def _defaults(function: Callable[..., Topology]) -> dict[str, Any]:
+def _defaults(function: Callable[..., BuilderShape]) -> dict[str, Any]:
     return {
         name: parameter.default
         for name, parameter in inspect.signature(function).parameters.items()

@@ -14,6 +14,10 @@ from numpy.typing import NDArray
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import MILLI_PER_GPU
+from toposched.workloads.traces import NODE_LIST as NODE_LIST
+from toposched.workloads.traces import POD_LIST_PREFIX
+from toposched.workloads.traces import available_traces as available_traces
+from toposched.workloads.traces import pod_list_path as pod_list_path
 
 SHAPE_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 """The columns every pod list has (the multigpu variants have only these)."""
@@ -28,8 +32,6 @@ FULL_COLUMNS = (
 )
 """The columns of the default pod list and most variants."""
 TIME_COLUMNS = ("creation_time", "deletion_time", "scheduled_time")
-POD_LIST_PREFIX = "openb_pod_list_"
-NODE_LIST = "openb_node_list_gpu_node.csv"
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -235,21 +237,3 @@ def load_openb_pods(path: str | Path) -> OpenbTrace:
         deletion_time=None if time_columns is None else time_columns[:, 1].copy(),
         scheduled_time=None if time_columns is None else time_columns[:, 2].copy(),
     )
-
-
-def pod_list_path(traces_dir: str | Path, trace: str) -> Path:
-    """The pod list file of `trace` (e.g. `default`) in an openb traces folder."""
-    folder = Path(traces_dir)
-    path = folder / f"{POD_LIST_PREFIX}{trace}.csv"
-    if not path.is_file():
-        known = ", ".join(available_traces(folder)) or "none"
-        raise InputError("trace", trace, f"no {path.name} in {folder}; available: {known}")
-    return path
-
-
-def available_traces(traces_dir: str | Path) -> list[str]:
-    """Names of the pod lists in an openb traces folder, sorted."""
-    folder = Path(traces_dir)
-    if not folder.is_dir():
-        return []
-    return sorted(p.stem[len(POD_LIST_PREFIX) :] for p in folder.glob(f"{POD_LIST_PREFIX}*.csv"))

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
+from toposched.cluster.builders import BuilderShape
 from toposched.cluster.documents import field_path, parse_documents, read_text
 from toposched.cluster.errors import InputError, join_fields, unknown_field_rule
 from toposched.cluster.loaders import CheckedCluster
@@ -236,8 +237,12 @@ class ClusterFacts(NamedTuple):
     """The cluster built, when it was (the model's reader builds it)."""
 
 
-def cluster_facts(cluster: Topology | CheckedCluster) -> ClusterFacts:
-    """The facts of a cluster built, or of a cluster file checked without building it."""
+def cluster_facts(cluster: Topology | CheckedCluster | BuilderShape) -> ClusterFacts:
+    """The facts of a cluster built, or of a cluster checked without building it."""
+    if isinstance(cluster, BuilderShape):
+        return ClusterFacts(
+            cluster.levels, cluster.gpu_model_names, cluster.n_nodes, cluster.has_node
+        )
     if isinstance(cluster, CheckedCluster):
         names = frozenset(cluster.names)
         return ClusterFacts(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -12,7 +11,15 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import load_openb_nodes
 from toposched.cluster.units import DAY, HOUR, MILLI_PER_GPU
 from toposched.workloads.model import SpecFactory, Workload, WorkloadJob, build_cluster
-from toposched.workloads.openb import NODE_LIST, load_openb_pods, pod_list_path
+from toposched.workloads.openb import load_openb_pods
+from toposched.workloads.traces import (
+    ITP_CLUSTER_NODES,
+    NODE_LIST,
+    TRACES_ENV,
+    default_traces_dir,
+    itp_trace_path,
+    pod_list_path,
+)
 
 __all__ = [
     "ITP_CLUSTER_NODES",
@@ -26,27 +33,9 @@ __all__ = [
     "openb_replay",
 ]
 
-TRACES_ENV = "TOPOSCHED_TRACES"
-"""Environment variable naming the traces folder (default: ../shared/traces from the repo)."""
 ITP_COLUMNS = ("job_id", "submission_time", "duration", "num_gpu")
 GPUS_PER_NODE = 8
 NODES_PER_UNIT = 16
-
-ITP_CLUSTER_NODES: dict[int, int] = {
-    1: 16,
-    2: 32,
-    3: 64,
-    4: 96,
-    5: 9,
-    6: 48,
-    7: 48,
-    8: 15,
-    9: 7,
-    10: 4,
-}
-"""8-GPU nodes per ITP cluster: the smallest count (one node at a time up to 16, then whole
-16-node units) on which every job of the trace starts within 24 hours of its submission under
-toposched, so peaks queue and the queue drains within a day; see docs/simulator.md."""
 
 # Jobs replayed from traces declare a min runtime of an hour (the contract's default) and are
 # not resumable: the traces say nothing about checkpoints.
@@ -62,19 +51,6 @@ class _Where(NamedTuple):
 
 def _at(where: _Where, column: str, value: Any, rule: str) -> InputError:
     return InputError(column, value, rule, file=where.file, line=where.line)
-
-
-def default_traces_dir() -> Path:
-    """The folder holding `itp/` and `openb/`: $TOPOSCHED_TRACES (that folder, or its `openb/`
-    subfolder as the packing evaluation accepts), else ../shared/traces next to the project."""
-    configured = os.environ.get(TRACES_ENV)
-    if configured:
-        folder = Path(configured)
-        return folder.parent if (folder / NODE_LIST).is_file() else folder
-    project = Path(__file__).resolve().parents[3]
-    if not (project / "pyproject.toml").is_file():
-        project = Path.cwd()
-    return project.parent / "shared" / "traces"
 
 
 def _number(where: _Where, column: str, text: str, integer: bool = False) -> float:
@@ -167,10 +143,8 @@ def itp_replay(
     submitted in the first `days` days and stops the simulation there; without it, the
     simulation runs until the last job ends.
     """
-    if cluster not in ITP_CLUSTER_NODES:
-        raise InputError("cluster", cluster, f"must be one of {sorted(ITP_CLUSTER_NODES)}")
     folder = Path(traces_dir) if traces_dir is not None else default_traces_dir()
-    path = folder / "itp" / f"cluster{cluster:02d}.csv"
+    path = itp_trace_path(folder, cluster)
     rows = load_itp_trace(path)
     node_count = nodes if nodes is not None else ITP_CLUSTER_NODES[cluster]
     if isinstance(node_count, bool) or not isinstance(node_count, int) or node_count < 1:
