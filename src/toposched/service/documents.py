@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -47,7 +48,9 @@ def _parse_json(text: str) -> Any:
         raise InputError("body", text[:80], f"is not valid JSON: {error.msg}") from None
     except RecursionError:
         raise InputError("body", text[:80], f"nests deeper than {MAX_DEPTH} levels") from None
-    _check_depth(document, text)
+    # A document nests no deeper than the brackets its text opens, strings' included.
+    if text.count("{") + text.count("[") > MAX_DEPTH:
+        _check_depth(document, text)
     return document
 
 
@@ -174,11 +177,71 @@ def job_spec(fields: Mapping[str, Any], submit_time: float | None = None) -> Job
 
 def stored_document(spec: JobSpec, run: RunSpec | None) -> dict[str, Any]:
     """The job document kept in the store and shown as a Job's `spec`."""
-    written = spec.to_dict()
+    return _with_run(spec.to_dict(), run)
+
+
+def _with_run(written: dict[str, Any], run: RunSpec | None) -> dict[str, Any]:
     run_written = run_to_dict(run)
     if run_written is not None:
         written["run"] = run_written
     return written
+
+
+@dataclass(frozen=True)
+class AcceptedJob:
+    """A submitted job validated: the spec the scheduler takes, the document the store keeps."""
+
+    spec: JobSpec
+    document: dict[str, Any]
+
+
+class JobShapes:
+    """Submitted jobs validated once per shape: the job fields but for the name. A job whose
+    shape was seen is the earlier job's spec renamed (`JobSpec.renamed`: its name and submit
+    time checked by their rules, nothing else validated again) with the earlier document's
+    values, equal to what `job_spec` and `stored_document` give, at a small part of their
+    cost: a service takes many jobs of few shapes. Documents share their nested values (the
+    store's documents are never changed in place)."""
+
+    LIMIT = 4096
+    """Shapes kept; past it the memory starts again (a service with more shapes than this
+    validates most jobs in full, as without it)."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[JobSpec, dict[str, Any]]] = {}
+
+    def accept(
+        self, fields: Mapping[str, Any], run: RunSpec | None, submit_time: float
+    ) -> AcceptedJob:
+        """`job_spec(fields, submit_time)` and its `stored_document`; InputError as theirs."""
+        # The shape's key is its repr: equal only for fields of equal values of the same types
+        # (1, 1.0 and True apart). Fields in another order only miss.
+        key = repr({field: value for field, value in fields.items() if field != "name"})
+        known = self._known.get(key)
+        if known is not None:
+            try:
+                spec = known[0].renamed(fields.get("name"), submit_time)
+            except InputError:
+                pass  # validated in full below, for the error `from_dict` gives
+            else:
+                # The document's fields in `to_dict`'s order: the name first, the time last.
+                document = {**known[1], "name": spec.name, "submit_time": spec.submit_time}
+                return AcceptedJob(spec, _with_run(document, run))
+        spec = job_spec(fields, submit_time)
+        written = spec.to_dict()
+        if len(self._known) >= self.LIMIT:
+            self._known.clear()
+        self._known[key] = (spec, written)
+        return AcceptedJob(spec, _with_run(dict(written), run))
+
+
+_SHAPES = JobShapes()
+
+
+def accept_job(fields: Mapping[str, Any], run: RunSpec | None, submit_time: float) -> AcceptedJob:
+    """A submitted job's spec and stored document (`JobShapes.accept`, one memory for the
+    process: what it holds is a function of the fields alone)."""
+    return _SHAPES.accept(fields, run, submit_time)
 
 
 def short(value: Any, limit: int = 80) -> str:

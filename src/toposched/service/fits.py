@@ -37,6 +37,12 @@ class ClusterLimits:
     """Per (level, models): the GPUs of the level's largest domain (level -1: of the largest
     node), summed at the first check that asks (13,890 racks on the million-GPU fleet), so
     that a check costs dictionary look-ups."""
+    _fitting: dict[tuple[int, ...], tuple[object, ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """Shapes seen to fit: by the identities of a spec's resources, topology and pod sets
+    (which `JobSpec.renamed` copies of one spec share) and its pods, those parts themselves,
+    held so that their identities stay theirs."""
 
     @staticmethod
     def of(topology: Topology) -> ClusterLimits:
@@ -64,10 +70,18 @@ class ClusterLimits:
         never run here."""
         check_ranges(spec)
         _check_account(spec.account, tree)
+        parts = (spec.resources_per_pod, spec.topology, spec.pod_sets)
+        key = (spec.pods, *(id(part) for part in parts))
+        seen = self._fitting.get(key)
+        if seen is not None and all(a is b for a, b in zip(seen, parts, strict=True)):
+            return
         if not spec.has_one_shape:
             self._check_sets(spec)
-            return
-        self._check_one_shape(spec)
+        else:
+            self._check_one_shape(spec)
+        if len(self._fitting) >= _SHAPES_KEPT:
+            self._fitting.clear()
+        self._fitting[key] = parts
 
     def _check_sets(self, spec: JobSpec) -> None:
         """A job whose pod sets ask different resources per pod: each set as a job of its
@@ -185,6 +199,7 @@ class ClusterLimits:
 
 
 MAX_PRIORITY = 1_000_000_000
+_SHAPES_KEPT = 4096
 MAX_SECONDS = 10 * 365 * 86400.0
 """Durations past ten years are taken for mistakes (and would overflow times downstream)."""
 
