@@ -70,10 +70,10 @@ class ClusterLimits:
         never run here."""
         check_ranges(spec)
         _check_account(spec.account, tree)
-        parts = (spec.resources_per_pod, spec.topology, spec.pod_sets)
-        key = (spec.pods, *(id(part) for part in parts))
+        resources, topology, sets = spec.resources_per_pod, spec.topology, spec.pod_sets
+        key = (spec.pods, id(resources), id(topology), id(sets))
         seen = self._fitting.get(key)
-        if seen is not None and all(a is b for a, b in zip(seen, parts, strict=True)):
+        if seen is not None and seen[0] is resources and seen[1] is topology and seen[2] is sets:
             return
         if not spec.has_one_shape:
             self._check_sets(spec)
@@ -81,7 +81,7 @@ class ClusterLimits:
             self._check_one_shape(spec)
         if len(self._fitting) >= _SHAPES_KEPT:
             self._fitting.clear()
-        self._fitting[key] = parts
+        self._fitting[key] = (resources, topology, sets)
 
     def _check_sets(self, spec: JobSpec) -> None:
         """A job whose pod sets ask different resources per pod: each set as a job of its
