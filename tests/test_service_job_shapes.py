@@ -3,6 +3,8 @@ the specs, documents, errors and verdicts a full validation gives."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,9 +13,12 @@ from service_helpers import budgets, job, small_cluster
 from toposched.backends.protocol import RunSpec
 from toposched.cluster.errors import InputError
 from toposched.jobs.spec import JobSpec
+from toposched.scheduler.jobs import JobState
 from toposched.service.documents import JobShapes, job_spec, split_job, stored_document
 from toposched.service.errors import NeverFits
 from toposched.service.fits import ClusterLimits
+from toposched.service.records import JobRecord
+from toposched.service.store import Store
 
 
 def full(document: dict[str, Any], now: float) -> tuple[JobSpec, dict[str, Any]]:
@@ -34,7 +39,7 @@ DOCUMENTS = [
 
 
 def test_jobs_of_a_known_shape_are_the_specs_and_documents_a_full_validation_gives() -> None:
-    shapes = JobShapes()
+    shapes, texts = JobShapes(), 0
     for now, document in enumerate(DOCUMENTS * 2, start=1_000):
         fields, run = split_job(document)
         accepted = shapes.accept(fields, run, float(now))
@@ -42,8 +47,40 @@ def test_jobs_of_a_known_shape_are_the_specs_and_documents_a_full_validation_giv
         assert accepted.spec == spec and hash(accepted.spec) == hash(spec)
         assert accepted.spec.model_fields_set == spec.model_fields_set
         assert accepted.spec.to_dict() == spec.to_dict()
-        # The same document, its fields in the same order.
+        # The same document, its fields in the same order; its text, where made, the dump's.
         assert list(accepted.document.items()) == list(stored.items())
+        assert accepted.text in (None, json.dumps(stored))
+        texts += accepted.text is not None
+    # Every job of a known shape: b, e (c's, with a run) and g, then all seven again.
+    assert texts == 3 + len(DOCUMENTS)
+
+
+def test_the_store_writes_a_known_shape_s_text_once_and_dumps_the_spec_after(
+    tmp_path: Path,
+) -> None:
+    shapes, store = JobShapes(), Store(str(tmp_path / "s.db"))
+    for name in ("a", "b"):
+        fields, run = split_job(job(name, run={"command": ["true"]}))
+        accepted = shapes.accept(fields, run, 7.5)
+        record = JobRecord(
+            name,
+            "research/team-a",
+            0,
+            JobState.PENDING,
+            accepted.document,
+            7.5,
+            spec_text=accepted.text,
+        )
+        with store.transaction():
+            store.insert_job(record)
+            assert record.spec_text is None
+            record.spec = {**record.spec, "priority": 3}
+            store.update_job(record, priority=True)
+    assert [(r.job_id, r.spec) for r in store.jobs()] == [
+        (name, {**full(job(name, run={"command": ["true"]}), 7.5)[1], "priority": 3})
+        for name in ("a", "b")
+    ]
+    store.close()
 
 
 def test_a_known_shape_under_a_bad_name_is_refused_as_a_full_validation_refuses_it() -> None:

@@ -55,6 +55,7 @@ def submit(core: ServiceCore, submission: Submission, now: float) -> tuple[JobRe
         submit_time=now,
         idempotency_key=key,
         body_hash=submission.body_hash,
+        spec_text=accepted.text,
     )
     # Stored first: a row the store refuses leaves the scheduler untouched, and a job the
     # scheduler refuses is rolled back with the command's savepoint.

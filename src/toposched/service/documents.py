@@ -189,10 +189,39 @@ def _with_run(written: dict[str, Any], run: RunSpec | None) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class AcceptedJob:
-    """A submitted job validated: the spec the scheduler takes, the document the store keeps."""
+    """A submitted job validated: the spec the scheduler takes, the document the store keeps
+    and that document as JSON text (None: not made yet)."""
 
     spec: JobSpec
     document: dict[str, Any]
+    text: str | None = None
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A shape's first job: its spec, its document and the document's JSON text between the
+    name and the submit time (None where `to_dict` does not put those first and last)."""
+
+    spec: JobSpec
+    document: dict[str, Any]
+    middle: str | None
+
+    @staticmethod
+    def of(spec: JobSpec, document: dict[str, Any]) -> _Shape:
+        fields = list(document)
+        if fields[0] != "name" or fields[-1] != "submit_time":
+            return _Shape(spec, document, None)
+        middle = {key: value for key, value in document.items() if key in fields[1:-1]}
+        return _Shape(spec, document, json.dumps(middle)[1:-1])
+
+    def text(self, spec: JobSpec, run: dict[str, Any] | None) -> str | None:
+        """`json.dumps` of this shape's document for `spec` (renamed) and `run`, the parts
+        that are the shape's dumped once."""
+        if self.middle is None or type(spec.submit_time) is not float:
+            return None
+        ran = "" if run is None else f', "run": {json.dumps(run)}'
+        name, time = json.dumps(spec.name), float.__repr__(spec.submit_time)
+        return f'{{"name": {name}, {self.middle}, "submit_time": {time}{ran}}}'
 
 
 class JobShapes:
@@ -208,7 +237,7 @@ class JobShapes:
     validates most jobs in full, as without it)."""
 
     def __init__(self) -> None:
-        self._known: dict[str, tuple[JobSpec, dict[str, Any]]] = {}
+        self._known: dict[str, _Shape] = {}
 
     def accept(
         self, fields: Mapping[str, Any], run: RunSpec | None, submit_time: float
@@ -220,18 +249,21 @@ class JobShapes:
         known = self._known.get(key)
         if known is not None:
             try:
-                spec = known[0].renamed(fields.get("name"), submit_time)
+                spec = known.spec.renamed(fields.get("name"), submit_time)
             except InputError:
                 pass  # validated in full below, for the error `from_dict` gives
             else:
                 # The document's fields in `to_dict`'s order: the name first, the time last.
-                document = {**known[1], "name": spec.name, "submit_time": spec.submit_time}
-                return AcceptedJob(spec, _with_run(document, run))
+                document = {**known.document, "name": spec.name, "submit_time": spec.submit_time}
+                run_written = run_to_dict(run)
+                if run_written is not None:
+                    document["run"] = run_written
+                return AcceptedJob(spec, document, known.text(spec, run_written))
         spec = job_spec(fields, submit_time)
         written = spec.to_dict()
         if len(self._known) >= self.LIMIT:
             self._known.clear()
-        self._known[key] = (spec, written)
+        self._known[key] = _Shape.of(spec, written)
         return AcceptedJob(spec, _with_run(dict(written), run))
 
 

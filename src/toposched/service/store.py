@@ -205,6 +205,7 @@ class SqlStore:
     # --- jobs ------------------------------------------------------------------------------
     def insert_job(self, record: JobRecord) -> None:
         record.seq = self._inserted_id(_JOB_INSERT, job_values(record), "seq")
+        record.spec_text = None  # later writes dump the spec as it is then
 
     def update_job(self, record: JobRecord, priority: bool = False) -> None:
         """Write the RUN_COLUMNS of a record (and its priority and spec if `priority`)."""
@@ -439,7 +440,7 @@ def job_values(record: JobRecord) -> tuple[Any, ...]:
         record.account,
         record.priority,
         str(record.state),
-        json.dumps(record.spec),
+        json.dumps(record.spec) if record.spec_text is None else record.spec_text,
         record.submit_time,
         record.start_time,
         record.end_time,
