@@ -4,6 +4,7 @@ stored before the backend sees them, backend reports applied; and recovery from 
 from __future__ import annotations
 
 import functools
+import gc
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from toposched.service.commands import Submission
 from toposched.service.core import ServiceCore
 from toposched.service.documents import body_hash, split_job
 from toposched.service.errors import Conflict, NeverFits
-from toposched.service.loop import Loop
+from toposched.service.loop import YOUNG_COLLECTION_AFTER, Loop
 from toposched.service.recovery import starter
 from toposched.service.store import Store
 
@@ -347,3 +348,18 @@ def test_a_turn_that_fails_commits_nothing_but_keeps_the_backends_reports(
     ]
     with running_loop(tmp_path / "s.db", clock, DryRunBackend()) as loop:
         assert state_of(loop, "a") == "finished"
+
+
+def test_a_serving_loop_collects_its_youngest_objects_less_often(tmp_path: Path) -> None:
+    before = gc.get_threshold()
+    gc.set_threshold(700, *before[1:])
+    try:
+        with running_loop(tmp_path / "s.db", Clock()) as loop:
+            submit(loop, job("a"))
+            assert gc.get_threshold() == (YOUNG_COLLECTION_AFTER, *before[1:])
+        # Whoever runs the service with collection switched off keeps it off.
+        gc.set_threshold(0, *before[1:])
+        with running_loop(tmp_path / "s.db", Clock()):
+            assert gc.get_threshold()[0] == 0
+    finally:
+        gc.set_threshold(*before)

@@ -98,7 +98,9 @@ async def submission(
     account = fields.get("account", "default")
     if not isinstance(account, str) or not principal.sees(account):
         raise ApiError(403, f"this token cannot submit to account {str(account)[:80]!r}")
-    submission = Submission(fields, run, _scoped(principal, idempotency_key), body_hash(document))
+    # The body's hash tells a retry from a reuse of its key: without a key there is none.
+    digest = None if idempotency_key is None else body_hash(document)
+    submission = Submission(fields, run, _scoped(principal, idempotency_key), digest)
 
     def apply(core: ServiceCore, now: float) -> tuple[dict[str, Any], bool]:
         record, created = commands.submit(core, submission, now)

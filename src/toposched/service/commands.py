@@ -13,7 +13,7 @@ from toposched.cluster.state import Health
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
-from toposched.service.documents import job_spec, stored_document
+from toposched.service.documents import accept_job
 from toposched.service.errors import Conflict
 from toposched.service.fits import MAX_PRIORITY
 from toposched.service.records import JobRecord
@@ -21,12 +21,13 @@ from toposched.service.records import JobRecord
 
 @dataclass(frozen=True)
 class Submission:
-    """A parsed submission: the job fields, what it runs, its idempotency key and body hash."""
+    """A parsed submission: the job fields, what it runs, its idempotency key and the hash of
+    its body (None without a key: it tells only a retry from another use of the key)."""
 
     fields: Mapping[str, Any]
     run: RunSpec | None
     idempotency_key: str | None
-    body_hash: str
+    body_hash: str | None
 
 
 def submit(core: ServiceCore, submission: Submission, now: float) -> tuple[JobRecord, bool]:
@@ -39,7 +40,8 @@ def submit(core: ServiceCore, submission: Submission, now: float) -> tuple[JobRe
                 "Idempotency-Key", key, "was used before with another body; use a new key"
             )
         return earlier, False
-    spec = job_spec(submission.fields, submit_time=now)
+    accepted = accept_job(submission.fields, submission.run, now)
+    spec = accepted.spec
     existing = core.records.get(spec.name)
     if existing is not None:
         raise Conflict("name", spec.name, f"a job of that name exists ({existing.state})")
@@ -49,10 +51,11 @@ def submit(core: ServiceCore, submission: Submission, now: float) -> tuple[JobRe
         account=spec.account,
         priority=spec.priority,
         state=JobState.PENDING,
-        spec=stored_document(spec, submission.run),
+        spec=accepted.document,
         submit_time=now,
         idempotency_key=key,
         body_hash=submission.body_hash,
+        spec_text=accepted.text,
     )
     # Stored first: a row the store refuses leaves the scheduler untouched, and a job the
     # scheduler refuses is rolled back with the command's savepoint.

@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -47,7 +48,9 @@ def _parse_json(text: str) -> Any:
         raise InputError("body", text[:80], f"is not valid JSON: {error.msg}") from None
     except RecursionError:
         raise InputError("body", text[:80], f"nests deeper than {MAX_DEPTH} levels") from None
-    _check_depth(document, text)
+    # A document nests no deeper than the brackets its text opens, strings' included.
+    if text.count("{") + text.count("[") > MAX_DEPTH:
+        _check_depth(document, text)
     return document
 
 
@@ -174,11 +177,103 @@ def job_spec(fields: Mapping[str, Any], submit_time: float | None = None) -> Job
 
 def stored_document(spec: JobSpec, run: RunSpec | None) -> dict[str, Any]:
     """The job document kept in the store and shown as a Job's `spec`."""
-    written = spec.to_dict()
+    return _with_run(spec.to_dict(), run)
+
+
+def _with_run(written: dict[str, Any], run: RunSpec | None) -> dict[str, Any]:
     run_written = run_to_dict(run)
     if run_written is not None:
         written["run"] = run_written
     return written
+
+
+@dataclass(frozen=True)
+class AcceptedJob:
+    """A submitted job validated: the spec the scheduler takes, the document the store keeps
+    and that document as JSON text (None: not made yet)."""
+
+    spec: JobSpec
+    document: dict[str, Any]
+    text: str | None = None
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A shape's first job: its spec, its document and the document's JSON text between the
+    name and the submit time (None where `to_dict` does not put those first and last)."""
+
+    spec: JobSpec
+    document: dict[str, Any]
+    middle: str | None
+
+    @staticmethod
+    def of(spec: JobSpec, document: dict[str, Any]) -> _Shape:
+        fields = list(document)
+        if fields[0] != "name" or fields[-1] != "submit_time":
+            return _Shape(spec, document, None)
+        middle = {key: value for key, value in document.items() if key in fields[1:-1]}
+        return _Shape(spec, document, json.dumps(middle)[1:-1])
+
+    def text(self, spec: JobSpec, run: dict[str, Any] | None) -> str | None:
+        """`json.dumps` of this shape's document for `spec` (renamed) and `run`, the parts
+        that are the shape's dumped once."""
+        if self.middle is None or type(spec.submit_time) is not float:
+            return None
+        ran = "" if run is None else f', "run": {json.dumps(run)}'
+        name, time = json.dumps(spec.name), float.__repr__(spec.submit_time)
+        return f'{{"name": {name}, {self.middle}, "submit_time": {time}{ran}}}'
+
+
+class JobShapes:
+    """Submitted jobs validated once per shape: the job fields but for the name. A job whose
+    shape was seen is the earlier job's spec renamed (`JobSpec.renamed`: its name and submit
+    time checked by their rules, nothing else validated again) with the earlier document's
+    values, equal to what `job_spec` and `stored_document` give, at a small part of their
+    cost: a service takes many jobs of few shapes. Documents share their nested values (the
+    store's documents are never changed in place)."""
+
+    LIMIT = 4096
+    """Shapes kept; past it the memory starts again (a service with more shapes than this
+    validates most jobs in full, as without it)."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, _Shape] = {}
+
+    def accept(
+        self, fields: Mapping[str, Any], run: RunSpec | None, submit_time: float
+    ) -> AcceptedJob:
+        """`job_spec(fields, submit_time)` and its `stored_document`; InputError as theirs."""
+        # The shape's key is its repr: equal only for fields of equal values of the same types
+        # (1, 1.0 and True apart). Fields in another order only miss.
+        key = repr({field: value for field, value in fields.items() if field != "name"})
+        known = self._known.get(key)
+        if known is not None:
+            try:
+                spec = known.spec.renamed(fields.get("name"), submit_time)
+            except InputError:
+                pass  # validated in full below, for the error `from_dict` gives
+            else:
+                # The document's fields in `to_dict`'s order: the name first, the time last.
+                document = {**known.document, "name": spec.name, "submit_time": spec.submit_time}
+                run_written = run_to_dict(run)
+                if run_written is not None:
+                    document["run"] = run_written
+                return AcceptedJob(spec, document, known.text(spec, run_written))
+        spec = job_spec(fields, submit_time)
+        written = spec.to_dict()
+        if len(self._known) >= self.LIMIT:
+            self._known.clear()
+        self._known[key] = _Shape.of(spec, written)
+        return AcceptedJob(spec, _with_run(dict(written), run))
+
+
+_SHAPES = JobShapes()
+
+
+def accept_job(fields: Mapping[str, Any], run: RunSpec | None, submit_time: float) -> AcceptedJob:
+    """A submitted job's spec and stored document (`JobShapes.accept`, one memory for the
+    process: what it holds is a function of the fields alone)."""
+    return _SHAPES.accept(fields, run, submit_time)
 
 
 def short(value: Any, limit: int = 80) -> str:

@@ -38,6 +38,12 @@ class ClusterLimits:
     """Per (level, models): the GPUs of the level's largest domain (level -1: of the largest
     node), summed at the first check that asks (13,890 racks on the million-GPU fleet), so
     that a check costs dictionary look-ups."""
+    _fitting: dict[tuple[int, ...], tuple[object, ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """Shapes seen to fit: by the identities of a spec's resources, topology and pod sets
+    (which `JobSpec.renamed` copies of one spec share) and its pods, those parts themselves,
+    held so that their identities stay theirs."""
 
     @staticmethod
     def of(topology: Topology) -> ClusterLimits:
@@ -65,11 +71,19 @@ class ClusterLimits:
         never run here."""
         check_ranges(spec)
         _check_account(spec.account, tree)
+        resources, topology, sets = spec.resources_per_pod, spec.topology, spec.pod_sets
+        key = (spec.pods, id(resources), id(topology), id(sets))
+        seen = self._fitting.get(key)
+        if seen is not None and seen[0] is resources and seen[1] is topology and seen[2] is sets:
+            return
         spec = least_spec(spec)  # elastic pod sets need their minimums to start
         if not spec.has_one_shape:
             self._check_sets(spec)
-            return
-        self._check_one_shape(spec)
+        else:
+            self._check_one_shape(spec)
+        if len(self._fitting) >= _SHAPES_KEPT:
+            self._fitting.clear()
+        self._fitting[key] = (resources, topology, sets)
 
     def _check_sets(self, spec: JobSpec) -> None:
         """A job whose pod sets ask different resources per pod: each set as a job of its
@@ -187,6 +201,7 @@ class ClusterLimits:
 
 
 MAX_PRIORITY = 1_000_000_000
+_SHAPES_KEPT = 4096
 MAX_SECONDS = 10 * 365 * 86400.0
 """Durations past ten years are taken for mistakes (and would overflow times downstream)."""
 

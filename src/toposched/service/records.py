@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,9 @@ class JobRecord:
     reason: str = ""
     seq: int = 0
     """Submission order, assigned by the store."""
+    spec_text: str | None = field(default=None, compare=False, repr=False)
+    """`spec` as JSON text, when it was made with the document (a submission of a known
+    shape): the store's first write takes it instead of dumping `spec`, and drops it."""
 
     @property
     def live(self) -> bool:

@@ -43,7 +43,7 @@ class RestoredSpecs:
     time (at restart, a store of 100,000 jobs holds a few dozen such documents, not 100,000)."""
 
     def __init__(self) -> None:
-        self._by_shape: dict[str, tuple[JobSpec, set[str]]] = {}
+        self._by_shape: dict[str, JobSpec] = {}
 
     def spec(self, document: Mapping[str, Any]) -> JobSpec:
         shape = dict(document)
@@ -57,25 +57,9 @@ class RestoredSpecs:
         known = self._by_shape.get(key)
         if known is None or not _plain_name_and_time(name, submit_time):
             spec = JobSpec.from_dict({**shape, "name": name, "submit_time": submit_time})
-            fields_set = spec.model_fields_set | {"name", "submit_time"}
-            self._by_shape.setdefault(key, (spec, fields_set))
+            self._by_shape.setdefault(key, spec)
             return spec
-        return _renamed(*known, name, float(submit_time))
-
-
-def _renamed(spec: JobSpec, fields_set: set[str], name: str, submit_time: float) -> JobSpec:
-    """`spec.model_copy(update={"name": name, "submit_time": submit_time})`, a third of its
-    cost: a spec is frozen, so the copy is its fields' dict with the two replaced, made the
-    way pydantic's own copy makes it, with no extra fields and no private attributes."""
-    fields = spec.__dict__.copy()
-    fields["name"] = name
-    fields["submit_time"] = submit_time
-    copy = JobSpec.__new__(JobSpec)
-    object.__setattr__(copy, "__dict__", fields)
-    object.__setattr__(copy, "__pydantic_fields_set__", set(fields_set))
-    object.__setattr__(copy, "__pydantic_extra__", None)
-    object.__setattr__(copy, "__pydantic_private__", None)
-    return copy
+        return known.with_name_and_time(name, float(submit_time))
 
 
 def _plain_name_and_time(name: Any, submit_time: Any) -> bool:

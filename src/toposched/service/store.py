@@ -95,6 +95,19 @@ RUN_COLUMNS = (
 """The columns a job's runs change (`update_job`); the others are written once at submit, but
 for `priority` and `spec`, which a priority change rewrites."""
 EVENT_INSERT = "INSERT INTO events (time, kind, job, account, data) VALUES (?, ?, ?, ?, ?)"
+_JOB_INSERT = (
+    f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES ({', '.join('?' * len(JOB_COLUMNS.split(',')))})"
+)
+_JOB_UPDATES = {
+    priority: "UPDATE jobs SET "
+    + ", ".join(
+        f"{name} = ?" for name in (*RUN_COLUMNS, *(("priority", "spec") if priority else ()))
+    )
+    + " WHERE id = ?"
+    for priority in (False, True)
+}
+"""`update_job`'s statement, without and with the priority and spec."""
+_SMALL_DATA_KEPT = 1024
 _EVENT_COLUMNS = "id, time, kind, job, account, data"
 
 
@@ -191,16 +204,12 @@ class SqlStore:
 
     # --- jobs ------------------------------------------------------------------------------
     def insert_job(self, record: JobRecord) -> None:
-        placeholders = ", ".join("?" * len(JOB_COLUMNS.split(",")))
-        sql = f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES ({placeholders})"
-        record.seq = self._inserted_id(sql, job_values(record), "seq")
+        record.seq = self._inserted_id(_JOB_INSERT, job_values(record), "seq")
+        record.spec_text = None  # later writes dump the spec as it is then
 
     def update_job(self, record: JobRecord, priority: bool = False) -> None:
         """Write the RUN_COLUMNS of a record (and its priority and spec if `priority`)."""
-        names = (*RUN_COLUMNS, "priority", "spec") if priority else RUN_COLUMNS
-        assignments = ", ".join(f"{name} = ?" for name in names)
-        values = run_values(record, priority)
-        self._run(f"UPDATE jobs SET {assignments} WHERE id = ?", (*values, record.job_id))
+        self._run(_JOB_UPDATES[priority], (*run_values(record, priority), record.job_id))
 
     def jobs(self) -> list[JobRecord]:
         """Every job, in submission order."""
@@ -214,7 +223,7 @@ class SqlStore:
     ) -> None:
         """Inside a transaction the event is held and written with the others of the
         transaction, in order, before it commits."""
-        values = (time, kind, job, account, json.dumps(data))
+        values = (time, kind, job, account, data_text(data))
         if self._depth:
             self._events.append(values)
         else:
@@ -236,7 +245,7 @@ class SqlStore:
     def add_decision(self, job_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> int:
         return self._inserted_id(
             "INSERT INTO decisions (job, attempt, kind, payload) VALUES (?, ?, ?, ?)",
-            (job_id, attempt, kind, json.dumps(payload)),
+            (job_id, attempt, kind, json.dumps(payload) if payload else "{}"),
             "id",
         )
 
@@ -407,6 +416,23 @@ class Store(SqlStore):
             target.close()
 
 
+_small_texts: dict[tuple[tuple[str, str], ...], str] = {}
+
+
+def data_text(data: dict[str, Any]) -> str:
+    """An event's data as JSON. Most events carry only names (a job's state): their few
+    distinct texts are made once (a service stores several events per submission)."""
+    if not all(type(value) is str for value in data.values()):
+        return json.dumps(data)
+    key = tuple(data.items())
+    text = _small_texts.get(key)
+    if text is None:
+        if len(_small_texts) >= _SMALL_DATA_KEPT:
+            _small_texts.clear()
+        text = _small_texts[key] = json.dumps(data)
+    return text
+
+
 def job_values(record: JobRecord) -> tuple[Any, ...]:
     """A record as the values of JOB_COLUMNS, in order (shared by both stores)."""
     return (
@@ -414,7 +440,7 @@ def job_values(record: JobRecord) -> tuple[Any, ...]:
         record.account,
         record.priority,
         str(record.state),
-        json.dumps(record.spec),
+        json.dumps(record.spec) if record.spec_text is None else record.spec_text,
         record.submit_time,
         record.start_time,
         record.end_time,
