@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+from numpy.typing import NDArray
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
@@ -70,7 +71,11 @@ def place_roles(
     candidates = _candidates(state, confined, level, 0, topology.n_domains(level), policy)
     if not candidates:
         return _explain(state, roles, confined, order, level, policy)
-    if preferred is not None and preferred > level:
+    if (
+        preferred is not None
+        and preferred > level
+        and _may_hold_each(state, roles, preferred, 0, topology.n_domains(preferred)).any()
+    ):
         # One domain of the preferred level anywhere first, then any shared domain.
         for domain in candidates:
             together = _place_in_one_inner(state, confined, order, level, domain, preferred, policy)
@@ -96,7 +101,9 @@ def _candidates(
 ) -> list[int]:
     """Domains `first` to `last` (exclusive) at `level` where each role fits on its own (from
     aggregates), in the policy's order for the roles' GPUs together."""
-    fits_each = np.ones(last - first, dtype=np.bool_)
+    fits_each = _may_hold_each(state, roles, level, first, last)
+    if not fits_each.any():
+        return []
     for role in roles:
         # Room in the domain is needed whatever the role's slices or node: a bound from above.
         loose = replace(role, slices=(), on_one_node=False)
@@ -109,6 +116,20 @@ def _candidates(
     scores = policy.domain_scores(state.free_gpus[level][candidates].astype(np.int64), gpus)
     ordered: list[int] = candidates[np.argsort(scores, kind="stable")].tolist()
     return ordered
+
+
+def _may_hold_each(
+    state: ClusterState, roles: Sequence[GangRequest], level: int, first: int, last: int
+) -> NDArray[np.bool_]:
+    """Of domains `first` to `last` (exclusive) at `level`, those with the free whole GPUs of
+    each whole-GPU role on its own: a bound from above of where each role fits, read from one
+    aggregate before any capacity is counted (with slices, over every domain of a level)."""
+    free = state.free_gpus[level][first:last]
+    may: NDArray[np.bool_] = np.ones(last - first, dtype=np.bool_)
+    for role in roles:
+        if role.gpus_per_pod and not role.is_fractional:
+            may &= free >= role.pods * role.gpus_per_pod
+    return may
 
 
 def _place_in_one_inner(
