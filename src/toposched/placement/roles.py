@@ -63,10 +63,7 @@ def place_roles(
         raise InputError("roles", [], "a job needs at least one role")
     policy = policy or BestFit()
     topology = state.topology
-    confined = [
-        replace(role, required=max(role.required, level), on_one_node=role.on_one_node)
-        for role in roles
-    ]
+    confined = [role if role.required >= level else replace(role, required=level) for role in roles]
     order = sorted(range(len(roles)), key=lambda i: -roles[i].gpus_total)
     candidates = _candidates(state, confined, level, 0, topology.n_domains(level), policy)
     if not candidates:
@@ -106,7 +103,9 @@ def _candidates(
         return []
     for role in roles:
         # Room in the domain is needed whatever the role's slices or node: a bound from above.
-        loose = replace(role, slices=(), on_one_node=False)
+        loose = (
+            replace(role, slices=(), on_one_node=False) if role.slices or role.on_one_node else role
+        )
         capacity = CapacityView(state, loose, exact=False).at(level, first, last)
         fits_each &= capacity >= role.pods
     candidates = fits_each.nonzero()[0] + first
