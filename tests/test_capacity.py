@@ -155,6 +155,26 @@ def test_capacities_at_every_level_match_plain_counts(case: RandomCase) -> None:
         assert view.node_capacity_in(0, len(per_node)).tolist() == per_node
 
 
+@settings(max_examples=100, deadline=None)
+@given(case=random_cases())
+def test_a_view_confined_to_a_domain_counts_its_inside_as_the_whole_view(
+    case: RandomCase,
+) -> None:
+    state, request, _ = case.build()
+    topology = state.topology
+    levels = len(topology.domain_levels)
+    for exact in (True, False):
+        whole = CapacityView(state, request, exact=exact)
+        for outer in range(1, levels):
+            for domain in range(topology.n_domains(outer)):
+                confined = CapacityView(state, request, exact=exact, inside=(outer, domain))
+                for level in range(outer, levels):
+                    lo, hi = topology.descendants(outer, domain, level)
+                    assert confined.at(level, lo, hi).tolist() == whole.at(level, lo, hi).tolist()
+                # Above it, the room inside it alone: no more than the whole view's.
+                assert confined.total() <= whole.total()
+
+
 @pytest.mark.parametrize("domains", [3, 2047, 2048, 13_890])
 @pytest.mark.parametrize("weights", [[0, 0, 0, 0, 1], [0, 0, 1, 1, 2], [0, 1, 2, 3, 4], [0] * 5])
 def test_pods_by_free_equals_the_histogram_product_below_and_above_the_column_path(

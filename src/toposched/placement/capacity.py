@@ -72,15 +72,26 @@ class CapacityView:
 
     With slices, a domain's capacity counts only whole slices: computed at the innermost slice
     level and summed upwards, rounding at each level to that level's granule.
+
+    `inside` (a level and a domain) lets the view count slices over that domain's part of the
+    fleet alone, for a search confined to it (`GangRequest.within`): then a domain apart from
+    it may show no room, and one above it (the cluster's `total`) only the room inside it.
     """
 
-    def __init__(self, state: ClusterState, request: GangRequest, exact: bool) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        request: GangRequest,
+        exact: bool,
+        inside: tuple[int, int] | None = None,
+    ) -> None:
         self.state = state
         self.request = request
         self.exact = exact or request.is_fractional
         topology = state.topology
         self.leaf_level = len(topology.domain_levels) - 1
         self.slice_level = max(level for level, _ in request.slices) if request.slices else None
+        self.inside = inside
         self._full: dict[int, IntArray] = {}
         self._node_capacity: IntArray | None = None
         # Pods a node with k free whole GPUs can hold, by k (in whole node slices).
@@ -235,7 +246,12 @@ class CapacityView:
         topology = self.state.topology
         granule = self.request.granule(level)
         if level == self.slice_level:
-            capacity = self._raw(level, 0, topology.n_domains(level), granule)
+            if self.inside is not None and self.inside[0] <= level:
+                lo, hi = topology.descendants(*self.inside, level)
+                capacity = np.zeros(topology.n_domains(level), dtype=np.int64)
+                capacity[lo:hi] = self._raw(level, lo, hi, granule)
+            else:
+                capacity = self._raw(level, 0, topology.n_domains(level), granule)
         else:
             below = self._full_level(level + 1)
             bounds = topology.descendant_bounds(level, level + 1)
@@ -246,7 +262,7 @@ class CapacityView:
         return capacity
 
     def total(self) -> int:
-        """Capacity of the whole cluster."""
+        """Capacity of the whole cluster (at most that, for a view confined `inside`)."""
         return int(self.at(0, 0, 1)[0])
 
     def free_gpu_equivalent(self, level: int, lo: int, hi: int) -> IntArray:

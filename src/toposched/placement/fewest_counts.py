@@ -155,7 +155,7 @@ class FewestByCount:
             if amount:
                 own = index[offsets[i] : offsets[i] + counts[i]] + span_lo
                 chosen = picks[i][: taken_counts[i]]
-                share = _fill_largest_first(children[offsets[i] + chosen], amount)
+                share = _fill_in_order(children[offsets[i] + chosen], amount)
                 domains.append(own[chosen][share > 0])
                 pods.append(share[share > 0])
         return Shares(inner, np.concatenate(domains), np.concatenate(pods))
@@ -473,6 +473,13 @@ def _fill_largest_first(capacity: IntArray, amount: int) -> IntArray:
     result: IntArray = np.empty_like(ranked)
     result[order] = np.minimum(np.maximum(amount - before, 0), ranked)
     return result
+
+
+def _fill_in_order(capacity: IntArray, amount: int) -> IntArray:
+    """`_fill_largest_first` of capacities already largest first (a domain's picks)."""
+    before = np.cumsum(capacity) - capacity
+    filled: IntArray = np.minimum(np.maximum(amount - before, 0), capacity)
+    return filled
 
 
 def _max_plus(left: IntArray, right: IntArray, limit: int) -> tuple[IntArray, IntArray]:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+from numpy.typing import NDArray
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
@@ -62,15 +63,16 @@ def place_roles(
         raise InputError("roles", [], "a job needs at least one role")
     policy = policy or BestFit()
     topology = state.topology
-    confined = [
-        replace(role, required=max(role.required, level), on_one_node=role.on_one_node)
-        for role in roles
-    ]
+    confined = [role if role.required >= level else replace(role, required=level) for role in roles]
     order = sorted(range(len(roles)), key=lambda i: -roles[i].gpus_total)
     candidates = _candidates(state, confined, level, 0, topology.n_domains(level), policy)
     if not candidates:
         return _explain(state, roles, confined, order, level, policy)
-    if preferred is not None and preferred > level:
+    if (
+        preferred is not None
+        and preferred > level
+        and _may_hold_each(state, roles, preferred, 0, topology.n_domains(preferred)).any()
+    ):
         # One domain of the preferred level anywhere first, then any shared domain.
         for domain in candidates:
             together = _place_in_one_inner(state, confined, order, level, domain, preferred, policy)
@@ -96,10 +98,14 @@ def _candidates(
 ) -> list[int]:
     """Domains `first` to `last` (exclusive) at `level` where each role fits on its own (from
     aggregates), in the policy's order for the roles' GPUs together."""
-    fits_each = np.ones(last - first, dtype=np.bool_)
+    fits_each = _may_hold_each(state, roles, level, first, last)
+    if not fits_each.any():
+        return []
     for role in roles:
         # Room in the domain is needed whatever the role's slices or node: a bound from above.
-        loose = replace(role, slices=(), on_one_node=False)
+        loose = (
+            replace(role, slices=(), on_one_node=False) if role.slices or role.on_one_node else role
+        )
         capacity = CapacityView(state, loose, exact=False).at(level, first, last)
         fits_each &= capacity >= role.pods
     candidates = fits_each.nonzero()[0] + first
@@ -109,6 +115,20 @@ def _candidates(
     scores = policy.domain_scores(state.free_gpus[level][candidates].astype(np.int64), gpus)
     ordered: list[int] = candidates[np.argsort(scores, kind="stable")].tolist()
     return ordered
+
+
+def _may_hold_each(
+    state: ClusterState, roles: Sequence[GangRequest], level: int, first: int, last: int
+) -> NDArray[np.bool_]:
+    """Of domains `first` to `last` (exclusive) at `level`, those with the free whole GPUs of
+    each whole-GPU role on its own: a bound from above of where each role fits, read from one
+    aggregate before any capacity is counted (with slices, over every domain of a level)."""
+    free = state.free_gpus[level][first:last]
+    may: NDArray[np.bool_] = np.ones(last - first, dtype=np.bool_)
+    for role in roles:
+        if role.gpus_per_pod and not role.is_fractional:
+            may &= free >= role.pods * role.gpus_per_pod
+    return may
 
 
 def _place_in_one_inner(

@@ -103,11 +103,19 @@ class _Search:
 
     def run(self, exact: bool) -> PlacementResult | None:
         """A placement, an Unschedulable, or None when aggregates over-promised."""
-        self.view = CapacityView(self.state, self.request, exact)
         request = self.request
+        within = request.within
+        # Confined to `within` at or above the required level, the search reads no domain
+        # outside it: its view counts slices inside it alone.
+        confined = within if within is not None and request.required >= within[0] else None
+        self.view = CapacityView(self.state, request, exact, inside=confined)
         if request.on_one_node:
             return self._one_node()
         total = self.view.total()
+        if total < request.pods and confined is not None:
+            # The confined total counts only the room inside `within`: the cluster's is said.
+            self.view = CapacityView(self.state, request, exact)
+            total = self.view.total()
         if total < request.pods:
             return self._explain_total(total)
         level = request.required
