@@ -33,7 +33,7 @@ class CycleResult:
     skipped: int = 0
     """Pending jobs it skipped so."""
     alike: int = 0
-    """Pending jobs answered alike an earlier job of their size, account and priority, with
+    """Pending jobs answered alike an earlier job of their kind, account and priority, with
     nothing known changed since (see `Turn.answered`)."""
 
     @property
@@ -101,13 +101,12 @@ class Turn:
     """The reservation's nodes, marked: what backfills may use."""
     answered: dict[tuple[object, ...], Answer] = field(default_factory=dict)
     """Most pending jobs are answered by a known failure and a refused preemption, and many
-    share everything that answer depends on: their size (shape and pod count), account,
-    priority, whether declared unallocated, and what the cycle knows so far (fence, failures,
-    reservation, refusals, preemptions left). Such a job gets the reason an earlier job alike
-    got, unless its own failure is the answer. A job's expected runtime decides only whether
-    it may backfill behind the reservation (`placing.backfills`), part of the key; it enters
-    neither the placement phase otherwise nor the refusals the cycle shares (keyed by shape,
-    account and priority), so jobs of every runtime are alike."""
+    share everything that answer depends on: their kind (shape, pod count, declared runtime),
+    account, priority, whether declared unallocated, and what the cycle knows so far (fence,
+    failures, reservation, refusals, preemptions left). Such a job gets the reason an earlier
+    job alike got, unless its own failure is the answer. The kind and the reservation fix
+    whether it may backfill behind the reservation (`placing.backfills`), so that needs no
+    reading before the answer is looked up."""
     asked: Asked | None = None
     """The refusal the preemptor gave in the current job's turn, if it asked one."""
     nominees_settled: bool = False

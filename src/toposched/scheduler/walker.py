@@ -66,7 +66,6 @@ class Walker:
         self.epoch = epoch
         self.admission = AdmissionGate(settings.admission)
         self._kinds: dict[tuple[object, ...], JobKind] = {}
-        self._sizes: dict[JobKind, JobKind] = {}
 
     # --- the walk ----------------------------------------------------------------------------
     def walk(self, turn: Turn, entries: list[QueueEntry], jobs: dict[str, Job], walk: Walk) -> None:
@@ -190,12 +189,10 @@ class Walker:
         tier = turn.tiers.get(tier_key)
         if tier is None:
             tier = turn.tiers[tier_key] = self.queue.tier(entry)
-        # Answered alike every job of its size (shape and pods, whatever runtime it declares),
-        # account, priority and declared work, and as it may backfill or not (see
-        # `Turn.answered`).
-        behind, held = self.admission.backfill(job, tier, turn.reservation, turn.now)
-        short = backfills(kind, tier, behind, turn.now)
-        alike = (self._size_of(kind), entry.account, entry.priority, entry.unallocated, short)
+        # Answered alike every job of its kind, account, priority and declared work (see
+        # `Turn.answered`): with the reservation in what the answer knew, that fixes whether it
+        # may backfill too.
+        alike = (kind, entry.account, entry.priority, entry.unallocated)
         known_so_far = (
             fence.generation,
             self.failures.version,
@@ -210,6 +207,11 @@ class Walker:
             job.refusal = same.refusal
             turn.result.alike += 1
             return True
+        held = None
+        behind = turn.reservation
+        if behind is not None and self.admission.rule is not None:
+            behind, held = self.admission.backfill(job, tier, behind, turn.now)
+        short = behind is not None and backfills(kind, tier, behind, turn.now)
         started, answered_by = self.placing.place(turn, entry, job, kind, short, self.epoch())
         if started:
             return False
@@ -316,18 +318,6 @@ class Walker:
             kind = self._kinds[key] = JobKind(*key)
         job.kind = kind
         return kind
-
-    def _size_of(self, kind: JobKind) -> JobKind:
-        """The kind of `kind`'s shape and pod count that declares no runtime: what jobs of
-        every runtime of that size share, outside a backfill (one object per size)."""
-        size = self._sizes.get(kind)
-        if size is None:
-            key = (kind.shape, kind.pods, None)
-            size = self._kinds.get(key)
-            if size is None:
-                size = self._kinds[key] = JobKind(*key)
-            self._sizes[kind] = size
-        return size
 
     def _carry_out(self, job: Job, plan: PreemptionPlan, now: float, result: CycleResult) -> None:
         """Evict the plan's victims with their grace period and nominate their capacity."""
