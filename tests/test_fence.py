@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Closure, ClusterState, Health
-from toposched.scheduler.fence import Fence, FencedNodes, NodeGroup
+from toposched.scheduler.fence import Fence, FencedNodes, FenceMarks, NodeGroup
 
 NODES = 8  # 2 racks x 4 nodes
 
@@ -130,10 +130,33 @@ def test_the_fence_matches_a_set_model(steps: list[tuple[str, list[int]]]) -> No
     seen) at any earlier step, and whether those it holds now lie among them, is what the sets
     say."""
     state = cluster()
-    fence = Fence(state)
+    check_against_model(state, Fence(state), steps, set())
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(operations, min_size=2, max_size=4))
+def test_fences_of_consecutive_cycles_sharing_marks_match_the_set_model(
+    cycles: list[list[tuple[str, list[int]]]],
+) -> None:
+    """A scheduler's fences reuse one set of marks, each clearing what the last one marked:
+    every cycle's fence behaves as a new one, and the marks it leaves unused are clear."""
+    state = cluster()
+    shared = FenceMarks(NODES)
+    down: set[int] = set()
+    for steps in cycles:
+        fence = Fence(state, shared)
+        assert not shared.fenced.any() and not shared.fenced_at.any()
+        check_against_model(state, fence, steps, down)
+        assert not shared.scratch.any()
+
+
+def check_against_model(
+    state: ClusterState, fence: Fence, steps: list[tuple[str, list[int]]], down: set[int]
+) -> None:
+    """Run `steps` on a new `fence`, checking it against the set model after each, then open
+    it all; `down`: the nodes down before, and after (nodes the steps took down)."""
     fenced: set[int] = set()
     block: set[int] = set()
-    down: set[int] = set()
     lifted = False
     taken: list[tuple[FencedNodes, set[int]]] = [(fence.frozen(), set())]
     for operation, chosen in steps:
@@ -188,5 +211,7 @@ def test_the_fence_matches_a_set_model(steps: list[tuple[str, list[int]]]) -> No
     fresh = state.compute_aggregates()
     for level, (ours, theirs) in enumerate(zip(state.free_gpus, fresh["free_gpus"], strict=True)):
         assert np.array_equal(ours, theirs), level
-    for level, (ours, theirs) in enumerate(zip(state.free_hist, fresh["free_hist"], strict=True)):
-        assert np.array_equal(ours, theirs), level
+    for level, (hist, fresh_hist) in enumerate(
+        zip(state.free_hist, fresh["free_hist"], strict=True)
+    ):
+        assert np.array_equal(hist, fresh_hist), level

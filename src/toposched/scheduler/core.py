@@ -25,7 +25,7 @@ from toposched.scheduler.evictions import Evictor
 from toposched.scheduler.explain import Explanation, QueueRow, queue_rows
 from toposched.scheduler.explain import explain as explain_job
 from toposched.scheduler.failures import FailureMemo, FailureReasons
-from toposched.scheduler.fence import Fence
+from toposched.scheduler.fence import Fence, FenceMarks
 from toposched.scheduler.freed import FreedCapacity
 from toposched.scheduler.incremental import Incremental, Walk
 from toposched.scheduler.interruptions import Interruptions
@@ -115,6 +115,7 @@ class Scheduler:
         self._settled_version = -1
         self.failures = FailureMemo()
         self.freed = FreedCapacity(state)
+        self.fence_marks = FenceMarks(state.topology.n_nodes)
         self.placing = Placing(
             state, self.policy, self.failures, self._start, settings.verify_kept_failures
         )
@@ -380,7 +381,7 @@ class Scheduler:
             self._after_changes()
             self.preemptor.kept.after_changes(self.freed)
         stamp = self.walker.stamp()
-        fence = Fence(self.state)
+        fence = Fence(self.state, self.fence_marks)
         turn = Turn(
             now,
             self._cycles,

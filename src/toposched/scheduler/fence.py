@@ -16,6 +16,7 @@ from toposched.cluster.state import ClusterState, distinct
 IntArray = NDArray[np.int64]
 
 _fence_serials = itertools.count()
+_NO_NODES = np.zeros(0, dtype=np.int64)
 
 
 class NodeGroup:
@@ -104,6 +105,35 @@ class FencedNodes:
         return frozenset().union(*(group.set for group in self.groups))
 
 
+class FenceMarks:
+    """The per-node marks of a scheduler's fences, kept from one cycle to the next: a cycle's
+    fence marks the nodes it closes and the next one clears just those, so a cycle pays for
+    the nodes it fenced, not for arrays the size of the cluster."""
+
+    __slots__ = ("fenced", "fenced_at", "scratch", "_marked")
+
+    def __init__(self, n_nodes: int) -> None:
+        self.fenced = np.zeros(n_nodes, dtype=bool)
+        """Whether each node is fenced now."""
+        self.fenced_at = np.zeros(n_nodes, dtype=np.int64)
+        """The generation at which each node was last fenced (0: not by this fence)."""
+        self.scratch = np.zeros(n_nodes, dtype=bool)
+        """Cleared after each use: flags for one `Fence.open`."""
+        self._marked: list[IntArray] = []
+        """The nodes closed since the last `clear`: every node marked anywhere is one."""
+
+    def marked(self, nodes: IntArray) -> None:
+        """`nodes` were fenced: `clear` unmarks them."""
+        self._marked.append(nodes)
+
+    def clear(self) -> None:
+        """No node fenced, none ever (for the next cycle's fence)."""
+        for nodes in self._marked:
+            self.fenced[nodes] = False
+            self.fenced_at[nodes] = 0
+        self._marked.clear()
+
+
 class Fence:
     """Nodes kept from the rest of a cycle (reserved or nominated), closed while it runs
     (`Closure.FENCE`: their health unchanged).
@@ -117,16 +147,25 @@ class Fence:
     any other search. Consecutive backfills share one lift, since each lift or settle recounts
     the aggregates of every node of the block. `frozen` and `fenced` give the fence a search
     sees once settled; `seen`, the one it sees now. Lifting does not move `generation`.
+
+    `marks` are the scheduler's, reused by each cycle's fence (the fence clears what the last
+    one marked); without them the fence allocates its own.
     """
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, marks: FenceMarks | None = None) -> None:
         self.state = state
         self._groups: list[NodeGroup] = []
         self._block: NodeGroup | None = None
         self._lifted = False
+        if marks is None:
+            marks = FenceMarks(state.topology.n_nodes)
+        else:
+            assert marks.fenced.size == state.topology.n_nodes
+            marks.clear()
+        self._marks = marks
         # The fenced nodes as a mask: a reservation fences tens of thousands of nodes, too many
         # to test one by one against a set.
-        self._fenced_mask = np.zeros(state.topology.n_nodes, dtype=bool)
+        self._fenced_mask = marks.fenced
         self.generation = 0
         self._serial = next(_fence_serials)
         # For `holds`: the generation at which each node was fenced (0: not yet; every close
@@ -134,7 +173,7 @@ class Fence:
         # earliest generation at which a node it let go had been fenced. Until a node is fenced
         # again after an open or `open_all` (`_compare_sets`), each node is fenced and opened
         # at most once.
-        self._fenced_at = np.zeros(state.topology.n_nodes, dtype=np.int64)
+        self._fenced_at = marks.fenced_at
         self._open_generations: list[int] = []
         self._open_earliest: list[int] = []
         self._earliest_after: IntArray | None = None  # suffix minima of `_open_earliest`
@@ -240,6 +279,7 @@ class Fence:
             self._compare_sets = True
         self.state.close(opened, Closure.FENCE)
         self._fenced_mask[opened] = True
+        self._marks.marked(opened)
         group = NodeGroup(opened)
         self._groups.append(group)
         self._moved()
@@ -265,23 +305,26 @@ class Fence:
         mine = distinct(nodes[self._fenced_mask[nodes]])
         if not mine.size:
             return
-        opening = np.zeros(self._fenced_mask.size, dtype=bool)
+        opening = self._marks.scratch
         opening[mine] = True
-        if self._block is not None and opening[self._block.nodes].any():
-            # A nomination reaching into the reservation: the rest of the block is an
-            # ordinary group from now on.
-            self.settle()
-            self._block = None
-        self.state.reopen(mine, Closure.FENCE)
-        self._fenced_mask[mine] = False
-        kept: list[NodeGroup] = []
-        for group in self._groups:
-            opened = opening[group.nodes]
-            if not opened.any():
-                kept.append(group)
-            elif not opened.all():
-                kept.append(NodeGroup(group.nodes[~opened]))
-        self._groups = kept
+        try:
+            if self._block is not None and opening[self._block.nodes].any():
+                # A nomination reaching into the reservation: the rest of the block is an
+                # ordinary group from now on.
+                self.settle()
+                self._block = None
+            self.state.reopen(mine, Closure.FENCE)
+            self._fenced_mask[mine] = False
+            kept: list[NodeGroup] = []
+            for group in self._groups:
+                opened = opening[group.nodes]
+                if not opened.any():
+                    kept.append(group)
+                elif not opened.all():
+                    kept.append(NodeGroup(group.nodes[~opened]))
+            self._groups = kept
+        finally:
+            opening[mine] = False
         self._moved()
         self._open_generations.append(self.generation)
         self._open_earliest.append(int(self._fenced_at[mine].min()))
@@ -289,12 +332,12 @@ class Fence:
 
     def open_all(self) -> None:
         if self._groups:
-            fenced = self._fenced_mask.copy()
-            if self._lifted and self._block is not None:
-                fenced[self._block.nodes] = False  # open already
-            self.state.reopen(np.flatnonzero(fenced), Closure.FENCE)
+            lifted = self._block if self._lifted else None  # open already
+            closed = [group.nodes for group in self._groups if group is not lifted]
+            self.state.reopen(np.sort(np.concatenate([_NO_NODES, *closed])), Closure.FENCE)
             earliest = min(int(self._fenced_at[group.nodes[0]]) for group in self._groups)
-            self._fenced_mask[:] = False
+            for group in self._groups:
+                self._fenced_mask[group.nodes] = False
             self._groups = []
             self._block, self._lifted = None, False
             self._compare_sets = True  # the record ends

@@ -27,6 +27,9 @@ class FreedCapacity:
         self._taken_back: list[IntArray] = []
         """The nodes of releases by anything but unallocated work no eviction had claimed."""
         self._complete = True
+        # Each asked once per cycle by several readers: kept until the next release or settle.
+        self._since: IntArray | None = None
+        self._beyond: IntArray | None = None
 
     def before_release(self) -> None:
         """Called before a job's GPUs return: any change since the last record is unknown."""
@@ -41,23 +44,24 @@ class FreedCapacity:
             if not free_to_take:
                 self._taken_back.append(nodes)
             self._version = self.state.version
+            self._since = self._beyond = None
 
     def since_settled(self) -> IntArray | None:
         """The nodes released since the last `settle`, or None when other changes happened."""
         if not self._complete or self.state.version != self._version:
             return None
-        if not self._nodes:
-            return np.zeros(0, dtype=np.int64)
-        return np.unique(np.concatenate(self._nodes))
+        if self._since is None:
+            self._since = _union(self._nodes)
+        return self._since
 
     def beyond_free_to_take(self) -> IntArray | None:
         """`since_settled` without the releases of unallocated work no eviction had claimed:
         a preemptor that may take such work counted its GPUs as room already."""
         if self.since_settled() is None:
             return None
-        if not self._taken_back:
-            return np.zeros(0, dtype=np.int64)
-        return np.unique(np.concatenate(self._taken_back))
+        if self._beyond is None:
+            self._beyond = _union(self._taken_back)
+        return self._beyond
 
     def settle(self) -> None:
         """A cycle ended: the state as it is now is the new reference."""
@@ -65,3 +69,11 @@ class FreedCapacity:
         self._nodes.clear()
         self._taken_back.clear()
         self._complete = True
+        self._since = self._beyond = None
+
+
+def _union(releases: list[IntArray]) -> IntArray:
+    """The nodes of `releases`, sorted and distinct; read-only, for it is shared."""
+    nodes = np.unique(np.concatenate(releases)) if releases else np.zeros(0, dtype=np.int64)
+    nodes.setflags(write=False)
+    return nodes
