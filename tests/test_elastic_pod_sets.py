@@ -15,6 +15,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 from placement_helpers import assert_state_unchanged, assert_valid_placement, state_arrays
 from service_helpers import Server, budgets, small_cluster
+from test_job_pod_sets import simulated_summary
 from test_placement_oracle import SETTINGS, RandomCase, random_cases
 from test_placement_roles import free_whole, roles_fit_somewhere
 from test_service_pod_sets import ACCOUNT, wait_running
@@ -373,11 +374,7 @@ jobs:
 def test_the_simulator_charges_the_pods_placed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "w.yaml"
-    path.write_text(WORKLOAD)
-    arguments = ["simulate", "--workload", str(path), "--days", "0.2", "--no-progress", "--json"]
-    assert main([*arguments, "--out", str(tmp_path / "out")]) == 0
-    summary = json.loads(capsys.readouterr().out)
+    summary = simulated_summary(WORKLOAD, tmp_path, capsys)
     assert summary["jobs"]["finished"] == 2
     # rl-0 gets the free block, 4 of its 8 pods, for 2 hours.
     teams = summary["fairness"]["teams"]

@@ -327,14 +327,22 @@ def test_a_workload_job_of_several_sets_is_checked_with_its_line(
     assert str(caught.value).startswith(f"{path}:{line}: {message}")
 
 
+def simulated_summary(
+    workload: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> dict[str, Any]:
+    """`toposched simulate --json` of the workload file's text over 0.2 days: its summary."""
+    path = tmp_path / "w.yaml"
+    path.write_text(workload)
+    arguments = ["simulate", "--workload", str(path), "--days", "0.2", "--no-progress", "--json"]
+    assert main([*arguments, "--out", str(tmp_path / "out")]) == 0
+    summary: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return summary
+
+
 def test_simulate_runs_a_workload_file_with_jobs_of_several_sets(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "w.yaml"
-    path.write_text(WORKLOAD)
-    arguments = ["simulate", "--workload", str(path), "--days", "0.2", "--no-progress", "--json"]
-    assert main([*arguments, "--out", str(tmp_path / "out")]) == 0
-    summary = json.loads(capsys.readouterr().out)
+    summary = simulated_summary(WORKLOAD, tmp_path, capsys)
     assert summary["jobs"]["finished"] == 2
     # Both sets of rl-0 (16 GPUs) ran its 2 hours; lm-0 12 GPUs for 1 hour.
     teams = summary["fairness"]["teams"]
