@@ -78,17 +78,22 @@ class OwedBook:
     ) -> None:
         """Count the job's GPUs in its team's demand if it is allocated work. `unallocated_by`
         keeps the answer per (team, min runtime) across calls, for a restart's many jobs."""
-        scheduler, team = core.scheduler, job.spec.account
-        kind = team, job.spec.min_runtime
+        spec = job.spec
+        team, kind = spec.account, (spec.account, spec.min_runtime)
         unallocated = None if unallocated_by is None else unallocated_by.get(kind)
         if unallocated is None:
+            scheduler = core.scheduler
             unallocated = scheduler.contract.is_unallocated(kind[1], team, scheduler.tree)
             if unallocated_by is not None:
                 unallocated_by[kind] = unallocated
-        if unallocated or job.job_id in self._asked or job.gpus <= 0:
+        job_id = job.job_id
+        if unallocated or job_id in self._asked:
             return
-        self._asked[job.job_id] = (team, job.gpus)
-        self._demand[team] = self._demand.get(team, 0.0) + job.gpus
+        gpus = job.gpus
+        if gpus <= 0:
+            return
+        self._asked[job_id] = (team, gpus)
+        self._demand[team] = self._demand.get(team, 0.0) + gpus
 
     # --- the clock ------------------------------------------------------------------------------
     def advance(self, core: ServiceCore, now: float) -> None:
