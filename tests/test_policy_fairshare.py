@@ -341,6 +341,21 @@ def test_reranking_asks_for_usage_once_per_account_not_per_job(tree: BudgetTree)
     assert usage.calls == 2 * len(tree)
 
 
+def test_an_empty_queue_is_ordered_without_ranking_the_accounts(tree: BudgetTree) -> None:
+    usage = CountingUsage()
+    queue = PendingQueue(tree, usage)
+    assert list(queue.ordered(now=1)) == []
+    assert usage.calls == 0
+    queue.add(job("j1", TEAM_A))
+    queue.add(job("j2", PRODUCT))
+    assert [entry.job_id for entry in queue.ordered(now=2)] == ["j1", "j2"]
+    assert usage.calls == len(tree)  # two accounts waiting: ranked once
+    queue.remove("j1")
+    queue.remove("j2")
+    assert list(queue.ordered(now=3)) == []
+    assert usage.calls == len(tree)
+
+
 def test_the_queue_can_change_while_it_is_walked(tree: BudgetTree) -> None:
     queue = golden_queue(tree, used_for_an_hour(GOLDEN_USAGE))
     seen = []

@@ -198,6 +198,10 @@ class PendingQueue:
         Safe to change the queue while iterating: each account's jobs are copied when the walk
         reaches that account, so a job added to an account already passed is not seen.
         """
+        if not self._accounts:
+            # Nothing waiting: nothing to order, so no ranking is computed (on a large tree
+            # it is most of a quiet cycle's cost).
+            return
         if len(self._accounts) == 1:
             # One account waiting: its runs follow one another whatever the standings, and
             # its tier comes from the tree, so the ranking is not computed.

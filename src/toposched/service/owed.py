@@ -70,13 +70,30 @@ class OwedBook:
         else:
             del self._demand[team]
 
-    def _add(self, core: ServiceCore, job: Job) -> None:
-        scheduler, team = core.scheduler, job.spec.account
-        unallocated = scheduler.contract.is_unallocated(job.spec.min_runtime, team, scheduler.tree)
-        if job.gpus <= 0 or unallocated or job.job_id in self._asked:
+    def _add(
+        self,
+        core: ServiceCore,
+        job: Job,
+        unallocated_by: dict[tuple[str, float], bool] | None = None,
+    ) -> None:
+        """Count the job's GPUs in its team's demand if it is allocated work. `unallocated_by`
+        keeps the answer per (team, min runtime) across calls, for a restart's many jobs."""
+        spec = job.spec
+        team, kind = spec.account, (spec.account, spec.min_runtime)
+        unallocated = None if unallocated_by is None else unallocated_by.get(kind)
+        if unallocated is None:
+            scheduler = core.scheduler
+            unallocated = scheduler.contract.is_unallocated(kind[1], team, scheduler.tree)
+            if unallocated_by is not None:
+                unallocated_by[kind] = unallocated
+        job_id = job.job_id
+        if unallocated or job_id in self._asked:
             return
-        self._asked[job.job_id] = (team, job.gpus)
-        self._demand[team] = self._demand.get(team, 0.0) + job.gpus
+        gpus = job.gpus
+        if gpus <= 0:
+            return
+        self._asked[job_id] = (team, gpus)
+        self._demand[team] = self._demand.get(team, 0.0) + gpus
 
     # --- the clock ------------------------------------------------------------------------------
     def advance(self, core: ServiceCore, now: float) -> None:
@@ -112,10 +129,14 @@ class OwedBook:
         meter.load(past, last, now)
         self.meter = meter
         self._saved = now
+        # Whether a job is unallocated depends on its team and min runtime only: asked once
+        # per pair, not once per live job (100,000 of them at a large restart).
+        unallocated_by: dict[tuple[str, float], bool] = {}
+        jobs = core.scheduler.jobs
         for record in core.records.values():
-            job = core.scheduler.jobs.get(record.job_id) if record.live else None
+            job = jobs.get(record.job_id) if record.live else None
             if job is not None:
-                self._add(core, job)
+                self._add(core, job, unallocated_by)
         return meter
 
     def _budgeted(self, core: ServiceCore) -> tuple[str, ...]:
