@@ -82,16 +82,38 @@ class Walker:
         track = self.incremental.enabled
         replays, outcomes = walk.replays, walk.outcomes
         asked_now, asked_before = walk.asked, walk.asked_before
+        answered_alike = turn.answered
+        known = self._known_so_far(turn)
         for entry, job in zip(entries, pending, strict=True):
             job_id = entry.job_id
-            if walk.reference is not None:
+            if walk.reference is None:
+                # Answered alike an earlier job (`consider`'s first test, without the rest of
+                # its turn): nothing a later job reads moves, and neither does `known`.
+                same = answered_alike.get(
+                    (job.kind, entry.account, entry.priority, entry.unallocated)
+                )
+                if (
+                    same is not None
+                    and same.known == known
+                    and same.failed_job != job_id
+                    and job.nomination is None
+                ):
+                    job.reservation = None
+                    job.reason = same.reason
+                    job.reason_code = same.code
+                    job.refusal = same.refusal
+                    result.alike += 1
+                    continue
+            else:
                 skipped, replayed = walk.skip(job_id)
                 if skipped:
                     if replayed is not None:
                         self._refused(turn, replayed)
+                        known = self._known_so_far(turn)
                     continue
             if not track:
                 self.consider(turn, entry, job)
+                known = self._known_so_far(turn)
                 continue
             # Each of these only grows: an equal sum after the turn means none moved (a
             # reservation found comes with its decision).
@@ -99,6 +121,7 @@ class Walker:
             moves = made + result.searches + fence.generation + self.failures.version
             turn.asked = None
             answered = self.consider(turn, entry, job)
+            known = self._known_so_far(turn)
             if answered and walk.reference is None:
                 continue  # settled: nothing a later job reads moved
             decided = len(decisions) != made
@@ -118,6 +141,16 @@ class Walker:
                 outcomes[job_id] = outcome
             if walk.reference is not None:
                 walk.check(job_id, decided, outcome)
+
+    def _known_so_far(self, turn: Turn) -> tuple[object, ...]:
+        """What the cycle knows so far, as answers alike are kept under (see `Turn.answered`)."""
+        return (
+            turn.fence.generation,
+            self.failures.version,
+            turn.reservation,
+            turn.refusals,
+            turn.preemptions_left,
+        )
 
     def stamp(self) -> tuple[int, ...]:
         """The versions of what the cycle's answers depend on besides the queue and the
@@ -193,13 +226,7 @@ class Walker:
         # `Turn.answered`): with the reservation in what the answer knew, that fixes whether it
         # may backfill too.
         alike = (kind, entry.account, entry.priority, entry.unallocated)
-        known_so_far = (
-            fence.generation,
-            self.failures.version,
-            turn.reservation,
-            turn.refusals,
-            turn.preemptions_left,
-        )
+        known_so_far = self._known_so_far(turn)
         same = turn.answered.get(alike)
         if same is not None and same.known == known_so_far and same.failed_job != entry.job_id:
             job.reason = same.reason
@@ -225,13 +252,7 @@ class Walker:
             answered_by = None  # a reservation is looked for job by job
             if self._reserve(turn, job):
                 return False
-        if answered_by is not None and known_so_far == (
-            fence.generation,
-            self.failures.version,
-            turn.reservation,
-            turn.refusals,
-            turn.preemptions_left,
-        ):
+        if answered_by is not None and known_so_far == self._known_so_far(turn):
             turn.answered[alike] = Answer(
                 known_so_far, answered_by, job.reason, job.reason_code, job.refusal
             )
