@@ -6,6 +6,7 @@ for the next cycle."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
 
 import numpy as np
 
@@ -189,9 +190,14 @@ class Walker:
             and not turn.nominees_settled
             and not any(isinstance(decision, Evict) for decision in decisions)
         ):
-            bound = {d.job_id for d in decisions if isinstance(d, Bind)}
+            bound = [d.job_id for d in decisions if isinstance(d, Bind)]
             if bound:
-                order = [job_id for job_id in order if job_id not in bound]
+                # Few, and near the front of the queue: removed one by one, not the whole
+                # queue tested against them.
+                order = order.copy()
+                for job_id in bound:
+                    with suppress(ValueError):  # not a pending job's start
+                        order.remove(job_id)
             reference = Reference(
                 now,
                 self.stamp(),
