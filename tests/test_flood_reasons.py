@@ -58,7 +58,7 @@ def plain_walk(scheduler: Scheduler) -> None:
         for entry, job in zip(entries, pending, strict=True):
             walker.consider(turn, entry, job)
 
-    walker.walk = walk  # type: ignore[method-assign]
+    walker.walk = walk  # type: ignore[method-assign,assignment]
 
 
 def told_after_each_cycle(path: Path, plain: bool) -> tuple[CycleLog, list[list[Told]]]:
