@@ -6,6 +6,7 @@ for the next cycle."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
 
 import numpy as np
 
@@ -73,51 +74,92 @@ class Walker:
         cycles on, what each turn left for the next cycle is noted in `walk`."""
         pending = [jobs[entry.job_id] for entry in entries]
         nominated = [job.nomination.nodes for job in pending if job.nomination is not None]
-        fence, result, now = turn.fence, turn.result, turn.now
         if nominated:
             # One change of the cluster state for all of them, not one per preemptor.
-            fence.close(np.concatenate(nominated))
-        result.considered = len(entries)
-        decisions = result.decisions
+            turn.fence.close(np.concatenate(nominated))
+        turn.result.considered = len(entries)
         track = self.incremental.enabled
-        replays, outcomes = walk.replays, walk.outcomes
-        asked_now, asked_before = walk.asked, walk.asked_before
+        answered_alike = turn.answered
+        known = self._known_so_far(turn)
+        skipping = walk.reference is not None
+        alike = 0
         for entry, job in zip(entries, pending, strict=True):
-            job_id = entry.job_id
-            if walk.reference is not None:
-                skipped, replayed = walk.skip(job_id)
+            if skipping:
+                skipped, replayed = walk.skip(entry.job_id)
                 if skipped:
                     if replayed is not None:
                         self._refused(turn, replayed)
+                        known = self._known_so_far(turn)
                     continue
-            if not track:
-                self.consider(turn, entry, job)
-                continue
-            # Each of these only grows: an equal sum after the turn means none moved (a
-            # reservation found comes with its decision).
-            made = len(decisions)
-            moves = made + result.searches + fence.generation + self.failures.version
-            turn.asked = None
-            answered = self.consider(turn, entry, job)
-            if answered and walk.reference is None:
-                continue  # settled: nothing a later job reads moved
-            decided = len(decisions) != made
-            asked = turn.asked
-            if asked is not None:
-                asked_now[job_id] = asked.refusal
-            outcome = Outcome.of(job, now, self.reservations.reserved_nodes)
-            # Settled too: no move, and a refusal from the memory of the preemption search
-            # (the very one it gave last time).
-            if answered or (
-                moves == len(decisions) + result.searches + fence.generation + self.failures.version
-                and (asked is None or asked_before.get(job_id) is asked.refusal)
-            ):
-                if asked is not None and not answered:
-                    replays[job_id] = asked
             else:
-                outcomes[job_id] = outcome
-            if walk.reference is not None:
-                walk.check(job_id, decided, outcome)
+                # Answered alike an earlier job (`consider`'s first test, without the rest of
+                # its turn): nothing a later job reads moves, not even `known`, and a full
+                # walk leaves nothing of such a turn for the next cycle.
+                same = answered_alike.get(
+                    (job.kind, entry.account, entry.priority, entry.unallocated)
+                )
+                if (
+                    same is not None
+                    and same.known == known
+                    and job.nomination is None
+                    and same.failed_job != entry.job_id
+                ):
+                    job.reservation = None
+                    job.reason = same.reason
+                    job.reason_code = same.code
+                    job.refusal = same.refusal
+                    alike += 1
+                    continue
+            if track:
+                self._tracked_turn(turn, entry, job, walk)
+                skipping = walk.reference is not None
+            else:
+                self.consider(turn, entry, job)
+            known = self._known_so_far(turn)
+        turn.result.alike += alike
+
+    def _tracked_turn(self, turn: Turn, entry: QueueEntry, job: Job, walk: Walk) -> None:
+        """The job's turn, noting in `walk` what it leaves for the next cycle: an anchor's
+        answer, or the refusal a settled job's turn records again."""
+        result, fence, failures = turn.result, turn.fence, self.failures
+        decisions, job_id = result.decisions, entry.job_id
+        # Each of these only grows: an equal sum after the turn means none moved (a
+        # reservation found comes with its decision).
+        made = len(decisions)
+        moves = made + result.searches + fence.generation + failures.version
+        turn.asked = None
+        answered = self.consider(turn, entry, job)
+        skipping = walk.reference is not None
+        if answered and not skipping:
+            return  # settled: nothing a later job reads moved
+        asked = turn.asked
+        if asked is not None:
+            walk.asked[job_id] = asked.refusal
+        # Settled too: no move, and a refusal from the memory of the preemption search
+        # (the very one it gave last time).
+        settled = answered or (
+            moves == len(decisions) + result.searches + fence.generation + failures.version
+            and (asked is None or walk.asked_before.get(job_id) is asked.refusal)
+        )
+        if settled and asked is not None and not answered:
+            walk.replays[job_id] = asked
+        if settled and not skipping:
+            return
+        outcome = Outcome.of(job, turn.now, self.reservations.reserved_nodes)
+        if not settled:
+            walk.outcomes[job_id] = outcome
+        if skipping:
+            walk.check(job_id, len(decisions) != made, outcome)
+
+    def _known_so_far(self, turn: Turn) -> tuple[object, ...]:
+        """What the cycle knows so far, as answers alike are kept under (see `Turn.answered`)."""
+        return (
+            turn.fence.generation,
+            self.failures.version,
+            turn.reservation,
+            turn.refusals,
+            turn.preemptions_left,
+        )
 
     def stamp(self) -> tuple[int, ...]:
         """The versions of what the cycle's answers depend on besides the queue and the
@@ -148,9 +190,14 @@ class Walker:
             and not turn.nominees_settled
             and not any(isinstance(decision, Evict) for decision in decisions)
         ):
-            bound = {d.job_id for d in decisions if isinstance(d, Bind)}
+            bound = [d.job_id for d in decisions if isinstance(d, Bind)]
             if bound:
-                order = [job_id for job_id in order if job_id not in bound]
+                # Few, and near the front of the queue: removed one by one, not the whole
+                # queue tested against them.
+                order = order.copy()
+                for job_id in bound:
+                    with suppress(ValueError):  # not a pending job's start
+                        order.remove(job_id)
             reference = Reference(
                 now,
                 self.stamp(),
@@ -193,13 +240,7 @@ class Walker:
         # `Turn.answered`): with the reservation in what the answer knew, that fixes whether it
         # may backfill too.
         alike = (kind, entry.account, entry.priority, entry.unallocated)
-        known_so_far = (
-            fence.generation,
-            self.failures.version,
-            turn.reservation,
-            turn.refusals,
-            turn.preemptions_left,
-        )
+        known_so_far = self._known_so_far(turn)
         same = turn.answered.get(alike)
         if same is not None and same.known == known_so_far and same.failed_job != entry.job_id:
             job.reason = same.reason
@@ -225,13 +266,7 @@ class Walker:
             answered_by = None  # a reservation is looked for job by job
             if self._reserve(turn, job):
                 return False
-        if answered_by is not None and known_so_far == (
-            fence.generation,
-            self.failures.version,
-            turn.reservation,
-            turn.refusals,
-            turn.preemptions_left,
-        ):
+        if answered_by is not None and known_so_far == self._known_so_far(turn):
             turn.answered[alike] = Answer(
                 known_so_far, answered_by, job.reason, job.reason_code, job.refusal
             )
