@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_jobspec import assert_refused_naming
 
 from toposched.cli.main import main
-from toposched.cluster.errors import InputError, shown
+from toposched.cluster.errors import InputError
 from toposched.cluster.limits import MAX_PODS_PER_JOB
 from toposched.jobs.files import read_job_files
 from toposched.jobs.spec import JobSpec
@@ -127,12 +128,7 @@ BAD_JOBS = [
 def test_bad_pod_sets_are_named(
     written: dict[str, Any], field: str, value: object, rule_fragment: str
 ) -> None:
-    with pytest.raises(InputError) as caught:
-        JobSpec.from_dict(written)
-    error = caught.value
-    assert (error.field, error.value) == (field, value)
-    assert rule_fragment in error.rule
-    assert str(error).startswith(f"{field}: {shown(value)} is invalid: ")
+    assert_refused_naming(written, field, value, rule_fragment)
 
 
 JOB_FILE = """\

@@ -418,6 +418,14 @@ BAD_JOBS: list[tuple[str, dict[Any, Any], str, object, str]] = [
 def test_bad_field_is_named(
     written: dict[str, Any], field: str, value: object, rule_fragment: str
 ) -> None:
+    assert_refused_naming(written, field, value, rule_fragment)
+
+
+def assert_refused_naming(
+    written: dict[str, Any], field: str, value: object, rule_fragment: str
+) -> None:
+    """The job is refused with an error naming `field` and `value`, a rule that holds
+    `rule_fragment`, in the project's words (not pydantic's)."""
     with pytest.raises(InputError) as caught:
         JobSpec.from_dict(written)
     error = caught.value

@@ -10,14 +10,13 @@ from typing import Any
 import numpy as np
 import pytest
 from job_helpers import four_gpu_gang
+from test_scheduler_pod_sets import cluster, team
 
 from toposched.cluster.batch_allocate import allocate_many
-from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.cluster.statement import Statement
 from toposched.jobs.spec import JobSpec
-from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Bind, Evict, Reserve
 from toposched.scheduler.jobs import JobState, job_sets
@@ -26,14 +25,6 @@ from toposched.scheduler.jobs import JobState, job_sets
 # nodes 0-3, z0-b1 nodes 4-7.
 HOUR = 3600.0
 CORES = 144_000
-
-
-def cluster() -> ClusterState:
-    return ClusterState(nvl72_cluster(1, 2, 2, nodes_per_rack=2))
-
-
-def team() -> BudgetTree:
-    return BudgetTree.from_dict({"accounts": {"team": 100}})
 
 
 def launcher_and_workers(workers: int, name: str = "launch", **fields: Any) -> JobSpec:
