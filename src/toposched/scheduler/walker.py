@@ -67,6 +67,7 @@ class Walker:
         self.epoch = epoch
         self.admission = AdmissionGate(settings.admission)
         self._kinds: dict[tuple[object, ...], JobKind] = {}
+        self._by_size: dict[JobKind, JobKind] = {}
 
     # --- the walk ----------------------------------------------------------------------------
     def walk(self, turn: Turn, entries: list[QueueEntry], jobs: dict[str, Job], walk: Walk) -> None:
@@ -95,9 +96,10 @@ class Walker:
                 # Answered alike an earlier job (`consider`'s first test, without the rest of
                 # its turn): nothing a later job reads moves, not even `known`, and a full
                 # walk leaves nothing of such a turn for the next cycle.
-                same = answered_alike.get(
-                    (job.kind, entry.account, entry.priority, entry.unallocated)
-                )
+                kind = job.kind
+                if kind is None:
+                    kind = self._kind_of(job)
+                same = answered_alike.get(self._alike(turn, entry, kind, self._tier(turn, entry)))
                 if (
                     same is not None
                     and same.known == known
@@ -232,14 +234,8 @@ class Walker:
         kind = job.kind
         if kind is None:
             kind = self._kind_of(job)
-        tier_key = (entry.account, entry.unallocated)
-        tier = turn.tiers.get(tier_key)
-        if tier is None:
-            tier = turn.tiers[tier_key] = self.queue.tier(entry)
-        # Answered alike every job of its kind, account, priority and declared work (see
-        # `Turn.answered`): with the reservation in what the answer knew, that fixes whether it
-        # may backfill too.
-        alike = (kind, entry.account, entry.priority, entry.unallocated)
+        tier = self._tier(turn, entry)
+        alike = self._alike(turn, entry, kind, tier)
         known_so_far = self._known_so_far(turn)
         same = turn.answered.get(alike)
         if same is not None and same.known == known_so_far and same.failed_job != entry.job_id:
@@ -353,6 +349,39 @@ class Walker:
             kind = self._kinds[key] = JobKind(*key)
         job.kind = kind
         return kind
+
+    def _tier(self, turn: Turn, entry: QueueEntry) -> QueueTier:
+        """The job's tier, asked once per (account, declared unallocated) in a cycle."""
+        tier_key = (entry.account, entry.unallocated)
+        tier = turn.tiers.get(tier_key)
+        if tier is None:
+            tier = turn.tiers[tier_key] = self.queue.tier(entry)
+        return tier
+
+    def _alike(
+        self, turn: Turn, entry: QueueEntry, kind: JobKind, tier: QueueTier
+    ) -> tuple[object, ...]:
+        """What jobs answered alike share (see `Turn.answered`) besides what the cycle knows:
+        their shape and pods, account, priority and declared work, and whether they may
+        backfill behind the reservation (the reservation is in what an answer knew). A job's
+        runtime is read for that alone; under an admission rule, which reads more of the job
+        to hold it off the reserved nodes, the whole kind counts while a reservation stands."""
+        reservation = turn.reservation
+        if reservation is not None and self.admission.rule is not None:
+            return (kind, entry.account, entry.priority, entry.unallocated)
+        short = reservation is not None and backfills(kind, tier, reservation, turn.now)
+        return (self._sized(kind), short, entry.account, entry.priority, entry.unallocated)
+
+    def _sized(self, kind: JobKind) -> JobKind:
+        """The kind of `kind`'s shape and pod count with no runtime, one object for each."""
+        sized = self._by_size.get(kind)
+        if sized is None:
+            key = (kind.shape, kind.pods, None)
+            sized = self._kinds.get(key)
+            if sized is None:
+                sized = self._kinds[key] = JobKind(*key)
+            self._by_size[kind] = sized
+        return sized
 
     def _carry_out(self, job: Job, plan: PreemptionPlan, now: float, result: CycleResult) -> None:
         """Evict the plan's victims with their grace period and nominate their capacity."""
