@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import suppress
+from typing import NamedTuple
 
 import numpy as np
 
@@ -30,6 +31,17 @@ from toposched.scheduler.reservations import ReservationSearch
 from toposched.scheduler.settings import SchedulerSettings
 from toposched.scheduler.turn import Answer, Asked, CycleResult, Refused, Turn
 from toposched.scheduler.wording import no_preemption
+
+
+class Seat(NamedTuple):
+    """What the walk reads of a pending job and of the cycle just before the job's turn."""
+
+    kind: JobKind
+    tier: QueueTier
+    alike: tuple[object, ...]
+    """What the jobs answered alike share besides what the cycle knows (`Walker._alike`)."""
+    known: tuple[object, ...]
+    """What the cycle knows so far (`Walker._known_so_far`)."""
 
 
 class Walker:
@@ -92,14 +104,16 @@ class Walker:
                         self._refused(turn, replayed)
                         known = self._known_so_far(turn)
                     continue
-            else:
+            kind = job.kind
+            if kind is None:
+                kind = self._kind_of(job)
+            tier = self._tier(turn, entry)
+            key = self._alike(turn, entry, kind, tier)
+            if not skipping:
                 # Answered alike an earlier job (`consider`'s first test, without the rest of
                 # its turn): nothing a later job reads moves, not even `known`, and a full
                 # walk leaves nothing of such a turn for the next cycle.
-                kind = job.kind
-                if kind is None:
-                    kind = self._kind_of(job)
-                same = answered_alike.get(self._alike(turn, entry, kind, self._tier(turn, entry)))
+                same = answered_alike.get(key)
                 if (
                     same is not None
                     and same.known == known
@@ -112,15 +126,18 @@ class Walker:
                     job.refusal = same.refusal
                     alike += 1
                     continue
+            seat = Seat(kind, tier, key, known)
             if track:
-                self._tracked_turn(turn, entry, job, walk)
+                self._tracked_turn(turn, entry, job, walk, seat)
                 skipping = walk.reference is not None
             else:
-                self.consider(turn, entry, job)
+                self._turn(turn, entry, job, seat)
             known = self._known_so_far(turn)
         turn.result.alike += alike
 
-    def _tracked_turn(self, turn: Turn, entry: QueueEntry, job: Job, walk: Walk) -> None:
+    def _tracked_turn(
+        self, turn: Turn, entry: QueueEntry, job: Job, walk: Walk, seat: Seat
+    ) -> None:
         """The job's turn, noting in `walk` what it leaves for the next cycle: an anchor's
         answer, or the refusal a settled job's turn records again."""
         result, fence, failures = turn.result, turn.fence, self.failures
@@ -130,7 +147,7 @@ class Walker:
         made = len(decisions)
         moves = made + result.searches + fence.generation + failures.version
         turn.asked = None
-        answered = self.consider(turn, entry, job)
+        answered = self._turn(turn, entry, job, seat)
         skipping = walk.reference is not None
         if answered and not skipping:
             return  # settled: nothing a later job reads moved
@@ -216,9 +233,19 @@ class Walker:
         """One pending job's turn: start it, preempt or reserve for it, or say why not.
         Returns whether it was answered alike an earlier job, or waits for its victims to exit:
         nothing a later job reads changed (see `toposched.scheduler.incremental`)."""
+        kind = job.kind
+        if kind is None:
+            kind = self._kind_of(job)
+        tier = self._tier(turn, entry)
+        seat = Seat(kind, tier, self._alike(turn, entry, kind, tier), self._known_so_far(turn))
+        return self._turn(turn, entry, job, seat)
+
+    def _turn(self, turn: Turn, entry: QueueEntry, job: Job, seat: Seat) -> bool:
+        """`consider`, with what the walk read of the job and the cycle before its turn."""
         job.reservation = None
         job.refusal = None
         fence = turn.fence
+        known_so_far = seat.known
         if job.nomination is not None:
             fence.settle()
             started = self.placing.start_nominee(job, fence, turn.now, turn.result)
@@ -231,12 +258,8 @@ class Walker:
                 turn.nominees_settled = True
             if started:
                 return job.nomination is not None
-        kind = job.kind
-        if kind is None:
-            kind = self._kind_of(job)
-        tier = self._tier(turn, entry)
-        alike = self._alike(turn, entry, kind, tier)
-        known_so_far = self._known_so_far(turn)
+            known_so_far = self._known_so_far(turn)
+        kind, tier, alike = seat.kind, seat.tier, seat.alike
         same = turn.answered.get(alike)
         if same is not None and same.known == known_so_far and same.failed_job != entry.job_id:
             job.reason = same.reason
