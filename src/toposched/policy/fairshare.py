@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
@@ -12,7 +13,14 @@ from typing import Any
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import format_span
 from toposched.policy.budget import BudgetTree, split_account_path
-from toposched.policy.ranking import Ranking, Standing, StandingKey, UsageSource, rank_accounts
+from toposched.policy.ranking import (
+    Ranking,
+    Standing,
+    StandingKey,
+    TreeLayout,
+    UsageSource,
+    rank_accounts,
+)
 from toposched.policy.sorted_entries import EntryKey, SortedEntries, item_key
 
 __all__ = ["JobExplanation", "JobSortKey", "PendingQueue", "QueueEntry", "QueueTier"]
@@ -89,6 +97,10 @@ class JobExplanation:
         )
 
 
+_entry_of = operator.itemgetter(1)
+"""The entry of a (key, entry) item of `SortedEntries`."""
+
+
 def _entry_key(entry: QueueEntry) -> EntryKey:
     return -entry.priority, entry.submit_time, entry.job_id
 
@@ -129,6 +141,7 @@ class PendingQueue:
         self._accounts: dict[str, _AccountQueue] = {}
         self._version = 0
         self._ranking: tuple[tuple[float, int, int], Ranking] | None = None
+        self._layout: tuple[BudgetTree, TreeLayout] | None = None
         self._offsets: (
             tuple[Ranking, int, frozenset[str], dict[tuple[QueueTier, str], int]] | None
         ) = None
@@ -186,9 +199,13 @@ class PendingQueue:
 
     def ranking(self, now: float) -> Ranking:
         """The accounts' standings at `now`, recomputed only if time, budgets or usage moved."""
-        cache_key = (now, self.tree.version, self.usage.version)
+        tree = self.tree
+        cache_key = (now, tree.version, self.usage.version)
         if self._ranking is None or self._ranking[0] != cache_key:
-            self._ranking = (cache_key, rank_accounts(self.tree, self.usage, now))
+            layout = self._layout
+            if layout is None or layout[0] is not tree or layout[1].version != tree.version:
+                layout = self._layout = (tree, TreeLayout.of(tree))
+            self._ranking = (cache_key, rank_accounts(tree, self.usage, now, layout[1]))
         return self._ranking[1]
 
     def ordered(self, now: float, owed: Collection[str] = ()) -> Iterator[QueueEntry]:
@@ -209,21 +226,17 @@ class PendingQueue:
             queue = self._accounts[account]
             tree = self.tree
             if account in tree and tree.is_leaf(account) and tree.has_budget(account):
-                for _, entry in queue.allocated.items():
-                    yield entry
-                for _, entry in queue.unallocated.items():
-                    yield entry
+                yield from map(_entry_of, queue.allocated.items())
+                yield from map(_entry_of, queue.unallocated.items())
             else:
                 merged = heapq.merge(
                     queue.allocated.items(), queue.unallocated.items(), key=item_key
                 )
-                for _, entry in merged:
-                    yield entry
+                yield from map(_entry_of, merged)
             return
         ranking = self.ranking(now)
         for tier, account in list(self._segments(ranking, frozenset(owed))):
-            for _, entry in self._segment_items(tier, account, ranking):
-                yield entry
+            yield from map(_entry_of, self._segment_items(tier, account, ranking))
 
     def tier(self, entry: QueueEntry, ranking: Ranking | None = None) -> QueueTier:
         """Which run of the queue the job belongs to under `ranking` (the current one if None:

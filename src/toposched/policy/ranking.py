@@ -15,6 +15,7 @@ __all__ = [
     "Ranking",
     "Standing",
     "StandingKey",
+    "TreeLayout",
     "UsageSource",
     "level_fair_share",
     "rank_accounts",
@@ -155,24 +156,72 @@ class Ranking:
         return tuple(leaf for leaf in self.leaves if self.standings[leaf].budgeted)
 
 
-def rank_accounts(tree: BudgetTree, usage: UsageSource, now: float) -> Ranking:
-    """Compute every account's standing from current usage: one usage lookup per account."""
+@dataclass(frozen=True, slots=True)
+class _Family:
+    """An account's children as a ranking reads them: paths, last names, shares (and their
+    sum), and which are leaves."""
+
+    parent: str
+    children: tuple[str, ...]
+    names: tuple[str, ...]
+    shares: tuple[float, ...]
+    share_sum: float
+    leaves: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class TreeLayout:
+    """The budget tree's families in the order a ranking visits them, read from the tree
+    once per version of it (a ranking is computed every cycle; the tree rarely changes)."""
+
+    version: int
+    families: tuple[_Family, ...]
+
+    @staticmethod
+    def of(tree: BudgetTree) -> TreeLayout:
+        families: list[_Family] = []
+        pending = [ROOT]
+        while pending:
+            parent = pending.pop()
+            children = tree.shares_below(parent)
+            families.append(
+                _Family(
+                    parent,
+                    tuple(child for child, _, _ in children),
+                    tuple(child.rpartition("/")[2] for child, _, _ in children),
+                    tuple(share for _, share, _ in children),
+                    sum(share for _, share, _ in children),
+                    tuple(is_leaf for _, _, is_leaf in children),
+                )
+            )
+            pending.extend(child for child, _, is_leaf in children if not is_leaf)
+        return TreeLayout(tree.version, tuple(families))
+
+
+def rank_accounts(
+    tree: BudgetTree, usage: UsageSource, now: float, layout: TreeLayout | None = None
+) -> Ranking:
+    """Compute every account's standing from current usage: one usage lookup per account.
+    `layout`: the tree's, when the caller keeps it (`TreeLayout.of(tree)` otherwise)."""
+    if layout is None or layout.version != tree.version:
+        layout = TreeLayout.of(tree)
     standings: dict[str, Standing] = {}
     leaves: list[str] = []
-    pending: list[tuple[str, tuple[LevelStanding, ...], bool]] = [(ROOT, (), True)]
-    while pending:
-        parent, parent_levels, parent_budgeted = pending.pop()
-        children = tree.shares_below(parent)
-        usages = [usage.usage(child, now) for child, _, _ in children]
-        share_sum = sum(share for _, share, _ in children)
+    above: dict[str, tuple[tuple[LevelStanding, ...], bool]] = {ROOT: ((), True)}
+    for family in layout.families:
+        parent_levels, parent_budgeted = above[family.parent]
+        share_sum = family.share_sum
+        usages = [usage.usage(child, now) for child in family.children]
         usage_sum = sum(usages)
-        for (child, share, is_leaf), used in zip(children, usages, strict=True):
+        for child, name, share, is_leaf, used in zip(
+            family.children, family.names, family.shares, family.leaves, usages, strict=True
+        ):
             level = LevelStanding(
                 account=child,
                 share=share / share_sum if share_sum > 0 else 0.0,
                 usage=used / usage_sum if usage_sum > 0 else 0.0,
                 level_fs=level_fair_share(share, share_sum, used, usage_sum),
-                name=child.rpartition("/")[2],
+                name=name,
             )
             levels = (*parent_levels, level)
             budgeted = parent_budgeted and share > 0
@@ -180,7 +229,7 @@ def rank_accounts(tree: BudgetTree, usage: UsageSource, now: float) -> Ranking:
             if is_leaf:
                 leaves.append(child)
             else:
-                pending.append((child, levels, budgeted))
+                above[child] = (levels, budgeted)
     return Ranking(now, standings, leaves)
 
 

@@ -125,6 +125,9 @@ class UsageTracker:
     # ----------------------------------------------------------------------------- internals
 
     def _advance_clock(self, now: Any) -> None:
+        if now.__class__ is float and -math.inf < self._clock <= now < math.inf:
+            self._clock = now  # the common case, every read of a cycle: a later finite time
+            return
         if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
             raise InputError("now", now, "must be a finite number of seconds")
         if now < self._clock:
