@@ -1,6 +1,6 @@
-"""Pending jobs of one shape, pod count, account and priority are answered alike within a
-cycle, whatever their declared runtime while no reservation stands; behind one, jobs alike
-must also agree on whether they may backfill (end before it starts)."""
+"""Pending jobs of one kind (shape, pods and declared runtime), account and priority are
+answered alike within a cycle; jobs of another runtime are answered by the known failure of
+their shape, with the same reason."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def full_cluster(reserve_min_gpus: float) -> Scheduler:
     return scheduler
 
 
-def test_jobs_of_one_shape_are_answered_alike_whatever_their_runtime() -> None:
+def test_jobs_of_one_kind_are_answered_alike_and_other_runtimes_by_the_known_failure() -> None:
     scheduler = full_cluster(reserve_min_gpus=64)
     runtimes = (HOUR, 2 * HOUR, 2 * HOUR, 2 * HOUR, None, 3 * HOUR)
     for number, runtime in enumerate(runtimes):
@@ -36,10 +36,10 @@ def test_jobs_of_one_shape_are_answered_alike_whatever_their_runtime() -> None:
     result = scheduler.cycle(60)
 
     assert not result.decisions
-    # The first searches; wait1 is told by its failure, and the others as wait1 was: with no
-    # reservation in the cycle, their runtimes change nothing in their turns.
+    # The first searches; wait1 is told by its failure, wait2 and wait3 as wait1 was (one
+    # kind); wait4 and wait5 by the failure, each of its own kind.
     assert result.searches == 1
-    assert result.alike == 4
+    assert result.alike == 2
     waiting = [scheduler.jobs[f"wait{number}"] for number in range(1, len(runtimes))]
     assert {job.reason for job in waiting} == {waiting[0].reason}
     assert {job.reason_code for job in waiting} == {ReasonCode.NO_PREEMPTION}
@@ -50,7 +50,7 @@ def test_jobs_that_may_backfill_are_searched_with_the_reserved_nodes_open() -> N
     # that end before then may use the reserved nodes too.
     scheduler = full_cluster(reserve_min_gpus=8)
     scheduler.submit(spec("big", "team", pods=2, priority=10, expected_runtime=HOUR), 0)
-    runtimes = (HOUR / 2, HOUR / 2, HOUR / 4, 10 * HOUR, 20 * HOUR)
+    runtimes = (HOUR / 2, HOUR / 2, 10 * HOUR, 10 * HOUR)
     for number, runtime in enumerate(runtimes):
         scheduler.submit(spec(f"wait{number}", "team", expected_runtime=runtime), 0)
 
@@ -60,10 +60,8 @@ def test_jobs_that_may_backfill_are_searched_with_the_reserved_nodes_open() -> N
     assert reserved is not None and reserved.job_id == "big"
     assert reserved.start_time == 2 * HOUR
     # big searches; wait0 searches, then again with the reserved nodes open; wait1 is told by
-    # wait0's failures (both, the reserved nodes open to it too), and wait2, also ending in
-    # time, as wait1 was. wait3 does not end in time: told by the failure of its shape
-    # without the reserved nodes, and wait4 as wait3 was.
+    # wait0's failures (both, the reserved nodes open to it too). wait2 does not end in time:
+    # told by the failure of its shape without the reserved nodes, and wait3 as wait2 was.
     assert result.searches == 3
-    assert result.alike == 2
-    assert scheduler.jobs["wait2"].reason == scheduler.jobs["wait1"].reason
-    assert scheduler.jobs["wait4"].reason == scheduler.jobs["wait3"].reason
+    assert result.alike == 1
+    assert scheduler.jobs["wait3"].reason == scheduler.jobs["wait2"].reason

@@ -142,6 +142,10 @@ class PendingQueue:
         self._version = 0
         self._ranking: tuple[tuple[float, int, int], Ranking] | None = None
         self._layout: tuple[BudgetTree, TreeLayout] | None = None
+        # Tiers read from the tree alone, by (account, declared unallocated), for the tree at
+        # `_tiers_version`: every job's turn asks.
+        self._tiers: dict[tuple[str, bool], QueueTier] = {}
+        self._tiers_version = -1
         self._offsets: (
             tuple[Ranking, int, frozenset[str], dict[tuple[QueueTier, str], int]] | None
         ) = None
@@ -242,15 +246,25 @@ class PendingQueue:
         """Which run of the queue the job belongs to under `ranking` (the current one if None:
         the tier depends on the tree alone, so none is computed)."""
         if ranking is None:
-            tree, account = self.tree, entry.account
-            if account not in tree or not tree.is_leaf(account):
-                return QueueTier.DETACHED
-            if entry.unallocated or not tree.has_budget(account):
-                return QueueTier.UNALLOCATED
-            return QueueTier.ALLOCATED
+            tree, key = self.tree, (entry.account, entry.unallocated)
+            if self._tiers_version != tree.version:
+                self._tiers.clear()
+                self._tiers_version = tree.version
+            tier = self._tiers.get(key)
+            if tier is None:
+                tier = self._tiers[key] = self._tier_in_tree(*key)
+            return tier
         if not ranking.is_ranked_leaf(entry.account):
             return QueueTier.DETACHED
         if entry.unallocated or not ranking.standings[entry.account].budgeted:
+            return QueueTier.UNALLOCATED
+        return QueueTier.ALLOCATED
+
+    def _tier_in_tree(self, account: str, unallocated: bool) -> QueueTier:
+        tree = self.tree
+        if account not in tree or not tree.is_leaf(account):
+            return QueueTier.DETACHED
+        if unallocated or not tree.has_budget(account):
             return QueueTier.UNALLOCATED
         return QueueTier.ALLOCATED
 

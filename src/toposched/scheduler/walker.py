@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import suppress
-from typing import NamedTuple
 
 import numpy as np
 
@@ -31,17 +30,6 @@ from toposched.scheduler.reservations import ReservationSearch
 from toposched.scheduler.settings import SchedulerSettings
 from toposched.scheduler.turn import Answer, Asked, CycleResult, Refused, Turn
 from toposched.scheduler.wording import no_preemption
-
-
-class Seat(NamedTuple):
-    """What the walk reads of a pending job and of the cycle just before the job's turn."""
-
-    kind: JobKind
-    tier: QueueTier
-    alike: tuple[object, ...]
-    """What the jobs answered alike share besides what the cycle knows (`Walker._alike`)."""
-    known: tuple[object, ...]
-    """What the cycle knows so far (`Walker._known_so_far`)."""
 
 
 class Walker:
@@ -79,7 +67,6 @@ class Walker:
         self.epoch = epoch
         self.admission = AdmissionGate(settings.admission)
         self._kinds: dict[tuple[object, ...], JobKind] = {}
-        self._by_size: dict[JobKind, JobKind] = {}
 
     # --- the walk ----------------------------------------------------------------------------
     def walk(self, turn: Turn, entries: list[QueueEntry], jobs: dict[str, Job], walk: Walk) -> None:
@@ -104,16 +91,13 @@ class Walker:
                         self._refused(turn, replayed)
                         known = self._known_so_far(turn)
                     continue
-            kind = job.kind
-            if kind is None:
-                kind = self._kind_of(job)
-            tier = self._tier(turn, entry)
-            key = self._alike(turn, entry, kind, tier)
-            if not skipping:
+            else:
                 # Answered alike an earlier job (`consider`'s first test, without the rest of
                 # its turn): nothing a later job reads moves, not even `known`, and a full
                 # walk leaves nothing of such a turn for the next cycle.
-                same = answered_alike.get(key)
+                same = answered_alike.get(
+                    (job.kind, entry.account, entry.priority, entry.unallocated)
+                )
                 if (
                     same is not None
                     and same.known == known
@@ -126,18 +110,15 @@ class Walker:
                     job.refusal = same.refusal
                     alike += 1
                     continue
-            seat = Seat(kind, tier, key, known)
             if track:
-                self._tracked_turn(turn, entry, job, walk, seat)
+                self._tracked_turn(turn, entry, job, walk)
                 skipping = walk.reference is not None
             else:
-                self._turn(turn, entry, job, seat)
+                self.consider(turn, entry, job)
             known = self._known_so_far(turn)
         turn.result.alike += alike
 
-    def _tracked_turn(
-        self, turn: Turn, entry: QueueEntry, job: Job, walk: Walk, seat: Seat
-    ) -> None:
+    def _tracked_turn(self, turn: Turn, entry: QueueEntry, job: Job, walk: Walk) -> None:
         """The job's turn, noting in `walk` what it leaves for the next cycle: an anchor's
         answer, or the refusal a settled job's turn records again."""
         result, fence, failures = turn.result, turn.fence, self.failures
@@ -147,7 +128,7 @@ class Walker:
         made = len(decisions)
         moves = made + result.searches + fence.generation + failures.version
         turn.asked = None
-        answered = self._turn(turn, entry, job, seat)
+        answered = self.consider(turn, entry, job)
         skipping = walk.reference is not None
         if answered and not skipping:
             return  # settled: nothing a later job reads moved
@@ -233,19 +214,9 @@ class Walker:
         """One pending job's turn: start it, preempt or reserve for it, or say why not.
         Returns whether it was answered alike an earlier job, or waits for its victims to exit:
         nothing a later job reads changed (see `toposched.scheduler.incremental`)."""
-        kind = job.kind
-        if kind is None:
-            kind = self._kind_of(job)
-        tier = self._tier(turn, entry)
-        seat = Seat(kind, tier, self._alike(turn, entry, kind, tier), self._known_so_far(turn))
-        return self._turn(turn, entry, job, seat)
-
-    def _turn(self, turn: Turn, entry: QueueEntry, job: Job, seat: Seat) -> bool:
-        """`consider`, with what the walk read of the job and the cycle before its turn."""
         job.reservation = None
         job.refusal = None
         fence = turn.fence
-        known_so_far = seat.known
         if job.nomination is not None:
             fence.settle()
             started = self.placing.start_nominee(job, fence, turn.now, turn.result)
@@ -258,8 +229,18 @@ class Walker:
                 turn.nominees_settled = True
             if started:
                 return job.nomination is not None
-            known_so_far = self._known_so_far(turn)
-        kind, tier, alike = seat.kind, seat.tier, seat.alike
+        kind = job.kind
+        if kind is None:
+            kind = self._kind_of(job)
+        tier_key = (entry.account, entry.unallocated)
+        tier = turn.tiers.get(tier_key)
+        if tier is None:
+            tier = turn.tiers[tier_key] = self.queue.tier(entry)
+        # Answered alike every job of its kind, account, priority and declared work (see
+        # `Turn.answered`): with the reservation in what the answer knew, that fixes whether it
+        # may backfill too.
+        alike = (kind, entry.account, entry.priority, entry.unallocated)
+        known_so_far = self._known_so_far(turn)
         same = turn.answered.get(alike)
         if same is not None and same.known == known_so_far and same.failed_job != entry.job_id:
             job.reason = same.reason
@@ -372,39 +353,6 @@ class Walker:
             kind = self._kinds[key] = JobKind(*key)
         job.kind = kind
         return kind
-
-    def _tier(self, turn: Turn, entry: QueueEntry) -> QueueTier:
-        """The job's tier, asked once per (account, declared unallocated) in a cycle."""
-        tier_key = (entry.account, entry.unallocated)
-        tier = turn.tiers.get(tier_key)
-        if tier is None:
-            tier = turn.tiers[tier_key] = self.queue.tier(entry)
-        return tier
-
-    def _alike(
-        self, turn: Turn, entry: QueueEntry, kind: JobKind, tier: QueueTier
-    ) -> tuple[object, ...]:
-        """What jobs answered alike share (see `Turn.answered`) besides what the cycle knows:
-        their shape and pods, account, priority and declared work, and whether they may
-        backfill behind the reservation (the reservation is in what an answer knew). A job's
-        runtime is read for that alone; under an admission rule, which reads more of the job
-        to hold it off the reserved nodes, the whole kind counts while a reservation stands."""
-        reservation = turn.reservation
-        if reservation is not None and self.admission.rule is not None:
-            return (kind, entry.account, entry.priority, entry.unallocated)
-        short = reservation is not None and backfills(kind, tier, reservation, turn.now)
-        return (self._sized(kind), short, entry.account, entry.priority, entry.unallocated)
-
-    def _sized(self, kind: JobKind) -> JobKind:
-        """The kind of `kind`'s shape and pod count with no runtime, one object for each."""
-        sized = self._by_size.get(kind)
-        if sized is None:
-            key = (kind.shape, kind.pods, None)
-            sized = self._kinds.get(key)
-            if sized is None:
-                sized = self._kinds[key] = JobKind(*key)
-            self._by_size[kind] = sized
-        return sized
 
     def _carry_out(self, job: Job, plan: PreemptionPlan, now: float, result: CycleResult) -> None:
         """Evict the plan's victims with their grace period and nominate their capacity."""
