@@ -39,6 +39,9 @@ class Failure:
     release undoes the failure)."""
     outlived_release: bool = False
     """Whether GPUs were freed since it was found, none where the gang could use them."""
+    of_sets: bool = False
+    """Whether the gang is a job's of several pod sets (`request` then asks, per pod, the most
+    any set asks)."""
 
     def whole_gpus_needed(self) -> int:
         """Whole GPUs the gang needs within one domain of its required level (0 when whole
@@ -114,21 +117,50 @@ class FailureMemo:
         release cannot undo: a gang confined to one domain of its required level fits now only
         in a domain that gained GPUs (in any other, capacity only shrank, and the placement
         search fails monotonically and judges each such domain by its own capacity), and only
-        if that domain now holds as many free whole GPUs as the gang needs. The rest are
-        dropped, to be searched again."""
+        if that domain's open nodes now hold as many of its pods as it has, each pod on one node
+        with its whole GPUs free there (counted from the domain's histogram of nodes by free
+        whole GPUs, over every GPU model: at least what the search could use). The rest are
+        dropped, to be searched again. A gang of several pod sets (its request asks the most
+        any set asks per pod) is kept by free whole GPUs alone, as many as its pods ask."""
         if not self.by_shape:
             return
         if freed.size == 0:
             return
         node_domain = state.topology.node_domain
+        gained: dict[int, NDArray[np.int64]] = {}
         most_free: dict[int, int] = {}
+        most_pods: dict[tuple[int, int], int] = {}
+
+        def domains_at(level: int) -> NDArray[np.int64]:
+            known = gained.get(level)
+            if known is None:
+                known = gained[level] = np.unique(node_domain[level][freed])
+            return known
 
         def room_at(level: int) -> int:
             known = most_free.get(level)
             if known is None:
-                domains = np.unique(node_domain[level][freed])
-                known = most_free[level] = int(state.free_gpus[level][domains].max())
+                known = most_free[level] = int(state.free_gpus[level][domains_at(level)].max())
             return known
+
+        def pods_room_at(level: int, gpus_per_pod: int) -> int:
+            known = most_pods.get((level, gpus_per_pod))
+            if known is None:
+                # Nodes by free whole GPUs, per gained domain; each holds k // gpus_per_pod pods.
+                nodes = state.free_hist[level][domains_at(level)].sum(axis=1, dtype=np.int64)
+                pods = nodes @ (np.arange(nodes.shape[1], dtype=np.int64) // gpus_per_pod)
+                known = most_pods[level, gpus_per_pod] = int(pods.max())
+            return known
+
+        def still_fails(failure: Failure) -> bool:
+            request, needed = failure.request, failure.whole_gpus_needed()
+            if request is None or needed <= 0:
+                return False
+            if room_at(request.required) < needed:
+                return True
+            return not failure.of_sets and (
+                pods_room_at(request.required, request.gpus_per_pod) < failure.pods
+            )
 
         kept: dict[Shape, list[Failure]] = {}
         for shape, failures in self.by_shape.items():
@@ -137,9 +169,7 @@ class FailureMemo:
                 if failure.outlived_release
                 else dataclasses.replace(failure, outlived_release=True)
                 for failure in failures
-                if failure.request is not None
-                and 0 < failure.whole_gpus_needed()
-                and room_at(failure.request.required) < failure.whole_gpus_needed()
+                if still_fails(failure)
             ]
             if survivors:
                 kept[shape] = survivors

@@ -163,6 +163,7 @@ class Placing:
             epoch,
             cycle_number,
             job.request,
+            of_sets=job.sets is not None,
         )
         self.failures.add(shape, failure, fence)
 
