@@ -26,6 +26,7 @@ from toposched.scheduler.preemptible import domain_nodes
 from toposched.scheduler.refusals import Refusal
 
 IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 
 RefusalKey = tuple[object, ...]
@@ -65,22 +66,23 @@ class KeptRefusal:
 
     refusal: Refusal
     inputs: tuple[object, ...]
-    """The epoch, preemptible index, budget tree, usage and (fair-share rule) ranking then:
-    while all are equal nothing changed (`Keeping.EXACT`)."""
+    """The epoch, preemptible index, budget tree, usage and (fair-share rule) ranking when it
+    was found or last found to stand through changes: while all are equal nothing changed
+    since (`Keeping.EXACT`)."""
     fenced: FencedNodes
-    """The nodes fenced when it was found."""
+    """The nodes fenced then."""
     holding: FencedNodes
     """The fenced nodes it is compared with: those of `fenced` the fence let go since were
     looked at as released."""
     until: float
-    """When the first protection after `found` ends."""
+    """When the first protection after then ends."""
     request: GangRequest
     only_unallocated: bool
     found: float
     tree_version: int
     ranked: bool
     """Whether the preemptor's account was a budgeted leaf of the ranking then."""
-    limits: dict[int, float]
+    limits: FloatArray
     """Under the budget rule, per victim account code: the most GPUs one of its jobs could
     hold and still be taken (what it ran beyond its budget then; -inf for all while the
     preemptor's account ran its whole budget)."""
@@ -148,16 +150,12 @@ class KeptRefusals:
         self._domain_of_leaf = domain_of_leaf
         self.keeping = Keeping(keeping)
         self._kept: dict[RefusalKey, KeptRefusal] = {}
-        # The most room by (nodes, level, unallocated work only), the nodes kept alive since
-        # they are looked up by identity: refusals noted the same releases share one count,
-        # while the cluster state, the preemptible index and its refresh stay the same.
-        self._rooms: dict[tuple[int, int, bool], tuple[IntArray, int]] = {}
-        self._rooms_stamp: tuple[int, int, float] = (-1, -1, -1.0)
         self._refreshed = -1.0
         """When the preemptible index was last refreshed, as far as `find` knows."""
         self._takeable_by: dict[tuple[str, int], BoolArray] = {}
         self._takeable_stamp: tuple[int, float, int, int, int] = (-1, -1.0, -1, -1, -1)
-        self._beyond: list[tuple[str, float]] = []
+        self._beyond: FloatArray = np.zeros(0)
+        self._limits_by: dict[str, FloatArray] = {}
         self._beyond_stamp: tuple[int, int, int, int] = (-1, -1, -1, -1)
         self.answered_through_changes = 0
         """Refusals answered although something changed since they were found."""
@@ -190,7 +188,7 @@ class KeptRefusals:
             found=now,
             tree_version=self.tree.version,
             ranked=self._ranked(entry.account, ranking),
-            limits=self._limits(entry.account) if budget_rule else {},
+            limits=self._limits(entry.account) if budget_rule else np.zeros(0),
             leaves=None if budget_rule else ranking.leaves,
             checked_until=now,
         )
@@ -259,6 +257,9 @@ class KeptRefusals:
         if not self._stands(kept, entry, ranking, fence, now):
             del self._kept[key]
             return None
+        # It stands as of now: while nothing changes, it is answered as if just found.
+        kept.inputs, kept.fenced = inputs, fence.frozen()
+        kept.until = self.ledger.next_protection_end(now)
         self.answered_through_changes += 1
         return kept.refusal, True
 
@@ -297,25 +298,13 @@ class KeptRefusals:
 
     def _releases_leave_no_room(self, kept: KeptRefusal, entry: QueueEntry) -> bool:
         """Whether every domain of the gang's required level holding nodes of
-        `kept.released` has fewer whole GPUs free or held by unprotected jobs than the gang
-        needs there; or, counted node by node, room for fewer of its pods with the jobs it
-        may take gone (see `_pods_it_may_fit`)."""
+        `kept.released` has, counted node by node, room for fewer of its pods than it needs
+        with the jobs it may take gone (see `_pods_it_may_fit`)."""
         request = kept.request
         if request.gpus_per_pod == 0 or request.is_fractional:
             return False
         released = kept.released
         nodes = released[0] if len(released) == 1 else np.concatenate(released)
-        stamp = (self.state.version, self.ledger.preemptible.version, self._refreshed)
-        if self._rooms_stamp != stamp:
-            self._rooms.clear()
-            self._rooms_stamp = stamp
-        room_key = (id(nodes), request.required, kept.only_unallocated)
-        known = self._rooms.get(room_key)
-        if known is None:
-            room = self._most_room(nodes, request.required, kept.only_unallocated)
-            known = self._rooms[room_key] = (nodes, room)
-        if known[1] < request.pods * request.gpus_per_pod:
-            return True
         return self._pods_it_may_fit(nodes, kept, entry) < request.pods
 
     def _most_room(self, nodes: IntArray, level: int, only_unallocated: bool) -> int:
@@ -416,11 +405,8 @@ class KeptRefusals:
             index.unallocated[:size] | (own & (index.priority[:size] < entry.priority))
         )
         limits = self._limits(entry.account)
-        if limits:
-            limit_of = np.full(len(index.account_names), -np.inf)
-            for code, limit in limits.items():
-                limit_of[code] = limit
-            reached = index.gpus[:size] <= limit_of[account] + LIMIT_SLACK
+        if np.isfinite(limits).any():
+            reached = index.gpus[:size] <= limits[account] + LIMIT_SLACK
             takeable |= counted & ~own & reached
         known = self._takeable_by[key] = np.append(takeable, False)
         return known
@@ -429,23 +415,26 @@ class KeptRefusals:
         """Under the budget rule, whether the loads let the preemptor take no job it could
         not take then: no other account's limit grew past an unprotected job of it (the
         preemptor's account falling below its budget lifts every limit from -inf)."""
+        limits = self._limits(account)
+        before = kept.limits
+        if before.size < limits.size:
+            # Accounts first seen since: no limit then.
+            before = np.concatenate((before, np.full(limits.size - before.size, -np.inf)))
+        grew = limits > before
+        if not grew.any():
+            return True
         index = self.ledger.preemptible
-        for code, limit in self._limits(account).items():
-            before = kept.limits.get(code, -np.inf)
-            if limit <= before:
-                continue
-            size = len(index.allocations)
-            # Widened by LIMIT_SLACK both ways: the contract's own slack is no concern here.
-            reached = (
-                index.counted[:size]
-                & ~index.unallocated[:size]
-                & (index.account[:size] == code)
-                & (index.gpus[:size] > before - LIMIT_SLACK)
-                & (index.gpus[:size] <= limit + LIMIT_SLACK)
-            )
-            if reached.any():
-                return False
-        return True
+        size = len(index.allocations)
+        codes, gpus = index.account[:size], index.gpus[:size]
+        # Widened by LIMIT_SLACK both ways: the contract's own slack is no concern here.
+        reached = (
+            index.counted[:size]
+            & ~index.unallocated[:size]
+            & grew[codes]
+            & (gpus > before[codes] - LIMIT_SLACK)
+            & (gpus <= limits[codes] + LIMIT_SLACK)
+        )
+        return not reached.any()
 
     def _note_protection_ends(
         self, kept: KeptRefusal, entry: QueueEntry, ranking: Ranking, now: float
@@ -473,29 +462,36 @@ class KeptRefusals:
         if taken:
             kept.note_released(np.concatenate(taken))
 
-    def _limits(self, account: str) -> dict[int, float]:
-        """Per account code of the preemptible index but `account`'s, the budget rule's limit
-        on a victim's GPUs for a job of `account`, up to the contract's slack: what the
-        victim's account runs beyond its budget; none (-inf for all) while `account` runs
-        its own."""
-        if self.contract.runs_its_budget(account, self.ledger):
-            return {}
-        return {
-            code: beyond
-            for code, (name, beyond) in enumerate(self._beyond_budgets())
-            if name != account
-        }
+    def _limits(self, account: str) -> FloatArray:
+        """Per account code of the preemptible index, the budget rule's limit on a victim's
+        GPUs for a job of `account`, up to the contract's slack: what the victim's account
+        runs beyond its budget; -inf for `account`'s own, and for all while `account` runs
+        its own. Remembered by account while the loads and budgets stay the same."""
+        beyond = self._beyond_budgets()
+        known = self._limits_by.get(account)
+        if known is None:
+            if self.contract.runs_its_budget(account, self.ledger):
+                known = np.full(beyond.size, -np.inf)
+            else:
+                known = beyond.copy()
+                code = self.ledger.preemptible.accounts.get(account)
+                if code is not None:
+                    known[code] = -np.inf
+            self._limits_by[account] = known
+        return known
 
-    def _beyond_budgets(self) -> list[tuple[str, float]]:
-        """Per account code of the preemptible index, its name and the GPUs it runs beyond
-        its budget; remembered while the loads and budgets stay the same."""
+    def _beyond_budgets(self) -> FloatArray:
+        """Per account code of the preemptible index, the GPUs it runs beyond its budget;
+        remembered (with `_limits`) while the loads and budgets stay the same."""
         ledger = self.ledger
         names = ledger.preemptible.account_names
         stamp = (self.usage.version, ledger.leaving_version, self.tree.version, len(names))
         if self._beyond_stamp != stamp:
-            self._beyond = [
-                (name, ledger.running_gpus(name) - ledger.budget_gpus(name)) for name in names
-            ]
+            self._beyond = np.array(
+                [ledger.running_gpus(name) - ledger.budget_gpus(name) for name in names],
+                dtype=np.float64,
+            )
+            self._limits_by.clear()
             self._beyond_stamp = stamp
         return self._beyond
 
