@@ -332,11 +332,19 @@ class KeptRefusals:
     def _pods_it_may_fit(self, nodes: IntArray, kept: KeptRefusal, entry: QueueEntry) -> int:
         """The most pods of the gang one domain of its required level holding some of `nodes`
         could take, node by node, with its free whole GPUs and those of the unprotected jobs
-        `entry` may take gone (`_held_it_may_take`): an upper bound of what the placement
-        engine could place there with any allowed victims gone, since it counts no other
-        limit (health, fences, models, CPU, memory, topology below the required level).
-        `request.pods` when the domains are too large to count (`NODES_COUNTED`)."""
+        `entry` may take gone (`_held_it_may_take`), but on nodes fenced since the refusal
+        was last compared with the fence (`kept.holding`: when the fence lets them go, they
+        are looked at as released): an upper bound of what the placement engine could place
+        there with any allowed victims gone, since it counts no other limit (health, models,
+        CPU, memory, topology below the required level). `request.pods` when the domains are
+        too large to count (`NODES_COUNTED`).
+
+        A gang on one node (a single pod, or `on_one_node`) is counted on `nodes` alone:
+        room grew nowhere else, and no other node's room can add to it."""
         request = kept.request
+        if request.pods == 1 or request.on_one_node:
+            alone = np.unique(nodes)
+            return int(self._node_room(alone, kept, entry).max())
         topology = self.state.topology
         level = request.required
         starts = topology.domain_starts[level]
@@ -344,14 +352,25 @@ class KeptRefusals:
         sizes = starts[domains + 1] - starts[domains]
         if int(sizes.sum()) > NODES_COUNTED:
             return request.pods
-        counted = domain_nodes(starts, domains)
-        held = self._held_it_may_take(counted, kept, entry)
-        room = np.minimum(
-            self.state.free_whole_gpus[counted].astype(np.int64) + held,
-            topology.gpu_count[counted],
-        )
-        pods = room // request.gpus_per_pod
+        pods = self._node_room(domain_nodes(starts, domains), kept, entry)
         return int(np.add.reduceat(pods, sizes.cumsum() - sizes).max())
+
+    def _node_room(self, nodes: IntArray, kept: KeptRefusal, entry: QueueEntry) -> IntArray:
+        """Per node of `nodes`, the pods of the gang it could take (see `_pods_it_may_fit`)."""
+        request = kept.request
+        state = self.state
+        room = np.minimum(
+            state.free_whole_gpus[nodes].astype(np.int64)
+            + self._held_it_may_take(nodes, kept, entry),
+            state.topology.gpu_count[nodes],
+        )
+        closed = state.closed[nodes] > 0
+        if closed.any() and kept.holding.groups:
+            held = np.concatenate([group.nodes for group in kept.holding.groups])
+            rows = closed.nonzero()[0]
+            room[rows[np.isin(nodes[rows], held)]] = 0
+        pods: IntArray = room // request.gpus_per_pod
+        return pods
 
     def _held_it_may_take(self, nodes: IntArray, kept: KeptRefusal, entry: QueueEntry) -> IntArray:
         """Per node of `nodes`, an upper bound of the whole GPUs held by unprotected jobs
