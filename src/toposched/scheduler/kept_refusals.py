@@ -43,6 +43,8 @@ LIMIT_SLACK = 1e-6
 #: Released nodes' domains are counted node by node up to this many nodes, else assumed to
 #: have room.
 NODES_COUNTED = 4096
+#: Fences whose nodes are kept marked (see `KeptRefusals._fenced_mask`).
+FENCES_MARKED = 16
 #: More kept refusals than this (distinct kinds of pending jobs) are forgotten at once.
 KEPT_MOST = 10_000
 
@@ -152,6 +154,7 @@ class KeptRefusals:
         self._kept: dict[RefusalKey, KeptRefusal] = {}
         self._refreshed = -1.0
         """When the preemptible index was last refreshed, as far as `find` knows."""
+        self._fenced_masks: dict[int, tuple[FencedNodes, BoolArray]] = {}
         self._takeable_by: dict[tuple[str, int], BoolArray] = {}
         self._takeable_stamp: tuple[int, float, int, int, int] = (-1, -1.0, -1, -1, -1)
         self._beyond: FloatArray = np.zeros(0)
@@ -364,13 +367,23 @@ class KeptRefusals:
             + self._held_it_may_take(nodes, kept, entry),
             state.topology.gpu_count[nodes],
         )
-        closed = state.closed[nodes] > 0
-        if closed.any() and kept.holding.groups:
-            held = np.concatenate([group.nodes for group in kept.holding.groups])
-            rows = closed.nonzero()[0]
-            room[rows[np.isin(nodes[rows], held)]] = 0
+        if kept.holding.groups:
+            room[self._fenced_mask(kept.holding)[nodes]] = 0
         pods: IntArray = room // request.gpus_per_pod
         return pods
+
+    def _fenced_mask(self, fenced: FencedNodes) -> BoolArray:
+        """`fenced` marked over every node; remembered for the last few (refusals kept under
+        one fence share its nodes, one object)."""
+        known = self._fenced_masks.get(id(fenced))
+        if known is not None and known[0] is fenced:
+            return known[1]
+        if len(self._fenced_masks) >= FENCES_MARKED:
+            self._fenced_masks.clear()
+        mask = np.zeros(self.state.topology.n_nodes, dtype=bool)
+        mask[np.concatenate([group.nodes for group in fenced.groups])] = True
+        self._fenced_masks[id(fenced)] = (fenced, mask)
+        return mask
 
     def _held_it_may_take(self, nodes: IntArray, kept: KeptRefusal, entry: QueueEntry) -> IntArray:
         """Per node of `nodes`, an upper bound of the whole GPUs held by unprotected jobs
