@@ -22,9 +22,12 @@ from toposched.policy.usage import UsageTracker
 from toposched.scheduler.fence import Fence, FencedNodes
 from toposched.scheduler.freed import FreedCapacity
 from toposched.scheduler.ledger import LAST_ID, Ledger
+from toposched.scheduler.preemptible import domain_nodes
 from toposched.scheduler.refusals import Refusal
 
 IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
 
 RefusalKey = tuple[object, ...]
 """(pod shape, pods, account, priority), or (pod shape, pods) for a job that may take
@@ -37,6 +40,11 @@ DOMAINS_SUMMED = 16
 #: GPUs by which limits are widened when compared with jobs' sizes (more than any slack the
 #: contract allows for rounding).
 LIMIT_SLACK = 1e-6
+#: Released nodes' domains are counted node by node up to this many nodes, else assumed to
+#: have room.
+NODES_COUNTED = 4096
+#: Fences whose nodes are kept marked (see `KeptRefusals._fenced_mask`).
+FENCES_MARKED = 16
 #: More kept refusals than this (distinct kinds of pending jobs) are forgotten at once.
 KEPT_MOST = 10_000
 
@@ -60,22 +68,23 @@ class KeptRefusal:
 
     refusal: Refusal
     inputs: tuple[object, ...]
-    """The epoch, preemptible index, budget tree, usage and (fair-share rule) ranking then:
-    while all are equal nothing changed (`Keeping.EXACT`)."""
+    """The epoch, preemptible index, budget tree, usage and (fair-share rule) ranking when it
+    was found or last found to stand through changes: while all are equal nothing changed
+    since (`Keeping.EXACT`)."""
     fenced: FencedNodes
-    """The nodes fenced when it was found."""
+    """The nodes fenced then."""
     holding: FencedNodes
     """The fenced nodes it is compared with: those of `fenced` the fence let go since were
     looked at as released."""
     until: float
-    """When the first protection after `found` ends."""
+    """When the first protection after then ends."""
     request: GangRequest
     only_unallocated: bool
     found: float
     tree_version: int
     ranked: bool
     """Whether the preemptor's account was a budgeted leaf of the ranking then."""
-    limits: dict[int, float]
+    limits: FloatArray
     """Under the budget rule, per victim account code: the most GPUs one of its jobs could
     hold and still be taken (what it ran beyond its budget then; -inf for all while the
     preemptor's account ran its whole budget)."""
@@ -107,11 +116,12 @@ class KeptRefusals:
     - a release (a job ended): kept when every domain of the gang's required level that
       holds released nodes has, free and held by every unprotected job, fewer whole GPUs than
       the gang needs there (as failures kept through releases are judged), or, when a job
-      asks under the budget rule, free and held by the unprotected jobs the contract lets it
-      take now; a release of unallocated work no eviction had claimed frees nothing a
-      preemptor that may take work at all did not count already;
-    - a protection ending: kept when the contract lets the preemptor take none of the jobs
-      whose protection ended since (looked at once each);
+      asks, counted node by node, room for fewer of its pods than it needs with the
+      unprotected jobs it may take gone (those the contract lets it take now under the budget
+      rule, every one otherwise); a release of unallocated work no eviction had claimed frees
+      nothing a preemptor that may take work at all did not count already;
+    - a protection ending: the nodes of the jobs whose protection ended since that the
+      contract lets the preemptor take (looked at once each) are judged as released;
     - the contract allowing more, with the same jobs: under the budget rule, when the
       preemptor's account fell below its budget, or another account's limit grew and now
       reaches one of its unprotected jobs; under the fair-share rule, any change of the
@@ -142,14 +152,13 @@ class KeptRefusals:
         self._domain_of_leaf = domain_of_leaf
         self.keeping = Keeping(keeping)
         self._kept: dict[RefusalKey, KeptRefusal] = {}
-        # The most room by (nodes, level, unallocated work only), the nodes kept alive since
-        # they are looked up by identity: refusals noted the same releases share one count,
-        # while the cluster state, the preemptible index and its refresh stay the same.
-        self._rooms: dict[tuple[int, int, bool], tuple[IntArray, int]] = {}
-        self._rooms_stamp: tuple[int, int, float] = (-1, -1, -1.0)
         self._refreshed = -1.0
         """When the preemptible index was last refreshed, as far as `find` knows."""
-        self._beyond: list[tuple[str, float]] = []
+        self._fenced_masks: dict[int, tuple[FencedNodes, BoolArray]] = {}
+        self._takeable_by: dict[tuple[str, int], BoolArray] = {}
+        self._takeable_stamp: tuple[int, float, int, int, int] = (-1, -1.0, -1, -1, -1)
+        self._beyond: FloatArray = np.zeros(0)
+        self._limits_by: dict[str, FloatArray] = {}
         self._beyond_stamp: tuple[int, int, int, int] = (-1, -1, -1, -1)
         self.answered_through_changes = 0
         """Refusals answered although something changed since they were found."""
@@ -182,7 +191,7 @@ class KeptRefusals:
             found=now,
             tree_version=self.tree.version,
             ranked=self._ranked(entry.account, ranking),
-            limits=self._limits(entry.account) if budget_rule else {},
+            limits=self._limits(entry.account) if budget_rule else np.zeros(0),
             leaves=None if budget_rule else ranking.leaves,
             checked_until=now,
         )
@@ -251,6 +260,9 @@ class KeptRefusals:
         if not self._stands(kept, entry, ranking, fence, now):
             del self._kept[key]
             return None
+        # It stands as of now: while nothing changes, it is answered as if just found.
+        kept.inputs, kept.fenced = inputs, fence.frozen()
+        kept.until = self.ledger.next_protection_end(now)
         self.answered_through_changes += 1
         return kept.refusal, True
 
@@ -266,18 +278,16 @@ class KeptRefusals:
             return False
         if kept.leaves is not None and kept.leaves != ranking.leaves:
             return False
+        # Unallocated work only: no protection or load enters what it may take.
+        if not kept.only_unallocated:
+            if kept.leaves is None and not self._loads_allow_no_more(kept, entry.account):
+                return False
+            self._note_protection_ends(kept, entry, ranking, now)
+            kept.checked_until = now
         if kept.released:
             if not self._releases_leave_no_room(kept, entry):
                 return False
             kept.released.clear()
-        if kept.only_unallocated:
-            # Unallocated work only: no protection or load enters what it may take.
-            return True
-        if kept.leaves is None and not self._loads_allow_no_more(kept, entry.account):
-            return False
-        if not self._protection_ends_allow_none(kept, entry, ranking, now):
-            return False
-        kept.checked_until = now
         return True
 
     def _note_opened(self, kept: KeptRefusal, fence: Fence) -> None:
@@ -291,36 +301,21 @@ class KeptRefusals:
 
     def _releases_leave_no_room(self, kept: KeptRefusal, entry: QueueEntry) -> bool:
         """Whether every domain of the gang's required level holding nodes of
-        `kept.released` has fewer whole GPUs free or held by unprotected jobs than the gang
-        needs there; or, under the budget rule, free or held by unprotected jobs the contract
-        lets `entry` take now (see `_room_it_may_take`)."""
+        `kept.released` has, counted node by node, room for fewer of its pods than it needs
+        with the jobs it may take gone (see `_pods_it_may_fit`)."""
         request = kept.request
         if request.gpus_per_pod == 0 or request.is_fractional:
             return False
         released = kept.released
         nodes = released[0] if len(released) == 1 else np.concatenate(released)
-        stamp = (self.state.version, self.ledger.preemptible.version, self._refreshed)
-        if self._rooms_stamp != stamp:
-            self._rooms.clear()
-            self._rooms_stamp = stamp
-        room_key = (id(nodes), request.required, kept.only_unallocated)
-        known = self._rooms.get(room_key)
-        if known is None:
-            room = self._most_room(nodes, request.required, kept.only_unallocated)
-            known = self._rooms[room_key] = (nodes, room)
-        needed = request.pods * request.gpus_per_pod
-        if known[1] < needed:
-            return True
-        if kept.only_unallocated or not kept.ranked or kept.leaves is not None:
-            return False
-        return self._room_it_may_take(nodes, request.required, entry) < needed
+        return self._pods_it_may_fit(nodes, kept, entry) < request.pods
 
     def _most_room(self, nodes: IntArray, level: int, only_unallocated: bool) -> int:
         """The most whole GPUs free or held by unprotected jobs (unallocated work only, if
         `only_unallocated`) in one domain of `level` holding some of `nodes`. Free GPUs are
         counted on fenced nodes too: the fence may let them go later without a refusal knowing.
         Jobs whose protection ended since the index was last refreshed are not counted: those
-        a preemptor may take are found by `_protection_ends_allow_none`."""
+        a preemptor may take are found by `_note_protection_ends`."""
         topology = self.state.topology
         domains = np.unique(topology.node_domain[level][nodes])
         index = self.ledger.preemptible
@@ -337,106 +332,198 @@ class KeptRefusals:
             free_in = np.add.reduceat(free.astype(np.int64), starts[:-1])[domains]
         return int((free_in + held).max())
 
-    def _room_it_may_take(self, nodes: IntArray, level: int, entry: QueueEntry) -> int:
-        """Under the budget rule, the most whole GPUs free or held by unprotected jobs the
-        contract lets `entry` take now, in one domain of `level` holding some of `nodes`: its
-        account's jobs of lower priority, unallocated work, and other accounts' jobs no larger
-        than what their account runs beyond its budget (none while `entry`'s account runs its
-        own; widened by `LIMIT_SLACK`). Jobs it may take only later (a load moving, a
-        protection ending) are found by `_loads_allow_no_more` and
-        `_protection_ends_allow_none`."""
+    def _pods_it_may_fit(self, nodes: IntArray, kept: KeptRefusal, entry: QueueEntry) -> int:
+        """The most pods of the gang one domain of its required level holding some of `nodes`
+        could take, node by node, with its free whole GPUs and those of the unprotected jobs
+        `entry` may take gone (`_held_it_may_take`), but on nodes fenced since the refusal
+        was last compared with the fence (`kept.holding`: when the fence lets them go, they
+        are looked at as released): an upper bound of what the placement engine could place
+        there with any allowed victims gone, since it counts no other limit (health, models,
+        CPU, memory, topology below the required level). `request.pods` when the domains are
+        too large to count (`NODES_COUNTED`).
+
+        A gang on one node (a single pod, or `on_one_node`) is counted on `nodes` alone:
+        room grew nowhere else, and no other node's room can add to it."""
+        request = kept.request
+        if request.pods == 1 or request.on_one_node:
+            alone = np.unique(nodes)
+            return int(self._node_room(alone, kept, entry).max())
+        topology = self.state.topology
+        level = request.required
+        starts = topology.domain_starts[level]
+        domains = np.unique(topology.node_domain[level][nodes]).astype(np.int64)
+        sizes = starts[domains + 1] - starts[domains]
+        if int(sizes.sum()) > NODES_COUNTED:
+            return request.pods
+        pods = self._node_room(domain_nodes(starts, domains), kept, entry)
+        return int(np.add.reduceat(pods, sizes.cumsum() - sizes).max())
+
+    def _node_room(self, nodes: IntArray, kept: KeptRefusal, entry: QueueEntry) -> IntArray:
+        """Per node of `nodes`, the pods of the gang it could take (see `_pods_it_may_fit`)."""
+        request = kept.request
+        state = self.state
+        room = np.minimum(
+            state.free_whole_gpus[nodes].astype(np.int64)
+            + self._held_it_may_take(nodes, kept, entry),
+            state.topology.gpu_count[nodes],
+        )
+        if kept.holding.groups:
+            room[self._fenced_mask(kept.holding)[nodes]] = 0
+        pods: IntArray = room // request.gpus_per_pod
+        return pods
+
+    def _fenced_mask(self, fenced: FencedNodes) -> BoolArray:
+        """`fenced` marked over every node; remembered for the last few (refusals kept under
+        one fence share its nodes, one object)."""
+        known = self._fenced_masks.get(id(fenced))
+        if known is not None and known[0] is fenced:
+            return known[1]
+        if len(self._fenced_masks) >= FENCES_MARKED:
+            self._fenced_masks.clear()
+        mask = np.zeros(self.state.topology.n_nodes, dtype=bool)
+        mask[np.concatenate([group.nodes for group in fenced.groups])] = True
+        self._fenced_masks[id(fenced)] = (fenced, mask)
+        return mask
+
+    def _held_it_may_take(self, nodes: IntArray, kept: KeptRefusal, entry: QueueEntry) -> IntArray:
+        """Per node of `nodes`, an upper bound of the whole GPUs held by unprotected jobs
+        `entry` may take: unallocated ones only (`kept.only_unallocated`); under the budget
+        rule for a budgeted account, those `_takeable` marks; else every unprotected job's. A
+        node holding shared GPUs counts every GPU: evicting their pods may free them whole."""
         index = self.ledger.preemptible
+        if kept.only_unallocated:
+            return index.node_unallocated_freeable[nodes].astype(np.int64)
+        if not kept.ranked or kept.leaves is not None:
+            return index.node_freeable[nodes].astype(np.int64)
+        takeable = self._takeable(entry)
+        held: IntArray = takeable[index.gpu_owner[nodes]].sum(axis=1, dtype=np.int64)
+        if index.shared_on_node:
+            shared = [
+                row for row, node in enumerate(nodes.tolist()) if node in index.shared_on_node
+            ]
+            held[shared] = self.state.topology.gpu_count[nodes[shared]]
+        return held
+
+    def _takeable(self, entry: QueueEntry) -> BoolArray:
+        """Per slot of the preemptible index, whether the contract lets `entry` take that
+        unprotected job now under the budget rule: its account's jobs of lower priority,
+        unallocated work, and other accounts' jobs no larger than what their account runs
+        beyond its budget (none while `entry`'s account runs its own; widened by
+        `LIMIT_SLACK`); one last entry, False, for GPUs no whole-GPU pod holds (`gpu_owner`
+        -1). Jobs it may take only later (a load moving, a protection ending) are found by
+        `_loads_allow_no_more` and `_note_protection_ends`. Remembered by account and
+        priority while the index, its refresh and the loads stay the same."""
+        ledger = self.ledger
+        index = ledger.preemptible
+        stamp = (
+            index.version,
+            self._refreshed,
+            self.usage.version,
+            ledger.leaving_version,
+            self.tree.version,
+        )
+        if self._takeable_stamp != stamp:
+            self._takeable_by.clear()
+            self._takeable_stamp = stamp
+        key = (entry.account, entry.priority)
+        known = self._takeable_by.get(key)
+        if known is not None:
+            return known
         size = len(index.allocations)
         counted = index.counted[:size]
-        unallocated = index.unallocated[:size]
         account = index.account[:size]
         own = account == index.accounts.get(entry.account, -1)
-        takeable = counted & (unallocated | (own & (index.priority[:size] < entry.priority)))
+        takeable = counted & (
+            index.unallocated[:size] | (own & (index.priority[:size] < entry.priority))
+        )
         limits = self._limits(entry.account)
-        if limits:
-            limit_of = np.full(len(index.account_names), -np.inf)
-            for code, limit in limits.items():
-                limit_of[code] = limit
-            reached = index.gpus[:size] <= limit_of[account] + LIMIT_SLACK
+        if np.isfinite(limits).any():
+            reached = index.gpus[:size] <= limits[account] + LIMIT_SLACK
             takeable |= counted & ~own & reached
-        # A last entry for GPUs no whole-GPU pod holds (`gpu_owner` -1).
-        takeable = np.append(takeable, False)
-        topology = self.state.topology
-        starts = topology.domain_starts[level]
-        domains = np.unique(topology.node_domain[level][nodes])
-        free = self.state.free_whole_gpus
-        most = 0
-        for domain in domains.tolist():
-            first, last = int(starts[domain]), int(starts[domain + 1])
-            held = int(np.count_nonzero(takeable[index.gpu_owner[first:last]]))
-            most = max(most, int(free[first:last].sum()) + held)
-        return most
+        known = self._takeable_by[key] = np.append(takeable, False)
+        return known
 
     def _loads_allow_no_more(self, kept: KeptRefusal, account: str) -> bool:
         """Under the budget rule, whether the loads let the preemptor take no job it could
         not take then: no other account's limit grew past an unprotected job of it (the
         preemptor's account falling below its budget lifts every limit from -inf)."""
+        limits = self._limits(account)
+        before = kept.limits
+        if before.size < limits.size:
+            # Accounts first seen since: no limit then.
+            before = np.concatenate((before, np.full(limits.size - before.size, -np.inf)))
+        grew = limits > before
+        if not grew.any():
+            return True
         index = self.ledger.preemptible
-        for code, limit in self._limits(account).items():
-            before = kept.limits.get(code, -np.inf)
-            if limit <= before:
-                continue
-            size = len(index.allocations)
-            # Widened by LIMIT_SLACK both ways: the contract's own slack is no concern here.
-            reached = (
-                index.counted[:size]
-                & ~index.unallocated[:size]
-                & (index.account[:size] == code)
-                & (index.gpus[:size] > before - LIMIT_SLACK)
-                & (index.gpus[:size] <= limit + LIMIT_SLACK)
-            )
-            if reached.any():
-                return False
-        return True
+        size = len(index.allocations)
+        codes, gpus = index.account[:size], index.gpus[:size]
+        # Widened by LIMIT_SLACK both ways: the contract's own slack is no concern here.
+        reached = (
+            index.counted[:size]
+            & ~index.unallocated[:size]
+            & grew[codes]
+            & (gpus > before[codes] - LIMIT_SLACK)
+            & (gpus <= limits[codes] + LIMIT_SLACK)
+        )
+        return not reached.any()
 
-    def _protection_ends_allow_none(
+    def _note_protection_ends(
         self, kept: KeptRefusal, entry: QueueEntry, ranking: Ranking, now: float
-    ) -> bool:
-        """Whether the contract lets `entry` take none of the running jobs whose protection
-        ended since the last check."""
+    ) -> None:
+        """The running jobs whose protection ended since the last check that the contract
+        lets `entry` take: room may have grown where they run, as where jobs ended, so their
+        nodes are noted as released."""
         ledger = self.ledger
         protection = ledger.protection
         first = protection.bisect_right((kept.checked_until, LAST_ID))
         last = protection.bisect_right((now, LAST_ID))
         if first >= last:
-            return True
+            return
         index = ledger.preemptible
+        taken = []
         for _, job_id in protection.islice(first, last):
-            if index.evicting[index.slot_of[job_id]]:
+            slot = index.slot_of[job_id]
+            if index.evicting[slot]:
                 continue
             verdict = self.contract.may_preempt(entry, ledger.views[job_id], now, ranking, ledger)
             if verdict.allowed:
-                return False
-        return True
+                allocation = index.allocations[slot]
+                assert allocation is not None
+                taken.append(allocation.nodes)
+        if taken:
+            kept.note_released(np.concatenate(taken))
 
-    def _limits(self, account: str) -> dict[int, float]:
-        """Per account code of the preemptible index but `account`'s, the budget rule's limit
-        on a victim's GPUs for a job of `account`, up to the contract's slack: what the
-        victim's account runs beyond its budget; none (-inf for all) while `account` runs
-        its own."""
-        if self.contract.runs_its_budget(account, self.ledger):
-            return {}
-        return {
-            code: beyond
-            for code, (name, beyond) in enumerate(self._beyond_budgets())
-            if name != account
-        }
+    def _limits(self, account: str) -> FloatArray:
+        """Per account code of the preemptible index, the budget rule's limit on a victim's
+        GPUs for a job of `account`, up to the contract's slack: what the victim's account
+        runs beyond its budget; -inf for `account`'s own, and for all while `account` runs
+        its own. Remembered by account while the loads and budgets stay the same."""
+        beyond = self._beyond_budgets()
+        known = self._limits_by.get(account)
+        if known is None:
+            if self.contract.runs_its_budget(account, self.ledger):
+                known = np.full(beyond.size, -np.inf)
+            else:
+                known = beyond.copy()
+                code = self.ledger.preemptible.accounts.get(account)
+                if code is not None:
+                    known[code] = -np.inf
+            self._limits_by[account] = known
+        return known
 
-    def _beyond_budgets(self) -> list[tuple[str, float]]:
-        """Per account code of the preemptible index, its name and the GPUs it runs beyond
-        its budget; remembered while the loads and budgets stay the same."""
+    def _beyond_budgets(self) -> FloatArray:
+        """Per account code of the preemptible index, the GPUs it runs beyond its budget;
+        remembered (with `_limits`) while the loads and budgets stay the same."""
         ledger = self.ledger
         names = ledger.preemptible.account_names
         stamp = (self.usage.version, ledger.leaving_version, self.tree.version, len(names))
         if self._beyond_stamp != stamp:
-            self._beyond = [
-                (name, ledger.running_gpus(name) - ledger.budget_gpus(name)) for name in names
-            ]
+            self._beyond = np.array(
+                [ledger.running_gpus(name) - ledger.budget_gpus(name) for name in names],
+                dtype=np.float64,
+            )
+            self._limits_by.clear()
             self._beyond_stamp = stamp
         return self._beyond
 
