@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from toposched.cli.main import main
 from toposched.cluster.errors import InputError, ToposchedError
 from toposched.sim.baselines import fifo_first_fit, kube_like
 from toposched.sim.compare import Comparison, ComparisonRun
@@ -151,3 +152,20 @@ def test_sigterm_stops_every_run_writes_their_summaries_and_leaves_no_process(
     assert summaries["toposched"]["simulated"]["interrupted"] is True
     with pytest.raises(ProcessLookupError):  # no worker outlived the command
         os.killpg(process.pid, 0)
+
+
+def test_jobs_must_be_a_whole_number_of_processes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate", "--compare", "--jobs", "0", "--out", str(tmp_path)])
+    assert "expected a whole number of processes >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "summary.json").exists()
+
+
+def test_jobs_applies_only_to_a_comparison(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "--jobs", "2", "--out", str(tmp_path)]) == 2
+    assert "--jobs: 2 is invalid: applies only with --compare" in capsys.readouterr().err
+    assert not (tmp_path / "summary.json").exists()

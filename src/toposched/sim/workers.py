@@ -15,6 +15,7 @@ report.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import pickle
@@ -184,8 +185,12 @@ class _Pool:
         ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
         catch = _SIGNALS - {signal.SIGINT} if ignored else _SIGNALS
         parent_ends: list[Connection] = []
+        # Everything built so far (modules, the workload) out of the workers' garbage
+        # collections, which would otherwise scan it again and again (and copy the pages they
+        # touch): about half the collector's time in the demo's toposched run.
+        gc.freeze()
         # Held back until the worker has its own handlers (it is forked with this mask).
-        with _signals_blocked():
+        with _signals_blocked(), _unfrozen_after():
             for _ in range(count):
                 parent_end, child_end = context.Pipe()
                 parent_ends.append(parent_end)
@@ -292,6 +297,15 @@ def _pid(worker: _Worker) -> int:
     pid = worker.process.pid
     assert pid is not None  # started
     return pid
+
+
+@contextmanager
+def _unfrozen_after() -> Iterator[None]:
+    """This process's objects back in its garbage collector's sight once the forks are done."""
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @contextmanager
