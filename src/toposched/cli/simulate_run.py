@@ -187,7 +187,6 @@ def prepare_workload(args: argparse.Namespace, console: Console) -> tuple[Worklo
     """Build the workload (and save it when asked); warn of jobs that can never start."""
     from rich.console import Console
 
-    from toposched.workloads.files import save_workload
     from toposched.workloads.model import oversized_jobs
 
     started = time.perf_counter()
@@ -195,6 +194,9 @@ def prepare_workload(args: argparse.Namespace, console: Console) -> tuple[Worklo
         workload = build_workload(args)
     built = time.perf_counter() - started
     if args.save_workload:
+        # The writer (and YAML) only for a workload to save.
+        from toposched.workloads.files import save_workload
+
         saved = save_workload(workload, args.save_workload)
         console.print(
             f"workload written to {saved} ({len(workload.jobs):,} jobs)",
