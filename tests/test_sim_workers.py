@@ -169,3 +169,15 @@ def test_jobs_applies_only_to_a_comparison(
     assert main(["simulate", "--jobs", "2", "--out", str(tmp_path)]) == 2
     assert "--jobs: 2 is invalid: applies only with --compare" in capsys.readouterr().err
     assert not (tmp_path / "summary.json").exists()
+
+
+def test_runs_side_by_side_each_show_a_progress_bar(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich draws its bars only on a terminal
+    arguments = ["simulate", "--days", "0.25", "--gpus", "64", "--compare", "--jobs", "2"]
+    arguments += ["--baselines", "fifo_first_fit", "--out", str(tmp_path)]
+    assert main(arguments) == 0
+    err = capsys.readouterr().err
+    assert "simulating toposched" in err and "simulating fifo_first_fit" in err
+    assert "day " in err and " of 0.2" in err
