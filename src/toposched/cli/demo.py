@@ -12,7 +12,8 @@ from toposched.workloads.catalog import WorkloadKind, workload_kind
 
 DEMO_DAYS = 2.0
 DEMO_GPUS = 1024
-"""Sized so the demo runs in about two minutes on a 2-core machine (see docs/simulator.md)."""
+"""Sized so the demo runs in seconds on a 2-core machine, toposched's run beside the baselines'
+(see docs/simulator.md)."""
 
 
 def register(commands: Any) -> None:
@@ -25,7 +26,8 @@ def register(commands: Any) -> None:
         "three baselines (FIFO first-fit, Slurm-like multifactor with backfill, kube-like "
         "spread); print the schedulers side by side, one line per metric saying what it means "
         "(--verbose: every metric, Ai2's published outcomes as targets, the scheduler's speed), "
-        "and write out/summary.json and the self-contained out/report.html. With "
+        "and write out/summary.json and the self-contained out/report.html. The runs go side "
+        "by side, one per core (--jobs 1: one after another). With "
         "--fleet, build the reference 1,000,080-GPU GB300 NVL72 fleet instead and "
         "print its summary: levels, domains per level, nodes, GPUs, memory and build time. "
         "Other options are those of `toposched simulate`.",

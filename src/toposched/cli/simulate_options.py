@@ -18,6 +18,7 @@ from toposched.cli.simulate_values import (
     cycle_interval,
     loss_budget,
     percentage,
+    process_count,
     sample_interval,
     spares_option,
     team_count,
@@ -243,6 +244,15 @@ def add_options(
         "slurm_like, slurm_like_preempt (Slurm preempting by partition priority, victims "
         "requeued), kube_like, fifo_first_fit (default: slurm_like,kube_like,fifo_first_fit)",
     )
+    parser.add_argument(
+        "--jobs",
+        type=process_count,
+        metavar="N",
+        help="with the baselines, run the schedulers N at a time, each in a process of its own, "
+        "toposched's first; the decisions are the same, and each run's speed figures are its "
+        "own process's, measured while the others run (default: one per core, at most one "
+        "per scheduler; 1: one after another in this process)",
+    )
 
 
 def check_options(args: argparse.Namespace) -> None:
@@ -261,9 +271,11 @@ def check_options(args: argparse.Namespace) -> None:
             chosen_baselines(baselines)
         except InputError as error:
             raise InputError("--baselines", error.value, error.rule) from None
-    elif baselines is not None:
+    else:
         rule = "applies only with --compare" if not hasattr(args, "alone") else "not with --alone"
-        raise InputError("--baselines", baselines, rule)
+        for option, value in (("--baselines", baselines), ("--jobs", getattr(args, "jobs", None))):
+            if value is not None:
+                raise InputError(option, value, rule)
     if getattr(args, "eviction_worth", None) is None:
         given = (
             ("--eviction-worth-horizon", getattr(args, "eviction_worth_horizon", None)),

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from toposched.policy.worth import EvictionWorth
-    from toposched.sim.compare import ComparisonRun
+    from toposched.sim.compare import Comparison, ComparisonInterrupted, ComparisonRun
     from toposched.sim.engine import SimulationInterrupted
     from toposched.sim.protocol import SchedulerFactory
     from toposched.sim.topology_price import TopologyPrice
@@ -142,35 +142,51 @@ CALIBRATION_WARMUP = 1
 _T = TypeVar("_T")
 
 
-def _calibrated(run: Callable[[], _T]) -> tuple[_T, dict[str, Any]]:
-    """`run()`, and the calibration measured just before and just after it, with the machine:
-    speed figures of runs on different machines, or in different states of one machine,
-    compare only through it."""
-    from toposched.bench.harness import calibration, interpreter_calibration, machine
+class _Yardsticks(NamedTuple):
+    """One reading of the calibration: the median seconds of each yardstick."""
 
-    before = calibration(CALIBRATION_RUNS, CALIBRATION_WARMUP).median_s
+    sort_s: float
+    interpreter_s: float
+    interpreter_name: str
+
+
+def _yardsticks() -> _Yardsticks:
+    from toposched.bench.harness import calibration, interpreter_calibration
+
+    sort = calibration(CALIBRATION_RUNS, CALIBRATION_WARMUP)
     interpreter = interpreter_calibration(CALIBRATION_RUNS, CALIBRATION_WARMUP)
-    interpreter_before = interpreter.median_s
-    outcome = run()
-    after = calibration(CALIBRATION_RUNS, CALIBRATION_WARMUP).median_s
-    interpreter_after = interpreter_calibration(CALIBRATION_RUNS, CALIBRATION_WARMUP).median_s
-    return outcome, {
+    return _Yardsticks(sort.median_s, interpreter.median_s, interpreter.name)
+
+
+def _calibration(before: _Yardsticks, after: _Yardsticks, runs_at_once: int) -> dict[str, Any]:
+    """The calibration the summaries carry, with the machine: speed figures of runs on
+    different machines, or in different states of one machine, compare only through it."""
+    from toposched.bench.harness import machine
+
+    return {
         "what": f"numpy.sort of 1M float32, median of {CALIBRATION_RUNS} runs",
-        "before_s": before,
-        "after_s": after,
-        "interpreter_what": f"{interpreter.name.removeprefix('calibration: ')}, median of "
-        f"{CALIBRATION_RUNS} runs",
-        "interpreter_before_s": interpreter_before,
-        "interpreter_after_s": interpreter_after,
+        "before_s": before.sort_s,
+        "after_s": after.sort_s,
+        "interpreter_what": f"{before.interpreter_name.removeprefix('calibration: ')}, median "
+        f"of {CALIBRATION_RUNS} runs",
+        "interpreter_before_s": before.interpreter_s,
+        "interpreter_after_s": after.interpreter_s,
+        "runs_at_once": runs_at_once,
         "machine": machine(),
     }
+
+
+def _calibrated(run: Callable[[], _T]) -> tuple[_T, dict[str, Any]]:
+    """`run()`, and the calibration measured just before and just after it."""
+    before = _yardsticks()
+    outcome = run()
+    return outcome, _calibration(before, _yardsticks(), 1)
 
 
 def prepare_workload(args: argparse.Namespace, console: Console) -> tuple[Workload, float]:
     """Build the workload (and save it when asked); warn of jobs that can never start."""
     from rich.console import Console
 
-    from toposched.workloads.files import save_workload
     from toposched.workloads.model import oversized_jobs
 
     started = time.perf_counter()
@@ -178,6 +194,9 @@ def prepare_workload(args: argparse.Namespace, console: Console) -> tuple[Worklo
         workload = build_workload(args)
     built = time.perf_counter() - started
     if args.save_workload:
+        # The writer (and YAML) only for a workload to save.
+        from toposched.workloads.files import save_workload
+
         saved = save_workload(workload, args.save_workload)
         console.print(
             f"workload written to {saved} ({len(workload.jobs):,} jobs)",
@@ -264,45 +283,65 @@ class Compared(NamedTuple):
     report: Path
 
 
+_BEFORE = "calibration before"
+_AFTER = "calibration after"
+
+
+def _compared(
+    comparison: Comparison, jobs: int, progress: bool
+) -> tuple[dict[str, ComparisonRun], dict[str, Any]]:
+    """Every run of `comparison` on `jobs` processes, and the calibration around them.
+
+    One after another in this process (`jobs` 1), the yardsticks run just before the first
+    and just after the last. Side by side, they run in a worker like the runs: the first
+    beside the first run (the longest, toposched's), the second once the last run is handed
+    out, each while runs occupy the other cores, as the runs' own figures were measured."""
+    if jobs <= 1:
+        return _calibrated(lambda: comparison.run(1, progress))
+    from toposched.sim.progress import ProgressBoard
+    from toposched.sim.workers import Task, run_in_workers
+
+    first, *others = comparison.names
+    tasks: dict[str, Task[ComparisonRun | _Yardsticks]] = {
+        first: comparison.task(first),
+        _BEFORE: lambda sink: _yardsticks(),
+        **{name: comparison.task(name) for name in others},
+        _AFTER: lambda sink: _yardsticks(),
+    }
+    board = ProgressBoard() if progress else None
+    outcomes = run_in_workers(tasks, jobs, board)
+    runs = comparison.collect(outcomes)
+    before, after = outcomes.finished[_BEFORE], outcomes.finished[_AFTER]
+    assert isinstance(before, _Yardsticks) and isinstance(after, _Yardsticks)
+    return runs, _calibration(before, after, min(jobs, len(runs)))
+
+
 def compare(
     args: argparse.Namespace, out: Path, console: Console, title: str | None = None
 ) -> Compared:
-    """Run toposched and the baselines on one workload; write the summaries (`out`/summary.json,
-    one entry per scheduler) and `out`/report.html titled `title` (default: the workload's
-    description). An interrupted comparison writes the summary of the run it stopped."""
-    from rich.console import Console
-
+    """Run toposched and the baselines on one workload (on `--jobs` processes); write the
+    summaries (`out`/summary.json, one entry per scheduler) and `out`/report.html titled
+    `title` (default: the workload's description). An interrupted comparison writes the
+    summaries of the runs it finished and of those it stopped."""
     # The workload first: a bad workload file answers before the simulator (and numba) loads.
     workload, _ = prepare_workload(args, console)
 
-    from toposched.sim.compare import run_comparison, schedulers_named
-    from toposched.sim.engine import SimulationInterrupted
-    from toposched.sim.metrics import summarize
+    from toposched.sim.compare import Comparison, ComparisonInterrupted, schedulers_named
     from toposched.sim.report import write_report
+    from toposched.sim.workers import worker_count
 
-    schedulers = schedulers_named(scheduler_factory(args), getattr(args, "baselines", None))
+    comparison = Comparison(
+        workload,
+        schedulers_named(scheduler_factory(args), getattr(args, "baselines", None)),
+        sample_interval=args.sample_interval,
+        topology_price=topology_price(args),
+    )
+    jobs = worker_count(getattr(args, "jobs", None), len(comparison.names))
     _stop_on_sigterm()
     try:
-        runs, calibrated = _calibrated(
-            lambda: run_comparison(
-                workload,
-                schedulers,
-                sample_interval=args.sample_interval,
-                progress=not args.no_progress,
-                topology_price=topology_price(args),
-            )
-        )
-    except SimulationInterrupted as stop:
-        # The runs already finished are not returned: keep the one that was stopped.
-        path = out / "summary.json"
-        partial = {stop.result.scheduler: summarize(stop.result)}
-        path.write_text(json.dumps(partial, indent=1) + "\n")
-        Console(stderr=True).print(
-            f"interrupted: {path} holds the summary of {stop.result.scheduler}'s run over its "
-            f"first {stop.result.duration / DAY:.2f} simulated days",
-            highlight=False,
-            soft_wrap=True,
-        )
+        runs, calibrated = _compared(comparison, jobs, progress=not args.no_progress)
+    except ComparisonInterrupted as stop:
+        _write_interrupted(out / "summary.json", comparison.names, stop)
         raise
     summaries = {name: run.summary for name, run in runs.items()}
     for summary in summaries.values():
@@ -317,3 +356,27 @@ def compare(
         description=workload.description,
     )
     return Compared(workload, summaries, dict(runs), out, report)
+
+
+def _write_interrupted(path: Path, names: list[str], stop: ComparisonInterrupted) -> None:
+    """Write the summaries of the runs an interrupted comparison finished or stopped, in the
+    comparison's order, and say on stderr what they cover."""
+    from rich.console import Console
+
+    from toposched.sim.metrics import summarize
+
+    summaries = {name: run.summary for name, run in stop.finished.items()}
+    summaries.update((name, summarize(result)) for name, result in stop.stopped.items())
+    covered = [
+        f"{name}'s run over its first {stop.stopped[name].duration / DAY:.2f} simulated days"
+        if name in stop.stopped
+        else f"{name}'s whole run"
+        for name in names
+        if name in summaries
+    ]
+    if covered:
+        path.write_text(json.dumps({n: summaries[n] for n in names if n in summaries}, indent=1))
+        told = f"{path} holds the summaries of {', '.join(covered)}"
+    else:
+        told = "no run had started; nothing written"
+    Console(stderr=True).print(f"interrupted: {told}", highlight=False, soft_wrap=True)

@@ -18,6 +18,7 @@ __all__ = [
     "cycle_interval",
     "loss_budget",
     "percentage",
+    "process_count",
     "sample_interval",
     "seconds_option",
     "spares_option",
@@ -93,6 +94,14 @@ def team_count(text: str) -> int:
     if not text.isdigit() or not 2 <= int(text) <= MAX_TEAMS:
         raise argparse.ArgumentTypeError(
             f"{text[:80]!r}: expected a whole number of teams from 2 to {MAX_TEAMS}"
+        )
+    return int(text)
+
+
+def process_count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r}: expected a whole number of processes >= 1"
         )
     return int(text)
 

@@ -273,6 +273,11 @@ def _speed_rows(summary: dict[str, Any], ai2: bool, frontier: bool) -> list[_Row
                     f"{calibrated['interpreter_after_s'] * 1e3:.1f} ms",
                 )
             )
+        at_once = calibrated.get("runs_at_once", 1)
+        if at_once > 1:
+            rows.append(
+                _Row("runs side by side, each timed in its own process (--jobs)", f"{at_once}")
+            )
     return rows
 
 

@@ -19,8 +19,9 @@ from toposched.scheduler.defrag import fragmentation
 from toposched.scheduler.jobs import JobState
 from toposched.sim.baseline_names import DEFAULT_BASELINES, chosen_baselines
 from toposched.sim.baselines import BASELINES
-from toposched.sim.engine import DEFAULT_SAMPLE_INTERVAL, Simulation
+from toposched.sim.engine import DEFAULT_SAMPLE_INTERVAL, Simulation, SimulationInterrupted
 from toposched.sim.metrics import summarize
+from toposched.sim.progress import ProgressBoard, ProgressSink
 from toposched.sim.protocol import (
     CycleLike,
     JobLike,
@@ -31,11 +32,14 @@ from toposched.sim.protocol import (
 )
 from toposched.sim.records import SimulationResult
 from toposched.sim.topology_price import TopologyPrice
+from toposched.sim.workers import Outcomes, Task, run_in_workers
 from toposched.workloads.model import Workload
 
 __all__ = [
     "DEFAULT_SCHEDULERS",
     "ClusterSnapshot",
+    "Comparison",
+    "ComparisonInterrupted",
     "ComparisonRun",
     "FragmentationReading",
     "TeamRatios",
@@ -223,6 +227,130 @@ class _Observer:
         return fragmentation(self.state, shapes.values())
 
 
+class ComparisonInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a comparison: the runs that finished, and what each run that
+    was stopped had simulated (`SimulationResult.interrupted` set); runs not started are in
+    neither."""
+
+    def __init__(
+        self, finished: dict[str, ComparisonRun], stopped: dict[str, SimulationResult]
+    ) -> None:
+        super().__init__(f"comparison interrupted: {', '.join(stopped) or 'between runs'}")
+        self.finished = finished
+        self.stopped = stopped
+
+
+class Comparison:
+    """One workload's runs through several schedulers (a fresh cluster state and budget tree
+    each; the workload, hence its seed, is shared), each a task of its own that any process may
+    run: in this one, one after another (`run`, jobs=1), or side by side in worker processes.
+
+    `curve_points` evenly spaced moments get a fragmentation reading; `map_moments` (fractions
+    of the simulated span) a cluster map, and the end state one more.
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        schedulers: Mapping[str, SchedulerFactory] | None = None,
+        *,
+        horizon: float | None = None,
+        sample_interval: float = DEFAULT_SAMPLE_INTERVAL,
+        curve_points: int = 48,
+        map_moments: Sequence[float] = (0.25, 0.5, 0.75),
+        topology_price: TopologyPrice | None = None,
+    ) -> None:
+        self.workload = workload
+        self.schedulers = dict(DEFAULT_SCHEDULERS if schedulers is None else schedulers)
+        self.horizon = horizon
+        self.sample_interval = sample_interval
+        self.topology_price = topology_price
+        end = horizon if horizon is not None else workload.horizon
+        if end is None:
+            end = max((job.submit_time + job.runtime for job in workload.jobs), default=1.0)
+        self.curve = (
+            [end * i / curve_points for i in range(curve_points)] if curve_points > 0 else []
+        )
+        self.maps = [end * fraction for fraction in map_moments]
+
+    @property
+    def names(self) -> list[str]:
+        """The schedulers, in the order given: the columns of the comparison."""
+        return list(self.schedulers)
+
+    def run_one(self, name: str, progress: bool | ProgressSink = False) -> ComparisonRun:
+        """The run of the scheduler `name`; a stopped one raises `SimulationInterrupted`."""
+        factory = self.schedulers[name]
+        observers: list[_Observer] = []
+
+        def observed(state: ClusterState, tree: BudgetTree) -> SchedulerLike:
+            observer = _Observer(factory(state, tree), self.curve, self.maps)
+            observers.append(observer)
+            return observer
+
+        simulation = Simulation(
+            self.workload,
+            observed,
+            horizon=self.horizon,
+            sample_interval=self.sample_interval,
+            progress=progress,
+            scheduler_name=name,
+            topology_price=self.topology_price,
+        )
+        result = simulation.run()
+        observer = observers[0]
+        observer.observe_until(result.end)
+        observer.snapshots.append(snapshot(observer.state, result.end))
+        return ComparisonRun(
+            name=name,
+            result=result,
+            summary=summarize(result),
+            fragmentation=observer.fragmentation,
+            snapshots=observer.snapshots,
+        )
+
+    def task(self, name: str) -> Task[ComparisonRun]:
+        """The run of `name` as a worker's task (see `sim/workers.py`)."""
+        return lambda sink: self.run_one(name, sink)
+
+    def run(self, jobs: int = 1, progress: bool = False) -> dict[str, ComparisonRun]:
+        """Every run: in this process, one after another (`jobs` 1), else on up to `jobs`
+        worker processes, the first scheduler's run handed out first. Ctrl-C or SIGTERM raises
+        `ComparisonInterrupted`."""
+        if jobs <= 1:
+            finished: dict[str, ComparisonRun] = {}
+            for name in self.schedulers:
+                try:
+                    finished[name] = self.run_one(name, progress)
+                except SimulationInterrupted as stop:
+                    raise ComparisonInterrupted(finished, {name: stop.result}) from None
+            return finished
+        tasks = {name: self.task(name) for name in self.schedulers}
+        board = ProgressBoard() if progress else None
+        return self.collect(run_in_workers(tasks, jobs, board))
+
+    def collect(self, outcomes: Outcomes[Any]) -> dict[str, ComparisonRun]:
+        """The runs from what worker processes gave (other tasks may have run beside them):
+        the first error any task raised, else `ComparisonInterrupted` if the tasks were
+        interrupted, else every run, in this comparison's order."""
+        for error in outcomes.raised.values():
+            if not isinstance(error, KeyboardInterrupt):
+                raise error
+        finished = {
+            name: run
+            for name in self.schedulers
+            if isinstance(run := outcomes.finished.get(name), ComparisonRun)
+        }
+        if outcomes.interrupted or outcomes.raised:
+            stopped = {
+                name: error.result
+                for name, error in outcomes.raised.items()
+                if isinstance(error, SimulationInterrupted)
+            }
+            raise ComparisonInterrupted(finished, stopped)
+        return finished
+
+
 def run_comparison(
     workload: Workload,
     schedulers: Mapping[str, SchedulerFactory] | None = None,
@@ -233,54 +361,20 @@ def run_comparison(
     curve_points: int = 48,
     map_moments: Sequence[float] = (0.25, 0.5, 0.75),
     topology_price: TopologyPrice | None = None,
+    jobs: int = 1,
 ) -> dict[str, ComparisonRun]:
-    """Run the same workload through each scheduler (a fresh cluster state and budget tree
-    each; the workload, hence its seed, is shared), in the order given.
-
-    `curve_points` evenly spaced moments get a fragmentation reading; `map_moments` (fractions
-    of the simulated span) a cluster map, and the end state one more.
-    """
-    chosen = dict(DEFAULT_SCHEDULERS if schedulers is None else schedulers)
-    end = horizon if horizon is not None else workload.horizon
-    if end is None:
-        end = max((job.submit_time + job.runtime for job in workload.jobs), default=1.0)
-    curve = [end * i / curve_points for i in range(curve_points)] if curve_points > 0 else []
-    maps = [end * fraction for fraction in map_moments]
-    runs: dict[str, ComparisonRun] = {}
-    for name, factory in chosen.items():
-        observers: list[_Observer] = []
-
-        def observed(
-            state: ClusterState,
-            tree: BudgetTree,
-            factory: SchedulerFactory = factory,
-            observers: list[_Observer] = observers,
-        ) -> SchedulerLike:
-            observer = _Observer(factory(state, tree), curve, maps)
-            observers.append(observer)
-            return observer
-
-        simulation = Simulation(
-            workload,
-            observed,
-            horizon=horizon,
-            sample_interval=sample_interval,
-            progress=progress,
-            scheduler_name=name,
-            topology_price=topology_price,
-        )
-        result = simulation.run()
-        observer = observers[0]
-        observer.observe_until(result.end)
-        observer.snapshots.append(snapshot(observer.state, result.end))
-        runs[name] = ComparisonRun(
-            name=name,
-            result=result,
-            summary=summarize(result),
-            fragmentation=observer.fragmentation,
-            snapshots=observer.snapshots,
-        )
-    return runs
+    """Run the same workload through each scheduler, in this process or on `jobs` worker
+    processes (see `Comparison`); the runs in the order given."""
+    comparison = Comparison(
+        workload,
+        schedulers,
+        horizon=horizon,
+        sample_interval=sample_interval,
+        curve_points=curve_points,
+        map_moments=map_moments,
+        topology_price=topology_price,
+    )
+    return comparison.run(jobs, progress)
 
 
 def compare(

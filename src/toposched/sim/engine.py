@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from types import TracebackType
 from typing import Any
 
 from toposched.cluster.errors import InputError
@@ -15,7 +15,7 @@ from toposched.policy.budget import BudgetTree
 from toposched.sim.backend import SimulatedBackend
 from toposched.sim.events import EventKind, EventQueue
 from toposched.sim.meter import Meter
-from toposched.sim.progress import ProgressBar
+from toposched.sim.progress import ProgressBoard, ProgressReading, ProgressSink
 from toposched.sim.protocol import SchedulerFactory, SchedulerLike, toposched_scheduler
 from toposched.sim.records import SimulationResult
 from toposched.sim.topology_price import Pricing, TopologyPrice
@@ -31,8 +31,8 @@ __all__ = [
 ]
 
 DEFAULT_SAMPLE_INTERVAL = HOUR
-# Runs longer than this many batches of events show a progress bar (when asked for one).
-_PROGRESS_EVERY = 500
+# A run reports its progress (when asked to) every this many batches of events.
+_PROGRESS_EVERY = 100
 
 
 class Simulation:
@@ -52,7 +52,7 @@ class Simulation:
         *,
         horizon: float | None = None,
         sample_interval: float = DEFAULT_SAMPLE_INTERVAL,
-        progress: bool = False,
+        progress: bool | ProgressSink = False,
         scheduler_name: str | None = None,
         cycle_interval: float = 0.0,
         topology_price: TopologyPrice | None = None,
@@ -71,6 +71,8 @@ class Simulation:
         self.horizon = horizon if horizon is not None else workload.horizon
         self.sample_interval = sample_interval
         self.progress = progress
+        """True: a progress bar on stderr; a sink: the run's readings sent there instead (a
+        worker process sends them to the process drawing the bars); False: none."""
         self.scheduler_name = scheduler_name
 
     def run(self) -> SimulationResult:
@@ -151,7 +153,7 @@ class _Run:
     def _loop(self, handlers: dict[int, Callable[[Any, float], bool]]) -> None:
         events, meter, counts = self.events, self.meter, self.backend.counts
         horizon = self.horizon
-        with self._progress_bar() as advance:
+        with self._progress() as advance:
             while events:
                 now = events.next_time()
                 if horizon is not None and now >= horizon:
@@ -180,19 +182,21 @@ class _Run:
                 if advance is not None and counts["batches"] % _PROGRESS_EVERY == 0:
                     advance(now)
 
-    def _progress_bar(self) -> AbstractContextManager[Callable[[float], None] | None]:
-        if not self.simulation.progress:
-            return nullcontext(None)
+    def _progress(self) -> _Progress:
         horizon = self.horizon
         if horizon is not None:
-            return ProgressBar(
-                "day {task.completed:.1f} of {task.total:.1f}",
+            return _Progress(
+                self.simulation.progress,
+                self.simulation.scheduler_name,
+                "day {done:.1f} of {total:.1f}",
                 horizon / DAY,
                 lambda now: min(now, horizon) / DAY,
             )
         # Without a horizon the run ends when the last job does, whenever that is: count jobs.
-        return ProgressBar(
-            "{task.completed:,.0f} of {task.total:,.0f} jobs finished",
+        return _Progress(
+            self.simulation.progress,
+            self.simulation.scheduler_name,
+            "{done:,.0f} of {total:,.0f} jobs finished",
             max(len(self.workload.jobs), 1),
             lambda now: self.backend.finished_jobs(),
         )
@@ -241,6 +245,55 @@ class _Run:
         self.backend.apply(result, now)
 
 
+class _Progress:
+    """A run's progress reports while it lasts: `done(now)` of `total` in the words of `text`
+    (see `ProgressReading`), to a bar of its own on stderr, to a sink, or nowhere. Entered, it
+    gives the run the function to call with the simulated time (None: nothing reported)."""
+
+    def __init__(
+        self,
+        wanted: bool | ProgressSink,
+        name: str | None,
+        text: str,
+        total: float,
+        done: Callable[[float], float],
+    ) -> None:
+        self.wanted = wanted
+        self.name = name
+        self.text = text
+        self.total = total
+        self.done = done
+        self.board: ProgressBoard | None = None
+
+    def __enter__(self) -> Callable[[float], None] | None:
+        wanted = self.wanted
+        if wanted is False:
+            return None
+        sink: ProgressSink
+        if wanted is True:
+            self.board = ProgressBoard().__enter__()
+            sink = self.board.show
+        else:
+            sink = wanted
+        label = "simulating" if self.name is None else f"simulating {self.name}"
+        text, total, done = self.text, self.total, self.done
+
+        def advance(now: float) -> None:
+            sink(ProgressReading(label, text, done(now), total))
+
+        advance(0.0)
+        return advance
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self.board is not None:
+            self.board.__exit__(exc_type, exc, traceback)
+
+
 class SimulationInterrupted(KeyboardInterrupt):
     """A run stopped by Ctrl-C (or SIGTERM turned into it) before its end, with the record of
     what it simulated until then (`result.interrupted` is set)."""
@@ -248,3 +301,7 @@ class SimulationInterrupted(KeyboardInterrupt):
     def __init__(self, result: SimulationResult) -> None:
         super().__init__(f"simulation interrupted at {result.end / DAY:.2f} simulated days")
         self.result = result
+
+    def __reduce__(self) -> tuple[type[SimulationInterrupted], tuple[SimulationResult]]:
+        # Rebuilt from its result when it travels between processes (see `sim/workers.py`).
+        return type(self), (self.result,)

@@ -1,34 +1,53 @@
-"""The simulator's progress bar on stderr."""
+"""The simulator's progress bars on stderr: one per run, drawn from readings that a run in this
+process, or in a worker process (`sim/workers.py`), reports."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from types import TracebackType
+from typing import NamedTuple
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-__all__ = ["ProgressBar"]
+__all__ = ["ProgressBoard", "ProgressReading", "ProgressSink"]
 
 
-class ProgressBar:
-    """A rich progress bar on stderr: `done(now)` of `total`, shown with `text`."""
+class ProgressReading(NamedTuple):
+    """How far the run `label` is: `done` of `total`, in the words of `text`, a `str.format`
+    template with the fields `done` and `total` (e.g. "day {done:.1f} of {total:.1f}")."""
 
-    def __init__(self, text: str, total: float, done: Callable[[float], float]) -> None:
-        self.done = done
+    label: str
+    text: str
+    done: float
+    total: float
+
+    def status(self) -> str:
+        return self.text.format(done=self.done, total=self.total)
+
+
+ProgressSink = Callable[[ProgressReading], None]
+"""Where a run sends its readings."""
+
+
+class ProgressBoard:
+    """Rich progress bars on stderr, one per run (by its readings' label), gone once the board
+    closes. Used as a context manager; a run's bar appears with its first reading."""
+
+    def __init__(self) -> None:
         self.progress = Progress(
-            TextColumn("simulating"),
+            TextColumn("{task.description}"),
             BarColumn(),
-            TextColumn(text),
+            TextColumn("{task.fields[status]}"),
             TimeElapsedColumn(),
             console=Console(stderr=True),
             transient=True,
         )
-        self.task = self.progress.add_task("simulate", total=total)
+        self.tasks: dict[str, TaskID] = {}
 
-    def __enter__(self) -> Callable[[float], None]:
+    def __enter__(self) -> ProgressBoard:
         self.progress.__enter__()
-        return self.advance
+        return self
 
     def __exit__(
         self,
@@ -38,5 +57,12 @@ class ProgressBar:
     ) -> None:
         self.progress.__exit__(exc_type, exc, traceback)
 
-    def advance(self, now: float) -> None:
-        self.progress.update(self.task, completed=self.done(now))
+    def show(self, reading: ProgressReading) -> None:
+        """Move the bar of the reading's run to it (a `ProgressSink`)."""
+        label = reading.label
+        task = self.tasks.get(label)
+        if task is None:
+            task = self.tasks[label] = self.progress.add_task(label, total=reading.total, status="")
+        self.progress.update(
+            task, completed=reading.done, total=reading.total, status=reading.status()
+        )

@@ -129,10 +129,11 @@ class FifoFirstFit(Scheduler):
     orders_owed_first = False
 
     def __init__(self, state: ClusterState, tree: BudgetTree) -> None:
+        self.fifo = SubmitOrderQueue()
         super().__init__(
             state,
             tree,
-            queue=SubmitOrderQueue(),
+            queue=self.fifo,
             policy=FirstFit(),
             max_preemptions_per_cycle=0,
             defragment=False,
@@ -149,7 +150,8 @@ class FifoFirstFit(Scheduler):
 
     def cycle(self, now: float) -> CycleResult:
         result = CycleResult(now)
-        for entry in list(self.queue.ordered(now)):
+        # Only the head is read: a job started leaves the queue, and the next one is the head.
+        while (entry := self.fifo.head(now)) is not None:
             job = self.jobs[entry.job_id]
             result.considered += 1
             result.searches += 1

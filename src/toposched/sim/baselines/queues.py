@@ -94,10 +94,13 @@ class _BaselineQueue:
         """Every pending job, first to run first (a copy: the queue may change meanwhile)."""
         self.clock = max(self.clock, now)
         entries = self._entries
-        for key in list(self._order):
-            entry = entries.get(str(key[-1]))
-            if entry is not None:
-                yield entry
+        # Every key ends with its job's id, and every key has its entry.
+        return iter([entries[str(key[-1])] for key in self._order])
+
+    def head(self, now: float) -> QueueEntry | None:
+        """The pending job first to run (None: none), as `ordered` would give it first."""
+        self.clock = max(self.clock, now)
+        return self._entries[str(self._order[0][-1])] if self._order else None
 
     def ranking(self, now: float) -> Ranking:
         raise ToposchedError("a baseline's queue ranks no accounts: baselines never preempt")
