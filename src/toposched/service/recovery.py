@@ -77,7 +77,7 @@ def recover(
         if moved is not None:
             _renumber(store, records, moved)
         _restore_records(core, records)
-        restore_scheduler(core, lambda record: specs.spec(record.spec), now)
+        restore_scheduler(core, specs.of, now)
         if resume_simulated and isinstance(backend, DryRunBackend):
             _resume_simulated(core, backend)
         apply_reports(core, store.unapplied_reports(), now)
