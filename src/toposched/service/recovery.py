@@ -145,10 +145,12 @@ def _reconcile(core: ServiceCore, now: float) -> None:
     alive = {(run.job_id, run.attempt) for run in core.backend.running()}
     unsent = core.store.unsent_decisions()
     starting = {(d.job_id, d.attempt) for d in unsent if d.kind == "start"}
-    for record in list(core.records.values()):
-        if record.state is not JobState.RUNNING:
-            continue
-        key = (record.job_id, record.attempt)
+    running = {
+        (record.job_id, record.attempt): record
+        for record in core.records.values()
+        if record.state is JobState.RUNNING
+    }
+    for key, record in running.items():
         if key in alive or key in starting:
             continue
         job = core.scheduler.fail(record.job_id, now)
@@ -156,7 +158,7 @@ def _reconcile(core: ServiceCore, now: float) -> None:
         core.event(now, "failed", record, detail="lost by the backend across a restart")
         if record.pending:
             core.event(now, "requeued", record)
-    _stop_orphans(core, alive, unsent)
+    _stop_orphans(core, alive - running.keys(), unsent)
     for decision in unsent:
         command = _resend(core, decision, alive)
         if command is None:
@@ -168,15 +170,13 @@ def _reconcile(core: ServiceCore, now: float) -> None:
 
 
 def _stop_orphans(
-    core: ServiceCore, alive: set[tuple[str, int]], unsent: list[StoredDecision]
+    core: ServiceCore, unknown: set[tuple[str, int]], unsent: list[StoredDecision]
 ) -> None:
-    """Runs the backend still has that the store does not know as running (a store restored
-    from an older backup, a run cancelled or ended while the service was down) are stopped,
-    with the job's grace period where the job is known, so that nothing holds GPUs the
-    scheduler thinks free."""
-    known = {(r.job_id, r.attempt) for r in core.records.values() if r.state is JobState.RUNNING}
-    known |= {(d.job_id, d.attempt) for d in unsent}
-    for job_id, attempt in sorted(alive - known):
+    """Runs the backend still has that the store does not know as running (`unknown`: a store
+    restored from an older backup, a run cancelled or ended while the service was down) are
+    stopped, with the job's grace period where the job is known, so that nothing holds GPUs
+    the scheduler thinks free; but runs of a decision not yet sent."""
+    for job_id, attempt in sorted(unknown - {(d.job_id, d.attempt) for d in unsent}):
         job = core.scheduler.jobs.get(job_id)
         grace_s = 0.0 if job is None else core.scheduler.grace_for(job)
         log.warning(
