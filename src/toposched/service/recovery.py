@@ -15,7 +15,9 @@ the grown model (see `regrow`, which rebuilds the scheduler the same way while i
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from toposched.backends.dry_run import DryRunBackend
 from toposched.backends.protocol import Backend, Launch, NodeWatcher, Stop
@@ -52,8 +54,30 @@ def starter(
     backend: Backend,
     resume_simulated: bool = True,
 ) -> Callable[[float], ServiceCore]:
-    """The loop's first work: `recover(...)` at the loop's `now`."""
-    return lambda now: recover(store, topology, default_tree, backend, now, resume_simulated)
+    """The loop's first work: `recover(...)` at the loop's `now`, holding the interpreter in
+    long slices (`RECOVERY_SWITCH_S`)."""
+
+    def start(now: float) -> ServiceCore:
+        with _long_slices():
+            return recover(store, topology, default_tree, backend, now, resume_simulated)
+
+    return start
+
+
+RECOVERY_SWITCH_S = 0.05
+"""How long the recovering thread runs before the interpreter lets another thread run, instead
+of Python's 5 ms. Meanwhile the HTTP side answers only health and 503s (not ready); with 5 ms
+slices, a client polling for readiness takes a good part of the time the recovery needs."""
+
+
+@contextmanager
+def _long_slices() -> Iterator[None]:
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(max(before, RECOVERY_SWITCH_S))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 def recover(
