@@ -4,6 +4,7 @@ order."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,11 @@ from service_helpers import Server, job
 
 from toposched.cluster.errors import InputError
 from toposched.jobs.spec import JobSpec
+from toposched.scheduler.jobs import JobState
+from toposched.service.documents import accept_job, split_job
+from toposched.service.records import JobRecord
 from toposched.service.restore import RestoredSpecs
+from toposched.service.store import Store
 
 ARGS = ("--cluster", "cluster.yaml", "--budgets", "budgets.yaml", "--backend", "dry-run")
 
@@ -130,3 +135,40 @@ def test_stored_documents_read_back_as_the_specs_a_full_validation_gives() -> No
         specs.spec({**documents[0], "submit_time": "yesterday"})
     with pytest.raises(InputError, match="name"):
         specs.spec({**documents[0], "name": ""})
+
+
+def _stored(store: Store, job_id: str, submit_time: float, text: str) -> None:
+    record = JobRecord(job_id, "research/team-a", 0, JobState.PENDING, None, submit_time)
+    record.spec_text = text
+    store.insert_job(record)
+
+
+def test_stored_texts_read_back_as_the_specs_their_documents_give(tmp_path: Path) -> None:
+    """Records read back hold their documents as text; the specs made from the texts (of
+    a few documents parsed, the others' copies) are those of the documents, whatever the
+    layout of the text."""
+    store = Store(str(tmp_path / "s.db"))
+    texts: list[tuple[str, float, str]] = []
+    for i in range(4):  # as the service writes them: run last, after the submit time
+        fields, run = split_job(job(f"s{i}", expected_runtime="2h", run={"command": [f"t{i}"]}))
+        accepted = accept_job(fields, run, 5.0 + i)
+        assert accepted.text is not None or i == 0
+        texts.append((f"s{i}", 5.0 + i, accepted.text or json.dumps(accepted.document)))
+    for i, required in enumerate(("rack", "rack", "node", None)):  # fields after the time
+        document = {**job(f"t{i}"), "submit_time": 7.0}
+        if required is not None:
+            document["topology"] = {"required": required}
+        texts.append((f"t{i}", 7.0, json.dumps(document)))
+    texts.append(("other", 7.0, json.dumps({**job("n"), "submit_time": 7.0})))
+    texts.append(("late", 8.0, json.dumps({**job("late"), "submit_time": 7.5})))
+    texts.append(("spaced", 7.0, json.dumps({**job("spaced"), "submit_time": 7.0}, indent=1)))
+    with store.transaction():
+        for job_id, submit_time, text in texts:
+            _stored(store, job_id, submit_time, text)
+    specs = RestoredSpecs()
+    for record, (_, _, text) in zip(store.jobs(), texts, strict=True):
+        document = json.loads(text)
+        document.pop("run", None)
+        read, validated = specs.of(record), JobSpec.from_dict(document)
+        assert read == validated and read.model_fields_set == validated.model_fields_set
+    store.close()

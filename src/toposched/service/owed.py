@@ -18,11 +18,13 @@ nor as delivered, and a hard kill loses at most the last minute before it.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from toposched.cluster.units import HOUR
 from toposched.policy.owed import OwedFigures, OwedMeter
 from toposched.scheduler.jobs import Job
+from toposched.service.records import LIVE_STATES
 
 if TYPE_CHECKING:
     from toposched.service.core import ServiceCore
@@ -55,7 +57,7 @@ class OwedBook:
         """`job` was submitted: an allocated job adds what it asks for to its team's demand
         (before the first turn the book is not counting yet: that turn counts every job)."""
         if self.meter is not None:
-            self._add(core, job)
+            self._add_many(core, (job,), {})
 
     def ended(self, job_id: str) -> None:
         """The job ended (finished, failed, cancelled): its team asks for less."""
@@ -70,30 +72,32 @@ class OwedBook:
         else:
             del self._demand[team]
 
-    def _add(
+    def _add_many(
         self,
         core: ServiceCore,
-        job: Job,
-        unallocated_by: dict[tuple[str, float], bool] | None = None,
+        jobs: Iterable[Job],
+        unallocated_by: dict[tuple[str, float], bool],
     ) -> None:
-        """Count the job's GPUs in its team's demand if it is allocated work. `unallocated_by`
-        keeps the answer per (team, min runtime) across calls, for a restart's many jobs."""
-        spec = job.spec
-        team, kind = spec.account, (spec.account, spec.min_runtime)
-        unallocated = None if unallocated_by is None else unallocated_by.get(kind)
-        if unallocated is None:
-            scheduler = core.scheduler
-            unallocated = scheduler.contract.is_unallocated(kind[1], team, scheduler.tree)
-            if unallocated_by is not None:
+        """Count each job's GPUs in its team's demand if it is allocated work, in order.
+        `unallocated_by` keeps the answer per (team, min runtime) across calls, for a
+        restart's many jobs."""
+        asked, demand = self._asked, self._demand
+        scheduler = core.scheduler
+        for job in jobs:
+            spec = job.spec
+            team, kind = spec.account, (spec.account, spec.min_runtime)
+            unallocated = unallocated_by.get(kind)
+            if unallocated is None:
+                unallocated = scheduler.contract.is_unallocated(kind[1], team, scheduler.tree)
                 unallocated_by[kind] = unallocated
-        job_id = job.job_id
-        if unallocated or job_id in self._asked:
-            return
-        gpus = job.gpus
-        if gpus <= 0:
-            return
-        self._asked[job_id] = (team, gpus)
-        self._demand[team] = self._demand.get(team, 0.0) + gpus
+            job_id = spec.name
+            if unallocated or job_id in asked:
+                continue
+            gpus = job.gpus
+            if gpus <= 0:
+                continue
+            asked[job_id] = (team, gpus)
+            demand[team] = demand.get(team, 0.0) + gpus
 
     # --- the clock ------------------------------------------------------------------------------
     def advance(self, core: ServiceCore, now: float) -> None:
@@ -131,12 +135,13 @@ class OwedBook:
         self._saved = now
         # Whether a job is unallocated depends on its team and min runtime only: asked once
         # per pair, not once per live job (100,000 of them at a large restart).
-        unallocated_by: dict[tuple[str, float], bool] = {}
         jobs = core.scheduler.jobs
-        for record in core.records.values():
-            job = jobs.get(record.job_id) if record.live else None
-            if job is not None:
-                self._add(core, job, unallocated_by)
+        live = (
+            jobs.get(record.job_id)
+            for record in core.records.values()
+            if record.state in LIVE_STATES
+        )
+        self._add_many(core, (job for job in live if job is not None), {})
         return meter
 
     def _budgeted(self, core: ServiceCore) -> tuple[str, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -14,6 +14,32 @@ from toposched.cluster.state import Allocation
 from toposched.scheduler.jobs import JobState
 
 LIVE_STATES = (JobState.PENDING, JobState.RUNNING)
+
+
+class _Document:
+    """`JobRecord.spec`: the job document, given as a dict, or None with its JSON text in
+    `spec_text` (a record read back from the store), then parsed when first read: a restart
+    reads a hundred thousand records, and the scheduler's specs come from their texts
+    (`restore.RestoredSpecs`), so that few documents are ever parsed. Setting a document
+    drops the text it may no longer match."""
+
+    @overload
+    def __get__(self, record: None, owner: type) -> _Document: ...
+    @overload
+    def __get__(self, record: JobRecord, owner: type) -> dict[str, Any]: ...
+    def __get__(self, record: JobRecord | None, owner: type) -> dict[str, Any] | _Document:
+        if record is None:
+            raise AttributeError("spec")  # so that the dataclass field has no default
+        document = record._parsed
+        if document is None:
+            assert record.spec_text is not None, "a record has a document or its text"
+            document = record._parsed = json.loads(record.spec_text)
+        return document
+
+    def __set__(self, record: JobRecord, value: dict[str, Any] | None) -> None:
+        record._parsed = value
+        if value is not None:
+            record.spec_text = None
 
 
 @dataclass
@@ -27,8 +53,10 @@ class JobRecord:
     account: str
     priority: int
     state: JobState
-    spec: dict[str, Any]
-    submit_time: float
+    spec: _Document = _Document()
+    # Required all the same: `_Document` on the class raises AttributeError (mypy takes it
+    # for a default).
+    submit_time: float  # type: ignore[misc]
     start_time: float | None = None
     end_time: float | None = None
     attempt: int = 0
@@ -42,7 +70,10 @@ class JobRecord:
     """Submission order, assigned by the store."""
     spec_text: str | None = field(default=None, compare=False, repr=False)
     """`spec` as JSON text, when it was made with the document (a submission of a known
-    shape): the store's first write takes it instead of dumping `spec`, and drops it."""
+    shape: the store's first write takes it instead of dumping `spec`, and drops it), or
+    when the record was read back from the store (`spec` is parsed from it when read)."""
+    _parsed: dict[str, Any] | None = field(default=None, init=False, compare=False, repr=False)
+    """`spec` once given or parsed (None: not yet)."""
 
     @property
     def live(self) -> bool:

@@ -15,7 +15,9 @@ the grown model (see `regrow`, which rebuilds the scheduler the same way while i
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from toposched.backends.dry_run import DryRunBackend
 from toposched.backends.protocol import Backend, Launch, NodeWatcher, Stop
@@ -52,8 +54,30 @@ def starter(
     backend: Backend,
     resume_simulated: bool = True,
 ) -> Callable[[float], ServiceCore]:
-    """The loop's first work: `recover(...)` at the loop's `now`."""
-    return lambda now: recover(store, topology, default_tree, backend, now, resume_simulated)
+    """The loop's first work: `recover(...)` at the loop's `now`, holding the interpreter in
+    long slices (`RECOVERY_SWITCH_S`)."""
+
+    def start(now: float) -> ServiceCore:
+        with _long_slices():
+            return recover(store, topology, default_tree, backend, now, resume_simulated)
+
+    return start
+
+
+RECOVERY_SWITCH_S = 0.05
+"""How long the recovering thread runs before the interpreter lets another thread run, instead
+of Python's 5 ms. Meanwhile the HTTP side answers only health and 503s (not ready); with 5 ms
+slices, a client polling for readiness takes a good part of the time the recovery needs."""
+
+
+@contextmanager
+def _long_slices() -> Iterator[None]:
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(max(before, RECOVERY_SWITCH_S))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 def recover(
@@ -77,7 +101,7 @@ def recover(
         if moved is not None:
             _renumber(store, records, moved)
         _restore_records(core, records)
-        restore_scheduler(core, lambda record: specs.spec(record.spec), now)
+        restore_scheduler(core, specs.of, now)
         if resume_simulated and isinstance(backend, DryRunBackend):
             _resume_simulated(core, backend)
         apply_reports(core, store.unapplied_reports(), now)
@@ -145,10 +169,12 @@ def _reconcile(core: ServiceCore, now: float) -> None:
     alive = {(run.job_id, run.attempt) for run in core.backend.running()}
     unsent = core.store.unsent_decisions()
     starting = {(d.job_id, d.attempt) for d in unsent if d.kind == "start"}
-    for record in list(core.records.values()):
-        if record.state is not JobState.RUNNING:
-            continue
-        key = (record.job_id, record.attempt)
+    running = {
+        (record.job_id, record.attempt): record
+        for record in core.records.values()
+        if record.state is JobState.RUNNING
+    }
+    for key, record in running.items():
         if key in alive or key in starting:
             continue
         job = core.scheduler.fail(record.job_id, now)
@@ -156,7 +182,7 @@ def _reconcile(core: ServiceCore, now: float) -> None:
         core.event(now, "failed", record, detail="lost by the backend across a restart")
         if record.pending:
             core.event(now, "requeued", record)
-    _stop_orphans(core, alive, unsent)
+    _stop_orphans(core, alive - running.keys(), unsent)
     for decision in unsent:
         command = _resend(core, decision, alive)
         if command is None:
@@ -168,15 +194,13 @@ def _reconcile(core: ServiceCore, now: float) -> None:
 
 
 def _stop_orphans(
-    core: ServiceCore, alive: set[tuple[str, int]], unsent: list[StoredDecision]
+    core: ServiceCore, unknown: set[tuple[str, int]], unsent: list[StoredDecision]
 ) -> None:
-    """Runs the backend still has that the store does not know as running (a store restored
-    from an older backup, a run cancelled or ended while the service was down) are stopped,
-    with the job's grace period where the job is known, so that nothing holds GPUs the
-    scheduler thinks free."""
-    known = {(r.job_id, r.attempt) for r in core.records.values() if r.state is JobState.RUNNING}
-    known |= {(d.job_id, d.attempt) for d in unsent}
-    for job_id, attempt in sorted(alive - known):
+    """Runs the backend still has that the store does not know as running (`unknown`: a store
+    restored from an older backup, a run cancelled or ended while the service was down) are
+    stopped, with the job's grace period where the job is known, so that nothing holds GPUs
+    the scheduler thinks free; but runs of a decision not yet sent."""
+    for job_id, attempt in sorted(unknown - {(d.job_id, d.attempt) for d in unsent}):
         job = core.scheduler.jobs.get(job_id)
         grace_s = 0.0 if job is None else core.scheduler.grace_for(job)
         log.warning(

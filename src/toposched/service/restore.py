@@ -5,6 +5,7 @@ resumed at once."""
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -13,6 +14,7 @@ from toposched.backends.dry_run import DryRunBackend, ResumedRun
 from toposched.jobs.spec import JobSpec
 from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
+from toposched.service.records import JobRecord
 
 
 def resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:
@@ -40,10 +42,24 @@ class RestoredSpecs:
     """Job documents read back from the store as specs. A stored document was validated when it
     was accepted; read back, each distinct document apart from its name, submit time and `run`
     is validated once, and the specs of its other jobs are copies with their own name and
-    time (at restart, a store of 100,000 jobs holds a few dozen such documents, not 100,000)."""
+    time (at restart, a store of 100,000 jobs holds a few dozen such documents, not 100,000).
+    A record still holding its document as the text the service stores is known by that text
+    (`_shape_key`), without parsing it."""
 
     def __init__(self) -> None:
         self._by_shape: dict[str, JobSpec] = {}
+        self._by_text: dict[tuple[str, str], JobSpec] = {}
+
+    def of(self, record: JobRecord) -> JobSpec:
+        """The spec of `record`'s job."""
+        key = _shape_key(record)
+        if key is None:
+            return self.spec(record.spec)
+        known = self._by_text.get(key)
+        if known is None:
+            known = self._by_text[key] = self.spec(record.spec)
+            return known
+        return known.with_name_and_time(record.job_id, record.submit_time)
 
     def spec(self, document: Mapping[str, Any]) -> JobSpec:
         shape = dict(document)
@@ -73,3 +89,38 @@ def _plain_name_and_time(name: Any, submit_time: Any) -> bool:
         and (kind is float or kind is int)
         and 0 <= submit_time < math.inf
     )
+
+
+def _shape_key(record: JobRecord) -> tuple[str, str] | None:
+    """What `record`'s document holds but its name, submit time and `run`, as the text it
+    was stored as, where the record holds it as that text (parsing none of it) for its own
+    job id and submit time: `{"name": NAME, ..., "submit_time": TIME, ...}` with `run`, if
+    any, last (the service writes documents so, `documents._Shape.text`). Of two documents of
+    one key, the specs differ only by name and submit time. None for any other text."""
+    text, job_id, submit_time = record.spec_text, record.job_id, record.submit_time
+    if (
+        text is None
+        or '"' in job_id
+        or "\\" in job_id
+        or type(submit_time) is not float
+        or not _plain_name_and_time(job_id, submit_time)
+        # The only "submit_time" is the document's own (a job's fields hold no other).
+        or text.count('"submit_time"') != 1
+    ):
+        return None
+    prefix = f'{{"name": "{job_id}", '
+    time = f', "submit_time": {float.__repr__(submit_time)}'
+    end = text.find(time, len(prefix))
+    if end < 0 or not text.startswith(prefix) or text[-1] != "}":
+        return None
+    middle, tail = text[len(prefix) : end], text[end + len(time) :]
+    if not tail.startswith(_RUN):
+        return middle, tail
+    try:  # `run` is last: what follows its key is one JSON object
+        run = json.loads(tail[len(_RUN) : -1])
+    except ValueError:
+        return None
+    return (middle, "") if isinstance(run, dict) else None
+
+
+_RUN = ', "run": '

@@ -205,7 +205,7 @@ class SqlStore:
     # --- jobs ------------------------------------------------------------------------------
     def insert_job(self, record: JobRecord) -> None:
         record.seq = self._inserted_id(_JOB_INSERT, job_values(record), "seq")
-        record.spec_text = None  # later writes dump the spec as it is then
+        record.spec = record.spec  # its text dropped: later writes dump the spec as it is then
 
     def update_job(self, record: JobRecord, priority: bool = False) -> None:
         """Write the RUN_COLUMNS of a record (and its priority and spec if `priority`)."""
@@ -476,9 +476,9 @@ def report_values(report: Report) -> tuple[Any, ...]:
 
 def jobs_from_rows(rows: Sequence[Sequence[Any]]) -> list[JobRecord]:
     """Records from rows of `seq, JOB_COLUMNS` (shared by both stores). A restart reads a
-    hundred thousand: their documents are parsed as one JSON array, and their allocations'
-    nodes and GPUs gathered into one array each, which every allocation views a part of."""
-    specs = json.loads("[" + ",".join(row[5] for row in rows) + "]")
+    hundred thousand: their documents are kept as text, parsed when read (`JobRecord.spec`),
+    and their allocations' nodes and GPUs gathered into one array each, which every
+    allocation views a part of."""
     allocations = iter(allocations_from_json([row[13] for row in rows if row[13] is not None]))
     states = {str(state): state for state in JobState}
     # Positional: the record's fields are the row's columns, in order (seq last).
@@ -488,7 +488,7 @@ def jobs_from_rows(rows: Sequence[Sequence[Any]]) -> list[JobRecord]:
             row[2],
             row[3],
             states[row[4]],
-            spec,
+            None,
             row[6],
             row[7],
             row[8],
@@ -500,6 +500,7 @@ def jobs_from_rows(rows: Sequence[Sequence[Any]]) -> list[JobRecord]:
             bool(row[14]),
             row[15],
             row[0],
+            row[5],
         )
-        for row, spec in zip(rows, specs, strict=True)
+        for row in rows
     ]
