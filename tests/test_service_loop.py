@@ -20,7 +20,7 @@ from toposched.service.commands import Submission
 from toposched.service.core import ServiceCore
 from toposched.service.documents import body_hash, split_job
 from toposched.service.errors import Conflict, NeverFits
-from toposched.service.loop import YOUNG_COLLECTION_AFTER, Loop
+from toposched.service.loop import MIDDLE_COLLECTION_AFTER, YOUNG_COLLECTION_AFTER, Loop
 from toposched.service.recovery import starter
 from toposched.service.store import Store
 
@@ -350,16 +350,26 @@ def test_a_turn_that_fails_commits_nothing_but_keeps_the_backends_reports(
         assert state_of(loop, "a") == "finished"
 
 
-def test_a_serving_loop_collects_its_youngest_objects_less_often(tmp_path: Path) -> None:
+def test_a_serving_loop_collects_in_short_passes_and_freezes_what_lasts(tmp_path: Path) -> None:
     before = gc.get_threshold()
-    gc.set_threshold(700, *before[1:])
+    gc.set_threshold(700, 10, before[2])
     try:
         with running_loop(tmp_path / "s.db", Clock()) as loop:
             submit(loop, job("a"))
-            assert gc.get_threshold() == (YOUNG_COLLECTION_AFTER, *before[1:])
+            assert gc.get_threshold() == (
+                YOUNG_COLLECTION_AFTER,
+                MIDDLE_COLLECTION_AFTER,
+                before[2],
+            )
+            frozen = gc.get_freeze_count()
+            lasting = [[index] for index in range(1000)]
+            gc.collect(1)
+            submit(loop, job("b"))  # the loop freezes at the end of a turn
+            assert gc.get_freeze_count() >= frozen + len(lasting)
         # Whoever runs the service with collection switched off keeps it off.
         gc.set_threshold(0, *before[1:])
         with running_loop(tmp_path / "s.db", Clock()):
             assert gc.get_threshold()[0] == 0
     finally:
         gc.set_threshold(*before)
+        gc.unfreeze()

@@ -12,9 +12,10 @@
   until a client sees the first `bound` event.
 
 The clients speak HTTP/1.1 on keep-alive sockets themselves (asyncio), so that on a small
-machine most of the CPU goes to the server, not to client libraries. Beside the throughput and
-the restart, the server's own CPU time (per submission; until the first decision) is given,
-read from /proc: on a shared machine it moves far less with the others' load than wall time.
+machine most of the CPU goes to the server, not to client libraries. Beside the throughput, the
+latency and the restart, the server's own CPU time (per submission, split between the HTTP
+thread and the scheduler's loop; until the first decision) is given, read from /proc: on a
+shared machine it moves far less with the others' load than wall time.
 """
 
 from __future__ import annotations
@@ -115,13 +116,21 @@ def _server(folder: Path, store: Path, port: int) -> Iterator[subprocess.Popen[b
             process.wait(10)
 
 
-def _cpu_seconds(process: subprocess.Popen[bytes]) -> float | None:
-    """CPU seconds the server used so far, all threads (user + system; from /proc, None where
-    there is none). On a shared machine it varies less with the load than wall time."""
+def _cpu_seconds(process: subprocess.Popen[bytes]) -> tuple[float, float] | None:
+    """CPU seconds the server used so far (user + system; from /proc, None where there is
+    none): its main thread, which runs the HTTP server's event loop, and its other threads
+    (the scheduler's loop, nearly all of it). On a shared machine CPU time varies less with the
+    load than wall time."""
     try:
-        fields = Path(f"/proc/{process.pid}/stat").read_text().rpartition(")")[2].split()
+        every = _stat_seconds(Path(f"/proc/{process.pid}/stat"))
+        main = _stat_seconds(Path(f"/proc/{process.pid}/task/{process.pid}/stat"))
     except OSError:
         return None
+    return main, every - main
+
+
+def _stat_seconds(path: Path) -> float:
+    fields = path.read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -273,7 +282,9 @@ def _submissions(folder: Path, quick: bool) -> list[Measurement]:
         cpu_after = _cpu_seconds(process)
         rate = throughput_jobs / elapsed
         bodies = _bodies("lat", int(RATE_TARGET * latency_s))
+        latency_cpu_before = _cpu_seconds(process)
         sent, sending_s = asyncio.run(_open_loop(port, bodies, RATE_TARGET))
+        latency_cpu_after = _cpu_seconds(process)
         time.sleep(1.0)  # the last decisions and reports are stored
         started = {
             e["job"]: e["time"]
@@ -294,13 +305,14 @@ def _submissions(folder: Path, quick: bool) -> list[Measurement]:
             1 / RATE_TARGET,
             per_second=round(rate),
             jobs=throughput_jobs,
-            server_cpu_ms=_per_item_ms(cpu_before, cpu_after, throughput_jobs),
+            **_per_item_ms(cpu_before, cpu_after, throughput_jobs),
         ),
         _single(
             f"submit-to-decision latency p50 at {offered:,.0f}/s offered",
             p50,
             None,
             jobs=len(latencies),
+            **_per_item_ms(latency_cpu_before, latency_cpu_after, len(bodies)),
         ),
         _single(
             f"submit-to-decision latency p99 at {offered:,.0f}/s offered",
@@ -312,10 +324,19 @@ def _submissions(folder: Path, quick: bool) -> list[Measurement]:
     ]
 
 
-def _per_item_ms(before: float | None, after: float | None, items: int) -> float | None:
+def _per_item_ms(
+    before: tuple[float, float] | None, after: tuple[float, float] | None, items: int
+) -> dict[str, float | None]:
+    """The server's CPU per item between two `_cpu_seconds`: all of it, the HTTP thread's
+    and the scheduler loop's."""
     if before is None or after is None:
-        return None
-    return round(1000 * (after - before) / items, 3)
+        return {"server_cpu_ms": None}
+    http, loop = (1000 * (end - begin) / items for begin, end in zip(before, after, strict=True))
+    return {
+        "server_cpu_ms": round(http + loop, 3),
+        "http_thread_cpu_ms": round(http, 3),
+        "loop_cpu_ms": round(loop, 3),
+    }
 
 
 def fill_store(path: Path, pending: int, now: float, max_running: int | None = None) -> int:
@@ -426,7 +447,7 @@ def _restart(folder: Path, quick: bool) -> Measurement:
         decided_s,
         RESTART_TARGET_S,
         ready_s=round(ready_s or decided_s, 2),
-        server_cpu_s=None if cpu_s is None else round(cpu_s, 2),
+        server_cpu_s=None if cpu_s is None else round(sum(cpu_s), 2),
         store_fill_s=round(fill_s, 1),
     )
 

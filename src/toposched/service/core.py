@@ -5,11 +5,20 @@ inside the loop's open transaction, so nothing is seen or sent before it is comm
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from toposched.backends.protocol import Backend, Launch, PodLaunch, Report, ReportKind, Stop
+from toposched.backends.protocol import (
+    Backend,
+    Launch,
+    NodeWatcher,
+    PodLaunch,
+    Report,
+    ReportKind,
+    Stop,
+)
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, Health
 from toposched.jobs.spec import JobSpec
@@ -49,6 +58,12 @@ class ServiceCore:
     """Whether anything changed since the last cycle (a cycle runs only then, or on a tick)."""
     owed: OwedBook = field(default_factory=OwedBook)
     """Owed and delivered GPU-hours per team, advanced by the loop at each turn."""
+
+    @functools.cached_property
+    def node_watcher(self) -> NodeWatcher | None:
+        """The backend if it follows its nodes, else None: asked once, since the check against
+        a runtime protocol costs tens of microseconds and the loop needs it at every turn."""
+        return self.backend if isinstance(self.backend, NodeWatcher) else None
 
     # --- records ---------------------------------------------------------------------------
     def record(self, job_id: str) -> JobRecord:

@@ -33,13 +33,20 @@ T = TypeVar("T")
 Clock = Callable[[], float]
 log = logging.getLogger("toposched.service")
 _MAX_BATCH = 10_000
-YOUNG_COLLECTION_AFTER = 20_000
+YOUNG_COLLECTION_AFTER = 5_000
 """Objects allocated (net of those freed) between collections of the collector's youngest
-generation while the loop serves, instead of Python's 700. A submission leaves about 40
-objects behind, so at 700 the collector ran every 17 submissions, the middle generation every
-170 and the full collection, which scans every object not frozen (15-280 ms each in
-`toposched bench serve`), every 3,000: the submissions' slowest answers. Cyclic garbage waits
-a little longer; the rest is freed by reference counting as ever."""
+generation while the loop serves, instead of Python's 700 (a submission leaves about 40
+objects behind: at 700 the collector ran every 17 submissions)."""
+MIDDLE_COLLECTION_AFTER = 2
+"""Collections of the youngest generation between two of the middle one, instead of 10. What
+survives a collection of the middle generation is the service's lasting state (job records,
+the scheduler's jobs): the loop freezes it (`gc.freeze`) at the end of its turn (`_Freezer`),
+so that no later collection scans it again. Each collection then scans a few thousand young
+objects, a pause of a millisecond or two; left to the collector, a middle collection scanned
+10 x 20,000 survivors and a full one every object since the start, pauses of 100-300 ms in
+`toposched bench serve`, where a submission's slowest answers came from. Frozen objects are
+still freed by reference counting, as nearly all are; only cyclic garbage among them would
+stay, and the service makes next to none (its collections find no cycles to free)."""
 
 
 Outcome = tuple[bool, Any]
@@ -93,6 +100,23 @@ class _Waiters:
             except RuntimeError:  # that event loop closed: nobody waits for these answers
                 log.warning("%d answers for a closed event loop were dropped", len(answers))
         self._by_loop = {}
+
+
+class _Freezer:
+    """A garbage collector callback: after a collection of the middle or oldest generation,
+    `freeze_if_due` (called by the loop between turns) freezes what survived it."""
+
+    def __init__(self) -> None:
+        self.due = False
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "stop" and info["generation"] >= 1:
+            self.due = True
+
+    def freeze_if_due(self) -> None:
+        if self.due:
+            self.due = False
+            gc.freeze()
 
 
 class LoopObserver(Protocol):
@@ -184,8 +208,8 @@ class Loop:
         hundred thousand and frees none, so every collection meanwhile would be a wasted pass
         over all of them. What it built is then frozen out of the collector's sight
         (`gc.freeze`): later collections do not scan it again and again (objects freed by
-        reference counting, as nearly all are, are freed as usual). Then the youngest
-        generation is collected less often (`YOUNG_COLLECTION_AFTER`)."""
+        reference counting, as nearly all are, are freed as usual). Then the collector runs
+        as `YOUNG_COLLECTION_AFTER` and `MIDDLE_COLLECTION_AFTER` say."""
         gc.disable()
         try:
             return self._start_core(self.clock())
@@ -194,9 +218,21 @@ class Loop:
             gc.freeze()
             young, middle, old = gc.get_threshold()
             if young > 0:  # 0: collection switched off by whoever runs the service
-                gc.set_threshold(max(young, YOUNG_COLLECTION_AFTER), middle, old)
+                gc.set_threshold(
+                    max(young, YOUNG_COLLECTION_AFTER), min(middle, MIDDLE_COLLECTION_AFTER), old
+                )
 
     def _serve(self, core: ServiceCore) -> None:
+        freezer = _Freezer()
+        if gc.get_threshold()[0] > 0:
+            gc.callbacks.append(freezer)
+        try:
+            self._serve_turns(core, freezer)
+        finally:
+            if freezer in gc.callbacks:
+                gc.callbacks.remove(freezer)
+
+    def _serve_turns(self, core: ServiceCore, freezer: _Freezer) -> None:
         next_tick = time.monotonic()
         while not self._stopping.is_set():
             batch = self._drain(max(0.0, next_tick - time.monotonic()))
@@ -210,6 +246,7 @@ class Loop:
                 batch = []
             started = time.monotonic()
             result = self._turn(core, batch, now, tick)
+            freezer.freeze_if_due()
             if result is not None:
                 self.cycles += 1
                 if self.observer is not None:

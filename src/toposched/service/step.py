@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from toposched.backends.protocol import NodeWatcher, Report, ReportKind
+from toposched.backends.protocol import Report, ReportKind
 from toposched.cluster.state import Health
 from toposched.scheduler.core import CycleResult
 from toposched.scheduler.decisions import Bind, Evict
@@ -46,11 +46,12 @@ def follow_nodes(core: ServiceCore, now: float) -> None:
     """Node health the backend saw change (a Ray node lost or back) becomes the node's health,
     in the caller's transaction; a node back is made healthy only if it was down (an
     operator's drain or cordon stays). Nodes that joined grow the cluster model first."""
-    if not isinstance(core.backend, NodeWatcher):
+    watcher = core.node_watcher
+    if watcher is None:
         return
     try:
-        changes = core.backend.node_changes()
-        grown = core.backend.grown_model()
+        changes = watcher.node_changes()
+        grown = watcher.grown_model()
     except Exception:  # any backend error: the service keeps serving
         log.exception("the backend's node changes failed; trying again at the next turn")
         return
