@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from test_trial_take import allocated, assert_same, busy_state, one_model, two_models
 
 from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
-from toposched.cluster.statement import Statement
+from toposched.cluster.statement import Statement, Taken
 from toposched.cluster.topology import Topology
 from toposched.cluster.trials import WholeNodesTaken
 
@@ -87,7 +87,7 @@ def test_a_take_of_whole_node_pods_equals_an_allocation_and_rolls_back(
     statement = Statement(state)
     statement.take(allocation, fresh=True)
     taken = statement.operations[-1]
-    assert isinstance(taken.before, WholeNodesTaken)
+    assert isinstance(taken, Taken) and isinstance(taken.before, WholeNodesTaken)
     assert_same(expected, state.snapshot())
     statement.discard()
     assert_same(before, state.snapshot())
@@ -103,9 +103,9 @@ def test_whole_racks_move_rack_by_rack() -> None:
     assert expected is not None
     statement = Statement(state)
     statement.take(allocation, fresh=True)
-    taken = statement.operations[-1].before
-    assert isinstance(taken, WholeNodesTaken)
-    [(_, runs)] = taken.parts
+    taken = statement.operations[-1]
+    assert isinstance(taken, Taken) and isinstance(taken.before, WholeNodesTaken)
+    [(_, runs)] = taken.before.parts
     racks = state.topology.n_domains(len(state.topology.domain_levels) - 1)
     assert runs.shape[0] == racks and runs[:, 1].all()
     assert_same(expected, state.snapshot())
