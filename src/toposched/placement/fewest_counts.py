@@ -9,7 +9,13 @@ from numpy.typing import NDArray
 
 from toposched.cluster.topology import Topology
 from toposched.placement.capacity import CapacityView
-from toposched.placement.count_kernels import SMAWK_RUNS, knapsack_by_runs, knapsack_every_count
+from toposched.placement.count_kernels import (
+    SMAWK_RUNS,
+    backtrack_by_runs,
+    knapsack_by_runs,
+    knapsack_every_count,
+    running_sums,
+)
 from toposched.placement.fewest import IMPOSSIBLE, convolve_tables
 from toposched.placement.request import GangRequest
 
@@ -99,7 +105,8 @@ class FewestByCount:
         outer, inner = self.preferred, self.preferred + 1
         limit = inside_count - 1
         inner_lo, inner_hi = topology.descendants(level, domain, inner)
-        if not _fewer_may_reach(view.at(inner, inner_lo, inner_hi), limit, need, quick=True):
+        inner_capacity = view.at(inner, inner_lo, inner_hi)
+        if not _fewer_may_reach(inner_capacity, limit, need, quick=True):
             return None  # no choice of preferred domains does better (the large-gang case)
         lo, hi = topology.descendants(level, domain, outer)
         capacity = view.at(outer, lo, hi)
@@ -117,7 +124,7 @@ class FewestByCount:
         bounds = topology.descendant_bounds(outer, inner)
         first, last = bounds[lo + candidates], bounds[lo + candidates + 1]
         span_lo = int(first[0])
-        span = view.at(inner, span_lo, int(last[-1]))
+        span = inner_capacity[span_lo - inner_lo : int(last[-1]) - inner_lo]
         counts = last - first
         offsets = np.cumsum(counts) - counts
         index = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
@@ -129,13 +136,15 @@ class FewestByCount:
         # Domains are never empty, so no reduceat segment is.
         widths = np.minimum(np.add.reduceat(children > 0, offsets), limit) + 1
         granule = self.request.granule(outer)
-        kernels, picks, runs = _running_sums(children, offsets, counts, widths)
+        sums, starts, flat_picks, runs = running_sums(children, offsets, counts, widths)
+        kernels = [sums[starts[i] : starts[i + 1]] for i in range(offsets.size)]
+        picks = [flat_picks[starts[i] - i : starts[i + 1] - i - 1] for i in range(offsets.size)]
         # When every child holds whole granules, each domain's running sum is linear over every
         # run of children of equal capacity, and the knapsack merges it run by run.
         linear = bool((children % granule == 0).all())
         if linear and k * (limit + 1) * runs <= MAX_RUN_CELLS:
-            tables = knapsack_over_runs(kernels, k, limit)
-            taken_counts = _backtrack_runs(tables, kernels, k, need)
+            tables = knapsack_by_runs(sums, starts, k, limit, SMAWK_RUNS)
+            taken_counts = _backtrack_runs(tables, sums, starts, k, need)
         elif (
             k * (limit + 1) * int(widths.sum()) <= MAX_EVERY_COUNT_CELLS
             and k * (limit + 1) * widths.size <= MAX_EVERY_COUNT_CHOICES
@@ -406,13 +415,17 @@ def knapsack_over_runs(
 
 
 def _backtrack_runs(
-    tables: IntArray, kernels: list[IntArray], k: int, need: int
+    tables: IntArray, sums: IntArray, starts: IntArray, k: int, need: int
 ) -> list[int] | None:
-    """Children taken in each domain of a least placement, from `knapsack_over_runs`."""
+    """Children taken in each domain of a least placement, from `knapsack_by_runs` over the
+    running sums `sums` (domain i's at `starts[i]:starts[i + 1]`)."""
     reach = tables[-1][k]
     if reach[-1] < need:
         return None
-    return backtrack_runs(tables, kernels, k, int(np.searchsorted(reach, need)))
+    taken: list[int] = backtrack_by_runs(
+        tables, sums, starts, k, int(np.searchsorted(reach, need))
+    ).tolist()
+    return taken
 
 
 def backtrack_runs(
@@ -420,19 +433,12 @@ def backtrack_runs(
 ) -> list[int]:
     """Children taken in each domain by a choice reaching `tables[-1][domains, children]` (the
     most pods on at most that many domains and children, from `knapsack_over_runs`)."""
-    taken_counts = [0] * len(kernels)
-    d, j = domains, children
-    for i in range(len(kernels) - 1, -1, -1):
-        value = int(tables[i + 1][d, j])
-        if d == 0 or value == int(tables[i][d, j]):
-            continue  # not using domain i reaches it
-        kernel = kernels[i]
-        most = min(j, kernel.size - 1)
-        options = tables[i][d - 1, j - np.arange(1, most + 1)] + kernel[1 : most + 1]
-        taken = int(np.flatnonzero(options == value)[0]) + 1
-        taken_counts[i] = taken
-        d, j = d - 1, j - taken
-    return taken_counts
+    sizes = np.array([kernel.size for kernel in kernels], dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    taken: list[int] = backtrack_by_runs(
+        tables, np.concatenate(kernels), starts, domains, children
+    ).tolist()
+    return taken
 
 
 def _counts_cost_less(count_cells: int, slice_cells: int) -> bool:
@@ -485,27 +491,3 @@ def _fill_in_order(capacity: IntArray, amount: int) -> IntArray:
 def _max_plus(left: IntArray, right: IntArray, limit: int) -> tuple[IntArray, IntArray]:
     """(max, +) convolution of two count tables, up to `limit` domains (see `convolve_tables`)."""
     return convolve_tables(left, right, limit, UNREACHABLE, maximise=True)
-
-
-def _running_sums(
-    children: IntArray, offsets: IntArray, counts: IntArray, widths: IntArray
-) -> tuple[list[IntArray], list[IntArray], int]:
-    """For each domain (its children's capacities at `offsets[i]`, `counts[i]` of them): the
-    running sums of its largest `widths[i] - 1` children from 0, the positions of those children
-    largest first, and over all domains the runs of equal capacity the knapsack merges (each
-    domain's counted up to `SMAWK_RUNS`)."""
-    kernels: list[IntArray] = []
-    picks: list[IntArray] = []
-    runs = 0
-    for i in range(offsets.size):
-        own = children[offsets[i] : offsets[i] + counts[i]]
-        pick = np.argsort(-own, kind="stable")[: int(widths[i]) - 1]
-        ranked_children = own[pick]
-        own_runs = int(np.count_nonzero(ranked_children[1:] != ranked_children[:-1])) + 1
-        # Beyond SMAWK_RUNS runs, a domain's merge costs about that many runs (SMAWK).
-        runs += min(own_runs, SMAWK_RUNS)
-        kernel = np.zeros(pick.size + 1, dtype=np.int64)
-        kernel[1:] = np.cumsum(ranked_children)
-        kernels.append(kernel)
-        picks.append(pick)
-    return kernels, picks, runs
