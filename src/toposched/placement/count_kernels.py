@@ -257,3 +257,36 @@ def backtrack_by_runs(
         taken[i] = m
         d, j = d - 1, j - m
     return taken
+
+
+@njit(cache=True, nogil=True)
+def shares_largest_first(
+    children: np.ndarray,
+    offsets: np.ndarray,
+    picks: np.ndarray,
+    starts: np.ndarray,
+    taken: np.ndarray,
+    amounts: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where `amounts[i]` pods go among the `taken[i]` children domain i takes (its largest,
+    at `picks` as `running_sums` lists them): each child filled whole in turn, the last with
+    the rest. Returns the children with pods (positions in `children`) and their pods, domain
+    after domain."""
+    size = 0
+    for i in range(taken.size):
+        size += taken[i]
+    positions = np.empty(size, dtype=np.int64)
+    pods = np.empty(size, dtype=np.int64)
+    filled = 0
+    for i in range(taken.size):
+        before = 0
+        for m in range(taken[i]):
+            position = offsets[i] + picks[starts[i] - i + m]
+            capacity = children[position]
+            share = min(max(amounts[i] - before, 0), capacity)
+            before += capacity
+            if share > 0:
+                positions[filled] = position
+                pods[filled] = share
+                filled += 1
+    return positions[:filled], pods[:filled]

@@ -15,6 +15,7 @@ from toposched.placement.count_kernels import (
     knapsack_by_runs,
     knapsack_every_count,
     running_sums,
+    shares_largest_first,
 )
 from toposched.placement.fewest import IMPOSSIBLE, convolve_tables
 from toposched.placement.request import GangRequest
@@ -112,12 +113,11 @@ class FewestByCount:
         capacity = view.at(outer, lo, hi)
         # Only domains that reach the gang with the k-1 largest others can be in a cover.
         k = preferred_count
-        order = np.argsort(-capacity, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.size)
-        ranked = capacity[order]
+        ranked = np.sort(capacity)[::-1]
         top_before, top_k = int(ranked[: k - 1].sum()), int(ranked[:k].sum())
-        others = np.where(rank < k - 1, top_k - capacity, top_before)
+        # Beside one of the k-1 largest, the rest of the k largest; beside any other, the k-1
+        # largest (for one as large as the k-th, both are the same).
+        others = np.where(capacity >= ranked[k - 1], top_k - capacity, top_before)
         candidates = np.flatnonzero((capacity > 0) & (capacity + others >= need))
         if candidates.size > MAX_COUNT_TABLES:
             return None
@@ -138,7 +138,6 @@ class FewestByCount:
         granule = self.request.granule(outer)
         sums, starts, flat_picks, runs = running_sums(children, offsets, counts, widths)
         kernels = [sums[starts[i] : starts[i + 1]] for i in range(offsets.size)]
-        picks = [flat_picks[starts[i] - i : starts[i + 1] - i - 1] for i in range(offsets.size)]
         # When every child holds whole granules, each domain's running sum is linear over every
         # run of children of equal capacity, and the knapsack merges it run by run.
         linear = bool((children % granule == 0).all())
@@ -158,16 +157,11 @@ class FewestByCount:
             return None
         amounts = [int(kernels[i][m]) for i, m in enumerate(taken_counts)]
         _trim(amounts, sum(amounts) - need)
-        domains: list[IntArray] = []
-        pods: list[IntArray] = []
-        for i, amount in enumerate(amounts):
-            if amount:
-                own = index[offsets[i] : offsets[i] + counts[i]] + span_lo
-                chosen = picks[i][: taken_counts[i]]
-                share = _fill_in_order(children[offsets[i] + chosen], amount)
-                domains.append(own[chosen][share > 0])
-                pods.append(share[share > 0])
-        return Shares(inner, np.concatenate(domains), np.concatenate(pods))
+        taken = np.array(taken_counts, dtype=np.int64)
+        positions, pods = shares_largest_first(
+            children, offsets, flat_picks, starts, taken, np.array(amounts, dtype=np.int64)
+        )
+        return Shares(inner, index[positions] + span_lo, pods)
 
     # --- a slice layer between required and preferred ----------------------------------------
     def fewer_preferred(self, level: int, domain: int, preferred_count: int) -> Shares | None:
@@ -479,13 +473,6 @@ def _fill_largest_first(capacity: IntArray, amount: int) -> IntArray:
     result: IntArray = np.empty_like(ranked)
     result[order] = np.minimum(np.maximum(amount - before, 0), ranked)
     return result
-
-
-def _fill_in_order(capacity: IntArray, amount: int) -> IntArray:
-    """`_fill_largest_first` of capacities already largest first (a domain's picks)."""
-    before = np.cumsum(capacity) - capacity
-    filled: IntArray = np.minimum(np.maximum(amount - before, 0), capacity)
-    return filled
 
 
 def _max_plus(left: IntArray, right: IntArray, limit: int) -> tuple[IntArray, IntArray]:
