@@ -18,7 +18,7 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.health import Health
 from toposched.cluster.rows import SavedRows
 from toposched.cluster.state import ClusterState
-from toposched.cluster.trials import Before, RowsBefore
+from toposched.cluster.trials import Before, RowsBefore, WholeNodesTaken
 
 
 class OperationKind(Enum):
@@ -126,7 +126,7 @@ class Taken:
     """Resources taken though nobody holds them (a what-if of a placement)."""
 
     kind: ClassVar[OperationKind] = OperationKind.TAKE
-    before: RowsBefore
+    before: RowsBefore | WholeNodesTaken
 
     def undo(self, state: ClusterState) -> None:
         state.put_back(self.before)
@@ -203,7 +203,8 @@ class Statement:
         see the room left (e.g. a job's later pod sets beside its earlier ones); the
         aggregates move. Checked first unless `fresh`: a placement a search found on this
         state, which nothing changed since. Copies of the rows are put back on rollback
-        (cheaper than giving the resources back for tens of thousands of nodes)."""
+        (cheaper than giving the resources back for tens of thousands of nodes), but for a
+        fresh placement of whole-node pods, whose nodes get every GPU back."""
         self._open()
         self.operations.append(Taken(self.state.trial_take(allocation, fresh)))
 

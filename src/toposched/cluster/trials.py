@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 from numpy.typing import NDArray
 
 from toposched.cluster import kernels
@@ -47,7 +48,18 @@ class RangeBefore:
     """Each array changed, with a copy of its rows first..last-1."""
 
 
-Before = RowsBefore | GpuRowsBefore | RangeBefore
+@dataclass(frozen=True, eq=False)
+class WholeNodesTaken:
+    """Whole-node pods taken by a fresh what-if (`TrialReleases.trial_take`): each part's nodes,
+    CPU and memory per pod, and the runs its take moved (`take_whole_nodes`); undone by giving
+    every GPU of those nodes back, which is how they were."""
+
+    parts: list[tuple[Allocation, NDArray[np.int64]]]
+    """Each part with its runs: a row per run, its first pod, whether it was a whole
+    innermost domain, and the idle nodes it took away."""
+
+
+Before = RowsBefore | GpuRowsBefore | RangeBefore | WholeNodesTaken
 """What a trial release or a bulk release kept, to be undone by `TrialReleases.put_back`."""
 
 
@@ -98,7 +110,7 @@ class TrialReleases(HoldingChanges):
         self._apply_many(parts, +1)
         return RowsBefore(nodes, saved)
 
-    def trial_take(self, allocation: Allocation, fresh: bool) -> RowsBefore:
+    def trial_take(self, allocation: Allocation, fresh: bool) -> RowsBefore | WholeNodesTaken:
         """Take the resources of `allocation` though nobody holds it (a what-if of a
         placement, for later searches to see); every level's aggregates move. Checked first,
         each set against what the sets before it left, unless `fresh`: a placement a search
@@ -107,6 +119,8 @@ class TrialReleases(HoldingChanges):
         fields = [
             f"allocation.sets[{i}]" if allocation.sets else "allocation" for i in range(len(parts))
         ]
+        if fresh and self._whole_nodes(parts):
+            return self._take_whole_nodes(parts)
         if not fresh:
             for part, field in zip(parts, fields, strict=True):
                 self._validate_shape(part, field)  # its nodes are rows to keep
@@ -136,6 +150,35 @@ class TrialReleases(HoldingChanges):
             self.put_back(before)
             raise
         return before
+
+    def _whole_nodes(self, parts: list[Allocation]) -> bool:
+        """Whether every pod of `parts` holds every GPU of its node (whole-node pods)."""
+        width = self.gpu_free_milli.shape[1]
+        return all(
+            part.gpu_milli == MILLI_PER_GPU and part.gpus.shape[1] == width for part in parts
+        )
+
+    def _take_whole_nodes(self, parts: list[Allocation]) -> WholeNodesTaken:
+        """`trial_take` of whole-node pods a search found on this state (every GPU of their
+        nodes free): compiled, run by run of a rack's nodes, nothing copied; undone by giving
+        every GPU back. A gang of whole racks moves by the racks' totals alone."""
+        self.version += 1
+        topology = self.topology
+        taken = []
+        for part in parts:
+            self._changes += 1
+            runs = take_whole_nodes(
+                part.nodes,
+                part.cpu_milli,
+                part.memory_mib,
+                self._kernel_arrays(),
+                topology.node_domain[-1],
+                topology.domain_starts[-1],
+                self._changed_at,
+                self._changes,
+            )
+            taken.append((part, runs))
+        return WholeNodesTaken(taken)
 
     def trial_free_on_nodes(self, parts: list[Allocation], first: int, last: int) -> RangeBefore:
         """Free the pods of `parts` on nodes first..last-1 in the node arrays alone (GPUs,
@@ -174,7 +217,19 @@ class TrialReleases(HoldingChanges):
     def put_back(self, before: Before) -> None:
         """Undo the change that kept `before`: every row it moved is as it was, exactly."""
         self.version += 1
-        if isinstance(before, GpuRowsBefore):
+        if isinstance(before, WholeNodesTaken):
+            for part, runs in reversed(before.parts):
+                self._changes += 1
+                give_back_whole_nodes(
+                    part.nodes,
+                    part.cpu_milli,
+                    part.memory_mib,
+                    self._kernel_arrays(),
+                    runs,
+                    self._changed_at,
+                    self._changes,
+                )
+        elif isinstance(before, GpuRowsBefore):
             self._changed(before.nodes)
             kernels.set_gpu_rows(before.nodes, before.milli, self._kernel_arrays())
         elif isinstance(before, RowsBefore):
@@ -185,3 +240,187 @@ class TrialReleases(HoldingChanges):
             self._changed(slice(before.first, before.last))
             for array, rows in before.arrays:
                 array[before.first : before.last] = rows
+
+
+# Columns of a run of `take_whole_nodes`: its first pod, whether it is a whole innermost
+# domain, and the idle nodes it took away.
+_RUN_FIRST, _RUN_WHOLE_DOMAIN, _RUN_IDLE = range(3)
+# Columns of the per-domain totals (`kernels.WHOLE` ...).
+_WHOLE, _MILLI, _IDLE, _CPU, _MEMORY = range(5)
+
+
+@njit(cache=True, nogil=True)
+def take_whole_nodes(
+    nodes: np.ndarray,
+    cpu_milli: int,
+    memory_mib: int,
+    arrays: kernels.StateArrays,
+    node_leaf: np.ndarray,
+    leaf_starts: np.ndarray,
+    changed_at: np.ndarray,
+    change: int,
+) -> np.ndarray:
+    """Take the resources of whole-node pods on `nodes` (distinct; every GPU of each free
+    now), the domains moving once per run of nodes in one innermost domain; returns the runs
+    (columns `_RUN_*`) for `give_back_whole_nodes`. A run that is a whole innermost domain
+    whose nodes are all open (a large gang's whole racks) moves by its domain's own totals,
+    without reading its nodes; each node's `changed_at` becomes `change`."""
+    free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
+    cpu_capacity, memory_capacity = arrays[5:7]
+    closed, node_rows, gpu_model, hist, totals = arrays[7:]
+    leaf = node_rows.shape[1] - 1
+    width = gpu_free_milli.shape[1]
+    runs = np.empty((nodes.size, 3), dtype=np.int64)
+    moved = np.zeros(hist.shape[1], dtype=np.int64)
+    n_runs = 0
+    start = 0
+    while start < nodes.size:
+        first = nodes[start]
+        domain = node_leaf[first]
+        lo, hi = leaf_starts[domain], leaf_starts[domain + 1]
+        row = node_rows[first, leaf]
+        whole_domain = first == lo and start + hi - lo <= nodes.size
+        if whole_domain:
+            for k in range(hi - lo):
+                if nodes[start + k] != lo + k:
+                    whole_domain = False
+                    break
+        if whole_domain:
+            at_width = 0
+            for model in range(moved.size):
+                moved[model] = hist[row, model, width]
+                at_width += moved[model]
+            whole_domain = at_width == hi - lo
+        if whole_domain:
+            stop = start + hi - lo
+            count = hi - lo
+            idle = totals[row, _IDLE]
+            _set_node_range(lo, hi, -1, cpu_milli, memory_mib, arrays, changed_at, change)
+        else:
+            stop, count, idle = start, 0, 0
+            for model in range(moved.size):
+                moved[model] = 0
+            while stop < nodes.size and node_leaf[nodes[stop]] == domain:
+                node = nodes[stop]
+                stop += 1
+                if closed[node] == 0:
+                    count += 1
+                    moved[gpu_model[node]] += 1
+                    if (
+                        free_cpu_milli[node] == cpu_capacity[node]
+                        and free_memory_mib[node] == memory_capacity[node]
+                    ):
+                        idle += 1
+                _set_node_range(
+                    node, node + 1, -1, cpu_milli, memory_mib, arrays, changed_at, change
+                )
+        runs[n_runs, _RUN_FIRST] = start
+        runs[n_runs, _RUN_WHOLE_DOMAIN] = whole_domain
+        runs[n_runs, _RUN_IDLE] = idle
+        n_runs += 1
+        _move_domains(first, count, idle, moved, -1, cpu_milli, memory_mib, arrays)
+        start = stop
+    return runs[:n_runs]
+
+
+@njit(cache=True, nogil=True)
+def give_back_whole_nodes(
+    nodes: np.ndarray,
+    cpu_milli: int,
+    memory_mib: int,
+    arrays: kernels.StateArrays,
+    runs: np.ndarray,
+    changed_at: np.ndarray,
+    change: int,
+) -> None:
+    """Undo `take_whole_nodes` of the same pods, which returned `runs`, on the state it left:
+    every GPU of each node free again, its CPU and memory given back, the domains moved back."""
+    closed, node_rows, gpu_model, hist = arrays[7:11]
+    leaf = node_rows.shape[1] - 1
+    moved = np.zeros(hist.shape[1], dtype=np.int64)
+    for run in range(runs.shape[0]):
+        start = runs[run, _RUN_FIRST]
+        stop = runs[run + 1, _RUN_FIRST] if run + 1 < runs.shape[0] else nodes.size
+        first = nodes[start]
+        if runs[run, _RUN_WHOLE_DOMAIN]:
+            # Every node of the domain is open and took every GPU: all now have none free.
+            row = node_rows[first, leaf]
+            count = stop - start
+            for model in range(moved.size):
+                moved[model] = hist[row, model, 0]
+            _set_node_range(
+                first, first + count, 1, cpu_milli, memory_mib, arrays, changed_at, change
+            )
+        else:
+            count = 0
+            for model in range(moved.size):
+                moved[model] = 0
+            for i in range(start, stop):
+                node = nodes[i]
+                if closed[node] == 0:
+                    count += 1
+                    moved[gpu_model[node]] += 1
+                _set_node_range(
+                    node, node + 1, 1, cpu_milli, memory_mib, arrays, changed_at, change
+                )
+        _move_domains(first, count, runs[run, _RUN_IDLE], moved, 1, cpu_milli, memory_mib, arrays)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _set_node_range(
+    lo: int,
+    hi: int,
+    sign: int,
+    cpu_milli: int,
+    memory_mib: int,
+    arrays: kernels.StateArrays,
+    changed_at: np.ndarray,
+    change: int,
+) -> None:
+    """Nodes lo..hi-1 lose (sign=-1) or get back (+1) every GPU, and the CPU and memory of
+    one pod each."""
+    free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
+    width = gpu_free_milli.shape[1]
+    milli = MILLI_PER_GPU if sign > 0 else 0
+    whole = width if sign > 0 else 0
+    for node in range(lo, hi):
+        changed_at[node] = change
+        free_whole_gpus[node] = whole
+        for gpu in range(width):
+            gpu_free_milli[node, gpu] = milli
+    if cpu_milli:
+        for node in range(lo, hi):
+            free_cpu_milli[node] += sign * cpu_milli
+    if memory_mib:
+        for node in range(lo, hi):
+            free_memory_mib[node] += sign * memory_mib
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _move_domains(
+    first: int,
+    count: int,
+    idle: int,
+    moved: np.ndarray,
+    sign: int,
+    cpu_milli: int,
+    memory_mib: int,
+    arrays: kernels.StateArrays,
+) -> None:
+    """Move the domains of `first` (a run's first node) at every level by `count` open nodes
+    losing (sign=-1) or getting back (+1) every GPU, `idle` of them idle while free, and their
+    pods' CPU and memory; `moved`: those nodes per GPU model."""
+    width = arrays[1].shape[1]
+    node_rows, _, hist, totals = arrays[8:]
+    left, entered = (0, width) if sign > 0 else (width, 0)  # histogram bins of free GPUs
+    for level in range(node_rows.shape[1]):
+        row = node_rows[first, level]
+        totals[row, _WHOLE] += sign * width * count
+        totals[row, _MILLI] += sign * width * MILLI_PER_GPU * count
+        totals[row, _IDLE] += sign * idle
+        totals[row, _CPU] += sign * cpu_milli * count
+        totals[row, _MEMORY] += sign * memory_mib * count
+        for model in range(moved.size):
+            if moved[model]:
+                hist[row, model, left] -= moved[model]
+                hist[row, model, entered] += moved[model]

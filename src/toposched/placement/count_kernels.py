@@ -195,3 +195,98 @@ def knapsack_every_count(
                     row[j] = best
                     used[domain, d - 1, j] = True
     return table, used, taken
+
+
+@njit(cache=True, nogil=True)
+def running_sums(
+    children: np.ndarray,
+    offsets: np.ndarray,
+    counts: np.ndarray,
+    widths: np.ndarray,
+    smawk_runs: int = SMAWK_RUNS,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """For each domain i (its children's capacities at `offsets[i]`, `counts[i]` of them, at
+    least `widths[i] - 1`): the running sums of its largest `widths[i] - 1` children from 0, in
+    `sums[starts[i]:starts[i + 1]]`; those children's positions, largest first (ties in their
+    order), in `picks[starts[i] - i:starts[i + 1] - i - 1]`; and over all domains the runs of
+    equal capacity the knapsack merges (each domain's counted up to `smawk_runs`)."""
+    domains = offsets.size
+    starts = np.empty(domains + 1, dtype=np.int64)
+    starts[0] = 0
+    for i in range(domains):
+        starts[i + 1] = starts[i] + widths[i]
+    sums = np.zeros(starts[domains], dtype=np.int64)
+    picks = np.empty(starts[domains] - domains, dtype=np.int64)
+    runs = 0
+    for i in range(domains):
+        own = children[offsets[i] : offsets[i] + counts[i]]
+        order = np.argsort(-own, kind="mergesort")
+        first, own_runs, total = starts[i], 1, 0
+        for m in range(widths[i] - 1):
+            value = own[order[m]]
+            if m > 0 and value != own[order[m - 1]]:
+                own_runs += 1
+            picks[first - i + m] = order[m]
+            total += value
+            sums[first + m + 1] = total
+        runs += min(own_runs, smawk_runs)
+    return sums, starts, picks, runs
+
+
+@njit(cache=True, nogil=True)
+def backtrack_by_runs(
+    tables: np.ndarray, sums: np.ndarray, starts: np.ndarray, domains: int, children: int
+) -> np.ndarray:
+    """Children taken in each domain by a choice reaching `tables[-1][domains, children]` (the
+    most pods on at most that many domains and children, from `knapsack_by_runs` over the
+    running sums `sums`, domain i's at `starts[i]:starts[i + 1]`): each domain, last first, is
+    skipped where the table before it reaches the same, else takes the fewest children that
+    do."""
+    taken = np.zeros(starts.size - 1, dtype=np.int64)
+    d, j = domains, children
+    for i in range(starts.size - 2, -1, -1):
+        value = tables[i + 1, d, j]
+        if d == 0 or value == tables[i, d, j]:
+            continue
+        kernel = sums[starts[i] : starts[i + 1]]
+        m = 1
+        while m <= min(j, kernel.size - 1) and tables[i, d - 1, j - m] + kernel[m] != value:
+            m += 1
+        if m > min(j, kernel.size - 1):
+            raise AssertionError("no count of children reaches the knapsack's table")
+        taken[i] = m
+        d, j = d - 1, j - m
+    return taken
+
+
+@njit(cache=True, nogil=True)
+def shares_largest_first(
+    children: np.ndarray,
+    offsets: np.ndarray,
+    picks: np.ndarray,
+    starts: np.ndarray,
+    taken: np.ndarray,
+    amounts: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where `amounts[i]` pods go among the `taken[i]` children domain i takes (its largest,
+    at `picks` as `running_sums` lists them): each child filled whole in turn, the last with
+    the rest. Returns the children with pods (positions in `children`) and their pods, domain
+    after domain."""
+    size = 0
+    for i in range(taken.size):
+        size += taken[i]
+    positions = np.empty(size, dtype=np.int64)
+    pods = np.empty(size, dtype=np.int64)
+    filled = 0
+    for i in range(taken.size):
+        before = 0
+        for m in range(taken[i]):
+            position = offsets[i] + picks[starts[i] - i + m]
+            capacity = children[position]
+            share = min(max(amounts[i] - before, 0), capacity)
+            before += capacity
+            if share > 0:
+                positions[filled] = position
+                pods[filled] = share
+                filled += 1
+    return positions[:filled], pods[:filled]

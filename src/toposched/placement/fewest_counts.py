@@ -9,7 +9,14 @@ from numpy.typing import NDArray
 
 from toposched.cluster.topology import Topology
 from toposched.placement.capacity import CapacityView
-from toposched.placement.count_kernels import SMAWK_RUNS, knapsack_by_runs, knapsack_every_count
+from toposched.placement.count_kernels import (
+    SMAWK_RUNS,
+    backtrack_by_runs,
+    knapsack_by_runs,
+    knapsack_every_count,
+    running_sums,
+    shares_largest_first,
+)
 from toposched.placement.fewest import IMPOSSIBLE, convolve_tables
 from toposched.placement.request import GangRequest
 
@@ -99,25 +106,25 @@ class FewestByCount:
         outer, inner = self.preferred, self.preferred + 1
         limit = inside_count - 1
         inner_lo, inner_hi = topology.descendants(level, domain, inner)
-        if not _fewer_may_reach(view.at(inner, inner_lo, inner_hi), limit, need, quick=True):
+        inner_capacity = view.at(inner, inner_lo, inner_hi)
+        if not _fewer_may_reach(inner_capacity, limit, need, quick=True):
             return None  # no choice of preferred domains does better (the large-gang case)
         lo, hi = topology.descendants(level, domain, outer)
         capacity = view.at(outer, lo, hi)
         # Only domains that reach the gang with the k-1 largest others can be in a cover.
         k = preferred_count
-        order = np.argsort(-capacity, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.size)
-        ranked = capacity[order]
+        ranked = np.sort(capacity)[::-1]
         top_before, top_k = int(ranked[: k - 1].sum()), int(ranked[:k].sum())
-        others = np.where(rank < k - 1, top_k - capacity, top_before)
+        # Beside one of the k-1 largest, the rest of the k largest; beside any other, the k-1
+        # largest (for one as large as the k-th, both are the same).
+        others = np.where(capacity >= ranked[k - 1], top_k - capacity, top_before)
         candidates = np.flatnonzero((capacity > 0) & (capacity + others >= need))
         if candidates.size > MAX_COUNT_TABLES:
             return None
         bounds = topology.descendant_bounds(outer, inner)
         first, last = bounds[lo + candidates], bounds[lo + candidates + 1]
         span_lo = int(first[0])
-        span = view.at(inner, span_lo, int(last[-1]))
+        span = inner_capacity[span_lo - inner_lo : int(last[-1]) - inner_lo]
         counts = last - first
         offsets = np.cumsum(counts) - counts
         index = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
@@ -129,13 +136,14 @@ class FewestByCount:
         # Domains are never empty, so no reduceat segment is.
         widths = np.minimum(np.add.reduceat(children > 0, offsets), limit) + 1
         granule = self.request.granule(outer)
-        kernels, picks, runs = _running_sums(children, offsets, counts, widths)
+        sums, starts, flat_picks, runs = running_sums(children, offsets, counts, widths)
+        kernels = [sums[starts[i] : starts[i + 1]] for i in range(offsets.size)]
         # When every child holds whole granules, each domain's running sum is linear over every
         # run of children of equal capacity, and the knapsack merges it run by run.
         linear = bool((children % granule == 0).all())
         if linear and k * (limit + 1) * runs <= MAX_RUN_CELLS:
-            tables = knapsack_over_runs(kernels, k, limit)
-            taken_counts = _backtrack_runs(tables, kernels, k, need)
+            tables = knapsack_by_runs(sums, starts, k, limit, SMAWK_RUNS)
+            taken_counts = _backtrack_runs(tables, sums, starts, k, need)
         elif (
             k * (limit + 1) * int(widths.sum()) <= MAX_EVERY_COUNT_CELLS
             and k * (limit + 1) * widths.size <= MAX_EVERY_COUNT_CHOICES
@@ -149,16 +157,11 @@ class FewestByCount:
             return None
         amounts = [int(kernels[i][m]) for i, m in enumerate(taken_counts)]
         _trim(amounts, sum(amounts) - need)
-        domains: list[IntArray] = []
-        pods: list[IntArray] = []
-        for i, amount in enumerate(amounts):
-            if amount:
-                own = index[offsets[i] : offsets[i] + counts[i]] + span_lo
-                chosen = picks[i][: taken_counts[i]]
-                share = _fill_in_order(children[offsets[i] + chosen], amount)
-                domains.append(own[chosen][share > 0])
-                pods.append(share[share > 0])
-        return Shares(inner, np.concatenate(domains), np.concatenate(pods))
+        taken = np.array(taken_counts, dtype=np.int64)
+        positions, pods = shares_largest_first(
+            children, offsets, flat_picks, starts, taken, np.array(amounts, dtype=np.int64)
+        )
+        return Shares(inner, index[positions] + span_lo, pods)
 
     # --- a slice layer between required and preferred ----------------------------------------
     def fewer_preferred(self, level: int, domain: int, preferred_count: int) -> Shares | None:
@@ -406,13 +409,17 @@ def knapsack_over_runs(
 
 
 def _backtrack_runs(
-    tables: IntArray, kernels: list[IntArray], k: int, need: int
+    tables: IntArray, sums: IntArray, starts: IntArray, k: int, need: int
 ) -> list[int] | None:
-    """Children taken in each domain of a least placement, from `knapsack_over_runs`."""
+    """Children taken in each domain of a least placement, from `knapsack_by_runs` over the
+    running sums `sums` (domain i's at `starts[i]:starts[i + 1]`)."""
     reach = tables[-1][k]
     if reach[-1] < need:
         return None
-    return backtrack_runs(tables, kernels, k, int(np.searchsorted(reach, need)))
+    taken: list[int] = backtrack_by_runs(
+        tables, sums, starts, k, int(np.searchsorted(reach, need))
+    ).tolist()
+    return taken
 
 
 def backtrack_runs(
@@ -420,19 +427,12 @@ def backtrack_runs(
 ) -> list[int]:
     """Children taken in each domain by a choice reaching `tables[-1][domains, children]` (the
     most pods on at most that many domains and children, from `knapsack_over_runs`)."""
-    taken_counts = [0] * len(kernels)
-    d, j = domains, children
-    for i in range(len(kernels) - 1, -1, -1):
-        value = int(tables[i + 1][d, j])
-        if d == 0 or value == int(tables[i][d, j]):
-            continue  # not using domain i reaches it
-        kernel = kernels[i]
-        most = min(j, kernel.size - 1)
-        options = tables[i][d - 1, j - np.arange(1, most + 1)] + kernel[1 : most + 1]
-        taken = int(np.flatnonzero(options == value)[0]) + 1
-        taken_counts[i] = taken
-        d, j = d - 1, j - taken
-    return taken_counts
+    sizes = np.array([kernel.size for kernel in kernels], dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    taken: list[int] = backtrack_by_runs(
+        tables, np.concatenate(kernels), starts, domains, children
+    ).tolist()
+    return taken
 
 
 def _counts_cost_less(count_cells: int, slice_cells: int) -> bool:
@@ -475,37 +475,6 @@ def _fill_largest_first(capacity: IntArray, amount: int) -> IntArray:
     return result
 
 
-def _fill_in_order(capacity: IntArray, amount: int) -> IntArray:
-    """`_fill_largest_first` of capacities already largest first (a domain's picks)."""
-    before = np.cumsum(capacity) - capacity
-    filled: IntArray = np.minimum(np.maximum(amount - before, 0), capacity)
-    return filled
-
-
 def _max_plus(left: IntArray, right: IntArray, limit: int) -> tuple[IntArray, IntArray]:
     """(max, +) convolution of two count tables, up to `limit` domains (see `convolve_tables`)."""
     return convolve_tables(left, right, limit, UNREACHABLE, maximise=True)
-
-
-def _running_sums(
-    children: IntArray, offsets: IntArray, counts: IntArray, widths: IntArray
-) -> tuple[list[IntArray], list[IntArray], int]:
-    """For each domain (its children's capacities at `offsets[i]`, `counts[i]` of them): the
-    running sums of its largest `widths[i] - 1` children from 0, the positions of those children
-    largest first, and over all domains the runs of equal capacity the knapsack merges (each
-    domain's counted up to `SMAWK_RUNS`)."""
-    kernels: list[IntArray] = []
-    picks: list[IntArray] = []
-    runs = 0
-    for i in range(offsets.size):
-        own = children[offsets[i] : offsets[i] + counts[i]]
-        pick = np.argsort(-own, kind="stable")[: int(widths[i]) - 1]
-        ranked_children = own[pick]
-        own_runs = int(np.count_nonzero(ranked_children[1:] != ranked_children[:-1])) + 1
-        # Beyond SMAWK_RUNS runs, a domain's merge costs about that many runs (SMAWK).
-        runs += min(own_runs, SMAWK_RUNS)
-        kernel = np.zeros(pick.size + 1, dtype=np.int64)
-        kernel[1:] = np.cumsum(ranked_children)
-        kernels.append(kernel)
-        picks.append(pick)
-    return kernels, picks, runs

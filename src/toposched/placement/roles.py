@@ -63,11 +63,10 @@ def place_roles(
         raise InputError("roles", [], "a job needs at least one role")
     policy = policy or BestFit()
     topology = state.topology
-    confined = [role if role.required >= level else replace(role, required=level) for role in roles]
     order = sorted(range(len(roles)), key=lambda i: -roles[i].gpus_total)
-    candidates = _candidates(state, confined, level, 0, topology.n_domains(level), policy)
+    candidates = _candidates(state, roles, level, 0, topology.n_domains(level), policy)
     if not candidates:
-        return _explain(state, roles, confined, order, level, policy)
+        return _explain(state, roles, order, level, policy)
     if (
         preferred is not None
         and preferred > level
@@ -75,12 +74,12 @@ def place_roles(
     ):
         # One domain of the preferred level anywhere first, then any shared domain.
         for domain in candidates:
-            together = _place_in_one_inner(state, confined, order, level, domain, preferred, policy)
+            together = _place_in_one_inner(state, roles, order, level, domain, preferred, policy)
             if together is not None:
                 return together
     failure: Unschedulable | None = None
     for domain in candidates:
-        placed = _place_in(state, confined, order, level, domain, policy)
+        placed = _place_in(state, roles, order, level, domain, policy)
         if isinstance(placed, RolesPlacement):
             return placed
         failure = failure or placed
@@ -166,7 +165,9 @@ def _place_in(
     last = order[-1]
     try:
         for index in order:
-            result = place(state, replace(roles[index], within=(level, domain)), policy)
+            role = roles[index]
+            inside = replace(role, required=max(role.required, level), within=(level, domain))
+            result = place(state, inside, policy)
             if isinstance(result, Unschedulable):
                 return result
             placements[index] = result
@@ -180,14 +181,14 @@ def _place_in(
 def _explain(
     state: ClusterState,
     roles: Sequence[GangRequest],
-    confined: Sequence[GangRequest],
     order: Sequence[int],
     level: int,
     policy: PlacementPolicy,
 ) -> Unschedulable:
     """No domain holds every role on its own: the first role that fits none, by itself."""
     for index in order:
-        alone = place(state, confined[index], policy)
+        role = roles[index]
+        alone = place(state, replace(role, required=max(role.required, level)), policy)
         if isinstance(alone, Unschedulable):
             return _with_shared_reason(alone, state.topology.domain_levels[level], level)
     name = state.topology.domain_levels[level]
