@@ -96,6 +96,29 @@ def test_a_release_that_leaves_no_node_room_for_a_pod_keeps_the_failure() -> Non
     assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["wide"]
 
 
+def test_a_job_of_several_pod_sets_is_searched_again_after_any_release() -> None:
+    # Every GPU held; `mixed` asks a 4-GPU lead and two workers on half a GPU each, which
+    # the job's gang counts as three pods of 4 GPUs (12 GPUs). 6 GPUs freed hold the sets.
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
+    scheduler = Scheduler(state, tree, reserve_min_gpus=1000, verify_kept_failures=True)
+    held = (("on0", 0, [0, 1, 2, 3]), ("on1", 1, [0, 1, 2, 3]), ("on2", 2, [0, 1, 2, 3]))
+    for name, node, gpus in (*held, ("on3a", 3, [0, 1]), ("on3b", 3, [2, 3])):
+        spec = job(name, "team-b", gpus=len(gpus))
+        scheduler.adopt(spec, Allocation.of([node], [gpus]), start_time=0.0, now=0.0)
+    lead = {"name": "lead", "pods": 1, "resources_per_pod": {"gpus": 4}}
+    workers = {"name": "workers", "pods": 2, "resources_per_pod": {"gpus": 1, "gpu_milli": 500}}
+    mixed = {"name": "mixed", "account": "team-a", "min_runtime": "1h"}
+    scheduler.submit(JobSpec.from_dict({**mixed, "pod_sets": [lead, workers]}), 0)
+    assert scheduler.cycle(0).searches == 1
+
+    scheduler.finish("on0", 60)
+    scheduler.finish("on3a", 60)
+    result = scheduler.cycle(60)
+    assert result.searches == 1
+    assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["mixed"]
+
+
 def test_without_the_rule_every_release_sends_the_gang_back_to_a_search() -> None:
     scheduler = loaded(keep_failures_through_releases=False)
     scheduler.finish("on2", 60)
