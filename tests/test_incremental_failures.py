@@ -63,6 +63,62 @@ def test_a_release_no_rack_can_use_keeps_the_failure() -> None:
     assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["wide"]
 
 
+def test_a_release_that_leaves_no_node_room_for_a_pod_keeps_the_failure() -> None:
+    # 2 racks x 4 nodes x 4 GPUs: rack 0 (nodes 0-3) full of 4-GPU jobs, each node of rack 1
+    # (nodes 4-7) holding two 2-GPU jobs. `wide` (2 x 4 GPUs, one rack) does not fit.
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4))
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
+    scheduler = Scheduler(state, tree, reserve_min_gpus=1000, verify_kept_failures=True)
+    for node in range(4):
+        allocation = Allocation.of([node], [[0, 1, 2, 3]])
+        scheduler.adopt(job(f"on{node}", "team-b"), allocation, start_time=0.0, now=0.0)
+    for node in range(4, 8):
+        for half, gpus in (("a", [0, 1]), ("b", [2, 3])):
+            spec = job(f"on{node}{half}", "team-b", gpus=2)
+            scheduler.adopt(spec, Allocation.of([node], [gpus]), start_time=0.0, now=0.0)
+    scheduler.submit(job("wide", "team-a", pods=2, topology={"required": "rack"}), 0)
+    assert scheduler.cycle(0).searches == 1
+
+    # Half of every node of rack 1 ends: 8 GPUs free there, as many as wide needs, but no
+    # node has the 4 a pod takes. Then node 4 empties: room for one pod, not two.
+    for node in range(4, 8):
+        scheduler.finish(f"on{node}a", 60)
+    assert scheduler.cycle(60).searches == 0
+    scheduler.finish("on4b", 120)
+    result = scheduler.cycle(120)
+    assert result.searches == 0 and not result.bound
+    assert "no domain it could use gained enough GPUs since" in scheduler.jobs["wide"].reason
+
+    # Node 5 empties too: two pods' room in rack 1, so wide is searched again and starts.
+    scheduler.finish("on5b", 180)
+    result = scheduler.cycle(180)
+    assert result.searches == 1
+    assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["wide"]
+
+
+def test_a_job_of_several_pod_sets_is_searched_again_after_any_release() -> None:
+    # Every GPU held; `mixed` asks a 4-GPU lead and two workers on half a GPU each, which
+    # the job's gang counts as three pods of 4 GPUs (12 GPUs). 6 GPUs freed hold the sets.
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
+    scheduler = Scheduler(state, tree, reserve_min_gpus=1000, verify_kept_failures=True)
+    held = (("on0", 0, [0, 1, 2, 3]), ("on1", 1, [0, 1, 2, 3]), ("on2", 2, [0, 1, 2, 3]))
+    for name, node, gpus in (*held, ("on3a", 3, [0, 1]), ("on3b", 3, [2, 3])):
+        spec = job(name, "team-b", gpus=len(gpus))
+        scheduler.adopt(spec, Allocation.of([node], [gpus]), start_time=0.0, now=0.0)
+    lead = {"name": "lead", "pods": 1, "resources_per_pod": {"gpus": 4}}
+    workers = {"name": "workers", "pods": 2, "resources_per_pod": {"gpus": 1, "gpu_milli": 500}}
+    mixed = {"name": "mixed", "account": "team-a", "min_runtime": "1h"}
+    scheduler.submit(JobSpec.from_dict({**mixed, "pod_sets": [lead, workers]}), 0)
+    assert scheduler.cycle(0).searches == 1
+
+    scheduler.finish("on0", 60)
+    scheduler.finish("on3a", 60)
+    result = scheduler.cycle(60)
+    assert result.searches == 1
+    assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["mixed"]
+
+
 def test_without_the_rule_every_release_sends_the_gang_back_to_a_search() -> None:
     scheduler = loaded(keep_failures_through_releases=False)
     scheduler.finish("on2", 60)

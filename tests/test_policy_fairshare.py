@@ -193,6 +193,23 @@ def test_a_budget_change_reorders_the_queue(tree: BudgetTree) -> None:
     assert queue.position("p1", HOUR) == 0 and queue.position("a2", HOUR) == 4
 
 
+def test_a_queue_ordered_before_a_tree_change_reads_the_changed_tree(tree: BudgetTree) -> None:
+    usage = used_for_an_hour(GOLDEN_USAGE)
+    queue = golden_queue(tree, usage)
+    assert ids(queue, now=HOUR) == ["e1", "b1", "a1", "a2", "p1"]
+    assert queue.tier(queue.get("p1")) is QueueTier.ALLOCATED
+    # What the queue kept of the tree (its layout for rankings, the jobs' tiers) is read
+    # again: product loses its budget, research its eval team's place as a leaf.
+    tree.set_share(PRODUCT, 0)
+    tree.add_account("research/eval/red-team", 10)
+    later = HOUR + 1
+    assert ids(queue, now=later) == ["b1", "a1", "a2", "p1", "e1"]
+    assert queue.ranking(later).leaves == rank_accounts(tree, usage, later).leaves
+    assert "research/eval/red-team" in queue.ranking(later).leaves
+    assert queue.tier(queue.get("p1")) is QueueTier.UNALLOCATED
+    assert queue.tier(queue.get("e1")) is QueueTier.DETACHED
+
+
 def test_a_usage_change_reorders_the_queue(tree: BudgetTree) -> None:
     usage = used_for_an_hour(GOLDEN_USAGE)
     queue = golden_queue(tree, usage)

@@ -40,8 +40,8 @@ class Failure:
     outlived_release: bool = False
     """Whether GPUs were freed since it was found, none where the gang could use them."""
     of_sets: bool = False
-    """Whether the gang is a job's of several pod sets (`request` then asks, per pod, the most
-    any set asks)."""
+    """Whether the gang is a job's of several pod sets (`request` may then ask, per pod, the
+    most any set asks: no release rule bounds what the sets could use)."""
 
     def whole_gpus_needed(self) -> int:
         """Whole GPUs the gang needs within one domain of its required level (0 when whole
@@ -120,8 +120,8 @@ class FailureMemo:
         if that domain's open nodes now hold as many of its pods as it has, each pod on one node
         with its whole GPUs free there (counted from the domain's histogram of nodes by free
         whole GPUs, over every GPU model: at least what the search could use). The rest are
-        dropped, to be searched again. A gang of several pod sets (its request asks the most
-        any set asks per pod) is kept by free whole GPUs alone, as many as its pods ask."""
+        dropped, to be searched again, and so is the failure of a job of several pod sets: its
+        gang may ask, per pod, the most any set asks (`JobSets.gang`), more than they need."""
         if not self.by_shape:
             return
         if freed.size == 0:
@@ -154,12 +154,11 @@ class FailureMemo:
 
         def still_fails(failure: Failure) -> bool:
             request, needed = failure.request, failure.whole_gpus_needed()
-            if request is None or needed <= 0:
+            if request is None or needed <= 0 or failure.of_sets:
                 return False
-            if room_at(request.required) < needed:
-                return True
-            return not failure.of_sets and (
-                pods_room_at(request.required, request.gpus_per_pod) < failure.pods
+            return (
+                room_at(request.required) < needed
+                or pods_room_at(request.required, request.gpus_per_pod) < failure.pods
             )
 
         kept: dict[Shape, list[Failure]] = {}
