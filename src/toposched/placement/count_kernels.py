@@ -220,7 +220,7 @@ def running_sums(
     runs = 0
     for i in range(domains):
         own = children[offsets[i] : offsets[i] + counts[i]]
-        order = np.argsort(-own, kind="mergesort")
+        order = _largest_first(own, widths[i] - 1)
         first, own_runs, total = starts[i], 1, 0
         for m in range(widths[i] - 1):
             value = own[order[m]]
@@ -231,6 +231,35 @@ def running_sums(
             sums[first + m + 1] = total
         runs += min(own_runs, smawk_runs)
     return sums, starts, picks, runs
+
+
+@njit(cache=True, nogil=True)
+def _largest_first(values: np.ndarray, most: int) -> np.ndarray:
+    """Positions of the `most` largest of `values`, largest first, ties in their order: a
+    stable sort's, by counting when the values are small beside their number (a domain's
+    children's capacities in pods, the usual case)."""
+    top, bottom = 0, 0
+    for value in values:
+        top, bottom = max(top, value), min(bottom, value)
+    if bottom < 0 or top > 4 * values.size + 64:
+        return np.argsort(-values, kind="mergesort")[:most]
+    # Where each value's run begins, largest values first: how many values exceed it.
+    begins = np.zeros(top + 2, dtype=np.int64)
+    for value in values:
+        begins[value] += 1
+    above = 0
+    for value in range(top, -1, -1):
+        count = begins[value]
+        begins[value] = above
+        above += count
+    order = np.empty(most, dtype=np.int64)
+    for position in range(values.size):
+        value = values[position]
+        rank = begins[value]
+        begins[value] = rank + 1
+        if rank < most:
+            order[rank] = position
+    return order
 
 
 @njit(cache=True, nogil=True)
