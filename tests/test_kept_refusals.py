@@ -156,6 +156,33 @@ def test_a_protection_end_of_a_job_it_may_not_take_keeps_the_refusal() -> None:
     assert searches(scheduler) == 2
 
 
+def test_a_protection_end_of_a_job_it_may_take_where_no_rack_gains_room_keeps_it() -> None:
+    # Rack 0 holds low (priority 0, protected until 1 h) and peer (priority 20, past its
+    # protection); rack 1 old (priority 0, past its protection) and top (priority 20). wide
+    # (priority 10, a whole rack) may take old, too little. low's protection ends: wide may
+    # take it, but rack 0 would still hold peer: kept, and checked by a search (VERIFY).
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"team": 100}})
+    scheduler = Scheduler(state, tree, reserve_min_gpus=64, incremental=False)
+    scheduler.preemptor.kept.keeping = Keeping.VERIFY
+    running = (
+        ("low", 0, 0.0),
+        ("peer", 20, -2 * HOUR),
+        ("old", 0, -2 * HOUR),
+        ("top", 20, -2 * HOUR),
+    )
+    for node, (name, priority, start) in enumerate(running):
+        job = spec(name, "team", priority=priority)
+        scheduler.adopt(job, Allocation.of([node], [[0, 1, 2, 3]]), start_time=start, now=0.0)
+    scheduler.submit(spec("wide", "team", pods=2, priority=10, topology={"required": "rack"}), 0)
+    assert not scheduler.cycle(60).decisions
+    assert searches(scheduler) == 1
+
+    assert not scheduler.cycle(HOUR + 60).decisions
+    assert searches(scheduler) == 1
+    assert scheduler.preemptor.kept.answered_through_changes == 1
+
+
 def test_kept_only_while_nothing_changed_searches_at_every_protection_end() -> None:
     scheduler = one_team(Keeping.EXACT)
     assert not scheduler.cycle(HOUR / 2 + 60).decisions

@@ -68,16 +68,15 @@ class KeptRefusal:
 
     refusal: Refusal
     inputs: tuple[object, ...]
-    """The epoch, preemptible index, budget tree, usage and (fair-share rule) ranking when it
-    was found or last found to stand through changes: while all are equal nothing changed
-    since (`Keeping.EXACT`)."""
+    """The epoch, preemptible index, budget tree, usage and (fair-share rule) ranking then:
+    while all are equal nothing changed (`Keeping.EXACT`)."""
     fenced: FencedNodes
-    """The nodes fenced then."""
+    """The nodes fenced when it was found."""
     holding: FencedNodes
     """The fenced nodes it is compared with: those of `fenced` the fence let go since were
     looked at as released."""
     until: float
-    """When the first protection after then ends."""
+    """When the first protection after `found` ends."""
     request: GangRequest
     only_unallocated: bool
     found: float
@@ -260,9 +259,6 @@ class KeptRefusals:
         if not self._stands(kept, entry, ranking, fence, now):
             del self._kept[key]
             return None
-        # It stands as of now: while nothing changes, it is answered as if just found.
-        kept.inputs, kept.fenced = inputs, fence.frozen()
-        kept.until = self.ledger.next_protection_end(now)
         self.answered_through_changes += 1
         return kept.refusal, True
 
