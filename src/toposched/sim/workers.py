@@ -7,10 +7,10 @@ factory): only its name travels to the worker, and its result or exception back,
 
 Ctrl-C or SIGTERM stops everything without a traceback: a worker turns the first of them into a
 KeyboardInterrupt in its task (a simulation then stops and raises `SimulationInterrupted` with
-what it simulated, sent back like any result) and ignores the rest; the parent, interrupted,
-passes the signal on to the workers still busy, collects what they send within `STOP_SECONDS`,
-and reports the tasks as interrupted. A worker whose parent is gone stops at its next progress
-report.
+what it simulated, sent back like any result) and ignores the rest; the parent counts the
+signals it gets rather than raising them, stops the workers still busy with SIGTERM, collects
+what they send within `STOP_SECONDS`, and reports the tasks as interrupted. A worker whose
+parent is gone stops at its next progress report.
 """
 
 from __future__ import annotations
