@@ -351,7 +351,7 @@ def _run(conn: Connection, name: str, task: Task[Any]) -> None:
     try:
         data = pickle.dumps(("finished", name, task(report)), protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException as error:
-        data = pickle.dumps(("raised", name, _sendable(error, name)))
+        data = pickle.dumps(("raised", name, _sendable(error, name)), pickle.HIGHEST_PROTOCOL)
     _send(conn, data)
 
 
@@ -369,9 +369,11 @@ def _interrupt_once(signum: int, frame: object) -> None:
 
 def _sendable(error: BaseException, name: str) -> BaseException:
     """`error` as the parent can rebuild it: itself, with the worker's traceback as a note when
-    it is not one toposched raises on purpose; else an error of the same message."""
-    expected = isinstance(error, KeyboardInterrupt | ToposchedError)
-    if not expected:
+    it is not one toposched raises on purpose; else an error of the same message. (A stop, a
+    KeyboardInterrupt, is sent as it is: one that carries a result rebuilds itself from it.)"""
+    if isinstance(error, KeyboardInterrupt):
+        return error
+    if not isinstance(error, ToposchedError):
         trace = "".join(traceback.format_exception(error))
         error.add_note(f"in the worker process running {name}:\n{trace}")
     try:
