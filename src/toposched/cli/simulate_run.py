@@ -312,7 +312,7 @@ def _compared(
     runs = comparison.collect(outcomes)
     before, after = outcomes.finished[_BEFORE], outcomes.finished[_AFTER]
     assert isinstance(before, _Yardsticks) and isinstance(after, _Yardsticks)
-    return runs, _calibration(before, after, min(jobs, len(runs)))
+    return runs, _calibration(before, after, jobs)
 
 
 def compare(
