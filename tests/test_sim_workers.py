@@ -141,7 +141,7 @@ def test_sigterm_stops_every_run_writes_their_summaries_and_leaves_no_process(
     assert process.stdout is not None
     line = process.stdout.readline()  # written just before the runs start
     assert line.startswith("workload written to")
-    time.sleep(8.0)  # well inside both runs
+    time.sleep(15.0)  # past the imports and the runs' start, well inside toposched's run
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130

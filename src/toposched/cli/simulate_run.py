@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from toposched.cli.simulate_values import TopologyPriceOption
 from toposched.cluster.errors import InputError
-from toposched.cluster.units import DAY
 from toposched.workloads.catalog import WorkloadKind, workload_by_name, workload_kind
 
 if TYPE_CHECKING:
@@ -313,7 +312,7 @@ def _compared(
     runs = comparison.collect(outcomes)
     before, after = outcomes.finished[_BEFORE], outcomes.finished[_AFTER]
     assert isinstance(before, _Yardsticks) and isinstance(after, _Yardsticks)
-    return runs, _calibration(before, after, min(jobs, len(runs)))
+    return runs, _calibration(before, after, jobs)
 
 
 def compare(
@@ -363,12 +362,10 @@ def _write_interrupted(path: Path, names: list[str], stop: ComparisonInterrupted
     comparison's order, and say on stderr what they cover."""
     from rich.console import Console
 
-    from toposched.sim.metrics import summarize
-
     summaries = {name: run.summary for name, run in stop.finished.items()}
-    summaries.update((name, summarize(result)) for name, result in stop.stopped.items())
+    summaries.update(stop.stopped)
     covered = [
-        f"{name}'s run over its first {stop.stopped[name].duration / DAY:.2f} simulated days"
+        f"{name}'s run over its first {stop.stopped[name]['simulated']['days']:.2f} simulated days"
         if name in stop.stopped
         else f"{name}'s whole run"
         for name in names

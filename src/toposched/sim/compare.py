@@ -41,6 +41,7 @@ __all__ = [
     "Comparison",
     "ComparisonInterrupted",
     "ComparisonRun",
+    "RunStopped",
     "FragmentationReading",
     "TeamRatios",
     "compare",
@@ -227,13 +228,26 @@ class _Observer:
         return fragmentation(self.state, shapes.values())
 
 
+class RunStopped(KeyboardInterrupt):
+    """A run of a comparison stopped by Ctrl-C or SIGTERM in a worker process: the summary of
+    what it simulated (`simulated.interrupted` set), all the parent needs of it."""
+
+    def __init__(self, name: str, summary: dict[str, Any]) -> None:
+        super().__init__(f"{name}'s run stopped")
+        self.name = name
+        self.summary = summary
+
+    def __reduce__(self) -> tuple[type[RunStopped], tuple[str, dict[str, Any]]]:
+        return type(self), (self.name, self.summary)
+
+
 class ComparisonInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM stopped a comparison: the runs that finished, and what each run that
-    was stopped had simulated (`SimulationResult.interrupted` set); runs not started are in
-    neither."""
+    """Ctrl-C or SIGTERM stopped a comparison: the runs that finished, and the summary of what
+    each run that was stopped had simulated (`simulated.interrupted` set), by scheduler; runs
+    not started are in neither."""
 
     def __init__(
-        self, finished: dict[str, ComparisonRun], stopped: dict[str, SimulationResult]
+        self, finished: dict[str, ComparisonRun], stopped: dict[str, dict[str, Any]]
     ) -> None:
         super().__init__(f"comparison interrupted: {', '.join(stopped) or 'between runs'}")
         self.finished = finished
@@ -310,8 +324,16 @@ class Comparison:
         )
 
     def task(self, name: str) -> Task[ComparisonRun]:
-        """The run of `name` as a worker's task (see `sim/workers.py`)."""
-        return lambda sink: self.run_one(name, sink)
+        """The run of `name` as a worker's task (see `sim/workers.py`); stopped, it raises
+        `RunStopped` with its summary, summarised where its records are."""
+
+        def run(sink: ProgressSink) -> ComparisonRun:
+            try:
+                return self.run_one(name, sink)
+            except SimulationInterrupted as stop:
+                raise RunStopped(name, summarize(stop.result)) from None
+
+        return run
 
     def run(self, jobs: int = 1, progress: bool = False) -> dict[str, ComparisonRun]:
         """Every run: in this process, one after another (`jobs` 1), else on up to `jobs`
@@ -323,7 +345,8 @@ class Comparison:
                 try:
                     finished[name] = self.run_one(name, progress)
                 except SimulationInterrupted as stop:
-                    raise ComparisonInterrupted(finished, {name: stop.result}) from None
+                    stopped = {name: summarize(stop.result)}
+                    raise ComparisonInterrupted(finished, stopped) from None
             return finished
         tasks = {name: self.task(name) for name in self.schedulers}
         board = ProgressBoard() if progress else None
@@ -343,9 +366,9 @@ class Comparison:
         }
         if outcomes.interrupted or outcomes.raised:
             stopped = {
-                name: error.result
+                name: error.summary
                 for name, error in outcomes.raised.items()
-                if isinstance(error, SimulationInterrupted)
+                if isinstance(error, RunStopped)
             }
             raise ComparisonInterrupted(finished, stopped)
         return finished

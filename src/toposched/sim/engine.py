@@ -114,15 +114,18 @@ class _Run:
     def execute(self) -> SimulationResult:
         start = 0.0  # workload times are >= 0: the clock starts at 0
         self.meter.now = start
-        for index, job in enumerate(self.workload.jobs):
-            self.events.push(job.submit_time, EventKind.SUBMISSION, index)
-        for index, failure in enumerate(self.workload.failures):
-            self.events.push(failure.time, EventKind.FAILURE, index)
-        self.events.push(start, EventKind.SAMPLE, None)
-        self.meter.measure()
         wall_start = time.perf_counter()
         interrupted = False
         try:
+            # Inside the stop's reach: a run of many jobs is stopped, with what it simulated
+            # (nothing yet), while it queues them too.
+            for index, job in enumerate(self.workload.jobs):
+                self.events.push(job.submit_time, EventKind.SUBMISSION, index)
+            for index, failure in enumerate(self.workload.failures):
+                self.events.push(failure.time, EventKind.FAILURE, index)
+            self.events.push(start, EventKind.SAMPLE, None)
+            self.meter.measure()
+            wall_start = time.perf_counter()
             self._loop(self._handlers())
         except KeyboardInterrupt:
             interrupted = True

@@ -7,10 +7,10 @@ factory): only its name travels to the worker, and its result or exception back,
 
 Ctrl-C or SIGTERM stops everything without a traceback: a worker turns the first of them into a
 KeyboardInterrupt in its task (a simulation then stops and raises `SimulationInterrupted` with
-what it simulated, sent back like any result) and ignores the rest; the parent, interrupted,
-passes the signal on to the workers still busy, collects what they send within `STOP_SECONDS`,
-and reports the tasks as interrupted. A worker whose parent is gone stops at its next progress
-report.
+what it simulated, sent back like any result) and ignores the rest; the parent counts the
+signals it gets rather than raising them, stops the workers still busy with SIGTERM, collects
+what they send within `STOP_SECONDS`, and reports the tasks as interrupted. A worker whose
+parent is gone stops at its next progress report.
 """
 
 from __future__ import annotations
@@ -351,7 +351,7 @@ def _run(conn: Connection, name: str, task: Task[Any]) -> None:
     try:
         data = pickle.dumps(("finished", name, task(report)), protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException as error:
-        data = pickle.dumps(("raised", name, _sendable(error, name)))
+        data = pickle.dumps(("raised", name, _sendable(error, name)), pickle.HIGHEST_PROTOCOL)
     _send(conn, data)
 
 
@@ -369,9 +369,11 @@ def _interrupt_once(signum: int, frame: object) -> None:
 
 def _sendable(error: BaseException, name: str) -> BaseException:
     """`error` as the parent can rebuild it: itself, with the worker's traceback as a note when
-    it is not one toposched raises on purpose; else an error of the same message."""
-    expected = isinstance(error, KeyboardInterrupt | ToposchedError)
-    if not expected:
+    it is not one toposched raises on purpose; else an error of the same message. (A stop, a
+    KeyboardInterrupt, is sent as it is: one that carries a result rebuilds itself from it.)"""
+    if isinstance(error, KeyboardInterrupt):
+        return error
+    if not isinstance(error, ToposchedError):
         trace = "".join(traceback.format_exception(error))
         error.add_note(f"in the worker process running {name}:\n{trace}")
     try:

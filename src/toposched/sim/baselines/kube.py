@@ -288,8 +288,6 @@ class KubeLike(Scheduler):
         """Gangs with pods reserved at Permit, by job id."""
         self.permit_timeouts = 0
         """Gangs whose reserved pods were released because the permit wait ran out."""
-        self._shapes: dict[str, tuple[GangRequest, tuple[object, ...]]] = {}
-        """Each job's pod shape, with the request it was read from."""
         self.rejections = 0
         """Times PostFilter released a gang's reserved pods because too much was missing."""
         nodes = state.topology.n_nodes
@@ -305,12 +303,10 @@ class KubeLike(Scheduler):
 
     def cancel(self, job_id: str, now: float) -> Job:
         self.waiting.pop(job_id, None)
-        self._shapes.pop(job_id, None)
         self._count_defaults(job_id, -1)
         return super().cancel(job_id, now)
 
     def finish(self, job_id: str, now: float) -> Job:
-        self._shapes.pop(job_id, None)
         self._count_defaults(job_id, -1)
         return super().finish(job_id, now)
 
@@ -357,15 +353,12 @@ class KubeLike(Scheduler):
             # The smallest gang of each shape that found no room: larger ones cannot either,
             # since free room only shrinks during the cycle (until PostFilter releases pods).
             too_large: dict[tuple[object, ...], int] = {}
-            jobs, waiting = self.jobs, self.waiting
-            for entry in self.queue.ordered(now):
-                job_id = entry.job_id
-                if job_id in released:
+            for entry in list(self.queue.ordered(now)):
+                if entry.job_id in released:
                     continue
-                job = jobs[job_id]
+                job = self.jobs[entry.job_id]
                 result.considered += 1
-                if job_id in waiting or not self._blocked(job, too_large):
-                    self._schedule(job, now, result, too_large)
+                self._schedule(job, now, result, too_large)
         finally:
             for job_id in self.waiting:
                 self.state.release(self.holder(job_id))
@@ -398,13 +391,22 @@ class KubeLike(Scheduler):
         result: CycleResult,
         too_large: dict[tuple[object, ...], int],
     ) -> None:
-        """One gang's turn, unless `_blocked` (for a gang not waiting at Permit): place its
-        missing pods, then bind it, keep it at Permit, or reject it (see the class)."""
+        """One gang's turn: place its missing pods, then bind it, keep it at Permit, or
+        reject it (see the class)."""
         request = job.request
         wait = self.waiting.get(job.job_id)
         held = wait.allocation.pods if wait is not None else 0
         need = request.pods - held
-        shape = self._shape(job)
+        shape = _pod_shape(request)
+        if wait is None:
+            smallest_failed = too_large.get(shape)
+            if smallest_failed is not None and request.pods >= smallest_failed:
+                return
+            free_gpus = int(self.state.free_gpus[0][0])
+            if request.gpus_per_pod and not request.is_fractional and free_gpus < job.gpus:
+                too_large[shape] = request.pods
+                job.reason = f"needs {job.gpus:g} GPUs; {free_gpus} are free"
+                return
         result.searches += 1
         if request.on_one_node:
             nodes = self._one_node(request)
@@ -449,30 +451,6 @@ class KubeLike(Scheduler):
             f"waiting at Permit: {wait.allocation.pods} of {request.pods} pods reserved, "
             f"until +{wait.since + self.permit_timeout - now:.0f} s"
         )
-
-    def _blocked(self, job: Job, too_large: dict[tuple[object, ...], int]) -> bool:
-        """Whether a gang not waiting at Permit cannot fit before any search: a gang of its
-        shape as small found no room this cycle, or fewer whole GPUs are free than it needs."""
-        request = job.request
-        shape = self._shape(job)
-        smallest_failed = too_large.get(shape)
-        if smallest_failed is not None and request.pods >= smallest_failed:
-            return True
-        free_gpus = int(self.state.free_gpus[0][0])
-        if request.gpus_per_pod and not request.is_fractional and free_gpus < job.gpus:
-            too_large[shape] = request.pods
-            job.reason = f"needs {job.gpus:g} GPUs; {free_gpus} are free"
-            return True
-        return False
-
-    def _shape(self, job: Job) -> tuple[object, ...]:
-        """The job's `_pod_shape`, kept while its request is the same object."""
-        kept = self._shapes.get(job.job_id)
-        if kept is not None and kept[0] is job.request:
-            return kept[1]
-        shape = _pod_shape(job.request)
-        self._shapes[job.job_id] = (job.request, shape)
-        return shape
 
     def _one_node(self, request: GangRequest) -> IntArray:
         """All the gang's pods on the best-scored node with room for them (none if none)."""
