@@ -255,9 +255,10 @@ def test_both_knapsacks_match_a_brute_force_over_children_counts(
     assert tables[-1][k].tolist() == most
     assert (fewest_counts.knapsack_over_runs(kernels, k, limit, smawk_runs=0) == tables).all()
     need = data.draw(st.integers(1, most[-1]), label="need")
+    starts = np.cumsum([0] + [kernel.size for kernel in kernels]).astype(np.int64)
     least = next(j for j, pods in enumerate(most) if pods >= need)
     for taken in (
-        fewest_counts._backtrack_runs(tables, kernels, k, need),
+        fewest_counts._backtrack_runs(tables, np.concatenate(kernels), starts, k, need),
         fewest_counts._knapsack([kernel.copy() for kernel in kernels], k, limit, need),
     ):
         assert taken is not None
