@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from toposched.backends.dry_run import DryRunBackend, ResumedRun
@@ -15,6 +15,9 @@ from toposched.jobs.spec import JobSpec
 from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
 from toposched.service.records import JobRecord
+
+Copier = Callable[[str, float | None], JobSpec]
+"""Copies of one spec under other names and submit times (`JobSpec.copier`)."""
 
 
 def resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:
@@ -47,19 +50,20 @@ class RestoredSpecs:
     (`_shape_key`), without parsing it."""
 
     def __init__(self) -> None:
-        self._by_shape: dict[str, JobSpec] = {}
-        self._by_text: dict[tuple[str, str], JobSpec] = {}
+        self._by_shape: dict[str, Copier] = {}
+        self._by_text: dict[tuple[str, str], Copier] = {}
 
     def of(self, record: JobRecord) -> JobSpec:
         """The spec of `record`'s job."""
         key = _shape_key(record)
         if key is None:
             return self.spec(record.spec)
-        known = self._by_text.get(key)
-        if known is None:
-            known = self._by_text[key] = self.spec(record.spec)
-            return known
-        return known.with_name_and_time(record.job_id, record.submit_time)
+        copy = self._by_text.get(key)
+        if copy is None:
+            spec = self.spec(record.spec)
+            self._by_text[key] = spec.copier()
+            return spec
+        return copy(record.job_id, record.submit_time)
 
     def spec(self, document: Mapping[str, Any]) -> JobSpec:
         shape = dict(document)
@@ -70,12 +74,13 @@ class RestoredSpecs:
         # types (1 and 1.0 apart), and several times cheaper than a JSON dump. Keys in another
         # order only miss the cache.
         key = repr(shape)
-        known = self._by_shape.get(key)
-        if known is None or not _plain_name_and_time(name, submit_time):
+        copy = self._by_shape.get(key)
+        if copy is None or not _plain_name_and_time(name, submit_time):
             spec = JobSpec.from_dict({**shape, "name": name, "submit_time": submit_time})
-            self._by_shape.setdefault(key, spec)
+            if copy is None:
+                self._by_shape[key] = spec.copier()
             return spec
-        return known.with_name_and_time(name, float(submit_time))
+        return copy(name, float(submit_time))
 
 
 def _plain_name_and_time(name: Any, submit_time: Any) -> bool:
