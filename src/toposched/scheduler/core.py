@@ -42,7 +42,7 @@ from toposched.scheduler.spares import SparePool
 from toposched.scheduler.turn import CycleResult, Turn
 from toposched.scheduler.walker import Walker, checked_cycle
 
-__all__ = ["CycleResult", "Scheduler"]
+__all__ = ["Adoption", "Adoptions", "CycleResult", "Scheduler"]
 
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
@@ -55,6 +55,28 @@ class Adoption:
     spec: JobSpec
     allocation: Allocation
     start_time: float
+
+
+@dataclass(frozen=True)
+class Adoptions:
+    """Many jobs found running, as columns (one entry per job in each): a restart's hundred
+    thousand, read from the store without an `Adoption` made for each."""
+
+    specs: Sequence[JobSpec]
+    allocations: Sequence[Allocation]
+    start_times: Sequence[float]
+
+    def __post_init__(self) -> None:
+        if not len(self.specs) == len(self.allocations) == len(self.start_times):
+            raise InputError("adoptions", len(self.specs), "need one allocation and start each")
+
+    @staticmethod
+    def of(adoptions: Sequence[Adoption]) -> Adoptions:
+        return Adoptions(
+            [adoption.spec for adoption in adoptions],
+            [adoption.allocation for adoption in adoptions],
+            [adoption.start_time for adoption in adoptions],
+        )
 
 
 class Scheduler:
@@ -180,16 +202,14 @@ class Scheduler:
         self.ledger.remember(job)
         return job
 
-    def adopt_many(self, adoptions: Sequence[Adoption], now: float) -> list[Job]:
+    def adopt_many(self, adoptions: Sequence[Adoption] | Adoptions, now: float) -> list[Job]:
         """`adopt` each in order, with the same result, for the many running jobs of a restart,
         in one pass: a job goes to the running set without passing through the queue, and is
         counted in the ledger once, from its real start (made as `_new_jobs` makes them)."""
         self.incremental.forget()
-        specs = [adoption.spec for adoption in adoptions]
-        adopted = list(self._new_jobs(specs, now, JobState.RUNNING))
-        allocations = [adoption.allocation for adoption in adoptions]
-        start_times = [adoption.start_time for adoption in adoptions]
-        self.lifecycle.adopt_many(adopted, allocations, start_times, now)
+        columns = adoptions if isinstance(adoptions, Adoptions) else Adoptions.of(adoptions)
+        adopted = list(self._new_jobs(columns.specs, now, JobState.RUNNING))
+        self.lifecycle.adopt_many(adopted, columns.allocations, columns.start_times, now)
         self._epoch += len(adopted)
         return adopted
 

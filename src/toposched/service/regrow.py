@@ -24,7 +24,7 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, ClusterState, Health
 from toposched.cluster.topology import Topology
 from toposched.jobs.spec import JobSpec
-from toposched.scheduler.core import Adoption, Scheduler
+from toposched.scheduler.core import Adoptions, Scheduler
 from toposched.scheduler.jobs import Job, JobState, Nomination
 from toposched.service.core import ServiceCore
 from toposched.service.fits import ClusterLimits
@@ -90,7 +90,7 @@ def restore_scheduler(
     their allocations with their real start times (first: they hold their GPUs even on nodes
     cordoned or draining since), the node health the store holds, then the pending jobs in
     submission order, each with its original submit time."""
-    adoptions = []
+    specs, allocations, start_times = [], [], []
     pending = []
     running, waiting = JobState.RUNNING, JobState.PENDING
     for record in core.records.values():
@@ -98,10 +98,12 @@ def restore_scheduler(
         if state is running:
             allocation, start_time = record.allocation, record.start_time
             assert allocation is not None and start_time is not None
-            adoptions.append(Adoption(spec_of(record), allocation, start_time))
+            specs.append(spec_of(record))
+            allocations.append(allocation)
+            start_times.append(start_time)
         elif state is waiting:
             pending.append(record)
-    core.scheduler.adopt_many(adoptions, now)
+    core.scheduler.adopt_many(Adoptions(specs, allocations, start_times), now)
     by_health: dict[Health, list[int]] = {}
     for name, word in core.store.node_health().items():
         if word != "healthy":
