@@ -4,10 +4,10 @@ resumed at once."""
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from toposched.backends.dry_run import DryRunBackend, ResumedRun
@@ -24,20 +24,17 @@ def resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:
     """Every running job whose start was sent goes on in `backend` from its stored start
     time; a start stored but never sent is left to reconciliation, which sends it once."""
     unsent = {(d.job_id, d.attempt) for d in core.store.unsent_decisions() if d.kind == "start"}
-    jobs = core.scheduler.jobs
-    runs = [
-        ResumedRun(
-            record.job_id,
-            record.attempt,
-            jobs[record.job_id].spec.expected_runtime,
-            record.start_time,
-            functools.partial(core.launch, record),
-        )
-        for record in core.records.values()
-        if record.state is JobState.RUNNING
-        and record.start_time is not None
-        and (record.job_id, record.attempt) not in unsent
-    ]
+    jobs, launch, running = core.scheduler.jobs, core.launch, JobState.RUNNING
+    runs = []
+    for record in core.records.values():
+        start_time = record.start_time
+        if record.state is not running or start_time is None:
+            continue
+        job_id, attempt = record.job_id, record.attempt
+        if unsent and (job_id, attempt) in unsent:
+            continue
+        runtime = jobs[job_id].spec.expected_runtime
+        runs.append(ResumedRun(job_id, attempt, runtime, start_time, partial(launch, record)))
     backend.resume_many(runs)
 
 
