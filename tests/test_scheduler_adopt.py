@@ -11,7 +11,7 @@ import pytest
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import ClusterState
+from toposched.cluster.state import Allocation, ClusterState
 from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Adoption, Scheduler
@@ -229,3 +229,30 @@ def test_queueing_a_name_already_live_is_refused() -> None:
     # The jobs before the refused one are queued, as submitting one by one leaves them.
     assert [entry for entry in target.jobs] == [specs[0].name, specs[4].name]
     assert len(target.queue) == 2
+
+
+def test_many_adopted_at_once_keep_the_ledger_order_one_by_one_gives() -> None:
+    """A restart's thousands of jobs: the ledger's records in the order adopting them one by
+    one gives, jobs of one start time and runtime (ties in the records' times) by name."""
+    topology = nvl72_cluster(1, 1, 20, nodes_per_rack=18)  # 1,440 GPUs
+    rng = np.random.default_rng(3)
+    shapes = [spec("shape-a", "team-a", 1, 1, min_runtime="2h", expected_runtime="6h")]
+    shapes.append(spec("shape-b", "scratch", 1, 1, min_runtime="0s"))
+    adoptions = []
+    for index in range(1_300):
+        node, gpu = divmod(index, 4)
+        start = float(rng.choice([0.0, 600.0, 1_200.0]))  # many ties
+        name = f"r{(index * 7919) % 1_300}"  # names out of their start order
+        copy = shapes[index % 2].with_name_and_time(name, 0.0)
+        adoptions.append(Adoption(copy, Allocation.of([node], [[gpu]]), start))
+    now = HOUR
+    tree = BudgetTree.from_dict(TREE)
+    one_by_one = Scheduler(ClusterState(topology), tree)
+    at_once = Scheduler(ClusterState(topology), BudgetTree.from_dict(TREE))
+    for adoption in adoptions:
+        one_by_one.adopt(adoption.spec, adoption.allocation, adoption.start_time, now)
+    at_once.adopt_many(adoptions, now)
+    assert len(at_once.ledger.releases) == len(adoptions)
+    assert list(one_by_one.ledger.releases) == list(at_once.ledger.releases)
+    assert list(one_by_one.ledger.protection) == list(at_once.ledger.protection)
+    assert len(at_once.ledger.protection) == len(adoptions) // 2
