@@ -11,7 +11,7 @@ import pytest
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import ClusterState
+from toposched.cluster.state import Allocation, ClusterState
 from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Adoption, Scheduler
@@ -173,3 +173,86 @@ def test_copies_of_one_document_are_checked_for_their_own_account() -> None:
     target = scheduler(cap=False)
     with pytest.raises(InputError, match="nope.*names no account"):
         target.adopt_many([first, Adoption(copy, first.allocation, 0.0)], 3 * HOUR)
+
+
+def pending_specs() -> list[JobSpec]:
+    """Pending jobs as a restart reads them: copies of a few stored documents (sharing their
+    resources and topology), under their own names, accounts and submit times."""
+    shapes = [
+        spec("shape-0", "team-a", 1, 1),
+        spec("shape-1", "team-b", 2, 4, topology={"required": "rack"}),
+        spec("shape-2", "scratch", 1, 2, min_runtime="0s"),
+        spec("shape-3", "team-a", 4, 4, min_runtime="1h"),
+    ]
+    specs = []
+    for index in range(40):
+        shape = shapes[index % len(shapes)]
+        account = ("team-a", "team-b", "scratch")[index % 3]
+        copy = shape.with_name_and_time(f"p{index}", float(40 - index))
+        specs.append(copy.model_copy(update={"account": account}) if index % 5 == 0 else copy)
+    return specs
+
+
+def test_queueing_at_once_equals_submitting_one_by_one() -> None:
+    adoptions = running_jobs()
+    now = 3 * HOUR
+    one_by_one, at_once = scheduler(), scheduler()
+    specs = pending_specs()
+    for target in (one_by_one, at_once):
+        target.adopt_many(adoptions, now)
+    for pending in specs:
+        one_by_one.submit(pending, now)
+    queued = at_once.submit_many(specs, now)
+
+    assert [job.job_id for job in queued] == [s.name for s in specs]
+    fields = ("state", "submit_time", "reason", "reason_code", "history")
+    for pending in specs:
+        job, other = one_by_one.jobs[pending.name], at_once.jobs[pending.name]
+        assert {f: getattr(job, f) for f in fields} == {f: getattr(other, f) for f in fields}
+        assert job.request == other.request
+        assert other.request.name == pending.name
+    assert len(one_by_one.queue) == len(at_once.queue) == len(specs)
+    assert one_by_one.incremental.submitted == at_once.incremental.submitted
+
+    def decisions(target: Scheduler, time: float) -> list[str]:
+        return [repr(decision) for decision in target.cycle(time).decisions]
+
+    for time in (now, now + HOUR, now + 13 * HOUR):
+        assert decisions(one_by_one, time) == decisions(at_once, time)
+
+
+def test_queueing_a_name_already_live_is_refused() -> None:
+    specs = pending_specs()
+    target = scheduler()
+    with pytest.raises(InputError, match="already pending"):
+        target.submit_many([specs[0], specs[4], specs[0]], 0.0)
+    # The jobs before the refused one are queued, as submitting one by one leaves them.
+    assert [entry for entry in target.jobs] == [specs[0].name, specs[4].name]
+    assert len(target.queue) == 2
+
+
+def test_many_adopted_at_once_keep_the_ledger_order_one_by_one_gives() -> None:
+    """A restart's thousands of jobs: the ledger's records in the order adopting them one by
+    one gives, jobs of one start time and runtime (ties in the records' times) by name."""
+    topology = nvl72_cluster(1, 1, 20, nodes_per_rack=18)  # 1,440 GPUs
+    rng = np.random.default_rng(3)
+    shapes = [spec("shape-a", "team-a", 1, 1, min_runtime="2h", expected_runtime="6h")]
+    shapes.append(spec("shape-b", "scratch", 1, 1, min_runtime="0s"))
+    adoptions = []
+    for index in range(1_300):
+        node, gpu = divmod(index, 4)
+        start = float(rng.choice([0.0, 600.0, 1_200.0]))  # many ties
+        name = f"r{(index * 7919) % 1_300}"  # names out of their start order
+        copy = shapes[index % 2].with_name_and_time(name, 0.0)
+        adoptions.append(Adoption(copy, Allocation.of([node], [[gpu]]), start))
+    now = HOUR
+    tree = BudgetTree.from_dict(TREE)
+    one_by_one = Scheduler(ClusterState(topology), tree)
+    at_once = Scheduler(ClusterState(topology), BudgetTree.from_dict(TREE))
+    for adoption in adoptions:
+        one_by_one.adopt(adoption.spec, adoption.allocation, adoption.start_time, now)
+    at_once.adopt_many(adoptions, now)
+    assert len(at_once.ledger.releases) == len(adoptions)
+    assert list(one_by_one.ledger.releases) == list(at_once.ledger.releases)
+    assert list(one_by_one.ledger.protection) == list(at_once.ledger.protection)
+    assert len(at_once.ledger.protection) == len(adoptions) // 2

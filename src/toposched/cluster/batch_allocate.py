@@ -80,23 +80,34 @@ def _fits(state: ClusterState, owners: Sequence[str], allocations: Sequence[Allo
         return False
     if (state.closed[nodes] != 0).any():  # unhealthy, fenced or held as a spare
         return False
-    pods = np.fromiter((a.pods for a in allocations), dtype=np.int64, count=len(allocations))
-    if not _gpus_fit(state, allocations, nodes, pods):
+    # Each allocation's pods, GPUs per pod, milli-GPU, CPU and memory per pod, read in one
+    # pass (the amounts are ints, `plain_allocation` checked).
+    table = np.array(
+        [
+            (len(a.nodes), a.gpus.shape[1], a.gpu_milli, a.cpu_milli, a.memory_mib)
+            for a in allocations
+        ],
+        dtype=np.int64,
+    ).reshape(-1, 5)
+    if not _gpus_fit(state, allocations, nodes, table):
         return False
-    return _per_node_fits(state, allocations, nodes, pods)
+    return _per_node_fits(state, nodes, table)
 
 
 def _gpus_fit(
     state: ClusterState,
     allocations: Sequence[Allocation],
     nodes: NDArray[np.int64],
-    pods: NDArray[np.int64],
+    table: NDArray[np.int64],
 ) -> bool:
     """GPU indices within each node's GPUs, and each GPU's milli-GPU asked for by all the
     allocations together within what it has free (a whole GPU asked twice is over)."""
     width = state.gpu_free_milli.shape[1]
-    per_pod = np.fromiter((a.gpus.shape[1] for a in allocations), np.int64, len(allocations))
-    gpus = np.concatenate([a.gpus.reshape(-1) for a in allocations]).astype(np.int64)
+    pods, per_pod = table[:, 0], table[:, 1]
+    if bool((per_pod == per_pod[0]).all()):  # pods of one width: rows of one table
+        gpus = np.concatenate([a.gpus for a in allocations]).reshape(-1).astype(np.int64)
+    else:
+        gpus = np.concatenate([a.gpus.reshape(-1) for a in allocations]).astype(np.int64)
     if not gpus.size:
         return True
     pod_of_gpu_nodes = np.repeat(nodes, np.repeat(per_pod, pods))
@@ -104,29 +115,17 @@ def _gpus_fit(
     if (gpus < 0).any() or (gpus >= counts).any():
         return False
     slots = pod_of_gpu_nodes * width + gpus
-    milli = np.repeat(
-        np.fromiter((a.gpu_milli for a in allocations), np.int64, len(allocations)),
-        pods * per_pod,
-    )
+    milli = np.repeat(table[:, 2], pods * per_pod)
     asked = np.bincount(slots, weights=milli, minlength=state.gpu_free_milli.size)
     return bool((asked <= state.gpu_free_milli.reshape(-1)).all())
 
 
-def _per_node_fits(
-    state: ClusterState,
-    allocations: Sequence[Allocation],
-    nodes: NDArray[np.int64],
-    pods: NDArray[np.int64],
-) -> bool:
+def _per_node_fits(state: ClusterState, nodes: NDArray[np.int64], table: NDArray[np.int64]) -> bool:
     """Each node's CPU and memory asked for by all the allocations' pods within its free."""
     n_nodes = state.topology.n_nodes
-    for attribute, free in (
-        ("cpu_milli", state.free_cpu_milli),
-        ("memory_mib", state.free_memory_mib),
-    ):
-        per_pod = np.fromiter(
-            (getattr(a, attribute) for a in allocations), np.int64, len(allocations)
-        )
+    pods = table[:, 0]
+    for column, free in ((3, state.free_cpu_milli), (4, state.free_memory_mib)):
+        per_pod = table[:, column]
         if not per_pod.any():
             continue
         asked = np.bincount(nodes, weights=np.repeat(per_pod, pods), minlength=n_nodes)

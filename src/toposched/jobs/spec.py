@@ -8,7 +8,7 @@ Values are checked within the limits of `toposched.cluster.limits`; job files ar
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Self
 
 from pydantic import Field, field_validator, model_validator
@@ -205,16 +205,24 @@ class JobSpec(InputModel):
         """This job under a name and submit time already checked by their fields' rules (a
         stored document's, or `renamed`'s), the other fields shared: made the way pydantic's
         own copy is made, with no extra fields and no private attributes."""
-        fields = self.__dict__.copy()
-        fields["name"] = name
-        fields["submit_time"] = submit_time
-        copy = JobSpec.__new__(JobSpec)
-        object.__setattr__(copy, "__dict__", fields)
-        object.__setattr__(
-            copy, "__pydantic_fields_set__", self.model_fields_set | {"name", "submit_time"}
-        )
-        object.__setattr__(copy, "__pydantic_extra__", None)
-        object.__setattr__(copy, "__pydantic_private__", None)
+        return self.copier()(name, submit_time)
+
+    def copier(self) -> Callable[[str, float | None], JobSpec]:
+        """`with_name_and_time` of this spec, for many copies (a restart makes a hundred
+        thousand from a few dozen stored documents): what the copies share is worked out once,
+        their set fields one set among them (a frozen model's is never changed)."""
+        fields = self.__dict__
+        fields_set = self.model_fields_set | {"name", "submit_time"}
+        new, set_slot = JobSpec.__new__, object.__setattr__
+
+        def copy(name: str, submit_time: float | None) -> JobSpec:
+            made = new(JobSpec)
+            set_slot(made, "__dict__", {**fields, "name": name, "submit_time": submit_time})
+            set_slot(made, "__pydantic_fields_set__", fields_set)
+            set_slot(made, "__pydantic_extra__", None)
+            set_slot(made, "__pydantic_private__", None)
+            return made
+
         return copy
 
     def to_dict(self) -> dict[str, Any]:

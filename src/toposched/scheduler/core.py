@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,7 @@ from toposched.scheduler.spares import SparePool
 from toposched.scheduler.turn import CycleResult, Turn
 from toposched.scheduler.walker import Walker, checked_cycle
 
-__all__ = ["CycleResult", "Scheduler"]
+__all__ = ["Adoption", "Adoptions", "CycleResult", "Scheduler"]
 
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
@@ -55,6 +55,28 @@ class Adoption:
     spec: JobSpec
     allocation: Allocation
     start_time: float
+
+
+@dataclass(frozen=True)
+class Adoptions:
+    """Many jobs found running, as columns (one entry per job in each): a restart's hundred
+    thousand, read from the store without an `Adoption` made for each."""
+
+    specs: Sequence[JobSpec]
+    allocations: Sequence[Allocation]
+    start_times: Sequence[float]
+
+    def __post_init__(self) -> None:
+        if not len(self.specs) == len(self.allocations) == len(self.start_times):
+            raise InputError("adoptions", len(self.specs), "need one allocation and start each")
+
+    @staticmethod
+    def of(adoptions: Sequence[Adoption]) -> Adoptions:
+        return Adoptions(
+            [adoption.spec for adoption in adoptions],
+            [adoption.allocation for adoption in adoptions],
+            [adoption.start_time for adoption in adoptions],
+        )
 
 
 class Scheduler:
@@ -180,25 +202,42 @@ class Scheduler:
         self.ledger.remember(job)
         return job
 
-    def adopt_many(self, adoptions: Sequence[Adoption], now: float) -> list[Job]:
+    def adopt_many(self, adoptions: Sequence[Adoption] | Adoptions, now: float) -> list[Job]:
         """`adopt` each in order, with the same result, for the many running jobs of a restart,
         in one pass: a job goes to the running set without passing through the queue, and is
-        counted in the ledger once, from its real start. The specs are stored documents,
-        validated when they were accepted: each account is checked once, and specs copied
-        from one document (sharing its resources and topology) share one request, resolved
-        against the topology once and copied under each job's name."""
+        counted in the ledger once, from its real start (made as `_new_jobs` makes them)."""
         self.incremental.forget()
+        columns = adoptions if isinstance(adoptions, Adoptions) else Adoptions.of(adoptions)
+        adopted = list(self._new_jobs(columns.specs, now, JobState.RUNNING))
+        self.lifecycle.adopt_many(adopted, columns.allocations, columns.start_times, now)
+        self._epoch += len(adopted)
+        return adopted
+
+    def submit_many(self, specs: Sequence[JobSpec], now: float) -> list[Job]:
+        """`submit` each in order, with the same result, for the many pending jobs of a
+        restart (made as `_new_jobs` makes them)."""
+        jobs = []
+        enqueue, submitted = self.lifecycle.enqueue, self.incremental.submitted_job
+        for job in self._new_jobs(specs, now, JobState.PENDING):
+            enqueue(job)
+            submitted(job.job_id)
+            jobs.append(job)
+        return jobs
+
+    def _new_jobs(self, specs: Sequence[JobSpec], now: float, state: JobState) -> Iterator[Job]:
+        """`_new_job` for each spec in order, each job put in `state` and handed over before
+        the next is made (so that a name given twice is refused as live). The specs are stored
+        documents, validated when they were accepted: each account is checked once, and specs
+        copied from one document (sharing its resources and topology) share one request,
+        resolved against the topology once and copied under each job's name."""
         jobs = self.jobs
         requests: dict[tuple[int, int, int], GangRequest] = {}
         accounts: set[str] = set()
-        adopted = []
-        for adoption in adoptions:
-            spec = adoption.spec
+        for spec in specs:
             name = spec.name
-            existing = jobs.get(name)
             key = (id(spec.resources_per_pod), id(spec.topology), spec.pods)
             known = requests.get(key)
-            if known is None or spec.pod_sets is not None or existing is not None:
+            if known is None or spec.pod_sets is not None or name in jobs:
                 job = self._new_job(spec, now)
                 if spec.pod_sets is None:
                     requests[key] = job.request
@@ -210,14 +249,8 @@ class Scheduler:
                 submit_time = spec.submit_time if spec.submit_time is not None else now
                 job = Job(spec, known.renamed(name), submit_time, history=[(now, "submitted")])
                 jobs[name] = job
-            # Running from here, never queued: the same name adopted twice is refused as such.
-            job.state = JobState.RUNNING
-            adopted.append(job)
-        allocations = [adoption.allocation for adoption in adoptions]
-        start_times = [adoption.start_time for adoption in adoptions]
-        self.lifecycle.adopt_many(adopted, allocations, start_times, now)
-        self._epoch += len(adopted)
-        return adopted
+            job.state = state
+            yield job
 
     def finish(self, job_id: str, now: float) -> Job:
         """A running job ended on its own: its GPUs return."""

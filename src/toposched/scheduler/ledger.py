@@ -165,8 +165,8 @@ class Ledger:
                 )
             )
         self.preemptible.add_many(holdings)
-        self.releases.update(releases)
-        self.protection.update(protection)
+        self.releases.update(_nearly_sorted(releases))
+        self.protection.update(_nearly_sorted(protection))
 
     def remember(self, job: Job) -> None:
         """Count the running `job` in every record."""
@@ -272,3 +272,18 @@ def _holding(job: Job, allocation: Allocation, gpus: float) -> Holding:
         spec.account,
         spec.priority,
     )
+
+
+_PRESORT_FROM = 1000
+"""From this many records on, `_nearly_sorted` orders them by time before they are sorted."""
+
+
+def _nearly_sorted(records: list[tuple[float, str]]) -> list[tuple[float, str]]:
+    """`records` (time, job id) in time order, ties in the order given: sorting them then
+    (what a sorted list's `update` does) only orders the ties by job id, comparing each
+    tuple with its neighbour instead of n log n times. Ordered with numpy on the times, for
+    the hundred thousand records of a restart."""
+    if len(records) < _PRESORT_FROM:
+        return records
+    times = np.fromiter((time for time, _ in records), np.float64, len(records))
+    return [records[i] for i in np.argsort(times, kind="stable").tolist()]

@@ -201,27 +201,39 @@ def _scan_numbers(
         return None
     digit = (data >= _ZERO) & (data <= _NINE)
     edges = np.diff(digit.astype(np.int8), prepend=np.int8(0), append=np.int8(0))
-    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    begins = edges == 1
+    starts, ends = np.flatnonzero(begins), np.flatnonzero(edges == -1)
     if starts.size == 0:
         return None
     lengths = ends - starts
     opened = data == ord("{")
     # Each number ends at a separator (no fraction, exponent or sign anywhere).
     after = data[np.minimum(ends, data.size - 1)]
+    longest = int(lengths.max())
     if (
-        int(opened.sum()) != len(texts)
-        or int(lengths.max()) > _MAX_DIGITS
+        int(np.count_nonzero(opened)) != len(texts)
+        or longest > _MAX_DIGITS
         or bool(((data == ord("-")) | (data == ord("."))).any())
         or not bool(np.isin(after, np.frombuffer(b",]}", dtype=np.uint8)).all())
     ):
         return None
-    positions = np.flatnonzero(digit)
-    place = np.repeat(ends, lengths) - positions - 1
-    contributions = (data[positions] - _ZERO).astype(np.int64) * np.power(10, place)
-    values = np.add.reduceat(contributions, np.cumsum(lengths) - lengths)
-    # Brackets opened and closed before each number; objects begun before it.
-    depth = np.searchsorted(np.flatnonzero(data == ord("[")), starts) - np.searchsorted(
-        np.flatnonzero(data == ord("]")), starts
-    )
-    owner = np.searchsorted(np.flatnonzero(opened), starts) - 1
+    # Digit by digit from the last: numbers are short (node indices, a few amounts).
+    values = (data[ends - 1] - _ZERO).astype(np.int64)
+    for place in range(1, longest):
+        longer = np.flatnonzero(lengths > place)
+        digits = (data[ends[longer] - 1 - place] - _ZERO).astype(np.int64)
+        values[longer] += digits * 10**place
+    # Brackets opened less closed, and objects begun, before each number: running counts
+    # over the bytes that matter (brackets, braces and the numbers' first digits).
+    marks = begins[:-1] | opened | (data == ord("[")) | (data == ord("]"))
+    at = data[np.flatnonzero(marks)]
+    counted = np.flatnonzero(~((at >= _ZERO) & (at <= _NINE)))
+    kinds = at[counted]
+    depth_step = (kinds == ord("[")).astype(np.int64) - (kinds == ord("]"))
+    object_step = (kinds == ord("{")).astype(np.int64)
+    # Marks before each number's first digit: its place among the marks less the numbers
+    # before it.
+    before = np.searchsorted(counted, np.flatnonzero((at >= _ZERO) & (at <= _NINE)))
+    depth = np.concatenate(([0], np.cumsum(depth_step)))[before]
+    owner = np.concatenate(([0], np.cumsum(object_step)))[before] - 1
     return values, depth, owner

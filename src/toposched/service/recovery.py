@@ -169,10 +169,11 @@ def _reconcile(core: ServiceCore, now: float) -> None:
     alive = {(run.job_id, run.attempt) for run in core.backend.running()}
     unsent = core.store.unsent_decisions()
     starting = {(d.job_id, d.attempt) for d in unsent if d.kind == "start"}
+    state = JobState.RUNNING
     running = {
         (record.job_id, record.attempt): record
         for record in core.records.values()
-        if record.state is JobState.RUNNING
+        if record.state is state
     }
     for key, record in running.items():
         if key in alive or key in starting:

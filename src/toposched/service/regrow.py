@@ -24,7 +24,7 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, ClusterState, Health
 from toposched.cluster.topology import Topology
 from toposched.jobs.spec import JobSpec
-from toposched.scheduler.core import Adoption, Scheduler
+from toposched.scheduler.core import Adoptions, Scheduler
 from toposched.scheduler.jobs import Job, JobState, Nomination
 from toposched.service.core import ServiceCore
 from toposched.service.fits import ClusterLimits
@@ -90,22 +90,27 @@ def restore_scheduler(
     their allocations with their real start times (first: they hold their GPUs even on nodes
     cordoned or draining since), the node health the store holds, then the pending jobs in
     submission order, each with its original submit time."""
-    records = core.records.values()
-    adoptions = []
-    for record in records:
-        if record.state is JobState.RUNNING:
-            assert record.allocation is not None and record.start_time is not None
-            adoptions.append(Adoption(spec_of(record), record.allocation, record.start_time))
-    core.scheduler.adopt_many(adoptions, now)
+    specs, allocations, start_times = [], [], []
+    pending = []
+    running, waiting = JobState.RUNNING, JobState.PENDING
+    for record in core.records.values():
+        state = record.state
+        if state is running:
+            allocation, start_time = record.allocation, record.start_time
+            assert allocation is not None and start_time is not None
+            specs.append(spec_of(record))
+            allocations.append(allocation)
+            start_times.append(start_time)
+        elif state is waiting:
+            pending.append(record)
+    core.scheduler.adopt_many(Adoptions(specs, allocations, start_times), now)
     by_health: dict[Health, list[int]] = {}
     for name, word in core.store.node_health().items():
         if word != "healthy":
             by_health.setdefault(Health[word.upper()], []).append(core.node_index(name))
     for health, nodes in by_health.items():
         core.scheduler.set_health(nodes, health, now)
-    for record in records:
-        if record.state is JobState.PENDING:
-            core.scheduler.submit(spec_of(record), now)
+    core.scheduler.submit_many([spec_of(record) for record in pending], now)
 
 
 def regrow(core: ServiceCore, topology: Topology, now: float) -> list[str]:

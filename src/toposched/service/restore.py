@@ -4,10 +4,10 @@ resumed at once."""
 
 from __future__ import annotations
 
-import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from toposched.backends.dry_run import DryRunBackend, ResumedRun
@@ -16,25 +16,25 @@ from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
 from toposched.service.records import JobRecord
 
+Copier = Callable[[str, float | None], JobSpec]
+"""Copies of one spec under other names and submit times (`JobSpec.copier`)."""
+
 
 def resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:
     """Every running job whose start was sent goes on in `backend` from its stored start
     time; a start stored but never sent is left to reconciliation, which sends it once."""
     unsent = {(d.job_id, d.attempt) for d in core.store.unsent_decisions() if d.kind == "start"}
-    jobs = core.scheduler.jobs
-    runs = [
-        ResumedRun(
-            record.job_id,
-            record.attempt,
-            jobs[record.job_id].spec.expected_runtime,
-            record.start_time,
-            functools.partial(core.launch, record),
-        )
-        for record in core.records.values()
-        if record.state is JobState.RUNNING
-        and record.start_time is not None
-        and (record.job_id, record.attempt) not in unsent
-    ]
+    jobs, launch, running = core.scheduler.jobs, core.launch, JobState.RUNNING
+    runs = []
+    for record in core.records.values():
+        start_time = record.start_time
+        if record.state is not running or start_time is None:
+            continue
+        job_id, attempt = record.job_id, record.attempt
+        if unsent and (job_id, attempt) in unsent:
+            continue
+        runtime = jobs[job_id].spec.expected_runtime
+        runs.append(ResumedRun(job_id, attempt, runtime, start_time, partial(launch, record)))
     backend.resume_many(runs)
 
 
@@ -47,19 +47,20 @@ class RestoredSpecs:
     (`_shape_key`), without parsing it."""
 
     def __init__(self) -> None:
-        self._by_shape: dict[str, JobSpec] = {}
-        self._by_text: dict[tuple[str, str], JobSpec] = {}
+        self._by_shape: dict[str, Copier] = {}
+        self._by_text: dict[tuple[str, str], Copier] = {}
 
     def of(self, record: JobRecord) -> JobSpec:
         """The spec of `record`'s job."""
         key = _shape_key(record)
         if key is None:
             return self.spec(record.spec)
-        known = self._by_text.get(key)
-        if known is None:
-            known = self._by_text[key] = self.spec(record.spec)
-            return known
-        return known.with_name_and_time(record.job_id, record.submit_time)
+        copy = self._by_text.get(key)
+        if copy is None:
+            spec = self.spec(record.spec)
+            self._by_text[key] = spec.copier()
+            return spec
+        return copy(record.job_id, record.submit_time)
 
     def spec(self, document: Mapping[str, Any]) -> JobSpec:
         shape = dict(document)
@@ -70,12 +71,13 @@ class RestoredSpecs:
         # types (1 and 1.0 apart), and several times cheaper than a JSON dump. Keys in another
         # order only miss the cache.
         key = repr(shape)
-        known = self._by_shape.get(key)
-        if known is None or not _plain_name_and_time(name, submit_time):
+        copy = self._by_shape.get(key)
+        if copy is None or not _plain_name_and_time(name, submit_time):
             spec = JobSpec.from_dict({**shape, "name": name, "submit_time": submit_time})
-            self._by_shape.setdefault(key, spec)
+            if copy is None:
+                self._by_shape[key] = spec.copier()
             return spec
-        return known.with_name_and_time(name, float(submit_time))
+        return copy(name, float(submit_time))
 
 
 def _plain_name_and_time(name: Any, submit_time: Any) -> bool:
