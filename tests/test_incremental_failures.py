@@ -96,6 +96,48 @@ def test_a_release_that_leaves_no_node_room_for_a_pod_keeps_the_failure() -> Non
     assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["wide"]
 
 
+def test_a_failure_the_release_dropped_holds_again_once_earlier_jobs_took_the_room() -> None:
+    # As `loaded`, with `filler` (one 4-GPU pod) ahead of wide in the queue. Nodes 2 and 3
+    # free up: rack 1 could hold wide, so its failure is dropped at the cycle's start; filler
+    # takes one of the nodes first, and when wide's turn comes no rack that gained GPUs holds
+    # it: answered without a search (checked by a search all the same).
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
+    scheduler = Scheduler(state, tree, reserve_min_gpus=1000, verify_kept_failures=True)
+    for node, gpus in ((0, 4), (1, 4), (2, 4), (3, 2)):
+        allocation = Allocation.of([node], [list(range(gpus))])
+        scheduler.adopt(job(f"on{node}", "team-b", gpus=gpus), allocation, start_time=0.0, now=0.0)
+    scheduler.submit(job("filler", "team-a"), 0)
+    scheduler.submit(job("wide", "team-a", pods=2, topology={"required": "rack"}), 0)
+    assert scheduler.cycle(0).searches == 2
+
+    scheduler.finish("on2", 60)
+    scheduler.finish("on3", 60)
+    result = scheduler.cycle(60)
+    assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["filler"]
+    assert result.searches == 1
+    assert "no domain it could use gained enough GPUs since" in scheduler.jobs["wide"].reason
+
+
+def test_a_dropped_failure_is_searched_again_while_the_freed_room_is_there() -> None:
+    # The same, filler asking for a node of rack 0 only: rack 1 keeps its 8 GPUs, and wide
+    # is searched and starts.
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
+    scheduler = Scheduler(state, tree, reserve_min_gpus=1000, verify_kept_failures=True)
+    for node, gpus in ((0, 4), (1, 4), (2, 4), (3, 2)):
+        allocation = Allocation.of([node], [list(range(gpus))])
+        scheduler.adopt(job(f"on{node}", "team-b", gpus=gpus), allocation, start_time=0.0, now=0.0)
+    scheduler.submit(job("wide", "team-a", pods=2, topology={"required": "rack"}), 0)
+    assert scheduler.cycle(0).searches == 1
+
+    scheduler.finish("on2", 60)
+    scheduler.finish("on3", 60)
+    result = scheduler.cycle(60)
+    assert result.searches == 1
+    assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["wide"]
+
+
 def test_a_job_of_several_pod_sets_is_searched_again_after_any_release() -> None:
     # Every GPU held; `mixed` asks a 4-GPU lead and two workers on half a GPU each, which
     # the job's gang counts as three pods of 4 GPUs (12 GPUs). 6 GPUs freed hold the sets.
