@@ -189,9 +189,11 @@ class FailureMemo:
         most any set asks (`JobSets.gang`), more than they need. A dropped failure of a
         whole-GPU gang is checked again when a job of its shape asks (`recheck`), against the
         capacity as it is then: jobs earlier in the queue may have taken what was freed."""
-        if not self.by_shape:
-            return
         if freed.size == 0:
+            return
+        if not self.by_shape:
+            # Those dropped before were checked against earlier releases only.
+            self._dropped, self._check = {}, None
             return
         check = ReleaseCheck(freed, state)
         kept: dict[Shape, list[Failure]] = {}
