@@ -216,16 +216,20 @@ class FailureMemo:
         self._dropped = dropped
         self._check = check
 
-    def recheck(self, shape: Shape, pods: int, fence: Fence) -> Failure | None:
+    def recheck(
+        self, shape: Shape, pods: int, fence: Fence, opened: NDArray[np.bool_] | None = None
+    ) -> Failure | None:
         """A failure implying that a gang of `shape` with `pods` pods does not fit now, from
         one dropped at the last release (`outlive_release`) and checked again against the
-        capacity as it is now, with the fence as it is now (settled); it is remembered, with
-        the nodes fenced now, not those it was found under: only they are known to be
-        fenced at the time of the check. Like the release rule, it needs every node fenced
-        when the failure was found to be fenced still (else a domain that gained no GPUs may
-        have regained nodes), and no domain that gained GPUs at the release to hold the gang
-        now; tried for the failure's own pod count first (the stronger answer), then for
-        `pods`. None when no dropped failure of the shape holds."""
+        capacity as it is now, with the fence as a search sees it now (`Fence.seen`: settled,
+        or with the reserved block lifted for a backfill, `opened` then marking the reserved
+        nodes); it is remembered with those fenced nodes, not those it was found under: only
+        they are known to be fenced at the time of the check. Like the release rule, it needs
+        every node fenced when the failure was found to be fenced still and, with `opened`,
+        none of them reserved (else a domain that gained no GPUs may have regained nodes), and
+        no domain that gained GPUs at the release to hold the gang now; tried for the
+        failure's own pod count first (the stronger answer), then for `pods`. None when no
+        dropped failure of the shape holds."""
         dropped = self._dropped.get(shape)
         if not dropped or self._check is None:
             return None
@@ -233,6 +237,8 @@ class FailureMemo:
         for failure in dropped:
             if failure.pods > pods:
                 break
+            if opened is not None and not self._misses(failure.fenced, opened):
+                continue
             if not fence.holds(failure.fenced):
                 continue
             for count in (failure.pods, pods):
@@ -245,6 +251,21 @@ class FailureMemo:
                 if count == pods:
                     break
         return None
+
+    def _misses(self, fenced: FencedNodes, opened: NDArray[np.bool_]) -> bool:
+        """Whether no node of `fenced` is marked in `opened`; answers are kept for one marking
+        of opened nodes (see `find_beyond`)."""
+        if self._opened is not opened:
+            self._opened = opened
+            self._disjoint = {}
+            self._group_disjoint = {}
+            self._smallest_beyond = {}
+        known = self._disjoint.get(id(fenced))
+        if known is None:
+            known = self._disjoint[id(fenced)] = _Disjoint(
+                fenced, fenced.misses(opened, self._group_disjoint)
+            )
+        return known.misses
 
     def find(self, shape: Shape, pods: int, fence: Fence, cycle: int) -> Failure | None:
         """A failure implying that a gang of `shape` with `pods` pods does not fit now."""
@@ -275,23 +296,14 @@ class FailureMemo:
         ask for thousands of backfill candidates, and each comparison of fences may cover tens
         of thousands of nodes."""
         if self._opened is not opened:
-            self._opened = opened
-            self._disjoint = {}
-            self._group_disjoint = {}
-            self._smallest_beyond = {}
+            self._misses(FencedNodes(), opened)  # a new marking: answers kept start afresh
         cached = self._smallest_beyond.get(shape, _NOT_REMEMBERED)
         if not cached.is_current(cycle, fence, self.version):
-            disjoint = self._disjoint
             smallest: Failure | None = None
             for failure in self.by_shape.get(shape, ()):
                 if smallest is None or failure.pods < smallest.pods:
                     fenced = failure.fenced
-                    known = disjoint.get(id(fenced))
-                    if known is None:
-                        known = disjoint[id(fenced)] = _Disjoint(
-                            fenced, fenced.misses(opened, self._group_disjoint)
-                        )
-                    if known.misses and fence.holds(fenced):
+                    if self._misses(fenced, opened) and fence.holds(fenced):
                         smallest = failure
             cached = Remembered(cycle, fence.generation, self.version, smallest)
             self._smallest_beyond[shape] = cached

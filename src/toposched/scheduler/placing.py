@@ -101,8 +101,11 @@ class Placing:
             backfill = failures.find_beyond(shape, pods, fence, turn.reserved_nodes, turn.number)
             if backfill is None:
                 # Lifted until a search that must not see the reserved nodes: backfills in a
-                # row share one lift.
+                # row share one lift. A failure the last release dropped is checked again
+                # against the capacity the backfill's search would see.
                 fence.lift()
+                backfill = failures.recheck(shape, pods, fence, turn.reserved_nodes)
+            if backfill is None:
                 turn.result.searches += 1
                 outcome = self.search(job)
                 if isinstance(outcome, Placement):
