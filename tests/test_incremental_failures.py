@@ -12,9 +12,12 @@ import pytest
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState, Health
 from toposched.jobs.spec import JobSpec
+from toposched.placement.request import GangRequest
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Bind
+from toposched.scheduler.failures import Failure, FailureMemo
+from toposched.scheduler.fence import Fence
 from toposched.scheduler.freed import FreedCapacity
 
 HOUR = 3600.0
@@ -136,6 +139,72 @@ def test_a_dropped_failure_is_searched_again_while_the_freed_room_is_there() -> 
     result = scheduler.cycle(60)
     assert result.searches == 1
     assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["wide"]
+
+
+def test_a_dropped_failure_checked_again_is_kept_with_the_fence_of_the_check() -> None:
+    # 2 racks x 2 nodes x 4 GPUs, every GPU held; a 2-pod, 4-GPU gang needing one rack did
+    # not fit with nothing fenced. Rack 1 empties (its failure is dropped), then a job takes
+    # node 2 and the fence reserves node 3.
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    for node in range(4):
+        state.allocate(f"on{node}", Allocation.of([node], [[0, 1, 2, 3]]))
+    rack = state.topology.level_index("rack")
+    request = GangRequest("wide", 2, 4, 1000, 0, 0, None, required=rack)
+    shape = ("wide-shape",)
+    memo = FailureMemo()
+    fence = Fence(state)
+    memo.add(shape, Failure(2, "no rack", fence.seen(), "wide", 0, 1, request), fence)
+    freed = np.array([2, 3], dtype=np.int64)
+    state.release("on2")
+    state.release("on3")
+    memo.outlive_release(freed, state)
+    assert memo.find(shape, 2, fence, 2) is None
+    # Rack 1 holds the gang: nothing to keep.
+    assert memo.recheck(shape, 2, fence) is None
+
+    state.allocate("taker", Allocation.of([2], [[0, 1, 2, 3]]))
+    fence = Fence(state)
+    reserved = np.array([3], dtype=np.int64)
+    fence.close_block(reserved)
+    renewed = memo.recheck(shape, 2, fence)
+    assert renewed is not None and renewed.outlived_release
+    assert renewed.fenced.nodes() == {3}
+    assert memo.find(shape, 2, fence, 2) is renewed
+
+    # With the reserved node lifted for a backfill, rack 1 has 4 free GPUs, short of 8: kept
+    # again, with only what the backfill's search sees fenced (nothing).
+    opened = np.zeros(state.topology.n_nodes, dtype=bool)
+    opened[reserved] = True
+    fence.lift()
+    beyond = memo.recheck(shape, 2, fence, opened)
+    assert beyond is not None and len(beyond.fenced) == 0
+    assert memo.find_beyond(shape, 2, fence, opened, 2) is beyond
+
+
+def test_a_dropped_failure_found_with_a_reserved_node_fenced_is_not_checked_for_a_backfill() -> (
+    None
+):
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    for node in range(4):
+        state.allocate(f"on{node}", Allocation.of([node], [[0, 1, 2, 3]]))
+    rack = state.topology.level_index("rack")
+    request = GangRequest("wide", 2, 4, 1000, 0, 0, None, required=rack)
+    shape = ("wide-shape",)
+    memo = FailureMemo()
+    fence = Fence(state)
+    fence.close_block(np.array([1], dtype=np.int64))
+    memo.add(shape, Failure(2, "no rack", fence.seen(), "wide", 0, 1, request), fence)
+    state.release("on2")
+    state.release("on3")
+    memo.outlive_release(np.array([2, 3], dtype=np.int64), state)
+    state.allocate("taker", Allocation.of([2], [[0, 1, 2, 3]]))
+    opened = np.zeros(state.topology.n_nodes, dtype=bool)
+    opened[1] = True
+    fence.lift()
+    # Node 1 was fenced when the gang failed, and the backfill's search sees it open.
+    assert memo.recheck(shape, 2, fence, opened) is None
+    fence.settle()
+    assert memo.recheck(shape, 2, fence) is not None
 
 
 def test_a_job_of_several_pod_sets_is_searched_again_after_any_release() -> None:
