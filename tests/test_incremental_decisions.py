@@ -1,5 +1,5 @@
-"""The scheduler's shortcuts across cycles change no decision: on short Ai2-like and frontier
-simulations with several seeds, the decision log with them equals the log of a scheduler that
+"""The scheduler's shortcuts across cycles change no decision: on short Ai2-like, frontier and
+ITP simulations with several seeds, the decision log with them equals the log of a scheduler that
 re-examines every pending job after every release, while their debugging check (a search
 wherever a shortcut answered) holds throughout; and the shortcuts do save searches."""
 
@@ -15,6 +15,12 @@ from cycle_log import CycleLog, logged_run
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab
 from toposched.workloads.model import Workload
+from toposched.workloads.replay import default_traces_dir, itp_replay
+
+TRACES = default_traces_dir()
+needs_itp = pytest.mark.skipif(
+    not (TRACES / "itp").is_dir(), reason=f"ITP traces not found at {TRACES / 'itp'}"
+)
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,14 @@ RUNS = (
     Run("frontier-seed2", lambda: frontier_lab(seed=2, days=3.0, racks_per_block=2)),
     Run("frontier-seed4", lambda: frontier_lab(seed=4, days=3.0, racks_per_block=3)),
 )
+ITP_RUNS = (
+    Run("itp04", lambda: itp_replay(4, nodes=16, days=2.0)),
+    Run("itp07", lambda: itp_replay(7, nodes=8, days=2.0)),
+)
+ALL_RUNS = (
+    *(pytest.param(run, id=run.name) for run in RUNS),
+    *(pytest.param(run, id=run.name, marks=needs_itp) for run in ITP_RUNS),
+)
 
 
 def decisions(run: Run, **settings: Any) -> CycleLog:
@@ -37,7 +51,7 @@ def decisions(run: Run, **settings: Any) -> CycleLog:
     return logged_run(run.workload(), None, **settings)
 
 
-@pytest.mark.parametrize("run", RUNS, ids=[run.name for run in RUNS])
+@pytest.mark.parametrize("run", ALL_RUNS)
 def test_kept_failures_decide_as_full_re_examination(run: Run) -> None:
     full = decisions(run, keep_failures_through_releases=False)
     kept = decisions(run, keep_failures_through_releases=True, verify_kept_failures=True)

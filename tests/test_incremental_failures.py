@@ -12,9 +12,12 @@ import pytest
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState, Health
 from toposched.jobs.spec import JobSpec
+from toposched.placement.request import GangRequest
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Bind
+from toposched.scheduler.failures import Failure, FailureMemo
+from toposched.scheduler.fence import Fence
 from toposched.scheduler.freed import FreedCapacity
 
 HOUR = 3600.0
@@ -94,6 +97,114 @@ def test_a_release_that_leaves_no_node_room_for_a_pod_keeps_the_failure() -> Non
     result = scheduler.cycle(180)
     assert result.searches == 1
     assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["wide"]
+
+
+def test_a_failure_the_release_dropped_holds_again_once_earlier_jobs_took_the_room() -> None:
+    # As `loaded`, with `filler` (one 4-GPU pod) ahead of wide in the queue. Nodes 2 and 3
+    # free up: rack 1 could hold wide, so its failure is dropped at the cycle's start; filler
+    # takes one of the nodes first, and when wide's turn comes no rack that gained GPUs holds
+    # it: answered without a search (checked by a search all the same).
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
+    scheduler = Scheduler(state, tree, reserve_min_gpus=1000, verify_kept_failures=True)
+    for node, gpus in ((0, 4), (1, 4), (2, 4), (3, 2)):
+        allocation = Allocation.of([node], [list(range(gpus))])
+        scheduler.adopt(job(f"on{node}", "team-b", gpus=gpus), allocation, start_time=0.0, now=0.0)
+    scheduler.submit(job("filler", "team-a"), 0)
+    scheduler.submit(job("wide", "team-a", pods=2, topology={"required": "rack"}), 0)
+    assert scheduler.cycle(0).searches == 2
+
+    scheduler.finish("on2", 60)
+    scheduler.finish("on3", 60)
+    result = scheduler.cycle(60)
+    assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["filler"]
+    assert result.searches == 1
+    assert "no domain it could use gained enough GPUs since" in scheduler.jobs["wide"].reason
+
+
+def test_a_dropped_failure_is_searched_again_while_the_freed_room_is_there() -> None:
+    # The same, filler asking for a node of rack 0 only: rack 1 keeps its 8 GPUs, and wide
+    # is searched and starts.
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
+    scheduler = Scheduler(state, tree, reserve_min_gpus=1000, verify_kept_failures=True)
+    for node, gpus in ((0, 4), (1, 4), (2, 4), (3, 2)):
+        allocation = Allocation.of([node], [list(range(gpus))])
+        scheduler.adopt(job(f"on{node}", "team-b", gpus=gpus), allocation, start_time=0.0, now=0.0)
+    scheduler.submit(job("wide", "team-a", pods=2, topology={"required": "rack"}), 0)
+    assert scheduler.cycle(0).searches == 1
+
+    scheduler.finish("on2", 60)
+    scheduler.finish("on3", 60)
+    result = scheduler.cycle(60)
+    assert result.searches == 1
+    assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["wide"]
+
+
+def test_a_dropped_failure_checked_again_is_kept_with_the_fence_of_the_check() -> None:
+    # 2 racks x 2 nodes x 4 GPUs, every GPU held; a 2-pod, 4-GPU gang needing one rack did
+    # not fit with nothing fenced. Rack 1 empties (its failure is dropped), then a job takes
+    # node 2 and the fence reserves node 3.
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    for node in range(4):
+        state.allocate(f"on{node}", Allocation.of([node], [[0, 1, 2, 3]]))
+    rack = state.topology.level_index("rack")
+    request = GangRequest("wide", 2, 4, 1000, 0, 0, None, required=rack)
+    shape = ("wide-shape",)
+    memo = FailureMemo()
+    fence = Fence(state)
+    memo.add(shape, Failure(2, "no rack", fence.seen(), "wide", 0, 1, request), fence)
+    freed = np.array([2, 3], dtype=np.int64)
+    state.release("on2")
+    state.release("on3")
+    memo.outlive_release(freed, state)
+    assert memo.find(shape, 2, fence, 2) is None
+    # Rack 1 holds the gang: nothing to keep.
+    assert memo.recheck(shape, 2, fence) is None
+
+    state.allocate("taker", Allocation.of([2], [[0, 1, 2, 3]]))
+    fence = Fence(state)
+    reserved = np.array([3], dtype=np.int64)
+    fence.close_block(reserved)
+    renewed = memo.recheck(shape, 2, fence)
+    assert renewed is not None and renewed.outlived_release
+    assert renewed.fenced.nodes() == {3}
+    assert memo.find(shape, 2, fence, 2) is renewed
+
+    # With the reserved node lifted for a backfill, rack 1 has 4 free GPUs, short of 8: kept
+    # again, with only what the backfill's search sees fenced (nothing).
+    opened = np.zeros(state.topology.n_nodes, dtype=bool)
+    opened[reserved] = True
+    fence.lift()
+    beyond = memo.recheck(shape, 2, fence, opened)
+    assert beyond is not None and len(beyond.fenced) == 0
+    assert memo.find_beyond(shape, 2, fence, opened, 2) is beyond
+
+
+def test_a_dropped_failure_found_with_a_reserved_node_fenced_is_not_checked_for_a_backfill() -> (
+    None
+):
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    for node in range(4):
+        state.allocate(f"on{node}", Allocation.of([node], [[0, 1, 2, 3]]))
+    rack = state.topology.level_index("rack")
+    request = GangRequest("wide", 2, 4, 1000, 0, 0, None, required=rack)
+    shape = ("wide-shape",)
+    memo = FailureMemo()
+    fence = Fence(state)
+    fence.close_block(np.array([1], dtype=np.int64))
+    memo.add(shape, Failure(2, "no rack", fence.seen(), "wide", 0, 1, request), fence)
+    state.release("on2")
+    state.release("on3")
+    memo.outlive_release(np.array([2, 3], dtype=np.int64), state)
+    state.allocate("taker", Allocation.of([2], [[0, 1, 2, 3]]))
+    opened = np.zeros(state.topology.n_nodes, dtype=bool)
+    opened[1] = True
+    fence.lift()
+    # Node 1 was fenced when the gang failed, and the backfill's search sees it open.
+    assert memo.recheck(shape, 2, fence, opened) is None
+    fence.settle()
+    assert memo.recheck(shape, 2, fence) is not None
 
 
 def test_a_job_of_several_pod_sets_is_searched_again_after_any_release() -> None:

@@ -43,13 +43,13 @@ class Failure:
     """Whether the gang is a job's of several pod sets (`request` may then ask, per pod, the
     most any set asks: no release rule bounds what the sets could use)."""
 
-    def whole_gpus_needed(self) -> int:
-        """Whole GPUs the gang needs within one domain of its required level (0 when whole
-        GPUs tell nothing: fractional or GPU-less pods, or no request known)."""
+    def whole_gpus_per_pod(self) -> int:
+        """Whole GPUs each pod of the gang takes (0 when whole GPUs tell nothing: fractional
+        or GPU-less pods, or no request known)."""
         request = self.request
         if request is None or request.gpus_per_pod == 0 or request.is_fractional:
             return 0
-        return self.pods * request.gpus_per_pod
+        return request.gpus_per_pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +72,70 @@ class Remembered:
 
 
 _NOT_REMEMBERED = Remembered(-1, -1, -1, None)
+
+
+class ReleaseCheck:
+    """Whether a release of GPUs on the nodes `freed` could undo a failure, while nothing else
+    changed the cluster but starts (which only take capacity). A gang confined to one domain
+    of its required level (the whole cluster when none is required) fits now only in a domain
+    that gained GPUs: in any other, capacity only shrank, and the placement search fails
+    monotonically and judges each such domain by its own capacity. So the failure still holds
+    when each domain that gained GPUs has fewer free whole GPUs than the gang needs, or its
+    open nodes hold fewer of the gang's pods than it has, each pod on one node with its whole
+    GPUs free there (counted from the domain's histogram of nodes by free whole GPUs, over
+    every GPU model: at least what the search could use). Capacity is read as the state is
+    when asked; what was read is kept until the state changes."""
+
+    def __init__(self, freed: NDArray[np.int64], state: ClusterState) -> None:
+        self.freed = freed
+        self.state = state
+        self._gained: dict[int, NDArray[np.int64]] = {}
+        self._read_at = state.version
+        self._most_free: dict[int, int] = {}
+        self._most_pods: dict[tuple[int, int], int] = {}
+
+    @staticmethod
+    def applies(failure: Failure) -> bool:
+        """Whether the check can tell anything of `failure`: a whole-GPU gang of one pod set,
+        its request known."""
+        return failure.whole_gpus_per_pod() > 0 and not failure.of_sets
+
+    def still_fails(self, failure: Failure, pods: int) -> bool:
+        """Whether a gang of `failure`'s shape with `pods` pods (at least `failure.pods`) does
+        not fit now, as `failure` said before the release."""
+        request, per_pod = failure.request, failure.whole_gpus_per_pod()
+        if request is None or per_pod <= 0 or failure.of_sets:
+            return False
+        if self.state.version != self._read_at:
+            self._read_at = self.state.version
+            self._most_free.clear()
+            self._most_pods.clear()
+        level = request.required
+        return self._room_at(level) < pods * per_pod or self._pods_room_at(level, per_pod) < pods
+
+    def _domains_at(self, level: int) -> NDArray[np.int64]:
+        known = self._gained.get(level)
+        if known is None:
+            node_domain = self.state.topology.node_domain
+            known = self._gained[level] = np.unique(node_domain[level][self.freed])
+        return known
+
+    def _room_at(self, level: int) -> int:
+        known = self._most_free.get(level)
+        if known is None:
+            free = self.state.free_gpus[level][self._domains_at(level)]
+            known = self._most_free[level] = int(free.max())
+        return known
+
+    def _pods_room_at(self, level: int, gpus_per_pod: int) -> int:
+        known = self._most_pods.get((level, gpus_per_pod))
+        if known is None:
+            # Nodes by free whole GPUs, per gained domain; each holds k // gpus_per_pod pods.
+            hist = self.state.free_hist[level][self._domains_at(level)]
+            nodes = hist.sum(axis=1, dtype=np.int64)
+            pods = nodes @ (np.arange(nodes.shape[1], dtype=np.int64) // gpus_per_pod)
+            known = self._most_pods[level, gpus_per_pod] = int(pods.max())
+        return known
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +165,10 @@ class FailureMemo:
         self._group_disjoint: dict[int, tuple[NodeGroup, bool]] = {}
         # `_smallest` for `find_beyond`, for the same opened nodes.
         self._smallest_beyond: dict[Shape, Remembered] = {}
+        # Failures the last release may have undone, by shape (fewest pods first), and that
+        # release: checked again when a job of their shape asks (`recheck`).
+        self._dropped: dict[Shape, list[Failure]] = {}
+        self._check: ReleaseCheck | None = None
 
     def clear(self) -> None:
         self.by_shape.clear()
@@ -109,71 +177,95 @@ class FailureMemo:
         self._disjoint.clear()
         self._group_disjoint.clear()
         self._smallest_beyond.clear()
+        self._dropped = {}
+        self._check = None
         self.version += 1
 
     def outlive_release(self, freed: NDArray[np.int64], state: ClusterState) -> None:
         """GPUs on the nodes `freed` returned since the failures were found, and nothing else
         changed the cluster but starts (which only take capacity). Keep the failures that the
-        release cannot undo: a gang confined to one domain of its required level fits now only
-        in a domain that gained GPUs (in any other, capacity only shrank, and the placement
-        search fails monotonically and judges each such domain by its own capacity), and only
-        if that domain's open nodes now hold as many of its pods as it has, each pod on one node
-        with its whole GPUs free there (counted from the domain's histogram of nodes by free
-        whole GPUs, over every GPU model: at least what the search could use). The rest are
-        dropped, to be searched again, and so is the failure of a job of several pod sets: its
-        gang may ask, per pod, the most any set asks (`JobSets.gang`), more than they need."""
-        if not self.by_shape:
-            return
+        release cannot undo (see `ReleaseCheck`); the rest are dropped, to be searched again,
+        and so is the failure of a job of several pod sets: its gang may ask, per pod, the
+        most any set asks (`JobSets.gang`), more than they need. A dropped failure of a
+        whole-GPU gang is checked again when a job of its shape asks (`recheck`), against the
+        capacity as it is then: jobs earlier in the queue may have taken what was freed."""
         if freed.size == 0:
             return
-        node_domain = state.topology.node_domain
-        gained: dict[int, NDArray[np.int64]] = {}
-        most_free: dict[int, int] = {}
-        most_pods: dict[tuple[int, int], int] = {}
-
-        def domains_at(level: int) -> NDArray[np.int64]:
-            known = gained.get(level)
-            if known is None:
-                known = gained[level] = np.unique(node_domain[level][freed])
-            return known
-
-        def room_at(level: int) -> int:
-            known = most_free.get(level)
-            if known is None:
-                known = most_free[level] = int(state.free_gpus[level][domains_at(level)].max())
-            return known
-
-        def pods_room_at(level: int, gpus_per_pod: int) -> int:
-            known = most_pods.get((level, gpus_per_pod))
-            if known is None:
-                # Nodes by free whole GPUs, per gained domain; each holds k // gpus_per_pod pods.
-                nodes = state.free_hist[level][domains_at(level)].sum(axis=1, dtype=np.int64)
-                pods = nodes @ (np.arange(nodes.shape[1], dtype=np.int64) // gpus_per_pod)
-                known = most_pods[level, gpus_per_pod] = int(pods.max())
-            return known
-
-        def still_fails(failure: Failure) -> bool:
-            request, needed = failure.request, failure.whole_gpus_needed()
-            if request is None or needed <= 0 or failure.of_sets:
-                return False
-            return (
-                room_at(request.required) < needed
-                or pods_room_at(request.required, request.gpus_per_pod) < failure.pods
-            )
-
+        if not self.by_shape:
+            # Those dropped before were checked against earlier releases only.
+            self._dropped, self._check = {}, None
+            return
+        check = ReleaseCheck(freed, state)
         kept: dict[Shape, list[Failure]] = {}
+        dropped: dict[Shape, list[Failure]] = {}
         for shape, failures in self.by_shape.items():
-            survivors = [
-                failure
-                if failure.outlived_release
-                else dataclasses.replace(failure, outlived_release=True)
-                for failure in failures
-                if still_fails(failure)
-            ]
+            survivors: list[Failure] = []
+            for failure in failures:
+                if check.still_fails(failure, failure.pods):
+                    if not failure.outlived_release:
+                        failure = dataclasses.replace(failure, outlived_release=True)
+                    survivors.append(failure)
+                elif check.applies(failure):
+                    dropped.setdefault(shape, []).append(failure)
             if survivors:
                 kept[shape] = survivors
         self.clear()
         self.by_shape.update(kept)
+        for failures in dropped.values():
+            failures.sort(key=lambda failure: failure.pods)
+        self._dropped = dropped
+        self._check = check
+
+    def recheck(
+        self, shape: Shape, pods: int, fence: Fence, opened: NDArray[np.bool_] | None = None
+    ) -> Failure | None:
+        """A failure implying that a gang of `shape` with `pods` pods does not fit now, from
+        one dropped at the last release (`outlive_release`) and checked again against the
+        capacity as it is now, with the fence as a search sees it now (`Fence.seen`: settled,
+        or with the reserved block lifted for a backfill, `opened` then marking the reserved
+        nodes); it is remembered with those fenced nodes, not those it was found under: only
+        they are known to be fenced at the time of the check. Like the release rule, it needs
+        every node fenced when the failure was found to be fenced still and, with `opened`,
+        none of them reserved (else a domain that gained no GPUs may have regained nodes), and
+        no domain that gained GPUs at the release to hold the gang now; tried for the
+        failure's own pod count first (the stronger answer), then for `pods`. None when no
+        dropped failure of the shape holds."""
+        dropped = self._dropped.get(shape)
+        if not dropped or self._check is None:
+            return None
+        check = self._check
+        for failure in dropped:
+            if failure.pods > pods:
+                break
+            if opened is not None and not self._misses(failure.fenced, opened):
+                continue
+            if not fence.holds(failure.fenced):
+                continue
+            for count in (failure.pods, pods):
+                if check.still_fails(failure, count):
+                    renewed = dataclasses.replace(
+                        failure, pods=count, fenced=fence.seen(), outlived_release=True
+                    )
+                    self.add(shape, renewed, fence)
+                    return renewed
+                if count == pods:
+                    break
+        return None
+
+    def _misses(self, fenced: FencedNodes, opened: NDArray[np.bool_]) -> bool:
+        """Whether no node of `fenced` is marked in `opened`; answers are kept for one marking
+        of opened nodes (see `find_beyond`)."""
+        if self._opened is not opened:
+            self._opened = opened
+            self._disjoint = {}
+            self._group_disjoint = {}
+            self._smallest_beyond = {}
+        known = self._disjoint.get(id(fenced))
+        if known is None:
+            known = self._disjoint[id(fenced)] = _Disjoint(
+                fenced, fenced.misses(opened, self._group_disjoint)
+            )
+        return known.misses
 
     def find(self, shape: Shape, pods: int, fence: Fence, cycle: int) -> Failure | None:
         """A failure implying that a gang of `shape` with `pods` pods does not fit now."""
@@ -204,23 +296,14 @@ class FailureMemo:
         ask for thousands of backfill candidates, and each comparison of fences may cover tens
         of thousands of nodes."""
         if self._opened is not opened:
-            self._opened = opened
-            self._disjoint = {}
-            self._group_disjoint = {}
-            self._smallest_beyond = {}
+            self._misses(FencedNodes(), opened)  # a new marking: answers kept start afresh
         cached = self._smallest_beyond.get(shape, _NOT_REMEMBERED)
         if not cached.is_current(cycle, fence, self.version):
-            disjoint = self._disjoint
             smallest: Failure | None = None
             for failure in self.by_shape.get(shape, ()):
                 if smallest is None or failure.pods < smallest.pods:
                     fenced = failure.fenced
-                    known = disjoint.get(id(fenced))
-                    if known is None:
-                        known = disjoint[id(fenced)] = _Disjoint(
-                            fenced, fenced.misses(opened, self._group_disjoint)
-                        )
-                    if known.misses and fence.holds(fenced):
+                    if self._misses(fenced, opened) and fence.holds(fenced):
                         smallest = failure
             cached = Remembered(cycle, fence.generation, self.version, smallest)
             self._smallest_beyond[shape] = cached

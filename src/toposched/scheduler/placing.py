@@ -69,6 +69,11 @@ class Placing:
         fence, failures, now = turn.fence, self.failures, turn.now
         shape, pods = kind.shape, kind.pods
         known = failures.find(shape, pods, fence, turn.number)
+        if known is None:
+            # Settled as for the search: a failure the last release dropped is checked again
+            # against the capacity every search but a backfill's sees now.
+            fence.settle()
+            known = failures.recheck(shape, pods, fence)
         if known is not None and known.outlived_release and self.verify_kept:
             fence.settle()
             self._verify(job, known)
@@ -96,8 +101,11 @@ class Placing:
             backfill = failures.find_beyond(shape, pods, fence, turn.reserved_nodes, turn.number)
             if backfill is None:
                 # Lifted until a search that must not see the reserved nodes: backfills in a
-                # row share one lift.
+                # row share one lift. A failure the last release dropped is checked again
+                # against the capacity the backfill's search would see.
                 fence.lift()
+                backfill = failures.recheck(shape, pods, fence, turn.reserved_nodes)
+            if backfill is None:
                 turn.result.searches += 1
                 outcome = self.search(job)
                 if isinstance(outcome, Placement):
