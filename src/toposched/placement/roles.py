@@ -25,7 +25,13 @@ from toposched.cluster.statement import Statement
 from toposched.placement.capacity import CapacityView
 from toposched.placement.policies import BestFit, PlacementPolicy
 from toposched.placement.request import GangRequest
-from toposched.placement.search import Placement, Unschedulable, UnschedulableCode, place
+from toposched.placement.search import (
+    Placement,
+    Unschedulable,
+    UnschedulableCode,
+    cluster_room,
+    place,
+)
 
 __all__ = ["RolesPlacement", "place_roles"]
 
@@ -64,7 +70,10 @@ def place_roles(
     policy = policy or BestFit()
     topology = state.topology
     order = sorted(range(len(roles)), key=lambda i: -roles[i].gpus_total)
-    candidates = _candidates(state, roles, level, 0, topology.n_domains(level), policy)
+    counted = _count_each(state, roles, order, level, policy)
+    if isinstance(counted, Unschedulable):
+        return counted
+    candidates = _candidates(state, roles, counted, level, 0, topology.n_domains(level), policy)
     if not candidates:
         return _explain(state, roles, order, level, policy)
     if (
@@ -74,12 +83,14 @@ def place_roles(
     ):
         # One domain of the preferred level anywhere first, then any shared domain.
         for domain in candidates:
-            together = _place_in_one_inner(state, roles, order, level, domain, preferred, policy)
+            together = _place_in_one_inner(
+                state, roles, order, counted, level, domain, preferred, policy
+            )
             if together is not None:
                 return together
     failure: Unschedulable | None = None
     for domain in candidates:
-        placed = _place_in(state, roles, order, level, domain, policy)
+        placed = _place_in(state, roles, order, counted, level, domain, policy)
         if isinstance(placed, RolesPlacement):
             return placed
         failure = failure or placed
@@ -87,26 +98,52 @@ def place_roles(
     return _with_shared_reason(failure, topology.domain_levels[level], level)
 
 
+def _count_each(
+    state: ClusterState,
+    roles: Sequence[GangRequest],
+    order: Sequence[int],
+    level: int,
+    policy: PlacementPolicy,
+) -> list[CapacityView | None] | Unschedulable:
+    """Each role's capacity over the whole cluster (None for a role on one node), or the
+    first role (in `order`) the cluster has too little room for, refused as `place` refuses
+    it alone: one aggregate count per role before any search confined to a shared domain
+    (which would count the domain's room, then the cluster's, to say the same); the first
+    role placed in a domain takes its count from here."""
+    counted: list[CapacityView | None] = [None] * len(roles)
+    for index in order:
+        role = roles[index]
+        if role.on_one_node:
+            continue
+        whole = replace(role, required=max(role.required, level), within=None)
+        room = cluster_room(state, whole, policy)
+        if isinstance(room, Unschedulable):
+            return _with_shared_reason(room, state.topology.domain_levels[level], level)
+        counted[index] = room
+    return counted
+
+
 def _candidates(
     state: ClusterState,
     roles: Sequence[GangRequest],
+    counted: Sequence[CapacityView | None],
     level: int,
     first: int,
     last: int,
     policy: PlacementPolicy,
 ) -> list[int]:
     """Domains `first` to `last` (exclusive) at `level` where each role fits on its own (from
-    aggregates), in the policy's order for the roles' GPUs together."""
+    aggregates: the role's count over the cluster, `counted`, slices included), in the
+    policy's order for the roles' GPUs together."""
     fits_each = _may_hold_each(state, roles, level, first, last)
     if not fits_each.any():
         return []
-    for role in roles:
-        # Room in the domain is needed whatever the role's slices or node: a bound from above.
-        loose = (
-            replace(role, slices=(), on_one_node=False) if role.slices or role.on_one_node else role
-        )
-        capacity = CapacityView(state, loose, exact=False).at(level, first, last)
-        fits_each &= capacity >= role.pods
+    for role, view in zip(roles, counted, strict=True):
+        if view is None:
+            # On one node: room in the domain is needed whatever the node, a bound from above.
+            loose = replace(role, slices=(), on_one_node=False)
+            view = CapacityView(state, loose, exact=False)
+        fits_each &= view.at(level, first, last) >= role.pods
     candidates = fits_each.nonzero()[0] + first
     if candidates.size == 0:
         return []
@@ -134,6 +171,7 @@ def _place_in_one_inner(
     state: ClusterState,
     roles: Sequence[GangRequest],
     order: Sequence[int],
+    counted: Sequence[CapacityView | None],
     level: int,
     domain: int,
     preferred: int,
@@ -145,8 +183,8 @@ def _place_in_one_inner(
     inner = topology.node_domain[preferred]
     first, last = int(inner[first_node]), int(inner[last_node - 1]) + 1
     raised = [replace(role, required=max(role.required, preferred)) for role in roles]
-    for sub in _candidates(state, raised, preferred, first, last, policy):
-        placed = _place_in(state, raised, order, preferred, sub, policy)
+    for sub in _candidates(state, raised, counted, preferred, first, last, policy):
+        placed = _place_in(state, raised, order, counted, preferred, sub, policy)
         if isinstance(placed, RolesPlacement):
             return RolesPlacement(placed.placements, level, domain, preferred_domain=sub)
     return None
@@ -156,18 +194,22 @@ def _place_in(
     state: ClusterState,
     roles: Sequence[GangRequest],
     order: Sequence[int],
+    counted: Sequence[CapacityView | None],
     level: int,
     domain: int,
     policy: PlacementPolicy,
 ) -> RolesPlacement | Unschedulable:
     statement = Statement(state)
     placements: dict[int, Placement] = {}
-    last = order[-1]
+    first, last = order[0], order[-1]
     try:
         for index in order:
             role = roles[index]
             inside = replace(role, required=max(role.required, level), within=(level, domain))
-            result = place(state, inside, policy)
+            # Only the first role sees the state its count was taken in.
+            result = place(
+                state, inside, policy, counted=counted[index] if index == first else None
+            )
             if isinstance(result, Unschedulable):
                 return result
             placements[index] = result
