@@ -61,6 +61,20 @@ def pods_per_free(width: int, gpus_per_pod: int, node_slice: int = 1) -> IntArra
     return pods
 
 
+def room_bound(state: ClusterState, request: GangRequest) -> int:
+    """A bound from above of the pods of `request` the whole cluster holds (`CapacityView`'s
+    `total`, aggregate or exact): the free whole GPUs of each domain at the innermost slice
+    level (the cluster without slices) in whole pods, rounded down to whole slices there. One
+    compiled pass over one aggregate, where the count reads each domain's histogram of its
+    nodes' free GPUs. `UNLIMITED` for pods without whole GPUs (CPU-only or shared GPUs)."""
+    if request.gpus_per_pod == 0 or request.is_fractional:
+        return int(UNLIMITED)
+    level = max(level for level, _ in request.slices) if request.slices else 0
+    granule = request.granule(level)
+    slices = capacity_kernels.whole_units(state.free_gpus[level], request.gpus_per_pod * granule)
+    return int(slices) * granule
+
+
 class CapacityView:
     """Pod capacity per domain for one request, rounded to the request's slice granules.
 
@@ -76,11 +90,6 @@ class CapacityView:
     `inside` (a level and a domain) lets the view count slices over that domain's part of the
     fleet alone, for a search confined to it (`GangRequest.within`): then a domain apart from
     it may show no room, and one above it (the cluster's `total`) only the room inside it.
-
-    `counted`, a view of the same pods over the whole cluster (no `inside`) in the state as it
-    is now, with the same `exact`, lends its count at the innermost slice level (confined
-    `inside` if this view is) rather than have it counted again: a search confined to a
-    domain after the whole cluster was counted for the same gang (`search.cluster_room`).
     """
 
     def __init__(
@@ -89,7 +98,6 @@ class CapacityView:
         request: GangRequest,
         exact: bool,
         inside: tuple[int, int] | None = None,
-        counted: CapacityView | None = None,
     ) -> None:
         self.state = state
         self.request = request
@@ -105,23 +113,6 @@ class CapacityView:
             state.free_hist[0].shape[2], request.gpus_per_pod, request.node_slice
         )
         self._allowed: NDArray[np.bool_] | None = None
-        if counted is not None:
-            self._take_count(counted)
-
-    def _take_count(self, counted: CapacityView) -> None:
-        """Seed the innermost slice level's capacities from `counted` (see the class)."""
-        level = self.slice_level
-        if level is None or counted.inside is not None or counted.exact != self.exact:
-            return
-        known = counted._full.get(level)
-        if known is None:
-            return
-        if self.inside is not None and self.inside[0] <= level:
-            lo, hi = self.state.topology.descendants(*self.inside, level)
-            capacity = np.zeros_like(known)
-            capacity[lo:hi] = known[lo:hi]
-            known = capacity
-        self._full[level] = known
 
     def _model_allowed(self) -> NDArray[np.bool_]:
         """Per GPU model, whether the pods may use it (built on first use: the aggregate path

@@ -22,15 +22,15 @@ from numpy.typing import NDArray
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
 from toposched.cluster.statement import Statement
-from toposched.placement.capacity import CapacityView
+from toposched.placement.capacity import CapacityView, room_bound
 from toposched.placement.policies import BestFit, PlacementPolicy
 from toposched.placement.request import GangRequest
 from toposched.placement.search import (
     Placement,
     Unschedulable,
     UnschedulableCode,
-    cluster_room,
     place,
+    refuse_from_total,
 )
 
 __all__ = ["RolesPlacement", "place_roles"]
@@ -58,22 +58,24 @@ def place_roles(
     """Place every role within one domain at `level` (0: anywhere), or say why none holds them;
     with `preferred` (a level inner to `level`), within one domain of it where one holds them.
 
-    Candidate domains are those where each role fits on its own (from aggregates), in the
-    policy's order for the roles' GPUs together; in each, the roles are placed largest first
-    (by GPUs) on a what-if, and the first domain that holds them all is the answer. A role's own
-    `required` level outer than `level` is implied by the shared domain and raised to it. The
-    state is unchanged on return. Unschedulable names the role that did not fit (its request)
-    with code `required` (or `capacity` when a role does not fit the cluster at all).
+    A role the whole cluster lacks room for is refused first, as `place` refuses it alone
+    (`_short_of_room`). Candidate domains are those where each role fits on its own (from
+    aggregates), in the policy's order for the roles' GPUs together; in each, the roles are
+    placed largest first (by GPUs) on a what-if, and the first domain that holds them all is
+    the answer. A role's own `required` level outer than `level` is implied by the shared
+    domain and raised to it. The state is unchanged on return. Unschedulable names the role
+    that did not fit (its request) with code `required` (or `capacity` or `slices` when a role
+    does not fit the cluster at all).
     """
     if not roles:
         raise InputError("roles", [], "a job needs at least one role")
     policy = policy or BestFit()
     topology = state.topology
     order = sorted(range(len(roles)), key=lambda i: -roles[i].gpus_total)
-    counted = _count_each(state, roles, order, level, policy)
-    if isinstance(counted, Unschedulable):
-        return counted
-    candidates = _candidates(state, roles, counted, level, 0, topology.n_domains(level), policy)
+    short = _short_of_room(state, roles, order, level, policy)
+    if short is not None:
+        return short
+    candidates = _candidates(state, roles, level, 0, topology.n_domains(level), policy)
     if not candidates:
         return _explain(state, roles, order, level, policy)
     if (
@@ -83,14 +85,12 @@ def place_roles(
     ):
         # One domain of the preferred level anywhere first, then any shared domain.
         for domain in candidates:
-            together = _place_in_one_inner(
-                state, roles, order, counted, level, domain, preferred, policy
-            )
+            together = _place_in_one_inner(state, roles, order, level, domain, preferred, policy)
             if together is not None:
                 return together
     failure: Unschedulable | None = None
     for domain in candidates:
-        placed = _place_in(state, roles, order, counted, level, domain, policy)
+        placed = _place_in(state, roles, order, level, domain, policy)
         if isinstance(placed, RolesPlacement):
             return placed
         failure = failure or placed
@@ -98,52 +98,49 @@ def place_roles(
     return _with_shared_reason(failure, topology.domain_levels[level], level)
 
 
-def _count_each(
+def _short_of_room(
     state: ClusterState,
     roles: Sequence[GangRequest],
     order: Sequence[int],
     level: int,
     policy: PlacementPolicy,
-) -> list[CapacityView | None] | Unschedulable:
-    """Each role's capacity over the whole cluster (None for a role on one node), or the
-    first role (in `order`) the cluster has too little room for, refused as `place` refuses
-    it alone: one aggregate count per role before any search confined to a shared domain
-    (which would count the domain's room, then the cluster's, to say the same); the first
-    role placed in a domain takes its count from here."""
-    counted: list[CapacityView | None] = [None] * len(roles)
+) -> Unschedulable | None:
+    """The first role (in `order`) the whole cluster has too little room for, refused as
+    `place` refuses it alone, before any search confined to a shared domain (which would
+    count the domain's room, then the cluster's, to say the same); None when the cluster
+    holds each role on its own. The cluster is counted only for a role whose bound from one
+    aggregate (`room_bound`) falls short: a job that fits pays that bound alone."""
     for index in order:
         role = roles[index]
-        if role.on_one_node:
+        if role.on_one_node or room_bound(state, role) >= role.pods:
             continue
         whole = replace(role, required=max(role.required, level), within=None)
-        room = cluster_room(state, whole, policy)
-        if isinstance(room, Unschedulable):
-            return _with_shared_reason(room, state.topology.domain_levels[level], level)
-        counted[index] = room
-    return counted
+        refusal = refuse_from_total(state, whole, policy)
+        if refusal is not None:
+            return _with_shared_reason(refusal, state.topology.domain_levels[level], level)
+    return None
 
 
 def _candidates(
     state: ClusterState,
     roles: Sequence[GangRequest],
-    counted: Sequence[CapacityView | None],
     level: int,
     first: int,
     last: int,
     policy: PlacementPolicy,
 ) -> list[int]:
     """Domains `first` to `last` (exclusive) at `level` where each role fits on its own (from
-    aggregates: the role's count over the cluster, `counted`, slices included), in the
-    policy's order for the roles' GPUs together."""
+    aggregates), in the policy's order for the roles' GPUs together."""
     fits_each = _may_hold_each(state, roles, level, first, last)
     if not fits_each.any():
         return []
-    for role, view in zip(roles, counted, strict=True):
-        if view is None:
-            # On one node: room in the domain is needed whatever the node, a bound from above.
-            loose = replace(role, slices=(), on_one_node=False)
-            view = CapacityView(state, loose, exact=False)
-        fits_each &= view.at(level, first, last) >= role.pods
+    for role in roles:
+        # Room in the domain is needed whatever the role's slices or node: a bound from above.
+        loose = (
+            replace(role, slices=(), on_one_node=False) if role.slices or role.on_one_node else role
+        )
+        capacity = CapacityView(state, loose, exact=False).at(level, first, last)
+        fits_each &= capacity >= role.pods
     candidates = fits_each.nonzero()[0] + first
     if candidates.size == 0:
         return []
@@ -171,7 +168,6 @@ def _place_in_one_inner(
     state: ClusterState,
     roles: Sequence[GangRequest],
     order: Sequence[int],
-    counted: Sequence[CapacityView | None],
     level: int,
     domain: int,
     preferred: int,
@@ -183,8 +179,8 @@ def _place_in_one_inner(
     inner = topology.node_domain[preferred]
     first, last = int(inner[first_node]), int(inner[last_node - 1]) + 1
     raised = [replace(role, required=max(role.required, preferred)) for role in roles]
-    for sub in _candidates(state, raised, counted, preferred, first, last, policy):
-        placed = _place_in(state, raised, order, counted, preferred, sub, policy)
+    for sub in _candidates(state, raised, preferred, first, last, policy):
+        placed = _place_in(state, raised, order, preferred, sub, policy)
         if isinstance(placed, RolesPlacement):
             return RolesPlacement(placed.placements, level, domain, preferred_domain=sub)
     return None
@@ -194,22 +190,18 @@ def _place_in(
     state: ClusterState,
     roles: Sequence[GangRequest],
     order: Sequence[int],
-    counted: Sequence[CapacityView | None],
     level: int,
     domain: int,
     policy: PlacementPolicy,
 ) -> RolesPlacement | Unschedulable:
     statement = Statement(state)
     placements: dict[int, Placement] = {}
-    first, last = order[0], order[-1]
+    last = order[-1]
     try:
         for index in order:
             role = roles[index]
             inside = replace(role, required=max(role.required, level), within=(level, domain))
-            # Only the first role sees the state its count was taken in.
-            result = place(
-                state, inside, policy, counted=counted[index] if index == first else None
-            )
+            result = place(state, inside, policy)
             if isinstance(result, Unschedulable):
                 return result
             placements[index] = result

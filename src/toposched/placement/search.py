@@ -101,22 +101,20 @@ class _Search:
         self.leaf_level = len(self.topology.domain_levels) - 1
         self.nodes = NodeFill(state, request, policy, emptiest)
 
-    def run(self, exact: bool, counted: CapacityView | None = None) -> PlacementResult | None:
-        """A placement, an Unschedulable, or None when aggregates over-promised. `counted`:
-        the gang's count over the whole cluster, taken rather than counted again
-        (`CapacityView`)."""
+    def run(self, exact: bool) -> PlacementResult | None:
+        """A placement, an Unschedulable, or None when aggregates over-promised."""
         request = self.request
         within = request.within
         # Confined to `within` at or above the required level, the search reads no domain
         # outside it: its view counts slices inside it alone.
         confined = within if within is not None and request.required >= within[0] else None
-        self.view = CapacityView(self.state, request, exact, inside=confined, counted=counted)
+        self.view = CapacityView(self.state, request, exact, inside=confined)
         if request.on_one_node:
             return self._one_node()
         total = self.view.total()
         if total < request.pods and confined is not None:
             # The confined total counts only the room inside `within`: the cluster's is said.
-            self.view = CapacityView(self.state, request, exact, counted=counted)
+            self.view = CapacityView(self.state, request, exact)
             total = self.view.total()
         if total < request.pods:
             return self._explain_total(total)
@@ -154,8 +152,7 @@ class _Search:
 
     def refuse_from_total(self, exact: bool) -> Unschedulable | None:
         """`run`'s refusal when the whole cluster holds fewer than the gang's pods (the request
-        is not confined `within` a domain nor on one node), else None; `view` holds the
-        count either way."""
+        is not confined `within` a domain nor on one node), else None."""
         self.view = CapacityView(self.state, self.request, exact)
         total = self.view.total()
         return self._explain_total(total) if total < self.request.pods else None
@@ -272,7 +269,6 @@ def place(
     request: GangRequest,
     policy: PlacementPolicy | None = None,
     exact_reasons: bool = True,
-    counted: CapacityView | None = None,
 ) -> PlacementResult:
     """Find where every pod of `request` runs, or say precisely why it cannot run now.
 
@@ -283,16 +279,13 @@ def place(
     Aggregate capacities bound exact ones from above, so a gang they reject does not fit; the
     exact pass after such a rejection only makes the reason's figures exact. Callers that
     only ask whether a gang fits pass `exact_reasons=False` to skip it (an O(nodes) pass).
-
-    `counted` (from `cluster_room`, in the state as it is now) spares a gang confined `within`
-    a domain the count of its slices there: the cluster's count holds it.
     """
     policy = policy or BestFit()
     compiled = _placed_in_one_leaf(state, request, policy)
     if compiled is not None:
         return compiled
     search = _Search(state, request, policy, fills_emptiest_first(policy))
-    result = search.run(exact=False, counted=counted)
+    result = search.run(exact=False)
     if isinstance(result, Placement) or search.view.exact:
         if result is None:
             raise AssertionError("exact capacities over-promised: a bug in CapacityView")
@@ -309,25 +302,20 @@ def place(
     return result
 
 
-def cluster_room(
+def refuse_from_total(
     state: ClusterState, request: GangRequest, policy: PlacementPolicy | None = None
-) -> CapacityView | Unschedulable:
-    """The gang's capacity over the whole cluster from aggregates (`place`'s own first count),
-    or `place`'s refusal when that is short of its pods (its figures exact where CPU or memory
-    may bind, as `place` gives them). A test of each part of a job before any search confined
-    to a domain (`roles.place_roles`), whose count such a search then takes (`place`'s
-    `counted`). For a gang neither confined `within` a domain nor bound to one node."""
+) -> Unschedulable | None:
+    """`place`'s refusal of a gang the whole cluster has too little room for (its figures exact
+    where CPU or memory may bind, as `place` gives them), or None when the cluster's aggregates
+    hold it: then only `place` decides. One count of the cluster from aggregates, `place`'s own
+    first check. For a gang neither confined `within` a domain nor bound to one node."""
     if request.within is not None or request.on_one_node:
-        raise ValueError("cluster_room counts a gang over the whole cluster, not within one")
+        raise ValueError("refuse_from_total counts a gang over the whole cluster, not within one")
     search = _Search(state, request, policy or BestFit(), None)
     refusal = search.refuse_from_total(exact=False)
-    if refusal is None:
-        return search.view
-    if search.view.exact or not (request.cpu_milli or request.memory_mib):
+    if refusal is None or search.view.exact or not (request.cpu_milli or request.memory_mib):
         return refusal
-    exact = search.refuse_from_total(exact=True)
-    assert exact is not None  # exact capacities are at most the aggregates'
-    return exact
+    return search.refuse_from_total(exact=True)
 
 
 # Gangs up to this many pods try the compiled search for one innermost domain first.
