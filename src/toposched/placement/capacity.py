@@ -186,6 +186,12 @@ class CapacityView:
         """Capacity in pods of domains lo..hi-1 at `level`."""
         if self.slice_level is not None and level <= self.slice_level:
             return self._full_level(level)[lo:hi]
+        return self.without_slices_at(level, lo, hi)
+
+    def without_slices_at(self, level: int, lo: int, hi: int) -> IntArray:
+        """Capacity in pods of domains lo..hi-1 at `level` whatever the slice layers of
+        domains (node slices kept): `at` below the innermost slice level, a bound from above
+        of it elsewhere."""
         # Node slices: whole per node already; rounded again where CPU or memory bound a domain.
         return self._raw(level, lo, hi, self.request.node_slice)
 

@@ -136,10 +136,7 @@ def _candidates(
         return []
     for role in roles:
         # Room in the domain is needed whatever the role's slices or node: a bound from above.
-        loose = (
-            replace(role, slices=(), on_one_node=False) if role.slices or role.on_one_node else role
-        )
-        capacity = CapacityView(state, loose, exact=False).at(level, first, last)
+        capacity = CapacityView(state, role, exact=False).without_slices_at(level, first, last)
         fits_each &= capacity >= role.pods
     candidates = fits_each.nonzero()[0] + first
     if candidates.size == 0:
