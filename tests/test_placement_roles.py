@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
-from placement_helpers import assert_state_unchanged, assert_valid_placement, state_arrays
+from placement_helpers import (
+    allocate_pod,
+    assert_state_unchanged,
+    assert_valid_placement,
+    state_arrays,
+)
 from test_placement_oracle import SETTINGS, RandomCase, count_vectors, random_cases
 
 from toposched.cluster.loaders import topology_from_dict
@@ -100,6 +105,28 @@ def test_a_role_that_fits_no_block_alone_is_named() -> None:
     result = place_roles(cluster(), [simple_request(5, gpus_per_pod=4, name="huge")], level=1)
     assert isinstance(result, Unschedulable)
     assert result.reason.startswith("role huge: required block: needs 5 pods of 4 GPUs")
+
+
+def test_a_role_whose_slices_the_cluster_cannot_hold_is_refused_as_alone() -> None:
+    # One GPU taken on a node of every rack: each rack holds one 4-GPU pod, no slice of two.
+    state = cluster()
+    for b in range(2):
+        for r in range(2):
+            allocate_pod(state, {"owner": f"old-{b}-{r}", "node": f"b{b}-r{r}-n0", "gpus": [0]})
+    trainer = simple_request(4, gpus_per_pod=4, name="trainer", slices=[(2, 2)])
+    rollout = simple_request(1, gpus_per_pod=1, name="rollout")
+    alone = place(state, trainer)
+    assert isinstance(alone, Unschedulable)
+    assert alone.code == UnschedulableCode.SLICES
+    for level, shared in ((0, ""), (1, " (the roles share one block)")):
+        before = state_arrays(state)
+        result = place_roles(state, [rollout, trainer], level)
+        assert_state_unchanged(before, state)
+        assert isinstance(result, Unschedulable)
+        # The same refusal as the role's own, named: the cluster lacks the room, not a block.
+        assert result.code == UnschedulableCode.SLICES
+        assert result.reason == f"role trainer: {alone.reason}{shared}"
+        assert "the cluster has room for 0 such pods" in result.reason
 
 
 def test_roles_need_at_least_one_role() -> None:

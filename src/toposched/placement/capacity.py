@@ -61,6 +61,20 @@ def pods_per_free(width: int, gpus_per_pod: int, node_slice: int = 1) -> IntArra
     return pods
 
 
+def room_bound(state: ClusterState, request: GangRequest) -> int:
+    """A bound from above of the pods of `request` the whole cluster holds (`CapacityView`'s
+    `total`, aggregate or exact): the free whole GPUs of each domain at the innermost slice
+    level (the cluster without slices) in whole pods, rounded down to whole slices there. One
+    compiled pass over one aggregate, where the count reads each domain's histogram of its
+    nodes' free GPUs. `UNLIMITED` for pods without whole GPUs (CPU-only or shared GPUs)."""
+    if request.gpus_per_pod == 0 or request.is_fractional:
+        return int(UNLIMITED)
+    level = max(level for level, _ in request.slices) if request.slices else 0
+    granule = request.granule(level)
+    slices = capacity_kernels.whole_units(state.free_gpus[level], request.gpus_per_pod * granule)
+    return int(slices) * granule
+
+
 class CapacityView:
     """Pod capacity per domain for one request, rounded to the request's slice granules.
 
@@ -172,6 +186,12 @@ class CapacityView:
         """Capacity in pods of domains lo..hi-1 at `level`."""
         if self.slice_level is not None and level <= self.slice_level:
             return self._full_level(level)[lo:hi]
+        return self.without_slices_at(level, lo, hi)
+
+    def without_slices_at(self, level: int, lo: int, hi: int) -> IntArray:
+        """Capacity in pods of domains lo..hi-1 at `level` whatever the slice layers of
+        domains (node slices kept): `at` below the innermost slice level, a bound from above
+        of it elsewhere."""
         # Node slices: whole per node already; rounded again where CPU or memory bound a domain.
         return self._raw(level, lo, hi, self.request.node_slice)
 

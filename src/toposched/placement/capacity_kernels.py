@@ -81,3 +81,18 @@ def bound_and_round(
         elif granule > 1 and held != granule:
             held = held // granule * granule
         pods[domain] = held
+
+
+@njit(cache=True, nogil=True)
+def whole_units(free: np.ndarray, unit: int) -> int:
+    """The sum over domains of floor(free / unit), for free >= 0 and unit >= 1: e.g. whole
+    slices of `unit` GPUs that each domain's free GPUs could hold. Multiplied by the
+    reciprocal in floating point, which the loop vectorizes (an integer division by a number
+    known only at run time is the slowest step a loop can take): with free = q * unit + r,
+    (free + 1/2) / unit lies at least 1/(2 unit) from any integer, beyond the product's
+    rounding error (about (free / unit) * 2**-52) while free < 2**50: its integer part is q."""
+    inverse = 1.0 / unit
+    total = 0
+    for domain in range(free.size):
+        total += int((free[domain] + 0.5) * inverse)
+    return total

@@ -22,10 +22,16 @@ from numpy.typing import NDArray
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
 from toposched.cluster.statement import Statement
-from toposched.placement.capacity import CapacityView
+from toposched.placement.capacity import CapacityView, room_bound
 from toposched.placement.policies import BestFit, PlacementPolicy
 from toposched.placement.request import GangRequest
-from toposched.placement.search import Placement, Unschedulable, UnschedulableCode, place
+from toposched.placement.search import (
+    Placement,
+    Unschedulable,
+    UnschedulableCode,
+    place,
+    refuse_from_total,
+)
 
 __all__ = ["RolesPlacement", "place_roles"]
 
@@ -52,18 +58,23 @@ def place_roles(
     """Place every role within one domain at `level` (0: anywhere), or say why none holds them;
     with `preferred` (a level inner to `level`), within one domain of it where one holds them.
 
-    Candidate domains are those where each role fits on its own (from aggregates), in the
-    policy's order for the roles' GPUs together; in each, the roles are placed largest first
-    (by GPUs) on a what-if, and the first domain that holds them all is the answer. A role's own
-    `required` level outer than `level` is implied by the shared domain and raised to it. The
-    state is unchanged on return. Unschedulable names the role that did not fit (its request)
-    with code `required` (or `capacity` when a role does not fit the cluster at all).
+    A role the whole cluster lacks room for is refused first, as `place` refuses it alone
+    (`_short_of_room`). Candidate domains are those where each role fits on its own (from
+    aggregates), in the policy's order for the roles' GPUs together; in each, the roles are
+    placed largest first (by GPUs) on a what-if, and the first domain that holds them all is
+    the answer. A role's own `required` level outer than `level` is implied by the shared
+    domain and raised to it. The state is unchanged on return. Unschedulable names the role
+    that did not fit (its request) with code `required` (or `capacity` or `slices` when a role
+    does not fit the cluster at all).
     """
     if not roles:
         raise InputError("roles", [], "a job needs at least one role")
     policy = policy or BestFit()
     topology = state.topology
     order = sorted(range(len(roles)), key=lambda i: -roles[i].gpus_total)
+    short = _short_of_room(state, roles, order, level, policy)
+    if short is not None:
+        return short
     candidates = _candidates(state, roles, level, 0, topology.n_domains(level), policy)
     if not candidates:
         return _explain(state, roles, order, level, policy)
@@ -87,6 +98,29 @@ def place_roles(
     return _with_shared_reason(failure, topology.domain_levels[level], level)
 
 
+def _short_of_room(
+    state: ClusterState,
+    roles: Sequence[GangRequest],
+    order: Sequence[int],
+    level: int,
+    policy: PlacementPolicy,
+) -> Unschedulable | None:
+    """The first role (in `order`) the whole cluster has too little room for, refused as
+    `place` refuses it alone, before any search confined to a shared domain (which would
+    count the domain's room, then the cluster's, to say the same); None when the cluster
+    holds each role on its own. The cluster is counted only for a role whose bound from one
+    aggregate (`room_bound`) falls short: a job that fits pays that bound alone."""
+    for index in order:
+        role = roles[index]
+        if role.on_one_node or room_bound(state, role) >= role.pods:
+            continue
+        whole = replace(role, required=max(role.required, level), within=None)
+        refusal = refuse_from_total(state, whole, policy)
+        if refusal is not None:
+            return _with_shared_reason(refusal, state.topology.domain_levels[level], level)
+    return None
+
+
 def _candidates(
     state: ClusterState,
     roles: Sequence[GangRequest],
@@ -102,10 +136,7 @@ def _candidates(
         return []
     for role in roles:
         # Room in the domain is needed whatever the role's slices or node: a bound from above.
-        loose = (
-            replace(role, slices=(), on_one_node=False) if role.slices or role.on_one_node else role
-        )
-        capacity = CapacityView(state, loose, exact=False).at(level, first, last)
+        capacity = CapacityView(state, role, exact=False).without_slices_at(level, first, last)
         fits_each &= capacity >= role.pods
     candidates = fits_each.nonzero()[0] + first
     if candidates.size == 0:

@@ -150,6 +150,13 @@ class _Search:
             return None
         return Placement(request, allocation)
 
+    def refuse_from_total(self, exact: bool) -> Unschedulable | None:
+        """`run`'s refusal when the whole cluster holds fewer than the gang's pods (the request
+        is not confined `within` a domain nor on one node), else None."""
+        self.view = CapacityView(self.state, self.request, exact)
+        total = self.view.total()
+        return self._explain_total(total) if total < self.request.pods else None
+
     def _fewest_nodes(
         self, domains: DomainChoice, level: int, fits: IntArray, capacity: IntArray
     ) -> Placement | None:
@@ -293,6 +300,22 @@ def place(
             raise AssertionError("exact capacities over-promised: a bug in CapacityView")
         return exact_result
     return result
+
+
+def refuse_from_total(
+    state: ClusterState, request: GangRequest, policy: PlacementPolicy | None = None
+) -> Unschedulable | None:
+    """`place`'s refusal of a gang the whole cluster has too little room for (its figures exact
+    where CPU or memory may bind, as `place` gives them), or None when the cluster's aggregates
+    hold it: then only `place` decides. One count of the cluster from aggregates, `place`'s own
+    first check. For a gang neither confined `within` a domain nor bound to one node."""
+    if request.within is not None or request.on_one_node:
+        raise ValueError("refuse_from_total counts a gang over the whole cluster, not within one")
+    search = _Search(state, request, policy or BestFit(), None)
+    refusal = search.refuse_from_total(exact=False)
+    if refusal is None or search.view.exact or not (request.cpu_milli or request.memory_mib):
+        return refusal
+    return search.refuse_from_total(exact=True)
 
 
 # Gangs up to this many pods try the compiled search for one innermost domain first.
