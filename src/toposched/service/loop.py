@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 
 from toposched.cluster.errors import ToposchedError
 from toposched.scheduler.core import CycleResult
+from toposched.service.config import service_clock
 from toposched.service.core import ServiceCore
 from toposched.service.step import keep_reports, poll, step
 
@@ -137,7 +138,7 @@ class Loop:
     def __init__(
         self,
         start_core: Callable[[float], ServiceCore],
-        clock: Clock = time.time,
+        clock: Clock = service_clock,
         tick_s: float = 1.0,
         on_failure: Callable[[], None] | None = None,
     ) -> None:
