@@ -3,9 +3,11 @@
 API calls become commands on a queue and wait on a future. Each turn the loop drains every
 queued command and polls the backend, then in ONE transaction (one fsync for the turn) applies
 the commands, stores and applies the backend's reports, runs one cycle for the whole batch and
-stores its decisions (see `step`). Only after the commit are the waiters answered and the
-decisions handed to the backend. A tick every `tick_s` seconds cycles even when nothing
-arrived, for min-runtime expiries and reservations coming due.
+stores its decisions (see `step`). The store commits the turn's writes in its writer thread
+(`Store.deferred`) while the loop goes on with the next turn; only after a turn's commit are
+its waiters answered and its decisions handed to the backend, and reads wait for every commit
+before they are answered, so nobody sees what a crash could still undo. A tick every `tick_s`
+seconds cycles even when nothing arrived, for min-runtime expiries and reservations coming due.
 
 Callers in an asyncio event loop (the HTTP server) wait on asyncio futures, which the loop
 settles in one call per event loop and turn (`_Waiters`), not one thread hand-off per answer.
@@ -19,6 +21,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -26,8 +29,9 @@ from typing import Any, Protocol, TypeVar
 
 from toposched.cluster.errors import ToposchedError
 from toposched.scheduler.core import CycleResult
+from toposched.service.committer import Commit
 from toposched.service.config import service_clock
-from toposched.service.core import ServiceCore
+from toposched.service.core import Command, ServiceCore
 from toposched.service.step import keep_reports, poll, step
 
 T = TypeVar("T")
@@ -63,6 +67,17 @@ class _Command:
     queued: float = field(default_factory=time.monotonic)
     event_loop: asyncio.AbstractEventLoop | None = None
     """The event loop of an asyncio `future`, which only that loop's thread may settle."""
+
+
+@dataclass
+class _Turn:
+    """A turn whose commit was handed to the store's writer: answered once it is done."""
+
+    commit: Commit
+    batch: list[_Command]
+    answers: list[Outcome]
+    outbox: list[tuple[int, Command]]
+    committing: float
 
 
 def _settle(future: Future[Any] | asyncio.Future[Any], outcome: Outcome) -> None:
@@ -154,6 +169,8 @@ class Loop:
         self.core: ServiceCore | None = None
         self.cycles = 0
         self.observer: LoopObserver | None = None
+        self._committing: deque[_Turn] = deque()
+        """Turns whose commit is not yet answered, oldest first."""
 
     def start(self) -> None:
         self._thread.start()
@@ -238,14 +255,18 @@ class Loop:
         next_tick = time.monotonic()
         while not self._stopping.is_set():
             batch = self._drain(max(0.0, next_tick - time.monotonic()))
+            self._answer_committed(core, wait=False)
             now = self.clock()
             tick = time.monotonic() >= next_tick
             if tick:
                 next_tick = time.monotonic() + self.tick_s
             if batch and not any(command.writes for command in batch):
-                # Reads only: answered at once, they wait for no commit.
+                # Reads only: answered at once, after every commit handed over is done.
+                self._answer_committed(core, wait=True)
                 self._answer(batch, [self._apply_one(core, command, now) for command in batch])
                 batch = []
+            if not (batch or tick):  # woken by a commit
+                continue
             started = time.monotonic()
             result = self._turn(core, batch, now, tick)
             freezer.freeze_if_due()
@@ -255,16 +276,18 @@ class Loop:
                     ended = time.monotonic()
                     waits = [ended - command.queued for command in batch if command.writes]
                     self.observer.cycled(core, result, ended - started, waits)
+        self._answer_committed(core, wait=True)
 
     def _turn(
         self, core: ServiceCore, batch: list[_Command], now: float, tick: bool
     ) -> CycleResult | None:
         """One transaction for the batch's commands (each in a savepoint, so that one refused
         command changes nothing and the others still commit), the backend's reports and the
-        cycle's decisions; then the answers, then the decisions to the backend."""
+        cycle's decisions; once it is committed, the answers, then the decisions to the
+        backend (`_answer_committed`)."""
         reports = poll(core, now)
         try:
-            with core.store.transaction():
+            with core.store.deferred(self._wake) as commit:
                 core.flush_sent()
                 answers = [self._apply_one(core, command, now) for command in batch]
                 result = step(core, reports, now, tick)
@@ -276,11 +299,33 @@ class Loop:
             self._answer(batch, [stopped] * len(batch))
             keep_reports(core, reports)
             raise
-        if self.observer is not None and batch:
-            self.observer.committed(time.monotonic() - committing)
-        self._answer(batch, answers)
-        core.send_outbox()
+        self._committing.append(_Turn(commit, batch, answers, core.take_outbox(), committing))
+        self._answer_committed(core, wait=False)
         return result
+
+    def _wake(self) -> None:
+        """In the store's writer: a commit is done; the loop answers it at once."""
+        self._queue.put(None)
+
+    def _answer_committed(self, core: ServiceCore, wait: bool) -> None:
+        """Answer the turns whose commit is done, oldest first (with `wait`, all of them),
+        and hand their decisions to the backend. A failed commit stops the loop: none of
+        the turns after it is answered as a success."""
+        turns = self._committing
+        while turns and (wait or turns[0].commit.done()):
+            turn = turns[0]
+            turn.commit.wait()
+            if turn.commit.error is not None:
+                stopped = (False, RuntimeError(f"the service loop stopped: {turn.commit.error}"))
+                while turns:
+                    failed = turns.popleft()
+                    self._answer(failed.batch, [stopped] * len(failed.batch))
+                raise turn.commit.error
+            turns.popleft()
+            if self.observer is not None and turn.batch:
+                self.observer.committed(time.monotonic() - turn.committing)
+            self._answer(turn.batch, turn.answers)
+            core.send_outbox(turn.outbox)
 
     @staticmethod
     def _answer(batch: list[_Command], answers: list[Outcome]) -> None:
@@ -320,6 +365,14 @@ class Loop:
             return False, error
 
     def _fail_waiting(self, error: BaseException) -> None:
+        """After the loop stopped: turns handed to the writer are answered as their commit
+        went (their decisions are carried out by the next start), queued commands fail."""
+        stopped = (False, RuntimeError(f"the service loop stopped: {error}"))
+        while self._committing:
+            turn = self._committing.popleft()
+            turn.commit.wait()
+            answers = turn.answers if turn.commit.error is None else [stopped] * len(turn.batch)
+            self._answer(turn.batch, answers)
         while True:
             try:
                 item = self._queue.get_nowait()
