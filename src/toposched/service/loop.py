@@ -55,6 +55,12 @@ still freed by reference counting, as nearly all are; only cyclic garbage among 
 stay, and the service makes next to none (its collections find no cycles to free)."""
 
 
+_COMMITS_IN_FLIGHT = 1
+"""Turns whose commit may still be running when the loop starts the next one. With one,
+the loop builds a turn while the one before commits, then waits for that commit: commands
+gather meanwhile, so turns stay about as large as a commit is long (each turn costs a cycle
+and a commit however few commands it has)."""
+
 Outcome = tuple[bool, Any]
 """A command's answer: (True, its result) or (False, the exception it raised)."""
 
@@ -255,14 +261,14 @@ class Loop:
         next_tick = time.monotonic()
         while not self._stopping.is_set():
             batch = self._drain(max(0.0, next_tick - time.monotonic()))
-            self._answer_committed(core, wait=False)
+            self._answer_committed(core, keep=_COMMITS_IN_FLIGHT)
             now = self.clock()
             tick = time.monotonic() >= next_tick
             if tick:
                 next_tick = time.monotonic() + self.tick_s
             if batch and not any(command.writes for command in batch):
                 # Reads only: answered at once, after every commit handed over is done.
-                self._answer_committed(core, wait=True)
+                self._answer_committed(core, keep=0)
                 self._answer(batch, [self._apply_one(core, command, now) for command in batch])
                 batch = []
             if not (batch or tick):  # woken by a commit
@@ -276,7 +282,7 @@ class Loop:
                     ended = time.monotonic()
                     waits = [ended - command.queued for command in batch if command.writes]
                     self.observer.cycled(core, result, ended - started, waits)
-        self._answer_committed(core, wait=True)
+        self._answer_committed(core, keep=0)
 
     def _turn(
         self, core: ServiceCore, batch: list[_Command], now: float, tick: bool
@@ -289,8 +295,12 @@ class Loop:
         try:
             with core.store.deferred(self._wake) as commit:
                 core.flush_sent()
-                answers = [self._apply_one(core, command, now) for command in batch]
+                answers = []
+                for command in batch:
+                    answers.append(self._apply_one(core, command, now))
+                    self._answer_done(core)
                 result = step(core, reports, now, tick)
+                self._answer_done(core)
                 core.owed.advance(core, now)
                 committing = time.monotonic()
         except BaseException as error:
@@ -300,19 +310,27 @@ class Loop:
             keep_reports(core, reports)
             raise
         self._committing.append(_Turn(commit, batch, answers, core.take_outbox(), committing))
-        self._answer_committed(core, wait=False)
+        self._answer_done(core)
         return result
 
     def _wake(self) -> None:
         """In the store's writer: a commit is done; the loop answers it at once."""
         self._queue.put(None)
 
-    def _answer_committed(self, core: ServiceCore, wait: bool) -> None:
-        """Answer the turns whose commit is done, oldest first (with `wait`, all of them),
-        and hand their decisions to the backend. A failed commit stops the loop: none of
-        the turns after it is answered as a success."""
+    def _answer_done(self, core: ServiceCore) -> None:
+        """Answer the turns whose commit is done, also in the middle of the next turn: their
+        decisions go to the backend as soon as they are durable. (The backend is the loop's
+        alone; the decisions handed over are marked sent by the next transaction.)"""
         turns = self._committing
-        while turns and (wait or turns[0].commit.done()):
+        if turns and turns[0].commit.done():
+            self._answer_committed(core, keep=len(turns))
+
+    def _answer_committed(self, core: ServiceCore, keep: int) -> None:
+        """Answer the turns whose commit is done, oldest first, waiting for the oldest while
+        more than `keep` are left, and hand their decisions to the backend. A failed commit
+        stops the loop: none of the turns after it is answered as a success."""
+        turns = self._committing
+        while turns and (len(turns) > keep or turns[0].commit.done()):
             turn = turns[0]
             turn.commit.wait()
             if turn.commit.error is not None:
