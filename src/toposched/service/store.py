@@ -1,9 +1,11 @@
 """The durable store: SQLite in WAL mode, one writer (the service's loop), grouped commits.
 
 Every accepted submission, decision and backend report is written inside a transaction that
-the loop commits before it answers anyone or tells the backend anything. One transaction holds
-a whole turn of the loop (the commands it drained, the backend's reports, the cycle's
-decisions), so one fsync covers many submissions.
+is committed before the loop answers anyone or tells the backend anything. One transaction
+holds a whole turn of the loop (the commands it drained, the backend's reports, the cycle's
+decisions), so one fsync covers many submissions. The loop's turns are `deferred`: their rows
+are held in memory and committed by a writer thread (`committer.Committer`) while the loop
+builds the next turn.
 `synchronous=FULL`: a commit acknowledged to a client survives a power loss, not only a crash
 of the process (docs/operations.md).
 """
