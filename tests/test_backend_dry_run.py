@@ -45,6 +45,20 @@ def test_started_at_next_poll_and_finished_once_the_clock_passes_the_runtime() -
     assert list(backend.poll(200.0)) == []
 
 
+def test_with_a_clock_a_run_starts_when_handed_over() -> None:
+    now = [100.0]
+    backend = DryRunBackend(clock=lambda: now[0])
+    backend.start(launch("a", 10.0))
+    now[0] = 104.0
+    # Reported at the next poll, dated at the hand-over; its runtime counts from then.
+    assert kinds(list(backend.poll(104.0))) == [("a", ReportKind.STARTED, 100.0)]
+    assert kinds(list(backend.poll(111.0))) == [("a", ReportKind.FINISHED, 110.0)]
+    # Never dated after the poll that reports it.
+    now[0] = 200.0
+    backend.start(launch("b", None))
+    assert kinds(list(backend.poll(150.0))) == [("b", ReportKind.STARTED, 150.0)]
+
+
 def test_reports_come_oldest_first_across_jobs() -> None:
     backend = DryRunBackend()
     for job_id, runtime in (("slow", 30.0), ("fast", 5.0), ("mid", 20.0)):

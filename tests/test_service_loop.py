@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import gc
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,41 @@ def test_a_turn_commits_its_commands_reports_and_decisions_at_once(tmp_path: Pat
         settle(loop)  # the next turn stores the `started` report and marks the start sent
         assert backend.launch("a") is not None
     assert Store(str(tmp_path / "s.db")).unsent_decisions() == []
+
+
+def test_the_next_turn_is_built_while_a_commit_runs_and_answered_after_it(
+    tmp_path: Path,
+) -> None:
+    """The writer commits a turn while the loop builds the next; neither is answered before
+    the blocked commit is done."""
+    with running_loop(tmp_path / "s.db", Clock()) as loop:
+        settle(loop)
+        assert loop.core is not None and isinstance(loop.core.store, Store)
+        in_commit, gate = threading.Event(), threading.Event()
+
+        def hold(sql: str) -> None:
+            if sql == "COMMIT" and threading.current_thread().name == "toposched-writer":
+                in_commit.set()
+                gate.wait(10)
+
+        loop.core.store._db.set_trace_callback(hold)
+        assert in_commit.wait(10)  # some turn's commit is held
+        applied = threading.Event()
+
+        def command(core: ServiceCore, now: float) -> str:
+            applied.set()
+            core.store.add_event(now, "marked", None, None)
+            return "done"
+
+        answer = loop.submit(command)
+        assert applied.wait(10)  # built meanwhile
+        time.sleep(0.2)
+        assert not answer.done()
+        gate.set()
+        assert answer.result(10) == "done"
+        loop.core.store._db.set_trace_callback(None)
+    kinds = [e.kind for e in Store(str(tmp_path / "s.db")).events_after(0)]
+    assert "marked" in kinds
 
 
 def test_refused_submissions_change_nothing(tmp_path: Path) -> None:

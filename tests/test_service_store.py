@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +126,74 @@ def test_grouped_commit_writes_a_batch_with_one_commit(tmp_path: Path) -> None:
     assert commits == ["COMMIT"]
     assert len(store.jobs()) == 500
     assert [e.event_id for e in store.events_after(0, 3)] == [1, 2, 3]
+
+
+def test_a_deferred_transaction_is_committed_by_the_writer_after_it_ends(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "s.db")
+    store = Store(path)
+    with store.transaction():
+        store.insert_job(record("before"))  # SQLite's own id: 1
+    woken = threading.Event()
+    with store.deferred(woken.set) as commit:
+        store.insert_job(made := record("a"))
+        decision = store.add_decision("a", 1, "start", {})
+        store.add_event(1.0, "submitted", "a", "research/team-a")
+        # Held in memory: another connection sees none of it yet.
+        with sqlite3.connect(path) as other:
+            assert other.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 1
+    commit.wait()
+    assert commit.error is None and woken.wait(5)
+    # Ids given by the store go on from SQLite's, and SQLite's go on after them.
+    assert (made.seq, decision) == (2, 1)
+    with store.transaction():
+        store.insert_job(after := record("after"))
+    assert after.seq == 3
+    assert [r.job_id for r in store.jobs()] == ["before", "a", "after"]
+    assert [(d.job_id, d.decision_id) for d in store.unsent_decisions()] == [("a", 1)]
+    assert [e.kind for e in store.events_after(0)] == ["submitted"]
+    store.close()
+
+
+def test_a_deferred_savepoint_drops_its_held_writes(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "s.db"))
+    with store.deferred(lambda: None) as commit:
+        with store.savepoint():
+            store.insert_job(record("a"))
+        with pytest.raises(InputError), store.savepoint():
+            store.insert_job(record("b"))
+            store.add_event(1.0, "submitted", "b", "research/team-a")
+            raise InputError("x", 1, "refused")
+    commit.wait()
+    assert [r.job_id for r in store.jobs()] == ["a"]
+    assert store.events_after(0) == []
+    store.close()
+
+
+def test_a_read_in_a_deferred_transaction_writes_what_was_held(tmp_path: Path) -> None:
+    """The transaction goes on as an ordinary one: the read sees its own writes, a savepoint
+    open across the read still undoes its part, and the commit is done when it ends."""
+    store = Store(str(tmp_path / "s.db"))
+    with store.deferred(lambda: None) as commit:
+        store.insert_job(record("a"))
+        with pytest.raises(InputError), store.savepoint():
+            store.insert_job(record("b"))
+            assert [r.job_id for r in store.jobs()] == ["a", "b"]
+            raise InputError("x", 1, "refused")
+        store.insert_job(record("c"))
+    assert commit.done() and commit.error is None
+    assert [r.job_id for r in store.jobs()] == ["a", "c"]
+    store.close()
+
+
+def test_a_failed_deferred_transaction_leaves_nothing(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "s.db"))
+    with pytest.raises(RuntimeError), store.deferred(lambda: None):
+        store.insert_job(record("a"))
+        raise RuntimeError("boom")
+    assert store.jobs() == []
+    store.close()
 
 
 def test_decisions_and_reports_keep_their_marks(tmp_path: Path) -> None:

@@ -44,7 +44,10 @@ class _Run:
     launch: Launch | None
     make_launch: Callable[[], Launch] | None = None
     start_time: float | None = None
-    """The service's clock at the poll that reported it started; None until then."""
+    """When it started on the service's clock (see `DryRunBackend`); None until the poll
+    that reports it."""
+    handed: float | None = None
+    """The backend's clock when the launch was handed over, if it has a clock."""
 
     def the_launch(self) -> Launch:
         if self.launch is None:
@@ -63,9 +66,14 @@ class DryRunBackend:
     reports it `EVICTED` or `STOPPED`, even when its runtime ran out between the two polls. A
     stop for a run that is not running (already reported finished, or never started) is
     ignored; a stop for a run not yet reported started answers only the stop.
+
+    With a `clock` (the service's, `config.service_clock`) a run starts when its launch is
+    handed over, as a real backend's would, and its `STARTED` report, sent at the next poll,
+    carries that time; without one it starts at the time of that poll.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        self._clock = clock
         self._runs: dict[str, _Run] = {}
         self._new: list[_Run] = []
         self._stops: list[tuple[_Run, ReportKind]] = []
@@ -78,6 +86,8 @@ class DryRunBackend:
     def start(self, launch: Launch) -> None:
         run = self._new_run(launch.job_id, launch.attempt, launch.expected_runtime, launch)
         if run is not None:
+            if self._clock is not None:
+                run.handed = self._clock()
             self._new.append(run)
 
     def _new_run(
@@ -138,8 +148,10 @@ class DryRunBackend:
         self._stops.clear()
         for run in self._new:
             if self._runs.get(run.job_id) is run:
-                reports.append(Report(run.job_id, run.attempt, ReportKind.STARTED, now))
-                self._started(run, now)
+                # Never dated after the poll that reports it (a test's clock may differ).
+                at = now if run.handed is None else min(run.handed, now)
+                reports.append(Report(run.job_id, run.attempt, ReportKind.STARTED, at))
+                self._started(run, at)
         self._new.clear()
         reports.extend(self._finished_by(now))
         return reports

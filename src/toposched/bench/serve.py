@@ -5,8 +5,7 @@
   (every answer comes after the job's commit);
 - submit-to-decision latency at a fixed offered rate (1,000/s): from sending the request to
   the decision carried out, read from the stored events after the run (the dry-run backend's
-  `started` report, dated at the first loop turn after the decision was committed and handed
-  to it: an upper bound of the decision's time);
+  `started` report, dated when the decision, once committed, was handed to it);
 - restart to first decision: a store filled directly with 100,000 running jobs and 10,000
   pending ones, then the server started on it; from spawning the process (imports included)
   until a client sees the first `bound` event.

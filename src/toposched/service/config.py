@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +24,11 @@ DEFAULT_STORE = "toposched-state/toposched.db"
 DEFAULT_MAX_BODY = 1 << 20
 DEFAULT_ACCOUNT = "default"
 BACKENDS = ("local", "dry-run", "ray")
+
+
+def service_clock() -> float:
+    """The service's clock: wall-clock seconds (the loop's, and the dry-run backend's)."""
+    return time.time()
 
 
 @dataclass(frozen=True)
@@ -133,5 +139,5 @@ def build_backend(config: ServiceConfig) -> Backend:
     from toposched.backends.local import LocalBackend
 
     if config.backend == "dry-run":
-        return DryRunBackend()
+        return DryRunBackend(clock=service_clock)
     return LocalBackend(Path(config.state_dir) / "local")

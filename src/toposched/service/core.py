@@ -160,10 +160,17 @@ class ServiceCore:
         decision = self.store.add_decision(record.job_id, attempt, "stop", payload)
         self.outbox.append((decision, Stop(record.job_id, attempt, grace_s, evicted)))
 
-    def send_outbox(self) -> None:
-        """Hand committed decisions to the backend, oldest first. A start the backend refuses
-        becomes a failure report of that run, applied with the backend's own reports."""
+    def take_outbox(self) -> list[tuple[int, Command]]:
+        """The decisions stored since the last call, to send once their commit is done."""
         outbox, self.outbox = self.outbox, []
+        return outbox
+
+    def send_outbox(self, outbox: list[tuple[int, Command]] | None = None) -> None:
+        """Hand committed decisions (`outbox`, or else all stored so far) to the backend,
+        oldest first. A start the backend refuses becomes a failure report of that run,
+        applied with the backend's own reports."""
+        if outbox is None:
+            outbox = self.take_outbox()
         for decision_id, command in outbox:
             try:
                 if isinstance(command, Launch):

@@ -3,9 +3,11 @@
 API calls become commands on a queue and wait on a future. Each turn the loop drains every
 queued command and polls the backend, then in ONE transaction (one fsync for the turn) applies
 the commands, stores and applies the backend's reports, runs one cycle for the whole batch and
-stores its decisions (see `step`). Only after the commit are the waiters answered and the
-decisions handed to the backend. A tick every `tick_s` seconds cycles even when nothing
-arrived, for min-runtime expiries and reservations coming due.
+stores its decisions (see `step`). The store commits the turn's writes in its writer thread
+(`Store.deferred`) while the loop goes on with the next turn; only after a turn's commit are
+its waiters answered and its decisions handed to the backend, and reads wait for every commit
+before they are answered, so nobody sees what a crash could still undo. A tick every `tick_s`
+seconds cycles even when nothing arrived, for min-runtime expiries and reservations coming due.
 
 Callers in an asyncio event loop (the HTTP server) wait on asyncio futures, which the loop
 settles in one call per event loop and turn (`_Waiters`), not one thread hand-off per answer.
@@ -19,6 +21,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -26,7 +29,9 @@ from typing import Any, Protocol, TypeVar
 
 from toposched.cluster.errors import ToposchedError
 from toposched.scheduler.core import CycleResult
-from toposched.service.core import ServiceCore
+from toposched.service.committer import Commit
+from toposched.service.config import service_clock
+from toposched.service.core import Command, ServiceCore
 from toposched.service.step import keep_reports, poll, step
 
 T = TypeVar("T")
@@ -50,6 +55,12 @@ still freed by reference counting, as nearly all are; only cyclic garbage among 
 stay, and the service makes next to none (its collections find no cycles to free)."""
 
 
+_COMMITS_IN_FLIGHT = 1
+"""Turns whose commit may still be running when the loop starts the next one. With one,
+the loop builds a turn while the one before commits, then waits for that commit: commands
+gather meanwhile, so turns stay about as large as a commit is long (each turn costs a cycle
+and a commit however few commands it has)."""
+
 Outcome = tuple[bool, Any]
 """A command's answer: (True, its result) or (False, the exception it raised)."""
 
@@ -62,6 +73,17 @@ class _Command:
     queued: float = field(default_factory=time.monotonic)
     event_loop: asyncio.AbstractEventLoop | None = None
     """The event loop of an asyncio `future`, which only that loop's thread may settle."""
+
+
+@dataclass
+class _Turn:
+    """A turn whose commit was handed to the store's writer: answered once it is done."""
+
+    commit: Commit
+    batch: list[_Command]
+    answers: list[Outcome]
+    outbox: list[tuple[int, Command]]
+    committing: float
 
 
 def _settle(future: Future[Any] | asyncio.Future[Any], outcome: Outcome) -> None:
@@ -137,7 +159,7 @@ class Loop:
     def __init__(
         self,
         start_core: Callable[[float], ServiceCore],
-        clock: Clock = time.time,
+        clock: Clock = service_clock,
         tick_s: float = 1.0,
         on_failure: Callable[[], None] | None = None,
     ) -> None:
@@ -153,6 +175,8 @@ class Loop:
         self.core: ServiceCore | None = None
         self.cycles = 0
         self.observer: LoopObserver | None = None
+        self._committing: deque[_Turn] = deque()
+        """Turns whose commit is not yet answered, oldest first."""
 
     def start(self) -> None:
         self._thread.start()
@@ -237,14 +261,18 @@ class Loop:
         next_tick = time.monotonic()
         while not self._stopping.is_set():
             batch = self._drain(max(0.0, next_tick - time.monotonic()))
+            self._answer_committed(core, keep=_COMMITS_IN_FLIGHT)
             now = self.clock()
             tick = time.monotonic() >= next_tick
             if tick:
                 next_tick = time.monotonic() + self.tick_s
             if batch and not any(command.writes for command in batch):
-                # Reads only: answered at once, they wait for no commit.
+                # Reads only: answered at once, after every commit handed over is done.
+                self._answer_committed(core, keep=0)
                 self._answer(batch, [self._apply_one(core, command, now) for command in batch])
                 batch = []
+            if not (batch or tick):  # woken by a commit
+                continue
             started = time.monotonic()
             result = self._turn(core, batch, now, tick)
             freezer.freeze_if_due()
@@ -254,19 +282,25 @@ class Loop:
                     ended = time.monotonic()
                     waits = [ended - command.queued for command in batch if command.writes]
                     self.observer.cycled(core, result, ended - started, waits)
+        self._answer_committed(core, keep=0)
 
     def _turn(
         self, core: ServiceCore, batch: list[_Command], now: float, tick: bool
     ) -> CycleResult | None:
         """One transaction for the batch's commands (each in a savepoint, so that one refused
         command changes nothing and the others still commit), the backend's reports and the
-        cycle's decisions; then the answers, then the decisions to the backend."""
+        cycle's decisions; once it is committed, the answers, then the decisions to the
+        backend (`_answer_committed`)."""
         reports = poll(core, now)
         try:
-            with core.store.transaction():
+            with core.store.deferred(self._wake) as commit:
                 core.flush_sent()
-                answers = [self._apply_one(core, command, now) for command in batch]
+                answers = []
+                for command in batch:
+                    answers.append(self._apply_one(core, command, now))
+                    self._answer_done(core)
                 result = step(core, reports, now, tick)
+                self._answer_done(core)
                 core.owed.advance(core, now)
                 committing = time.monotonic()
         except BaseException as error:
@@ -275,11 +309,41 @@ class Loop:
             self._answer(batch, [stopped] * len(batch))
             keep_reports(core, reports)
             raise
-        if self.observer is not None and batch:
-            self.observer.committed(time.monotonic() - committing)
-        self._answer(batch, answers)
-        core.send_outbox()
+        self._committing.append(_Turn(commit, batch, answers, core.take_outbox(), committing))
+        self._answer_done(core)
         return result
+
+    def _wake(self) -> None:
+        """In the store's writer: a commit is done; the loop answers it at once."""
+        self._queue.put(None)
+
+    def _answer_done(self, core: ServiceCore) -> None:
+        """Answer the turns whose commit is done, also in the middle of the next turn: their
+        decisions go to the backend as soon as they are durable. (The backend is the loop's
+        alone; the decisions handed over are marked sent by the next transaction.)"""
+        turns = self._committing
+        if turns and turns[0].commit.done():
+            self._answer_committed(core, keep=len(turns))
+
+    def _answer_committed(self, core: ServiceCore, keep: int) -> None:
+        """Answer the turns whose commit is done, oldest first, waiting for the oldest while
+        more than `keep` are left, and hand their decisions to the backend. A failed commit
+        stops the loop: none of the turns after it is answered as a success."""
+        turns = self._committing
+        while turns and (len(turns) > keep or turns[0].commit.done()):
+            turn = turns[0]
+            turn.commit.wait()
+            if turn.commit.error is not None:
+                stopped = (False, RuntimeError(f"the service loop stopped: {turn.commit.error}"))
+                while turns:
+                    failed = turns.popleft()
+                    self._answer(failed.batch, [stopped] * len(failed.batch))
+                raise turn.commit.error
+            turns.popleft()
+            if self.observer is not None and turn.batch:
+                self.observer.committed(time.monotonic() - turn.committing)
+            self._answer(turn.batch, turn.answers)
+            core.send_outbox(turn.outbox)
 
     @staticmethod
     def _answer(batch: list[_Command], answers: list[Outcome]) -> None:
@@ -319,6 +383,14 @@ class Loop:
             return False, error
 
     def _fail_waiting(self, error: BaseException) -> None:
+        """After the loop stopped: turns handed to the writer are answered as their commit
+        went (their decisions are carried out by the next start), queued commands fail."""
+        stopped = (False, RuntimeError(f"the service loop stopped: {error}"))
+        while self._committing:
+            turn = self._committing.popleft()
+            turn.commit.wait()
+            answers = turn.answers if turn.commit.error is None else [stopped] * len(turn.batch)
+            self._answer(turn.batch, answers)
         while True:
             try:
                 item = self._queue.get_nowait()

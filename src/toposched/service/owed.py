@@ -9,10 +9,11 @@ jobs but once, at the first turn after a start.
 
 Across restarts the hours live in the store's meta table: "owed_hours:TEAM" holds a team's
 hours but the last (rewritten when an hour is added after them or leaves the window, about
-once an hour per active team) and "owed_last" every team's last hour (written when the rates
-change, an hour is added, or a minute passed while some team's hours grow). A restart takes
-them back and goes on from its first turn: time the service was down counts neither as owed
-nor as delivered, and a hard kill loses at most the last minute before it.
+once an hour per active team) and "owed_last" every team's last hour (written when an hour is
+added, when the rates changed and a second passed since it was last written, or a minute
+passed while some team's hours grow). A restart takes them back and goes on from its first
+turn: time the service was down counts neither as owed nor as delivered, and a hard kill loses
+at most the last second before it after a change, the last minute in a steady state.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ LAST_KEY = "owed_last"
 """Every team's last hour."""
 SAVE_EVERY_S = 60.0
 """The last hours are written at least this often (service clock seconds) while they change."""
+CHANGE_SAVED_WITHIN_S = 1.0
+"""After a change of a team's rates the last hours are written at the first turn at least this
+long (service clock seconds) after they were last written: under load every turn changes some
+rate, and the row would otherwise be rewritten every few milliseconds."""
 
 
 class OwedBook:
@@ -51,6 +56,8 @@ class OwedBook:
         self._teams: tuple[str, ...] = ()
         self._tree_version = -1
         self._saved = -math.inf
+        self._changed = False
+        """Some team's rates changed since the last hours were written."""
 
     # --- jobs coming and going ------------------------------------------------------------------
     def asked(self, core: ServiceCore, job: Job) -> None:
@@ -117,10 +124,13 @@ class OwedBook:
             )
         for team in sorted(reshaped):
             core.store.set_meta(PAST_KEY + team, meter.past_hours(team))
-        due = now - self._saved >= SAVE_EVERY_S and meter.counting
-        if reshaped or changed or due:
+        self._changed |= changed
+        since = now - self._saved
+        due = since >= SAVE_EVERY_S and meter.counting
+        if reshaped or due or (self._changed and since >= CHANGE_SAVED_WITHIN_S):
             core.store.set_meta(LAST_KEY, meter.last_hours())
             self._saved = now
+            self._changed = False
 
     def _started(self, core: ServiceCore, now: float) -> OwedMeter:
         """The meter; made at the first call after a start from the stored hours, with the

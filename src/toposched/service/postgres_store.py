@@ -11,12 +11,13 @@ default).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from toposched.cluster.errors import InputError
+from toposched.service.committer import Commit
 from toposched.service.store import Rows, SqlStore
 
 try:
@@ -201,6 +202,14 @@ class PostgresStore(SqlStore):
             self._run("COMMIT")
         finally:
             self._depth = 0
+
+    @contextmanager
+    def deferred(self, wake: Callable[[], None]) -> Iterator[Commit]:
+        """`transaction`, done when it ends: PostgreSQL gives each row its id as it is
+        written, so the writes are not held for a writer thread (see `Store.deferred`)."""
+        with self.transaction():
+            yield (commit := Commit())
+        commit.settle()
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

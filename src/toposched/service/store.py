@@ -1,9 +1,11 @@
 """The durable store: SQLite in WAL mode, one writer (the service's loop), grouped commits.
 
 Every accepted submission, decision and backend report is written inside a transaction that
-the loop commits before it answers anyone or tells the backend anything. One transaction holds
-a whole turn of the loop (the commands it drained, the backend's reports, the cycle's
-decisions), so one fsync covers many submissions.
+is committed before the loop answers anyone or tells the backend anything. One transaction
+holds a whole turn of the loop (the commands it drained, the backend's reports, the cycle's
+decisions), so one fsync covers many submissions. The loop's turns are `deferred`: their rows
+are held in memory and committed by a writer thread (`committer.Committer`) while the loop
+builds the next turn.
 `synchronous=FULL`: a commit acknowledged to a client survives a power loss, not only a crash
 of the process (docs/operations.md).
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +23,15 @@ from typing import Any, Protocol
 
 from toposched.backends.protocol import Report, ReportKind
 from toposched.cluster.errors import InputError
-from toposched.scheduler.jobs import JobState
-from toposched.service.records import JobRecord, allocation_to_json, allocations_from_json
+from toposched.service.committer import Commit, Committer, Write
+from toposched.service.records import JobRecord
+from toposched.service.store_rows import (
+    data_text,
+    job_values,
+    jobs_from_rows,
+    report_values,
+    run_values,
+)
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: the first schema.
@@ -107,7 +116,6 @@ _JOB_UPDATES = {
     for priority in (False, True)
 }
 """`update_job`'s statement, without and with the priority and spec."""
-_SMALL_DATA_KEPT = 1024
 _EVENT_COLUMNS = "id, time, kind, job, account, data"
 
 
@@ -305,13 +313,21 @@ class Store(SqlStore):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._db = self._connect(path)
-        self._migrate()
-        self._reader = self._connect(path) if path != ":memory:" else self._db
-        self._reader_lock = threading.Lock()
         self._depth = 0
         self._events: list[tuple[Any, ...]] = []
         """Events of the open transaction, written with one statement before it commits (and
         before any read)."""
+        self._committer: Committer | None = None
+        self._held: list[Write] | None = None
+        """The writes of the open `deferred` transaction, while they are held in memory."""
+        self._marks: list[int] = []
+        """Where each open savepoint of a `deferred` transaction began in `_held`."""
+        self._last_ids: dict[str, int] = {}
+        """Per table, the last row id given: a `deferred` transaction gives its rows' ids
+        itself (AUTOINCREMENT takes them and goes on after them)."""
+        self._migrate()
+        self._reader = self._connect(path) if path != ":memory:" else self._db
+        self._reader_lock = threading.Lock()
 
     @staticmethod
     def _connect(path: str) -> sqlite3.Connection:
@@ -325,13 +341,16 @@ class Store(SqlStore):
         return db
 
     def close(self) -> None:
+        if self._committer is not None:
+            self._committer.wait_idle()
+            self._committer.close()
         self._db.close()
         if self._reader is not self._db:
             self._reader.close()
 
     # --- schema ----------------------------------------------------------------------------
     def schema_version(self) -> int:
-        row = self._db.execute("SELECT version FROM schema_version").fetchone()
+        row = self._run("SELECT version FROM schema_version").fetchone()
         return int(row[0])
 
     def _migrate(self) -> None:
@@ -365,6 +384,7 @@ class Store(SqlStore):
             finally:
                 self._depth -= 1
             return
+        self._wait_for_writer()
         self._db.execute("BEGIN IMMEDIATE")
         self._depth = 1
         try:
@@ -380,8 +400,90 @@ class Store(SqlStore):
             self._depth = 0
 
     @contextmanager
+    def deferred(self, wake: Callable[[], None]) -> Iterator[Commit]:
+        """A transaction whose writes are held in memory and, once it ends, run and committed
+        by a writer thread while the caller goes on; `wake` is called after each such commit.
+        The `Commit` it yields is done when the writes are durable. A read inside it (rare:
+        a query of the store's own rows) waits for the writer, writes what is held and goes
+        on as an ordinary transaction, committed when it ends. Not nested in another."""
+        assert self._depth == 0, "a deferred transaction is never nested"
+        if self.path == ":memory:":  # one connection, shared with readers: no writer thread
+            with self.transaction():
+                yield (commit := Commit())
+            commit.settle()
+            return
+        if self._committer is None:
+            self._committer = Committer(self._commit_writes, wake)
+        commit = Commit()
+        self._held, self._depth = commit.writes, 1
+        try:
+            yield commit
+            self._flush()
+        except BaseException:
+            self._events.clear()
+            if self._held is None:  # it became an ordinary transaction
+                self._db.execute("ROLLBACK")
+            raise
+        else:
+            if self._held is None:
+                self._db.execute("COMMIT")
+                commit.settle()
+            else:
+                self._committer.hand(commit)
+        finally:
+            self._held, self._depth = None, 0
+            self._marks.clear()
+
+    def _commit_writes(self, writes: list[Write]) -> None:
+        """In the writer's thread: one transaction of `writes`."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for write in writes:
+                if write.many:
+                    db.executemany(write.sql, write.params)
+                else:
+                    db.execute(write.sql, write.params)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def _wait_for_writer(self) -> None:
+        """Before the caller uses the writing connection: the commits handed over are done."""
+        if self._committer is not None:
+            self._committer.wait_idle()
+
+    def _write_held(self) -> None:
+        """A read inside a `deferred` transaction: the held writes are run now, with the
+        savepoints open among them, and the transaction goes on as an ordinary one."""
+        held, self._held = self._held, None
+        assert held is not None
+        self._wait_for_writer()
+        self._db.execute("BEGIN IMMEDIATE")
+        marks = sorted(self._marks)
+        for index, write in enumerate(held):
+            while marks and marks[0] == index:
+                self._db.execute("SAVEPOINT command")
+                marks.pop(0)
+            self._run_now(write)
+        for _ in marks:
+            self._db.execute("SAVEPOINT command")
+        held.clear()
+
+    def _run_now(self, write: Write) -> None:
+        if write.many:
+            self._db.executemany(write.sql, write.params)
+        else:
+            self._db.execute(write.sql, write.params)
+
+    @contextmanager
     def savepoint(self) -> Iterator[None]:
         """Inside a transaction: undo this part alone if it raises (one command of a batch)."""
+        held = self._held
+        if held is not None:
+            yield from self._held_savepoint(held)
+            return
         self._db.execute("SAVEPOINT command")
         mark = len(self._events)
         try:
@@ -393,15 +495,72 @@ class Store(SqlStore):
             raise
         self._db.execute("RELEASE command")
 
+    def _held_savepoint(self, held: list[Write]) -> Iterator[None]:
+        """`savepoint` in a `deferred` transaction: undone by dropping the writes held since
+        it began (or in SQL, if a read made the transaction an ordinary one meanwhile)."""
+        mark, events = len(held), len(self._events)
+        self._marks.append(mark)
+        try:
+            yield
+        except BaseException:
+            del self._events[events:]
+            if self._held is held:
+                del held[mark:]
+            else:
+                self._db.execute("ROLLBACK TO command")
+                self._db.execute("RELEASE command")
+            raise
+        else:
+            if self._held is not held:
+                self._db.execute("RELEASE command")
+        finally:
+            self._marks.pop()
+
     # --- the connection primitives of `SqlStore` -------------------------------------------
     def _run(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        if self._held is not None:
+            if not sql.startswith("SELECT"):
+                self._held.append(Write(sql, params))
+                return _NO_ROWS
+            self._write_held()
+        elif self._depth == 0:
+            self._wait_for_writer()
         return self._db.execute(sql, params)
 
     def _run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if self._held is not None:
+            self._held.append(Write(sql, list(rows), many=True))
+            return
+        if self._depth == 0:
+            self._wait_for_writer()
         self._db.executemany(sql, rows)
 
     def _inserted_id(self, sql: str, params: Sequence[Any], column: str) -> int:
-        return int(self._db.execute(sql, params).lastrowid or 0)
+        table = sql.split(None, 3)[2]
+        if self._held is not None:
+            row_id = self._last_id(table, column) + 1
+            self._last_ids[table] = row_id
+            with_id = sql.replace(" (", f" ({column}, ", 1).replace("VALUES (", "VALUES (?, ", 1)
+            self._held.append(Write(with_id, (row_id, *params)))
+            return row_id
+        if self._depth == 0:
+            self._wait_for_writer()
+        row_id = int(self._db.execute(sql, params).lastrowid or 0)
+        if table in self._last_ids:
+            self._last_ids[table] = max(self._last_ids[table], row_id)
+        return row_id
+
+    def _last_id(self, table: str, column: str) -> int:
+        """The last id given in `table`: SQLite's AUTOINCREMENT counter, read once."""
+        last = self._last_ids.get(table)
+        if last is None:
+            self._wait_for_writer()
+            row = self._db.execute(
+                "SELECT seq FROM sqlite_sequence WHERE name = ?", (table,)
+            ).fetchone()
+            top = self._db.execute(f"SELECT MAX({column}) FROM {table}").fetchone()
+            last = self._last_ids[table] = max(int(row[0]) if row else 0, int(top[0] or 0))
+        return last
 
     def _read(self, sql: str, params: Sequence[Any]) -> list[Any]:
         return self._reader.execute(sql, params).fetchall()
@@ -409,6 +568,7 @@ class Store(SqlStore):
     # --- backup ----------------------------------------------------------------------------
     def backup(self, path: str) -> None:
         """A consistent copy of the live database (SQLite's online backup)."""
+        self._wait_for_writer()
         target = sqlite3.connect(path)
         try:
             self._db.backup(target)
@@ -416,91 +576,14 @@ class Store(SqlStore):
             target.close()
 
 
-_small_texts: dict[tuple[tuple[str, str], ...], str] = {}
+class _NoRows:
+    """What a write held for later gives back: no rows."""
+
+    def fetchone(self) -> Any:
+        return None
+
+    def fetchall(self) -> list[Any]:
+        return []
 
 
-def data_text(data: dict[str, Any]) -> str:
-    """An event's data as JSON. Most events carry only names (a job's state): their few
-    distinct texts are made once (a service stores several events per submission)."""
-    if not all(type(value) is str for value in data.values()):
-        return json.dumps(data)
-    key = tuple(data.items())
-    text = _small_texts.get(key)
-    if text is None:
-        if len(_small_texts) >= _SMALL_DATA_KEPT:
-            _small_texts.clear()
-        text = _small_texts[key] = json.dumps(data)
-    return text
-
-
-def job_values(record: JobRecord) -> tuple[Any, ...]:
-    """A record as the values of JOB_COLUMNS, in order (shared by both stores)."""
-    return (
-        record.job_id,
-        record.account,
-        record.priority,
-        str(record.state),
-        json.dumps(record.spec) if record.spec_text is None else record.spec_text,
-        record.submit_time,
-        record.start_time,
-        record.end_time,
-        record.attempt,
-        record.preemptions,
-        record.idempotency_key,
-        record.body_hash,
-        allocation_to_json(record.allocation),
-        int(record.unallocated),
-        record.reason,
-    )
-
-
-def run_values(record: JobRecord, priority: bool = False) -> tuple[Any, ...]:
-    """A record as the values of RUN_COLUMNS (then priority and spec if `priority`)."""
-    values = (
-        str(record.state),
-        record.start_time,
-        record.end_time,
-        record.attempt,
-        record.preemptions,
-        allocation_to_json(record.allocation),
-        int(record.unallocated),
-        record.reason,
-    )
-    return (*values, record.priority, json.dumps(record.spec)) if priority else values
-
-
-def report_values(report: Report) -> tuple[Any, ...]:
-    """A report as the values of the reports table's job, attempt, kind, time, detail."""
-    return (report.job_id, report.attempt, str(report.kind), report.time, report.detail)
-
-
-def jobs_from_rows(rows: Sequence[Sequence[Any]]) -> list[JobRecord]:
-    """Records from rows of `seq, JOB_COLUMNS` (shared by both stores). A restart reads a
-    hundred thousand: their documents are kept as text, parsed when read (`JobRecord.spec`),
-    and their allocations' nodes and GPUs gathered into one array each, which every
-    allocation views a part of."""
-    allocations = iter(allocations_from_json([row[13] for row in rows if row[13] is not None]))
-    states = {str(state): state for state in JobState}
-    # Positional: the record's fields are the row's columns, in order (seq last).
-    return [
-        JobRecord(
-            row[1],
-            row[2],
-            row[3],
-            states[row[4]],
-            None,
-            row[6],
-            row[7],
-            row[8],
-            row[9],
-            row[10],
-            row[11],
-            row[12],
-            None if row[13] is None else next(allocations),
-            bool(row[14]),
-            row[15],
-            row[0],
-            row[5],
-        )
-        for row in rows
-    ]
+_NO_ROWS = _NoRows()

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from toposched.backends.protocol import Report
+from toposched.service.committer import Commit
 from toposched.service.records import JobRecord
 from toposched.service.store import Store, StoredDecision, StoredEvent, StoredReport
 
@@ -26,6 +27,11 @@ class StateStore(Protocol):
 
     def transaction(self) -> AbstractContextManager[None]:
         """One transaction; nested calls join the outer one. Rolled back on any exception."""
+        ...
+
+    def deferred(self, wake: Callable[[], None]) -> AbstractContextManager[Commit]:
+        """A transaction the store may commit after it ends, while the caller goes on: the
+        `Commit` says when it is durable; `wake` is called after each such commit."""
         ...
 
     def savepoint(self) -> AbstractContextManager[None]:
