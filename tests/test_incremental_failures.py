@@ -119,7 +119,7 @@ def test_a_failure_the_release_dropped_holds_again_once_earlier_jobs_took_the_ro
     result = scheduler.cycle(60)
     assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["filler"]
     assert result.searches == 1
-    assert "no domain it could use gained enough GPUs since" in scheduler.jobs["wide"].reason
+    assert "no domain that gained GPUs since has room for it now" in scheduler.jobs["wide"].reason
 
 
 def test_a_dropped_failure_is_searched_again_while_the_freed_room_is_there() -> None:

@@ -759,12 +759,15 @@ def test_failures_answer_later_cycles_until_capacity_is_freed() -> None:
     assert "3 pods of 4 GPUs" in scheduler.jobs["wider"].reason
     assert "no GPUs were freed since" in scheduler.jobs["wider"].reason
 
-    # Jobs that end free capacity: both are searched again, and wide now fits (pair holds 2
-    # GPUs of one node, so 3 nodes are free: not enough for wider once wide has 2).
+    # Jobs that end free capacity: wide is searched again and now fits (pair holds 2 GPUs of
+    # one node, so 3 nodes are free). wider's dropped failure is checked again at its turn,
+    # against what wide left (1 node with 4 free GPUs), and holds without a search.
     for name in ("f0", "f1", "f2", "f3"):
         scheduler.finish(name, 120)
     result = scheduler.cycle(120)
-    assert bound(result) == ["wide"] and result.searches == 2
+    assert bound(result) == ["wide"] and result.searches == 1
+    assert scheduler.jobs["wider"].reason.startswith("needs 3 pods of 4 GPUs")
+    assert "no domain that gained GPUs since has room for it now" in scheduler.jobs["wider"].reason
 
 
 def test_a_failure_stops_answering_once_a_preemptor_hands_back_part_of_its_kept_nodes() -> None:

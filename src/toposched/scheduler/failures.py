@@ -42,6 +42,9 @@ class Failure:
     of_sets: bool = False
     """Whether the gang is a job's of several pod sets (`request` may then ask, per pod, the
     most any set asks: no release rule bounds what the sets could use)."""
+    checked_again: bool = False
+    """Whether it was dropped at a release and found to hold again at a later turn (`recheck`):
+    its `reason` tells the capacity when it was found, not now."""
 
     def whole_gpus_per_pod(self) -> int:
         """Whole GPUs each pod of the gang takes (0 when whole GPUs tell nothing: fractional
@@ -244,7 +247,11 @@ class FailureMemo:
             for count in (failure.pods, pods):
                 if check.still_fails(failure, count):
                     renewed = dataclasses.replace(
-                        failure, pods=count, fenced=fence.seen(), outlived_release=True
+                        failure,
+                        pods=count,
+                        fenced=fence.seen(),
+                        outlived_release=True,
+                        checked_again=True,
                     )
                     self.add(shape, renewed, fence)
                     return renewed
@@ -357,6 +364,13 @@ class FailureReasons:
                 return failure.reason
         key = (failure, job.request.pods)
         message = self._messages.get(key)
+        if message is None and failure.checked_again:
+            # The count in its reason is the one it was found with: the freed GPUs went since.
+            message = (
+                f"{needs(job)}; a job of the same pod shape did not fit ({failure.reason}), and "
+                "no domain that gained GPUs since has room for it now"
+            )
+            self._messages[key] = message
         if message is None:
             since = "does not fit now" if failure.cycle == self.cycle else "did not fit"
             message = (
