@@ -22,7 +22,7 @@ from toposched.policy.usage import UsageTracker
 from toposched.scheduler.fence import Fence, FencedNodes
 from toposched.scheduler.freed import FreedCapacity
 from toposched.scheduler.ledger import LAST_ID, Ledger
-from toposched.scheduler.refusal_kernels import most_pods
+from toposched.scheduler.refusal_kernels import limits_reach_more, most_pods, takeable_slots
 from toposched.scheduler.refusals import Refusal
 
 IntArray = NDArray[np.int64]
@@ -423,43 +423,38 @@ class KeptRefusals:
         if known is not None:
             return known
         size = len(index.allocations)
-        counted = index.counted[:size]
-        account = index.account[:size]
-        own = account == index.accounts.get(entry.account, -1)
-        takeable = counted & (
-            index.unallocated[:size] | (own & (index.priority[:size] < entry.priority))
-        )
         limits = self._limits(entry.account)
-        if np.isfinite(limits).any():
-            reached = index.gpus[:size] <= limits[account] + LIMIT_SLACK
-            takeable |= counted & ~own & reached
-        known = self._takeable_by[key] = np.append(takeable, False)
+        if not np.isfinite(limits).any():
+            limits = np.full(limits.size, -np.inf)
+        known = self._takeable_by[key] = takeable_slots(
+            index.counted[:size],
+            index.unallocated[:size],
+            index.account[:size],
+            index.priority[:size],
+            index.gpus[:size],
+            index.accounts.get(entry.account, -1),
+            entry.priority,
+            limits,
+            LIMIT_SLACK,
+        )
         return known
 
     def _loads_allow_no_more(self, kept: KeptRefusal, account: str) -> bool:
         """Under the budget rule, whether the loads let the preemptor take no job it could
         not take then: no other account's limit grew past an unprotected job of it (the
         preemptor's account falling below its budget lifts every limit from -inf)."""
-        limits = self._limits(account)
-        before = kept.limits
-        if before.size < limits.size:
-            # Accounts first seen since: no limit then.
-            before = np.concatenate((before, np.full(limits.size - before.size, -np.inf)))
-        grew = limits > before
-        if not grew.any():
-            return True
         index = self.ledger.preemptible
         size = len(index.allocations)
-        codes, gpus = index.account[:size], index.gpus[:size]
         # Widened by LIMIT_SLACK both ways: the contract's own slack is no concern here.
-        reached = (
-            index.counted[:size]
-            & ~index.unallocated[:size]
-            & grew[codes]
-            & (gpus > before[codes] - LIMIT_SLACK)
-            & (gpus <= limits[codes] + LIMIT_SLACK)
+        return not limits_reach_more(
+            self._limits(account),
+            kept.limits,
+            index.counted[:size],
+            index.unallocated[:size],
+            index.account[:size],
+            index.gpus[:size],
+            LIMIT_SLACK,
         )
-        return not reached.any()
 
     def _note_protection_ends(
         self, kept: KeptRefusal, entry: QueueEntry, ranking: Ranking, now: float

@@ -104,3 +104,58 @@ def most_pods(
             )
         best = max(best, total)
     return best
+
+
+@njit(cache=True, nogil=True)
+def takeable_slots(
+    counted: np.ndarray,
+    unallocated: np.ndarray,
+    account: np.ndarray,
+    priority: np.ndarray,
+    gpus: np.ndarray,
+    own_code: int,
+    own_priority: int,
+    limits: np.ndarray,
+    slack: float,
+) -> np.ndarray:
+    """Per slot of `counted` (the index's first slots), whether a job of account code
+    `own_code` and priority `own_priority` may take that unprotected job under the budget
+    rule: unallocated work, its account's jobs of lower priority, and other accounts' jobs
+    of at most their account's `limits` GPUs (plus `slack`); one last entry, False."""
+    size = counted.size
+    takeable = np.zeros(size + 1, dtype=np.bool_)
+    for slot in range(size):
+        if not counted[slot]:
+            continue
+        code = account[slot]
+        if unallocated[slot]:
+            takeable[slot] = True
+        elif code == own_code:
+            takeable[slot] = priority[slot] < own_priority
+        else:
+            takeable[slot] = gpus[slot] <= limits[code] + slack
+    return takeable
+
+
+@njit(cache=True, nogil=True)
+def limits_reach_more(
+    limits: np.ndarray,
+    before: np.ndarray,
+    counted: np.ndarray,
+    unallocated: np.ndarray,
+    account: np.ndarray,
+    gpus: np.ndarray,
+    slack: float,
+) -> bool:
+    """Whether an allocated job of `counted` (the index's first slots) is within its
+    account's `limits` now but was not within `before` (-inf beyond its end), both widened by
+    `slack`."""
+    for slot in range(counted.size):
+        if not counted[slot] or unallocated[slot]:
+            continue
+        code = account[slot]
+        limit = limits[code]
+        was = before[code] if code < before.size else -np.inf
+        if limit > was and gpus[slot] > was - slack and gpus[slot] <= limit + slack:
+            return True
+    return False
