@@ -22,7 +22,7 @@ from toposched.policy.usage import UsageTracker
 from toposched.scheduler.fence import Fence, FencedNodes
 from toposched.scheduler.freed import FreedCapacity
 from toposched.scheduler.ledger import LAST_ID, Ledger
-from toposched.scheduler.preemptible import domain_nodes
+from toposched.scheduler.refusal_kernels import limits_reach_more, most_pods, takeable_slots
 from toposched.scheduler.refusals import Refusal
 
 IntArray = NDArray[np.int64]
@@ -45,6 +45,9 @@ LIMIT_SLACK = 1e-6
 NODES_COUNTED = 4096
 #: Fences whose nodes are kept marked (see `KeptRefusals._fenced_mask`).
 FENCES_MARKED = 16
+#: An empty mask or count per node: none given (see `most_pods`).
+NO_MARKS: BoolArray = np.zeros(0, dtype=bool)
+NO_GPUS: NDArray[np.int32] = np.zeros(0, dtype=np.int32)
 #: More kept refusals than this (distinct kinds of pending jobs) are forgotten at once.
 KEPT_MOST = 10_000
 
@@ -331,42 +334,55 @@ class KeptRefusals:
     def _pods_it_may_fit(self, nodes: IntArray, kept: KeptRefusal, entry: QueueEntry) -> int:
         """The most pods of the gang one domain of its required level holding some of `nodes`
         could take, node by node, with its free whole GPUs and those of the unprotected jobs
-        `entry` may take gone (`_held_it_may_take`), but on nodes fenced since the refusal
-        was last compared with the fence (`kept.holding`: when the fence lets them go, they
-        are looked at as released): an upper bound of what the placement engine could place
-        there with any allowed victims gone, since it counts no other limit (health, models,
-        CPU, memory, topology below the required level). `request.pods` when the domains are
-        too large to count (`NODES_COUNTED`).
+        `entry` may take gone, but on nodes fenced since the refusal was last compared with
+        the fence (`kept.holding`: when the fence lets them go, they are looked at as
+        released): an upper bound of what the placement engine could place there with any
+        allowed victims gone, since it counts no other limit (health, models, CPU, memory,
+        topology below the required level). `request.pods` when the domains are too large to
+        count (`NODES_COUNTED`).
+
+        The jobs it may take: unallocated ones only (`kept.only_unallocated`); under the
+        budget rule for a budgeted account, those `_takeable` marks; else every unprotected
+        job's. A node holding shared GPUs counts every GPU: evicting their pods may free them
+        whole.
 
         A gang on one node (a single pod, or `on_one_node`) is counted on `nodes` alone:
         room grew nowhere else, and no other node's room can add to it."""
         request = kept.request
-        if request.pods == 1 or request.on_one_node:
-            alone = np.unique(nodes)
-            return int(self._node_room(alone, kept, entry).max())
+        index = self.ledger.preemptible
         topology = self.state.topology
+        takeable = NO_MARKS
+        shared = NO_MARKS
+        if kept.only_unallocated:
+            node_held = index.node_unallocated_freeable
+        elif not kept.ranked or kept.leaves is not None:
+            node_held = index.node_freeable
+        else:
+            node_held = NO_GPUS
+            takeable = self._takeable(entry)
+            if index.shared_on_node:
+                shared = np.zeros(topology.n_nodes, dtype=bool)
+                shared[np.fromiter(index.shared_on_node, dtype=np.int64)] = True
+        fenced = self._fenced_mask(kept.holding) if kept.holding.groups else NO_MARKS
         level = request.required
-        starts = topology.domain_starts[level]
-        domains = np.unique(topology.node_domain[level][nodes]).astype(np.int64)
-        sizes = starts[domains + 1] - starts[domains]
-        if int(sizes.sum()) > NODES_COUNTED:
-            return request.pods
-        pods = self._node_room(domain_nodes(starts, domains), kept, entry)
-        return int(np.add.reduceat(pods, sizes.cumsum() - sizes).max())
-
-    def _node_room(self, nodes: IntArray, kept: KeptRefusal, entry: QueueEntry) -> IntArray:
-        """Per node of `nodes`, the pods of the gang it could take (see `_pods_it_may_fit`)."""
-        request = kept.request
-        state = self.state
-        room = np.minimum(
-            state.free_whole_gpus[nodes].astype(np.int64)
-            + self._held_it_may_take(nodes, kept, entry),
-            state.topology.gpu_count[nodes],
+        return int(
+            most_pods(
+                nodes,
+                topology.domain_starts[level],
+                topology.node_domain[level],
+                request.pods == 1 or request.on_one_node,
+                self.state.free_whole_gpus,
+                topology.gpu_count,
+                node_held,
+                index.gpu_owner,
+                takeable,
+                shared,
+                fenced,
+                request.gpus_per_pod,
+                NODES_COUNTED,
+                request.pods,
+            )
         )
-        if kept.holding.groups:
-            room[self._fenced_mask(kept.holding)[nodes]] = 0
-        pods: IntArray = room // request.gpus_per_pod
-        return pods
 
     def _fenced_mask(self, fenced: FencedNodes) -> BoolArray:
         """`fenced` marked over every node; remembered for the last few (refusals kept under
@@ -380,25 +396,6 @@ class KeptRefusals:
         mask[np.concatenate([group.nodes for group in fenced.groups])] = True
         self._fenced_masks[id(fenced)] = (fenced, mask)
         return mask
-
-    def _held_it_may_take(self, nodes: IntArray, kept: KeptRefusal, entry: QueueEntry) -> IntArray:
-        """Per node of `nodes`, an upper bound of the whole GPUs held by unprotected jobs
-        `entry` may take: unallocated ones only (`kept.only_unallocated`); under the budget
-        rule for a budgeted account, those `_takeable` marks; else every unprotected job's. A
-        node holding shared GPUs counts every GPU: evicting their pods may free them whole."""
-        index = self.ledger.preemptible
-        if kept.only_unallocated:
-            return index.node_unallocated_freeable[nodes].astype(np.int64)
-        if not kept.ranked or kept.leaves is not None:
-            return index.node_freeable[nodes].astype(np.int64)
-        takeable = self._takeable(entry)
-        held: IntArray = takeable[index.gpu_owner[nodes]].sum(axis=1, dtype=np.int64)
-        if index.shared_on_node:
-            shared = [
-                row for row, node in enumerate(nodes.tolist()) if node in index.shared_on_node
-            ]
-            held[shared] = self.state.topology.gpu_count[nodes[shared]]
-        return held
 
     def _takeable(self, entry: QueueEntry) -> BoolArray:
         """Per slot of the preemptible index, whether the contract lets `entry` take that
@@ -426,43 +423,38 @@ class KeptRefusals:
         if known is not None:
             return known
         size = len(index.allocations)
-        counted = index.counted[:size]
-        account = index.account[:size]
-        own = account == index.accounts.get(entry.account, -1)
-        takeable = counted & (
-            index.unallocated[:size] | (own & (index.priority[:size] < entry.priority))
-        )
         limits = self._limits(entry.account)
-        if np.isfinite(limits).any():
-            reached = index.gpus[:size] <= limits[account] + LIMIT_SLACK
-            takeable |= counted & ~own & reached
-        known = self._takeable_by[key] = np.append(takeable, False)
+        if not np.isfinite(limits).any():
+            limits = np.full(limits.size, -np.inf)
+        known = self._takeable_by[key] = takeable_slots(
+            index.counted[:size],
+            index.unallocated[:size],
+            index.account[:size],
+            index.priority[:size],
+            index.gpus[:size],
+            index.accounts.get(entry.account, -1),
+            entry.priority,
+            limits,
+            LIMIT_SLACK,
+        )
         return known
 
     def _loads_allow_no_more(self, kept: KeptRefusal, account: str) -> bool:
         """Under the budget rule, whether the loads let the preemptor take no job it could
         not take then: no other account's limit grew past an unprotected job of it (the
         preemptor's account falling below its budget lifts every limit from -inf)."""
-        limits = self._limits(account)
-        before = kept.limits
-        if before.size < limits.size:
-            # Accounts first seen since: no limit then.
-            before = np.concatenate((before, np.full(limits.size - before.size, -np.inf)))
-        grew = limits > before
-        if not grew.any():
-            return True
         index = self.ledger.preemptible
         size = len(index.allocations)
-        codes, gpus = index.account[:size], index.gpus[:size]
         # Widened by LIMIT_SLACK both ways: the contract's own slack is no concern here.
-        reached = (
-            index.counted[:size]
-            & ~index.unallocated[:size]
-            & grew[codes]
-            & (gpus > before[codes] - LIMIT_SLACK)
-            & (gpus <= limits[codes] + LIMIT_SLACK)
+        return not limits_reach_more(
+            self._limits(account),
+            kept.limits,
+            index.counted[:size],
+            index.unallocated[:size],
+            index.account[:size],
+            index.gpus[:size],
+            LIMIT_SLACK,
         )
-        return not reached.any()
 
     def _note_protection_ends(
         self, kept: KeptRefusal, entry: QueueEntry, ranking: Ranking, now: float

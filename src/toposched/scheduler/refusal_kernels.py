@@ -1,0 +1,161 @@
+"""Compiled loop of the check whether a kept refusal still stands after releases: the most
+pods of a gang one domain holding released nodes could take, counted node by node."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def node_pods(
+    node: int,
+    free_whole_gpus: np.ndarray,
+    gpu_count: np.ndarray,
+    node_held: np.ndarray,
+    gpu_owner: np.ndarray,
+    takeable: np.ndarray,
+    shared: np.ndarray,
+    fenced: np.ndarray,
+    gpus_per_pod: int,
+) -> int:
+    """The pods of `gpus_per_pod` whole GPUs `node` could take with its free whole GPUs and
+    those held by jobs it may take gone: per node `node_held` if it is not empty, else the GPUs
+    whose `gpu_owner` slot is `takeable` (every GPU on a node marked `shared`); none on a node
+    marked `fenced` (empty masks mark nothing)."""
+    if fenced.size and fenced[node]:
+        return 0
+    count = np.int64(gpu_count[node])
+    if node_held.size:
+        held = np.int64(node_held[node])
+    elif shared.size and shared[node]:
+        held = count
+    else:
+        held = np.int64(0)
+        for gpu in range(gpu_owner.shape[1]):
+            owner = gpu_owner[node, gpu]
+            if owner >= 0 and takeable[owner]:
+                held += 1
+    gpus = min(np.int64(free_whole_gpus[node]) + held, count)
+    return int(gpus // gpus_per_pod)
+
+
+@njit(cache=True, nogil=True)
+def most_pods(
+    nodes: np.ndarray,
+    starts: np.ndarray,
+    node_domain: np.ndarray,
+    one_node: bool,
+    free_whole_gpus: np.ndarray,
+    gpu_count: np.ndarray,
+    node_held: np.ndarray,
+    gpu_owner: np.ndarray,
+    takeable: np.ndarray,
+    shared: np.ndarray,
+    fenced: np.ndarray,
+    gpus_per_pod: int,
+    nodes_counted: int,
+    too_many: int,
+) -> int:
+    """The most pods (see `node_pods`) one of `nodes` could take (`one_node`), else one domain
+    (nodes starts[d]..starts[d+1]-1, `node_domain` per node) holding some of `nodes`;
+    `too_many` when those domains hold more than `nodes_counted` nodes."""
+    best = 0
+    if one_node:
+        for i in range(nodes.size):
+            pods = node_pods(
+                nodes[i],
+                free_whole_gpus,
+                gpu_count,
+                node_held,
+                gpu_owner,
+                takeable,
+                shared,
+                fenced,
+                gpus_per_pod,
+            )
+            best = max(best, pods)
+        return best
+    domains = np.empty(nodes.size, dtype=np.int64)
+    for i in range(nodes.size):
+        domains[i] = node_domain[nodes[i]]
+    domains.sort()
+    counted = 0
+    for i in range(domains.size):
+        if i == 0 or domains[i] != domains[i - 1]:
+            counted += starts[domains[i] + 1] - starts[domains[i]]
+    if counted > nodes_counted:
+        return too_many
+    for i in range(domains.size):
+        if i > 0 and domains[i] == domains[i - 1]:
+            continue
+        total = 0
+        for node in range(starts[domains[i]], starts[domains[i] + 1]):
+            total += node_pods(
+                node,
+                free_whole_gpus,
+                gpu_count,
+                node_held,
+                gpu_owner,
+                takeable,
+                shared,
+                fenced,
+                gpus_per_pod,
+            )
+        best = max(best, total)
+    return best
+
+
+@njit(cache=True, nogil=True)
+def takeable_slots(
+    counted: np.ndarray,
+    unallocated: np.ndarray,
+    account: np.ndarray,
+    priority: np.ndarray,
+    gpus: np.ndarray,
+    own_code: int,
+    own_priority: int,
+    limits: np.ndarray,
+    slack: float,
+) -> np.ndarray:
+    """Per slot of `counted` (the index's first slots), whether a job of account code
+    `own_code` and priority `own_priority` may take that unprotected job under the budget
+    rule: unallocated work, its account's jobs of lower priority, and other accounts' jobs
+    of at most their account's `limits` GPUs (plus `slack`); one last entry, False."""
+    size = counted.size
+    takeable = np.zeros(size + 1, dtype=np.bool_)
+    for slot in range(size):
+        if not counted[slot]:
+            continue
+        code = account[slot]
+        if unallocated[slot]:
+            takeable[slot] = True
+        elif code == own_code:
+            takeable[slot] = priority[slot] < own_priority
+        else:
+            takeable[slot] = gpus[slot] <= limits[code] + slack
+    return takeable
+
+
+@njit(cache=True, nogil=True)
+def limits_reach_more(
+    limits: np.ndarray,
+    before: np.ndarray,
+    counted: np.ndarray,
+    unallocated: np.ndarray,
+    account: np.ndarray,
+    gpus: np.ndarray,
+    slack: float,
+) -> bool:
+    """Whether an allocated job of `counted` (the index's first slots) is within its
+    account's `limits` now but was not within `before` (-inf beyond its end), both widened by
+    `slack`."""
+    for slot in range(counted.size):
+        if not counted[slot] or unallocated[slot]:
+            continue
+        code = account[slot]
+        limit = limits[code]
+        was = before[code] if code < before.size else -np.inf
+        if limit > was and gpus[slot] > was - slack and gpus[slot] <= limit + slack:
+            return True
+    return False

@@ -1,0 +1,108 @@
+"""The compiled loops of the kept-refusal check, on small hand-made clusters: room per node
+from free GPUs and the jobs a preemptor may take, summed per domain, fenced nodes left out;
+the jobs the budget rule lets it take; limits that grew past a job."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from toposched.scheduler.refusal_kernels import limits_reach_more, most_pods, takeable_slots
+
+# Two domains of two 8-GPU nodes each.
+STARTS = np.array([0, 2, 4], dtype=np.int64)
+NODE_DOMAIN = np.array([0, 0, 1, 1], dtype=np.int32)
+GPU_COUNT = np.array([8, 8, 8, 8], dtype=np.int8)
+FREE = np.array([4, 0, 2, 2], dtype=np.int8)
+NO_MARKS = np.zeros(0, dtype=bool)
+NO_GPUS = np.zeros(0, dtype=np.int32)
+NO_OWNERS = np.full((4, 8), -1, dtype=np.int32)
+
+
+def pods(
+    nodes: list[int],
+    *,
+    one_node: bool = False,
+    held: np.ndarray = NO_GPUS,
+    owners: np.ndarray = NO_OWNERS,
+    takeable: np.ndarray = NO_MARKS,
+    fenced: np.ndarray = NO_MARKS,
+    counted: int = 100,
+) -> int:
+    return int(
+        most_pods(
+            np.array(nodes, dtype=np.int64),
+            STARTS,
+            NODE_DOMAIN,
+            one_node,
+            FREE,
+            GPU_COUNT,
+            held,
+            owners,
+            takeable,
+            NO_MARKS,
+            fenced,
+            4,
+            counted,
+            -1,
+        )
+    )
+
+
+def test_free_gpus_and_held_ones_count_per_domain_up_to_each_node_s_gpus() -> None:
+    assert pods([0]) == 1  # domain 0: 4 free on node 0
+    assert pods([0, 3]) == 1
+    held = np.array([8, 4, 4, 0], dtype=np.int32)
+    # Node 0 caps at 8 GPUs (2 pods), node 1 has 4 held (1 pod); domain 1: 6 + 2 GPUs.
+    assert pods([1], held=held) == 3
+    assert pods([2], held=held) == 1
+    assert pods([2], one_node=True, held=held) == 1
+    assert pods([1, 2], one_node=True, held=held) == 1
+
+
+def test_takeable_owners_count_and_fenced_nodes_do_not() -> None:
+    owners = NO_OWNERS.copy()
+    owners[1, :4] = 0  # slot 0: four GPUs of node 1
+    owners[1, 4:] = 1  # slot 1: the other four
+    takeable = np.array([True, False, False])
+    assert pods([1], owners=owners, takeable=takeable) == 2
+    fenced = np.array([False, True, False, False])
+    assert pods([1], owners=owners, takeable=takeable, fenced=fenced) == 1
+
+
+def test_domains_too_large_to_count_answer_too_many() -> None:
+    assert pods([0, 2], counted=3) == -1
+    assert pods([0, 2], counted=4) == 1
+
+
+def test_takeable_slots_follow_the_budget_rule() -> None:
+    takeable = takeable_slots(
+        np.array([True, True, True, True, False]),  # counted (slot 4 protected)
+        np.array([False, True, False, False, False]),  # unallocated
+        np.array([0, 1, 0, 1, 1]),  # account codes
+        np.array([1, 5, 3, 0, 0]),  # priorities
+        np.array([8.0, 64.0, 8.0, 16.0, 1.0]),  # GPUs
+        0,
+        2,
+        np.array([-np.inf, 8.0]),
+        1e-6,
+    )
+    assert takeable.tolist() == [True, True, False, False, False, False]
+
+
+def test_limits_reach_more_only_when_a_grown_limit_passes_a_job() -> None:
+    counted = np.array([True, True])
+    unallocated = np.array([False, False])
+    account = np.array([0, 1])
+    gpus = np.array([8.0, 32.0])
+
+    def reach(limits: list[float], before: list[float]) -> bool:
+        return bool(
+            limits_reach_more(
+                np.array(limits), np.array(before), counted, unallocated, account, gpus, 1e-6
+            )
+        )
+
+    assert not reach([4.0, 16.0], [2.0, -np.inf])
+    assert reach([8.0, 16.0], [2.0, -np.inf])
+    assert not reach([16.0, 16.0], [10.0, 16.0])  # job 0 was within reach already
+    assert reach([4.0, 40.0], [4.0])  # an account first seen since: no limit then
