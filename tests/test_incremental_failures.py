@@ -4,6 +4,7 @@ hold it; any other change of the cluster sends it back to a search."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -35,10 +36,11 @@ def job(name: str, account: str, pods: int = 1, gpus: int = 4, **fields: Any) ->
     return JobSpec.from_dict(data)
 
 
-def loaded(**settings: Any) -> Scheduler:
+def loaded(ahead: Sequence[JobSpec] = (), **settings: Any) -> Scheduler:
     """2 racks x 2 nodes x 4 GPUs: racks are nodes 0-1 and 2-3. Every node is full but node 3,
-    which has 2 GPUs free; all running jobs are protected for an hour. `wide` (2 x 4 GPUs, one
-    rack) does not fit, and its first cycle searched for it."""
+    which has 2 GPUs free; all running jobs are protected for an hour. The jobs `ahead` (each
+    of 4-GPU pods) and then `wide` (2 x 4 GPUs, one rack) do not fit, and the first cycle
+    searched for each."""
     state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
     tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
     scheduler = Scheduler(state, tree, reserve_min_gpus=1000, **settings)
@@ -46,8 +48,10 @@ def loaded(**settings: Any) -> Scheduler:
         spec = job(f"on{node}", "team-b", gpus=gpus)
         allocation = Allocation.of([node], [list(range(gpus))])
         scheduler.adopt(spec, allocation, start_time=0.0, now=0.0)
+    for spec in ahead:
+        scheduler.submit(spec, 0)
     scheduler.submit(job("wide", "team-a", pods=2, topology={"required": "rack"}), 0)
-    assert scheduler.cycle(0).searches == 1
+    assert scheduler.cycle(0).searches == 1 + len(ahead)
     return scheduler
 
 
@@ -104,15 +108,7 @@ def test_a_failure_the_release_dropped_holds_again_once_earlier_jobs_took_the_ro
     # free up: rack 1 could hold wide, so its failure is dropped at the cycle's start; filler
     # takes one of the nodes first, and when wide's turn comes no rack that gained GPUs holds
     # it: answered without a search (checked by a search all the same).
-    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
-    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
-    scheduler = Scheduler(state, tree, reserve_min_gpus=1000, verify_kept_failures=True)
-    for node, gpus in ((0, 4), (1, 4), (2, 4), (3, 2)):
-        allocation = Allocation.of([node], [list(range(gpus))])
-        scheduler.adopt(job(f"on{node}", "team-b", gpus=gpus), allocation, start_time=0.0, now=0.0)
-    scheduler.submit(job("filler", "team-a"), 0)
-    scheduler.submit(job("wide", "team-a", pods=2, topology={"required": "rack"}), 0)
-    assert scheduler.cycle(0).searches == 2
+    scheduler = loaded(ahead=[job("filler", "team-a")], verify_kept_failures=True)
 
     scheduler.finish("on2", 60)
     scheduler.finish("on3", 60)
@@ -123,16 +119,10 @@ def test_a_failure_the_release_dropped_holds_again_once_earlier_jobs_took_the_ro
 
 
 def test_a_dropped_failure_is_searched_again_while_the_freed_room_is_there() -> None:
-    # The same, filler asking for a node of rack 0 only: rack 1 keeps its 8 GPUs, and wide
-    # is searched and starts.
-    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
-    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
-    scheduler = Scheduler(state, tree, reserve_min_gpus=1000, verify_kept_failures=True)
-    for node, gpus in ((0, 4), (1, 4), (2, 4), (3, 2)):
-        allocation = Allocation.of([node], [list(range(gpus))])
-        scheduler.adopt(job(f"on{node}", "team-b", gpus=gpus), allocation, start_time=0.0, now=0.0)
-    scheduler.submit(job("wide", "team-a", pods=2, topology={"required": "rack"}), 0)
-    assert scheduler.cycle(0).searches == 1
+    # As `loaded`: nodes 2 and 3 free up and no job ahead takes them, so rack 1 keeps its 8
+    # GPUs when wide's turn comes: its dropped failure does not hold, and wide is searched and
+    # starts.
+    scheduler = loaded(verify_kept_failures=True)
 
     scheduler.finish("on2", 60)
     scheduler.finish("on3", 60)
