@@ -45,6 +45,23 @@ def whole_node_pods(
     return Allocation.of(nodes, gpus, MILLI_PER_GPU, cpu, memory)
 
 
+def take_whole_nodes_checked(
+    state: ClusterState, allocation: Allocation
+) -> tuple[Statement, WholeNodesTaken, dict[str, np.ndarray]]:
+    """`allocation` taken on a statement as a fresh placement: checked to go the whole-node way
+    and to leave the state array for array as a real allocation does. Returns the statement,
+    what the take recorded, and the state's snapshot from before it."""
+    before = state.snapshot()
+    expected = allocated(state, allocation)
+    assert expected is not None
+    statement = Statement(state)
+    statement.take(allocation, fresh=True)
+    taken = statement.operations[-1]
+    assert isinstance(taken, Taken) and isinstance(taken.before, WholeNodesTaken)
+    assert_same(expected, state.snapshot())
+    return statement, taken.before, before
+
+
 def topologies() -> st.SearchStrategy[Topology]:
     return st.sampled_from([one_model, two_models]).map(lambda build: build())
 
@@ -81,14 +98,7 @@ def test_a_take_of_whole_node_pods_equals_an_allocation_and_rolls_back(
         )
         second = Allocation.of(allocation.nodes[half:], allocation.gpus[half:], MILLI_PER_GPU)
         allocation = Allocation.of_sets([first, second])
-    before = state.snapshot()
-    expected = allocated(state, allocation)
-    assert expected is not None
-    statement = Statement(state)
-    statement.take(allocation, fresh=True)
-    taken = statement.operations[-1]
-    assert isinstance(taken, Taken) and isinstance(taken.before, WholeNodesTaken)
-    assert_same(expected, state.snapshot())
+    statement, _, before = take_whole_nodes_checked(state, allocation)
     statement.discard()
     assert_same(before, state.snapshot())
 
@@ -98,16 +108,9 @@ def test_whole_racks_move_rack_by_rack() -> None:
     state = ClusterState(one_model())
     allocation = whole_node_pods(state, np.random.default_rng(0), 1.0, 0, 0)
     assert allocation is not None
-    before = state.snapshot()
-    expected = allocated(state, allocation)
-    assert expected is not None
-    statement = Statement(state)
-    statement.take(allocation, fresh=True)
-    taken = statement.operations[-1]
-    assert isinstance(taken, Taken) and isinstance(taken.before, WholeNodesTaken)
-    [(_, runs)] = taken.before.parts
+    statement, taken, before = take_whole_nodes_checked(state, allocation)
+    [(_, runs)] = taken.parts
     racks = state.topology.n_domains(len(state.topology.domain_levels) - 1)
     assert runs.shape[0] == racks and runs[:, 1].all()
-    assert_same(expected, state.snapshot())
     statement.rollback()
     assert_same(before, state.snapshot())

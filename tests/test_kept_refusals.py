@@ -7,7 +7,7 @@ back to a search."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,24 +156,31 @@ def test_a_protection_end_of_a_job_it_may_not_take_keeps_the_refusal() -> None:
     assert searches(scheduler) == 2
 
 
+def verified_racks(running: Sequence[tuple[str, int, float]]) -> Scheduler:
+    """2 racks x 2 nodes x 4 GPUs of one team, node i holding the i-th of `running` (name,
+    priority, start) on all its GPUs; kept refusals verified by a search (`Keeping.VERIFY`)."""
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"team": 100}})
+    scheduler = Scheduler(state, tree, reserve_min_gpus=64, incremental=False)
+    scheduler.preemptor.kept.keeping = Keeping.VERIFY
+    for node, (name, priority, start) in enumerate(running):
+        job = spec(name, "team", priority=priority)
+        scheduler.adopt(job, Allocation.of([node], [[0, 1, 2, 3]]), start_time=start, now=0.0)
+    return scheduler
+
+
 def test_a_protection_end_of_a_job_it_may_take_where_no_rack_gains_room_keeps_it() -> None:
     # Rack 0 holds low (priority 0, protected until 1 h) and peer (priority 20, past its
     # protection); rack 1 old (priority 0, past its protection) and top (priority 20). wide
     # (priority 10, a whole rack) may take old, too little. low's protection ends: wide may
     # take it, but rack 0 would still hold peer: kept, and checked by a search (VERIFY).
-    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
-    tree = BudgetTree.from_dict({"accounts": {"team": 100}})
-    scheduler = Scheduler(state, tree, reserve_min_gpus=64, incremental=False)
-    scheduler.preemptor.kept.keeping = Keeping.VERIFY
     running = (
         ("low", 0, 0.0),
         ("peer", 20, -2 * HOUR),
         ("old", 0, -2 * HOUR),
         ("top", 20, -2 * HOUR),
     )
-    for node, (name, priority, start) in enumerate(running):
-        job = spec(name, "team", priority=priority)
-        scheduler.adopt(job, Allocation.of([node], [[0, 1, 2, 3]]), start_time=start, now=0.0)
+    scheduler = verified_racks(running)
     scheduler.submit(spec("wide", "team", pods=2, priority=10, topology={"required": "rack"}), 0)
     assert not scheduler.cycle(60).decisions
     assert searches(scheduler) == 1
@@ -210,19 +217,13 @@ def test_a_release_beside_jobs_it_may_not_take_keeps_the_refusal() -> None:
     # 0. Rack 1 holds peer (priority 20, past its protection) and top (protected). top ends:
     # rack 1 has 4 GPUs free and 4 held by an unprotected job, as many as wide needs, but wide
     # may not take peer: kept, and checked by a search (VERIFY).
-    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
-    tree = BudgetTree.from_dict({"accounts": {"team": 100}})
-    scheduler = Scheduler(state, tree, reserve_min_gpus=64, incremental=False)
-    scheduler.preemptor.kept.keeping = Keeping.VERIFY
     running = (
         ("low-0", 0, 0.0),
         ("low-1", 0, -2 * HOUR),
         ("peer", 20, -2 * HOUR),
         ("top", 20, 0.0),
     )
-    for node, (name, priority, start) in enumerate(running):
-        job = spec(name, "team", priority=priority)
-        scheduler.adopt(job, Allocation.of([node], [[0, 1, 2, 3]]), start_time=start, now=0.0)
+    scheduler = verified_racks(running)
     scheduler.submit(spec("wide", "team", pods=2, priority=10, topology={"required": "rack"}), 0)
     assert not scheduler.cycle(60).decisions
     assert searches(scheduler) == 1
