@@ -14,7 +14,7 @@ from placement_helpers import assert_valid_placement
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
-from toposched.placement import fewest_counts
+from toposched.placement import fewest, fewest_counts
 from toposched.placement.capacity import CapacityView
 from toposched.placement.fewest import FewestDomains
 from toposched.placement.policies import BestFit, PlacementPolicy, RandomFit, Spread
@@ -49,9 +49,9 @@ def profile(state: ClusterState, placement: Placement, levels: Sequence[int]) ->
     return [placement.domains_used(state, level) for level in levels]
 
 
-def beyond_the_amount_plan(state: ClusterState, request: GangRequest) -> bool:
+def within_the_amount_plan(state: ClusterState, request: GangRequest) -> bool:
     planner = FewestDomains(state.topology, CapacityView(state, request, False), request)
-    return not planner.affordable(request.required, np.array([0]))
+    return planner.affordable(request.required, np.array([0]))
 
 
 # Block 0: 16 racks of 14 free nodes (224 pods); block 1: 11 free racks (198); block 2: 12 free
@@ -93,7 +93,15 @@ def test_count_plans_use_fewer_racks_than_the_greedy_placement(
     free_nodes, pods, preferred, slices, planned, greedy_profile = case
     state = blocks_with_free_nodes(free_nodes)
     request = simple_request(pods, 4, preferred=preferred, slices=slices)
-    assert beyond_the_amount_plan(state, request)
+    # The amount plan, read by runs of equal cost, reaches these gangs and finds the same least
+    # at the preferred level and inside it; the count plans are checked with it switched off.
+    assert within_the_amount_plan(state, request)
+    exact = place(state, request, policy)
+    assert isinstance(exact, Placement)
+    assert_valid_placement(state, request, exact)
+    levels = range(preferred, RACK + 1)
+    assert profile(state, exact, levels) == planned[preferred - BLOCK :]
+    monkeypatch.setattr(fewest, "MAX_CELLS", 0)
     result = place(state, request, policy)
     assert isinstance(result, Placement)
     assert_valid_placement(state, request, result)
@@ -113,6 +121,7 @@ def test_both_plans_for_slices_above_find_the_fewest_racks(
     over counts of block slices find the same least; in service the cheaper one runs."""
     state = blocks_with_free_nodes(SLICED_BLOCKS)
     request = simple_request(360, 4, preferred=RACK, slices=[(BLOCK, 36)])
+    monkeypatch.setattr(fewest, "MAX_CELLS", 0)
     monkeypatch.setattr(fewest_counts, "_counts_cost_less", lambda *_: counts_first)
     result = place(state, request)
     assert isinstance(result, Placement)
@@ -133,6 +142,7 @@ def test_the_plan_over_slices_runs_where_rack_counts_pass_the_limit(
         costs.append((count_cells, slice_cells))
         return count_cells <= slice_cells
 
+    monkeypatch.setattr(fewest, "MAX_CELLS", 0)
     monkeypatch.setattr(fewest_counts, "_counts_cost_less", cheaper)
     monkeypatch.setattr(fewest_counts, "MAX_COUNT_CELLS", 1_000)
     result = place(state, request)

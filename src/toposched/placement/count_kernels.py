@@ -12,6 +12,8 @@ SMAWK_RUNS = 8
 # Slope of the penalty that extends a kernel beyond its children (or below none), keeping it
 # concave: larger than any capacity, small enough that penalised sums stay far from overflow.
 _PENALTY = np.int64(1) << 40
+# `fewest_node_counts` where the domains of a row do not hold the need together.
+NOT_REACHED = np.iinfo(np.int64).max
 
 
 @njit(cache=True, nogil=True)
@@ -319,3 +321,24 @@ def shares_largest_first(
                 pods[filled] = share
                 filled += 1
     return positions[:filled], pods[:filled]
+
+
+def fewest_node_counts(
+    values: NDArray[np.int64], counts: NDArray[np.int64], need: int
+) -> NDArray[np.int64]:
+    """For each row of `counts` (nodes, or any domains, by capacity `values`), the fewest that
+    hold `need` pods (`NOT_REACHED` where all of them do not): the largest first."""
+    if values.size == 0:
+        return np.full(counts.shape[0], NOT_REACHED, dtype=np.int64)
+    by_largest = counts[:, ::-1]
+    largest = values[::-1]
+    pods = np.cumsum(by_largest * largest, axis=1)
+    nodes = np.cumsum(by_largest, axis=1)
+    reach = pods >= need
+    column = reach.argmax(axis=1)
+    rows = np.arange(counts.shape[0])
+    pods_before = np.where(column > 0, pods[rows, column - 1], 0)
+    nodes_before = np.where(column > 0, nodes[rows, column - 1], 0)
+    value = largest[column]
+    fewest = nodes_before + (need - pods_before + value - 1) // value
+    return np.where(reach[:, -1], fewest, NOT_REACHED).astype(np.int64)

@@ -10,7 +10,9 @@ from numpy.typing import NDArray
 
 from toposched.cluster.state import distinct
 from toposched.cluster.topology import Topology
+from toposched.placement.amount_kernels import leaf_parent_tables, min_plus_by_runs
 from toposched.placement.capacity import CapacityView
+from toposched.placement.count_kernels import fewest_node_counts
 from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
@@ -22,6 +24,8 @@ IMPOSSIBLE = np.int64(1) << 61
 # each). About a millisecond or two on one core.
 MAX_CELLS = 400_000
 MAX_TABLES = 256
+# Parents times capacities up to which innermost domains are counted by capacity, not sorted.
+_COUNTED_CELLS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -72,22 +76,88 @@ class FewestDomains:
         """Whether plans for these domains stay within MAX_CELLS and MAX_TABLES."""
         if self.weights is None or level >= self.leaf_level:
             return False
-        topology, width = self.topology, self.need + 1
+        topology = self.topology
         tables = domains.size
-        cells = 0
         for inner in range(level + 1, self.leaf_level):
             bounds = topology.descendant_bounds(level, inner)
-            counts = bounds[domains + 1] - bounds[domains]
-            tables += int(counts.sum())
-            # Every domain at `inner` merges into its parent's table: at most `width` long.
-            if tables > MAX_TABLES or tables * width > MAX_CELLS:
-                return False
-            for domain in domains.tolist():
-                capacity = self.view.at(inner, int(bounds[domain]), int(bounds[domain + 1]))
-                cells += width * int((np.minimum(capacity // self.unit, self.need) + 1).sum())
+            tables += int((bounds[domains + 1] - bounds[domains]).sum())
+        if tables > MAX_TABLES:
+            return False
+        cells = 0
+        for domain in domains.tolist():
+            cells += self.merge_cells(level, domain)
             if cells > MAX_CELLS:
                 return False
-        return tables <= MAX_TABLES
+        return True
+
+    def merge_cells(self, level: int, domain: int) -> int:
+        """A bound, before any work, on the cells `min_plus_by_runs` reads building `domain`'s
+        table: every merge of a child into its parent costs the parent's table length times the
+        child's runs of equal cost.
+
+        A child without slices inside it holds a table that never falls as the amount grows, so
+        its runs are at most its distinct costs: the product, over the weighted levels inside
+        it, of one more than the domains it may use there (those with room; for innermost
+        domains, the most that any amount up to the gang takes). A child with slices has one
+        possible cost per multiple of its granule, at most."""
+        topology, need, leaf_parent = self.topology, self.need, self.leaf_level - 1
+        if leaf_parent <= level:
+            return 0
+        parents_lo, parents_hi = topology.descendants(level, domain, leaf_parent)
+        leaves_used = self._leaves_used(parents_lo, parents_hi)
+        cells = 0
+        for child_level in range(level + 1, self.leaf_level):
+            lo, hi = topology.descendants(level, domain, child_level)
+            width = np.minimum(self.view.at(child_level, lo, hi) // self.unit, need) + 1
+            granule = self.request.granule(child_level) // self.unit
+            if granule > 1:
+                runs = (width - 1) // granule + 1
+            else:
+                offsets = topology.descendant_bounds(child_level, leaf_parent)[lo:hi] - parents_lo
+                runs = np.add.reduceat(leaves_used, offsets) + 1
+                for inner in range(max(child_level + 1, self.preferred), self.leaf_level):
+                    inner_lo, inner_hi = topology.descendants(level, domain, inner)
+                    room = (self.view.at(inner, inner_lo, inner_hi) > 0).astype(np.int64)
+                    offsets = topology.descendant_bounds(child_level, inner)[lo:hi] - inner_lo
+                    runs = np.minimum(runs * (np.add.reduceat(room, offsets) + 1), width)
+                runs = np.minimum(runs, width)
+            cells += self._merged_cells(level, domain, child_level, runs)
+        return cells
+
+    def _merged_cells(self, level: int, domain: int, child_level: int, runs: IntArray) -> int:
+        """Cells of merging the children at `child_level` under `domain` (their `runs` each)
+        into their parents: each parent's table length times the runs of all but its first."""
+        topology, parent_level = self.topology, child_level - 1
+        lo, hi = topology.descendants(level, domain, child_level)
+        parents_lo, parents_hi = topology.descendants(level, domain, parent_level)
+        capacity = self.view.at(parent_level, parents_lo, parents_hi) // self.unit
+        starts = topology.descendant_bounds(parent_level, child_level)[parents_lo:parents_hi]
+        merged = np.repeat(np.minimum(capacity, self.need) + 1, np.diff(np.append(starts, hi)))
+        merged *= runs
+        merged[starts - lo] = 0  # each parent's first child is copied, not merged
+        return int(merged.sum())
+
+    def _leaves_used(self, lo: int, hi: int) -> IntArray:
+        """For parents of innermost domains `lo:hi`, the most innermost domains their table
+        uses for any amount: the fewest, largest first, that reach the gang or all they hold."""
+        leaf = self.leaf_level
+        bounds = self.topology.descendant_bounds(leaf - 1, leaf)
+        counts = np.diff(bounds[lo : hi + 1])
+        capacity = self.view.at(leaf, int(bounds[lo]), int(bounds[hi])) // self.unit
+        offsets = bounds[lo:hi] - bounds[lo]
+        room = np.add.reduceat((capacity > 0).astype(np.int64), offsets)
+        total = np.add.reduceat(capacity, offsets)
+        largest = int(capacity.max()) if capacity.size else 0
+        if not (total > self.need).any() or (hi - lo) * (largest + 1) > _COUNTED_CELLS:
+            return room
+        segment = np.repeat(np.arange(hi - lo, dtype=np.int64), counts)
+        by_capacity = np.bincount(
+            segment * (largest + 1) + capacity, minlength=(hi - lo) * (largest + 1)
+        ).reshape(hi - lo, largest + 1)[:, 1:]
+        values = np.arange(1, largest + 1, dtype=np.int64)
+        fewest = fewest_node_counts(values, by_capacity, self.need)
+        used: IntArray = np.where(total > self.need, fewest, room)
+        return used
 
     def cost(self, level: int, domain: int) -> int:
         """Least cost of holding the whole gang in `domain` (IMPOSSIBLE if it cannot)."""
@@ -139,9 +209,9 @@ class FewestDomains:
         if cached is not None:
             return cached
         if level == self.leaf_level - 1:
-            table = self._leaf_parent_table(level, domain)
-        else:
-            table = self._merge_children(level, domain)
+            self._leaf_parent_tables(domain, domain + 1)
+            return self._tables[key]
+        table = self._merge_children(level, domain)
         granule = self.request.granule(level) // self.unit
         if granule > 1:
             table[np.arange(table.size) % granule != 0] = IMPOSSIBLE
@@ -154,23 +224,31 @@ class FewestDomains:
         assert self.weights is not None
         return self.weights.get(level, 0)
 
-    def _leaf_parent_table(self, level: int, domain: int) -> IntArray:
-        """Leaf children: the fewest that hold `a` are the largest ones (any split of `a` fits)."""
-        lo, hi = self.topology.descendants(level, domain, self.leaf_level)
-        ranked = np.sort(self.view.at(self.leaf_level, lo, hi) // self.unit)[::-1]
-        reach = np.cumsum(ranked)
-        width = min(int(reach[-1]) if reach.size else 0, self.need) + 1
-        amounts = np.arange(width, dtype=np.int64)
-        leaves_used = np.searchsorted(reach, amounts) + 1
-        leaves_used[0] = 0
-        table: IntArray = leaves_used.astype(np.int64) * self._weight(self.leaf_level)
-        return table
+    def _leaf_parent_tables(self, lo: int, hi: int) -> None:
+        """Tables of parents of leaf domains `lo:hi`, in one compiled pass: the fewest leaves
+        that hold `a` are the largest ones (any split of `a` fits)."""
+        level, leaf = self.leaf_level - 1, self.leaf_level
+        bounds = self.topology.descendant_bounds(level, leaf)
+        capacity = self.view.at(leaf, int(bounds[lo]), int(bounds[hi])) // self.unit
+        tables, starts = leaf_parent_tables(
+            capacity,
+            bounds[lo : hi + 1] - bounds[lo],
+            self.need,
+            self._weight(leaf),
+            self._weight(level) if level >= self.preferred else 0,
+            self.request.granule(level) // self.unit,
+            int(IMPOSSIBLE),
+        )
+        for i in range(hi - lo):
+            self._tables[(level, lo + i)] = tables[starts[i] : starts[i + 1]]
 
     def _merge_children(self, level: int, domain: int) -> IntArray:
         child_level = level + 1
         lo, hi = self.topology.descendants(level, domain, child_level)
         table = np.zeros(1, dtype=np.int64)
         splits: list[IntArray] = []
+        if child_level == self.leaf_level - 1 and (child_level, lo) not in self._tables:
+            self._leaf_parent_tables(lo, hi)
         for child in range(lo, hi):
             child_table = self._table(child_level, child)
             if child == lo:  # the first child alone: it holds every amount itself
@@ -236,6 +314,7 @@ def convolve_tables(
 
 
 def _min_plus(left: IntArray, right: IntArray, limit: int) -> tuple[IntArray, IntArray]:
-    """(min, +) convolution of two cost tables, up to `limit` units (see `convolve_tables`)."""
-    best, split = convolve_tables(left, right, limit, IMPOSSIBLE, maximise=False)
-    return np.minimum(best, IMPOSSIBLE), split
+    """(min, +) convolution of two cost tables, up to `limit` units: `convolve_tables`'s
+    least and split, compiled and read by runs of equal cost (`min_plus_by_runs`)."""
+    best, split = min_plus_by_runs(left, right, limit, int(IMPOSSIBLE))
+    return best, split

@@ -32,13 +32,15 @@ from numpy.typing import NDArray
 
 from toposched.cluster.state import ClusterState
 from toposched.placement.capacity import CapacityView
-from toposched.placement.count_kernels import SMAWK_RUNS
+from toposched.placement.count_kernels import NOT_REACHED, SMAWK_RUNS, fewest_node_counts
 from toposched.placement.fewest_counts import backtrack_runs, knapsack_over_runs
 from toposched.placement.request import GangRequest
 
+__all__ = ["NodeCounts", "fewest_node_counts", "plan_nodes"]
+
 IntArray = NDArray[np.int64]
 
-UNREACHABLE = np.iinfo(np.int64).max
+UNREACHABLE = NOT_REACHED
 # `rank(capacities, need, candidates)`: the policy's favourite of `candidates` (indices into
 # `capacities`, each holding `need`).
 RankDomains = Callable[[IntArray, int, IntArray], int]
@@ -113,25 +115,6 @@ def node_counts(
     index = np.searchsorted(values, capacity[usable])
     flat = np.bincount(leaf_of[usable] * values.size + index, minlength=(hi - lo) * values.size)
     return NodeCounts(lo, values, flat.reshape(hi - lo, values.size).astype(np.int64))
-
-
-def fewest_node_counts(values: IntArray, counts: IntArray, need: int) -> IntArray:
-    """For each row of `counts` (nodes, or any domains, by capacity `values`), the fewest that
-    hold `need` pods (`UNREACHABLE` where all of them do not): the largest first."""
-    if values.size == 0:
-        return np.full(counts.shape[0], UNREACHABLE, dtype=np.int64)
-    by_largest = counts[:, ::-1]
-    largest = values[::-1]
-    pods = np.cumsum(by_largest * largest, axis=1)
-    nodes = np.cumsum(by_largest, axis=1)
-    reach = pods >= need
-    column = reach.argmax(axis=1)
-    rows = np.arange(counts.shape[0])
-    pods_before = np.where(column > 0, pods[rows, column - 1], 0)
-    nodes_before = np.where(column > 0, nodes[rows, column - 1], 0)
-    value = largest[column]
-    fewest = nodes_before + (need - pods_before + value - 1) // value
-    return np.where(reach[:, -1], fewest, UNREACHABLE).astype(np.int64)
 
 
 def plan_nodes(
