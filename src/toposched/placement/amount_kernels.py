@@ -28,8 +28,9 @@ def min_plus_by_runs(
     A cost table is constant over runs of amounts (a domain holding a little more often uses no
     more domains), so one side is read run by run: over a run [s, e] of cost v, the best pair
     is v plus the least of the other side over the window [a - e, a - s], which slides with a,
-    kept by a monotone queue. The side with fewer runs is read so: the work is its runs times
-    the result's length, not the product of the two lengths.
+    kept by a monotone queue, or, where the other side never falls and is possible throughout,
+    read off its window's first index. The side with fewer runs is read so: the work is its runs
+    times the result's length, not the product of the two lengths.
     """
     width = min(left.size + right.size - 1, limit + 1)
     best = np.full(width, impossible, dtype=np.int64)
@@ -38,6 +39,7 @@ def min_plus_by_runs(
     by_right = cost_runs(right, width, impossible) <= cost_runs(left, width, impossible)
     stepped = right if by_right else left
     sliding = left if by_right else right
+    run_end = _run_ends(sliding, impossible)
     queue = np.empty(sliding.size, dtype=np.int64)
     start = 0
     reach = min(stepped.size, width)
@@ -47,39 +49,98 @@ def min_plus_by_runs(
         while end + 1 < reach and stepped[end + 1] == value:
             end += 1
         if value < impossible:
-            head = 0
-            tail = 0
             last = min(width - 1, end + sliding.size - 1)
-            for a in range(start, last + 1):
-                entering = a - start
-                if entering < sliding.size and sliding[entering] < impossible:
-                    entry = sliding[entering]
-                    # Ties: the least b, so the latest index when b = a - index (by right),
-                    # the earliest when b is the index itself.
-                    while tail > head and (
-                        sliding[queue[tail - 1]] >= entry
-                        if by_right
-                        else sliding[queue[tail - 1]] > entry
-                    ):
-                        tail -= 1
-                    queue[tail] = entering
-                    tail += 1
-                while head < tail and queue[head] < a - end:
-                    head += 1
-                if head == tail:
-                    continue
-                index = queue[head]
-                candidate = value + sliding[index]
-                b = a - index if by_right else index
-                if candidate < best[a] or (candidate == best[a] and b < split[a]):
-                    best[a] = candidate
-                    split[a] = b
+            if run_end.size:
+                _run_by_ends(sliding, run_end, value, start, end, last, by_right, best, split)
+            else:
+                _run_by_queue(
+                    sliding, queue, value, start, end, last, by_right, best, split, impossible
+                )
         start = end + 1
     for a in range(width):
         if best[a] >= impossible:
             best[a] = impossible
             split[a] = 0
     return best, split
+
+
+@njit(cache=True, nogil=True)
+def _run_ends(table: np.ndarray, impossible: int) -> np.ndarray:
+    """For a table of possible costs that never fall, where each index's run of equal costs
+    ends; an empty array for any other table."""
+    for i in range(table.size):
+        if table[i] >= impossible or (i > 0 and table[i] < table[i - 1]):
+            return np.empty(0, dtype=np.int64)
+    ends = np.empty(table.size, dtype=np.int64)
+    for i in range(table.size - 1, -1, -1):
+        ends[i] = i if i == table.size - 1 or table[i + 1] != table[i] else ends[i + 1]
+    return ends
+
+
+@njit(cache=True, nogil=True)
+def _run_by_ends(
+    sliding: np.ndarray,
+    run_end: np.ndarray,
+    value: int,
+    start: int,
+    end: int,
+    last: int,
+    by_right: bool,
+    best: np.ndarray,
+    split: np.ndarray,
+) -> None:
+    """One run [start, end] of cost `value` against a side that never falls: each window's
+    least is its first entry; of its ties, the latest ends that entry's run."""
+    for a in range(start, last + 1):
+        lo = max(0, a - end)
+        hi = min(a - start, sliding.size - 1)
+        index = min(run_end[lo], hi) if by_right else lo
+        candidate = value + sliding[index]
+        b = a - index if by_right else index
+        if candidate < best[a] or (candidate == best[a] and b < split[a]):
+            best[a] = candidate
+            split[a] = b
+
+
+@njit(cache=True, nogil=True)
+def _run_by_queue(
+    sliding: np.ndarray,
+    queue: np.ndarray,
+    value: int,
+    start: int,
+    end: int,
+    last: int,
+    by_right: bool,
+    best: np.ndarray,
+    split: np.ndarray,
+    impossible: int,
+) -> None:
+    """One run [start, end] of cost `value` against any side: a monotone queue keeps the
+    least possible cost of the window [a - end, a - start] as it slides."""
+    head = 0
+    tail = 0
+    for a in range(start, last + 1):
+        entering = a - start
+        if entering < sliding.size and sliding[entering] < impossible:
+            entry = sliding[entering]
+            # Ties: the least b, so the latest index when b = a - index (by right), the
+            # earliest when b is the index itself.
+            while tail > head and (
+                sliding[queue[tail - 1]] >= entry if by_right else sliding[queue[tail - 1]] > entry
+            ):
+                tail -= 1
+            queue[tail] = entering
+            tail += 1
+        while head < tail and queue[head] < a - end:
+            head += 1
+        if head == tail:
+            continue
+        index = queue[head]
+        candidate = value + sliding[index]
+        b = a - index if by_right else index
+        if candidate < best[a] or (candidate == best[a] and b < split[a]):
+            best[a] = candidate
+            split[a] = b
 
 
 @njit(cache=True, nogil=True)

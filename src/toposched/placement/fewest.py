@@ -19,10 +19,11 @@ IntArray = NDArray[np.int64]
 
 # Cost of an impossible amount; twice it still fits in int64, so sums need no overflow check.
 IMPOSSIBLE = np.int64(1) << 61
-# Work a plan may cost before the search keeps its greedy answer instead: table cells
-# (amount pairs tried when merging two domains) and domains given a table (a few numpy calls
-# each). About a millisecond or two on one core.
-MAX_CELLS = 400_000
+# Work a plan may cost before the search keeps its greedy answer instead: table cells (a
+# merge reads its result's length times the runs of equal cost of one side, `merge_cells`;
+# about 1-2 ns each, compiled) and domains given a table (a compiled call or two each).
+# About a millisecond or two on one core at the limits.
+MAX_CELLS = 1_000_000
 MAX_TABLES = 256
 # Parents times capacities up to which innermost domains are counted by capacity, not sorted.
 _COUNTED_CELLS = 1 << 20
@@ -34,7 +35,8 @@ class _Merged:
 
     level: int
     first_child: int
-    splits: list[IntArray]  # splits[i][a]: units child i takes when children 0..i hold a
+    step: int  # the children's granule in units: amounts below count in steps of it
+    splits: list[IntArray]  # splits[i][a]: steps child i takes when children 0..i hold a steps
 
 
 class FewestDomains:
@@ -95,11 +97,11 @@ class FewestDomains:
         table: every merge of a child into its parent costs the parent's table length times the
         child's runs of equal cost.
 
-        A child without slices inside it holds a table that never falls as the amount grows, so
-        its runs are at most its distinct costs: the product, over the weighted levels inside
-        it, of one more than the domains it may use there (those with room; for innermost
-        domains, the most that any amount up to the gang takes). A child with slices has one
-        possible cost per multiple of its granule, at most."""
+        Children merge on multiples of their granule only, so a child has at most one run per
+        such multiple; and without slices inside it (below its own level), its table never
+        falls as the amount grows, so its runs are at most its distinct costs: the product, over
+        the weighted levels inside it, of one more than the domains it may use there (those with
+        room; for innermost domains, the most that any amount up to the gang takes)."""
         topology, need, leaf_parent = self.topology, self.need, self.leaf_level - 1
         if leaf_parent <= level:
             return 0
@@ -110,29 +112,31 @@ class FewestDomains:
             lo, hi = topology.descendants(level, domain, child_level)
             width = np.minimum(self.view.at(child_level, lo, hi) // self.unit, need) + 1
             granule = self.request.granule(child_level) // self.unit
-            if granule > 1:
-                runs = (width - 1) // granule + 1
-            else:
+            runs = (width - 1) // granule + 1
+            if self.request.granule(child_level + 1) == self.unit:
                 offsets = topology.descendant_bounds(child_level, leaf_parent)[lo:hi] - parents_lo
-                runs = np.add.reduceat(leaves_used, offsets) + 1
+                product = np.add.reduceat(leaves_used, offsets) + 1
                 for inner in range(max(child_level + 1, self.preferred), self.leaf_level):
                     inner_lo, inner_hi = topology.descendants(level, domain, inner)
                     room = (self.view.at(inner, inner_lo, inner_hi) > 0).astype(np.int64)
                     offsets = topology.descendant_bounds(child_level, inner)[lo:hi] - inner_lo
-                    runs = np.minimum(runs * (np.add.reduceat(room, offsets) + 1), width)
-                runs = np.minimum(runs, width)
+                    product = np.minimum(product * (np.add.reduceat(room, offsets) + 1), runs)
+                runs = np.minimum(product, runs)
             cells += self._merged_cells(level, domain, child_level, runs)
         return cells
 
     def _merged_cells(self, level: int, domain: int, child_level: int, runs: IntArray) -> int:
         """Cells of merging the children at `child_level` under `domain` (their `runs` each)
-        into their parents: each parent's table length times the runs of all but its first."""
+        into their parents: each parent's table length, in steps of the children's granule,
+        times the runs of all but its first."""
         topology, parent_level = self.topology, child_level - 1
+        step = self.request.granule(child_level) // self.unit  # merged in steps of it
         lo, hi = topology.descendants(level, domain, child_level)
         parents_lo, parents_hi = topology.descendants(level, domain, parent_level)
         capacity = self.view.at(parent_level, parents_lo, parents_hi) // self.unit
         starts = topology.descendant_bounds(parent_level, child_level)[parents_lo:parents_hi]
-        merged = np.repeat(np.minimum(capacity, self.need) + 1, np.diff(np.append(starts, hi)))
+        width = np.minimum(capacity, self.need) // step + 1
+        merged = np.repeat(width, np.diff(np.append(starts, hi)))
         merged *= runs
         merged[starts - lo] = 0  # each parent's first child is copied, not merged
         return int(merged.sum())
@@ -245,20 +249,27 @@ class FewestDomains:
     def _merge_children(self, level: int, domain: int) -> IntArray:
         child_level = level + 1
         lo, hi = self.topology.descendants(level, domain, child_level)
-        table = np.zeros(1, dtype=np.int64)
-        splits: list[IntArray] = []
         if child_level == self.leaf_level - 1 and (child_level, lo) not in self._tables:
             self._leaf_parent_tables(lo, hi)
+        # Children hold multiples of their granule only: their tables merge on those alone.
+        step = self.request.granule(child_level) // self.unit
+        limit = self.need // step
+        table = np.zeros(1, dtype=np.int64)
+        splits: list[IntArray] = []
         for child in range(lo, hi):
-            child_table = self._table(child_level, child)
+            child_table = self._table(child_level, child)[::step]
             if child == lo:  # the first child alone: it holds every amount itself
-                table = child_table[: self.need + 1].copy()
+                table = child_table[: limit + 1].copy()
                 split = np.arange(table.size, dtype=np.int64)
             else:
-                table, split = _min_plus(table, child_table, self.need)
+                table, split = _min_plus(table, child_table, limit)
             splits.append(split)
-        self._merged[(level, domain)] = _Merged(child_level, lo, splits)
-        return table
+        self._merged[(level, domain)] = _Merged(child_level, lo, step, splits)
+        if step == 1:
+            return table
+        spread = np.full((table.size - 1) * step + 1, IMPOSSIBLE, dtype=np.int64)
+        spread[::step] = table
+        return spread
 
     # --- the plan ------------------------------------------------------------------------------
     def plan(self, level: int, domain: int) -> tuple[IntArray, IntArray]:
@@ -290,7 +301,7 @@ class FewestDomains:
         merged = self._merged[(level, domain)]
         amounts = [0] * len(merged.splits)
         for child in range(len(merged.splits) - 1, -1, -1):
-            amounts[child] = int(merged.splits[child][amount])
+            amounts[child] = int(merged.splits[child][amount // merged.step]) * merged.step
             amount -= amounts[child]
         for child, child_amount in enumerate(amounts):
             self._collect(merged.level, merged.first_child + child, child_amount, leaves, shares)
