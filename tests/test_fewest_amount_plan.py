@@ -13,9 +13,15 @@ from numpy.typing import NDArray
 from test_placement_exact import SEEDS, medium_case
 
 from toposched.placement import fewest
-from toposched.placement.amount_kernels import cost_runs, leaf_parent_tables, min_plus_by_runs
+from toposched.placement.amount_kernels import (
+    IMPOSSIBLE,
+    convolve_tables,
+    cost_runs,
+    leaf_parent_tables,
+    min_plus_by_runs,
+)
 from toposched.placement.capacity import CapacityView
-from toposched.placement.fewest import IMPOSSIBLE, FewestDomains, convolve_tables
+from toposched.placement.fewest import FewestDomains
 
 IntArray = NDArray[np.int64]
 

@@ -172,9 +172,12 @@ def test_plans_for_slices_above_run_past_their_former_limit(
 ) -> None:
     """Small block slices on blocks of many racks: the plans for a slice layer above L cost more
     than 400,000 cells (the limit they had), run within `MAX_COUNT_CELLS` and find the least
-    racks, where the greedy placement takes more."""
+    racks, where the greedy placement takes more (the amount plan off; on, it finds as few)."""
     state = blocks_with_free_nodes(LARGE_SLICED_BLOCKS, racks_per_block=150)
     request = simple_request(7_020, 4, preferred=RACK, slices=[(BLOCK, 18)])
+    exact = place(state, request)  # the amount plan, in steps of a block slice, reaches it
+    assert isinstance(exact, Placement) and exact.domains_used(state, RACK) == 392
+    monkeypatch.setattr(fewest, "MAX_CELLS", 0)
     costs: list[tuple[int, int]] = []
     cheaper = fewest_counts._counts_cost_less
 
@@ -206,9 +209,13 @@ def test_the_knapsack_over_every_count_runs_past_its_former_limit(
     1,480 or more, on 115 racks (its 50 of 18 and 65 of 9), the other block 2,200 or more on
     racks of at most 17, 130 more. Without them racks hold at most 17 pods: 236 racks at least,
     which the two blocks of 17-node racks give (2,000 pods on 118 racks each). Racks hold no
-    whole number of slices, so the knapsack over every count of racks runs: over 1M cells."""
+    whole number of slices, so the knapsack over every count of racks runs: over 1M cells (the
+    amount plan off; on, it finds the same)."""
     state = blocks_with_free_nodes(LARGE_SLICED_BLOCKS, racks_per_block=150)
     request = simple_request(4_000, 4, preferred=BLOCK, slices=[(BLOCK, 40)])
+    exact = place(state, request)  # the amount plan, in steps of a block slice, reaches it
+    assert isinstance(exact, Placement) and profile(state, exact, (BLOCK, RACK)) == [2, 236]
+    monkeypatch.setattr(fewest, "MAX_CELLS", 0)
     cells: list[int] = []
     knapsack = fewest_counts._knapsack
 

@@ -1,6 +1,6 @@
 """`preferred: L` (inside the required level) when one domain at L holds the gang: of those,
-one needing the fewest domains one level inside L, over every required domain
-(docs/placement.md's table, first row)."""
+one needing the fewest domains one level inside L, over every required domain; and, beyond
+the amount plan, the count plan one level further in (docs/placement.md's table, first row)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from test_placement_oracle import (
     random_cases,
 )
 
-from toposched.placement import domains
+from toposched.placement import domains, fewest
 from toposched.placement.search import Placement, place
 
 # Two blocks hold the gang of 4 one-GPU pods: b0 (the fuller, best fit's favourite) on two
@@ -63,3 +63,31 @@ def test_one_preferred_domain_then_fewest_inside(case: RandomCase) -> None:
                 levels = (preferred, preferred + 1)
                 profile = tuple(domains_used(result, labels, lv) for lv in levels)
                 assert profile == answer.profile[:2], f"{policy.name}: {profile} > {answer.profile}"
+
+
+@SETTINGS
+@given(case=random_cases(large_jobs=True, with_preferred=True))
+def test_one_preferred_domain_beyond_the_amount_plan_by_counts(case: RandomCase) -> None:
+    """The amount plan off, one L-domain holding the gang, and the innermost level two inside
+    L: the least at every level, inside the required domain chosen (the fewest L+1 domains
+    over every one), from the count plan over L+1 domains and innermost ones."""
+    state, request, labels = case.build()
+    preferred = request.preferred
+    assert preferred is not None
+    leaf = len(labels) - 1
+    if preferred <= request.required or preferred != leaf - 2:
+        return
+    answer = brute_force(state, request, labels, minimise=True)
+    if answer.profile is None or answer.profile[0] != 1:
+        return
+    event(f"least profile: {answer.profile}")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fewest, "MAX_CELLS", 0)
+        for policy in policies():
+            result = place(state, request, policy)
+            assert isinstance(result, Placement)
+            profile = tuple(domains_used(result, labels, lv) for lv in range(preferred, leaf + 1))
+            within = labels[request.required][int(result.allocation.nodes[0])]
+            least = brute_force(state, request, labels, minimise=True, within=within).profile
+            assert profile[:2] == answer.profile[:2], f"{policy.name}: {profile}"
+            assert profile == least, f"{policy.name}: {profile} > {least}"

@@ -325,17 +325,18 @@ class Regime(Enum):
 
     DEFAULT = "default limits"
     AMOUNT = "amount plan, limits lifted"
-    COUNTS = "count plans alone"
+    COUNTS = "count plans alone"  # the amount plan's limit at 0
     GREEDY = "past every limit"
 
 
 @contextmanager
 def regime_in_force(regime: Regime, calls: list[bool]) -> Iterator[None]:
-    """Limits set for `regime`; every answer of the amount plan's cost check goes to `calls`."""
+    """Limits set for `regime`; every answer of the least plans' cost check (the amount plan, or
+    inside one L-domain the count plan one level further in) goes to `calls`."""
     check = FewestDomains.affordable
 
     def recorded(self: FewestDomains, level: int, domains: IntArray) -> bool:
-        answer = regime in (Regime.DEFAULT, Regime.AMOUNT) and check(self, level, domains)
+        answer = regime is not Regime.GREEDY and check(self, level, domains)
         calls.append(answer)
         return answer
 
@@ -344,6 +345,8 @@ def regime_in_force(regime: Regime, calls: list[bool]) -> Iterator[None]:
         if regime is Regime.AMOUNT:
             patch.setattr(fewest, "MAX_CELLS", 10**12)
             patch.setattr(fewest, "MAX_TABLES", 10**6)
+        if regime is Regime.COUNTS:
+            patch.setattr(fewest, "MAX_CELLS", 0)
         if regime is Regime.GREEDY:
             for limit in ("MAX_COUNT_CELLS", "MAX_RUN_CELLS", "MAX_EVERY_COUNT_CELLS"):
                 patch.setattr(fewest_counts, limit, 0)
@@ -354,21 +357,20 @@ def guaranteed_levels(
     regime: Regime, calls: list[bool], least: tuple[int, ...], sliced_between: bool
 ) -> int:
     """How many leading levels (L, L+1, ...) docs/placement.md's table makes exact for a
-    placement made under `regime` (`calls`: the amount plan's cost check's answers).
+    placement made under `regime` (`calls`: the least plans' cost check's answers).
 
-    The clusters here have one required domain whenever the preferred level lies two levels
-    above the racks (the only case with a level deeper than L+1), so "over the chosen required
-    domain" is "over every placement".
+    Every level when every plan asked for was within its limits: the amount plan, or, with one
+    L-domain holding the gang, the count plan one level inside it. Else the count plans' rows.
+    With several required domains, levels beyond L+1 are checked inside the chosen one (the
+    table's first row), by the caller.
     """
-    if regime is Regime.DEFAULT:
-        regime = Regime.AMOUNT if all(calls) else Regime.COUNTS
-    if regime is Regime.AMOUNT:
+    if regime is not Regime.GREEDY and all(calls):
         return len(least)
     if least[0] == 1:
         return min(2, len(least))  # one L-domain holds the gang: the fewest L+1 domains in it
-    if regime is Regime.COUNTS:
-        return 1 if sliced_between else 2
-    return 0 if sliced_between else 1
+    if regime is Regime.GREEDY:
+        return 0 if sliced_between else 1
+    return 1 if sliced_between else 2
 
 
 def profile_of(state: ClusterState, placement: Placement, preferred: int) -> tuple[int, ...]:
@@ -451,11 +453,15 @@ def zone_profiles(state: ClusterState, request: GangRequest) -> dict[Regime, tup
 def test_one_zone_holding_the_gang_uses_the_fewest_racks_too() -> None:
     """5 one-GPU pods preferring zones, one zone: block a has racks of 2 + 2 GPUs, b one rack
     of 4, c one of 1. Two blocks are the least; b + c (or b + a) use 2 racks, the descent's
-    a (the first of the two largest) + c uses 3. The amount plan inside the zone takes 2."""
+    a (the first of the two largest) + c uses 3. The amount plan inside the zone takes 2, and
+    so does the count plan over blocks and racks in its stead."""
     state = one_block_racks({"a": ("z", [2, 2]), "b": ("z", [4]), "c": ("z", [1])})
     request = simple_request(5, 1, preferred=ZONE)
     assert least_profile(state, request) == (1, 2, 2)
-    assert zone_profiles(state, request) == {Regime.DEFAULT: (1, 2, 2), Regime.COUNTS: (1, 2, 3)}
+    assert zone_profiles(state, request) == {Regime.DEFAULT: (1, 2, 2), Regime.COUNTS: (1, 2, 2)}
+    with regime_in_force(Regime.GREEDY, []):
+        result = place(state, request)
+    assert isinstance(result, Placement) and profile_of(state, result, ZONE) == (1, 2, 3)
 
 
 def test_levels_deeper_than_one_inside_l_are_best_effort_beyond_the_amount_plan() -> None:

@@ -1,9 +1,34 @@
-"""Compiled (min, +) convolution of the amount plan's cost tables, by runs of equal cost."""
+"""Convolutions of the exact plans' tables: every pair tried (numpy), or, for the amount plan's
+cost tables, compiled and read by runs of equal cost."""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numpy.lib.stride_tricks import sliding_window_view
+from numpy.typing import NDArray
+
+IntArray = NDArray[np.int64]
+
+# Cost of an impossible amount; twice it still fits in int64, so sums need no overflow check.
+IMPOSSIBLE = np.int64(1) << 61
+
+
+def convolve_tables(
+    left: IntArray, right: IntArray, limit: int, missing: np.int64, maximise: bool
+) -> tuple[IntArray, IntArray]:
+    """(min, +) or, with `maximise`, (max, +) convolution of two tables indexed 0..`limit`, and
+    the right side's share: `best[a] = min (max) over b of left[a - b] + right[b]`, `split[a]`
+    the least b that reaches it. `missing` fills the entries beyond `left`'s end."""
+    width = min(left.size + right.size - 1, limit + 1)
+    padded = np.full(right.size - 1 + width, missing, dtype=np.int64)
+    kept = min(left.size, width)
+    padded[right.size - 1 : right.size - 1 + kept] = left[:kept]
+    # pairs[a, b] = left[a - b] + right[b]
+    pairs = sliding_window_view(padded, right.size)[:width, ::-1] + right
+    split = np.argmax(pairs, axis=1) if maximise else np.argmin(pairs, axis=1)
+    best: IntArray = pairs[np.arange(width), split]
+    return best, split.astype(np.int64)
 
 
 @njit(cache=True, nogil=True)

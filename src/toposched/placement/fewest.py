@@ -5,20 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 
 from toposched.cluster.state import distinct
 from toposched.cluster.topology import Topology
-from toposched.placement.amount_kernels import leaf_parent_tables, min_plus_by_runs
+from toposched.placement.amount_kernels import (
+    IMPOSSIBLE,
+    leaf_parent_tables,
+    min_plus_by_runs,
+)
 from toposched.placement.capacity import CapacityView
 from toposched.placement.count_kernels import fewest_node_counts
+from toposched.placement.fewest_inside import least_inside_by_counts
 from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
 
-# Cost of an impossible amount; twice it still fits in int64, so sums need no overflow check.
-IMPOSSIBLE = np.int64(1) << 61
 # Work a plan may cost before the search keeps its greedy answer instead: table cells (a
 # merge reads its result's length times the runs of equal cost of one side, `merge_cells`;
 # about 1-2 ns each, compiled) and domains given a table (a compiled call or two each).
@@ -62,6 +64,8 @@ class FewestDomains:
         self.need = request.pods // self.unit
         self._tables: dict[tuple[int, int], IntArray] = {}
         self._merged: dict[tuple[int, int], _Merged] = {}
+        # Preferred domains planned by counts (`affordable`): leaves and pods per leaf.
+        self._counted: dict[int, tuple[IntArray, IntArray]] = {}
         self.weights = self._weights()
 
     def _weights(self) -> dict[int, int] | None:
@@ -75,9 +79,28 @@ class FewestDomains:
 
     # --- cost ----------------------------------------------------------------------------------
     def affordable(self, level: int, domains: IntArray) -> bool:
-        """Whether plans for these domains stay within MAX_CELLS and MAX_TABLES."""
+        """Whether least plans for these domains stay within the limits: the amount plan's
+        (MAX_CELLS, MAX_TABLES), or, for preferred domains whose innermost level lies two
+        inside them, the count plan one level further in (`least_inside_by_counts`), run here."""
         if self.weights is None or level >= self.leaf_level:
             return False
+        if self._amounts_affordable(level, domains):
+            for domain in domains.tolist():
+                self._counted.pop(domain, None)  # planned by amounts, as it always was
+            return True
+        if level != self.preferred or self.preferred != self.leaf_level - 2:
+            return False
+        for domain in domains.tolist():
+            if domain not in self._counted:
+                shares = least_inside_by_counts(self.topology, self.view, self.request, domain)
+                if shares is None:
+                    return False
+                order = np.argsort(shares.domains, kind="stable")  # depth-first
+                self._counted[domain] = (shares.domains[order], shares.pods[order])
+        return True
+
+    def _amounts_affordable(self, level: int, domains: IntArray) -> bool:
+        """Whether amount plans for these domains stay within MAX_CELLS and MAX_TABLES."""
         topology = self.topology
         tables = domains.size
         for inner in range(level + 1, self.leaf_level):
@@ -165,6 +188,8 @@ class FewestDomains:
 
     def cost(self, level: int, domain: int) -> int:
         """Least cost of holding the whole gang in `domain` (IMPOSSIBLE if it cannot)."""
+        if level == self.preferred and domain in self._counted:
+            return self.weighted(self.profile(self._counted[domain][0]))
         table = self._table(level, domain)
         return int(table[self.need]) if table.size > self.need else int(IMPOSSIBLE)
 
@@ -274,6 +299,8 @@ class FewestDomains:
     # --- the plan ------------------------------------------------------------------------------
     def plan(self, level: int, domain: int) -> tuple[IntArray, IntArray]:
         """Leaf domains and pods per leaf of a least-cost placement, in depth-first order."""
+        if level == self.preferred and domain in self._counted:
+            return self._counted[domain]
         if self.cost(level, domain) >= IMPOSSIBLE:
             raise AssertionError("plan asked for a domain that cannot hold the gang")
         leaves: list[IntArray] = []
@@ -305,23 +332,6 @@ class FewestDomains:
             amount -= amounts[child]
         for child, child_amount in enumerate(amounts):
             self._collect(merged.level, merged.first_child + child, child_amount, leaves, shares)
-
-
-def convolve_tables(
-    left: IntArray, right: IntArray, limit: int, missing: np.int64, maximise: bool
-) -> tuple[IntArray, IntArray]:
-    """(min, +) or, with `maximise`, (max, +) convolution of two tables indexed 0..`limit`, and
-    the right side's share: `best[a] = min (max) over b of left[a - b] + right[b]`, `split[a]`
-    the least b that reaches it. `missing` fills the entries beyond `left`'s end."""
-    width = min(left.size + right.size - 1, limit + 1)
-    padded = np.full(right.size - 1 + width, missing, dtype=np.int64)
-    kept = min(left.size, width)
-    padded[right.size - 1 : right.size - 1 + kept] = left[:kept]
-    # pairs[a, b] = left[a - b] + right[b]
-    pairs = sliding_window_view(padded, right.size)[:width, ::-1] + right
-    split = np.argmax(pairs, axis=1) if maximise else np.argmin(pairs, axis=1)
-    best: IntArray = pairs[np.arange(width), split]
-    return best, split.astype(np.int64)
 
 
 def _min_plus(left: IntArray, right: IntArray, limit: int) -> tuple[IntArray, IntArray]:

@@ -8,6 +8,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.topology import Topology
+from toposched.placement.amount_kernels import IMPOSSIBLE, convolve_tables
 from toposched.placement.capacity import CapacityView
 from toposched.placement.count_kernels import (
     SMAWK_RUNS,
@@ -17,7 +18,6 @@ from toposched.placement.count_kernels import (
     running_sums,
     shares_largest_first,
 )
-from toposched.placement.fewest import IMPOSSIBLE, convolve_tables
 from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
