@@ -464,14 +464,17 @@ def test_one_zone_holding_the_gang_uses_the_fewest_racks_too() -> None:
     assert isinstance(result, Placement) and profile_of(state, result, ZONE) == (1, 2, 3)
 
 
-def test_levels_deeper_than_one_inside_l_are_best_effort_beyond_the_amount_plan() -> None:
+def test_levels_deeper_than_one_inside_l_by_counts_beyond_the_amount_plan() -> None:
     """The same blocks, each in a zone of its own: two zones and two blocks are the least, and
-    2 racks (b + c); the count plans check blocks, not racks, so beyond the amount plan the
-    racks stay as the greedy cover of zones leaves them (a + c: 3)."""
+    2 racks (b + c). Beyond the amount plan the plan over three levels of counts finds them
+    too; past every limit the racks stay as the greedy cover of zones leaves them (a + c: 3)."""
     state = one_block_racks({"a": ("a", [2, 2]), "b": ("b", [4]), "c": ("c", [1])})
     request = simple_request(5, 1, preferred=ZONE)
     assert least_profile(state, request) == (2, 2, 2)
-    assert zone_profiles(state, request) == {Regime.DEFAULT: (2, 2, 2), Regime.COUNTS: (2, 2, 3)}
+    assert zone_profiles(state, request) == {Regime.DEFAULT: (2, 2, 2), Regime.COUNTS: (2, 2, 2)}
+    with regime_in_force(Regime.GREEDY, []):
+        result = place(state, request)
+    assert isinstance(result, Placement) and profile_of(state, result, ZONE) == (2, 2, 3)
 
 
 # --- the solver itself, against brute force ------------------------------------------------------

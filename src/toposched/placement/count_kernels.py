@@ -342,3 +342,69 @@ def fewest_node_counts(
     value = largest[column]
     fewest = nodes_before + (need - pods_before + value - 1) // value
     return np.where(reach[:, -1], fewest, NOT_REACHED).astype(np.int64)
+
+
+@njit(cache=True, nogil=True)
+def knapsack_of_tables(
+    tables: np.ndarray, offsets: np.ndarray, rows: np.ndarray, width: int, k: int, children: int
+) -> np.ndarray:
+    """A knapsack over domains whose own tables count two levels: domain i holds
+    `tables[offsets[i]:offsets[i + 1]].reshape(rows[i], width)[a, b]` pods on at most a
+    children and b grandchildren. Returns `merged[i][d, a, b]`, the most pods on at most d of
+    the first i domains, a children and b grandchildren, for d <= k, a <= `children` and
+    b < `width`; a domain used takes a child at least. Each domain costs k x (children + 1) x
+    width x its (rows - 1) x width / 2 or so: for tables short in both counts."""
+    domains = offsets.size - 1
+    limit = children + 1
+    merged = np.zeros((domains + 1, k + 1, limit, width), dtype=np.int64)
+    for i in range(domains):
+        own = tables[offsets[i] : offsets[i + 1]].reshape(rows[i], width)
+        merged[i + 1] = merged[i]
+        for d in range(1, k + 1):
+            before = merged[i, d - 1]
+            after = merged[i + 1, d]
+            for a in range(limit):
+                for b in range(width):
+                    best = after[a, b]
+                    for a2 in range(1, min(a, rows[i] - 1) + 1):
+                        for b2 in range(b + 1):
+                            value = before[a - a2, b - b2] + own[a2, b2]
+                            if value > best:
+                                best = value
+                    after[a, b] = best
+    return merged
+
+
+@njit(cache=True, nogil=True)
+def backtrack_of_tables(
+    merged: np.ndarray,
+    tables: np.ndarray,
+    offsets: np.ndarray,
+    rows: np.ndarray,
+    d: int,
+    a: int,
+    b: int,
+) -> np.ndarray:
+    """Children and grandchildren each domain takes in a choice reaching `merged[-1][d, a, b]`
+    (from `knapsack_of_tables`): `taken[i] = (children, grandchildren)`, zeros where unused."""
+    domains = offsets.size - 1
+    width = merged.shape[3]
+    taken = np.zeros((domains, 2), dtype=np.int64)
+    for i in range(domains - 1, -1, -1):
+        value = merged[i + 1, d, a, b]
+        if d == 0 or value == merged[i, d, a, b]:
+            continue
+        own = tables[offsets[i] : offsets[i + 1]].reshape(rows[i], width)
+        found = False
+        for a2 in range(1, min(a, rows[i] - 1) + 1):
+            for b2 in range(b + 1):
+                if merged[i, d - 1, a - a2, b - b2] + own[a2, b2] == value:
+                    taken[i, 0], taken[i, 1] = a2, b2
+                    found = True
+                    break
+            if found:
+                break
+        if not found:
+            raise AssertionError("no share of a domain reaches the knapsack's table")
+        d, a, b = d - 1, a - taken[i, 0], b - taken[i, 1]
+    return taken

@@ -17,6 +17,7 @@ from toposched.placement.amount_kernels import (
 from toposched.placement.capacity import CapacityView
 from toposched.placement.count_kernels import fewest_node_counts
 from toposched.placement.fewest_inside import least_inside_by_counts
+from toposched.placement.fewest_three import least_three_levels
 from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
@@ -64,8 +65,8 @@ class FewestDomains:
         self.need = request.pods // self.unit
         self._tables: dict[tuple[int, int], IntArray] = {}
         self._merged: dict[tuple[int, int], _Merged] = {}
-        # Preferred domains planned by counts (`affordable`): leaves and pods per leaf.
-        self._counted: dict[int, tuple[IntArray, IntArray]] = {}
+        # Domains planned by counts (`affordable`): leaves and pods per leaf.
+        self._counted: dict[tuple[int, int], tuple[IntArray, IntArray]] = {}
         self.weights = self._weights()
 
     def _weights(self) -> dict[int, int] | None:
@@ -80,23 +81,30 @@ class FewestDomains:
     # --- cost ----------------------------------------------------------------------------------
     def affordable(self, level: int, domains: IntArray) -> bool:
         """Whether least plans for these domains stay within the limits: the amount plan's
-        (MAX_CELLS, MAX_TABLES), or, for preferred domains whose innermost level lies two
-        inside them, the count plan one level further in (`least_inside_by_counts`), run here."""
+        (MAX_CELLS, MAX_TABLES), or, where the innermost level lies two inside the preferred
+        one, the plans over counts, run here: in a preferred domain, the count plan one level
+        further in (`least_inside_by_counts`); above, over three levels (`least_three_levels`)."""
         if self.weights is None or level >= self.leaf_level:
             return False
         if self._amounts_affordable(level, domains):
             for domain in domains.tolist():
-                self._counted.pop(domain, None)  # planned by amounts, as it always was
+                self._counted.pop((level, domain), None)  # planned by amounts, as it always was
             return True
-        if level != self.preferred or self.preferred != self.leaf_level - 2:
+        if self.preferred != self.leaf_level - 2:
             return False
+        topology, view, request = self.topology, self.view, self.request
         for domain in domains.tolist():
-            if domain not in self._counted:
-                shares = least_inside_by_counts(self.topology, self.view, self.request, domain)
-                if shares is None:
-                    return False
-                order = np.argsort(shares.domains, kind="stable")  # depth-first
-                self._counted[domain] = (shares.domains[order], shares.pods[order])
+            if (level, domain) in self._counted:
+                continue
+            if level == self.preferred:
+                shares = least_inside_by_counts(topology, view, request, domain)
+                plan = None if shares is None else (shares.domains, shares.pods)
+            else:
+                plan = least_three_levels(topology, view, request, level, domain)
+            if plan is None:
+                return False
+            order = np.argsort(plan[0], kind="stable")  # depth-first
+            self._counted[(level, domain)] = (plan[0][order], plan[1][order])
         return True
 
     def _amounts_affordable(self, level: int, domains: IntArray) -> bool:
@@ -188,8 +196,8 @@ class FewestDomains:
 
     def cost(self, level: int, domain: int) -> int:
         """Least cost of holding the whole gang in `domain` (IMPOSSIBLE if it cannot)."""
-        if level == self.preferred and domain in self._counted:
-            return self.weighted(self.profile(self._counted[domain][0]))
+        if (level, domain) in self._counted:
+            return self.weighted(self.profile(self._counted[(level, domain)][0]))
         table = self._table(level, domain)
         return int(table[self.need]) if table.size > self.need else int(IMPOSSIBLE)
 
@@ -299,8 +307,8 @@ class FewestDomains:
     # --- the plan ------------------------------------------------------------------------------
     def plan(self, level: int, domain: int) -> tuple[IntArray, IntArray]:
         """Leaf domains and pods per leaf of a least-cost placement, in depth-first order."""
-        if level == self.preferred and domain in self._counted:
-            return self._counted[domain]
+        if (level, domain) in self._counted:
+            return self._counted[(level, domain)]
         if self.cost(level, domain) >= IMPOSSIBLE:
             raise AssertionError("plan asked for a domain that cannot hold the gang")
         leaves: list[IntArray] = []
