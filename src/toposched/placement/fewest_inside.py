@@ -42,24 +42,45 @@ def least_inside_by_counts(
     if reach.size == 0 or int(reach[-1]) < request.pods:
         return None
     count = int(np.searchsorted(reach, request.pods)) + 1  # the fewest inner domains
-    bound = _largest_first_count(topology, view, request.pods, lo, capacity, count)
-    shifted = replace(request, preferred=inner)
-    return FewestByCount(topology, view, shifted).fewer_inside(preferred, domain, count, bound + 1)
-
-
-def _largest_first_count(
-    topology: Topology, view: CapacityView, need: int, lo: int, capacity: IntArray, count: int
-) -> int:
-    """Innermost domains a placement uses that fills the `count` largest inner domains (first
-    at `lo`, with capacities `capacity`) largest first, each with its largest innermost
-    domains: a count the least placement on `count` inner domains never exceeds."""
-    leaf = len(topology.domain_levels) - 1
-    order = np.argsort(-capacity, kind="stable")[:count]
+    # The largest inner domains filled in turn, each with its largest innermost domains.
+    order = np.argsort(-capacity, kind="stable")
     taken = capacity[order]
-    amounts = np.minimum(taken, need - (np.cumsum(taken) - taken))  # the last takes the rest
+    amounts = np.maximum(np.minimum(taken, request.pods - (np.cumsum(taken) - taken)), 0)
+    first = largest_first(topology, view, lo + order, amounts)
+    leaf_lo, leaf_hi = topology.descendants(preferred, domain, inner + 1)
+    if first.domains.size == cover_count(view.at(inner + 1, leaf_lo, leaf_hi), request.pods):
+        return first  # no placement in `domain` uses fewer innermost domains
+    shifted = replace(request, preferred=inner)
+    return FewestByCount(topology, view, shifted).fewer_inside(
+        preferred, domain, count, first.domains.size + 1
+    )
+
+
+def largest_first(
+    topology: Topology, view: CapacityView, parents: IntArray, amounts: IntArray
+) -> Shares:
+    """The placement that puts `amounts[i]` pods in parent of innermost domains `parents[i]`,
+    each on its largest innermost domains: pods per innermost domain, in depth-first order."""
+    leaf = len(topology.domain_levels) - 1
     bounds = topology.descendant_bounds(leaf - 1, leaf)
-    used = 0
-    for child, amount in zip((lo + order).tolist(), amounts.tolist(), strict=True):
-        leaves = np.sort(view.at(leaf, int(bounds[child]), int(bounds[child + 1])))[::-1]
-        used += int(np.searchsorted(np.cumsum(leaves), amount)) + 1
-    return used
+    leaves: list[IntArray] = []
+    pods: list[IntArray] = []
+    for parent, amount in zip(parents.tolist(), amounts.tolist(), strict=True):
+        if amount <= 0:
+            continue
+        lo = int(bounds[parent])
+        own = view.at(leaf, lo, int(bounds[parent + 1]))
+        order = np.argsort(-own, kind="stable")
+        taken = own[order]
+        share = np.minimum(taken, np.maximum(amount - (np.cumsum(taken) - taken), 0))
+        leaves.append(lo + order[share > 0])
+        pods.append(share[share > 0])
+    flat, shares = np.concatenate(leaves), np.concatenate(pods)
+    order = np.argsort(flat, kind="stable")
+    return Shares(leaf, flat[order], shares[order])
+
+
+def cover_count(capacity: IntArray, need: int) -> int:
+    """Fewest domains whose capacities, largest first, reach `need` (all of them if none do)."""
+    reach = np.cumsum(np.sort(capacity)[::-1])
+    return int(np.searchsorted(reach, need)) + 1

@@ -36,6 +36,7 @@ from toposched.placement.count_kernels import (
     running_sums,
     shares_largest_first,
 )
+from toposched.placement.fewest_inside import cover_count, largest_first
 from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
@@ -92,15 +93,24 @@ def least_three_levels(
         return None
     middle = _children(topology, view, preferred, candidates)
     inner = _children(topology, view, preferred + 1, middle.index)
-    return _Plan(k, need, candidates, middle, inner).least()
+    return _Plan(topology, view, k, need, candidates, middle, inner).least()
 
 
 class _Plan:
     """The three steps for one required domain's candidate L-domains."""
 
     def __init__(
-        self, k: int, need: int, candidates: IntArray, middle: _Children, inner: _Children
+        self,
+        topology: Topology,
+        view: CapacityView,
+        k: int,
+        need: int,
+        candidates: IntArray,
+        middle: _Children,
+        inner: _Children,
     ) -> None:
+        self.topology = topology
+        self.view = view
         self.k = k
         self.need = need
         self.candidates = candidates
@@ -111,8 +121,11 @@ class _Plan:
         fewest = self._fewest_middle()
         if fewest is None:
             return None
-        m, bound = fewest
+        m, leaves, pods = fewest
+        bound = leaves.size
         inner = self.inner
+        if bound == cover_count(inner.capacity, self.need):
+            return leaves, pods  # no placement on these L-domains uses fewer innermost ones
         # Every middle domain's running sums over its largest innermost domains, up to `bound`.
         widths = np.minimum(np.add.reduceat(inner.capacity > 0, inner.offsets), bound) + 1
         sums, starts, picks, _ = running_sums(inner.capacity, inner.offsets, inner.counts, widths)
@@ -146,9 +159,10 @@ class _Plan:
         order = np.argsort(leaves, kind="stable")
         return leaves[order], pods[order]
 
-    def _fewest_middle(self) -> tuple[int, int] | None:
-        """Step 2: the fewest middle domains on k L-domains, and the innermost domains of one
-        such placement (each middle domain filled with its largest): the count to beat."""
+    def _fewest_middle(self) -> tuple[int, IntArray, IntArray] | None:
+        """Step 2: the fewest middle domains on k L-domains, and one such placement, each
+        middle domain filled with its largest innermost domains: innermost domains and their
+        pods, in depth-first order (its count is the one to beat)."""
         middle = self.middle
         limit = int(np.add.reduceat(middle.capacity > 0, middle.offsets).sum())
         widths = np.minimum(np.add.reduceat(middle.capacity > 0, middle.offsets), limit) + 1
@@ -167,18 +181,10 @@ class _Plan:
         positions, pods = shares_largest_first(
             middle.capacity, middle.offsets, picks, starts, counts, amounts
         )
-        return m, self._innermost_used(positions, pods)
-
-    def _innermost_used(self, positions: IntArray, pods: IntArray) -> int:
-        """Innermost domains that middle domains (positions in `middle`) use holding `pods`
-        each on their largest ones."""
-        inner = self.inner
-        used = 0
-        for position, amount in zip(positions.tolist(), pods.tolist(), strict=True):
-            first = int(inner.offsets[position])
-            own = np.sort(inner.capacity[first : first + int(inner.counts[position])])[::-1]
-            used += int(np.searchsorted(np.cumsum(own), amount)) + 1
-        return used
+        shares = np.zeros(middle.index.size, dtype=np.int64)
+        shares[positions] = pods
+        leaves = largest_first(self.topology, self.view, middle.index, shares)
+        return m, leaves.domains, leaves.pods
 
     def _own_tables(
         self, sums: IntArray, starts: IntArray, m: int, bound: int
