@@ -124,8 +124,11 @@ class _Plan:
         m, leaves, pods = fewest
         bound = leaves.size
         inner = self.inner
-        if bound == cover_count(inner.capacity, self.need):
+        lower = cover_count(inner.capacity, self.need)
+        if bound == lower:
             return leaves, pods  # no placement on these L-domains uses fewer innermost ones
+        if _least_cells(self.k, m, lower) > MAX_THREE_LEVEL_CELLS:
+            return None  # the last step would pass its limit whatever the tables hold
         # Every middle domain's running sums over its largest innermost domains, up to `bound`.
         widths = np.minimum(np.add.reduceat(inner.capacity > 0, inner.offsets), bound) + 1
         sums, starts, picks, _ = running_sums(inner.capacity, inner.offsets, inner.counts, widths)
@@ -213,6 +216,12 @@ class _Plan:
             kept.append(tables)
             own.append(np.ascontiguousarray(tables[-1]))
         return own, kept, rows
+
+
+def _least_cells(k: int, middle: int, leaves: int) -> int:
+    """Cells the knapsack over L-domains' tables takes at least, on k of them, `middle` middle
+    domains and tables as long as `leaves` innermost domains."""
+    return k * (middle + 1) * (leaves + 1) * (leaves + 1) // 2
 
 
 def _trimmed(amounts: IntArray, need: int) -> IntArray:
