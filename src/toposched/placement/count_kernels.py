@@ -324,10 +324,13 @@ def shares_largest_first(
 
 
 def fewest_node_counts(
-    values: NDArray[np.int64], counts: NDArray[np.int64], need: int
+    values: NDArray[np.int64], counts: NDArray[np.int64], need: int | NDArray[np.int64]
 ) -> NDArray[np.int64]:
     """For each row of `counts` (nodes, or any domains, by capacity `values`), the fewest that
-    hold `need` pods (`NOT_REACHED` where all of them do not): the largest first."""
+    hold `need` pods (`NOT_REACHED` where all of them do not): the largest first. `need` may
+    be one per row."""
+    if isinstance(need, np.ndarray):
+        need = need[:, None]
     if values.size == 0:
         return np.full(counts.shape[0], NOT_REACHED, dtype=np.int64)
     by_largest = counts[:, ::-1]
@@ -340,6 +343,8 @@ def fewest_node_counts(
     pods_before = np.where(column > 0, pods[rows, column - 1], 0)
     nodes_before = np.where(column > 0, nodes[rows, column - 1], 0)
     value = largest[column]
+    if isinstance(need, np.ndarray):
+        need = need[:, 0]
     fewest = nodes_before + (need - pods_before + value - 1) // value
     return np.where(reach[:, -1], fewest, NOT_REACHED).astype(np.int64)
 

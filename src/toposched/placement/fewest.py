@@ -16,7 +16,7 @@ from toposched.placement.amount_kernels import (
 )
 from toposched.placement.capacity import CapacityView
 from toposched.placement.count_kernels import fewest_node_counts
-from toposched.placement.fewest_inside import least_inside_by_counts
+from toposched.placement.fewest_inside import Planned, least_inside_by_counts
 from toposched.placement.fewest_three import least_three_levels
 from toposched.placement.request import GangRequest
 
@@ -66,7 +66,7 @@ class FewestDomains:
         self._tables: dict[tuple[int, int], IntArray] = {}
         self._merged: dict[tuple[int, int], _Merged] = {}
         # Domains planned by counts (`affordable`): leaves and pods per leaf.
-        self._counted: dict[tuple[int, int], tuple[IntArray, IntArray]] = {}
+        self._counted: dict[tuple[int, int], Planned] = {}
         self.weights = self._weights()
 
     def _weights(self) -> dict[int, int] | None:
@@ -97,14 +97,12 @@ class FewestDomains:
             if (level, domain) in self._counted:
                 continue
             if level == self.preferred:
-                shares = least_inside_by_counts(topology, view, request, domain)
-                plan = None if shares is None else (shares.domains, shares.pods)
+                plan = least_inside_by_counts(topology, view, request, domain)
             else:
                 plan = least_three_levels(topology, view, request, level, domain)
             if plan is None:
                 return False
-            order = np.argsort(plan[0], kind="stable")  # depth-first
-            self._counted[(level, domain)] = (plan[0][order], plan[1][order])
+            self._counted[(level, domain)] = plan
         return True
 
     def _amounts_affordable(self, level: int, domains: IntArray) -> bool:
@@ -197,7 +195,7 @@ class FewestDomains:
     def cost(self, level: int, domain: int) -> int:
         """Least cost of holding the whole gang in `domain` (IMPOSSIBLE if it cannot)."""
         if (level, domain) in self._counted:
-            return self.weighted(self.profile(self._counted[(level, domain)][0]))
+            return self.weighted(self._counted[(level, domain)].profile)
         table = self._table(level, domain)
         return int(table[self.need]) if table.size > self.need else int(IMPOSSIBLE)
 
@@ -308,7 +306,7 @@ class FewestDomains:
     def plan(self, level: int, domain: int) -> tuple[IntArray, IntArray]:
         """Leaf domains and pods per leaf of a least-cost placement, in depth-first order."""
         if (level, domain) in self._counted:
-            return self._counted[(level, domain)]
+            return self._counted[(level, domain)].layout()
         if self.cost(level, domain) >= IMPOSSIBLE:
             raise AssertionError("plan asked for a domain that cannot hold the gang")
         leaves: list[IntArray] = []

@@ -10,22 +10,49 @@ plan's tables would pass their limits.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.topology import Topology
 from toposched.placement.capacity import CapacityView
+from toposched.placement.count_kernels import fewest_node_counts
 from toposched.placement.fewest_counts import FewestByCount, Shares
 from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
 
+# Parents times capacities up to which innermost domains are counted by capacity, not sorted.
+_COUNTED_CELLS = 1 << 20
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A least placement found by counts: the domains it uses at the preferred level and at
+    each inside it, and how to lay it out (innermost domains and pods of each, depth-first),
+    done only if it is taken."""
+
+    profile: tuple[int, ...]
+    layout: Callable[[], tuple[IntArray, IntArray]]
+
+
+def planned(topology: Topology, preferred: int, shares: Shares) -> Planned:
+    """A placement already laid out, its profile counted from its innermost domains."""
+    first_nodes = topology.domain_starts[shares.level][shares.domains]
+    profile = tuple(
+        int(np.unique(topology.node_domain[level][first_nodes]).size)
+        for level in range(preferred, shares.level + 1)
+    )
+    order = np.argsort(shares.domains, kind="stable")
+    laid_out = (shares.domains[order], shares.pods[order])
+    return Planned(profile, lambda: laid_out)
+
 
 def least_inside_by_counts(
     topology: Topology, view: CapacityView, request: GangRequest, domain: int
-) -> Shares | None:
+) -> Planned | None:
     """Pods per innermost domain of the least placement in preferred `domain`: the fewest
     domains one level inside it, then the fewest innermost ones. None when `domain` cannot
     hold the gang, the innermost level is not two levels inside the preferred one, or the
@@ -46,13 +73,53 @@ def least_inside_by_counts(
     order = np.argsort(-capacity, kind="stable")
     taken = capacity[order]
     amounts = np.maximum(np.minimum(taken, request.pods - (np.cumsum(taken) - taken)), 0)
-    first = largest_first(topology, view, lo + order, amounts)
+    used = leaves_to_reach(topology, view, lo + order, amounts)
     leaf_lo, leaf_hi = topology.descendants(preferred, domain, inner + 1)
-    if first.domains.size == cover_count(view.at(inner + 1, leaf_lo, leaf_hi), request.pods):
-        return first  # no placement in `domain` uses fewer innermost domains
+    if used == cover_count(view.at(inner + 1, leaf_lo, leaf_hi), request.pods):
+        # No placement in `domain` uses fewer innermost domains: this one is the least.
+        return Planned((1, count, used), lambda: _laid_out(topology, view, lo + order, amounts))
     shifted = replace(request, preferred=inner)
-    return FewestByCount(topology, view, shifted).fewer_inside(
-        preferred, domain, count, first.domains.size + 1
+    least = FewestByCount(topology, view, shifted).fewer_inside(preferred, domain, count, used + 1)
+    return None if least is None else planned(topology, preferred, least)
+
+
+def _laid_out(
+    topology: Topology, view: CapacityView, parents: IntArray, amounts: IntArray
+) -> tuple[IntArray, IntArray]:
+    shares = largest_first(topology, view, parents, amounts)
+    return shares.domains, shares.pods
+
+
+def leaves_to_reach(
+    topology: Topology, view: CapacityView, parents: IntArray, amounts: IntArray
+) -> int:
+    """Innermost domains `largest_first` uses for these amounts, without placing them: each
+    parent's counted by capacity (one pass for all of them), or sorted where capacities run
+    past a million cells."""
+    leaf = len(topology.domain_levels) - 1
+    bounds = topology.descendant_bounds(leaf - 1, leaf)
+    used = parents[amounts > 0]
+    needs = amounts[amounts > 0]
+    first, last = bounds[used], bounds[used + 1]
+    span_lo = int(first.min())
+    span = view.at(leaf, span_lo, int(last.max()))
+    counts = last - first
+    offsets = np.cumsum(counts) - counts
+    local = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
+        first - span_lo - offsets, counts
+    )
+    capacity = span[local]
+    width = int(capacity.max()) + 1
+    if used.size * width > _COUNTED_CELLS:
+        return sum(
+            cover_count(capacity[o : o + c], int(n))
+            for o, c, n in zip(offsets.tolist(), counts.tolist(), needs.tolist(), strict=True)
+        )
+    segment = np.repeat(np.arange(used.size, dtype=np.int64), counts)
+    by_capacity = np.bincount(segment * width + capacity, minlength=used.size * width)
+    values = np.arange(1, width, dtype=np.int64)
+    return int(
+        fewest_node_counts(values, by_capacity.reshape(used.size, width)[:, 1:], needs).sum()
     )
 
 
@@ -63,13 +130,14 @@ def largest_first(
     each on its largest innermost domains: pods per innermost domain, in depth-first order."""
     leaf = len(topology.domain_levels) - 1
     bounds = topology.descendant_bounds(leaf - 1, leaf)
+    used = parents[amounts > 0]
+    span_lo, span_hi = int(bounds[used].min()), int(bounds[used + 1].max())
+    span = view.at(leaf, span_lo, span_hi)  # one read for every parent used
     leaves: list[IntArray] = []
     pods: list[IntArray] = []
-    for parent, amount in zip(parents.tolist(), amounts.tolist(), strict=True):
-        if amount <= 0:
-            continue
+    for parent, amount in zip(used.tolist(), amounts[amounts > 0].tolist(), strict=True):
         lo = int(bounds[parent])
-        own = view.at(leaf, lo, int(bounds[parent + 1]))
+        own = span[lo - span_lo : int(bounds[parent + 1]) - span_lo]
         order = np.argsort(-own, kind="stable")
         taken = own[order]
         share = np.minimum(taken, np.maximum(amount - (np.cumsum(taken) - taken), 0))

@@ -36,7 +36,14 @@ from toposched.placement.count_kernels import (
     running_sums,
     shares_largest_first,
 )
-from toposched.placement.fewest_inside import cover_count, largest_first
+from toposched.placement.fewest_counts import Shares
+from toposched.placement.fewest_inside import (
+    Planned,
+    cover_count,
+    largest_first,
+    leaves_to_reach,
+    planned,
+)
 from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
@@ -62,7 +69,7 @@ class _Children:
 
 def least_three_levels(
     topology: Topology, view: CapacityView, request: GangRequest, level: int, domain: int
-) -> tuple[IntArray, IntArray] | None:
+) -> Planned | None:
     """Innermost domains and pods of each of the least placement in `domain` (at `level`,
     above the preferred one), level by level from L to the innermost, in depth-first order;
     None where the plan does not apply (see the module), the gang needs one L-domain or none
@@ -117,16 +124,22 @@ class _Plan:
         self.middle = middle
         self.inner = inner
 
-    def least(self) -> tuple[IntArray, IntArray] | None:
+    def least(self) -> Planned | None:
         fewest = self._fewest_middle()
         if fewest is None:
             return None
-        m, leaves, pods = fewest
-        bound = leaves.size
-        inner = self.inner
+        m, shares = fewest
+        middle, inner = self.middle, self.inner
+        bound = leaves_to_reach(self.topology, self.view, middle.index, shares)
         lower = cover_count(inner.capacity, self.need)
-        if bound == lower:
-            return leaves, pods  # no placement on these L-domains uses fewer innermost ones
+        if bound == lower:  # no placement on these L-domains uses fewer innermost ones
+            topology, view = self.topology, self.view
+
+            def layout() -> tuple[IntArray, IntArray]:
+                kept = largest_first(topology, view, middle.index, shares)
+                return kept.domains, kept.pods
+
+            return Planned((self.k, m, bound), layout)
         if _least_cells(self.k, m, lower) > MAX_THREE_LEVEL_CELLS:
             return None  # the last step would pass its limit whatever the tables hold
         # Every middle domain's running sums over its largest innermost domains, up to `bound`.
@@ -142,10 +155,10 @@ class _Plan:
         held = merged[-1, self.k, m]
         least = int(np.searchsorted(held, self.need))
         taken = backtrack_of_tables(merged, flat, offsets, rows, self.k, m, least)
-        counts = np.zeros(self.middle.index.size, dtype=np.int64)
+        counts = np.zeros(middle.index.size, dtype=np.int64)
         for i, (children, grandchildren) in enumerate(taken.tolist()):
             if children:
-                first, last = self.middle.offsets[i], self.middle.offsets[i] + self.middle.counts[i]
+                first, last = middle.offsets[i], middle.offsets[i] + middle.counts[i]
                 block = starts[first : last + 1]
                 counts[first:last] = backtrack_by_runs(
                     own_tables[i],
@@ -158,14 +171,12 @@ class _Plan:
         positions, pods = shares_largest_first(
             inner.capacity, inner.offsets, picks, starts, counts, amounts
         )
-        leaves = inner.index[positions]
-        order = np.argsort(leaves, kind="stable")
-        return leaves[order], pods[order]
+        leaf = len(self.topology.domain_levels) - 1
+        return planned(self.topology, leaf - 2, Shares(leaf, inner.index[positions], pods))
 
-    def _fewest_middle(self) -> tuple[int, IntArray, IntArray] | None:
-        """Step 2: the fewest middle domains on k L-domains, and one such placement, each
-        middle domain filled with its largest innermost domains: innermost domains and their
-        pods, in depth-first order (its count is the one to beat)."""
+    def _fewest_middle(self) -> tuple[int, IntArray] | None:
+        """Step 2: the fewest middle domains on k L-domains, and the pods of each middle domain
+        in one such placement (filled with its largest innermost domains, the count to beat)."""
         middle = self.middle
         limit = int(np.add.reduceat(middle.capacity > 0, middle.offsets).sum())
         widths = np.minimum(np.add.reduceat(middle.capacity > 0, middle.offsets), limit) + 1
@@ -186,8 +197,7 @@ class _Plan:
         )
         shares = np.zeros(middle.index.size, dtype=np.int64)
         shares[positions] = pods
-        leaves = largest_first(self.topology, self.view, middle.index, shares)
-        return m, leaves.domains, leaves.pods
+        return m, shares
 
     def _own_tables(
         self, sums: IntArray, starts: IntArray, m: int, bound: int
