@@ -69,10 +69,46 @@ def test_knapsack_of_tables_matches_every_choice(
         assert int(taken[:, 0].sum()) <= a and int(taken[:, 1].sum()) <= b
 
 
+@st.composite
+def zones_of_blocks(draw: st.DrawFn) -> RandomCase:
+    """2-4 zones of 1-2 blocks of 1-2 racks of 1-2 nodes (at most 12) of 1-2 free GPUs, and
+    one-GPU pods for half to all of them, preferring zones, in rack slices of 2 or none: a
+    gang across zones most often, whose zones, blocks and racks can each be chosen well or
+    badly."""
+    nodes: list[dict[str, object]] = []
+    for z in range(draw(st.integers(2, 4))):
+        for b in range(draw(st.integers(1, 2))):
+            for r in range(draw(st.integers(1, 2))):
+                for n in range(draw(st.integers(1, 2))):
+                    if len(nodes) < 12:
+                        name = f"n{z}{b}{r}{n}"
+                        gpus = draw(st.integers(1, 2))
+                        nodes.append(
+                            {
+                                "name": name,
+                                "zone": f"z{z}",
+                                "block": f"b{z}{b}",
+                                "rack": f"r{z}{b}{r}",
+                                "gpus": gpus,
+                                "gpu_model": "A",
+                            }
+                        )
+    cluster = {"levels": ["zone", "block", "rack"], "nodes": nodes}
+    topology: dict[str, object] = {"preferred": "zone"}
+    total = sum(int(str(node["gpus"])) for node in nodes)
+    pods = draw(st.integers(max(2, total // 2), max(2, total)))
+    if draw(st.booleans()):
+        pods -= pods % 2
+        topology["slices"] = [{"level": "rack", "pods": 2}]
+    job = {"name": "job", "pods": pods, "resources_per_pod": {"gpus": 1}, "topology": topology}
+    return RandomCase(cluster, job)
+
+
 @SETTINGS
 @given(
     case=st.one_of(
-        random_cases(large_jobs=True, with_preferred=True),
+        zones_of_blocks(),
+        zones_of_blocks(),
         random_cases(large_jobs=True, with_preferred=True, spanning=True),
     )
 )
