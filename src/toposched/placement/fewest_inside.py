@@ -53,8 +53,8 @@ def planned(topology: Topology, preferred: int, shares: Shares) -> Planned:
 def least_inside_by_counts(
     topology: Topology, view: CapacityView, request: GangRequest, domain: int
 ) -> Planned | None:
-    """Pods per innermost domain of the least placement in preferred `domain`: the fewest
-    domains one level inside it, then the fewest innermost ones. None when `domain` cannot
+    """The least placement in preferred `domain` (its profile, and its layout when asked): the
+    fewest domains one level inside it, then the fewest innermost ones. None when `domain` cannot
     hold the gang, the innermost level is not two levels inside the preferred one, or the
     count plan would pass its limits."""
     preferred = request.preferred

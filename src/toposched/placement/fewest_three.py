@@ -70,10 +70,10 @@ class _Children:
 def least_three_levels(
     topology: Topology, view: CapacityView, request: GangRequest, level: int, domain: int
 ) -> Planned | None:
-    """Innermost domains and pods of each of the least placement in `domain` (at `level`,
-    above the preferred one), level by level from L to the innermost, in depth-first order;
-    None where the plan does not apply (see the module), the gang needs one L-domain or none
-    fits it, or the plan would pass its limits."""
+    """The least placement in `domain` (at `level`, above the preferred one), level by level
+    from L to the innermost: its profile, and its layout when asked. None where the plan does
+    not apply (see the module), the gang needs one L-domain or none fits it, or the plan would
+    pass its limits."""
     preferred = request.preferred
     assert preferred is not None
     leaf = len(topology.domain_levels) - 1
