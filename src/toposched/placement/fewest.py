@@ -28,6 +28,9 @@ IntArray = NDArray[np.int64]
 # About a millisecond or two on one core at the limits.
 MAX_CELLS = 1_000_000
 MAX_TABLES = 256
+# Domains the plans over counts compare at once (each within its own limits): beyond it, the
+# policy ranks them as before.
+MAX_COUNTED_DOMAINS = 32
 # Parents times capacities up to which innermost domains are counted by capacity, not sorted.
 _COUNTED_CELLS = 1 << 20
 
@@ -90,7 +93,7 @@ class FewestDomains:
             for domain in domains.tolist():
                 self._counted.pop((level, domain), None)  # planned by amounts, as it always was
             return True
-        if self.preferred != self.leaf_level - 2:
+        if self.preferred != self.leaf_level - 2 or domains.size > MAX_COUNTED_DOMAINS:
             return False
         topology, view, request = self.topology, self.view, self.request
         for domain in domains.tolist():
