@@ -475,6 +475,9 @@ class OnlyTheProtocol:
     def set_health(self, nodes: IntArray, health: Health, now: float) -> Sequence[JobLike]:
         return self._scheduler.set_health(nodes, health, now)
 
+    def report_checkpoint(self, job_id: str, now: float) -> None:
+        self._scheduler.report_checkpoint(job_id, now)
+
 
 def test_the_simulator_reads_the_scheduler_only_through_its_protocol(
     small_ai2: Workload, small_ai2_run: SimulationResult
