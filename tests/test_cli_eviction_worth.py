@@ -1,4 +1,5 @@
-"""`toposched simulate --eviction-worth`: the cost/benefit rule of preemption from the CLI."""
+"""`toposched simulate --eviction-worth` and `--checkpoint-wait`: the cost/benefit rules of
+preemption from the CLI."""
 
 from __future__ import annotations
 
@@ -54,6 +55,12 @@ def test_the_loss_budget_caps_the_work_thrown_away_in_a_day(tmp_path: Path) -> N
         (["--eviction-loss-budget", "100"], "applies only with --eviction-worth"),
         (["--eviction-worth", "1", "--eviction-loss-budget", "0"], "a number > 0"),
         (["--eviction-worth", "1", "--eviction-loss-budget", "inf"], "a number > 0"),
+        (["--eviction-worth-scope", "own-account"], "applies only with --eviction-worth"),
+        (["--eviction-worth", "1", "--eviction-worth-scope", "mine"], "invalid choice"),
+        (["--checkpoint-wait", "0"], "a duration > 0"),
+        (["--checkpoint-wait", "soon"], "--checkpoint-wait"),
+        (["--urgent-priority", "10"], "applies only with --checkpoint-wait"),
+        (["--checkpoint-wait", "1h", "--urgent-priority", "high"], "invalid int value"),
     ],
 )
 def test_bad_values_exit_2_before_the_run(
