@@ -1,4 +1,5 @@
-"""`toposched simulate --eviction-worth`: the cost/benefit rule of preemption from the CLI."""
+"""`toposched simulate --eviction-worth` and `--checkpoint-wait`: the cost/benefit rules of
+preemption from the CLI."""
 
 from __future__ import annotations
 
@@ -21,9 +22,12 @@ def test_a_zero_ratio_evicts_no_allocated_work(tmp_path: Path) -> None:
     contract_only = _disruption(tmp_path / "contract")
     lost = contract_only["gpu_hours_lost_by_cause"]
     assert isinstance(lost, dict) and lost["evictions_of_allocated_work"] > 0
+    allowed = lost["evictions_of_allocated_work"]
     never = _disruption(tmp_path / "never", "--eviction-worth", "0")
     lost = never["gpu_hours_lost_by_cause"]
-    assert isinstance(lost, dict) and lost["evictions_of_allocated_work"] == 0
+    # Only victims that had just checkpointed go (the rule sees nothing to lose); each still
+    # runs its 30 s grace period, and that is all that is lost.
+    assert isinstance(lost, dict) and lost["evictions_of_allocated_work"] < 0.01 * allowed
     # Unallocated work is never weighed: budgeted work still reclaims it.
     assert lost["evictions_of_unallocated_work"] > 0
 
@@ -31,11 +35,12 @@ def test_a_zero_ratio_evicts_no_allocated_work(tmp_path: Path) -> None:
 def test_the_loss_budget_caps_the_work_thrown_away_in_a_day(tmp_path: Path) -> None:
     # Without a budget the contract's evictions throw away about 235 GPU-hours of budgeted work
     # on this day; a ratio of 1,000 refuses almost nothing, so the 5 GPU-hour budget is what
-    # binds. The rule weighs the work lost when it decides; a victim also loses its grace
-    # period, hence the small margin.
+    # binds. The rule weighs the work lost when it decides; a victim also loses its 30 s grace
+    # period, which the budget does not count (a victim that had just checkpointed costs the
+    # budget nothing and still loses its 30 s), hence the margin.
     capped = _disruption(tmp_path, "--eviction-worth", "1000", "--eviction-loss-budget", "5")
     lost = capped["gpu_hours_lost_by_cause"]
-    assert isinstance(lost, dict) and 0 < lost["evictions_of_allocated_work"] <= 5 * 1.05
+    assert isinstance(lost, dict) and 0 < lost["evictions_of_allocated_work"] <= 5 * 1.5
     assert lost["evictions_of_unallocated_work"] > 0
 
 
@@ -50,6 +55,12 @@ def test_the_loss_budget_caps_the_work_thrown_away_in_a_day(tmp_path: Path) -> N
         (["--eviction-loss-budget", "100"], "applies only with --eviction-worth"),
         (["--eviction-worth", "1", "--eviction-loss-budget", "0"], "a number > 0"),
         (["--eviction-worth", "1", "--eviction-loss-budget", "inf"], "a number > 0"),
+        (["--eviction-worth-scope", "own-account"], "applies only with --eviction-worth"),
+        (["--eviction-worth", "1", "--eviction-worth-scope", "mine"], "invalid choice"),
+        (["--checkpoint-wait", "0"], "a duration > 0"),
+        (["--checkpoint-wait", "soon"], "--checkpoint-wait"),
+        (["--urgent-priority", "10"], "applies only with --checkpoint-wait"),
+        (["--checkpoint-wait", "1h", "--urgent-priority", "high"], "invalid int value"),
     ],
 )
 def test_bad_values_exit_2_before_the_run(

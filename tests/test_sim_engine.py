@@ -266,6 +266,47 @@ def test_unallocated_work_is_preempted_after_its_grace_period_and_requeued() -> 
     }
 
 
+def test_resumable_runs_report_each_checkpoint_to_the_scheduler() -> None:
+    # "r" checkpoints every hour of its 3.5 h run: reports at 1, 2 and 3 h, none at its end;
+    # "n" cannot resume and reports none. The scheduler learns r's cadence, and a victim
+    # search would weigh r's work since 3 h only.
+    reports: list[tuple[str, float]] = []
+
+    class Reporting(Scheduler):
+        def report_checkpoint(self, job_id: str, now: float) -> None:
+            reports.append((job_id, now))
+            super().report_checkpoint(job_id, now)
+            assert self.running[job_id].last_checkpoint == now
+
+    jobs = [
+        job("r", 0.0, 3.5 * HOUR, resumable=True, checkpoint_interval=HOUR),
+        job("n", 0.0, 3.5 * HOUR, account="b"),
+    ]
+    result = simulate(two_nodes(jobs), Reporting)
+    assert reports == [("r", HOUR), ("r", 2 * HOUR), ("r", 3 * HOUR)]
+    assert result.counts["checkpoints"] == 3
+    assert result.records["r"].state == "finished"
+
+
+def test_an_evicted_run_reports_no_checkpoint_in_its_grace_period() -> None:
+    # u checkpoints every 60 s from 0; "urgent" evicts it at 100 s and its grace period ends
+    # at 130 s: the checkpoint at 120 s is saved by the run but not reported, an eviction
+    # being under way. u starts again when urgent ends (630 s), and its next run's checkpoints
+    # count from that start.
+    reports: list[tuple[str, float]] = []
+
+    class Reporting(Scheduler):
+        def report_checkpoint(self, job_id: str, now: float) -> None:
+            reports.append((job_id, now))
+            super().report_checkpoint(job_id, now)
+
+    u = job("u", 0.0, 10_000.0, account="free", resumable=True, checkpoint_interval=60.0)
+    other = job("other", 0.0, 10_000.0, account="b", min_runtime="8h")
+    urgent = job("urgent", 100.0, 500.0, account="a", min_runtime="10m")
+    simulate(two_nodes([u, other, urgent], horizon=700.0), Reporting)
+    assert reports == [("u", 60.0), ("u", 690.0)]
+
+
 def test_jobs_not_started_within_their_patience_are_withdrawn() -> None:
     jobs = [
         job("long", 0.0, 5000.0, gpus=8),
@@ -474,6 +515,9 @@ class OnlyTheProtocol:
 
     def set_health(self, nodes: IntArray, health: Health, now: float) -> Sequence[JobLike]:
         return self._scheduler.set_health(nodes, health, now)
+
+    def report_checkpoint(self, job_id: str, now: float) -> None:
+        self._scheduler.report_checkpoint(job_id, now)
 
 
 def test_the_simulator_reads_the_scheduler_only_through_its_protocol(

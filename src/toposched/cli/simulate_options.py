@@ -197,12 +197,34 @@ def add_options(
         "bring its team back up to its budget, not those it would borrow beyond it",
     )
     parser.add_argument(
+        "--eviction-worth-scope",
+        choices=("all", "own-account"),
+        help="with --eviction-worth: which evictions of budgeted work are weighed: all, or "
+        "own-account = only a team's lower-priority jobs evicted for its own job, which move "
+        "no GPUs between teams (default: all)",
+    )
+    parser.add_argument(
         "--eviction-loss-budget",
         type=loss_budget,
         metavar="GPU_HOURS",
         help="with --eviction-worth: the most GPU-hours of budgeted work evictions may throw "
         "away in any 24 hours; the less of it is left, the more an eviction must gain "
         "(default: no budget)",
+    )
+    parser.add_argument(
+        "--checkpoint-wait",
+        type=worth_horizon,
+        metavar="D",
+        help="wait up to D for the chosen victims' next checkpoints when that saves more "
+        "work than the wait costs the preemptor (seconds, or e.g. 30m, 1h; docs/preemption.md, "
+        "'Waiting for checkpoints'; default: off, victims are evicted at once)",
+    )
+    parser.add_argument(
+        "--urgent-priority",
+        type=int,
+        metavar="P",
+        help="with --checkpoint-wait: jobs of priority P or above never wait for checkpoints "
+        "(e.g. 10 for the Ai2-like workload's debug sessions; default: every job may wait)",
     )
     parser.add_argument(
         "--unallocated-admission",
@@ -280,11 +302,15 @@ def check_options(args: argparse.Namespace) -> None:
         given = (
             ("--eviction-worth-horizon", getattr(args, "eviction_worth_horizon", None)),
             ("--eviction-worth-owed", getattr(args, "eviction_worth_owed", False) or None),
+            ("--eviction-worth-scope", getattr(args, "eviction_worth_scope", None)),
             ("--eviction-loss-budget", _hours(getattr(args, "eviction_loss_budget", None))),
         )
         for option, value in given:
             if value is not None:
                 raise InputError(option, value, "applies only with --eviction-worth")
+    urgent = getattr(args, "urgent_priority", None)
+    if urgent is not None and getattr(args, "checkpoint_wait", None) is None:
+        raise InputError("--urgent-priority", urgent, "applies only with --checkpoint-wait")
 
 
 def _hours(seconds: float | None) -> float | None:

@@ -53,16 +53,18 @@ def topology_price(args: argparse.Namespace) -> TopologyPrice | None:
 
 def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
     """The cost/benefit rule `--eviction-worth` asks for (None: off)."""
-    from toposched.policy.worth import DEFAULT_WORTH_HORIZON, EvictionWorth
+    from toposched.policy.worth import DEFAULT_WORTH_HORIZON, EvictionWorth, WorthScope
 
     ratio = getattr(args, "eviction_worth", None)
     horizon = getattr(args, "eviction_worth_horizon", None)
     owed = getattr(args, "eviction_worth_owed", False)
     budget = getattr(args, "eviction_loss_budget", None)
+    scope = getattr(args, "eviction_worth_scope", None)
     if ratio is None:
         given = (
             ("--eviction-worth-horizon", horizon),
             ("--eviction-worth-owed", owed or None),
+            ("--eviction-worth-scope", scope),
             ("--eviction-loss-budget", budget),
         )
         for option, value in given:
@@ -74,11 +76,13 @@ def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
         DEFAULT_WORTH_HORIZON if horizon is None else horizon,
         owed_only=owed,
         loss_budget=budget,
+        scope=WorthScope.ALL if scope is None else WorthScope(scope),
     )
 
 
 def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     """toposched's scheduler with the options given on the command line."""
+    from toposched.policy.checkpoint_wait import CheckpointWait
     from toposched.policy.contract import Contract
     from toposched.scheduler.admission import AdmissionRule
     from toposched.scheduler.core import Scheduler
@@ -92,8 +96,15 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     worth = _eviction_worth(args)
     check = getattr(args, "check_incremental", False)
     admission = getattr(args, "unallocated_admission", None)
+    wait = getattr(args, "checkpoint_wait", None)
+    checkpoint_wait = (
+        None
+        if wait is None
+        else CheckpointWait(wait, urgent_priority=getattr(args, "urgent_priority", None))
+    )
     if (
         admission is None
+        and checkpoint_wait is None
         and not check
         and spares is None
         and protect
@@ -104,7 +115,9 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     ):
         return toposched_scheduler
     contract = Contract(
-        cross_account="fair_share" if cross_account == "fair-share" else "budget", worth=worth
+        cross_account="fair_share" if cross_account == "fair-share" else "budget",
+        worth=worth,
+        checkpoint_wait=checkpoint_wait,
     )
     return lambda state, tree: Scheduler(
         state,

@@ -10,6 +10,7 @@ from typing import Any, Literal, Protocol
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import HOUR
 from toposched.policy.budget import BudgetTree
+from toposched.policy.checkpoint_wait import CheckpointWait
 from toposched.policy.fairshare import QueueEntry
 from toposched.policy.ranking import Ranking
 from toposched.policy.worth import EvictionWorth
@@ -153,6 +154,9 @@ class Contract:
     worth: EvictionWorth | None = None
     """The cost/benefit rule an eviction of allocated work must also pass (None: none, every
     eviction the rules above allow may happen). See `toposched.policy.worth`."""
+    checkpoint_wait: CheckpointWait | None = None
+    """When to wait for the victims' next checkpoints rather than evict now (None: never
+    wait). See `toposched.policy.checkpoint_wait`."""
 
     def __post_init__(self) -> None:
         if (
@@ -172,6 +176,9 @@ class Contract:
             )
         if self.worth is not None and not isinstance(self.worth, EvictionWorth):
             raise InputError("worth", self.worth, "must be an EvictionWorth or None")
+        wait = self.checkpoint_wait
+        if wait is not None and not isinstance(wait, CheckpointWait):
+            raise InputError("checkpoint_wait", wait, "must be a CheckpointWait or None")
         if self.cross_account not in _CROSS_ACCOUNT_RULES:
             raise InputError(
                 "cross_account",

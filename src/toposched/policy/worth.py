@@ -26,16 +26,34 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import HOUR
 
-__all__ = ["DEFAULT_WORTH_HORIZON", "LOSS_WINDOW", "EvictionWorth", "VictimCost", "WorthVerdict"]
+__all__ = [
+    "DEFAULT_WORTH_HORIZON",
+    "LOSS_WINDOW",
+    "EvictionWorth",
+    "VictimCost",
+    "WorthScope",
+    "WorthVerdict",
+]
 
 DEFAULT_WORTH_HORIZON = 2 * HOUR
 """The longest wait an eviction is credited with avoiding."""
 LOSS_WINDOW = 24 * HOUR
 """The span `EvictionWorth.loss_budget` counts lost work over."""
+
+
+class WorthScope(StrEnum):
+    """Which allocated victims the rule weighs."""
+
+    ALL = "all"
+    """Every allocated victim: the preemptor's own account's and other accounts'."""
+    OWN_ACCOUNT = "own-account"
+    """Only the preemptor's own account's lower-priority jobs: evictions that move no GPUs
+    between accounts, so refusing them never keeps an account from its budget."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +113,15 @@ class EvictionWorth:
     """For a victim without an expected runtime: expect it to run `age_wait` x the time it
     has run so far (at most `horizon`), since a job's remaining time grows with its age on
     heavy-tailed runtimes; 0: `horizon`, whatever its age."""
+    scope: WorthScope = WorthScope.ALL
+    """Which allocated victims are weighed; the others are evicted as the contract allows."""
 
     def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "scope", WorthScope(self.scope))
+        except ValueError:
+            choices = ", ".join(scope.value for scope in WorthScope)
+            raise InputError("scope", self.scope, f"must be one of {choices}") from None
         if not isinstance(self.owed_only, bool):
             raise InputError("owed_only", self.owed_only, "must be true or false")
         if self.loss_budget is not None and (

@@ -302,6 +302,9 @@ class Scheduler:
         """A running job saved its state: preempting it now loses only work after `now`."""
         self.incremental.forget()
         job = self._running(job_id)
+        previous = job.last_checkpoint if job.last_checkpoint is not None else job.start_time
+        if previous is not None and now > previous:
+            job.checkpoint_every = now - previous
         job.last_checkpoint = now
         self.ledger.preemptible.checkpoint(job_id, work_since(job))
 

@@ -136,6 +136,8 @@ class Job:
     history: list[tuple[float, str]] = field(default_factory=list)
     last_checkpoint: float | None = None
     """When the running job last saved its state (resumable jobs that report it)."""
+    checkpoint_every: float | None = None
+    """Seconds between its checkpoints, learned from its reports (None: not known yet)."""
     evicting: bool = False
     """An eviction was decided; the job keeps its GPUs until the backend reports it gone."""
     nomination: Nomination | None = None

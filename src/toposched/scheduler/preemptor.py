@@ -12,6 +12,7 @@ from toposched.policy.contract import Contract
 from toposched.policy.fairshare import QueueEntry
 from toposched.policy.ranking import Ranking
 from toposched.policy.usage import UsageTracker
+from toposched.scheduler.checkpoint_gate import checkpoint_refusal
 from toposched.scheduler.errors import InternalError
 from toposched.scheduler.fence import Fence
 from toposched.scheduler.jobs import Job, JobKind
@@ -168,11 +169,19 @@ class Preemptor:
     ) -> tuple[PreemptionPlan | Refusal, bool]:
         """`plan`, and whether its answer does not depend on the order of domains by lost work
         (False when the local search stopped at `DOMAINS_EXAMINED`, or when the contract's
-        cost/benefit rule refused the plan: its figures move with the clock).
+        checkpoint wait or cost/benefit rule refused the plan: their figures move with the
+        clock).
         `only_unallocated`: `only_unallocated_victims(entry)`, as of a refresh at `now`."""
         plan, lasting = self._victims(job, entry, ranking, now, only_unallocated)
+        if not isinstance(plan, PreemptionPlan) or not plan.victims:
+            return plan, lasting
+        wait = self.contract.checkpoint_wait
+        if wait is not None:
+            waiting = checkpoint_refusal(wait, job, plan, self.ledger, now)
+            if waiting is not None:
+                return waiting, False
         worth = self.worth
-        if worth is None or not isinstance(plan, PreemptionPlan) or not plan.victims:
+        if worth is None:
             return plan, lasting
         refusal = worth.refusal(job, plan, self.ledger, now)
         if refusal is None:

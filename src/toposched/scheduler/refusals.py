@@ -26,6 +26,8 @@ class RefusalCode(StrEnum):
     """No set of movable jobs opens a domain for the job."""
     NOT_WORTH_IT = "not-worth-it"
     """Moving jobs would cost more work than the job's earlier start gains."""
+    WAITING_FOR_CHECKPOINTS = "waiting-for-checkpoints"
+    """The victims checkpoint soon: waiting for that saves more work than the wait costs."""
 
 
 @dataclass(frozen=True)

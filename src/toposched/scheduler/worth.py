@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 
 from toposched.policy.contract import PreemptionRule
-from toposched.policy.worth import LOSS_WINDOW, EvictionWorth, VictimCost
+from toposched.policy.worth import LOSS_WINDOW, EvictionWorth, VictimCost, WorthScope
 from toposched.scheduler.candidates import PreemptionPlan
 from toposched.scheduler.jobs import Job
 from toposched.scheduler.ledger import Ledger
@@ -14,14 +14,18 @@ from toposched.scheduler.refusals import Refusal, RefusalCode
 __all__ = ["WorthGate", "victim_costs"]
 
 
-def victim_costs(plan: PreemptionPlan, ledger: Ledger, now: float) -> list[VictimCost]:
+def victim_costs(
+    plan: PreemptionPlan, ledger: Ledger, now: float, scope: WorthScope = WorthScope.ALL
+) -> list[VictimCost]:
     """The plan's allocated victims as the rule weighs them: GPUs, work lost, seconds to
     their expected end (None without an expected runtime) and seconds run. Unallocated
-    victims are left out."""
+    victims are left out, and with `WorthScope.OWN_ACCOUNT` those of other accounts."""
     costs: list[VictimCost] = []
     running = ledger.running
     for victim in plan.victims:
         if victim.rule == PreemptionRule.UNALLOCATED_VICTIM:
+            continue
+        if scope is WorthScope.OWN_ACCOUNT and victim.rule != PreemptionRule.HIGHER_PRIORITY:
             continue
         job = running[victim.job_id]
         end = job.expected_end
@@ -67,7 +71,7 @@ class WorthGate:
         credit = worth.credit(budget, running)
         gpus = min(job.gpus, max(budget - running, 0.0)) if worth.owed_only else job.gpus
         spent = self.spent(now) if worth.loss_budget is not None else 0.0
-        verdict = worth.judge(gpus, victim_costs(plan, ledger, now), credit, spent)
+        verdict = worth.judge(gpus, victim_costs(plan, ledger, now, worth.scope), credit, spent)
         if verdict.worth_it:
             if verdict.lost_gpu_seconds > 0:
                 self._spending.append((now, verdict.lost_gpu_seconds))

@@ -71,6 +71,7 @@ class SimulatedBackend:
             "backfilled_binds": 0,
             "batches": 0,
             "incremental_cycles": 0,
+            "checkpoints": 0,
         }
         self.scheduler_events = 0
         """Calls that changed the scheduler's world (see `SimulationResult.scheduler_events`)."""
@@ -143,6 +144,7 @@ class SimulatedBackend:
             protection = job.min_runtime if job is not None else 0.0
             if protection > 0 and protection < record.remaining:
                 self.events.push(now + protection, EventKind.PROTECTION_END, run)
+        self._next_checkpoint(record, run, now)
 
     def _evict(self, decision: Evict, now: float) -> None:
         record = self.records[decision.job_id]
@@ -304,3 +306,28 @@ class SimulatedBackend:
     def on_protection_end(self, run: Run, now: float) -> bool:
         # A job leaving its min runtime becomes preemptible: worth a cycle only if someone waits.
         return self._running_attempt(run) is not None and self.pending_jobs > 0
+
+    def on_checkpoint(self, run: Run, now: float) -> bool:
+        """A resumable run saved its work: an eviction now loses only what follows. It opens no
+        room, so no cycle is due for it."""
+        record = self._running_attempt(run)
+        if record is None or run.name in self.evicting:
+            return False
+        self.scheduler.report_checkpoint(run.name, now)
+        self.counts["checkpoints"] += 1
+        self._next_checkpoint(record, run, now)
+        return False
+
+    # --- checkpoints ---------------------------------------------------------------------------
+    # A resumable run saves its work every `checkpoint_interval` seconds from its start (what
+    # `_interrupted` keeps), and each save is reported to the scheduler, as a backend would.
+    def _next_checkpoint(self, record: JobRecord, run: Run, now: float) -> None:
+        interval = record.checkpoint_interval
+        if not record.job.spec.resumable or interval <= 0:
+            return
+        saved = math.floor((now - record.run_start) / interval)
+        following = record.run_start + (saved + 1) * interval
+        if following <= now:  # `now` is a checkpoint that rounding put just below its multiple
+            following += interval
+        if following < record.run_start + record.remaining * record.run_slowdown:
+            self.events.push(following, EventKind.CHECKPOINT, run)

@@ -205,6 +205,10 @@ class _Observer:
         self.observe_until(now)
         return self.scheduler.set_health(nodes, health, now)
 
+    def report_checkpoint(self, job_id: str, now: float) -> None:
+        # Moves no GPUs: nothing to observe.
+        self.scheduler.report_checkpoint(job_id, now)
+
     # --- observing ---------------------------------------------------------------------------
     def observe_until(self, now: float) -> None:
         while self.moments and self.moments[-1] <= now:

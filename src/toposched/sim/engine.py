@@ -150,6 +150,7 @@ class _Run:
             EventKind.CANCEL: backend.on_cancel,
             EventKind.SUBMISSION: backend.on_submission,
             EventKind.PROTECTION_END: backend.on_protection_end,
+            EventKind.CHECKPOINT: backend.on_checkpoint,
             EventKind.CYCLE: self._postponed_cycle,
         }
 

@@ -13,8 +13,9 @@ class EventKind(IntEnum):
     """Event kinds; at equal times they are handled in this order (then in push order).
 
     Completions come first so that work ending at the instant a node fails is not lost, and
-    samples last so that they see the cycle that followed the instant's events. CYCLE marks a
-    cycle postponed by a minimum cycle interval.
+    samples last so that they see the cycle that followed the instant's events. CHECKPOINT is a
+    preemptible resumable run saving its work, reported to the scheduler before the instant's
+    cycle; CYCLE marks a cycle postponed by a minimum cycle interval.
     """
 
     COMPLETION = 0
@@ -24,8 +25,9 @@ class EventKind(IntEnum):
     CANCEL = 4
     SUBMISSION = 5
     PROTECTION_END = 6
-    CYCLE = 7
-    SAMPLE = 8
+    CHECKPOINT = 7
+    CYCLE = 8
+    SAMPLE = 9
 
 
 class Event(NamedTuple):

@@ -63,7 +63,8 @@ class SchedulerLike(Protocol):
     """What the simulator drives: toposched's Scheduler, or a baseline (a subclass of it).
 
     `set_health` returns the jobs that failed because their nodes went down; `evicted` tells
-    the scheduler that an evicted job's grace period ended and its pods are gone.
+    the scheduler that an evicted job's grace period ended and its pods are gone;
+    `report_checkpoint` that a running job saved its work at `now`.
     """
 
     @property
@@ -78,6 +79,7 @@ class SchedulerLike(Protocol):
     def finish(self, job_id: str, now: float) -> JobLike: ...
     def evicted(self, job_id: str, now: float) -> JobLike: ...
     def cancel(self, job_id: str, now: float) -> JobLike: ...
+    def report_checkpoint(self, job_id: str, now: float) -> None: ...
     def set_health(
         self, nodes: NDArray[np.int64], health: Health, now: float
     ) -> Sequence[JobLike]: ...

@@ -1,0 +1,112 @@
+"""Whether a preemptor should wait for its victims' next checkpoints instead of evicting now.
+
+A resumable victim evicted now loses its work since its last checkpoint; evicted just after its
+next checkpoint it loses almost nothing. Waiting costs the preemptor its GPUs for the wait. With
+`since` a victim's last checkpoint (its start if none), `every` the time between its
+checkpoints and `next = since + every`, over the victims of a plan:
+
+    until = the latest `next` among the resumable victims whose cadence is known
+    saved = sum over those victims of GPUs x (now - since)            lost if evicted now
+            - sum over them of GPUs x ((until - since) mod every)     lost if evicted at until
+            - sum over the others of GPUs x (until - now)             the others' work grows
+    cost  = the preemptor's GPUs x (until - now)
+    wait when 0 < until - now <= max_wait and saved > 0 and saved >= min_saved_per_cost x cost
+
+Jobs of priority `urgent_priority` or above never wait (interactive work). The scheduler learns
+a job's cadence from its checkpoint reports (the time between two of them, or from its start to
+the first). See docs/preemption.md, *Waiting for checkpoints*.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from toposched.cluster.errors import InputError
+from toposched.cluster.units import HOUR
+
+__all__ = ["CheckpointWait", "VictimCadence", "WaitVerdict"]
+
+
+@dataclass(frozen=True, slots=True)
+class VictimCadence:
+    """One victim of a plan as the rule sees it."""
+
+    gpus: float
+    since: float
+    """When its work at stake began: its last checkpoint if it can resume, else its start."""
+    every: float | None
+    """Seconds between its checkpoints; None when it cannot resume or its cadence is unknown."""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitVerdict:
+    """The rule's answer for one plan, with the figures it compared."""
+
+    wait: bool
+    until: float
+    """When the last of the awaited checkpoints is due (the decision time when not waiting)."""
+    lost_now_gpu_seconds: float
+    saved_gpu_seconds: float
+    cost_gpu_seconds: float
+
+
+@dataclass(frozen=True)
+class CheckpointWait:
+    """Wait up to `max_wait` seconds for victims to checkpoint when that saves more work than
+    the wait costs the preemptor: `saved >= cost x min_saved_per_cost`.
+
+    `max_wait`: the longest a preemptor waits (an hour by default); `min_saved_per_cost`:
+    GPU-seconds the wait must save per GPU-second it costs the preemptor (1: at least as much
+    as it costs); `urgent_priority`: jobs of this priority or above never wait (None: all may).
+    """
+
+    max_wait: float = HOUR
+    min_saved_per_cost: float = 1.0
+    urgent_priority: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_wait", "min_saved_per_cost"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise InputError(name, value, "must be a finite number >= 0")
+        urgent = self.urgent_priority
+        if urgent is not None and (isinstance(urgent, bool) or not isinstance(urgent, int)):
+            raise InputError("urgent_priority", urgent, "must be an integer priority or None")
+
+    def applies_to(self, priority: int) -> bool:
+        """Whether a preemptor of `priority` may be asked to wait."""
+        return self.urgent_priority is None or priority < self.urgent_priority
+
+    def judge(
+        self, preemptor_gpus: float, victims: Sequence[VictimCadence], now: float
+    ) -> WaitVerdict:
+        """Whether a preemptor holding `preemptor_gpus` GPUs should wait for `victims`."""
+        lost_now = sum(victim.gpus * max(now - victim.since, 0.0) for victim in victims)
+        due = [
+            victim.since + victim.every
+            for victim in victims
+            if victim.every is not None and victim.every > 0
+        ]
+        until = max(due, default=now)
+        if until <= now or until - now > self.max_wait or lost_now <= 0:
+            return WaitVerdict(False, now, lost_now, 0.0, 0.0)
+        saved = 0.0
+        for victim in victims:
+            every = victim.every
+            if every is not None and every > 0:
+                # Its checkpoints by `until`: at least the one due, `until` being the latest due.
+                saves = max(1, math.floor((until - victim.since) / every + 1e-9))
+                later = max(until - victim.since - saves * every, 0.0)
+                saved += victim.gpus * (max(now - victim.since, 0.0) - later)
+            else:
+                saved -= victim.gpus * (until - now)
+        cost = preemptor_gpus * (until - now)
+        wait = saved > 0 and saved >= cost * self.min_saved_per_cost
+        return WaitVerdict(wait, until if wait else now, lost_now, saved, cost)

@@ -1,0 +1,61 @@
+"""The contract's checkpoint wait applied to a victim set the search chose: a refusal that
+says how long the preemptor waits for its victims to checkpoint, or None to evict now."""
+
+from __future__ import annotations
+
+from toposched.cluster.units import HOUR
+from toposched.policy.checkpoint_wait import CheckpointWait, VictimCadence
+from toposched.scheduler.candidates import PreemptionPlan
+from toposched.scheduler.jobs import Job
+from toposched.scheduler.ledger import Ledger, work_since
+from toposched.scheduler.refusals import Refusal, RefusalCode
+from toposched.scheduler.wording import hours as duration_text
+
+__all__ = ["checkpoint_refusal", "victim_cadences"]
+
+
+def victim_cadences(plan: PreemptionPlan, ledger: Ledger) -> list[VictimCadence]:
+    """Each victim's GPUs, when its work at stake began, and its checkpoint cadence when it
+    can resume and has reported one."""
+    running = ledger.running
+    cadences = []
+    for victim in plan.victims:
+        job = running[victim.job_id]
+        every = job.checkpoint_every if job.spec.resumable else None
+        cadences.append(VictimCadence(job.gpus, work_since(job), every))
+    return cadences
+
+
+def checkpoint_refusal(
+    rule: CheckpointWait, job: Job, plan: PreemptionPlan, ledger: Ledger, now: float
+) -> Refusal | None:
+    """A refusal when `job` should wait for the plan's victims to checkpoint, else None."""
+    if not rule.applies_to(job.spec.priority):
+        return None
+    verdict = rule.judge(job.gpus, victim_cadences(plan, ledger), now)
+    if not verdict.wait:
+        return None
+    victims = len(plan.victims)
+    jobs = f"{victims} job" + ("s" if victims != 1 else "")
+    reason = (
+        f"would evict {jobs} losing {_hours(verdict.lost_now_gpu_seconds)} GPU-hours now; "
+        f"they checkpoint within {duration_text(verdict.until - now)}, which saves "
+        f"{_hours(verdict.saved_gpu_seconds)} GPU-hours for "
+        f"{_hours(verdict.cost_gpu_seconds)} GPU-hours of this job's wait: waiting"
+    )
+    return Refusal(
+        RefusalCode.WAITING_FOR_CHECKPOINTS,
+        reason,
+        {
+            "victims": float(victims),
+            "until": verdict.until,
+            "lost_gpu_seconds": verdict.lost_now_gpu_seconds,
+            "saved_gpu_seconds": verdict.saved_gpu_seconds,
+            "cost_gpu_seconds": verdict.cost_gpu_seconds,
+        },
+    )
+
+
+def _hours(gpu_seconds: float) -> str:
+    hours = gpu_seconds / HOUR
+    return f"{hours:,.0f}" if hours >= 10 else f"{hours:,.1f}"

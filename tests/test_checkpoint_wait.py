@@ -1,0 +1,163 @@
+"""Waiting for the victims' checkpoints: golden scenarios from tests/scenarios/preemption/
+checkpoint_wait.yaml through `Scheduler.cycle`, and the rule's own properties."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from toposched.cluster.builders import nvl72_cluster
+from toposched.cluster.errors import InputError
+from toposched.cluster.state import Allocation, ClusterState
+from toposched.jobs.spec import JobSpec
+from toposched.policy.budget import BudgetTree
+from toposched.policy.checkpoint_wait import CheckpointWait, VictimCadence
+from toposched.policy.contract import Contract
+from toposched.scheduler.core import Scheduler
+from toposched.scheduler.decisions import Evict
+from toposched.scheduler.refusals import RefusalCode
+
+HOUR = 3600.0
+SCENARIOS = Path(__file__).parent / "scenarios" / "preemption" / "checkpoint_wait.yaml"
+CASE_FIELDS = {"name", "now", "wait", "checkpoints_h", "gpus", "priority", "u0", "expect"}
+
+
+def load_cases() -> list[Any]:
+    document = yaml.safe_load(SCENARIOS.read_text())
+    defaults = document["defaults"]
+    params = []
+    for case in document["cases"]:
+        unknown = set(case) - CASE_FIELDS
+        assert not unknown, f"{case['name']}: unknown fields {sorted(unknown)}"
+        params.append(pytest.param({**defaults, **case}, id=case["name"]))
+    return params
+
+
+def spec(name: str, account: str, gpus: int = 4, **fields: Any) -> JobSpec:
+    data: dict[str, Any] = {
+        "name": name,
+        "account": account,
+        "pods": 1,
+        "resources_per_pod": {"gpus": gpus},
+        "min_runtime": "8h",
+    }
+    data.update(fields)
+    return JobSpec.from_dict(data)
+
+
+def scheduler_for(case: dict[str, Any]) -> Scheduler:
+    wait = case["wait"]
+    rule = (
+        None
+        if wait is None
+        else CheckpointWait(
+            max_wait=wait["max_wait_h"] * HOUR, urgent_priority=wait.get("urgent_priority")
+        )
+    )
+    sched = Scheduler(
+        ClusterState(nvl72_cluster(1, 1, 1, nodes_per_rack=4)),
+        BudgetTree.from_dict({"accounts": {"team-a": 100, "scratch": 0}}),
+        contract=Contract(checkpoint_wait=rule),
+    )
+    u0 = {"resumable": True, "min_runtime": 0, **(case.get("u0") or {})}
+    jobs = [("u0", "scratch", 0, u0)] + [(f"a{node}", "team-a", node, {}) for node in (1, 2, 3)]
+    for name, account, node, fields in jobs:
+        sched.adopt(spec(name, account, **fields), Allocation.of([node], [[0, 1, 2, 3]]), 0.0, 0.0)
+    for hour in case["checkpoints_h"]:
+        sched.report_checkpoint("u0", hour * HOUR)
+    return sched
+
+
+@pytest.mark.parametrize("case", load_cases())
+def test_checkpoint_wait_scenario(case: dict[str, Any]) -> None:
+    sched = scheduler_for(case)
+    now = case["now"] * HOUR
+    job = spec("a-job", "team-a", case.get("gpus", 4), priority=case.get("priority", 0))
+    sched.submit(job, now)
+    evicted = [d.job_id for d in sched.cycle(now).decisions if isinstance(d, Evict)]
+    expect = case["expect"]
+    assert evicted == expect["evicted"]
+    waiting = sched.jobs["a-job"]
+    if "reason" in expect:
+        assert waiting.reason.endswith(expect["reason"]), waiting.reason
+        assert waiting.refusal is not None
+        assert waiting.refusal.code is RefusalCode.WAITING_FOR_CHECKPOINTS
+        assert waiting.refusal.figures["until"] > now
+
+
+def test_the_awaited_checkpoint_ends_the_wait() -> None:
+    # Waiting at 2.75 h; u0 checkpoints at 3 h and the cycle then evicts it, losing nothing.
+    case = {"checkpoints_h": [1.0, 2.0], "wait": {"max_wait_h": 1.0}}
+    sched = scheduler_for(case)
+    sched.submit(spec("a-job", "team-a"), 2.75 * HOUR)
+    assert not sched.cycle(2.75 * HOUR).decisions
+    sched.report_checkpoint("u0", 3 * HOUR)
+    evictions = [d for d in sched.cycle(3 * HOUR).decisions if isinstance(d, Evict)]
+    assert [(d.job_id, d.lost_gpu_seconds) for d in evictions] == [("u0", 0.0)]
+
+
+def test_bad_settings_are_refused_with_the_field_named() -> None:
+    with pytest.raises(InputError, match="max_wait"):
+        CheckpointWait(max_wait=-1)
+    with pytest.raises(InputError, match="min_saved_per_cost"):
+        CheckpointWait(min_saved_per_cost=float("nan"))
+    with pytest.raises(InputError, match="urgent_priority"):
+        CheckpointWait(urgent_priority=1.5)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="checkpoint_wait"):
+        Contract(checkpoint_wait="yes")  # type: ignore[arg-type]
+
+
+@st.composite
+def cadences(draw: st.DrawFn, now: float) -> list[VictimCadence]:
+    """Victims as the scheduler knows them at `now`: each reported its last checkpoint (or
+    started) less than one cadence ago, when its cadence is known."""
+    victims = []
+    for _ in range(draw(st.integers(1, 5))):
+        gpus = draw(st.sampled_from([1.0, 4.0, 8.0, 32.0]))
+        every = draw(st.none() | st.floats(60, 2 * HOUR))
+        ago = draw(st.floats(0, 1, exclude_max=True)) * (every or 3 * HOUR)
+        assume(every is None or now - ago + every > now)  # its next one is still to come
+        victims.append(VictimCadence(gpus, now - ago, every))
+    return victims
+
+
+def lost_at(victims: list[VictimCadence], moment: float) -> float:
+    """Brute force: the work each victim would lose if evicted at `moment`, stepping through
+    its checkpoints one by one."""
+    total = 0.0
+    for victim in victims:
+        since = victim.since
+        if victim.every is not None:
+            while since + victim.every <= moment:
+                since += victim.every
+        total += victim.gpus * max(moment - since, 0.0)
+    return total
+
+
+NOW = 3 * HOUR
+
+
+@given(cadences(NOW), st.floats(1, 64))
+def test_the_verdict_matches_brute_force(victims: list[VictimCadence], gpus: float) -> None:
+    # A wait is chosen only when the work saved, counted checkpoint by checkpoint, is at least
+    # what the wait costs, and the figures quoted are those counts; and whenever such a wait
+    # ending at the last checkpoint due exists, it is chosen.
+    verdict = CheckpointWait(max_wait=2 * HOUR).judge(gpus, victims, NOW)
+    assert verdict.lost_now_gpu_seconds == pytest.approx(lost_at(victims, NOW))
+    due = [v.since + v.every for v in victims if v.every is not None]
+    until = max(due, default=NOW)
+    saved = lost_at(victims, NOW) - lost_at(victims, until)
+    cost = gpus * (until - NOW)
+    clearly_worth_it = until > NOW and saved > 1e-3 and saved >= cost * (1 + 1e-6)
+    clearly_not = until <= NOW or saved < cost * (1 - 1e-6) or saved <= 0
+    assert not (clearly_worth_it and not verdict.wait)
+    assert not (clearly_not and verdict.wait)
+    if verdict.wait:
+        assert verdict.until == until
+        assert verdict.saved_gpu_seconds == pytest.approx(saved, abs=1e-6)
+        assert verdict.cost_gpu_seconds == pytest.approx(cost)
