@@ -166,7 +166,7 @@ def _resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:
 
 
 def _reconcile(core: ServiceCore, now: float) -> None:
-    alive = {(run.job_id, run.attempt) for run in core.backend.running()}
+    alive: set[tuple[str, int]] = set(core.backend.running())  # (job id, attempt) tuples
     unsent = core.store.unsent_decisions()
     starting = {(d.job_id, d.attempt) for d in unsent if d.kind == "start"}
     state = JobState.RUNNING
@@ -175,8 +175,9 @@ def _reconcile(core: ServiceCore, now: float) -> None:
         for record in core.records.values()
         if record.state is state
     }
+    lost = running.keys() - alive - starting
     for key, record in running.items():
-        if key in alive or key in starting:
+        if key not in lost:
             continue
         job = core.scheduler.fail(record.job_id, now)
         core.sync(record, job)

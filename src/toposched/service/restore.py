@@ -10,7 +10,8 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from toposched.backends.dry_run import DryRunBackend, ResumedRun
+from toposched.backends.dry_run import DryRunBackend, ResumedRuns
+from toposched.backends.protocol import Launch
 from toposched.jobs.spec import JobSpec
 from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
@@ -25,7 +26,11 @@ def resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:
     time; a start stored but never sent is left to reconciliation, which sends it once."""
     unsent = {(d.job_id, d.attempt) for d in core.store.unsent_decisions() if d.kind == "start"}
     jobs, launch, running = core.scheduler.jobs, core.launch, JobState.RUNNING
-    runs = []
+    job_ids: list[str] = []
+    attempts: list[int] = []
+    runtimes: list[float | None] = []
+    start_times: list[float] = []
+    launches: list[Callable[[], Launch]] = []
     for record in core.records.values():
         start_time = record.start_time
         if record.state is not running or start_time is None:
@@ -33,9 +38,12 @@ def resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:
         job_id, attempt = record.job_id, record.attempt
         if unsent and (job_id, attempt) in unsent:
             continue
-        runtime = jobs[job_id].spec.expected_runtime
-        runs.append(ResumedRun(job_id, attempt, runtime, start_time, partial(launch, record)))
-    backend.resume_many(runs)
+        job_ids.append(job_id)
+        attempts.append(attempt)
+        runtimes.append(jobs[job_id].spec.expected_runtime)
+        start_times.append(start_time)
+        launches.append(partial(launch, record))
+    backend.resume_many(ResumedRuns(job_ids, attempts, runtimes, start_times, launches))
 
 
 class RestoredSpecs:
