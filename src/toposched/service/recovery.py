@@ -18,6 +18,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from operator import attrgetter
 
 from toposched.backends.dry_run import DryRunBackend
 from toposched.backends.protocol import Backend, Launch, NodeWatcher, Stop
@@ -45,6 +46,7 @@ from toposched.service.store import StoredDecision
 from toposched.service.store_protocol import StateStore
 
 log = logging.getLogger("toposched.service")
+_JOB_ID = attrgetter("job_id")
 
 
 def starter(
@@ -154,10 +156,12 @@ def _renumber(store: StateStore, records: list[JobRecord], moved: IntArray) -> N
 
 
 def _restore_records(core: ServiceCore, records: list[JobRecord]) -> None:
-    for record in records:
-        core.records[record.job_id] = record
-        if record.idempotency_key is not None:
-            core.by_key[record.idempotency_key] = record.job_id
+    core.records.update(zip(map(_JOB_ID, records), records, strict=True))
+    core.by_key.update(
+        (record.idempotency_key, record.job_id)
+        for record in records
+        if record.idempotency_key is not None
+    )
     log.info("recovered %d jobs", len(records))
 
 

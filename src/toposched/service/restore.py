@@ -110,10 +110,13 @@ def _shape_key(record: JobRecord) -> tuple[str, str] | None:
     text, job_id, submit_time = record.spec_text, record.job_id, record.submit_time
     if (
         text is None
+        # `_plain_name_and_time`, of a float time
+        or type(submit_time) is not float
+        or not 0 <= submit_time < math.inf
+        or type(job_id) is not str
+        or job_id == ""
         or '"' in job_id
         or "\\" in job_id
-        or type(submit_time) is not float
-        or not _plain_name_and_time(job_id, submit_time)
         # The only "submit_time" is the document's own (a job's fields hold no other).
         or text.count('"submit_time"') != 1
     ):
