@@ -104,9 +104,10 @@ def _plain_name_and_time(name: Any, submit_time: Any) -> bool:
 def _shape_key(record: JobRecord) -> tuple[str, str] | None:
     """What `record`'s document holds but its name, submit time and `run`, as the text it
     was stored as, where the record holds it as that text (parsing none of it) for its own
-    job id and submit time: `{"name": NAME, ..., "submit_time": TIME, ...}` with `run`, if
-    any, last (the service writes documents so, `documents._Shape.text`). Of two documents of
-    one key, the specs differ only by name and submit time. None for any other text."""
+    job id and submit time (written as a decimal fraction of its value): `{"name": NAME, ...,
+    "submit_time": TIME, ...}` with `run`, if any, last (the service writes documents so,
+    `documents._Shape.text`). Of two documents of one key, the specs differ only by name and
+    submit time. None for any other text."""
     text, job_id, submit_time = record.spec_text, record.job_id, record.submit_time
     if (
         text is None
@@ -122,11 +123,23 @@ def _shape_key(record: JobRecord) -> tuple[str, str] | None:
     ):
         return None
     prefix = f'{{"name": "{job_id}", '
-    time = f', "submit_time": {float.__repr__(submit_time)}'
-    end = text.find(time, len(prefix))
+    end = text.find(_TIME, len(prefix))
     if end < 0 or not text.startswith(prefix) or text[-1] != "}":
         return None
-    middle, tail = text[len(prefix) : end], text[end + len(time) :]
+    # The time, up to the next key or the end: a decimal fraction of the record's value
+    # (read, not written out: `float.__repr__` costs more than the rest together).
+    begin = end + len(_TIME)
+    after = text.find(",", begin)
+    after = len(text) - 1 if after < 0 else after
+    number = text[begin:after]
+    if not (
+        number.isascii()
+        and number.count(".") == 1
+        and number.replace(".", "", 1).isdigit()
+        and float(number) == submit_time
+    ):
+        return None
+    middle, tail = text[len(prefix) : end], text[after:]
     if not tail.startswith(_RUN):
         return middle, tail
     try:  # `run` is last: what follows its key is one JSON object
@@ -137,3 +150,4 @@ def _shape_key(record: JobRecord) -> tuple[str, str] | None:
 
 
 _RUN = ', "run": '
+_TIME = ', "submit_time": '
