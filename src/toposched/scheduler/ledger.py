@@ -134,7 +134,7 @@ class Ledger:
     def started_many(self, jobs: Sequence[Job]) -> None:
         """`started` for each of many jobs (a restart's), with the same result: the sorted
         records and the preemptible index filled at once from the jobs' fields read as
-        columns (what `_holding`, `release_time` and `work_since` read of each)."""
+        columns (what `_count_in`, `release_time` and `work_since` read of each)."""
         n = len(jobs)
         if n == 0:
             return

@@ -70,8 +70,16 @@ class OwedBook:
     def asked(self, core: ServiceCore, job: Job) -> None:
         """`job` was submitted: an allocated job adds what it asks for to its team's demand
         (before the first turn the book is not counting yet: that turn counts every job)."""
-        if self.meter is not None:
-            self._add_many(core, (job,))
+        if self.meter is None:
+            return
+        spec, scheduler = job.spec, core.scheduler
+        if scheduler.contract.is_unallocated(spec.min_runtime, spec.account, scheduler.tree):
+            return
+        job_id, gpus = spec.name, job.gpus
+        if gpus <= 0 or job_id in self._asked:
+            return
+        self._asked[job_id] = (spec.account, gpus)
+        self._demand[spec.account] = self._demand.get(spec.account, 0.0) + gpus
 
     def ended(self, job_id: str) -> None:
         """The job ended (finished, failed, cancelled): its team asks for less."""
@@ -87,10 +95,10 @@ class OwedBook:
             del self._demand[team]
 
     def _add_many(self, core: ServiceCore, jobs: Sequence[Job]) -> None:
-        """Count each job's GPUs in its team's demand if it is allocated work, in order. For a
-        restart's many jobs: whether work is unallocated is asked once per team and min
-        runtime, the jobs' fields are read as columns, and each team's demand is summed in
-        job order (`np.add.at`), as one job after another would add to it."""
+        """`asked` for each of a restart's many jobs, in order, with the same result: whether
+        work is unallocated is asked once per team and min runtime, the jobs' fields are read
+        as columns, and each team's demand is summed in job order (`np.add.at`), as one job
+        after another adds to it."""
         scheduler, asked = core.scheduler, self._asked
         specs = list(map(_SPEC, jobs))
         teams = list(map(_ACCOUNT, specs))
