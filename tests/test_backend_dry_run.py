@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from toposched.backends.dry_run import DryRunBackend, ResumedRun
+from toposched.backends.dry_run import DryRunBackend, ResumedRuns
 from toposched.backends.protocol import (
     Backend,
     Launch,
@@ -140,23 +142,32 @@ def test_resume_takes_a_run_as_started_without_a_report() -> None:
 def test_resuming_many_at_once_equals_resuming_one_by_one() -> None:
     built: list[str] = []
 
-    def lazily(job_id: str, runtime: float | None) -> ResumedRun:
+    def lazily(job_id: str) -> Callable[[], Launch]:
         def make() -> Launch:
             built.append(job_id)
-            return launch(job_id, runtime)
+            return launch(job_id, runtimes[job_id])
 
-        return ResumedRun(job_id, 1, runtime, 100.0 + len(job_id), make)
+        return make
 
-    runs = [lazily("a", 60.0), lazily("bb", 5.0), lazily("ccc", None), lazily("dddd", 30.0)]
+    runtimes = {"a": 60.0, "bb": 5.0, "ccc": None, "dddd": 30.0}
+    names = list(runtimes)
+    starts = [100.0 + len(job_id) for job_id in names]
     one_by_one, at_once = DryRunBackend(), DryRunBackend()
-    for run in runs:
-        one_by_one.resume(launch(run.job_id, run.expected_runtime), run.start_time)
+    for job_id, start in zip(names, starts, strict=True):
+        one_by_one.resume(launch(job_id, runtimes[job_id]), start)
+    runs = ResumedRuns(names, [1] * 4, list(runtimes.values()), starts, list(map(lazily, names)))
     at_once.resume_many(runs)
+    at_once.resume_many(runs)  # the same attempts again: they run already, nothing changes
     assert built == []  # no launch is built until someone asks for one
     assert at_once.running() == one_by_one.running()
     assert at_once.launch("bb") == one_by_one.launch("bb") and built == ["bb"]
     for now in (100.0, 110.0, 140.0, 1000.0):
         assert kinds(list(at_once.poll(now))) == kinds(list(one_by_one.poll(now)))
+    assert at_once.running() == [RunningJob("ccc", 1)]
+    with pytest.raises(InputError, match="already running"):
+        at_once.resume_many(ResumedRuns(["ccc"], [2], [None], [0.0], [lazily("ccc")]))
+    with pytest.raises(InputError, match="expected_runtime"):
+        at_once.resume_many(ResumedRuns(["e"], [1], [float("nan")], [0.0], [lazily("e")]))
     assert at_once.running() == [RunningJob("ccc", 1)]
 
 

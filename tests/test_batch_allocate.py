@@ -54,6 +54,12 @@ def test_taking_many_at_once_equals_taking_them_one_by_one() -> None:
         ("away", Allocation.of([500], [[0]]), "must be a node index"),
         ("gpu", Allocation.of([41], [[7]]), "has 4 GPUs"),
         ("whole", Allocation.of([41], [[0]]), "already holds an allocation"),
+        # Amounts the quick checks do not vouch for: each left to `allocate`, which refuses it.
+        ("bool", Allocation.of([41], [[0]], gpu_milli=True), "must be an integer milli-GPU"),
+        ("none", Allocation.of([41], [[0]], gpu_milli=0), r"must be in \(0, 1000\]"),
+        ("wide", Allocation.of([41], [[0, 1]], gpu_milli=500), "one GPU per pod"),
+        ("less", Allocation.of([41], [[0]], cpu_milli=-5), "must be >= 0"),
+        ("huge", Allocation.of([41], [[0]], memory_mib=2**70), "must be <= 1099511627776"),
     ],
 )
 def test_a_batch_with_one_that_does_not_fit_is_refused_whole(

@@ -8,7 +8,7 @@ from toposched.cluster.loaders import topology_from_dict
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.cluster.statement import Statement, trial
 from toposched.scheduler.preemptible import (
-    Holding,
+    Holdings,
     PreemptibleIndex,
     domain_nodes,
     uniform_size,
@@ -173,6 +173,10 @@ AGGREGATES = (
 )
 
 
+Holding = tuple[str, Allocation, float, float, float, bool, str, int]
+"""`PreemptibleIndex.add`'s arguments."""
+
+
 def holdings() -> list[Holding]:
     """Whole-GPU pods (one and two per job), shared and CPU-only ones, allocated jobs ending
     their protection at different times, unallocated ones, two accounts and priorities."""
@@ -185,15 +189,15 @@ def holdings() -> list[Holding]:
         Allocation.of([2, 3], [[2], [1]], cpu_milli=500, memory_mib=128),
     ]
     return [
-        Holding(
+        (
             f"j{index}",
             allocation,
             allocation.gpus.size * allocation.gpu_milli / 1000,
-            since=10.0 * index + 0.1,
-            protected_until=1000.0 * (index % 3) + index,
-            unallocated=index % 3 == 0,
-            account=f"team-{index % 2}",
-            priority=index % 4,
+            10.0 * index + 0.1,  # since
+            1000.0 * (index % 3) + index,  # protected until
+            index % 3 == 0,  # unallocated
+            f"team-{index % 2}",
+            index % 4,  # priority
         )
         for index, allocation in enumerate(pieces)
     ]
@@ -208,14 +212,14 @@ def test_adding_many_at_once_equals_adding_one_by_one() -> None:
         index.remove("gone")
     for holding in holdings():
         one_by_one.add(*holding)
-    at_once.add_many(holdings())
+    at_once.add_many(Holdings(*(list(column) for column in zip(*holdings(), strict=True))))
     assert at_once.slot_of == one_by_one.slot_of
     assert at_once.ids.tolist() == one_by_one.ids.tolist()
     assert (at_once.accounts, at_once.pairs) == (one_by_one.accounts, one_by_one.pairs)
     assert at_once.shared_on_node == one_by_one.shared_on_node == {3: {at_once.slot_of["j3"]}}
     assert at_once.gpuless_on_node == one_by_one.gpuless_on_node
     # Protections end one at a time in one index, all at once in the other.
-    for time in sorted(holding.protected_until for holding in holdings()):
+    for time in sorted(holding[4] for holding in holdings()):
         one_by_one.refresh(time)
     at_once.refresh(3000.0)
     for name in AGGREGATES:

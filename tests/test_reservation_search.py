@@ -144,3 +144,26 @@ def test_earliest_fit_equals_releasing_one_job_at_a_time(
             event("search skips releases" if needed < fit.released else "search skips none")
     after = scheduler.state.snapshot()
     assert all(np.array_equal(before[name], after[name]) for name in before)
+
+
+def test_many_running_jobs_are_counted_together_as_one_by_one() -> None:
+    """The leaves and GPU slots of a hundred running jobs at once (as a restart's first
+    reservation reads them) are those counted job by job: gangs of no pods to whole racks,
+    whole nodes and single GPUs, CPU-only pods."""
+    topology = nvl72_cluster(zones=1, blocks_per_zone=2, racks_per_block=3, nodes_per_rack=6)
+    scheduler = Scheduler(ClusterState(topology), BudgetTree.from_dict({"accounts": {"a": 100}}))
+    search = scheduler.reservations
+    rng = np.random.default_rng(7)
+    allocations = []
+    for _ in range(100):
+        pods = int(rng.choice([0, 1, 3, 18]))
+        width = int(rng.choice([0, 1, 4]))
+        nodes = rng.integers(0, topology.n_nodes, pods).astype(np.int64)
+        allocations.append(Allocation(nodes, rng.integers(0, 4, (pods, width)).astype(np.int64)))
+    together = search._count_held_many(allocations)
+    for allocation, (leaves, slots) in zip(allocations, together, strict=True):
+        one_leaves, one_slots = search._count_held(allocation)
+        assert leaves.tolist() == sorted(one_leaves.tolist())
+        assert dict(zip(leaves.tolist(), slots.tolist(), strict=True)) == dict(
+            zip(one_leaves.tolist(), one_slots.tolist(), strict=True)
+        )

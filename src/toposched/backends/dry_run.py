@@ -16,20 +16,21 @@ from dataclasses import dataclass
 from toposched.backends.protocol import Launch, Report, ReportKind, RunningJob, Stop
 from toposched.cluster.errors import InputError
 
-__all__ = ["DryRunBackend", "ResumedRun"]
+__all__ = ["DryRunBackend", "ResumedRuns"]
 
 
 @dataclass(frozen=True, slots=True)
-class ResumedRun:
-    """A run the store says was started, to go on in a new process: `launch` builds its
-    `Launch` when asked (a restart resumes a hundred thousand runs, and names their nodes
-    only for the few anyone looks at)."""
+class ResumedRuns:
+    """Runs the store says were started, to go on in a new process, as columns (a restart
+    resumes a hundred thousand): the i-th run is job `job_ids[i]`'s attempt `attempts[i]`,
+    started at `start_times[i]`; `launches[i]` builds its `Launch` when asked (the nodes are
+    named only for the few runs anyone looks at)."""
 
-    job_id: str
-    attempt: int
-    expected_runtime: float | None
-    start_time: float
-    launch: Callable[[], Launch]
+    job_ids: Sequence[str]
+    attempts: Sequence[int]
+    expected_runtimes: Sequence[float | None]
+    start_times: Sequence[float]
+    launches: Sequence[Callable[[], Launch]]
 
 
 @dataclass(slots=True)
@@ -119,19 +120,33 @@ class DryRunBackend:
         if run is not None:
             self._started(run, start_time)
 
-    def resume_many(self, runs: Sequence[ResumedRun]) -> None:
-        """`resume` each run, the end times ordered once for all of them."""
-        ends = self._ends
-        for resumed in runs:
-            run = self._new_run(
-                resumed.job_id, resumed.attempt, resumed.expected_runtime, None, resumed.launch
-            )
-            if run is None:
-                continue
-            run.start_time = resumed.start_time
-            if run.expected_runtime is not None:
-                ends.append((resumed.start_time + run.expected_runtime, run.token, run.job_id))
-        heapq.heapify(ends)
+    def resume_many(self, resumed: ResumedRuns) -> None:
+        """`resume` each run, in order, with the same result (a run of an attempt that runs
+        already is skipped; another attempt of a running job is refused, the runs before it
+        kept); the end times ordered once for all of them."""
+        runs, ends, token = self._runs, self._ends, self._next_token
+        try:
+            for job_id, attempt, runtime, start_time, launch in zip(
+                resumed.job_ids,
+                resumed.attempts,
+                resumed.expected_runtimes,
+                resumed.start_times,
+                resumed.launches,
+                strict=True,
+            ):
+                current = runs.get(job_id)
+                if current is not None or (runtime is not None and not runtime >= 0):
+                    # Started already (skipped), or refused as `_new_run` refuses it.
+                    self._new_run(job_id, attempt, runtime, None)
+                    continue
+                runs[job_id] = _Run(job_id, attempt, runtime, token, None, launch, start_time)
+                if runtime is not None:
+                    ends.append((start_time + runtime, token, job_id))
+                token += 1
+        finally:
+            self.launches_total += token - self._next_token
+            self._next_token = token
+            heapq.heapify(ends)
 
     def stop(self, stop: Stop) -> None:
         run = self._runs.get(stop.job_id)
@@ -157,7 +172,8 @@ class DryRunBackend:
         return reports
 
     def running(self) -> Sequence[RunningJob]:
-        return [RunningJob(run.job_id, run.attempt) for run in self._runs.values()]
+        make = RunningJob._make
+        return [make((run.job_id, run.attempt)) for run in self._runs.values()]
 
     def launch(self, job_id: str) -> Launch | None:
         """The launch of `job_id`'s running attempt, if it runs."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from toposched.cluster.state import Health
 from toposched.cluster.topology import Topology
@@ -85,9 +85,9 @@ class Report:
     """E.g. "pod 3 exited with status 1" for a failure."""
 
 
-@dataclass(frozen=True)
-class RunningJob:
-    """A job the backend still runs, for reconciliation after a restart."""
+class RunningJob(NamedTuple):
+    """A job the backend still runs, for reconciliation after a restart (a tuple: a restart
+    of a dry-run fleet lists a hundred thousand)."""
 
     job_id: str
     attempt: int

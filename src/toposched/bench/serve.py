@@ -19,9 +19,11 @@ shared machine it moves far less with the others' load than wall time.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -419,6 +421,36 @@ def _restart(folder: Path, quick: bool) -> Measurement:
     fill_begin = time.perf_counter()
     count = fill_store(store, pending, time.time(), max_running)
     fill_s = time.perf_counter() - fill_begin
+    return _restarted(folder, store, count, pending, fill_s)
+
+
+def restart_runs(runs: int) -> list[Measurement]:
+    """The restart alone, `runs` times: one store filled as the suite fills it (100,000
+    running and 10,000 pending jobs), each run on a fresh copy of it, with the machine's load
+    average (1 min) when it began (`python -m toposched.bench.serve`)."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="toposched-bench-restart-") as name:
+        folder = Path(name)
+        (folder / "budgets.yaml").write_text(yaml.safe_dump(team_tree().to_dict()))
+        filled, pending = folder / "filled.db", 10_000
+        begin = time.perf_counter()
+        count = fill_store(filled, pending, time.time())
+        fill_s = time.perf_counter() - begin
+        for _ in range(runs):
+            store = folder / "restart.db"
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{store}{suffix}").unlink(missing_ok=True)
+            shutil.copyfile(filled, store)
+            load = os.getloadavg()[0]
+            result = _restarted(folder, store, count, pending, fill_s)
+            result.extra["load_average"] = round(load, 2)
+            results.append(result)
+    return results
+
+
+def _restarted(folder: Path, store: Path, count: int, pending: int, fill_s: float) -> Measurement:
+    """A server started on `store` (filled with `count` running and `pending` pending jobs),
+    timed from its spawn to the first decision a client sees."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     begin = time.time()
@@ -456,3 +488,20 @@ def _decided(stream: str) -> bool:
         if line.startswith("data: ") and json.loads(line[6:])["kind"] in ("bound", "evicting"):
             return True
     return False
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        prog="python -m toposched.bench.serve",
+        description="Run the restart part of `toposched bench serve` alone, several times "
+        "(one store filled once, each run on a fresh copy): wall time to the first decision, "
+        "the server's CPU seconds and the load average at each run's start.",
+    )
+    parser.add_argument("--runs", type=int, default=3, help="restarts to time (default 3)")
+    for measured in restart_runs(parser.parse_args().runs):
+        extra = measured.extra
+        print(
+            f"decided {measured.median_s:.2f} s, ready {extra['ready_s']:.2f} s, server CPU "
+            f"{extra['server_cpu_s']} s, load {extra['load_average']}",
+            flush=True,
+        )

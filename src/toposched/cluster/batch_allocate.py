@@ -14,13 +14,20 @@ name the field and rule; then nothing of the batch is kept. Allocations of sever
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter, itemgetter
 
 import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import Allocation, ClusterState
-from toposched.cluster.validation import plain_allocation
+from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState
+from toposched.cluster.validation import MAX_PER_POD
+
+_SETS, _NODES, _GPUS = attrgetter("sets"), attrgetter("nodes"), attrgetter("gpus")
+_SHAPE, _NDIM, _DTYPE = attrgetter("shape"), attrgetter("ndim"), attrgetter("dtype")
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_AMOUNTS = tuple(map(attrgetter, ("gpu_milli", "cpu_milli", "memory_mib")))
+"""Fields of many allocations and their arrays, read in C (`_plain_columns`)."""
 
 
 def allocate_many(
@@ -72,31 +79,67 @@ def _fits(state: ClusterState, owners: Sequence[str], allocations: Sequence[Allo
     held = state.allocations
     if len(set(owners)) != len(owners) or any(not o or o in held for o in owners):
         return False
-    if not all(plain_allocation(allocation) for allocation in allocations):
+    columns = _plain_columns(allocations)
+    if columns is None:
         return False
-    nodes = np.concatenate([a.nodes for a in allocations])
+    nodes_of, gpus_of, table = columns
+    nodes = np.concatenate(nodes_of)
     n_nodes = state.topology.n_nodes
     if nodes.size and (int(nodes.min()) < 0 or int(nodes.max()) >= n_nodes):
         return False
     if (state.closed[nodes] != 0).any():  # unhealthy, fenced or held as a spare
         return False
-    # Each allocation's pods, GPUs per pod, milli-GPU, CPU and memory per pod, read in one
-    # pass (the amounts are ints, `plain_allocation` checked).
-    table = np.array(
-        [
-            (len(a.nodes), a.gpus.shape[1], a.gpu_milli, a.cpu_milli, a.memory_mib)
-            for a in allocations
-        ],
-        dtype=np.int64,
-    ).reshape(-1, 5)
-    if not _gpus_fit(state, allocations, nodes, table):
+    if not _gpus_fit(state, gpus_of, nodes, table):
         return False
     return _per_node_fits(state, nodes, table)
 
 
+def _plain_columns(
+    allocations: Sequence[Allocation],
+) -> tuple[list[NDArray[np.int64]], list[NDArray[np.int64]], NDArray[np.int64]] | None:
+    """Each allocation's nodes and GPUs, and a table of its pods, GPUs per pod, milli-GPU, CPU
+    and memory per pod, where every allocation is one `plain_allocation` vouches for (read
+    as columns, for a restart's hundred thousand); else None."""
+    if any(map(_SETS, allocations)):
+        return None
+    nodes: list[NDArray[np.int64]] = list(map(_NODES, allocations))
+    gpus: list[NDArray[np.int64]] = list(map(_GPUS, allocations))
+    shapes = list(map(_SHAPE, gpus))
+    amounts = [list(map(getter, allocations)) for getter in _AMOUNTS]
+    kinds = {dtype.kind for dtype in set(map(_DTYPE, nodes)) | set(map(_DTYPE, gpus))}
+    if (
+        set(map(_NDIM, nodes)) != {1}
+        or set(map(len, shapes)) != {2}
+        or not kinds <= {"i", "u"}
+        or not all(set(map(type, column)) <= {int} for column in amounts)  # not bool
+    ):
+        return None
+    n = len(allocations)
+    pods = np.fromiter(map(len, nodes), np.int64, n)
+    try:
+        table = np.column_stack(
+            (
+                pods,
+                np.fromiter(map(_SECOND, shapes), np.int64, n),
+                *(np.fromiter(column, np.int64, n) for column in amounts),
+            )
+        )
+    except OverflowError:  # an amount beyond int64, far beyond `MAX_PER_POD`
+        return None
+    per_pod, milli, cpu, memory = table[:, 1], table[:, 2], table[:, 3], table[:, 4]
+    if (
+        not np.array_equal(np.fromiter(map(_FIRST, shapes), np.int64, n), pods)
+        or bool(((milli <= 0) | (milli > MILLI_PER_GPU)).any())
+        or bool(((per_pod > 1) & (milli != MILLI_PER_GPU)).any())
+        or bool(((cpu < 0) | (cpu > MAX_PER_POD) | (memory < 0) | (memory > MAX_PER_POD)).any())
+    ):
+        return None
+    return nodes, gpus, table
+
+
 def _gpus_fit(
     state: ClusterState,
-    allocations: Sequence[Allocation],
+    gpus_of: list[NDArray[np.int64]],
     nodes: NDArray[np.int64],
     table: NDArray[np.int64],
 ) -> bool:
@@ -105,9 +148,9 @@ def _gpus_fit(
     width = state.gpu_free_milli.shape[1]
     pods, per_pod = table[:, 0], table[:, 1]
     if bool((per_pod == per_pod[0]).all()):  # pods of one width: rows of one table
-        gpus = np.concatenate([a.gpus for a in allocations]).reshape(-1).astype(np.int64)
+        gpus = np.concatenate(gpus_of).reshape(-1).astype(np.int64)
     else:
-        gpus = np.concatenate([a.gpus.reshape(-1) for a in allocations]).astype(np.int64)
+        gpus = np.concatenate([part.reshape(-1) for part in gpus_of]).astype(np.int64)
     if not gpus.size:
         return True
     pod_of_gpu_nodes = np.repeat(nodes, np.repeat(per_pod, pods))

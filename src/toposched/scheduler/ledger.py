@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from itertools import compress
+from operator import attrgetter
 
 import numpy as np
 from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
-from toposched.cluster.state import Allocation, ClusterState, distinct
+from toposched.cluster.state import ClusterState, distinct
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import RunningJob
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.jobs import Job
-from toposched.scheduler.preemptible import Holding, PreemptibleIndex
+from toposched.scheduler.preemptible import Holdings, PreemptibleIndex
 
 IntArray = NDArray[np.int64]
 
@@ -130,43 +132,50 @@ class Ledger:
         del self.running[job.job_id]
 
     def started_many(self, jobs: Sequence[Job]) -> None:
-        """`started` for each of many jobs (a restart's), in one pass: the sorted records and
-        the preemptible index filled at once, each job's fields read once (what `_holding`,
-        `release_time` and `work_since` read of it)."""
-        releases = []
-        protection = []
-        holdings = []
-        allocations = self.state.allocations
-        unallocated = self.unallocated
-        self.running.update((job.spec.name, job) for job in jobs)
+        """`started` for each of many jobs (a restart's), with the same result: the sorted
+        records and the preemptible index filled at once from the jobs' fields read as
+        columns (what `_count_in`, `release_time` and `work_since` read of each)."""
+        n = len(jobs)
+        if n == 0:
+            return
+        specs = list(map(_SPEC, jobs))
+        job_ids = list(map(_NAME, specs))
+        self.running.update(zip(job_ids, jobs, strict=True))
+        starts: list[float] = list(map(_START_TIME, jobs))
+        assert None not in starts
         for job in jobs:
-            spec = job.spec
-            job_id = spec.name
-            start = job.start_time
-            assert start is not None
             job.last_checkpoint = None  # so the work at stake counts from the start
-            protected_until = start + job.min_runtime
-            runtime = spec.expected_runtime
-            releases.append((protected_until if runtime is None else start + runtime, job_id))
-            if job.unallocated:
-                unallocated.add(job_id)
-            else:
-                protection.append((protected_until, job_id))
-            holdings.append(
-                Holding(
-                    job_id,
-                    allocations[job_id].largest,
-                    job.gpus,
-                    start,
-                    protected_until,
-                    job.unallocated,
-                    spec.account,
-                    spec.priority,
-                )
+        start = np.array(starts, dtype=np.float64)
+        protected_until = start + np.fromiter(map(_MIN_RUNTIME, jobs), np.float64, n)
+        runtimes = list(map(_EXPECTED_RUNTIME, specs))
+        if None in runtimes:
+            ends = np.where(
+                [runtime is None for runtime in runtimes],
+                protected_until,
+                start + np.array([runtime or 0.0 for runtime in runtimes], dtype=np.float64),
             )
-        self.preemptible.add_many(holdings)
-        self.releases.update(_nearly_sorted(releases))
-        self.protection.update(_nearly_sorted(protection))
+        else:
+            ends = start + np.array(runtimes, dtype=np.float64)
+        unallocated: list[bool] = list(map(_UNALLOCATED, jobs))
+        self.unallocated.update(compress(job_ids, unallocated))
+        allocated = ~np.array(unallocated, dtype=bool)
+        allocations = self.state.allocations
+        self.preemptible.add_many(
+            Holdings(
+                job_ids,
+                list(map(_LARGEST, map(allocations.__getitem__, job_ids))),
+                list(map(_GPUS, jobs)),
+                starts,
+                protected_until,
+                unallocated,
+                list(map(_ACCOUNT, specs)),
+                list(map(_PRIORITY, specs)),
+            )
+        )
+        self.releases.update(_in_time_order(ends, job_ids))
+        self.protection.update(
+            _in_time_order(protected_until[allocated], list(compress(job_ids, allocated.tolist())))
+        )
 
     def remember(self, job: Job) -> None:
         """Count the running `job` in every record."""
@@ -179,7 +188,19 @@ class Ledger:
     def _count_in(self, job: Job) -> None:
         """The records of the running `job` but the sorted ones: the preemptible index, the set
         of unallocated work (its view is made when first read)."""
-        self.preemptible.add(*_holding(job, self.state.allocations[job.job_id], job.gpus))
+        assert job.start_time is not None
+        spec = job.spec
+        # Of an allocation of several pod shapes, the index keeps its largest set.
+        self.preemptible.add(
+            job.job_id,
+            self.state.allocations[job.job_id].largest,
+            job.gpus,
+            work_since(job),
+            job.start_time + job.min_runtime,
+            job.unallocated,
+            spec.account,
+            spec.priority,
+        )
         if job.unallocated:
             self.unallocated.add(job.job_id)
 
@@ -257,33 +278,17 @@ def _view(job: Job, gpus: float) -> RunningJob:
     )
 
 
-def _holding(job: Job, allocation: Allocation, gpus: float) -> Holding:
-    """The running `job`, which holds `gpus` on `allocation`, as the preemptible index takes
-    it (of an allocation of several pod shapes, the index keeps its largest set)."""
-    assert job.start_time is not None
-    spec = job.spec
-    return Holding(
-        job.job_id,
-        allocation.largest,
-        gpus,
-        work_since(job),
-        job.start_time + job.min_runtime,
-        job.unallocated,
-        spec.account,
-        spec.priority,
-    )
+def _in_time_order(times: NDArray[np.float64], job_ids: list[str]) -> list[tuple[float, str]]:
+    """Records (time, job id) in time order, ties in the order given: sorting them then (what
+    a sorted list's `update` does) only orders the ties by job id, comparing each tuple with
+    its neighbour instead of n log n times. Ordered with numpy on the times, for the hundred
+    thousand records of a restart."""
+    order = np.argsort(times, kind="stable").tolist()
+    return list(zip(times[order].tolist(), map(job_ids.__getitem__, order), strict=True))
 
 
-_PRESORT_FROM = 1000
-"""From this many records on, `_nearly_sorted` orders them by time before they are sorted."""
-
-
-def _nearly_sorted(records: list[tuple[float, str]]) -> list[tuple[float, str]]:
-    """`records` (time, job id) in time order, ties in the order given: sorting them then
-    (what a sorted list's `update` does) only orders the ties by job id, comparing each
-    tuple with its neighbour instead of n log n times. Ordered with numpy on the times, for
-    the hundred thousand records of a restart."""
-    if len(records) < _PRESORT_FROM:
-        return records
-    times = np.fromiter((time for time, _ in records), np.float64, len(records))
-    return [records[i] for i in np.argsort(times, kind="stable").tolist()]
+_SPEC, _NAME, _START_TIME = attrgetter("spec"), attrgetter("name"), attrgetter("start_time")
+_MIN_RUNTIME, _EXPECTED_RUNTIME = attrgetter("min_runtime"), attrgetter("expected_runtime")
+_UNALLOCATED, _LARGEST, _GPUS = attrgetter("unallocated"), attrgetter("largest"), attrgetter("gpus")
+_ACCOUNT, _PRIORITY = attrgetter("account"), attrgetter("priority")
+"""Fields of many jobs, specs and allocations, read in C (`started_many`)."""

@@ -111,8 +111,9 @@ class Lifecycle:
         taken together (`allocate_many`), all or none."""
         try:
             for job, allocation in zip(jobs, allocations, strict=True):
-                job.hold(allocation)
-            allocate_many(self.state, [job.job_id for job in jobs], allocations)
+                if job.sets is not None:  # `hold` changes nothing for a job of one pod set
+                    job.hold(allocation)
+            allocate_many(self.state, [job.spec.name for job in jobs], allocations)
         except InputError as error:
             for job in jobs:
                 job.unhold()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from operator import attrgetter, itemgetter
 
 import numpy as np
 from numpy.typing import NDArray
@@ -78,19 +78,26 @@ _ROWS = (
     *("account", "priority", "pair", "unallocated", "evicting", "counted"),
 )
 """The index's per-slot arrays."""
+_GPU_MILLI, _CPU_MILLI = attrgetter("gpu_milli"), attrgetter("cpu_milli")
+_MEMORY_MIB, _NODES, _GPUS = attrgetter("memory_mib"), attrgetter("nodes"), attrgetter("gpus")
+_GPUS_SHAPE = attrgetter("gpus.shape")
+_SECOND = itemgetter(1)
+"""Columns of many allocations, read in C (`add_many`)."""
 
 
-class Holding(NamedTuple):
-    """A running job as `PreemptibleIndex.add_many` takes it (the arguments of `add`)."""
+@dataclass(frozen=True)
+class Holdings:
+    """Running jobs as `PreemptibleIndex.add_many` takes them, as columns (a restart adds a
+    hundred thousand): the i-th job is `add`'s arguments, each the i-th of its column."""
 
-    job_id: str
-    allocation: Allocation
-    gpus: float
-    since: float
-    protected_until: float
-    unallocated: bool
-    account: str
-    priority: int
+    job_ids: Sequence[str]
+    allocations: Sequence[Allocation]
+    gpus: Sequence[float]
+    since: Sequence[float]
+    protected_until: Sequence[float] | NDArray[np.float64]
+    unallocated: Sequence[bool]
+    accounts: Sequence[str]
+    priorities: Sequence[int]
 
 
 class PreemptibleIndex:
@@ -239,45 +246,44 @@ class PreemptibleIndex:
         else:
             heapq.heappush(self._protection, (protected_until, slot, self._serial[slot]))
 
-    def add_many(self, jobs: Sequence[Holding]) -> None:
+    def add_many(self, jobs: Holdings) -> None:
         """`add` each of many jobs in order (a restart's), with the same result: their rows
         and GPU owners written together, the unallocated ones counted together."""
-        n = len(jobs)
+        n = len(jobs.job_ids)
         if n == 0:
             return
         self.version += n
-        allocations = [job.allocation for job in jobs]
+        allocations = list(jobs.allocations)
         slots = self._take_slots(allocations)
         ids = np.empty(n, dtype=object)
-        ids[:] = [job.job_id for job in jobs]
-        self.slot_of.update(zip(ids.tolist(), slots.tolist(), strict=True))
-        accounts = [job.account for job in jobs]
-        priorities = [job.priority for job in jobs]
+        ids[:] = jobs.job_ids
+        self.slot_of.update(zip(jobs.job_ids, slots.tolist(), strict=True))
+        accounts, priorities = jobs.accounts, list(jobs.priorities)
         for account in dict.fromkeys(accounts):
             if account not in self.accounts:
                 self.accounts[account] = len(self.account_names)
                 self.account_names.append(account)
-        codes = [self.accounts[account] for account in accounts]
+        codes = list(map(self.accounts.__getitem__, accounts))
         for code, priority in dict.fromkeys(zip(codes, priorities, strict=True)):
             self._pair_code(code, priority)
         pairs = self.pairs
-        unallocated = np.fromiter((job.unallocated for job in jobs), bool, n)
-        protected_until = np.fromiter((job.protected_until for job in jobs), np.float64, n)
-        milli = np.fromiter((a.gpu_milli for a in allocations), np.int64, n)
-        pods = np.fromiter((a.nodes.shape[0] for a in allocations), np.int64, n)
-        width = np.fromiter((a.gpus.shape[1] for a in allocations), np.int64, n)
+        unallocated = np.array(jobs.unallocated, dtype=bool).reshape(n)
+        protected_until = np.asarray(jobs.protected_until, dtype=np.float64).reshape(n)
+        milli = np.fromiter(map(_GPU_MILLI, allocations), np.int64, n)
+        pods = np.fromiter(map(len, map(_NODES, allocations)), np.int64, n)
+        width = np.fromiter(map(_SECOND, map(_GPUS_SHAPE, allocations)), np.int64, n)
         shared = milli != MILLI_PER_GPU
         self.ids[slots] = ids
-        self.gpus[slots] = np.fromiter((job.gpus for job in jobs), np.float64, n)
-        self.since[slots] = np.fromiter((job.since for job in jobs), np.float64, n)
+        self.gpus[slots] = jobs.gpus
+        self.since[slots] = jobs.since
         self.protected_until[slots] = np.where(unallocated, -np.inf, protected_until)
         self.whole[slots] = np.where(shared, 1, width)
         self.pods[slots] = pods
-        self.cpu_milli[slots] = np.fromiter((a.cpu_milli for a in allocations), np.int64, n)
-        self.memory_mib[slots] = np.fromiter((a.memory_mib for a in allocations), np.int64, n)
+        self.cpu_milli[slots] = np.fromiter(map(_CPU_MILLI, allocations), np.int64, n)
+        self.memory_mib[slots] = np.fromiter(map(_MEMORY_MIB, allocations), np.int64, n)
         self.account[slots] = codes
         self.priority[slots] = priorities
-        self.pair[slots] = [pairs[pair] for pair in zip(codes, priorities, strict=True)]
+        self.pair[slots] = list(map(pairs.__getitem__, zip(codes, priorities, strict=True)))
         self.unallocated[slots] = unallocated
         self.evicting[slots] = False
         self.counted[slots] = False
@@ -288,11 +294,13 @@ class PreemptibleIndex:
         owners = [allocations[row] for row in np.flatnonzero(owning).tolist()]
         self._set_owners(owners, slots[owning], pods[owning], width[owning])
         self._count_many(slots[unallocated], +1)
-        serial = self._serial
+        protected = slots[~unallocated].tolist()
         self._protection.extend(
-            (until, slot, serial[slot])
-            for until, slot in zip(
-                protected_until[~unallocated].tolist(), slots[~unallocated].tolist(), strict=True
+            zip(
+                protected_until[~unallocated].tolist(),
+                protected,
+                map(self._serial.__getitem__, protected),
+                strict=True,
             )
         )
         heapq.heapify(self._protection)
@@ -331,8 +339,11 @@ class PreemptibleIndex:
         """`_set_owner` for many whole-GPU allocations at once: one flat assignment."""
         if not allocations:
             return
-        nodes = np.concatenate([allocation.nodes for allocation in allocations])
-        gpus = np.concatenate([allocation.gpus.reshape(-1) for allocation in allocations])
+        nodes = np.concatenate(list(map(_NODES, allocations)))
+        if bool((width == width[0]).all()):  # pods of one width: rows of one table
+            gpus = np.concatenate(list(map(_GPUS, allocations))).reshape(-1)
+        else:
+            gpus = np.concatenate([allocation.gpus.reshape(-1) for allocation in allocations])
         positions = np.repeat(nodes, np.repeat(width, pods)) * self.gpu_owner.shape[1] + gpus
         self.gpu_owner.reshape(-1)[positions] = np.repeat(slots, pods * width)
 

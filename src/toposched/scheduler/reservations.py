@@ -49,6 +49,12 @@ class _LastAnswer:
     fit: Fit | None
 
 
+_COUNTED_TOGETHER_FROM = 64
+"""From this many allocations on, `_held_by_leaves` counts them together."""
+_NOT_YET = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+"""`_held_by_leaves`'s place for a count still to be made."""
+
+
 class ReservationSearch:
     """Finds reservations from the running jobs' release order (see `earliest_fit`), and
     remembers the last answer while nothing it depends on changed."""
@@ -203,13 +209,23 @@ class ReservationSearch:
                 kept: entry for kept, entry in cache.items() if kept in running
             }
         held: list[tuple[IntArray, IntArray]] = []
+        missing: list[tuple[int, str, Allocation]] = []
         for owner in owners:
             allocation = allocations[owner]
             cached = cache.get(owner)
             if cached is None or cached[0] is not allocation:
-                # Of a job of several pod shapes, its largest set (as the preemptible index).
-                cached = cache[owner] = (allocation, self._count_held(allocation.largest))
-            held.append(cached[1])
+                missing.append((len(held), owner, allocation))
+                held.append(_NOT_YET)
+            else:
+                held.append(cached[1])
+        if len(missing) >= _COUNTED_TOGETHER_FROM:
+            # Of a job of several pod shapes, its largest set (as the preemptible index).
+            counts = self._count_held_many([allocation.largest for _, _, allocation in missing])
+        else:
+            counts = [self._count_held(allocation.largest) for _, _, allocation in missing]
+        for (at, owner, allocation), count in zip(missing, counts, strict=True):
+            cache[owner] = (allocation, count)
+            held[at] = count
         return held
 
     def _count_held(self, allocation: Allocation) -> tuple[IntArray, IntArray]:
@@ -234,6 +250,24 @@ class ReservationSearch:
         first = np.flatnonzero(np.concatenate(([True], leaves[1:] != leaves[:-1])))
         pods = np.diff(np.append(first, leaves.size))
         return leaves[first], pods * width
+
+    def _count_held_many(self, allocations: list[Allocation]) -> list[tuple[IntArray, IntArray]]:
+        """`_count_held` of each allocation, counted together (a restart's first reservation
+        reads tens of thousands of running jobs): each one's leaves in ascending order."""
+        nodes = [allocation.nodes for allocation in allocations]
+        pods = np.fromiter(map(len, nodes), np.int64, len(nodes))
+        width = np.fromiter((a.gpus.shape[1] for a in allocations), np.int64, len(nodes))
+        leaf_of_pod = self.victim_search.leaf_of_node[np.concatenate(nodes)]
+        owner_of_pod = np.repeat(np.arange(len(nodes), dtype=np.int64), pods)
+        # One entry per (allocation, leaf), in that order, with its pods.
+        keys, pods_in = np.unique(owner_of_pod * self._n_leaves + leaf_of_pod, return_counts=True)
+        owner, leaves = np.divmod(keys, self._n_leaves)
+        slots = pods_in * width[owner]
+        ends = np.searchsorted(owner, np.arange(1, len(nodes) + 1)).tolist()
+        return [
+            (leaves[start:end], slots[start:end])
+            for start, end in zip([0, *ends[:-1]], ends, strict=True)
+        ]
 
     def _fit(self, placed: Placement, released: int) -> Fit:
         nodes = self.state.distinct_nodes(placed.allocation.nodes)

@@ -135,9 +135,10 @@ def open_store(config: ServiceConfig) -> StateStore:
 
 
 def build_backend(config: ServiceConfig) -> Backend:
-    from toposched.backends.dry_run import DryRunBackend
-    from toposched.backends.local import LocalBackend
-
     if config.backend == "dry-run":
+        from toposched.backends.dry_run import DryRunBackend
+
         return DryRunBackend(clock=service_clock)
+    from toposched.backends.local import LocalBackend  # processes, pod files: its own only
+
     return LocalBackend(Path(config.state_dir) / "local")

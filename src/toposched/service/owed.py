@@ -19,8 +19,12 @@ at most the last second before it after a change, the last minute in a steady st
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Sequence
+from itertools import compress
+from operator import attrgetter
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from toposched.cluster.units import HOUR
 from toposched.policy.owed import OwedFigures, OwedMeter
@@ -42,6 +46,9 @@ CHANGE_SAVED_WITHIN_S = 1.0
 """After a change of a team's rates the last hours are written at the first turn at least this
 long (service clock seconds) after they were last written: under load every turn changes some
 rate, and the row would otherwise be rewritten every few milliseconds."""
+_SPEC, _ACCOUNT, _NAME = attrgetter("spec"), attrgetter("account"), attrgetter("name")
+_MIN_RUNTIME, _GPUS = attrgetter("min_runtime"), attrgetter("gpus")
+"""Fields of many jobs and specs, read in C (`OwedBook._add_many`)."""
 
 
 class OwedBook:
@@ -63,8 +70,16 @@ class OwedBook:
     def asked(self, core: ServiceCore, job: Job) -> None:
         """`job` was submitted: an allocated job adds what it asks for to its team's demand
         (before the first turn the book is not counting yet: that turn counts every job)."""
-        if self.meter is not None:
-            self._add_many(core, (job,), {})
+        if self.meter is None:
+            return
+        spec, scheduler = job.spec, core.scheduler
+        if scheduler.contract.is_unallocated(spec.min_runtime, spec.account, scheduler.tree):
+            return
+        job_id, gpus = spec.name, job.gpus
+        if gpus <= 0 or job_id in self._asked:
+            return
+        self._asked[job_id] = (spec.account, gpus)
+        self._demand[spec.account] = self._demand.get(spec.account, 0.0) + gpus
 
     def ended(self, job_id: str) -> None:
         """The job ended (finished, failed, cancelled): its team asks for less."""
@@ -79,32 +94,38 @@ class OwedBook:
         else:
             del self._demand[team]
 
-    def _add_many(
-        self,
-        core: ServiceCore,
-        jobs: Iterable[Job],
-        unallocated_by: dict[tuple[str, float], bool],
-    ) -> None:
-        """Count each job's GPUs in its team's demand if it is allocated work, in order.
-        `unallocated_by` keeps the answer per (team, min runtime) across calls, for a
-        restart's many jobs."""
-        asked, demand = self._asked, self._demand
-        scheduler = core.scheduler
-        for job in jobs:
-            spec = job.spec
-            team, kind = spec.account, (spec.account, spec.min_runtime)
-            unallocated = unallocated_by.get(kind)
-            if unallocated is None:
-                unallocated = scheduler.contract.is_unallocated(kind[1], team, scheduler.tree)
-                unallocated_by[kind] = unallocated
-            job_id = spec.name
-            if unallocated or job_id in asked:
-                continue
-            gpus = job.gpus
-            if gpus <= 0:
-                continue
-            asked[job_id] = (team, gpus)
-            demand[team] = demand.get(team, 0.0) + gpus
+    def _add_many(self, core: ServiceCore, jobs: Sequence[Job]) -> None:
+        """`asked` for each of a restart's many jobs, in order, with the same result: whether
+        work is unallocated is asked once per team and min runtime, the jobs' fields are read
+        as columns, and each team's demand is summed in job order (`np.add.at`), as one job
+        after another adds to it."""
+        scheduler, asked = core.scheduler, self._asked
+        specs = list(map(_SPEC, jobs))
+        teams = list(map(_ACCOUNT, specs))
+        kinds = list(zip(teams, map(_MIN_RUNTIME, specs), strict=True))
+        unallocated = {
+            kind: scheduler.contract.is_unallocated(kind[1], kind[0], scheduler.tree)
+            for kind in dict.fromkeys(kinds)
+        }
+        gpus: list[float] = list(map(_GPUS, jobs))
+        ids = list(map(_NAME, specs))
+        counted = [
+            not unallocated[kind] and job_gpus > 0
+            for kind, job_gpus in zip(kinds, gpus, strict=True)
+        ]
+        if asked:
+            counted = [
+                count and job_id not in asked for count, job_id in zip(counted, ids, strict=True)
+            ]
+        teams, gpus = list(compress(teams, counted)), list(compress(gpus, counted))
+        asked.update(zip(compress(ids, counted), zip(teams, gpus, strict=True), strict=True))
+        if not teams:
+            return
+        names = list(dict.fromkeys(teams))
+        sums = np.array([self._demand.get(team, 0.0) for team in names], dtype=np.float64)
+        code = {team: index for index, team in enumerate(names)}
+        np.add.at(sums, np.fromiter(map(code.__getitem__, teams), np.int64, len(teams)), gpus)
+        self._demand.update(zip(names, sums.tolist(), strict=True))
 
     # --- the clock ------------------------------------------------------------------------------
     def advance(self, core: ServiceCore, now: float) -> None:
@@ -145,13 +166,8 @@ class OwedBook:
         self._saved = now
         # Whether a job is unallocated depends on its team and min runtime only: asked once
         # per pair, not once per live job (100,000 of them at a large restart).
-        jobs = core.scheduler.jobs
-        live = (
-            jobs.get(record.job_id)
-            for record in core.records.values()
-            if record.state in LIVE_STATES
-        )
-        self._add_many(core, (job for job in live if job is not None), {})
+        live = [record.job_id for record in core.records.values() if record.state in LIVE_STATES]
+        self._add_many(core, [job for job in map(core.scheduler.jobs.get, live) if job is not None])
         return meter
 
     def _budgeted(self, core: ServiceCore) -> tuple[str, ...]:

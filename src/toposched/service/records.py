@@ -185,55 +185,66 @@ def _from_json(text: str) -> Allocation:
     return allocation
 
 
-_ZERO, _NINE = ord("0"), ord("9")
 _MAX_DIGITS = 18
 """At most this many digits per number: int64 holds them."""
+_OTHER, _DIGIT, _OPEN, _CLOSE, _OBJECT, _SIGN_OR_POINT, _COMMA, _OBJECT_END = range(8)
+_KIND = np.full(256, _OTHER, dtype=np.int8)
+_KIND[ord("0") : ord("9") + 1] = _DIGIT
+for _byte, _kind in (
+    ("[", _OPEN),
+    ("]", _CLOSE),
+    ("{", _OBJECT),
+    ("-", _SIGN_OR_POINT),
+    (".", _SIGN_OR_POINT),
+    (",", _COMMA),
+    ("}", _OBJECT_END),
+):
+    _KIND[ord(_byte)] = _kind
+_KIND_TABLE = _KIND.tobytes()
+"""What each byte is to the scan (`_KIND`), as a table for `bytes.translate`."""
+_ENDS_NUMBER = np.isin(np.arange(8), (_CLOSE, _COMMA, _OBJECT_END))
+"""The kinds of byte a number may end at."""
 
 
 def _scan_numbers(
     texts: Sequence[str],
 ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None:
     """Every number of the texts, each with its depth in brackets and the index of its text;
-    None where the texts hold anything but non-negative integers in flat objects."""
+    None where the texts hold anything but non-negative integers in flat objects. Each byte
+    is classed once (`_KIND`); the passes after that go over the classes, or over the
+    numbers and brackets only."""
     try:
-        data = np.frombuffer(",".join(texts).encode("ascii"), dtype=np.uint8)
+        text = ",".join(texts).encode("ascii")
     except UnicodeEncodeError:
         return None
-    digit = (data >= _ZERO) & (data <= _NINE)
-    edges = np.diff(digit.astype(np.int8), prepend=np.int8(0), append=np.int8(0))
+    data = np.frombuffer(text, dtype=np.uint8)
+    kind = np.frombuffer(text.translate(_KIND_TABLE), dtype=np.int8)
+    edges = np.diff((kind == _DIGIT).view(np.int8), prepend=np.int8(0), append=np.int8(0))
     begins = edges == 1
     starts, ends = np.flatnonzero(begins), np.flatnonzero(edges == -1)
     if starts.size == 0:
         return None
     lengths = ends - starts
-    opened = data == ord("{")
-    # Each number ends at a separator (no fraction, exponent or sign anywhere).
-    after = data[np.minimum(ends, data.size - 1)]
     longest = int(lengths.max())
     if (
-        int(np.count_nonzero(opened)) != len(texts)
+        int(np.count_nonzero(kind == _OBJECT)) != len(texts)
         or longest > _MAX_DIGITS
-        or bool(((data == ord("-")) | (data == ord("."))).any())
-        or not bool(np.isin(after, np.frombuffer(b",]}", dtype=np.uint8)).all())
+        or bool((kind == _SIGN_OR_POINT).any())
+        # Each number ends at a separator (no fraction, exponent or sign anywhere).
+        or not bool(_ENDS_NUMBER[kind[np.minimum(ends, data.size - 1)]].all())
     ):
         return None
     # Digit by digit from the last: numbers are short (node indices, a few amounts).
-    values = (data[ends - 1] - _ZERO).astype(np.int64)
+    values = (data[ends - 1] - ord("0")).astype(np.int64)
     for place in range(1, longest):
         longer = np.flatnonzero(lengths > place)
-        digits = (data[ends[longer] - 1 - place] - _ZERO).astype(np.int64)
+        digits = (data[ends[longer] - 1 - place] - ord("0")).astype(np.int64)
         values[longer] += digits * 10**place
     # Brackets opened less closed, and objects begun, before each number: running counts
-    # over the bytes that matter (brackets, braces and the numbers' first digits).
-    marks = begins[:-1] | opened | (data == ord("[")) | (data == ord("]"))
-    at = data[np.flatnonzero(marks)]
-    counted = np.flatnonzero(~((at >= _ZERO) & (at <= _NINE)))
-    kinds = at[counted]
-    depth_step = (kinds == ord("[")).astype(np.int64) - (kinds == ord("]"))
-    object_step = (kinds == ord("{")).astype(np.int64)
-    # Marks before each number's first digit: its place among the marks less the numbers
-    # before it.
-    before = np.searchsorted(counted, np.flatnonzero((at >= _ZERO) & (at <= _NINE)))
-    depth = np.concatenate(([0], np.cumsum(depth_step)))[before]
-    owner = np.concatenate(([0], np.cumsum(object_step)))[before] - 1
-    return values, depth, owner
+    # over the bytes that matter (brackets, braces and the numbers' first digits), where a
+    # number counts for nothing.
+    at = kind[np.flatnonzero(begins[:-1] | ((kind >= _OPEN) & (kind <= _OBJECT)))]
+    numbers = at == _DIGIT
+    depth = np.cumsum((at == _OPEN).view(np.int8) - (at == _CLOSE).view(np.int8), dtype=np.int64)
+    owner = np.cumsum(at == _OBJECT, dtype=np.int64)[numbers] - 1
+    return values, depth[numbers], owner

@@ -18,6 +18,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from operator import attrgetter
 
 from toposched.backends.dry_run import DryRunBackend
 from toposched.backends.protocol import Backend, Launch, NodeWatcher, Stop
@@ -45,6 +46,7 @@ from toposched.service.store import StoredDecision
 from toposched.service.store_protocol import StateStore
 
 log = logging.getLogger("toposched.service")
+_JOB_ID = attrgetter("job_id")
 
 
 def starter(
@@ -154,10 +156,12 @@ def _renumber(store: StateStore, records: list[JobRecord], moved: IntArray) -> N
 
 
 def _restore_records(core: ServiceCore, records: list[JobRecord]) -> None:
-    for record in records:
-        core.records[record.job_id] = record
-        if record.idempotency_key is not None:
-            core.by_key[record.idempotency_key] = record.job_id
+    core.records.update(zip(map(_JOB_ID, records), records, strict=True))
+    core.by_key.update(
+        (record.idempotency_key, record.job_id)
+        for record in records
+        if record.idempotency_key is not None
+    )
     log.info("recovered %d jobs", len(records))
 
 
@@ -166,7 +170,7 @@ def _resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:
 
 
 def _reconcile(core: ServiceCore, now: float) -> None:
-    alive = {(run.job_id, run.attempt) for run in core.backend.running()}
+    alive: set[tuple[str, int]] = set(core.backend.running())  # (job id, attempt) tuples
     unsent = core.store.unsent_decisions()
     starting = {(d.job_id, d.attempt) for d in unsent if d.kind == "start"}
     state = JobState.RUNNING
@@ -175,8 +179,9 @@ def _reconcile(core: ServiceCore, now: float) -> None:
         for record in core.records.values()
         if record.state is state
     }
+    lost = running.keys() - alive - starting
     for key, record in running.items():
-        if key in alive or key in starting:
+        if key not in lost:
             continue
         job = core.scheduler.fail(record.job_id, now)
         core.sync(record, job)

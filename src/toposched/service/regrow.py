@@ -16,6 +16,8 @@ import dataclasses
 import hashlib
 import logging
 from collections.abc import Callable
+from itertools import repeat
+from operator import attrgetter, is_
 
 import numpy as np
 from numpy.typing import NDArray
@@ -42,6 +44,7 @@ __all__ = [
 
 log = logging.getLogger("toposched.service")
 IntArray = NDArray[np.int64]
+_ALLOCATION, _START_TIME = attrgetter("allocation"), attrgetter("start_time")
 NODES_KEY = "cluster_nodes"
 """The store's meta key of the model's node names, in the model's order."""
 
@@ -90,19 +93,13 @@ def restore_scheduler(
     their allocations with their real start times (first: they hold their GPUs even on nodes
     cordoned or draining since), the node health the store holds, then the pending jobs in
     submission order, each with its original submit time."""
-    specs, allocations, start_times = [], [], []
-    pending = []
-    running, waiting = JobState.RUNNING, JobState.PENDING
-    for record in core.records.values():
-        state = record.state
-        if state is running:
-            allocation, start_time = record.allocation, record.start_time
-            assert allocation is not None and start_time is not None
-            specs.append(spec_of(record))
-            allocations.append(allocation)
-            start_times.append(start_time)
-        elif state is waiting:
-            pending.append(record)
+    records = core.records.values()
+    running = [record for record in records if record.state is JobState.RUNNING]
+    pending = [record for record in records if record.state is JobState.PENDING]
+    allocations: list[Allocation] = list(map(_ALLOCATION, running))
+    start_times: list[float] = list(map(_START_TIME, running))
+    assert not any(map(is_, allocations, repeat(None))) and None not in start_times
+    specs = list(map(spec_of, running))
     core.scheduler.adopt_many(Adoptions(specs, allocations, start_times), now)
     by_health: dict[Health, list[int]] = {}
     for name, word in core.store.node_health().items():

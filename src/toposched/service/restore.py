@@ -10,7 +10,8 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from toposched.backends.dry_run import DryRunBackend, ResumedRun
+from toposched.backends.dry_run import DryRunBackend, ResumedRuns
+from toposched.backends.protocol import Launch
 from toposched.jobs.spec import JobSpec
 from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
@@ -25,7 +26,11 @@ def resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:
     time; a start stored but never sent is left to reconciliation, which sends it once."""
     unsent = {(d.job_id, d.attempt) for d in core.store.unsent_decisions() if d.kind == "start"}
     jobs, launch, running = core.scheduler.jobs, core.launch, JobState.RUNNING
-    runs = []
+    job_ids: list[str] = []
+    attempts: list[int] = []
+    runtimes: list[float | None] = []
+    start_times: list[float] = []
+    launches: list[Callable[[], Launch]] = []
     for record in core.records.values():
         start_time = record.start_time
         if record.state is not running or start_time is None:
@@ -33,9 +38,12 @@ def resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:
         job_id, attempt = record.job_id, record.attempt
         if unsent and (job_id, attempt) in unsent:
             continue
-        runtime = jobs[job_id].spec.expected_runtime
-        runs.append(ResumedRun(job_id, attempt, runtime, start_time, partial(launch, record)))
-    backend.resume_many(runs)
+        job_ids.append(job_id)
+        attempts.append(attempt)
+        runtimes.append(jobs[job_id].spec.expected_runtime)
+        start_times.append(start_time)
+        launches.append(partial(launch, record))
+    backend.resume_many(ResumedRuns(job_ids, attempts, runtimes, start_times, launches))
 
 
 class RestoredSpecs:
@@ -96,26 +104,42 @@ def _plain_name_and_time(name: Any, submit_time: Any) -> bool:
 def _shape_key(record: JobRecord) -> tuple[str, str] | None:
     """What `record`'s document holds but its name, submit time and `run`, as the text it
     was stored as, where the record holds it as that text (parsing none of it) for its own
-    job id and submit time: `{"name": NAME, ..., "submit_time": TIME, ...}` with `run`, if
-    any, last (the service writes documents so, `documents._Shape.text`). Of two documents of
-    one key, the specs differ only by name and submit time. None for any other text."""
+    job id and submit time (written as a decimal fraction of its value): `{"name": NAME, ...,
+    "submit_time": TIME, ...}` with `run`, if any, last (the service writes documents so,
+    `documents._Shape.text`). Of two documents of one key, the specs differ only by name and
+    submit time. None for any other text."""
     text, job_id, submit_time = record.spec_text, record.job_id, record.submit_time
     if (
         text is None
+        # `_plain_name_and_time`, of a float time
+        or type(submit_time) is not float
+        or not 0 <= submit_time < math.inf
+        or type(job_id) is not str
+        or job_id == ""
         or '"' in job_id
         or "\\" in job_id
-        or type(submit_time) is not float
-        or not _plain_name_and_time(job_id, submit_time)
         # The only "submit_time" is the document's own (a job's fields hold no other).
         or text.count('"submit_time"') != 1
     ):
         return None
     prefix = f'{{"name": "{job_id}", '
-    time = f', "submit_time": {float.__repr__(submit_time)}'
-    end = text.find(time, len(prefix))
+    end = text.find(_TIME, len(prefix))
     if end < 0 or not text.startswith(prefix) or text[-1] != "}":
         return None
-    middle, tail = text[len(prefix) : end], text[end + len(time) :]
+    # The time, up to the next key or the end: a decimal fraction of the record's value
+    # (read, not written out: `float.__repr__` costs more than the rest together).
+    begin = end + len(_TIME)
+    after = text.find(",", begin)
+    after = len(text) - 1 if after < 0 else after
+    number = text[begin:after]
+    if not (
+        number.isascii()
+        and number.count(".") == 1
+        and number.replace(".", "", 1).isdigit()
+        and float(number) == submit_time
+    ):
+        return None
+    middle, tail = text[len(prefix) : end], text[after:]
     if not tail.startswith(_RUN):
         return middle, tail
     try:  # `run` is last: what follows its key is one JSON object
@@ -126,3 +150,4 @@ def _shape_key(record: JobRecord) -> tuple[str, str] | None:
 
 
 _RUN = ', "run": '
+_TIME = ', "submit_time": '

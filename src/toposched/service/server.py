@@ -71,6 +71,7 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
             log_level=log_level,
             ssl_keyfile=config.ssl_keyfile,
             ssl_certfile=config.ssl_certfile,
+            ws="none",  # the API has no WebSocket route (the watch stream is server-sent events)
         )
     )
     log.info(
