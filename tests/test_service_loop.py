@@ -91,11 +91,15 @@ def test_a_turn_commits_its_commands_reports_and_decisions_at_once(tmp_path: Pat
         kinds = [e.kind for e in reader.events_after(0)]
         assert kinds[:2] == ["submitted", "bound"]
         assert [d.kind for d in reader.unsent_decisions()] == ["start"]
-        assert statements.count("COMMIT") >= 1 and launched_at_commit[0] is False
-        first_commit = statements.index("COMMIT")
-        turn = statements[: first_commit + 1]
-        assert any(sql.startswith("INSERT INTO jobs") for sql in turn)
+        # The submission's turn: from the BEGIN before its job's row to the next COMMIT (an
+        # empty tick's turn may commit first).
+        inserted = next(i for i, sql in enumerate(statements) if sql.startswith("INSERT INTO jobs"))
+        begin = max(i for i, sql in enumerate(statements[:inserted]) if sql.startswith("BEGIN"))
+        commit = statements.index("COMMIT", inserted)
+        turn = statements[begin : commit + 1]
+        assert turn.count("COMMIT") == 1
         assert any(sql.startswith("INSERT INTO decisions") for sql in turn)
+        assert launched_at_commit[statements[: commit + 1].count("COMMIT") - 1] is False
         settle(loop)  # the next turn stores the `started` report and marks the start sent
         assert backend.launch("a") is not None
     assert Store(str(tmp_path / "s.db")).unsent_decisions() == []
