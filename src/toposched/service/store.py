@@ -5,7 +5,8 @@ is committed before the loop answers anyone or tells the backend anything. One t
 holds a whole turn of the loop (the commands it drained, the backend's reports, the cycle's
 decisions), so one fsync covers many submissions. The loop's turns are `deferred`: their rows
 are held in memory and committed by a writer thread (`committer.Committer`) while the loop
-builds the next turn.
+builds the next turn; it runs them as one statement per table and kind (`write_batches`), and
+the log's checkpoints run in a thread of their own (`checkpoints`), off the commits' path.
 `synchronous=FULL`: a commit acknowledged to a client survives a power loss, not only a crash
 of the process (docs/operations.md).
 """
