@@ -146,3 +146,23 @@ def test_a_serving_store_checkpoints_its_log_into_the_database_file(tmp_path: Pa
     assert os.path.getsize(path) >= before + 100_000  # the store still open
     store.close()
     assert len(rows_of(path)["jobs"]) == 60
+
+
+def test_without_its_thread_the_writer_checkpoints_itself(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA wal_autocheckpoint=0")
+    db.execute("CREATE TABLE t (x BLOB)")
+
+    def no_store() -> sqlite3.Connection:
+        raise sqlite3.OperationalError("unable to open database file")
+
+    checkpoints = Checkpointer(no_store, every=3)
+    checkpoints.close()
+    for _ in range(3):
+        db.execute("INSERT INTO t VALUES (randomblob(40000))")
+        checkpoints.committed(db)
+    db.execute("INSERT INTO t VALUES (1)")  # the log, copied whole, started over
+    assert checkpoint(db).frames <= 3
+    db.close()

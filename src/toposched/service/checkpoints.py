@@ -85,7 +85,10 @@ class Checkpointer:
         self._commits += 1
         if self._commits >= self._every:
             self._commits = 0
-            self._due.set()
+            if self._thread.is_alive():
+                self._due.set()
+            else:  # it could not open the store: the writer checkpoints, as SQLite would
+                checkpoint(db)
 
     def close(self) -> None:
         self._stopping = True
