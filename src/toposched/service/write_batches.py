@@ -116,4 +116,10 @@ def _statements(sql: str, rows: list[Sequence[Any]]) -> Iterator[Write]:
     per_statement = max(1, MAX_PARAMETERS // shape.width)
     for begin in range(0, len(rows), per_statement):
         part = rows[begin : begin + per_statement]
-        yield Write(shape.sql(len(part)), [value for row in part for value in row])
+        yield Write(_joined_sql(sql, len(part)), [value for row in part for value in row])
+
+
+@cache
+def _joined_sql(sql: str, count: int) -> str:
+    """The statement of `sql` for `count` rows (the few counts a service sees, made once)."""
+    return _shape(sql).sql(count)
