@@ -93,6 +93,12 @@ def test_updates_of_one_row_keep_the_last_one_and_unknown_statements_stay_as_the
     assert "FROM (VALUES (?, ?), (?, ?)) AS v WHERE decisions.id = v.column2" in joined.sql
     pragma = [Write("PRAGMA user_version = 3", ()), *writes]
     assert batched(pragma) == pragma
+    added = "UPDATE jobs SET attempt = attempt + ? WHERE id = ?"
+    assert batched([Write(added, (1, "a")), Write(added, (1, "a"))]) == [
+        Write(added, [(1, "a"), (1, "a")], many=True)
+    ]
+    assert batched([Write(update, [], many=True)]) == []
+    assert batched([Write(pragma[0].sql, [], many=True)]) == [Write(pragma[0].sql, [], True)]
 
 
 def test_an_insert_of_many_rows_is_split_under_the_parameter_limit() -> None:

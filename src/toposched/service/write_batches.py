@@ -65,7 +65,13 @@ class _Shape:
 @cache
 def _shape(sql: str) -> _Shape:
     table = _TABLE.match(sql)
-    return _Shape(table[1] if table else "", _INSERT.fullmatch(sql), _UPDATE.fullmatch(sql))
+    update = _UPDATE.fullmatch(sql)
+    if update is not None and not all(
+        value.strip() == "?" or "?" not in value
+        for value in (part.partition("=")[2] for part in update["assignments"].split(","))
+    ):
+        update = None  # a parameter inside an expression: run row by row
+    return _Shape(table[1] if table else "", _INSERT.fullmatch(sql), update)
 
 
 @cache
@@ -109,7 +115,7 @@ def batched(writes: Sequence[Write]) -> list[Write]:
 def _statements(sql: str, rows: list[Sequence[Any]]) -> Iterator[Write]:
     shape = _shape(sql)
     if not shape.joinable or len(rows) == 1:
-        yield Write(sql, rows, many=True) if len(rows) > 1 else Write(sql, rows[0])
+        yield Write(sql, rows[0]) if len(rows) == 1 else Write(sql, rows, many=True)
         return
     if shape.update is not None:
         rows = list({row[-1]: row for row in rows}.values())  # the last update of each row
