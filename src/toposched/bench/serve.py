@@ -284,7 +284,9 @@ def _submissions(folder: Path, quick: bool) -> list[Measurement]:
         rate = throughput_jobs / elapsed
         bodies = _bodies("lat", int(RATE_TARGET * latency_s))
         latency_cpu_before = _cpu_seconds(process)
+        load_before = os.getloadavg()[0]
         sent, sending_s = asyncio.run(_open_loop(port, bodies, RATE_TARGET))
+        load_after = os.getloadavg()[0]
         latency_cpu_after = _cpu_seconds(process)
         time.sleep(1.0)  # the last decisions and reports are stored
         started = {
@@ -298,7 +300,7 @@ def _submissions(folder: Path, quick: bool) -> list[Measurement]:
     if len(latencies) < len(sent):
         raise RuntimeError(f"only {len(latencies)} of {len(sent)} jobs were started")
     offered = len(bodies) / sending_s
-    p50, p99 = (float(v) for v in np.percentile(latencies, [50, 99]))
+    p50, p90, p99 = (float(v) for v in np.percentile(latencies, [50, 90, 99]))
     return [
         _single(
             f"sustained durable submissions, {CLIENTS} concurrent clients (s per submission)",
@@ -320,7 +322,11 @@ def _submissions(folder: Path, quick: bool) -> list[Measurement]:
             p99,
             P99_TARGET_S,
             jobs=len(latencies),
+            p90_ms=round(p90 * 1000, 1),
             max_ms=round(float(latencies.max()) * 1000, 1),
+            # The machine's 1-minute load average before and after: on a shared machine the
+            # tail follows it more than anything the service does.
+            load=f"{load_before:.1f}-{load_after:.1f}",
         ),
     ]
 

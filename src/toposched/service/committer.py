@@ -4,7 +4,9 @@ The loop builds a turn's rows in memory (`Store.deferred`) and hands them over; 
 writer runs them and waits for the commit's fsync, the loop already works on the next turn.
 The loop answers a turn's callers and hands its decisions to the backend only once its
 `Commit` is done, so every promise of the store still holds: nothing is acknowledged or sent
-before it is durable.
+before it is durable. Each statement the writer runs gives the interpreter's lock up and takes
+it back, waiting while another thread holds it: the SQLite store joins a turn's writes into few
+statements (`write_batches`) so that a commit waits a few times, not once per row.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ is committed before the loop answers anyone or tells the backend anything. One t
 holds a whole turn of the loop (the commands it drained, the backend's reports, the cycle's
 decisions), so one fsync covers many submissions. The loop's turns are `deferred`: their rows
 are held in memory and committed by a writer thread (`committer.Committer`) while the loop
-builds the next turn.
+builds the next turn; it runs them as one statement per table and kind (`write_batches`), and
+the log's checkpoints run in a thread of their own (`checkpoints`), off the commits' path.
 `synchronous=FULL`: a commit acknowledged to a client survives a power loss, not only a crash
 of the process (docs/operations.md).
 """
@@ -23,6 +24,7 @@ from typing import Any, Protocol
 
 from toposched.backends.protocol import Report, ReportKind
 from toposched.cluster.errors import InputError
+from toposched.service.checkpoints import Checkpointer
 from toposched.service.committer import Commit, Committer, Write
 from toposched.service.records import JobRecord
 from toposched.service.store_rows import (
@@ -32,6 +34,7 @@ from toposched.service.store_rows import (
     report_values,
     run_values,
 )
+from toposched.service.write_batches import batched
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: the first schema.
@@ -318,6 +321,8 @@ class Store(SqlStore):
         """Events of the open transaction, written with one statement before it commits (and
         before any read)."""
         self._committer: Committer | None = None
+        self._checkpointer: Checkpointer | None = None
+        """Checkpoints of the log off the writer's commits, once the writer thread serves."""
         self._held: list[Write] | None = None
         """The writes of the open `deferred` transaction, while they are held in memory."""
         self._marks: list[int] = []
@@ -332,7 +337,11 @@ class Store(SqlStore):
     @staticmethod
     def _connect(path: str) -> sqlite3.Connection:
         try:
-            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            # A commit's multi-row statements (`write_batches`) differ by their count of rows:
+            # more prepared statements are kept than the default 128.
+            db = sqlite3.connect(
+                path, isolation_level=None, check_same_thread=False, cached_statements=512
+            )
             db.execute("PRAGMA journal_mode=WAL")
         except sqlite3.DatabaseError as error:
             raise InputError("store", path, f"cannot be opened as SQLite: {error}") from None
@@ -344,6 +353,8 @@ class Store(SqlStore):
         if self._committer is not None:
             self._committer.wait_idle()
             self._committer.close()
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         self._db.close()
         if self._reader is not self._db:
             self._reader.close()
@@ -395,7 +406,7 @@ class Store(SqlStore):
             self._db.execute("ROLLBACK")
             raise
         else:
-            self._db.execute("COMMIT")
+            self._commit()
         finally:
             self._depth = 0
 
@@ -412,8 +423,7 @@ class Store(SqlStore):
                 yield (commit := Commit())
             commit.settle()
             return
-        if self._committer is None:
-            self._committer = Committer(self._commit_writes, wake)
+        committer = self._committer or self._start_writer(wake)
         commit = Commit()
         self._held, self._depth = commit.writes, 1
         try:
@@ -426,20 +436,34 @@ class Store(SqlStore):
             raise
         else:
             if self._held is None:
-                self._db.execute("COMMIT")
+                self._commit()
                 commit.settle()
             else:
-                self._committer.hand(commit)
+                committer.hand(commit)
         finally:
             self._held, self._depth = None, 0
             self._marks.clear()
 
+    def _start_writer(self, wake: Callable[[], None]) -> Committer:
+        """The writer thread, and checkpoints in a thread of their own (`checkpoints`) instead
+        of in the commit that takes the log past SQLite's mark."""
+        self._db.execute("PRAGMA wal_autocheckpoint=0")
+        self._checkpointer = Checkpointer(lambda: self._connect(self.path))
+        self._committer = Committer(self._commit_writes, wake)
+        return self._committer
+
+    def _commit(self) -> None:
+        self._db.execute("COMMIT")
+        if self._checkpointer is not None:
+            self._checkpointer.committed(self._db)
+
     def _commit_writes(self, writes: list[Write]) -> None:
-        """In the writer's thread: one transaction of `writes`."""
+        """In the writer's thread: one transaction of `writes`, in few statements
+        (`write_batches`)."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            for write in writes:
+            for write in batched(writes):
                 if write.many:
                     db.executemany(write.sql, write.params)
                 else:
@@ -447,7 +471,7 @@ class Store(SqlStore):
         except BaseException:
             db.execute("ROLLBACK")
             raise
-        db.execute("COMMIT")
+        self._commit()
 
     def _wait_for_writer(self) -> None:
         """Before the caller uses the writing connection: the commits handed over are done."""
