@@ -396,6 +396,16 @@ class BestEffort:
     exact: int
     levels: range
 
+    def over_every_required_domain(self, request: GangRequest, profile: tuple[int, ...]) -> bool:
+        """Whether the count at `exact` is the least over every required domain (the table's
+        first row, e = L+1; or e = L with no slice layer between the required level and L), so
+        that the bound holds against the least over all of them too."""
+        preferred = request.preferred
+        assert preferred is not None
+        if self.exact == preferred + 1:
+            return profile[0] == 1
+        return self.exact == preferred and not sliced_between(request)
+
     def bounded_from(self, preferred: int) -> str:
         """Where the bound starts: "L+1", "L", or "above L" (a slice layer between)."""
         offset = self.exact - preferred
@@ -514,6 +524,8 @@ def assert_as_the_table_promises(case: MediumCase) -> None:
         effort = best_effort(regime, calls, request, profile)
         if effort is not None:
             assert_within_the_bound(state, result, effort, least_inside(result), where)
+            if effort.over_every_required_domain(request, profile):
+                assert_within_the_bound(state, result, effort, least, f"{where}, every domain")
 
 
 def best_effort_kinds(case: MediumCase) -> Counter[str]:
