@@ -10,12 +10,17 @@ level) over every placement, found in stages, each stage fixing the optimum of t
 What must agree is what docs/placement.md's fewest-domains table promises for the way the
 search went: every level when the amount plan is within its limits (its limits lifted here);
 with the count plans alone, L and L+1 (no slice layer between the required level and L) or L
-(one there); past every limit, L (no slice layer between) or only a valid placement.
+(one there); past every limit, L (no slice layer between) or only a valid placement. Where the
+table says best effort, the count at each such level i must be within the stated bound: at most
+M(e, i) times the least inside the chosen required domain, e the deepest level above i the
+table makes exact (or the level just inside the required one) and M(e, i) the most level-i
+domains with room under one level-e domain the placement uses.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -378,6 +383,93 @@ def profile_of(state: ClusterState, placement: Placement, preferred: int) -> tup
     return tuple(placement.domains_used(state, level) for level in levels)
 
 
+# --- the bound where the table says best effort ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BestEffort:
+    """Levels the table leaves to best effort for one placement, and `exact`, the deepest level
+    above them whose count the table makes at most the least placement's count there: L + j - 1
+    when the first j levels from L are exact, else (a slice layer between the required level
+    and L, past every limit) the level just inside the required one, the greedy cover's."""
+
+    exact: int
+    levels: range
+
+    def over_every_required_domain(self, request: GangRequest, profile: tuple[int, ...]) -> bool:
+        """Whether the count at `exact` is the least over every required domain (the table's
+        first row, e = L+1; or e = L with no slice layer between the required level and L), so
+        that the bound holds against the least over all of them too."""
+        preferred = request.preferred
+        assert preferred is not None
+        if self.exact == preferred + 1:
+            return profile[0] == 1
+        return self.exact == preferred and not sliced_between(request)
+
+    def bounded_from(self, preferred: int) -> str:
+        """Where the bound starts: "L+1", "L", or "above L" (a slice layer between)."""
+        offset = self.exact - preferred
+        return "above L" if offset < 0 else "L" if offset == 0 else "L+1"
+
+
+def best_effort(
+    regime: Regime, calls: list[bool], request: GangRequest, profile: tuple[int, ...]
+) -> BestEffort | None:
+    """The best-effort levels of a placement with `profile` made under `regime` (None: none).
+
+    `profile[0] == 1` exactly when the least is 1 (the search takes one L-domain when one holds
+    the gang), so the placement's own profile stands in for the least in `guaranteed_levels`."""
+    preferred = request.preferred
+    assert preferred is not None
+    exact = guaranteed_levels(regime, calls, profile, sliced_between(request))
+    if exact >= len(profile):
+        return None
+    above = preferred + exact - 1 if exact else request.required + 1
+    return BestEffort(above, range(preferred + exact, preferred + len(profile)))
+
+
+def sliced_between(request: GangRequest) -> bool:
+    assert request.preferred is not None
+    return request.granule(request.required + 1) != request.granule(request.preferred)
+
+
+def bound_factor(state: ClusterState, placement: Placement, outer: int, inner: int) -> int:
+    """M: the most domains at `inner` with room for one of the gang's pods (one node slice)
+    under one domain at `outer` that `placement` uses."""
+    topology, request = state.topology, placement.request
+    room = [
+        n for n in range(topology.n_nodes) if pod_capacity(state, request, n) >= request.node_slice
+    ]
+    used = set(topology.node_domain[outer][placement.allocation.nodes].tolist())
+    under: dict[int, set[int]] = {}
+    for node in room:
+        under.setdefault(int(topology.node_domain[outer][node]), set()).add(
+            int(topology.node_domain[inner][node])
+        )
+    return max(len(under.get(domain, ())) for domain in used)
+
+
+def assert_within_the_bound(
+    state: ClusterState,
+    placement: Placement,
+    effort: BestEffort,
+    least: tuple[int, ...],
+    where: str,
+) -> None:
+    """docs/placement.md's bound: at each best-effort level i, the count is at most M times the
+    least (`least`, inside the chosen required domain), M = `bound_factor(effort.exact, i)`."""
+    preferred = placement.request.preferred
+    assert preferred is not None
+    profile = profile_of(state, placement, preferred)
+    for level in effort.levels:
+        factor = bound_factor(state, placement, effort.exact, level)
+        k = level - preferred
+        assert profile[k] <= factor * least[k], (
+            f"{where}: level {level}: {profile[k]} domains, past {factor} x the least "
+            f"{least[k]} (profile {profile}, least {least}, exact at level {effort.exact})"
+        )
+
+
 POLICIES: tuple[PlacementPolicy, ...] = (BestFit(), Spread())
 
 
@@ -396,10 +488,21 @@ def test_deeper_levels_match_the_exact_solver(seed: int) -> None:
 
 
 def assert_as_the_table_promises(case: MediumCase) -> None:
+    """Exact where the table says so; within the stated bound where it says best effort."""
     state, request = case.state, case.request
     assert request.preferred is not None
     least = least_profile(state, request)
-    sliced_between = request.granule(request.required + 1) != request.granule(request.preferred)
+    between = sliced_between(request)
+    inside: dict[int, tuple[int, ...]] = {}  # the least inside each required domain chosen
+
+    def least_inside(result: Placement) -> tuple[int, ...]:
+        chosen = int(state.topology.node_domain[request.required][result.allocation.nodes[0]])
+        if chosen not in inside:
+            found = least_profile(state, request, within=chosen if request.required else None)
+            assert found is not None
+            inside[chosen] = found
+        return inside[chosen]
+
     for regime, policy in [(r, p) for r in Regime for p in POLICIES]:
         calls: list[bool] = []
         with regime_in_force(regime, calls):
@@ -410,18 +513,49 @@ def assert_as_the_table_promises(case: MediumCase) -> None:
         assert isinstance(result, Placement), f"{case}: {result}"
         assert_valid_placement(state, request, result)
         profile = profile_of(state, result, request.preferred)
-        exact = guaranteed_levels(regime, calls, least, sliced_between)
+        exact = guaranteed_levels(regime, calls, least, between)
         expected = least
         if exact > 2 and least[0] == 1 and request.required:
             # One L-domain holds the gang: the fewest L+1 domains over every required domain,
             # further in the least inside the required domain the search chose.
-            chosen = int(state.topology.node_domain[request.required][result.allocation.nodes[0]])
-            inside = least_profile(state, request, within=chosen)
-            assert inside is not None
-            expected = least[:2] + inside[2:]
-        assert profile[:exact] == expected[:exact], (
-            f"{case}, {regime.value}, {policy.name}: {profile} against the least {expected}"
-        )
+            expected = least[:2] + least_inside(result)[2:]
+        where = f"{case}, {regime.value}, {policy.name}"
+        assert profile[:exact] == expected[:exact], f"{where}: {profile} against {expected}"
+        effort = best_effort(regime, calls, request, profile)
+        if effort is not None:
+            assert_within_the_bound(state, result, effort, least_inside(result), where)
+            if effort.over_every_required_domain(request, profile):
+                assert_within_the_bound(state, result, effort, least, f"{where}, every domain")
+
+
+def best_effort_kinds(case: MediumCase) -> Counter[str]:
+    """Placements of `case` (every regime and policy) the table leaves to best effort, by the
+    level the bound starts from: "L+1", "L" or "above L" (a slice layer between)."""
+    state, request = case.state, case.request
+    assert request.preferred is not None
+    kinds: Counter[str] = Counter()
+    for regime, policy in [(r, p) for r in Regime for p in POLICIES]:
+        calls: list[bool] = []
+        with regime_in_force(regime, calls):
+            result = place(state, request, policy)
+        if not isinstance(result, Placement):
+            continue
+        profile = profile_of(state, result, request.preferred)
+        effort = best_effort(regime, calls, request, profile)
+        if effort is not None:
+            kinds[effort.bounded_from(request.preferred)] += 1
+    return kinds
+
+
+def test_the_cases_reach_every_best_effort_row() -> None:
+    """The gangs above are checked against the bound wherever the table says best effort: they
+    reach it from L+1 (levels two and three inside L), from L, and from above L (a slice layer
+    between the required level and L), on three levels and on four."""
+    medium = sum((best_effort_kinds(medium_case(seed)) for seed in SEEDS), Counter[str]())
+    deep = sum((best_effort_kinds(deep_case(seed)) for seed in DEEP_SEEDS), Counter[str]())
+    print(f"best effort: three levels {dict(medium)}, four levels {dict(deep)}")
+    assert medium["L"] >= 20 and medium["L+1"] >= 10 and medium["above L"] >= 2, medium
+    assert deep["L+1"] >= 20 and deep["L"] >= 20 and deep["above L"] >= 4, deep
 
 
 # --- levels deeper than L+1 -----------------------------------------------------------------------

@@ -127,6 +127,17 @@ def least_node_profile(
     return best
 
 
+def most_nodes_with_room(
+    state: ClusterState, request: GangRequest, labels: list[list[str]], level: int
+) -> int:
+    """The most nodes with room for one pod in one domain of `level`."""
+    per_domain: dict[str, int] = {}
+    for node in range(state.topology.n_nodes):
+        if pod_capacity(state, request, node):
+            per_domain[labels[level][node]] = per_domain.get(labels[level][node], 0) + 1
+    return max(per_domain.values(), default=0)
+
+
 def profile_levels(request: GangRequest, labels: list[list[str]]) -> list[int]:
     """The levels of a `preferred: node` profile after nodes: innermost first, inside required."""
     return list(range(len(labels) - 1, request.required, -1))
@@ -192,6 +203,10 @@ def test_preferred_node_fewest_nodes_then_racks_then_blocks(case: RandomCase) ->
                 elif limit and len(profile) > 2:
                     # One parent wherever the fewest nodes on the fewest domains fit in one.
                     assert profile[2] == 1 or least[2] > 1, f"{policy.name}: {profile} > {least}"
+                # Best effort, bounded: at every level, at most as many domains as the most
+                # nodes with room in one of its domains times the least.
+                for used, fewest, level in zip(profile[1:], least[1:], levels, strict=True):
+                    assert used <= most_nodes_with_room(state, request, labels, level) * fewest
 
 
 def emptied(state: ClusterState) -> ClusterState:
