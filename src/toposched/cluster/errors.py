@@ -7,6 +7,7 @@ and line appear when the input came from a file, and values longer than `SHOWN_C
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from numbers import Integral
 from typing import Any
@@ -15,6 +16,7 @@ __all__ = [
     "SHOWN_CHARS",
     "InputError",
     "ToposchedError",
+    "checked_number",
     "checked_seed",
     "did_you_mean",
     "shown",
@@ -158,6 +160,22 @@ def checked_seed(seed: Any, field: str = "seed") -> int:
     if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
         raise InputError(field, seed, "must be a whole number >= 0")
     return int(seed)
+
+
+def checked_number(
+    value: Any, field: str, rule: str = "must be a finite number >= 0", above: bool = False
+) -> float:
+    """`value` if it is a finite number >= 0 (> 0 with `above`), else an InputError naming
+    `field` with `rule`."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (above and value == 0)
+    ):
+        raise InputError(field, value, rule)
+    return float(value)
 
 
 # --- showing values ---------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from toposched.cluster.errors import InputError
+from toposched.cluster.errors import InputError, checked_number
 from toposched.cluster.units import HOUR
 
 __all__ = ["CheckpointWait", "VictimCadence", "WaitVerdict"]
@@ -68,14 +68,7 @@ class CheckpointWait:
 
     def __post_init__(self) -> None:
         for name in ("max_wait", "min_saved_per_cost"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value < 0
-            ):
-                raise InputError(name, value, "must be a finite number >= 0")
+            checked_number(getattr(self, name), name)
         urgent = self.urgent_priority
         if urgent is not None and (isinstance(urgent, bool) or not isinstance(urgent, int)):
             raise InputError("urgent_priority", urgent, "must be an integer priority or None")

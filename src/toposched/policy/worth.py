@@ -23,12 +23,11 @@ an eviction the less of the budget is left:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from toposched.cluster.errors import InputError
+from toposched.cluster.errors import InputError, checked_number
 from toposched.cluster.units import HOUR
 
 __all__ = [
@@ -124,24 +123,11 @@ class EvictionWorth:
             raise InputError("scope", self.scope, f"must be one of {choices}") from None
         if not isinstance(self.owed_only, bool):
             raise InputError("owed_only", self.owed_only, "must be true or false")
-        if self.loss_budget is not None and (
-            isinstance(self.loss_budget, bool)
-            or not isinstance(self.loss_budget, int | float)
-            or not math.isfinite(self.loss_budget)
-            or self.loss_budget <= 0
-        ):
-            raise InputError(
-                "loss_budget", self.loss_budget, "must be GPU-seconds per day > 0, or None"
-            )
+        if self.loss_budget is not None:
+            rule = "must be GPU-seconds per day > 0, or None"
+            checked_number(self.loss_budget, "loss_budget", rule, above=True)
         for name in ("max_lost_per_gained", "horizon", "shortfall_weight", "age_wait"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value < 0
-            ):
-                raise InputError(name, value, "must be a finite number >= 0")
+            checked_number(getattr(self, name), name)
 
     def avoided_wait(self, victims: Sequence[VictimCost]) -> float:
         """Seconds the preemptor would otherwise wait for these victims, at most `horizon`."""

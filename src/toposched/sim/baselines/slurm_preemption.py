@@ -3,7 +3,6 @@ tier takes the nodes of lower-tier jobs, which are requeued after their grace ti
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.errors import InputError
+from toposched.cluster.errors import InputError, checked_number
 from toposched.cluster.state import MILLI_PER_GPU, Health
 from toposched.cluster.statement import Statement
 from toposched.placement.search import Placement, place
@@ -53,14 +52,7 @@ class SlurmPreemption:
 
     def __post_init__(self) -> None:
         for name in ("grace_s", "exempt_s"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value < 0
-            ):
-                raise InputError(name, value, "must be a number of seconds >= 0")
+            checked_number(getattr(self, name), name, "must be a number of seconds >= 0")
         count = self.max_preemptors
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise InputError("max_preemptors", count, "must be a whole number >= 1")
