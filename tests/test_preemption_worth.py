@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from hypothesis import given
 from hypothesis import strategies as st
+from scenario_cases import cases_with_defaults
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
@@ -31,14 +31,7 @@ CASE_FIELDS = {"name", "now", "worth", "b2", "b2_start", "budgets", "expect"}
 
 
 def load_cases() -> list[Any]:
-    document = yaml.safe_load(SCENARIOS.read_text())
-    defaults = document["defaults"]
-    params = []
-    for case in document["cases"]:
-        unknown = set(case) - CASE_FIELDS
-        assert not unknown, f"{case['name']}: unknown fields {sorted(unknown)}"
-        params.append(pytest.param({**defaults, **case}, id=case["name"]))
-    return params
+    return cases_with_defaults(SCENARIOS, CASE_FIELDS)
 
 
 def spec(name: str, account: str, **fields: Any) -> JobSpec:
