@@ -147,6 +147,26 @@ def medium_case(seed: int) -> MediumCase:
     elif shape < 0.6:
         unit *= int(rng.choice([2, 3, 4]))
         slices.append((RACK, unit))
+    return sized_case(
+        f"medium-{seed}", seed, rng, state, gpus, required, preferred, slices, unit, node_slice
+    )
+
+
+def sized_case(
+    name: str,
+    seed: int,
+    rng: np.random.Generator,
+    state: ClusterState,
+    gpus: int,
+    required: int,
+    preferred: int,
+    slices: list[tuple[int, int]],
+    unit: int,
+    node_slice: int = 1,
+) -> MediumCase:
+    """The gang of a case, sized from the state's room: 0.5-3.5 times the largest preferred
+    domain's, at most 0.85 of the largest required domain's, in whole slices."""
+    topology = state.topology
     probe = simple_request(1, gpus, node_slice=node_slice)
     room = np.array([pod_capacity(state, probe, n) for n in range(topology.n_nodes)])
 
@@ -158,7 +178,7 @@ def medium_case(seed: int) -> MediumCase:
     request = simple_request(
         max(pods, unit),
         gpus,
-        name=f"medium-{seed}",
+        name=name,
         required=required,
         preferred=preferred,
         slices=slices,
@@ -187,23 +207,7 @@ def deep_case(seed: int) -> MediumCase:
     elif shape < 0.6:
         unit = int(rng.choice([2, 3, 4]))
         slices.append((DEEP_RACK, unit))
-    probe = simple_request(1, gpus)
-    room = np.array([pod_capacity(state, probe, n) for n in range(topology.n_nodes)])
-
-    def largest(level: int) -> int:
-        return int(np.bincount(topology.node_domain[level], weights=room).max())
-
-    share = rng.uniform(0.5, 3.5) * largest(preferred)
-    pods = int(min(share, 0.85 * largest(required))) // unit * unit
-    request = simple_request(
-        max(pods, unit),
-        gpus,
-        name=f"deep-{seed}",
-        required=required,
-        preferred=preferred,
-        slices=slices,
-    )
-    return MediumCase(seed, state, request)
+    return sized_case(f"deep-{seed}", seed, rng, state, gpus, required, preferred, slices, unit)
 
 
 # --- the exact solver ---------------------------------------------------------------------------
