@@ -279,12 +279,7 @@ def take_whole_nodes(
         domain = node_leaf[first]
         lo, hi = leaf_starts[domain], leaf_starts[domain + 1]
         row = node_rows[first, leaf]
-        whole_domain = first == lo and start + hi - lo <= nodes.size
-        if whole_domain:
-            for k in range(hi - lo):
-                if nodes[start + k] != lo + k:
-                    whole_domain = False
-                    break
+        whole_domain = _covers_domain(nodes, start, lo, hi)
         if whole_domain:
             at_width = 0
             for model in range(moved.size):
@@ -321,6 +316,53 @@ def take_whole_nodes(
         _move_domains(first, count, idle, moved, -1, cpu_milli, memory_mib, arrays)
         start = stop
     return runs[:n_runs]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _covers_domain(nodes: np.ndarray, start: int, lo: int, hi: int) -> bool:
+    """Whether the pods from `start` on are on nodes lo..hi-1 (an innermost domain's), in
+    that order, first: a run of pods that covers the domain."""
+    if nodes[start] != lo or start + hi - lo > nodes.size:
+        return False
+    for k in range(hi - lo):
+        if nodes[start + k] != lo + k:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def whole_free_leaves(
+    nodes: np.ndarray,
+    node_leaf: np.ndarray,
+    leaf_starts: np.ndarray,
+    leaf_hist: np.ndarray,
+    width: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The runs of whole-node pods on `nodes` (distinct) that `take_whole_nodes` would take as
+    whole innermost domains: each a run of pods covering a domain's nodes in order, every one
+    open with every GPU free (`leaf_hist`: the innermost level's histograms). Returns those
+    domains, in the pods' order, and per pod whether it is in one."""
+    in_whole = np.zeros(nodes.size, dtype=np.bool_)
+    leaves = np.empty(nodes.size, dtype=np.int64)
+    n_leaves = 0
+    start = 0
+    while start < nodes.size:
+        domain = node_leaf[nodes[start]]
+        lo, hi = leaf_starts[domain], leaf_starts[domain + 1]
+        whole = _covers_domain(nodes, start, lo, hi)
+        if whole:
+            at_width = 0
+            for model in range(leaf_hist.shape[1]):
+                at_width += leaf_hist[domain, model, width]
+            whole = at_width == hi - lo
+        if whole:
+            in_whole[start : start + hi - lo] = True
+            leaves[n_leaves] = domain
+            n_leaves += 1
+            start += hi - lo
+        else:
+            start += 1
+    return leaves[:n_leaves], in_whole
 
 
 @njit(cache=True, nogil=True)

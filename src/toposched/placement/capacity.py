@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -10,6 +11,7 @@ from numpy.typing import NDArray
 from toposched.cluster.state import ClusterState
 from toposched.cluster.units import MILLI_PER_GPU
 from toposched.placement import capacity_kernels
+from toposched.placement.closed_leaves import ClosedAt, ClosedLeaves
 from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
@@ -90,6 +92,10 @@ class CapacityView:
     `inside` (a level and a domain) lets the view count slices over that domain's part of the
     fleet alone, for a search confined to it (`GangRequest.within`): then a domain apart from
     it may show no room, and one above it (the cluster's `total`) only the room inside it.
+
+    `closed` (for pods of whole GPUs) are innermost domains an earlier pod set of the job
+    fills whole though the state shows them free: read as after that set's take, with no room
+    on their nodes, and every domain above them without their nodes' room, CPU and memory.
     """
 
     def __init__(
@@ -98,9 +104,14 @@ class CapacityView:
         request: GangRequest,
         exact: bool,
         inside: tuple[int, int] | None = None,
+        closed: ClosedLeaves | None = None,
     ) -> None:
+        if closed is not None and (request.gpus_per_pod == 0 or request.is_fractional):
+            raise ValueError("closed innermost domains are read for pods of whole GPUs only")
         self.state = state
         self.request = request
+        self.closed = closed
+        self._closed: dict[int, ClosedAt] = {}
         self.exact = exact or request.is_fractional
         topology = state.topology
         self.leaf_level = len(topology.domain_levels) - 1
@@ -164,6 +175,8 @@ class CapacityView:
                 held = capacity_kernels.pods_on_nodes(nodes, 0, 0, *arrays)
             else:
                 held = np.zeros(0, dtype=np.int64)
+            if self.closed is not None:
+                held[self.closed.closed_nodes(nodes)] = 0
             return self._in_node_slices(held)
         pick = slice(None) if nodes is None else nodes
         capacity = (state.gpu_free_milli[pick] // request.gpu_milli).sum(axis=1, dtype=np.int64)
@@ -246,16 +259,55 @@ class CapacityView:
                 capacity = pods_by_free(hist[:, 0, :], self.pods_per_free)  # one model
             else:
                 capacity = pods_by_free(hist.sum(axis=1, dtype=np.int64), self.pods_per_free)
+        free_cpu = state.domain_free_cpu[level][lo:hi]
+        free_memory = state.domain_free_memory[level][lo:hi]
+        if self.closed is not None:
+            free_cpu, free_memory = self._without_closed(
+                level, lo, hi, capacity, free_cpu, free_memory
+            )
         if request.cpu_milli or request.memory_mib or granule > 1:
             capacity_kernels.bound_and_round(
-                capacity,
-                state.domain_free_cpu[level][lo:hi],
-                state.domain_free_memory[level][lo:hi],
-                request.cpu_milli,
-                request.memory_mib,
-                granule,
+                capacity, free_cpu, free_memory, request.cpu_milli, request.memory_mib, granule
             )
         return capacity
+
+    def _without_closed(
+        self,
+        level: int,
+        lo: int,
+        hi: int,
+        capacity: IntArray,
+        free_cpu: IntArray,
+        free_memory: IntArray,
+    ) -> tuple[IntArray, IntArray]:
+        """Take the closed leaves' room from `capacity` (domains lo..hi-1 at `level`, from the
+        aggregates before bounds), in place; returns the domains' free CPU and memory without
+        what the closed leaves' pods take."""
+        lost = self._closed_at(level)
+        capacity -= lost.nodes[lo:hi]
+        request = self.request
+        if request.cpu_milli and lost.cpu_milli is not None:
+            free_cpu = free_cpu - lost.cpu_milli[lo:hi]
+        if request.memory_mib and lost.memory_mib is not None:
+            free_memory = free_memory - lost.memory_mib[lo:hi]
+        return free_cpu, free_memory
+
+    def _closed_at(self, level: int) -> ClosedAt:
+        """The closed leaves per domain at `level`, their nodes counted as the pods they held
+        (each had every GPU free: `pods_per_free[width]` pods, or as many one-GPU pods as
+        GPUs, as the aggregate of free GPUs counts them)."""
+        found = self._closed.get(level)
+        if found is None:
+            assert self.closed is not None
+            request = self.request
+            found = self.closed.at(level, request.allowed_models)
+            width = self.state.gpu_free_milli.shape[1]
+            one_gpu = request.gpus_per_pod == 1 and request.allowed_models is None
+            per_node = width if one_gpu else int(self.pods_per_free[width])
+            if per_node != 1:
+                found = replace(found, nodes=found.nodes * per_node)
+            self._closed[level] = found
+        return found
 
     def _full_level(self, level: int) -> IntArray:
         """Slice-rounded capacity of every domain at `level` (at or above the innermost slice)."""
@@ -304,4 +356,7 @@ class CapacityView:
         if request.allowed_models is not None:
             hist = hist[:, request.allowed_models, :]
         free: IntArray = hist.sum(axis=1, dtype=np.int64) @ np.arange(hist.shape[2], dtype=np.int64)
+        if self.closed is not None:
+            closed = self.closed.at(level, request.allowed_models)
+            free -= closed.nodes[lo:hi] * state.gpu_free_milli.shape[1]
         return free

@@ -23,7 +23,8 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
 from toposched.cluster.statement import Statement
 from toposched.placement.capacity import CapacityView, room_bound
-from toposched.placement.policies import BestFit, PlacementPolicy
+from toposched.placement.closed_leaves import ClosedLeaves, closed_leaves_of
+from toposched.placement.policies import BestFit, PlacementPolicy, fills_emptiest_first
 from toposched.placement.request import GangRequest
 from toposched.placement.search import (
     Placement,
@@ -191,22 +192,48 @@ def _place_in(
     domain: int,
     policy: PlacementPolicy,
 ) -> RolesPlacement | Unschedulable:
+    """Every role within `domain` at `level`, in `order`, each seeing the room the roles
+    before it took: on a what-if, but for whole innermost domains a role of whole-node pods
+    fills, which the later roles' searches read as full without taking them
+    (`placement.closed_leaves`) when they can."""
     statement = Statement(state)
     placements: dict[int, Placement] = {}
+    closed: ClosedLeaves | None = None
     last = order[-1]
     try:
-        for index in order:
+        for position, index in enumerate(order):
             role = roles[index]
             inside = replace(role, required=max(role.required, level), within=(level, domain))
-            result = place(state, inside, policy)
+            result = place(state, inside, policy, closed=closed)
             if isinstance(result, Unschedulable):
                 return result
             placements[index] = result
-            if index != last:  # only the roles placed after it need to see its room taken
+            if index == last:  # only the roles placed after it need to see its room taken
+                continue
+            later = [roles[i] for i in order[position + 1 :]]
+            found = (
+                closed_leaves_of(state, result.allocation) if _read_closed(later, policy) else None
+            )
+            if found is None:
                 statement.take(result.allocation, fresh=True)
+                continue
+            filled, rest = found
+            closed = filled if closed is None else closed.joined(filled)
+            if rest is not None:
+                statement.take(rest, fresh=True)
     finally:
         statement.discard()
     return RolesPlacement(tuple(placements[i] for i in range(len(roles))), level, domain)
+
+
+def _read_closed(roles: Sequence[GangRequest], policy: PlacementPolicy) -> bool:
+    """Whether searches for `roles` read innermost domains as full without a take (`place`'s
+    `closed`): pods of whole GPUs, not preferring the fewest nodes, placed in an order the
+    compiled searches follow."""
+    return fills_emptiest_first(policy) is not None and all(
+        role.gpus_per_pod > 0 and not role.is_fractional and not role.preferred_node
+        for role in roles
+    )
 
 
 def _explain(

@@ -16,6 +16,7 @@ from toposched.cluster.statement import Statement
 from toposched.cluster.topology import Topology
 from toposched.jobs.spec import JobSpec
 from toposched.placement.capacity import CapacityView, pods_per_free
+from toposched.placement.closed_leaves import ClosedLeaves
 from toposched.placement.domains import DomainChoice, in_rank_order
 from toposched.placement.leaf_kernel import place_in_one_leaf
 from toposched.placement.node_fill import NodeFill, allocation_of, node_slices_in_gpus
@@ -84,7 +85,8 @@ PlacementResult = Placement | Unschedulable
 class _Search:
     """One placement decision: holds the capacity view and the policy for its helpers.
 
-    `emptiest` is `fills_emptiest_first(policy)`, decided by the caller.
+    `emptiest` is `fills_emptiest_first(policy)`, decided by the caller; `closed`, innermost
+    domains read as full (`CapacityView`).
     """
 
     def __init__(
@@ -93,8 +95,10 @@ class _Search:
         request: GangRequest,
         policy: PlacementPolicy,
         emptiest: bool | None,
+        closed: ClosedLeaves | None = None,
     ) -> None:
         self.state = state
+        self.closed = closed
         self.topology = state.topology
         self.request = request
         self.policy = policy
@@ -108,13 +112,13 @@ class _Search:
         # Confined to `within` at or above the required level, the search reads no domain
         # outside it: its view counts slices inside it alone.
         confined = within if within is not None and request.required >= within[0] else None
-        self.view = CapacityView(self.state, request, exact, inside=confined)
+        self.view = CapacityView(self.state, request, exact, inside=confined, closed=self.closed)
         if request.on_one_node:
             return self._one_node()
         total = self.view.total()
         if total < request.pods and confined is not None:
             # The confined total counts only the room inside `within`: the cluster's is said.
-            self.view = CapacityView(self.state, request, exact)
+            self.view = CapacityView(self.state, request, exact, closed=self.closed)
             total = self.view.total()
         if total < request.pods:
             return self._explain_total(total)
@@ -205,7 +209,10 @@ class _Search:
         code = UnschedulableCode.CAPACITY
         if request.slices or request.node_slice > 1:
             unsliced = CapacityView(
-                self.state, replace(request, slices=(), node_slice=1), self.view.exact
+                self.state,
+                replace(request, slices=(), node_slice=1),
+                self.view.exact,
+                closed=self.closed,
             )
             if unsliced.total() >= request.pods:
                 code = UnschedulableCode.SLICES
@@ -269,6 +276,7 @@ def place(
     request: GangRequest,
     policy: PlacementPolicy | None = None,
     exact_reasons: bool = True,
+    closed: ClosedLeaves | None = None,
 ) -> PlacementResult:
     """Find where every pod of `request` runs, or say precisely why it cannot run now.
 
@@ -279,12 +287,19 @@ def place(
     Aggregate capacities bound exact ones from above, so a gang they reject does not fit; the
     exact pass after such a rejection only makes the reason's figures exact. Callers that
     only ask whether a gang fits pass `exact_reasons=False` to skip it (an O(nodes) pass).
+
+    `closed`: innermost domains an earlier pod set of the job fills whole, read as they would
+    be after that set's take (`placement.closed_leaves`), for a gang of whole-GPU pods
+    neither preferring the fewest nodes nor placed by a policy that reads the state itself.
     """
     policy = policy or BestFit()
-    compiled = _placed_in_one_leaf(state, request, policy)
+    emptiest = fills_emptiest_first(policy)
+    if closed is not None and (request.preferred_node or emptiest is None):
+        raise ValueError("closed domains are read by searches of the compiled policies' orders")
+    compiled = None if closed is not None else _placed_in_one_leaf(state, request, policy)
     if compiled is not None:
         return compiled
-    search = _Search(state, request, policy, fills_emptiest_first(policy))
+    search = _Search(state, request, policy, emptiest, closed)
     result = search.run(exact=False)
     if isinstance(result, Placement) or search.view.exact:
         if result is None:
