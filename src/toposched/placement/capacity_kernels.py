@@ -96,12 +96,3 @@ def whole_units(free: np.ndarray, unit: int) -> int:
     for domain in range(free.size):
         total += int((free[domain] + 0.5) * inverse)
     return total
-
-
-@njit(cache=True, nogil=True)
-def sums_per_domain(owners: np.ndarray, values: np.ndarray, n_domains: int) -> np.ndarray:
-    """Per domain 0..n_domains-1, the sum of `values[i]` over the i with `owners[i]` = it."""
-    sums = np.zeros(n_domains, dtype=np.int64)
-    for i in range(owners.size):
-        sums[owners[i]] += values[i]
-    return sums

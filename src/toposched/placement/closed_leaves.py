@@ -20,7 +20,6 @@ from toposched.cluster.allocation import MILLI_PER_GPU, Allocation
 from toposched.cluster.state import ClusterState
 from toposched.cluster.topology import Topology
 from toposched.cluster.trials import whole_free_leaves
-from toposched.placement.capacity_kernels import sums_per_domain
 
 __all__ = ["ClosedAt", "ClosedLeaves", "closed_leaves_of"]
 
@@ -42,28 +41,37 @@ class ClosedAt:
 
 @dataclass(frozen=True, eq=False)
 class ClosedLeaves:
-    """Innermost domains (`leaves`, increasing) whose every node holds a pod on every GPU,
-    though the state shows them free: per leaf, its nodes by GPU model (every node open, each
-    with every GPU free before) and the CPU and memory their pods take."""
+    """Innermost domains (`leaves`, in no particular order) whose every node holds a pod on
+    every GPU, though the state shows them free: per leaf, its nodes by GPU model (every node
+    open, each with every GPU free before) and the CPU and memory their pods take (None when
+    they take none)."""
 
     topology: Topology
     leaves: IntArray
     nodes_per_model: IntArray
-    cpu_milli: IntArray
-    memory_mib: IntArray
+    cpu_milli: IntArray | None
+    memory_mib: IntArray | None
     _levels: dict[tuple[int, Models], ClosedAt] = field(default_factory=dict, repr=False)
     _leaf_mask: list[NDArray[np.bool_]] = field(default_factory=list, repr=False)
     """Per innermost domain, whether it is closed: built on first use, then its one entry."""
 
     def joined(self, other: ClosedLeaves) -> ClosedLeaves:
         """These leaves and `other`'s (distinct from these)."""
-        order = np.argsort(np.concatenate([self.leaves, other.leaves]), kind="stable")
+
+        def both(mine: IntArray | None, theirs: IntArray | None) -> IntArray | None:
+            if mine is None and theirs is None:
+                return None
+            zeros = np.zeros(self.leaves.size + other.leaves.size, dtype=np.int64)
+            mine = zeros[: self.leaves.size] if mine is None else mine
+            theirs = zeros[self.leaves.size :] if theirs is None else theirs
+            return np.concatenate([mine, theirs])
+
         return ClosedLeaves(
             self.topology,
-            np.concatenate([self.leaves, other.leaves])[order],
-            np.concatenate([self.nodes_per_model, other.nodes_per_model])[order],
-            np.concatenate([self.cpu_milli, other.cpu_milli])[order],
-            np.concatenate([self.memory_mib, other.memory_mib])[order],
+            np.concatenate([self.leaves, other.leaves]),
+            np.concatenate([self.nodes_per_model, other.nodes_per_model]),
+            both(self.cpu_milli, other.cpu_milli),
+            both(self.memory_mib, other.memory_mib),
         )
 
     def at(self, level: int, models: NDArray[np.int64] | None) -> ClosedAt:
@@ -76,16 +84,33 @@ class ClosedLeaves:
             return found
         topology = self.topology
         leaf_level = len(topology.domain_levels) - 1
-        owners: NDArray[np.integer] = self.leaves
-        if level != leaf_level:
-            owners = topology.node_domain[level][topology.domain_starts[leaf_level][owners]]
-        n_domains = topology.n_domains(level)
-        per_model = self.nodes_per_model if models is None else self.nodes_per_model[:, models]
-        found = ClosedAt(
-            sums_per_domain(owners, per_model.sum(axis=1), n_domains),
-            sums_per_domain(owners, self.cpu_milli, n_domains) if self.cpu_milli.any() else None,
-            sums_per_domain(owners, self.memory_mib, n_domains) if self.memory_mib.any() else None,
-        )
+        if level == leaf_level:
+            per_model = self.nodes_per_model if models is None else self.nodes_per_model[:, models]
+            nodes = per_model[:, 0] if per_model.shape[1] == 1 else per_model.sum(axis=1)
+
+            def dense(values: IntArray) -> IntArray:
+                per_leaf = np.zeros(topology.n_domains(leaf_level), dtype=np.int64)
+                per_leaf[self.leaves] = values
+                return per_leaf
+
+            found = ClosedAt(
+                dense(nodes),
+                None if self.cpu_milli is None else dense(self.cpu_milli),
+                None if self.memory_mib is None else dense(self.memory_mib),
+            )
+        else:
+            # Summed from the innermost level's: each domain's leaves are a run of them.
+            leaves = self.at(leaf_level, models)
+            bounds = topology.descendant_bounds(level, leaf_level)[:-1]
+
+            def summed(values: IntArray | None) -> IntArray | None:
+                return None if values is None else np.add.reduceat(values, bounds)
+
+            found = ClosedAt(
+                np.add.reduceat(leaves.nodes, bounds),
+                summed(leaves.cpu_milli),
+                summed(leaves.memory_mib),
+            )
         self._levels[key] = found
         return found
 
@@ -120,16 +145,14 @@ def closed_leaves_of(
     leaves, in_whole = whole_free_leaves(
         allocation.nodes, topology.node_domain[-1], topology.domain_starts[-1], leaf_hist, width
     )
-    order = np.argsort(leaves, kind="stable")
-    leaves = leaves[order]
     nodes_per_model = leaf_hist[leaves, :, width].astype(np.int64)
-    sizes = nodes_per_model.sum(axis=1)
+    sizes = nodes_per_model.sum(axis=1) if allocation.cpu_milli or allocation.memory_mib else None
     closed = ClosedLeaves(
         topology,
         leaves,
         nodes_per_model,
-        sizes * allocation.cpu_milli,
-        sizes * allocation.memory_mib,
+        None if sizes is None or not allocation.cpu_milli else sizes * allocation.cpu_milli,
+        None if sizes is None or not allocation.memory_mib else sizes * allocation.memory_mib,
     )
     if in_whole.all():
         return closed, None
