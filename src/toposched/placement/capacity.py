@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -11,7 +10,7 @@ from numpy.typing import NDArray
 from toposched.cluster.state import ClusterState
 from toposched.cluster.units import MILLI_PER_GPU
 from toposched.placement import capacity_kernels
-from toposched.placement.closed_leaves import ClosedAt, ClosedLeaves
+from toposched.placement.closed_leaves import ClosedLeaves
 from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
@@ -111,7 +110,7 @@ class CapacityView:
         self.state = state
         self.request = request
         self.closed = closed
-        self._closed: dict[int, ClosedAt] = {}
+        self._closed_pods: dict[int, IntArray] = {}
         self.exact = exact or request.is_fractional
         topology = state.topology
         self.leaf_level = len(topology.domain_levels) - 1
@@ -283,31 +282,31 @@ class CapacityView:
         """Take the closed leaves' room from `capacity` (domains lo..hi-1 at `level`, from the
         aggregates before bounds), in place; returns the domains' free CPU and memory without
         what the closed leaves' pods take."""
-        lost = self._closed_at(level)
-        capacity -= lost.nodes[lo:hi]
+        assert self.closed is not None
         request = self.request
-        if request.cpu_milli and lost.cpu_milli is not None:
-            free_cpu = free_cpu - lost.cpu_milli[lo:hi]
-        if request.memory_mib and lost.memory_mib is not None:
-            free_memory = free_memory - lost.memory_mib[lo:hi]
+        capacity -= self._closed_pods_at(level)[lo:hi]
+        closed = self.closed.at(level, request.allowed_models)
+        if request.cpu_milli and closed.cpu_milli is not None:
+            free_cpu = free_cpu - closed.cpu_milli[lo:hi]
+        if request.memory_mib and closed.memory_mib is not None:
+            free_memory = free_memory - closed.memory_mib[lo:hi]
         return free_cpu, free_memory
 
-    def _closed_at(self, level: int) -> ClosedAt:
-        """The closed leaves per domain at `level`, their nodes counted as the pods they held
-        (each had every GPU free: `pods_per_free[width]` pods, or as many one-GPU pods as
-        GPUs, as the aggregate of free GPUs counts them)."""
-        found = self._closed.get(level)
-        if found is None:
+    def _closed_pods_at(self, level: int) -> IntArray:
+        """Per domain at `level`, the pods its closed leaves' nodes held before (each node had
+        every GPU free: `pods_per_free[width]` pods, or as many one-GPU pods as GPUs, as the
+        aggregate of free GPUs counts them)."""
+        pods = self._closed_pods.get(level)
+        if pods is None:
             assert self.closed is not None
             request = self.request
-            found = self.closed.at(level, request.allowed_models)
+            nodes = self.closed.at(level, request.allowed_models).nodes
             width = self.state.gpu_free_milli.shape[1]
             one_gpu = request.gpus_per_pod == 1 and request.allowed_models is None
             per_node = width if one_gpu else int(self.pods_per_free[width])
-            if per_node != 1:
-                found = replace(found, nodes=found.nodes * per_node)
-            self._closed[level] = found
-        return found
+            pods = nodes if per_node == 1 else nodes * per_node
+            self._closed_pods[level] = pods
+        return pods
 
     def _full_level(self, level: int) -> IntArray:
         """Slice-rounded capacity of every domain at `level` (at or above the innermost slice)."""

@@ -4,7 +4,9 @@ Each role is a gang of identical pods with its own constraints (a `GangRequest`:
 preferred and slices inside the shared domain); the job places every role or none, all within
 one domain of the shared level. Roles are placed one after another on a what-if of the state
 (a `Statement` rolled back before returning), each confined to the candidate domain by
-`GangRequest.within`, so later roles see the room earlier ones took.
+`GangRequest.within`, so later roles see the room earlier ones took. Whole racks a role of
+whole-node pods fills are not taken: the later roles' searches read them as full
+(`placement.closed_leaves`).
 
 A `preferred` level inner to the shared one keeps the roles together in one domain of that
 level when one holds them all (any shared domain's, tried in the policy's order), and else
