@@ -164,17 +164,19 @@ def test_a_policy_reading_the_state_refuses_closed_racks() -> None:
         place(state, request, RandomFit(0), closed=found[0])
 
 
-def sets_one_after_another(
-    state: ClusterState, roles: list[GangRequest], domain: int
+def sets_one_after_another_in(
+    state: ClusterState, roles: list[GangRequest], level: int, domain: int
 ) -> list[Placement]:
-    """Each set placed within `domain` (the cluster's level 0), largest first, the later
-    ones on a take of the earlier ones' pods."""
+    """Each set placed within `domain` at `level`, largest first, the later ones on a take
+    of the earlier ones' pods."""
     order = sorted(range(len(roles)), key=lambda i: -roles[i].gpus_total)
     placements: dict[int, Placement] = {}
     statement = Statement(state)
     try:
         for index in order:
-            placed = place(state, replace(roles[index], within=(0, domain)))
+            role = roles[index]
+            inside = replace(role, required=max(role.required, level), within=(level, domain))
+            placed = place(state, inside)
             assert isinstance(placed, Placement), placed
             placements[index] = placed
             statement.take(placed.allocation, fresh=True)
@@ -207,6 +209,31 @@ def test_a_trainer_in_rack_slices_and_its_rollout_as_on_takes(
     placed = place_roles(state, roles, 0)
     if not isinstance(placed, RolesPlacement):
         return
-    expected = sets_one_after_another(state, roles, 0)
+    expected = sets_one_after_another_in(state, roles, 0, 0)
+    for got, want in zip(placed.placements, expected, strict=True):
+        same_result(got, want)
+
+
+def test_on_a_free_cluster_the_trainer_closes_its_racks_and_the_rollout_goes_beside() -> None:
+    """Every rack free: the trainer's 20 rack slices close 20 whole racks, and the rollout and
+    evaluator sets land as on takes, in none of them."""
+    state = ClusterState(one_model())
+    rack = rack_level(state.topology)
+    roles = [
+        simple_request(20 * 18, 4, name="trainer", preferred=2, slices=[(rack, 18)]),
+        simple_request(100, 2, name="rollout", preferred=2),
+        simple_request(7, 1, name="evaluator", required=rack),
+    ]
+    placed = place_roles(state, roles, 1)
+    assert isinstance(placed, RolesPlacement)
+    trainer = placed.placements[0].allocation
+    found = closed_leaves_of(state, trainer)
+    assert found is not None and found[1] is None
+    assert found[0].leaves.size == 20
+    racks_of = state.topology.node_domain[rack]
+    closed = set(found[0].leaves.tolist())
+    for later in placed.placements[1:]:
+        assert not closed & set(racks_of[later.allocation.nodes].tolist())
+    expected = sets_one_after_another_in(state, roles, 1, placed.domain)
     for got, want in zip(placed.placements, expected, strict=True):
         same_result(got, want)
