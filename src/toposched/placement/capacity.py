@@ -285,6 +285,8 @@ class CapacityView:
         assert self.closed is not None
         request = self.request
         capacity -= self._closed_pods_at(level)[lo:hi]
+        if not (request.cpu_milli or request.memory_mib):
+            return free_cpu, free_memory  # not read
         closed = self.closed.at(level, request.allowed_models)
         if request.cpu_milli and closed.cpu_milli is not None:
             free_cpu = free_cpu - closed.cpu_milli[lo:hi]
