@@ -341,10 +341,11 @@ def whole_free_leaves(
     """The runs of whole-node pods on `nodes` (distinct) that `take_whole_nodes` would take as
     whole innermost domains: each a run of pods covering a domain's nodes in order, every one
     open with every GPU free (`leaf_hist`: the innermost level's histograms). Returns those
-    domains, in the pods' order, and per pod whether it is in one."""
-    in_whole = np.zeros(nodes.size, dtype=np.bool_)
+    domains, in the pods' order, and the indices of the pods in none of them."""
     leaves = np.empty(nodes.size, dtype=np.int64)
+    rest = np.empty(nodes.size, dtype=np.int64)
     n_leaves = 0
+    n_rest = 0
     start = 0
     while start < nodes.size:
         domain = node_leaf[nodes[start]]
@@ -356,13 +357,14 @@ def whole_free_leaves(
                 at_width += leaf_hist[domain, model, width]
             whole = at_width == hi - lo
         if whole:
-            in_whole[start : start + hi - lo] = True
             leaves[n_leaves] = domain
             n_leaves += 1
             start += hi - lo
         else:
+            rest[n_rest] = start
+            n_rest += 1
             start += 1
-    return leaves[:n_leaves], in_whole
+    return leaves[:n_leaves], rest[:n_rest]
 
 
 @njit(cache=True, nogil=True)

@@ -52,8 +52,6 @@ class ClosedLeaves:
     cpu_milli: IntArray | None
     memory_mib: IntArray | None
     _levels: dict[tuple[int, Models], ClosedAt] = field(default_factory=dict, repr=False)
-    _leaf_mask: list[NDArray[np.bool_]] = field(default_factory=list, repr=False)
-    """Per innermost domain, whether it is closed: built on first use, then its one entry."""
 
     def joined(self, other: ClosedLeaves) -> ClosedLeaves:
         """These leaves and `other`'s (distinct from these)."""
@@ -115,14 +113,10 @@ class ClosedLeaves:
         return found
 
     def closed_nodes(self, nodes: IntArray | slice) -> NDArray[np.bool_]:
-        """Of `nodes` (indices, or a range of nodes), which lie in a closed leaf."""
-        if not self._leaf_mask:
-            leaf_level = len(self.topology.domain_levels) - 1
-            mask = np.zeros(self.topology.n_domains(leaf_level), dtype=np.bool_)
-            mask[self.leaves] = True
-            self._leaf_mask.append(mask)
-        node_leaf = self.topology.node_domain[-1]
-        closed: NDArray[np.bool_] = self._leaf_mask[0][node_leaf[nodes]]
+        """Of `nodes` (indices, or a range of nodes), which lie in a closed leaf (one with
+        nodes in the closed count of its level)."""
+        per_leaf = self.at(len(self.topology.domain_levels) - 1, None).nodes
+        closed: NDArray[np.bool_] = per_leaf[self.topology.node_domain[-1][nodes]] > 0
         return closed
 
 
@@ -142,7 +136,7 @@ def closed_leaves_of(
         return None
     topology = state.topology
     leaf_hist = state.free_hist[-1]
-    leaves, in_whole = whole_free_leaves(
+    leaves, rest = whole_free_leaves(
         allocation.nodes, topology.node_domain[-1], topology.domain_starts[-1], leaf_hist, width
     )
     nodes_per_model = leaf_hist[leaves, :, width].astype(np.int64)
@@ -154,9 +148,8 @@ def closed_leaves_of(
         None if sizes is None or not allocation.cpu_milli else sizes * allocation.cpu_milli,
         None if sizes is None or not allocation.memory_mib else sizes * allocation.memory_mib,
     )
-    if in_whole.all():
+    if rest.size == 0:
         return closed, None
-    rest = ~in_whole
     return closed, Allocation(
         nodes=allocation.nodes[rest],
         gpus=allocation.gpus[rest],
