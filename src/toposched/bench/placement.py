@@ -5,6 +5,12 @@ case)."""
 
 from __future__ import annotations
 
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
 from toposched.bench.checks import InvalidResult, check_placement
@@ -19,6 +25,7 @@ from toposched.placement.search import Placement, Unschedulable, place
 from toposched.workloads.fleet import RACK_LEVEL, occupied_fleet
 
 __all__ = [
+    "CpuRatio",
     "block_preferring_job",
     "block_sliced_job",
     "frontier_job",
@@ -26,6 +33,7 @@ __all__ = [
     "node_preferring_jobs",
     "node_sliced_jobs",
     "occupied_fleet",
+    "pod_set_cpu_ratios",
     "pod_set_job",
     "rack_sliced_job",
     "roomy_fleet",
@@ -240,6 +248,51 @@ def run_pod_set_and_node_slice_benchmarks(
         _measure_small_jobs(state, "churned", quick, jobs, "node-sliced gang (4-16 pods)")
     )
     return results
+
+
+@dataclass(frozen=True)
+class CpuRatio:
+    """Median CPU seconds of the one-set and the two-set 200,016-GPU jobs' placements, over
+    calls interleaved one by one, and the load average before and after."""
+
+    one_set_s: float
+    two_sets_s: float
+    load: tuple[float, float]
+
+    @property
+    def ratio(self) -> float:
+        return self.two_sets_s / self.one_set_s
+
+
+def pod_set_cpu_ratios(
+    runs: int = 5, calls: int = 60, state: ClusterState | None = None
+) -> list[CpuRatio]:
+    """`runs` comparisons of the two-set job (`pod_set_job`, `place_job_sets`) with the one-set
+    job (`frontier_job`) on `state` (`roomy_fleet` when not given) in CPU time
+    (`time.process_time`), each the medians of `calls` calls of each, interleaved call by
+    call, their order alternating: on a loaded machine wall time stretches the longer call
+    more, and calls timed in separate blocks meet different loads."""
+    state = state if state is not None else roomy_fleet()
+    sets = JobSets.from_spec(pod_set_job(), state.topology)
+    job = frontier_job()
+    pair: list[Callable[[], object]] = [
+        lambda: place(state, job),
+        lambda: place_job_sets(state, sets),
+    ]
+    for call in pair:
+        call()  # warm: compiled loops loaded, caches filled
+    ratios = []
+    for _ in range(runs):
+        before = os.getloadavg()[0]
+        timings: list[list[float]] = [[], []]
+        for index in range(calls):
+            for which in (0, 1) if index % 2 == 0 else (1, 0):
+                begin = time.process_time()
+                pair[which]()
+                timings[which].append(time.process_time() - begin)
+        one, two = (statistics.median(times) for times in timings)
+        ratios.append(CpuRatio(one, two, (before, os.getloadavg()[0])))
+    return ratios
 
 
 def _measure_sets(
