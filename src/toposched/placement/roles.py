@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.errors import InputError
-from toposched.cluster.state import ClusterState
+from toposched.cluster.state import Allocation, ClusterState
 from toposched.cluster.statement import Statement
 from toposched.placement.capacity import CapacityView, room_bound
 from toposched.placement.closed_leaves import ClosedLeaves, closed_leaves_of
@@ -213,9 +213,7 @@ def _place_in(
             if index == last:  # only the roles placed after it need to see its room taken
                 continue
             later = [roles[i] for i in order[position + 1 :]]
-            found = (
-                closed_leaves_of(state, result.allocation) if _read_closed(later, policy) else None
-            )
+            found = _closing(state, result.allocation) if _read_closed(later, policy) else None
             if found is None:
                 statement.take(result.allocation, fresh=True)
                 continue
@@ -236,6 +234,27 @@ def _read_closed(roles: Sequence[GangRequest], policy: PlacementPolicy) -> bool:
         role.gpus_per_pod > 0 and not role.is_fractional and not role.preferred_node
         for role in roles
     )
+
+
+# Whole innermost domains are read as closed rather than taken from this fraction of the
+# cluster's on (1/64: about 200 racks of the 1M-GPU fleet's 13,890): below, the take and its
+# undo cost less than the closed view's rows per level and its subtraction in each count.
+CLOSED_FROM_SHARE = 64
+
+
+def _closing(
+    state: ClusterState, allocation: Allocation
+) -> tuple[ClosedLeaves, Allocation | None] | None:
+    """The whole innermost domains `allocation` (a placement a search just found) fills and
+    its other pods (`closed_leaves_of`), when they are enough domains to read as closed
+    (`CLOSED_FROM_SHARE`); else None, and the allocation is taken."""
+    leaves = state.topology.n_domains(len(state.topology.domain_levels) - 1)
+    if allocation.pods * CLOSED_FROM_SHARE < leaves:
+        return None  # too few pods to fill enough domains (one pod per node)
+    found = closed_leaves_of(state, allocation)
+    if found is None or found[0].leaves.size * CLOSED_FROM_SHARE < leaves:
+        return None
+    return found
 
 
 def _explain(
