@@ -162,6 +162,18 @@ class CandidatePool:
         owner: IntArray = np.arange(len(self), dtype=np.int64).repeat(starts[1:] - starts[:-1])
         return owner
 
+    def touching(self, rows: IntArray, nodes: IntArray) -> IntArray:
+        """Those of `rows` with a pod on one of `nodes`, in the order given."""
+        starts = self.pod_starts[rows]
+        sizes = self.pod_starts[rows + 1] - starts
+        first_out = np.cumsum(sizes) - sizes
+        pods = np.arange(int(sizes.sum())) + np.repeat(starts - first_out, sizes)
+        owner = np.repeat(np.arange(rows.size), sizes)
+        touched = np.zeros(rows.size, dtype=bool)
+        touched[owner[np.isin(self.pod_nodes[pods], nodes)]] = True
+        kept: IntArray = rows[touched]
+        return kept
+
     def take(self, rows: Sequence[int] | IntArray) -> list[Candidate]:
         """The candidates of `rows`, each column read once as Python values (a handful of
         victims: numpy scalar reads would cost more than the rest of their making)."""
