@@ -35,6 +35,7 @@ from toposched.scheduler.victim_arrays import (
     cheapest_required_domain,
     touching_victims,
 )
+from toposched.scheduler.victim_release import free_candidates
 
 __all__ = [
     "DOMAINS_EXAMINED",
@@ -253,10 +254,8 @@ class VictimSearch:
         places: evicting those of them on its nodes (the others need not leave, as in
         `_plan_if_placed`). `Candidate` objects are made for those victims alone, since a
         what-if of every candidate gone may release thousands of jobs."""
-        held, job_ids = self.state.allocations, pool.job_ids
-        parts = [held[job_ids[row]] for row in rows.tolist()]
         with trial(self.state) as what_if:
-            what_if.free_parts(parts)
+            free_candidates(what_if, self.state, pool, rows)
             placed = place(self.state, request, self.policy)
         if not isinstance(placed, Placement):
             return None, placed
