@@ -70,8 +70,8 @@ def cases(draw: st.DrawFn) -> tuple[ClusterState, PreemptibleIndex, CandidatePoo
         standing=np.zeros(len(job_ids)),
         whole=index.whole[slots],
         pod_starts=np.concatenate(([0], counts.cumsum())).astype(np.int64),
-        pod_nodes=np.concatenate([state.allocations[j].nodes for j in job_ids] or [[]]).astype(
-            np.int64
+        pod_nodes=np.concatenate(
+            [state.allocations[job].nodes for job in job_ids] or [np.zeros(0, dtype=np.int64)]
         ),
         index=index,
         slots=slots,
