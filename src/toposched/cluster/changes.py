@@ -19,6 +19,7 @@ from toposched.cluster.rows import (
     row_sums,
     take_rows,
 )
+from toposched.cluster.shapes import Shapes
 from toposched.cluster.validation import AllocationChecks
 
 
@@ -217,15 +218,14 @@ class HoldingChanges(AllocationChecks):
             return [] if keep_rows else None
         if self.holds_sets:
             allocations = one_shape_parts(allocations)
-        pods = np.array([a.pods for a in allocations], dtype=np.int64)
-        if len(allocations) == 1 and not one and not (keep_rows and pods[0] >= SMALL):
+        if len(allocations) == 1 and not one and not (keep_rows and allocations[0].pods >= SMALL):
             self.version += 1
             self._apply(allocations[0], sign)
             return None
         self.version += 1
-        gpus_per_pod = {a.gpus.shape[1] for a in allocations}
+        shapes = Shapes.of(allocations)
         nodes = np.concatenate([a.nodes for a in allocations])
-        touched = self._touched(allocations, nodes)
+        touched = self._touched(shapes, nodes)
         self._changed(touched)
         saved: list[SavedRows] | None = None
         if keep_rows and nodes.size >= SMALL:
@@ -234,44 +234,38 @@ class HoldingChanges(AllocationChecks):
         # Many nodes, each pod holding whole GPUs (at least one): the changes of every total
         # follow from the pods themselves, without reading every touched node's totals before
         # and after (a touched node holds a pod of these, so it is idle only without them).
-        if self._by_pods(allocations, touched):
-            self._apply_by_pods(allocations, sign, pods, per_node, gpus_per_pod)
+        if self._by_pods(shapes, touched):
+            self._apply_by_pods(allocations, shapes, sign, per_node)
             return saved
         before = self._before_change(touched)
-        if self._move_gpus(allocations, sign, pods, nodes, touched, gpus_per_pod):
+        if self._move_gpus(allocations, shapes, sign, nodes, touched):
             whole = row_sums(take_rows(self.gpu_free_milli, touched) == MILLI_PER_GPU)
             self.free_whole_gpus[touched] = whole.astype(np.int8)
-        self._move_cpu_memory(allocations, sign, pods, per_node, None)
+        self._move_cpu_memory(shapes, sign, per_node, None)
         self._after_change(touched, before)
         return saved
 
-    def _by_pods(self, allocations: list[Allocation], touched: NDArray[np.int64]) -> bool:
-        """Whether a change of one-shape `allocations` (on `touched` nodes) moves the
-        aggregates by what the pods hold (`_apply_by_pods`): pods each holding whole GPUs (at
-        least one) on more nodes than the compiled loops take."""
-        return touched.size > kernels.COMPILED_LIMIT and all(
-            a.gpu_milli == MILLI_PER_GPU and a.gpus.shape[1] for a in allocations
-        )
+    def _by_pods(self, shapes: Shapes, touched: NDArray[np.int64]) -> bool:
+        """Whether a change of one-shape allocations of `shapes` (on `touched` nodes) moves
+        the aggregates by what the pods hold (`_apply_by_pods`): pods each holding whole GPUs
+        (at least one) on more nodes than the compiled loops take."""
+        return touched.size > kernels.COMPILED_LIMIT and shapes.whole_gpus_each()
 
     def _take_by_pods(
-        self, allocations: list[Allocation], touched: NDArray[np.int64]
+        self, allocations: list[Allocation], shapes: Shapes, touched: NDArray[np.int64]
     ) -> list[LevelSums]:
-        """Take the resources of one-shape `allocations` (on `touched` nodes, `_by_pods`),
-        unchecked; returns what it added to each level's aggregates."""
+        """Take the resources of one-shape `allocations` (of `shapes`, on `touched` nodes,
+        `_by_pods`), unchecked; returns what it added to each level's aggregates."""
         self.version += 1
         self._changed(touched)
-        pods = np.array([a.pods for a in allocations], dtype=np.int64)
         nodes = np.concatenate([a.nodes for a in allocations])
         per_node = _PerTouched(nodes, touched, self.topology.n_nodes)
-        gpus_per_pod = {a.gpus.shape[1] for a in allocations}
-        return self._apply_by_pods(allocations, -1, pods, per_node, gpus_per_pod)
+        return self._apply_by_pods(allocations, shapes, -1, per_node)
 
-    def _touched(
-        self, allocations: list[Allocation], nodes: NDArray[np.int64]
-    ) -> NDArray[np.int64]:
-        """The distinct nodes of one-shape `allocations` (`nodes`: their pods' nodes), sorted."""
-        width = self.gpu_free_milli.shape[1]
-        if all(a.gpu_milli == MILLI_PER_GPU and a.gpus.shape[1] == width for a in allocations):
+    def _touched(self, shapes: Shapes, nodes: NDArray[np.int64]) -> NDArray[np.int64]:
+        """The distinct nodes of one-shape allocations of `shapes` (`nodes`: their pods'
+        nodes), sorted."""
+        if shapes.whole_nodes(self.gpu_free_milli.shape[1]):
             # Every pod holds every GPU of its node (whole-node pods): no node holds two, so
             # the distinct nodes are the pods' nodes sorted (runs of increasing nodes, as a
             # placement lists a rack's: a merge sort's best case).
@@ -281,16 +275,16 @@ class HoldingChanges(AllocationChecks):
     def _move_gpus(
         self,
         allocations: list[Allocation],
+        shapes: Shapes,
         sign: int,
-        pods: NDArray[np.int64],
         nodes: NDArray[np.int64],
         touched: NDArray[np.int64],
-        gpus_per_pod: set[int],
     ) -> bool:
-        """Move the free milli-GPU of every GPU the allocations hold (pods on `nodes`, in
-        order; `touched`: their distinct nodes, sorted); False if they hold none."""
+        """Move the free milli-GPU of every GPU the allocations (of `shapes`) hold (pods on
+        `nodes`, in order; `touched`: their distinct nodes, sorted); False if they hold none."""
         width = self.gpu_free_milli.shape[1]
-        whole_gpus = {a.gpu_milli for a in allocations} == {MILLI_PER_GPU}
+        whole_gpus = shapes.whole_gpus()
+        gpus_per_pod = shapes.distinct_widths()
         # A whole GPU is held by one pod, all of it: taken, its free share goes from a whole
         # GPU to none; given back, the other way. Set, not added (several times cheaper).
         after = np.int16(MILLI_PER_GPU if sign > 0 else 0)
@@ -305,27 +299,22 @@ class HoldingChanges(AllocationChecks):
             gpus = np.concatenate([a.gpus for a in allocations])
             slots = (nodes[:, None] * width + gpus).reshape(-1)
         else:
-            per_pod = np.array([a.gpus.shape[1] for a in allocations], dtype=np.int64)
             gpus = np.concatenate([a.gpus.reshape(-1) for a in allocations])
-            slots = np.repeat(nodes, np.repeat(per_pod, pods)) * width + gpus
+            slots = np.repeat(nodes, np.repeat(shapes.widths, shapes.pods)) * width + gpus
         if not slots.size:
             return False
         flat = self.gpu_free_milli.reshape(-1)
         if whole_gpus:
             flat[slots] = after
         else:
-            milli = np.repeat(
-                np.array([a.gpu_milli for a in allocations], dtype=np.int16),
-                pods * np.array([a.gpus.shape[1] for a in allocations], dtype=np.int64),
-            )
+            milli = np.repeat(shapes.gpu_milli.astype(np.int16), shapes.pods * shapes.widths)
             np.add.at(flat, slots, sign * milli)
         return True
 
     def _move_cpu_memory(
         self,
-        allocations: list[Allocation],
+        shapes: Shapes,
         sign: int,
-        pods: NDArray[np.int64],
         per_node: _PerTouched,
         unchanged: NDArray[np.int64] | None,
     ) -> tuple[NDArray[np.int64] | None, NDArray[np.int64] | None]:
@@ -336,48 +325,41 @@ class HoldingChanges(AllocationChecks):
         node."""
         touched = per_node.touched
         changes: list[NDArray[np.int64] | None] = [unchanged, unchanged]
-        cpu_of = [a.cpu_milli for a in allocations]
-        memory_of = [a.memory_mib for a in allocations]
         for which, (free, asked) in enumerate(
-            ((self.free_cpu_milli, cpu_of), (self.free_memory_mib, memory_of))
+            ((self.free_cpu_milli, shapes.cpu_milli), (self.free_memory_mib, shapes.memory_mib))
         ):
-            if any(asked):
-                if per_node.one_pod_each and len(set(asked)) == 1:
+            if asked.any():
+                if per_node.one_pod_each and (asked == asked[0]).all():
                     change = np.full(touched.size, sign * asked[0], dtype=np.int64)
                 else:
-                    change = sign * per_node.sums(np.repeat(np.array(asked, dtype=np.int64), pods))
+                    change = sign * per_node.sums(np.repeat(asked, shapes.pods))
                 free[touched] += change
                 changes[which] = change
         return changes[0], changes[1]
 
     def _apply_by_pods(
-        self,
-        allocations: list[Allocation],
-        sign: int,
-        pods: NDArray[np.int64],
-        per_node: _PerTouched,
-        gpus_per_pod: set[int],
+        self, allocations: list[Allocation], shapes: Shapes, sign: int, per_node: _PerTouched
     ) -> list[LevelSums]:
         """`_apply_many` for pods each holding whole GPUs on many nodes: the aggregates move by
         what the pods hold, without reading the touched nodes' totals before and after.
         Returns what it added to each level's aggregates."""
         touched = per_node.touched
+        gpus_per_pod = shapes.distinct_widths()
         if gpus_per_pod == {self.gpu_free_milli.shape[1]}:
-            added = self._apply_whole_nodes(allocations, sign, pods, per_node)
+            added = self._apply_whole_nodes(allocations, shapes, sign, per_node)
             if added is not None:
                 return added
         old_whole = np.take(self.free_whole_gpus, touched).astype(np.int64)
         old_idle = self._node_idle(touched) if sign < 0 else None
-        self._move_gpus(allocations, sign, pods, per_node.nodes, touched, gpus_per_pod)
+        self._move_gpus(allocations, shapes, sign, per_node.nodes, touched)
         if len(gpus_per_pod) == 1:
             # One width: the pods on each node, times the width (an unweighted count).
             whole_change = (sign * next(iter(gpus_per_pod))) * per_node.sums(None)
         else:
-            widths = np.array([a.gpus.shape[1] for a in allocations], dtype=np.int64)
-            whole_change = sign * per_node.sums(np.repeat(widths, pods))
+            whole_change = sign * per_node.sums(np.repeat(shapes.widths, shapes.pods))
         self.free_whole_gpus[touched] = (old_whole + whole_change).astype(np.int8)
         cpu_change, memory_change = self._move_cpu_memory(
-            allocations, sign, pods, per_node, np.zeros(touched.size, dtype=np.int64)
+            shapes, sign, per_node, np.zeros(touched.size, dtype=np.int64)
         )
         if sign > 0:
             idle_change = self._node_idle(touched).astype(np.int64)
@@ -393,11 +375,7 @@ class HoldingChanges(AllocationChecks):
         return self._add_healthy_changes(touched, delta, old_whole, old_whole + whole_change)
 
     def _apply_whole_nodes(
-        self,
-        allocations: list[Allocation],
-        sign: int,
-        pods: NDArray[np.int64],
-        per_node: _PerTouched,
+        self, allocations: list[Allocation], shapes: Shapes, sign: int, per_node: _PerTouched
     ) -> list[LevelSums] | None:
         """`_apply_by_pods` for whole-node pods (each holding every GPU of its node) on open
         nodes; None, changing nothing, when some node is closed. Each node goes from every GPU
@@ -412,9 +390,9 @@ class HoldingChanges(AllocationChecks):
         counts = np.diff(np.append(first, touched.size))
         # Taken, idle nodes (every GPU free before) stop being idle; given back, some become.
         idle_before = self._idle_with_gpus_free(touched, first) if sign < 0 else None
-        self._move_gpus(allocations, sign, pods, per_node.nodes, touched, {width})
+        self._move_gpus(allocations, shapes, sign, per_node.nodes, touched)
         self.free_whole_gpus[touched] = width if sign > 0 else 0
-        cpu_change, memory_change = self._move_cpu_memory(allocations, sign, pods, per_node, None)
+        cpu_change, memory_change = self._move_cpu_memory(shapes, sign, per_node, None)
         sums = np.zeros((runs, 5), dtype=np.int64)  # one column per total
         sums[:, 0] = (sign * width) * counts
         sums[:, 1] = sums[:, 0] * MILLI_PER_GPU

@@ -15,6 +15,7 @@ from toposched.cluster.allocation import MILLI_PER_GPU, Allocation
 from toposched.cluster.changes import HoldingChanges, one_shape_parts
 from toposched.cluster.errors import InputError
 from toposched.cluster.rows import SavedRows, distinct_counts, put_back, take_rows
+from toposched.cluster.shapes import Shapes
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,8 +125,9 @@ class TrialReleases(HoldingChanges):
         if not fresh:
             for part, field in zip(parts, fields, strict=True):
                 self._validate_shape(part, field)  # its nodes are rows to keep
+        shapes = Shapes.of(parts)
         nodes = self._touched(
-            parts,
+            shapes,
             np.concatenate([part.nodes for part in parts]) if len(parts) > 1 else parts[0].nodes,
         )
         # Only the node arrays the parts change are kept.
@@ -135,10 +137,10 @@ class TrialReleases(HoldingChanges):
         if any(part.memory_mib for part in parts):
             node_arrays.append(self.free_memory_mib)
         node_rows: list[SavedRows] = [(a, nodes, take_rows(a, nodes)) for a in node_arrays]
-        if fresh and self._by_pods(parts, nodes):
+        if fresh and self._by_pods(shapes, nodes):
             # The domain aggregates move by sums found from the pods: kept, and taken away
             # again to undo, cheaper than copies of the domain rows.
-            return RowsBefore(nodes, node_rows, self._take_by_pods(parts, nodes))
+            return RowsBefore(nodes, node_rows, self._take_by_pods(parts, shapes, nodes))
         before = RowsBefore(nodes, node_rows + self._domain_rows(nodes))
         try:
             for part, field in zip(parts, fields, strict=True):

@@ -12,6 +12,7 @@ from numpy.typing import NDArray
 
 from toposched.cluster.state import Allocation, distinct
 from toposched.placement.search import Placement
+from toposched.scheduler.preemptible import PreemptibleIndex, domain_nodes
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -104,6 +105,10 @@ class CandidatePool:
     """Per budget, its account."""
     held: FloatArray = field(default_factory=lambda: np.zeros(0))
     """Per candidate, the GPUs it holds as the budget rule counts them (when capped)."""
+    index: PreemptibleIndex | None = None
+    """The running jobs' index the pool was read from, if it was."""
+    slots: IntArray | None = None
+    """Per candidate, its slot in `index`."""
 
     def __len__(self) -> int:
         return len(self.job_ids)
@@ -161,6 +166,21 @@ class CandidatePool:
         starts = self.pod_starts
         owner: IntArray = np.arange(len(self), dtype=np.int64).repeat(starts[1:] - starts[:-1])
         return owner
+
+    def pods_of(self, rows: IntArray) -> tuple[IntArray, IntArray]:
+        """The pods of the candidates of `rows` (indices into `pod_nodes`), and each pod's
+        position in `rows`."""
+        sizes = self.pod_starts[rows + 1] - self.pod_starts[rows]
+        owner: IntArray = np.repeat(np.arange(rows.size), sizes)
+        return domain_nodes(self.pod_starts, rows), owner
+
+    def touching(self, rows: IntArray, nodes: IntArray) -> IntArray:
+        """Those of `rows` with a pod on one of `nodes`, in the order given."""
+        pods, owner = self.pods_of(rows)
+        touched = np.zeros(rows.size, dtype=bool)
+        touched[owner[np.isin(self.pod_nodes[pods], nodes)]] = True
+        kept: IntArray = rows[touched]
+        return kept
 
     def take(self, rows: Sequence[int] | IntArray) -> list[Candidate]:
         """The candidates of `rows`, each column read once as Python values (a handful of

@@ -18,6 +18,7 @@ from toposched.policy.contract import RunningJob
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.jobs import Job
 from toposched.scheduler.preemptible import Holdings, PreemptibleIndex
+from toposched.scheduler.takeable import Takeable
 
 IntArray = NDArray[np.int64]
 
@@ -74,6 +75,8 @@ class Ledger:
         # Budgets in GPUs by account, valid for one version of the budget tree.
         self._budgets: dict[str, float] = {}
         self._budgets_version = -1
+        self._takeable: dict[tuple[float, bool], Takeable] = {}
+        """`takeable` answers, all for one time."""
 
     def running_gpus(self, account: str) -> float:
         """GPUs the account's allocated jobs hold now, without those already on their way out
@@ -114,6 +117,36 @@ class Ledger:
         ended = self.unprotected_count(now)
         return [job_id for _, job_id in self.protection.islice(0, ended)]
 
+    def takeable(self, now: float, only_unallocated: bool) -> Takeable:
+        """Slots in the preemptible index of the unallocated jobs, by name, then (unless
+        `only_unallocated`) of the allocated jobs past their protection at `now`, by its end:
+        every running job a preemption may weigh, in the order victim searches read them.
+        Remembered for `now` while no job stops and no job of the list starts (a cycle's
+        searches ask again after each start, which is never one of them but for unallocated
+        work or a job without protection)."""
+        known = self._takeable
+        if known and next(iter(known))[0] != now:
+            known.clear()
+        takeable = known.get((now, only_unallocated))
+        if takeable is None:
+            names = sorted(self.unallocated)
+            if not only_unallocated:
+                names += self.unprotected_ids(now)
+            slot_of = self.preemptible.slot_of
+            slots = np.fromiter(map(slot_of.__getitem__, names), np.int64, len(names))
+            takeable = known[(now, only_unallocated)] = Takeable(slots, self.preemptible)
+        return takeable
+
+    def _may_be_takeable(self, job: Job) -> None:
+        """Forget `takeable` if `job`, starting, belongs in its lists."""
+        known = self._takeable
+        if known and (
+            job.unallocated
+            or job.start_time is None
+            or job.start_time + job.min_runtime <= next(iter(known))[0]
+        ):
+            known.clear()
+
     def owners_on(self, nodes: IntArray) -> set[str]:
         """Running jobs holding anything on `nodes`."""
         index = self.preemptible
@@ -138,6 +171,7 @@ class Ledger:
         n = len(jobs)
         if n == 0:
             return
+        self._takeable.clear()
         specs = list(map(_SPEC, jobs))
         job_ids = list(map(_NAME, specs))
         self.running.update(zip(job_ids, jobs, strict=True))
@@ -180,6 +214,7 @@ class Ledger:
     def remember(self, job: Job) -> None:
         """Count the running `job` in every record."""
         assert job.start_time is not None
+        self._may_be_takeable(job)
         self._count_in(job)
         self.releases.add(release_time(job))
         if not job.unallocated:
@@ -208,6 +243,7 @@ class Ledger:
         """Take the running `job` out of every record; a preemptor it was leaving for no
         longer waits for it."""
         assert job.start_time is not None
+        self._takeable.clear()
         self.releases.remove(release_time(job))
         self.views.pop(job.job_id, None)
         self.preemptible.remove(job.job_id)

@@ -35,6 +35,7 @@ from toposched.scheduler.victim_arrays import (
     cheapest_required_domain,
     touching_victims,
 )
+from toposched.scheduler.victim_release import free_candidates
 
 __all__ = [
     "DOMAINS_EXAMINED",
@@ -245,6 +246,22 @@ class VictimSearch:
         with trial(self.state) as what_if:
             what_if.free_parts([held[v.job_id] for v in victims])
             return place(self.state, request, self.policy, exact_reasons=exact_reasons)
+
+    def _plan_from_rows(
+        self, preemptor: str, request: GangRequest, pool: CandidatePool, rows: IntArray
+    ) -> tuple[PreemptionPlan | None, PlacementResult]:
+        """Where the gang would go with the candidates of `rows` gone, and the plan if it
+        places: evicting those of them on its nodes (the others need not leave, as in
+        `_plan_if_placed`). `Candidate` objects are made for those victims alone, since a
+        what-if of every candidate gone may release thousands of jobs."""
+        with trial(self.state) as what_if:
+            free_candidates(what_if, self.state, pool, rows)
+            placed = place(self.state, request, self.policy)
+        if not isinstance(placed, Placement):
+            return None, placed
+        victims = pool.take(pool.touching(rows, placed.allocation.nodes))
+        plan = PreemptionPlan(preemptor, tuple(victims), placed, self.impact.key(victims), False)
+        return plan, placed
 
     def _plan_if_placed(
         self,
@@ -481,11 +498,9 @@ class VictimSearch:
         in_chosen = np.isin(pair_leaf, chosen_leaves)
         # Within each account's budget cap: the cheapest of its victims per GPU are kept.
         rows = pool.capped(distinct(pair_owner[in_chosen]))
-        victims = pool.take(rows)
-        placed = self._place_without(request, victims)
-        plan = self._plan_if_placed(preemptor, victims, False, placed)
+        plan, placed = self._plan_from_rows(preemptor, request, pool, rows)
         if plan is None:
-            return self._with_every_candidate(preemptor, request, pool, len(victims), placed)
+            return self._with_every_candidate(preemptor, request, pool, rows.size, placed)
         return self.spare(preemptor, request, plan)
 
     @staticmethod
@@ -522,9 +537,7 @@ class VictimSearch:
         everyone = pool.capped(np.arange(len(pool)))
         plan = None
         if tried < everyone.size:
-            victims = pool.take(everyone)
-            placed = self._place_without(request, victims)
-            plan = self._plan_if_placed(preemptor, victims, False, placed)
+            plan, placed = self._plan_from_rows(preemptor, request, pool, everyone)
         if plan is not None:
             return self.spare(preemptor, request, plan)
         if pool.caps_bind:

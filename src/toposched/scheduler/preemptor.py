@@ -288,17 +288,19 @@ class Preemptor:
         """Running jobs the contract lets `entry` preempt now (among `slots` of the preemptible
         index, else every running job, or every unallocated one when that is all `entry` may
         take), with their lost work and standing."""
-        index = self.ledger.preemptible
+        takeable = None
         if slots is None:
-            names = sorted(self.ledger.unallocated)
-            if not only_unallocated:
-                names += self.ledger.unprotected_ids(now)
-            slot_of = index.slot_of
-            slots = np.array([slot_of[name] for name in names], dtype=np.int64)
+            takeable = self.ledger.takeable(now, only_unallocated)
+            slots = takeable.slots
         verdicts = self.verdicts.of(entry, ranking, now, slots)
         keep = verdicts.allowed.nonzero()[0]
         return self._pool(
-            slots[keep], verdicts.rules_of(keep), now, verdicts.standing[keep], verdicts.limit[keep]
+            slots[keep],
+            verdicts.rules_of(keep),
+            now,
+            verdicts.standing[keep],
+            verdicts.limit[keep],
+            None if takeable is None else takeable.pods(keep),
         )
 
     def _pool(
@@ -308,13 +310,19 @@ class Preemptor:
         now: float,
         standing: FloatArray,
         limit: FloatArray,
+        pods: tuple[IntArray, IntArray] | None,
     ) -> CandidatePool:
         """The candidate arrays of `slots` of the preemptible index (`limit`: each one's
-        account's budget cap, inf when none)."""
+        account's budget cap, inf when none; `pods`: their pods' starts and nodes, if known)."""
         index = self.ledger.preemptible
-        allocations = index.allocations
-        pods = [allocations[slot].nodes for slot in slots.tolist()]
-        counts = index.pods[slots]
+        if pods is None:
+            allocations = index.allocations
+            nodes = [allocations[slot].nodes for slot in slots.tolist()]
+            counts = index.pods[slots]
+            pods = (
+                np.concatenate(([0], counts.cumsum())).astype(np.int64),
+                np.concatenate(nodes) if nodes else np.zeros(0, dtype=np.int64),
+            )
         bounded = np.isfinite(limit)
         cap_group: IntArray | None = None
         caps, cap_accounts = np.zeros(0), []
@@ -335,6 +343,8 @@ class Preemptor:
             lost=index.gpus[slots] * np.maximum(now - index.since[slots], 0.0),
             standing=standing,
             whole=index.whole[slots],
-            pod_starts=np.concatenate(([0], counts.cumsum())).astype(np.int64),
-            pod_nodes=np.concatenate(pods) if pods else np.zeros(0, dtype=np.int64),
+            pod_starts=pods[0],
+            pod_nodes=pods[1],
+            index=index,
+            slots=slots,
         )

@@ -100,8 +100,17 @@ def domains_opened_by(
         for pod in range(pod_starts[candidate], pod_starts[candidate + 1]):
             pod_owner[pod] = candidate
             pod_leaf[pod] = leaf_of_node[pod_nodes[pod]]
-    leaves = np.unique(pod_leaf)
-    position = np.searchsorted(leaves, pod_leaf)
+    # The leaves touched, in increasing order, and each pod's position among them: marked on
+    # the leaves (bounded, and fewer than the pods of a large pool), not sorted.
+    position_of = np.full(starts.size - 1, -1, dtype=np.int64)
+    for pod in range(pods):
+        position_of[pod_leaf[pod]] = 0
+    leaves = np.flatnonzero(position_of == 0)
+    for i in range(leaves.size):
+        position_of[leaves[i]] = i
+    position = np.empty(pods, dtype=np.int64)
+    for pod in range(pods):
+        position[pod] = position_of[pod_leaf[pod]]
     offsets = np.empty(leaves.size + 1, dtype=np.int64)
     offsets[0] = 0
     for i in range(leaves.size):
@@ -122,9 +131,18 @@ def domains_opened_by(
             usable_free[i] += free
             gpus = min(free + freed[offsets[i] + node - first], np.int64(gpu_count[node]))
             room[i] += gpus * pods_per_gpu // gpus_per_pod
-    # Distinct (position, candidate) pairs with the GPUs the candidate frees there.
+    # Distinct (position, candidate) pairs with the GPUs the candidate frees there: pods by
+    # position, stably (a counting sort), are by position then candidate, since pods come
+    # candidate after candidate.
     codes = position * candidates + pod_owner
-    order = np.argsort(codes, kind="mergesort")
+    next_at = np.zeros(leaves.size + 1, dtype=np.int64)
+    for pod in range(pods):
+        next_at[position[pod] + 1] += 1
+    next_at = np.cumsum(next_at)
+    order = np.empty(pods, dtype=np.int64)
+    for pod in range(pods):
+        order[next_at[position[pod]]] = pod
+        next_at[position[pod]] += 1
     pair_leaf = np.empty(pods, dtype=np.int64)
     pair_owner = np.empty(pods, dtype=np.int64)
     supply = np.zeros(pods, dtype=np.float64)
