@@ -119,7 +119,13 @@ class ReleaseBounds:
         the order they come to matter."""
         if self._everything:
             return [owner for _, owner in self.releases.islice(start, stop)]
-        return [self.releases[index][1] for index in self._order[start:stop]]
+        wanted = self._order[start:stop]
+        if not wanted:
+            return []
+        # One pass over the releases read, not a sorted-list lookup per owner.
+        read = self.releases.islice(0, max(wanted) + 1)
+        in_order = [owner for _, owner in read]
+        return [in_order[index] for index in wanted]
 
     def _read_to(self, count: int) -> None:
         """Read releases until at least `count` are read (or all are)."""
