@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from toposched.backends.dry_run import DryRunBackend, ResumedRuns
@@ -142,12 +140,9 @@ def test_resume_takes_a_run_as_started_without_a_report() -> None:
 def test_resuming_many_at_once_equals_resuming_one_by_one() -> None:
     built: list[str] = []
 
-    def lazily(job_id: str) -> Callable[[], Launch]:
-        def make() -> Launch:
-            built.append(job_id)
-            return launch(job_id, runtimes[job_id])
-
-        return make
+    def lazily(job_id: str) -> Launch:
+        built.append(job_id)
+        return launch(job_id, runtimes[job_id])
 
     runtimes = {"a": 60.0, "bb": 5.0, "ccc": None, "dddd": 30.0}
     names = list(runtimes)
@@ -155,7 +150,7 @@ def test_resuming_many_at_once_equals_resuming_one_by_one() -> None:
     one_by_one, at_once = DryRunBackend(), DryRunBackend()
     for job_id, start in zip(names, starts, strict=True):
         one_by_one.resume(launch(job_id, runtimes[job_id]), start)
-    runs = ResumedRuns(names, [1] * 4, list(runtimes.values()), starts, list(map(lazily, names)))
+    runs = ResumedRuns(names, [1] * 4, list(runtimes.values()), starts, lazily)
     at_once.resume_many(runs)
     at_once.resume_many(runs)  # the same attempts again: they run already, nothing changes
     assert built == []  # no launch is built until someone asks for one
@@ -165,9 +160,9 @@ def test_resuming_many_at_once_equals_resuming_one_by_one() -> None:
         assert kinds(list(at_once.poll(now))) == kinds(list(one_by_one.poll(now)))
     assert at_once.running() == [RunningJob("ccc", 1)]
     with pytest.raises(InputError, match="already running"):
-        at_once.resume_many(ResumedRuns(["ccc"], [2], [None], [0.0], [lazily("ccc")]))
+        at_once.resume_many(ResumedRuns(["ccc"], [2], [None], [0.0], lazily))
     with pytest.raises(InputError, match="expected_runtime"):
-        at_once.resume_many(ResumedRuns(["e"], [1], [float("nan")], [0.0], [lazily("e")]))
+        at_once.resume_many(ResumedRuns(["e"], [1], [float("nan")], [0.0], lazily))
     assert at_once.running() == [RunningJob("ccc", 1)]
 
 

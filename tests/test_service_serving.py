@@ -14,12 +14,14 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from service_helpers import Server, budgets, free_port, small_cluster
+from service_helpers import Server, budgets, free_port, job, small_cluster
 
 from toposched.backends.dry_run import DryRunBackend
 from toposched.cli.main import main
 from toposched.service.api import create_app
+from toposched.service.auth import Tokens, add_token
 from toposched.service.core import ServiceCore
+from toposched.service.fast_submit import SubmitFront
 from toposched.service.http import Context
 from toposched.service.loop import Loop
 from toposched.service.recovery import recover
@@ -27,10 +29,15 @@ from toposched.service.store import Store
 
 
 @contextmanager
-def uvicorn_thread(loop: Loop, store: Store) -> Iterator[str]:
+def uvicorn_thread(
+    loop: Loop, store: Store, tokens: Tokens | None = None, front: bool = False
+) -> Iterator[str]:
+    """The API on `loop`, as `toposched serve` serves it with `front` (`SubmitFront`)."""
     port = free_port()
-    app = create_app(Context(loop, None, 1 << 20), store)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    ctx = Context(loop, tokens, 1 << 20)
+    app = create_app(ctx, store)
+    served = SubmitFront(app, ctx) if front else app
+    server = uvicorn.Server(uvicorn.Config(served, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
@@ -66,6 +73,47 @@ def test_ready_is_503_until_the_store_is_recovered(tmp_path: Path) -> None:
         assert httpx.get(f"{url}/v1/ready").status_code == 200
         assert httpx.get(f"{url}/v1/jobs").json() == {"jobs": [], "next": None}
     loop.stop()
+
+
+def test_the_front_answers_as_the_routes_while_the_store_is_recovered(tmp_path: Path) -> None:
+    """While starting, `SubmitFront` answers the requests that wait for the scheduler itself:
+    401 without a token, 503 with one (a submission's too, before its body is read); health,
+    whoami and readiness as the routes answer them. Once ready, the routes answer."""
+    store = Store(str(tmp_path / "s.db"))
+    file = tmp_path / "tokens.yaml"
+    token = add_token(file, "ops", "admin", [])
+    release = threading.Event()
+
+    def slow_start(now: float) -> ServiceCore:
+        release.wait(20)
+        return recover(store, small_cluster(), budgets, DryRunBackend(), now)
+
+    loop = Loop(slow_start, tick_s=0.05)
+    loop.start()
+    with uvicorn_thread(loop, store, Tokens.load(file), front=True) as url:
+        signed = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"})
+        anonymous = httpx.Client(base_url=url)
+        assert anonymous.get("/v1/health").status_code == 200
+        assert anonymous.get("/v1/whoami").json()["token_required"] is True
+        assert signed.get("/v1/whoami").json()["name"] == "ops"
+        assert anonymous.get("/v1/ready").status_code == 503
+        for method, path in (("GET", "/v1/events"), ("GET", "/v1/jobs"), ("POST", "/v1/jobs")):
+            refused = anonymous.request(method, path)
+            assert refused.status_code == 401, (method, path)
+            waiting = signed.request(method, path, json=job("a"))
+            assert waiting.status_code == 503, (method, path)
+            assert waiting.json()["error"]["code"] == "unavailable"
+            assert "starting" in waiting.json()["error"]["message"]
+        release.set()
+        assert loop.ready.wait(20)
+        assert anonymous.get("/v1/ready").status_code == 200
+        assert anonymous.get("/v1/jobs").status_code == 401
+        assert signed.post("/v1/jobs", json=job("a")).status_code == 201
+        assert [row["id"] for row in signed.get("/v1/jobs").json()["jobs"]] == ["a"]
+        signed.close()
+        anonymous.close()
+    loop.stop()
+    store.close()
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl to make a certificate")

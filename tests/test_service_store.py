@@ -19,7 +19,7 @@ from toposched.service.records import (
     allocation_to_json,
     allocations_from_json,
 )
-from toposched.service.store import MIGRATIONS, Store
+from toposched.service.store import JOBS_READ_AT_ONCE, MIGRATIONS, Store
 
 
 def record(name: str, **fields: object) -> JobRecord:
@@ -94,6 +94,53 @@ def test_jobs_read_back_equal_in_submission_order(tmp_path: Path) -> None:
         1,
         "k1",
     )
+
+
+def test_more_jobs_than_one_read_come_back_whole_and_in_order(tmp_path: Path) -> None:
+    """Jobs are read `JOBS_READ_AT_ONCE` at a time: across the reads, every record and
+    allocation (of one, two or three pods, interleaved with pending jobs) comes back."""
+    store = Store(str(tmp_path / "s.db"))
+    written = []
+    for index in range(JOBS_READ_AT_ONCE + 5):
+        pods = index % 4
+        allocation = (
+            Allocation.of(
+                np.arange(index, index + pods), np.full((pods, 2), index % 7), cpu_milli=index
+            )
+            if pods
+            else None
+        )
+        state = JobState.RUNNING if pods else JobState.PENDING
+        written.append(
+            record(
+                f"j{index}",
+                state=state,
+                start_time=float(index) if pods else None,
+                attempt=1 if pods else 0,
+                allocation=allocation,
+                submit_time=index / 3,
+            )
+        )
+    with store.transaction():
+        for job in written:
+            store.insert_job(job)
+    store.close()
+    back = Store(str(tmp_path / "s.db")).jobs()
+    assert [r.job_id for r in back] == [r.job_id for r in written]
+    for got, job in zip(back, written, strict=True):
+        assert (got.state, got.start_time, got.submit_time) == (
+            job.state,
+            job.start_time,
+            job.submit_time,
+        )
+        assert got.spec == job.spec
+        if job.allocation is None:
+            assert got.allocation is None
+            continue
+        assert got.allocation is not None
+        np.testing.assert_array_equal(got.allocation.nodes, job.allocation.nodes)
+        np.testing.assert_array_equal(got.allocation.gpus, job.allocation.gpus)
+        assert got.allocation.cpu_milli == job.allocation.cpu_milli
 
 
 def test_a_failed_transaction_leaves_nothing(tmp_path: Path) -> None:

@@ -23,14 +23,14 @@ __all__ = ["DryRunBackend", "ResumedRuns"]
 class ResumedRuns:
     """Runs the store says were started, to go on in a new process, as columns (a restart
     resumes a hundred thousand): the i-th run is job `job_ids[i]`'s attempt `attempts[i]`,
-    started at `start_times[i]`; `launches[i]` builds its `Launch` when asked (the nodes are
-    named only for the few runs anyone looks at)."""
+    started at `start_times[i]`; `launch_of(job_id)` builds a run's `Launch` when asked (the
+    nodes are named only for the few runs anyone looks at)."""
 
     job_ids: Sequence[str]
     attempts: Sequence[int]
     expected_runtimes: Sequence[float | None]
     start_times: Sequence[float]
-    launches: Sequence[Callable[[], Launch]]
+    launch_of: Callable[[str], Launch]
 
 
 @dataclass(slots=True)
@@ -43,7 +43,8 @@ class _Run:
     expected_runtime: float | None
     token: int
     launch: Launch | None
-    make_launch: Callable[[], Launch] | None = None
+    make_launch: Callable[[str], Launch] | None = None
+    """Builds the launch of a resumed run from its job id."""
     start_time: float | None = None
     """When it started on the service's clock (see `DryRunBackend`); None until the poll
     that reports it."""
@@ -53,7 +54,7 @@ class _Run:
     def the_launch(self) -> Launch:
         if self.launch is None:
             assert self.make_launch is not None
-            self.launch = self.make_launch()
+            self.launch = self.make_launch(self.job_id)
             self.make_launch = None
         return self.launch
 
@@ -97,7 +98,7 @@ class DryRunBackend:
         attempt: int,
         runtime: float | None,
         launch: Launch | None,
-        make_launch: Callable[[], Launch] | None = None,
+        make_launch: Callable[[str], Launch] | None = None,
     ) -> _Run | None:
         """The run of a new attempt, held as running; None if that attempt runs already."""
         current = self._runs.get(job_id)
@@ -125,13 +126,13 @@ class DryRunBackend:
         already is skipped; another attempt of a running job is refused, the runs before it
         kept); the end times ordered once for all of them."""
         runs, ends, token = self._runs, self._ends, self._next_token
+        launch_of = resumed.launch_of
         try:
-            for job_id, attempt, runtime, start_time, launch in zip(
+            for job_id, attempt, runtime, start_time in zip(
                 resumed.job_ids,
                 resumed.attempts,
                 resumed.expected_runtimes,
                 resumed.start_times,
-                resumed.launches,
                 strict=True,
             ):
                 current = runs.get(job_id)
@@ -139,7 +140,7 @@ class DryRunBackend:
                     # Started already (skipped), or refused as `_new_run` refuses it.
                     self._new_run(job_id, attempt, runtime, None)
                     continue
-                runs[job_id] = _Run(job_id, attempt, runtime, token, None, launch, start_time)
+                runs[job_id] = _Run(job_id, attempt, runtime, token, None, launch_of, start_time)
                 if runtime is not None:
                     ends.append((start_time + runtime, token, job_id))
                 token += 1

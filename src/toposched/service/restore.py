@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
-from functools import partial
+from operator import attrgetter
 from typing import Any
 
 from toposched.backends.dry_run import DryRunBackend, ResumedRuns
-from toposched.backends.protocol import Launch
 from toposched.jobs.spec import JobSpec
 from toposched.scheduler.jobs import JobState
 from toposched.service.core import ServiceCore
@@ -25,25 +24,32 @@ def resume_simulated(core: ServiceCore, backend: DryRunBackend) -> None:
     """Every running job whose start was sent goes on in `backend` from its stored start
     time; a start stored but never sent is left to reconciliation, which sends it once."""
     unsent = {(d.job_id, d.attempt) for d in core.store.unsent_decisions() if d.kind == "start"}
-    jobs, launch, running = core.scheduler.jobs, core.launch, JobState.RUNNING
-    job_ids: list[str] = []
-    attempts: list[int] = []
-    runtimes: list[float | None] = []
-    start_times: list[float] = []
-    launches: list[Callable[[], Launch]] = []
-    for record in core.records.values():
-        start_time = record.start_time
-        if record.state is not running or start_time is None:
-            continue
-        job_id, attempt = record.job_id, record.attempt
-        if unsent and (job_id, attempt) in unsent:
-            continue
-        job_ids.append(job_id)
-        attempts.append(attempt)
-        runtimes.append(jobs[job_id].spec.expected_runtime)
-        start_times.append(start_time)
-        launches.append(partial(launch, record))
-    backend.resume_many(ResumedRuns(job_ids, attempts, runtimes, start_times, launches))
+    running = JobState.RUNNING
+    resumed = [
+        record
+        for record in core.records.values()
+        if record.state is running and record.start_time is not None
+    ]
+    if unsent:
+        resumed = [record for record in resumed if (record.job_id, record.attempt) not in unsent]
+    jobs, records, launch = core.scheduler.jobs, core.records, core.launch
+    job_ids: list[str] = list(map(_JOB_ID, resumed))
+    backend.resume_many(
+        ResumedRuns(
+            job_ids,
+            list(map(_ATTEMPT, resumed)),
+            [jobs[job_id].spec.expected_runtime for job_id in job_ids],
+            list(map(_START_TIME, resumed)),
+            lambda job_id: launch(records[job_id]),
+        )
+    )
+
+
+_JOB_ID, _ATTEMPT, _START_TIME = (
+    attrgetter("job_id"),
+    attrgetter("attempt"),
+    attrgetter("start_time"),
+)
 
 
 class RestoredSpecs:
