@@ -14,15 +14,18 @@ from toposched.scheduler.wording import hours as duration_text
 __all__ = ["checkpoint_refusal", "victim_cadences"]
 
 
-def victim_cadences(plan: PreemptionPlan, ledger: Ledger) -> list[VictimCadence]:
+def victim_cadences(
+    plan: PreemptionPlan, ledger: Ledger, rule: CheckpointWait, now: float
+) -> list[VictimCadence]:
     """Each victim's GPUs, when its work at stake began, and its checkpoint cadence when it
-    can resume and has reported one."""
+    can resume and has reported one (or, under `rule.first_checkpoint`, is due its first)."""
     running = ledger.running
     cadences = []
     for victim in plan.victims:
         job = running[victim.job_id]
-        every = job.checkpoint_every if job.spec.resumable else None
-        cadences.append(VictimCadence(job.gpus, work_since(job), every))
+        since = work_since(job)
+        every = rule.cadence(job.spec.resumable, job.checkpoint_every, since, now)
+        cadences.append(VictimCadence(job.gpus, since, every))
     return cadences
 
 
@@ -32,16 +35,19 @@ def checkpoint_refusal(
     """A refusal when `job` should wait for the plan's victims to checkpoint, else None."""
     if not rule.applies_to(job.spec.priority):
         return None
-    verdict = rule.judge(job.gpus, victim_cadences(plan, ledger), now)
+    account = job.spec.account
+    gpus = rule.costed_gpus(job.gpus, ledger.budget_gpus(account), ledger.running_gpus(account))
+    verdict = rule.judge(gpus, victim_cadences(plan, ledger, rule, now), now)
     if not verdict.wait:
         return None
     victims = len(plan.victims)
+    whose = "its team's owed GPU-time delayed" if rule.owed_only else "this job's wait"
     jobs = f"{victims} job" + ("s" if victims != 1 else "")
     reason = (
         f"would evict {jobs} losing {_hours(verdict.lost_now_gpu_seconds)} GPU-hours now; "
         f"they checkpoint within {duration_text(verdict.until - now)}, which saves "
         f"{_hours(verdict.saved_gpu_seconds)} GPU-hours for "
-        f"{_hours(verdict.cost_gpu_seconds)} GPU-hours of this job's wait: waiting"
+        f"{_hours(verdict.cost_gpu_seconds)} GPU-hours of {whose}: waiting"
     )
     return Refusal(
         RefusalCode.WAITING_FOR_CHECKPOINTS,
