@@ -57,12 +57,13 @@ def scheduler_for(case: dict[str, Any]) -> Scheduler:
     wait = case["wait"]
     rule = None
     if wait is not None:
-        first = wait.get("first_checkpoint_h")
+        first, total = wait.get("first_checkpoint_h"), wait.get("max_total_wait_h")
         rule = CheckpointWait(
             max_wait=wait["max_wait_h"] * HOUR,
             urgent_priority=wait.get("urgent_priority"),
             first_checkpoint=None if first is None else first * HOUR,
             owed_only=wait.get("owed_only", False),
+            max_total_wait=None if total is None else total * HOUR,
         )
     share = case["team_a_share"]
     accounts = {"team-a": share, "scratch": 0, **({"team-b": 100 - share} if share < 100 else {})}
@@ -108,6 +109,28 @@ def test_the_awaited_checkpoint_ends_the_wait() -> None:
     assert [(d.job_id, d.lost_gpu_seconds) for d in evictions] == [("u0", 0.0)]
 
 
+def test_the_waits_of_a_pending_job_add_up_to_max_total_wait() -> None:
+    # team-a runs its whole budget, so under owed_only waiting costs its job nothing; told to
+    # wait at 2.25 h, it may keep waiting until 3.25 h at most. At 3.2 h u0 (checkpointed at
+    # 3 h) is due again at 4 h: a job first told to wait now would wait, this one evicts.
+    case = {
+        "checkpoints_h": [1.0, 2.0],
+        "wait": {"max_wait_h": 1.0, "owed_only": True, "max_total_wait_h": 1.0},
+        "team_a_share": 75,
+    }
+    told = scheduler_for(case)
+    told.submit(spec("a-job", "team-a"), 2.25 * HOUR)
+    assert not told.cycle(2.25 * HOUR).decisions
+    told.report_checkpoint("u0", 3 * HOUR)
+    evictions = [d.job_id for d in told.cycle(3.2 * HOUR).decisions if isinstance(d, Evict)]
+    assert evictions == ["u0"]
+    fresh = scheduler_for(case)
+    fresh.report_checkpoint("u0", 3 * HOUR)
+    fresh.submit(spec("a-job", "team-a"), 3.2 * HOUR)
+    assert not [d for d in fresh.cycle(3.2 * HOUR).decisions if isinstance(d, Evict)]
+    assert fresh.jobs["a-job"].reason.endswith("owed GPU-time delayed: waiting")
+
+
 def test_bad_settings_are_refused_with_the_field_named() -> None:
     with pytest.raises(InputError, match="max_wait"):
         CheckpointWait(max_wait=-1)
@@ -119,6 +142,8 @@ def test_bad_settings_are_refused_with_the_field_named() -> None:
         Contract(checkpoint_wait="yes")  # type: ignore[arg-type]
     with pytest.raises(InputError, match="first_checkpoint"):
         CheckpointWait(first_checkpoint=0)
+    with pytest.raises(InputError, match="max_total_wait"):
+        CheckpointWait(max_total_wait=-1.0)
     with pytest.raises(InputError, match="owed_only"):
         CheckpointWait(owed_only="yes")  # type: ignore[arg-type]
 

@@ -63,6 +63,7 @@ def test_the_loss_budget_caps_the_work_thrown_away_in_a_day(tmp_path: Path) -> N
         (["--checkpoint-wait", "1h", "--urgent-priority", "high"], "invalid int value"),
         (["--checkpoint-wait-owed"], "applies only with --checkpoint-wait"),
         (["--checkpoint-wait-first", "1h"], "applies only with --checkpoint-wait"),
+        (["--checkpoint-wait-total", "2h"], "applies only with --checkpoint-wait"),
         (["--checkpoint-wait", "1h", "--checkpoint-wait-first", "0"], "a duration > 0"),
     ],
 )
@@ -98,6 +99,14 @@ def test_the_checkpoint_wait_options_reach_the_scheduler() -> None:
     assert rule() is None
     assert rule("--checkpoint-wait", "30m") == CheckpointWait(max_wait=1800.0)
     chosen = rule(
-        "--checkpoint-wait", "1h", "--checkpoint-wait-first", "45m", "--checkpoint-wait-owed"
+        "--checkpoint-wait",
+        "1h",
+        "--checkpoint-wait-first",
+        "45m",
+        "--checkpoint-wait-owed",
+        "--checkpoint-wait-total",
+        "2h",
     )
-    assert chosen == CheckpointWait(max_wait=3600.0, first_checkpoint=2700.0, owed_only=True)
+    assert chosen == CheckpointWait(
+        max_wait=3600.0, first_checkpoint=2700.0, owed_only=True, max_total_wait=7200.0
+    )

@@ -235,6 +235,14 @@ def add_options(
         "1h; default: a job that has reported none is not waited for)",
     )
     parser.add_argument(
+        "--checkpoint-wait-total",
+        type=worth_horizon,
+        metavar="D",
+        help="with --checkpoint-wait: a waiting job's waits add up to at most D, from the "
+        "first until it starts (seconds, or e.g. 1h; default: no bound beyond "
+        "--checkpoint-wait's for each wait)",
+    )
+    parser.add_argument(
         "--checkpoint-wait-owed",
         action="store_true",
         help="with --checkpoint-wait: a wait costs only the preemptor's GPUs that bring its "
@@ -328,6 +336,7 @@ def check_options(args: argparse.Namespace) -> None:
             ("--urgent-priority", getattr(args, "urgent_priority", None)),
             ("--checkpoint-wait-first", getattr(args, "checkpoint_wait_first", None)),
             ("--checkpoint-wait-owed", getattr(args, "checkpoint_wait_owed", False) or None),
+            ("--checkpoint-wait-total", getattr(args, "checkpoint_wait_total", None)),
         )
         for option, value in waits:
             if value is not None:

@@ -65,7 +65,8 @@ class CheckpointWait:
     `max_wait`: the longest a preemptor waits (an hour by default); `min_saved_per_cost`:
     GPU-seconds the wait must save per GPU-second it costs the preemptor (1: at least as much
     as it costs); `urgent_priority`: jobs of this priority or above never wait (None: all may);
-    `owed_only`: the wait costs only the preemptor's GPUs within its account's budget.
+    `owed_only`: the wait costs only the preemptor's GPUs within its account's budget;
+    `max_total_wait`: the most a pending job's waits add up to.
     """
 
     max_wait: float = HOUR
@@ -79,10 +80,17 @@ class CheckpointWait:
     """Count the wait's cost only for the preemptor's GPUs that bring its account back up to
     its budget (`owed_gpus`), the owed GPU-time the wait delays; GPUs beyond the budget are
     borrowed, and delaying them delays nothing the account is owed."""
+    max_total_wait: float | None = None
+    """Seconds a pending job's waits may add up to, from the first until it starts (None: no
+    bound beyond `max_wait` for each). A wait that costs nothing (`owed_only`) may be taken
+    again cycle after cycle for new victim sets; this bounds the chain."""
 
     def __post_init__(self) -> None:
         for name in ("max_wait", "min_saved_per_cost"):
             checked_number(getattr(self, name), name)
+        if self.max_total_wait is not None:
+            rule = "must be seconds > 0, or None"
+            checked_number(self.max_total_wait, "max_total_wait", rule, above=True)
         if self.first_checkpoint is not None:
             rule = "must be seconds > 0, or None"
             checked_number(self.first_checkpoint, "first_checkpoint", rule, above=True)

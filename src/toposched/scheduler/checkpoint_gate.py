@@ -1,5 +1,6 @@
 """The contract's checkpoint wait applied to a victim set the search chose: a refusal that
-says how long the preemptor waits for its victims to checkpoint, or None to evict now."""
+says how long the preemptor waits for its victims to checkpoint, or None to evict now
+(`CheckpointGate`, which also remembers since when each preemptor waits)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from toposched.scheduler.ledger import Ledger, work_since
 from toposched.scheduler.refusals import Refusal, RefusalCode
 from toposched.scheduler.wording import hours as duration_text
 
-__all__ = ["checkpoint_refusal", "victim_cadences"]
+__all__ = ["CheckpointGate", "checkpoint_refusal", "victim_cadences"]
 
 
 def victim_cadences(
@@ -60,6 +61,34 @@ def checkpoint_refusal(
             "cost_gpu_seconds": verdict.cost_gpu_seconds,
         },
     )
+
+
+class CheckpointGate:
+    """The rule with what it remembers: since when each pending job has been told to wait.
+
+    Under `max_total_wait` the waits of one pending spell of a job (until it starts) end by
+    `max_total_wait` after the first: a wait that would end later is not taken, and the job
+    evicts now."""
+
+    def __init__(self, rule: CheckpointWait) -> None:
+        self.rule = rule
+        self._since: dict[str, tuple[int, float]] = {}
+        """Per job: its start count (`Job.attempts`) when first told to wait, and when."""
+
+    def refusal(self, job: Job, plan: PreemptionPlan, ledger: Ledger, now: float) -> Refusal | None:
+        """`checkpoint_refusal`, with the waits of a pending spell bounded by `max_total_wait`."""
+        rule = self.rule
+        waiting = checkpoint_refusal(rule, job, plan, ledger, now)
+        bound = rule.max_total_wait
+        if waiting is None or bound is None:
+            return waiting
+        known = self._since.get(job.job_id)
+        if known is None or known[0] != job.attempts:
+            known = (job.attempts, now)
+            self._since[job.job_id] = known
+        if waiting.figures["until"] > known[1] + bound:
+            return None
+        return waiting
 
 
 def _hours(gpu_seconds: float) -> str:
