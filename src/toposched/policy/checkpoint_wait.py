@@ -78,7 +78,7 @@ class CheckpointWait:
     report, its cadence is unknown again."""
     owed_only: bool = False
     """Count the wait's cost only for the preemptor's GPUs that bring its account back up to
-    its budget (`owed_gpus`), the owed GPU-time the wait delays; GPUs beyond the budget are
+    its budget (`costed_gpus`), the owed GPU-time the wait delays; GPUs beyond the budget are
     borrowed, and delaying them delays nothing the account is owed."""
     max_total_wait: float | None = None
     """Seconds a pending job's waits may add up to, from the first until it starts (None: no
