@@ -24,7 +24,17 @@ from toposched.scheduler.refusals import RefusalCode
 
 HOUR = 3600.0
 SCENARIOS = Path(__file__).parent / "scenarios" / "preemption" / "checkpoint_wait.yaml"
-CASE_FIELDS = {"name", "now", "wait", "checkpoints_h", "gpus", "priority", "u0", "expect"}
+CASE_FIELDS = {
+    "name",
+    "now",
+    "wait",
+    "checkpoints_h",
+    "gpus",
+    "priority",
+    "u0",
+    "team_a_share",
+    "expect",
+}
 
 
 def load_cases() -> list[Any]:
@@ -45,16 +55,21 @@ def spec(name: str, account: str, gpus: int = 4, **fields: Any) -> JobSpec:
 
 def scheduler_for(case: dict[str, Any]) -> Scheduler:
     wait = case["wait"]
-    rule = (
-        None
-        if wait is None
-        else CheckpointWait(
-            max_wait=wait["max_wait_h"] * HOUR, urgent_priority=wait.get("urgent_priority")
+    rule = None
+    if wait is not None:
+        first, total = wait.get("first_checkpoint_h"), wait.get("max_total_wait_h")
+        rule = CheckpointWait(
+            max_wait=wait["max_wait_h"] * HOUR,
+            urgent_priority=wait.get("urgent_priority"),
+            first_checkpoint=None if first is None else first * HOUR,
+            owed_only=wait.get("owed_only", False),
+            max_total_wait=None if total is None else total * HOUR,
         )
-    )
+    share = case["team_a_share"]
+    accounts = {"team-a": share, "scratch": 0, **({"team-b": 100 - share} if share < 100 else {})}
     sched = Scheduler(
         ClusterState(nvl72_cluster(1, 1, 1, nodes_per_rack=4)),
-        BudgetTree.from_dict({"accounts": {"team-a": 100, "scratch": 0}}),
+        BudgetTree.from_dict({"accounts": accounts}),
         contract=Contract(checkpoint_wait=rule),
     )
     u0 = {"resumable": True, "min_runtime": 0, **(case.get("u0") or {})}
@@ -85,13 +100,35 @@ def test_checkpoint_wait_scenario(case: dict[str, Any]) -> None:
 
 def test_the_awaited_checkpoint_ends_the_wait() -> None:
     # Waiting at 2.75 h; u0 checkpoints at 3 h and the cycle then evicts it, losing nothing.
-    case = {"checkpoints_h": [1.0, 2.0], "wait": {"max_wait_h": 1.0}}
+    case = {"checkpoints_h": [1.0, 2.0], "wait": {"max_wait_h": 1.0}, "team_a_share": 100}
     sched = scheduler_for(case)
     sched.submit(spec("a-job", "team-a"), 2.75 * HOUR)
     assert not sched.cycle(2.75 * HOUR).decisions
     sched.report_checkpoint("u0", 3 * HOUR)
     evictions = [d for d in sched.cycle(3 * HOUR).decisions if isinstance(d, Evict)]
     assert [(d.job_id, d.lost_gpu_seconds) for d in evictions] == [("u0", 0.0)]
+
+
+def test_the_waits_of_a_pending_job_add_up_to_max_total_wait() -> None:
+    # team-a runs its whole budget, so under owed_only waiting costs its job nothing; told to
+    # wait at 2.25 h, it may keep waiting until 3.25 h at most. At 3.2 h u0 (checkpointed at
+    # 3 h) is due again at 4 h: a job first told to wait now would wait, this one evicts.
+    case = {
+        "checkpoints_h": [1.0, 2.0],
+        "wait": {"max_wait_h": 1.0, "owed_only": True, "max_total_wait_h": 1.0},
+        "team_a_share": 75,
+    }
+    told = scheduler_for(case)
+    told.submit(spec("a-job", "team-a"), 2.25 * HOUR)
+    assert not told.cycle(2.25 * HOUR).decisions
+    told.report_checkpoint("u0", 3 * HOUR)
+    evictions = [d.job_id for d in told.cycle(3.2 * HOUR).decisions if isinstance(d, Evict)]
+    assert evictions == ["u0"]
+    fresh = scheduler_for(case)
+    fresh.report_checkpoint("u0", 3 * HOUR)
+    fresh.submit(spec("a-job", "team-a"), 3.2 * HOUR)
+    assert not [d for d in fresh.cycle(3.2 * HOUR).decisions if isinstance(d, Evict)]
+    assert fresh.jobs["a-job"].reason.endswith("owed GPU-time delayed: waiting")
 
 
 def test_bad_settings_are_refused_with_the_field_named() -> None:
@@ -103,6 +140,31 @@ def test_bad_settings_are_refused_with_the_field_named() -> None:
         CheckpointWait(urgent_priority=1.5)  # type: ignore[arg-type]
     with pytest.raises(InputError, match="checkpoint_wait"):
         Contract(checkpoint_wait="yes")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="first_checkpoint"):
+        CheckpointWait(first_checkpoint=0)
+    with pytest.raises(InputError, match="max_total_wait"):
+        CheckpointWait(max_total_wait=-1.0)
+    with pytest.raises(InputError, match="owed_only"):
+        CheckpointWait(owed_only="yes")  # type: ignore[arg-type]
+
+
+def test_the_cadence_the_rule_uses() -> None:
+    assumed = CheckpointWait(first_checkpoint=HOUR)
+    # Learned from reports, whatever is assumed; none for work that cannot resume.
+    assert assumed.cadence(True, 1800.0, 0.0, 600.0) == 1800.0
+    assert assumed.cadence(False, 1800.0, 0.0, 600.0) is None
+    # No report yet: the assumed first checkpoint while it is still due, then unknown.
+    assert assumed.cadence(True, None, 0.0, 0.9 * HOUR) == HOUR
+    assert assumed.cadence(True, None, 0.0, HOUR) is None
+    assert CheckpointWait().cadence(True, None, 0.0, 0.5 * HOUR) is None
+
+
+@given(st.floats(0, 64), st.floats(0, 64), st.floats(-64, 128))
+def test_owed_only_costs_at_most_the_shortfall(gpus: float, budget: float, running: float) -> None:
+    costed = CheckpointWait(owed_only=True).costed_gpus(gpus, budget, running)
+    assert 0 <= costed <= gpus
+    assert costed == pytest.approx(min(gpus, max(budget - running, 0.0)))
+    assert CheckpointWait().costed_gpus(gpus, budget, running) == gpus
 
 
 @st.composite

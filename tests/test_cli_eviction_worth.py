@@ -61,6 +61,10 @@ def test_the_loss_budget_caps_the_work_thrown_away_in_a_day(tmp_path: Path) -> N
         (["--checkpoint-wait", "soon"], "--checkpoint-wait"),
         (["--urgent-priority", "10"], "applies only with --checkpoint-wait"),
         (["--checkpoint-wait", "1h", "--urgent-priority", "high"], "invalid int value"),
+        (["--checkpoint-wait-owed"], "applies only with --checkpoint-wait"),
+        (["--checkpoint-wait-first", "1h"], "applies only with --checkpoint-wait"),
+        (["--checkpoint-wait-total", "2h"], "applies only with --checkpoint-wait"),
+        (["--checkpoint-wait", "1h", "--checkpoint-wait-first", "0"], "a duration > 0"),
     ],
 )
 def test_bad_values_exit_2_before_the_run(
@@ -74,3 +78,35 @@ def test_bad_values_exit_2_before_the_run(
     assert code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "summary.json").exists()
+
+
+def test_the_checkpoint_wait_options_reach_the_scheduler() -> None:
+    from toposched.cli.main import build_parser
+    from toposched.cli.simulate_run import scheduler_factory
+    from toposched.cluster.builders import nvl72_cluster
+    from toposched.cluster.state import ClusterState
+    from toposched.policy.budget import BudgetTree
+    from toposched.policy.checkpoint_wait import CheckpointWait
+    from toposched.scheduler.core import Scheduler
+
+    def rule(*flags: str) -> CheckpointWait | None:
+        args = build_parser("simulate").parse_args(["simulate", *flags])
+        state = ClusterState(nvl72_cluster(1, 1, 1, nodes_per_rack=2))
+        sched = scheduler_factory(args)(state, BudgetTree.from_dict({"accounts": {"a": 100}}))
+        assert isinstance(sched, Scheduler)
+        return sched.contract.checkpoint_wait
+
+    assert rule() is None
+    assert rule("--checkpoint-wait", "30m") == CheckpointWait(max_wait=1800.0)
+    chosen = rule(
+        "--checkpoint-wait",
+        "1h",
+        "--checkpoint-wait-first",
+        "45m",
+        "--checkpoint-wait-owed",
+        "--checkpoint-wait-total",
+        "2h",
+    )
+    assert chosen == CheckpointWait(
+        max_wait=3600.0, first_checkpoint=2700.0, owed_only=True, max_total_wait=7200.0
+    )

@@ -227,6 +227,29 @@ def add_options(
         "(e.g. 10 for the Ai2-like workload's debug sessions; default: every job may wait)",
     )
     parser.add_argument(
+        "--checkpoint-wait-first",
+        type=worth_horizon,
+        metavar="D",
+        help="with --checkpoint-wait: expect a resumable job that has reported no checkpoint "
+        "yet to checkpoint first D after its start, and wait for that too (seconds, or e.g. "
+        "1h; default: a job that has reported none is not waited for)",
+    )
+    parser.add_argument(
+        "--checkpoint-wait-total",
+        type=worth_horizon,
+        metavar="D",
+        help="with --checkpoint-wait: a waiting job's waits add up to at most D, from the "
+        "first until it starts (seconds, or e.g. 1h; default: no bound beyond "
+        "--checkpoint-wait's for each wait)",
+    )
+    parser.add_argument(
+        "--checkpoint-wait-owed",
+        action="store_true",
+        help="with --checkpoint-wait: a wait costs only the preemptor's GPUs that bring its "
+        "team back up to its budget, so a job of a team already running its budget waits "
+        "whenever the checkpoints save work (default: every GPU of the preemptor counts)",
+    )
+    parser.add_argument(
         "--unallocated-admission",
         type=worth_horizon,
         metavar="D",
@@ -308,9 +331,16 @@ def check_options(args: argparse.Namespace) -> None:
         for option, value in given:
             if value is not None:
                 raise InputError(option, value, "applies only with --eviction-worth")
-    urgent = getattr(args, "urgent_priority", None)
-    if urgent is not None and getattr(args, "checkpoint_wait", None) is None:
-        raise InputError("--urgent-priority", urgent, "applies only with --checkpoint-wait")
+    if getattr(args, "checkpoint_wait", None) is None:
+        waits: tuple[tuple[str, object], ...] = (
+            ("--urgent-priority", getattr(args, "urgent_priority", None)),
+            ("--checkpoint-wait-first", getattr(args, "checkpoint_wait_first", None)),
+            ("--checkpoint-wait-owed", getattr(args, "checkpoint_wait_owed", False) or None),
+            ("--checkpoint-wait-total", getattr(args, "checkpoint_wait_total", None)),
+        )
+        for option, value in waits:
+            if value is not None:
+                raise InputError(option, value, "applies only with --checkpoint-wait")
 
 
 def _hours(seconds: float | None) -> float | None:

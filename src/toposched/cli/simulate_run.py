@@ -100,7 +100,13 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     checkpoint_wait = (
         None
         if wait is None
-        else CheckpointWait(wait, urgent_priority=getattr(args, "urgent_priority", None))
+        else CheckpointWait(
+            wait,
+            urgent_priority=getattr(args, "urgent_priority", None),
+            first_checkpoint=getattr(args, "checkpoint_wait_first", None),
+            owed_only=getattr(args, "checkpoint_wait_owed", False),
+            max_total_wait=getattr(args, "checkpoint_wait_total", None),
+        )
     )
     if (
         admission is None

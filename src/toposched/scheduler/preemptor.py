@@ -12,7 +12,7 @@ from toposched.policy.contract import Contract
 from toposched.policy.fairshare import QueueEntry
 from toposched.policy.ranking import Ranking
 from toposched.policy.usage import UsageTracker
-from toposched.scheduler.checkpoint_gate import checkpoint_refusal
+from toposched.scheduler.checkpoint_gate import CheckpointGate
 from toposched.scheduler.errors import InternalError
 from toposched.scheduler.fence import Fence
 from toposched.scheduler.jobs import Job, JobKind
@@ -67,6 +67,8 @@ class Preemptor:
         self.local = LocalDomains(state, ledger, search)
         self.spread = SpreadSearch(search)
         self.worth = None if contract.worth is None else WorthGate(contract.worth)
+        wait = contract.checkpoint_wait
+        self.checkpoints = None if wait is None else CheckpointGate(wait)
         self.kept = KeptRefusals(state, tree, usage, contract, ledger, search.domain_of_leaf)
         """Refused preemptions by (pod shape, pods, account, priority), or by (pod shape, pods)
         for jobs that may take unallocated work only (see `preempt_or_refuse`); replace it to
@@ -175,9 +177,9 @@ class Preemptor:
         plan, lasting = self._victims(job, entry, ranking, now, only_unallocated)
         if not isinstance(plan, PreemptionPlan) or not plan.victims:
             return plan, lasting
-        wait = self.contract.checkpoint_wait
-        if wait is not None:
-            waiting = checkpoint_refusal(wait, job, plan, self.ledger, now)
+        gate = self.checkpoints
+        if gate is not None:
+            waiting = gate.refusal(job, plan, self.ledger, now)
             if waiting is not None:
                 return waiting, False
         worth = self.worth
