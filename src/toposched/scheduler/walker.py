@@ -67,6 +67,9 @@ class Walker:
         self.epoch = epoch
         self.admission = AdmissionGate(settings.admission)
         self._kinds: dict[tuple[object, ...], JobKind] = {}
+        self._gangs: dict[JobKind, JobKind] = {}
+        """Each kind's gang: the kind of its shape and pod count without a runtime, shared by
+        the kinds that differ only in their runtime (see `_alike`)."""
 
     # --- the walk ----------------------------------------------------------------------------
     def walk(self, turn: Turn, entries: list[QueueEntry], jobs: dict[str, Job], walk: Walk) -> None:
@@ -95,8 +98,11 @@ class Walker:
                 # Answered alike an earlier job (`consider`'s first test, without the rest of
                 # its turn): nothing a later job reads moves, not even `known`, and a full
                 # walk leaves nothing of such a turn for the next cycle.
-                same = answered_alike.get(
-                    (job.kind, entry.account, entry.priority, entry.unallocated)
+                kind = job.kind
+                same = (
+                    None
+                    if kind is None
+                    else answered_alike.get(self._alike(turn, kind, entry, self._tier(turn, entry)))
                 )
                 if (
                     same is not None
@@ -232,14 +238,10 @@ class Walker:
         kind = job.kind
         if kind is None:
             kind = self._kind_of(job)
-        tier_key = (entry.account, entry.unallocated)
-        tier = turn.tiers.get(tier_key)
-        if tier is None:
-            tier = turn.tiers[tier_key] = self.queue.tier(entry)
-        # Answered alike every job of its kind, account, priority and declared work (see
-        # `Turn.answered`): with the reservation in what the answer knew, that fixes whether it
-        # may backfill too.
-        alike = (kind, entry.account, entry.priority, entry.unallocated)
+        tier = self._tier(turn, entry)
+        # Answered alike every job of its gang, account, priority and declared work that may
+        # backfill alike (see `Turn.answered`, `_alike`).
+        alike = self._alike(turn, kind, entry, tier)
         known_so_far = self._known_so_far(turn)
         same = turn.answered.get(alike)
         if same is not None and same.known == known_so_far and same.failed_job != entry.job_id:
@@ -271,6 +273,29 @@ class Walker:
                 known_so_far, answered_by, job.reason, job.reason_code, job.refusal
             )
         return False
+
+    def _tier(self, turn: Turn, entry: QueueEntry) -> QueueTier:
+        """The tier of the entry's account and declared work, asked once per cycle for each."""
+        key = (entry.account, entry.unallocated)
+        tier = turn.tiers.get(key)
+        if tier is None:
+            tier = turn.tiers[key] = self.queue.tier(entry)
+        return tier
+
+    def _alike(
+        self, turn: Turn, kind: JobKind, entry: QueueEntry, tier: QueueTier
+    ) -> tuple[object, ...]:
+        """The key of `Turn.answered` for a job of `kind`: besides its account, priority and
+        declared work, its gang (shape and pod count) and whether it may backfill behind the
+        cycle's reservation, the only thing a turn reads the runtime for (`backfills`). Under
+        an admission rule, which reads more of the job for that, its kind (runtime included)."""
+        reservation = turn.reservation
+        if reservation is None:
+            return (self._gangs[kind], False, entry.account, entry.priority, entry.unallocated)
+        if self.admission.rule is not None:
+            return (kind, None, entry.account, entry.priority, entry.unallocated)
+        short = backfills(kind, tier, reservation, turn.now)
+        return (self._gangs[kind], short, entry.account, entry.priority, entry.unallocated)
 
     def _preempt(self, turn: Turn, entry: QueueEntry, job: Job, kind: JobKind) -> bool:
         """Evict for the job if the contract allows a set of victims that makes room; else add
@@ -351,6 +376,12 @@ class Walker:
         kind = self._kinds.get(key)
         if kind is None:
             kind = self._kinds[key] = JobKind(*key)
+            gang_key = (key[0], key[1], None)
+            gang = self._kinds.get(gang_key)
+            if gang is None:
+                gang = self._kinds[gang_key] = JobKind(*gang_key)
+                self._gangs[gang] = gang
+            self._gangs[kind] = gang
         job.kind = kind
         return kind
 
