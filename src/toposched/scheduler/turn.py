@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -63,9 +64,9 @@ class Asked:
     refusal: Refusal
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """What a pending job was told, and what the cycle knew then (see `Turn.answered`)."""
+class Answer(NamedTuple):
+    """What a pending job was told, and what the cycle knew then (see `Turn.answered`): one
+    for most turns of a cycle, so a tuple, the cheapest to make."""
 
     known: tuple[object, ...]
     failed_job: str

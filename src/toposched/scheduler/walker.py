@@ -82,7 +82,7 @@ class Walker:
             turn.fence.close(np.concatenate(nominated))
         turn.result.considered = len(entries)
         track = self.incremental.enabled
-        answered_alike = turn.answered
+        answered_alike, gangs = turn.answered, self._gangs
         known = self._known_so_far(turn)
         skipping = walk.reference is not None
         alike = 0
@@ -99,11 +99,17 @@ class Walker:
                 # its turn): nothing a later job reads moves, not even `known`, and a full
                 # walk leaves nothing of such a turn for the next cycle.
                 kind = job.kind
-                same = (
-                    None
-                    if kind is None
-                    else answered_alike.get(self._alike(turn, kind, entry, self._tier(turn, entry)))
-                )
+                if kind is None:
+                    same = None
+                elif turn.reservation is None:
+                    # `_alike`'s key, written out: most turns of a long queue come here.
+                    same = answered_alike.get(
+                        (gangs[kind], False, entry.account, entry.priority, entry.unallocated)
+                    )
+                else:
+                    same = answered_alike.get(
+                        self._alike(turn, kind, entry, self._tier(turn, entry))[0]
+                    )
                 if (
                     same is not None
                     and same.known == known
@@ -241,7 +247,7 @@ class Walker:
         tier = self._tier(turn, entry)
         # Answered alike every job of its gang, account, priority and declared work that may
         # backfill alike (see `Turn.answered`, `_alike`).
-        alike = self._alike(turn, kind, entry, tier)
+        alike, short = self._alike(turn, kind, entry, tier)
         known_so_far = self._known_so_far(turn)
         same = turn.answered.get(alike)
         if same is not None and same.known == known_so_far and same.failed_job != entry.job_id:
@@ -251,10 +257,9 @@ class Walker:
             turn.result.alike += 1
             return True
         held = None
-        behind = turn.reservation
-        if behind is not None and self.admission.rule is not None:
-            behind, held = self.admission.backfill(job, tier, behind, turn.now)
-        short = behind is not None and backfills(kind, tier, behind, turn.now)
+        if short is None:
+            behind, held = self.admission.backfill(job, tier, turn.reservation, turn.now)
+            short = behind is not None and backfills(kind, tier, behind, turn.now)
         started, answered_by = self.placing.place(turn, entry, job, kind, short, self.epoch())
         if started:
             return False
@@ -284,18 +289,24 @@ class Walker:
 
     def _alike(
         self, turn: Turn, kind: JobKind, entry: QueueEntry, tier: QueueTier
-    ) -> tuple[object, ...]:
-        """The key of `Turn.answered` for a job of `kind`: besides its account, priority and
-        declared work, its gang (shape and pod count) and whether it may backfill behind the
-        cycle's reservation, the only thing a turn reads the runtime for (`backfills`). Under
-        an admission rule, which reads more of the job for that, its kind (runtime included)."""
+    ) -> tuple[tuple[object, ...], bool | None]:
+        """The key of `Turn.answered` for a job of `kind`, and whether it may backfill behind
+        the cycle's reservation (`backfills`; None: the admission rule decides, asked only if
+        the key answers nothing). Besides its account, priority and declared work, the key
+        holds its gang (shape and pod count) and whether it may backfill, the only thing a
+        turn reads the runtime for; under an admission rule, which reads more of the job for
+        that, its kind (runtime included)."""
         reservation = turn.reservation
         if reservation is None:
-            return (self._gangs[kind], False, entry.account, entry.priority, entry.unallocated)
-        if self.admission.rule is not None:
-            return (kind, None, entry.account, entry.priority, entry.unallocated)
-        short = backfills(kind, tier, reservation, turn.now)
-        return (self._gangs[kind], short, entry.account, entry.priority, entry.unallocated)
+            short: bool | None = False
+            key = (self._gangs[kind], short, entry.account, entry.priority, entry.unallocated)
+        elif self.admission.rule is not None:
+            short = None
+            key = (kind, short, entry.account, entry.priority, entry.unallocated)
+        else:
+            short = backfills(kind, tier, reservation, turn.now)
+            key = (self._gangs[kind], short, entry.account, entry.priority, entry.unallocated)
+        return key, short
 
     def _preempt(self, turn: Turn, entry: QueueEntry, job: Job, kind: JobKind) -> bool:
         """Evict for the job if the contract allows a set of victims that makes room; else add
