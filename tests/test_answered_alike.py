@@ -1,6 +1,6 @@
-"""Pending jobs of one gang (shape and pods), account and priority are answered alike within a
-cycle whatever their declared runtimes, unless a reservation sets apart those that may backfill
-behind it: those are answered alike among themselves, as are the others."""
+"""Pending jobs of one kind (shape, pods and declared runtime), account and priority are
+answered alike within a cycle; jobs of another runtime are answered by the known failure of
+their shape, with the same reason."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def full_cluster(reserve_min_gpus: float) -> Scheduler:
     return scheduler
 
 
-def test_jobs_of_one_gang_are_answered_alike_whatever_their_runtimes() -> None:
+def test_jobs_of_one_kind_are_answered_alike_and_other_runtimes_by_the_known_failure() -> None:
     scheduler = full_cluster(reserve_min_gpus=64)
     runtimes = (HOUR, 2 * HOUR, 2 * HOUR, 2 * HOUR, None, 3 * HOUR)
     for number, runtime in enumerate(runtimes):
@@ -36,10 +36,10 @@ def test_jobs_of_one_gang_are_answered_alike_whatever_their_runtimes() -> None:
     result = scheduler.cycle(60)
 
     assert not result.decisions
-    # The first searches; wait1 is told by its failure, and with no reservation in the cycle
-    # the others as wait1 was, their runtimes read by nothing in their turns.
+    # The first searches; wait1 is told by its failure, wait2 and wait3 as wait1 was (one
+    # kind); wait4 and wait5 by the failure, each of its own kind.
     assert result.searches == 1
-    assert result.alike == 4
+    assert result.alike == 2
     waiting = [scheduler.jobs[f"wait{number}"] for number in range(1, len(runtimes))]
     assert {job.reason for job in waiting} == {waiting[0].reason}
     assert {job.reason_code for job in waiting} == {ReasonCode.NO_PREEMPTION}
@@ -65,24 +65,3 @@ def test_jobs_that_may_backfill_are_searched_with_the_reserved_nodes_open() -> N
     assert result.searches == 3
     assert result.alike == 1
     assert scheduler.jobs["wait3"].reason == scheduler.jobs["wait2"].reason
-
-
-def test_behind_a_reservation_jobs_are_answered_alike_by_whether_they_may_backfill() -> None:
-    # `big` is reserved from 2 h. wait0 and wait3 end before then and may use the reserved
-    # nodes; wait1 and wait2, of other runtimes, do not end in time.
-    scheduler = full_cluster(reserve_min_gpus=8)
-    scheduler.submit(spec("big", "team", pods=2, priority=10, expected_runtime=HOUR), 0)
-    runtimes = (HOUR / 2, 10 * HOUR, 20 * HOUR, HOUR / 4)
-    for number, runtime in enumerate(runtimes):
-        scheduler.submit(spec(f"wait{number}", "team", expected_runtime=runtime), 0)
-
-    result = scheduler.cycle(60)
-
-    assert result.reservation is not None and result.reservation.job_id == "big"
-    # big searches, wait0 twice (the reserved nodes open the second time); wait1 is told by
-    # the failure of its shape, wait2 as wait1 was; wait3 by wait0's failures (not as wait1,
-    # or two would be answered alike).
-    assert result.searches == 3
-    assert result.alike == 1
-    jobs = scheduler.jobs
-    assert jobs["wait2"].reason == jobs["wait1"].reason

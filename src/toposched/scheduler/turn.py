@@ -102,12 +102,12 @@ class Turn:
     """The reservation's nodes, marked: what backfills may use."""
     answered: dict[tuple[object, ...], Answer] = field(default_factory=dict)
     """Most pending jobs are answered by a known failure and a refused preemption, and many
-    share everything that answer depends on: their gang (pod shape and count), whether they
-    may backfill behind the reservation (`placing.backfills`: the only thing a turn reads the
-    declared runtime for), account, priority, whether declared unallocated, and what the cycle
-    knows so far (fence, failures, reservation, refusals, preemptions left). Such a job gets
-    the reason an earlier job alike got, unless its own failure is the answer. The key is
-    `Walker._alike`'s."""
+    share everything that answer depends on: their kind (shape, pod count, declared runtime),
+    account, priority, whether declared unallocated, and what the cycle knows so far (fence,
+    failures, reservation, refusals, preemptions left). Such a job gets the reason an earlier
+    job alike got, unless its own failure is the answer. The kind and the reservation fix
+    whether it may backfill behind the reservation (`placing.backfills`), so that needs no
+    reading before the answer is looked up."""
     asked: Asked | None = None
     """The refusal the preemptor gave in the current job's turn, if it asked one."""
     nominees_settled: bool = False

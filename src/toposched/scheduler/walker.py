@@ -67,9 +67,6 @@ class Walker:
         self.epoch = epoch
         self.admission = AdmissionGate(settings.admission)
         self._kinds: dict[tuple[object, ...], JobKind] = {}
-        self._gangs: dict[JobKind, JobKind] = {}
-        """Each kind's gang: the kind of its shape and pod count without a runtime, shared by
-        the kinds that differ only in their runtime (see `_alike`)."""
 
     # --- the walk ----------------------------------------------------------------------------
     def walk(self, turn: Turn, entries: list[QueueEntry], jobs: dict[str, Job], walk: Walk) -> None:
@@ -82,7 +79,7 @@ class Walker:
             turn.fence.close(np.concatenate(nominated))
         turn.result.considered = len(entries)
         track = self.incremental.enabled
-        answered_alike, gangs = turn.answered, self._gangs
+        answered_alike = turn.answered
         known = self._known_so_far(turn)
         skipping = walk.reference is not None
         alike = 0
@@ -98,18 +95,9 @@ class Walker:
                 # Answered alike an earlier job (`consider`'s first test, without the rest of
                 # its turn): nothing a later job reads moves, not even `known`, and a full
                 # walk leaves nothing of such a turn for the next cycle.
-                kind = job.kind
-                if kind is None:
-                    same = None
-                elif turn.reservation is None:
-                    # `_alike`'s key, written out: most turns of a long queue come here.
-                    same = answered_alike.get(
-                        (gangs[kind], False, entry.account, entry.priority, entry.unallocated)
-                    )
-                else:
-                    same = answered_alike.get(
-                        self._alike(turn, kind, entry, self._tier(turn, entry))[0]
-                    )
+                same = answered_alike.get(
+                    (job.kind, entry.account, entry.priority, entry.unallocated)
+                )
                 if (
                     same is not None
                     and same.known == known
@@ -244,10 +232,14 @@ class Walker:
         kind = job.kind
         if kind is None:
             kind = self._kind_of(job)
-        tier = self._tier(turn, entry)
-        # Answered alike every job of its gang, account, priority and declared work that may
-        # backfill alike (see `Turn.answered`, `_alike`).
-        alike, short = self._alike(turn, kind, entry, tier)
+        tier_key = (entry.account, entry.unallocated)
+        tier = turn.tiers.get(tier_key)
+        if tier is None:
+            tier = turn.tiers[tier_key] = self.queue.tier(entry)
+        # Answered alike every job of its kind, account, priority and declared work (see
+        # `Turn.answered`): with the reservation in what the answer knew, that fixes whether it
+        # may backfill too.
+        alike = (kind, entry.account, entry.priority, entry.unallocated)
         known_so_far = self._known_so_far(turn)
         same = turn.answered.get(alike)
         if same is not None and same.known == known_so_far and same.failed_job != entry.job_id:
@@ -257,9 +249,10 @@ class Walker:
             turn.result.alike += 1
             return True
         held = None
-        if short is None:
-            behind, held = self.admission.backfill(job, tier, turn.reservation, turn.now)
-            short = behind is not None and backfills(kind, tier, behind, turn.now)
+        behind = turn.reservation
+        if behind is not None and self.admission.rule is not None:
+            behind, held = self.admission.backfill(job, tier, behind, turn.now)
+        short = behind is not None and backfills(kind, tier, behind, turn.now)
         started, answered_by = self.placing.place(turn, entry, job, kind, short, self.epoch())
         if started:
             return False
@@ -278,35 +271,6 @@ class Walker:
                 known_so_far, answered_by, job.reason, job.reason_code, job.refusal
             )
         return False
-
-    def _tier(self, turn: Turn, entry: QueueEntry) -> QueueTier:
-        """The tier of the entry's account and declared work, asked once per cycle for each."""
-        key = (entry.account, entry.unallocated)
-        tier = turn.tiers.get(key)
-        if tier is None:
-            tier = turn.tiers[key] = self.queue.tier(entry)
-        return tier
-
-    def _alike(
-        self, turn: Turn, kind: JobKind, entry: QueueEntry, tier: QueueTier
-    ) -> tuple[tuple[object, ...], bool | None]:
-        """The key of `Turn.answered` for a job of `kind`, and whether it may backfill behind
-        the cycle's reservation (`backfills`; None: the admission rule decides, asked only if
-        the key answers nothing). Besides its account, priority and declared work, the key
-        holds its gang (shape and pod count) and whether it may backfill, the only thing a
-        turn reads the runtime for; under an admission rule, which reads more of the job for
-        that, its kind (runtime included)."""
-        reservation = turn.reservation
-        if reservation is None:
-            short: bool | None = False
-            key = (self._gangs[kind], short, entry.account, entry.priority, entry.unallocated)
-        elif self.admission.rule is not None:
-            short = None
-            key = (kind, short, entry.account, entry.priority, entry.unallocated)
-        else:
-            short = backfills(kind, tier, reservation, turn.now)
-            key = (self._gangs[kind], short, entry.account, entry.priority, entry.unallocated)
-        return key, short
 
     def _preempt(self, turn: Turn, entry: QueueEntry, job: Job, kind: JobKind) -> bool:
         """Evict for the job if the contract allows a set of victims that makes room; else add
@@ -387,12 +351,6 @@ class Walker:
         kind = self._kinds.get(key)
         if kind is None:
             kind = self._kinds[key] = JobKind(*key)
-            gang_key = (key[0], key[1], None)
-            gang = self._kinds.get(gang_key)
-            if gang is None:
-                gang = self._kinds[gang_key] = JobKind(*gang_key)
-                self._gangs[gang] = gang
-            self._gangs[kind] = gang
         job.kind = kind
         return kind
 
