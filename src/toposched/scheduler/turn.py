@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -64,9 +63,9 @@ class Asked:
     refusal: Refusal
 
 
-class Answer(NamedTuple):
-    """What a pending job was told, and what the cycle knew then (see `Turn.answered`): one
-    for most turns of a cycle, so a tuple, the cheapest to make."""
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What a pending job was told, and what the cycle knew then (see `Turn.answered`)."""
 
     known: tuple[object, ...]
     failed_job: str
