@@ -49,8 +49,7 @@ def plain_walk(scheduler: Scheduler) -> None:
     """Every pending job's whole turn, in queue order: the walk without its shortcut."""
     walker = scheduler.walker
 
-    def walk(turn: Turn, entries: list[QueueEntry], jobs: dict[str, Job], _: Walk) -> None:
-        pending = [jobs[entry.job_id] for entry in entries]
+    def walk(turn: Turn, entries: list[QueueEntry], pending: list[Job], _: Walk) -> None:
         nominated = [job.nomination.nodes for job in pending if job.nomination is not None]
         if nominated:
             turn.fence.close(np.concatenate(nominated))

@@ -69,10 +69,10 @@ class Walker:
         self._kinds: dict[tuple[object, ...], JobKind] = {}
 
     # --- the walk ----------------------------------------------------------------------------
-    def walk(self, turn: Turn, entries: list[QueueEntry], jobs: dict[str, Job], walk: Walk) -> None:
-        """Each pending job's turn, in queue order, but those `walk` skips; with incremental
-        cycles on, what each turn left for the next cycle is noted in `walk`."""
-        pending = [jobs[entry.job_id] for entry in entries]
+    def walk(self, turn: Turn, entries: list[QueueEntry], pending: list[Job], walk: Walk) -> None:
+        """Each pending job's turn (`pending[i]` is `entries[i]`'s job), in queue order, but
+        those `walk` skips; with incremental cycles on, what each turn left for the next cycle
+        is noted in `walk`."""
         nominated = [job.nomination.nodes for job in pending if job.nomination is not None]
         if nominated:
             # One change of the cluster state for all of them, not one per preemptor.
