@@ -568,12 +568,7 @@ class PreemptibleIndex:
                 pod_nodes = np.repeat(nodes[: counts.size], counts)
                 if pod_nodes.size and (share_cpu or share_memory):
                     parts.append(
-                        Allocation(
-                            pod_nodes,
-                            np.zeros((pod_nodes.size, 0), dtype=np.int64),
-                            cpu_milli=share_cpu,
-                            memory_mib=share_memory,
-                        )
+                        Allocation.of(pod_nodes, [], cpu_milli=share_cpu, memory_mib=share_memory)
                     )
         return parts
 

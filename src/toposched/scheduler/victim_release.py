@@ -82,12 +82,5 @@ def _cpu_and_memory(
         share_cpu, share_memory = int(cpu[pod]), int(memory[pod])
         if share_cpu or share_memory:
             nodes = pod_nodes[start:end]
-            pieces.append(
-                Allocation(
-                    nodes,
-                    np.zeros((nodes.size, 0), dtype=np.int64),
-                    cpu_milli=share_cpu,
-                    memory_mib=share_memory,
-                )
-            )
+            pieces.append(Allocation.of(nodes, [], cpu_milli=share_cpu, memory_mib=share_memory))
     return pieces
