@@ -24,7 +24,7 @@ from toposched.backends.protocol import Report, ReportKind
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation
 from toposched.scheduler.jobs import JobState
-from toposched.service import postgres_store, store
+from toposched.service import postgres_store, sqlite_schema
 from toposched.service.postgres_store import PostgresStore, redacted
 from toposched.service.records import JobRecord
 from toposched.service.store_protocol import StateStore, open_store
@@ -80,17 +80,17 @@ def record(name: str, **fields: object) -> JobRecord:
 
 
 def test_both_stores_have_the_same_schema_version() -> None:
-    assert len(postgres_store.MIGRATIONS) == len(store.MIGRATIONS)
+    assert len(postgres_store.MIGRATIONS) == len(sqlite_schema.MIGRATIONS)
 
 
 def test_an_empty_store_is_migrated_and_reopened_as_is(opened: Opener) -> None:
     first = opened()
-    assert first.schema_version() == len(store.MIGRATIONS)
+    assert first.schema_version() == len(sqlite_schema.MIGRATIONS)
     with first.transaction():
         first.set_meta("cluster", "abc")
     first.close()
     again = opened()
-    assert again.schema_version() == len(store.MIGRATIONS)
+    assert again.schema_version() == len(sqlite_schema.MIGRATIONS)
     assert again.meta("cluster") == "abc"
 
 

@@ -19,7 +19,8 @@ from toposched.service.records import (
     allocation_to_json,
     allocations_from_json,
 )
-from toposched.service.store import JOBS_READ_AT_ONCE, MIGRATIONS, Store
+from toposched.service.sqlite_schema import MIGRATIONS
+from toposched.service.store import JOBS_READ_AT_ONCE, Store
 
 
 def record(name: str, **fields: object) -> JobRecord:
