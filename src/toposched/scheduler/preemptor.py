@@ -26,6 +26,7 @@ from toposched.scheduler.preemption import (
 )
 from toposched.scheduler.refusals import Refusal, RefusalCode
 from toposched.scheduler.spread import SpreadSearch
+from toposched.scheduler.takeable import pods_of_slots
 from toposched.scheduler.verdicts import Verdicts
 from toposched.scheduler.wording import gpus_text, needs
 from toposched.scheduler.worth import WorthGate
@@ -318,13 +319,7 @@ class Preemptor:
         account's budget cap, inf when none; `pods`: their pods' starts and nodes, if known)."""
         index = self.ledger.preemptible
         if pods is None:
-            allocations = index.allocations
-            nodes = [allocations[slot].nodes for slot in slots.tolist()]
-            counts = index.pods[slots]
-            pods = (
-                np.concatenate(([0], counts.cumsum())).astype(np.int64),
-                np.concatenate(nodes) if nodes else np.zeros(0, dtype=np.int64),
-            )
+            pods = pods_of_slots(index, slots)
         bounded = np.isfinite(limit)
         cap_group: IntArray | None = None
         caps, cap_accounts = np.zeros(0), []

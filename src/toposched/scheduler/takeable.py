@@ -13,6 +13,15 @@ from toposched.scheduler.preemptible import PreemptibleIndex, domain_nodes
 IntArray = NDArray[np.int64]
 
 
+def pods_of_slots(index: PreemptibleIndex, slots: IntArray) -> tuple[IntArray, IntArray]:
+    """For `slots` of `index`, in that order: where each one's pods start in the second array
+    (one more entry than slots) and their nodes, job after job."""
+    allocations = index.allocations
+    nodes = [allocations[slot].nodes for slot in slots.tolist()]
+    starts: IntArray = np.concatenate(([0], index.pods[slots].cumsum())).astype(np.int64)
+    return starts, np.concatenate(nodes) if nodes else np.zeros(0, dtype=np.int64)
+
+
 @dataclass
 class Takeable:
     """`slots` of the preemptible index, in the order victim searches read them, and their
@@ -30,11 +39,7 @@ class Takeable:
         """For the slots at `rows`, in that order: where each one's pods start in the second
         array (one more entry than rows) and their nodes, job after job."""
         if self._pod_starts is None or self._pod_nodes is None:
-            allocations = self.index.allocations
-            nodes = [allocations[slot].nodes for slot in self.slots.tolist()]
-            counts = self.index.pods[self.slots]
-            self._pod_starts = np.concatenate(([0], counts.cumsum())).astype(np.int64)
-            self._pod_nodes = np.concatenate(nodes) if nodes else np.zeros(0, dtype=np.int64)
+            self._pod_starts, self._pod_nodes = pods_of_slots(self.index, self.slots)
         starts = self._pod_starts
         counts = starts[rows + 1] - starts[rows]
         pod_starts: IntArray = np.concatenate(([0], counts.cumsum())).astype(np.int64)
