@@ -17,11 +17,12 @@ from toposched.backends.dry_run import DryRunBackend
 from toposched.backends.local_node import local_cluster
 from toposched.cluster.errors import InputError
 from toposched.service import commands
+from toposched.service.collection import IDLE_COLLECTION_AFTER
 from toposched.service.commands import Submission
 from toposched.service.core import ServiceCore
 from toposched.service.documents import body_hash, split_job
 from toposched.service.errors import Conflict, NeverFits
-from toposched.service.loop import MIDDLE_COLLECTION_AFTER, YOUNG_COLLECTION_AFTER, Loop
+from toposched.service.loop import Loop
 from toposched.service.recovery import starter
 from toposched.service.store import Store
 
@@ -390,26 +391,28 @@ def test_a_turn_that_fails_commits_nothing_but_keeps_the_backends_reports(
         assert state_of(loop, "a") == "finished"
 
 
-def test_a_serving_loop_collects_in_short_passes_and_freezes_what_lasts(tmp_path: Path) -> None:
-    before = gc.get_threshold()
-    gc.set_threshold(700, 10, before[2])
+def test_a_serving_loop_collects_between_turns_and_freezes_what_lasts(tmp_path: Path) -> None:
+    assert gc.isenabled()
     try:
         with running_loop(tmp_path / "s.db", Clock()) as loop:
             submit(loop, job("a"))
-            assert gc.get_threshold() == (
-                YOUNG_COLLECTION_AFTER,
-                MIDDLE_COLLECTION_AFTER,
-                before[2],
-            )
-            frozen = gc.get_freeze_count()
-            lasting = [[index] for index in range(1000)]
-            gc.collect(1)
-            submit(loop, job("b"))  # the loop freezes at the end of a turn
+            assert not gc.isenabled()  # no collection starts in the middle of a turn
+            frozen, passes = gc.get_freeze_count(), loop.collector.passes
+            lasting = [[index] for index in range(IDLE_COLLECTION_AFTER)]
+            submit(loop, job("b"))
+            deadline = time.monotonic() + 10
+            while loop.collector.passes == passes:  # the loop's next wait starts with a pass
+                assert time.monotonic() < deadline, "the loop did not collect"
+                time.sleep(0.01)
             assert gc.get_freeze_count() >= frozen + len(lasting)
+        assert gc.isenabled()  # the loop stopped: collection is automatic again
         # Whoever runs the service with collection switched off keeps it off.
-        gc.set_threshold(0, *before[1:])
-        with running_loop(tmp_path / "s.db", Clock()):
-            assert gc.get_threshold()[0] == 0
+        gc.disable()
+        with running_loop(tmp_path / "s.db", Clock()) as loop:
+            submit(loop, job("c"))
+            settle(loop)
+            assert not loop.collector.active and loop.collector.passes == 0
+        assert not gc.isenabled()
     finally:
-        gc.set_threshold(*before)
+        gc.enable()
         gc.unfreeze()

@@ -510,18 +510,60 @@ def _decided(stream: str) -> bool:
     return False
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        prog="python -m toposched.bench.serve",
-        description="Run the restart part of `toposched bench serve` alone, several times "
-        "(one store filled once, each run on a fresh copy): wall time to the first decision, "
-        "the server's CPU seconds and the load average at each run's start.",
-    )
-    parser.add_argument("--runs", type=int, default=3, help="restarts to time (default 3)")
-    for measured in restart_runs(parser.parse_args().runs):
+def submission_runs(runs: int, quick: bool = False) -> list[list[Measurement]]:
+    """The submissions part alone, `runs` times, each on a new server and store: sustained
+    submissions, then the latency at 1,000/s (`python -m toposched.bench.serve
+    --submissions`)."""
+    compile_bytecode()
+    results = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="toposched-bench-submit-") as name:
+            folder = Path(name)
+            (folder / "budgets.yaml").write_text(yaml.safe_dump(team_tree().to_dict()))
+            results.append(_submissions(folder, quick))
+    return results
+
+
+def _print_restarts(runs: int) -> None:
+    for measured in restart_runs(runs):
         extra = measured.extra
         print(
             f"decided {measured.median_s:.2f} s, ready {extra['ready_s']:.2f} s, server CPU "
             f"{extra['server_cpu_s']} s, load {extra['load_average']}",
             flush=True,
         )
+
+
+def _print_submissions(runs: int) -> None:
+    for sustained, p50, p99 in submission_runs(runs):
+        print(
+            f"{sustained.extra['per_second']}/s sustained (server CPU "
+            f"{sustained.extra['server_cpu_ms']} ms each); at 1,000/s p50 "
+            f"{p50.median_s * 1000:.1f} ms, p90 {p99.extra['p90_ms']} ms, p99 "
+            f"{p99.median_s * 1000:.1f} ms, max {p99.extra['max_ms']} ms (server CPU "
+            f"{p50.extra['server_cpu_ms']} ms each), load {p99.extra['load']}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        prog="python -m toposched.bench.serve",
+        description="Run one part of `toposched bench serve` alone, several times. By default "
+        "the restart (one store filled once, each run on a fresh copy): wall time to the "
+        "first decision, the server's CPU seconds and the load average at each run's start. "
+        "With --submissions, the sustained submissions and the latency at 1,000/s, each run "
+        "on a new server: the figures with the server's CPU per submission and the load "
+        "average (1 min) before and after the latency's 10 s.",
+    )
+    parser.add_argument("--runs", type=int, default=3, help="runs to time (default 3)")
+    parser.add_argument(
+        "--submissions",
+        action="store_true",
+        help="time the submissions and their latency instead of the restart",
+    )
+    arguments = parser.parse_args()
+    if arguments.submissions:
+        _print_submissions(arguments.runs)
+    else:
+        _print_restarts(arguments.runs)

@@ -1,12 +1,13 @@
-"""A writer thread that runs a turn's writes and commits them, turn after turn, in order.
+"""A writer thread that finishes a turn's transaction, turn after turn, in order.
 
-The loop builds a turn's rows in memory (`Store.deferred`) and hands them over; while the
-writer runs them and waits for the commit's fsync, the loop already works on the next turn.
-The loop answers a turn's callers and hands its decisions to the backend only once its
-`Commit` is done, so every promise of the store still holds: nothing is acknowledged or sent
-before it is durable. Each statement the writer runs gives the interpreter's lock up and takes
-it back, waiting while another thread holds it: the SQLite store joins a turn's writes into few
-statements (`write_batches`) so that a commit waits a few times, not once per row.
+The loop builds a turn's rows in memory (`Store.deferred`) and hands the transaction over;
+while the writer finishes it and waits for the commit's fsync, the loop already works on the
+next turn. The loop answers a turn's callers and hands its decisions to the backend only once
+its `Commit` is done, so every promise of the store still holds: nothing is acknowledged or
+sent before it is durable. Each statement a thread runs gives the interpreter's lock up for
+SQLite's work and takes it back, waiting up to the switch interval (5 ms) while another thread
+runs Python: the SQLite store runs a turn's few statements (`write_batches`) in the loop's
+thread and hands the writer only the COMMIT, so that a commit waits for the lock once.
 """
 
 from __future__ import annotations

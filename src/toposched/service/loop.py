@@ -16,7 +16,6 @@ settles in one call per event loop and turn (`_Waiters`), not one thread hand-of
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import queue
 import threading
@@ -29,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 
 from toposched.cluster.errors import ToposchedError
 from toposched.scheduler.core import CycleResult
+from toposched.service.collection import TurnCollector
 from toposched.service.committer import Commit
 from toposched.service.config import service_clock
 from toposched.service.core import Command, ServiceCore
@@ -38,23 +38,6 @@ T = TypeVar("T")
 Clock = Callable[[], float]
 log = logging.getLogger("toposched.service")
 _MAX_BATCH = 10_000
-YOUNG_COLLECTION_AFTER = 5_000
-"""Objects allocated (net of those freed) between collections of the collector's youngest
-generation while the loop serves, instead of Python's 700 (a submission leaves about 40
-objects behind: at 700 the collector ran every 17 submissions)."""
-MIDDLE_COLLECTION_AFTER = 2
-"""Collections of the youngest generation between two of the middle one, instead of 10. What
-survives a collection of the middle generation is the service's lasting state (job records,
-the scheduler's jobs): the loop freezes it (`gc.freeze`) at the end of its turn (`_Freezer`),
-so that no later collection scans it again. Each collection then scans a few thousand young
-objects: in `toposched bench serve` on the shared 2-core machine the longest pause of a run
-was 7-36 ms, against 120-210 ms for the one middle collection of 10 x 20,000 survivors a run
-had before (a full one scans every object since the start), which made a submission's slowest
-answers. Frozen objects are
-still freed by reference counting, as nearly all are; only cyclic garbage among them would
-stay, and the service makes next to none (its collections find no cycles to free)."""
-
-
 _COMMITS_IN_FLIGHT = 1
 """Turns whose commit may still be running when the loop starts the next one. With one,
 the loop builds a turn while the one before commits, then waits for that commit: commands
@@ -125,23 +108,6 @@ class _Waiters:
         self._by_loop = {}
 
 
-class _Freezer:
-    """A garbage collector callback: after a collection of the middle or oldest generation,
-    `freeze_if_due` (called by the loop between turns) freezes what survived it."""
-
-    def __init__(self) -> None:
-        self.due = False
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "stop" and info["generation"] >= 1:
-            self.due = True
-
-    def freeze_if_due(self) -> None:
-        if self.due:
-            self.due = False
-            gc.freeze()
-
-
 class LoopObserver(Protocol):
     """Told, in the loop's thread, how long commits and cycles take (e.g. for metrics)."""
 
@@ -177,6 +143,7 @@ class Loop:
         self.observer: LoopObserver | None = None
         self._committing: deque[_Turn] = deque()
         """Turns whose commit is not yet answered, oldest first."""
+        self.collector = TurnCollector()
 
     def start(self) -> None:
         self._thread.start()
@@ -214,6 +181,7 @@ class Loop:
 
     # --- the thread ------------------------------------------------------------------------
     def _run(self) -> None:
+        self.collector.start()
         try:
             self.core = self._recover()
             self.ready.set()
@@ -225,41 +193,24 @@ class Loop:
             if self._on_failure is not None:
                 self._on_failure()
         finally:
+            self.collector.stop()
             if self.core is not None:
                 self.core.backend.close()
 
     def _recover(self) -> ServiceCore:
-        """`start_core`, with the garbage collector paused: recovery builds objects by the
-        hundred thousand and frees none, so every collection meanwhile would be a wasted pass
-        over all of them. What it built is then frozen out of the collector's sight
-        (`gc.freeze`): later collections do not scan it again and again (objects freed by
-        reference counting, as nearly all are, are freed as usual). Then the collector runs
-        as `YOUNG_COLLECTION_AFTER` and `MIDDLE_COLLECTION_AFTER` say."""
-        gc.disable()
-        try:
-            return self._start_core(self.clock())
-        finally:
-            gc.enable()
-            gc.freeze()
-            young, middle, old = gc.get_threshold()
-            if young > 0:  # 0: collection switched off by whoever runs the service
-                gc.set_threshold(
-                    max(young, YOUNG_COLLECTION_AFTER), min(middle, MIDDLE_COLLECTION_AFTER), old
-                )
+        """`start_core`, with automatic collection off (`collection`): recovery builds
+        objects by the hundred thousand and frees none, so every collection meanwhile would be
+        a wasted pass over all of them. What it built is then frozen out of the collector's
+        sight (`gc.freeze`): no later pass scans it."""
+        core = self._start_core(self.clock())
+        self.collector.freeze()
+        return core
 
     def _serve(self, core: ServiceCore) -> None:
-        freezer = _Freezer()
-        if gc.get_threshold()[0] > 0:
-            gc.callbacks.append(freezer)
-        try:
-            self._serve_turns(core, freezer)
-        finally:
-            if freezer in gc.callbacks:
-                gc.callbacks.remove(freezer)
-
-    def _serve_turns(self, core: ServiceCore, freezer: _Freezer) -> None:
         next_tick = time.monotonic()
         while not self._stopping.is_set():
+            # Between turns, before the loop would wait: the young objects' pass.
+            self.collector.between_turns(idle=self._queue.empty())
             batch = self._drain(max(0.0, next_tick - time.monotonic()))
             self._answer_committed(core, keep=_COMMITS_IN_FLIGHT)
             now = self.clock()
@@ -275,7 +226,6 @@ class Loop:
                 continue
             started = time.monotonic()
             result = self._turn(core, batch, now, tick)
-            freezer.freeze_if_due()
             if result is not None:
                 self.cycles += 1
                 if self.observer is not None:

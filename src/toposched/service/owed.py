@@ -11,8 +11,9 @@ Across restarts the hours live in the store's meta table: "owed_hours:TEAM" hold
 hours but the last (rewritten when an hour is added after them or leaves the window, about
 once an hour per active team) and "owed_last" every team's last hour (written when an hour is
 added, when the rates changed and a second passed since it was last written, or a minute
-passed while some team's hours grow). A restart takes them back and goes on from its first
-turn: time the service was down counts neither as owed nor as delivered, and a hard kill loses
+passed while some team's hours grow). A restart takes them back and goes on from its second
+turn (or the first read of the figures, if earlier): time the service was down, and its first
+turn, count neither as owed nor as delivered, and a hard kill loses
 at most the last second before it after a change, the last minute in a steady state.
 """
 
@@ -56,7 +57,8 @@ class OwedBook:
 
     def __init__(self) -> None:
         self.meter: OwedMeter | None = None
-        """None until the first turn after a start, which takes the stored hours back."""
+        """None until the second turn after a start (or the first read of the figures), which
+        takes the stored hours back."""
         self._asked: dict[str, tuple[str, float]] = {}
         """Live allocated jobs: job id -> (team, GPUs asked for)."""
         self._demand: dict[str, float] = {}
@@ -65,11 +67,13 @@ class OwedBook:
         self._saved = -math.inf
         self._changed = False
         """Some team's rates changed since the last hours were written."""
+        self._first_turn_done = False
+        """The first turn after a start passed (the book starts at the second)."""
 
     # --- jobs coming and going ------------------------------------------------------------------
     def asked(self, core: ServiceCore, job: Job) -> None:
         """`job` was submitted: an allocated job adds what it asks for to its team's demand
-        (before the first turn the book is not counting yet: that turn counts every job)."""
+        (before the book starts it is not counting yet: its start counts every live job)."""
         if self.meter is None:
             return
         spec, scheduler = job.spec, core.scheduler
@@ -130,7 +134,12 @@ class OwedBook:
     # --- the clock ------------------------------------------------------------------------------
     def advance(self, core: ServiceCore, now: float) -> None:
         """Count the time since the last turn, take the rates from `now` on and store what
-        changed, in the turn's transaction."""
+        changed, in the turn's transaction. The first turn after a start leaves the book
+        alone: its first pass over every live job (0.15-0.2 s at 100,000 running jobs) then
+        holds up the second turn, not the first decisions after a restart."""
+        if self.meter is None and not self._first_turn_done:
+            self._first_turn_done = True
+            return
         meter = self._started(core, now)
         reshaped = meter.advance(now)
         changed = False

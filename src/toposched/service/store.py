@@ -4,8 +4,9 @@ Every accepted submission, decision and backend report is written inside a trans
 is committed before the loop answers anyone or tells the backend anything. One transaction
 holds a whole turn of the loop (the commands it drained, the backend's reports, the cycle's
 decisions), so one fsync covers many submissions. The loop's turns are `deferred`: their rows
-are held in memory and committed by a writer thread (`committer.Committer`) while the loop
-builds the next turn; it runs them as one statement per table and kind (`write_batches`), and
+are held in memory while the turn is built, written as one statement per table and kind
+(`write_batches`) when it ends, and committed (the fsync) by a writer thread
+(`committer.Committer`) while the loop builds the next turn; and
 the log's checkpoints run in a thread of their own (`checkpoints`), off the commits' path.
 `synchronous=FULL`: a commit acknowledged to a client survives a power loss, not only a crash
 of the process (docs/operations.md).
@@ -399,6 +400,9 @@ class Store(SqlStore):
                 self._commit()
                 commit.settle()
             else:
+                committer.wait_idle()  # the last turn's COMMIT: the connection is free again
+                self._run_writes(commit.writes)
+                commit.writes = []
                 committer.hand(commit)
         finally:
             self._held, self._depth = None, 0
@@ -409,7 +413,7 @@ class Store(SqlStore):
         of in the commit that takes the log past SQLite's mark."""
         self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._checkpointer = Checkpointer(lambda: self._connect(self.path))
-        self._committer = Committer(self._commit_writes, wake)
+        self._committer = Committer(self._commit_held, wake)
         return self._committer
 
     def _commit(self) -> None:
@@ -417,9 +421,12 @@ class Store(SqlStore):
         if self._checkpointer is not None:
             self._checkpointer.committed(self._db)
 
-    def _commit_writes(self, writes: list[Write]) -> None:
-        """In the writer's thread: one transaction of `writes`, in few statements
-        (`write_batches`)."""
+    def _run_writes(self, writes: list[Write]) -> None:
+        """In the loop's thread: a turn's writes in one transaction, in few statements
+        (`write_batches`), left open for the writer's COMMIT (`_commit_held`). Run here, each
+        statement gives the interpreter's lock up for its step and takes it back at once; run
+        by the writer while the loop builds the next turn, each waited up to the interpreter's
+        switch interval (5 ms) to take it back, a dozen times per turn."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -431,7 +438,17 @@ class Store(SqlStore):
         except BaseException:
             db.execute("ROLLBACK")
             raise
-        self._commit()
+
+    def _commit_held(self, writes: list[Write]) -> None:
+        """In the writer's thread: the COMMIT of the transaction `_run_writes` left open (its
+        fsync), while the loop goes on; `writes` were run already."""
+        assert not writes
+        try:
+            self._commit()
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
 
     def _wait_for_writer(self) -> None:
         """Before the caller uses the writing connection: the commits handed over are done."""
