@@ -673,7 +673,8 @@ def test_a_bulk_release_on_a_statement_is_undone_from_its_kept_rows(released: in
     statement = Statement(state)
     chosen = [str(owner) for owner in rng.choice(owners, size=released, replace=False)]
     statement.release_many(chosen)
-    assert (statement.operations[-1].saved_rows is not None) == (released >= 100)
+    # Rows are kept beyond FEW_PODS pods in all (400 owners hold about 700).
+    assert (statement.operations[-1].saved_rows is not None) == (released >= 400)
     assert_aggregates_recomputed(state)
     # The same as releasing them one by one.
     one_by_one, _, _ = crowded_state(released)

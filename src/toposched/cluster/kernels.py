@@ -362,3 +362,47 @@ def per_pod_requests_fit(free: np.ndarray, nodes: np.ndarray, per_pod: int) -> b
     for i in range(taken):
         free[nodes[i]] += per_pod
     return fits
+
+
+@njit(cache=True, nogil=True)
+def apply_pods_of_many(
+    nodes: np.ndarray,
+    gpus: np.ndarray,
+    figures: np.ndarray,
+    sign: int,
+    arrays: StateArrays,
+    changed_at: np.ndarray,
+    change: int,
+) -> None:
+    """`apply_pods` for several one-shape allocations in one call: `nodes`, their pods' nodes
+    one allocation after another; `gpus`, their GPU rows flattened in the same order;
+    `figures`, one row per allocation: pods, GPUs per pod, milli-GPU, CPU milli and memory
+    MiB per pod."""
+    free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
+    closed, node_rows, gpu_model, hist, totals = arrays[7:]
+    before = np.empty(5, dtype=np.int64)
+    after = np.empty(5, dtype=np.int64)
+    pod = 0
+    column_at = 0
+    for allocation in range(figures.shape[0]):
+        pods, width, gpu_milli, cpu_milli, memory_mib = figures[allocation]
+        for _ in range(pods):
+            node = nodes[pod]
+            changed_at[node] = change
+            is_open = closed[node] == 0
+            if is_open:
+                _values_into(node, before, arrays)
+            for column in range(width):
+                gpu_free_milli[node, gpus[column_at + column]] += sign * gpu_milli
+            column_at += width
+            whole = 0
+            for gpu in range(gpu_free_milli.shape[1]):
+                if gpu_free_milli[node, gpu] == 1000:
+                    whole += 1
+            free_whole_gpus[node] = whole
+            free_cpu_milli[node] += sign * cpu_milli
+            free_memory_mib[node] += sign * memory_mib
+            if is_open:
+                _values_into(node, after, arrays)
+                _move_domains(node, before, after, node_rows, gpu_model, hist, totals)
+            pod += 1

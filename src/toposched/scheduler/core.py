@@ -423,7 +423,7 @@ class Scheduler:
             self._cycles,
             result,
             fence,
-            FailureReasons(self._cycles),
+            FailureReasons(self._cycles, self.failures.older_messages),
             self.settings.max_preemptions_per_cycle,
         )
         walk: Walk | None = None

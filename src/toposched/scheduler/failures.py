@@ -172,6 +172,8 @@ class FailureMemo:
         # release: checked again when a job of their shape asks (`recheck`).
         self._dropped: dict[Shape, list[Failure]] = {}
         self._check: ReleaseCheck | None = None
+        self.older_messages: dict[tuple[Failure, int], str] = {}
+        """What `FailureReasons` wrote about failures of earlier cycles, for later cycles."""
 
     def clear(self) -> None:
         self.by_shape.clear()
@@ -277,7 +279,12 @@ class FailureMemo:
     def find(self, shape: Shape, pods: int, fence: Fence, cycle: int) -> Failure | None:
         """A failure implying that a gang of `shape` with `pods` pods does not fit now."""
         cached = self._smallest.get(shape, _NOT_REMEMBERED)
-        if not cached.is_current(cycle, fence, self.version):
+        # `Remembered.is_current`, inlined: asked for most pending jobs of every cycle.
+        if (
+            cached.cycle != cycle
+            or cached.fence_generation != fence.generation
+            or cached.version != self.version
+        ):
             smallest: Failure | None = None
             for failure in self.by_shape.get(shape, ()):
                 if (smallest is None or failure.pods < smallest.pods) and fence.holds(
@@ -338,22 +345,36 @@ class FailureMemo:
         self.version += 1
 
 
+#: Messages about failures of earlier cycles kept from one cycle to the next (see
+#: `FailureReasons`); more are forgotten at once.
+OLDER_MESSAGES_KEPT = 4096
+
+
 class FailureReasons:
     """Why jobs are known not to fit, from earlier failures of their shape, in words; each
-    message is written once per cycle (many pending jobs share a size)."""
+    message is written once per cycle (many pending jobs share a size), and once for all
+    cycles when the failure is from an earlier one (`older`, shared by the cycles: such a
+    message reads nothing that changes with the cycle)."""
 
-    def __init__(self, cycle: int) -> None:
+    def __init__(self, cycle: int, older: dict[tuple[Failure, int], str] | None = None) -> None:
         self.cycle = cycle
         # Keyed by the failure itself, not its id(): a failure dropped during the cycle may be
         # freed and its id() reused by a new one.
         self._messages: dict[tuple[Failure, int], str] = {}
+        if older is None:
+            older = {}
+        elif len(older) > OLDER_MESSAGES_KEPT:
+            older.clear()
+        self._older = older
 
     def known(self, failure: Failure, pods: int) -> str | None:
         """The message already written for `failure` and a gang of `pods` pods, if any."""
-        return self._messages.get((failure, pods))
+        messages = self._messages if failure.cycle == self.cycle else self._older
+        return messages.get((failure, pods))
 
     def reason(self, job: Job, failure: Failure, fence: Fence, epoch: int) -> str:
         """Why `job` is known not to fit, from `failure`, at the scheduler's `epoch`."""
+        messages = self._messages
         if failure.cycle != self.cycle:
             if (
                 failure.job_id == job.job_id
@@ -362,15 +383,16 @@ class FailureReasons:
             ):
                 # The same job on the same free capacity: the search would say the same again.
                 return failure.reason
+            messages = self._older
         key = (failure, job.request.pods)
-        message = self._messages.get(key)
+        message = messages.get(key)
         if message is None and failure.checked_again:
             # The count in its reason is the one it was found with: the freed GPUs went since.
             message = (
                 f"{needs(job)}; a job of the same pod shape did not fit ({failure.reason}), and "
                 "no domain that gained GPUs since has room for it now"
             )
-            self._messages[key] = message
+            messages[key] = message
         if message is None:
             since = "does not fit now" if failure.cycle == self.cycle else "did not fit"
             message = (
@@ -382,5 +404,5 @@ class FailureReasons:
                 message += " and no domain it could use gained enough GPUs since"
             elif failure.cycle != self.cycle:
                 message += " and no GPUs were freed since"
-            self._messages[key] = message
+            messages[key] = message
         return message

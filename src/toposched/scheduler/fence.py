@@ -180,6 +180,11 @@ class Fence:
         self._compare_sets = False
         self._frozen: FencedNodes | None = FencedNodes((), self._serial, 0)
         self._seen: FencedNodes | None = None
+        # `holds`' answers compared group by group, by the identity of the nodes asked about
+        # (kept alive here), until the fence moves: refusals and failures kept from earlier
+        # cycles share one such object per fence they were found under, and each answer looks
+        # at every node of its groups.
+        self._held: dict[int, tuple[FencedNodes, bool]] = {}
 
     @property
     def any(self) -> bool:
@@ -235,11 +240,16 @@ class Fence:
                 return True
             if not self._compare_sets and fenced.whole:
                 return False
+        known = self._held.get(id(fenced))
+        if known is not None and known[0] is fenced:
+            return known[1]
         current = self.frozen()._group_ids
         marked = self._fenced_mask
-        return all(
+        held = all(
             id(group) in current or bool(marked[group.nodes].all()) for group in fenced.groups
         )
+        self._held[id(fenced)] = (fenced, held)
+        return held
 
     def equals(self, fenced: FencedNodes) -> bool:
         """Whether `fenced` are exactly the nodes fenced now (`fenced == self.frozen()`)."""
@@ -350,3 +360,5 @@ class Fence:
     def _moved(self) -> None:
         self.generation += 1
         self._frozen = self._seen = None
+        if self._held:
+            self._held = {}

@@ -33,6 +33,7 @@ from toposched.scheduler.victim_arrays import (
     Nowhere,
     all_subsets,
     cheapest_required_domain,
+    subset_sums,
     touching_victims,
 )
 from toposched.scheduler.victim_release import free_candidates
@@ -371,15 +372,19 @@ class VictimSearch:
                     freed_row[node - first] += gpus
         freed = np.array(freed_rows, dtype=np.int64).reshape(count, last - first)
 
-        def room(selection: NDArray[np.int64]) -> IntArray:
-            after = np.minimum(free[None, :] + selection @ freed, cap[None, :])
+        def room_with(gained: NDArray[np.int64]) -> IntArray:
+            """Pods the leaf holds with `gained` whole GPUs freed per node (one row each)."""
+            after = np.minimum(free[None, :] + gained, cap[None, :])
             fits: IntArray = (self._pods_fit(after, request) * healthy[None, :]).sum(axis=1)
             return fits
+
+        def room(selection: NDArray[np.int64]) -> IntArray:
+            return room_with(selection @ freed)
 
         if count <= EXACT_VICTIMS:
             subsets = all_subsets(count)
             feasible = (
-                (room(subsets) >= request.pods) & pool.within_caps(subsets, members)
+                (room_with(subset_sums(freed)) >= request.pods) & pool.within_caps(subsets, members)
             ).nonzero()[0]
             if feasible.size == 0:
                 return None

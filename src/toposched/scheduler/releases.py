@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
 from toposched.cluster.statement import Statement
+from toposched.scheduler.release_kernels import count_releases
 
 IntArray = NDArray[np.int64]
 NEVER = np.iinfo(np.int64).max
@@ -150,36 +151,20 @@ class ReleaseBounds:
         self._starts.extend((self._pairs + np.cumsum(sizes) - sizes).tolist())
         self._pairs += int(domains.size)
         self._pending = np.concatenate((self._pending, np.arange(start, stop, dtype=np.int64)))
-        # Per leaf, its GPUs after each release: running sums within each leaf's entries, kept
-        # in release order by a stable sort; the pods each entry adds to its leaf's room.
-        by_leaf = np.argsort(leaves, kind="stable")
-        leaves, gpus, release = leaves[by_leaf], gpus[by_leaf], release[by_leaf]
-        gained = np.cumsum(gpus)
-        group_start = np.flatnonzero(np.concatenate(([True], leaves[1:] != leaves[:-1])))
-        before_group = gained[group_start] - gpus[group_start]
-        gained -= np.repeat(before_group, np.diff(np.append(group_start, leaves.size)))
-        after = self._leaf_gpus[leaves] + gained
-        added = room.pods_room(after) - room.pods_room(after - gpus)
-        np.add.at(self._leaf_gpus, leaves, gpus)
-        adds = np.flatnonzero(added)
-        if not adds.size:
-            return
-        # Per domain, its pods of room after each release that adds some, in release order.
-        domains, added, release = domains[by_leaf][adds], added[adds], release[adds]
-        by_domain = np.lexsort((release, domains))
-        domains, added, release = domains[by_domain], added[by_domain], release[by_domain]
-        reached = np.cumsum(added)
-        group_start = np.flatnonzero(np.concatenate(([True], domains[1:] != domains[:-1])))
-        before_group = reached[group_start] - added[group_start]
-        reached -= np.repeat(before_group, np.diff(np.append(group_start, domains.size)))
-        enough = reached + self._domain_pods[domains] >= room.pods
-        if enough.any():
-            # Within a domain's entries the releases rise, so the first enough one is its
-            # earliest; a domain already enough keeps its earlier count.
-            first = np.full(self.enough_at.size, NEVER, dtype=np.int64)
-            np.minimum.at(first, domains[enough], release[enough] + 1)
-            np.minimum(self.enough_at, first, out=self.enough_at)
-        np.add.at(self._domain_pods, domains, added)
+        # Entry by entry in release order, in compiled code: a chunk's numpy passes (sorts,
+        # running sums per leaf and per domain) cost more than the entries themselves.
+        count_releases(
+            leaves,
+            gpus,
+            release,
+            domains,
+            self._leaf_gpus,
+            self._domain_pods,
+            self.enough_at,
+            room.granule,
+            room.gpus_per_pod,
+            room.pods,
+        )
 
     def _key_pending(self) -> None:
         """Give the releases read whose key is now known (at most `read`) their place among
