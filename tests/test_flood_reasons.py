@@ -50,7 +50,9 @@ def plain_walk(scheduler: Scheduler) -> None:
     """Every pending job's whole turn, in queue order: the walk without its shortcut."""
     walker = scheduler.walker
 
-    def walk(turn: Turn, runs: Iterable[Iterable[QueueEntry]], size: int, _: Walk) -> None:
+    def walk(
+        turn: Turn, runs: Iterable[Iterable[QueueEntry]], size: int, _: Walk, __: bool
+    ) -> None:
         entries = [entry for run in runs for entry in run]
         pending = [scheduler.jobs[entry.job_id] for entry in entries]
         nominated = [job.nomination.nodes for job in pending if job.nomination is not None]

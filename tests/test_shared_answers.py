@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 from decision_log import RUNS, line, path_of, record
+from test_failed_first import two_racks_with_a_failed_gang
 from test_flood_reasons import Told, plain_walk, write_flood
+from test_preemption_scenarios import bound, spec
 
 from toposched.cluster.state import ClusterState
 from toposched.policy.budget import BudgetTree
@@ -130,3 +132,29 @@ def test_runs_of_the_queue_are_its_order() -> None:
     rest = [entry.job_id for entry in run]
     assert ahead[-1] not in rest and rest[0] not in first
     assert set(first).isdisjoint(rest)
+
+
+def test_a_cycle_with_gangs_put_first_walks_every_job() -> None:
+    # The gang a node failure interrupted heads the cycle: the queue is then one run of
+    # every account's jobs, which the walk may not leave; the next cycle reads it by account.
+    schedulers = [two_racks_with_a_failed_gang("team-a", 2, incremental=False) for _ in range(2)]
+    plain_walk(schedulers[0])
+    for sched in schedulers:
+        for number in range(600):
+            account = ("team-b", "team-c")[number % 2]
+            sched.submit(spec(f"wait{number}", account, gpus=(4, 2, 1)[number % 3]), 100)
+
+    for now in (100.0, 101.0):
+        plain, shared = (sched.cycle(now) for sched in schedulers)
+
+        assert bound(shared) == bound(plain)
+        assert (shared.shared == 0) if now == 100.0 else (shared.shared > 300), shared.shared
+        told = [
+            [
+                (job.job_id, job.reason, job.reason_code, job.refusal)
+                for job in sched.jobs.values()
+                if job.state is JobState.PENDING
+            ]
+            for sched in schedulers
+        ]
+        assert told[1] == told[0]

@@ -444,14 +444,16 @@ class Scheduler:
             # Read as far as the walk goes (see `toposched.scheduler.tally`), but where
             # compared job by job with the order the last cycle left.
             size = len(self.queue)
-            runs = self.interruptions.first(queue_runs(self.queue, now, self._owed_first()))
+            queued = queue_runs(self.queue, now, self._owed_first())
+            runs = self.interruptions.first(queued)
+            by_account = runs is queued and self.tally is not None
             order = None
             if self.incremental.reference is not None:
-                entries = [entry for run in runs for entry in run]
-                runs, order = (entries,), [entry.job_id for entry in entries]
+                runs = [list(run) for run in runs]
+                order = [entry.job_id for run in runs for entry in run]
             walk = self.incremental.walk(now, stamp, self.walker.leaves(now), order)
             result.incremental = walk.skipping
-            order = self.walker.walk(turn, runs, size, walk)
+            order = self.walker.walk(turn, runs, size, walk, by_account)
             result.skipped = walk.skipped
         except BaseException:
             walk = None

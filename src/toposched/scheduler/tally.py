@@ -1,15 +1,23 @@
-"""Pending jobs counted by what their answer depends on, so that a cycle may stop walking the
+"""Pending jobs counted by what their answer depends on, so that a cycle may leave a run of the
 queue once the rest of it can only be answered alike, and the answers those jobs share.
 
 Most pending jobs of a long queue are answered alike an earlier job of their key (kind,
 account, priority, declared unallocated) under the same knowledge (`Turn.answered`): such a
-turn reads the answer and changes nothing a later job reads. So once every key still ahead in
-the queue has an answer under what the cycle knows now, the jobs ahead of the walk, nominees
-and a job whose own failure answers its key apart, would each be told that answer and decide
-nothing: the walk stops there and each key's answer is shared (`SharedAnswer`), read by every
-job of the key the cycle did not visit. How many jobs of each key remain ahead is the queue's
-count per key at the start of the cycle less those the walk passed; a job joining the queue
-during the walk keeps it from stopping."""
+turn reads the answer and changes nothing a later job reads, not even the knowledge. The queue
+comes in runs of one account's jobs (`PendingQueue.runs`), and a key belongs to one account.
+So once every key of the run's account still ahead has an answer under what the cycle knows
+now, every job left in the run would be told its key's answer and decide nothing, unless it
+is a nominee or the job whose own failure answers its key (both take a turn of their own):
+the walk leaves the run there, under the same knowledge, and goes on with the next one. Each
+of those keys' answers is shared (`SharedAnswer`): a job the cycle did not visit reads it
+until its own answer is written again. How many jobs of each key remain ahead is the queue's
+count per key at the start of the cycle less those the walk passed (a job that left the
+queue unvisited still counts, which only keeps the walk longer); a job joining the queue
+during the walk keeps it from leaving any run.
+
+A look at whether the walk may leave a run costs a pass over the account's keys, so it comes
+once per so many jobs of the run answered alike (at least the account's keys): the walk passes
+at most about that many jobs more than it must."""
 
 from __future__ import annotations
 
@@ -97,7 +105,6 @@ class PendingTally:
 
     def tail(self, cycle: int) -> Tail:
         """The rest of the queue for a walk in cycle number `cycle`."""
-        self.board.cycle = cycle
         return Tail(self, cycle)
 
     def share(self, key: AnswerKey, answer: Answer, cycle: int) -> None:

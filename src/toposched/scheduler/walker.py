@@ -76,31 +76,24 @@ class Walker:
 
     # --- the walk ----------------------------------------------------------------------------
     def walk(
-        self, turn: Turn, runs: Iterable[Iterable[QueueEntry]], size: int, walk: Walk
+        self,
+        turn: Turn,
+        runs: Iterable[Iterable[QueueEntry]],
+        size: int,
+        walk: Walk,
+        by_account: bool = False,
     ) -> list[str] | None:
         """Each pending job's turn (`runs`: the `size` pending jobs in queue order, in runs
-        of one account's jobs), in queue order, but those `walk` skips; with incremental
-        cycles on, what each turn left for the next cycle is noted in `walk`. With the queue
-        counted by key (`PendingTally`), a full cycle leaves a run once every job left in it
-        would be answered alike, those jobs reading their key's shared answer (see
-        `toposched.scheduler.tally`).
+        of one account's jobs if `by_account`), in queue order, but those `walk` skips; with
+        incremental cycles on, what each turn left for the next cycle is noted in `walk`.
+        With the queue counted by key (`PendingTally`) and read by account, a full cycle
+        leaves a run once every job left in it would be answered alike, those jobs reading
+        their key's shared answer (see `toposched.scheduler.tally`).
 
         Returns the ids of the jobs walked, in order, when incremental cycles are on and it
         walked the whole queue (None otherwise)."""
         jobs, tally = self.jobs, self.tally
-        if tally is None:
-            entries = [entry for run in runs for entry in run]
-            runs = (entries,)
-            nominated = [
-                job.nomination.nodes
-                for job in map(jobs.__getitem__, (entry.job_id for entry in entries))
-                if job.nomination is not None
-            ]
-        else:
-            nominated = tally.nominated_nodes()
-        if nominated:
-            # One change of the cluster state for all of them, not one per preemptor.
-            turn.fence.close(np.concatenate(nominated))
+        runs = self._fence_nominated(turn, runs)
         turn.result.considered = size
         track = self.incremental.enabled
         order: list[str] | None = [] if track else None
@@ -109,7 +102,9 @@ class Walker:
         skipping = walk.reference is not None
         tail = None
         if tally is not None:
-            tail = tally.tail(turn.number) if not skipping and size >= SHORT_QUEUE else None
+            tally.board.cycle = turn.number
+            if by_account and not skipping and size >= SHORT_QUEUE:
+                tail = tally.tail(turn.number)
         ahead = tail.ahead if tail is not None else {}
         alike = shared = 0
         for run in runs:
@@ -163,6 +158,24 @@ class Walker:
         turn.result.alike += alike + shared
         turn.result.shared += shared
         return order
+
+    def _fence_nominated(
+        self, turn: Turn, runs: Iterable[Iterable[QueueEntry]]
+    ) -> Iterable[Iterable[QueueEntry]]:
+        """Fence the nodes kept for the pending nominees; `runs` to walk (read whole to find
+        the nominees where the queue is not counted)."""
+        tally = self.tally
+        if tally is None:
+            entries = [entry for run in runs for entry in run]
+            runs = (entries,)
+            pending = map(self.jobs.__getitem__, (entry.job_id for entry in entries))
+            nominated = [job.nomination.nodes for job in pending if job.nomination is not None]
+        else:
+            nominated = tally.nominated_nodes()
+        if nominated:
+            # One change of the cluster state for all of them, not one per preemptor.
+            turn.fence.close(np.concatenate(nominated))
+        return runs
 
     def _tracked_turn(self, turn: Turn, entry: QueueEntry, job: Job, walk: Walk) -> None:
         """The job's turn, noting in `walk` what it leaves for the next cycle: an anchor's
