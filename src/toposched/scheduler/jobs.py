@@ -109,9 +109,9 @@ class AnswerBoard:
 @dataclass(eq=False, slots=True)
 class SharedAnswer:
     """The answer of every pending job of one key (kind, account, priority, declared
-    unallocated) that a cycle did not visit: it stopped once every key left in the rest of
-    the queue had an answer no later job could change (see `toposched.scheduler.tally`). Such
-    a job reads this answer, without a reservation, until its own is written again."""
+    unallocated) that a cycle did not visit: it left the run of the account's jobs once every
+    one left would be answered alike (see `toposched.scheduler.tally`). Such a job reads this
+    answer, without a reservation, until its own is written again."""
 
     board: AnswerBoard
     reason: str = ""
