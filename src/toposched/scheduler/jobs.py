@@ -196,7 +196,9 @@ class Job:
 
     @reason.setter
     def reason(self, reason: str) -> None:
-        self._own()
+        shared = self.shared
+        if shared is not None and self.told_at != shared.board.cycle:
+            self._own()
         self._reason = reason
 
     @property
@@ -208,7 +210,9 @@ class Job:
 
     @reason_code.setter
     def reason_code(self, code: ReasonCode) -> None:
-        self._own()
+        shared = self.shared
+        if shared is not None and self.told_at != shared.board.cycle:
+            self._own()
         self._reason_code = code
 
     @property
@@ -222,7 +226,9 @@ class Job:
 
     @refusal.setter
     def refusal(self, refusal: Refusal | None) -> None:
-        self._own()
+        shared = self.shared
+        if shared is not None and self.told_at != shared.board.cycle:
+            self._own()
         self._refusal = refusal
 
     @property
@@ -234,7 +240,9 @@ class Job:
 
     @reservation.setter
     def reservation(self, reservation: Reservation | None) -> None:
-        self._own()
+        shared = self.shared
+        if shared is not None and self.told_at != shared.board.cycle:
+            self._own()
         self._reservation = reservation
 
     def tell(self, reason: str, code: ReasonCode, refusal: Refusal | None) -> None:
@@ -249,7 +257,8 @@ class Job:
             self.told_at = shared.board.cycle
 
     def _own(self) -> None:
-        """Take the answer its key shares as the job's own, if it reads that one now."""
+        """Take the answer its key shares as the job's own, if it reads that one now (nothing
+        to do if its own answer was written in the board's cycle: a setter tests that)."""
         shared = self.shared
         if shared is None:
             return
