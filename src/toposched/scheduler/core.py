@@ -446,6 +446,7 @@ class Scheduler:
             size = len(self.queue)
             queued = queue_runs(self.queue, now, self._owed_first())
             runs = self.interruptions.first(queued)
+            # Gangs put first make one run of every account's jobs, which no walk may leave.
             by_account = runs is queued and self.tally is not None
             order = None
             if self.incremental.reference is not None:
