@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from cycle_log import CycleLog, logged_run
 from toposched.policy.fairshare import QueueEntry
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.incremental import Walk
-from toposched.scheduler.jobs import Job, JobState
+from toposched.scheduler.jobs import JobState
 from toposched.scheduler.turn import Turn
 from toposched.workloads.files import load_workload
 
@@ -49,11 +50,15 @@ def plain_walk(scheduler: Scheduler) -> None:
     """Every pending job's whole turn, in queue order: the walk without its shortcut."""
     walker = scheduler.walker
 
-    def walk(turn: Turn, entries: list[QueueEntry], pending: list[Job], _: Walk) -> None:
+    def walk(
+        turn: Turn, runs: Iterable[Iterable[QueueEntry]], size: int, _: Walk, __: bool
+    ) -> None:
+        entries = [entry for run in runs for entry in run]
+        pending = [scheduler.jobs[entry.job_id] for entry in entries]
         nominated = [job.nomination.nodes for job in pending if job.nomination is not None]
         if nominated:
             turn.fence.close(np.concatenate(nominated))
-        turn.result.considered = len(entries)
+        turn.result.considered = size
         for entry, job in zip(entries, pending, strict=True):
             walker.consider(turn, entry, job)
 

@@ -216,9 +216,16 @@ class PendingQueue:
         """Every pending job, first to run first; the allocated work of the accounts in `owed`
         before that of the others.
 
-        Safe to change the queue while iterating: each account's jobs are copied when the walk
-        reaches that account, so a job added to an account already passed is not seen.
+        Safe to change the queue while iterating: each account's jobs are read a chunk at a
+        time as the walk reaches them, so a job added before the walk's place is not seen.
         """
+        for run in self.runs(now, owed):
+            yield from run
+
+    def runs(self, now: float, owed: Collection[str] = ()) -> Iterator[Iterator[QueueEntry]]:
+        """`ordered`'s jobs as runs, each a sequence of one account's jobs of one tier (both
+        its runs merged where its account has no budget or is detached), read as the caller
+        reaches them: a caller may leave a run before its end and go on with the next."""
         if not self._accounts:
             # Nothing waiting: nothing to order, so no ranking is computed (on a large tree
             # it is most of a quiet cycle's cost).
@@ -230,17 +237,17 @@ class PendingQueue:
             queue = self._accounts[account]
             tree = self.tree
             if account in tree and tree.is_leaf(account) and tree.has_budget(account):
-                yield from map(_entry_of, queue.allocated.items())
-                yield from map(_entry_of, queue.unallocated.items())
+                yield map(_entry_of, queue.allocated.items())
+                yield map(_entry_of, queue.unallocated.items())
             else:
                 merged = heapq.merge(
                     queue.allocated.items(), queue.unallocated.items(), key=item_key
                 )
-                yield from map(_entry_of, merged)
+                yield map(_entry_of, merged)
             return
         ranking = self.ranking(now)
         for tier, account in list(self._segments(ranking, frozenset(owed))):
-            yield from map(_entry_of, self._segment_items(tier, account, ranking))
+            yield map(_entry_of, self._segment_items(tier, account, ranking))
 
     def tier(self, entry: QueueEntry, ranking: Ranking | None = None) -> QueueTier:
         """Which run of the queue the job belongs to under `ranking` (the current one if None:

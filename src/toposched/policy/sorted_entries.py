@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 __all__ = ["EntryKey", "SortedEntries", "item_key"]
@@ -71,9 +72,23 @@ class SortedEntries(Generic[Entry]):
             before += bisect_left(self._chunks[chunk_index], key, key=item_key)
         return before
 
-    def items(self) -> list[tuple[EntryKey, Entry]]:
-        """A copy, so the queue may change while a caller walks it."""
-        return [item for chunk in self._chunks for item in chunk]
+    def items(self) -> Iterator[tuple[EntryKey, Entry]]:
+        """The entries in order, a chunk copied at a time as the caller reaches it: a caller
+        that stops early reads only the chunks it reached, and the entries may change while it
+        walks them (it sees those after its place as they are when it gets there)."""
+        chunks, last_keys = self._chunks, self._last_keys
+        if not chunks:
+            return
+        part = chunks[0].copy()
+        while True:
+            yield from part
+            last = part[-1][0]
+            # The chunk now holding the first key after the last one read, if any.
+            index = bisect_right(last_keys, last)
+            if index >= len(chunks):
+                return
+            chunk = chunks[index]
+            part = chunk[bisect_right(chunk, last, key=item_key) :]
 
 
 def item_key(item: tuple[EntryKey, Entry]) -> EntryKey:

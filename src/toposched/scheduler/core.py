@@ -35,10 +35,11 @@ from toposched.scheduler.lifecycle import Lifecycle
 from toposched.scheduler.placing import Placing
 from toposched.scheduler.preemption import VictimSearch
 from toposched.scheduler.preemptor import Preemptor
-from toposched.scheduler.queueing import JobQueue
+from toposched.scheduler.queueing import JobQueue, TalliedQueue, queue_runs
 from toposched.scheduler.reservations import ReservationSearch
 from toposched.scheduler.settings import SchedulerSettings
 from toposched.scheduler.spares import SparePool
+from toposched.scheduler.tally import PendingTally
 from toposched.scheduler.turn import CycleResult, Turn
 from toposched.scheduler.walker import Walker, checked_cycle
 
@@ -114,8 +115,13 @@ class Scheduler:
         self.contract = settings.contract
         self.policy = settings.policy
         self.usage = usage if usage is not None else UsageTracker()
-        self.queue: JobQueue = queue if queue is not None else PendingQueue(tree, self.usage)
         self.jobs: dict[str, Job] = {}
+        self.queue: JobQueue = queue if queue is not None else PendingQueue(tree, self.usage)
+        self.tally: PendingTally | None = None
+        if type(self.queue) is PendingQueue:
+            # Fair Tree's queue counted by key, so that a cycle may stop walking it early.
+            self.tally = PendingTally()
+            self.queue = TalliedQueue(self.queue, self.jobs, self.tally)
         self.ledger = Ledger(state, tree, self.usage)
         self.running = self.ledger.running
         self.victim_search = VictimSearch(state, self.policy, settings.impact)
@@ -144,7 +150,7 @@ class Scheduler:
         # A cycle after submissions only walks the new jobs and the few whose answers others
         # read (see `Incremental`); only with Fair Tree's queue, whose order it can check.
         self.incremental = Incremental(
-            settings.incremental and type(self.queue) is PendingQueue, settings.full_cycle_every
+            settings.incremental and self.tally is not None, settings.full_cycle_every
         )
         self.walker = Walker(
             state,
@@ -160,6 +166,8 @@ class Scheduler:
             self.evictor,
             self.incremental,
             self.epoch,
+            self.jobs,
+            self.tally,
         )
 
     # --- events ------------------------------------------------------------------------------
@@ -433,14 +441,20 @@ class Scheduler:
                 self.incremental.forget()
             # Accounts below their budget go first for the whole cycle, even once a start here
             # takes one past it: the order is fixed before any decision.
-            entries = list(self.queue.ordered(now, self._owed_first()))
-            entries = self.interruptions.first(entries)
-            order = [entry.job_id for entry in entries]
+            # Read as far as the walk goes (see `toposched.scheduler.tally`), but where
+            # compared job by job with the order the last cycle left.
+            size = len(self.queue)
+            queued = queue_runs(self.queue, now, self._owed_first())
+            runs = self.interruptions.first(queued)
+            # Gangs put first make one run of every account's jobs, which no walk may leave.
+            by_account = runs is queued and self.tally is not None
+            order = None
+            if self.incremental.reference is not None:
+                runs = [list(run) for run in runs]
+                order = [entry.job_id for run in runs for entry in run]
             walk = self.incremental.walk(now, stamp, self.walker.leaves(now), order)
             result.incremental = walk.skipping
-            # The jobs looked up in one call: at tens of thousands pending, a third of the
-            # time a comprehension takes.
-            self.walker.walk(turn, entries, list(map(self.jobs.__getitem__, order)), walk)
+            order = self.walker.walk(turn, runs, size, walk, by_account)
             result.skipped = walk.skipped
         except BaseException:
             walk = None

@@ -173,16 +173,18 @@ class Incremental:
         now: float,
         stamp: tuple[int, ...],
         leaves: tuple[str, ...] | None,
-        order: list[str],
+        order: list[str] | None,
     ) -> Walk:
-        """The walk of a cycle at `now` over the pending jobs `order` (queue order): skipping
-        the jobs the reference settled, when nothing but submissions happened since."""
+        """The walk of a cycle at `now` over the pending jobs `order` (queue order; None when
+        there is no reference to compare it with): skipping the jobs the reference settled,
+        when nothing but submissions happened since."""
         reference, new = self.reference, frozenset(self.submitted)
         self.reference = None
         self.submitted = []
         if (
             not self.enabled
             or reference is None
+            or order is None
             or (self.full_cycle_every > 0 and now >= self.last_full + self.full_cycle_every)
             or not reference.now <= now < reference.until
             or stamp != reference.stamp

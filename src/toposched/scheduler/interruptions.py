@@ -3,6 +3,8 @@ at the head of the next cycle when they ran within their account's budget."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -50,17 +52,19 @@ class Interruptions:
         if self.failed_first and job.nomination is None and not job.unallocated:
             self._put_first_if_within_budget(job)
 
-    def first(self, entries: list[QueueEntry]) -> list[QueueEntry]:
-        """`entries` with the gangs a node failure interrupted within their budget moved to
-        the front (in the queue's order among themselves), for this cycle only."""
+    def first(self, runs: Iterable[Iterable[QueueEntry]]) -> Iterable[Iterable[QueueEntry]]:
+        """The queue's `runs` with the gangs a node failure interrupted within their budget
+        moved to the front (in the queue's order among themselves), for this cycle only, as
+        one run; read only if there are such gangs."""
         first = self._restart_first
         if not first:
-            return entries
+            return runs
         self._restart_first = set()
+        entries = [entry for run in runs for entry in run]
         ahead = [entry for entry in entries if entry.job_id in first]
         if not ahead:
-            return entries
-        return ahead + [entry for entry in entries if entry.job_id not in first]
+            return (entries,)
+        return (ahead + [entry for entry in entries if entry.job_id not in first],)
 
     def _put_first_if_within_budget(self, job: Job) -> None:
         """Put the gang at the head of the next cycle if it runs within its account's budget

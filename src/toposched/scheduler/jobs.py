@@ -96,6 +96,31 @@ class EvictionRecord:
     lost_gpu_seconds: float
 
 
+@dataclass(eq=False, slots=True)
+class AnswerBoard:
+    """What the jobs of one scheduler read their shared answers against: the cycle now (or
+    the last one), and the pending jobs with a nomination, which every cycle visits."""
+
+    cycle: int = 0
+    nominees: dict[str, Job] = field(default_factory=dict)
+    """Jobs whose nomination is set, by id (a cycle reads those still pending)."""
+
+
+@dataclass(eq=False, slots=True)
+class SharedAnswer:
+    """The answer of every pending job of one key (kind, account, priority, declared
+    unallocated) that a cycle did not visit: it left the run of the account's jobs once every
+    one left would be answered alike (see `toposched.scheduler.tally`). Such a job reads this
+    answer, without a reservation, until its own is written again."""
+
+    board: AnswerBoard
+    reason: str = ""
+    code: ReasonCode = ReasonCode.NOT_CONSIDERED
+    refusal: Refusal | None = None
+    cycle: int = -1
+    """The cycle that gave it: jobs told before that cycle read it."""
+
+
 @dataclass(frozen=True, eq=False, slots=True)
 class JobKind:
     """What a pending job's answer in a cycle depends on besides its account: its shape, pod
@@ -127,12 +152,10 @@ class Job:
     """Protection after the cluster's cap, fixed at start."""
     attempts: int = 0
     preemptions: int = 0
-    reason: str = "not yet considered"
-    reason_code: ReasonCode = ReasonCode.NOT_CONSIDERED
-    refusal: Refusal | None = None
-    """For a pending job, why no preemption made room for it in the last cycle (None when
-    none was looked for)."""
-    reservation: Reservation | None = None
+    _reason: str = field(default="not yet considered", repr=False)
+    _reason_code: ReasonCode = field(default=ReasonCode.NOT_CONSIDERED, repr=False)
+    _refusal: Refusal | None = field(default=None, repr=False)
+    _reservation: Reservation | None = field(default=None, repr=False)
     history: list[tuple[float, str]] = field(default_factory=list)
     last_checkpoint: float | None = None
     """When the running job last saved its state (resumable jobs that report it)."""
@@ -140,18 +163,139 @@ class Job:
     """Seconds between its checkpoints, learned from its reports (None: not known yet)."""
     evicting: bool = False
     """An eviction was decided; the job keeps its GPUs until the backend reports it gone."""
-    nomination: Nomination | None = None
-    """For a pending preemptor: victims still to exit and the nodes kept for it."""
+    _nomination: Nomination | None = field(default=None, repr=False)
     evictions: list[EvictionRecord] = field(default_factory=list)
     """Who preempted this job, why, and the impact charged."""
     _shape: tuple[object, ...] | None = field(default=None, repr=False)
     kind: JobKind | None = field(default=None, repr=False)
-    """Set by the scheduler when it first considers the job (like `shape`, from the request
-    as it is then)."""
+    """Set by the scheduler when the job joins its queue, or when it first considers the job
+    (like `shape`, from the request as it is then)."""
     sets: JobSets | None = None
     """A job of several pod sets: placed set by set, all or none (`job_sets`)."""
     held: JobSets | None = None
     """While a job of elastic pod sets runs: its sets at the pods each got (`hold`)."""
+    shared: SharedAnswer | None = field(default=None, repr=False, compare=False)
+    """While pending under a scheduler that shares answers: the answer its key shares (see
+    `SharedAnswer`)."""
+    board: AnswerBoard | None = field(default=None, repr=False, compare=False)
+    """The scheduler's board, once the job joined its queue (kept: it lists nominees)."""
+    told_at: int = field(default=0, repr=False, compare=False)
+    """The board's cycle when the job's own answer was last written."""
+
+    # --- what the job was told ---------------------------------------------------------------
+    # Each reads the answer its key shares when the last cycle that shared one stopped before
+    # the job (`shared.cycle` after `told_at`), and the job's own otherwise; a write first
+    # takes the shared answer as the job's own, so the other fields keep saying it.
+
+    @property
+    def reason(self) -> str:
+        shared = self.shared
+        if shared is not None and shared.cycle > self.told_at:
+            return shared.reason
+        return self._reason
+
+    @reason.setter
+    def reason(self, reason: str) -> None:
+        shared = self.shared
+        if shared is not None and self.told_at != shared.board.cycle:
+            self._own()
+        self._reason = reason
+
+    @property
+    def reason_code(self) -> ReasonCode:
+        shared = self.shared
+        if shared is not None and shared.cycle > self.told_at:
+            return shared.code
+        return self._reason_code
+
+    @reason_code.setter
+    def reason_code(self, code: ReasonCode) -> None:
+        shared = self.shared
+        if shared is not None and self.told_at != shared.board.cycle:
+            self._own()
+        self._reason_code = code
+
+    @property
+    def refusal(self) -> Refusal | None:
+        """For a pending job, why no preemption made room for it in the last cycle (None when
+        none was looked for)."""
+        shared = self.shared
+        if shared is not None and shared.cycle > self.told_at:
+            return shared.refusal
+        return self._refusal
+
+    @refusal.setter
+    def refusal(self, refusal: Refusal | None) -> None:
+        shared = self.shared
+        if shared is not None and self.told_at != shared.board.cycle:
+            self._own()
+        self._refusal = refusal
+
+    @property
+    def reservation(self) -> Reservation | None:
+        shared = self.shared
+        if shared is not None and shared.cycle > self.told_at:
+            return None
+        return self._reservation
+
+    @reservation.setter
+    def reservation(self, reservation: Reservation | None) -> None:
+        shared = self.shared
+        if shared is not None and self.told_at != shared.board.cycle:
+            self._own()
+        self._reservation = reservation
+
+    def tell(self, reason: str, code: ReasonCode, refusal: Refusal | None) -> None:
+        """Give the pending job its answer, without a reservation: one call for the walk's
+        jobs answered alike an earlier one."""
+        self._reason = reason
+        self._reason_code = code
+        self._refusal = refusal
+        self._reservation = None
+        shared = self.shared
+        if shared is not None:
+            self.told_at = shared.board.cycle
+
+    def _own(self) -> None:
+        """Take the answer its key shares as the job's own, if it reads that one now (nothing
+        to do if its own answer was written in the board's cycle: a setter tests that)."""
+        shared = self.shared
+        if shared is None:
+            return
+        if shared.cycle > self.told_at:
+            self._reason = shared.reason
+            self._reason_code = shared.code
+            self._refusal = shared.refusal
+            self._reservation = None
+        self.told_at = shared.board.cycle
+
+    def share(self, shared: SharedAnswer | None) -> None:
+        """Read the answer of `shared` from the next cycle that shares one (None: only the
+        job's own), keeping what the job was told until then."""
+        self._own()
+        self.shared = shared
+        if shared is not None:
+            board = self.board = shared.board
+            self.told_at = board.cycle
+            if self._nomination is not None:
+                board.nominees[self.job_id] = self
+
+    @property
+    def nomination(self) -> Nomination | None:
+        """For a pending preemptor: victims still to exit and the nodes kept for it."""
+        return self._nomination
+
+    @nomination.setter
+    def nomination(self, nomination: Nomination | None) -> None:
+        self._nomination = nomination
+        board = self.board
+        if board is None:
+            return
+        nominees, job_id = board.nominees, self.spec.name
+        if nomination is not None:
+            nominees[job_id] = self
+        elif nominees.get(job_id) is self:
+            del nominees[job_id]
 
     def __post_init__(self) -> None:
         if self.sets is not None:

@@ -1,13 +1,15 @@
 """The pending queue as the scheduler reads it: Fair Tree's `PendingQueue`, or another order
-with the same methods (a baseline's own)."""
+with the same methods (a baseline's own); Fair Tree's counted by key as jobs join and leave."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Protocol
 
-from toposched.policy.fairshare import JobExplanation, QueueEntry, QueueTier
+from toposched.policy.fairshare import JobExplanation, PendingQueue, QueueEntry, QueueTier
 from toposched.policy.ranking import Ranking
+from toposched.scheduler.jobs import Job
+from toposched.scheduler.tally import PendingTally
 
 
 class JobQueue(Protocol):
@@ -28,3 +30,63 @@ class JobQueue(Protocol):
     def tier(self, entry: QueueEntry, ranking: Ranking | None = None) -> QueueTier: ...
     def explain(self, job_id: str, now: float, owed: Collection[str] = ()) -> JobExplanation: ...
     def explanations(self, now: float, owed: Collection[str] = ()) -> Iterator[JobExplanation]: ...
+
+
+class TalliedQueue:
+    """A queue whose jobs are counted by key as they join and leave it (`PendingTally`), so
+    that a cycle may stop walking it early; otherwise the queue it wraps."""
+
+    def __init__(self, queue: PendingQueue, jobs: Mapping[str, Job], tally: PendingTally) -> None:
+        self.inner = queue
+        self.jobs = jobs
+        self.tally = tally
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self.inner
+
+    def get(self, job_id: str) -> QueueEntry:
+        return self.inner.get(job_id)
+
+    def add(self, entry: QueueEntry) -> None:
+        self.inner.add(entry)
+        self.tally.join(entry, self.jobs[entry.job_id])
+
+    def remove(self, job_id: str) -> QueueEntry:
+        entry = self.inner.remove(job_id)
+        self.tally.leave(self.jobs[job_id])
+        return entry
+
+    def accounts(self) -> list[str]:
+        return self.inner.accounts()
+
+    def ordered(self, now: float, owed: Collection[str] = ()) -> Iterator[QueueEntry]:
+        return self.inner.ordered(now, owed)
+
+    def runs(self, now: float, owed: Collection[str] = ()) -> Iterator[Iterator[QueueEntry]]:
+        """`ordered` in runs of one account's jobs (see `PendingQueue.runs`)."""
+        return self.inner.runs(now, owed)
+
+    def ranking(self, now: float) -> Ranking:
+        return self.inner.ranking(now)
+
+    def tier(self, entry: QueueEntry, ranking: Ranking | None = None) -> QueueTier:
+        return self.inner.tier(entry, ranking)
+
+    def explain(self, job_id: str, now: float, owed: Collection[str] = ()) -> JobExplanation:
+        return self.inner.explain(job_id, now, owed)
+
+    def explanations(self, now: float, owed: Collection[str] = ()) -> Iterator[JobExplanation]:
+        return self.inner.explanations(now, owed)
+
+
+def queue_runs(
+    queue: JobQueue, now: float, owed: Collection[str] = ()
+) -> Iterable[Iterable[QueueEntry]]:
+    """The queue's order in runs of one account's jobs where it is counted (`TalliedQueue`),
+    else as one run."""
+    if isinstance(queue, TalliedQueue):
+        return queue.runs(now, owed)
+    return (queue.ordered(now, owed),)

@@ -35,6 +35,9 @@ class CycleResult:
     alike: int = 0
     """Pending jobs answered alike an earlier job of their kind, account and priority, with
     nothing known changed since (see `Turn.answered`)."""
+    shared: int = 0
+    """Of those, the jobs it did not visit: it stopped once every job ahead would be answered
+    alike, and they read their key's shared answer (see `toposched.scheduler.tally`)."""
 
     @property
     def bound(self) -> list[Bind]:

@@ -5,7 +5,7 @@ for the next cycle."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 
 import numpy as np
@@ -28,13 +28,15 @@ from toposched.scheduler.preemptor import Preemptor
 from toposched.scheduler.queueing import JobQueue
 from toposched.scheduler.reservations import ReservationSearch
 from toposched.scheduler.settings import SchedulerSettings
+from toposched.scheduler.tally import SHORT_QUEUE, JobKinds, PendingTally
 from toposched.scheduler.turn import Answer, Asked, CycleResult, Refused, Turn
 from toposched.scheduler.wording import no_preemption
 
 
 class Walker:
     """Walks the pending queue for the scheduler's cycles. `epoch` tells the scheduler's epoch
-    now (it moves whenever free capacity may have changed, a start within the walk too)."""
+    now (it moves whenever free capacity may have changed, a start within the walk too);
+    `jobs` holds every job by id; `tally` counts the queue's jobs by key, if it is counted."""
 
     def __init__(
         self,
@@ -51,6 +53,8 @@ class Walker:
         evictor: Evictor,
         incremental: Incremental,
         epoch: Callable[[], int],
+        jobs: Mapping[str, Job],
+        tally: PendingTally | None = None,
     ) -> None:
         self.state = state
         self.tree = tree
@@ -66,57 +70,112 @@ class Walker:
         self.incremental = incremental
         self.epoch = epoch
         self.admission = AdmissionGate(settings.admission)
-        self._kinds: dict[tuple[object, ...], JobKind] = {}
+        self.jobs = jobs
+        self.tally = tally
+        self.kinds = tally.kinds if tally is not None else JobKinds()
 
     # --- the walk ----------------------------------------------------------------------------
-    def walk(self, turn: Turn, entries: list[QueueEntry], pending: list[Job], walk: Walk) -> None:
-        """Each pending job's turn (`pending[i]` is `entries[i]`'s job), in queue order, but
-        those `walk` skips; with incremental cycles on, what each turn left for the next cycle
-        is noted in `walk`."""
-        nominated = [job.nomination.nodes for job in pending if job.nomination is not None]
-        if nominated:
-            # One change of the cluster state for all of them, not one per preemptor.
-            turn.fence.close(np.concatenate(nominated))
-        turn.result.considered = len(entries)
+    def walk(
+        self,
+        turn: Turn,
+        runs: Iterable[Iterable[QueueEntry]],
+        size: int,
+        walk: Walk,
+        by_account: bool = False,
+    ) -> list[str] | None:
+        """Each pending job's turn (`runs`: the `size` pending jobs in queue order, in runs
+        of one account's jobs if `by_account`), in queue order, but those `walk` skips; with
+        incremental cycles on, what each turn left for the next cycle is noted in `walk`.
+        With the queue counted by key (`PendingTally`) and read by account, a full cycle
+        leaves a run once every job left in it would be answered alike, those jobs reading
+        their key's shared answer (see `toposched.scheduler.tally`).
+
+        Returns the ids of the jobs walked, in order, when incremental cycles are on and it
+        walked the whole queue (None otherwise)."""
+        jobs, tally = self.jobs, self.tally
+        runs = self._fence_nominated(turn, runs)
+        turn.result.considered = size
         track = self.incremental.enabled
+        order: list[str] | None = [] if track else None
         answered_alike = turn.answered
         known = self._known_so_far(turn)
         skipping = walk.reference is not None
-        alike = 0
-        for entry, job in zip(entries, pending, strict=True):
-            if skipping:
-                skipped, replayed = walk.skip(entry.job_id)
-                if skipped:
-                    if replayed is not None:
-                        self._refused(turn, replayed)
-                        known = self._known_so_far(turn)
-                    continue
-            else:
-                # Answered alike an earlier job (`consider`'s first test, without the rest of
-                # its turn): nothing a later job reads moves, not even `known`, and a full
-                # walk leaves nothing of such a turn for the next cycle.
-                same = answered_alike.get(
-                    (job.kind, entry.account, entry.priority, entry.unallocated)
-                )
-                if (
-                    same is not None
-                    and same.known == known
-                    and job.nomination is None
-                    and same.failed_job != entry.job_id
-                ):
-                    job.reservation = None
-                    job.reason = same.reason
-                    job.reason_code = same.code
-                    job.refusal = same.refusal
-                    alike += 1
-                    continue
-            if track:
-                self._tracked_turn(turn, entry, job, walk)
-                skipping = walk.reference is not None
-            else:
-                self.consider(turn, entry, job)
-            known = self._known_so_far(turn)
-        turn.result.alike += alike
+        tail = None
+        if tally is not None:
+            tally.board.cycle = turn.number
+            if by_account and not skipping and size >= SHORT_QUEUE:
+                tail = tally.tail(turn.number)
+        ahead = tail.ahead if tail is not None else {}
+        alike = shared = 0
+        for run in runs:
+            streak = every = 0
+            for entry in run:
+                job = jobs[entry.job_id]
+                if order is not None:
+                    order.append(entry.job_id)
+                if skipping:
+                    skipped, replayed = walk.skip(entry.job_id)
+                    if skipped:
+                        if replayed is not None:
+                            self._refused(turn, replayed)
+                            known = self._known_so_far(turn)
+                        continue
+                else:
+                    # Answered alike an earlier job (`consider`'s first test, without the rest
+                    # of its turn): nothing a later job reads moves, not even `known`, and a
+                    # full walk leaves nothing of such a turn for the next cycle.
+                    key = (job.kind, entry.account, entry.priority, entry.unallocated)
+                    if tail is not None:
+                        ahead[key] = ahead.get(key, 0) - 1
+                    same = answered_alike.get(key)
+                    if (
+                        same is not None
+                        and same.known == known
+                        and job.nomination is None
+                        and same.failed_job != entry.job_id
+                    ):
+                        job.tell(same.reason, same.code, same.refusal)
+                        alike += 1
+                        streak += 1
+                        if tail is not None and streak >= every:
+                            if not every:
+                                # The run's first job answered alike: how often to look.
+                                every = tail.look_every(entry.account)
+                                continue
+                            streak = 0
+                            left = tail.leave_run(entry.account, answered_alike, known, jobs)
+                            if left is not None:
+                                shared += left
+                                order = None
+                                break
+                        continue
+                if track:
+                    self._tracked_turn(turn, entry, job, walk)
+                    skipping = walk.reference is not None
+                else:
+                    self.consider(turn, entry, job)
+                known = self._known_so_far(turn)
+        turn.result.alike += alike + shared
+        turn.result.shared += shared
+        return order
+
+    def _fence_nominated(
+        self, turn: Turn, runs: Iterable[Iterable[QueueEntry]]
+    ) -> Iterable[Iterable[QueueEntry]]:
+        """Fence the nodes kept for the pending nominees; `runs` to walk (read whole to find
+        the nominees where the queue is not counted)."""
+        tally = self.tally
+        if tally is None:
+            entries = [entry for run in runs for entry in run]
+            runs = (entries,)
+            pending = map(self.jobs.__getitem__, (entry.job_id for entry in entries))
+            nominated = [job.nomination.nodes for job in pending if job.nomination is not None]
+        else:
+            nominated = tally.nominated_nodes()
+        if nominated:
+            # One change of the cluster state for all of them, not one per preemptor.
+            turn.fence.close(np.concatenate(nominated))
+        return runs
 
     def _tracked_turn(self, turn: Turn, entry: QueueEntry, job: Job, walk: Walk) -> None:
         """The job's turn, noting in `walk` what it leaves for the next cycle: an anchor's
@@ -180,13 +239,15 @@ class Walker:
             return None
         return self.queue.ranking(now).leaves
 
-    def leave_reference(self, turn: Turn, walk: Walk, order: list[str]) -> None:
+    def leave_reference(self, turn: Turn, walk: Walk, order: list[str] | None) -> None:
         """Keep what the cycle saw for a cycle after submissions only, unless it evicted,
-        spent a preemption or settled a nominee (then the next cycle is a full one)."""
+        spent a preemption, settled a nominee or did not walk the whole queue (`order`, the
+        jobs it walked, None then): the next cycle is a full one."""
         decisions, now = turn.result.decisions, turn.now
         reference = None
         if (
-            turn.preemptions_left == self.settings.max_preemptions_per_cycle
+            order is not None
+            and turn.preemptions_left == self.settings.max_preemptions_per_cycle
             and not turn.nominees_settled
             and not any(isinstance(decision, Evict) for decision in decisions)
         ):
@@ -194,7 +255,6 @@ class Walker:
             if bound:
                 # Few, and near the front of the queue: removed one by one, not the whole
                 # queue tested against them.
-                order = order.copy()
                 for job_id in bound:
                     with suppress(ValueError):  # not a pending job's start
                         order.remove(job_id)
@@ -231,7 +291,7 @@ class Walker:
                 return job.nomination is not None
         kind = job.kind
         if kind is None:
-            kind = self._kind_of(job)
+            kind = self.kinds.of(job)
         tier_key = (entry.account, entry.unallocated)
         tier = turn.tiers.get(tier_key)
         if tier is None:
@@ -243,9 +303,7 @@ class Walker:
         known_so_far = self._known_so_far(turn)
         same = turn.answered.get(alike)
         if same is not None and same.known == known_so_far and same.failed_job != entry.job_id:
-            job.reason = same.reason
-            job.reason_code = same.code
-            job.refusal = same.refusal
+            job.tell(same.reason, same.code, same.refusal)
             turn.result.alike += 1
             return True
         held = None
@@ -344,15 +402,6 @@ class Walker:
         # Capacity shrinks for everyone behind: earlier failures still hold.
         fence.close_block(nodes)
         return False
-
-    def _kind_of(self, job: Job) -> JobKind:
-        """The job's kind, one object shared by every job of that kind; kept on the job."""
-        key = (job.shape, job.request.pods, job.spec.expected_runtime)
-        kind = self._kinds.get(key)
-        if kind is None:
-            kind = self._kinds[key] = JobKind(*key)
-        job.kind = kind
-        return kind
 
     def _carry_out(self, job: Job, plan: PreemptionPlan, now: float, result: CycleResult) -> None:
         """Evict the plan's victims with their grace period and nominate their capacity."""
