@@ -65,7 +65,9 @@ class Walker:
         self.evictor = evictor
         self.incremental = incremental
         self.epoch = epoch
-        self.admission = AdmissionGate(settings.admission)
+        self.admission = AdmissionGate(
+            settings.admission, lambda: state.total_free_gpus, float(state.topology.n_gpus)
+        )
         self._kinds: dict[tuple[object, ...], JobKind] = {}
 
     # --- the walk ----------------------------------------------------------------------------
@@ -250,8 +252,13 @@ class Walker:
             return True
         held = None
         behind = turn.reservation
-        if behind is not None and self.admission.rule is not None:
-            behind, held = self.admission.backfill(job, tier, behind, turn.now)
+        if self.admission.rule is not None:
+            headroom = self.admission.start(job, tier)
+            if headroom is not None:
+                job.reason, job.reason_code = headroom.explain(), ReasonCode.DOES_NOT_FIT
+                return False
+            if behind is not None:
+                behind, held = self.admission.backfill(job, tier, behind, turn.now)
         short = behind is not None and backfills(kind, tier, behind, turn.now)
         started, answered_by = self.placing.place(turn, entry, job, kind, short, self.epoch())
         if started:
