@@ -16,8 +16,8 @@ from toposched.cli.options import (
 from toposched.cli.simulate_values import (
     borrowed_duration,
     cycle_interval,
-    loss_budget,
     headroom_share,
+    loss_budget,
     percentage,
     process_count,
     sample_interval,
