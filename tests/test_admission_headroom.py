@@ -13,7 +13,8 @@ import pytest
 from scenario_cases import cases_with_defaults
 from test_scheduler_cycle import adopt_on, job
 
-from toposched.cli.simulate import add_options, scheduler_factory
+from toposched.cli.simulate_options import add_options
+from toposched.cli.simulate_run import scheduler_factory
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
 from toposched.cluster.health import Health
