@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.health import Health
 from toposched.cluster.state import ClusterState
 from toposched.policy.budget import BudgetTree
-from toposched.scheduler.admission import AdmissionRule
+from toposched.scheduler.admission import AdmissionGate, AdmissionRule
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Evict
 
@@ -106,6 +107,47 @@ def test_simulate_option_builds_the_rule() -> None:
     )
     assert isinstance(scheduler, Scheduler)
     assert scheduler.settings.admission == AdmissionRule(checkpoint_s=None, headroom=0.015)
+    args = parser.parse_args(["--unallocated-headroom-restarts"])
+    assert scheduler_factory(args)(
+        ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4)),
+        BudgetTree.from_dict({"accounts": {"team-a": 100}}),
+    ).settings.admission == AdmissionRule(checkpoint_s=None, restarts=True)
     for bad in ("100", "-1", "x"):
         with pytest.raises(SystemExit):
             parser.parse_args(["--unallocated-headroom", bad])
+
+
+@pytest.mark.parametrize("restarts", [False, True])
+def test_an_interrupted_gang_waiting_to_restart_keeps_its_gpus_free(restarts: bool) -> None:
+    # The two racks, and team-a's a7 on node 7 until 2 h. At 1 h nodes 0 and 1 go down: the
+    # gang, within team-a's budget (8 + 4 of 16 GPUs), finds only node 6 free in a whole rack
+    # and waits. At 1.5 h scavenger (one node) arrives; at 2 h a7 ends and rack z0-b0-r1 has
+    # nodes 6-7 for the gang.
+    rule = AdmissionRule(checkpoint_s=None, restarts=restarts)
+    scheduler = scheduler_for({"headroom": None})
+    scheduler.settings = replace(scheduler.settings, admission=rule)
+    scheduler.walker.admission = AdmissionGate(
+        rule, lambda: scheduler.state.total_free_gpus, float(scheduler.state.topology.n_gpus)
+    )
+    adopt_on(scheduler, job("a7", "team-a", min_runtime="10h", expected_runtime=7200), 7, range(4))
+    assert [j.job_id for j in scheduler.set_health([0, 1], Health.DOWN, HOUR)] == ["gang"]
+    assert scheduler.cycle(HOUR).bound == []
+    scheduler.submit(job("scavenger", "scratch", resumable=True), 1.5 * HOUR)
+    started = [d.job_id for d in scheduler.cycle(1.5 * HOUR).bound]
+    reason = scheduler.jobs["scavenger"].reason
+    scheduler.finish("a7", 2 * HOUR)
+    result = scheduler.cycle(2 * HOUR)
+    evicted = [d.job_id for d in result.decisions if isinstance(d, Evict)]
+    if not restarts:
+        # scavenger ran on node 6 for half an hour, and is taken back before its checkpoint.
+        assert started == ["scavenger"]
+        assert evicted == ["scavenger"]
+        return
+    assert started == []
+    assert reason.endswith(
+        "unallocated work leaves 8 GPUs free for budgeted work (8 of them for gangs a node "
+        "failure interrupted, waiting to restart) (restarts after node failures, new "
+        "arrivals), and 0 are free outside reservations: starting this job's 4 would leave 0"
+    )
+    assert evicted == []
+    assert gang_nodes(scheduler) == [6, 7]

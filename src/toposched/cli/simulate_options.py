@@ -269,6 +269,13 @@ def add_options(
         "work starts'; default: 0, unallocated work takes any free GPU)",
     )
     parser.add_argument(
+        "--unallocated-headroom-restarts",
+        action="store_true",
+        help="add to the headroom the GPUs of the budgeted gangs a node failure interrupted "
+        "that wait to restart within their team's budget: each takes back unallocated work as "
+        "soon as it can reassemble (default: the headroom is --unallocated-headroom's share)",
+    )
+    parser.add_argument(
         "--topology-price",
         type=topology_price_option,
         metavar="SPEC",

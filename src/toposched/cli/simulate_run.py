@@ -88,9 +88,10 @@ def _admission(args: argparse.Namespace) -> AdmissionRule | None:
 
     checkpoint = getattr(args, "unallocated_admission", None)
     headroom = getattr(args, "unallocated_headroom", None) or 0.0
-    if checkpoint is None and headroom == 0:
+    restarts = getattr(args, "unallocated_headroom_restarts", False)
+    if checkpoint is None and headroom == 0 and not restarts:
         return None
-    return AdmissionRule(checkpoint, headroom)
+    return AdmissionRule(checkpoint, headroom, restarts)
 
 
 def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:

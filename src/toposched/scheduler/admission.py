@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import HOUR
 from toposched.policy.fairshare import QueueTier
-from toposched.scheduler.jobs import Job, Reservation
+from toposched.scheduler.jobs import Job, JobState, Reservation
 from toposched.scheduler.wording import hours
 
 __all__ = ["AdmissionGate", "AdmissionRule", "Held", "Headroom"]
@@ -55,6 +55,10 @@ class AdmissionRule:
 
     checkpoint_s: float | None = HOUR
     headroom: float = 0.0
+    restarts: bool = False
+    """Whether the headroom also holds the GPUs of the budgeted gangs a node failure
+    interrupted that wait to restart within their account's budget (pending jobs started more
+    often than evicted): each takes back unallocated work as soon as it can reassemble."""
 
     def __post_init__(self) -> None:
         value = self.checkpoint_s
@@ -110,17 +114,27 @@ class Headroom:
     """A job kept from starting anywhere: the GPUs it would take are part of the headroom."""
 
     free: float
-    """Free GPUs in the cluster."""
+    """Free GPUs open to the job's search: outside the nodes the cycle keeps for a
+    reservation or a preemptor."""
     kept: float
     """GPUs the headroom keeps free of unallocated work."""
     gpus: float
     """The job's GPUs."""
+    restarting: float = 0.0
+    """Of `kept`, the GPUs of interrupted gangs waiting to restart (`AdmissionRule.restarts`)."""
 
     def explain(self) -> str:
+        held = (
+            f" ({self.restarting:,.0f} of them for gangs a node failure interrupted, waiting "
+            "to restart)"
+            if self.restarting > 0
+            else ""
+        )
         return (
-            f"unallocated work leaves {self.kept:,.0f} GPUs free for budgeted work (restarts "
-            f"after node failures, new arrivals), and {self.free:,.0f} are free: starting this "
-            f"job's {self.gpus:,.0f} would leave {max(self.free - self.gpus, 0.0):,.0f}"
+            f"unallocated work leaves {self.kept:,.0f} GPUs free for budgeted work{held} "
+            f"(restarts after node failures, new arrivals), and {self.free:,.0f} are free "
+            f"outside reservations: starting this job's {self.gpus:,.0f} would leave "
+            f"{max(self.free - self.gpus, 0.0):,.0f}"
         )
 
 
@@ -138,16 +152,48 @@ class AdmissionGate:
         self.rule = rule
         self.free_gpus = free_gpus
         self.kept = 0.0 if rule is None else rule.headroom * capacity
+        self._pending: list[Job] = []
+        self._within_budget: Callable[[Job], bool] = lambda job: False
+        self._restarting: float | None = None
 
     def start(self, job: Job, tier: QueueTier) -> Headroom | None:
         """Why the job may not start anywhere this turn (None: it may, as far as the headroom
         goes)."""
-        if self.kept <= 0 or tier is not QueueTier.UNALLOCATED or self.free_gpus is None:
+        rule = self.rule
+        if rule is None or tier is not QueueTier.UNALLOCATED or self.free_gpus is None:
+            return None
+        if self.kept <= 0 and not rule.restarts:
             return None
         free = float(self.free_gpus())
-        if free - job.gpus >= self.kept:
+        restarting = self._restarting_gpus() if rule.restarts else 0.0
+        kept = self.kept + restarting
+        if kept <= 0 or free - job.gpus >= kept:
             return None
-        return Headroom(free, self.kept, job.gpus)
+        return Headroom(free, kept, job.gpus, restarting)
+
+    def walk(self, pending: list[Job], within_budget: Callable[[Job], bool]) -> None:
+        """A cycle's walk begins over `pending`; `within_budget(job)`: whether the job's
+        account runs within its budget with the job."""
+        self._pending = pending
+        self._within_budget = within_budget
+        self._restarting = None
+
+    def _restarting_gpus(self) -> float:
+        """GPUs of the budgeted gangs a node failure interrupted that still wait within their
+        budget, not yet given their room. Counted at the walk's first unallocated turn, after
+        every budgeted job's turn, and kept for the rest of the walk."""
+        known = self._restarting
+        if known is None:
+            known = self._restarting = sum(
+                job.gpus
+                for job in self._pending
+                if job.state is JobState.PENDING
+                and job.nomination is None
+                and job.attempts > job.preemptions
+                and job.spec.min_runtime > 0
+                and self._within_budget(job)
+            )
+        return known
 
     def backfill(
         self, job: Job, tier: QueueTier, reservation: Reservation | None, now: float

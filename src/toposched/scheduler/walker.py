@@ -80,6 +80,7 @@ class Walker:
             # One change of the cluster state for all of them, not one per preemptor.
             turn.fence.close(np.concatenate(nominated))
         turn.result.considered = len(entries)
+        self.admission.walk(pending, self._within_budget)
         track = self.incremental.enabled
         answered_alike = turn.answered
         known = self._known_so_far(turn)
@@ -351,6 +352,11 @@ class Walker:
         # Capacity shrinks for everyone behind: earlier failures still hold.
         fence.close_block(nodes)
         return False
+
+    def _within_budget(self, job: Job) -> bool:
+        """Whether the job runs within its account's budget (for the admission rule)."""
+        ledger = self.ledger
+        return ledger.budget_gpus(job.spec.account) > 0 and not ledger.beyond_budget(job)
 
     def _kind_of(self, job: Job) -> JobKind:
         """The job's kind, one object shared by every job of that kind; kept on the job."""
