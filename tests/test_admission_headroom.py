@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.health import Health
 from toposched.cluster.state import ClusterState
 from toposched.policy.budget import BudgetTree
-from toposched.scheduler.admission import AdmissionGate, AdmissionRule
+from toposched.scheduler.admission import AdmissionRule
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Evict
 
@@ -35,12 +34,14 @@ def load_cases() -> list[Any]:
     return cases_with_defaults(SCENARIOS, CASE_FIELDS)
 
 
-def scheduler_for(case: dict[str, Any]) -> Scheduler:
-    """The two racks of the file's comment, with `gang` and team-b's jobs running since 0."""
+def scheduler_for(case: dict[str, Any], rule: AdmissionRule | None = None) -> Scheduler:
+    """The two racks of the file's comment, with `gang` and team-b's jobs running since 0;
+    the case's headroom, or `rule`."""
     state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4))
     budgets = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50, "scratch": 0}})
     headroom = case["headroom"]
-    rule = None if headroom is None else AdmissionRule(checkpoint_s=None, headroom=headroom / 100)
+    if headroom is not None:
+        rule = AdmissionRule(checkpoint_s=None, headroom=headroom / 100)
     scheduler = Scheduler(state, budgets, grace_s=30.0, admission=rule)
     gang = job("gang", "team-a", pods=2, resumable=True, min_runtime="8h", topology=RACK)
     scheduler.submit(gang, 0)
@@ -108,10 +109,12 @@ def test_simulate_option_builds_the_rule() -> None:
     assert isinstance(scheduler, Scheduler)
     assert scheduler.settings.admission == AdmissionRule(checkpoint_s=None, headroom=0.015)
     args = parser.parse_args(["--unallocated-headroom-restarts"])
-    assert scheduler_factory(args)(
+    restarting = scheduler_factory(args)(
         ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4)),
         BudgetTree.from_dict({"accounts": {"team-a": 100}}),
-    ).settings.admission == AdmissionRule(checkpoint_s=None, restarts=True)
+    )
+    assert isinstance(restarting, Scheduler)
+    assert restarting.settings.admission == AdmissionRule(checkpoint_s=None, restarts=True)
     for bad in ("100", "-1", "x"):
         with pytest.raises(SystemExit):
             parser.parse_args(["--unallocated-headroom", bad])
@@ -124,11 +127,7 @@ def test_an_interrupted_gang_waiting_to_restart_keeps_its_gpus_free(restarts: bo
     # and waits. At 1.5 h scavenger (one node) arrives; at 2 h a7 ends and rack z0-b0-r1 has
     # nodes 6-7 for the gang.
     rule = AdmissionRule(checkpoint_s=None, restarts=restarts)
-    scheduler = scheduler_for({"headroom": None})
-    scheduler.settings = replace(scheduler.settings, admission=rule)
-    scheduler.walker.admission = AdmissionGate(
-        rule, lambda: scheduler.state.total_free_gpus, float(scheduler.state.topology.n_gpus)
-    )
+    scheduler = scheduler_for({"headroom": None}, rule)
     adopt_on(scheduler, job("a7", "team-a", min_runtime="10h", expected_runtime=7200), 7, range(4))
     assert [j.job_id for j in scheduler.set_health([0, 1], Health.DOWN, HOUR)] == ["gang"]
     assert scheduler.cycle(HOUR).bound == []
