@@ -87,6 +87,8 @@ def test_headroom_must_be_a_share_below_one() -> None:
         with pytest.raises(InputError, match="headroom"):
             AdmissionRule(headroom=bad)
     assert AdmissionRule(checkpoint_s=None, headroom=0.5).headroom == 0.5
+    with pytest.raises(InputError, match="restarts"):
+        AdmissionRule(restarts=1)  # type: ignore[arg-type]
 
 
 def test_budgeted_work_uses_the_headroom() -> None:

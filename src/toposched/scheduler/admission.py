@@ -18,10 +18,12 @@ evict). An unallocated job starts only while the free GPUs it leaves are at leas
 
 Signals, all known at the job's turn without a look at any node: the cycle's reservation (its
 expected start and the mask of its nodes, which the cycle already keeps closed to every search
-but backfill), the job's tier, whether it can resume, and its expected or min runtime. The
-rule only withholds the lift of the reservation's fence for the job, so its placement is the
-search the job has anyway, on the capacity outside the reservation. See docs/preemption.md,
-*Where unallocated work starts*.
+but backfill), the job's tier, whether it can resume, and its expected or min runtime; for the
+headroom, the count of free GPUs open to the job's search and, with `restarts`, the pending
+budgeted gangs a node failure interrupted. The rule withholds the lift of the reservation's
+fence for the job, so its placement is the search the job has anyway, on the capacity outside
+the reservation, or, for the headroom, the search itself. See docs/preemption.md, *Where
+unallocated work starts*.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from toposched.policy.fairshare import QueueTier
 from toposched.scheduler.jobs import Job, JobState, Reservation
 from toposched.scheduler.wording import hours
 
-__all__ = ["AdmissionGate", "AdmissionRule", "Held", "Headroom"]
+__all__ = ["AdmissionGate", "AdmissionRule", "Headroom", "Held"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ class AdmissionRule:
             or not 0 <= share < 1
         ):
             raise InputError("headroom", share, "must be a share of the cluster's GPUs, 0 to < 1")
+        if not isinstance(self.restarts, bool):
+            raise InputError("restarts", self.restarts, "must be true or false")
 
     def first_keep(self, job: Job) -> float:
         """Seconds from its start until the job has work an eviction would not throw away."""
