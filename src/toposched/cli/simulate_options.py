@@ -16,6 +16,7 @@ from toposched.cli.options import (
 from toposched.cli.simulate_values import (
     borrowed_duration,
     cycle_interval,
+    headroom_share,
     loss_budget,
     percentage,
     process_count,
@@ -257,6 +258,22 @@ def add_options(
         "before the work's first checkpoint; D: when a resumable job checkpoints first "
         "(seconds, or e.g. 30m, 1h; docs/preemption.md, 'Where unallocated work starts'; "
         "default: off, unallocated work backfills onto reserved nodes)",
+    )
+    parser.add_argument(
+        "--unallocated-headroom",
+        type=headroom_share,
+        metavar="PERCENT",
+        help="start unallocated work only while it leaves PERCENT of the cluster's GPUs free "
+        "(0 to below 100, e.g. 1), so that gangs a node failure interrupts and budgeted jobs "
+        "that arrive find room without evicting it (docs/preemption.md, 'Where unallocated "
+        "work starts'; default: 0, unallocated work takes any free GPU)",
+    )
+    parser.add_argument(
+        "--unallocated-headroom-restarts",
+        action="store_true",
+        help="add to the headroom the GPUs of the budgeted gangs a node failure interrupted "
+        "that wait to restart within their team's budget: each takes back unallocated work as "
+        "soon as it can reassemble (default: the headroom is --unallocated-headroom's share)",
     )
     parser.add_argument(
         "--topology-price",

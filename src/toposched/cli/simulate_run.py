@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from toposched.policy.worth import EvictionWorth
+    from toposched.scheduler.admission import AdmissionRule
     from toposched.sim.compare import Comparison, ComparisonInterrupted, ComparisonRun
     from toposched.sim.engine import SimulationInterrupted
     from toposched.sim.protocol import SchedulerFactory
@@ -80,11 +81,23 @@ def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
     )
 
 
+def _admission(args: argparse.Namespace) -> AdmissionRule | None:
+    """Where unallocated work may start, as `--unallocated-admission` and
+    `--unallocated-headroom` ask (None: anywhere it fits)."""
+    from toposched.scheduler.admission import AdmissionRule
+
+    checkpoint = getattr(args, "unallocated_admission", None)
+    headroom = getattr(args, "unallocated_headroom", None) or 0.0
+    restarts = getattr(args, "unallocated_headroom_restarts", False)
+    if checkpoint is None and headroom == 0 and not restarts:
+        return None
+    return AdmissionRule(checkpoint, headroom, restarts)
+
+
 def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     """toposched's scheduler with the options given on the command line."""
     from toposched.policy.checkpoint_wait import CheckpointWait
     from toposched.policy.contract import Contract
-    from toposched.scheduler.admission import AdmissionRule
     from toposched.scheduler.core import Scheduler
     from toposched.sim.protocol import toposched_scheduler
 
@@ -95,7 +108,7 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     failed_first = getattr(args, "failed_gangs", "first") == "first"
     worth = _eviction_worth(args)
     check = getattr(args, "check_incremental", False)
-    admission = getattr(args, "unallocated_admission", None)
+    admission = _admission(args)
     wait = getattr(args, "checkpoint_wait", None)
     checkpoint_wait = (
         None
@@ -134,7 +147,7 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
         borrowed_min_runtime=borrowed,
         failed_first=failed_first,
         check_incremental=check,
-        admission=None if admission is None else AdmissionRule(admission),
+        admission=admission,
     )
 
 

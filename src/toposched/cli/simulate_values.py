@@ -116,6 +116,19 @@ def percentage(text: str) -> float:
     return value / 100
 
 
+def headroom_share(text: str) -> float:
+    """`--unallocated-headroom`: a percentage of the cluster's GPUs, 0 to below 100."""
+    try:
+        value = float(text.removesuffix("%"))
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < 100:
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r}: expected a percentage of the cluster's GPUs, 0 to below 100"
+        )
+    return value / 100
+
+
 def worth_ratio(text: str) -> float:
     try:
         value = float(text)

@@ -10,26 +10,35 @@ reservation is due before the job's first checkpoint (or, when it cannot resume,
 end): a start there would only be evicted. Elsewhere, and on reserved nodes due later than
 that, it starts as before.
 
+Its `headroom` keeps a share of the cluster's GPUs free of unallocated work altogether: a
+budgeted gang that a node failure interrupts, or budgeted work that arrives, then finds a free
+rack instead of taking back racks of unallocated work that started minutes before (on the
+frontier fleet, such gangs restarting elsewhere take back most of the unallocated runs they
+evict). An unallocated job starts only while the free GPUs it leaves are at least the headroom.
+
 Signals, all known at the job's turn without a look at any node: the cycle's reservation (its
 expected start and the mask of its nodes, which the cycle already keeps closed to every search
-but backfill), the job's tier, whether it can resume, and its expected or min runtime. The
-rule only withholds the lift of the reservation's fence for the job, so its placement is the
-search the job has anyway, on the capacity outside the reservation. See docs/preemption.md,
-*Where unallocated work starts*.
+but backfill), the job's tier, whether it can resume, and its expected or min runtime; for the
+headroom, the count of free GPUs open to the job's search and, with `restarts`, the pending
+budgeted gangs a node failure interrupted. The rule withholds the lift of the reservation's
+fence for the job, so its placement is the search the job has anyway, on the capacity outside
+the reservation, or, for the headroom, the search itself. See docs/preemption.md, *Where
+unallocated work starts*.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import HOUR
 from toposched.policy.fairshare import QueueTier
-from toposched.scheduler.jobs import Job, Reservation
+from toposched.scheduler.jobs import Job, JobState, Reservation
 from toposched.scheduler.wording import hours
 
-__all__ = ["AdmissionGate", "AdmissionRule", "Held"]
+__all__ = ["AdmissionGate", "AdmissionRule", "Headroom", "Held"]
 
 
 @dataclass(frozen=True)
@@ -40,29 +49,48 @@ class AdmissionRule:
     starts to survive an eviction (the scheduler is not told each job's interval; an hour is
     the simulator's default). A job that cannot resume keeps nothing until it ends: its
     expected runtime when it declared one, else the longer of its min runtime and
-    `checkpoint_s`.
+    `checkpoint_s`. None: unallocated work backfills onto reserved nodes as without the rule.
+
+    `headroom`: the share of the cluster's GPUs (0 to 1) that unallocated work leaves free; it
+    waits while starting would leave fewer free GPUs (0: no headroom).
     """
 
-    checkpoint_s: float = HOUR
+    checkpoint_s: float | None = HOUR
+    headroom: float = 0.0
+    restarts: bool = False
+    """Whether the headroom also holds the GPUs of the budgeted gangs a node failure
+    interrupted that wait to restart within their account's budget (pending jobs started more
+    often than evicted): each takes back unallocated work as soon as it can reassemble."""
 
     def __post_init__(self) -> None:
         value = self.checkpoint_s
-        if (
+        if value is not None and (
             isinstance(value, bool)
             or not isinstance(value, int | float)
             or not math.isfinite(value)
             or value <= 0
         ):
-            raise InputError("checkpoint_s", value, "must be a number of seconds > 0")
+            raise InputError("checkpoint_s", value, "must be a number of seconds > 0, or None")
+        share = self.headroom
+        if (
+            isinstance(share, bool)
+            or not isinstance(share, int | float)
+            or not math.isfinite(share)
+            or not 0 <= share < 1
+        ):
+            raise InputError("headroom", share, "must be a share of the cluster's GPUs, 0 to < 1")
+        if not isinstance(self.restarts, bool):
+            raise InputError("restarts", self.restarts, "must be true or false")
 
     def first_keep(self, job: Job) -> float:
         """Seconds from its start until the job has work an eviction would not throw away."""
         spec = job.spec
+        checkpoint = HOUR if self.checkpoint_s is None else float(self.checkpoint_s)
         if spec.resumable:
-            return float(self.checkpoint_s)
+            return checkpoint
         if spec.expected_runtime is not None:
             return float(spec.expected_runtime)
-        return max(float(spec.min_runtime), float(self.checkpoint_s))
+        return max(float(spec.min_runtime), checkpoint)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +113,94 @@ class Held:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Headroom:
+    """A job kept from starting anywhere: the GPUs it would take are part of the headroom."""
+
+    free: float
+    """Free GPUs open to the job's search: outside the nodes the cycle keeps for a
+    reservation or a preemptor."""
+    kept: float
+    """GPUs the headroom keeps free of unallocated work."""
+    gpus: float
+    """The job's GPUs."""
+    restarting: float = 0.0
+    """Of `kept`, the GPUs of interrupted gangs waiting to restart (`AdmissionRule.restarts`)."""
+
+    def explain(self) -> str:
+        held = (
+            f" ({self.restarting:,.0f} of them for gangs a node failure interrupted, waiting "
+            "to restart)"
+            if self.restarting > 0
+            else ""
+        )
+        return (
+            f"unallocated work leaves {self.kept:,.0f} GPUs free for budgeted work{held} "
+            f"(restarts after node failures, new arrivals), and {self.free:,.0f} are free "
+            f"outside reservations: starting this job's {self.gpus:,.0f} would leave "
+            f"{max(self.free - self.gpus, 0.0):,.0f}"
+        )
+
+
 class AdmissionGate:
     """The rule as the cycle asks it, once per pending job; with no rule, it lets everything
-    through."""
+    through. `free_gpus` tells the cluster's free GPUs now (for the headroom), `capacity` all
+    its GPUs."""
 
-    def __init__(self, rule: AdmissionRule | None) -> None:
+    def __init__(
+        self,
+        rule: AdmissionRule | None,
+        free_gpus: Callable[[], float] | None = None,
+        capacity: float = 0.0,
+    ) -> None:
         self.rule = rule
+        self.free_gpus = free_gpus
+        self.kept = 0.0 if rule is None else rule.headroom * capacity
+        self._pending: Callable[[], Iterable[Job]] = tuple
+        self._within_budget: Callable[[Job], bool] = lambda job: False
+        self._restarting: float | None = None
+
+    def start(self, job: Job, tier: QueueTier) -> Headroom | None:
+        """Why the job may not start anywhere this turn (None: it may, as far as the headroom
+        goes)."""
+        rule = self.rule
+        if rule is None or tier is not QueueTier.UNALLOCATED or self.free_gpus is None:
+            return None
+        if self.kept <= 0 and not rule.restarts:
+            return None
+        free = float(self.free_gpus())
+        restarting = self._restarting_gpus() if rule.restarts else 0.0
+        kept = self.kept + restarting
+        if kept <= 0 or free - job.gpus >= kept:
+            return None
+        return Headroom(free, kept, job.gpus, restarting)
+
+    def walk(
+        self, pending: Callable[[], Iterable[Job]], within_budget: Callable[[Job], bool]
+    ) -> None:
+        """A cycle's walk begins; `pending()` reads its pending jobs (only when the rule
+        counts the gangs waiting to restart), `within_budget(job)`: whether the job's account
+        runs within its budget with the job."""
+        self._pending = pending
+        self._within_budget = within_budget
+        self._restarting = None
+
+    def _restarting_gpus(self) -> float:
+        """GPUs of the budgeted gangs a node failure interrupted that still wait within their
+        budget, not yet given their room. Counted at the walk's first unallocated turn, after
+        every budgeted job's turn, and kept for the rest of the walk."""
+        known = self._restarting
+        if known is None:
+            known = self._restarting = sum(
+                job.gpus
+                for job in self._pending()
+                if job.state is JobState.PENDING
+                and job.nomination is None
+                and job.attempts > job.preemptions
+                and job.spec.min_runtime > 0
+                and self._within_budget(job)
+            )
+        return known
 
     def backfill(
         self, job: Job, tier: QueueTier, reservation: Reservation | None, now: float
@@ -98,7 +208,12 @@ class AdmissionGate:
         """The reservation the job may backfill behind (None: it may not use the reserved
         nodes), and why it was held off them, if it was."""
         rule = self.rule
-        if rule is None or reservation is None or tier is not QueueTier.UNALLOCATED:
+        if (
+            rule is None
+            or rule.checkpoint_s is None
+            or reservation is None
+            or tier is not QueueTier.UNALLOCATED
+        ):
             return reservation, None
         keeps = rule.first_keep(job)
         if now + keeps <= reservation.start_time:

@@ -5,7 +5,7 @@ for the next cycle."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import suppress
 
 import numpy as np
@@ -69,7 +69,9 @@ class Walker:
         self.evictor = evictor
         self.incremental = incremental
         self.epoch = epoch
-        self.admission = AdmissionGate(settings.admission)
+        self.admission = AdmissionGate(
+            settings.admission, lambda: state.total_free_gpus, float(state.topology.n_gpus)
+        )
         self.jobs = jobs
         self.tally = tally
         self.kinds = tally.kinds if tally is not None else JobKinds()
@@ -95,6 +97,7 @@ class Walker:
         jobs, tally = self.jobs, self.tally
         runs = self._fence_nominated(turn, runs)
         turn.result.considered = size
+        self.admission.walk(lambda: self._pending_jobs(turn.now), self._within_budget)
         track = self.incremental.enabled
         order: list[str] | None = [] if track else None
         answered_alike = turn.answered
@@ -308,8 +311,13 @@ class Walker:
             return True
         held = None
         behind = turn.reservation
-        if behind is not None and self.admission.rule is not None:
-            behind, held = self.admission.backfill(job, tier, behind, turn.now)
+        if self.admission.rule is not None:
+            headroom = self.admission.start(job, tier)
+            if headroom is not None:
+                job.reason, job.reason_code = headroom.explain(), ReasonCode.DOES_NOT_FIT
+                return False
+            if behind is not None:
+                behind, held = self.admission.backfill(job, tier, behind, turn.now)
         short = behind is not None and backfills(kind, tier, behind, turn.now)
         started, answered_by = self.placing.place(turn, entry, job, kind, short, self.epoch())
         if started:
@@ -402,6 +410,16 @@ class Walker:
         # Capacity shrinks for everyone behind: earlier failures still hold.
         fence.close_block(nodes)
         return False
+
+    def _within_budget(self, job: Job) -> bool:
+        """Whether the job runs within its account's budget (for the admission rule)."""
+        ledger = self.ledger
+        return ledger.budget_gpus(job.spec.account) > 0 and not ledger.beyond_budget(job)
+
+    def _pending_jobs(self, now: float) -> Iterator[Job]:
+        """Every pending job (for the admission rule's count of gangs waiting to restart)."""
+        jobs = self.jobs
+        return (jobs[entry.job_id] for entry in self.queue.ordered(now))
 
     def _carry_out(self, job: Job, plan: PreemptionPlan, now: float, result: CycleResult) -> None:
         """Evict the plan's victims with their grace period and nominate their capacity."""

@@ -1,0 +1,154 @@
+"""The admission rule's headroom: unallocated work leaves a share of the cluster's GPUs free,
+so that a gang a node failure interrupts restarts without taking it back. Golden scenarios
+from tests/scenarios/preemption/headroom.yaml through `Scheduler.cycle`, and the rule's
+checks."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scenario_cases import cases_with_defaults
+from test_scheduler_cycle import adopt_on, job
+
+from toposched.cli.simulate_options import add_options
+from toposched.cli.simulate_run import scheduler_factory
+from toposched.cluster.builders import nvl72_cluster
+from toposched.cluster.errors import InputError
+from toposched.cluster.health import Health
+from toposched.cluster.state import ClusterState
+from toposched.policy.budget import BudgetTree
+from toposched.scheduler.admission import AdmissionRule
+from toposched.scheduler.core import Scheduler
+from toposched.scheduler.decisions import Evict
+
+HOUR = 3600.0
+SCENARIOS = Path(__file__).parent / "scenarios" / "preemption" / "headroom.yaml"
+CASE_FIELDS = {"name", "headroom", "scavenger_pods", "failure", "expect"}
+RACK = {"required": "rack"}
+
+
+def load_cases() -> list[Any]:
+    return cases_with_defaults(SCENARIOS, CASE_FIELDS)
+
+
+def scheduler_for(case: dict[str, Any], rule: AdmissionRule | None = None) -> Scheduler:
+    """The two racks of the file's comment, with `gang` and team-b's jobs running since 0;
+    the case's headroom, or `rule`."""
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4))
+    budgets = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50, "scratch": 0}})
+    headroom = case["headroom"]
+    if headroom is not None:
+        rule = AdmissionRule(checkpoint_s=None, headroom=headroom / 100)
+    scheduler = Scheduler(state, budgets, grace_s=30.0, admission=rule)
+    gang = job("gang", "team-a", pods=2, resumable=True, min_runtime="8h", topology=RACK)
+    scheduler.submit(gang, 0)
+    assert [d.job_id for d in scheduler.cycle(0).bound] == ["gang"]
+    for node in (2, 3, 4, 5):
+        adopt_on(scheduler, job(f"b{node}", "team-b", min_runtime="10h"), node, range(4))
+    return scheduler
+
+
+def gang_nodes(scheduler: Scheduler) -> list[int]:
+    allocation = scheduler.state.allocations.get("gang")
+    return [] if allocation is None else sorted(allocation.nodes.tolist())
+
+
+@pytest.mark.parametrize("case", load_cases())
+def test_headroom_scenario(case: dict[str, Any]) -> None:
+    scheduler = scheduler_for(case)
+    assert gang_nodes(scheduler) == [0, 1]
+    expect = case["expect"]
+    scavenger = job(
+        "scavenger", "scratch", pods=case["scavenger_pods"], resumable=True, topology=RACK
+    )
+    scheduler.submit(scavenger, HOUR)
+    started = [d.job_id for d in scheduler.cycle(HOUR).bound]
+    assert started == (["scavenger"] if expect["started"] else [])
+    if not expect["started"]:
+        reason = " ".join(expect["reason"].split())
+        assert scheduler.jobs["scavenger"].reason.endswith(reason)
+        assert scheduler.explain("scavenger", HOUR).text.endswith(reason)
+    if not case["failure"]:
+        return
+    now = 1.5 * HOUR
+    failed = scheduler.set_health([1], Health.DOWN, now)
+    assert [j.job_id for j in failed] == ["gang"]
+    result = scheduler.cycle(now)
+    evicted = [d.job_id for d in result.decisions if isinstance(d, Evict)]
+    assert evicted == expect["evicted"]
+    assert gang_nodes(scheduler) == expect["gang"]
+
+
+def test_headroom_must_be_a_share_below_one() -> None:
+    for bad in (-0.1, 1.0, float("nan"), True):
+        with pytest.raises(InputError, match="headroom"):
+            AdmissionRule(headroom=bad)
+    assert AdmissionRule(checkpoint_s=None, headroom=0.5).headroom == 0.5
+    with pytest.raises(InputError, match="restarts"):
+        AdmissionRule(restarts=1)  # type: ignore[arg-type]
+
+
+def test_budgeted_work_uses_the_headroom() -> None:
+    # The headroom is kept from unallocated work only: team-a's job starts on nodes 6-7.
+    case = {"headroom": 25}
+    scheduler = scheduler_for(case)
+    scheduler.submit(job("a-more", "team-a", pods=2, topology=RACK), HOUR)
+    assert [d.job_id for d in scheduler.cycle(HOUR).bound] == ["a-more"]
+
+
+def test_simulate_option_builds_the_rule() -> None:
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    args = parser.parse_args(["--unallocated-headroom", "1.5"])
+    assert args.unallocated_headroom == pytest.approx(0.015)
+    scheduler = scheduler_factory(args)(
+        ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4)),
+        BudgetTree.from_dict({"accounts": {"team-a": 100}}),
+    )
+    assert isinstance(scheduler, Scheduler)
+    assert scheduler.settings.admission == AdmissionRule(checkpoint_s=None, headroom=0.015)
+    args = parser.parse_args(["--unallocated-headroom-restarts"])
+    restarting = scheduler_factory(args)(
+        ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4)),
+        BudgetTree.from_dict({"accounts": {"team-a": 100}}),
+    )
+    assert isinstance(restarting, Scheduler)
+    assert restarting.settings.admission == AdmissionRule(checkpoint_s=None, restarts=True)
+    for bad in ("100", "-1", "x"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--unallocated-headroom", bad])
+
+
+@pytest.mark.parametrize("restarts", [False, True])
+def test_an_interrupted_gang_waiting_to_restart_keeps_its_gpus_free(restarts: bool) -> None:
+    # The two racks, and team-a's a7 on node 7 until 2 h. At 1 h nodes 0 and 1 go down: the
+    # gang, within team-a's budget (8 + 4 of 16 GPUs), finds only node 6 free in a whole rack
+    # and waits. At 1.5 h scavenger (one node) arrives; at 2 h a7 ends and rack z0-b0-r1 has
+    # nodes 6-7 for the gang.
+    rule = AdmissionRule(checkpoint_s=None, restarts=restarts)
+    scheduler = scheduler_for({"headroom": None}, rule)
+    adopt_on(scheduler, job("a7", "team-a", min_runtime="10h", expected_runtime=7200), 7, range(4))
+    assert [j.job_id for j in scheduler.set_health([0, 1], Health.DOWN, HOUR)] == ["gang"]
+    assert scheduler.cycle(HOUR).bound == []
+    scheduler.submit(job("scavenger", "scratch", resumable=True), 1.5 * HOUR)
+    started = [d.job_id for d in scheduler.cycle(1.5 * HOUR).bound]
+    reason = scheduler.jobs["scavenger"].reason
+    scheduler.finish("a7", 2 * HOUR)
+    result = scheduler.cycle(2 * HOUR)
+    evicted = [d.job_id for d in result.decisions if isinstance(d, Evict)]
+    if not restarts:
+        # scavenger ran on node 6 for half an hour, and is taken back before its checkpoint.
+        assert started == ["scavenger"]
+        assert evicted == ["scavenger"]
+        return
+    assert started == []
+    assert reason.endswith(
+        "unallocated work leaves 8 GPUs free for budgeted work (8 of them for gangs a node "
+        "failure interrupted, waiting to restart) (restarts after node failures, new "
+        "arrivals), and 0 are free outside reservations: starting this job's 4 would leave 0"
+    )
+    assert evicted == []
+    assert gang_nodes(scheduler) == [6, 7]
