@@ -65,6 +65,29 @@ def plain_walk(scheduler: Scheduler) -> None:
     walker.walk = walk  # type: ignore[method-assign,assignment]
 
 
+def note_told(
+    scheduler: Scheduler, told: list[list[Told]], results: list[CycleResult] | None = None
+) -> None:
+    """After each of the scheduler's cycles, what each pending job was told is appended to
+    `told` (and the cycle's result to `results`, if given)."""
+    cycle = scheduler.cycle
+
+    def noted(now: float) -> CycleResult:
+        result = cycle(now)
+        if results is not None:
+            results.append(result)
+        told.append(
+            [
+                (job.job_id, job.reason, str(job.reason_code), job.refusal)
+                for job in scheduler.jobs.values()
+                if job.state is JobState.PENDING
+            ]
+        )
+        return result
+
+    scheduler.cycle = noted  # type: ignore[method-assign]
+
+
 def told_after_each_cycle(path: Path, plain: bool) -> tuple[CycleLog, list[list[Told]]]:
     """The decision log of a run of the workload in `path` with every cycle a full one, and
     what each pending job was told after each cycle."""
@@ -73,20 +96,7 @@ def told_after_each_cycle(path: Path, plain: bool) -> tuple[CycleLog, list[list[
     def configure(scheduler: Scheduler) -> None:
         if plain:
             plain_walk(scheduler)
-        cycle = scheduler.cycle
-
-        def noted(now: float) -> CycleResult:
-            result = cycle(now)
-            told.append(
-                [
-                    (job.job_id, job.reason, str(job.reason_code), job.refusal)
-                    for job in scheduler.jobs.values()
-                    if job.state is JobState.PENDING
-                ]
-            )
-            return result
-
-        scheduler.cycle = noted  # type: ignore[method-assign]
+        note_told(scheduler, told)
 
     log = logged_run(load_workload(path), configure, incremental=False)
     return log, told

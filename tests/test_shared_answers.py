@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from decision_log import RUNS, line, path_of, record
 from test_failed_first import two_racks_with_a_failed_gang
-from test_flood_reasons import Told, plain_walk, write_flood
+from test_flood_reasons import Told, note_told, plain_walk, write_flood
 from test_preemption_scenarios import bound, spec
 
 from toposched.cluster.state import ClusterState
@@ -40,21 +40,7 @@ def told_after_each_cycle(
         scheduler = Scheduler(state, tree, incremental=False)
         if plain:
             plain_walk(scheduler)
-        cycle = scheduler.cycle
-
-        def noted(now: float) -> CycleResult:
-            result = cycle(now)
-            results.append(result)
-            told.append(
-                [
-                    (job.job_id, job.reason, str(job.reason_code), job.refusal)
-                    for job in scheduler.jobs.values()
-                    if job.state is JobState.PENDING
-                ]
-            )
-            return result
-
-        scheduler.cycle = noted  # type: ignore[method-assign]
+        note_told(scheduler, told, results)
         return scheduler
 
     simulate(workload, build)

@@ -106,6 +106,40 @@ def add_nodes(nodes: np.ndarray, sign: int, arrays: StateArrays) -> None:
 
 
 @njit(cache=True, nogil=True)
+def _apply_pod(
+    node: int,
+    columns: np.ndarray,
+    gpu_milli: int,
+    cpu_milli: int,
+    memory_mib: int,
+    sign: int,
+    arrays: StateArrays,
+    before: np.ndarray,
+    after: np.ndarray,
+) -> None:
+    """Take (sign=-1) or give back (+1) one pod's resources on `node` (its GPUs `columns`),
+    and move the node's domains from its values before to its values after when it is open;
+    `before` and `after` are scratch rows of 5."""
+    free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
+    closed, node_rows, gpu_model, hist, totals = arrays[7:]
+    is_open = closed[node] == 0
+    if is_open:
+        _values_into(node, before, arrays)
+    for column in range(columns.size):
+        gpu_free_milli[node, columns[column]] += sign * gpu_milli
+    whole = 0
+    for gpu in range(gpu_free_milli.shape[1]):
+        if gpu_free_milli[node, gpu] == 1000:
+            whole += 1
+    free_whole_gpus[node] = whole
+    free_cpu_milli[node] += sign * cpu_milli
+    free_memory_mib[node] += sign * memory_mib
+    if is_open:
+        _values_into(node, after, arrays)
+        _move_domains(node, before, after, node_rows, gpu_model, hist, totals)
+
+
+@njit(cache=True, nogil=True)
 def apply_pods(
     nodes: np.ndarray,
     gpus: np.ndarray,
@@ -120,28 +154,13 @@ def apply_pods(
     """Take (sign=-1) or give back (+1) the pods' resources, pod by pod, and move the domains
     of open nodes from each node's values before the pod to its values after; each node's
     `changed_at` becomes `change`."""
-    free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
-    closed, node_rows, gpu_model, hist, totals = arrays[7:]
     before = np.empty(5, dtype=np.int64)
     after = np.empty(5, dtype=np.int64)
     for pod in range(nodes.size):
-        node = nodes[pod]
-        changed_at[node] = change
-        is_open = closed[node] == 0
-        if is_open:
-            _values_into(node, before, arrays)
-        for column in range(gpus.shape[1]):
-            gpu_free_milli[node, gpus[pod, column]] += sign * gpu_milli
-        whole = 0
-        for gpu in range(gpu_free_milli.shape[1]):
-            if gpu_free_milli[node, gpu] == 1000:
-                whole += 1
-        free_whole_gpus[node] = whole
-        free_cpu_milli[node] += sign * cpu_milli
-        free_memory_mib[node] += sign * memory_mib
-        if is_open:
-            _values_into(node, after, arrays)
-            _move_domains(node, before, after, node_rows, gpu_model, hist, totals)
+        _apply_pod(
+            nodes[pod], gpus[pod], gpu_milli, cpu_milli, memory_mib, sign, arrays, before, after
+        )
+        changed_at[nodes[pod]] = change
 
 
 @njit(cache=True, nogil=True)
@@ -378,8 +397,6 @@ def apply_pods_of_many(
     one allocation after another; `gpus`, their GPU rows flattened in the same order;
     `figures`, one row per allocation: pods, GPUs per pod, milli-GPU, CPU milli and memory
     MiB per pod."""
-    free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
-    closed, node_rows, gpu_model, hist, totals = arrays[7:]
     before = np.empty(5, dtype=np.int64)
     after = np.empty(5, dtype=np.int64)
     pod = 0
@@ -388,21 +405,8 @@ def apply_pods_of_many(
         pods, width, gpu_milli, cpu_milli, memory_mib = figures[allocation]
         for _ in range(pods):
             node = nodes[pod]
+            columns = gpus[column_at : column_at + width]
+            _apply_pod(node, columns, gpu_milli, cpu_milli, memory_mib, sign, arrays, before, after)
             changed_at[node] = change
-            is_open = closed[node] == 0
-            if is_open:
-                _values_into(node, before, arrays)
-            for column in range(width):
-                gpu_free_milli[node, gpus[column_at + column]] += sign * gpu_milli
             column_at += width
-            whole = 0
-            for gpu in range(gpu_free_milli.shape[1]):
-                if gpu_free_milli[node, gpu] == 1000:
-                    whole += 1
-            free_whole_gpus[node] = whole
-            free_cpu_milli[node] += sign * cpu_milli
-            free_memory_mib[node] += sign * memory_mib
-            if is_open:
-                _values_into(node, after, arrays)
-                _move_domains(node, before, after, node_rows, gpu_model, hist, totals)
             pod += 1
