@@ -372,6 +372,11 @@ def test_pending_explanation_reads_as_sentences() -> None:
     assert explanation_sentences(explanation, _job(), now=1600.0)[-1] == (
         "No start is reserved for it yet."
     )
+    explanation["reservation_note"] = "a start is reserved only for jobs of 8 GPUs or more"
+    assert explanation_sentences(explanation, _job(), now=1600.0)[-1] == (
+        "A start is reserved only for jobs of 8 GPUs or more."
+    )
+    del explanation["reservation_note"]
     # The job's own reason (what blocks it) apart from the queue order before it.
     blocked = _job(reason="needs 18 free nodes in one rack")
     explanation["reason"] = "#4 big research FS=1; priority 0; needs 18 free nodes in one rack"

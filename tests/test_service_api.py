@@ -101,7 +101,15 @@ def test_explain_gives_queue_positions_of_a_waiting_job(server: Server) -> None:
         assert explained["code"] in {code.value for code in ReasonCode}
         queue = client.get("/v1/queue", params={"account": "prod"}).json()["queue"]
         assert [row["id"] for row in queue][-2:] == ["w-wait1", "w-wait2"]
-        for name in ("w-run", "w-wait1", "w-wait2"):
+        # A job below the size the cycle reserves for is told so, not "not yet".
+        assert explained["reservation"] is None and explained["reservation_note"] is None
+        assert (
+            client.post("/v1/jobs", json=job("w-small", pods=1, account="prod")).status_code == 201
+        )
+        small = client.get("/v1/jobs/w-small/explain").json()
+        assert small["state"] == "pending", small
+        assert small["reservation_note"] == "a start is reserved only for jobs of 8 GPUs or more"
+        for name in ("w-run", "w-wait1", "w-wait2", "w-small"):
             client.delete(f"/v1/jobs/{name}")
 
 

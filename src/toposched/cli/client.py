@@ -172,6 +172,7 @@ class Explanation(TypedDict):
     reason: str
     code: str | None
     reservation: Reservation | None
+    reservation_note: NotRequired[str | None]
     history: list[HistoryEntry]
 
 

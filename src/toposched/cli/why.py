@@ -135,6 +135,8 @@ def _pending_sentences(explanation: Explanation, job: Job, now: float) -> list[s
                 f"Its reserved start{where} was {duration(now - start)} ago ({clock(start, now)}); "
                 "it starts at the next cycle that finds the room free."
             )
+    elif note := explanation.get("reservation_note"):
+        sentences.append(f"{note[0].upper()}{note[1:]}.")
     else:
         sentences.append("No start is reserved for it yet.")
     sentences.extend(_attempts_sentence(job))

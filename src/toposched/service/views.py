@@ -10,6 +10,7 @@ import numpy as np
 
 from toposched.cluster.state import Health
 from toposched.cluster.units import HOUR
+from toposched.policy.fairshare import QueueTier
 from toposched.scheduler.jobs import Job, JobState, ReasonCode
 from toposched.service.core import ServiceCore
 from toposched.service.errors import Forbidden
@@ -156,6 +157,7 @@ def explain_view(core: ServiceCore, record: JobRecord, now: float) -> dict[str, 
         "reason": record.reason,
         "code": str(ReasonCode.ENDED),
         "reservation": None,
+        "reservation_note": None,
         "history": history,
     }
     if core.live_job(record.job_id) is None:
@@ -177,7 +179,25 @@ def explain_view(core: ServiceCore, record: JobRecord, now: float) -> dict[str, 
             "start_time": explanation.reservation_start,
             "domain": explanation.reservation_domain,
         }
+    elif queued is not None:
+        view["reservation_note"] = _never_reserved(core, record.job_id, queued.tier)
     return view
+
+
+def _never_reserved(core: ServiceCore, job_id: str, tier: QueueTier) -> str | None:
+    """Why the pending job never gets a reserved start (None: it may get one when it is the
+    first blocked job that may): the cycle reserves only for allocated jobs of at least
+    `reserve_min_gpus` GPUs."""
+    if tier is not QueueTier.ALLOCATED:
+        kind = tier.name.lower()
+        return (
+            f"a start is reserved only for work within a budget, and this job waits as {kind} work"
+        )
+    job = core.scheduler.jobs[job_id]
+    least = core.scheduler.settings.reserve_min_gpus
+    if job.gpus < least:
+        return f"a start is reserved only for jobs of {least:g} GPUs or more"
+    return None
 
 
 # --- nodes -------------------------------------------------------------------------------------
