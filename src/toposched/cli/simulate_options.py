@@ -154,6 +154,15 @@ def add_options(
         "first; a gang given a spare by --spares restarts there either way)",
     )
     parser.add_argument(
+        "--keep-failed-nodes",
+        action="store_true",
+        help="a gang a node failure interrupts (resumable, within its budget or beyond it, "
+        "without a spare) keeps the nodes it ran on from every other job until it restarts: "
+        "it restarts where it was once they and what is free hold it (the failed node back "
+        "after repair), or preempts only the room it lacks around them (default: its "
+        "surviving nodes go back to the queue)",
+    )
+    parser.add_argument(
         "--unprotected-borrowing",
         action="store_true",
         help="a job that takes its team past its budget gets no min-runtime protection; the "

@@ -1,5 +1,6 @@
-"""Gangs a node failure interrupted: restarted on their surviving nodes and a spare, or put
-at the head of the next cycle when they ran within their account's budget."""
+"""Gangs a node failure interrupted: restarted on their surviving nodes and a spare, put at
+the head of the next cycle when they ran within their account's budget, and, with `keep`,
+their nodes kept for them until they restart."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from numpy.typing import NDArray
 
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.policy.fairshare import QueueEntry
-from toposched.scheduler.jobs import Job, Nomination, ReasonCode
+from toposched.scheduler.fence import Fence
+from toposched.scheduler.jobs import Job, JobState, Nomination, ReasonCode
 from toposched.scheduler.ledger import Ledger
 from toposched.scheduler.spares import SparePool
 
@@ -24,15 +26,29 @@ class Interruptions:
     domain, and restarts there in the next cycle. Otherwise, with `failed_first`, a gang that
     ran within its account's budget heads the next cycle's order, so that its surviving nodes
     are not handed to the queue while it waits to take back unallocated work elsewhere.
+
+    With `keep`, a gang without a spare keeps the nodes it ran on, the failed ones included
+    (closed while down, its own again once repaired), from every other job until it restarts:
+    they are nominated to it, opened for its own turn of each cycle (where it starts on them
+    and what is free, or preempts the least it needs around them) and kept again after it
+    for the nodes still free.
     """
 
     def __init__(
-        self, state: ClusterState, ledger: Ledger, spares: SparePool | None, failed_first: bool
+        self,
+        state: ClusterState,
+        ledger: Ledger,
+        spares: SparePool | None,
+        failed_first: bool,
+        keep: bool = False,
     ) -> None:
         self.state = state
         self.ledger = ledger
         self.spares = spares
         self.failed_first = failed_first
+        self.keep = keep
+        # The nomination of each gang whose nodes are kept for it, by job id.
+        self._kept: dict[str, Nomination] = {}
         self._restart_first: set[str] = set()
         # Per node failure: spare nodes taken per domain, and GPUs of each account's gangs
         # put first.
@@ -48,9 +64,64 @@ class Interruptions:
         """`job`, which ran on `allocation`, was requeued because the nodes `down` failed."""
         if self.spares is not None:
             self._nominate_spare(job, allocation, down, now)
+        on_spare = job.nomination is not None
         # `unallocated` is still what the job ran as.
-        if self.failed_first and job.nomination is None and not job.unallocated:
+        if self.failed_first and not on_spare and not job.unallocated:
             self._put_first_if_within_budget(job)
+        if self.keep and not on_spare:
+            self._keep_nodes(job, allocation.nodes, now)
+
+    def is_kept(self, job: Job) -> bool:
+        """Whether the job's nomination is the nodes kept for it after a node failure."""
+        kept = self._kept.get(job.job_id)
+        return kept is not None and job.nomination is kept
+
+    def open_kept(self, job: Job, fence: Fence) -> Nomination | None:
+        """At the job's turn: if its nodes are kept for it, open them for its own searches
+        (placement, preemption, reservation) and return what was kept; None otherwise."""
+        if not self.is_kept(job):
+            return None
+        kept = job.nomination
+        assert kept is not None
+        fence.settle()
+        fence.open(kept.nodes)
+        job.nomination = None
+        return kept
+
+    def keep_again(self, job: Job, kept: Nomination, fence: Fence) -> None:
+        """After the job's turn: keep its nodes still free for it again, unless it started
+        or preempts (its own nomination then keeps what it needs)."""
+        if job.state is not JobState.PENDING or job.nomination is not None:
+            del self._kept[job.job_id]
+            return
+        nodes = self._still_free(kept.nodes)
+        if not nodes.size:
+            del self._kept[job.job_id]
+            return
+        job.nomination = self._kept[job.job_id] = Nomination(set(), nodes, kept.decided_at)
+        fence.close(nodes)
+
+    def forget(self, job: Job) -> None:
+        """The job left the queue (cancelled): nothing is kept for it any more."""
+        self._kept.pop(job.job_id, None)
+
+    def _keep_nodes(self, job: Job, nodes: IntArray, now: float) -> None:
+        job.nomination = self._kept[job.job_id] = Nomination(set(), np.unique(nodes), now)
+        if job.reason_code is not ReasonCode.RESTARTING_FIRST:
+            job.reason_code = ReasonCode.QUEUED
+            job.reason = "interrupted by a node failure: its nodes are kept for it"
+        else:
+            job.reason += "; its nodes are kept for it"
+        job.record(now, "its nodes are kept for it until it restarts")
+
+    def _still_free(self, nodes: IntArray) -> IntArray:
+        """The nodes of `nodes` that hold no work (down ones included)."""
+        state, topology = self.state, self.state.topology
+        idle: NDArray[np.bool_] = (state.free_whole_gpus[nodes] == topology.gpu_count[nodes]) & (
+            state.free_cpu_milli[nodes] == topology.cpu_milli[nodes]
+        )
+        free: IntArray = nodes[idle]
+        return free
 
     def first(self, runs: Iterable[Iterable[QueueEntry]]) -> Iterable[Iterable[QueueEntry]]:
         """The queue's `runs` with the gangs a node failure interrupted within their budget

@@ -65,6 +65,11 @@ class SchedulerSettings:
     failed_first: bool = True
     """Whether a gang a node failure interrupted within its budget heads the next cycle, so
     that its surviving nodes are not handed to the queue while it waits."""
+    keep_failed_nodes: bool = False
+    """Whether a gang a node failure interrupted (resumable, without a spare) keeps the nodes
+    it ran on from every other job until it restarts: the surviving ones, and the failed ones
+    once repaired. It restarts there when they and what is free hold it, else preempts the
+    least it needs around them (see `Interruptions`)."""
 
     keep_failures_through_releases: bool = True
     """Whether a placement failure outlives GPUs freed where the gang could not use them (see
