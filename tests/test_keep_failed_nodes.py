@@ -21,7 +21,7 @@ def test_a_gang_beyond_its_budget_restarts_where_it_was() -> None:
     # rule c-pair (team-c, better ranked) takes nodes 0 and 2 (tests/test_failed_first.py).
     # Its nodes kept, c-pair finds no two free nodes in a rack and the gang restarts on its
     # surviving nodes 0 and 2 and the free node 3 of its rack.
-    sched = two_racks_with_a_failed_gang("team-a", 3, keep_failed_nodes=True)
+    sched = two_racks_with_a_failed_gang("team-a", 3, keep_failed_nodes=3600.0)
     assert sched.jobs["gang"].reason.endswith("its nodes are kept for it")
 
     result = sched.cycle(100)
@@ -31,10 +31,11 @@ def test_a_gang_beyond_its_budget_restarts_where_it_was() -> None:
     assert_consistent(sched.state)
 
 
-def one_failed_gang(keep: bool) -> Scheduler:
+def one_failed_gang(keep: float | None) -> Scheduler:
     """Two racks of 2 nodes x 4 GPUs: `gang` (team-a, resumable, one rack) on nodes 0-1,
     team-b's protected `b-rest` on nodes 2-3. Node 1 fails at 100 s; the gang fits nowhere
-    and may evict no one. `b-one` (team-b, one node) arrives at 200 s."""
+    and may evict no one. `b-one` (team-b, one node) arrives at 200 s; `keep`: seconds the
+    gang's nodes are kept (None: not kept)."""
     sched = scheduler(racks(2, 2), keep_failed_nodes=keep)
     run(sched, spec("gang", "team-a", pods=2, resumable=True, topology=RACK), [0, 1], 0)
     run(sched, spec("b-rest", "team-b", pods=2, min_runtime="8h"), [2, 3], 0)
@@ -45,10 +46,10 @@ def one_failed_gang(keep: bool) -> Scheduler:
 
 
 @pytest.mark.parametrize(
-    ("keep", "at_200", "at_300"), [(True, {}, {"gang": [0, 1]}), (False, {"b-one": [0]}, {})]
+    ("keep", "at_200", "at_300"), [(3600.0, {}, {"gang": [0, 1]}), (None, {"b-one": [0]}, {})]
 )
 def test_the_gang_restarts_in_place_once_its_failed_node_is_repaired(
-    keep: bool, at_200: dict[str, list[int]], at_300: dict[str, list[int]]
+    keep: float | None, at_200: dict[str, list[int]], at_300: dict[str, list[int]]
 ) -> None:
     sched = one_failed_gang(keep)
 
@@ -58,8 +59,19 @@ def test_the_gang_restarts_in_place_once_its_failed_node_is_repaired(
     assert_consistent(sched.state)
 
 
+def test_the_nodes_go_back_to_the_queue_once_kept_for_the_bound() -> None:
+    # Kept for 50 s from the failure at 100 s: the gang's turn at 200 s gives them back, and
+    # b-one takes node 0 then or at the next cycle (whichever comes after the gang's turn).
+    sched = one_failed_gang(keep=50.0)
+
+    started = bound(sched.cycle(200)) | bound(sched.cycle(250))
+
+    assert started == {"b-one": [0]}
+    assert "no longer kept" in sched.jobs["gang"].history[-1][1]
+
+
 def test_a_cancelled_gang_leaves_its_nodes_to_the_queue() -> None:
-    sched = one_failed_gang(keep=True)
+    sched = one_failed_gang(keep=3600.0)
     assert bound(sched.cycle(200)) == {}
 
     sched.cancel("gang", 250)
@@ -94,8 +106,14 @@ def test_simulate_keeps_the_failed_gangs_nodes_on_request(
     path = tmp_path / "failure.yaml"
     path.write_text(BEYOND_BUDGET)
     arguments = ["simulate", "--workload", str(path), "--no-progress", "--json"]
-    arguments += ["--out", str(tmp_path)] + (["--keep-failed-nodes"] if keep else [])
+    arguments += ["--out", str(tmp_path)] + (["--keep-failed-nodes", "1h"] if keep else [])
     assert main(arguments) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["classes"]["waiting"]["wait_s"]["p50"] == wait_s
     assert summary["conservation"]["holds"]
+
+
+def test_simulate_names_a_bad_keep_duration(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate", "--keep-failed-nodes", "0"])
+    assert "--keep-failed-nodes" in capsys.readouterr().err

@@ -17,6 +17,7 @@ from toposched.cli.simulate_values import (
     borrowed_duration,
     cycle_interval,
     headroom_share,
+    keep_duration,
     loss_budget,
     percentage,
     process_count,
@@ -155,12 +156,13 @@ def add_options(
     )
     parser.add_argument(
         "--keep-failed-nodes",
-        action="store_true",
-        help="a gang a node failure interrupts (resumable, within its budget or beyond it, "
-        "without a spare) keeps the nodes it ran on from every other job until it restarts: "
-        "it restarts where it was once they and what is free hold it (the failed node back "
-        "after repair), or preempts only the room it lacks around them (default: its "
-        "surviving nodes go back to the queue)",
+        type=keep_duration,
+        metavar="DURATION",
+        help="a budgeted gang a node failure interrupts (resumable, within its budget or beyond "
+        "it, without a spare) keeps the nodes it ran on from every other job for up to "
+        "DURATION (e.g. 30m) while it does not restart: it restarts where it was once they and "
+        "what is free hold it (the failed node back after repair), or preempts only the room "
+        "it lacks around them (default: its surviving nodes go back to the queue)",
     )
     parser.add_argument(
         "--unprotected-borrowing",

@@ -106,7 +106,7 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     borrowed = getattr(args, "borrowed_min_runtime", None)
     cross_account = getattr(args, "cross_account", "budget")
     failed_first = getattr(args, "failed_gangs", "first") == "first"
-    keep_failed_nodes = getattr(args, "keep_failed_nodes", False)
+    keep_failed_nodes = getattr(args, "keep_failed_nodes", None)
     worth = _eviction_worth(args)
     check = getattr(args, "check_incremental", False)
     admission = _admission(args)
@@ -131,7 +131,7 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
         and borrowed is None
         and cross_account == "budget"
         and failed_first
-        and not keep_failed_nodes
+        and keep_failed_nodes is None
         and worth is None
     ):
         return toposched_scheduler

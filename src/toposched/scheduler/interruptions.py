@@ -27,11 +27,13 @@ class Interruptions:
     ran within its account's budget heads the next cycle's order, so that its surviving nodes
     are not handed to the queue while it waits to take back unallocated work elsewhere.
 
-    With `keep`, a gang without a spare keeps the nodes it ran on, the failed ones included
-    (closed while down, its own again once repaired), from every other job until it restarts:
-    they are nominated to it, opened for its own turn of each cycle (where it starts on them
-    and what is free, or preempts the least it needs around them) and kept again after it
-    for the nodes still free.
+    With `keep` (seconds), a budgeted gang without a spare keeps the nodes it ran on, the
+    failed ones included (closed while down, its own again once repaired), from every other
+    job until it restarts, for at most `keep` seconds: they are nominated to it, opened for
+    its own turn of each cycle (where it starts on them and what is free, or preempts the
+    least it needs around them) and kept again after it for the nodes still free. The bound
+    gives them back to the queue when the gang can neither fit nor preempt for long (other
+    teams' protected runs hold the room it lacks).
     """
 
     def __init__(
@@ -40,7 +42,7 @@ class Interruptions:
         ledger: Ledger,
         spares: SparePool | None,
         failed_first: bool,
-        keep: bool = False,
+        keep: float | None = None,
     ) -> None:
         self.state = state
         self.ledger = ledger
@@ -68,7 +70,7 @@ class Interruptions:
         # `unallocated` is still what the job ran as.
         if self.failed_first and not on_spare and not job.unallocated:
             self._put_first_if_within_budget(job)
-        if self.keep and not on_spare:
+        if self.keep is not None and not on_spare and not job.unallocated:
             self._keep_nodes(job, allocation.nodes, now)
 
     def is_kept(self, job: Job) -> bool:
@@ -88,17 +90,27 @@ class Interruptions:
         job.nomination = None
         return kept
 
-    def keep_again(self, job: Job, kept: Nomination, fence: Fence) -> None:
+    def keep_again(self, job: Job, kept: Nomination, fence: Fence, now: float) -> None:
         """After the job's turn: keep its nodes still free for it again, unless it started
-        or preempts (its own nomination then keeps what it needs)."""
+        or preempts (its own nomination then keeps what it needs) or they were kept for
+        `keep` seconds already."""
         if job.state is not JobState.PENDING or job.nomination is not None:
             del self._kept[job.job_id]
+            return
+        assert self.keep is not None
+        if now - kept.decided_at >= self.keep:
+            del self._kept[job.job_id]
+            job.record(now, "its nodes are no longer kept for it: it did not restart in time")
             return
         nodes = self._still_free(kept.nodes)
         if not nodes.size:
             del self._kept[job.job_id]
             return
         job.nomination = self._kept[job.job_id] = Nomination(set(), nodes, kept.decided_at)
+        # Its own reservation may hold them: taken out of the reservation's block, which
+        # backfill may use, into a group of their own.
+        fence.settle()
+        fence.open(nodes)
         fence.close(nodes)
 
     def forget(self, job: Job) -> None:

@@ -65,11 +65,11 @@ class SchedulerSettings:
     failed_first: bool = True
     """Whether a gang a node failure interrupted within its budget heads the next cycle, so
     that its surviving nodes are not handed to the queue while it waits."""
-    keep_failed_nodes: bool = False
-    """Whether a gang a node failure interrupted (resumable, without a spare) keeps the nodes
-    it ran on from every other job until it restarts: the surviving ones, and the failed ones
-    once repaired. It restarts there when they and what is free hold it, else preempts the
-    least it needs around them (see `Interruptions`)."""
+    keep_failed_nodes: float | None = None
+    """Seconds a budgeted gang a node failure interrupted (resumable, without a spare) keeps
+    the nodes it ran on from every other job, while it does not restart: the surviving ones,
+    and the failed ones once repaired (None: not kept). It restarts there when they and what
+    is free hold it, else preempts the least it needs around them (see `Interruptions`)."""
 
     keep_failures_through_releases: bool = True
     """Whether a placement failure outlives GPUs freed where the gang could not use them (see
@@ -102,6 +102,7 @@ class SchedulerSettings:
         _seconds("grace_s", self.grace_s)
         _seconds("max_grace_s", self.max_grace_s)
         _seconds("full_cycle_every", self.full_cycle_every)
+        _seconds("keep_failed_nodes", self.keep_failed_nodes, allow_none=True)
         if isinstance(self.reserve_min_gpus, bool) or not isinstance(
             self.reserve_min_gpus, int | float
         ):

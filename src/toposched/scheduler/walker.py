@@ -292,7 +292,7 @@ class Walker:
         turn.refusals += 1
         turn.nominees_settled = True
         self._turn(turn, entry, job)
-        interruptions.keep_again(job, kept, turn.fence)
+        interruptions.keep_again(job, kept, turn.fence, turn.now)
         return False
 
     def _turn(self, turn: Turn, entry: QueueEntry, job: Job) -> bool:
