@@ -13,6 +13,7 @@ from test_preemption_scenarios import RACK, assert_consistent, bound, racks, run
 from toposched.cli.main import main
 from toposched.cluster.state import Health
 from toposched.scheduler.core import Scheduler
+from toposched.scheduler.interruptions import KeptFrom
 from toposched.scheduler.jobs import JobState
 
 
@@ -31,17 +32,19 @@ def test_a_gang_beyond_its_budget_restarts_where_it_was() -> None:
     assert_consistent(sched.state)
 
 
-def one_failed_gang(keep: float | None) -> Scheduler:
+def one_failed_gang(
+    keep: float | None, kept_from: KeptFrom = KeptFrom.ALL, arrival: str = "team-b"
+) -> Scheduler:
     """Two racks of 2 nodes x 4 GPUs: `gang` (team-a, resumable, one rack) on nodes 0-1,
     team-b's protected `b-rest` on nodes 2-3. Node 1 fails at 100 s; the gang fits nowhere
-    and may evict no one. `b-one` (team-b, one node) arrives at 200 s; `keep`: seconds the
-    gang's nodes are kept (None: not kept)."""
-    sched = scheduler(racks(2, 2), keep_failed_nodes=keep)
+    and may evict no one. `b-one` (of `arrival`'s account, one node) arrives at 200 s;
+    `keep`: seconds the gang's nodes are kept (None: not kept), from `kept_from`."""
+    sched = scheduler(racks(2, 2), keep_failed_nodes=keep, keep_failed_nodes_from=kept_from)
     run(sched, spec("gang", "team-a", pods=2, resumable=True, topology=RACK), [0, 1], 0)
     run(sched, spec("b-rest", "team-b", pods=2, min_runtime="8h"), [2, 3], 0)
     sched.set_health([1], Health.DOWN, 100)
     assert bound(sched.cycle(100)) == {}
-    sched.submit(spec("b-one", "team-b"), 200)
+    sched.submit(spec("b-one", arrival), 200)
     return sched
 
 
@@ -52,6 +55,22 @@ def test_the_gang_restarts_in_place_once_its_failed_node_is_repaired(
     keep: float | None, at_200: dict[str, list[int]], at_300: dict[str, list[int]]
 ) -> None:
     sched = one_failed_gang(keep)
+
+    assert bound(sched.cycle(200)) == at_200
+    sched.set_health([1], Health.HEALTHY, 300)
+    assert bound(sched.cycle(300)) == at_300
+    assert_consistent(sched.state)
+
+
+@pytest.mark.parametrize(
+    ("arrival", "at_200", "at_300"),
+    [("team-b", {"b-one": [0]}, {}), ("scratch", {}, {"gang": [0, 1]})],
+)
+def test_kept_from_unallocated_work_only(
+    arrival: str, at_200: dict[str, list[int]], at_300: dict[str, list[int]]
+) -> None:
+    # Budgeted work may still take node 0; unallocated work (scratch has no budget) may not.
+    sched = one_failed_gang(3600.0, KeptFrom.UNALLOCATED, arrival)
 
     assert bound(sched.cycle(200)) == at_200
     sched.set_health([1], Health.HEALTHY, 300)

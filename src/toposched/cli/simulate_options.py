@@ -165,6 +165,14 @@ def add_options(
         "it lacks around them (default: its surviving nodes go back to the queue)",
     )
     parser.add_argument(
+        "--keep-failed-nodes-from",
+        choices=("all", "unallocated"),
+        default=None,
+        help="with --keep-failed-nodes, whom those nodes are kept from: all = every other job; "
+        "unallocated = unallocated work only, budgeted jobs ranked first may take them "
+        "(default: all)",
+    )
+    parser.add_argument(
         "--unprotected-borrowing",
         action="store_true",
         help="a job that takes its team past its budget gets no min-runtime protection; the "

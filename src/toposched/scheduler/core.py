@@ -133,7 +133,13 @@ class Scheduler:
         self.spares = SparePool(state, *settings.spares) if settings.spares is not None else None
         self.lifecycle = Lifecycle(state, tree, self.usage, self.queue, self.ledger, settings)
         self.interruptions = Interruptions(
-            state, self.ledger, self.spares, settings.failed_first, settings.keep_failed_nodes
+            state,
+            self.ledger,
+            self.spares,
+            settings.failed_first,
+            settings.keep_failed_nodes,
+            settings.keep_failed_nodes_from,
+            self.jobs,
         )
         # What the cycle may remember between cycles. `_epoch` moves whenever free capacity may
         # have changed (a job started, or the cluster changed between cycles, seen by its

@@ -11,6 +11,7 @@ from toposched.cluster.errors import InputError
 from toposched.placement.policies import BestFit, PlacementPolicy
 from toposched.policy.contract import Contract
 from toposched.scheduler.admission import AdmissionRule
+from toposched.scheduler.interruptions import KeptFrom
 from toposched.scheduler.preemption import ImpactPolicy
 
 
@@ -70,6 +71,8 @@ class SchedulerSettings:
     the nodes it ran on from every other job, while it does not restart: the surviving ones,
     and the failed ones once repaired (None: not kept). It restarts there when they and what
     is free hold it, else preempts the least it needs around them (see `Interruptions`)."""
+    keep_failed_nodes_from: KeptFrom = KeptFrom.ALL
+    """Whom those nodes are kept from: every other job, or only unallocated work."""
 
     keep_failures_through_releases: bool = True
     """Whether a placement failure outlives GPUs freed where the gang could not use them (see

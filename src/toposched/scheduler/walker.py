@@ -292,7 +292,7 @@ class Walker:
         turn.refusals += 1
         turn.nominees_settled = True
         self._turn(turn, entry, job)
-        interruptions.keep_again(job, kept, turn.fence, turn.now)
+        interruptions.keep_again(job, kept, turn)
         return False
 
     def _turn(self, turn: Turn, entry: QueueEntry, job: Job) -> bool:
@@ -318,6 +318,8 @@ class Walker:
         tier = turn.tiers.get(tier_key)
         if tier is None:
             tier = turn.tiers[tier_key] = self.queue.tier(entry)
+        if tier is QueueTier.UNALLOCATED and self.interruptions is not None:
+            self.interruptions.fence_from_unallocated(turn)
         # Answered alike every job of its kind, account, priority and declared work (see
         # `Turn.answered`): with the reservation in what the answer knew, that fixes whether it
         # may backfill too.
