@@ -132,7 +132,23 @@ def test_simulate_keeps_the_failed_gangs_nodes_on_request(
     assert summary["conservation"]["holds"]
 
 
-def test_simulate_names_a_bad_keep_duration(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main(["simulate", "--keep-failed-nodes", "0"])
-    assert "--keep-failed-nodes" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--keep-failed-nodes", "0"], "a duration > 0"),
+        (["--keep-failed-nodes", "soon"], "--keep-failed-nodes"),
+        (["--keep-failed-nodes-from", "all"], "applies only with --keep-failed-nodes"),
+        (["--keep-failed-nodes", "1h", "--keep-failed-nodes-from", "queue"], "invalid choice"),
+    ],
+)
+def test_bad_keep_values_exit_2_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    arguments = ["simulate", "--days", "1", "--gpus", "256", "--out", str(tmp_path), *flags]
+    try:
+        code: int | str | None = main(arguments)
+    except SystemExit as exit_info:
+        code = exit_info.code
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "summary.json").exists()

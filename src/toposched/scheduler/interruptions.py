@@ -48,12 +48,14 @@ class Interruptions:
     are not handed to the queue while it waits to take back unallocated work elsewhere.
 
     With `keep` (seconds), a budgeted gang without a spare keeps the nodes it ran on, the
-    failed ones included (closed while down, its own again once repaired), from every other
-    job until it restarts, for at most `keep` seconds: they are nominated to it, opened for
-    its own turn of each cycle (where it starts on them and what is free, or preempts the
-    least it needs around them) and kept again after it for the nodes still free. The bound
-    gives them back to the queue when the gang can neither fit nor preempt for long (other
-    teams' protected runs hold the room it lacks).
+    failed ones included (closed while down, its own again once repaired), until it restarts,
+    for at most `keep` seconds: from every other job (`KeptFrom.ALL`: they are nominated to
+    it) or from unallocated work (`KeptFrom.UNALLOCATED`: fenced before the cycle's first
+    turn of unallocated work). They are opened for its own turn of each cycle (where it
+    starts on them and what is free, or preempts the least it needs around them) and kept
+    again after it for the nodes still free. The bound gives them back to the queue when the
+    gang can neither fit nor preempt for long (other teams' protected runs hold the room it
+    lacks).
     """
 
     def __init__(
