@@ -69,8 +69,9 @@ class SchedulerSettings:
     keep_failed_nodes: float | None = None
     """Seconds a budgeted gang a node failure interrupted (resumable, without a spare) keeps
     the nodes it ran on from other jobs (`keep_failed_nodes_from`), while it does not restart:
-    the surviving ones, and the failed ones once repaired (None: not kept). It restarts there when they and what
-    is free hold it, else preempts the least it needs around them (see `Interruptions`)."""
+    the surviving ones, and the failed ones once repaired (None: not kept). It restarts there
+    when they and what is free hold it, else preempts the least it needs around them (see
+    `Interruptions`)."""
     keep_failed_nodes_from: KeptFrom = KeptFrom.ALL
     """Whom those nodes are kept from: every other job, or only unallocated work."""
 
