@@ -17,6 +17,7 @@ from toposched.cli.simulate_values import (
     borrowed_duration,
     cycle_interval,
     headroom_share,
+    keep_duration,
     loss_budget,
     percentage,
     process_count,
@@ -152,6 +153,24 @@ def add_options(
         "it heads the next cycle, trying to restart before the queue can take its surviving "
         "nodes; in-order = it waits in the queue's order like any pending job (default: "
         "first; a gang given a spare by --spares restarts there either way)",
+    )
+    parser.add_argument(
+        "--keep-failed-nodes",
+        type=keep_duration,
+        metavar="DURATION",
+        help="a budgeted gang a node failure interrupts (resumable, within its budget or beyond "
+        "it, without a spare) keeps the nodes it ran on from every other job for up to "
+        "DURATION (e.g. 30m) while it does not restart: it restarts where it was once they and "
+        "what is free hold it (the failed node back after repair), or preempts only the room "
+        "it lacks around them (default: its surviving nodes go back to the queue)",
+    )
+    parser.add_argument(
+        "--keep-failed-nodes-from",
+        choices=("all", "unallocated"),
+        default=None,
+        help="with --keep-failed-nodes, whom those nodes are kept from: all = every other job; "
+        "unallocated = unallocated work only, budgeted jobs ranked first may take them "
+        "(default: all)",
     )
     parser.add_argument(
         "--unprotected-borrowing",

@@ -99,6 +99,7 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     from toposched.policy.checkpoint_wait import CheckpointWait
     from toposched.policy.contract import Contract
     from toposched.scheduler.core import Scheduler
+    from toposched.scheduler.interruptions import KeptFrom
     from toposched.sim.protocol import toposched_scheduler
 
     spares = getattr(args, "spares", None)
@@ -106,6 +107,12 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     borrowed = getattr(args, "borrowed_min_runtime", None)
     cross_account = getattr(args, "cross_account", "budget")
     failed_first = getattr(args, "failed_gangs", "first") == "first"
+    keep_failed_nodes = getattr(args, "keep_failed_nodes", None)
+    kept_from = getattr(args, "keep_failed_nodes_from", None)
+    if kept_from is not None and keep_failed_nodes is None:
+        raise InputError(
+            "--keep-failed-nodes-from", kept_from, "applies only with --keep-failed-nodes"
+        )
     worth = _eviction_worth(args)
     check = getattr(args, "check_incremental", False)
     admission = _admission(args)
@@ -130,6 +137,7 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
         and borrowed is None
         and cross_account == "budget"
         and failed_first
+        and keep_failed_nodes is None
         and worth is None
     ):
         return toposched_scheduler
@@ -146,6 +154,8 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
         protect_beyond_budget=protect,
         borrowed_min_runtime=borrowed,
         failed_first=failed_first,
+        keep_failed_nodes=keep_failed_nodes,
+        keep_failed_nodes_from=KeptFrom(kept_from or "all"),
         check_incremental=check,
         admission=admission,
     )

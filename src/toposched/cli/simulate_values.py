@@ -16,6 +16,7 @@ __all__ = [
     "TopologyPriceOption",
     "borrowed_duration",
     "cycle_interval",
+    "keep_duration",
     "loss_budget",
     "percentage",
     "process_count",
@@ -149,6 +150,17 @@ def worth_horizon(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text[:80]!r}: {error.rule}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text[:80]!r}: expected a duration > 0, e.g. 2h")
+    return value
+
+
+def keep_duration(text: str) -> float:
+    """`--keep-failed-nodes`: a duration > 0."""
+    try:
+        value = parse_duration(text, "--keep-failed-nodes")
+    except InputError as error:
+        raise argparse.ArgumentTypeError(f"{text[:80]!r}: {error.rule}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text[:80]!r}: expected a duration > 0, e.g. 30m")
     return value
 
 

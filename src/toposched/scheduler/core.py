@@ -132,7 +132,15 @@ class Scheduler:
         self.evictor = Evictor(state, self.ledger, settings)
         self.spares = SparePool(state, *settings.spares) if settings.spares is not None else None
         self.lifecycle = Lifecycle(state, tree, self.usage, self.queue, self.ledger, settings)
-        self.interruptions = Interruptions(state, self.ledger, self.spares, settings.failed_first)
+        self.interruptions = Interruptions(
+            state,
+            self.ledger,
+            self.spares,
+            settings.failed_first,
+            settings.keep_failed_nodes,
+            settings.keep_failed_nodes_from,
+            self.jobs,
+        )
         # What the cycle may remember between cycles. `_epoch` moves whenever free capacity may
         # have changed (a job started, or the cluster changed between cycles, seen by its
         # version); equal epochs and fences mean equal free capacity. Failures to place stay
@@ -168,6 +176,7 @@ class Scheduler:
             self.epoch,
             self.jobs,
             self.tally,
+            self.interruptions,
         )
 
     # --- events ------------------------------------------------------------------------------
@@ -323,7 +332,9 @@ class Scheduler:
             self._stop(job, now)
         elif job.state is JobState.PENDING:
             self.queue.remove(job_id)
-            if job.nomination is not None and self.spares is not None:
+            kept = self.interruptions.is_kept(job)
+            self.interruptions.forget(job)
+            if job.nomination is not None and self.spares is not None and not kept:
                 # A spare given to this job goes back to its pool.
                 self.spares.refill(job.nomination.nodes)
             job.nomination = None

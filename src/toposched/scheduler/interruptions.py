@@ -1,20 +1,42 @@
-"""Gangs a node failure interrupted: restarted on their surviving nodes and a spare, or put
-at the head of the next cycle when they ran within their account's budget."""
+"""Gangs a node failure interrupted: restarted on their surviving nodes and a spare, put at
+the head of the next cycle when they ran within their account's budget, and, with `keep`,
+their nodes kept for them until they restart."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from enum import StrEnum
 
 import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.policy.fairshare import QueueEntry
-from toposched.scheduler.jobs import Job, Nomination, ReasonCode
+from toposched.scheduler.fence import Fence
+from toposched.scheduler.jobs import Job, JobState, Nomination, ReasonCode
 from toposched.scheduler.ledger import Ledger
 from toposched.scheduler.spares import SparePool
+from toposched.scheduler.turn import Turn
 
 IntArray = NDArray[np.int64]
+
+
+class KeptFrom(StrEnum):
+    """Whom an interrupted gang's nodes are kept from."""
+
+    ALL = "all"
+    """Every other job: they are its nomination."""
+    UNALLOCATED = "unallocated"
+    """Unallocated work (the queue's unallocated tier and its backfill): budgeted jobs the
+    queue ranks first may still take them."""
+
+
+def _fence_apart(fence: Fence, nodes: IntArray) -> None:
+    """Fence `nodes` as a group of their own: taken out of the reservation's block, which
+    backfill may use, if they are in it."""
+    fence.settle()
+    fence.open(nodes)
+    fence.close(nodes)
 
 
 class Interruptions:
@@ -24,15 +46,39 @@ class Interruptions:
     domain, and restarts there in the next cycle. Otherwise, with `failed_first`, a gang that
     ran within its account's budget heads the next cycle's order, so that its surviving nodes
     are not handed to the queue while it waits to take back unallocated work elsewhere.
+
+    With `keep` (seconds), a budgeted gang without a spare keeps the nodes it ran on, the
+    failed ones included (closed while down, its own again once repaired), until it restarts,
+    for at most `keep` seconds: from every other job (`KeptFrom.ALL`: they are nominated to
+    it) or from unallocated work (`KeptFrom.UNALLOCATED`: fenced before the cycle's first
+    turn of unallocated work). They are opened for its own turn of each cycle (where it
+    starts on them and what is free, or preempts the least it needs around them) and kept
+    again after it for the nodes still free. The bound gives them back to the queue when the
+    gang can neither fit nor preempt for long (other teams' protected runs hold the room it
+    lacks).
     """
 
     def __init__(
-        self, state: ClusterState, ledger: Ledger, spares: SparePool | None, failed_first: bool
+        self,
+        state: ClusterState,
+        ledger: Ledger,
+        spares: SparePool | None,
+        failed_first: bool,
+        keep: float | None = None,
+        kept_from: KeptFrom | None = None,
+        jobs: Mapping[str, Job] | None = None,
     ) -> None:
         self.state = state
         self.ledger = ledger
         self.spares = spares
         self.failed_first = failed_first
+        self.keep = keep
+        self.kept_from = KeptFrom.ALL if kept_from is None else kept_from
+        self.jobs: Mapping[str, Job] = {} if jobs is None else jobs
+        # The nodes kept for each gang, by job id (with `KeptFrom.ALL`, its nomination), and
+        # the cycle whose unallocated work they were last fenced from.
+        self._kept: dict[str, Nomination] = {}
+        self._fenced_in = -1
         self._restart_first: set[str] = set()
         # Per node failure: spare nodes taken per domain, and GPUs of each account's gangs
         # put first.
@@ -48,9 +94,110 @@ class Interruptions:
         """`job`, which ran on `allocation`, was requeued because the nodes `down` failed."""
         if self.spares is not None:
             self._nominate_spare(job, allocation, down, now)
+        on_spare = job.nomination is not None
         # `unallocated` is still what the job ran as.
-        if self.failed_first and job.nomination is None and not job.unallocated:
+        if self.failed_first and not on_spare and not job.unallocated:
             self._put_first_if_within_budget(job)
+        if self.keep is not None and not on_spare and not job.unallocated:
+            self._keep_nodes(job, allocation.nodes, now)
+
+    def is_kept(self, job: Job) -> bool:
+        """Whether nodes are kept for the job after a node failure (from everyone: they are
+        its nomination; from unallocated work: it has no nomination of its own)."""
+        kept = self._kept.get(job.job_id)
+        if kept is None:
+            return False
+        return job.nomination is kept if self.kept_from is KeptFrom.ALL else job.nomination is None
+
+    def open_kept(self, job: Job, fence: Fence) -> Nomination | None:
+        """At the job's turn: if nodes are kept for it, open them for its own searches
+        (placement, preemption, reservation) and return what was kept; None otherwise."""
+        if not self.is_kept(job):
+            return None
+        kept = self._kept[job.job_id]
+        fence.settle()
+        fence.open(kept.nodes)
+        if self.kept_from is KeptFrom.ALL:
+            job.nomination = None
+        return kept
+
+    def keep_again(self, job: Job, kept: Nomination, turn: Turn) -> None:
+        """After the job's turn: keep its nodes still free for it again, unless it started
+        or preempts (its own nomination then keeps what it needs) or they were kept for
+        `keep` seconds already."""
+        nodes = self._still_kept(job, kept, turn.now)
+        if nodes is None:
+            return
+        if self.kept_from is KeptFrom.ALL:
+            job.nomination = self._kept[job.job_id]
+        elif self._fenced_in != turn.number:
+            return  # unallocated work has not had its turn yet in this cycle
+        _fence_apart(turn.fence, nodes)
+
+    def fence_from_unallocated(self, turn: Turn) -> None:
+        """Before the cycle's first turn of unallocated work: fence the nodes kept from it."""
+        if self.kept_from is not KeptFrom.UNALLOCATED or self._fenced_in == turn.number:
+            return
+        self._fenced_in = turn.number
+        kept = [
+            nodes
+            for job_id, nomination in list(self._kept.items())
+            if (nodes := self._still_kept(self.jobs[job_id], nomination, turn.now)) is not None
+        ]
+        if kept:
+            _fence_apart(turn.fence, np.concatenate(kept))
+
+    def _still_kept(self, job: Job, kept: Nomination, now: float) -> IntArray | None:
+        """The job's kept nodes still free, kept again for it; None when nothing is kept for
+        it any more: it started or preempts, the bound ran out, or no node is free."""
+        job_id = job.job_id
+        if job.state is not JobState.PENDING or (
+            job.nomination is not None and job.nomination is not kept
+        ):
+            del self._kept[job_id]
+            return None
+        assert self.keep is not None
+        if now - kept.decided_at >= self.keep:
+            del self._kept[job_id]
+            if job.nomination is kept:
+                job.nomination = None
+            job.record(now, "its nodes are no longer kept for it: it did not restart in time")
+            return None
+        nodes = self._still_free(kept.nodes)
+        if not nodes.size:
+            del self._kept[job_id]
+            if job.nomination is kept:
+                job.nomination = None
+            return None
+        if nodes.size != kept.nodes.size:
+            renewed = self._kept[job_id] = Nomination(set(), nodes, kept.decided_at)
+            if job.nomination is kept:
+                job.nomination = renewed
+        return nodes
+
+    def forget(self, job: Job) -> None:
+        """The job left the queue (cancelled): nothing is kept for it any more."""
+        self._kept.pop(job.job_id, None)
+
+    def _keep_nodes(self, job: Job, nodes: IntArray, now: float) -> None:
+        kept = self._kept[job.job_id] = Nomination(set(), np.unique(nodes), now)
+        if self.kept_from is KeptFrom.ALL:
+            job.nomination = kept
+        if job.reason_code is not ReasonCode.RESTARTING_FIRST:
+            job.reason_code = ReasonCode.QUEUED
+            job.reason = "interrupted by a node failure: its nodes are kept for it"
+        else:
+            job.reason += "; its nodes are kept for it"
+        job.record(now, "its nodes are kept for it until it restarts")
+
+    def _still_free(self, nodes: IntArray) -> IntArray:
+        """The nodes of `nodes` that hold no work (down ones included)."""
+        state, topology = self.state, self.state.topology
+        idle: NDArray[np.bool_] = (state.free_whole_gpus[nodes] == topology.gpu_count[nodes]) & (
+            state.free_cpu_milli[nodes] == topology.cpu_milli[nodes]
+        )
+        free: IntArray = nodes[idle]
+        return free
 
     def first(self, runs: Iterable[Iterable[QueueEntry]]) -> Iterable[Iterable[QueueEntry]]:
         """The queue's `runs` with the gangs a node failure interrupted within their budget

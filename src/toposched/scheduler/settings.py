@@ -11,6 +11,7 @@ from toposched.cluster.errors import InputError
 from toposched.placement.policies import BestFit, PlacementPolicy
 from toposched.policy.contract import Contract
 from toposched.scheduler.admission import AdmissionRule
+from toposched.scheduler.interruptions import KeptFrom
 from toposched.scheduler.preemption import ImpactPolicy
 
 
@@ -65,6 +66,14 @@ class SchedulerSettings:
     failed_first: bool = True
     """Whether a gang a node failure interrupted within its budget heads the next cycle, so
     that its surviving nodes are not handed to the queue while it waits."""
+    keep_failed_nodes: float | None = None
+    """Seconds a budgeted gang a node failure interrupted (resumable, without a spare) keeps
+    the nodes it ran on from other jobs (`keep_failed_nodes_from`), while it does not restart:
+    the surviving ones, and the failed ones once repaired (None: not kept). It restarts there
+    when they and what is free hold it, else preempts the least it needs around them (see
+    `Interruptions`)."""
+    keep_failed_nodes_from: KeptFrom = KeptFrom.ALL
+    """Whom those nodes are kept from: every other job, or only unallocated work."""
 
     keep_failures_through_releases: bool = True
     """Whether a placement failure outlives GPUs freed where the gang could not use them (see
@@ -97,6 +106,7 @@ class SchedulerSettings:
         _seconds("grace_s", self.grace_s)
         _seconds("max_grace_s", self.max_grace_s)
         _seconds("full_cycle_every", self.full_cycle_every)
+        _seconds("keep_failed_nodes", self.keep_failed_nodes, allow_none=True)
         if isinstance(self.reserve_min_gpus, bool) or not isinstance(
             self.reserve_min_gpus, int | float
         ):

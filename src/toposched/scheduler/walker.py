@@ -20,6 +20,7 @@ from toposched.scheduler.errors import InternalError
 from toposched.scheduler.evictions import Evictor
 from toposched.scheduler.failures import FailureMemo
 from toposched.scheduler.incremental import Incremental, Outcome, Reference, Walk, differences
+from toposched.scheduler.interruptions import Interruptions
 from toposched.scheduler.jobs import Job, JobKind, ReasonCode
 from toposched.scheduler.ledger import Ledger
 from toposched.scheduler.placing import Placing, backfills, sets_refusal
@@ -55,6 +56,7 @@ class Walker:
         epoch: Callable[[], int],
         jobs: Mapping[str, Job],
         tally: PendingTally | None = None,
+        interruptions: Interruptions | None = None,
     ) -> None:
         self.state = state
         self.tree = tree
@@ -75,6 +77,7 @@ class Walker:
         self.jobs = jobs
         self.tally = tally
         self.kinds = tally.kinds if tally is not None else JobKinds()
+        self.interruptions = interruptions
 
     # --- the walk ----------------------------------------------------------------------------
     def walk(
@@ -276,7 +279,23 @@ class Walker:
     def consider(self, turn: Turn, entry: QueueEntry, job: Job) -> bool:
         """One pending job's turn: start it, preempt or reserve for it, or say why not.
         Returns whether it was answered alike an earlier job, or waits for its victims to exit:
-        nothing a later job reads changed (see `toposched.scheduler.incremental`)."""
+        nothing a later job reads changed (see `toposched.scheduler.incremental`).
+
+        A gang whose nodes are kept for it after a node failure (`Interruptions`) has them
+        opened for its turn and kept again after it."""
+        interruptions = self.interruptions
+        kept = interruptions.open_kept(job, turn.fence) if interruptions is not None else None
+        if kept is None:
+            return self._turn(turn, entry, job)
+        assert interruptions is not None
+        turn.unpreemptable.clear()
+        turn.refusals += 1
+        turn.nominees_settled = True
+        self._turn(turn, entry, job)
+        interruptions.keep_again(job, kept, turn)
+        return False
+
+    def _turn(self, turn: Turn, entry: QueueEntry, job: Job) -> bool:
         job.reservation = None
         job.refusal = None
         fence = turn.fence
@@ -299,6 +318,8 @@ class Walker:
         tier = turn.tiers.get(tier_key)
         if tier is None:
             tier = turn.tiers[tier_key] = self.queue.tier(entry)
+        if tier is QueueTier.UNALLOCATED and self.interruptions is not None:
+            self.interruptions.fence_from_unallocated(turn)
         # Answered alike every job of its kind, account, priority and declared work (see
         # `Turn.answered`): with the reservation in what the answer knew, that fixes whether it
         # may backfill too.

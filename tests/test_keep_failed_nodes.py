@@ -1,0 +1,154 @@
+"""A gang a node failure interrupts keeps the nodes it ran on until it restarts
+(`keep_failed_nodes`, docs/preemption.md, "Interrupted gangs keep their nodes")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_failed_first import two_racks_with_a_failed_gang
+from test_preemption_scenarios import RACK, assert_consistent, bound, racks, run, scheduler, spec
+
+from toposched.cli.main import main
+from toposched.cluster.state import Health
+from toposched.scheduler.core import Scheduler
+from toposched.scheduler.interruptions import KeptFrom
+from toposched.scheduler.jobs import JobState
+
+
+def test_a_gang_beyond_its_budget_restarts_where_it_was() -> None:
+    # The gang's 12 GPUs are beyond team-a's 9.6: it keeps the queue's order, and without the
+    # rule c-pair (team-c, better ranked) takes nodes 0 and 2 (tests/test_failed_first.py).
+    # Its nodes kept, c-pair finds no two free nodes in a rack and the gang restarts on its
+    # surviving nodes 0 and 2 and the free node 3 of its rack.
+    sched = two_racks_with_a_failed_gang("team-a", 3, keep_failed_nodes=3600.0)
+    assert sched.jobs["gang"].reason.endswith("its nodes are kept for it")
+
+    result = sched.cycle(100)
+
+    assert bound(result) == {"gang": [0, 2, 3]}
+    assert sched.jobs["c-pair"].state is JobState.PENDING
+    assert_consistent(sched.state)
+
+
+def one_failed_gang(
+    keep: float | None, kept_from: KeptFrom = KeptFrom.ALL, arrival: str = "team-b"
+) -> Scheduler:
+    """Two racks of 2 nodes x 4 GPUs: `gang` (team-a, resumable, one rack) on nodes 0-1,
+    team-b's protected `b-rest` on nodes 2-3. Node 1 fails at 100 s; the gang fits nowhere
+    and may evict no one. `b-one` (of `arrival`'s account, one node) arrives at 200 s;
+    `keep`: seconds the gang's nodes are kept (None: not kept), from `kept_from`."""
+    sched = scheduler(racks(2, 2), keep_failed_nodes=keep, keep_failed_nodes_from=kept_from)
+    run(sched, spec("gang", "team-a", pods=2, resumable=True, topology=RACK), [0, 1], 0)
+    run(sched, spec("b-rest", "team-b", pods=2, min_runtime="8h"), [2, 3], 0)
+    sched.set_health([1], Health.DOWN, 100)
+    assert bound(sched.cycle(100)) == {}
+    sched.submit(spec("b-one", arrival), 200)
+    return sched
+
+
+@pytest.mark.parametrize(
+    ("keep", "at_200", "at_300"), [(3600.0, {}, {"gang": [0, 1]}), (None, {"b-one": [0]}, {})]
+)
+def test_the_gang_restarts_in_place_once_its_failed_node_is_repaired(
+    keep: float | None, at_200: dict[str, list[int]], at_300: dict[str, list[int]]
+) -> None:
+    sched = one_failed_gang(keep)
+
+    assert bound(sched.cycle(200)) == at_200
+    sched.set_health([1], Health.HEALTHY, 300)
+    assert bound(sched.cycle(300)) == at_300
+    assert_consistent(sched.state)
+
+
+@pytest.mark.parametrize(
+    ("arrival", "at_200", "at_300"),
+    [("team-b", {"b-one": [0]}, {}), ("scratch", {}, {"gang": [0, 1]})],
+)
+def test_kept_from_unallocated_work_only(
+    arrival: str, at_200: dict[str, list[int]], at_300: dict[str, list[int]]
+) -> None:
+    # Budgeted work may still take node 0; unallocated work (scratch has no budget) may not.
+    sched = one_failed_gang(3600.0, KeptFrom.UNALLOCATED, arrival)
+
+    assert bound(sched.cycle(200)) == at_200
+    sched.set_health([1], Health.HEALTHY, 300)
+    assert bound(sched.cycle(300)) == at_300
+    assert_consistent(sched.state)
+
+
+def test_the_nodes_go_back_to_the_queue_once_kept_for_the_bound() -> None:
+    # Kept for 50 s from the failure at 100 s: the gang's turn at 200 s gives them back, and
+    # b-one takes node 0 then or at the next cycle (whichever comes after the gang's turn).
+    sched = one_failed_gang(keep=50.0)
+
+    started = bound(sched.cycle(200)) | bound(sched.cycle(250))
+
+    assert started == {"b-one": [0]}
+    assert "no longer kept" in sched.jobs["gang"].history[-1][1]
+
+
+def test_a_cancelled_gang_leaves_its_nodes_to_the_queue() -> None:
+    sched = one_failed_gang(keep=3600.0)
+    assert bound(sched.cycle(200)) == {}
+
+    sched.cancel("gang", 250)
+
+    assert bound(sched.cycle(250)) == {"b-one": [0]}
+    assert_consistent(sched.state)
+
+
+BEYOND_BUDGET = """\
+cluster: {builder: superpod, spine_groups: 1, units_per_group: 1, nodes_per_unit: 5}
+budget: {accounts: {a: 20, c: 40, e: 40}}
+failures:
+  - {time: 2h, nodes: [1]}
+jobs:
+  - {name: x, submit: 0, runtime: 4h, class: training, account: a, pods: 2, resumable: true,
+     min_runtime: 1h, resources_per_pod: {gpus: 8}, topology: {required: su}}
+  - {name: y, submit: 1, runtime: 10h, account: c, pods: 2, min_runtime: 8h,
+     resources_per_pod: {gpus: 8}}
+  - {name: w, submit: 1h, runtime: 1h, class: waiting, account: e, pods: 2,
+     min_runtime: 1h, resources_per_pod: {gpus: 8}}
+"""
+
+
+@pytest.mark.parametrize(("keep", "wait_s"), [(False, 3600.0), (True, 3 * 3600.0)])
+def test_simulate_keeps_the_failed_gangs_nodes_on_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], keep: bool, wait_s: float
+) -> None:
+    # Five nodes of 8 GPUs: x (team a, 16 GPUs, beyond its budget of 8) on two of them, y
+    # (team c, protected) on two, one free; w (team e, no usage, 16 GPUs) waits for two from
+    # 1 h. Node 1 fails at 2 h. By default w, better ranked, takes x's surviving node and the
+    # free one; with the rule x restarts there at once and w starts when x ends, at 4 h.
+    path = tmp_path / "failure.yaml"
+    path.write_text(BEYOND_BUDGET)
+    arguments = ["simulate", "--workload", str(path), "--no-progress", "--json"]
+    arguments += ["--out", str(tmp_path)] + (["--keep-failed-nodes", "1h"] if keep else [])
+    assert main(arguments) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["classes"]["waiting"]["wait_s"]["p50"] == wait_s
+    assert summary["conservation"]["holds"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--keep-failed-nodes", "0"], "a duration > 0"),
+        (["--keep-failed-nodes", "soon"], "--keep-failed-nodes"),
+        (["--keep-failed-nodes-from", "all"], "applies only with --keep-failed-nodes"),
+        (["--keep-failed-nodes", "1h", "--keep-failed-nodes-from", "queue"], "invalid choice"),
+    ],
+)
+def test_bad_keep_values_exit_2_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    arguments = ["simulate", "--days", "1", "--gpus", "256", "--out", str(tmp_path), *flags]
+    try:
+        code: int | str | None = main(arguments)
+    except SystemExit as exit_info:
+        code = exit_info.code
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "summary.json").exists()
