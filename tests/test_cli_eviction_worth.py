@@ -70,6 +70,14 @@ def test_the_loss_budget_caps_the_work_thrown_away_in_a_day(tmp_path: Path) -> N
 def test_bad_values_exit_2_before_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
 ) -> None:
+    assert_exits_2_before_the_run(tmp_path, capsys, flags, message)
+
+
+def assert_exits_2_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    """`toposched simulate` with `flags` exits with code 2 saying `message`, and writes no
+    summary."""
     arguments = ["simulate", "--days", "1", "--gpus", "256", "--out", str(tmp_path), *flags]
     try:
         code: int | str | None = main(arguments)

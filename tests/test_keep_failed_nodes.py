@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_cli_eviction_worth import assert_exits_2_before_the_run
 from test_failed_first import two_racks_with_a_failed_gang
 from test_preemption_scenarios import RACK, assert_consistent, bound, racks, run, scheduler, spec
 
@@ -144,11 +145,4 @@ def test_simulate_keeps_the_failed_gangs_nodes_on_request(
 def test_bad_keep_values_exit_2_before_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
 ) -> None:
-    arguments = ["simulate", "--days", "1", "--gpus", "256", "--out", str(tmp_path), *flags]
-    try:
-        code: int | str | None = main(arguments)
-    except SystemExit as exit_info:
-        code = exit_info.code
-    assert code == 2
-    assert message in capsys.readouterr().err
-    assert not (tmp_path / "summary.json").exists()
+    assert_exits_2_before_the_run(tmp_path, capsys, flags, message)
