@@ -332,8 +332,7 @@ class Scheduler:
             self._stop(job, now)
         elif job.state is JobState.PENDING:
             self.queue.remove(job_id)
-            kept = self.interruptions.is_kept(job)
-            self.interruptions.forget(job)
+            kept = self.interruptions.forget(job)
             if job.nomination is not None and self.spares is not None and not kept:
                 # A spare given to this job goes back to its pool.
                 self.spares.refill(job.nomination.nodes)

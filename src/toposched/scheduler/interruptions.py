@@ -175,9 +175,12 @@ class Interruptions:
                 job.nomination = renewed
         return nodes
 
-    def forget(self, job: Job) -> None:
-        """The job left the queue (cancelled): nothing is kept for it any more."""
+    def forget(self, job: Job) -> bool:
+        """The job left the queue (cancelled): nothing is kept for it any more. Returns whether
+        nodes were kept for it (`is_kept`)."""
+        kept = self.is_kept(job)
         self._kept.pop(job.job_id, None)
+        return kept
 
     def _keep_nodes(self, job: Job, nodes: IntArray, now: float) -> None:
         kept = self._kept[job.job_id] = Nomination(set(), np.unique(nodes), now)
