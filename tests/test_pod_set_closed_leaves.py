@@ -31,8 +31,9 @@ def rack_level(topology: Topology) -> int:
 
 
 def requests(topology: Topology) -> st.SearchStrategy[GangRequest]:
-    """Gangs of whole-GPU pods of every kind a later set may be: CPU and memory, GPU models,
-    slices of racks or nodes, a required level, a preferred one."""
+    """Gangs of whole-GPU pods of every kind a later set read with closed racks may be: CPU
+    and memory, GPU models, slices of racks, a required level, a preferred one (node-sliced
+    sets are placed after a take: `place` refuses them with `closed`)."""
     models = [None, *([[0], [1]] if len(topology.gpu_models) > 1 else [])]
     rack = rack_level(topology)
     return st.builds(
@@ -45,7 +46,6 @@ def requests(topology: Topology) -> st.SearchStrategy[GangRequest]:
             required=required,
             preferred=preferred,
             slices=[(rack, layer)] if layer > 1 and pods % layer == 0 else [],
-            node_slice=2 if layer == 1 and gpus < 4 and pods % 2 == 0 else 1,
             name="rollout",
         ),
         st.sampled_from([1, 3, 8, 36, 200, 900]),
@@ -237,3 +237,18 @@ def test_on_a_free_cluster_the_trainer_closes_its_racks_and_the_rollout_goes_bes
     expected = sets_one_after_another_in(state, roles, 1, placed.domain)
     for got, want in zip(placed.placements, expected, strict=True):
         same_result(got, want)
+
+
+def test_a_node_sliced_set_is_not_searched_with_closed_racks() -> None:
+    """A set of pods in node slices lands elsewhere with closed racks than after the take (on
+    this busy cluster: three nodes instead of two), so `place` refuses it with `closed` and a
+    job's later node-sliced sets are placed after a take."""
+    rng = np.random.default_rng(1_000_000_000)
+    state = busy_state(one_model(), rng)
+    earlier = whole_node_pods(state, rng, 1.0, 0, 0)
+    assert earlier is not None
+    found = closed_leaves_of(state, earlier)
+    assert found is not None
+    sliced = simple_request(8, 1, node_slice=2, name="rollout")
+    with pytest.raises(ValueError, match="closed domains"):
+        place(state, sliced, closed=found[0])
