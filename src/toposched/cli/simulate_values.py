@@ -144,23 +144,22 @@ def worth_ratio(text: str) -> float:
 
 
 def worth_horizon(text: str) -> float:
-    try:
-        value = parse_duration(text, "--eviction-worth-horizon")
-    except InputError as error:
-        raise argparse.ArgumentTypeError(f"{text[:80]!r}: {error.rule}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text[:80]!r}: expected a duration > 0, e.g. 2h")
-    return value
+    return _positive_duration(text, "--eviction-worth-horizon", "2h")
 
 
 def keep_duration(text: str) -> float:
     """`--keep-failed-nodes`: a duration > 0."""
+    return _positive_duration(text, "--keep-failed-nodes", "30m")
+
+
+def _positive_duration(text: str, option: str, example: str) -> float:
+    """`text` read as a duration > 0 for `option`; argparse's error otherwise."""
     try:
-        value = parse_duration(text, "--keep-failed-nodes")
+        value = parse_duration(text, option)
     except InputError as error:
         raise argparse.ArgumentTypeError(f"{text[:80]!r}: {error.rule}") from None
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text[:80]!r}: expected a duration > 0, e.g. 30m")
+        raise argparse.ArgumentTypeError(f"{text[:80]!r}: expected a duration > 0, e.g. {example}")
     return value
 
 
