@@ -22,7 +22,12 @@ from toposched.policy.usage import UsageTracker
 from toposched.scheduler.fence import Fence, FencedNodes
 from toposched.scheduler.freed import FreedCapacity
 from toposched.scheduler.ledger import LAST_ID, Ledger
-from toposched.scheduler.refusal_kernels import limits_reach_more, most_pods, takeable_slots
+from toposched.scheduler.refusal_kernels import (
+    domain_pods,
+    limits_reach_more,
+    most_pods,
+    takeable_slots,
+)
 from toposched.scheduler.refusals import Refusal
 
 IntArray = NDArray[np.int64]
@@ -48,6 +53,8 @@ FENCES_MARKED = 16
 #: An empty mask or count per node: none given (see `most_pods`).
 NO_MARKS: BoolArray = np.zeros(0, dtype=bool)
 NO_GPUS: NDArray[np.int32] = np.zeros(0, dtype=np.int32)
+#: No innermost domain touched yet (see `KeptRefusal.touched`).
+NO_DOMAINS: IntArray = np.zeros(0, dtype=np.int64)
 #: More kept refusals than this (distinct kinds of pending jobs) are forgotten at once.
 KEPT_MOST = 10_000
 
@@ -96,6 +103,9 @@ class KeptRefusal:
     """Protection ends up to this time are known to let no job the refusal may take go."""
     released: list[IntArray] = field(default_factory=list)
     """Nodes the fence let go since it was last checked: room may have grown there."""
+    touched: IntArray = field(default_factory=lambda: NO_DOMAINS)
+    """For a refusal with a proven bound (`Refusal.most_pods`): the innermost domains holding
+    nodes judged as released since it was found, sorted, each counted again when asked."""
 
     def note_released(self, nodes: IntArray) -> None:
         released = self.released
@@ -120,8 +130,15 @@ class KeptRefusals:
       the gang needs there (as failures kept through releases are judged), or, when a job
       asks, counted node by node, room for fewer of its pods than it needs with the
       unprotected jobs it may take gone (those the contract lets it take now under the budget
-      rule, every one otherwise); a release of unallocated work no eviction had claimed frees
-      nothing a preemptor that may take work at all did not count already;
+      rule, every one otherwise); or, for a refusal proven from per-domain counts
+      (`Refusal.most_pods`: no domain of the gang's required level holds more than `most`
+      pods), when `most` plus the room counted now, node by node, in each innermost domain
+      touched since it was found stays below the gang's pods in every domain of that level:
+      an untouched innermost domain holds no more than when it was found (nothing there could
+      give it room), so its part of `most` bounds it still, and a touched one holds at most
+      what it is counted now (see `_touched_leave_no_room`); a release of unallocated work no
+      eviction had claimed frees nothing a preemptor that may take work at all did not count
+      already;
     - a protection ending: the nodes of the jobs whose protection ended since that the
       contract lets the preemptor take (looked at once each) are judged as released;
     - the contract allowing more, with the same jobs: under the budget rule, when the
@@ -152,6 +169,10 @@ class KeptRefusals:
         self.contract = contract
         self.ledger = ledger
         self._domain_of_leaf = domain_of_leaf
+        topology = state.topology
+        self._leaf_level = len(topology.domain_levels) - 1
+        self._leaf_starts = topology.domain_starts[self._leaf_level].astype(np.int64)
+        self._leaf_of_node = topology.node_domain[self._leaf_level]
         self.keeping = Keeping(keeping)
         self._kept: dict[RefusalKey, KeptRefusal] = {}
         self._refreshed = -1.0
@@ -221,6 +242,11 @@ class KeptRefusals:
             request = kept.request
             if request.gpus_per_pod == 0 or request.is_fractional:
                 dropped.append(key)
+                continue
+            if kept.refusal.most_pods is not None:
+                # Judged by the innermost domains it touches, each one: a bound of a whole
+                # domain's room would leave room grown there unknown to later judgements.
+                kept.note_released(nodes)
                 continue
             # The most room in one domain of its required level holding released nodes,
             # looked up once per such level for all refusals.
@@ -307,7 +333,46 @@ class KeptRefusals:
             return False
         released = kept.released
         nodes = released[0] if len(released) == 1 else np.concatenate(released)
+        if kept.refusal.most_pods is not None and self._touched_leave_no_room(nodes, kept, entry):
+            return True
         return self._pods_it_may_fit(nodes, kept, entry) < request.pods
+
+    def _touched_leave_no_room(self, nodes: IntArray, kept: KeptRefusal, entry: QueueEntry) -> bool:
+        """Whether, for a refusal with a proven bound (`Refusal.most_pods`), no domain of the
+        gang's required level (the whole cluster without one) could hold its pods now: in each,
+        `most` plus the pods each innermost domain of it touched since the refusal was found
+        (`kept.touched`, to which those of `nodes` are added) could take now, counted node by
+        node as `_pods_it_may_fit` counts and in whole slices, falls short of them.
+
+        `most` bounds every such domain's room then as a sum over its innermost domains of
+        each one's room in whole slices (the placement engine puts whole slices in each). One
+        untouched since, where no job ended, no fenced node was let go and no protection of a
+        job it may take ended (the changes that send nodes here), and with the same jobs
+        allowed (else the refusal is not asked), can only have lost room: starts take free
+        GPUs or turn them into GPUs of a job it may take, evictions decided put jobs out of
+        reach. Its part of `most` still bounds it, and a touched one's count now bounds it."""
+        request = kept.request
+        leaves = self._leaf_of_node[nodes]
+        kept.touched = np.union1d(kept.touched, leaves).astype(np.int64)
+        node_held, takeable, shared, fenced = self._node_room_inputs(kept, entry)
+        pods = domain_pods(
+            kept.touched,
+            self._leaf_starts,
+            self.state.free_whole_gpus,
+            self.state.topology.gpu_count,
+            node_held,
+            self.ledger.preemptible.gpu_owner,
+            takeable,
+            shared,
+            fenced,
+            request.gpus_per_pod,
+        )
+        granule = request.granule(self._leaf_level)
+        room = pods // granule * granule
+        grown = np.bincount(self._domain_of_leaf(request.required)[kept.touched], weights=room)
+        most = kept.refusal.most_pods
+        assert most is not None
+        return most + int(grown.max()) < request.pods
 
     def _most_room(self, nodes: IntArray, level: int, only_unallocated: bool) -> int:
         """The most whole GPUs free or held by unprotected jobs (unallocated work only, if
@@ -351,19 +416,7 @@ class KeptRefusals:
         request = kept.request
         index = self.ledger.preemptible
         topology = self.state.topology
-        takeable = NO_MARKS
-        shared = NO_MARKS
-        if kept.only_unallocated:
-            node_held = index.node_unallocated_freeable
-        elif not kept.ranked or kept.leaves is not None:
-            node_held = index.node_freeable
-        else:
-            node_held = NO_GPUS
-            takeable = self._takeable(entry)
-            if index.shared_on_node:
-                shared = np.zeros(topology.n_nodes, dtype=bool)
-                shared[np.fromiter(index.shared_on_node, dtype=np.int64)] = True
-        fenced = self._fenced_mask(kept.holding) if kept.holding.groups else NO_MARKS
+        node_held, takeable, shared, fenced = self._node_room_inputs(kept, entry)
         level = request.required
         return int(
             most_pods(
@@ -383,6 +436,28 @@ class KeptRefusals:
                 request.pods,
             )
         )
+
+    def _node_room_inputs(
+        self, kept: KeptRefusal, entry: QueueEntry
+    ) -> tuple[NDArray[np.int32], BoolArray, BoolArray, BoolArray]:
+        """What `node_pods` counts a node's room for `kept` from (see `_pods_it_may_fit`): the
+        GPUs per node of the jobs it may take, or else which slots of the index it may take
+        and the nodes holding shared GPUs; and the nodes fenced as `kept.holding` says."""
+        index = self.ledger.preemptible
+        takeable = NO_MARKS
+        shared = NO_MARKS
+        if kept.only_unallocated:
+            node_held = index.node_unallocated_freeable
+        elif not kept.ranked or kept.leaves is not None:
+            node_held = index.node_freeable
+        else:
+            node_held = NO_GPUS
+            takeable = self._takeable(entry)
+            if index.shared_on_node:
+                shared = np.zeros(self.state.topology.n_nodes, dtype=bool)
+                shared[np.fromiter(index.shared_on_node, dtype=np.int64)] = True
+        fenced = self._fenced_mask(kept.holding) if kept.holding.groups else NO_MARKS
+        return node_held, takeable, shared, fenced
 
     def _fenced_mask(self, fenced: FencedNodes) -> BoolArray:
         """`fenced` marked over every node; remembered for the last few (refusals kept under

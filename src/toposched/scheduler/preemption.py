@@ -524,8 +524,13 @@ class VictimSearch:
         )
         if granule > 1:
             text += f" in whole slices of {granule}"
-        refusal = Refusal(RefusalCode.NO_ROOM, text, {"most": most, "pods": request.pods})
         proven = not (request.is_fractional or request.gpus_per_pod == 0)
+        refusal = Refusal(
+            RefusalCode.NO_ROOM,
+            text,
+            {"most": most, "pods": request.pods},
+            most_pods=most if proven else None,
+        )
         return refusal, (_PROVEN if proven else None)
 
     def _with_every_candidate(

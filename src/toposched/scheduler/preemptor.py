@@ -101,8 +101,9 @@ class Preemptor:
         the fair-share rule the accounts' order) stay as they were and no protection has
         ended; and under the built-in rules, through the changes that cannot give the job
         room (see `KeptRefusals`), word for word (the figures it quotes are those it was
-        found with). The search that stopped at `DOMAINS_EXAMINED` domains with room depends
-        on which were cheapest, so its refusals are not remembered.
+        found with). A refusal of the local search that stopped at `DOMAINS_EXAMINED` domains
+        with room depends on which were cheapest, so it is not remembered; the search over
+        every candidate that follows it when the local one found nothing does not.
 
         When unallocated work is all the job may take (`only_unallocated_victims`), nothing of
         its account or priority enters the search: the refusal is shared by every such job of
@@ -171,7 +172,8 @@ class Preemptor:
         self, job: Job, entry: QueueEntry, ranking: Ranking, now: float, only_unallocated: bool
     ) -> tuple[PreemptionPlan | Refusal, bool]:
         """`plan`, and whether its answer does not depend on the order of domains by lost work
-        (False when the local search stopped at `DOMAINS_EXAMINED`, or when the contract's
+        (False when the local search stopped at `DOMAINS_EXAMINED` and answered alone, when
+        budget caps chose among the victims, or when the contract's
         checkpoint wait or cost/benefit rule refused the plan: their figures move with the
         clock).
         `only_unallocated`: `only_unallocated_victims(entry)`, as of a refresh at `now`."""
@@ -226,7 +228,10 @@ class Preemptor:
                 return spread, lasting
         candidates = self.candidates(entry, ranking, now, only_unallocated=only_unallocated)
         plan = self.victim_search.plan(job.job_id, job.request, candidates, known_not_to_fit=True)
-        return plan, lasting and not candidates.caps_bind
+        # Every job it may take was a candidate: a refusal says placing the gang failed with
+        # all of them gone (or their GPUs cannot add up to it), whichever domains the local
+        # search examined first, so it lasts unless budget caps chose among the victims.
+        return plan, not candidates.caps_bind
 
     def _nothing_to_evict(self, job: Job, now: float, only_unallocated: bool) -> Refusal:
         """Why a one-domain gang finds no domain where evictions could make room."""

@@ -1,5 +1,6 @@
-"""Compiled loop of the check whether a kept refusal still stands after releases: the most
-pods of a gang one domain holding released nodes could take, counted node by node."""
+"""Compiled loops of the check whether a kept refusal still stands after releases: the most
+pods of a gang one domain holding released nodes could take, counted node by node, and the
+pods each innermost domain released nodes touch could take."""
 
 from __future__ import annotations
 
@@ -104,6 +105,41 @@ def most_pods(
             )
         best = max(best, total)
     return best
+
+
+@njit(cache=True, nogil=True)
+def domain_pods(
+    domains: np.ndarray,
+    starts: np.ndarray,
+    free_whole_gpus: np.ndarray,
+    gpu_count: np.ndarray,
+    node_held: np.ndarray,
+    gpu_owner: np.ndarray,
+    takeable: np.ndarray,
+    shared: np.ndarray,
+    fenced: np.ndarray,
+    gpus_per_pod: int,
+) -> np.ndarray:
+    """Per domain of `domains` (nodes starts[d]..starts[d+1]-1), the pods (see `node_pods`)
+    its nodes could take together."""
+    pods = np.zeros(domains.size, dtype=np.int64)
+    for i in range(domains.size):
+        domain = domains[i]
+        total = 0
+        for node in range(starts[domain], starts[domain + 1]):
+            total += node_pods(
+                node,
+                free_whole_gpus,
+                gpu_count,
+                node_held,
+                gpu_owner,
+                takeable,
+                shared,
+                fenced,
+                gpus_per_pod,
+            )
+        pods[i] = total
+    return pods
 
 
 @njit(cache=True, nogil=True)

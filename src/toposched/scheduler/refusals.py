@@ -38,6 +38,13 @@ class Refusal:
     code: RefusalCode
     reason: str
     figures: Mapping[str, float] = field(default_factory=dict)
+    most_pods: int | None = field(default=None, compare=False)
+    """Set by a proof from per-domain counts (whole-GPU pods): with every job the preemptor
+    may take gone, no domain of the gang's required level (the whole cluster without one)
+    holds more than this many of its pods, its innermost domains' room counted each in whole
+    slices from their free GPUs and those of such jobs, an upper bound of what the placement
+    engine could place there. A kept refusal weighs releases against it by the innermost
+    domains they touch (see `KeptRefusals`)."""
 
     def __str__(self) -> str:
         return self.reason

@@ -115,10 +115,12 @@ class SpreadSearch:
         if helpful.size == 0:
             return None
         victims = "all unallocated work" if only_unallocated else "every unprotected job"
-        if int(room.gain[helpful].sum()) < room.need:
+        gained = int(room.gain[helpful].sum())
+        if gained < room.need:
             return Refusal(
                 RefusalCode.NO_ROOM,
                 f"even evicting {victims} leaves too little room in whole slices",
+                most_pods=int(room.now.sum()) + gained,
             )
         ratio = index.leaf_cost_bound(helpful, now) / room.gain[helpful]
         # Room the whole cluster has may lie in required domains other than the one the gang
@@ -131,6 +133,7 @@ class SpreadSearch:
                 f"even evicting {victims} leaves no {level} with room for more than "
                 f"{within.most} of its {request.pods} pods in whole slices",
                 {"most": within.most, "pods": request.pods},
+                most_pods=within.most,
             )
         if within is not None:
             order, need = within
@@ -363,6 +366,7 @@ class SpreadSearch:
                 f"even evicting every job it may preempt leaves room for at most {most} of its "
                 f"{request.pods} pods{slices}",
                 {"most": most, "pods": request.pods},
+                most_pods=most,
             )
         topology = self.state.topology
         domain_of_leaf = self.search.domain_of_leaf(required)
@@ -384,6 +388,7 @@ class SpreadSearch:
             f"even evicting every job it may preempt leaves no {level} with room for more than "
             f"{most} of its {request.pods} pods{slices}",
             {"most": most, "pods": request.pods},
+            most_pods=most,
         )
 
     def _short_within_caps(
