@@ -317,12 +317,23 @@ class KeptRefusals:
 
     def _note_opened(self, kept: KeptRefusal, fence: Fence) -> None:
         """The fence let go some nodes it held when `kept` was last compared with it: room may
-        have grown there as where jobs ended. The fence now is the one to compare with."""
+        have grown there as where jobs ended. The fence now is the one to compare with.
+
+        Let go are the nodes neither in the fence's groups now nor closed otherwise. The
+        reservation's block stays in the groups while it is lifted for a backfill: a victim
+        search settles the fence first, so the block is fenced for the answer asked."""
         closed = self.state.closed
-        opened = [group.nodes[closed[group.nodes] == 0] for group in kept.holding.groups]
+        now = fence.frozen()
+        held_now = self._fenced_mask(now) if now.groups else None
+        opened = []
+        for group in kept.holding.groups:
+            let_go = closed[group.nodes] == 0
+            if held_now is not None:
+                let_go &= ~held_now[group.nodes]
+            opened.append(group.nodes[let_go])
         if opened:
             kept.note_released(np.concatenate(opened))
-        kept.holding = fence.frozen()
+        kept.holding = now
 
     def _releases_leave_no_room(self, kept: KeptRefusal, entry: QueueEntry) -> bool:
         """Whether every domain of the gang's required level holding nodes of
@@ -372,7 +383,7 @@ class KeptRefusals:
         grown = np.bincount(self._domain_of_leaf(request.required)[kept.touched], weights=room)
         most = kept.refusal.most_pods
         assert most is not None
-        return most + int(grown.max()) < request.pods
+        return most + (int(grown.max()) if grown.size else 0) < request.pods
 
     def _most_room(self, nodes: IntArray, level: int, only_unallocated: bool) -> int:
         """The most whole GPUs free or held by unprotected jobs (unallocated work only, if
