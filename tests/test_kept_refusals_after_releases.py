@@ -30,6 +30,7 @@ from toposched.workloads.model import Workload
 
 HOUR = 3600.0
 WHOLE_NODE = [[0, 1, 2, 3]]
+ONE_RACK = {"required": "rack"}
 
 
 def searches(scheduler: Scheduler) -> int:
@@ -189,24 +190,15 @@ def random_fleet(seed: int, keeping: Keeping) -> tuple[Scheduler, list[str]]:
         team = "a" if index % 2 else "b"
         priority = int(rng.integers(1, 4))
         if index % 3 == 2:
-            gang = spec(f"rack-{index}", team, pods=3, priority=priority)
-            gang = gang.model_copy(update={"topology": spec_topology("rack", None)})
+            gang = spec(f"rack-{index}", team, pods=3, priority=priority, topology=ONE_RACK)
         else:
             level = "zone" if index % 3 else "block"
+            topology = {"required": level, "slices": [{"level": "rack", "pods": 3}]}
             pods = 3 * int(rng.integers(2, 5))
-            gang = spec(f"wide-{index}", team, pods=pods, priority=priority)
-            gang = gang.model_copy(update={"topology": spec_topology(level, 3)})
+            gang = spec(f"wide-{index}", team, pods=pods, priority=priority, topology=topology)
         scheduler.submit(gang, 0.0)
     order = [running[i] for i in rng.permutation(len(running))]
     return scheduler, order
-
-
-def spec_topology(required: str, slice_pods: int | None) -> Any:
-    """The topology of a job spec: `required` level, slices of `slice_pods` per rack."""
-    data: dict[str, Any] = {"required": required}
-    if slice_pods is not None:
-        data["slices"] = [{"level": "rack", "pods": slice_pods}]
-    return spec("shape", "a", pods=slice_pods or 1, topology=data).topology
 
 
 def decisions_as_jobs_end(seed: int, keeping: Keeping) -> tuple[list[str], Scheduler]:
