@@ -89,6 +89,8 @@ def test_headroom_must_be_a_share_below_one() -> None:
     assert AdmissionRule(checkpoint_s=None, headroom=0.5).headroom == 0.5
     with pytest.raises(InputError, match="restarts"):
         AdmissionRule(restarts=1)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="borrowed"):
+        AdmissionRule(borrowed="yes")  # type: ignore[arg-type]
 
 
 def test_budgeted_work_uses_the_headroom() -> None:
@@ -97,6 +99,28 @@ def test_budgeted_work_uses_the_headroom() -> None:
     scheduler = scheduler_for(case)
     scheduler.submit(job("a-more", "team-a", pods=2, topology=RACK), HOUR)
     assert [d.job_id for d in scheduler.cycle(HOUR).bound] == ["a-more"]
+
+
+@pytest.mark.parametrize("borrowed", [False, True])
+def test_borrowed_work_keeps_the_headroom_with_the_rule(borrowed: bool) -> None:
+    # Nodes 6-7 free (8 GPUs, the 25% headroom). team-b runs its whole budget (nodes 2-5):
+    # one more node would be borrowed; with `borrowed` it waits, and team-a's job (12 of its
+    # 16 GPUs) takes the headroom.
+    rule = AdmissionRule(checkpoint_s=None, headroom=0.25, borrowed=borrowed)
+    scheduler = scheduler_for({"headroom": None}, rule)
+    scheduler.submit(job("b-more", "team-b", min_runtime="10h"), HOUR)
+    started = [d.job_id for d in scheduler.cycle(HOUR).bound]
+    if not borrowed:
+        assert started == ["b-more"]
+        return
+    assert started == []
+    reason = scheduler.jobs["b-more"].reason
+    assert reason.startswith(
+        "work beyond its team's budget leaves 8 GPUs free for work within its team's budget"
+    )
+    assert reason.endswith("starting this job's 4 would leave 4")
+    scheduler.submit(job("a-more", "team-a", min_runtime="10h"), 2 * HOUR)
+    assert [d.job_id for d in scheduler.cycle(2 * HOUR).bound] == ["a-more"]
 
 
 def test_simulate_option_builds_the_rule() -> None:

@@ -62,8 +62,9 @@ def check_case(case: RandomCase) -> None:
 
 @st.composite
 def small_gang_cases(draw: st.DrawFn) -> RandomCase:
-    """`random_cases`' clusters with the gangs the compiled search takes: 1-3 pods of 1-2
-    whole GPUs, some CPU and memory, no slices, any required and preferred levels."""
+    """`random_cases`' clusters with the gangs the compiled search takes: 1-4 pods of 1-2
+    whole GPUs, some CPU and memory, no domain slices (even gangs sometimes in node slices of
+    2), any required and preferred levels."""
     case = draw(random_cases())
     levels = list(case.cluster["levels"])
     models = sorted({node["gpu_model"] for node in case.cluster["nodes"]})
@@ -83,12 +84,10 @@ def small_gang_cases(draw: st.DrawFn) -> RandomCase:
         required is None or levels.index(preferred) >= levels.index(required)
     ):
         topology["preferred"] = preferred
-    job = {
-        "name": "small",
-        "pods": draw(st.sampled_from([1, 2, 3])),
-        "resources_per_pod": resources,
-        "topology": topology,
-    }
+    pods = draw(st.sampled_from([1, 2, 3, 4]))
+    if pods % 2 == 0 and draw(st.booleans()):
+        topology["slices"] = [{"level": "node", "pods": 2}]
+    job = {"name": "small", "pods": pods, "resources_per_pod": resources, "topology": topology}
     return replace(case, job=job)
 
 
@@ -138,6 +137,23 @@ def test_small_gangs_take_the_compiled_search_and_fill_the_fullest_rack() -> Non
     # Emptiest first: zone 0, its first rack, its first node.
     spread = search._placed_in_one_leaf(state, simple_request(1, 1), Spread())
     assert spread is not None and spread.allocation.nodes.tolist() == [0]
+
+
+def test_node_sliced_one_gpu_pods_rank_racks_by_whole_slices() -> None:
+    """Two one-GPU pods in a node slice: rack 0's three free GPUs (one node) hold one slice,
+    as rack 1's two do, so the racks tie and the lower one is chosen, by the compiled search
+    as by the search (counting free GPUs, rack 1 would look fuller)."""
+    state = racks_cluster()
+    full = [0, 1, 2, 3]
+    state.allocate("zone-1", Allocation.of(list(range(6, 12)), [full] * 6))
+    state.allocate("rack-0", Allocation.of([0], [[0]]))
+    state.allocate("rack-1", Allocation.of([3], [[0, 1]]))
+    state.allocate("the rest", Allocation.of([1, 2, 4, 5], [full] * 4))
+    request = simple_request(2, 1, node_slice=2)
+    compiled = search._placed_in_one_leaf(state, request, BestFit())
+    assert compiled is not None
+    assert_same(compiled, searched(state, request, BestFit()))
+    assert compiled.allocation.nodes.tolist() == [0, 0]
 
 
 def test_other_gangs_and_policies_go_to_the_search() -> None:

@@ -31,9 +31,8 @@ def rack_level(topology: Topology) -> int:
 
 
 def requests(topology: Topology) -> st.SearchStrategy[GangRequest]:
-    """Gangs of whole-GPU pods of every kind a later set read with closed racks may be: CPU
-    and memory, GPU models, slices of racks, a required level, a preferred one (node-sliced
-    sets are placed after a take: `place` refuses them with `closed`)."""
+    """Gangs of whole-GPU pods of every kind a later set may be: CPU and memory, GPU models,
+    slices of racks or nodes, a required level, a preferred one."""
     models = [None, *([[0], [1]] if len(topology.gpu_models) > 1 else [])]
     rack = rack_level(topology)
     return st.builds(
@@ -46,6 +45,7 @@ def requests(topology: Topology) -> st.SearchStrategy[GangRequest]:
             required=required,
             preferred=preferred,
             slices=[(rack, layer)] if layer > 1 and pods % layer == 0 else [],
+            node_slice=2 if layer == 1 and gpus < 4 and pods % 2 == 0 else 1,
             name="rollout",
         ),
         st.sampled_from([1, 3, 8, 36, 200, 900]),
@@ -239,16 +239,31 @@ def test_on_a_free_cluster_the_trainer_closes_its_racks_and_the_rollout_goes_bes
         same_result(got, want)
 
 
-def test_a_node_sliced_set_is_not_searched_with_closed_racks() -> None:
-    """A set of pods in node slices lands elsewhere with closed racks than after the take (on
-    this busy cluster: three nodes instead of two), so `place` refuses it with `closed` and a
-    job's later node-sliced sets are placed after a take."""
+def test_a_node_sliced_set_lands_with_closed_racks_as_after_the_take() -> None:
+    """8 one-GPU pods in node slices of 2 on a busy cluster whose closed racks leave racks
+    tied on whole slices but not on free GPUs: read with closed racks or after the take, the
+    set goes to the same nodes (the small gangs' compiled search ranks racks by whole slices,
+    as the search does)."""
     rng = np.random.default_rng(1_000_000_000)
     state = busy_state(one_model(), rng)
     earlier = whole_node_pods(state, rng, 1.0, 0, 0)
     assert earlier is not None
     found = closed_leaves_of(state, earlier)
     assert found is not None
+    closed, rest = found
     sliced = simple_request(8, 1, node_slice=2, name="rollout")
-    with pytest.raises(ValueError, match="closed domains"):
-        place(state, sliced, closed=found[0])
+    statement = Statement(state)
+    try:
+        if rest is not None:
+            statement.take(rest, fresh=True)
+        placed = place(state, sliced, closed=closed)
+    finally:
+        statement.discard()
+    statement = Statement(state)
+    try:
+        statement.take(earlier, fresh=True)
+        expected = place(state, sliced)
+    finally:
+        statement.discard()
+    same_result(placed, expected)
+    assert isinstance(placed, Placement)

@@ -22,13 +22,14 @@ def _best_row(
     cpu_milli: int,
     memory_mib: int,
     count_free_gpus: bool,
+    node_slice: int,
     emptiest: bool,
 ) -> int:
     """The fullest (or emptiest) of stacked domain rows first..last-1 that holds `need` pods
     by its aggregates, the lowest row on ties; -1 if none does. A row's pods are
     `CapacityView`'s bound: from the free-GPU histogram (or the free GPUs, for one-GPU pods of
-    any model), then the domain's free CPU and memory. (In one loop: a call per row costs
-    more than the count.)"""
+    any model), then the domain's free CPU and memory, rounded down to whole node slices.
+    (In one loop: a call per row costs more than the count.)"""
     best = -1
     best_score = 0
     for row in range(first, last):
@@ -45,6 +46,8 @@ def _best_row(
             held = totals[row, TOTALS_CPU] // cpu_milli
         if held and memory_mib and held * memory_mib > totals[row, TOTALS_MEMORY]:
             held = totals[row, TOTALS_MEMORY] // memory_mib
+        if node_slice > 1:
+            held = held // node_slice * node_slice
         if held < need:
             continue
         score = -held if emptiest else held
@@ -78,17 +81,18 @@ def place_in_one_leaf(
     cpu_milli: int,
     memory_mib: int,
     count_free_gpus: bool,
+    node_slice: int,
     emptiest: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Each pod's node and GPUs, as `place` finds them for a gang of whole GPUs without slices
-    when, at every level, one domain holds it all: from the required domain (the fullest, or
-    emptiest, that holds the gang by aggregates) down through the preferred level when it is
-    deeper than the required one (or the domain at that first level whose stacked row is
-    `chosen_row`, when not -1), then level by level, to one innermost domain, whose nodes
-    with room take the pods in policy order (fewest free GPUs first, or most; lowest index on
-    ties). No pods (empty arrays) when the search would go another way: no domain holds the
-    gang at some level, or the innermost domain's nodes hold fewer pods than its aggregates
-    promised."""
+    """Each pod's node and GPUs, as `place` finds them for a gang of whole GPUs without domain
+    slices (in node slices of `node_slice` pods) when, at every level, one domain holds it
+    all: from the required domain (the fullest, or emptiest, that holds the gang by
+    aggregates) down through the preferred level when it is deeper than the required one (or
+    the domain at that first level whose stacked row is `chosen_row`, when not -1), then
+    level by level, to one innermost domain, whose nodes with room take the pods in policy
+    order (fewest free GPUs first, or most; lowest index on ties). No pods (empty arrays) when
+    the search would go another way: no domain holds the gang at some level, or the innermost
+    domain's nodes hold fewer pods than its aggregates promised."""
     no_pods = (np.empty(0, dtype=np.int64), np.empty((0, gpus_per_pod), dtype=np.int64))
     leaf_level = level_offsets.size - 2
     level = 0
@@ -106,6 +110,7 @@ def place_in_one_leaf(
             cpu_milli,
             memory_mib,
             count_free_gpus,
+            node_slice,
             emptiest,
         )
         if row < 0:

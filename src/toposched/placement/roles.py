@@ -228,13 +228,10 @@ def _place_in(
 
 def _read_closed(roles: Sequence[GangRequest], policy: PlacementPolicy) -> bool:
     """Whether searches for `roles` read innermost domains as full without a take (`place`'s
-    `closed`): pods of whole GPUs, not in node slices, not preferring the fewest nodes, placed
-    in an order the compiled searches follow."""
+    `closed`): pods of whole GPUs, not preferring the fewest nodes, placed in an order the
+    compiled searches follow."""
     return fills_emptiest_first(policy) is not None and all(
-        role.gpus_per_pod > 0
-        and not role.is_fractional
-        and not role.preferred_node
-        and role.node_slice == 1
+        role.gpus_per_pod > 0 and not role.is_fractional and not role.preferred_node
         for role in roles
     )
 

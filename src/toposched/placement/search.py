@@ -289,15 +289,12 @@ def place(
     only ask whether a gang fits pass `exact_reasons=False` to skip it (an O(nodes) pass).
 
     `closed`: innermost domains an earlier pod set of the job fills whole, read as they would
-    be after that set's take (`placement.closed_leaves`), for a gang of whole-GPU pods in
-    slices of one pod per node, neither preferring the fewest nodes nor placed by a policy that
-    reads the state itself (node-sliced gangs can land elsewhere than after the take).
+    be after that set's take (`placement.closed_leaves`), for a gang of whole-GPU pods
+    neither preferring the fewest nodes nor placed by a policy that reads the state itself.
     """
     policy = policy or BestFit()
     emptiest = fills_emptiest_first(policy)
-    if closed is not None and (
-        request.preferred_node or emptiest is None or request.node_slice > 1
-    ):
+    if closed is not None and (request.preferred_node or emptiest is None):
         raise ValueError("closed domains are read by searches of the compiled policies' orders")
     compiled = None if closed is not None else _placed_in_one_leaf(state, request, policy)
     if compiled is not None:
@@ -407,6 +404,7 @@ def _placed_in_one_leaf(
         request.cpu_milli,
         request.memory_mib,
         request.gpus_per_pod == 1 and request.allowed_models is None,
+        request.node_slice,
         emptiest,
     )
     if pod_nodes.size == 0:

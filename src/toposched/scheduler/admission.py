@@ -61,6 +61,11 @@ class AdmissionRule:
     """Whether the headroom also holds the GPUs of the budgeted gangs a node failure
     interrupted that wait to restart within their account's budget (pending jobs started more
     often than evicted): each takes back unallocated work as soon as it can reassemble."""
+    borrowed: bool = False
+    """Whether budgeted work that would take its account past its budget keeps the headroom
+    free too: a team coming back to its budget then starts on the headroom instead of waiting
+    for borrowed runs to end or evicting them (which loses their work when they cannot
+    resume)."""
 
     def __post_init__(self) -> None:
         value = self.checkpoint_s
@@ -81,6 +86,8 @@ class AdmissionRule:
             raise InputError("headroom", share, "must be a share of the cluster's GPUs, 0 to < 1")
         if not isinstance(self.restarts, bool):
             raise InputError("restarts", self.restarts, "must be true or false")
+        if not isinstance(self.borrowed, bool):
+            raise InputError("borrowed", self.borrowed, "must be true or false")
 
     def first_keep(self, job: Job) -> float:
         """Seconds from its start until the job has work an eviction would not throw away."""
@@ -126,6 +133,9 @@ class Headroom:
     """The job's GPUs."""
     restarting: float = 0.0
     """Of `kept`, the GPUs of interrupted gangs waiting to restart (`AdmissionRule.restarts`)."""
+    borrowed: bool = False
+    """Whether the job is budgeted work that would take its account past its budget
+    (`AdmissionRule.borrowed`), not unallocated work."""
 
     def explain(self) -> str:
         held = (
@@ -134,8 +144,10 @@ class Headroom:
             if self.restarting > 0
             else ""
         )
+        work = "work beyond its team's budget" if self.borrowed else "unallocated work"
+        kept_for = "work within its team's budget" if self.borrowed else "budgeted work"
         return (
-            f"unallocated work leaves {self.kept:,.0f} GPUs free for budgeted work{held} "
+            f"{work} leaves {self.kept:,.0f} GPUs free for {kept_for}{held} "
             f"(restarts after node failures, new arrivals), and {self.free:,.0f} are free "
             f"outside reservations: starting this job's {self.gpus:,.0f} would leave "
             f"{max(self.free - self.gpus, 0.0):,.0f}"
@@ -164,16 +176,21 @@ class AdmissionGate:
         """Why the job may not start anywhere this turn (None: it may, as far as the headroom
         goes)."""
         rule = self.rule
-        if rule is None or tier is not QueueTier.UNALLOCATED or self.free_gpus is None:
+        if rule is None or self.free_gpus is None:
             return None
         if self.kept <= 0 and not rule.restarts:
+            return None
+        borrowed = tier is QueueTier.ALLOCATED and rule.borrowed
+        if tier is not QueueTier.UNALLOCATED and not borrowed:
             return None
         free = float(self.free_gpus())
         restarting = self._restarting_gpus() if rule.restarts else 0.0
         kept = self.kept + restarting
         if kept <= 0 or free - job.gpus >= kept:
             return None
-        return Headroom(free, kept, job.gpus, restarting)
+        if borrowed and self._within_budget(job):
+            return None
+        return Headroom(free, kept, job.gpus, restarting, borrowed)
 
     def walk(
         self, pending: Callable[[], Iterable[Job]], within_budget: Callable[[Job], bool]
@@ -188,7 +205,8 @@ class AdmissionGate:
     def _restarting_gpus(self) -> float:
         """GPUs of the budgeted gangs a node failure interrupted that still wait within their
         budget, not yet given their room. Counted at the walk's first unallocated turn, after
-        every budgeted job's turn, and kept for the rest of the walk."""
+        every budgeted job's turn (with `borrowed`, at the first borrowed turn held back, which
+        may come before later budgeted jobs' turns), and kept for the rest of the walk."""
         known = self._restarting
         if known is None:
             known = self._restarting = sum(
