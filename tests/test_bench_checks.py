@@ -57,6 +57,11 @@ def test_checkers_agree(case: RandomCase, moved: int, to_node: int) -> None:
     ours = placement_problems(state, request, shifted)
     theirs = helper_problems(state, request, shifted)
     assert bool(ours) == bool(theirs), (ours, theirs)
+    # Once applied, the placement is read with its own share free, and the state not changed.
+    state.allocate("placed", allocation)
+    version = state.version
+    assert placement_problems(state, request, allocation, applied=True) == []
+    assert state.version == version
 
 
 def test_a_broken_slice_and_a_taken_gpu_are_refused() -> None:

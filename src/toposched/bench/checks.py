@@ -38,12 +38,13 @@ class InvalidResult(ToposchedError):
 
 
 def placement_problems(
-    state: ClusterState, request: GangRequest, allocation: Allocation
+    state: ClusterState, request: GangRequest, allocation: Allocation, applied: bool = False
 ) -> list[str]:
-    """Every rule of `request` that `allocation` breaks on `state` (before it is applied), in
-    words: pod count, per-pod resources, the required domain, each slice in one domain, health,
-    GPU model, GPUs distinct and free (whole, or enough milli-GPU for shared pods), CPU and
-    memory per node. An empty list is a valid placement."""
+    """Every rule of `request` that `allocation` breaks on `state`, in words: pod count,
+    per-pod resources, the required domain, each slice in one domain, health, GPU model, GPUs
+    distinct and free (whole, or enough milli-GPU for shared pods), CPU and memory per node.
+    An empty list is a valid placement. `applied`: the allocation is held on `state` already,
+    so what it holds is read as free (as on the state without it, which is not changed)."""
     topology = state.topology
     nodes = np.asarray(allocation.nodes, dtype=np.int64)
     problems: list[str] = []
@@ -85,7 +86,7 @@ def placement_problems(
         and not np.isin(topology.gpu_model[nodes], request.allowed_models).all()
     ):
         problems.append("pods on GPU models the request does not allow")
-    problems += _resource_problems(state, allocation, nodes)
+    problems += _resource_problems(state, allocation, nodes, applied)
     return problems
 
 
@@ -103,9 +104,11 @@ def _rank_order_problems(nodes: IntArray, domain_of: list[NDArray[Any]]) -> list
     return problems
 
 
-def _resource_problems(state: ClusterState, allocation: Allocation, nodes: IntArray) -> list[str]:
+def _resource_problems(
+    state: ClusterState, allocation: Allocation, nodes: IntArray, applied: bool
+) -> list[str]:
     """GPUs in range, distinct within a pod, and with the share taken free; CPU and memory per
-    node within what is free."""
+    node within what is free (with the allocation's own share when it is `applied`)."""
     problems: list[str] = []
     gpus = np.asarray(allocation.gpus, dtype=np.int64)
     if gpus.size:
@@ -120,14 +123,21 @@ def _resource_problems(state: ClusterState, allocation: Allocation, nodes: IntAr
         slots = np.repeat(nodes, gpus.shape[1]) * width + gpus.reshape(-1)
         used, taken = np.unique(slots, return_counts=True)
         free = state.gpu_free_milli.reshape(-1)[used]
+        if applied:
+            free = free + taken * allocation.gpu_milli
         if np.any(taken * allocation.gpu_milli > free):
             problems.append("GPUs taken beyond their free share")
         if allocation.gpu_milli == MILLI_PER_GPU and np.any(taken > 1):
             problems.append("a whole GPU given to two pods")
     node_ids, pods = np.unique(nodes, return_counts=True)
-    if np.any(pods * allocation.cpu_milli > state.free_cpu_milli[node_ids]):
+    free_cpu = state.free_cpu_milli[node_ids]
+    free_memory = state.free_memory_mib[node_ids]
+    if applied:
+        free_cpu = free_cpu + pods * allocation.cpu_milli
+        free_memory = free_memory + pods * allocation.memory_mib
+    if np.any(pods * allocation.cpu_milli > free_cpu):
         problems.append("CPU over-allocated")
-    if np.any(pods * allocation.memory_mib > state.free_memory_mib[node_ids]):
+    if np.any(pods * allocation.memory_mib > free_memory):
         problems.append("memory over-allocated")
     return problems
 
@@ -165,7 +175,8 @@ def check_victims_free_room(
 def check_cycle(scheduler: Scheduler, result: CycleResult) -> None:
     """Raise `InvalidResult` unless every decision of the cycle agrees with the scheduler: a
     bound job runs and holds exactly its allocation, keeping its request's rules on the state
-    less its own pods; an evicted job was running (or is leaving) and its preemptor waits."""
+    less its own pods; an evicted job was running (or is leaving) and its preemptor waits.
+    The state is only read: the next cycle finds it, and its version, as this one left it."""
     state = scheduler.state
     for decision in result.decisions:
         if isinstance(decision, Bind):
@@ -175,12 +186,7 @@ def check_cycle(scheduler: Scheduler, result: CycleResult) -> None:
                 raise InvalidResult(f"bound job {decision.job_id} is {job.state}, not running")
             if not np.array_equal(held.nodes, decision.allocation.nodes):
                 raise InvalidResult(f"bound job {decision.job_id} holds other nodes")
-            statement = Statement(state)
-            try:
-                statement.release(decision.job_id)
-                problems = placement_problems(state, job.request, decision.allocation)
-            finally:
-                statement.discard()
+            problems = placement_problems(state, job.request, decision.allocation, applied=True)
             if problems:
                 raise InvalidResult(f"bound job {decision.job_id}: " + "; ".join(problems))
         elif isinstance(decision, Evict):
