@@ -75,8 +75,9 @@ class GangRequest:
         return self.pods * self.gpus_per_pod * self.gpu_milli // MILLI_PER_GPU
 
     def model_allowed(self, topology: Topology) -> NDArray[np.bool_]:
-        """Per GPU model index of `topology` (at least one), whether the pods may use it
-        (read-only when every model is)."""
+        """Per GPU model index of `topology` (at least one), whether the pods may use it.
+        Read-only, shared when every model is: the compiled loops it is passed to see one type
+        of array whatever the request (a writable one would compile them again)."""
         n_models = max(len(topology.gpu_models), 1)
         if self.allowed_models is None:
             return _every_model(n_models)
@@ -84,6 +85,7 @@ class GangRequest:
 
         allowed = np.zeros(n_models, dtype=np.bool_)
         allowed[self.allowed_models] = True
+        allowed.flags.writeable = False
         return allowed
 
     def granule(self, level: int) -> int:
