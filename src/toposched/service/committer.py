@@ -65,8 +65,11 @@ class Committer:
         self._idle = threading.Condition()
         self._waiting = 0
         """Commits handed over and not yet done."""
-        self._taken = threading.Event()
-        """Set by the writer when it took the commit handed over last."""
+        self._taken = threading.Lock()
+        """Held until the writer took the commit handed over last, which releases it: a lock
+        used as a signal, waited for without the interpreter's lock and without the Python
+        steps of an `Event`."""
+        self._taken.acquire()
         self._thread = threading.Thread(target=self._serve, name="toposched-writer", daemon=True)
         self._thread.start()
 
@@ -74,9 +77,8 @@ class Committer:
         """Queue `commit` and return once the writer took it (at once when it is idle)."""
         with self._idle:
             self._waiting += 1
-        self._taken.clear()
         self._queue.put(commit)
-        self._taken.wait()
+        self._taken.acquire()
 
     def wait_idle(self) -> None:
         """Until every commit handed over is done (the connection is the caller's then)."""
@@ -90,7 +92,7 @@ class Committer:
 
     def _serve(self) -> None:
         while (commit := self._queue.get()) is not None:
-            self._taken.set()
+            self._taken.release()
             error: BaseException | None = None
             try:
                 self._run(commit.writes)
