@@ -8,9 +8,9 @@ sent before it is durable. Each statement a thread runs gives the interpreter's 
 SQLite's work and takes it back, waiting up to the switch interval (5 ms) while another thread
 runs Python: the SQLite store runs a turn's few statements (`write_batches`) in the loop's
 thread and hands the writer only the COMMIT, so that a commit waits for the lock once, when
-its fsync is done. Handing it over does not wait for the lock: `hand` returns once the writer
-took the commit, the loop waiting meanwhile without the lock, so that the writer runs its few
-lines up to the COMMIT at once instead of waiting for the loop to give the lock up.
+its fsync is done, and taking the commit waits for none: `hand` returns once the writer
+took it, the loop waiting meanwhile without the interpreter's lock, so that the writer runs its
+few lines up to the COMMIT at once instead of waiting up to a switch interval for the loop.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ stores its decisions (see `step`). The store commits the turn's writes in its wr
 meanwhile and, when nothing more is queued, waits for the commit before the turn's cycle (the
 fsync is shorter than a cycle: the decisions reach the backend a cycle sooner). Only after a
 turn's commit are its waiters answered and its decisions handed to the backend, and reads wait
-for every commit before they are answered, so nobody sees what a crash could still undo. A tick every `tick_s`
-seconds cycles even when nothing arrived, for min-runtime expiries and reservations coming due.
+for every commit before they are answered, so nobody sees what a crash could still undo. A
+tick every `tick_s` seconds cycles even when nothing arrived, for min-runtime expiries and
+reservations coming due.
 
 Callers in an asyncio event loop (the HTTP server) wait on asyncio futures, which the loop
 settles in one call per event loop and turn (`_Waiters`), not one thread hand-off per answer.
