@@ -270,9 +270,9 @@ class Loop:
     def _answer_before_the_cycle(self, core: ServiceCore) -> None:
         """When nothing is queued (the loop keeps up), wait for the previous turn's commit and
         answer it before this turn's cycle rather than after it: its decisions reach the
-        backend a cycle sooner, and the writer, with the lock free, needs no wait to take it
-        after its fsync. With commands queued the loop goes on (its cycle overlaps the fsync)
-        and answers that commit at the next check."""
+        backend a cycle sooner, and the writer, with the interpreter's lock free, takes it
+        back at once after its fsync. With commands queued the loop goes on (its cycle
+        overlaps the fsync) and answers that commit at the next check."""
         if self._committing and self._queue.empty():
             self._answer_committed(core, keep=0)
         else:
