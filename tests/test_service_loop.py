@@ -141,6 +141,51 @@ def test_the_next_turn_is_built_while_a_commit_runs_and_answered_after_it(
     assert "marked" in kinds
 
 
+def test_a_loop_that_keeps_up_hands_a_turns_decisions_over_before_the_next_cycle(
+    tmp_path: Path,
+) -> None:
+    """With nothing queued, the cycle after a turn's waits for that turn's commit and hands
+    its decisions to the backend first: no cycle runs while a bound job's start is held back
+    by its commit."""
+    backend = DryRunBackend()
+    with running_loop(tmp_path / "s.db", Clock(), backend) as loop:
+        settle(loop)
+        core = loop.core
+        assert core is not None and isinstance(core.store, Store)
+        gate = threading.Event()
+        seen: list[tuple[bool, bool]] = []
+        cycle = core.scheduler.cycle
+
+        def observed_cycle(now: float) -> Any:
+            job_a = core.scheduler.jobs.get("a")
+            seen.append(
+                (job_a is not None and job_a.state.name == "RUNNING", bool(backend.launch("a")))
+            )
+            return cycle(now)
+
+        def hold(sql: str) -> None:
+            if sql == "COMMIT" and threading.current_thread().name == "toposched-writer":
+                gate.wait(10)
+
+        core.scheduler.cycle = observed_cycle  # type: ignore[method-assign]
+        core.store._db.set_trace_callback(hold)
+        answer = loop.submit(functools.partial(_submit_command, document=job("a")))
+        time.sleep(0.3)  # ticks come every 0.05 s: the loop would cycle meanwhile
+        assert not answer.done()
+        gate.set()
+        assert answer.result(10) == ("a", True)
+        settle(loop)
+        core.store._db.set_trace_callback(None)
+    after_a = [launched for running, launched in seen if running]
+    assert after_a and all(after_a)
+
+
+def _submit_command(core: ServiceCore, now: float, document: dict[str, Any]) -> tuple[str, bool]:
+    fields, run = split_job(document)
+    record, created = commands.submit(core, Submission(fields, run, None, "h"), now)
+    return record.job_id, created
+
+
 def test_refused_submissions_change_nothing(tmp_path: Path) -> None:
     clock = Clock()
     with running_loop(tmp_path / "s.db", clock) as loop:

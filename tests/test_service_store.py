@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from pathlib import Path
@@ -309,3 +310,22 @@ def test_allocations_read_in_bulk_equal_those_read_one_by_one() -> None:
                 expected.cpu_milli,
                 expected.memory_mib,
             )
+
+
+def test_an_allocation_is_written_as_json_writes_its_fields() -> None:
+    """The text written directly is the one `json.dumps` gives (which older stores hold)."""
+    allocations = [
+        Allocation.of([0, 1], [[0, 1], [2, 3]], cpu_milli=500, memory_mib=64),
+        Allocation.of([7], [[3]], gpu_milli=250),
+        Allocation.of([2, 2, 3], np.zeros((3, 0), dtype=np.int64), cpu_milli=1500),
+        Allocation.of([123456789012], [[0, 1, 2, 3]], memory_mib=2**40),
+    ]
+    for allocation in allocations:
+        fields = {
+            "nodes": allocation.nodes.tolist(),
+            "gpus": allocation.gpus.tolist(),
+            "gpu_milli": allocation.gpu_milli,
+            "cpu_milli": allocation.cpu_milli,
+            "memory_mib": allocation.memory_mib,
+        }
+        assert allocation_to_json(allocation) == json.dumps(fields)

@@ -7,7 +7,10 @@ its `Commit` is done, so every promise of the store still holds: nothing is ackn
 sent before it is durable. Each statement a thread runs gives the interpreter's lock up for
 SQLite's work and takes it back, waiting up to the switch interval (5 ms) while another thread
 runs Python: the SQLite store runs a turn's few statements (`write_batches`) in the loop's
-thread and hands the writer only the COMMIT, so that a commit waits for the lock once.
+thread and hands the writer only the COMMIT, so that a commit waits for the lock once, when
+its fsync is done, and taking the commit waits for none: `hand` returns once the writer
+took it, the loop waiting meanwhile without the interpreter's lock, so that the writer runs its
+few lines up to the COMMIT at once instead of waiting up to a switch interval for the loop.
 """
 
 from __future__ import annotations
@@ -62,13 +65,20 @@ class Committer:
         self._idle = threading.Condition()
         self._waiting = 0
         """Commits handed over and not yet done."""
+        self._taken = threading.Lock()
+        """Held until the writer took the commit handed over last, which releases it: a lock
+        used as a signal, waited for without the interpreter's lock and without the Python
+        steps of an `Event`."""
+        self._taken.acquire()
         self._thread = threading.Thread(target=self._serve, name="toposched-writer", daemon=True)
         self._thread.start()
 
     def hand(self, commit: Commit) -> None:
+        """Queue `commit` and return once the writer took it (at once when it is idle)."""
         with self._idle:
             self._waiting += 1
         self._queue.put(commit)
+        self._taken.acquire()
 
     def wait_idle(self) -> None:
         """Until every commit handed over is done (the connection is the caller's then)."""
@@ -82,6 +92,7 @@ class Committer:
 
     def _serve(self) -> None:
         while (commit := self._queue.get()) is not None:
+            self._taken.release()
             error: BaseException | None = None
             try:
                 self._run(commit.writes)

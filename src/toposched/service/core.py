@@ -32,6 +32,8 @@ from toposched.service.records import LIVE_STATES, JobRecord
 from toposched.service.store_protocol import StateStore
 
 Command = Launch | Stop
+NAMES_KEPT = 1 << 16
+"""Node names `ServiceCore.node_name` keeps; past it the memory starts again."""
 log = logging.getLogger("toposched.service")
 
 
@@ -58,6 +60,9 @@ class ServiceCore:
     """Whether anything changed since the last cycle (a cycle runs only then, or on a tick)."""
     owed: OwedBook = field(default_factory=OwedBook)
     """Owed and delivered GPU-hours per team, advanced by the loop at each turn."""
+    _names: dict[int, str] = field(default_factory=dict, init=False, repr=False)
+    _names_of: object = field(default=None, init=False, repr=False)
+    """The topology whose node names `_names` holds (a regrown cluster has another)."""
 
     @functools.cached_property
     def node_watcher(self) -> NodeWatcher | None:
@@ -120,10 +125,8 @@ class ServiceCore:
     def launch(self, record: JobRecord) -> Launch:
         allocation = record.allocation
         assert allocation is not None, record.job_id
-        names = self.scheduler.state.topology.node_names
         nodes: list[int] = allocation.nodes.tolist()
-        # Names are built on demand (GeneratedNames): once per node, not once per pod.
-        name_of = {node: names[node] for node in nodes}
+        name_of = {node: self.node_name(node) for node in nodes}
         # Ranks run set after set (one part, for pods of one shape).
         gpus_of = [
             (gpus, part.gpu_milli) for part in allocation.parts for gpus in part.gpus.tolist()
@@ -139,6 +142,19 @@ class ServiceCore:
             run=parse_run(record.spec.get("run")),
             expected_runtime=self.spec_of(record).expected_runtime,
         )
+
+    def node_name(self, node: int) -> str:
+        """A node's name, kept once made: a large fleet's names are built on demand
+        (`GeneratedNames`, a few microseconds each) and every start names its nodes."""
+        topology = self.scheduler.state.topology
+        names = self._names
+        if self._names_of is not topology or len(names) >= NAMES_KEPT:
+            names.clear()
+            self._names_of = topology
+        name = names.get(node)
+        if name is None:
+            name = names[node] = topology.node_names[node]
+        return name
 
     def spec_of(self, record: JobRecord) -> JobSpec:
         """The job's validated spec: the scheduler's for a job it holds, else read from the
@@ -228,5 +244,4 @@ class ServiceCore:
     def allocation_nodes(self, allocation: Allocation | None) -> list[str]:
         if allocation is None:
             return []
-        names = self.scheduler.state.topology.node_names
-        return [names[int(n)] for n in dict.fromkeys(allocation.nodes.tolist())]
+        return [self.node_name(node) for node in dict.fromkeys(allocation.nodes.tolist())]

@@ -4,10 +4,13 @@ API calls become commands on a queue and wait on a future. Each turn the loop dr
 queued command and polls the backend, then in ONE transaction (one fsync for the turn) applies
 the commands, stores and applies the backend's reports, runs one cycle for the whole batch and
 stores its decisions (see `step`). The store commits the turn's writes in its writer thread
-(`Store.deferred`) while the loop goes on with the next turn; only after a turn's commit are
-its waiters answered and its decisions handed to the backend, and reads wait for every commit
-before they are answered, so nobody sees what a crash could still undo. A tick every `tick_s`
-seconds cycles even when nothing arrived, for min-runtime expiries and reservations coming due.
+(`Store.deferred`) while the loop goes on with the next turn: it applies that turn's commands
+meanwhile and, when nothing more is queued, waits for the commit before the turn's cycle (the
+fsync is shorter than a cycle: the decisions reach the backend a cycle sooner). Only after a
+turn's commit are its waiters answered and its decisions handed to the backend, and reads wait
+for every commit before they are answered, so nobody sees what a crash could still undo. A
+tick every `tick_s` seconds cycles even when nothing arrived, for min-runtime expiries and
+reservations coming due.
 
 Callers in an asyncio event loop (the HTTP server) wait on asyncio futures, which the loop
 settles in one call per event loop and turn (`_Waiters`), not one thread hand-off per answer.
@@ -249,6 +252,7 @@ class Loop:
                 for command in batch:
                     answers.append(self._apply_one(core, command, now))
                     self._answer_done(core)
+                self._answer_before_the_cycle(core)
                 result = step(core, reports, now, tick)
                 self._answer_done(core)
                 core.owed.advance(core, now)
@@ -262,6 +266,17 @@ class Loop:
         self._committing.append(_Turn(commit, batch, answers, core.take_outbox(), committing))
         self._answer_done(core)
         return result
+
+    def _answer_before_the_cycle(self, core: ServiceCore) -> None:
+        """When nothing is queued (the loop keeps up), wait for the previous turn's commit and
+        answer it before this turn's cycle rather than after it: its decisions reach the
+        backend a cycle sooner, and the writer, with the interpreter's lock free, takes it
+        back at once after its fsync. With commands queued the loop goes on (its cycle
+        overlaps the fsync) and answers that commit at the next check."""
+        if self._committing and self._queue.empty():
+            self._answer_committed(core, keep=0)
+        else:
+            self._answer_done(core)
 
     def _wake(self) -> None:
         """In the store's writer: a commit is done; the loop answers it at once."""

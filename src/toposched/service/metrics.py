@@ -109,6 +109,11 @@ class ServiceMetrics:
             registry=registry,
         )
         ProcessCollector(registry=registry)
+        self._binds = self.decisions.labels("bind")
+        self._evicts = self.decisions.labels("evict")
+        self._admission_waits: dict[tuple[str, str], Histogram] = {}
+        """`admission_wait`'s child per account and job class (`labels` costs a lock and a
+        lookup; a submission's start observes one)."""
 
     def text(self) -> str:
         """The event metrics in the text format."""
@@ -132,13 +137,18 @@ class ServiceMetrics:
         self.cycle.observe(seconds)
         for wait in waits:
             self.decision_latency.observe(wait)
+        binds = evicts = 0
         for decision in result.decisions:
             if isinstance(decision, Bind):
-                self.decisions.labels("bind").inc()
+                binds += 1
                 self._started(core, decision.job_id, result.now)
             elif isinstance(decision, Evict):
-                self.decisions.labels("evict").inc()
+                evicts += 1
                 self.evictions.labels(decision.rule).inc()
+        if binds:
+            self._binds.inc(binds)
+        if evicts:
+            self._evicts.inc(evicts)
 
     def _started(self, core: ServiceCore, job_id: str, now: float) -> None:
         record = core.records.get(job_id)
@@ -146,7 +156,11 @@ class ServiceMetrics:
         if record is None or job is None or record.attempt != 1:
             return  # a restart's wait is not an admission
         wait = max(0.0, now - job.submit_time)
-        self.admission_wait.labels(record.account, job_class(job.gpus)).observe(wait)
+        key = (record.account, job_class(job.gpus))
+        child = self._admission_waits.get(key)
+        if child is None:
+            child = self._admission_waits[key] = self.admission_wait.labels(*key)
+        child.observe(wait)
 
 
 # --- the state, read at scrape time --------------------------------------------------------------

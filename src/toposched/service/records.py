@@ -93,7 +93,26 @@ def allocation_to_json(allocation: Allocation | None) -> str | None:
         return None
     if allocation.sets:
         return _SETS + json.dumps([_one_shape(part) for part in allocation.sets]) + "}"
-    return json.dumps(_one_shape(allocation))
+    return _one_shape_text(allocation)
+
+
+def _one_shape_text(allocation: Allocation) -> str:
+    """`json.dumps(_one_shape(allocation))` written directly (every start stores one): a list
+    of ints is written by `repr` as JSON writes it."""
+    nodes, gpus = allocation.nodes, allocation.gpus
+    milli, cpu, memory = allocation.gpu_milli, allocation.cpu_milli, allocation.memory_mib
+    if not (
+        nodes.dtype.kind in "iu"
+        and gpus.dtype.kind in "iu"
+        and type(milli) is int
+        and type(cpu) is int
+        and type(memory) is int
+    ):
+        return json.dumps(_one_shape(allocation))
+    return (
+        f'{{"nodes": {nodes.tolist()!r}, "gpus": {gpus.tolist()!r}, "gpu_milli": {milli}, '
+        f'"cpu_milli": {cpu}, "memory_mib": {memory}}}'
+    )
 
 
 def _one_shape(allocation: Allocation) -> dict[str, Any]:
