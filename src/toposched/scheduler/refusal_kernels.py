@@ -87,24 +87,25 @@ def most_pods(
             counted += starts[domains[i] + 1] - starts[domains[i]]
     if counted > nodes_counted:
         return too_many
+    distinct = np.empty(domains.size, dtype=np.int64)
+    n_distinct = 0
     for i in range(domains.size):
-        if i > 0 and domains[i] == domains[i - 1]:
-            continue
-        total = 0
-        for node in range(starts[domains[i]], starts[domains[i] + 1]):
-            total += node_pods(
-                node,
-                free_whole_gpus,
-                gpu_count,
-                node_held,
-                gpu_owner,
-                takeable,
-                shared,
-                fenced,
-                gpus_per_pod,
-            )
-        best = max(best, total)
-    return best
+        if i == 0 or domains[i] != domains[i - 1]:
+            distinct[n_distinct] = domains[i]
+            n_distinct += 1
+    pods = domain_pods(
+        distinct[:n_distinct],
+        starts,
+        free_whole_gpus,
+        gpu_count,
+        node_held,
+        gpu_owner,
+        takeable,
+        shared,
+        fenced,
+        gpus_per_pod,
+    )
+    return int(pods.max()) if n_distinct else 0
 
 
 @njit(cache=True, nogil=True)
