@@ -299,6 +299,12 @@ class Walker:
         job.reservation = None
         job.refusal = None
         fence = turn.fence
+        tier_key = (entry.account, entry.unallocated)
+        tier = turn.tiers.get(tier_key)
+        if tier is None:
+            tier = turn.tiers[tier_key] = self.queue.tier(entry)
+        if self.interruptions is not None:
+            self.interruptions.fence_before(turn, entry, tier)
         if job.nomination is not None:
             fence.settle()
             started = self.placing.start_nominee(job, fence, turn.now, turn.result)
@@ -314,12 +320,6 @@ class Walker:
         kind = job.kind
         if kind is None:
             kind = self.kinds.of(job)
-        tier_key = (entry.account, entry.unallocated)
-        tier = turn.tiers.get(tier_key)
-        if tier is None:
-            tier = turn.tiers[tier_key] = self.queue.tier(entry)
-        if tier is QueueTier.UNALLOCATED and self.interruptions is not None:
-            self.interruptions.fence_from_unallocated(turn)
         # Answered alike every job of its kind, account, priority and declared work (see
         # `Turn.answered`): with the reservation in what the answer knew, that fixes whether it
         # may backfill too.
