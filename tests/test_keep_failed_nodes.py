@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 from test_cli_eviction_worth import assert_exits_2_before_the_run
 from test_failed_first import two_racks_with_a_failed_gang
-from test_preemption_scenarios import RACK, assert_consistent, bound, racks, run, scheduler, spec
+from test_preemption_scenarios import (
+    RACK,
+    assert_consistent,
+    bound,
+    evicted_ids,
+    racks,
+    run,
+    scheduler,
+    spec,
+)
 
 from toposched.cli.main import main
 from toposched.cluster.state import Health
@@ -131,6 +140,42 @@ def test_a_gang_whose_turn_comes_first_among_those_kept_from_still_sees_its_node
     sched.set_health([1], Health.HEALTHY, 200)
 
     assert bound(sched.cycle(200)) == {"gang": [0, 1]}
+    assert_consistent(sched.state)
+
+
+@pytest.mark.parametrize(
+    ("kept_from", "at_120"),
+    [
+        (KeptFrom.UNALLOCATED, {}),
+        (KeptFrom.ALL_BUT_OWED, {}),
+        # Kept from every job, the nodes went with the nomination.
+        (KeptFrom.ALL, {"u2": [0, 3]}),
+    ],
+)
+def test_nodes_are_kept_again_when_the_gang_s_nomination_falls_through(
+    kept_from: KeptFrom, at_120: dict[str, list[int]]
+) -> None:
+    # Three racks of 2 nodes x 4 GPUs: `gang` (team-a, one rack) on nodes 0-1, scratch's
+    # unallocated `u1` on nodes 2-3, team-b's protected `b-rest` on nodes 4-5. Node 1 fails at
+    # 100 s: the gang evicts u1 to restart on rack 1, and its nodes 0-1 are left to that
+    # nomination. Node 2 fails at 110 s, before the gang starts: the nomination no longer holds
+    # it, and nothing is left to evict. scratch's `u2` (two nodes anywhere) arrives at 120 s:
+    # it would take the gang's node 0 and the free node 3, and be evicted by the gang once
+    # node 1 is back. Kept again, node 0 waits for the gang, which restarts there at 300 s.
+    sched = scheduler(racks(3, 2), keep_failed_nodes=3600.0, keep_failed_nodes_from=kept_from)
+    run(sched, spec("gang", "team-a", pods=2, resumable=True, topology=RACK), [0, 1], 0)
+    run(sched, spec("u1", "scratch", pods=2), [2, 3], 0)
+    run(sched, spec("b-rest", "team-b", pods=2, min_runtime="8h"), [4, 5], 0)
+    sched.set_health([1], Health.DOWN, 100)
+    assert evicted_ids(sched.cycle(100)) == ["u1"]
+    sched.set_health([2], Health.DOWN, 110)
+    assert bound(sched.cycle(110)) == {}
+    assert sched.jobs["gang"].nomination is None
+
+    sched.submit(spec("u2", "scratch", pods=2), 120)
+    assert bound(sched.cycle(120)) == at_120
+    sched.set_health([1], Health.HEALTHY, 300)
+    assert bound(sched.cycle(300)) == ({} if at_120 else {"gang": [0, 1]})
     assert_consistent(sched.state)
 
 

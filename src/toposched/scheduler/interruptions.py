@@ -58,9 +58,9 @@ class Interruptions:
     (`KeptFrom.UNALLOCATED`), or every job but the allocated work of accounts running below
     their budget (`KeptFrom.ALL_BUT_OWED`). They are opened for its own turn of each cycle
     (where it starts on them and what is free, or preempts the least it needs around them)
-    and kept again after it for the nodes still free. The bound gives them back to the queue when the
-    gang can neither fit nor preempt for long (other teams' protected runs hold the room it
-    lacks).
+    and kept again after it for the nodes still free. The bound gives them back to the queue
+    when the gang can neither fit nor preempt for long (other teams' protected runs hold the
+    room it lacks).
     """
 
     def __init__(
@@ -110,7 +110,7 @@ class Interruptions:
 
     def is_kept(self, job: Job) -> bool:
         """Whether nodes are kept for the job after a node failure (from everyone: they are
-        its nomination; from unallocated work: it has no nomination of its own)."""
+        its nomination; by the fence: it has no nomination of its own)."""
         kept = self._kept.get(job.job_id)
         if kept is None:
             return False
@@ -175,12 +175,19 @@ class Interruptions:
 
     def _still_kept(self, job: Job, kept: Nomination, now: float) -> IntArray | None:
         """The job's kept nodes still free, kept again for it; None when nothing is kept for
-        it any more: it started or preempts, the bound ran out, or no node is free."""
+        it now: it started or preempts, the bound ran out, or no node is free.
+
+        A preempting job's nomination keeps what it needs. Kept by the fence, its nodes are
+        kept again if that nomination falls through before it starts (a nominated node failed
+        while its victims left): otherwise the nodes it did not need would be open to the
+        work it takes back once it plans again."""
         job_id = job.job_id
-        if job.state is not JobState.PENDING or (
-            job.nomination is not None and job.nomination is not kept
-        ):
+        if job.state is not JobState.PENDING:
             del self._kept[job_id]
+            return None
+        if job.nomination is not None and job.nomination is not kept:
+            if self.kept_from is KeptFrom.ALL:
+                del self._kept[job_id]
             return None
         assert self.keep is not None
         if now - kept.decided_at >= self.keep:
