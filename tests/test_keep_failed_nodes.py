@@ -254,3 +254,25 @@ def test_bad_keep_values_exit_2_before_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
 ) -> None:
     assert_exits_2_before_the_run(tmp_path, capsys, flags, message)
+
+
+def test_a_kept_gang_takes_its_turn_where_jobs_alike_ahead_were_answered_alike() -> None:
+    # team-a's `a-twin1` and `a-twin2`, of the gang's shape, wait ahead of it (same submit
+    # time, names first). Node 1 is repaired at 200 s: the twins, kept from the gang's nodes,
+    # fit nowhere, the second answered alike the first; the gang, which would be answered
+    # alike them, has its nodes opened at its own turn and restarts there.
+    sched = scheduler(
+        racks(3, 2), keep_failed_nodes=3600.0, keep_failed_nodes_from=KeptFrom.ALL_BUT_OWED
+    )
+    gang = spec("gang", "team-a", pods=2, resumable=True, topology=RACK)
+    for twin in ("a-twin1", "a-twin2"):
+        sched.submit(gang.model_copy(update={"name": twin}), 0)
+    run(sched, gang, [0, 1], 0)
+    run(sched, spec("a-rest", "team-a", pods=2, min_runtime="8h"), [2, 3], 0)
+    run(sched, spec("b-rest", "team-b", pods=2, min_runtime="8h"), [4, 5], 0)
+    sched.set_health([1], Health.DOWN, 100)
+    assert bound(sched.cycle(100)) == {}
+    sched.set_health([1], Health.HEALTHY, 200)
+
+    assert bound(sched.cycle(200)) == {"gang": [0, 1]}
+    assert_consistent(sched.state)

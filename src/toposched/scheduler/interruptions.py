@@ -4,7 +4,7 @@ their nodes kept for them until they restart."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, KeysView, Mapping
 from enum import StrEnum
 
 import numpy as np
@@ -115,6 +115,12 @@ class Interruptions:
         if kept is None:
             return False
         return job.nomination is kept if self.kept_from is KeptFrom.ALL else job.nomination is None
+
+    @property
+    def kept_ids(self) -> KeysView[str]:
+        """The jobs nodes are kept for (or will be again, once their nomination falls
+        through): each takes a turn of its own, never answered alike another job."""
+        return self._kept.keys()
 
     def open_kept(self, job: Job, fence: Fence) -> Nomination | None:
         """At the job's turn: if nodes are kept for it, open them for its own searches
@@ -238,9 +244,13 @@ class Interruptions:
     def first(self, runs: Iterable[Iterable[QueueEntry]]) -> Iterable[Iterable[QueueEntry]]:
         """The queue's `runs` with the gangs a node failure interrupted within their budget
         moved to the front (in the queue's order among themselves), for this cycle only, as
-        one run; read only if there are such gangs."""
+        one run; read only if there are such gangs. While the fence keeps nodes for gangs,
+        the runs as they are, as another object: a walk leaves no run early (see
+        `toposched.scheduler.tally`), so each such gang takes its own turn."""
         first = self._restart_first
         if not first:
+            if self._kept and self.kept_from is not KeptFrom.ALL:
+                return (run for run in runs)
             return runs
         self._restart_first = set()
         entries = [entry for run in runs for entry in run]

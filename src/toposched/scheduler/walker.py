@@ -112,6 +112,8 @@ class Walker:
             if by_account and not skipping and size >= SHORT_QUEUE:
                 tail = tally.tail(turn.number)
         ahead = tail.ahead if tail is not None else {}
+        # A gang whose nodes are kept takes its own turn, with them opened.
+        kept = self.interruptions.kept_ids if self.interruptions is not None else ()
         alike = shared = 0
         for run in runs:
             streak = every = 0
@@ -139,6 +141,7 @@ class Walker:
                         and same.known == known
                         and job.nomination is None
                         and same.failed_job != entry.job_id
+                        and entry.job_id not in kept
                     ):
                         job.tell(same.reason, same.code, same.refusal)
                         alike += 1
