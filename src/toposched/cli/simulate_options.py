@@ -166,11 +166,12 @@ def add_options(
     )
     parser.add_argument(
         "--keep-failed-nodes-from",
-        choices=("all", "unallocated"),
+        choices=("all", "unallocated", "all-but-owed"),
         default=None,
         help="with --keep-failed-nodes, whom those nodes are kept from: all = every other job; "
-        "unallocated = unallocated work only, budgeted jobs ranked first may take them "
-        "(default: all)",
+        "unallocated = unallocated work only, budgeted jobs ranked first may take them; "
+        "all-but-owed = every job but those of teams running below their budget, which may "
+        "take them (default: all)",
     )
     parser.add_argument(
         "--unprotected-borrowing",

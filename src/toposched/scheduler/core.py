@@ -454,7 +454,9 @@ class Scheduler:
             # Read as far as the walk goes (see `toposched.scheduler.tally`), but where
             # compared job by job with the order the last cycle left.
             size = len(self.queue)
-            queued = queue_runs(self.queue, now, self._owed_first())
+            owed = self._owed_first()
+            queued = queue_runs(self.queue, now, owed)
+            self.interruptions.owed_first(owed)
             runs = self.interruptions.first(queued)
             # Gangs put first make one run of every account's jobs, which no walk may leave.
             by_account = runs is queued and self.tally is not None

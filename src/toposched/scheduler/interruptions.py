@@ -4,14 +4,14 @@ their nodes kept for them until they restart."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, KeysView, Mapping
 from enum import StrEnum
 
 import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.state import Allocation, ClusterState
-from toposched.policy.fairshare import QueueEntry
+from toposched.policy.fairshare import QueueEntry, QueueTier
 from toposched.scheduler.fence import Fence
 from toposched.scheduler.jobs import Job, JobState, Nomination, ReasonCode
 from toposched.scheduler.ledger import Ledger
@@ -29,6 +29,10 @@ class KeptFrom(StrEnum):
     UNALLOCATED = "unallocated"
     """Unallocated work (the queue's unallocated tier and its backfill): budgeted jobs the
     queue ranks first may still take them."""
+    ALL_BUT_OWED = "all-but-owed"
+    """Every job but the allocated work of teams running below their budget, which the queue
+    puts first (owed GPU-time): those may still take them; teams at or beyond their budget and
+    unallocated work may not."""
 
 
 def _fence_apart(fence: Fence, nodes: IntArray) -> None:
@@ -50,12 +54,13 @@ class Interruptions:
     With `keep` (seconds), a budgeted gang without a spare keeps the nodes it ran on, the
     failed ones included (closed while down, its own again once repaired), until it restarts,
     for at most `keep` seconds: from every other job (`KeptFrom.ALL`: they are nominated to
-    it) or from unallocated work (`KeptFrom.UNALLOCATED`: fenced before the cycle's first
-    turn of unallocated work). They are opened for its own turn of each cycle (where it
-    starts on them and what is free, or preempts the least it needs around them) and kept
-    again after it for the nodes still free. The bound gives them back to the queue when the
-    gang can neither fit nor preempt for long (other teams' protected runs hold the room it
-    lacks).
+    it), or fenced before the cycle's first turn of a job they are kept from: unallocated work
+    (`KeptFrom.UNALLOCATED`), or every job but the allocated work of accounts running below
+    their budget (`KeptFrom.ALL_BUT_OWED`). They are opened for its own turn of each cycle
+    (where it starts on them and what is free, or preempts the least it needs around them)
+    and kept again after it for the nodes still free. The bound gives them back to the queue
+    when the gang can neither fit nor preempt for long (other teams' protected runs hold the
+    room it lacks).
     """
 
     def __init__(
@@ -75,10 +80,12 @@ class Interruptions:
         self.keep = keep
         self.kept_from = KeptFrom.ALL if kept_from is None else kept_from
         self.jobs: Mapping[str, Job] = {} if jobs is None else jobs
-        # The nodes kept for each gang, by job id (with `KeptFrom.ALL`, its nomination), and
-        # the cycle whose unallocated work they were last fenced from.
+        # The nodes kept for each gang, by job id (with `KeptFrom.ALL`, its nomination), the
+        # cycle in which they were last fenced (`fence_before`), and the accounts whose
+        # allocated work the cycle's queue puts first.
         self._kept: dict[str, Nomination] = {}
         self._fenced_in = -1
+        self._owed: Collection[str] = frozenset()
         self._restart_first: set[str] = set()
         # Per node failure: spare nodes taken per domain, and GPUs of each account's gangs
         # put first.
@@ -103,11 +110,17 @@ class Interruptions:
 
     def is_kept(self, job: Job) -> bool:
         """Whether nodes are kept for the job after a node failure (from everyone: they are
-        its nomination; from unallocated work: it has no nomination of its own)."""
+        its nomination; by the fence: it has no nomination of its own)."""
         kept = self._kept.get(job.job_id)
         if kept is None:
             return False
         return job.nomination is kept if self.kept_from is KeptFrom.ALL else job.nomination is None
+
+    @property
+    def kept_ids(self) -> KeysView[str]:
+        """The jobs nodes are kept for (or will be again, once their nomination falls
+        through): each takes a turn of its own, never answered alike another job."""
+        return self._kept.keys()
 
     def open_kept(self, job: Job, fence: Fence) -> Nomination | None:
         """At the job's turn: if nodes are kept for it, open them for its own searches
@@ -131,30 +144,56 @@ class Interruptions:
         if self.kept_from is KeptFrom.ALL:
             job.nomination = self._kept[job.job_id]
         elif self._fenced_in != turn.number:
-            return  # unallocated work has not had its turn yet in this cycle
+            return  # no job they are kept from has had its turn yet in this cycle
         _fence_apart(turn.fence, nodes)
 
-    def fence_from_unallocated(self, turn: Turn) -> None:
-        """Before the cycle's first turn of unallocated work: fence the nodes kept from it."""
-        if self.kept_from is not KeptFrom.UNALLOCATED or self._fenced_in == turn.number:
+    def owed_first(self, owed: Collection[str]) -> None:
+        """The cycle's queue puts the allocated work of the `owed` accounts (those running
+        below their budget) first: with `KeptFrom.ALL_BUT_OWED` they may take the kept nodes."""
+        self._owed = owed
+
+    def fence_before(self, turn: Turn, entry: QueueEntry, tier: QueueTier) -> None:
+        """At the start of a job's turn: if the nodes are kept from it by the fence (see
+        `KeptFrom`) and this cycle has not fenced them yet, fence them now, but the job's own.
+        The queue puts the jobs they are not kept from first (budgeted work before unallocated
+        work, owed accounts' before the others'), so they stay fenced for the rest of the
+        cycle."""
+        if self._fenced_in == turn.number or not self._kept or not self._kept_from(entry, tier):
             return
         self._fenced_in = turn.number
         kept = [
             nodes
             for job_id, nomination in list(self._kept.items())
-            if (nodes := self._still_kept(self.jobs[job_id], nomination, turn.now)) is not None
+            if job_id != entry.job_id
+            and (nodes := self._still_kept(self.jobs[job_id], nomination, turn.now)) is not None
         ]
         if kept:
             _fence_apart(turn.fence, np.concatenate(kept))
 
+    def _kept_from(self, entry: QueueEntry, tier: QueueTier) -> bool:
+        """Whether the fence keeps the nodes from the job of `entry` (`tier`: its tier)."""
+        kept_from = self.kept_from
+        if kept_from is KeptFrom.ALL:
+            return False  # nominated: fenced with every nominee's nodes
+        if tier is not QueueTier.ALLOCATED:
+            return True
+        return kept_from is KeptFrom.ALL_BUT_OWED and entry.account not in self._owed
+
     def _still_kept(self, job: Job, kept: Nomination, now: float) -> IntArray | None:
         """The job's kept nodes still free, kept again for it; None when nothing is kept for
-        it any more: it started or preempts, the bound ran out, or no node is free."""
+        it now: it started or preempts, the bound ran out, or no node is free.
+
+        A preempting job's nomination keeps what it needs. Kept by the fence, its nodes are
+        kept again if that nomination falls through before it starts (a nominated node failed
+        while its victims left): otherwise the nodes it did not need would be open to the
+        work it takes back once it plans again."""
         job_id = job.job_id
-        if job.state is not JobState.PENDING or (
-            job.nomination is not None and job.nomination is not kept
-        ):
+        if job.state is not JobState.PENDING:
             del self._kept[job_id]
+            return None
+        if job.nomination is not None and job.nomination is not kept:
+            if self.kept_from is KeptFrom.ALL:
+                del self._kept[job_id]
             return None
         assert self.keep is not None
         if now - kept.decided_at >= self.keep:
@@ -205,9 +244,13 @@ class Interruptions:
     def first(self, runs: Iterable[Iterable[QueueEntry]]) -> Iterable[Iterable[QueueEntry]]:
         """The queue's `runs` with the gangs a node failure interrupted within their budget
         moved to the front (in the queue's order among themselves), for this cycle only, as
-        one run; read only if there are such gangs."""
+        one run; read only if there are such gangs. While the fence keeps nodes for gangs,
+        the runs as they are, as another object: a walk leaves no run early (see
+        `toposched.scheduler.tally`), so each such gang takes its own turn."""
         first = self._restart_first
         if not first:
+            if self._kept and self.kept_from is not KeptFrom.ALL:
+                return (run for run in runs)
             return runs
         self._restart_first = set()
         entries = [entry for run in runs for entry in run]

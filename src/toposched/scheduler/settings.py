@@ -73,7 +73,8 @@ class SchedulerSettings:
     when they and what is free hold it, else preempts the least it needs around them (see
     `Interruptions`)."""
     keep_failed_nodes_from: KeptFrom = KeptFrom.ALL
-    """Whom those nodes are kept from: every other job, or only unallocated work."""
+    """Whom those nodes are kept from: every other job, only unallocated work, or every job
+    but the allocated work of teams running below their budget (`KeptFrom`)."""
 
     keep_failures_through_releases: bool = True
     """Whether a placement failure outlives GPUs freed where the gang could not use them (see

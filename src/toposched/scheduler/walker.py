@@ -112,6 +112,8 @@ class Walker:
             if by_account and not skipping and size >= SHORT_QUEUE:
                 tail = tally.tail(turn.number)
         ahead = tail.ahead if tail is not None else {}
+        # A gang whose nodes are kept takes its own turn, with them opened.
+        kept = self.interruptions.kept_ids if self.interruptions is not None else ()
         alike = shared = 0
         for run in runs:
             streak = every = 0
@@ -139,6 +141,7 @@ class Walker:
                         and same.known == known
                         and job.nomination is None
                         and same.failed_job != entry.job_id
+                        and entry.job_id not in kept
                     ):
                         job.tell(same.reason, same.code, same.refusal)
                         alike += 1
@@ -299,6 +302,12 @@ class Walker:
         job.reservation = None
         job.refusal = None
         fence = turn.fence
+        tier_key = (entry.account, entry.unallocated)
+        tier = turn.tiers.get(tier_key)
+        if tier is None:
+            tier = turn.tiers[tier_key] = self.queue.tier(entry)
+        if self.interruptions is not None:
+            self.interruptions.fence_before(turn, entry, tier)
         if job.nomination is not None:
             fence.settle()
             started = self.placing.start_nominee(job, fence, turn.now, turn.result)
@@ -314,12 +323,6 @@ class Walker:
         kind = job.kind
         if kind is None:
             kind = self.kinds.of(job)
-        tier_key = (entry.account, entry.unallocated)
-        tier = turn.tiers.get(tier_key)
-        if tier is None:
-            tier = turn.tiers[tier_key] = self.queue.tier(entry)
-        if tier is QueueTier.UNALLOCATED and self.interruptions is not None:
-            self.interruptions.fence_from_unallocated(turn)
         # Answered alike every job of its kind, account, priority and declared work (see
         # `Turn.answered`): with the reservation in what the answer knew, that fixes whether it
         # may backfill too.
