@@ -144,6 +144,17 @@ def test_simulate_option_builds_the_rule() -> None:
     for bad in ("100", "-1", "x"):
         with pytest.raises(SystemExit):
             parser.parse_args(["--unallocated-headroom", bad])
+    args = parser.parse_args(["--unallocated-headroom", "2", "--unallocated-headroom-borrowed"])
+    borrowing = scheduler_factory(args)(
+        ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4)),
+        BudgetTree.from_dict({"accounts": {"team-a": 100}}),
+    )
+    assert isinstance(borrowing, Scheduler)
+    assert borrowing.settings.admission == AdmissionRule(
+        checkpoint_s=None, headroom=0.02, borrowed=True
+    )
+    with pytest.raises(InputError, match="applies only with --unallocated-headroom"):
+        scheduler_factory(parser.parse_args(["--unallocated-headroom-borrowed"]))
 
 
 @pytest.mark.parametrize("restarts", [False, True])

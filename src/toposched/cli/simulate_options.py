@@ -296,6 +296,14 @@ def add_options(
         "soon as it can reassemble (default: the headroom is --unallocated-headroom's share)",
     )
     parser.add_argument(
+        "--unallocated-headroom-borrowed",
+        action="store_true",
+        help="keep the headroom free of work beyond its team's budget too: a team coming back "
+        "to its budget starts on it instead of waiting for borrowed runs or evicting them "
+        "(needs --unallocated-headroom; default: budgeted work may take the headroom, "
+        "borrowed or not)",
+    )
+    parser.add_argument(
         "--topology-price",
         type=topology_price_option,
         metavar="SPEC",

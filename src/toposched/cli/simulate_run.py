@@ -89,9 +89,14 @@ def _admission(args: argparse.Namespace) -> AdmissionRule | None:
     checkpoint = getattr(args, "unallocated_admission", None)
     headroom = getattr(args, "unallocated_headroom", None) or 0.0
     restarts = getattr(args, "unallocated_headroom_restarts", False)
+    borrowed = getattr(args, "unallocated_headroom_borrowed", False)
+    if borrowed and headroom == 0:
+        raise InputError(
+            "--unallocated-headroom-borrowed", True, "applies only with --unallocated-headroom"
+        )
     if checkpoint is None and headroom == 0 and not restarts:
         return None
-    return AdmissionRule(checkpoint, headroom, restarts)
+    return AdmissionRule(checkpoint, headroom, restarts, borrowed)
 
 
 def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
