@@ -93,7 +93,7 @@ def most_pods(
         if i == 0 or domains[i] != domains[i - 1]:
             distinct[n_distinct] = domains[i]
             n_distinct += 1
-    pods = domain_pods(
+    per_domain = domain_pods(
         distinct[:n_distinct],
         starts,
         free_whole_gpus,
@@ -105,7 +105,7 @@ def most_pods(
         fenced,
         gpus_per_pod,
     )
-    return int(pods.max()) if n_distinct else 0
+    return int(per_domain.max()) if n_distinct else 0
 
 
 @njit(cache=True, nogil=True)
