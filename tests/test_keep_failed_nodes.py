@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from test_cli_eviction_worth import assert_exits_2_before_the_run
+from test_failed_first import WORKLOAD as FAILED_FIRST_WORKLOAD
 from test_failed_first import two_racks_with_a_failed_gang
 from test_preemption_scenarios import (
     RACK,
@@ -200,19 +201,10 @@ def test_a_cancelled_gang_leaves_its_nodes_to_the_queue() -> None:
     assert_consistent(sched.state)
 
 
-BEYOND_BUDGET = """\
-cluster: {builder: superpod, spine_groups: 1, units_per_group: 1, nodes_per_unit: 5}
-budget: {accounts: {a: 20, c: 40, e: 40}}
-failures:
-  - {time: 2h, nodes: [1]}
-jobs:
-  - {name: x, submit: 0, runtime: 4h, class: training, account: a, pods: 2, resumable: true,
-     min_runtime: 1h, resources_per_pod: {gpus: 8}, topology: {required: su}}
-  - {name: y, submit: 1, runtime: 10h, account: c, pods: 2, min_runtime: 8h,
-     resources_per_pod: {gpus: 8}}
-  - {name: w, submit: 1h, runtime: 1h, class: waiting, account: e, pods: 2,
-     min_runtime: 1h, resources_per_pod: {gpus: 8}}
-"""
+# The failed-first workload with team a's budget halved: its gang, interrupted at 2 h, runs
+# beyond its budget.
+BEYOND_BUDGET = FAILED_FIRST_WORKLOAD.replace("{a: 40, c: 40, e: 20}", "{a: 20, c: 40, e: 40}")
+assert BEYOND_BUDGET != FAILED_FIRST_WORKLOAD
 
 
 @pytest.mark.parametrize(
