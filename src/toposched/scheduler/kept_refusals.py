@@ -19,6 +19,7 @@ from toposched.policy.contract import Contract
 from toposched.policy.fairshare import QueueEntry
 from toposched.policy.ranking import Ranking
 from toposched.policy.usage import UsageTracker
+from toposched.scheduler.budget_limits import LIMIT_SLACK, BudgetLimits
 from toposched.scheduler.fence import Fence, FencedNodes
 from toposched.scheduler.freed import FreedCapacity
 from toposched.scheduler.ledger import LAST_ID, Ledger
@@ -26,7 +27,6 @@ from toposched.scheduler.refusal_kernels import (
     domain_pods,
     limits_reach_more,
     most_pods,
-    takeable_slots,
 )
 from toposched.scheduler.refusals import Refusal
 
@@ -42,9 +42,6 @@ unallocated work only (see `Preemptor.preempt_or_refuse`)."""
 RELEASES_LISTED = 32
 #: Up to this many domains, their free GPUs are summed one by one, else over every node.
 DOMAINS_SUMMED = 16
-#: GPUs by which limits are widened when compared with jobs' sizes (more than any slack the
-#: contract allows for rounding).
-LIMIT_SLACK = 1e-6
 #: Released nodes' domains are counted node by node up to this many nodes, else assumed to
 #: have room.
 NODES_COUNTED = 4096
@@ -178,11 +175,7 @@ class KeptRefusals:
         self._refreshed = -1.0
         """When the preemptible index was last refreshed, as far as `find` knows."""
         self._fenced_masks: dict[int, tuple[FencedNodes, BoolArray]] = {}
-        self._takeable_by: dict[tuple[str, int], BoolArray] = {}
-        self._takeable_stamp: tuple[int, float, int, int, int] = (-1, -1.0, -1, -1, -1)
-        self._beyond: FloatArray = np.zeros(0)
-        self._limits_by: dict[str, FloatArray] = {}
-        self._beyond_stamp: tuple[int, int, int, int] = (-1, -1, -1, -1)
+        self._limits = BudgetLimits(tree, usage, contract, ledger)
         self.answered_through_changes = 0
         """Refusals answered although something changed since they were found."""
 
@@ -214,7 +207,7 @@ class KeptRefusals:
             found=now,
             tree_version=self.tree.version,
             ranked=self._ranked(entry.account, ranking),
-            limits=self._limits(entry.account) if budget_rule else np.zeros(0),
+            limits=self._limits.limits(entry.account) if budget_rule else np.zeros(0),
             leaves=None if budget_rule else ranking.leaves,
             checked_until=now,
         )
@@ -418,9 +411,9 @@ class KeptRefusals:
         count (`NODES_COUNTED`).
 
         The jobs it may take: unallocated ones only (`kept.only_unallocated`); under the
-        budget rule for a budgeted account, those `_takeable` marks; else every unprotected
-        job's. A node holding shared GPUs counts every GPU: evicting their pods may free them
-        whole.
+        budget rule for a budgeted account, those `BudgetLimits.takeable` marks; else every
+        unprotected job's. A node holding shared GPUs counts every GPU: evicting their pods may
+        free them whole.
 
         A gang on one node (a single pod, or `on_one_node`) is counted on `nodes` alone:
         room grew nowhere else, and no other node's room can add to it."""
@@ -463,7 +456,7 @@ class KeptRefusals:
             node_held = index.node_freeable
         else:
             node_held = NO_GPUS
-            takeable = self._takeable(entry)
+            takeable = self._limits.takeable(entry, self._refreshed)
             if index.shared_on_node:
                 shared = np.zeros(self.state.topology.n_nodes, dtype=bool)
                 shared[np.fromiter(index.shared_on_node, dtype=np.int64)] = True
@@ -483,48 +476,6 @@ class KeptRefusals:
         self._fenced_masks[id(fenced)] = (fenced, mask)
         return mask
 
-    def _takeable(self, entry: QueueEntry) -> BoolArray:
-        """Per slot of the preemptible index, whether the contract lets `entry` take that
-        unprotected job now under the budget rule: its account's jobs of lower priority,
-        unallocated work, and other accounts' jobs no larger than what their account runs
-        beyond its budget (none while `entry`'s account runs its own; widened by
-        `LIMIT_SLACK`); one last entry, False, for GPUs no whole-GPU pod holds (`gpu_owner`
-        -1). Jobs it may take only later (a load moving, a protection ending) are found by
-        `_loads_allow_no_more` and `_note_protection_ends`. Remembered by account and
-        priority while the index, its refresh and the loads stay the same."""
-        ledger = self.ledger
-        index = ledger.preemptible
-        stamp = (
-            index.version,
-            self._refreshed,
-            self.usage.version,
-            ledger.leaving_version,
-            self.tree.version,
-        )
-        if self._takeable_stamp != stamp:
-            self._takeable_by.clear()
-            self._takeable_stamp = stamp
-        key = (entry.account, entry.priority)
-        known = self._takeable_by.get(key)
-        if known is not None:
-            return known
-        size = len(index.allocations)
-        limits = self._limits(entry.account)
-        if not np.isfinite(limits).any():
-            limits = np.full(limits.size, -np.inf)
-        known = self._takeable_by[key] = takeable_slots(
-            index.counted[:size],
-            index.unallocated[:size],
-            index.account[:size],
-            index.priority[:size],
-            index.gpus[:size],
-            index.accounts.get(entry.account, -1),
-            entry.priority,
-            limits,
-            LIMIT_SLACK,
-        )
-        return known
-
     def _loads_allow_no_more(self, kept: KeptRefusal, account: str) -> bool:
         """Under the budget rule, whether the loads let the preemptor take no job it could
         not take then: no other account's limit grew past an unprotected job of it (the
@@ -533,7 +484,7 @@ class KeptRefusals:
         size = len(index.allocations)
         # Widened by LIMIT_SLACK both ways: the contract's own slack is no concern here.
         return not limits_reach_more(
-            self._limits(account),
+            self._limits.limits(account),
             kept.limits,
             index.counted[:size],
             index.unallocated[:size],
@@ -567,39 +518,6 @@ class KeptRefusals:
                 taken.append(allocation.nodes)
         if taken:
             kept.note_released(np.concatenate(taken))
-
-    def _limits(self, account: str) -> FloatArray:
-        """Per account code of the preemptible index, the budget rule's limit on a victim's
-        GPUs for a job of `account`, up to the contract's slack: what the victim's account
-        runs beyond its budget; -inf for `account`'s own, and for all while `account` runs
-        its own. Remembered by account while the loads and budgets stay the same."""
-        beyond = self._beyond_budgets()
-        known = self._limits_by.get(account)
-        if known is None:
-            if self.contract.runs_its_budget(account, self.ledger):
-                known = np.full(beyond.size, -np.inf)
-            else:
-                known = beyond.copy()
-                code = self.ledger.preemptible.accounts.get(account)
-                if code is not None:
-                    known[code] = -np.inf
-            self._limits_by[account] = known
-        return known
-
-    def _beyond_budgets(self) -> FloatArray:
-        """Per account code of the preemptible index, the GPUs it runs beyond its budget;
-        remembered (with `_limits`) while the loads and budgets stay the same."""
-        ledger = self.ledger
-        names = ledger.preemptible.account_names
-        stamp = (self.usage.version, ledger.leaving_version, self.tree.version, len(names))
-        if self._beyond_stamp != stamp:
-            self._beyond = np.array(
-                [ledger.running_gpus(name) - ledger.budget_gpus(name) for name in names],
-                dtype=np.float64,
-            )
-            self._limits_by.clear()
-            self._beyond_stamp = stamp
-        return self._beyond
 
     @staticmethod
     def _ranked(account: str, ranking: Ranking) -> bool:
