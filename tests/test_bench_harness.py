@@ -76,6 +76,27 @@ def test_without_warm_up_the_first_timed_run_is_the_cold_one(
     assert result.median_s == 1.0
 
 
+@pytest.mark.parametrize(
+    ("runs", "rank"),
+    [(1, 1), (2, 2), (9, 9), (10, 9), (11, 10), (20, 18), (50, 45), (100, 90)],
+)
+def test_p90_is_the_nearest_rank_not_the_next_one(runs: int, rank: int) -> None:
+    ordered = [float(value) for value in range(1, runs + 1)]
+    assert harness.nearest_rank(ordered, 0.9) == float(rank)
+
+
+def test_the_p90_of_ten_runs_is_not_the_slowest(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(harness.time, "perf_counter", clock.perf_counter)
+    durations = iter([1.0] * 9 + [50.0])
+
+    def run() -> None:
+        clock.now += next(durations)
+
+    result = harness.measure("x", run, runs=10, warmup=0)
+    assert result.p90_s == 1.0
+
+
 def test_bench_cluster_runs_every_scenario_through_the_command(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

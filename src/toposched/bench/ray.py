@@ -15,7 +15,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from toposched.bench.harness import Measurement
+from toposched.bench.harness import Measurement, nearest_rank
 from toposched.cluster.errors import ToposchedError
 
 NODES = {"n1": "r1", "n2": "r1", "n3": "r2", "n4": "r2"}
@@ -30,7 +30,7 @@ def _measurement(name: str, timings: list[float], note: str = "") -> Measurement
         name=name,
         runs=len(ordered),
         median_s=statistics.median(ordered),
-        p90_s=ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
+        p90_s=nearest_rank(ordered, 0.9),
         min_s=ordered[0],
         note=note,
         first_s=timings[0],
