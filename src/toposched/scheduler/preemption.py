@@ -519,8 +519,8 @@ class VictimSearch:
         fractions are not counted: the placement engine answers for such pods."""
         where = f"no {level} with room for more than" if level else "room for at most"
         text = (
-            f"even evicting all {len(pool)} preemptible jobs leaves {where} {most} of its "
-            f"{request.pods} pods"
+            f"even evicting all {len(pool):,} preemptible jobs leaves {where} {most:,} of its "
+            f"{request.pods:,} pods"
         )
         if granule > 1:
             text += f" in whole slices of {granule}"

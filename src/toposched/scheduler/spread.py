@@ -131,7 +131,7 @@ class SpreadSearch:
             return Refusal(
                 RefusalCode.NO_ROOM,
                 f"even evicting {victims} leaves no {level} with room for more than "
-                f"{within.most} of its {request.pods} pods in whole slices",
+                f"{within.most:,} of its {request.pods:,} pods in whole slices",
                 {"most": within.most, "pods": request.pods},
                 most_pods=within.most,
             )
@@ -386,7 +386,7 @@ class SpreadSearch:
         return Refusal(
             RefusalCode.NO_ROOM,
             f"even evicting every job it may preempt leaves no {level} with room for more than "
-            f"{most} of its {request.pods} pods{slices}",
+            f"{most:,} of its {request.pods:,} pods{slices}",
             {"most": most, "pods": request.pods},
             most_pods=most,
         )
