@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -166,3 +167,75 @@ def test_serve_refuses_bad_options_with_a_clear_error(
 ) -> None:
     assert main(["serve", "--store", str(tmp_path / "s.db"), *args]) == 2
     assert message in " ".join(capsys.readouterr().err.split())
+
+
+def _serve_again(folder: Path, store: Path, port: int) -> subprocess.CompletedProcess[str]:
+    """`toposched serve` run to its end (a refusal) with `folder`'s cluster and budgets."""
+    command = [
+        sys.executable,
+        "-m",
+        "toposched.cli.main",
+        "serve",
+        "--cluster",
+        "cluster.yaml",
+        "--budgets",
+        "budgets.yaml",
+        "--backend",
+        "dry-run",
+        "--port",
+        str(port),
+        "--store",
+        str(store),
+        "--state-dir",
+        str(folder / "other-state"),
+    ]
+    return subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=120)
+
+
+def test_a_second_server_on_the_same_store_is_refused_and_the_first_serves_on(
+    tmp_path: Path,
+) -> None:
+    args = ("--cluster", "cluster.yaml", "--budgets", "budgets.yaml", "--backend", "dry-run")
+    server = Server(tmp_path, *args).start()
+    try:
+        with server.client() as client:
+            assert client.post("/v1/jobs", json=job("kept")).status_code == 201
+        second = _serve_again(tmp_path, tmp_path / "state.db", free_port())
+        assert second.returncode == 2
+        message = " ".join(second.stderr.split())
+        assert "is in use by another toposched serve" in message
+        assert f"(process {server.process.pid if server.process else ''})" in message
+        with server.client() as client:
+            assert client.get("/v1/jobs/kept").json()["state"] == "running"
+            assert client.post("/v1/jobs", json=job("later")).status_code == 201
+    finally:
+        server.stop()
+    # The lock goes with its server, and after a kill -9 too: the next one serves the store.
+    restarted = Server(tmp_path, *args).start()
+    restarted.kill()
+    again = Server(tmp_path, *args).start()
+    try:
+        with again.client() as client:
+            assert {record["id"] for record in client.get("/v1/jobs").json()["jobs"]} == {
+                "kept",
+                "later",
+            }
+    finally:
+        again.stop()
+
+
+def test_an_address_in_use_is_refused_before_the_store_is_touched(tmp_path: Path) -> None:
+    args = ("--cluster", "cluster.yaml", "--budgets", "budgets.yaml", "--backend", "dry-run")
+    server = Server(tmp_path, *args).start()
+    try:
+        other = tmp_path / "other.db"
+        refused = _serve_again(tmp_path, other, server.port)
+        assert refused.returncode == 2
+        message = " ".join(refused.stderr.split())
+        assert f"--port: {server.port} is invalid: cannot listen on 127.0.0.1:{server.port}" in (
+            message
+        )
+        assert not other.exists()
+        assert not (tmp_path / "other-state").exists()
+    finally:
+        server.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from pathlib import Path
 
 import uvicorn
@@ -23,6 +24,7 @@ from toposched.service.fast_submit import SubmitFront
 from toposched.service.http import Context
 from toposched.service.loop import Loop
 from toposched.service.recovery import starter
+from toposched.service.store_lock import StoreLock
 
 log = logging.getLogger("toposched.service")
 
@@ -46,7 +48,18 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
         topology, backend = on_ray.topology, on_ray.backend
     else:
         topology, backend = build_topology(config), build_backend(config)
-    store = open_store(config)
+    # The address and the store are taken before anything is recovered: a server that could
+    # not serve must not have reconciled another server's pods or written to its store.
+    listener = _listen(config)
+    lock: StoreLock | None = None
+    try:
+        lock = StoreLock.take(config.store)
+        store = open_store(config)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        listener.close()
+        raise
     if tokens is None:
         log.warning("no --tokens: the API is open to every local user of this machine")
     server: uvicorn.Server | None = None
@@ -81,12 +94,20 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
         config.store,
         config.backend,
     )
+    log.info(
+        "listening on %s://%s:%d",
+        "https" if config.ssl_certfile else "http",
+        config.host,
+        listener.getsockname()[1],
+    )
     loop.start()
     try:
-        server.run()
+        server.run(sockets=[listener])
     finally:
         loop.stop()
         store.close()
+        if lock is not None:
+            lock.release()
         pid_file.unlink(missing_ok=True)
     if loop.failed is not None:
         raise ServiceStopped(f"the scheduler loop stopped: {loop.failed}")
@@ -105,6 +126,25 @@ def _tokens(config: ServiceConfig) -> Tokens | None:
             )
         return tokens
     return None  # `ServiceConfig.check` allows this on loopback addresses only
+
+
+def _listen(config: ServiceConfig) -> socket.socket:
+    """The server's listening socket, bound now, so that an address in use is told at once."""
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((config.host, config.port))
+    except OSError as error:
+        listener.close()
+        reason = error.strerror or str(error)
+        raise InputError(
+            "--port",
+            config.port,
+            f"cannot listen on {config.host}:{config.port} ({reason.lower()}); another server"
+            " may hold it: stop it or choose another --port",
+        ) from None
+    return listener
 
 
 def _write_pid(state_dir: str) -> Path:
