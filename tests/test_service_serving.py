@@ -169,7 +169,9 @@ def test_serve_refuses_bad_options_with_a_clear_error(
     assert message in " ".join(capsys.readouterr().err.split())
 
 
-def _serve_again(folder: Path, store: Path, port: int) -> subprocess.CompletedProcess[str]:
+def _serve_again(
+    folder: Path, store: Path, port: int, state: str = "other-state"
+) -> subprocess.CompletedProcess[str]:
     """`toposched serve` run to its end (a refusal) with `folder`'s cluster and budgets."""
     command = [
         sys.executable,
@@ -187,7 +189,7 @@ def _serve_again(folder: Path, store: Path, port: int) -> subprocess.CompletedPr
         "--store",
         str(store),
         "--state-dir",
-        str(folder / "other-state"),
+        str(folder / state),
     ]
     return subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=120)
 
@@ -203,7 +205,7 @@ def test_a_second_server_on_the_same_store_is_refused_and_the_first_serves_on(
         second = _serve_again(tmp_path, tmp_path / "state.db", free_port())
         assert second.returncode == 2
         message = " ".join(second.stderr.split())
-        assert "is in use by another toposched serve" in message
+        assert f"--store: '{tmp_path / 'state.db'}' is invalid: in use by another" in message
         assert f"(process {server.process.pid if server.process else ''})" in message
         with server.client() as client:
             assert client.get("/v1/jobs/kept").json()["state"] == "running"
@@ -222,6 +224,30 @@ def test_a_second_server_on_the_same_store_is_refused_and_the_first_serves_on(
             }
     finally:
         again.stop()
+
+
+def test_a_second_server_on_the_same_state_folder_is_refused(tmp_path: Path) -> None:
+    """Its local backend would take the first server's pods for strays and stop them."""
+    args = ("--cluster", "cluster.yaml", "--budgets", "budgets.yaml", "--backend", "dry-run")
+    server = Server(tmp_path, *args).start()
+    try:
+        with server.client() as client:
+            assert client.post("/v1/jobs", json=job("kept")).status_code == 201
+        second = _serve_again(tmp_path, tmp_path / "second.db", free_port(), state="state")
+        assert second.returncode == 2
+        message = " ".join(second.stderr.split())
+        assert f"--state-dir: '{tmp_path / 'state'}' is invalid: in use by another" in message
+        assert not (tmp_path / "second.db").exists()
+        with server.client() as client:
+            assert client.get("/v1/jobs/kept").json()["state"] == "running"
+        assert (tmp_path / "state" / "toposched.pid").read_text().strip() == str(
+            server.process.pid if server.process else ""
+        )
+    finally:
+        server.stop()
+    # SIGTERM stops it cleanly: its loop and store closed, its locks given back, status 0.
+    assert server.process is not None and server.process.returncode == 0
+    assert (tmp_path / "state" / "toposched.pid").read_text() == ""
 
 
 def test_an_address_in_use_is_refused_before_the_store_is_touched(tmp_path: Path) -> None:

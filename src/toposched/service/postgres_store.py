@@ -138,7 +138,7 @@ class PostgresStore(SqlStore):
         if row is None or not row[0]:
             self._db.close()
             raise InputError(
-                "--store", self.path, "is in use by another toposched serve; stop it first"
+                "--store", self.path, "in use by another toposched serve; stop it first"
             )
 
     def close(self) -> None:

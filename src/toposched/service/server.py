@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import logging
-import os
+import signal
 import socket
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
+from typing import NoReturn
 
 import uvicorn
 
@@ -24,7 +28,7 @@ from toposched.service.fast_submit import SubmitFront
 from toposched.service.http import Context
 from toposched.service.loop import Loop
 from toposched.service.recovery import starter
-from toposched.service.store_lock import StoreLock
+from toposched.service.server_locks import ServerLock, store_lock_path
 
 log = logging.getLogger("toposched.service")
 
@@ -48,15 +52,19 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
         topology, backend = on_ray.topology, on_ray.backend
     else:
         topology, backend = build_topology(config), build_backend(config)
-    # The address and the store are taken before anything is recovered: a server that could
-    # not serve must not have reconciled another server's pods or written to its store.
+    # The address, the state folder and the store are taken before anything is recovered: a
+    # server that could not serve must not reconcile another server's pods or write its store.
     listener = _listen(config)
-    lock: StoreLock | None = None
+    locks: list[ServerLock] = []
     try:
-        lock = StoreLock.take(config.store)
+        state = Path(config.state_dir)
+        locks.append(ServerLock.take(state / "toposched.pid", "--state-dir", config.state_dir))
+        store_lock = store_lock_path(config.store)
+        if store_lock is not None:
+            locks.append(ServerLock.take(store_lock, "--store", config.store))
         store = open_store(config)
     except BaseException:
-        if lock is not None:
+        for lock in locks:
             lock.release()
         listener.close()
         raise
@@ -73,7 +81,6 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
         tick_s=config.tick_s,
         on_failure=stop_serving,
     )
-    pid_file = _write_pid(config.state_dir)
     ctx = Context(loop, tokens, config.max_body)
     app = SubmitFront(create_app(ctx, store), ctx)
     server = uvicorn.Server(
@@ -100,18 +107,43 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
         config.host,
         listener.getsockname()[1],
     )
+    restore = _stop_on_sigterm()
     loop.start()
     try:
         server.run(sockets=[listener])
+    except _Terminated:
+        pass  # uvicorn has shut down and raised the SIGTERM it caught again: a clean stop
     finally:
+        restore()
         loop.stop()
         store.close()
-        if lock is not None:
+        for lock in locks:
             lock.release()
-        pid_file.unlink(missing_ok=True)
     if loop.failed is not None:
         raise ServiceStopped(f"the scheduler loop stopped: {loop.failed}")
     return 0
+
+
+class _Terminated(Exception):
+    """SIGTERM, raised in the main thread so that the way out closes the loop and the store."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> NoReturn:
+    raise _Terminated
+
+
+def _stop_on_sigterm() -> Callable[[], None]:
+    """SIGTERM raises `_Terminated` until the returned call restores the previous handler.
+    uvicorn catches SIGTERM while it serves and, once shut down, raises it again: with the
+    default handler the process would end there, before the loop's and the store's clean-up."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, _terminate)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
 
 
 def _tokens(config: ServiceConfig) -> Tokens | None:
@@ -145,11 +177,3 @@ def _listen(config: ServiceConfig) -> socket.socket:
             " may hold it: stop it or choose another --port",
         ) from None
     return listener
-
-
-def _write_pid(state_dir: str) -> Path:
-    folder = Path(state_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "toposched.pid"
-    path.write_text(f"{os.getpid()}\n")
-    return path
