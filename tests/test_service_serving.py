@@ -165,7 +165,8 @@ def test_tls_through_the_certificate_files(tmp_path: Path) -> None:
 def test_serve_refuses_bad_options_with_a_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
 ) -> None:
-    assert main(["serve", "--store", str(tmp_path / "s.db"), *args]) == 2
+    state = ["--state-dir", str(tmp_path / "state")]
+    assert main(["serve", "--store", str(tmp_path / "s.db"), *state, *args]) == 2
     assert message in " ".join(capsys.readouterr().err.split())
 
 
