@@ -6,6 +6,7 @@ checks."""
 from __future__ import annotations
 
 import argparse
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from scenario_cases import cases_with_defaults
 from test_scheduler_cycle import adopt_on, job
 
+from toposched.cli.main import main
 from toposched.cli.simulate_options import add_options
 from toposched.cli.simulate_run import scheduler_factory
 from toposched.cluster.builders import nvl72_cluster
@@ -187,3 +189,23 @@ def test_an_interrupted_gang_waiting_to_restart_keeps_its_gpus_free(restarts: bo
     )
     assert evicted == []
     assert gang_nodes(scheduler) == [6, 7]
+
+
+def test_a_copy_of_the_scheduler_reads_its_own_free_gpus() -> None:
+    # The check of cycles after submissions runs a full cycle on a copy: the copy's headroom
+    # must count the copy's free GPUs. Nodes 6-7 are free (8 GPUs, the 25% headroom).
+    original = scheduler_for({"headroom": 25})
+    copied = copy.deepcopy(original)
+    for name in ("b2", "b3"):
+        copied.finish(name, HOUR)  # the copy alone has nodes 2-3 free as well
+    for scheduler in (original, copied):
+        scheduler.submit(job("scavenger", "scratch", resumable=True), HOUR)
+    assert [d.job_id for d in copied.cycle(HOUR).bound] == ["scavenger"]
+    assert [d.job_id for d in original.cycle(HOUR).bound] == []
+
+
+def test_cycles_after_submissions_with_a_headroom_decide_as_full_ones(tmp_path: Path) -> None:
+    # Each cycle that skips jobs is checked against a full cycle on a copy of the scheduler.
+    args = ["simulate", "--gpus", "128", "--days", "0.5", "--unallocated-headroom", "1"]
+    out = ["--check-incremental", "--no-progress", "--out", str(tmp_path)]
+    assert main([*args, *out]) == 0

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from toposched.cluster.errors import InputError
+from toposched.cluster.state import ClusterState
 from toposched.cluster.units import HOUR
 from toposched.policy.fairshare import QueueTier
 from toposched.scheduler.jobs import Job, JobState, Reservation
@@ -156,17 +157,13 @@ class Headroom:
 
 class AdmissionGate:
     """The rule as the cycle asks it, once per pending job; with no rule, it lets everything
-    through. `free_gpus` tells the cluster's free GPUs now (for the headroom), `capacity` all
-    its GPUs."""
+    through. `state`: the cluster whose free GPUs the headroom reads (held, not read through a
+    closure, so that a copy of the scheduler reads its own cluster)."""
 
-    def __init__(
-        self,
-        rule: AdmissionRule | None,
-        free_gpus: Callable[[], float] | None = None,
-        capacity: float = 0.0,
-    ) -> None:
+    def __init__(self, rule: AdmissionRule | None, state: ClusterState | None = None) -> None:
         self.rule = rule
-        self.free_gpus = free_gpus
+        self.state = state
+        capacity = 0.0 if state is None else float(state.topology.n_gpus)
         self.kept = 0.0 if rule is None else rule.headroom * capacity
         self._pending: Callable[[], Iterable[Job]] = tuple
         self._within_budget: Callable[[Job], bool] = lambda job: False
@@ -176,14 +173,14 @@ class AdmissionGate:
         """Why the job may not start anywhere this turn (None: it may, as far as the headroom
         goes)."""
         rule = self.rule
-        if rule is None or self.free_gpus is None:
+        if rule is None or self.state is None:
             return None
         if self.kept <= 0 and not rule.restarts:
             return None
         borrowed = tier is QueueTier.ALLOCATED and rule.borrowed
         if tier is not QueueTier.UNALLOCATED and not borrowed:
             return None
-        free = float(self.free_gpus())
+        free = float(self.state.total_free_gpus)
         restarting = self._restarting_gpus() if rule.restarts else 0.0
         kept = self.kept + restarting
         if kept <= 0 or free - job.gpus >= kept:

@@ -71,9 +71,7 @@ class Walker:
         self.evictor = evictor
         self.incremental = incremental
         self.epoch = epoch
-        self.admission = AdmissionGate(
-            settings.admission, lambda: state.total_free_gpus, float(state.topology.n_gpus)
-        )
+        self.admission = AdmissionGate(settings.admission, state)
         self.jobs = jobs
         self.tally = tally
         self.kinds = tally.kinds if tally is not None else JobKinds()
