@@ -79,7 +79,7 @@ def main() -> None:
     workload = workload_of(args)
     bound = occupancy_bound(workload, step=args.step)
     windowed = occupancy_bound(workload, step=args.step, windows=True)
-    figures = {
+    figures: dict[str, Any] = {
         "workload": workload.description or workload.name,
         "gpus": workload.capacity_gpus,
         "any_scheduler": bound_figures(bound),
