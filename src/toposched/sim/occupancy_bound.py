@@ -2,21 +2,23 @@
 
 The relaxation drops everything that makes scheduling hard: topology, gangs (a job may run on
 any number of GPUs up to its own, at any moment, its work being GPU-seconds), node shapes,
-min runtimes, budgets and withdrawals. What remains: a job's work is its GPUs x its runtime;
-it can be done no earlier than the job arrives, no faster than on all its GPUs at once, and all
-jobs together no faster than the cluster's healthy GPUs. The GPU-seconds of work that can be
-done within the horizon under those rules, over capacity x horizon, bounds the report's
-`utilisation.occupancy` less the GPU time runs spent on work they later lost (evicted or
-interrupted since their last checkpoint, then redone): GPUs held by a run are busy whether its
-work is kept or not, so a scheduler that throws work away and redoes it can show more
+min runtimes, budgets, and withdrawals unless asked to keep them (`occupancy_bound`'s
+`windows`). What remains: a job's work is its GPUs x its runtime; it can be done no earlier
+than the job arrives, no faster than on all its GPUs at once, and all jobs together no faster
+than the cluster's GPUs (a workload with node failures is refused). The GPU-seconds of work
+that can be done within the horizon under those rules, over capacity x horizon, bounds the
+report's `utilisation.occupancy` less the GPU time runs spent on work they later lost (evicted
+or interrupted since their last checkpoint, then redone): GPUs held by a run are busy whether
+its work is kept or not, so a scheduler that throws work away and redoes it can show more
 occupancy than the bound (see `occupancy_with_loss`).
 
 Time is cut into steps; a job counts as arrived from the start of the step it arrives in (an
 earlier arrival only loosens the bound). The most work the stepped problem allows is a maximum
 flow (jobs -> steps -> cluster); the bound reported is the capacity of a cut of that network,
-which no flow, and so no schedule, exceeds. A schedule that gives each step's GPUs to the jobs
-with the longest time still to run (largest remaining runtime first) shows how close the cut
-is to what can be done: `certified_gap` is the cut less that schedule, 0 when both meet.
+which no flow, and so no schedule, exceeds. A fluid schedule that gives each step's GPUs to the
+jobs with the least slack (the most runtime still to run, when no window ends before the
+horizon) shows how close the cut is to what can be done: `certified_gap` is the cut less that
+schedule, 0 when both meet.
 """
 
 from __future__ import annotations
