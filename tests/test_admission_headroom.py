@@ -222,6 +222,12 @@ def test_the_reservation_free_gpus_count_towards_the_headroom_with_the_rule(
         return
     assert started == ["scavenger"]
     assert scheduler.state.allocations["scavenger"].nodes.tolist()[0] in (6, 7)
+    # A second one would leave 0 of the 3.2 GPUs, counting the reservation's 4 left.
+    scheduler.submit(job("second", "scratch", resumable=True), 2 * HOUR)
+    assert [d.job_id for d in scheduler.cycle(2 * HOUR).bound] == []
+    assert scheduler.jobs["second"].reason.endswith(
+        "4 are free with the reservation's: starting this job's 4 would leave 0"
+    )
 
 
 def test_the_reserved_option_needs_the_headroom() -> None:

@@ -143,6 +143,9 @@ class Headroom:
     borrowed: bool = False
     """Whether the job is budgeted work that would take its account past its budget
     (`AdmissionRule.borrowed`), not unallocated work."""
+    reserved: bool = False
+    """Whether `free` counts the free GPUs of the reservation's nodes too
+    (`AdmissionRule.reserved`)."""
 
     def explain(self) -> str:
         held = (
@@ -152,11 +155,12 @@ class Headroom:
             else ""
         )
         work = "work beyond its team's budget" if self.borrowed else "unallocated work"
+        where = "with the reservation's" if self.reserved else "outside reservations"
         kept_for = "work within its team's budget" if self.borrowed else "budgeted work"
         return (
             f"{work} leaves {self.kept:,.0f} GPUs free for {kept_for}{held} "
             f"(restarts after node failures, new arrivals), and {self.free:,.0f} are free "
-            f"outside reservations: starting this job's {self.gpus:,.0f} would leave "
+            f"{where}: starting this job's {self.gpus:,.0f} would leave "
             f"{max(self.free - self.gpus, 0.0):,.0f}"
         )
 
@@ -202,7 +206,7 @@ class AdmissionGate:
             return None
         if borrowed and self._within_budget(job):
             return None
-        return Headroom(free, kept, job.gpus, restarting, borrowed)
+        return Headroom(free, kept, job.gpus, restarting, borrowed, rule.reserved)
 
     def walk(
         self, pending: Callable[[], Iterable[Job]], within_budget: Callable[[Job], bool]
