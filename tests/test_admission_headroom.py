@@ -209,3 +209,62 @@ def test_cycles_after_submissions_with_a_headroom_decide_as_full_ones(tmp_path: 
     args = ["simulate", "--gpus", "128", "--days", "0.5", "--unallocated-headroom", "1"]
     out = ["--check-incremental", "--no-progress", "--out", str(tmp_path)]
     assert main([*args, *out]) == 0
+
+
+@pytest.mark.parametrize("reserved", [False, True])
+def test_the_reservation_free_gpus_count_towards_the_headroom_with_the_rule(
+    reserved: bool,
+) -> None:
+    # team-b's protected jobs hold nodes 0-5; nodes 6-7 are free (8 GPUs). team-a's job needs
+    # a whole rack: it waits for the reservation of rack 4-7, whose free nodes drain idle. The
+    # headroom keeps 10% (3.2 GPUs) free: outside the reservation none are, so the scavenger
+    # waits beside the idle nodes; counting them, 8 - 4 >= 3.2 and it backfills there.
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4))
+    budgets = BudgetTree.from_dict({"accounts": {"team-a": 75, "team-b": 25, "scratch": 0}})
+    rule = AdmissionRule(checkpoint_s=None, headroom=0.1, reserved=reserved)
+    scheduler = Scheduler(state, budgets, grace_s=30.0, admission=rule)
+    for node in range(6):
+        ends = "2h" if node >= 4 else "9h"  # rack 4-7 frees up first
+        spec = job(f"b{node}", "team-b", min_runtime="10h", expected_runtime=ends)
+        adopt_on(scheduler, spec, node, range(4))
+    scheduler.submit(job("big", "team-a", pods=4, min_runtime="8h", topology=RACK), HOUR)
+    scavenger = job("scavenger", "scratch", resumable=True)
+    scheduler.submit(scavenger, HOUR)
+    result = scheduler.cycle(HOUR)
+    assert result.reservation is not None and result.reservation.job_id == "big"
+    assert scheduler.jobs["big"].reason.startswith(
+        "waiting for reservation at +60 min in rack z0-b0-r1"
+    )
+    started = [d.job_id for d in result.bound]
+    if not reserved:
+        assert started == []
+        assert scheduler.jobs["scavenger"].reason.endswith(
+            "0 are free outside reservations: starting this job's 4 would leave 0"
+        )
+        return
+    assert started == ["scavenger"]
+    assert scheduler.state.allocations["scavenger"].nodes.tolist()[0] in (6, 7)
+    # A second one would leave 0 of the 3.2 GPUs, counting the reservation's 4 left.
+    scheduler.submit(job("second", "scratch", resumable=True), 2 * HOUR)
+    assert [d.job_id for d in scheduler.cycle(2 * HOUR).bound] == []
+    assert scheduler.jobs["second"].reason.endswith(
+        "4 are free with the reservation's: starting this job's 4 would leave 0"
+    )
+
+
+def test_the_reserved_option_needs_the_headroom() -> None:
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    args = parser.parse_args(["--unallocated-headroom", "1", "--unallocated-headroom-reserved"])
+    scheduler = scheduler_factory(args)(
+        ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4)),
+        BudgetTree.from_dict({"accounts": {"team-a": 100}}),
+    )
+    assert isinstance(scheduler, Scheduler)
+    assert scheduler.settings.admission == AdmissionRule(
+        checkpoint_s=None, headroom=0.01, reserved=True
+    )
+    with pytest.raises(InputError, match="applies only with --unallocated-headroom"):
+        scheduler_factory(parser.parse_args(["--unallocated-headroom-reserved"]))
+    with pytest.raises(InputError, match="reserved"):
+        AdmissionRule(reserved="yes")  # type: ignore[arg-type]

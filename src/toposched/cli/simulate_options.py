@@ -304,6 +304,13 @@ def add_options(
         "borrowed or not)",
     )
     parser.add_argument(
+        "--unallocated-headroom-reserved",
+        action="store_true",
+        help="count the free GPUs of the nodes a reservation drains towards the headroom: "
+        "unallocated work may start while they make it up, instead of waiting beside them "
+        "(needs --unallocated-headroom; default: only free GPUs outside the reservation count)",
+    )
+    parser.add_argument(
         "--topology-price",
         type=topology_price_option,
         metavar="SPEC",

@@ -90,13 +90,16 @@ def _admission(args: argparse.Namespace) -> AdmissionRule | None:
     headroom = getattr(args, "unallocated_headroom", None) or 0.0
     restarts = getattr(args, "unallocated_headroom_restarts", False)
     borrowed = getattr(args, "unallocated_headroom_borrowed", False)
-    if borrowed and headroom == 0:
-        raise InputError(
-            "--unallocated-headroom-borrowed", True, "applies only with --unallocated-headroom"
-        )
+    reserved = getattr(args, "unallocated_headroom_reserved", False)
+    for flag, given in (
+        ("--unallocated-headroom-borrowed", borrowed),
+        ("--unallocated-headroom-reserved", reserved),
+    ):
+        if given and headroom == 0:
+            raise InputError(flag, True, "applies only with --unallocated-headroom")
     if checkpoint is None and headroom == 0 and not restarts:
         return None
-    return AdmissionRule(checkpoint, headroom, restarts, borrowed)
+    return AdmissionRule(checkpoint, headroom, restarts, borrowed, reserved)
 
 
 def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:

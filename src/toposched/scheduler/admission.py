@@ -67,6 +67,11 @@ class AdmissionRule:
     free too: a team coming back to its budget then starts on the headroom instead of waiting
     for borrowed runs to end or evicting them (which loses their work when they cannot
     resume)."""
+    reserved: bool = False
+    """Whether the free GPUs of the cycle's reservation, held idle while its nodes drain for
+    the reserved job, count towards the headroom: unallocated work may then start while they
+    make up the headroom (outside the reservation where it fits, else as a backfill onto its
+    nodes), instead of waiting beside them for GPUs outside it."""
 
     def __post_init__(self) -> None:
         value = self.checkpoint_s
@@ -89,6 +94,8 @@ class AdmissionRule:
             raise InputError("restarts", self.restarts, "must be true or false")
         if not isinstance(self.borrowed, bool):
             raise InputError("borrowed", self.borrowed, "must be true or false")
+        if not isinstance(self.reserved, bool):
+            raise InputError("reserved", self.reserved, "must be true or false")
 
     def first_keep(self, job: Job) -> float:
         """Seconds from its start until the job has work an eviction would not throw away."""
@@ -137,6 +144,9 @@ class Headroom:
     borrowed: bool = False
     """Whether the job is budgeted work that would take its account past its budget
     (`AdmissionRule.borrowed`), not unallocated work."""
+    reserved: bool = False
+    """Whether `free` counts the free GPUs of the reservation's nodes too
+    (`AdmissionRule.reserved`)."""
 
     def explain(self) -> str:
         held = (
@@ -146,11 +156,12 @@ class Headroom:
             else ""
         )
         work = "work beyond its team's budget" if self.borrowed else "unallocated work"
+        where = "with the reservation's" if self.reserved else "outside reservations"
         kept_for = "work within its team's budget" if self.borrowed else "budgeted work"
         return (
             f"{work} leaves {self.kept:,.0f} GPUs free for {kept_for}{held} "
             f"(restarts after node failures, new arrivals), and {self.free:,.0f} are free "
-            f"outside reservations: starting this job's {self.gpus:,.0f} would leave "
+            f"{where}: starting this job's {self.gpus:,.0f} would leave "
             f"{max(self.free - self.gpus, 0.0):,.0f}"
         )
 
@@ -169,9 +180,12 @@ class AdmissionGate:
         self._within_budget: Callable[[Job], bool] = lambda job: False
         self._restarting: float | None = None
 
-    def start(self, job: Job, tier: QueueTier) -> Headroom | None:
+    def start(
+        self, job: Job, tier: QueueTier, reserved_free: Callable[[], float] | None = None
+    ) -> Headroom | None:
         """Why the job may not start anywhere this turn (None: it may, as far as the headroom
-        goes)."""
+        goes). `reserved_free()` tells the free GPUs on the reservation's nodes that the free
+        GPUs open to the search leave out (read only with `AdmissionRule.reserved`)."""
         rule = self.rule
         if rule is None or self.state is None:
             return None
@@ -181,13 +195,15 @@ class AdmissionGate:
         if tier is not QueueTier.UNALLOCATED and not borrowed:
             return None
         free = float(self.state.total_free_gpus)
+        if rule.reserved and reserved_free is not None:
+            free += reserved_free()
         restarting = self._restarting_gpus() if rule.restarts else 0.0
         kept = self.kept + restarting
         if kept <= 0 or free - job.gpus >= kept:
             return None
         if borrowed and self._within_budget(job):
             return None
-        return Headroom(free, kept, job.gpus, restarting, borrowed)
+        return Headroom(free, kept, job.gpus, restarting, borrowed, rule.reserved)
 
     def walk(
         self, pending: Callable[[], Iterable[Job]], within_budget: Callable[[Job], bool]

@@ -334,7 +334,7 @@ class Walker:
         held = None
         behind = turn.reservation
         if self.admission.rule is not None:
-            headroom = self.admission.start(job, tier)
+            headroom = self.admission.start(job, tier, lambda: self._reserved_free(turn))
             if headroom is not None:
                 job.reason, job.reason_code = headroom.explain(), ReasonCode.DOES_NOT_FIT
                 return False
@@ -359,6 +359,15 @@ class Walker:
                 known_so_far, answered_by, job.reason, job.reason_code, job.refusal
             )
         return False
+
+    def _reserved_free(self, turn: Turn) -> float:
+        """Free GPUs on the reservation's nodes while the fence keeps them closed (a backfill's
+        lift opens them, and the cluster's free GPUs count them already)."""
+        marked = turn.reserved_nodes
+        if not marked.size:
+            return 0.0
+        closed = marked & (self.state.closed != 0)
+        return float(self.state.free_whole_gpus[closed].sum())
 
     def _preempt(self, turn: Turn, entry: QueueEntry, job: Job, kind: JobKind) -> bool:
         """Evict for the job if the contract allows a set of victims that makes room; else add
