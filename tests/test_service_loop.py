@@ -16,8 +16,8 @@ from service_helpers import Clock, budgets, job, running_loop, settle, small_clu
 from toposched.backends.dry_run import DryRunBackend
 from toposched.backends.local_node import local_cluster
 from toposched.cluster.errors import InputError
+from toposched.scheduler.collection import IDLE_COLLECTION_AFTER
 from toposched.service import commands
-from toposched.service.collection import IDLE_COLLECTION_AFTER
 from toposched.service.commands import Submission
 from toposched.service.core import ServiceCore
 from toposched.service.documents import body_hash, split_job

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -21,6 +22,7 @@ from toposched.cluster.state import ClusterState, Health
 from toposched.cluster.units import HOUR
 from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
+from toposched.scheduler.collection import BUSY_COLLECTION_AFTER
 from toposched.scheduler.core import Scheduler
 from toposched.sim.engine import Simulation, simulate
 from toposched.sim.events import EventKind
@@ -541,6 +543,55 @@ def test_the_simulator_reads_the_scheduler_only_through_its_protocol(
         assert _without_wall_clock(summarize(wrapped)) == _without_wall_clock(summarize(direct))
     assert small_ai2_run.counts["evictions"] > 0
     assert runs[1][2].counts["failures"] > 0 and runs[1][2].counts["repairs"] > 0
+
+
+class WatchingCollection(OnlyTheProtocol):
+    """A real scheduler whose cycles note whether automatic collection is on; its first cycle
+    makes `BUSY_COLLECTION_AFTER` lasting objects, and every 50th notes whether they are frozen
+    (out of every generation `gc.get_objects` lists)."""
+
+    __slots__ = ("enabled", "frozen", "lasting")
+
+    def __init__(self, scheduler: SchedulerLike) -> None:
+        super().__init__(scheduler)
+        self.enabled: list[bool] = []
+        self.frozen: list[bool] = []
+        self.lasting: list[list[int]] = []
+
+    def cycle(self, now: float) -> CycleLike:
+        self.enabled.append(gc.isenabled())
+        if not self.lasting:
+            self.lasting = [[index] for index in range(BUSY_COLLECTION_AFTER)]
+        if len(self.enabled) % 50 == 1:
+            probe = self.lasting[-1]
+            self.frozen.append(not any(seen is probe for seen in gc.get_objects()))
+        return super().cycle(now)
+
+
+def test_a_run_collects_between_instants_and_thaws_what_it_froze(small_ai2: Workload) -> None:
+    assert gc.isenabled()
+    schedulers: list[WatchingCollection] = []
+
+    def watched(state: ClusterState, tree: BudgetTree) -> SchedulerLike:
+        schedulers.append(WatchingCollection(toposched_scheduler(state, tree)))
+        return schedulers[-1]
+
+    try:
+        simulate(small_ai2, watched)
+        [scheduler] = schedulers
+        assert len(scheduler.enabled) > 100
+        assert not any(scheduler.enabled)  # no collection starts in the middle of a cycle
+        # Young when made, frozen after a later instant's pass.
+        assert scheduler.frozen[0] is False and scheduler.frozen[-1] is True
+        # The run over: collection automatic again, nothing left frozen.
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+        # Whoever runs the simulator with collection switched off keeps it off.
+        gc.disable()
+        simulate(small_ai2, watched)
+        assert not gc.isenabled() and not any(schedulers[-1].frozen)
+    finally:
+        gc.enable()
+        gc.unfreeze()
 
 
 @needs_itp

@@ -3,7 +3,7 @@ by a scheduler (`bench.mixes`), and 10,000 pending jobs from the Ai2-like and fr
 `busy_scheduler` is the earlier arranged setting (every rack broken, all work protected), kept
 for `benchmarks/test_scheduler_bench.py`.
 
-The timed cycles run as `toposched serve` runs them (`service.collection`): automatic garbage
+The timed cycles run as `toposched serve` runs them (`scheduler.collection`): automatic garbage
 collection off, the young generations collected and frozen before each cycle's events. Python's
 own collector would otherwise run a pass over everything the runs made now and then inside a
 cycle (about 150 ms, one cycle in twenty of those placing 1,000 small jobs)."""
@@ -25,10 +25,10 @@ from toposched.cluster.builders import million_gpu_cluster
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
+from toposched.scheduler.collection import TurnCollector
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict
 from toposched.scheduler.jobs import JobState
-from toposched.service.collection import TurnCollector
 
 TEAMS = 15
 CYCLE_RUNS = 20

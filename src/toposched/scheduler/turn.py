@@ -66,11 +66,14 @@ class Asked:
     refusal: Refusal
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Answer:
-    """What a pending job was told, and what the cycle knew then (see `Turn.answered`).
-    Slotted: the walk reads its fields for most jobs of a long queue, and slots read faster
-    than a named tuple's fields (a 2,000-job flood took about 2.5% more CPU with those)."""
+    """What a pending job was told, and what the cycle knew then (see `Turn.answered`); never
+    changed once made. Slotted: the walk reads its fields for most jobs of a long queue, and
+    slots read faster than a named tuple's fields (a 2,000-job flood took about 2.5% more CPU
+    with those). Not frozen: one is made for nearly every turn that searched, and a frozen
+    dataclass is made about 4 times slower (each field set through `object.__setattr__`),
+    about 4% of the scheduler's CPU time on the Ai2-like workload."""
 
     known: tuple[object, ...]
     failed_job: str

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from toposched.cluster.errors import ToposchedError
+from toposched.scheduler.collection import TurnCollector
 from toposched.scheduler.core import CycleResult
-from toposched.service.collection import TurnCollector
 from toposched.service.committer import Commit
 from toposched.service.config import service_clock
 from toposched.service.core import Command, ServiceCore

@@ -12,6 +12,7 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
 from toposched.cluster.units import DAY, HOUR
 from toposched.policy.budget import BudgetTree
+from toposched.scheduler.collection import TurnCollector
 from toposched.sim.backend import SimulatedBackend
 from toposched.sim.events import EventKind, EventQueue
 from toposched.sim.meter import Meter
@@ -116,6 +117,10 @@ class _Run:
         self.meter.now = start
         wall_start = time.perf_counter()
         interrupted = False
+        # Collected between instants as the service's loop collects between turns
+        # (`scheduler/collection.py`): no pass over the lasting state inside a cycle.
+        collector = TurnCollector()
+        collector.start()
         try:
             # Inside the stop's reach: a run of many jobs is stopped, with what it simulated
             # (nothing yet), while it queues them too.
@@ -125,10 +130,14 @@ class _Run:
                 self.events.push(failure.time, EventKind.FAILURE, index)
             self.events.push(start, EventKind.SAMPLE, None)
             self.meter.measure()
+            collector.freeze()  # the fleet, the workload and its queued events
             wall_start = time.perf_counter()
-            self._loop(self._handlers())
+            self._loop(self._handlers(), collector)
         except KeyboardInterrupt:
             interrupted = True
+        finally:
+            # The run's objects back in the collector's sight: the process may go on.
+            collector.stop(thaw=True)
         wall = time.perf_counter() - wall_start
         horizon = self.horizon
         end = horizon if horizon is not None and not interrupted else self.meter.now
@@ -154,8 +163,11 @@ class _Run:
             EventKind.CYCLE: self._postponed_cycle,
         }
 
-    def _loop(self, handlers: dict[int, Callable[[Any, float], bool]]) -> None:
+    def _loop(
+        self, handlers: dict[int, Callable[[Any, float], bool]], collector: TurnCollector
+    ) -> None:
         events, meter, counts = self.events, self.meter, self.backend.counts
+        between_turns = collector.between_turns
         horizon = self.horizon
         with self._progress() as advance:
             while events:
@@ -185,6 +197,8 @@ class _Run:
                         events.push(following, EventKind.SAMPLE, None)
                 if advance is not None and counts["batches"] % _PROGRESS_EVERY == 0:
                     advance(now)
+                # Between instants the next one's events are already queued: a busy loop's pass.
+                between_turns(False)
 
     def _progress(self) -> _Progress:
         horizon = self.horizon

@@ -1,18 +1,20 @@
-"""The loop's garbage collection: collections run between turns, when the loop would wait, and
-what survives them is frozen out of later ones.
+"""Garbage collection between the scheduler's turns: collections run between them (the service's
+loop between its turns, when it would wait; the simulator between the instants whose events it
+applies), and what survives them is frozen out of later ones.
 
 Python's collector runs whenever enough objects were allocated, in whichever thread allocates
 the next one: in the middle of a turn, of a commit or of an HTTP request, holding the
-interpreter's lock while it scans. The service's lasting state (a million GPUs' fleet, its jobs'
-records, specs, requests and runs: about 20 objects per job) would make each of those passes
-long, and on a busy machine a pass that loses its core holds every thread up for as long. So
-while the loop serves, automatic collection is off and the loop collects the two young
-generations itself between turns: when nothing is queued (the loop would wait) and at least
-`IDLE_COLLECTION_AFTER` objects were allocated, or at `BUSY_COLLECTION_AFTER` whatever is
-queued. Each pass then scans a few thousand objects (0.1-0.5 ms), and what survives it, the
-service's lasting state, is frozen (`gc.freeze`): no later pass scans it again. Frozen objects
-are still freed by reference counting, as nearly all are; only cyclic garbage among them would
-stay, and the service makes next to none while it serves (its passes find none to free).
+interpreter's lock while it scans. The scheduler's lasting state (a million GPUs' fleet, its
+jobs' records, specs, requests and runs: about 20 objects per job) would make each of those
+passes long, and on a busy machine a pass that loses its core holds every thread up for as
+long. So while the scheduler runs, automatic collection is off and its driver collects the two
+young generations itself between turns: when nothing is queued (the service's loop would wait)
+and at least `IDLE_COLLECTION_AFTER` objects were allocated, or at `BUSY_COLLECTION_AFTER`
+whatever is queued. Each pass then scans a few thousand objects (0.1-0.5 ms), and what survives
+it, the lasting state, is frozen (`gc.freeze`): no later pass scans it again. Frozen objects are
+still freed by reference counting, as nearly all are; only cyclic garbage among them would stay,
+and the scheduler makes next to none (its passes find little to free). A driver that ends while
+its process goes on (a simulation run) thaws what was frozen when it stops.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ queued (Python's own collector would have run its youngest generation 28 times).
 
 
 class TurnCollector:
-    """Automatic collection off from `start` to `stop` (unless whoever runs the service had
+    """Automatic collection off from `start` to `stop` (unless whoever runs the scheduler had
     switched it off, by `gc.disable` or a threshold of 0: then nothing is collected), the
     young generations collected and frozen by `between_turns`."""
 
@@ -49,19 +51,24 @@ class TurnCollector:
         if self.active:
             gc.disable()
 
-    def stop(self) -> None:
+    def stop(self, thaw: bool = False) -> None:
+        """Automatic collection back on; `thaw`: everything frozen back in the collector's
+        sight, so that cyclic garbage among it is collected again (whatever froze it)."""
         if self.active:
             self.active = False
             gc.enable()
+            if thaw:
+                gc.unfreeze()
 
     def freeze(self) -> None:
-        """Everything alive now is lasting state (e.g. after a recovery): frozen unscanned."""
+        """Everything alive now is lasting state (e.g. after a recovery, or a run's fleet and
+        workload built): frozen unscanned."""
         if self.active:
             gc.freeze()
 
     def between_turns(self, idle: bool) -> None:
         """A pass over the young generations if enough objects were allocated since the last
-        one (fewer when the loop would otherwise wait), then what survived it frozen."""
+        one (fewer when the driver would otherwise wait), then what survived it frozen."""
         if not self.active:
             return
         young = gc.get_count()[0]
