@@ -206,6 +206,9 @@ def test_an_admin_opens_a_rack_reads_the_queue_and_drains_a_node(
 def test_a_team_token_sees_no_admin_buttons(
     server: Server, tokens: dict[str, Any], browser: Any, artifacts: Path
 ) -> None:
+    with server.client(tokens["a"]) as team:
+        # a1's 8 GPUs have run long enough for the page's 0.01 GPU-h to show them
+        wait_until(lambda: delivered_gpu_hours(team) >= 0.01)
     view = Page(browser, server.url)
     try:
         page = view.open_with(tokens["a"])
@@ -281,6 +284,11 @@ def test_first_view_of_a_million_gpus(browser: Any, tmp_path: Path, artifacts: P
             assert drawn / 1000 < FIRST_VIEW_BUDGET_S
         finally:
             view.close()
+
+
+def delivered_gpu_hours(team: httpx.Client) -> float:
+    rows = team.get("/v1/accounts").json()["accounts"]
+    return float(next(row["delivered_gpu_hours"] for row in rows if row["account"] == TEAM_A))
 
 
 def wait_until(condition: Any, timeout: float = 20) -> None:
