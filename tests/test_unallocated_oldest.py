@@ -3,6 +3,7 @@ queue's order, positions and explanations, the scheduler's starts, and its cycle
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 
 import pytest
@@ -13,7 +14,11 @@ from test_policy_fairshare import BUDGET, EVAL, GOLDEN_USAGE, PRODUCT, TEAM_A, T
 from test_policy_fairshare import used_for_an_hour as fairshare_usage
 from test_scheduler_cycle import adopt_on, job, order, small_cluster, two_teams
 
+from toposched.cli.simulate_options import add_options
+from toposched.cli.simulate_run import scheduler_factory
+from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
+from toposched.cluster.state import ClusterState
 from toposched.cluster.units import HOUR
 from toposched.policy.budget import BudgetTree
 from toposched.policy.fairshare import (
@@ -201,3 +206,18 @@ def test_cycles_after_submissions_decide_as_full_cycles_under_the_oldest_order()
     assert checked.incremental > 0
     assert checked.lines == full.lines
     assert full.lines != by_rank.lines  # the order is felt on this run
+
+
+def test_the_simulate_option_sets_the_order_and_rank_keeps_the_default() -> None:
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4))
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 100}})
+    scheduler = scheduler_factory(parser.parse_args(["--unallocated-order", "oldest"]))(state, tree)
+    assert isinstance(scheduler, Scheduler)
+    assert scheduler.settings.unallocated_order is OLDEST
+    assert scheduler_factory(parser.parse_args(["--unallocated-order", "rank"])) is (
+        scheduler_factory(parser.parse_args([]))
+    )
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--unallocated-order", "newest"])
