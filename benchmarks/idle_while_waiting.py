@@ -183,13 +183,16 @@ def main() -> None:
         },
     }
     withdrawn: dict[str, float] = defaultdict(float)
+    withdrawn_jobs: dict[str, int] = defaultdict(int)
     withdrawn_by_day = np.zeros(int(np.ceil(result.duration / DAY)))
     for record in result.records.values():
         if record.state is RecordState.CANCELLED and record.end_time is not None:
             work = record.gpus * record.job.runtime
             withdrawn[record.job_class] += work / HOUR
+            withdrawn_jobs[record.job_class] += 1
             withdrawn_by_day[min(int(record.end_time // DAY), withdrawn_by_day.size - 1)] += work
     out["withdrawn_unstarted_gpu_hours"] = dict(withdrawn)
+    out["withdrawn_unstarted_jobs"] = dict(withdrawn_jobs)
     if args.by_day:
         out["withdrawn_share_by_day"] = [
             round(x / (result.capacity_gpus * DAY), 4) for x in withdrawn_by_day

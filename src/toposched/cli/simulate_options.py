@@ -311,6 +311,15 @@ def add_options(
         "(needs --unallocated-headroom; default: only free GPUs outside the reservation count)",
     )
     parser.add_argument(
+        "--unallocated-order",
+        choices=("rank", "oldest"),
+        default=None,
+        help="the order unallocated work starts in: 'rank' by its accounts' Fair Tree rank, "
+        "or 'oldest' submission first across accounts, so that the work nearest its "
+        "withdrawal (a workload's cancel_after) runs first and the newest waits (docs/policy.md, "
+        "'Unallocated work oldest first'; default: rank)",
+    )
+    parser.add_argument(
         "--topology-price",
         type=topology_price_option,
         metavar="SPEC",

@@ -106,6 +106,7 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     """toposched's scheduler with the options given on the command line."""
     from toposched.policy.checkpoint_wait import CheckpointWait
     from toposched.policy.contract import Contract
+    from toposched.policy.fairshare import UnallocatedOrder
     from toposched.scheduler.core import Scheduler
     from toposched.scheduler.interruptions import KeptFrom
     from toposched.sim.protocol import toposched_scheduler
@@ -124,6 +125,7 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     worth = _eviction_worth(args)
     check = getattr(args, "check_incremental", False)
     admission = _admission(args)
+    unallocated_order = UnallocatedOrder(getattr(args, "unallocated_order", None) or "rank")
     wait = getattr(args, "checkpoint_wait", None)
     checkpoint_wait = (
         None
@@ -147,6 +149,7 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
         and failed_first
         and keep_failed_nodes is None
         and worth is None
+        and unallocated_order is UnallocatedOrder.RANK
     ):
         return toposched_scheduler
     contract = Contract(
@@ -166,6 +169,7 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
         keep_failed_nodes_from=KeptFrom(kept_from or "all"),
         check_incremental=check,
         admission=admission,
+        unallocated_order=unallocated_order,
     )
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import operator
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
-from enum import IntEnum
+from enum import Enum, IntEnum
 from typing import Any
 
 from toposched.cluster.errors import InputError
@@ -23,7 +24,14 @@ from toposched.policy.ranking import (
 )
 from toposched.policy.sorted_entries import EntryKey, SortedEntries, item_key
 
-__all__ = ["JobExplanation", "JobSortKey", "PendingQueue", "QueueEntry", "QueueTier"]
+__all__ = [
+    "JobExplanation",
+    "JobSortKey",
+    "PendingQueue",
+    "QueueEntry",
+    "QueueTier",
+    "UnallocatedOrder",
+]
 
 JobSortKey = tuple[int, int, StandingKey, int, float, str]
 """(queue tier, 0 if the account is owed GPUs else 1, account standing, -priority, submit time,
@@ -57,6 +65,23 @@ class QueueTier(IntEnum):
     """The account stopped being a leaf of the tree (removed, or given children) while queued."""
 
 
+class UnallocatedOrder(Enum):
+    """How the unallocated tier orders its jobs."""
+
+    RANK = "rank"
+    """Account by account in Fair Tree rank order, each account's jobs by priority, then
+    submit time: the tier is shared out as budgeted work is."""
+    OLDEST = "oldest"
+    """Oldest submission first across accounts (then job id), priority aside: the job that
+    has waited longest, the one a workload that withdraws jobs after a fixed wait withdraws
+    first, runs first, so the newest are those still waiting when GPUs fall idle."""
+
+
+OLDEST_STANDING: StandingKey = (0, ())
+"""The standing part of an unallocated job's sort key under `UnallocatedOrder.OLDEST`, where
+the account's standing plays no part: the same for every job of the tier."""
+
+
 @dataclass(frozen=True, slots=True)
 class JobExplanation:
     """Why a pending job is where it is in the queue."""
@@ -73,6 +98,9 @@ class JobExplanation:
     accounts' allocated work."""
     waiting_s: float = 0.0
     """Seconds since the job was submitted, at the ranking's moment."""
+    oldest_first: bool = False
+    """The unallocated tier runs oldest submission first across accounts
+    (`UnallocatedOrder.OLDEST`)."""
 
     @property
     def reason(self) -> str:
@@ -80,9 +108,13 @@ class JobExplanation:
         if self.tier is QueueTier.DETACHED:
             return f"account {self.entry.account} is no longer a leaf of the budget tree"
         if self.tier is QueueTier.UNALLOCATED:
+            order = "; oldest submission first across accounts" if self.oldest_first else ""
             if self.entry.unallocated:
-                return "unallocated (min_runtime 0): runs only on GPUs budgeted work leaves idle"
-            return f"unallocated: account {self.entry.account} has no budget"
+                return (
+                    "unallocated (min_runtime 0): runs only on GPUs budgeted work leaves idle"
+                    + order
+                )
+            return f"unallocated: account {self.entry.account} has no budget{order}"
         if self.owed:
             return f"allocated; account {self.entry.account} runs below its budget"
         return "allocated"
@@ -103,6 +135,15 @@ _entry_of = operator.itemgetter(1)
 
 def _entry_key(entry: QueueEntry) -> EntryKey:
     return -entry.priority, entry.submit_time, entry.job_id
+
+
+def _oldest_key(entry: QueueEntry) -> EntryKey:
+    """A job's place in `UnallocatedOrder.OLDEST`: submit time, then id."""
+    return 0, entry.submit_time, entry.job_id
+
+
+def _account_of(entry: QueueEntry) -> str:
+    return entry.account
 
 
 class _AccountQueue:
@@ -131,12 +172,28 @@ class PendingQueue:
     which only the scheduler knows) go first, in rank order, then the others in rank order: a
     budget is what an account is owed, so idle GPUs serve it before they serve borrowing.
 
+    With `UnallocatedOrder.OLDEST` the unallocated tier is instead every account's
+    unallocated jobs merged oldest submission first (see `UnallocatedOrder`), kept in one
+    more sorted sequence of all pending jobs; the other tiers do not change.
+
     Rankings are cached per (now, tree version, usage version); nothing here reads a clock.
     """
 
-    def __init__(self, tree: BudgetTree, usage: UsageSource) -> None:
+    def __init__(
+        self,
+        tree: BudgetTree,
+        usage: UsageSource,
+        unallocated_order: UnallocatedOrder = UnallocatedOrder.RANK,
+    ) -> None:
+        if not isinstance(unallocated_order, UnallocatedOrder):
+            raise InputError("unallocated_order", unallocated_order, "must be an UnallocatedOrder")
         self.tree = tree
         self.usage = usage
+        self.unallocated_order = unallocated_order
+        # Every pending job oldest first, kept only for `UnallocatedOrder.OLDEST`.
+        self._oldest: SortedEntries[QueueEntry] | None = (
+            SortedEntries() if unallocated_order is UnallocatedOrder.OLDEST else None
+        )
         self._entries: dict[str, QueueEntry] = {}
         self._accounts: dict[str, _AccountQueue] = {}
         self._version = 0
@@ -186,6 +243,8 @@ class PendingQueue:
             queue = self._accounts[entry.account] = _AccountQueue()
         run = queue.unallocated if entry.unallocated else queue.allocated
         run.add(_entry_key(entry), entry)
+        if self._oldest is not None:
+            self._oldest.add(_oldest_key(entry), entry)
         self._entries[entry.job_id] = entry
         self._version += 1
 
@@ -195,6 +254,8 @@ class PendingQueue:
         queue = self._accounts[entry.account]
         run = queue.unallocated if entry.unallocated else queue.allocated
         run.remove(_entry_key(entry))
+        if self._oldest is not None:
+            self._oldest.remove(_oldest_key(entry))
         if not len(queue):
             del self._accounts[entry.account]
         del self._entries[job_id]
@@ -236,7 +297,13 @@ class PendingQueue:
             (account,) = self._accounts
             queue = self._accounts[account]
             tree = self.tree
-            if account in tree and tree.is_leaf(account) and tree.has_budget(account):
+            leaf = account in tree and tree.is_leaf(account)
+            if leaf and self._oldest is not None:
+                # One account's unallocated tier, oldest first.
+                if tree.has_budget(account):
+                    yield map(_entry_of, queue.allocated.items())
+                yield from self._oldest_runs(None)
+            elif leaf and tree.has_budget(account):
                 yield map(_entry_of, queue.allocated.items())
                 yield map(_entry_of, queue.unallocated.items())
             else:
@@ -246,8 +313,28 @@ class PendingQueue:
                 yield map(_entry_of, merged)
             return
         ranking = self.ranking(now)
+        oldest = self._oldest is not None
         for tier, account in list(self._segments(ranking, frozenset(owed))):
+            if oldest and tier is QueueTier.UNALLOCATED:
+                # The whole tier at its first account, then none of its per-account runs.
+                yield from self._oldest_runs(ranking)
+                oldest = False
+            if tier is QueueTier.UNALLOCATED and self._oldest is not None:
+                continue
             yield map(_entry_of, self._segment_items(tier, account, ranking))
+
+    def _oldest_runs(self, ranking: Ranking | None) -> Iterator[Iterator[QueueEntry]]:
+        """The unallocated tier under `ranking` (the tree's if None) oldest first, in runs of
+        consecutive jobs of one account, read as the caller reaches them."""
+        assert self._oldest is not None
+        tier, unallocated = self.tier, QueueTier.UNALLOCATED
+        entries = (
+            entry
+            for entry in map(_entry_of, self._oldest.items())
+            if tier(entry, ranking) is unallocated
+        )
+        for _account, run in itertools.groupby(entries, key=_account_of):
+            yield run
 
     def tier(self, entry: QueueEntry, ranking: Ranking | None = None) -> QueueTier:
         """Which run of the queue the job belongs to under `ranking` (the current one if None:
@@ -277,7 +364,8 @@ class PendingQueue:
 
     def sort_key(self, job_id: str, now: float, owed: Collection[str] = ()) -> JobSortKey:
         """The key the queue orders by: tier, owed first, account standing, -priority, submit
-        time, id."""
+        time, id (with `UnallocatedOrder.OLDEST`, an unallocated job's standing and priority
+        parts are the same for every job of the tier)."""
         entry = self.get(job_id)
         return self._sort_key(entry, self.ranking(now), frozenset(owed))
 
@@ -288,13 +376,24 @@ class PendingQueue:
         tier = self.tier(entry, ranking)
         queue = self._accounts[entry.account]
         key = _entry_key(entry)
+        offsets = self._segment_offsets(ranking, frozenset(owed))
+        if tier is QueueTier.UNALLOCATED and self._oldest is not None:
+            # The tier starts where its first account's run would; the jobs before this one
+            # are counted one by one, since which are in the tier depends on the tree.
+            start = min(offset for (part, _), offset in offsets.items() if part is tier)
+            before = itertools.takewhile(
+                lambda item: item[0] < _oldest_key(entry), self._oldest.items()
+            )
+            within = sum(
+                1 for _key, other in before if self.tier(other, ranking) is QueueTier.UNALLOCATED
+            )
+            return start + within
         if tier is QueueTier.ALLOCATED:
             within = queue.allocated.count_before(key)
         elif tier is QueueTier.UNALLOCATED and ranking.standings[entry.account].budgeted:
             within = queue.unallocated.count_before(key)
         else:
             within = queue.allocated.count_before(key) + queue.unallocated.count_before(key)
-        offsets = self._segment_offsets(ranking, frozenset(owed))
         return offsets[(tier, entry.account)] + within
 
     def explain(self, job_id: str, now: float, owed: Collection[str] = ()) -> JobExplanation:
@@ -315,6 +414,8 @@ class PendingQueue:
 
     def _sort_key(self, entry: QueueEntry, ranking: Ranking, owed: frozenset[str]) -> JobSortKey:
         tier = self.tier(entry, ranking)
+        if tier is QueueTier.UNALLOCATED and self._oldest is not None:
+            return (tier, 1, OLDEST_STANDING, 0, entry.submit_time, entry.job_id)
         return (
             tier,
             0 if tier is QueueTier.ALLOCATED and entry.account in owed else 1,
@@ -338,6 +439,7 @@ class PendingQueue:
             sort_key,
             sort_key[1] == 0,
             max(ranking.now - entry.submit_time, 0.0),
+            self._oldest is not None,
         )
 
     def _segments(self, ranking: Ranking, owed: frozenset[str]) -> Iterator[tuple[QueueTier, str]]:

@@ -116,7 +116,11 @@ class Scheduler:
         self.policy = settings.policy
         self.usage = usage if usage is not None else UsageTracker()
         self.jobs: dict[str, Job] = {}
-        self.queue: JobQueue = queue if queue is not None else PendingQueue(tree, self.usage)
+        self.queue: JobQueue = (
+            queue
+            if queue is not None
+            else PendingQueue(tree, self.usage, settings.unallocated_order)
+        )
         self.tally: PendingTally | None = None
         if type(self.queue) is PendingQueue:
             # Fair Tree's queue counted by key, so that a cycle may stop walking it early.

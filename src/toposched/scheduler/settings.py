@@ -10,6 +10,7 @@ from typing import Any
 from toposched.cluster.errors import InputError
 from toposched.placement.policies import BestFit, PlacementPolicy
 from toposched.policy.contract import Contract
+from toposched.policy.fairshare import UnallocatedOrder
 from toposched.scheduler.admission import AdmissionRule
 from toposched.scheduler.interruptions import KeptFrom
 from toposched.scheduler.preemption import ImpactPolicy
@@ -102,12 +103,21 @@ class SchedulerSettings:
     """Whether unallocated work is charged to its account's usage too (Slurm charges every
     job; toposched charges budgeted work only)."""
 
+    unallocated_order: UnallocatedOrder = UnallocatedOrder.RANK
+    """How the queue orders unallocated work: by its accounts' Fair Tree rank, or oldest
+    submission first across accounts (see `UnallocatedOrder`). Read by Fair Tree's queue
+    only: a queue given to the scheduler keeps its own order."""
+
     def __post_init__(self) -> None:
         _seconds("borrowed_min_runtime", self.borrowed_min_runtime, allow_none=True)
         _seconds("grace_s", self.grace_s)
         _seconds("max_grace_s", self.max_grace_s)
         _seconds("full_cycle_every", self.full_cycle_every)
         _seconds("keep_failed_nodes", self.keep_failed_nodes, allow_none=True)
+        if not isinstance(self.unallocated_order, UnallocatedOrder):
+            raise InputError(
+                "unallocated_order", self.unallocated_order, "must be an UnallocatedOrder"
+            )
         if isinstance(self.reserve_min_gpus, bool) or not isinstance(
             self.reserve_min_gpus, int | float
         ):

@@ -12,7 +12,7 @@ import numpy as np
 
 from toposched.cluster.state import ClusterState
 from toposched.policy.budget import BudgetTree
-from toposched.policy.fairshare import QueueEntry, QueueTier
+from toposched.policy.fairshare import QueueEntry, QueueTier, UnallocatedOrder
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.admission import AdmissionGate
 from toposched.scheduler.decisions import Bind, Evict, Reserve
@@ -110,6 +110,11 @@ class Walker:
             if by_account and not skipping and size >= SHORT_QUEUE:
                 tail = tally.tail(turn.number)
         ahead = tail.ahead if tail is not None else {}
+        # Oldest first, the unallocated tier interleaves the accounts' jobs: a look would
+        # share answers for jobs of the account still to come in later runs, so none is taken
+        # there (its turns answered alike stay cheap).
+        interleaved = self.settings.unallocated_order is UnallocatedOrder.OLDEST
+        unallocated, tier_of = QueueTier.UNALLOCATED, self.queue.tier
         # A gang whose nodes are kept takes its own turn, with them opened.
         kept = self.interruptions.kept_ids if self.interruptions is not None else ()
         alike = shared = 0
@@ -144,7 +149,11 @@ class Walker:
                         job.tell(same.reason, same.code, same.refusal)
                         alike += 1
                         streak += 1
-                        if tail is not None and streak >= every:
+                        if (
+                            tail is not None
+                            and streak >= every
+                            and not (interleaved and tier_of(entry) is unallocated)
+                        ):
                             if not every:
                                 # The run's first job answered alike: how often to look.
                                 every = tail.look_every(entry.account)
