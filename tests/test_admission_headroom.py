@@ -125,33 +125,29 @@ def test_borrowed_work_keeps_the_headroom_with_the_rule(borrowed: bool) -> None:
     assert [d.job_id for d in scheduler.cycle(2 * HOUR).bound] == ["a-more"]
 
 
+def simulated(parser: argparse.ArgumentParser, *words: str) -> Scheduler:
+    """The scheduler `toposched simulate` builds with `words` on two racks of four nodes."""
+    scheduler = scheduler_factory(parser.parse_args(list(words)))(
+        ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4)),
+        BudgetTree.from_dict({"accounts": {"team-a": 100}}),
+    )
+    assert isinstance(scheduler, Scheduler)
+    return scheduler
+
+
 def test_simulate_option_builds_the_rule() -> None:
     parser = argparse.ArgumentParser()
     add_options(parser)
     args = parser.parse_args(["--unallocated-headroom", "1.5"])
     assert args.unallocated_headroom == pytest.approx(0.015)
-    scheduler = scheduler_factory(args)(
-        ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4)),
-        BudgetTree.from_dict({"accounts": {"team-a": 100}}),
-    )
-    assert isinstance(scheduler, Scheduler)
+    scheduler = simulated(parser, "--unallocated-headroom", "1.5")
     assert scheduler.settings.admission == AdmissionRule(checkpoint_s=None, headroom=0.015)
-    args = parser.parse_args(["--unallocated-headroom-restarts"])
-    restarting = scheduler_factory(args)(
-        ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4)),
-        BudgetTree.from_dict({"accounts": {"team-a": 100}}),
-    )
-    assert isinstance(restarting, Scheduler)
+    restarting = simulated(parser, "--unallocated-headroom-restarts")
     assert restarting.settings.admission == AdmissionRule(checkpoint_s=None, restarts=True)
     for bad in ("100", "-1", "x"):
         with pytest.raises(SystemExit):
             parser.parse_args(["--unallocated-headroom", bad])
-    args = parser.parse_args(["--unallocated-headroom", "2", "--unallocated-headroom-borrowed"])
-    borrowing = scheduler_factory(args)(
-        ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4)),
-        BudgetTree.from_dict({"accounts": {"team-a": 100}}),
-    )
-    assert isinstance(borrowing, Scheduler)
+    borrowing = simulated(parser, "--unallocated-headroom", "2", "--unallocated-headroom-borrowed")
     assert borrowing.settings.admission == AdmissionRule(
         checkpoint_s=None, headroom=0.02, borrowed=True
     )
@@ -255,12 +251,7 @@ def test_the_reservation_free_gpus_count_towards_the_headroom_with_the_rule(
 def test_the_reserved_option_needs_the_headroom() -> None:
     parser = argparse.ArgumentParser()
     add_options(parser)
-    args = parser.parse_args(["--unallocated-headroom", "1", "--unallocated-headroom-reserved"])
-    scheduler = scheduler_factory(args)(
-        ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4)),
-        BudgetTree.from_dict({"accounts": {"team-a": 100}}),
-    )
-    assert isinstance(scheduler, Scheduler)
+    scheduler = simulated(parser, "--unallocated-headroom", "1", "--unallocated-headroom-reserved")
     assert scheduler.settings.admission == AdmissionRule(
         checkpoint_s=None, headroom=0.01, reserved=True
     )

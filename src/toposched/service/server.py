@@ -29,6 +29,7 @@ from toposched.service.http import Context
 from toposched.service.loop import Loop
 from toposched.service.recovery import starter
 from toposched.service.server_locks import ServerLock, store_lock_path
+from toposched.service.store_protocol import StateStore
 
 log = logging.getLogger("toposched.service")
 
@@ -52,22 +53,7 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
         topology, backend = on_ray.topology, on_ray.backend
     else:
         topology, backend = build_topology(config), build_backend(config)
-    # The address, the state folder and the store are taken before anything is recovered: a
-    # server that could not serve must not reconcile another server's pods or write its store.
-    listener = _listen(config)
-    locks: list[ServerLock] = []
-    try:
-        state = Path(config.state_dir)
-        locks.append(ServerLock.take(state / "toposched.pid", "--state-dir", config.state_dir))
-        store_lock = store_lock_path(config.store)
-        if store_lock is not None:
-            locks.append(ServerLock.take(store_lock, "--store", config.store))
-        store = open_store(config)
-    except BaseException:
-        for lock in locks:
-            lock.release()
-        listener.close()
-        raise
+    listener, locks, store = _claim(config)
     if tokens is None:
         log.warning("no --tokens: the API is open to every local user of this machine")
     server: uvicorn.Server | None = None
@@ -158,6 +144,25 @@ def _tokens(config: ServiceConfig) -> Tokens | None:
             )
         return tokens
     return None  # `ServiceConfig.check` allows this on loopback addresses only
+
+
+def _claim(config: ServiceConfig) -> tuple[socket.socket, list[ServerLock], StateStore]:
+    """The address, the state folder and the store, taken before anything is recovered: a
+    server that could not serve must not reconcile another server's pods or write its store."""
+    listener = _listen(config)
+    locks: list[ServerLock] = []
+    try:
+        state = Path(config.state_dir)
+        locks.append(ServerLock.take(state / "toposched.pid", "--state-dir", config.state_dir))
+        store_lock = store_lock_path(config.store)
+        if store_lock is not None:
+            locks.append(ServerLock.take(store_lock, "--store", config.store))
+        return listener, locks, open_store(config)
+    except BaseException:
+        for lock in locks:
+            lock.release()
+        listener.close()
+        raise
 
 
 def _listen(config: ServiceConfig) -> socket.socket:
