@@ -166,3 +166,31 @@ def test_cycles_after_submissions_skip_settled_jobs_until_something_else_happens
 
 def bound(result: CycleResult) -> list[str]:
     return [decision.job_id for decision in result.bound]
+
+
+def test_cycles_after_checkpoints_skip_settled_jobs_too() -> None:
+    # A checkpoint moves only the work a victim would lose: the refusals the waiting jobs
+    # were told stand, and the next cycle skips them as after a submission.
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))  # 16 GPUs
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
+    scheduler = Scheduler(state, tree, full_cycle_every=1000.0)
+    for number in range(4):
+        scheduler.submit(_gang(f"run{number}", "team-a"), 0.0)
+    scheduler.cycle(0.0)
+    for number in range(3):
+        scheduler.submit(_gang(f"wait{number}", "team-b"), 10.0)
+    scheduler.cycle(10.0)
+    told = {number: scheduler.jobs[f"wait{number}"].reason for number in range(3)}
+
+    scheduler.report_checkpoint("run1", 20.0)
+    scheduler.report_checkpoint("run2", 20.0)
+    after = scheduler.cycle(20.0)
+    assert after.incremental and after.skipped >= 1 and not after.decisions
+    assert {number: scheduler.jobs[f"wait{number}"].reason for number in range(3)} == told
+
+    # With a submission too, and then a completion: a full cycle again.
+    scheduler.report_checkpoint("run3", 30.0)
+    scheduler.submit(_gang("wait3", "team-b"), 30.0)
+    assert scheduler.cycle(30.0).incremental
+    scheduler.finish("run0", 40.0)
+    assert not scheduler.cycle(40.0).incremental

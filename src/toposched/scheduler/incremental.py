@@ -26,6 +26,13 @@ the new jobs added, which only answer more jobs alike the same way (no decision,
 words). So a skipped job would decide nothing, and its explanation stays the reference's. With
 the wait for the reservation no longer, a job that was too long to backfill then still is.
 
+A checkpoint reported since changes none of that: it moves only the work a victim would lose
+(the preemptible index's version), which orders the victim search and weighs an eviction's
+cost against its benefit, but never decides a lasting refusal, the only kind the preemption
+search answers from its memory (`KeptRefusals`: a refusal stands through a checkpoint). A job
+whose answer reads lost work searched for victims in the reference, so it is an anchor and is
+walked again; the reservation's search and the moves that open a domain are an anchor's too.
+
 From the first anchor whose answer differs, or the first new job that decides anything, the
 cycle walks every remaining job, as a full cycle does from there. A full cycle runs whenever
 anything else happened since the reference (any other event, a change of the cluster state,
@@ -156,6 +163,8 @@ class Incremental:
         self.full_cycle_every = full_cycle_every
         self.reference: Reference | None = None
         self.submitted: list[str] = []
+        self.checkpoints = False
+        """Whether running jobs reported checkpoints since the reference."""
         self.asked: dict[str, Refusal] = {}
         self.last_full = -float("inf")
         self.cycles = 0
@@ -165,8 +174,14 @@ class Incremental:
         self.submitted.append(job_id)
 
     def forget(self) -> None:
-        """Something other than a submission happened: the next cycle is a full one."""
+        """Something other than a submission or a checkpoint happened: the next cycle is a
+        full one."""
         self.reference = None
+
+    def checkpointed(self) -> None:
+        """A running job saved its work: what victims would lose moved, which only the jobs
+        that searched read (see the module), so the reference still serves."""
+        self.checkpoints = True
 
     def walk(
         self,
@@ -179,15 +194,17 @@ class Incremental:
         there is no reference to compare it with): skipping the jobs the reference settled,
         when nothing but submissions happened since."""
         reference, new = self.reference, frozenset(self.submitted)
+        checkpoints = self.checkpoints
         self.reference = None
         self.submitted = []
+        self.checkpoints = False
         if (
             not self.enabled
             or reference is None
             or order is None
             or (self.full_cycle_every > 0 and now >= self.last_full + self.full_cycle_every)
             or not reference.now <= now < reference.until
-            or stamp != reference.stamp
+            or not same_stamp(stamp, reference.stamp, checkpoints)
             or leaves != reference.leaves
             or len(order) != len(reference.order) + len(new)
             or [job_id for job_id in order if job_id not in new] != reference.order
@@ -202,6 +219,15 @@ class Incremental:
         `Walker.leave_reference`)."""
         self.asked = walk.asked
         self.reference = reference
+
+
+def same_stamp(stamp: tuple[int, ...], reference: tuple[int, ...], checkpoints: bool) -> bool:
+    """Whether `stamp` (see `Walker.stamp`) is the reference's, but for the preemptible
+    index's version (its last) when checkpoints were reported since: a checkpoint moves it,
+    and what it moved is read only by searches (see the module)."""
+    if checkpoints:
+        return stamp[:-1] == reference[:-1]
+    return stamp == reference
 
 
 def differences(expected: Sequence[Decision], actual: Sequence[Decision]) -> str | None:

@@ -260,7 +260,8 @@ class Walker:
 
     def stamp(self) -> tuple[int, ...]:
         """The versions of what the cycle's answers depend on besides the queue and the
-        clock: equal stamps, and the cycle between them changed nothing either."""
+        clock: equal stamps, and the cycle between them changed nothing either. The last is
+        the preemptible index's, which a checkpoint moves too (see `same_stamp`)."""
         return (
             self.state.version,
             self.tree.version,
