@@ -15,10 +15,10 @@ exit, or was told by a remembered failure (no search) and by a refusal already k
 cycle or given by the preemption search from its memory: the very `Refusal` object it gave the
 job the cycle before, which it keeps only for refusals that stand while nothing they depend on
 moves (the epoch, the preemptible index, budgets, usage, the fenced nodes, under `fair_share`
-the accounts' order, and no protection ended; all checked here). An anchor searched, preempted,
-asked for a reservation and got one, or decided. A cycle after submissions walks the anchors
-and the new jobs in queue order, through the same `Walker.consider` as a full cycle, and skips the
-settled jobs, recording each one's refusal again for the jobs alike behind it as its turn would.
+the accounts' order, and no protection ended, or the job is walked again; all checked here).
+An anchor searched, preempted, asked for a reservation and got one, or decided. A cycle after
+submissions walks the anchors and the new jobs in queue order, through the same
+`Walker.consider` as a full cycle, and skips the settled jobs, recording each one's refusal again for the jobs alike behind it as its turn would.
 While each anchor gets the answer it got in the reference (reason code, refusal, reservation
 job, nodes and domain, the wait for it no longer) and no new job binds, evicts or reserves, the
 knowledge every skipped job would meet is what it met then, give or take failures and refusals
@@ -32,6 +32,14 @@ cost against its benefit, but never decides a lasting refusal, the only kind the
 search answers from its memory (`KeptRefusals`: a refusal stands through a checkpoint). A job
 whose answer reads lost work searched for victims in the reference, so it is an anchor and is
 walked again; the reservation's search and the moves that open a domain are an anchor's too.
+
+A protection that ended since (a min-runtime expiry) gives a preemptor more it may take, and
+changes nothing else a settled job's answer reads: no capacity, no failure, no order. The jobs
+whose answer it can move are those the preemptor answered: the anchors, walked anyway, and the
+settled jobs it refused from its memory (`Reference.replays`). Those are walked too, each
+compared with its answer in the reference as an anchor is; a job refused by a refusal known
+earlier in the cycle meets it again only if the job that recorded it, walked, got the same. The
+others (answered alike, told by a failure, unallocated work, which never preempts) are skipped.
 
 From the first anchor whose answer differs, or the first new job that decides anything, the
 cycle walks every remaining job, as a full cycle does from there. A full cycle runs whenever
@@ -105,6 +113,9 @@ class Reference:
     the jobs of `order` not in `outcomes`."""
     outcomes: dict[str, Outcome]
     """The anchors' answers."""
+    refused: dict[str, Outcome]
+    """The answers of the settled jobs of `replays`, to compare with where they are walked
+    (after a protection ended)."""
 
 
 @dataclass
@@ -116,8 +127,12 @@ class Walk:
     asked_before: dict[str, Refusal]
     """The refusals the preemptor gave in the last cycle, by job."""
     new: frozenset[str] = frozenset()
+    protections_ended: bool = False
+    """Whether a running job's protection ended since the reference: its settled jobs the
+    preemptor refused are walked, and compared with their answers then."""
     replays: dict[str, Asked] = field(default_factory=dict)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
+    refused: dict[str, Outcome] = field(default_factory=dict)
     asked: dict[str, Refusal] = field(default_factory=dict)
     skipped: int = 0
 
@@ -133,7 +148,10 @@ class Walk:
             return False, None
         asked = reference.replays.get(job_id)
         if asked is not None:
+            if self.protections_ended:
+                return False, None  # the preemptor judges its refusal again
             self.replays[job_id] = asked
+            self.refused[job_id] = reference.refused[job_id]
             self.asked[job_id] = asked.refusal
         self.skipped += 1
         return True, asked
@@ -149,6 +167,8 @@ class Walk:
                 self.reference = None
             return
         known = reference.outcomes.get(job_id)
+        if known is None and self.protections_ended:
+            known = reference.refused.get(job_id)
         reserved_only = not decided or outcome.reservation is not None
         if known is None or not reserved_only or not outcome.serves_for(known):
             self.reference = None
@@ -203,7 +223,7 @@ class Incremental:
             or reference is None
             or order is None
             or (self.full_cycle_every > 0 and now >= self.last_full + self.full_cycle_every)
-            or not reference.now <= now < reference.until
+            or not reference.now <= now
             or not same_stamp(stamp, reference.stamp, checkpoints)
             or leaves != reference.leaves
             or len(order) != len(reference.order) + len(new)
@@ -212,7 +232,7 @@ class Incremental:
             self.last_full = now
             return Walk(None, self.asked)
         self.cycles += 1
-        return Walk(reference, self.asked, new)
+        return Walk(reference, self.asked, new, now >= reference.until)
 
     def settle(self, walk: Walk, reference: Reference | None) -> None:
         """The cycle is over: `reference` is what it leaves, if it may serve (see

@@ -238,11 +238,16 @@ class Walker:
             moves == len(decisions) + result.searches + fence.generation + failures.version
             and (asked is None or walk.asked_before.get(job_id) is asked.refusal)
         )
+        outcome = None
         if settled and asked is not None and not answered:
             walk.replays[job_id] = asked
+            outcome = walk.refused[job_id] = Outcome.of(
+                job, turn.now, self.reservations.reserved_nodes
+            )
         if settled and not skipping:
             return
-        outcome = Outcome.of(job, turn.now, self.reservations.reserved_nodes)
+        if outcome is None:
+            outcome = Outcome.of(job, turn.now, self.reservations.reserved_nodes)
         if not settled:
             walk.outcomes[job_id] = outcome
         if skipping:
@@ -305,6 +310,7 @@ class Walker:
                 order,
                 walk.replays,
                 walk.outcomes,
+                walk.refused,
             )
         self.incremental.settle(walk, reference)
 
