@@ -9,22 +9,23 @@ still allowed, and no nominee let its nodes go. A job it bound is gone from the 
 before it saw more free capacity then than they see now, and a placement that failed then fails
 now (the placement search fails monotonically, as remembered failures assume).
 
-In the reference each job was either *settled* or an *anchor*. A settled job was answered
-alike an earlier job under the same knowledge (`Turn.answered`), or waited for its victims to
-exit, or was told by a remembered failure (no search) and by a refusal already known in the
-cycle or given by the preemption search from its memory: the very `Refusal` object it gave the
-job the cycle before, which it keeps only for refusals that stand while nothing they depend on
-moves (the epoch, the preemptible index, budgets, usage, the fenced nodes, under `fair_share`
-the accounts' order, and no protection ended, or the job is walked again; all checked here).
-An anchor searched, preempted, asked for a reservation and got one, or decided. A cycle after
+In the reference each job was either *settled* or an *anchor*. A settled job was answered alike
+an earlier job under the same knowledge (`Turn.answered`), or waited for its victims to exit,
+or was told by a remembered failure (no search) and by a refusal already known in the cycle or
+given by the preemption search from its memory: the very `Refusal` object it gave the job the
+cycle before, which it keeps only for refusals that stand while nothing they depend on moves
+(the epoch, the preemptible index, budgets, usage, the fenced nodes, under `fair_share` the
+accounts' order, and no protection ended, or the job is walked again; all checked here). An
+anchor searched, preempted, asked for a reservation and got one, or decided. A cycle after
 submissions walks the anchors and the new jobs in queue order, through the same
-`Walker.consider` as a full cycle, and skips the settled jobs, recording each one's refusal again for the jobs alike behind it as its turn would.
-While each anchor gets the answer it got in the reference (reason code, refusal, reservation
-job, nodes and domain, the wait for it no longer) and no new job binds, evicts or reserves, the
-knowledge every skipped job would meet is what it met then, give or take failures and refusals
-the new jobs added, which only answer more jobs alike the same way (no decision, only other
-words). So a skipped job would decide nothing, and its explanation stays the reference's. With
-the wait for the reservation no longer, a job that was too long to backfill then still is.
+`Walker.consider` as a full cycle, and skips the settled jobs, recording each one's refusal
+again for the jobs alike behind it as its turn would. While each anchor gets the answer it got
+in the reference (reason code, refusal, reservation job, nodes and domain, the wait for it no
+longer) and no new job binds, evicts or reserves, the knowledge every skipped job would meet is
+what it met then, give or take failures and refusals the new jobs added, which only answer more
+jobs alike the same way (no decision, only other words). So a skipped job would decide nothing,
+and its explanation stays the reference's. With the wait for the reservation no longer, a job
+that was too long to backfill then still is.
 
 A checkpoint reported since changes none of that: it moves only the work a victim would lose
 (the preemptible index's version), which orders the victim search and weighs an eviction's
