@@ -213,7 +213,7 @@ class Incremental:
     ) -> Walk:
         """The walk of a cycle at `now` over the pending jobs `order` (queue order; None when
         there is no reference to compare it with): skipping the jobs the reference settled,
-        when nothing but submissions happened since."""
+        when nothing but submissions, checkpoints and protection ends happened since."""
         reference, new = self.reference, frozenset(self.submitted)
         checkpoints = self.checkpoints
         self.reference = None
