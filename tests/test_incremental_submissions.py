@@ -19,6 +19,8 @@ from toposched.cluster.units import DAY
 from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import CycleResult, Scheduler
+from toposched.scheduler.decisions import Evict
+from toposched.scheduler.incremental import differences
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab
 from toposched.workloads.model import Workload
@@ -166,3 +168,76 @@ def test_cycles_after_submissions_skip_settled_jobs_until_something_else_happens
 
 def bound(result: CycleResult) -> list[str]:
     return [decision.job_id for decision in result.bound]
+
+
+def test_cycles_after_checkpoints_skip_settled_jobs_too() -> None:
+    # A checkpoint moves only the work a victim would lose: the refusals the waiting jobs
+    # were told stand, and the next cycle skips them as after a submission.
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))  # 16 GPUs
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
+    scheduler = Scheduler(state, tree, full_cycle_every=1000.0)
+    for number in range(4):
+        scheduler.submit(_gang(f"run{number}", "team-a"), 0.0)
+    scheduler.cycle(0.0)
+    for number in range(3):
+        scheduler.submit(_gang(f"wait{number}", "team-b"), 10.0)
+    scheduler.cycle(10.0)
+    told = {number: scheduler.jobs[f"wait{number}"].reason for number in range(3)}
+
+    scheduler.report_checkpoint("run1", 20.0)
+    scheduler.report_checkpoint("run2", 20.0)
+    after = scheduler.cycle(20.0)
+    assert after.incremental and after.skipped >= 1 and not after.decisions
+    assert {number: scheduler.jobs[f"wait{number}"].reason for number in range(3)} == told
+
+    # With a submission too, and then a completion: a full cycle again.
+    scheduler.report_checkpoint("run3", 30.0)
+    scheduler.submit(_gang("wait3", "team-b"), 30.0)
+    assert scheduler.cycle(30.0).incremental
+    scheduler.finish("run0", 40.0)
+    assert not scheduler.cycle(40.0).incremental
+
+
+def _after_a_protection_ends(incremental: bool, own_budget: bool) -> list[CycleResult]:
+    """16 GPUs; team-a runs two 4-GPU jobs protected for an hour, team-b two more (or none if
+    not `own_budget`) and `guests` (no budget) waits; then team-b submits a job. The cycles at
+    10 s and 20 s, and at 1 h, when team-a's protections end."""
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50, "guests": 0}})
+    scheduler = Scheduler(state, tree, full_cycle_every=0.0, incremental=incremental)
+    names = ["a0", "a1", "b0", "b1"] if own_budget else ["a0", "a1", "a2", "a3"]
+    for name in names:
+        scheduler.submit(_gang(name, "team-b" if name.startswith("b") else "team-a"), 0.0)
+    results = [scheduler.cycle(0.0)]
+    scheduler.submit(_gang("wait", "team-b"), 10.0)
+    results.append(scheduler.cycle(10.0))
+    scheduler.submit(_gang("spare", "guests"), 20.0)
+    results.append(scheduler.cycle(20.0))
+    results.append(scheduler.cycle(3600.0))
+    return results
+
+
+def test_after_a_protection_ends_the_refused_jobs_are_asked_again() -> None:
+    # team-b runs nothing and is owed its budget: once team-a's protections end, wait takes
+    # a team-a job. The cycle at 1 h walks wait again, as a full cycle would.
+    shortcut = _after_a_protection_ends(incremental=True, own_budget=False)
+    full = _after_a_protection_ends(incremental=False, own_budget=False)
+
+    for want, got in zip(full, shortcut, strict=True):
+        assert differences(want.decisions, got.decisions) is None
+    last = shortcut[-1]
+    assert last.incremental
+    assert [d.job_id for d in last.decisions if isinstance(d, Evict)]
+
+
+def test_after_a_protection_ends_the_other_settled_jobs_stay_skipped() -> None:
+    # team-b runs its budget: team-a's jobs, unprotected at 1 h, are still not its to take.
+    # wait is asked again and refused again; the guests' job, which never preempts, skipped.
+    shortcut = _after_a_protection_ends(incremental=True, own_budget=True)
+    full = _after_a_protection_ends(incremental=False, own_budget=True)
+
+    for want, got in zip(full, shortcut, strict=True):
+        assert differences(want.decisions, got.decisions) is None
+    last = shortcut[-1]
+    assert last.incremental and not last.decisions
+    assert last.skipped == 1

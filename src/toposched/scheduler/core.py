@@ -321,7 +321,7 @@ class Scheduler:
 
     def report_checkpoint(self, job_id: str, now: float) -> None:
         """A running job saved its state: preempting it now loses only work after `now`."""
-        self.incremental.forget()
+        self.incremental.checkpointed()
         job = self._running(job_id)
         previous = job.last_checkpoint if job.last_checkpoint is not None else job.start_time
         if previous is not None and now > previous:

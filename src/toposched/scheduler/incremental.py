@@ -9,22 +9,38 @@ still allowed, and no nominee let its nodes go. A job it bound is gone from the 
 before it saw more free capacity then than they see now, and a placement that failed then fails
 now (the placement search fails monotonically, as remembered failures assume).
 
-In the reference each job was either *settled* or an *anchor*. A settled job was answered
-alike an earlier job under the same knowledge (`Turn.answered`), or waited for its victims to
-exit, or was told by a remembered failure (no search) and by a refusal already known in the
-cycle or given by the preemption search from its memory: the very `Refusal` object it gave the
-job the cycle before, which it keeps only for refusals that stand while nothing they depend on
-moves (the epoch, the preemptible index, budgets, usage, the fenced nodes, under `fair_share`
-the accounts' order, and no protection ended; all checked here). An anchor searched, preempted,
-asked for a reservation and got one, or decided. A cycle after submissions walks the anchors
-and the new jobs in queue order, through the same `Walker.consider` as a full cycle, and skips the
-settled jobs, recording each one's refusal again for the jobs alike behind it as its turn would.
-While each anchor gets the answer it got in the reference (reason code, refusal, reservation
-job, nodes and domain, the wait for it no longer) and no new job binds, evicts or reserves, the
-knowledge every skipped job would meet is what it met then, give or take failures and refusals
-the new jobs added, which only answer more jobs alike the same way (no decision, only other
-words). So a skipped job would decide nothing, and its explanation stays the reference's. With
-the wait for the reservation no longer, a job that was too long to backfill then still is.
+In the reference each job was either *settled* or an *anchor*. A settled job was answered alike
+an earlier job under the same knowledge (`Turn.answered`), or waited for its victims to exit,
+or was told by a remembered failure (no search) and by a refusal already known in the cycle or
+given by the preemption search from its memory: the very `Refusal` object it gave the job the
+cycle before, which it keeps only for refusals that stand while nothing they depend on moves
+(the epoch, the preemptible index, budgets, usage, the fenced nodes, under `fair_share` the
+accounts' order, and no protection ended, or the job is walked again; all checked here). An
+anchor searched, preempted, asked for a reservation and got one, or decided. A cycle after
+submissions walks the anchors and the new jobs in queue order, through the same
+`Walker.consider` as a full cycle, and skips the settled jobs, recording each one's refusal
+again for the jobs alike behind it as its turn would. While each anchor gets the answer it got
+in the reference (reason code, refusal, reservation job, nodes and domain, the wait for it no
+longer) and no new job binds, evicts or reserves, the knowledge every skipped job would meet is
+what it met then, give or take failures and refusals the new jobs added, which only answer more
+jobs alike the same way (no decision, only other words). So a skipped job would decide nothing,
+and its explanation stays the reference's. With the wait for the reservation no longer, a job
+that was too long to backfill then still is.
+
+A checkpoint reported since changes none of that: it moves only the work a victim would lose
+(the preemptible index's version), which orders the victim search and weighs an eviction's
+cost against its benefit, but never decides a lasting refusal, the only kind the preemption
+search answers from its memory (`KeptRefusals`: a refusal stands through a checkpoint). A job
+whose answer reads lost work searched for victims in the reference, so it is an anchor and is
+walked again; the reservation's search and the moves that open a domain are an anchor's too.
+
+A protection that ended since (a min-runtime expiry) gives a preemptor more it may take, and
+changes nothing else a settled job's answer reads: no capacity, no failure, no order. The jobs
+whose answer it can move are those the preemptor answered: the anchors, walked anyway, and the
+settled jobs it refused from its memory (`Reference.replays`). Those are walked too, each
+compared with its answer in the reference as an anchor is; a job refused by a refusal known
+earlier in the cycle meets it again only if the job that recorded it, walked, got the same. The
+others (answered alike, told by a failure, unallocated work, which never preempts) are skipped.
 
 From the first anchor whose answer differs, or the first new job that decides anything, the
 cycle walks every remaining job, as a full cycle does from there. A full cycle runs whenever
@@ -98,6 +114,9 @@ class Reference:
     the jobs of `order` not in `outcomes`."""
     outcomes: dict[str, Outcome]
     """The anchors' answers."""
+    refused: dict[str, Outcome]
+    """The answers of the settled jobs of `replays`, to compare with where they are walked
+    (after a protection ended)."""
 
 
 @dataclass
@@ -109,8 +128,12 @@ class Walk:
     asked_before: dict[str, Refusal]
     """The refusals the preemptor gave in the last cycle, by job."""
     new: frozenset[str] = frozenset()
+    protections_ended: bool = False
+    """Whether a running job's protection ended since the reference: its settled jobs the
+    preemptor refused are walked, and compared with their answers then."""
     replays: dict[str, Asked] = field(default_factory=dict)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
+    refused: dict[str, Outcome] = field(default_factory=dict)
     asked: dict[str, Refusal] = field(default_factory=dict)
     skipped: int = 0
 
@@ -126,7 +149,10 @@ class Walk:
             return False, None
         asked = reference.replays.get(job_id)
         if asked is not None:
+            if self.protections_ended:
+                return False, None  # the preemptor judges its refusal again
             self.replays[job_id] = asked
+            self.refused[job_id] = reference.refused[job_id]
             self.asked[job_id] = asked.refusal
         self.skipped += 1
         return True, asked
@@ -142,6 +168,8 @@ class Walk:
                 self.reference = None
             return
         known = reference.outcomes.get(job_id)
+        if known is None and self.protections_ended:
+            known = reference.refused.get(job_id)
         reserved_only = not decided or outcome.reservation is not None
         if known is None or not reserved_only or not outcome.serves_for(known):
             self.reference = None
@@ -156,6 +184,8 @@ class Incremental:
         self.full_cycle_every = full_cycle_every
         self.reference: Reference | None = None
         self.submitted: list[str] = []
+        self.checkpoints = False
+        """Whether running jobs reported checkpoints since the reference."""
         self.asked: dict[str, Refusal] = {}
         self.last_full = -float("inf")
         self.cycles = 0
@@ -165,8 +195,14 @@ class Incremental:
         self.submitted.append(job_id)
 
     def forget(self) -> None:
-        """Something other than a submission happened: the next cycle is a full one."""
+        """Something other than a submission or a checkpoint happened: the next cycle is a
+        full one."""
         self.reference = None
+
+    def checkpointed(self) -> None:
+        """A running job saved its work: what victims would lose moved, which only the jobs
+        that searched read (see the module), so the reference still serves."""
+        self.checkpoints = True
 
     def walk(
         self,
@@ -177,17 +213,19 @@ class Incremental:
     ) -> Walk:
         """The walk of a cycle at `now` over the pending jobs `order` (queue order; None when
         there is no reference to compare it with): skipping the jobs the reference settled,
-        when nothing but submissions happened since."""
+        when nothing but submissions, checkpoints and protection ends happened since."""
         reference, new = self.reference, frozenset(self.submitted)
+        checkpoints = self.checkpoints
         self.reference = None
         self.submitted = []
+        self.checkpoints = False
         if (
             not self.enabled
             or reference is None
             or order is None
             or (self.full_cycle_every > 0 and now >= self.last_full + self.full_cycle_every)
-            or not reference.now <= now < reference.until
-            or stamp != reference.stamp
+            or not reference.now <= now
+            or not same_stamp(stamp, reference.stamp, checkpoints)
             or leaves != reference.leaves
             or len(order) != len(reference.order) + len(new)
             or [job_id for job_id in order if job_id not in new] != reference.order
@@ -195,13 +233,22 @@ class Incremental:
             self.last_full = now
             return Walk(None, self.asked)
         self.cycles += 1
-        return Walk(reference, self.asked, new)
+        return Walk(reference, self.asked, new, now >= reference.until)
 
     def settle(self, walk: Walk, reference: Reference | None) -> None:
         """The cycle is over: `reference` is what it leaves, if it may serve (see
         `Walker.leave_reference`)."""
         self.asked = walk.asked
         self.reference = reference
+
+
+def same_stamp(stamp: tuple[int, ...], reference: tuple[int, ...], checkpoints: bool) -> bool:
+    """Whether `stamp` (see `Walker.stamp`) is the reference's, but for the preemptible
+    index's version (its last) when checkpoints were reported since: a checkpoint moves it,
+    and what it moved is read only by searches (see the module)."""
+    if checkpoints:
+        return stamp[:-1] == reference[:-1]
+    return stamp == reference
 
 
 def differences(expected: Sequence[Decision], actual: Sequence[Decision]) -> str | None:

@@ -48,6 +48,19 @@ class JobKinds:
 
     def __init__(self) -> None:
         self._kinds: dict[tuple[object, ...], JobKind] = {}
+        self._untimed: dict[JobKind, JobKind] = {}
+
+    def untimed(self, kind: JobKind) -> JobKind:
+        """The kind of the same shape and pod count without an expected runtime: what a job's
+        answer depends on where its runtime is read by nothing (see `Walker.walk`)."""
+        untimed = self._untimed.get(kind)
+        if untimed is None:
+            key = (kind.shape, kind.pods, None)
+            untimed = self._kinds.get(key)
+            if untimed is None:
+                untimed = self._kinds[key] = JobKind(*key)
+            self._untimed[kind] = untimed
+        return untimed
 
     def of(self, job: Job) -> JobKind:
         """The job's kind, kept on the job."""

@@ -117,6 +117,9 @@ class Walker:
         unallocated, tier_of = QueueTier.UNALLOCATED, self.queue.tier
         # A gang whose nodes are kept takes its own turn, with them opened.
         kept = self.interruptions.kept_ids if self.interruptions is not None else ()
+        # The unallocated tier's answers read no expected runtime (see `_untimed_key`).
+        untimed = self.kinds.untimed if self.admission.rule is None else None
+        tiers = turn.tiers
         alike = shared = 0
         for run in runs:
             streak = every = 0
@@ -135,10 +138,23 @@ class Walker:
                     # Answered alike an earlier job (`consider`'s first test, without the rest
                     # of its turn): nothing a later job reads moves, not even `known`, and a
                     # full walk leaves nothing of such a turn for the next cycle.
-                    key = (job.kind, entry.account, entry.priority, entry.unallocated)
+                    kind = job.kind
+                    key = (kind, entry.account, entry.priority, entry.unallocated)
                     if tail is not None:
                         ahead[key] = ahead.get(key, 0) - 1
                     same = answered_alike.get(key)
+                    by_key = True
+                    if (
+                        (same is None or same.known != known)
+                        and untimed is not None
+                        and kind is not None
+                        and kind.expected_runtime is not None
+                        and tiers.get((entry.account, entry.unallocated)) is unallocated
+                    ):
+                        same = answered_alike.get(
+                            (untimed(kind), entry.account, entry.priority, entry.unallocated)
+                        )
+                        by_key = False
                     if (
                         same is not None
                         and same.known == known
@@ -148,6 +164,12 @@ class Walker:
                     ):
                         job.tell(same.reason, same.code, same.refusal)
                         alike += 1
+                        if not by_key:
+                            # Kept under its own key too, as its turn would have kept it; the
+                            # looks at whether the walk may leave the run come as they did
+                            # when such a job took its turn.
+                            answered_alike[key] = same
+                            continue
                         streak += 1
                         if (
                             tail is not None
@@ -216,11 +238,16 @@ class Walker:
             moves == len(decisions) + result.searches + fence.generation + failures.version
             and (asked is None or walk.asked_before.get(job_id) is asked.refusal)
         )
+        outcome = None
         if settled and asked is not None and not answered:
             walk.replays[job_id] = asked
+            outcome = walk.refused[job_id] = Outcome.of(
+                job, turn.now, self.reservations.reserved_nodes
+            )
         if settled and not skipping:
             return
-        outcome = Outcome.of(job, turn.now, self.reservations.reserved_nodes)
+        if outcome is None:
+            outcome = Outcome.of(job, turn.now, self.reservations.reserved_nodes)
         if not settled:
             walk.outcomes[job_id] = outcome
         if skipping:
@@ -238,7 +265,8 @@ class Walker:
 
     def stamp(self) -> tuple[int, ...]:
         """The versions of what the cycle's answers depend on besides the queue and the
-        clock: equal stamps, and the cycle between them changed nothing either."""
+        clock: equal stamps, and the cycle between them changed nothing either. The last is
+        the preemptible index's, which a checkpoint moves too (see `same_stamp`)."""
         return (
             self.state.version,
             self.tree.version,
@@ -282,6 +310,7 @@ class Walker:
                 order,
                 walk.replays,
                 walk.outcomes,
+                walk.refused,
             )
         self.incremental.settle(walk, reference)
 
@@ -364,10 +393,24 @@ class Walker:
             if self._reserve(turn, job):
                 return False
         if answered_by is not None and known_so_far == self._known_so_far(turn):
-            turn.answered[alike] = Answer(
-                known_so_far, answered_by, job.reason, job.reason_code, job.refusal
-            )
+            answer = Answer(known_so_far, answered_by, job.reason, job.reason_code, job.refusal)
+            turn.answered[alike] = answer
+            if (
+                tier is QueueTier.UNALLOCATED
+                and kind.expected_runtime is not None
+                and self.admission.rule is None
+            ):
+                turn.answered[self._untimed_key(kind, entry)] = answer
         return False
+
+    def _untimed_key(self, kind: JobKind, entry: QueueEntry) -> tuple[object, ...]:
+        """The key of `Turn.answered` a job of the unallocated tier shares with the jobs of its
+        shape, pod count, account and priority whatever their expected runtimes: its turn
+        reads the runtime nowhere. It only tells whether the job may backfill behind the
+        reservation, and unallocated work may (`backfills`); it neither preempts nor reserves,
+        and no admission rule reads it. The tier is one per account and declared work within a
+        cycle (`Turn.tiers`), so such a key never answers a job of another tier."""
+        return (self.kinds.untimed(kind), entry.account, entry.priority, entry.unallocated)
 
     def _reserved_free(self, turn: Turn) -> float:
         """Free GPUs on the reservation's nodes while the fence keeps them closed (a backfill's
