@@ -16,6 +16,7 @@ from toposched.placement.search import Placement, place
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.jobs import Job
+from toposched.scheduler.release_order import count_held, count_held_many
 
 HOUR = 3600.0
 LEVELS = ("zone", "block", "rack")
@@ -152,7 +153,8 @@ def test_many_running_jobs_are_counted_together_as_one_by_one() -> None:
     whole nodes and single GPUs, CPU-only pods."""
     topology = nvl72_cluster(zones=1, blocks_per_zone=2, racks_per_block=3, nodes_per_rack=6)
     scheduler = Scheduler(ClusterState(topology), BudgetTree.from_dict({"accounts": {"a": 100}}))
-    search = scheduler.reservations
+    leaf_of_node = scheduler.ledger.release_order.leaf_of_node
+    n_leaves = scheduler.ledger.release_order.n_leaves
     rng = np.random.default_rng(7)
     allocations = []
     for _ in range(100):
@@ -160,9 +162,9 @@ def test_many_running_jobs_are_counted_together_as_one_by_one() -> None:
         width = int(rng.choice([0, 1, 4]))
         nodes = rng.integers(0, topology.n_nodes, pods).astype(np.int64)
         allocations.append(Allocation(nodes, rng.integers(0, 4, (pods, width)).astype(np.int64)))
-    together = search._count_held_many(allocations)
+    together = count_held_many(allocations, leaf_of_node, n_leaves)
     for allocation, (leaves, slots) in zip(allocations, together, strict=True):
-        one_leaves, one_slots = search._count_held(allocation)
+        one_leaves, one_slots = count_held(allocation, leaf_of_node, n_leaves)
         assert leaves.tolist() == sorted(one_leaves.tolist())
         assert dict(zip(leaves.tolist(), slots.tolist(), strict=True)) == dict(
             zip(one_leaves.tolist(), one_slots.tolist(), strict=True)

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from sortedcontainers import SortedList
 
 from toposched.cluster.statement import Statement
-from toposched.scheduler.release_kernels import count_releases
+from toposched.scheduler.release_kernels import count_releases, first_enough
+from toposched.scheduler.release_order import ReleaseOrder
 
 IntArray = NDArray[np.int64]
 NEVER = np.iinfo(np.int64).max
 """`ReleaseBounds.enough_at` of a domain that has not gained enough within the releases read."""
-
-HeldByLeaf = Callable[[list[str]], list[tuple[IntArray, IntArray]]]
-"""Of each running job asked, its innermost domains and the GPU slots it holds in each
-(distinct domains)."""
 
 
 @dataclass(frozen=True)
@@ -46,9 +41,9 @@ class LeafRoom:
 
 
 class ReleaseBounds:
-    """For a gang and the running jobs in release order (`releases`, of (end, owner)): per
-    domain of the gang's required level, the fewest releases after which that domain could
-    hold it, and which releases matter for a search after the first k.
+    """For a gang and the running jobs in release order (`order`): per domain of the gang's
+    required level, the fewest releases after which that domain could hold it, and which
+    releases matter for a search after the first k.
 
     A released GPU slot frees at most one whole GPU, so counting every slot a job holds in a
     leaf (on any node, fenced or not) over-estimates what the leaf gains, and so the whole
@@ -61,11 +56,11 @@ class ReleaseBounds:
     answer, not the number of running jobs (often the answer is among the first few).
     """
 
-    def __init__(self, releases: SortedList, held: HeldByLeaf, room: LeafRoom | None) -> None:
+    def __init__(self, order: ReleaseOrder, room: LeafRoom | None) -> None:
         """`room`: the gang's room now; None when nothing is known (every release may
         matter)."""
-        self.releases = releases
-        self._held = held
+        self.order = order
+        self._slots = order.slots()
         self._everything = room is None
         if room is None:
             room = LeafRoom(np.zeros(1, np.int64), np.zeros(1, np.int64), 1, 1, 1, 1)
@@ -77,11 +72,6 @@ class ReleaseBounds:
         self.enough_at = np.where(self._domain_pods >= room.pods, 0, NEVER).astype(np.int64)
         self.read = 0  # releases read
         self._chunk = 64
-        # Per release read, its required-level domains (flattened, release by release, one per
-        # leaf it holds something in) and where they start.
-        self._domains: list[IntArray] = []
-        self._starts: list[int] = []
-        self._pairs = 0
         # The releases that matter, in the order they come to matter (by key, then release
         # order; a release's key is the fewest releases after which it matters), with keys.
         self._order: list[int] = []
@@ -102,7 +92,7 @@ class ReleaseBounds:
             least = int(self.enough_at.min())
             if least != NEVER:
                 return max(least, 1)
-            if self.read >= len(self.releases):
+            if self.read >= self._slots.size:
                 return None
             self._read_to(self.read + 1)
 
@@ -119,18 +109,15 @@ class ReleaseBounds:
         """Owners of the releases that matter, from the `start`-th to before the `stop`-th in
         the order they come to matter."""
         if self._everything:
-            return [owner for _, owner in self.releases.islice(start, stop)]
+            return self.order.owners(self._slots[start:stop])
         wanted = self._order[start:stop]
         if not wanted:
             return []
-        # One pass over the releases read, not a sorted-list lookup per owner.
-        read = self.releases.islice(0, max(wanted) + 1)
-        in_order = [owner for _, owner in read]
-        return [in_order[index] for index in wanted]
+        return self.order.owners(self._slots[np.array(wanted, dtype=np.int64)])
 
     def _read_to(self, count: int) -> None:
         """Read releases until at least `count` are read (or all are)."""
-        total = len(self.releases)
+        total = self._slots.size
         while self.read < min(count, total):
             start = self.read
             stop = min(total, start + self._chunk)
@@ -140,24 +127,20 @@ class ReleaseBounds:
         self._key_pending()
 
     def _read_chunk(self, start: int, stop: int) -> None:
-        held = self._held([owner for _, owner in self.releases.islice(start, stop)])
-        sizes = np.array([leaves.size for leaves, _ in held], dtype=np.int64)
-        release = np.repeat(np.arange(start, stop, dtype=np.int64), sizes)
-        leaves = np.concatenate([leaves for leaves, _ in held])
-        gpus = np.concatenate([gpus for _, gpus in held])
-        room = self._room
-        domains = room.domain_of_leaf[leaves]
-        self._domains.append(domains)
-        self._starts.extend((self._pairs + np.cumsum(sizes) - sizes).tolist())
-        self._pairs += int(domains.size)
+        order, room, slots = self.order, self._room, self._slots
+        order.count(slots[start:stop])
         self._pending = np.concatenate((self._pending, np.arange(start, stop, dtype=np.int64)))
         # Entry by entry in release order, in compiled code: a chunk's numpy passes (sorts,
         # running sums per leaf and per domain) cost more than the entries themselves.
         count_releases(
-            leaves,
-            gpus,
-            release,
-            domains,
+            slots,
+            start,
+            stop,
+            order.pair_start,
+            order.pair_count,
+            order.leaves,
+            order.gpus,
+            room.domain_of_leaf,
             self._leaf_gpus,
             self._domain_pods,
             self.enough_at,
@@ -173,11 +156,17 @@ class ReleaseBounds:
         pending = self._pending
         if not pending.size:
             return
-        if len(self._domains) > 1:
-            self._domains = [np.concatenate(self._domains)]
-        reached = self.enough_at[self._domains[0]]
-        first_enough = np.minimum.reduceat(reached, np.array(self._starts, dtype=np.int64))
-        keys = np.maximum(pending + 1, first_enough[pending])
+        order = self.order
+        reached = first_enough(
+            self._slots,
+            pending,
+            order.pair_start,
+            order.pair_count,
+            order.leaves,
+            self._room.domain_of_leaf,
+            self.enough_at,
+        )
+        keys = np.maximum(pending + 1, reached)
         known = keys <= self.read
         if not known.any():
             return

@@ -1,0 +1,246 @@
+"""Running jobs in release order as arrays: what a reservation search reads of each job (the
+innermost domains it holds GPUs in and how many GPU slots in each), gathered in bulk."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+from sortedcontainers import SortedList
+
+from toposched.cluster.state import Allocation
+
+IntArray = NDArray[np.int64]
+BoolArray = NDArray[np.bool_]
+
+_Item = TypeVar("_Item", bound=np.generic)
+
+Key = tuple[float, str]
+"""A running job's place in the release order: (expected release time, job id)."""
+
+_COUNTED_TOGETHER_FROM = 64
+"""From this many jobs on, `ReleaseOrder.count` counts their holdings together."""
+_FEW_PODS = 32
+"""Up to this many pods, a job's holdings are counted in a dict (cheaper than numpy calls)."""
+
+
+class ReleaseOrder:
+    """Running jobs by slot, and the slots in release order (`slots`), kept as jobs start and
+    stop so that a reservation search reads thousands of releases with a few array gathers.
+
+    Each job's leaves and GPU slots per leaf ("pairs") are counted when a search first reads
+    them and kept in one pool: job `slot` owns `leaves[pair_start[slot]:][:pair_count[slot]]`
+    and the same of `gpus` (`pair_count` -1: not counted yet). Of an allocation of several pod
+    shapes its largest set is counted, as the preemptible index keeps it.
+
+    The order follows `releases` (the ledger's sorted (release time, job id) records): starts
+    and stops since the last read are merged in then, in one pass, not one array shift each.
+    A stopped job's slot is taken again only after that merge.
+    """
+
+    def __init__(self, releases: SortedList, leaf_of_node: IntArray, n_leaves: int) -> None:
+        self.releases = releases
+        self.leaf_of_node = leaf_of_node
+        self.n_leaves = n_leaves
+        self.ids: list[str] = []
+        """The job holding each slot ('' for a free one)."""
+        self.allocations: list[Allocation | None] = []
+        self._slot_of: dict[str, int] = {}
+        self._alive: BoolArray = np.zeros(0, dtype=bool)
+        self._reusable: list[int] = []
+        self._stopped: list[int] = []  # slots freed since the last merge
+        self._started: list[tuple[Key, int]] = []  # since the last merge
+        self._order: IntArray = np.zeros(0, dtype=np.int64)
+        self.pair_start: IntArray = np.zeros(0, dtype=np.int64)
+        self.pair_count: IntArray = np.zeros(0, dtype=np.int64)
+        self.leaves: IntArray = np.zeros(0, dtype=np.int64)
+        self.gpus: IntArray = np.zeros(0, dtype=np.int64)
+        self._pairs_used = 0
+        self._pairs_dropped = 0
+
+    def __len__(self) -> int:
+        return len(self.releases)
+
+    def add(self, key: Key, allocation: Allocation) -> None:
+        """The job of `key` started, holding `allocation` (its records in `releases` already
+        or soon: read only after they agree)."""
+        slot = self._new_slot()
+        job_id = key[1]
+        self.ids[slot] = job_id
+        self.allocations[slot] = allocation
+        self._slot_of[job_id] = slot
+        self._started.append((key, slot))
+
+    def add_many(self, keys: list[Key], allocations: list[Allocation]) -> None:
+        """`add` of each job, in one pass (a restart adopts tens of thousands)."""
+        for key, allocation in zip(keys, allocations, strict=True):
+            self.add(key, allocation)
+
+    def remove(self, job_id: str) -> None:
+        """The job stopped running."""
+        slot = self._slot_of.pop(job_id)
+        self.ids[slot] = ""
+        self.allocations[slot] = None
+        self._alive[slot] = False
+        count = int(self.pair_count[slot])
+        if count > 0:
+            self._pairs_dropped += count
+        self.pair_count[slot] = -1
+        self._stopped.append(slot)
+
+    def slots(self) -> IntArray:
+        """Every running job's slot, in release order (as `releases`)."""
+        if self._started or self._stopped:
+            self._merge()
+        return self._order
+
+    def owners(self, slots: IntArray) -> list[str]:
+        """The jobs holding `slots`, in that order."""
+        ids = self.ids
+        return [ids[slot] for slot in slots.tolist()]
+
+    def count(self, slots: IntArray) -> None:
+        """Count the pairs of those of `slots` not counted yet."""
+        missing = slots[self.pair_count[slots] < 0]
+        if not missing.size:
+            return
+        allocations = [self._allocation(slot) for slot in missing.tolist()]
+        if missing.size >= _COUNTED_TOGETHER_FROM:
+            counts = count_held_many(allocations, self.leaf_of_node, self.n_leaves)
+        else:
+            counts = [count_held(a, self.leaf_of_node, self.n_leaves) for a in allocations]
+        sizes = np.fromiter((leaves.size for leaves, _ in counts), np.int64, len(counts))
+        total = int(sizes.sum())
+        if self._pairs_used + total > self.leaves.size:
+            self._make_room(total)
+        first = self._pairs_used
+        if total:
+            self.leaves[first : first + total] = np.concatenate([leaves for leaves, _ in counts])
+            self.gpus[first : first + total] = np.concatenate([gpus for _, gpus in counts])
+        self.pair_start[missing] = first + np.cumsum(sizes) - sizes
+        self.pair_count[missing] = sizes
+        self._pairs_used = first + total
+
+    def _allocation(self, slot: int) -> Allocation:
+        allocation = self.allocations[slot]
+        assert allocation is not None
+        return allocation.largest
+
+    def _new_slot(self) -> int:
+        if self._reusable:
+            slot = self._reusable.pop()
+        else:
+            slot = len(self.ids)
+            self.ids.append("")
+            self.allocations.append(None)
+            if slot >= self._alive.size:
+                size = max(64, 2 * self._alive.size)
+                self._alive = _grown(self._alive, size, False)
+                self.pair_start = _grown(self.pair_start, size, 0)
+                self.pair_count = _grown(self.pair_count, size, -1)
+        self._alive[slot] = True
+        return slot
+
+    def _merge(self) -> None:
+        """Bring the order up to date: drop the slots stopped since the last merge, insert
+        those started (and still running) where `releases` has them."""
+        kept = self._order
+        if self._stopped:
+            kept = kept[self._alive[kept]]
+        started = [(key, slot) for key, slot in self._started if self._alive[slot]]
+        if len(started) * 8 > len(self.releases):
+            # Many started (a restart): the order read from `releases` whole, not each
+            # start's place looked up.
+            slot_of = self._slot_of
+            kept = np.fromiter(
+                (slot_of[job_id] for _, job_id in self.releases), np.int64, len(self.releases)
+            )
+        elif started:
+            index = self.releases.index
+            at = np.fromiter((index(key) for key, _ in started), np.int64, len(started))
+            new = np.fromiter((slot for _, slot in started), np.int64, len(started))
+            ranked = np.argsort(at, kind="stable")
+            at, new = at[ranked], new[ranked]
+            kept = np.insert(kept, at - np.arange(at.size), new)
+        assert kept.size == len(self.releases)
+        self._order = kept
+        self._reusable.extend(self._stopped)
+        self._stopped.clear()
+        self._started.clear()
+
+    def _make_room(self, more: int) -> None:
+        """Room for `more` pairs at the pool's end: the pairs of running jobs moved to its
+        front when stopped jobs left much behind, the pool grown when that is not enough."""
+        live = self._pairs_used - self._pairs_dropped
+        if self._pairs_dropped > live:
+            counted = np.flatnonzero(self.pair_count > 0)
+            counted = counted[np.argsort(self.pair_start[counted], kind="stable")]
+            sizes = self.pair_count[counted]
+            starts = self.pair_start[counted]
+            total = int(sizes.sum())
+            offsets = np.repeat(starts - (np.cumsum(sizes) - sizes), sizes)
+            taken = np.arange(total, dtype=np.int64) + offsets
+            self.leaves[:total] = self.leaves[taken]
+            self.gpus[:total] = self.gpus[taken]
+            self.pair_start[counted] = np.cumsum(sizes) - sizes
+            self._pairs_used, self._pairs_dropped = total, 0
+        needed = self._pairs_used + more
+        if needed > self.leaves.size:
+            size = max(needed, 2 * self.leaves.size, 64)
+            self.leaves = _grown(self.leaves, size, 0)
+            self.gpus = _grown(self.gpus, size, 0)
+
+
+def _grown(array: NDArray[_Item], size: int, fill: object) -> NDArray[_Item]:
+    """`array` with room for `size` entries, the new ones `fill`."""
+    grown: NDArray[_Item] = np.full(size, fill, dtype=array.dtype)
+    grown[: array.size] = array
+    return grown
+
+
+def count_held(
+    allocation: Allocation, leaf_of_node: IntArray, n_leaves: int
+) -> tuple[IntArray, IntArray]:
+    """An allocation's innermost domains (distinct, in any order) and GPU slots in each."""
+    leaf_of_pod = leaf_of_node[allocation.nodes]
+    width = allocation.gpus.shape[1]
+    if leaf_of_pod.size <= _FEW_PODS:
+        # A few pods: counted in a dict, cheaper than numpy's calls.
+        tally: dict[int, int] = {}
+        for leaf in leaf_of_pod.tolist():
+            tally[leaf] = tally.get(leaf, 0) + width
+        return (
+            np.fromiter(tally.keys(), dtype=np.int64, count=len(tally)),
+            np.fromiter(tally.values(), dtype=np.int64, count=len(tally)),
+        )
+    if leaf_of_pod.size * 4 >= n_leaves:
+        # A gang over many leaves: counted over every leaf, cheaper than sorting its pods.
+        pods_per_leaf = np.bincount(leaf_of_pod, minlength=n_leaves)
+        leaves = np.flatnonzero(pods_per_leaf)
+        return leaves, pods_per_leaf[leaves] * width
+    leaves = np.sort(leaf_of_pod)
+    first = np.flatnonzero(np.concatenate(([True], leaves[1:] != leaves[:-1])))
+    pods = np.diff(np.append(first, leaves.size))
+    return leaves[first], pods * width
+
+
+def count_held_many(
+    allocations: list[Allocation], leaf_of_node: IntArray, n_leaves: int
+) -> list[tuple[IntArray, IntArray]]:
+    """`count_held` of each allocation, counted together (a restart's first reservation
+    reads tens of thousands of running jobs): each one's leaves in ascending order."""
+    nodes = [allocation.nodes for allocation in allocations]
+    pods = np.fromiter(map(len, nodes), np.int64, len(nodes))
+    width = np.fromiter((a.gpus.shape[1] for a in allocations), np.int64, len(nodes))
+    leaf_of_pod = leaf_of_node[np.concatenate(nodes)]
+    owner_of_pod = np.repeat(np.arange(len(nodes), dtype=np.int64), pods)
+    # One entry per (allocation, leaf), in that order, with its pods.
+    keys, pods_in = np.unique(owner_of_pod * n_leaves + leaf_of_pod, return_counts=True)
+    owner, leaves = np.divmod(keys, n_leaves)
+    slots = pods_in * width[owner]
+    ends = np.searchsorted(owner, np.arange(1, len(nodes) + 1)).tolist()
+    return [
+        (leaves[start:end], slots[start:end])
+        for start, end in zip([0, *ends[:-1]], ends, strict=True)
+    ]

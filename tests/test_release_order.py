@@ -1,0 +1,111 @@
+"""The running jobs' release order as arrays follows the ledger's sorted records through
+starts and stops, and counts each job's GPU slots per innermost domain as the job holds them."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sortedcontainers import SortedList
+
+from toposched.cluster.state import Allocation
+from toposched.scheduler.release_order import ReleaseOrder, count_held
+
+N_NODES, N_LEAVES = 12, 4
+LEAF_OF_NODE = np.arange(N_NODES, dtype=np.int64) // 3
+
+
+def allocation_of(seed: int) -> Allocation:
+    rng = np.random.default_rng(seed)
+    pods = int(rng.integers(1, 40))  # up to 4 leaves: the pool of pairs fills and is compacted
+    width = int(rng.integers(0, 4))
+    return Allocation(
+        rng.integers(0, N_NODES, pods).astype(np.int64), np.zeros((pods, width), np.int64)
+    )
+
+
+# Each step: start a job (end time, allocation seed), stop the i-th running job, or read.
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("start"), st.integers(0, 20), st.integers(0, 1000)),
+        st.tuples(st.just("stop"), st.integers(0, 1000), st.just(0)),
+        st.tuples(st.just("read"), st.integers(0, 1000), st.just(0)),
+    ),
+    max_size=120,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps)
+def test_the_order_and_the_counts_follow_the_sorted_records(
+    moves: list[tuple[str, int, int]],
+) -> None:
+    releases: SortedList = SortedList()
+    order = ReleaseOrder(releases, LEAF_OF_NODE, N_LEAVES)
+    held: dict[str, Allocation] = {}
+    for number, (move, a, b) in enumerate(moves):
+        if move == "start":
+            key = (float(a), f"job-{number:03d}")
+            held[key[1]] = allocation_of(b)
+            releases.add(key)
+            order.add(key, held[key[1]])
+        elif move == "stop" and releases:
+            key = releases[a % len(releases)]
+            releases.remove(key)
+            order.remove(key[1])
+            del held[key[1]]
+        else:
+            slots = order.slots()
+            assert order.owners(slots) == [job_id for _, job_id in releases]
+            # Read a prefix of the order, as a search does, counting what it holds.
+            read = slots[: a % (slots.size + 1)]
+            order.count(read)
+            for slot, job_id in zip(read.tolist(), order.owners(read), strict=True):
+                first, count = int(order.pair_start[slot]), int(order.pair_count[slot])
+                leaves, gpus = count_held(held[job_id], LEAF_OF_NODE, N_LEAVES)
+                assert dict(
+                    zip(
+                        order.leaves[first : first + count].tolist(),
+                        order.gpus[first : first + count].tolist(),
+                        strict=True,
+                    )
+                ) == dict(zip(leaves.tolist(), gpus.tolist(), strict=True))
+    assert order.owners(order.slots()) == [job_id for _, job_id in releases]
+
+
+def test_many_starts_at_once_read_in_the_records_order() -> None:
+    releases: SortedList = SortedList()
+    order = ReleaseOrder(releases, LEAF_OF_NODE, N_LEAVES)
+    keys = [(float(i % 7), f"job-{i:03d}") for i in range(200)]
+    releases.update(keys)
+    order.add_many(keys, [allocation_of(i) for i in range(200)])
+    assert order.owners(order.slots()) == [job_id for _, job_id in releases]
+    releases.remove(keys[5])
+    order.remove(keys[5][1])
+    releases.add((0.5, "late"))
+    order.add((0.5, "late"), allocation_of(1))
+    assert order.owners(order.slots()) == [job_id for _, job_id in releases]
+
+
+def test_the_pairs_of_stopped_jobs_make_room_for_new_ones() -> None:
+    """A pool of pairs left mostly to stopped jobs is compacted, not grown: the running jobs'
+    pairs move and still read as counted."""
+    releases: SortedList = SortedList()
+    order = ReleaseOrder(releases, LEAF_OF_NODE, N_LEAVES)
+    every_leaf = Allocation(np.arange(N_NODES, dtype=np.int64), np.zeros((N_NODES, 2), np.int64))
+    for batch in range(4):
+        for i in range(10):
+            key = (float(i), f"job-{batch}-{i}")
+            releases.add(key)
+            order.add(key, every_leaf)
+        order.count(order.slots())
+        for key in list(releases)[:-2]:
+            releases.remove(key)
+            order.remove(key[1])
+    assert order.leaves.size == 64  # 10 jobs of 4 pairs at a time: never grown past that
+    slots = order.slots()
+    assert len(slots) == 2
+    for slot in slots.tolist():
+        first = int(order.pair_start[slot])
+        assert order.leaves[first : first + 4].tolist() == [0, 1, 2, 3]
+        assert order.gpus[first : first + 4].tolist() == [6, 6, 6, 6]
