@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
-from toposched.cluster.state import Allocation
+from toposched.cluster.state import MILLI_PER_GPU, Allocation
 
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
@@ -37,6 +37,10 @@ class ReleaseOrder:
     The order follows `releases` (the ledger's sorted (release time, job id) records): starts
     and stops since the last read are merged in then, in one pass, not one array shift each.
     A stopped job's slot is taken again only after that merge.
+
+    Jobs of one pod shape holding whole GPUs are also kept by shape (`_shape`), so that a
+    search frees many of them as one allocation per shape (`parts`): whole GPUs are never
+    shared, so their pods together free exactly what each job frees.
     """
 
     def __init__(self, releases: SortedList, leaf_of_node: IntArray, n_leaves: int) -> None:
@@ -58,6 +62,11 @@ class ReleaseOrder:
         self.gpus: IntArray = np.zeros(0, dtype=np.int64)
         self._pairs_used = 0
         self._pairs_dropped = 0
+        self._shape: IntArray = np.zeros(0, dtype=np.int64)
+        """Per slot, its job's pod shape (an index into `_shapes`), or -1 for a job of several
+        shapes or of shared GPUs."""
+        self._shapes: dict[tuple[int, int, int], int] = {}
+        """(GPUs per pod, CPU per pod, memory per pod) of whole-GPU pods, numbered."""
 
     def __len__(self) -> int:
         return len(self.releases)
@@ -71,6 +80,11 @@ class ReleaseOrder:
         self.allocations[slot] = allocation
         self._slot_of[job_id] = slot
         self._started.append((key, slot))
+        if allocation.sets or allocation.gpu_milli != MILLI_PER_GPU:
+            self._shape[slot] = -1
+        else:
+            shape = (allocation.gpus.shape[1], allocation.cpu_milli, allocation.memory_mib)
+            self._shape[slot] = self._shapes.setdefault(shape, len(self._shapes))
 
     def add_many(self, keys: list[Key], allocations: list[Allocation]) -> None:
         """`add` of each job, in one pass (a restart adopts tens of thousands)."""
@@ -99,6 +113,31 @@ class ReleaseOrder:
         """The jobs holding `slots`, in that order."""
         ids = self.ids
         return [ids[slot] for slot in slots.tolist()]
+
+    def parts(self, slots: IntArray) -> list[Allocation]:
+        """What the jobs of `slots` hold, as allocations of one shape each: one per pod shape
+        for the jobs of whole GPUs (`_shape`), and each other job's sets."""
+        allocations = self.allocations
+        shapes = self._shape[slots]
+        by_shape = np.argsort(shapes, kind="stable")
+        slots, shapes = slots[by_shape], shapes[by_shape]
+        ends = np.flatnonzero(np.diff(shapes)) + 1
+        parts: list[Allocation] = []
+        for group in np.split(slots, ends.tolist()) if slots.size else []:
+            held = [allocations[slot] for slot in group.tolist()]
+            first = held[0]
+            assert first is not None
+            if self._shape[group[0]] < 0:
+                parts.extend(part for allocation in held if allocation for part in allocation.parts)
+            elif len(held) == 1:
+                parts.append(first)
+            else:
+                nodes = np.concatenate([allocation.nodes for allocation in held if allocation])
+                gpus = np.concatenate([allocation.gpus for allocation in held if allocation])
+                parts.append(
+                    Allocation(nodes, gpus, MILLI_PER_GPU, first.cpu_milli, first.memory_mib)
+                )
+        return parts
 
     def count(self, slots: IntArray) -> None:
         """Count the pairs of those of `slots` not counted yet."""
@@ -139,6 +178,7 @@ class ReleaseOrder:
                 self._alive = _grown(self._alive, size, False)
                 self.pair_start = _grown(self.pair_start, size, 0)
                 self.pair_count = _grown(self.pair_count, size, -1)
+                self._shape = _grown(self._shape, size, -1)
         self._alive[slot] = True
         return slot
 
