@@ -8,7 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sortedcontainers import SortedList
 
-from toposched.cluster.state import Allocation
+from toposched.cluster.builders import nvl72_cluster
+from toposched.cluster.state import Allocation, ClusterState
+from toposched.cluster.statement import Statement
 from toposched.scheduler.release_order import ReleaseOrder, count_held
 
 N_NODES, N_LEAVES = 12, 4
@@ -109,3 +111,89 @@ def test_the_pairs_of_stopped_jobs_make_room_for_new_ones() -> None:
         first = int(order.pair_start[slot])
         assert order.leaves[first : first + 4].tolist() == [0, 1, 2, 3]
         assert order.gpus[first : first + 4].tolist() == [6, 6, 6, 6]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["whole", "cpu", "shared", "sets"]), st.integers(0, 10**6)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.data(),
+)
+def test_the_parts_of_released_jobs_free_what_releasing_them_frees(
+    kinds: list[tuple[str, int]], data: st.DataObject
+) -> None:
+    """Jobs of whole GPUs (with or without CPU and memory), of shared GPUs and of several pod
+    shapes: freeing `parts` of any of them leaves every array of the state as releasing
+    those jobs does."""
+    topology = nvl72_cluster(
+        zones=1,
+        blocks_per_zone=2,
+        racks_per_block=2,
+        nodes_per_rack=3,
+        gpus_per_node=4,
+        cpu_milli=64_000,
+        memory_mib=262_144,
+    )
+    state = ClusterState(topology)
+    releases: SortedList = SortedList()
+    level = len(topology.domain_levels) - 1
+    order = ReleaseOrder(
+        releases, topology.node_domain[level].astype(np.int64), topology.n_domains(level)
+    )
+    for index, (kind, seed) in enumerate(kinds):
+        allocation = _fitting(state, kind, np.random.default_rng(seed))
+        if allocation is None:
+            continue
+        key = (float(seed % 5), f"job-{index:02d}")
+        state.allocate(key[1], allocation)
+        releases.add(key)
+        order.add(key, allocation)
+    if not releases:
+        return
+    slots = order.slots()
+    chosen = data.draw(st.lists(st.integers(0, slots.size - 1), min_size=1, unique=True))
+    picked = slots[np.array(chosen, dtype=np.int64)]
+    statement = Statement(state)
+    statement.release_many(order.owners(picked))
+    released = state.snapshot()
+    statement.discard()
+    statement = Statement(state)
+    statement.free_parts(order.parts(picked))
+    freed = state.snapshot()
+    statement.discard()
+    assert released.keys() == freed.keys()
+    for name in released:
+        assert np.array_equal(released[name], freed[name]), name
+
+
+def _fitting(state: ClusterState, kind: str, rng: np.random.Generator) -> Allocation | None:
+    """An allocation of `kind` on GPUs free in `state` (None if it finds no room)."""
+    n_nodes = state.topology.n_nodes
+    shared = kind == "shared"
+    parts: list[Allocation] = []
+    taken: set[tuple[int, int]] = set()
+    for part in range(2 if kind == "sets" else 1):
+        width = 1 if shared else int(rng.integers(1, 3)) + part
+        nodes, gpus = [], []
+        for _ in range(int(rng.integers(1, 12))):
+            node = int(rng.integers(0, n_nodes))
+            need = 500 if shared else 1000
+            free = [
+                gpu
+                for gpu in range(4)
+                if state.gpu_free_milli[node, gpu] >= need and (node, gpu) not in taken
+            ]
+            if len(free) < width:
+                continue
+            nodes.append(node)
+            gpus.append(free[:width])
+            taken.update((node, gpu) for gpu in free[:width])
+        if not nodes:
+            return None
+        cpu = 1000 if kind in ("cpu", "sets") else 0
+        memory = 1024 if kind == "cpu" else 0
+        parts.append(Allocation.of(nodes, gpus, 500 if shared else 1000, cpu, memory))
+    return Allocation.of_sets(parts) if kind == "sets" else parts[0]
