@@ -63,12 +63,12 @@ def test_the_order_and_the_counts_follow_the_sorted_records(
             read = slots[: a % (slots.size + 1)]
             order.count(read)
             for slot, job_id in zip(read.tolist(), order.owners(read), strict=True):
-                first, count = int(order.pair_start[slot]), int(order.pair_count[slot])
+                first, count = int(order.pairs.start[slot]), int(order.pairs.count[slot])
                 leaves, gpus = count_held(held[job_id], LEAF_OF_NODE, N_LEAVES)
                 assert dict(
                     zip(
-                        order.leaves[first : first + count].tolist(),
-                        order.gpus[first : first + count].tolist(),
+                        order.pairs.columns[0][first : first + count].tolist(),
+                        order.pairs.columns[1][first : first + count].tolist(),
                         strict=True,
                     )
                 ) == dict(zip(leaves.tolist(), gpus.tolist(), strict=True))
@@ -104,13 +104,13 @@ def test_the_pairs_of_stopped_jobs_make_room_for_new_ones() -> None:
         for key in list(releases)[:-2]:
             releases.remove(key)
             order.remove(key[1])
-    assert order.leaves.size == 64  # 10 jobs of 4 pairs at a time: never grown past that
+    assert order.pairs.columns[0].size == 64  # 10 jobs of 4 pairs at a time: never grown past that
     slots = order.slots()
     assert len(slots) == 2
     for slot in slots.tolist():
-        first = int(order.pair_start[slot])
-        assert order.leaves[first : first + 4].tolist() == [0, 1, 2, 3]
-        assert order.gpus[first : first + 4].tolist() == [6, 6, 6, 6]
+        first = int(order.pairs.start[slot])
+        assert order.pairs.columns[0][first : first + 4].tolist() == [0, 1, 2, 3]
+        assert order.pairs.columns[1][first : first + 4].tolist() == [6, 6, 6, 6]
 
 
 @settings(max_examples=60, deadline=None)

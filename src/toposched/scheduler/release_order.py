@@ -10,6 +10,7 @@ from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
 from toposched.cluster.state import MILLI_PER_GPU, Allocation
+from toposched.scheduler.slot_rows import SlotRows
 
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
@@ -30,9 +31,8 @@ class ReleaseOrder:
     stop so that a reservation search reads thousands of releases with a few array gathers.
 
     Each job's leaves and GPU slots per leaf ("pairs") are counted when a search first reads
-    them and kept in one pool: job `slot` owns `leaves[pair_start[slot]:][:pair_count[slot]]`
-    and the same of `gpus` (`pair_count` -1: not counted yet). Of an allocation of several pod
-    shapes its largest set is counted, as the preemptible index keeps it.
+    them and kept in pools (`pairs`). Of an allocation of several pod shapes its largest set
+    is counted, as the preemptible index keeps it.
 
     The order follows `releases` (the ledger's sorted (release time, job id) records): starts
     and stops since the last read are merged in then, in one pass, not one array shift each.
@@ -56,12 +56,13 @@ class ReleaseOrder:
         self._stopped: list[int] = []  # slots freed since the last merge
         self._started: list[tuple[Key, int]] = []  # since the last merge
         self._order: IntArray = np.zeros(0, dtype=np.int64)
-        self.pair_start: IntArray = np.zeros(0, dtype=np.int64)
-        self.pair_count: IntArray = np.zeros(0, dtype=np.int64)
-        self.leaves: IntArray = np.zeros(0, dtype=np.int64)
-        self.gpus: IntArray = np.zeros(0, dtype=np.int64)
-        self._pairs_used = 0
-        self._pairs_dropped = 0
+        self.pairs = SlotRows(2)
+        """Per slot, the leaves its job holds GPUs in (column 0) and its GPU slots in each
+        (column 1); counted when a search first reads them."""
+        self._nodes = SlotRows(1)
+        self._gpus = SlotRows(1)
+        """Per slot of a job of one pod shape of whole GPUs, its pods' nodes and their GPUs
+        (row by row), kept when a search first frees it."""
         self._shape: IntArray = np.zeros(0, dtype=np.int64)
         """Per slot, its job's pod shape (an index into `_shapes`), or -1 for a job of several
         shapes or of shared GPUs."""
@@ -97,10 +98,8 @@ class ReleaseOrder:
         self.ids[slot] = ""
         self.allocations[slot] = None
         self._alive[slot] = False
-        count = int(self.pair_count[slot])
-        if count > 0:
-            self._pairs_dropped += count
-        self.pair_count[slot] = -1
+        for rows in (self.pairs, self._nodes, self._gpus):
+            rows.drop(slot)
         self._stopped.append(slot)
 
     def slots(self) -> IntArray:
@@ -117,54 +116,66 @@ class ReleaseOrder:
     def parts(self, slots: IntArray) -> list[Allocation]:
         """What the jobs of `slots` hold, as allocations of one shape each: one per pod shape
         for the jobs of whole GPUs (`_shape`), and each other job's sets."""
-        allocations = self.allocations
         shapes = self._shape[slots]
         by_shape = np.argsort(shapes, kind="stable")
         slots, shapes = slots[by_shape], shapes[by_shape]
         ends = np.flatnonzero(np.diff(shapes)) + 1
         parts: list[Allocation] = []
         for group in np.split(slots, ends.tolist()) if slots.size else []:
-            held = [allocations[slot] for slot in group.tolist()]
-            first = held[0]
-            assert first is not None
             if self._shape[group[0]] < 0:
-                parts.extend(part for allocation in held if allocation for part in allocation.parts)
-            elif len(held) == 1:
+                for slot in group.tolist():
+                    parts.extend(self._held(slot).parts)
+                continue
+            first = self._held(int(group[0]))
+            if group.size == 1:
                 parts.append(first)
-            else:
-                nodes = np.concatenate([allocation.nodes for allocation in held if allocation])
-                gpus = np.concatenate([allocation.gpus for allocation in held if allocation])
-                parts.append(
-                    Allocation(nodes, gpus, MILLI_PER_GPU, first.cpu_milli, first.memory_mib)
-                )
+                continue
+            self._keep_pods(group)
+            width = first.gpus.shape[1]
+            nodes = self._nodes.gather(group)
+            gpus = self._gpus.gather(group).reshape(nodes.size, width)
+            parts.append(Allocation(nodes, gpus, MILLI_PER_GPU, first.cpu_milli, first.memory_mib))
         return parts
+
+    def _keep_pods(self, slots: IntArray) -> None:
+        """Keep the pods of those of `slots` (jobs of one shape) not kept yet."""
+        missing = self._nodes.missing(slots)
+        if not missing.size:
+            return
+        held = [self._held(slot) for slot in missing.tolist()]
+        nodes = [allocation.nodes for allocation in held]
+        gpus = [allocation.gpus.reshape(-1) for allocation in held]
+        self._nodes.put(
+            missing, np.fromiter(map(len, nodes), np.int64, len(nodes)), [np.concatenate(nodes)]
+        )
+        self._gpus.put(
+            missing, np.fromiter(map(len, gpus), np.int64, len(gpus)), [np.concatenate(gpus)]
+        )
 
     def count(self, slots: IntArray) -> None:
         """Count the pairs of those of `slots` not counted yet."""
-        missing = slots[self.pair_count[slots] < 0]
+        missing = self.pairs.missing(slots)
         if not missing.size:
             return
-        allocations = [self._allocation(slot) for slot in missing.tolist()]
+        allocations = [self._held(slot).largest for slot in missing.tolist()]
         if missing.size >= _COUNTED_TOGETHER_FROM:
             counts = count_held_many(allocations, self.leaf_of_node, self.n_leaves)
         else:
             counts = [count_held(a, self.leaf_of_node, self.n_leaves) for a in allocations]
         sizes = np.fromiter((leaves.size for leaves, _ in counts), np.int64, len(counts))
-        total = int(sizes.sum())
-        if self._pairs_used + total > self.leaves.size:
-            self._make_room(total)
-        first = self._pairs_used
-        if total:
-            self.leaves[first : first + total] = np.concatenate([leaves for leaves, _ in counts])
-            self.gpus[first : first + total] = np.concatenate([gpus for _, gpus in counts])
-        self.pair_start[missing] = first + np.cumsum(sizes) - sizes
-        self.pair_count[missing] = sizes
-        self._pairs_used = first + total
+        self.pairs.put(
+            missing,
+            sizes,
+            [
+                np.concatenate([leaves for leaves, _ in counts]),
+                np.concatenate([gpus for _, gpus in counts]),
+            ],
+        )
 
-    def _allocation(self, slot: int) -> Allocation:
+    def _held(self, slot: int) -> Allocation:
         allocation = self.allocations[slot]
         assert allocation is not None
-        return allocation.largest
+        return allocation
 
     def _new_slot(self) -> int:
         if self._reusable:
@@ -176,8 +187,8 @@ class ReleaseOrder:
             if slot >= self._alive.size:
                 size = max(64, 2 * self._alive.size)
                 self._alive = _grown(self._alive, size, False)
-                self.pair_start = _grown(self.pair_start, size, 0)
-                self.pair_count = _grown(self.pair_count, size, -1)
+                for rows in (self.pairs, self._nodes, self._gpus):
+                    rows.grow_slots(size)
                 self._shape = _grown(self._shape, size, -1)
         self._alive[slot] = True
         return slot
@@ -208,28 +219,6 @@ class ReleaseOrder:
         self._reusable.extend(self._stopped)
         self._stopped.clear()
         self._started.clear()
-
-    def _make_room(self, more: int) -> None:
-        """Room for `more` pairs at the pool's end: the pairs of running jobs moved to its
-        front when stopped jobs left much behind, the pool grown when that is not enough."""
-        live = self._pairs_used - self._pairs_dropped
-        if self._pairs_dropped > live:
-            counted = np.flatnonzero(self.pair_count > 0)
-            counted = counted[np.argsort(self.pair_start[counted], kind="stable")]
-            sizes = self.pair_count[counted]
-            starts = self.pair_start[counted]
-            total = int(sizes.sum())
-            offsets = np.repeat(starts - (np.cumsum(sizes) - sizes), sizes)
-            taken = np.arange(total, dtype=np.int64) + offsets
-            self.leaves[:total] = self.leaves[taken]
-            self.gpus[:total] = self.gpus[taken]
-            self.pair_start[counted] = np.cumsum(sizes) - sizes
-            self._pairs_used, self._pairs_dropped = total, 0
-        needed = self._pairs_used + more
-        if needed > self.leaves.size:
-            size = max(needed, 2 * self.leaves.size, 64)
-            self.leaves = _grown(self.leaves, size, 0)
-            self.gpus = _grown(self.gpus, size, 0)
 
 
 def _grown(array: NDArray[_Item], size: int, fill: object) -> NDArray[_Item]:
