@@ -165,7 +165,7 @@ def test_many_running_jobs_are_counted_together_as_one_by_one() -> None:
     together = count_held_many(allocations, leaf_of_node, n_leaves)
     for allocation, (leaves, slots) in zip(allocations, together, strict=True):
         one_leaves, one_slots = count_held(allocation, leaf_of_node, n_leaves)
-        assert leaves.tolist() == sorted(one_leaves.tolist())
+        assert sorted(leaves.tolist()) == sorted(one_leaves.tolist())
         assert dict(zip(leaves.tolist(), slots.tolist(), strict=True)) == dict(
             zip(one_leaves.tolist(), one_slots.tolist(), strict=True)
         )

@@ -74,3 +74,34 @@ def first_enough(
                 least = reached
         result[index] = least
     return result
+
+
+@njit(cache=True, nogil=True)
+def leaves_held(
+    leaf_of_pod: np.ndarray, pods: np.ndarray, width: np.ndarray, n_leaves: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Of allocations whose pods' leaves are `leaf_of_pod`, allocation after allocation
+    (`pods[a]` pods of `width[a]` GPUs each): how many distinct leaves each holds pods in, then
+    those leaves, allocation after allocation in the order their pods first reach them, and the
+    GPU slots held in each."""
+    sizes = np.zeros(pods.size, dtype=np.int64)
+    leaves = np.empty(leaf_of_pod.size, dtype=np.int64)
+    slots = np.empty(leaf_of_pod.size, dtype=np.int64)
+    entry_of_leaf = np.full(n_leaves, -1, dtype=np.int64)
+    pod = 0
+    entries = 0
+    for allocation in range(pods.size):
+        first = entries
+        for _ in range(pods[allocation]):
+            leaf = leaf_of_pod[pod]
+            pod += 1
+            entry = entry_of_leaf[leaf]
+            if entry < first:
+                entry = entries
+                entry_of_leaf[leaf] = entry
+                leaves[entry] = leaf
+                slots[entry] = 0
+                entries += 1
+            slots[entry] += width[allocation]
+        sizes[allocation] = entries - first
+    return sizes, leaves[:entries], slots[:entries]

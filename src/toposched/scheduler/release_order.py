@@ -3,13 +3,15 @@ innermost domains it holds GPUs in and how many GPU slots in each), gathered in 
 
 from __future__ import annotations
 
-from typing import TypeVar
+from operator import attrgetter, itemgetter
+from typing import TypeVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
 from toposched.cluster.state import MILLI_PER_GPU, Allocation
+from toposched.scheduler.release_kernels import leaves_held
 from toposched.scheduler.slot_rows import SlotRows
 
 IntArray = NDArray[np.int64]
@@ -142,26 +144,31 @@ class ReleaseOrder:
         missing = self._nodes.missing(slots)
         if not missing.size:
             return
-        held = [self._held(slot) for slot in missing.tolist()]
-        nodes = [allocation.nodes for allocation in held]
-        gpus = [allocation.gpus.reshape(-1) for allocation in held]
-        self._nodes.put(
-            missing, np.fromiter(map(len, nodes), np.int64, len(nodes)), [np.concatenate(nodes)]
-        )
-        self._gpus.put(
-            missing, np.fromiter(map(len, gpus), np.int64, len(gpus)), [np.concatenate(gpus)]
-        )
+        held = list(map(self.allocations.__getitem__, missing.tolist()))
+        nodes = list(map(_NODES, held))
+        pods = np.fromiter(map(len, nodes), np.int64, len(nodes))
+        width = _width(held[0])  # of the shape they share
+        self._nodes.put(missing, pods, [np.concatenate(nodes)])
+        gpus = np.concatenate(list(map(_GPUS, held))).reshape(-1)
+        self._gpus.put(missing, pods * width, [gpus])
 
     def count(self, slots: IntArray) -> None:
         """Count the pairs of those of `slots` not counted yet."""
         missing = self.pairs.missing(slots)
         if not missing.size:
             return
-        allocations = [self._held(slot).largest for slot in missing.tolist()]
+        # Slots read are those of running jobs: each holds an allocation.
+        allocations = cast(
+            list[Allocation], list(map(self.allocations.__getitem__, missing.tolist()))
+        )
+        if (self._shape[missing] < 0).any():
+            # Of a job of several pod shapes, its largest set.
+            allocations = list(map(_LARGEST, allocations))
         if missing.size >= _COUNTED_TOGETHER_FROM:
-            counts = count_held_many(allocations, self.leaf_of_node, self.n_leaves)
-        else:
-            counts = [count_held(a, self.leaf_of_node, self.n_leaves) for a in allocations]
+            sizes, leaves, gpus = count_held_together(allocations, self.leaf_of_node, self.n_leaves)
+            self.pairs.put(missing, sizes, [leaves, gpus])
+            return
+        counts = [count_held(a, self.leaf_of_node, self.n_leaves) for a in allocations]
         sizes = np.fromiter((leaves.size for leaves, _ in counts), np.int64, len(counts))
         self.pairs.put(
             missing,
@@ -199,15 +206,19 @@ class ReleaseOrder:
         kept = self._order
         if self._stopped:
             kept = kept[self._alive[kept]]
-        started = [(key, slot) for key, slot in self._started if self._alive[slot]]
-        if len(started) * 8 > len(self.releases):
+        if len(self._started) * 8 > len(self.releases):
             # Many started (a restart): the order read from `releases` whole, not each
             # start's place looked up.
-            slot_of = self._slot_of
             kept = np.fromiter(
-                (slot_of[job_id] for _, job_id in self.releases), np.int64, len(self.releases)
+                map(self._slot_of.__getitem__, map(_SECOND, self.releases)),
+                np.int64,
+                len(self.releases),
             )
-        elif started:
+            started = []
+        else:
+            alive = self._alive
+            started = [(key, slot) for key, slot in self._started if alive[slot]]
+        if started:
             index = self.releases.index
             at = np.fromiter((index(key) for key, _ in started), np.int64, len(started))
             new = np.fromiter((slot for _, slot in started), np.int64, len(started))
@@ -257,19 +268,36 @@ def count_held(
 def count_held_many(
     allocations: list[Allocation], leaf_of_node: IntArray, n_leaves: int
 ) -> list[tuple[IntArray, IntArray]]:
-    """`count_held` of each allocation, counted together (a restart's first reservation
-    reads tens of thousands of running jobs): each one's leaves in ascending order."""
-    nodes = [allocation.nodes for allocation in allocations]
-    pods = np.fromiter(map(len, nodes), np.int64, len(nodes))
-    width = np.fromiter((a.gpus.shape[1] for a in allocations), np.int64, len(nodes))
-    leaf_of_pod = leaf_of_node[np.concatenate(nodes)]
-    owner_of_pod = np.repeat(np.arange(len(nodes), dtype=np.int64), pods)
-    # One entry per (allocation, leaf), in that order, with its pods.
-    keys, pods_in = np.unique(owner_of_pod * n_leaves + leaf_of_pod, return_counts=True)
-    owner, leaves = np.divmod(keys, n_leaves)
-    slots = pods_in * width[owner]
-    ends = np.searchsorted(owner, np.arange(1, len(nodes) + 1)).tolist()
+    """`count_held` of each allocation, counted together (`count_held_together`)."""
+    sizes, leaves, slots = count_held_together(allocations, leaf_of_node, n_leaves)
+    ends = np.cumsum(sizes).tolist()
     return [
         (leaves[start:end], slots[start:end])
         for start, end in zip([0, *ends[:-1]], ends, strict=True)
     ]
+
+
+def count_held_together(
+    allocations: list[Allocation], leaf_of_node: IntArray, n_leaves: int
+) -> tuple[IntArray, IntArray, IntArray]:
+    """`count_held` of many allocations in one pass (a restart's first reservation reads tens
+    of thousands of running jobs), as rows: how many leaves each allocation holds GPUs in,
+    then every allocation's leaves (distinct, in any order) and GPU slots in each, allocation
+    after allocation."""
+    nodes = list(map(_NODES, allocations))
+    pods = np.fromiter(map(len, nodes), np.int64, len(nodes))
+    width = np.fromiter(map(_SECOND, map(_GPUS_SHAPE, allocations)), np.int64, len(nodes))
+    leaf_of_pod = leaf_of_node[np.concatenate(nodes)] if nodes else np.zeros(0, np.int64)
+    sizes, leaves, slots = leaves_held(leaf_of_pod, pods, width, n_leaves)
+    return sizes, leaves, slots
+
+
+_LARGEST, _NODES, _GPUS = attrgetter("largest"), attrgetter("nodes"), attrgetter("gpus")
+_GPUS_SHAPE, _SECOND = attrgetter("gpus.shape"), itemgetter(1)
+"""Fields of many allocations, read in C."""
+
+
+def _width(allocation: Allocation | None) -> int:
+    """GPUs per pod of a one-shape allocation."""
+    assert allocation is not None
+    return int(allocation.gpus.shape[1])
