@@ -197,3 +197,20 @@ def _fitting(state: ClusterState, kind: str, rng: np.random.Generator) -> Alloca
         memory = 1024 if kind == "cpu" else 0
         parts.append(Allocation.of(nodes, gpus, 500 if shared else 1000, cpu, memory))
     return Allocation.of_sets(parts) if kind == "sets" else parts[0]
+
+
+def test_starts_and_stops_no_search_reads_do_not_pile_up() -> None:
+    """Jobs start and stop by the thousand with no search reading the order: slots are taken
+    again all the same, and the order read at last is the records'."""
+    releases: SortedList = SortedList()
+    order = ReleaseOrder(releases, LEAF_OF_NODE, N_LEAVES)
+    for i in range(5000):
+        key = (float(i % 13), f"job-{i:04d}")
+        releases.add(key)
+        order.add(key, allocation_of(i % 50))
+        if i % 10:
+            releases.remove(key)
+            order.remove(key[1])
+    assert len(releases) == 500
+    assert len(order.ids) <= 2 * (500 + 1024)
+    assert order.owners(order.slots()) == [job_id for _, job_id in releases]

@@ -24,6 +24,9 @@ Key = tuple[float, str]
 
 _COUNTED_TOGETHER_FROM = 64
 """From this many jobs on, `ReleaseOrder.count` counts their holdings together."""
+_WAITING = 1024
+"""Starts and stops beyond the running jobs' count that wait for a merge before one is made
+without a search asking."""
 _FEW_PODS = 32
 """Up to this many pods, a job's holdings are counted in a dict (cheaper than numpy calls)."""
 
@@ -75,8 +78,18 @@ class ReleaseOrder:
         return len(self.releases)
 
     def add(self, key: Key, allocation: Allocation) -> None:
-        """The job of `key` started, holding `allocation` (its records in `releases` already
-        or soon: read only after they agree)."""
+        """The job of `key` started, holding `allocation` (its record already in `releases`)."""
+        self._add(key, allocation)
+        self._merge_now_and_then()
+
+    def add_many(self, keys: list[Key], allocations: list[Allocation]) -> None:
+        """`add` of each job, in one pass (a restart adopts tens of thousands; their records
+        already in `releases`)."""
+        for key, allocation in zip(keys, allocations, strict=True):
+            self._add(key, allocation)
+        self._merge_now_and_then()
+
+    def _add(self, key: Key, allocation: Allocation) -> None:
         slot = self._new_slot()
         job_id = key[1]
         self.ids[slot] = job_id
@@ -89,11 +102,6 @@ class ReleaseOrder:
             shape = (allocation.gpus.shape[1], allocation.cpu_milli, allocation.memory_mib)
             self._shape[slot] = self._shapes.setdefault(shape, len(self._shapes))
 
-    def add_many(self, keys: list[Key], allocations: list[Allocation]) -> None:
-        """`add` of each job, in one pass (a restart adopts tens of thousands)."""
-        for key, allocation in zip(keys, allocations, strict=True):
-            self.add(key, allocation)
-
     def remove(self, job_id: str) -> None:
         """The job stopped running."""
         slot = self._slot_of.pop(job_id)
@@ -103,6 +111,14 @@ class ReleaseOrder:
         for rows in (self.pairs, self._nodes, self._gpus):
             rows.drop(slot)
         self._stopped.append(slot)
+        self._merge_now_and_then()
+
+    def _merge_now_and_then(self) -> None:
+        """Merge when the starts and stops waiting for it outnumber the running jobs, so that
+        they do not pile up (and stopped slots are taken again) where no search reads the
+        order."""
+        if len(self._started) + len(self._stopped) > len(self.releases) + _WAITING:
+            self._merge()
 
     def slots(self) -> IntArray:
         """Every running job's slot, in release order (as `releases`)."""
