@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -9,6 +10,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from toposched.cluster.builders import nvl72_cluster
+from toposched.cluster.changes import FEW_PODS
 from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState, Health, distinct
 from toposched.cluster.statement import Statement
 from toposched.jobs.spec import JobSpec
@@ -135,10 +137,12 @@ def test_earliest_fit_equals_releasing_one_job_at_a_time(
     event("no fit" if expected is None else f"fits after {min(expected[0], 4)}+ releases")
     event("bound skips releases" if fewest is not None and fewest > 1 else "bound skips none")
     before = scheduler.state.snapshot()
-    for hint in hints:
+    # The jobs released themselves (few pods, as here), or their parts freed (many).
+    for hint, few_pods in itertools.product(hints, (FEW_PODS, 0)):
+        scheduler.reservations.few_pods = few_pods
         fit = scheduler.reservations.earliest_fit(job, hint)
         found = None if fit is None else (fit.released, fit.nodes.tolist())
-        assert found == expected, hint
+        assert found == expected, (hint, few_pods)
         if fit is not None:
             assert fit.release == scheduler.ledger.releases[fit.released - 1][0]
             needed = scheduler.reservations.bounds(job.request).released_for(fit.released)

@@ -71,6 +71,8 @@ class ReleaseOrder:
         self._shape: IntArray = np.zeros(0, dtype=np.int64)
         """Per slot, its job's pod shape (an index into `_shapes`), or -1 for a job of several
         shapes or of shared GPUs."""
+        self.pods: IntArray = np.zeros(0, dtype=np.int64)
+        """Per slot, the pods its job holds."""
         self._shapes: dict[tuple[int, int, int], int] = {}
         """(GPUs per pod, CPU per pod, memory per pod) of whole-GPU pods, numbered."""
 
@@ -96,6 +98,7 @@ class ReleaseOrder:
         self.allocations[slot] = allocation
         self._slot_of[job_id] = slot
         self._started.append((key, slot))
+        self.pods[slot] = allocation.pods
         if allocation.sets or allocation.gpu_milli != MILLI_PER_GPU:
             self._shape[slot] = -1
         else:
@@ -213,6 +216,7 @@ class ReleaseOrder:
                 for rows in (self.pairs, self._nodes, self._gpus):
                     rows.grow_slots(size)
                 self._shape = _grown(self._shape, size, -1)
+                self.pods = _grown(self.pods, size, 0)
         self._alive[slot] = True
         return slot
 

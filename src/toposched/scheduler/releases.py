@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from toposched.cluster.changes import FEW_PODS
 from toposched.cluster.statement import Statement
 from toposched.scheduler.release_kernels import count_releases, first_enough
 from toposched.scheduler.release_order import ReleaseOrder
@@ -183,13 +184,19 @@ class ReleasedPrefix:
     any m asked: a larger m releases only the jobs it adds; a smaller one rolls back to the
     nearest checkpoint at or below it and releases up from there.
 
-    The jobs keep their allocations: what they hold is freed (`Statement.free_parts`), as
-    one allocation per pod shape of whole GPUs (`ReleaseOrder.parts`), which placement reads
-    as it reads the jobs released, for far fewer steps per job."""
+    Many pods are not released job by job: the jobs keep their allocations and what they
+    hold is freed (`Statement.free_parts`), as one allocation per pod shape of whole GPUs
+    (`ReleaseOrder.parts`), which placement reads as it reads the jobs released, for far fewer
+    steps per job. Up to `few_pods` pods (`FEW_PODS`) the jobs are released, pod by pod in
+    one compiled call, with no rows copied."""
 
-    def __init__(self, statement: Statement, bounds: ReleaseBounds) -> None:
+    def __init__(
+        self, statement: Statement, bounds: ReleaseBounds, few_pods: int = FEW_PODS
+    ) -> None:
+        """`few_pods`: up to how many pods the jobs are released themselves."""
         self.statement = statement
         self.bounds = bounds
+        self.few_pods = few_pods
         self._marks: list[tuple[int, int]] = [(0, statement.checkpoint())]  # (released, mark)
 
     def release_for(self, count: int) -> None:
@@ -202,5 +209,9 @@ class ReleasedPrefix:
         self.statement.rollback(mark)
         if wanted > released:
             order = self.bounds.order
-            self.statement.free_parts(order.parts(self.bounds.slots(released, wanted)))
+            slots = self.bounds.slots(released, wanted)
+            if int(order.pods[slots].sum()) <= self.few_pods:
+                self.statement.release_many(order.owners(slots))
+            else:
+                self.statement.free_parts(order.parts(slots))
             marks.append((wanted, self.statement.checkpoint()))

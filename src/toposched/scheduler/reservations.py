@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from toposched.cluster.changes import FEW_PODS
 from toposched.cluster.state import ClusterState
 from toposched.cluster.statement import Statement
 from toposched.placement.policies import PlacementPolicy
@@ -63,6 +64,9 @@ class ReservationSearch:
         self.reserved_nodes: IntArray = np.zeros(0, dtype=np.int64)
         """The nodes of the last reservation found."""
         self._last: _LastAnswer | None = None
+        self.few_pods = FEW_PODS
+        """Up to how many pods a search releases the jobs themselves rather than freeing
+        their parts (`ReleasedPrefix`); the answers are the same either way."""
 
     def reserve(self, job: Job, now: float, fence: Fence, epoch: int) -> Reservation | None:
         """The earliest time the job fits (see `earliest_fit`), from the last cycle's answer
@@ -113,7 +117,7 @@ class ReservationSearch:
         first = bounds.fewest()
         if first is None:
             return None
-        prefix = ReleasedPrefix(Statement(self.state), bounds)
+        prefix = ReleasedPrefix(Statement(self.state), bounds, self.few_pods)
 
         def place_after(released: int) -> Placement | None:
             prefix.release_for(released)
