@@ -3,11 +3,15 @@ brute-force count on random holdings."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from sortedcontainers import SortedList
 
+from toposched.cluster.state import Allocation
+from toposched.scheduler.release_order import ReleaseOrder
 from toposched.scheduler.releases import NEVER, LeafRoom, ReleaseBounds
 
 Holdings = dict[str, dict[int, int]]
@@ -16,14 +20,16 @@ Holdings = dict[str, dict[int, int]]
 @st.composite
 def holdings(draw: st.DrawFn) -> tuple[Holdings, LeafRoom]:
     """Up to 400 running jobs (enough for several chunks) holding GPU slots in 1-3 of a few
-    leaves, grouped into domains, and a gang's room in them now."""
+    leaves (1-3 pods of 0-3 GPUs in each), grouped into domains, and a gang's room in them
+    now."""
     n_leaves = draw(st.integers(1, 8))
     n_domains = draw(st.integers(1, n_leaves))
     jobs = draw(st.integers(1, 400))
     held: Holdings = {}
     for index in range(jobs):
         leaves = draw(st.lists(st.integers(0, n_leaves - 1), min_size=1, max_size=3, unique=True))
-        held[f"job-{index:03d}"] = {leaf: draw(st.integers(0, 8)) for leaf in leaves}
+        width = draw(st.integers(0, 3))
+        held[f"job-{index:03d}"] = {leaf: width * draw(st.integers(1, 3)) for leaf in leaves}
     granule = draw(st.integers(1, 3))
     room = LeafRoom(
         free=np.array(draw(st.lists(st.integers(0, 40), min_size=n_leaves, max_size=n_leaves))),
@@ -37,18 +43,24 @@ def holdings(draw: st.DrawFn) -> tuple[Holdings, LeafRoom]:
 
 
 def bounds_of(held: Holdings, room: LeafRoom) -> ReleaseBounds:
-    releases = SortedList((float(i), owner) for i, owner in enumerate(sorted(held)))
-
-    def held_by_leaf(owners: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-        return [
-            (
-                np.array(list(held[owner]), dtype=np.int64),
-                np.array(list(held[owner].values()), dtype=np.int64),
-            )
-            for owner in owners
-        ]
-
-    return ReleaseBounds(releases, held_by_leaf, room)
+    """The bounds over `held` released in job order: one node per leaf, each job's pods
+    there holding the GPU slots drawn (in the strategy, a multiple of the job's width)."""
+    releases = SortedList()
+    n_leaves = room.free.size
+    order = ReleaseOrder(releases, np.arange(n_leaves, dtype=np.int64), n_leaves)
+    for index, owner in enumerate(sorted(held)):
+        # Pods of one width holding each leaf's slots (their greatest common divisor); a
+        # job of no GPUs holds a pod per leaf.
+        width = math.gcd(*held[owner].values())
+        pods_per_leaf = {
+            leaf: (slots // width if width else 1) for leaf, slots in held[owner].items()
+        }
+        nodes = np.repeat(list(pods_per_leaf), list(pods_per_leaf.values())).astype(np.int64)
+        allocation = Allocation(nodes, np.zeros((nodes.size, width), dtype=np.int64))
+        key = (float(index), owner)
+        releases.add(key)
+        order.add(key, allocation)
+    return ReleaseBounds(order, room)
 
 
 def brute_enough_at(held: Holdings, room: LeafRoom) -> list[int | None]:
@@ -120,7 +132,11 @@ def test_what_more_releases_need_extends_what_fewer_need(
 
 
 def test_without_anything_known_every_release_up_to_k_is_needed() -> None:
-    releases = SortedList((float(i), f"job-{i}") for i in range(5))
-    bounds = ReleaseBounds(releases, lambda owners: [], None)
+    releases = SortedList()
+    order = ReleaseOrder(releases, np.zeros(1, dtype=np.int64), 1)
+    for i in range(5):
+        releases.add((float(i), f"job-{i}"))
+        order.add((float(i), f"job-{i}"), Allocation(np.zeros(1, np.int64), np.zeros((1, 1))))
+    bounds = ReleaseBounds(order, None)
     assert bounds.fewest() == 1
     assert bounds.owners(0, bounds.released_for(3)) == ["job-0", "job-1", "job-2"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -9,6 +10,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from toposched.cluster.builders import nvl72_cluster
+from toposched.cluster.changes import FEW_PODS
 from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState, Health, distinct
 from toposched.cluster.statement import Statement
 from toposched.jobs.spec import JobSpec
@@ -16,6 +18,7 @@ from toposched.placement.search import Placement, place
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.jobs import Job
+from toposched.scheduler.release_order import count_held, count_held_many
 
 HOUR = 3600.0
 LEVELS = ("zone", "block", "rack")
@@ -134,10 +137,12 @@ def test_earliest_fit_equals_releasing_one_job_at_a_time(
     event("no fit" if expected is None else f"fits after {min(expected[0], 4)}+ releases")
     event("bound skips releases" if fewest is not None and fewest > 1 else "bound skips none")
     before = scheduler.state.snapshot()
-    for hint in hints:
+    # The jobs released themselves (few pods, as here), or their parts freed (many).
+    for hint, few_pods in itertools.product(hints, (FEW_PODS, 0)):
+        scheduler.reservations.few_pods = few_pods
         fit = scheduler.reservations.earliest_fit(job, hint)
         found = None if fit is None else (fit.released, fit.nodes.tolist())
-        assert found == expected, hint
+        assert found == expected, (hint, few_pods)
         if fit is not None:
             assert fit.release == scheduler.ledger.releases[fit.released - 1][0]
             needed = scheduler.reservations.bounds(job.request).released_for(fit.released)
@@ -152,7 +157,8 @@ def test_many_running_jobs_are_counted_together_as_one_by_one() -> None:
     whole nodes and single GPUs, CPU-only pods."""
     topology = nvl72_cluster(zones=1, blocks_per_zone=2, racks_per_block=3, nodes_per_rack=6)
     scheduler = Scheduler(ClusterState(topology), BudgetTree.from_dict({"accounts": {"a": 100}}))
-    search = scheduler.reservations
+    leaf_of_node = scheduler.ledger.release_order.leaf_of_node
+    n_leaves = scheduler.ledger.release_order.n_leaves
     rng = np.random.default_rng(7)
     allocations = []
     for _ in range(100):
@@ -160,10 +166,10 @@ def test_many_running_jobs_are_counted_together_as_one_by_one() -> None:
         width = int(rng.choice([0, 1, 4]))
         nodes = rng.integers(0, topology.n_nodes, pods).astype(np.int64)
         allocations.append(Allocation(nodes, rng.integers(0, 4, (pods, width)).astype(np.int64)))
-    together = search._count_held_many(allocations)
+    together = count_held_many(allocations, leaf_of_node, n_leaves)
     for allocation, (leaves, slots) in zip(allocations, together, strict=True):
-        one_leaves, one_slots = search._count_held(allocation)
-        assert leaves.tolist() == sorted(one_leaves.tolist())
+        one_leaves, one_slots = count_held(allocation, leaf_of_node, n_leaves)
+        assert sorted(leaves.tolist()) == sorted(one_leaves.tolist())
         assert dict(zip(leaves.tolist(), slots.tolist(), strict=True)) == dict(
             zip(one_leaves.tolist(), one_slots.tolist(), strict=True)
         )

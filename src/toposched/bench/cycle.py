@@ -15,6 +15,7 @@ import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -144,6 +145,36 @@ def replace_a_running_job(scheduler: Scheduler, now: float) -> None:
     scheduler.adopt(copy, allocation, start_time=now, now=now)
 
 
+class ReservationClock:
+    """The CPU time a scheduler's reservation searches take, cycle by cycle: its
+    `ReservationSearch.reserve` timed in place (what the walk calls), so that a cycle's
+    figure says how much of it the reservation is."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.spent = 0.0
+        self.per_cycle: list[float] = []
+        search = scheduler.reservations
+        untimed = search.reserve
+
+        def reserve(*args: Any, **kwargs: Any) -> Any:
+            began = time.process_time()
+            try:
+                return untimed(*args, **kwargs)
+            finally:
+                self.spent += time.process_time() - began
+
+        search.reserve = reserve  # type: ignore[method-assign]
+
+    def cycle_ended(self) -> None:
+        self.per_cycle.append(self.spent)
+        self.spent = 0.0
+
+    def median_ms(self) -> float:
+        """The median over the cycles counted since asked last (warm-ups included), in ms."""
+        counted, self.per_cycle, self.spent = self.per_cycle, [], 0.0
+        return round(1e3 * float(np.median(counted)), 1) if counted else 0.0
+
+
 @dataclass
 class _Trigger:
     """What the timed cycles of one benchmark left to check and to clean up."""
@@ -214,7 +245,9 @@ def run_cycle_benchmarks(quick: bool = False) -> list[Measurement]:
     collector = TurnCollector()
     collector.start()
     try:
-        results.extend(_timed_cycles(scheduler, specs[pending:], collector, quick))
+        results.extend(
+            _timed_cycles(scheduler, specs[pending:], collector, ReservationClock(scheduler), quick)
+        )
     finally:
         collector.stop()
     gc.unfreeze()  # what was built may be collected again once the scheduler is dropped
@@ -222,10 +255,14 @@ def run_cycle_benchmarks(quick: bool = False) -> list[Measurement]:
 
 
 def _timed_cycles(
-    scheduler: Scheduler, specs: list[JobSpec], collector: TurnCollector, quick: bool
+    scheduler: Scheduler,
+    specs: list[JobSpec],
+    collector: TurnCollector,
+    reservations: ReservationClock,
+    quick: bool,
 ) -> list[Measurement]:
     """The cycles after a job ended, after a submission (of `specs`, in turn) and placing 1,000
-    small jobs, and a usage update."""
+    small jobs, and a usage update; with the median CPU time of their reservation searches."""
     clock = itertools.count(2.0)
     rng = np.random.default_rng(1)
     late = iter(specs)
@@ -246,12 +283,14 @@ def _timed_cycles(
 
     def run() -> None:
         trigger.last = scheduler.cycle(float(next(clock)))
+        reservations.cycle_ended()
 
     for name, setup in (
         ("cycle after a running job ended", job_ends),
         ("cycle after a submission from the mixes", submit_late),
     ):
         trigger = _Trigger()
+        reservations.median_ms()  # the cycles of this kind only
         measured = measure(
             f"{name} ({len(scheduler.queue):,} pending)",
             run,
@@ -262,8 +301,10 @@ def _timed_cycles(
         )
         trigger.settle(scheduler, float(next(clock)))
         measured.extra = trigger.summary()
+        measured.extra["reservation_cpu_ms"] = reservations.median_ms()
         results.append(measured)
-    results.append(_small_jobs(scheduler, clock, collector, quick))
+    results.append(_small_jobs(scheduler, clock, collector, reservations, quick))
+    reservations.median_ms()
     job = next(iter(scheduler.running.values()))
     later = float(next(clock))
 
@@ -282,7 +323,11 @@ def _timed_cycles(
 
 
 def _small_jobs(
-    scheduler: Scheduler, clock: Iterator[int | float], collector: TurnCollector, quick: bool
+    scheduler: Scheduler,
+    clock: Iterator[int | float],
+    collector: TurnCollector,
+    reservations: ReservationClock,
+    quick: bool,
 ) -> Measurement:
     """A cycle binding 1,000 one- and two-GPU jobs submitted together, checked."""
     small_names: list[str] = []
@@ -303,6 +348,7 @@ def _small_jobs(
 
     def place_small() -> None:
         trigger.last = scheduler.cycle(float(next(clock)))
+        reservations.cycle_ended()
 
     measured = measure(
         f"cycle placing 1,000 small jobs ({len(scheduler.queue) + 1000:,} pending)",
@@ -314,4 +360,5 @@ def _small_jobs(
     )
     trigger.settle(scheduler, float(next(clock)))
     measured.extra = trigger.summary()
+    measured.extra["reservation_cpu_ms"] = reservations.median_ms()
     return measured

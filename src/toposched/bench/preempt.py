@@ -18,7 +18,7 @@ from toposched.bench.checks import (
     check_gpu_accounts,
     check_victims_free_room,
 )
-from toposched.bench.cycle import gang_spec
+from toposched.bench.cycle import ReservationClock, gang_spec
 from toposched.bench.harness import Measurement, freeze_built, measure
 from toposched.bench.mixes import PRETRAINING, account_of, churned_scheduler, take_free_racks
 from toposched.cluster.state import Health
@@ -111,12 +111,17 @@ def _frontier_gang(scheduler: Scheduler, now: float) -> Measurement:
     spec = pretraining_job()
     job = scheduler.submit(spec, now)
     fits = place(scheduler.state, job.request)
+    reservations = ReservationClock(scheduler)
     began = time.perf_counter()
     result = scheduler.cycle(now)
     elapsed = time.perf_counter() - began
+    reservations.cycle_ended()
     check_cycle(scheduler, result)
     evicted = [d.job_id for d in result.decisions if isinstance(d, Evict)]
-    extra: dict[str, object] = {"fits_now": isinstance(fits, Placement)}
+    extra: dict[str, object] = {
+        "fits_now": isinstance(fits, Placement),
+        "reservation_cpu_ms": reservations.median_ms(),
+    }
     if evicted:
         check_victims_free_room(scheduler.state, job.request, evicted)
         extra["outcome"] = f"preempts {len(evicted):,} jobs"

@@ -18,6 +18,7 @@ from toposched.policy.contract import RunningJob
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.jobs import Job
 from toposched.scheduler.preemptible import Holdings, PreemptibleIndex
+from toposched.scheduler.release_order import ReleaseOrder
 from toposched.scheduler.takeable import Takeable
 
 IntArray = NDArray[np.int64]
@@ -65,6 +66,13 @@ class Ledger:
         self.views: dict[str, RunningJob] = _Views(self.running)
         """The contract's view of each running job (made when first read)."""
         self.releases: SortedList = SortedList()
+        leaf_level = len(state.topology.domain_levels) - 1
+        self.release_order = ReleaseOrder(
+            self.releases,
+            state.topology.node_domain[leaf_level].astype(np.int64),
+            state.topology.n_domains(leaf_level),
+        )
+        """The running jobs of `releases`, in its order, as arrays."""
         self.protection: SortedList = SortedList()
         self.unallocated: set[str] = set()
         self.preemptible = PreemptibleIndex(state)
@@ -206,7 +214,9 @@ class Ledger:
                 list(map(_PRIORITY, specs)),
             )
         )
-        self.releases.update(_in_time_order(ends, job_ids))
+        in_order = _in_time_order(ends, job_ids)
+        self.releases.update(in_order)
+        self.release_order.add_many(in_order, [allocations[job_id] for _, job_id in in_order])
         self.protection.update(
             _in_time_order(protected_until[allocated], list(compress(job_ids, allocated.tolist())))
         )
@@ -216,7 +226,9 @@ class Ledger:
         assert job.start_time is not None
         self._may_be_takeable(job)
         self._count_in(job)
-        self.releases.add(release_time(job))
+        key = release_time(job)
+        self.releases.add(key)
+        self.release_order.add(key, self.state.allocations[job.job_id])
         if not job.unallocated:
             self.protection.add((job.start_time + job.min_runtime, job.job_id))
 
@@ -245,6 +257,7 @@ class Ledger:
         assert job.start_time is not None
         self._takeable.clear()
         self.releases.remove(release_time(job))
+        self.release_order.remove(job.job_id)
         self.views.pop(job.job_id, None)
         self.preemptible.remove(job.job_id)
         if job.unallocated:

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from sortedcontainers import SortedList
 
+from toposched.cluster.changes import FEW_PODS
 from toposched.cluster.statement import Statement
-from toposched.scheduler.release_kernels import count_releases
+from toposched.scheduler.release_kernels import count_releases, first_enough
+from toposched.scheduler.release_order import ReleaseOrder
 
 IntArray = NDArray[np.int64]
 NEVER = np.iinfo(np.int64).max
 """`ReleaseBounds.enough_at` of a domain that has not gained enough within the releases read."""
-
-HeldByLeaf = Callable[[list[str]], list[tuple[IntArray, IntArray]]]
-"""Of each running job asked, its innermost domains and the GPU slots it holds in each
-(distinct domains)."""
 
 
 @dataclass(frozen=True)
@@ -46,9 +42,9 @@ class LeafRoom:
 
 
 class ReleaseBounds:
-    """For a gang and the running jobs in release order (`releases`, of (end, owner)): per
-    domain of the gang's required level, the fewest releases after which that domain could
-    hold it, and which releases matter for a search after the first k.
+    """For a gang and the running jobs in release order (`order`): per domain of the gang's
+    required level, the fewest releases after which that domain could hold it, and which
+    releases matter for a search after the first k.
 
     A released GPU slot frees at most one whole GPU, so counting every slot a job holds in a
     leaf (on any node, fenced or not) over-estimates what the leaf gains, and so the whole
@@ -61,11 +57,11 @@ class ReleaseBounds:
     answer, not the number of running jobs (often the answer is among the first few).
     """
 
-    def __init__(self, releases: SortedList, held: HeldByLeaf, room: LeafRoom | None) -> None:
+    def __init__(self, order: ReleaseOrder, room: LeafRoom | None) -> None:
         """`room`: the gang's room now; None when nothing is known (every release may
         matter)."""
-        self.releases = releases
-        self._held = held
+        self.order = order
+        self._slots = order.slots()
         self._everything = room is None
         if room is None:
             room = LeafRoom(np.zeros(1, np.int64), np.zeros(1, np.int64), 1, 1, 1, 1)
@@ -77,11 +73,6 @@ class ReleaseBounds:
         self.enough_at = np.where(self._domain_pods >= room.pods, 0, NEVER).astype(np.int64)
         self.read = 0  # releases read
         self._chunk = 64
-        # Per release read, its required-level domains (flattened, release by release, one per
-        # leaf it holds something in) and where they start.
-        self._domains: list[IntArray] = []
-        self._starts: list[int] = []
-        self._pairs = 0
         # The releases that matter, in the order they come to matter (by key, then release
         # order; a release's key is the fewest releases after which it matters), with keys.
         self._order: list[int] = []
@@ -102,7 +93,7 @@ class ReleaseBounds:
             least = int(self.enough_at.min())
             if least != NEVER:
                 return max(least, 1)
-            if self.read >= len(self.releases):
+            if self.read >= self._slots.size:
                 return None
             self._read_to(self.read + 1)
 
@@ -118,19 +109,17 @@ class ReleaseBounds:
     def owners(self, start: int, stop: int) -> list[str]:
         """Owners of the releases that matter, from the `start`-th to before the `stop`-th in
         the order they come to matter."""
+        return self.order.owners(self.slots(start, stop))
+
+    def slots(self, start: int, stop: int) -> IntArray:
+        """The slots (`ReleaseOrder`) of `owners(start, stop)`, in that order."""
         if self._everything:
-            return [owner for _, owner in self.releases.islice(start, stop)]
-        wanted = self._order[start:stop]
-        if not wanted:
-            return []
-        # One pass over the releases read, not a sorted-list lookup per owner.
-        read = self.releases.islice(0, max(wanted) + 1)
-        in_order = [owner for _, owner in read]
-        return [in_order[index] for index in wanted]
+            return self._slots[start:stop]
+        return self._slots[np.array(self._order[start:stop], dtype=np.int64)]
 
     def _read_to(self, count: int) -> None:
         """Read releases until at least `count` are read (or all are)."""
-        total = len(self.releases)
+        total = self._slots.size
         while self.read < min(count, total):
             start = self.read
             stop = min(total, start + self._chunk)
@@ -140,24 +129,20 @@ class ReleaseBounds:
         self._key_pending()
 
     def _read_chunk(self, start: int, stop: int) -> None:
-        held = self._held([owner for _, owner in self.releases.islice(start, stop)])
-        sizes = np.array([leaves.size for leaves, _ in held], dtype=np.int64)
-        release = np.repeat(np.arange(start, stop, dtype=np.int64), sizes)
-        leaves = np.concatenate([leaves for leaves, _ in held])
-        gpus = np.concatenate([gpus for _, gpus in held])
-        room = self._room
-        domains = room.domain_of_leaf[leaves]
-        self._domains.append(domains)
-        self._starts.extend((self._pairs + np.cumsum(sizes) - sizes).tolist())
-        self._pairs += int(domains.size)
+        order, room, slots = self.order, self._room, self._slots
+        order.count(slots[start:stop])
         self._pending = np.concatenate((self._pending, np.arange(start, stop, dtype=np.int64)))
         # Entry by entry in release order, in compiled code: a chunk's numpy passes (sorts,
         # running sums per leaf and per domain) cost more than the entries themselves.
         count_releases(
-            leaves,
-            gpus,
-            release,
-            domains,
+            slots,
+            start,
+            stop,
+            order.pairs.start,
+            order.pairs.count,
+            order.pairs.columns[0],
+            order.pairs.columns[1],
+            room.domain_of_leaf,
             self._leaf_gpus,
             self._domain_pods,
             self.enough_at,
@@ -173,11 +158,17 @@ class ReleaseBounds:
         pending = self._pending
         if not pending.size:
             return
-        if len(self._domains) > 1:
-            self._domains = [np.concatenate(self._domains)]
-        reached = self.enough_at[self._domains[0]]
-        first_enough = np.minimum.reduceat(reached, np.array(self._starts, dtype=np.int64))
-        keys = np.maximum(pending + 1, first_enough[pending])
+        order = self.order
+        reached = first_enough(
+            self._slots,
+            pending,
+            order.pairs.start,
+            order.pairs.count,
+            order.pairs.columns[0],
+            self._room.domain_of_leaf,
+            self.enough_at,
+        )
+        keys = np.maximum(pending + 1, reached)
         known = keys <= self.read
         if not known.any():
             return
@@ -191,11 +182,21 @@ class ReleaseBounds:
 class ReleasedPrefix:
     """The first m releases that matter (`ReleaseBounds.owners`), released on a statement for
     any m asked: a larger m releases only the jobs it adds; a smaller one rolls back to the
-    nearest checkpoint at or below it and releases up from there."""
+    nearest checkpoint at or below it and releases up from there.
 
-    def __init__(self, statement: Statement, bounds: ReleaseBounds) -> None:
+    Many pods are not released job by job: the jobs keep their allocations and what they
+    hold is freed (`Statement.free_parts`), as one allocation per pod shape of whole GPUs
+    (`ReleaseOrder.parts`), which placement reads as it reads the jobs released, for far fewer
+    steps per job. Up to `few_pods` pods (`FEW_PODS`) the jobs are released, pod by pod in
+    one compiled call, with no rows copied."""
+
+    def __init__(
+        self, statement: Statement, bounds: ReleaseBounds, few_pods: int = FEW_PODS
+    ) -> None:
+        """`few_pods`: up to how many pods the jobs are released themselves."""
         self.statement = statement
         self.bounds = bounds
+        self.few_pods = few_pods
         self._marks: list[tuple[int, int]] = [(0, statement.checkpoint())]  # (released, mark)
 
     def release_for(self, count: int) -> None:
@@ -207,5 +208,10 @@ class ReleasedPrefix:
         released, mark = marks[-1]
         self.statement.rollback(mark)
         if wanted > released:
-            self.statement.release_many(self.bounds.owners(released, wanted))
+            order = self.bounds.order
+            slots = self.bounds.slots(released, wanted)
+            if int(order.pods[slots].sum()) <= self.few_pods:
+                self.statement.release_many(order.owners(slots))
+            else:
+                self.statement.free_parts(order.parts(slots))
             marks.append((wanted, self.statement.checkpoint()))

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.state import Allocation, ClusterState
+from toposched.cluster.changes import FEW_PODS
+from toposched.cluster.state import ClusterState
 from toposched.cluster.statement import Statement
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
@@ -49,12 +50,6 @@ class _LastAnswer:
     fit: Fit | None
 
 
-_COUNTED_TOGETHER_FROM = 64
-"""From this many allocations on, `_held_by_leaves` counts them together."""
-_NOT_YET = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
-"""`_held_by_leaves`'s place for a count still to be made."""
-
-
 class ReservationSearch:
     """Finds reservations from the running jobs' release order (see `earliest_fit`), and
     remembers the last answer while nothing it depends on changed."""
@@ -69,8 +64,9 @@ class ReservationSearch:
         self.reserved_nodes: IntArray = np.zeros(0, dtype=np.int64)
         """The nodes of the last reservation found."""
         self._last: _LastAnswer | None = None
-        self._held_cache: dict[str, tuple[Allocation, tuple[IntArray, IntArray]]] = {}
-        self._n_leaves = int(search.leaf_starts.size - 1)
+        self.few_pods = FEW_PODS
+        """Up to how many pods a search releases the jobs themselves rather than freeing
+        their parts (`ReleasedPrefix`); the answers are the same either way."""
 
     def reserve(self, job: Job, now: float, fence: Fence, epoch: int) -> Reservation | None:
         """The earliest time the job fits (see `earliest_fit`), from the last cycle's answer
@@ -121,7 +117,7 @@ class ReservationSearch:
         first = bounds.fewest()
         if first is None:
             return None
-        prefix = ReleasedPrefix(Statement(self.state), bounds)
+        prefix = ReleasedPrefix(Statement(self.state), bounds, self.few_pods)
 
         def place_after(released: int) -> Placement | None:
             prefix.release_for(released)
@@ -182,9 +178,9 @@ class ReservationSearch:
         """The releases counted per innermost domain, in whole slices, and summed per domain
         of the gang's required level (see `ReleaseBounds`); for fractional or GPU-less pods
         whole GPUs tell nothing."""
-        releases = self.ledger.releases
+        order = self.ledger.release_order
         if request.gpus_per_pod == 0 or request.is_fractional:
-            return ReleaseBounds(releases, self._held_by_leaves, None)
+            return ReleaseBounds(order, None)
         state, leaf = self.state, self.victim_search.leaf_level
         required = request.required
         room = LeafRoom(
@@ -195,79 +191,7 @@ class ReservationSearch:
             granule=request.granule(leaf),
             pods=request.pods,
         )
-        return ReleaseBounds(releases, self._held_by_leaves, room)
-
-    def _held_by_leaves(self, owners: list[str]) -> list[tuple[IntArray, IntArray]]:
-        """For each running job of `owners`, the innermost domains it holds GPUs in and how
-        many GPU slots in each; remembered while its allocation lasts (a gang spans tens of
-        thousands of nodes, and a reservation search reads hundreds of jobs)."""
-        allocations, cache = self.state.allocations, self._held_cache
-        running = self.ledger.running
-        if len(cache) > 2 * len(running) + 64:
-            # Jobs that stopped running: forget them, in one sweep now and then.
-            self._held_cache = cache = {
-                kept: entry for kept, entry in cache.items() if kept in running
-            }
-        held: list[tuple[IntArray, IntArray]] = []
-        missing: list[tuple[int, str, Allocation]] = []
-        for owner in owners:
-            allocation = allocations[owner]
-            cached = cache.get(owner)
-            if cached is None or cached[0] is not allocation:
-                missing.append((len(held), owner, allocation))
-                held.append(_NOT_YET)
-            else:
-                held.append(cached[1])
-        if len(missing) >= _COUNTED_TOGETHER_FROM:
-            # Of a job of several pod shapes, its largest set (as the preemptible index).
-            counts = self._count_held_many([allocation.largest for _, _, allocation in missing])
-        else:
-            counts = [self._count_held(allocation.largest) for _, _, allocation in missing]
-        for (at, owner, allocation), count in zip(missing, counts, strict=True):
-            cache[owner] = (allocation, count)
-            held[at] = count
-        return held
-
-    def _count_held(self, allocation: Allocation) -> tuple[IntArray, IntArray]:
-        """An allocation's innermost domains (distinct, in any order) and GPU slots in each."""
-        leaf_of_pod = self.victim_search.leaf_of_node[allocation.nodes]
-        width = allocation.gpus.shape[1]
-        if leaf_of_pod.size <= 32:
-            # A few pods: counted in a dict, cheaper than numpy's calls.
-            tally: dict[int, int] = {}
-            for leaf in leaf_of_pod.tolist():
-                tally[leaf] = tally.get(leaf, 0) + width
-            return (
-                np.fromiter(tally.keys(), dtype=np.int64, count=len(tally)),
-                np.fromiter(tally.values(), dtype=np.int64, count=len(tally)),
-            )
-        if leaf_of_pod.size * 4 >= self._n_leaves:
-            # A gang over many leaves: counted over every leaf, cheaper than sorting its pods.
-            pods_per_leaf = np.bincount(leaf_of_pod, minlength=self._n_leaves)
-            leaves = np.flatnonzero(pods_per_leaf)
-            return leaves, pods_per_leaf[leaves] * width
-        leaves = np.sort(leaf_of_pod)
-        first = np.flatnonzero(np.concatenate(([True], leaves[1:] != leaves[:-1])))
-        pods = np.diff(np.append(first, leaves.size))
-        return leaves[first], pods * width
-
-    def _count_held_many(self, allocations: list[Allocation]) -> list[tuple[IntArray, IntArray]]:
-        """`_count_held` of each allocation, counted together (a restart's first reservation
-        reads tens of thousands of running jobs): each one's leaves in ascending order."""
-        nodes = [allocation.nodes for allocation in allocations]
-        pods = np.fromiter(map(len, nodes), np.int64, len(nodes))
-        width = np.fromiter((a.gpus.shape[1] for a in allocations), np.int64, len(nodes))
-        leaf_of_pod = self.victim_search.leaf_of_node[np.concatenate(nodes)]
-        owner_of_pod = np.repeat(np.arange(len(nodes), dtype=np.int64), pods)
-        # One entry per (allocation, leaf), in that order, with its pods.
-        keys, pods_in = np.unique(owner_of_pod * self._n_leaves + leaf_of_pod, return_counts=True)
-        owner, leaves = np.divmod(keys, self._n_leaves)
-        slots = pods_in * width[owner]
-        ends = np.searchsorted(owner, np.arange(1, len(nodes) + 1)).tolist()
-        return [
-            (leaves[start:end], slots[start:end])
-            for start, end in zip([0, *ends[:-1]], ends, strict=True)
-        ]
+        return ReleaseBounds(order, room)
 
     def _fit(self, placed: Placement, released: int) -> Fit:
         nodes = self.state.distinct_nodes(placed.allocation.nodes)

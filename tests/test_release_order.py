@@ -1,0 +1,216 @@
+"""The running jobs' release order as arrays follows the ledger's sorted records through
+starts and stops, and counts each job's GPU slots per innermost domain as the job holds them."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sortedcontainers import SortedList
+
+from toposched.cluster.builders import nvl72_cluster
+from toposched.cluster.state import Allocation, ClusterState
+from toposched.cluster.statement import Statement
+from toposched.scheduler.release_order import ReleaseOrder, count_held
+
+N_NODES, N_LEAVES = 12, 4
+LEAF_OF_NODE = np.arange(N_NODES, dtype=np.int64) // 3
+
+
+def allocation_of(seed: int) -> Allocation:
+    rng = np.random.default_rng(seed)
+    pods = int(rng.integers(1, 40))  # up to 4 leaves: the pool of pairs fills and is compacted
+    width = int(rng.integers(0, 4))
+    return Allocation(
+        rng.integers(0, N_NODES, pods).astype(np.int64), np.zeros((pods, width), np.int64)
+    )
+
+
+# Each step: start a job (end time, allocation seed), stop the i-th running job, or read.
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("start"), st.integers(0, 20), st.integers(0, 1000)),
+        st.tuples(st.just("stop"), st.integers(0, 1000), st.just(0)),
+        st.tuples(st.just("read"), st.integers(0, 1000), st.just(0)),
+    ),
+    max_size=120,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps)
+def test_the_order_and_the_counts_follow_the_sorted_records(
+    moves: list[tuple[str, int, int]],
+) -> None:
+    releases: SortedList = SortedList()
+    order = ReleaseOrder(releases, LEAF_OF_NODE, N_LEAVES)
+    held: dict[str, Allocation] = {}
+    for number, (move, a, b) in enumerate(moves):
+        if move == "start":
+            key = (float(a), f"job-{number:03d}")
+            held[key[1]] = allocation_of(b)
+            releases.add(key)
+            order.add(key, held[key[1]])
+        elif move == "stop" and releases:
+            key = releases[a % len(releases)]
+            releases.remove(key)
+            order.remove(key[1])
+            del held[key[1]]
+        else:
+            slots = order.slots()
+            assert order.owners(slots) == [job_id for _, job_id in releases]
+            # Read a prefix of the order, as a search does, counting what it holds.
+            read = slots[: a % (slots.size + 1)]
+            order.count(read)
+            for slot, job_id in zip(read.tolist(), order.owners(read), strict=True):
+                first, count = int(order.pairs.start[slot]), int(order.pairs.count[slot])
+                leaves, gpus = count_held(held[job_id], LEAF_OF_NODE, N_LEAVES)
+                assert dict(
+                    zip(
+                        order.pairs.columns[0][first : first + count].tolist(),
+                        order.pairs.columns[1][first : first + count].tolist(),
+                        strict=True,
+                    )
+                ) == dict(zip(leaves.tolist(), gpus.tolist(), strict=True))
+    assert order.owners(order.slots()) == [job_id for _, job_id in releases]
+
+
+def test_many_starts_at_once_read_in_the_records_order() -> None:
+    releases: SortedList = SortedList()
+    order = ReleaseOrder(releases, LEAF_OF_NODE, N_LEAVES)
+    keys = [(float(i % 7), f"job-{i:03d}") for i in range(200)]
+    releases.update(keys)
+    order.add_many(keys, [allocation_of(i) for i in range(200)])
+    assert order.owners(order.slots()) == [job_id for _, job_id in releases]
+    releases.remove(keys[5])
+    order.remove(keys[5][1])
+    releases.add((0.5, "late"))
+    order.add((0.5, "late"), allocation_of(1))
+    assert order.owners(order.slots()) == [job_id for _, job_id in releases]
+
+
+def test_the_pairs_of_stopped_jobs_make_room_for_new_ones() -> None:
+    """A pool of pairs left mostly to stopped jobs is compacted, not grown: the running jobs'
+    pairs move and still read as counted."""
+    releases: SortedList = SortedList()
+    order = ReleaseOrder(releases, LEAF_OF_NODE, N_LEAVES)
+    every_leaf = Allocation(np.arange(N_NODES, dtype=np.int64), np.zeros((N_NODES, 2), np.int64))
+    for batch in range(4):
+        for i in range(10):
+            key = (float(i), f"job-{batch}-{i}")
+            releases.add(key)
+            order.add(key, every_leaf)
+        order.count(order.slots())
+        for key in list(releases)[:-2]:
+            releases.remove(key)
+            order.remove(key[1])
+    assert order.pairs.columns[0].size == 64  # 10 jobs of 4 pairs at a time: never grown past that
+    slots = order.slots()
+    assert len(slots) == 2
+    for slot in slots.tolist():
+        first = int(order.pairs.start[slot])
+        assert order.pairs.columns[0][first : first + 4].tolist() == [0, 1, 2, 3]
+        assert order.pairs.columns[1][first : first + 4].tolist() == [6, 6, 6, 6]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["whole", "cpu", "shared", "sets"]), st.integers(0, 10**6)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.data(),
+)
+def test_the_parts_of_released_jobs_free_what_releasing_them_frees(
+    kinds: list[tuple[str, int]], data: st.DataObject
+) -> None:
+    """Jobs of whole GPUs (with or without CPU and memory), of shared GPUs and of several pod
+    shapes: freeing `parts` of any of them leaves every array of the state as releasing
+    those jobs does."""
+    topology = nvl72_cluster(
+        zones=1,
+        blocks_per_zone=2,
+        racks_per_block=2,
+        nodes_per_rack=3,
+        gpus_per_node=4,
+        cpu_milli=64_000,
+        memory_mib=262_144,
+    )
+    state = ClusterState(topology)
+    releases: SortedList = SortedList()
+    level = len(topology.domain_levels) - 1
+    order = ReleaseOrder(
+        releases, topology.node_domain[level].astype(np.int64), topology.n_domains(level)
+    )
+    for index, (kind, seed) in enumerate(kinds):
+        allocation = _fitting(state, kind, np.random.default_rng(seed))
+        if allocation is None:
+            continue
+        key = (float(seed % 5), f"job-{index:02d}")
+        state.allocate(key[1], allocation)
+        releases.add(key)
+        order.add(key, allocation)
+    if not releases:
+        return
+    slots = order.slots()
+    chosen = data.draw(st.lists(st.integers(0, slots.size - 1), min_size=1, unique=True))
+    picked = slots[np.array(chosen, dtype=np.int64)]
+    statement = Statement(state)
+    statement.release_many(order.owners(picked))
+    released = state.snapshot()
+    statement.discard()
+    statement = Statement(state)
+    statement.free_parts(order.parts(picked))
+    freed = state.snapshot()
+    statement.discard()
+    assert released.keys() == freed.keys()
+    for name in released:
+        assert np.array_equal(released[name], freed[name]), name
+
+
+def _fitting(state: ClusterState, kind: str, rng: np.random.Generator) -> Allocation | None:
+    """An allocation of `kind` on GPUs free in `state` (None if it finds no room)."""
+    n_nodes = state.topology.n_nodes
+    shared = kind == "shared"
+    parts: list[Allocation] = []
+    taken: set[tuple[int, int]] = set()
+    for part in range(2 if kind == "sets" else 1):
+        width = 1 if shared else int(rng.integers(1, 3)) + part
+        nodes, gpus = [], []
+        for _ in range(int(rng.integers(1, 12))):
+            node = int(rng.integers(0, n_nodes))
+            need = 500 if shared else 1000
+            free = [
+                gpu
+                for gpu in range(4)
+                if state.gpu_free_milli[node, gpu] >= need and (node, gpu) not in taken
+            ]
+            if len(free) < width:
+                continue
+            nodes.append(node)
+            gpus.append(free[:width])
+            taken.update((node, gpu) for gpu in free[:width])
+        if not nodes:
+            return None
+        cpu = 1000 if kind in ("cpu", "sets") else 0
+        memory = 1024 if kind == "cpu" else 0
+        parts.append(Allocation.of(nodes, gpus, 500 if shared else 1000, cpu, memory))
+    return Allocation.of_sets(parts) if kind == "sets" else parts[0]
+
+
+def test_starts_and_stops_no_search_reads_do_not_pile_up() -> None:
+    """Jobs start and stop by the thousand with no search reading the order: slots are taken
+    again all the same, and the order read at last is the records'."""
+    releases: SortedList = SortedList()
+    order = ReleaseOrder(releases, LEAF_OF_NODE, N_LEAVES)
+    for i in range(5000):
+        key = (float(i % 13), f"job-{i:04d}")
+        releases.add(key)
+        order.add(key, allocation_of(i % 50))
+        if i % 10:
+            releases.remove(key)
+            order.remove(key[1])
+    assert len(releases) == 500
+    assert len(order.ids) <= 2 * (500 + 1024)
+    assert order.owners(order.slots()) == [job_id for _, job_id in releases]
