@@ -974,3 +974,29 @@ def test_a_bulk_release_with_one_pod_per_node_keeps_aggregates_exact(seed: int) 
     state.retake_many(owners, allocations)
     after = state.snapshot()
     assert all(np.array_equal(before[key], after[key]) for key in before)
+
+
+@pytest.mark.parametrize("closed", [0, 1, 5, 400])
+@pytest.mark.parametrize("asks", [(0, 0), (2000, 1024)])
+def test_a_whole_node_gang_released_over_closed_nodes_keeps_every_aggregate_exact(
+    closed: int, asks: tuple[int, int]
+) -> None:
+    # 2,880 nodes, more than the compiled loops take: a gang of whole-node pods on most of
+    # them; then some of its nodes go down or are fenced (a failure under a large gang) and
+    # it is released. A few closed nodes move only their own arrays, many take the general
+    # path: either way the aggregates equal a recomputation and the nodes are free again.
+    state = ClusterState(nvl72_cluster(1, 4, 40))
+    rng = np.random.default_rng(closed)
+    nodes = np.sort(rng.choice(state.topology.n_nodes, size=2500, replace=False))
+    cpu, memory = asks
+    state.allocate("gang", Allocation.of(nodes, [[0, 1, 2, 3]] * nodes.size, 1000, cpu, memory))
+    if closed:
+        down = rng.choice(nodes, size=closed, replace=False)
+        state.set_health(down[: closed // 2 + 1], Health.DOWN)
+        state.close(down[closed // 2 + 1 :], Closure.FENCE)
+    assert_aggregates_recomputed(state)
+    state.release("gang")
+    assert_aggregates_recomputed(state)
+    assert (state.gpu_free_milli == MILLI_PER_GPU).all()
+    assert np.array_equal(state.free_cpu_milli, state.topology.cpu_milli)
+    assert np.array_equal(state.free_memory_mib, state.topology.memory_mib)

@@ -409,19 +409,26 @@ class HoldingChanges(AllocationChecks):
     def _apply_whole_nodes(
         self, allocations: list[Allocation], shapes: Shapes, sign: int, per_node: _PerTouched
     ) -> list[LevelSums] | None:
-        """`_apply_by_pods` for whole-node pods (each holding every GPU of its node) on open
-        nodes; None, changing nothing, when some node is closed. Each node goes from every GPU
-        free to none (or back), so an innermost domain's sums follow from how many of its
-        nodes move and how many of them are (or become) idle: no per-node totals."""
+        """`_apply_by_pods` for whole-node pods (each holding every GPU of its node); None,
+        changing nothing, when many nodes are closed. Each node goes from every GPU free to
+        none (or back), so an innermost domain's sums follow from how many of its open nodes
+        move and how many of them are (or become) idle: no per-node totals. A few closed nodes
+        (a failed one under a large gang) move their own arrays and count in no aggregate."""
         touched = per_node.touched
-        if np.take(self.closed, touched).any():
-            return None
+        closed = np.take(self.closed, touched)
+        kept: NDArray[np.int64] | None = None
+        counted = touched
+        if closed.any():
+            kept = np.flatnonzero(closed == 0)
+            if (touched.size - kept.size) * 8 >= touched.size:
+                return None
+            counted = touched[kept]
         width = self.gpu_free_milli.shape[1]
-        first = self._leaf_runs(touched)
+        first = self._leaf_runs(counted)
         runs = first.size
-        counts = np.diff(np.append(first, touched.size))
+        counts = np.diff(np.append(first, counted.size))
         # Taken, idle nodes (every GPU free before) stop being idle; given back, some become.
-        idle_before = self._idle_with_gpus_free(touched, first) if sign < 0 else None
+        idle_before = self._idle_with_gpus_free(counted, first) if sign < 0 else None
         self._move_gpus(allocations, shapes, sign, per_node.nodes, touched)
         self.free_whole_gpus[touched] = width if sign > 0 else 0
         cpu_change, memory_change = self._move_cpu_memory(shapes, sign, per_node, None)
@@ -429,23 +436,23 @@ class HoldingChanges(AllocationChecks):
         sums[:, 0] = (sign * width) * counts
         sums[:, 1] = sums[:, 0] * MILLI_PER_GPU
         if idle_before is None:
-            sums[:, 2] = np.add.reduceat(self._node_idle(touched).astype(np.int64), first)
+            sums[:, 2] = np.add.reduceat(self._node_idle(counted).astype(np.int64), first)
         else:
             sums[:, 2] = -idle_before
         for column, change in ((3, cpu_change), (4, memory_change)):
             if change is not None:
-                sums[:, column] = np.add.reduceat(change, first)
+                sums[:, column] = np.add.reduceat(change if kept is None else change[kept], first)
         n_models = self._n_models
         if n_models == 1:
             per_model = counts[:, None]
         else:
-            cell = self._run_of_each(first, touched.size) * n_models + self._models(touched)
+            cell = self._run_of_each(first, counted.size) * n_models + self._models(counted)
             per_model = np.bincount(cell, minlength=runs * n_models).reshape(runs, n_models)
         # Each node leaves the histogram's bin of all its GPUs free for that of none, or back.
         moves = np.zeros((runs, n_models, self._hist_width), dtype=np.int64)
         moves[:, :, width] = sign * per_model
         moves[:, :, 0] = -sign * per_model
-        return self._add_domain_sums(touched[first], sums, moves.reshape(runs, -1))
+        return self._add_domain_sums(counted[first], sums, moves.reshape(runs, -1))
 
     def _add_healthy_changes(
         self,

@@ -106,37 +106,78 @@ def add_nodes(nodes: np.ndarray, sign: int, arrays: StateArrays) -> None:
 
 
 @njit(cache=True, nogil=True)
-def _apply_pod(
-    node: int,
-    columns: np.ndarray,
+def _apply_rows(
+    nodes: np.ndarray,
+    gpus: np.ndarray,
     gpu_milli: int,
     cpu_milli: int,
     memory_mib: int,
     sign: int,
     arrays: StateArrays,
-    before: np.ndarray,
-    after: np.ndarray,
+    changed_at: np.ndarray,
+    change: int,
 ) -> None:
-    """Take (sign=-1) or give back (+1) one pod's resources on `node` (its GPUs `columns`),
-    and move the node's domains from its values before to its values after when it is open;
-    `before` and `after` are scratch rows of 5."""
+    """Take (sign=-1) or give back (+1) the resources of pods on `nodes` (their GPUs: a row
+    each of `gpus`), pod by pod, moving the domains of each open node by the node's change
+    of values (the columns above); each node's `changed_at` becomes `change`. The arrays are
+    unpacked once and each pod's values kept in scalars: a pod costs tens of nanoseconds,
+    where a helper taking the arrays' tuple and a row of `gpus` per pod cost hundreds."""
     free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
+    gpu_count, cpu_capacity, memory_capacity = arrays[4:7]
     closed, node_rows, gpu_model, hist, totals = arrays[7:]
-    is_open = closed[node] == 0
-    if is_open:
-        _values_into(node, before, arrays)
-    for column in range(columns.size):
-        gpu_free_milli[node, columns[column]] += sign * gpu_milli
-    whole = 0
-    for gpu in range(gpu_free_milli.shape[1]):
-        if gpu_free_milli[node, gpu] == 1000:
-            whole += 1
-    free_whole_gpus[node] = whole
-    free_cpu_milli[node] += sign * cpu_milli
-    free_memory_mib[node] += sign * memory_mib
-    if is_open:
-        _values_into(node, after, arrays)
-        _move_domains(node, before, after, node_rows, gpu_model, hist, totals)
+    width = gpu_free_milli.shape[1]
+    levels = node_rows.shape[1]
+    gpu_change = sign * gpu_milli
+    for pod in range(nodes.size):
+        node = nodes[pod]
+        changed_at[node] = change
+        old_whole = np.int64(free_whole_gpus[node])
+        old_cpu = free_cpu_milli[node]
+        old_memory = free_memory_mib[node]
+        old_milli = np.int64(0)
+        for gpu in range(width):
+            old_milli += gpu_free_milli[node, gpu]
+        for column in range(gpus.shape[1]):
+            gpu_free_milli[node, gpus[pod, column]] += gpu_change
+        whole = np.int64(0)
+        milli = np.int64(0)
+        for gpu in range(width):
+            value = gpu_free_milli[node, gpu]
+            milli += value
+            if value == 1000:
+                whole += 1
+        free_whole_gpus[node] = whole
+        cpu = old_cpu + sign * cpu_milli
+        memory = old_memory + sign * memory_mib
+        free_cpu_milli[node] = cpu
+        free_memory_mib[node] = memory
+        if closed[node] != 0:
+            continue
+        count = gpu_count[node]
+        idle_before = (
+            old_whole == count
+            and old_cpu == cpu_capacity[node]
+            and old_memory == memory_capacity[node]
+        )
+        idle_after = (
+            whole == count and cpu == cpu_capacity[node] and memory == memory_capacity[node]
+        )
+        whole_change = whole - old_whole
+        milli_change = milli - old_milli
+        idle_change = np.int64(idle_after) - np.int64(idle_before)
+        cpu_change = cpu - old_cpu
+        memory_change = memory - old_memory
+        model = gpu_model[node]
+        for level in range(levels):
+            row = node_rows[node, level]
+            totals[row, WHOLE] += whole_change
+            totals[row, MILLI] += milli_change
+            totals[row, IDLE] += idle_change
+            totals[row, CPU] += cpu_change
+            totals[row, MEMORY] += memory_change
+            if whole_change != 0:
+                hist[row, model, old_whole] -= 1
+                hist[row, model, whole] += 1
 
 
 @njit(cache=True, nogil=True)
@@ -154,13 +195,7 @@ def apply_pods(
     """Take (sign=-1) or give back (+1) the pods' resources, pod by pod, and move the domains
     of open nodes from each node's values before the pod to its values after; each node's
     `changed_at` becomes `change`."""
-    before = np.empty(5, dtype=np.int64)
-    after = np.empty(5, dtype=np.int64)
-    for pod in range(nodes.size):
-        _apply_pod(
-            nodes[pod], gpus[pod], gpu_milli, cpu_milli, memory_mib, sign, arrays, before, after
-        )
-        changed_at[nodes[pod]] = change
+    _apply_rows(nodes, gpus, gpu_milli, cpu_milli, memory_mib, sign, arrays, changed_at, change)
 
 
 @njit(cache=True, nogil=True)
@@ -397,16 +432,21 @@ def apply_pods_of_many(
     one allocation after another; `gpus`, their GPU rows flattened in the same order;
     `figures`, one row per allocation: pods, GPUs per pod, milli-GPU, CPU milli and memory
     MiB per pod."""
-    before = np.empty(5, dtype=np.int64)
-    after = np.empty(5, dtype=np.int64)
     pod = 0
     column_at = 0
     for allocation in range(figures.shape[0]):
         pods, width, gpu_milli, cpu_milli, memory_mib = figures[allocation]
-        for _ in range(pods):
-            node = nodes[pod]
-            columns = gpus[column_at : column_at + width]
-            _apply_pod(node, columns, gpu_milli, cpu_milli, memory_mib, sign, arrays, before, after)
-            changed_at[node] = change
-            column_at += width
-            pod += 1
+        rows = gpus[column_at : column_at + pods * width].reshape((pods, width))
+        _apply_rows(
+            nodes[pod : pod + pods],
+            rows,
+            gpu_milli,
+            cpu_milli,
+            memory_mib,
+            sign,
+            arrays,
+            changed_at,
+            change,
+        )
+        column_at += pods * width
+        pod += pods

@@ -10,6 +10,7 @@ from operator import attrgetter, itemgetter
 import numpy as np
 from numpy.typing import NDArray
 
+from toposched.cluster.rows import fill_rows
 from toposched.cluster.state import (
     MILLI_PER_GPU,
     Allocation,
@@ -378,7 +379,7 @@ class PreemptibleIndex:
         width = self.gpu_owner.shape[1]
         if allocation.gpus.shape[1] == width:
             # Each pod holds every GPU of its node (its GPUs are distinct): whole rows.
-            self.gpu_owner[allocation.nodes] = owner
+            fill_rows(self.gpu_owner, allocation.nodes, owner)
         else:
             # Flat positions: several times faster than a two-dimensional fancy index.
             positions = (allocation.nodes[:, None] * width + allocation.gpus).reshape(-1)
