@@ -3,7 +3,7 @@ numpy's generic ones at the sizes the state sees."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -98,8 +98,7 @@ def put_rows(array: NDArray[_Item], rows: NDArray[np.integer], values: NDArray[_
     if len(rows) < SMALL:
         array[rows] = values
         return
-    item = np.dtype((np.void, array.itemsize * (array.size // max(array.shape[0], 1))))
-    target = array.reshape(array.shape[0], -1).view(item).reshape(-1)
+    target, item = _as_items(array)
     source = np.ascontiguousarray(values, dtype=array.dtype).reshape(len(rows), -1)
     target[rows] = source.view(item).reshape(-1)
 
@@ -110,9 +109,14 @@ def fill_rows(array: NDArray[_Item], rows: NDArray[np.integer], value: int) -> N
     if len(rows) < SMALL:
         array[rows] = value
         return
-    item = np.dtype((np.void, array.itemsize * (array.size // max(array.shape[0], 1))))
-    target = array.reshape(array.shape[0], -1).view(item).reshape(-1)
+    target, item = _as_items(array)
     target[rows] = np.full(array.shape[1:], value, dtype=array.dtype).reshape(-1).view(item)[0]
+
+
+def _as_items(array: NDArray[Any]) -> tuple[NDArray[np.void], np.dtype[np.void]]:
+    """A C-contiguous array seen as one opaque item per row, and that item's type."""
+    item = np.dtype((np.void, array.itemsize * (array.size // max(array.shape[0], 1))))
+    return array.reshape(array.shape[0], -1).view(item).reshape(-1), item
 
 
 def put_back(saved: list[SavedRows]) -> None:
