@@ -18,7 +18,7 @@ from toposched.placement.search import Placement, place
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.jobs import Job
-from toposched.scheduler.release_order import count_held, count_held_many
+from toposched.scheduler.release_order import count_held, count_held_together
 
 HOUR = 3600.0
 LEVELS = ("zone", "block", "rack")
@@ -166,7 +166,12 @@ def test_many_running_jobs_are_counted_together_as_one_by_one() -> None:
         width = int(rng.choice([0, 1, 4]))
         nodes = rng.integers(0, topology.n_nodes, pods).astype(np.int64)
         allocations.append(Allocation(nodes, rng.integers(0, 4, (pods, width)).astype(np.int64)))
-    together = count_held_many(allocations, leaf_of_node, n_leaves)
+    sizes, all_leaves, all_slots = count_held_together(allocations, leaf_of_node, n_leaves)
+    ends = np.cumsum(sizes).tolist()
+    together = [
+        (all_leaves[start:end], all_slots[start:end])
+        for start, end in zip([0, *ends[:-1]], ends, strict=True)
+    ]
     for allocation, (leaves, slots) in zip(allocations, together, strict=True):
         one_leaves, one_slots = count_held(allocation, leaf_of_node, n_leaves)
         assert sorted(leaves.tolist()) == sorted(one_leaves.tolist())

@@ -285,18 +285,6 @@ def count_held(
     return leaves[first], pods * width
 
 
-def count_held_many(
-    allocations: list[Allocation], leaf_of_node: IntArray, n_leaves: int
-) -> list[tuple[IntArray, IntArray]]:
-    """`count_held` of each allocation, counted together (`count_held_together`)."""
-    sizes, leaves, slots = count_held_together(allocations, leaf_of_node, n_leaves)
-    ends = np.cumsum(sizes).tolist()
-    return [
-        (leaves[start:end], slots[start:end])
-        for start, end in zip([0, *ends[:-1]], ends, strict=True)
-    ]
-
-
 def count_held_together(
     allocations: list[Allocation], leaf_of_node: IntArray, n_leaves: int
 ) -> tuple[IntArray, IntArray, IntArray]:
