@@ -1,6 +1,7 @@
 """Pending jobs of one kind (shape, pods and declared runtime), account and priority are
 answered alike within a cycle; jobs of another runtime are answered by the known failure of
-their shape, with the same reason."""
+their shape, with the same reason; unallocated work of one shape is answered alike whatever
+its runtime, account and priority."""
 
 from __future__ import annotations
 
@@ -87,6 +88,36 @@ def test_unallocated_work_is_answered_alike_whatever_its_runtime() -> None:
     waiting = [scheduler.jobs[f"spare{number}"] for number in range(1, len(runtimes))]
     assert {job.reason for job in waiting} == {waiting[0].reason}
     assert {job.reason_code for job in waiting} == {ReasonCode.DOES_NOT_FIT}
+
+
+def test_unallocated_work_of_other_accounts_and_priorities_is_answered_alike() -> None:
+    # Neither `guests` nor `visitors` has a budget: all their jobs are unallocated work, whose
+    # turn reads no account or priority, so one answer serves every job of the shape.
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"team": 100, "guests": 0, "visitors": 0}})
+    scheduler = Scheduler(state, tree, incremental=False, reserve_min_gpus=64)
+    for node in range(4):
+        running = spec(f"run{node}", "team", expected_runtime=(node + 1) * HOUR)
+        scheduler.adopt(running, Allocation.of([node], [[0, 1, 2, 3]]), start_time=0, now=0)
+    waiting = [
+        spec("spare0", "guests", expected_runtime=HOUR),
+        spec("spare1", "visitors", priority=5, expected_runtime=2 * HOUR),
+        spec("spare2", "guests", expected_runtime=3 * HOUR),
+        spec("spare3", "visitors", expected_runtime=None),
+    ]
+    for job in waiting:
+        scheduler.submit(job, 0)
+
+    result = scheduler.cycle(60)
+
+    assert not result.decisions
+    # One search, one job told by its failure, the two others (each the first of its account,
+    # priority and runtime after it) as that one was.
+    assert result.searches == 1
+    assert result.alike == 2
+    told = [scheduler.jobs[job.name] for job in waiting if job.name != "spare0"]
+    assert {job.reason for job in told} == {told[0].reason}
+    assert {job.reason_code for job in told} == {ReasonCode.DOES_NOT_FIT}
 
 
 def test_unallocated_work_shares_answers_behind_the_reservation_but_budgeted_work_not() -> None:

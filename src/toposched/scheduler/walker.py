@@ -117,8 +117,9 @@ class Walker:
         unallocated, tier_of = QueueTier.UNALLOCATED, self.queue.tier
         # A gang whose nodes are kept takes its own turn, with them opened.
         kept = self.interruptions.kept_ids if self.interruptions is not None else ()
-        # The unallocated tier's answers read no expected runtime (see `_untimed_key`).
-        untimed = self.kinds.untimed if self.admission.rule is None else None
+        # The unallocated tier's answers read no expected runtime, account or priority (see
+        # `_tier_key`).
+        shares_tier = self.admission.rule is None
         tiers = turn.tiers
         alike = shared = 0
         for run in runs:
@@ -146,14 +147,11 @@ class Walker:
                     by_key = True
                     if (
                         (same is None or same.known != known)
-                        and untimed is not None
+                        and shares_tier
                         and kind is not None
-                        and kind.expected_runtime is not None
-                        and tiers.get((entry.account, entry.unallocated)) is unallocated
+                        and self._tier_of(tiers, entry) is unallocated
                     ):
-                        same = answered_alike.get(
-                            (untimed(kind), entry.account, entry.priority, entry.unallocated)
-                        )
+                        same = answered_alike.get(self._tier_key(kind, entry))
                         by_key = False
                     if (
                         same is not None
@@ -338,10 +336,7 @@ class Walker:
         job.reservation = None
         job.refusal = None
         fence = turn.fence
-        tier_key = (entry.account, entry.unallocated)
-        tier = turn.tiers.get(tier_key)
-        if tier is None:
-            tier = turn.tiers[tier_key] = self.queue.tier(entry)
+        tier = self._tier_of(turn.tiers, entry)
         if self.interruptions is not None:
             self.interruptions.fence_before(turn, entry, tier)
         if job.nomination is not None:
@@ -395,22 +390,29 @@ class Walker:
         if answered_by is not None and known_so_far == self._known_so_far(turn):
             answer = Answer(known_so_far, answered_by, job.reason, job.reason_code, job.refusal)
             turn.answered[alike] = answer
-            if (
-                tier is QueueTier.UNALLOCATED
-                and kind.expected_runtime is not None
-                and self.admission.rule is None
-            ):
-                turn.answered[self._untimed_key(kind, entry)] = answer
+            if tier is QueueTier.UNALLOCATED and self.admission.rule is None:
+                turn.answered[self._tier_key(kind, entry)] = answer
         return False
 
-    def _untimed_key(self, kind: JobKind, entry: QueueEntry) -> tuple[object, ...]:
-        """The key of `Turn.answered` a job of the unallocated tier shares with the jobs of its
-        shape, pod count, account and priority whatever their expected runtimes: its turn
-        reads the runtime nowhere. It only tells whether the job may backfill behind the
-        reservation, and unallocated work may (`backfills`); it neither preempts nor reserves,
-        and no admission rule reads it. The tier is one per account and declared work within a
-        cycle (`Turn.tiers`), so such a key never answers a job of another tier."""
-        return (self.kinds.untimed(kind), entry.account, entry.priority, entry.unallocated)
+    def _tier_key(self, kind: JobKind, entry: QueueEntry) -> tuple[object, ...]:
+        """The key of `Turn.answered` a job of the unallocated tier shares with every job of
+        that tier of its shape, pod count and declared work, whatever their accounts,
+        priorities and expected runtimes: its turn reads none of them. It only tells whether
+        the job may backfill behind the reservation, and unallocated work may (`backfills`);
+        it neither preempts nor reserves, no admission rule reads it, and its placement reads
+        the shape, the pods, the fence and the failures known. Only jobs whose tier is the
+        unallocated one this cycle (`Turn.tiers`) look it up or keep answers under it, and the
+        key has two parts where the others have four, so it never answers a job of another
+        tier."""
+        return (self.kinds.untimed(kind), entry.unallocated)
+
+    def _tier_of(self, tiers: dict[tuple[str, bool], QueueTier], entry: QueueEntry) -> QueueTier:
+        """The tier of the job's account and declared work this cycle, kept in `tiers`."""
+        tier_key = (entry.account, entry.unallocated)
+        tier = tiers.get(tier_key)
+        if tier is None:
+            tier = tiers[tier_key] = self.queue.tier(entry)
+        return tier
 
     def _reserved_free(self, turn: Turn) -> float:
         """Free GPUs on the reservation's nodes while the fence keeps them closed (a backfill's
