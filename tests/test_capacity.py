@@ -10,7 +10,7 @@ from test_placement_oracle import RandomCase, random_cases
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.placement.capacity import CapacityView, pods_by_free
-from toposched.placement.capacity_kernels import UNLIMITED
+from toposched.placement.capacity_kernels import UNLIMITED, sums_of_children
 from toposched.placement.request import GangRequest, simple_request
 
 RACK = 3  # domain levels of the NVL72 builder: zone, block, rack
@@ -188,3 +188,18 @@ def test_pods_by_free_equals_the_histogram_product_below_and_above_the_column_pa
     result = pods_by_free(hist[:, 1, :], pods_per_free)
     assert result.dtype == np.int64
     assert np.array_equal(result, expected)
+
+
+@pytest.mark.parametrize("granule", [1, 18, 72])
+@pytest.mark.parametrize("children", [[1], [3, 1, 4], [1] * 30, [463] * 30])
+def test_sums_of_children_are_segment_sums_rounded_to_the_granule(
+    granule: int, children: list[int]
+) -> None:
+    rng = np.random.default_rng(granule + len(children))
+    bounds = np.concatenate(([0], np.cumsum(children))).astype(np.int64)
+    below = rng.integers(0, 200, size=int(bounds[-1])).astype(np.int64)
+    expected = [
+        int(below[lo:hi].sum()) // granule * granule
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
+    ]
+    assert sums_of_children(below, bounds, granule).tolist() == expected

@@ -328,9 +328,7 @@ class CapacityView:
         else:
             below = self._full_level(level + 1)
             bounds = topology.descendant_bounds(level, level + 1)
-            capacity = np.add.reduceat(below, bounds[:-1])
-            if granule > 1:
-                capacity = capacity // granule * granule
+            capacity = capacity_kernels.sums_of_children(below, bounds, granule)
         self._full[level] = capacity
         return capacity
 

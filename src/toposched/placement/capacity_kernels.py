@@ -96,3 +96,19 @@ def whole_units(free: np.ndarray, unit: int) -> int:
     for domain in range(free.size):
         total += int((free[domain] + 0.5) * inverse)
     return total
+
+
+@njit(cache=True, nogil=True)
+def sums_of_children(below: np.ndarray, bounds: np.ndarray, granule: int) -> np.ndarray:
+    """Per domain d of a level, the sum of `below[bounds[d]:bounds[d + 1]]` (its children's
+    counts at the level below), rounded down to a multiple of `granule`: one pass, where
+    numpy's segment sums and rounding are three calls."""
+    sums = np.empty(bounds.size - 1, dtype=np.int64)
+    for domain in range(bounds.size - 1):
+        total = 0
+        for child in range(bounds[domain], bounds[domain + 1]):
+            total += below[child]
+        if granule > 1:
+            total = total // granule * granule
+        sums[domain] = total
+    return sums
