@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_placement_oracle import RandomCase, random_cases
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
-from toposched.placement.capacity import CapacityView, pods_by_free
-from toposched.placement.capacity_kernels import UNLIMITED
+from toposched.placement.capacity import CapacityView, pods_by_free, pods_per_free
+from toposched.placement.capacity_kernels import (
+    UNLIMITED,
+    pods_in_leaves,
+    pods_on_nodes,
+    sums_of_children,
+)
 from toposched.placement.request import GangRequest, simple_request
 
 RACK = 3  # domain levels of the NVL72 builder: zone, block, rack
@@ -188,3 +196,57 @@ def test_pods_by_free_equals_the_histogram_product_below_and_above_the_column_pa
     result = pods_by_free(hist[:, 1, :], pods_per_free)
     assert result.dtype == np.int64
     assert np.array_equal(result, expected)
+
+
+@pytest.mark.parametrize("granule", [1, 18, 72])
+@pytest.mark.parametrize("children", [[1], [3, 1, 4], [1] * 30, [463] * 30])
+def test_sums_of_children_are_segment_sums_rounded_to_the_granule(
+    granule: int, children: list[int]
+) -> None:
+    rng = np.random.default_rng(granule + len(children))
+    bounds = np.concatenate(([0], np.cumsum(children))).astype(np.int64)
+    below = rng.integers(0, 200, size=int(bounds[-1])).astype(np.int64)
+    expected = [
+        int(below[lo:hi].sum()) // granule * granule
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
+    ]
+    assert sums_of_children(below, bounds, granule).tolist() == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(case=random_cases(), node_slice=st.integers(1, 3))
+def test_pods_in_leaves_sums_each_nonzero_leafs_node_counts_in_node_slices(
+    case: RandomCase, node_slice: int
+) -> None:
+    state, request, _ = case.build()
+    if request.is_fractional:
+        return  # counted from milli-GPU per node, never by this kernel
+    request = replace(request, node_slice=node_slice)
+    topology = state.topology
+    leaf = len(topology.domain_levels) - 1
+    starts = topology.domain_starts[leaf]
+    n_leaves = topology.n_domains(leaf)
+    arrays = (
+        state.free_whole_gpus,
+        state.free_cpu_milli,
+        state.free_memory_mib,
+        state.closed,
+        topology.gpu_model,
+        request.model_allowed(topology),
+        pods_per_free(state.free_hist[0].shape[2], request.gpus_per_pod, request.node_slice),
+        request.gpus_per_pod,
+        request.cpu_milli,
+        request.memory_mib,
+    )
+    per_node = pods_on_nodes(np.zeros(0, dtype=np.int64), 0, topology.n_nodes, *arrays)
+    per_node = per_node // request.node_slice * request.node_slice
+    # Leaves marked 0 are left as they are; the others (1, or a stale count) are counted.
+    marks = np.arange(n_leaves, dtype=np.int64) % 3
+    for leaf_lo in range(n_leaves):
+        per_leaf = marks[leaf_lo:].copy()
+        pods_in_leaves(per_leaf, leaf_lo, starts, *arrays, request.node_slice)
+        expected = [
+            int(per_node[starts[d] : starts[d + 1]].sum()) if marks[d] else 0
+            for d in range(leaf_lo, n_leaves)
+        ]
+        assert per_leaf.tolist() == expected

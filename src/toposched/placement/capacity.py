@@ -19,6 +19,22 @@ UNLIMITED = capacity_kernels.UNLIMITED
 # The node list of `capacity_kernels.pods_on_nodes` that asks for a range of nodes instead.
 _NO_NODES = np.zeros(0, dtype=np.int64)
 
+_NodeArrays = tuple[
+    NDArray[np.integer],
+    NDArray[np.integer],
+    NDArray[np.integer],
+    NDArray[np.integer],
+    NDArray[np.integer],
+    NDArray[np.bool_],
+    IntArray,
+    int,
+    int,
+    int,
+]
+"""What the compiled node counts (`capacity_kernels.pods_on_nodes`, `pods_in_leaves`) read,
+in their order: free whole GPUs, CPU and memory, closures and GPU model per node, the models
+allowed, `pods_per_free`, then GPUs, milli-CPU and MiB per pod."""
+
 # From this many domains, `pods_by_free` adds columns rather than multiplying matrices.
 _MANY_DOMAINS = 2048
 
@@ -149,21 +165,26 @@ class CapacityView:
             return self._node_capacity[first:last]
         return self._compute_node_capacity(slice(first, last))
 
+    def _node_arrays(self) -> _NodeArrays:
+        """The node arrays and pod figures the compiled node counts read, in their order."""
+        state, request = self.state, self.request
+        return (
+            state.free_whole_gpus,
+            state.free_cpu_milli,
+            state.free_memory_mib,
+            state.closed,
+            state.topology.gpu_model,
+            self._model_allowed(),
+            self.pods_per_free,
+            request.gpus_per_pod,
+            request.cpu_milli,
+            request.memory_mib,
+        )
+
     def _compute_node_capacity(self, nodes: IntArray | slice | None) -> IntArray:
         state, request = self.state, self.request
         if not request.is_fractional:
-            arrays = (
-                state.free_whole_gpus,
-                state.free_cpu_milli,
-                state.free_memory_mib,
-                state.closed,
-                state.topology.gpu_model,
-                self._model_allowed(),
-                self.pods_per_free,
-                request.gpus_per_pod,
-                request.cpu_milli,
-                request.memory_mib,
-            )
+            arrays = self._node_arrays()
             if nodes is None:
                 nodes = slice(0, state.topology.n_nodes)
             if isinstance(nodes, slice):
@@ -218,18 +239,22 @@ class CapacityView:
             leaf_bounds = topology.descendant_bounds(level, self.leaf_level)
             leaf_lo, leaf_hi = int(leaf_bounds[lo]), int(leaf_bounds[hi])
             per_leaf = self._bound(self.leaf_level, leaf_lo, leaf_hi, 1)
-            some = per_leaf.nonzero()[0]
-            if some.size:
-                starts = topology.domain_starts[self.leaf_level]
-                first, last = starts[leaf_lo + some], starts[leaf_lo + some + 1]
-                counts = last - first
-                offsets = np.cumsum(counts) - counts
-                nodes = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
-                    first - offsets, counts
+            if self.closed is None:
+                # Each such domain's nodes read by their range, in one compiled pass.
+                capacity_kernels.pods_in_leaves(
+                    per_leaf,
+                    leaf_lo,
+                    topology.domain_starts[self.leaf_level],
+                    *self._node_arrays(),
+                    self.request.node_slice,
                 )
-                # Domains are never empty, so no reduceat segment is.
-                per_leaf[some] = np.add.reduceat(self.node_capacity(nodes), offsets)
-            result: IntArray = np.add.reduceat(per_leaf, leaf_bounds[lo:hi] - leaf_lo)
+            else:
+                self._read_leaves(leaf_lo, per_leaf)
+            result: IntArray = (
+                per_leaf
+                if level == self.leaf_level
+                else np.add.reduceat(per_leaf, leaf_bounds[lo:hi] - leaf_lo)
+            )
         else:
             starts = topology.domain_starts[level]
             node_lo, node_hi = int(starts[lo]), int(starts[hi])
@@ -238,6 +263,21 @@ class CapacityView:
                 return np.zeros(hi - lo, dtype=np.int64)
             result = np.add.reduceat(per_node, starts[lo:hi] - node_lo)
         return result // granule * granule if granule > 1 else result
+
+    def _read_leaves(self, leaf_lo: int, per_leaf: IntArray) -> None:
+        """`per_leaf` (innermost domains from leaf_lo) counted node by node where not 0, in
+        place: closed leaves' nodes read as holding nothing."""
+        some = per_leaf.nonzero()[0]
+        if some.size:
+            starts = self.state.topology.domain_starts[self.leaf_level]
+            first, last = starts[leaf_lo + some], starts[leaf_lo + some + 1]
+            counts = last - first
+            offsets = np.cumsum(counts) - counts
+            nodes = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
+                first - offsets, counts
+            )
+            # Domains are never empty, so no reduceat segment is.
+            per_leaf[some] = np.add.reduceat(self.node_capacity(nodes), offsets)
 
     def _bound(self, level: int, lo: int, hi: int, granule: int) -> IntArray:
         """Capacity of domains lo..hi-1 from the aggregates: an upper bound of the exact one."""
@@ -328,9 +368,7 @@ class CapacityView:
         else:
             below = self._full_level(level + 1)
             bounds = topology.descendant_bounds(level, level + 1)
-            capacity = np.add.reduceat(below, bounds[:-1])
-            if granule > 1:
-                capacity = capacity // granule * granule
+            capacity = capacity_kernels.sums_of_children(below, bounds, granule)
         self._full[level] = capacity
         return capacity
 

@@ -56,6 +56,51 @@ def pods_on_nodes(
 
 
 @njit(cache=True, nogil=True)
+def pods_in_leaves(
+    per_leaf: np.ndarray,
+    leaf_lo: int,
+    starts: np.ndarray,
+    free_whole_gpus: np.ndarray,
+    free_cpu_milli: np.ndarray,
+    free_memory_mib: np.ndarray,
+    health: np.ndarray,
+    gpu_model: np.ndarray,
+    model_allowed: np.ndarray,
+    pods_per_free: np.ndarray,
+    gpus_per_pod: int,
+    cpu_milli: int,
+    memory_mib: int,
+    node_slice: int,
+) -> None:
+    """In place, for innermost domains leaf_lo.. (one per entry of `per_leaf`, their nodes
+    `starts[d]` to `starts[d + 1]`) whose entry is not 0: the pods their nodes hold now, each
+    node's counted as `pods_on_nodes` counts it, in whole slices of `node_slice` pods. Domains
+    at 0 (the aggregates' bound: no room) are not read. The node count is written out here
+    rather than called: a call per node would cost more than the count."""
+    for i in range(per_leaf.size):
+        if per_leaf[i] == 0:
+            continue
+        total = np.int64(0)
+        for node in range(starts[leaf_lo + i], starts[leaf_lo + i + 1]):
+            if health[node] != 0 or not model_allowed[gpu_model[node]]:
+                continue
+            if gpus_per_pod == 0:
+                held = UNLIMITED
+                if cpu_milli:
+                    held = min(held, free_cpu_milli[node] // cpu_milli)
+                if memory_mib:
+                    held = min(held, free_memory_mib[node] // memory_mib)
+            else:
+                held = pods_per_free[free_whole_gpus[node]]
+                if held and cpu_milli and held * cpu_milli > free_cpu_milli[node]:
+                    held = free_cpu_milli[node] // cpu_milli
+                if held and memory_mib and held * memory_mib > free_memory_mib[node]:
+                    held = free_memory_mib[node] // memory_mib
+            total += held // node_slice * node_slice if node_slice > 1 else held
+        per_leaf[i] = total
+
+
+@njit(cache=True, nogil=True)
 def bound_and_round(
     pods: np.ndarray,
     free_cpu: np.ndarray,
@@ -96,3 +141,19 @@ def whole_units(free: np.ndarray, unit: int) -> int:
     for domain in range(free.size):
         total += int((free[domain] + 0.5) * inverse)
     return total
+
+
+@njit(cache=True, nogil=True)
+def sums_of_children(below: np.ndarray, bounds: np.ndarray, granule: int) -> np.ndarray:
+    """Per domain d of a level, the sum of `below[bounds[d]:bounds[d + 1]]` (its children's
+    counts at the level below), rounded down to a multiple of `granule`: one pass, where
+    numpy's segment sums and rounding are three calls."""
+    sums = np.empty(bounds.size - 1, dtype=np.int64)
+    for domain in range(bounds.size - 1):
+        total = 0
+        for child in range(bounds[domain], bounds[domain + 1]):
+            total += below[child]
+        if granule > 1:
+            total = total // granule * granule
+        sums[domain] = total
+    return sums

@@ -335,8 +335,8 @@ def fewest_node_counts(
         return np.full(counts.shape[0], NOT_REACHED, dtype=np.int64)
     by_largest = counts[:, ::-1]
     largest = values[::-1]
-    pods = np.cumsum(by_largest * largest, axis=1)
-    nodes = np.cumsum(by_largest, axis=1)
+    pods = (by_largest * largest).cumsum(axis=1)
+    nodes = by_largest.cumsum(axis=1)
     reach = pods >= need
     column = reach.argmax(axis=1)
     rows = np.arange(counts.shape[0])

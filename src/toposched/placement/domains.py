@@ -208,9 +208,9 @@ class DomainChoice:
         span_lo = int(first.min())
         span = self.view.at(level + 1, span_lo, int(last.max()))
         counts = last - first
-        offsets = np.cumsum(counts) - counts
-        index = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
-            first - span_lo - offsets, counts
+        offsets = counts.cumsum() - counts
+        index = np.arange(int(counts.sum()), dtype=np.int64) + (first - span_lo - offsets).repeat(
+            counts
         )
         children = span[index]
         # Domains are never empty, so no reduceat segment is.
@@ -326,9 +326,9 @@ class DomainChoice:
         first, counts = bounds[parents], bounds[parents + 1] - bounds[parents]
         span_lo = int(first.min())
         span = self.view.at(leaf, span_lo, int((first + counts).max()))
-        offsets = np.cumsum(counts) - counts
-        index = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
-            first - span_lo - offsets, counts
+        offsets = counts.cumsum() - counts
+        index = np.arange(int(counts.sum()), dtype=np.int64) + (first - span_lo - offsets).repeat(
+            counts
         )
         capacity = span[index]
         # Parents are never empty, so no reduceat segment is.
@@ -367,18 +367,20 @@ class DomainChoice:
         Taking the k-1 largest and then the policy's favourite among those that hold the rest
         uses the minimum number of domains k, and leaves the larger remaining domains whole.
         """
-        order = np.argsort(-capacity, kind="stable")
+        # Array methods rather than numpy's functions: the same calls without their wrappers,
+        # which weigh on arrays this small.
+        order = (-capacity).argsort(kind="stable")
         ranked = capacity[order]
-        cumulative = np.cumsum(ranked)
+        cumulative = ranked.cumsum()
         if cumulative.size == 0 or cumulative[-1] < need:
             return None
-        k = int(np.searchsorted(cumulative, need))
+        k = int(cumulative.searchsorted(need))
         remainder = need - (int(cumulative[k - 1]) if k else 0)
         # The domains after the k largest that hold the rest come first in `ranked`.
         holding = k + int(np.count_nonzero(ranked[k:] >= remainder))
         scores = self.policy.domain_scores(ranked[k:holding], remainder)
         picked = order[: k + 1].copy()
-        picked[k] = order[k + int(np.argmin(scores))]
+        picked[k] = order[k + int(scores.argmin())]
         shares = ranked[: k + 1].copy()
         shares[k] = remainder
         return picked, shares
