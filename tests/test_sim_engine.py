@@ -261,11 +261,20 @@ def test_unallocated_work_is_preempted_after_its_grace_period_and_requeued() -> 
     assert result.counts["evictions"] == 1
     assert conservation(result).holds(1e-12)
     # The loss is charged to the eviction of unallocated work.
-    assert summarize(result)["disruption"]["gpu_hours_lost_by_cause"] == {
+    disruption = summarize(result)["disruption"]
+    assert disruption["gpu_hours_lost_by_cause"] == {
         "evictions_of_unallocated_work": pytest.approx(8 * 10.0 / HOUR),
         "evictions_of_allocated_work": 0.0,
         "node_failures": 0.0,
     }
+    # Both unallocated jobs started, one was evicted once: half an eviction per job started;
+    # the 10 s lost on 8 GPUs against every GPU-second the three jobs ran.
+    assert disruption["unallocated_jobs_started"] == 2
+    assert disruption["evictions_of_unallocated_jobs"] == 1
+    assert disruption["evictions_per_unallocated_job_started"] == 0.5
+    delivered = sum(record.delivered_gpu_seconds for record in result.records.values())
+    assert delivered > 0
+    assert disruption["gpu_hours_lost_share_of_delivered"] == pytest.approx(8 * 10.0 / delivered)
 
 
 def test_resumable_runs_report_each_checkpoint_to_the_scheduler() -> None:
@@ -749,8 +758,9 @@ def test_simulate_rejects_bad_options_before_running(
 def test_the_summary_table_shows_the_targets_of_its_workload(
     small_ai2_run: SimulationResult,
 ) -> None:
-    """Ai2's outcomes are targets of the Ai2-like workload only; the frontier lab's is its pace
-    (30 days in 10 minutes), for the full fleet only."""
+    """Ai2's outcomes and the bound on work lost to evictions are targets of the Ai2-like
+    workload only; the frontier lab's are its pace (30 days in 10 minutes) and at most one
+    eviction per unallocated job started, for the full fleet only."""
 
     def rendered(summary: dict[str, Any]) -> str:
         console = Console(record=True, width=240)
@@ -762,6 +772,8 @@ def test_the_summary_table_shows_the_targets_of_its_workload(
     ai2 = rendered(summary)
     assert "98.0%" in ai2 and "50,000" in ai2 and "Ai2's outcomes" in ai2
     assert "30 days in 10 min" not in ai2
+    lost = summary["disruption"]["gpu_hours_lost_share_of_delivered"]
+    assert f"{100 * lost:.2f}%" in ai2 and "1.50%" in ai2
     sized = rendered({**summary, "workload": "ai2:team-sized"})
     assert "98.0%" in sized and "Ai2's outcomes" in sized
     frontier = {
@@ -769,9 +781,17 @@ def test_the_summary_table_shows_the_targets_of_its_workload(
         "workload": "frontier",
         "cluster": {**summary["cluster"], "gpus": 1_000_080},
     }
+    frontier["disruption"] = {
+        **summary["disruption"],
+        "unallocated_jobs_started": 6,
+        "evictions_of_unallocated_jobs": 9,
+        "evictions_per_unallocated_job_started": 1.5,
+    }
     text = rendered(frontier)
-    assert "98.0%" not in text and "50,000" not in text
+    assert "98.0%" not in text and "50,000" not in text and "1.50%" not in text
     assert "the pace of 30 days in 10 min" in text
+    row = next(line for line in text.splitlines() if "evictions per unallocated job" in line)
+    assert "1.50 (9 / 6)" in row and "<= 1" in row and "missed" in row
     shrunk = {**frontier, "cluster": {**summary["cluster"], "gpus": 20_016}}
     text = rendered(shrunk)
     assert "30 days in 10 min" not in text and "98.0%" not in text

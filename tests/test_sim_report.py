@@ -145,6 +145,15 @@ def test_comparison_runs_every_scheduler_on_the_same_workload(
     assert len(rows["occupancy"]) == 4
     assert "wait debug p90" in rows
     assert rows["preemptions"][1:] == ["0", "0", "0"]
+    assert rows["  of all delivered"][1:] == ["0.00%", "0.00%", "0.00%"]
+    for name, cell in zip(runs, rows["evictions per unallocated job started"], strict=True):
+        per_job = runs[name].summary["disruption"]["evictions_per_unallocated_job_started"]
+        assert cell == ("-" if per_job is None else f"{per_job:,.2f}")
+        assert name == "toposched" or per_job in (None, 0.0)
+    disruption = runs["toposched"].summary["disruption"]
+    assert rows["  of all delivered"][0] == (
+        f"{100 * disruption['gpu_hours_lost_share_of_delivered']:.2f}%"
+    )
     for name, cell in zip(runs, rows["  owed lost to jobs larger than budget"], strict=True):
         fairness = runs[name].summary["fairness"]
         owed = sum(team["owed_gpu_hours"] for team in fairness["teams"].values())

@@ -434,6 +434,11 @@ def _percent(value: Any) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def _small_share(value: Any) -> str:
+    """A share that is small where it matters (work lost), to two decimals: 1.46%."""
+    return "-" if value is None else f"{100 * value:.2f}%"
+
+
 def _seconds(value: Any) -> str:
     return "-" if value is None else format_span(value, days_from=2 * DAY)
 
@@ -513,6 +518,14 @@ def comparison_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[tuple[st
         lambda s: _number(
             _get(s, "disruption", "gpu_hours_lost_by_cause", "evictions_of_allocated_work"), 1
         ),
+    )
+    add(
+        "  of all delivered",
+        lambda s: _small_share(_get(s, "disruption", "gpu_hours_lost_share_of_delivered")),
+    )
+    add(
+        "evictions per unallocated job started",
+        lambda s: _number(_get(s, "disruption", "evictions_per_unallocated_job_started"), 2),
     )
     add(
         "GPU-hours slowed by topology",

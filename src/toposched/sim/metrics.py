@@ -243,9 +243,18 @@ def _conservation_report(result: SimulationResult) -> dict[str, Any]:
 
 
 def _disruption_report(result: SimulationResult, records: Sequence[JobRecord]) -> dict[str, Any]:
+    unallocated = [r for r in records if not r.allocated]
+    started = sum(1 for r in unallocated if r.first_start is not None)
+    evicted = sum(r.preemptions for r in unallocated)
+    delivered = sum(r.delivered_gpu_seconds for r in records)
+    lost = sum(r.lost_gpu_seconds for r in records)
     return {
         "preemptions": sum(r.preemptions for r in records),
         "jobs_preempted": sum(1 for r in records if r.preemptions),
+        "unallocated_jobs_started": started,
+        "evictions_of_unallocated_jobs": evicted,
+        "evictions_per_unallocated_job_started": evicted / started if started else None,
+        "gpu_hours_lost_share_of_delivered": lost / delivered if delivered > 0 else None,
         "node_failures": result.counts.get("failures", 0),
         "repairs": result.counts.get("repairs", 0),
         "interruptions_by_failure": sum(r.interruptions for r in records),
