@@ -62,3 +62,15 @@ def test_a_bad_value_is_named_with_its_rule(name: str, value: object) -> None:
 def test_an_unknown_setting_is_a_type_error_naming_it() -> None:
     with pytest.raises(TypeError, match="reserve_min_gpu"):
         Scheduler(*parts(), reserve_min_gpu=8)
+
+
+def test_changes_name_what_differs_from_the_defaults() -> None:
+    assert SchedulerSettings().changes() == {}
+    # A fresh placement policy of the default's kind and parameters is the same choice.
+    assert SchedulerSettings(policy=BestFit()).changes() == {}
+    spread = Spread()
+    chosen = SchedulerSettings(
+        policy=spread, contract=Contract(cross_account="fair_share"), reserve_min_gpus=16
+    ).changes()
+    # The contract's fields are named on their own: only the one that moved.
+    assert chosen == {"policy": spread, "cross_account": "fair_share", "reserve_min_gpus": 16}

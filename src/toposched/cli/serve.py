@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 
+from toposched.cli.policy_options import add_policy_options, policy_settings
 from toposched.cluster.errors import InputError
 
 # The service's HTTP stack, backends and compiled loops load when a server starts; its
@@ -28,6 +30,11 @@ as for `toposched cluster show`) or the simulated 1,000,080-GPU fleet (--fleet m
 account, `default`, owns everything. Without --tokens the API is open to anyone who can reach
 it, which is allowed only on a loopback address.
 
+The scheduling policy takes the flags `toposched simulate` does (--eviction-worth,
+--checkpoint-wait, --unallocated-headroom, --unallocated-order and the rest, listed below;
+docs/preemption.md): measure a policy on a simulated workload, then serve with the same flags.
+Without them the scheduler runs its default contract.
+
 A web dashboard is served at / and Prometheus metrics at /metrics (docs/dashboard.md).
 """
 
@@ -40,6 +47,10 @@ examples:
   toposched serve --cluster cluster.yaml --budgets budgets.yaml --tokens tokens.yaml \\
       --host 0.0.0.0 --ssl-keyfile key.pem --ssl-certfile cert.pem
       a shared service with tokens and TLS
+  toposched serve --cluster cluster.yaml --budgets budgets.yaml --eviction-worth 1 \\
+      --eviction-worth-owed --eviction-loss-budget 100 --checkpoint-wait 1h
+      evictions only when they pay, at most 100 GPU-hours thrown away a day, victims'
+      checkpoints waited for up to an hour
   toposched serve token add alice --role team --account research/team-a --tokens tokens.yaml
       print a new token for alice once (only its SHA-256 is stored)
 
@@ -165,6 +176,7 @@ def _server_options(parser: argparse.ArgumentParser) -> None:
         choices=("debug", "info", "warning", "error"),
         help="how much the server logs to stderr (default info)",
     )
+    add_policy_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -191,6 +203,8 @@ def run(args: argparse.Namespace) -> int:
         ray_levels=tuple(level for level in args.ray_levels.split(",") if level),
     )
     config.check()  # before the HTTP stack loads: a bad option answers sooner
+    # The policy's settings are built after: building them loads the scheduler's modules.
+    config = dataclasses.replace(config, scheduler=policy_settings(args))
     from toposched.service.server import serve
 
     return serve(config, args.log_level)

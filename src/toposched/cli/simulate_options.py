@@ -13,20 +13,14 @@ from toposched.cli.options import (
     check_traces_dir,
     check_workload_options,
 )
+from toposched.cli.policy_options import add_policy_options
 from toposched.cli.simulate_values import (
-    borrowed_duration,
     cycle_interval,
-    headroom_share,
-    keep_duration,
-    loss_budget,
     percentage,
     process_count,
     sample_interval,
-    spares_option,
     team_count,
     topology_price_option,
-    worth_horizon,
-    worth_ratio,
 )
 from toposched.cluster.errors import InputError
 from toposched.cluster.limits import check_gpus
@@ -138,187 +132,7 @@ def add_options(
         help="also write the workload to FILE (.yaml, .yml, .json, .jsonl or .ndjson: the suffix "
         "picks the format; the folder must exist) to replay or edit later",
     )
-    parser.add_argument(
-        "--spares",
-        type=spares_option,
-        metavar="LEVEL:N",
-        help="hold N idle nodes per LEVEL domain (e.g. rack:1) as spares: a gang whose node "
-        "fails restarts on its surviving nodes plus a spare of the same domain (default: none)",
-    )
-    parser.add_argument(
-        "--failed-gangs",
-        choices=("first", "in-order"),
-        default="first",
-        help="a gang a node failure interrupts while it runs within its team's budget: first = "
-        "it heads the next cycle, trying to restart before the queue can take its surviving "
-        "nodes; in-order = it waits in the queue's order like any pending job (default: "
-        "first; a gang given a spare by --spares restarts there either way)",
-    )
-    parser.add_argument(
-        "--keep-failed-nodes",
-        type=keep_duration,
-        metavar="DURATION",
-        help="a budgeted gang a node failure interrupts (resumable, within its budget or beyond "
-        "it, without a spare) keeps the nodes it ran on from every other job for up to "
-        "DURATION (e.g. 30m) while it does not restart: it restarts where it was once they and "
-        "what is free hold it (the failed node back after repair), or preempts only the room "
-        "it lacks around them (default: its surviving nodes go back to the queue)",
-    )
-    parser.add_argument(
-        "--keep-failed-nodes-from",
-        choices=("all", "unallocated", "all-but-owed"),
-        default=None,
-        help="with --keep-failed-nodes, whom those nodes are kept from: all = every other job; "
-        "unallocated = unallocated work only, budgeted jobs ranked first may take them; "
-        "all-but-owed = every job but those of teams running below their budget, which may "
-        "take them (default: all)",
-    )
-    parser.add_argument(
-        "--unprotected-borrowing",
-        action="store_true",
-        help="a job that takes its team past its budget gets no min-runtime protection; the "
-        "same as --borrowed-min-runtime 0",
-    )
-    parser.add_argument(
-        "--borrowed-min-runtime",
-        type=borrowed_duration,
-        metavar="D",
-        help="protect a job that takes its team past its budget for at most D (seconds, or "
-        "e.g. 30m, 1h), so that a team back under its budget reclaims its share within D "
-        "(default: none, each job keeps the min runtime it declared)",
-    )
-    parser.add_argument(
-        "--cross-account",
-        choices=("budget", "fair-share"),
-        default="budget",
-        help="when a job may evict another account's job past its min runtime: budget = only "
-        "to reclaim its account's budget, never taking the victim's account below its own; "
-        "fair-share = whenever its account ranks above in fair share (default: budget)",
-    )
-    parser.add_argument(
-        "--eviction-worth",
-        type=worth_ratio,
-        metavar="RATIO",
-        help="evict allocated work past its min runtime only when the work lost is at most "
-        "RATIO x the GPU-time the preemptor's earlier start gains (1: no more lost than "
-        "gained; docs/preemption.md, 'Is the eviction worth it?'; default: off, every "
-        "eviction the contract allows)",
-    )
-    parser.add_argument(
-        "--eviction-worth-horizon",
-        type=worth_horizon,
-        metavar="D",
-        help="with --eviction-worth: the longest wait an eviction is credited with avoiding "
-        "(seconds, or e.g. 30m, 2h; default: 2h)",
-    )
-    parser.add_argument(
-        "--eviction-worth-owed",
-        action="store_true",
-        help="with --eviction-worth: credit an eviction only with the preemptor's GPUs that "
-        "bring its team back up to its budget, not those it would borrow beyond it",
-    )
-    parser.add_argument(
-        "--eviction-worth-scope",
-        choices=("all", "own-account"),
-        help="with --eviction-worth: which evictions of budgeted work are weighed: all, or "
-        "own-account = only a team's lower-priority jobs evicted for its own job, which move "
-        "no GPUs between teams (default: all)",
-    )
-    parser.add_argument(
-        "--eviction-loss-budget",
-        type=loss_budget,
-        metavar="GPU_HOURS",
-        help="with --eviction-worth: the most GPU-hours of budgeted work evictions may throw "
-        "away in any 24 hours; the less of it is left, the more an eviction must gain "
-        "(default: no budget)",
-    )
-    parser.add_argument(
-        "--checkpoint-wait",
-        type=worth_horizon,
-        metavar="D",
-        help="wait up to D for the chosen victims' next checkpoints when that saves more "
-        "work than the wait costs the preemptor (seconds, or e.g. 30m, 1h; docs/preemption.md, "
-        "'Waiting for checkpoints'; default: off, victims are evicted at once)",
-    )
-    parser.add_argument(
-        "--urgent-priority",
-        type=int,
-        metavar="P",
-        help="with --checkpoint-wait: jobs of priority P or above never wait for checkpoints "
-        "(e.g. 10 for the Ai2-like workload's debug sessions; default: every job may wait)",
-    )
-    parser.add_argument(
-        "--checkpoint-wait-first",
-        type=worth_horizon,
-        metavar="D",
-        help="with --checkpoint-wait: expect a resumable job that has reported no checkpoint "
-        "yet to checkpoint first D after its start, and wait for that too (seconds, or e.g. "
-        "1h; default: a job that has reported none is not waited for)",
-    )
-    parser.add_argument(
-        "--checkpoint-wait-total",
-        type=worth_horizon,
-        metavar="D",
-        help="with --checkpoint-wait: a waiting job's waits add up to at most D, from the "
-        "first until it starts (seconds, or e.g. 1h; default: no bound beyond "
-        "--checkpoint-wait's for each wait)",
-    )
-    parser.add_argument(
-        "--checkpoint-wait-owed",
-        action="store_true",
-        help="with --checkpoint-wait: a wait costs only the preemptor's GPUs that bring its "
-        "team back up to its budget, so a job of a team already running its budget waits "
-        "whenever the checkpoints save work (default: every GPU of the preemptor counts)",
-    )
-    parser.add_argument(
-        "--unallocated-admission",
-        type=worth_horizon,
-        metavar="D",
-        help="keep unallocated work off the reservation's nodes when the reserved job is due "
-        "before the work's first checkpoint; D: when a resumable job checkpoints first "
-        "(seconds, or e.g. 30m, 1h; docs/preemption.md, 'Where unallocated work starts'; "
-        "default: off, unallocated work backfills onto reserved nodes)",
-    )
-    parser.add_argument(
-        "--unallocated-headroom",
-        type=headroom_share,
-        metavar="PERCENT",
-        help="start unallocated work only while it leaves PERCENT of the cluster's GPUs free "
-        "(0 to below 100, e.g. 1), so that gangs a node failure interrupts and budgeted jobs "
-        "that arrive find room without evicting it (docs/preemption.md, 'Where unallocated "
-        "work starts'; default: 0, unallocated work takes any free GPU)",
-    )
-    parser.add_argument(
-        "--unallocated-headroom-restarts",
-        action="store_true",
-        help="add to the headroom the GPUs of the budgeted gangs a node failure interrupted "
-        "that wait to restart within their team's budget: each takes back unallocated work as "
-        "soon as it can reassemble (default: the headroom is --unallocated-headroom's share)",
-    )
-    parser.add_argument(
-        "--unallocated-headroom-borrowed",
-        action="store_true",
-        help="keep the headroom free of work beyond its team's budget too: a team coming back "
-        "to its budget starts on it instead of waiting for borrowed runs or evicting them "
-        "(needs --unallocated-headroom; default: budgeted work may take the headroom, "
-        "borrowed or not)",
-    )
-    parser.add_argument(
-        "--unallocated-headroom-reserved",
-        action="store_true",
-        help="count the free GPUs of the nodes a reservation drains towards the headroom: "
-        "unallocated work may start while they make it up, instead of waiting beside them "
-        "(needs --unallocated-headroom; default: only free GPUs outside the reservation count)",
-    )
-    parser.add_argument(
-        "--unallocated-order",
-        choices=("rank", "oldest"),
-        default=None,
-        help="the order unallocated work starts in: 'rank' by its accounts' Fair Tree rank, "
-        "or 'oldest' submission first across accounts, so that the work nearest its "
-        "withdrawal (a workload's cancel_after) runs first and the newest waits (docs/policy.md, "
-        "'Unallocated work oldest first'; default: rank)",
-    )
+    add_policy_options(parser)
     parser.add_argument(
         "--topology-price",
         type=topology_price_option,

@@ -14,15 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
+from toposched.cli.policy_options import policy_settings
 from toposched.cli.simulate_values import TopologyPriceOption
-from toposched.cluster.errors import InputError
 from toposched.workloads.catalog import WorkloadKind, workload_by_name, workload_kind
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from toposched.policy.worth import EvictionWorth
-    from toposched.scheduler.admission import AdmissionRule
     from toposched.sim.compare import Comparison, ComparisonInterrupted, ComparisonRun
     from toposched.sim.engine import SimulationInterrupted
     from toposched.sim.protocol import SchedulerFactory
@@ -52,125 +50,18 @@ def topology_price(args: argparse.Namespace) -> TopologyPrice | None:
     return TopologyPrice(given.slowdown, DEFAULT_CAP if given.cap is None else given.cap)
 
 
-def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
-    """The cost/benefit rule `--eviction-worth` asks for (None: off)."""
-    from toposched.policy.worth import DEFAULT_WORTH_HORIZON, EvictionWorth, WorthScope
-
-    ratio = getattr(args, "eviction_worth", None)
-    horizon = getattr(args, "eviction_worth_horizon", None)
-    owed = getattr(args, "eviction_worth_owed", False)
-    budget = getattr(args, "eviction_loss_budget", None)
-    scope = getattr(args, "eviction_worth_scope", None)
-    if ratio is None:
-        given = (
-            ("--eviction-worth-horizon", horizon),
-            ("--eviction-worth-owed", owed or None),
-            ("--eviction-worth-scope", scope),
-            ("--eviction-loss-budget", budget),
-        )
-        for option, value in given:
-            if value is not None:
-                raise InputError(option, value, "applies only with --eviction-worth")
-        return None
-    return EvictionWorth(
-        ratio,
-        DEFAULT_WORTH_HORIZON if horizon is None else horizon,
-        owed_only=owed,
-        loss_budget=budget,
-        scope=WorthScope.ALL if scope is None else WorthScope(scope),
-    )
-
-
-def _admission(args: argparse.Namespace) -> AdmissionRule | None:
-    """Where unallocated work may start, as `--unallocated-admission` and
-    `--unallocated-headroom` ask (None: anywhere it fits)."""
-    from toposched.scheduler.admission import AdmissionRule
-
-    checkpoint = getattr(args, "unallocated_admission", None)
-    headroom = getattr(args, "unallocated_headroom", None) or 0.0
-    restarts = getattr(args, "unallocated_headroom_restarts", False)
-    borrowed = getattr(args, "unallocated_headroom_borrowed", False)
-    reserved = getattr(args, "unallocated_headroom_reserved", False)
-    for flag, given in (
-        ("--unallocated-headroom-borrowed", borrowed),
-        ("--unallocated-headroom-reserved", reserved),
-    ):
-        if given and headroom == 0:
-            raise InputError(flag, True, "applies only with --unallocated-headroom")
-    if checkpoint is None and headroom == 0 and not restarts:
-        return None
-    return AdmissionRule(checkpoint, headroom, restarts, borrowed, reserved)
-
-
 def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
-    """toposched's scheduler with the options given on the command line."""
-    from toposched.policy.checkpoint_wait import CheckpointWait
-    from toposched.policy.contract import Contract
-    from toposched.policy.fairshare import UnallocatedOrder
+    """toposched's scheduler with the options given on the command line: the scheduling
+    policy's (`policy_settings`) and `--check-incremental`."""
     from toposched.scheduler.core import Scheduler
-    from toposched.scheduler.interruptions import KeptFrom
     from toposched.sim.protocol import toposched_scheduler
 
-    spares = getattr(args, "spares", None)
-    protect = not getattr(args, "unprotected_borrowing", False)
-    borrowed = getattr(args, "borrowed_min_runtime", None)
-    cross_account = getattr(args, "cross_account", "budget")
-    failed_first = getattr(args, "failed_gangs", "first") == "first"
-    keep_failed_nodes = getattr(args, "keep_failed_nodes", None)
-    kept_from = getattr(args, "keep_failed_nodes_from", None)
-    if kept_from is not None and keep_failed_nodes is None:
-        raise InputError(
-            "--keep-failed-nodes-from", kept_from, "applies only with --keep-failed-nodes"
-        )
-    worth = _eviction_worth(args)
-    check = getattr(args, "check_incremental", False)
-    admission = _admission(args)
-    unallocated_order = UnallocatedOrder(getattr(args, "unallocated_order", None) or "rank")
-    wait = getattr(args, "checkpoint_wait", None)
-    checkpoint_wait = (
-        None
-        if wait is None
-        else CheckpointWait(
-            wait,
-            urgent_priority=getattr(args, "urgent_priority", None),
-            first_checkpoint=getattr(args, "checkpoint_wait_first", None),
-            owed_only=getattr(args, "checkpoint_wait_owed", False),
-            max_total_wait=getattr(args, "checkpoint_wait_total", None),
-        )
-    )
-    if (
-        admission is None
-        and checkpoint_wait is None
-        and not check
-        and spares is None
-        and protect
-        and borrowed is None
-        and cross_account == "budget"
-        and failed_first
-        and keep_failed_nodes is None
-        and worth is None
-        and unallocated_order is UnallocatedOrder.RANK
-    ):
+    settings = policy_settings(args)
+    if getattr(args, "check_incremental", False):
+        settings["check_incremental"] = True
+    if not settings:
         return toposched_scheduler
-    contract = Contract(
-        cross_account="fair_share" if cross_account == "fair-share" else "budget",
-        worth=worth,
-        checkpoint_wait=checkpoint_wait,
-    )
-    return lambda state, tree: Scheduler(
-        state,
-        tree,
-        contract=contract,
-        spares=spares,
-        protect_beyond_budget=protect,
-        borrowed_min_runtime=borrowed,
-        failed_first=failed_first,
-        keep_failed_nodes=keep_failed_nodes,
-        keep_failed_nodes_from=KeptFrom(kept_from or "all"),
-        check_incremental=check,
-        admission=admission,
-        unallocated_order=unallocated_order,
-    )
+    return lambda state, tree: Scheduler(state, tree, **settings)
 
 
 def build_workload(args: argparse.Namespace) -> Workload:

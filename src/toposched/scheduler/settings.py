@@ -30,6 +30,18 @@ def _seconds(name: str, value: object, allow_none: bool = False) -> None:
         raise InputError(name, value, rule)
 
 
+def _alike(value: object, usual: object) -> bool:
+    """Equal, or of one class that compares by identity only (e.g. a placement policy) with
+    the same attributes: two of those are the same choice."""
+    if value == usual:
+        return True
+    return (
+        type(value) is type(usual)
+        and type(value).__eq__ is object.__eq__
+        and getattr(value, "__dict__", None) == getattr(usual, "__dict__", None)
+    )
+
+
 @dataclass(frozen=True)
 class SchedulerSettings:
     """How the scheduler decides: the contract, placement and preemption choices, and limits.
@@ -131,6 +143,23 @@ class SchedulerSettings:
     def protection_cap(self) -> float | None:
         """The most seconds a borrowing job is protected (None: no cap)."""
         return 0.0 if not self.protect_beyond_budget else self.borrowed_min_runtime
+
+    def changes(self) -> dict[str, object]:
+        """The settings that differ from the defaults, by name, the contract's by its own
+        fields' names: what a site chose (e.g. for a server's log)."""
+        default = SchedulerSettings()
+        chosen: dict[str, object] = {}
+        for item in dataclasses.fields(self):
+            value, usual = getattr(self, item.name), getattr(default, item.name)
+            if item.name == "contract" and value != usual:
+                chosen.update(
+                    (part.name, getattr(value, part.name))
+                    for part in dataclasses.fields(value)
+                    if not _alike(getattr(value, part.name), getattr(usual, part.name))
+                )
+            elif not _alike(value, usual):
+                chosen[item.name] = value
+        return chosen
 
     @classmethod
     def of(cls, settings: SchedulerSettings | None, changes: dict[str, Any]) -> SchedulerSettings:

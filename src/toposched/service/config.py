@@ -6,7 +6,7 @@ import ipaddress
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.limits import check_one_node_gpus
@@ -53,6 +53,9 @@ class ServiceConfig:
     ray_address: str | None = None
     ray_levels: tuple[str, ...] = ("rack",)
     extra: dict[str, str] = field(default_factory=dict)
+    scheduler: dict[str, Any] = field(default_factory=dict)
+    """The scheduler's settings by `SchedulerSettings` name (the scheduling policy's flags,
+    `toposched.cli.policy_options.policy_settings`); empty: its defaults."""
 
     def check(self) -> None:
         if self.backend not in BACKENDS:

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from operator import attrgetter
+from typing import Any
 
 from toposched.backends.dry_run import DryRunBackend
 from toposched.backends.protocol import Backend, Launch, NodeWatcher, Stop
@@ -55,13 +56,14 @@ def starter(
     default_tree: Callable[[], BudgetTree],
     backend: Backend,
     resume_simulated: bool = True,
+    settings: Mapping[str, Any] | None = None,
 ) -> Callable[[float], ServiceCore]:
     """The loop's first work: `recover(...)` at the loop's `now`, holding the interpreter in
     long slices (`RECOVERY_SWITCH_S`)."""
 
     def start(now: float) -> ServiceCore:
         with _long_slices():
-            return recover(store, topology, default_tree, backend, now, resume_simulated)
+            return recover(store, topology, default_tree, backend, now, resume_simulated, settings)
 
     return start
 
@@ -89,14 +91,16 @@ def recover(
     backend: Backend,
     now: float,
     resume_simulated: bool = True,
+    settings: Mapping[str, Any] | None = None,
 ) -> ServiceCore:
     """The service's state rebuilt from `store` and reconciled with `backend`. A dry-run
     backend's simulated runs die with the process; with `resume_simulated` the runs the store
-    says were started go on in the new one, as real processes outlive a restart."""
+    says were started go on in the new one, as real processes outlive a restart. `settings`:
+    the scheduler's, by `SchedulerSettings` name (its defaults where not given)."""
     with store.transaction():
         moved = _claim_cluster(store, topology, isinstance(backend, NodeWatcher))
         tree = _tree(store, default_tree)
-        scheduler = Scheduler(ClusterState(topology), tree)
+        scheduler = Scheduler(ClusterState(topology), tree, **(settings or {}))
         core = ServiceCore(scheduler, store, backend, ClusterLimits.of(topology))
         specs = RestoredSpecs()
         records = store.jobs()

@@ -15,6 +15,7 @@ import uvicorn
 
 from toposched.backends.protocol import Backend
 from toposched.cluster.errors import InputError, ToposchedError
+from toposched.scheduler.settings import SchedulerSettings
 from toposched.service.api import create_app
 from toposched.service.auth import Tokens
 from toposched.service.config import (
@@ -63,7 +64,7 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
             server.should_exit = True
 
     loop = Loop(
-        starter(store, topology, lambda: build_tree(config), backend),
+        starter(store, topology, lambda: build_tree(config), backend, settings=config.scheduler),
         tick_s=config.tick_s,
         on_failure=stop_serving,
     )
@@ -87,6 +88,11 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
         config.store,
         config.backend,
     )
+    chosen = SchedulerSettings.of(None, config.scheduler).changes()
+    if chosen:
+        log.info(
+            "scheduling policy: %s", ", ".join(f"{name}={value}" for name, value in chosen.items())
+        )
     log.info(
         "listening on %s://%s:%d",
         "https" if config.ssl_certfile else "http",

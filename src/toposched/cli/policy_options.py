@@ -1,0 +1,338 @@
+"""The scheduling policy's options, shared by `toposched simulate` (and the demo) and
+`toposched serve`: the flags with their help, and the scheduler settings they ask for
+(`policy_settings`), so that a policy measured in the simulator runs as such in the service."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from toposched.cli.simulate_values import (
+    borrowed_duration,
+    headroom_share,
+    keep_duration,
+    loss_budget,
+    spares_option,
+    worth_horizon,
+    worth_ratio,
+)
+from toposched.cluster.errors import InputError
+
+if TYPE_CHECKING:
+    from toposched.policy.checkpoint_wait import CheckpointWait
+    from toposched.policy.worth import EvictionWorth
+    from toposched.scheduler.admission import AdmissionRule
+
+__all__ = ["add_policy_options", "policy_settings"]
+
+# The policy's classes are imported where settings are built, so that the parser (`--help`,
+# usage errors) loads none of them.
+
+
+def add_policy_options(parser: argparse.ArgumentParser) -> None:
+    """The scheduling policy's flags, as one group of `parser`'s options."""
+    group = parser.add_argument_group(
+        "scheduling policy",
+        "how the scheduler protects, preempts and places work (the same flags for "
+        "`toposched simulate` and `toposched serve`; docs/preemption.md)",
+    )
+    group.add_argument(
+        "--spares",
+        type=spares_option,
+        metavar="LEVEL:N",
+        help="hold N idle nodes per LEVEL domain (e.g. rack:1) as spares: a gang whose node "
+        "fails restarts on its surviving nodes plus a spare of the same domain (default: none)",
+    )
+    group.add_argument(
+        "--failed-gangs",
+        choices=("first", "in-order"),
+        default="first",
+        help="a gang a node failure interrupts while it runs within its team's budget: first = "
+        "it heads the next cycle, trying to restart before the queue can take its surviving "
+        "nodes; in-order = it waits in the queue's order like any pending job (default: "
+        "first; a gang given a spare by --spares restarts there either way)",
+    )
+    group.add_argument(
+        "--keep-failed-nodes",
+        type=keep_duration,
+        metavar="DURATION",
+        help="a budgeted gang a node failure interrupts (resumable, within its budget or beyond "
+        "it, without a spare) keeps the nodes it ran on from every other job for up to "
+        "DURATION (e.g. 30m) while it does not restart: it restarts where it was once they and "
+        "what is free hold it (the failed node back after repair), or preempts only the room "
+        "it lacks around them (default: its surviving nodes go back to the queue)",
+    )
+    group.add_argument(
+        "--keep-failed-nodes-from",
+        choices=("all", "unallocated", "all-but-owed"),
+        default=None,
+        help="with --keep-failed-nodes, whom those nodes are kept from: all = every other job; "
+        "unallocated = unallocated work only, budgeted jobs ranked first may take them; "
+        "all-but-owed = every job but those of teams running below their budget, which may "
+        "take them (default: all)",
+    )
+    group.add_argument(
+        "--unprotected-borrowing",
+        action="store_true",
+        help="a job that takes its team past its budget gets no min-runtime protection; the "
+        "same as --borrowed-min-runtime 0",
+    )
+    group.add_argument(
+        "--borrowed-min-runtime",
+        type=borrowed_duration,
+        metavar="D",
+        help="protect a job that takes its team past its budget for at most D (seconds, or "
+        "e.g. 30m, 1h), so that a team back under its budget reclaims its share within D "
+        "(default: none, each job keeps the min runtime it declared)",
+    )
+    group.add_argument(
+        "--cross-account",
+        choices=("budget", "fair-share"),
+        default="budget",
+        help="when a job may evict another account's job past its min runtime: budget = only "
+        "to reclaim its account's budget, never taking the victim's account below its own; "
+        "fair-share = whenever its account ranks above in fair share (default: budget)",
+    )
+    group.add_argument(
+        "--eviction-worth",
+        type=worth_ratio,
+        metavar="RATIO",
+        help="evict allocated work past its min runtime only when the work lost is at most "
+        "RATIO x the GPU-time the preemptor's earlier start gains (1: no more lost than "
+        "gained; docs/preemption.md, 'Is the eviction worth it?'; default: off, every "
+        "eviction the contract allows)",
+    )
+    group.add_argument(
+        "--eviction-worth-horizon",
+        type=worth_horizon,
+        metavar="D",
+        help="with --eviction-worth: the longest wait an eviction is credited with avoiding "
+        "(seconds, or e.g. 30m, 2h; default: 2h)",
+    )
+    group.add_argument(
+        "--eviction-worth-owed",
+        action="store_true",
+        help="with --eviction-worth: credit an eviction only with the preemptor's GPUs that "
+        "bring its team back up to its budget, not those it would borrow beyond it",
+    )
+    group.add_argument(
+        "--eviction-worth-scope",
+        choices=("all", "own-account"),
+        help="with --eviction-worth: which evictions of budgeted work are weighed: all, or "
+        "own-account = only a team's lower-priority jobs evicted for its own job, which move "
+        "no GPUs between teams (default: all)",
+    )
+    group.add_argument(
+        "--eviction-loss-budget",
+        type=loss_budget,
+        metavar="GPU_HOURS",
+        help="with --eviction-worth: the most GPU-hours of budgeted work evictions may throw "
+        "away in any 24 hours; the less of it is left, the more an eviction must gain "
+        "(default: no budget)",
+    )
+    group.add_argument(
+        "--checkpoint-wait",
+        type=worth_horizon,
+        metavar="D",
+        help="wait up to D for the chosen victims' next checkpoints when that saves more "
+        "work than the wait costs the preemptor (seconds, or e.g. 30m, 1h; docs/preemption.md, "
+        "'Waiting for checkpoints'; default: off, victims are evicted at once)",
+    )
+    group.add_argument(
+        "--urgent-priority",
+        type=int,
+        metavar="P",
+        help="with --checkpoint-wait: jobs of priority P or above never wait for checkpoints "
+        "(e.g. 10 for the Ai2-like workload's debug sessions; default: every job may wait)",
+    )
+    group.add_argument(
+        "--checkpoint-wait-first",
+        type=worth_horizon,
+        metavar="D",
+        help="with --checkpoint-wait: expect a resumable job that has reported no checkpoint "
+        "yet to checkpoint first D after its start, and wait for that too (seconds, or e.g. "
+        "1h; default: a job that has reported none is not waited for)",
+    )
+    group.add_argument(
+        "--checkpoint-wait-total",
+        type=worth_horizon,
+        metavar="D",
+        help="with --checkpoint-wait: a waiting job's waits add up to at most D, from the "
+        "first until it starts (seconds, or e.g. 1h; default: no bound beyond "
+        "--checkpoint-wait's for each wait)",
+    )
+    group.add_argument(
+        "--checkpoint-wait-owed",
+        action="store_true",
+        help="with --checkpoint-wait: a wait costs only the preemptor's GPUs that bring its "
+        "team back up to its budget, so a job of a team already running its budget waits "
+        "whenever the checkpoints save work (default: every GPU of the preemptor counts)",
+    )
+    group.add_argument(
+        "--unallocated-admission",
+        type=worth_horizon,
+        metavar="D",
+        help="keep unallocated work off the reservation's nodes when the reserved job is due "
+        "before the work's first checkpoint; D: when a resumable job checkpoints first "
+        "(seconds, or e.g. 30m, 1h; docs/preemption.md, 'Where unallocated work starts'; "
+        "default: off, unallocated work backfills onto reserved nodes)",
+    )
+    group.add_argument(
+        "--unallocated-headroom",
+        type=headroom_share,
+        metavar="PERCENT",
+        help="start unallocated work only while it leaves PERCENT of the cluster's GPUs free "
+        "(0 to below 100, e.g. 1), so that gangs a node failure interrupts and budgeted jobs "
+        "that arrive find room without evicting it (docs/preemption.md, 'Where unallocated "
+        "work starts'; default: 0, unallocated work takes any free GPU)",
+    )
+    group.add_argument(
+        "--unallocated-headroom-restarts",
+        action="store_true",
+        help="add to the headroom the GPUs of the budgeted gangs a node failure interrupted "
+        "that wait to restart within their team's budget: each takes back unallocated work as "
+        "soon as it can reassemble (default: the headroom is --unallocated-headroom's share)",
+    )
+    group.add_argument(
+        "--unallocated-headroom-borrowed",
+        action="store_true",
+        help="keep the headroom free of work beyond its team's budget too: a team coming back "
+        "to its budget starts on it instead of waiting for borrowed runs or evicting them "
+        "(needs --unallocated-headroom; default: budgeted work may take the headroom, "
+        "borrowed or not)",
+    )
+    group.add_argument(
+        "--unallocated-headroom-reserved",
+        action="store_true",
+        help="count the free GPUs of the nodes a reservation drains towards the headroom: "
+        "unallocated work may start while they make it up, instead of waiting beside them "
+        "(needs --unallocated-headroom; default: only free GPUs outside the reservation count)",
+    )
+    group.add_argument(
+        "--unallocated-order",
+        choices=("rank", "oldest"),
+        default=None,
+        help="the order unallocated work starts in: 'rank' by its accounts' Fair Tree rank, "
+        "or 'oldest' submission first across accounts, so that the work nearest its "
+        "withdrawal (a workload's cancel_after) runs first and the newest waits (docs/policy.md, "
+        "'Unallocated work oldest first'; default: rank)",
+    )
+
+
+def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The scheduler settings the policy flags ask for, by `SchedulerSettings` name: empty
+    when every flag is at its default. Raises `InputError` for a flag given without the one it
+    refines (e.g. --eviction-worth-owed without --eviction-worth)."""
+    from toposched.policy.contract import Contract
+    from toposched.policy.fairshare import UnallocatedOrder
+    from toposched.scheduler.interruptions import KeptFrom
+
+    spares = getattr(args, "spares", None)
+    protect = not getattr(args, "unprotected_borrowing", False)
+    borrowed = getattr(args, "borrowed_min_runtime", None)
+    cross_account = getattr(args, "cross_account", "budget")
+    failed_first = getattr(args, "failed_gangs", "first") == "first"
+    keep_failed_nodes = getattr(args, "keep_failed_nodes", None)
+    kept_from = getattr(args, "keep_failed_nodes_from", None)
+    if kept_from is not None and keep_failed_nodes is None:
+        raise InputError(
+            "--keep-failed-nodes-from", kept_from, "applies only with --keep-failed-nodes"
+        )
+    worth = _eviction_worth(args)
+    admission = _admission(args)
+    unallocated_order = UnallocatedOrder(getattr(args, "unallocated_order", None) or "rank")
+    checkpoint_wait = _checkpoint_wait(args)
+    if (
+        admission is None
+        and checkpoint_wait is None
+        and spares is None
+        and protect
+        and borrowed is None
+        and cross_account == "budget"
+        and failed_first
+        and keep_failed_nodes is None
+        and worth is None
+        and unallocated_order is UnallocatedOrder.RANK
+    ):
+        return {}
+    return {
+        "contract": Contract(
+            cross_account="fair_share" if cross_account == "fair-share" else "budget",
+            worth=worth,
+            checkpoint_wait=checkpoint_wait,
+        ),
+        "spares": spares,
+        "protect_beyond_budget": protect,
+        "borrowed_min_runtime": borrowed,
+        "failed_first": failed_first,
+        "keep_failed_nodes": keep_failed_nodes,
+        "keep_failed_nodes_from": KeptFrom(kept_from or "all"),
+        "admission": admission,
+        "unallocated_order": unallocated_order,
+    }
+
+
+def _checkpoint_wait(args: argparse.Namespace) -> CheckpointWait | None:
+    """The wait for victims' checkpoints `--checkpoint-wait` asks for (None: off)."""
+    from toposched.policy.checkpoint_wait import CheckpointWait
+
+    wait = getattr(args, "checkpoint_wait", None)
+    if wait is None:
+        return None
+    return CheckpointWait(
+        wait,
+        urgent_priority=getattr(args, "urgent_priority", None),
+        first_checkpoint=getattr(args, "checkpoint_wait_first", None),
+        owed_only=getattr(args, "checkpoint_wait_owed", False),
+        max_total_wait=getattr(args, "checkpoint_wait_total", None),
+    )
+
+
+def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
+    """The cost/benefit rule `--eviction-worth` asks for (None: off)."""
+    from toposched.policy.worth import DEFAULT_WORTH_HORIZON, EvictionWorth, WorthScope
+
+    ratio = getattr(args, "eviction_worth", None)
+    horizon = getattr(args, "eviction_worth_horizon", None)
+    owed = getattr(args, "eviction_worth_owed", False)
+    budget = getattr(args, "eviction_loss_budget", None)
+    scope = getattr(args, "eviction_worth_scope", None)
+    if ratio is None:
+        given = (
+            ("--eviction-worth-horizon", horizon),
+            ("--eviction-worth-owed", owed or None),
+            ("--eviction-worth-scope", scope),
+            ("--eviction-loss-budget", budget),
+        )
+        for option, value in given:
+            if value is not None:
+                raise InputError(option, value, "applies only with --eviction-worth")
+        return None
+    return EvictionWorth(
+        ratio,
+        DEFAULT_WORTH_HORIZON if horizon is None else horizon,
+        owed_only=owed,
+        loss_budget=budget,
+        scope=WorthScope.ALL if scope is None else WorthScope(scope),
+    )
+
+
+def _admission(args: argparse.Namespace) -> AdmissionRule | None:
+    """Where unallocated work may start, as `--unallocated-admission` and
+    `--unallocated-headroom` ask (None: anywhere it fits)."""
+    from toposched.scheduler.admission import AdmissionRule
+
+    checkpoint = getattr(args, "unallocated_admission", None)
+    headroom = getattr(args, "unallocated_headroom", None) or 0.0
+    restarts = getattr(args, "unallocated_headroom_restarts", False)
+    borrowed = getattr(args, "unallocated_headroom_borrowed", False)
+    reserved = getattr(args, "unallocated_headroom_reserved", False)
+    for flag, given in (
+        ("--unallocated-headroom-borrowed", borrowed),
+        ("--unallocated-headroom-reserved", reserved),
+    ):
+        if given and headroom == 0:
+            raise InputError(flag, True, "applies only with --unallocated-headroom")
+    if checkpoint is None and headroom == 0 and not restarts:
+        return None
+    return AdmissionRule(checkpoint, headroom, restarts, borrowed, reserved)

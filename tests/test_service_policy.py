@@ -1,0 +1,121 @@
+"""The scheduling policy's flags: `toposched serve` takes those of `toposched simulate`, asks
+for the same settings with them, rejects a flag given without the one it refines before it
+starts, and a server runs the policy they ask for."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from service_helpers import job, serving
+
+from toposched.cli.main import build_parser, main
+from toposched.cli.policy_options import policy_settings
+from toposched.scheduler.settings import SchedulerSettings
+
+POLICY = [
+    "--eviction-worth",
+    "1",
+    "--eviction-worth-owed",
+    "--eviction-loss-budget",
+    "100",
+    "--checkpoint-wait",
+    "1h",
+    "--urgent-priority",
+    "10",
+    "--unallocated-headroom",
+    "2",
+    "--unallocated-order",
+    "oldest",
+    "--borrowed-min-runtime",
+    "10m",
+]
+
+
+def chosen(argv: list[str]) -> dict[str, object]:
+    """The settings `argv` asks for that differ from the defaults."""
+    args = build_parser().parse_args(argv)
+    return SchedulerSettings.of(None, policy_settings(args)).changes()
+
+
+def test_serve_and_simulate_ask_for_the_same_settings() -> None:
+    served = chosen(["serve", "--gpus", "8", *POLICY])
+    simulated = chosen(["simulate", *POLICY])
+    assert served == simulated
+    assert set(served) == {
+        "worth",
+        "checkpoint_wait",
+        "admission",
+        "unallocated_order",
+        "borrowed_min_runtime",
+    }
+    assert chosen(["serve", "--gpus", "8"]) == {}
+
+
+def test_serve_rejects_a_policy_flag_without_the_one_it_refines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "state.db"
+    code = main(["serve", "--gpus", "8", "--store", str(store), "--eviction-worth-owed"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--eviction-worth-owed" in err and "applies only with --eviction-worth" in err
+    assert "Traceback" not in err
+    assert not store.exists()
+
+
+def test_serve_help_lists_the_policy_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = capsys.readouterr().out
+    assert "scheduling policy" in text
+    for flag in ("--eviction-worth", "--checkpoint-wait", "--unallocated-headroom"):
+        assert flag in text
+
+
+def queue_after_filling(server_args: tuple[str, ...], folder: Path) -> tuple[list[str], str]:
+    """The queue's order of four unallocated jobs of two accounts, submitted one after the
+    other while budgeted jobs fill every GPU, and the server's log."""
+    folder.mkdir()
+    with serving(
+        folder, "--cluster", "cluster.yaml", "--budgets", "budgets.yaml", *server_args
+    ) as server:
+        with server.client() as client:
+            for number in range(4):
+                filler = job(f"fill{number}", min_runtime="1h", expected_runtime="2h")
+                assert client.post("/v1/jobs", json=filler).status_code == 201
+            wait_running(client, [f"fill{number}" for number in range(4)])
+            for name, account in (
+                ("u1", "prod"),
+                ("u2", "research/team-a"),
+                ("u3", "prod"),
+                ("u4", "research/team-a"),
+            ):
+                spare = job(name, account=account, min_runtime="0s", expected_runtime="1h")
+                assert client.post("/v1/jobs", json=spare).status_code == 201
+                time.sleep(0.01)  # submission times apart
+            queue = client.get("/v1/queue").json()["queue"]
+        return [row["id"] for row in queue], server.log.read_text()
+
+
+def wait_running(client: httpx.Client, names: list[str], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = {client.get(f"/v1/jobs/{name}").json()["state"] for name in names}
+        if states == {"running"}:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not all running: {states}")
+
+
+def test_a_server_runs_the_policy_its_flags_ask_for(tmp_path: Path) -> None:
+    # Oldest first, the unallocated tier interleaves the two accounts by submission; by the
+    # accounts' rank (the default) each account's jobs follow one another.
+    oldest, log = queue_after_filling(("--unallocated-order", "oldest"), tmp_path / "oldest")
+    assert oldest == ["u1", "u2", "u3", "u4"]
+    assert "scheduling policy: unallocated_order=" in log
+    ranked, log = queue_after_filling((), tmp_path / "rank")
+    assert ranked in (["u1", "u3", "u2", "u4"], ["u2", "u4", "u1", "u3"])
+    assert "scheduling policy" not in log
