@@ -176,8 +176,17 @@ def test_snapshot_counts_jobs_gpus_and_evictions(tmp_path: Path) -> None:
         settle(loop)
         snapshot = loop.call(lambda core, now: take_snapshot(core, now, loop.cycles))
     text = samples(metrics.text())
-    evictions = {labels: v for (name, labels), v in text.items() if name.startswith("toposched_ev")}
+    evictions = {
+        labels: v for (name, labels), v in text.items() if name == "toposched_evictions_total"
+    }
     assert evictions == {(("rule", "unallocated-victim"),): 1}
+    # The borrower ran 600 s on 16 GPUs and reported no checkpoint: all of it is lost.
+    lost = {
+        labels: v
+        for (name, labels), v in text.items()
+        if name == "toposched_eviction_lost_gpu_seconds_total"
+    }
+    assert lost == {(("rule", "unallocated-victim"),): 16 * 600}
     assert text[("toposched_decisions_total", (("kind", "evict"),))] == 1
     wait = (
         "toposched_admission_wait_seconds_count",

@@ -102,6 +102,14 @@ class ServiceMetrics:
             ["rule"],
             registry=registry,
         )
+        self.lost = Counter(
+            f"{PREFIX}_eviction_lost_gpu_seconds",
+            "GPU-seconds of work the evictions decided throw away (each victim's work since its "
+            "last checkpoint, or since its start when it cannot resume), by the rule that "
+            "allowed them",
+            ["rule"],
+            registry=registry,
+        )
         self.decisions = Counter(
             f"{PREFIX}_decisions",
             "Decisions of the scheduling cycles, by kind: bind (a start), evict",
@@ -145,6 +153,7 @@ class ServiceMetrics:
             elif isinstance(decision, Evict):
                 evicts += 1
                 self.evictions.labels(decision.rule).inc()
+                self.lost.labels(decision.rule).inc(decision.lost_gpu_seconds)
         if binds:
             self._binds.inc(binds)
         if evicts:
