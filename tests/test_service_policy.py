@@ -66,6 +66,19 @@ def test_serve_rejects_a_policy_flag_without_the_one_it_refines(
     assert not store.exists()
 
 
+def test_serve_refuses_spares_at_a_level_the_cluster_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One 8-GPU node has no racks: refused before a store is made or a port bound.
+    store = tmp_path / "state.db"
+    argv = ["serve", "--gpus", "8", "--store", str(store), "--spares", "rack:1"]
+    argv += ["--state-dir", str(tmp_path / "state")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--spares: 'rack' is invalid: unknown level" in err and "Traceback" not in err
+    assert not store.exists() and not (tmp_path / "state").exists()
+
+
 def test_serve_help_lists_the_policy_flags(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["serve", "--help"])

@@ -8,9 +8,19 @@ from numpy.typing import NDArray
 from toposched.cluster.availability import Closure
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, ClusterState
+from toposched.cluster.topology import Topology
 from toposched.placement.request import GangRequest
 
 IntArray = NDArray[np.int64]
+
+
+def spare_level(topology: Topology, level: str, field_name: str = "spares.level") -> int:
+    """The index of the topology level spares are held at (`level` by name), or an
+    `InputError` naming `field_name`: an unknown level, or the root."""
+    index = topology.level_index(level, field_name)
+    if index == 0:
+        raise InputError(field_name, level, "spares are held per domain below the root")
+    return index
 
 
 class SparePool:
@@ -25,9 +35,7 @@ class SparePool:
 
     def __init__(self, state: ClusterState, level: str, per_domain: int) -> None:
         topology = state.topology
-        self.level = topology.level_index(level, "spares.level")
-        if self.level == 0:
-            raise InputError("spares.level", level, "spares are held per domain below the root")
+        self.level = spare_level(topology, level)
         if per_domain < 1:
             raise InputError("spares.per_domain", per_domain, "must be at least 1")
         self.state = state

@@ -16,6 +16,7 @@ import uvicorn
 from toposched.backends.protocol import Backend
 from toposched.cluster.errors import InputError, ToposchedError
 from toposched.scheduler.settings import SchedulerSettings
+from toposched.scheduler.spares import spare_level
 from toposched.service.api import create_app
 from toposched.service.auth import Tokens
 from toposched.service.config import (
@@ -54,6 +55,9 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
         topology, backend = on_ray.topology, on_ray.backend
     else:
         topology, backend = build_topology(config), build_backend(config)
+    spares = config.scheduler.get("spares")
+    if spares is not None:
+        spare_level(topology, spares[0], "--spares")  # before the store is made or claimed
     listener, locks, store = _claim(config)
     if tokens is None:
         log.warning("no --tokens: the API is open to every local user of this machine")
