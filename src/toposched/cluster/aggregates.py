@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster import kernels
+from toposched.cluster import kernels, run_kernels
 from toposched.cluster.allocation import MILLI_PER_GPU, Allocation
 from toposched.cluster.health import Health
 from toposched.cluster.rows import add_to_rows, distinct, row_sums, take_rows
@@ -241,17 +241,10 @@ class StateArrays:
             return
         share = self._recent_share(nodes)
         if share is None:
-            whole, values = self._rows(nodes)
-            # Nodes are sorted and domains depth-first: summed per innermost domain once, then
-            # per domain of each upper level from those sums.
-            first = self._leaf_runs(nodes)
-            run = self._run_of_each(first, nodes.size)
-            model = self._models(nodes)
-            levels = self._level_sums(
-                nodes[first],
-                np.add.reduceat(values, first, axis=1).T,
-                self._hist_moves(first.size, run, model, None, whole),
-            )
+            # Nodes are sorted and domains depth-first: summed per innermost domain once (in
+            # one compiled pass), then per domain of each upper level from those sums.
+            first, sums, moves = run_kernels.node_run_sums(nodes, self._kernel_arrays())
+            levels = self._level_sums(nodes[first], sums, moves)
             share = _Share(nodes, self._changes, levels)
             self._recent_shares.insert(0, share)
             del self._recent_shares[_RECENT_SHARES:]

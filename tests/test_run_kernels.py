@@ -1,0 +1,187 @@
+"""The compiled loops that sum changes per run of nodes (`cluster/run_kernels.py`) against the
+pod-by-pod loops and plain counts, on a busy fleet with closed nodes."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toposched.cluster import kernels, run_kernels
+from toposched.cluster.builders import nvl72_cluster
+from toposched.cluster.errors import InputError
+from toposched.cluster.state import MILLI_PER_GPU, Allocation, Closure, ClusterState, Health
+
+
+def busy_fleet(seed: int) -> tuple[ClusterState, np.random.Generator]:
+    """8 racks x 18 nodes x 4 GPUs, about half the GPUs held by one-node jobs of 1-4 GPUs
+    (some sharing a GPU by fractions), some nodes down or fenced."""
+    state = ClusterState(nvl72_cluster(1, 2, 4))
+    rng = np.random.default_rng(seed)
+    for index in range(120):
+        node = int(rng.integers(state.topology.n_nodes))
+        free = np.flatnonzero(state.gpu_free_milli[node] == MILLI_PER_GPU)
+        if free.size == 0:
+            continue
+        if index % 4 == 0:
+            allocation = Allocation.of([node], [[int(free[0])]], 250, 1000, 64)
+        else:
+            width = int(rng.integers(1, free.size + 1))
+            allocation = Allocation.of([node], [free[:width].tolist()], 1000, 2000, 1024)
+        state.allocate(f"j{index}", allocation)
+    state.set_health(rng.choice(state.topology.n_nodes, size=6, replace=False), Health.DOWN)
+    state.close(rng.choice(state.topology.n_nodes, size=6, replace=False), Closure.FENCE)
+    return state, rng
+
+
+def free_pods(state: ClusterState, rng: np.random.Generator, gpus: int) -> Allocation:
+    """Pods of `gpus` whole GPUs each on nodes that have them free (closed nodes included,
+    since a release gives back pods on nodes closed after they were taken), rack by rack."""
+    nodes, rows = [], []
+    for node in range(state.topology.n_nodes):
+        free = np.flatnonzero(state.gpu_free_milli[node] == MILLI_PER_GPU)
+        if free.size >= gpus and rng.random() < 0.8:
+            nodes.append(node)
+            rows.append(free[:gpus].tolist())
+    return Allocation.of(nodes, rows, 1000, 500, 256)
+
+
+def same_arrays(one: ClusterState, other: ClusterState) -> None:
+    mine, theirs = one.snapshot(), other.snapshot()
+    for name, array in mine.items():
+        assert np.array_equal(array, theirs[name]), name
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("gpus", [1, 2, 4])
+def test_pods_applied_by_runs_change_what_pod_by_pod_does(seed: int, gpus: int) -> None:
+    state, rng = busy_fleet(seed)
+    twin = copy.deepcopy(state)
+    allocation = free_pods(state, rng, gpus)
+    for sign in (-1, +1):  # taken, then given back
+        args = (
+            allocation.nodes,
+            allocation.gpus,
+            allocation.gpu_milli,
+            allocation.cpu_milli,
+            allocation.memory_mib,
+            sign,
+        )
+        run_kernels.apply_pods_by_runs(*args, state._kernel_arrays(), state._changed_at, 1 + sign)
+        kernels.apply_pods(*args, twin._kernel_arrays(), twin._changed_at, 1 + sign)
+        same_arrays(state, twin)
+        assert np.array_equal(state._changed_at, twin._changed_at)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pods_of_a_gpu_fraction_applied_by_runs_count_whole_gpus_as_pod_by_pod(seed: int) -> None:
+    # Two pods of 300 milli-GPU on GPU 3 of nodes that have 600 free, some of them closed:
+    # a node's whole GPUs are counted from its GPUs, not assumed.
+    state, _ = busy_fleet(seed)
+    twin = copy.deepcopy(state)
+    nodes = np.repeat(np.flatnonzero(state.gpu_free_milli[:, 3] >= 600), 2)
+    assert nodes.size > 20
+    gpus = np.full((nodes.size, 1), 3)
+    for sign in (-1, +1):
+        args = (nodes, gpus, 300, 100, 0, sign)
+        run_kernels.apply_pods_by_runs(*args, state._kernel_arrays(), state._changed_at, 5)
+        kernels.apply_pods(*args, twin._kernel_arrays(), twin._changed_at, 5)
+        same_arrays(state, twin)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_nodes_added_by_runs_move_what_node_by_node_does(seed: int) -> None:
+    state, rng = busy_fleet(seed)
+    nodes = np.sort(rng.choice(state.topology.n_nodes, size=90, replace=False))
+    for sign in (-1, +1):
+        twin = copy.deepcopy(state)
+        run_kernels.add_nodes_by_runs(nodes, sign, state._kernel_arrays())
+        kernels.add_nodes(nodes, sign, twin._kernel_arrays())
+        same_arrays(state, twin)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_run_sums_add_up_each_runs_node_values(seed: int) -> None:
+    state, rng = busy_fleet(seed)
+    nodes = np.sort(rng.choice(np.flatnonzero(state.closed == 0), size=70, replace=False))
+    first, sums, cells = run_kernels.node_run_sums(nodes, state._kernel_arrays())
+    leaves = state.topology.node_domain[-1][nodes]
+    assert first.tolist() == np.flatnonzero(np.diff(leaves, prepend=-1)).tolist()
+    values = kernels.node_values(nodes, state._kernel_arrays())
+    ends = [*first[1:].tolist(), nodes.size]
+    width = state.free_hist[0].shape[2]
+    for run, (start, end) in enumerate(zip(first.tolist(), ends, strict=True)):
+        assert sums[run].tolist() == values[start:end].sum(axis=0).tolist()
+        expected = np.zeros(cells.shape[1], dtype=np.int64)
+        for node in nodes[start:end].tolist():
+            model = int(state.topology.gpu_model[node])
+            expected[model * width + int(state.free_whole_gpus[node])] += 1
+        assert cells[run].tolist() == expected.tolist()
+
+
+@st.composite
+def pods_on_a_small_fleet(draw: st.DrawFn) -> tuple[int, list[int], list[list[int]], int, int, int]:
+    seed = draw(st.integers(0, 3))
+    pods = draw(st.integers(1, 12))
+    per_pod = draw(st.integers(0, 3))
+    # Nodes and GPUs mostly valid, sometimes out of range; repeats allowed.
+    nodes = draw(st.lists(st.integers(-1, 145), min_size=pods, max_size=pods))
+    gpus = draw(
+        st.lists(
+            st.lists(st.integers(-1, 4), min_size=per_pod, max_size=per_pod),
+            min_size=pods,
+            max_size=pods,
+        )
+    )
+    milli = draw(st.sampled_from([1000, 1000, 500, 250])) if per_pod <= 1 else 1000
+    cpu = draw(st.sampled_from([0, 1000, 70_000, 144_000]))
+    memory = draw(st.sampled_from([0, 1024, 500 * 1024]))
+    return seed, nodes, gpus, milli, cpu, memory
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=pods_on_a_small_fleet())
+def test_fits_in_place_answers_as_the_sorting_check_and_changes_nothing(
+    case: tuple[int, list[int], list[list[int]], int, int, int],
+) -> None:
+    seed, nodes, gpus, milli, cpu, memory = case
+    state, _ = busy_fleet(seed)
+    node_array = np.array(nodes, dtype=np.int64)
+    gpu_array = np.array(gpus, dtype=np.int64).reshape(len(nodes), -1)
+    arrays = (
+        state.topology.gpu_count,
+        state.closed,
+        state.gpu_free_milli,
+        state.free_cpu_milli,
+        state.free_memory_mib,
+    )
+    before = state.snapshot()
+    expected = kernels.fits_now(node_array, gpu_array, milli, cpu, memory, *arrays)
+    found = run_kernels.fits_in_place(node_array, gpu_array, milli, cpu, memory, *arrays)
+    assert found == expected
+    same = state.snapshot()
+    assert all(np.array_equal(before[name], same[name]) for name in before)
+
+
+def test_a_gang_of_thousands_of_pods_asking_a_gpu_twice_is_refused_and_changes_nothing() -> None:
+    # More pods than the compiled loops of a few take: the quick check finds the repeat, and
+    # the full checks name it; nothing changes.
+    state = ClusterState(nvl72_cluster(1, 2, 70))
+    count = state.topology.n_nodes
+    assert count > kernels.COMPILED_LIMIT
+    gpus = np.tile([[0, 1, 2, 3]], (count, 1))
+    gpus[count // 2] = [0, 1, 2, 2]
+    before = state.snapshot()
+    with pytest.raises(InputError) as caught:
+        state.allocate("gang", Allocation.of(np.arange(count), gpus))
+    assert caught.value.field == "allocation[gang].gpus"
+    assert caught.value.rule == "needs 2000 milli-GPU, 1000 free"
+    after = state.snapshot()
+    assert all(np.array_equal(before[name], after[name]) for name in before)
+    # The same gang, every GPU asked once, fits and leaves no GPU free.
+    gpus[count // 2] = [0, 1, 2, 3]
+    state.allocate("gang", Allocation.of(np.arange(count), gpus))
+    assert int(state.free_gpus[0][0]) == 0
