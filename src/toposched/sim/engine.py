@@ -124,10 +124,14 @@ class _Run:
         try:
             # Inside the stop's reach: a run of many jobs is stopped, with what it simulated
             # (nothing yet), while it queues them too.
-            for index, job in enumerate(self.workload.jobs):
-                self.events.push(job.submit_time, EventKind.SUBMISSION, index)
-            for index, failure in enumerate(self.workload.failures):
-                self.events.push(failure.time, EventKind.FAILURE, index)
+            self.events.push_many(
+                EventKind.SUBMISSION,
+                ((job.submit_time, index) for index, job in enumerate(self.workload.jobs)),
+            )
+            self.events.push_many(
+                EventKind.FAILURE,
+                ((failure.time, index) for index, failure in enumerate(self.workload.failures)),
+            )
             self.events.push(start, EventKind.SAMPLE, None)
             self.meter.measure()
             collector.freeze()  # the fleet, the workload and its queued events
@@ -169,6 +173,8 @@ class _Run:
         events, meter, counts = self.events, self.meter, self.backend.counts
         between_turns = collector.between_turns
         horizon = self.horizon
+        sample_kind = int(EventKind.SAMPLE)
+        pop_at = events.pop_at
         with self._progress() as advance:
             while events:
                 now = events.next_time()
@@ -179,9 +185,9 @@ class _Run:
                 meter.integrate(now)
                 changed = False
                 sample = False
-                while events and events.next_time() == now:
-                    _, kind, _, payload = events.pop()
-                    if kind == EventKind.SAMPLE:
+                while (event := pop_at(now)) is not None:
+                    _, kind, _, payload = event
+                    if kind == sample_kind:
                         sample = True
                         continue
                     if handlers[kind](payload, now):
