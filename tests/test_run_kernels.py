@@ -14,6 +14,7 @@ from toposched.cluster import kernels, run_kernels
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import MILLI_PER_GPU, Allocation, Closure, ClusterState, Health
+from toposched.cluster.statement import Statement
 
 
 def busy_fleet(seed: int) -> tuple[ClusterState, np.random.Generator]:
@@ -104,12 +105,17 @@ def test_nodes_added_by_runs_move_what_node_by_node_does(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_run_sums_add_up_each_runs_node_values(seed: int) -> None:
+@pytest.mark.parametrize("from_rows", [False, True])
+def test_run_sums_add_up_each_runs_node_values(seed: int, from_rows: bool) -> None:
+    # Every open node of racks 1, 2 and 5 (read from their rows when allowed), and some of
+    # the others (read from their nodes).
     state, rng = busy_fleet(seed)
-    nodes = np.sort(rng.choice(np.flatnonzero(state.closed == 0), size=70, replace=False))
-    first, sums, cells = run_kernels.node_run_sums(nodes, state._kernel_arrays())
-    leaves = state.topology.node_domain[-1][nodes]
-    assert first.tolist() == np.flatnonzero(np.diff(leaves, prepend=-1)).tolist()
+    leaves = state.topology.node_domain[-1]
+    whole_racks = np.isin(leaves, [1, 2, 5])
+    some = rng.random(state.topology.n_nodes) < 0.4
+    nodes = np.flatnonzero((whole_racks | some) & (state.closed == 0))
+    first, sums, cells = run_kernels.node_run_sums(nodes, state._kernel_arrays(), from_rows)
+    assert first.tolist() == np.flatnonzero(np.diff(leaves[nodes], prepend=-1)).tolist()
     values = kernels.node_values(nodes, state._kernel_arrays())
     ends = [*first[1:].tolist(), nodes.size]
     width = state.free_hist[0].shape[2]
@@ -120,6 +126,65 @@ def test_run_sums_add_up_each_runs_node_values(seed: int) -> None:
             model = int(state.topology.gpu_model[node])
             expected[model * width + int(state.free_whole_gpus[node])] += 1
         assert cells[run].tolist() == expected.tolist()
+
+
+def assert_aggregates_recomputed(state: ClusterState) -> None:
+    fresh = state.compute_aggregates()
+    for name, ours in (
+        ("free_hist", state.free_hist),
+        ("free_gpus", state.free_gpus),
+        ("free_milli", state.free_milli),
+        ("idle_nodes", state.idle_nodes),
+        ("cpu", state.domain_free_cpu),
+        ("memory", state.domain_free_memory),
+    ):
+        for level, array in enumerate(ours):
+            assert np.array_equal(array, fresh[name][level]), (name, level)
+
+
+def assert_aggregates_match_nodes_but_rack(state: ClusterState, rack: int) -> None:
+    """The aggregates of the racks but `rack` sum their nodes (inside a what-if of `rack`'s
+    nodes alone)."""
+    fresh = state.compute_aggregates()
+    leaf = len(state.free_hist) - 1
+    others = np.arange(state.topology.n_domains(leaf)) != rack
+    assert np.array_equal(state.free_hist[leaf][others], fresh["free_hist"][leaf][others])
+    assert np.array_equal(state.free_gpus[leaf][others], fresh["free_gpus"][leaf][others])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_whole_racks_closed_inside_a_what_if_of_their_nodes_alone_leave_aggregates_exact(
+    seed: int,
+) -> None:
+    # Freed in the node arrays alone, rack 3's nodes differ from what its row sums; a fence
+    # over thousands of nodes, rack 3 among them, closed and opened inside that what-if must
+    # read rack 3 from its nodes, or the aggregates drift once the what-if is undone.
+    state = ClusterState(nvl72_cluster(1, 2, 70))
+    rng = np.random.default_rng(seed)
+    held = [f"j{node}" for node in range(0, state.topology.n_nodes, 3)]
+    for owner in held:
+        node = int(owner[1:])
+        state.allocate(owner, Allocation.of([node], [[0, 1]], 1000, 1000, 64))
+    leaves = state.topology.node_domain[-1]
+    rack = np.flatnonzero(leaves == 3)
+    block = np.sort(np.concatenate([rack, rng.choice(np.flatnonzero(leaves > 3), 2200, False)]))
+    statement = Statement(state)
+    mark = statement.checkpoint()
+    parts = [state.allocations[f"j{node}"] for node in rack.tolist() if node % 3 == 0]
+    statement.free_on_nodes(parts, int(rack[0]), int(rack[-1]) + 1)
+    assert state.unsummed_changes == 1
+    statement.close(block)
+    # A job on the block ends while it is closed: what the block adds is found anew when it
+    # opens again, from its nodes (rack 3's row no longer counts them).
+    ending = next(f"j{node}" for node in block.tolist() if node % 3 == 0 and leaves[node] > 3)
+    statement.release(ending)
+    statement.rollback(mark + 1)  # the fence opens again, the what-if stays
+    assert_aggregates_match_nodes_but_rack(state, 3)
+    statement.rollback(mark)
+    assert state.unsummed_changes == 0
+    assert_aggregates_recomputed(state)
+    statement.close(block)
+    assert_aggregates_recomputed(state)
 
 
 @st.composite
@@ -185,3 +250,21 @@ def test_a_gang_of_thousands_of_pods_asking_a_gpu_twice_is_refused_and_changes_n
     gpus[count // 2] = [0, 1, 2, 3]
     state.allocate("gang", Allocation.of(np.arange(count), gpus))
     assert int(state.free_gpus[0][0]) == 0
+
+
+def test_nodes_coming_back_beside_as_many_open_ones_of_their_rack_are_read_from_themselves() -> (
+    None
+):
+    # Half of rack 0 is fenced with thousands of other nodes; a job on one of them ends
+    # while fenced, so what they add is found anew when they open: rack 0's row then counts
+    # its other 9 nodes, as many as come back, and must not be taken for theirs.
+    state = ClusterState(nvl72_cluster(1, 2, 70))
+    leaves = state.topology.node_domain[-1]
+    half = np.flatnonzero(leaves == 0)[:9]
+    block = np.concatenate([half, np.flatnonzero(leaves >= 20)])
+    state.allocate("busy", Allocation.of(np.flatnonzero(leaves == 0)[9:], [[0, 1, 2, 3]] * 9))
+    state.allocate("ending", Allocation.of([int(half[0])], [[0]]))
+    state.close(block, Closure.FENCE)
+    state.release("ending")
+    state.reopen(block, Closure.FENCE)
+    assert_aggregates_recomputed(state)

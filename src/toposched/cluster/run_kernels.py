@@ -219,18 +219,23 @@ def add_nodes_by_runs(nodes: np.ndarray, sign: int, arrays: StateArrays) -> None
 
 @njit(cache=True, nogil=True)
 def node_run_sums(
-    nodes: np.ndarray, arrays: StateArrays
+    nodes: np.ndarray, arrays: StateArrays, from_rows: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """What open `nodes` (sorted) add to the aggregates, summed per run of them in one
-    innermost domain: where each run begins (positions in `nodes`), its sums of the totals
+    """What open `nodes` (distinct, sorted) add to the aggregates, summed per run of them in
+    one innermost domain: where each run begins (positions in `nodes`), its sums of the totals
     (one row per run, the columns of `kernels.node_values`), and its histogram cells (one row
-    per run: GPU models x free whole GPUs, flattened)."""
+    per run: GPU models x free whole GPUs, flattened).
+
+    With `from_rows` (the nodes count in the aggregates now, which sum the node arrays: no
+    change of nodes alone is under way), a run holding as many nodes as its domain counts
+    holds every node counted there, and adds what the domain's row holds, read there instead
+    of from its nodes: a fence's block covers whole racks."""
     free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
     gpu_count, cpu_capacity, memory_capacity = arrays[4:7]
-    node_rows, gpu_model, hist = arrays[8], arrays[9], arrays[10]
+    node_rows, gpu_model, hist, totals = arrays[8], arrays[9], arrays[10], arrays[11]
     width = gpu_free_milli.shape[1]
     leaf = node_rows.shape[1] - 1
-    hist_width = hist.shape[2]
+    n_models, hist_width = hist.shape[1], hist.shape[2]
     runs = 0
     run_row = -1
     for i in range(nodes.size):
@@ -238,40 +243,54 @@ def node_run_sums(
         if row != run_row:
             runs += 1
             run_row = row
-    first = np.empty(runs, dtype=np.int64)
-    sums = np.zeros((runs, 5), dtype=np.int64)
-    cells = np.zeros((runs, hist.shape[1] * hist_width), dtype=np.int64)
+    first = np.empty(runs + 1, dtype=np.int64)
+    rows = np.empty(runs, dtype=np.int64)
     run = -1
     run_row = -1
-    whole_sum = milli_sum = idle_sum = cpu_sum = memory_sum = np.int64(0)
-    for i in range(nodes.size + 1):
-        row = node_rows[nodes[i], leaf] if i < nodes.size else -1
+    for i in range(nodes.size):
+        row = node_rows[nodes[i], leaf]
         if row != run_row:
-            if run >= 0:  # the run ends: its sums, kept in scalars until now
-                sums[run, WHOLE] = whole_sum
-                sums[run, MILLI] = milli_sum
-                sums[run, IDLE] = idle_sum
-                sums[run, CPU] = cpu_sum
-                sums[run, MEMORY] = memory_sum
-                whole_sum = milli_sum = idle_sum = cpu_sum = memory_sum = np.int64(0)
-            if i == nodes.size:
-                break
             run += 1
             first[run] = i
+            rows[run] = row
             run_row = row
-        node = nodes[i]
-        whole = np.int64(free_whole_gpus[node])
-        cpu = free_cpu_milli[node]
-        memory = free_memory_mib[node]
-        for gpu in range(width):
-            milli_sum += gpu_free_milli[node, gpu]
-        idle = whole == gpu_count[node] and cpu == cpu_capacity[node]
-        idle_sum += np.int64(idle and memory == memory_capacity[node])
-        whole_sum += whole
-        cpu_sum += cpu
-        memory_sum += memory
-        cells[run, gpu_model[node] * hist_width + whole] += 1
-    return first, sums, cells
+    first[runs] = nodes.size
+    sums = np.zeros((runs, 5), dtype=np.int64)
+    cells = np.zeros((runs, n_models * hist_width), dtype=np.int64)
+    for run in range(runs):
+        start, end, row = first[run], first[run + 1], rows[run]
+        if from_rows:
+            open_nodes = np.int64(0)  # the domain's open nodes: its histogram's count
+            for model in range(n_models):
+                for cell in range(hist_width):
+                    open_nodes += hist[row, model, cell]
+            if open_nodes == end - start:
+                for column in range(5):
+                    sums[run, column] = totals[row, column]
+                for model in range(n_models):
+                    for cell in range(hist_width):
+                        cells[run, model * hist_width + cell] = hist[row, model, cell]
+                continue
+        whole_sum = milli_sum = idle_sum = cpu_sum = memory_sum = np.int64(0)
+        for i in range(start, end):
+            node = nodes[i]
+            whole = np.int64(free_whole_gpus[node])
+            cpu = free_cpu_milli[node]
+            memory = free_memory_mib[node]
+            for gpu in range(width):
+                milli_sum += gpu_free_milli[node, gpu]
+            idle = whole == gpu_count[node] and cpu == cpu_capacity[node]
+            idle_sum += np.int64(idle and memory == memory_capacity[node])
+            whole_sum += whole
+            cpu_sum += cpu
+            memory_sum += memory
+            cells[run, gpu_model[node] * hist_width + whole] += 1
+        sums[run, WHOLE] = whole_sum
+        sums[run, MILLI] = milli_sum
+        sums[run, IDLE] = idle_sum
+        sums[run, CPU] = cpu_sum
+        sums[run, MEMORY] = memory_sum
+    return first[:runs], sums, cells
 
 
 @njit(cache=True, nogil=True)
@@ -333,3 +352,13 @@ def fits_in_place(
         free_cpu_milli[node] += cpu_milli
         free_memory_mib[node] += memory_mib
     return fits
+
+
+@njit(cache=True, nogil=True)
+def add_to_rows(array: np.ndarray, rows: np.ndarray, change: np.ndarray, sign: int) -> None:
+    """`array[rows] += sign * change` for a 2-D array and distinct `rows` (one row of `change`
+    each), in one call where numpy's gather, add and scatter cost three."""
+    for i in range(rows.size):
+        row = rows[i]
+        for column in range(array.shape[1]):
+            array[row, column] += sign * change[i, column]
