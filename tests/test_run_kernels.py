@@ -58,7 +58,10 @@ def same_arrays(one: ClusterState, other: ClusterState) -> None:
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("gpus", [1, 2, 4])
-def test_pods_applied_by_runs_change_what_pod_by_pod_does(seed: int, gpus: int) -> None:
+@pytest.mark.parametrize("held_whole", [False, True])
+def test_pods_applied_by_runs_change_what_pod_by_pod_does(
+    seed: int, gpus: int, held_whole: bool
+) -> None:
     state, rng = busy_fleet(seed)
     twin = copy.deepcopy(state)
     allocation = free_pods(state, rng, gpus)
@@ -71,14 +74,19 @@ def test_pods_applied_by_runs_change_what_pod_by_pod_does(seed: int, gpus: int) 
             allocation.memory_mib,
             sign,
         )
-        run_kernels.apply_pods_by_runs(*args, state._kernel_arrays(), state._changed_at, 1 + sign)
+        run_kernels.apply_pods_by_runs(
+            *args, state._kernel_arrays(), state._changed_at, 1 + sign, held_whole
+        )
         kernels.apply_pods(*args, twin._kernel_arrays(), twin._changed_at, 1 + sign)
         same_arrays(state, twin)
         assert np.array_equal(state._changed_at, twin._changed_at)
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_pods_of_a_gpu_fraction_applied_by_runs_count_whole_gpus_as_pod_by_pod(seed: int) -> None:
+@pytest.mark.parametrize("held_whole", [False, True])
+def test_pods_of_a_gpu_fraction_applied_by_runs_count_whole_gpus_as_pod_by_pod(
+    seed: int, held_whole: bool
+) -> None:
     # Two pods of 300 milli-GPU on GPU 3 of nodes that have 600 free, some of them closed:
     # a node's whole GPUs are counted from its GPUs, not assumed.
     state, _ = busy_fleet(seed)
@@ -88,7 +96,9 @@ def test_pods_of_a_gpu_fraction_applied_by_runs_count_whole_gpus_as_pod_by_pod(s
     gpus = np.full((nodes.size, 1), 3)
     for sign in (-1, +1):
         args = (nodes, gpus, 300, 100, 0, sign)
-        run_kernels.apply_pods_by_runs(*args, state._kernel_arrays(), state._changed_at, 5)
+        run_kernels.apply_pods_by_runs(
+            *args, state._kernel_arrays(), state._changed_at, 5, held_whole
+        )
         kernels.apply_pods(*args, twin._kernel_arrays(), twin._changed_at, 5)
         same_arrays(state, twin)
 

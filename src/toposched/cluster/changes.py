@@ -169,16 +169,12 @@ class HoldingChanges(AllocationChecks):
             return
         self.version += 1
         self._changes += 1
-        # Pod by pod in compiled code: for a few pods numpy's per-call cost would be most of
-        # the work; for many, their changes are summed per innermost domain before they reach
-        # the aggregates, one pass over the pods with no sort (a gang lists its nodes rack by
-        # rack).
-        apply = (
-            kernels.apply_pods
-            if allocation.nodes.size <= kernels.COMPILED_LIMIT
-            else run_kernels.apply_pods_by_runs
-        )
-        apply(
+        # Pod by pod in compiled code, each pod's changes summed per innermost domain before
+        # they reach the aggregates: one pass over the pods with no sort (a gang lists its
+        # nodes rack by rack), where numpy's per-call cost would be most of the work for a
+        # few pods. Many pods of whole GPUs move each GPU between wholly free and wholly
+        # held (a GPU appears once in an allocation: validated), without counting them.
+        run_kernels.apply_pods_by_runs(
             allocation.nodes,
             allocation.gpus,
             allocation.gpu_milli,
@@ -188,6 +184,7 @@ class HoldingChanges(AllocationChecks):
             self._kernel_arrays(),
             self._changed_at,
             self._changes,
+            allocation.nodes.size > kernels.COMPILED_LIMIT,
         )
 
     def _apply_many(

@@ -56,12 +56,17 @@ def apply_pods_by_runs(
     arrays: StateArrays,
     changed_at: np.ndarray,
     change: int,
+    held_whole: bool,
 ) -> None:
     """Take (sign=-1) or give back (+1) the resources of pods on `nodes` (their GPUs: a row
     each of `gpus`), pod by pod: the same changes as `kernels.apply_pods`, each open node's
     change of values summed over its run of pods in one innermost domain before it moves the
     domains (sums kept in scalars, which the compiler holds in registers). Each node's
-    `changed_at` becomes `change`."""
+    `changed_at` becomes `change`.
+
+    With `held_whole`, pods of whole GPUs move each of their GPUs between wholly free and
+    wholly held (as a validated take and its release do), so a node's free whole GPUs move by
+    the pod's GPUs without counting its GPUs again."""
     free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
     gpu_count, cpu_capacity, memory_capacity = arrays[4:7]
     closed, node_rows, gpu_model, hist, totals = arrays[7:]
@@ -73,7 +78,7 @@ def apply_pods_by_runs(
     memory_change = sign * memory_mib
     # Every listed GPU moves by `gpu_change`, so a node's free milli-GPU by this per pod.
     milli_change = np.int64(per_pod) * gpu_change
-    whole_gpus = gpu_milli == _FULL and per_pod > 0
+    whole_gpus = held_whole and gpu_milli == _FULL and per_pod > 0
     whole_change = np.int64(sign * per_pod)
     cells = np.zeros((hist.shape[1], hist.shape[2]), dtype=np.int64)
     moved = False
@@ -89,8 +94,6 @@ def apply_pods_by_runs(
         for column in range(per_pod):
             gpu_free_milli[node, gpus[pod, column]] += gpu_change
         if whole_gpus:
-            # Each GPU listed once, wholly free before a take and wholly held before a give
-            # back (validated when taken): every one moves between free and held.
             whole = old_whole + whole_change
         else:
             whole = np.int64(0)
