@@ -104,17 +104,6 @@ def test_pods_of_a_gpu_fraction_applied_by_runs_count_whole_gpus_as_pod_by_pod(
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_nodes_added_by_runs_move_what_node_by_node_does(seed: int) -> None:
-    state, rng = busy_fleet(seed)
-    nodes = np.sort(rng.choice(state.topology.n_nodes, size=90, replace=False))
-    for sign in (-1, +1):
-        twin = copy.deepcopy(state)
-        run_kernels.add_nodes_by_runs(nodes, sign, state._kernel_arrays())
-        kernels.add_nodes(nodes, sign, twin._kernel_arrays())
-        same_arrays(state, twin)
-
-
-@pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("from_rows", [False, True])
 def test_run_sums_add_up_each_runs_node_values(seed: int, from_rows: bool) -> None:
     # Every open node of racks 1, 2 and 5 (read from their rows when allowed), and some of

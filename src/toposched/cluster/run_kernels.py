@@ -1,8 +1,10 @@
-"""Compiled loops over many nodes whose aggregate changes are summed per run of nodes sharing an
-innermost domain before they reach any level: a gang of whole racks touches far fewer domains
-than nodes, so each node costs a few reads and adds, and each run one update per level.
+"""Compiled loops over the many pods of a gang or the many nodes of a fence: changes of the
+aggregates summed per run of nodes sharing an innermost domain before they reach any level (a
+gang of whole racks touches far fewer domains than nodes, so each node costs a few reads and
+adds, and each run one update per level), an allocation checked in one pass without sorting,
+and rows of an aggregate added in one call.
 
-They take the state's arrays in the order of `kernels.StateArrays`."""
+The state's arrays come in the order of `kernels.StateArrays`."""
 
 from __future__ import annotations
 
@@ -151,69 +153,6 @@ def apply_pods_by_runs(
             memory_sum,
             cells,
             moved,
-            node_rows,
-            hist,
-            totals,
-        )
-
-
-@njit(cache=True, nogil=True)
-def add_nodes_by_runs(nodes: np.ndarray, sign: int, arrays: StateArrays) -> None:
-    """Add (sign=+1) or take away (-1) open `nodes`' values in their domains' aggregates: the
-    same as `kernels.add_nodes`, summed over each run of nodes in one innermost domain."""
-    free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
-    gpu_count, cpu_capacity, memory_capacity = arrays[4:7]
-    closed, node_rows, gpu_model, hist, totals = arrays[7:]
-    width = gpu_free_milli.shape[1]
-    leaf = node_rows.shape[1] - 1
-    cells = np.zeros((hist.shape[1], hist.shape[2]), dtype=np.int64)
-    run_node = -1
-    run_row = -1
-    whole_sum = milli_sum = idle_sum = cpu_sum = memory_sum = np.int64(0)
-    for i in range(nodes.size):
-        node = nodes[i]
-        if closed[node] != 0:
-            continue
-        row = node_rows[node, leaf]
-        if row != run_row:
-            if run_node >= 0:
-                _flush(
-                    run_node,
-                    sign * whole_sum,
-                    sign * milli_sum,
-                    sign * idle_sum,
-                    sign * cpu_sum,
-                    sign * memory_sum,
-                    cells,
-                    True,
-                    node_rows,
-                    hist,
-                    totals,
-                )
-                whole_sum = milli_sum = idle_sum = cpu_sum = memory_sum = np.int64(0)
-            run_node = node
-            run_row = row
-        whole = np.int64(free_whole_gpus[node])
-        cpu = free_cpu_milli[node]
-        memory = free_memory_mib[node]
-        for gpu in range(width):
-            milli_sum += gpu_free_milli[node, gpu]
-        whole_sum += whole
-        cpu_sum += cpu
-        memory_sum += memory
-        idle = whole == gpu_count[node] and cpu == cpu_capacity[node]
-        idle_sum += np.int64(idle and memory == memory_capacity[node])
-        cells[gpu_model[node], whole] += sign
-    if run_node >= 0:
-        _flush(
-            run_node,
-            sign * whole_sum,
-            sign * milli_sum,
-            sign * idle_sum,
-            sign * cpu_sum,
-            sign * memory_sum,
-            cells,
-            True,
             node_rows,
             hist,
             totals,
