@@ -240,7 +240,7 @@ class StateArrays:
             # Compiled, node by node: fewer steps than numpy calls for a few nodes.
             kernels.add_nodes(nodes, sign, self._kernel_arrays())
             return
-        nodes = nodes[self.closed[nodes] == 0]
+        nodes = run_kernels.open_nodes(nodes, self.closed)
         if nodes.size == 0:
             return
         share = self._recent_share(nodes)
@@ -261,11 +261,10 @@ class StateArrays:
         """A share found before for exactly these open nodes, if none of them changed since.
         A fence takes the reservation's nodes out of the aggregates and puts them back several
         times a cycle, mostly unchanged in between."""
+        changed_at = self._changed_at
         for share in self._recent_shares:
-            if (
-                share.nodes.size == nodes.size
-                and np.array_equal(share.nodes, nodes)
-                and int(self._changed_at[nodes].max()) <= share.stamp
+            if share.nodes.size == nodes.size and run_kernels.same_and_unchanged(
+                share.nodes, nodes, changed_at, share.stamp
             ):
                 return share
         return None
