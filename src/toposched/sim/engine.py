@@ -170,11 +170,16 @@ class _Run:
     def _loop(
         self, handlers: dict[int, Callable[[Any, float], bool]], collector: TurnCollector
     ) -> None:
-        events, meter, counts = self.events, self.meter, self.backend.counts
+        events, meter, backend = self.events, self.meter, self.backend
+        counts = backend.counts
         between_turns = collector.between_turns
         horizon = self.horizon
         sample_kind = int(EventKind.SAMPLE)
         pop_at = events.pop_at
+        # The rates read last hold until the state, the backend's world or its binds change:
+        # an instant of checkpoints alone leaves them as they were.
+        state = self.meter.state
+        measured: tuple[int, int, int] | None = None
         with self._progress() as advance:
             while events:
                 now = events.next_time()
@@ -195,7 +200,10 @@ class _Run:
                 if changed:
                     self._maybe_cycle(now)
                 counts["batches"] += 1
-                meter.measure()
+                seen = (state.version, backend.scheduler_events, counts["binds"])
+                if seen != measured:
+                    meter.measure()
+                    measured = seen
                 if sample:
                     meter.sample(now)
                     following = now + self.simulation.sample_interval
