@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster import kernels
+from toposched.cluster import kernels, run_kernels
 from toposched.cluster.allocation import MILLI_PER_GPU, Allocation
 from toposched.cluster.health import Health
-from toposched.cluster.rows import add_to_rows, distinct, row_sums, take_rows
+from toposched.cluster.rows import distinct, row_sums, take_rows
 from toposched.cluster.topology import Topology
 
 _TOTAL_COLUMNS = ("free_gpus", "free_milli", "idle_nodes", "cpu", "memory")
@@ -109,6 +109,10 @@ class StateArrays:
         self._changes = 0
         self._changed_at = np.zeros(n, dtype=np.int64)
         self._recent_shares: list[_Share] = []
+        self.unsummed_changes = 0
+        """Changes of node arrays under way that the aggregates do not follow (a search's
+        what-if, `Statement.free_on_nodes`): while there are any, what nodes add to the
+        aggregates is read from the nodes alone, never from their domains' rows."""
         self.version = 0
         """Counts changes, so that callers can tell whether anything moved since they looked."""
         self._n_models = max(len(top.gpu_models), 1)
@@ -236,22 +240,18 @@ class StateArrays:
             # Compiled, node by node: fewer steps than numpy calls for a few nodes.
             kernels.add_nodes(nodes, sign, self._kernel_arrays())
             return
-        nodes = nodes[self.closed[nodes] == 0]
+        nodes = run_kernels.open_nodes(nodes, self.closed)
         if nodes.size == 0:
             return
         share = self._recent_share(nodes)
         if share is None:
-            whole, values = self._rows(nodes)
-            # Nodes are sorted and domains depth-first: summed per innermost domain once, then
-            # per domain of each upper level from those sums.
-            first = self._leaf_runs(nodes)
-            run = self._run_of_each(first, nodes.size)
-            model = self._models(nodes)
-            levels = self._level_sums(
-                nodes[first],
-                np.add.reduceat(values, first, axis=1).T,
-                self._hist_moves(first.size, run, model, None, whole),
-            )
+            # Nodes are sorted and domains depth-first: summed per innermost domain once (in
+            # one compiled pass), then per domain of each upper level from those sums. Nodes
+            # leaving count in their domains' rows now, so a domain all of whose counted nodes
+            # leave gives its row; nodes coming back are not in them yet.
+            from_rows = sign < 0 and self.unsummed_changes == 0
+            first, sums, moves = run_kernels.node_run_sums(nodes, self._kernel_arrays(), from_rows)
+            levels = self._level_sums(nodes[first], sums, moves)
             share = _Share(nodes, self._changes, levels)
             self._recent_shares.insert(0, share)
             del self._recent_shares[_RECENT_SHARES:]
@@ -261,11 +261,10 @@ class StateArrays:
         """A share found before for exactly these open nodes, if none of them changed since.
         A fence takes the reservation's nodes out of the aggregates and puts them back several
         times a cycle, mostly unchanged in between."""
+        changed_at = self._changed_at
         for share in self._recent_shares:
-            if (
-                share.nodes.size == nodes.size
-                and np.array_equal(share.nodes, nodes)
-                and int(self._changed_at[nodes].max()) <= share.stamp
+            if share.nodes.size == nodes.size and run_kernels.same_and_unchanged(
+                share.nodes, nodes, changed_at, share.stamp
             ):
                 return share
         return None
@@ -460,9 +459,12 @@ class StateArrays:
     def _add_level_sums(self, per_level: list[LevelSums], sign: int) -> None:
         """Add (sign=+1) or take away (-1) sums per domain of `_level_sums`."""
         for level, rows, level_sums, cells in per_level:
-            add_to_rows(self._totals[level], rows, level_sums, sign)
+            run_kernels.add_to_rows(self._totals[level], rows, level_sums, sign)
             if cells is not None:
-                add_to_rows(self.free_hist[level], rows, cells, sign)
+                hist = self.free_hist[level]
+                run_kernels.add_to_rows(
+                    hist.reshape(hist.shape[0], -1), rows, cells.reshape(rows.size, -1), sign
+                )
 
     def distinct_nodes(self, nodes: NDArray[np.int64]) -> NDArray[np.int64]:
         """Sorted distinct `nodes`; many of them are marked on a node mask instead of sorted."""

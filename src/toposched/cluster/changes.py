@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster import kernels
+from toposched.cluster import kernels, run_kernels
 from toposched.cluster.aggregates import LevelSums
 from toposched.cluster.allocation import MILLI_PER_GPU, Allocation
 from toposched.cluster.errors import InputError
@@ -14,7 +14,6 @@ from toposched.cluster.rows import (
     SMALL,
     SavedRows,
     distinct,
-    distinct_counts,
     put_rows,
     row_sums,
     take_rows,
@@ -168,66 +167,43 @@ class HoldingChanges(AllocationChecks):
             for part in allocation.sets:
                 self._apply(part, sign)
             return
-        if allocation.nodes.size > kernels.COMPILED_LIMIT and (
-            allocation.gpu_milli == MILLI_PER_GPU and allocation.gpus.shape[1]
-        ):
-            # Many pods of whole GPUs: moved by what the pods hold (see `_apply_many`).
-            self._apply_many([allocation], sign, one=True)
-            return
         self.version += 1
-        if allocation.nodes.size <= kernels.COMPILED_LIMIT:
-            # Pod by pod in compiled code: for a few pods numpy's per-call cost would be most
-            # of the work.
-            self._changes += 1
-            kernels.apply_pods(
-                allocation.nodes,
-                allocation.gpus,
-                allocation.gpu_milli,
-                allocation.cpu_milli,
-                allocation.memory_mib,
-                sign,
-                self._kernel_arrays(),
-                self._changed_at,
-                self._changes,
-            )
-            return
-        self._changed(allocation.nodes)
-        touched, pods_per_node = distinct_counts(allocation.nodes)
-        before = self._before_change(touched)
-        slots = self._gpu_slots(allocation)
-        flat = self.gpu_free_milli.reshape(-1)
-        if slots.size:
-            if allocation.gpu_milli == MILLI_PER_GPU:
-                # A whole GPU appears once in an allocation (validated): no scatter needed.
-                flat[slots] += np.int16(sign * MILLI_PER_GPU)
-            else:
-                np.add.at(flat, slots, np.int16(sign * allocation.gpu_milli))
-            whole = row_sums(take_rows(self.gpu_free_milli, touched) == MILLI_PER_GPU)
-            self.free_whole_gpus[touched] = whole.astype(np.int8)
-        if allocation.cpu_milli:
-            self.free_cpu_milli[touched] += sign * allocation.cpu_milli * pods_per_node
-        if allocation.memory_mib:
-            self.free_memory_mib[touched] += sign * allocation.memory_mib * pods_per_node
-        self._after_change(touched, before)
+        self._changes += 1
+        # Pod by pod in compiled code, each pod's changes summed per innermost domain before
+        # they reach the aggregates: one pass over the pods with no sort (a gang lists its
+        # nodes rack by rack), where numpy's per-call cost would be most of the work for a
+        # few pods. Many pods of whole GPUs move each GPU between wholly free and wholly
+        # held (a GPU appears once in an allocation: validated), without counting them.
+        run_kernels.apply_pods_by_runs(
+            allocation.nodes,
+            allocation.gpus,
+            allocation.gpu_milli,
+            allocation.cpu_milli,
+            allocation.memory_mib,
+            sign,
+            self._kernel_arrays(),
+            self._changed_at,
+            self._changes,
+            allocation.nodes.size > kernels.COMPILED_LIMIT,
+        )
 
     def _apply_many(
-        self, allocations: list[Allocation], sign: int, keep_rows: bool = False, one: bool = False
+        self, allocations: list[Allocation], sign: int, keep_rows: bool = False
     ) -> list[SavedRows] | None:
         """`_apply` for many allocations in one vectorised pass (bulk release and re-take).
 
         With `keep_rows`, returns copies of every node and domain row it is about to change
-        (None for `FEW_PODS` pods or fewer, cheaper to undo by the opposite change). `one`:
-        called by `_apply` for one allocation.
+        (None for `FEW_PODS` pods or fewer, cheaper to undo by the opposite change).
         """
         if not allocations:
             return [] if keep_rows else None
         if self.holds_sets:
             allocations = one_shape_parts(allocations)
-        if len(allocations) == 1 and not one and not (keep_rows and allocations[0].pods >= SMALL):
+        if len(allocations) == 1 and not (keep_rows and allocations[0].pods >= SMALL):
             self.version += 1
             self._apply(allocations[0], sign)
             return None
-        if not one and sum(allocation.pods for allocation in allocations) <= FEW_PODS:
+        if sum(allocation.pods for allocation in allocations) <= FEW_PODS:
             # A few pods (a reservation search releases a handful of small jobs at a time):
             # pod by pod in one compiled call, where the vectorised pass costs tens of numpy
             # calls; no rows kept, since the opposite change undoes it as cheaply.

@@ -75,18 +75,6 @@ def distinct_inverse(values: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDAr
     return ordered[first], inverse
 
 
-def add_to_rows(
-    array: NDArray[np.integer], rows: NDArray[np.integer], change: NDArray[np.integer], sign: int
-) -> None:
-    """`array[rows] += sign * change`, without a signed copy of `change` (sign is +1 or -1)."""
-    values = take_rows(array, rows)
-    if sign > 0:
-        values += change
-    else:
-        values -= change
-    put_rows(array, rows, values)
-
-
 def take_rows(array: NDArray[_Item], rows: NDArray[np.integer]) -> NDArray[_Item]:
     """`array[rows]` (rows of a multi-column array), several times faster than fancy indexing."""
     return np.take(array, rows, axis=0)

@@ -18,7 +18,7 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.health import Health
 from toposched.cluster.rows import SavedRows
 from toposched.cluster.state import ClusterState
-from toposched.cluster.trials import Before, RowsBefore, WholeNodesTaken
+from toposched.cluster.trials import Before, RangeBefore, RowsBefore, WholeNodesTaken
 
 
 class OperationKind(Enum):
@@ -122,6 +122,19 @@ class Freed:
 
 
 @dataclass(frozen=True, eq=False)
+class FreedOnNodes:
+    """Resources freed in the node arrays alone, the aggregates left as they were (a what-if
+    of evictions inside one innermost domain)."""
+
+    kind: ClassVar[OperationKind] = OperationKind.FREE
+    before: RangeBefore
+
+    def undo(self, state: ClusterState) -> None:
+        state.put_back(self.before)
+        state.unsummed_changes -= 1
+
+
+@dataclass(frozen=True, eq=False)
 class Taken:
     """Resources taken though nobody holds them (a what-if of a placement)."""
 
@@ -132,7 +145,7 @@ class Taken:
         state.put_back(self.before)
 
 
-Operation = Allocated | Released | ReleasedMany | HealthSet | Closed | Freed | Taken
+Operation = Allocated | Released | ReleasedMany | HealthSet | Closed | Freed | FreedOnNodes | Taken
 """One recorded change: enough to undo it exactly."""
 
 
@@ -227,7 +240,9 @@ class Statement:
         domain aggregates keep their values. For a search confined to those nodes (one
         innermost domain), far cheaper than `free_parts`."""
         self._open()
-        self.operations.append(Freed(self.state.trial_free_on_nodes(parts, first, last)))
+        before = self.state.trial_free_on_nodes(parts, first, last)
+        self.state.unsummed_changes += 1
+        self.operations.append(FreedOnNodes(before))
 
     def checkpoint(self) -> int:
         """A mark to roll back to: the number of operations so far."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster import kernels
+from toposched.cluster import kernels, run_kernels
 from toposched.cluster.aggregates import StateArrays
 from toposched.cluster.allocation import MILLI_PER_GPU, Allocation
 from toposched.cluster.errors import InputError
@@ -47,19 +47,17 @@ class AllocationChecks(StateArrays):
     check for the usual case, and full checks that name what does not fit."""
 
     def _fits_now(self, allocation: Allocation) -> bool:
-        """True if `allocation` is well formed, of at most `COMPILED_LIMIT` pods, and fits now:
-        scalars checked here, nodes and GPUs in one compiled pass (numpy's per-call cost
-        would dominate at this size). False means "run the full checks", not "invalid"."""
-        nodes, gpus = allocation.nodes, allocation.gpus
-        if not plain_allocation(allocation) or nodes.size > kernels.COMPILED_LIMIT:
+        """True if `allocation` is well formed and fits now: scalars checked here, nodes and
+        GPUs in one compiled pass over the pods (numpy's per-call cost would dominate for a
+        few, its sorts for many). False means "run the full checks", not "invalid"."""
+        if not plain_allocation(allocation):
             return False
-        milli, cpu, memory = allocation.gpu_milli, allocation.cpu_milli, allocation.memory_mib
-        fits: bool = kernels.fits_now(
-            nodes,
-            gpus,
-            milli,
-            cpu,
-            memory,
+        fits: bool = run_kernels.fits_in_place(
+            allocation.nodes,
+            allocation.gpus,
+            allocation.gpu_milli,
+            allocation.cpu_milli,
+            allocation.memory_mib,
             self.topology.gpu_count,
             self.closed,
             self.gpu_free_milli,

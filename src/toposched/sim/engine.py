@@ -124,10 +124,14 @@ class _Run:
         try:
             # Inside the stop's reach: a run of many jobs is stopped, with what it simulated
             # (nothing yet), while it queues them too.
-            for index, job in enumerate(self.workload.jobs):
-                self.events.push(job.submit_time, EventKind.SUBMISSION, index)
-            for index, failure in enumerate(self.workload.failures):
-                self.events.push(failure.time, EventKind.FAILURE, index)
+            self.events.push_many(
+                EventKind.SUBMISSION,
+                ((job.submit_time, index) for index, job in enumerate(self.workload.jobs)),
+            )
+            self.events.push_many(
+                EventKind.FAILURE,
+                ((failure.time, index) for index, failure in enumerate(self.workload.failures)),
+            )
             self.events.push(start, EventKind.SAMPLE, None)
             self.meter.measure()
             collector.freeze()  # the fleet, the workload and its queued events
@@ -166,9 +170,16 @@ class _Run:
     def _loop(
         self, handlers: dict[int, Callable[[Any, float], bool]], collector: TurnCollector
     ) -> None:
-        events, meter, counts = self.events, self.meter, self.backend.counts
+        events, meter, backend = self.events, self.meter, self.backend
+        counts = backend.counts
         between_turns = collector.between_turns
         horizon = self.horizon
+        sample_kind = int(EventKind.SAMPLE)
+        pop_at = events.pop_at
+        # The rates read last hold until the state, the backend's world or its binds change:
+        # an instant of checkpoints alone leaves them as they were.
+        state = self.meter.state
+        measured: tuple[int, int, int] | None = None
         with self._progress() as advance:
             while events:
                 now = events.next_time()
@@ -179,9 +190,9 @@ class _Run:
                 meter.integrate(now)
                 changed = False
                 sample = False
-                while events and events.next_time() == now:
-                    _, kind, _, payload = events.pop()
-                    if kind == EventKind.SAMPLE:
+                while (event := pop_at(now)) is not None:
+                    _, kind, _, payload = event
+                    if kind == sample_kind:
                         sample = True
                         continue
                     if handlers[kind](payload, now):
@@ -189,7 +200,10 @@ class _Run:
                 if changed:
                     self._maybe_cycle(now)
                 counts["batches"] += 1
-                meter.measure()
+                seen = (state.version, backend.scheduler_events, counts["binds"])
+                if seen != measured:
+                    meter.measure()
+                    measured = seen
                 if sample:
                     meter.sample(now)
                     following = now + self.simulation.sample_interval

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 from enum import IntEnum
 from typing import Any, NamedTuple
 
@@ -47,6 +48,9 @@ class Run(NamedTuple):
     attempt: int
 
 
+_SAMPLE = int(EventKind.SAMPLE)
+
+
 class EventQueue:
     """Events in the order they are handled: by time, then kind, then push order."""
 
@@ -65,12 +69,38 @@ class EventQueue:
 
     def push(self, when: float, kind: EventKind, payload: Any) -> None:
         self.sequence += 1
-        heapq.heappush(self.heap, Event(when, int(kind), self.sequence, payload))
-        if kind is not EventKind.SAMPLE:
+        code = int(kind)
+        heapq.heappush(self.heap, Event(when, code, self.sequence, payload))
+        if code != _SAMPLE:
             self.live += 1
+
+    def push_many(self, kind: EventKind, timed: Iterable[tuple[float, Any]]) -> None:
+        """`push` of each (time, payload) of `timed` as an event of `kind`, in order (their
+        sequence numbers follow that order), put in the heap at once."""
+        code = int(kind)
+        first = self.sequence + 1
+        added = [
+            Event(when, code, sequence, payload)
+            for sequence, (when, payload) in enumerate(timed, start=first)
+        ]
+        self.sequence += len(added)
+        if code != _SAMPLE:
+            self.live += len(added)
+        self.heap.extend(added)
+        heapq.heapify(self.heap)
 
     def pop(self) -> Event:
         event = heapq.heappop(self.heap)
-        if event.kind != EventKind.SAMPLE:
+        if event.kind != _SAMPLE:
+            self.live -= 1
+        return event
+
+    def pop_at(self, now: float) -> Event | None:
+        """The next event if it is at `now` (taken from the queue), else None."""
+        heap = self.heap
+        if not heap or heap[0].time != now:
+            return None
+        event = heapq.heappop(heap)
+        if event.kind != _SAMPLE:
             self.live -= 1
         return event

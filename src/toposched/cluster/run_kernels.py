@@ -1,0 +1,338 @@
+"""Compiled loops over the many pods of a gang or the many nodes of a fence: changes of the
+aggregates summed per run of nodes sharing an innermost domain before they reach any level (a
+gang of whole racks touches far fewer domains than nodes, so each node costs a few reads and
+adds, and each run one update per level), an allocation checked in one pass without sorting,
+and rows of an aggregate added in one call.
+
+The state's arrays come in the order of `kernels.StateArrays`."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from toposched.cluster.kernels import CPU, IDLE, MEMORY, MILLI, WHOLE, StateArrays
+
+_FULL = 1000  # `MILLI_PER_GPU`: a wholly free GPU
+
+
+@njit(cache=True, nogil=True)
+def _flush(
+    run_node: int,
+    whole: np.int64,
+    milli: np.int64,
+    idle: np.int64,
+    cpu: np.int64,
+    memory: np.int64,
+    cells: np.ndarray,
+    moved: bool,
+    node_rows: np.ndarray,
+    hist: np.ndarray,
+    totals: np.ndarray,
+) -> None:
+    """Add one run's summed changes of the totals and, if `moved`, of the histogram cells to
+    its domain at every level (`run_node`: one of its nodes); the cells are cleared."""
+    for level in range(node_rows.shape[1]):
+        row = node_rows[run_node, level]
+        totals[row, WHOLE] += whole
+        totals[row, MILLI] += milli
+        totals[row, IDLE] += idle
+        totals[row, CPU] += cpu
+        totals[row, MEMORY] += memory
+        if moved:
+            for model in range(cells.shape[0]):
+                for cell in range(cells.shape[1]):
+                    hist[row, model, cell] += cells[model, cell]
+    if moved:
+        cells[:, :] = 0
+
+
+@njit(cache=True, nogil=True)
+def apply_pods_by_runs(
+    nodes: np.ndarray,
+    gpus: np.ndarray,
+    gpu_milli: int,
+    cpu_milli: int,
+    memory_mib: int,
+    sign: int,
+    arrays: StateArrays,
+    changed_at: np.ndarray,
+    change: int,
+    held_whole: bool,
+) -> None:
+    """Take (sign=-1) or give back (+1) the resources of pods on `nodes` (their GPUs: a row
+    each of `gpus`), pod by pod: the same changes as `kernels.apply_pods`, each open node's
+    change of values summed over its run of pods in one innermost domain before it moves the
+    domains (sums kept in scalars, which the compiler holds in registers). Each node's
+    `changed_at` becomes `change`.
+
+    With `held_whole`, pods of whole GPUs move each of their GPUs between wholly free and
+    wholly held (as a validated take and its release do), so a node's free whole GPUs move by
+    the pod's GPUs without counting its GPUs again."""
+    free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
+    gpu_count, cpu_capacity, memory_capacity = arrays[4:7]
+    closed, node_rows, gpu_model, hist, totals = arrays[7:]
+    width = gpu_free_milli.shape[1]
+    per_pod = gpus.shape[1]
+    leaf = node_rows.shape[1] - 1
+    gpu_change = sign * gpu_milli
+    cpu_change = sign * cpu_milli
+    memory_change = sign * memory_mib
+    # Every listed GPU moves by `gpu_change`, so a node's free milli-GPU by this per pod.
+    milli_change = np.int64(per_pod) * gpu_change
+    whole_gpus = held_whole and gpu_milli == _FULL and per_pod > 0
+    whole_change = np.int64(sign * per_pod)
+    cells = np.zeros((hist.shape[1], hist.shape[2]), dtype=np.int64)
+    moved = False
+    run_node = -1
+    run_row = -1
+    whole_sum = milli_sum = idle_sum = cpu_sum = memory_sum = np.int64(0)
+    for pod in range(nodes.size):
+        node = nodes[pod]
+        changed_at[node] = change
+        old_whole = np.int64(free_whole_gpus[node])
+        old_cpu = free_cpu_milli[node]
+        old_memory = free_memory_mib[node]
+        for column in range(per_pod):
+            gpu_free_milli[node, gpus[pod, column]] += gpu_change
+        if whole_gpus:
+            whole = old_whole + whole_change
+        else:
+            whole = np.int64(0)
+            for gpu in range(width):
+                whole += gpu_free_milli[node, gpu] == _FULL
+        free_whole_gpus[node] = whole
+        cpu = old_cpu + cpu_change
+        memory = old_memory + memory_change
+        free_cpu_milli[node] = cpu
+        free_memory_mib[node] = memory
+        if closed[node] != 0:
+            continue
+        row = node_rows[node, leaf]
+        if row != run_row:
+            if run_node >= 0:
+                _flush(
+                    run_node,
+                    whole_sum,
+                    milli_sum,
+                    idle_sum,
+                    cpu_sum,
+                    memory_sum,
+                    cells,
+                    moved,
+                    node_rows,
+                    hist,
+                    totals,
+                )
+                whole_sum = milli_sum = idle_sum = cpu_sum = memory_sum = np.int64(0)
+                moved = False
+            run_node = node
+            run_row = row
+        count = gpu_count[node]
+        rest_before = old_cpu == cpu_capacity[node] and old_memory == memory_capacity[node]
+        rest_after = cpu == cpu_capacity[node] and memory == memory_capacity[node]
+        idle_sum += np.int64(rest_after and whole == count) - np.int64(
+            rest_before and old_whole == count
+        )
+        whole_sum += whole - old_whole
+        milli_sum += milli_change
+        cpu_sum += cpu_change
+        memory_sum += memory_change
+        if whole != old_whole:
+            model = gpu_model[node]
+            cells[model, old_whole] -= 1
+            cells[model, whole] += 1
+            moved = True
+    if run_node >= 0:
+        _flush(
+            run_node,
+            whole_sum,
+            milli_sum,
+            idle_sum,
+            cpu_sum,
+            memory_sum,
+            cells,
+            moved,
+            node_rows,
+            hist,
+            totals,
+        )
+
+
+@njit(cache=True, nogil=True)
+def node_run_sums(
+    nodes: np.ndarray, arrays: StateArrays, from_rows: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What open `nodes` (distinct, sorted) add to the aggregates, summed per run of them in
+    one innermost domain: where each run begins (positions in `nodes`), its sums of the totals
+    (one row per run, the columns of `kernels.node_values`), and its histogram cells (one row
+    per run: GPU models x free whole GPUs, flattened).
+
+    With `from_rows` (the nodes count in the aggregates now, which sum the node arrays: no
+    change of nodes alone is under way), a run holding as many nodes as its domain counts
+    holds every node counted there, and adds what the domain's row holds, read there instead
+    of from its nodes: a fence's block covers whole racks."""
+    free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
+    gpu_count, cpu_capacity, memory_capacity = arrays[4:7]
+    node_rows, gpu_model, hist, totals = arrays[8], arrays[9], arrays[10], arrays[11]
+    width = gpu_free_milli.shape[1]
+    leaf = node_rows.shape[1] - 1
+    n_models, hist_width = hist.shape[1], hist.shape[2]
+    runs = 0
+    run_row = -1
+    for i in range(nodes.size):
+        row = node_rows[nodes[i], leaf]
+        if row != run_row:
+            runs += 1
+            run_row = row
+    first = np.empty(runs + 1, dtype=np.int64)
+    rows = np.empty(runs, dtype=np.int64)
+    run = -1
+    run_row = -1
+    for i in range(nodes.size):
+        row = node_rows[nodes[i], leaf]
+        if row != run_row:
+            run += 1
+            first[run] = i
+            rows[run] = row
+            run_row = row
+    first[runs] = nodes.size
+    sums = np.zeros((runs, 5), dtype=np.int64)
+    cells = np.zeros((runs, n_models * hist_width), dtype=np.int64)
+    for run in range(runs):
+        start, end, row = first[run], first[run + 1], rows[run]
+        if from_rows:
+            open_nodes = np.int64(0)  # the domain's open nodes: its histogram's count
+            for model in range(n_models):
+                for cell in range(hist_width):
+                    open_nodes += hist[row, model, cell]
+            if open_nodes == end - start:
+                for column in range(5):
+                    sums[run, column] = totals[row, column]
+                for model in range(n_models):
+                    for cell in range(hist_width):
+                        cells[run, model * hist_width + cell] = hist[row, model, cell]
+                continue
+        whole_sum = milli_sum = idle_sum = cpu_sum = memory_sum = np.int64(0)
+        for i in range(start, end):
+            node = nodes[i]
+            whole = np.int64(free_whole_gpus[node])
+            cpu = free_cpu_milli[node]
+            memory = free_memory_mib[node]
+            for gpu in range(width):
+                milli_sum += gpu_free_milli[node, gpu]
+            idle = whole == gpu_count[node] and cpu == cpu_capacity[node]
+            idle_sum += np.int64(idle and memory == memory_capacity[node])
+            whole_sum += whole
+            cpu_sum += cpu
+            memory_sum += memory
+            cells[run, gpu_model[node] * hist_width + whole] += 1
+        sums[run, WHOLE] = whole_sum
+        sums[run, MILLI] = milli_sum
+        sums[run, IDLE] = idle_sum
+        sums[run, CPU] = cpu_sum
+        sums[run, MEMORY] = memory_sum
+    return first[:runs], sums, cells
+
+
+@njit(cache=True, nogil=True)
+def fits_in_place(
+    nodes: np.ndarray,
+    gpus: np.ndarray,
+    gpu_milli: int,
+    cpu_milli: int,
+    memory_mib: int,
+    gpu_count: np.ndarray,
+    closed: np.ndarray,
+    gpu_free_milli: np.ndarray,
+    free_cpu_milli: np.ndarray,
+    free_memory_mib: np.ndarray,
+) -> bool:
+    """What `kernels.fits_now` answers, in one pass over the pods without sorting: each pod's
+    requests are taken from the free arrays as it goes (pods sharing a GPU or a node find
+    what the earlier ones left), a free amount below zero means they do not fit, and every
+    change is undone before returning. The caller checks the scalars (requests positive)."""
+    pods, per_pod = gpus.shape
+    n_nodes = gpu_count.size
+    fits = True
+    pod = 0
+    taken = 0  # GPU requests of pod `pod` taken
+    while pod < pods:
+        node = nodes[pod]
+        if node < 0 or node >= n_nodes or closed[node] != 0:
+            fits = False
+            break
+        count = gpu_count[node]
+        for column in range(per_pod):
+            gpu = gpus[pod, column]
+            if gpu < 0 or gpu >= count:
+                fits = False
+                break
+            gpu_free_milli[node, gpu] -= gpu_milli
+            taken += 1
+            if gpu_free_milli[node, gpu] < 0:
+                fits = False
+                break
+        if not fits:
+            break
+        free_cpu_milli[node] -= cpu_milli
+        free_memory_mib[node] -= memory_mib
+        pod += 1
+        taken = 0
+        if free_cpu_milli[node] < 0 or free_memory_mib[node] < 0:
+            fits = False
+            break
+    # Undo: the GPUs taken of an unfinished pod, then every finished pod.
+    if pod < pods:
+        node = nodes[pod]
+        for column in range(taken):
+            gpu_free_milli[node, gpus[pod, column]] += gpu_milli
+    for done in range(pod):
+        node = nodes[done]
+        for column in range(per_pod):
+            gpu_free_milli[node, gpus[done, column]] += gpu_milli
+        free_cpu_milli[node] += cpu_milli
+        free_memory_mib[node] += memory_mib
+    return fits
+
+
+@njit(cache=True, nogil=True)
+def add_to_rows(array: np.ndarray, rows: np.ndarray, change: np.ndarray, sign: int) -> None:
+    """`array[rows] += sign * change` for a 2-D array and distinct `rows` (one row of `change`
+    each), in one call where numpy's gather, add and scatter cost three."""
+    for i in range(rows.size):
+        row = rows[i]
+        for column in range(array.shape[1]):
+            array[row, column] += sign * change[i, column]
+
+
+@njit(cache=True, nogil=True)
+def open_nodes(nodes: np.ndarray, closed: np.ndarray) -> np.ndarray:
+    """The open ones of `nodes` (`closed` 0), in order, as a new array: one pass to count,
+    one to copy, where numpy gathers, compares and compresses in three."""
+    count = 0
+    for i in range(nodes.size):
+        count += closed[nodes[i]] == 0
+    kept = np.empty(count, dtype=np.int64)
+    at = 0
+    for i in range(nodes.size):
+        node = nodes[i]
+        if closed[node] == 0:
+            kept[at] = node
+            at += 1
+    return kept
+
+
+@njit(cache=True, nogil=True)
+def same_and_unchanged(
+    known: np.ndarray, nodes: np.ndarray, changed_at: np.ndarray, stamp: int
+) -> bool:
+    """Whether `nodes` are `known`, in the same order, none of them changed after change
+    `stamp` (`changed_at`): one pass, stopping at the first difference."""
+    if known.size != nodes.size:
+        return False
+    for i in range(nodes.size):
+        node = nodes[i]
+        if known[i] != node or changed_at[node] > stamp:
+            return False
+    return True

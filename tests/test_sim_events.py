@@ -1,0 +1,51 @@
+"""The simulator's event queue: events pushed at once come out as if pushed one by one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from toposched.sim.events import Event, EventKind, EventQueue
+
+
+def drain(queue: EventQueue) -> list[Event]:
+    events = []
+    while queue:
+        events.append(queue.pop())
+    return events
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_events_pushed_at_once_come_out_as_pushed_one_by_one(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    # Times on a coarse grid, so that many events share an instant and order by kind, then
+    # by the order they were pushed in.
+    submissions = [(float(t), index) for index, t in enumerate(rng.integers(0, 20, 300))]
+    failures = [(float(t), index) for index, t in enumerate(rng.integers(0, 20, 40))]
+    one_by_one, at_once = EventQueue(), EventQueue()
+    for when, index in submissions:
+        one_by_one.push(when, EventKind.SUBMISSION, index)
+    for when, index in failures:
+        one_by_one.push(when, EventKind.FAILURE, index)
+    at_once.push_many(EventKind.SUBMISSION, iter(submissions))
+    at_once.push_many(EventKind.FAILURE, failures)
+    for queue in (one_by_one, at_once):
+        queue.push(0.0, EventKind.SAMPLE, None)
+        queue.push(5.0, EventKind.COMPLETION, "late")
+    assert at_once.live == one_by_one.live == 341
+    assert drain(at_once) == drain(one_by_one)
+    assert at_once.live == one_by_one.live == 0
+
+
+def test_pop_at_takes_only_the_events_of_that_instant() -> None:
+    queue = EventQueue()
+    queue.push_many(EventKind.SUBMISSION, [(2.0, 0), (1.0, 1), (1.0, 2)])
+    queue.push(1.0, EventKind.SAMPLE, None)
+    assert queue.pop_at(0.0) is None
+    taken = []
+    while (event := queue.pop_at(1.0)) is not None:
+        taken.append((event.kind, event.payload))
+    # Submissions before the sample at the same instant; ties in push order.
+    assert taken == [(EventKind.SUBMISSION, 1), (EventKind.SUBMISSION, 2), (EventKind.SAMPLE, None)]
+    assert queue.live == 1 and queue.next_time() == 2.0
+    assert queue.pop_at(2.0) is not None and queue.pop_at(2.0) is None and not queue
