@@ -199,61 +199,6 @@ def apply_pods(
 
 
 @njit(cache=True, nogil=True)
-def fits_now(
-    nodes: np.ndarray,
-    gpus: np.ndarray,
-    gpu_milli: int,
-    cpu_milli: int,
-    memory_mib: int,
-    gpu_count: np.ndarray,
-    closed: np.ndarray,
-    gpu_free_milli: np.ndarray,
-    free_cpu_milli: np.ndarray,
-    free_memory_mib: np.ndarray,
-) -> bool:
-    """Whether pods on `nodes` using `gpus` (one row per pod) name valid open nodes and GPUs
-    and fit what is free now: each GPU's free milli covers every pod listing it, each node's
-    free CPU and memory cover every pod on it. The caller checks the scalars."""
-    pods, per_pod = gpus.shape
-    width = gpu_free_milli.shape[1]
-    slots = np.empty(pods * per_pod, dtype=np.int64)
-    for pod in range(pods):
-        node = nodes[pod]
-        if node < 0 or node >= gpu_count.size or closed[node] != 0:
-            return False
-        for column in range(per_pod):
-            gpu = gpus[pod, column]
-            if gpu < 0 or gpu >= gpu_count[node]:
-                return False
-            slots[pod * per_pod + column] = node * width + gpu
-    # Pods sharing a GPU or a node ask for the sum of their requests there: runs once sorted.
-    slots.sort()
-    start = 0
-    while start < slots.size:
-        end = start + 1
-        while end < slots.size and slots[end] == slots[start]:
-            end += 1
-        slot = slots[start]
-        if (end - start) * gpu_milli > gpu_free_milli[slot // width, slot % width]:
-            return False
-        start = end
-    if cpu_milli == 0 and memory_mib == 0:
-        return True
-    ordered = np.sort(nodes)
-    start = 0
-    while start < ordered.size:
-        end = start + 1
-        while end < ordered.size and ordered[end] == ordered[start]:
-            end += 1
-        node = ordered[start]
-        count = end - start
-        if count * cpu_milli > free_cpu_milli[node] or count * memory_mib > free_memory_mib[node]:
-            return False
-        start = end
-    return True
-
-
-@njit(cache=True, nogil=True)
 def free_pods_inside(
     nodes: np.ndarray,
     gpus: np.ndarray,

@@ -248,7 +248,8 @@ def fits_in_place(
     free_cpu_milli: np.ndarray,
     free_memory_mib: np.ndarray,
 ) -> bool:
-    """What `kernels.fits_now` answers, in one pass over the pods without sorting: each pod's
+    """Whether pods on `nodes` using `gpus` (one row per pod) name valid open nodes and GPUs
+    and fit what is free now, in one pass over the pods without sorting: each pod's
     requests are taken from the free arrays as it goes (pods sharing a GPU or a node find
     what the earlier ones left), a free amount below zero means they do not fit, and every
     change is undone before returning. The caller checks the scalars (requests positive)."""
