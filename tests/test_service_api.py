@@ -466,3 +466,12 @@ def test_random_trees_and_priorities_never_get_a_server_error(server: Server) ->
         change()
         assert client.get("/v1/accounts").json()["tree"] == tree
         client.delete("/v1/jobs/fz-prio")
+
+
+def test_the_policy_is_read_with_any_token_and_not_without(
+    server: Server, tokens: dict[str, Any]
+) -> None:
+    # This server runs the default contract: no setting differs.
+    with server.client(tokens["a"]) as team:
+        assert team.get("/v1/policy").json() == {"policy": {}}
+    assert httpx.get(f"{server.url}/v1/policy").status_code == 401

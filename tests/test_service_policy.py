@@ -4,8 +4,10 @@ starts, and a server runs the policy they ask for."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -14,6 +16,7 @@ from service_helpers import job, serving
 from toposched.cli.main import build_parser, main
 from toposched.cli.policy_options import policy_settings
 from toposched.scheduler.settings import SchedulerSettings
+from toposched.service import views
 
 POLICY = [
     "--eviction-worth",
@@ -88,9 +91,11 @@ def test_serve_help_lists_the_policy_flags(capsys: pytest.CaptureFixture[str]) -
         assert flag in text
 
 
-def queue_after_filling(server_args: tuple[str, ...], folder: Path) -> tuple[list[str], str]:
+def queue_after_filling(
+    server_args: tuple[str, ...], folder: Path
+) -> tuple[list[str], dict[str, object], str]:
     """The queue's order of four unallocated jobs of two accounts, submitted one after the
-    other while budgeted jobs fill every GPU, and the server's log."""
+    other while budgeted jobs fill every GPU, the policy the server reports, and its log."""
     folder.mkdir()
     with serving(
         folder, "--cluster", "cluster.yaml", "--budgets", "budgets.yaml", *server_args
@@ -110,7 +115,8 @@ def queue_after_filling(server_args: tuple[str, ...], folder: Path) -> tuple[lis
                 assert client.post("/v1/jobs", json=spare).status_code == 201
                 time.sleep(0.01)  # submission times apart
             queue = client.get("/v1/queue").json()["queue"]
-        return [row["id"] for row in queue], server.log.read_text()
+            policy = client.get("/v1/policy").json()["policy"]
+        return [row["id"] for row in queue], policy, server.log.read_text()
 
 
 def wait_running(client: httpx.Client, names: list[str], timeout: float = 30) -> None:
@@ -126,9 +132,30 @@ def wait_running(client: httpx.Client, names: list[str], timeout: float = 30) ->
 def test_a_server_runs_the_policy_its_flags_ask_for(tmp_path: Path) -> None:
     # Oldest first, the unallocated tier interleaves the two accounts by submission; by the
     # accounts' rank (the default) each account's jobs follow one another.
-    oldest, log = queue_after_filling(("--unallocated-order", "oldest"), tmp_path / "oldest")
+    oldest, policy, log = queue_after_filling(
+        ("--unallocated-order", "oldest"), tmp_path / "oldest"
+    )
     assert oldest == ["u1", "u2", "u3", "u4"]
+    assert policy == {"unallocated_order": "oldest"}
     assert "scheduling policy: unallocated_order=" in log
-    ranked, log = queue_after_filling((), tmp_path / "rank")
+    ranked, policy, log = queue_after_filling((), tmp_path / "rank")
     assert ranked in (["u1", "u3", "u2", "u4"], ["u2", "u4", "u1", "u3"])
+    assert policy == {}
     assert "scheduling policy" not in log
+
+
+def test_the_policy_reads_as_json_with_every_rule_by_its_fields() -> None:
+    args = build_parser().parse_args(["serve", "--gpus", "8", *POLICY, "--spares", "node:1"])
+    settings = SchedulerSettings.of(None, policy_settings(args))
+    served = SimpleNamespace(scheduler=SimpleNamespace(settings=settings))
+    policy = json.loads(json.dumps(views.policy_view(served), allow_nan=False))["policy"]
+    assert policy["worth"]["max_lost_per_gained"] == 1.0
+    assert policy["worth"]["owed_only"] is True
+    assert policy["worth"]["loss_budget"] == 100 * 3600  # GPU-seconds, as the rule keeps it
+    assert policy["worth"]["scope"] == "all"
+    assert policy["checkpoint_wait"]["max_wait"] == 3600.0
+    assert policy["checkpoint_wait"]["urgent_priority"] == 10
+    assert policy["admission"]["headroom"] == 0.02
+    assert policy["unallocated_order"] == "oldest"
+    assert policy["borrowed_min_runtime"] == 600.0
+    assert policy["spares"] == ["node", 1]

@@ -251,6 +251,11 @@ def _cluster_routes(app: FastAPI, ctx: Context) -> None:
 
         return await ctx.call(apply)
 
+    @app.get("/v1/policy")
+    async def policy(request: Request) -> dict[str, Any]:
+        ctx.principal(request)
+        return await ctx.call(lambda core, now: views.policy_view(core), writes=False)
+
     @app.get("/v1/accounts")
     async def accounts(request: Request) -> dict[str, Any]:
         principal = ctx.principal(request)
