@@ -379,6 +379,27 @@ def test_accounts(cli: Run) -> None:
     assert "research/team-a" in cli("accounts").out
 
 
+def test_policy_of_a_default_server_and_of_one_with_policy_flags(
+    cli: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert cli.json("policy") == {}
+    assert "no setting differs from the defaults" in cli("policy").out
+    flags = ("--eviction-worth", "1", "--eviction-worth-owed", "--unallocated-order", "oldest")
+    (tmp_path / "tuned").mkdir()
+    tuned = start_server(tmp_path / "tuned", "--backend", "dry-run", "--gpus", "8", *flags)
+    try:
+        monkeypatch.setenv("TOPOSCHED_SERVER", tuned.url)
+        policy = cli.json("policy")
+        assert set(policy) == {"worth", "unallocated_order"}
+        assert policy["unallocated_order"] == "oldest"
+        assert policy["worth"]["max_lost_per_gained"] == 1.0 and policy["worth"]["owed_only"]
+        table = cli("policy").out
+        assert "2 settings changed from the defaults" in table
+        assert "max_lost_per_gained=1.0" in table and "oldest" in table
+    finally:
+        stop_server(tuned)
+
+
 def test_watch_prints_stored_events_and_follows_new_ones(cli: Run, tmp_path: Path) -> None:
     submit(cli, tmp_path, "watched", pods=1, gpus=1)
     stored = cli("watch", "--after", "0", "--no-follow", "--json")

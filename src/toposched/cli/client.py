@@ -376,6 +376,11 @@ class ApiClient:
             Accounts, _required(self._json("GET", "/v1/accounts"), ("accounts",), "accounts")
         )
 
+    def policy(self) -> dict[str, Any]:
+        """The scheduler's settings that differ from the defaults (`GET /v1/policy`)."""
+        answer = _required(self._json("GET", "/v1/policy"), ("policy",), "policy")
+        return dict(answer["policy"])
+
     # -- events ------------------------------------------------------------------------------
 
     def events(self, after: int | None, follow: bool) -> Iterator[Event]:

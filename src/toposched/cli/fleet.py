@@ -1,5 +1,5 @@
-"""Client commands about the fleet and the budgets: `nodes`, `drain`, `cordon`, `uncordon`
-and `accounts`."""
+"""Client commands about the fleet, the budgets and the policy: `nodes`, `drain`, `cordon`,
+`uncordon`, `accounts` and `policy`."""
 
 from __future__ import annotations
 
@@ -81,6 +81,16 @@ def register(commands: Any) -> None:
         "  toposched accounts\n  toposched accounts --json | jq .tree",
     )
     accounts.set_defaults(handler=client_command(_accounts))
+    policy = add_client_parser(
+        commands,
+        "policy",
+        "the scheduling policy the server runs: the settings it changed from the defaults",
+        "Show the scheduler settings the server runs with that differ from the defaults, as "
+        "its scheduling policy flags chose them (`toposched serve --help`, docs/preemption.md): "
+        "a rule by its fields, in seconds and GPU-seconds.",
+        "  toposched policy\n  toposched policy --json | jq .worth",
+    )
+    policy.set_defaults(handler=client_command(_policy))
 
 
 def _nodes(args: argparse.Namespace, client: ApiClient) -> int:
@@ -203,3 +213,29 @@ def _accounts(args: argparse.Namespace, client: ApiClient) -> int:
     )
     print_table(title, columns, rows)
     return 0
+
+
+def _policy(args: argparse.Namespace, client: ApiClient) -> int:
+    policy = client.policy()
+    if args.json:
+        print_json(policy)
+        return 0
+    if not policy:
+        say("the default policy: no setting differs from the defaults")
+        return 0
+    rows: list[list[Cell]] = [[name, _setting(value)] for name, value in policy.items()]
+    print_table(
+        f"{counted(len(rows), 'setting')} changed from the defaults",
+        [Column("setting"), Column("value")],
+        rows,
+    )
+    return 0
+
+
+def _setting(value: Any) -> str:
+    """A setting in one line: a rule's fields as name=value."""
+    if isinstance(value, dict):
+        return ", ".join(f"{name}={_setting(part)}" for name, part in value.items())
+    if isinstance(value, list):
+        return ":".join(_setting(part) for part in value)
+    return "none" if value is None else str(value)

@@ -69,6 +69,9 @@ COMMANDS: dict[str, Command] = {
     "cordon": Command("fleet", "no new work on a node (admin)"),
     "uncordon": Command("fleet", "a drained or cordoned node takes work again (admin)"),
     "accounts": Command("fleet", "accounts: budgets, GPUs in use, usage and fair-share standing"),
+    "policy": Command(
+        "fleet", "the scheduling policy the server runs: the settings it changed from the defaults"
+    ),
     "watch": Command("follow", "follow job state changes and decisions as they happen"),
     "logs": Command("follow", "a pod's captured output (local backend)"),
 }
