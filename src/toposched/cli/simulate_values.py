@@ -1,6 +1,7 @@
-"""The values of `toposched simulate`'s options, read as argparse reads them: each function
-takes the text given and returns the value, or raises argparse.ArgumentTypeError with the rule
-(argparse prints it as a usage error, exit code 2)."""
+"""The values of `toposched simulate`'s options (of the scheduling policy's, `toposched
+serve`'s too), read as argparse reads them: each function takes the text given and returns the
+value, or raises argparse.ArgumentTypeError with the rule (argparse prints it as a usage error,
+exit code 2)."""
 
 from __future__ import annotations
 
