@@ -17,12 +17,12 @@ from toposched.scheduler.turn import CycleResult
 HOUR = 3600.0
 
 
-def full_cluster(reserve_min_gpus: float) -> Scheduler:
+def full_cluster(reserve_min_gpus: float, unbudgeted: tuple[str, ...] = ("guests",)) -> Scheduler:
     """16 GPUs in 4 nodes, each held by a protected job of `team` that is expected to end at
-    1 h, 2 h, 3 h and 4 h; every cycle a full one. `guests` has no budget: its jobs are
-    unallocated work."""
+    1 h, 2 h, 3 h and 4 h; every cycle a full one. The `unbudgeted` accounts have no budget:
+    their jobs are unallocated work."""
     state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
-    tree = BudgetTree.from_dict({"accounts": {"team": 100, "guests": 0}})
+    tree = BudgetTree.from_dict({"accounts": {"team": 100, **dict.fromkeys(unbudgeted, 0)}})
     scheduler = Scheduler(state, tree, incremental=False, reserve_min_gpus=reserve_min_gpus)
     for node in range(4):
         running = spec(f"run{node}", "team", expected_runtime=(node + 1) * HOUR)
@@ -93,12 +93,7 @@ def test_unallocated_work_is_answered_alike_whatever_its_runtime() -> None:
 def test_unallocated_work_of_other_accounts_and_priorities_is_answered_alike() -> None:
     # Neither `guests` nor `visitors` has a budget: all their jobs are unallocated work, whose
     # turn reads no account or priority, so one answer serves every job of the shape.
-    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
-    tree = BudgetTree.from_dict({"accounts": {"team": 100, "guests": 0, "visitors": 0}})
-    scheduler = Scheduler(state, tree, incremental=False, reserve_min_gpus=64)
-    for node in range(4):
-        running = spec(f"run{node}", "team", expected_runtime=(node + 1) * HOUR)
-        scheduler.adopt(running, Allocation.of([node], [[0, 1, 2, 3]]), start_time=0, now=0)
+    scheduler = full_cluster(reserve_min_gpus=64, unbudgeted=("guests", "visitors"))
     waiting = [
         spec("spare0", "guests", expected_runtime=HOUR),
         spec("spare1", "visitors", priority=5, expected_runtime=2 * HOUR),
