@@ -57,6 +57,29 @@ def same_arrays(one: ClusterState, other: ClusterState) -> None:
         assert np.array_equal(array, theirs[name]), name
 
 
+def pod_by_pod(
+    state: ClusterState,
+    nodes: np.ndarray,
+    gpus: np.ndarray,
+    gpu_milli: int,
+    cpu_milli: int,
+    memory_mib: int,
+    sign: int,
+    change: int,
+) -> None:
+    """The pods applied as few-pod changes are: each pod's node moves its domains at once."""
+    figures = np.array([(nodes.size, gpus.shape[1], gpu_milli, cpu_milli, memory_mib)])
+    kernels.apply_pods_of_many(
+        nodes,
+        np.ascontiguousarray(gpus).reshape(-1),
+        figures.astype(np.int64),
+        sign,
+        state._kernel_arrays(),
+        state._changed_at,
+        change,
+    )
+
+
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("gpus", [1, 2, 4])
 @pytest.mark.parametrize("held_whole", [False, True])
@@ -78,7 +101,7 @@ def test_pods_applied_by_runs_change_what_pod_by_pod_does(
         run_kernels.apply_pods_by_runs(
             *args, state._kernel_arrays(), state._changed_at, 1 + sign, held_whole
         )
-        kernels.apply_pods(*args, twin._kernel_arrays(), twin._changed_at, 1 + sign)
+        pod_by_pod(twin, *args, 1 + sign)
         same_arrays(state, twin)
         assert np.array_equal(state._changed_at, twin._changed_at)
 
@@ -100,7 +123,7 @@ def test_pods_of_a_gpu_fraction_applied_by_runs_count_whole_gpus_as_pod_by_pod(
         run_kernels.apply_pods_by_runs(
             *args, state._kernel_arrays(), state._changed_at, 5, held_whole
         )
-        kernels.apply_pods(*args, twin._kernel_arrays(), twin._changed_at, 5)
+        pod_by_pod(twin, *args, 5)
         same_arrays(state, twin)
 
 

@@ -181,24 +181,6 @@ def _apply_rows(
 
 
 @njit(cache=True, nogil=True)
-def apply_pods(
-    nodes: np.ndarray,
-    gpus: np.ndarray,
-    gpu_milli: int,
-    cpu_milli: int,
-    memory_mib: int,
-    sign: int,
-    arrays: StateArrays,
-    changed_at: np.ndarray,
-    change: int,
-) -> None:
-    """Take (sign=-1) or give back (+1) the pods' resources, pod by pod, and move the domains
-    of open nodes from each node's values before the pod to its values after; each node's
-    `changed_at` becomes `change`."""
-    _apply_rows(nodes, gpus, gpu_milli, cpu_milli, memory_mib, sign, arrays, changed_at, change)
-
-
-@njit(cache=True, nogil=True)
 def free_pods_inside(
     nodes: np.ndarray,
     gpus: np.ndarray,
@@ -373,7 +355,9 @@ def apply_pods_of_many(
     changed_at: np.ndarray,
     change: int,
 ) -> None:
-    """`apply_pods` for several one-shape allocations in one call: `nodes`, their pods' nodes
+    """Take (sign=-1) or give back (+1) the resources of several one-shape allocations'
+    pods, pod by pod, moving the domains of open nodes from each node's values before the pod
+    to its values after (each node's `changed_at` becomes `change`): `nodes`, their pods' nodes
     one allocation after another; `gpus`, their GPU rows flattened in the same order;
     `figures`, one row per allocation: pods, GPUs per pod, milli-GPU, CPU milli and memory
     MiB per pod."""

@@ -61,7 +61,7 @@ def apply_pods_by_runs(
     held_whole: bool,
 ) -> None:
     """Take (sign=-1) or give back (+1) the resources of pods on `nodes` (their GPUs: a row
-    each of `gpus`), pod by pod: the same changes as `kernels.apply_pods`, each open node's
+    each of `gpus`), pod by pod: the same changes as `kernels.apply_pods_of_many`, each open node's
     change of values summed over its run of pods in one innermost domain before it moves the
     domains (sums kept in scalars, which the compiler holds in registers). Each node's
     `changed_at` becomes `change`.
