@@ -285,10 +285,12 @@ class CapacityView:
         if request.gpus_per_pod == 0:
             # CPU-only pods: bounded by CPU/memory, or by nothing when they ask for neither.
             capacity = np.full(hi - lo, UNLIMITED, dtype=np.int64)
-        elif request.gpus_per_pod == 1 and request.allowed_models is None:
-            # One GPU per pod, any model: as many pods as free whole GPUs, an aggregate kept
-            # already (what the histogram gives, without a product over it). Copied, since the
-            # aggregate moves with the state.
+        elif (
+            request.gpus_per_pod == 1 and request.allowed_models is None and request.node_slice == 1
+        ):
+            # One GPU per pod, any model, no node slices: as many pods as free whole GPUs, an
+            # aggregate kept already (what the histogram gives, without a product over it).
+            # Copied, since the aggregate moves with the state.
             capacity = state.free_gpus[level][lo:hi].copy()
         else:
             hist = state.free_hist[level][lo:hi]
@@ -344,7 +346,11 @@ class CapacityView:
             request = self.request
             nodes = self.closed.at(level, request.allowed_models).nodes
             width = self.state.gpu_free_milli.shape[1]
-            one_gpu = request.gpus_per_pod == 1 and request.allowed_models is None
+            one_gpu = (
+                request.gpus_per_pod == 1
+                and request.allowed_models is None
+                and request.node_slice == 1
+            )
             per_node = width if one_gpu else int(self.pods_per_free[width])
             pods = nodes if per_node == 1 else nodes * per_node
             self._closed_pods[level] = pods
