@@ -335,7 +335,7 @@ class CountingUsage:
     """Usage of 1 GPU-second per account, counting how often it is asked."""
 
     def __init__(self) -> None:
-        self.version = 0
+        self.readings_version = 0
         self.calls = 0
 
     def usage(self, account: str, now: float) -> float:
@@ -353,7 +353,7 @@ def test_reranking_asks_for_usage_once_per_account_not_per_job(tree: BudgetTree)
     # Same time and nothing changed: the ranking is reused.
     queue.position("j5", now=1)
     assert usage.calls == len(tree)
-    usage.version += 1  # usage moved: one more lookup per account
+    usage.readings_version += 1  # usage moved: one more lookup per account
     queue.position("j5", now=1)
     assert usage.calls == 2 * len(tree)
 

@@ -227,3 +227,41 @@ def test_incremental_usage_equals_a_from_scratch_recount(
                 else sum(_from_scratch(intervals, top, now, window, bucket) for top in ("a", "b"))
             )
             assert usage.usage(query, now) == expected
+
+
+_ACCOUNTS = ("lab/a", "lab/b", "ops")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    half_life=st.sampled_from([None, HOUR, DAY]),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.5, 90.0, HOUR, 3 * HOUR]),
+            st.sampled_from(_ACCOUNTS),
+            st.integers(min_value=1, max_value=8),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_usage_read_at_a_time_reads_the_same_after_starts_and_stops_then(
+    half_life: float | None, steps: list[tuple[float, str, int]]
+) -> None:
+    """What lets a ranking at `now` stand through the cycle's starts and stops at `now`
+    (`readings_version`): they change what accrues after `now`, never what was read at it."""
+    usage = UsageTracker(window=DAY, bucket=HOUR, half_life=half_life)
+    now = 0.0
+    held: dict[str, int] = dict.fromkeys(_ACCOUNTS, 0)
+    for wait, account, gpus in steps:
+        now += wait
+        paths = (*_ACCOUNTS, "lab", ROOT)
+        before = [usage.usage(path, now) for path in paths]
+        if held[account] >= gpus:
+            usage.stop(account, gpus, now)
+            held[account] -= gpus
+        else:
+            usage.start(account, gpus, now)
+            held[account] += gpus
+        assert [usage.usage(path, now) for path in paths] == before
+    assert usage.readings_version == 0

@@ -253,7 +253,7 @@ class Contract:
                 f"{preemptor.job_id} is unallocated (min_runtime 0) and preempts nobody",
             )
         if not ranking.is_ranked_leaf(preemptor.account) or not (
-            ranking.standings[preemptor.account].budgeted
+            ranking.budgeted(preemptor.account)
         ):
             return _forbid(
                 PreemptionRule.UNALLOCATED_PREEMPTOR,

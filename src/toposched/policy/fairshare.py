@@ -176,7 +176,8 @@ class PendingQueue:
     unallocated jobs merged oldest submission first (see `UnallocatedOrder`), kept in one
     more sorted sequence of all pending jobs; the other tiers do not change.
 
-    Rankings are cached per (now, tree version, usage version); nothing here reads a clock.
+    Rankings are cached per (now, tree version, usage readings' version); nothing here reads a
+    clock.
     """
 
     def __init__(
@@ -265,7 +266,7 @@ class PendingQueue:
     def ranking(self, now: float) -> Ranking:
         """The accounts' standings at `now`, recomputed only if time, budgets or usage moved."""
         tree = self.tree
-        cache_key = (now, tree.version, self.usage.version)
+        cache_key = (now, tree.version, self.usage.readings_version)
         if self._ranking is None or self._ranking[0] != cache_key:
             layout = self._layout
             if layout is None or layout[0] is not tree or layout[1].version != tree.version:
@@ -350,7 +351,7 @@ class PendingQueue:
             return tier
         if not ranking.is_ranked_leaf(entry.account):
             return QueueTier.DETACHED
-        if entry.unallocated or not ranking.standings[entry.account].budgeted:
+        if entry.unallocated or not ranking.budgeted(entry.account):
             return QueueTier.UNALLOCATED
         return QueueTier.ALLOCATED
 
@@ -390,7 +391,7 @@ class PendingQueue:
             return start + within
         if tier is QueueTier.ALLOCATED:
             within = queue.allocated.count_before(key)
-        elif tier is QueueTier.UNALLOCATED and ranking.standings[entry.account].budgeted:
+        elif tier is QueueTier.UNALLOCATED and ranking.budgeted(entry.account):
             within = queue.unallocated.count_before(key)
         else:
             within = queue.allocated.count_before(key) + queue.unallocated.count_before(key)
@@ -446,7 +447,7 @@ class PendingQueue:
         """(tier, account) runs of the queue in order; each run is one sorted sequence."""
         budgeted = []
         for leaf in ranking.leaves:
-            if not ranking.standings[leaf].budgeted:
+            if not ranking.budgeted(leaf):
                 break  # budgeted leaves come first in `leaves`
             queue = self._accounts.get(leaf)
             if queue is not None and len(queue.allocated):
@@ -460,7 +461,7 @@ class PendingQueue:
             queue = self._accounts.get(leaf)
             if queue is None:
                 continue
-            if not ranking.standings[leaf].budgeted or len(queue.unallocated):
+            if not ranking.budgeted(leaf) or len(queue.unallocated):
                 yield QueueTier.UNALLOCATED, leaf
         detached = (account for account in self._accounts if not ranking.is_ranked_leaf(account))
         for account in sorted(detached):
@@ -474,7 +475,7 @@ class PendingQueue:
             return ()
         if tier is QueueTier.ALLOCATED:
             return queue.allocated.items()
-        if tier is QueueTier.UNALLOCATED and ranking.standings[account].budgeted:
+        if tier is QueueTier.UNALLOCATED and ranking.budgeted(account):
             return queue.unallocated.items()
         # Without a budget, or detached, both runs are unallocated alike: one merged run.
         return heapq.merge(queue.allocated.items(), queue.unallocated.items(), key=item_key)
@@ -495,7 +496,7 @@ class PendingQueue:
                 queue = self._accounts[account]
                 if tier is QueueTier.ALLOCATED:
                     offset += len(queue.allocated)
-                elif tier is QueueTier.UNALLOCATED and ranking.standings[account].budgeted:
+                elif tier is QueueTier.UNALLOCATED and ranking.budgeted(account):
                     offset += len(queue.unallocated)
                 else:
                     offset += len(queue)

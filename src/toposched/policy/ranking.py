@@ -32,8 +32,9 @@ class UsageSource(Protocol):
     """Where usage comes from: `UsageTracker`, or anything else that answers the same two."""
 
     @property
-    def version(self) -> int:
-        """Changes whenever usage at a given time could have changed."""
+    def readings_version(self) -> int:
+        """Changes whenever usage already read at some time could read differently at that
+        time."""
         ...
 
     def usage(self, account: str, now: float) -> float:
@@ -112,25 +113,59 @@ class Standing:
         return path if self.budgeted else f"{path} [no budget]"
 
 
+_Level = tuple[str, float, float, float, str]
+"""One level of an account's path as a ranking keeps it: (account, S, U, Level FS, name)."""
+_Levels = tuple[_Level, ...]
+
+
 class Ranking:
-    """Every account's standing at one moment, and the leaves in Fair Tree order."""
+    """Every account's standing at one moment, and the leaves in Fair Tree order.
+
+    Made every cycle, it holds what ordering reads (each account's sort key and whether it
+    has a budget) and makes the `Standing` records, which explanations read, on first ask."""
 
     def __init__(
-        self, now: float, standings: Mapping[str, Standing], leaves: Iterable[str]
+        self,
+        now: float,
+        keys: Mapping[str, StandingKey],
+        levels: Mapping[str, _Levels],
+        leaves: Iterable[str],
     ) -> None:
         self.now = now
-        self.standings = dict(standings)
-        self.leaves = tuple(sorted(leaves, key=lambda leaf: self.standings[leaf].sort_key))
+        self._keys = dict(keys)
+        self._levels = levels
+        self.leaves = tuple(sorted(leaves, key=self._keys.__getitem__))
         """Leaf accounts best first: budgeted leaves in Fair Tree order, then leaves without one."""
         self._rank = {leaf: rank for rank, leaf in enumerate(self.leaves)}
+        self._standings: dict[str, Standing] | None = None
 
     def __contains__(self, account: object) -> bool:
-        return account in self.standings
+        return account in self._keys
+
+    @property
+    def standings(self) -> Mapping[str, Standing]:
+        """Every account's `Standing`, made on first ask."""
+        if self._standings is None:
+            self._standings = {
+                account: Standing(
+                    account,
+                    key[0] == _BUDGETED,
+                    tuple(LevelStanding(*level) for level in self._levels[account]),
+                )
+                for account, key in self._keys.items()
+            }
+        return self._standings
 
     def standing(self, account: str) -> Standing:
-        if account not in self.standings:
+        if account not in self._keys:
             raise InputError("account", account, "names no account of the budget tree")
         return self.standings[account]
+
+    def budgeted(self, account: str) -> bool:
+        """Whether the account has a budget: no share of 0 anywhere on its path."""
+        if account not in self._keys:
+            raise InputError("account", account, "names no account of the budget tree")
+        return self._keys[account][0] == _BUDGETED
 
     def rank(self, account: str) -> int:
         """The leaf's place in the order, 0 for the most under-served."""
@@ -144,7 +179,7 @@ class Ranking:
     def sort_key(self, account: str) -> StandingKey:
         """The leaf's standing key; accounts that are not leaves of the tree sort after all."""
         if account in self._rank:
-            return self.standings[account].sort_key
+            return self._keys[account]
         return _DETACHED, ((0.0, account),)
 
     def prefers(self, account: str, other: str) -> bool:
@@ -153,7 +188,8 @@ class Ranking:
 
     @property
     def budgeted_leaves(self) -> tuple[str, ...]:
-        return tuple(leaf for leaf in self.leaves if self.standings[leaf].budgeted)
+        keys = self._keys
+        return tuple(leaf for leaf in self.leaves if keys[leaf][0] == _BUDGETED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,32 +241,41 @@ def rank_accounts(
     `layout`: the tree's, when the caller keeps it (`TreeLayout.of(tree)` otherwise)."""
     if layout is None or layout.version != tree.version:
         layout = TreeLayout.of(tree)
-    standings: dict[str, Standing] = {}
+    keys: dict[str, StandingKey] = {}
+    levels: dict[str, _Levels] = {}
     leaves: list[str] = []
-    above: dict[str, tuple[tuple[LevelStanding, ...], bool]] = {ROOT: ((), True)}
+    # Per inner account: its path's levels, its key's levels, and its group.
+    above: dict[str, tuple[_Levels, tuple[tuple[float, str], ...], int]] = {
+        ROOT: ((), (), _BUDGETED)
+    }
     for family in layout.families:
-        parent_levels, parent_budgeted = above[family.parent]
+        parent_levels, parent_key, parent_group = above[family.parent]
         share_sum = family.share_sum
         usages = [usage.usage(child, now) for child in family.children]
         usage_sum = sum(usages)
         for child, name, share, is_leaf, used in zip(
             family.children, family.names, family.shares, family.leaves, usages, strict=True
         ):
-            level = LevelStanding(
-                account=child,
-                share=share / share_sum if share_sum > 0 else 0.0,
-                usage=used / usage_sum if usage_sum > 0 else 0.0,
-                level_fs=level_fair_share(share, share_sum, used, usage_sum),
-                name=name,
+            level_fs = level_fair_share(share, share_sum, used, usage_sum)
+            path = (
+                *parent_levels,
+                (
+                    child,
+                    share / share_sum if share_sum > 0 else 0.0,
+                    used / usage_sum if usage_sum > 0 else 0.0,
+                    level_fs,
+                    name,
+                ),
             )
-            levels = (*parent_levels, level)
-            budgeted = parent_budgeted and share > 0
-            standings[child] = Standing(child, budgeted, levels)
+            key = (*parent_key, (-level_fs, name))
+            group = parent_group if share > 0 else _UNBUDGETED
+            keys[child] = (group, key)
+            levels[child] = path
             if is_leaf:
                 leaves.append(child)
             else:
-                above[child] = (levels, budgeted)
-    return Ranking(now, standings, leaves)
+                above[child] = (path, key, group)
+    return Ranking(now, keys, levels, leaves)
 
 
 def _number(value: float) -> str:

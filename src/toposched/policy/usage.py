@@ -66,7 +66,8 @@ class UsageTracker:
             raise InputError("bucket", bucket, f"must be at most the window ({window} s)")
         self.half_life = None if half_life is None else _positive_seconds("half_life", half_life)
         self.version = 0
-        """Counts start and stop calls, so orderings built on usage know when it moved."""
+        """Counts start and stop calls, so what is built on the GPUs held knows when they
+        moved."""
         self._meters: dict[str, _Meter] = {}
         self._paths: dict[tuple[str, ...], list[_Meter]] = {}
         self._clock = -math.inf
@@ -74,6 +75,12 @@ class UsageTracker:
     def __repr__(self) -> str:
         decay = "" if self.half_life is None else f", half_life={self.half_life:g}"
         return f"UsageTracker(window={self.window:g}, bucket={self.bucket:g}{decay})"
+
+    @property
+    def readings_version(self) -> int:
+        """Always 0: usage read at a time never reads differently at that time. Starts and
+        stops at `now` change only what accrues after it, and time does not go back."""
+        return 0
 
     def start(self, account: str, gpus: float, now: float) -> None:
         """The account starts holding `gpus` more GPUs at `now`."""

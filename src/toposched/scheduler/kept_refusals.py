@@ -521,4 +521,4 @@ class KeptRefusals:
 
     @staticmethod
     def _ranked(account: str, ranking: Ranking) -> bool:
-        return ranking.is_ranked_leaf(account) and ranking.standings[account].budgeted
+        return ranking.is_ranked_leaf(account) and ranking.budgeted(account)
