@@ -196,7 +196,9 @@ def test_per_pod_requests_fit_matches_per_node_sums_and_leaves_the_array_as_it_w
 
 @settings(max_examples=100, deadline=None)
 @given(data=st.data(), jobs=st.integers(1, 6), sign=st.sampled_from([-1, 1]))
-def test_count_jobs_equals_count_job_in_turn(data: st.DataObject, jobs: int, sign: int) -> None:
+def test_count_jobs_matches_plain_counts_of_each_job_in_turn(
+    data: st.DataObject, jobs: int, sign: int
+) -> None:
     n_nodes, n_leaves = 12, 4
     leaf_of_node = np.repeat(np.arange(n_leaves), 3).astype(np.int64)
     pods = np.array(
@@ -213,38 +215,52 @@ def test_count_jobs_equals_count_job_in_turn(data: st.DataObject, jobs: int, sig
     weight = sign * np.array(data.draw(st.lists(gpus, min_size=jobs, max_size=jobs)))
     since = np.array(data.draw(st.lists(st.floats(0, 1e6), min_size=jobs, max_size=jobs)))
     pair = np.array(data.draw(st.lists(st.integers(0, 2), min_size=jobs, max_size=jobs)))
-
-    def arrays() -> list[np.ndarray]:
-        # Sums that already hold thirds, so that the order of the float additions shows.
-        return [
-            np.full(n_leaves, 7, dtype=np.int64),
-            np.full(n_nodes, 7, dtype=np.int32),
-            np.full(n_leaves, 7, dtype=np.int64),
-            np.full(n_nodes, 7, dtype=np.int32),
-            np.full(n_leaves, 1.0 / 3.0),
-            np.full(n_leaves, 1e5 / 3.0),
+    # Sums that already hold thirds, so that the order of the float additions shows.
+    leaf_freeable = np.full(n_leaves, 7, dtype=np.int64)
+    node_freeable = np.full(n_nodes, 7, dtype=np.int32)
+    leaf_weight = np.full(n_leaves, 1.0 / 3.0)
+    leaf_weighted_since = np.full(n_leaves, 1e5 / 3.0)
+    expected: list[list[Any]] = [
+        array.tolist()
+        for array in (
+            leaf_freeable,
+            node_freeable,
+            leaf_freeable,
+            node_freeable,
+            leaf_weight,
+            leaf_weighted_since,
             np.zeros(3, dtype=np.int64),
-        ]
-
-    together, in_turn = arrays(), arrays()
-    preemptible_kernels.count_jobs(
-        pod_nodes, pods, whole, unallocated, weight, since, pair, sign, leaf_of_node, *together
-    )
+        )
+    ]
     starts = np.concatenate(([0], np.cumsum(pods)))
     for job in range(jobs):
-        preemptible_kernels.count_job(
-            pod_nodes[starts[job] : starts[job + 1]],
-            leaf_of_node,
-            int(whole[job]),
-            bool(unallocated[job]),
-            float(weight[job]),
-            float(weight[job]) * float(since[job]),
-            *in_turn[:6],
-        )
+        nodes = pod_nodes[starts[job] : starts[job + 1]].tolist()
+        for node in nodes:
+            leaf = int(leaf_of_node[node])
+            for target, index in ((0, leaf), (1, node)) + (
+                ((2, leaf), (3, node)) if unallocated[job] else ()
+            ):
+                expected[target][index] += int(whole[job])
+        for leaf in {int(leaf_of_node[node]) for node in nodes}:
+            expected[4][leaf] += float(weight[job])
+            expected[5][leaf] += float(weight[job]) * float(since[job])
         if not unallocated[job]:
-            in_turn[6][pair[job]] += sign
-    for mine, theirs in zip(together, in_turn, strict=True):
-        assert mine.tobytes() == theirs.tobytes()
+            expected[6][pair[job]] += sign
+    counted: list[np.ndarray] = [
+        leaf_freeable.copy(),
+        node_freeable.copy(),
+        leaf_freeable.copy(),
+        node_freeable.copy(),
+        leaf_weight.copy(),
+        leaf_weighted_since.copy(),
+        np.zeros(3, dtype=np.int64),
+    ]
+    seen = np.zeros(n_leaves, dtype=bool)
+    preemptible_kernels.count_jobs(
+        pod_nodes, pods, whole, unallocated, weight, since, pair, sign, leaf_of_node, *counted, seen
+    )
+    assert [array.tolist() for array in counted] == expected
+    assert not seen.any()
 
 
 @settings(max_examples=100, deadline=None)

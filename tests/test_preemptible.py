@@ -263,6 +263,7 @@ def test_a_checkpoint_moves_the_work_at_stake_as_counting_the_job_out_and_in() -
                 np.zeros_like(index.node_freeable),
                 weight,
                 weighted_since,
+                np.zeros(index.leaf_weight.size, dtype=bool),
             )
         assert index.leaf_weight.tobytes() == weight.tobytes()
         assert index.leaf_weighted_since.tobytes() == weighted_since.tobytes()

@@ -139,6 +139,9 @@ class PreemptibleIndex:
         )
         self.leaf_weight: FloatArray = np.zeros(n_leaves, dtype=np.float64)
         self.leaf_weighted_since: FloatArray = np.zeros(n_leaves, dtype=np.float64)
+        # One flag per innermost domain, all false between calls: the compiled loops mark the
+        # domains a job touches with it, to count its work once in each.
+        self._seen: BoolArray = np.zeros(n_leaves, dtype=bool)
         self.slot_of: dict[str, int] = {}
         self.version = 0
         """Moves whenever a job is added, removed, marked evicting or checkpointed (protection
@@ -434,6 +437,7 @@ class PreemptibleIndex:
                 gpus * float(self.since[slot]),
                 self.leaf_weight,
                 self.leaf_weighted_since,
+                self._seen,
             )
 
     def refresh(self, now: float) -> None:
@@ -472,6 +476,7 @@ class PreemptibleIndex:
             self.node_unallocated_freeable,
             self.leaf_weight,
             self.leaf_weighted_since,
+            self._seen,
         )
         self.counted[slot] = sign > 0
 
@@ -498,6 +503,7 @@ class PreemptibleIndex:
             self.leaf_weight,
             self.leaf_weighted_since,
             self.unprotected_in_pair,
+            self._seen,
         )
         self.counted[slots] = sign > 0
 
