@@ -170,6 +170,9 @@ class Job:
     kind: JobKind | None = field(default=None, repr=False)
     """Set by the scheduler when the job joins its queue, or when it first considers the job
     (like `shape`, from the request as it is then)."""
+    tier_key: tuple[object, ...] | None = field(default=None, repr=False)
+    """The key of the answers it shares with the jobs of its shape in the unallocated tier
+    (see `Walker.walk`), set with `kind` when it joins a counted queue."""
     sets: JobSets | None = None
     """A job of several pod sets: placed set by set, all or none (`job_sets`)."""
     held: JobSets | None = None

@@ -72,6 +72,19 @@ class JobKinds:
         return kind
 
 
+def tier_key(kinds: JobKinds, kind: JobKind, entry: QueueEntry) -> AnswerKey:
+    """The key of `Turn.answered` a job of the unallocated tier shares with every job of
+    that tier of its shape, pod count and declared work, whatever their accounts,
+    priorities and expected runtimes: its turn reads none of them. It only tells whether the
+    job may backfill behind the reservation, and unallocated work may (`backfills`); it
+    neither preempts nor reserves, no admission rule reads it, and its placement reads the
+    shape, the pods, the fence and the failures known. Only jobs whose tier is the
+    unallocated one this cycle (`Turn.tiers`) look it up or keep answers under it, and the
+    key has two parts where the others have four, so it never answers a job of another
+    tier."""
+    return (kinds.untimed(kind), entry.unallocated)
+
+
 class PendingTally:
     """The pending jobs of a queue by key, told as they join and leave it."""
 
@@ -89,6 +102,7 @@ class PendingTally:
         """`job` joined the queue as `entry`."""
         kind = job.kind if job.kind is not None else self.kinds.of(job)
         key = (kind, entry.account, entry.priority, entry.unallocated)
+        job.tier_key = tier_key(self.kinds, kind, entry)
         self._keys[entry.job_id] = key
         self.counts[key] = self.counts.get(key, 0) + 1
         shared = self._shared.get(key)

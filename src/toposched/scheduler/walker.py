@@ -29,7 +29,7 @@ from toposched.scheduler.preemptor import Preemptor
 from toposched.scheduler.queueing import JobQueue
 from toposched.scheduler.reservations import ReservationSearch
 from toposched.scheduler.settings import SchedulerSettings
-from toposched.scheduler.tally import SHORT_QUEUE, JobKinds, PendingTally
+from toposched.scheduler.tally import SHORT_QUEUE, JobKinds, PendingTally, tier_key
 from toposched.scheduler.turn import Answer, Asked, CycleResult, Refused, Turn
 from toposched.scheduler.wording import no_preemption
 
@@ -122,8 +122,11 @@ class Walker:
         shares_tier = self.admission.rule is None
         tiers = turn.tiers
         alike = shared = 0
+        # Runs read by account are one account's jobs of one tier: its tier is read once.
+        run_tier: QueueTier | None = None
         for run in runs:
             streak = every = 0
+            run_tier = None
             for entry in run:
                 job = jobs[entry.job_id]
                 if order is not None:
@@ -145,14 +148,16 @@ class Walker:
                         ahead[key] = ahead.get(key, 0) - 1
                     same = answered_alike.get(key)
                     by_key = True
-                    if (
-                        (same is None or same.known != known)
-                        and shares_tier
-                        and kind is not None
-                        and self._tier_of(tiers, entry) is unallocated
-                    ):
-                        same = answered_alike.get(self._tier_key(kind, entry))
-                        by_key = False
+                    if (same is None or same.known != known) and shares_tier and kind is not None:
+                        if not by_account:
+                            tier = self._tier_of(tiers, entry)
+                        elif run_tier is None:
+                            tier = run_tier = self._tier_of(tiers, entry)
+                        else:
+                            tier = run_tier
+                        if tier is unallocated:
+                            same = answered_alike.get(self._tier_key(job, kind, entry))
+                            by_key = False
                     if (
                         same is not None
                         and same.known == known
@@ -163,10 +168,11 @@ class Walker:
                         job.tell(same.reason, same.code, same.refusal)
                         alike += 1
                         if not by_key:
-                            # Kept under its own key too, as its turn would have kept it; the
-                            # looks at whether the walk may leave the run come as they did
-                            # when such a job took its turn.
-                            answered_alike[key] = same
+                            # Kept under its own key too, as its turn would have kept it, where
+                            # the walk may leave runs: the looks at whether it may come as they
+                            # did when such a job took its turn.
+                            if tail is not None:
+                                answered_alike[key] = same
                             continue
                         streak += 1
                         if (
@@ -391,20 +397,13 @@ class Walker:
             answer = Answer(known_so_far, answered_by, job.reason, job.reason_code, job.refusal)
             turn.answered[alike] = answer
             if tier is QueueTier.UNALLOCATED and self.admission.rule is None:
-                turn.answered[self._tier_key(kind, entry)] = answer
+                turn.answered[self._tier_key(job, kind, entry)] = answer
         return False
 
-    def _tier_key(self, kind: JobKind, entry: QueueEntry) -> tuple[object, ...]:
-        """The key of `Turn.answered` a job of the unallocated tier shares with every job of
-        that tier of its shape, pod count and declared work, whatever their accounts,
-        priorities and expected runtimes: its turn reads none of them. It only tells whether
-        the job may backfill behind the reservation, and unallocated work may (`backfills`);
-        it neither preempts nor reserves, no admission rule reads it, and its placement reads
-        the shape, the pods, the fence and the failures known. Only jobs whose tier is the
-        unallocated one this cycle (`Turn.tiers`) look it up or keep answers under it, and the
-        key has two parts where the others have four, so it never answers a job of another
-        tier."""
-        return (self.kinds.untimed(kind), entry.unallocated)
+    def _tier_key(self, job: Job, kind: JobKind, entry: QueueEntry) -> tuple[object, ...]:
+        """The job's key in the unallocated tier (`tally.tier_key`), kept on it if counted."""
+        key = job.tier_key
+        return key if key is not None else tier_key(self.kinds, kind, entry)
 
     def _tier_of(self, tiers: dict[tuple[str, bool], QueueTier], entry: QueueEntry) -> QueueTier:
         """The tier of the job's account and declared work this cycle, kept in `tiers`."""
