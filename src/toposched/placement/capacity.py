@@ -281,6 +281,17 @@ class CapacityView:
 
     def _bound(self, level: int, lo: int, hi: int, granule: int) -> IntArray:
         """Capacity of domains lo..hi-1 from the aggregates: an upper bound of the exact one."""
+        capacity, free_cpu, free_memory = self._unbounded(level, lo, hi)
+        request = self.request
+        if request.cpu_milli or request.memory_mib or granule > 1:
+            capacity_kernels.bound_and_round(
+                capacity, free_cpu, free_memory, request.cpu_milli, request.memory_mib, granule
+            )
+        return capacity
+
+    def _unbounded(self, level: int, lo: int, hi: int) -> tuple[IntArray, IntArray, IntArray]:
+        """`_bound`'s pods of domains lo..hi-1 from their free GPUs alone (a new array), and the
+        domains' free CPU and memory that bound them (closed leaves' taken from all three)."""
         state, request = self.state, self.request
         if request.gpus_per_pod == 0:
             # CPU-only pods: bounded by CPU/memory, or by nothing when they ask for neither.
@@ -306,11 +317,7 @@ class CapacityView:
             free_cpu, free_memory = self._without_closed(
                 level, lo, hi, capacity, free_cpu, free_memory
             )
-        if request.cpu_milli or request.memory_mib or granule > 1:
-            capacity_kernels.bound_and_round(
-                capacity, free_cpu, free_memory, request.cpu_milli, request.memory_mib, granule
-            )
-        return capacity
+        return capacity, free_cpu, free_memory
 
     def _without_closed(
         self,
@@ -371,12 +378,40 @@ class CapacityView:
                 capacity[lo:hi] = self._raw(level, lo, hi, granule)
             else:
                 capacity = self._raw(level, 0, topology.n_domains(level), granule)
+        elif not self.exact and (self.inside is None or self.inside[0] > self.slice_level):
+            self._every_full_level()
+            return self._full[level]
         else:
             below = self._full_level(level + 1)
             bounds = topology.descendant_bounds(level, level + 1)
             capacity = capacity_kernels.sums_of_children(below, bounds, granule)
         self._full[level] = capacity
         return capacity
+
+    def _every_full_level(self) -> None:
+        """`_full_level` of the innermost slice level and every level above it, from the
+        aggregates in one compiled pass (the same figures level by level)."""
+        assert self.slice_level is not None
+        level, request, state = self.slice_level, self.request, self.state
+        topology = state.topology
+        pods, free_cpu, free_memory = self._unbounded(level, 0, topology.n_domains(level))
+        offsets = state.stacked_aggregates()[2]
+        child_first, child_last = topology.child_rows()
+        above = capacity_kernels.slice_level_and_above(
+            pods,
+            free_cpu,
+            free_memory,
+            request.cpu_milli,
+            request.memory_mib,
+            level,
+            offsets,
+            child_first,
+            child_last,
+            request.granules(level),
+        )
+        self._full[level] = pods
+        for upper in range(level):
+            self._full[upper] = above[offsets[upper] : offsets[upper + 1]]
 
     def total(self) -> int:
         """Capacity of the whole cluster (at most that, for a view confined `inside`)."""
