@@ -58,6 +58,70 @@ def _best_row(
 
 
 @njit(cache=True, nogil=True)
+def best_of_many_rows(
+    hist: np.ndarray,
+    totals: np.ndarray,
+    first: int,
+    last: int,
+    need: int,
+    model_allowed: np.ndarray,
+    pods_per_free: np.ndarray,
+    gpus_per_pod: int,
+    cpu_milli: int,
+    memory_mib: int,
+    count_free_gpus: bool,
+    node_slice: int,
+    emptiest: bool,
+) -> int:
+    """`_best_row` over many rows (every rack of a fleet), faster: a row whose free GPUs hold
+    fewer than `need` pods is passed before its CPU and memory are read; where one cell of the
+    histogram alone holds pods (one GPU model allowed, one count of free GPUs holding any: a
+    pod of all of a node's GPUs) only that cell is read; and fullest first, the first row
+    holding exactly `need` pods ends the search, since no row can do better and ties go to the
+    lower row. The same row as `_best_row`."""
+    models, width = hist.shape[1], hist.shape[2]
+    model, column = -1, -1
+    cells = 0
+    for m in range(models):
+        if model_allowed[m]:
+            for free in range(gpus_per_pod, width):
+                if pods_per_free[free]:
+                    model, column = m, free
+                    cells += 1
+    weight = pods_per_free[column] if cells == 1 else 0
+    best = -1
+    best_score = 0
+    for row in range(first, last):
+        if count_free_gpus:
+            held = totals[row, TOTALS_FREE_GPUS]
+        elif cells == 1:
+            held = hist[row, model, column] * weight
+        else:
+            held = 0
+            for m in range(models):
+                if model_allowed[m]:
+                    for free in range(gpus_per_pod, width):
+                        held += hist[row, m, free] * pods_per_free[free]
+        if held < need:
+            continue  # CPU, memory and slices only lower it
+        if cpu_milli and held * cpu_milli > totals[row, TOTALS_CPU]:
+            held = totals[row, TOTALS_CPU] // cpu_milli
+        if memory_mib and held * memory_mib > totals[row, TOTALS_MEMORY]:
+            held = totals[row, TOTALS_MEMORY] // memory_mib
+        if node_slice > 1:
+            held = held // node_slice * node_slice
+        if held < need:
+            continue
+        score = -held if emptiest else held
+        if best < 0 or score < best_score:
+            best = row
+            best_score = score
+            if not emptiest and held == need:
+                break
+    return best
+
+
+@njit(cache=True, nogil=True)
 def place_in_one_leaf(
     hist: np.ndarray,
     totals: np.ndarray,
