@@ -134,6 +134,8 @@ class CapacityView:
         self.inside = inside
         self._full: dict[int, IntArray] = {}
         self._node_capacity: IntArray | None = None
+        # Exact pods of every innermost domain, once counted (`_leaf_counts`).
+        self._leaves: IntArray | None = None
         # Pods a node with k free whole GPUs can hold, by k (in whole node slices).
         self.pods_per_free = pods_per_free(
             state.free_hist[0].shape[2], request.gpus_per_pod, request.node_slice
@@ -238,18 +240,7 @@ class CapacityView:
             # are read node by node (on a busy fleet, a fraction of them), then summed upwards.
             leaf_bounds = topology.descendant_bounds(level, self.leaf_level)
             leaf_lo, leaf_hi = int(leaf_bounds[lo]), int(leaf_bounds[hi])
-            per_leaf = self._bound(self.leaf_level, leaf_lo, leaf_hi, 1)
-            if self.closed is None:
-                # Each such domain's nodes read by their range, in one compiled pass.
-                capacity_kernels.pods_in_leaves(
-                    per_leaf,
-                    leaf_lo,
-                    topology.domain_starts[self.leaf_level],
-                    *self._node_arrays(),
-                    self.request.node_slice,
-                )
-            else:
-                self._read_leaves(leaf_lo, per_leaf)
+            per_leaf = self._leaf_counts(leaf_lo, leaf_hi)
             result: IntArray = (
                 per_leaf
                 if level == self.leaf_level
@@ -263,6 +254,28 @@ class CapacityView:
                 return np.zeros(hi - lo, dtype=np.int64)
             result = np.add.reduceat(per_node, starts[lo:hi] - node_lo)
         return result // granule * granule if granule > 1 else result
+
+    def _leaf_counts(self, leaf_lo: int, leaf_hi: int) -> IntArray:
+        """Exact pods of innermost domains leaf_lo..leaf_hi-1, in node slices (a new array).
+        Those of every innermost domain, once counted, are kept for the view's life: a search
+        asks for them at several levels (the cluster's total, then each level's domains)."""
+        if self._leaves is not None:
+            return self._leaves[leaf_lo:leaf_hi].copy()
+        per_leaf = self._bound(self.leaf_level, leaf_lo, leaf_hi, 1)
+        if self.closed is None:
+            # Each such domain's nodes read by their range, in one compiled pass.
+            capacity_kernels.pods_in_leaves(
+                per_leaf,
+                leaf_lo,
+                self.state.topology.domain_starts[self.leaf_level],
+                *self._node_arrays(),
+                self.request.node_slice,
+            )
+        else:
+            self._read_leaves(leaf_lo, per_leaf)
+        if leaf_lo == 0 and leaf_hi == self.state.topology.n_domains(self.leaf_level):
+            self._leaves = per_leaf.copy()
+        return per_leaf
 
     def _read_leaves(self, leaf_lo: int, per_leaf: IntArray) -> None:
         """`per_leaf` (innermost domains from leaf_lo) counted node by node where not 0, in

@@ -208,13 +208,17 @@ class _Search:
         limit = " (with CPU and memory counted node by node)" if counted else ""
         code = UnschedulableCode.CAPACITY
         if request.slices or request.node_slice > 1:
-            unsliced = CapacityView(
-                self.state,
-                replace(request, slices=(), node_slice=1),
-                self.view.exact,
-                closed=self.closed,
-            )
-            if unsliced.total() >= request.pods:
+            if request.node_slice == 1:
+                # The view's own count without domain slices: its node counts serve both.
+                unsliced = int(self.view.without_slices_at(0, 0, 1)[0])
+            else:
+                unsliced = CapacityView(
+                    self.state,
+                    replace(request, slices=(), node_slice=1),
+                    self.view.exact,
+                    closed=self.closed,
+                ).total()
+            if unsliced >= request.pods:
                 code = UnschedulableCode.SLICES
         return Unschedulable(
             request,
