@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from toposched.placement.count_kernels import NOT_REACHED
-from toposched.placement.cover_kernels import fewest_children
+from toposched.placement.cover_kernels import fewest_children, greedy_cover
 
 CELLS = 1 << 20
 
@@ -51,3 +51,43 @@ def test_wide_capacities_are_sorted_with_the_same_counts() -> None:
     children = [[100_000, 250_000, 90_000], [300_000, 1, 2, 3]]
     assert _counts(children, 300_005) == [2, 3]
     assert _counts(children, 400_000) == [3, NOT_REACHED]
+
+
+def _cover(capacity: np.ndarray, need: int, emptiest: bool) -> tuple[list[int], list[int]] | None:
+    """The cover written out: the k largest (lowest index on ties) short of `need`, then the
+    fullest (or emptiest) of the domains after them in that order holding the rest alone."""
+    order = sorted(range(capacity.size), key=lambda d: (-int(capacity[d]), d))
+    if int(capacity.sum()) < need:
+        return None
+    picked: list[int] = []
+    shares: list[int] = []
+    left = need
+    while int(capacity[order[len(picked)]]) < left:
+        picked.append(order[len(picked)])
+        shares.append(int(capacity[picked[-1]]))
+        left -= shares[-1]
+    holding = [d for d in order[len(picked) :] if capacity[d] >= left]
+    key = (lambda d: -int(capacity[d])) if emptiest else (lambda d: int(capacity[d]))
+    picked.append(min(holding, key=key))  # the first of the best, in cover order
+    shares.append(left)
+    return picked, shares
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_greedy_cover_takes_the_largest_then_the_policys_favourite(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(1, 60))
+    top = int(rng.choice([3, 18, 1000, 200_000]))
+    capacity = rng.integers(0, top, size=size).astype(np.int64)
+    if rng.random() < 0.5:
+        capacity = capacity // 18 * 18  # rack slices: many equal capacities
+    for need in {1, int(capacity.max(initial=0)) + 1, int(capacity.sum()), int(capacity.sum()) + 1}:
+        if need < 1:
+            continue
+        for emptiest in (False, True):
+            expected = _cover(capacity, need, emptiest)
+            picked, shares = greedy_cover(capacity, need, emptiest)
+            if expected is None:
+                assert picked.size == 0 and shares.size == 0
+            else:
+                assert (picked.tolist(), shares.tolist()) == expected

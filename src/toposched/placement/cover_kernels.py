@@ -81,3 +81,61 @@ def fewest_children(
         else:
             counts[domain] = used
     return counts
+
+
+@njit(cache=True, nogil=True)
+def greedy_cover(capacity: np.ndarray, need: int, emptiest: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The fewest domains whose capacities reach `need`, as `DomainChoice` covers a
+    gang for the fullest-first or emptiest-first policy: the largest domains (by capacity, then
+    lowest index), then for the rest the fullest (or emptiest) of those after them that hold it
+    alone, the first on ties. Returns the domains' indices and the pods each takes; both empty
+    when all of them together hold less than `need`."""
+    size = capacity.size
+    total = 0
+    for at in range(size):
+        total += capacity[at]
+    if size == 0 or total < need:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    # Largest first, lowest index on ties: counted by capacity where capacities are small.
+    widest = 0
+    lowest = 0
+    for at in range(size):
+        widest = max(widest, capacity[at])
+        lowest = min(lowest, capacity[at])
+    order = np.empty(size, dtype=np.int64)
+    if widest < _TALLIED_WIDTH and lowest >= 0:
+        starts = np.zeros(widest + 2, dtype=np.int64)
+        for at in range(size):
+            starts[widest - capacity[at] + 1] += 1
+        for rank in range(widest + 1):
+            starts[rank + 1] += starts[rank]
+        for at in range(size):
+            rank = widest - capacity[at]
+            order[starts[rank]] = at
+            starts[rank] += 1
+    else:
+        order[:] = np.argsort(-capacity, kind="mergesort")
+    # The k largest fall short of `need`; the rest goes to one more.
+    reached = 0
+    k = 0
+    while reached + capacity[order[k]] < need:
+        reached += capacity[order[k]]
+        k += 1
+    remainder = need - reached
+    chosen = k
+    if not emptiest:
+        # The fullest of those holding the rest: the last such in order, the first of its size.
+        last = k
+        while last + 1 < size and capacity[order[last + 1]] >= remainder:
+            last += 1
+        chosen = last
+        while chosen > k and capacity[order[chosen - 1]] == capacity[order[last]]:
+            chosen -= 1
+    picked = np.empty(k + 1, dtype=np.int64)
+    shares = np.empty(k + 1, dtype=np.int64)
+    for at in range(k):
+        picked[at] = order[at]
+        shares[at] = capacity[order[at]]
+    picked[k] = order[chosen]
+    shares[k] = remainder
+    return picked, shares

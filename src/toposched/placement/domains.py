@@ -8,10 +8,10 @@ from numpy.typing import NDArray
 
 from toposched.cluster.topology import Topology
 from toposched.placement.capacity import CapacityView
-from toposched.placement.cover_kernels import fewest_children
+from toposched.placement.cover_kernels import fewest_children, greedy_cover
 from toposched.placement.fewest import FewestDomains
 from toposched.placement.fewest_counts import FewestByCount, Shares
-from toposched.placement.policies import PlacementPolicy
+from toposched.placement.policies import PlacementPolicy, fills_emptiest_first
 from toposched.placement.request import GangRequest
 
 __all__ = ["DomainChoice", "cover_count", "in_rank_order"]
@@ -43,6 +43,8 @@ class DomainChoice:
         self.view = view
         self.request = request
         self.policy = policy
+        # Whether the policy fills emptiest first (None: another order, asked of the policy).
+        self.emptiest = fills_emptiest_first(policy)
         self.leaf_level = len(topology.domain_levels) - 1
         self.fewest: FewestDomains | None = None  # the exact planner, built on first use
         # Count plans by (level, domain, greedy profile): ranking the required domains may
@@ -345,6 +347,9 @@ class DomainChoice:
         Taking the k-1 largest and then the policy's favourite among those that hold the rest
         uses the minimum number of domains k, and leaves the larger remaining domains whole.
         """
+        if self.emptiest is not None:
+            picked, shares = greedy_cover(capacity, need, self.emptiest)
+            return (picked, shares) if picked.size else None
         # Array methods rather than numpy's functions: the same calls without their wrappers,
         # which weigh on arrays this small.
         order = (-capacity).argsort(kind="stable")
