@@ -64,8 +64,9 @@ def outcome(request: GangRequest, result: search.PlacementResult) -> str:
     return f"{request.pods} {request.required} {request.preferred} {request.slices} {digest}"
 
 
-def run(days: float, seed: int) -> tuple[dict[str, list[float]], list[str], float]:
-    """Every search's time by group, the log lines in call order, and the run's wall time."""
+def run(days: float, seed: int, logged: bool) -> tuple[dict[str, list[float]], list[str], float]:
+    """Every search's time by group, the log lines in call order (when `logged`), and the
+    run's wall time."""
     timed: dict[str, list[float]] = defaultdict(list)
     log: list[str] = []
     place = search.place
@@ -76,7 +77,8 @@ def run(days: float, seed: int) -> tuple[dict[str, list[float]], list[str], floa
         elapsed = time.perf_counter() - start
         request: GangRequest = args[1] if len(args) > 1 else kwargs["request"]
         timed[shape(request, result)].append(elapsed)
-        log.append(outcome(request, result))
+        if logged:
+            log.append(outcome(request, result))
         return result
 
     for name in CALLERS:
@@ -96,7 +98,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", help="write each search's outcome to this file")
     args = parser.parse_args()
-    timed, log, wall = run(args.days, args.seed)
+    timed, log, wall = run(args.days, args.seed, bool(args.log))
     every = np.concatenate([np.array(times) for times in timed.values()])
     print(f"{args.days:g} frontier days ({args.days * DAY:,.0f} s simulated) in {wall:.1f} s wall")
     print(f"{'searches':<28}{'count':>8}{'total s':>10}{'mean us':>10}{'median us':>11}")

@@ -293,3 +293,70 @@ def fill_leaves(
             used += 1
             left -= take
     return pick_free_gpus(used_nodes[:used], used_pods[:used], gpus_per_pod, gpu_free_milli)
+
+
+@njit(cache=True, nogil=True)
+def nodes_of_leaves(
+    leaves: np.ndarray,
+    shares: np.ndarray,
+    leaf_starts: np.ndarray,
+    free_whole_gpus: np.ndarray,
+    free_cpu_milli: np.ndarray,
+    free_memory_mib: np.ndarray,
+    health: np.ndarray,
+    gpu_model: np.ndarray,
+    model_allowed: np.ndarray,
+    pods_per_free: np.ndarray,
+    gpus_per_pod: int,
+    cpu_milli: int,
+    memory_mib: int,
+    node_slice: int,
+    emptiest: bool,
+    gpu_count: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, bool, bool]:
+    """The nodes of innermost domains `leaves`, leaf after leaf in index order, and the pods
+    of whole GPUs each holds now (as `capacity_kernels.pods_on_nodes` counts them, in whole
+    node slices); whether the leaves are taken whole in that order: every node has room,
+    each leaf's nodes hold exactly its share, and index order is policy order within each
+    leaf (free GPUs never fewer, fullest first, or never more, emptiest first), as on the
+    free racks a large gang takes; and whether every GPU of every node is free (`gpu_count`
+    per node). One pass, where numpy gathers the nodes several times."""
+    size = 0
+    for i in range(leaves.size):
+        size += leaf_starts[leaves[i] + 1] - leaf_starts[leaves[i]]
+    nodes = np.empty(size, dtype=np.int64)
+    capacity = np.empty(size, dtype=np.int64)
+    whole = True
+    every_gpu_free = True
+    at = 0
+    for i in range(leaves.size):
+        room = 0
+        previous_rank = np.int64(0)
+        first = True
+        for node in range(leaf_starts[leaves[i]], leaf_starts[leaves[i] + 1]):
+            held = 0
+            if health[node] == 0 and model_allowed[gpu_model[node]]:
+                held = pods_per_free[free_whole_gpus[node]]
+                if held and cpu_milli and held * cpu_milli > free_cpu_milli[node]:
+                    held = free_cpu_milli[node] // cpu_milli
+                if held and memory_mib and held * memory_mib > free_memory_mib[node]:
+                    held = free_memory_mib[node] // memory_mib
+                if node_slice > 1:
+                    held = held // node_slice * node_slice
+            nodes[at] = node
+            capacity[at] = held
+            at += 1
+            room += held
+            if held <= 0:
+                whole = False
+            free = np.int64(free_whole_gpus[node])
+            if free != gpu_count[node]:
+                every_gpu_free = False
+            rank = -free if emptiest else free
+            if not first and rank < previous_rank:
+                whole = False
+            first = False
+            previous_rank = rank
+        if room != shares[i]:
+            whole = False
+    return nodes, capacity, whole, every_gpu_free
