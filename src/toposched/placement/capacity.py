@@ -261,7 +261,12 @@ class CapacityView:
         asks for them at several levels (the cluster's total, then each level's domains)."""
         if self._leaves is not None:
             return self._leaves[leaf_lo:leaf_hi].copy()
-        per_leaf = self._bound(self.leaf_level, leaf_lo, leaf_hi, 1)
+        if self.request.gpus_per_pod:
+            # Which domains to read, from their free GPUs alone: those with room are read node
+            # by node anyway, so their CPU and memory aggregates need no reading first.
+            per_leaf = self._unbounded(self.leaf_level, leaf_lo, leaf_hi)[0]
+        else:
+            per_leaf = self._bound(self.leaf_level, leaf_lo, leaf_hi, 1)
         if self.closed is None:
             # Each such domain's nodes read by their range, in one compiled pass.
             capacity_kernels.pods_in_leaves(
