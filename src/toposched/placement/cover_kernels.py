@@ -18,13 +18,12 @@ def fewest_children(
     """For each domain d, whose children's capacities are `span[first[d]:last[d]]` (never
     empty), the fewest of its children that hold `need` pods, largest first. Where a child of
     some domain holds `need` alone: 1 for the domains with such a child and 2 for the others,
-    since then only the least count matters. A domain whose children do not reach `need` counts
-    `NOT_REACHED` when the domains times the widest capacity plus one are at most
-    `counted_cells`, and its number of children otherwise: `DomainChoice`'s two ways of
-    counting, the first by a table of children per capacity, the second by sorting them.
+    since then only the least count matters. A domain whose children do not reach `need`
+    counts `NOT_REACHED` when the domains times the widest capacity plus one are at most
+    `counted_cells`, and its number of children otherwise.
 
-    One pass over the children, and a tally by capacity per domain walked from the largest:
-    where numpy takes a dozen calls over every child of every domain."""
+    One pass over the children, and a tally by capacity per domain walked from the largest
+    (children wider than `_TALLIED_WIDTH`, or below 0, sorted instead)."""
     domains = first.size
     counts = np.empty(domains, dtype=np.int64)
     widest = np.int64(0)
