@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from toposched.scheduler.refusal_kernels import limits_reach_more, most_pods, takeable_slots
+from toposched.scheduler.refusal_kernels import (
+    add_touched,
+    limits_reach_more,
+    most_grown,
+    most_pods,
+    takeable_slots,
+)
 
 # Two domains of two 8-GPU nodes each.
 STARTS = np.array([0, 2, 4], dtype=np.int64)
@@ -72,6 +78,47 @@ def test_takeable_owners_count_and_fenced_nodes_do_not() -> None:
 def test_domains_too_large_to_count_answer_too_many() -> None:
     assert pods([0, 2], counted=3) == -1
     assert pods([0, 2], counted=4) == 1
+
+
+def test_touched_domains_stay_sorted_and_distinct() -> None:
+    touched = np.array([1], dtype=np.int64)
+    leaf_of_node = np.array([0, 0, 1, 1], dtype=np.int32)
+    assert add_touched(touched, np.array([3, 0, 2], dtype=np.int64), leaf_of_node, 2).tolist() == [
+        0,
+        1,
+    ]
+    no_nodes = np.zeros(0, dtype=np.int64)
+    assert add_touched(touched, no_nodes, leaf_of_node, 2).tolist() == [1]
+
+
+def grown(leaves: list[int], domain_of_leaf: list[int], granule: int) -> int:
+    """`most_grown` with each domain of `STARTS` an innermost domain, 4-GPU pods."""
+    return int(
+        most_grown(
+            np.array(leaves, dtype=np.int64),
+            STARTS,
+            np.array(domain_of_leaf, dtype=np.int64),
+            max(domain_of_leaf) + 1,
+            granule,
+            FREE,
+            GPU_COUNT,
+            np.array([8, 4, 4, 0], dtype=np.int32),
+            NO_OWNERS,
+            NO_MARKS,
+            NO_MARKS,
+            NO_MARKS,
+            4,
+        )
+    )
+
+
+def test_innermost_domains_sum_their_whole_slices_per_domain_of_the_gang_s_level() -> None:
+    # Leaf 0 takes 3 pods (node 0: 2, node 1: 1), leaf 1 takes 1 (6 + 2 GPUs).
+    assert grown([0, 1], [0, 1], 1) == 3
+    assert grown([0, 1], [0, 0], 1) == 4  # both in one domain of the gang's level
+    assert grown([0, 1], [0, 0], 2) == 2  # slices of 2 pods: 2 + 0
+    assert grown([1], [0, 0], 1) == 1
+    assert grown([], [0, 0], 1) == 0
 
 
 def test_takeable_slots_follow_the_budget_rule() -> None:

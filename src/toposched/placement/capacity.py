@@ -134,6 +134,8 @@ class CapacityView:
         self.inside = inside
         self._full: dict[int, IntArray] = {}
         self._node_capacity: IntArray | None = None
+        # Exact pods of every innermost domain, once counted (`_leaf_counts`).
+        self._leaves: IntArray | None = None
         # Pods a node with k free whole GPUs can hold, by k (in whole node slices).
         self.pods_per_free = pods_per_free(
             state.free_hist[0].shape[2], request.gpus_per_pod, request.node_slice
@@ -238,18 +240,7 @@ class CapacityView:
             # are read node by node (on a busy fleet, a fraction of them), then summed upwards.
             leaf_bounds = topology.descendant_bounds(level, self.leaf_level)
             leaf_lo, leaf_hi = int(leaf_bounds[lo]), int(leaf_bounds[hi])
-            per_leaf = self._bound(self.leaf_level, leaf_lo, leaf_hi, 1)
-            if self.closed is None:
-                # Each such domain's nodes read by their range, in one compiled pass.
-                capacity_kernels.pods_in_leaves(
-                    per_leaf,
-                    leaf_lo,
-                    topology.domain_starts[self.leaf_level],
-                    *self._node_arrays(),
-                    self.request.node_slice,
-                )
-            else:
-                self._read_leaves(leaf_lo, per_leaf)
+            per_leaf = self._leaf_counts(leaf_lo, leaf_hi)
             result: IntArray = (
                 per_leaf
                 if level == self.leaf_level
@@ -263,6 +254,33 @@ class CapacityView:
                 return np.zeros(hi - lo, dtype=np.int64)
             result = np.add.reduceat(per_node, starts[lo:hi] - node_lo)
         return result // granule * granule if granule > 1 else result
+
+    def _leaf_counts(self, leaf_lo: int, leaf_hi: int) -> IntArray:
+        """Exact pods of innermost domains leaf_lo..leaf_hi-1, in node slices (a new array).
+        Those of every innermost domain, once counted, are kept for the view's life: a search
+        asks for them at several levels (the cluster's total, then each level's domains)."""
+        if self._leaves is not None:
+            return self._leaves[leaf_lo:leaf_hi].copy()
+        if self.request.gpus_per_pod:
+            # Which domains to read, from their free GPUs alone: those with room are read node
+            # by node anyway, so their CPU and memory aggregates need no reading first.
+            per_leaf = self._unbounded(self.leaf_level, leaf_lo, leaf_hi)[0]
+        else:
+            per_leaf = self._bound(self.leaf_level, leaf_lo, leaf_hi, 1)
+        if self.closed is None:
+            # Each such domain's nodes read by their range, in one compiled pass.
+            capacity_kernels.pods_in_leaves(
+                per_leaf,
+                leaf_lo,
+                self.state.topology.domain_starts[self.leaf_level],
+                *self._node_arrays(),
+                self.request.node_slice,
+            )
+        else:
+            self._read_leaves(leaf_lo, per_leaf)
+        if leaf_lo == 0 and leaf_hi == self.state.topology.n_domains(self.leaf_level):
+            self._leaves = per_leaf.copy()
+        return per_leaf
 
     def _read_leaves(self, leaf_lo: int, per_leaf: IntArray) -> None:
         """`per_leaf` (innermost domains from leaf_lo) counted node by node where not 0, in
@@ -281,6 +299,17 @@ class CapacityView:
 
     def _bound(self, level: int, lo: int, hi: int, granule: int) -> IntArray:
         """Capacity of domains lo..hi-1 from the aggregates: an upper bound of the exact one."""
+        capacity, free_cpu, free_memory = self._unbounded(level, lo, hi)
+        request = self.request
+        if request.cpu_milli or request.memory_mib or granule > 1:
+            capacity_kernels.bound_and_round(
+                capacity, free_cpu, free_memory, request.cpu_milli, request.memory_mib, granule
+            )
+        return capacity
+
+    def _unbounded(self, level: int, lo: int, hi: int) -> tuple[IntArray, IntArray, IntArray]:
+        """`_bound`'s pods of domains lo..hi-1 from their free GPUs alone (a new array), and the
+        domains' free CPU and memory that bound them (closed leaves' taken from all three)."""
         state, request = self.state, self.request
         if request.gpus_per_pod == 0:
             # CPU-only pods: bounded by CPU/memory, or by nothing when they ask for neither.
@@ -306,11 +335,7 @@ class CapacityView:
             free_cpu, free_memory = self._without_closed(
                 level, lo, hi, capacity, free_cpu, free_memory
             )
-        if request.cpu_milli or request.memory_mib or granule > 1:
-            capacity_kernels.bound_and_round(
-                capacity, free_cpu, free_memory, request.cpu_milli, request.memory_mib, granule
-            )
-        return capacity
+        return capacity, free_cpu, free_memory
 
     def _without_closed(
         self,
@@ -371,12 +396,40 @@ class CapacityView:
                 capacity[lo:hi] = self._raw(level, lo, hi, granule)
             else:
                 capacity = self._raw(level, 0, topology.n_domains(level), granule)
+        elif not self.exact and (self.inside is None or self.inside[0] > self.slice_level):
+            self._every_full_level()
+            return self._full[level]
         else:
             below = self._full_level(level + 1)
             bounds = topology.descendant_bounds(level, level + 1)
             capacity = capacity_kernels.sums_of_children(below, bounds, granule)
         self._full[level] = capacity
         return capacity
+
+    def _every_full_level(self) -> None:
+        """`_full_level` of the innermost slice level and every level above it, from the
+        aggregates in one compiled pass (the same figures level by level)."""
+        assert self.slice_level is not None
+        level, request, state = self.slice_level, self.request, self.state
+        topology = state.topology
+        pods, free_cpu, free_memory = self._unbounded(level, 0, topology.n_domains(level))
+        offsets = state.stacked_aggregates()[2]
+        child_first, child_last = topology.child_rows()
+        above = capacity_kernels.slice_level_and_above(
+            pods,
+            free_cpu,
+            free_memory,
+            request.cpu_milli,
+            request.memory_mib,
+            level,
+            offsets,
+            child_first,
+            child_last,
+            request.granules(level),
+        )
+        self._full[level] = pods
+        for upper in range(level):
+            self._full[upper] = above[offsets[upper] : offsets[upper + 1]]
 
     def total(self) -> int:
         """Capacity of the whole cluster (at most that, for a view confined `inside`)."""

@@ -113,7 +113,11 @@ def bound_and_round(
     CPU and memory per pod and rounded down to a multiple of `granule`."""
     for domain in range(pods.size):
         held = pods[domain]
-        if held == 0:
+        if held < granule:
+            # Fewer than a granule: none after any bound, and the domain's CPU and memory stay
+            # unread (on a busy fleet most domains, each read a likely cache miss).
+            if held:
+                pods[domain] = 0
             continue
         # Divide only when CPU or memory binds, or the count is not a multiple already:
         # integer division is the loop's slowest step.
@@ -157,3 +161,41 @@ def sums_of_children(below: np.ndarray, bounds: np.ndarray, granule: int) -> np.
             total = total // granule * granule
         sums[domain] = total
     return sums
+
+
+@njit(cache=True, nogil=True)
+def slice_level_and_above(
+    pods: np.ndarray,
+    free_cpu: np.ndarray,
+    free_memory: np.ndarray,
+    cpu_milli: int,
+    memory_mib: int,
+    level: int,
+    offsets: np.ndarray,
+    child_first: np.ndarray,
+    child_last: np.ndarray,
+    granules: np.ndarray,
+) -> np.ndarray:
+    """The slice-rounded capacities of every domain at `level` and above, in one call: `pods`
+    (every domain at `level`, from its free GPUs) is bounded and rounded in place as
+    `bound_and_round` does it with granule `granules[level]`; the domains of each level above
+    sum their children's, rounded down to their level's granule. Returns the levels above,
+    stacked (level l: rows `offsets[l]` to `offsets[l + 1]`, as are `child_first` and
+    `child_last`, the stacked rows of each domain's children)."""
+    bound_and_round(pods, free_cpu, free_memory, cpu_milli, memory_mib, granules[level])
+    above = np.empty(offsets[level], dtype=np.int64)
+    below_row = offsets[level]
+    for upper in range(level - 1, -1, -1):
+        granule = granules[upper]
+        for row in range(offsets[upper], offsets[upper + 1]):
+            total = 0
+            if upper == level - 1:
+                for child in range(child_first[row], child_last[row]):
+                    total += pods[child - below_row]
+            else:
+                for child in range(child_first[row], child_last[row]):
+                    total += above[child]
+            if granule > 1:
+                total = total // granule * granule
+            above[row] = total
+    return above

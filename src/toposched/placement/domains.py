@@ -8,17 +8,19 @@ from numpy.typing import NDArray
 
 from toposched.cluster.topology import Topology
 from toposched.placement.capacity import CapacityView
+from toposched.placement.cover_kernels import fewest_children, greedy_cover
 from toposched.placement.fewest import FewestDomains
 from toposched.placement.fewest_counts import FewestByCount, Shares
-from toposched.placement.fewest_nodes import fewest_node_counts
-from toposched.placement.policies import PlacementPolicy
+from toposched.placement.policies import PlacementPolicy, fills_emptiest_first
 from toposched.placement.request import GangRequest
 
 __all__ = ["DomainChoice", "cover_count", "in_rank_order"]
 
 IntArray = NDArray[np.int64]
 
-# Domains times capacities up to which children are counted by capacity rather than sorted.
+# Domains times their children's widest capacity plus one up to which a domain whose children
+# do not reach a gang counts `NOT_REACHED`, and beyond which the number of its children
+# (`cover_kernels.fewest_children`).
 _COUNTED_CELLS = 1 << 20
 
 
@@ -41,6 +43,8 @@ class DomainChoice:
         self.view = view
         self.request = request
         self.policy = policy
+        # Whether the policy fills emptiest first (None: another order, asked of the policy).
+        self.emptiest = fills_emptiest_first(policy)
         self.leaf_level = len(topology.domain_levels) - 1
         self.fewest: FewestDomains | None = None  # the exact planner, built on first use
         # Count plans by (level, domain, greedy profile): ranking the required domains may
@@ -201,38 +205,14 @@ class DomainChoice:
 
     def _inner_cover_counts(self, level: int, domains: IntArray, need: int) -> IntArray:
         """For each of `domains` (at `level`, each holding `need`), the fewest children whose
-        capacities reach `need`, children of all domains sorted at once. Where a child of some
-        domain holds it all, 1 for those domains and 2 for the others: only the least counts."""
+        capacities reach `need`, largest first (`cover_kernels.fewest_children`). Where a child
+        of some domain holds it all, 1 for those domains and 2 for the others: only the least
+        counts."""
         bounds = self.topology.descendant_bounds(level, level + 1)
         first, last = bounds[domains], bounds[domains + 1]
         span_lo = int(first.min())
         span = self.view.at(level + 1, span_lo, int(last.max()))
-        counts = last - first
-        offsets = counts.cumsum() - counts
-        index = np.arange(int(counts.sum()), dtype=np.int64) + (first - span_lo - offsets).repeat(
-            counts
-        )
-        children = span[index]
-        # Domains are never empty, so no reduceat segment is.
-        holds = np.maximum.reduceat(children, offsets) >= need
-        if holds.any():
-            return np.where(holds, 1, 2).astype(np.int64)
-        segment = np.repeat(np.arange(domains.size, dtype=np.int64), counts)
-        width = int(children.max()) + 1  # every child holds less than `need`
-        if domains.size * width <= _COUNTED_CELLS:
-            # Children counted by capacity per domain, no sort: the fewest reaching `need`.
-            by_capacity = np.bincount(segment * width + children, minlength=domains.size * width)
-            return fewest_node_counts(
-                np.arange(1, width, dtype=np.int64),
-                by_capacity.reshape(domains.size, width)[:, 1:],
-                need,
-            )
-        order = np.lexsort((-children, segment))
-        ranked = children[order]
-        running = np.cumsum(ranked)
-        before = running - ranked - np.repeat(running[offsets] - ranked[offsets], counts)
-        needed = np.bincount(segment, weights=before < need, minlength=domains.size)
-        return needed.astype(np.int64)
+        return fewest_children(span, first - span_lo, last - span_lo, need, _COUNTED_CELLS)
 
     def _least_counts(self, level: int, domains: IntArray) -> IntArray:
         """For each of `domains` (at `level`), the count `_count_plan` minimises (domains one
@@ -367,6 +347,9 @@ class DomainChoice:
         Taking the k-1 largest and then the policy's favourite among those that hold the rest
         uses the minimum number of domains k, and leaves the larger remaining domains whole.
         """
+        if self.emptiest is not None:
+            picked, shares = greedy_cover(capacity, need, self.emptiest)
+            return (picked, shares) if picked.size else None
         # Array methods rather than numpy's functions: the same calls without their wrappers,
         # which weigh on arrays this small.
         order = (-capacity).argsort(kind="stable")

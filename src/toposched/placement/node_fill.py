@@ -10,7 +10,7 @@ from toposched.cluster import kernels
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.cluster.units import MILLI_PER_GPU
 from toposched.placement.capacity import CapacityView
-from toposched.placement.leaf_kernel import fill_leaves
+from toposched.placement.leaf_kernel import fill_leaves, nodes_of_leaves
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
 
@@ -107,7 +107,30 @@ class NodeFill:
         first_nodes = starts[leaves]
         counts = starts[leaves + 1] - first_nodes
         offsets = counts.cumsum() - counts
-        if leaves.size == 1:
+        if capacity is None and self.compiled_fill and view.closed is None:
+            # Many racks (a large gang): their nodes and room in one compiled pass; taken whole
+            # in index order, as a large gang takes free racks, they need no more.
+            nodes, capacity, whole, every_gpu_free = nodes_of_leaves(
+                leaves,
+                shares,
+                starts,
+                state.free_whole_gpus,
+                state.free_cpu_milli,
+                state.free_memory_mib,
+                state.closed,
+                self.topology.gpu_model,
+                request.model_allowed(self.topology),
+                view.pods_per_free,
+                request.gpus_per_pod,
+                request.cpu_milli,
+                request.memory_mib,
+                request.node_slice,
+                bool(self.emptiest),
+                self.topology.gpu_count,
+            )
+            if whole:
+                return self.allocation(nodes, capacity, every_gpu_free)
+        elif leaves.size == 1:
             nodes = np.arange(int(first_nodes[0]), int(first_nodes[0] + counts[0]), dtype=np.int64)
         else:
             nodes = np.arange(int(offsets[-1] + counts[-1]), dtype=np.int64) + np.repeat(
@@ -158,7 +181,12 @@ class NodeFill:
         # `allocation` of one pod on one node, without its checks for several pods per node.
         return allocation_of(request, node, self._pick_gpus(node, _ONE_POD, node))
 
-    def allocation(self, nodes: IntArray, pods_per_node: IntArray) -> Allocation:
+    def allocation(
+        self, nodes: IntArray, pods_per_node: IntArray, every_gpu_free: bool = False
+    ) -> Allocation:
+        """The allocation of `pods_per_node[i]` pods on `nodes[i]`, each pod taking its node's
+        free GPUs in index order. `every_gpu_free`: the caller knows every GPU of every node
+        is free (then pod k of a node takes its GPUs from k times the GPUs per pod)."""
         request = self.request
         if (
             request.gpus_per_pod
@@ -172,9 +200,16 @@ class NodeFill:
             return allocation_of(request, pod_nodes, gpus)
         one_pod_each = pods_per_node.size == 0 or bool((pods_per_node == 1).all())
         pod_nodes = nodes if one_pod_each else np.repeat(nodes, pods_per_node)
-        return allocation_of(request, pod_nodes, self._pick_gpus(nodes, pods_per_node, pod_nodes))
+        gpus = self._pick_gpus(nodes, pods_per_node, pod_nodes, every_gpu_free)
+        return allocation_of(request, pod_nodes, gpus)
 
-    def _pick_gpus(self, nodes: IntArray, pods_per_node: IntArray, pod_nodes: IntArray) -> IntArray:
+    def _pick_gpus(
+        self,
+        nodes: IntArray,
+        pods_per_node: IntArray,
+        pod_nodes: IntArray,
+        every_gpu_free: bool = False,
+    ) -> IntArray:
         request, state = self.request, self.state
         per_pod = request.gpus_per_pod
         if per_pod == 0:
@@ -198,6 +233,8 @@ class NodeFill:
             columns = np.repeat(rank * per_pod, per_pod) + np.tile(
                 np.arange(per_pod, dtype=np.int64), pod_nodes.size
             )
+        if every_gpu_free:
+            return columns.reshape(pod_nodes.size, per_pod)
         topology = self.topology
         partly_used = (state.free_whole_gpus[nodes] != topology.gpu_count[nodes]).nonzero()[0]
         if partly_used.size == 0:

@@ -36,6 +36,19 @@ def _granule(slices: tuple[tuple[int, int], ...], level: int, node_slice: int) -
     return max((pods for slice_level, pods in slices if slice_level >= level), default=node_slice)
 
 
+@functools.lru_cache(maxsize=256)
+def _granules(
+    slices: tuple[tuple[int, int], ...], level: int, node_slice: int
+) -> NDArray[np.int64]:
+    import numpy as np
+
+    granules = np.array(
+        [_granule(slices, upper, node_slice) for upper in range(level + 1)], dtype=np.int64
+    )
+    granules.flags.writeable = False
+    return granules
+
+
 @dataclass(frozen=True)
 class GangRequest:
     """A gang of `pods` identical pods and its topology constraints, as level indices.
@@ -92,6 +105,11 @@ class GangRequest:
         """Pods a domain at `level` must hold a multiple of: the largest slice at or below it
         (node slices included)."""
         return _granule(self.slices, level, self.node_slice)
+
+    def granules(self, level: int) -> NDArray[np.int64]:
+        """`granule` of every level from 0 to `level`, by level (read-only, shared by the
+        requests of one shape: for compiled loops over several levels)."""
+        return _granules(self.slices, level, self.node_slice)
 
     def describe_pod_plain(self) -> str:
         """What one pod asks for, e.g. "4 GPUs" or "460 milli-GPU"."""

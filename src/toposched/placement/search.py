@@ -18,7 +18,7 @@ from toposched.jobs.spec import JobSpec
 from toposched.placement.capacity import CapacityView, pods_per_free
 from toposched.placement.closed_leaves import ClosedLeaves
 from toposched.placement.domains import DomainChoice, in_rank_order
-from toposched.placement.leaf_kernel import place_in_one_leaf
+from toposched.placement.leaf_kernel import best_of_many_rows, place_in_one_leaf
 from toposched.placement.node_fill import NodeFill, allocation_of, node_slices_in_gpus
 from toposched.placement.node_planner import NodePlanner
 from toposched.placement.policies import BestFit, PlacementPolicy, fills_emptiest_first
@@ -208,13 +208,17 @@ class _Search:
         limit = " (with CPU and memory counted node by node)" if counted else ""
         code = UnschedulableCode.CAPACITY
         if request.slices or request.node_slice > 1:
-            unsliced = CapacityView(
-                self.state,
-                replace(request, slices=(), node_slice=1),
-                self.view.exact,
-                closed=self.closed,
-            )
-            if unsliced.total() >= request.pods:
+            if request.node_slice == 1:
+                # The view's own count without domain slices: its node counts serve both.
+                unsliced = int(self.view.without_slices_at(0, 0, 1)[0])
+            else:
+                unsliced = CapacityView(
+                    self.state,
+                    replace(request, slices=(), node_slice=1),
+                    self.view.exact,
+                    closed=self.closed,
+                ).total()
+            if unsliced >= request.pods:
                 code = UnschedulableCode.SLICES
         return Unschedulable(
             request,
@@ -335,7 +339,7 @@ def refuse_from_total(
 
 # Gangs up to this many pods try the compiled search for one innermost domain first.
 _COMPILED_PODS = 64
-# From this many domains at the first level searched, numpy ranks them for the compiled search.
+# From this many domains at the first level searched, `best_of_many_rows` ranks them.
 _COMPILED_DOMAINS = 2048
 
 
@@ -371,16 +375,28 @@ def _placed_in_one_leaf(
     chosen_row = -1
     first_level = request.required or preferred
     if first_level and topology.n_domains(first_level) >= _COMPILED_DOMAINS:
-        # Many domains compete at the first level (e.g. every rack): numpy's column sums
-        # count them faster than the compiled loop's walk of each row's histogram.
-        capacity = CapacityView(state, request, exact=False).at(
-            first_level, 0, topology.n_domains(first_level)
+        # Many domains compete at the first level (e.g. every rack): counted as the aggregate
+        # view counts them (free GPUs alone for one-GPU pods of any model without node
+        # slices), by the loop made for many rows.
+        chosen_row = best_of_many_rows(
+            hist,
+            totals,
+            int(level_offsets[first_level]),
+            int(level_offsets[first_level + 1]),
+            request.pods,
+            request.model_allowed(topology),
+            pods_per_free(width, request.gpus_per_pod, request.node_slice),
+            request.gpus_per_pod,
+            request.cpu_milli,
+            request.memory_mib,
+            request.gpus_per_pod == 1
+            and request.allowed_models is None
+            and request.node_slice == 1,
+            request.node_slice,
+            emptiest,
         )
-        fits = (capacity >= request.pods).nonzero()[0]
-        if fits.size == 0:
+        if chosen_row < 0:
             return None
-        best = int(fits[policy.domain_scores(capacity[fits], request.pods).argmin()])
-        chosen_row = int(level_offsets[first_level]) + best
     pod_nodes, gpus = place_in_one_leaf(
         hist,
         totals,

@@ -24,8 +24,9 @@ from toposched.scheduler.fence import Fence, FencedNodes
 from toposched.scheduler.freed import FreedCapacity
 from toposched.scheduler.ledger import LAST_ID, Ledger
 from toposched.scheduler.refusal_kernels import (
-    domain_pods,
+    add_touched,
     limits_reach_more,
+    most_grown,
     most_pods,
 )
 from toposched.scheduler.refusals import Refusal
@@ -356,12 +357,15 @@ class KeptRefusals:
         GPUs or turn them into GPUs of a job it may take, evictions decided put jobs out of
         reach. Its part of `most` still bounds it, and a touched one's count now bounds it."""
         request = kept.request
-        leaves = self._leaf_of_node[nodes]
-        kept.touched = np.union1d(kept.touched, leaves).astype(np.int64)
+        starts = self._leaf_starts
+        kept.touched = add_touched(kept.touched, nodes, self._leaf_of_node, starts.size - 1)
         node_held, takeable, shared, fenced = self._node_room_inputs(kept, entry)
-        pods = domain_pods(
+        grown = most_grown(
             kept.touched,
-            self._leaf_starts,
+            starts,
+            self._domain_of_leaf(request.required),
+            self.state.topology.n_domains(request.required),
+            request.granule(self._leaf_level),
             self.state.free_whole_gpus,
             self.state.topology.gpu_count,
             node_held,
@@ -371,12 +375,9 @@ class KeptRefusals:
             fenced,
             request.gpus_per_pod,
         )
-        granule = request.granule(self._leaf_level)
-        room = pods // granule * granule
-        grown = np.bincount(self._domain_of_leaf(request.required)[kept.touched], weights=room)
         most = kept.refusal.most_pods
         assert most is not None
-        return most + (int(grown.max()) if grown.size else 0) < request.pods
+        return most + grown < request.pods
 
     def _most_room(self, nodes: IntArray, level: int, only_unallocated: bool) -> int:
         """The most whole GPUs free or held by unprotected jobs (unallocated work only, if

@@ -1,6 +1,6 @@
 """Compiled loops of the check whether a kept refusal still stands after releases: the most
 pods of a gang one domain holding released nodes could take, counted node by node, and the
-pods each innermost domain released nodes touch could take."""
+pods the innermost domains released nodes touch could take, per domain of the gang's level."""
 
 from __future__ import annotations
 
@@ -141,6 +141,62 @@ def domain_pods(
             )
         pods[i] = total
     return pods
+
+
+@njit(cache=True, nogil=True)
+def add_touched(
+    touched: np.ndarray, nodes: np.ndarray, leaf_of_node: np.ndarray, n_leaves: int
+) -> np.ndarray:
+    """The innermost domains of `touched` (sorted, distinct) and those holding `nodes`,
+    sorted and distinct."""
+    marks = np.zeros(n_leaves, dtype=np.bool_)
+    for leaf in touched:
+        marks[leaf] = True
+    for node in nodes:
+        marks[leaf_of_node[node]] = True
+    return np.flatnonzero(marks).astype(np.int64)
+
+
+@njit(cache=True, nogil=True)
+def most_grown(
+    leaves: np.ndarray,
+    starts: np.ndarray,
+    domain_of_leaf: np.ndarray,
+    n_domains: int,
+    granule: int,
+    free_whole_gpus: np.ndarray,
+    gpu_count: np.ndarray,
+    node_held: np.ndarray,
+    gpu_owner: np.ndarray,
+    takeable: np.ndarray,
+    shared: np.ndarray,
+    fenced: np.ndarray,
+    gpus_per_pod: int,
+) -> int:
+    """The most pods the innermost domains `leaves` (nodes starts[l]..starts[l+1]-1) of one
+    domain (`domain_of_leaf`) could take together, each in whole slices of `granule` pods
+    (see `node_pods`); 0 without leaves."""
+    grown = np.zeros(n_domains, dtype=np.int64)
+    best = 0
+    for i in range(leaves.size):
+        leaf = leaves[i]
+        total = 0
+        for node in range(starts[leaf], starts[leaf + 1]):
+            total += node_pods(
+                node,
+                free_whole_gpus,
+                gpu_count,
+                node_held,
+                gpu_owner,
+                takeable,
+                shared,
+                fenced,
+                gpus_per_pod,
+            )
+        domain = domain_of_leaf[leaf]
+        grown[domain] += total // granule * granule
+        best = max(best, grown[domain])
+    return best
 
 
 @njit(cache=True, nogil=True)

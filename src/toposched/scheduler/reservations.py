@@ -137,7 +137,8 @@ class ReservationSearch:
         counted: bool,
     ) -> Fit | None:
         """The fewest releases from `first` on after which `place_after` places the job:
-        growing steps from the bound (or the hint), then bisection."""
+        growing steps from the bound (or the hint), the hint's neighbour when the hint
+        places it, then bisection."""
         count = len(self.ledger.releases)
         low = first - 1  # releases known not to be enough
         if hint is not None and not first < hint <= count:
@@ -163,6 +164,14 @@ class ReservationSearch:
                 if placed is None:
                     low = tried
             high = tried
+            if tried == hint and high - low > 2:
+                # The hint most often is the answer again: its neighbour below settles that,
+                # where bisection from the bound would take a placement per halving.
+                below = place_after(hint - 1)
+                if below is None:
+                    low = hint - 1
+                else:
+                    high, placed = hint - 1, below
         # Narrow down to the fewest releases that still fit (bisection).
         while high - low > 1:
             middle = (low + high) // 2

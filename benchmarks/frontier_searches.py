@@ -1,0 +1,121 @@
+"""The placement searches of a frontier-lab run, timed one by one and grouped by gang shape.
+
+Runs the frontier workload (`toposched simulate --workload frontier`, one cycle per 10 minutes)
+for a few simulated days and times every `place()` the scheduler calls, grouped by what the
+search was for: one rack (18 pods, `required: rack`), rack slices of 2-4 racks, larger gangs
+of rack slices, each split into placements and refusals. Per group: searches, their total,
+mean and median time.
+
+`--log FILE` also writes each search's outcome, one line per search in call order (the
+request's shape and a digest of the placement's nodes and GPUs, or of the refusal's code and
+reason): two trees' logs are equal when their searches decided alike.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/frontier_searches.py --days 2 --log a.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import time
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+import toposched.placement.search as search
+from toposched.cluster.units import DAY
+from toposched.placement.request import GangRequest
+from toposched.sim.engine import Simulation
+from toposched.sim.protocol import toposched_scheduler
+from toposched.workloads.catalog import workload_by_name
+
+# The scheduler's modules that call `place` by the name they imported.
+CALLERS = (
+    "toposched.scheduler.placing",
+    "toposched.scheduler.reservations",
+    "toposched.scheduler.defrag",
+    "toposched.scheduler.preemption",
+    "toposched.scheduler.spread",
+    "toposched.placement.roles",
+)
+
+
+def shape(request: GangRequest, result: search.PlacementResult) -> str:
+    """The group of a search: the gang's shape and whether it was placed."""
+    if request.slices:
+        size = "2-4 rack slices" if request.pods <= 72 else "more rack slices"
+    elif request.pods == 18:
+        size = "one rack"
+    else:
+        size = f"{request.pods} pods"
+    return f"{size}, {'placed' if isinstance(result, search.Placement) else 'refused'}"
+
+
+def outcome(request: GangRequest, result: search.PlacementResult) -> str:
+    """One log line: the request's shape and a digest of what the search decided."""
+    if isinstance(result, search.Placement):
+        allocation = result.allocation
+        decided = allocation.nodes.tobytes() + allocation.gpus.tobytes()
+    else:
+        decided = f"{result.code}:{result.reason}".encode()
+    digest = hashlib.blake2b(decided, digest_size=8).hexdigest()
+    return f"{request.pods} {request.required} {request.preferred} {request.slices} {digest}"
+
+
+def run(days: float, seed: int, logged: bool) -> tuple[dict[str, list[float]], list[str], float]:
+    """Every search's time by group, the log lines in call order (when `logged`), and the
+    run's wall time."""
+    timed: dict[str, list[float]] = defaultdict(list)
+    log: list[str] = []
+    place = search.place
+
+    def timed_place(*args: Any, **kwargs: Any) -> search.PlacementResult:
+        start = time.perf_counter()
+        result = place(*args, **kwargs)
+        elapsed = time.perf_counter() - start
+        request: GangRequest = args[1] if len(args) > 1 else kwargs["request"]
+        timed[shape(request, result)].append(elapsed)
+        if logged:
+            log.append(outcome(request, result))
+        return result
+
+    for name in CALLERS:
+        module = importlib.import_module(name)
+        if getattr(module, "place", None) is place:
+            module.place = timed_place  # type: ignore[attr-defined]
+    workload = workload_by_name("frontier", seed=seed, days=days)
+    simulation = Simulation(workload, toposched_scheduler, progress=False, cycle_interval=600.0)
+    start = time.perf_counter()
+    simulation.run()
+    return timed, log, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--days", type=float, default=2.0, help="simulated days (default 2)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log", help="write each search's outcome to this file")
+    args = parser.parse_args()
+    timed, log, wall = run(args.days, args.seed, bool(args.log))
+    every = np.concatenate([np.array(times) for times in timed.values()])
+    print(f"{args.days:g} frontier days ({args.days * DAY:,.0f} s simulated) in {wall:.1f} s wall")
+    print(f"{'searches':<28}{'count':>8}{'total s':>10}{'mean us':>10}{'median us':>11}")
+    for group, times in sorted(timed.items(), key=lambda item: -sum(item[1])):
+        values = np.array(times) * 1e6
+        print(
+            f"{group:<28}{values.size:>8,}{values.sum() / 1e6:>10.3f}"
+            f"{values.mean():>10.1f}{np.median(values):>11.1f}"
+        )
+    print(
+        f"{'every search':<28}{every.size:>8,}{every.sum():>10.3f}"
+        f"{every.mean() * 1e6:>10.1f}{np.median(every) * 1e6:>11.1f}"
+    )
+    if args.log:
+        with open(args.log, "w") as out:
+            out.write("\n".join(log) + "\n")
+
+
+if __name__ == "__main__":
+    main()
