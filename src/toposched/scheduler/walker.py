@@ -118,7 +118,7 @@ class Walker:
         # A gang whose nodes are kept takes its own turn, with them opened.
         kept = self.interruptions.kept_ids if self.interruptions is not None else ()
         # The unallocated tier's answers read no expected runtime, account or priority (see
-        # `_tier_key`).
+        # `tally.tier_key`).
         shares_tier = self.admission.rule is None
         tiers = turn.tiers
         alike = shared = 0
