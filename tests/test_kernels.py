@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toposched.cluster import kernels
-from toposched.scheduler import victim_kernels
+from toposched.scheduler import preemptible_kernels, victim_kernels
 
 
 @st.composite
@@ -192,3 +192,87 @@ def test_per_pod_requests_fit_matches_per_node_sums_and_leaves_the_array_as_it_w
     asked = np.bincount(nodes, minlength=array.size) * per_pod
     assert kernels.per_pod_requests_fit(array, nodes, per_pod) == bool((asked <= array).all())
     assert array.tolist() == free
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), jobs=st.integers(1, 6), sign=st.sampled_from([-1, 1]))
+def test_count_jobs_matches_plain_counts_of_each_job_in_turn(
+    data: st.DataObject, jobs: int, sign: int
+) -> None:
+    n_nodes, n_leaves = 12, 4
+    leaf_of_node = np.repeat(np.arange(n_leaves), 3).astype(np.int64)
+    pods = np.array(
+        data.draw(st.lists(st.integers(0, 5), min_size=jobs, max_size=jobs)), dtype=np.int64
+    )
+    total = int(pods.sum())
+    pod_nodes = np.array(
+        data.draw(st.lists(st.integers(0, n_nodes - 1), min_size=total, max_size=total)),
+        dtype=np.int64,
+    )
+    whole = sign * np.array(data.draw(st.lists(st.integers(1, 4), min_size=jobs, max_size=jobs)))
+    unallocated = np.array(data.draw(st.lists(st.booleans(), min_size=jobs, max_size=jobs)))
+    gpus = st.floats(0.25, 64.0, allow_nan=False)
+    weight = sign * np.array(data.draw(st.lists(gpus, min_size=jobs, max_size=jobs)))
+    since = np.array(data.draw(st.lists(st.floats(0, 1e6), min_size=jobs, max_size=jobs)))
+    pair = np.array(data.draw(st.lists(st.integers(0, 2), min_size=jobs, max_size=jobs)))
+    # Sums that already hold thirds, so that the order of the float additions shows.
+    leaf_freeable = np.full(n_leaves, 7, dtype=np.int64)
+    node_freeable = np.full(n_nodes, 7, dtype=np.int32)
+    leaf_weight = np.full(n_leaves, 1.0 / 3.0)
+    leaf_weighted_since = np.full(n_leaves, 1e5 / 3.0)
+    expected: list[list[Any]] = [
+        array.tolist()
+        for array in (
+            leaf_freeable,
+            node_freeable,
+            leaf_freeable,
+            node_freeable,
+            leaf_weight,
+            leaf_weighted_since,
+            np.zeros(3, dtype=np.int64),
+        )
+    ]
+    starts = np.concatenate(([0], np.cumsum(pods)))
+    for job in range(jobs):
+        nodes = pod_nodes[starts[job] : starts[job + 1]].tolist()
+        for node in nodes:
+            leaf = int(leaf_of_node[node])
+            for target, index in ((0, leaf), (1, node)) + (
+                ((2, leaf), (3, node)) if unallocated[job] else ()
+            ):
+                expected[target][index] += int(whole[job])
+        for leaf in {int(leaf_of_node[node]) for node in nodes}:
+            expected[4][leaf] += float(weight[job])
+            expected[5][leaf] += float(weight[job]) * float(since[job])
+        if not unallocated[job]:
+            expected[6][pair[job]] += sign
+    counted: list[np.ndarray] = [
+        leaf_freeable.copy(),
+        node_freeable.copy(),
+        leaf_freeable.copy(),
+        node_freeable.copy(),
+        leaf_weight.copy(),
+        leaf_weighted_since.copy(),
+        np.zeros(3, dtype=np.int64),
+    ]
+    seen = np.zeros(n_leaves, dtype=bool)
+    preemptible_kernels.count_jobs(
+        pod_nodes, pods, whole, unallocated, weight, since, pair, sign, leaf_of_node, *counted, seen
+    )
+    assert [array.tolist() for array in counted] == expected
+    assert not seen.any()
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), width=st.integers(1, 4))
+def test_set_owner_marks_each_pods_gpus(data: st.DataObject, width: int) -> None:
+    owner = np.full((6, 4), -1, dtype=np.int32)
+    nodes = np.array(data.draw(st.lists(st.integers(0, 5), max_size=6)), dtype=np.int64)
+    gpus = np.array(
+        [data.draw(st.permutations(range(4)))[:width] for _ in range(nodes.size)], dtype=np.int64
+    ).reshape(nodes.size, width)
+    expected = owner.copy()
+    for node, row in zip(nodes.tolist(), gpus.tolist(), strict=True):
+        expected[node, row] = 7
+    preemptible_kernels.set_owner(owner, nodes, gpus, 7)
+    assert np.array_equal(owner, expected)

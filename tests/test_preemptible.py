@@ -7,6 +7,7 @@ import numpy as np
 from toposched.cluster.loaders import topology_from_dict
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.cluster.statement import Statement, trial
+from toposched.scheduler import preemptible_kernels
 from toposched.scheduler.preemptible import (
     Holdings,
     PreemptibleIndex,
@@ -230,3 +231,50 @@ def test_adding_many_at_once_equals_adding_one_by_one() -> None:
         one_by_one.mark_evicting(job_id)
     for name in AGGREGATES:
         assert np.array_equal(getattr(at_once, name), getattr(one_by_one, name)), name
+
+
+def test_a_checkpoint_moves_the_work_at_stake_as_counting_the_job_out_and_in() -> None:
+    """Bit for bit: a checkpoint makes the float sums that counting its job out of the index,
+    then in again with its new since, would make (`count_job` twice)."""
+    state = ClusterState(topology_from_dict(CLUSTER))
+    index = PreemptibleIndex(state)
+    # Sums that round: thirds of GPU-seconds, on both racks, the job listed out of rack order.
+    other = Allocation.of([1], [[0, 1]])
+    job = Allocation.of([2, 0, 3], [[0], [2], [1]])
+    for name, allocation, since in (("other", other, 1.0 / 3.0), ("job", job, 0.1)):
+        state.allocate(name, allocation)
+        index.add(name, allocation, float(allocation.gpus.size), since, 0.0, True, "team", 0)
+    weight = index.leaf_weight.copy()
+    weighted_since = index.leaf_weighted_since.copy()
+    freeable = index.leaf_freeable.copy(), index.node_freeable.copy()
+    for before, after in ((0.1, 7.0 / 3.0), (7.0 / 3.0, 1e6 / 7.0)):
+        index.checkpoint("job", after)
+        for sign, since in ((-1, before), (1, after)):
+            preemptible_kernels.count_job(
+                job.nodes,
+                index.leaf_of_node,
+                0,
+                False,
+                sign * 3.0,
+                sign * 3.0 * since,
+                np.zeros_like(index.leaf_freeable),
+                np.zeros_like(index.node_freeable),
+                np.zeros_like(index.leaf_freeable),
+                np.zeros_like(index.node_freeable),
+                weight,
+                weighted_since,
+                np.zeros(index.leaf_weight.size, dtype=bool),
+            )
+        assert index.leaf_weight.tobytes() == weight.tobytes()
+        assert index.leaf_weighted_since.tobytes() == weighted_since.tobytes()
+        assert index.since[index.slot_of["job"]] == after
+    assert np.array_equal(index.leaf_freeable, freeable[0])
+    assert np.array_equal(index.node_freeable, freeable[1])
+    # A job not counted yet (protected) only takes its new since.
+    protected = Allocation.of([1], [[3]])
+    state.allocate("protected", protected)
+    index.add("protected", protected, 1.0, 0.0, 500.0, False, "team", 0)
+    index.checkpoint("protected", 50.0)
+    assert index.leaf_weighted_since.tobytes() == weighted_since.tobytes()
+    index.refresh(500.0)
+    assert index.leaf_weighted_since[0] == weighted_since[0] + 50.0

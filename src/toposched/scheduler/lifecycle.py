@@ -39,6 +39,11 @@ class Lifecycle:
         self.queue = queue
         self.ledger = ledger
         self.settings = settings
+        # Without a protection cap, how a job runs follows from its min runtime and account
+        # alone (and the budget tree): fixed once per pair while the tree stands, as
+        # (unallocated, min runtime, reason, history event).
+        self._protections: dict[tuple[float, str], tuple[bool, float, str, str]] = {}
+        self._protections_version = -1
 
     def enqueue(self, job: Job) -> None:
         """Put `job` (new, or back from running) in the pending queue."""
@@ -86,8 +91,14 @@ class Lifecycle:
         job.state = JobState.RUNNING
         job.start_time = now
         job.attempts += 1
-        how = self._protect(job)
-        job.record(now, f"started ({how})" if how else "started")
+        if self.settings.protection_cap is None:
+            unallocated, job.min_runtime, job.reason, event = self._protection(job)
+            job.unallocated = unallocated
+            job.reason_code = ReasonCode.RUNNING
+        else:
+            how = self._protect(job)
+            event = f"started ({how})" if how else "started"
+        job.record(now, event)
         if self._charged(job):
             self.usage.start(job.spec.account, job.gpus, now)
 
@@ -137,24 +148,12 @@ class Lifecycle:
         """`_mark_started` for each job, then its start dated back, in one pass (without a
         protection cap): a job's protection depends on its min runtime and account only, and
         is fixed once per pair; usage is charged together (`_charge_many`)."""
-        protections: dict[tuple[float, str], tuple[bool, float, str, str]] = {}
         charges: list[tuple[str, float]] = []
         running, code = JobState.RUNNING, ReasonCode.RUNNING
         charge_unallocated = self.settings.charge_unallocated
         for job, start_time in zip(jobs, start_times, strict=True):
             spec = job.spec
-            key = (spec.min_runtime, spec.account)
-            protection = protections.get(key)
-            if protection is None:
-                how = self._protect(job)
-                event = f"started ({how})" if how else "started"
-                protection = protections[key] = (
-                    job.unallocated,
-                    job.min_runtime,
-                    job.reason,
-                    event,
-                )
-            unallocated, job.min_runtime, job.reason, event = protection
+            unallocated, job.min_runtime, job.reason, event = self._protection(job)
             job.unallocated = unallocated
             job.reason_code = code
             job.state = running
@@ -185,6 +184,26 @@ class Lifecycle:
             totals[account] = totals.get(account, 0.0) + gpus
         for account, total in totals.items():
             usage.start(account, total, now)
+
+    def _protection(self, job: Job) -> tuple[bool, float, str, str]:
+        """How the starting `job` runs without a protection cap (see `_protections`): whether
+        as unallocated work, its protection, its reason and its history event; `_protect`
+        fixes them for the first job of each (min runtime, account) while the tree stands."""
+        if self._protections_version != self.tree.version:
+            self._protections.clear()
+            self._protections_version = self.tree.version
+        spec = job.spec
+        key = (spec.min_runtime, spec.account)
+        protection = self._protections.get(key)
+        if protection is None:
+            how = self._protect(job)
+            protection = self._protections[key] = (
+                job.unallocated,
+                job.min_runtime,
+                job.reason,
+                f"started ({how})" if how else "started",
+            )
+        return protection
 
     def _protect(self, job: Job) -> str:
         """Fix whether the starting job runs as unallocated work and its protection, and say

@@ -10,7 +10,6 @@ from operator import attrgetter, itemgetter
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.rows import fill_rows
 from toposched.cluster.state import (
     MILLI_PER_GPU,
     Allocation,
@@ -140,6 +139,9 @@ class PreemptibleIndex:
         )
         self.leaf_weight: FloatArray = np.zeros(n_leaves, dtype=np.float64)
         self.leaf_weighted_since: FloatArray = np.zeros(n_leaves, dtype=np.float64)
+        # One flag per innermost domain, all false between calls: the compiled loops mark the
+        # domains a job touches with it, to count its work once in each.
+        self._seen: BoolArray = np.zeros(n_leaves, dtype=bool)
         self.slot_of: dict[str, int] = {}
         self.version = 0
         """Moves whenever a job is added, removed, marked evicting or checkpointed (protection
@@ -237,11 +239,8 @@ class PreemptibleIndex:
             for node in allocation.nodes.tolist():
                 self.shared_on_node.setdefault(node, set()).add(slot)
             np.add.at(self.shared_in_leaf, self.leaf_of_node[allocation.nodes], 1)
-        elif allocation.gpus.shape[0] == 1:
-            # One pod: a row and its columns, without broadcasting index arrays.
-            self.gpu_owner[allocation.nodes[0], allocation.gpus[0]] = slot
-        elif allocation.gpus.size:
-            self._set_owner(allocation, slot)
+        else:
+            preemptible_kernels.set_owner(self.gpu_owner, allocation.nodes, allocation.gpus, slot)
         if unallocated:
             self._count(slot, +1)
         else:
@@ -337,7 +336,7 @@ class PreemptibleIndex:
     def _set_owners(
         self, allocations: list[Allocation], slots: IntArray, pods: IntArray, width: IntArray
     ) -> None:
-        """`_set_owner` for many whole-GPU allocations at once: one flat assignment."""
+        """Mark the whole GPUs of many allocations as their slots': one flat assignment."""
         if not allocations:
             return
         nodes = np.concatenate(list(map(_NODES, allocations)))
@@ -374,17 +373,6 @@ class PreemptibleIndex:
         if counted_allocated:
             self.unprotected_in_pair[self.pair[slot]] += 1
 
-    def _set_owner(self, allocation: Allocation, owner: int) -> None:
-        """Mark the whole GPUs of a many-pod allocation as `owner`'s."""
-        width = self.gpu_owner.shape[1]
-        if allocation.gpus.shape[1] == width:
-            # Each pod holds every GPU of its node (its GPUs are distinct): whole rows.
-            fill_rows(self.gpu_owner, allocation.nodes, owner)
-        else:
-            # Flat positions: several times faster than a two-dimensional fancy index.
-            positions = (allocation.nodes[:, None] * width + allocation.gpus).reshape(-1)
-            self.gpu_owner.reshape(-1)[positions] = owner
-
     def remove(self, job_id: str) -> None:
         """A job stopped (finished, failed, evicted, cancelled)."""
         self.version += 1
@@ -406,8 +394,10 @@ class PreemptibleIndex:
                 if not owners:
                     del self.shared_on_node[node]
             np.subtract.at(self.shared_in_leaf, self.leaf_of_node[allocation.nodes], 1)
-        elif allocation.gpus.size:
-            self._set_owner(allocation, _NO_OWNER)
+        else:
+            preemptible_kernels.set_owner(
+                self.gpu_owner, allocation.nodes, allocation.gpus, _NO_OWNER
+            )
         self.allocations[slot] = None
         self.ids[slot] = None
         self._free_slots.append(slot)
@@ -432,12 +422,23 @@ class PreemptibleIndex:
         """The job's work is now lost only since `since`."""
         self.version += 1
         slot = self.slot_of[job_id]
+        before = float(self.since[slot])
+        self.since[slot] = since
         if self.counted[slot]:
-            self._count(slot, -1)
-            self.since[slot] = since
-            self._count(slot, +1)
-        else:
-            self.since[slot] = since
+            # Counted out and in again, but in one pass (its freeable GPUs stay as they are).
+            allocation = self.allocations[slot]
+            assert allocation is not None
+            gpus = float(self.gpus[slot])
+            preemptible_kernels.move_since(
+                allocation.nodes,
+                self.leaf_of_node,
+                gpus,
+                gpus * before,
+                gpus * float(self.since[slot]),
+                self.leaf_weight,
+                self.leaf_weighted_since,
+                self._seen,
+            )
 
     def refresh(self, now: float) -> None:
         """Count the jobs whose protection has ended by `now` (after a restart, thousands at
@@ -475,44 +476,35 @@ class PreemptibleIndex:
             self.node_unallocated_freeable,
             self.leaf_weight,
             self.leaf_weighted_since,
+            self._seen,
         )
         self.counted[slot] = sign > 0
 
     def _count_many(self, slots: IntArray, sign: int) -> None:
-        """`_count` of each of `slots` in turn, with the same result: every sum is taken in
-        the same order (`np.add.at` applies repeated indices one after another)."""
+        """`_count` of each of `slots` in turn, with the same result (one compiled pass)."""
         if slots.size == 0:
             return
         allocations = self.allocations
         pods = [allocations[slot].nodes for slot in slots.tolist()]
-        per_job = np.fromiter(map(len, pods), np.int64, len(pods))
-        job_of_pod = np.repeat(np.arange(slots.size), per_job)
-        pod_nodes = np.concatenate(pods)
-        leaves = self.leaf_of_node[pod_nodes]
-        whole_of_pod = sign * self.whole[slots][job_of_pod]
-        np.add.at(self.leaf_freeable, leaves, whole_of_pod)
-        np.add.at(self.node_freeable, pod_nodes, whole_of_pod)
-        unallocated = self.unallocated[slots]
-        np.add.at(self.unprotected_in_pair, self.pair[slots[~unallocated]], sign)
-        unallocated_pod = unallocated[job_of_pod]
-        if unallocated_pod.any():
-            np.add.at(
-                self.leaf_unallocated_freeable,
-                leaves[unallocated_pod],
-                whole_of_pod[unallocated_pod],
-            )
-            np.add.at(
-                self.node_unallocated_freeable,
-                pod_nodes[unallocated_pod],
-                whole_of_pod[unallocated_pod],
-            )
-        # Work counts once per (job, domain) pair, the pairs in job order.
-        n_leaves = self.leaf_freeable.size
-        pairs = np.unique(job_of_pod * n_leaves + leaves)
-        job, leaf = pairs // n_leaves, pairs % n_leaves
-        weight = sign * self.gpus[slots][job]
-        np.add.at(self.leaf_weight, leaf, weight)
-        np.add.at(self.leaf_weighted_since, leaf, weight * self.since[slots][job])
+        preemptible_kernels.count_jobs(
+            np.concatenate(pods),
+            np.fromiter(map(len, pods), np.int64, len(pods)),
+            sign * self.whole[slots],
+            self.unallocated[slots],
+            sign * self.gpus[slots],
+            self.since[slots],
+            self.pair[slots],
+            sign,
+            self.leaf_of_node,
+            self.leaf_freeable,
+            self.node_freeable,
+            self.leaf_unallocated_freeable,
+            self.node_unallocated_freeable,
+            self.leaf_weight,
+            self.leaf_weighted_since,
+            self.unprotected_in_pair,
+            self._seen,
+        )
         self.counted[slots] = sign > 0
 
     # --- queries ---------------------------------------------------------------------------------

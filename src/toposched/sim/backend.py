@@ -137,7 +137,7 @@ class SimulatedBackend:
             self.ledger.change(record.account, now, delivered=gpus)
         self.counts["binds"] += 1
         self.counts["backfilled_binds"] += decision.backfilled
-        run = Run(record.job.name, record.attempt)
+        run = Run(record, record.attempt)
         self.events.push(now + record.remaining * record.run_slowdown, EventKind.COMPLETION, run)
         if not decision.unallocated:
             job = self.scheduler.jobs.get(record.job.name)
@@ -154,7 +154,7 @@ class SimulatedBackend:
         self.events.push(
             now + max(decision.grace_s, 0.0),
             EventKind.GRACE_END,
-            Run(decision.job_id, record.attempt),
+            Run(record, record.attempt),
         )
 
     def _stop(self, record: JobRecord, now: float) -> float:
@@ -208,7 +208,7 @@ class SimulatedBackend:
 
     # --- events ----------------------------------------------------------------------------------
     def _running_attempt(self, run: Run) -> JobRecord | None:
-        record = self.records[run.name]
+        record = run.record
         if record.state is not RecordState.RUNNING or record.attempt != run.attempt:
             return None  # the run this event belonged to already ended
         return record
@@ -311,9 +311,12 @@ class SimulatedBackend:
         """A resumable run saved its work: an eviction now loses only what follows. It opens no
         room, so no cycle is due for it."""
         record = self._running_attempt(run)
-        if record is None or run.name in self.evicting:
+        if record is None:
             return False
-        self.scheduler.report_checkpoint(run.name, now)
+        name = record.job.name
+        if name in self.evicting:
+            return False
+        self.scheduler.report_checkpoint(name, now)
         self.counts["checkpoints"] += 1
         self._next_checkpoint(record, run, now)
         return False

@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from enum import IntEnum
 from typing import Any, NamedTuple
 
+from toposched.sim.records import JobRecord
+
 __all__ = ["Event", "EventKind", "EventQueue", "Run"]
 
 
@@ -44,7 +46,9 @@ class Event(NamedTuple):
 class Run(NamedTuple):
     """One run of a job: events of a run that has since ended are ignored."""
 
-    name: str
+    record: JobRecord
+    """The job's record in the simulated backend (its name: `record.job.name`), held here so
+    that the run's events find it without a lookup by name."""
     attempt: int
 
 
