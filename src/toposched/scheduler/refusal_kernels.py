@@ -176,25 +176,23 @@ def most_grown(
     """The most pods the innermost domains `leaves` (nodes starts[l]..starts[l+1]-1) of one
     domain (`domain_of_leaf`) could take together, each in whole slices of `granule` pods
     (see `node_pods`); 0 without leaves."""
+    pods = domain_pods(
+        leaves,
+        starts,
+        free_whole_gpus,
+        gpu_count,
+        node_held,
+        gpu_owner,
+        takeable,
+        shared,
+        fenced,
+        gpus_per_pod,
+    )
     grown = np.zeros(n_domains, dtype=np.int64)
     best = 0
     for i in range(leaves.size):
-        leaf = leaves[i]
-        total = 0
-        for node in range(starts[leaf], starts[leaf + 1]):
-            total += node_pods(
-                node,
-                free_whole_gpus,
-                gpu_count,
-                node_held,
-                gpu_owner,
-                takeable,
-                shared,
-                fenced,
-                gpus_per_pod,
-            )
-        domain = domain_of_leaf[leaf]
-        grown[domain] += total // granule * granule
+        domain = domain_of_leaf[leaves[i]]
+        grown[domain] += pods[i] // granule * granule
         best = max(best, grown[domain])
     return best
 
