@@ -122,11 +122,10 @@ class Walker:
         shares_tier = self.admission.rule is None
         tiers = turn.tiers
         alike = shared = 0
-        # Runs read by account are one account's jobs of one tier: its tier is read once.
-        run_tier: QueueTier | None = None
         for run in runs:
             streak = every = 0
-            run_tier = None
+            # Runs read by account are one account's jobs of one tier: its tier is read once.
+            run_tier: QueueTier | None = None
             for entry in run:
                 job = jobs[entry.job_id]
                 if order is not None:
@@ -169,8 +168,8 @@ class Walker:
                         alike += 1
                         if not by_key:
                             # Kept under its own key too, as its turn would have kept it, where
-                            # the walk may leave runs: the looks at whether it may come as they
-                            # did when such a job took its turn.
+                            # the walk may leave runs: its looks at whether to leave one then
+                            # find what they found when such a job took its turn.
                             if tail is not None:
                                 answered_alike[key] = same
                             continue
