@@ -22,6 +22,7 @@ FREE = np.array([4, 0, 2, 2], dtype=np.int8)
 NO_MARKS = np.zeros(0, dtype=bool)
 NO_GPUS = np.zeros(0, dtype=np.int32)
 NO_OWNERS = np.full((4, 8), -1, dtype=np.int32)
+NO_DOMAINS = np.zeros(0, dtype=np.int64)
 
 
 def pods(
@@ -80,22 +81,37 @@ def test_domains_too_large_to_count_answer_too_many() -> None:
     assert pods([0, 2], counted=4) == 1
 
 
-def test_touched_domains_stay_sorted_and_distinct() -> None:
-    touched = np.array([1], dtype=np.int64)
-    leaf_of_node = np.array([0, 0, 1, 1], dtype=np.int32)
-    assert add_touched(touched, np.array([3, 0, 2], dtype=np.int64), leaf_of_node, 2).tolist() == [
-        0,
-        1,
-    ]
+def test_touched_domains_stay_sorted_and_distinct_with_their_counts() -> None:
+    touched = np.array([1, 3], dtype=np.int64)
+    counts = np.array([5, 7], dtype=np.int64)
+    leaf_of_node = np.array([0, 0, 1, 1, 2, 2, 3, 3], dtype=np.int32)
+    leaves, merged = add_touched(
+        touched, counts, np.array([3, 0, 2, 1], dtype=np.int64), leaf_of_node
+    )
+    # Leaves holding the nodes are to be counted again (-1); the others keep their counts.
+    assert leaves.tolist() == [0, 1, 3]
+    assert merged.tolist() == [-1, -1, 7]
     no_nodes = np.zeros(0, dtype=np.int64)
-    assert add_touched(touched, no_nodes, leaf_of_node, 2).tolist() == [1]
+    leaves, merged = add_touched(touched, counts, no_nodes, leaf_of_node)
+    assert leaves.tolist() == [1, 3]
+    assert merged.tolist() == [5, 7]
+    leaves, merged = add_touched(
+        NO_DOMAINS, NO_DOMAINS, np.array([7, 6], dtype=np.int64), leaf_of_node
+    )
+    assert leaves.tolist() == [3]
+    assert merged.tolist() == [-1]
 
 
-def grown(leaves: list[int], domain_of_leaf: list[int], granule: int) -> int:
-    """`most_grown` with each domain of `STARTS` an innermost domain, 4-GPU pods."""
+def grown(
+    leaves: list[int], domain_of_leaf: list[int], granule: int, counts: list[int] | None = None
+) -> int:
+    """`most_grown` with each domain of `STARTS` an innermost domain, 4-GPU pods; every leaf
+    counted unless `counts` are given."""
+    known = np.array(counts if counts is not None else [-1] * len(leaves), dtype=np.int64)
     return int(
         most_grown(
             np.array(leaves, dtype=np.int64),
+            known,
             STARTS,
             np.array(domain_of_leaf, dtype=np.int64),
             max(domain_of_leaf) + 1,
@@ -119,6 +135,30 @@ def test_innermost_domains_sum_their_whole_slices_per_domain_of_the_gang_s_level
     assert grown([0, 1], [0, 0], 2) == 2  # slices of 2 pods: 2 + 0
     assert grown([1], [0, 0], 1) == 1
     assert grown([], [0, 0], 1) == 0
+
+
+def test_innermost_domains_counted_before_keep_their_counts() -> None:
+    # Leaf 0 counted before at 9 pods, leaf 1 counted now (1 pod).
+    assert grown([0, 1], [0, 0], 1, counts=[9, -1]) == 10
+    assert grown([0, 1], [0, 1], 1, counts=[9, -1]) == 9
+    known = np.array([-1, 2], dtype=np.int64)
+    most_grown(
+        np.array([0, 1], dtype=np.int64),
+        known,
+        STARTS,
+        np.array([0, 0], dtype=np.int64),
+        1,
+        1,
+        FREE,
+        GPU_COUNT,
+        np.array([8, 4, 4, 0], dtype=np.int32),
+        NO_OWNERS,
+        NO_MARKS,
+        NO_MARKS,
+        NO_MARKS,
+        4,
+    )
+    assert known.tolist() == [3, 2]  # the leaf counted now keeps its count for later looks
 
 
 def test_takeable_slots_follow_the_budget_rule() -> None:

@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
+from toposched.cluster.allocation import Allocation
 from toposched.cluster.state import ClusterState
 from toposched.placement.request import GangRequest
 from toposched.policy.budget import BudgetTree
@@ -53,6 +55,9 @@ NO_MARKS: BoolArray = np.zeros(0, dtype=bool)
 NO_GPUS: NDArray[np.int32] = np.zeros(0, dtype=np.int32)
 #: No innermost domain touched yet (see `KeptRefusal.touched`).
 NO_DOMAINS: IntArray = np.zeros(0, dtype=np.int64)
+#: Up to this many jobs newly takeable since a kept refusal's domains were counted, only the
+#: domains holding them are counted again (see `KeptRefusals._newly_takeable`).
+TAKEABLE_LISTED = 256
 #: More kept refusals than this (distinct kinds of pending jobs) are forgotten at once.
 KEPT_MOST = 10_000
 
@@ -68,6 +73,22 @@ class Keeping(StrEnum):
     VERIFY = "verify"
     """`THROUGH_CHANGES`, and every refusal kept through a change is searched again: a
     search that finds victims raises (a debugging check)."""
+
+
+class SlotMarks(NamedTuple):
+    """Marks per slot of the preemptible index, packed eight to a byte: a kept refusal holds
+    them for as long as it is kept."""
+
+    bits: NDArray[np.uint8]
+    size: int
+
+    @staticmethod
+    def of(marks: BoolArray) -> SlotMarks:
+        return SlotMarks(np.packbits(marks), marks.size)
+
+    def marks(self) -> BoolArray:
+        unpacked: BoolArray = np.unpackbits(self.bits, count=self.size).view(np.bool_)
+        return unpacked
 
 
 @dataclass(slots=True)
@@ -103,7 +124,14 @@ class KeptRefusal:
     """Nodes the fence let go since it was last checked: room may have grown there."""
     touched: IntArray = field(default_factory=lambda: NO_DOMAINS)
     """For a refusal with a proven bound (`Refusal.most_pods`): the innermost domains holding
-    nodes judged as released since it was found, sorted, each counted again when asked."""
+    nodes judged as released since it was found, sorted."""
+    touched_pods: IntArray = field(default_factory=lambda: NO_DOMAINS)
+    """Per domain of `touched`, the pods it could take in whole slices when last counted: a
+    bound of its room while no node of it is judged as released again and the contract lets
+    the preemptor take no job it could not take then (see `_touched_leave_no_room`)."""
+    counted_with: SlotMarks | None = None
+    """Under the budget rule, the slots the preemptor could take (`BudgetLimits.takeable`)
+    when `touched_pods` were counted; None when they were counted without."""
 
     def note_released(self, nodes: IntArray) -> None:
         released = self.released
@@ -355,14 +383,30 @@ class KeptRefusals:
         job it may take ended (the changes that send nodes here), and with the same jobs
         allowed (else the refusal is not asked), can only have lost room: starts take free
         GPUs or turn them into GPUs of a job it may take, evictions decided put jobs out of
-        reach. Its part of `most` still bounds it, and a touched one's count now bounds it."""
+        reach. Its part of `most` still bounds it, and a touched one's count now bounds it.
+        By the same argument a touched one's count at an earlier look bounds it while none of
+        its nodes was judged as released since and the preemptor may take no job there it
+        could not take then: only the domains of nodes released since and of jobs it may
+        take now but not then are counted again (`KeptRefusal.touched_pods`)."""
         request = kept.request
-        starts = self._leaf_starts
-        kept.touched = add_touched(kept.touched, nodes, self._leaf_of_node, starts.size - 1)
         node_held, takeable, shared, fenced = self._node_room_inputs(kept, entry)
+        counts = kept.touched_pods
+        if takeable.size and kept.touched.size:
+            # Jobs the preemptor may take now but not when the counts were made (a limit
+            # grew) may have grown room where nothing was released: counted again.
+            newly = self._newly_takeable(takeable, kept.counted_with)
+            if newly is None:
+                counts = np.full(kept.touched.size, -1, dtype=np.int64)
+            elif newly.size:
+                nodes = np.concatenate((nodes, newly))
+        kept.touched, kept.touched_pods = add_touched(
+            kept.touched, counts, nodes, self._leaf_of_node
+        )
+        kept.counted_with = SlotMarks.of(takeable) if takeable.size else None
         grown = most_grown(
             kept.touched,
-            starts,
+            kept.touched_pods,
+            self._leaf_starts,
             self._domain_of_leaf(request.required),
             self.state.topology.n_domains(request.required),
             request.granule(self._leaf_level),
@@ -378,6 +422,24 @@ class KeptRefusals:
         most = kept.refusal.most_pods
         assert most is not None
         return most + grown < request.pods
+
+    def _newly_takeable(self, takeable: BoolArray, then: SlotMarks | None) -> IntArray | None:
+        """The nodes of the jobs `takeable` marks and `then` did not (None: too many to list,
+        or nothing known then)."""
+        if then is None:
+            return None
+        # Both end with an entry for no slot (False): the slots they share are compared, and
+        # the slots added since are new.
+        shared = min(takeable.size, then.size) - 1
+        newly = np.flatnonzero(takeable[:shared] & ~then.marks()[:shared])
+        added = np.flatnonzero(takeable[shared:-1]) + shared
+        slots = np.concatenate((newly, added)) if added.size else newly
+        if slots.size > TAKEABLE_LISTED:
+            return None
+        if not slots.size:
+            return NO_DOMAINS
+        allocations = self.ledger.preemptible.allocations
+        return np.concatenate([_nodes_of(allocations[slot]) for slot in slots.tolist()])
 
     def _most_room(self, nodes: IntArray, level: int, only_unallocated: bool) -> int:
         """The most whole GPUs free or held by unprotected jobs (unallocated work only, if
@@ -523,3 +585,8 @@ class KeptRefusals:
     @staticmethod
     def _ranked(account: str, ranking: Ranking) -> bool:
         return ranking.is_ranked_leaf(account) and ranking.budgeted(account)
+
+
+def _nodes_of(allocation: Allocation | None) -> IntArray:
+    assert allocation is not None  # a takeable slot holds a running job
+    return allocation.nodes

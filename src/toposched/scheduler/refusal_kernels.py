@@ -145,21 +145,39 @@ def domain_pods(
 
 @njit(cache=True, nogil=True)
 def add_touched(
-    touched: np.ndarray, nodes: np.ndarray, leaf_of_node: np.ndarray, n_leaves: int
-) -> np.ndarray:
+    touched: np.ndarray, counts: np.ndarray, nodes: np.ndarray, leaf_of_node: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The innermost domains of `touched` (sorted, distinct) and those holding `nodes`,
-    sorted and distinct."""
-    marks = np.zeros(n_leaves, dtype=np.bool_)
-    for leaf in touched:
-        marks[leaf] = True
-    for node in nodes:
-        marks[leaf_of_node[node]] = True
-    return np.flatnonzero(marks).astype(np.int64)
+    sorted and distinct, with the pods counted for each of `touched` (`counts`, one per
+    domain), -1 for the domains holding some of `nodes`: those are to be counted again."""
+    fresh = np.empty(nodes.size, dtype=np.int64)
+    for i in range(nodes.size):
+        fresh[i] = leaf_of_node[nodes[i]]
+    fresh.sort()
+    leaves = np.empty(touched.size + fresh.size, dtype=np.int64)
+    merged = np.empty(touched.size + fresh.size, dtype=np.int64)
+    i = j = k = 0
+    while i < touched.size or j < fresh.size:
+        if j < fresh.size and (i >= touched.size or fresh[j] <= touched[i]):
+            leaf = fresh[j]
+            while j < fresh.size and fresh[j] == leaf:
+                j += 1
+            if i < touched.size and touched[i] == leaf:
+                i += 1
+            leaves[k] = leaf
+            merged[k] = -1
+        else:
+            leaves[k] = touched[i]
+            merged[k] = counts[i]
+            i += 1
+        k += 1
+    return leaves[:k], merged[:k]
 
 
 @njit(cache=True, nogil=True)
 def most_grown(
     leaves: np.ndarray,
+    counts: np.ndarray,
     starts: np.ndarray,
     domain_of_leaf: np.ndarray,
     n_domains: int,
@@ -175,24 +193,29 @@ def most_grown(
 ) -> int:
     """The most pods the innermost domains `leaves` (nodes starts[l]..starts[l+1]-1) of one
     domain (`domain_of_leaf`) could take together, each in whole slices of `granule` pods
-    (see `node_pods`); 0 without leaves."""
-    pods = domain_pods(
-        leaves,
-        starts,
-        free_whole_gpus,
-        gpu_count,
-        node_held,
-        gpu_owner,
-        takeable,
-        shared,
-        fenced,
-        gpus_per_pod,
-    )
+    (see `node_pods`); 0 without leaves. `counts` gives each leaf's pods in whole slices where
+    known; those of -1 are counted, and written there."""
     grown = np.zeros(n_domains, dtype=np.int64)
     best = 0
     for i in range(leaves.size):
-        domain = domain_of_leaf[leaves[i]]
-        grown[domain] += pods[i] // granule * granule
+        leaf = leaves[i]
+        if counts[i] < 0:
+            total = 0
+            for node in range(starts[leaf], starts[leaf + 1]):
+                total += node_pods(
+                    node,
+                    free_whole_gpus,
+                    gpu_count,
+                    node_held,
+                    gpu_owner,
+                    takeable,
+                    shared,
+                    fenced,
+                    gpus_per_pod,
+                )
+            counts[i] = total // granule * granule
+        domain = domain_of_leaf[leaf]
+        grown[domain] += counts[i]
         best = max(best, grown[domain])
     return best
 
