@@ -204,6 +204,11 @@ class KeptRefusals:
         self._refreshed = -1.0
         """When the preemptible index was last refreshed, as far as `find` knows."""
         self._fenced_masks: dict[int, tuple[FencedNodes, BoolArray]] = {}
+        self._reach: dict[tuple[int, int], tuple[FloatArray, FloatArray, bool]] = {}
+        """`limits_reach_more` answered by the limits now and then (held, so that their ids
+        stay theirs), for the preemptible index at `_reach_stamp` (its version, and when it was
+        last refreshed: a refresh counts jobs whose protection ended)."""
+        self._reach_stamp = (-1, -1.0)
         self._limits = BudgetLimits(tree, usage, contract, ledger)
         self.answered_through_changes = 0
         """Refusals answered although something changed since they were found."""
@@ -544,10 +549,21 @@ class KeptRefusals:
         not take then: no other account's limit grew past an unprotected job of it (the
         preemptor's account falling below its budget lifts every limit from -inf)."""
         index = self.ledger.preemptible
+        limits = self._limits.limits(account)
+        # Refusals kept under the same loads share their limits (one array), as refusals asked
+        # under the same loads share today's: answered once while the index stays the same.
+        stamp = (index.version, self._refreshed)
+        if self._reach_stamp != stamp:
+            self._reach_stamp = stamp
+            self._reach.clear()
+        key = (id(limits), id(kept.limits))
+        known = self._reach.get(key)
+        if known is not None and known[0] is limits and known[1] is kept.limits:
+            return not known[2]
         size = len(index.allocations)
         # Widened by LIMIT_SLACK both ways: the contract's own slack is no concern here.
-        return not limits_reach_more(
-            self._limits.limits(account),
+        reach = limits_reach_more(
+            limits,
             kept.limits,
             index.counted[:size],
             index.unallocated[:size],
@@ -555,6 +571,8 @@ class KeptRefusals:
             index.gpus[:size],
             LIMIT_SLACK,
         )
+        self._reach[key] = (limits, kept.limits, reach)
+        return not reach
 
     def _note_protection_ends(
         self, kept: KeptRefusal, entry: QueueEntry, ranking: Ranking, now: float
