@@ -337,3 +337,208 @@ def same_and_unchanged(
         if known[i] != node or changed_at[node] > stamp:
             return False
     return True
+
+
+@njit(cache=True, nogil=True)
+def _run_values(
+    nodes: np.ndarray,
+    start: int,
+    end: int,
+    arrays: StateArrays,
+    sums: np.ndarray,
+    cells: np.ndarray,
+) -> None:
+    """What `nodes[start:end]` add to the aggregates, into `sums` (the columns of
+    `kernels.node_values`) and `cells` (GPU models x free whole GPUs, flattened), both zeroed
+    first: read from the nodes."""
+    free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
+    gpu_count, cpu_capacity, memory_capacity = arrays[4:7]
+    gpu_model, hist = arrays[9], arrays[10]
+    width = gpu_free_milli.shape[1]
+    hist_width = hist.shape[2]
+    sums[:] = 0
+    cells[:] = 0
+    for i in range(start, end):
+        node = nodes[i]
+        whole = np.int64(free_whole_gpus[node])
+        cpu = free_cpu_milli[node]
+        memory = free_memory_mib[node]
+        for gpu in range(width):
+            sums[MILLI] += gpu_free_milli[node, gpu]
+        idle = whole == gpu_count[node] and cpu == cpu_capacity[node]
+        sums[IDLE] += np.int64(idle and memory == memory_capacity[node])
+        sums[WHOLE] += whole
+        sums[CPU] += cpu
+        sums[MEMORY] += memory
+        cells[gpu_model[node] * hist_width + whole] += 1
+
+
+@njit(cache=True, nogil=True)
+def refresh_runs(
+    known: np.ndarray,
+    nodes: np.ndarray,
+    changed_at: np.ndarray,
+    stamp: int,
+    first: np.ndarray,
+    run_rows: np.ndarray,
+    run_sums: np.ndarray,
+    run_cells: np.ndarray,
+    sums: np.ndarray,
+    cells: np.ndarray,
+    arrays: StateArrays,
+) -> int:
+    """Bring up to date what `known` nodes add to the aggregates, if `nodes` are `known` in
+    the same order; returns how many runs it read again, or -1 (nothing changed) where the
+    nodes differ.
+
+    `known` add per run of them in one innermost domain (runs begin at `first`, one more
+    entry marks the end) `run_sums` and `run_cells` (one row per run, as `node_run_sums`
+    gives), and per domain of every level `sums` and `cells` (one row per domain, the levels'
+    rows stacked; `run_rows[run, level]`: the row of the run's domain at that level), as of
+    change `stamp`. A run holding a node changed after `stamp` (`changed_at`) is read again
+    from its nodes, and the difference moves its domains' rows: the cost is one pass over the
+    nodes plus the runs that changed, where reading every node costs several times more."""
+    if known.size != nodes.size:
+        return -1
+    runs = first.size - 1
+    stale = np.zeros(runs, dtype=np.bool_)
+    for run in range(runs):
+        for i in range(first[run], first[run + 1]):
+            node = nodes[i]
+            if known[i] != node:
+                return -1
+            if changed_at[node] > stamp:
+                stale[run] = True
+    new_sums = np.empty(run_sums.shape[1], dtype=np.int64)
+    new_cells = np.empty(run_cells.shape[1], dtype=np.int64)
+    refreshed = 0
+    for run in range(runs):
+        if not stale[run]:
+            continue
+        refreshed += 1
+        _run_values(nodes, first[run], first[run + 1], arrays, new_sums, new_cells)
+        for level in range(run_rows.shape[1]):
+            row = run_rows[run, level]
+            for column in range(new_sums.size):
+                sums[row, column] += new_sums[column] - run_sums[run, column]
+            for cell in range(new_cells.size):
+                cells[row, cell] += new_cells[cell] - run_cells[run, cell]
+        run_sums[run, :] = new_sums
+        run_cells[run, :] = new_cells
+    return refreshed
+
+
+@njit(cache=True, nogil=True)
+def close_nodes(nodes: np.ndarray, closed: np.ndarray, bit: int) -> tuple[np.ndarray, np.ndarray]:
+    """Set `bit` in `closed` for `nodes` (distinct); returns those that lacked it, and of
+    those the ones that were open (`closed` 0), in order: one pass to count and one to copy
+    and set, where numpy gathers, compares, compresses and scatters several times. (Arrays
+    sized by a count: fresh memory for every node would cost more than the passes.)"""
+    n_newly = n_leaving = 0
+    for i in range(nodes.size):
+        was = closed[nodes[i]]
+        if not was & bit:
+            n_newly += 1
+            n_leaving += was == 0
+    newly = np.empty(n_newly, dtype=np.int64)
+    leaving = np.empty(n_leaving, dtype=np.int64)
+    n_newly = n_leaving = 0
+    for i in range(nodes.size):
+        node = nodes[i]
+        was = closed[node]
+        if was & bit:
+            continue
+        newly[n_newly] = node
+        n_newly += 1
+        if was == 0:
+            leaving[n_leaving] = node
+            n_leaving += 1
+        closed[node] = was | bit
+    return newly, leaving
+
+
+@njit(cache=True, nogil=True)
+def reopen_nodes(nodes: np.ndarray, closed: np.ndarray, bit: int) -> np.ndarray:
+    """Clear `bit` in `closed` for `nodes` (distinct); returns those open now that were not
+    (closed for `bit` alone), in order (counted first, as in `close_nodes`)."""
+    count = 0
+    for i in range(nodes.size):
+        count += closed[nodes[i]] == bit
+    opening = np.empty(count, dtype=np.int64)
+    count = 0
+    for i in range(nodes.size):
+        node = nodes[i]
+        was = closed[node]
+        if was & bit:
+            closed[node] = was & ~bit
+            if was == bit:
+                opening[count] = node
+                count += 1
+    return opening
+
+
+@njit(cache=True, nogil=True)
+def mark_open_nodes(
+    nodes: np.ndarray, marked: np.ndarray, marked_at: np.ndarray, closed: np.ndarray, mark: int
+) -> tuple[np.ndarray, bool]:
+    """The open (`closed` 0) ones of `nodes` not `marked` yet, each once, in order; they are
+    marked now, their `marked_at` set to `mark`. Also whether any of them had a `marked_at`
+    other than 0 before (marked once, unmarked since). Counted first, as in `close_nodes`,
+    then picked in one pass where numpy gathers and compresses several times."""
+    count = 0
+    for i in range(nodes.size):
+        node = nodes[i]
+        count += not marked[node] and closed[node] == 0
+    picked = np.empty(count, dtype=np.int64)
+    count = 0
+    again = False
+    for i in range(nodes.size):
+        node = nodes[i]
+        if marked[node] or closed[node] != 0:
+            continue
+        marked[node] = True
+        again |= marked_at[node] != 0
+        marked_at[node] = mark
+        picked[count] = node
+        count += 1
+    return picked[:count], again
+
+
+@njit(cache=True, nogil=True)
+def runs_per_domain(
+    representative: np.ndarray, node_rows: np.ndarray, run_sums: np.ndarray, run_cells: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-run sums (`node_run_sums`: runs of sorted nodes, each in one innermost domain, of
+    which `representative` holds one node each) summed per domain of every level: the
+    domains' rows of the stacked aggregates (`node_rows`), their sums and histogram cells, and
+    per run and level the position among those of the run's domain. Runs of sorted nodes
+    meet each domain in one stretch, so a domain is one row."""
+    runs = representative.size
+    levels = node_rows.shape[1]
+    count = 0
+    for level in range(levels):
+        last = -1
+        for run in range(runs):
+            row = node_rows[representative[run], level]
+            if row != last:
+                count += 1
+                last = row
+    rows = np.empty(count, dtype=np.int64)
+    sums = np.zeros((count, run_sums.shape[1]), dtype=np.int64)
+    cells = np.zeros((count, run_cells.shape[1]), dtype=np.int32)
+    run_rows = np.empty((runs, levels), dtype=np.int64)
+    at = -1
+    for level in range(levels):
+        last = -1
+        for run in range(runs):
+            row = node_rows[representative[run], level]
+            if row != last:
+                at += 1
+                rows[at] = row
+                last = row
+            run_rows[run, level] = at
+            for column in range(run_sums.shape[1]):
+                sums[at, column] += run_sums[run, column]
+            for cell in range(run_cells.shape[1]):
+                cells[at, cell] += run_cells[run, cell]
+    return rows, sums, cells, run_rows

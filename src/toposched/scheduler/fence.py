@@ -11,12 +11,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.availability import Closure
+from toposched.cluster.run_kernels import mark_open_nodes
 from toposched.cluster.state import ClusterState, distinct
 
 IntArray = NDArray[np.int64]
 
 _fence_serials = itertools.count()
-_NO_NODES = np.zeros(0, dtype=np.int64)
 
 
 class NodeGroup:
@@ -281,19 +281,20 @@ class Fence:
 
     def _close(self, nodes: IntArray) -> NodeGroup | None:
         """Fence the open ones of `nodes` not fenced yet, as one group (None: none)."""
-        candidates = distinct(nodes[~self._fenced_mask[nodes]])
-        opened = candidates[self.state.closed[candidates] == 0]
-        if not opened.size:
+        # Marked fenced at the generation the fence moves to, in one compiled pass.
+        picked, again = mark_open_nodes(
+            nodes, self._fenced_mask, self._fenced_at, self.state.closed, self.generation + 1
+        )
+        if not picked.size:
             return None
-        if self._open_generations and self._fenced_at[opened].any():
+        if self._open_generations and again:
             self._compare_sets = True
+        opened = distinct(picked)
         self.state.close(opened, Closure.FENCE)
-        self._fenced_mask[opened] = True
         self._marks.marked(opened)
         group = NodeGroup(opened)
         self._groups.append(group)
         self._moved()
-        self._fenced_at[opened] = self.generation
         return group
 
     def lift(self) -> None:
@@ -343,8 +344,10 @@ class Fence:
     def open_all(self) -> None:
         if self._groups:
             lifted = self._block if self._lifted else None  # open already
-            closed = [group.nodes for group in self._groups if group is not lifted]
-            self.state.reopen(np.sort(np.concatenate([_NO_NODES, *closed])), Closure.FENCE)
+            # Group by group (each sorted): the block's share of the aggregates is found again.
+            for group in self._groups:
+                if group is not lifted:
+                    self.state.reopen(group.nodes, Closure.FENCE)
             earliest = min(int(self._fenced_at[group.nodes[0]]) for group in self._groups)
             for group in self._groups:
                 self._fenced_mask[group.nodes] = False
