@@ -189,3 +189,28 @@ def test_closures_of_a_block_with_changes_between_match_a_recomputation(
             statement.close(block)
             statement.rollback()
         assert_exact(state)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 3),
+    whole=st.lists(st.integers(0, _RACKS - 1), max_size=40),
+    some=st.floats(0.0, 1.0),
+    from_rows=st.booleans(),
+)
+def test_runs_found_from_whole_domains_sum_as_node_by_node(
+    seed: int, whole: list[int], some: float, from_rows: bool
+) -> None:
+    # Whole racks (passed over) among racks of which some nodes are taken, the first or last
+    # node of a rack missing or present alone: the same runs and sums as found node by node.
+    state, rng, _ = fleet(seed)
+    leaves = state.topology.node_domain[-1]
+    chosen = np.isin(leaves, whole) | (rng.random(state.topology.n_nodes) < some)
+    nodes = np.flatnonzero(chosen & (state.closed == 0))
+    arrays = state._kernel_arrays()
+    expected = run_kernels.node_run_sums(nodes, arrays, from_rows)
+    found = run_kernels.domain_run_sums(
+        nodes, leaves, state.topology.domain_starts[-1], arrays, from_rows
+    )
+    for ours, theirs in zip(found, expected, strict=True):
+        assert np.array_equal(ours, theirs)

@@ -298,12 +298,13 @@ class StateArrays:
 
     def _share_of(self, nodes: NDArray[np.int64], from_rows: bool) -> _Share:
         """What open `nodes` (sorted) add to the aggregates now. Nodes are sorted and domains
-        depth-first: summed per innermost domain once, then per domain of each upper level
-        from those sums (two compiled passes). With `from_rows` (the nodes count in their
-        domains' rows, which sum the node arrays), a domain all of whose counted nodes are
-        among them gives its row."""
-        first, run_sums, run_cells = run_kernels.node_run_sums(
-            nodes, self._kernel_arrays(), from_rows
+        depth-first: summed per innermost domain once (whole domains passed over), then per
+        domain of each upper level from those sums (two compiled passes). With `from_rows`
+        (the nodes count in their domains' rows, which sum the node arrays), a domain all of
+        whose counted nodes are among them gives its row."""
+        top = self.topology
+        first, run_sums, run_cells = run_kernels.domain_run_sums(
+            nodes, top.node_domain[-1], top.domain_starts[-1], self._kernel_arrays(), from_rows
         )
         rows, sums, cells, run_rows = run_kernels.runs_per_domain(
             nodes[first], self._node_rows, run_sums, run_cells

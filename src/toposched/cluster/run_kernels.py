@@ -172,12 +172,8 @@ def node_run_sums(
     change of nodes alone is under way), a run holding as many nodes as its domain counts
     holds every node counted there, and adds what the domain's row holds, read there instead
     of from its nodes: a fence's block covers whole racks."""
-    free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
-    gpu_count, cpu_capacity, memory_capacity = arrays[4:7]
-    node_rows, gpu_model, hist, totals = arrays[8], arrays[9], arrays[10], arrays[11]
-    width = gpu_free_milli.shape[1]
+    node_rows = arrays[8]
     leaf = node_rows.shape[1] - 1
-    n_models, hist_width = hist.shape[1], hist.shape[2]
     runs = 0
     run_row = -1
     for i in range(nodes.size):
@@ -186,7 +182,6 @@ def node_run_sums(
             runs += 1
             run_row = row
     first = np.empty(runs + 1, dtype=np.int64)
-    rows = np.empty(runs, dtype=np.int64)
     run = -1
     run_row = -1
     for i in range(nodes.size):
@@ -194,13 +189,71 @@ def node_run_sums(
         if row != run_row:
             run += 1
             first[run] = i
-            rows[run] = row
             run_row = row
     first[runs] = nodes.size
+    sums, cells = _sum_runs(nodes, first, arrays, from_rows)
+    return first[:runs], sums, cells
+
+
+@njit(cache=True, nogil=True)
+def _run_end(nodes: np.ndarray, at: int, leaf_of: np.ndarray, leaf_starts: np.ndarray) -> int:
+    """Where the run of sorted distinct `nodes` in one innermost domain beginning at `at`
+    ends: at once where it begins with the domain's first node and its last node stands
+    where the domain's last would (then it holds every node between), else node by node."""
+    node = nodes[at]
+    leaf = leaf_of[node]
+    start, end = leaf_starts[leaf], leaf_starts[leaf + 1]
+    last: int = at + end - start - 1
+    if node == start and last < nodes.size and nodes[last] == end - 1:
+        return last + 1
+    after = at + 1
+    while after < nodes.size and leaf_of[nodes[after]] == leaf:
+        after += 1
+    return after
+
+
+@njit(cache=True, nogil=True)
+def domain_run_sums(
+    nodes: np.ndarray,
+    leaf_of: np.ndarray,
+    leaf_starts: np.ndarray,
+    arrays: StateArrays,
+    from_rows: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`node_run_sums`, with runs found from the innermost domains (`leaf_of`: each node's;
+    `leaf_starts`: where each domain's nodes begin, and one more entry): a run covering its
+    domain is passed over without reading its nodes, so a block of whole racks costs a few
+    steps per rack where reading each node costs one per node."""
+    runs = 0
+    at = 0
+    while at < nodes.size:
+        at = _run_end(nodes, at, leaf_of, leaf_starts)
+        runs += 1
+    first = np.empty(runs + 1, dtype=np.int64)
+    at = 0
+    for run in range(runs):
+        first[run] = at
+        at = _run_end(nodes, at, leaf_of, leaf_starts)
+    first[runs] = nodes.size
+    sums, cells = _sum_runs(nodes, first, arrays, from_rows)
+    return first[:runs], sums, cells
+
+
+@njit(cache=True, nogil=True)
+def _sum_runs(
+    nodes: np.ndarray, first: np.ndarray, arrays: StateArrays, from_rows: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """The sums and histogram cells of each run of `nodes` (runs begin at `first`, one more
+    entry marks the end), as `node_run_sums` gives them."""
+    node_rows, hist, totals = arrays[8], arrays[10], arrays[11]
+    leaf = node_rows.shape[1] - 1
+    n_models, hist_width = hist.shape[1], hist.shape[2]
+    runs = first.size - 1
     sums = np.zeros((runs, 5), dtype=np.int64)
     cells = np.zeros((runs, n_models * hist_width), dtype=np.int64)
     for run in range(runs):
-        start, end, row = first[run], first[run + 1], rows[run]
+        start, end = first[run], first[run + 1]
+        row = node_rows[nodes[start], leaf]
         if from_rows:
             open_nodes = np.int64(0)  # the domain's open nodes: its histogram's count
             for model in range(n_models):
@@ -213,26 +266,8 @@ def node_run_sums(
                     for cell in range(hist_width):
                         cells[run, model * hist_width + cell] = hist[row, model, cell]
                 continue
-        whole_sum = milli_sum = idle_sum = cpu_sum = memory_sum = np.int64(0)
-        for i in range(start, end):
-            node = nodes[i]
-            whole = np.int64(free_whole_gpus[node])
-            cpu = free_cpu_milli[node]
-            memory = free_memory_mib[node]
-            for gpu in range(width):
-                milli_sum += gpu_free_milli[node, gpu]
-            idle = whole == gpu_count[node] and cpu == cpu_capacity[node]
-            idle_sum += np.int64(idle and memory == memory_capacity[node])
-            whole_sum += whole
-            cpu_sum += cpu
-            memory_sum += memory
-            cells[run, gpu_model[node] * hist_width + whole] += 1
-        sums[run, WHOLE] = whole_sum
-        sums[run, MILLI] = milli_sum
-        sums[run, IDLE] = idle_sum
-        sums[run, CPU] = cpu_sum
-        sums[run, MEMORY] = memory_sum
-    return first[:runs], sums, cells
+        _run_values(nodes, start, end, arrays, sums[run], cells[run])
+    return sums, cells
 
 
 @njit(cache=True, nogil=True)
@@ -348,29 +383,34 @@ def _run_values(
     sums: np.ndarray,
     cells: np.ndarray,
 ) -> None:
-    """What `nodes[start:end]` add to the aggregates, into `sums` (the columns of
-    `kernels.node_values`) and `cells` (GPU models x free whole GPUs, flattened), both zeroed
-    first: read from the nodes."""
+    """What `nodes[start:end]` add to the aggregates, read from the nodes, into `sums` (the
+    columns of `kernels.node_values`) and `cells` (GPU models x free whole GPUs, flattened),
+    which it clears first. Sums kept in scalars, which the compiler holds in registers."""
     free_whole_gpus, gpu_free_milli, free_cpu_milli, free_memory_mib = arrays[:4]
     gpu_count, cpu_capacity, memory_capacity = arrays[4:7]
     gpu_model, hist = arrays[9], arrays[10]
     width = gpu_free_milli.shape[1]
     hist_width = hist.shape[2]
-    sums[:] = 0
     cells[:] = 0
+    whole_sum = milli_sum = idle_sum = cpu_sum = memory_sum = np.int64(0)
     for i in range(start, end):
         node = nodes[i]
         whole = np.int64(free_whole_gpus[node])
         cpu = free_cpu_milli[node]
         memory = free_memory_mib[node]
         for gpu in range(width):
-            sums[MILLI] += gpu_free_milli[node, gpu]
+            milli_sum += gpu_free_milli[node, gpu]
         idle = whole == gpu_count[node] and cpu == cpu_capacity[node]
-        sums[IDLE] += np.int64(idle and memory == memory_capacity[node])
-        sums[WHOLE] += whole
-        sums[CPU] += cpu
-        sums[MEMORY] += memory
+        idle_sum += np.int64(idle and memory == memory_capacity[node])
+        whole_sum += whole
+        cpu_sum += cpu
+        memory_sum += memory
         cells[gpu_model[node] * hist_width + whole] += 1
+    sums[WHOLE] = whole_sum
+    sums[MILLI] = milli_sum
+    sums[IDLE] = idle_sum
+    sums[CPU] = cpu_sum
+    sums[MEMORY] = memory_sum
 
 
 @njit(cache=True, nogil=True)
