@@ -76,7 +76,7 @@ class Availability(StateArrays):
         """Keep `nodes` from new work for `closure`, their health unchanged; returns those not
         closed for it before (what `reopen` undoes exactly)."""
         bit = self._bit(closure)
-        nodes = distinct(nodes)
+        nodes = self._distinct(nodes)
         self.version += 1
         newly: NDArray[np.int64]
         if nodes.size > kernels.COMPILED_LIMIT:
@@ -95,7 +95,7 @@ class Availability(StateArrays):
         """Undo `close` for `nodes`: nodes closed for no other reason are open again and count
         in the aggregates."""
         bit = self._bit(closure)
-        nodes = distinct(nodes)
+        nodes = self._distinct(nodes)
         self.version += 1
         if nodes.size > kernels.COMPILED_LIMIT:
             # Only nodes closed for `closure` alone come back: nodes open already would leave
@@ -105,6 +105,15 @@ class Availability(StateArrays):
         self._contribute(nodes, -1)  # nodes open already leave, to come back once
         self.closed[nodes] &= ~bit
         self._contribute(nodes, +1)
+
+    @staticmethod
+    def _distinct(nodes: NDArray[np.int64]) -> NDArray[np.int64]:
+        """`nodes` sorted and distinct; many of them already so (a fence's groups) are taken
+        as they are, without a copy: the compiled passes only read them, and give new arrays
+        of the nodes they pick."""
+        if nodes.size > kernels.COMPILED_LIMIT and run_kernels.increasing(nodes):
+            return nodes
+        return distinct(nodes)
 
     @staticmethod
     def _bit(closure: Closure) -> np.uint8:

@@ -552,33 +552,59 @@ def runs_per_domain(
     which `representative` holds one node each) summed per domain of every level: the
     domains' rows of the stacked aggregates (`node_rows`), their sums and histogram cells, and
     per run and level the position among those of the run's domain. Runs of sorted nodes
-    meet each domain in one stretch, so a domain is one row."""
+    meet each domain in one stretch, so a domain is one row. Run by run, all levels at once
+    (a node's rows are side by side)."""
     runs = representative.size
     levels = node_rows.shape[1]
-    count = 0
-    for level in range(levels):
-        last = -1
-        for run in range(runs):
-            row = node_rows[representative[run], level]
-            if row != last:
-                count += 1
-                last = row
+    last = np.full(levels, -1, dtype=np.int64)
+    counts = np.zeros(levels + 1, dtype=np.int64)
+    for run in range(runs):
+        node = representative[run]
+        for level in range(levels):
+            row = node_rows[node, level]
+            if row != last[level]:
+                counts[level + 1] += 1
+                last[level] = row
+    at = np.cumsum(counts)[:levels] - 1  # each level's positions follow the level before's
+    count = counts.sum()
     rows = np.empty(count, dtype=np.int64)
     sums = np.zeros((count, run_sums.shape[1]), dtype=np.int64)
     cells = np.zeros((count, run_cells.shape[1]), dtype=np.int32)
     run_rows = np.empty((runs, levels), dtype=np.int64)
-    at = -1
-    for level in range(levels):
-        last = -1
-        for run in range(runs):
-            row = node_rows[representative[run], level]
-            if row != last:
-                at += 1
-                rows[at] = row
-                last = row
-            run_rows[run, level] = at
+    last[:] = -1
+    for run in range(runs):
+        node = representative[run]
+        for level in range(levels):
+            row = node_rows[node, level]
+            if row != last[level]:
+                at[level] += 1
+                rows[at[level]] = row
+                last[level] = row
+            here = at[level]
+            run_rows[run, level] = here
             for column in range(run_sums.shape[1]):
-                sums[at, column] += run_sums[run, column]
+                sums[here, column] += run_sums[run, column]
             for cell in range(run_cells.shape[1]):
-                cells[at, cell] += run_cells[run, cell]
+                cells[here, cell] += run_cells[run, cell]
     return rows, sums, cells, run_rows
+
+
+@njit(cache=True, nogil=True)
+def increasing(nodes: np.ndarray) -> bool:
+    """Whether `nodes` are strictly increasing (sorted and distinct): one pass that counts the
+    pairs out of order without branching (so the compiler vectorises it), where numpy
+    compares every pair into a new array first."""
+    out_of_order = 0
+    for i in range(1, nodes.size):
+        out_of_order += nodes[i] <= nodes[i - 1]
+    return out_of_order == 0
+
+
+@njit(cache=True, nogil=True)
+def unmark(nodes: np.ndarray, marked: np.ndarray, marked_at: np.ndarray, clear_at: bool) -> None:
+    """`marked[nodes] = False`, and with `clear_at` `marked_at[nodes] = 0`, in one pass."""
+    for i in range(nodes.size):
+        node = nodes[i]
+        marked[node] = False
+        if clear_at:
+            marked_at[node] = 0

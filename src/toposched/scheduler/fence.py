@@ -11,7 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.availability import Closure
-from toposched.cluster.run_kernels import mark_open_nodes
+from toposched.cluster.run_kernels import increasing, mark_open_nodes, unmark
 from toposched.cluster.state import ClusterState, distinct
 
 IntArray = NDArray[np.int64]
@@ -139,8 +139,7 @@ class FenceMarks:
     def clear(self) -> None:
         """No node fenced, none ever (for the next cycle's fence)."""
         for nodes in self._marked:
-            self.fenced[nodes] = False
-            self.fenced_at[nodes] = 0
+            unmark(nodes, self.fenced, self.fenced_at, True)
         self._marked.clear()
 
 
@@ -299,7 +298,7 @@ class Fence:
             return None
         if self._open_generations and again:
             self._compare_sets = True
-        opened = distinct(picked)
+        opened = picked if increasing(picked) else distinct(picked)
         self.state.close(opened, Closure.FENCE)
         self._marks.marked(opened)
         group = NodeGroup(opened)
@@ -360,7 +359,7 @@ class Fence:
                     self.state.reopen(group.nodes, Closure.FENCE)
             earliest = min(int(self._fenced_at[group.nodes[0]]) for group in self._groups)
             for group in self._groups:
-                self._fenced_mask[group.nodes] = False
+                unmark(group.nodes, self._fenced_mask, self._fenced_at, False)
             self._groups = []
             self._block, self._lifted = None, False
             self._compare_sets = True  # the record ends
