@@ -256,11 +256,14 @@ class StateArrays:
 
     def _contribute_open(self, nodes: NDArray[np.int64], sign: int) -> None:
         """`_contribute` for `nodes` all open (for sign=-1, still counted in the aggregates),
-        however few: added as one share, found again while they are the same nodes."""
+        however few: added as one share, found again while they are the same nodes. A new
+        share keeps `nodes`: an array nobody changes afterwards."""
         if nodes.size == 0:
             return
         share = self._recent_share(nodes)
         if share is None:
+            # Nodes leaving count in their domains' rows now, so a domain all of whose counted
+            # nodes leave gives its row; nodes coming back are not in them yet.
             share = self._share_of(nodes, sign < 0 and self.unsummed_changes == 0)
             self._recent_shares.insert(0, share)
             del self._recent_shares[_RECENT_SHARES:]

@@ -2,7 +2,9 @@
 aggregates summed per run of nodes sharing an innermost domain before they reach any level (a
 gang of whole racks touches far fewer domains than nodes, so each node costs a few reads and
 adds, and each run one update per level), an allocation checked in one pass without sorting,
-and rows of an aggregate added in one call.
+and rows of an aggregate added in one call. For closures of many nodes: what they add to the
+aggregates per run and per domain of every level, brought up to date from the runs whose nodes
+changed; closure bits set or cleared, and a fence's marks set or cleared, in one pass each.
 
 The state's arrays come in the order of `kernels.StateArrays`."""
 
