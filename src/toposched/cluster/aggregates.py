@@ -39,23 +39,35 @@ LevelSums = tuple[int, NDArray[np.integer], NDArray[np.int64], NDArray[np.int32]
 added to the aggregates, and taken away again to undo a change exactly."""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False)
 class _Share:
-    """What open `nodes` (sorted) add to the aggregates, as of change `stamp`."""
+    """What open `nodes` (sorted) add to the aggregates, as of change `stamp`: per run of them
+    in one innermost domain, and per domain of every level. Kept in step with the nodes by
+    `run_kernels.refresh_runs` when a few of them change."""
 
     nodes: NDArray[np.int64]
     stamp: int
-    levels: list[LevelSums]
-    """The sums per domain of every level (see `ClusterState._level_sums`), added or taken
-    away as they are each time the nodes' share is."""
+    first: NDArray[np.int64]
+    """Where each run begins (positions in `nodes`), and one more entry: where the last ends."""
+    run_sums: NDArray[np.int64]
+    """What each run adds to the totals (one row per run)."""
+    run_cells: NDArray[np.int64]
+    """Each run's histogram cells (one row per run: GPU models x free whole GPUs, flattened)."""
+    run_rows: NDArray[np.int64]
+    """Per run and level, the position in `rows` of the run's domain there."""
+    rows: NDArray[np.int64]
+    """The domains the nodes are in, at every level: rows of the stacked aggregates."""
+    sums: NDArray[np.int64]
+    cells: NDArray[np.int32]
+    """What the nodes add to each of `rows`: its totals and histogram cells (flattened)."""
 
 
 _ONE_MODEL = np.zeros(0, dtype=np.int64)
 """Stands for the nodes' GPU models where the cluster has one (`StateArrays._models`)."""
 
 # How many shares of many-node health changes and closures are kept to be added again (see
-# `_contribute`).
-_RECENT_SHARES = 4
+# `_contribute`): a cycle's fence closes its block and a few large nominations.
+_RECENT_SHARES = 8
 
 
 def _sums_per_domain(values: NDArray[np.int64], starts: NDArray[np.integer]) -> NDArray[np.int64]:
@@ -240,34 +252,74 @@ class StateArrays:
             # Compiled, node by node: fewer steps than numpy calls for a few nodes.
             kernels.add_nodes(nodes, sign, self._kernel_arrays())
             return
-        nodes = run_kernels.open_nodes(nodes, self.closed)
+        self._contribute_open(run_kernels.open_nodes(nodes, self.closed), sign)
+
+    def _contribute_open(self, nodes: NDArray[np.int64], sign: int) -> None:
+        """`_contribute` for `nodes` all open (for sign=-1, still counted in the aggregates),
+        however few: added as one share, found again while they are the same nodes. A new
+        share keeps `nodes`: an array nobody changes afterwards."""
         if nodes.size == 0:
             return
         share = self._recent_share(nodes)
         if share is None:
-            # Nodes are sorted and domains depth-first: summed per innermost domain once (in
-            # one compiled pass), then per domain of each upper level from those sums. Nodes
-            # leaving count in their domains' rows now, so a domain all of whose counted nodes
-            # leave gives its row; nodes coming back are not in them yet.
-            from_rows = sign < 0 and self.unsummed_changes == 0
-            first, sums, moves = run_kernels.node_run_sums(nodes, self._kernel_arrays(), from_rows)
-            levels = self._level_sums(nodes[first], sums, moves)
-            share = _Share(nodes, self._changes, levels)
+            # Nodes leaving count in their domains' rows now, so a domain all of whose counted
+            # nodes leave gives its row; nodes coming back are not in them yet.
+            share = self._share_of(nodes, sign < 0 and self.unsummed_changes == 0)
             self._recent_shares.insert(0, share)
             del self._recent_shares[_RECENT_SHARES:]
-        self._add_level_sums(share.levels, sign)
+        self._add_share(share, sign)
 
     def _recent_share(self, nodes: NDArray[np.int64]) -> _Share | None:
-        """A share found before for exactly these open nodes, if none of them changed since.
-        A fence takes the reservation's nodes out of the aggregates and puts them back several
-        times a cycle, mostly unchanged in between."""
-        changed_at = self._changed_at
-        for share in self._recent_shares:
-            if share.nodes.size == nodes.size and run_kernels.same_and_unchanged(
-                share.nodes, nodes, changed_at, share.stamp
-            ):
-                return share
+        """A share found before for exactly these open nodes, brought up to date where some of
+        them changed since (only their runs read again). A fence takes the reservation's nodes
+        out of the aggregates and puts them back several times a cycle, a few of them changed
+        by backfills in between."""
+        shares = self._recent_shares
+        for at, share in enumerate(shares):
+            if share.nodes.size != nodes.size:
+                continue
+            refreshed = run_kernels.refresh_runs(
+                share.nodes,
+                nodes,
+                self._changed_at,
+                share.stamp,
+                share.first,
+                share.run_rows,
+                share.run_sums,
+                share.run_cells,
+                share.sums,
+                share.cells,
+                self._kernel_arrays(),
+            )
+            if refreshed < 0:
+                continue
+            share.stamp = self._changes
+            if at:
+                shares.insert(0, shares.pop(at))
+            return share
         return None
+
+    def _share_of(self, nodes: NDArray[np.int64], from_rows: bool) -> _Share:
+        """What open `nodes` (sorted) add to the aggregates now. Nodes are sorted and domains
+        depth-first: summed per innermost domain once (whole domains passed over), then per
+        domain of each upper level from those sums (two compiled passes). With `from_rows`
+        (the nodes count in their domains' rows, which sum the node arrays), a domain all of
+        whose counted nodes are among them gives its row."""
+        top = self.topology
+        first, run_sums, run_cells = run_kernels.domain_run_sums(
+            nodes, top.node_domain[-1], top.domain_starts[-1], self._kernel_arrays(), from_rows
+        )
+        rows, sums, cells, run_rows = run_kernels.runs_per_domain(
+            nodes[first], self._node_rows, run_sums, run_cells
+        )
+        ends = np.append(first, nodes.size)
+        return _Share(nodes, self._changes, ends, run_sums, run_cells, run_rows, rows, sums, cells)
+
+    def _add_share(self, share: _Share, sign: int) -> None:
+        """Add (sign=+1) or take away (-1) what `share`'s nodes add to the aggregates."""
+        run_kernels.add_to_rows(self._totals_all, share.rows, share.sums, sign)
+        hist = self._hist_all
+        run_kernels.add_to_rows(hist.reshape(hist.shape[0], -1), share.rows, share.cells, sign)
 
     def _changed(self, nodes: NDArray[np.int64] | slice) -> None:
         """Record that the free GPUs, CPU or memory of `nodes` may have changed."""

@@ -8,6 +8,7 @@ from enum import IntFlag
 import numpy as np
 from numpy.typing import NDArray
 
+from toposched.cluster import kernels, run_kernels
 from toposched.cluster.aggregates import StateArrays
 from toposched.cluster.errors import InputError
 from toposched.cluster.health import HEALTHY, Health
@@ -75,9 +76,16 @@ class Availability(StateArrays):
         """Keep `nodes` from new work for `closure`, their health unchanged; returns those not
         closed for it before (what `reopen` undoes exactly)."""
         bit = self._bit(closure)
-        nodes = distinct(nodes)
-        newly: NDArray[np.int64] = nodes[(self.closed[nodes] & bit) == 0]
+        nodes = self._distinct(nodes)
         self.version += 1
+        newly: NDArray[np.int64]
+        if nodes.size > kernels.COMPILED_LIMIT:
+            # Many nodes (a fence's block): their bits set in one compiled pass; the open
+            # ones leave the aggregates, which their share is read from (not the bits).
+            newly, leaving = run_kernels.close_nodes(nodes, self.closed, int(bit))
+            self._contribute_open(leaving, -1)
+            return newly
+        newly = nodes[(self.closed[nodes] & bit) == 0]
         # Nodes that were open leave the aggregates; closed ones added nothing to them.
         self._contribute(newly, -1)
         self.closed[newly] |= bit
@@ -87,11 +95,25 @@ class Availability(StateArrays):
         """Undo `close` for `nodes`: nodes closed for no other reason are open again and count
         in the aggregates."""
         bit = self._bit(closure)
-        nodes = distinct(nodes)
+        nodes = self._distinct(nodes)
         self.version += 1
+        if nodes.size > kernels.COMPILED_LIMIT:
+            # Only nodes closed for `closure` alone come back: nodes open already would leave
+            # and come back with the same share, and the others stay closed.
+            self._contribute_open(run_kernels.reopen_nodes(nodes, self.closed, int(bit)), +1)
+            return
         self._contribute(nodes, -1)  # nodes open already leave, to come back once
         self.closed[nodes] &= ~bit
         self._contribute(nodes, +1)
+
+    @staticmethod
+    def _distinct(nodes: NDArray[np.int64]) -> NDArray[np.int64]:
+        """`nodes` sorted and distinct; many of them already so (a fence's groups) are taken
+        as they are, without a copy: the compiled passes only read them, and give new arrays
+        of the nodes they pick."""
+        if nodes.size > kernels.COMPILED_LIMIT and run_kernels.increasing(nodes):
+            return nodes
+        return distinct(nodes)
 
     @staticmethod
     def _bit(closure: Closure) -> np.uint8:

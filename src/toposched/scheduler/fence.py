@@ -11,12 +11,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.availability import Closure
+from toposched.cluster.run_kernels import increasing, mark_open_nodes, unmark
 from toposched.cluster.state import ClusterState, distinct
 
 IntArray = NDArray[np.int64]
 
 _fence_serials = itertools.count()
-_NO_NODES = np.zeros(0, dtype=np.int64)
+# Above this many nodes fenced, `FencedNodes.__le__` compares nodes on a mask, not as sets.
+_COMPARED_AS_SETS = 4096
 
 
 class NodeGroup:
@@ -71,6 +73,14 @@ class FencedNodes:
             return True
         if self._size > other._size:
             return False  # disjoint groups: more nodes cannot all lie among fewer
+        if other._size > _COMPARED_AS_SETS:
+            # Marked on a mask: a block of tens of thousands of nodes costs a scatter and a
+            # gather, where a set of it costs milliseconds.
+            last = max(int(group.nodes.max()) for group in (*missing, *other.groups) if len(group))
+            marked = np.zeros(last + 1, dtype=bool)
+            for group in other.groups:
+                marked[group.nodes] = True
+            return all(bool(marked[group.nodes].all()) for group in missing)
         rest = missing[0].set.union(*(group.set for group in missing[1:]))
         for group in other.groups:
             if not rest:
@@ -129,8 +139,7 @@ class FenceMarks:
     def clear(self) -> None:
         """No node fenced, none ever (for the next cycle's fence)."""
         for nodes in self._marked:
-            self.fenced[nodes] = False
-            self.fenced_at[nodes] = 0
+            unmark(nodes, self.fenced, self.fenced_at, True)
         self._marked.clear()
 
 
@@ -281,19 +290,20 @@ class Fence:
 
     def _close(self, nodes: IntArray) -> NodeGroup | None:
         """Fence the open ones of `nodes` not fenced yet, as one group (None: none)."""
-        candidates = distinct(nodes[~self._fenced_mask[nodes]])
-        opened = candidates[self.state.closed[candidates] == 0]
-        if not opened.size:
+        # Marked fenced at the generation the fence moves to, in one compiled pass.
+        picked, again = mark_open_nodes(
+            nodes, self._fenced_mask, self._fenced_at, self.state.closed, self.generation + 1
+        )
+        if not picked.size:
             return None
-        if self._open_generations and self._fenced_at[opened].any():
+        if self._open_generations and again:
             self._compare_sets = True
+        opened = picked if increasing(picked) else distinct(picked)
         self.state.close(opened, Closure.FENCE)
-        self._fenced_mask[opened] = True
         self._marks.marked(opened)
         group = NodeGroup(opened)
         self._groups.append(group)
         self._moved()
-        self._fenced_at[opened] = self.generation
         return group
 
     def lift(self) -> None:
@@ -343,11 +353,13 @@ class Fence:
     def open_all(self) -> None:
         if self._groups:
             lifted = self._block if self._lifted else None  # open already
-            closed = [group.nodes for group in self._groups if group is not lifted]
-            self.state.reopen(np.sort(np.concatenate([_NO_NODES, *closed])), Closure.FENCE)
+            # Group by group (each sorted): the block's share of the aggregates is found again.
+            for group in self._groups:
+                if group is not lifted:
+                    self.state.reopen(group.nodes, Closure.FENCE)
             earliest = min(int(self._fenced_at[group.nodes[0]]) for group in self._groups)
             for group in self._groups:
-                self._fenced_mask[group.nodes] = False
+                unmark(group.nodes, self._fenced_mask, self._fenced_at, False)
             self._groups = []
             self._block, self._lifted = None, False
             self._compare_sets = True  # the record ends
