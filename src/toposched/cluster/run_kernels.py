@@ -362,21 +362,6 @@ def open_nodes(nodes: np.ndarray, closed: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def same_and_unchanged(
-    known: np.ndarray, nodes: np.ndarray, changed_at: np.ndarray, stamp: int
-) -> bool:
-    """Whether `nodes` are `known`, in the same order, none of them changed after change
-    `stamp` (`changed_at`): one pass, stopping at the first difference."""
-    if known.size != nodes.size:
-        return False
-    for i in range(nodes.size):
-        node = nodes[i]
-        if known[i] != node or changed_at[node] > stamp:
-            return False
-    return True
-
-
-@njit(cache=True, nogil=True)
 def _run_values(
     nodes: np.ndarray,
     start: int,
