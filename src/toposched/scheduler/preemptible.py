@@ -146,6 +146,9 @@ class PreemptibleIndex:
         self.version = 0
         """Moves whenever a job is added, removed, marked evicting or checkpointed (protection
         ends, applied by `refresh`, do not move it)."""
+        self.aggregates_version = 0
+        """Moves whenever the per-domain aggregates change (jobs counted in or out, protection
+        ends included, or a counted job's work moved by a checkpoint)."""
         self.allocations: list[Allocation | None] = []
         self._free_slots: list[int] = []
         self._serial: list[int] = []
@@ -429,6 +432,7 @@ class PreemptibleIndex:
             allocation = self.allocations[slot]
             assert allocation is not None
             gpus = float(self.gpus[slot])
+            self.aggregates_version += 1
             preemptible_kernels.move_since(
                 allocation.nodes,
                 self.leaf_of_node,
@@ -456,6 +460,7 @@ class PreemptibleIndex:
             self._count_many(np.array(ended, dtype=np.int64), +1)
 
     def _count(self, slot: int, sign: int) -> None:
+        self.aggregates_version += 1
         allocation = self.allocations[slot]
         assert allocation is not None
         weight = sign * float(self.gpus[slot])
@@ -484,6 +489,7 @@ class PreemptibleIndex:
         """`_count` of each of `slots` in turn, with the same result (one compiled pass)."""
         if slots.size == 0:
             return
+        self.aggregates_version += 1
         allocations = self.allocations
         pods = [allocations[slot].nodes for slot in slots.tolist()]
         preemptible_kernels.count_jobs(

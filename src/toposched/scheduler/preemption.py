@@ -100,6 +100,7 @@ class VictimSearch:
         self.leaf_size = uniform_size(self.leaf_starts)
         self.leaf_of_node: IntArray = topology.node_domain[self.leaf_level].astype(np.int64)
         self._leaf_domains: dict[int, IntArray] = {}  # see `domain_of_leaf`
+        self._leaf_bounds: dict[int, IntArray] = {}  # see `leaf_bounds`
         self.largest_leaf_gpus = int(
             np.add.reduceat(topology.gpu_count.astype(np.int64), self.leaf_starts[:-1]).max()
         )
@@ -165,7 +166,7 @@ class VictimSearch:
         if required <= 0 or required >= self.leaf_level:
             return None
         return cheapest_required_domain(
-            self.domain_of_leaf(required), request.pods, now_room, gain, helpful, ratio
+            self.leaf_bounds(required), request.pods, now_room, gain, helpful, ratio
         )
 
     def domain_of_leaf(self, level: int) -> IntArray:
@@ -174,6 +175,16 @@ class VictimSearch:
         if known is None:
             domains = self.state.topology.node_domain[level][self.leaf_starts[:-1]]
             known = self._leaf_domains[level] = domains.astype(np.int64)
+        return known
+
+    def leaf_bounds(self, level: int) -> IntArray:
+        """Where each domain of `level` starts among the innermost domains, and their count
+        last: the innermost domains of domain d are `bounds[d]` to `bounds[d + 1] - 1`
+        (remembered per level; domains are runs of nodes, so of innermost domains too)."""
+        known = self._leaf_bounds.get(level)
+        if known is None:
+            every = np.arange(self.state.topology.n_domains(level) + 1)
+            known = self._leaf_bounds[level] = np.searchsorted(self.domain_of_leaf(level), every)
         return known
 
     def is_one_domain(self, request: GangRequest) -> bool:
