@@ -71,6 +71,16 @@ class _Proven:
 _PROVEN = _Proven()
 
 
+class _Unopened:
+    """`_one_domain`'s word that no innermost domain could hold the gang even with every
+    candidate in it gone (counted in whole GPUs, an upper bound of what the placement engine
+    finds): with the gang not fitting as things are, no victim set lets a gang bound to one
+    innermost domain run."""
+
+
+_UNOPENED = _Unopened()
+
+
 class VictimSearch:
     """Finds a victim set for one gang among the candidates the contract allows.
 
@@ -133,9 +143,12 @@ class VictimSearch:
                 if isinstance(as_is, Placement):
                     return PreemptionPlan(preemptor, (), as_is, self.impact.key([]), True)
             local = self._one_domain(preemptor, request, pool)
-            if local is not None:
+            if isinstance(local, PreemptionPlan):
                 return local
-        spread = self._many_domains(preemptor, request, pool)
+            unopened = local is _UNOPENED
+        else:
+            unopened = False
+        spread = self._many_domains(preemptor, request, pool, unopened)
         if isinstance(spread, PreemptionPlan):
             return spread
         fallback, everything = spread
@@ -145,7 +158,7 @@ class VictimSearch:
             # Within budget caps, evicting whole domains may take too much from one account:
             # a set chosen exactly to open one innermost domain may stay within them.
             local = self._one_domain(preemptor, request, pool, confined=False)
-            if local is not None:
+            if isinstance(local, PreemptionPlan):
                 return self.spare(preemptor, request, local)
         return self._explain(request, pool, fallback, everything)
 
@@ -298,20 +311,19 @@ class VictimSearch:
     # --- one innermost domain ------------------------------------------------------------------
     def _one_domain(
         self, preemptor: str, request: GangRequest, pool: CandidatePool, confined: bool = True
-    ) -> PreemptionPlan | None:
+    ) -> PreemptionPlan | _Unopened | None:
         """Only the innermost domains some candidate touches are looked at: a domain without
         candidates cannot gain room. `confined`: the gang must stay in the domain opened for it
-        (else the placement search may place it anywhere once the victims left)."""
+        (else the placement search may place it anywhere once the victims left). `_UNOPENED`
+        when no such domain could hold a gang of whole-GPU pods with all its candidates gone;
+        None when none was found otherwise."""
         state, topology = self.state, self.state.topology
+        whole_gpus = not request.is_fractional and request.gpus_per_pod > 0
         if pool.pod_nodes.size == 0:
-            return None
+            return _UNOPENED if whole_gpus else None
         # Per innermost domain a candidate touches: room if every candidate there left (an
         # upper bound to rank domains), the work that loses, and a lower bound of it.
-        with_lower = (
-            LeastLostWork.is_key_of(self.impact)
-            and not request.is_fractional
-            and request.gpus_per_pod > 0
-        )
+        with_lower = LeastLostWork.is_key_of(self.impact) and whole_gpus
         if request.gpus_per_pod == 0:
             per_gpu, per_pod, per_node = 0, 1, request.pods
         elif request.is_fractional:
@@ -338,7 +350,7 @@ class VictimSearch:
         )
         qualifying = (room >= request.pods).nonzero()[0]
         if qualifying.size == 0:
-            return None
+            return _UNOPENED if whole_gpus else None
         lower = lower_bounds if with_lower else None
         order = qualifying[bound[qualifying].argsort(kind="stable")][:DOMAINS_EXAMINED]
         best: PreemptionPlan | None = None
@@ -478,10 +490,11 @@ class VictimSearch:
         return now_room, room
 
     def _many_domains(
-        self, preemptor: str, request: GangRequest, pool: CandidatePool
+        self, preemptor: str, request: GangRequest, pool: CandidatePool, unopened: bool = False
     ) -> PreemptionPlan | tuple[Refusal, PlacementResult | _Proven | None]:
         """A plan, or why none was found with the placement tried with every candidate gone
-        (None when not tried, `_PROVEN` when the aggregates prove it fails)."""
+        (None when not tried, `_PROVEN` when the aggregates prove it fails). `unopened`: the
+        gang is bound to one innermost domain and `_one_domain` found that none can hold it."""
         topology = self.state.topology
         pod_owner = pool.pod_owner
         now_room, room = self._room_now_and_after(request, pool, pod_owner)
@@ -492,6 +505,10 @@ class VictimSearch:
         helpful = np.flatnonzero(gain > 0)
         if helpful.size == 0 or int(gain[helpful].sum()) < need:
             return self._no_room(request, pool, int(room.sum()), granule, "")
+        if unopened and not 0 < request.required < self.leaf_level:
+            # No set chosen below places it (nor would every candidate gone): the placement
+            # with every candidate gone is tried for its reason alone.
+            return self._with_every_candidate(preemptor, request, pool, 0, None)
         # (leaf, candidate) pairs, each once, as one code per pair.
         n_candidates = len(pool)
         pair_codes = distinct(self.leaf_of_node[pool.pod_nodes] * n_candidates + pod_owner)
@@ -550,7 +567,7 @@ class VictimSearch:
         request: GangRequest,
         pool: CandidatePool,
         tried: int,
-        placed: PlacementResult,
+        placed: PlacementResult | None,
     ) -> PreemptionPlan | tuple[Refusal, PlacementResult | _Proven | None]:
         """After `tried` victims chosen by domain did not make the gang fit: topology above the
         leaves (required/preferred) may want other domains, so every candidate goes (unless
