@@ -79,6 +79,8 @@ def test_domain_sums_add_each_domain_s_run_and_give_empty_domains_zero() -> None
     values = np.array([1, 2, 3, 4, 5], dtype=np.int64)
     bounds = np.array([0, 2, 2, 5], dtype=np.int64)  # domain 1 holds nothing
     assert domain_sums(values, bounds).tolist() == [3, 0, 12]
+    assert domain_sums(values, np.array([0, 2, 5])).tolist() == [3, 12]
+    assert domain_sums(values, np.array([0, 1, 2, 3, 4, 5])).tolist() == [1, 2, 3, 4, 5]
     assert domain_sums(np.zeros(0, dtype=np.int64), np.zeros(3, dtype=np.int64)).tolist() == [
         0,
         0,
