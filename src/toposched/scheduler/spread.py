@@ -52,11 +52,12 @@ class _Room:
 
 @dataclass
 class _Known:
-    """The `_Room`s found (by pod shape and victims taken) while the cluster and the index
-    stay as `stamp` says, and the costs per pod gained of their helpful domains (by the same
-    key) at time `at`."""
+    """The `_Room`s found (by pod shape and victims taken) while `index` and the cluster stay
+    as `stamp` says (versions of both), and the costs per pod gained of their helpful domains
+    (by the same key) at time `at`."""
 
-    stamp: tuple[int, int, int]
+    index: PreemptibleIndex | None
+    stamp: tuple[int, int]
     rooms: dict[tuple[object, ...], _Room] = field(default_factory=dict)
     at: float = -np.inf
     ratios: dict[tuple[object, ...], FloatArray] = field(default_factory=dict)
@@ -103,7 +104,7 @@ class SpreadSearch:
         self.leaf_level = search.leaf_level
         self.leaf_starts = search.leaf_starts
         self.leaf_size = search.leaf_size
-        self._known = _Known((-1, -1, -1))
+        self._known = _Known(None, (-1, -1))
 
     def across_domains(
         self,
@@ -203,10 +204,10 @@ class SpreadSearch:
         pods it holds now and the most it could gain, in whole slices (`shape`: what of the
         request and the victims taken enters them; remembered while the cluster and the index
         stay as they are, for the other searches of a cycle)."""
-        stamp = (id(index), self.state.version, index.aggregates_version)
+        stamp = (self.state.version, index.aggregates_version)
         known = self._known
-        if known.stamp != stamp:
-            known = self._known = _Known(stamp)
+        if known.index is not index or known.stamp != stamp:
+            known = self._known = _Known(index, stamp)
         room = known.rooms.get(shape)
         if room is None:
             room = known.rooms[shape] = self._leaf_room(request, index, only_unallocated)
