@@ -51,8 +51,8 @@ class SlotVerdicts:
     def rules_of(self, rows: IntArray) -> list[str]:
         if len(self.rule_names) == 1:
             return [self.rule_names[0]] * rows.size
-        names = self.rule_names
-        return [names[code] for code in self.rule[rows].tolist()]
+        names: list[str] = np.array(self.rule_names, dtype=object)[self.rule[rows]].tolist()
+        return names
 
 
 def uniform_size(starts: IntArray) -> int:
