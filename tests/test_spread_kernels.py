@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from toposched.scheduler.spread_kernels import allowed_room, owners_read
+from toposched.scheduler.spread_kernels import allowed_room, owners_read, room_gained
 from toposched.scheduler.victim_arrays import Nowhere, cheapest_required_domain, domain_sums
 
 
@@ -142,3 +142,34 @@ def test_cheapest_required_domain_matches_the_per_domain_count(seed: int) -> Non
         assert isinstance(got, tuple)
         assert got[0].tolist() == expected[0].tolist()
         assert got[1] == expected[1]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_room_gained_matches_the_count_over_every_node(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    fleet = random_fleet(rng, 30, 10)
+    n_nodes = int(fleet["starts"][-1])
+    leaf_of_node = np.repeat(np.arange(30), np.diff(fleet["starts"])).astype(np.int64)
+    pod_nodes = rng.integers(0, n_nodes, int(rng.integers(0, 60))).astype(np.int64)
+    freed = rng.integers(0, 5, pod_nodes.size).astype(np.int64)
+    per_gpu, per_pod = (1, int(rng.integers(1, 5))) if seed % 2 else (int(rng.integers(1, 5)), 1)
+    extra = np.zeros(n_nodes, dtype=np.int64)
+    gained = room_gained(
+        pod_nodes,
+        freed,
+        fleet["free"],
+        fleet["gpu_count"],
+        fleet["closed"],
+        leaf_of_node,
+        30,
+        per_gpu,
+        per_pod,
+        extra,
+    )
+    assert not extra.any()  # left as found
+    free = fleet["free"].astype(np.int64)
+    after = np.minimum(
+        free + np.bincount(pod_nodes, freed, n_nodes).astype(np.int64), fleet["gpu_count"]
+    )
+    more = (after * per_gpu // per_pod - free * per_gpu // per_pod) * (fleet["closed"] == 0)
+    assert gained.tolist() == np.bincount(leaf_of_node, more, 30).astype(np.int64).tolist()

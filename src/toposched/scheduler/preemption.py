@@ -11,13 +11,12 @@ from toposched.cluster.state import (
     MILLI_PER_GPU,
     ClusterState,
     distinct,
-    distinct_inverse,
 )
 from toposched.cluster.statement import trial
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, PlacementResult, place, place_in_leaf
-from toposched.scheduler import victim_kernels
+from toposched.scheduler import spread_kernels, victim_kernels
 from toposched.scheduler.candidates import (
     Candidate,
     CandidatePool,
@@ -111,6 +110,7 @@ class VictimSearch:
         self.leaf_of_node: IntArray = topology.node_domain[self.leaf_level].astype(np.int64)
         self._leaf_domains: dict[int, IntArray] = {}  # see `domain_of_leaf`
         self._leaf_bounds: dict[int, IntArray] = {}  # see `leaf_bounds`
+        self._node_scratch: IntArray = np.zeros(0, dtype=np.int64)  # see `_room_now_and_after`
         self.largest_leaf_gpus = int(
             np.add.reduceat(topology.gpu_count.astype(np.int64), self.leaf_starts[:-1]).max()
         )
@@ -468,25 +468,26 @@ class VictimSearch:
         nodes_by_free = state.free_hist[self.leaf_level].sum(axis=1, dtype=np.int64)
         fit_by_free = self._pods_fit(np.arange(nodes_by_free.shape[1], dtype=np.int64), request)
         now_room: IntArray = nodes_by_free @ fit_by_free
-        freed_per_pod = pool.whole[pod_owner]
-        if pool.pod_nodes.size * 16 >= topology.n_nodes:
-            # Pods on as many as a sixteenth of the nodes: counted over every node, cheaper
-            # than sorting them (a node whose pods free no whole GPU gains no room).
-            freed_everywhere = np.bincount(
-                pool.pod_nodes, weights=freed_per_pod, minlength=topology.n_nodes
-            )
-            nodes = np.flatnonzero(freed_everywhere)
-            freed = freed_everywhere[nodes]
+        if request.is_fractional:
+            pods_per_gpu, gpus_per_pod = MILLI_PER_GPU // request.gpu_milli, 1
         else:
-            nodes, inverse = distinct_inverse(pool.pod_nodes)
-            freed = np.bincount(inverse, weights=freed_per_pod, minlength=nodes.size)
-        free = state.free_whole_gpus[nodes].astype(np.int64)
-        usable = state.closed[nodes] == 0
-        potential = np.minimum(free + freed.astype(np.int64), topology.gpu_count[nodes])
-        gained = (self._pods_fit(potential, request) - self._pods_fit(free, request)) * usable
-        room = now_room + np.bincount(
-            self.leaf_of_node[nodes], weights=gained, minlength=now_room.size
-        ).astype(np.int64)
+            pods_per_gpu, gpus_per_pod = 1, request.gpus_per_pod
+        # The GPUs freed per node are added up on a zeroed array of the nodes, read back only
+        # where pods are: a pass over the pods, not over every node of the cluster.
+        if self._node_scratch.size != topology.n_nodes:
+            self._node_scratch = np.zeros(topology.n_nodes, dtype=np.int64)
+        room = now_room + spread_kernels.room_gained(
+            pool.pod_nodes,
+            pool.whole[pod_owner],
+            state.free_whole_gpus,
+            topology.gpu_count,
+            state.closed,
+            self.leaf_of_node,
+            now_room.size,
+            pods_per_gpu,
+            gpus_per_pod,
+            self._node_scratch,
+        )
         return now_room, room
 
     def _many_domains(

@@ -1,5 +1,6 @@
-"""Compiled loops of the search across innermost domains: the jobs met on some domains' nodes,
-and those domains' room with the jobs the contract allows gone."""
+"""Compiled loops of the searches across innermost domains: the jobs met on some domains'
+nodes, those domains' room with the jobs the contract allows gone, and the room candidates'
+pods would free."""
 
 from __future__ import annotations
 
@@ -77,3 +78,42 @@ def allowed_room(
             row += 1
         room[i] = pods // granule * granule
     return held, room
+
+
+@njit(cache=True, nogil=True)
+def room_gained(
+    pod_nodes: np.ndarray,
+    freed: np.ndarray,
+    free_whole_gpus: np.ndarray,
+    gpu_count: np.ndarray,
+    closed: np.ndarray,
+    leaf_of_node: np.ndarray,
+    n_leaves: int,
+    pods_per_gpu: int,
+    gpus_per_pod: int,
+    extra: np.ndarray,
+) -> np.ndarray:
+    """Per innermost domain, the pods (`pods_per_gpu` per `gpus_per_pod` free whole GPUs on a
+    node) its open nodes gain once pods on `pod_nodes` free `freed` whole GPUs each, up to each
+    node's GPUs. `extra`: one zero per node, zero again on return (the GPUs freed per node
+    are added up there)."""
+    touched = np.empty(pod_nodes.size, dtype=np.int64)
+    n_touched = 0
+    for pod in range(pod_nodes.size):
+        node = pod_nodes[pod]
+        if freed[pod] == 0:
+            continue
+        if extra[node] == 0:
+            touched[n_touched] = node
+            n_touched += 1
+        extra[node] += freed[pod]
+    gained = np.zeros(n_leaves, dtype=np.int64)
+    for i in range(n_touched):
+        node = touched[i]
+        free = np.int64(free_whole_gpus[node])
+        after = min(free + extra[node], np.int64(gpu_count[node]))
+        extra[node] = 0
+        if closed[node] == 0:
+            more = after * pods_per_gpu // gpus_per_pod - free * pods_per_gpu // gpus_per_pod
+            gained[leaf_of_node[node]] += more
+    return gained
