@@ -403,7 +403,7 @@ class SpreadSearch:
         slots = marks[:-1].nonzero()[0]
         verdicts = verdicts_of(slots)
         allowed[slots] = verdicts.allowed
-        held, in_node_order = spread_kernels.allowed_room(
+        held, per_leaf = spread_kernels.allowed_room(
             nodes,
             owners,
             allowed,
@@ -417,7 +417,7 @@ class SpreadSearch:
             granule,
         )
         room = np.empty(leaves.size, dtype=np.int64)
-        room[by_node] = in_node_order
+        room[by_node] = per_leaf
         return AllowedRoom(room, nodes, owners, held, marks, slots, verdicts, by_node, sizes)
 
     def _short_with_allowed(
