@@ -278,3 +278,32 @@ def test_a_checkpoint_moves_the_work_at_stake_as_counting_the_job_out_and_in() -
     assert index.leaf_weighted_since.tobytes() == weighted_since.tobytes()
     index.refresh(500.0)
     assert index.leaf_weighted_since[0] == weighted_since[0] + 50.0
+
+
+def test_pods_of_reads_each_job_s_nodes_through_starts_stops_and_slots_taken_again() -> None:
+    """Against the jobs' allocations read one by one, while jobs start and stop in random
+    order (freed slots taken again, the copied nodes' array dropping stopped jobs' and
+    growing), asked in random order, some slots twice."""
+    state = ClusterState(topology_from_dict(CLUSTER))
+    index = PreemptibleIndex(state)
+    rng = np.random.default_rng(7)
+    running: dict[str, Allocation] = {}
+    for step in range(3000):
+        if running and rng.random() < 0.45:
+            job_id = str(rng.choice(sorted(running)))
+            index.remove(job_id)
+            del running[job_id]
+        else:
+            nodes = rng.integers(0, 4, int(rng.integers(1, 6)))
+            allocation = Allocation.of(nodes.tolist(), [[]] * nodes.size)
+            job_id = f"j{step}"
+            index.add(job_id, allocation, 0.0, 0.0, 0.0, True, "team", 0)
+            running[job_id] = allocation
+        if step % 7 == 0 and running:
+            asked = rng.choice(sorted(running), int(rng.integers(1, len(running) + 1)))
+            slots = np.array([index.slot_of[str(job_id)] for job_id in asked], dtype=np.int64)
+            starts, nodes = index.pods_of(slots)
+            expected = [running[str(job_id)].nodes.tolist() for job_id in asked]
+            assert np.diff(starts).tolist() == [len(pods) for pods in expected]
+            assert nodes.tolist() == [node for pods in expected for node in pods]
+    assert index.pods_of(np.zeros(0, dtype=np.int64))[0].tolist() == [0]

@@ -14,6 +14,7 @@ from toposched.cluster.state import (
     MILLI_PER_GPU,
     Allocation,
     ClusterState,
+    distinct,
 )
 from toposched.scheduler import preemptible_kernels
 
@@ -50,8 +51,8 @@ class SlotVerdicts:
     def rules_of(self, rows: IntArray) -> list[str]:
         if len(self.rule_names) == 1:
             return [self.rule_names[0]] * rows.size
-        names = self.rule_names
-        return [names[code] for code in self.rule[rows].tolist()]
+        names: list[str] = np.array(self.rule_names, dtype=object)[self.rule[rows]].tolist()
+        return names
 
 
 def uniform_size(starts: IntArray) -> int:
@@ -75,7 +76,7 @@ def domain_nodes(starts: IntArray, domains: IntArray, size: int = 0) -> IntArray
 
 _ROWS = (
     *("ids", "gpus", "since", "protected_until", "whole", "pods", "cpu_milli", "memory_mib"),
-    *("account", "priority", "pair", "unallocated", "evicting", "counted"),
+    *("account", "priority", "pair", "unallocated", "evicting", "counted", "pod_first"),
 )
 """The index's per-slot arrays."""
 _GPU_MILLI, _CPU_MILLI = attrgetter("gpu_milli"), attrgetter("cpu_milli")
@@ -146,6 +147,9 @@ class PreemptibleIndex:
         self.version = 0
         """Moves whenever a job is added, removed, marked evicting or checkpointed (protection
         ends, applied by `refresh`, do not move it)."""
+        self.aggregates_version = 0
+        """Moves whenever the per-domain aggregates change (jobs counted in or out, protection
+        ends included, or a counted job's work moved by a checkpoint)."""
         self.allocations: list[Allocation | None] = []
         self._free_slots: list[int] = []
         self._serial: list[int] = []
@@ -176,6 +180,13 @@ class PreemptibleIndex:
         self.unallocated: BoolArray = np.zeros(capacity, dtype=bool)
         self.evicting: BoolArray = np.zeros(capacity, dtype=bool)
         self.counted: BoolArray = np.zeros(capacity, dtype=bool)
+        # Each job's pods' nodes, copied into one array the first time a search asks for them
+        # (`pods_of`): thousands of jobs' nodes are then one gather, not a list of arrays
+        # joined. `pod_first`: per slot, where its nodes start there (-1 while not copied);
+        # the nodes of stopped jobs are dropped when the array is full.
+        self.pod_first: IntArray = np.full(capacity, -1, dtype=np.int64)
+        self._pod_nodes: IntArray = np.zeros(capacity, dtype=np.int64)
+        self._pods_end = 0
 
     # --- jobs come and go ------------------------------------------------------------------------
     def _grow(self) -> None:
@@ -232,6 +243,7 @@ class PreemptibleIndex:
         self.unallocated[slot] = unallocated
         self.evicting[slot] = False
         self.counted[slot] = False
+        self.pod_first[slot] = -1
         if allocation.gpus.size == 0:
             for node in set(allocation.nodes.tolist()):
                 self.gpuless_on_node.setdefault(node, set()).add(slot)
@@ -287,6 +299,7 @@ class PreemptibleIndex:
         self.unallocated[slots] = unallocated
         self.evicting[slots] = False
         self.counted[slots] = False
+        self.pod_first[slots] = -1
         held = pods * width > 0
         for row in np.flatnonzero(~held | shared).tolist():
             self._hold_apart(allocations[row], int(slots[row]))
@@ -400,6 +413,7 @@ class PreemptibleIndex:
             )
         self.allocations[slot] = None
         self.ids[slot] = None
+        self.pod_first[slot] = -1
         self._free_slots.append(slot)
 
     def mark_evicting(self, job_id: str) -> None:
@@ -429,6 +443,7 @@ class PreemptibleIndex:
             allocation = self.allocations[slot]
             assert allocation is not None
             gpus = float(self.gpus[slot])
+            self.aggregates_version += 1
             preemptible_kernels.move_since(
                 allocation.nodes,
                 self.leaf_of_node,
@@ -456,6 +471,7 @@ class PreemptibleIndex:
             self._count_many(np.array(ended, dtype=np.int64), +1)
 
     def _count(self, slot: int, sign: int) -> None:
+        self.aggregates_version += 1
         allocation = self.allocations[slot]
         assert allocation is not None
         weight = sign * float(self.gpus[slot])
@@ -484,6 +500,7 @@ class PreemptibleIndex:
         """`_count` of each of `slots` in turn, with the same result (one compiled pass)."""
         if slots.size == 0:
             return
+        self.aggregates_version += 1
         allocations = self.allocations
         pods = [allocations[slot].nodes for slot in slots.tolist()]
         preemptible_kernels.count_jobs(
@@ -508,6 +525,41 @@ class PreemptibleIndex:
         self.counted[slots] = sign > 0
 
     # --- queries ---------------------------------------------------------------------------------
+    def pods_of(self, slots: IntArray) -> tuple[IntArray, IntArray]:
+        """For `slots` (of running jobs), in that order: where each one's pods start in the
+        second array (one more entry than slots) and their nodes, job after job."""
+        first = self.pod_first[slots]
+        if (first < 0).any():
+            self._copy_pods(distinct(slots[first < 0]))
+            first = self.pod_first[slots]
+        counts = self.pods[slots]
+        starts = np.zeros(slots.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=starts[1:])
+        nodes: IntArray = self._pod_nodes[
+            np.arange(starts[-1], dtype=np.int64) + (first - starts[:-1]).repeat(counts)
+        ]
+        return starts, nodes
+
+    def _copy_pods(self, slots: IntArray) -> None:
+        """Copy the pods' nodes of `slots` (distinct, not copied yet) to the end of the array
+        `pods_of` reads, first dropping stopped jobs' and doubling it if it is full."""
+        allocations = self.allocations
+        nodes = [allocations[slot].nodes for slot in slots.tolist()]
+        counts = self.pods[slots]
+        size = int(counts.sum())
+        if self._pods_end + size > self._pod_nodes.size:
+            live = np.flatnonzero(self.pod_first[: len(allocations)] >= 0)
+            live_starts, live_nodes = self.pods_of(live)
+            self._pod_nodes = np.zeros(max(2 * (live_nodes.size + size), 1024), dtype=np.int64)
+            self._pod_nodes[: live_nodes.size] = live_nodes
+            self.pod_first[live] = live_starts[:-1]
+            self._pods_end = live_nodes.size
+        end = self._pods_end
+        if size:
+            self._pod_nodes[end : end + size] = np.concatenate(nodes)
+        self.pod_first[slots] = end + np.cumsum(counts) - counts
+        self._pods_end = end + size
+
     def leaf_cost_bound(self, leaves: IntArray, now: float) -> FloatArray:
         """Per innermost domain of `leaves`: work lost by evicting every unprotected job
         touching it."""

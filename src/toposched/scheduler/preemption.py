@@ -11,13 +11,12 @@ from toposched.cluster.state import (
     MILLI_PER_GPU,
     ClusterState,
     distinct,
-    distinct_inverse,
 )
 from toposched.cluster.statement import trial
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, PlacementResult, place, place_in_leaf
-from toposched.scheduler import victim_kernels
+from toposched.scheduler import spread_kernels, victim_kernels
 from toposched.scheduler.candidates import (
     Candidate,
     CandidatePool,
@@ -71,6 +70,16 @@ class _Proven:
 _PROVEN = _Proven()
 
 
+class _Unopened:
+    """`_one_domain`'s word that no innermost domain could hold the gang even with every
+    candidate in it gone (counted in whole GPUs, an upper bound of what the placement engine
+    finds): with the gang not fitting as things are, no victim set lets a gang bound to one
+    innermost domain run."""
+
+
+_UNOPENED = _Unopened()
+
+
 class VictimSearch:
     """Finds a victim set for one gang among the candidates the contract allows.
 
@@ -100,6 +109,8 @@ class VictimSearch:
         self.leaf_size = uniform_size(self.leaf_starts)
         self.leaf_of_node: IntArray = topology.node_domain[self.leaf_level].astype(np.int64)
         self._leaf_domains: dict[int, IntArray] = {}  # see `domain_of_leaf`
+        self._leaf_bounds: dict[int, IntArray] = {}  # see `leaf_bounds`
+        self._node_scratch: IntArray = np.zeros(0, dtype=np.int64)  # see `_room_now_and_after`
         self.largest_leaf_gpus = int(
             np.add.reduceat(topology.gpu_count.astype(np.int64), self.leaf_starts[:-1]).max()
         )
@@ -132,9 +143,12 @@ class VictimSearch:
                 if isinstance(as_is, Placement):
                     return PreemptionPlan(preemptor, (), as_is, self.impact.key([]), True)
             local = self._one_domain(preemptor, request, pool)
-            if local is not None:
+            if isinstance(local, PreemptionPlan):
                 return local
-        spread = self._many_domains(preemptor, request, pool)
+            unopened = local is _UNOPENED
+        else:
+            unopened = False
+        spread = self._many_domains(preemptor, request, pool, unopened)
         if isinstance(spread, PreemptionPlan):
             return spread
         fallback, everything = spread
@@ -144,7 +158,7 @@ class VictimSearch:
             # Within budget caps, evicting whole domains may take too much from one account:
             # a set chosen exactly to open one innermost domain may stay within them.
             local = self._one_domain(preemptor, request, pool, confined=False)
-            if local is not None:
+            if isinstance(local, PreemptionPlan):
                 return self.spare(preemptor, request, local)
         return self._explain(request, pool, fallback, everything)
 
@@ -165,7 +179,7 @@ class VictimSearch:
         if required <= 0 or required >= self.leaf_level:
             return None
         return cheapest_required_domain(
-            self.domain_of_leaf(required), request.pods, now_room, gain, helpful, ratio
+            self.leaf_bounds(required), request.pods, now_room, gain, helpful, ratio
         )
 
     def domain_of_leaf(self, level: int) -> IntArray:
@@ -174,6 +188,16 @@ class VictimSearch:
         if known is None:
             domains = self.state.topology.node_domain[level][self.leaf_starts[:-1]]
             known = self._leaf_domains[level] = domains.astype(np.int64)
+        return known
+
+    def leaf_bounds(self, level: int) -> IntArray:
+        """Where each domain of `level` starts among the innermost domains, and their count
+        last: the innermost domains of domain d are `bounds[d]` to `bounds[d + 1] - 1`
+        (remembered per level; domains are runs of nodes, so of innermost domains too)."""
+        known = self._leaf_bounds.get(level)
+        if known is None:
+            every = np.arange(self.state.topology.n_domains(level) + 1)
+            known = self._leaf_bounds[level] = np.searchsorted(self.domain_of_leaf(level), every)
         return known
 
     def is_one_domain(self, request: GangRequest) -> bool:
@@ -287,20 +311,19 @@ class VictimSearch:
     # --- one innermost domain ------------------------------------------------------------------
     def _one_domain(
         self, preemptor: str, request: GangRequest, pool: CandidatePool, confined: bool = True
-    ) -> PreemptionPlan | None:
+    ) -> PreemptionPlan | _Unopened | None:
         """Only the innermost domains some candidate touches are looked at: a domain without
         candidates cannot gain room. `confined`: the gang must stay in the domain opened for it
-        (else the placement search may place it anywhere once the victims left)."""
+        (else the placement search may place it anywhere once the victims left). `_UNOPENED`
+        when no such domain could hold a gang of whole-GPU pods with all its candidates gone;
+        None when none was found otherwise."""
         state, topology = self.state, self.state.topology
+        whole_gpus = not request.is_fractional and request.gpus_per_pod > 0
         if pool.pod_nodes.size == 0:
-            return None
+            return _UNOPENED if whole_gpus else None
         # Per innermost domain a candidate touches: room if every candidate there left (an
         # upper bound to rank domains), the work that loses, and a lower bound of it.
-        with_lower = (
-            LeastLostWork.is_key_of(self.impact)
-            and not request.is_fractional
-            and request.gpus_per_pod > 0
-        )
+        with_lower = LeastLostWork.is_key_of(self.impact) and whole_gpus
         if request.gpus_per_pod == 0:
             per_gpu, per_pod, per_node = 0, 1, request.pods
         elif request.is_fractional:
@@ -327,7 +350,7 @@ class VictimSearch:
         )
         qualifying = (room >= request.pods).nonzero()[0]
         if qualifying.size == 0:
-            return None
+            return _UNOPENED if whole_gpus else None
         lower = lower_bounds if with_lower else None
         order = qualifying[bound[qualifying].argsort(kind="stable")][:DOMAINS_EXAMINED]
         best: PreemptionPlan | None = None
@@ -445,32 +468,34 @@ class VictimSearch:
         nodes_by_free = state.free_hist[self.leaf_level].sum(axis=1, dtype=np.int64)
         fit_by_free = self._pods_fit(np.arange(nodes_by_free.shape[1], dtype=np.int64), request)
         now_room: IntArray = nodes_by_free @ fit_by_free
-        freed_per_pod = pool.whole[pod_owner]
-        if pool.pod_nodes.size * 16 >= topology.n_nodes:
-            # Pods on as many as a sixteenth of the nodes: counted over every node, cheaper
-            # than sorting them (a node whose pods free no whole GPU gains no room).
-            freed_everywhere = np.bincount(
-                pool.pod_nodes, weights=freed_per_pod, minlength=topology.n_nodes
-            )
-            nodes = np.flatnonzero(freed_everywhere)
-            freed = freed_everywhere[nodes]
+        if request.is_fractional:
+            pods_per_gpu, gpus_per_pod = MILLI_PER_GPU // request.gpu_milli, 1
         else:
-            nodes, inverse = distinct_inverse(pool.pod_nodes)
-            freed = np.bincount(inverse, weights=freed_per_pod, minlength=nodes.size)
-        free = state.free_whole_gpus[nodes].astype(np.int64)
-        usable = state.closed[nodes] == 0
-        potential = np.minimum(free + freed.astype(np.int64), topology.gpu_count[nodes])
-        gained = (self._pods_fit(potential, request) - self._pods_fit(free, request)) * usable
-        room = now_room + np.bincount(
-            self.leaf_of_node[nodes], weights=gained, minlength=now_room.size
-        ).astype(np.int64)
+            pods_per_gpu, gpus_per_pod = 1, request.gpus_per_pod
+        # The GPUs freed per node are added up on a zeroed array of the nodes, read back only
+        # where pods are: a pass over the pods, not over every node of the cluster.
+        if self._node_scratch.size != topology.n_nodes:
+            self._node_scratch = np.zeros(topology.n_nodes, dtype=np.int64)
+        room = now_room + spread_kernels.room_gained(
+            pool.pod_nodes,
+            pool.whole[pod_owner],
+            state.free_whole_gpus,
+            topology.gpu_count,
+            state.closed,
+            self.leaf_of_node,
+            now_room.size,
+            pods_per_gpu,
+            gpus_per_pod,
+            self._node_scratch,
+        )
         return now_room, room
 
     def _many_domains(
-        self, preemptor: str, request: GangRequest, pool: CandidatePool
+        self, preemptor: str, request: GangRequest, pool: CandidatePool, unopened: bool = False
     ) -> PreemptionPlan | tuple[Refusal, PlacementResult | _Proven | None]:
         """A plan, or why none was found with the placement tried with every candidate gone
-        (None when not tried, `_PROVEN` when the aggregates prove it fails)."""
+        (None when not tried, `_PROVEN` when the aggregates prove it fails). `unopened`: the
+        gang is bound to one innermost domain and `_one_domain` found that none can hold it."""
         topology = self.state.topology
         pod_owner = pool.pod_owner
         now_room, room = self._room_now_and_after(request, pool, pod_owner)
@@ -481,6 +506,10 @@ class VictimSearch:
         helpful = np.flatnonzero(gain > 0)
         if helpful.size == 0 or int(gain[helpful].sum()) < need:
             return self._no_room(request, pool, int(room.sum()), granule, "")
+        if unopened and not 0 < request.required < self.leaf_level:
+            # No set chosen below places it (nor would every candidate gone): the placement
+            # with every candidate gone is tried for its reason alone.
+            return self._with_every_candidate(preemptor, request, pool, 0, None)
         # (leaf, candidate) pairs, each once, as one code per pair.
         n_candidates = len(pool)
         pair_codes = distinct(self.leaf_of_node[pool.pod_nodes] * n_candidates + pod_owner)
@@ -539,7 +568,7 @@ class VictimSearch:
         request: GangRequest,
         pool: CandidatePool,
         tried: int,
-        placed: PlacementResult,
+        placed: PlacementResult | None,
     ) -> PreemptionPlan | tuple[Refusal, PlacementResult | _Proven | None]:
         """After `tried` victims chosen by domain did not make the gang fit: topology above the
         leaves (required/preferred) may want other domains, so every candidate goes (unless

@@ -26,7 +26,6 @@ from toposched.scheduler.preemption import (
 )
 from toposched.scheduler.refusals import Refusal, RefusalCode
 from toposched.scheduler.spread import SpreadSearch
-from toposched.scheduler.takeable import pods_of_slots
 from toposched.scheduler.verdicts import Verdicts
 from toposched.scheduler.wording import gpus_text, needs
 from toposched.scheduler.worth import WorthGate
@@ -296,10 +295,8 @@ class Preemptor:
         """Running jobs the contract lets `entry` preempt now (among `slots` of the preemptible
         index, else every running job, or every unallocated one when that is all `entry` may
         take), with their lost work and standing."""
-        takeable = None
         if slots is None:
-            takeable = self.ledger.takeable(now, only_unallocated)
-            slots = takeable.slots
+            slots = self.ledger.takeable(now, only_unallocated).slots
         verdicts = self.verdicts.of(entry, ranking, now, slots)
         keep = verdicts.allowed.nonzero()[0]
         return self._pool(
@@ -308,7 +305,6 @@ class Preemptor:
             now,
             verdicts.standing[keep],
             verdicts.limit[keep],
-            None if takeable is None else takeable.pods(keep),
         )
 
     def _pool(
@@ -318,13 +314,11 @@ class Preemptor:
         now: float,
         standing: FloatArray,
         limit: FloatArray,
-        pods: tuple[IntArray, IntArray] | None,
     ) -> CandidatePool:
         """The candidate arrays of `slots` of the preemptible index (`limit`: each one's
-        account's budget cap, inf when none; `pods`: their pods' starts and nodes, if known)."""
+        account's budget cap, inf when none)."""
         index = self.ledger.preemptible
-        if pods is None:
-            pods = pods_of_slots(index, slots)
+        pods = index.pods_of(slots)
         bounded = np.isfinite(limit)
         cap_group: IntArray | None = None
         caps, cap_accounts = np.zeros(0), []

@@ -11,18 +11,25 @@ from numpy.typing import NDArray
 
 from toposched.cluster.state import row_sums, take_rows
 from toposched.cluster.statement import trial
-from toposched.placement.capacity import pods_by_free
+from toposched.placement.capacity import pods_by_free, pods_per_free
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, place
+from toposched.scheduler import spread_kernels
 from toposched.scheduler.candidates import (
     LeastLostWork,
     PreemptionPlan,
     VictimList,
 )
-from toposched.scheduler.preemptible import PreemptibleIndex, SlotVerdicts, domain_nodes
+from toposched.scheduler.preemptible import PreemptibleIndex, SlotVerdicts
 from toposched.scheduler.preemption import DOMAINS_EXAMINED, SPARE_CHECKS, VictimSearch
 from toposched.scheduler.refusals import Refusal, RefusalCode
-from toposched.scheduler.victim_arrays import AllowedRoom, Nowhere, distinct_slots, slot_marks
+from toposched.scheduler.victim_arrays import (
+    AllowedRoom,
+    Nowhere,
+    distinct_slots,
+    domain_sums,
+    slot_marks,
+)
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -31,13 +38,29 @@ FloatArray = NDArray[np.float64]
 @dataclass(frozen=True)
 class _Room:
     """Per innermost domain: the pods it holds `now` and the most it could `gain` (whole
-    slices of `granule` pods); the pods the gang lacks in all, and the domains that gain."""
+    slices of `granule` pods); the pods held now in all, and the domains that gain. Shared
+    by the searches of one pod shape while the cluster and the index stay as they are: the
+    arrays are read-only."""
 
     now: IntArray
     gain: IntArray
-    need: int
+    now_total: int
     helpful: IntArray
+    gain_total: int
     granule: int
+
+
+@dataclass
+class _Known:
+    """The `_Room`s found (by pod shape and victims taken) while `index` and the cluster stay
+    as `stamp` says (versions of both), and the costs per pod gained of their helpful domains
+    (by the same key) at time `at`."""
+
+    index: PreemptibleIndex | None
+    stamp: tuple[int, int]
+    rooms: dict[tuple[object, ...], _Room] = field(default_factory=dict)
+    at: float = -np.inf
+    ratios: dict[tuple[object, ...], FloatArray] = field(default_factory=dict)
 
 
 @dataclass
@@ -81,6 +104,7 @@ class SpreadSearch:
         self.leaf_level = search.leaf_level
         self.leaf_starts = search.leaf_starts
         self.leaf_size = search.leaf_size
+        self._known = _Known(None, (-1, -1))
 
     def across_domains(
         self,
@@ -110,19 +134,25 @@ class SpreadSearch:
         if request.is_fractional or request.gpus_per_pod == 0 or self.leaf_level == 0:
             return None
         index.refresh(now)
-        room = self._aggregates(request, index, only_unallocated)
+        shape = (
+            request.gpus_per_pod,
+            request.granule(self.leaf_level),
+            None if request.allowed_models is None else tuple(request.allowed_models.tolist()),
+            only_unallocated,
+        )
+        room = self._aggregates(shape, request, index, only_unallocated)
         helpful = room.helpful
         if helpful.size == 0:
             return None
         victims = "all unallocated work" if only_unallocated else "every unprotected job"
-        gained = int(room.gain[helpful].sum())
-        if gained < room.need:
+        gained, need = room.gain_total, request.pods - room.now_total
+        if gained < need:
             return Refusal(
                 RefusalCode.NO_ROOM,
                 f"even evicting {victims} leaves too little room in whole slices",
-                most_pods=int(room.now.sum()) + gained,
+                most_pods=room.now_total + gained,
             )
-        ratio = index.leaf_cost_bound(helpful, now) / room.gain[helpful]
+        ratio = self._ratio(shape, room, index, now)
         # Room the whole cluster has may lie in required domains other than the one the gang
         # can use: the shortfall is counted inside that one.
         within = self.search.within_required(request, room.now, room.gain, helpful, ratio)
@@ -137,16 +167,24 @@ class SpreadSearch:
             )
         if within is not None:
             order, need = within
-        elif room.need <= 0:
+        elif need <= 0:
             return None
         else:
-            order, need = helpful[np.argsort(ratio, kind="stable")], room.need
+            order = helpful[np.argsort(ratio, kind="stable")]
         read = self._read(request, index, verdicts_of, room, order, need)
         if read.covered < need:
             # Every domain where evictions could make room (in the one required domain chosen,
             # if any) was read with only the jobs the contract allows.
             return self._short_with_allowed(
-                request, index, verdicts_of, read.allowed, room.now, helpful, order, read.covered
+                request,
+                index,
+                verdicts_of,
+                read.allowed,
+                room.now,
+                room.gain,
+                helpful,
+                order,
+                read.covered,
             )
         chosen = self._victims(read, index, verdicts_of)
         if self._beyond_caps(chosen, index):
@@ -156,10 +194,45 @@ class SpreadSearch:
         return self._plan(preemptor, request, index, chosen, now)
 
     def _aggregates(
-        self, request: GangRequest, index: PreemptibleIndex, only_unallocated: bool
+        self,
+        shape: tuple[object, ...],
+        request: GangRequest,
+        index: PreemptibleIndex,
+        only_unallocated: bool,
     ) -> _Room:
         """Per innermost domain, from the free-GPU histogram and the index's aggregates: the
-        pods it holds now and the most it could gain, in whole slices."""
+        pods it holds now and the most it could gain, in whole slices (`shape`: what of the
+        request and the victims taken enters them; remembered while the cluster and the index
+        stay as they are, for the other searches of a cycle)."""
+        stamp = (self.state.version, index.aggregates_version)
+        known = self._known
+        if known.index is not index or known.stamp != stamp:
+            known = self._known = _Known(index, stamp)
+        room = known.rooms.get(shape)
+        if room is None:
+            room = known.rooms[shape] = self._leaf_room(request, index, only_unallocated)
+        return room
+
+    def _ratio(
+        self, shape: tuple[object, ...], room: _Room, index: PreemptibleIndex, now: float
+    ) -> FloatArray:
+        """Per helpful innermost domain of `room`, the work lost evicting every unprotected
+        job touching it per pod it could gain (remembered as `_aggregates` are, at one time)."""
+        known = self._known
+        if known.at != now:
+            known.at = now
+            known.ratios.clear()
+        ratio = known.ratios.get(shape)
+        if ratio is None:
+            helpful = room.helpful
+            ratio = known.ratios[shape] = index.leaf_cost_bound(helpful, now) / room.gain[helpful]
+            ratio.flags.writeable = False
+        return ratio
+
+    def _leaf_room(
+        self, request: GangRequest, index: PreemptibleIndex, only_unallocated: bool
+    ) -> _Room:
+        """`_aggregates`, counted."""
         state, per_pod = self.state, request.gpus_per_pod
         hist = state.free_hist[self.leaf_level]
         if request.allowed_models is not None:
@@ -171,8 +244,12 @@ class SpreadSearch:
         freeable = index.leaf_unallocated_freeable if only_unallocated else index.leaf_freeable
         most = (state.free_gpus[self.leaf_level] + freeable) // per_pod
         gain = most // granule * granule - now_room
-        need = request.pods - int(now_room.sum())
-        return _Room(now_room, gain, need, np.flatnonzero(gain > 0), granule)
+        helpful = np.flatnonzero(gain > 0)
+        for array in (now_room, gain, helpful):
+            array.flags.writeable = False
+        return _Room(
+            now_room, gain, int(now_room.sum()), helpful, int(gain[helpful].sum()), granule
+        )
 
     def _read(
         self,
@@ -318,25 +395,29 @@ class SpreadSearch:
         the contract allows leaves its nodes, counted node by node; `allowed` (per slot of
         the index, plus an entry for GPUs nobody holds) learns the verdicts of the jobs met."""
         state, topology = self.state, self.state.topology
-        starts = self.leaf_starts
         # Nodes are read in node order (cheaper gathers, and sorted for the what-if).
         by_node = np.argsort(leaves, kind="stable")
-        in_node_order = leaves[by_node]
-        nodes = domain_nodes(starts, in_node_order, self.leaf_size)
-        owners = take_rows(index.gpu_owner, nodes)
-        marks = slot_marks(owners, index.ids.shape[0])
+        nodes, owners, marks, sizes = spread_kernels.owners_read(
+            self.leaf_starts, leaves[by_node], index.gpu_owner, index.ids.shape[0]
+        )
         slots = marks[:-1].nonzero()[0]
         verdicts = verdicts_of(slots)
         allowed[slots] = verdicts.allowed
-        held = allowed[owners]
-        potential = np.minimum(
-            state.free_whole_gpus[nodes] + row_sums(held), topology.gpu_count[nodes]
-        ) * self.search.usable(nodes, request)
-        sizes = starts[in_node_order + 1] - starts[in_node_order]
-        offsets = np.cumsum(sizes) - sizes
+        held, per_leaf = spread_kernels.allowed_room(
+            nodes,
+            owners,
+            allowed,
+            sizes,
+            state.free_whole_gpus,
+            topology.gpu_count,
+            state.closed,
+            topology.gpu_model,
+            request.model_allowed(topology),
+            pods_per_free(topology.max_gpus_per_node + 1, request.gpus_per_pod),
+            granule,
+        )
         room = np.empty(leaves.size, dtype=np.int64)
-        per_leaf = np.add.reduceat(potential // request.gpus_per_pod, offsets)
-        room[by_node] = per_leaf // granule * granule
+        room[by_node] = per_leaf
         return AllowedRoom(room, nodes, owners, held, marks, slots, verdicts, by_node, sizes)
 
     def _short_with_allowed(
@@ -346,16 +427,19 @@ class SpreadSearch:
         verdicts_of: Callable[[IntArray], SlotVerdicts],
         allowed: NDArray[np.bool_],
         now_room: IntArray,
+        gain: IntArray,
         helpful: IntArray,
         read: IntArray,
         gained: int,
     ) -> Refusal | None:
         """Why no allowed victim set makes room, when the innermost domains `read` (of the
-        `helpful` ones, where evictions could make room) gained only `gained` pods with every
-        allowed job gone, short of what the gang lacks (else None: the general search decides).
-        Without a required level above them, `read` is every helpful domain: the shortfall
-        is proven. With one, `read` lies in one of its domains: the others' helpful domains
-        are read too, and the gang has no room if no such domain could hold it."""
+        `helpful` ones, where evictions could make room: by the aggregates, at most `gain`
+        more pods than `now_room`) gained only `gained` pods with every allowed job gone, short
+        of what the gang lacks (else None: the general search decides). Without a required
+        level above them, `read` is every helpful domain: the shortfall is proven. With one,
+        `read` lies in one of its domains: the others' helpful domains are read too (those
+        that could make a difference), and the gang has no room if no such domain could hold
+        it."""
         granule = request.granule(self.leaf_level)
         slices = f" in whole slices of {granule}" if granule > 1 else ""
         required = request.required
@@ -369,16 +453,26 @@ class SpreadSearch:
                 most_pods=most,
             )
         topology = self.state.topology
-        domain_of_leaf = self.search.domain_of_leaf(required)
-        n_domains = topology.n_domains(required)
-        room_most = np.bincount(domain_of_leaf, weights=now_room, minlength=n_domains)
+        bounds = self.search.leaf_bounds(required)
+        room_most = domain_sums(now_room, bounds)
         if read.size:
-            room_most[domain_of_leaf[read[0]]] += gained
-        rest = np.setdiff1d(helpful, read, assume_unique=True)
+            room_most[self.search.domain_of_leaf(required)[read[0]]] += gained
+        # The helpful domains not read yet, in order (`helpful` increases), by domain.
+        unread = np.ones(helpful.size, dtype=bool)
+        unread[np.searchsorted(helpful, read)] = False
+        rest = helpful[unread]
+        split = np.searchsorted(rest, bounds)
+        # A domain's room with every allowed job gone is at most its aggregates' bound (its
+        # room now plus its helpful domains' gains): those whose bound does not exceed the
+        # room of a domain already counted whole cannot raise the most, and are not read.
+        partial = split[1:] > split[:-1]
+        known = int(np.max(room_most, where=~partial, initial=-1))
+        bound = room_most + domain_sums(gain[rest], split)
+        rest = rest[np.repeat(partial & (bound > known), np.diff(split))]
         if rest.size:
             room = self._room_with_allowed(rest, request, index, verdicts_of, allowed, granule)
             rest_gained = np.maximum(room.room - now_room[rest], 0)
-            room_most += np.bincount(domain_of_leaf[rest], weights=rest_gained, minlength=n_domains)
+            room_most += domain_sums(rest_gained, np.searchsorted(rest, bounds))
         most = int(room_most.max())
         if most >= request.pods:
             return None

@@ -65,41 +65,51 @@ class AllowedRoom:
     sizes: IntArray
 
 
+def domain_sums(values: IntArray, bounds: IntArray) -> IntArray:
+    """Per domain of a level, the sum of `values` over its items, the domain's items being
+    `bounds[d]` to `bounds[d + 1] - 1` (items ordered by domain)."""
+    if bounds.size > 1 and bool((bounds[1:] > bounds[:-1]).all()) and bounds[-1] == values.size:
+        # No domain without items: one reduction per run.
+        summed: IntArray = np.add.reduceat(values, bounds[:-1]).astype(np.int64, copy=False)
+        return summed
+    running = np.zeros(values.size + 1, dtype=np.int64)
+    np.cumsum(values, out=running[1:])
+    sums: IntArray = running[bounds[1:]] - running[bounds[:-1]]
+    return sums
+
+
 def cheapest_required_domain(
-    domain_of_leaf: IntArray,
+    bounds: IntArray,
     pods: int,
     now_room: IntArray,
     gain: IntArray,
     helpful: IntArray,
     ratio: FloatArray,
 ) -> tuple[IntArray, int] | Nowhere | None:
-    """For a gang that must lie in one domain of a level above the innermost (`domain_of_leaf`
-    maps each innermost domain to it): the domain whose shortfall (its pods beyond the room its
-    innermost domains have now) the `helpful` ones cover at the least cost, taken by `ratio`
-    (cost per pod gained, aligned with `helpful`) cheapest first. Returns that domain's helpful
-    innermost domains in that order and its shortfall; `Nowhere` when no domain's shortfall
-    can be covered (with `now_room + gain` an upper bound of each innermost domain's room, no
-    victim set can work); None when some domain has no shortfall (the aggregates cannot tell
-    why the gang does not fit)."""
-    n_domains = int(domain_of_leaf.max()) + 1 if domain_of_leaf.size else 0
-    room_now = np.bincount(domain_of_leaf, weights=now_room, minlength=n_domains)
-    shortfall = pods - room_now.astype(np.int64)
+    """For a gang that must lie in one domain of a level above the innermost (whose innermost
+    domains are `bounds[d]` to `bounds[d + 1] - 1`): the domain whose shortfall (its pods
+    beyond the room its innermost domains have now) the `helpful` ones (increasing) cover at
+    the least cost, taken by `ratio` (cost per pod gained, aligned with `helpful`) cheapest
+    first. Returns that domain's helpful innermost domains in that order and its shortfall;
+    `Nowhere` when no domain's shortfall can be covered (with `now_room + gain` an upper bound
+    of each innermost domain's room, no victim set can work); None when some domain has no
+    shortfall (the aggregates cannot tell why the gang does not fit)."""
+    room_now = domain_sums(now_room, bounds)
+    shortfall = pods - room_now
     if (shortfall <= 0).any():
         return None
-    room_most = room_now + np.bincount(
-        domain_of_leaf[helpful], weights=gain[helpful], minlength=n_domains
-    )
+    # `helpful` increases, so each domain's helpful innermost domains are one run of it.
+    split = np.searchsorted(helpful, bounds)
+    first, last = split[:-1], split[1:]
+    gains = gain[helpful]
+    room_most = room_now + domain_sums(gains, split)
     if (room_most < pods).all():
         return Nowhere(int(room_most.max()))
-    domains = domain_of_leaf[helpful]
+    domains = np.repeat(np.arange(first.size), last - first)
     order = np.lexsort((ratio, domains))
-    leaves, domains = helpful[order], domains[order]
-    gains = gain[leaves]
+    leaves, gains = helpful[order], gains[order]
     reach = np.cumsum(gains)
     spent = np.cumsum(ratio[order] * gains)
-    every = np.arange(n_domains)
-    first = np.searchsorted(domains, every, side="left")
-    last = np.searchsorted(domains, every, side="right")
     reach_before = np.where(first > 0, reach[np.maximum(first - 1, 0)], 0)
     spent_before = np.where(first > 0, spent[np.maximum(first - 1, 0)], 0.0)
     # Gains are positive, so the running sums grow: one search finds each domain's prefix.
