@@ -142,7 +142,7 @@ class Ledger:
                 names += self.unprotected_ids(now)
             slot_of = self.preemptible.slot_of
             slots = np.fromiter(map(slot_of.__getitem__, names), np.int64, len(names))
-            takeable = known[(now, only_unallocated)] = Takeable(slots, self.preemptible)
+            takeable = known[(now, only_unallocated)] = Takeable(slots)
         return takeable
 
     def _may_be_takeable(self, job: Job) -> None:
