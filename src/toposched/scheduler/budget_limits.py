@@ -36,6 +36,9 @@ class BudgetLimits:
         self.ledger = ledger
         self._takeable_by: dict[tuple[str, int], BoolArray] = {}
         self._takeable_stamp: tuple[int, float, int, int, int] = (-1, -1.0, -1, -1, -1)
+        self.takeable_generation = 0
+        """Counts the times the remembered `takeable` answers were dropped: an answer for one
+        account and priority is the same array while it stays."""
         self._beyond: FloatArray = np.zeros(0)
         self._limits_by: dict[str, FloatArray] = {}
         self._beyond_stamp: tuple[int, int, int, int] = (-1, -1, -1, -1)
@@ -60,6 +63,7 @@ class BudgetLimits:
         if self._takeable_stamp != stamp:
             self._takeable_by.clear()
             self._takeable_stamp = stamp
+            self.takeable_generation += 1
         key = (entry.account, entry.priority)
         known = self._takeable_by.get(key)
         if known is not None:

@@ -37,6 +37,8 @@ IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 
+TakeableMade = tuple[int, str, int]
+"""A `BudgetLimits.takeable` answer: the limits' generation, the account and the priority."""
 RefusalKey = tuple[object, ...]
 """(pod shape, pods, account, priority), or (pod shape, pods) for a job that may take
 unallocated work only (see `Preemptor.preempt_or_refuse`)."""
@@ -76,15 +78,16 @@ class Keeping(StrEnum):
 
 
 class SlotMarks(NamedTuple):
-    """Marks per slot of the preemptible index, packed eight to a byte: a kept refusal holds
-    them for as long as it is kept."""
+    """Marks per slot of the preemptible index, packed eight to a byte (a kept refusal holds
+    them for as long as it is kept), and which remembered answer they were read from."""
 
     bits: NDArray[np.uint8]
     size: int
+    made: TakeableMade
 
     @staticmethod
-    def of(marks: BoolArray) -> SlotMarks:
-        return SlotMarks(np.packbits(marks), marks.size)
+    def of(marks: BoolArray, made: TakeableMade) -> SlotMarks:
+        return SlotMarks(np.packbits(marks), marks.size, made)
 
     def marks(self) -> BoolArray:
         unpacked: BoolArray = np.unpackbits(self.bits, count=self.size).view(np.bool_)
@@ -396,10 +399,12 @@ class KeptRefusals:
         request = kept.request
         node_held, takeable, shared, fenced = self._node_room_inputs(kept, entry)
         counts = kept.touched_pods
+        made = (self._limits.takeable_generation, entry.account, entry.priority)
+        then = kept.counted_with
         if takeable.size and kept.touched.size:
             # Jobs the preemptor may take now but not when the counts were made (a limit
             # grew) may have grown room where nothing was released: counted again.
-            newly = self._newly_takeable(takeable, kept.counted_with)
+            newly = self._newly_takeable(takeable, then, made)
             if newly is None:
                 counts = np.full(kept.touched.size, -1, dtype=np.int64)
             elif newly.size:
@@ -407,7 +412,10 @@ class KeptRefusals:
         kept.touched, kept.touched_pods = add_touched(
             kept.touched, counts, nodes, self._leaf_of_node
         )
-        kept.counted_with = SlotMarks.of(takeable) if takeable.size else None
+        if not takeable.size:
+            kept.counted_with = None
+        elif then is None or then.made != made:
+            kept.counted_with = SlotMarks.of(takeable, made)
         grown = most_grown(
             kept.touched,
             kept.touched_pods,
@@ -428,11 +436,15 @@ class KeptRefusals:
         assert most is not None
         return most + grown < request.pods
 
-    def _newly_takeable(self, takeable: BoolArray, then: SlotMarks | None) -> IntArray | None:
-        """The nodes of the jobs `takeable` marks and `then` did not (None: too many to list,
-        or nothing known then)."""
+    def _newly_takeable(
+        self, takeable: BoolArray, then: SlotMarks | None, made: TakeableMade
+    ) -> IntArray | None:
+        """The nodes of the jobs `takeable` (the answer `made`) marks and `then` did not
+        (None: too many to list, or nothing known then)."""
         if then is None:
             return None
+        if then.made == made:
+            return NO_DOMAINS  # read from the same answer
         # Both end with an entry for no slot (False): the slots they share are compared, and
         # the slots added since are new.
         shared = min(takeable.size, then.size) - 1
