@@ -102,30 +102,35 @@ def test_touched_domains_stay_sorted_and_distinct_with_their_counts() -> None:
     assert merged.tolist() == [-1]
 
 
+def grown_and_counts(
+    leaves: list[int], domain_of_leaf: list[int], granule: int, counts: list[int] | None = None
+) -> tuple[int, list[int]]:
+    """`most_grown` with each domain of `STARTS` an innermost domain, 4-GPU pods, and the
+    leaves' counts it leaves; every leaf counted unless `counts` are given."""
+    known = np.array(counts if counts is not None else [-1] * len(leaves), dtype=np.int64)
+    best = most_grown(
+        np.array(leaves, dtype=np.int64),
+        known,
+        STARTS,
+        np.array(domain_of_leaf, dtype=np.int64),
+        max(domain_of_leaf) + 1,
+        granule,
+        FREE,
+        GPU_COUNT,
+        np.array([8, 4, 4, 0], dtype=np.int32),
+        NO_OWNERS,
+        NO_MARKS,
+        NO_MARKS,
+        NO_MARKS,
+        4,
+    )
+    return int(best), known.tolist()
+
+
 def grown(
     leaves: list[int], domain_of_leaf: list[int], granule: int, counts: list[int] | None = None
 ) -> int:
-    """`most_grown` with each domain of `STARTS` an innermost domain, 4-GPU pods; every leaf
-    counted unless `counts` are given."""
-    known = np.array(counts if counts is not None else [-1] * len(leaves), dtype=np.int64)
-    return int(
-        most_grown(
-            np.array(leaves, dtype=np.int64),
-            known,
-            STARTS,
-            np.array(domain_of_leaf, dtype=np.int64),
-            max(domain_of_leaf) + 1,
-            granule,
-            FREE,
-            GPU_COUNT,
-            np.array([8, 4, 4, 0], dtype=np.int32),
-            NO_OWNERS,
-            NO_MARKS,
-            NO_MARKS,
-            NO_MARKS,
-            4,
-        )
-    )
+    return grown_and_counts(leaves, domain_of_leaf, granule, counts)[0]
 
 
 def test_innermost_domains_sum_their_whole_slices_per_domain_of_the_gang_s_level() -> None:
@@ -141,24 +146,8 @@ def test_innermost_domains_counted_before_keep_their_counts() -> None:
     # Leaf 0 counted before at 9 pods, leaf 1 counted now (1 pod).
     assert grown([0, 1], [0, 0], 1, counts=[9, -1]) == 10
     assert grown([0, 1], [0, 1], 1, counts=[9, -1]) == 9
-    known = np.array([-1, 2], dtype=np.int64)
-    most_grown(
-        np.array([0, 1], dtype=np.int64),
-        known,
-        STARTS,
-        np.array([0, 0], dtype=np.int64),
-        1,
-        1,
-        FREE,
-        GPU_COUNT,
-        np.array([8, 4, 4, 0], dtype=np.int32),
-        NO_OWNERS,
-        NO_MARKS,
-        NO_MARKS,
-        NO_MARKS,
-        4,
-    )
-    assert known.tolist() == [3, 2]  # the leaf counted now keeps its count for later looks
+    # The leaf counted now keeps its count for later looks.
+    assert grown_and_counts([0, 1], [0, 0], 1, counts=[-1, 2]) == (5, [3, 2])
 
 
 def test_takeable_slots_follow_the_budget_rule() -> None:

@@ -195,26 +195,25 @@ def most_grown(
     domain (`domain_of_leaf`) could take together, each in whole slices of `granule` pods
     (see `node_pods`); 0 without leaves. `counts` gives each leaf's pods in whole slices where
     known; those of -1 are counted, and written there."""
+    fresh = np.flatnonzero(counts < 0)
+    pods = domain_pods(
+        leaves[fresh],
+        starts,
+        free_whole_gpus,
+        gpu_count,
+        node_held,
+        gpu_owner,
+        takeable,
+        shared,
+        fenced,
+        gpus_per_pod,
+    )
+    for j in range(fresh.size):
+        counts[fresh[j]] = pods[j] // granule * granule
     grown = np.zeros(n_domains, dtype=np.int64)
     best = 0
     for i in range(leaves.size):
-        leaf = leaves[i]
-        if counts[i] < 0:
-            total = 0
-            for node in range(starts[leaf], starts[leaf + 1]):
-                total += node_pods(
-                    node,
-                    free_whole_gpus,
-                    gpu_count,
-                    node_held,
-                    gpu_owner,
-                    takeable,
-                    shared,
-                    fenced,
-                    gpus_per_pod,
-                )
-            counts[i] = total // granule * granule
-        domain = domain_of_leaf[leaf]
+        domain = domain_of_leaf[leaves[i]]
         grown[domain] += counts[i]
         best = max(best, grown[domain])
     return best
