@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from state_helpers import assert_aggregates_recomputed
 
 from toposched.cluster import kernels, run_kernels
 from toposched.cluster.builders import nvl72_cluster
@@ -149,20 +150,6 @@ def test_run_sums_add_up_each_runs_node_values(seed: int, from_rows: bool) -> No
             model = int(state.topology.gpu_model[node])
             expected[model * width + int(state.free_whole_gpus[node])] += 1
         assert cells[run].tolist() == expected.tolist()
-
-
-def assert_aggregates_recomputed(state: ClusterState) -> None:
-    fresh = state.compute_aggregates()
-    for name, ours in (
-        ("free_hist", state.free_hist),
-        ("free_gpus", state.free_gpus),
-        ("free_milli", state.free_milli),
-        ("idle_nodes", state.idle_nodes),
-        ("cpu", state.domain_free_cpu),
-        ("memory", state.domain_free_memory),
-    ):
-        for level, array in enumerate(ours):
-            assert np.array_equal(array, fresh[name][level]), (name, level)
 
 
 def assert_aggregates_match_nodes_but_rack(state: ClusterState, rack: int) -> None:

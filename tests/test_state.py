@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from state_helpers import assert_aggregates_recomputed
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
@@ -624,22 +625,6 @@ def crowded_state(seed: int) -> tuple[ClusterState, list[str], np.random.Generat
             continue  # that GPU was taken
         owners.append(f"o{index}")
     return state, owners, rng
-
-
-def assert_aggregates_recomputed(state: ClusterState) -> None:
-    # Per node, free whole GPUs as counted from each GPU's free share; then every aggregate.
-    whole = (state.gpu_free_milli == MILLI_PER_GPU).sum(axis=1)
-    assert np.array_equal(state.free_whole_gpus, whole), "free_whole_gpus"
-    fresh = state.compute_aggregates()
-    for name, ours in (
-        ("free_hist", state.free_hist),
-        ("free_gpus", state.free_gpus),
-        ("free_milli", state.free_milli),
-        ("idle_nodes", state.idle_nodes),
-        ("cpu", state.domain_free_cpu),
-        ("memory", state.domain_free_memory),
-    ):
-        assert all(np.array_equal(a, b) for a, b in zip(ours, fresh[name], strict=True)), name
 
 
 @pytest.mark.parametrize("released", [3, 40, 400])
