@@ -12,10 +12,14 @@ from numpy.typing import NDArray
 from toposched.cluster import kernels
 from toposched.cluster.aggregates import LevelSums
 from toposched.cluster.allocation import MILLI_PER_GPU, Allocation
-from toposched.cluster.changes import HoldingChanges, one_shape_parts
+from toposched.cluster.changes import FEW_PODS, HoldingChanges, one_shape_parts
 from toposched.cluster.errors import InputError
 from toposched.cluster.rows import SavedRows, distinct_counts, put_back, take_rows
 from toposched.cluster.shapes import Shapes
+
+FEW_PARTS = 4
+"""Up to this many parts (of any size), `TrialReleases.trial_free_parts` frees them part by
+part in compiled code."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -27,6 +31,14 @@ class RowsBefore:
     rows: list[SavedRows]
     added: list[LevelSums] = field(default_factory=list)
     """What the change added to the domain aggregates whose rows are not kept: taken away."""
+
+
+@dataclass(frozen=True, eq=False)
+class PartsFreed:
+    """One-shape `parts` freed pod by pod in compiled code, undone by taking them again: the
+    opposite change costs less than copies of every row they touched, kept and put back."""
+
+    parts: list[Allocation]
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,7 +72,7 @@ class WholeNodesTaken:
     innermost domain, and the idle nodes it took away."""
 
 
-Before = RowsBefore | GpuRowsBefore | RangeBefore | WholeNodesTaken
+Before = RowsBefore | PartsFreed | GpuRowsBefore | RangeBefore | WholeNodesTaken
 """What a trial release or a bulk release kept, to be undone by `TrialReleases.put_back`."""
 
 
@@ -101,15 +113,33 @@ class TrialReleases(HoldingChanges):
         kernels.set_gpu_rows(nodes, new_milli, self._kernel_arrays())
         return GpuRowsBefore(nodes, old_milli)
 
-    def trial_free_parts(self, parts: list[Allocation]) -> RowsBefore:
+    def trial_free_parts(self, parts: list[Allocation]) -> RowsBefore | PartsFreed:
         """Free the resources of `parts` (pieces of allocations held now), though nobody stops
-        holding them; every level's aggregates move with them."""
+        holding them; every level's aggregates move with them.
+
+        A few parts (a reservation search frees one per pod shape), or a few pods in all, are
+        freed by the compiled pod-by-pod change and undone by the opposite one; many parts of
+        many pods by the vectorised pass, undone by putting back copies of the rows."""
         if not parts:
             return RowsBefore(np.zeros(0, dtype=np.int64), [])
+        if self.holds_sets:
+            parts = one_shape_parts(parts)
+        if len(parts) <= FEW_PARTS or sum(part.pods for part in parts) <= FEW_PODS:
+            self._apply_compiled(parts, +1)
+            return PartsFreed(parts)
         nodes, _ = distinct_counts(np.concatenate([part.nodes for part in parts]))
         saved = self._node_rows_copy(nodes) + self._domain_rows(nodes)
         self._apply_many(parts, +1)
         return RowsBefore(nodes, saved)
+
+    def _apply_compiled(self, parts: list[Allocation], sign: int) -> None:
+        """Free (sign=+1) or take back (-1) one-shape `parts` in compiled code: a few pods in
+        one call, else part by part."""
+        if len(parts) > 1 and sum(part.pods for part in parts) <= FEW_PODS:
+            self._apply_few(parts, sign)
+            return
+        for part in parts:
+            self._apply(part, sign)
 
     def trial_take(self, allocation: Allocation, fresh: bool) -> RowsBefore | WholeNodesTaken:
         """Take the resources of `allocation` though nobody holds it (a what-if of a
@@ -234,6 +264,8 @@ class TrialReleases(HoldingChanges):
         elif isinstance(before, GpuRowsBefore):
             self._changed(before.nodes)
             kernels.set_gpu_rows(before.nodes, before.milli, self._kernel_arrays())
+        elif isinstance(before, PartsFreed):
+            self._apply_compiled(before.parts, -1)
         elif isinstance(before, RowsBefore):
             self._changed(before.nodes)
             put_back(before.rows)

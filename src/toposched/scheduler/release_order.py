@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
 from toposched.cluster.state import MILLI_PER_GPU, Allocation
-from toposched.scheduler.release_kernels import leaves_held
+from toposched.scheduler.release_kernels import gather_rows, leaves_held
 from toposched.scheduler.slot_rows import SlotRows
 
 IntArray = NDArray[np.int64]
@@ -22,7 +22,7 @@ _Item = TypeVar("_Item", bound=np.generic)
 Key = tuple[float, str]
 """A running job's place in the release order: (expected release time, job id)."""
 
-_COUNTED_TOGETHER_FROM = 64
+_COUNTED_TOGETHER_FROM = 8
 """From this many jobs on, `ReleaseOrder.count` counts their holdings together."""
 _WAITING = 1024
 """Starts and stops beyond the running jobs' count that wait for a merge before one is made
@@ -153,8 +153,8 @@ class ReleaseOrder:
                 continue
             self._keep_pods(group)
             width = first.gpus.shape[1]
-            nodes = self._nodes.gather(group)
-            gpus = self._gpus.gather(group).reshape(nodes.size, width)
+            nodes = _gathered(self._nodes, group)
+            gpus = _gathered(self._gpus, group).reshape(nodes.size, width)
             parts.append(Allocation(nodes, gpus, MILLI_PER_GPU, first.cpu_milli, first.memory_mib))
         return parts
 
@@ -250,6 +250,12 @@ class ReleaseOrder:
         self._reusable.extend(self._stopped)
         self._stopped.clear()
         self._started.clear()
+
+
+def _gathered(rows: SlotRows, slots: IntArray) -> IntArray:
+    """The rows of `slots` (each has one) in `rows`' one column, row after row."""
+    gathered: IntArray = gather_rows(slots, rows.start, rows.count, rows.columns[0])
+    return gathered
 
 
 def _grown(array: NDArray[_Item], size: int, fill: object) -> NDArray[_Item]:
