@@ -1,7 +1,7 @@
 """A what-if of evictions (`Statement.free_parts`): while it lasts, the state equals one where
 the parts' holders released them, array for array; rolled back, every array of the state is
-as before, bit for bit, whether the parts are few (freed and taken again in compiled code)
-or many (rows copied and put back)."""
+as before, bit for bit, whether the parts are few (freed and taken again in compiled code,
+node by node for whole-node pods) or many (rows copied and put back)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,8 @@ def test_freed_parts_equal_a_release_and_roll_back_bit_for_bit(
 ) -> None:
     state, allocation = scenario
     state.allocate("held", allocation)
+    # A node under the holder fails: its arrays move, the aggregates do not count it.
+    state.set_health(allocation.nodes[:1], Health.DOWN)
     before = state.snapshot()
     released = copy.deepcopy(state)
     released.release("held")
@@ -58,6 +60,9 @@ def test_freed_parts_equal_a_release_and_roll_back_bit_for_bit(
     assert isinstance(operation, Freed)
     few = len(parts) <= FEW_PARTS or allocation.pods <= 512
     assert isinstance(operation.before, PartsFreed if few else RowsBefore)
+    whole_nodes = not allocation.sets and allocation.gpus.shape[1] == 4  # every GPU of a node
+    if isinstance(operation.before, PartsFreed):
+        assert operation.before.whole_nodes == (whole_nodes and len(parts) <= FEW_PARTS)
     assert_same(released.snapshot(), state.snapshot())
     # A change on top of the what-if is undone first.
     spare = np.flatnonzero((state.free_whole_gpus > 0) & (state.closed == 0))
