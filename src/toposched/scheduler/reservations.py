@@ -205,4 +205,7 @@ class ReservationSearch:
     def _fit(self, placed: Placement, released: int) -> Fit:
         nodes = self.state.distinct_nodes(placed.allocation.nodes)
         last = self.ledger.releases[released - 1]
-        return Fit(float(last[0]), nodes, domain_of(self.state.topology, nodes), released, last)
+        # Domains are contiguous node ranges, so the smallest one holding the sorted nodes is
+        # the smallest holding the first and the last.
+        domain = domain_of(self.state.topology, nodes[[0, -1]])
+        return Fit(float(last[0]), nodes, domain, released, last)
