@@ -214,3 +214,25 @@ def test_starts_and_stops_no_search_reads_do_not_pile_up() -> None:
     assert len(releases) == 500
     assert len(order.ids) <= 2 * (500 + 1024)
     assert order.owners(order.slots()) == [job_id for _, job_id in releases]
+
+
+def test_parts_list_each_jobs_gpus_whether_in_order_or_not() -> None:
+    """Jobs of one shape give one part listing their pods job after job; GPUs 0, 1, ... of
+    jobs placed in that order come as such rows, and one job out of order has its own read."""
+    releases: SortedList = SortedList()
+    order = ReleaseOrder(releases, LEAF_OF_NODE, N_LEAVES)
+    jobs = {
+        "a": Allocation.of([0, 1], [[0, 1], [0, 1]]),
+        "b": Allocation.of([5], [[0, 1]]),
+        "c": Allocation.of([7, 8], [[2, 3], [0, 1]]),
+    }
+    for index, (job_id, allocation) in enumerate(jobs.items()):
+        releases.add((float(index), job_id))
+        order.add((float(index), job_id), allocation)
+    slots = order.slots()
+    for chosen in (["a", "b"], ["a", "b", "c"], ["c", "a"]):
+        picked = np.array([slots[list(jobs).index(job_id)] for job_id in chosen])
+        (part,) = order.parts(picked)
+        held = [jobs[job_id] for job_id in chosen]
+        assert part.nodes.tolist() == np.concatenate([a.nodes for a in held]).tolist()
+        assert part.gpus.tolist() == np.concatenate([a.gpus for a in held]).tolist()

@@ -229,8 +229,9 @@ class Statement:
 
     def free_parts(self, parts: list[Allocation]) -> None:
         """The resources of `parts` (pieces of allocations held now) are free; the aggregates
-        move. Copies of the rows are put back on rollback (cheaper than the opposite change
-        for tens of thousands of nodes)."""
+        move. A few parts, or a few pods, are taken again on rollback (compiled, pod by pod);
+        of many parts of many pods, copies of the rows are put back (cheaper than the opposite
+        vectorised change for tens of thousands of nodes)."""
         self._open()
         if parts:
             self.operations.append(Freed(self.state.trial_free_parts(parts)))

@@ -12,10 +12,14 @@ from numpy.typing import NDArray
 from toposched.cluster import kernels
 from toposched.cluster.aggregates import LevelSums
 from toposched.cluster.allocation import MILLI_PER_GPU, Allocation
-from toposched.cluster.changes import HoldingChanges, one_shape_parts
+from toposched.cluster.changes import FEW_PODS, HoldingChanges, one_shape_parts
 from toposched.cluster.errors import InputError
 from toposched.cluster.rows import SavedRows, distinct_counts, put_back, take_rows
 from toposched.cluster.shapes import Shapes
+
+FEW_PARTS = 4
+"""Up to this many parts (of any size), `TrialReleases.trial_free_parts` frees them part by
+part in compiled code."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -27,6 +31,18 @@ class RowsBefore:
     rows: list[SavedRows]
     added: list[LevelSums] = field(default_factory=list)
     """What the change added to the domain aggregates whose rows are not kept: taken away."""
+
+
+@dataclass(frozen=True, eq=False)
+class PartsFreed:
+    """One-shape `parts` freed in compiled code, undone by taking them again: the opposite
+    change costs less than copies of every row they touched, kept and put back."""
+
+    parts: list[Allocation]
+    whole_nodes: bool = False
+    """Whether every pod holds every GPU of its node: freed node by node and taken again as a
+    fresh what-if (`TrialReleases.trial_take`), the domains moving once per run of a rack's
+    nodes."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,7 +76,7 @@ class WholeNodesTaken:
     innermost domain, and the idle nodes it took away."""
 
 
-Before = RowsBefore | GpuRowsBefore | RangeBefore | WholeNodesTaken
+Before = RowsBefore | PartsFreed | GpuRowsBefore | RangeBefore | WholeNodesTaken
 """What a trial release or a bulk release kept, to be undone by `TrialReleases.put_back`."""
 
 
@@ -101,15 +117,51 @@ class TrialReleases(HoldingChanges):
         kernels.set_gpu_rows(nodes, new_milli, self._kernel_arrays())
         return GpuRowsBefore(nodes, old_milli)
 
-    def trial_free_parts(self, parts: list[Allocation]) -> RowsBefore:
+    def trial_free_parts(self, parts: list[Allocation]) -> RowsBefore | PartsFreed:
         """Free the resources of `parts` (pieces of allocations held now), though nobody stops
-        holding them; every level's aggregates move with them."""
+        holding them; every level's aggregates move with them.
+
+        A few parts (a reservation search frees one per pod shape), or a few pods in all, are
+        freed by the compiled pod-by-pod change and undone by the opposite one; many parts of
+        many pods by the vectorised pass, undone by putting back copies of the rows."""
         if not parts:
             return RowsBefore(np.zeros(0, dtype=np.int64), [])
+        if self.holds_sets:
+            parts = one_shape_parts(parts)
+        if len(parts) <= FEW_PARTS and self._whole_nodes(parts):
+            self._free_whole_nodes(parts)
+            return PartsFreed(parts, whole_nodes=True)
+        if len(parts) <= FEW_PARTS or sum(part.pods for part in parts) <= FEW_PODS:
+            self._apply_compiled(parts, +1)
+            return PartsFreed(parts)
         nodes, _ = distinct_counts(np.concatenate([part.nodes for part in parts]))
         saved = self._node_rows_copy(nodes) + self._domain_rows(nodes)
         self._apply_many(parts, +1)
         return RowsBefore(nodes, saved)
+
+    def _apply_compiled(self, parts: list[Allocation], sign: int) -> None:
+        """Free (sign=+1) or take back (-1) one-shape `parts` in compiled code: a few pods in
+        one call, else part by part."""
+        if len(parts) > 1 and sum(part.pods for part in parts) <= FEW_PODS:
+            self._apply_few(parts, sign)
+            return
+        for part in parts:
+            self._apply(part, sign)
+
+    def _free_whole_nodes(self, parts: list[Allocation]) -> None:
+        """Free whole-node pods held now (`free_whole_nodes`), part by part."""
+        self.version += 1
+        for part in parts:
+            self._changes += 1
+            free_whole_nodes(
+                part.nodes,
+                part.cpu_milli,
+                part.memory_mib,
+                self._kernel_arrays(),
+                self.topology.node_domain[-1],
+                self._changed_at,
+                self._changes,
+            )
 
     def trial_take(self, allocation: Allocation, fresh: bool) -> RowsBefore | WholeNodesTaken:
         """Take the resources of `allocation` though nobody holds it (a what-if of a
@@ -234,6 +286,12 @@ class TrialReleases(HoldingChanges):
         elif isinstance(before, GpuRowsBefore):
             self._changed(before.nodes)
             kernels.set_gpu_rows(before.nodes, before.milli, self._kernel_arrays())
+        elif isinstance(before, PartsFreed):
+            if before.whole_nodes:
+                # Every GPU of the parts' nodes is free: taken again as a fresh take.
+                self._take_whole_nodes(before.parts)
+            else:
+                self._apply_compiled(before.parts, -1)
         elif isinstance(before, RowsBefore):
             self._changed(before.nodes)
             put_back(before.rows)
@@ -318,6 +376,50 @@ def take_whole_nodes(
         _move_domains(first, count, idle, moved, -1, cpu_milli, memory_mib, arrays)
         start = stop
     return runs[:n_runs]
+
+
+@njit(cache=True, nogil=True)
+def free_whole_nodes(
+    nodes: np.ndarray,
+    cpu_milli: int,
+    memory_mib: int,
+    arrays: kernels.StateArrays,
+    node_leaf: np.ndarray,
+    changed_at: np.ndarray,
+    change: int,
+) -> None:
+    """Free the resources of whole-node pods on `nodes` (distinct; every GPU of each held by
+    its pod now), the domains moving once per run of nodes in one innermost domain: each node
+    gets every GPU back, and the CPU and memory of its pod; an open node whose CPU and memory
+    are then all free becomes idle. Each node's `changed_at` becomes `change`. Undone by
+    `take_whole_nodes` of the same pods."""
+    free_cpu_milli, free_memory_mib = arrays[2:4]
+    cpu_capacity, memory_capacity = arrays[5:7]
+    closed, gpu_model, hist = arrays[7], arrays[9], arrays[10]
+    moved = np.zeros(hist.shape[1], dtype=np.int64)
+    start = 0
+    while start < nodes.size:
+        first = nodes[start]
+        domain = node_leaf[first]
+        count = 0
+        idle = 0
+        for model in range(moved.size):
+            moved[model] = 0
+        stop = start
+        while stop < nodes.size and node_leaf[nodes[stop]] == domain:
+            node = nodes[stop]
+            stop += 1
+            _set_node_range(node, node + 1, 1, cpu_milli, memory_mib, arrays, changed_at, change)
+            if closed[node] == 0:
+                count += 1
+                moved[gpu_model[node]] += 1
+                if (
+                    free_cpu_milli[node] == cpu_capacity[node]
+                    and free_memory_mib[node] == memory_capacity[node]
+                ):
+                    idle += 1
+        _move_domains(first, count, idle, moved, 1, cpu_milli, memory_mib, arrays)
+        start = stop
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -1,6 +1,7 @@
 """Compiled loops of a reservation search's count of releases: per domain of the gang's
 required level, the first release after which its leaves could hold the gang; per release,
-the first count of releases after which a domain it holds something in could."""
+the first count of releases after which a domain it holds something in could; the rows of
+many slots read from a pool."""
 
 from __future__ import annotations
 
@@ -105,3 +106,22 @@ def leaves_held(
             slots[entry] += width[allocation]
         sizes[allocation] = entries - first
     return sizes, leaves[:entries], slots[:entries]
+
+
+@njit(cache=True, nogil=True)
+def gather_rows(
+    slots: np.ndarray, start: np.ndarray, count: np.ndarray, pool: np.ndarray
+) -> np.ndarray:
+    """The rows of `slots` (each `count[slot]` entries of `pool` from `start[slot]` on), slot
+    after slot, in one array: one copy per row, without the index arrays of a numpy gather."""
+    total = 0
+    for slot in slots:
+        total += count[slot]
+    gathered = np.empty(total, dtype=pool.dtype)
+    at = 0
+    for slot in slots:
+        first = start[slot]
+        size = count[slot]
+        gathered[at : at + size] = pool[first : first + size]
+        at += size
+    return gathered

@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
 from toposched.cluster.state import MILLI_PER_GPU, Allocation
-from toposched.scheduler.release_kernels import leaves_held
+from toposched.scheduler.release_kernels import gather_rows, leaves_held
 from toposched.scheduler.slot_rows import SlotRows
 
 IntArray = NDArray[np.int64]
@@ -22,7 +22,7 @@ _Item = TypeVar("_Item", bound=np.generic)
 Key = tuple[float, str]
 """A running job's place in the release order: (expected release time, job id)."""
 
-_COUNTED_TOGETHER_FROM = 64
+_COUNTED_TOGETHER_FROM = 8
 """From this many jobs on, `ReleaseOrder.count` counts their holdings together."""
 _WAITING = 1024
 """Starts and stops beyond the running jobs' count that wait for a merge before one is made
@@ -45,7 +45,9 @@ class ReleaseOrder:
 
     Jobs of one pod shape holding whole GPUs are also kept by shape (`_shape`), so that a
     search frees many of them as one allocation per shape (`parts`): whole GPUs are never
-    shared, so their pods together free exactly what each job frees.
+    shared, so their pods together free exactly what each job frees. Their pods' nodes are
+    kept in a pool; their GPUs are most often 0, 1, ... in order (whole-node pods), read then
+    from rows kept once for all, else from the jobs' allocations.
     """
 
     def __init__(self, releases: SortedList, leaf_of_node: IntArray, n_leaves: int) -> None:
@@ -65,9 +67,13 @@ class ReleaseOrder:
         """Per slot, the leaves its job holds GPUs in (column 0) and its GPU slots in each
         (column 1); counted when a search first reads them."""
         self._nodes = SlotRows(1)
-        self._gpus = SlotRows(1)
-        """Per slot of a job of one pod shape of whole GPUs, its pods' nodes and their GPUs
-        (row by row), kept when a search first frees it."""
+        """Per slot of a job of one pod shape of whole GPUs, its pods' nodes, kept when a
+        search first frees it."""
+        self._in_order: BoolArray = np.zeros(0, dtype=bool)
+        """Per slot with pods kept, whether each of its pods holds GPUs 0, 1, ... in that
+        order (as whole-node pods are placed): their GPUs need not be read."""
+        self._ordered_gpus: dict[int, IntArray] = {}
+        """Per GPUs per pod, rows of GPUs 0, 1, ... (as many as a search freed at once)."""
         self._shape: IntArray = np.zeros(0, dtype=np.int64)
         """Per slot, its job's pod shape (an index into `_shapes`), or -1 for a job of several
         shapes or of shared GPUs."""
@@ -111,7 +117,7 @@ class ReleaseOrder:
         self.ids[slot] = ""
         self.allocations[slot] = None
         self._alive[slot] = False
-        for rows in (self.pairs, self._nodes, self._gpus):
+        for rows in (self.pairs, self._nodes):
             rows.drop(slot)
         self._stopped.append(slot)
         self._merge_now_and_then()
@@ -153,8 +159,11 @@ class ReleaseOrder:
                 continue
             self._keep_pods(group)
             width = first.gpus.shape[1]
-            nodes = self._nodes.gather(group)
-            gpus = self._gpus.gather(group).reshape(nodes.size, width)
+            nodes = _gathered(self._nodes, group)
+            if self._in_order[group].all():
+                gpus = self._gpus_in_order(nodes.size, width)
+            else:
+                gpus = np.concatenate([self._held(slot).gpus for slot in group.tolist()])
             parts.append(Allocation(nodes, gpus, MILLI_PER_GPU, first.cpu_milli, first.memory_mib))
         return parts
 
@@ -168,8 +177,21 @@ class ReleaseOrder:
         pods = np.fromiter(map(len, nodes), np.int64, len(nodes))
         width = _width(held[0])  # of the shape they share
         self._nodes.put(missing, pods, [np.concatenate(nodes)])
-        gpus = np.concatenate(list(map(_GPUS, held))).reshape(-1)
-        self._gpus.put(missing, pods * width, [gpus])
+        gpus = np.concatenate(list(map(_GPUS, held)))
+        # Pods out of order counted per job: the count before its first pod and after its last.
+        out_of_order = np.concatenate(([0], np.cumsum((gpus != np.arange(width)).any(axis=1))))
+        ends = np.cumsum(pods)
+        self._in_order[missing] = out_of_order[ends] == out_of_order[ends - pods]
+
+    def _gpus_in_order(self, pods: int, width: int) -> IntArray:
+        """`pods` rows of GPUs 0 to `width` - 1 (a view of rows kept: read, never write)."""
+        rows = self._ordered_gpus.get(width)
+        if rows is None or rows.shape[0] < pods:
+            size = max(pods, 2 * rows.shape[0] if rows is not None else 0)
+            rows = np.tile(np.arange(width, dtype=np.int64), (size, 1))
+            self._ordered_gpus[width] = rows
+        ordered: IntArray = rows[:pods]
+        return ordered
 
     def count(self, slots: IntArray) -> None:
         """Count the pairs of those of `slots` not counted yet."""
@@ -213,9 +235,10 @@ class ReleaseOrder:
             if slot >= self._alive.size:
                 size = max(64, 2 * self._alive.size)
                 self._alive = _grown(self._alive, size, False)
-                for rows in (self.pairs, self._nodes, self._gpus):
+                for rows in (self.pairs, self._nodes):
                     rows.grow_slots(size)
                 self._shape = _grown(self._shape, size, -1)
+                self._in_order = _grown(self._in_order, size, False)
                 self.pods = _grown(self.pods, size, 0)
         self._alive[slot] = True
         return slot
@@ -250,6 +273,12 @@ class ReleaseOrder:
         self._reusable.extend(self._stopped)
         self._stopped.clear()
         self._started.clear()
+
+
+def _gathered(rows: SlotRows, slots: IntArray) -> IntArray:
+    """The rows of `slots` (each has one) in `rows`' one column, row after row."""
+    gathered: IntArray = gather_rows(slots, rows.start, rows.count, rows.columns[0])
+    return gathered
 
 
 def _grown(array: NDArray[_Item], size: int, fill: object) -> NDArray[_Item]:

@@ -16,6 +16,8 @@ from toposched.scheduler.release_order import ReleaseOrder
 IntArray = NDArray[np.int64]
 NEVER = np.iinfo(np.int64).max
 """`ReleaseBounds.enough_at` of a domain that has not gained enough within the releases read."""
+_FIRST_CHUNK = 64
+"""Releases `ReleaseBounds` reads first when the search's reach is not known (or fewer)."""
 
 
 @dataclass(frozen=True)
@@ -54,12 +56,14 @@ class ReleaseBounds:
     after k releases needs only the others (`released_for`).
 
     Releases are read in chunks of growing size as far as asked, so that the cost follows the
-    answer, not the number of running jobs (often the answer is among the first few).
+    answer, not the number of running jobs (often the answer is among the first few). What is
+    read does not depend on the chunks: a first chunk as large as the search is expected to
+    read (`reach`) saves the calls of the smaller ones.
     """
 
-    def __init__(self, order: ReleaseOrder, room: LeafRoom | None) -> None:
+    def __init__(self, order: ReleaseOrder, room: LeafRoom | None, reach: int = 0) -> None:
         """`room`: the gang's room now; None when nothing is known (every release may
-        matter)."""
+        matter). `reach`: how many releases the search is expected to read, if known."""
         self.order = order
         self._slots = order.slots()
         self._everything = room is None
@@ -72,7 +76,7 @@ class ReleaseBounds:
         ).astype(np.int64)
         self.enough_at = np.where(self._domain_pods >= room.pods, 0, NEVER).astype(np.int64)
         self.read = 0  # releases read
-        self._chunk = 64
+        self._chunk = max(_FIRST_CHUNK, reach)
         # The releases that matter, in the order they come to matter (by key, then release
         # order; a release's key is the fewest releases after which it matters), with keys.
         self._order: list[int] = []

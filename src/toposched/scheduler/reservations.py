@@ -109,11 +109,11 @@ class ReservationSearch:
         the wait last time now stands in the release order) beyond that bound is tried right
         after the bound when whole GPUs are counted (the bound is then most often the answer
         itself), else the steps start at hint - 1: two placements when the answer did not
-        move.
+        move. The bounds read as many releases as the hint at once.
         """
         if not self.ledger.running:
             return None
-        bounds = self.bounds(job.request)
+        bounds = self.bounds(job.request, hint or 0)
         first = bounds.fewest()
         if first is None:
             return None
@@ -183,10 +183,10 @@ class ReservationSearch:
         assert placed is not None
         return self._fit(placed, high)
 
-    def bounds(self, request: GangRequest) -> ReleaseBounds:
+    def bounds(self, request: GangRequest, reach: int = 0) -> ReleaseBounds:
         """The releases counted per innermost domain, in whole slices, and summed per domain
-        of the gang's required level (see `ReleaseBounds`); for fractional or GPU-less pods
-        whole GPUs tell nothing."""
+        of the gang's required level (see `ReleaseBounds`, read `reach` at a time first); for
+        fractional or GPU-less pods whole GPUs tell nothing."""
         order = self.ledger.release_order
         if request.gpus_per_pod == 0 or request.is_fractional:
             return ReleaseBounds(order, None)
@@ -200,9 +200,12 @@ class ReservationSearch:
             granule=request.granule(leaf),
             pods=request.pods,
         )
-        return ReleaseBounds(order, room)
+        return ReleaseBounds(order, room, reach)
 
     def _fit(self, placed: Placement, released: int) -> Fit:
         nodes = self.state.distinct_nodes(placed.allocation.nodes)
         last = self.ledger.releases[released - 1]
-        return Fit(float(last[0]), nodes, domain_of(self.state.topology, nodes), released, last)
+        # Domains are contiguous node ranges, so the smallest one holding the sorted nodes is
+        # the smallest holding the first and the last.
+        domain = domain_of(self.state.topology, nodes[[0, -1]])
+        return Fit(float(last[0]), nodes, domain, released, last)
