@@ -85,6 +85,9 @@ class Ledger:
         self._budgets_version = -1
         self._takeable: dict[tuple[float, bool], Takeable] = {}
         """`takeable` answers, all for one time."""
+        self.starts = 0
+        """Counts the jobs put in `releases`: while it stays, the release order only loses
+        jobs."""
 
     def running_gpus(self, account: str) -> float:
         """GPUs the account's allocated jobs hold now, without those already on their way out
@@ -215,6 +218,7 @@ class Ledger:
             )
         )
         in_order = _in_time_order(ends, job_ids)
+        self.starts += n
         self.releases.update(in_order)
         self.release_order.add_many(in_order, [allocations[job_id] for _, job_id in in_order])
         self.protection.update(
@@ -227,6 +231,7 @@ class Ledger:
         self._may_be_takeable(job)
         self._count_in(job)
         key = release_time(job)
+        self.starts += 1
         self.releases.add(key)
         self.release_order.add(key, self.state.allocations[job.job_id])
         if not job.unallocated:

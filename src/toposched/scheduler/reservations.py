@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,13 +42,17 @@ class Fit:
 @dataclass(frozen=True)
 class _LastAnswer:
     """The last reservation search: for which job and request, at which epoch, with which
-    nodes fenced, and its answer."""
+    nodes fenced, and its answer; in which cycle, after how many starts (`Ledger.starts`) and
+    with how many jobs running."""
 
     job: Job
     request: GangRequest
     epoch: int
     fenced: FencedNodes
     fit: Fit | None
+    cycle: int
+    starts: int
+    running: int
 
 
 class ReservationSearch:
@@ -67,32 +72,82 @@ class ReservationSearch:
         self.few_pods = FEW_PODS
         """Up to how many pods a search releases the jobs themselves rather than freeing
         their parts (`ReleasedPrefix`); the answers are the same either way."""
+        self.verify_kept = False
+        """Search again wherever the last answer is kept through releases, and raise if the
+        search answers otherwise (a debugging check; see `_kept_through_releases`)."""
+        self.kept_through_releases = 0
+        """Answers kept through releases rather than searched again."""
 
-    def reserve(self, job: Job, now: float, fence: Fence, epoch: int) -> Reservation | None:
-        """The earliest time the job fits (see `earliest_fit`), from the last cycle's answer
-        when nothing has changed since: same job, same epoch and the same nodes fenced."""
+    def reserve(
+        self, job: Job, now: float, fence: Fence, epoch: int, cycle: int, releases_only: bool
+    ) -> Reservation | None:
+        """The earliest time the job fits (see `earliest_fit`), from the last answer when
+        nothing has changed since (same job, same epoch and the same nodes fenced) or when
+        only jobs released before the one it waited for ended (`_kept_through_releases`).
+        `cycle`: the cycle's number; `releases_only`: whether nothing but releases changed the
+        cluster state since the cycle before it ended."""
         last = self._last
         fenced = fence.frozen()
-        if (
+        same = (
             last is not None
             and last.job is job
             and last.request is job.request
-            and last.epoch == epoch
             and fence.equals(last.fenced)
-        ):
+        )
+        if same and last is not None and last.epoch == epoch:
             fit = last.fit
         else:
-            # After a change, the job most likely waits for the same job to end as before: the
-            # releases up to it (one more than those before it, whether or not it still runs).
-            hint = None
-            if last is not None and last.job is job and last.fit:
-                hint = self.ledger.releases.bisect_left(last.fit.last) + 1
-            fit = self.earliest_fit(job, hint)
-            self._last = _LastAnswer(job, job.request, epoch, fenced, fit)
+            kept = self._kept_through_releases(last, cycle, releases_only) if same else None
+            if kept is not None:
+                self.kept_through_releases += 1
+            if kept is None or self.verify_kept:
+                # After a change, the job most likely waits for the same job to end as before:
+                # the releases up to it (one more than those before it, whether it runs or not).
+                hint = None
+                if last is not None and last.job is job and last.fit:
+                    hint = self.ledger.releases.bisect_left(last.fit.last) + 1
+                fit = self.earliest_fit(job, hint)
+                if kept is not None and not _same_fit(kept, fit):
+                    raise AssertionError(f"kept reservation {kept} where a search found {fit}")
+            else:
+                fit = kept
+            ledger = self.ledger
+            self._last = _LastAnswer(
+                job, job.request, epoch, fenced, fit, cycle, ledger.starts, len(ledger.releases)
+            )
         if fit is None:
             return None
         self.reserved_nodes = fit.nodes
         return Reservation(job.job_id, max(fit.release, now), int(fit.nodes.size), fit.domain)
+
+    def _kept_through_releases(
+        self, last: _LastAnswer | None, cycle: int, releases_only: bool
+    ) -> Fit | None:
+        """The last answer, when it still holds: it was found in the cycle before, nothing but
+        releases changed the state since that cycle ended, no job started since it was found,
+        and every job that ended since was released before the one it waited for.
+
+        Then the state after the releases up to that job is the one the last search placed the
+        job on (the jobs that ended free what their release did there), so the job fits there
+        as it did; and one release fewer gives the state the last search found too small, the
+        jobs that ended being among those released either way. The same nodes, the same time,
+        the releases up to it fewer by those that ended."""
+        if last is None or last.fit is None or not releases_only or last.cycle != cycle - 1:
+            return None
+        ledger = self.ledger
+        releases = ledger.releases
+        if ledger.starts != last.starts:
+            return None
+        fit = last.fit
+        ended = last.running - len(releases)
+        position = releases.bisect_left(fit.last)
+        if (
+            position != fit.released - 1 - ended
+            or position >= len(releases)
+            or releases[position] != fit.last
+        ):
+            return None
+        return dataclasses.replace(fit, released=fit.released - ended)
 
     def earliest_fit(self, job: Job, hint: int | None = None) -> Fit | None:
         """Where and after which expected release the job fits, releasing running jobs in the
@@ -209,3 +264,12 @@ class ReservationSearch:
         # the smallest holding the first and the last.
         domain = domain_of(self.state.topology, nodes[[0, -1]])
         return Fit(float(last[0]), nodes, domain, released, last)
+
+
+def _same_fit(kept: Fit, found: Fit | None) -> bool:
+    return (
+        found is not None
+        and (kept.release, kept.domain, kept.released, kept.last)
+        == (found.release, found.domain, found.released, found.last)
+        and np.array_equal(kept.nodes, found.nodes)
+    )
