@@ -1,5 +1,5 @@
-"""A reservation kept through releases: when only jobs released before the one it waits for
-ended since the last search (no start, nothing else changed), the last answer is kept, fewer
+"""A reservation kept through releases: when nothing but the ends of jobs released before the
+one it waits for changed the cluster since the last search, the last answer is kept, fewer
 releases ahead. Each kept answer is checked by a search (`verify_kept`), and the decisions are
 those of the runs that check them."""
 

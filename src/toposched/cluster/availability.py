@@ -35,6 +35,10 @@ class Availability(StateArrays):
     """Node health and closures: every change moves the aggregates of the nodes that open or
     close, so that the aggregates count open nodes only (`closed == 0`)."""
 
+    availability_changes = 0
+    """Counts changes of health and of closures other than the fence's (whose nodes the
+    scheduler compares itself)."""
+
     def set_health(self, nodes: NDArray[np.int64] | list[int], health: Health) -> NDArray[np.uint8]:
         """Set the health of `nodes`; returns their previous health (for undo)."""
         node_array = distinct(np.asarray(nodes, dtype=np.int64).reshape(-1))
@@ -48,6 +52,7 @@ class Availability(StateArrays):
             ) from None
         previous = self.health[node_array].copy()
         self.version += 1
+        self.availability_changes += 1
         self._contribute(node_array, -1)
         self.health[node_array] = value
         self._mark_health(node_array)
@@ -59,6 +64,7 @@ class Availability(StateArrays):
     def restore_health(self, nodes: NDArray[np.int64], previous: NDArray[np.uint8]) -> None:
         """Undo `set_health`: put each node back to its recorded health."""
         self.version += 1
+        self.availability_changes += 1
         changed = distinct(nodes)
         self._contribute(changed, -1)
         self.nodes_by_health -= np.bincount(self.health[changed], minlength=len(Health))
@@ -78,6 +84,8 @@ class Availability(StateArrays):
         bit = self._bit(closure)
         nodes = self._distinct(nodes)
         self.version += 1
+        if closure is not Closure.FENCE:
+            self.availability_changes += 1
         newly: NDArray[np.int64]
         if nodes.size > kernels.COMPILED_LIMIT:
             # Many nodes (a fence's block): their bits set in one compiled pass; the open
@@ -97,6 +105,8 @@ class Availability(StateArrays):
         bit = self._bit(closure)
         nodes = self._distinct(nodes)
         self.version += 1
+        if closure is not Closure.FENCE:
+            self.availability_changes += 1
         if nodes.size > kernels.COMPILED_LIMIT:
             # Only nodes closed for `closure` alone come back: nodes open already would leave
             # and come back with the same share, and the others stay closed.

@@ -76,6 +76,11 @@ class HoldingChanges(AllocationChecks):
     holds_sets = False
     """Whether an allocation of several pod shapes was ever held: until one is, bulk changes
     skip looking for them."""
+    taken = 0
+    """Counts the allocations `allocate` took."""
+    given_back = 0
+    """Counts the allocations `release` and `release_many` gave back (what-ifs on a statement
+    that it undoes are not counted)."""
 
     def allocate(self, owner: str, allocation: Allocation) -> None:
         """Give `owner` the resources of `allocation`; all or nothing, validated first."""
@@ -88,6 +93,7 @@ class HoldingChanges(AllocationChecks):
         else:
             self._take(allocation, f"allocation[{owner}]")
         self.allocations[owner] = allocation
+        self.taken += 1
 
     def _take(self, allocation: Allocation, field: str) -> None:
         """Take the resources of a one-shape allocation, validated first."""
@@ -127,6 +133,7 @@ class HoldingChanges(AllocationChecks):
             raise InputError("owner", owner, "holds no allocation; nothing to release")
         self._apply(allocation, +1)
         del self.allocations[owner]
+        self.given_back += 1
         return allocation
 
     def _check_releasable(self, owners: list[str]) -> None:
@@ -142,6 +149,7 @@ class HoldingChanges(AllocationChecks):
             return []
         released = [self.allocations.pop(owner) for owner in owners]
         self._apply_many(released, +1)
+        self.given_back += len(released)
         return released
 
     def retake_many(self, owners: list[str], allocations: list[Allocation]) -> None:

@@ -430,7 +430,6 @@ class Scheduler:
     def _cycle(self, now: float) -> CycleResult:
         result = CycleResult(now)
         self._cycles += 1
-        releases_only = self.freed.since_settled() is not None
         if self.state.version != self._settled_version:
             # Something outside the cycle changed the cluster (a job ended, a node came back):
             # capacity may have been freed, so earlier failures prove nothing any more, but
@@ -448,7 +447,6 @@ class Scheduler:
             fence,
             FailureReasons(self._cycles, self.failures.older_messages),
             self.settings.max_preemptions_per_cycle,
-            releases_only=releases_only,
         )
         walk: Walk | None = None
         try:

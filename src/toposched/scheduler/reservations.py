@@ -40,19 +40,52 @@ class Fit:
 
 
 @dataclass(frozen=True)
+class _Changes:
+    """What counts the changes of the cluster and of the running jobs: how many jobs ran
+    (`Ledger.releases`) and started (`Ledger.starts`), and the state's allocations taken and
+    given back and changes of health and closures but the fence's."""
+
+    running: int
+    starts: int
+    taken: int
+    given_back: int
+    availability: int
+
+    @staticmethod
+    def of(ledger: Ledger, state: ClusterState) -> _Changes:
+        return _Changes(
+            len(ledger.releases),
+            ledger.starts,
+            state.taken,
+            state.given_back,
+            state.availability_changes,
+        )
+
+    def ended_since(self, then: _Changes) -> int | None:
+        """How many running jobs ended since `then`, if nothing else changed the state (but
+        the fence's closures): no job started, no allocation was taken, every one given back
+        was a running job's, no health or other closure changed. None otherwise."""
+        ended = then.running - self.running
+        if (self.starts, self.taken, self.availability) != (
+            then.starts,
+            then.taken,
+            then.availability,
+        ) or self.given_back - then.given_back != ended:
+            return None
+        return ended
+
+
+@dataclass(frozen=True)
 class _LastAnswer:
     """The last reservation search: for which job and request, at which epoch, with which
-    nodes fenced, and its answer; in which cycle, after how many starts (`Ledger.starts`) and
-    with how many jobs running."""
+    nodes fenced, and its answer; and the changes counted then."""
 
     job: Job
     request: GangRequest
     epoch: int
     fenced: FencedNodes
     fit: Fit | None
-    cycle: int
-    starts: int
-    running: int
+    changes: _Changes
 
 
 class ReservationSearch:
@@ -78,14 +111,10 @@ class ReservationSearch:
         self.kept_through_releases = 0
         """Answers kept through releases rather than searched again."""
 
-    def reserve(
-        self, job: Job, now: float, fence: Fence, epoch: int, cycle: int, releases_only: bool
-    ) -> Reservation | None:
+    def reserve(self, job: Job, now: float, fence: Fence, epoch: int) -> Reservation | None:
         """The earliest time the job fits (see `earliest_fit`), from the last answer when
         nothing has changed since (same job, same epoch and the same nodes fenced) or when
-        only jobs released before the one it waited for ended (`_kept_through_releases`).
-        `cycle`: the cycle's number; `releases_only`: whether nothing but releases changed the
-        cluster state since the cycle before it ended."""
+        only jobs released before the one it waited for ended (`_kept_through_releases`)."""
         last = self._last
         fenced = fence.frozen()
         same = (
@@ -97,7 +126,8 @@ class ReservationSearch:
         if same and last is not None and last.epoch == epoch:
             fit = last.fit
         else:
-            kept = self._kept_through_releases(last, cycle, releases_only) if same else None
+            changes = _Changes.of(self.ledger, self.state)
+            kept = self._kept_through_releases(last, changes) if same else None
             if kept is not None:
                 self.kept_through_releases += 1
             if kept is None or self.verify_kept:
@@ -111,35 +141,30 @@ class ReservationSearch:
                     raise AssertionError(f"kept reservation {kept} where a search found {fit}")
             else:
                 fit = kept
-            ledger = self.ledger
-            self._last = _LastAnswer(
-                job, job.request, epoch, fenced, fit, cycle, ledger.starts, len(ledger.releases)
-            )
+            self._last = _LastAnswer(job, job.request, epoch, fenced, fit, changes)
         if fit is None:
             return None
         self.reserved_nodes = fit.nodes
         return Reservation(job.job_id, max(fit.release, now), int(fit.nodes.size), fit.domain)
 
-    def _kept_through_releases(
-        self, last: _LastAnswer | None, cycle: int, releases_only: bool
-    ) -> Fit | None:
-        """The last answer, when it still holds: it was found in the cycle before, nothing but
-        releases changed the state since that cycle ended, no job started since it was found,
-        and every job that ended since was released before the one it waited for.
+    def _kept_through_releases(self, last: _LastAnswer | None, changes: _Changes) -> Fit | None:
+        """The last answer, when it still holds: since it was found, nothing but the ends of
+        running jobs changed the cluster state (`_Changes.ended_since`; the same nodes are
+        fenced, as the caller checks), and every job that ended was released before the one
+        it waited for.
 
         Then the state after the releases up to that job is the one the last search placed the
         job on (the jobs that ended free what their release did there), so the job fits there
         as it did; and one release fewer gives the state the last search found too small, the
         jobs that ended being among those released either way. The same nodes, the same time,
         the releases up to it fewer by those that ended."""
-        if last is None or last.fit is None or not releases_only or last.cycle != cycle - 1:
+        if last is None or last.fit is None:
             return None
-        ledger = self.ledger
-        releases = ledger.releases
-        if ledger.starts != last.starts:
+        ended = changes.ended_since(last.changes)
+        if ended is None:
             return None
         fit = last.fit
-        ended = last.running - len(releases)
+        releases = self.ledger.releases
         position = releases.bisect_left(fit.last)
         if (
             position != fit.released - 1 - ended

@@ -119,8 +119,6 @@ class Turn:
     """The refusal the preemptor gave in the current job's turn, if it asked one."""
     nominees_settled: bool = False
     """Whether a nominee's nodes were let go (it started, or must plan again)."""
-    releases_only: bool = False
-    """Whether nothing but jobs' releases changed the cluster state since the last cycle."""
     ranking: Ranking | None = None
     """The standings at `now`, computed when a preemption first needs them: they do not move
     within a cycle (a job started now has used nothing yet)."""

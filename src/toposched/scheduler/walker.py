@@ -472,9 +472,7 @@ class Walker:
         """Reserve the earliest place the job fits as running jobs end, or open one now by
         moving jobs (defragmentation). Returns whether moves were decided for it."""
         now, fence = turn.now, turn.fence
-        reserved = self.reservations.reserve(
-            job, now, fence, self.epoch(), turn.number, turn.releases_only
-        )
+        reserved = self.reservations.reserve(job, now, fence, self.epoch())
         if reserved is None:
             return False
         job.reason = f"{reserved.describe(now)}; now: {job.reason}"
