@@ -10,9 +10,9 @@ import copy
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_trial_take import assert_same, scenarios
+from test_trial_take import assert_same, change_on_top, scenarios
 
-from toposched.cluster.state import MILLI_PER_GPU, Allocation, ClusterState, Health
+from toposched.cluster.state import Allocation, ClusterState, Health
 from toposched.cluster.statement import Freed, Statement
 from toposched.cluster.trials import FEW_PARTS, PartsFreed, RowsBefore
 
@@ -64,13 +64,7 @@ def test_freed_parts_equal_a_release_and_roll_back_bit_for_bit(
     if isinstance(operation.before, PartsFreed):
         assert operation.before.whole_nodes == (whole_nodes and len(parts) <= FEW_PARTS)
     assert_same(released.snapshot(), state.snapshot())
-    # A change on top of the what-if is undone first.
-    spare = np.flatnonzero((state.free_whole_gpus > 0) & (state.closed == 0))
-    if spare.size:
-        node = int(spare[0])
-        gpu = int(np.flatnonzero(state.gpu_free_milli[node] == MILLI_PER_GPU)[0])
-        statement.allocate("late", Allocation.of([node], [[gpu]]))
-    statement.set_health(spare[:3], Health.CORDONED)
+    change_on_top(statement, state)  # undone first
     statement.rollback(mark)
     assert_same(before, state.snapshot())
     assert "late" not in state.allocations and "held" in state.allocations

@@ -136,6 +136,17 @@ def allocated(state: ClusterState, allocation: Allocation) -> dict[str, np.ndarr
     return copied.snapshot()
 
 
+def change_on_top(statement: Statement, state: ClusterState) -> None:
+    """A change on a statement over a what-if: one GPU taken ("late") and three nodes
+    cordoned, for a rollback to undo before the what-if."""
+    spare = np.flatnonzero((state.free_whole_gpus > 0) & (state.closed == 0))
+    if spare.size:
+        node = int(spare[0])
+        gpu = int(np.flatnonzero(state.gpu_free_milli[node] == MILLI_PER_GPU)[0])
+        statement.allocate("late", Allocation.of([node], [[gpu]]))
+    statement.set_health(spare[:3], Health.CORDONED)
+
+
 def assert_same(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray]) -> None:
     assert expected.keys() == actual.keys()
     for name in expected:
@@ -161,13 +172,7 @@ def test_a_take_equals_an_allocation_and_rolls_back_bit_for_bit(
     statement.take(allocation, fresh=fresh)
     assert statement.operations[-1].kind is OperationKind.TAKE
     assert_same(expected, state.snapshot())
-    # A change on top of the what-if is undone first.
-    spare = np.flatnonzero((state.free_whole_gpus > 0) & (state.closed == 0))
-    if spare.size:
-        node = int(spare[0])
-        gpu = int(np.flatnonzero(state.gpu_free_milli[node] == MILLI_PER_GPU)[0])
-        statement.allocate("late", Allocation.of([node], [[gpu]]))
-    statement.set_health(spare[:3], Health.CORDONED)
+    change_on_top(statement, state)  # undone first
     statement.rollback(mark)
     assert_same(before, state.snapshot())
     assert "late" not in state.allocations and "reference" not in state.allocations
