@@ -66,19 +66,7 @@ def test_a_share_refreshed_after_a_few_changes_equals_one_found_anew() -> None:
     share = state._share_of(block[state.closed[block] == 0], from_rows=False)
     nodes = share.nodes
     assert change_a_few(state, rng, nodes) > 0
-    refreshed = run_kernels.refresh_runs(
-        share.nodes,
-        nodes,
-        state._changed_at,
-        share.stamp,
-        share.first,
-        share.run_rows,
-        share.run_sums,
-        share.run_cells,
-        share.sums,
-        share.cells,
-        state._kernel_arrays(),
-    )
+    refreshed = share.refresh(nodes, state._changed_at, state._kernel_arrays())
     # One job at most per node, a rack each at most: as many runs read again as racks touched.
     assert 1 <= refreshed <= 5
     fresh = state._share_of(nodes, from_rows=False)
@@ -89,22 +77,7 @@ def test_a_share_refreshed_after_a_few_changes_equals_one_found_anew() -> None:
     # Other nodes (one fewer) are not the share's: nothing is read or changed.
     before = share.sums.copy()
     other = nodes[1:].copy()
-    assert (
-        run_kernels.refresh_runs(
-            share.nodes,
-            other,
-            state._changed_at,
-            -1,
-            share.first,
-            share.run_rows,
-            share.run_sums,
-            share.run_cells,
-            share.sums,
-            share.cells,
-            state._kernel_arrays(),
-        )
-        == -1
-    )
+    assert share.refresh(other, state._changed_at, state._kernel_arrays(), since=-1) == -1
     assert np.array_equal(share.sums, before)
 
 

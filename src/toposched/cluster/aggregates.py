@@ -61,6 +61,31 @@ class _Share:
     cells: NDArray[np.int32]
     """What the nodes add to each of `rows`: its totals and histogram cells (flattened)."""
 
+    def refresh(
+        self,
+        nodes: NDArray[np.int64],
+        changed_at: NDArray[np.int64],
+        arrays: kernels.StateArrays,
+        since: int | None = None,
+    ) -> int:
+        """Bring the share up to date where its nodes changed after change `since` (its own
+        stamp by default; `changed_at`: each node's last change): the runs read again, or -1
+        if `nodes` are not the share's (then nothing is read or changed)."""
+        refreshed: int = run_kernels.refresh_runs(
+            self.nodes,
+            nodes,
+            changed_at,
+            self.stamp if since is None else since,
+            self.first,
+            self.run_rows,
+            self.run_sums,
+            self.run_cells,
+            self.sums,
+            self.cells,
+            arrays,
+        )
+        return refreshed
+
 
 _ONE_MODEL = np.zeros(0, dtype=np.int64)
 """Stands for the nodes' GPU models where the cluster has one (`StateArrays._models`)."""
@@ -278,20 +303,7 @@ class StateArrays:
         for at, share in enumerate(shares):
             if share.nodes.size != nodes.size:
                 continue
-            refreshed = run_kernels.refresh_runs(
-                share.nodes,
-                nodes,
-                self._changed_at,
-                share.stamp,
-                share.first,
-                share.run_rows,
-                share.run_sums,
-                share.run_cells,
-                share.sums,
-                share.cells,
-                self._kernel_arrays(),
-            )
-            if refreshed < 0:
+            if share.refresh(nodes, self._changed_at, self._kernel_arrays()) < 0:
                 continue
             share.stamp = self._changes
             if at:
