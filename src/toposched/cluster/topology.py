@@ -56,6 +56,7 @@ class Topology:
     _child_rows: tuple[IntArray, IntArray] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    _most_nodes: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         n = self.n_nodes
@@ -144,6 +145,15 @@ class Topology:
     def domain_sizes(self, level: int) -> IntArray:
         """Nodes per domain at `level`."""
         return np.diff(self.domain_starts[level])
+
+    def most_nodes(self, level: int) -> int:
+        """The most nodes any domain at `level` holds (0 for a level of no domains)."""
+        most = self._most_nodes.get(level)
+        if most is None:
+            sizes = self.domain_sizes(level)
+            most = int(sizes.max()) if sizes.size else 0
+            self._most_nodes[level] = most
+        return most
 
     def domain_name(self, level: int, domain: int) -> str:
         return self.domain_names[level][domain]

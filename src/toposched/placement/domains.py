@@ -161,7 +161,12 @@ class DomainChoice:
             inside = preferred_capacity[bounds[domain] : bounds[domain + 1]]
             counts[i] = cover_count(inside, self.request.pods)
         fewest = counts == counts.min()
-        if counts.min() == 1 and preferred < self.leaf_level and int(fewest.sum()) > 1:
+        if (
+            counts.min() == 1
+            and preferred < self.leaf_level
+            and int(fewest.sum()) > 1
+            and not self.children_alike(preferred)
+        ):
             # One preferred domain holds the gang: rank by the fewest children one needs.
             fewest &= self._inner_least(level, candidates, preferred_capacity, bounds)
         # The exact planner only when no candidate holds the gang in one preferred domain.
@@ -202,6 +207,19 @@ class DomainChoice:
         np.minimum.at(least, owner, inner)
         tied: NDArray[np.bool_] = least == least.min()
         return tied
+
+    def children_alike(self, level: int) -> bool:
+        """Whether every domain one level inside `level` holds either no pod or exactly one
+        granule of them (pods of whole GPUs; capacities there are whole granules): none has
+        nodes enough for two. Then every domain at `level` that holds a gang needs as many
+        children as any other, the gang's granules, so counting them ranks nothing; a gang of
+        whole-rack slices on racks of one slice's nodes is so."""
+        request = self.request
+        if request.gpus_per_pod == 0 or request.is_fractional:
+            return False
+        inner = level + 1
+        most_pods = self.topology.most_nodes(inner) * int(self.view.pods_per_free.max())
+        return most_pods < 2 * request.granule(inner)
 
     def _inner_cover_counts(self, level: int, domains: IntArray, need: int) -> IntArray:
         """For each of `domains` (at `level`, each holding `need`), the fewest children whose
@@ -258,8 +276,9 @@ class DomainChoice:
         candidates = (capacity >= need).nonzero()[0]
         if candidates.size > 1 and target == preferred and target < self.leaf_level:
             # Preferred domains that hold the gang: those needing the fewest children.
-            inner = self._inner_cover_counts(target, lo + candidates, need)
-            candidates = candidates[inner == inner.min()]
+            if not self.children_alike(target):
+                inner = self._inner_cover_counts(target, lo + candidates, need)
+                candidates = candidates[inner == inner.min()]
             candidates = candidates[self._least_cost(target, lo + candidates)]
         if candidates.size:
             return self.fill(target, lo + self.best(capacity, need, candidates), need)
