@@ -10,7 +10,7 @@ from toposched.bench.fleets import churned
 from toposched.cluster.state import MILLI_PER_GPU, Allocation
 from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
-from toposched.scheduler.core import Scheduler
+from toposched.scheduler.core import Adoptions, Scheduler
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.fleet import NODES_PER_RACK
 from toposched.workloads.frontier import frontier_lab
@@ -54,7 +54,8 @@ def account_of(team: int) -> str:
 
 
 def churned_scheduler(seed: int = 0, unallocated_share: float = 0.3) -> Scheduler:
-    """A scheduler that adopted every job of the churned fleet (`bench.fleets.churned`).
+    """A scheduler that adopted every job of the churned fleet (`bench.fleets.churned`), as
+    a restart adopts the jobs it finds running (`Scheduler.adopt_many`).
 
     Each job asks for its rack (`required: rack`), 4 GPUs per pod, resumable. About
     `unallocated_share` of them run as unallocated work (min runtime 0); the others have a 2 h
@@ -72,6 +73,8 @@ def churned_scheduler(seed: int = 0, unallocated_share: float = 0.3) -> Schedule
     teams = rng.choice(TEAM_WEIGHTS.size, size=len(owners), p=TEAM_WEIGHTS)
     unallocated = rng.random(len(owners)) < unallocated_share
     starts = -rng.uniform(0.0, 4 * HOUR, len(owners))
+    specs: list[JobSpec] = []
+    allocations: list[Allocation] = []
     for index, owner in enumerate(owners):
         nodes = fleet.jobs[owner]
         spec = factory.make(
@@ -84,8 +87,9 @@ def churned_scheduler(seed: int = 0, unallocated_share: float = 0.3) -> Schedule
             resumable=True,
             expected_runtime=8 * HOUR,
         )
-        allocation = Allocation.of(nodes, np.tile(gpus, (nodes.size, 1)))
-        scheduler.adopt(spec, allocation, start_time=float(starts[index]), now=0.0)
+        specs.append(spec)
+        allocations.append(Allocation.of(nodes, np.tile(gpus, (nodes.size, 1))))
+    scheduler.adopt_many(Adoptions(specs, allocations, starts.tolist()), now=0.0)
     return scheduler
 
 
