@@ -307,3 +307,38 @@ def test_pods_of_reads_each_job_s_nodes_through_starts_stops_and_slots_taken_aga
             assert np.diff(starts).tolist() == [len(pods) for pods in expected]
             assert nodes.tolist() == [node for pods in expected for node in pods]
     assert index.pods_of(np.zeros(0, dtype=np.int64))[0].tolist() == [0]
+
+
+def test_many_protections_ending_at_once_are_counted_as_one_at_a_time() -> None:
+    """Hundreds of protections end by one `refresh` (as after a restart): the jobs counted,
+    in the order their protections end, are those a refresh at each end in turn counts, bit
+    for bit; jobs gone, in slots taken again, or being evicted are left out alike."""
+    racks = {
+        "levels": ["rack"],
+        "nodes": [
+            {"name": f"n{i}", "rack": f"r{i // 8}", "gpus": 4, "gpu_model": "X", "cpu": 16}
+            for i in range(64)
+        ],
+    }
+    state = ClusterState(topology_from_dict(racks))
+    rng = np.random.default_rng(3)
+    ends = np.round(rng.uniform(0.0, 100.0, 250), 0).tolist()  # ties: the slot decides
+    since = rng.uniform(-500.0, 0.0, 250).tolist()  # float sums: the order shows
+    at_once, in_turn = PreemptibleIndex(state), PreemptibleIndex(state)
+    for index in (at_once, in_turn):
+        for job in range(250):
+            allocation = Allocation.of([job // 4], [[job % 4]])
+            index.add(f"j{job}", allocation, 1.0, since[job], ends[job], False, "t", 0)
+        for job in range(0, 250, 7):
+            index.remove(f"j{job}")
+        index.add("again", Allocation.of([0], [[0]]), 1.0, -3.5, 200.0, False, "t", 0)
+        index.mark_evicting("j3")
+    for time in sorted(set(ends)):
+        in_turn.refresh(time)
+    at_once.refresh(100.0)
+    assert int(at_once.counted.sum()) == 250 - len(range(0, 250, 7)) - 1
+    for name in AGGREGATES:
+        assert np.array_equal(getattr(at_once, name), getattr(in_turn, name)), name
+    assert not at_once.counted[at_once.slot_of["again"]]
+    at_once.refresh(200.0)
+    assert at_once.counted[at_once.slot_of["again"]]

@@ -169,6 +169,61 @@ def test_the_parts_of_released_jobs_free_what_releasing_them_frees(
         assert np.array_equal(released[name], freed[name]), name
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["whole", "cpu", "shared", "sets"]), st.integers(0, 10**6)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.data(),
+)
+def test_every_job_counted_ahead_reads_as_the_searches_count_it(
+    kinds: list[tuple[str, int]], data: st.DataObject
+) -> None:
+    """What `count_every_job` counts and keeps of every running job (as a restart does) is
+    what a search reading them counts (`count`) and frees (`parts`): the same pairs per job
+    and the same parts of any jobs picked, GPUs in order or not."""
+    topology = nvl72_cluster(1, 2, 2, nodes_per_rack=3, cpu_milli=64_000, memory_mib=262_144)
+    state = ClusterState(topology)
+    level = len(topology.domain_levels) - 1
+    leaf_of_node = topology.node_domain[level].astype(np.int64)
+    ahead, read = (
+        ReleaseOrder(SortedList(), leaf_of_node, topology.n_domains(level)) for _ in range(2)
+    )
+    for index, (kind, seed) in enumerate(kinds):
+        allocation = _fitting(state, kind, np.random.default_rng(seed))
+        if allocation is None:
+            continue
+        key = (float(seed % 5), f"job-{index:02d}")
+        state.allocate(key[1], allocation)
+        for order in (ahead, read):
+            order.releases.add(key)
+            order.add(key, allocation)
+    if not ahead.releases:
+        return
+    ahead.count_every_job()
+    slots = ahead.slots()
+    assert np.array_equal(slots, read.slots())
+    assert ahead.pairs.missing(slots).size == 0
+    read.count(slots)
+    for slot in slots.tolist():
+        pairs = []
+        for order in (ahead, read):
+            first, count = int(order.pairs.start[slot]), int(order.pairs.count[slot])
+            leaves = order.pairs.columns[0][first : first + count].tolist()
+            gpus = order.pairs.columns[1][first : first + count].tolist()
+            pairs.append(sorted(zip(leaves, gpus, strict=True)))
+        assert pairs[0] == pairs[1]
+    chosen = data.draw(st.lists(st.integers(0, slots.size - 1), min_size=1, unique=True))
+    picked = slots[np.array(chosen, dtype=np.int64)]
+    for one, other in zip(ahead.parts(picked), read.parts(picked), strict=True):
+        assert one.nodes.tolist() == other.nodes.tolist()
+        assert one.gpus.tolist() == other.gpus.tolist()
+        fields = ("gpu_milli", "cpu_milli", "memory_mib")
+        assert [getattr(one, f) for f in fields] == [getattr(other, f) for f in fields]
+
+
 def _fitting(state: ClusterState, kind: str, rng: np.random.Generator) -> Allocation | None:
     """An allocation of `kind` on GPUs free in `state` (None if it finds no room)."""
     n_nodes = state.topology.n_nodes

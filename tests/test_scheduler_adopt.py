@@ -157,6 +157,25 @@ def assert_same_index(one: PreemptibleIndex, other: PreemptibleIndex, now: float
                 assert np.array_equal(getattr(one, name), getattr(other, name)), name
 
 
+def test_adopting_at_once_counts_what_the_first_searches_read() -> None:
+    """A restart's adoption counts, once, what the first reservation search and preemption
+    would: where every job holds GPUs, in release order, and every job whose protection has
+    ended (unallocated work, and allocated jobs past their min runtime) as preemptible."""
+    now = 3 * HOUR
+    target = scheduler(cap=False)
+    target.adopt_many(running_jobs(), now)
+    order = target.ledger.release_order
+    assert order.pairs.missing(order.slots()).size == 0
+    index = target.ledger.preemptible
+    ended = {
+        job.job_id: job.unallocated or job.start_time + job.min_runtime <= now
+        for job in target.running.values()
+        if job.start_time is not None
+    }
+    assert len(ended) == len(target.running) and len(set(ended.values())) == 2
+    assert {job_id: bool(index.counted[index.slot_of[job_id]]) for job_id in ended} == ended
+
+
 def test_adopting_a_name_already_live_is_refused() -> None:
     adoptions = running_jobs()[:2]
     target = scheduler()

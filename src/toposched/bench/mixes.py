@@ -10,7 +10,7 @@ from toposched.bench.fleets import churned
 from toposched.cluster.state import MILLI_PER_GPU, Allocation
 from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
-from toposched.scheduler.core import Scheduler
+from toposched.scheduler.core import Adoptions, Scheduler
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.fleet import NODES_PER_RACK
 from toposched.workloads.frontier import frontier_lab
@@ -19,6 +19,7 @@ from toposched.workloads.model import SpecFactory
 __all__ = [
     "PRETRAINING",
     "account_of",
+    "churned_adoptions",
     "churned_scheduler",
     "churned_tree",
     "mixed_pending",
@@ -54,12 +55,21 @@ def account_of(team: int) -> str:
 
 
 def churned_scheduler(seed: int = 0, unallocated_share: float = 0.3) -> Scheduler:
-    """A scheduler that adopted every job of the churned fleet (`bench.fleets.churned`).
+    """A scheduler that adopted every job of the churned fleet (`churned_adoptions`) at 0, as
+    a restart adopts the jobs it finds running (`Scheduler.adopt_many`)."""
+    scheduler, adoptions = churned_adoptions(seed, unallocated_share)
+    scheduler.adopt_many(adoptions, now=0.0)
+    return scheduler
+
+
+def churned_adoptions(seed: int = 0, unallocated_share: float = 0.3) -> tuple[Scheduler, Adoptions]:
+    """Every job of the churned fleet (`bench.fleets.churned`) as found running, and a new
+    scheduler on the fleet emptied of them, for them to be adopted.
 
     Each job asks for its rack (`required: rack`), 4 GPUs per pod, resumable. About
     `unallocated_share` of them run as unallocated work (min runtime 0); the others have a 2 h
-    min runtime and started 0-4 h ago, so about half are past it. Program 2's teams run over
-    their budget (`TEAM_WEIGHTS`). The clock is at 0.
+    min runtime and started 0-4 h before 0, so about half are past it at 0. Program 2's teams
+    run over their budget (`TEAM_WEIGHTS`).
     """
     fleet = churned()
     state = fleet.state
@@ -72,6 +82,8 @@ def churned_scheduler(seed: int = 0, unallocated_share: float = 0.3) -> Schedule
     teams = rng.choice(TEAM_WEIGHTS.size, size=len(owners), p=TEAM_WEIGHTS)
     unallocated = rng.random(len(owners)) < unallocated_share
     starts = -rng.uniform(0.0, 4 * HOUR, len(owners))
+    specs: list[JobSpec] = []
+    allocations: list[Allocation] = []
     for index, owner in enumerate(owners):
         nodes = fleet.jobs[owner]
         spec = factory.make(
@@ -84,9 +96,9 @@ def churned_scheduler(seed: int = 0, unallocated_share: float = 0.3) -> Schedule
             resumable=True,
             expected_runtime=8 * HOUR,
         )
-        allocation = Allocation.of(nodes, np.tile(gpus, (nodes.size, 1)))
-        scheduler.adopt(spec, allocation, start_time=float(starts[index]), now=0.0)
-    return scheduler
+        specs.append(spec)
+        allocations.append(Allocation.of(nodes, np.tile(gpus, (nodes.size, 1))))
+    return scheduler, Adoptions(specs, allocations, starts.tolist())
 
 
 def take_free_racks(scheduler: Scheduler, now: float) -> int:

@@ -1,9 +1,10 @@
-"""Preemption benchmarks on the churned 1,000,080-GPU fleet (`bench.mixes.churned_scheduler`),
-through the scheduler's public path: a job is submitted and `Scheduler.cycle` decides (refusal
-memo, victim search and the evictions' commit included). Every plan is checked: its victims,
-released on a statement, leave room where the job is then placed validly. The fleet built is
-frozen out of the garbage collector's sight first, as `toposched serve` freezes what it
-recovered: a full collection over it (about 0.23 s) would otherwise fall inside the first cycle."""
+"""Preemption benchmarks on the churned 1,000,080-GPU fleet, its jobs adopted as a restart
+adopts them (`bench.mixes.churned_adoptions`; the adoption timed), through the scheduler's
+public path: a job is submitted and `Scheduler.cycle` decides (refusal memo, victim search and
+the evictions' commit included). Every plan is checked: its victims, released on a statement,
+leave room where the job is then placed validly. The fleet built is frozen out of the garbage
+collector's sight first, as `toposched serve` freezes what it recovered: a full collection
+over it (about 0.23 s) would otherwise fall inside the first cycle."""
 
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ from toposched.bench.checks import (
 )
 from toposched.bench.cycle import ReservationClock, gang_spec
 from toposched.bench.harness import Measurement, freeze_built, measure
-from toposched.bench.mixes import PRETRAINING, account_of, churned_scheduler, take_free_racks
+from toposched.bench.mixes import PRETRAINING, account_of, churned_adoptions, take_free_racks
 from toposched.cluster.state import Health
 from toposched.jobs.spec import JobSpec
 from toposched.placement.search import Placement, place
-from toposched.scheduler.core import CycleResult, Scheduler
+from toposched.scheduler.core import Adoptions, CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict
 from toposched.scheduler.jobs import JobState
 
@@ -88,11 +89,13 @@ class PreemptionRounds:
 
 
 def run_preempt_benchmarks(quick: bool = False) -> list[Measurement]:
-    scheduler = churned_scheduler()
+    scheduler, adoptions = churned_adoptions()
+    freeze_built()
+    adoption_s = _adopt(scheduler, adoptions)
     check_gpu_accounts(scheduler.state)
     freeze_built()
     clock = itertools.count(1.0)
-    results = [_frontier_gang(scheduler, float(next(clock)))]
+    results = [_frontier_gang(scheduler, float(next(clock)), adoption_s)]
     now = float(next(clock))
     taken = take_free_racks(scheduler, now)
     setting = (
@@ -105,9 +108,22 @@ def run_preempt_benchmarks(quick: bool = False) -> list[Measurement]:
     return results
 
 
-def _frontier_gang(scheduler: Scheduler, now: float) -> Measurement:
-    """The 200,016-GPU job on the churned fleet, as found: one cycle, timed once (it changes
-    the fleet if it preempts), with what it decided."""
+def _adopt(scheduler: Scheduler, adoptions: Adoptions) -> float:
+    """Adopt the churned fleet's jobs at 0 as a restart does (`Scheduler.adopt_many`, with
+    automatic collection off, as the service recovers); returns the seconds it took."""
+    gc.disable()
+    try:
+        began = time.perf_counter()
+        scheduler.adopt_many(adoptions, now=0.0)
+        return time.perf_counter() - began
+    finally:
+        gc.enable()
+
+
+def _frontier_gang(scheduler: Scheduler, now: float, adoption_s: float) -> Measurement:
+    """The 200,016-GPU job on the churned fleet, as found: the scheduler's first cycle after
+    the adoption (`adoption_s`, reported beside it: it counts what the first searches read),
+    timed once (it changes the fleet if it preempts), with what it decided."""
     spec = pretraining_job()
     job = scheduler.submit(spec, now)
     fits = place(scheduler.state, job.request)
@@ -121,6 +137,7 @@ def _frontier_gang(scheduler: Scheduler, now: float) -> Measurement:
     extra: dict[str, object] = {
         "fits_now": isinstance(fits, Placement),
         "reservation_cpu_ms": reservations.median_ms(),
+        "adoption_s": round(adoption_s, 3),
     }
     if evicted:
         check_victims_free_room(scheduler.state, job.request, evicted)

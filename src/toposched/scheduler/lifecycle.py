@@ -119,7 +119,9 @@ class Lifecycle:
         now: float,
     ) -> None:
         """`adopt` each job in order, with the same result; their allocations are checked and
-        taken together (`allocate_many`), all or none."""
+        taken together (`allocate_many`), all or none. What the first searches would count of
+        the running jobs is counted here (see `ReleaseOrder.count_every_job`): a restart pays
+        for it, not the first decision after it."""
         try:
             for job, allocation in zip(jobs, allocations, strict=True):
                 if job.sets is not None:  # `hold` changes nothing for a job of one pod set
@@ -141,6 +143,11 @@ class Lifecycle:
         # The ledger's records are read by no step above (protection reads usage): filled
         # once, for all of them.
         self.ledger.started_many(jobs)
+        # What the first cycle's searches would read of the jobs adopted, read here, once:
+        # where each holds GPUs per innermost domain in release order (a reservation search's
+        # count), and the protections ended by `now` (the preemptible index's refresh).
+        self.ledger.release_order.count_every_job()
+        self.ledger.preemptible.refresh(now)
 
     def _mark_many_started(
         self, jobs: Sequence[Job], start_times: Sequence[float], now: float

@@ -175,13 +175,9 @@ class ReleaseOrder:
         held = list(map(self.allocations.__getitem__, missing.tolist()))
         nodes = list(map(_NODES, held))
         pods = np.fromiter(map(len, nodes), np.int64, len(nodes))
-        width = _width(held[0])  # of the shape they share
         self._nodes.put(missing, pods, [np.concatenate(nodes)])
         gpus = np.concatenate(list(map(_GPUS, held)))
-        # Pods out of order counted per job: the count before its first pod and after its last.
-        out_of_order = np.concatenate(([0], np.cumsum((gpus != np.arange(width)).any(axis=1))))
-        ends = np.cumsum(pods)
-        self._in_order[missing] = out_of_order[ends] == out_of_order[ends - pods]
+        self._in_order[missing] = _each_in_order(gpus, pods)
 
     def _gpus_in_order(self, pods: int, width: int) -> IntArray:
         """`pods` rows of GPUs 0 to `width` - 1 (a view of rows kept: read, never write)."""
@@ -219,6 +215,39 @@ class ReleaseOrder:
                 np.concatenate([gpus for _, gpus in counts]),
             ],
         )
+
+    def count_every_job(self) -> None:
+        """Bring the order up to date, count every running job's pairs (`count`) and keep the
+        pods of those of one shape (`parts`): all a search reads of them, read here in one
+        pass over their allocations (a restart's tens of thousands adopted), so that the first
+        search finds them as any later one does."""
+        missing = self.pairs.missing(self.slots())
+        if not missing.size:
+            return
+        held = cast(list[Allocation], list(map(self.allocations.__getitem__, missing.tolist())))
+        one_shape = self._shape[missing] >= 0
+        if not one_shape.all():
+            # Of a job of several pod shapes, its largest set (as `count` counts it).
+            held = [
+                allocation if one else allocation.largest
+                for allocation, one in zip(held, one_shape.tolist(), strict=True)
+            ]
+        nodes = list(map(_NODES, held))
+        pods = np.fromiter(map(len, nodes), np.int64, len(nodes))
+        width = np.fromiter(map(_SECOND, map(_GPUS_SHAPE, held)), np.int64, len(nodes))
+        every_node = np.concatenate(nodes)
+        sizes, leaves, slots = leaves_held(
+            self.leaf_of_node[every_node], pods, width, self.n_leaves
+        )
+        self.pairs.put(missing, sizes, [leaves, slots])
+        kept = one_shape & (self._nodes.count[missing] < 0)
+        if not kept.any():
+            return
+        self._nodes.put(missing[kept], pods[kept], [every_node[np.repeat(kept, pods)]])
+        for gpus_per_pod in np.unique(width[kept]).tolist():
+            rows = np.flatnonzero(kept & (width == gpus_per_pod))
+            gpus = np.concatenate([held[row].gpus for row in rows.tolist()])
+            self._in_order[missing[rows]] = _each_in_order(gpus, pods[rows])
 
     def _held(self, slot: int) -> Allocation:
         allocation = self.allocations[slot]
@@ -281,6 +310,17 @@ def _gathered(rows: SlotRows, slots: IntArray) -> IntArray:
     return gathered
 
 
+def _each_in_order(gpus: IntArray, pods: IntArray) -> BoolArray:
+    """Of jobs whose pods' GPUs are the rows of `gpus` (one width), job after job (`pods`
+    each): whether each one's pods all hold GPUs 0, 1, ... in that order."""
+    width = gpus.shape[1]
+    # Pods out of order counted per job: the count before its first pod and after its last.
+    out_of_order = np.concatenate(([0], np.cumsum((gpus != np.arange(width)).any(axis=1))))
+    ends = np.cumsum(pods)
+    in_order: BoolArray = out_of_order[ends] == out_of_order[ends - pods]
+    return in_order
+
+
 def _grown(array: NDArray[_Item], size: int, fill: object) -> NDArray[_Item]:
     """`array` with room for `size` entries, the new ones `fill`."""
     grown: NDArray[_Item] = np.full(size, fill, dtype=array.dtype)
@@ -332,9 +372,3 @@ def count_held_together(
 _LARGEST, _NODES, _GPUS = attrgetter("largest"), attrgetter("nodes"), attrgetter("gpus")
 _GPUS_SHAPE, _SECOND = attrgetter("gpus.shape"), itemgetter(1)
 """Fields of many allocations, read in C."""
-
-
-def _width(allocation: Allocation | None) -> int:
-    """GPUs per pod of a one-shape allocation."""
-    assert allocation is not None
-    return int(allocation.gpus.shape[1])
