@@ -471,19 +471,19 @@ class PreemptibleIndex:
         if not entries:
             return
         serials, allocations = self._serial, self.allocations
-        ended = np.fromiter(
-            (
-                slot
-                for _, slot, serial in entries
-                if serials[slot] == serial and allocations[slot] is not None
-            ),
-            np.int64,
-        )
-        ended = ended[~self.counted[ended] & ~self.evicting[ended]]
-        if ended.size == 1:
-            self._count(int(ended[0]), +1)
-        elif ended.size:
-            self._count_many(ended, +1)
+        counted, evicting = self.counted, self.evicting
+        ended = [
+            slot
+            for _, slot, serial in entries
+            if serials[slot] == serial
+            and allocations[slot] is not None
+            and not counted[slot]
+            and not evicting[slot]
+        ]
+        if len(ended) == 1:
+            self._count(ended[0], +1)
+        elif ended:
+            self._count_many(np.array(ended, dtype=np.int64), +1)
 
     def _take_ended(self, now: float) -> list[tuple[float, int, int]]:
         """Every protection end at or before `now` left in the heap, in the order the heap
