@@ -32,6 +32,7 @@ from typing import Any, Protocol, TypeVar
 from toposched.cluster.errors import ToposchedError
 from toposched.scheduler.collection import TurnCollector
 from toposched.scheduler.core import CycleResult
+from toposched.scheduler.warm_up import load_compiled_loops
 from toposched.service.committer import Commit
 from toposched.service.config import service_clock
 from toposched.service.core import Command, ServiceCore
@@ -204,8 +205,11 @@ class Loop:
         """`start_core`, with automatic collection off (`collection`): recovery builds
         objects by the hundred thousand and frees none, so every collection meanwhile would be
         a wasted pass over all of them. What it built is then frozen out of the collector's
-        sight (`gc.freeze`): no later pass scans it."""
+        sight (`gc.freeze`): no later pass scans it. The compiled loops are loaded before the
+        service says it is ready (`load_compiled_loops`), so that its first decision does
+        not load them."""
         core = self._start_core(self.clock())
+        load_compiled_loops()
         self.collector.freeze()
         return core
 
