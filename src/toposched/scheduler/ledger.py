@@ -4,6 +4,7 @@ the GPUs they hold and those on their way out, and as arrays for preemption deci
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from collections.abc import Sequence
 from itertools import compress
 from operator import attrgetter
@@ -20,6 +21,9 @@ from toposched.scheduler.jobs import Job
 from toposched.scheduler.preemptible import Holdings, PreemptibleIndex
 from toposched.scheduler.release_order import ReleaseOrder
 from toposched.scheduler.takeable import Takeable
+
+RECENT_STARTS = 64
+"""How many jobs' starts `Ledger.recent_starts` keeps."""
 
 IntArray = NDArray[np.int64]
 
@@ -88,6 +92,9 @@ class Ledger:
         self.starts = 0
         """Counts the jobs put in `releases`: while it stays, the release order only loses
         jobs."""
+        self.recent_starts: deque[tuple[float, str]] = deque(maxlen=RECENT_STARTS)
+        """The release keys of the last jobs started one by one (`remember`), oldest first;
+        emptied when many start at once (`started_many`)."""
 
     def running_gpus(self, account: str) -> float:
         """GPUs the account's allocated jobs hold now, without those already on their way out
@@ -219,6 +226,7 @@ class Ledger:
         )
         in_order = _in_time_order(ends, job_ids)
         self.starts += n
+        self.recent_starts.clear()
         self.releases.update(in_order)
         self.release_order.add_many(in_order, [allocations[job_id] for _, job_id in in_order])
         self.protection.update(
@@ -232,6 +240,7 @@ class Ledger:
         self._count_in(job)
         key = release_time(job)
         self.starts += 1
+        self.recent_starts.append(key)
         self.releases.add(key)
         self.release_order.add(key, self.state.allocations[job.job_id])
         if not job.unallocated:

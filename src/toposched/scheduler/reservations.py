@@ -62,17 +62,16 @@ class _Changes:
         )
 
     def ended_since(self, then: _Changes) -> int | None:
-        """How many running jobs ended since `then`, if nothing else changed the state (but
-        the fence's closures): no job started, no allocation was taken, every one given back
-        was a running job's, no health or other closure changed. None otherwise."""
-        ended = then.running - self.running
-        if (self.starts, self.taken, self.availability) != (
-            then.starts,
-            then.taken,
-            then.availability,
-        ) or self.given_back - then.given_back != ended:
+        """How many fewer jobs run than at `then`, if nothing but starts and ends of jobs
+        changed the state since (but the fence's closures): every allocation taken was a
+        job's start, every one given back a running job's end, no health or other closure
+        changed. None otherwise."""
+        started = self.starts - then.starts
+        if self.taken - then.taken != started or self.availability != then.availability:
             return None
-        return ended
+        if self.given_back - then.given_back != then.running + started - self.running:
+            return None
+        return then.running - self.running
 
 
 @dataclass(frozen=True)
@@ -148,31 +147,42 @@ class ReservationSearch:
         return Reservation(job.job_id, max(fit.release, now), int(fit.nodes.size), fit.domain)
 
     def _kept_through_releases(self, last: _LastAnswer | None, changes: _Changes) -> Fit | None:
-        """The last answer, when it still holds: since it was found, nothing but the ends of
-        running jobs changed the cluster state (`_Changes.ended_since`; the same nodes are
-        fenced, as the caller checks), and every job that ended was released before the one
-        it waited for.
+        """The last answer, when it still holds: since it was found, nothing but starts and
+        ends of jobs changed the cluster state (`_Changes.ended_since`; the same nodes are
+        fenced, as the caller checks), every job that ended was released before the one it
+        waited for, and every job started since that still runs is released before it too.
 
         Then the state after the releases up to that job is the one the last search placed the
-        job on (the jobs that ended free what their release did there), so the job fits there
-        as it did; and one release fewer gives the state the last search found too small, the
-        jobs that ended being among those released either way. The same nodes, the same time,
-        the releases up to it fewer by those that ended."""
+        job on (the jobs that ended free what their release did there; a job started since
+        takes what its release there gives back), so the job fits there as it did; and one
+        release fewer gives the state the last search found too small, the jobs that ended
+        and those started being among those released either way. The same nodes, the same
+        time, the releases up to it counted again."""
         if last is None or last.fit is None:
             return None
-        ended = changes.ended_since(last.changes)
-        if ended is None:
+        fewer = changes.ended_since(last.changes)
+        if fewer is None:
             return None
         fit = last.fit
         releases = self.ledger.releases
+        started = changes.starts - last.changes.starts
+        if started:
+            recent = self.ledger.recent_starts
+            if started > len(recent):
+                return None
+            for key in list(recent)[-started:]:
+                if key > fit.last and key in releases:
+                    return None  # runs, and is released after the job waited for
+        # Every job that ended was released before the one waited for: else it would stand
+        # fewer places before it than the change in running jobs says.
         position = releases.bisect_left(fit.last)
         if (
-            position != fit.released - 1 - ended
+            position != fit.released - 1 - fewer
             or position >= len(releases)
             or releases[position] != fit.last
         ):
             return None
-        return dataclasses.replace(fit, released=fit.released - ended)
+        return dataclasses.replace(fit, released=position + 1)
 
     def earliest_fit(self, job: Job, hint: int | None = None) -> Fit | None:
         """Where and after which expected release the job fits, releasing running jobs in the
