@@ -1,6 +1,6 @@
-"""A reservation kept through releases: when nothing but the ends of jobs released before the
-one it waits for changed the cluster since the last search, the last answer is kept, fewer
-releases ahead. Each kept answer is checked by a search (`verify_kept`), and the decisions are
+"""A reservation kept through releases: when nothing but the ends and starts of jobs released
+before the one it waits for changed the cluster since the last search, the last answer is
+kept, the releases ahead counted again. Each kept answer is checked by a search (`verify_kept`), and the decisions are
 those of the runs that check them."""
 
 from __future__ import annotations
