@@ -18,7 +18,7 @@ from job_helpers import four_gpu_gang as spec
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.policy.budget import BudgetTree
-from toposched.scheduler import kept_refusals
+from toposched.scheduler import refusal_room
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.kept_refusals import Keeping
@@ -154,7 +154,7 @@ def test_the_bound_alone_judges_domains_too_large_to_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Every domain too large to count node by node: the bound still keeps the refusal.
-    monkeypatch.setattr(kept_refusals, "NODES_COUNTED", 0)
+    monkeypatch.setattr(refusal_room, "NODES_COUNTED", 0)
     scheduler = sliced(Keeping.VERIFY)
     scheduler.finish("busy-1", 120)
     assert not scheduler.cycle(120).decisions
@@ -220,12 +220,12 @@ def decisions_as_jobs_end(seed: int, keeping: Keeping) -> tuple[list[str], Sched
     return lines, scheduler
 
 
-@pytest.mark.parametrize("counted", [kept_refusals.NODES_COUNTED, 0], ids=["counted", "bound"])
+@pytest.mark.parametrize("counted", [refusal_room.NODES_COUNTED, 0], ids=["counted", "bound"])
 @pytest.mark.parametrize("seed", range(6))
 def test_random_fleets_decide_alike(
     seed: int, counted: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(kept_refusals, "NODES_COUNTED", counted)
+    monkeypatch.setattr(refusal_room, "NODES_COUNTED", counted)
     exact, exact_scheduler = decisions_as_jobs_end(seed, Keeping.EXACT)
     verified, verified_scheduler = decisions_as_jobs_end(seed, Keeping.VERIFY)
     assert exact, "no decisions to compare"
@@ -234,7 +234,7 @@ def test_random_fleets_decide_alike(
 
 
 def test_random_fleets_keep_refusals_through_releases(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kept_refusals, "NODES_COUNTED", 0)
+    monkeypatch.setattr(refusal_room, "NODES_COUNTED", 0)
     kept = 0
     for seed in range(6):
         _, scheduler = decisions_as_jobs_end(seed, Keeping.VERIFY)
@@ -264,7 +264,7 @@ def test_simulations_decide_alike_with_the_bound_alone(
 ) -> None:
     # Every domain too large to count node by node: releases are judged by the proven bounds
     # alone (or searched again), and each refusal they keep is checked by a search.
-    monkeypatch.setattr(kept_refusals, "NODES_COUNTED", 0)
+    monkeypatch.setattr(refusal_room, "NODES_COUNTED", 0)
     exact, _ = simulated(SIMULATIONS[name](), Keeping.EXACT)
     verified, scheduler = simulated(SIMULATIONS[name](), Keeping.VERIFY)
     assert exact, "no decisions to compare"

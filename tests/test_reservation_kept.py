@@ -1,7 +1,7 @@
 """A reservation kept through releases: when nothing but the ends and starts of jobs released
 before the one it waits for changed the cluster since the last search, the last answer is
-kept, the releases ahead counted again. Each kept answer is checked by a search (`verify_kept`), and the decisions are
-those of the runs that check them."""
+kept, the releases ahead counted again. Each kept answer is checked by a search
+(`verify_kept`), and the decisions are those of the runs that check them."""
 
 from __future__ import annotations
 
