@@ -16,6 +16,14 @@ from toposched.scheduler.release_order import ReleaseOrder, count_held
 N_NODES, N_LEAVES = 12, 4
 LEAF_OF_NODE = np.arange(N_NODES, dtype=np.int64) // 3
 
+# Jobs to allocate: of whole GPUs, with CPU and memory, of shared GPUs or of several pod
+# shapes, each drawn from its seed.
+JOB_KINDS = st.lists(
+    st.tuples(st.sampled_from(["whole", "cpu", "shared", "sets"]), st.integers(0, 10**6)),
+    min_size=1,
+    max_size=40,
+)
+
 
 def allocation_of(seed: int) -> Allocation:
     rng = np.random.default_rng(seed)
@@ -114,14 +122,7 @@ def test_the_pairs_of_stopped_jobs_make_room_for_new_ones() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.sampled_from(["whole", "cpu", "shared", "sets"]), st.integers(0, 10**6)),
-        min_size=1,
-        max_size=40,
-    ),
-    st.data(),
-)
+@given(JOB_KINDS, st.data())
 def test_the_parts_of_released_jobs_free_what_releasing_them_frees(
     kinds: list[tuple[str, int]], data: st.DataObject
 ) -> None:
@@ -170,14 +171,7 @@ def test_the_parts_of_released_jobs_free_what_releasing_them_frees(
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.sampled_from(["whole", "cpu", "shared", "sets"]), st.integers(0, 10**6)),
-        min_size=1,
-        max_size=40,
-    ),
-    st.data(),
-)
+@given(JOB_KINDS, st.data())
 def test_every_job_counted_ahead_reads_as_the_searches_count_it(
     kinds: list[tuple[str, int]], data: st.DataObject
 ) -> None:
