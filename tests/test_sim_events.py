@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from toposched.sim.events import Event, EventKind, EventQueue
+from toposched.sim.events import Event, EventKind, EventQueue, Handler
 
 
 def drain(queue: EventQueue) -> list[Event]:
@@ -49,3 +49,43 @@ def test_pop_at_takes_only_the_events_of_that_instant() -> None:
     assert taken == [(EventKind.SUBMISSION, 1), (EventKind.SUBMISSION, 2), (EventKind.SAMPLE, None)]
     assert queue.live == 1 and queue.next_time() == 2.0
     assert queue.pop_at(2.0) is not None and queue.pop_at(2.0) is None and not queue
+
+
+def test_handle_at_hands_each_event_of_the_instant_to_its_kind_in_order() -> None:
+    queue = EventQueue()
+    queue.push_many(EventKind.SUBMISSION, [(1.0, 0), (1.0, 1), (3.0, 2)])
+    queue.push(1.0, EventKind.SAMPLE, None)
+    queue.push(1.0, EventKind.CHECKPOINT, "saved")
+    seen: list[tuple[EventKind, object]] = []
+
+    def submitted(index: int, now: float) -> bool:
+        seen.append((EventKind.SUBMISSION, index))
+        if index == 0:
+            # Pushed at the same instant by a handler, and of an earlier kind: handled next.
+            queue.push(now, EventKind.CANCEL, "withdrawn")
+        return True
+
+    def cancelled(name: str, now: float) -> bool:
+        seen.append((EventKind.CANCEL, name))
+        return False
+
+    def checkpointed(name: str, now: float) -> bool:
+        seen.append((EventKind.CHECKPOINT, name))
+        return False
+
+    handlers: list[Handler | None] = [None] * len(EventKind)
+    handlers[EventKind.SUBMISSION] = submitted
+    handlers[EventKind.CANCEL] = cancelled
+    handlers[EventKind.CHECKPOINT] = checkpointed
+    assert queue.handle_at(0.0, handlers) == (False, False)
+    assert queue.handle_at(1.0, handlers) == (True, True)
+    assert seen == [
+        (EventKind.SUBMISSION, 0),
+        (EventKind.CANCEL, "withdrawn"),
+        (EventKind.SUBMISSION, 1),
+        (EventKind.CHECKPOINT, "saved"),
+    ]
+    assert queue.live == 1 and queue.next_time() == 3.0
+    seen.clear()
+    assert queue.handle_at(3.0, handlers) == (True, False)
+    assert seen == [(EventKind.SUBMISSION, 2)] and queue.live == 0 and not queue

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from enum import IntEnum
 from typing import Any, NamedTuple
 
 from toposched.sim.records import JobRecord
 
-__all__ = ["Event", "EventKind", "EventQueue", "Run"]
+__all__ = ["Event", "EventKind", "EventQueue", "Handler", "Run"]
 
 
 class EventKind(IntEnum):
@@ -54,12 +54,21 @@ class Run(NamedTuple):
 
 _SAMPLE = int(EventKind.SAMPLE)
 
+Handler = Callable[[Any, float], bool]
+"""An event kind's handler: takes the event's payload and the time, returns whether the event
+changed the scheduler's world."""
+
 
 class EventQueue:
-    """Events in the order they are handled: by time, then kind, then push order."""
+    """Events in the order they are handled: by time, then kind, then push order.
+
+    The heap holds plain tuples laid out as `Event` (a named tuple costs a call to make, once
+    per event pushed); `pop` and `pop_at` hand them out as `Event`s, and `handle_at` takes an
+    instant's events without making any.
+    """
 
     def __init__(self) -> None:
-        self.heap: list[Event] = []
+        self.heap: list[tuple[float, int, int, Any]] = []
         self.sequence = 0
         self.live = 0
         """Events other than samples still queued: the run ends when none are left."""
@@ -69,12 +78,12 @@ class EventQueue:
 
     def next_time(self) -> float:
         """The time of the next event; the queue must not be empty."""
-        return self.heap[0].time
+        return self.heap[0][0]
 
     def push(self, when: float, kind: EventKind, payload: Any) -> None:
         self.sequence += 1
         code = int(kind)
-        heapq.heappush(self.heap, Event(when, code, self.sequence, payload))
+        heapq.heappush(self.heap, (when, code, self.sequence, payload))
         if code != _SAMPLE:
             self.live += 1
 
@@ -84,7 +93,7 @@ class EventQueue:
         code = int(kind)
         first = self.sequence + 1
         added = [
-            Event(when, code, sequence, payload)
+            (when, code, sequence, payload)
             for sequence, (when, payload) in enumerate(timed, start=first)
         ]
         self.sequence += len(added)
@@ -94,7 +103,7 @@ class EventQueue:
         heapq.heapify(self.heap)
 
     def pop(self) -> Event:
-        event = heapq.heappop(self.heap)
+        event = Event._make(heapq.heappop(self.heap))
         if event.kind != _SAMPLE:
             self.live -= 1
         return event
@@ -102,9 +111,25 @@ class EventQueue:
     def pop_at(self, now: float) -> Event | None:
         """The next event if it is at `now` (taken from the queue), else None."""
         heap = self.heap
-        if not heap or heap[0].time != now:
+        if not heap or heap[0][0] != now:
             return None
-        event = heapq.heappop(heap)
-        if event.kind != _SAMPLE:
+        return self.pop()
+
+    def handle_at(self, now: float, handlers: Sequence[Handler | None]) -> tuple[bool, bool]:
+        """Take the events at `now` in order, each given to the handler of its kind (indexed
+        by kind; samples have none): events a handler pushes at `now` are taken in their turn.
+        Returns whether any handler returned true, and whether a sample was among them."""
+        heap = self.heap
+        heappop = heapq.heappop
+        changed = sample = False
+        while heap and heap[0][0] == now:
+            _, kind, _, payload = heappop(heap)
+            if kind == _SAMPLE:
+                sample = True
+                continue
+            handler = handlers[kind]
+            assert handler is not None
             self.live -= 1
-        return event
+            if handler(payload, now):
+                changed = True
+        return changed, sample
