@@ -210,12 +210,6 @@ class SimulatedBackend:
             self.ledger.change(record.account, now, demand=-record.gpus)
 
     # --- events ----------------------------------------------------------------------------------
-    def _running_attempt(self, run: Run) -> JobRecord | None:
-        record = run.record
-        if record.state is not RecordState.RUNNING or record.attempt != run.attempt:
-            return None  # the run this event belonged to already ended
-        return record
-
     def on_completion(self, run: Run, now: float) -> bool:
         record, attempt = run
         if record.state is not RecordState.RUNNING or record.attempt != attempt:
@@ -308,7 +302,9 @@ class SimulatedBackend:
 
     def on_protection_end(self, run: Run, now: float) -> bool:
         # A job leaving its min runtime becomes preemptible: worth a cycle only if someone waits.
-        return self._running_attempt(run) is not None and self.pending_jobs > 0
+        record, attempt = run
+        running = record.state is RecordState.RUNNING and record.attempt == attempt
+        return running and self.pending_jobs > 0
 
     def on_checkpoint(self, run: Run, now: float) -> bool:
         """A resumable run saved its work: an eviction now loses only what follows. It opens no
@@ -321,16 +317,19 @@ class SimulatedBackend:
             return False
         self.scheduler.report_checkpoint(name, now)
         self.counts["checkpoints"] += 1
-        self._next_checkpoint(record, run, now)
+        self._checkpoint_after(record, run, now)  # a run with checkpoints: no need to ask
         return False
 
     # --- checkpoints ---------------------------------------------------------------------------
     # A resumable run saves its work every `checkpoint_interval` seconds from its start (what
     # `_interrupted` keeps), and each save is reported to the scheduler, as a backend would.
     def _next_checkpoint(self, record: JobRecord, run: Run, now: float) -> None:
+        if record.job.spec.resumable and record.checkpoint_interval > 0:
+            self._checkpoint_after(record, run, now)
+
+    def _checkpoint_after(self, record: JobRecord, run: Run, now: float) -> None:
+        """The run's first checkpoint after `now`, queued if it comes before the run's end."""
         interval = record.checkpoint_interval
-        if not record.job.spec.resumable or interval <= 0:
-            return
         saved = math.floor((now - record.run_start) / interval)
         following = record.run_start + (saved + 1) * interval
         if following <= now:  # `now` is a checkpoint that rounding put just below its multiple
