@@ -89,3 +89,38 @@ def test_handle_at_hands_each_event_of_the_instant_to_its_kind_in_order() -> Non
     seen.clear()
     assert queue.handle_at(3.0, handlers) == (True, False)
     assert seen == [(EventKind.SUBMISSION, 2)] and queue.live == 0 and not queue
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_handle_at_takes_events_in_the_order_pop_does(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    submissions = [(float(t), i) for i, t in enumerate(rng.integers(0, 9, 50))]
+    failures = [(float(t), i) for i, t in enumerate(rng.integers(0, 9, 20))]
+    queues = EventQueue(), EventQueue()
+    for queue in queues:
+        queue.push_many(EventKind.SUBMISSION, submissions)
+        queue.push_many(EventKind.FAILURE, failures)
+    later = [
+        (float(t), EventKind(int(k)), i) for i, (t, k) in enumerate(rng.integers(0, 9, (60, 2)))
+    ]
+    for queue in queues:
+        for when, kind, payload in later:
+            queue.push(when, kind, payload)
+    by_pop = [(event.time, event.kind, event.payload) for event in drain(queues[0])]
+    by_instant: list[tuple[float, int, object]] = []
+
+    def noting(kind: EventKind) -> Handler:
+        def handler(payload: object, now: float) -> bool:
+            by_instant.append((now, kind, payload))
+            return False
+
+        return handler
+
+    handlers: list[Handler | None] = [noting(kind) for kind in EventKind]
+    handlers[EventKind.SAMPLE] = None
+    instant = queues[1]
+    while instant:
+        now = instant.next_time()
+        instant.handle_at(now, handlers)
+    assert by_instant == [entry for entry in by_pop if entry[1] != EventKind.SAMPLE]
+    assert instant.live == 0
