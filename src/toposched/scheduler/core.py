@@ -208,7 +208,7 @@ class Scheduler:
 
     def _check_account(self, account: str) -> None:
         """InputError unless `account` names a leaf of the budget tree (a team)."""
-        self.tree.require(account, "account")
+        # `is_leaf` refuses an account the tree does not name, as `require` would.
         if not self.tree.is_leaf(account):
             raise InputError("account", account, "jobs charge to a leaf account (a team)")
 
@@ -305,7 +305,7 @@ class Scheduler:
         is requeued (resumable, or restartable by policy) or failed, as the contract says."""
         self.incremental.forget()
         job = self._running(job_id)
-        view = self.ledger.views[job_id]
+        view = self.ledger.view(job)
         self._stop(job, now)
         job.preemptions += 1
         outcome = self.contract.after_preemption(view)
@@ -529,8 +529,10 @@ class Scheduler:
         return job
 
     def _running(self, job_id: str) -> Job:
-        job = self._job(job_id)
-        if job.state is not JobState.RUNNING:
+        # Asked at every end and checkpoint of a run: one lookup, and `_job`'s error if none.
+        job = self.jobs.get(job_id)
+        if job is None or job.state is not JobState.RUNNING:
+            job = self._job(job_id)
             raise InputError("job", job_id, f"is {job.state}, not running")
         return job
 

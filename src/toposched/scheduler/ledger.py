@@ -268,21 +268,23 @@ class Ledger:
     def forget(self, job: Job, jobs: dict[str, Job]) -> None:
         """Take the running `job` out of every record; a preemptor it was leaving for no
         longer waits for it."""
-        assert job.start_time is not None
+        start = job.start_time
+        assert start is not None
+        job_id = job.job_id
         self._takeable.clear()
         self.releases.remove(release_time(job))
-        self.release_order.remove(job.job_id)
-        self.views.pop(job.job_id, None)
-        self.preemptible.remove(job.job_id)
+        self.release_order.remove(job_id)
+        self.views.pop(job_id, None)
+        self.preemptible.remove(job_id)
         if job.unallocated:
-            self.unallocated.discard(job.job_id)
+            self.unallocated.discard(job_id)
         else:
-            self.protection.remove((job.start_time + job.min_runtime, job.job_id))
-        preemptor = self.preemptor_of.pop(job.job_id, None)
+            self.protection.remove((start + job.min_runtime, job_id))
+        preemptor = self.preemptor_of.pop(job_id, None)
         if preemptor is not None:
             nomination = jobs[preemptor].nomination
             if nomination is not None:
-                nomination.victims.discard(job.job_id)
+                nomination.victims.discard(job_id)
         if job.evicting and not job.unallocated and job.gpus > 0:
             account = job.spec.account
             left = self.leaving_gpus[account] - job.gpus
@@ -292,6 +294,12 @@ class Ledger:
                 del self.leaving_gpus[account]
             self.leaving_version += 1
         job.evicting = False
+
+    def view(self, job: Job) -> RunningJob:
+        """The contract's view of the running `job`: the one kept if read before, else made
+        afresh and not kept (a job about to stop: its view would be dropped at once)."""
+        view = self.views.get(job.job_id)
+        return view if view is not None else _view(job, job.gpus)
 
     def mark_leaving(self, job: Job) -> None:
         """The running `job` was told to leave (evicted or moved)."""

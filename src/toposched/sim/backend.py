@@ -48,11 +48,14 @@ class SimulatedBackend:
             allocated = job.spec.min_runtime > 0 and tree.has_budget(job.spec.account)
             self.records[job.name] = JobRecord(
                 job=job,
+                name=job.name,
                 gpus=job.gpus,
                 allocated=allocated,
                 remaining=job.runtime,
                 checkpoint_interval=workload.checkpoint_interval_of(job),
             )
+        self.submitted_records = [self.records[job.name] for job in workload.jobs]
+        """Each job's record by its index in the workload (what a submission event holds)."""
         teams = [leaf for leaf in tree.leaves() if tree.has_budget(leaf)]
         self.team_shares = {team: tree.effective_share(team) for team in teams}
         self.ledger = TeamLedger(
@@ -140,7 +143,7 @@ class SimulatedBackend:
         run = Run(record, record.attempt)
         self.events.push(now + record.remaining * record.run_slowdown, EventKind.COMPLETION, run)
         if not decision.unallocated:
-            job = self.scheduler.jobs.get(record.job.name)
+            job = self.scheduler.jobs.get(record.name)
             protection = job.min_runtime if job is not None else 0.0
             if protection > 0 and protection < record.remaining:
                 self.events.push(now + protection, EventKind.PROTECTION_END, run)
@@ -173,7 +176,7 @@ class SimulatedBackend:
         # Sums of float GPU counts drift by 1e-12; an empty cluster must read exactly 0.
         if self.running_jobs == 0:
             self.running_gpus = self.unallocated_gpus = 0.0
-        self.evicting.discard(record.job.name)
+        self.evicting.discard(record.name)
         return elapsed
 
     def _interrupted(self, record: JobRecord, now: float) -> float:
@@ -189,7 +192,7 @@ class SimulatedBackend:
             record.remaining = record.job.runtime
             lost = elapsed
         record.lost_gpu_seconds += record.run_gpus * lost
-        job = self.scheduler.jobs.get(record.job.name)
+        job = self.scheduler.jobs.get(record.name)
         if job is not None and job.state is JobState.PENDING:
             record.state = RecordState.PENDING
             if record.allocated:
@@ -207,17 +210,11 @@ class SimulatedBackend:
             self.ledger.change(record.account, now, demand=-record.gpus)
 
     # --- events ----------------------------------------------------------------------------------
-    def _running_attempt(self, run: Run) -> JobRecord | None:
-        record = run.record
-        if record.state is not RecordState.RUNNING or record.attempt != run.attempt:
-            return None  # the run this event belonged to already ended
-        return record
-
     def on_completion(self, run: Run, now: float) -> bool:
-        record = self._running_attempt(run)
-        if record is None:
-            return False
-        self.scheduler.finish(record.job.name, now)
+        record, attempt = run
+        if record.state is not RecordState.RUNNING or record.attempt != attempt:
+            return False  # the run ended before: evicted, or its node failed
+        self.scheduler.finish(record.name, now)
         self.scheduler_events += 1
         self.counts["completions"] += 1
         self._stop(record, now)
@@ -226,10 +223,10 @@ class SimulatedBackend:
         return True
 
     def on_grace_end(self, run: Run, now: float) -> bool:
-        record = self._running_attempt(run)
-        if record is None:
-            return False
-        self.scheduler.evicted(record.job.name, now)
+        record, attempt = run
+        if record.state is not RecordState.RUNNING or record.attempt != attempt:
+            return False  # the run ended before (its node failed)
+        self.scheduler.evicted(record.name, now)
         self.scheduler_events += 1
         self.counts["evictions"] += 1
         record.preemptions += 1
@@ -289,7 +286,7 @@ class SimulatedBackend:
 
     def on_submission(self, index: int, now: float) -> bool:
         job = self.workload.jobs[index]
-        record = self.records[job.name]
+        record = self.submitted_records[index]
         self.scheduler.submit(job.spec, now)
         self.scheduler_events += 1
         self.counts["submissions"] += 1
@@ -300,34 +297,39 @@ class SimulatedBackend:
             self.ledger.change(record.account, now, demand=record.gpus)
             self.ledger.waiting(record.account, now, record.gpus, added=True)
         if job.cancel_after is not None:
-            self.events.push(now + job.cancel_after, EventKind.CANCEL, job.name)
+            self.events.push(now + job.cancel_after, EventKind.CANCEL, record.name)
         return True
 
     def on_protection_end(self, run: Run, now: float) -> bool:
         # A job leaving its min runtime becomes preemptible: worth a cycle only if someone waits.
-        return self._running_attempt(run) is not None and self.pending_jobs > 0
+        record, attempt = run
+        running = record.state is RecordState.RUNNING and record.attempt == attempt
+        return running and self.pending_jobs > 0
 
     def on_checkpoint(self, run: Run, now: float) -> bool:
         """A resumable run saved its work: an eviction now loses only what follows. It opens no
         room, so no cycle is due for it."""
-        record = self._running_attempt(run)
-        if record is None:
-            return False
-        name = record.job.name
+        record, attempt = run
+        if record.state is not RecordState.RUNNING or record.attempt != attempt:
+            return False  # the run ended before
+        name = record.name
         if name in self.evicting:
             return False
         self.scheduler.report_checkpoint(name, now)
         self.counts["checkpoints"] += 1
-        self._next_checkpoint(record, run, now)
+        self._checkpoint_after(record, run, now)  # a run with checkpoints: no need to ask
         return False
 
     # --- checkpoints ---------------------------------------------------------------------------
     # A resumable run saves its work every `checkpoint_interval` seconds from its start (what
     # `_interrupted` keeps), and each save is reported to the scheduler, as a backend would.
     def _next_checkpoint(self, record: JobRecord, run: Run, now: float) -> None:
+        if record.job.spec.resumable and record.checkpoint_interval > 0:
+            self._checkpoint_after(record, run, now)
+
+    def _checkpoint_after(self, record: JobRecord, run: Run, now: float) -> None:
+        """The run's first checkpoint after `now`, queued if it comes before the run's end."""
         interval = record.checkpoint_interval
-        if not record.job.spec.resumable or interval <= 0:
-            return
         saved = math.floor((now - record.run_start) / interval)
         following = record.run_start + (saved + 1) * interval
         if following <= now:  # `now` is a checkpoint that rounding put just below its multiple

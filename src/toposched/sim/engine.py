@@ -14,7 +14,7 @@ from toposched.cluster.units import DAY, HOUR
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.collection import TurnCollector
 from toposched.sim.backend import SimulatedBackend
-from toposched.sim.events import EventKind, EventQueue
+from toposched.sim.events import EventKind, EventQueue, Handler
 from toposched.sim.meter import Meter
 from toposched.sim.progress import ProgressBoard, ProgressReading, ProgressSink
 from toposched.sim.protocol import SchedulerFactory, SchedulerLike, toposched_scheduler
@@ -152,10 +152,11 @@ class _Run:
             raise SimulationInterrupted(result)
         return result
 
-    def _handlers(self) -> dict[int, Callable[[Any, float], bool]]:
-        """Each event kind's handler, but samples': it returns whether a cycle is due."""
+    def _handlers(self) -> list[Handler | None]:
+        """Each event kind's handler, indexed by kind, but samples': it returns whether a cycle
+        is due."""
         backend = self.backend
-        return {
+        handlers: dict[EventKind, Handler] = {
             EventKind.COMPLETION: backend.on_completion,
             EventKind.GRACE_END: backend.on_grace_end,
             EventKind.REPAIR: backend.on_repair,
@@ -166,16 +167,14 @@ class _Run:
             EventKind.CHECKPOINT: backend.on_checkpoint,
             EventKind.CYCLE: self._postponed_cycle,
         }
+        return [handlers.get(kind) for kind in EventKind]
 
-    def _loop(
-        self, handlers: dict[int, Callable[[Any, float], bool]], collector: TurnCollector
-    ) -> None:
+    def _loop(self, handlers: list[Handler | None], collector: TurnCollector) -> None:
         events, meter, backend = self.events, self.meter, self.backend
         counts = backend.counts
         between_turns = collector.between_turns
         horizon = self.horizon
-        sample_kind = int(EventKind.SAMPLE)
-        pop_at = events.pop_at
+        handle_at = events.handle_at
         # The rates read last hold until the state, the backend's world or its binds change:
         # an instant of checkpoints alone leaves them as they were.
         state = self.meter.state
@@ -188,15 +187,7 @@ class _Run:
                 if horizon is None and not events.live:
                     break  # only samples are left: the run is over
                 meter.integrate(now)
-                changed = False
-                sample = False
-                while (event := pop_at(now)) is not None:
-                    _, kind, _, payload = event
-                    if kind == sample_kind:
-                        sample = True
-                        continue
-                    if handlers[kind](payload, now):
-                        changed = True
+                changed, sample = handle_at(now, handlers)
                 if changed:
                     self._maybe_cycle(now)
                 counts["batches"] += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from numba import njit
 
 from toposched.cluster.state import ClusterState
 from toposched.cluster.units import MILLI_PER_GPU
@@ -59,10 +60,9 @@ class Meter:
         unavailable = 0.0
         nodes = backend.unhealthy_nodes
         if nodes.size:
-            # Rows taken whole (`np.take`): about half the cost of a fancy index of rows.
-            held = np.take(state.gpu_free_milli, nodes, axis=0)
-            unavailable = int(held.sum(dtype=np.int64)) / MILLI_PER_GPU
-            free_whole += int(np.take(state.free_whole_gpus, nodes).sum(dtype=np.int64))
+            milli, whole = _free_on(nodes, state.gpu_free_milli, state.free_whole_gpus)
+            unavailable = milli / MILLI_PER_GPU
+            free_whole += whole
         spares = backend.scheduler.spares
         if spares is not None:
             # Held spare nodes are idle capacity kept out of service, not work.
@@ -118,3 +118,18 @@ class Meter:
                 unhealthy_gpus=unhealthy_gpus,
             )
         )
+
+
+@njit(cache=True, nogil=True)
+def _free_on(
+    nodes: np.ndarray, gpu_free_milli: np.ndarray, free_whole_gpus: np.ndarray
+) -> tuple[int, int]:
+    """The free milli-GPU and the free whole GPUs of `nodes`, summed in one compiled pass: the
+    down nodes of a frontier run are a few dozen, read after nearly every instant."""
+    milli = 0
+    whole = 0
+    for node in nodes:
+        for gpu in range(gpu_free_milli.shape[1]):
+            milli += gpu_free_milli[node, gpu]
+        whole += free_whole_gpus[node]
+    return milli, whole

@@ -29,6 +29,8 @@ class JobRecord:
     """One job's life in the simulation, from the backend's side."""
 
     job: WorkloadJob
+    name: str
+    """The job's name (`job.name`), read at every event of its runs."""
     gpus: float
     allocated: bool
     """Whether its budget pays for it (min runtime > 0 and its account has a budget)."""
