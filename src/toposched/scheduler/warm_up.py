@@ -31,10 +31,11 @@ _HOUR = 3600.0
 
 
 def load_compiled_loops() -> None:
-    """Run a course of decisions that calls the loops a large fleet's decisions call: jobs
-    adopted at once, a gang of rack slices too large to start or preempt for (its reservation
-    and victim search), a one-rack job evicting unallocated work, a node failure under a
-    running gang, ends of jobs. Nothing of it is kept."""
+    """Run a course of decisions that calls the loops a large fleet's decisions call: a gang
+    of two racks where the room lies scattered (its reservation, and the search for jobs to
+    move), jobs adopted at once, a gang of rack slices too large to start or preempt for (its
+    reservation and victim search), a one-rack job evicting unallocated work, a node failure
+    under a running gang, ends of jobs. Nothing of it is kept."""
     _defragmenting()
     scheduler = Scheduler(ClusterState(nvl72_cluster(_ZONES, _BLOCKS, _RACKS)), _accounts())
     scheduler.adopt_many(_running(scheduler.state), now=0.0)
