@@ -117,10 +117,12 @@ class ReleaseOrder:
         self.ids[slot] = ""
         self.allocations[slot] = None
         self._alive[slot] = False
-        for rows in (self.pairs, self._nodes):
-            rows.drop(slot)
-        self._stopped.append(slot)
-        self._merge_now_and_then()
+        self.pairs.drop(slot)
+        self._nodes.drop(slot)
+        stopped = self._stopped
+        stopped.append(slot)
+        if len(self._started) + len(stopped) > len(self.releases) + _WAITING:
+            self._merge()  # as `_merge_now_and_then`
 
     def _merge_now_and_then(self) -> None:
         """Merge when the starts and stops waiting for it outnumber the running jobs, so that
