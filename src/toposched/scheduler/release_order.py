@@ -119,10 +119,8 @@ class ReleaseOrder:
         self._alive[slot] = False
         self.pairs.drop(slot)
         self._nodes.drop(slot)
-        stopped = self._stopped
-        stopped.append(slot)
-        if len(self._started) + len(stopped) > len(self.releases) + _WAITING:
-            self._merge()  # as `_merge_now_and_then`
+        self._stopped.append(slot)
+        self._merge_now_and_then()
 
     def _merge_now_and_then(self) -> None:
         """Merge when the starts and stops waiting for it outnumber the running jobs, so that
