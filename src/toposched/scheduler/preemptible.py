@@ -182,6 +182,10 @@ class PreemptibleIndex:
         self.unallocated: BoolArray = np.zeros(capacity, dtype=bool)
         self.evicting: BoolArray = np.zeros(capacity, dtype=bool)
         self.counted: BoolArray = np.zeros(capacity, dtype=bool)
+        self._leaves: dict[int, IntArray] = {}
+        """Per slot of a job a checkpoint moved the work of, the innermost domains it touches
+        (`preemptible_kernels.leaves_of`): its next checkpoints move those alone, not its
+        pods' (a gang's nodes share racks), until it stops."""
         # Each job's pods' nodes, copied into one array the first time a search asks for them
         # (`pods_of`): thousands of jobs' nodes are then one gather, not a list of arrays
         # joined. `pod_first`: per slot, where its nodes start there (-1 while not copied);
@@ -415,6 +419,7 @@ class PreemptibleIndex:
         self.allocations[slot] = None
         self.ids[slot] = None
         self.pod_first[slot] = -1
+        self._leaves.pop(slot, None)
         self._free_slots.append(slot)
 
     def mark_evicting(self, job_id: str) -> None:
@@ -444,19 +449,22 @@ class PreemptibleIndex:
         # Counted out and in again, but in one pass (its freeable GPUs stay as they are).
         before = times.item(slot)
         times[slot] = since
-        allocation = self.allocations[slot]
-        assert allocation is not None
+        leaves = self._leaves.get(slot)
+        if leaves is None:
+            allocation = self.allocations[slot]
+            assert allocation is not None
+            leaves = self._leaves[slot] = preemptible_kernels.leaves_of(
+                allocation.nodes, self.leaf_of_node, self._seen
+            )
         gpus = self.gpus.item(slot)
         self.aggregates_version += 1
         preemptible_kernels.move_since(
-            allocation.nodes,
-            self.leaf_of_node,
+            leaves,
             gpus,
             gpus * before,
             gpus * times.item(slot),
             self.leaf_weight,
             self.leaf_weighted_since,
-            self._seen,
         )
 
     def refresh(self, now: float) -> None:
