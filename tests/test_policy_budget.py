@@ -379,3 +379,11 @@ def test_removing_an_inner_account_needs_recursive(tree: BudgetTree) -> None:
     tree.remove_account("research/pretraining", recursive=True)
     assert list(tree) == ["research", "research/eval", "product"]
     assert tree.is_leaf("research") is False and tree.leaves() == ("research/eval", "product")
+
+
+def test_names_leaf_is_is_leaf_without_the_errors() -> None:
+    tree = BudgetTree.from_dict({"accounts": {"research": {"share": 70, "children": {"eval": 40}}}})
+    assert tree.names_leaf("research/eval") and tree.is_leaf("research/eval")
+    assert not tree.names_leaf("research") and not tree.is_leaf("research")
+    assert not tree.names_leaf("research/nowhere")
+    assert not tree.names_leaf(ROOT)

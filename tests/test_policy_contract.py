@@ -442,6 +442,17 @@ def test_a_preempted_nonresumable_job_follows_the_policy(
     assert outcome.reason
 
 
+@pytest.mark.parametrize("policy", ["requeue", "fail"])
+@pytest.mark.parametrize("resumable", [True, False])
+def test_the_preempted_fate_is_after_preemptions_without_the_entry(
+    tree: BudgetTree, policy: Any, resumable: bool
+) -> None:
+    contract = Contract(nonresumable_preempted=policy)
+    job = running(contract, tree, "j", EVAL, resumable=resumable)
+    outcome = contract.after_preemption(job)
+    assert contract.preempted_fate(resumable) == (outcome.fate, outcome.reason)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [

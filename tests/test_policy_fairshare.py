@@ -331,6 +331,26 @@ def test_a_job_id_can_be_queued_once(tree: BudgetTree) -> None:
     assert queue.get("x").account == EVAL
 
 
+def test_a_job_queued_again_keeps_its_place_and_still_needs_a_leaf(tree: BudgetTree) -> None:
+    queue = PendingQueue(tree, UsageTracker())
+    first = job("x", EVAL, priority=1, submit=0)
+    queue.add(first)
+    queue.add(job("y", EVAL, priority=1, submit=5))
+    queue.remove("x")
+    queue.add_again(first)
+    assert [entry.job_id for entry in queue.ordered(HOUR)] == ["x", "y"]
+    with pytest.raises(InputError, match="already in the pending queue"):
+        queue.add_again(first)
+    queue.remove("x")
+    # The tree changed while the job ran: its account is no longer a leaf, or is gone.
+    tree.add_account("research/eval/red-team", 25)
+    with pytest.raises(InputError, match="jobs charge to leaf accounts"):
+        queue.add_again(first)
+    with pytest.raises(InputError, match="names no account"):
+        queue.add_again(job("z", "research/nowhere"))
+    assert [entry.job_id for entry in queue.ordered(HOUR)] == ["y"]
+
+
 class CountingUsage:
     """Usage of 1 GPU-second per account, counting how often it is asked."""
 

@@ -280,6 +280,29 @@ def test_a_checkpoint_moves_the_work_at_stake_as_counting_the_job_out_and_in() -
     assert index.leaf_weighted_since[0] == weighted_since[0] + 50.0
 
 
+def test_a_job_taking_a_slot_again_moves_its_own_leaves_at_a_checkpoint() -> None:
+    """The innermost domains a checkpoint kept for a job go when it stops: the job that takes
+    its slot next, on another rack, moves its own rack's sums."""
+    state = ClusterState(topology_from_dict(CLUSTER))
+    index = PreemptibleIndex(state)
+    first = Allocation.of([0], [[0]])  # rack r0
+    state.allocate("first", first)
+    index.add("first", first, 1.0, 0.0, 0.0, True, "team", 0)
+    index.checkpoint("first", 10.0)
+    assert index.leaf_weighted_since.tolist() == [10.0, 0.0]
+    slot = index.slot_of["first"]
+    index.remove("first")
+    state.release("first")
+    second = Allocation.of([3], [[0]])  # rack r1
+    state.allocate("second", second)
+    index.add("second", second, 1.0, 0.0, 0.0, True, "team", 0)
+    assert index.slot_of["second"] == slot
+    index.checkpoint("second", 20.0)
+    index.checkpoint("second", 30.0)
+    assert index.leaf_weight.tolist() == [0.0, 1.0]
+    assert index.leaf_weighted_since.tolist() == [0.0, 30.0]
+
+
 def test_pods_of_reads_each_job_s_nodes_through_starts_stops_and_slots_taken_again() -> None:
     """Against the jobs' allocations read one by one, while jobs start and stop in random
     order (freed slots taken again, the copied nodes' array dropping stopped jobs' and

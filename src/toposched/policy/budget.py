@@ -386,6 +386,12 @@ class BudgetTree:
         """Whether the account has no children, so jobs can charge to it."""
         return not self._accounts[self.require(path)].children
 
+    def names_leaf(self, path: str) -> bool:
+        """Whether `path` names a leaf account: `is_leaf`, but False rather than an error for
+        a path the tree does not name (one lookup, for a caller with a path already checked)."""
+        account = self._accounts.get(path)
+        return account is not None and path != ROOT and not account.children
+
     def leaves(self) -> tuple[str, ...]:
         """Every leaf account, depth-first."""
         return tuple(path for path in self if not self._accounts[path].children)

@@ -346,6 +346,9 @@ class Contract:
 
     def after_preemption(self, job: RunningJob) -> PreemptionOutcome:
         """What happens to `job` once preempted: resume, restart from scratch, or fail."""
+        fate, reason = self.preempted_fate(job.resumable)
+        if fate is PreemptedFate.FAIL:
+            return PreemptionOutcome(fate, None, reason)
         requeued = QueueEntry(
             job_id=job.job_id,
             account=job.account,
@@ -353,17 +356,22 @@ class Contract:
             submit_time=job.submit_time,
             unallocated=job.min_runtime == 0,
         )
-        if job.resumable:
-            return PreemptionOutcome(
-                PreemptedFate.RESUME, requeued, "resumable: requeued, continues from checkpoint"
-            )
+        return PreemptionOutcome(fate, requeued, reason)
+
+    def preempted_fate(self, resumable: bool) -> tuple[PreemptedFate, str]:
+        """`after_preemption`'s fate and reason, which depend on whether the job can resume
+        alone: for a caller that queues the job again with an entry of its own."""
+        if resumable:
+            return _RESUMED
         if self.nonresumable_preempted == "requeue":
-            return PreemptionOutcome(
-                PreemptedFate.RESTART, requeued, "not resumable: requeued to start from scratch"
-            )
-        return PreemptionOutcome(
-            PreemptedFate.FAIL, None, "not resumable: marked preempted and failed, per policy"
-        )
+            return _RESTARTED
+        return _FAILED
+
+
+_RESUMED = (PreemptedFate.RESUME, "resumable: requeued, continues from checkpoint")
+_RESTARTED = (PreemptedFate.RESTART, "not resumable: requeued to start from scratch")
+_FAILED = (PreemptedFate.FAIL, "not resumable: marked preempted and failed, per policy")
+"""A preempted job's fate and its reason, by `Contract.preempted_fate`."""
 
 
 def _allow(rule: PreemptionRule, reason: str) -> PreemptionVerdict:

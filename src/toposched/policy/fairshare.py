@@ -229,14 +229,24 @@ class PendingQueue:
     def add(self, entry: QueueEntry) -> None:
         """Queue a job; its account must be a leaf of the budget tree."""
         _check_entry(entry)
+        self._add(entry)
+
+    def add_again(self, entry: QueueEntry) -> None:
+        """`add` of a job queued before with the same fields (back from running): they were
+        checked then and are not again, but for its account, which must still be a leaf of
+        the budget tree (the tree may have changed since)."""
+        self._add(entry)
+
+    def _add(self, entry: QueueEntry) -> None:
         if entry.job_id in self._entries:
             raise InputError("job_id", entry.job_id, "is already in the pending queue")
-        self.tree.require(entry.account)
-        if not self.tree.is_leaf(entry.account):
+        tree = self.tree
+        if not tree.names_leaf(entry.account):
+            tree.require(entry.account)
             raise InputError(
                 "account",
                 entry.account,
-                f"has child accounts ({', '.join(self.tree.children(entry.account))}); "
+                f"has child accounts ({', '.join(tree.children(entry.account))}); "
                 "jobs charge to leaf accounts",
             )
         queue = self._accounts.get(entry.account)

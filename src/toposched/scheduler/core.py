@@ -17,6 +17,7 @@ from toposched.jobs.spec import JobSpec
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement
 from toposched.policy.budget import BudgetTree
+from toposched.policy.contract import PreemptedFate
 from toposched.policy.fairshare import PendingQueue
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.decisions import Bind
@@ -292,7 +293,7 @@ class Scheduler:
         again = job.spec.resumable if requeue is None else requeue
         if again:
             job.record(now, "failed; requeued")
-            self._enqueue(job)
+            self.lifecycle.requeue(job)
         else:
             job.state = JobState.FAILED
             job.reason_code = ReasonCode.ENDED
@@ -305,18 +306,18 @@ class Scheduler:
         is requeued (resumable, or restartable by policy) or failed, as the contract says."""
         self.incremental.forget()
         job = self._running(job_id)
-        view = self.ledger.view(job)
         self._stop(job, now)
         job.preemptions += 1
-        outcome = self.contract.after_preemption(view)
-        if outcome.requeued is not None:
-            job.record(now, f"preempted; {outcome.reason}")
-            self._enqueue(job)
+        # Of the contract's answer, the fate and its reason: the job is queued again with
+        # `Lifecycle.requeue`'s entry.
+        fate, reason = self.contract.preempted_fate(job.spec.resumable)
+        job.record(now, f"preempted; {reason}")
+        if fate is not PreemptedFate.FAIL:
+            self.lifecycle.requeue(job)
         else:
             job.state = JobState.FAILED
             job.reason_code = ReasonCode.ENDED
             job.end_time = now
-            job.record(now, f"preempted; {outcome.reason}")
         return job
 
     def report_checkpoint(self, job_id: str, now: float) -> None:

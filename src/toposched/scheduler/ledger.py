@@ -43,11 +43,11 @@ def work_since(job: Job) -> float:
 def release_time(job: Job) -> tuple[float, str]:
     """When a running job is expected to free its GPUs: its expected end, or else its
     min-runtime expiry (from then on the contract lets it be preempted); with its id."""
-    end = job.expected_end
-    if end is None:
-        assert job.start_time is not None
-        end = job.start_time + job.min_runtime
-    return (end, job.job_id)
+    start = job.start_time
+    assert start is not None
+    spec = job.spec
+    runtime = spec.expected_runtime  # `job.expected_end`, its fields read once
+    return (start + runtime if runtime is not None else start + job.min_runtime, spec.name)
 
 
 class Ledger:
@@ -270,13 +270,15 @@ class Ledger:
         longer waits for it."""
         start = job.start_time
         assert start is not None
-        job_id = job.job_id
+        spec = job.spec
+        job_id = spec.name
         self._takeable.clear()
         self.releases.remove(release_time(job))
         self.release_order.remove(job_id)
         self.views.pop(job_id, None)
         self.preemptible.remove(job_id)
-        if job.unallocated:
+        unallocated = job.unallocated
+        if unallocated:
             self.unallocated.discard(job_id)
         else:
             self.protection.remove((start + job.min_runtime, job_id))
@@ -285,21 +287,15 @@ class Ledger:
             nomination = jobs[preemptor].nomination
             if nomination is not None:
                 nomination.victims.discard(job_id)
-        if job.evicting and not job.unallocated and job.gpus > 0:
-            account = job.spec.account
-            left = self.leaving_gpus[account] - job.gpus
+        if job.evicting and not unallocated and (gpus := job.gpus) > 0:
+            account = spec.account
+            left = self.leaving_gpus[account] - gpus
             if left > 1e-9:
                 self.leaving_gpus[account] = left
             else:
                 del self.leaving_gpus[account]
             self.leaving_version += 1
         job.evicting = False
-
-    def view(self, job: Job) -> RunningJob:
-        """The contract's view of the running `job`: the one kept if read before, else made
-        afresh and not kept (a job about to stop: its view would be dropped at once)."""
-        view = self.views.get(job.job_id)
-        return view if view is not None else _view(job, job.gpus)
 
     def mark_leaving(self, job: Job) -> None:
         """The running `job` was told to leave (evicted or moved)."""

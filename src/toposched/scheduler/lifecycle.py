@@ -16,7 +16,7 @@ from toposched.policy.usage import UsageTracker
 from toposched.scheduler.errors import InternalError
 from toposched.scheduler.jobs import Job, JobState, ReasonCode
 from toposched.scheduler.ledger import Ledger
-from toposched.scheduler.queueing import JobQueue
+from toposched.scheduler.queueing import JobQueue, TalliedQueue
 from toposched.scheduler.settings import SchedulerSettings
 from toposched.scheduler.wording import hours
 
@@ -46,22 +46,36 @@ class Lifecycle:
         self._protections_version = -1
 
     def enqueue(self, job: Job) -> None:
-        """Put `job` (new, or back from running) in the pending queue."""
+        """Put the new `job` in the pending queue."""
+        self.queue.add(self._queued(job))
+
+    def requeue(self, job: Job) -> None:
+        """Put `job`, back from running, in the pending queue again. Fair Tree's queue takes
+        its entry without checking its fields again (`PendingQueue.add_again`): they are the
+        ones checked when it was first queued, or a new priority checked when set."""
+        entry = self._queued(job)
+        queue = self.queue
+        if isinstance(queue, TalliedQueue):
+            queue.add_again(entry, job)
+        else:
+            queue.add(entry)
+
+    def _queued(self, job: Job) -> QueueEntry:
+        """The job marked pending, and its entry for the queue."""
         job.state = JobState.PENDING
         job.start_time = None
         job.unhold()
         job.reason = "queued; waiting for the next cycle"
         job.reason_code = ReasonCode.QUEUED
-        self.queue.add(
-            QueueEntry(
-                job_id=job.job_id,
-                # One string per account: a cycle reads every pending job's account, and one
-                # shared string stays in cache where thousands of copies would not.
-                account=sys.intern(job.spec.account),
-                priority=job.spec.priority,
-                submit_time=job.submit_time,
-                unallocated=job.spec.min_runtime == 0,
-            )
+        spec = job.spec
+        return QueueEntry(
+            job_id=job.job_id,
+            # One string per account: a cycle reads every pending job's account, and one
+            # shared string stays in cache where thousands of copies would not.
+            account=sys.intern(spec.account),
+            priority=spec.priority,
+            submit_time=job.submit_time,
+            unallocated=spec.min_runtime == 0,
         )
 
     def start(self, job: Job, placement: Placement, now: float) -> None:

@@ -182,6 +182,10 @@ class PreemptibleIndex:
         self.unallocated: BoolArray = np.zeros(capacity, dtype=bool)
         self.evicting: BoolArray = np.zeros(capacity, dtype=bool)
         self.counted: BoolArray = np.zeros(capacity, dtype=bool)
+        self._leaves: dict[int, IntArray] = {}
+        """Per slot of a job a checkpoint moved the work of, the innermost domains it touches
+        (`preemptible_kernels.leaves_of`): its next checkpoints move those alone, not its
+        pods' (a gang's nodes share racks), until it stops."""
         # Each job's pods' nodes, copied into one array the first time a search asks for them
         # (`pods_of`): thousands of jobs' nodes are then one gather, not a list of arrays
         # joined. `pod_first`: per slot, where its nodes start there (-1 while not copied);
@@ -396,26 +400,26 @@ class PreemptibleIndex:
         assert allocation is not None
         if self.counted[slot]:
             self._count(slot, -1)
-        if allocation.gpus.size == 0:
+        gpus = allocation.gpus
+        if gpus.size and allocation.gpu_milli == MILLI_PER_GPU:  # whole GPUs, the most common
+            preemptible_kernels.set_owner(self.gpu_owner, allocation.nodes, gpus, _NO_OWNER)
+        elif gpus.size == 0:
             for node in set(allocation.nodes.tolist()):
                 holders = self.gpuless_on_node[node]
                 holders.discard(slot)
                 if not holders:
                     del self.gpuless_on_node[node]
-        elif allocation.gpu_milli != MILLI_PER_GPU:
+        else:
             for node in set(allocation.nodes.tolist()):
                 owners = self.shared_on_node[node]
                 owners.discard(slot)
                 if not owners:
                     del self.shared_on_node[node]
             np.subtract.at(self.shared_in_leaf, self.leaf_of_node[allocation.nodes], 1)
-        else:
-            preemptible_kernels.set_owner(
-                self.gpu_owner, allocation.nodes, allocation.gpus, _NO_OWNER
-            )
         self.allocations[slot] = None
         self.ids[slot] = None
         self.pod_first[slot] = -1
+        self._leaves.pop(slot, None)
         self._free_slots.append(slot)
 
     def mark_evicting(self, job_id: str) -> None:
@@ -438,24 +442,30 @@ class PreemptibleIndex:
         """The job's work is now lost only since `since`."""
         self.version += 1
         slot = self.slot_of[job_id]
-        before = float(self.since[slot])
-        self.since[slot] = since
-        if self.counted[slot]:
-            # Counted out and in again, but in one pass (its freeable GPUs stay as they are).
+        times = self.since
+        if not self.counted[slot]:
+            times[slot] = since
+            return
+        # Counted out and in again, but in one pass (its freeable GPUs stay as they are).
+        before = times.item(slot)
+        times[slot] = since
+        leaves = self._leaves.get(slot)
+        if leaves is None:
             allocation = self.allocations[slot]
             assert allocation is not None
-            gpus = float(self.gpus[slot])
-            self.aggregates_version += 1
-            preemptible_kernels.move_since(
-                allocation.nodes,
-                self.leaf_of_node,
-                gpus,
-                gpus * before,
-                gpus * float(self.since[slot]),
-                self.leaf_weight,
-                self.leaf_weighted_since,
-                self._seen,
+            leaves = self._leaves[slot] = preemptible_kernels.leaves_of(
+                allocation.nodes, self.leaf_of_node, self._seen
             )
+        gpus = self.gpus.item(slot)
+        self.aggregates_version += 1
+        preemptible_kernels.move_since(
+            leaves,
+            gpus,
+            gpus * before,
+            gpus * times.item(slot),
+            self.leaf_weight,
+            self.leaf_weighted_since,
+        )
 
     def refresh(self, now: float) -> None:
         """Count the jobs whose protection has ended by `now`, in the order of their ends

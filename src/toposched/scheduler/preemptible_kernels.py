@@ -90,31 +90,42 @@ def count_jobs(
 
 
 @njit(cache=True, nogil=True)
+def leaves_of(nodes: np.ndarray, leaf_of_node: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """The innermost domains of a job's pods on `nodes`, each once, in the order first met.
+    `seen` as `count_job` takes it."""
+    leaves = np.empty(nodes.size, dtype=np.int64)
+    count = 0
+    for i in range(nodes.size):
+        leaf = leaf_of_node[nodes[i]]
+        if not seen[leaf]:
+            seen[leaf] = True
+            leaves[count] = leaf
+            count += 1
+    for i in range(count):
+        seen[leaves[i]] = False
+    return leaves[:count].copy()
+
+
+@njit(cache=True, nogil=True)
 def move_since(
-    nodes: np.ndarray,
-    leaf_of_node: np.ndarray,
+    leaves: np.ndarray,
     weight: float,
     weighted_before: float,
     weighted_after: float,
     leaf_weight: np.ndarray,
     leaf_weighted_since: np.ndarray,
-    seen: np.ndarray,
 ) -> None:
     """A counted job's work at stake now counted from a later time: `count_job` out, then in,
     without its freeable GPUs (whole numbers, which come back exactly). Each innermost domain
-    it touches takes the same float sums those two calls make, so its sums end bit for bit
-    as theirs would: `weight` off and on again, `weighted_before` off, `weighted_after` on.
-    `seen` as `count_job` takes it."""
-    for i in range(nodes.size):
-        leaf = leaf_of_node[nodes[i]]
-        if not seen[leaf]:
-            seen[leaf] = True
-            leaf_weight[leaf] += -weight
-            leaf_weighted_since[leaf] += -weighted_before
-            leaf_weight[leaf] += weight
-            leaf_weighted_since[leaf] += weighted_after
-    for i in range(nodes.size):
-        seen[leaf_of_node[nodes[i]]] = False
+    it touches (`leaves`, each once: `leaves_of`) takes the same float sums those two calls
+    make, so its sums end bit for bit as theirs would: `weight` off and on again,
+    `weighted_before` off, `weighted_after` on."""
+    for i in range(leaves.size):
+        leaf = leaves[i]
+        leaf_weight[leaf] += -weight
+        leaf_weighted_since[leaf] += -weighted_before
+        leaf_weight[leaf] += weight
+        leaf_weighted_since[leaf] += weighted_after
 
 
 @njit(cache=True, nogil=True)

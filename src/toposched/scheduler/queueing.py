@@ -54,6 +54,11 @@ class TalliedQueue:
         self.inner.add(entry)
         self.tally.join(entry, self.jobs[entry.job_id])
 
+    def add_again(self, entry: QueueEntry, job: Job) -> None:
+        """`PendingQueue.add_again` of `job`'s entry."""
+        self.inner.add_again(entry)
+        self.tally.join(entry, job)
+
     def remove(self, job_id: str) -> QueueEntry:
         entry = self.inner.remove(job_id)
         self.tally.leave(self.jobs[job_id])

@@ -117,8 +117,8 @@ class ReleaseOrder:
         self.ids[slot] = ""
         self.allocations[slot] = None
         self._alive[slot] = False
-        for rows in (self.pairs, self._nodes):
-            rows.drop(slot)
+        self.pairs.drop(slot)
+        self._nodes.drop(slot)
         self._stopped.append(slot)
         self._merge_now_and_then()
 

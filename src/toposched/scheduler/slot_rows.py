@@ -40,10 +40,11 @@ class SlotRows:
 
     def drop(self, slot: int) -> None:
         """`slot` has no row any more."""
-        count = int(self.count[slot])
-        if count > 0:
+        counts = self.count
+        count: int = counts.item(slot)
+        if count >= 0:
             self._dropped += count
-        self.count[slot] = -1
+            counts[slot] = -1
 
     def put(self, slots: IntArray, sizes: IntArray, values: list[IntArray]) -> None:
         """Rows for `slots` (none of which has one) of `sizes` entries: each column's entries,

@@ -101,10 +101,16 @@ class PendingTally:
     def join(self, entry: QueueEntry, job: Job) -> None:
         """`job` joined the queue as `entry`."""
         kind = job.kind if job.kind is not None else self.kinds.of(job)
-        key = (kind, entry.account, entry.priority, entry.unallocated)
-        job.tier_key = tier_key(self.kinds, kind, entry)
+        unallocated = entry.unallocated
+        key = (kind, entry.account, entry.priority, unallocated)
+        # A job's kind stays as first read: its tier key, kept from its first join, changes
+        # only with what it declares.
+        kept = job.tier_key
+        if kept is None or kept[1] is not unallocated:
+            job.tier_key = tier_key(self.kinds, kind, entry)
         self._keys[entry.job_id] = key
-        self.counts[key] = self.counts.get(key, 0) + 1
+        counts = self.counts
+        counts[key] = counts.get(key, 0) + 1
         shared = self._shared.get(key)
         if shared is None:
             shared = self._shared[key] = SharedAnswer(self.board)
