@@ -8,12 +8,8 @@ from toposched.cluster.loaders import topology_from_dict
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.cluster.statement import Statement, trial
 from toposched.scheduler import preemptible_kernels
-from toposched.scheduler.preemptible import (
-    Holdings,
-    PreemptibleIndex,
-    domain_nodes,
-    uniform_size,
-)
+from toposched.scheduler.domain_nodes import domain_nodes, uniform_size
+from toposched.scheduler.preemptible import Holdings, PreemptibleIndex
 
 # Two racks of two nodes, 4 GPUs, 16 cores and 64 GiB each: n0, n1 in r0; n2, n3 in r1.
 CLUSTER = {

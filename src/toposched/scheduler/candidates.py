@@ -12,7 +12,8 @@ from numpy.typing import NDArray
 
 from toposched.cluster.state import Allocation, distinct
 from toposched.placement.search import Placement
-from toposched.scheduler.preemptible import PreemptibleIndex, domain_nodes
+from toposched.scheduler.domain_nodes import domain_nodes
+from toposched.scheduler.preemptible import PreemptibleIndex
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]

@@ -11,9 +11,9 @@ from numpy.typing import NDArray
 from toposched.cluster.state import ClusterState
 from toposched.placement.request import GangRequest
 from toposched.scheduler import victim_kernels
+from toposched.scheduler.domain_nodes import domain_nodes
 from toposched.scheduler.jobs import Job
 from toposched.scheduler.ledger import Ledger
-from toposched.scheduler.preemptible import domain_nodes
 from toposched.scheduler.preemption import DOMAINS_EXAMINED, VictimSearch
 
 IntArray = NDArray[np.int64]

@@ -27,55 +27,6 @@ _POPPED_AT_MOST = 64
 """Protection ends `refresh` takes from the heap one at a time; beyond, the rest in one pass."""
 
 
-@dataclass
-class SlotVerdicts:
-    """The contract's answer for each of some slots: allowed, by which rule, and standing."""
-
-    allowed: BoolArray
-    rule: IntArray
-    """Index into `rule_names`, where allowed."""
-    rule_names: list[str]
-    standing: FloatArray
-    limit: FloatArray
-    """Where allowed by the budget rule, the most GPUs one preemption may take from the slot's
-    account in all (what it runs beyond its budget); inf elsewhere."""
-
-    def rows(self, rows: IntArray) -> SlotVerdicts:
-        """The verdicts of some of these slots (`rows` index them), in that order."""
-        return SlotVerdicts(
-            allowed=self.allowed[rows],
-            rule=self.rule[rows],
-            rule_names=self.rule_names,
-            standing=self.standing[rows],
-            limit=self.limit[rows],
-        )
-
-    def rules_of(self, rows: IntArray) -> list[str]:
-        if len(self.rule_names) == 1:
-            return [self.rule_names[0]] * rows.size
-        names: list[str] = np.array(self.rule_names, dtype=object)[self.rule[rows]].tolist()
-        return names
-
-
-def uniform_size(starts: IntArray) -> int:
-    """The nodes every domain of a level has (given its `starts`), or 0 if sizes differ."""
-    sizes = np.diff(starts)
-    return int(sizes[0]) if sizes.size and bool((sizes == sizes[0]).all()) else 0
-
-
-def domain_nodes(starts: IntArray, domains: IntArray, size: int = 0) -> IntArray:
-    """Every node of `domains` (indices into one level's `starts`), domain after domain.
-    `size`: the level's `uniform_size`, when known (fewer steps: racks are alike)."""
-    if size:
-        uniform: IntArray = (starts[domains][:, None] + np.arange(size)).reshape(-1)
-        return uniform
-    first = starts[domains]
-    sizes = starts[domains + 1] - first
-    offsets = (first - (sizes.cumsum() - sizes)).repeat(sizes)
-    nodes: IntArray = np.arange(int(sizes.sum()), dtype=np.int64) + offsets
-    return nodes
-
-
 _ROWS = (
     *("ids", "gpus", "since", "protected_until", "whole", "pods", "cpu_milli", "memory_mib"),
     *("account", "priority", "pair", "unallocated", "evicting", "counted", "pod_first"),

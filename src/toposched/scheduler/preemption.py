@@ -24,9 +24,7 @@ from toposched.scheduler.candidates import (
     LeastLostWork,
     PreemptionPlan,
 )
-from toposched.scheduler.preemptible import (
-    uniform_size,
-)
+from toposched.scheduler.domain_nodes import uniform_size
 from toposched.scheduler.refusals import Refusal, RefusalCode
 from toposched.scheduler.victim_arrays import (
     Nowhere,

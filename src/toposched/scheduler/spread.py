@@ -20,9 +20,10 @@ from toposched.scheduler.candidates import (
     PreemptionPlan,
     VictimList,
 )
-from toposched.scheduler.preemptible import PreemptibleIndex, SlotVerdicts
+from toposched.scheduler.preemptible import PreemptibleIndex
 from toposched.scheduler.preemption import DOMAINS_EXAMINED, SPARE_CHECKS, VictimSearch
 from toposched.scheduler.refusals import Refusal, RefusalCode
+from toposched.scheduler.slot_verdicts import SlotVerdicts
 from toposched.scheduler.victim_arrays import (
     AllowedRoom,
     Nowhere,

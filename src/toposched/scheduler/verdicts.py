@@ -15,7 +15,7 @@ from toposched.policy.fairshare import QueueEntry
 from toposched.policy.ranking import Ranking
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.ledger import Ledger
-from toposched.scheduler.preemptible import SlotVerdicts
+from toposched.scheduler.slot_verdicts import SlotVerdicts
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.scheduler.preemptible import SlotVerdicts
+from toposched.scheduler.slot_verdicts import SlotVerdicts
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
