@@ -30,7 +30,8 @@ from toposched.placement.job_sets import JobSets, JobSetsPlacement, place_job_se
 from toposched.placement.request import simple_request
 from toposched.placement.search import Placement, Unschedulable, place
 from toposched.policy.budget import BudgetTree
-from toposched.scheduler.core import Adoption, Scheduler
+from toposched.scheduler.adoptions import Adoption
+from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.jobs import JobState
 from toposched.service.errors import NeverFits

@@ -14,7 +14,8 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
-from toposched.scheduler.core import Adoption, Scheduler
+from toposched.scheduler.adoptions import Adoption
+from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.preemptible import PreemptibleIndex
 

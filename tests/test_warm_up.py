@@ -21,7 +21,8 @@ from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
-from toposched.scheduler.core import Adoptions, Scheduler
+from toposched.scheduler.adoptions import Adoptions
+from toposched.scheduler.core import Scheduler
 from toposched.scheduler.warm_up import load_compiled_loops, loops_loaded
 
 def spec(name, account, pods, required, min_runtime):

@@ -10,7 +10,8 @@ from toposched.bench.fleets import churned
 from toposched.cluster.state import MILLI_PER_GPU, Allocation
 from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
-from toposched.scheduler.core import Adoptions, Scheduler
+from toposched.scheduler.adoptions import Adoptions
+from toposched.scheduler.core import Scheduler
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.fleet import NODES_PER_RACK
 from toposched.workloads.frontier import frontier_lab

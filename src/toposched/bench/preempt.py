@@ -26,7 +26,8 @@ from toposched.bench.mixes import PRETRAINING, account_of, churned_adoptions, ta
 from toposched.cluster.state import Health
 from toposched.jobs.spec import JobSpec
 from toposched.placement.search import Placement, place
-from toposched.scheduler.core import Adoptions, CycleResult, Scheduler
+from toposched.scheduler.adoptions import Adoptions
+from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict
 from toposched.scheduler.jobs import JobState
 from toposched.scheduler.warm_up import load_compiled_loops, loops_loaded

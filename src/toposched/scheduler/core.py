@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,6 +19,7 @@ from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import PreemptedFate
 from toposched.policy.fairshare import PendingQueue
 from toposched.policy.usage import UsageTracker
+from toposched.scheduler.adoptions import Adoption, Adoptions
 from toposched.scheduler.decisions import Bind
 from toposched.scheduler.defrag import fragmentation
 from toposched.scheduler.evictions import Evictor
@@ -44,41 +44,10 @@ from toposched.scheduler.tally import PendingTally
 from toposched.scheduler.turn import CycleResult, Turn
 from toposched.scheduler.walker import Walker, checked_cycle
 
-__all__ = ["Adoption", "Adoptions", "CycleResult", "Scheduler"]
+__all__ = ["CycleResult", "Scheduler"]
 
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
-
-
-@dataclass(frozen=True)
-class Adoption:
-    """A job found running (after a restart): its spec, what it holds, and since when."""
-
-    spec: JobSpec
-    allocation: Allocation
-    start_time: float
-
-
-@dataclass(frozen=True)
-class Adoptions:
-    """Many jobs found running, as columns (one entry per job in each): a restart's hundred
-    thousand, read from the store without an `Adoption` made for each."""
-
-    specs: Sequence[JobSpec]
-    allocations: Sequence[Allocation]
-    start_times: Sequence[float]
-
-    def __post_init__(self) -> None:
-        if not len(self.specs) == len(self.allocations) == len(self.start_times):
-            raise InputError("adoptions", len(self.specs), "need one allocation and start each")
-
-    @staticmethod
-    def of(adoptions: Sequence[Adoption]) -> Adoptions:
-        return Adoptions(
-            [adoption.spec for adoption in adoptions],
-            [adoption.allocation for adoption in adoptions],
-            [adoption.start_time for adoption in adoptions],
-        )
 
 
 class Scheduler:

@@ -20,7 +20,8 @@ from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState, Health
 from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
-from toposched.scheduler.core import Adoptions, Scheduler
+from toposched.scheduler.adoptions import Adoptions
+from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Evict
 from toposched.scheduler.jobs import JobState
 

@@ -26,7 +26,8 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, ClusterState, Health
 from toposched.cluster.topology import Topology
 from toposched.jobs.spec import JobSpec
-from toposched.scheduler.core import Adoptions, Scheduler
+from toposched.scheduler.adoptions import Adoptions
+from toposched.scheduler.core import Scheduler
 from toposched.scheduler.jobs import Job, JobState, Nomination
 from toposched.service.core import ServiceCore
 from toposched.service.fits import ClusterLimits
