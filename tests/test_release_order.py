@@ -3,6 +3,8 @@ starts and stops, and counts each job's GPU slots per innermost domain as the jo
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -144,12 +146,7 @@ def test_the_parts_of_released_jobs_free_what_releasing_them_frees(
     order = ReleaseOrder(
         releases, topology.node_domain[level].astype(np.int64), topology.n_domains(level)
     )
-    for index, (kind, seed) in enumerate(kinds):
-        allocation = _fitting(state, kind, np.random.default_rng(seed))
-        if allocation is None:
-            continue
-        key = (float(seed % 5), f"job-{index:02d}")
-        state.allocate(key[1], allocation)
+    for key, allocation in _allocated(state, kinds):
         releases.add(key)
         order.add(key, allocation)
     if not releases:
@@ -185,12 +182,7 @@ def test_every_job_counted_ahead_reads_as_the_searches_count_it(
     ahead, read = (
         ReleaseOrder(SortedList(), leaf_of_node, topology.n_domains(level)) for _ in range(2)
     )
-    for index, (kind, seed) in enumerate(kinds):
-        allocation = _fitting(state, kind, np.random.default_rng(seed))
-        if allocation is None:
-            continue
-        key = (float(seed % 5), f"job-{index:02d}")
-        state.allocate(key[1], allocation)
+    for key, allocation in _allocated(state, kinds):
         for order in (ahead, read):
             order.releases.add(key)
             order.add(key, allocation)
@@ -216,6 +208,19 @@ def test_every_job_counted_ahead_reads_as_the_searches_count_it(
         assert one.gpus.tolist() == other.gpus.tolist()
         fields = ("gpu_milli", "cpu_milli", "memory_mib")
         assert [getattr(one, f) for f in fields] == [getattr(other, f) for f in fields]
+
+
+def _allocated(
+    state: ClusterState, kinds: list[tuple[str, int]]
+) -> Iterator[tuple[tuple[float, str], Allocation]]:
+    """Each job of `kinds` that fits, allocated in `state`: its release key and allocation."""
+    for index, (kind, seed) in enumerate(kinds):
+        allocation = _fitting(state, kind, np.random.default_rng(seed))
+        if allocation is None:
+            continue
+        key = (float(seed % 5), f"job-{index:02d}")
+        state.allocate(key[1], allocation)
+        yield key, allocation
 
 
 def _fitting(state: ClusterState, kind: str, rng: np.random.Generator) -> Allocation | None:
