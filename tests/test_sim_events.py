@@ -37,20 +37,6 @@ def test_events_pushed_at_once_come_out_as_pushed_one_by_one(seed: int) -> None:
     assert at_once.live == one_by_one.live == 0
 
 
-def test_pop_at_takes_only_the_events_of_that_instant() -> None:
-    queue = EventQueue()
-    queue.push_many(EventKind.SUBMISSION, [(2.0, 0), (1.0, 1), (1.0, 2)])
-    queue.push(1.0, EventKind.SAMPLE, None)
-    assert queue.pop_at(0.0) is None
-    taken = []
-    while (event := queue.pop_at(1.0)) is not None:
-        taken.append((event.kind, event.payload))
-    # Submissions before the sample at the same instant; ties in push order.
-    assert taken == [(EventKind.SUBMISSION, 1), (EventKind.SUBMISSION, 2), (EventKind.SAMPLE, None)]
-    assert queue.live == 1 and queue.next_time() == 2.0
-    assert queue.pop_at(2.0) is not None and queue.pop_at(2.0) is None and not queue
-
-
 def test_handle_at_hands_each_event_of_the_instant_to_its_kind_in_order() -> None:
     queue = EventQueue()
     queue.push_many(EventKind.SUBMISSION, [(1.0, 0), (1.0, 1), (3.0, 2)])

@@ -67,8 +67,8 @@ class EventQueue:
     two heads. A frontier month queues 108,311 submissions and failures at its start, while
     its heap holds about ten thousand other events in the first days: each pop and push of
     the heap compares a few entries fewer. Entries are plain tuples laid out as `Event` (a
-    named tuple costs a call to make, once per event pushed); `pop` and `pop_at` hand them
-    out as `Event`s, and `handle_at` takes an instant's events without making any.
+    named tuple costs a call to make, once per event pushed); `pop` hands them out as
+    `Event`s, and `handle_at` takes an instant's events without making any.
     """
 
     def __init__(self) -> None:
@@ -126,12 +126,6 @@ class EventQueue:
         if event.kind != _SAMPLE:
             self.live -= 1
         return event
-
-    def pop_at(self, now: float) -> Event | None:
-        """The next event if it is at `now` (taken from the queue), else None."""
-        if not self or self.next_time() != now:
-            return None
-        return self.pop()
 
     def handle_at(self, now: float, handlers: Sequence[Handler | None]) -> tuple[bool, bool]:
         """Take the events at `now` in order, each given to the handler of its kind (indexed
