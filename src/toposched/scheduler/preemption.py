@@ -282,9 +282,37 @@ class VictimSearch:
             placed = place(self.state, request, self.policy)
         if not isinstance(placed, Placement):
             return None, placed
+        return self._plan_placed(preemptor, pool, rows, placed), placed
+
+    def _plan_within_caps(
+        self, preemptor: str, request: GangRequest, pool: CandidatePool, within: IntArray
+    ) -> tuple[PreemptionPlan | None, PlacementResult | None]:
+        """`_plan_from_rows` of the candidates `within` the budget caps, and when it finds no
+        plan, the placement with every candidate gone (what `_explain` reads), found on the
+        same what-if by freeing the others too: the state is the same as freeing them all at
+        once, for the cost of the others alone."""
+        state = self.state
+        everything: PlacementResult | None = None
+        with trial(state) as what_if:
+            free_candidates(what_if, state, pool, within)
+            placed = place(state, request, self.policy)
+            beyond = np.setdiff1d(np.arange(len(pool)), within, assume_unique=True)
+            if not isinstance(placed, Placement):
+                everything = placed
+            if everything is not None and beyond.size:
+                free_candidates(what_if, state, pool, beyond)
+                everything = place(state, request, self.policy)
+        if not isinstance(placed, Placement):
+            return None, everything
+        return self._plan_placed(preemptor, pool, within, placed), None
+
+    def _plan_placed(
+        self, preemptor: str, pool: CandidatePool, rows: IntArray, placed: Placement
+    ) -> PreemptionPlan:
+        """The plan of a gang placed with the candidates of `rows` gone: those of them on its
+        nodes are the victims."""
         victims = pool.take(pool.touching(rows, placed.allocation.nodes))
-        plan = PreemptionPlan(preemptor, tuple(victims), placed, self.impact.key(victims), False)
-        return plan, placed
+        return PreemptionPlan(preemptor, tuple(victims), placed, self.impact.key(victims), False)
 
     def _plan_if_placed(
         self,
@@ -572,8 +600,10 @@ class VictimSearch:
         leaves (required/preferred) may want other domains, so every candidate goes (unless
         those were every candidate), then what is not needed is spared."""
         everyone = pool.capped(np.arange(len(pool)))
-        plan = None
-        if tried < everyone.size:
+        plan, everything = None, None
+        if tried < everyone.size and pool.caps_bind:
+            plan, everything = self._plan_within_caps(preemptor, request, pool, everyone)
+        elif tried < everyone.size:
             plan, placed = self._plan_from_rows(preemptor, request, pool, everyone)
         if plan is not None:
             return self.spare(preemptor, request, plan)
@@ -583,7 +613,7 @@ class VictimSearch:
                 "no victim set found that satisfies the job's topology and leaves every account "
                 "at or above its budget",
             )
-            return refusal, None
+            return refusal, everything
         refusal = Refusal(
             RefusalCode.TOPOLOGY, "no victim set found that satisfies the job's topology"
         )

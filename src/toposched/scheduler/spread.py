@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.state import row_sums, take_rows
+from toposched.cluster.state import take_rows
 from toposched.cluster.statement import trial
 from toposched.placement.capacity import pods_by_free, pods_per_free
 from toposched.placement.request import GangRequest
@@ -514,13 +514,15 @@ class SpreadSearch:
         most_freed = int(np.minimum(taken, cap).sum() + gpus[~capped].sum())
         state = self.state
         usable = self.search.usable(np.arange(state.topology.n_nodes, dtype=np.int64), request)
-        marks = np.zeros(index.ids.shape[0] + 1, dtype=bool)  # the last answers for owner -1
-        marks[allowed] = True
-        held = row_sums(marks[index.gpu_owner]) * usable
         free = state.free_whole_gpus.astype(np.int64) * usable
-        starts = self.leaf_starts[:-1]
-        leaf_free = np.add.reduceat(free, starts)
-        leaf_most = leaf_free + np.add.reduceat(held, starts)
+        leaf_free = np.add.reduceat(free, self.leaf_starts[:-1])
+        # What the allowed jobs hold on usable nodes, pod by pod (each pod holds `whole` GPUs
+        # of its node: checked above), not read from every GPU's owner.
+        pod_starts, pod_nodes = index.pods_of(allowed)
+        held = index.whole[allowed].repeat(np.diff(pod_starts)) * usable[pod_nodes]
+        leaf_of_node = self.search.leaf_of_node
+        leaf_held = np.bincount(leaf_of_node[pod_nodes], held, leaf_free.size).astype(np.int64)
+        leaf_most = leaf_free + leaf_held
         granule = request.granule(self.leaf_level)
         slice_gpus = granule * request.gpus_per_pod
         slices_now, slices_most = leaf_free // slice_gpus, leaf_most // slice_gpus
