@@ -347,6 +347,8 @@ class VictimSearch:
         whole_gpus = not request.is_fractional and request.gpus_per_pod > 0
         if pool.pod_nodes.size == 0:
             return _UNOPENED if whole_gpus else None
+        if whole_gpus and request.pods * request.gpus_per_pod > self.largest_leaf_gpus:
+            return _UNOPENED  # larger than any innermost domain, emptied
         # Per innermost domain a candidate touches: room if every candidate there left (an
         # upper bound to rank domains), the work that loses, and a lower bound of it.
         with_lower = LeastLostWork.is_key_of(self.impact) and whole_gpus
