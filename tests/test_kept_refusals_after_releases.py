@@ -22,7 +22,7 @@ from toposched.scheduler import refusal_room
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.kept_refusals import Keeping
-from toposched.scheduler.preemption import DOMAINS_EXAMINED
+from toposched.scheduler.leaf_victims import DOMAINS_EXAMINED
 from toposched.scheduler.refusals import RefusalCode
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab

@@ -44,8 +44,8 @@ from toposched.policy.ranking import Ranking
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.jobs import JobState
+from toposched.scheduler.leaf_victims import EXACT_VICTIMS
 from toposched.scheduler.preemption import (
-    EXACT_VICTIMS,
     Candidate,
     PreemptionPlan,
     Refusal,

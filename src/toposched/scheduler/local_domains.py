@@ -13,8 +13,9 @@ from toposched.placement.request import GangRequest
 from toposched.scheduler import victim_kernels
 from toposched.scheduler.domain_nodes import domain_nodes
 from toposched.scheduler.jobs import Job
+from toposched.scheduler.leaf_victims import DOMAINS_EXAMINED
 from toposched.scheduler.ledger import Ledger
-from toposched.scheduler.preemption import DOMAINS_EXAMINED, VictimSearch
+from toposched.scheduler.preemption import VictimSearch
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]

@@ -16,7 +16,7 @@ from toposched.cluster.statement import trial
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, PlacementResult, place, place_in_leaf
-from toposched.scheduler import spread_kernels, victim_kernels
+from toposched.scheduler import spread_kernels
 from toposched.scheduler.candidates import (
     Candidate,
     CandidatePool,
@@ -25,19 +25,16 @@ from toposched.scheduler.candidates import (
     PreemptionPlan,
 )
 from toposched.scheduler.domain_nodes import uniform_size
+from toposched.scheduler.leaf_victims import UNOPENED, LeafVictims
 from toposched.scheduler.refusals import Refusal, RefusalCode
 from toposched.scheduler.victim_arrays import (
     Nowhere,
-    all_subsets,
     cheapest_required_domain,
-    subset_sums,
     touching_victims,
 )
 from toposched.scheduler.victim_release import free_candidates
 
 __all__ = [
-    "DOMAINS_EXAMINED",
-    "EXACT_VICTIMS",
     "SPARE_CHECKS",
     "Candidate",
     "CandidatePool",
@@ -52,10 +49,6 @@ __all__ = [
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
 
-#: Up to this many candidate victims in one domain, every subset is tried (optimal choice).
-EXACT_VICTIMS = 12
-#: Candidate domains examined exactly per decision, cheapest first by an upper bound.
-DOMAINS_EXAMINED = 16
 #: Multi-domain victim sets up to this size are pruned victim by victim.
 SPARE_CHECKS = 16
 
@@ -66,16 +59,6 @@ class _Proven:
 
 
 _PROVEN = _Proven()
-
-
-class _Unopened:
-    """`_one_domain`'s word that no innermost domain could hold the gang even with every
-    candidate in it gone (counted in whole GPUs, an upper bound of what the placement engine
-    finds): with the gang not fitting as things are, no victim set lets a gang bound to one
-    innermost domain run."""
-
-
-_UNOPENED = _Unopened()
 
 
 class VictimSearch:
@@ -112,6 +95,7 @@ class VictimSearch:
         self.largest_leaf_gpus = int(
             np.add.reduceat(topology.gpu_count.astype(np.int64), self.leaf_starts[:-1]).max()
         )
+        self.leaves = LeafVictims(self)
 
     def plan(
         self,
@@ -140,10 +124,10 @@ class VictimSearch:
                 as_is = place(self.state, request, self.policy, exact_reasons=False)
                 if isinstance(as_is, Placement):
                     return PreemptionPlan(preemptor, (), as_is, self.impact.key([]), True)
-            local = self._one_domain(preemptor, request, pool)
+            local = self.leaves.best(preemptor, request, pool)
             if isinstance(local, PreemptionPlan):
                 return local
-            unopened = local is _UNOPENED
+            unopened = local is UNOPENED
         else:
             unopened = False
         spread = self._many_domains(preemptor, request, pool, unopened)
@@ -155,7 +139,7 @@ class VictimSearch:
         if pool.caps_bind and not self.is_one_domain(request):
             # Within budget caps, evicting whole domains may take too much from one account:
             # a set chosen exactly to open one innermost domain may stay within them.
-            local = self._one_domain(preemptor, request, pool, confined=False)
+            local = self.leaves.best(preemptor, request, pool, confined=False)
             if isinstance(local, PreemptionPlan):
                 return self.spare(preemptor, request, local)
         return self._explain(request, pool, fallback, everything)
@@ -224,7 +208,7 @@ class VictimSearch:
         )
 
     # --- shared ---------------------------------------------------------------------------------
-    def _pods_fit(self, free: IntArray, request: GangRequest) -> IntArray:
+    def pods_fit(self, free: IntArray, request: GangRequest) -> IntArray:
         """Pods each node could hold with `free` whole GPUs (GPU count only)."""
         if request.gpus_per_pod == 0:
             return free * 0 + request.pods
@@ -238,7 +222,7 @@ class VictimSearch:
             usable &= np.isin(self.state.topology.gpu_model[nodes], request.allowed_models)
         return usable
 
-    def _verify(
+    def verify(
         self,
         preemptor: str,
         request: GangRequest,
@@ -334,146 +318,6 @@ class VictimSearch:
                 victims = [victims[i] for i in touching.tolist()]
         return PreemptionPlan(preemptor, tuple(victims), placed, self.impact.key(victims), exact)
 
-    # --- one innermost domain ------------------------------------------------------------------
-    def _one_domain(
-        self, preemptor: str, request: GangRequest, pool: CandidatePool, confined: bool = True
-    ) -> PreemptionPlan | _Unopened | None:
-        """Only the innermost domains some candidate touches are looked at: a domain without
-        candidates cannot gain room. `confined`: the gang must stay in the domain opened for it
-        (else the placement search may place it anywhere once the victims left). `_UNOPENED`
-        when no such domain could hold a gang of whole-GPU pods with all its candidates gone;
-        None when none was found otherwise."""
-        state, topology = self.state, self.state.topology
-        whole_gpus = not request.is_fractional and request.gpus_per_pod > 0
-        if pool.pod_nodes.size == 0:
-            return _UNOPENED if whole_gpus else None
-        if whole_gpus and request.pods * request.gpus_per_pod > self.largest_leaf_gpus:
-            return _UNOPENED  # larger than any innermost domain, emptied
-        # Per innermost domain a candidate touches: room if every candidate there left (an
-        # upper bound to rank domains), the work that loses, and a lower bound of it.
-        with_lower = LeastLostWork.is_key_of(self.impact) and whole_gpus
-        if request.gpus_per_pod == 0:
-            per_gpu, per_pod, per_node = 0, 1, request.pods
-        elif request.is_fractional:
-            per_gpu, per_pod, per_node = MILLI_PER_GPU // request.gpu_milli, 1, 0
-        else:
-            per_gpu, per_pod, per_node = 1, request.gpus_per_pod, 0
-        leaves, room, bound, lower_bounds, pair_leaf, pair_owner = victim_kernels.domains_opened_by(
-            pool.pod_starts,
-            pool.pod_nodes,
-            pool.whole,
-            pool.lost,
-            self.leaf_of_node,
-            self.leaf_starts,
-            state.free_whole_gpus,
-            topology.gpu_count,
-            state.closed,
-            topology.gpu_model,
-            request.model_allowed(topology),
-            per_gpu,
-            per_pod,
-            per_node,
-            request.pods * request.gpus_per_pod,
-            with_lower,
-        )
-        qualifying = (room >= request.pods).nonzero()[0]
-        if qualifying.size == 0:
-            return _UNOPENED if whole_gpus else None
-        lower = lower_bounds if with_lower else None
-        order = qualifying[bound[qualifying].argsort(kind="stable")][:DOMAINS_EXAMINED]
-        best: PreemptionPlan | None = None
-        for position in order.tolist():
-            if best is not None and lower is not None:
-                # Least lost work first: a domain whose every victim set loses more than the
-                # best found cannot win (a small tolerance keeps float ties examined).
-                if lower[position] > best.impact[0] * (1 + 1e-9) + 1e-9:
-                    continue
-            members = pair_owner[pair_leaf == position]
-            chosen = self._choose_in_leaf(int(leaves[position]), request, pool, members)
-            if chosen is None:
-                continue
-            victims, exact = chosen
-            if best is not None and self.impact.key(victims) >= best.impact:
-                continue
-            leaf = int(leaves[position]) if confined else None
-            plan = self._verify(preemptor, request, victims, exact and confined, leaf)
-            if plan is not None and (best is None or plan.impact < best.impact):
-                best = plan
-        return best
-
-    def _choose_in_leaf(
-        self, leaf: int, request: GangRequest, pool: CandidatePool, members: IntArray
-    ) -> tuple[list[Candidate], bool] | None:
-        """The least-impact subset of the `members` rows of `pool` that gives the leaf room."""
-        state, topology = self.state, self.state.topology
-        first, last = topology.domain_range(self.leaf_level, leaf)
-        healthy = self.usable(np.arange(first, last), request)
-        free = state.free_whole_gpus[first:last].astype(np.int64)
-        cap = topology.gpu_count[first:last].astype(np.int64)
-        # freed[v, n]: whole GPUs victim v frees on node n of this leaf. Built in Python: a
-        # leaf holds a few candidates of a few pods each, fewer items than numpy calls.
-        count = members.size
-        freed_rows = [[0] * (last - first) for _ in range(count)]
-        pod_starts, pod_nodes = pool.pod_starts, pool.pod_nodes
-        for row, member in enumerate(members.tolist()):
-            gpus = int(pool.whole[member])
-            freed_row = freed_rows[row]
-            for node in pod_nodes[pod_starts[member] : pod_starts[member + 1]].tolist():
-                if first <= node < last:
-                    freed_row[node - first] += gpus
-        freed = np.array(freed_rows, dtype=np.int64).reshape(count, last - first)
-
-        def room_with(gained: NDArray[np.int64]) -> IntArray:
-            """Pods the leaf holds with `gained` whole GPUs freed per node (one row each)."""
-            after = np.minimum(free[None, :] + gained, cap[None, :])
-            fits: IntArray = (self._pods_fit(after, request) * healthy[None, :]).sum(axis=1)
-            return fits
-
-        def room(selection: NDArray[np.int64]) -> IntArray:
-            return room_with(selection @ freed)
-
-        if count <= EXACT_VICTIMS:
-            subsets = all_subsets(count)
-            feasible = (
-                (room_with(subset_sums(freed)) >= request.pods) & pool.within_caps(subsets, members)
-            ).nonzero()[0]
-            if feasible.size == 0:
-                return None
-            if LeastLostWork.is_key_of(self.impact):
-                # The default key is a sum per victim: rank every subset with one matrix product.
-                per_victim = np.array(
-                    [pool.lost[members], np.ones(count), pool.standing[members]]
-                ).T
-                totals = subsets[feasible] @ per_victim
-                winner = feasible[np.lexsort((totals[:, 2], totals[:, 1], totals[:, 0]))[0]]
-            else:
-                keys = [
-                    self.impact.key(pool.take(members[np.flatnonzero(subsets[s])]))
-                    for s in feasible
-                ]
-                winner = feasible[min(range(len(keys)), key=keys.__getitem__)]
-            return pool.take(members[subsets[winner].nonzero()[0]]), True
-        victims = pool.take(members)
-        order = sorted(range(count), key=lambda i: self.impact.key([victims[i]]))
-        selection = np.zeros((1, count), dtype=np.int64)
-        for index in order:
-            selection[0, index] = 1
-            if not pool.within_caps(selection, members)[0]:
-                # Its account would fall below its budget with the victims taken so far.
-                selection[0, index] = 0
-                continue
-            if room(selection)[0] >= request.pods:
-                break
-        else:
-            return None
-        # Spare the costliest victims that are not needed, so that none can be spared.
-        for index in reversed(order):
-            if selection[0, index]:
-                selection[0, index] = 0
-                if room(selection)[0] < request.pods:
-                    selection[0, index] = 1
-        return [victims[i] for i in np.flatnonzero(selection[0])], False
-
     # --- many domains --------------------------------------------------------------------------
     def _room_now_and_after(
         self, request: GangRequest, pool: CandidatePool, pod_owner: IntArray
@@ -486,15 +330,15 @@ class VictimSearch:
             starts = self.leaf_starts
             usable = (state.closed == 0).astype(np.int64)
             free = state.free_whole_gpus.astype(np.int64)
-            room_now = np.add.reduceat(self._pods_fit(free, request) * usable, starts[:-1])
+            room_now = np.add.reduceat(self.pods_fit(free, request) * usable, starts[:-1])
             np.add.at(free, pool.pod_nodes, pool.whole[pod_owner])
             potential = np.minimum(free, topology.gpu_count) * usable
-            return room_now, np.add.reduceat(self._pods_fit(potential, request), starts[:-1])
+            return room_now, np.add.reduceat(self.pods_fit(potential, request), starts[:-1])
         # Now: from each domain's count of healthy nodes by free whole GPUs. With the
         # candidates gone: that plus the change on the nodes they hold, not a pass over every
         # node of the cluster.
         nodes_by_free = state.free_hist[self.leaf_level].sum(axis=1, dtype=np.int64)
-        fit_by_free = self._pods_fit(np.arange(nodes_by_free.shape[1], dtype=np.int64), request)
+        fit_by_free = self.pods_fit(np.arange(nodes_by_free.shape[1], dtype=np.int64), request)
         now_room: IntArray = nodes_by_free @ fit_by_free
         if request.is_fractional:
             pods_per_gpu, gpus_per_pod = MILLI_PER_GPU // request.gpu_milli, 1
@@ -523,7 +367,7 @@ class VictimSearch:
     ) -> PreemptionPlan | tuple[Refusal, PlacementResult | _Proven | None]:
         """A plan, or why none was found with the placement tried with every candidate gone
         (None when not tried, `_PROVEN` when the aggregates prove it fails). `unopened`: the
-        gang is bound to one innermost domain and `_one_domain` found that none can hold it."""
+        gang is bound to one innermost domain and `LeafVictims.best` found that none can hold it."""
         topology = self.state.topology
         pod_owner = pool.pod_owner
         now_room, room = self._room_now_and_after(request, pool, pod_owner)
@@ -628,7 +472,7 @@ class VictimSearch:
         spare_candidates = [] if len(plan.victims) > SPARE_CHECKS else list(plan.victims)
         for victim in sorted(spare_candidates, key=lambda v: self.impact.key([v]), reverse=True):
             trial = [v for v in plan.victims if v.job_id != victim.job_id]
-            smaller = self._verify(preemptor, request, trial, exact=False) if trial else None
+            smaller = self.verify(preemptor, request, trial, exact=False) if trial else None
             if smaller is not None:
                 plan = smaller
         return plan

@@ -20,8 +20,9 @@ from toposched.scheduler.candidates import (
     PreemptionPlan,
     VictimList,
 )
+from toposched.scheduler.leaf_victims import DOMAINS_EXAMINED
 from toposched.scheduler.preemptible import PreemptibleIndex
-from toposched.scheduler.preemption import DOMAINS_EXAMINED, SPARE_CHECKS, VictimSearch
+from toposched.scheduler.preemption import SPARE_CHECKS, VictimSearch
 from toposched.scheduler.refusals import Refusal, RefusalCode
 from toposched.scheduler.slot_verdicts import SlotVerdicts
 from toposched.scheduler.victim_arrays import (
