@@ -166,7 +166,7 @@ def test_the_bound_alone_judges_domains_too_large_to_count(
 # --- random fleets: the same decisions --------------------------------------------------------
 
 
-def random_fleet(seed: int, keeping: Keeping) -> tuple[Scheduler, list[str]]:
+def random_fleet(seed: int, keeping: Keeping, **settings: Any) -> tuple[Scheduler, list[str]]:
     """2 zones x 2 blocks x 3 racks x 3 nodes x 4 GPUs, two teams; every node holds a
     one-node job of a random team, priority and start (some protected for hours, some past
     it); pending, gangs of whole racks' slices required in a zone or a block, and one-rack
@@ -174,7 +174,7 @@ def random_fleet(seed: int, keeping: Keeping) -> tuple[Scheduler, list[str]]:
     rng = np.random.default_rng(seed)
     state = ClusterState(nvl72_cluster(2, 2, 3, nodes_per_rack=3))
     tree = BudgetTree.from_dict({"accounts": {"a": 60, "b": 40}})
-    scheduler = Scheduler(state, tree, reserve_min_gpus=1024, incremental=False)
+    scheduler = Scheduler(state, tree, reserve_min_gpus=1024, incremental=False, **settings)
     scheduler.preemptor.kept.keeping = keeping
     running = []
     for node in range(state.topology.n_nodes):
@@ -201,13 +201,17 @@ def random_fleet(seed: int, keeping: Keeping) -> tuple[Scheduler, list[str]]:
     return scheduler, order
 
 
-def decisions_as_jobs_end(seed: int, keeping: Keeping) -> tuple[list[str], Scheduler]:
+def decisions_as_jobs_end(
+    seed: int, keeping: Keeping, arrivals: float = 0.0
+) -> tuple[list[str], Scheduler]:
     """Every decision of cycles after one running job ends at a time (evicted jobs reported
-    gone at once), as lines."""
+    gone at once), as lines. `arrivals`: after each end, the chance that a one-node job of a
+    random team is submitted (its start raises its team's load again)."""
     scheduler, order = random_fleet(seed, keeping)
+    rng = np.random.default_rng(seed + 200)
     lines: list[str] = []
     now = 60.0
-    for name in order[:20]:
+    for step, name in enumerate(order[:20]):
         result = scheduler.cycle(now)
         for decision in result.decisions:
             lines.append(f"{now} {type(decision).__name__} {decision.job_id}")
@@ -217,6 +221,10 @@ def decisions_as_jobs_end(seed: int, keeping: Keeping) -> tuple[list[str], Sched
                 scheduler.evicted(decision.job_id, now)
         if name in scheduler.running:
             scheduler.finish(name, now)
+        if rng.random() < arrivals:
+            team = "a" if rng.random() < 0.5 else "b"
+            priority = int(rng.integers(0, 3))
+            scheduler.submit(spec(f"new-{step}", team, priority=priority, min_runtime="2h"), now)
     return lines, scheduler
 
 
@@ -231,6 +239,18 @@ def test_random_fleets_decide_alike(
     assert exact, "no decisions to compare"
     assert verified == exact
     assert searches(verified_scheduler) <= searches(exact_scheduler)
+
+
+@pytest.mark.parametrize("seed", [22, *range(6)])
+def test_random_fleets_decide_alike_as_loads_fall_and_rise(seed: int) -> None:
+    # Jobs end and new ones start: an account's load falls and rises again. A release or a
+    # protection end judged while its limit was low is weighed again once it rises (seed 22:
+    # a rack's jobs judged out of reach, then takeable under a limit still below the one the
+    # refusal was found with).
+    exact, _ = decisions_as_jobs_end(seed, Keeping.EXACT, arrivals=0.7)
+    verified, _ = decisions_as_jobs_end(seed, Keeping.VERIFY, arrivals=0.7)
+    assert exact, "no decisions to compare"
+    assert verified == exact
 
 
 def test_random_fleets_keep_refusals_through_releases(monkeypatch: pytest.MonkeyPatch) -> None:

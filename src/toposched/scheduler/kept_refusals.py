@@ -85,6 +85,10 @@ class KeptRefusals:
       nodes), or any other change of the cluster state (health, spares, jobs started
       outside a cycle).
 
+    Releases and protection ends are judged under the budget limits of the time they are
+    looked at: the limits kept with the refusal then become the lesser of theirs and those,
+    so that loads moving back up later are weighed against what was judged.
+
     A contract that replaces the built-in rules keeps refusals only while nothing changed.
     """
 
@@ -235,15 +239,24 @@ class KeptRefusals:
         if kept.leaves is not None and kept.leaves != ranking.leaves:
             return False
         # Unallocated work only: no protection or load enters what it may take.
+        judged = False
         if not kept.only_unallocated:
             if kept.leaves is None and not self._loads_allow_no_more(kept, entry.account):
                 return False
-            self._note_protection_ends(kept, entry, ranking, now)
+            judged = self._note_protection_ends(kept, entry, ranking, now)
             kept.checked_until = now
         if kept.released:
             if not self._room.releases_leave_no_room(kept, entry, self._refreshed):
                 return False
             kept.released.clear()
+            judged = True
+        if judged and kept.limits.size:
+            # Jobs and nodes were judged under today's limits: the refusal holds under limits
+            # no larger than these, which later loads are compared with (an account beyond
+            # either array's end has none: -inf).
+            limits = self._limits.limits(entry.account)
+            size = min(kept.limits.size, limits.size)
+            kept.limits = np.minimum(kept.limits[:size], limits[:size])
         return True
 
     def _note_opened(self, kept: KeptRefusal, fence: Fence) -> None:
@@ -298,16 +311,16 @@ class KeptRefusals:
 
     def _note_protection_ends(
         self, kept: KeptRefusal, entry: QueueEntry, ranking: Ranking, now: float
-    ) -> None:
+    ) -> bool:
         """The running jobs whose protection ended since the last check that the contract
         lets `entry` take: room may have grown where they run, as where jobs ended, so their
-        nodes are noted as released."""
+        nodes are noted as released. Returns whether any such job was judged."""
         ledger = self.ledger
         protection = ledger.protection
         first = protection.bisect_right((kept.checked_until, LAST_ID))
         last = protection.bisect_right((now, LAST_ID))
         if first >= last:
-            return
+            return False
         index = ledger.preemptible
         taken = []
         for _, job_id in protection.islice(first, last):
@@ -321,6 +334,7 @@ class KeptRefusals:
                 taken.append(allocation.nodes)
         if taken:
             kept.note_released(np.concatenate(taken))
+        return True
 
     @staticmethod
     def _ranked(account: str, ranking: Ranking) -> bool:
