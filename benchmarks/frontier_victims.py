@@ -1,0 +1,108 @@
+"""The victim searches of a frontier-lab run, timed one by one and grouped by what they answered.
+
+Runs the frontier workload (`toposched simulate --workload frontier`, one cycle per 10 minutes)
+for a few simulated days and times every victim search the scheduler runs
+(`Preemptor.search`: those a kept refusal does not answer), grouped by the gang's size (up to one
+rack, or larger) and the answer: a plan, or a refusal by its code, and whether the refusal
+lasts (is kept for later cycles). Per group: searches, their total, mean and median time.
+
+`--log FILE` also writes each answer, one line per search in call order (the job, and the plan's
+victims or the refusal's code and reason): two trees' logs are equal when their searches
+decided and explained alike.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/frontier_victims.py --days 10 --log a.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from toposched.cluster.units import DAY
+from toposched.policy.fairshare import QueueEntry
+from toposched.policy.ranking import Ranking
+from toposched.scheduler.candidates import PreemptionPlan
+from toposched.scheduler.jobs import Job
+from toposched.scheduler.preemptor import Preemptor
+from toposched.scheduler.refusals import Refusal
+from toposched.sim.engine import Simulation
+from toposched.sim.protocol import toposched_scheduler
+from toposched.workloads.catalog import workload_by_name
+
+RACK_PODS = 18
+"""Pods of 4 GPUs in one NVL72 rack: gangs up to this size are searched rack by rack."""
+
+
+def group(job: Job, answer: PreemptionPlan | Refusal, lasting: bool) -> str:
+    size = "one rack or less" if job.request.pods <= RACK_PODS else "more than a rack"
+    if isinstance(answer, PreemptionPlan):
+        return f"{size}, plan"
+    return f"{size}, {answer.code}{', lasting' if lasting else ''}"
+
+
+def line(job: Job, answer: PreemptionPlan | Refusal) -> str:
+    if isinstance(answer, PreemptionPlan):
+        return f"{job.job_id} evict {' '.join(sorted(v.job_id for v in answer.victims))}"
+    return f"{job.job_id} {answer.code}: {answer}"
+
+
+def run(days: float, seed: int, logged: bool) -> tuple[dict[str, list[float]], list[str], float]:
+    """Every search's time by group, the log lines in call order (when `logged`), and the
+    run's wall time."""
+    timed: dict[str, list[float]] = defaultdict(list)
+    log: list[str] = []
+    search = Preemptor.search
+
+    def timed_search(
+        self: Preemptor,
+        job: Job,
+        entry: QueueEntry,
+        ranking: Ranking,
+        now: float,
+        only_unallocated: bool,
+    ) -> tuple[PreemptionPlan | Refusal, bool]:
+        start = time.perf_counter()
+        answer, lasting = search(self, job, entry, ranking, now, only_unallocated)
+        timed[group(job, answer, lasting)].append(time.perf_counter() - start)
+        if logged:
+            log.append(line(job, answer))
+        return answer, lasting
+
+    Preemptor.search = timed_search  # type: ignore[method-assign]
+    workload = workload_by_name("frontier", seed=seed, days=days)
+    simulation = Simulation(workload, toposched_scheduler, progress=False, cycle_interval=600.0)
+    start = time.perf_counter()
+    simulation.run()
+    return timed, log, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--days", type=float, default=10.0, help="simulated days (default 10)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log", help="write each search's answer to this file")
+    args = parser.parse_args()
+    timed, log, wall = run(args.days, args.seed, bool(args.log))
+    every = np.concatenate([np.array(times) for times in timed.values()])
+    print(f"{args.days:g} frontier days ({args.days * DAY:,.0f} s simulated) in {wall:.1f} s wall")
+    print(f"{'victim searches':<44}{'count':>8}{'total s':>10}{'mean ms':>10}{'median ms':>11}")
+    for name, times in sorted(timed.items(), key=lambda item: -sum(item[1])):
+        values = np.array(times) * 1e3
+        print(
+            f"{name:<44}{values.size:>8,}{values.sum() / 1e3:>10.3f}"
+            f"{values.mean():>10.2f}{np.median(values):>11.2f}"
+        )
+    print(
+        f"{'every search':<44}{every.size:>8,}{every.sum():>10.3f}"
+        f"{every.mean() * 1e3:>10.2f}{np.median(every) * 1e3:>11.2f}"
+    )
+    if args.log:
+        with open(args.log, "w") as out:
+            out.write("\n".join(log) + "\n")
+
+
+if __name__ == "__main__":
+    main()
