@@ -10,6 +10,7 @@ from toposched.cluster.statement import Statement, trial
 from toposched.scheduler import preemptible_kernels
 from toposched.scheduler.domain_nodes import domain_nodes, uniform_size
 from toposched.scheduler.preemptible import Holdings, PreemptibleIndex
+from toposched.scheduler.victim_release import whole_gpu_parts
 
 # Two racks of two nodes, 4 GPUs, 16 cores and 64 GiB each: n0, n1 in r0; n2, n3 in r1.
 CLUSTER = {
@@ -101,7 +102,7 @@ def test_whole_gpu_parts_free_what_their_jobs_hold() -> None:
     before = state.snapshot()
 
     with trial(state) as what_if:
-        what_if.free_parts(index.whole_gpu_parts(nodes, held))
+        what_if.free_parts(whole_gpu_parts(index, nodes, held))
         inside = state.snapshot()
 
     for name, array in released.items():

@@ -32,6 +32,7 @@ from toposched.scheduler.victim_arrays import (
     domain_sums,
     slot_marks,
 )
+from toposched.scheduler.victim_release import whole_gpu_parts
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -352,7 +353,7 @@ class SpreadSearch:
         victim_slots, verdicts = chosen.slots, chosen.verdicts
         with trial(state) as what_if:
             if index.cpu_milli[victim_slots].any() or index.memory_mib[victim_slots].any():
-                what_if.free_parts(index.whole_gpu_parts(nodes, held))
+                what_if.free_parts(whole_gpu_parts(index, nodes, held))
             else:
                 what_if.free_gpus(nodes, held)
             placed = place(state, request, self.policy)

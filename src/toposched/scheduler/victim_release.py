@@ -84,3 +84,37 @@ def _cpu_and_memory(
             nodes = pod_nodes[start:end]
             pieces.append(Allocation.of(nodes, [], cpu_milli=share_cpu, memory_mib=share_memory))
     return pieces
+
+
+def whole_gpu_parts(
+    index: PreemptibleIndex, nodes: IntArray, held: NDArray[np.bool_]
+) -> list[Allocation]:
+    """What the whole-GPU pods of `index` marked in `held` (rows: `nodes`, columns: GPUs)
+    hold there, as allocation pieces for `ClusterState.release_parts`: the GPUs one per piece,
+    and the CPU and memory of those pods per node."""
+    rows, gpus = np.nonzero(held)
+    if rows.size == 0:
+        return []
+    owners = index.gpu_owner[nodes[rows], gpus].astype(np.int64)
+    parts = [Allocation(nodes[rows], gpus[:, None].astype(np.int64))]
+    cpu, memory = index.cpu_milli[owners], index.memory_mib[owners]
+    if cpu.any() or memory.any():
+        # A pod of w GPUs holds its CPU and memory once: charge them to its GPUs in equal
+        # shares, so each GPU row below carries 1/w of them (exact for whole pods).
+        per_gpu = index.whole[owners]
+        # Each distinct (CPU, memory) request in turn, the first one left each time: a
+        # large gang's evicted GPUs number in the tens of thousands, their requests a few.
+        left = np.ones(cpu.size, dtype=bool)
+        while left.any():
+            first = int(left.argmax())
+            share_cpu, share_memory = int(cpu[first]), int(memory[first])
+            same = (cpu == share_cpu) & (memory == share_memory)
+            left &= ~same
+            pods_on = np.bincount(rows[same], weights=1.0 / per_gpu[same])
+            counts = np.rint(pods_on).astype(np.int64)
+            pod_nodes = np.repeat(nodes[: counts.size], counts)
+            if pod_nodes.size and (share_cpu or share_memory):
+                parts.append(
+                    Allocation.of(pod_nodes, [], cpu_milli=share_cpu, memory_mib=share_memory)
+                )
+    return parts
