@@ -22,7 +22,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-import numpy as np
+from grouped_times import print_groups, write_log
 
 import toposched.placement.search as search
 from toposched.cluster.units import DAY
@@ -99,22 +99,10 @@ def main() -> None:
     parser.add_argument("--log", help="write each search's outcome to this file")
     args = parser.parse_args()
     timed, log, wall = run(args.days, args.seed, bool(args.log))
-    every = np.concatenate([np.array(times) for times in timed.values()])
     print(f"{args.days:g} frontier days ({args.days * DAY:,.0f} s simulated) in {wall:.1f} s wall")
-    print(f"{'searches':<28}{'count':>8}{'total s':>10}{'mean us':>10}{'median us':>11}")
-    for group, times in sorted(timed.items(), key=lambda item: -sum(item[1])):
-        values = np.array(times) * 1e6
-        print(
-            f"{group:<28}{values.size:>8,}{values.sum() / 1e6:>10.3f}"
-            f"{values.mean():>10.1f}{np.median(values):>11.1f}"
-        )
-    print(
-        f"{'every search':<28}{every.size:>8,}{every.sum():>10.3f}"
-        f"{every.mean() * 1e6:>10.1f}{np.median(every) * 1e6:>11.1f}"
-    )
+    print_groups("searches", timed, "us")
     if args.log:
-        with open(args.log, "w") as out:
-            out.write("\n".join(log) + "\n")
+        write_log(args.log, log)
 
 
 if __name__ == "__main__":

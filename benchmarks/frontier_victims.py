@@ -19,7 +19,7 @@ import argparse
 import time
 from collections import defaultdict
 
-import numpy as np
+from grouped_times import print_groups, write_log
 
 from toposched.cluster.units import DAY
 from toposched.policy.fairshare import QueueEntry
@@ -86,22 +86,10 @@ def main() -> None:
     parser.add_argument("--log", help="write each search's answer to this file")
     args = parser.parse_args()
     timed, log, wall = run(args.days, args.seed, bool(args.log))
-    every = np.concatenate([np.array(times) for times in timed.values()])
     print(f"{args.days:g} frontier days ({args.days * DAY:,.0f} s simulated) in {wall:.1f} s wall")
-    print(f"{'victim searches':<44}{'count':>8}{'total s':>10}{'mean ms':>10}{'median ms':>11}")
-    for name, times in sorted(timed.items(), key=lambda item: -sum(item[1])):
-        values = np.array(times) * 1e3
-        print(
-            f"{name:<44}{values.size:>8,}{values.sum() / 1e3:>10.3f}"
-            f"{values.mean():>10.2f}{np.median(values):>11.2f}"
-        )
-    print(
-        f"{'every search':<44}{every.size:>8,}{every.sum():>10.3f}"
-        f"{every.mean() * 1e3:>10.2f}{np.median(every) * 1e3:>11.2f}"
-    )
+    print_groups("victim searches", timed, "ms")
     if args.log:
-        with open(args.log, "w") as out:
-            out.write("\n".join(log) + "\n")
+        write_log(args.log, log)
 
 
 if __name__ == "__main__":
