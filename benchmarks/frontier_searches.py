@@ -15,21 +15,16 @@ reason): two trees' logs are equal when their searches decided alike.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib
 import time
 from collections import defaultdict
 from typing import Any
 
-from grouped_times import print_groups, write_log
+from grouped_times import frontier_options, frontier_run, report
 
 import toposched.placement.search as search
-from toposched.cluster.units import DAY
 from toposched.placement.request import GangRequest
-from toposched.sim.engine import Simulation
-from toposched.sim.protocol import toposched_scheduler
-from toposched.workloads.catalog import workload_by_name
 
 # The scheduler's modules that call `place` by the name they imported.
 CALLERS = (
@@ -85,24 +80,13 @@ def run(days: float, seed: int, logged: bool) -> tuple[dict[str, list[float]], l
         module = importlib.import_module(name)
         if getattr(module, "place", None) is place:
             module.place = timed_place  # type: ignore[attr-defined]
-    workload = workload_by_name("frontier", seed=seed, days=days)
-    simulation = Simulation(workload, toposched_scheduler, progress=False, cycle_interval=600.0)
-    start = time.perf_counter()
-    simulation.run()
-    return timed, log, time.perf_counter() - start
+    return timed, log, frontier_run(days, seed)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--days", type=float, default=2.0, help="simulated days (default 2)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--log", help="write each search's outcome to this file")
-    args = parser.parse_args()
+    args = frontier_options(__doc__.split("\n\n")[0], 2.0, "each search's outcome")
     timed, log, wall = run(args.days, args.seed, bool(args.log))
-    print(f"{args.days:g} frontier days ({args.days * DAY:,.0f} s simulated) in {wall:.1f} s wall")
-    print_groups("searches", timed, "us")
-    if args.log:
-        write_log(args.log, log)
+    report(args, wall, "searches", timed, "us", log)
 
 
 if __name__ == "__main__":

@@ -15,22 +15,17 @@ decided and explained alike.
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections import defaultdict
 
-from grouped_times import print_groups, write_log
+from grouped_times import frontier_options, frontier_run, report
 
-from toposched.cluster.units import DAY
 from toposched.policy.fairshare import QueueEntry
 from toposched.policy.ranking import Ranking
 from toposched.scheduler.candidates import PreemptionPlan
 from toposched.scheduler.jobs import Job
 from toposched.scheduler.preemptor import Preemptor
 from toposched.scheduler.refusals import Refusal
-from toposched.sim.engine import Simulation
-from toposched.sim.protocol import toposched_scheduler
-from toposched.workloads.catalog import workload_by_name
 
 RACK_PODS = 18
 """Pods of 4 GPUs in one NVL72 rack: gangs up to this size are searched rack by rack."""
@@ -72,24 +67,13 @@ def run(days: float, seed: int, logged: bool) -> tuple[dict[str, list[float]], l
         return answer, lasting
 
     Preemptor.search = timed_search  # type: ignore[method-assign]
-    workload = workload_by_name("frontier", seed=seed, days=days)
-    simulation = Simulation(workload, toposched_scheduler, progress=False, cycle_interval=600.0)
-    start = time.perf_counter()
-    simulation.run()
-    return timed, log, time.perf_counter() - start
+    return timed, log, frontier_run(days, seed)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--days", type=float, default=10.0, help="simulated days (default 10)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--log", help="write each search's answer to this file")
-    args = parser.parse_args()
+    args = frontier_options(__doc__.split("\n\n")[0], 10.0, "each search's answer")
     timed, log, wall = run(args.days, args.seed, bool(args.log))
-    print(f"{args.days:g} frontier days ({args.days * DAY:,.0f} s simulated) in {wall:.1f} s wall")
-    print_groups("victim searches", timed, "ms")
-    if args.log:
-        write_log(args.log, log)
+    report(args, wall, "victim searches", timed, "ms", log)
 
 
 if __name__ == "__main__":

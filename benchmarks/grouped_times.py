@@ -1,11 +1,19 @@
-"""The table the scripts that time a run's calls one by one print: per group, the calls, their
-total, mean and median time, and a last line for every call; and the log they write."""
+"""What the scripts that time a frontier run's calls one by one share: their options, the run,
+the table they print (per group, the calls, their total, mean and median time, and a last line
+for every call) and the log they write."""
 
 from __future__ import annotations
 
+import argparse
+import time
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+
+from toposched.cluster.units import DAY
+from toposched.sim.engine import Simulation
+from toposched.sim.protocol import toposched_scheduler
+from toposched.workloads.catalog import workload_by_name
 
 UNITS = {"us": 1e6, "ms": 1e3}
 
@@ -29,3 +37,37 @@ def write_log(path: str, lines: Sequence[str]) -> None:
     """One line per call, in call order: two runs decided alike when their logs are equal."""
     with open(path, "w") as out:
         out.write("\n".join(lines) + "\n")
+
+
+def frontier_options(description: str, days: float, logged: str) -> argparse.Namespace:
+    """`--days` (default `days`), `--seed` and `--log` (`logged`: what each line says)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument(
+        "--days", type=float, default=days, help=f"simulated days (default {days:g})"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log", help=f"write {logged} to this file")
+    return parser.parse_args()
+
+
+def frontier_run(days: float, seed: int) -> float:
+    """The frontier workload's run, one cycle per 10 minutes; returns its wall time."""
+    workload = workload_by_name("frontier", seed=seed, days=days)
+    simulation = Simulation(workload, toposched_scheduler, progress=False, cycle_interval=600.0)
+    start = time.perf_counter()
+    simulation.run()
+    return time.perf_counter() - start
+
+
+def report(
+    args: argparse.Namespace,
+    wall: float,
+    what: str,
+    timed: Mapping[str, Sequence[float]],
+    unit: str,
+    log: Sequence[str],
+) -> None:
+    print(f"{args.days:g} frontier days ({args.days * DAY:,.0f} s simulated) in {wall:.1f} s wall")
+    print_groups(what, timed, unit)
+    if args.log:
+        write_log(args.log, log)
