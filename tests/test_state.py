@@ -14,6 +14,7 @@ from state_helpers import assert_aggregates_recomputed
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
 from toposched.cluster.loaders import topology_from_dict
+from toposched.cluster.rows import MARKED_FROM, MARKED_SPAN, distinct_counts, marked_range
 from toposched.cluster.state import (
     MILLI_PER_GPU,
     Allocation,
@@ -809,6 +810,26 @@ def test_distinct_and_distinct_inverse_equal_numpys_unique(seed: int) -> None:
         found, inverse = distinct_inverse(values)
         assert np.array_equal(found, expected)
         assert np.array_equal(inverse, expected_inverse.reshape(-1))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_many_values_out_of_order_are_made_distinct_and_counted_as_numpy_does(seed: int) -> None:
+    # Dense ranges take the mask of `marked_range`; sparse, negative or few values the sort.
+    rng = np.random.default_rng(seed)
+    size = MARKED_FROM + int(rng.integers(0, 20_000))
+    for values in (
+        rng.integers(0, size, size=size),
+        rng.integers(0, MARKED_SPAN * size - 1, size=size).astype(np.int32),
+        rng.integers(0, 1_000 * size, size=size),
+        rng.integers(-5, size, size=size),
+        rng.integers(0, 50, size=MARKED_FROM - 1),
+    ):
+        expected, counts = np.unique(values, return_counts=True)
+        found = distinct(values)
+        assert found.dtype == values.dtype and np.array_equal(found, expected)
+        found, found_counts = distinct_counts(values)
+        assert np.array_equal(found, expected) and np.array_equal(found_counts, counts)
+    assert marked_range(rng.integers(0, size, size=size)) is not None
 
 
 @pytest.mark.parametrize("duplicate", [copy.deepcopy, lambda s: pickle.loads(pickle.dumps(s))])

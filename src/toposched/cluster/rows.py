@@ -11,6 +11,12 @@ from numpy.typing import NDArray
 # Below these sizes plain Python beats numpy's per-call overhead (measured with bench cluster).
 SMALL = 64
 
+MARKED_FROM = 4_096
+"""From this many values, `distinct` may mark them in a mask of their range (`marked_range`)."""
+MARKED_SPAN = 8
+"""The largest value, at most this many times the values' count, for the mask: a range that
+dense is read in fewer steps than the values are sorted in."""
+
 SavedRows = tuple[NDArray[np.integer], NDArray[np.int64], NDArray[np.integer]]
 """An array (per node or per domain), some of its rows, and copies of them."""
 
@@ -48,18 +54,37 @@ def row_sums(values: NDArray[np.integer] | NDArray[np.bool_]) -> NDArray[np.int6
 def distinct(values: NDArray[np.int64]) -> NDArray[np.int64]:
     """Sorted distinct values of a 1-D integer array, like `np.unique` but by sorting (numpy's
     hash-based unique is tens of times slower on node lists), and without even a sort when the
-    values are already increasing (a gang's nodes usually are)."""
+    values are already increasing (a gang's nodes usually are). Many values out of order that
+    cover a dense range (the nodes of thousands of pods) are marked in a mask of the range
+    instead (`marked_range`)."""
     if values.size < 2:
         return values.copy()
     increasing = values[1:] > values[:-1]
     if increasing.all():
         return values.copy()
+    marked = marked_range(values)
+    if marked is not None:
+        return np.flatnonzero(marked).astype(values.dtype, copy=False)
     if not (values[1:] >= values[:-1]).all():
         values = values.copy()
         values.sort()
         increasing = values[1:] > values[:-1]
     result: NDArray[np.int64] = values[np.concatenate(([True], increasing))]
     return result
+
+
+def marked_range(values: NDArray[np.integer]) -> NDArray[np.bool_] | None:
+    """For `MARKED_FROM` values or more, none negative and none above `MARKED_SPAN` times as
+    many: a mask of 0..max marking the values, cheaper to make and read than a sort of them
+    (400,000 node numbers under 250,000: 0.4 ms against 3.8 ms). None otherwise."""
+    if values.size < MARKED_FROM:
+        return None
+    high = int(values.max())
+    if high >= MARKED_SPAN * values.size or int(values.min()) < 0:
+        return None
+    marked = np.zeros(high + 1, dtype=bool)
+    marked[values] = True
+    return marked
 
 
 def distinct_inverse(values: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
@@ -128,6 +153,11 @@ def distinct_counts(values: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArr
             np.array([tally[k] for k in keys], dtype=np.int64),
         )
     if not (values[1:] >= values[:-1]).all():
+        marked = marked_range(values)
+        if marked is not None:
+            counts = np.bincount(values, minlength=marked.size)
+            found = np.flatnonzero(marked)
+            return found.astype(values.dtype, copy=False), counts[found].astype(np.int64)
         values = np.sort(values)  # numpy's hash-based unique is far slower than a sort
     # Sorted (pods are usually listed node by node): distinct values are the runs.
     first = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
