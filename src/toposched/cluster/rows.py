@@ -21,6 +21,7 @@ SavedRows = tuple[NDArray[np.integer], NDArray[np.int64], NDArray[np.integer]]
 """An array (per node or per domain), some of its rows, and copies of them."""
 
 _Item = TypeVar("_Item", bound=np.generic)
+_Int = TypeVar("_Int", bound=np.integer)
 
 _WORDS: dict[int, type[np.unsignedinteger]] = {
     1: np.uint8,
@@ -51,7 +52,7 @@ def row_sums(values: NDArray[np.integer] | NDArray[np.bool_]) -> NDArray[np.int6
     return total
 
 
-def distinct(values: NDArray[np.int64]) -> NDArray[np.int64]:
+def distinct(values: NDArray[_Int]) -> NDArray[_Int]:
     """Sorted distinct values of a 1-D integer array, like `np.unique` but by sorting (numpy's
     hash-based unique is tens of times slower on node lists), and without even a sort when the
     values are already increasing (a gang's nodes usually are). Many values out of order that
@@ -69,7 +70,7 @@ def distinct(values: NDArray[np.int64]) -> NDArray[np.int64]:
         values = values.copy()
         values.sort()
         increasing = values[1:] > values[:-1]
-    result: NDArray[np.int64] = values[np.concatenate(([True], increasing))]
+    result: NDArray[_Int] = values[np.concatenate(([True], increasing))]
     return result
 
 

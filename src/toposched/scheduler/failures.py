@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.state import ClusterState
+from toposched.cluster.state import ClusterState, distinct
 from toposched.placement.request import GangRequest
 from toposched.scheduler.fence import Fence, FencedNodes, NodeGroup
 from toposched.scheduler.jobs import Job
@@ -92,7 +92,7 @@ class ReleaseCheck:
     def __init__(self, freed: NDArray[np.int64], state: ClusterState) -> None:
         self.freed = freed
         self.state = state
-        self._gained: dict[int, NDArray[np.int64]] = {}
+        self._gained: dict[int, NDArray[np.int32]] = {}
         self._read_at = state.version
         self._most_free: dict[int, int] = {}
         self._most_pods: dict[tuple[int, int], int] = {}
@@ -116,11 +116,11 @@ class ReleaseCheck:
         level = request.required
         return self._room_at(level) < pods * per_pod or self._pods_room_at(level, per_pod) < pods
 
-    def _domains_at(self, level: int) -> NDArray[np.int64]:
+    def _domains_at(self, level: int) -> NDArray[np.int32]:
         known = self._gained.get(level)
         if known is None:
             node_domain = self.state.topology.node_domain
-            known = self._gained[level] = np.unique(node_domain[level][self.freed])
+            known = self._gained[level] = distinct(node_domain[level][self.freed])
         return known
 
     def _room_at(self, level: int) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.cluster.state import ClusterState
+from toposched.cluster.state import ClusterState, distinct
 
 IntArray = NDArray[np.int64]
 
@@ -74,6 +74,6 @@ class FreedCapacity:
 
 def _union(releases: list[IntArray]) -> IntArray:
     """The nodes of `releases`, sorted and distinct; read-only, for it is shared."""
-    nodes = np.unique(np.concatenate(releases)) if releases else np.zeros(0, dtype=np.int64)
+    nodes = distinct(np.concatenate(releases)) if releases else np.zeros(0, dtype=np.int64)
     nodes.setflags(write=False)
     return nodes

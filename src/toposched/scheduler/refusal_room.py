@@ -12,7 +12,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.allocation import Allocation
-from toposched.cluster.state import ClusterState
+from toposched.cluster.state import ClusterState, distinct
 from toposched.placement.request import GangRequest
 from toposched.policy.fairshare import QueueEntry
 from toposched.scheduler.budget_limits import BudgetLimits
@@ -112,7 +112,7 @@ class KeptRefusal:
         released.append(nodes)
         if len(released) > RELEASES_LISTED:
             # A refusal no job asked for in a while: its nodes as one set.
-            released[:] = [np.unique(np.concatenate(released))]
+            released[:] = [distinct(np.concatenate(released))]
 
 
 class RefusalRoom:
@@ -243,7 +243,7 @@ class RefusalRoom:
         Jobs whose protection ended since the index was last refreshed are not counted: those
         a preemptor may take are found by `_note_protection_ends`."""
         topology = self.state.topology
-        domains = np.unique(topology.node_domain[level][nodes])
+        domains = distinct(topology.node_domain[level][nodes])
         index = self.ledger.preemptible
         freeable = index.leaf_unallocated_freeable if only_unallocated else index.leaf_freeable
         held = np.bincount(
