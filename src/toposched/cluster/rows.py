@@ -76,8 +76,8 @@ def distinct(values: NDArray[_Int]) -> NDArray[_Int]:
 
 def marked_range(values: NDArray[np.integer]) -> NDArray[np.bool_] | None:
     """For `MARKED_FROM` values or more, none negative and none above `MARKED_SPAN` times as
-    many: a mask of 0..max marking the values, cheaper to make and read than a sort of them
-    (400,000 node numbers under 250,000: 0.4 ms against 3.8 ms). None otherwise."""
+    many: a mask of 0..max marking the values, cheaper to make and read than a sort of them.
+    None otherwise."""
     if values.size < MARKED_FROM:
         return None
     high = int(values.max())
