@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,9 +77,11 @@ class ReleaseBounds:
         self.read = 0  # releases read
         self._chunk = max(_FIRST_CHUNK, reach)
         # The releases that matter, in the order they come to matter (by key, then release
-        # order; a release's key is the fewest releases after which it matters), with keys.
-        self._order: list[int] = []
-        self._keys: list[int] = []
+        # order; a release's key is the fewest releases after which it matters), with keys:
+        # each reading appends keys above every key known before (at most the releases read
+        # then), so the keys stay sorted.
+        self._order = np.zeros(0, dtype=np.int64)
+        self._keys = np.zeros(0, dtype=np.int64)
         self._pending = np.zeros(0, dtype=np.int64)  # releases read whose key is beyond `read`
 
     @property
@@ -108,7 +109,7 @@ class ReleaseBounds:
             return count
         if count > self.read:
             self._read_to(count)
-        return bisect.bisect_right(self._keys, count)
+        return int(np.searchsorted(self._keys, count, side="right"))
 
     def owners(self, start: int, stop: int) -> list[str]:
         """Owners of the releases that matter, from the `start`-th to before the `stop`-th in
@@ -119,7 +120,7 @@ class ReleaseBounds:
         """The slots (`ReleaseOrder`) of `owners(start, stop)`, in that order."""
         if self._everything:
             return self._slots[start:stop]
-        return self._slots[np.array(self._order[start:stop], dtype=np.int64)]
+        return self._slots[self._order[start:stop]]
 
     def _read_to(self, count: int) -> None:
         """Read releases until at least `count` are read (or all are)."""
@@ -178,8 +179,8 @@ class ReleaseBounds:
             return
         ready, ready_keys = pending[known], keys[known]
         ordered = np.lexsort((ready, ready_keys))
-        self._order.extend(ready[ordered].tolist())
-        self._keys.extend(ready_keys[ordered].tolist())
+        self._order = np.concatenate((self._order, ready[ordered]))
+        self._keys = np.concatenate((self._keys, ready_keys[ordered]))
         self._pending = pending[~known]
 
 
