@@ -41,6 +41,7 @@ from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract, PreemptionRule
 from toposched.policy.fairshare import QueueEntry
 from toposched.policy.ranking import Ranking
+from toposched.scheduler import leaf_victims
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.jobs import JobState
@@ -150,12 +151,15 @@ class Case:
 
 
 @st.composite
-def cases(draw: st.DrawFn, beyond_a_rack: bool = False, budget_bound: bool = False) -> Case:
+def cases(
+    draw: st.DrawFn, beyond_a_rack: bool = False, budget_bound: bool = False, one_pod: bool = False
+) -> Case:
     """A random case; one in four is dense: 4-GPU nodes in 1-2 racks full of one-GPU jobs, so
     that a rack may hold more than `EXACT_VICTIMS` candidates. `beyond_a_rack`: the preemptor
     has no required rack and needs more pods than the largest rack holds (when the cluster has
     room for that many). `budget_bound`: under the budget rule, team-a (40%) preempts and
-    team-b (5-40%) runs unprotected allocated work, so that its cap often binds."""
+    team-b (5-40%) runs unprotected allocated work, so that its cap often binds. `one_pod`:
+    the preemptor is a single pod."""
     dense = draw(st.integers(0, 3)) == 0
     n_nodes = 4 if dense else draw(st.integers(2, 8))
     node_gpus = tuple(4 if dense else draw(st.integers(2, 4)) for _ in range(n_nodes))
@@ -211,7 +215,7 @@ def cases(draw: st.DrawFn, beyond_a_rack: bool = False, budget_bound: bool = Fal
         rack_gpus[rack] = rack_gpus.get(rack, 0) + node_gpus[node]
     gpus_per_pod = draw(st.integers(1, max(node_gpus)))
     most = max(max(rack_gpus.values()) // gpus_per_pod, 1)
-    pods = draw(st.integers(max(most // 3, 1), most))
+    pods = 1 if one_pod else draw(st.integers(max(most // 3, 1), most))
     everywhere = sum(gpus // gpus_per_pod for gpus in node_gpus)
     if beyond_a_rack and everywhere > most:
         pods = draw(st.integers(most + 1, everywhere))
@@ -493,6 +497,22 @@ def budget_bound(job: Running, allowed: Allowed) -> dict[str, Any]:
     }
 
 
+def candidates_of(world: World, allowed: Allowed) -> list[Candidate]:
+    """Every job the contract allows, as the victim search's candidates."""
+    return [
+        Candidate(
+            job_id=job.name,
+            rule=allowed.rules[job.name],
+            lost_gpu_seconds=float(allowed.lost[i]),
+            standing=float(allowed.standing[i]),
+            nodes=np.array([world.node_index[n] for n in job.nodes], dtype=np.int64),
+            gpus_per_pod=float(len(job.gpus[0])),
+            **budget_bound(job, allowed),
+        )
+        for i, job in enumerate(allowed.jobs)
+    ]
+
+
 def may_miss_within_caps(case: Case, allowed: Allowed, found: Oracle) -> bool:
     """Whether the search may refuse although a set within the budget caps exists: only when
     the caps bind and some domain's candidates are not examined exhaustively (within caps the
@@ -579,20 +599,9 @@ def test_victim_search_is_feasible_minimal_and_within_its_bound(case: Case) -> N
         assert not places_without(state, world.request, everyone)
     if found.optimum is not None and found.optimum[1] == 0:
         return  # it fits as things are: nothing to search for
-    candidates = [
-        Candidate(
-            job_id=job.name,
-            rule=allowed.rules[job.name],
-            lost_gpu_seconds=float(allowed.lost[i]),
-            standing=float(allowed.standing[i]),
-            nodes=np.array([world.node_index[n] for n in job.nodes], dtype=np.int64),
-            gpus_per_pod=float(len(job.gpus[0])),
-            **budget_bound(job, allowed),
-        )
-        for i, job in enumerate(allowed.jobs)
-    ]
-
-    plan = VictimSearch(state, BestFit()).plan("preemptor", world.request, candidates)
+    plan = VictimSearch(state, BestFit()).plan(
+        "preemptor", world.request, candidates_of(world, allowed)
+    )
 
     if found.optimum is None:
         assert isinstance(plan, Refusal)
@@ -606,6 +615,38 @@ def test_victim_search_is_feasible_minimal_and_within_its_bound(case: Case) -> N
     assert plan.impact == key
     if found.all_exact:
         assert plan.exact
+
+
+@SETTINGS
+@given(cases(one_pod=True))
+@example(
+    dataclasses.replace(
+        MANY_IN_ONE_RACK, running=MANY_IN_ONE_RACK.running[:12], cordoned=(3,), gpus_per_pod=2
+    )
+)
+def test_a_single_pod_chooses_among_one_node_subsets_as_among_every_subset(case: Case) -> None:
+    # A single pod's exact search tries only the subsets of one node's candidates
+    # (`leaf_victims.ONE_NODE_FROM`): the same victims, in the same order, as every subset.
+    world = build(case)
+    candidates = candidates_of(world, allowed_victims(world))
+
+    def plan_trying(one_node_from: int) -> PreemptionPlan | Refusal:
+        saved = leaf_victims.ONE_NODE_FROM
+        leaf_victims.ONE_NODE_FROM = one_node_from
+        try:
+            search = VictimSearch(world.scheduler.state, BestFit())
+            return search.plan("preemptor", world.request, candidates)
+        finally:
+            leaf_victims.ONE_NODE_FROM = saved
+
+    every, one_node = plan_trying(EXACT_VICTIMS + 1), plan_trying(0)
+    if isinstance(every, Refusal):
+        assert isinstance(one_node, Refusal), one_node
+        assert (one_node.code, one_node.reason) == (every.code, every.reason)
+        return
+    assert isinstance(one_node, PreemptionPlan), one_node
+    assert [v.job_id for v in one_node.victims] == [v.job_id for v in every.victims]
+    assert (one_node.impact, one_node.exact) == (every.impact, every.exact)
 
 
 @SETTINGS

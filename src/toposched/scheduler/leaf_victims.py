@@ -20,12 +20,19 @@ from toposched.scheduler.candidates import (
     LeastLostWork,
     PreemptionPlan,
 )
-from toposched.scheduler.victim_arrays import all_subsets, subset_sums
+from toposched.scheduler.victim_arrays import all_subsets, one_node_subsets, subset_sums
 
 if TYPE_CHECKING:
     from toposched.scheduler.preemption import VictimSearch
 
-__all__ = ["DOMAINS_EXAMINED", "EXACT_VICTIMS", "UNOPENED", "LeafVictims", "Unopened"]
+__all__ = [
+    "DOMAINS_EXAMINED",
+    "EXACT_VICTIMS",
+    "ONE_NODE_FROM",
+    "UNOPENED",
+    "LeafVictims",
+    "Unopened",
+]
 
 IntArray = NDArray[np.int64]
 
@@ -33,6 +40,9 @@ IntArray = NDArray[np.int64]
 EXACT_VICTIMS = 12
 #: Candidate domains examined exactly per decision, cheapest first by an upper bound.
 DOMAINS_EXAMINED = 16
+#: From this many candidates in a domain on, a one-pod gang's exact search tries only the
+#: subsets of one node's candidates (fewer, the subsets cost less than finding them).
+ONE_NODE_FROM = 8
 
 
 class Unopened:
@@ -150,13 +160,22 @@ class LeafVictims:
             return room_with(selection @ freed)
 
         if count <= EXACT_VICTIMS:
-            subsets = all_subsets(count)
+            least_lost = LeastLostWork.is_key_of(self.search.impact)
+            if least_lost and request.pods == 1 and count >= ONE_NODE_FROM:
+                # One pod lands on one node, so the least-impact set takes candidates of one
+                # node only (any other victim adds work lost, or a job, and no room there):
+                # only the subsets of each node's candidates are tried, in the same order.
+                subsets = all_subsets(count)[one_node_subsets(freed)]
+                gained = subsets @ freed
+            else:
+                subsets = all_subsets(count)
+                gained = subset_sums(freed)
             feasible = (
-                (room_with(subset_sums(freed)) >= request.pods) & pool.within_caps(subsets, members)
+                (room_with(gained) >= request.pods) & pool.within_caps(subsets, members)
             ).nonzero()[0]
             if feasible.size == 0:
                 return None
-            if LeastLostWork.is_key_of(self.search.impact):
+            if least_lost:
                 # The default key is a sum per victim: rank every subset with one matrix product.
                 per_victim = np.array(
                     [pool.lost[members], np.ones(count), pool.standing[members]]

@@ -129,6 +129,21 @@ def all_subsets(count: int) -> NDArray[np.int64]:
     return cached
 
 
+def one_node_subsets(touching: NDArray[np.int64]) -> IntArray:
+    """Of every subset of `touching`'s rows (candidates; columns: nodes, > 0 where the
+    candidate frees something on the node), those whose candidates all touch one node, as
+    sorted indices into `all_subsets(len(touching))`: the empty set, and each node's
+    candidates' subsets."""
+    count = touching.shape[0]
+    bits = np.left_shift(1, np.arange(count, dtype=np.int64))
+    masks = np.unique(bits @ (touching > 0))
+    pieces = [np.zeros(1, dtype=np.int64)]
+    for mask in masks.tolist():
+        members = bits[(mask & bits) != 0]
+        pieces.append(all_subsets(members.size) @ members)
+    return np.unique(np.concatenate(pieces))
+
+
 SUMMED_FROM = 8
 """From this many rows on, `subset_sums` adds instead of multiplying (fewer: the product is
 cheaper than its numpy calls)."""
