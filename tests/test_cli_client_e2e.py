@@ -540,25 +540,38 @@ def test_watch_resumes_after_the_server_is_killed_and_restarted(
     monkeypatch.setenv("TOPOSCHED_TOKEN", ADMIN_TOKEN)
     cli = Run(capsys)
     submit(cli, tmp_path, "before", pods=1, gpus=1)
-    results: list[int] = []
-    # The stored events of `before` (submitted, bound, started), then one after the restart.
-    follower = threading.Thread(
-        target=lambda: results.append(cli.code("watch", "--after", "0", "--count", "4"))
+    # The stored events of `before` (submitted, bound, started), then one after the restart,
+    # followed from another process as from another terminal: its lines, as they come.
+    command = [sys.executable, "-m", "toposched.cli.main", "watch", "--after", "0", "--count", "4"]
+    follower = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    follower.start()
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(follower.stdout.readline, "")))
+    reader.start()
     try:
-        time.sleep(1)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while len(lines) < 3 and follower.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(lines) == 3, (lines, follower.stderr.read() if follower.poll() else "")
         first.process.kill()  # a crash: the stream breaks without an end
         first.process.wait()
         second = start_server(root, port=port)
     except BaseException:
+        follower.kill()
         stop_server(first)
         raise
     try:
         submit(cli, tmp_path, "after", pods=1, gpus=1)
-        follower.join(timeout=30)
-        assert not follower.is_alive() and results == [0]
+        assert follower.wait(timeout=30) == 0, follower.stderr.read()
+        reader.join(timeout=5)
+        assert len(lines) == 4 and "after" in lines[3], lines
     finally:
+        follower.kill()
         stop_server(second)
 
 
