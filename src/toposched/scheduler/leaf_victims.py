@@ -1,8 +1,9 @@
 """The victim search of a gang bound to one innermost domain (a rack, say): only the domains
 some candidate touches are looked at, cheapest first by an upper bound of the work their
-candidates lose; in each, every subset of up to `EXACT_VICTIMS` candidates is tried, or more are
-taken cheapest first and spared costliest first; the placement engine checks each choice, and
-the one with the least impact wins."""
+candidates lose; in each, every subset of up to `EXACT_VICTIMS` candidates is tried (for a
+single pod, every subset of one node's candidates), or more are taken cheapest first and spared
+costliest first; the placement engine checks each choice, and the one with the least impact
+wins."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ EXACT_VICTIMS = 12
 #: Candidate domains examined exactly per decision, cheapest first by an upper bound.
 DOMAINS_EXAMINED = 16
 #: From this many candidates in a domain on, a one-pod gang's exact search tries only the
-#: subsets of one node's candidates (fewer, the subsets cost less than finding them).
+#: subsets of one node's candidates (below it, trying every subset costs less than listing those).
 ONE_NODE_FROM = 8
 
 
@@ -163,8 +164,8 @@ class LeafVictims:
             least_lost = LeastLostWork.is_key_of(self.search.impact)
             if least_lost and request.pods == 1 and count >= ONE_NODE_FROM:
                 # One pod lands on one node, so the least-impact set takes candidates of one
-                # node only (any other victim adds work lost, or a job, and no room there):
-                # only the subsets of each node's candidates are tried, in the same order.
+                # node only (a victim elsewhere frees nothing there and adds work lost or a
+                # job): only the subsets of each node's candidates are tried, in the same order.
                 subsets = all_subsets(count)[one_node_subsets(freed)]
                 gained = subsets @ freed
             else:
