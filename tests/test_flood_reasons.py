@@ -51,8 +51,13 @@ def plain_walk(scheduler: Scheduler) -> None:
     walker = scheduler.walker
 
     def walk(
-        turn: Turn, runs: Iterable[Iterable[QueueEntry]], size: int, _: Walk, __: bool
-    ) -> None:
+        turn: Turn,
+        runs: Iterable[Iterable[QueueEntry]],
+        size: int,
+        _: Walk,
+        __: frozenset[str],
+        ___: bool,
+    ) -> bool:
         entries = [entry for run in runs for entry in run]
         pending = [scheduler.jobs[entry.job_id] for entry in entries]
         nominated = [job.nomination.nodes for job in pending if job.nomination is not None]
@@ -61,6 +66,7 @@ def plain_walk(scheduler: Scheduler) -> None:
         turn.result.considered = size
         for entry, job in zip(entries, pending, strict=True):
             walker.consider(turn, entry, job)
+        return False  # leaves nothing for a cycle after submissions only
 
     walker.walk = walk  # type: ignore[method-assign,assignment]
 

@@ -14,7 +14,7 @@ import pytest
 from cycle_log import CycleLog, logged_run
 
 from toposched.cluster.builders import nvl72_cluster
-from toposched.cluster.state import ClusterState
+from toposched.cluster.state import Allocation, ClusterState
 from toposched.cluster.units import DAY
 from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
@@ -241,3 +241,72 @@ def test_after_a_protection_ends_the_other_settled_jobs_stay_skipped() -> None:
     last = shortcut[-1]
     assert last.incremental and not last.decisions
     assert last.skipped == 1
+
+
+def _spec(name: str, account: str, pods: int = 1, gpus: int = 4, **fields: Any) -> JobSpec:
+    data: dict[str, Any] = {
+        "name": name,
+        "account": account,
+        "pods": pods,
+        "resources_per_pod": {"gpus": gpus},
+        "min_runtime": "1h",
+    }
+    data.update(fields)
+    return JobSpec.from_dict(data)
+
+
+def _after_a_start(incremental: bool, protected: bool) -> list[CycleResult]:
+    """4 racks x 2 nodes x 4 GPUs (racks: nodes 0-1, 2-3, 4-5, 6-7). team-a (a quarter of the
+    budget) runs `held` on node 0, protected for an hour if `protected`, else for a minute;
+    guests run 2 GPUs of node 1; team-b runs a job on nodes 2, 4, 6 and 7, so team-a is the
+    more under-served. At 120 s team-b's `whole` (a rack) and the guests' `spare` (a rack)
+    do not fit: no rack is free, and team-a runs below its budget, so `held` is not team-b's
+    to take. At 140 s team-a's `wide` (8 GPUs anywhere) goes first and starts on nodes 3
+    and 5: team-a then runs 4 GPUs beyond its budget. The cycles at 120, 130 and 140 s."""
+    state = ClusterState(nvl72_cluster(1, 1, 4, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 25, "team-b": 75, "guests": 0}})
+    scheduler = Scheduler(
+        state,
+        tree,
+        incremental=incremental,
+        full_cycle_every=0.0,
+        reserve_min_gpus=1000,
+        defragment=False,
+    )
+    held = _spec("held", "team-a", min_runtime="1h" if protected else "1m")
+    running = [(held, 0, [0, 1, 2, 3]), (_spec("guest", "guests", gpus=2), 1, [0, 1])]
+    running += [(_spec(f"b{node}", "team-b"), node, [0, 1, 2, 3]) for node in (2, 4, 6, 7)]
+    for spec, node, gpus in running:
+        scheduler.adopt(spec, Allocation.of([node], [gpus]), start_time=0.0, now=0.0)
+    rack = {"required": "rack"}
+    scheduler.submit(_spec("whole", "team-b", pods=2, topology=rack), 120.0)
+    scheduler.submit(_spec("spare", "guests", pods=2, topology=rack), 120.0)
+    results = [scheduler.cycle(120.0), scheduler.cycle(130.0)]
+    scheduler.submit(_spec("wide", "team-a", pods=2), 140.0)
+    results.append(scheduler.cycle(140.0))
+    return results
+
+
+def test_after_a_new_job_starts_the_refused_jobs_are_asked_again() -> None:
+    # wide's start takes team-a beyond its budget: held, unprotected, becomes team-b's to take,
+    # and whole evicts it and the guests' job for rack 0, as a full cycle does.
+    shortcut = _after_a_start(incremental=True, protected=False)
+    full = _after_a_start(incremental=False, protected=False)
+
+    for want, got in zip(full, shortcut, strict=True):
+        assert differences(want.decisions, got.decisions) is None
+    last = shortcut[-1]
+    assert last.incremental and bound(last) == ["wide"]
+    assert sorted(d.job_id for d in last.decisions if isinstance(d, Evict)) == ["guest", "held"]
+
+
+def test_after_a_new_job_starts_the_other_settled_jobs_stay_skipped() -> None:
+    # held is protected: whole is refused again once wide started, and the guests' spare,
+    # which never preempts and still finds no free rack, is skipped.
+    shortcut = _after_a_start(incremental=True, protected=True)
+    full = _after_a_start(incremental=False, protected=True)
+
+    for want, got in zip(full, shortcut, strict=True):
+        assert differences(want.decisions, got.decisions) is None
+    last = shortcut[-1]
+    assert last.incremental and bound(last) == ["wide"] and last.skipped == 1

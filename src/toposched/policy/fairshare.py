@@ -30,6 +30,7 @@ __all__ = [
     "PendingQueue",
     "QueueEntry",
     "QueueTier",
+    "Segment",
     "UnallocatedOrder",
 ]
 
@@ -63,6 +64,11 @@ class QueueTier(IntEnum):
     """Work no budget pays for: declared unallocated, or the account has no budget."""
     DETACHED = 2
     """The account stopped being a leaf of the tree (removed, or given children) while queued."""
+
+
+Segment = tuple[QueueTier, str]
+"""A run of the queue that keeps its jobs in one sorted sequence: its tier and account (no
+account for the unallocated tier kept oldest first, one run of every account's jobs)."""
 
 
 class UnallocatedOrder(Enum):
@@ -334,14 +340,61 @@ class PendingQueue:
                 continue
             yield map(_entry_of, self._segment_items(tier, account, ranking))
 
-    def _oldest_runs(self, ranking: Ranking | None) -> Iterator[Iterator[QueueEntry]]:
-        """The unallocated tier under `ranking` (the tree's if None) oldest first, in runs of
-        consecutive jobs of one account, read as the caller reaches them."""
+    def segments(self, ranking: Ranking, owed: Collection[str] = ()) -> list[Segment]:
+        """The queue's runs under `ranking`, in order: jobs already queued keep their order
+        among themselves for as long as the segments holding them do (jobs joining or leaving
+        move none)."""
+        oldest = self._oldest is not None
+        segments: list[Segment] = []
+        for tier, account in self._segments(ranking, frozenset(owed)):
+            if oldest and tier is QueueTier.UNALLOCATED:
+                oldest = False
+                segments.append((tier, ""))
+            elif tier is not QueueTier.UNALLOCATED or self._oldest is None:
+                segments.append((tier, account))
+        return segments
+
+    def sort_keys(
+        self, job_ids: Iterable[str], ranking: Ranking, owed: Collection[str] = ()
+    ) -> dict[str, JobSortKey]:
+        """`sort_key` of each job under `ranking`."""
+        owed_set, entries = frozenset(owed), self._entries
+        return {job_id: self._sort_key(entries[job_id], ranking, owed_set) for job_id in job_ids}
+
+    def runs_after(
+        self, after: JobSortKey, ranking: Ranking, owed: Collection[str] = ()
+    ) -> Iterator[Iterator[QueueEntry]]:
+        """`runs` under `ranking` from the first job whose sort key follows `after` (which
+        need not be a pending job's), read as the caller reaches them."""
+        owed_set = frozenset(owed)
+        head, within = after[:3], after[3:]
+        oldest = self._oldest is not None
+        for tier, account in list(self._segments(ranking, owed_set)):
+            if oldest and tier is QueueTier.UNALLOCATED:
+                oldest = False
+                oldest_start: tuple[QueueTier, int, StandingKey] = (tier, 1, OLDEST_STANDING)
+                if oldest_start >= head:
+                    after_key = within if oldest_start == head else None
+                    yield from self._oldest_runs(ranking, after_key)
+            if tier is QueueTier.UNALLOCATED and self._oldest is not None:
+                continue
+            owed_flag = 0 if tier is QueueTier.ALLOCATED and account in owed_set else 1
+            start = (tier, owed_flag, ranking.sort_key(account))
+            if start >= head:
+                after_key = within if start == head else None
+                yield map(_entry_of, self._segment_items(tier, account, ranking, after_key))
+
+    def _oldest_runs(
+        self, ranking: Ranking | None, after: EntryKey | None = None
+    ) -> Iterator[Iterator[QueueEntry]]:
+        """The unallocated tier under `ranking` (the tree's if None) oldest first (those after
+        the key `after`, if given), in runs of consecutive jobs of one account, read as the
+        caller reaches them."""
         assert self._oldest is not None
         tier, unallocated = self.tier, QueueTier.UNALLOCATED
         entries = (
             entry
-            for entry in map(_entry_of, self._oldest.items())
+            for entry in map(_entry_of, self._oldest.items(after))
             if tier(entry, ranking) is unallocated
         )
         for _account, run in itertools.groupby(entries, key=_account_of):
@@ -478,17 +531,19 @@ class PendingQueue:
             yield QueueTier.DETACHED, account
 
     def _segment_items(
-        self, tier: QueueTier, account: str, ranking: Ranking
+        self, tier: QueueTier, account: str, ranking: Ranking, after: EntryKey | None = None
     ) -> Iterable[tuple[EntryKey, QueueEntry]]:
         queue = self._accounts.get(account)
         if queue is None:
             return ()
         if tier is QueueTier.ALLOCATED:
-            return queue.allocated.items()
+            return queue.allocated.items(after)
         if tier is QueueTier.UNALLOCATED and ranking.budgeted(account):
-            return queue.unallocated.items()
+            return queue.unallocated.items(after)
         # Without a budget, or detached, both runs are unallocated alike: one merged run.
-        return heapq.merge(queue.allocated.items(), queue.unallocated.items(), key=item_key)
+        return heapq.merge(
+            queue.allocated.items(after), queue.unallocated.items(after), key=item_key
+        )
 
     def _segment_offsets(
         self, ranking: Ranking, owed: frozenset[str]

@@ -72,14 +72,22 @@ class SortedEntries(Generic[Entry]):
             before += bisect_left(self._chunks[chunk_index], key, key=item_key)
         return before
 
-    def items(self) -> Iterator[tuple[EntryKey, Entry]]:
-        """The entries in order, a chunk copied at a time as the caller reaches it: a caller
-        that stops early reads only the chunks it reached, and the entries may change while it
-        walks them (it sees those after its place as they are when it gets there)."""
+    def items(self, after: EntryKey | None = None) -> Iterator[tuple[EntryKey, Entry]]:
+        """The entries in order (those whose key follows `after`, if given), a chunk copied at
+        a time as the caller reaches it: a caller that stops early reads only the chunks it
+        reached, and the entries may change while it walks them (it sees those after its
+        place as they are when it gets there)."""
         chunks, last_keys = self._chunks, self._last_keys
         if not chunks:
             return
-        part = chunks[0].copy()
+        if after is None:
+            part = chunks[0].copy()
+        else:
+            index = bisect_right(last_keys, after)
+            if index >= len(chunks):
+                return
+            chunk = chunks[index]
+            part = chunk[bisect_right(chunk, after, key=item_key) :]
         while True:
             yield from part
             last = part[-1][0]

@@ -17,7 +17,7 @@ from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import PreemptedFate
-from toposched.policy.fairshare import PendingQueue
+from toposched.policy.fairshare import PendingQueue, Segment
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.adoptions import Adoption, Adoptions
 from toposched.scheduler.decisions import Bind
@@ -431,16 +431,14 @@ class Scheduler:
             owed = self._owed_first()
             queued = queue_runs(self.queue, now, owed)
             self.interruptions.owed_first(owed)
+            reordered = self.interruptions.puts_gangs_first
             runs = self.interruptions.first(queued)
             # Gangs put first make one run of every account's jobs, which no walk may leave.
             by_account = runs is queued and self.tally is not None
-            order = None
-            if self.incremental.reference is not None:
-                runs = [list(run) for run in runs]
-                order = [entry.job_id for run in runs for entry in run]
-            walk = self.incremental.walk(now, stamp, self.walker.leaves(now), order)
+            segments = None if reordered else self._segments(now, owed)
+            walk = self.incremental.walk(now, stamp, self.walker.leaves(now), size, segments)
             result.incremental = walk.skipping
-            order = self.walker.walk(turn, runs, size, walk, by_account)
+            whole = self.walker.walk(turn, runs, size, walk, owed, by_account)
             result.skipped = walk.skipped
         except BaseException:
             walk = None
@@ -450,8 +448,16 @@ class Scheduler:
             self._settled_version = self.state.version
             self.freed.settle()
             if walk is not None:
-                self.walker.leave_reference(turn, walk, order)
+                self.walker.leave_reference(turn, walk, whole, owed)
         return result
+
+    def _segments(self, now: float, owed: frozenset[str]) -> list[Segment] | None:
+        """The runs the queue lays its jobs in at `now`, to compare with those the last cycle
+        left (None: it left none)."""
+        tallied = self.walker.tallied
+        if self.incremental.reference is None or tallied is None:
+            return None
+        return tallied.segments(tallied.ranking(now), owed)
 
     def _after_changes(self) -> None:
         """Forget the failures that the changes since the last cycle may have undone: every

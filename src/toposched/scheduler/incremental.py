@@ -4,10 +4,11 @@ not walked again, only the new jobs and the jobs whose turns changed what later 
 Why that gives the full cycle's decisions. Let the last cycle be the reference. Since it, only
 jobs were submitted: the cluster state, the budgets, the usage, the running set and the
 nominations are as it left them, and the pending jobs it saw keep their order among themselves
-(checked, job by job). The reference made no eviction, so every job in it saw every preemption
-still allowed, and no nominee let its nodes go. A job it bound is gone from the queue; the jobs
-before it saw more free capacity then than they see now, and a placement that failed then fails
-now (the placement search fails monotonically, as remembered failures assume).
+(checked by the queue's runs holding them). The reference made no eviction, so every job in it
+saw every preemption still allowed, and no nominee let its nodes go. A job it bound is gone from
+the queue; the jobs before it saw more free capacity then than they see now, and a placement
+that failed then fails now (the placement search fails monotonically, as remembered failures
+assume).
 
 In the reference each job was either *settled* or an *anchor*. A settled job was answered alike
 an earlier job under the same knowledge (`Turn.answered`), or waited for its victims to exit,
@@ -21,9 +22,9 @@ submissions walks the anchors and the new jobs in queue order, through the same
 `Walker.consider` as a full cycle, and skips the settled jobs, recording each one's refusal
 again for the jobs alike behind it as its turn would. While each anchor gets the answer it got
 in the reference (reason code, refusal, reservation job, nodes and domain, the wait for it no
-longer) and no new job binds, evicts or reserves, the knowledge every skipped job would meet is
-what it met then, give or take failures and refusals the new jobs added, which only answer more
-jobs alike the same way (no decision, only other words). So a skipped job would decide nothing,
+longer) and no new job decides anything, the knowledge every skipped job would meet is what it
+met then, give or take failures and refusals the new jobs added, which only answer more jobs
+alike the same way (no decision, only other words). So a skipped job would decide nothing,
 and its explanation stays the reference's. With the wait for the reservation no longer, a job
 that was too long to backfill then still is.
 
@@ -42,12 +43,23 @@ compared with its answer in the reference as an anchor is; a job refused by a re
 earlier in the cycle meets it again only if the job that recorded it, walked, got the same. The
 others (answered alike, told by a failure, unallocated work, which never preempts) are skipped.
 
-From the first anchor whose answer differs, or the first new job that decides anything, the
-cycle walks every remaining job, as a full cycle does from there. A full cycle runs whenever
-anything else happened since the reference (any other event, a change of the cluster state,
-budgets or usage seen by their versions), when the reference evicted, spent a preemption or
-settled a nominee, when the old jobs' order moved (usage accrues, so accounts may re-rank), and
-every `full_cycle_every` seconds regardless.
+A new job that starts (deciding nothing else) takes free capacity and moves its account's load,
+nothing else a settled job reads: a failure stays a failure with less capacity, the reservation
+is an anchor's, and a refusal recorded earlier in a cycle serves later jobs across starts in a
+full cycle too. The load is read by the preemptor: from such a start on, the settled jobs it
+refused from its memory are walked and compared, as after a protection's end (`Walk.rejudge`).
+
+Such a cycle visits only those jobs (`Walk.visits`: the anchors and the settled jobs the
+preemptor refused, kept in queue order, and the new jobs, put among them by their sort keys),
+never the whole queue. The old jobs keep their order among themselves when the queue's runs
+holding them do (`same_order`): jobs keep their place within a run.
+
+From the first anchor whose answer differs, or the first new job that evicts, reserves or moves
+jobs, the cycle walks every remaining job, as a full cycle does from there. A full cycle runs
+whenever anything else happened since the reference (any other event, a change of the cluster
+state, budgets or usage seen by their versions), when the reference evicted, spent a preemption
+or settled a nominee, when the old jobs' order moved (usage accrues, so accounts may re-rank),
+and every `full_cycle_every` seconds regardless.
 """
 
 from __future__ import annotations
@@ -58,6 +70,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from toposched.policy.fairshare import Segment
 from toposched.scheduler.decisions import Bind, Decision
 from toposched.scheduler.jobs import Job, ReasonCode
 from toposched.scheduler.refusals import Refusal
@@ -107,11 +120,17 @@ class Reference:
     """When the next protection of a running job ends after it."""
     leaves: tuple[str, ...] | None
     """The accounts' order, where the contract reads it (None: where it does not)."""
-    order: list[str]
-    """The jobs still pending after it, in its queue order."""
+    size: int
+    """How many jobs were still pending after it."""
+    segments: list[Segment]
+    """The queue's runs holding them, in its order: while these keep their order, so do
+    the jobs."""
+    points: list[str]
+    """The jobs of `outcomes` and `replays`, in queue order: the only ones a cycle after it
+    visits, with the new jobs."""
     replays: dict[str, Asked]
     """The settled jobs the preemptor refused, with the refusal: the others it settled are
-    the jobs of `order` not in `outcomes`."""
+    the pending jobs in neither this nor `outcomes`."""
     outcomes: dict[str, Outcome]
     """The anchors' answers."""
     refused: dict[str, Outcome]
@@ -128,12 +147,15 @@ class Walk:
     asked_before: dict[str, Refusal]
     """The refusals the preemptor gave in the last cycle, by job."""
     new: frozenset[str] = frozenset()
-    protections_ended: bool = False
-    """Whether a running job's protection ended since the reference: its settled jobs the
-    preemptor refused are walked, and compared with their answers then."""
+    rejudge: bool = False
+    """Whether the settled jobs the preemptor refused take their turn, compared with their
+    answers then: a running job's protection ended since the reference (the preemptor may
+    take more), or a new job started earlier in the walk (the loads moved)."""
     replays: dict[str, Asked] = field(default_factory=dict)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     refused: dict[str, Outcome] = field(default_factory=dict)
+    points: list[str] = field(default_factory=list)
+    """The jobs of `outcomes` and `replays`, in the order they were walked."""
     asked: dict[str, Refusal] = field(default_factory=dict)
     skipped: int = 0
 
@@ -141,34 +163,59 @@ class Walk:
     def skipping(self) -> bool:
         return self.reference is not None
 
-    def skip(self, job_id: str) -> tuple[bool, Asked | None]:
-        """Whether the job's turn is skipped (settled in the reference, and nothing met since
-        changed what it would meet), and the refusal its turn would record again."""
+    def visits(self) -> list[str]:
+        """The jobs a cycle after the reference visits while it skips: its anchors and the
+        settled jobs the preemptor refused (in queue order), then the new jobs; every other
+        pending job is settled, and nothing since changed what it would meet."""
         reference = self.reference
-        if reference is None or job_id in reference.outcomes or job_id in self.new:
-            return False, None
-        asked = reference.replays.get(job_id)
-        if asked is not None:
-            if self.protections_ended:
-                return False, None  # the preemptor judges its refusal again
-            self.replays[job_id] = asked
-            self.refused[job_id] = reference.refused[job_id]
-            self.asked[job_id] = asked.refusal
-        self.skipped += 1
-        return True, asked
+        assert reference is not None
+        return [*reference.points, *self.new]
 
-    def check(self, job_id: str, decided: bool, outcome: Outcome) -> None:
+    def replay(self, job_id: str) -> Asked | None:
+        """The refusal a settled job the preemptor refused records again, its turn skipped;
+        None for the jobs that take their turn: the anchors, the new jobs, and every job the
+        preemptor refused once a protection ended (it judges the refusal again)."""
+        reference = self.reference
+        assert reference is not None
+        asked = reference.replays.get(job_id)
+        if asked is None or self.rejudge:
+            return None
+        self.noted(job_id, replays=asked, refused=reference.refused[job_id])
+        self.asked[job_id] = asked.refusal
+        return asked
+
+    def noted(
+        self,
+        job_id: str,
+        *,
+        outcome: Outcome | None = None,
+        replays: Asked | None = None,
+        refused: Outcome | None = None,
+    ) -> None:
+        """Keep for the next cycle an anchor's `outcome`, or a settled job's refusal from the
+        preemptor's memory (`replays`) and its answer (`refused`)."""
+        if outcome is not None:
+            self.outcomes[job_id] = outcome
+        if replays is not None and refused is not None:
+            self.replays[job_id] = replays
+            self.refused[job_id] = refused
+        self.points.append(job_id)
+
+    def check(self, job_id: str, decided: bool, outcome: Outcome, started_only: bool) -> None:
         """While skipping: stop where a job's turn departs from the reference's, a new job's
-        by deciding anything (binding, evicting, reserving changes what every later job
-        meets), an old job's by an answer later jobs would meet otherwise."""
+        by deciding anything but its own start (evicting, reserving or moving jobs changes
+        what every later job meets; a start, see the module), an old job's by an answer later
+        jobs would meet otherwise."""
         reference = self.reference
         assert reference is not None
         if job_id in self.new:
-            if decided:
+            if decided and started_only:
+                self.rejudge = True
+            elif decided:
                 self.reference = None
             return
         known = reference.outcomes.get(job_id)
-        if known is None and self.protections_ended:
+        if known is None and self.rejudge:
             known = reference.refused.get(job_id)
         reserved_only = not decided or outcome.reservation is not None
         if known is None or not reserved_only or not outcome.serves_for(known):
@@ -209,11 +256,13 @@ class Incremental:
         now: float,
         stamp: tuple[int, ...],
         leaves: tuple[str, ...] | None,
-        order: list[str] | None,
+        size: int,
+        segments: list[Segment] | None,
     ) -> Walk:
-        """The walk of a cycle at `now` over the pending jobs `order` (queue order; None when
-        there is no reference to compare it with): skipping the jobs the reference settled,
-        when nothing but submissions, checkpoints and protection ends happened since."""
+        """The walk of a cycle at `now` over `size` pending jobs laid in the queue's runs
+        `segments` (in order; None when there is no reference to compare them with): skipping
+        the jobs the reference settled, when nothing but submissions, checkpoints and
+        protection ends happened since."""
         reference, new = self.reference, frozenset(self.submitted)
         checkpoints = self.checkpoints
         self.reference = None
@@ -222,24 +271,32 @@ class Incremental:
         if (
             not self.enabled
             or reference is None
-            or order is None
+            or segments is None
             or (self.full_cycle_every > 0 and now >= self.last_full + self.full_cycle_every)
             or not reference.now <= now
             or not same_stamp(stamp, reference.stamp, checkpoints)
             or leaves != reference.leaves
-            or len(order) != len(reference.order) + len(new)
-            or [job_id for job_id in order if job_id not in new] != reference.order
+            or size != reference.size + len(new)
+            or not same_order(segments, reference.segments)
         ):
             self.last_full = now
             return Walk(None, self.asked)
         self.cycles += 1
-        return Walk(reference, self.asked, new, now >= reference.until)
+        return Walk(reference, self.asked, new, rejudge=now >= reference.until)
 
     def settle(self, walk: Walk, reference: Reference | None) -> None:
         """The cycle is over: `reference` is what it leaves, if it may serve (see
         `Walker.leave_reference`)."""
         self.asked = walk.asked
         self.reference = reference
+
+
+def same_order(segments: list[Segment], reference: list[Segment]) -> bool:
+    """Whether the jobs the reference left pending keep their order among themselves: the
+    runs holding them (`reference`) come in the same order among `segments`. Jobs keep their
+    place within a run, and joining jobs move no other."""
+    held = set(reference)
+    return [segment for segment in segments if segment in held] == reference
 
 
 def same_stamp(stamp: tuple[int, ...], reference: tuple[int, ...], checkpoints: bool) -> bool:

@@ -241,6 +241,11 @@ class Interruptions:
         free: IntArray = nodes[idle]
         return free
 
+    @property
+    def puts_gangs_first(self) -> bool:
+        """Whether the next cycle's queue puts gangs first (see `first`)."""
+        return bool(self._restart_first)
+
     def first(self, runs: Iterable[Iterable[QueueEntry]]) -> Iterable[Iterable[QueueEntry]]:
         """The queue's `runs` with the gangs a node failure interrupted within their budget
         moved to the front (in the queue's order among themselves), for this cycle only, as

@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Protocol
 
-from toposched.policy.fairshare import JobExplanation, PendingQueue, QueueEntry, QueueTier
+from toposched.policy.fairshare import (
+    JobExplanation,
+    JobSortKey,
+    PendingQueue,
+    QueueEntry,
+    QueueTier,
+    Segment,
+)
 from toposched.policy.ranking import Ranking
 from toposched.scheduler.jobs import Job
 from toposched.scheduler.tally import PendingTally
@@ -73,6 +80,21 @@ class TalliedQueue:
     def runs(self, now: float, owed: Collection[str] = ()) -> Iterator[Iterator[QueueEntry]]:
         """`ordered` in runs of one account's jobs (see `PendingQueue.runs`)."""
         return self.inner.runs(now, owed)
+
+    def runs_after(
+        self, after: JobSortKey, ranking: Ranking, owed: Collection[str] = ()
+    ) -> Iterator[Iterator[QueueEntry]]:
+        """`runs` from the first job whose sort key follows `after` (see
+        `PendingQueue.runs_after`)."""
+        return self.inner.runs_after(after, ranking, owed)
+
+    def segments(self, ranking: Ranking, owed: Collection[str] = ()) -> list[Segment]:
+        return self.inner.segments(ranking, owed)
+
+    def sort_keys(
+        self, job_ids: Iterable[str], ranking: Ranking, owed: Collection[str] = ()
+    ) -> dict[str, JobSortKey]:
+        return self.inner.sort_keys(job_ids, ranking, owed)
 
     def ranking(self, now: float) -> Ranking:
         return self.inner.ranking(now)

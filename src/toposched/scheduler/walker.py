@@ -6,7 +6,6 @@ for the next cycle."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import suppress
 
 import numpy as np
 
@@ -26,7 +25,7 @@ from toposched.scheduler.ledger import Ledger
 from toposched.scheduler.placing import Placing, backfills, sets_refusal
 from toposched.scheduler.preemption import PreemptionPlan
 from toposched.scheduler.preemptor import Preemptor
-from toposched.scheduler.queueing import JobQueue
+from toposched.scheduler.queueing import JobQueue, TalliedQueue
 from toposched.scheduler.reservations import ReservationSearch
 from toposched.scheduler.settings import SchedulerSettings
 from toposched.scheduler.tally import SHORT_QUEUE, JobKinds, PendingTally, tier_key
@@ -76,6 +75,8 @@ class Walker:
         self.tally = tally
         self.kinds = tally.kinds if tally is not None else JobKinds()
         self.interruptions = interruptions
+        self.tallied = queue if isinstance(queue, TalliedQueue) else None
+        """The queue as a cycle after submissions only reads it: in runs it can compare."""
 
     # --- the walk ----------------------------------------------------------------------------
     def walk(
@@ -84,31 +85,38 @@ class Walker:
         runs: Iterable[Iterable[QueueEntry]],
         size: int,
         walk: Walk,
+        owed: frozenset[str],
         by_account: bool = False,
-    ) -> list[str] | None:
+    ) -> bool:
         """Each pending job's turn (`runs`: the `size` pending jobs in queue order, in runs
-        of one account's jobs if `by_account`), in queue order, but those `walk` skips; with
-        incremental cycles on, what each turn left for the next cycle is noted in `walk`.
-        With the queue counted by key (`PendingTally`) and read by account, a full cycle
-        leaves a run once every job left in it would be answered alike, those jobs reading
-        their key's shared answer (see `toposched.scheduler.tally`).
+        of one account's jobs if `by_account`; `owed`: the accounts whose allocated work goes
+        first), in queue order, but those `walk` skips: while it skips, only the jobs it
+        visits are read (`Walk.visits`), in queue order, and from the first whose answer
+        departs from the reference's every job after it. With incremental cycles on, what
+        each turn left for the next cycle is noted in `walk`. With the queue counted by key
+        (`PendingTally`) and read by account, a full cycle leaves a run once every job left
+        in it would be answered alike, those jobs reading their key's shared answer (see
+        `toposched.scheduler.tally`).
 
-        Returns the ids of the jobs walked, in order, when incremental cycles are on and it
-        walked the whole queue (None otherwise)."""
+        Returns whether every pending job was walked or skipped (no run left early)."""
         jobs, tally = self.jobs, self.tally
         runs = self._fence_nominated(turn, runs)
         turn.result.considered = size
         self.admission.walk(lambda: self._pending_jobs(turn.now), self._within_budget)
         track = self.incremental.enabled
-        order: list[str] | None = [] if track else None
+        whole = True
         answered_alike = turn.answered
-        known = self._known_so_far(turn)
-        skipping = walk.reference is not None
         tail = None
-        if tally is not None:
+        walked = 0
+        changed = walk.reference is not None
+        if changed:
+            runs, walked = self._walk_changed(turn, walk, owed)
+            by_account = True
+        elif tally is not None:
             tally.board.cycle = turn.number
-            if by_account and not skipping and size >= SHORT_QUEUE:
+            if by_account and size >= SHORT_QUEUE:
                 tail = tally.tail(turn.number)
+        known = self._known_so_far(turn)
         ahead = tail.ahead if tail is not None else {}
         # Oldest first, the unallocated tier interleaves the accounts' jobs: a look would
         # share answers for jobs of the account still to come in later runs, so none is taken
@@ -127,78 +135,94 @@ class Walker:
             # Runs read by account are one account's jobs of one tier: its tier is read once.
             run_tier: QueueTier | None = None
             for entry in run:
+                walked += 1
                 job = jobs[entry.job_id]
-                if order is not None:
-                    order.append(entry.job_id)
-                if skipping:
-                    skipped, replayed = walk.skip(entry.job_id)
-                    if skipped:
-                        if replayed is not None:
-                            self._refused(turn, replayed)
-                            known = self._known_so_far(turn)
+                # Answered alike an earlier job (`consider`'s first test, without the rest of
+                # its turn): nothing a later job reads moves, not even `known`, and a full
+                # walk leaves nothing of such a turn for the next cycle.
+                kind = job.kind
+                key = (kind, entry.account, entry.priority, entry.unallocated)
+                if tail is not None:
+                    ahead[key] = ahead.get(key, 0) - 1
+                same = answered_alike.get(key)
+                by_key = True
+                if (same is None or same.known != known) and shares_tier and kind is not None:
+                    if not by_account:
+                        tier = self._tier_of(tiers, entry)
+                    elif run_tier is None:
+                        tier = run_tier = self._tier_of(tiers, entry)
+                    else:
+                        tier = run_tier
+                    if tier is unallocated:
+                        same = answered_alike.get(self._tier_key(job, kind, entry))
+                        by_key = False
+                if (
+                    same is not None
+                    and same.known == known
+                    and job.nomination is None
+                    and same.failed_job != entry.job_id
+                    and entry.job_id not in kept
+                ):
+                    job.tell(same.reason, same.code, same.refusal)
+                    alike += 1
+                    if not by_key:
+                        # Kept under its own key too, as its turn would have kept it, where
+                        # the walk may leave runs: its looks at whether to leave one then
+                        # find what they found when such a job took its turn.
+                        if tail is not None:
+                            answered_alike[key] = same
                         continue
-                else:
-                    # Answered alike an earlier job (`consider`'s first test, without the rest
-                    # of its turn): nothing a later job reads moves, not even `known`, and a
-                    # full walk leaves nothing of such a turn for the next cycle.
-                    kind = job.kind
-                    key = (kind, entry.account, entry.priority, entry.unallocated)
-                    if tail is not None:
-                        ahead[key] = ahead.get(key, 0) - 1
-                    same = answered_alike.get(key)
-                    by_key = True
-                    if (same is None or same.known != known) and shares_tier and kind is not None:
-                        if not by_account:
-                            tier = self._tier_of(tiers, entry)
-                        elif run_tier is None:
-                            tier = run_tier = self._tier_of(tiers, entry)
-                        else:
-                            tier = run_tier
-                        if tier is unallocated:
-                            same = answered_alike.get(self._tier_key(job, kind, entry))
-                            by_key = False
+                    streak += 1
                     if (
-                        same is not None
-                        and same.known == known
-                        and job.nomination is None
-                        and same.failed_job != entry.job_id
-                        and entry.job_id not in kept
+                        tail is not None
+                        and streak >= every
+                        and not (interleaved and tier_of(entry) is unallocated)
                     ):
-                        job.tell(same.reason, same.code, same.refusal)
-                        alike += 1
-                        if not by_key:
-                            # Kept under its own key too, as its turn would have kept it, where
-                            # the walk may leave runs: its looks at whether to leave one then
-                            # find what they found when such a job took its turn.
-                            if tail is not None:
-                                answered_alike[key] = same
+                        if not every:
+                            # The run's first job answered alike: how often to look.
+                            every = tail.look_every(entry.account)
                             continue
-                        streak += 1
-                        if (
-                            tail is not None
-                            and streak >= every
-                            and not (interleaved and tier_of(entry) is unallocated)
-                        ):
-                            if not every:
-                                # The run's first job answered alike: how often to look.
-                                every = tail.look_every(entry.account)
-                                continue
-                            streak = 0
-                            left = tail.leave_run(entry.account, answered_alike, known, jobs)
-                            if left is not None:
-                                shared += left
-                                order = None
-                                break
-                        continue
+                        streak = 0
+                        left = tail.leave_run(entry.account, answered_alike, known, jobs)
+                        if left is not None:
+                            shared += left
+                            whole = False
+                            break
+                    continue
                 if track:
                     self._tracked_turn(turn, entry, job, walk)
-                    skipping = walk.reference is not None
                 else:
                     self.consider(turn, entry, job)
                 known = self._known_so_far(turn)
         turn.result.alike += alike + shared
         turn.result.shared += shared
-        return order
+        if changed:
+            walk.skipped = size - walked
+        return whole
+
+    def _walk_changed(
+        self, turn: Turn, walk: Walk, owed: frozenset[str]
+    ) -> tuple[Iterable[Iterable[QueueEntry]], int]:
+        """While `walk` skips: the turns of the jobs it visits, in queue order, the others
+        skipped (see `Walk.visits`). Returns the runs of the jobs after the first whose answer
+        departs from the reference's, all to be walked (none if none departs), and how many
+        jobs took their turn."""
+        tallied = self.tallied
+        assert tallied is not None
+        jobs, get = self.jobs, tallied.get
+        ranking = tallied.ranking(turn.now)
+        keys = tallied.sort_keys(walk.visits(), ranking, owed)
+        walked = 0
+        for job_id in sorted(keys, key=keys.__getitem__):
+            replayed = walk.replay(job_id)
+            if replayed is not None:
+                self._refused(turn, replayed)
+                continue
+            walked += 1
+            self._tracked_turn(turn, get(job_id), jobs[job_id], walk)
+            if walk.reference is None:
+                return tallied.runs_after(keys[job_id], ranking, owed), walked
+        return (), walked
 
     def _fence_nominated(
         self, turn: Turn, runs: Iterable[Iterable[QueueEntry]]
@@ -243,18 +267,20 @@ class Walker:
         )
         outcome = None
         if settled and asked is not None and not answered:
-            walk.replays[job_id] = asked
-            outcome = walk.refused[job_id] = Outcome.of(
-                job, turn.now, self.reservations.reserved_nodes
-            )
+            outcome = Outcome.of(job, turn.now, self.reservations.reserved_nodes)
+            walk.noted(job_id, replays=asked, refused=outcome)
         if settled and not skipping:
             return
         if outcome is None:
             outcome = Outcome.of(job, turn.now, self.reservations.reserved_nodes)
         if not settled:
-            walk.outcomes[job_id] = outcome
+            walk.noted(job_id, outcome=outcome)
         if skipping:
-            walk.check(job_id, len(decisions) != made, outcome)
+            decided = decisions[made:]
+            started_only = self.admission.rule is None and all(
+                isinstance(decision, Bind) and decision.job_id == job_id for decision in decided
+            )
+            walk.check(job_id, bool(decided), outcome, started_only)
 
     def _known_so_far(self, turn: Turn) -> tuple[object, ...]:
         """What the cycle knows so far, as answers alike are kept under (see `Turn.answered`)."""
@@ -286,31 +312,29 @@ class Walker:
             return None
         return self.queue.ranking(now).leaves
 
-    def leave_reference(self, turn: Turn, walk: Walk, order: list[str] | None) -> None:
+    def leave_reference(self, turn: Turn, walk: Walk, whole: bool, owed: frozenset[str]) -> None:
         """Keep what the cycle saw for a cycle after submissions only, unless it evicted,
-        spent a preemption, settled a nominee or did not walk the whole queue (`order`, the
-        jobs it walked, None then): the next cycle is a full one."""
-        decisions, now = turn.result.decisions, turn.now
+        spent a preemption, settled a nominee or did not walk the whole queue (`whole`):
+        the next cycle is a full one. `owed`: the accounts whose work went first."""
+        decisions, now, tallied = turn.result.decisions, turn.now, self.tallied
         reference = None
         if (
-            order is not None
+            whole
+            and tallied is not None
+            and self.incremental.enabled
             and turn.preemptions_left == self.settings.max_preemptions_per_cycle
             and not turn.nominees_settled
             and not any(isinstance(decision, Evict) for decision in decisions)
         ):
-            bound = [d.job_id for d in decisions if isinstance(d, Bind)]
-            if bound:
-                # Few, and near the front of the queue: removed one by one, not the whole
-                # queue tested against them.
-                for job_id in bound:
-                    with suppress(ValueError):  # not a pending job's start
-                        order.remove(job_id)
+            bound = {d.job_id for d in decisions if isinstance(d, Bind)}
             reference = Reference(
                 now,
                 self.stamp(),
                 self.ledger.next_protection_end(now),
                 self.leaves(now),
-                order,
+                len(tallied),
+                tallied.segments(tallied.ranking(now), owed),
+                [job_id for job_id in walk.points if job_id not in bound],
                 walk.replays,
                 walk.outcomes,
                 walk.refused,
