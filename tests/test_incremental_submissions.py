@@ -121,17 +121,17 @@ def test_the_checking_mode_holds_on_a_loaded_cluster() -> None:
     assert checked.lines == decisions(run, incremental=False).lines
 
 
-def _gang(name: str, account: str) -> JobSpec:
-    """One pod of 4 GPUs, protected for an hour."""
-    return JobSpec.from_dict(
-        {
-            "name": name,
-            "account": account,
-            "pods": 1,
-            "resources_per_pod": {"gpus": 4},
-            "min_runtime": "1h",
-        }
-    )
+def _gang(name: str, account: str, pods: int = 1, gpus: int = 4, **fields: Any) -> JobSpec:
+    """`pods` pods of `gpus` GPUs, protected for an hour unless `fields` say otherwise."""
+    data: dict[str, Any] = {
+        "name": name,
+        "account": account,
+        "pods": pods,
+        "resources_per_pod": {"gpus": gpus},
+        "min_runtime": "1h",
+    }
+    data.update(fields)
+    return JobSpec.from_dict(data)
 
 
 def test_cycles_after_submissions_skip_settled_jobs_until_something_else_happens() -> None:
@@ -243,18 +243,6 @@ def test_after_a_protection_ends_the_other_settled_jobs_stay_skipped() -> None:
     assert last.skipped == 1
 
 
-def _spec(name: str, account: str, pods: int = 1, gpus: int = 4, **fields: Any) -> JobSpec:
-    data: dict[str, Any] = {
-        "name": name,
-        "account": account,
-        "pods": pods,
-        "resources_per_pod": {"gpus": gpus},
-        "min_runtime": "1h",
-    }
-    data.update(fields)
-    return JobSpec.from_dict(data)
-
-
 def _after_a_start(incremental: bool, protected: bool) -> list[CycleResult]:
     """4 racks x 2 nodes x 4 GPUs (racks: nodes 0-1, 2-3, 4-5, 6-7). team-a (a quarter of the
     budget) runs `held` on node 0, protected for an hour if `protected`, else for a minute;
@@ -273,16 +261,16 @@ def _after_a_start(incremental: bool, protected: bool) -> list[CycleResult]:
         reserve_min_gpus=1000,
         defragment=False,
     )
-    held = _spec("held", "team-a", min_runtime="1h" if protected else "1m")
-    running = [(held, 0, [0, 1, 2, 3]), (_spec("guest", "guests", gpus=2), 1, [0, 1])]
-    running += [(_spec(f"b{node}", "team-b"), node, [0, 1, 2, 3]) for node in (2, 4, 6, 7)]
+    held = _gang("held", "team-a", min_runtime="1h" if protected else "1m")
+    running = [(held, 0, [0, 1, 2, 3]), (_gang("guest", "guests", gpus=2), 1, [0, 1])]
+    running += [(_gang(f"b{node}", "team-b"), node, [0, 1, 2, 3]) for node in (2, 4, 6, 7)]
     for spec, node, gpus in running:
         scheduler.adopt(spec, Allocation.of([node], [gpus]), start_time=0.0, now=0.0)
     rack = {"required": "rack"}
-    scheduler.submit(_spec("whole", "team-b", pods=2, topology=rack), 120.0)
-    scheduler.submit(_spec("spare", "guests", pods=2, topology=rack), 120.0)
+    scheduler.submit(_gang("whole", "team-b", pods=2, topology=rack), 120.0)
+    scheduler.submit(_gang("spare", "guests", pods=2, topology=rack), 120.0)
     results = [scheduler.cycle(120.0), scheduler.cycle(130.0)]
-    scheduler.submit(_spec("wide", "team-a", pods=2), 140.0)
+    scheduler.submit(_gang("wide", "team-a", pods=2), 140.0)
     results.append(scheduler.cycle(140.0))
     return results
 
