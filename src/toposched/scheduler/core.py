@@ -123,6 +123,7 @@ class Scheduler:
         self._cycles = 0
         self._epoch = 0
         self._settled_version = -1
+        self._owed: tuple[tuple[object, ...], frozenset[str]] | None = None
         self.failures = FailureMemo()
         self.freed = FreedCapacity(state)
         self.fence_marks = FenceMarks(state.topology.n_nodes)
@@ -528,15 +529,23 @@ class Scheduler:
 
     def owed_accounts(self) -> frozenset[str]:
         """Accounts with pending jobs that run fewer allocated GPUs than their budget: their
-        allocated work goes first in the queue, since a budget is what an account is owed."""
+        allocated work goes first in the queue, since a budget is what an account is owed.
+        Read again only when the accounts waiting, the GPUs held or leaving, or the budgets
+        moved (most cycles after submissions only move none of them)."""
         tree, ledger = self.tree, self.ledger
-        return frozenset(
+        accounts = tuple(self.queue.accounts())
+        inputs = (accounts, self.usage.version, ledger.leaving_version, tree.version)
+        if self._owed is not None and self._owed[0] == inputs:
+            return self._owed[1]
+        owed = frozenset(
             account
-            for account in self.queue.accounts()
+            for account in accounts
             if account in tree
             and tree.is_leaf(account)
             and ledger.running_gpus(account) < ledger.budget_gpus(account) - 1e-9
         )
+        self._owed = (inputs, owed)
+        return owed
 
     def owners_on(self, nodes: IntArray) -> set[str]:
         """Running jobs holding anything on `nodes`."""

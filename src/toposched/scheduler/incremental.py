@@ -156,6 +156,8 @@ class Walk:
     refused: dict[str, Outcome] = field(default_factory=dict)
     points: list[str] = field(default_factory=list)
     """The jobs of `outcomes` and `replays`, in the order they were walked."""
+    segments: list[Segment] | None = None
+    """The queue's runs at the cycle's start, if read (see `Incremental.walk`)."""
     asked: dict[str, Refusal] = field(default_factory=dict)
     skipped: int = 0
 
@@ -280,9 +282,9 @@ class Incremental:
             or not same_order(segments, reference.segments)
         ):
             self.last_full = now
-            return Walk(None, self.asked)
+            return Walk(None, self.asked, segments=segments)
         self.cycles += 1
-        return Walk(reference, self.asked, new, rejudge=now >= reference.until)
+        return Walk(reference, self.asked, new, rejudge=now >= reference.until, segments=segments)
 
     def settle(self, walk: Walk, reference: Reference | None) -> None:
         """The cycle is over: `reference` is what it leaves, if it may serve (see

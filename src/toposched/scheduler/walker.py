@@ -327,13 +327,17 @@ class Walker:
             and not any(isinstance(decision, Evict) for decision in decisions)
         ):
             bound = {d.job_id for d in decisions if isinstance(d, Bind)}
+            segments = walk.segments
+            if segments is None or len(tallied) != turn.result.considered:
+                # Jobs left the queue (or its runs were not read): read them as they are now.
+                segments = tallied.segments(tallied.ranking(now), owed)
             reference = Reference(
                 now,
                 self.stamp(),
                 self.ledger.next_protection_end(now),
                 self.leaves(now),
                 len(tallied),
-                tallied.segments(tallied.ranking(now), owed),
+                segments,
                 [job_id for job_id in walk.points if job_id not in bound],
                 walk.replays,
                 walk.outcomes,
