@@ -1,0 +1,60 @@
+"""`benchmarks/same_decisions.py`, which checks a whole run's decisions with cycles that skip
+settled jobs against a run of full cycles: as a user runs it, and its comparison on logs that
+differ."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from toposched.scheduler.decisions import Reserve
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "same_decisions.py"
+
+
+def script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("same_decisions", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses resolve their annotations there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_short_run_decides_the_same_both_ways() -> None:
+    env = {**os.environ, "PYTHONPATH": str(SCRIPT.parents[1] / "src")}
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--days", "0.2", "--gpus", "256"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["same"] is True
+    assert out["decisions"] > 0 and out["cycles_that_skipped_jobs"] > 0
+
+
+def test_logs_that_differ_are_told_apart() -> None:
+    module = script()
+    first, second = Reserve("a", 100.0, "rack-0"), Reserve("b", 200.0, "rack-1")
+    full = module.Log(times=[10.0, 20.0], decisions=[first, second])
+
+    later = module.Log(times=[10.0, 30.0], decisions=[first, second])
+    moved = module.compare(later, full)
+    assert moved["same"] is False and "decision 2 made at 30.0, not 20.0" in moved["difference"]
+
+    other = module.Log(times=[10.0, 20.0], decisions=[first, Reserve("c", 200.0, "rack-1")])
+    assert module.compare(other, full)["same"] is False
+
+    fewer = module.Log(times=[10.0], decisions=[first])
+    assert "made 1 decisions where a full cycle made 2" in module.compare(fewer, full)["difference"]
+
+    assert module.compare(full, full)["same"] is True
