@@ -176,7 +176,8 @@ class Walk:
     def replay(self, job_id: str) -> Asked | None:
         """The refusal a settled job the preemptor refused records again, its turn skipped;
         None for the jobs that take their turn: the anchors, the new jobs, and every job the
-        preemptor refused once a protection ended (it judges the refusal again)."""
+        preemptor refused once a protection ended or a new job started (it judges the refusal
+        again)."""
         reference = self.reference
         assert reference is not None
         asked = reference.replays.get(job_id)
