@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from job_specs import job
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState, Health
@@ -22,18 +23,6 @@ from toposched.scheduler.fence import Fence
 from toposched.scheduler.freed import FreedCapacity
 
 HOUR = 3600.0
-
-
-def job(name: str, account: str, pods: int = 1, gpus: int = 4, **fields: Any) -> JobSpec:
-    data: dict[str, Any] = {
-        "name": name,
-        "account": account,
-        "pods": pods,
-        "resources_per_pod": {"gpus": gpus},
-        "min_runtime": "1h",
-    }
-    data.update(fields)
-    return JobSpec.from_dict(data)
 
 
 def loaded(ahead: Sequence[JobSpec] = (), **settings: Any) -> Scheduler:

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 from cycle_log import CycleLog, logged_run
+from job_specs import job
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.cluster.units import DAY
-from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict
@@ -121,35 +121,22 @@ def test_the_checking_mode_holds_on_a_loaded_cluster() -> None:
     assert checked.lines == decisions(run, incremental=False).lines
 
 
-def _gang(name: str, account: str, pods: int = 1, gpus: int = 4, **fields: Any) -> JobSpec:
-    """`pods` pods of `gpus` GPUs, protected for an hour unless `fields` say otherwise."""
-    data: dict[str, Any] = {
-        "name": name,
-        "account": account,
-        "pods": pods,
-        "resources_per_pod": {"gpus": gpus},
-        "min_runtime": "1h",
-    }
-    data.update(fields)
-    return JobSpec.from_dict(data)
-
-
 def test_cycles_after_submissions_skip_settled_jobs_until_something_else_happens() -> None:
     state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))  # 16 GPUs
     tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
     scheduler = Scheduler(state, tree, full_cycle_every=1000.0)
     for number in range(4):
-        scheduler.submit(_gang(f"run{number}", "team-a"), 0.0)
+        scheduler.submit(job(f"run{number}", "team-a"), 0.0)
     first = scheduler.cycle(0.0)
     assert not first.incremental and len(first.bound) == 4
 
     # team-b is owed its budget, but team-a's runs are protected: the waiting jobs are told so.
-    scheduler.submit(_gang("wait0", "team-b"), 10.0)
+    scheduler.submit(job("wait0", "team-b"), 10.0)
     second = scheduler.cycle(10.0)
     assert second.incremental and not second.decisions
-    scheduler.submit(_gang("wait1", "team-b"), 20.0)
+    scheduler.submit(job("wait1", "team-b"), 20.0)
     third = scheduler.cycle(20.0)
-    scheduler.submit(_gang("wait2", "team-b"), 30.0)
+    scheduler.submit(job("wait2", "team-b"), 30.0)
     fourth = scheduler.cycle(30.0)
     assert third.incremental and fourth.incremental
     assert fourth.skipped >= 1 and not fourth.decisions
@@ -159,10 +146,10 @@ def test_cycles_after_submissions_skip_settled_jobs_until_something_else_happens
     scheduler.finish("run0", 40.0)
     fifth = scheduler.cycle(40.0)
     assert not fifth.incremental and bound(fifth) == ["wait0"]
-    scheduler.submit(_gang("wait3", "team-b"), 50.0)
+    scheduler.submit(job("wait3", "team-b"), 50.0)
     assert scheduler.cycle(50.0).incremental
     # At least every `full_cycle_every` seconds, a full cycle.
-    scheduler.submit(_gang("wait4", "team-b"), 1040.0)
+    scheduler.submit(job("wait4", "team-b"), 1040.0)
     assert not scheduler.cycle(1040.0).incremental
 
 
@@ -177,10 +164,10 @@ def test_cycles_after_checkpoints_skip_settled_jobs_too() -> None:
     tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
     scheduler = Scheduler(state, tree, full_cycle_every=1000.0)
     for number in range(4):
-        scheduler.submit(_gang(f"run{number}", "team-a"), 0.0)
+        scheduler.submit(job(f"run{number}", "team-a"), 0.0)
     scheduler.cycle(0.0)
     for number in range(3):
-        scheduler.submit(_gang(f"wait{number}", "team-b"), 10.0)
+        scheduler.submit(job(f"wait{number}", "team-b"), 10.0)
     scheduler.cycle(10.0)
     told = {number: scheduler.jobs[f"wait{number}"].reason for number in range(3)}
 
@@ -192,7 +179,7 @@ def test_cycles_after_checkpoints_skip_settled_jobs_too() -> None:
 
     # With a submission too, and then a completion: a full cycle again.
     scheduler.report_checkpoint("run3", 30.0)
-    scheduler.submit(_gang("wait3", "team-b"), 30.0)
+    scheduler.submit(job("wait3", "team-b"), 30.0)
     assert scheduler.cycle(30.0).incremental
     scheduler.finish("run0", 40.0)
     assert not scheduler.cycle(40.0).incremental
@@ -207,25 +194,31 @@ def _after_a_protection_ends(incremental: bool, own_budget: bool) -> list[CycleR
     scheduler = Scheduler(state, tree, full_cycle_every=0.0, incremental=incremental)
     names = ["a0", "a1", "b0", "b1"] if own_budget else ["a0", "a1", "a2", "a3"]
     for name in names:
-        scheduler.submit(_gang(name, "team-b" if name.startswith("b") else "team-a"), 0.0)
+        scheduler.submit(job(name, "team-b" if name.startswith("b") else "team-a"), 0.0)
     results = [scheduler.cycle(0.0)]
-    scheduler.submit(_gang("wait", "team-b"), 10.0)
+    scheduler.submit(job("wait", "team-b"), 10.0)
     results.append(scheduler.cycle(10.0))
-    scheduler.submit(_gang("spare", "guests"), 20.0)
+    scheduler.submit(job("spare", "guests"), 20.0)
     results.append(scheduler.cycle(20.0))
     results.append(scheduler.cycle(3600.0))
     return results
 
 
+def _last_as_full(run: Callable[[bool], list[CycleResult]]) -> CycleResult:
+    """The last cycle of `run` with cycles that skip settled jobs, once every cycle of it
+    decided as in `run` with full cycles."""
+    shortcut, full = run(True), run(False)
+    for want, got in zip(full, shortcut, strict=True):
+        assert differences(want.decisions, got.decisions) is None
+    return shortcut[-1]
+
+
 def test_after_a_protection_ends_the_refused_jobs_are_asked_again() -> None:
     # team-b runs nothing and is owed its budget: once team-a's protections end, wait takes
     # a team-a job. The cycle at 1 h walks wait again, as a full cycle would.
-    shortcut = _after_a_protection_ends(incremental=True, own_budget=False)
-    full = _after_a_protection_ends(incremental=False, own_budget=False)
-
-    for want, got in zip(full, shortcut, strict=True):
-        assert differences(want.decisions, got.decisions) is None
-    last = shortcut[-1]
+    last = _last_as_full(
+        lambda incremental: _after_a_protection_ends(incremental, own_budget=False)
+    )
     assert last.incremental
     assert [d.job_id for d in last.decisions if isinstance(d, Evict)]
 
@@ -233,12 +226,7 @@ def test_after_a_protection_ends_the_refused_jobs_are_asked_again() -> None:
 def test_after_a_protection_ends_the_other_settled_jobs_stay_skipped() -> None:
     # team-b runs its budget: team-a's jobs, unprotected at 1 h, are still not its to take.
     # wait is asked again and refused again; the guests' job, which never preempts, skipped.
-    shortcut = _after_a_protection_ends(incremental=True, own_budget=True)
-    full = _after_a_protection_ends(incremental=False, own_budget=True)
-
-    for want, got in zip(full, shortcut, strict=True):
-        assert differences(want.decisions, got.decisions) is None
-    last = shortcut[-1]
+    last = _last_as_full(lambda incremental: _after_a_protection_ends(incremental, own_budget=True))
     assert last.incremental and not last.decisions
     assert last.skipped == 1
 
@@ -261,16 +249,16 @@ def _after_a_start(incremental: bool, protected: bool) -> list[CycleResult]:
         reserve_min_gpus=1000,
         defragment=False,
     )
-    held = _gang("held", "team-a", min_runtime="1h" if protected else "1m")
-    running = [(held, 0, [0, 1, 2, 3]), (_gang("guest", "guests", gpus=2), 1, [0, 1])]
-    running += [(_gang(f"b{node}", "team-b"), node, [0, 1, 2, 3]) for node in (2, 4, 6, 7)]
+    held = job("held", "team-a", min_runtime="1h" if protected else "1m")
+    running = [(held, 0, [0, 1, 2, 3]), (job("guest", "guests", gpus=2), 1, [0, 1])]
+    running += [(job(f"b{node}", "team-b"), node, [0, 1, 2, 3]) for node in (2, 4, 6, 7)]
     for spec, node, gpus in running:
         scheduler.adopt(spec, Allocation.of([node], [gpus]), start_time=0.0, now=0.0)
     rack = {"required": "rack"}
-    scheduler.submit(_gang("whole", "team-b", pods=2, topology=rack), 120.0)
-    scheduler.submit(_gang("spare", "guests", pods=2, topology=rack), 120.0)
+    scheduler.submit(job("whole", "team-b", pods=2, topology=rack), 120.0)
+    scheduler.submit(job("spare", "guests", pods=2, topology=rack), 120.0)
     results = [scheduler.cycle(120.0), scheduler.cycle(130.0)]
-    scheduler.submit(_gang("wide", "team-a", pods=2), 140.0)
+    scheduler.submit(job("wide", "team-a", pods=2), 140.0)
     results.append(scheduler.cycle(140.0))
     return results
 
@@ -278,12 +266,7 @@ def _after_a_start(incremental: bool, protected: bool) -> list[CycleResult]:
 def test_after_a_new_job_starts_the_refused_jobs_are_asked_again() -> None:
     # wide's start takes team-a beyond its budget: held, unprotected, becomes team-b's to take,
     # and whole evicts it and the guests' job for rack 0, as a full cycle does.
-    shortcut = _after_a_start(incremental=True, protected=False)
-    full = _after_a_start(incremental=False, protected=False)
-
-    for want, got in zip(full, shortcut, strict=True):
-        assert differences(want.decisions, got.decisions) is None
-    last = shortcut[-1]
+    last = _last_as_full(lambda incremental: _after_a_start(incremental, protected=False))
     assert last.incremental and bound(last) == ["wide"]
     assert sorted(d.job_id for d in last.decisions if isinstance(d, Evict)) == ["guest", "held"]
 
@@ -291,10 +274,5 @@ def test_after_a_new_job_starts_the_refused_jobs_are_asked_again() -> None:
 def test_after_a_new_job_starts_the_other_settled_jobs_stay_skipped() -> None:
     # held is protected: whole is refused again once wide started, and the guests' spare,
     # which never preempts and still finds no free rack, is skipped.
-    shortcut = _after_a_start(incremental=True, protected=True)
-    full = _after_a_start(incremental=False, protected=True)
-
-    for want, got in zip(full, shortcut, strict=True):
-        assert differences(want.decisions, got.decisions) is None
-    last = shortcut[-1]
+    last = _last_as_full(lambda incremental: _after_a_start(incremental, protected=True))
     assert last.incremental and bound(last) == ["wide"] and last.skipped == 1
