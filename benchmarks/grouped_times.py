@@ -19,17 +19,23 @@ UNITS = {"us": 1e6, "ms": 1e3}
 
 
 def print_groups(what: str, timed: Mapping[str, Sequence[float]], unit: str) -> None:
-    """`timed`: seconds per call by group, printed largest total first in `unit` ("us", "ms")."""
+    """`timed`: seconds per call by group, printed largest total first in `unit` ("us", "ms"),
+    with each group's share of the total."""
     scale = UNITS[unit]
     width = max(len(what), *(len(name) for name in timed)) + 2
-    print(f"{what:<{width}}{'count':>8}{'total s':>10}{'mean ' + unit:>10}{'median ' + unit:>11}")
+    print(
+        f"{what:<{width}}{'count':>8}{'total s':>10}{'mean ' + unit:>10}"
+        f"{'median ' + unit:>11}{'share':>8}"
+    )
     rows = sorted(timed.items(), key=lambda item: -sum(item[1]))
     every = np.concatenate([np.array(times, dtype=float) for _, times in rows])
+    total = float(every.sum()) or 1.0
     for name, times in [*rows, ("every call", every)]:
         values = np.array(times, dtype=float)
         print(
             f"{name:<{width}}{values.size:>8,}{values.sum():>10.3f}"
             f"{values.mean() * scale:>10.2f}{np.median(values) * scale:>11.2f}"
+            f"{values.sum() / total:>8.1%}"
         )
 
 

@@ -1,0 +1,117 @@
+"""Where a simulated run's scheduler time goes, by what each cycle follows.
+
+Runs toposched on the workload of the `toposched simulate` options given and times every cycle
+(CPU time of the process), grouped by the events the scheduler was told since the cycle before
+(submissions, completions, evictions' ends, checkpoints, node health, ...; none when only the
+clock moved: a protection's end, a reservation's time), by whether the cycle skipped the
+pending jobs the last one settled (docs/policy.md, *Cycles after submissions only*) or was a
+full one, and by the kinds of decision it made (Bind, Evict, Reserve; "Reserve again" when the
+cycle before reserved for the same job in the same domain). Prints, per group, the cycles,
+their total, mean and median CPU time and their share of the whole.
+
+    .venv/bin/python benchmarks/cycle_costs.py --days 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from grouped_times import print_groups
+
+from toposched.cli.policy_options import policy_settings
+from toposched.cli.simulate_options import add_options, check_options
+from toposched.cli.simulate_run import build_workload
+from toposched.cluster.state import ClusterState
+from toposched.policy.budget import BudgetTree
+from toposched.scheduler.core import Scheduler
+from toposched.scheduler.decisions import Reserve
+from toposched.scheduler.turn import CycleResult
+from toposched.sim.engine import simulate
+
+EVENTS = {
+    "submit": "submission",
+    "submit_many": "submission",
+    "finish": "completion",
+    "fail": "job failure",
+    "evicted": "eviction's end",
+    "cancel": "cancellation",
+    "report_checkpoint": "checkpoint",
+    "set_health": "node health",
+    "set_priority": "priority",
+}
+"""The scheduler's calls between cycles, and the event each tells it of."""
+
+
+def group_of(told: set[str], result: CycleResult, reserved: Reserve | None) -> str:
+    """A cycle's group: the events told since the last cycle, how it walked, what it decided
+    (`reserved`: the reservation the cycle before made, if any: a reservation for the same
+    job in the same domain is made again)."""
+    events = " + ".join(sorted(told)) if told else "none (the clock only)"
+    walked = "skipping" if result.incremental else "full"
+    kinds = set()
+    for decision in result.decisions:
+        kind = type(decision).__name__
+        if isinstance(decision, Reserve) and reserved is not None:
+            if (decision.job_id, decision.domain) == (reserved.job_id, reserved.domain):
+                kind = "Reserve again"
+        kinds.add(kind)
+    decided = " + ".join(sorted(kinds)) if kinds else "none"
+    return f"{events} | {walked} | {decided}"
+
+
+def reservation_of(result: CycleResult) -> Reserve | None:
+    """The reservation a cycle made, if any."""
+    made = [decision for decision in result.decisions if isinstance(decision, Reserve)]
+    return made[-1] if made else None
+
+
+def timed_cycles(args: argparse.Namespace) -> dict[str, list[float]]:
+    """Simulate the workload of `args` under toposched; each cycle's CPU seconds by group."""
+    timed: dict[str, list[float]] = defaultdict(list)
+    told: set[str] = set()
+    reserved: list[Reserve | None] = [None]
+
+    def noting(call: Callable[..., Any], event: str) -> Callable[..., Any]:
+        def noted(*args: Any, **kwargs: Any) -> Any:
+            told.add(event)
+            return call(*args, **kwargs)
+
+        return noted
+
+    def build(state: ClusterState, tree: BudgetTree) -> Scheduler:
+        scheduler = Scheduler(state, tree, **policy_settings(args))
+        for name, event in EVENTS.items():
+            setattr(scheduler, name, noting(getattr(scheduler, name), event))
+        cycle = scheduler.cycle
+
+        def timed_cycle(now: float) -> CycleResult:
+            began = time.process_time()
+            result = cycle(now)
+            timed[group_of(told, result, reserved[0])].append(time.process_time() - began)
+            told.clear()
+            reserved[0] = reservation_of(result)
+            return result
+
+        scheduler.cycle = timed_cycle  # type: ignore[method-assign]
+        return scheduler
+
+    simulate(
+        build_workload(args), build, scheduler_name="toposched", cycle_interval=args.cycle_every
+    )
+    return timed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_options(parser)
+    args = parser.parse_args()
+    check_options(args)
+    print_groups("cycle after | walk | decisions", timed_cycles(args), "ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""`benchmarks/cycle_costs.py`, which times a simulated run's cycles by what each follows: as a
+user runs it, and how it names a cycle's group."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from toposched.scheduler.decisions import Evict, Reserve
+from toposched.scheduler.turn import CycleResult
+from toposched.sim.engine import simulate
+from toposched.workloads.ai2 import ai2_like
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+SCRIPT = BENCHMARKS / "cycle_costs.py"
+
+
+def script() -> ModuleType:
+    sys.path.insert(0, str(BENCHMARKS))  # as when run: it imports its neighbour
+    try:
+        spec = importlib.util.spec_from_file_location("cycle_costs", SCRIPT)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
+
+
+def test_a_short_run_counts_every_cycle_once() -> None:
+    env = {**os.environ, "PYTHONPATH": str(SCRIPT.parents[1] / "src")}
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--days", "0.25", "--gpus", "256"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    rows = [re.split(r"\s{2,}", line.strip()) for line in lines[1:]]
+    groups, every = rows[:-1], rows[-1]
+    assert every[0] == "every call"
+    counts = [int(row[1].replace(",", "")) for row in groups]
+    # The same run, its cycles counted by the simulator itself.
+    cycles = len(simulate(ai2_like(days=0.25, gpus=256), progress=False).cycle_seconds)
+    assert sum(counts) == int(every[1].replace(",", "")) == cycles > 50
+    shares = [float(row[-1].rstrip("%")) for row in groups]
+    assert abs(sum(shares) - 100.0) < 0.1 * len(shares)
+    names = [row[0] for row in groups]
+    assert any(name.startswith("submission | ") for name in names)
+    assert any(" | skipping | " in name for name in names)
+    assert any(" | full | " in name for name in names)
+
+
+def test_a_cycle_is_grouped_by_its_events_walk_and_decisions() -> None:
+    module = script()
+    reserve = Reserve("big", 100.0, "su-0")
+    result = CycleResult(10.0)
+    result.decisions.extend([Evict("b", "big", 30.0, "reclaim-budget", 0.0), reserve])
+
+    assert module.group_of(set(), result, None) == (
+        "none (the clock only) | full | Evict + Reserve"
+    )
+    result.incremental = True
+    told = {"submission", "completion"}
+    again = module.group_of(told, result, Reserve("big", 50.0, "su-0"))
+    assert again == "completion + submission | skipping | Evict + Reserve again"
+    elsewhere = module.group_of(told, result, Reserve("big", 100.0, "su-1"))
+    assert elsewhere.endswith("| Evict + Reserve")
+    assert module.reservation_of(result) is reserve
+    assert module.group_of({"checkpoint"}, CycleResult(0.0), reserve) == (
+        "checkpoint | full | none"
+    )
