@@ -26,18 +26,16 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
+from pending_watch import watched_run
 
 from toposched.cli.simulate_options import add_options, check_options
-from toposched.cli.simulate_run import build_workload, scheduler_factory
+from toposched.cli.simulate_run import build_workload
 from toposched.cluster.state import ClusterState
 from toposched.cluster.units import DAY, HOUR
-from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
-from toposched.scheduler.jobs import JobState
+from toposched.scheduler.jobs import Job
 from toposched.scheduler.turn import CycleResult
-from toposched.sim.engine import simulate
 from toposched.sim.metrics import summarize
-from toposched.sim.protocol import SchedulerLike
 from toposched.sim.records import RecordState
 from toposched.workloads.model import Workload
 
@@ -61,7 +59,6 @@ class IdleLedger:
         self.capacity = self.state.topology.n_gpus
         self.headroom_gpus = headroom * self.capacity
         self.horizon = horizon
-        self.pending: set[str] = set()
         self.seconds: dict[str, float] = defaultdict(float)
         self.by_day: dict[str, np.ndarray] = defaultdict(
             lambda: np.zeros(int(np.ceil(horizon / DAY)))
@@ -80,14 +77,12 @@ class IdleLedger:
             self.by_day[cause][day] += idle * (upto - since)
             since = upto
 
-    def observe(self, now: float) -> None:
+    def observe(self, now: float, result: CycleResult, pending: list[Job]) -> None:
         self.close(now)
         idle = float(self.state.total_free_gpus)
-        self.last = (now, idle, self.cause(idle) if idle > 0 else "nothing waits")
+        self.last = (now, idle, self.cause(idle, pending) if idle > 0 else "nothing waits")
 
-    def cause(self, idle: float) -> str:
-        jobs = self.scheduler.jobs
-        waiting = [jobs[name] for name in self.pending if jobs[name].state is JobState.PENDING]
+    def cause(self, idle: float, waiting: list[Job]) -> str:
         if not waiting:
             return "nothing waits"
         counted = [job for job in waiting if job.spec.total_gpus <= idle]
@@ -114,44 +109,10 @@ class IdleLedger:
         return "other"
 
 
-def observed(args: argparse.Namespace, workload: Workload) -> tuple[Any, list[IdleLedger]]:
-    made = scheduler_factory(args)
-    ledgers: list[IdleLedger] = []
+def observed(args: argparse.Namespace, workload: Workload) -> tuple[Any, IdleLedger]:
     headroom = (args.unallocated_headroom or 0.0) if hasattr(args, "unallocated_headroom") else 0.0
     horizon = float(workload.horizon or 0.0)
-
-    def factory(state: ClusterState, tree: BudgetTree) -> SchedulerLike:
-        scheduler = made(state, tree)
-        assert isinstance(scheduler, Scheduler)
-        ledger = IdleLedger(scheduler, headroom, horizon)
-        ledgers.append(ledger)
-        submit, cycle, evicted = scheduler.submit, scheduler.cycle, scheduler.evicted
-
-        def on_submit(spec: Any, now: float) -> Any:
-            ledger.pending.add(spec.name)
-            return submit(spec, now)
-
-        def on_evicted(job_id: str, now: float) -> Any:
-            ledger.pending.add(job_id)
-            return evicted(job_id, now)
-
-        def on_cycle(now: float) -> CycleResult:
-            result = cycle(now)
-            ledger.pending = {
-                name for name in ledger.pending if scheduler.jobs[name].state is JobState.PENDING
-            }
-            ledger.observe(now)
-            return result
-
-        scheduler.submit = on_submit  # type: ignore[method-assign]
-        scheduler.evicted = on_evicted  # type: ignore[method-assign]
-        scheduler.cycle = on_cycle  # type: ignore[method-assign]
-        return scheduler
-
-    result = simulate(workload, factory, scheduler_name="toposched")
-    for ledger in ledgers:
-        ledger.close(result.end)
-    return result, ledgers
+    return watched_run(args, lambda scheduler: IdleLedger(scheduler, headroom, horizon), workload)
 
 
 def main() -> None:
@@ -161,9 +122,8 @@ def main() -> None:
     args = parser.parse_args()
     check_options(args)
     workload = build_workload(args)
-    result, ledgers = observed(args, workload)
+    result, ledger = observed(args, workload)
     summary = summarize(result)
-    ledger = ledgers[0]
     capacity_seconds = result.capacity_gpus * result.duration
     idle = summary["utilisation"]["gpu_hours"]["idle"]
     counted = sum(ledger.seconds.values()) / HOUR

@@ -22,18 +22,15 @@ import json
 from collections import defaultdict
 from typing import Any
 
+from pending_watch import watched_run
+
 from toposched.cli.simulate_options import add_options, check_options
-from toposched.cli.simulate_run import build_workload, scheduler_factory
-from toposched.cluster.state import ClusterState
 from toposched.cluster.units import HOUR
-from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Reserve
-from toposched.scheduler.jobs import Job, JobState
+from toposched.scheduler.jobs import Job
 from toposched.scheduler.turn import CycleResult
-from toposched.sim.engine import simulate
 from toposched.sim.metrics import summarize
-from toposched.sim.protocol import SchedulerLike
 
 OWN = "its own run"
 NOBODY = "no reservation"
@@ -65,7 +62,6 @@ class HolderLedger:
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
-        self.pending: set[str] = set()
         self.seconds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self._since = 0.0
         self._short: dict[str, float] = {}
@@ -80,56 +76,15 @@ class HolderLedger:
             self.seconds[account][by] += gpus * span
         self._since = now
 
-    def observe(self, now: float, result: CycleResult) -> None:
+    def observe(self, now: float, result: CycleResult, pending: list[Job]) -> None:
         """After a cycle at `now`: the teams short and the reservation's holder until the next."""
         self.close(now)
-        jobs = self.scheduler.jobs
-        self.pending = {name for name in self.pending if jobs[name].state is JobState.PENDING}
         waiting: dict[str, list[float]] = defaultdict(list)
-        for name in self.pending:
-            job = jobs[name]
+        for job in pending:
             if job.spec.min_runtime != 0:  # declared unallocated work is owed nothing
                 waiting[job.spec.account].append(job.spec.total_gpus)
         self._short = short_of_large_runs(self.scheduler, waiting)
-        self._holder = holder_of(result, jobs)
-
-
-def observed(args: argparse.Namespace) -> tuple[dict[str, Any], HolderLedger]:
-    """Simulate the workload of `args`; its summary and the ledger of its scheduler."""
-    made = scheduler_factory(args)
-    ledgers: list[HolderLedger] = []
-
-    def factory(state: ClusterState, tree: BudgetTree) -> SchedulerLike:
-        scheduler = made(state, tree)
-        assert isinstance(scheduler, Scheduler)
-        ledger = HolderLedger(scheduler)
-        ledgers.append(ledger)
-        submit, cycle, evicted = scheduler.submit, scheduler.cycle, scheduler.evicted
-
-        def on_submit(spec: Any, now: float) -> Any:
-            ledger.pending.add(spec.name)
-            return submit(spec, now)
-
-        def on_evicted(job_id: str, now: float) -> Any:
-            ledger.pending.add(job_id)
-            return evicted(job_id, now)
-
-        def on_cycle(now: float) -> CycleResult:
-            result = cycle(now)
-            ledger.observe(now, result)
-            return result
-
-        scheduler.submit = on_submit  # type: ignore[method-assign]
-        scheduler.evicted = on_evicted  # type: ignore[method-assign]
-        scheduler.cycle = on_cycle  # type: ignore[method-assign]
-        return scheduler
-
-    result = simulate(
-        build_workload(args), factory, scheduler_name="toposched", cycle_interval=args.cycle_every
-    )
-    (ledger,) = ledgers
-    ledger.close(result.end)
-    return summarize(result), ledger
+        self._holder = holder_of(result, self.scheduler.jobs)
 
 
 def report(summary: dict[str, Any], ledger: HolderLedger) -> dict[str, Any]:
@@ -158,7 +113,8 @@ def main() -> None:
     add_options(parser)
     args = parser.parse_args()
     check_options(args)
-    summary, ledger = observed(args)
+    result, ledger = watched_run(args, HolderLedger)
+    summary = summarize(result)
     print(json.dumps(report(summary, ledger), indent=2))
 
 

@@ -3,45 +3,18 @@ user runs it, and how it names a cycle's group."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
-from types import ModuleType
+
+from bench_scripts import load_script, run_script
 
 from toposched.scheduler.decisions import Evict, Reserve
 from toposched.scheduler.turn import CycleResult
 from toposched.sim.engine import simulate
 from toposched.workloads.ai2 import ai2_like
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-SCRIPT = BENCHMARKS / "cycle_costs.py"
-
-
-def script() -> ModuleType:
-    sys.path.insert(0, str(BENCHMARKS))  # as when run: it imports its neighbour
-    try:
-        spec = importlib.util.spec_from_file_location("cycle_costs", SCRIPT)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
-
 
 def test_a_short_run_counts_every_cycle_once() -> None:
-    env = {**os.environ, "PYTHONPATH": str(SCRIPT.parents[1] / "src")}
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--days", "0.25", "--gpus", "256"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=300,
-    )
+    done = run_script("cycle_costs", "--days", "0.25", "--gpus", "256")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     rows = [re.split(r"\s{2,}", line.strip()) for line in lines[1:]]
@@ -60,7 +33,7 @@ def test_a_short_run_counts_every_cycle_once() -> None:
 
 
 def test_a_cycle_is_grouped_by_its_events_walk_and_decisions() -> None:
-    module = script()
+    module = load_script("cycle_costs")
     reserve = Reserve("big", 100.0, "su-0")
     result = CycleResult(10.0)
     result.decisions.extend([Evict("b", "big", 30.0, "reclaim-budget", 0.0), reserve])

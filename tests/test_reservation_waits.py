@@ -4,40 +4,17 @@ and its rule for a team short that way."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-from types import ModuleType
 
+from bench_scripts import load_script, run_script
 from test_preemption_scenarios import racks, spec
 
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "reservation_waits.py"
-
-
-def script() -> ModuleType:
-    loaded = importlib.util.spec_from_file_location("reservation_waits", SCRIPT)
-    assert loaded is not None and loaded.loader is not None
-    module = importlib.util.module_from_spec(loaded)
-    loaded.loader.exec_module(module)
-    return module
-
 
 def test_a_short_run_splits_the_shortfall_by_holder() -> None:
-    env = {**os.environ, "PYTHONPATH": str(SCRIPT.parents[1] / "src")}
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--days", "2", "--gpus", "512"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=300,
-    )
+    done = run_script("reservation_waits", "--days", "2", "--gpus", "512")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     teams = out["teams"]
@@ -52,7 +29,7 @@ def test_a_short_run_splits_the_shortfall_by_holder() -> None:
 
 
 def test_a_team_is_short_only_while_every_waiting_job_is_larger_than_its_budget() -> None:
-    module = script()
+    module = load_script("reservation_waits")
     tree = BudgetTree.from_dict({"accounts": {"a": 25, "b": 75}})
     scheduler = Scheduler(racks(1, 8), tree)  # 32 GPUs: a's budget 8, b's 24
     scheduler.submit(spec("a-small", "a"), 0.0)

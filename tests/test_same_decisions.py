@@ -4,38 +4,15 @@ differ."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-from types import ModuleType
+
+from bench_scripts import load_script, run_script
 
 from toposched.scheduler.decisions import Reserve
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "same_decisions.py"
-
-
-def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("same_decisions", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses resolve their annotations there
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_a_short_run_decides_the_same_both_ways() -> None:
-    env = {**os.environ, "PYTHONPATH": str(SCRIPT.parents[1] / "src")}
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--days", "0.2", "--gpus", "256"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=300,
-    )
+    done = run_script("same_decisions", "--days", "0.2", "--gpus", "256")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["same"] is True
@@ -43,7 +20,7 @@ def test_a_short_run_decides_the_same_both_ways() -> None:
 
 
 def test_logs_that_differ_are_told_apart() -> None:
-    module = script()
+    module = load_script("same_decisions")
     first, second = Reserve("a", 100.0, "rack-0"), Reserve("b", 200.0, "rack-1")
     full = module.Log(times=[10.0, 20.0], decisions=[first, second])
 
