@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from job_specs import spec
 from numpy.typing import NDArray
 
 from toposched.cluster.builders import nvl72_cluster
@@ -37,18 +38,6 @@ TEAMS = {"team-a": 30, "team-b": 30, "team-c": 30, "scratch": 0}
 RACK = {"required": "rack"}
 FAIR_SHARE = Contract(cross_account="fair_share")
 """Across accounts, the fair-share ranking decides (the default is the budget rule)."""
-
-
-def spec(name: str, account: str, pods: int = 1, gpus: int = 4, **fields: Any) -> JobSpec:
-    """A gang of `pods` pods of `gpus` whole GPUs; `fields` adds any other JobSpec field."""
-    data: dict[str, Any] = {
-        "name": name,
-        "account": account,
-        "pods": pods,
-        "resources_per_pod": {"gpus": gpus},
-    }
-    data.update(fields)
-    return JobSpec.from_dict(data)
 
 
 def racks(count: int, nodes_per_rack: int) -> ClusterState:

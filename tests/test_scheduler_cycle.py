@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from job_specs import spec as job
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
@@ -45,18 +46,6 @@ EVAL = "research/eval"
 PRODUCT = "product"
 # GPU-hours used over [0, 1 h): team-a 300, team-b 100, eval 100, product 300 (800 in all).
 GOLDEN_USAGE = {TEAM_A: 300.0, TEAM_B: 100.0, EVAL: 100.0, PRODUCT: 300.0}
-
-
-def job(name: str, account: str, pods: int = 1, gpus: int = 4, **fields: Any) -> JobSpec:
-    """A gang of `pods` pods of `gpus` whole GPUs; `fields` adds any other JobSpec field."""
-    data: dict[str, Any] = {
-        "name": name,
-        "account": account,
-        "pods": pods,
-        "resources_per_pod": {"gpus": gpus},
-    }
-    data.update(fields)
-    return JobSpec.from_dict(data)
 
 
 def small_cluster() -> ClusterState:
