@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import HOUR
 from toposched.policy.budget import ROOT, BudgetTree
-from toposched.policy.fairshare import PendingQueue, QueueEntry, QueueTier
+from toposched.policy.fairshare import NOT_OWED, PendingQueue, QueueEntry, QueueTier
 from toposched.policy.ranking import level_fair_share, rank_accounts
 from toposched.policy.usage import UsageTracker
 
@@ -173,7 +173,7 @@ def test_owed_accounts_go_first_in_rank_order(tree: BudgetTree) -> None:
     assert [queue.position(job_id, HOUR, owed) for job_id in order] == list(range(6))
     keys = [queue.sort_key(job_id, HOUR, owed) for job_id in order]
     assert keys == sorted(keys)
-    assert [key[1] for key in keys] == [0, 0, 0, 1, 1, 1]
+    assert [key[1] for key in keys] == [0, 0, 0, NOT_OWED, NOT_OWED, NOT_OWED]
     explained = list(queue.explanations(HOUR, owed))
     assert [item.entry.job_id for item in explained] == order
     assert [item.owed for item in explained] == [True, True, True, False, False, False]

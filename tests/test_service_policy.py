@@ -32,6 +32,10 @@ POLICY = [
     "2",
     "--unallocated-order",
     "oldest",
+    "--owed-order",
+    "least-met",
+    "--owed-half-life",
+    "12h",
     "--borrowed-min-runtime",
     "10m",
 ]
@@ -52,6 +56,8 @@ def test_serve_and_simulate_ask_for_the_same_settings() -> None:
         "checkpoint_wait",
         "admission",
         "unallocated_order",
+        "owed_order",
+        "owed_half_life",
         "borrowed_min_runtime",
     }
     assert chosen(["serve", "--gpus", "8"]) == {}
@@ -157,5 +163,7 @@ def test_the_policy_reads_as_json_with_every_rule_by_its_fields() -> None:
     assert policy["checkpoint_wait"]["urgent_priority"] == 10
     assert policy["admission"]["headroom"] == 0.02
     assert policy["unallocated_order"] == "oldest"
+    assert policy["owed_order"] == "least-met"
+    assert policy["owed_half_life"] == 12 * 3600.0
     assert policy["borrowed_min_runtime"] == 600.0
     assert policy["spares"] == ["node", 1]

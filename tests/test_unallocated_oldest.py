@@ -22,6 +22,7 @@ from toposched.cluster.state import ClusterState
 from toposched.cluster.units import HOUR
 from toposched.policy.budget import BudgetTree
 from toposched.policy.fairshare import (
+    NOT_OWED,
     OLDEST_STANDING,
     PendingQueue,
     QueueEntry,
@@ -76,7 +77,14 @@ def test_explanations_say_the_oldest_order_and_sort_by_it() -> None:
     explanation = queue.explain("p-old", HOUR)
     assert explanation.position == 3
     assert explanation.tier is QueueTier.UNALLOCATED
-    assert explanation.sort_key == (QueueTier.UNALLOCATED, 1, OLDEST_STANDING, 0, 10.0, "p-old")
+    assert explanation.sort_key == (
+        QueueTier.UNALLOCATED,
+        NOT_OWED,
+        OLDEST_STANDING,
+        0,
+        10.0,
+        "p-old",
+    )
     assert explanation.reason == (
         "unallocated (min_runtime 0): runs only on GPUs budgeted work leaves idle; "
         "oldest submission first across accounts"

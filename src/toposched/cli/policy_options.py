@@ -12,6 +12,7 @@ from toposched.cli.simulate_values import (
     headroom_share,
     keep_duration,
     loss_budget,
+    owed_half_life,
     spares_option,
     worth_horizon,
     worth_ratio,
@@ -217,14 +218,33 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         "withdrawal (a workload's cancel_after) runs first and the newest waits (docs/policy.md, "
         "'Unallocated work oldest first'; default: rank)",
     )
+    group.add_argument(
+        "--owed-order",
+        choices=("standing", "least-met"),
+        default=None,
+        help="the order among teams below their budget, whose budgeted work goes first: "
+        "'standing' by Fair Tree standing, or 'least-met' the team that lately received the "
+        "least of the GPU-hours it was owed first, so that GPUs a team borrowed beyond its "
+        "budget do not put it behind for hours it went short (docs/policy.md, 'Owed teams, "
+        "least served first'; default: standing)",
+    )
+    group.add_argument(
+        "--owed-half-life",
+        type=owed_half_life,
+        metavar="D",
+        help="with --owed-order least-met: the age at which an hour owed or received counts "
+        "half (seconds, or e.g. 12h, 2d; default: 1d)",
+    )
 
 
 def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The scheduler settings the policy flags ask for, by `SchedulerSettings` name: empty
     when every flag is at its default. Raises `InputError` for a flag given without the one it
     refines (e.g. --eviction-worth-owed without --eviction-worth)."""
+    from toposched.cluster.units import DAY
     from toposched.policy.contract import Contract
     from toposched.policy.fairshare import UnallocatedOrder
+    from toposched.policy.owed_standing import OwedOrder
     from toposched.scheduler.interruptions import KeptFrom
 
     spares = getattr(args, "spares", None)
@@ -241,6 +261,10 @@ def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
     worth = _eviction_worth(args)
     admission = _admission(args)
     unallocated_order = UnallocatedOrder(getattr(args, "unallocated_order", None) or "rank")
+    owed_order = OwedOrder(getattr(args, "owed_order", None) or "standing")
+    half_life = getattr(args, "owed_half_life", None)
+    if half_life is not None and owed_order is not OwedOrder.LEAST_MET:
+        raise InputError("--owed-half-life", half_life, "applies only with --owed-order least-met")
     checkpoint_wait = _checkpoint_wait(args)
     if (
         admission is None
@@ -253,6 +277,7 @@ def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
         and keep_failed_nodes is None
         and worth is None
         and unallocated_order is UnallocatedOrder.RANK
+        and owed_order is OwedOrder.STANDING
     ):
         return {}
     return {
@@ -269,6 +294,8 @@ def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
         "keep_failed_nodes_from": KeptFrom(kept_from or "all"),
         "admission": admission,
         "unallocated_order": unallocated_order,
+        "owed_order": owed_order,
+        "owed_half_life": DAY if half_life is None else half_life,
     }
 
 

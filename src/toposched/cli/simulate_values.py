@@ -148,6 +148,11 @@ def worth_horizon(text: str) -> float:
     return _positive_duration(text, "--eviction-worth-horizon", "2h")
 
 
+def owed_half_life(text: str) -> float:
+    """`--owed-half-life`: a duration > 0."""
+    return _positive_duration(text, "--owed-half-life", "1d")
+
+
 def keep_duration(text: str) -> float:
     """`--keep-failed-nodes`: a duration > 0."""
     return _positive_duration(text, "--keep-failed-nodes", "30m")

@@ -6,7 +6,7 @@ import heapq
 import itertools
 import math
 import operator
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum, IntEnum
 from typing import Any
@@ -25,6 +25,7 @@ from toposched.policy.ranking import (
 from toposched.policy.sorted_entries import EntryKey, SortedEntries, item_key
 
 __all__ = [
+    "NOT_OWED",
     "JobExplanation",
     "JobSortKey",
     "PendingQueue",
@@ -35,8 +36,12 @@ __all__ = [
 ]
 
 JobSortKey = tuple[int, int, StandingKey, int, float, str]
-"""(queue tier, 0 if the account is owed GPUs else 1, account standing, -priority, submit time,
-job id); smaller runs first."""
+"""(queue tier, the account's place among those owed GPUs or `NOT_OWED`, account standing,
+-priority, submit time, job id); smaller runs first."""
+
+
+NOT_OWED = 1 << 30
+"""The owed part of the sort key of jobs outside the owed accounts' allocated work."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +216,7 @@ class PendingQueue:
         self._tiers: dict[tuple[str, bool], QueueTier] = {}
         self._tiers_version = -1
         self._offsets: (
-            tuple[Ranking, int, frozenset[str], dict[tuple[QueueTier, str], int]] | None
+            tuple[Ranking, int, Mapping[str, int], dict[tuple[QueueTier, str], int]] | None
         ) = None
 
     def __len__(self) -> int:
@@ -292,7 +297,8 @@ class PendingQueue:
 
     def ordered(self, now: float, owed: Collection[str] = ()) -> Iterator[QueueEntry]:
         """Every pending job, first to run first; the allocated work of the accounts in `owed`
-        before that of the others.
+        before that of the others (among themselves by standing if `owed` is a set, in its
+        order if a sequence).
 
         Safe to change the queue while iterating: each account's jobs are read a chunk at a
         time as the walk reaches them, so a job added before the walk's place is not seen.
@@ -331,7 +337,7 @@ class PendingQueue:
             return
         ranking = self.ranking(now)
         oldest = self._oldest is not None
-        for tier, account in list(self._segments(ranking, frozenset(owed))):
+        for tier, account in list(self._segments(ranking, _owed_ranks(owed))):
             if oldest and tier is QueueTier.UNALLOCATED:
                 # The whole tier at its first account, then none of its per-account runs.
                 yield from self._oldest_runs(ranking)
@@ -346,7 +352,7 @@ class PendingQueue:
         move none)."""
         oldest = self._oldest is not None
         segments: list[Segment] = []
-        for tier, account in self._segments(ranking, frozenset(owed)):
+        for tier, account in self._segments(ranking, _owed_ranks(owed)):
             if oldest and tier is QueueTier.UNALLOCATED:
                 oldest = False
                 segments.append((tier, ""))
@@ -358,27 +364,29 @@ class PendingQueue:
         self, job_ids: Iterable[str], ranking: Ranking, owed: Collection[str] = ()
     ) -> dict[str, JobSortKey]:
         """`sort_key` of each job under `ranking`."""
-        owed_set, entries = frozenset(owed), self._entries
-        return {job_id: self._sort_key(entries[job_id], ranking, owed_set) for job_id in job_ids}
+        owed_rank, entries = _owed_ranks(owed), self._entries
+        return {job_id: self._sort_key(entries[job_id], ranking, owed_rank) for job_id in job_ids}
 
     def runs_after(
         self, after: JobSortKey, ranking: Ranking, owed: Collection[str] = ()
     ) -> Iterator[Iterator[QueueEntry]]:
         """`runs` under `ranking` from the first job whose sort key follows `after` (which
         need not be a pending job's), read as the caller reaches them."""
-        owed_set = frozenset(owed)
+        owed_rank = _owed_ranks(owed)
         head, within = after[:3], after[3:]
         oldest = self._oldest is not None
-        for tier, account in list(self._segments(ranking, owed_set)):
+        for tier, account in list(self._segments(ranking, owed_rank)):
             if oldest and tier is QueueTier.UNALLOCATED:
                 oldest = False
-                oldest_start: tuple[QueueTier, int, StandingKey] = (tier, 1, OLDEST_STANDING)
+                oldest_start: tuple[QueueTier, int, StandingKey] = (tier, NOT_OWED, OLDEST_STANDING)
                 if oldest_start >= head:
                     after_key = within if oldest_start == head else None
                     yield from self._oldest_runs(ranking, after_key)
             if tier is QueueTier.UNALLOCATED and self._oldest is not None:
                 continue
-            owed_flag = 0 if tier is QueueTier.ALLOCATED and account in owed_set else 1
+            owed_flag = (
+                owed_rank.get(account, NOT_OWED) if tier is QueueTier.ALLOCATED else NOT_OWED
+            )
             start = (tier, owed_flag, ranking.sort_key(account))
             if start >= head:
                 after_key = within if start == head else None
@@ -431,7 +439,7 @@ class PendingQueue:
         time, id (with `UnallocatedOrder.OLDEST`, an unallocated job's standing and priority
         parts are the same for every job of the tier)."""
         entry = self.get(job_id)
-        return self._sort_key(entry, self.ranking(now), frozenset(owed))
+        return self._sort_key(entry, self.ranking(now), _owed_ranks(owed))
 
     def position(self, job_id: str, now: float, owed: Collection[str] = ()) -> int:
         """How many pending jobs go before this one."""
@@ -440,7 +448,7 @@ class PendingQueue:
         tier = self.tier(entry, ranking)
         queue = self._accounts[entry.account]
         key = _entry_key(entry)
-        offsets = self._segment_offsets(ranking, frozenset(owed))
+        offsets = self._segment_offsets(ranking, _owed_ranks(owed))
         if tier is QueueTier.UNALLOCATED and self._oldest is not None:
             # The tier starts where its first account's run would; the jobs before this one
             # are counted one by one, since which are in the tier depends on the tree.
@@ -464,25 +472,25 @@ class PendingQueue:
         """The job's position, tier, account standing and sort key."""
         entry = self.get(job_id)
         ranking = self.ranking(now)
-        owed_set = frozenset(owed)
-        return self._explanation(entry, self.position(job_id, now, owed_set), ranking, owed_set)
+        owed_rank = _owed_ranks(owed)
+        return self._explanation(entry, self.position(job_id, now, owed_rank), ranking, owed_rank)
 
     def explanations(self, now: float, owed: Collection[str] = ()) -> Iterator[JobExplanation]:
         """`explain` for every pending job, in queue order."""
         ranking = self.ranking(now)
-        owed_set = frozenset(owed)
-        for position, entry in enumerate(self.ordered(now, owed_set)):
-            yield self._explanation(entry, position, ranking, owed_set)
+        owed_rank = _owed_ranks(owed)
+        for position, entry in enumerate(self.ordered(now, owed_rank)):
+            yield self._explanation(entry, position, ranking, owed_rank)
 
     # ----------------------------------------------------------------------------- internals
 
-    def _sort_key(self, entry: QueueEntry, ranking: Ranking, owed: frozenset[str]) -> JobSortKey:
+    def _sort_key(self, entry: QueueEntry, ranking: Ranking, owed: Mapping[str, int]) -> JobSortKey:
         tier = self.tier(entry, ranking)
         if tier is QueueTier.UNALLOCATED and self._oldest is not None:
-            return (tier, 1, OLDEST_STANDING, 0, entry.submit_time, entry.job_id)
+            return (tier, NOT_OWED, OLDEST_STANDING, 0, entry.submit_time, entry.job_id)
         return (
             tier,
-            0 if tier is QueueTier.ALLOCATED and entry.account in owed else 1,
+            owed.get(entry.account, NOT_OWED) if tier is QueueTier.ALLOCATED else NOT_OWED,
             ranking.sort_key(entry.account),
             -entry.priority,
             entry.submit_time,
@@ -490,7 +498,7 @@ class PendingQueue:
         )
 
     def _explanation(
-        self, entry: QueueEntry, position: int, ranking: Ranking, owed: frozenset[str]
+        self, entry: QueueEntry, position: int, ranking: Ranking, owed: Mapping[str, int]
     ) -> JobExplanation:
         tier = self.tier(entry, ranking)
         standing = None if tier is QueueTier.DETACHED else ranking.standings[entry.account]
@@ -501,12 +509,14 @@ class PendingQueue:
             tier,
             standing,
             sort_key,
-            sort_key[1] == 0,
+            sort_key[1] != NOT_OWED,
             max(ranking.now - entry.submit_time, 0.0),
             self._oldest is not None,
         )
 
-    def _segments(self, ranking: Ranking, owed: frozenset[str]) -> Iterator[tuple[QueueTier, str]]:
+    def _segments(
+        self, ranking: Ranking, owed: Mapping[str, int]
+    ) -> Iterator[tuple[QueueTier, str]]:
         """(tier, account) runs of the queue in order; each run is one sorted sequence."""
         budgeted = []
         for leaf in ranking.leaves:
@@ -517,7 +527,7 @@ class PendingQueue:
                 budgeted.append(leaf)
         if owed:
             # Stable: the owed accounts first, each group in rank order.
-            budgeted.sort(key=lambda leaf: leaf not in owed)
+            budgeted.sort(key=lambda leaf: owed.get(leaf, NOT_OWED))
         for leaf in budgeted:
             yield QueueTier.ALLOCATED, leaf
         for leaf in ranking.leaves:
@@ -546,7 +556,7 @@ class PendingQueue:
         )
 
     def _segment_offsets(
-        self, ranking: Ranking, owed: frozenset[str]
+        self, ranking: Ranking, owed: Mapping[str, int]
     ) -> dict[tuple[QueueTier, str], int]:
         if (
             self._offsets is None
@@ -567,6 +577,16 @@ class PendingQueue:
                     offset += len(queue)
             self._offsets = (ranking, self._version, owed, offsets)
         return self._offsets[3]
+
+
+def _owed_ranks(owed: Collection[str]) -> Mapping[str, int]:
+    """Each owed account's place among the owed: all alike for a set (Fair Tree's standing
+    orders them), their order for a sequence."""
+    if isinstance(owed, Mapping):
+        return owed
+    if isinstance(owed, (set, frozenset)):
+        return dict.fromkeys(owed, 0)
+    return {account: place for place, account in enumerate(owed)}
 
 
 def _check_entry(entry: Any) -> None:

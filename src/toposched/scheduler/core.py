@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ from toposched.placement.search import Placement
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import PreemptedFate
 from toposched.policy.fairshare import PendingQueue, Segment
+from toposched.policy.owed_standing import OwedOrder
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.adoptions import Adoption, Adoptions
 from toposched.scheduler.decisions import Bind
@@ -33,6 +34,7 @@ from toposched.scheduler.interruptions import Interruptions
 from toposched.scheduler.jobs import Job, JobState, ReasonCode, job_sets
 from toposched.scheduler.ledger import Ledger, work_since
 from toposched.scheduler.lifecycle import Lifecycle
+from toposched.scheduler.owed_first import LeastMetFirst
 from toposched.scheduler.placing import Placing
 from toposched.scheduler.preemption import VictimSearch
 from toposched.scheduler.preemptor import Preemptor
@@ -124,6 +126,9 @@ class Scheduler:
         self._epoch = 0
         self._settled_version = -1
         self._owed: tuple[tuple[object, ...], frozenset[str]] | None = None
+        self.least_met: LeastMetFirst | None = None
+        if settings.owed_order is OwedOrder.LEAST_MET and self.tally is not None:
+            self.least_met = LeastMetFirst(tree, self.ledger, self.tally, settings.owed_half_life)
         self.failures = FailureMemo()
         self.freed = FreedCapacity(state)
         self.fence_marks = FenceMarks(state.topology.n_nodes)
@@ -401,6 +406,8 @@ class Scheduler:
     def _cycle(self, now: float) -> CycleResult:
         result = CycleResult(now)
         self._cycles += 1
+        if self.least_met is not None:
+            self.least_met.advance(now)
         if self.state.version != self._settled_version:
             # Something outside the cycle changed the cluster (a job ended, a node came back):
             # capacity may have been freed, so earlier failures prove nothing any more, but
@@ -429,7 +436,7 @@ class Scheduler:
             # Read as far as the walk goes (see `toposched.scheduler.tally`), but where
             # compared job by job with the order the last cycle left.
             size = len(self.queue)
-            owed = self._owed_first()
+            owed = self._owed_first(now)
             queued = queue_runs(self.queue, now, owed)
             self.interruptions.owed_first(owed)
             reordered = self.interruptions.puts_gangs_first
@@ -450,9 +457,11 @@ class Scheduler:
             self.freed.settle()
             if walk is not None:
                 self.walker.leave_reference(turn, walk, whole, owed)
+            if self.least_met is not None:
+                self.least_met.settle()
         return result
 
-    def _segments(self, now: float, owed: frozenset[str]) -> list[Segment] | None:
+    def _segments(self, now: float, owed: Collection[str]) -> list[Segment] | None:
         """The runs the queue lays its jobs in at `now`, to compare with those the last cycle
         left (None: it left none)."""
         tallied = self.walker.tallied
@@ -523,9 +532,15 @@ class Scheduler:
         """The account's budget in GPUs: its effective share of the cluster's GPUs."""
         return self.ledger.budget_gpus(account)
 
-    def _owed_first(self) -> frozenset[str]:
-        """The accounts whose allocated work the queue puts first."""
-        return self.owed_accounts() if self.orders_owed_first else frozenset()
+    def _owed_first(self, now: float) -> Collection[str]:
+        """The accounts whose allocated work the queue puts first: a set, which Fair Tree's
+        standing orders, or in the order of `OwedOrder.LEAST_MET`."""
+        if not self.orders_owed_first:
+            return frozenset()
+        owed = self.owed_accounts()
+        if self.least_met is None or len(owed) < 2:
+            return owed
+        return self.least_met.order(owed, self.queue.ranking(now))
 
     def owed_accounts(self) -> frozenset[str]:
         """Accounts with pending jobs that run fewer allocated GPUs than their budget: their
@@ -568,7 +583,7 @@ class Scheduler:
     def fragmentation(self, now: float, max_shapes: int = 32) -> float:
         """Share of free GPUs that none of the pending job shapes could use."""
         shapes: dict[tuple[object, ...], GangRequest] = {}
-        for entry in self.queue.ordered(now, self._owed_first()):
+        for entry in self.queue.ordered(now, self._owed_first(now)):
             pending = self.jobs[entry.job_id]
             shapes.setdefault(pending.shape, pending.request)
             if len(shapes) >= max_shapes:
@@ -585,9 +600,9 @@ class Scheduler:
     def explain(self, job_id: str, now: float) -> Explanation:
         """Why a job is where it is: state, queue position, sort key, reservation, reason and
         history; `.text` says it in one line."""
-        return explain_job(self._job(job_id), self.queue, now, self._owed_first())
+        return explain_job(self._job(job_id), self.queue, now, self._owed_first(now))
 
     def queue_rows(self, now: float) -> list[QueueRow]:
         """The pending queue in order: position, job, account, standing, priority, tier,
         whether the account runs below its budget (`owed`), reason."""
-        return queue_rows(self.queue, self.jobs, now, self._owed_first())
+        return queue_rows(self.queue, self.jobs, now, self._owed_first(now))

@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toposched.cluster.errors import InputError
+from toposched.cluster.units import DAY
 from toposched.placement.policies import BestFit, PlacementPolicy
 from toposched.policy.contract import Contract
 from toposched.policy.fairshare import UnallocatedOrder
+from toposched.policy.owed_standing import OwedOrder
 from toposched.scheduler.admission import AdmissionRule
 from toposched.scheduler.interruptions import KeptFrom
 from toposched.scheduler.preemption import ImpactPolicy
@@ -120,6 +122,13 @@ class SchedulerSettings:
     submission first across accounts (see `UnallocatedOrder`). Read by Fair Tree's queue
     only: a queue given to the scheduler keeps its own order."""
 
+    owed_order: OwedOrder = OwedOrder.STANDING
+    """How the accounts below their budget, whose allocated work goes first, are ordered among
+    themselves (see `OwedOrder`). Read by Fair Tree's queue only."""
+    owed_half_life: float = DAY
+    """With `OwedOrder.LEAST_MET`: seconds after which a GPU-second owed or delivered counts
+    half as much in the accounts' order."""
+
     def __post_init__(self) -> None:
         _seconds("borrowed_min_runtime", self.borrowed_min_runtime, allow_none=True)
         _seconds("grace_s", self.grace_s)
@@ -130,6 +139,11 @@ class SchedulerSettings:
             raise InputError(
                 "unallocated_order", self.unallocated_order, "must be an UnallocatedOrder"
             )
+        if not isinstance(self.owed_order, OwedOrder):
+            raise InputError("owed_order", self.owed_order, "must be an OwedOrder")
+        _seconds("owed_half_life", self.owed_half_life)
+        if self.owed_half_life <= 0:
+            raise InputError("owed_half_life", self.owed_half_life, "must be more than 0 seconds")
         if isinstance(self.reserve_min_gpus, bool) or not isinstance(
             self.reserve_min_gpus, int | float
         ):

@@ -95,6 +95,11 @@ class PendingTally:
         """Pending jobs per key."""
         self.joins = 0
         """Moves whenever a job joins."""
+        self.pending_gpus: dict[str, float] = {}
+        """GPUs of the pending jobs not declared unallocated, per account."""
+        self.demand_version = 0
+        """Moves whenever `pending_gpus` does."""
+        self._gpus: dict[str, tuple[str, float]] = {}
         self._keys: dict[str, AnswerKey] = {}
         self._shared: dict[AnswerKey, SharedAnswer] = {}
 
@@ -109,6 +114,11 @@ class PendingTally:
         if kept is None or kept[1] is not unallocated:
             job.tier_key = tier_key(self.kinds, kind, entry)
         self._keys[entry.job_id] = key
+        if not unallocated and job.gpus > 0:
+            self._gpus[entry.job_id] = (entry.account, job.gpus)
+            pending = self.pending_gpus
+            pending[entry.account] = pending.get(entry.account, 0.0) + job.gpus
+            self.demand_version += 1
         counts = self.counts
         counts[key] = counts.get(key, 0) + 1
         shared = self._shared.get(key)
@@ -120,6 +130,15 @@ class PendingTally:
     def leave(self, job: Job) -> None:
         """`job` left the queue: it keeps what it was told as its own."""
         key = self._keys.pop(job.job_id)
+        held = self._gpus.pop(job.job_id, None)
+        if held is not None:
+            account, gpus = held
+            remaining = self.pending_gpus.get(account, 0.0) - gpus
+            if remaining > 1e-9:
+                self.pending_gpus[account] = remaining
+            else:
+                self.pending_gpus.pop(account, None)
+            self.demand_version += 1
         job.share(None)
         left = self.counts[key] - 1
         if left:

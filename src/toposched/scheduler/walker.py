@@ -5,7 +5,7 @@ for the next cycle."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -85,7 +85,7 @@ class Walker:
         runs: Iterable[Iterable[QueueEntry]],
         size: int,
         walk: Walk,
-        owed: frozenset[str],
+        owed: Collection[str],
         by_account: bool = False,
     ) -> bool:
         """Each pending job's turn (`runs`: the `size` pending jobs in queue order, in runs
@@ -201,7 +201,7 @@ class Walker:
         return whole
 
     def _walk_changed(
-        self, turn: Turn, walk: Walk, owed: frozenset[str]
+        self, turn: Turn, walk: Walk, owed: Collection[str]
     ) -> tuple[Iterable[Iterable[QueueEntry]], int]:
         """While `walk` skips: the turns of the jobs it visits, in queue order, the others
         skipped (see `Walk.visits`). Returns the runs of the jobs after the first whose answer
@@ -312,7 +312,7 @@ class Walker:
             return None
         return self.queue.ranking(now).leaves
 
-    def leave_reference(self, turn: Turn, walk: Walk, whole: bool, owed: frozenset[str]) -> None:
+    def leave_reference(self, turn: Turn, walk: Walk, whole: bool, owed: Collection[str]) -> None:
         """Keep what the cycle saw for a cycle after submissions only, unless it evicted,
         spent a preemption, settled a nominee or did not walk the whole queue (`whole`):
         the next cycle is a full one. `owed`: the accounts whose work went first."""
