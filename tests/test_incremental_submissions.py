@@ -16,8 +16,9 @@ from job_specs import job
 
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
-from toposched.cluster.units import DAY
+from toposched.cluster.units import DAY, HOUR
 from toposched.policy.budget import BudgetTree
+from toposched.policy.owed_standing import OwedOrder
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict
 from toposched.scheduler.incremental import differences
@@ -119,6 +120,18 @@ def test_the_checking_mode_holds_on_a_loaded_cluster() -> None:
     checked = decisions(run, check_incremental=True, full_cycle_every=0.0)
     assert checked.incremental > 0
     assert checked.lines == decisions(run, incremental=False).lines
+
+
+def test_the_owed_teams_least_served_first_decide_alike_skipping_or_not() -> None:
+    """With the owed teams reordered every hour (`OwedOrder.LEAST_MET`), cycles after
+    submissions still decide what full cycles decide, and still skip jobs."""
+    run = Run("ai2-seed7", lambda: ai2_like(seed=7, days=0.5, gpus=256))
+    order = {"owed_order": OwedOrder.LEAST_MET, "owed_half_life": HOUR}
+    full = decisions(run, incremental=False, **order)
+    shortcut = decisions(run, incremental=True, full_cycle_every=0.0, **order)
+    assert full.lines and shortcut.lines == full.lines
+    assert full.lines != decisions(run, incremental=False).lines  # the order decided something
+    assert shortcut.incremental > 0 and shortcut.skipped > 0
 
 
 def test_cycles_after_submissions_skip_settled_jobs_until_something_else_happens() -> None:
