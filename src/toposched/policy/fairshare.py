@@ -526,7 +526,8 @@ class PendingQueue:
             if queue is not None and len(queue.allocated):
                 budgeted.append(leaf)
         if owed:
-            # Stable: the owed accounts first, each group in rank order.
+            # Stable: the owed accounts first in their places, then the rest, alike places in
+            # rank order.
             budgeted.sort(key=lambda leaf: owed.get(leaf, NOT_OWED))
         for leaf in budgeted:
             yield QueueTier.ALLOCATED, leaf

@@ -58,9 +58,6 @@ class OwedStanding:
         """The time of the last `advance`."""
         self._teams: dict[str, _Team] = {}
 
-    def __len__(self) -> int:
-        return len(self._teams)
-
     def teams(self) -> list[str]:
         """Every team whose rates were ever set."""
         return list(self._teams)
