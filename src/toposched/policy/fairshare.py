@@ -14,6 +14,7 @@ from typing import Any
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import format_span
 from toposched.policy.budget import BudgetTree, split_account_path
+from toposched.policy.owed_standing import owed_places
 from toposched.policy.ranking import (
     Ranking,
     Standing,
@@ -337,7 +338,7 @@ class PendingQueue:
             return
         ranking = self.ranking(now)
         oldest = self._oldest is not None
-        for tier, account in list(self._segments(ranking, _owed_ranks(owed))):
+        for tier, account in list(self._segments(ranking, owed_places(owed))):
             if oldest and tier is QueueTier.UNALLOCATED:
                 # The whole tier at its first account, then none of its per-account runs.
                 yield from self._oldest_runs(ranking)
@@ -352,7 +353,7 @@ class PendingQueue:
         move none)."""
         oldest = self._oldest is not None
         segments: list[Segment] = []
-        for tier, account in self._segments(ranking, _owed_ranks(owed)):
+        for tier, account in self._segments(ranking, owed_places(owed)):
             if oldest and tier is QueueTier.UNALLOCATED:
                 oldest = False
                 segments.append((tier, ""))
@@ -364,7 +365,7 @@ class PendingQueue:
         self, job_ids: Iterable[str], ranking: Ranking, owed: Collection[str] = ()
     ) -> dict[str, JobSortKey]:
         """`sort_key` of each job under `ranking`."""
-        owed_rank, entries = _owed_ranks(owed), self._entries
+        owed_rank, entries = owed_places(owed), self._entries
         return {job_id: self._sort_key(entries[job_id], ranking, owed_rank) for job_id in job_ids}
 
     def runs_after(
@@ -372,7 +373,7 @@ class PendingQueue:
     ) -> Iterator[Iterator[QueueEntry]]:
         """`runs` under `ranking` from the first job whose sort key follows `after` (which
         need not be a pending job's), read as the caller reaches them."""
-        owed_rank = _owed_ranks(owed)
+        owed_rank = owed_places(owed)
         head, within = after[:3], after[3:]
         oldest = self._oldest is not None
         for tier, account in list(self._segments(ranking, owed_rank)):
@@ -439,7 +440,7 @@ class PendingQueue:
         time, id (with `UnallocatedOrder.OLDEST`, an unallocated job's standing and priority
         parts are the same for every job of the tier)."""
         entry = self.get(job_id)
-        return self._sort_key(entry, self.ranking(now), _owed_ranks(owed))
+        return self._sort_key(entry, self.ranking(now), owed_places(owed))
 
     def position(self, job_id: str, now: float, owed: Collection[str] = ()) -> int:
         """How many pending jobs go before this one."""
@@ -448,7 +449,7 @@ class PendingQueue:
         tier = self.tier(entry, ranking)
         queue = self._accounts[entry.account]
         key = _entry_key(entry)
-        offsets = self._segment_offsets(ranking, _owed_ranks(owed))
+        offsets = self._segment_offsets(ranking, owed_places(owed))
         if tier is QueueTier.UNALLOCATED and self._oldest is not None:
             # The tier starts where its first account's run would; the jobs before this one
             # are counted one by one, since which are in the tier depends on the tree.
@@ -472,13 +473,13 @@ class PendingQueue:
         """The job's position, tier, account standing and sort key."""
         entry = self.get(job_id)
         ranking = self.ranking(now)
-        owed_rank = _owed_ranks(owed)
+        owed_rank = owed_places(owed)
         return self._explanation(entry, self.position(job_id, now, owed_rank), ranking, owed_rank)
 
     def explanations(self, now: float, owed: Collection[str] = ()) -> Iterator[JobExplanation]:
         """`explain` for every pending job, in queue order."""
         ranking = self.ranking(now)
-        owed_rank = _owed_ranks(owed)
+        owed_rank = owed_places(owed)
         for position, entry in enumerate(self.ordered(now, owed_rank)):
             yield self._explanation(entry, position, ranking, owed_rank)
 
@@ -578,16 +579,6 @@ class PendingQueue:
                     offset += len(queue)
             self._offsets = (ranking, self._version, owed, offsets)
         return self._offsets[3]
-
-
-def _owed_ranks(owed: Collection[str]) -> Mapping[str, int]:
-    """Each owed account's place among the owed: all alike for a set (Fair Tree's standing
-    orders them), their order for a sequence."""
-    if isinstance(owed, Mapping):
-        return owed
-    if isinstance(owed, (set, frozenset)):
-        return dict.fromkeys(owed, 0)
-    return {account: place for place, account in enumerate(owed)}
 
 
 def _check_entry(entry: Any) -> None:

@@ -15,12 +15,13 @@ its own, and `now` must not go backwards.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
 from toposched.cluster.errors import InputError
 
-__all__ = ["OwedOrder", "OwedStanding"]
+__all__ = ["OwedOrder", "OwedStanding", "owed_places"]
 
 
 class OwedOrder(Enum):
@@ -33,6 +34,16 @@ class OwedOrder(Enum):
     """The account that received the least of its owed GPU-seconds lately first (decayed by a
     half-life; see `OwedStanding`), then by standing. Usage borrowed beyond a budget, which
     lowers an account's Fair Tree standing, does not make up for hours it went short."""
+
+
+def owed_places(owed: Collection[str]) -> Mapping[str, int]:
+    """Each owed account's place among the owed, as the queue reads them: all alike for a set
+    (Fair Tree's standing orders them), their order for a sequence, as given for a mapping."""
+    if isinstance(owed, Mapping):
+        return owed
+    if isinstance(owed, set | frozenset):
+        return dict.fromkeys(owed, 0)
+    return {account: place for place, account in enumerate(owed)}
 
 
 @dataclass(slots=True)

@@ -34,7 +34,7 @@ from toposched.scheduler.interruptions import Interruptions
 from toposched.scheduler.jobs import Job, JobState, ReasonCode, job_sets
 from toposched.scheduler.ledger import Ledger, work_since
 from toposched.scheduler.lifecycle import Lifecycle
-from toposched.scheduler.owed_first import LeastMetFirst
+from toposched.scheduler.owed_first import LeastMetFirst, OwedAccounts
 from toposched.scheduler.placing import Placing
 from toposched.scheduler.preemption import VictimSearch
 from toposched.scheduler.preemptor import Preemptor
@@ -125,10 +125,10 @@ class Scheduler:
         self._cycles = 0
         self._epoch = 0
         self._settled_version = -1
-        self._owed: tuple[tuple[object, ...], frozenset[str]] | None = None
         self.least_met: LeastMetFirst | None = None
         if settings.owed_order is OwedOrder.LEAST_MET and self.tally is not None:
             self.least_met = LeastMetFirst(tree, self.ledger, self.tally, settings.owed_half_life)
+        self.owed = OwedAccounts(tree, self.ledger, self.usage, self.queue, self.least_met)
         self.failures = FailureMemo()
         self.freed = FreedCapacity(state)
         self.fence_marks = FenceMarks(state.topology.n_nodes)
@@ -533,34 +533,13 @@ class Scheduler:
         return self.ledger.budget_gpus(account)
 
     def _owed_first(self, now: float) -> Collection[str]:
-        """The accounts whose allocated work the queue puts first: a set, which Fair Tree's
-        standing orders, or in the order of `OwedOrder.LEAST_MET`."""
-        if not self.orders_owed_first:
-            return frozenset()
-        owed = self.owed_accounts()
-        if self.least_met is None or len(owed) < 2:
-            return owed
-        return self.least_met.order(owed, self.queue.ranking(now))
+        """The accounts whose allocated work the queue puts first (see `OwedAccounts`)."""
+        return self.owed.in_order(now) if self.orders_owed_first else frozenset()
 
     def owed_accounts(self) -> frozenset[str]:
         """Accounts with pending jobs that run fewer allocated GPUs than their budget: their
-        allocated work goes first in the queue, since a budget is what an account is owed.
-        Read again only when the accounts waiting, the GPUs held or leaving, or the budgets
-        moved (most cycles after submissions only move none of them)."""
-        tree, ledger = self.tree, self.ledger
-        accounts = tuple(self.queue.accounts())
-        inputs = (accounts, self.usage.version, ledger.leaving_version, tree.version)
-        if self._owed is not None and self._owed[0] == inputs:
-            return self._owed[1]
-        owed = frozenset(
-            account
-            for account in accounts
-            if account in tree
-            and tree.is_leaf(account)
-            and ledger.running_gpus(account) < ledger.budget_gpus(account) - 1e-9
-        )
-        self._owed = (inputs, owed)
-        return owed
+        allocated work goes first in the queue, since a budget is what an account is owed."""
+        return self.owed.accounts()
 
     def owners_on(self, nodes: IntArray) -> set[str]:
         """Running jobs holding anything on `nodes`."""

@@ -1,5 +1,6 @@
-"""The order of the owed accounts' allocated work at the head of the queue, under
-`OwedOrder.LEAST_MET`: the teams that received the least of what they were owed lately first.
+"""The accounts whose allocated work heads the queue: those running below their budget with
+work waiting (`OwedAccounts`), as a set that Fair Tree's standing orders, or under
+`OwedOrder.LEAST_MET` in order of what they received lately, least first (`LeastMetFirst`).
 
 The teams' standing (`OwedStanding`) advances at each cycle, and each team's rates are read
 again after it wherever what they depend on moved (GPUs held or leaving, pending work, budgets).
@@ -10,11 +11,15 @@ finding the queue's runs where the last cycle left them (`toposched.scheduler.in
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from toposched.cluster.units import HOUR
 from toposched.policy.budget import BudgetTree
 from toposched.policy.owed_standing import OwedStanding
 from toposched.policy.ranking import Ranking
+from toposched.policy.usage import UsageTracker
 from toposched.scheduler.ledger import Ledger
+from toposched.scheduler.queueing import JobQueue
 from toposched.scheduler.tally import PendingTally
 
 REORDER_EVERY = HOUR
@@ -70,3 +75,48 @@ class LeastMetFirst:
 
 def _met_or_whole(met: float | None) -> float:
     return 1.0 if met is None else met
+
+
+class OwedAccounts:
+    """The accounts with pending jobs that run fewer allocated GPUs than their budget: their
+    allocated work goes first in the queue, since a budget is what an account is owed."""
+
+    def __init__(
+        self,
+        tree: BudgetTree,
+        ledger: Ledger,
+        usage: UsageTracker,
+        queue: JobQueue,
+        least_met: LeastMetFirst | None,
+    ) -> None:
+        self.tree = tree
+        self.ledger = ledger
+        self.usage = usage
+        self.queue = queue
+        self.least_met = least_met
+        self._last: tuple[tuple[object, ...], frozenset[str]] | None = None
+
+    def accounts(self) -> frozenset[str]:
+        """The owed accounts, read again only when the accounts waiting, the GPUs held or
+        leaving, or the budgets moved (most cycles after submissions only move none of them)."""
+        tree, ledger = self.tree, self.ledger
+        waiting = tuple(self.queue.accounts())
+        inputs = (waiting, self.usage.version, ledger.leaving_version, tree.version)
+        if self._last is not None and self._last[0] == inputs:
+            return self._last[1]
+        owed = frozenset(
+            account
+            for account in waiting
+            if account in tree
+            and tree.is_leaf(account)
+            and ledger.running_gpus(account) < ledger.budget_gpus(account) - 1e-9
+        )
+        self._last = (inputs, owed)
+        return owed
+
+    def in_order(self, now: float) -> Collection[str]:
+        """`accounts` as the queue takes them: a set, or in `least_met`'s order."""
+        owed = self.accounts()
+        if self.least_met is None or len(owed) < 2:
+            return owed
+        return self.least_met.order(owed, self.queue.ranking(now))
