@@ -189,6 +189,28 @@ def test_save_workload_refuses_a_missing_folder_and_an_unknown_suffix(
     assert load_workload(saved).jobs == load_workload(tmp_path / "small.yaml").jobs
 
 
+def test_paths_too_long_for_the_system_are_refused_with_the_option_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    long = str(tmp_path / ("x" * 300))
+    out = str(tmp_path / "out")
+    cases = (
+        (("--out", long), "error: --out: ", "cannot be written: File name too long"),
+        (
+            ("--out", out, "--save-workload", long + ".yaml"),
+            "error: --save-workload: ",
+            "cannot be written",
+        ),
+    )
+    for options, start, rule in cases:
+        assert _simulate(tmp_path, *options) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(start) and rule in err, err
+    assert main(["simulate", "--workload", long + ".yaml", "--out", out, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: workload: ") and "cannot be read" in err, err
+
+
 def test_frontier_gpus_outside_the_fleet_are_refused_and_rounding_is_said(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -228,11 +228,11 @@ def check_outputs(args: argparse.Namespace) -> Path:
     rules are checked first, before anything is made."""
     check_options(args)
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise InputError(
-            "--out", args.out, "is a file, not a folder; give a folder for summary.json"
-        )
     try:
+        if out.exists() and not out.is_dir():
+            raise InputError(
+                "--out", args.out, "is a file, not a folder; give a folder for summary.json"
+            )
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out):
             pass

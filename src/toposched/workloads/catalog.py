@@ -277,7 +277,11 @@ def check_workload_file_named(name: str) -> Path:
     """The path of the workload file `name` names, refused when no such file exists (nor
     workload of that name)."""
     path = Path(name)
-    if not path.exists():
+    try:
+        found = path.exists()
+    except OSError as error:  # a name the system cannot look up (e.g. too long)
+        raise InputError("workload", name, f"cannot be read: {error.strerror}") from None
+    if not found:
         raise InputError(
             "workload",
             name,

@@ -29,8 +29,12 @@ def check_workload_path(path: str | os.PathLike[str], field: str = "workload fil
             f"must end in {', '.join(WORKLOAD_SUFFIXES)} (the suffix picks the format)",
         )
     folder = file_path.parent
-    if not folder.is_dir():
+    try:
+        folder_found, is_folder = folder.is_dir(), file_path.is_dir()
+    except OSError as error:  # a name the system cannot look up (e.g. too long)
+        raise InputError(field, str(path), f"cannot be written: {error.strerror}") from None
+    if not folder_found:
         raise InputError(field, str(path), f"folder {folder} does not exist")
-    if file_path.is_dir():
+    if is_folder:
         raise InputError(field, str(path), "is a directory; give a file name")
     return file_path
