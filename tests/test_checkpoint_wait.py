@@ -109,6 +109,47 @@ def test_the_awaited_checkpoint_ends_the_wait() -> None:
     assert [(d.job_id, d.lost_gpu_seconds) for d in evictions] == [("u0", 0.0)]
 
 
+def test_a_waiting_job_keeps_its_victims_until_they_checkpoint() -> None:
+    # Told at 2.75 h to wait for u0's checkpoint at 3 h, the job's later turns judge u0 again
+    # with the figures of their time, without another victim search.
+    case = {"checkpoints_h": [1.0, 2.0], "wait": {"max_wait_h": 1.0}, "team_a_share": 100}
+    sched = scheduler_for(case)
+    sched.submit(spec("a-job", "team-a"), 2.75 * HOUR)
+    assert not sched.cycle(2.75 * HOUR).decisions
+    searches = sched.preemptor.victim_searches
+    assert not sched.cycle(2.9 * HOUR).decisions
+    assert sched.preemptor.victim_searches == searches
+    reason = sched.jobs["a-job"].reason
+    # 4 GPUs x 0.9 h lost now; 6 minutes of the job's 4 GPUs cost 0.4 GPU-hours.
+    assert reason.endswith(
+        "would evict 1 job losing 3.6 GPU-hours now; they checkpoint within 6 min, which saves "
+        "3.6 GPU-hours for 0.4 GPU-hours of this job's wait: waiting"
+    ), reason
+
+
+def test_a_victim_that_leaves_ends_the_kept_wait() -> None:
+    # A two-pod job needs u0's node and u1's: told to wait for both, it searches again once u1
+    # has ended (u0's node is still needed), and waits for u0 alone.
+    case = {"checkpoints_h": [1.0, 2.0], "wait": {"max_wait_h": 1.0}, "team_a_share": 100}
+    sched = scheduler_for(case)
+    sched.finish("a1", 2.5 * HOUR)
+    u1 = spec("u1", "scratch", resumable=True, min_runtime=0)
+    sched.adopt(u1, Allocation.of([1], [[0, 1, 2, 3]]), 0.0, 0.0)
+    for hour in (1.0, 2.0):
+        sched.report_checkpoint("u1", hour * HOUR)
+    sched.submit(spec("a-job", "team-a", pods=2), 2.75 * HOUR)
+    assert not [d for d in sched.cycle(2.75 * HOUR).decisions if isinstance(d, Evict)]
+    refusal = sched.jobs["a-job"].refusal
+    assert refusal is not None and refusal.figures["victims"] == 2.0
+    searches = sched.preemptor.victim_searches
+    sched.finish("u1", 2.8 * HOUR)
+    assert not [d for d in sched.cycle(2.8 * HOUR).decisions if isinstance(d, Evict)]
+    assert sched.preemptor.victim_searches == searches + 1
+    refusal = sched.jobs["a-job"].refusal
+    assert refusal is not None and refusal.code is RefusalCode.WAITING_FOR_CHECKPOINTS
+    assert refusal.figures["victims"] == 1.0
+
+
 def test_the_waits_of_a_pending_job_add_up_to_max_total_wait() -> None:
     # team-a runs its whole budget, so under owed_only waiting costs its job nothing; told to
     # wait at 2.25 h, it may keep waiting until 3.25 h at most. At 3.2 h u0 (checkpointed at

@@ -18,6 +18,8 @@ from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.cluster.units import DAY, HOUR
 from toposched.policy.budget import BudgetTree
+from toposched.policy.checkpoint_wait import CheckpointWait
+from toposched.policy.contract import Contract
 from toposched.policy.owed_standing import OwedOrder
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict
@@ -131,6 +133,20 @@ def test_the_owed_teams_least_served_first_decide_alike_skipping_or_not() -> Non
     shortcut = decisions(run, incremental=True, full_cycle_every=0.0, **order)
     assert full.lines and shortcut.lines == full.lines
     assert full.lines != decisions(run, incremental=False).lines  # the order decided something
+    assert shortcut.incremental > 0 and shortcut.skipped > 0
+
+
+def test_jobs_waiting_for_checkpoints_decide_alike_skipping_or_not() -> None:
+    """Under the checkpoint wait, where a waiting job keeps its victims between cycles
+    (`CheckpointGate.awaited`), cycles after submissions still decide what full cycles
+    decide."""
+    run = Run("ai2-seed7", lambda: ai2_like(seed=7, days=0.5, gpus=256))
+    wait = CheckpointWait(first_checkpoint=HOUR, owed_only=True, urgent_priority=10)
+    contract = {"contract": Contract(checkpoint_wait=wait)}
+    full = decisions(run, incremental=False, **contract)
+    shortcut = decisions(run, incremental=True, full_cycle_every=0.0, **contract)
+    assert full.lines and shortcut.lines == full.lines
+    assert full.lines != decisions(run, incremental=False).lines  # the waits decided something
     assert shortcut.incremental > 0 and shortcut.skipped > 0
 
 

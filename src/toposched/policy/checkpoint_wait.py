@@ -83,7 +83,8 @@ class CheckpointWait:
     max_total_wait: float | None = None
     """Seconds a pending job's waits may add up to, from the first until it starts (None: no
     bound beyond `max_wait` for each). A wait that costs nothing (`owed_only`) may be taken
-    again cycle after cycle for new victim sets; this bounds the chain."""
+    again for a new victim set each time the awaited victims have left; this bounds the
+    chain."""
 
     def __post_init__(self) -> None:
         for name in ("max_wait", "min_saved_per_cost"):

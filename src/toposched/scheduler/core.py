@@ -312,6 +312,7 @@ class Scheduler:
             self._stop(job, now)
         elif job.state is JobState.PENDING:
             self.queue.remove(job_id)
+            self.preemptor.left_queue(job_id)
             kept = self.interruptions.forget(job)
             if job.nomination is not None and self.spares is not None and not kept:
                 # A spare given to this job goes back to its pool.
@@ -499,6 +500,7 @@ class Scheduler:
 
     def _start(self, job: Job, placement: Placement, now: float) -> None:
         self.lifecycle.start(job, placement, now)
+        self.preemptor.left_queue(job.job_id)
         self._epoch += 1
 
     def _stop(self, job: Job, now: float) -> None:

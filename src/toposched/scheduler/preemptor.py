@@ -107,6 +107,10 @@ class Preemptor:
         When unallocated work is all the job may take (`only_unallocated_victims`), nothing of
         its account or priority enters the search: the refusal is shared by every such job of
         the same shape.
+
+        Under the contract's checkpoint wait, a job told to wait for its victims' checkpoints
+        keeps those victims while they run (`CheckpointGate.awaited`): its turns judge the wait
+        for them again, without a search, until the rule no longer says wait.
         """
         index = self.ledger.preemptible
         index.refresh(now)
@@ -132,6 +136,12 @@ class Preemptor:
                 fence.settle()
                 self._verify(job, entry, ranking, now, only_unallocated, refusal)
             return refusal
+        gate = self.checkpoints
+        if gate is not None:
+            # Told to wait for victims' checkpoints: their wait is judged again, not searched.
+            awaited = gate.awaited(job, self.ledger, now)
+            if awaited is not None:
+                return awaited
         fence.settle()
         self.victim_searches += 1
         plan, lasting = self.search(job, entry, ranking, now, only_unallocated)
@@ -140,6 +150,11 @@ class Preemptor:
         if lasting:
             kept.keep(key, plan, inputs, fenced, job.request, entry, ranking, only_unallocated, now)
         return plan
+
+    def left_queue(self, job_id: str) -> None:
+        """Forget what is kept for a pending job that started or was cancelled."""
+        if self.checkpoints is not None:
+            self.checkpoints.forget(job_id)
 
     def _verify(
         self,
