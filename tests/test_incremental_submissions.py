@@ -124,30 +124,28 @@ def test_the_checking_mode_holds_on_a_loaded_cluster() -> None:
     assert checked.lines == decisions(run, incremental=False).lines
 
 
-def test_the_owed_teams_least_served_first_decide_alike_skipping_or_not() -> None:
-    """With the owed teams reordered every hour (`OwedOrder.LEAST_MET`), cycles after
-    submissions still decide what full cycles decide, and still skip jobs."""
+def assert_policy_decides_alike_skipping_or_not(**policy: Any) -> None:
+    """Under the scheduler settings `policy`, cycles after submissions decide what full cycles
+    decide on a short Ai2-like run, and still skip jobs; and the policy decides something
+    (its decisions differ from the defaults'), so the comparison covers it."""
     run = Run("ai2-seed7", lambda: ai2_like(seed=7, days=0.5, gpus=256))
-    order = {"owed_order": OwedOrder.LEAST_MET, "owed_half_life": HOUR}
-    full = decisions(run, incremental=False, **order)
-    shortcut = decisions(run, incremental=True, full_cycle_every=0.0, **order)
+    full = decisions(run, incremental=False, **policy)
+    shortcut = decisions(run, incremental=True, full_cycle_every=0.0, **policy)
     assert full.lines and shortcut.lines == full.lines
-    assert full.lines != decisions(run, incremental=False).lines  # the order decided something
+    assert full.lines != decisions(run, incremental=False).lines
     assert shortcut.incremental > 0 and shortcut.skipped > 0
+
+
+def test_the_owed_teams_least_served_first_decide_alike_skipping_or_not() -> None:
+    """With the owed teams reordered every hour (`OwedOrder.LEAST_MET`)."""
+    assert_policy_decides_alike_skipping_or_not(owed_order=OwedOrder.LEAST_MET, owed_half_life=HOUR)
 
 
 def test_jobs_waiting_for_checkpoints_decide_alike_skipping_or_not() -> None:
     """Under the checkpoint wait, where a waiting job keeps its victims between cycles
-    (`CheckpointGate.awaited`), cycles after submissions still decide what full cycles
-    decide."""
-    run = Run("ai2-seed7", lambda: ai2_like(seed=7, days=0.5, gpus=256))
+    (`CheckpointGate.awaited`)."""
     wait = CheckpointWait(first_checkpoint=HOUR, owed_only=True, urgent_priority=10)
-    contract = {"contract": Contract(checkpoint_wait=wait)}
-    full = decisions(run, incremental=False, **contract)
-    shortcut = decisions(run, incremental=True, full_cycle_every=0.0, **contract)
-    assert full.lines and shortcut.lines == full.lines
-    assert full.lines != decisions(run, incremental=False).lines  # the waits decided something
-    assert shortcut.incremental > 0 and shortcut.skipped > 0
+    assert_policy_decides_alike_skipping_or_not(contract=Contract(checkpoint_wait=wait))
 
 
 def test_cycles_after_submissions_skip_settled_jobs_until_something_else_happens() -> None:
