@@ -207,6 +207,10 @@ def test_a_job_asking_for_gpu_models_the_cluster_lacks_is_refused_before_the_job
         (["serve", "--port", "0"], "--port: 0 is invalid"),
         (["serve", "--gpus", "65"], "--gpus: 65 is invalid: the served cluster is one node"),
         (["serve", "--ssl-keyfile", "k.pem"], "give both TLS files or neither"),
+        (
+            ["serve", "--ssl-keyfile", "k.pem", "--ssl-certfile", "c.pem"],
+            "--ssl-certfile: 'c.pem' is invalid: cannot be read: No such file or directory",
+        ),
         (["serve", "--host", "0.0.0.0"], "allowed only on a loopback address"),
     ],
 )
@@ -216,6 +220,16 @@ def test_an_option_the_service_checks_is_refused_before_the_service_loads(
     last, stderr = _probe(argv, tmp_path)
     assert last == "2 []", stderr
     assert message in stderr
+
+
+def test_tls_files_that_hold_no_certificate_are_refused_before_the_service_loads(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    argv = ["serve", "--ssl-keyfile", "junk.pem", "--ssl-certfile", "junk.pem"]
+    last, stderr = _probe(argv, tmp_path)
+    assert last == "2 []", stderr
+    assert "--ssl-certfile: 'junk.pem' is invalid: with --ssl-keyfile junk.pem: not a PEM" in stderr
 
 
 def test_the_service_configuration_has_one_gpus_rule() -> None:

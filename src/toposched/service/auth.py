@@ -84,9 +84,9 @@ class Tokens:
 
 
 def _read(path: Path) -> list[Any]:
-    if not path.exists():
-        return []
     try:
+        if not path.exists():
+            return []
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
         raise InputError("--tokens", str(path), f"cannot be read as YAML: {error}") from None

@@ -86,6 +86,8 @@ class ServiceConfig:
             raise InputError("--tick", self.tick_s, "must be from 0.05 to 60 seconds")
         if (self.ssl_keyfile is None) != (self.ssl_certfile is None):
             raise InputError("--ssl-keyfile", self.ssl_keyfile, "give both TLS files or neither")
+        if self.ssl_keyfile is not None and self.ssl_certfile is not None:
+            check_tls_files(self.ssl_certfile, self.ssl_keyfile)
         if self.tokens is None and not self.loopback:
             raise InputError(
                 "--host",
@@ -97,6 +99,28 @@ class ServiceConfig:
     @property
     def loopback(self) -> bool:
         return is_loopback(self.host)
+
+
+def check_tls_files(certfile: str, keyfile: str) -> None:
+    """Refuse, naming the option, TLS files that cannot be read or do not hold a certificate
+    chain and its private key: the server would otherwise fail only once it starts to listen."""
+    import ssl
+
+    for option, path in (("--ssl-certfile", certfile), ("--ssl-keyfile", keyfile)):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as error:
+            raise InputError(option, path, f"cannot be read: {error.strerror}") from None
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(certfile, keyfile)
+    except (ssl.SSLError, OSError) as error:
+        reason = getattr(error, "reason", None) or error.strerror or str(error)
+        raise InputError(
+            "--ssl-certfile",
+            certfile,
+            f"with --ssl-keyfile {keyfile}: not a PEM certificate chain and its key ({reason})",
+        ) from None
 
 
 def is_loopback(host: str) -> bool:

@@ -34,8 +34,11 @@ class ServerLock:
     def take(cls, path: Path, option: str, value: str) -> ServerLock:
         """The lock of `path`, or an `InputError` on `option` (given `value`) naming the
         process that holds it."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise InputError(option, value, f"cannot be written: {error.strerror}") from None
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
