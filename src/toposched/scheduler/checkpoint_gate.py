@@ -102,16 +102,7 @@ class CheckpointGate:
     def refusal(self, job: Job, plan: PreemptionPlan, ledger: Ledger, now: float) -> Refusal | None:
         """`checkpoint_refusal`, with the waits of a pending spell bounded by `max_total_wait`;
         a wait keeps the plan for `awaited`."""
-        rule = self.rule
-        waiting = checkpoint_refusal(rule, job, plan, ledger, now)
-        bound = rule.max_total_wait
-        if waiting is not None and bound is not None:
-            known = self._since.get(job.job_id)
-            if known is None or known[0] != job.attempts:
-                known = (job.attempts, now)
-                self._since[job.job_id] = known
-            if waiting.figures["until"] > known[1] + bound:
-                waiting = None
+        waiting = self._judged(job, plan, ledger, now)
         if waiting is None:
             self._awaited.pop(job.job_id, None)
             return None
@@ -127,10 +118,25 @@ class CheckpointGate:
         kept = self._awaited.get(job.job_id)
         if kept is None:
             return None
-        if kept.attempts != job.attempts or _starts(kept.plan, ledger) != kept.starts:
+        waiting = None
+        if kept.attempts == job.attempts and _starts(kept.plan, ledger) == kept.starts:
+            waiting = self._judged(job, kept.plan, ledger, now)
+        if waiting is None:
             del self._awaited[job.job_id]
-            return None
-        return self.refusal(job, kept.plan, ledger, now)
+        return waiting
+
+    def _judged(self, job: Job, plan: PreemptionPlan, ledger: Ledger, now: float) -> Refusal | None:
+        """`checkpoint_refusal` within `max_total_wait` of the pending spell's first wait."""
+        rule = self.rule
+        waiting = checkpoint_refusal(rule, job, plan, ledger, now)
+        bound = rule.max_total_wait
+        if waiting is None or bound is None:
+            return waiting
+        known = self._since.get(job.job_id)
+        if known is None or known[0] != job.attempts:
+            known = (job.attempts, now)
+            self._since[job.job_id] = known
+        return None if waiting.figures["until"] > known[1] + bound else waiting
 
     def forget(self, job_id: str) -> None:
         """Drop what is kept for a job whose pending spell ended (it started, or left the
