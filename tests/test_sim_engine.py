@@ -24,7 +24,7 @@ from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.collection import BUSY_COLLECTION_AFTER
 from toposched.scheduler.core import Scheduler
-from toposched.sim.engine import Simulation, simulate
+from toposched.sim.engine import Simulation, SimulationInterrupted, simulate
 from toposched.sim.events import EventKind
 from toposched.sim.metrics import conservation, percentiles, summarize
 from toposched.sim.protocol import (
@@ -803,3 +803,50 @@ def test_the_summary_table_shows_the_targets_of_its_workload(
 )
 def test_durations_read_as_a_person_would_say_them(seconds: float, shown: str) -> None:
     assert _seconds(seconds) == shown
+
+
+def _stopped_in_compiled_code() -> SystemError:
+    """What numba raises when a signal handler's KeyboardInterrupt fires in compiled code."""
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as stop:
+            raise SystemError(
+                "CPUDispatcher(...) returned a result with an exception set"
+            ) from stop
+    except SystemError as wrapped:
+        return wrapped
+
+
+@pytest.mark.parametrize("wrapped", [True, False])
+def test_a_stop_inside_compiled_code_ends_the_run_as_a_stop_does(
+    small_ai2: Workload, wrapped: bool
+) -> None:
+    # A SIGINT or SIGTERM in a worker raises KeyboardInterrupt from its handler; inside a
+    # compiled loop numba hands it on as a SystemError caused by it. Either way the run stops
+    # with what it simulated; a SystemError of anything else is an error.
+    cycles = 0
+
+    def factory(state: ClusterState, tree: BudgetTree) -> Scheduler:
+        scheduler = Scheduler(state, tree)
+        cycle = scheduler.cycle
+
+        def failing(now: float) -> Any:
+            nonlocal cycles
+            cycles += 1
+            if cycles == 20:
+                raise _stopped_in_compiled_code() if wrapped else SystemError("a real fault")
+            return cycle(now)
+
+        scheduler.cycle = failing  # type: ignore[method-assign]
+        return scheduler
+
+    if not wrapped:
+        with pytest.raises(SystemError, match="a real fault"):
+            simulate(small_ai2, factory)
+        return
+    with pytest.raises(SimulationInterrupted) as stopped:
+        simulate(small_ai2, factory)
+    result = stopped.value.result
+    assert result.interrupted and cycles == 20
+    assert 0 < result.end < small_ai2.horizon  # stopped at the 20th cycle, not at the horizon

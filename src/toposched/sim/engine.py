@@ -139,6 +139,11 @@ class _Run:
             self._loop(self._handlers(), collector)
         except KeyboardInterrupt:
             interrupted = True
+        except SystemError as error:
+            # A stop that came while compiled code ran reaches here wrapped by numba.
+            if not stopped_inside(error):
+                raise
+            interrupted = True
         finally:
             # The run's objects back in the collector's sight: the process may go on.
             collector.stop(thaw=True)
@@ -315,6 +320,20 @@ class _Progress:
     ) -> None:
         if self.board is not None:
             self.board.__exit__(exc_type, exc, traceback)
+
+
+def stopped_inside(error: BaseException) -> bool:
+    """Whether `error` was raised because a stop (KeyboardInterrupt) interrupted what it
+    wraps: numba turns an exception raised by a signal handler while compiled code runs into a
+    `SystemError` whose cause is that exception."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 class SimulationInterrupted(KeyboardInterrupt):
