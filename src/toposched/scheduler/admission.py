@@ -32,6 +32,9 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import NDArray
+
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
 from toposched.cluster.units import HOUR
@@ -169,7 +172,11 @@ class Headroom:
 class AdmissionGate:
     """The rule as the cycle asks it, once per pending job; with no rule, it lets everything
     through. `state`: the cluster whose free GPUs the headroom reads (held, not read through a
-    closure, so that a copy of the scheduler reads its own cluster)."""
+    closure, so that a copy of the scheduler reads its own cluster).
+
+    A long queue of unallocated work asks the headroom for most of its jobs while nothing
+    moves: the free GPUs it reads are kept for one version of the cluster state and one mask
+    of reserved nodes, and its answers' wording for the walk."""
 
     def __init__(self, rule: AdmissionRule | None, state: ClusterState | None = None) -> None:
         self.rule = rule
@@ -179,24 +186,21 @@ class AdmissionGate:
         self._pending: Callable[[], Iterable[Job]] = tuple
         self._within_budget: Callable[[Job], bool] = lambda job: False
         self._restarting: float | None = None
+        self._free: tuple[int, NDArray[np.bool_] | None, float] | None = None
+        self._wording: dict[Headroom, str] = {}
 
     def start(
-        self, job: Job, tier: QueueTier, reserved_free: Callable[[], float] | None = None
+        self, job: Job, tier: QueueTier, reserved_nodes: NDArray[np.bool_] | None = None
     ) -> Headroom | None:
         """Why the job may not start anywhere this turn (None: it may, as far as the headroom
-        goes). `reserved_free()` tells the free GPUs on the reservation's nodes that the free
-        GPUs open to the search leave out (read only with `AdmissionRule.reserved`)."""
+        goes). `reserved_nodes`: the mask of the reservation's nodes, whose free GPUs count
+        while the fence keeps them closed (read only with `AdmissionRule.reserved`; a new
+        reservation comes with a new mask)."""
         rule = self.rule
-        if rule is None or self.state is None:
+        if rule is None or self.state is None or not self.may_hold(tier):
             return None
-        if self.kept <= 0 and not rule.restarts:
-            return None
-        borrowed = tier is QueueTier.ALLOCATED and rule.borrowed
-        if tier is not QueueTier.UNALLOCATED and not borrowed:
-            return None
-        free = float(self.state.total_free_gpus)
-        if rule.reserved and reserved_free is not None:
-            free += reserved_free()
+        borrowed = tier is QueueTier.ALLOCATED
+        free = self._free_gpus(reserved_nodes if rule.reserved else None)
         restarting = self._restarting_gpus() if rule.restarts else 0.0
         kept = self.kept + restarting
         if kept <= 0 or free - job.gpus >= kept:
@@ -204,6 +208,37 @@ class AdmissionGate:
         if borrowed and self._within_budget(job):
             return None
         return Headroom(free, kept, job.gpus, restarting, borrowed, rule.reserved)
+
+    def may_hold(self, tier: QueueTier) -> bool:
+        """Whether the headroom may hold jobs of `tier`: unallocated work, and with
+        `AdmissionRule.borrowed` allocated work too (whether a job is beyond its account's
+        budget is for `start`)."""
+        rule = self.rule
+        if rule is None or (self.kept <= 0 and not rule.restarts):
+            return False
+        return tier is QueueTier.UNALLOCATED or (tier is QueueTier.ALLOCATED and rule.borrowed)
+
+    def explain(self, headroom: Headroom) -> str:
+        """`headroom.explain()`, worded once per walk for equal figures."""
+        text = self._wording.get(headroom)
+        if text is None:
+            text = self._wording[headroom] = headroom.explain()
+        return text
+
+    def _free_gpus(self, reserved_nodes: NDArray[np.bool_] | None) -> float:
+        """Free GPUs open to new work, and those of the nodes in `reserved_nodes` that the
+        fence keeps closed (a backfill's lift opens them, and open nodes count already)."""
+        state = self.state
+        assert state is not None
+        known = self._free
+        if known is not None and known[0] == state.version and known[1] is reserved_nodes:
+            return known[2]
+        free = float(state.total_free_gpus)
+        if reserved_nodes is not None and reserved_nodes.size:
+            closed = reserved_nodes & (state.closed != 0)
+            free += float(state.free_whole_gpus[closed].sum())
+        self._free = (state.version, reserved_nodes, free)
+        return free
 
     def walk(
         self, pending: Callable[[], Iterable[Job]], within_budget: Callable[[Job], bool]
@@ -214,6 +249,7 @@ class AdmissionGate:
         self._pending = pending
         self._within_budget = within_budget
         self._restarting = None
+        self._wording.clear()
 
     def _restarting_gpus(self) -> float:
         """GPUs of the budgeted gangs a node failure interrupted that still wait within their

@@ -128,6 +128,9 @@ class Walker:
         # The unallocated tier's answers read no expected runtime, account or priority (see
         # `tally.tier_key`).
         shares_tier = self.admission.rule is None
+        # Under the admission rule's headroom most unallocated jobs are held by it while
+        # nothing moves: such a turn is told so without the rest of it (`_held`).
+        held_first = not shares_tier
         tiers = turn.tiers
         alike = shared = 0
         for run in runs:
@@ -188,6 +191,14 @@ class Walker:
                             shared += left
                             whole = False
                             break
+                    continue
+                if (
+                    held_first
+                    and job.nomination is None
+                    and entry.job_id not in kept
+                    and self._held(turn, entry, job)
+                ):
+                    known = self._known_so_far(turn)
                     continue
                 if track:
                     self._tracked_turn(turn, entry, job, walk)
@@ -400,9 +411,12 @@ class Walker:
         held = None
         behind = turn.reservation
         if self.admission.rule is not None:
-            headroom = self.admission.start(job, tier, lambda: self._reserved_free(turn))
+            headroom = self.admission.start(job, tier, turn.reserved_nodes)
             if headroom is not None:
-                job.reason, job.reason_code = headroom.explain(), ReasonCode.DOES_NOT_FIT
+                job.reason, job.reason_code = (
+                    self.admission.explain(headroom),
+                    ReasonCode.DOES_NOT_FIT,
+                )
                 return False
             if behind is not None:
                 behind, held = self.admission.backfill(job, tier, behind, turn.now)
@@ -427,6 +441,25 @@ class Walker:
                 turn.answered[self._tier_key(job, kind, entry)] = answer
         return False
 
+    def _held(self, turn: Turn, entry: QueueEntry, job: Job) -> bool:
+        """Whether the admission rule's headroom holds the job this turn, told so: its turn
+        would end there, deciding nothing, keeping no answer and, as a settled turn, leaving
+        nothing for the next cycle (the job is neither nominated nor kept a gang's nodes:
+        the caller checks). What it reads is read as `_turn` reads it, the fence set first
+        for the jobs the nodes kept after a node failure are kept from."""
+        tier = self._tier_of(turn.tiers, entry)
+        if not self.admission.may_hold(tier):
+            return False
+        if self.interruptions is not None:
+            self.interruptions.fence_before(turn, entry, tier)
+        headroom = self.admission.start(job, tier, turn.reserved_nodes)
+        if headroom is None:
+            return False
+        job.reservation = None
+        job.refusal = None
+        job.reason, job.reason_code = self.admission.explain(headroom), ReasonCode.DOES_NOT_FIT
+        return True
+
     def _tier_key(self, job: Job, kind: JobKind, entry: QueueEntry) -> tuple[object, ...]:
         """The job's key in the unallocated tier (`tally.tier_key`), kept on it if counted."""
         key = job.tier_key
@@ -439,15 +472,6 @@ class Walker:
         if tier is None:
             tier = tiers[tier_key] = self.queue.tier(entry)
         return tier
-
-    def _reserved_free(self, turn: Turn) -> float:
-        """Free GPUs on the reservation's nodes while the fence keeps them closed (a backfill's
-        lift opens them, and the cluster's free GPUs count them already)."""
-        marked = turn.reserved_nodes
-        if not marked.size:
-            return 0.0
-        closed = marked & (self.state.closed != 0)
-        return float(self.state.free_whole_gpus[closed].sum())
 
     def _preempt(self, turn: Turn, entry: QueueEntry, job: Job, kind: JobKind) -> bool:
         """Evict for the job if the contract allows a set of victims that makes room; else add
