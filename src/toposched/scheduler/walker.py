@@ -130,7 +130,7 @@ class Walker:
         shares_tier = self.admission.rule is None
         # Under the admission rule's headroom most unallocated jobs are held by it while
         # nothing moves: such a turn is told so without the rest of it (`_held`).
-        held_first = not shares_tier
+        held_first = self.admission.may_hold(unallocated)
         tiers = turn.tiers
         alike = shared = 0
         for run in runs:
