@@ -7,7 +7,9 @@ clock moved: a protection's end, a reservation's time), by whether the cycle ski
 pending jobs the last one settled (docs/policy.md, *Cycles after submissions only*) or was a
 full one, and by the kinds of decision it made (Bind, Evict, Reserve; "Reserve again" when the
 cycle before reserved for the same job in the same domain). Prints, per group, the cycles,
-their total, mean and median CPU time and their share of the whole.
+their total, mean and median CPU time and their share of the whole; then, per group, what a
+cycle walked on average: the pending jobs, those answered alike an earlier job, those a cycle
+after submissions skipped, the turns left (the jobs that took one) and the placement searches.
 
     .venv/bin/python benchmarks/cycle_costs.py --days 3
 """
@@ -18,6 +20,7 @@ import argparse
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from grouped_times import print_groups
@@ -69,9 +72,41 @@ def reservation_of(result: CycleResult) -> Reserve | None:
     return made[-1] if made else None
 
 
-def timed_cycles(args: argparse.Namespace) -> dict[str, list[float]]:
-    """Simulate the workload of `args` under toposched; each cycle's CPU seconds by group."""
+@dataclass
+class Walked:
+    """What a group's cycles walked, summed."""
+
+    cycles: int = 0
+    pending: int = 0
+    alike: int = 0
+    skipped: int = 0
+    searches: int = 0
+
+    def add(self, result: CycleResult) -> None:
+        self.cycles += 1
+        self.pending += result.considered
+        self.alike += result.alike
+        self.skipped += result.skipped
+        self.searches += result.searches
+
+
+def print_walked(walked: dict[str, Walked], timed: dict[str, list[float]]) -> None:
+    """Per group, largest total time first: the means per cycle of `Walked`'s counts."""
+    width = max(len(name) for name in walked) + 2
+    heads = ("pending", "alike", "skipped", "turns", "searches")
+    print(f"\n{'cycle after | walk | decisions':<{width}}" + "".join(f"{h:>10}" for h in heads))
+    for name in sorted(walked, key=lambda group: -sum(timed[group])):
+        sums = walked[name]
+        turns = sums.pending - sums.alike - sums.skipped
+        means = (sums.pending, sums.alike, sums.skipped, turns, sums.searches)
+        print(f"{name:<{width}}" + "".join(f"{value / sums.cycles:>10.1f}" for value in means))
+
+
+def timed_cycles(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[str, Walked]]:
+    """Simulate the workload of `args` under toposched; each cycle's CPU seconds by group,
+    and what each group's cycles walked."""
     timed: dict[str, list[float]] = defaultdict(list)
+    walked: dict[str, Walked] = defaultdict(Walked)
     told: set[str] = set()
     reserved: list[Reserve | None] = [None]
 
@@ -91,7 +126,10 @@ def timed_cycles(args: argparse.Namespace) -> dict[str, list[float]]:
         def timed_cycle(now: float) -> CycleResult:
             began = time.process_time()
             result = cycle(now)
-            timed[group_of(told, result, reserved[0])].append(time.process_time() - began)
+            spent = time.process_time() - began
+            group = group_of(told, result, reserved[0])
+            timed[group].append(spent)
+            walked[group].add(result)
             told.clear()
             reserved[0] = reservation_of(result)
             return result
@@ -102,7 +140,7 @@ def timed_cycles(args: argparse.Namespace) -> dict[str, list[float]]:
     simulate(
         build_workload(args), build, scheduler_name="toposched", cycle_interval=args.cycle_every
     )
-    return timed
+    return timed, walked
 
 
 def main() -> None:
@@ -110,7 +148,9 @@ def main() -> None:
     add_options(parser)
     args = parser.parse_args()
     check_options(args)
-    print_groups("cycle after | walk | decisions", timed_cycles(args), "ms")
+    timed, walked = timed_cycles(args)
+    print_groups("cycle after | walk | decisions", timed, "ms")
+    print_walked(walked, timed)
 
 
 if __name__ == "__main__":

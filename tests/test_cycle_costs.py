@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from bench_scripts import load_script, run_script
 
 from toposched.scheduler.decisions import Evict, Reserve
@@ -16,7 +17,8 @@ from toposched.workloads.ai2 import ai2_like
 def test_a_short_run_counts_every_cycle_once() -> None:
     done = run_script("cycle_costs", "--days", "0.25", "--gpus", "256")
     assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    timed, walked = done.stdout.split("\n\n")
+    lines = timed.splitlines()
     rows = [re.split(r"\s{2,}", line.strip()) for line in lines[1:]]
     groups, every = rows[:-1], rows[-1]
     assert every[0] == "every call"
@@ -30,6 +32,17 @@ def test_a_short_run_counts_every_cycle_once() -> None:
     assert any(name.startswith("submission | ") for name in names)
     assert any(" | skipping | " in name for name in names)
     assert any(" | full | " in name for name in names)
+    # What each group's cycles walked: the same groups, in the same order; only cycles after
+    # submissions skip jobs, and the turns are the pending jobs neither skipped nor alike.
+    walked_rows = [re.split(r"\s{2,}", line.strip()) for line in walked.splitlines()[1:]]
+    assert [row[0] for row in walked_rows] == names
+    for name, *figures in walked_rows:
+        pending, alike, skipped, turns, searches = map(float, figures)
+        assert turns == pytest.approx(pending - alike - skipped, abs=0.1)
+        assert turns >= 0 and searches >= 0
+        if " | full | " in name:
+            assert skipped == 0
+    assert any(float(row[3]) > 0 for row in walked_rows if " | skipping | " in row[0])
 
 
 def test_a_cycle_is_grouped_by_its_events_walk_and_decisions() -> None:
