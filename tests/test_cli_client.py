@@ -216,6 +216,10 @@ def test_submit_unreadable_or_invalid_files_exit_2_before_any_request(
         "bad.json": ('{"name": ', "is not valid JSON"),
         "list.yaml": ("- name: a\n- name: b\n", "list.yaml:1: job: 'list' is invalid: must be"),
         "two.yaml": ("name: a\n---\nname: b\n", "exactly one job"),
+        # A job document's fields are JobSpec's but those the server sets, and `run`.
+        "runn.yaml": (JOB + "runn: {command: [sleep, '1']}\n",
+                      "unknown field (did you mean 'run'?); valid fields are name, account"),
+        "when.yaml": (JOB + "submit_time: 5\n", "submit_time: 5 is invalid: is set by the server"),
         "empty.yaml": ("", "exactly one job"),
         "binary.yaml": (b"\xff\xfe\x00junk", "is not UTF-8 text (byte 0xff at offset 0)"),
         # Within the limits every loader keeps: aliases expand to at most 100,000 values.
@@ -234,6 +238,8 @@ def test_submit_unreadable_or_invalid_files_exit_2_before_any_request(
         err = capsys.readouterr().err
         assert name in err and rule in err, (name, err)
         assert len(err.strip().splitlines()) == 1
+        if "valid fields are" in err:
+            assert err.rstrip().endswith(", pod_sets, run") and "submit_time" not in err
 
 
 def test_job_file_is_sent_unchanged_with_its_type(tmp_path: Path) -> None:

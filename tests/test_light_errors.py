@@ -444,6 +444,11 @@ def test_submit_refuses_a_bad_job_file_as_place_does_before_connecting(
     assert not {"pydantic", "numpy", "numba", "httpx"} & set(ast.literal_eval(loaded))
     place_last, place_stderr = _probe(["place", "job.yaml", "--cluster", "cluster.yaml"], tmp_path)
     assert place_last.startswith("2 ")
-    if "run:" not in job:  # place reads no `run` section; submit leaves it to the server
+    if "valid fields are name," in stderr:
+        # A job document's fields are JobSpec's but those the server sets, and `run`.
+        rule, fields = stderr.split("; valid fields are ")
+        assert place_stderr.startswith(rule + "; valid fields are ")
+        assert fields.rstrip().endswith("pod_sets, run") and "submit_time" not in fields
+    elif "run:" not in job:  # place reads no `run` section; submit leaves it to the server
         assert stderr == place_stderr
     assert stderr.startswith("error: job.yaml:") and "Traceback" not in stderr

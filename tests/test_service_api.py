@@ -15,8 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from service_helpers import Server, job, serving
 
+from toposched.cli.jobcheck import SUBMITTED_JOB
+from toposched.cluster.errors import unknown_field_rule
 from toposched.scheduler.jobs import ReasonCode
 from toposched.service.auth import add_token
+from toposched.service.documents import JOB_DOCUMENT_FIELDS
 
 TEAM_A = "research/team-a"
 
@@ -243,6 +246,19 @@ BAD_BODIES: list[tuple[str, bytes, str, int, str]] = [
         "invalid",
     ),
 ]
+
+
+def test_an_unknown_field_is_told_the_fields_of_a_job_document(server: Server) -> None:
+    """The client's light pass and the server list the same fields: JobSpec's but those the
+    server sets, and `run`."""
+    with server.client() as client:
+        answer = client.post("/v1/jobs", json={**job("b12"), "runn": {"command": ["true"]}})
+    assert answer.status_code == 422, answer.text
+    error = error_of(answer)
+    assert error["field"] == "runn"
+    assert error["rule"] == unknown_field_rule("runn", JOB_DOCUMENT_FIELDS)
+    assert "(did you mean 'run'?)" in error["rule"] and "submit_time" not in error["rule"]
+    assert tuple(SUBMITTED_JOB.fields) == JOB_DOCUMENT_FIELDS
 
 
 @pytest.mark.parametrize(

@@ -154,6 +154,15 @@ JOB = ModelRules(
 )
 """JobSpec's fields and rules, with those of resources_per_pod, topology, its slices and the
 pod sets."""
+SUBMITTED_JOB = ModelRules(
+    {
+        **{name: rule for name, rule in JOB.fields.items() if name not in rules.SERVER_SET_FIELDS},
+        rules.RUN_FIELD: FieldRule(),
+    },
+    after=JOB.after,
+)
+"""A job document submitted to the service: JobSpec's fields but those the server sets, and
+`run`, which the server checks (`toposched.service.documents`)."""
 
 
 class Fields(NamedTuple):

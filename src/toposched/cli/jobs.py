@@ -15,7 +15,7 @@ from rich.text import Text
 
 from toposched.cli.client import ApiClient, ClientError, Job, JobState, Submitted
 from toposched.cli.console import output_console
-from toposched.cli.jobcheck import check_job
+from toposched.cli.jobcheck import SUBMITTED_JOB, check_job
 from toposched.cli.remote import (
     Cell,
     Column,
@@ -35,6 +35,7 @@ from toposched.cli.remote import (
 from toposched.cluster.documents import parse_documents, read_text
 from toposched.cluster.errors import InputError
 from toposched.jobs.entries import JobEntry
+from toposched.jobs.rules import SERVER_SET, SERVER_SET_FIELDS
 
 MAX_KEY_LENGTH = 200
 PAGE_SIZE = 500
@@ -83,9 +84,11 @@ def read_job_file(path: Path, key: str | None) -> JobFile:
         )
     # The job's fields get the light pass `place` runs (cli/jobcheck.py), with its errors, before
     # anything is sent; its `run` section is the server's to check.
-    job = {key: value for key, value in document.data.items() if key != "run"}
     try:
-        check_job(job)
+        for name in SERVER_SET_FIELDS:
+            if name in document.data:
+                raise InputError(name, document.data[name], SERVER_SET)
+        check_job(document.data, SUBMITTED_JOB)
     except InputError as error:
         raise JobEntry(document, (), document.data).locate(error) from None
     body = text.encode("utf-8")  # the bytes read: valid UTF-8 decodes and encodes unchanged

@@ -134,6 +134,12 @@ SHAPE_REQUIRED = (
 )
 """The rule for a job that gives neither its one shape (pods, resources_per_pod) nor sets."""
 
+SERVER_SET_FIELDS = ("submit_time",)
+"""Job fields a job submitted to the service leaves to the server."""
+SERVER_SET = "is set by the server; leave it out"
+RUN_FIELD = "run"
+"""The section of a job submitted to the service that tells its backend what to run."""
+
 
 def job_name(value: Any) -> str:
     if not isinstance(value, str) or len(value) > MAX_NAME_LENGTH or not _NAME.fullmatch(value):

@@ -13,7 +13,8 @@ from typing import Any
 import yaml
 
 from toposched.backends.protocol import RunSpec
-from toposched.cluster.errors import InputError
+from toposched.cluster.errors import InputError, unknown_field_rule
+from toposched.jobs.rules import RUN_FIELD, SERVER_SET, SERVER_SET_FIELDS
 from toposched.jobs.spec import JobSpec
 
 MAX_DEPTH = 32
@@ -22,7 +23,11 @@ MAX_COMMAND_ITEMS = 1024
 MAX_ITEM_CHARS = 8192
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RUN_FIELDS = ("command", "env", "workdir")
-_SERVER_FIELDS = ("submit_time",)
+JOB_DOCUMENT_FIELDS = (
+    *(name for name in JobSpec.model_fields if name not in SERVER_SET_FIELDS),
+    RUN_FIELD,
+)
+"""The fields of a job document: JobSpec's but those the server sets, and `run`."""
 
 
 def parse_body(body: bytes, content_type: str) -> Any:
@@ -104,10 +109,17 @@ def split_job(document: Any) -> tuple[dict[str, Any], RunSpec | None]:
     if not isinstance(document, Mapping):
         raise InputError("job", _short(document), "must be a mapping of job fields")
     fields = {str(key): value for key, value in document.items()}
-    for name in _SERVER_FIELDS:
+    for name in SERVER_SET_FIELDS:
         if name in fields:
-            raise InputError(name, fields[name], "is set by the server; leave it out")
-    run = fields.pop("run", None)
+            raise InputError(name, fields[name], SERVER_SET)
+    unknown = [
+        InputError(name, value, unknown_field_rule(name, JOB_DOCUMENT_FIELDS))
+        for name, value in fields.items()
+        if name not in JOB_DOCUMENT_FIELDS
+    ]
+    if unknown:
+        raise unknown[0].with_also(unknown[1:])
+    run = fields.pop(RUN_FIELD, None)
     return fields, parse_run(run)
 
 
