@@ -22,7 +22,7 @@ from toposched.policy.checkpoint_wait import CheckpointWait
 from toposched.policy.contract import Contract
 from toposched.policy.owed_standing import OwedOrder
 from toposched.scheduler.core import CycleResult, Scheduler
-from toposched.scheduler.decisions import Evict
+from toposched.scheduler.decisions import Evict, Reserve
 from toposched.scheduler.incremental import differences
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab
@@ -210,6 +210,43 @@ def test_cycles_after_checkpoints_skip_settled_jobs_too() -> None:
     assert scheduler.cycle(30.0).incremental
     scheduler.finish("run0", 40.0)
     assert not scheduler.cycle(40.0).incremental
+
+
+def _after_completions(incremental: bool) -> list[CycleResult]:
+    """16 GPUs in four 4-GPU nodes, all held by team-a's four runs (protected for an hour);
+    team-b waits with three gangs of two 4-GPU pods. Then run0 ends (4 GPUs free: no gang
+    fits), and then run1 (8 free: one fits)."""
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
+    scheduler = Scheduler(state, tree, full_cycle_every=0.0, incremental=incremental)
+    for number in range(4):
+        scheduler.submit(job(f"run{number}", "team-a"), 0.0)
+    results = [scheduler.cycle(0.0)]
+    for number in range(3):
+        scheduler.submit(job(f"wait{number}", "team-b", pods=2), 10.0)
+    results.append(scheduler.cycle(10.0))
+    scheduler.finish("run0", 20.0)
+    results.append(scheduler.cycle(20.0))
+    scheduler.submit(job("wait3", "team-b", pods=2), 30.0)
+    results.append(scheduler.cycle(30.0))
+    scheduler.finish("run1", 40.0)
+    results.append(scheduler.cycle(40.0))
+    return results
+
+
+def test_cycles_after_completions_that_free_no_room_skip_settled_jobs() -> None:
+    # run0's 4 GPUs hold no gang of 8: every remembered failure outlives the release, and the
+    # cycle after it skips the jobs the last one settled, deciding as a full cycle; run1's
+    # end makes room, and the cycle after it is a full one that starts wait0.
+    shortcut, full = _after_completions(True), _after_completions(False)
+    for want, got in zip(full, shortcut, strict=True):
+        assert differences(want.decisions, got.decisions) is None
+    after_first, after_second = shortcut[2], shortcut[4]
+    assert after_first.incremental and after_first.skipped >= 1
+    # wait0 holds the reservation (an anchor, walked): the cycle reserves again, nothing else.
+    assert [type(decision) for decision in after_first.decisions] == [Reserve]
+    assert shortcut[3].incremental
+    assert not after_second.incremental and bound(after_second) == ["wait0"]
 
 
 def _after_a_protection_ends(incremental: bool, own_budget: bool) -> list[CycleResult]:

@@ -746,7 +746,7 @@ def test_failures_answer_later_cycles_until_capacity_is_freed() -> None:
     assert bound(result) == ["pair"] and result.searches == 1
     assert scheduler.jobs["wide"].reason == wide_reason
     assert "3 pods of 4 GPUs" in scheduler.jobs["wider"].reason
-    assert "no GPUs were freed since" in scheduler.jobs["wider"].reason
+    assert "no domain it could use gained enough GPUs since" in scheduler.jobs["wider"].reason
 
     # Jobs that end free capacity: wide is searched again and now fits (pair holds 2 GPUs of
     # one node, so 3 nodes are free). wider's dropped failure is checked again at its turn,

@@ -251,7 +251,7 @@ class Scheduler:
 
     def finish(self, job_id: str, now: float) -> Job:
         """A running job ended on its own: its GPUs return."""
-        self.incremental.forget()
+        self.incremental.completed()
         job = self._running(job_id)
         self._stop(job, now)
         job.state = JobState.FINISHED
@@ -413,9 +413,9 @@ class Scheduler:
             # Something outside the cycle changed the cluster (a job ended, a node came back):
             # capacity may have been freed, so earlier failures prove nothing any more, but
             # those of gangs that no domain gaining GPUs can hold.
-            self.incremental.forget()
             self._epoch += 1
-            self._after_changes()
+            if not self._after_changes() or not self._skips_after_completions():
+                self.incremental.forget()
             self.preemptor.kept.after_changes(self.freed)
         stamp = self.walker.stamp()
         fence = Fence(self.state, self.fence_marks)
@@ -470,14 +470,32 @@ class Scheduler:
             return None
         return tallied.segments(tallied.ranking(now), owed)
 
-    def _after_changes(self) -> None:
+    def _after_changes(self) -> bool:
         """Forget the failures that the changes since the last cycle may have undone: every
-        one, unless the only changes were jobs releasing GPUs (see `FreedCapacity`)."""
+        one, unless the only changes were jobs releasing GPUs (see `FreedCapacity`). Returns
+        whether every failure outlived the changes."""
         freed = self.freed.since_settled()
         if freed is None or not self.settings.keep_failures_through_releases:
             self.failures.clear()
-            return
-        self.failures.outlive_release(freed, self.state)
+            return False
+        return self.failures.outlive_release(freed, self.state)
+
+    def _skips_after_completions(self) -> bool:
+        """Whether a cycle after jobs that ended on their own (and submissions, checkpoints)
+        may skip the jobs the last one settled, as far as the scheduler's parts go: none that
+        reads free capacity or the running jobs outside a job's own turn is in use (an
+        admission rule, waits for checkpoints, spares, nodes kept for interrupted gangs,
+        nominees)."""
+        tally = self.tally
+        return (
+            self.incremental.completions
+            and self.settings.admission is None
+            and self.preemptor.checkpoints is None
+            and self.spares is None
+            and not self.interruptions.kept_ids
+            and tally is not None
+            and not tally.nominated_nodes()
+        )
 
     # --- bookkeeping -------------------------------------------------------------------------
     def epoch(self) -> int:

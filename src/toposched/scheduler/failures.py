@@ -186,23 +186,25 @@ class FailureMemo:
         self._check = None
         self.version += 1
 
-    def outlive_release(self, freed: NDArray[np.int64], state: ClusterState) -> None:
+    def outlive_release(self, freed: NDArray[np.int64], state: ClusterState) -> bool:
         """GPUs on the nodes `freed` returned since the failures were found, and nothing else
         changed the cluster but starts (which only take capacity). Keep the failures that the
         release cannot undo (see `ReleaseCheck`); the rest are dropped, to be searched again,
         and so is the failure of a job of several pod sets: its gang may ask, per pod, the
         most any set asks (`JobSets.gang`), more than they need. A dropped failure of a
         whole-GPU gang is checked again when a job of its shape asks (`recheck`), against the
-        capacity as it is then: jobs earlier in the queue may have taken what was freed."""
+        capacity as it is then: jobs earlier in the queue may have taken what was freed.
+        Returns whether every failure outlived the release."""
         if freed.size == 0:
-            return
+            return True
         if not self.by_shape:
             # Those dropped before were checked against earlier releases only.
             self._dropped, self._check = {}, None
-            return
+            return True
         check = ReleaseCheck(freed, state)
         kept: dict[Shape, list[Failure]] = {}
         dropped: dict[Shape, list[Failure]] = {}
+        every = True
         for shape, failures in self.by_shape.items():
             survivors: list[Failure] = []
             for failure in failures:
@@ -210,8 +212,10 @@ class FailureMemo:
                     if not failure.outlived_release:
                         failure = dataclasses.replace(failure, outlived_release=True)
                     survivors.append(failure)
-                elif check.applies(failure):
-                    dropped.setdefault(shape, []).append(failure)
+                else:
+                    every = False
+                    if check.applies(failure):
+                        dropped.setdefault(shape, []).append(failure)
             if survivors:
                 kept[shape] = survivors
         self.clear()
@@ -220,6 +224,7 @@ class FailureMemo:
             failures.sort(key=lambda failure: failure.pods)
         self._dropped = dropped
         self._check = check
+        return every
 
     def recheck(
         self, shape: Shape, pods: int, fence: Fence, opened: NDArray[np.bool_] | None = None
@@ -400,9 +405,9 @@ class FailureReasons:
                 f"pod{'s' if failure.pods != 1 else ''} "
                 f"{since} ({failure.reason})"
             )
-            if failure.outlived_release:
+            if failure.outlived_release or failure.cycle != self.cycle:
+                # True whether GPUs were freed since or not: a cycle that skips the job keeps
+                # the words as they were (`toposched.scheduler.incremental`).
                 message += " and no domain it could use gained enough GPUs since"
-            elif failure.cycle != self.cycle:
-                message += " and no GPUs were freed since"
             messages[key] = message
         return message

@@ -1,5 +1,6 @@
-"""Cycles after submissions only: the pending jobs the last cycle answered from what it knew are
-not walked again, only the new jobs and the jobs whose turns changed what later jobs see.
+"""Cycles after submissions only (and checkpoints, protection ends and completions that make no
+room): the pending jobs the last cycle answered from what it knew are not walked again, only the
+new jobs and the jobs whose turns changed what later jobs see.
 
 Why that gives the full cycle's decisions. Let the last cycle be the reference. Since it, only
 jobs were submitted: the cluster state, the budgets, the usage, the running set and the
@@ -49,6 +50,17 @@ is an anchor's, and a refusal recorded earlier in a cycle serves later jobs acro
 full cycle too. The load is read by the preemptor: from such a start on, the settled jobs it
 refused from its memory are walked and compared, as after a protection's end (`Walk.rejudge`).
 
+A running job that ended on its own since frees capacity: a failure may not hold any more. When
+every remembered failure outlived the release (no domain that gained GPUs can now hold a gang of
+a failed shape: `FailureMemo.outlive_release`), every settled job told by a failure is told the
+same, and one answered alike meets the same answers. The ended job's account runs less, which
+only the preemptor reads: the settled jobs it refused from its memory are walked and compared,
+as after a protection's end; the anchors are walked anyway (the reservation may come sooner: a
+job too long to backfill then still is), and the owed accounts' order is compared through the
+queue's runs. The scheduler allows it only where no answer reads free capacity or the running
+jobs outside a job's own turn (`Scheduler._skips_after_completions`), and the job that ended
+was not on its way out (the stamp's leaving jobs).
+
 Such a cycle visits only those jobs (`Walk.visits`: the anchors and the settled jobs the
 preemptor refused, kept in queue order, and the new jobs, put among them by their sort keys),
 never the whole queue. The old jobs keep their order among themselves when the queue's runs
@@ -57,9 +69,9 @@ holding them do (`same_order`): jobs keep their place within a run.
 From the first anchor whose answer differs, or the first new job that evicts, reserves or moves
 jobs, the cycle walks every remaining job, as a full cycle does from there. A full cycle runs
 whenever anything else happened since the reference (any other event, a change of the cluster
-state, budgets or usage seen by their versions), when the reference evicted, spent a preemption
-or settled a nominee, when the old jobs' order moved (usage accrues, so accounts may re-rank),
-and every `full_cycle_every` seconds regardless.
+state, budgets or usage seen by their versions but a completion's, as above), when the
+reference evicted, spent a preemption or settled a nominee, when the old jobs' order moved
+(usage accrues, so accounts may re-rank), and every `full_cycle_every` seconds regardless.
 """
 
 from __future__ import annotations
@@ -236,6 +248,8 @@ class Incremental:
         self.submitted: list[str] = []
         self.checkpoints = False
         """Whether running jobs reported checkpoints since the reference."""
+        self.completions = False
+        """Whether running jobs ended on their own since the reference."""
         self.asked: dict[str, Refusal] = {}
         self.last_full = -float("inf")
         self.cycles = 0
@@ -254,6 +268,11 @@ class Incremental:
         that searched read (see the module), so the reference still serves."""
         self.checkpoints = True
 
+    def completed(self) -> None:
+        """A running job ended on its own: the reference still serves if the cycle finds that
+        the capacity it freed undid no remembered failure (`Scheduler._cycle`)."""
+        self.completions = True
+
     def walk(
         self,
         now: float,
@@ -267,17 +286,17 @@ class Incremental:
         the jobs the reference settled, when nothing but submissions, checkpoints and
         protection ends happened since."""
         reference, new = self.reference, frozenset(self.submitted)
-        checkpoints = self.checkpoints
+        checkpoints, completions = self.checkpoints, self.completions
         self.reference = None
         self.submitted = []
-        self.checkpoints = False
+        self.checkpoints = self.completions = False
         if (
             not self.enabled
             or reference is None
             or segments is None
             or (self.full_cycle_every > 0 and now >= self.last_full + self.full_cycle_every)
             or not reference.now <= now
-            or not same_stamp(stamp, reference.stamp, checkpoints)
+            or not same_stamp(stamp, reference.stamp, checkpoints, completions)
             or leaves != reference.leaves
             or size != reference.size + len(new)
             or not same_order(segments, reference.segments)
@@ -285,7 +304,8 @@ class Incremental:
             self.last_full = now
             return Walk(None, self.asked, segments=segments)
         self.cycles += 1
-        return Walk(reference, self.asked, new, rejudge=now >= reference.until, segments=segments)
+        rejudge = completions or now >= reference.until
+        return Walk(reference, self.asked, new, rejudge=rejudge, segments=segments)
 
     def settle(self, walk: Walk, reference: Reference | None) -> None:
         """The cycle is over: `reference` is what it leaves, if it may serve (see
@@ -302,10 +322,15 @@ def same_order(segments: list[Segment], reference: list[Segment]) -> bool:
     return [segment for segment in segments if segment in held] == reference
 
 
-def same_stamp(stamp: tuple[int, ...], reference: tuple[int, ...], checkpoints: bool) -> bool:
+def same_stamp(
+    stamp: tuple[int, ...], reference: tuple[int, ...], checkpoints: bool, completions: bool = False
+) -> bool:
     """Whether `stamp` (see `Walker.stamp`) is the reference's, but for the preemptible
     index's version (its last) when checkpoints were reported since: a checkpoint moves it,
-    and what it moved is read only by searches (see the module)."""
+    and what it moved is read only by searches (see the module). After completions only the
+    budgets and the jobs on their way out must be the same (its second and sixth)."""
+    if completions:
+        return (stamp[1], stamp[5]) == (reference[1], reference[5])
     if checkpoints:
         return stamp[:-1] == reference[:-1]
     return stamp == reference
