@@ -412,9 +412,12 @@ class Scheduler:
         if self.state.version != self._settled_version:
             # Something outside the cycle changed the cluster (a job ended, a node came back):
             # capacity may have been freed, so earlier failures prove nothing any more, but
-            # those of gangs that no domain gaining GPUs can hold.
+            # those of gangs that no domain gaining GPUs can hold; when all of them outlive
+            # completions, the settled jobs may still be skipped.
             self._epoch += 1
-            if not self._after_changes() or not self._skips_after_completions():
+            keep = self.settings.keep_failures_through_releases
+            outlived = self.failures.after_changes(self.freed.since_settled(), self.state, keep)
+            if not outlived or not self._skips_after_completions():
                 self.incremental.forget()
             self.preemptor.kept.after_changes(self.freed)
         stamp = self.walker.stamp()
@@ -470,28 +473,16 @@ class Scheduler:
             return None
         return tallied.segments(tallied.ranking(now), owed)
 
-    def _after_changes(self) -> bool:
-        """Forget the failures that the changes since the last cycle may have undone: every
-        one, unless the only changes were jobs releasing GPUs (see `FreedCapacity`). Returns
-        whether every failure outlived the changes."""
-        freed = self.freed.since_settled()
-        if freed is None or not self.settings.keep_failures_through_releases:
-            self.failures.clear()
-            return False
-        return self.failures.outlive_release(freed, self.state)
-
     def _skips_after_completions(self) -> bool:
-        """Whether a cycle after jobs that ended on their own (and submissions, checkpoints)
-        may skip the jobs the last one settled, as far as the scheduler's parts go: none that
-        reads free capacity or the running jobs outside a job's own turn is in use (an
-        admission rule, waits for checkpoints, spares, nodes kept for interrupted gangs,
-        nominees)."""
+        """Whether a cycle after jobs that ended on their own may skip the jobs the last one
+        settled, as far as the scheduler's parts go: none that reads free capacity or the
+        running jobs outside a job's own turn is in use (an admission rule, waits for
+        checkpoints, spares, nodes kept for interrupted gangs, nominees)."""
+        parts = (self.settings.admission, self.preemptor.checkpoints, self.spares)
         tally = self.tally
         return (
             self.incremental.completions
-            and self.settings.admission is None
-            and self.preemptor.checkpoints is None
-            and self.spares is None
+            and all(part is None for part in parts)
             and not self.interruptions.kept_ids
             and tally is not None
             and not tally.nominated_nodes()

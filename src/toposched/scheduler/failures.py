@@ -186,6 +186,18 @@ class FailureMemo:
         self._check = None
         self.version += 1
 
+    def after_changes(
+        self, freed: NDArray[np.int64] | None, state: ClusterState, keep: bool = True
+    ) -> bool:
+        """Forget the failures that the changes since the last cycle may have undone: every
+        one, unless the only changes were jobs releasing GPUs on the nodes `freed` (None:
+        others too; see `FreedCapacity`) and `keep` (failures kept through releases). Returns
+        whether every failure outlived the changes."""
+        if freed is None or not keep:
+            self.clear()
+            return False
+        return self.outlive_release(freed, state)
+
     def outlive_release(self, freed: NDArray[np.int64], state: ClusterState) -> bool:
         """GPUs on the nodes `freed` returned since the failures were found, and nothing else
         changed the cluster but starts (which only take capacity). Keep the failures that the
