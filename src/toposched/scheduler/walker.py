@@ -411,12 +411,7 @@ class Walker:
         held = None
         behind = turn.reservation
         if self.admission.rule is not None:
-            headroom = self.admission.start(job, tier, turn.reserved_nodes)
-            if headroom is not None:
-                job.reason, job.reason_code = (
-                    self.admission.explain(headroom),
-                    ReasonCode.DOES_NOT_FIT,
-                )
+            if self._held(turn, entry, job):
                 return False
             if behind is not None:
                 behind, held = self.admission.backfill(job, tier, behind, turn.now)
@@ -443,10 +438,10 @@ class Walker:
 
     def _held(self, turn: Turn, entry: QueueEntry, job: Job) -> bool:
         """Whether the admission rule's headroom holds the job this turn, told so: its turn
-        would end there, deciding nothing, keeping no answer and, as a settled turn, leaving
-        nothing for the next cycle (the job is neither nominated nor kept a gang's nodes:
-        the caller checks). What it reads is read as `_turn` reads it, the fence set first
-        for the jobs the nodes kept after a node failure are kept from."""
+        ends there, deciding nothing and keeping no answer. Asked in the job's turn, and by the
+        walk's loop before a turn for a job neither nominated nor kept a gang's nodes: as a
+        settled turn, it leaves nothing for the next cycle. The fence is set first for the
+        jobs the nodes kept after a node failure are kept from, as at a turn's start."""
         tier = self._tier_of(turn.tiers, entry)
         if not self.admission.may_hold(tier):
             return False
