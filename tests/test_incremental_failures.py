@@ -136,7 +136,7 @@ def test_a_dropped_failure_checked_again_is_kept_with_the_fence_of_the_check() -
     freed = np.array([2, 3], dtype=np.int64)
     state.release("on2")
     state.release("on3")
-    memo.outlive_release(freed, state)
+    assert memo.outlive_release(freed, state) == {shape}
     assert memo.find(shape, 2, fence, 2) is None
     # Rack 1 holds the gang: nothing to keep.
     assert memo.recheck(shape, 2, fence) is None

@@ -169,15 +169,18 @@ def test_cycles_after_submissions_skip_settled_jobs_until_something_else_happens
     assert fourth.skipped >= 1 and not fourth.decisions
     assert scheduler.jobs["wait1"].reason_code is scheduler.jobs["wait0"].reason_code
 
-    # A completion is not a submission: the next cycle walks every job, and starts wait0.
+    # A completion that may make room for every waiting job: a full cycle, which starts wait0.
     scheduler.finish("run0", 40.0)
     fifth = scheduler.cycle(40.0)
     assert not fifth.incremental and bound(fifth) == ["wait0"]
     scheduler.submit(job("wait3", "team-b"), 50.0)
     assert scheduler.cycle(50.0).incremental
+    # Anything else, a cancellation here, is followed by a full cycle.
+    scheduler.cancel("wait3", 60.0)
+    assert not scheduler.cycle(60.0).incremental
     # At least every `full_cycle_every` seconds, a full cycle.
-    scheduler.submit(job("wait4", "team-b"), 1040.0)
-    assert not scheduler.cycle(1040.0).incremental
+    scheduler.submit(job("wait4", "team-b"), 1070.0)
+    assert not scheduler.cycle(1070.0).incremental
 
 
 def bound(result: CycleResult) -> list[str]:
@@ -204,24 +207,29 @@ def test_cycles_after_checkpoints_skip_settled_jobs_too() -> None:
     assert after.incremental and after.skipped >= 1 and not after.decisions
     assert {number: scheduler.jobs[f"wait{number}"].reason for number in range(3)} == told
 
-    # With a submission too, and then a completion: a full cycle again.
+    # With a submission too, and then a job's failure: a full cycle again.
     scheduler.report_checkpoint("run3", 30.0)
     scheduler.submit(job("wait3", "team-b"), 30.0)
     assert scheduler.cycle(30.0).incremental
-    scheduler.finish("run0", 40.0)
+    scheduler.fail("run0", 40.0)
     assert not scheduler.cycle(40.0).incremental
 
 
-def _after_completions(incremental: bool) -> list[CycleResult]:
-    """16 GPUs in four 4-GPU nodes, all held by team-a's four runs (protected for an hour);
-    team-b waits with three gangs of two 4-GPU pods. Then run0 ends (4 GPUs free: no gang
-    fits), and then run1 (8 free: one fits)."""
+def _after_completions(incremental: bool, guests: int = 0, **settings: Any) -> list[CycleResult]:
+    """16 GPUs in two racks of two 4-GPU nodes, all held by team-a's four runs (protected for
+    an hour); team-b waits with three gangs of two 4-GPU pods, and the guests (no budget) with
+    `guests` gangs of four pods in one rack. Then run0 ends (4 GPUs free: no gang fits), a
+    gang of team-b joins, and run1 ends (8 free on rack 0: one of team-b's gangs fits, none of
+    the guests')."""
     state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
-    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
-    scheduler = Scheduler(state, tree, full_cycle_every=0.0, incremental=incremental)
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50, "guests": 0}})
+    scheduler = Scheduler(state, tree, full_cycle_every=0.0, incremental=incremental, **settings)
     for number in range(4):
         scheduler.submit(job(f"run{number}", "team-a"), 0.0)
     results = [scheduler.cycle(0.0)]
+    for number in range(guests):
+        rack = {"required": "rack"}
+        scheduler.submit(job(f"spare{number}", "guests", pods=4, topology=rack), 10.0)
     for number in range(3):
         scheduler.submit(job(f"wait{number}", "team-b", pods=2), 10.0)
     results.append(scheduler.cycle(10.0))
@@ -246,7 +254,19 @@ def test_cycles_after_completions_that_free_no_room_skip_settled_jobs() -> None:
     # wait0 holds the reservation (an anchor, walked): the cycle reserves again, nothing else.
     assert [type(decision) for decision in after_first.decisions] == [Reserve]
     assert shortcut[3].incremental
+    # The gangs' failure does not outlive it, and they are all the queue: a full cycle.
     assert not after_second.incremental and bound(after_second) == ["wait0"]
+
+
+def test_after_a_completion_only_the_jobs_of_shapes_it_may_fit_take_their_turn() -> None:
+    # run1's end undoes the failure of team-b's gangs, not the rack-wide gangs': team-b's
+    # jobs take their turn and wait0 starts; the guests' gangs, which never preempt and still
+    # find no free rack, are skipped, as a full cycle decides.
+    # Without reservations, twelve guests' gangs: team-b's jobs are a quarter of the queue.
+    last = _last_as_full(
+        lambda incremental: _after_completions(incremental, guests=12, reserve_min_gpus=1000)
+    )
+    assert last.incremental and bound(last) == ["wait0"] and last.skipped == 12
 
 
 def _after_a_protection_ends(incremental: bool, own_budget: bool) -> list[CycleResult]:

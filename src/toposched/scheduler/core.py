@@ -412,13 +412,12 @@ class Scheduler:
         if self.state.version != self._settled_version:
             # Something outside the cycle changed the cluster (a job ended, a node came back):
             # capacity may have been freed, so earlier failures prove nothing any more, but
-            # those of gangs that no domain gaining GPUs can hold; when all of them outlive
-            # completions, the settled jobs may still be skipped.
+            # those of gangs that no domain gaining GPUs can hold; after completions, the
+            # settled jobs of the other shapes may still be skipped.
             self._epoch += 1
             keep = self.settings.keep_failures_through_releases
-            outlived = self.failures.after_changes(self.freed.since_settled(), self.state, keep)
-            if not outlived or not self._skips_after_completions():
-                self.incremental.forget()
+            undone = self.failures.after_changes(self.freed.since_settled(), self.state, keep)
+            self.incremental.released(undone if self._skips_after_completions() else None)
             self.preemptor.kept.after_changes(self.freed)
         stamp = self.walker.stamp()
         fence = Fence(self.state, self.fence_marks)
@@ -448,7 +447,8 @@ class Scheduler:
             # Gangs put first make one run of every account's jobs, which no walk may leave.
             by_account = runs is queued and self.tally is not None
             segments = None if reordered else self._segments(now, owed)
-            walk = self.incremental.walk(now, stamp, self.walker.leaves(now), size, segments)
+            leaves = self.walker.leaves(now)
+            walk = self.incremental.walk(now, stamp, leaves, size, segments, self.tally)
             result.incremental = walk.skipping
             whole = self.walker.walk(turn, runs, size, walk, owed, by_account)
             result.skipped = walk.skipped

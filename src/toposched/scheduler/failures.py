@@ -188,17 +188,18 @@ class FailureMemo:
 
     def after_changes(
         self, freed: NDArray[np.int64] | None, state: ClusterState, keep: bool = True
-    ) -> bool:
+    ) -> frozenset[Shape] | None:
         """Forget the failures that the changes since the last cycle may have undone: every
         one, unless the only changes were jobs releasing GPUs on the nodes `freed` (None:
         others too; see `FreedCapacity`) and `keep` (failures kept through releases). Returns
-        whether every failure outlived the changes."""
+        the shapes whose failures the changes may have undone (empty: every failure outlived
+        them), or None when every failure was forgotten."""
         if freed is None or not keep:
             self.clear()
-            return False
+            return None
         return self.outlive_release(freed, state)
 
-    def outlive_release(self, freed: NDArray[np.int64], state: ClusterState) -> bool:
+    def outlive_release(self, freed: NDArray[np.int64], state: ClusterState) -> frozenset[Shape]:
         """GPUs on the nodes `freed` returned since the failures were found, and nothing else
         changed the cluster but starts (which only take capacity). Keep the failures that the
         release cannot undo (see `ReleaseCheck`); the rest are dropped, to be searched again,
@@ -206,17 +207,17 @@ class FailureMemo:
         most any set asks (`JobSets.gang`), more than they need. A dropped failure of a
         whole-GPU gang is checked again when a job of its shape asks (`recheck`), against the
         capacity as it is then: jobs earlier in the queue may have taken what was freed.
-        Returns whether every failure outlived the release."""
+        Returns the shapes of the failures dropped (empty: every failure outlived it)."""
         if freed.size == 0:
-            return True
+            return frozenset()
         if not self.by_shape:
             # Those dropped before were checked against earlier releases only.
             self._dropped, self._check = {}, None
-            return True
+            return frozenset()
         check = ReleaseCheck(freed, state)
         kept: dict[Shape, list[Failure]] = {}
         dropped: dict[Shape, list[Failure]] = {}
-        every = True
+        undone: set[Shape] = set()
         for shape, failures in self.by_shape.items():
             survivors: list[Failure] = []
             for failure in failures:
@@ -225,7 +226,7 @@ class FailureMemo:
                         failure = dataclasses.replace(failure, outlived_release=True)
                     survivors.append(failure)
                 else:
-                    every = False
+                    undone.add(shape)
                     if check.applies(failure):
                         dropped.setdefault(shape, []).append(failure)
             if survivors:
@@ -236,7 +237,7 @@ class FailureMemo:
             failures.sort(key=lambda failure: failure.pods)
         self._dropped = dropped
         self._check = check
-        return every
+        return frozenset(undone)
 
     def recheck(
         self, shape: Shape, pods: int, fence: Fence, opened: NDArray[np.bool_] | None = None

@@ -1,6 +1,6 @@
-"""Cycles after submissions only (and checkpoints, protection ends and completions that make no
-room): the pending jobs the last cycle answered from what it knew are not walked again, only the
-new jobs and the jobs whose turns changed what later jobs see.
+"""Cycles after submissions only (and checkpoints, protection ends and completions): the pending
+jobs the last cycle answered from what it knew are not walked again, only the new jobs and the
+jobs whose turns changed what later jobs see.
 
 Why that gives the full cycle's decisions. Let the last cycle be the reference. Since it, only
 jobs were submitted: the cluster state, the budgets, the usage, the running set and the
@@ -50,21 +50,26 @@ is an anchor's, and a refusal recorded earlier in a cycle serves later jobs acro
 full cycle too. The load is read by the preemptor: from such a start on, the settled jobs it
 refused from its memory are walked and compared, as after a protection's end (`Walk.rejudge`).
 
-A running job that ended on its own since frees capacity: a failure may not hold any more. When
-every remembered failure outlived the release (no domain that gained GPUs can now hold a gang of
-a failed shape: `FailureMemo.outlive_release`), every settled job told by a failure is told the
-same, and one answered alike meets the same answers. The ended job's account runs less, which
-only the preemptor reads: the settled jobs it refused from its memory are walked and compared,
-as after a protection's end; the anchors are walked anyway (the reservation may come sooner: a
-job too long to backfill then still is), and the owed accounts' order is compared through the
-queue's runs. The scheduler allows it only where no answer reads free capacity or the running
-jobs outside a job's own turn (`Scheduler._skips_after_completions`), and the job that ended
-was not on its way out (the stamp's leaving jobs).
+A running job that ended on its own since frees capacity: a failure may not hold any more. A
+remembered failure that outlived the release (no domain that gained GPUs can now hold a gang of
+its shape: `FailureMemo.outlive_release`) tells every settled job of its shape the same, and one
+answered alike meets the same answers. The jobs of the other shapes, whose failures the release
+may have undone, are walked as new jobs are (`Walk.reopened`): one may start, which moves what a
+new job's start moves, and any other decision departs; one that decides nothing adds failures
+and refusals, and every job whose answer read its answer last time (alike, or by a refusal it
+recorded) is of its shape, walked too. Where they are more than a quarter of the queue, the
+cycle is a full one: walked one by one they would cost more than a full walk. The ended job's
+account runs less, which only the preemptor reads: the settled jobs it refused from its memory
+are walked and compared, as after a protection's end; the anchors are walked anyway (the
+reservation may come sooner: a job too long to backfill then still is), and the owed accounts'
+order is compared through the queue's runs. The scheduler allows it only where no answer reads
+free capacity or the running jobs outside a job's own turn (`Scheduler._skips_after_completions`),
+and the job that ended was not on its way out (the stamp's leaving jobs).
 
 Such a cycle visits only those jobs (`Walk.visits`: the anchors and the settled jobs the
-preemptor refused, kept in queue order, and the new jobs, put among them by their sort keys),
-never the whole queue. The old jobs keep their order among themselves when the queue's runs
-holding them do (`same_order`): jobs keep their place within a run.
+preemptor refused, kept in queue order, and the new and reopened jobs, put among them by their
+sort keys), never the whole queue. The old jobs keep their order among themselves when the
+queue's runs holding them do (`same_order`): jobs keep their place within a run.
 
 From the first anchor whose answer differs, or the first new job that evicts, reserves or moves
 jobs, the cycle walks every remaining job, as a full cycle does from there. A full cycle runs
@@ -76,7 +81,7 @@ reference evicted, spent a preemption or settled a nominee, when the old jobs' o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,9 +89,16 @@ from numpy.typing import NDArray
 
 from toposched.policy.fairshare import Segment
 from toposched.scheduler.decisions import Bind, Decision
+from toposched.scheduler.failures import Shape
 from toposched.scheduler.jobs import Job, ReasonCode
 from toposched.scheduler.refusals import Refusal
+from toposched.scheduler.tally import PendingTally
 from toposched.scheduler.turn import Asked
+
+REOPENED_MOST = 0.25
+"""A cycle after completions whose release may have undone the failures of more than this
+share of the pending jobs is a full one: walked one by one, they would cost more than the full
+walk, which answers jobs alike in its own loop."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +171,9 @@ class Walk:
     asked_before: dict[str, Refusal]
     """The refusals the preemptor gave in the last cycle, by job."""
     new: frozenset[str] = frozenset()
+    reopened: frozenset[str] = frozenset()
+    """The pending jobs of the shapes whose failures a release since the reference may have
+    undone, but its anchors: walked and judged as new jobs are (`reopen`)."""
     rejudge: bool = False
     """Whether the settled jobs the preemptor refused take their turn, compared with their
     answers then: a running job's protection ended since the reference (the preemptor may
@@ -183,7 +198,15 @@ class Walk:
         pending job is settled, and nothing since changed what it would meet."""
         reference = self.reference
         assert reference is not None
-        return [*reference.points, *self.new]
+        return [*reference.points, *self.new, *self.reopened]
+
+    def reopen(self, pending: Iterable[str]) -> None:
+        """The pending jobs of the shapes whose failures a release may have undone: each takes
+        its turn, and one that was no anchor is judged as a new job is (see the module)."""
+        reference = self.reference
+        assert reference is not None
+        anchors = reference.outcomes
+        self.reopened = frozenset(job_id for job_id in pending if job_id not in anchors)
 
     def replay(self, job_id: str) -> Asked | None:
         """The refusal a settled job the preemptor refused records again, its turn skipped;
@@ -223,7 +246,7 @@ class Walk:
         jobs would meet otherwise."""
         reference = self.reference
         assert reference is not None
-        if job_id in self.new:
+        if job_id in self.new or job_id in self.reopened:
             if decided and started_only:
                 self.rejudge = True
             elif decided:
@@ -250,6 +273,8 @@ class Incremental:
         """Whether running jobs reported checkpoints since the reference."""
         self.completions = False
         """Whether running jobs ended on their own since the reference."""
+        self.undone: frozenset[Shape] = frozenset()
+        """The shapes whose failures those ends may have undone."""
         self.asked: dict[str, Refusal] = {}
         self.last_full = -float("inf")
         self.cycles = 0
@@ -269,9 +294,18 @@ class Incremental:
         self.checkpoints = True
 
     def completed(self) -> None:
-        """A running job ended on its own: the reference still serves if the cycle finds that
-        the capacity it freed undid no remembered failure (`Scheduler._cycle`)."""
+        """A running job ended on its own: the reference still serves, its jobs of the shapes
+        whose failures the freed capacity may have undone walked again (`released`)."""
         self.completions = True
+
+    def released(self, undone: frozenset[Shape] | None) -> None:
+        """The cycle found what the capacity freed since the last one may have undone: the
+        failures of the shapes `undone`, or every failure (None: the next cycle is a full
+        one)."""
+        if undone is None:
+            self.reference = None
+        else:
+            self.undone = undone
 
     def walk(
         self,
@@ -280,16 +314,22 @@ class Incremental:
         leaves: tuple[str, ...] | None,
         size: int,
         segments: list[Segment] | None,
+        tally: PendingTally | None = None,
     ) -> Walk:
         """The walk of a cycle at `now` over `size` pending jobs laid in the queue's runs
         `segments` (in order; None when there is no reference to compare them with): skipping
-        the jobs the reference settled, when nothing but submissions, checkpoints and
-        protection ends happened since."""
+        the jobs the reference settled, when nothing but submissions, checkpoints, protection
+        ends and completions happened since, but for the jobs of the shapes whose failures
+        the completions may have undone (read from `tally`)."""
         reference, new = self.reference, frozenset(self.submitted)
-        checkpoints, completions = self.checkpoints, self.completions
+        checkpoints, completions, undone = self.checkpoints, self.completions, self.undone
         self.reference = None
         self.submitted = []
         self.checkpoints = self.completions = False
+        self.undone = frozenset()
+        reopened: list[str] = []
+        if undone and reference is not None and tally is not None:
+            reopened = tally.of_shapes(undone)
         if (
             not self.enabled
             or reference is None
@@ -300,12 +340,17 @@ class Incremental:
             or leaves != reference.leaves
             or size != reference.size + len(new)
             or not same_order(segments, reference.segments)
+            or (undone and tally is None)
+            or len(reopened) > REOPENED_MOST * size
         ):
             self.last_full = now
             return Walk(None, self.asked, segments=segments)
         self.cycles += 1
         rejudge = completions or now >= reference.until
-        return Walk(reference, self.asked, new, rejudge=rejudge, segments=segments)
+        walk = Walk(reference, self.asked, new, rejudge=rejudge, segments=segments)
+        if reopened:
+            walk.reopen(reopened)
+        return walk
 
     def settle(self, walk: Walk, reference: Reference | None) -> None:
         """The cycle is over: `reference` is what it leaves, if it may serve (see

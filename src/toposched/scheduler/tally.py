@@ -21,12 +21,13 @@ at most about that many jobs more than it must."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 from numpy.typing import NDArray
 
 from toposched.policy.fairshare import QueueEntry
+from toposched.scheduler.failures import Shape
 from toposched.scheduler.jobs import AnswerBoard, Job, JobKind, JobState, SharedAnswer
 from toposched.scheduler.turn import Answer
 
@@ -102,6 +103,8 @@ class PendingTally:
         self._gpus: dict[str, tuple[str, float]] = {}
         self._keys: dict[str, AnswerKey] = {}
         self._shared: dict[AnswerKey, SharedAnswer] = {}
+        self._of_shape: dict[Shape, dict[str, None]] = {}
+        """The pending jobs of each shape, in the order they joined."""
 
     def join(self, entry: QueueEntry, job: Job) -> None:
         """`job` joined the queue as `entry`."""
@@ -114,6 +117,7 @@ class PendingTally:
         if kept is None or kept[1] is not unallocated:
             job.tier_key = tier_key(self.kinds, kind, entry)
         self._keys[entry.job_id] = key
+        self._of_shape.setdefault(kind.shape, {})[entry.job_id] = None
         if not unallocated and job.gpus > 0:
             self._gpus[entry.job_id] = (entry.account, job.gpus)
             pending = self.pending_gpus
@@ -130,6 +134,12 @@ class PendingTally:
     def leave(self, job: Job) -> None:
         """`job` left the queue: it keeps what it was told as its own."""
         key = self._keys.pop(job.job_id)
+        kind = key[0]
+        assert isinstance(kind, JobKind)
+        of_shape = self._of_shape[kind.shape]
+        del of_shape[job.job_id]
+        if not of_shape:
+            del self._of_shape[kind.shape]
         held = self._gpus.pop(job.job_id, None)
         if held is not None:
             account, gpus = held
@@ -146,6 +156,11 @@ class PendingTally:
         else:
             del self.counts[key]
             del self._shared[key]
+
+    def of_shapes(self, shapes: Iterable[Shape]) -> list[str]:
+        """The pending jobs of these shapes."""
+        of_shape = self._of_shape
+        return [job_id for shape in shapes for job_id in of_shape.get(shape, ())]
 
     def nominated_nodes(self) -> list[NDArray[np.int64]]:
         """The nodes kept for the pending jobs with a nomination."""
