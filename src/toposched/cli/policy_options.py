@@ -18,33 +18,46 @@ from toposched.cli.simulate_values import (
     worth_ratio,
 )
 from toposched.cluster.errors import InputError
+from toposched.cluster.units import HOUR
 
 if TYPE_CHECKING:
     from toposched.policy.checkpoint_wait import CheckpointWait
     from toposched.policy.worth import EvictionWorth
     from toposched.scheduler.admission import AdmissionRule
 
-__all__ = ["add_policy_options", "policy_settings"]
+__all__ = ["add_policy_options", "checked_policy", "policy_settings"]
 
 # The policy's classes are imported where settings are built, so that the parser (`--help`,
 # usage errors) loads none of them.
 
 
-def add_policy_options(parser: argparse.ArgumentParser) -> None:
-    """The scheduling policy's flags, as one group of `parser`'s options."""
+def add_policy_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The scheduling policy's flags, as one group of `parser`'s options; returns them."""
     group = parser.add_argument_group(
         "scheduling policy",
         "how the scheduler protects, preempts and places work (the same flags for "
         "`toposched simulate` and `toposched serve`; docs/preemption.md)",
     )
-    group.add_argument(
+    added: list[argparse.Action] = []
+
+    def add(*flags: str, **options: Any) -> None:
+        added.append(group.add_argument(*flags, **options))
+
+    add(
+        "--policy",
+        metavar="FILE",
+        help="take every policy setting the command line leaves at its default from FILE, a "
+        "YAML or JSON mapping of these flags without their dashes to their values (e.g. "
+        "'checkpoint-wait: 1h', 'unallocated-headroom-reserved: true'; docs/cli.md)",
+    )
+    add(
         "--spares",
         type=spares_option,
         metavar="LEVEL:N",
         help="hold N idle nodes per LEVEL domain (e.g. rack:1) as spares: a gang whose node "
         "fails restarts on its surviving nodes plus a spare of the same domain (default: none)",
     )
-    group.add_argument(
+    add(
         "--failed-gangs",
         choices=("first", "in-order"),
         default="first",
@@ -53,7 +66,7 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         "nodes; in-order = it waits in the queue's order like any pending job (default: "
         "first; a gang given a spare by --spares restarts there either way)",
     )
-    group.add_argument(
+    add(
         "--keep-failed-nodes",
         type=keep_duration,
         metavar="DURATION",
@@ -63,7 +76,7 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         "what is free hold it (the failed node back after repair), or preempts only the room "
         "it lacks around them (default: its surviving nodes go back to the queue)",
     )
-    group.add_argument(
+    add(
         "--keep-failed-nodes-from",
         choices=("all", "unallocated", "all-but-owed"),
         default=None,
@@ -72,13 +85,13 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         "all-but-owed = every job but those of teams running below their budget, which may "
         "take them (default: all)",
     )
-    group.add_argument(
+    add(
         "--unprotected-borrowing",
         action="store_true",
         help="a job that takes its team past its budget gets no min-runtime protection; the "
         "same as --borrowed-min-runtime 0",
     )
-    group.add_argument(
+    add(
         "--borrowed-min-runtime",
         type=borrowed_duration,
         metavar="D",
@@ -86,7 +99,7 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         "e.g. 30m, 1h), so that a team back under its budget reclaims its share within D "
         "(default: none, each job keeps the min runtime it declared)",
     )
-    group.add_argument(
+    add(
         "--cross-account",
         choices=("budget", "fair-share"),
         default="budget",
@@ -94,7 +107,7 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         "to reclaim its account's budget, never taking the victim's account below its own; "
         "fair-share = whenever its account ranks above in fair share (default: budget)",
     )
-    group.add_argument(
+    add(
         "--eviction-worth",
         type=worth_ratio,
         metavar="RATIO",
@@ -103,27 +116,27 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         "gained; docs/preemption.md, 'Is the eviction worth it?'; default: off, every "
         "eviction the contract allows)",
     )
-    group.add_argument(
+    add(
         "--eviction-worth-horizon",
         type=worth_horizon,
         metavar="D",
         help="with --eviction-worth: the longest wait an eviction is credited with avoiding "
         "(seconds, or e.g. 30m, 2h; default: 2h)",
     )
-    group.add_argument(
+    add(
         "--eviction-worth-owed",
         action="store_true",
         help="with --eviction-worth: credit an eviction only with the preemptor's GPUs that "
         "bring its team back up to its budget, not those it would borrow beyond it",
     )
-    group.add_argument(
+    add(
         "--eviction-worth-scope",
         choices=("all", "own-account"),
         help="with --eviction-worth: which evictions of budgeted work are weighed: all, or "
         "own-account = only a team's lower-priority jobs evicted for its own job, which move "
         "no GPUs between teams (default: all)",
     )
-    group.add_argument(
+    add(
         "--eviction-loss-budget",
         type=loss_budget,
         metavar="GPU_HOURS",
@@ -131,7 +144,7 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         "away in any 24 hours; the less of it is left, the more an eviction must gain "
         "(default: no budget)",
     )
-    group.add_argument(
+    add(
         "--checkpoint-wait",
         type=worth_horizon,
         metavar="D",
@@ -139,14 +152,14 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         "work than the wait costs the preemptor (seconds, or e.g. 30m, 1h; docs/preemption.md, "
         "'Waiting for checkpoints'; default: off, victims are evicted at once)",
     )
-    group.add_argument(
+    add(
         "--urgent-priority",
         type=int,
         metavar="P",
         help="with --checkpoint-wait: jobs of priority P or above never wait for checkpoints "
         "(e.g. 10 for the Ai2-like workload's debug sessions; default: every job may wait)",
     )
-    group.add_argument(
+    add(
         "--checkpoint-wait-first",
         type=worth_horizon,
         metavar="D",
@@ -154,7 +167,7 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         "yet to checkpoint first D after its start, and wait for that too (seconds, or e.g. "
         "1h; default: a job that has reported none is not waited for)",
     )
-    group.add_argument(
+    add(
         "--checkpoint-wait-total",
         type=worth_horizon,
         metavar="D",
@@ -162,14 +175,14 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         "first until it starts (seconds, or e.g. 1h; default: no bound beyond "
         "--checkpoint-wait's for each wait)",
     )
-    group.add_argument(
+    add(
         "--checkpoint-wait-owed",
         action="store_true",
         help="with --checkpoint-wait: a wait costs only the preemptor's GPUs that bring its "
         "team back up to its budget, so a job of a team already running its budget waits "
         "whenever the checkpoints save work (default: every GPU of the preemptor counts)",
     )
-    group.add_argument(
+    add(
         "--unallocated-admission",
         type=worth_horizon,
         metavar="D",
@@ -178,7 +191,7 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         "(seconds, or e.g. 30m, 1h; docs/preemption.md, 'Where unallocated work starts'; "
         "default: off, unallocated work backfills onto reserved nodes)",
     )
-    group.add_argument(
+    add(
         "--unallocated-headroom",
         type=headroom_share,
         metavar="PERCENT",
@@ -187,14 +200,14 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         "that arrive find room without evicting it (docs/preemption.md, 'Where unallocated "
         "work starts'; default: 0, unallocated work takes any free GPU)",
     )
-    group.add_argument(
+    add(
         "--unallocated-headroom-restarts",
         action="store_true",
         help="add to the headroom the GPUs of the budgeted gangs a node failure interrupted "
         "that wait to restart within their team's budget: each takes back unallocated work as "
         "soon as it can reassemble (default: the headroom is --unallocated-headroom's share)",
     )
-    group.add_argument(
+    add(
         "--unallocated-headroom-borrowed",
         action="store_true",
         help="keep the headroom free of work beyond its team's budget too: a team coming back "
@@ -202,14 +215,14 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         "(needs --unallocated-headroom; default: budgeted work may take the headroom, "
         "borrowed or not)",
     )
-    group.add_argument(
+    add(
         "--unallocated-headroom-reserved",
         action="store_true",
         help="count the free GPUs of the nodes a reservation drains towards the headroom: "
         "unallocated work may start while they make it up, instead of waiting beside them "
         "(needs --unallocated-headroom; default: only free GPUs outside the reservation count)",
     )
-    group.add_argument(
+    add(
         "--unallocated-order",
         choices=("rank", "oldest"),
         default=None,
@@ -218,7 +231,7 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         "withdrawal (a workload's cancel_after) runs first and the newest waits (docs/policy.md, "
         "'Unallocated work oldest first'; default: rank)",
     )
-    group.add_argument(
+    add(
         "--owed-order",
         choices=("standing", "least-met"),
         default=None,
@@ -228,19 +241,78 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         "budget do not put it behind for hours it went short (docs/policy.md, 'Owed teams, "
         "least served first'; default: standing)",
     )
-    group.add_argument(
+    add(
         "--owed-half-life",
         type=owed_half_life,
         metavar="D",
         help="with --owed-order least-met: the age at which an hour owed or received counts "
         "half (seconds, or e.g. 12h, 2d; default: 1d)",
     )
+    return added
+
+
+def checked_policy(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with the settings of `--policy FILE` in (`policy_file`), once every flag given
+    with the one it refines: InputError for e.g. --eviction-worth-owed without
+    --eviction-worth, whether the command line or the file gave it. Loads nothing but the
+    file: a simulation checks its options before the simulator loads."""
+    path = getattr(args, "policy", None)
+    if path is not None:
+        from toposched.cli.policy_file import with_policy_file
+
+        args = with_policy_file(args, path)
+    refinements = (
+        ("--eviction-worth", _REFINES_WORTH),
+        ("--checkpoint-wait", _REFINES_WAIT),
+        ("--unallocated-headroom", _REFINES_HEADROOM),
+        ("--keep-failed-nodes", ("--keep-failed-nodes-from",)),
+    )
+    for refined, flags in refinements:
+        if _given(args, refined):
+            continue
+        for flag in flags:
+            if _given(args, flag):
+                value = _value(args, flag)
+                if flag == "--eviction-loss-budget":
+                    value /= HOUR  # shown in GPU-hours, as given
+                raise InputError(flag, value, f"applies only with {refined}")
+    if _given(args, "--owed-half-life") and getattr(args, "owed_order", None) != "least-met":
+        value = _value(args, "--owed-half-life")
+        raise InputError("--owed-half-life", value, "applies only with --owed-order least-met")
+    return args
+
+
+_REFINES_WORTH = (
+    "--eviction-worth-horizon",
+    "--eviction-worth-owed",
+    "--eviction-worth-scope",
+    "--eviction-loss-budget",
+)
+_REFINES_WAIT = (
+    "--urgent-priority",
+    "--checkpoint-wait-first",
+    "--checkpoint-wait-owed",
+    "--checkpoint-wait-total",
+)
+_REFINES_HEADROOM = ("--unallocated-headroom-borrowed", "--unallocated-headroom-reserved")
+
+
+def _value(args: argparse.Namespace, flag: str) -> Any:
+    return getattr(args, flag[2:].replace("-", "_"), None)
+
+
+def _given(args: argparse.Namespace, flag: str) -> bool:
+    """Whether the flag is set: a value, a switch on, a headroom above 0."""
+    value = _value(args, flag)
+    return value is not None and value is not False and value != 0
 
 
 def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The scheduler settings the policy flags ask for, by `SchedulerSettings` name: empty
     when every flag is at its default. Raises `InputError` for a flag given without the one it
-    refines (e.g. --eviction-worth-owed without --eviction-worth)."""
+    refines (e.g. --eviction-worth-owed without --eviction-worth). With `--policy FILE`, the
+    settings the flags leave at their defaults come from the file (`policy_file`)."""
+    args = checked_policy(args)
     from toposched.cluster.units import DAY
     from toposched.policy.contract import Contract
     from toposched.policy.fairshare import UnallocatedOrder
@@ -254,17 +326,11 @@ def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
     failed_first = getattr(args, "failed_gangs", "first") == "first"
     keep_failed_nodes = getattr(args, "keep_failed_nodes", None)
     kept_from = getattr(args, "keep_failed_nodes_from", None)
-    if kept_from is not None and keep_failed_nodes is None:
-        raise InputError(
-            "--keep-failed-nodes-from", kept_from, "applies only with --keep-failed-nodes"
-        )
     worth = _eviction_worth(args)
     admission = _admission(args)
     unallocated_order = UnallocatedOrder(getattr(args, "unallocated_order", None) or "rank")
     owed_order = OwedOrder(getattr(args, "owed_order", None) or "standing")
     half_life = getattr(args, "owed_half_life", None)
-    if half_life is not None and owed_order is not OwedOrder.LEAST_MET:
-        raise InputError("--owed-half-life", half_life, "applies only with --owed-order least-met")
     checkpoint_wait = _checkpoint_wait(args)
     if (
         admission is None
@@ -325,15 +391,6 @@ def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
     budget = getattr(args, "eviction_loss_budget", None)
     scope = getattr(args, "eviction_worth_scope", None)
     if ratio is None:
-        given = (
-            ("--eviction-worth-horizon", horizon),
-            ("--eviction-worth-owed", owed or None),
-            ("--eviction-worth-scope", scope),
-            ("--eviction-loss-budget", budget),
-        )
-        for option, value in given:
-            if value is not None:
-                raise InputError(option, value, "applies only with --eviction-worth")
         return None
     return EvictionWorth(
         ratio,
@@ -354,12 +411,6 @@ def _admission(args: argparse.Namespace) -> AdmissionRule | None:
     restarts = getattr(args, "unallocated_headroom_restarts", False)
     borrowed = getattr(args, "unallocated_headroom_borrowed", False)
     reserved = getattr(args, "unallocated_headroom_reserved", False)
-    for flag, given in (
-        ("--unallocated-headroom-borrowed", borrowed),
-        ("--unallocated-headroom-reserved", reserved),
-    ):
-        if given and headroom == 0:
-            raise InputError(flag, True, "applies only with --unallocated-headroom")
     if checkpoint is None and headroom == 0 and not restarts:
         return None
     return AdmissionRule(checkpoint, headroom, restarts, borrowed, reserved)

@@ -13,7 +13,7 @@ from toposched.cli.options import (
     check_traces_dir,
     check_workload_options,
 )
-from toposched.cli.policy_options import add_policy_options
+from toposched.cli.policy_options import add_policy_options, checked_policy
 from toposched.cli.simulate_values import (
     cycle_interval,
     percentage,
@@ -196,30 +196,7 @@ def check_options(args: argparse.Namespace) -> None:
         for option, value in (("--baselines", baselines), ("--jobs", getattr(args, "jobs", None))):
             if value is not None:
                 raise InputError(option, value, rule)
-    if getattr(args, "eviction_worth", None) is None:
-        given = (
-            ("--eviction-worth-horizon", getattr(args, "eviction_worth_horizon", None)),
-            ("--eviction-worth-owed", getattr(args, "eviction_worth_owed", False) or None),
-            ("--eviction-worth-scope", getattr(args, "eviction_worth_scope", None)),
-            ("--eviction-loss-budget", _hours(getattr(args, "eviction_loss_budget", None))),
-        )
-        for option, value in given:
-            if value is not None:
-                raise InputError(option, value, "applies only with --eviction-worth")
-    if getattr(args, "checkpoint_wait", None) is None:
-        waits: tuple[tuple[str, object], ...] = (
-            ("--urgent-priority", getattr(args, "urgent_priority", None)),
-            ("--checkpoint-wait-first", getattr(args, "checkpoint_wait_first", None)),
-            ("--checkpoint-wait-owed", getattr(args, "checkpoint_wait_owed", False) or None),
-            ("--checkpoint-wait-total", getattr(args, "checkpoint_wait_total", None)),
-        )
-        for option, value in waits:
-            if value is not None:
-                raise InputError(option, value, "applies only with --checkpoint-wait")
-
-
-def _hours(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds / HOUR
+    checked_policy(args)
 
 
 def check_outputs(args: argparse.Namespace) -> Path:

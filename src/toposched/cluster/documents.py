@@ -102,6 +102,36 @@ class Document:
             more=error.more,
         )
 
+    def check_no_duplicate_keys(self) -> None:
+        """Refuse a key written twice in one mapping: plain YAML keeps the last of two equal
+        keys, which would silently drop what the first one said. JSON text is read as it was
+        parsed, keeping the last, and is not checked."""
+        if self.node is not None:
+            _check_no_duplicate_keys(self.file, self.node, ())
+
+
+def _check_no_duplicate_keys(file: str | None, node: yaml.Node, path: FieldPath) -> None:
+    if isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _check_no_duplicate_keys(file, item, (*path, index))
+    if not isinstance(node, yaml.MappingNode):
+        return
+    first_line: dict[str, int] = {}
+    for key, value in node.value:
+        if not isinstance(key, yaml.ScalarNode):
+            continue
+        line = key.start_mark.line + 1
+        if key.value in first_line:
+            raise InputError(
+                ".".join(str(part) for part in (*path, key.value)).replace(".[", "["),
+                key.value,
+                f"duplicate key; already given at line {first_line[key.value]} of the same mapping",
+                file=file,
+                line=line,
+            )
+        first_line[key.value] = line
+        _check_no_duplicate_keys(file, value, (*path, key.value))
+
 
 def field_path(field_name: str) -> FieldPath:
     """ "topology.slices[0].pods" -> ("topology", "slices", 0, "pods")."""

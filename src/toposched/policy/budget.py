@@ -11,9 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-import yaml
-
-from toposched.cluster.documents import Document, FieldPath, parse_documents, read_text
+from toposched.cluster.documents import Document, parse_documents, read_text
 from toposched.cluster.errors import InputError, unknown_field_rule
 
 __all__ = ["ROOT", "BudgetTree", "account_ancestors", "split_account_path"]
@@ -164,8 +162,7 @@ class BudgetTree:
                 "budget", f"{len(documents)} documents", "a budget holds one document", file=file
             )
         document = documents[0] if documents else Document(None, file)
-        if document.node is not None:
-            _check_no_duplicate_keys(document, document.node, ())
+        document.check_no_duplicate_keys()
         try:
             return cls.from_dict(document.data)
         except InputError as error:
@@ -501,28 +498,3 @@ class BudgetTree:
         )
         where = "top-level accounts" if parent == ROOT else f"children of {parent}"
         return f"{where}: {' + '.join(terms)} = {_shown(total + share)}"
-
-
-def _check_no_duplicate_keys(document: Document, node: yaml.Node, path: FieldPath) -> None:
-    """Refuse a key written twice in one mapping: plain YAML keeps the last of two equal keys,
-    which would silently drop an account."""
-    if isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _check_no_duplicate_keys(document, item, (*path, index))
-    if not isinstance(node, yaml.MappingNode):
-        return
-    first_line: dict[str, int] = {}
-    for key, value in node.value:
-        if not isinstance(key, yaml.ScalarNode):
-            continue
-        line = key.start_mark.line + 1
-        if key.value in first_line:
-            raise InputError(
-                ".".join(str(part) for part in (*path, key.value)).replace(".[", "["),
-                key.value,
-                f"duplicate key; already given at line {first_line[key.value]} of the same mapping",
-                file=document.file,
-                line=line,
-            )
-        first_line[key.value] = line
-        _check_no_duplicate_keys(document, value, (*path, key.value))
