@@ -149,6 +149,12 @@ def test_a_run_with_the_policy_file_is_the_run_with_its_flags(tmp_path: Path) ->
 
     def outcome(name: str) -> tuple[object, ...]:
         summary = json.loads((tmp_path / name / "summary.json").read_text())
-        return (summary["counts"], summary["disruption"], summary["fairness"]["owed_met"])
+        figures = (summary["counts"], summary["disruption"], summary["fairness"]["owed_met"])
+        return (summary["policy"], *figures)
 
     assert outcome("file") == outcome("flags") != outcome("default")
+    # The summary says which policy made its figures: the settings changed from the defaults.
+    policy = outcome("file")[0]
+    assert outcome("default")[0] == {}
+    assert isinstance(policy, dict) and policy["checkpoint_wait"]["urgent_priority"] == 10
+    assert policy["admission"]["headroom"] == 0.01

@@ -24,6 +24,7 @@ from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.collection import BUSY_COLLECTION_AFTER
 from toposched.scheduler.core import Scheduler
+from toposched.scheduler.settings import SchedulerSettings
 from toposched.sim.engine import Simulation, SimulationInterrupted, simulate
 from toposched.sim.events import EventKind
 from toposched.sim.metrics import conservation, percentiles, summarize
@@ -508,6 +509,10 @@ class OnlyTheProtocol:
     @property
     def spares(self) -> SparesLike | None:
         return self._scheduler.spares
+
+    @property
+    def settings(self) -> SchedulerSettings:
+        return self._scheduler.settings
 
     def submit(self, spec: JobSpec, now: float) -> JobLike:
         return self._scheduler.submit(spec, now)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,6 +176,11 @@ class SchedulerSettings:
                 chosen[item.name] = value
         return chosen
 
+    def changes_as_json(self) -> dict[str, object]:
+        """`changes` as plain JSON: a rule by its fields, an enumeration by its value, a
+        placement or impact policy by its name, no bound (infinity) as null."""
+        return {name: _plain(value) for name, value in self.changes().items()}
+
     @classmethod
     def of(cls, settings: SchedulerSettings | None, changes: dict[str, Any]) -> SchedulerSettings:
         """`settings` (the defaults if None) with `changes` by field name; None for `contract`
@@ -190,3 +196,17 @@ class SchedulerSettings:
         }
         base = settings if settings is not None else cls()
         return dataclasses.replace(base, **given) if given else base
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {item.name: _plain(getattr(value, item.name)) for item in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_plain(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # no bound: JSON has no infinity
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(getattr(value, "name", type(value).__name__))

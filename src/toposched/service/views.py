@@ -3,9 +3,6 @@ loop's thread."""
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -321,22 +318,4 @@ def visible_job(core: ServiceCore, job_id: str, visible: AccountFilter) -> JobRe
 def policy_view(core: ServiceCore) -> dict[str, Any]:
     """The scheduler's settings that differ from the defaults (`SchedulerSettings.changes`),
     as plain JSON: what `toposched serve`'s policy flags chose."""
-    return {
-        "policy": {name: _plain(value) for name, value in core.scheduler.settings.changes().items()}
-    }
-
-
-def _plain(value: object) -> object:
-    """A setting as JSON: a rule's fields by name, an enumeration's value, a placement policy
-    by its name, no bound (infinity) as null."""
-    if isinstance(value, enum.Enum):
-        return value.value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {item.name: _plain(getattr(value, item.name)) for item in dataclasses.fields(value)}
-    if isinstance(value, tuple | list):
-        return [_plain(item) for item in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # no bound: JSON has no infinity
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return str(getattr(value, "name", type(value).__name__))
+    return {"policy": core.scheduler.settings.changes_as_json()}

@@ -17,6 +17,7 @@ from toposched.placement.request import GangRequest
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.defrag import fragmentation
 from toposched.scheduler.jobs import JobState
+from toposched.scheduler.settings import SchedulerSettings
 from toposched.sim.baseline_names import DEFAULT_BASELINES, chosen_baselines
 from toposched.sim.baselines import BASELINES
 from toposched.sim.engine import DEFAULT_SAMPLE_INTERVAL, Simulation, SimulationInterrupted
@@ -180,6 +181,10 @@ class _Observer:
     @property
     def spares(self) -> SparesLike | None:
         return self.scheduler.spares
+
+    @property
+    def settings(self) -> SchedulerSettings:
+        return self.scheduler.settings
 
     def submit(self, spec: JobSpec, now: float) -> JobLike:
         self.observe_until(now)

@@ -249,6 +249,7 @@ class _Run:
             notes=dict(self.workload.notes),
             scheduler_cpu_seconds=self.scheduler_cpu_seconds,
             interrupted=interrupted,
+            policy=self.scheduler.settings.changes_as_json(),
         )
 
     # --- the scheduler's cycle -----------------------------------------------------------------

@@ -321,6 +321,7 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
     return {
         "workload": result.workload,
         "scheduler": result.scheduler,
+        "policy": result.policy,
         "cluster": {"gpus": result.capacity_gpus},
         "simulated": {
             "start_s": result.start,

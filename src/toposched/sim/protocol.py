@@ -17,6 +17,7 @@ from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Decision
 from toposched.scheduler.jobs import JobState
+from toposched.scheduler.settings import SchedulerSettings
 
 __all__ = [
     "CycleLike",
@@ -73,6 +74,8 @@ class SchedulerLike(Protocol):
     def jobs(self) -> Mapping[str, JobLike]: ...
     @property
     def spares(self) -> SparesLike | None: ...
+    @property
+    def settings(self) -> SchedulerSettings: ...
 
     def submit(self, spec: JobSpec, now: float) -> JobLike: ...
     def cycle(self, now: float) -> CycleLike: ...

@@ -139,6 +139,9 @@ class SimulationResult:
     parts from their wall time where other work or the host takes the core."""
     interrupted: bool = False
     """The run was stopped (Ctrl-C, SIGTERM) before its end: the record covers start..end."""
+    policy: dict[str, object] = field(default_factory=dict)
+    """The scheduler's settings that differ from the defaults, as plain JSON
+    (`SchedulerSettings.changes_as_json`)."""
 
     @property
     def duration(self) -> float:
