@@ -13,6 +13,7 @@ import pytest
 
 from toposched.cli.main import build_parser, main
 from toposched.cli.policy_options import policy_settings
+from toposched.cluster.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,6 +58,17 @@ def test_json_and_yaml_files_give_the_same_policy(tmp_path: Path) -> None:
     as_yaml = written(tmp_path, "\n".join(f"{k}: {json.dumps(v)}" for k, v in values.items()))
     flags = ["--eviction-worth", "1", "--eviction-worth-owed", "--eviction-loss-budget", "100"]
     assert settings("--policy", as_json) == settings("--policy", as_yaml) == settings(*flags)
+
+
+def test_a_zero_is_a_setting_where_the_flag_takes_one(tmp_path: Path) -> None:
+    # --eviction-worth 0 is the rule at its strictest, which its refinements apply to; a
+    # headroom of 0 is none, which refines nothing.
+    path = written(tmp_path, "eviction-worth: 0\neviction-worth-owed: true\n")
+    worth = settings("--policy", path)["contract"].worth
+    assert worth.max_lost_per_gained == 0 and worth.owed_only
+    path = written(tmp_path, "unallocated-headroom: 0\nunallocated-headroom-reserved: true\n")
+    with pytest.raises(InputError, match="applies only with --unallocated-headroom"):
+        settings("--policy", path)
 
 
 def test_a_flag_on_the_command_line_wins_over_the_file(tmp_path: Path) -> None:

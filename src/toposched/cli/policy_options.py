@@ -252,59 +252,68 @@ def add_policy_options(parser: argparse.ArgumentParser) -> list[argparse.Action]
 
 
 def checked_policy(args: argparse.Namespace) -> argparse.Namespace:
-    """`args` with the settings of `--policy FILE` in (`policy_file`), once every flag given
-    with the one it refines: InputError for e.g. --eviction-worth-owed without
-    --eviction-worth, whether the command line or the file gave it. Loads nothing but the
+    """`args` with the settings of `--policy FILE` in (`policy_file`), once no flag is found
+    set without the one it refines: InputError for e.g. --eviction-worth-owed without
+    --eviction-worth, whether the command line or the file set it. Loads nothing but the
     file: a simulation checks its options before the simulator loads."""
     path = getattr(args, "policy", None)
     if path is not None:
         from toposched.cli.policy_file import with_policy_file
 
         args = with_policy_file(args, path)
-    refinements = (
-        ("--eviction-worth", _REFINES_WORTH),
-        ("--checkpoint-wait", _REFINES_WAIT),
-        ("--unallocated-headroom", _REFINES_HEADROOM),
-        ("--keep-failed-nodes", ("--keep-failed-nodes-from",)),
-    )
-    for refined, flags in refinements:
-        if _given(args, refined):
+    for refined, flags in _REFINEMENTS:
+        if _on(args, refined):
             continue
         for flag in flags:
-            if _given(args, flag):
+            if _on(args, flag):
                 value = _value(args, flag)
                 if flag == "--eviction-loss-budget":
                     value /= HOUR  # shown in GPU-hours, as given
                 raise InputError(flag, value, f"applies only with {refined}")
-    if _given(args, "--owed-half-life") and getattr(args, "owed_order", None) != "least-met":
+    if _on(args, "--owed-half-life") and getattr(args, "owed_order", None) != "least-met":
         value = _value(args, "--owed-half-life")
         raise InputError("--owed-half-life", value, "applies only with --owed-order least-met")
     return args
 
 
-_REFINES_WORTH = (
-    "--eviction-worth-horizon",
-    "--eviction-worth-owed",
-    "--eviction-worth-scope",
-    "--eviction-loss-budget",
+_REFINEMENTS = (
+    (
+        "--eviction-worth",
+        (
+            "--eviction-worth-horizon",
+            "--eviction-worth-owed",
+            "--eviction-worth-scope",
+            "--eviction-loss-budget",
+        ),
+    ),
+    (
+        "--checkpoint-wait",
+        (
+            "--urgent-priority",
+            "--checkpoint-wait-first",
+            "--checkpoint-wait-owed",
+            "--checkpoint-wait-total",
+        ),
+    ),
+    (
+        "--unallocated-headroom",
+        ("--unallocated-headroom-borrowed", "--unallocated-headroom-reserved"),
+    ),
+    ("--keep-failed-nodes", ("--keep-failed-nodes-from",)),
 )
-_REFINES_WAIT = (
-    "--urgent-priority",
-    "--checkpoint-wait-first",
-    "--checkpoint-wait-owed",
-    "--checkpoint-wait-total",
-)
-_REFINES_HEADROOM = ("--unallocated-headroom-borrowed", "--unallocated-headroom-reserved")
+"""Each flag, and the flags that refine it and apply only with it."""
 
 
 def _value(args: argparse.Namespace, flag: str) -> Any:
     return getattr(args, flag[2:].replace("-", "_"), None)
 
 
-def _given(args: argparse.Namespace, flag: str) -> bool:
-    """Whether the flag is set: a value, a switch on, a headroom above 0."""
+def _on(args: argparse.Namespace, flag: str) -> bool:
+    """Whether the flag is set: a value, or a switch turned on; a headroom of 0 is none."""
     value = _value(args, flag)
-    return value is not None and value is not False and value != 0
+    if flag == "--unallocated-headroom" and value == 0:
+        return False
+    return value is not None and value is not False
 
 
 def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
