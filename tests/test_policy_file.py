@@ -151,10 +151,15 @@ def test_the_server_refuses_a_bad_policy_file_before_it_starts(tmp_path: Path) -
     assert f"error: {path}:1: eviction-worth: 'lots' is invalid:" in done.stderr
 
 
-def test_a_run_with_the_policy_file_is_the_run_with_its_flags(tmp_path: Path) -> None:
+def test_a_run_with_the_policy_file_is_the_run_with_its_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = written(tmp_path, "checkpoint-wait: 1h\nurgent-priority: 10\nunallocated-headroom: 1\n")
     base = ["simulate", "--gpus", "256", "--days", "0.25", "--no-progress"]
     assert main([*base, "--out", str(tmp_path / "file"), "--policy", path]) == 0
+    # The printed table names the settings the run changed.
+    printed = capsys.readouterr().out
+    assert all(word in printed for word in ("policy:", "checkpoint_wait", "admission"))
     flags = ["--checkpoint-wait", "1h", "--urgent-priority", "10", "--unallocated-headroom", "1"]
     assert main([*base, "--out", str(tmp_path / "flags"), *flags]) == 0
     assert main([*base, "--out", str(tmp_path / "default")]) == 0

@@ -120,8 +120,10 @@ def _outcome_rows(summary: dict[str, Any], ai2: bool) -> list[_Row]:
     fair = summary["fairness"]
     jobs = summary["jobs"]
     days = summary["simulated"]["days"]
+    policy = summary.get("policy") or {}
     rows = [
         _Row("cluster / simulated time", f"{summary['cluster']['gpus']:,} GPUs / {days:.1f} days"),
+        _Row("policy: settings changed from the defaults", ", ".join(policy) or "none"),
         _Row(
             "jobs submitted / finished / waiting at end",
             f"{jobs['submitted']:,} / {jobs['finished']:,} / {jobs['pending_at_end']:,}",
