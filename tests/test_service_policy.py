@@ -148,6 +148,11 @@ def test_a_server_runs_the_policy_its_flags_ask_for(tmp_path: Path) -> None:
     assert ranked in (["u1", "u3", "u2", "u4"], ["u2", "u4", "u1", "u3"])
     assert policy == {}
     assert "scheduling policy" not in log
+    # The same setting from a policy file.
+    written = tmp_path / "policy.yaml"
+    written.write_text("unallocated-order: oldest\n")
+    from_file, policy, _ = queue_after_filling(("--policy", str(written)), tmp_path / "file")
+    assert from_file == oldest and policy == {"unallocated_order": "oldest"}
 
 
 def test_the_policy_reads_as_json_with_every_rule_by_its_fields() -> None:
