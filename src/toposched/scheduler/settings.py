@@ -199,6 +199,7 @@ class SchedulerSettings:
 
 
 def _plain(value: object) -> object:
+    """A setting as JSON (see `SchedulerSettings.changes_as_json`)."""
     if isinstance(value, enum.Enum):
         return value.value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
