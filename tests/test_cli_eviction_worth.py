@@ -57,6 +57,9 @@ def test_the_loss_budget_caps_the_work_thrown_away_in_a_day(tmp_path: Path) -> N
         (["--eviction-worth", "1", "--eviction-loss-budget", "inf"], "a number > 0"),
         (["--eviction-worth-scope", "own-account"], "applies only with --eviction-worth"),
         (["--eviction-worth", "1", "--eviction-worth-scope", "mine"], "invalid choice"),
+        (["--eviction-worth-restart", "5m"], "applies only with --eviction-worth"),
+        (["--eviction-worth", "1", "--eviction-worth-restart", "-5m"], "--eviction-worth-restart"),
+        (["--eviction-worth", "1", "--eviction-worth-restart", "soon"], "--eviction-worth-restart"),
         (["--checkpoint-wait", "0"], "a duration > 0"),
         (["--checkpoint-wait", "soon"], "--checkpoint-wait"),
         (["--urgent-priority", "10"], "applies only with --checkpoint-wait"),
@@ -118,3 +121,18 @@ def test_the_checkpoint_wait_options_reach_the_scheduler() -> None:
     assert chosen == CheckpointWait(
         max_wait=3600.0, first_checkpoint=2700.0, owed_only=True, max_total_wait=7200.0
     )
+
+
+def test_the_restart_cost_reaches_the_rule() -> None:
+    from toposched.cli.main import build_parser
+    from toposched.cli.policy_options import policy_settings
+    from toposched.policy.worth import EvictionWorth
+
+    def rule(*flags: str) -> EvictionWorth | None:
+        args = build_parser("simulate").parse_args(["simulate", *flags])
+        contract = policy_settings(args)["contract"]
+        return contract.worth
+
+    assert rule("--eviction-worth", "1") == EvictionWorth(1.0)
+    restarting = rule("--eviction-worth", "1", "--eviction-worth-restart", "5m")
+    assert restarting == EvictionWorth(1.0, restart_cost=300.0)

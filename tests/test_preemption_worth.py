@@ -58,6 +58,7 @@ def contract_of(worth: dict[str, Any] | None) -> Contract:
             owed_only=worth.get("owed_only", False),
             loss_budget=None if budget is None else budget * HOUR,
             age_wait=worth.get("age_wait", 0.0),
+            restart_cost=worth.get("restart_h", 0.0) * HOUR,
         )
     )
 
@@ -176,6 +177,44 @@ def test_the_rule_is_monotone(
         assert verdict.reason.endswith(": waiting")
 
 
+@given(victims, st.floats(0.5, 512), st.floats(0, 3600), st.floats(1, 3600))
+def test_a_restart_cost_only_makes_evictions_dearer(
+    costs: list[VictimCost], gpus: float, restart: float, more: float
+) -> None:
+    # The restart weighed is the victims' GPUs x the cost, beside the work lost; a dearer
+    # restart never turns a wait into an eviction, and without one the rule is unchanged.
+    plain = EvictionWorth().judge(gpus, costs)
+    rule = EvictionWorth(restart_cost=restart)
+    verdict = rule.judge(gpus, costs)
+    assert verdict.restart_gpu_seconds == pytest.approx(restart * sum(c.gpus for c in costs))
+    assert verdict.lost_gpu_seconds == plain.lost_gpu_seconds
+    assert EvictionWorth(restart_cost=0.0).judge(gpus, costs) == plain
+    if verdict.worth_it:
+        assert plain.worth_it
+    else:
+        assert not EvictionWorth(restart_cost=restart + more).judge(gpus, costs).worth_it
+
+
+def test_the_gate_counts_restarts_against_the_loss_budget() -> None:
+    # b2 evicted at 2 h: 6 GPU-hours lost and 4 GPUs x 0.5 h restarting, 8 of the day's 20.
+    case = {
+        "b2_start": 0.5,
+        "worth": {
+            "max_lost_per_gained": 1.0,
+            "horizon_h": 2.0,
+            "loss_budget_h": 20.0,
+            "restart_h": 0.5,
+        },
+    }
+    sched = scheduler_for(case)
+    sched.submit(spec("a-job", "team-a"), 2 * HOUR)
+    evicted = [d.job_id for d in sched.cycle(2 * HOUR).decisions if isinstance(d, Evict)]
+    assert evicted == ["b2"]
+    gate = sched.preemptor.worth
+    assert gate is not None
+    assert gate.spent(2 * HOUR) == pytest.approx(8 * HOUR)
+
+
 def test_the_loss_budget_rations_what_is_left() -> None:
     # 6 GPU-hours lost for 8 gained passes with the day's budget of 12 untouched; with 4 spent
     # (8 left) an eviction must gain lost / (8/12) = 9 GPU-hours; with 7 spent only 5 are left.
@@ -218,3 +257,5 @@ def test_age_wait_and_budget_settings_are_checked() -> None:
         EvictionWorth(age_wait=-1)
     with pytest.raises(InputError, match="owed_only"):
         EvictionWorth(owed_only=1)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="restart_cost"):
+        EvictionWorth(restart_cost=-60)

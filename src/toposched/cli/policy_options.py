@@ -137,6 +137,14 @@ def add_policy_options(parser: argparse.ArgumentParser) -> list[argparse.Action]
         "no GPUs between teams (default: all)",
     )
     add(
+        "--eviction-worth-restart",
+        type=worth_horizon,
+        metavar="D",
+        help="with --eviction-worth: how long a victim's GPUs take to start it over (image, "
+        "checkpoint, warm-up), weighed as work lost: each evicted budgeted job costs its GPUs "
+        "x D more (seconds, or e.g. 5m; default: 0, restarts cost nothing)",
+    )
+    add(
         "--eviction-loss-budget",
         type=loss_budget,
         metavar="GPU_HOURS",
@@ -283,6 +291,7 @@ _REFINEMENTS = (
             "--eviction-worth-horizon",
             "--eviction-worth-owed",
             "--eviction-worth-scope",
+            "--eviction-worth-restart",
             "--eviction-loss-budget",
         ),
     ),
@@ -399,6 +408,7 @@ def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
     owed = getattr(args, "eviction_worth_owed", False)
     budget = getattr(args, "eviction_loss_budget", None)
     scope = getattr(args, "eviction_worth_scope", None)
+    restart = getattr(args, "eviction_worth_restart", None)
     if ratio is None:
         return None
     return EvictionWorth(
@@ -407,6 +417,7 @@ def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
         owed_only=owed,
         loss_budget=budget,
         scope=WorthScope.ALL if scope is None else WorthScope(scope),
+        restart_cost=restart or 0.0,
     )
 
 

@@ -6,11 +6,15 @@ cannot resume), and the job runs that work again. What the preemptor buys is an 
 its GPUs times the wait it avoids, the time until the victims would free their GPUs on their
 own. An eviction of allocated work goes ahead only when
 
-    lost GPU-seconds <= max_lost_per_gained x preemptor GPUs x min(wait, horizon)
+    lost GPU-seconds (+ restarts) <= max_lost_per_gained x preemptor GPUs x min(wait, horizon)
 
 where `wait` is the latest expected end among the allocated victims (`horizon` when a victim
 has no expected runtime, or is already past it). Unallocated victims are not weighed: budgeted
 work always reclaims unallocated capacity, as the contract promises. See docs/preemption.md.
+
+The work lost may carry a restart cost (`restart_cost`): each allocated victim's GPUs idle that
+long again when it starts over (loading its image and checkpoint, warming up), which an
+eviction destroys as surely as the work since its checkpoint.
 
 Three optional refinements: `owed_only` credits only the preemptor GPUs that bring its
 account back up to its budget (the owed GPU-time bought, not borrowing beyond it);
@@ -78,6 +82,13 @@ class WorthVerdict:
     lost_gpu_seconds: float
     gained_gpu_seconds: float
     reason: str
+    restart_gpu_seconds: float = 0.0
+    """The victims' restart cost (`EvictionWorth.restart_cost`), weighed with the work lost."""
+
+    @property
+    def cost_gpu_seconds(self) -> float:
+        """What the eviction destroys: the work lost and the restarts."""
+        return self.lost_gpu_seconds + self.restart_gpu_seconds
 
 
 def _hours(gpu_seconds: float) -> str:
@@ -114,6 +125,10 @@ class EvictionWorth:
     heavy-tailed runtimes; 0: `horizon`, whatever its age."""
     scope: WorthScope = WorthScope.ALL
     """Which allocated victims are weighed; the others are evicted as the contract allows."""
+    restart_cost: float = 0.0
+    """Seconds a victim's GPUs spend starting it over (image, checkpoint, warm-up) before it
+    does new work: each weighed victim costs its GPUs x this on top of the work it loses, so
+    a victim that checkpointed a moment ago is not free. 0: restarts cost nothing."""
 
     def __post_init__(self) -> None:
         try:
@@ -126,7 +141,13 @@ class EvictionWorth:
         if self.loss_budget is not None:
             rule = "must be GPU-seconds per day > 0, or None"
             checked_number(self.loss_budget, "loss_budget", rule, above=True)
-        for name in ("max_lost_per_gained", "horizon", "shortfall_weight", "age_wait"):
+        for name in (
+            "max_lost_per_gained",
+            "horizon",
+            "shortfall_weight",
+            "age_wait",
+            "restart_cost",
+        ):
             checked_number(getattr(self, name), name)
 
     def avoided_wait(self, victims: Sequence[VictimCost]) -> float:
@@ -158,26 +179,33 @@ class EvictionWorth:
     ) -> WorthVerdict:
         """Whether evicting `victims` (the allocated ones of a plan) for a preemptor holding
         `preemptor_gpus` GPUs is worth it; `credit`: `credit(...)` of its account; `spent`:
-        GPU-seconds lost to evictions of allocated work in the last `LOSS_WINDOW`."""
+        GPU-seconds evictions of allocated work destroyed in the last `LOSS_WINDOW` (work lost
+        and restarts: `WorthVerdict.cost_gpu_seconds`)."""
         lost = sum(victim.lost_gpu_seconds for victim in victims)
-        if not victims or lost <= 0:
+        restart = self.restart_cost * sum(victim.gpus for victim in victims)
+        cost = lost + restart
+        if not victims or cost <= 0:
             return WorthVerdict(True, len(victims), lost, 0.0, "no allocated work lost")
         gained = preemptor_gpus * self.avoided_wait(victims) * credit
         ratio = self.max_lost_per_gained
         left = None if self.loss_budget is None else max(self.loss_budget - spent, 0.0)
         if left is not None and self.loss_budget:
             ratio *= left / self.loss_budget
-        worth_it = lost <= ratio * gained and (left is None or lost <= left)
+        worth_it = cost <= ratio * gained and (left is None or cost <= left)
         jobs = f"{len(victims)} job" + ("s" if len(victims) != 1 else "")
         bought = (
             f"gain {_hours(gained)} GPU-hours of budget"
             if self.owed_only
             else f"start {_hours(gained)} GPU-hours earlier"
         )
-        figures = f"would evict {jobs} losing {_hours(lost)} GPU-hours to {bought}"
-        if worth_it:
-            return WorthVerdict(True, len(victims), lost, gained, f"{figures}: evicting")
-        limit = "" if ratio == 1 else f" (at most {ratio:.2g} lost per GPU-hour gained)"
-        if left is not None:
-            limit += f" with {_hours(left)} GPU-hours left of the day's budget of lost work"
-        return WorthVerdict(False, len(victims), lost, gained, f"{figures}{limit}: waiting")
+        losing = f"losing {_hours(lost)} GPU-hours"
+        if restart > 0:
+            losing += f" and {_hours(restart)} restarting"
+        figures = f"would evict {jobs} {losing} to {bought}"
+        verdict = f"{figures}: evicting"
+        if not worth_it:
+            limit = "" if ratio == 1 else f" (at most {ratio:.2g} lost per GPU-hour gained)"
+            if left is not None:
+                limit += f" with {_hours(left)} GPU-hours left of the day's budget of lost work"
+            verdict = f"{figures}{limit}: waiting"
+        return WorthVerdict(worth_it, len(victims), lost, gained, verdict, restart)

@@ -43,9 +43,10 @@ def victim_costs(
 
 
 class WorthGate:
-    """The rule with what it remembers: the work lost to the evictions it let through in the
-    last `LOSS_WINDOW`, which `EvictionWorth.loss_budget` limits. Each plan it lets through is
-    counted as carried out (the preemptor's caller evicts every plan it is given)."""
+    """The rule with what it remembers: what the evictions it let through in the last
+    `LOSS_WINDOW` destroyed (work lost and restarts), which `EvictionWorth.loss_budget`
+    limits. Each plan it lets through is counted as carried out (the preemptor's caller
+    evicts every plan it is given)."""
 
     def __init__(self, worth: EvictionWorth) -> None:
         self.worth = worth
@@ -53,8 +54,8 @@ class WorthGate:
         self._spent = 0.0
 
     def spent(self, now: float) -> float:
-        """GPU-seconds of allocated work lost to the evictions let through since
-        `now - LOSS_WINDOW`."""
+        """GPU-seconds the evictions of allocated work let through since `now - LOSS_WINDOW`
+        destroyed."""
         spending = self._spending
         while spending and spending[0][0] <= now - LOSS_WINDOW:
             self._spent -= spending.popleft()[1]
@@ -64,7 +65,7 @@ class WorthGate:
 
     def refusal(self, job: Job, plan: PreemptionPlan, ledger: Ledger, now: float) -> Refusal | None:
         """A refusal when evicting the plan's victims for `job` does not pay under the rule,
-        else None (and the plan's lost work counts against the loss budget)."""
+        else None (and what the plan destroys counts against the loss budget)."""
         worth = self.worth
         account = job.spec.account
         budget, running = ledger.budget_gpus(account), ledger.running_gpus(account)
@@ -73,16 +74,16 @@ class WorthGate:
         spent = self.spent(now) if worth.loss_budget is not None else 0.0
         verdict = worth.judge(gpus, victim_costs(plan, ledger, now, worth.scope), credit, spent)
         if verdict.worth_it:
-            if verdict.lost_gpu_seconds > 0:
-                self._spending.append((now, verdict.lost_gpu_seconds))
-                self._spent += verdict.lost_gpu_seconds
+            cost = verdict.cost_gpu_seconds
+            if cost > 0:
+                self._spending.append((now, cost))
+                self._spent += cost
             return None
-        return Refusal(
-            RefusalCode.NOT_WORTH_IT,
-            verdict.reason,
-            {
-                "victims": float(verdict.victims),
-                "lost_gpu_seconds": verdict.lost_gpu_seconds,
-                "gained_gpu_seconds": verdict.gained_gpu_seconds,
-            },
-        )
+        figures = {
+            "victims": float(verdict.victims),
+            "lost_gpu_seconds": verdict.lost_gpu_seconds,
+            "gained_gpu_seconds": verdict.gained_gpu_seconds,
+        }
+        if verdict.restart_gpu_seconds > 0:
+            figures["restart_gpu_seconds"] = verdict.restart_gpu_seconds
+        return Refusal(RefusalCode.NOT_WORTH_IT, verdict.reason, figures)
