@@ -18,7 +18,7 @@ from toposched.cli.simulate_values import (
     worth_ratio,
 )
 from toposched.cluster.errors import InputError
-from toposched.cluster.units import HOUR
+from toposched.cluster.units import HOUR, format_duration
 
 if TYPE_CHECKING:
     from toposched.policy.checkpoint_wait import CheckpointWait
@@ -274,12 +274,9 @@ def checked_policy(args: argparse.Namespace) -> argparse.Namespace:
             continue
         for flag in flags:
             if _on(args, flag):
-                value = _value(args, flag)
-                if flag == "--eviction-loss-budget":
-                    value /= HOUR  # shown in GPU-hours, as given
-                raise InputError(flag, value, f"applies only with {refined}")
+                raise InputError(flag, _given(args, flag), f"applies only with {refined}")
     if _on(args, "--owed-half-life") and getattr(args, "owed_order", None) != "least-met":
-        value = _value(args, "--owed-half-life")
+        value = _given(args, "--owed-half-life")
         raise InputError("--owed-half-life", value, "applies only with --owed-order least-met")
     return args
 
@@ -315,6 +312,28 @@ _REFINEMENTS = (
 
 def _value(args: argparse.Namespace, flag: str) -> Any:
     return getattr(args, flag[2:].replace("-", "_"), None)
+
+
+_DURATIONS = frozenset(
+    {
+        "--eviction-worth-horizon",
+        "--eviction-worth-restart",
+        "--checkpoint-wait-first",
+        "--checkpoint-wait-total",
+        "--owed-half-life",
+    }
+)
+"""The refining flags that take a duration: parsed to seconds, shown in units."""
+
+
+def _given(args: argparse.Namespace, flag: str) -> Any:
+    """The flag's value as a user writes it: durations in units, budgets in GPU-hours."""
+    value = _value(args, flag)
+    if flag == "--eviction-loss-budget":
+        return value / HOUR
+    if flag in _DURATIONS:
+        return format_duration(value)
+    return value
 
 
 def _on(args: argparse.Namespace, flag: str) -> bool:
