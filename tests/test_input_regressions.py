@@ -147,6 +147,20 @@ def test_bad_cluster_file_exits_2(
     assert len(captured.err) < 800
 
 
+def test_a_long_path_is_named_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Values are cut to about 80 characters in messages, but a file's path is what the user
+    # needs: shown whole, however deep it lies.
+    folder = tmp_path / ("projects-of-a-team-with-a-long-name/" * 3)
+    folder.mkdir(parents=True)
+    cluster, job = folder / "cluster.yaml", folder / "job-with-a-descriptive-name.yaml"
+    cluster.write_text("levels: [rack]\nnodes: [{name: n1, labels: {rack: r1}, gpus: 8}]\n")
+    assert len(str(job)) > 2 * 80
+    assert main(["place", str(job), "--cluster", str(cluster)]) == 2
+    assert f"'{job}' is invalid: file not found" in one_line(capsys.readouterr().err)
+    assert main(["simulate", "--traces-dir", str(folder / "traces"), "--days", "1"]) == 2
+    assert f"'{folder / 'traces'}' is invalid: not found" in one_line(capsys.readouterr().err)
+
+
 def test_a_directory_is_not_a_cluster_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -154,7 +168,7 @@ def test_a_directory_is_not_a_cluster_file(
     folder.mkdir()
     with pytest.raises(InputError) as caught:
         load_topology(folder)
-    assert (caught.value.field, caught.value.value) == ("cluster file", str(folder))
+    assert (caught.value.field, caught.value.value) == ("cluster file", folder)
     assert caught.value.rule == "is a directory; give a file"
     assert main(["cluster", "show", str(folder)]) == 2
     assert "is a directory" in one_line(capsys.readouterr().err)

@@ -762,7 +762,7 @@ def test_missing_file_is_named(tmp_path: Path) -> None:
     for load in (load_jobs, JobSpec.from_yaml):
         with pytest.raises(InputError) as caught:
             load(path)
-        assert (caught.value.field, caught.value.value) == ("job file", str(path))
+        assert (caught.value.field, caught.value.value) == ("job file", path)
         assert "file not found" in caught.value.rule
 
 

@@ -376,4 +376,4 @@ def _check_given_once(paths: Sequence[str | os.PathLike[str]]) -> None:
         first = seen.setdefault(Path(os.path.realpath(path)), position)
         if first != position:
             rule = f"is given twice (job files {first} and {position}); give each file once"
-            raise InputError("job file", str(path), rule)
+            raise InputError("job file", Path(path), rule)

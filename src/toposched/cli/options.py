@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.limits import MAX_PODS_PER_JOB, NODE_GPUS
@@ -81,7 +82,7 @@ def check_traces_dir(path: str | None) -> str | None:
         what = "is not a folder" if os.path.exists(path) else "not found"
         raise InputError(
             "--traces-dir",
-            path,
+            Path(path),
             f"{what}: must be an existing folder holding itp/ and openb/ (or the openb traces "
             "themselves); see the README for where the public traces come from",
         )

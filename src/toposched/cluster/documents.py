@@ -38,21 +38,21 @@ def read_text(path: Path, what: str) -> str:
     it is missing, a directory, unreadable, larger than MAX_FILE_BYTES or not UTF-8 text."""
     try:
         if path.is_dir():
-            raise InputError(what, str(path), "is a directory; give a file")
+            raise InputError(what, path, "is a directory; give a file")
         with path.open("rb") as handle:
             data = handle.read(MAX_FILE_BYTES + 1)  # no more, whatever the file claims its size is
         if len(data) > MAX_FILE_BYTES:
-            raise InputError(what, str(path), f"is larger than {MAX_FILE_BYTES:,} bytes")
+            raise InputError(what, path, f"is larger than {MAX_FILE_BYTES:,} bytes")
     except FileNotFoundError:
-        raise InputError(what, str(path), "file not found") from None
+        raise InputError(what, path, "file not found") from None
     except OSError as error:
-        raise InputError(what, str(path), f"cannot be read: {error.strerror}") from None
+        raise InputError(what, path, f"cannot be read: {error.strerror}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise InputError(
             what,
-            str(path),
+            path,
             f"is not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start})",
         ) from None
 

@@ -1,7 +1,8 @@
 """Errors raised for bad input: each names the field, the value and the rule it broke.
 
 Every message has one form, `FILE:LINE: field.path: 'value' is invalid: rule`, where the file
-and line appear when the input came from a file, and values longer than `SHOWN_CHARS` are cut.
+and line appear when the input came from a file, and values longer than `SHOWN_CHARS` are cut
+but paths (a value given as a `PurePath`), which are shown whole: the file is what a user needs.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import difflib
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from numbers import Integral
+from pathlib import PurePath
 from typing import Any
 
 __all__ = [
@@ -182,11 +184,13 @@ def checked_number(
 
 
 def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
-    """`repr(value)`, cut to about `limit` characters.
+    """`repr(value)`, cut to about `limit` characters; a path whole, quoted as text.
 
     Only as much of the value is read as is shown, so a value of millions of characters, or a
     structure that repeats itself through YAML aliases, costs no more than a short one.
     """
+    if isinstance(value, PurePath):
+        return repr(str(value))
     text = ""
     for piece in _repr_pieces(value, depth=0):
         text += piece

@@ -89,7 +89,7 @@ def _read(path: Path) -> list[Any]:
             return []
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        raise InputError("--tokens", str(path), f"cannot be read as YAML: {error}") from None
+        raise InputError("--tokens", path, f"cannot be read as YAML: {error}") from None
     if data is None:
         return []
     if (
@@ -97,7 +97,7 @@ def _read(path: Path) -> list[Any]:
         or set(data) != {"tokens"}
         or not isinstance(data["tokens"], list)
     ):
-        raise InputError("--tokens", str(path), "must be a mapping {tokens: [...]}")
+        raise InputError("--tokens", path, "must be a mapping {tokens: [...]}")
     return list(data["tokens"])
 
 

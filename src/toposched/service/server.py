@@ -163,10 +163,10 @@ def _claim(config: ServiceConfig) -> tuple[socket.socket, list[ServerLock], Stat
     locks: list[ServerLock] = []
     try:
         state = Path(config.state_dir)
-        locks.append(ServerLock.take(state / "toposched.pid", "--state-dir", config.state_dir))
+        locks.append(ServerLock.take(state / "toposched.pid", "--state-dir", state))
         store_lock = store_lock_path(config.store)
         if store_lock is not None:
-            locks.append(ServerLock.take(store_lock, "--store", config.store))
+            locks.append(ServerLock.take(store_lock, "--store", Path(config.store)))
         return listener, locks, open_store(config)
     except BaseException:
         for lock in locks:

@@ -31,7 +31,7 @@ class ServerLock:
         self._descriptor = descriptor
 
     @classmethod
-    def take(cls, path: Path, option: str, value: str) -> ServerLock:
+    def take(cls, path: Path, option: str, value: Path) -> ServerLock:
         """The lock of `path`, or an `InputError` on `option` (given `value`) naming the
         process that holds it."""
         try:

@@ -160,7 +160,7 @@ def check_cluster(
             if not path.is_absolute() and base_dir is not None:
                 path = base_dir / path
             if not path.is_file():
-                raise InputError(f"cluster.{key}", str(path), "file not found")
+                raise InputError(f"cluster.{key}", path, "file not found")
             if key == "file" or path.suffix.lower() == ".csv":
                 return read_cluster(path)  # an openb list is read by its suffix
             return read_openb_nodes(path)

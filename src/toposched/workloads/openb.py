@@ -160,7 +160,7 @@ def load_openb_pods(path: str | Path) -> OpenbTrace:
     """
     path = Path(path)
     if not path.is_file():
-        raise InputError("pod list", str(path), "file not found")
+        raise InputError("pod list", path, "file not found")
     with path.open(newline="") as handle:
         reader = csv.reader(handle)
         header = next(reader, None)

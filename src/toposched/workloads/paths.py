@@ -25,16 +25,16 @@ def check_workload_path(path: str | os.PathLike[str], field: str = "workload fil
     if file_path.suffix.lower() not in WORKLOAD_SUFFIXES:
         raise InputError(
             field,
-            str(path),
+            file_path,
             f"must end in {', '.join(WORKLOAD_SUFFIXES)} (the suffix picks the format)",
         )
     folder = file_path.parent
     try:
         folder_found, is_folder = folder.is_dir(), file_path.is_dir()
     except OSError as error:  # a name the system cannot look up (e.g. too long)
-        raise InputError(field, str(path), f"cannot be written: {error.strerror}") from None
+        raise InputError(field, file_path, f"cannot be written: {error.strerror}") from None
     if not folder_found:
-        raise InputError(field, str(path), f"folder {folder} does not exist")
+        raise InputError(field, file_path, f"folder {folder} does not exist")
     if is_folder:
-        raise InputError(field, str(path), "is a directory; give a file name")
+        raise InputError(field, file_path, "is a directory; give a file name")
     return file_path

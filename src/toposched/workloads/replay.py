@@ -79,7 +79,7 @@ def load_itp_trace(path: str | Path) -> list[ItpJob]:
     column."""
     file_path = Path(path)
     if not file_path.is_file():
-        raise InputError("ITP trace", str(file_path), "file not found")
+        raise InputError("ITP trace", file_path, "file not found")
     rows: list[ItpJob] = []
     with file_path.open(newline="") as handle:
         reader = csv.reader(handle)

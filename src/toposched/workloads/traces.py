@@ -84,7 +84,7 @@ def check_openb_traces_dir(folder: Path) -> None:
             f"not found; pass --traces-dir PATH or set {TRACES_ENV} to the openb traces folder",
         )
     if not (folder / NODE_LIST).is_file():
-        raise InputError("traces folder", str(folder), f"has no {NODE_LIST} (the openb cluster)")
+        raise InputError("traces folder", folder, f"has no {NODE_LIST} (the openb cluster)")
 
 
 def itp_trace_path(traces_dir: str | Path, cluster: int) -> Path:
@@ -94,7 +94,7 @@ def itp_trace_path(traces_dir: str | Path, cluster: int) -> Path:
         raise InputError("cluster", cluster, f"must be one of {sorted(ITP_CLUSTER_NODES)}")
     path = Path(traces_dir) / "itp" / f"cluster{cluster:02d}.csv"
     if not path.is_file():
-        raise InputError("ITP trace", str(path), "file not found")
+        raise InputError("ITP trace", path, "file not found")
     return path
 
 
