@@ -54,7 +54,7 @@ test: $(STAMP_DEV) system-deps
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile
 
 bench: $(STAMP_DEV)
 	$(BIN)/python -m pytest benchmarks --benchmark-only

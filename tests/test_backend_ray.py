@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from ray_cluster import RACKS, ray_cluster  # noqa: F401  (the session fixture)
+from ray_cluster import RACKS, ray_cluster  # noqa: F401  (the module fixture)
 from service_helpers import job as job_document
 from service_helpers import serving
 

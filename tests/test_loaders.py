@@ -296,7 +296,7 @@ def test_missing_file(tmp_path: Path) -> None:
         load_topology(path)
     assert (caught.value.field, caught.value.value, caught.value.rule) == (
         "cluster file",
-        str(path),
+        path,
         "file not found",
     )
 
