@@ -124,10 +124,10 @@ def test_the_checkpoint_wait_options_reach_the_scheduler() -> None:
     )
 
 
-def test_the_restart_cost_reaches_the_rule() -> None:
+def test_the_restart_cost_and_the_scope_reach_the_rule() -> None:
     from toposched.cli.main import build_parser
     from toposched.cli.policy_options import policy_settings
-    from toposched.policy.worth import EvictionWorth
+    from toposched.policy.worth import EvictionWorth, WorthScope
 
     def rule(*flags: str) -> EvictionWorth | None:
         args = build_parser("simulate").parse_args(["simulate", *flags])
@@ -137,3 +137,5 @@ def test_the_restart_cost_reaches_the_rule() -> None:
     assert rule("--eviction-worth", "1") == EvictionWorth(1.0)
     restarting = rule("--eviction-worth", "1", "--eviction-worth-restart", "5m")
     assert restarting == EvictionWorth(1.0, restart_cost=300.0)
+    scoped = rule("--eviction-worth", "1", "--eviction-worth-scope", "cannot-resume")
+    assert scoped == EvictionWorth(1.0, scope=WorthScope.CANNOT_RESUME)

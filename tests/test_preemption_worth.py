@@ -19,7 +19,7 @@ from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract
 from toposched.policy.usage import UsageTracker
-from toposched.policy.worth import EvictionWorth, VictimCost
+from toposched.policy.worth import EvictionWorth, VictimCost, WorthScope
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Evict
 from toposched.scheduler.refusals import RefusalCode
@@ -59,6 +59,7 @@ def contract_of(worth: dict[str, Any] | None) -> Contract:
             loss_budget=None if budget is None else budget * HOUR,
             age_wait=worth.get("age_wait", 0.0),
             restart_cost=worth.get("restart_h", 0.0) * HOUR,
+            scope=WorthScope(worth.get("scope", "all")),
         )
     )
 

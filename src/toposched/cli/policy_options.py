@@ -131,10 +131,11 @@ def add_policy_options(parser: argparse.ArgumentParser) -> list[argparse.Action]
     )
     add(
         "--eviction-worth-scope",
-        choices=("all", "own-account"),
-        help="with --eviction-worth: which evictions of budgeted work are weighed: all, or "
+        choices=("all", "own-account", "cannot-resume"),
+        help="with --eviction-worth: which evictions of budgeted work are weighed: all; "
         "own-account = only a team's lower-priority jobs evicted for its own job, which move "
-        "no GPUs between teams (default: all)",
+        "no GPUs between teams; cannot-resume = only jobs that cannot resume, which lose "
+        "their whole run (default: all)",
     )
     add(
         "--eviction-worth-restart",

@@ -57,6 +57,10 @@ class WorthScope(StrEnum):
     OWN_ACCOUNT = "own-account"
     """Only the preemptor's own account's lower-priority jobs: evictions that move no GPUs
     between accounts, so refusing them never keeps an account from its budget."""
+    CANNOT_RESUME = "cannot-resume"
+    """Only the jobs that cannot resume, whose eviction throws their whole run away: a
+    resumable victim loses its work since its last checkpoint, and is evicted as the
+    contract allows."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,8 @@ def victim_costs(
 ) -> list[VictimCost]:
     """The plan's allocated victims as the rule weighs them: GPUs, work lost, seconds to
     their expected end (None without an expected runtime) and seconds run. Unallocated
-    victims are left out, and with `WorthScope.OWN_ACCOUNT` those of other accounts."""
+    victims are left out, with `WorthScope.OWN_ACCOUNT` those of other accounts, and with
+    `WorthScope.CANNOT_RESUME` those that can resume."""
     costs: list[VictimCost] = []
     running = ledger.running
     for victim in plan.victims:
@@ -28,6 +29,8 @@ def victim_costs(
         if scope is WorthScope.OWN_ACCOUNT and victim.rule != PreemptionRule.HIGHER_PRIORITY:
             continue
         job = running[victim.job_id]
+        if scope is WorthScope.CANNOT_RESUME and job.spec.resumable:
+            continue
         end = job.expected_end
         start = job.start_time
         costs.append(
