@@ -131,7 +131,8 @@ spans = st.lists(
         st.floats(1.0, 4 * HOUR),  # how long the rates hold
         st.floats(0.0, 64.0),  # GPUs held
         st.floats(0.0, 64.0),  # GPUs asked for beyond those held
-        st.floats(0.0, 32.0),  # budget
+        # budget: none, or at least 1/64 GPU (a subnormal one underflows the oracle's sums)
+        st.just(0.0) | st.floats(1 / 64, 32.0),
     ),
     min_size=1,
     max_size=8,
