@@ -45,7 +45,14 @@ def written(tmp_path: Path, text: str, name: str = "policy.yaml") -> str:
 
 @pytest.mark.parametrize(
     ("example", "flags"),
-    [("ai2-1024.yaml", AI2_1024_FLAGS), ("ai2-3072.yaml", AI2_3072_FLAGS)],
+    [
+        ("ai2-1024.yaml", AI2_1024_FLAGS),
+        ("ai2-3072.yaml", AI2_3072_FLAGS),
+        (
+            "cannot-resume.yaml",
+            ["--eviction-worth", "1", "--eviction-worth-scope", "cannot-resume"],
+        ),
+    ],
 )
 def test_the_example_policies_are_the_recorded_flags(example: str, flags: list[str]) -> None:
     from_file = settings("--policy", str(ROOT / "examples" / "policies" / example))
