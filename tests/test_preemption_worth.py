@@ -23,6 +23,7 @@ from toposched.policy.worth import EvictionWorth, VictimCost, WorthScope
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Evict
 from toposched.scheduler.refusals import RefusalCode
+from toposched.scheduler.worth import WorthGate
 
 HOUR = 3600.0
 SCENARIOS = Path(__file__).parent / "scenarios" / "preemption" / "worth.yaml"
@@ -196,26 +197,6 @@ def test_a_restart_cost_only_makes_evictions_dearer(
         assert not EvictionWorth(restart_cost=restart + more).judge(gpus, costs).worth_it
 
 
-def test_the_gate_counts_restarts_against_the_loss_budget() -> None:
-    # b2 evicted at 2 h: 6 GPU-hours lost and 4 GPUs x 0.5 h restarting, 8 of the day's 20.
-    case = {
-        "b2_start": 0.5,
-        "worth": {
-            "max_lost_per_gained": 1.0,
-            "horizon_h": 2.0,
-            "loss_budget_h": 20.0,
-            "restart_h": 0.5,
-        },
-    }
-    sched = scheduler_for(case)
-    sched.submit(spec("a-job", "team-a"), 2 * HOUR)
-    evicted = [d.job_id for d in sched.cycle(2 * HOUR).decisions if isinstance(d, Evict)]
-    assert evicted == ["b2"]
-    gate = sched.preemptor.worth
-    assert gate is not None
-    assert gate.spent(2 * HOUR) == pytest.approx(8 * HOUR)
-
-
 def test_the_loss_budget_rations_what_is_left() -> None:
     # 6 GPU-hours lost for 8 gained passes with the day's budget of 12 untouched; with 4 spent
     # (8 left) an eviction must gain lost / (8/12) = 9 GPU-hours; with 7 spent only 5 are left.
@@ -233,20 +214,31 @@ def test_the_loss_budget_rations_what_is_left() -> None:
     assert not rule.judge(512, victim, spent=7 * HOUR).worth_it  # 6 > 5 left
 
 
-def test_the_gate_counts_the_lost_work_of_the_last_24_hours() -> None:
-    case = {
-        "b2_start": 0.5,
-        "worth": {"max_lost_per_gained": 1.0, "horizon_h": 2.0, "loss_budget_h": 10.0},
-    }
-    sched = scheduler_for(case)
+def gate_after_b2_is_evicted(worth: dict[str, Any]) -> WorthGate:
+    """The rule's gate once a-job, submitted at 2 h, has evicted b2 under `worth`."""
+    sched = scheduler_for({"b2_start": 0.5, "worth": worth})
     sched.submit(spec("a-job", "team-a"), 2 * HOUR)
     evicted = [d.job_id for d in sched.cycle(2 * HOUR).decisions if isinstance(d, Evict)]
     assert evicted == ["b2"]
     gate = sched.preemptor.worth
     assert gate is not None
+    return gate
+
+
+def test_the_gate_counts_the_lost_work_of_the_last_24_hours() -> None:
+    gate = gate_after_b2_is_evicted(
+        {"max_lost_per_gained": 1.0, "horizon_h": 2.0, "loss_budget_h": 10.0}
+    )
     assert gate.spent(2 * HOUR) == pytest.approx(6 * HOUR)
     assert gate.spent(25.9 * HOUR) == pytest.approx(6 * HOUR)
     assert gate.spent(26 * HOUR) == 0.0
+
+
+def test_the_gate_counts_restarts_against_the_loss_budget() -> None:
+    # b2 evicted at 2 h: 6 GPU-hours lost and 4 GPUs x 0.5 h restarting, 8 of the day's 20.
+    worth = {"max_lost_per_gained": 1.0, "horizon_h": 2.0, "loss_budget_h": 20.0}
+    gate = gate_after_b2_is_evicted({**worth, "restart_h": 0.5})
+    assert gate.spent(2 * HOUR) == pytest.approx(8 * HOUR)
 
 
 def test_age_wait_and_budget_settings_are_checked() -> None:
