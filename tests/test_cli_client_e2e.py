@@ -396,6 +396,10 @@ def test_policy_of_a_default_server_and_of_one_with_policy_flags(
         table = cli("policy").out
         assert "2 settings changed from the defaults" in table
         assert "max_lost_per_gained=1.0" in table and "oldest" in table
+        # Each setting named in its row, and a rule's fields whole, on as many lines as needed.
+        named = [line.split("│")[1].strip() for line in table.splitlines() if "│" in line]
+        assert {"worth", "unallocated_order"} <= set(named)
+        assert "owed_only=True" in table and "restart_cost=0.0" in table
     finally:
         stop_server(tuned)
 

@@ -226,7 +226,7 @@ def _policy(args: argparse.Namespace, client: ApiClient) -> int:
     rows: list[list[Cell]] = [[name, _setting(value)] for name, value in policy.items()]
     print_table(
         f"{counted(len(rows), 'setting')} changed from the defaults",
-        [Column("setting"), Column("value")],
+        [Column("setting"), Column("value", wrap=True)],
         rows,
     )
     return 0

@@ -137,11 +137,13 @@ def counted(count: int, noun: str) -> str:
 @dataclass(frozen=True)
 class Column:
     """A table column: `right` aligns numbers; a `cut` column holds long text kept to one
-    line and cut with an ellipsis to the width the other columns leave."""
+    line and cut with an ellipsis to the width the other columns leave; a `wrap` column holds
+    long text on as many lines as that width needs."""
 
     header: str
     right: bool = False
     cut: bool = False
+    wrap: bool = False
 
 
 Cell = str | Text
@@ -149,12 +151,13 @@ Cell = str | Text
 
 
 def print_table(title: str, columns: Sequence[Column], rows: Iterable[Sequence[Cell]]) -> None:
-    """A table whose columns are never narrower than their widest cell, except `cut` ones."""
+    """A table whose columns are never narrower than their widest cell, except `cut` and
+    `wrap` ones."""
     texts = [[cell if isinstance(cell, Text) else Text(cell) for cell in row] for row in rows]
     table = Table(title=title)
     for index, column in enumerate(columns):
         justify: JustifyMethod = "right" if column.right else "left"
-        if column.cut:
+        if column.cut or column.wrap:
             table.add_column(column.header, justify=justify)
             continue
         widest = max([len(column.header)] + [row[index].cell_len for row in texts])
