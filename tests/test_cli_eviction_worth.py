@@ -28,8 +28,17 @@ def test_a_zero_ratio_evicts_no_allocated_work(tmp_path: Path) -> None:
     # Only victims that had just checkpointed go (the rule sees nothing to lose); each still
     # runs its 30 s grace period, and that is all that is lost.
     assert isinstance(lost, dict) and lost["evictions_of_allocated_work"] < 0.01 * allowed
-    # Unallocated work is never weighed: budgeted work still reclaims it.
+    # Unallocated work is not weighed: budgeted work still reclaims it.
     assert lost["evictions_of_unallocated_work"] > 0
+    reclaimed = lost["evictions_of_unallocated_work"]
+    weighed = _disruption(
+        tmp_path / "weighed", "--eviction-worth", "0", "--eviction-worth-unallocated"
+    )
+    lost = weighed["gpu_hours_lost_by_cause"]
+    # Weighed too, unallocated work is evicted only when it loses nothing (a checkpoint at
+    # the moment, and its grace period).
+    assert isinstance(lost, dict) and lost["evictions_of_unallocated_work"] < 0.01 * reclaimed
+    assert lost["evictions_of_allocated_work"] < 0.01 * allowed
 
 
 def test_the_loss_budget_caps_the_work_thrown_away_in_a_day(tmp_path: Path) -> None:
@@ -58,6 +67,7 @@ def test_the_loss_budget_caps_the_work_thrown_away_in_a_day(tmp_path: Path) -> N
         (["--eviction-worth-scope", "own-account"], "applies only with --eviction-worth"),
         (["--eviction-worth", "1", "--eviction-worth-scope", "mine"], "invalid choice"),
         (["--eviction-worth-restart", "5m"], "'5m' is invalid: applies only with --eviction"),
+        (["--eviction-worth-unallocated"], "applies only with --eviction-worth"),
         (["--eviction-worth-horizon", "90m"], "'1h30m' is invalid: applies only with"),
         (["--eviction-worth", "1", "--eviction-worth-restart", "-5m"], "--eviction-worth-restart"),
         (["--eviction-worth", "1", "--eviction-worth-restart", "soon"], "--eviction-worth-restart"),
@@ -124,7 +134,7 @@ def test_the_checkpoint_wait_options_reach_the_scheduler() -> None:
     )
 
 
-def test_the_restart_cost_and_the_scope_reach_the_rule() -> None:
+def test_the_restart_cost_the_scope_and_unallocated_work_reach_the_rule() -> None:
     from toposched.cli.main import build_parser
     from toposched.cli.policy_options import policy_settings
     from toposched.policy.worth import EvictionWorth, WorthScope
@@ -139,3 +149,5 @@ def test_the_restart_cost_and_the_scope_reach_the_rule() -> None:
     assert restarting == EvictionWorth(1.0, restart_cost=300.0)
     scoped = rule("--eviction-worth", "1", "--eviction-worth-scope", "cannot-resume")
     assert scoped == EvictionWorth(1.0, scope=WorthScope.CANNOT_RESUME)
+    weighing = rule("--eviction-worth", "1", "--eviction-worth-unallocated")
+    assert weighing == EvictionWorth(1.0, unallocated=True)

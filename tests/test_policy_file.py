@@ -52,6 +52,18 @@ def written(tmp_path: Path, text: str, name: str = "policy.yaml") -> str:
             "cannot-resume.yaml",
             ["--eviction-worth", "1", "--eviction-worth-scope", "cannot-resume"],
         ),
+        (
+            "cannot-resume-unallocated.yaml",
+            [
+                "--eviction-worth",
+                "1",
+                "--eviction-worth-scope",
+                "cannot-resume",
+                "--eviction-worth-unallocated",
+                "--unallocated-admission",
+                "1h",
+            ],
+        ),
     ],
 )
 def test_the_example_policies_are_the_recorded_flags(example: str, flags: list[str]) -> None:

@@ -61,6 +61,7 @@ def contract_of(worth: dict[str, Any] | None) -> Contract:
             age_wait=worth.get("age_wait", 0.0),
             restart_cost=worth.get("restart_h", 0.0) * HOUR,
             scope=WorthScope(worth.get("scope", "all")),
+            unallocated=worth.get("unallocated", False),
         )
     )
 

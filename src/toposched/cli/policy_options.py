@@ -146,6 +146,13 @@ def add_policy_options(parser: argparse.ArgumentParser) -> list[argparse.Action]
         "x D more (seconds, or e.g. 5m; default: 0, restarts cost nothing)",
     )
     add(
+        "--eviction-worth-unallocated",
+        action="store_true",
+        help="with --eviction-worth: weigh unallocated victims too (within the scope), so "
+        "that budgeted work waits rather than throw away a long run of unallocated work "
+        "for a short gain (default: unallocated work is evicted whatever it loses)",
+    )
+    add(
         "--eviction-loss-budget",
         type=loss_budget,
         metavar="GPU_HOURS",
@@ -290,6 +297,7 @@ _REFINEMENTS = (
             "--eviction-worth-owed",
             "--eviction-worth-scope",
             "--eviction-worth-restart",
+            "--eviction-worth-unallocated",
             "--eviction-loss-budget",
         ),
     ),
@@ -438,6 +446,7 @@ def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
         loss_budget=budget,
         scope=WorthScope.ALL if scope is None else WorthScope(scope),
         restart_cost=restart or 0.0,
+        unallocated=getattr(args, "eviction_worth_unallocated", False),
     )
 
 

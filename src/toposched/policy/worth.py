@@ -4,15 +4,17 @@ The contract says who *may* be evicted; this rule says whether doing it pays. Ev
 past its min runtime throws away its work since its last checkpoint (since its start when it
 cannot resume), and the job runs that work again. What the preemptor buys is an earlier start:
 its GPUs times the wait it avoids, the time until the victims would free their GPUs on their
-own. An eviction of allocated work goes ahead only when
+own. An eviction of allocated work (and of unallocated work, with `unallocated`) goes ahead
+only when
 
     lost GPU-seconds (+ restarts) <= max_lost_per_gained x preemptor GPUs x min(wait, horizon)
 
-where `wait` is the latest expected end among the allocated victims (`horizon` when a victim
-has no expected runtime, or is already past it). Unallocated victims are not weighed: budgeted
-work always reclaims unallocated capacity, as the contract promises. See docs/preemption.md.
+where `wait` is the latest expected end among the weighed victims (`horizon` when a victim
+has no expected runtime, or is already past it). Unallocated victims are not weighed unless
+`unallocated` asks: by default budgeted work always reclaims unallocated capacity, as the
+contract promises. See docs/preemption.md.
 
-The work lost may carry a restart cost (`restart_cost`): each allocated victim's GPUs idle that
+The work lost may carry a restart cost (`restart_cost`): each weighed victim's GPUs idle that
 long again when it starts over (loading its image and checkpoint, warming up), which an
 eviction destroys as surely as the work since its checkpoint.
 
@@ -50,7 +52,8 @@ LOSS_WINDOW = 24 * HOUR
 
 
 class WorthScope(StrEnum):
-    """Which allocated victims the rule weighs."""
+    """Which victims the rule weighs: allocated ones, and unallocated ones with
+    `EvictionWorth.unallocated`."""
 
     ALL = "all"
     """Every allocated victim: the preemptor's own account's and other accounts'."""
@@ -65,7 +68,7 @@ class WorthScope(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class VictimCost:
-    """One allocated victim as the rule weighs it."""
+    """One victim as the rule weighs it."""
 
     job_id: str
     gpus: float
@@ -82,7 +85,7 @@ class WorthVerdict:
 
     worth_it: bool
     victims: int
-    """Allocated victims weighed (unallocated ones are not)."""
+    """Victims weighed (unallocated ones only with `EvictionWorth.unallocated`)."""
     lost_gpu_seconds: float
     gained_gpu_seconds: float
     reason: str
@@ -102,7 +105,8 @@ def _hours(gpu_seconds: float) -> str:
 
 @dataclass(frozen=True)
 class EvictionWorth:
-    """Evict allocated work only when the preemptor's earlier start is worth the work lost.
+    """Evict allocated work (and, with `unallocated`, unallocated work) only when the
+    preemptor's earlier start is worth the work lost.
 
     `max_lost_per_gained`: GPU-seconds an eviction may destroy per GPU-second of earlier start
     it buys (1.0: no more work lost than gained). `horizon`: the longest wait an eviction is
@@ -120,7 +124,7 @@ class EvictionWorth:
     (min(GPUs, budget - running)): the owed GPU-time the eviction reclaims, not the GPUs the
     account would borrow beyond its budget."""
     loss_budget: float | None = None
-    """GPU-seconds of allocated work the evictions of any 24 hours may destroy (None: no
+    """GPU-seconds of weighed victims' work the evictions of any 24 hours may destroy (None: no
     budget). An eviction must fit in what is left of it, and the less is left the more it
     must buy: lost <= max_lost_per_gained x gained x left / loss_budget."""
     age_wait: float = 0.0
@@ -128,11 +132,15 @@ class EvictionWorth:
     has run so far (at most `horizon`), since a job's remaining time grows with its age on
     heavy-tailed runtimes; 0: `horizon`, whatever its age."""
     scope: WorthScope = WorthScope.ALL
-    """Which allocated victims are weighed; the others are evicted as the contract allows."""
+    """Which victims are weighed; the others are evicted as the contract allows."""
     restart_cost: float = 0.0
     """Seconds a victim's GPUs spend starting it over (image, checkpoint, warm-up) before it
     does new work: each weighed victim costs its GPUs x this on top of the work it loses, so
     a victim that checkpointed a moment ago is not free. 0: restarts cost nothing."""
+    unallocated: bool = False
+    """Whether unallocated victims are weighed too (within `scope`), so that budgeted work
+    waits rather than throw away a long run of unallocated work for a short gain; False:
+    budgeted work reclaims unallocated capacity whatever it destroys."""
 
     def __post_init__(self) -> None:
         try:
@@ -181,15 +189,15 @@ class EvictionWorth:
         credit: float = 1.0,
         spent: float = 0.0,
     ) -> WorthVerdict:
-        """Whether evicting `victims` (the allocated ones of a plan) for a preemptor holding
+        """Whether evicting `victims` (those of a plan the rule weighs) for a preemptor holding
         `preemptor_gpus` GPUs is worth it; `credit`: `credit(...)` of its account; `spent`:
-        GPU-seconds evictions of allocated work destroyed in the last `LOSS_WINDOW` (work lost
+        GPU-seconds evictions of weighed victims destroyed in the last `LOSS_WINDOW` (work lost
         and restarts: `WorthVerdict.cost_gpu_seconds`)."""
         lost = sum(victim.lost_gpu_seconds for victim in victims)
         restart = self.restart_cost * sum(victim.gpus for victim in victims)
         cost = lost + restart
         if not victims or cost <= 0:
-            return WorthVerdict(True, len(victims), lost, 0.0, "no allocated work lost")
+            return WorthVerdict(True, len(victims), lost, 0.0, "no weighed work lost")
         gained = preemptor_gpus * self.avoided_wait(victims) * credit
         ratio = self.max_lost_per_gained
         left = None if self.loss_budget is None else max(self.loss_budget - spent, 0.0)

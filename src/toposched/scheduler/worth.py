@@ -11,25 +11,19 @@ from toposched.scheduler.jobs import Job
 from toposched.scheduler.ledger import Ledger
 from toposched.scheduler.refusals import Refusal, RefusalCode
 
-__all__ = ["WorthGate", "victim_costs"]
+__all__ = ["WorthGate", "victim_costs", "weighed"]
 
 
 def victim_costs(
-    plan: PreemptionPlan, ledger: Ledger, now: float, scope: WorthScope = WorthScope.ALL
+    plan: PreemptionPlan, ledger: Ledger, now: float, worth: EvictionWorth, account: str
 ) -> list[VictimCost]:
-    """The plan's allocated victims as the rule weighs them: GPUs, work lost, seconds to
-    their expected end (None without an expected runtime) and seconds run. Unallocated
-    victims are left out, with `WorthScope.OWN_ACCOUNT` those of other accounts, and with
-    `WorthScope.CANNOT_RESUME` those that can resume."""
+    """The plan's victims as `worth` weighs them for a preemptor of `account`: GPUs, work
+    lost, seconds to their expected end (None without an expected runtime) and seconds run."""
     costs: list[VictimCost] = []
     running = ledger.running
     for victim in plan.victims:
-        if victim.rule == PreemptionRule.UNALLOCATED_VICTIM:
-            continue
-        if scope is WorthScope.OWN_ACCOUNT and victim.rule != PreemptionRule.HIGHER_PRIORITY:
-            continue
         job = running[victim.job_id]
-        if scope is WorthScope.CANNOT_RESUME and job.spec.resumable:
+        if not weighed(worth, victim.rule, job, account):
             continue
         end = job.expected_end
         start = job.start_time
@@ -45,6 +39,22 @@ def victim_costs(
     return costs
 
 
+def weighed(worth: EvictionWorth, rule: str, victim: Job, account: str) -> bool:
+    """Whether `worth` weighs `victim`, evicted under `rule` for a preemptor of `account`.
+    Unallocated victims only with `EvictionWorth.unallocated`; with `WorthScope.OWN_ACCOUNT`
+    only the preemptor's own account's (its lower-priority jobs, its unallocated work); with
+    `WorthScope.CANNOT_RESUME` only those that cannot resume."""
+    scope = worth.scope
+    if rule == PreemptionRule.UNALLOCATED_VICTIM:
+        if not worth.unallocated:
+            return False
+        if scope is WorthScope.OWN_ACCOUNT and victim.spec.account != account:
+            return False
+    elif scope is WorthScope.OWN_ACCOUNT and rule != PreemptionRule.HIGHER_PRIORITY:
+        return False
+    return not (scope is WorthScope.CANNOT_RESUME and victim.spec.resumable)
+
+
 class WorthGate:
     """The rule with what it remembers: what the evictions it let through in the last
     `LOSS_WINDOW` destroyed (work lost and restarts), which `EvictionWorth.loss_budget`
@@ -57,8 +67,8 @@ class WorthGate:
         self._spent = 0.0
 
     def spent(self, now: float) -> float:
-        """GPU-seconds the evictions of allocated work let through since `now - LOSS_WINDOW`
-        destroyed."""
+        """GPU-seconds the evictions let through since `now - LOSS_WINDOW` destroyed, counting
+        the victims the rule weighs."""
         spending = self._spending
         while spending and spending[0][0] <= now - LOSS_WINDOW:
             self._spent -= spending.popleft()[1]
@@ -75,7 +85,7 @@ class WorthGate:
         credit = worth.credit(budget, running)
         gpus = min(job.gpus, max(budget - running, 0.0)) if worth.owed_only else job.gpus
         spent = self.spent(now) if worth.loss_budget is not None else 0.0
-        verdict = worth.judge(gpus, victim_costs(plan, ledger, now, worth.scope), credit, spent)
+        verdict = worth.judge(gpus, victim_costs(plan, ledger, now, worth, account), credit, spent)
         if verdict.worth_it:
             cost = verdict.cost_gpu_seconds
             if cost > 0:
