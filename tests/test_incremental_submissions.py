@@ -21,6 +21,7 @@ from toposched.policy.budget import BudgetTree
 from toposched.policy.checkpoint_wait import CheckpointWait
 from toposched.policy.contract import Contract
 from toposched.policy.owed_standing import OwedOrder
+from toposched.policy.worth import EvictionWorth, WorthScope
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict, Reserve
 from toposched.scheduler.incremental import differences
@@ -28,6 +29,7 @@ from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab
 from toposched.workloads.model import Workload
 from toposched.workloads.replay import default_traces_dir, itp_replay, openb_replay
+from toposched.workloads.variants import with_resumable_share
 
 TRACES = default_traces_dir()
 needs_itp = pytest.mark.skipif(
@@ -124,11 +126,12 @@ def test_the_checking_mode_holds_on_a_loaded_cluster() -> None:
     assert checked.lines == decisions(run, incremental=False).lines
 
 
-def assert_policy_decides_alike_skipping_or_not(**policy: Any) -> None:
+def assert_policy_decides_alike_skipping_or_not(
+    run: Run = Run("ai2-seed7", lambda: ai2_like(seed=7, days=0.5, gpus=256)), **policy: Any
+) -> None:
     """Under the scheduler settings `policy`, cycles after submissions decide what full cycles
     decide on a short Ai2-like run, and still skip jobs; and the policy decides something
     (its decisions differ from the defaults'), so the comparison covers it."""
-    run = Run("ai2-seed7", lambda: ai2_like(seed=7, days=0.5, gpus=256))
     full = decisions(run, incremental=False, **policy)
     shortcut = decisions(run, incremental=True, full_cycle_every=0.0, **policy)
     assert full.lines and shortcut.lines == full.lines
@@ -146,6 +149,22 @@ def test_jobs_waiting_for_checkpoints_decide_alike_skipping_or_not() -> None:
     (`CheckpointGate.awaited`)."""
     wait = CheckpointWait(first_checkpoint=HOUR, owed_only=True, urgent_priority=10)
     assert_policy_decides_alike_skipping_or_not(contract=Contract(checkpoint_wait=wait))
+
+
+def test_unallocated_work_weighed_decides_alike_skipping_or_not() -> None:
+    """With unallocated victims that cannot resume weighed by the cost/benefit rule, whose
+    refusals move with the clock."""
+    worth = EvictionWorth(1.0, scope=WorthScope.CANNOT_RESUME, unallocated=True)
+    run = Run(
+        "ai2-seed3-fifth-resumable",
+        lambda: with_resumable_share(ai2_like(seed=3, days=1.0, gpus=256), 0.2),
+    )
+    assert_policy_decides_alike_skipping_or_not(run, contract=Contract(worth=worth))
+    # Weighing the unallocated victims is what decides something here, not the scope alone.
+    scoped = dataclasses.replace(worth, unallocated=False)
+    weighing = decisions(run, incremental=False, contract=Contract(worth=worth))
+    scope_alone = decisions(run, incremental=False, contract=Contract(worth=scoped))
+    assert weighing.lines != scope_alone.lines
 
 
 def test_cycles_after_submissions_skip_settled_jobs_until_something_else_happens() -> None:
