@@ -61,13 +61,16 @@ def test_the_loss_budget_caps_the_work_thrown_away_in_a_day(tmp_path: Path) -> N
         (["--eviction-worth", "1", "--eviction-worth-horizon", "0"], "a duration > 0"),
         (["--eviction-worth-horizon", "2h"], "applies only with --eviction-worth"),
         (["--eviction-worth-owed"], "applies only with --eviction-worth"),
-        (["--eviction-loss-budget", "100"], "applies only with --eviction-worth"),
         (["--eviction-worth", "1", "--eviction-loss-budget", "0"], "a number > 0"),
         (["--eviction-worth", "1", "--eviction-loss-budget", "inf"], "a number > 0"),
         (["--eviction-worth-scope", "own-account"], "applies only with --eviction-worth"),
         (["--eviction-worth", "1", "--eviction-worth-scope", "mine"], "invalid choice"),
         (["--eviction-worth-restart", "5m"], "'5m' is invalid: applies only with --eviction"),
         (["--eviction-worth-unallocated"], "applies only with --eviction-worth"),
+        (["--eviction-worth-shortfall", "2"], "shortfall: 2 is invalid: applies only with"),
+        (["--eviction-loss-budget", "100"], "budget: 100 is invalid: applies only with"),
+        (["--eviction-worth", "1", "--eviction-worth-shortfall", "-1"], "a number >= 0"),
+        (["--eviction-worth", "1", "--eviction-worth-shortfall", "much"], "a number >= 0"),
         (["--eviction-worth-horizon", "90m"], "'1h30m' is invalid: applies only with"),
         (["--eviction-worth", "1", "--eviction-worth-restart", "-5m"], "--eviction-worth-restart"),
         (["--eviction-worth", "1", "--eviction-worth-restart", "soon"], "--eviction-worth-restart"),
@@ -134,7 +137,7 @@ def test_the_checkpoint_wait_options_reach_the_scheduler() -> None:
     )
 
 
-def test_the_restart_cost_the_scope_and_unallocated_work_reach_the_rule() -> None:
+def test_the_refinements_reach_the_rule() -> None:
     from toposched.cli.main import build_parser
     from toposched.cli.policy_options import policy_settings
     from toposched.policy.worth import EvictionWorth, WorthScope
@@ -151,3 +154,5 @@ def test_the_restart_cost_the_scope_and_unallocated_work_reach_the_rule() -> Non
     assert scoped == EvictionWorth(1.0, scope=WorthScope.CANNOT_RESUME)
     weighing = rule("--eviction-worth", "1", "--eviction-worth-unallocated")
     assert weighing == EvictionWorth(1.0, unallocated=True)
+    crediting = rule("--eviction-worth", "1", "--eviction-worth-shortfall", "2")
+    assert crediting == EvictionWorth(1.0, shortfall_weight=2.0)

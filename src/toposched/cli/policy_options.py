@@ -13,6 +13,7 @@ from toposched.cli.simulate_values import (
     keep_duration,
     loss_budget,
     owed_half_life,
+    shortfall_weight,
     spares_option,
     worth_horizon,
     worth_ratio,
@@ -144,6 +145,15 @@ def add_policy_options(parser: argparse.ArgumentParser) -> list[argparse.Action]
         help="with --eviction-worth: how long a victim's GPUs take to start it over (image, "
         "checkpoint, warm-up), weighed as work lost: each evicted budgeted job costs its GPUs "
         "x D more (seconds, or e.g. 5m; default: 0, restarts cost nothing)",
+    )
+    add(
+        "--eviction-worth-shortfall",
+        type=shortfall_weight,
+        metavar="W",
+        help="with --eviction-worth: credit the earlier start of a job whose team runs below "
+        "its budget 1 + W x the share of the budget it lacks times (e.g. 2: a team at half "
+        "its budget counts it twice), so that the teams furthest below their budgets "
+        "reclaim first (default: 0, every team alike)",
     )
     add(
         "--eviction-worth-unallocated",
@@ -297,6 +307,7 @@ _REFINEMENTS = (
             "--eviction-worth-owed",
             "--eviction-worth-scope",
             "--eviction-worth-restart",
+            "--eviction-worth-shortfall",
             "--eviction-worth-unallocated",
             "--eviction-loss-budget",
         ),
@@ -336,12 +347,15 @@ _DURATIONS = frozenset(
 
 
 def _given(args: argparse.Namespace, flag: str) -> Any:
-    """The flag's value as a user writes it: durations in units, budgets in GPU-hours."""
+    """The flag's value as a user writes it: durations in units, budgets in GPU-hours, numbers
+    without a trailing .0."""
     value = _value(args, flag)
     if flag == "--eviction-loss-budget":
-        return value / HOUR
+        value /= HOUR
     if flag in _DURATIONS:
         return format_duration(value)
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
     return value
 
 
@@ -446,6 +460,7 @@ def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
         loss_budget=budget,
         scope=WorthScope.ALL if scope is None else WorthScope(scope),
         restart_cost=restart or 0.0,
+        shortfall_weight=getattr(args, "eviction_worth_shortfall", None) or 0.0,
         unallocated=getattr(args, "eviction_worth_unallocated", False),
     )
 

@@ -144,6 +144,20 @@ def worth_ratio(text: str) -> float:
     return value
 
 
+def shortfall_weight(text: str) -> float:
+    """`--eviction-worth-shortfall`: a number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r}: expected extra credit per share of the budget a team lacks, a "
+            "number >= 0 (e.g. 2)"
+        )
+    return value
+
+
 def worth_horizon(text: str) -> float:
     return _positive_duration(text, "--eviction-worth-horizon", "2h")
 
