@@ -143,7 +143,7 @@ def test_a_server_runs_the_policy_its_flags_ask_for(tmp_path: Path) -> None:
     )
     assert oldest == ["u1", "u2", "u3", "u4"]
     assert policy == {"unallocated_order": "oldest"}
-    assert "scheduling policy: unallocated_order=" in log
+    assert 'scheduling policy: unallocated_order="oldest"' in log
     ranked, policy, log = queue_after_filling((), tmp_path / "rank")
     assert ranked in (["u1", "u3", "u2", "u4"], ["u2", "u4", "u1", "u3"])
     assert policy == {}

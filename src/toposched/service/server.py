@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import socket
@@ -85,17 +86,20 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
             ws="none",  # the API has no WebSocket route (the watch stream is server-sent events)
         )
     )
+    nodes = topology.n_nodes
     log.info(
-        "toposched serve: %d nodes, %d GPUs, store %s, backend %s",
-        topology.n_nodes,
+        "toposched serve: %d node%s, %d GPUs, store %s, backend %s",
+        nodes,
+        "" if nodes == 1 else "s",
         topology.n_gpus,
         config.store,
         config.backend,
     )
-    chosen = SchedulerSettings.of(None, config.scheduler).changes()
+    chosen = SchedulerSettings.of(None, config.scheduler).changes_as_json()
     if chosen:
         log.info(
-            "scheduling policy: %s", ", ".join(f"{name}={value}" for name, value in chosen.items())
+            "scheduling policy: %s",
+            ", ".join(f"{name}={json.dumps(value)}" for name, value in chosen.items()),
         )
     log.info(
         "listening on %s://%s:%d",
