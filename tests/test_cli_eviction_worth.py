@@ -69,6 +69,8 @@ def test_the_loss_budget_caps_the_work_thrown_away_in_a_day(tmp_path: Path) -> N
         (["--eviction-worth-unallocated"], "applies only with --eviction-worth"),
         (["--eviction-worth-shortfall", "2"], "shortfall: 2 is invalid: applies only with"),
         (["--eviction-loss-budget", "100"], "budget: 100 is invalid: applies only with"),
+        (["--eviction-loss-budget-per-account", "25"], "account: 25 is invalid: applies only"),
+        (["--eviction-worth", "1", "--eviction-loss-budget-per-account", "0"], "a number > 0"),
         (["--eviction-worth", "1", "--eviction-worth-shortfall", "-1"], "a number >= 0"),
         (["--eviction-worth", "1", "--eviction-worth-shortfall", "much"], "a number >= 0"),
         (["--eviction-worth-horizon", "90m"], "'1h30m' is invalid: applies only with"),
@@ -156,3 +158,5 @@ def test_the_refinements_reach_the_rule() -> None:
     assert weighing == EvictionWorth(1.0, unallocated=True)
     crediting = rule("--eviction-worth", "1", "--eviction-worth-shortfall", "2")
     assert crediting == EvictionWorth(1.0, shortfall_weight=2.0)
+    per_account = rule("--eviction-worth", "1", "--eviction-loss-budget-per-account", "25")
+    assert per_account == EvictionWorth(1.0, account_loss_budget=25 * 3600.0)

@@ -51,6 +51,7 @@ def contract_of(worth: dict[str, Any] | None) -> Contract:
     if worth is None:
         return Contract()
     budget = worth.get("loss_budget_h")
+    account_budget = worth.get("account_loss_budget_h")
     return Contract(
         worth=EvictionWorth(
             max_lost_per_gained=worth["max_lost_per_gained"],
@@ -62,6 +63,7 @@ def contract_of(worth: dict[str, Any] | None) -> Contract:
             restart_cost=worth.get("restart_h", 0.0) * HOUR,
             scope=WorthScope(worth.get("scope", "all")),
             unallocated=worth.get("unallocated", False),
+            account_loss_budget=None if account_budget is None else account_budget * HOUR,
         )
     )
 
@@ -242,7 +244,34 @@ def test_the_gate_counts_restarts_against_the_loss_budget() -> None:
     assert gate.spent(2 * HOUR) == pytest.approx(8 * HOUR)
 
 
+def test_each_account_has_its_own_loss_budget() -> None:
+    # 4 GPU-hours of team-b's work and 3 of team-c's against budgets of 5 a day each: team-b
+    # has spent 2 already, so only 3 are left to it and the eviction waits.
+    rule = EvictionWorth(account_loss_budget=5 * HOUR)
+    victims = [
+        VictimCost("b", 4, 4 * HOUR, None, account="team-b"),
+        VictimCost("c", 4, 3 * HOUR, None, account="team-c"),
+    ]
+    assert rule.judge(8, victims).worth_it
+    assert rule.judge(8, victims, spent_by_account={"team-c": 2 * HOUR}).worth_it
+    waiting = rule.judge(8, victims, spent_by_account={"team-b": 2 * HOUR})
+    assert not waiting.worth_it
+    assert waiting.reason.endswith(
+        ", 3.0 GPU-hours left of team-b's day's budget of lost work: waiting"
+    )
+    assert rule.account_over_budget(victims, {"team-b": 2 * HOUR}) == ("team-b", 3 * HOUR)
+
+
+def test_the_gate_counts_the_lost_work_of_each_account() -> None:
+    worth = {"max_lost_per_gained": 1.0, "horizon_h": 2.0, "account_loss_budget_h": 10.0}
+    gate = gate_after_b2_is_evicted(worth)
+    assert gate.spent_by_account(2 * HOUR) == pytest.approx({"team-b": 6 * HOUR})
+    assert gate.spent_by_account(26 * HOUR) == {}
+
+
 def test_age_wait_and_budget_settings_are_checked() -> None:
+    with pytest.raises(InputError, match="account_loss_budget"):
+        EvictionWorth(account_loss_budget=-1)
     with pytest.raises(InputError, match="loss_budget"):
         EvictionWorth(loss_budget=0)
     with pytest.raises(InputError, match="loss_budget"):

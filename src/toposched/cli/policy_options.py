@@ -171,6 +171,14 @@ def add_policy_options(parser: argparse.ArgumentParser) -> list[argparse.Action]
         "(default: no budget)",
     )
     add(
+        "--eviction-loss-budget-per-account",
+        type=loss_budget,
+        metavar="GPU_HOURS",
+        help="with --eviction-worth: the most GPU-hours of any one team's work evictions may "
+        "throw away in any 24 hours; an eviction that would take a team past it waits, so "
+        "that no team loses its work day after day for others (default: no such budget)",
+    )
+    add(
         "--checkpoint-wait",
         type=worth_horizon,
         metavar="D",
@@ -310,6 +318,7 @@ _REFINEMENTS = (
             "--eviction-worth-shortfall",
             "--eviction-worth-unallocated",
             "--eviction-loss-budget",
+            "--eviction-loss-budget-per-account",
         ),
     ),
     (
@@ -350,7 +359,7 @@ def _given(args: argparse.Namespace, flag: str) -> Any:
     """The flag's value as a user writes it: durations in units, budgets in GPU-hours, numbers
     without a trailing .0."""
     value = _value(args, flag)
-    if flag == "--eviction-loss-budget":
+    if flag in ("--eviction-loss-budget", "--eviction-loss-budget-per-account"):
         value /= HOUR
     if flag in _DURATIONS:
         return format_duration(value)
@@ -461,6 +470,7 @@ def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
         scope=WorthScope.ALL if scope is None else WorthScope(scope),
         restart_cost=restart or 0.0,
         shortfall_weight=getattr(args, "eviction_worth_shortfall", None) or 0.0,
+        account_loss_budget=getattr(args, "eviction_loss_budget_per_account", None),
         unallocated=getattr(args, "eviction_worth_unallocated", False),
     )
 

@@ -29,7 +29,7 @@ an eviction the less of the budget is left:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -77,6 +77,8 @@ class VictimCost:
     """Seconds until its expected end; None when it declared no expected runtime."""
     ran: float = 0.0
     """Seconds it has run since its (last) start."""
+    account: str = ""
+    """The account whose work it is (for `EvictionWorth.account_loss_budget`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,11 @@ class EvictionWorth:
     """Seconds a victim's GPUs spend starting it over (image, checkpoint, warm-up) before it
     does new work: each weighed victim costs its GPUs x this on top of the work it loses, so
     a victim that checkpointed a moment ago is not free. 0: restarts cost nothing."""
+    account_loss_budget: float | None = None
+    """GPU-seconds of any one account's work (its weighed victims' work lost and restarts)
+    the evictions of any 24 hours may destroy (None: no such budget): an eviction that would
+    take an account past it waits, so that no team's work is thrown away day after day for
+    others' earlier starts."""
     unallocated: bool = False
     """Whether unallocated victims are weighed too (within `scope`), so that budgeted work
     waits rather than throw away a long run of unallocated work for a short gain; False:
@@ -150,9 +157,11 @@ class EvictionWorth:
             raise InputError("scope", self.scope, f"must be one of {choices}") from None
         if not isinstance(self.owed_only, bool):
             raise InputError("owed_only", self.owed_only, "must be true or false")
-        if self.loss_budget is not None:
-            rule = "must be GPU-seconds per day > 0, or None"
-            checked_number(self.loss_budget, "loss_budget", rule, above=True)
+        for name in ("loss_budget", "account_loss_budget"):
+            value = getattr(self, name)
+            if value is not None:
+                rule = "must be GPU-seconds per day > 0, or None"
+                checked_number(value, name, rule, above=True)
         for name in (
             "max_lost_per_gained",
             "horizon",
@@ -182,17 +191,37 @@ class EvictionWorth:
             return 1.0
         return 1.0 + self.shortfall_weight * (budget - max(running, 0.0)) / budget
 
+    def account_over_budget(
+        self, victims: Sequence[VictimCost], spent_by_account: Mapping[str, float]
+    ) -> tuple[str, float] | None:
+        """The first account (by name) whose victims would take it past
+        `account_loss_budget`, with the GPU-seconds it has left; None when none would."""
+        budget = self.account_loss_budget
+        if budget is None:
+            return None
+        costs: dict[str, float] = {}
+        for victim in victims:
+            cost = victim.lost_gpu_seconds + self.restart_cost * victim.gpus
+            costs[victim.account] = costs.get(victim.account, 0.0) + cost
+        for account in sorted(costs):
+            left = max(budget - spent_by_account.get(account, 0.0), 0.0)
+            if costs[account] > left:
+                return account, left
+        return None
+
     def judge(
         self,
         preemptor_gpus: float,
         victims: Sequence[VictimCost],
         credit: float = 1.0,
         spent: float = 0.0,
+        spent_by_account: Mapping[str, float] | None = None,
     ) -> WorthVerdict:
         """Whether evicting `victims` (those of a plan the rule weighs) for a preemptor holding
         `preemptor_gpus` GPUs is worth it; `credit`: `credit(...)` of its account; `spent`:
         GPU-seconds evictions of weighed victims destroyed in the last `LOSS_WINDOW` (work lost
-        and restarts: `WorthVerdict.cost_gpu_seconds`)."""
+        and restarts: `WorthVerdict.cost_gpu_seconds`); `spent_by_account`: the same by the
+        victims' accounts (read with `account_loss_budget`)."""
         lost = sum(victim.lost_gpu_seconds for victim in victims)
         restart = self.restart_cost * sum(victim.gpus for victim in victims)
         cost = lost + restart
@@ -203,7 +232,8 @@ class EvictionWorth:
         left = None if self.loss_budget is None else max(self.loss_budget - spent, 0.0)
         if left is not None and self.loss_budget:
             ratio *= left / self.loss_budget
-        worth_it = cost <= ratio * gained and (left is None or cost <= left)
+        over = self.account_over_budget(victims, spent_by_account or {})
+        worth_it = cost <= ratio * gained and (left is None or cost <= left) and over is None
         jobs = f"{len(victims)} job" + ("s" if len(victims) != 1 else "")
         bought = (
             f"gain {_hours(gained)} GPU-hours of budget"
@@ -219,5 +249,9 @@ class EvictionWorth:
             limit = "" if ratio == 1 else f" (at most {ratio:.2g} lost per GPU-hour gained)"
             if left is not None:
                 limit += f" with {_hours(left)} GPU-hours left of the day's budget of lost work"
+            if over is not None:
+                limit += (
+                    f", {_hours(over[1])} GPU-hours left of {over[0]}'s day's budget of lost work"
+                )
             verdict = f"{figures}{limit}: waiting"
         return WorthVerdict(worth_it, len(victims), lost, gained, verdict, restart)
