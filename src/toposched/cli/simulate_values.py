@@ -132,28 +132,24 @@ def headroom_share(text: str) -> float:
 
 
 def worth_ratio(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(
-            f"{text[:80]!r}: expected GPU-seconds lost per GPU-second gained, a number >= 0 "
-            "(e.g. 1)"
-        )
-    return value
+    """`--eviction-worth`: a number >= 0."""
+    return _nonnegative(text, "GPU-seconds lost per GPU-second gained", "1")
 
 
 def shortfall_weight(text: str) -> float:
     """`--eviction-worth-shortfall`: a number >= 0."""
+    return _nonnegative(text, "extra credit per share of the budget a team lacks", "2")
+
+
+def _nonnegative(text: str, expected: str, example: str) -> float:
+    """`text` as a finite number >= 0, else an error saying what was `expected`."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(
-            f"{text[:80]!r}: expected extra credit per share of the budget a team lacks, a "
-            "number >= 0 (e.g. 2)"
+            f"{text[:80]!r}: expected {expected}, a number >= 0 (e.g. {example})"
         )
     return value
 
