@@ -80,6 +80,10 @@ class VictimCost:
     account: str = ""
     """The account whose work it is (for `EvictionWorth.account_loss_budget`)."""
 
+    def destroyed(self, restart_cost: float) -> float:
+        """GPU-seconds its eviction destroys: its work lost and its restart."""
+        return self.lost_gpu_seconds + restart_cost * self.gpus
+
 
 @dataclass(frozen=True, slots=True)
 class WorthVerdict:
@@ -201,7 +205,7 @@ class EvictionWorth:
             return None
         costs: dict[str, float] = {}
         for victim in victims:
-            cost = victim.lost_gpu_seconds + self.restart_cost * victim.gpus
+            cost = victim.destroyed(self.restart_cost)
             costs[victim.account] = costs.get(victim.account, 0.0) + cost
         for account in sorted(costs):
             left = max(budget - spent_by_account.get(account, 0.0), 0.0)

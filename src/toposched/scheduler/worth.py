@@ -132,7 +132,7 @@ class WorthGate:
         by_account = self.worth.account_loss_budget is not None
         total = 0.0
         for victim in victims:
-            cost = victim.lost_gpu_seconds + restart * victim.gpus
+            cost = victim.destroyed(restart)
             if cost > 0:
                 total += cost
                 if by_account:
