@@ -4,6 +4,7 @@ and no process left behind."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -39,9 +40,18 @@ def _raise_value_error(sink: ProgressSink) -> int:
     raise ValueError("broken task")
 
 
-def _sleep(sink: ProgressSink) -> int:
+def _sleep_once_started(started: Path, sink: ProgressSink) -> int:
+    started.touch()
     time.sleep(60)
     return 0
+
+
+def _raise_once_started(started: Path, sink: ProgressSink) -> int:
+    # A task stopped before it began reports nothing: the other task must be running first.
+    deadline = time.monotonic() + 20
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _raise_value_error(sink)
 
 
 def _die(sink: ProgressSink) -> int:
@@ -57,10 +67,15 @@ def test_tasks_run_in_other_processes_and_come_back_in_their_order() -> None:
     assert os.getpid() not in pids and 1 <= len(pids) <= 2
 
 
-def test_a_task_that_raises_stops_the_others_and_its_error_comes_back() -> None:
+def test_a_task_that_raises_stops_the_others_and_its_error_comes_back(tmp_path: Path) -> None:
+    marker = tmp_path / "slow-started"
+    tasks = {
+        "slow": functools.partial(_sleep_once_started, marker),
+        "broken": functools.partial(_raise_once_started, marker),
+    }
     started = time.monotonic()
-    outcomes = run_in_workers({"slow": _sleep, "broken": _raise_value_error}, workers=2)
-    assert time.monotonic() - started < 30  # the sleeping task was stopped, not awaited
+    outcomes = run_in_workers(tasks, workers=2)
+    assert time.monotonic() - started < 40  # the sleeping task was stopped, not awaited
     error = outcomes.raised["broken"]
     assert isinstance(error, ValueError) and str(error) == "broken task"
     # The worker's own traceback comes with it.
