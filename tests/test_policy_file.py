@@ -134,7 +134,11 @@ def test_a_flag_on_the_command_line_wins_over_the_file(tmp_path: Path) -> None:
         ),
         ("- checkpoint-wait\n", ":1: policy: ['checkpoint-wait'] is invalid: must be a mapping"),
         ("policy: other.yaml\n", ":1: policy: 'other.yaml' is invalid: is not a policy setting"),
-        ("urgent-priority: 10\n", "--urgent-priority: 10 is invalid: applies only with"),
+        ("urgent-priority: 10\n", ":1: urgent-priority: 10 is invalid: applies only with"),
+        (
+            "eviction-worth-owed: false\neviction-loss-budget-per-account: 10\n",
+            ":2: eviction-loss-budget-per-account: 10 is invalid: applies only with",
+        ),
     ],
 )
 def test_a_bad_policy_file_exits_2_naming_file_line_and_rule(

@@ -23,7 +23,7 @@ from toposched.cli.policy_options import add_policy_options
 from toposched.cluster.documents import Document, parse_documents, read_text
 from toposched.cluster.errors import InputError, did_you_mean
 
-__all__ = ["POLICY_FILE_FLAG", "with_policy_file"]
+__all__ = ["POLICY_FILE_FLAG", "setting_line", "with_policy_file"]
 
 POLICY_FILE_FLAG = "--policy"
 
@@ -52,6 +52,11 @@ def with_policy_file(args: argparse.Namespace, path: str) -> argparse.Namespace:
         if getattr(merged, action.dest, action.default) == action.default:
             setattr(merged, action.dest, value)
     return merged
+
+
+def setting_line(path: str, name: str) -> int | None:
+    """The line of the policy file at `path` that gives the setting `name` (None: unknown)."""
+    return _read(path).line((name,))
 
 
 def _read(path: str) -> Document:

@@ -291,6 +291,7 @@ def checked_policy(args: argparse.Namespace) -> argparse.Namespace:
     --eviction-worth, whether the command line or the file set it. Loads nothing but the
     file: a simulation checks its options before the simulator loads."""
     path = getattr(args, "policy", None)
+    given = args
     if path is not None:
         from toposched.cli.policy_file import with_policy_file
 
@@ -300,11 +301,25 @@ def checked_policy(args: argparse.Namespace) -> argparse.Namespace:
             continue
         for flag in flags:
             if _on(args, flag):
-                raise InputError(flag, _given(args, flag), f"applies only with {refined}")
+                raise _refused(given, args, flag, f"applies only with {refined}")
     if _on(args, "--owed-half-life") and getattr(args, "owed_order", None) != "least-met":
-        value = _given(args, "--owed-half-life")
-        raise InputError("--owed-half-life", value, "applies only with --owed-order least-met")
+        raise _refused(given, args, "--owed-half-life", "applies only with --owed-order least-met")
     return args
+
+
+def _refused(
+    given: argparse.Namespace, args: argparse.Namespace, flag: str, rule: str
+) -> InputError:
+    """The error for `flag`, set in `args` against `rule`: named as the policy file names it,
+    with the file and line, when the file set it rather than the command line (`given`)."""
+    value = _given(args, flag)
+    path = getattr(given, "policy", None)
+    if path is None or _on(given, flag):
+        return InputError(flag, value, rule)
+    from toposched.cli.policy_file import setting_line
+
+    name = flag.removeprefix("--")
+    return InputError(name, value, rule, file=path, line=setting_line(path, name))
 
 
 _REFINEMENTS = (
