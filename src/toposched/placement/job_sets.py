@@ -128,9 +128,9 @@ class JobSets:
         divides every set's GPUs per pod (8- and 4-GPU pods: 4-GPU pods), its CPU and memory
         spread over them, on the GPU models of the set asking the most; room for it is room
         for the job's GPUs, and every set is checked to fit there before the job is given it
-        (`Placing.sets_after`). Sets of shared GPUs, or without GPUs at all, make a gang of
-        the job's pods each asking the most any set asks, which holds every set. Elastic sets
-        count their minimums: the room the job asks for to start."""
+        (`toposched.scheduler.placing.sets_after`). Sets of shared GPUs, or without GPUs at
+        all, make a gang of the job's pods each asking the most any set asks, which holds
+        every set. Elastic sets count their minimums: the room the job asks for to start."""
         if self.elastic:
             return self.least().gang(request)
         if self.one_shape:

@@ -175,31 +175,6 @@ class Placing:
         )
         self.failures.add(shape, failure, fence)
 
-    def sets_after(self, job: Job, plan: PreemptionPlan) -> PreemptionPlan | Refusal:
-        """`plan` for a job of several pod sets, found for its pods as one gang within the
-        job's topology (`JobSets.gang`), checked on a what-if without its victims: every set
-        placed there, the plan's placement becomes the sets' (the nodes kept for the job); a
-        refusal when the room it makes does not hold every set (elastic sets: their minimums,
-        for which the victims were chosen; they take what fits there). Other jobs' plans, and
-        those of fixed sets that share one shape and have no topology of their own (the
-        gang's placement is theirs), are returned as they are."""
-        sets = job.sets
-        if sets is None or (sets.one_shape and sets.own_topology() is None and not sets.elastic):
-            return plan
-        statement = Statement(self.state)
-        try:
-            for victim in plan.victims:
-                statement.release(victim.job_id)
-            placed = place_job_sets(self.state, sets, self.policy)
-        finally:
-            statement.discard()
-        if isinstance(placed, Unschedulable):
-            return Refusal(
-                RefusalCode.TOPOLOGY,
-                f"the room its best victims make does not hold every pod set ({placed.reason})",
-            )
-        return replace(plan, placement=Placement(job.request, placed.joined()))
-
     def start_nominee(self, job: Job, fence: Fence, now: float, result: CycleResult) -> bool:
         """Start a preemptor whose victims are gone, on the nodes kept for it."""
         nomination = job.nomination
@@ -229,6 +204,34 @@ class Placing:
         # The cluster changed while victims left (e.g. a node failed): plan again.
         job.record(now, f"nominated capacity no longer fits ({outcome.reason}); re-planning")
         return False
+
+
+def sets_after(
+    state: ClusterState, policy: PlacementPolicy, job: Job, plan: PreemptionPlan
+) -> PreemptionPlan | Refusal:
+    """`plan` for a job of several pod sets, found for its pods as one gang within the
+    job's topology (`JobSets.gang`), checked on a what-if without its victims: every set
+    placed there, the plan's placement becomes the sets' (the nodes kept for the job); a
+    refusal when the room it makes does not hold every set (elastic sets: their minimums,
+    for which the victims were chosen; they take what fits there). Other jobs' plans, and
+    those of fixed sets that share one shape and have no topology of their own (the
+    gang's placement is theirs), are returned as they are."""
+    sets = job.sets
+    if sets is None or (sets.one_shape and sets.own_topology() is None and not sets.elastic):
+        return plan
+    statement = Statement(state)
+    try:
+        for victim in plan.victims:
+            statement.release(victim.job_id)
+        placed = place_job_sets(state, sets, policy)
+    finally:
+        statement.discard()
+    if isinstance(placed, Unschedulable):
+        return Refusal(
+            RefusalCode.TOPOLOGY,
+            f"the room its best victims make does not hold every pod set ({placed.reason})",
+        )
+    return replace(plan, placement=Placement(job.request, placed.joined()))
 
 
 def backfills(kind: JobKind, tier: QueueTier, reservation: Reservation | None, now: float) -> bool:

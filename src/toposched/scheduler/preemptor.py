@@ -19,6 +19,7 @@ from toposched.scheduler.jobs import Job, JobKind
 from toposched.scheduler.kept_refusals import Keeping, KeptRefusals
 from toposched.scheduler.ledger import Ledger
 from toposched.scheduler.local_domains import LocalDomains
+from toposched.scheduler.placing import sets_after
 from toposched.scheduler.preemption import (
     CandidatePool,
     PreemptionPlan,
@@ -187,11 +188,16 @@ class Preemptor:
     ) -> tuple[PreemptionPlan | Refusal, bool]:
         """`plan`, and whether its answer does not depend on the order of domains by lost work
         (False when the local search stopped at `DOMAINS_EXAMINED` and answered alone, when
-        budget caps chose among the victims, or when the contract's
-        checkpoint wait or cost/benefit rule refused the plan: their figures move with the
-        clock).
+        budget caps chose among the victims, when the room the victims make does not hold the
+        job's own pod sets, or when the contract's checkpoint wait or cost/benefit rule refused
+        the plan, whose figures move with the clock).
         `only_unallocated`: `only_unallocated_victims(entry)`, as of a refresh at `now`."""
         plan, lasting = self._victims(job, entry, ranking, now, only_unallocated)
+        if isinstance(plan, PreemptionPlan):
+            # The gates below weigh only a plan whose room holds the job.
+            plan = sets_after(self.state, self.victim_search.policy, job, plan)
+            if isinstance(plan, Refusal):
+                return plan, False
         if not isinstance(plan, PreemptionPlan) or not plan.victims:
             return plan, lasting
         gate = self.checkpoints

@@ -492,8 +492,6 @@ class Walker:
             job, kind, entry, turn.ranking, turn.fence, turn.now, self.epoch()
         )
         if isinstance(plan, PreemptionPlan):
-            plan = self.placing.sets_after(job, plan)
-        if isinstance(plan, PreemptionPlan):
             turn.preemptions_left -= 1
             self._carry_out(job, plan, turn.now, turn.result)
             turn.fence.close(job.nomination.nodes if job.nomination else plan.nodes)
