@@ -5,7 +5,7 @@ Zipf-like weights; every team's budget is its share of the replayed GPU-time. Jo
 resume and declare a min runtime of 1 h (as `itp_replay` makes them). Classes: `debug` (runs
 at most 30 min), `training` (16 GPUs or more), `other`. See docs/preemption.md.
 
-    .venv/bin/python benchmarks/itp_teams.py --days 14 --gpus 512 [--worth] [--only toposched]
+    .venv/bin/python benchmarks/itp_teams.py --days 14 --gpus 512 [--no-worth] [--only toposched]
     .venv/bin/python benchmarks/itp_teams.py --only toposched --owed-only --loss-budget 100 \
         --horizon-h 4      # the rule's options: EvictionWorth(owed_only=..., loss_budget=...)
 """
@@ -37,7 +37,7 @@ def team_workload(days: float, gpus: int) -> Workload:
     return split_among_teams(itp_replay(4, nodes=gpus // 8, days=days), TEAMS)
 
 
-def worth_scheduler(worth: EvictionWorth) -> SchedulerFactory:
+def worth_scheduler(worth: EvictionWorth | None) -> SchedulerFactory:
     contract = Contract(worth=worth)
     return lambda state, tree: Scheduler(state, tree, contract=contract)
 
@@ -107,7 +107,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--days", type=float, default=14.0)
     parser.add_argument("--gpus", type=int, default=512)
-    parser.add_argument("--worth", action="store_true", help="toposched with EvictionWorth()")
+    parser.add_argument(
+        "--no-worth",
+        action="store_true",
+        help="toposched without the cost/benefit rule (Contract(worth=None))",
+    )
     parser.add_argument("--ratio", type=float, default=None)
     parser.add_argument("--horizon-h", type=float, default=None)
     parser.add_argument("--shortfall-weight", type=float, default=None)
@@ -135,7 +139,9 @@ def main() -> None:
     workload = team_workload(args.days, args.gpus)
     factory: SchedulerFactory = toposched_scheduler
     tuned = (args.ratio, args.horizon_h, args.shortfall_weight, args.age_wait, args.loss_budget)
-    if args.worth or args.owed_only or any(value is not None for value in tuned):
+    if args.no_worth:
+        factory = worth_scheduler(None)
+    elif args.owed_only or any(value is not None for value in tuned):
         worth = EvictionWorth()
         if args.ratio is not None:
             worth = replace(worth, max_lost_per_gained=args.ratio)

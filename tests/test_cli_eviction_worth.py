@@ -19,11 +19,13 @@ def _disruption(out: Path, *flags: str) -> dict[str, object]:
 
 
 def test_a_zero_ratio_evicts_no_allocated_work(tmp_path: Path) -> None:
-    contract_only = _disruption(tmp_path / "contract")
+    contract_only = _disruption(tmp_path / "contract", "--eviction-worth", "off")
     lost = contract_only["gpu_hours_lost_by_cause"]
     assert isinstance(lost, dict) and lost["evictions_of_allocated_work"] > 0
     allowed = lost["evictions_of_allocated_work"]
-    never = _disruption(tmp_path / "never", "--eviction-worth", "0")
+    never = _disruption(
+        tmp_path / "never", "--eviction-worth", "0", "--eviction-worth-scope", "all"
+    )
     lost = never["gpu_hours_lost_by_cause"]
     # Only victims that had just checkpointed go (the rule sees nothing to lose); each still
     # runs its 30 s grace period, and that is all that is lost.
@@ -32,7 +34,9 @@ def test_a_zero_ratio_evicts_no_allocated_work(tmp_path: Path) -> None:
     assert lost["evictions_of_unallocated_work"] > 0
     reclaimed = lost["evictions_of_unallocated_work"]
     weighed = _disruption(
-        tmp_path / "weighed", "--eviction-worth", "0", "--eviction-worth-unallocated"
+        tmp_path / "weighed",
+        *("--eviction-worth", "0", "--eviction-worth-scope", "all"),
+        "--eviction-worth-unallocated",
     )
     lost = weighed["gpu_hours_lost_by_cause"]
     # Weighed too, unallocated work is evicted only when it loses nothing (a checkpoint at
@@ -47,7 +51,11 @@ def test_the_loss_budget_caps_the_work_thrown_away_in_a_day(tmp_path: Path) -> N
     # binds. The rule weighs the work lost when it decides; a victim also loses its 30 s grace
     # period, which the budget does not count (a victim that had just checkpointed costs the
     # budget nothing and still loses its 30 s), hence the margin.
-    capped = _disruption(tmp_path, "--eviction-worth", "1000", "--eviction-loss-budget", "5")
+    capped = _disruption(
+        tmp_path,
+        *("--eviction-worth", "1000", "--eviction-worth-scope", "all"),
+        *("--eviction-loss-budget", "5"),
+    )
     lost = capped["gpu_hours_lost_by_cause"]
     assert isinstance(lost, dict) and 0 < lost["evictions_of_allocated_work"] <= 5 * 1.5
     assert lost["evictions_of_unallocated_work"] > 0
@@ -58,22 +66,50 @@ def test_the_loss_budget_caps_the_work_thrown_away_in_a_day(tmp_path: Path) -> N
     [
         (["--eviction-worth", "-1"], "a number >= 0"),
         (["--eviction-worth", "nan"], "a number >= 0"),
+        (["--eviction-worth", "never"], "a number >= 0 (e.g. 1; or off, no rule)"),
         (["--eviction-worth", "1", "--eviction-worth-horizon", "0"], "a duration > 0"),
-        (["--eviction-worth-horizon", "2h"], "applies only with --eviction-worth"),
-        (["--eviction-worth-owed"], "applies only with --eviction-worth"),
+        (
+            ["--eviction-worth", "off", "--eviction-worth-horizon", "2h"],
+            "has no effect with --eviction-worth off",
+        ),
+        (
+            ["--eviction-worth", "off", "--eviction-worth-owed"],
+            "has no effect with --eviction-worth off",
+        ),
         (["--eviction-worth", "1", "--eviction-loss-budget", "0"], "a number > 0"),
         (["--eviction-worth", "1", "--eviction-loss-budget", "inf"], "a number > 0"),
-        (["--eviction-worth-scope", "own-account"], "applies only with --eviction-worth"),
+        (
+            ["--eviction-worth", "off", "--eviction-worth-scope", "own-account"],
+            "has no effect with --eviction-worth off",
+        ),
         (["--eviction-worth", "1", "--eviction-worth-scope", "mine"], "invalid choice"),
-        (["--eviction-worth-restart", "5m"], "'5m' is invalid: applies only with --eviction"),
-        (["--eviction-worth-unallocated"], "applies only with --eviction-worth"),
-        (["--eviction-worth-shortfall", "2"], "shortfall: 2 is invalid: applies only with"),
-        (["--eviction-loss-budget", "100"], "budget: 100 is invalid: applies only with"),
-        (["--eviction-loss-budget-per-account", "25"], "account: 25 is invalid: applies only"),
+        (
+            ["--eviction-worth", "off", "--eviction-worth-restart", "5m"],
+            "'5m' is invalid: has no effect with --eviction",
+        ),
+        (
+            ["--eviction-worth", "off", "--eviction-worth-unallocated"],
+            "has no effect with --eviction-worth off",
+        ),
+        (
+            ["--eviction-worth", "off", "--eviction-worth-shortfall", "2"],
+            "shortfall: 2 is invalid: has no effect with",
+        ),
+        (
+            ["--eviction-worth", "off", "--eviction-loss-budget", "100"],
+            "budget: 100 is invalid: has no effect with",
+        ),
+        (
+            ["--eviction-worth", "off", "--eviction-loss-budget-per-account", "25"],
+            "account: 25 is invalid: has no effect",
+        ),
         (["--eviction-worth", "1", "--eviction-loss-budget-per-account", "0"], "a number > 0"),
         (["--eviction-worth", "1", "--eviction-worth-shortfall", "-1"], "a number >= 0"),
         (["--eviction-worth", "1", "--eviction-worth-shortfall", "much"], "a number >= 0"),
-        (["--eviction-worth-horizon", "90m"], "'1h30m' is invalid: applies only with"),
+        (
+            ["--eviction-worth", "off", "--eviction-worth-horizon", "90m"],
+            "'1h30m' is invalid: has no effect with",
+        ),
         (["--eviction-worth", "1", "--eviction-worth-restart", "-5m"], "--eviction-worth-restart"),
         (["--eviction-worth", "1", "--eviction-worth-restart", "soon"], "--eviction-worth-restart"),
         (["--checkpoint-wait", "0"], "a duration > 0"),
@@ -142,13 +178,17 @@ def test_the_checkpoint_wait_options_reach_the_scheduler() -> None:
 def test_the_refinements_reach_the_rule() -> None:
     from toposched.cli.main import build_parser
     from toposched.cli.policy_options import policy_settings
+    from toposched.policy.contract import Contract
     from toposched.policy.worth import EvictionWorth, WorthScope
 
     def rule(*flags: str) -> EvictionWorth | None:
         args = build_parser("simulate").parse_args(["simulate", *flags])
-        contract = policy_settings(args)["contract"]
+        contract = policy_settings(args).get("contract", Contract())
         return contract.worth
 
+    assert rule("--eviction-worth", "off") is None
+    assert rule("--eviction-worth", "2") == EvictionWorth(2.0, scope=WorthScope.CANNOT_RESUME)
+    assert rule("--eviction-worth-scope", "all") == EvictionWorth(scope=WorthScope.ALL)
     assert rule("--eviction-worth", "1") == EvictionWorth(1.0)
     restarting = rule("--eviction-worth", "1", "--eviction-worth-restart", "5m")
     assert restarting == EvictionWorth(1.0, restart_cost=300.0)
@@ -160,3 +200,25 @@ def test_the_refinements_reach_the_rule() -> None:
     assert crediting == EvictionWorth(1.0, shortfall_weight=2.0)
     per_account = rule("--eviction-worth", "1", "--eviction-loss-budget-per-account", "25")
     assert per_account == EvictionWorth(1.0, account_loss_budget=25 * 3600.0)
+
+
+def test_the_rule_is_on_unless_turned_off() -> None:
+    from toposched.cli.main import build_parser
+    from toposched.cli.simulate_run import scheduler_factory
+    from toposched.cluster.builders import nvl72_cluster
+    from toposched.cluster.state import ClusterState
+    from toposched.policy.budget import BudgetTree
+    from toposched.policy.worth import DEFAULT_EVICTION_WORTH, EvictionWorth, WorthScope
+    from toposched.scheduler.core import Scheduler
+
+    def rule(*flags: str) -> EvictionWorth | None:
+        args = build_parser("simulate").parse_args(["simulate", *flags])
+        state = ClusterState(nvl72_cluster(1, 1, 1, nodes_per_rack=2))
+        sched = scheduler_factory(args)(state, BudgetTree.from_dict({"accounts": {"a": 100}}))
+        assert isinstance(sched, Scheduler)
+        return sched.contract.worth
+
+    default = rule()
+    assert default == DEFAULT_EVICTION_WORTH
+    assert default.scope is WorthScope.CANNOT_RESUME and default.max_lost_per_gained == 1.0
+    assert rule("--eviction-worth", "OFF") is None

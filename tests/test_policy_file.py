@@ -48,17 +48,10 @@ def written(tmp_path: Path, text: str, name: str = "policy.yaml") -> str:
     [
         ("ai2-1024.yaml", AI2_1024_FLAGS),
         ("ai2-3072.yaml", AI2_3072_FLAGS),
-        (
-            "cannot-resume.yaml",
-            ["--eviction-worth", "1", "--eviction-worth-scope", "cannot-resume"],
-        ),
+        ("every-eviction.yaml", ["--eviction-worth", "off"]),
         (
             "cannot-resume-unallocated.yaml",
             [
-                "--eviction-worth",
-                "1",
-                "--eviction-worth-scope",
-                "cannot-resume",
                 "--eviction-worth-unallocated",
                 "--unallocated-admission",
                 "1h",
@@ -136,8 +129,9 @@ def test_a_flag_on_the_command_line_wins_over_the_file(tmp_path: Path) -> None:
         ("policy: other.yaml\n", ":1: policy: 'other.yaml' is invalid: is not a policy setting"),
         ("urgent-priority: 10\n", ":1: urgent-priority: 10 is invalid: applies only with"),
         (
-            "eviction-worth-owed: false\neviction-loss-budget-per-account: 10\n",
-            ":2: eviction-loss-budget-per-account: 10 is invalid: applies only with",
+            "eviction-worth: off\neviction-loss-budget-per-account: 10\n",
+            ":2: eviction-loss-budget-per-account: 10 is invalid: has no effect with "
+            "--eviction-worth off",
         ),
     ],
 )

@@ -257,7 +257,7 @@ class World:
 
 def build(case: Case) -> World:
     state = ClusterState(topology_from_dict(case.cluster()))
-    contract = Contract(cross_account=case.cross_account)  # type: ignore[arg-type]
+    contract = Contract(cross_account=case.cross_account, worth=None)  # type: ignore[arg-type]
     sched = Scheduler(
         state,
         BudgetTree.from_dict({"accounts": case.accounts}),
@@ -348,7 +348,7 @@ class CaseLoads:
 
 
 def allowed_victims(world: World) -> Allowed:
-    contract = Contract(cross_account=world.case.cross_account)  # type: ignore[arg-type]
+    contract = Contract(cross_account=world.case.cross_account, worth=None)  # type: ignore[arg-type]
     loads = CaseLoads(world.case)
     tree = world.scheduler.tree
     ranking = world.ranking

@@ -36,7 +36,9 @@ GRACE = 30.0
 # scratch has no budget: its jobs are unallocated work, preemptible by any allocated request.
 TEAMS = {"team-a": 30, "team-b": 30, "team-c": 30, "scratch": 0}
 RACK = {"required": "rack"}
-FAIR_SHARE = Contract(cross_account="fair_share")
+BARE = Contract(worth=None)
+"""The contract's own rules, without the cost/benefit rule (tests/test_preemption_worth.py)."""
+FAIR_SHARE = Contract(cross_account="fair_share", worth=None)
 """Across accounts, the fair-share ranking decides (the default is the budget rule)."""
 
 
@@ -46,6 +48,7 @@ def racks(count: int, nodes_per_rack: int) -> ClusterState:
 
 
 def scheduler(state: ClusterState, **options: Any) -> Scheduler:
+    options.setdefault("contract", BARE)
     return Scheduler(state, BudgetTree.from_dict({"accounts": TEAMS}), **options)
 
 
@@ -321,6 +324,7 @@ def zones_of_two_racks(in_rack_3: JobSpec) -> Scheduler:
         BudgetTree.from_dict(
             {"accounts": {"team-a": 50, "team-b": 25, "team-c": 25, "scratch": 0}}
         ),
+        contract=BARE,
     )
     run(sched, in_rack_3, [6, 7], 0)
     run(sched, spec("b0", "team-b", pods=2, min_runtime="1h"), [2, 3], 1000)
@@ -647,7 +651,7 @@ def test_budget_caps_steer_the_choice_to_a_team_that_can_spare_the_gpus() -> Non
     # team-c runs 16, 11.2 beyond its 4.8. team-a's 8-GPU gang, required in one rack,
     # therefore empties rack 1, the cheaper of team-c's.
     shares = {"team-a": 70, "team-b": 10, "team-c": 20}
-    sched = Scheduler(racks(3, 2), BudgetTree.from_dict({"accounts": shares}))
+    sched = Scheduler(racks(3, 2), BudgetTree.from_dict({"accounts": shares}), contract=BARE)
     run(sched, spec("c2", "team-c", min_runtime="1h"), [4], 0)
     run(sched, spec("c3", "team-c", min_runtime="1h"), [5], 0)
     run(sched, spec("c0", "team-c", min_runtime="1h"), [2], 0.5 * HOUR)

@@ -47,9 +47,12 @@ def spec(name: str, account: str, **fields: Any) -> JobSpec:
     return JobSpec.from_dict(data)
 
 
-def contract_of(worth: dict[str, Any] | None) -> Contract:
+def contract_of(worth: dict[str, Any] | str | None) -> Contract:
     if worth is None:
+        return Contract(worth=None)
+    if worth == "default":
         return Contract()
+    assert isinstance(worth, dict)
     budget = worth.get("loss_budget_h")
     account_budget = worth.get("account_loss_budget_h")
     return Contract(

@@ -48,7 +48,11 @@ def spec(name: str, account: str, pods: int, **fields: Any) -> JobSpec:
 
 def fleet(racks: int, nodes_per_rack: int) -> Scheduler:
     state = ClusterState(nvl72_cluster(1, 1, racks, nodes_per_rack=nodes_per_rack))
-    return Scheduler(state, BudgetTree.from_dict({"accounts": TEAMS}))
+    # The contract's own rules: these victims cannot resume, and the cost/benefit rule
+    # (tests/test_preemption_worth.py) would weigh them too.
+    return Scheduler(
+        state, BudgetTree.from_dict({"accounts": TEAMS}), contract=Contract(worth=None)
+    )
 
 
 def adopt(sched: Scheduler, job: JobSpec, nodes: Sequence[int], start: float) -> None:

@@ -17,6 +17,9 @@ from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.preemptor import Preemptor
 from toposched.scheduler.refusals import RefusalCode
 
+BARE = Contract(worth=None)
+"""The contract's own rules, without the cost/benefit rule (tests/test_preemption_worth.py)."""
+
 HOUR = 3600.0
 
 
@@ -42,7 +45,7 @@ def test_a_refusal_is_lifted_when_a_victim_s_protection_ends() -> None:
     # higher priority, is refused before that (twice, the second time from memory) and
     # preempts `low` at once after, though nothing else changed in between.
     state = ClusterState(nvl72_cluster(1, 1, 1, nodes_per_rack=2))
-    scheduler = Scheduler(state, BudgetTree.from_dict({"accounts": {"team": 100}}))
+    scheduler = Scheduler(state, BudgetTree.from_dict({"accounts": {"team": 100}}), contract=BARE)
     low = spec("low", "team", pods=2)
     scheduler.adopt(low, Allocation.of([0, 1], [[0, 1, 2, 3]] * 2), start_time=0.0, now=0.0)
     scheduler.submit(spec("high", "team", priority=10), now=60.0)
@@ -58,7 +61,7 @@ def budget_scenario(shares: dict[str, int], b_3_runs: bool) -> Scheduler:
     rack) waits: no rack has room, and evicting both of team-b's jobs in rack 0 would take
     team-b below its budget. No reservations, so that a free node stays open."""
     tree = BudgetTree.from_dict({"accounts": shares})
-    scheduler = Scheduler(two_racks(), tree, reserve_min_gpus=64)
+    scheduler = Scheduler(two_racks(), tree, reserve_min_gpus=64, contract=BARE)
     running_on(scheduler, spec("b-1", "team-b"), 0)
     running_on(scheduler, spec("b-2", "team-b"), 1)
     running_on(scheduler, spec("a-1", "team-a"), 2)
@@ -98,7 +101,7 @@ def teams_at_their_budgets(contract: Contract | None = None) -> Scheduler:
     team-b's and team-d's at priority 10, team-c's at priority 0. Nothing is unallocated."""
     shares = {"team-a": 25, "team-b": 25, "team-c": 25, "team-d": 25}
     tree = BudgetTree.from_dict({"accounts": shares})
-    scheduler = Scheduler(two_racks(), tree, contract=contract)
+    scheduler = Scheduler(two_racks(), tree, contract=BARE if contract is None else contract)
     running_on(scheduler, spec("a-1", "team-a"), 0)
     running_on(scheduler, spec("b-1", "team-b", priority=10), 1)
     running_on(scheduler, spec("c-low", "team-c"), 2)
@@ -110,7 +113,11 @@ class SiteContract(Contract):
     """A site's contract that keeps the built-in rules (it only names itself)."""
 
 
-@pytest.mark.parametrize("contract", [None, SiteContract()], ids=["built-in", "subclass"])
+@pytest.mark.parametrize(
+    "contract",
+    [None, SiteContract(worth=None), Contract()],
+    ids=["built-in", "subclass", "default-cost-rule"],
+)
 def test_jobs_that_may_take_only_unallocated_work_share_a_refusal(
     monkeypatch: Any, contract: Contract | None
 ) -> None:

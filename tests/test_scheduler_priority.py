@@ -73,7 +73,8 @@ def test_a_running_jobs_new_priority_counts_in_later_preemption_decisions() -> N
 
 def test_a_running_job_lowered_below_a_pending_one_can_be_preempted() -> None:
     scheduler = scheduler_of_one_team()
-    scheduler.submit(four_gpu_gang("high", TEAM, pods=4, priority=3), now=0)
+    # Resumable: the contract's cost/benefit rule weighs only work that cannot resume.
+    scheduler.submit(four_gpu_gang("high", TEAM, pods=4, priority=3, resumable=True), now=0)
     scheduler.cycle(0)
     scheduler.submit(four_gpu_gang("waiting", TEAM, pods=4, priority=1), now=2 * HOUR)
     assert not any(isinstance(d, Evict) for d in scheduler.cycle(2 * HOUR).decisions)

@@ -67,10 +67,10 @@ def test_serve_rejects_a_policy_flag_without_the_one_it_refines(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = tmp_path / "state.db"
-    code = main(["serve", "--gpus", "8", "--store", str(store), "--eviction-worth-owed"])
+    code = main(["serve", "--gpus", "8", "--store", str(store), "--urgent-priority", "10"])
     assert code == 2
     err = capsys.readouterr().err
-    assert "--eviction-worth-owed" in err and "applies only with --eviction-worth" in err
+    assert "--urgent-priority" in err and "applies only with --checkpoint-wait" in err
     assert "Traceback" not in err
     assert not store.exists()
 
@@ -163,7 +163,7 @@ def test_the_policy_reads_as_json_with_every_rule_by_its_fields() -> None:
     assert policy["worth"]["max_lost_per_gained"] == 1.0
     assert policy["worth"]["owed_only"] is True
     assert policy["worth"]["loss_budget"] == 100 * 3600  # GPU-seconds, as the rule keeps it
-    assert policy["worth"]["scope"] == "all"
+    assert policy["worth"]["scope"] == "cannot-resume"
     assert policy["checkpoint_wait"]["max_wait"] == 3600.0
     assert policy["checkpoint_wait"]["urgent_priority"] == 10
     assert policy["admission"]["headroom"] == 0.02
@@ -172,3 +172,10 @@ def test_the_policy_reads_as_json_with_every_rule_by_its_fields() -> None:
     assert policy["owed_half_life"] == 12 * 3600.0
     assert policy["borrowed_min_runtime"] == 600.0
     assert policy["spares"] == ["node", 1]
+
+
+def test_the_rule_turned_off_reads_as_null() -> None:
+    args = build_parser().parse_args(["serve", "--gpus", "8", "--eviction-worth", "off"])
+    settings = SchedulerSettings.of(None, policy_settings(args))
+    served = SimpleNamespace(scheduler=SimpleNamespace(settings=settings))
+    assert views.policy_view(served) == {"policy": {"worth": None}}

@@ -96,6 +96,8 @@ def _value(action: argparse.Action, written: Any) -> Any:
         if not isinstance(written, bool):
             raise InputError("", written, "must be true or false (a switch)")
         return action.const if written else action.default
+    if written is False and _takes_off(action):
+        written = "off"  # YAML reads a bare `off` as false
     if isinstance(written, bool) or not isinstance(written, str | int | float):
         raise InputError("", written, "must be one value, as written after the flag")
     text = str(written)
@@ -113,3 +115,12 @@ def _value(action: argparse.Action, written: Any) -> Any:
     except (TypeError, ValueError):
         expected = _TYPE_WORDS.get(reader, "a value its flag accepts")
         raise InputError("", written, f"expected {expected}") from None
+
+
+def _takes_off(action: argparse.Action) -> bool:
+    """Whether the flag takes the word `off` (e.g. `--eviction-worth off`)."""
+    reader: Any = action.type
+    try:
+        return reader is not None and reader("off") == "off"
+    except (argparse.ArgumentTypeError, TypeError, ValueError):
+        return False

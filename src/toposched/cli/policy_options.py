@@ -8,6 +8,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from toposched.cli.simulate_values import (
+    WORTH_OFF,
     borrowed_duration,
     headroom_share,
     keep_duration,
@@ -111,11 +112,11 @@ def add_policy_options(parser: argparse.ArgumentParser) -> list[argparse.Action]
     add(
         "--eviction-worth",
         type=worth_ratio,
-        metavar="RATIO",
-        help="evict allocated work past its min runtime only when the work lost is at most "
-        "RATIO x the GPU-time the preemptor's earlier start gains (1: no more lost than "
-        "gained; docs/preemption.md, 'Is the eviction worth it?'; default: off, every "
-        "eviction the contract allows)",
+        metavar="RATIO|off",
+        help="evict budgeted work past its min runtime (of the scope, below) only when the "
+        "work lost is at most RATIO x the GPU-time the preemptor's earlier start gains "
+        "(1: no more lost than gained; docs/preemption.md, 'Is the eviction worth it?'); "
+        "off: every eviction the contract allows (default: 1)",
     )
     add(
         "--eviction-worth-horizon",
@@ -133,10 +134,10 @@ def add_policy_options(parser: argparse.ArgumentParser) -> list[argparse.Action]
     add(
         "--eviction-worth-scope",
         choices=("all", "own-account", "cannot-resume"),
-        help="with --eviction-worth: which evictions of budgeted work are weighed: all; "
+        help="which evictions of budgeted work --eviction-worth weighs: all; "
         "own-account = only a team's lower-priority jobs evicted for its own job, which move "
         "no GPUs between teams; cannot-resume = only jobs that cannot resume, which lose "
-        "their whole run (default: all)",
+        "their whole run (default: cannot-resume)",
     )
     add(
         "--eviction-worth-restart",
@@ -287,8 +288,8 @@ def add_policy_options(parser: argparse.ArgumentParser) -> list[argparse.Action]
 
 def checked_policy(args: argparse.Namespace) -> argparse.Namespace:
     """`args` with the settings of `--policy FILE` in (`policy_file`), once no flag is found
-    set without the one it refines: InputError for e.g. --eviction-worth-owed without
-    --eviction-worth, whether the command line or the file set it. Loads nothing but the
+    set without the one it refines: InputError for e.g. --checkpoint-wait-owed without
+    --checkpoint-wait, whether the command line or the file set it. Loads nothing but the
     file: a simulation checks its options before the simulator loads."""
     path = getattr(args, "policy", None)
     given = args
@@ -299,9 +300,14 @@ def checked_policy(args: argparse.Namespace) -> argparse.Namespace:
     for refined, flags in _REFINEMENTS:
         if _on(args, refined):
             continue
+        rule = (
+            f"has no effect with {refined} {WORTH_OFF}"
+            if refined == "--eviction-worth"
+            else f"applies only with {refined}"
+        )
         for flag in flags:
             if _on(args, flag):
-                raise _refused(given, args, flag, f"applies only with {refined}")
+                raise _refused(given, args, flag, rule)
     if _on(args, "--owed-half-life") and getattr(args, "owed_order", None) != "least-met":
         raise _refused(given, args, "--owed-half-life", "applies only with --owed-order least-met")
     return args
@@ -384,8 +390,11 @@ def _given(args: argparse.Namespace, flag: str) -> Any:
 
 
 def _on(args: argparse.Namespace, flag: str) -> bool:
-    """Whether the flag is set: a value, or a switch turned on; a headroom of 0 is none."""
+    """Whether the flag is set: a value, or a switch turned on; a headroom of 0 is none, and
+    the cost/benefit rule is on unless `--eviction-worth off`."""
     value = _value(args, flag)
+    if flag == "--eviction-worth":
+        return bool(value != WORTH_OFF)
     if flag == "--unallocated-headroom" and value == 0:
         return False
     return value is not None and value is not False
@@ -394,7 +403,8 @@ def _on(args: argparse.Namespace, flag: str) -> bool:
 def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The scheduler settings the policy flags ask for, by `SchedulerSettings` name: empty
     when every flag is at its default. Raises `InputError` for a flag given without the one it
-    refines (e.g. --eviction-worth-owed without --eviction-worth). With `--policy FILE`, the
+    refines (e.g. --checkpoint-wait-owed without --checkpoint-wait, --eviction-worth-owed with
+    --eviction-worth off). With `--policy FILE`, the
     settings the flags leave at their defaults come from the file (`policy_file`)."""
     args = checked_policy(args)
     from toposched.cluster.units import DAY
@@ -425,7 +435,7 @@ def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
         and cross_account == "budget"
         and failed_first
         and keep_failed_nodes is None
-        and worth is None
+        and worth == Contract().worth
         and unallocated_order is UnallocatedOrder.RANK
         and owed_order is OwedOrder.STANDING
     ):
@@ -466,8 +476,8 @@ def _checkpoint_wait(args: argparse.Namespace) -> CheckpointWait | None:
 
 
 def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
-    """The cost/benefit rule `--eviction-worth` asks for (None: off)."""
-    from toposched.policy.worth import DEFAULT_WORTH_HORIZON, EvictionWorth, WorthScope
+    """The cost/benefit rule `--eviction-worth` and its refinements ask for (None: off)."""
+    from toposched.policy.worth import DEFAULT_EVICTION_WORTH, EvictionWorth, WorthScope
 
     ratio = getattr(args, "eviction_worth", None)
     horizon = getattr(args, "eviction_worth_horizon", None)
@@ -475,14 +485,15 @@ def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
     budget = getattr(args, "eviction_loss_budget", None)
     scope = getattr(args, "eviction_worth_scope", None)
     restart = getattr(args, "eviction_worth_restart", None)
-    if ratio is None:
+    if ratio == WORTH_OFF:
         return None
+    default = DEFAULT_EVICTION_WORTH
     return EvictionWorth(
-        ratio,
-        DEFAULT_WORTH_HORIZON if horizon is None else horizon,
+        default.max_lost_per_gained if ratio is None else ratio,
+        default.horizon if horizon is None else horizon,
         owed_only=owed,
         loss_budget=budget,
-        scope=WorthScope.ALL if scope is None else WorthScope(scope),
+        scope=default.scope if scope is None else WorthScope(scope),
         restart_cost=restart or 0.0,
         shortfall_weight=getattr(args, "eviction_worth_shortfall", None) or 0.0,
         account_loss_budget=getattr(args, "eviction_loss_budget_per_account", None),

@@ -14,6 +14,7 @@ from toposched.cluster.limits import MAX_NODES, MAX_TEAMS
 from toposched.cluster.units import HOUR, parse_duration
 
 __all__ = [
+    "WORTH_OFF",
     "TopologyPriceOption",
     "borrowed_duration",
     "cycle_interval",
@@ -131,9 +132,15 @@ def headroom_share(text: str) -> float:
     return value / 100
 
 
-def worth_ratio(text: str) -> float:
-    """`--eviction-worth`: a number >= 0."""
-    return _nonnegative(text, "GPU-seconds lost per GPU-second gained", "1")
+WORTH_OFF = "off"
+"""`--eviction-worth off`: no cost/benefit rule, every eviction the contract allows."""
+
+
+def worth_ratio(text: str) -> float | str:
+    """`--eviction-worth`: a number >= 0, or `off`."""
+    if text.strip().lower() == WORTH_OFF:
+        return WORTH_OFF
+    return _nonnegative(text, "GPU-seconds lost per GPU-second gained", "1; or off, no rule")
 
 
 def shortfall_weight(text: str) -> float:

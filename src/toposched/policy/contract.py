@@ -13,7 +13,7 @@ from toposched.policy.budget import BudgetTree
 from toposched.policy.checkpoint_wait import CheckpointWait
 from toposched.policy.fairshare import QueueEntry
 from toposched.policy.ranking import Ranking
-from toposched.policy.worth import EvictionWorth
+from toposched.policy.worth import DEFAULT_EVICTION_WORTH, EvictionWorth
 
 __all__ = [
     "DEFAULT_MAX_MIN_RUNTIME",
@@ -151,9 +151,11 @@ class Contract:
     max_min_runtime: float = DEFAULT_MAX_MIN_RUNTIME
     nonresumable_preempted: NonresumablePolicy = "requeue"
     cross_account: CrossAccountRule = "budget"
-    worth: EvictionWorth | None = None
-    """The cost/benefit rule an eviction of allocated work must also pass (None: none, every
-    eviction the rules above allow may happen). See `toposched.policy.worth`."""
+    worth: EvictionWorth | None = DEFAULT_EVICTION_WORTH
+    """The cost/benefit rule an eviction must also pass: by default, a budgeted job that cannot
+    resume is evicted past its min runtime only when the preemptor's earlier start gains at
+    least the GPU-hours it loses (None: no rule, every eviction the rules above allow may
+    happen). See `toposched.policy.worth`."""
     checkpoint_wait: CheckpointWait | None = None
     """When to wait for the victims' next checkpoints rather than evict now (None: never
     wait). See `toposched.policy.checkpoint_wait`."""

@@ -37,6 +37,7 @@ from toposched.cluster.errors import InputError, checked_number
 from toposched.cluster.units import HOUR
 
 __all__ = [
+    "DEFAULT_EVICTION_WORTH",
     "DEFAULT_WORTH_HORIZON",
     "LOSS_WINDOW",
     "EvictionWorth",
@@ -137,8 +138,9 @@ class EvictionWorth:
     """For a victim without an expected runtime: expect it to run `age_wait` x the time it
     has run so far (at most `horizon`), since a job's remaining time grows with its age on
     heavy-tailed runtimes; 0: `horizon`, whatever its age."""
-    scope: WorthScope = WorthScope.ALL
-    """Which victims are weighed; the others are evicted as the contract allows."""
+    scope: WorthScope = WorthScope.CANNOT_RESUME
+    """Which victims are weighed; the others are evicted as the contract allows. By default
+    only those that cannot resume: the evictions that throw a whole run away."""
     restart_cost: float = 0.0
     """Seconds a victim's GPUs spend starting it over (image, checkpoint, warm-up) before it
     does new work: each weighed victim costs its GPUs x this on top of the work it loses, so
@@ -259,3 +261,9 @@ class EvictionWorth:
                 )
             verdict = f"{figures}{limit}: waiting"
         return WorthVerdict(worth_it, len(victims), lost, gained, verdict, restart)
+
+
+DEFAULT_EVICTION_WORTH = EvictionWorth()
+"""The contract's rule unless a site chooses another or none: a budgeted job that cannot
+resume is evicted past its min runtime only when the preemptor's earlier start gains at least
+the GPU-hours it loses."""
