@@ -382,7 +382,10 @@ def test_demo_summary_says_what_each_metric_means_and_keeps_targets_for_verbose(
         (["simulate", "--baselines", "slurm_like"], "--baselines: 'slurm_like' is invalid: "),
         (["demo", "--alone", "--baselines", "kube_like"], "not with --alone"),
         (["simulate", "--compare", "--baselines", "nope"], "--baselines: 'nope' is invalid: "),
-        (["simulate", "--eviction-loss-budget", "5"], "--eviction-loss-budget: 5 is invalid"),
+        (
+            ["simulate", "--eviction-worth", "off", "--eviction-loss-budget", "5"],
+            "--eviction-loss-budget: 5 is invalid: has no effect with --eviction-worth off",
+        ),
         (["simulate", "--workload", "no-such.yaml"], "workload: 'no-such.yaml' is invalid"),
     ],
 )
