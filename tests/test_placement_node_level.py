@@ -164,8 +164,44 @@ A_SMALLER_NODE_STANDS_IN = RandomCase(
 )
 
 
+def _node(name: str, gpus: int, zone: str, block: str, rack: str) -> dict[str, object]:
+    return {
+        "name": name,
+        "gpus": gpus,
+        "gpu_model": "A",
+        "zone": zone,
+        "block": block,
+        "rack": rack,
+    }
+
+
+ONE_BLOCK_IN_THE_OTHER_ZONE = RandomCase(
+    # Six half-GPU pods: two nodes at least, a 2-GPU node (4 pods) and a 1-GPU node (2 pods).
+    # Both zones hold such a pair on two racks; only z0 holds one in one block (n4 in r1 and
+    # a node of r2, both of b1), which the greedy choice inside z0 misses (it takes a node
+    # of r0, the rack with the most 1-GPU nodes).
+    cluster={
+        "levels": ["zone", "block", "rack"],
+        "nodes": [
+            *(_node(f"n{i}", 1, "z0", "b0", "r0") for i in range(4)),
+            _node("n4", 2, "z0", "b1", "r1"),
+            *(_node(f"n{i}", 1, "z0", "b1", "r2") for i in range(5, 8)),
+            _node("n8", 2, "z1", "b2", "r3"),
+            *(_node(f"n{i}", 1, "z1", "b3", "r4") for i in range(9, 12)),
+        ],
+    },
+    job={
+        "name": "job",
+        "pods": 6,
+        "resources_per_pod": {"gpu_milli": 500, "cpu": 0, "memory": "0"},
+        "topology": {"preferred": "node"},
+    },
+)
+
+
 @SETTINGS
 @example(case=A_SMALLER_NODE_STANDS_IN)
+@example(case=ONE_BLOCK_IN_THE_OTHER_ZONE)
 @given(case=preferring_nodes())
 def test_preferred_node_fewest_nodes_then_racks_then_blocks(case: RandomCase) -> None:
     """`preferred: node`: the fewest nodes, then the fewest innermost domains, over every

@@ -101,7 +101,11 @@ class NodePlanner:
                 return None
             cap = None if match is None else match[-1]
             plans = {int(c): self._plan(level, int(domains[c]), cap) for c in tied}
-            profiles = {c: p.profile for c, p in plans.items() if p is not None}
+            profiles = {
+                c: self._fewest_parents(level, int(domains[c]), p.profile)
+                for c, p in plans.items()
+                if p is not None
+            }
             if match is not None:
                 # As few nodes on as few domains, and no more parents (a greedy choice's
                 # parents may be more than a domain further in needs).
@@ -115,6 +119,27 @@ class NodePlanner:
         chosen = int(tied[0]) if tied.size == 1 else self.rank(capacity, need, tied)
         plan = plans[chosen] if chosen in plans else self._plan(level, int(domains[chosen]))
         return None if plan is None else (int(domains[chosen]), plan)
+
+    def _fewest_parents(
+        self, level: int, domain: int, profile: tuple[int, int, int]
+    ) -> tuple[int, int, int]:
+        """`profile` of a plan in `domain` (at `level`), with one parent when one parent of
+        innermost domains inside it holds as few nodes on as few innermost domains: a plan of
+        several capacities counts the parents of its greedy choice, and the descent towards
+        the parents (`choose`) finds that one parent only inside the domain it takes."""
+        parents = self.leaf - 1
+        if profile[2] == 1 or level >= parents:
+            return profile
+        lo, hi = self.topology.descendants(level, domain, parents)
+        inner = np.arange(lo, hi, dtype=np.int64)
+        needed = fewest_node_counts(
+            self.counts.values, self._sums(parents, inner), self.request.pods
+        )
+        for parent in inner[needed == profile[0]][:MAX_RANKED_DOMAINS].tolist():
+            plan = self._plan(parents, int(parent))
+            if plan is not None and plan.profile[:2] == profile[:2]:
+                return (profile[0], profile[1], 1)
+        return profile
 
     def _plan(self, level: int, domain: int, most_parents: int | None = None) -> NodePlan | None:
         lo, hi = self.topology.descendants(level, domain, self.leaf)
