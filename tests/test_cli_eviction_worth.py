@@ -104,6 +104,18 @@ def test_the_loss_budget_caps_the_work_thrown_away_in_a_day(tmp_path: Path) -> N
             "account: 25 is invalid: has no effect",
         ),
         (["--eviction-worth", "1", "--eviction-loss-budget-per-account", "0"], "a number > 0"),
+        (["--eviction-loss-budget-for", "team-a"], "ACCOUNT=GPU_HOURS pairs"),
+        (["--eviction-loss-budget-for", "team-a=0"], "each budget a number > 0"),
+        (["--eviction-loss-budget-for", "a=1,a=2"], "each account once"),
+        (["--eviction-loss-budget-for", "=5"], "ACCOUNT=GPU_HOURS pairs"),
+        (
+            ["--eviction-worth", "off", "--eviction-loss-budget-for", "a=5,b=2.5"],
+            "--eviction-loss-budget-for: 'a=5,b=2.5' is invalid: has no effect with",
+        ),
+        (
+            ["--eviction-loss-budget-for", "team-z=5"],
+            "'team-z' is invalid: names no account of the budget tree",
+        ),
         (["--eviction-worth", "1", "--eviction-worth-shortfall", "-1"], "a number >= 0"),
         (["--eviction-worth", "1", "--eviction-worth-shortfall", "much"], "a number >= 0"),
         (
@@ -200,6 +212,10 @@ def test_the_refinements_reach_the_rule() -> None:
     assert crediting == EvictionWorth(1.0, shortfall_weight=2.0)
     per_account = rule("--eviction-worth", "1", "--eviction-loss-budget-per-account", "25")
     assert per_account == EvictionWorth(1.0, account_loss_budget=25 * 3600.0)
+    named = rule("--eviction-loss-budget-for", "team-b=50, team-a=2.5")
+    assert named == EvictionWorth(
+        account_loss_budgets=(("team-a", 2.5 * 3600.0), ("team-b", 50 * 3600.0))
+    )
 
 
 def test_the_rule_is_on_unless_turned_off() -> None:

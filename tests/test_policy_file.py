@@ -72,6 +72,12 @@ def test_json_and_yaml_files_give_the_same_policy(tmp_path: Path) -> None:
     assert settings("--policy", as_json) == settings("--policy", as_yaml) == settings(*flags)
 
 
+def test_named_loss_budgets_read_as_their_flag_does(tmp_path: Path) -> None:
+    path = written(tmp_path, "eviction-loss-budget-for: team-b=50,team-a=2.5\n")
+    flags = ["--eviction-loss-budget-for", "team-a=2.5,team-b=50"]
+    assert settings("--policy", path) == settings(*flags) != {}
+
+
 def test_a_zero_is_a_setting_where_the_flag_takes_one(tmp_path: Path) -> None:
     # --eviction-worth 0 is the rule at its strictest, which its refinements apply to; a
     # headroom of 0 is none, which refines nothing.

@@ -55,6 +55,7 @@ def contract_of(worth: dict[str, Any] | str | None) -> Contract:
     assert isinstance(worth, dict)
     budget = worth.get("loss_budget_h")
     account_budget = worth.get("account_loss_budget_h")
+    own_budgets = worth.get("account_loss_budgets_h") or {}
     return Contract(
         worth=EvictionWorth(
             max_lost_per_gained=worth["max_lost_per_gained"],
@@ -67,6 +68,7 @@ def contract_of(worth: dict[str, Any] | str | None) -> Contract:
             scope=WorthScope(worth.get("scope", "all")),
             unallocated=worth.get("unallocated", False),
             account_loss_budget=None if account_budget is None else account_budget * HOUR,
+            account_loss_budgets=tuple((a, h * HOUR) for a, h in own_budgets.items()),
         )
     )
 
@@ -263,6 +265,48 @@ def test_each_account_has_its_own_loss_budget() -> None:
         ", 3.0 GPU-hours left of team-b's day's budget of lost work: waiting"
     )
     assert rule.account_over_budget(victims, {"team-b": 2 * HOUR}) == ("team-b", 3 * HOUR)
+
+
+def test_named_accounts_have_their_own_loss_budgets() -> None:
+    rule = EvictionWorth(
+        account_loss_budget=5 * HOUR,
+        account_loss_budgets=(("team-c", 1 * HOUR), ("team-a", 50 * HOUR)),
+    )
+    assert rule.account_loss_budgets == (("team-a", 50 * HOUR), ("team-c", 1 * HOUR))
+    assert rule.loss_budget_of("team-c") == HOUR and rule.loss_budget_of("team-b") == 5 * HOUR
+    victims = [
+        VictimCost("b", 4, 4 * HOUR, None, account="team-b"),
+        VictimCost("c", 4, 2 * HOUR, None, account="team-c"),
+    ]
+    # team-b's 4 fit its 5; team-c's 2 are past its own 1.
+    assert rule.account_over_budget(victims, {}) == ("team-c", HOUR)
+    alone = EvictionWorth(account_loss_budgets=(("team-c", 3 * HOUR),))
+    assert alone.per_account and alone.account_over_budget(victims, {}) is None
+    assert not EvictionWorth().per_account
+
+
+@pytest.mark.parametrize(
+    "pairs",
+    [
+        (("team-a", 0.0),),
+        (("team-a", HOUR), ("team-a", 2 * HOUR)),
+        (("", HOUR),),
+        (("team-a",),),
+        "team-a=5",
+    ],
+)
+def test_bad_named_loss_budgets_are_refused(pairs: Any) -> None:
+    with pytest.raises(InputError, match="account_loss_budgets"):
+        EvictionWorth(account_loss_budgets=pairs)
+
+
+def test_a_loss_budget_for_an_account_the_tree_lacks_is_refused() -> None:
+    worth = EvictionWorth(account_loss_budgets=(("team-z", HOUR),))
+    state = ClusterState(nvl72_cluster(1, 1, 1, nodes_per_rack=4))
+    with pytest.raises(InputError, match="team-z.*names no account of the budget tree"):
+        Scheduler(
+            state, BudgetTree.from_dict({"accounts": BUDGETS}), contract=Contract(worth=worth)
+        )
 
 
 def test_the_gate_counts_the_lost_work_of_each_account() -> None:

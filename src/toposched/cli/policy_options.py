@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from toposched.cli.simulate_values import (
     WORTH_OFF,
+    account_loss_budgets,
     borrowed_duration,
     headroom_share,
     keep_duration,
@@ -180,6 +181,14 @@ def add_policy_options(parser: argparse.ArgumentParser) -> list[argparse.Action]
         "that no team loses its work day after day for others (default: no such budget)",
     )
     add(
+        "--eviction-loss-budget-for",
+        type=account_loss_budgets,
+        metavar="ACCOUNT=GPU_HOURS,...",
+        help="with --eviction-worth: named teams' own budgets of lost work, GPU-hours per 24 "
+        "hours, in place of --eviction-loss-budget-per-account's (e.g. "
+        "team-a=5,team-b=50; accounts as jobs name them; default: none)",
+    )
+    add(
         "--checkpoint-wait",
         type=worth_horizon,
         metavar="D",
@@ -340,6 +349,7 @@ _REFINEMENTS = (
             "--eviction-worth-unallocated",
             "--eviction-loss-budget",
             "--eviction-loss-budget-per-account",
+            "--eviction-loss-budget-for",
         ),
     ),
     (
@@ -380,6 +390,8 @@ def _given(args: argparse.Namespace, flag: str) -> Any:
     """The flag's value as a user writes it: durations in units, budgets in GPU-hours, numbers
     without a trailing .0."""
     value = _value(args, flag)
+    if flag == "--eviction-loss-budget-for":
+        return ",".join(f"{account}={budget / HOUR:g}" for account, budget in value)
     if flag in ("--eviction-loss-budget", "--eviction-loss-budget-per-account"):
         value /= HOUR
     if flag in _DURATIONS:
@@ -497,6 +509,7 @@ def _eviction_worth(args: argparse.Namespace) -> EvictionWorth | None:
         restart_cost=restart or 0.0,
         shortfall_weight=getattr(args, "eviction_worth_shortfall", None) or 0.0,
         account_loss_budget=getattr(args, "eviction_loss_budget_per_account", None),
+        account_loss_budgets=getattr(args, "eviction_loss_budget_for", None) or (),
         unallocated=getattr(args, "eviction_worth_unallocated", False),
     )
 

@@ -198,6 +198,25 @@ def loss_budget(text: str) -> float:
     return value * HOUR
 
 
+def account_loss_budgets(text: str) -> tuple[tuple[str, float], ...]:
+    """`--eviction-loss-budget-for`: ACCOUNT=GPU_HOURS pairs, comma-separated, as
+    (account, GPU-seconds) pairs."""
+    pairs: list[tuple[str, float]] = []
+    for item in text.split(","):
+        account, equals, hours = item.strip().partition("=")
+        try:
+            value = float(hours) if equals and account.strip() else math.nan
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value <= 0 or account.strip() in dict(pairs):
+            raise argparse.ArgumentTypeError(
+                f"{text[:80]!r}: expected ACCOUNT=GPU_HOURS pairs, comma-separated, each "
+                "account once and each budget a number > 0 (e.g. team-a=5,team-b=50)"
+            )
+        pairs.append((account.strip(), value * HOUR))
+    return tuple(pairs)
+
+
 def spares_option(text: str) -> tuple[str, int]:
     level, _, count = text.partition(":")
     if not level or not count.isdigit() or not 1 <= int(count) <= MAX_NODES:

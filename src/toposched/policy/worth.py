@@ -150,6 +150,10 @@ class EvictionWorth:
     the evictions of any 24 hours may destroy (None: no such budget): an eviction that would
     take an account past it waits, so that no team's work is thrown away day after day for
     others' earlier starts."""
+    account_loss_budgets: tuple[tuple[str, float], ...] = ()
+    """(account, GPU-seconds per 24 hours) pairs: each named account's own budget of lost
+    work, in place of `account_loss_budget` (e.g. less for a team whose runs cannot resume
+    cheaply, or for an account that none may take from). Kept sorted by account."""
     unallocated: bool = False
     """Whether unallocated victims are weighed too (within `scope`), so that budgeted work
     waits rather than throw away a long run of unallocated work for a short gain; False:
@@ -168,6 +172,7 @@ class EvictionWorth:
             if value is not None:
                 rule = "must be GPU-seconds per day > 0, or None"
                 checked_number(value, name, rule, above=True)
+        object.__setattr__(self, "account_loss_budgets", _budgets(self.account_loss_budgets))
         for name in (
             "max_lost_per_gained",
             "horizon",
@@ -197,19 +202,34 @@ class EvictionWorth:
             return 1.0
         return 1.0 + self.shortfall_weight * (budget - max(running, 0.0)) / budget
 
+    @property
+    def per_account(self) -> bool:
+        """Whether some account's lost work is budgeted (`account_loss_budget` or
+        `account_loss_budgets`)."""
+        return self.account_loss_budget is not None or bool(self.account_loss_budgets)
+
+    def loss_budget_of(self, account: str) -> float | None:
+        """The account's budget of lost work, GPU-seconds per 24 hours (None: none)."""
+        for named, budget in self.account_loss_budgets:
+            if named == account:
+                return budget
+        return self.account_loss_budget
+
     def account_over_budget(
         self, victims: Sequence[VictimCost], spent_by_account: Mapping[str, float]
     ) -> tuple[str, float] | None:
-        """The first account (by name) whose victims would take it past
-        `account_loss_budget`, with the GPU-seconds it has left; None when none would."""
-        budget = self.account_loss_budget
-        if budget is None:
+        """The first account (by name) whose victims would take it past its budget of lost
+        work (`loss_budget_of`), with the GPU-seconds it has left; None when none would."""
+        if not self.per_account:
             return None
         costs: dict[str, float] = {}
         for victim in victims:
             cost = victim.destroyed(self.restart_cost)
             costs[victim.account] = costs.get(victim.account, 0.0) + cost
         for account in sorted(costs):
+            budget = self.loss_budget_of(account)
+            if budget is None:
+                continue
             left = max(budget - spent_by_account.get(account, 0.0), 0.0)
             if costs[account] > left:
                 return account, left
@@ -261,6 +281,22 @@ class EvictionWorth:
                 )
             verdict = f"{figures}{limit}: waiting"
         return WorthVerdict(worth_it, len(victims), lost, gained, verdict, restart)
+
+
+def _budgets(pairs: object) -> tuple[tuple[str, float], ...]:
+    """`EvictionWorth.account_loss_budgets` checked and sorted by account."""
+    rule = "must be (account, GPU-seconds per day > 0) pairs, each account once"
+    if not isinstance(pairs, tuple | list):
+        raise InputError("account_loss_budgets", pairs, rule)
+    checked: dict[str, float] = {}
+    for pair in pairs:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise InputError("account_loss_budgets", pair, rule)
+        account, budget = pair
+        if not isinstance(account, str) or not account or account in checked:
+            raise InputError("account_loss_budgets", account, rule)
+        checked[account] = checked_number(budget, "account_loss_budgets", rule, above=True)
+    return tuple(sorted(checked.items()))
 
 
 DEFAULT_EVICTION_WORTH = EvictionWorth()

@@ -6,12 +6,14 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from toposched.cluster.errors import InputError, did_you_mean
 from toposched.cluster.state import ClusterState, distinct_inverse
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract
 from toposched.policy.fairshare import QueueEntry
 from toposched.policy.ranking import Ranking
 from toposched.policy.usage import UsageTracker
+from toposched.policy.worth import EvictionWorth
 from toposched.scheduler.checkpoint_gate import CheckpointGate
 from toposched.scheduler.errors import InternalError
 from toposched.scheduler.fence import Fence
@@ -68,6 +70,8 @@ class Preemptor:
         self.local = LocalDomains(state, ledger, search)
         self.spread = SpreadSearch(search)
         self.worth = None if contract.worth is None else WorthGate(contract.worth)
+        if contract.worth is not None:
+            _check_named_accounts(contract.worth, tree)
         wait = contract.checkpoint_wait
         self.checkpoints = None if wait is None else CheckpointGate(wait)
         self.kept = KeptRefusals(state, tree, usage, contract, ledger, search.domain_of_leaf)
@@ -365,3 +369,16 @@ class Preemptor:
             index=index,
             slots=slots,
         )
+
+
+def _check_named_accounts(worth: EvictionWorth, tree: BudgetTree) -> None:
+    """InputError for an account of `worth.account_loss_budgets` that the tree lacks."""
+    leaves = tree.leaves()
+    for account, _ in worth.account_loss_budgets:
+        if account not in leaves:
+            rule = (
+                f"names no account of the budget tree{did_you_mean(account, leaves)}; a "
+                "budget of lost work is an account's as its jobs name it, e.g. "
+                f"{leaves[0] if leaves else 'team-a'}"
+            )
+            raise InputError("account_loss_budgets (--eviction-loss-budget-for)", account, rule)

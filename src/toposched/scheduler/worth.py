@@ -111,7 +111,7 @@ class WorthGate:
         credit = worth.credit(budget, running)
         gpus = min(job.gpus, max(budget - running, 0.0)) if worth.owed_only else job.gpus
         spent = self.spent(now) if worth.loss_budget is not None else 0.0
-        by_account = self.spent_by_account(now) if worth.account_loss_budget is not None else {}
+        by_account = self.spent_by_account(now) if worth.per_account else {}
         victims = victim_costs(plan, ledger, now, worth, account)
         verdict = worth.judge(gpus, victims, credit, spent, by_account)
         if verdict.worth_it:
@@ -129,7 +129,7 @@ class WorthGate:
     def _count(self, victims: list[VictimCost], now: float) -> None:
         """What the victims of a plan let through destroy, in all and by account."""
         restart = self.worth.restart_cost
-        by_account = self.worth.account_loss_budget is not None
+        by_account = self.worth.per_account
         total = 0.0
         for victim in victims:
             cost = victim.destroyed(restart)
