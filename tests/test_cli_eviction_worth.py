@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -155,21 +156,28 @@ def assert_exits_2_before_the_run(
     assert not (tmp_path / "summary.json").exists()
 
 
-def test_the_checkpoint_wait_options_reach_the_scheduler() -> None:
+def contract_of(*flags: str) -> Any:
+    """The contract of the scheduler `toposched simulate` builds with `flags`."""
     from toposched.cli.main import build_parser
     from toposched.cli.simulate_run import scheduler_factory
     from toposched.cluster.builders import nvl72_cluster
     from toposched.cluster.state import ClusterState
     from toposched.policy.budget import BudgetTree
-    from toposched.policy.checkpoint_wait import CheckpointWait
     from toposched.scheduler.core import Scheduler
 
+    args = build_parser("simulate").parse_args(["simulate", *flags])
+    state = ClusterState(nvl72_cluster(1, 1, 1, nodes_per_rack=2))
+    sched = scheduler_factory(args)(state, BudgetTree.from_dict({"accounts": {"a": 100}}))
+    assert isinstance(sched, Scheduler)
+    return sched.contract
+
+
+def test_the_checkpoint_wait_options_reach_the_scheduler() -> None:
+    from toposched.policy.checkpoint_wait import CheckpointWait
+
     def rule(*flags: str) -> CheckpointWait | None:
-        args = build_parser("simulate").parse_args(["simulate", *flags])
-        state = ClusterState(nvl72_cluster(1, 1, 1, nodes_per_rack=2))
-        sched = scheduler_factory(args)(state, BudgetTree.from_dict({"accounts": {"a": 100}}))
-        assert isinstance(sched, Scheduler)
-        return sched.contract.checkpoint_wait
+        wait: CheckpointWait | None = contract_of(*flags).checkpoint_wait
+        return wait
 
     assert rule() is None
     assert rule("--checkpoint-wait", "30m") == CheckpointWait(max_wait=1800.0)
@@ -219,22 +227,9 @@ def test_the_refinements_reach_the_rule() -> None:
 
 
 def test_the_rule_is_on_unless_turned_off() -> None:
-    from toposched.cli.main import build_parser
-    from toposched.cli.simulate_run import scheduler_factory
-    from toposched.cluster.builders import nvl72_cluster
-    from toposched.cluster.state import ClusterState
-    from toposched.policy.budget import BudgetTree
-    from toposched.policy.worth import DEFAULT_EVICTION_WORTH, EvictionWorth, WorthScope
-    from toposched.scheduler.core import Scheduler
+    from toposched.policy.worth import DEFAULT_EVICTION_WORTH, WorthScope
 
-    def rule(*flags: str) -> EvictionWorth | None:
-        args = build_parser("simulate").parse_args(["simulate", *flags])
-        state = ClusterState(nvl72_cluster(1, 1, 1, nodes_per_rack=2))
-        sched = scheduler_factory(args)(state, BudgetTree.from_dict({"accounts": {"a": 100}}))
-        assert isinstance(sched, Scheduler)
-        return sched.contract.worth
-
-    default = rule()
+    default = contract_of().worth
     assert default == DEFAULT_EVICTION_WORTH
     assert default.scope is WorthScope.CANNOT_RESUME and default.max_lost_per_gained == 1.0
-    assert rule("--eviction-worth", "OFF") is None
+    assert contract_of("--eviction-worth", "OFF").worth is None
