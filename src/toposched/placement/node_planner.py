@@ -101,11 +101,9 @@ class NodePlanner:
                 return None
             cap = None if match is None else match[-1]
             plans = {int(c): self._plan(level, int(domains[c]), cap) for c in tied}
-            profiles = {
-                c: self._fewest_parents(level, int(domains[c]), p.profile)
-                for c, p in plans.items()
-                if p is not None
-            }
+            profiles = self._one_parent_where_held(
+                level, domains, {c: p.profile for c, p in plans.items() if p is not None}, match
+            )
             if match is not None:
                 # As few nodes on as few domains, and no more parents (a greedy choice's
                 # parents may be more than a domain further in needs).
@@ -120,16 +118,35 @@ class NodePlanner:
         plan = plans[chosen] if chosen in plans else self._plan(level, int(domains[chosen]))
         return None if plan is None else (int(domains[chosen]), plan)
 
+    def _one_parent_where_held(
+        self,
+        level: int,
+        domains: IntArray,
+        profiles: dict[int, tuple[int, int, int]],
+        match: tuple[int, ...] | None,
+    ) -> dict[int, tuple[int, int, int]]:
+        """`profiles` (by position in `domains`), those on the least nodes and innermost
+        domains (`match`'s if given) counted with one parent where one parent inside holds such
+        a plan, when none of them has one parent already: a plan of several capacities counts
+        the parents of its greedy choice, and the descent towards the parents (`choose`) finds
+        that one parent only inside the domain it takes."""
+        if not profiles or level >= self.leaf - 1:
+            return profiles
+        least = min(profiles.values()) if match is None else match
+        tied = [c for c, profile in profiles.items() if profile[:2] == least[:2]]
+        if any(profiles[c][2] == 1 for c in tied):
+            return profiles
+        counted = dict(profiles)
+        for c in tied:
+            counted[c] = self._fewest_parents(level, int(domains[c]), profiles[c])
+        return counted
+
     def _fewest_parents(
         self, level: int, domain: int, profile: tuple[int, int, int]
     ) -> tuple[int, int, int]:
         """`profile` of a plan in `domain` (at `level`), with one parent when one parent of
-        innermost domains inside it holds as few nodes on as few innermost domains: a plan of
-        several capacities counts the parents of its greedy choice, and the descent towards
-        the parents (`choose`) finds that one parent only inside the domain it takes."""
+        innermost domains inside it holds as few nodes on as few innermost domains."""
         parents = self.leaf - 1
-        if profile[2] == 1 or level >= parents:
-            return profile
         lo, hi = self.topology.descendants(level, domain, parents)
         inner = np.arange(lo, hi, dtype=np.int64)
         needed = fewest_node_counts(
