@@ -411,7 +411,8 @@ _PLAIN_METRICS = (
     ),
     _Plain(
         "preemptions",
-        "running jobs stopped to make room (each resumes from its last checkpoint)",
+        "running jobs stopped to make room (one that can resume goes on from its last "
+        "checkpoint, another starts over)",
         lambda s: f"{s['disruption']['preemptions']:,}",
     ),
     _Plain(
