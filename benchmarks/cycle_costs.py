@@ -9,7 +9,10 @@ full one, and by the kinds of decision it made (Bind, Evict, Reserve; "Reserve a
 cycle before reserved for the same job in the same domain). Prints, per group, the cycles,
 their total, mean and median CPU time and their share of the whole; then, per group, what a
 cycle walked on average: the pending jobs, those answered alike an earlier job, those a cycle
-after submissions skipped, the turns left (the jobs that took one) and the placement searches.
+after submissions skipped, the turns left (the jobs that took one) and the placement searches;
+then the cycles grouped by why each walked the whole queue (`CycleResult.full_because`); last,
+the CPU time of the searches inside the cycles, call by call (victim and reservation searches,
+placements, kept refusals judged again).
 
     .venv/bin/python benchmarks/cycle_costs.py --days 3
 """
@@ -20,7 +23,7 @@ import argparse
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from grouped_times import print_groups
@@ -102,11 +105,53 @@ def print_walked(walked: dict[str, Walked], timed: dict[str, list[float]]) -> No
         print(f"{name:<{width}}" + "".join(f"{value / sums.cycles:>10.1f}" for value in means))
 
 
-def timed_cycles(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[str, Walked]]:
-    """Simulate the workload of `args` under toposched; each cycle's CPU seconds by group,
-    and what each group's cycles walked."""
-    timed: dict[str, list[float]] = defaultdict(list)
-    walked: dict[str, Walked] = defaultdict(Walked)
+@dataclass
+class CycleTimes:
+    """Each cycle's CPU seconds by group and by why it walked the whole queue, and what each
+    group's cycles walked."""
+
+    by_group: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    by_cause: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    by_part: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    """The CPU seconds of each call of the searches in `PARTS`."""
+    walked: dict[str, Walked] = field(default_factory=lambda: defaultdict(Walked))
+
+
+SKIPPED = "none: it skipped the settled jobs"
+
+PARTS = {
+    "victim searches": ("preemptor", "search"),
+    "reservation searches": ("reservations", "earliest_fit"),
+    "placements": ("placing", "place"),
+    "kept refusals judged again": ("preemptor.kept", "find"),
+}
+"""The searches inside the cycles timed call by call: the scheduler's part and its method."""
+
+
+def time_parts(scheduler: Scheduler, by_part: dict[str, list[float]]) -> None:
+    """Time every call of the `PARTS` of `scheduler` into `by_part`."""
+    for name, (path, method) in PARTS.items():
+        part: Any = scheduler
+        for attribute in path.split("."):
+            part = getattr(part, attribute)
+        setattr(part, method, timing(getattr(part, method), by_part[name]))
+
+
+def timing(call: Callable[..., Any], times: list[float]) -> Callable[..., Any]:
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        began = time.process_time()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            times.append(time.process_time() - began)
+
+    return timed
+
+
+def timed_cycles(args: argparse.Namespace) -> CycleTimes:
+    """Simulate the workload of `args` under toposched, timing every cycle."""
+    times = CycleTimes()
+    timed, walked = times.by_group, times.walked
     told: set[str] = set()
     reserved: list[Reserve | None] = [None]
 
@@ -121,6 +166,7 @@ def timed_cycles(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict
         scheduler = Scheduler(state, tree, **policy_settings(args))
         for name, event in EVENTS.items():
             setattr(scheduler, name, noting(getattr(scheduler, name), event))
+        time_parts(scheduler, times.by_part)
         cycle = scheduler.cycle
 
         def timed_cycle(now: float) -> CycleResult:
@@ -129,6 +175,8 @@ def timed_cycles(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict
             spent = time.process_time() - began
             group = group_of(told, result, reserved[0])
             timed[group].append(spent)
+            cause = result.full_because
+            times.by_cause[SKIPPED if cause is None else cause.value].append(spent)
             walked[group].add(result)
             told.clear()
             reserved[0] = reservation_of(result)
@@ -140,7 +188,7 @@ def timed_cycles(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict
     simulate(
         build_workload(args), build, scheduler_name="toposched", cycle_interval=args.cycle_every
     )
-    return timed, walked
+    return times
 
 
 def main() -> None:
@@ -148,9 +196,16 @@ def main() -> None:
     add_options(parser)
     args = parser.parse_args()
     check_options(args)
-    timed, walked = timed_cycles(args)
-    print_groups("cycle after | walk | decisions", timed, "ms")
-    print_walked(walked, timed)
+    times = timed_cycles(args)
+    print_groups("cycle after | walk | decisions", times.by_group, "ms")
+    print_walked(times.walked, times.by_group)
+    print()
+    print_groups("why the cycle walked the whole queue", times.by_cause, "ms")
+    print()
+    print_groups("searches inside the cycles", times.by_part, "us")
+    cycles = sum(sum(spent) for spent in times.by_group.values())
+    searches = sum(sum(spent) for spent in times.by_part.values())
+    print(f"the cycles {cycles:.3f} s, these searches {searches / cycles:.1%} of it")
 
 
 if __name__ == "__main__":

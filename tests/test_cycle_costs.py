@@ -9,19 +9,17 @@ import pytest
 from bench_scripts import load_script, run_script
 
 from toposched.scheduler.decisions import Evict, Reserve
-from toposched.scheduler.turn import CycleResult
+from toposched.scheduler.turn import CycleResult, FullCycle
 from toposched.sim.engine import simulate
 from toposched.workloads.ai2 import ai2_like
 
 
 def test_a_short_run_counts_every_cycle_once() -> None:
+    module = load_script("cycle_costs")
     done = run_script("cycle_costs", "--days", "0.25", "--gpus", "256")
     assert done.returncode == 0, done.stderr
-    timed, walked = done.stdout.split("\n\n")
-    lines = timed.splitlines()
-    rows = [re.split(r"\s{2,}", line.strip()) for line in lines[1:]]
-    groups, every = rows[:-1], rows[-1]
-    assert every[0] == "every call"
+    timed, walked, causes, inside = done.stdout.split("\n\n")
+    groups, every = _table(timed)
     counts = [int(row[1].replace(",", "")) for row in groups]
     # The same run, its cycles counted by the simulator itself.
     cycles = len(simulate(ai2_like(days=0.25, gpus=256), progress=False).cycle_seconds)
@@ -43,6 +41,25 @@ def test_a_short_run_counts_every_cycle_once() -> None:
         if " | full | " in name:
             assert skipped == 0
     assert any(float(row[3]) > 0 for row in walked_rows if " | skipping | " in row[0])
+    # The same cycles by why each walked the whole queue, the skipping ones apart.
+    why, every_cycle = _table(causes)
+    assert every_cycle[1] == every[1]
+    assert sum(int(row[1].replace(",", "")) for row in why) == cycles
+    assert {row[0] for row in why} <= {module.SKIPPED, *(cause.value for cause in FullCycle)}
+    skipping = sum(int(row[1].replace(",", "")) for row in groups if " | skipping | " in row[0])
+    assert {row[0]: int(row[1].replace(",", "")) for row in why}[module.SKIPPED] == skipping
+    # The searches inside the cycles, and their share of the cycles' time.
+    parts, _ = _table(inside.rsplit("\n", 2)[0])
+    assert {row[0] for row in parts} == set(module.PARTS)
+    share = re.search(r"these searches ([\d.]+)% of it", inside)
+    assert share is not None and 0 < float(share.group(1)) < 100
+
+
+def _table(text: str) -> tuple[list[list[str]], list[str]]:
+    """A table `print_groups` printed: its rows, and its last (every call)."""
+    rows = [re.split(r"\s{2,}", line.strip()) for line in text.splitlines()[1:]]
+    assert rows[-1][0] == "every call"
+    return rows[:-1], rows[-1]
 
 
 def test_a_cycle_is_grouped_by_its_events_walk_and_decisions() -> None:

@@ -25,6 +25,7 @@ from toposched.policy.worth import EvictionWorth, WorthScope
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict, Reserve
 from toposched.scheduler.incremental import differences
+from toposched.scheduler.turn import FullCycle
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab
 from toposched.workloads.model import Workload
@@ -167,19 +168,27 @@ def test_unallocated_work_weighed_decides_alike_skipping_or_not() -> None:
     assert weighing.lines != scope_alone.lines
 
 
-def test_cycles_after_submissions_skip_settled_jobs_until_something_else_happens() -> None:
-    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))  # 16 GPUs
+def _team_a_on_every_gpu(full_cycle_every: float) -> Scheduler:
+    """16 GPUs shared half and half by team-a and team-b; team-a's four 4-GPU runs, protected
+    for an hour, submitted at 0 s (the first cycle not run)."""
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
     tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
-    scheduler = Scheduler(state, tree, full_cycle_every=1000.0)
+    scheduler = Scheduler(state, tree, full_cycle_every=full_cycle_every)
     for number in range(4):
         scheduler.submit(job(f"run{number}", "team-a"), 0.0)
+    return scheduler
+
+
+def test_cycles_after_submissions_skip_settled_jobs_until_something_else_happens() -> None:
+    scheduler = _team_a_on_every_gpu(full_cycle_every=1000.0)
     first = scheduler.cycle(0.0)
     assert not first.incremental and len(first.bound) == 4
+    assert first.full_because is FullCycle.FIRST
 
     # team-b is owed its budget, but team-a's runs are protected: the waiting jobs are told so.
     scheduler.submit(job("wait0", "team-b"), 10.0)
     second = scheduler.cycle(10.0)
-    assert second.incremental and not second.decisions
+    assert second.incremental and not second.decisions and second.full_because is None
     scheduler.submit(job("wait1", "team-b"), 20.0)
     third = scheduler.cycle(20.0)
     scheduler.submit(job("wait2", "team-b"), 30.0)
@@ -192,14 +201,15 @@ def test_cycles_after_submissions_skip_settled_jobs_until_something_else_happens
     scheduler.finish("run0", 40.0)
     fifth = scheduler.cycle(40.0)
     assert not fifth.incremental and bound(fifth) == ["wait0"]
+    assert fifth.full_because is FullCycle.REOPENED
     scheduler.submit(job("wait3", "team-b"), 50.0)
     assert scheduler.cycle(50.0).incremental
     # Anything else, a cancellation here, is followed by a full cycle.
     scheduler.cancel("wait3", 60.0)
-    assert not scheduler.cycle(60.0).incremental
+    assert scheduler.cycle(60.0).full_because is FullCycle.CANCELLED
     # At least every `full_cycle_every` seconds, a full cycle.
     scheduler.submit(job("wait4", "team-b"), 1070.0)
-    assert not scheduler.cycle(1070.0).incremental
+    assert scheduler.cycle(1070.0).full_because is FullCycle.PERIODIC
 
 
 def bound(result: CycleResult) -> list[str]:
@@ -209,11 +219,7 @@ def bound(result: CycleResult) -> list[str]:
 def test_cycles_after_checkpoints_skip_settled_jobs_too() -> None:
     # A checkpoint moves only the work a victim would lose: the refusals the waiting jobs
     # were told stand, and the next cycle skips them as after a submission.
-    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))  # 16 GPUs
-    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50}})
-    scheduler = Scheduler(state, tree, full_cycle_every=1000.0)
-    for number in range(4):
-        scheduler.submit(job(f"run{number}", "team-a"), 0.0)
+    scheduler = _team_a_on_every_gpu(full_cycle_every=1000.0)
     scheduler.cycle(0.0)
     for number in range(3):
         scheduler.submit(job(f"wait{number}", "team-b"), 10.0)
@@ -231,7 +237,7 @@ def test_cycles_after_checkpoints_skip_settled_jobs_too() -> None:
     scheduler.submit(job("wait3", "team-b"), 30.0)
     assert scheduler.cycle(30.0).incremental
     scheduler.fail("run0", 40.0)
-    assert not scheduler.cycle(40.0).incremental
+    assert scheduler.cycle(40.0).full_because is FullCycle.JOB_FAILED
 
 
 def _after_completions(incremental: bool, guests: int = 0, **settings: Any) -> list[CycleResult]:
@@ -379,3 +385,23 @@ def test_after_a_new_job_starts_the_other_settled_jobs_stay_skipped() -> None:
     # which never preempts and still finds no free rack, is skipped.
     last = _last_as_full(lambda incremental: _after_a_start(incremental, protected=True))
     assert last.incremental and bound(last) == ["wide"] and last.skipped == 1
+
+
+def test_a_preemption_is_followed_by_full_cycles_that_say_why() -> None:
+    # team-b is owed its budget; at 1 h team-a's protections end and wait evicts one of its
+    # jobs. The cycles of the preemption's course each walk the whole queue, and say why.
+    scheduler = _team_a_on_every_gpu(full_cycle_every=0.0)
+    scheduler.cycle(0.0)
+    scheduler.submit(job("wait", "team-b"), 10.0)
+    assert scheduler.cycle(10.0).full_because is None
+    evicting = scheduler.cycle(3600.0)
+    victims = [d.job_id for d in evicting.decisions if isinstance(d, Evict)]
+    assert victims and evicting.full_because is None
+
+    assert scheduler.cycle(3610.0).full_because is FullCycle.PREEMPTED
+    for victim in victims:
+        scheduler.evicted(victim, 3630.0)
+    started = scheduler.cycle(3630.0)
+    assert bound(started) == ["wait"] and started.full_because is FullCycle.EVICTION_ENDED
+    assert scheduler.cycle(3640.0).full_because is FullCycle.NOMINEE
+    assert scheduler.cycle(3650.0).full_because is None

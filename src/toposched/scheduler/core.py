@@ -43,7 +43,7 @@ from toposched.scheduler.reservations import ReservationSearch
 from toposched.scheduler.settings import SchedulerSettings
 from toposched.scheduler.spares import SparePool
 from toposched.scheduler.tally import PendingTally
-from toposched.scheduler.turn import CycleResult, Turn
+from toposched.scheduler.turn import CycleResult, FullCycle, Turn
 from toposched.scheduler.walker import Walker, checked_cycle
 
 __all__ = ["CycleResult", "Scheduler"]
@@ -190,7 +190,7 @@ class Scheduler:
 
     def adopt(self, spec: JobSpec, allocation: Allocation, start_time: float, now: float) -> Job:
         """Take over a job already running on `allocation` (recovery after a restart)."""
-        self.incremental.forget()
+        self.incremental.forget(FullCycle.ADOPTED)
         job = self.submit(spec, now)
         self._start(job, Placement(job.request, allocation), now)
         # Protection counts from the real start; usage is charged from now, when we took over.
@@ -203,7 +203,7 @@ class Scheduler:
         """`adopt` each in order, with the same result, for the many running jobs of a restart,
         in one pass: a job goes to the running set without passing through the queue, and is
         counted in the ledger once, from its real start (made as `_new_jobs` makes them)."""
-        self.incremental.forget()
+        self.incremental.forget(FullCycle.ADOPTED)
         columns = adoptions if isinstance(adoptions, Adoptions) else Adoptions.of(adoptions)
         adopted = list(self._new_jobs(columns.specs, now, JobState.RUNNING))
         self.lifecycle.adopt_many(adopted, columns.allocations, columns.start_times, now)
@@ -262,7 +262,7 @@ class Scheduler:
 
     def fail(self, job_id: str, now: float, requeue: bool | None = None) -> Job:
         """A running job failed: requeue it (resumable jobs by default) or mark it failed."""
-        self.incremental.forget()
+        self.incremental.forget(FullCycle.JOB_FAILED)
         job = self._running(job_id)
         self._stop(job, now)
         again = job.spec.resumable if requeue is None else requeue
@@ -279,7 +279,7 @@ class Scheduler:
     def evicted(self, job_id: str, now: float) -> Job:
         """The backend reports an evicted job gone: its GPUs return to the nominee, and the job
         is requeued (resumable, or restartable by policy) or failed, as the contract says."""
-        self.incremental.forget()
+        self.incremental.forget(FullCycle.EVICTION_ENDED)
         job = self._running(job_id)
         self._stop(job, now)
         job.preemptions += 1
@@ -306,7 +306,7 @@ class Scheduler:
         self.ledger.preemptible.checkpoint(job_id, work_since(job))
 
     def cancel(self, job_id: str, now: float) -> Job:
-        self.incremental.forget()
+        self.incremental.forget(FullCycle.CANCELLED)
         job = self._job(job_id)
         if job.state is JobState.RUNNING:
             self._stop(job, now)
@@ -334,7 +334,7 @@ class Scheduler:
         marked healthy (a hold is a closure, apart from health); a repaired node refills its
         domain's pool.
         """
-        self.incremental.forget()
+        self.incremental.forget(FullCycle.NODE_HEALTH)
         node_array = distinct(np.asarray(nodes, dtype=np.int64))
         spares = self.spares
         self.state.set_health(node_array, health)
@@ -359,7 +359,7 @@ class Scheduler:
         """Change a live job's priority. A pending job takes its new place among its account's
         jobs; a running job keeps running, and its new priority counts in later preemption
         decisions (as a victim, against jobs of its account)."""
-        self.incremental.forget()
+        self.incremental.forget(FullCycle.PRIORITY)
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise InputError(
                 "priority", priority, "must be an integer (higher runs first within an account)"
@@ -382,7 +382,7 @@ class Scheduler:
 
     def set_share(self, account: str, share: float) -> None:
         """A budget change: the next cycle orders by it (accounts re-rank, jobs do not re-sort)."""
-        self.incremental.forget()
+        self.incremental.forget(FullCycle.BUDGET)
         self.tree.set_share(account, share)
 
     # --- the cycle ---------------------------------------------------------------------------
@@ -433,7 +433,7 @@ class Scheduler:
         try:
             self.evictor.evict_from_draining_nodes(now, result.decisions)
             if result.decisions:
-                self.incremental.forget()
+                self.incremental.forget(FullCycle.DRAINING)
             # Accounts below their budget go first for the whole cycle, even once a start here
             # takes one past it: the order is fixed before any decision.
             # Read as far as the walk goes (see `toposched.scheduler.tally`), but where
@@ -450,6 +450,7 @@ class Scheduler:
             leaves = self.walker.leaves(now)
             walk = self.incremental.walk(now, stamp, leaves, size, segments, self.tally)
             result.incremental = walk.skipping
+            result.full_because = walk.full_because
             whole = self.walker.walk(turn, runs, size, walk, owed, by_account)
             result.skipped = walk.skipped
         except BaseException:
@@ -497,7 +498,7 @@ class Scheduler:
     def bind(self, job_id: str, placement: Placement, now: float) -> Bind:
         """Start the pending job on `placement`, found by the caller's own placement (a
         scheduler that brings its own cycle, as the baselines do); returns the decision."""
-        self.incremental.forget()
+        self.incremental.forget(FullCycle.OUTSIDE)
         job = self._job(job_id)
         if job.state is not JobState.PENDING:
             raise InputError("job", job_id, f"is {job.state}, not pending")
@@ -565,7 +566,7 @@ class Scheduler:
     def compact(self, now: float) -> CycleResult:
         """Background compaction: empty one partly used innermost domain by moving its
         resumable jobs into fuller ones, within `compaction_moves_per_hour`."""
-        self.incremental.forget()
+        self.incremental.forget(FullCycle.OUTSIDE)
         result = CycleResult(now)
         self.evictor.compact(now, result.decisions)
         return result

@@ -93,7 +93,7 @@ from toposched.scheduler.failures import Shape
 from toposched.scheduler.jobs import Job, ReasonCode
 from toposched.scheduler.refusals import Refusal
 from toposched.scheduler.tally import PendingTally
-from toposched.scheduler.turn import Asked
+from toposched.scheduler.turn import Asked, FullCycle
 
 REOPENED_MOST = 0.25
 """A cycle after completions whose release may have undone the failures of more than this
@@ -187,6 +187,8 @@ class Walk:
     """The queue's runs at the cycle's start, if read (see `Incremental.walk`)."""
     asked: dict[str, Refusal] = field(default_factory=dict)
     skipped: int = 0
+    full_because: FullCycle | None = None
+    """Why it skips no job (None: it skips)."""
 
     @property
     def skipping(self) -> bool:
@@ -268,6 +270,8 @@ class Incremental:
         self.enabled = enabled
         self.full_cycle_every = full_cycle_every
         self.reference: Reference | None = None
+        self.dropped = FullCycle.FIRST
+        """Why there is no reference, when there is none."""
         self.submitted: list[str] = []
         self.checkpoints = False
         """Whether running jobs reported checkpoints since the reference."""
@@ -283,10 +287,14 @@ class Incremental:
     def submitted_job(self, job_id: str) -> None:
         self.submitted.append(job_id)
 
-    def forget(self) -> None:
-        """Something other than a submission or a checkpoint happened: the next cycle is a
-        full one."""
-        self.reference = None
+    def forget(self, why: FullCycle) -> None:
+        """Something other than a submission or a checkpoint happened (`why`): the next cycle
+        is a full one."""
+        self._drop(why)
+
+    def _drop(self, why: FullCycle) -> None:
+        if self.reference is not None:
+            self.reference, self.dropped = None, why
 
     def checkpointed(self) -> None:
         """A running job saved its work: what victims would lose moved, which only the jobs
@@ -303,7 +311,7 @@ class Incremental:
         failures of the shapes `undone`, or every failure (None: the next cycle is a full
         one)."""
         if undone is None:
-            self.reference = None
+            self._drop(FullCycle.RELEASE_READ)
         else:
             self.undone = undone
 
@@ -330,21 +338,30 @@ class Incremental:
         reopened: list[str] = []
         if undone and reference is not None and tally is not None:
             reopened = tally.of_shapes(undone)
-        if (
-            not self.enabled
-            or reference is None
-            or segments is None
-            or (self.full_cycle_every > 0 and now >= self.last_full + self.full_cycle_every)
-            or not reference.now <= now
-            or not same_stamp(stamp, reference.stamp, checkpoints, completions)
+        why: FullCycle | None = None
+        if not self.enabled:
+            why = FullCycle.OFF
+        elif reference is None:
+            why = self.dropped
+        elif self.full_cycle_every > 0 and now >= self.last_full + self.full_cycle_every:
+            why = FullCycle.PERIODIC
+        elif not reference.now <= now or not same_stamp(
+            stamp, reference.stamp, checkpoints, completions
+        ):
+            why = FullCycle.CHANGED
+        elif (
+            segments is None
             or leaves != reference.leaves
             or size != reference.size + len(new)
             or not same_order(segments, reference.segments)
-            or (undone and tally is None)
-            or len(reopened) > REOPENED_MOST * size
         ):
+            why = FullCycle.ORDER
+        elif (undone and tally is None) or len(reopened) > REOPENED_MOST * size:
+            why = FullCycle.REOPENED
+        if why is not None or reference is None:
             self.last_full = now
-            return Walk(None, self.asked, segments=segments)
+            self.dropped = FullCycle.FIRST
+            return Walk(None, self.asked, segments=segments, full_because=why)
         self.cycles += 1
         rejudge = completions or now >= reference.until
         walk = Walk(reference, self.asked, new, rejudge=rejudge, segments=segments)
@@ -352,11 +369,14 @@ class Incremental:
             walk.reopen(reopened)
         return walk
 
-    def settle(self, walk: Walk, reference: Reference | None) -> None:
-        """The cycle is over: `reference` is what it leaves, if it may serve (see
+    def settle(self, walk: Walk, reference: Reference | FullCycle) -> None:
+        """The cycle is over: `reference` is what it leaves, or why it leaves none (see
         `Walker.leave_reference`)."""
         self.asked = walk.asked
-        self.reference = reference
+        if isinstance(reference, FullCycle):
+            self.reference, self.dropped = None, reference
+        else:
+            self.reference = reference
 
 
 def same_order(segments: list[Segment], reference: list[Segment]) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
 from numpy.typing import NDArray
@@ -16,6 +17,32 @@ from toposched.scheduler.jobs import ReasonCode, Reservation
 from toposched.scheduler.refusals import Refusal
 
 BoolArray = NDArray[np.bool_]
+
+
+class FullCycle(StrEnum):
+    """Why a cycle walked the whole queue rather than only the jobs its events could change."""
+
+    OFF = "incremental cycles off"
+    FIRST = "no cycle before"
+    PERIODIC = "the periodic full cycle"
+    PREEMPTED = "the cycle before preempted"
+    NOMINEE = "the cycle before started or let go a nominee"
+    LEFT_EARLY = "the cycle before left a run early"
+    DRAINING = "jobs left draining nodes"
+    EVICTION_ENDED = "an evicted job left"
+    JOB_FAILED = "a running job failed"
+    CANCELLED = "a job was cancelled"
+    NODE_HEALTH = "a node's health changed"
+    PRIORITY = "a job's priority changed"
+    BUDGET = "a budget changed"
+    ADOPTED = "running jobs were adopted"
+    OUTSIDE = "jobs were started or moved outside a cycle"
+    RELEASE_READ = (
+        "a job ended while nominees, spares, checkpoint waits or admission read free capacity"
+    )
+    REOPENED = "a release may undo the failures of more than a quarter of the queue"
+    CHANGED = "the cluster, budgets or usage changed"
+    ORDER = "the queue's order moved"
 
 
 @dataclass
@@ -32,6 +59,8 @@ class CycleResult:
     (see `toposched.scheduler.incremental`)."""
     skipped: int = 0
     """Pending jobs it skipped so."""
+    full_because: FullCycle | None = None
+    """Why it walked the whole queue (None: it skipped, or a cycle did not run)."""
     alike: int = 0
     """Pending jobs answered alike an earlier job of their kind, account and priority, with
     nothing known changed since (see `Turn.answered`)."""

@@ -29,7 +29,7 @@ from toposched.scheduler.queueing import JobQueue, TalliedQueue
 from toposched.scheduler.reservations import ReservationSearch
 from toposched.scheduler.settings import SchedulerSettings
 from toposched.scheduler.tally import SHORT_QUEUE, JobKinds, PendingTally, tier_key
-from toposched.scheduler.turn import Answer, Asked, CycleResult, Refused, Turn
+from toposched.scheduler.turn import Answer, Asked, CycleResult, FullCycle, Refused, Turn
 from toposched.scheduler.wording import no_preemption
 
 
@@ -328,15 +328,8 @@ class Walker:
         spent a preemption, settled a nominee or did not walk the whole queue (`whole`):
         the next cycle is a full one. `owed`: the accounts whose work went first."""
         decisions, now, tallied = turn.result.decisions, turn.now, self.tallied
-        reference = None
-        if (
-            whole
-            and tallied is not None
-            and self.incremental.enabled
-            and turn.preemptions_left == self.settings.max_preemptions_per_cycle
-            and not turn.nominees_settled
-            and not any(isinstance(decision, Evict) for decision in decisions)
-        ):
+        reference: Reference | FullCycle | None = self._leaves_none(turn, whole)
+        if reference is None and tallied is not None:
             bound = {d.job_id for d in decisions if isinstance(d, Bind)}
             segments = walk.segments
             if segments is None or len(tallied) != turn.result.considered:
@@ -354,7 +347,20 @@ class Walker:
                 walk.outcomes,
                 walk.refused,
             )
-        self.incremental.settle(walk, reference)
+        self.incremental.settle(walk, reference or FullCycle.OFF)
+
+    def _leaves_none(self, turn: Turn, whole: bool) -> FullCycle | None:
+        """Why the cycle of `turn` leaves no reference (None: it leaves one)."""
+        if self.tallied is None or not self.incremental.enabled:
+            return FullCycle.OFF
+        decisions = turn.result.decisions
+        if turn.preemptions_left != self.settings.max_preemptions_per_cycle or any(
+            isinstance(decision, Evict) for decision in decisions
+        ):
+            return FullCycle.PREEMPTED
+        if turn.nominees_settled:
+            return FullCycle.NOMINEE
+        return None if whole else FullCycle.LEFT_EARLY
 
     # --- one job's turn ----------------------------------------------------------------------
     def consider(self, turn: Turn, entry: QueueEntry, job: Job) -> bool:
