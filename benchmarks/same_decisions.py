@@ -1,11 +1,12 @@
 """Whether a whole run decides the same with cycles that skip settled jobs as with full cycles.
 
 Runs toposched twice on the workload of the `toposched simulate` options given: once as
-configured (cycles after submissions, checkpoints and protection ends skip the jobs the last
-cycle settled; docs/policy.md, *Cycles after submissions only*) and once with every cycle a full
-one (`incremental=False`), and compares the two decision logs, every Bind, Evict and Reserve
-with the time of its cycle. Unlike `--check-incremental`, which runs a full cycle on a copy of
-the scheduler beside each such cycle, it costs two runs, so a month can be checked whole.
+configured (cycles after submissions, checkpoints, protection ends, completions, preemptions and
+evicted jobs' leaving skip the jobs the last cycle settled; docs/policy.md, *Cycles after
+submissions only*) and once with every cycle a full one (`incremental=False`), and compares the
+two decision logs, every Bind, Evict and Reserve with the time of its cycle. Unlike
+`--check-incremental`, which runs a full cycle on a copy of the scheduler beside each such
+cycle, it costs two runs, so a month can be checked whole.
 
     .venv/bin/python benchmarks/same_decisions.py --days 30
 

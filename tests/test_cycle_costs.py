@@ -36,7 +36,8 @@ def test_a_short_run_counts_every_cycle_once() -> None:
     assert [row[0] for row in walked_rows] == names
     for name, *figures in walked_rows:
         pending, alike, skipped, turns, searches = map(float, figures)
-        assert turns == pytest.approx(pending - alike - skipped, abs=0.1)
+        # Each of the four printed to a tenth: within 0.2 of one another.
+        assert turns == pytest.approx(pending - alike - skipped, abs=0.2)
         assert turns >= 0 and searches >= 0
         if " | full | " in name:
             assert skipped == 0

@@ -387,21 +387,45 @@ def test_after_a_new_job_starts_the_other_settled_jobs_stay_skipped() -> None:
     assert last.incremental and bound(last) == ["wide"] and last.skipped == 1
 
 
-def test_a_preemption_is_followed_by_full_cycles_that_say_why() -> None:
-    # team-b is owed its budget; at 1 h team-a's protections end and wait evicts one of its
-    # jobs. The cycles of the preemption's course each walk the whole queue, and say why.
-    scheduler = _team_a_on_every_gpu(full_cycle_every=0.0)
+def _preemption_course(**settings: Any) -> tuple[Scheduler, list[str]]:
+    """16 GPUs all held by team-a's four runs (protected for an hour); team-b (owed its
+    budget) submits `wait`, and twelve of the guests' gangs of a rack wait too, settled: no
+    release here makes room. At 1 h wait evicts one of team-a's runs: the scheduler after that
+    cycle and the victims. Every cycle that skips jobs is checked against a full one on a
+    copy (`check_incremental`)."""
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"team-a": 50, "team-b": 50, "guests": 0}})
+    scheduler = Scheduler(state, tree, full_cycle_every=0.0, check_incremental=True, **settings)
+    for number in range(4):
+        scheduler.submit(job(f"run{number}", "team-a"), 0.0)
     scheduler.cycle(0.0)
+    rack = {"required": "rack"}
+    for number in range(12):
+        scheduler.submit(job(f"spare{number}", "guests", pods=2, topology=rack), 10.0)
     scheduler.submit(job("wait", "team-b"), 10.0)
     assert scheduler.cycle(10.0).full_because is None
     evicting = scheduler.cycle(3600.0)
     victims = [d.job_id for d in evicting.decisions if isinstance(d, Evict)]
     assert victims and evicting.full_because is None
+    return scheduler, victims
 
-    assert scheduler.cycle(3610.0).full_because is FullCycle.PREEMPTED
+
+def test_a_preemptions_course_skips_the_settled_jobs() -> None:
+    # The cycle after the preemption (wait now waits for its victim), the victim's leaving (a
+    # release, the victim queued again: wait starts) and wait's start (the nodes kept for it
+    # opened, a release to the jobs before it) are followed by cycles that skip the guests.
+    scheduler, victims = _preemption_course()
+    waiting = scheduler.cycle(3610.0)
+    assert waiting.incremental and waiting.skipped == 12 and not waiting.decisions
     for victim in victims:
         scheduler.evicted(victim, 3630.0)
     started = scheduler.cycle(3630.0)
-    assert bound(started) == ["wait"] and started.full_because is FullCycle.EVICTION_ENDED
-    assert scheduler.cycle(3640.0).full_because is FullCycle.NOMINEE
-    assert scheduler.cycle(3650.0).full_because is None
+    assert bound(started) == ["wait"] and started.incremental and started.skipped == 12
+    after = scheduler.cycle(3640.0)
+    assert after.incremental and after.skipped == 12 and not after.decisions
+
+
+def test_a_cycle_that_made_every_preemption_it_may_is_followed_by_a_full_one() -> None:
+    # Jobs after the last preemption a cycle allows asked for none: the next cycle walks them.
+    scheduler, _ = _preemption_course(max_preemptions_per_cycle=1)
+    assert scheduler.cycle(3610.0).full_because is FullCycle.PREEMPTIONS_SPENT

@@ -125,6 +125,8 @@ class Scheduler:
         self._cycles = 0
         self._epoch = 0
         self._settled_version = -1
+        self._fence_opened = False
+        """Whether nominees let go of nodes in the last cycle (`_release_opened`)."""
         self.least_met: LeastMetFirst | None = None
         if settings.owed_order is OwedOrder.LEAST_MET and self.tally is not None:
             self.least_met = LeastMetFirst(tree, self.ledger, self.tally, settings.owed_half_life)
@@ -278,8 +280,10 @@ class Scheduler:
 
     def evicted(self, job_id: str, now: float) -> Job:
         """The backend reports an evicted job gone: its GPUs return to the nominee, and the job
-        is requeued (resumable, or restartable by policy) or failed, as the contract says."""
-        self.incremental.forget(FullCycle.EVICTION_ENDED)
+        is requeued (resumable, or restartable by policy) or failed, as the contract says.
+        To the next cycle, a release and, requeued, a submission (see
+        `toposched.scheduler.incremental`)."""
+        self.incremental.completed()
         job = self._running(job_id)
         self._stop(job, now)
         job.preemptions += 1
@@ -289,6 +293,7 @@ class Scheduler:
         job.record(now, f"preempted; {reason}")
         if fate is not PreemptedFate.FAIL:
             self.lifecycle.requeue(job)
+            self.incremental.submitted_job(job.job_id)
         else:
             job.state = JobState.FAILED
             job.reason_code = ReasonCode.ENDED
@@ -409,8 +414,10 @@ class Scheduler:
         self._cycles += 1
         if self.least_met is not None:
             self.least_met.advance(now)
-        if self.state.version != self._settled_version:
-            # Something outside the cycle changed the cluster (a job ended, a node came back):
+        if self.state.version != self._settled_version or self._fence_opened:
+            self._fence_opened = False
+            # Something outside the cycle changed the cluster (a job ended, a node came back),
+            # or the last cycle's nominees let go of nodes fenced for the jobs before them:
             # capacity may have been freed, so earlier failures prove nothing any more, but
             # those of gangs that no domain gaining GPUs can hold; after completions, the
             # settled jobs of the other shapes may still be skipped.
@@ -462,9 +469,19 @@ class Scheduler:
             self.freed.settle()
             if walk is not None:
                 self.walker.leave_reference(turn, walk, whole, owed)
+            if turn.opened:
+                self._release_opened(turn.opened)
             if self.least_met is not None:
                 self.least_met.settle()
         return result
+
+    def _release_opened(self, opened: list[IntArray]) -> None:
+        """The nodes nominees let go of in the cycle just ended (`Turn.opened`) were fenced
+        for the jobs walked before them: the next cycle takes them for released, as a
+        completion's, to find the failures and refusals of those jobs they may undo."""
+        self.freed.released(np.concatenate(opened))
+        self.incremental.fence_opened()
+        self._fence_opened = True
 
     def _segments(self, now: float, owed: Collection[str]) -> list[Segment] | None:
         """The runs the queue lays its jobs in at `now`, to compare with those the last cycle
@@ -475,18 +492,17 @@ class Scheduler:
         return tallied.segments(tallied.ranking(now), owed)
 
     def _skips_after_completions(self) -> bool:
-        """Whether a cycle after jobs that ended on their own may skip the jobs the last one
-        settled, as far as the scheduler's parts go: none that reads free capacity or the
-        running jobs outside a job's own turn is in use (an admission rule, waits for
-        checkpoints, spares, nodes kept for interrupted gangs, nominees)."""
+        """Whether a cycle after jobs that ended (on their own, or evicted) may skip the jobs
+        the last one settled, as far as the scheduler's parts go: none that reads free
+        capacity or the running jobs outside a job's own turn is in use (an admission rule,
+        waits for checkpoints, spares, nodes kept for interrupted gangs). Nominees take their
+        turn in such a cycle (`Incremental.walk`)."""
         parts = (self.settings.admission, self.preemptor.checkpoints, self.spares)
-        tally = self.tally
         return (
             self.incremental.completions
             and all(part is None for part in parts)
             and not self.interruptions.kept_ids
-            and tally is not None
-            and not tally.nominated_nodes()
+            and self.tally is not None
         )
 
     # --- bookkeeping -------------------------------------------------------------------------
@@ -516,9 +532,16 @@ class Scheduler:
     def _stop(self, job: Job, now: float) -> None:
         nodes = self.state.allocations[job.job_id].nodes
         free_to_take = job.unallocated and not job.evicting
+        preemptor = self.ledger.preemptor_of.get(job.job_id)
         self.freed.before_release()
         self.lifecycle.stop(job, now, self.jobs)
         self.freed.released(nodes, free_to_take)
+        if preemptor is not None:
+            nomination = self.jobs[preemptor].nomination
+            if nomination is not None and not nomination.victims:
+                # Its last victim gone, the preemptor starts at its turn, and what the nodes
+                # kept for it hold beyond its pods opens to the jobs after it: a release too.
+                self.freed.released(nomination.nodes)
 
     def _job(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)

@@ -1,15 +1,15 @@
-"""Cycles after submissions only (and checkpoints, protection ends and completions): the pending
-jobs the last cycle answered from what it knew are not walked again, only the new jobs and the
-jobs whose turns changed what later jobs see.
+"""Cycles after submissions only (and checkpoints, protection ends, completions and evicted jobs'
+leaving): the pending jobs the last cycle answered from what it knew are not walked again, only
+the new jobs and the jobs whose turns changed what later jobs see.
 
 Why that gives the full cycle's decisions. Let the last cycle be the reference. Since it, only
 jobs were submitted: the cluster state, the budgets, the usage, the running set and the
 nominations are as it left them, and the pending jobs it saw keep their order among themselves
-(checked by the queue's runs holding them). The reference made no eviction, so every job in it
-saw every preemption still allowed, and no nominee let its nodes go. A job it bound is gone from
-the queue; the jobs before it saw more free capacity then than they see now, and a placement
-that failed then fails now (the placement search fails monotonically, as remembered failures
-assume).
+(checked by the queue's runs holding them). Say first that the reference made no eviction, so
+every job in it saw every preemption still allowed, and no nominee let its nodes go (below for
+when it did). A job it bound is gone from the queue; the jobs before it saw more free capacity
+then than they see now, and a placement that failed then fails now (the placement search fails
+monotonically, as remembered failures assume).
 
 In the reference each job was either *settled* or an *anchor*. A settled job was answered alike
 an earlier job under the same knowledge (`Turn.answered`), or waited for its victims to exit,
@@ -63,8 +63,28 @@ account runs less, which only the preemptor reads: the settled jobs it refused f
 are walked and compared, as after a protection's end; the anchors are walked anyway (the
 reservation may come sooner: a job too long to backfill then still is), and the owed accounts'
 order is compared through the queue's runs. The scheduler allows it only where no answer reads
-free capacity or the running jobs outside a job's own turn (`Scheduler._skips_after_completions`),
-and the job that ended was not on its way out (the stamp's leaving jobs).
+free capacity or the running jobs outside a job's own turn (`Scheduler._skips_after_completions`).
+
+An evicted job that left is such a release too and, queued again, a new job. The preemptor it
+left for starts once its last victim is gone, at its turn: in a cycle after releases every
+pending nominee takes its turn (`Incremental.walk`), judged as a new job is (its start moves
+what a new job's start moves). When its last victim leaves, the nodes kept for it count as
+released as well: what they hold beyond its pods opens, at its turn, to the jobs after it. A job
+on its way out that ends moves no load the preemptor reads: its GPUs leave its account's running
+and leaving counts alike. A nominee that started, or let go of its nodes, leaves them open after
+its turn; the jobs walked before it saw them fenced, so the next cycle takes them for released
+(`Scheduler._release_opened`).
+
+A reference that evicted for preemptors (or moved jobs for a reserved one) serves too, unless it
+made as many preemptions as a cycle may (the jobs after the last asked for none). The next cycle
+finds the state it left: the jobs walked after each preemptor saw it as it is; those before saw
+the victims still preemptible and the nodes kept for the preemptor open, where now the victims
+are on their way out and the nodes fenced. A placement that failed then fails now, with less
+free capacity. What moved is what the preemptor reads: the victims' accounts count their GPUs
+as leaving, and fewer jobs may be taken. So, as after a new job's start, the settled jobs the
+preemptor refused from its memory are walked and compared (`Reference.preempted`), and each
+nominee takes its turn, judged as a new job is: the preemptors of the reference now wait for
+their victims, an answer that moves nothing a later job reads.
 
 Such a cycle visits only those jobs (`Walk.visits`: the anchors and the settled jobs the
 preemptor refused, kept in queue order, and the new and reopened jobs, put among them by their
@@ -75,7 +95,8 @@ From the first anchor whose answer differs, or the first new job that evicts, re
 jobs, the cycle walks every remaining job, as a full cycle does from there. A full cycle runs
 whenever anything else happened since the reference (any other event, a change of the cluster
 state, budgets or usage seen by their versions but a completion's, as above), when the
-reference evicted, spent a preemption or settled a nominee, when the old jobs' order moved
+reference made as many preemptions as a cycle may or opened a gang's kept nodes, when the old
+jobs' order moved
 (usage accrues, so accounts may re-rank), and every `full_cycle_every` seconds regardless.
 """
 
@@ -160,6 +181,8 @@ class Reference:
     refused: dict[str, Outcome]
     """The answers of the settled jobs of `replays`, to compare with where they are walked
     (after a protection ended)."""
+    preempted: bool = False
+    """Whether its cycle evicted jobs for preemptors (or moved them for a reserved job)."""
 
 
 @dataclass
@@ -202,13 +225,15 @@ class Walk:
         assert reference is not None
         return [*reference.points, *self.new, *self.reopened]
 
-    def reopen(self, pending: Iterable[str]) -> None:
-        """The pending jobs of the shapes whose failures a release may have undone: each takes
-        its turn, and one that was no anchor is judged as a new job is (see the module)."""
+    def reopen(self, pending: Iterable[str], nominees: Iterable[str] = ()) -> None:
+        """The pending jobs of the shapes whose failures a release may have undone, and the
+        `nominees`: each takes its turn, and one that was no anchor, and every nominee, is
+        judged as a new job is (see the module)."""
         reference = self.reference
         assert reference is not None
         anchors = reference.outcomes
-        self.reopened = frozenset(job_id for job_id in pending if job_id not in anchors)
+        reopened = {job_id for job_id in pending if job_id not in anchors}
+        self.reopened = frozenset(reopened.union(nominees))
 
     def replay(self, job_id: str) -> Asked | None:
         """The refusal a settled job the preemptor refused records again, its turn skipped;
@@ -306,6 +331,12 @@ class Incremental:
         whose failures the freed capacity may have undone walked again (`released`)."""
         self.completions = True
 
+    def fence_opened(self) -> None:
+        """Nominees let go of their nodes in the last cycle (each started, or must plan
+        again): to the jobs walked before them those nodes were fenced, so to them it is as a
+        completion's release, the reference still serving (see the module)."""
+        self.completions = True
+
     def released(self, undone: frozenset[Shape] | None) -> None:
         """The cycle found what the capacity freed since the last one may have undone: the
         failures of the shapes `undone`, or every failure (None: the next cycle is a full
@@ -338,6 +369,11 @@ class Incremental:
         reopened: list[str] = []
         if undone and reference is not None and tally is not None:
             reopened = tally.of_shapes(undone)
+        nominees: list[str] = []
+        if reference is not None and tally is not None and (completions or reference.preempted):
+            # A job that ended may have been a nominee's last victim, and a nominee of the
+            # last cycle waits now: each nominee takes its turn (see the module).
+            nominees = tally.nominees()
         why: FullCycle | None = None
         if not self.enabled:
             why = FullCycle.OFF
@@ -356,17 +392,17 @@ class Incremental:
             or not same_order(segments, reference.segments)
         ):
             why = FullCycle.ORDER
-        elif (undone and tally is None) or len(reopened) > REOPENED_MOST * size:
+        elif (undone and tally is None) or len(reopened) + len(nominees) > REOPENED_MOST * size:
             why = FullCycle.REOPENED
         if why is not None or reference is None:
             self.last_full = now
             self.dropped = FullCycle.FIRST
             return Walk(None, self.asked, segments=segments, full_because=why)
         self.cycles += 1
-        rejudge = completions or now >= reference.until
+        rejudge = completions or reference.preempted or now >= reference.until
         walk = Walk(reference, self.asked, new, rejudge=rejudge, segments=segments)
-        if reopened:
-            walk.reopen(reopened)
+        if reopened or nominees:
+            walk.reopen(reopened, nominees)
         return walk
 
     def settle(self, walk: Walk, reference: Reference | FullCycle) -> None:
@@ -393,9 +429,9 @@ def same_stamp(
     """Whether `stamp` (see `Walker.stamp`) is the reference's, but for the preemptible
     index's version (its last) when checkpoints were reported since: a checkpoint moves it,
     and what it moved is read only by searches (see the module). After completions only the
-    budgets and the jobs on their way out must be the same (its second and sixth)."""
+    budgets must be the same (its second)."""
     if completions:
-        return (stamp[1], stamp[5]) == (reference[1], reference[5])
+        return stamp[1] == reference[1]
     if checkpoints:
         return stamp[:-1] == reference[:-1]
     return stamp == reference

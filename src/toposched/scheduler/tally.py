@@ -162,6 +162,14 @@ class PendingTally:
         of_shape = self._of_shape
         return [job_id for shape in shapes for job_id in of_shape.get(shape, ())]
 
+    def nominees(self) -> list[str]:
+        """The pending jobs with a nomination."""
+        return [
+            job_id
+            for job_id, job in self.board.nominees.items()
+            if job.state is JobState.PENDING and job.nomination is not None
+        ]
+
     def nominated_nodes(self) -> list[NDArray[np.int64]]:
         """The nodes kept for the pending jobs with a nomination."""
         return [

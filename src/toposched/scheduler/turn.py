@@ -17,6 +17,7 @@ from toposched.scheduler.jobs import ReasonCode, Reservation
 from toposched.scheduler.refusals import Refusal
 
 BoolArray = NDArray[np.bool_]
+IntArray = NDArray[np.int64]
 
 
 class FullCycle(StrEnum):
@@ -25,11 +26,10 @@ class FullCycle(StrEnum):
     OFF = "incremental cycles off"
     FIRST = "no cycle before"
     PERIODIC = "the periodic full cycle"
-    PREEMPTED = "the cycle before preempted"
-    NOMINEE = "the cycle before started or let go a nominee"
+    PREEMPTIONS_SPENT = "the cycle before made as many preemptions as a cycle may"
+    KEPT_NODES = "the cycle before opened a gang's kept nodes"
     LEFT_EARLY = "the cycle before left a run early"
     DRAINING = "jobs left draining nodes"
-    EVICTION_ENDED = "an evicted job left"
     JOB_FAILED = "a running job failed"
     CANCELLED = "a job was cancelled"
     NODE_HEALTH = "a node's health changed"
@@ -147,7 +147,10 @@ class Turn:
     asked: Asked | None = None
     """The refusal the preemptor gave in the current job's turn, if it asked one."""
     nominees_settled: bool = False
-    """Whether a nominee's nodes were let go (it started, or must plan again)."""
+    """Whether a gang's kept nodes were opened for its turn (`Interruptions`)."""
+    opened: list[IntArray] = field(default_factory=list)
+    """The nodes nominees let go of this cycle (each started, or must plan again): fenced for
+    the jobs walked before them, open to those after."""
     ranking: Ranking | None = None
     """The standings at `now`, computed when a preemption first needs them: they do not move
     within a cycle (a job started now has used nothing yet)."""

@@ -324,9 +324,12 @@ class Walker:
         return self.queue.ranking(now).leaves
 
     def leave_reference(self, turn: Turn, walk: Walk, whole: bool, owed: Collection[str]) -> None:
-        """Keep what the cycle saw for a cycle after submissions only, unless it evicted,
-        spent a preemption, settled a nominee or did not walk the whole queue (`whole`):
-        the next cycle is a full one. `owed`: the accounts whose work went first."""
+        """Keep what the cycle saw for a cycle after submissions only, unless it made as many
+        preemptions as a cycle may, opened a gang's kept nodes or did not walk the whole queue
+        (`whole`): the next cycle is a full one. `owed`: the accounts whose work went first.
+        The nodes nominees let go of (`Turn.opened`) the next cycle finds released
+        (`Scheduler`); after evictions its nominees take their turn (see
+        `toposched.scheduler.incremental`)."""
         decisions, now, tallied = turn.result.decisions, turn.now, self.tallied
         reference: Reference | FullCycle | None = self._leaves_none(turn, whole)
         if reference is None and tallied is not None:
@@ -346,6 +349,7 @@ class Walker:
                 walk.replays,
                 walk.outcomes,
                 walk.refused,
+                any(isinstance(decision, Evict) for decision in decisions),
             )
         self.incremental.settle(walk, reference or FullCycle.OFF)
 
@@ -353,13 +357,11 @@ class Walker:
         """Why the cycle of `turn` leaves no reference (None: it leaves one)."""
         if self.tallied is None or not self.incremental.enabled:
             return FullCycle.OFF
-        decisions = turn.result.decisions
-        if turn.preemptions_left != self.settings.max_preemptions_per_cycle or any(
-            isinstance(decision, Evict) for decision in decisions
-        ):
-            return FullCycle.PREEMPTED
+        if turn.preemptions_left == 0:
+            # Jobs after the last preemption the cycle allowed did not ask for one.
+            return FullCycle.PREEMPTIONS_SPENT
         if turn.nominees_settled:
-            return FullCycle.NOMINEE
+            return FullCycle.KEPT_NODES
         return None if whole else FullCycle.LEFT_EARLY
 
     # --- one job's turn ----------------------------------------------------------------------
@@ -389,7 +391,8 @@ class Walker:
         tier = self._tier_of(turn.tiers, entry)
         if self.interruptions is not None:
             self.interruptions.fence_before(turn, entry, tier)
-        if job.nomination is not None:
+        nomination = job.nomination
+        if nomination is not None:
             fence.settle()
             started = self.placing.start_nominee(job, fence, turn.now, turn.result)
             if job.nomination is None:
@@ -398,7 +401,7 @@ class Walker:
                 # they were found under; refused preemptions too.
                 turn.unpreemptable.clear()
                 turn.refusals += 1
-                turn.nominees_settled = True
+                turn.opened.append(nomination.nodes)
             if started:
                 return job.nomination is not None
         kind = job.kind
