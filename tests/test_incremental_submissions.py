@@ -387,10 +387,13 @@ def test_after_a_new_job_starts_the_other_settled_jobs_stay_skipped() -> None:
     assert last.incremental and bound(last) == ["wide"] and last.skipped == 1
 
 
-def _preemption_course(**settings: Any) -> tuple[Scheduler, list[str]]:
-    """16 GPUs all held by team-a's four runs (protected for an hour); team-b (owed its
-    budget) submits `wait`, and twelve of the guests' gangs of a rack wait too, settled: no
-    release here makes room. At 1 h wait evicts one of team-a's runs: the scheduler after that
+def _preemption_course(
+    wait_gpus: int = 4, small_guest: bool = False, **settings: Any
+) -> tuple[Scheduler, list[str]]:
+    """16 GPUs all held by team-a's four 4-GPU runs (protected for an hour); team-b (owed its
+    budget) submits `wait` (one pod of `wait_gpus`), and twelve of the guests' gangs of a rack
+    wait too, settled: no release here makes room; with `small_guest`, also the guests'
+    `small` (one 2-GPU pod). At 1 h wait evicts one of team-a's runs: the scheduler after that
     cycle and the victims. Every cycle that skips jobs is checked against a full one on a
     copy (`check_incremental`)."""
     state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
@@ -402,7 +405,9 @@ def _preemption_course(**settings: Any) -> tuple[Scheduler, list[str]]:
     rack = {"required": "rack"}
     for number in range(12):
         scheduler.submit(job(f"spare{number}", "guests", pods=2, topology=rack), 10.0)
-    scheduler.submit(job("wait", "team-b"), 10.0)
+    if small_guest:
+        scheduler.submit(job("small", "guests", gpus=2), 10.0)
+    scheduler.submit(job("wait", "team-b", gpus=wait_gpus), 10.0)
     assert scheduler.cycle(10.0).full_because is None
     evicting = scheduler.cycle(3600.0)
     victims = [d.job_id for d in evicting.decisions if isinstance(d, Evict)]
@@ -423,6 +428,19 @@ def test_a_preemptions_course_skips_the_settled_jobs() -> None:
     assert bound(started) == ["wait"] and started.incremental and started.skipped == 12
     after = scheduler.cycle(3640.0)
     assert after.incremental and after.skipped == 12 and not after.decisions
+
+
+def test_after_a_victim_left_the_jobs_after_its_preemptor_may_start_on_what_is_left() -> None:
+    # wait needs 2 GPUs and evicts a 4-GPU run: once the victim left, wait starts, and the 2
+    # GPUs left on its node start the guests' small job, settled before, walked now (its
+    # shape's failure the release may undo).
+    scheduler, victims = _preemption_course(wait_gpus=2, small_guest=True)
+    assert scheduler.cycle(3610.0).incremental
+    for victim in victims:
+        scheduler.evicted(victim, 3630.0)
+    started = scheduler.cycle(3630.0)
+    assert started.incremental and started.skipped == 12
+    assert bound(started) == ["wait", "small"]
 
 
 def test_a_cycle_that_made_every_preemption_it_may_is_followed_by_a_full_one() -> None:
