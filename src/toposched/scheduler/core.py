@@ -480,7 +480,7 @@ class Scheduler:
         for the jobs walked before them: the next cycle takes them for released, as a
         completion's, to find the failures and refusals of those jobs they may undo."""
         self.freed.released(np.concatenate(opened))
-        self.incremental.fence_opened()
+        self.incremental.completed()
         self._fence_opened = True
 
     def _segments(self, now: float, owed: Collection[str]) -> list[Segment] | None:

@@ -301,7 +301,8 @@ class Incremental:
         self.checkpoints = False
         """Whether running jobs reported checkpoints since the reference."""
         self.completions = False
-        """Whether running jobs ended on their own since the reference."""
+        """Whether running jobs ended (on their own, or evicted), or nominees let go of nodes,
+        since the reference."""
         self.undone: frozenset[Shape] = frozenset()
         """The shapes whose failures those ends may have undone."""
         self.asked: dict[str, Refusal] = {}
@@ -315,9 +316,6 @@ class Incremental:
     def forget(self, why: FullCycle) -> None:
         """Something other than a submission or a checkpoint happened (`why`): the next cycle
         is a full one."""
-        self._drop(why)
-
-    def _drop(self, why: FullCycle) -> None:
         if self.reference is not None:
             self.reference, self.dropped = None, why
 
@@ -327,14 +325,9 @@ class Incremental:
         self.checkpoints = True
 
     def completed(self) -> None:
-        """A running job ended on its own: the reference still serves, its jobs of the shapes
-        whose failures the freed capacity may have undone walked again (`released`)."""
-        self.completions = True
-
-    def fence_opened(self) -> None:
-        """Nominees let go of their nodes in the last cycle (each started, or must plan
-        again): to the jobs walked before them those nodes were fenced, so to them it is as a
-        completion's release, the reference still serving (see the module)."""
+        """A running job ended (on its own, or evicted), or the last cycle's nominees let go of
+        nodes fenced for the jobs before them: the reference still serves, its jobs of the
+        shapes whose failures the freed capacity may have undone walked again (`released`)."""
         self.completions = True
 
     def released(self, undone: frozenset[Shape] | None) -> None:
@@ -342,7 +335,7 @@ class Incremental:
         failures of the shapes `undone`, or every failure (None: the next cycle is a full
         one)."""
         if undone is None:
-            self._drop(FullCycle.RELEASE_READ)
+            self.forget(FullCycle.RELEASE_READ)
         else:
             self.undone = undone
 

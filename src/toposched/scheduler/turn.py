@@ -37,9 +37,7 @@ class FullCycle(StrEnum):
     BUDGET = "a budget changed"
     ADOPTED = "running jobs were adopted"
     OUTSIDE = "jobs were started or moved outside a cycle"
-    RELEASE_READ = (
-        "a job ended while nominees, spares, checkpoint waits or admission read free capacity"
-    )
+    RELEASE_READ = "a job ended while spares, checkpoint waits, admission or kept nodes are in use"
     REOPENED = "a release may undo the failures of more than a quarter of the queue"
     CHANGED = "the cluster, budgets or usage changed"
     ORDER = "the queue's order moved"
@@ -146,7 +144,7 @@ class Turn:
     reading before the answer is looked up."""
     asked: Asked | None = None
     """The refusal the preemptor gave in the current job's turn, if it asked one."""
-    nominees_settled: bool = False
+    kept_nodes_opened: bool = False
     """Whether a gang's kept nodes were opened for its turn (`Interruptions`)."""
     opened: list[IntArray] = field(default_factory=list)
     """The nodes nominees let go of this cycle (each started, or must plan again): fenced for

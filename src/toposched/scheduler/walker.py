@@ -360,7 +360,7 @@ class Walker:
         if turn.preemptions_left == 0:
             # Jobs after the last preemption the cycle allowed did not ask for one.
             return FullCycle.PREEMPTIONS_SPENT
-        if turn.nominees_settled:
+        if turn.kept_nodes_opened:
             return FullCycle.KEPT_NODES
         return None if whole else FullCycle.LEFT_EARLY
 
@@ -379,7 +379,7 @@ class Walker:
         assert interruptions is not None
         turn.unpreemptable.clear()
         turn.refusals += 1
-        turn.nominees_settled = True
+        turn.kept_nodes_opened = True
         self._turn(turn, entry, job)
         interruptions.keep_again(job, kept, turn)
         return False
