@@ -125,8 +125,6 @@ class Scheduler:
         self._cycles = 0
         self._epoch = 0
         self._settled_version = -1
-        self._fence_opened = False
-        """Whether nominees let go of nodes in the last cycle (`_release_opened`)."""
         self.least_met: LeastMetFirst | None = None
         if settings.owed_order is OwedOrder.LEAST_MET and self.tally is not None:
             self.least_met = LeastMetFirst(tree, self.ledger, self.tally, settings.owed_half_life)
@@ -414,8 +412,7 @@ class Scheduler:
         self._cycles += 1
         if self.least_met is not None:
             self.least_met.advance(now)
-        if self.state.version != self._settled_version or self._fence_opened:
-            self._fence_opened = False
+        if self.state.version != self._settled_version or self.freed.any:
             # Something outside the cycle changed the cluster (a job ended, a node came back),
             # or the last cycle's nominees let go of nodes fenced for the jobs before them:
             # capacity may have been freed, so earlier failures prove nothing any more, but
@@ -481,7 +478,6 @@ class Scheduler:
         completion's, to find the failures and refusals of those jobs they may undo."""
         self.freed.released(np.concatenate(opened))
         self.incremental.completed()
-        self._fence_opened = True
 
     def _segments(self, now: float, owed: Collection[str]) -> list[Segment] | None:
         """The runs the queue lays its jobs in at `now`, to compare with those the last cycle

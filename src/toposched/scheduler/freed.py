@@ -46,6 +46,11 @@ class FreedCapacity:
             self._version = self.state.version
             self._since = self._beyond = None
 
+    @property
+    def any(self) -> bool:
+        """Whether nodes were released since the last `settle`."""
+        return bool(self._nodes)
+
     def since_settled(self) -> IntArray | None:
         """The nodes released since the last `settle`, or None when other changes happened."""
         if not self._complete or self.state.version != self._version:
