@@ -21,14 +21,14 @@ at most about that many jobs more than it must."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 from numpy.typing import NDArray
 
 from toposched.policy.fairshare import QueueEntry
 from toposched.scheduler.failures import Shape
-from toposched.scheduler.jobs import AnswerBoard, Job, JobKind, JobState, SharedAnswer
+from toposched.scheduler.jobs import AnswerBoard, Job, JobKind, JobState, Nomination, SharedAnswer
 from toposched.scheduler.turn import Answer
 
 AnswerKey = tuple[object, ...]
@@ -164,19 +164,17 @@ class PendingTally:
 
     def nominees(self) -> list[str]:
         """The pending jobs with a nomination."""
-        return [
-            job_id
-            for job_id, job in self.board.nominees.items()
-            if job.state is JobState.PENDING and job.nomination is not None
-        ]
+        return [job.job_id for job, _ in self._nominations()]
 
     def nominated_nodes(self) -> list[NDArray[np.int64]]:
         """The nodes kept for the pending jobs with a nomination."""
-        return [
-            job.nomination.nodes
-            for job in self.board.nominees.values()
-            if job.state is JobState.PENDING and job.nomination is not None
-        ]
+        return [nomination.nodes for _, nomination in self._nominations()]
+
+    def _nominations(self) -> Iterator[tuple[Job, Nomination]]:
+        for job in self.board.nominees.values():
+            nomination = job.nomination
+            if job.state is JobState.PENDING and nomination is not None:
+                yield job, nomination
 
     def tail(self, cycle: int) -> Tail:
         """The rest of the queue for a walk in cycle number `cycle`."""
