@@ -21,6 +21,7 @@ from toposched.policy.fairshare import PendingQueue, Segment
 from toposched.policy.owed_standing import OwedOrder
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.adoptions import Adoption, Adoptions
+from toposched.scheduler.between_cycles import BetweenCycles
 from toposched.scheduler.decisions import Bind
 from toposched.scheduler.defrag import fragmentation
 from toposched.scheduler.evictions import Evictor
@@ -28,7 +29,6 @@ from toposched.scheduler.explain import Explanation, QueueRow, queue_rows
 from toposched.scheduler.explain import explain as explain_job
 from toposched.scheduler.failures import FailureMemo, FailureReasons
 from toposched.scheduler.fence import Fence, FenceMarks
-from toposched.scheduler.freed import FreedCapacity
 from toposched.scheduler.incremental import Incremental, Walk
 from toposched.scheduler.interruptions import Interruptions
 from toposched.scheduler.jobs import Job, JobState, ReasonCode, job_sets
@@ -117,20 +117,12 @@ class Scheduler:
             settings.keep_failed_nodes_from,
             self.jobs,
         )
-        # What the cycle may remember between cycles. `_epoch` moves whenever free capacity may
-        # have changed (a job started, or the cluster changed between cycles, seen by its
-        # version); equal epochs and fences mean equal free capacity. Failures to place stay
-        # true until capacity they could use may have been freed (`freed` tells where jobs
-        # released GPUs between cycles); a reservation until anything changed.
         self._cycles = 0
-        self._epoch = 0
-        self._settled_version = -1
         self.least_met: LeastMetFirst | None = None
         if settings.owed_order is OwedOrder.LEAST_MET and self.tally is not None:
             self.least_met = LeastMetFirst(tree, self.ledger, self.tally, settings.owed_half_life)
         self.owed = OwedAccounts(tree, self.ledger, self.usage, self.queue, self.least_met)
         self.failures = FailureMemo()
-        self.freed = FreedCapacity(state)
         self.fence_marks = FenceMarks(state.topology.n_nodes)
         self.placing = Placing(
             state, self.policy, self.failures, self._start, settings.verify_kept_failures
@@ -139,6 +131,18 @@ class Scheduler:
         # read (see `Incremental`); only with Fair Tree's queue, whose order it can check.
         self.incremental = Incremental(
             settings.incremental and self.tally is not None, settings.full_cycle_every
+        )
+        self.between_cycles = BetweenCycles(
+            state,
+            settings,
+            self.ledger,
+            self.failures,
+            self.incremental,
+            self.preemptor,
+            self.interruptions,
+            self.spares,
+            self.jobs,
+            self.tally is not None,
         )
         self.walker = Walker(
             state,
@@ -153,7 +157,7 @@ class Scheduler:
             self.reservations,
             self.evictor,
             self.incremental,
-            self.epoch,
+            self.between_cycles.epoch,
             self.jobs,
             self.tally,
             self.interruptions,
@@ -207,7 +211,7 @@ class Scheduler:
         columns = adoptions if isinstance(adoptions, Adoptions) else Adoptions.of(adoptions)
         adopted = list(self._new_jobs(columns.specs, now, JobState.RUNNING))
         self.lifecycle.adopt_many(adopted, columns.allocations, columns.start_times, now)
-        self._epoch += len(adopted)
+        self.between_cycles.started(len(adopted))
         return adopted
 
     def submit_many(self, specs: Sequence[JobSpec], now: float) -> list[Job]:
@@ -412,17 +416,7 @@ class Scheduler:
         self._cycles += 1
         if self.least_met is not None:
             self.least_met.advance(now)
-        if self.state.version != self._settled_version or self.freed.any:
-            # Something outside the cycle changed the cluster (a job ended, a node came back),
-            # or the last cycle's nominees let go of nodes fenced for the jobs before them:
-            # capacity may have been freed, so earlier failures prove nothing any more, but
-            # those of gangs that no domain gaining GPUs can hold; after completions, the
-            # settled jobs of the other shapes may still be skipped.
-            self._epoch += 1
-            keep = self.settings.keep_failures_through_releases
-            undone = self.failures.after_changes(self.freed.since_settled(), self.state, keep)
-            self.incremental.released(undone if self._skips_after_completions() else None)
-            self.preemptor.kept.after_changes(self.freed)
+        self.between_cycles.before_cycle()
         stamp = self.walker.stamp()
         fence = Fence(self.state, self.fence_marks)
         turn = Turn(
@@ -462,22 +456,12 @@ class Scheduler:
             raise
         finally:
             fence.open_all()
-            self._settled_version = self.state.version
-            self.freed.settle()
             if walk is not None:
                 self.walker.leave_reference(turn, walk, whole, owed)
-            if turn.opened:
-                self._release_opened(turn.opened)
+            self.between_cycles.after_cycle(turn.opened)
             if self.least_met is not None:
                 self.least_met.settle()
         return result
-
-    def _release_opened(self, opened: list[IntArray]) -> None:
-        """The nodes nominees let go of in the cycle just ended (`Turn.opened`) were fenced
-        for the jobs walked before them: the next cycle takes them for released, as a
-        completion's, to find the failures and refusals of those jobs they may undo."""
-        self.freed.released(np.concatenate(opened))
-        self.incremental.completed()
 
     def _segments(self, now: float, owed: Collection[str]) -> list[Segment] | None:
         """The runs the queue lays its jobs in at `now`, to compare with those the last cycle
@@ -487,26 +471,7 @@ class Scheduler:
             return None
         return tallied.segments(tallied.ranking(now), owed)
 
-    def _skips_after_completions(self) -> bool:
-        """Whether a cycle after jobs that ended (on their own, or evicted) may skip the jobs
-        the last one settled, as far as the scheduler's parts go: none that reads free
-        capacity or the running jobs outside a job's own turn is in use (an admission rule,
-        waits for checkpoints, spares, nodes kept for interrupted gangs). Nominees take their
-        turn in such a cycle (`Incremental.walk`)."""
-        parts = (self.settings.admission, self.preemptor.checkpoints, self.spares)
-        return (
-            self.incremental.completions
-            and all(part is None for part in parts)
-            and not self.interruptions.kept_ids
-            and self.tally is not None
-        )
-
     # --- bookkeeping -------------------------------------------------------------------------
-    def epoch(self) -> int:
-        """Moves whenever free capacity may have changed: equal epochs and fences mean equal
-        free capacity."""
-        return self._epoch
-
     def bind(self, job_id: str, placement: Placement, now: float) -> Bind:
         """Start the pending job on `placement`, found by the caller's own placement (a
         scheduler that brings its own cycle, as the baselines do); returns the decision."""
@@ -523,21 +488,11 @@ class Scheduler:
     def _start(self, job: Job, placement: Placement, now: float) -> None:
         self.lifecycle.start(job, placement, now)
         self.preemptor.left_queue(job.job_id)
-        self._epoch += 1
+        self.between_cycles.started()
 
     def _stop(self, job: Job, now: float) -> None:
-        nodes = self.state.allocations[job.job_id].nodes
-        free_to_take = job.unallocated and not job.evicting
-        preemptor = self.ledger.preemptor_of.get(job.job_id)
-        self.freed.before_release()
-        self.lifecycle.stop(job, now, self.jobs)
-        self.freed.released(nodes, free_to_take)
-        if preemptor is not None:
-            nomination = self.jobs[preemptor].nomination
-            if nomination is not None and not nomination.victims:
-                # Its last victim gone, the preemptor starts at its turn, and what the nodes
-                # kept for it hold beyond its pods opens to the jobs after it: a release too.
-                self.freed.released(nomination.nodes)
+        with self.between_cycles.stopping(job):
+            self.lifecycle.stop(job, now, self.jobs)
 
     def _job(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)

@@ -63,7 +63,8 @@ account runs less, which only the preemptor reads: the settled jobs it refused f
 are walked and compared, as after a protection's end; the anchors are walked anyway (the
 reservation may come sooner: a job too long to backfill then still is), and the owed accounts'
 order is compared through the queue's runs. The scheduler allows it only where no answer reads
-free capacity or the running jobs outside a job's own turn (`Scheduler._skips_after_completions`).
+free capacity or the running jobs outside a job's own turn
+(`BetweenCycles.skips_after_completions`).
 
 An evicted job that left is such a release too and, queued again, a new job. The preemptor it
 left for starts once its last victim is gone, at its turn: in a cycle after releases every
@@ -73,7 +74,7 @@ released as well: what they hold beyond its pods opens, at its turn, to the jobs
 on its way out that ends moves no load the preemptor reads: its GPUs leave its account's running
 and leaving counts alike. A nominee that started, or let go of its nodes, leaves them open after
 its turn; the jobs walked before it saw them fenced, so the next cycle takes them for released
-(`Scheduler._release_opened`).
+(`BetweenCycles.after_cycle`).
 
 A reference that evicted for preemptors (or moved jobs for a reserved one) serves too, unless it
 made as many preemptions as a cycle may (the jobs after the last asked for none). The next cycle
