@@ -6,14 +6,17 @@ every pending job, and the shortcut is taken."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 from cycle_log import CycleLog, logged_run
 from job_specs import job
 
+from toposched.cli.main import main
 from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.cluster.units import DAY, HOUR
@@ -447,3 +450,30 @@ def test_a_cycle_that_made_every_preemption_it_may_is_followed_by_a_full_one() -
     # Jobs after the last preemption a cycle allows asked for none: the next cycle walks them.
     scheduler, _ = _preemption_course(max_preemptions_per_cycle=1)
     assert scheduler.cycle(3610.0).full_because is FullCycle.PREEMPTIONS_SPENT
+
+
+def test_simulate_walks_the_whole_queue_as_often_as_asked(tmp_path: Path) -> None:
+    # The same run with no periodic full cycle and with every cycle a full one: the same
+    # outcome; only how many cycles skipped settled jobs differs.
+    summaries = {}
+    for every in ("0", "always"):
+        out = tmp_path / every
+        args = ["simulate", "--gpus", "128", "--days", "0.5", "--full-cycle-every", every]
+        assert main([*args, "--no-progress", "--out", str(out)]) == 0
+        summaries[every] = json.loads((out / "summary.json").read_text())
+    skipping, full = summaries["0"], summaries["always"]
+    assert skipping["counts"]["incremental_cycles"] > 0
+    assert full["counts"]["incremental_cycles"] == 0
+    for key in ("jobs", "utilisation", "fairness", "classes", "disruption", "timeline"):
+        assert skipping[key] == full[key], key
+
+
+def test_simulate_refuses_a_full_cycle_setting_it_cannot_follow(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):  # argparse's usage error
+        main(["simulate", "--days", "0.1", "--full-cycle-every", "soon"])
+    assert "'soon': must be a duration >= 0" in capsys.readouterr().err
+    checked = ["--full-cycle-every", "always", "--check-incremental"]
+    assert main(["simulate", "--days", "0.1", *checked]) != 0
+    assert "not with --full-cycle-every always" in capsys.readouterr().err

@@ -15,7 +15,9 @@ from toposched.cli.options import (
 )
 from toposched.cli.policy_options import add_policy_options, checked_policy
 from toposched.cli.simulate_values import (
+    FULL_CYCLES_ALWAYS,
     cycle_interval,
+    full_cycle_every,
     percentage,
     process_count,
     sample_interval,
@@ -145,6 +147,16 @@ def add_options(
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on long runs")
     parser.add_argument(
+        "--full-cycle-every",
+        type=full_cycle_every,
+        metavar="D|always",
+        help="cycles after events that change little skip the pending jobs the last cycle "
+        "settled, with the same decisions; as a safety net, a cycle walks the whole queue at "
+        "least once per D of simulated time (default 5m; 0: only when an event needs it; "
+        "always: every cycle, the shortcut off, e.g. to time or compare against it; "
+        "docs/policy.md)",
+    )
+    parser.add_argument(
         "--check-incremental",
         action="store_true",
         help="debugging: beside every cycle that runs after submissions only (and skips the "
@@ -196,6 +208,14 @@ def check_options(args: argparse.Namespace) -> None:
         for option, value in (("--baselines", baselines), ("--jobs", getattr(args, "jobs", None))):
             if value is not None:
                 raise InputError(option, value, rule)
+    if getattr(args, "check_incremental", False) and (
+        getattr(args, "full_cycle_every", None) == FULL_CYCLES_ALWAYS
+    ):
+        raise InputError(
+            "--check-incremental",
+            True,
+            "checks the cycles that skip settled jobs: not with --full-cycle-every always",
+        )
     checked_policy(args)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from toposched.cli.policy_options import policy_settings
-from toposched.cli.simulate_values import TopologyPriceOption
+from toposched.cli.simulate_values import FULL_CYCLES_ALWAYS, TopologyPriceOption
 from toposched.workloads.catalog import WorkloadKind, workload_by_name, workload_kind
 
 if TYPE_CHECKING:
@@ -52,11 +52,16 @@ def topology_price(args: argparse.Namespace) -> TopologyPrice | None:
 
 def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
     """toposched's scheduler with the options given on the command line: the scheduling
-    policy's (`policy_settings`) and `--check-incremental`."""
+    policy's (`policy_settings`), `--full-cycle-every` and `--check-incremental`."""
     from toposched.scheduler.core import Scheduler
     from toposched.sim.protocol import toposched_scheduler
 
     settings = policy_settings(args)
+    every = getattr(args, "full_cycle_every", None)
+    if every == FULL_CYCLES_ALWAYS:
+        settings["incremental"] = False
+    elif every is not None:
+        settings["full_cycle_every"] = every
     if getattr(args, "check_incremental", False):
         settings["check_incremental"] = True
     if not settings:

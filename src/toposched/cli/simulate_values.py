@@ -14,10 +14,12 @@ from toposched.cluster.limits import MAX_NODES, MAX_TEAMS
 from toposched.cluster.units import HOUR, parse_duration
 
 __all__ = [
+    "FULL_CYCLES_ALWAYS",
     "WORTH_OFF",
     "TopologyPriceOption",
     "borrowed_duration",
     "cycle_interval",
+    "full_cycle_every",
     "keep_duration",
     "loss_budget",
     "percentage",
@@ -159,6 +161,22 @@ def _nonnegative(text: str, expected: str, example: str) -> float:
             f"{text[:80]!r}: expected {expected}, a number >= 0 (e.g. {example})"
         )
     return value
+
+
+FULL_CYCLES_ALWAYS = "always"
+"""`--full-cycle-every always`: every cycle walks the whole queue."""
+
+
+def full_cycle_every(text: str) -> float | str:
+    """`--full-cycle-every`: a duration >= 0 (0: no periodic full cycle), or 'always'."""
+    if text.strip().lower() == FULL_CYCLES_ALWAYS:
+        return FULL_CYCLES_ALWAYS
+    try:
+        return parse_duration(text, "--full-cycle-every")
+    except InputError as error:
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r}: {error.rule}; or 'always' to walk the whole queue every cycle"
+        ) from None
 
 
 def worth_horizon(text: str) -> float:
