@@ -28,9 +28,8 @@ from typing import Any
 
 from grouped_times import print_groups
 
-from toposched.cli.policy_options import policy_settings
 from toposched.cli.simulate_options import add_options, check_options
-from toposched.cli.simulate_run import build_workload
+from toposched.cli.simulate_run import build_workload, scheduler_settings
 from toposched.cluster.state import ClusterState
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
@@ -163,7 +162,7 @@ def timed_cycles(args: argparse.Namespace) -> CycleTimes:
         return noted
 
     def build(state: ClusterState, tree: BudgetTree) -> Scheduler:
-        scheduler = Scheduler(state, tree, **policy_settings(args))
+        scheduler = Scheduler(state, tree, **scheduler_settings(args))
         for name, event in EVENTS.items():
             setattr(scheduler, name, noting(getattr(scheduler, name), event))
         time_parts(scheduler, times.by_part)

@@ -8,7 +8,7 @@ two decision logs, every Bind, Evict and Reserve with the time of its cycle. Unl
 `--check-incremental`, which runs a full cycle on a copy of the scheduler beside each such
 cycle, it costs two runs, so a month can be checked whole.
 
-    .venv/bin/python benchmarks/same_decisions.py --days 30
+    .venv/bin/python benchmarks/same_decisions.py --days 30 [--full-cycle-every 0]
 
 Prints the number of decisions and of cycles that skipped jobs, or the first difference, as
 JSON; exits 1 if the logs differ.
@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from toposched.cli.policy_options import policy_settings
 from toposched.cli.simulate_options import add_options, check_options
-from toposched.cli.simulate_run import build_workload
+from toposched.cli.simulate_run import build_workload, scheduler_settings
+from toposched.cli.simulate_values import FULL_CYCLES_ALWAYS
 from toposched.cluster.state import ClusterState
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
@@ -95,8 +95,10 @@ def main() -> None:
     add_options(parser)
     args = parser.parse_args()
     check_options(args)
+    if args.full_cycle_every == FULL_CYCLES_ALWAYS:
+        parser.error("--full-cycle-every always leaves no cycle that skips jobs to compare")
     workload = build_workload(args)
-    settings = policy_settings(args)
+    settings = scheduler_settings(args)
     shortcut = logged(workload, {**settings, "incremental": True})
     full = logged(workload, {**settings, "incremental": False})
     out = compare(shortcut, full)

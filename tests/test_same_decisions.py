@@ -19,6 +19,22 @@ def test_a_short_run_decides_the_same_both_ways() -> None:
     assert out["decisions"] > 0 and out["cycles_that_skipped_jobs"] > 0
 
 
+def test_the_periodic_full_cycle_is_the_one_asked_for() -> None:
+    # With no periodic full cycle more cycles skip jobs than with one every 5 minutes (the
+    # default), and the decisions are the same; with every cycle a full one, nothing to compare.
+    args = ("--days", "0.2", "--gpus", "256")
+    skipped = {}
+    for every in ("5m", "0"):
+        done = run_script("same_decisions", *args, "--full-cycle-every", every)
+        assert done.returncode == 0, done.stderr
+        out = json.loads(done.stdout)
+        assert out["same"] is True
+        skipped[every] = out["cycles_that_skipped_jobs"]
+    assert skipped["0"] > skipped["5m"] > 0
+    refused = run_script("same_decisions", *args, "--full-cycle-every", "always")
+    assert refused.returncode == 2 and "leaves no cycle that skips jobs" in refused.stderr
+
+
 def test_logs_that_differ_are_told_apart() -> None:
     module = load_script("same_decisions")
     first, second = Reserve("a", 100.0, "rack-0"), Reserve("b", 200.0, "rack-1")

@@ -35,6 +35,7 @@ __all__ = [
     "compare",
     "prepare_workload",
     "scheduler_factory",
+    "scheduler_settings",
     "simulate",
     "topology_price",
 ]
@@ -50,12 +51,9 @@ def topology_price(args: argparse.Namespace) -> TopologyPrice | None:
     return TopologyPrice(given.slowdown, DEFAULT_CAP if given.cap is None else given.cap)
 
 
-def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
-    """toposched's scheduler with the options given on the command line: the scheduling
-    policy's (`policy_settings`), `--full-cycle-every` and `--check-incremental`."""
-    from toposched.scheduler.core import Scheduler
-    from toposched.sim.protocol import toposched_scheduler
-
+def scheduler_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The scheduler settings the command line asks for: the scheduling policy's
+    (`policy_settings`), `--full-cycle-every` and `--check-incremental`."""
     settings = policy_settings(args)
     every = getattr(args, "full_cycle_every", None)
     if every == FULL_CYCLES_ALWAYS:
@@ -64,6 +62,16 @@ def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
         settings["full_cycle_every"] = every
     if getattr(args, "check_incremental", False):
         settings["check_incremental"] = True
+    return settings
+
+
+def scheduler_factory(args: argparse.Namespace) -> SchedulerFactory:
+    """toposched's scheduler with the settings the command line asks for
+    (`scheduler_settings`)."""
+    from toposched.scheduler.core import Scheduler
+    from toposched.sim.protocol import toposched_scheduler
+
+    settings = scheduler_settings(args)
     if not settings:
         return toposched_scheduler
     return lambda state, tree: Scheduler(state, tree, **settings)
