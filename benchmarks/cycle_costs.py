@@ -10,9 +10,11 @@ cycle before reserved for the same job in the same domain). Prints, per group, t
 their total, mean and median CPU time and their share of the whole; then, per group, what a
 cycle walked on average: the pending jobs, those answered alike an earlier job, those a cycle
 after submissions skipped, the turns left (the jobs that took one) and the placement searches;
-then the cycles grouped by why each walked the whole queue (`CycleResult.full_because`); last,
+then the cycles grouped by why each walked the whole queue (`CycleResult.full_because`); then
 the CPU time of the searches inside the cycles, call by call (victim and reservation searches,
-placements, kept refusals judged again).
+placements, kept refusals judged again); and for the costliest groups, a cycle piece by piece
+(`PIECE_HEADS`): its searches, its turns' own bookkeeping, the releases read, the reference
+left and the rest.
 
     .venv/bin/python benchmarks/cycle_costs.py --days 3
 """
@@ -114,6 +116,40 @@ class CycleTimes:
     by_part: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     """The CPU seconds of each call of the searches in `PARTS`."""
     walked: dict[str, Walked] = field(default_factory=lambda: defaultdict(Walked))
+    by_piece: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    """The CPU seconds of each call of the `PIECES`."""
+    pieces: dict[str, dict[str, float]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(float))
+    )
+    """Per group, the CPU seconds of its cycles' searches and `PIECES`, summed."""
+
+    def counted(self) -> dict[str, int]:
+        """How many calls of each search and piece were timed so far."""
+        calls = {**self.by_part, **self.by_piece}
+        return {name: len(times) for name, times in calls.items()}
+
+    def add_pieces(self, group: str, before: dict[str, int]) -> None:
+        """The searches' and pieces' calls since `before` (`counted`), summed into `group`."""
+        sums = self.pieces[group]
+        for name, times in self.by_part.items():
+            sums["searches"] += sum(times[before.get(name, 0) :])
+        for name, times in self.by_piece.items():
+            sums[name] += sum(times[before.get(name, 0) :])
+
+
+def print_pieces(times: CycleTimes, most: int = 8) -> None:
+    """The `most` costliest groups, piece by piece (`PIECE_HEADS`), in ms per cycle."""
+    timed = times.by_group
+    width = max(len(name) for name in timed) + 2
+    print(f"{'cycle after | walk | decisions':<{width}}" + "".join(f"{h:>10}" for h in PIECE_HEADS))
+    for name in sorted(timed, key=lambda group: -sum(timed[group]))[:most]:
+        cycles, sums = len(timed[name]), times.pieces[name]
+        total = sum(timed[name])
+        searches, walk = sums["searches"], sums["walk"]
+        read, left = sums["releases read"], sums["reference left"]
+        rest = total - walk - read - left
+        figures = (total, searches, walk - searches, read, left, rest)
+        print(f"{name:<{width}}" + "".join(f"{value / cycles * 1e3:>10.3f}" for value in figures))
 
 
 SKIPPED = "none: it skipped the settled jobs"
@@ -127,9 +163,28 @@ PARTS = {
 """The searches inside the cycles timed call by call: the scheduler's part and its method."""
 
 
-def time_parts(scheduler: Scheduler, by_part: dict[str, list[float]]) -> None:
-    """Time every call of the `PARTS` of `scheduler` into `by_part`."""
-    for name, (path, method) in PARTS.items():
+PIECES = {
+    "walk": ("walker", "walk"),
+    "releases read": ("between_cycles", "before_cycle"),
+    "reference left": ("walker", "leave_reference"),
+}
+"""The pieces of a cycle timed call by call besides the searches: the walk of the queue (the
+jobs' turns, the searches among them), what the releases since the last cycle undo, and the
+reference left for the next cycle."""
+
+PIECE_HEADS = ("mean", "searches", "turns", "releases", "reference", "the rest")
+"""The columns of the piece-by-piece table (ms per cycle): the cycle; its searches; the walk
+less its searches (the turns' and the walk's own bookkeeping); the releases read; the reference
+left; the rest (ordering the queue and comparing the order, the fence, the owed accounts)."""
+
+
+def time_parts(
+    scheduler: Scheduler,
+    by_part: dict[str, list[float]],
+    parts: dict[str, tuple[str, str]] = PARTS,
+) -> None:
+    """Time every call of the `parts` of `scheduler` into `by_part`."""
+    for name, (path, method) in parts.items():
         part: Any = scheduler
         for attribute in path.split("."):
             part = getattr(part, attribute)
@@ -166,14 +221,17 @@ def timed_cycles(args: argparse.Namespace) -> CycleTimes:
         for name, event in EVENTS.items():
             setattr(scheduler, name, noting(getattr(scheduler, name), event))
         time_parts(scheduler, times.by_part)
+        time_parts(scheduler, times.by_piece, PIECES)
         cycle = scheduler.cycle
 
         def timed_cycle(now: float) -> CycleResult:
+            before = times.counted()
             began = time.process_time()
             result = cycle(now)
             spent = time.process_time() - began
             group = group_of(told, result, reserved[0])
             timed[group].append(spent)
+            times.add_pieces(group, before)
             cause = result.full_because
             times.by_cause[SKIPPED if cause is None else cause.value].append(spent)
             walked[group].add(result)
@@ -205,6 +263,8 @@ def main() -> None:
     cycles = sum(sum(spent) for spent in times.by_group.values())
     searches = sum(sum(spent) for spent in times.by_part.values())
     print(f"the cycles {cycles:.3f} s, these searches {searches / cycles:.1%} of it")
+    print()
+    print_pieces(times)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ def test_a_short_run_counts_every_cycle_once() -> None:
     module = load_script("cycle_costs")
     done = run_script("cycle_costs", "--days", "0.25", "--gpus", "256")
     assert done.returncode == 0, done.stderr
-    timed, walked, causes, inside = done.stdout.split("\n\n")
+    timed, walked, causes, inside, pieces = done.stdout.split("\n\n")
     groups, every = _table(timed)
     counts = [int(row[1].replace(",", "")) for row in groups]
     # The same run, its cycles counted by the simulator itself.
@@ -50,10 +50,18 @@ def test_a_short_run_counts_every_cycle_once() -> None:
     skipping = sum(int(row[1].replace(",", "")) for row in groups if " | skipping | " in row[0])
     assert {row[0]: int(row[1].replace(",", "")) for row in why}[module.SKIPPED] == skipping
     # The searches inside the cycles, and their share of the cycles' time.
-    parts, _ = _table(inside.rsplit("\n", 2)[0])
+    parts, _ = _table(inside.rstrip("\n").rsplit("\n", 1)[0])
     assert {row[0] for row in parts} == set(module.PARTS)
     share = re.search(r"these searches ([\d.]+)% of it", inside)
     assert share is not None and 0 < float(share.group(1)) < 100
+    # The costliest groups piece by piece: the pieces add up to the cycle's mean (each
+    # printed to a microsecond), none of them negative.
+    piece_rows = [re.split(r"\s{2,}", line.strip()) for line in pieces.splitlines()[1:]]
+    assert [row[0] for row in piece_rows] == names[: len(piece_rows)]
+    assert len(piece_rows) == min(8, len(names))
+    for _, mean, *parts in (row for row in piece_rows):
+        assert sum(map(float, parts)) == pytest.approx(float(mean), abs=0.006)
+        assert all(float(part) >= -0.001 for part in parts)
 
 
 def _table(text: str) -> tuple[list[list[str]], list[str]]:
