@@ -25,7 +25,7 @@ from typing import Any
 
 from toposched.cli.simulate_options import add_options, check_options
 from toposched.cli.simulate_run import build_workload, scheduler_settings
-from toposched.cli.simulate_values import FULL_CYCLES_ALWAYS
+from toposched.cli.simulate_values import FullCycleEvery
 from toposched.cluster.state import ClusterState
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import Scheduler
@@ -95,7 +95,7 @@ def main() -> None:
     add_options(parser)
     args = parser.parse_args()
     check_options(args)
-    if args.full_cycle_every == FULL_CYCLES_ALWAYS:
+    if args.full_cycle_every is FullCycleEvery.ALWAYS:
         parser.error("--full-cycle-every always leaves no cycle that skips jobs to compare")
     workload = build_workload(args)
     settings = scheduler_settings(args)

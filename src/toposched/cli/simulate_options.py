@@ -15,7 +15,7 @@ from toposched.cli.options import (
 )
 from toposched.cli.policy_options import add_policy_options, checked_policy
 from toposched.cli.simulate_values import (
-    FULL_CYCLES_ALWAYS,
+    FullCycleEvery,
     cycle_interval,
     full_cycle_every,
     percentage,
@@ -209,7 +209,7 @@ def check_options(args: argparse.Namespace) -> None:
             if value is not None:
                 raise InputError(option, value, rule)
     if getattr(args, "check_incremental", False) and (
-        getattr(args, "full_cycle_every", None) == FULL_CYCLES_ALWAYS
+        getattr(args, "full_cycle_every", None) is FullCycleEvery.ALWAYS
     ):
         raise InputError(
             "--check-incremental",

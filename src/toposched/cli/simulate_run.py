@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from toposched.cli.policy_options import policy_settings
-from toposched.cli.simulate_values import FULL_CYCLES_ALWAYS, TopologyPriceOption
+from toposched.cli.simulate_values import FullCycleEvery, TopologyPriceOption
 from toposched.workloads.catalog import WorkloadKind, workload_by_name, workload_kind
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def scheduler_settings(args: argparse.Namespace) -> dict[str, Any]:
     (`policy_settings`), `--full-cycle-every` and `--check-incremental`."""
     settings = policy_settings(args)
     every = getattr(args, "full_cycle_every", None)
-    if every == FULL_CYCLES_ALWAYS:
+    if every is FullCycleEvery.ALWAYS:
         settings["incremental"] = False
     elif every is not None:
         settings["full_cycle_every"] = every

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from enum import Enum
 from typing import NamedTuple
 
 from toposched.cluster.errors import InputError
@@ -14,8 +15,8 @@ from toposched.cluster.limits import MAX_NODES, MAX_TEAMS
 from toposched.cluster.units import HOUR, parse_duration
 
 __all__ = [
-    "FULL_CYCLES_ALWAYS",
     "WORTH_OFF",
+    "FullCycleEvery",
     "TopologyPriceOption",
     "borrowed_duration",
     "cycle_interval",
@@ -163,14 +164,17 @@ def _nonnegative(text: str, expected: str, example: str) -> float:
     return value
 
 
-FULL_CYCLES_ALWAYS = "always"
-"""`--full-cycle-every always`: every cycle walks the whole queue."""
+class FullCycleEvery(Enum):
+    """`--full-cycle-every`'s word beside a duration."""
+
+    ALWAYS = "always"
+    """Every cycle walks the whole queue: cycles that skip settled jobs are off."""
 
 
-def full_cycle_every(text: str) -> float | str:
+def full_cycle_every(text: str) -> float | FullCycleEvery:
     """`--full-cycle-every`: a duration >= 0 (0: no periodic full cycle), or 'always'."""
-    if text.strip().lower() == FULL_CYCLES_ALWAYS:
-        return FULL_CYCLES_ALWAYS
+    if text.strip().lower() == FullCycleEvery.ALWAYS.value:
+        return FullCycleEvery.ALWAYS
     try:
         return parse_duration(text, "--full-cycle-every")
     except InputError as error:
