@@ -155,6 +155,19 @@ def test_a_server_runs_the_policy_its_flags_ask_for(tmp_path: Path) -> None:
     assert from_file == oldest and policy == {"unallocated_order": "oldest"}
 
 
+def test_a_server_walks_the_whole_queue_as_often_as_asked(tmp_path: Path) -> None:
+    # The same queue with every cycle a full one as with cycles that skip settled jobs; the
+    # server says what it runs.
+    skipping, policy, _ = queue_after_filling(("--full-cycle-every", "0"), tmp_path / "never")
+    assert policy == {"full_cycle_every": 0.0}
+    full, policy, _ = queue_after_filling(("--full-cycle-every", "always"), tmp_path / "always")
+    assert policy == {"incremental": False}
+    assert full == skipping
+    served = build_parser().parse_args(["serve", "--gpus", "8", "--full-cycle-every", "90s"])
+    simulated = build_parser().parse_args(["simulate", "--full-cycle-every", "90s"])
+    assert served.full_cycle_every == simulated.full_cycle_every == 90.0
+
+
 def test_the_policy_reads_as_json_with_every_rule_by_its_fields() -> None:
     args = build_parser().parse_args(["serve", "--gpus", "8", *POLICY, "--spares", "node:1"])
     settings = SchedulerSettings.of(None, policy_settings(args))

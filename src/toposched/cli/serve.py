@@ -8,6 +8,11 @@ import logging
 import sys
 
 from toposched.cli.policy_options import add_policy_options, policy_settings
+from toposched.cli.simulate_values import (
+    FULL_CYCLE_HELP,
+    full_cycle_every,
+    full_cycle_settings,
+)
 from toposched.cluster.errors import InputError
 
 # The service's HTTP stack, backends and compiled loops load when a server starts; its
@@ -168,6 +173,12 @@ def _server_options(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how often the backend is polled and a cycle runs without events (default 1)",
     )
+    add(
+        "--full-cycle-every",
+        type=full_cycle_every,
+        metavar="D|always",
+        help=FULL_CYCLE_HELP,
+    )
     add("--ssl-keyfile", metavar="FILE", help="TLS private key (serve HTTPS)")
     add("--ssl-certfile", metavar="FILE", help="TLS certificate chain")
     add(
@@ -204,7 +215,8 @@ def run(args: argparse.Namespace) -> int:
     )
     config.check()  # before the HTTP stack loads: a bad option answers sooner
     # The policy's settings are built after: building them loads the scheduler's modules.
-    config = dataclasses.replace(config, scheduler=policy_settings(args))
+    settings = {**policy_settings(args), **full_cycle_settings(args.full_cycle_every)}
+    config = dataclasses.replace(config, scheduler=settings)
     from toposched.service.server import serve
 
     return serve(config, args.log_level)

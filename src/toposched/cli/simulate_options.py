@@ -15,6 +15,7 @@ from toposched.cli.options import (
 )
 from toposched.cli.policy_options import add_policy_options, checked_policy
 from toposched.cli.simulate_values import (
+    FULL_CYCLE_HELP,
     FullCycleEvery,
     cycle_interval,
     full_cycle_every,
@@ -150,11 +151,7 @@ def add_options(
         "--full-cycle-every",
         type=full_cycle_every,
         metavar="D|always",
-        help="cycles after events that change little skip the pending jobs the last cycle "
-        "settled, with the same decisions; as a safety net, a cycle walks the whole queue at "
-        "least once per D of simulated time (default 5m; 0: only when an event needs it; "
-        "always: every cycle, the shortcut off, e.g. to time or compare against it; "
-        "docs/policy.md)",
+        help=FULL_CYCLE_HELP,
     )
     parser.add_argument(
         "--check-incremental",

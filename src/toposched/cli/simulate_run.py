@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from toposched.cli.policy_options import policy_settings
-from toposched.cli.simulate_values import FullCycleEvery, TopologyPriceOption
+from toposched.cli.simulate_values import TopologyPriceOption, full_cycle_settings
 from toposched.workloads.catalog import WorkloadKind, workload_by_name, workload_kind
 
 if TYPE_CHECKING:
@@ -55,11 +55,7 @@ def scheduler_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The scheduler settings the command line asks for: the scheduling policy's
     (`policy_settings`), `--full-cycle-every` and `--check-incremental`."""
     settings = policy_settings(args)
-    every = getattr(args, "full_cycle_every", None)
-    if every is FullCycleEvery.ALWAYS:
-        settings["incremental"] = False
-    elif every is not None:
-        settings["full_cycle_every"] = every
+    settings.update(full_cycle_settings(getattr(args, "full_cycle_every", None)))
     if getattr(args, "check_incremental", False):
         settings["check_incremental"] = True
     return settings

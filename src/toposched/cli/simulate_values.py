@@ -15,12 +15,14 @@ from toposched.cluster.limits import MAX_NODES, MAX_TEAMS
 from toposched.cluster.units import HOUR, parse_duration
 
 __all__ = [
+    "FULL_CYCLE_HELP",
     "WORTH_OFF",
     "FullCycleEvery",
     "TopologyPriceOption",
     "borrowed_duration",
     "cycle_interval",
     "full_cycle_every",
+    "full_cycle_settings",
     "keep_duration",
     "loss_budget",
     "percentage",
@@ -171,6 +173,16 @@ class FullCycleEvery(Enum):
     """Every cycle walks the whole queue: cycles that skip settled jobs are off."""
 
 
+FULL_CYCLE_HELP = (
+    "cycles after events that change little skip the pending jobs the last cycle settled, "
+    "with the same decisions; as a safety net, a cycle walks the whole queue at least once "
+    "per D of the scheduler's clock (simulated time in the simulator; default 5m; 0: only "
+    "when an event needs it; always: every cycle, the shortcut off, e.g. to time or compare "
+    "against it; docs/policy.md)"
+)
+"""`--full-cycle-every`'s help, `toposched simulate`'s and `toposched serve`'s."""
+
+
 def full_cycle_every(text: str) -> float | FullCycleEvery:
     """`--full-cycle-every`: a duration >= 0 (0: no periodic full cycle), or 'always'."""
     if text.strip().lower() == FullCycleEvery.ALWAYS.value:
@@ -181,6 +193,15 @@ def full_cycle_every(text: str) -> float | FullCycleEvery:
         raise argparse.ArgumentTypeError(
             f"{text[:80]!r}: {error.rule}; or 'always' to walk the whole queue every cycle"
         ) from None
+
+
+def full_cycle_settings(every: float | FullCycleEvery | None) -> dict[str, float | bool]:
+    """The scheduler settings `--full-cycle-every` asks for (none when not given)."""
+    if every is None:
+        return {}
+    if every is FullCycleEvery.ALWAYS:
+        return {"incremental": False}
+    return {"full_cycle_every": every}
 
 
 def worth_horizon(text: str) -> float:
