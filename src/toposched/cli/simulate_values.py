@@ -88,13 +88,20 @@ def cycle_interval(text: str) -> float:
 
 def borrowed_duration(text: str) -> float | None:
     """Seconds, or None for 'none': no cap on a borrowing job's protection (the default)."""
-    if text.strip().lower() == "none":
+    meaning = "to keep each job's declared min runtime"
+    return _duration_or_word(text, "--borrowed-min-runtime", "none", meaning)
+
+
+def _duration_or_word(text: str, option: str, word: str, meaning: str) -> float | None:
+    """`text` read as a duration for `option`, or None for `word`; argparse's error otherwise,
+    which says what `word` would mean."""
+    if text.strip().lower() == word:
         return None
     try:
-        return parse_duration(text, "--borrowed-min-runtime")
+        return parse_duration(text, option)
     except InputError as error:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: {error.rule}; or 'none' to keep each job's declared min runtime"
+            f"{text[:80]!r}: {error.rule}; or '{word}' {meaning}"
         ) from None
 
 
@@ -185,14 +192,10 @@ FULL_CYCLE_HELP = (
 
 def full_cycle_every(text: str) -> float | FullCycleEvery:
     """`--full-cycle-every`: a duration >= 0 (0: no periodic full cycle), or 'always'."""
-    if text.strip().lower() == FullCycleEvery.ALWAYS.value:
-        return FullCycleEvery.ALWAYS
-    try:
-        return parse_duration(text, "--full-cycle-every")
-    except InputError as error:
-        raise argparse.ArgumentTypeError(
-            f"{text[:80]!r}: {error.rule}; or 'always' to walk the whole queue every cycle"
-        ) from None
+    always = FullCycleEvery.ALWAYS
+    meaning = "to walk the whole queue every cycle"
+    every = _duration_or_word(text, "--full-cycle-every", always.value, meaning)
+    return always if every is None else every
 
 
 def full_cycle_settings(every: float | FullCycleEvery | None) -> dict[str, float | bool]:
