@@ -764,7 +764,7 @@ def test_the_summary_table_shows_the_targets_of_its_workload(
     small_ai2_run: SimulationResult,
 ) -> None:
     """Ai2's outcomes and the bound on work lost to evictions are targets of the Ai2-like
-    workload only; the frontier lab's are its pace (30 days in 10 minutes) and at most one
+    workload only; the frontier lab's are its pace (30 days in 3 minutes) and at most one
     eviction per unallocated job started, for the full fleet only."""
 
     def rendered(summary: dict[str, Any]) -> str:
@@ -776,7 +776,7 @@ def test_the_summary_table_shows_the_targets_of_its_workload(
     assert summary["workload"] == "ai2"
     ai2 = rendered(summary)
     assert "98.0%" in ai2 and "50,000" in ai2 and "Ai2's outcomes" in ai2
-    assert "30 days in 10 min" not in ai2
+    assert "30 days in 3 min" not in ai2
     lost = summary["disruption"]["gpu_hours_lost_share_of_delivered"]
     assert f"{100 * lost:.2f}%" in ai2 and "1.50%" in ai2
     sized = rendered({**summary, "workload": "ai2:team-sized"})
@@ -794,12 +794,12 @@ def test_the_summary_table_shows_the_targets_of_its_workload(
     }
     text = rendered(frontier)
     assert "98.0%" not in text and "50,000" not in text and "1.50%" not in text
-    assert "the pace of 30 days in 10 min" in text
+    assert "the pace of 30 days in 3 min" in text
     row = next(line for line in text.splitlines() if "evictions per unallocated job" in line)
     assert "1.50 (9 / 6)" in row and "<= 1" in row and "missed" in row
     shrunk = {**frontier, "cluster": {**summary["cluster"], "gpus": 20_016}}
     text = rendered(shrunk)
-    assert "30 days in 10 min" not in text and "98.0%" not in text
+    assert "30 days in 3 min" not in text and "98.0%" not in text
 
 
 @pytest.mark.parametrize(
