@@ -111,6 +111,15 @@ def add_policy_options(parser: argparse.ArgumentParser) -> list[argparse.Action]
         "fair-share = whenever its account ranks above in fair share (default: budget)",
     )
     add(
+        "--borrowing-preempts",
+        choices=("any", "own-account"),
+        default="any",
+        help="whom a job may preempt when its start would take its team beyond its budget: "
+        "any = whomever the rules above allow, unallocated work too; own-account = only its "
+        "team's lower-priority jobs, so that borrowed GPUs come from idle capacity and a "
+        "borrower never displaces unallocated work or another team's (default: any)",
+    )
+    add(
         "--eviction-worth",
         type=worth_ratio,
         metavar="RATIO|off",
@@ -420,7 +429,7 @@ def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
     settings the flags leave at their defaults come from the file (`policy_file`)."""
     args = checked_policy(args)
     from toposched.cluster.units import DAY
-    from toposched.policy.contract import Contract
+    from toposched.policy.contract import BorrowingPreempts, Contract
     from toposched.policy.fairshare import UnallocatedOrder
     from toposched.policy.owed_standing import OwedOrder
     from toposched.scheduler.interruptions import KeptFrom
@@ -429,6 +438,7 @@ def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
     protect = not getattr(args, "unprotected_borrowing", False)
     borrowed = getattr(args, "borrowed_min_runtime", None)
     cross_account = getattr(args, "cross_account", "budget")
+    borrowing = BorrowingPreempts(getattr(args, "borrowing_preempts", None) or "any")
     failed_first = getattr(args, "failed_gangs", "first") == "first"
     keep_failed_nodes = getattr(args, "keep_failed_nodes", None)
     kept_from = getattr(args, "keep_failed_nodes_from", None)
@@ -445,6 +455,7 @@ def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
         and protect
         and borrowed is None
         and cross_account == "budget"
+        and borrowing is BorrowingPreempts.ANY
         and failed_first
         and keep_failed_nodes is None
         and worth == Contract().worth
@@ -457,6 +468,7 @@ def policy_settings(args: argparse.Namespace) -> dict[str, Any]:
             cross_account="fair_share" if cross_account == "fair-share" else "budget",
             worth=worth,
             checkpoint_wait=checkpoint_wait,
+            borrowing_preempts=borrowing,
         ),
         "spares": spares,
         "protect_beyond_budget": protect,

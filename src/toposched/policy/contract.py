@@ -18,6 +18,7 @@ from toposched.policy.worth import DEFAULT_EVICTION_WORTH, EvictionWorth
 __all__ = [
     "DEFAULT_MAX_MIN_RUNTIME",
     "AccountLoads",
+    "BorrowingPreempts",
     "Contract",
     "CrossAccountRule",
     "NonresumablePolicy",
@@ -69,6 +70,16 @@ class RunningJob:
     """GPUs the job holds (a shared pod counts its fraction); the budget rule reads it."""
 
 
+class BorrowingPreempts(StrEnum):
+    """Whom a job that would take its account beyond its budget may preempt."""
+
+    ANY = "any"
+    """Whomever the other rules allow: unallocated work too."""
+    OWN_ACCOUNT = "own-account"
+    """Only its own account's lower-priority jobs: borrowed GPUs come from idle capacity,
+    never from unallocated work or another account, so borrowers do not displace borrowers."""
+
+
 class PreemptionRule(StrEnum):
     """The rule that decided a preemption question, checked in this order."""
 
@@ -76,6 +87,9 @@ class PreemptionRule(StrEnum):
     """A job cannot make room for itself."""
     UNALLOCATED_PREEMPTOR = "unallocated-preemptor"
     """Unallocated work preempts nobody: it only uses GPUs that are idle."""
+    BORROWING = "borrowing"
+    """With `BorrowingPreempts.OWN_ACCOUNT`: the preemptor would take its account beyond its
+    budget, and the victim is unallocated work or another account's job."""
     UNALLOCATED_VICTIM = "unallocated-victim"
     """Unallocated work is preemptible by any allocated request, at any time."""
     PROTECTED = "protected"
@@ -146,6 +160,12 @@ class Contract:
     work beyond a budget is borrowed, and fair share only orders the queue. No account is ever
     pushed below its budget by another, so evictions cannot bounce between two accounts.
     "fair_share": whenever the preemptor's account ranks above the victim's in fair share.
+
+    `borrowing_preempts` says whom a job may preempt when its start would take its account
+    beyond its budget (its GPUs and those the account runs above the budget): anyone the rules
+    allow (`ANY`), or only the account's own lower-priority jobs (`OWN_ACCOUNT`), so that work
+    borrowed beyond a budget starts on idle GPUs (or at its reservation) and never displaces
+    unallocated work or another account's.
     """
 
     max_min_runtime: float = DEFAULT_MAX_MIN_RUNTIME
@@ -159,6 +179,7 @@ class Contract:
     checkpoint_wait: CheckpointWait | None = None
     """When to wait for the victims' next checkpoints rather than evict now (None: never
     wait). See `toposched.policy.checkpoint_wait`."""
+    borrowing_preempts: BorrowingPreempts = BorrowingPreempts.ANY
 
     def __post_init__(self) -> None:
         if (
@@ -181,6 +202,10 @@ class Contract:
         wait = self.checkpoint_wait
         if wait is not None and not isinstance(wait, CheckpointWait):
             raise InputError("checkpoint_wait", wait, "must be a CheckpointWait or None")
+        if not isinstance(self.borrowing_preempts, BorrowingPreempts):
+            raise InputError(
+                "borrowing_preempts", self.borrowing_preempts, "must be a BorrowingPreempts"
+            )
         if self.cross_account not in _CROSS_ACCOUNT_RULES:
             raise InputError(
                 "cross_account",
@@ -262,6 +287,12 @@ class Contract:
                 f"{preemptor.job_id} is unallocated (account {preemptor.account} has no budget) "
                 "and preempts nobody",
             )
+        if self.borrowing_preempts is BorrowingPreempts.OWN_ACCOUNT and (
+            victim.unallocated or victim.account != preemptor.account
+        ):
+            borrowing = self._borrowing(preemptor, loads)
+            if borrowing is not None:
+                return borrowing
         if victim.unallocated:
             return _allow(
                 PreemptionRule.UNALLOCATED_VICTIM,
@@ -296,6 +327,32 @@ class Contract:
         return _forbid(
             PreemptionRule.NOT_BETTER_FAIR_SHARE,
             f"account {preemptor.account} does not rank above {victim.account} in fair share",
+        )
+
+    def borrows(self, preemptor: QueueEntry, loads: AccountLoads) -> bool:
+        """Whether starting the pending `preemptor` (its `gpus`) would take its account beyond
+        its budget."""
+        running = loads.running_gpus(preemptor.account)
+        return running + preemptor.gpus > loads.budget_gpus(preemptor.account) + _GPU_SLACK
+
+    def _borrowing(
+        self, preemptor: QueueEntry, loads: AccountLoads | None
+    ) -> PreemptionVerdict | None:
+        """`BorrowingPreempts.OWN_ACCOUNT`'s verdict for a victim outside the preemptor's own
+        allocated work: forbidden when the preemptor borrows (None: it does not)."""
+        if loads is None:
+            raise ValueError(
+                "the borrowing rule compares an account's running GPUs with its budget: pass loads"
+            )
+        if not self.borrows(preemptor, loads):
+            return None
+        running = loads.running_gpus(preemptor.account)
+        budget = loads.budget_gpus(preemptor.account)
+        return _forbid(
+            PreemptionRule.BORROWING,
+            f"{preemptor.job_id} would take account {preemptor.account} beyond its "
+            f"{budget:g}-GPU budget ({running:g} running + {preemptor.gpus:g}); a job that "
+            "borrows preempts only its own account's lower-priority jobs",
         )
 
     def runs_its_budget(self, account: str, loads: AccountLoads) -> bool:
@@ -357,6 +414,7 @@ class Contract:
             priority=job.priority,
             submit_time=job.submit_time,
             unallocated=job.min_runtime == 0,
+            gpus=job.gpus,
         )
         return PreemptionOutcome(fate, requeued, reason)
 

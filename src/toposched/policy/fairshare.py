@@ -59,6 +59,9 @@ class QueueEntry:
     unallocated: bool = False
     """Declared unallocated (min_runtime 0): it only fills idle GPUs. Jobs of accounts with no
     budget are unallocated whatever this says, decided afresh from the tree at every ordering."""
+    gpus: float = 0.0
+    """GPUs the job asks for (a shared pod counts its fraction): whether its start would take
+    its account beyond its budget (`Contract.borrows`)."""
 
 
 class QueueTier(IntEnum):

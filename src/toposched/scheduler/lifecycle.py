@@ -76,6 +76,7 @@ class Lifecycle:
             priority=spec.priority,
             submit_time=job.submit_time,
             unallocated=spec.min_runtime == 0,
+            gpus=job.gpus,
         )
 
     def start(self, job: Job, placement: Placement, now: float) -> None:

@@ -9,7 +9,7 @@ from numpy.typing import NDArray
 from toposched.cluster.errors import InputError, did_you_mean
 from toposched.cluster.state import ClusterState, distinct_inverse
 from toposched.policy.budget import BudgetTree
-from toposched.policy.contract import Contract
+from toposched.policy.contract import BorrowingPreempts, Contract
 from toposched.policy.fairshare import QueueEntry
 from toposched.policy.ranking import Ranking
 from toposched.policy.usage import UsageTracker
@@ -36,6 +36,11 @@ from toposched.scheduler.worth import WorthGate
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
+
+_BORROWING_NOTE = (
+    " (it would take its account beyond its budget, and a job that borrows preempts only its "
+    "account's lower-priority jobs: it starts on idle GPUs)"
+)
 
 
 def built_in_rules(contract: Contract) -> bool:
@@ -120,10 +125,13 @@ class Preemptor:
         index = self.ledger.preemptible
         index.refresh(now)
         only_unallocated = self.only_unallocated_victims(entry)
+        borrows = self.borrows(entry)
+        if borrows and only_unallocated:
+            return self._nothing_to_borrow_from(entry)
         key: tuple[object, ...] = (
             (kind.shape, kind.pods)
             if only_unallocated
-            else (kind.shape, kind.pods, entry.account, entry.priority)
+            else (kind.shape, kind.pods, entry.account, entry.priority, borrows)
         )
         inputs = (
             epoch,
@@ -277,15 +285,34 @@ class Preemptor:
             f"{needs(job).removeprefix('needs ')}",
         )
 
+    def borrows(self, entry: QueueEntry) -> bool:
+        """Whether the borrowing rule holds `entry` to its own account's lower-priority jobs
+        (`BorrowingPreempts.OWN_ACCOUNT`): its start would take its account beyond its
+        budget. Only under the built-in rules and for allocated work."""
+        contract = self.contract
+        if contract.borrowing_preempts is BorrowingPreempts.ANY or entry.unallocated:
+            return False
+        return built_in_rules(contract) and contract.borrows(entry, self.ledger)
+
+    def _nothing_to_borrow_from(self, entry: QueueEntry) -> Refusal:
+        """Why a job that borrows finds nobody to preempt: its account runs its whole budget
+        and holds no unprotected job of lower priority (`only_unallocated_victims`)."""
+        return Refusal(
+            RefusalCode.NO_ALLOWED_VICTIM,
+            f"account {entry.account} runs its whole budget and has no lower-priority job past "
+            "its min runtime",
+        )
+
     def beyond_budget_note(self, job: Job, entry: QueueEntry) -> str:
         """Under the budget rule, what a job larger than its account's whole budget should know
-        (else ""): preemption cannot make room for it, only other accounts' unused budget can."""
+        (else ""): preemption cannot make room for it, only other accounts' unused budget can.
+        Under the borrowing rule, what a job that would borrow should know."""
         contract = self.contract
         if not built_in_rules(contract) or contract.cross_account != "budget":
-            return ""
+            return _BORROWING_NOTE if self.borrows(entry) else ""
         budget = self.ledger.budget_gpus(entry.account)
         if entry.unallocated or budget <= 0 or job.gpus <= budget:
-            return ""
+            return _BORROWING_NOTE if self.borrows(entry) else ""
         return (
             f" (it asks for {gpus_text(job.gpus)} GPUs, more than its account's whole budget "
             f"of {gpus_text(budget)}: preemption never takes another account below its budget, "

@@ -10,7 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.policy.budget import BudgetTree
-from toposched.policy.contract import Contract, PreemptionRule
+from toposched.policy.contract import BorrowingPreempts, Contract, PreemptionRule
 from toposched.policy.fairshare import QueueEntry
 from toposched.policy.ranking import Ranking
 from toposched.policy.usage import UsageTracker
@@ -32,6 +32,8 @@ class PreemptorSide(NamedTuple):
     unallocated: bool
     account_running: float
     """GPUs its account runs, as the contract counts them."""
+    gpus: float
+    """GPUs it asks for, as the borrowing rule reads them (0 when the contract reads none)."""
 
 
 class VictimSide(NamedTuple):
@@ -98,15 +100,19 @@ class Verdicts:
         )
         unallocated = index.unallocated[slots] & verdicts.allowed
         if unallocated.any():
-            # Unallocated victims are fair game for any allocated preemptor: one question.
+            # Unallocated victims are fair game for any allocated preemptor that does not
+            # borrow under the borrowing rule: one question.
             first = str(index.ids[slots[unallocated.argmax()]])
             verdict = self.contract.may_preempt(
                 entry, self.ledger.views[first], now, ranking, self.ledger
             )
-            if not verdict.allowed:
+            if verdict.rule is PreemptionRule.BORROWING:
+                verdicts.allowed[unallocated] = False
+            elif not verdict.allowed:
                 verdicts.allowed[:] = False
                 return verdicts
-            verdicts.rule_names.append(str(verdict.rule))
+            else:
+                verdicts.rule_names.append(str(verdict.rule))
         mine = (~index.unallocated[slots] & verdicts.allowed).nonzero()[0]
         if mine.size:
             self._allocated_verdicts(entry, ranking, now, slots, mine, verdicts)
@@ -161,11 +167,13 @@ class Verdicts:
         judged = _PairVerdicts.empty(head_slots.size)
         rule_codes: dict[str, int] = {}
         self._check_pair_verdicts(ranking)
+        reads_gpus = self.contract.borrowing_preempts is BorrowingPreempts.OWN_ACCOUNT
         preemptor = PreemptorSide(
             entry.account,
             entry.priority,
             entry.unallocated,
             self.ledger.running_gpus(entry.account),
+            entry.gpus if reads_gpus else 0.0,
         )
         # The pairs' heads as Python scalars, each account's load and standing looked up once:
         # a cycle asks for thousands of pairs, most of them answered by the memo.
