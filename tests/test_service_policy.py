@@ -38,6 +38,8 @@ POLICY = [
     "12h",
     "--borrowed-min-runtime",
     "10m",
+    "--borrowing-preempts",
+    "own-account",
 ]
 
 
@@ -59,6 +61,7 @@ def test_serve_and_simulate_ask_for_the_same_settings() -> None:
         "owed_order",
         "owed_half_life",
         "borrowed_min_runtime",
+        "borrowing_preempts",
     }
     assert chosen(["serve", "--gpus", "8"]) == {}
 
@@ -184,6 +187,7 @@ def test_the_policy_reads_as_json_with_every_rule_by_its_fields() -> None:
     assert policy["owed_order"] == "least-met"
     assert policy["owed_half_life"] == 12 * 3600.0
     assert policy["borrowed_min_runtime"] == 600.0
+    assert policy["borrowing_preempts"] == "own-account"
     assert policy["spares"] == ["node", 1]
 
 
