@@ -6,6 +6,7 @@ and `toposched serve`."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from job_specs import job
 from scenario_cases import cases_with_defaults
 from test_scheduler_cycle import adopt_on
 
+from toposched.cli.main import main
 from toposched.cli.simulate_options import add_options
 from toposched.cli.simulate_run import scheduler_factory
 from toposched.cluster.builders import nvl72_cluster
@@ -137,3 +139,11 @@ def test_simulate_option_sets_the_rule() -> None:
     assert chosen.worth == Contract().worth
     with pytest.raises(SystemExit):
         parser.parse_args(["--borrowing-preempts", "never"])
+
+
+def test_cycles_that_skip_jobs_decide_as_full_ones_under_the_rule(tmp_path: Path) -> None:
+    # Each cycle that skips jobs is checked against a full cycle on a copy of the scheduler.
+    args = ["simulate", "--gpus", "128", "--days", "0.5", "--borrowing-preempts", "own-account"]
+    assert main([*args, "--check-incremental", "--no-progress", "--out", str(tmp_path)]) == 0
+    counts = json.loads((tmp_path / "summary.json").read_text())["counts"]
+    assert counts["incremental_cycles"] > 0 and counts["evictions"] > 0
