@@ -180,6 +180,8 @@ class Contract:
     """When to wait for the victims' next checkpoints rather than evict now (None: never
     wait). See `toposched.policy.checkpoint_wait`."""
     borrowing_preempts: BorrowingPreempts = BorrowingPreempts.ANY
+    """Whom a job whose start would take its account beyond its budget may preempt (see
+    above; `BorrowingPreempts.ANY` by default)."""
 
     def __post_init__(self) -> None:
         if (
