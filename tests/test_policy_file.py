@@ -49,6 +49,7 @@ def written(tmp_path: Path, text: str, name: str = "policy.yaml") -> str:
         ("ai2-1024.yaml", AI2_1024_FLAGS),
         ("ai2-3072.yaml", AI2_3072_FLAGS),
         ("every-eviction.yaml", ["--eviction-worth", "off"]),
+        ("frontier.yaml", ["--borrowing-preempts", "own-account"]),
         (
             "cannot-resume-unallocated.yaml",
             [
