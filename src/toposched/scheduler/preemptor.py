@@ -121,17 +121,21 @@ class Preemptor:
         Under the contract's checkpoint wait, a job told to wait for its victims' checkpoints
         keeps those victims while they run (`CheckpointGate.awaited`): its turns judge the wait
         for them again, without a search, until the rule no longer says wait.
+
+        Under the borrowing rule (`held_to_own_account`) a job that borrows while its account
+        runs its whole budget with no job of its own to take is refused without a search, and
+        refusals are kept apart for jobs that borrow and jobs that do not.
         """
         index = self.ledger.preemptible
         index.refresh(now)
         only_unallocated = self.only_unallocated_victims(entry)
-        borrows = self.borrows(entry)
-        if borrows and only_unallocated:
+        held = self.held_to_own_account(entry)
+        if held and only_unallocated:
             return self._nothing_to_borrow_from(entry)
         key: tuple[object, ...] = (
             (kind.shape, kind.pods)
             if only_unallocated
-            else (kind.shape, kind.pods, entry.account, entry.priority, borrows)
+            else (kind.shape, kind.pods, entry.account, entry.priority, held)
         )
         inputs = (
             epoch,
@@ -285,10 +289,10 @@ class Preemptor:
             f"{needs(job).removeprefix('needs ')}",
         )
 
-    def borrows(self, entry: QueueEntry) -> bool:
-        """Whether the borrowing rule holds `entry` to its own account's lower-priority jobs
-        (`BorrowingPreempts.OWN_ACCOUNT`): its start would take its account beyond its
-        budget. Only under the built-in rules and for allocated work."""
+    def held_to_own_account(self, entry: QueueEntry) -> bool:
+        """Whether the borrowing rule (`BorrowingPreempts.OWN_ACCOUNT`) holds `entry` to its
+        own account's lower-priority jobs: its start would take its account beyond its budget.
+        Only under the built-in rules and for allocated work."""
         contract = self.contract
         if contract.borrowing_preempts is BorrowingPreempts.ANY or entry.unallocated:
             return False
@@ -309,10 +313,10 @@ class Preemptor:
         Under the borrowing rule, what a job that would borrow should know."""
         contract = self.contract
         if not built_in_rules(contract) or contract.cross_account != "budget":
-            return _BORROWING_NOTE if self.borrows(entry) else ""
+            return _BORROWING_NOTE if self.held_to_own_account(entry) else ""
         budget = self.ledger.budget_gpus(entry.account)
         if entry.unallocated or budget <= 0 or job.gpus <= budget:
-            return _BORROWING_NOTE if self.borrows(entry) else ""
+            return _BORROWING_NOTE if self.held_to_own_account(entry) else ""
         return (
             f" (it asks for {gpus_text(job.gpus)} GPUs, more than its account's whole budget "
             f"of {gpus_text(budget)}: preemption never takes another account below its budget, "
