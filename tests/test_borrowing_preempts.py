@@ -28,6 +28,7 @@ from toposched.policy.ranking import rank_accounts
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.decisions import Evict
+from toposched.scheduler.kept_refusals import Keeping
 
 HOUR = 3600.0
 SCENARIOS = Path(__file__).parent / "scenarios" / "preemption" / "borrowing.yaml"
@@ -147,3 +148,22 @@ def test_cycles_that_skip_jobs_decide_as_full_ones_under_the_rule(tmp_path: Path
     assert main([*args, "--check-incremental", "--no-progress", "--out", str(tmp_path)]) == 0
     counts = json.loads((tmp_path / "summary.json").read_text())["counts"]
     assert counts["incremental_cycles"] > 0 and counts["evictions"] > 0
+
+
+def test_a_refusal_of_a_job_held_to_its_own_team_stands_through_other_teams_changes() -> None:
+    # a-job borrows (4 pods, team-a's a-low not of lower priority): refused. b0 ends at 2.5 h:
+    # nodes 0 and 4 free (8 GPUs) and nothing a-job may take beside them, so the refusal
+    # stands without a search (the unallocated work on nodes 5-7 is not its to take).
+    case = {"rule": "own-account", "budget_a": 50}
+    scheduler = scheduler_for(case)
+    scheduler.preemptor.kept.keeping = Keeping.VERIFY  # a search that finds victims raises
+    scheduler.submit(job("a-job", "team-a", pods=4), 2 * HOUR)
+    assert not [d for d in scheduler.cycle(2 * HOUR).decisions if isinstance(d, Evict)]
+    searches = scheduler.preemptor.victim_searches
+    refusal = scheduler.jobs["a-job"].refusal
+    assert refusal is not None and "no running job may be preempted" in refusal.reason
+    scheduler.finish("b0", 2.5 * HOUR)
+    assert not [d for d in scheduler.cycle(2.5 * HOUR).decisions if isinstance(d, Evict)]
+    assert scheduler.preemptor.victim_searches == searches
+    assert scheduler.preemptor.kept.answered_through_changes >= 1
+    assert scheduler.jobs["a-job"].refusal == refusal

@@ -34,7 +34,7 @@ class BudgetLimits:
         self.usage = usage
         self.contract = contract
         self.ledger = ledger
-        self._takeable_by: dict[tuple[str, int], BoolArray] = {}
+        self._takeable_by: dict[tuple[str, int, bool], BoolArray] = {}
         self._takeable_stamp: tuple[int, float, int, int, int] = (-1, -1.0, -1, -1, -1)
         self.takeable_generation = 0
         """Counts the times the remembered `takeable` answers were dropped: an answer for one
@@ -43,14 +43,16 @@ class BudgetLimits:
         self._limits_by: dict[str, FloatArray] = {}
         self._beyond_stamp: tuple[int, int, int, int] = (-1, -1, -1, -1)
 
-    def takeable(self, entry: QueueEntry, refreshed: float) -> BoolArray:
+    def takeable(self, entry: QueueEntry, refreshed: float, own_only: bool = False) -> BoolArray:
         """Per slot of the preemptible index, whether the contract lets `entry` take that
         unprotected job now under the budget rule: its account's jobs of lower priority,
         unallocated work, and other accounts' jobs no larger than what their account runs
         beyond its budget (none while `entry`'s account runs its own; widened by
-        `LIMIT_SLACK`); one last entry, False, for GPUs no whole-GPU pod holds (`gpu_owner`
-        -1). Remembered by account and priority while the index, its refresh (`refreshed`, when
-        the index was last refreshed) and the loads stay the same."""
+        `LIMIT_SLACK`); with `own_only` (the borrowing rule holds it to its own account), its
+        account's jobs of lower priority alone. One last entry, False, for GPUs no whole-GPU
+        pod holds (`gpu_owner` -1). Remembered by account, priority and `own_only` while the
+        index, its refresh (`refreshed`, when the index was last refreshed) and the loads stay
+        the same."""
         ledger = self.ledger
         index = ledger.preemptible
         stamp = (
@@ -64,17 +66,18 @@ class BudgetLimits:
             self._takeable_by.clear()
             self._takeable_stamp = stamp
             self.takeable_generation += 1
-        key = (entry.account, entry.priority)
+        key = (entry.account, entry.priority, own_only)
         known = self._takeable_by.get(key)
         if known is not None:
             return known
         size = len(index.allocations)
         limits = self.limits(entry.account)
-        if not np.isfinite(limits).any():
+        if own_only or not np.isfinite(limits).any():
             limits = np.full(limits.size, -np.inf)
+        unallocated = index.unallocated[:size]
         known = self._takeable_by[key] = takeable_slots(
             index.counted[:size],
-            index.unallocated[:size],
+            np.zeros_like(unallocated) if own_only else unallocated,
             index.account[:size],
             index.priority[:size],
             index.gpus[:size],

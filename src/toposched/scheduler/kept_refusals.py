@@ -65,7 +65,8 @@ class KeptRefusals:
       the gang needs there (as failures kept through releases are judged), or, when a job
       asks, counted node by node, room for fewer of its pods than it needs with the
       unprotected jobs it may take gone (those the contract lets it take now under the budget
-      rule, every one otherwise); or, for a refusal proven from per-domain counts
+      rule, its own account's lower-priority jobs alone while the borrowing rule holds it,
+      every one otherwise); or, for a refusal proven from per-domain counts
       (`Refusal.most_pods`: no domain of the gang's required level holds more than `most`
       pods), when `most` plus the room counted now, node by node, in each innermost domain
       touched since it was found stays below the gang's pods in every domain of that level:
@@ -133,8 +134,10 @@ class KeptRefusals:
         ranking: Ranking,
         only_unallocated: bool,
         now: float,
+        held: bool = False,
     ) -> None:
-        """Remember a lasting refusal found for `entry` at `now` (index refreshed at `now`)."""
+        """Remember a lasting refusal found for `entry` at `now` (index refreshed at `now`);
+        `held`: the borrowing rule held it to its own account's lower-priority jobs."""
         if len(self._kept) >= KEPT_MOST:
             self._kept.clear()
         budget_rule = self.contract.cross_account == "budget"
@@ -152,6 +155,7 @@ class KeptRefusals:
             limits=self._limits.limits(entry.account) if budget_rule else np.zeros(0),
             leaves=None if budget_rule else ranking.leaves,
             checked_until=now,
+            held=held,
         )
 
     def forget_all(self) -> None:
@@ -241,7 +245,13 @@ class KeptRefusals:
         # Unallocated work only: no protection or load enters what it may take.
         judged = False
         if not kept.only_unallocated:
-            if kept.leaves is None and not self._loads_allow_no_more(kept, entry.account):
+            # Held to its own account's jobs, a job takes no more as other accounts' loads move
+            # (whether it is held is part of its key).
+            if (
+                kept.leaves is None
+                and not kept.held
+                and not self._loads_allow_no_more(kept, entry.account)
+            ):
                 return False
             judged = self._note_protection_ends(kept, entry, ranking, now)
             kept.checked_until = now

@@ -165,7 +165,9 @@ class Preemptor:
         if isinstance(plan, PreemptionPlan):
             return plan
         if lasting:
-            kept.keep(key, plan, inputs, fenced, job.request, entry, ranking, only_unallocated, now)
+            kept.keep(
+                key, plan, inputs, fenced, job.request, entry, ranking, only_unallocated, now, held
+            )
         return plan
 
     def left_queue(self, job_id: str) -> None:

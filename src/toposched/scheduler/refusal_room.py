@@ -25,8 +25,9 @@ IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 
-TakeableMade = tuple[int, str, int]
-"""A `BudgetLimits.takeable` answer: the limits' generation, the account and the priority."""
+TakeableMade = tuple[int, str, int, bool]
+"""A `BudgetLimits.takeable` answer: the limits' generation, the account, the priority and
+whether it marks the account's own jobs only."""
 
 #: Releases listed for a kept refusal before they are merged into one set of nodes.
 RELEASES_LISTED = 32
@@ -93,6 +94,9 @@ class KeptRefusal:
     """Under the fair-share rule, the accounts' order then."""
     checked_until: float
     """Protection ends up to this time are known to let no job the refusal may take go."""
+    held: bool
+    """Whether the borrowing rule held the preemptor to its own account's lower-priority jobs
+    (`Preemptor.held_to_own_account`): they alone are what it may take."""
     released: list[IntArray] = field(default_factory=list)
     """Nodes the fence let go since it was last checked: room may have grown there."""
     touched: IntArray = field(default_factory=lambda: NO_DOMAINS)
@@ -177,7 +181,7 @@ class RefusalRoom:
         request = kept.request
         node_held, takeable, shared, fenced = self._node_room_inputs(kept, entry, refreshed)
         counts = kept.touched_pods
-        made = (self._limits.takeable_generation, entry.account, entry.priority)
+        made = (self._limits.takeable_generation, entry.account, entry.priority, kept.held)
         then = kept.counted_with
         if takeable.size and kept.touched.size:
             # Jobs the preemptor may take now but not when the counts were made (a limit
@@ -316,7 +320,7 @@ class RefusalRoom:
             node_held = index.node_freeable
         else:
             node_held = NO_GPUS
-            takeable = self._limits.takeable(entry, refreshed)
+            takeable = self._limits.takeable(entry, refreshed, kept.held)
             if index.shared_on_node:
                 shared = np.zeros(self.state.topology.n_nodes, dtype=bool)
                 shared[np.fromiter(index.shared_on_node, dtype=np.int64)] = True
