@@ -20,7 +20,7 @@ from collections import defaultdict
 
 from grouped_times import frontier_options, frontier_run, report
 
-from toposched.policy.fairshare import QueueEntry
+from toposched.policy.queue_entry import QueueEntry
 from toposched.policy.ranking import Ranking
 from toposched.scheduler.candidates import PreemptionPlan
 from toposched.scheduler.jobs import Job

@@ -23,7 +23,7 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import BorrowingPreempts, Contract, PreemptionRule
-from toposched.policy.fairshare import QueueEntry
+from toposched.policy.queue_entry import QueueEntry
 from toposched.policy.ranking import rank_accounts
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.core import Scheduler

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from cycle_log import CycleLog, logged_run
 
-from toposched.policy.fairshare import QueueEntry
+from toposched.policy.queue_entry import QueueEntry
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.incremental import Walk
 from toposched.scheduler.jobs import JobState

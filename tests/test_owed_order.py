@@ -16,8 +16,9 @@ from toposched.cluster.builders import nvl72_cluster
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
 from toposched.policy.budget import BudgetTree
-from toposched.policy.fairshare import PendingQueue, QueueEntry
+from toposched.policy.fairshare import PendingQueue
 from toposched.policy.owed_standing import OwedOrder, OwedStanding
+from toposched.policy.queue_entry import QueueEntry
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.settings import SchedulerSettings

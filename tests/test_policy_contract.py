@@ -16,7 +16,8 @@ from toposched.policy.contract import (
     PreemptionRule,
     RunningJob,
 )
-from toposched.policy.fairshare import PendingQueue, QueueEntry
+from toposched.policy.fairshare import PendingQueue
+from toposched.policy.queue_entry import QueueEntry
 from toposched.policy.ranking import Ranking, rank_accounts
 from toposched.policy.usage import UsageTracker
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import HOUR
 from toposched.policy.budget import ROOT, BudgetTree
-from toposched.policy.fairshare import NOT_OWED, PendingQueue, QueueEntry, QueueTier
+from toposched.policy.fairshare import NOT_OWED, PendingQueue
+from toposched.policy.queue_entry import QueueEntry, QueueTier
 from toposched.policy.ranking import level_fair_share, rank_accounts
 from toposched.policy.usage import UsageTracker
 

@@ -39,7 +39,7 @@ from toposched.placement.request import GangRequest
 from toposched.placement.search import Placement, place
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract, PreemptionRule
-from toposched.policy.fairshare import QueueEntry
+from toposched.policy.queue_entry import QueueEntry
 from toposched.policy.ranking import Ranking
 from toposched.scheduler import leaf_victims
 from toposched.scheduler.core import Scheduler

@@ -22,7 +22,7 @@ from toposched.cluster.state import Allocation, ClusterState
 from toposched.jobs.spec import JobSpec
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract, PreemptionRule, RunningJob
-from toposched.policy.fairshare import QueueEntry
+from toposched.policy.queue_entry import QueueEntry
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict
 from toposched.scheduler.jobs import JobState

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from toposched.cluster.units import HOUR
 from toposched.policy.budget import BudgetTree
-from toposched.policy.fairshare import PendingQueue, QueueEntry, UnallocatedOrder
+from toposched.policy.fairshare import PendingQueue, UnallocatedOrder
+from toposched.policy.queue_entry import QueueEntry
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.incremental import same_order
 

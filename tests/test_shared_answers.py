@@ -16,7 +16,8 @@ from test_preemption_scenarios import bound, spec
 
 from toposched.cluster.state import ClusterState
 from toposched.policy.budget import BudgetTree
-from toposched.policy.fairshare import PendingQueue, QueueEntry
+from toposched.policy.fairshare import PendingQueue
+from toposched.policy.queue_entry import QueueEntry
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler import tally, walker
 from toposched.scheduler.core import CycleResult, Scheduler

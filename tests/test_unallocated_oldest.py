@@ -21,14 +21,8 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
 from toposched.cluster.units import HOUR
 from toposched.policy.budget import BudgetTree
-from toposched.policy.fairshare import (
-    NOT_OWED,
-    OLDEST_STANDING,
-    PendingQueue,
-    QueueEntry,
-    QueueTier,
-    UnallocatedOrder,
-)
+from toposched.policy.fairshare import NOT_OWED, OLDEST_STANDING, PendingQueue, UnallocatedOrder
+from toposched.policy.queue_entry import QueueEntry, QueueTier
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.core import Scheduler
 from toposched.scheduler.settings import SchedulerSettings

@@ -11,7 +11,7 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.units import HOUR
 from toposched.policy.budget import BudgetTree
 from toposched.policy.checkpoint_wait import CheckpointWait
-from toposched.policy.fairshare import QueueEntry
+from toposched.policy.queue_entry import QueueEntry
 from toposched.policy.ranking import Ranking
 from toposched.policy.worth import DEFAULT_EVICTION_WORTH, EvictionWorth
 

@@ -8,13 +8,14 @@ import math
 import operator
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from enum import Enum, IntEnum
+from enum import Enum
 from typing import Any
 
 from toposched.cluster.errors import InputError
 from toposched.cluster.units import format_span
 from toposched.policy.budget import BudgetTree, split_account_path
 from toposched.policy.owed_standing import owed_places
+from toposched.policy.queue_entry import QueueEntry, QueueTier
 from toposched.policy.ranking import (
     Ranking,
     Standing,
@@ -30,8 +31,6 @@ __all__ = [
     "JobExplanation",
     "JobSortKey",
     "PendingQueue",
-    "QueueEntry",
-    "QueueTier",
     "Segment",
     "UnallocatedOrder",
 ]
@@ -43,36 +42,6 @@ JobSortKey = tuple[int, int, StandingKey, int, float, str]
 
 NOT_OWED = 1 << 30
 """The owed part of the sort key of jobs outside the owed accounts' allocated work."""
-
-
-@dataclass(frozen=True, slots=True)
-class QueueEntry:
-    """A pending job as the queue sees it."""
-
-    job_id: str
-    account: str
-    """The leaf account the job charges to."""
-    priority: int
-    """Orders jobs within one account; higher first."""
-    submit_time: float
-    """Seconds; earlier first among equal priority. A requeued job keeps its original time."""
-    unallocated: bool = False
-    """Declared unallocated (min_runtime 0): it only fills idle GPUs. Jobs of accounts with no
-    budget are unallocated whatever this says, decided afresh from the tree at every ordering."""
-    gpus: float = 0.0
-    """GPUs the job asks for (a shared pod counts its fraction): whether its start would take
-    its account beyond its budget (`Contract.borrows`)."""
-
-
-class QueueTier(IntEnum):
-    """The three runs of the queue, in order."""
-
-    ALLOCATED = 0
-    """Budgeted work, by Fair Tree rank of the account."""
-    UNALLOCATED = 1
-    """Work no budget pays for: declared unallocated, or the account has no budget."""
-    DETACHED = 2
-    """The account stopped being a leaf of the tree (removed, or given children) while queued."""
 
 
 Segment = tuple[QueueTier, str]

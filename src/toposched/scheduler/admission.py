@@ -38,7 +38,7 @@ from numpy.typing import NDArray
 from toposched.cluster.errors import InputError
 from toposched.cluster.state import ClusterState
 from toposched.cluster.units import HOUR
-from toposched.policy.fairshare import QueueTier
+from toposched.policy.queue_entry import QueueTier
 from toposched.scheduler.jobs import Job, JobState, Reservation
 from toposched.scheduler.wording import hours
 

@@ -11,7 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from toposched.cluster.state import Allocation, ClusterState
-from toposched.policy.fairshare import QueueEntry, QueueTier
+from toposched.policy.queue_entry import QueueEntry, QueueTier
 from toposched.scheduler.fence import Fence
 from toposched.scheduler.jobs import Job, JobState, Nomination, ReasonCode
 from toposched.scheduler.ledger import Ledger

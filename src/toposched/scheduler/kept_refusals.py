@@ -15,7 +15,7 @@ from toposched.cluster.state import ClusterState
 from toposched.placement.request import GangRequest
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import Contract
-from toposched.policy.fairshare import QueueEntry
+from toposched.policy.queue_entry import QueueEntry
 from toposched.policy.ranking import Ranking
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.budget_limits import LIMIT_SLACK, BudgetLimits

@@ -11,7 +11,7 @@ from toposched.cluster.errors import InputError
 from toposched.cluster.state import Allocation, ClusterState
 from toposched.placement.search import Placement
 from toposched.policy.budget import ROOT, BudgetTree, account_ancestors
-from toposched.policy.fairshare import QueueEntry
+from toposched.policy.queue_entry import QueueEntry
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.errors import InternalError
 from toposched.scheduler.jobs import Job, JobState, ReasonCode

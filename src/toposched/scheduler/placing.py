@@ -17,7 +17,7 @@ from toposched.cluster.statement import Statement
 from toposched.placement.job_sets import place_job_sets
 from toposched.placement.policies import PlacementPolicy
 from toposched.placement.search import Placement, Unschedulable, place
-from toposched.policy.fairshare import QueueEntry, QueueTier
+from toposched.policy.queue_entry import QueueEntry, QueueTier
 from toposched.scheduler.candidates import PreemptionPlan
 from toposched.scheduler.decisions import Bind
 from toposched.scheduler.errors import InternalError

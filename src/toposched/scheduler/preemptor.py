@@ -10,7 +10,7 @@ from toposched.cluster.errors import InputError, did_you_mean
 from toposched.cluster.state import ClusterState, distinct_inverse
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import BorrowingPreempts, Contract
-from toposched.policy.fairshare import QueueEntry
+from toposched.policy.queue_entry import QueueEntry
 from toposched.policy.ranking import Ranking
 from toposched.policy.usage import UsageTracker
 from toposched.policy.worth import EvictionWorth

@@ -6,14 +6,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Protocol
 
-from toposched.policy.fairshare import (
-    JobExplanation,
-    JobSortKey,
-    PendingQueue,
-    QueueEntry,
-    QueueTier,
-    Segment,
-)
+from toposched.policy.fairshare import JobExplanation, JobSortKey, PendingQueue, Segment
+from toposched.policy.queue_entry import QueueEntry, QueueTier
 from toposched.policy.ranking import Ranking
 from toposched.scheduler.jobs import Job
 from toposched.scheduler.tally import PendingTally

@@ -14,7 +14,7 @@ from numpy.typing import NDArray
 from toposched.cluster.allocation import Allocation
 from toposched.cluster.state import ClusterState, distinct
 from toposched.placement.request import GangRequest
-from toposched.policy.fairshare import QueueEntry
+from toposched.policy.queue_entry import QueueEntry
 from toposched.scheduler.budget_limits import BudgetLimits
 from toposched.scheduler.fence import FencedNodes
 from toposched.scheduler.ledger import Ledger

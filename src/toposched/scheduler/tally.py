@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.policy.fairshare import QueueEntry
+from toposched.policy.queue_entry import QueueEntry
 from toposched.scheduler.failures import Shape
 from toposched.scheduler.jobs import AnswerBoard, Job, JobKind, JobState, Nomination, SharedAnswer
 from toposched.scheduler.turn import Answer

@@ -8,7 +8,7 @@ from enum import StrEnum
 import numpy as np
 from numpy.typing import NDArray
 
-from toposched.policy.fairshare import QueueTier
+from toposched.policy.queue_entry import QueueTier
 from toposched.policy.ranking import Ranking
 from toposched.scheduler.decisions import Bind, Decision, Reserve
 from toposched.scheduler.failures import FailureReasons

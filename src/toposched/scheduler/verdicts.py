@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 
 from toposched.policy.budget import BudgetTree
 from toposched.policy.contract import BorrowingPreempts, Contract, PreemptionRule
-from toposched.policy.fairshare import QueueEntry
+from toposched.policy.queue_entry import QueueEntry
 from toposched.policy.ranking import Ranking
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.ledger import Ledger

@@ -11,7 +11,8 @@ import numpy as np
 
 from toposched.cluster.state import ClusterState
 from toposched.policy.budget import BudgetTree
-from toposched.policy.fairshare import QueueEntry, QueueTier, UnallocatedOrder
+from toposched.policy.fairshare import UnallocatedOrder
+from toposched.policy.queue_entry import QueueEntry, QueueTier
 from toposched.policy.usage import UsageTracker
 from toposched.scheduler.admission import AdmissionGate
 from toposched.scheduler.decisions import Bind, Evict, Reserve

@@ -10,7 +10,7 @@ import numpy as np
 
 from toposched.cluster.state import Health
 from toposched.cluster.units import HOUR
-from toposched.policy.fairshare import QueueTier
+from toposched.policy.queue_entry import QueueTier
 from toposched.scheduler.jobs import Job, JobState, ReasonCode
 from toposched.service.core import ServiceCore
 from toposched.service.errors import Forbidden

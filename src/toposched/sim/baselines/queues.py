@@ -12,7 +12,8 @@ from sortedcontainers import SortedList
 
 from toposched.cluster.errors import InputError, ToposchedError
 from toposched.policy.budget import ROOT, BudgetTree
-from toposched.policy.fairshare import JobExplanation, QueueEntry, QueueTier
+from toposched.policy.fairshare import JobExplanation
+from toposched.policy.queue_entry import QueueEntry, QueueTier
 from toposched.policy.ranking import Ranking
 from toposched.policy.usage import UsageTracker
 
