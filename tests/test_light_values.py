@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -169,6 +169,18 @@ def test_the_light_pass_refuses_what_the_job_model_refuses_in_its_words(data: An
     data=jobs_on_levels(),
     levels=st.lists(LEVEL_NAMES, unique=True),
     gpu_models=st.lists(st.sampled_from(["H100", "GB300", ""]), unique=True),
+)
+# `pod_sets: null` is the one-set shorthand to the model: read by the light pass, not left
+# to the model.
+@example(
+    data={
+        "name": "j",
+        "pods": 8,
+        "resources_per_pod": {"gpus": 1, "gpu_models": ["H100"]},
+        "pod_sets": None,
+    },
+    levels=[],
+    gpu_models=[],
 )
 def test_the_light_pass_refuses_a_job_the_cluster_cannot_hold_in_the_models_words(
     data: Any, levels: list[str], gpu_models: list[str]

@@ -243,9 +243,10 @@ def check_job_files(paths: Sequence[str | os.PathLike[str]]) -> list[CheckedJob]
 
 def check_job(data: Any, model: ModelRules = JOB) -> dict[str, Any] | None:
     """The job `data` (as written) checked as `JobSpec.from_dict` checks it, raising the same
-    InputError; None for a job that writes a field with `defer`, left to the model."""
+    InputError; None for a job that writes a field with `defer`, left to the model (a field
+    written as null is not written, as the model reads it)."""
     if isinstance(data, Mapping) and any(
-        model.fields[key].defer for key in data if key in model.fields
+        model.fields[key].defer and data[key] is not None for key in data if key in model.fields
     ):
         return None
     errors: list[InputError] = []
@@ -304,7 +305,7 @@ def _read(data: Any, model: ModelRules, at: str, errors: list[InputError]) -> di
     checked: dict[str, Any] = {}
     for name, field_rule in model.fields.items():
         field = join_fields(at, name)
-        if name not in data:
+        if name not in data or (field_rule.defer and data[name] is None):
             if field_rule.required:
                 errors.append(InputError(field, None, field_rule.missing))
             continue
