@@ -23,7 +23,7 @@ from toposched.cluster.health import Health
 from toposched.cluster.state import ClusterState
 from toposched.policy.budget import BudgetTree
 from toposched.scheduler.admission import AdmissionRule
-from toposched.scheduler.core import Scheduler
+from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict
 
 HOUR = 3600.0
@@ -205,6 +205,50 @@ def test_cycles_after_submissions_with_a_headroom_decide_as_full_ones(tmp_path: 
     args = ["simulate", "--gpus", "128", "--days", "0.5", "--unallocated-headroom", "1"]
     out = ["--check-incremental", "--no-progress", "--out", str(tmp_path)]
     assert main([*args, *out]) == 0
+
+
+def _start_beside_held_work(restarts: bool) -> CycleResult:
+    """The two racks; team-a (40% of 32 GPUs) runs `gang` on nodes 0-1 and a7 on node 7,
+    team-b nodes 2, 4 and 5; node 3 is free. At 1 h nodes 0-1 go down: the gang, within
+    team-a's budget (4 + 8 of 12.8 GPUs), waits for rack z0-b0-r1. At 1.2 h the scratch
+    account's 2-GPU scavenger is held: 4 GPUs are free outside the reservation and the
+    headroom keeps 8 (a quarter of the GPUs, or with `restarts` none but the gang's). At
+    1.5 h team-a's 2-GPU `extra` starts on node 3. Every cycle that skips jobs is checked
+    against a full one on a copy. Returns the cycle at 1.5 h."""
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=4))
+    budgets = BudgetTree.from_dict({"accounts": {"team-a": 40, "team-b": 60, "scratch": 0}})
+    rule = AdmissionRule(checkpoint_s=None, headroom=0.0 if restarts else 0.25, restarts=restarts)
+    scheduler = Scheduler(
+        state, budgets, admission=rule, full_cycle_every=0.0, check_incremental=True
+    )
+    scheduler.submit(job("gang", "team-a", pods=2, resumable=True, topology=RACK), 0)
+    assert [d.job_id for d in scheduler.cycle(0).bound] == ["gang"]
+    for node in (2, 4, 5):
+        adopt_on(scheduler, job(f"b{node}", "team-b", min_runtime="10h"), node, range(4))
+    adopt_on(scheduler, job("a7", "team-a", min_runtime="10h"), 7, range(4))
+    scheduler.set_health([0, 1], Health.DOWN, HOUR)
+    scheduler.cycle(HOUR)
+    scheduler.submit(job("scavenger", "scratch", gpus=2, resumable=True), 1.2 * HOUR)
+    assert scheduler.cycle(1.2 * HOUR).bound == []
+    assert "starting this job's 2 would leave 2" in scheduler.jobs["scavenger"].reason
+    scheduler.submit(job("extra", "team-a", gpus=2), 1.5 * HOUR)
+    return scheduler.cycle(1.5 * HOUR)
+
+
+def test_a_start_leaves_the_held_work_skipped() -> None:
+    # With less free capacity the headroom holds what it held: the cycle skips the scavenger.
+    result = _start_beside_held_work(restarts=False)
+    assert result.incremental and result.skipped == 1
+    assert [d.job_id for d in result.bound] == ["extra"]
+
+
+def test_a_start_that_frees_the_restarting_gangs_gpus_walks_the_held_work() -> None:
+    # extra takes team-a beyond its budget (4 + 2 + 8 GPUs of 12.8): the gang no longer
+    # restarts within it, the headroom keeps nothing, and the scavenger starts on node 3
+    # beside extra, as a full cycle decides.
+    result = _start_beside_held_work(restarts=True)
+    assert result.skipped == 0
+    assert [d.job_id for d in result.bound] == ["extra", "scavenger"]
 
 
 @pytest.mark.parametrize("reserved", [False, True])

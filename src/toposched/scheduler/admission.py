@@ -187,7 +187,7 @@ class AdmissionGate:
         self._within_budget: Callable[[Job], bool] = lambda job: False
         self._restarting: float | None = None
         self._free: tuple[int, NDArray[np.bool_] | None, float] | None = None
-        self._wording: dict[Headroom, str] = {}
+        self._wording: dict[tuple[float, float, float, float, bool], str] = {}
 
     def start(
         self, job: Job, tier: QueueTier, reserved_nodes: NDArray[np.bool_] | None = None
@@ -196,18 +196,48 @@ class AdmissionGate:
         goes). `reserved_nodes`: the mask of the reservation's nodes, whose free GPUs count
         while the fence keeps them closed (read only with `AdmissionRule.reserved`; a new
         reservation comes with a new mask)."""
+        figures = self._holding(job, tier, reserved_nodes)
+        if figures is None:
+            return None
+        free, kept, restarting = figures
+        rule = self.rule
+        assert rule is not None
+        borrowed = tier is QueueTier.ALLOCATED
+        return Headroom(free, kept, job.gpus, restarting, borrowed, rule.reserved)
+
+    def held(
+        self, job: Job, tier: QueueTier, reserved_nodes: NDArray[np.bool_] | None = None
+    ) -> str | None:
+        """`start`'s answer as the job is told it: the explanation when the headroom holds the
+        job (None: it does not). A walk asks for most of a long queue of unallocated work
+        while nothing moves, so each wording is made once per walk for equal figures."""
+        figures = self._holding(job, tier, reserved_nodes)
+        if figures is None:
+            return None
+        key = (*figures, job.gpus, tier is QueueTier.ALLOCATED)
+        text = self._wording.get(key)
+        if text is None:
+            headroom = self.start(job, tier, reserved_nodes)
+            assert headroom is not None
+            text = self._wording[key] = headroom.explain()
+        return text
+
+    def _holding(
+        self, job: Job, tier: QueueTier, reserved_nodes: NDArray[np.bool_] | None
+    ) -> tuple[float, float, float] | None:
+        """The free GPUs, the GPUs kept and of them the restarting gangs', when the headroom
+        holds the job (None: it does not)."""
         rule = self.rule
         if rule is None or self.state is None or not self.may_hold(tier):
             return None
-        borrowed = tier is QueueTier.ALLOCATED
         free = self._free_gpus(reserved_nodes if rule.reserved else None)
         restarting = self._restarting_gpus() if rule.restarts else 0.0
         kept = self.kept + restarting
         if kept <= 0 or free - job.gpus >= kept:
             return None
-        if borrowed and self._within_budget(job):
+        if tier is QueueTier.ALLOCATED and self._within_budget(job):
             return None
-        return Headroom(free, kept, job.gpus, restarting, borrowed, rule.reserved)
+        return free, kept, restarting
 
     def may_hold(self, tier: QueueTier) -> bool:
         """Whether the headroom may hold jobs of `tier`: unallocated work, and with
@@ -218,12 +248,15 @@ class AdmissionGate:
             return False
         return tier is QueueTier.UNALLOCATED or (tier is QueueTier.ALLOCATED and rule.borrowed)
 
-    def explain(self, headroom: Headroom) -> str:
-        """`headroom.explain()`, worded once per walk for equal figures."""
-        text = self._wording.get(headroom)
-        if text is None:
-            text = self._wording[headroom] = headroom.explain()
-        return text
+    @property
+    def starts_hold_no_fewer(self) -> bool:
+        """Whether a job's start can only keep as many jobs from starting or more: it takes
+        free GPUs, so the headroom holds again every job it held, and the rule for reserved
+        nodes does not read it. Not so when the headroom counts the interrupted gangs waiting to
+        restart within their budget (`AdmissionRule.restarts`): a start moves its account's
+        load, which may take such a gang beyond its budget and the headroom down with it."""
+        rule = self.rule
+        return rule is None or not rule.restarts
 
     def _free_gpus(self, reserved_nodes: NDArray[np.bool_] | None) -> float:
         """Free GPUs open to new work, and those of the nodes in `reserved_nodes` that the

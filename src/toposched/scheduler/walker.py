@@ -289,7 +289,7 @@ class Walker:
             walk.noted(job_id, outcome=outcome)
         if skipping:
             decided = decisions[made:]
-            started_only = self.admission.rule is None and all(
+            started_only = self.admission.starts_hold_no_fewer and all(
                 isinstance(decision, Bind) and decision.job_id == job_id for decision in decided
             )
             walk.check(job_id, bool(decided), outcome, started_only)
@@ -457,12 +457,10 @@ class Walker:
             return False
         if self.interruptions is not None:
             self.interruptions.fence_before(turn, entry, tier)
-        headroom = self.admission.start(job, tier, turn.reserved_nodes)
-        if headroom is None:
+        held = self.admission.held(job, tier, turn.reserved_nodes)
+        if held is None:
             return False
-        job.reservation = None
-        job.refusal = None
-        job.reason, job.reason_code = self.admission.explain(headroom), ReasonCode.DOES_NOT_FIT
+        job.tell(held, ReasonCode.DOES_NOT_FIT, None)
         return True
 
     def _tier_key(self, job: Job, kind: JobKind, entry: QueueEntry) -> tuple[object, ...]:
