@@ -197,13 +197,7 @@ class AdmissionGate:
         while the fence keeps them closed (read only with `AdmissionRule.reserved`; a new
         reservation comes with a new mask)."""
         figures = self._holding(job, tier, reserved_nodes)
-        if figures is None:
-            return None
-        free, kept, restarting = figures
-        rule = self.rule
-        assert rule is not None
-        borrowed = tier is QueueTier.ALLOCATED
-        return Headroom(free, kept, job.gpus, restarting, borrowed, rule.reserved)
+        return None if figures is None else self._headroom(job, tier, figures)
 
     def held(
         self, job: Job, tier: QueueTier, reserved_nodes: NDArray[np.bool_] | None = None
@@ -217,10 +211,15 @@ class AdmissionGate:
         key = (*figures, job.gpus, tier is QueueTier.ALLOCATED)
         text = self._wording.get(key)
         if text is None:
-            headroom = self.start(job, tier, reserved_nodes)
-            assert headroom is not None
-            text = self._wording[key] = headroom.explain()
+            text = self._wording[key] = self._headroom(job, tier, figures).explain()
         return text
+
+    def _headroom(self, job: Job, tier: QueueTier, figures: tuple[float, float, float]) -> Headroom:
+        free, kept, restarting = figures
+        rule = self.rule
+        assert rule is not None
+        borrowed = tier is QueueTier.ALLOCATED
+        return Headroom(free, kept, job.gpus, restarting, borrowed, rule.reserved)
 
     def _holding(
         self, job: Job, tier: QueueTier, reserved_nodes: NDArray[np.bool_] | None
