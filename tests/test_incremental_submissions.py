@@ -27,7 +27,9 @@ from toposched.policy.owed_standing import OwedOrder
 from toposched.policy.worth import EvictionWorth, WorthScope
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Evict, Reserve
-from toposched.scheduler.incremental import differences
+from toposched.scheduler.incremental import Outcome, differences
+from toposched.scheduler.jobs import ReasonCode
+from toposched.scheduler.refusals import Refusal, RefusalCode
 from toposched.scheduler.turn import FullCycle
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab
@@ -153,6 +155,30 @@ def test_jobs_waiting_for_checkpoints_decide_alike_skipping_or_not() -> None:
     (`CheckpointGate.awaited`)."""
     wait = CheckpointWait(first_checkpoint=HOUR, owed_only=True, urgent_priority=10)
     assert_policy_decides_alike_skipping_or_not(contract=Contract(checkpoint_wait=wait))
+
+
+@pytest.mark.parametrize(
+    ("code", "serves"),
+    [
+        (RefusalCode.WAITING_FOR_CHECKPOINTS, True),
+        (RefusalCode.NOT_WORTH_IT, True),
+        (RefusalCode.NO_ROOM, False),
+    ],
+)
+def test_a_refusal_in_other_figures_serves_where_its_figures_move_with_the_clock(
+    code: RefusalCode, serves: bool
+) -> None:
+    # An anchor refused again in other words: the checkpoint wait's and the cost/benefit
+    # rule's figures move with the clock and no job decides by them, so the walk goes on
+    # skipping; any other refusal in other figures is a departure.
+    def refused(reason: str) -> Outcome:
+        return Outcome(ReasonCode.NO_PREEMPTION, Refusal(code, reason), None)
+
+    earlier = refused("would evict 1 job losing 0.2 GPU-hours now")
+    assert refused("would evict 1 job losing 0.2 GPU-hours now").serves_for(earlier)
+    assert refused("would evict 1 job losing 0.3 GPU-hours now").serves_for(earlier) is serves
+    other_code = Outcome(ReasonCode.NO_PREEMPTION, Refusal(RefusalCode.BUDGET_CAPS, "x"), None)
+    assert not other_code.serves_for(earlier)
 
 
 def test_unallocated_work_weighed_decides_alike_skipping_or_not() -> None:

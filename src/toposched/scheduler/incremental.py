@@ -27,7 +27,11 @@ longer) and no new job decides anything, the knowledge every skipped job would m
 met then, give or take failures and refusals the new jobs added, which only answer more jobs
 alike the same way (no decision, only other words). So a skipped job would decide nothing,
 and its explanation stays the reference's. With the wait for the reservation no longer, a job
-that was too long to backfill then still is.
+that was too long to backfill then still is. A refusal of the checkpoint wait or of the
+cost/benefit rule (`FIGURES_MOVE`) counts as the same in other figures: its figures move with
+the clock at every cycle, the preemption search never answers from its memory with one, and
+the jobs alike behind it are told it without deciding by it; those skipped keep the figures
+they were told.
 
 A checkpoint reported since changes none of that: it moves only the work a victim would lose
 (the preemptible index's version), which orders the victim search and weighs an eviction's
@@ -113,9 +117,15 @@ from toposched.policy.fairshare import Segment
 from toposched.scheduler.decisions import Bind, Decision
 from toposched.scheduler.failures import Shape
 from toposched.scheduler.jobs import Job, ReasonCode
-from toposched.scheduler.refusals import Refusal
+from toposched.scheduler.refusals import Refusal, RefusalCode
 from toposched.scheduler.tally import PendingTally
 from toposched.scheduler.turn import Asked, FullCycle
+
+FIGURES_MOVE = frozenset({RefusalCode.WAITING_FOR_CHECKPOINTS, RefusalCode.NOT_WORTH_IT})
+"""Refusals of the contract's checkpoint wait and cost/benefit rule: their figures (the work at
+stake, the wait for checkpoints) move with the clock, so the preemption search never answers
+from its memory with one (`Preemptor.search`), and the jobs told one later in a cycle
+(`Turn.unpreemptable`) decide nothing by it."""
 
 REOPENED_MOST = 0.25
 """A cycle after completions whose release may have undone the failures of more than this
@@ -146,13 +156,27 @@ class Outcome:
     def serves_for(self, earlier: Outcome) -> bool:
         """Whether later jobs meet nothing new in this answer after `earlier`: the same code,
         refusal and reservation, the wait for it no longer (a job too long to backfill then
-        still is: the reserved job starts at max(its release, now))."""
+        still is: the reserved job starts at max(its release, now)). A refusal whose figures
+        move with the clock (`FIGURES_MOVE`) serves in other figures: later jobs are told it
+        without deciding by it."""
         return (
             self.code is earlier.code
-            and self.refusal == earlier.refusal
+            and _same_refusal(self.refusal, earlier.refusal)
             and self.reservation == earlier.reservation
             and self.wait <= earlier.wait
         )
+
+
+def _same_refusal(refusal: Refusal | None, earlier: Refusal | None) -> bool:
+    """The same refusal, or one of the same code in `FIGURES_MOVE` in other figures."""
+    if refusal == earlier:
+        return True
+    return (
+        refusal is not None
+        and earlier is not None
+        and refusal.code is earlier.code
+        and refusal.code in FIGURES_MOVE
+    )
 
 
 @dataclass
