@@ -21,6 +21,7 @@ from toposched.policy.budget import BudgetTree
 from toposched.scheduler.core import CycleResult, Scheduler
 from toposched.scheduler.decisions import Bind, Evict
 from toposched.scheduler.kept_refusals import Keeping
+from toposched.scheduler.refusals import RefusalCode
 from toposched.workloads.ai2 import ai2_like
 from toposched.workloads.frontier import frontier_lab
 from toposched.workloads.model import Workload
@@ -295,3 +296,40 @@ def test_a_release_of_unallocated_work_it_could_take_keeps_the_refusal() -> None
         scheduler.finish("scav-2", 120)
         assert not scheduler.cycle(120).decisions
         assert searches(scheduler) == searched, keeping
+
+
+def capped_racks() -> Scheduler:
+    """2 racks x 2 nodes x 4 GPUs. Team `a` (budget 75%) runs `a0` and `a1` (priority 20) on
+    the first node of each rack; team `b` (budget 25%, 4 GPUs) runs `b0` and `b1` past their
+    protection on the second, 4 GPUs beyond its budget. `wide` (team a, priority 10, a whole
+    rack) may take either of b's jobs but not both (the budget cap), and with both gone no
+    rack would hold it either: refused for want of room, caps or not. Every cycle is a full
+    one; kept refusals are verified by a search (`Keeping.VERIFY`)."""
+    state = ClusterState(nvl72_cluster(1, 1, 2, nodes_per_rack=2))
+    tree = BudgetTree.from_dict({"accounts": {"a": 75, "b": 25}})
+    scheduler = Scheduler(state, tree, reserve_min_gpus=64, incremental=False)
+    scheduler.preemptor.kept.keeping = Keeping.VERIFY
+    for node, (name, account, priority) in enumerate(
+        (("a0", "a", 20), ("b0", "b", 0), ("a1", "a", 20), ("b1", "b", 0))
+    ):
+        job = spec(name, account, priority=priority)
+        allocation = Allocation.of([node], [[0, 1, 2, 3]])
+        scheduler.adopt(job, allocation, start_time=-2 * HOUR, now=0.0)
+    scheduler.submit(spec("wide", "a", pods=2, priority=10, topology={"required": "rack"}), 0)
+    return scheduler
+
+
+def test_a_refusal_for_want_of_room_stands_where_budget_caps_bind() -> None:
+    scheduler = capped_racks()
+    assert not scheduler.cycle(60).decisions
+    refusal = scheduler.explain("wide", 60).refusal
+    assert refusal is not None and refusal.code is RefusalCode.NO_ROOM
+    assert searches(scheduler) == 1
+
+    assert not scheduler.cycle(120).decisions
+    assert searches(scheduler) == 1
+
+    # a0 ends: rack 0 holds wide once b0 goes, within b's cap.
+    scheduler.finish("a0", 180)
+    assert evicted(scheduler.cycle(180)) == ["b0"]
+    assert searches(scheduler) == 2

@@ -249,7 +249,7 @@ class Preemptor:
             )
             # Within budget caps the choice of victims is heuristic beyond the exact subsets,
             # ordered by lost work: such a refusal may not stand as the work grows.
-            lasting = lasting and not candidates.caps_bind
+            lasting = lasting and not _caps_chose(candidates, plan)
             if isinstance(plan, PreemptionPlan) or local.complete:
                 return plan, lasting
         else:
@@ -269,7 +269,7 @@ class Preemptor:
         # Every job it may take was a candidate: a refusal says placing the gang failed with
         # all of them gone (or their GPUs cannot add up to it), whichever domains the local
         # search examined first, so it lasts unless budget caps chose among the victims.
-        return plan, not candidates.caps_bind
+        return plan, not _caps_chose(candidates, plan)
 
     def _nothing_to_evict(self, job: Job, now: float, only_unallocated: bool) -> Refusal:
         """Why a one-domain gang finds no domain where evictions could make room."""
@@ -402,6 +402,15 @@ class Preemptor:
             index=index,
             slots=slots,
         )
+
+
+def _caps_chose(candidates: CandidatePool, answer: PreemptionPlan | Refusal) -> bool:
+    """Whether budget caps chose among the victims of `answer`: they bind, and it is not a
+    refusal for want of room with every candidate gone (`RefusalCode.NO_ROOM`), which no cap
+    can change: caps only keep victims back."""
+    if isinstance(answer, Refusal) and answer.code is RefusalCode.NO_ROOM:
+        return False
+    return candidates.caps_bind
 
 
 def _check_named_accounts(worth: EvictionWorth, tree: BudgetTree) -> None:
