@@ -31,6 +31,14 @@ AI2_3072_FLAGS = [
     "--unallocated-order", "oldest", "--owed-order", "least-met",
 ]  # fmt: skip
 
+LITTLE_RESUMES_FLAGS = [
+    "--eviction-worth", "1", "--eviction-worth-scope", "all", "--eviction-worth-unallocated",
+    "--eviction-worth-owed", "--eviction-loss-budget", "100", "--eviction-worth-horizon", "4h",
+    "--unallocated-admission", "1h", "--unallocated-headroom", "0.25",
+    "--unallocated-headroom-reserved", "--unallocated-order", "oldest",
+]  # fmt: skip
+"""The policy where little work resumes, as docs/simulator.md gives it in flags."""
+
 
 def settings(*words: str) -> dict[str, Any]:
     """The scheduler settings `toposched simulate` builds from these words."""
@@ -50,6 +58,7 @@ def written(tmp_path: Path, text: str, name: str = "policy.yaml") -> str:
         ("ai2-3072.yaml", AI2_3072_FLAGS),
         ("every-eviction.yaml", ["--eviction-worth", "off"]),
         ("frontier.yaml", ["--borrowing-preempts", "own-account"]),
+        ("little-work-resumes.yaml", LITTLE_RESUMES_FLAGS),
         (
             "cannot-resume-unallocated.yaml",
             [
