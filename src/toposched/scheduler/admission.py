@@ -188,6 +188,9 @@ class AdmissionGate:
         self._restarting: float | None = None
         self._free: tuple[int, NDArray[np.bool_] | None, float] | None = None
         self._wording: dict[tuple[float, float, float, float, bool], str] = {}
+        self._unallocated: dict[float, str | None] = {}
+        """`held`'s answers for unallocated work by GPU count, while `_answered_for` holds."""
+        self._answered_for: tuple[int, NDArray[np.bool_] | None] = (-1, None)
 
     def start(
         self, job: Job, tier: QueueTier, reserved_nodes: NDArray[np.bool_] | None = None
@@ -204,7 +207,25 @@ class AdmissionGate:
     ) -> str | None:
         """`start`'s answer as the job is told it: the explanation when the headroom holds the
         job (None: it does not). A walk asks for most of a long queue of unallocated work
-        while nothing moves, so each wording is made once per walk for equal figures."""
+        while nothing moves, so each wording is made once per walk for equal figures, and the
+        answer for unallocated work, which reads nothing of the job but its GPUs, once per GPU
+        count while the state's version and the reservation's mask stay the same."""
+        state = self.state
+        if tier is not QueueTier.UNALLOCATED or state is None:
+            return self._held(job, tier, reserved_nodes)
+        answered = self._answered_for
+        if answered[0] != state.version or answered[1] is not reserved_nodes:
+            self._unallocated.clear()
+            self._answered_for = (state.version, reserved_nodes)
+        gpus, answers = job.gpus, self._unallocated
+        if gpus not in answers:
+            answers[gpus] = self._held(job, tier, reserved_nodes)
+        return answers[gpus]
+
+    def _held(
+        self, job: Job, tier: QueueTier, reserved_nodes: NDArray[np.bool_] | None
+    ) -> str | None:
+        """`held`, asked of the rule."""
         figures = self._holding(job, tier, reserved_nodes)
         if figures is None:
             return None
@@ -282,6 +303,7 @@ class AdmissionGate:
         self._within_budget = within_budget
         self._restarting = None
         self._wording.clear()
+        self._unallocated.clear()
 
     def _restarting_gpus(self) -> float:
         """GPUs of the budgeted gangs a node failure interrupted that still wait within their
